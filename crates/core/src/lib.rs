@@ -8,11 +8,28 @@
 //! Nothing here performs I/O or reads a clock: time is an [`time::Instant`]
 //! argument chosen by the caller. Data planes (the userspace proxy, XDP) and
 //! the control plane drive this crate; tests drive it with a virtual clock.
+//!
+//! Layout, one concern per module:
+//! * [`model`] — what an operator configures (services, real servers, options);
+//! * [`dest`] — a real server's runtime counters and flags;
+//! * [`sched`] — the schedulers, one file each behind one trait;
+//! * [`state`] — the TCP/UDP/SCTP state machines and timeouts;
+//! * [`conn`] — the connection table with its timer wheel;
+//! * [`pe_sip`] — the SIP persistence engine;
+//! * [`stats`] — counters and the rate estimator;
+//! * [`ipvs`] — the director tying them together: control operations and the
+//!   packet path with persistence.
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+pub mod conn;
 pub mod dest;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod ipvs;
 pub mod model;
+pub mod pe_sip;
 pub mod sched;
+pub mod state;
 pub mod stats;
 pub mod time;

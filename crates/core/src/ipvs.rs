@@ -1,0 +1,1310 @@
+//! The director: virtual services, their real servers, the connection table
+//! and persistence, driven by packets and control operations — the sans-IO
+//! equivalent of the kernel's `ip_vs_core.c` + `ip_vs_ctl.c` + `ip_vs_conn.c`.
+//!
+//! A data plane hands every packet's metadata to [`Ipvs::process`] and acts
+//! on the [`Verdict`]; the control plane calls the operations that mirror
+//! `ipvsadm -A -E -D -C -a -e -d -Z --set`. Time is always an argument, and
+//! [`Ipvs::expire`] must be called when [`Ipvs::next_deadline`] passes.
+//!
+//! Behaviour follows the kernel (spec §1.15, §2.4, §3) with these documented
+//! differences:
+//! * No netfilter conntrack exists here, so reusing a client port of a
+//!   TIME_WAIT connection reschedules at once instead of dropping the first
+//!   SYN for a second (spec §8.1).
+//! * [`Tunables::drain_deleted`] (rvs extension, off by default) keeps
+//!   forwarding established connections of a deleted real server until they
+//!   end, instead of dropping their packets (spec §8.3).
+//! * The connection table has a capacity bound; when it is full the entry
+//!   with the earliest deadline is evicted and counted ([`Ipvs::evictions`]).
+//! * FTP helpers and `cache_bypass` are not implemented.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use crate::conn::{Addr, Conn, ConnFlags, ConnId, ConnKey, ConnTable, ConnTableConfig};
+use crate::dest::{Dest, DestId};
+use crate::model::{
+    AddrFamily, DestConfig, ForwardMethod, PersistenceEngine, Protocol, ServiceConfig, ServiceKey,
+};
+use crate::pe_sip;
+use crate::sched::{ListChange, SchedError, SchedInput, SchedParams, Scheduler, new_scheduler};
+use crate::state::{Direction, SctpEvent, SctpState, TcpFlags, TcpState, Timeouts};
+use crate::stats::{Counters, Estimator, Rates};
+use crate::time::Instant;
+
+/// Sentinel for "no dest" / "no controlling template" in [`Conn`].
+const NONE: u32 = u32::MAX;
+
+/// Why a control operation failed. The state is unchanged whenever one of
+/// these is returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CtlError {
+    /// `-A` of a service that exists (ipvsadm: "Service already exists").
+    #[error("Service already exists")]
+    ServiceExists,
+    /// The service named does not exist (ipvsadm: "No such service" /
+    /// "Service not defined").
+    #[error("No such service")]
+    NoService,
+    /// `-a` of a real server already in the service.
+    #[error("Destination already exists")]
+    DestExists,
+    /// `-e`/`-d` of a real server not in the service.
+    #[error("No such destination")]
+    NoDest,
+    /// Unknown scheduler or persistence engine.
+    #[error("Scheduler or persistence engine not found")]
+    SchedulerNotFound,
+    /// A value out of range (weight > 65535, lower threshold above upper).
+    #[error("{0}")]
+    Range(&'static str),
+    /// The request is invalid for this service (e.g. more real servers than
+    /// Maglev slots, or a real server of another family that is not a tunnel).
+    #[error("Invalid operation: {0}")]
+    Invalid(String),
+}
+
+impl From<SchedError> for CtlError {
+    fn from(e: SchedError) -> Self {
+        match e {
+            SchedError::NotFound(_) => CtlError::SchedulerNotFound,
+            other => CtlError::Invalid(other.to_string()),
+        }
+    }
+}
+
+/// The sysctls of `net.ipv4.vs.*` that change the packet path, plus rvs
+/// extensions.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Tunables {
+    /// `expire_nodest_conn`: expire a connection whose real server is gone
+    /// (or quiesced, for a new-connection packet) and reschedule.
+    pub expire_nodest_conn: bool,
+    /// `expire_quiescent_template`: a persistence template pointing at a
+    /// weight-0 server is invalid, so persistence is broken on quiescing.
+    pub expire_quiescent_template: bool,
+    /// `conn_reuse_mode` (default 1): bit 0 reschedules a SYN that hits a
+    /// TIME_WAIT/CLOSE connection, bit 1 also FIN_WAIT without output (DR).
+    pub conn_reuse_mode: u8,
+    /// `sloppy_tcp`: create connections on any non-RST TCP packet.
+    pub sloppy_tcp: bool,
+    /// `sloppy_sctp`: create connections on any non-ABORT SCTP packet.
+    pub sloppy_sctp: bool,
+    /// `secure_tcp`: use the SYN-flood hardened TCP state table.
+    pub secure_tcp: bool,
+    /// rvs: keep forwarding packets of connections whose real server was
+    /// deleted, so they can finish (the kernel drops them).
+    pub drain_deleted: bool,
+}
+
+impl Default for Tunables {
+    fn default() -> Self {
+        Tunables {
+            expire_nodest_conn: false,
+            expire_quiescent_template: false,
+            conn_reuse_mode: 1,
+            sloppy_tcp: false,
+            sloppy_sctp: false,
+            secure_tcp: false,
+            drain_deleted: false,
+        }
+    }
+}
+
+/// Configuration of a director instance.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct IpvsConfig {
+    /// Maximum tracked connections (templates included).
+    pub conn_capacity: usize,
+    /// Seed for the connection hash and the `twos` generator; choose it at
+    /// random in production so clients cannot engineer collisions.
+    pub seed: u64,
+    /// Sysctl-like behaviour switches.
+    pub tunables: Tunables,
+}
+
+impl Default for IpvsConfig {
+    fn default() -> Self {
+        IpvsConfig {
+            conn_capacity: 1 << 20,
+            seed: 0x5EED_0F_1B5,
+            tunables: Tunables::default(),
+        }
+    }
+}
+
+/// Transport-specific facts of a packet that drive the state machines.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum L4 {
+    /// TCP with its flags.
+    Tcp(TcpFlags),
+    /// UDP.
+    Udp,
+    /// SCTP with the event its first chunk maps to.
+    Sctp(SctpEvent),
+}
+
+impl L4 {
+    fn protocol(&self) -> Protocol {
+        match self {
+            L4::Tcp(_) => Protocol::Tcp,
+            L4::Udp => Protocol::Udp,
+            L4::Sctp(_) => Protocol::Sctp,
+        }
+    }
+}
+
+/// What the director needs to know about one packet.
+#[derive(Copy, Clone, Debug)]
+pub struct Packet<'a> {
+    /// Source address.
+    pub src: IpAddr,
+    /// Source port.
+    pub sport: u16,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// Destination port.
+    pub dport: u16,
+    /// Transport protocol facts.
+    pub l4: L4,
+    /// Firewall mark, 0 for none.
+    pub fwmark: u32,
+    /// Length in bytes, for the byte counters.
+    pub len: u32,
+    /// Transport payload (needed only by persistence engines; may be empty).
+    pub payload: &'a [u8],
+}
+
+/// Where to send a packet and how.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Forward {
+    /// The connection entry (`None` for one-packet scheduling, which keeps no entry).
+    pub conn: Option<ConnId>,
+    /// The real server.
+    pub dest: DestId,
+    /// Real server address.
+    pub daddr: IpAddr,
+    /// Real server port (rewrite target for NAT).
+    pub dport: u16,
+    /// The virtual address and port the client used (rewrite source for NAT replies).
+    pub vaddr: IpAddr,
+    /// See `vaddr`.
+    pub vport: u16,
+    /// Forwarding method.
+    pub method: ForwardMethod,
+    /// True when this packet created the connection.
+    pub new: bool,
+}
+
+/// Why a packet was dropped.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// The connection's real server was deleted (kernel default behaviour).
+    DestUnavailable,
+    /// The connection table is full and nothing could be evicted.
+    TableFull,
+}
+
+/// The decision for one packet.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Client → real server: forward with `method`.
+    Forward(Forward),
+    /// Real server → client reply of a NAT connection: rewrite the source to
+    /// `vaddr:vport` and send to the client.
+    Reply(Forward),
+    /// Not for a virtual service (or not a packet that may start a
+    /// connection): let the host stack have it.
+    Pass,
+    /// Drop it.
+    Drop(DropReason),
+    /// A virtual service matched but no real server is available: drop and
+    /// answer with ICMP port unreachable (`ip_vs_leave`).
+    Reject,
+}
+
+/// A virtual service with its real servers in IPVS list order.
+#[derive(Debug)]
+pub struct Service {
+    key: ServiceKey,
+    config: ServiceConfig,
+    dests: Vec<Dest>,
+    sched: Box<dyn Scheduler>,
+    stats: Counters,
+    est: Estimator,
+}
+
+impl Service {
+    /// The service's identity.
+    pub fn key(&self) -> &ServiceKey {
+        &self.key
+    }
+    /// The service's options.
+    pub fn config(&self) -> &ServiceConfig {
+        &self.config
+    }
+    /// Real servers in list order (newest first).
+    pub fn dests(&self) -> &[Dest] {
+        &self.dests
+    }
+    /// Cumulative counters.
+    pub fn stats(&self) -> &Counters {
+        &self.stats
+    }
+    /// Estimated rates.
+    pub fn rates(&self) -> Rates {
+        self.est.rates()
+    }
+    fn find_dest(&self, addr: IpAddr, port: u16) -> Option<usize> {
+        self.dests
+            .iter()
+            .position(|d| d.config.addr == addr && d.config.port == port)
+    }
+}
+
+/// Where a [`DestId`] lives now.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum DestLoc {
+    /// In `services[svc].dests[pos]`.
+    Service { svc: u32, pos: u32 },
+    /// Deleted but still referenced by connections: `trash[slot]`.
+    Trash { slot: u32 },
+    /// Unused id.
+    Free,
+}
+
+#[derive(Debug)]
+struct Trashed {
+    dest: Dest,
+    /// The service it was deleted from, so re-adding it resurrects it.
+    svc_key: ServiceKey,
+    /// Estimator of the dest (kept so a resurrected dest keeps its history).
+    est: Estimator,
+}
+
+/// The director state.
+#[derive(Debug)]
+pub struct Ipvs {
+    services: Vec<Option<Service>>,
+    dest_est: Vec<Estimator>,
+    by_key: HashMap<ServiceKey, u32>,
+    fwmark_services: usize,
+    locator: Vec<DestLoc>,
+    free_ids: Vec<u32>,
+    trash: Vec<Option<Trashed>>,
+    conns: ConnTable,
+    timeouts: Timeouts,
+    tunables: Tunables,
+    seed: u64,
+    total: Counters,
+    total_est: Estimator,
+    evictions: u64,
+}
+
+impl Ipvs {
+    /// An empty director.
+    pub fn new(config: IpvsConfig) -> Self {
+        Ipvs {
+            services: Vec::new(),
+            dest_est: Vec::new(),
+            by_key: HashMap::new(),
+            fwmark_services: 0,
+            locator: Vec::new(),
+            free_ids: Vec::new(),
+            trash: Vec::new(),
+            conns: ConnTable::new(ConnTableConfig {
+                capacity: config.conn_capacity,
+                hash_seed: config.seed,
+            }),
+            timeouts: Timeouts::default(),
+            tunables: config.tunables,
+            seed: config.seed,
+            total: Counters::default(),
+            total_est: Estimator::default(),
+            evictions: 0,
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Control operations (ipvsadm commands)
+    // ------------------------------------------------------------------
+
+    /// `-A`: add a virtual service.
+    pub fn add_service(&mut self, key: ServiceKey, config: ServiceConfig) -> Result<(), CtlError> {
+        if self.by_key.contains_key(&key) {
+            return Err(CtlError::ServiceExists);
+        }
+        let sched = self.make_scheduler(&config)?;
+        let svc = Service {
+            key,
+            config,
+            dests: Vec::new(),
+            sched,
+            stats: Counters::default(),
+            est: Estimator::default(),
+        };
+        let idx = match self.services.iter().position(Option::is_none) {
+            Some(i) => {
+                self.services[i] = Some(svc);
+                i
+            }
+            None => {
+                self.services.push(Some(svc));
+                self.services.len() - 1
+            }
+        };
+        self.by_key.insert(key, idx as u32);
+        if key.is_fwmark() {
+            self.fwmark_services += 1;
+        }
+        Ok(())
+    }
+
+    /// `-E`: change a service's options; its real servers and connections stay.
+    pub fn edit_service(&mut self, key: &ServiceKey, config: ServiceConfig) -> Result<(), CtlError> {
+        let idx = self.service_index(key).ok_or(CtlError::NoService)?;
+        let new_sched = {
+            let svc = self.service_at(idx);
+            if svc.config.scheduler != config.scheduler
+                || svc.config.flags != config.flags
+                || svc.config.mh_table_size != config.mh_table_size
+            {
+                let mut s = self.make_scheduler(&config)?;
+                check_dest_count(&config, svc.dests.len())?;
+                s.update(&svc.dests, ListChange::Reset);
+                Some(s)
+            } else {
+                None
+            }
+        };
+        let svc = self.service_at_mut(idx);
+        if let Some(s) = new_sched {
+            svc.sched = s;
+        }
+        svc.config = config;
+        Ok(())
+    }
+
+    /// `-D`: delete a service. Its real servers move to the trash while
+    /// connections still use them.
+    pub fn del_service(&mut self, key: &ServiceKey) -> Result<(), CtlError> {
+        let idx = self.service_index(key).ok_or(CtlError::NoService)?;
+        self.by_key.remove(key);
+        if key.is_fwmark() {
+            self.fwmark_services -= 1;
+        }
+        let svc = self.services[idx].take();
+        if let Some(svc) = svc {
+            for dest in svc.dests {
+                self.trash_dest(dest, svc.key);
+            }
+        }
+        Ok(())
+    }
+
+    /// `-C`: delete every service. Connections stay until they expire.
+    pub fn flush(&mut self) {
+        let keys: Vec<ServiceKey> = self.by_key.keys().copied().collect();
+        for k in keys {
+            let _ = self.del_service(&k);
+        }
+    }
+
+    /// `-a`: add a real server at the head of the service's list. A real
+    /// server deleted earlier and still referenced by connections is
+    /// resurrected with its counters.
+    pub fn add_dest(&mut self, key: &ServiceKey, config: DestConfig) -> Result<DestId, CtlError> {
+        validate_dest(key, &config)?;
+        let idx = self.service_index(key).ok_or(CtlError::NoService)?;
+        let svc = self.service_at(idx);
+        if svc.find_dest(config.addr, config.port).is_some() {
+            return Err(CtlError::DestExists);
+        }
+        check_dest_count(&svc.config, svc.dests.len() + 1)?;
+        let resurrect = self.trash.iter().position(|t| {
+            t.as_ref().is_some_and(|t| {
+                t.svc_key == *key && t.dest.config.addr == config.addr && t.dest.config.port == config.port
+            })
+        });
+        let dest = match resurrect {
+            Some(slot) => {
+                let t = self.trash[slot].take().ok_or(CtlError::NoDest)?;
+                let mut d = t.dest;
+                d.available = true;
+                d.apply_edit(config);
+                self.dest_est[d.id.0 as usize] = t.est;
+                d
+            }
+            None => {
+                let id = self.alloc_dest_id();
+                Dest::new(id, config)
+            }
+        };
+        let id = dest.id;
+        let svc = self.service_at_mut(idx);
+        svc.dests.insert(0, dest);
+        svc.sched.update(&svc.dests, ListChange::Added(0));
+        self.relocate(idx);
+        Ok(id)
+    }
+
+    /// `-e`: edit a real server's weight, method and thresholds.
+    pub fn edit_dest(&mut self, key: &ServiceKey, config: DestConfig) -> Result<(), CtlError> {
+        validate_dest(key, &config)?;
+        let idx = self.service_index(key).ok_or(CtlError::NoService)?;
+        let svc = self.service_at_mut(idx);
+        let pos = svc.find_dest(config.addr, config.port).ok_or(CtlError::NoDest)?;
+        svc.dests[pos].apply_edit(config);
+        svc.sched.update(&svc.dests, ListChange::Edited(pos));
+        Ok(())
+    }
+
+    /// `-d`: delete a real server. Connections keep referring to it (see
+    /// [`Tunables::drain_deleted`] and `expire_nodest_conn`).
+    pub fn del_dest(&mut self, key: &ServiceKey, addr: IpAddr, port: u16) -> Result<(), CtlError> {
+        let idx = self.service_index(key).ok_or(CtlError::NoService)?;
+        let svc = self.service_at_mut(idx);
+        let pos = svc.find_dest(addr, port).ok_or(CtlError::NoDest)?;
+        let dest = svc.dests.remove(pos);
+        svc.sched.update(&svc.dests, ListChange::Removed(pos));
+        let svc_key = svc.key;
+        self.relocate(idx);
+        self.trash_dest(dest, svc_key);
+        Ok(())
+    }
+
+    /// `-Z`: zero the counters of one service (and its real servers), or of
+    /// everything.
+    pub fn zero(&mut self, key: Option<&ServiceKey>) -> Result<(), CtlError> {
+        let idxs: Vec<usize> = match key {
+            Some(k) => vec![self.service_index(k).ok_or(CtlError::NoService)?],
+            None => (0..self.services.len()).collect(),
+        };
+        for idx in idxs {
+            let Some(svc) = self.services[idx].as_mut() else { continue };
+            svc.stats = Counters::default();
+            svc.est.reset(&svc.stats);
+            for d in &mut svc.dests {
+                d.stats = Counters::default();
+                self.dest_est[d.id.0 as usize].reset(&d.stats);
+            }
+        }
+        if key.is_none() {
+            self.total = Counters::default();
+            self.total_est.reset(&self.total);
+        }
+        Ok(())
+    }
+
+    /// `--set tcp tcpfin udp` (seconds; 0 leaves a value unchanged).
+    pub fn set_timeouts(&mut self, tcp: u32, tcpfin: u32, udp: u32) {
+        self.timeouts.set_ipvsadm(tcp, tcpfin, udp);
+    }
+
+    /// The protocol timeouts in force.
+    pub fn timeouts(&self) -> &Timeouts {
+        &self.timeouts
+    }
+
+    /// Mutable access to every per-state timeout (keepalived's `lvs_timeouts`
+    /// and rvs options go beyond the three of `--set`).
+    pub fn timeouts_mut(&mut self) -> &mut Timeouts {
+        &mut self.timeouts
+    }
+
+    /// The behaviour switches in force.
+    pub fn tunables(&self) -> &Tunables {
+        &self.tunables
+    }
+
+    /// Change behaviour switches.
+    pub fn set_tunables(&mut self, tunables: Tunables) {
+        self.tunables = tunables;
+    }
+
+    // ------------------------------------------------------------------
+    // Queries
+    // ------------------------------------------------------------------
+
+    /// Every service, in no particular order (front ends sort as ipvsadm does).
+    pub fn services(&self) -> impl Iterator<Item = &Service> {
+        self.services.iter().flatten()
+    }
+
+    /// One service.
+    pub fn service(&self, key: &ServiceKey) -> Option<&Service> {
+        self.service_index(key).map(|i| self.service_at(i))
+    }
+
+    /// A real server by id, wherever it is (in a service or in the trash).
+    pub fn dest(&self, id: DestId) -> Option<&Dest> {
+        match *self.locator.get(id.0 as usize)? {
+            DestLoc::Service { svc, pos } => self.services[svc as usize].as_ref()?.dests.get(pos as usize),
+            DestLoc::Trash { slot } => self.trash[slot as usize].as_ref().map(|t| &t.dest),
+            DestLoc::Free => None,
+        }
+    }
+
+    /// Rates of a real server.
+    pub fn dest_rates(&self, id: DestId) -> Rates {
+        self.dest_est.get(id.0 as usize).map(Estimator::rates).unwrap_or_default()
+    }
+
+    /// Director-wide counters.
+    pub fn total_stats(&self) -> &Counters {
+        &self.total
+    }
+
+    /// Director-wide rates.
+    pub fn total_rates(&self) -> Rates {
+        self.total_est.rates()
+    }
+
+    /// The connection table (for `-Lc` listings and sync).
+    pub fn conns(&self) -> &ConnTable {
+        &self.conns
+    }
+
+    /// Connections evicted because the table was full.
+    pub fn evictions(&self) -> u64 {
+        self.evictions
+    }
+
+    /// When [`Ipvs::expire`] has work next.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.conns.next_deadline()
+    }
+
+    /// Run the rate estimators (call at least every 2 s).
+    pub fn update_estimators(&mut self, now: Instant) {
+        for svc in self.services.iter_mut().flatten() {
+            svc.est.update(now, &svc.stats);
+            for d in &svc.dests {
+                self.dest_est[d.id.0 as usize].update(now, &d.stats);
+            }
+        }
+        self.total_est.update(now, &self.total);
+    }
+
+    // ------------------------------------------------------------------
+    // Packet path
+    // ------------------------------------------------------------------
+
+    /// Decide what to do with one packet: a client packet of a known or new
+    /// connection, a NAT reply, or neither.
+    pub fn process(&mut self, now: Instant, pkt: &Packet<'_>) -> Verdict {
+        let af = AddrFamily::of(&pkt.src);
+        let proto = pkt.l4.protocol().number();
+        let key = ConnKey {
+            protocol: proto,
+            af,
+            caddr: Addr::from_ip(pkt.src),
+            cport: pkt.sport,
+            vaddr: Addr::from_ip(pkt.dst),
+            vport: pkt.dport,
+        };
+        if let Some(id) = self.conns.lookup(&key) {
+            return self.process_known(now, pkt, id);
+        }
+        let (src, dst) = (Addr::from_ip(pkt.src), Addr::from_ip(pkt.dst));
+        if let Some(id) = self.conns.lookup_reply(proto, af, src, pkt.sport, dst, pkt.dport) {
+            return self.process_reply(now, pkt, id);
+        }
+        self.process_new(now, pkt)
+    }
+
+    /// A client packet matching an existing connection.
+    fn process_known(&mut self, now: Instant, pkt: &Packet<'_>, id: ConnId) -> Verdict {
+        let Some(cp) = self.conns.get(id) else { return Verdict::Pass };
+        let (dest_id, controlled) = (cp.dest, cp.control != NONE);
+        let dest = self.dest(DestId(dest_id));
+        let dest_available = dest.is_some_and(|d| d.available);
+        let dest_weight = dest.map_or(0, |d| d.weight());
+        if is_new_conn(pkt) && !controlled {
+            let reuse = self.tunables.expire_nodest_conn && dest_weight == 0
+                || self.tunables.conn_reuse_mode != 0 && self.new_conn_expected(cp);
+            if reuse {
+                self.expire_now(id);
+                return self.process_new(now, pkt);
+            }
+        }
+        if !dest_available && !self.tunables.drain_deleted {
+            if self.tunables.expire_nodest_conn {
+                self.expire_now(id);
+                return self.process_new(now, pkt);
+            }
+            return Verdict::Drop(DropReason::DestUnavailable);
+        }
+        let fwd = self.input_packet(now, pkt, id, false);
+        Verdict::Forward(fwd)
+    }
+
+    /// `is_new_conn_expected`: the old connection is finished, so a new SYN
+    /// (or SCTP INIT) with the same tuple starts a new connection.
+    fn new_conn_expected(&self, cp: &Conn) -> bool {
+        match Protocol::from_number(cp.protocol) {
+            Some(Protocol::Tcp) => {
+                let s = TcpState::from_u8(cp.state);
+                matches!(s, Some(TcpState::TimeWait | TcpState::Close))
+                    || (self.tunables.conn_reuse_mode & 2 != 0
+                        && s == Some(TcpState::FinWait)
+                        && cp.flags.contains(ConnFlags::NOOUTPUT))
+            }
+            Some(Protocol::Sctp) => SctpState::from_u8(cp.state) == Some(SctpState::Closed),
+            _ => false,
+        }
+    }
+
+    /// A NAT reply matching an existing connection.
+    fn process_reply(&mut self, now: Instant, pkt: &Packet<'_>, id: ConnId) -> Verdict {
+        let Some(cp) = self.conns.get_mut(id) else { return Verdict::Pass };
+        cp.flags = cp.flags.without(ConnFlags::NOOUTPUT);
+        let dest = DestId(cp.dest);
+        self.transition(now, id, pkt, Direction::Output);
+        self.count(dest, |c| c.count_out(u64::from(pkt.len)));
+        match self.forward_of(id, false) {
+            Some(f) => Verdict::Reply(f),
+            None => Verdict::Pass,
+        }
+    }
+
+    /// A packet of no known connection: find a service and schedule.
+    fn process_new(&mut self, now: Instant, pkt: &Packet<'_>) -> Verdict {
+        let Some(svc_idx) = self.find_service(pkt) else { return Verdict::Pass };
+        if !self.may_schedule(pkt) {
+            return Verdict::Pass;
+        }
+        let svc = self.service_at(svc_idx);
+        let persistent = svc.config.persistent.is_some();
+        if !persistent && !svc.key.is_fwmark() && svc.key.port() != pkt.dport {
+            // "Schedule: port zero only supported in persistent services"
+            return Verdict::Reject;
+        }
+        let result = if persistent {
+            self.schedule_persist(now, svc_idx, pkt)
+        } else {
+            self.schedule_plain(now, svc_idx, pkt)
+        };
+        match result {
+            Ok(Some(fwd)) => Verdict::Forward(fwd),
+            Ok(None) => Verdict::Reject,
+            Err(reason) => Verdict::Drop(reason),
+        }
+    }
+
+    /// TCP: SYN without RST (any non-RST with `sloppy_tcp`); SCTP: INIT
+    /// (any non-ABORT with `sloppy_sctp`); UDP: always.
+    fn may_schedule(&self, pkt: &Packet<'_>) -> bool {
+        match pkt.l4 {
+            L4::Tcp(f) => !f.rst && (f.syn || self.tunables.sloppy_tcp),
+            L4::Udp => true,
+            L4::Sctp(ev) => {
+                ev == SctpEvent::Init || (self.tunables.sloppy_sctp && ev != SctpEvent::Abort)
+            }
+        }
+    }
+
+    fn sched_input(pkt: &Packet<'_>) -> SchedInput {
+        SchedInput {
+            protocol: pkt.l4.protocol(),
+            saddr: pkt.src,
+            sport: pkt.sport,
+            daddr: pkt.dst,
+            dport: pkt.dport,
+        }
+    }
+
+    /// Run the service's scheduler: the chosen dest's id.
+    fn run_scheduler(&mut self, now: Instant, svc_idx: usize, pkt: &Packet<'_>) -> Option<DestId> {
+        let input = Self::sched_input(pkt);
+        let svc = self.service_at_mut(svc_idx);
+        let pos = svc.sched.schedule(&svc.dests, &input, now)?;
+        svc.dests.get(pos).map(|d| d.id)
+    }
+
+    fn schedule_plain(
+        &mut self,
+        now: Instant,
+        svc_idx: usize,
+        pkt: &Packet<'_>,
+    ) -> Result<Option<Forward>, DropReason> {
+        let Some(dest) = self.run_scheduler(now, svc_idx, pkt) else { return Ok(None) };
+        let dport = match self.dest(dest).map(|d| d.config.port) {
+            Some(p) if p != 0 => p,
+            _ => pkt.dport,
+        };
+        self.new_conn(now, svc_idx, pkt, dest, NONE, dport).map(Some)
+    }
+
+    /// `ip_vs_sched_persist`: reuse the client's template or create one.
+    fn schedule_persist(
+        &mut self,
+        now: Instant,
+        svc_idx: usize,
+        pkt: &Packet<'_>,
+    ) -> Result<Option<Forward>, DropReason> {
+        let svc = self.service_at(svc_idx);
+        let af = svc.key.af();
+        let snet = svc.config.netmask.apply(pkt.src);
+        let timeout = Duration::from_secs(u64::from(svc.config.persistent.unwrap_or(0)));
+        let svc_port_branch = !svc.key.is_fwmark() && pkt.dport == svc.key.port() && svc.key.port() != 0;
+        let (protocol, vaddr, vport) = match svc.key {
+            ServiceKey::Fwmark { mark, .. } => (0u8, fwmark_addr(mark), 0u16),
+            ServiceKey::Addr { protocol, addr, port } => {
+                let vport = if svc_port_branch && port != 21 { port } else { 0 };
+                (protocol.number(), Addr::from_ip(addr), vport)
+            }
+        };
+        let callid: Option<Vec<u8>> = match (svc.config.pe, pkt.l4) {
+            (Some(PersistenceEngine::Sip), L4::Udp) => pe_sip::call_id(pkt.payload).map(<[u8]>::to_vec),
+            _ => None,
+        };
+        let tkey = ConnKey {
+            protocol,
+            af,
+            caddr: Addr::from_ip(snet),
+            cport: 0,
+            vaddr,
+            vport,
+        };
+        let mut dest = None;
+        let mut template = NONE;
+        if let Some(ct) = self.conns.lookup_template(&tkey, callid.as_deref()) {
+            if self.template_valid(ct) {
+                let c = self.conns.get(ct).map(|c| c.dest);
+                dest = c.map(DestId);
+                template = ct.0;
+                // Using a template restarts its timer.
+                self.conns.set_timeout(ct, timeout, now);
+            } else {
+                self.conns.invalidate_template(ct);
+            }
+        }
+        if dest.is_none() {
+            let Some(d) = self.run_scheduler(now, svc_idx, pkt) else { return Ok(None) };
+            let Some(dcfg) = self.dest(d).map(|x| x.config) else { return Ok(None) };
+            let dport = if svc_port_branch { dcfg.port } else { 0 };
+            let conn = Conn::new(&tkey, Addr::from_ip(dcfg.addr), dport, ConnFlags::TEMPLATE, timeout);
+            let ct = self.insert_conn(conn, callid.as_deref(), now)?;
+            if let Some(c) = self.conns.get_mut(ct) {
+                c.dest = d.0;
+                c.fwmark = pkt.fwmark;
+            }
+            self.bind(d, ConnFlags::TEMPLATE);
+            dest = Some(d);
+            template = ct.0;
+        }
+        let Some(dest) = dest else { return Ok(None) };
+        // `dport = (dst_port == svc.port && dest.port) ? dest.port : dst_port`
+        let dport = match self.dest(dest).map(|d| d.config.port) {
+            Some(p) if p != 0 && svc_port_branch => p,
+            _ => pkt.dport,
+        };
+        // If this fails the template stays and simply expires unused.
+        self.new_conn(now, svc_idx, pkt, dest, template, dport).map(Some)
+    }
+
+    /// `ip_vs_check_template`.
+    fn template_valid(&self, ct: ConnId) -> bool {
+        let Some(c) = self.conns.get(ct) else { return false };
+        match self.dest(DestId(c.dest)) {
+            Some(d) => d.available && !(self.tunables.expire_quiescent_template && d.weight() == 0),
+            None => false,
+        }
+    }
+
+    /// Create the connection entry for a scheduled packet and process the
+    /// packet on it.
+    fn new_conn(
+        &mut self,
+        now: Instant,
+        svc_idx: usize,
+        pkt: &Packet<'_>,
+        dest_id: DestId,
+        template: u32,
+        dport: u16,
+    ) -> Result<Forward, DropReason> {
+        let svc = self.service_at(svc_idx);
+        let one_packet = svc.config.one_packet && pkt.l4 == L4::Udp;
+        let Some(dcfg) = self.dest(dest_id).map(|d| d.config) else {
+            return Err(DropReason::DestUnavailable);
+        };
+        let mut flags = ConnFlags::from_forward(&dcfg.forward).union(ConnFlags::INACTIVE);
+        if !dcfg.forward.sees_replies() {
+            flags = flags.union(ConnFlags::NOOUTPUT);
+        }
+        if one_packet {
+            flags = flags.union(ConnFlags::ONE_PACKET);
+            // One-packet scheduling keeps no entry: count and forward.
+            self.count(dest_id, |c| {
+                c.conns += 1;
+                c.count_in(u64::from(pkt.len));
+            });
+            return Ok(Forward {
+                conn: None,
+                dest: dest_id,
+                daddr: dcfg.addr,
+                dport,
+                vaddr: pkt.dst,
+                vport: pkt.dport,
+                method: dcfg.forward,
+                new: true,
+            });
+        }
+        let key = ConnKey {
+            protocol: pkt.l4.protocol().number(),
+            af: AddrFamily::of(&pkt.src),
+            caddr: Addr::from_ip(pkt.src),
+            cport: pkt.sport,
+            vaddr: Addr::from_ip(pkt.dst),
+            vport: pkt.dport,
+        };
+        let initial = match pkt.l4 {
+            L4::Tcp(_) => self.timeouts.tcp(TcpState::None),
+            L4::Udp => self.timeouts.udp(),
+            L4::Sctp(_) => self.timeouts.sctp(SctpState::None),
+        };
+        let mut conn = Conn::new(&key, Addr::from_ip(dcfg.addr), dport, flags, initial);
+        conn.dest = dest_id.0;
+        conn.fwmark = pkt.fwmark;
+        conn.control = template;
+        let id = self.insert_conn(conn, None, now)?;
+        if template != NONE {
+            if let Some(t) = self.conns.get_mut(ConnId(template)) {
+                t.n_control += 1;
+            }
+        }
+        self.bind(dest_id, flags);
+        self.count(dest_id, |c| c.conns += 1);
+        Ok(self.input_packet(now, pkt, id, true))
+    }
+
+    /// Insert, evicting the documented victim when the table is full.
+    fn insert_conn(&mut self, conn: Conn, pe: Option<&[u8]>, now: Instant) -> Result<ConnId, DropReason> {
+        if self.conns.len() >= self.conns.capacity() {
+            let victim = self.conns.eviction_candidate(now).ok_or(DropReason::TableFull)?;
+            self.remove_conn(victim, true);
+            self.evictions += 1;
+        }
+        self.conns.insert(conn, pe, now).map_err(|_| DropReason::TableFull)
+    }
+
+    /// A client→server packet on connection `id`: state, timer, counters.
+    fn input_packet(&mut self, now: Instant, pkt: &Packet<'_>, id: ConnId, new: bool) -> Forward {
+        let dir = match self.conns.get(id) {
+            Some(c) if c.flags.contains(ConnFlags::NOOUTPUT) => Direction::InputOnly,
+            _ => Direction::Input,
+        };
+        self.transition(now, id, pkt, dir);
+        if let Some(dest) = self.conns.get(id).map(|c| DestId(c.dest)) {
+            self.count(dest, |c| c.count_in(u64::from(pkt.len)));
+        }
+        self.forward_of(id, new).unwrap_or(Forward {
+            conn: Some(id),
+            dest: DestId(NONE),
+            daddr: pkt.dst,
+            dport: pkt.dport,
+            vaddr: pkt.dst,
+            vport: pkt.dport,
+            method: ForwardMethod::Route,
+            new,
+        })
+    }
+
+    fn forward_of(&self, id: ConnId, new: bool) -> Option<Forward> {
+        let c = self.conns.get(id)?;
+        let dest = self.dest(DestId(c.dest))?;
+        Some(Forward {
+            conn: Some(id),
+            dest: dest.id,
+            daddr: c.daddr.to_ip(c.af),
+            dport: c.dport,
+            vaddr: c.vaddr.to_ip(c.af),
+            vport: c.vport,
+            method: dest.config.forward,
+            new,
+        })
+    }
+
+    /// Run the protocol state machine for one packet and re-arm the timer,
+    /// moving the connection between the active and inactive counters.
+    fn transition(&mut self, now: Instant, id: ConnId, pkt: &Packet<'_>, dir: Direction) {
+        let Some(c) = self.conns.get(id) else { return };
+        let (old, flags, dest, control) = (c.state, c.flags, DestId(c.dest), c.control);
+        let (new_state, active, timeout) = match pkt.l4 {
+            L4::Tcp(f) => {
+                let s = TcpState::from_u8(old).unwrap_or(TcpState::None);
+                let n = crate::state::tcp_next(s, dir, f, self.tunables.secure_tcp);
+                (n as u8, n.is_active(), self.timeouts.tcp(n))
+            }
+            L4::Udp => (old, false, self.timeouts.udp()),
+            L4::Sctp(ev) => {
+                let s = SctpState::from_u8(old).unwrap_or(SctpState::None);
+                let n = crate::state::sctp_next(s, dir, ev);
+                (n as u8, n.is_active(), self.timeouts.sctp(n))
+            }
+        };
+        let was_inactive = flags.contains(ConnFlags::INACTIVE);
+        if let Some(c) = self.conns.get_mut(id) {
+            c.state = new_state;
+            if was_inactive && active {
+                c.flags = c.flags.without(ConnFlags::INACTIVE);
+            } else if !was_inactive && !active {
+                c.flags = c.flags.union(ConnFlags::INACTIVE);
+            }
+        }
+        self.conns.set_timeout(id, timeout, now);
+        if was_inactive != !active {
+            self.with_dest(dest, |d| {
+                if active {
+                    d.inactive = d.inactive.saturating_sub(1);
+                    d.active += 1;
+                } else {
+                    d.active = d.active.saturating_sub(1);
+                    d.inactive += 1;
+                }
+            });
+        }
+        let established = match pkt.l4 {
+            L4::Tcp(_) => new_state == TcpState::Established as u8,
+            L4::Sctp(_) => new_state == SctpState::Established as u8,
+            L4::Udp => false,
+        };
+        if established && control != NONE {
+            if let Some(t) = self.conns.get_mut(ConnId(control)) {
+                t.flags = t.flags.union(ConnFlags::ASSURED);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Expiry
+    // ------------------------------------------------------------------
+
+    /// Expire every connection whose timer has passed. Returns how many
+    /// entries were removed.
+    pub fn expire(&mut self, now: Instant) -> usize {
+        let mut removed = 0;
+        while let Some(id) = self.conns.poll_expired(now) {
+            let busy = self.conns.get(id).is_some_and(|c| c.n_control > 0);
+            if busy {
+                // A template still controlling connections lives on.
+                self.conns.touch(id, now);
+            } else {
+                self.remove_conn(id, false);
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    /// Expire a connection immediately (`ip_vs_conn_expire_now`).
+    fn expire_now(&mut self, id: ConnId) {
+        self.remove_conn(id, true);
+    }
+
+    /// Remove a connection: unbind it from its real server and from its
+    /// template. `forced` = expired before its timer (timeout 0), which also
+    /// drops a non-assured template it was the last user of.
+    fn remove_conn(&mut self, id: ConnId, forced: bool) {
+        // A template that still controls connections is never removed
+        // (expiry re-arms it, eviction skips it), so no child is left with a
+        // dangling `control`.
+        if self.conns.get(id).is_none_or(|c| c.n_control > 0) {
+            return;
+        }
+        let Some(c) = self.conns.remove(id) else { return };
+        self.unbind(DestId(c.dest), c.flags);
+        if c.control != NONE {
+            let ct = ConnId(c.control);
+            let drop_template = match self.conns.get_mut(ct) {
+                Some(t) => {
+                    t.n_control = t.n_control.saturating_sub(1);
+                    forced && t.n_control == 0 && !t.flags.contains(ConnFlags::ASSURED)
+                }
+                None => false,
+            };
+            if drop_template {
+                self.remove_conn(ct, false);
+            }
+        }
+    }
+
+    /// Check internal consistency: every real server's active, inactive
+    /// and persistent counts equal what the connection table holds, every
+    /// template's `n_control` equals its controlled connections, the dest
+    /// locator agrees with the lists, and no overload flag is set without an
+    /// upper threshold. O(connections); for tests and fuzzing.
+    #[doc(hidden)]
+    pub fn audit(&self) -> Result<(), String> {
+        let mut counts: HashMap<u32, [u32; 3]> = HashMap::new();
+        let mut controlled: HashMap<u32, u32> = HashMap::new();
+        for (id, c) in self.conns.iter() {
+            if c.dest != NONE {
+                let e = counts.entry(c.dest).or_default();
+                let i = if c.is_template() {
+                    2
+                } else if c.flags.contains(ConnFlags::INACTIVE) {
+                    1
+                } else {
+                    0
+                };
+                e[i] += 1;
+            }
+            if c.control != NONE {
+                match self.conns.get(ConnId(c.control)) {
+                    Some(t) if t.is_template() => *controlled.entry(c.control).or_default() += 1,
+                    _ => return Err(format!("conn {id:?} controlled by a non-template {}", c.control)),
+                }
+            }
+        }
+        for (id, c) in self.conns.iter() {
+            let want = controlled.get(&id.0).copied().unwrap_or(0);
+            if c.n_control != want {
+                return Err(format!("template {id:?} n_control {} != {want}", c.n_control));
+            }
+        }
+        let mut seen = 0usize;
+        let mut check = |d: &Dest| -> Result<(), String> {
+            seen += 1;
+            let want = counts.remove(&d.id.0).unwrap_or_default();
+            let got = [d.active, d.inactive, d.persist];
+            if got != want {
+                return Err(format!("dest {:?} counters {got:?} != table {want:?}", d.id));
+            }
+            if d.overloaded && d.config.u_threshold == 0 {
+                return Err(format!("dest {:?} overloaded without a threshold", d.id));
+            }
+            Ok(())
+        };
+        for (si, svc) in self.services.iter().enumerate() {
+            let Some(svc) = svc else { continue };
+            for (pos, d) in svc.dests.iter().enumerate() {
+                let loc = DestLoc::Service { svc: si as u32, pos: pos as u32 };
+                if self.locator.get(d.id.0 as usize) != Some(&loc) {
+                    return Err(format!("dest {:?} locator is stale", d.id));
+                }
+                check(d)?;
+            }
+        }
+        for (slot, t) in self.trash.iter().enumerate() {
+            let Some(t) = t else { continue };
+            if self.locator.get(t.dest.id.0 as usize) != Some(&DestLoc::Trash { slot: slot as u32 }) {
+                return Err(format!("trashed dest {:?} locator is stale", t.dest.id));
+            }
+            if t.dest.active + t.dest.inactive + t.dest.persist == 0 {
+                return Err(format!("trashed dest {:?} is unreferenced but kept", t.dest.id));
+            }
+            check(&t.dest)?;
+        }
+        if let Some((d, _)) = counts.into_iter().next() {
+            return Err(format!("connections point at unknown dest {d}"));
+        }
+        let live = self.locator.iter().filter(|l| **l != DestLoc::Free).count();
+        if live != seen {
+            return Err(format!("{live} dest ids in use but {seen} dests exist"));
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------
+    // Internals
+    // ------------------------------------------------------------------
+
+    fn make_scheduler(&self, config: &ServiceConfig) -> Result<Box<dyn Scheduler>, CtlError> {
+        let params = SchedParams {
+            flags: config.flags,
+            mh_table_size: config.mh_table_size,
+            seed: self.seed,
+        };
+        Ok(new_scheduler(&config.scheduler, &params)?)
+    }
+
+    fn service_index(&self, key: &ServiceKey) -> Option<usize> {
+        self.by_key.get(key).map(|&i| i as usize)
+    }
+
+    fn service_at(&self, idx: usize) -> &Service {
+        self.services[idx].as_ref().expect("service index from by_key is live")
+    }
+
+    fn service_at_mut(&mut self, idx: usize) -> &mut Service {
+        self.services[idx].as_mut().expect("service index from by_key is live")
+    }
+
+    /// Service lookup order of `ip_vs_service_find`: fwmark, exact, port zero.
+    fn find_service(&self, pkt: &Packet<'_>) -> Option<usize> {
+        let af = AddrFamily::of(&pkt.dst);
+        if pkt.fwmark != 0 && self.fwmark_services > 0 {
+            if let Some(i) = self.service_index(&ServiceKey::Fwmark { mark: pkt.fwmark, af }) {
+                return Some(i);
+            }
+        }
+        let protocol = pkt.l4.protocol();
+        self.service_index(&ServiceKey::Addr { protocol, addr: pkt.dst, port: pkt.dport })
+            .or_else(|| self.service_index(&ServiceKey::Addr { protocol, addr: pkt.dst, port: 0 }))
+    }
+
+    fn alloc_dest_id(&mut self) -> DestId {
+        match self.free_ids.pop() {
+            Some(i) => DestId(i),
+            None => {
+                self.locator.push(DestLoc::Free);
+                self.dest_est.push(Estimator::default());
+                DestId(self.locator.len() as u32 - 1)
+            }
+        }
+    }
+
+    /// Refresh the locator entries of a service after its list changed.
+    fn relocate(&mut self, svc_idx: usize) {
+        let Some(svc) = self.services[svc_idx].as_ref() else { return };
+        for (pos, d) in svc.dests.iter().enumerate() {
+            self.locator[d.id.0 as usize] = DestLoc::Service { svc: svc_idx as u32, pos: pos as u32 };
+        }
+    }
+
+    fn trash_dest(&mut self, mut dest: Dest, svc_key: ServiceKey) {
+        dest.available = false;
+        let id = dest.id;
+        if dest.active + dest.inactive + dest.persist == 0 {
+            self.free_dest(id);
+            return;
+        }
+        let est = std::mem::take(&mut self.dest_est[id.0 as usize]);
+        let t = Trashed { dest, svc_key, est };
+        let slot = match self.trash.iter().position(Option::is_none) {
+            Some(s) => {
+                self.trash[s] = Some(t);
+                s
+            }
+            None => {
+                self.trash.push(Some(t));
+                self.trash.len() - 1
+            }
+        };
+        self.locator[id.0 as usize] = DestLoc::Trash { slot: slot as u32 };
+    }
+
+    fn free_dest(&mut self, id: DestId) {
+        self.locator[id.0 as usize] = DestLoc::Free;
+        self.dest_est[id.0 as usize] = Estimator::default();
+        self.free_ids.push(id.0);
+    }
+
+    /// Mutate a dest wherever it lives, then let its scheduler re-index it;
+    /// a trashed dest nobody references any more is freed.
+    fn with_dest(&mut self, id: DestId, f: impl FnOnce(&mut Dest)) {
+        match self.locator.get(id.0 as usize).copied() {
+            Some(DestLoc::Service { svc, pos }) => {
+                if let Some(s) = self.services[svc as usize].as_mut() {
+                    f(&mut s.dests[pos as usize]);
+                    s.sched.counts_changed(&s.dests, pos as usize);
+                }
+            }
+            Some(DestLoc::Trash { slot }) => {
+                let done = match self.trash[slot as usize].as_mut() {
+                    Some(t) => {
+                        f(&mut t.dest);
+                        t.dest.active + t.dest.inactive + t.dest.persist == 0
+                    }
+                    None => false,
+                };
+                if done {
+                    self.trash[slot as usize] = None;
+                    self.free_dest(id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `ip_vs_bind_dest`.
+    fn bind(&mut self, id: DestId, flags: ConnFlags) {
+        self.with_dest(id, |d| {
+            if flags.contains(ConnFlags::TEMPLATE) {
+                d.persist += 1;
+            } else if flags.contains(ConnFlags::INACTIVE) {
+                d.inactive += 1;
+            } else {
+                d.active += 1;
+            }
+            d.after_bind();
+        });
+    }
+
+    /// `ip_vs_unbind_dest`.
+    fn unbind(&mut self, id: DestId, flags: ConnFlags) {
+        self.with_dest(id, |d| {
+            if flags.contains(ConnFlags::TEMPLATE) {
+                d.persist = d.persist.saturating_sub(1);
+            } else if flags.contains(ConnFlags::INACTIVE) {
+                d.inactive = d.inactive.saturating_sub(1);
+            } else {
+                d.active = d.active.saturating_sub(1);
+            }
+            d.after_unbind();
+        });
+    }
+
+    /// Count traffic on a dest, its service and the director total.
+    fn count(&mut self, id: DestId, f: impl Fn(&mut Counters)) {
+        f(&mut self.total);
+        match self.locator.get(id.0 as usize).copied() {
+            Some(DestLoc::Service { svc, pos }) => {
+                if let Some(s) = self.services[svc as usize].as_mut() {
+                    f(&mut s.stats);
+                    f(&mut s.dests[pos as usize].stats);
+                }
+            }
+            Some(DestLoc::Trash { slot }) => {
+                if let Some(t) = self.trash[slot as usize].as_mut() {
+                    f(&mut t.dest.stats);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `is_new_conn`: a TCP SYN or an SCTP INIT.
+fn is_new_conn(pkt: &Packet<'_>) -> bool {
+    match pkt.l4 {
+        L4::Tcp(f) => f.syn,
+        L4::Sctp(ev) => ev == SctpEvent::Init,
+        L4::Udp => false,
+    }
+}
+
+/// Fwmark templates carry the mark as their "virtual address".
+fn fwmark_addr(mark: u32) -> Addr {
+    Addr::from_ip(IpAddr::V4(Ipv4Addr::from(mark)))
+}
+
+fn validate_dest(key: &ServiceKey, d: &DestConfig) -> Result<(), CtlError> {
+    if d.weight > 65535 {
+        return Err(CtlError::Range("server weight out of range"));
+    }
+    if d.l_threshold > d.u_threshold {
+        return Err(CtlError::Range("lower threshold is higher than upper threshold"));
+    }
+    if AddrFamily::of(&d.addr) != key.af() && !matches!(d.forward, ForwardMethod::Tunnel(_)) {
+        return Err(CtlError::Invalid(
+            "different address family is allowed only for tunneling servers".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn check_dest_count(config: &ServiceConfig, n: usize) -> Result<(), CtlError> {
+    if config.scheduler == "mh" && n > config.mh_table_size as usize {
+        return Err(CtlError::Invalid(format!(
+            "mh: {n} real servers exceed the table size {}",
+            config.mh_table_size
+        )));
+    }
+    Ok(())
+}
