@@ -1,0 +1,64 @@
+//! ns per scheduling decision for every scheduler at N = 10, 100, 1000 real
+//! servers. One iteration is what a new connection costs the scheduler: the
+//! decision, then binding the connection to the chosen server (its inactive
+//! counter grows and the scheduler is told, as the director does), so the
+//! least-connection family pays for keeping its index current.
+//!
+//! Run: `cargo bench -p rvs-core --bench schedulers`
+
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use rvs_core::dest::{Dest, DestId};
+use rvs_core::model::{DestConfig, Protocol};
+use rvs_core::sched::{ListChange, SCHEDULER_NAMES, SchedInput, SchedParams, new_scheduler};
+use rvs_core::time::Instant;
+
+fn dests(n: usize) -> Vec<Dest> {
+    (0..n)
+        .map(|i| {
+            let ip = Ipv4Addr::new(10, 1, (i >> 8) as u8, i as u8);
+            // Mixed weights 1..=5 so weighted schedulers do real work.
+            let cfg = DestConfig::new(IpAddr::V4(ip), 80).weight(1 + (i as u32 % 5));
+            Dest::new(DestId(i as u32), cfg)
+        })
+        .collect()
+}
+
+fn bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("schedule");
+    g.warm_up_time(std::time::Duration::from_millis(300));
+    g.measurement_time(std::time::Duration::from_secs(1));
+    for &name in SCHEDULER_NAMES {
+        for n in [10usize, 100, 1000] {
+            let params = SchedParams { mh_table_size: 65537, ..SchedParams::default() };
+            let Ok(mut s) = new_scheduler(name, &params) else { continue };
+            let mut d = dests(n);
+            s.update(&d, ListChange::Reset);
+            let mut i: u32 = 0;
+            g.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
+                b.iter(|| {
+                    i = i.wrapping_add(0x9E37_79B1);
+                    let input = SchedInput {
+                        protocol: Protocol::Tcp,
+                        saddr: IpAddr::V4(Ipv4Addr::from(i)),
+                        sport: i as u16,
+                        daddr: IpAddr::V4(Ipv4Addr::new(192, 0, 2, (i >> 24) as u8)),
+                        dport: 80,
+                    };
+                    let pos = s.schedule(&d, black_box(&input), Instant::ZERO);
+                    if let Some(p) = pos {
+                        d[p].inactive += 1;
+                        s.counts_changed(&d, p);
+                    }
+                    black_box(pos)
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
