@@ -220,7 +220,7 @@ mod tests {
             match (x >> 20) % 4 {
                 0 => d[p].active = ((x >> 40) % 4) as u32,
                 1 => d[p].inactive = ((x >> 40) % 300) as u32,
-                2 => d[p].overloaded = (x >> 40) % 3 == 0,
+                2 => d[p].overloaded = (x >> 40).is_multiple_of(3),
                 _ => d[p].config.weight = ((x >> 40) % 3) as u32,
             }
             t.fix(&d, p);

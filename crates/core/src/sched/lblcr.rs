@@ -140,16 +140,17 @@ impl Scheduler for Lblcr {
         en.lastuse = now;
         let set = &mut en.value;
         let least = set.min(&self.load, dests);
-        if set.members.len() > 1 && now > set.lastmod + self.expiration {
-            if let Some(i) = set.max(&self.load, dests) {
-                set.members.remove(i);
-                set.lastmod = now;
-            }
+        if set.members.len() > 1
+            && now > set.lastmod + self.expiration
+            && let Some(i) = set.max(&self.load, dests)
+        {
+            set.members.remove(i);
+            set.lastmod = now;
         }
-        if let Some(p) = least {
-            if !self.load.is_overloaded(&dests[p]) {
-                return Some(p);
-            }
+        if let Some(p) = least
+            && !self.load.is_overloaded(&dests[p])
+        {
+            return Some(p);
         }
         let p = self.load.wlc(dests)?;
         set.insert(dests[p].id, now);

@@ -126,7 +126,7 @@ impl<V> LocalityTable<V> {
             return;
         };
         while t <= now {
-            if self.counter % COUNT_FOR_FULL == 0 {
+            if self.counter.is_multiple_of(COUNT_FOR_FULL) {
                 self.full_check(t);
                 self.counter = 1;
                 t = t.saturating_add(CHECK_INTERVAL_MS);

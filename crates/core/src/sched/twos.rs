@@ -20,10 +20,10 @@ use crate::time::Instant;
 
 /// SplitMix64: small, fast, and good enough to pick servers.
 #[derive(Debug, Clone)]
-struct SplitMix64(u64);
+pub(super) struct SplitMix64(pub(super) u64);
 
 impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
+    pub(super) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -32,7 +32,7 @@ impl SplitMix64 {
     }
 
     /// The kernel's `prandom_u32()` / `get_random_u32()`.
-    fn next_u32(&mut self) -> u32 {
+    pub(super) fn next_u32(&mut self) -> u32 {
         (self.next_u64() >> 32) as u32
     }
 }
