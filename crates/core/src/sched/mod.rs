@@ -18,7 +18,22 @@ use crate::dest::Dest;
 use crate::model::{Protocol, SchedFlags};
 use crate::time::Instant;
 
+mod argmin;
+mod fo;
+mod lblc;
+mod lblcr;
+mod lc;
+mod locality;
+mod nq;
+mod ovf;
 mod rr;
+mod sed;
+mod twos;
+mod wlc;
+mod wrr;
+
+#[cfg(test)]
+mod proptests;
 
 /// What a scheduler may look at in the packet that starts a connection.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -110,14 +125,23 @@ pub enum SchedError {
 
 /// Every scheduler name rvs knows, in the order ipvsadm's man page lists them.
 pub const SCHEDULER_NAMES: &[&str] = &[
-    "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh",
-    "twos",
+    "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos",
 ];
 
 /// Create a scheduler by its ipvsadm name.
 pub fn new_scheduler(name: &str, params: &SchedParams) -> Result<Box<dyn Scheduler>, SchedError> {
     Ok(match name {
         "rr" => Box::new(rr::RoundRobin::new()),
+        "wrr" => Box::new(wrr::WeightedRoundRobin::new()),
+        "lc" => Box::new(lc::LeastConn::new()),
+        "wlc" => Box::new(wlc::WeightedLeastConn::new()),
+        "sed" => Box::new(sed::ShortestExpectedDelay::new()),
+        "nq" => Box::new(nq::NeverQueue::new()),
+        "fo" => Box::new(fo::WeightedFailover::new()),
+        "ovf" => Box::new(ovf::WeightedOverflow::new()),
+        "twos" => Box::new(twos::TwoChoices::new(params.seed)),
+        "lblc" => Box::new(lblc::Lblc::new()),
+        "lblcr" => Box::new(lblcr::Lblcr::new()),
         other => return Err(SchedError::NotFound(other.to_owned())),
     })
 }

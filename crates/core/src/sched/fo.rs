@@ -1,0 +1,78 @@
+//! `fo`: weighted failover (ip_vs_fo.c).
+//!
+//! Every new connection goes to the eligible server with the highest weight;
+//! the kernel's strict `>` sends ties to the earliest server in list order.
+//! Connection counts are not looked at, but the OVERLOAD flag is, so the
+//! choice is kept in an [`ArgminTree`] that [`Scheduler::counts_changed`]
+//! refreshes in O(log N).
+
+use super::argmin::{ArgminTree, Order};
+use super::{ListChange, SchedInput, Scheduler};
+use crate::dest::Dest;
+use crate::time::Instant;
+
+/// fo's order: a higher weight is strictly better.
+#[derive(Debug)]
+pub(crate) struct FoOrder;
+
+impl Order for FoOrder {
+    #[inline]
+    fn eligible(d: &Dest) -> bool {
+        d.is_eligible()
+    }
+    #[inline]
+    fn better(right: &Dest, left: &Dest) -> bool {
+        right.weight() > left.weight()
+    }
+}
+
+/// Weighted-failover state: the tournament tree over the list.
+#[derive(Debug, Default)]
+pub(crate) struct WeightedFailover {
+    tree: ArgminTree<FoOrder>,
+}
+
+impl WeightedFailover {
+    pub(crate) fn new() -> Self {
+        WeightedFailover::default()
+    }
+}
+
+impl Scheduler for WeightedFailover {
+    fn name(&self) -> &'static str {
+        "fo"
+    }
+
+    fn update(&mut self, dests: &[Dest], change: ListChange) {
+        self.tree.list_changed(dests, change);
+    }
+
+    fn counts_changed(&mut self, dests: &[Dest], pos: usize) {
+        self.tree.fix(dests, pos);
+    }
+
+    fn schedule(&mut self, dests: &[Dest], _input: &SchedInput, _now: Instant) -> Option<usize> {
+        self.tree.best(dests)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{dests, run};
+    use super::*;
+
+    #[test]
+    fn highest_weight_ties_earliest_fails_over_on_overload() {
+        let mut d = dests(&[2, 5, 5, 3]);
+        d[1].active = 1000;
+        let mut s = WeightedFailover::new();
+        s.update(&d, ListChange::Reset);
+        assert_eq!(run(&mut s, &d, 3), vec![Some(1), Some(1), Some(1)]);
+        d[1].overloaded = true;
+        s.counts_changed(&d, 1);
+        assert_eq!(run(&mut s, &d, 1), vec![Some(2)]);
+        d[2].config.weight = 0;
+        s.update(&d, ListChange::Edited(2));
+        assert_eq!(run(&mut s, &d, 1), vec![Some(3)]);
+    }
+}

@@ -1,0 +1,86 @@
+//! `lc`: least connection (ip_vs_lc.c).
+//!
+//! The server with the smallest overhead (active × 256 + inactive) wins;
+//! weights only matter as zero / non-zero. The kernel compares with a strict
+//! `<` while walking the list, so ties go to the earliest server in list
+//! order. Instead of walking all N servers per connection, the choice is kept
+//! in an [`ArgminTree`] (O(1) per decision, O(log N) per counter change).
+
+use super::argmin::{ArgminTree, Order};
+use super::{ListChange, SchedInput, Scheduler};
+use crate::dest::Dest;
+use crate::time::Instant;
+
+/// lc's order: smaller overhead is strictly better.
+#[derive(Debug)]
+pub(crate) struct LcOrder;
+
+impl Order for LcOrder {
+    #[inline]
+    fn eligible(d: &Dest) -> bool {
+        d.is_eligible()
+    }
+    #[inline]
+    fn better(right: &Dest, left: &Dest) -> bool {
+        right.overhead() < left.overhead()
+    }
+}
+
+/// Least-connection state: the tournament tree over the list.
+#[derive(Debug, Default)]
+pub(crate) struct LeastConn {
+    tree: ArgminTree<LcOrder>,
+}
+
+impl LeastConn {
+    pub(crate) fn new() -> Self {
+        LeastConn::default()
+    }
+}
+
+impl Scheduler for LeastConn {
+    fn name(&self) -> &'static str {
+        "lc"
+    }
+
+    fn update(&mut self, dests: &[Dest], change: ListChange) {
+        self.tree.list_changed(dests, change);
+    }
+
+    fn counts_changed(&mut self, dests: &[Dest], pos: usize) {
+        self.tree.fix(dests, pos);
+    }
+
+    fn schedule(&mut self, dests: &[Dest], _input: &SchedInput, _now: Instant) -> Option<usize> {
+        self.tree.best(dests)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{dests, run};
+    use super::*;
+
+    #[test]
+    fn least_overhead_wins_ties_earliest_weight_ignored() {
+        let mut d = dests(&[1, 5, 1, 0]);
+        let mut s = LeastConn::new();
+        s.update(&d, ListChange::Reset);
+        assert_eq!(run(&mut s, &d, 1), vec![Some(0)]);
+        // 1 active = 256 > 255 inactive.
+        d[0].active = 1;
+        s.counts_changed(&d, 0);
+        d[1].inactive = 255;
+        s.counts_changed(&d, 1);
+        d[2].inactive = 255;
+        s.counts_changed(&d, 2);
+        assert_eq!(run(&mut s, &d, 1), vec![Some(1)]);
+        d[1].inactive = 256;
+        s.counts_changed(&d, 1);
+        assert_eq!(run(&mut s, &d, 1), vec![Some(2)]);
+        // The weight-0 server with no connections is never picked.
+        d[2].overloaded = true;
+        s.counts_changed(&d, 2);
+        assert_eq!(run(&mut s, &d, 1), vec![Some(0)]);
+    }
+}

@@ -1,0 +1,89 @@
+//! `ovf`: weighted overflow (ip_vs_ovf.c).
+//!
+//! A server takes new connections while its *active* connections do not
+//! exceed its weight (`active <= weight`); among those the highest weight
+//! wins, ties to the earliest server. Only active connections count, which is
+//! why the kernel's documentation warns it "might not be suitable for UDP".
+//! Eligibility depends on the counters, so the choice lives in an
+//! [`ArgminTree`] refreshed by [`Scheduler::counts_changed`].
+
+use super::argmin::{ArgminTree, Order};
+use super::{ListChange, SchedInput, Scheduler};
+use crate::dest::Dest;
+use crate::time::Instant;
+
+/// ovf's order: only servers with `active <= weight`; higher weight is
+/// strictly better.
+#[derive(Debug)]
+pub(crate) struct OvfOrder;
+
+impl Order for OvfOrder {
+    #[inline]
+    fn eligible(d: &Dest) -> bool {
+        d.is_eligible() && d.active <= d.weight()
+    }
+    #[inline]
+    fn better(right: &Dest, left: &Dest) -> bool {
+        right.weight() > left.weight()
+    }
+}
+
+/// Weighted-overflow state: the tournament tree over the list.
+#[derive(Debug, Default)]
+pub(crate) struct WeightedOverflow {
+    tree: ArgminTree<OvfOrder>,
+}
+
+impl WeightedOverflow {
+    pub(crate) fn new() -> Self {
+        WeightedOverflow::default()
+    }
+}
+
+impl Scheduler for WeightedOverflow {
+    fn name(&self) -> &'static str {
+        "ovf"
+    }
+
+    fn update(&mut self, dests: &[Dest], change: ListChange) {
+        self.tree.list_changed(dests, change);
+    }
+
+    fn counts_changed(&mut self, dests: &[Dest], pos: usize) {
+        self.tree.fix(dests, pos);
+    }
+
+    fn schedule(&mut self, dests: &[Dest], _input: &SchedInput, _now: Instant) -> Option<usize> {
+        self.tree.best(dests)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{dests, run};
+    use super::*;
+
+    #[test]
+    fn overflows_when_active_exceeds_weight_ties_earliest() {
+        let mut d = dests(&[1, 3, 3]);
+        let mut s = WeightedOverflow::new();
+        s.update(&d, ListChange::Reset);
+        assert_eq!(run(&mut s, &d, 1), vec![Some(1)]);
+        // active == weight is still fine.
+        d[1].active = 3;
+        s.counts_changed(&d, 1);
+        assert_eq!(run(&mut s, &d, 1), vec![Some(1)]);
+        d[1].active = 4;
+        s.counts_changed(&d, 1);
+        assert_eq!(run(&mut s, &d, 1), vec![Some(2)]);
+        d[2].active = 4;
+        // Inactive connections do not count.
+        d[0].inactive = 1000;
+        s.counts_changed(&d, 2);
+        s.counts_changed(&d, 0);
+        assert_eq!(run(&mut s, &d, 1), vec![Some(0)]);
+        d[0].active = 2;
+        s.counts_changed(&d, 0);
+        assert_eq!(run(&mut s, &d, 1), vec![None]);
+    }
+}

@@ -1,0 +1,88 @@
+//! `sed`: shortest expected delay (ip_vs_sed.c).
+//!
+//! Like wlc but the cost is (active + 1) / weight: the delay a new connection
+//! would see if every active connection were served in turn. Inactive
+//! connections are ignored. The kernel's loop replaces its pick when
+//! `(a_least + 1) × w(d) > (a_d + 1) × w(least)`, so ties go to the earliest
+//! server; an [`ArgminTree`] reproduces it in O(1) per decision.
+
+use super::argmin::{ArgminTree, Order};
+use super::{ListChange, SchedInput, Scheduler};
+use crate::dest::Dest;
+use crate::time::Instant;
+
+/// sed's order: smaller (active + 1) / weight is strictly better.
+#[derive(Debug)]
+pub(crate) struct SedOrder;
+
+impl Order for SedOrder {
+    #[inline]
+    fn eligible(d: &Dest) -> bool {
+        d.is_eligible()
+    }
+    #[inline]
+    fn better(right: &Dest, left: &Dest) -> bool {
+        sed_better(right, left)
+    }
+}
+
+/// `(a(left) + 1) × w(right) > (a(right) + 1) × w(left)`, exactly.
+#[inline]
+pub(crate) fn sed_better(right: &Dest, left: &Dest) -> bool {
+    let cost = |d: &Dest| u128::from(d.active) + 1;
+    cost(left) * u128::from(right.weight()) > cost(right) * u128::from(left.weight())
+}
+
+/// Shortest-expected-delay state: the tournament tree over the list.
+#[derive(Debug, Default)]
+pub(crate) struct ShortestExpectedDelay {
+    tree: ArgminTree<SedOrder>,
+}
+
+impl ShortestExpectedDelay {
+    pub(crate) fn new() -> Self {
+        ShortestExpectedDelay::default()
+    }
+}
+
+impl Scheduler for ShortestExpectedDelay {
+    fn name(&self) -> &'static str {
+        "sed"
+    }
+
+    fn update(&mut self, dests: &[Dest], change: ListChange) {
+        self.tree.list_changed(dests, change);
+    }
+
+    fn counts_changed(&mut self, dests: &[Dest], pos: usize) {
+        self.tree.fix(dests, pos);
+    }
+
+    fn schedule(&mut self, dests: &[Dest], _input: &SchedInput, _now: Instant) -> Option<usize> {
+        self.tree.best(dests)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{dests, run};
+    use super::*;
+
+    #[test]
+    fn active_plus_one_over_weight_inactive_ignored() {
+        let mut d = dests(&[1, 3]);
+        let mut s = ShortestExpectedDelay::new();
+        s.update(&d, ListChange::Reset);
+        // (0+1)/1 = 1 vs (0+1)/3: the heavier server wins even when idle.
+        assert_eq!(run(&mut s, &d, 1), vec![Some(1)]);
+        // (0+1)/1 = 1 vs (2+1)/3 = 1: tie, earliest.
+        d[1].active = 2;
+        d[0].inactive = 1000;
+        s.counts_changed(&d, 1);
+        s.counts_changed(&d, 0);
+        assert_eq!(run(&mut s, &d, 1), vec![Some(0)]);
+        d[0].active = 1;
+        s.counts_changed(&d, 0);
+        assert_eq!(run(&mut s, &d, 1), vec![Some(1)]);
+    }
+}

@@ -1,0 +1,205 @@
+//! `wrr`: weighted round robin (ip_vs_wrr.c).
+//!
+//! The kernel keeps a mark `{cl, cw, mw, di}`: a cursor, the current weight
+//! threshold, the starting threshold and the step. A decision walks forward
+//! from the cursor to the first server with weight ≥ cw; reaching the end of
+//! the list lowers cw by di and starts again at the head. di is the gcd of
+//! the positive weights and `mw = max weight − (di − 1)`, so the last pass
+//! runs with cw = 1 and still reaches servers whose weight fell below di.
+//! With weights 4, 3, 2 in list order a cycle is `A A B A B C A B C`.
+//!
+//! Every list change puts the cursor back at the head and recomputes di and
+//! mw, keeping cw where it can (`cw > mw or cw == 0 → mw`, else with di > 1
+//! `cw = (cw / di) × di + 1`). The termination bookkeeping (`last_pass`,
+//! `restarted`, `stop`) follows the kernel so that an all-overloaded list
+//! fails after every server was tried once with cw ≤ di.
+
+use super::{ListChange, SchedInput, Scheduler};
+use crate::dest::Dest;
+use crate::time::Instant;
+
+/// Weighted round-robin mark.
+#[derive(Debug, Default)]
+pub(crate) struct WeightedRoundRobin {
+    /// Position of the last chosen server; `None` is the list head.
+    cl: Option<usize>,
+    /// Current weight threshold.
+    cw: i64,
+    /// Threshold of the first pass: max weight − (di − 1).
+    mw: i64,
+    /// Step: gcd of the positive weights (1 when there are none).
+    di: i64,
+}
+
+fn gcd(mut a: u32, mut b: u32) -> u32 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+impl WeightedRoundRobin {
+    pub(crate) fn new() -> Self {
+        WeightedRoundRobin {
+            cl: None,
+            cw: 0,
+            mw: 0,
+            di: 1,
+        }
+    }
+
+    /// Recompute di and mw from the list (ip_vs_wrr_gcd_weight /
+    /// ip_vs_wrr_max_weight).
+    fn recompute(&mut self, dests: &[Dest]) {
+        let g = dests
+            .iter()
+            .map(Dest::weight)
+            .filter(|&w| w > 0)
+            .fold(0, gcd);
+        self.di = i64::from(g.max(1));
+        let max = dests.iter().map(Dest::weight).max().unwrap_or(0);
+        self.mw = i64::from(max) - (self.di - 1);
+    }
+
+    #[inline]
+    fn matches(&self, d: &Dest) -> bool {
+        d.is_eligible() && i64::from(d.weight()) >= self.cw
+    }
+}
+
+impl Scheduler for WeightedRoundRobin {
+    fn name(&self) -> &'static str {
+        "wrr"
+    }
+
+    fn update(&mut self, dests: &[Dest], _change: ListChange) {
+        self.cl = None;
+        self.recompute(dests);
+        if self.cw > self.mw || self.cw == 0 {
+            self.cw = self.mw;
+        } else if self.di > 1 {
+            self.cw = (self.cw / self.di) * self.di + 1;
+        }
+    }
+
+    fn schedule(&mut self, dests: &[Dest], _input: &SchedInput, _now: Instant) -> Option<usize> {
+        if self.mw <= 0 {
+            return None;
+        }
+        if self.cl.is_some_and(|c| c >= dests.len()) {
+            self.cl = None;
+        }
+        let last = self.cl;
+        let mut stop: Option<usize> = None;
+        let mut last_pass = false;
+        let mut restarted = false;
+        let mut pos = self.cl.map_or(0, |c| c + 1);
+        loop {
+            while pos < dests.len() {
+                if self.matches(&dests[pos]) {
+                    self.cl = Some(pos);
+                    return Some(pos);
+                }
+                if stop == Some(pos) {
+                    // All destinations are overloaded.
+                    self.cl = Some(pos);
+                    return None;
+                }
+                pos += 1;
+            }
+            // Back at the head: next pass with a lower threshold.
+            self.cw -= self.di;
+            if self.cw <= 0 {
+                self.cw = self.mw;
+                // Either the previous pass already was a cw ≤ di pass over
+                // every server, or this walk started at the head and so just
+                // checked all of them with cw = 1.
+                if last_pass || last.is_none() {
+                    self.cl = None;
+                    return None;
+                }
+                restarted = true;
+            }
+            last_pass = self.cw <= self.di;
+            if last_pass && restarted && last.is_some() {
+                // The first cw ≤ di pass only covered the servers after
+                // `last`; cover those up to it now.
+                stop = last;
+            }
+            pos = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{dests, run};
+    use super::*;
+
+    fn names(v: &[Option<usize>]) -> String {
+        v.iter()
+            .map(|p| p.map_or('-', |i| (b'A' + i as u8) as char))
+            .collect()
+    }
+
+    #[test]
+    fn weights_4_3_2_give_aababcabc() {
+        let d = dests(&[4, 3, 2]);
+        let mut s = WeightedRoundRobin::new();
+        s.update(&d, ListChange::Reset);
+        assert_eq!(names(&run(&mut s, &d, 18)), "AABABCABCAABABCABC");
+    }
+
+    #[test]
+    fn gcd_weights_step_by_gcd() {
+        // gcd 2: di = 2, mw = 8 - 1 = 7, passes cw = 7, 5, 3, 1.
+        let d = dests(&[8, 6, 4]);
+        let mut s = WeightedRoundRobin::new();
+        s.update(&d, ListChange::Reset);
+        assert_eq!(names(&run(&mut s, &d, 18)), "AABABCABCAABABCABC");
+        // gcd 3 with a weight-0 server in the middle.
+        let d = dests(&[3, 0, 9]);
+        let mut s = WeightedRoundRobin::new();
+        s.update(&d, ListChange::Reset);
+        assert_eq!(names(&run(&mut s, &d, 8)), "CCACCCAC");
+    }
+
+    #[test]
+    fn update_keeps_threshold_rounded_to_the_new_step() {
+        let mut d = dests(&[4, 3, 2]);
+        let mut s = WeightedRoundRobin::new();
+        s.update(&d, ListChange::Reset);
+        assert_eq!(names(&run(&mut s, &d, 4)), "AABA");
+        assert_eq!(s.cw, 2);
+        // New weights 6, 4, 2: di = 2, mw = 5, cw = (2/2)*2 + 1 = 3.
+        d[0].config.weight = 6;
+        d[1].config.weight = 4;
+        s.update(&d, ListChange::Edited(0));
+        assert_eq!((s.di, s.mw, s.cw), (2, 5, 3));
+        // Cursor back at the head; pass cw = 3 gives A B, then cw = 1: A B C.
+        assert_eq!(names(&run(&mut s, &d, 5)), "ABABC");
+        // cw above the new max resets to mw.
+        d[0].config.weight = 1;
+        d[1].config.weight = 1;
+        d[2].config.weight = 1;
+        s.cw = 5;
+        s.update(&d, ListChange::Edited(0));
+        assert_eq!((s.di, s.mw, s.cw), (1, 1, 1));
+    }
+
+    #[test]
+    fn overloaded_and_all_zero() {
+        let mut d = dests(&[2, 1]);
+        d[0].overloaded = true;
+        let mut s = WeightedRoundRobin::new();
+        s.update(&d, ListChange::Reset);
+        assert_eq!(names(&run(&mut s, &d, 3)), "BBB");
+        d[1].overloaded = true;
+        assert_eq!(names(&run(&mut s, &d, 2)), "--");
+        d[0].overloaded = false;
+        assert_eq!(names(&run(&mut s, &d, 2)), "AA");
+        let d = dests(&[0, 0]);
+        s.update(&d, ListChange::Reset);
+        assert_eq!(run(&mut s, &d, 1), vec![None]);
+    }
+}
