@@ -14,5 +14,6 @@
 pub mod dest;
 pub mod model;
 pub mod sched;
+pub mod state;
 pub mod stats;
 pub mod time;
