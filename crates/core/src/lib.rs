@@ -11,6 +11,7 @@
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+pub mod conn;
 pub mod dest;
 pub mod model;
 pub mod sched;

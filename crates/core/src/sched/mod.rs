@@ -110,8 +110,7 @@ pub enum SchedError {
 
 /// Every scheduler name rvs knows, in the order ipvsadm's man page lists them.
 pub const SCHEDULER_NAMES: &[&str] = &[
-    "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh",
-    "twos",
+    "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos",
 ];
 
 /// Create a scheduler by its ipvsadm name.
