@@ -32,8 +32,13 @@ fn bench(c: &mut Criterion) {
     g.measurement_time(std::time::Duration::from_secs(1));
     for &name in SCHEDULER_NAMES {
         for n in [10usize, 100, 1000] {
-            let params = SchedParams { mh_table_size: 65537, ..SchedParams::default() };
-            let Ok(mut s) = new_scheduler(name, &params) else { continue };
+            let params = SchedParams {
+                mh_table_size: 65537,
+                ..SchedParams::default()
+            };
+            let Ok(mut s) = new_scheduler(name, &params) else {
+                continue;
+            };
             let mut d = dests(n);
             s.update(&d, ListChange::Reset);
             let mut i: u32 = 0;

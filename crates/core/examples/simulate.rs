@@ -28,12 +28,19 @@ fn main() -> ExitCode {
         }
     };
     if !SCHEDULER_NAMES.contains(&sched.as_str()) {
-        eprintln!("unknown scheduler `{sched}`; one of: {}", SCHEDULER_NAMES.join(" "));
+        eprintln!(
+            "unknown scheduler `{sched}`; one of: {}",
+            SCHEDULER_NAMES.join(" ")
+        );
         return ExitCode::from(2);
     }
 
     let vip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
-    let key = ServiceKey::Addr { protocol: Protocol::Tcp, addr: vip, port: 80 };
+    let key = ServiceKey::Addr {
+        protocol: Protocol::Tcp,
+        addr: vip,
+        port: 80,
+    };
     let mut ipvs = Ipvs::new(IpvsConfig::default());
     let cfg = ServiceConfig::new(AddrFamily::Inet).scheduler(&sched);
     if let Err(e) = ipvs.add_service(key, cfg) {
@@ -50,13 +57,32 @@ fn main() -> ExitCode {
         }
     }
 
-    let flags = |syn, fin, ack| L4::Tcp(TcpFlags { syn, fin, ack, rst: false });
+    let flags = |syn, fin, ack| {
+        L4::Tcp(TcpFlags {
+            syn,
+            fin,
+            ack,
+            rst: false,
+        })
+    };
     let mut rejected = 0u32;
     for n in 0..clients {
         let now = Instant::from_millis(u64::from(n));
         let client = IpAddr::V4(Ipv4Addr::from(0x0a64_0000 + n));
-        let pkt = |l4, len| Packet { src: client, sport: 40000, dst: vip, dport: 80, l4, fwmark: 0, len, payload: b"" };
-        if !matches!(ipvs.process(now, &pkt(flags(true, false, false), 60)), Verdict::Forward(_)) {
+        let pkt = |l4, len| Packet {
+            src: client,
+            sport: 40000,
+            dst: vip,
+            dport: 80,
+            l4,
+            fwmark: 0,
+            len,
+            payload: b"",
+        };
+        if !matches!(
+            ipvs.process(now, &pkt(flags(true, false, false), 60)),
+            Verdict::Forward(_)
+        ) {
             rejected += 1;
             continue;
         }
@@ -86,13 +112,27 @@ fn main() -> ExitCode {
             );
         }
         println!();
-        println!("{:<33} {:>8} {:>8} {:>8} {:>8} {:>8}", "Prot LocalAddress:Port", "Conns", "InPkts", "OutPkts", "InBytes", "OutBytes");
+        println!(
+            "{:<33} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            "Prot LocalAddress:Port", "Conns", "InPkts", "OutPkts", "InBytes", "OutBytes"
+        );
         let s = svc.stats();
-        println!("{:<33} {:>8} {:>8} {:>8} {:>8} {:>8}", format!("TCP  {vip}:80"), s.conns, s.inpkts, s.outpkts, s.inbytes, s.outbytes);
+        println!(
+            "{:<33} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            format!("TCP  {vip}:80"),
+            s.conns,
+            s.inpkts,
+            s.outpkts,
+            s.inbytes,
+            s.outbytes
+        );
         for d in svc.dests() {
             let s = &d.stats;
             let addr = format!("  -> {}:{}", d.config.addr, d.config.port);
-            println!("{addr:<33} {:>8} {:>8} {:>8} {:>8} {:>8}", s.conns, s.inpkts, s.outpkts, s.inbytes, s.outbytes);
+            println!(
+                "{addr:<33} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                s.conns, s.inpkts, s.outpkts, s.inbytes, s.outbytes
+            );
         }
     }
     println!();

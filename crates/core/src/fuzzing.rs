@@ -23,7 +23,8 @@ impl Bytes<'_> {
         Some(b)
     }
     fn pick<T: Copy>(&mut self, xs: &[T]) -> Option<T> {
-        Some(xs[usize::from(self.u8()?) % xs.len()])
+        let i = usize::from(self.u8()?);
+        xs.get(i % xs.len().max(1)).copied()
     }
 }
 
@@ -35,7 +36,10 @@ const VIPS: [IpAddr; 3] = [
 
 fn service_key(b: &mut Bytes<'_>) -> Option<ServiceKey> {
     Some(match b.u8()? % 5 {
-        0 => ServiceKey::Fwmark { mark: u32::from(b.u8()? % 3) + 1, af: AddrFamily::Inet },
+        0 => ServiceKey::Fwmark {
+            mark: u32::from(b.u8()? % 3) + 1,
+            af: AddrFamily::Inet,
+        },
         n => ServiceKey::Addr {
             protocol: [Protocol::Tcp, Protocol::Udp, Protocol::Sctp][usize::from(n) % 3],
             addr: b.pick(&VIPS)?,
@@ -57,7 +61,11 @@ fn dest_config(b: &mut Bytes<'_>, key: &ServiceKey) -> Option<DestConfig> {
         ForwardMethod::FullNat,
     ])?;
     let u = u32::from(b.u8()? % 6);
-    let l = if u == 0 { 0 } else { u32::from(b.u8()?) % (u + 1) };
+    let l = if u == 0 {
+        0
+    } else {
+        u32::from(b.u8()?) % (u + 1)
+    };
     Some(
         DestConfig::new(addr, b.pick(&[0, 80, 8080])?)
             .weight(u32::from(b.u8()? % 4))
@@ -70,7 +78,16 @@ fn packet<'a>(b: &mut Bytes<'a>) -> Option<Packet<'a>> {
     let reply = b.u8()? % 4 == 0;
     let v6 = b.u8()? % 4 == 0;
     let client = if v6 {
-        IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, u16::from(b.u8()? % 4)))
+        IpAddr::V6(Ipv6Addr::new(
+            0x2001,
+            0xdb8,
+            2,
+            0,
+            0,
+            0,
+            0,
+            u16::from(b.u8()? % 4),
+        ))
     } else {
         IpAddr::V4(Ipv4Addr::new(192, 168, 0, b.u8()? % 4))
     };
@@ -88,21 +105,39 @@ fn packet<'a>(b: &mut Bytes<'a>) -> Option<Packet<'a>> {
             SctpEvent::Shutdown,
         ])?),
     };
-    let payload: &'a [u8] = if b.u8()? % 2 == 0 { b"INVITE x SIP/2.0\r\ni: call-7\r\n\r\n" } else { b"" };
+    let payload: &'a [u8] = if b.u8()? % 2 == 0 {
+        b"INVITE x SIP/2.0\r\ni: call-7\r\n\r\n"
+    } else {
+        b""
+    };
     let (src, sport, dst, dport) = if reply {
         let server = IpAddr::V4(Ipv4Addr::new(10, 1, 0, b.u8()? % 8));
         (server, b.pick(&[80, 8080, 443])?, client, cport)
     } else {
         (client, cport, vip, vport)
     };
-    Some(Packet { src, sport, dst, dport, l4, fwmark: u32::from(b.u8()? % 4), len: 100, payload })
+    Some(Packet {
+        src,
+        sport,
+        dst,
+        dport,
+        l4,
+        fwmark: u32::from(b.u8()? % 4),
+        len: 100,
+        payload,
+    })
 }
 
 /// Interpret `data` as a script; panics (with the audit's message) if an
 /// invariant breaks.
 pub fn run_director_script(data: &[u8]) {
     let mut b = Bytes(data);
-    let mut ipvs = Ipvs::new(IpvsConfig { conn_capacity: 16, seed: 7, tunables: Tunables::default() });
+    let mut ipvs = Ipvs::new(IpvsConfig {
+        conn_capacity: 16,
+        seed: 7,
+        tunables: Tunables::default(),
+        preallocate: false,
+    });
     let mut now = Instant::ZERO;
     let mut keys: Vec<ServiceKey> = Vec::new();
     while let Some(op) = b.u8() {
@@ -197,5 +232,8 @@ pub fn run_director_script(data: &[u8]) {
     if let Err(e) = ipvs.audit() {
         panic!("invariant broken after final expiry: {e}");
     }
-    assert!(ipvs.conns().is_empty(), "connections left after final expiry");
+    assert!(
+        ipvs.conns().is_empty(),
+        "connections left after final expiry"
+    );
 }

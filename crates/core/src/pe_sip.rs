@@ -71,7 +71,10 @@ CSeq: 314159 INVITE\r\n\r\nv=0\r\n";
 
     #[test]
     fn finds_long_form() {
-        assert_eq!(call_id(INVITE), Some(&b"a84b4c76e66710@pc33.example.com"[..]));
+        assert_eq!(
+            call_id(INVITE),
+            Some(&b"a84b4c76e66710@pc33.example.com"[..])
+        );
     }
 
     #[test]
@@ -103,7 +106,15 @@ CSeq: 314159 INVITE\r\n\r\nv=0\r\n";
 
     #[test]
     fn never_panics_on_junk() {
-        for m in [&b""[..], b"\r", b"\n\n", b":", b"\r\n:\r\n", b"x\r\ni:\r\n", b"\xff\xfe\r\ni: \x00\n"] {
+        for m in [
+            &b""[..],
+            b"\r",
+            b"\n\n",
+            b":",
+            b"\r\n:\r\n",
+            b"x\r\ni:\r\n",
+            b"\xff\xfe\r\ni: \x00\n",
+        ] {
             let _ = call_id(m);
         }
     }

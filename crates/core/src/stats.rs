@@ -112,10 +112,26 @@ impl Estimator {
             *avg += (rate - *avg) >> 2;
         }
         ewma(&mut self.cps, cur.conns.wrapping_sub(self.last.conns), 9);
-        ewma(&mut self.inpps, cur.inpkts.wrapping_sub(self.last.inpkts), 9);
-        ewma(&mut self.outpps, cur.outpkts.wrapping_sub(self.last.outpkts), 9);
-        ewma(&mut self.inbps, cur.inbytes.wrapping_sub(self.last.inbytes), 4);
-        ewma(&mut self.outbps, cur.outbytes.wrapping_sub(self.last.outbytes), 4);
+        ewma(
+            &mut self.inpps,
+            cur.inpkts.wrapping_sub(self.last.inpkts),
+            9,
+        );
+        ewma(
+            &mut self.outpps,
+            cur.outpkts.wrapping_sub(self.last.outpkts),
+            9,
+        );
+        ewma(
+            &mut self.inbps,
+            cur.inbytes.wrapping_sub(self.last.inbytes),
+            4,
+        );
+        ewma(
+            &mut self.outbps,
+            cur.outbytes.wrapping_sub(self.last.outbytes),
+            4,
+        );
         self.last = *cur;
     }
 

@@ -40,13 +40,19 @@ impl Instant {
 impl Add<Duration> for Instant {
     type Output = Instant;
     fn add(self, d: Duration) -> Instant {
-        Instant(self.0.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
+        Instant(
+            self.0
+                .saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        )
     }
 }
 
 impl Sub<Duration> for Instant {
     type Output = Instant;
     fn sub(self, d: Duration) -> Instant {
-        Instant(self.0.saturating_sub(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
+        Instant(
+            self.0
+                .saturating_sub(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        )
     }
 }

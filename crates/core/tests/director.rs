@@ -5,7 +5,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use proptest::prelude::*;
 use rvs_core::dest::DestId;
-use rvs_core::ipvs::{CtlError, DropReason, Forward, Ipvs, IpvsConfig, L4, Packet, Tunables, Verdict};
+use rvs_core::ipvs::{
+    CtlError, DropReason, Forward, Ipvs, IpvsConfig, L4, Packet, Tunables, Verdict,
+};
 use rvs_core::model::{
     AddrFamily, DestConfig, ForwardMethod, PersistMask, PersistenceEngine, Protocol, ServiceConfig,
     ServiceKey,
@@ -20,25 +22,67 @@ fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
 }
 
 fn tcp_svc(port: u16) -> ServiceKey {
-    ServiceKey::Addr { protocol: Protocol::Tcp, addr: IpAddr::V4(VIP), port }
+    ServiceKey::Addr {
+        protocol: Protocol::Tcp,
+        addr: IpAddr::V4(VIP),
+        port,
+    }
 }
 
 fn udp_svc(port: u16) -> ServiceKey {
-    ServiceKey::Addr { protocol: Protocol::Udp, addr: IpAddr::V4(VIP), port }
+    ServiceKey::Addr {
+        protocol: Protocol::Udp,
+        addr: IpAddr::V4(VIP),
+        port,
+    }
 }
 
 fn rs(i: u8) -> IpAddr {
     v4(192, 168, 1, i)
 }
 
-const SYN: TcpFlags = TcpFlags { syn: true, fin: false, ack: false, rst: false };
-const ACK: TcpFlags = TcpFlags { syn: false, fin: false, ack: true, rst: false };
-const SYNACK: TcpFlags = TcpFlags { syn: true, fin: false, ack: true, rst: false };
-const FIN: TcpFlags = TcpFlags { syn: false, fin: true, ack: true, rst: false };
-const RST: TcpFlags = TcpFlags { syn: false, fin: false, ack: false, rst: true };
+const SYN: TcpFlags = TcpFlags {
+    syn: true,
+    fin: false,
+    ack: false,
+    rst: false,
+};
+const ACK: TcpFlags = TcpFlags {
+    syn: false,
+    fin: false,
+    ack: true,
+    rst: false,
+};
+const SYNACK: TcpFlags = TcpFlags {
+    syn: true,
+    fin: false,
+    ack: true,
+    rst: false,
+};
+const FIN: TcpFlags = TcpFlags {
+    syn: false,
+    fin: true,
+    ack: true,
+    rst: false,
+};
+const RST: TcpFlags = TcpFlags {
+    syn: false,
+    fin: false,
+    ack: false,
+    rst: true,
+};
 
 fn pkt(src: IpAddr, sport: u16, dst: IpAddr, dport: u16, l4: L4) -> Packet<'static> {
-    Packet { src, sport, dst, dport, l4, fwmark: 0, len: 60, payload: b"" }
+    Packet {
+        src,
+        sport,
+        dst,
+        dport,
+        l4,
+        fwmark: 0,
+        len: 60,
+        payload: b"",
+    }
 }
 
 fn tcp_in(client: IpAddr, sport: u16, dport: u16, f: TcpFlags) -> Packet<'static> {
@@ -49,10 +93,14 @@ fn tcp_in(client: IpAddr, sport: u16, dport: u16, f: TcpFlags) -> Packet<'static
 /// (added in that order, so list order is .n first).
 fn director(sched: &str, n: u8, method: ForwardMethod) -> Ipvs {
     let mut ipvs = Ipvs::new(IpvsConfig::default());
-    ipvs.add_service(tcp_svc(80), ServiceConfig::new(AddrFamily::Inet).scheduler(sched))
-        .unwrap();
+    ipvs.add_service(
+        tcp_svc(80),
+        ServiceConfig::new(AddrFamily::Inet).scheduler(sched),
+    )
+    .unwrap();
     for i in 1..=n {
-        ipvs.add_dest(&tcp_svc(80), DestConfig::new(rs(i), 80).forward(method)).unwrap();
+        ipvs.add_dest(&tcp_svc(80), DestConfig::new(rs(i), 80).forward(method))
+            .unwrap();
     }
     ipvs
 }
@@ -83,8 +131,13 @@ fn t(s: u64) -> Instant {
 #[test]
 fn list_order_is_newest_first_and_rr_follows_it() {
     let mut ipvs = director("rr", 3, ForwardMethod::Masq);
-    let order: Vec<IpAddr> =
-        ipvs.service(&tcp_svc(80)).unwrap().dests().iter().map(|d| d.config.addr).collect();
+    let order: Vec<IpAddr> = ipvs
+        .service(&tcp_svc(80))
+        .unwrap()
+        .dests()
+        .iter()
+        .map(|d| d.config.addr)
+        .collect();
     assert_eq!(order, vec![rs(3), rs(2), rs(1)]);
     let picks: Vec<IpAddr> = (0..6)
         .map(|i| fwd(ipvs.process(t(0), &tcp_in(v4(1, 1, 1, i), 1000, 80, SYN))).daddr)
@@ -99,7 +152,10 @@ fn nat_connection_lifecycle_moves_counters_and_expires() {
     let c = v4(1, 1, 1, 1);
     let f = fwd(ipvs.process(t(0), &tcp_in(c, 5000, 80, SYN)));
     assert!(f.new);
-    assert_eq!((f.daddr, f.dport, f.method), (rs(1), 80, ForwardMethod::Masq));
+    assert_eq!(
+        (f.daddr, f.dport, f.method),
+        (rs(1), 80, ForwardMethod::Masq)
+    );
     let id = f.conn.unwrap();
     assert_eq!(ipvs.conns().get(id).unwrap().state, TcpState::SynRecv as u8);
     // SYN_RECV is an active state.
@@ -107,15 +163,23 @@ fn nat_connection_lifecycle_moves_counters_and_expires() {
 
     // The real server's SYN+ACK comes back through the director (NAT).
     let reply = ipvs.process(t(0), &pkt(rs(1), 80, c, 5000, L4::Tcp(SYNACK)));
-    let Verdict::Reply(r) = reply else { panic!("expected Reply, got {reply:?}") };
+    let Verdict::Reply(r) = reply else {
+        panic!("expected Reply, got {reply:?}")
+    };
     assert_eq!((r.vaddr, r.vport), (IpAddr::V4(VIP), 80));
     ipvs.process(t(0), &tcp_in(c, 5000, 80, ACK));
-    assert_eq!(ipvs.conns().get(id).unwrap().state, TcpState::Established as u8);
+    assert_eq!(
+        ipvs.conns().get(id).unwrap().state,
+        TcpState::Established as u8
+    );
     assert_eq!(ipvs.conns().deadline(id), Some(t(900)));
 
     // Client FIN on a NAT connection: ESTABLISHED -> CLOSE_WAIT (inactive).
     ipvs.process(t(10), &tcp_in(c, 5000, 80, FIN));
-    assert_eq!(ipvs.conns().get(id).unwrap().state, TcpState::CloseWait as u8);
+    assert_eq!(
+        ipvs.conns().get(id).unwrap().state,
+        TcpState::CloseWait as u8
+    );
     assert_eq!(counts(&ipvs, &tcp_svc(80)), vec![(rs(1), 0, 1)]);
     ipvs.audit().unwrap();
 
@@ -125,14 +189,19 @@ fn nat_connection_lifecycle_moves_counters_and_expires() {
     assert!(ipvs.conns().is_empty());
     assert_eq!(counts(&ipvs, &tcp_svc(80)), vec![(rs(1), 0, 0)]);
     let st = ipvs.service(&tcp_svc(80)).unwrap().stats();
-    assert_eq!((st.conns, st.inpkts, st.outpkts, st.inbytes), (1, 3, 1, 180));
+    assert_eq!(
+        (st.conns, st.inpkts, st.outpkts, st.inbytes),
+        (1, 3, 1, 180)
+    );
 }
 
 #[test]
 fn direct_routing_uses_input_only_table() {
     let mut ipvs = director("rr", 1, ForwardMethod::Route);
     let c = v4(1, 1, 1, 1);
-    let id = fwd(ipvs.process(t(0), &tcp_in(c, 5000, 80, SYN))).conn.unwrap();
+    let id = fwd(ipvs.process(t(0), &tcp_in(c, 5000, 80, SYN)))
+        .conn
+        .unwrap();
     ipvs.process(t(0), &tcp_in(c, 5000, 80, ACK));
     ipvs.process(t(0), &tcp_in(c, 5000, 80, FIN));
     // INPUT_ONLY: client FIN in ESTABLISHED -> FIN_WAIT.
@@ -158,12 +227,19 @@ fn only_syn_creates_tcp_connections_unless_sloppy() {
 #[test]
 fn no_destination_rejects_and_unknown_vip_passes() {
     let mut ipvs = director("wlc", 0, ForwardMethod::Masq);
-    assert_eq!(ipvs.process(t(0), &tcp_in(v4(1, 1, 1, 1), 1, 80, SYN)), Verdict::Reject);
+    assert_eq!(
+        ipvs.process(t(0), &tcp_in(v4(1, 1, 1, 1), 1, 80, SYN)),
+        Verdict::Reject
+    );
     let other = pkt(v4(1, 1, 1, 1), 1, v4(10, 9, 9, 9), 80, L4::Tcp(SYN));
     assert_eq!(ipvs.process(t(0), &other), Verdict::Pass);
     // A weight-0 server is never picked.
-    ipvs.add_dest(&tcp_svc(80), DestConfig::new(rs(1), 80).weight(0)).unwrap();
-    assert_eq!(ipvs.process(t(0), &tcp_in(v4(1, 1, 1, 1), 1, 80, SYN)), Verdict::Reject);
+    ipvs.add_dest(&tcp_svc(80), DestConfig::new(rs(1), 80).weight(0))
+        .unwrap();
+    assert_eq!(
+        ipvs.process(t(0), &tcp_in(v4(1, 1, 1, 1), 1, 80, SYN)),
+        Verdict::Reject
+    );
 }
 
 #[test]
@@ -175,7 +251,10 @@ fn reused_port_after_time_wait_is_rescheduled_at_once() {
     ipvs.process(t(0), &tcp_in(c, 7, 80, FIN));
     ipvs.process(t(0), &tcp_in(c, 7, 80, RST)); // FIN_WAIT + RST -> CLOSE
     let id = first.conn.unwrap();
-    assert_eq!(ipvs.conns().get(id).map(|c| c.state), Some(TcpState::Close as u8));
+    assert_eq!(
+        ipvs.conns().get(id).map(|c| c.state),
+        Some(TcpState::Close as u8)
+    );
     // No one-second SYN drop: the new SYN gets a fresh connection now.
     let second = fwd(ipvs.process(t(1), &tcp_in(c, 7, 80, SYN)));
     assert!(second.new);
@@ -188,8 +267,13 @@ fn reused_port_after_time_wait_is_rescheduled_at_once() {
 fn persistence_spans_client_ports_and_outlives_connections() {
     let mut ipvs = Ipvs::new(IpvsConfig::default());
     let key = tcp_svc(443);
-    ipvs.add_service(key, ServiceConfig::new(AddrFamily::Inet).scheduler("rr").persistent(360))
-        .unwrap();
+    ipvs.add_service(
+        key,
+        ServiceConfig::new(AddrFamily::Inet)
+            .scheduler("rr")
+            .persistent(360),
+    )
+    .unwrap();
     for i in 1..=3 {
         ipvs.add_dest(&key, DestConfig::new(rs(i), 8443)).unwrap();
     }
@@ -197,27 +281,53 @@ fn persistence_spans_client_ports_and_outlives_connections() {
     let a = fwd(ipvs.process(t(0), &tcp_in(c, 1000, 443, SYN)));
     assert_eq!(a.dport, 8443);
     for p in 1001..1010 {
-        assert_eq!(fwd(ipvs.process(t(0), &tcp_in(c, p, 443, SYN))).daddr, a.daddr);
+        assert_eq!(
+            fwd(ipvs.process(t(0), &tcp_in(c, p, 443, SYN))).daddr,
+            a.daddr
+        );
     }
     // Another client is scheduled afresh (rr moves on).
-    assert_ne!(fwd(ipvs.process(t(0), &tcp_in(v4(1, 1, 1, 2), 1000, 443, SYN))).daddr, a.daddr);
+    assert_ne!(
+        fwd(ipvs.process(t(0), &tcp_in(v4(1, 1, 1, 2), 1000, 443, SYN))).daddr,
+        a.daddr
+    );
     // The template is listed like ipvsadm -Lcn shows it: client port 0, NONE.
-    let templates: Vec<_> = ipvs.conns().iter().filter(|(_, c)| c.is_template()).collect();
+    let templates: Vec<_> = ipvs
+        .conns()
+        .iter()
+        .filter(|(_, c)| c.is_template())
+        .collect();
     assert_eq!(templates.len(), 2);
-    assert!(templates.iter().all(|(_, c)| c.cport == 0 && c.vport == 443 && c.dport == 8443));
+    assert!(
+        templates
+            .iter()
+            .all(|(_, c)| c.cport == 0 && c.vport == 443 && c.dport == 8443)
+    );
     assert_eq!(ipvs.dest(a.dest).unwrap().persist, 1);
 
     // Connections die (SYN_RECV times out after 60 s) but the template lives
     // on: 300 s later the client still lands on the same server.
     ipvs.expire(t(100));
-    assert_eq!(ipvs.conns().iter().filter(|(_, c)| !c.is_template()).count(), 0);
-    assert_eq!(fwd(ipvs.process(t(300), &tcp_in(c, 2000, 443, SYN))).daddr, a.daddr);
+    assert_eq!(
+        ipvs.conns()
+            .iter()
+            .filter(|(_, c)| !c.is_template())
+            .count(),
+        0
+    );
+    assert_eq!(
+        fwd(ipvs.process(t(300), &tcp_in(c, 2000, 443, SYN))).daddr,
+        a.daddr
+    );
     ipvs.audit().unwrap();
     // After the template's 360 s (restarted at t=300 by its use) and the
     // connection's expiry, the template goes too.
     ipvs.expire(t(300 + 359));
     // The other client's template (last used at t=0) is gone; ours remains.
-    assert_eq!(ipvs.conns().iter().filter(|(_, c)| c.is_template()).count(), 1);
+    assert_eq!(
+        ipvs.conns().iter().filter(|(_, c)| c.is_template()).count(),
+        1
+    );
     ipvs.expire(t(300 + 360));
     assert!(ipvs.conns().is_empty());
     assert_eq!(ipvs.dest(a.dest).unwrap().persist, 0);
@@ -237,9 +347,15 @@ fn persistence_netmask_groups_a_subnet() {
     }
     let first = fwd(ipvs.process(t(0), &tcp_in(v4(7, 7, 7, 1), 1, 80, SYN))).daddr;
     for h in 2..=254 {
-        assert_eq!(fwd(ipvs.process(t(0), &tcp_in(v4(7, 7, 7, h), 1, 80, SYN))).daddr, first);
+        assert_eq!(
+            fwd(ipvs.process(t(0), &tcp_in(v4(7, 7, 7, h), 1, 80, SYN))).daddr,
+            first
+        );
     }
-    assert_ne!(fwd(ipvs.process(t(0), &tcp_in(v4(7, 7, 8, 1), 1, 80, SYN))).daddr, first);
+    assert_ne!(
+        fwd(ipvs.process(t(0), &tcp_in(v4(7, 7, 8, 1), 1, 80, SYN))).daddr,
+        first
+    );
 }
 
 #[test]
@@ -247,18 +363,35 @@ fn port_zero_persistent_service_spans_ports() {
     let mut ipvs = Ipvs::new(IpvsConfig::default());
     let key = tcp_svc(0);
     // Without persistence a port-zero service refuses to schedule.
-    ipvs.add_service(key, ServiceConfig::new(AddrFamily::Inet).scheduler("rr")).unwrap();
+    ipvs.add_service(key, ServiceConfig::new(AddrFamily::Inet).scheduler("rr"))
+        .unwrap();
     ipvs.add_dest(&key, DestConfig::new(rs(1), 0)).unwrap();
     ipvs.add_dest(&key, DestConfig::new(rs(2), 0)).unwrap();
-    assert_eq!(ipvs.process(t(0), &tcp_in(v4(1, 1, 1, 1), 1, 80, SYN)), Verdict::Reject);
-    ipvs.edit_service(&key, ServiceConfig::new(AddrFamily::Inet).scheduler("rr").persistent(60))
-        .unwrap();
+    assert_eq!(
+        ipvs.process(t(0), &tcp_in(v4(1, 1, 1, 1), 1, 80, SYN)),
+        Verdict::Reject
+    );
+    ipvs.edit_service(
+        &key,
+        ServiceConfig::new(AddrFamily::Inet)
+            .scheduler("rr")
+            .persistent(60),
+    )
+    .unwrap();
     let c = v4(1, 1, 1, 1);
     let a = fwd(ipvs.process(t(0), &tcp_in(c, 1, 80, SYN)));
     let b = fwd(ipvs.process(t(0), &tcp_in(c, 2, 443, SYN)));
     assert_eq!(a.daddr, b.daddr);
-    assert_eq!((a.dport, b.dport), (80, 443), "dest port 0 keeps the packet's port");
-    let tpl: Vec<_> = ipvs.conns().iter().filter(|(_, c)| c.is_template()).collect();
+    assert_eq!(
+        (a.dport, b.dport),
+        (80, 443),
+        "dest port 0 keeps the packet's port"
+    );
+    let tpl: Vec<_> = ipvs
+        .conns()
+        .iter()
+        .filter(|(_, c)| c.is_template())
+        .collect();
     assert_eq!(tpl.len(), 1);
     assert_eq!((tpl[0].1.vport, tpl[0].1.dport), (0, 0));
 }
@@ -266,9 +399,17 @@ fn port_zero_persistent_service_spans_ports() {
 #[test]
 fn fwmark_persistence_spans_protocols() {
     let mut ipvs = Ipvs::new(IpvsConfig::default());
-    let key = ServiceKey::Fwmark { mark: 7, af: AddrFamily::Inet };
-    ipvs.add_service(key, ServiceConfig::new(AddrFamily::Inet).scheduler("rr").persistent(60))
-        .unwrap();
+    let key = ServiceKey::Fwmark {
+        mark: 7,
+        af: AddrFamily::Inet,
+    };
+    ipvs.add_service(
+        key,
+        ServiceConfig::new(AddrFamily::Inet)
+            .scheduler("rr")
+            .persistent(60),
+    )
+    .unwrap();
     for i in 1..=3 {
         ipvs.add_dest(&key, DestConfig::new(rs(i), 0)).unwrap();
     }
@@ -280,7 +421,11 @@ fn fwmark_persistence_spans_protocols() {
     u.fwmark = 7;
     let b = fwd(ipvs.process(t(0), &u));
     assert_eq!(a.daddr, b.daddr);
-    let tpl: Vec<_> = ipvs.conns().iter().filter(|(_, c)| c.is_template()).collect();
+    let tpl: Vec<_> = ipvs
+        .conns()
+        .iter()
+        .filter(|(_, c)| c.is_template())
+        .collect();
     assert_eq!(tpl.len(), 1);
     assert_eq!(tpl[0].1.protocol, 0, "fwmark templates use IPPROTO_IP");
     // Unmarked traffic to the same address is not the service's.
@@ -291,13 +436,19 @@ fn fwmark_persistence_spans_protocols() {
 fn quiescent_template_kept_by_default_broken_by_sysctl() {
     let mut ipvs = Ipvs::new(IpvsConfig::default());
     let key = tcp_svc(80);
-    ipvs.add_service(key, ServiceConfig::new(AddrFamily::Inet).scheduler("rr").persistent(60))
-        .unwrap();
+    ipvs.add_service(
+        key,
+        ServiceConfig::new(AddrFamily::Inet)
+            .scheduler("rr")
+            .persistent(60),
+    )
+    .unwrap();
     ipvs.add_dest(&key, DestConfig::new(rs(1), 80)).unwrap();
     ipvs.add_dest(&key, DestConfig::new(rs(2), 80)).unwrap();
     let c = v4(1, 1, 1, 1);
     let a = fwd(ipvs.process(t(0), &tcp_in(c, 1, 80, SYN))).daddr;
-    ipvs.edit_dest(&key, DestConfig::new(a, 80).weight(0)).unwrap();
+    ipvs.edit_dest(&key, DestConfig::new(a, 80).weight(0))
+        .unwrap();
     assert_eq!(fwd(ipvs.process(t(0), &tcp_in(c, 2, 80, SYN))).daddr, a);
     let mut tun = *ipvs.tunables();
     tun.expire_quiescent_template = true;
@@ -310,8 +461,20 @@ fn quiescent_template_kept_by_default_broken_by_sysctl() {
 fn deleted_dest_drops_by_default_reschedules_or_drains_by_choice() {
     for (tun, expect) in [
         (Tunables::default(), "drop"),
-        (Tunables { expire_nodest_conn: true, ..Tunables::default() }, "resched"),
-        (Tunables { drain_deleted: true, ..Tunables::default() }, "drain"),
+        (
+            Tunables {
+                expire_nodest_conn: true,
+                ..Tunables::default()
+            },
+            "resched",
+        ),
+        (
+            Tunables {
+                drain_deleted: true,
+                ..Tunables::default()
+            },
+            "drain",
+        ),
     ] {
         let mut ipvs = director("rr", 2, ForwardMethod::Masq);
         ipvs.set_tunables(tun);
@@ -344,7 +507,12 @@ fn re_adding_a_deleted_dest_resurrects_it() {
     let c = v4(1, 1, 1, 1);
     let a = fwd(ipvs.process(t(0), &tcp_in(c, 1, 80, SYN)));
     ipvs.del_dest(&tcp_svc(80), rs(1), 80).unwrap();
-    let id = ipvs.add_dest(&tcp_svc(80), DestConfig::new(rs(1), 80).forward(ForwardMethod::Masq)).unwrap();
+    let id = ipvs
+        .add_dest(
+            &tcp_svc(80),
+            DestConfig::new(rs(1), 80).forward(ForwardMethod::Masq),
+        )
+        .unwrap();
     assert_eq!(id, a.dest);
     assert_eq!(ipvs.dest(id).unwrap().active, 1);
     assert_eq!(fwd(ipvs.process(t(0), &tcp_in(c, 1, 80, ACK))).daddr, rs(1));
@@ -355,15 +523,28 @@ fn re_adding_a_deleted_dest_resurrects_it() {
 fn thresholds_overload_and_recover() {
     let mut ipvs = Ipvs::new(IpvsConfig::default());
     let key = tcp_svc(80);
-    ipvs.add_service(key, ServiceConfig::new(AddrFamily::Inet).scheduler("wlc")).unwrap();
-    ipvs.add_dest(&key, DestConfig::new(rs(1), 80).weight(100).thresholds(2, 1)).unwrap();
-    ipvs.add_dest(&key, DestConfig::new(rs(2), 80).weight(1)).unwrap();
+    ipvs.add_service(key, ServiceConfig::new(AddrFamily::Inet).scheduler("wlc"))
+        .unwrap();
+    ipvs.add_dest(
+        &key,
+        DestConfig::new(rs(1), 80).weight(100).thresholds(2, 1),
+    )
+    .unwrap();
+    ipvs.add_dest(&key, DestConfig::new(rs(2), 80).weight(1))
+        .unwrap();
     let picks: Vec<IpAddr> = (0..4)
         .map(|i| fwd(ipvs.process(t(0), &tcp_in(v4(1, 1, 1, i), 1, 80, SYN))).daddr)
         .collect();
     // rs1 (weight 100) takes two, then is overloaded; rs2 gets the rest.
     assert_eq!(picks.iter().filter(|&&a| a == rs(1)).count(), 2);
-    let d1 = ipvs.service(&key).unwrap().dests().iter().find(|d| d.config.addr == rs(1)).unwrap().id;
+    let d1 = ipvs
+        .service(&key)
+        .unwrap()
+        .dests()
+        .iter()
+        .find(|d| d.config.addr == rs(1))
+        .unwrap()
+        .id;
     assert!(ipvs.dest(d1).unwrap().overloaded);
     // Overload clears only below the lower threshold (1): both must go.
     for i in 0..4 {
@@ -378,8 +559,13 @@ fn thresholds_overload_and_recover() {
 fn udp_is_always_inactive_and_one_packet_keeps_no_entry() {
     let mut ipvs = Ipvs::new(IpvsConfig::default());
     let key = udp_svc(53);
-    ipvs.add_service(key, ServiceConfig::new(AddrFamily::Inet).scheduler("rr")).unwrap();
-    ipvs.add_dest(&key, DestConfig::new(rs(1), 53).forward(ForwardMethod::Masq)).unwrap();
+    ipvs.add_service(key, ServiceConfig::new(AddrFamily::Inet).scheduler("rr"))
+        .unwrap();
+    ipvs.add_dest(
+        &key,
+        DestConfig::new(rs(1), 53).forward(ForwardMethod::Masq),
+    )
+    .unwrap();
     let p = pkt(v4(1, 1, 1, 1), 999, IpAddr::V4(VIP), 53, L4::Udp);
     let f = fwd(ipvs.process(t(0), &p));
     assert!(f.new);
@@ -404,17 +590,23 @@ fn udp_is_always_inactive_and_one_packet_keeps_no_entry() {
 fn sip_call_id_persistence() {
     let mut ipvs = Ipvs::new(IpvsConfig::default());
     let key = udp_svc(5060);
-    let mut cfg = ServiceConfig::new(AddrFamily::Inet).scheduler("rr").persistent(60);
+    let mut cfg = ServiceConfig::new(AddrFamily::Inet)
+        .scheduler("rr")
+        .persistent(60);
     cfg.pe = Some(PersistenceEngine::Sip);
     ipvs.add_service(key, cfg).unwrap();
     for i in 1..=3 {
         ipvs.add_dest(&key, DestConfig::new(rs(i), 5060)).unwrap();
     }
-    let msg = |call: &str| format!("INVITE sip:a@b SIP/2.0\r\nCall-ID: {call}\r\n\r\n").into_bytes();
+    let msg =
+        |call: &str| format!("INVITE sip:a@b SIP/2.0\r\nCall-ID: {call}\r\n\r\n").into_bytes();
     let (m1, m2) = (msg("call-one"), msg("call-two"));
     let c = v4(1, 1, 1, 1);
     let send = |ipvs: &mut Ipvs, sport: u16, m: &[u8]| {
-        let p = Packet { payload: m, ..pkt(c, sport, IpAddr::V4(VIP), 5060, L4::Udp) };
+        let p = Packet {
+            payload: m,
+            ..pkt(c, sport, IpAddr::V4(VIP), 5060, L4::Udp)
+        };
         fwd(ipvs.process(t(0), &p)).daddr
     };
     let a = send(&mut ipvs, 1, &m1);
@@ -422,19 +614,35 @@ fn sip_call_id_persistence() {
     assert_ne!(a, b, "different calls from one client are scheduled apart");
     assert_eq!(send(&mut ipvs, 3, &m1), a);
     assert_eq!(send(&mut ipvs, 4, &m2), b);
-    let with_pe = ipvs.conns().iter().filter(|(id, _)| ipvs.conns().pe_data(*id).is_some()).count();
+    let with_pe = ipvs
+        .conns()
+        .iter()
+        .filter(|(id, _)| ipvs.conns().pe_data(*id).is_some())
+        .count();
     assert_eq!(with_pe, 2);
 }
 
 #[test]
 fn full_table_evicts_half_open_before_established() {
-    let mut ipvs = Ipvs::new(IpvsConfig { conn_capacity: 50, ..IpvsConfig::default() });
-    ipvs.add_service(tcp_svc(80), ServiceConfig::new(AddrFamily::Inet).scheduler("rr")).unwrap();
-    ipvs.add_dest(&tcp_svc(80), DestConfig::new(rs(1), 80)).unwrap();
+    let mut ipvs = Ipvs::new(IpvsConfig {
+        conn_capacity: 50,
+        ..IpvsConfig::default()
+    });
+    ipvs.add_service(
+        tcp_svc(80),
+        ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+    )
+    .unwrap();
+    ipvs.add_dest(&tcp_svc(80), DestConfig::new(rs(1), 80))
+        .unwrap();
     let mut established = Vec::new();
     for i in 0..10 {
         let c = v4(1, 1, 1, i);
-        established.push(fwd(ipvs.process(t(0), &tcp_in(c, 1, 80, SYN))).conn.unwrap());
+        established.push(
+            fwd(ipvs.process(t(0), &tcp_in(c, 1, 80, SYN)))
+                .conn
+                .unwrap(),
+        );
         ipvs.process(t(0), &tcp_in(c, 1, 80, ACK));
     }
     // A SYN flood from 1000 sources.
@@ -446,7 +654,10 @@ fn full_table_evicts_half_open_before_established() {
     assert_eq!(ipvs.conns().len(), 50);
     assert_eq!(ipvs.evictions(), 960);
     for id in established {
-        assert_eq!(ipvs.conns().get(id).map(|c| c.state), Some(TcpState::Established as u8));
+        assert_eq!(
+            ipvs.conns().get(id).map(|c| c.state),
+            Some(TcpState::Established as u8)
+        );
     }
     ipvs.audit().unwrap();
 }
@@ -456,17 +667,35 @@ fn control_errors_leave_state_unchanged() {
     let mut ipvs = director("wlc", 2, ForwardMethod::Masq);
     let before = format!("{:?}", counts(&ipvs, &tcp_svc(80)));
     let cfg = ServiceConfig::new(AddrFamily::Inet);
-    assert_eq!(ipvs.add_service(tcp_svc(80), cfg.clone()), Err(CtlError::ServiceExists));
-    assert_eq!(ipvs.edit_service(&tcp_svc(81), cfg.clone()), Err(CtlError::NoService));
+    assert_eq!(
+        ipvs.add_service(tcp_svc(80), cfg.clone()),
+        Err(CtlError::ServiceExists)
+    );
+    assert_eq!(
+        ipvs.edit_service(&tcp_svc(81), cfg.clone()),
+        Err(CtlError::NoService)
+    );
     assert_eq!(
         ipvs.edit_service(&tcp_svc(80), cfg.clone().scheduler("nope")),
         Err(CtlError::SchedulerNotFound)
     );
-    assert_eq!(ipvs.add_service(tcp_svc(81), cfg.scheduler("xx")), Err(CtlError::SchedulerNotFound));
+    assert_eq!(
+        ipvs.add_service(tcp_svc(81), cfg.scheduler("xx")),
+        Err(CtlError::SchedulerNotFound)
+    );
     assert!(ipvs.service(&tcp_svc(81)).is_none());
-    assert_eq!(ipvs.add_dest(&tcp_svc(80), DestConfig::new(rs(1), 80)), Err(CtlError::DestExists));
-    assert_eq!(ipvs.edit_dest(&tcp_svc(80), DestConfig::new(rs(9), 80)), Err(CtlError::NoDest));
-    assert_eq!(ipvs.del_dest(&tcp_svc(80), rs(9), 80), Err(CtlError::NoDest));
+    assert_eq!(
+        ipvs.add_dest(&tcp_svc(80), DestConfig::new(rs(1), 80)),
+        Err(CtlError::DestExists)
+    );
+    assert_eq!(
+        ipvs.edit_dest(&tcp_svc(80), DestConfig::new(rs(9), 80)),
+        Err(CtlError::NoDest)
+    );
+    assert_eq!(
+        ipvs.del_dest(&tcp_svc(80), rs(9), 80),
+        Err(CtlError::NoDest)
+    );
     assert!(matches!(
         ipvs.add_dest(&tcp_svc(80), DestConfig::new(rs(5), 80).weight(65536)),
         Err(CtlError::Range(_))
@@ -476,9 +705,15 @@ fn control_errors_leave_state_unchanged() {
         Err(CtlError::Range(_))
     ));
     let v6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
-    assert!(matches!(ipvs.add_dest(&tcp_svc(80), DestConfig::new(v6, 80)), Err(CtlError::Invalid(_))));
+    assert!(matches!(
+        ipvs.add_dest(&tcp_svc(80), DestConfig::new(v6, 80)),
+        Err(CtlError::Invalid(_))
+    ));
     assert_eq!(before, format!("{:?}", counts(&ipvs, &tcp_svc(80))));
-    assert_eq!(ipvs.service(&tcp_svc(80)).unwrap().config().scheduler, "wlc");
+    assert_eq!(
+        ipvs.service(&tcp_svc(80)).unwrap().config().scheduler,
+        "wlc"
+    );
     ipvs.audit().unwrap();
 }
 
@@ -486,12 +721,20 @@ fn control_errors_leave_state_unchanged() {
 fn ipv6_service_and_zeroing() {
     let mut ipvs = Ipvs::new(IpvsConfig::default());
     let vip = IpAddr::V6("2001:db8::1".parse().unwrap());
-    let key = ServiceKey::Addr { protocol: Protocol::Tcp, addr: vip, port: 80 };
-    let cfg = ServiceConfig::new(AddrFamily::Inet6).scheduler("sh").persistent(30).netmask(PersistMask::V6(64));
+    let key = ServiceKey::Addr {
+        protocol: Protocol::Tcp,
+        addr: vip,
+        port: 80,
+    };
+    let cfg = ServiceConfig::new(AddrFamily::Inet6)
+        .scheduler("sh")
+        .persistent(30)
+        .netmask(PersistMask::V6(64));
     ipvs.add_service(key, cfg).unwrap();
     for i in 1..=3u16 {
         let a = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, i));
-        ipvs.add_dest(&key, DestConfig::new(a, 80).forward(ForwardMethod::Masq)).unwrap();
+        ipvs.add_dest(&key, DestConfig::new(a, 80).forward(ForwardMethod::Masq))
+            .unwrap();
     }
     let c1 = IpAddr::V6("2001:db8:aa:bb::1".parse().unwrap());
     let c2 = IpAddr::V6("2001:db8:aa:bb::ffff".parse().unwrap());
@@ -534,7 +777,8 @@ fn unused_dest_ids_are_recycled() {
     let mut ipvs = director("rr", 1, ForwardMethod::Masq);
     for _ in 0..100 {
         ipvs.del_dest(&tcp_svc(80), rs(1), 80).unwrap();
-        ipvs.add_dest(&tcp_svc(80), DestConfig::new(rs(1), 80)).unwrap();
+        ipvs.add_dest(&tcp_svc(80), DestConfig::new(rs(1), 80))
+            .unwrap();
     }
     assert_eq!(ipvs.service(&tcp_svc(80)).unwrap().dests()[0].id, DestId(0));
 }
@@ -555,7 +799,9 @@ fn timeouts_set_like_ipvsadm() {
     ipvs.set_timeouts(10, 0, 0);
     assert_eq!(ipvs.timeouts().ipvsadm(), (10, 120, 300));
     let c = v4(1, 1, 1, 1);
-    let id = fwd(ipvs.process(t(0), &tcp_in(c, 1, 80, SYN))).conn.unwrap();
+    let id = fwd(ipvs.process(t(0), &tcp_in(c, 1, 80, SYN)))
+        .conn
+        .unwrap();
     ipvs.process(t(0), &tcp_in(c, 1, 80, ACK));
     assert_eq!(ipvs.expire(t(9)), 0);
     assert_eq!(ipvs.expire(t(10)), 1);
