@@ -18,7 +18,12 @@ use crate::dest::Dest;
 use crate::model::{Protocol, SchedFlags};
 use crate::time::Instant;
 
+mod dh;
+#[cfg(test)]
+mod hash_proptests;
+mod mh;
 mod rr;
+mod sh;
 
 /// What a scheduler may look at in the packet that starts a connection.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -110,14 +115,16 @@ pub enum SchedError {
 
 /// Every scheduler name rvs knows, in the order ipvsadm's man page lists them.
 pub const SCHEDULER_NAMES: &[&str] = &[
-    "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh",
-    "twos",
+    "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos",
 ];
 
 /// Create a scheduler by its ipvsadm name.
 pub fn new_scheduler(name: &str, params: &SchedParams) -> Result<Box<dyn Scheduler>, SchedError> {
     Ok(match name {
         "rr" => Box::new(rr::RoundRobin::new()),
+        "sh" => Box::new(sh::SourceHash::new(params.flags)),
+        "dh" => Box::new(dh::DestHash::new()),
+        "mh" => Box::new(mh::Maglev::new(params.flags, params.mh_table_size)?),
         other => return Err(SchedError::NotFound(other.to_owned())),
     })
 }
