@@ -442,3 +442,106 @@ fn keyed_by_real_server_address_not_list_identity() {
     b.update(&other, ListChange::Reset);
     assert_ne!(a.table(), b.table());
 }
+
+/// The kernel's populate loop transcribed literally (bool bitmap, walk from
+/// the last placed slot, no tail phase), to check the optimised build.
+fn naive_table(d: &[Dest], m: u32) -> Vec<Option<u32>> {
+    let mut table = vec![None; m as usize];
+    let g = d
+        .iter()
+        .map(|x| x.last_weight)
+        .filter(|&w| w > 0)
+        .fold(0, gcd);
+    if d.is_empty() || d.len() > m as usize || g == 0 {
+        return table;
+    }
+    let max_w = d.iter().map(|x| x.last_weight).max().unwrap_or(0);
+    let rshift = fls(max_w / g).saturating_sub(fls(m) / 2);
+    let mut st: Vec<(u32, u32, u32)> = d
+        .iter()
+        .map(|x| {
+            let f = addr_fold(x.config.addr);
+            let off = mh_hashkey(f, x.config.port, HASH1_KEY, 0) % m;
+            let skip = mh_hashkey(f, x.config.port, HASH2_KEY, 0) % (m - 1).max(1) + 1;
+            let t = (x.last_weight / g) >> rshift;
+            (
+                off,
+                skip,
+                if t == 0 {
+                    u32::from(x.last_weight != 0)
+                } else {
+                    t
+                },
+            )
+        })
+        .collect();
+    let mut filled = vec![false; m as usize];
+    let mut n = 0;
+    loop {
+        for (i, s) in st.iter_mut().enumerate() {
+            for _ in 0..s.2 {
+                while filled[s.0 as usize] {
+                    s.0 = (s.0 + s.1) % m;
+                }
+                filled[s.0 as usize] = true;
+                table[s.0 as usize] = Some(i as u32);
+                n += 1;
+                if n == m {
+                    return table;
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn optimised_build_equals_naive_kernel_loop() {
+    for m in [2u32, 3, 13, 251, 4093, 65537] {
+        for n in [1usize, 2, 5, 17, 100, 1000] {
+            if n > m as usize {
+                continue;
+            }
+            let w: Vec<u32> = (0..n as u32).map(|i| (i * 7919) % 13).collect();
+            let (d, s) = built(&w, m, SchedFlags::default());
+            assert_eq!(s.table(), naive_table(&d, m), "m={m} n={n}");
+            let (d, s) = built(&vec![1; n], m, SchedFlags::default());
+            assert_eq!(s.table(), naive_table(&d, m), "equal m={m} n={n}");
+        }
+    }
+}
+
+#[test]
+fn mod_inverse_is_inverse() {
+    for m in [2u32, 3, 13, 4093, 65537, 16_777_213] {
+        for a in [1u32, 2, m / 2, m - 1]
+            .into_iter()
+            .filter(|&a| a >= 1 && a < m)
+        {
+            let i = mod_inverse(a, m);
+            assert_eq!(u64::from(a) * u64::from(i) % u64::from(m), 1, "a={a} m={m}");
+        }
+    }
+}
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn build_equals_naive(
+            w in prop::collection::vec(0u32..300, 1..60),
+            m in prop::sample::select(vec![61u32, 251, 509, 4093]),
+            port in any::<u16>(),
+        ) {
+            let mut d = many(&w);
+            for x in &mut d {
+                x.config.port = port;
+            }
+            let mut s = Maglev::new(SchedFlags::default(), m).unwrap_or_else(|e| panic!("{e}"));
+            s.update(&d, ListChange::Reset);
+            prop_assert_eq!(s.table(), naive_table(&d, m));
+        }
+    }
+}
