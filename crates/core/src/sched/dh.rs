@@ -11,7 +11,7 @@
 //! The bucket is `hash_32(ntohl(daddr_fold), 8)` with the kernel's
 //! `GOLDEN_RATIO_32` multiplicative hash; IPv6 addresses are folded by XOR of
 //! their four 32-bit words. This is the current mainline form; older kernels
-//! (v4.x and before) used `(ntohl(daddr) * 2654435761) & 255`. See the `sh`
+//! used `(ntohl(daddr) * 2654435761) & 255`. See the `sh`
 //! module for how the kernel version boundary was established.
 
 use super::sh::{addr_fold, hash_32};

@@ -93,10 +93,11 @@
 //!
 //! Also, the walk restarts one step after the last placed slot (the kernel
 //! re-tests that slot, which is always filled).
-//! Measured (best of 30, release, shared 2.6 GHz EPYC VM under load from
-//! other builds): M = 65537: N = 1000 ≈ 0.68 ms, N = 100 ≈ 0.65 ms;
-//! M = 4093, N = 100 ≈ 30 µs. The plain kernel loop took ≈ 1.06–1.13 ms at
-//! M = 65537 on the same machine.
+//! Measured with `cargo bench --bench maglev` (criterion, 2-core 2.6 GHz
+//! EPYC VM shared with other builds, so noisy): M = 65537: N = 100 ≈ 0.67 ms,
+//! N = 1000 ≈ 0.70–0.84 ms; M = 4093, N = 100 ≈ 31–34 µs. The plain kernel
+//! loop took ≈ 1.06–1.13 ms at M = 65537 on the same machine. (The Maglev
+//! paper reports 1.8 ms for M = 65537, N = 1000.)
 
 use siphasher::sip::SipHasher13;
 use std::hash::Hasher;

@@ -17,14 +17,17 @@
 //! `GOLDEN_RATIO_32`, the generic form every architecture without
 //! `HAVE_ARCH__HASH_32` uses, x86 and arm64 included). This is the form of the
 //! current mainline `ip_vs_sh_hashkey`, found in SPDX-era sources (the
-//! `GPL-2.0-or-later` header, i.e. ≥ v5.2). Older kernels used
-//! `(offset + (ntohs(port) + ntohl(addr)) * 2654435761) & 255` (the v3.11-era
-//! sh-port/sh-fallback form), and before v3.11 simply
-//! `(ntohl(saddr) * 2654435761) & 255` with no port/offset (and before the
-//! 3.x weighted rebuild, one bucket per server ignoring weights). I could not
-//! pin the exact commit that switched to `hash_32` from the sources available
-//! to me; rvs implements only the current form, so an rvs director agrees
-//! with a kernel director running a current kernel.
+//! `GPL-2.0-or-later` header, i.e. ≥ v5.2, and in derived trees of recent
+//! mainline); dh, lblc and lblcr use `hash_32` in the same sources.
+//! Older kernels used `(offset + (ntohs(port) + ntohl(addr)) * 2654435761) & 255`
+//! (the form that came with the sh-port/sh-fallback flags, 2013 patches by
+//! Alexander Frolkin), and before that simply `(ntohl(saddr) * 2654435761) & 255`
+//! with no port/offset; the oldest (2.6-era) tables even ignored weights (one
+//! bucket per server). The stored torvalds/linux versions of ip_vs_sh.c
+//! available to me were only old ones, so I could not pin the exact commit
+//! or release that switched to `hash_32`: treat "current mainline = hash_32"
+//! as verified, the boundary as "somewhere in 4.x/5.x". rvs implements only
+//! the current form, so it agrees with a director running a current kernel.
 //!
 //! # Address folding
 //!
