@@ -134,7 +134,7 @@ impl Default for IpvsConfig {
     fn default() -> Self {
         IpvsConfig {
             conn_capacity: 1 << 20,
-            seed: 0x5EED_0F_1B5,
+            seed: 0x5EED_F1B5,
             tunables: Tunables::default(),
             preallocate: false,
         }
@@ -935,10 +935,10 @@ impl Ipvs {
         conn.fwmark = pkt.fwmark;
         conn.control = template;
         let id = self.insert_conn(conn, None, now)?;
-        if template != NONE {
-            if let Some(t) = self.conns.get_mut(ConnId(template)) {
-                t.n_control += 1;
-            }
+        if template != NONE
+            && let Some(t) = self.conns.get_mut(ConnId(template))
+        {
+            t.n_control += 1;
         }
         self.bind(dest_id, flags);
         self.count(dest_id, |c| c.conns += 1);
@@ -1030,7 +1030,7 @@ impl Ipvs {
             }
         }
         self.conns.set_timeout(id, timeout, now);
-        if was_inactive != !active {
+        if was_inactive == active {
             self.with_dest(dest, |d| {
                 if active {
                     d.inactive = d.inactive.saturating_sub(1);
@@ -1046,10 +1046,11 @@ impl Ipvs {
             L4::Sctp(_) => new_state == SctpState::Established as u8,
             L4::Udp => false,
         };
-        if established && control != NONE {
-            if let Some(t) = self.conns.get_mut(ConnId(control)) {
-                t.flags.insert(ConnFlags::ASSURED);
-            }
+        if established
+            && control != NONE
+            && let Some(t) = self.conns.get_mut(ConnId(control))
+        {
+            t.flags.insert(ConnFlags::ASSURED);
         }
     }
 
@@ -1235,13 +1236,14 @@ impl Ipvs {
     /// Service lookup order of `ip_vs_service_find`: fwmark, exact, port zero.
     fn find_service(&self, pkt: &Packet<'_>) -> Option<usize> {
         let af = AddrFamily::of(&pkt.dst);
-        if pkt.fwmark != 0 && self.fwmark_services > 0 {
-            if let Some(i) = self.service_index(&ServiceKey::Fwmark {
+        if pkt.fwmark != 0
+            && self.fwmark_services > 0
+            && let Some(i) = self.service_index(&ServiceKey::Fwmark {
                 mark: pkt.fwmark,
                 af,
-            }) {
-                return Some(i);
-            }
+            })
+        {
+            return Some(i);
         }
         let protocol = pkt.l4.protocol();
         self.service_index(&ServiceKey::Addr {

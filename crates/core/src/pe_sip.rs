@@ -24,10 +24,8 @@ pub fn call_id(payload: &[u8]) -> Option<&[u8]> {
         if line.is_empty() && !first {
             return None; // end of headers
         }
-        if !first {
-            if let Some(v) = header_value(line) {
-                return (!v.is_empty() && v.len() <= MAX_PE_DATA).then_some(v);
-            }
+        if !first && let Some(v) = header_value(line) {
+            return (!v.is_empty() && v.len() <= MAX_PE_DATA).then_some(v);
         }
         first = false;
         // Skip the line terminator (CRLF, or a lone CR or LF).

@@ -19,21 +19,25 @@ use crate::model::{Protocol, SchedFlags};
 use crate::time::Instant;
 
 mod argmin;
+mod dh;
 mod fo;
+#[cfg(test)]
+mod hash_proptests;
 mod lblc;
 mod lblcr;
 mod lc;
 mod locality;
+mod mh;
 mod nq;
 mod ovf;
+#[cfg(test)]
+mod proptests;
 mod rr;
 mod sed;
+mod sh;
 mod twos;
 mod wlc;
 mod wrr;
-
-#[cfg(test)]
-mod proptests;
 
 /// What a scheduler may look at in the packet that starts a connection.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -142,6 +146,9 @@ pub fn new_scheduler(name: &str, params: &SchedParams) -> Result<Box<dyn Schedul
         "twos" => Box::new(twos::TwoChoices::new(params.seed)),
         "lblc" => Box::new(lblc::Lblc::new()),
         "lblcr" => Box::new(lblcr::Lblcr::new()),
+        "sh" => Box::new(sh::SourceHash::new(params.flags)),
+        "dh" => Box::new(dh::DestHash::new()),
+        "mh" => Box::new(mh::Maglev::new(params.flags, params.mh_table_size)?),
         other => return Err(SchedError::NotFound(other.to_owned())),
     })
 }
@@ -155,13 +162,13 @@ pub(crate) mod testutil {
     use std::net::Ipv4Addr;
 
     /// Destinations with these weights, in list order; server `i` has
-    /// address 10.0.0.(i+1):80.
+    /// address 10.0.(i/256).(i%256+1):80 (wrapping).
     pub(crate) fn dests(weights: &[u32]) -> Vec<Dest> {
         weights
             .iter()
             .enumerate()
             .map(|(i, &w)| {
-                let ip = Ipv4Addr::new(10, 0, (i >> 8) as u8, (i & 0xff) as u8 + 1);
+                let ip = Ipv4Addr::new(10, 0, (i >> 8) as u8, ((i & 0xff) as u8).wrapping_add(1));
                 Dest::new(DestId(i as u32), DestConfig::new(ip.into(), 80).weight(w))
             })
             .collect()
