@@ -4,6 +4,7 @@
 //! Run: `cargo bench -p rvs-core --bench conn_table -- --quick`
 //! (10M needs ~1.3 GiB per table; setup takes a few seconds per size).
 
+use std::collections::HashMap;
 use std::hint::black_box;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant as StdInstant};
@@ -130,6 +131,27 @@ fn bench_size(c: &mut Criterion, n: u32, samples: usize) {
                 total += s.elapsed();
             }
             total
+        })
+    });
+    drop(t);
+
+    // Baseline in the same run: std's HashMap keyed by the tuple, holding
+    // the same 96-byte entries (what a straightforward table would be).
+    let mut h: HashMap<ConnKey, Conn> = HashMap::with_capacity(n as usize);
+    for i in 0..n {
+        h.insert(key(i), conn(i));
+    }
+    let per = std::mem::size_of::<(ConnKey, Conn)>() + 1;
+    println!(
+        "{label} std HashMap baseline: {:.1} bytes/entry (no timer, no reply index)",
+        (h.capacity() * per) as f64 / h.len() as f64
+    );
+    let mut j = 0u32;
+    g.bench_function("baseline_std_hashmap_lookup_hit", |b| {
+        b.iter(|| {
+            j = j.wrapping_add(1);
+            let k = key(j.wrapping_mul(2_654_435_761) % n);
+            black_box(h.get(&k).map(|c| c.dport))
         })
     });
     g.finish();

@@ -4,6 +4,9 @@
 //! counter grows and the scheduler is told, as the director does), so the
 //! least-connection family pays for keeping its index current.
 //!
+//! `wlc_kernel_scan` is the kernel's O(N) wlc loop, measured in the same run
+//! as the baseline for the least-connection family.
+//!
 //! Run: `cargo bench -p rvs-core --bench schedulers`
 
 use std::hint::black_box;
@@ -62,7 +65,44 @@ fn bench(c: &mut Criterion) {
             });
         }
     }
+    // Baseline in the same run: the kernel's wlc, a scan of every server per
+    // decision (ip_vs_wlc.c), with the same bind step.
+    for n in [10usize, 100, 1000] {
+        let mut d = dests(n);
+        let mut i: u32 = 0;
+        g.bench_with_input(BenchmarkId::new("wlc_kernel_scan", n), &n, |b, _| {
+            b.iter(|| {
+                i = i.wrapping_add(1);
+                let pos = kernel_wlc(black_box(&d));
+                if let Some(p) = pos {
+                    d[p].inactive += 1;
+                }
+                black_box(pos)
+            })
+        });
+    }
     g.finish();
+}
+
+/// ip_vs_wlc.c's loop: first eligible server, replaced by any later one
+/// with a strictly smaller overhead/weight (cross-multiplied).
+fn kernel_wlc(d: &[Dest]) -> Option<usize> {
+    let mut least: Option<usize> = None;
+    for (i, x) in d.iter().enumerate() {
+        if !x.is_eligible() {
+            continue;
+        }
+        match least {
+            None => least = Some(i),
+            Some(l) => {
+                let lo = d[l].overhead() * u64::from(x.weight());
+                if lo > x.overhead() * u64::from(d[l].weight()) {
+                    least = Some(i);
+                }
+            }
+        }
+    }
+    least
 }
 
 criterion_group!(benches, bench);

@@ -459,5 +459,58 @@ impl Scheduler for Maglev {
     }
 }
 
+/// The kernel's populate loop transcribed literally (bool bitmap, walk from
+/// the last placed slot, no tail phase): the reference the optimised build is
+/// tested against and the baseline of the `maglev` bench. Not stable API.
+#[doc(hidden)]
+pub fn reference_table(d: &[Dest], m: u32) -> Vec<Option<u32>> {
+    let mut table = vec![None; m as usize];
+    let g = d
+        .iter()
+        .map(|x| x.last_weight)
+        .filter(|&w| w > 0)
+        .fold(0, gcd);
+    if d.is_empty() || d.len() > m as usize || g == 0 {
+        return table;
+    }
+    let max_w = d.iter().map(|x| x.last_weight).max().unwrap_or(0);
+    let rshift = fls(max_w / g).saturating_sub(fls(m) / 2);
+    let mut st: Vec<(u32, u32, u32)> = d
+        .iter()
+        .map(|x| {
+            let f = addr_fold(x.config.addr);
+            let off = mh_hashkey(f, x.config.port, HASH1_KEY, 0) % m;
+            let skip = mh_hashkey(f, x.config.port, HASH2_KEY, 0) % (m - 1).max(1) + 1;
+            let t = (x.last_weight / g) >> rshift;
+            (
+                off,
+                skip,
+                if t == 0 {
+                    u32::from(x.last_weight != 0)
+                } else {
+                    t
+                },
+            )
+        })
+        .collect();
+    let mut filled = vec![false; m as usize];
+    let mut n = 0;
+    loop {
+        for (i, s) in st.iter_mut().enumerate() {
+            for _ in 0..s.2 {
+                while filled[s.0 as usize] {
+                    s.0 = (s.0 + s.1) % m;
+                }
+                filled[s.0 as usize] = true;
+                table[s.0 as usize] = Some(i as u32);
+                n += 1;
+                if n == m {
+                    return table;
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -39,6 +39,9 @@ mod twos;
 mod wlc;
 mod wrr;
 
+#[doc(hidden)]
+pub use mh::reference_table as mh_reference_table;
+
 /// What a scheduler may look at in the packet that starts a connection.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct SchedInput {
