@@ -375,6 +375,47 @@ impl Ipvs {
         Ok(())
     }
 
+    /// Add a service together with its real servers in one step, as a
+    /// configuration file states them: `dests` in the order they would be
+    /// added with `-a` (so the last one heads the list). All or nothing, and
+    /// the scheduler builds its tables once instead of once per server.
+    pub fn add_service_with(
+        &mut self,
+        key: ServiceKey,
+        config: ServiceConfig,
+        dests: &[DestConfig],
+    ) -> Result<(), CtlError> {
+        if self.by_key.contains_key(&key) {
+            return Err(CtlError::ServiceExists);
+        }
+        for (i, d) in dests.iter().enumerate() {
+            validate_dest(&key, d)?;
+            if dests[..i]
+                .iter()
+                .any(|x| x.addr == d.addr && x.port == d.port)
+            {
+                return Err(CtlError::DestExists);
+            }
+        }
+        check_dest_count(&config, dests.len())?;
+        // Nothing below can fail once the service itself is accepted.
+        self.add_service(key, config)?;
+        let list: Vec<Dest> = dests
+            .iter()
+            .rev()
+            .map(|d| {
+                let id = self.alloc_dest_id();
+                Dest::new(id, *d)
+            })
+            .collect();
+        let idx = self.service_index(&key).ok_or(CtlError::NoService)?;
+        let svc = self.service_at_mut(idx);
+        svc.dests = list;
+        svc.sched.update(&svc.dests, ListChange::Reset);
+        self.relocate(idx);
+        Ok(())
+    }
+
     /// `-E`: change a service's options; its real servers and connections stay.
     pub fn edit_service(
         &mut self,

@@ -9,6 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Transport protocol of a virtual service.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Protocol {
     /// TCP (IP protocol 6).
     Tcp,
@@ -56,6 +57,7 @@ impl fmt::Display for Protocol {
 
 /// Address family of a service or real server.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum AddrFamily {
     /// IPv4.
     Inet,
@@ -76,6 +78,7 @@ impl AddrFamily {
 /// What identifies a virtual service: protocol + VIP + port, or a firewall
 /// mark (+ address family).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ServiceKey {
     /// `-t/-u/--sctp-service addr:port`. Port 0 means "every port" and
     /// requires persistence.
@@ -121,6 +124,7 @@ impl ServiceKey {
 
 /// Tunnel encapsulation of a `-i` (tunnel) real server.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum TunnelType {
     /// IP-in-IP (the default).
     #[default]
@@ -144,6 +148,7 @@ impl TunnelType {
 
 /// Checksum handling of a GUE or GRE tunnel (`--tun-nocsum|--tun-csum|--tun-remcsum`).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum TunnelCsum {
     /// No checksum in the encapsulation (the kernel's default, flag value 0).
     #[default]
@@ -156,6 +161,7 @@ pub enum TunnelCsum {
 
 /// Parameters of a tunnel real server.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Tunnel {
     /// Encapsulation.
     pub kind: TunnelType,
@@ -167,6 +173,7 @@ pub struct Tunnel {
 
 /// How packets reach a real server (`-m -g -i`, keepalived `lb_kind`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ForwardMethod {
     /// NAT (`-m`, keepalived `NAT`): destination rewritten, replies come back
     /// through the director.
@@ -203,6 +210,7 @@ impl ForwardMethod {
 
 /// A real server as configured (`-a -r addr:port -w N -x U -y L`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct DestConfig {
     /// Address of the real server.
     pub addr: IpAddr,
@@ -254,6 +262,7 @@ impl DestConfig {
 
 /// Scheduler flags (`-b`), with the kernel's bit values.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct SchedFlags(pub u32);
 
 impl SchedFlags {
@@ -286,6 +295,7 @@ impl SchedFlags {
 /// Persistence granularity (`-M`): which part of the client address forms
 /// the persistence template key.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum PersistMask {
     /// IPv4 netmask, default 255.255.255.255. Non-contiguous masks are
     /// applied as given, like the kernel does.
@@ -322,6 +332,7 @@ impl PersistMask {
 
 /// A persistence engine (`--pe`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum PersistenceEngine {
     /// SIP: templates keyed also by the `Call-ID` header (UDP services).
     Sip,
@@ -348,6 +359,7 @@ pub const DEFAULT_MH_TABLE_SIZE: u32 = 4093;
 
 /// A virtual service's options (`-s -b -p -M --pe -o`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ServiceConfig {
     /// Scheduler name (`rr`, `wlc`, ...). ipvsadm's default is `wlc`.
     pub scheduler: String,

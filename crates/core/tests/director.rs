@@ -807,3 +807,56 @@ fn timeouts_set_like_ipvsadm() {
     assert_eq!(ipvs.expire(t(10)), 1);
     assert!(ipvs.conns().get(id).is_none());
 }
+
+#[test]
+fn add_service_with_equals_one_by_one_and_is_all_or_nothing() {
+    let dests: Vec<DestConfig> = (1..=5)
+        .map(|i| DestConfig::new(rs(i), 80).weight(u32::from(i)))
+        .collect();
+    let mut a = Ipvs::new(IpvsConfig::default());
+    let cfg = ServiceConfig::new(AddrFamily::Inet).scheduler("mh");
+    a.add_service_with(tcp_svc(80), cfg.clone(), &dests)
+        .unwrap();
+    let mut b = Ipvs::new(IpvsConfig::default());
+    b.add_service(tcp_svc(80), cfg.clone()).unwrap();
+    for d in &dests {
+        b.add_dest(&tcp_svc(80), *d).unwrap();
+    }
+    let order = |x: &Ipvs| {
+        x.service(&tcp_svc(80))
+            .unwrap()
+            .dests()
+            .iter()
+            .map(|d| d.config)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(order(&a), order(&b));
+    for i in 0..200u32 {
+        let c = IpAddr::V4(Ipv4Addr::from(0x0b00_0000 + i * 7919));
+        let p = tcp_in(c, 1, 80, SYN);
+        assert_eq!(
+            fwd(a.process(t(0), &p)).daddr,
+            fwd(b.process(t(0), &p)).daddr
+        );
+    }
+    a.audit().unwrap();
+    // A duplicate or an invalid server rejects the whole service.
+    let mut bad = dests.clone();
+    bad.push(DestConfig::new(rs(1), 80));
+    assert_eq!(
+        a.add_service_with(tcp_svc(81), cfg.clone(), &bad),
+        Err(CtlError::DestExists)
+    );
+    bad.pop();
+    bad.push(DestConfig::new(rs(9), 80).weight(70_000));
+    assert!(matches!(
+        a.add_service_with(tcp_svc(81), cfg.clone(), &bad),
+        Err(CtlError::Range(_))
+    ));
+    assert!(a.service(&tcp_svc(81)).is_none());
+    assert_eq!(
+        a.add_service_with(tcp_svc(80), cfg, &[]),
+        Err(CtlError::ServiceExists)
+    );
+    a.audit().unwrap();
+}

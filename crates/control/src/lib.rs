@@ -1,0 +1,14 @@
+//! # rvs-control
+//!
+//! The control plane's logic, without sockets or threads:
+//! * [`protocol`] — what `rvsadm` and `rvsd` say to each other (JSON lines);
+//! * [`dataplane`] — the one trait every data plane implements;
+//! * [`state`] — the desired service table as definitions, the difference
+//!   between two tables, and applying it atomically to the core director so
+//!   a reload touches only what changed and a bad request changes nothing.
+#![warn(missing_docs, unreachable_pub)]
+#![forbid(unsafe_code)]
+
+pub mod dataplane;
+pub mod protocol;
+pub mod state;

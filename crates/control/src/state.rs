@@ -1,0 +1,580 @@
+//! The desired service table, differences between tables, and applying
+//! changes atomically.
+//!
+//! A configuration source (keepalived.conf, an ipvsadm-save file, a batch of
+//! `rvsadm -R` lines) yields a list of [`ServiceDef`]s. [`Controller`] owns
+//! the live director and the data plane and guarantees:
+//! * a request that fails changes nothing (it is first tried on a scratch
+//!   copy when it holds more than one command);
+//! * a reload applies only the difference ([`diff`]): services and real
+//!   servers that did not change keep their connections, counters and
+//!   scheduler state;
+//! * every accepted change reaches the data plane, in order.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use rvs_core::ipvs::{CtlError, Ipvs, IpvsConfig};
+use rvs_core::model::{DestConfig, ServiceConfig, ServiceKey};
+
+use crate::dataplane::DataPlane;
+use crate::protocol::Command;
+
+/// A service as a configuration source states it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceDef {
+    /// Identity.
+    pub key: ServiceKey,
+    /// Options.
+    pub config: ServiceConfig,
+    /// Real servers in the order they are added (the last one heads the
+    /// kernel-order list).
+    pub dests: Vec<DestConfig>,
+}
+
+/// The service table the live director holds now, as definitions (real
+/// servers in add order), sorted by nothing in particular.
+pub fn current_defs(ipvs: &Ipvs) -> Vec<ServiceDef> {
+    ipvs.services()
+        .map(|s| ServiceDef {
+            key: *s.key(),
+            config: s.config().clone(),
+            dests: s.dests().iter().rev().map(|d| d.config).collect(),
+        })
+        .collect()
+}
+
+/// Apply one command to a director.
+pub fn apply(ipvs: &mut Ipvs, cmd: &Command) -> Result<(), CtlError> {
+    match cmd {
+        Command::AddService { key, config } => ipvs.add_service(*key, config.clone()),
+        Command::EditService { key, config } => ipvs.edit_service(key, config.clone()),
+        Command::DelService { key } => ipvs.del_service(key),
+        Command::Clear => {
+            ipvs.flush();
+            Ok(())
+        }
+        Command::AddDest { service, dest } => ipvs.add_dest(service, *dest).map(|_| ()),
+        Command::EditDest { service, dest } => ipvs.edit_dest(service, *dest),
+        Command::DelDest {
+            service,
+            addr,
+            port,
+        } => ipvs.del_dest(service, *addr, *port),
+        Command::Zero { service } => ipvs.zero(service.as_ref()),
+        Command::SetTimeouts { tcp, tcpfin, udp } => {
+            ipvs.set_timeouts(*tcp, *tcpfin, *udp);
+            Ok(())
+        }
+    }
+}
+
+/// Two real servers are the same one when address and port match.
+fn dest_id(d: &DestConfig) -> (std::net::IpAddr, u16) {
+    (d.addr, d.port)
+}
+
+/// What a difference does, for logs and the reload answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiffSummary {
+    /// Services added.
+    pub services_added: usize,
+    /// Services removed.
+    pub services_removed: usize,
+    /// Services whose options changed.
+    pub services_edited: usize,
+    /// Real servers added (to services that existed before).
+    pub dests_added: usize,
+    /// Real servers removed (from services that stay).
+    pub dests_removed: usize,
+    /// Real servers whose weight, method or thresholds changed.
+    pub dests_edited: usize,
+}
+
+impl DiffSummary {
+    /// Nothing changes.
+    pub fn is_empty(&self) -> bool {
+        *self == DiffSummary::default()
+    }
+}
+
+impl fmt::Display for DiffSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "services +{} -{} ~{}, real servers +{} -{} ~{}",
+            self.services_added,
+            self.services_removed,
+            self.services_edited,
+            self.dests_added,
+            self.dests_removed,
+            self.dests_edited
+        )
+    }
+}
+
+/// The commands that turn `current` into `target`, touching nothing that is
+/// equal in both. Order: removed services, then per kept service option edits,
+/// removed, edited and added real servers, then new services with their real
+/// servers (in add order).
+pub fn diff(current: &[ServiceDef], target: &[ServiceDef]) -> (Vec<Command>, DiffSummary) {
+    let mut cmds = Vec::new();
+    let mut sum = DiffSummary::default();
+    let cur: HashMap<&ServiceKey, &ServiceDef> = current.iter().map(|s| (&s.key, s)).collect();
+    let tgt: HashMap<&ServiceKey, &ServiceDef> = target.iter().map(|s| (&s.key, s)).collect();
+    for s in current {
+        if !tgt.contains_key(&s.key) {
+            cmds.push(Command::DelService { key: s.key });
+            sum.services_removed += 1;
+        }
+    }
+    for t in target {
+        match cur.get(&t.key) {
+            None => {
+                cmds.push(Command::AddService {
+                    key: t.key,
+                    config: t.config.clone(),
+                });
+                for d in &t.dests {
+                    cmds.push(Command::AddDest {
+                        service: t.key,
+                        dest: *d,
+                    });
+                }
+                sum.services_added += 1;
+            }
+            Some(c) => {
+                if c.config != t.config {
+                    cmds.push(Command::EditService {
+                        key: t.key,
+                        config: t.config.clone(),
+                    });
+                    sum.services_edited += 1;
+                }
+                let cd: HashMap<_, &DestConfig> = c.dests.iter().map(|d| (dest_id(d), d)).collect();
+                let td: HashMap<_, &DestConfig> = t.dests.iter().map(|d| (dest_id(d), d)).collect();
+                for d in &c.dests {
+                    if !td.contains_key(&dest_id(d)) {
+                        cmds.push(Command::DelDest {
+                            service: t.key,
+                            addr: d.addr,
+                            port: d.port,
+                        });
+                        sum.dests_removed += 1;
+                    }
+                }
+                for d in &t.dests {
+                    match cd.get(&dest_id(d)) {
+                        Some(old) if **old == *d => {}
+                        Some(_) => {
+                            cmds.push(Command::EditDest {
+                                service: t.key,
+                                dest: *d,
+                            });
+                            sum.dests_edited += 1;
+                        }
+                        None => {
+                            cmds.push(Command::AddDest {
+                                service: t.key,
+                                dest: *d,
+                            });
+                            sum.dests_added += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    (cmds, sum)
+}
+
+/// A failed request: which command and why. Nothing was changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{error}")]
+pub struct ExecError {
+    /// Index of the failing command in the request (for a reload: of the
+    /// failing service definition).
+    pub index: usize,
+    /// The director's error (its text is what ipvsadm prints).
+    pub error: CtlError,
+}
+
+/// Build a director holding exactly `defs`, or say which definition is
+/// invalid. Used to validate a whole configuration before touching the live
+/// state.
+pub fn build(defs: &[ServiceDef], config: IpvsConfig) -> Result<Ipvs, ExecError> {
+    let mut ipvs = Ipvs::new(config);
+    for (index, s) in defs.iter().enumerate() {
+        ipvs.add_service_with(s.key, s.config.clone(), &s.dests)
+            .map_err(|error| ExecError { index, error })?;
+    }
+    Ok(ipvs)
+}
+
+/// The live director plus its data plane.
+pub struct Controller {
+    ipvs: Ipvs,
+    plane: Box<dyn DataPlane>,
+    config: IpvsConfig,
+    plane_errors: Vec<String>,
+}
+
+impl fmt::Debug for Controller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Controller")
+            .field("plane", &self.plane.name())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Scratch copies only need room for the service table, not for traffic.
+fn scratch_config(config: IpvsConfig) -> IpvsConfig {
+    IpvsConfig {
+        conn_capacity: 16,
+        preallocate: false,
+        ..config
+    }
+}
+
+impl Controller {
+    /// An empty director with this configuration, driving `plane`.
+    pub fn new(config: IpvsConfig, plane: Box<dyn DataPlane>) -> Self {
+        Controller {
+            ipvs: Ipvs::new(config),
+            plane,
+            config,
+            plane_errors: Vec::new(),
+        }
+    }
+
+    /// The live director (read-only: changes go through [`Controller::exec`]
+    /// so the data plane sees them).
+    pub fn ipvs(&self) -> &Ipvs {
+        &self.ipvs
+    }
+
+    /// The live director for the packet path and timers (a data plane
+    /// driver calls `process`/`expire` through this), not for configuration.
+    pub fn ipvs_mut(&mut self) -> &mut Ipvs {
+        &mut self.ipvs
+    }
+
+    /// The data plane's name.
+    pub fn plane_name(&self) -> &'static str {
+        self.plane.name()
+    }
+
+    /// Apply commands. With `atomic` (or more than one command) they are
+    /// first tried on a scratch copy of the service table, so a failure at
+    /// command `i` leaves the live state untouched. Without `atomic`, a
+    /// single command is applied directly: the core's operations are
+    /// themselves all-or-nothing.
+    pub fn exec(&mut self, cmds: &[Command], atomic: bool) -> Result<(), ExecError> {
+        if atomic || cmds.len() > 1 {
+            let defs = current_defs(&self.ipvs);
+            let mut scratch = build(&defs, scratch_config(self.config)).map_err(|e| ExecError {
+                index: 0,
+                error: e.error,
+            })?;
+            for (index, c) in cmds.iter().enumerate() {
+                apply(&mut scratch, c).map_err(|error| ExecError { index, error })?;
+            }
+        }
+        for (index, c) in cmds.iter().enumerate() {
+            apply(&mut self.ipvs, c).map_err(|error| ExecError { index, error })?;
+            self.notify(c);
+        }
+        Ok(())
+    }
+
+    /// Make the live table equal `target` (a reload): validate `target` as a
+    /// whole first, then apply only the difference. On error nothing changed.
+    pub fn replace(&mut self, target: &[ServiceDef]) -> Result<DiffSummary, ExecError> {
+        build(target, scratch_config(self.config))?;
+        let (cmds, summary) = diff(&current_defs(&self.ipvs), target);
+        // Fast path for new services: one scheduler build per service.
+        let mut i = 0;
+        while i < cmds.len() {
+            if let Command::AddService { key, config } = &cmds[i] {
+                let n = cmds[i + 1..]
+                    .iter()
+                    .take_while(|c| matches!(c, Command::AddDest { service, .. } if service == key))
+                    .count();
+                let dests: Vec<DestConfig> = cmds[i + 1..=i + n]
+                    .iter()
+                    .filter_map(|c| match c {
+                        Command::AddDest { dest, .. } => Some(*dest),
+                        _ => None,
+                    })
+                    .collect();
+                self.ipvs
+                    .add_service_with(*key, config.clone(), &dests)
+                    .map_err(|error| ExecError { index: i, error })?;
+                for c in &cmds[i..=i + n] {
+                    self.notify(c);
+                }
+                i += n + 1;
+            } else {
+                apply(&mut self.ipvs, &cmds[i]).map_err(|error| ExecError { index: i, error })?;
+                self.notify(&cmds[i]);
+                i += 1;
+            }
+        }
+        Ok(summary)
+    }
+
+    /// Data plane errors since the last call (for the daemon to log).
+    pub fn take_plane_errors(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.plane_errors)
+    }
+
+    fn notify(&mut self, cmd: &Command) {
+        // A data plane error does not undo the model change; the data plane
+        // is expected to converge. The daemon logs it.
+        if let Err(e) = self.plane.apply(cmd) {
+            self.plane_errors.push(e.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::{DataPlaneError, NoDataPlane};
+    use proptest::prelude::*;
+    use rvs_core::ipvs::{L4, Packet, Verdict};
+    use rvs_core::model::{AddrFamily, Protocol};
+    use rvs_core::state::TcpFlags;
+    use rvs_core::time::Instant;
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::sync::{Arc, Mutex};
+
+    fn key(port: u16) -> ServiceKey {
+        ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+            port,
+        }
+    }
+
+    fn rs(i: u8) -> DestConfig {
+        DestConfig::new(IpAddr::V4(Ipv4Addr::new(192, 168, 0, i)), 80)
+    }
+
+    fn def(port: u16, sched: &str, dests: &[u8]) -> ServiceDef {
+        ServiceDef {
+            key: key(port),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler(sched),
+            dests: dests.iter().map(|&i| rs(i)).collect(),
+        }
+    }
+
+    /// Records what the data plane was told.
+    struct Recorder(Arc<Mutex<Vec<Command>>>);
+    impl DataPlane for Recorder {
+        fn name(&self) -> &'static str {
+            "recorder"
+        }
+        fn apply(&mut self, c: &Command) -> Result<(), DataPlaneError> {
+            self.0
+                .lock()
+                .map_err(|_| DataPlaneError {
+                    plane: "recorder",
+                    message: "poisoned".into(),
+                })?
+                .push(c.clone());
+            Ok(())
+        }
+    }
+
+    fn normalized(mut defs: Vec<ServiceDef>) -> Vec<(String, Vec<String>)> {
+        defs.sort_by_key(|d| format!("{:?}", d.key));
+        defs.into_iter()
+            .map(|d| {
+                let mut ds: Vec<String> = d.dests.iter().map(|x| format!("{x:?}")).collect();
+                ds.sort();
+                (format!("{:?}{:?}", d.key, d.config), ds)
+            })
+            .collect()
+    }
+
+    fn syn(ctl: &mut Controller, client: u8, port: u16) -> Verdict {
+        let p = Packet {
+            src: IpAddr::V4(Ipv4Addr::new(1, 1, 1, client)),
+            sport: 1000,
+            dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+            dport: port,
+            l4: L4::Tcp(TcpFlags {
+                syn: true,
+                fin: false,
+                ack: false,
+                rst: false,
+            }),
+            fwmark: 0,
+            len: 60,
+            payload: b"",
+        };
+        ctl.ipvs_mut().process(Instant::ZERO, &p)
+    }
+
+    #[test]
+    fn diff_touches_only_what_changed() {
+        let a = vec![
+            def(80, "rr", &[1, 2, 3]),
+            def(81, "wlc", &[1]),
+            def(82, "rr", &[1]),
+        ];
+        let mut b = vec![
+            def(80, "rr", &[1, 3, 4]),
+            def(81, "wrr", &[1]),
+            def(83, "rr", &[5, 6]),
+        ];
+        b[0].dests[1] = rs(3).weight(7);
+        let (cmds, sum) = diff(&a, &b);
+        assert_eq!(
+            sum,
+            DiffSummary {
+                services_added: 1,
+                services_removed: 1,
+                services_edited: 1,
+                dests_added: 1,
+                dests_removed: 1,
+                dests_edited: 1
+            }
+        );
+        assert_eq!(cmds.len(), 1 + 1 + 1 + 1 + 1 + 1 + 2);
+        assert_eq!(diff(&b, &b).0, vec![]);
+    }
+
+    #[test]
+    fn reload_keeps_connections_and_counters_of_unchanged_parts() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut ctl = Controller::new(IpvsConfig::default(), Box::new(Recorder(log.clone())));
+        ctl.replace(&[def(80, "rr", &[1, 2]), def(81, "rr", &[1])])
+            .unwrap();
+        for c in 0..10 {
+            assert!(matches!(syn(&mut ctl, c, 80), Verdict::Forward(_)));
+        }
+        let conns_before = ctl.ipvs().conns().len();
+        let before = |ctl: &Controller, i: u8| {
+            let svc = ctl.ipvs().service(&key(80)).unwrap();
+            svc.dests()
+                .iter()
+                .find(|d| d.config.addr == rs(i).addr)
+                .map(|d| (d.id, d.active, d.stats.conns))
+        };
+        let rs1 = before(&ctl, 1).unwrap();
+        log.lock().unwrap().clear();
+
+        // One real server added, one removed; the other service untouched.
+        let sum = ctl
+            .replace(&[def(80, "rr", &[1, 3]), def(81, "rr", &[1])])
+            .unwrap();
+        assert_eq!(
+            (sum.dests_added, sum.dests_removed, sum.services_edited),
+            (1, 1, 0)
+        );
+        assert_eq!(
+            before(&ctl, 1),
+            Some(rs1),
+            "rs1 keeps id, counters and stats"
+        );
+        assert_eq!(
+            ctl.ipvs().conns().len(),
+            conns_before,
+            "no connection dropped"
+        );
+        assert_eq!(ctl.ipvs().service(&key(80)).unwrap().stats().conns, 10);
+        assert_eq!(
+            log.lock().unwrap().len(),
+            2,
+            "the data plane saw exactly the difference"
+        );
+        ctl.ipvs().audit().unwrap();
+    }
+
+    #[test]
+    fn bad_reload_and_bad_batch_change_nothing() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut ctl = Controller::new(IpvsConfig::default(), Box::new(Recorder(log.clone())));
+        ctl.replace(&[def(80, "rr", &[1, 2])]).unwrap();
+        let snapshot = normalized(current_defs(ctl.ipvs()));
+        log.lock().unwrap().clear();
+
+        let mut bad = vec![def(80, "rr", &[1]), def(81, "nope", &[1])];
+        let e = ctl.replace(&bad).unwrap_err();
+        assert_eq!((e.index, e.error), (1, CtlError::SchedulerNotFound));
+        bad[1] = def(81, "rr", &[1, 1]);
+        assert_eq!(ctl.replace(&bad).unwrap_err().error, CtlError::DestExists);
+
+        let batch = vec![
+            Command::AddDest {
+                service: key(80),
+                dest: rs(3),
+            },
+            Command::DelService { key: key(80) },
+            Command::DelService { key: key(80) },
+        ];
+        let e = ctl.exec(&batch, true).unwrap_err();
+        assert_eq!((e.index, e.error), (2, CtlError::NoService));
+        assert_eq!(normalized(current_defs(ctl.ipvs())), snapshot);
+        assert!(log.lock().unwrap().is_empty(), "the data plane saw nothing");
+    }
+
+    #[test]
+    fn single_commands_apply_directly() {
+        let mut ctl = Controller::new(IpvsConfig::default(), Box::new(NoDataPlane));
+        let add = Command::AddService {
+            key: key(80),
+            config: ServiceConfig::new(AddrFamily::Inet),
+        };
+        ctl.exec(std::slice::from_ref(&add), false).unwrap();
+        assert_eq!(
+            ctl.exec(&[add], false).unwrap_err().error,
+            CtlError::ServiceExists
+        );
+        ctl.exec(
+            &[Command::SetTimeouts {
+                tcp: 5,
+                tcpfin: 0,
+                udp: 0,
+            }],
+            false,
+        )
+        .unwrap();
+        assert_eq!(ctl.ipvs().timeouts().ipvsadm(), (5, 120, 300));
+    }
+
+    fn arb_defs() -> impl Strategy<Value = Vec<ServiceDef>> {
+        proptest::collection::btree_map(
+            0u16..6,
+            (
+                prop::sample::select(vec!["rr", "wlc", "sh", "mh"]),
+                proptest::collection::btree_map(1u8..8, 0u32..4, 0..5),
+            ),
+            0..5,
+        )
+        .prop_map(|m| {
+            m.into_iter()
+                .map(|(port, (sched, ds))| ServiceDef {
+                    key: key(80 + port),
+                    config: ServiceConfig::new(AddrFamily::Inet).scheduler(sched),
+                    dests: ds.into_iter().map(|(i, w)| rs(i).weight(w)).collect(),
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        /// Applying diff(a, b) to a director holding `a` yields `b`.
+        #[test]
+        fn diff_then_apply_reaches_target(a in arb_defs(), b in arb_defs()) {
+            let mut ctl = Controller::new(IpvsConfig::default(), Box::new(NoDataPlane));
+            ctl.replace(&a).unwrap();
+            prop_assert_eq!(normalized(current_defs(ctl.ipvs())), normalized(a.clone()));
+            ctl.replace(&b).unwrap();
+            prop_assert_eq!(normalized(current_defs(ctl.ipvs())), normalized(b.clone()));
+            ctl.ipvs().audit().unwrap();
+        }
+    }
+}
