@@ -1,0 +1,109 @@
+//! The daemon's state: the controller (desired state + data plane), where
+//! the configuration came from, and the request handlers.
+
+use std::time::Instant as StdInstant;
+
+use rvs_control::protocol::{Request, Response};
+use rvs_control::state::{Controller, DiffSummary};
+use rvs_core::time::Instant;
+
+use crate::source::{self, Source};
+use crate::view;
+
+/// Everything the daemon's tasks share (behind one mutex: control requests
+/// are rare and short; the packet path of a data plane does not go through it).
+pub struct Daemon {
+    ctl: Controller,
+    source: Option<Source>,
+    epoch: StdInstant,
+    reloads: u64,
+    reload_failures: u64,
+}
+
+impl Daemon {
+    /// A daemon around `ctl`, configured from `source` if any (already loaded).
+    pub fn new(ctl: Controller, source: Option<Source>) -> Self {
+        Daemon { ctl, source, epoch: StdInstant::now(), reloads: 0, reload_failures: 0 }
+    }
+
+    /// The core's notion of now: milliseconds since the daemon started.
+    pub fn now(&self) -> Instant {
+        Instant::from_millis(u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// The controller.
+    pub fn controller(&self) -> &Controller {
+        &self.ctl
+    }
+
+    /// Periodic work: expire connections, run the rate estimators, log data
+    /// plane errors.
+    pub fn tick(&mut self) {
+        let now = self.now();
+        let ipvs = self.ctl.ipvs_mut();
+        ipvs.expire(now);
+        ipvs.update_estimators(now);
+        for e in self.ctl.take_plane_errors() {
+            tracing::warn!("{e}");
+        }
+    }
+
+    /// Re-read the configuration source and apply the difference. On error
+    /// the running state is untouched.
+    pub fn reload(&mut self) -> Result<DiffSummary, String> {
+        let Some(src) = self.source.clone() else {
+            return Err("no configuration file to reload (rvsd was started without -f/--rules)".into());
+        };
+        let result = source::load(&src).and_then(|loaded| {
+            for w in &loaded.warnings {
+                tracing::warn!("{w}");
+            }
+            let summary = self
+                .ctl
+                .replace(&loaded.defs)
+                .map_err(|e| format!("{}: service #{}: {}", src.path().display(), e.index + 1, e.error))?;
+            if let Some((tcp, tcpfin, udp)) = loaded.timeouts {
+                self.ctl.ipvs_mut().set_timeouts(tcp, tcpfin, udp);
+            }
+            Ok(summary)
+        });
+        match &result {
+            Ok(s) => {
+                self.reloads += 1;
+                tracing::info!(source = %src.path().display(), "reloaded: {s}");
+            }
+            Err(e) => {
+                self.reload_failures += 1;
+                tracing::error!("reload rejected, running state unchanged: {e}");
+            }
+        }
+        result
+    }
+
+    /// Answer one control request.
+    pub fn handle(&mut self, req: Request) -> Response {
+        match req {
+            Request::Ping => Response::Ok,
+            Request::State { conns } => Response::State(view::state(self, conns)),
+            Request::Reload => match self.reload() {
+                Ok(s) => Response::Reloaded { summary: s.to_string() },
+                Err(message) => Response::Error { message, index: None },
+            },
+            Request::Exec { commands, atomic } => match self.ctl.exec(&commands, atomic) {
+                Ok(()) => {
+                    tracing::debug!(n = commands.len(), "applied");
+                    for e in self.ctl.take_plane_errors() {
+                        tracing::warn!("{e}");
+                    }
+                    Response::Ok
+                }
+                Err(e) => Response::Error { message: e.error.to_string(), index: Some(e.index) },
+            },
+        }
+    }
+
+    /// Prometheus metrics.
+    pub fn metrics(&self) -> String {
+        crate::metrics::render(self.ctl.ipvs(), self.reloads, self.reload_failures)
+    }
+}

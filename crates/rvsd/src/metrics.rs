@@ -1,0 +1,150 @@
+//! Prometheus text exposition of the director's state.
+//!
+//! Names follow node_exporter's IPVS collector where it has one, so existing
+//! dashboards keep working: `node_ipvs_connections_total`,
+//! `node_ipvs_incoming_packets_total`, `node_ipvs_outgoing_packets_total`,
+//! `node_ipvs_incoming_bytes_total`, `node_ipvs_outgoing_bytes_total`
+//! (director-wide) and `node_ipvs_backend_connections_active`,
+//! `node_ipvs_backend_connections_inactive`, `node_ipvs_backend_weight` with
+//! the labels `local_address local_port remote_address remote_port proto
+//! local_mark`. Everything else is rvs's own and prefixed `rvs_`.
+
+use std::fmt::Write as _;
+
+use rvs_core::ipvs::Ipvs;
+use rvs_core::model::ServiceKey;
+
+/// Escape a label value per the exposition format.
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// `(local_address, local_port, proto, local_mark)` of a service, as
+/// node_exporter labels them (fwmark services have an empty address).
+fn service_labels(key: &ServiceKey) -> (String, u16, &'static str, String) {
+    match key {
+        ServiceKey::Addr { protocol, addr, port } => (addr.to_string(), *port, protocol.name(), String::new()),
+        ServiceKey::Fwmark { mark, .. } => (String::new(), 0, "FWM", mark.to_string()),
+    }
+}
+
+/// Render every metric. `extra` lines (data-plane specific, already in
+/// exposition format) are appended.
+pub fn render(ipvs: &Ipvs, reloads: u64, reload_failures: u64) -> String {
+    let mut out = String::with_capacity(4096);
+    let t = ipvs.total_stats();
+    for (name, help, v) in [
+        ("node_ipvs_connections_total", "The total number of connections made.", t.conns),
+        ("node_ipvs_incoming_packets_total", "The total number of incoming packets.", t.inpkts),
+        ("node_ipvs_outgoing_packets_total", "The total number of outgoing packets.", t.outpkts),
+        ("node_ipvs_incoming_bytes_total", "The total amount of incoming data.", t.inbytes),
+        ("node_ipvs_outgoing_bytes_total", "The total amount of outgoing data.", t.outbytes),
+    ] {
+        family(&mut out, name, "counter", help);
+        let _ = writeln!(out, "{name} {v}");
+    }
+
+    let backend = [
+        ("node_ipvs_backend_connections_active", "The current active connections by local and remote address."),
+        ("node_ipvs_backend_connections_inactive", "The current inactive connections by local and remote address."),
+        ("node_ipvs_backend_weight", "The current backend weight by local and remote address."),
+    ];
+    for (i, (name, help)) in backend.iter().enumerate() {
+        family(&mut out, name, "gauge", help);
+        for svc in ipvs.services() {
+            let (la, lp, proto, mark) = service_labels(svc.key());
+            for d in svc.dests() {
+                let v = match i {
+                    0 => d.active,
+                    1 => d.inactive,
+                    _ => d.weight(),
+                };
+                let _ = writeln!(
+                    out,
+                    "{name}{{local_address=\"{}\",local_port=\"{lp}\",remote_address=\"{}\",remote_port=\"{}\",proto=\"{proto}\",local_mark=\"{}\"}} {v}",
+                    esc(&la),
+                    d.config.addr,
+                    d.config.port,
+                    esc(&mark)
+                );
+            }
+        }
+    }
+
+    // rvs-only: per-service and per-real-server traffic and rates.
+    let svc_counters: [(&str, &str, fn(&rvs_core::stats::Counters) -> u64); 5] = [
+        ("rvs_service_connections_total", "Connections scheduled by the service.", |c| c.conns),
+        ("rvs_service_incoming_packets_total", "Packets from clients to the service.", |c| c.inpkts),
+        ("rvs_service_outgoing_packets_total", "Packets from real servers to clients.", |c| c.outpkts),
+        ("rvs_service_incoming_bytes_total", "Bytes from clients to the service.", |c| c.inbytes),
+        ("rvs_service_outgoing_bytes_total", "Bytes from real servers to clients.", |c| c.outbytes),
+    ];
+    for (name, help, get) in svc_counters {
+        family(&mut out, name, "counter", help);
+        for svc in ipvs.services() {
+            let (la, lp, proto, mark) = service_labels(svc.key());
+            let _ = writeln!(
+                out,
+                "{name}{{local_address=\"{}\",local_port=\"{lp}\",proto=\"{proto}\",local_mark=\"{}\"}} {}",
+                esc(&la),
+                esc(&mark),
+                get(svc.stats())
+            );
+        }
+    }
+    let backend_counters: [(&str, &str, fn(&rvs_core::stats::Counters) -> u64); 3] = [
+        ("rvs_backend_connections_total", "Connections scheduled to the real server.", |c| c.conns),
+        ("rvs_backend_incoming_bytes_total", "Bytes forwarded to the real server.", |c| c.inbytes),
+        ("rvs_backend_outgoing_bytes_total", "Bytes from the real server to clients.", |c| c.outbytes),
+    ];
+    for (name, help, get) in backend_counters {
+        family(&mut out, name, "counter", help);
+        for svc in ipvs.services() {
+            let (la, lp, proto, mark) = service_labels(svc.key());
+            for d in svc.dests() {
+                let _ = writeln!(
+                    out,
+                    "{name}{{local_address=\"{}\",local_port=\"{lp}\",remote_address=\"{}\",remote_port=\"{}\",proto=\"{proto}\",local_mark=\"{}\"}} {}",
+                    esc(&la),
+                    d.config.addr,
+                    d.config.port,
+                    esc(&mark),
+                    get(&d.stats)
+                );
+            }
+        }
+    }
+    family(&mut out, "rvs_backend_persistent_connections", "gauge", "Persistence templates pointing at the real server.");
+    for svc in ipvs.services() {
+        let (la, lp, proto, mark) = service_labels(svc.key());
+        for d in svc.dests() {
+            let _ = writeln!(
+                out,
+                "rvs_backend_persistent_connections{{local_address=\"{}\",local_port=\"{lp}\",remote_address=\"{}\",remote_port=\"{}\",proto=\"{proto}\",local_mark=\"{}\"}} {}",
+                esc(&la),
+                d.config.addr,
+                d.config.port,
+                esc(&mark),
+                d.persist
+            );
+        }
+    }
+    family(&mut out, "rvs_services", "gauge", "Virtual services configured.");
+    let _ = writeln!(out, "rvs_services {}", ipvs.services().count());
+    family(&mut out, "rvs_conn_table_entries", "gauge", "Connection table entries (templates included).");
+    let _ = writeln!(out, "rvs_conn_table_entries {}", ipvs.conns().len());
+    family(&mut out, "rvs_conn_table_capacity", "gauge", "Connection table capacity bound.");
+    let _ = writeln!(out, "rvs_conn_table_capacity {}", ipvs.conns().capacity());
+    family(&mut out, "rvs_conn_table_evictions_total", "counter", "Entries evicted because the table was full.");
+    let _ = writeln!(out, "rvs_conn_table_evictions_total {}", ipvs.evictions());
+    family(&mut out, "rvs_config_reloads_total", "counter", "Configuration reloads applied.");
+    let _ = writeln!(out, "rvs_config_reloads_total {reloads}");
+    family(&mut out, "rvs_config_reload_failures_total", "counter", "Configuration reloads rejected (state unchanged).");
+    let _ = writeln!(out, "rvs_config_reload_failures_total {reload_failures}");
+    out
+}

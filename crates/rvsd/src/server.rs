@@ -1,0 +1,97 @@
+//! The control socket: a Unix stream socket, mode 0600, one JSON request per
+//! line, one JSON response per line.
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, bail};
+use rvs_control::protocol::{MAX_LINE, Response, parse_request};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+
+use crate::daemon::Daemon;
+
+/// Bind the control socket at `path`: create its directory, replace a stale
+/// socket file left by a dead daemon, refuse to start when a live daemon
+/// answers there, and restrict the socket to its owner (root).
+pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                bail!("another rvsd is already listening on {}", path.display());
+            }
+            std::fs::remove_file(path).with_context(|| format!("removing stale socket {}", path.display()))?;
+            tracing::info!(socket = %path.display(), "removed stale control socket");
+        }
+        Ok(_) => bail!("{} exists and is not a socket; refusing to replace it", path.display()),
+        Err(_) => {}
+    }
+    let listener = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("chmod 0600 {}", path.display()))?;
+    Ok(listener)
+}
+
+/// Removes the socket file when the daemon exits.
+pub struct SocketGuard(pub PathBuf);
+
+impl Drop for SocketGuard {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Accept control connections forever.
+pub async fn serve(listener: UnixListener, daemon: Arc<Mutex<Daemon>>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let d = daemon.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = connection(stream, d).await {
+                        tracing::debug!("control connection: {e}");
+                    }
+                });
+            }
+            Err(e) => {
+                // EMFILE and friends: keep accepting after a pause.
+                tracing::warn!("control socket accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn connection(stream: UnixStream, daemon: Arc<Mutex<Daemon>>) -> anyhow::Result<()> {
+    let (r, mut w) = stream.into_split();
+    let mut r = BufReader::new(r);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = (&mut r).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut line).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        let resp = if line.len() > MAX_LINE {
+            Response::Error { message: "request too long".into(), index: None }
+        } else {
+            match parse_request(&line) {
+                Ok(req) => match daemon.lock() {
+                    Ok(mut d) => d.handle(req),
+                    Err(_) => Response::Error { message: "daemon state poisoned".into(), index: None },
+                },
+                Err(e) => Response::Error { message: format!("bad request: {e}"), index: None },
+            }
+        };
+        let mut out = serde_json::to_vec(&resp)?;
+        out.push(b'\n');
+        w.write_all(&out).await?;
+        if line.len() > MAX_LINE {
+            return Ok(());
+        }
+    }
+}
