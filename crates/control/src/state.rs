@@ -188,6 +188,16 @@ pub fn diff(current: &[ServiceDef], target: &[ServiceDef]) -> (Vec<Command>, Dif
     (cmds, sum)
 }
 
+/// Same options and the same set of real servers with the same settings
+/// (order aside: the order of an existing list is the live one).
+fn same_def(a: &ServiceDef, b: &ServiceDef) -> bool {
+    if a.config != b.config || a.dests.len() != b.dests.len() {
+        return false;
+    }
+    let set: HashMap<_, &DestConfig> = a.dests.iter().map(|d| (dest_id(d), d)).collect();
+    b.dests.iter().all(|d| set.get(&dest_id(d)).is_some_and(|x| **x == *d))
+}
+
 /// A failed request: which command and why. Nothing was changed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{error}")]
@@ -290,8 +300,9 @@ impl Controller {
     /// Make the live table equal `target` (a reload): validate `target` as a
     /// whole first, then apply only the difference. On error nothing changed.
     pub fn replace(&mut self, target: &[ServiceDef]) -> Result<DiffSummary, ExecError> {
-        build(target, scratch_config(self.config))?;
-        let (cmds, summary) = diff(&current_defs(&self.ipvs), target);
+        let current = current_defs(&self.ipvs);
+        self.validate(&current, target)?;
+        let (cmds, summary) = diff(&current, target);
         // Fast path for new services: one scheduler build per service.
         let mut i = 0;
         while i < cmds.len() {
@@ -321,6 +332,28 @@ impl Controller {
             }
         }
         Ok(summary)
+    }
+
+    /// Check a target table before applying it: no service twice, and every
+    /// service that is new or differs from the live one must be acceptable
+    /// on its own (services do not constrain each other; unchanged ones are
+    /// already live, so they need no second look).
+    fn validate(&self, current: &[ServiceDef], target: &[ServiceDef]) -> Result<(), ExecError> {
+        let live: HashMap<&ServiceKey, &ServiceDef> = current.iter().map(|s| (&s.key, s)).collect();
+        let mut seen = std::collections::HashSet::with_capacity(target.len());
+        for (index, t) in target.iter().enumerate() {
+            if !seen.insert(t.key) {
+                return Err(ExecError { index, error: CtlError::ServiceExists });
+            }
+            if live.get(&t.key).is_some_and(|c| same_def(c, t)) {
+                continue;
+            }
+            let mut scratch = Ipvs::new(scratch_config(self.config));
+            scratch
+                .add_service_with(t.key, t.config.clone(), &t.dests)
+                .map_err(|error| ExecError { index, error })?;
+        }
+        Ok(())
     }
 
     /// Data plane errors since the last call (for the daemon to log).
@@ -506,6 +539,9 @@ mod tests {
         assert_eq!((e.index, e.error), (1, CtlError::SchedulerNotFound));
         bad[1] = def(81, "rr", &[1, 1]);
         assert_eq!(ctl.replace(&bad).unwrap_err().error, CtlError::DestExists);
+        bad[1] = def(80, "wlc", &[2]);
+        let e = ctl.replace(&bad).unwrap_err();
+        assert_eq!((e.index, e.error), (1, CtlError::ServiceExists), "a service twice");
 
         let batch = vec![
             Command::AddDest {

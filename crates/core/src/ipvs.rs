@@ -975,15 +975,30 @@ impl Ipvs {
         conn.dest = dest_id.0;
         conn.fwmark = pkt.fwmark;
         conn.control = template;
-        let id = self.insert_conn(conn, None, now)?;
-        if template != NONE
-            && let Some(t) = self.conns.get_mut(ConnId(template))
-        {
-            t.n_control += 1;
-        }
+        // Take the template's reference before inserting: a full table
+        // evicts the entry closest to expiry, which must never be the
+        // template this connection is about to hang from.
+        self.adjust_control(template, true);
+        let id = match self.insert_conn(conn, None, now) {
+            Ok(id) => id,
+            Err(e) => {
+                self.adjust_control(template, false);
+                return Err(e);
+            }
+        };
         self.bind(dest_id, flags);
         self.count(dest_id, |c| c.conns += 1);
         Ok(self.input_packet(now, pkt, id, true))
+    }
+
+    /// Count a connection in (or out of) its template's `n_control`.
+    fn adjust_control(&mut self, template: u32, up: bool) {
+        if template == NONE {
+            return;
+        }
+        if let Some(t) = self.conns.get_mut(ConnId(template)) {
+            t.n_control = if up { t.n_control + 1 } else { t.n_control.saturating_sub(1) };
+        }
     }
 
     /// Insert, evicting the documented victim when the table is full.

@@ -860,3 +860,24 @@ fn add_service_with_equals_one_by_one_and_is_all_or_nothing() {
     );
     a.audit().unwrap();
 }
+
+/// Found by the `director` fuzz target: with the table full, creating a
+/// connection under an existing template must not evict that template.
+#[test]
+fn full_table_never_evicts_the_template_in_use() {
+    let mut ipvs = Ipvs::new(IpvsConfig { conn_capacity: 2, ..IpvsConfig::default() });
+    let key = udp_svc(53);
+    ipvs.add_service(key, ServiceConfig::new(AddrFamily::Inet).scheduler("rr").persistent(1)).unwrap();
+    ipvs.add_dest(&key, DestConfig::new(rs(1), 53)).unwrap();
+    let c = v4(1, 1, 1, 1);
+    // Template (1 s) + connection (300 s) fill the table.
+    fwd(ipvs.process(t(0), &pkt(c, 1, IpAddr::V4(VIP), 53, L4::Udp)));
+    // Another client port: the template (deadline soonest) is the natural
+    // victim, but it is in use for this very connection.
+    for sport in 2..6 {
+        let f = fwd(ipvs.process(t(0), &pkt(c, sport, IpAddr::V4(VIP), 53, L4::Udp)));
+        let conn = ipvs.conns().get(f.conn.unwrap()).unwrap();
+        assert_ne!(conn.control, f.conn.unwrap().0);
+        ipvs.audit().unwrap();
+    }
+}

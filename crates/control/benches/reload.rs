@@ -1,0 +1,99 @@
+//! Control-plane scale: 10,000 services × 10 real servers.
+//!
+//! * `load` — an empty director takes the whole table (what `rvsd -f` does
+//!   after parsing; the parse itself is measured by rvs-config's bench);
+//! * `reload_one_change` — the table is replaced by one that differs in one
+//!   real server's weight (what SIGHUP does after parsing): difference,
+//!   validation of the changed service, application;
+//! * `exec_one_command` — a single `-e` through the controller;
+//! * baseline `rebuild_all` — building the whole table from scratch, which is
+//!   what applying a change costs without a difference (kube-proxy-style full
+//!   sync).
+//!
+//! Run: `taskset -c 1 cargo bench -p rvs-control --bench reload`
+
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use rvs_control::dataplane::NoDataPlane;
+use rvs_control::protocol::Command;
+use rvs_control::state::{Controller, ServiceDef, build};
+use rvs_core::ipvs::IpvsConfig;
+use rvs_core::model::{AddrFamily, DestConfig, ForwardMethod, Protocol, ServiceConfig, ServiceKey};
+
+const SERVICES: u32 = 10_000;
+const DESTS: u32 = 10;
+
+fn table() -> Vec<ServiceDef> {
+    (0..SERVICES)
+        .map(|i| ServiceDef {
+            key: ServiceKey::Addr {
+                protocol: Protocol::Tcp,
+                addr: IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)),
+                port: 80,
+            },
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler("wlc"),
+            dests: (0..DESTS)
+                .map(|j| {
+                    DestConfig::new(IpAddr::V4(Ipv4Addr::from(0xac10_0000 + i * 16 + j)), 8080)
+                        .forward(ForwardMethod::Masq)
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn config() -> IpvsConfig {
+    IpvsConfig { conn_capacity: 1 << 16, ..IpvsConfig::default() }
+}
+
+fn bench(c: &mut Criterion) {
+    let defs = table();
+    let mut g = c.benchmark_group("control_10k_x_10");
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(5));
+
+    g.bench_function("load", |b| {
+        b.iter_batched(
+            || Controller::new(config(), Box::new(NoDataPlane)),
+            |mut ctl| {
+                ctl.replace(black_box(&defs)).ok();
+                ctl
+            },
+            BatchSize::PerIteration,
+        )
+    });
+
+    g.bench_function("baseline_rebuild_all", |b| {
+        b.iter(|| black_box(build(black_box(&defs), config()).ok()))
+    });
+
+    let mut ctl = Controller::new(config(), Box::new(NoDataPlane));
+    ctl.replace(&defs).ok();
+    let mut changed = defs.clone();
+    changed[5000].dests[3].weight = 7;
+    let mut flip = false;
+    g.bench_function("reload_one_change", |b| {
+        b.iter(|| {
+            flip = !flip;
+            let t = if flip { &changed } else { &defs };
+            black_box(ctl.replace(black_box(t)).ok())
+        })
+    });
+
+    let svc = defs[5000].key;
+    let mut w = 1;
+    g.bench_function("exec_one_command", |b| {
+        b.iter(|| {
+            w = 3 - w;
+            let dest = defs[5000].dests[3].weight(w);
+            black_box(ctl.exec(&[Command::EditDest { service: svc, dest }], false).ok())
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
