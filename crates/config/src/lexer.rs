@@ -53,6 +53,11 @@ pub(crate) struct Node {
 
 const MAX_SUBST_DEPTH: usize = 32;
 const MAX_SEQ_ITEMS: i64 = 65_536;
+/// Longest line substitution may produce.
+const MAX_LINE_LEN: usize = 64 * 1024;
+/// Most logical lines one configuration may expand to (substitution and
+/// `~SEQ` can multiply lines).
+const MAX_LINES: u64 = 1_000_000;
 
 struct Reader<'a> {
     ids: &'a [String],
@@ -280,6 +285,14 @@ impl Reader<'_> {
         }
         // Substitution.
         if let Some(new) = self.substitute(&line, file) {
+            if new.len() > MAX_LINE_LEN {
+                return Err(ConfigError::at(
+                    &loc0(0),
+                    format!(
+                        "parameter substitution produced a line longer than {MAX_LINE_LEN} bytes"
+                    ),
+                ));
+            }
             for part in new.split('\n') {
                 if self
                     .process_line(part.to_owned(), lineno, file, depth + 1)?
@@ -295,6 +308,12 @@ impl Reader<'_> {
         }
         let line_id = self.next_line_id;
         self.next_line_id += 1;
+        if line_id >= MAX_LINES {
+            return Err(ConfigError::at(
+                &loc0(0),
+                format!("configuration expands to more than {MAX_LINES} lines"),
+            ));
+        }
         let toks = tokenize(&line, &file.name, lineno, line_id)?;
         if let Some(first) = toks.first()
             && first.kind == Kind::Word

@@ -213,7 +213,7 @@ fn arg<'n>(n: &'n Node, i: usize, what: &str) -> R<&'n Token> {
     })
 }
 
-fn block<'n>(n: &'n Node) -> R<&'n [Node]> {
+fn block(n: &Node) -> R<&[Node]> {
     n.block.as_deref().ok_or_else(|| {
         ConfigError::at(
             &n.key.loc,
@@ -1013,7 +1013,7 @@ fn is_prime(n: u32) -> bool {
     }
     let mut d = 2u32;
     while u64::from(d) * u64::from(d) <= u64::from(n) {
-        if n % d == 0 {
+        if n.is_multiple_of(d) {
             return false;
         }
         d += 1;
