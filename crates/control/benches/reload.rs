@@ -46,7 +46,10 @@ fn table() -> Vec<ServiceDef> {
 }
 
 fn config() -> IpvsConfig {
-    IpvsConfig { conn_capacity: 1 << 16, ..IpvsConfig::default() }
+    IpvsConfig {
+        conn_capacity: 1 << 16,
+        ..IpvsConfig::default()
+    }
 }
 
 fn bench(c: &mut Criterion) {
@@ -89,7 +92,10 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             w = 3 - w;
             let dest = defs[5000].dests[3].weight(w);
-            black_box(ctl.exec(&[Command::EditDest { service: svc, dest }], false).ok())
+            black_box(
+                ctl.exec(&[Command::EditDest { service: svc, dest }], false)
+                    .ok(),
+            )
         })
     });
     g.finish();

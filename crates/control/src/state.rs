@@ -195,7 +195,9 @@ fn same_def(a: &ServiceDef, b: &ServiceDef) -> bool {
         return false;
     }
     let set: HashMap<_, &DestConfig> = a.dests.iter().map(|d| (dest_id(d), d)).collect();
-    b.dests.iter().all(|d| set.get(&dest_id(d)).is_some_and(|x| **x == *d))
+    b.dests
+        .iter()
+        .all(|d| set.get(&dest_id(d)).is_some_and(|x| **x == *d))
 }
 
 /// A failed request: which command and why. Nothing was changed.
@@ -343,7 +345,10 @@ impl Controller {
         let mut seen = std::collections::HashSet::with_capacity(target.len());
         for (index, t) in target.iter().enumerate() {
             if !seen.insert(t.key) {
-                return Err(ExecError { index, error: CtlError::ServiceExists });
+                return Err(ExecError {
+                    index,
+                    error: CtlError::ServiceExists,
+                });
             }
             if live.get(&t.key).is_some_and(|c| same_def(c, t)) {
                 continue;
@@ -541,7 +546,11 @@ mod tests {
         assert_eq!(ctl.replace(&bad).unwrap_err().error, CtlError::DestExists);
         bad[1] = def(80, "wlc", &[2]);
         let e = ctl.replace(&bad).unwrap_err();
-        assert_eq!((e.index, e.error), (1, CtlError::ServiceExists), "a service twice");
+        assert_eq!(
+            (e.index, e.error),
+            (1, CtlError::ServiceExists),
+            "a service twice"
+        );
 
         let batch = vec![
             Command::AddDest {

@@ -997,7 +997,11 @@ impl Ipvs {
             return;
         }
         if let Some(t) = self.conns.get_mut(ConnId(template)) {
-            t.n_control = if up { t.n_control + 1 } else { t.n_control.saturating_sub(1) };
+            t.n_control = if up {
+                t.n_control + 1
+            } else {
+                t.n_control.saturating_sub(1)
+            };
         }
     }
 

@@ -865,9 +865,18 @@ fn add_service_with_equals_one_by_one_and_is_all_or_nothing() {
 /// connection under an existing template must not evict that template.
 #[test]
 fn full_table_never_evicts_the_template_in_use() {
-    let mut ipvs = Ipvs::new(IpvsConfig { conn_capacity: 2, ..IpvsConfig::default() });
+    let mut ipvs = Ipvs::new(IpvsConfig {
+        conn_capacity: 2,
+        ..IpvsConfig::default()
+    });
     let key = udp_svc(53);
-    ipvs.add_service(key, ServiceConfig::new(AddrFamily::Inet).scheduler("rr").persistent(1)).unwrap();
+    ipvs.add_service(
+        key,
+        ServiceConfig::new(AddrFamily::Inet)
+            .scheduler("rr")
+            .persistent(1),
+    )
+    .unwrap();
     ipvs.add_dest(&key, DestConfig::new(rs(1), 53)).unwrap();
     let c = v4(1, 1, 1, 1);
     // Template (1 s) + connection (300 s) fill the table.

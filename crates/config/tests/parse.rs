@@ -1,0 +1,608 @@
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rvs_config::model::*;
+use rvs_config::{LoadOptions, MemResolver, load, parse_str};
+use rvs_core::model::{AddrFamily, ForwardMethod, Protocol, SchedFlags, ServiceKey, TunnelType};
+
+fn ok(text: &str) -> rvs_config::Loaded {
+    match parse_str("t.conf", text, &LoadOptions::default()) {
+        Ok(l) => l,
+        Err(e) => panic!("unexpected error: {e}"),
+    }
+}
+
+fn fail(text: &str) -> rvs_config::ConfigError {
+    match parse_str("t.conf", text, &LoadOptions::default()) {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => e,
+    }
+}
+
+fn fixture(name: &str) -> rvs_config::Loaded {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    load(&p, &LoadOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+const VS: &str = "virtual_server 10.0.0.1 80 {\n  lb_algo rr\n  lb_kind DR\n  protocol TCP\n  real_server 10.1.0.1 80 {\n  }\n}\n";
+
+#[test]
+fn seed_1_loads() {
+    let l = fixture("seed_1_full.conf");
+    assert_eq!(l.config.virtual_servers.len(), 2);
+    assert_eq!(l.config.vrrp_instances[0].virtual_router_id, Some(51));
+    let vs = &l.config.virtual_servers[0];
+    assert_eq!(vs.persistence_timeout, Some(300));
+    assert_eq!(vs.real_servers[2].weight, 3);
+    let ck = &vs.real_servers[0].checkers[0];
+    assert_eq!(ck.effective.retry, 3); // nb_get_retry alias
+    assert_eq!(ck.effective.connect_port, 80);
+    // DNS checker: type A, retry default 3, delay_before_retry = delay_loop (10)
+    let dns = &l.config.virtual_servers[1].real_servers[0].checkers[0];
+    assert_eq!(
+        dns.kind,
+        CheckerKind::Dns {
+            qtype: "A".into(),
+            name: "example.com".into()
+        }
+    );
+    assert_eq!(dns.effective.retry, 3);
+    assert_eq!(dns.effective.delay_before_retry, Duration::from_secs(10));
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+}
+
+#[test]
+fn seed_2_loads_with_one_line_checker_warnings() {
+    let l = fixture("seed_2_ha_primary.conf");
+    let vs = &l.config.virtual_servers[0];
+    assert_eq!(vs.forward, ForwardMethod::Route);
+    // `TCP_CHECK { connect_timeout 3 connect_port 80 }`: keepalived reads one
+    // keyword per line, so connect_port is ignored with a warning.
+    assert_eq!(l.warnings.len(), 2, "{:?}", l.warnings);
+    assert!(l.warnings[0].message.contains("ignoring `connect_port 80`"));
+    assert_eq!((l.warnings[0].line, l.warnings[0].column), (22, 39));
+    assert_eq!(
+        vs.real_servers[0].checkers[0].effective.connect_timeout,
+        Duration::from_secs(3)
+    );
+}
+
+#[test]
+fn seed_3_loads_with_expected_warnings() {
+    let l = fixture("seed_3_healthcheck.conf");
+    let vs = &l.config.virtual_servers[0];
+    assert_eq!(vs.sorry_server.as_ref().map(|s| s.port), Some(80));
+    assert_eq!(vs.protocol, Some(Protocol::Udp)); // keepalived's default with a warning
+    let msgs: Vec<&str> = l.warnings.iter().map(|w| w.message.as_str()).collect();
+    assert!(
+        msgs.iter()
+            .any(|m| m.contains("no protocol set - defaulting to UDP")),
+        "{msgs:?}"
+    );
+    assert!(
+        msgs.iter()
+            .any(|m| m.contains("ignoring `status_code 200`")),
+        "{msgs:?}"
+    );
+    assert_eq!(msgs.len(), 2, "{msgs:?}");
+    let misc = &vs.real_servers[2].checkers[0];
+    match &misc.kind {
+        CheckerKind::Misc(m) => {
+            assert_eq!(m.path, "/usr/local/bin/check_backend.sh 192.168.100.13");
+            assert_eq!(m.timeout, Some(Duration::from_secs(10)));
+            assert!(m.dynamic);
+        }
+        k => panic!("{k:?}"),
+    }
+    assert_eq!(misc.effective.retry, 0);
+    assert!(vs.real_servers[0].effective.inhibit_on_failure);
+}
+
+#[test]
+fn seed_4_fragment_warns_top_level_real_server() {
+    let l = fixture("seed_4_dns_fragment.conf");
+    assert_eq!(l.warnings.len(), 1);
+    assert_eq!((l.warnings[0].line, l.warnings[0].column), (2, 1));
+    assert!(
+        l.warnings[0]
+            .message
+            .contains("unknown keyword `real_server` in the top level; skipped (and its block)")
+    );
+}
+
+#[test]
+fn full_fixture() {
+    let l = fixture("full.conf");
+    let c = &l.config;
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    assert_eq!(c.global.router_id.as_deref(), Some("LVS_DIRECTOR_1"));
+    assert_eq!(c.lvs_timeouts(), Some((900, 120, 300)));
+    let sd = c
+        .global
+        .lvs_sync_daemon
+        .as_ref()
+        .map(|d| (d.interface.as_str(), d.instance.as_deref(), d.syncid));
+    assert_eq!(sd, Some(("eth1", Some("VI_1"), Some(7))));
+    let vi = &c.vrrp_instances[0];
+    assert_eq!(vi.priority, 150);
+    assert!(vi.nopreempt);
+    assert_eq!(vi.virtual_ipaddress[0].label.as_deref(), Some("eth0:vip"));
+    assert_eq!(vi.virtual_ipaddress[0].prefix, Some(24));
+    assert_eq!(vi.track_script[0].weight, Some(-30));
+    assert_eq!(
+        vi.notify.master.as_ref().map(|s| s.command.as_str()),
+        Some("/usr/local/bin/notify.sh master")
+    );
+    assert_eq!(c.vrrp_scripts[0].weight, -20);
+    assert_eq!(c.vrrp_sync_groups[0].members, vec!["VI_1"]);
+    let svcs = c.lvs_services().unwrap();
+    // 1 + (1 + 3 + 1 fwmark)
+    assert_eq!(svcs.len(), 6);
+    assert_eq!(svcs[0].quorum, 2);
+    assert_eq!(svcs[0].hysteresis, 1);
+    assert_eq!(svcs[0].config.persistent, Some(300));
+    assert_eq!(svcs[0].sorry_server.map(|d| d.port), Some(80));
+    let url = match &c.virtual_servers[0].real_servers[0].checkers[0].kind {
+        CheckerKind::Http(h) => h.urls[0].status_codes.clone(),
+        k => panic!("{k:?}"),
+    };
+    assert_eq!(url, vec![200..=299, 301..=301]);
+    let keys: Vec<ServiceKey> = svcs[1..].iter().map(|s| s.key).collect();
+    assert_eq!(
+        keys[2],
+        ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: "10.0.1.11".parse().unwrap(),
+            port: 443
+        }
+    );
+    assert_eq!(
+        keys[4],
+        ServiceKey::Fwmark {
+            mark: 80,
+            af: AddrFamily::Inet
+        }
+    );
+    assert_eq!(svcs[1].dests[0].forward, ForwardMethod::Masq);
+    assert_eq!(svcs[1].dests[0].port, 8443);
+}
+
+#[test]
+fn defaults() {
+    let l = ok(
+        "virtual_server 10.0.0.1 80 {\n real_server 10.1.0.1 {\n  HTTP_GET {\n   url { path / }\n  }\n  TCP_CHECK {\n  }\n }\n}\n",
+    );
+    let vs = &l.config.virtual_servers[0];
+    assert_eq!(vs.scheduler, "wlc");
+    assert_eq!(vs.forward, ForwardMethod::Masq);
+    assert_eq!(vs.delay_loop, Duration::from_secs(60));
+    assert_eq!(vs.quorum, 1);
+    assert_eq!(vs.hysteresis, 0);
+    let rs = &vs.real_servers[0];
+    assert_eq!(rs.weight, 1);
+    assert_eq!(rs.port, 80); // NAT real server without port takes the VS port
+    let http = &rs.checkers[0].effective;
+    assert_eq!(http.connect_timeout, Duration::from_secs(5));
+    assert_eq!(http.retry, 1);
+    assert_eq!(http.delay_before_retry, Duration::from_secs(3));
+    assert_eq!(http.warmup, Duration::from_secs(60));
+    let tcp = &rs.checkers[1].effective;
+    assert_eq!(tcp.delay_before_retry, Duration::from_secs(1));
+    let msgs: Vec<&str> = l.warnings.iter().map(|w| w.message.as_str()).collect();
+    assert!(
+        msgs.iter()
+            .any(|m| m.contains("no scheduler set, setting default 'wlc'"))
+    );
+    assert!(
+        msgs.iter()
+            .any(|m| m.contains("no forwarding method set, setting default NAT"))
+    );
+    assert!(msgs.iter().any(|m| m.contains("no protocol set")));
+    match &rs.checkers[0].kind {
+        CheckerKind::Http(h) => assert_eq!(h.urls[0].status_codes, vec![200..=299]),
+        k => panic!("{k:?}"),
+    }
+}
+
+#[test]
+fn inheritance_vs_rs_checker() {
+    let l = ok(
+        "virtual_server 10.0.0.1 80 {\n protocol TCP\n lb_algo rr\n lb_kind NAT\n delay_loop 10\n connect_timeout 7\n retry 4\n delay_before_retry 2.5\n warmup 0\n alpha\n inhibit_on_failure\n virtualhost vs.example\n real_server 10.1.0.1 80 {\n  retry 6\n  delay_loop 20\n  TCP_CHECK {\n   connect_timeout 1.25\n  }\n  HTTP_GET {\n   retry 9\n   delay_loop 30\n  }\n }\n}\n",
+    );
+    let rs = &l.config.virtual_servers[0].real_servers[0];
+    assert!(rs.effective.alpha && rs.effective.inhibit_on_failure);
+    assert_eq!(rs.effective.virtualhost.as_deref(), Some("vs.example"));
+    let t = &rs.checkers[0].effective;
+    assert_eq!(t.connect_timeout, Duration::from_millis(1250));
+    assert_eq!(t.retry, 6);
+    assert_eq!(t.delay_loop, Duration::from_secs(20));
+    assert_eq!(t.delay_before_retry, Duration::from_millis(2500));
+    assert_eq!(t.warmup, Duration::ZERO);
+    assert!(t.alpha);
+    let h = &rs.checkers[1].effective;
+    assert_eq!(h.connect_timeout, Duration::from_secs(7));
+    assert_eq!(h.retry, 9);
+    assert_eq!(h.delay_loop, Duration::from_secs(30));
+}
+
+#[test]
+fn scheduler_flags_tunnel_and_persistence() {
+    let l = ok(
+        "virtual_server 10.0.0.1 0 {\n protocol UDP\n lvs_sched mh\n mh-port\n mh-fallback\n ops\n mh_table_size 251\n lvs_method TUN type gue port 6080 csum\n persistence_granularity 255.255.255.0\n persistence_engine sip\n real_server 10.1.0.1 {\n }\n}\n",
+    );
+    let s = &l.config.lvs_services().unwrap()[0];
+    assert_eq!(
+        s.config.flags,
+        SchedFlags::MH_PORT.union(SchedFlags::MH_FALLBACK)
+    );
+    assert!(s.config.one_packet);
+    assert_eq!(s.config.mh_table_size, 251);
+    assert_eq!(s.config.persistent, Some(360));
+    assert!(s.config.pe.is_some());
+    match s.dests[0].forward {
+        ForwardMethod::Tunnel(t) => {
+            assert_eq!(t.kind, TunnelType::Gue);
+            assert_eq!(t.port, 6080);
+        }
+        f => panic!("{f:?}"),
+    }
+    let e = fail("virtual_server 10.0.0.1 80 {\n mh_table_size 250\n}\n");
+    assert_eq!((e.line, e.column), (2, 16));
+}
+
+#[test]
+fn persistence_timeout_without_value_is_360() {
+    let l = ok(&VS.replace("protocol TCP", "protocol TCP\n  persistence_timeout"));
+    assert_eq!(l.config.virtual_servers[0].persistence_timeout, Some(360));
+}
+
+#[test]
+fn fwmark_service_and_port_clearing() {
+    let l = ok(
+        "virtual_server fwmark 5 {\n lb_kind DR\n lb_algo sh\n sh-port\n protocol TCP\n real_server 10.1.0.1 80 {\n }\n}\n",
+    );
+    let s = &l.config.lvs_services().unwrap()[0];
+    assert_eq!(
+        s.key,
+        ServiceKey::Fwmark {
+            mark: 5,
+            af: AddrFamily::Inet
+        }
+    );
+    assert_eq!(s.dests[0].port, 0);
+    assert_eq!(s.config.flags, SchedFlags::SH_PORT);
+    assert!(
+        l.warnings
+            .iter()
+            .any(|w| w.message.contains("protocol specified for fwmark"))
+    );
+}
+
+#[test]
+fn group_range_expansion() {
+    let l = ok(
+        "virtual_server_group G6 {\n 2001:db8::a-c 80\n}\nvirtual_server_group G {\n 192.168.200.1-3 80\n 10.9.9.8/30 443\n 10.0.0.250-10.0.1.1 8080\n fwmark 7 inet6\n}\nvirtual_server group G {\n protocol TCP\n lb_kind DR\n lb_algo rr\n real_server 10.1.0.1 {\n }\n}\n",
+    );
+    let keys: Vec<String> = l
+        .config
+        .lvs_services()
+        .unwrap()
+        .iter()
+        .map(|s| format!("{:?}", s.key))
+        .collect();
+    assert_eq!(keys.len(), 3 + 4 + 8 + 1);
+    let g = &l.config.vs_groups[0];
+    match &g.entries[0] {
+        VsgEntry::Range { first, last, .. } => {
+            assert_eq!(first.to_string(), "2001:db8::a");
+            assert_eq!(last.to_string(), "2001:db8::c");
+        }
+        e => panic!("{e:?}"),
+    }
+    let svcs = l.config.lvs_services().unwrap();
+    assert_eq!(
+        svcs[6].dests[0].port, 443,
+        "DR real server takes each group entry's port"
+    );
+}
+
+#[test]
+fn fnat_extensions() {
+    let l = ok(
+        "local_address_group laddr_g1 {\n 192.168.100.5-254\n 10.0.0.9\n}\nvirtual_server 10.0.0.1 80 {\n lb_kind FNAT\n lb_algo rr\n protocol TCP\n laddr_group_name laddr_g1\n syn_proxy\n nat_mask 255.255.255.0\n real_server 10.1.0.1 80 {\n }\n}\n",
+    );
+    let c = &l.config;
+    assert_eq!(c.local_address_groups[0].ranges.len(), 2);
+    assert_eq!(
+        c.local_address_groups[0].ranges[0].1.to_string(),
+        "192.168.100.254"
+    );
+    let vs = &c.virtual_servers[0];
+    assert!(vs.syn_proxy);
+    assert_eq!(vs.laddr_group_name.as_deref(), Some("laddr_g1"));
+    assert_eq!(vs.nat_mask, Some("255.255.255.0".parse().unwrap()));
+    assert_eq!(
+        c.lvs_services().unwrap()[0].dests[0].forward,
+        ForwardMethod::FullNat
+    );
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+}
+
+#[test]
+fn sanity_quorum_and_hysteresis() {
+    let l = ok(
+        "virtual_server 10.0.0.1 80 {\n lb_algo rr\n lb_kind NAT\n protocol TCP\n quorum 10\n hysteresis 5\n real_server 10.1.0.1 80 {\n weight 2\n }\n real_server 10.1.0.2 80 {\n weight 1\n }\n}\n",
+    );
+    let vs = &l.config.virtual_servers[0];
+    assert_eq!(vs.quorum, 3);
+    assert_eq!(vs.hysteresis, 2);
+    assert_eq!(l.warnings.len(), 2, "{:?}", l.warnings);
+    assert_eq!((l.warnings[0].line, l.warnings[0].column), (1, 1));
+}
+
+#[test]
+fn vs_without_real_servers_is_dropped() {
+    let l = ok("virtual_server 10.0.0.1 80 {\n protocol TCP\n}\n");
+    assert!(l.config.virtual_servers.is_empty());
+    assert!(l.warnings[0].message.contains("has no real servers"));
+}
+
+#[test]
+fn unknown_keyword_warnings() {
+    let l = ok(&format!(
+        "frobnicate 1\nglobal_defs {{\n  vrrp_garp_interval 1\n  bogus_opt {{\n    x 1\n  }}\n}}\n{VS}"
+    ));
+    assert_eq!(l.warnings.len(), 2, "{:?}", l.warnings);
+    assert_eq!((l.warnings[0].line, l.warnings[0].column), (1, 1));
+    assert_eq!((l.warnings[1].line, l.warnings[1].column), (4, 3));
+    assert!(l.warnings[1].message.contains("(and its block)"));
+    assert!(
+        l.warnings[1]
+            .to_string()
+            .starts_with("t.conf:4:3: warning:")
+    );
+}
+
+#[test]
+fn braces_attached_and_shared_lines() {
+    let l = ok(
+        "virtual_server 10.0.0.1 80\n{\n lb_algo rr\n lb_kind DR\n protocol TCP\n real_server 10.1.0.1 80{\n  TCP_CHECK{\n  }}}\n",
+    );
+    assert_eq!(
+        l.config.virtual_servers[0].real_servers[0].checkers.len(),
+        1
+    );
+}
+
+#[test]
+fn comments_and_quotes() {
+    let l = ok("global_defs { # comment\n router_id \"a b\\\"c\" ! trailing\n}\n");
+    assert_eq!(l.config.global.router_id.as_deref(), Some("a b\"c"));
+}
+
+#[test]
+fn error_missing_brace() {
+    let e = fail("virtual_server 10.0.0.1 80 {\n  lb_algo rr\n");
+    assert_eq!((e.line, e.column), (1, 1));
+    assert!(e.message.contains("expected `}`"), "{e}");
+    let e = fail("global_defs {\n}\n}\n");
+    assert_eq!((e.line, e.column), (3, 1));
+}
+
+#[test]
+fn error_bad_number_with_location() {
+    let e = fail("virtual_server 10.0.0.1 80x {\n}\n");
+    assert_eq!(
+        e.to_string(),
+        "t.conf:1:25: expected a port number (0-65535), found `80x`"
+    );
+    let e = fail("vrrp_instance V {\n  priority 300\n}\n");
+    assert_eq!((e.line, e.column), (2, 12));
+}
+
+#[test]
+fn error_unknown_scheduler() {
+    let e = fail("virtual_server 10.0.0.1 80 {\n    lb_algo fastest\n}\n");
+    assert_eq!((e.line, e.column), (2, 13));
+    assert!(e.message.contains("found `fastest`"));
+}
+
+#[test]
+fn error_bad_address() {
+    let e = fail("virtual_server 10.0.0.1 80 {\n real_server 10.1.0.300 80 {\n }\n}\n");
+    assert_eq!((e.line, e.column), (2, 14));
+    assert_eq!(e.message, "expected an IP address, found `10.1.0.300`");
+}
+
+#[test]
+fn error_unterminated_quote() {
+    let e = fail("global_defs {\n  router_id \"abc\n}\n");
+    assert_eq!((e.line, e.column), (2, 13));
+}
+
+#[test]
+fn bool_and_timer_values() {
+    let l = ok(&VS.replace(
+        "protocol TCP",
+        "protocol TCP\n  smtp_alert off\n  delay_loop 0.000001",
+    ));
+    let vs = &l.config.virtual_servers[0];
+    assert_eq!(vs.smtp_alert, Some(false));
+    assert_eq!(vs.delay_loop, Duration::from_micros(1));
+    let e = fail(&VS.replace("protocol TCP", "protocol TCP\n  smtp_alert maybe"));
+    assert_eq!((e.line, e.column), (5, 14));
+}
+
+#[test]
+fn conditionals_and_parameters() {
+    let text = "$PRI=120\n$VIP=10.0.0.1\n@main global_defs { router_id main }\n@^main global_defs { router_id other }\nvrrp_instance V {\n  priority $PRI\n  virtual_ipaddress {\n    ${VIP}/24\n  }\n}\n";
+    let l = parse_str("t.conf", text, &LoadOptions::default()).unwrap();
+    assert_eq!(l.config.global.router_id.as_deref(), Some("other"));
+    assert_eq!(l.config.vrrp_instances[0].priority, 120);
+    assert_eq!(
+        l.config.vrrp_instances[0].virtual_ipaddress[0]
+            .addr
+            .to_string(),
+        "10.0.0.1"
+    );
+    let opts = LoadOptions {
+        config_ids: vec!["main".into()],
+        ..Default::default()
+    };
+    let l = parse_str("t.conf", text, &opts).unwrap();
+    assert_eq!(l.config.global.router_id.as_deref(), Some("main"));
+}
+
+#[test]
+fn multiline_parameter_and_seq() {
+    let text = "$RS= \\\n  real_server 10.1.0.${N} 80 { \\\n  } \\\n\nvirtual_server 10.0.0.1 80 {\n lb_algo rr\n lb_kind DR\n protocol TCP\n ~SEQ(N, 1, 3) $RS\n}\n";
+    let l = ok(text);
+    let rss: Vec<String> = l.config.virtual_servers[0]
+        .real_servers
+        .iter()
+        .map(|r| r.addr.to_string())
+        .collect();
+    assert_eq!(rss, vec!["10.1.0.1", "10.1.0.2", "10.1.0.3"]);
+}
+
+#[test]
+fn self_referencing_parameter_is_an_error() {
+    let e = fail("$A=$A x\nglobal_defs {\n router_id $A\n}\n");
+    assert_eq!(e.line, 3);
+}
+
+#[test]
+fn include_with_glob_relative_and_absolute() {
+    let files = MemResolver::new()
+        .with("/etc/keepalived/conf.d/10-vs.conf", VS)
+        .with(
+            "/etc/keepalived/conf.d/20-vs.conf",
+            VS.replace("10.0.0.1 80", "10.0.0.2 80"),
+        )
+        .with("/etc/keepalived/conf.d/README", "garbage {")
+        .with(
+            "/etc/keepalived/global.conf",
+            "global_defs {\n router_id R\n}\n",
+        );
+    let opts = LoadOptions {
+        resolver: Some(Arc::new(files)),
+        ..Default::default()
+    };
+    let text = "include /etc/keepalived/global.conf\ninclude conf.d/*.conf\n";
+    let l = parse_str("/etc/keepalived/keepalived.conf", text, &opts).unwrap();
+    assert_eq!(l.config.global.router_id.as_deref(), Some("R"));
+    assert_eq!(l.config.virtual_servers.len(), 2);
+    assert_eq!(
+        l.config.virtual_servers[1].loc.file,
+        "/etc/keepalived/conf.d/20-vs.conf"
+    );
+}
+
+#[test]
+fn include_not_found_and_loop() {
+    let files = MemResolver::new()
+        .with("/k/a.conf", "include b.conf\n")
+        .with("/k/b.conf", "\n  include a.conf\n");
+    let opts = LoadOptions {
+        resolver: Some(Arc::new(files)),
+        ..Default::default()
+    };
+    let e = parse_str(
+        "/k/main.conf",
+        "global_defs {\n}\ninclude missing.conf\n",
+        &opts,
+    )
+    .unwrap_err();
+    assert_eq!((e.file.as_str(), e.line, e.column), ("/k/main.conf", 3, 9));
+    assert!(e.message.contains("cannot include"), "{e}");
+    let e = parse_str("/k/main.conf", "include a.conf\n", &opts).unwrap_err();
+    assert_eq!((e.file.as_str(), e.line, e.column), ("/k/b.conf", 2, 11));
+    assert_eq!(
+        e.message,
+        "include loop: /k/a.conf -> /k/b.conf -> /k/a.conf"
+    );
+    let e = parse_str("t.conf", "include x.conf\n", &LoadOptions::default()).unwrap_err();
+    assert_eq!(e.line, 1);
+}
+
+#[test]
+fn vrrp_instance_keywords() {
+    let l = ok(
+        "vrrp_instance V6 {\n state BACKUP\n interface eth0\n virtual_router_id 9\n advert_int 0.5\n preempt_delay 30\n version 3\n use_vmac vrrp9\n accept\n garp_master_delay 2\n garp_master_repeat 3\n unicast_peer {\n  2001:db8::2 min_ttl 1 max_ttl 255\n }\n track_interface {\n  eth1 weight -10\n }\n virtual_ipaddress_excluded {\n  2001:db8::100/64\n }\n lvs_sync_daemon_interface eth1\n authentication {\n  auth_type AH\n  auth_pass x\n }\n}\n",
+    );
+    let v = &l.config.vrrp_instances[0];
+    assert_eq!(v.state, Some(VrrpState::Backup));
+    assert_eq!(v.advert_int, Duration::from_millis(500));
+    assert_eq!(v.preempt_delay, Some(Duration::from_secs(30)));
+    assert_eq!(v.use_vmac, Some(Some("vrrp9".into())));
+    assert_eq!(v.unicast_peer[0].max_ttl, Some(255));
+    assert_eq!(v.track_interface[0].weight, Some(-10));
+    assert!(v.authentication.as_ref().unwrap().ah);
+    assert_eq!(v.lvs_sync_daemon_interface.as_deref(), Some("eth1"));
+    assert_eq!(l.warnings.len(), 1); // deprecated alias
+}
+
+#[test]
+fn global_defs_keywords() {
+    let l = ok(
+        "global_defs {\n vrrp_version 3\n vrrp_strict\n vrrp_mcast_group4 224.0.0.19\n vrrp_mcast_group6 ff02::13\n vrrp_garp_master_delay 1\n vrrp_garp_master_refresh 60\n v3_checksum_as_v2\n lvs_flush\n lvs_flush_on_stop VS\n lvs_sync_daemon eth2 id 3 maxlen 1400 port 8848 ttl 2 group 224.0.0.81\n smtp_connect_timeout 30\n nftables_ipvs\n}\n",
+    );
+    let g = &l.config.global;
+    assert_eq!(g.vrrp_version, 3);
+    assert!(g.vrrp_strict && g.v3_checksum_as_v2 && g.lvs_flush);
+    assert_eq!(g.lvs_flush_on_stop, Some(true));
+    assert_eq!(g.vrrp_mcast_group4.to_string(), "224.0.0.19");
+    let d = g.lvs_sync_daemon.as_ref().unwrap();
+    assert_eq!(
+        (d.instance.as_deref(), d.syncid, d.maxlen, d.port, d.ttl),
+        (None, Some(3), Some(1400), Some(8848), Some(2))
+    );
+    assert_eq!(g.unused[0].0, "nftables_ipvs");
+    assert!(l.warnings.is_empty());
+    assert_eq!(ok("").config.global.vrrp_version, 2);
+}
+
+#[test]
+fn checker_types() {
+    let l = ok(
+        "virtual_server 10.0.0.1 443 {\n lb_algo rr\n lb_kind DR\n protocol TCP\n real_server 10.1.0.1 443 {\n  SSL_GET {\n   enable_sni\n   sni_name api.example\n   url {\n    path /x\n    digest 9B3A0C85A887A0E3CF30B19ABE2EADCA\n   }\n  }\n  UDP_CHECK {\n   payload Ab12f 3\n   require_reply 0x1\n  }\n  SMTP_CHECK {\n   helo_name me\n  }\n  PING_CHECK {\n  }\n  FILE_CHECK {\n   track_file f\n   weight -3 reverse\n  }\n  BFD_CHECK {\n   name b1\n  }\n  MISC_CHECK {\n   misc_path /bin/true\n   user nobody\n  }\n }\n}\n",
+    );
+    let cks = &l.config.virtual_servers[0].real_servers[0].checkers;
+    assert_eq!(cks.len(), 7);
+    match &cks[0].kind {
+        CheckerKind::Ssl(h) => {
+            assert!(h.enable_sni);
+            assert_eq!(
+                h.urls[0].digest.as_deref(),
+                Some("9b3a0c85a887a0e3cf30b19abe2eadca")
+            );
+            assert!(h.urls[0].status_codes.is_empty());
+        }
+        k => panic!("{k:?}"),
+    }
+    match &cks[1].kind {
+        CheckerKind::Udp(u) => {
+            assert_eq!(u.payload.as_deref(), Some(&[0x0a, 0xb1, 0x2f, 0x03][..]));
+            assert_eq!(u.require_reply, Some(Some(vec![Some(0x00), None])));
+        }
+        k => panic!("{k:?}"),
+    }
+    assert_eq!(
+        cks[4].kind,
+        CheckerKind::File(FileCheck {
+            track_file: Some("f".into()),
+            dynamic: false,
+            weight: Some((-3, true))
+        })
+    );
+    assert_eq!(cks[6].effective.retry, 0);
+}
+
+#[test]
+fn group_mixing_families_is_an_error() {
+    let e = fail("virtual_server_group G {\n 10.0.0.1 80\n 2001:db8::1 80\n}\n");
+    assert_eq!((e.line, e.column), (3, 2));
+}

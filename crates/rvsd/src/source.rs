@@ -1,0 +1,96 @@
+//! Where the desired state comes from: a keepalived.conf-syntax file or an
+//! ipvsadm-save rules file, read into service definitions.
+
+use std::path::{Path, PathBuf};
+
+use rvs_control::state::ServiceDef;
+
+/// A configuration file and its syntax.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// keepalived.conf syntax (`rvsd -f`).
+    Keepalived(PathBuf),
+    /// ipvsadm-save rules (`rvsd --rules`).
+    Rules(PathBuf),
+}
+
+impl Source {
+    /// The file.
+    pub fn path(&self) -> &Path {
+        match self {
+            Source::Keepalived(p) | Source::Rules(p) => p,
+        }
+    }
+}
+
+/// A configuration read and checked, ready to apply.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// The services.
+    pub defs: Vec<ServiceDef>,
+    /// `lvs_timeouts` / `--set` (0 = leave unchanged).
+    pub timeouts: Option<(u32, u32, u32)>,
+    /// Located warnings (unknown keywords, adjusted values, ...).
+    pub warnings: Vec<String>,
+    /// One line about the rest of the file (VRRP instances, checkers) for `--check`.
+    pub extra: String,
+}
+
+/// Read a source. Errors name file:line:column.
+pub fn load(src: &Source) -> Result<Loaded, String> {
+    match src {
+        Source::Keepalived(path) => load_keepalived(path),
+        Source::Rules(path) => crate::rules::load(path),
+    }
+}
+
+fn load_keepalived(path: &Path) -> Result<Loaded, String> {
+    let loaded = rvs_config::load(path, &rvs_config::LoadOptions::default()).map_err(|e| e.to_string())?;
+    let specs = loaded.config.lvs_services().map_err(|e| e.to_string())?;
+    let checkers: usize = loaded
+        .config
+        .virtual_servers
+        .iter()
+        .flat_map(|vs| vs.real_servers.iter())
+        .map(|rs| rs.checkers.len())
+        .sum();
+    let extra = format!(
+        "{} vrrp_instance, {} real_server checkers (parsed; running them is not part of this build)",
+        loaded.config.vrrp_instances.len(),
+        checkers
+    );
+    Ok(Loaded {
+        defs: specs
+            .into_iter()
+            .map(|s| ServiceDef { key: s.key, config: s.config, dests: s.dests })
+            .collect(),
+        timeouts: loaded.config.lvs_timeouts(),
+        warnings: loaded.warnings.iter().map(ToString::to_string).collect(),
+        extra,
+    })
+}
+
+/// `rvsd --check`: load and validate everything, touching nothing.
+pub fn check(src: &Source) -> Result<String, String> {
+    let loaded = load(src)?;
+    rvs_control::state::build(&loaded.defs, rvs_core::ipvs::IpvsConfig { conn_capacity: 16, ..Default::default() })
+        .map_err(|e| format!("{}: service #{}: {}", src.path().display(), e.index + 1, e.error))?;
+    let mut out = String::new();
+    for w in &loaded.warnings {
+        out.push_str(w);
+        out.push('\n');
+    }
+    let dests: usize = loaded.defs.iter().map(|d| d.dests.len()).sum();
+    out.push_str(&format!(
+        "{}: OK: {} virtual services, {} real servers",
+        src.path().display(),
+        loaded.defs.len(),
+        dests
+    ));
+    if !loaded.extra.is_empty() {
+        out.push_str("; ");
+        out.push_str(&loaded.extra);
+    }
+    out.push('\n');
+    Ok(out)
+}
