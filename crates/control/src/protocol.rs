@@ -122,6 +122,10 @@ pub enum Response {
         message: String,
         /// Index of the failing command within an `Exec`, if any.
         index: Option<usize>,
+        /// The director's error, when a command failed (clients map it to
+        /// their own wording, e.g. ipvsadm's per-command texts).
+        #[serde(default)]
+        ctl: Option<rvs_core::ipvs::CtlError>,
     },
 }
 

@@ -40,6 +40,7 @@ const NONE: u32 = u32::MAX;
 /// Why a control operation failed. The state is unchanged whenever one of
 /// these is returned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum CtlError {
     /// `-A` of a service that exists (ipvsadm: "Service already exists").
@@ -60,7 +61,7 @@ pub enum CtlError {
     SchedulerNotFound,
     /// A value out of range (weight > 65535, lower threshold above upper).
     #[error("{0}")]
-    Range(&'static str),
+    Range(String),
     /// The request is invalid for this service (e.g. more real servers than
     /// Maglev slots, or a real server of another family that is not a tunnel).
     #[error("Invalid operation: {0}")]
@@ -1474,11 +1475,11 @@ fn fwmark_addr(mark: u32) -> Addr {
 
 fn validate_dest(key: &ServiceKey, d: &DestConfig) -> Result<(), CtlError> {
     if d.weight > 65535 {
-        return Err(CtlError::Range("server weight out of range"));
+        return Err(CtlError::Range("server weight out of range".into()));
     }
     if d.l_threshold > d.u_threshold {
         return Err(CtlError::Range(
-            "lower threshold is higher than upper threshold",
+            "lower threshold is higher than upper threshold".into(),
         ));
     }
     if AddrFamily::of(&d.addr) != key.af() && !matches!(d.forward, ForwardMethod::Tunnel(_)) {

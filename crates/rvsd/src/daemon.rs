@@ -23,7 +23,13 @@ pub struct Daemon {
 impl Daemon {
     /// A daemon around `ctl`, configured from `source` if any (already loaded).
     pub fn new(ctl: Controller, source: Option<Source>) -> Self {
-        Daemon { ctl, source, epoch: StdInstant::now(), reloads: 0, reload_failures: 0 }
+        Daemon {
+            ctl,
+            source,
+            epoch: StdInstant::now(),
+            reloads: 0,
+            reload_failures: 0,
+        }
     }
 
     /// The core's notion of now: milliseconds since the daemon started.
@@ -52,16 +58,22 @@ impl Daemon {
     /// the running state is untouched.
     pub fn reload(&mut self) -> Result<DiffSummary, String> {
         let Some(src) = self.source.clone() else {
-            return Err("no configuration file to reload (rvsd was started without -f/--rules)".into());
+            return Err(
+                "no configuration file to reload (rvsd was started without -f/--rules)".into(),
+            );
         };
         let result = source::load(&src).and_then(|loaded| {
             for w in &loaded.warnings {
                 tracing::warn!("{w}");
             }
-            let summary = self
-                .ctl
-                .replace(&loaded.defs)
-                .map_err(|e| format!("{}: service #{}: {}", src.path().display(), e.index + 1, e.error))?;
+            let summary = self.ctl.replace(&loaded.defs).map_err(|e| {
+                format!(
+                    "{}: service #{}: {}",
+                    src.path().display(),
+                    e.index + 1,
+                    e.error
+                )
+            })?;
             if let Some((tcp, tcpfin, udp)) = loaded.timeouts {
                 self.ctl.ipvs_mut().set_timeouts(tcp, tcpfin, udp);
             }
@@ -86,8 +98,14 @@ impl Daemon {
             Request::Ping => Response::Ok,
             Request::State { conns } => Response::State(view::state(self, conns)),
             Request::Reload => match self.reload() {
-                Ok(s) => Response::Reloaded { summary: s.to_string() },
-                Err(message) => Response::Error { message, index: None },
+                Ok(s) => Response::Reloaded {
+                    summary: s.to_string(),
+                },
+                Err(message) => Response::Error {
+                    message,
+                    index: None,
+                    ctl: None,
+                },
             },
             Request::Exec { commands, atomic } => match self.ctl.exec(&commands, atomic) {
                 Ok(()) => {
@@ -97,7 +115,11 @@ impl Daemon {
                     }
                     Response::Ok
                 }
-                Err(e) => Response::Error { message: e.error.to_string(), index: Some(e.index) },
+                Err(e) => Response::Error {
+                    message: e.error.to_string(),
+                    index: Some(e.index),
+                    ctl: Some(e.error),
+                },
             },
         }
     }

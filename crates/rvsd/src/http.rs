@@ -24,7 +24,10 @@ struct StateQuery {
 async fn metrics(State(d): State<Shared>) -> Response {
     match d.lock() {
         Ok(d) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
             d.metrics(),
         )
             .into_response(),

@@ -5,6 +5,7 @@
 mod daemon;
 mod http;
 mod metrics;
+mod rules;
 mod server;
 mod source;
 mod view;
@@ -106,7 +107,10 @@ fn main() -> ExitCode {
     }
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 
     let source = match (&args.config, &args.rules) {
         (Some(p), _) => Some(Source::Keepalived(p.clone())),
@@ -161,8 +165,14 @@ fn run(args: Args, source: Option<Source>) -> anyhow::Result<()> {
         for w in &loaded.warnings {
             tracing::warn!("{w}");
         }
-        ctl.replace(&loaded.defs)
-            .map_err(|e| anyhow::anyhow!("{}: service #{}: {}", src.path().display(), e.index + 1, e.error))?;
+        ctl.replace(&loaded.defs).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: service #{}: {}",
+                src.path().display(),
+                e.index + 1,
+                e.error
+            )
+        })?;
         if let Some((tcp, tcpfin, udp)) = loaded.timeouts {
             ctl.ipvs_mut().set_timeouts(tcp, tcpfin, udp);
         }
@@ -170,7 +180,9 @@ fn run(args: Args, source: Option<Source>) -> anyhow::Result<()> {
     }
     let daemon = Arc::new(Mutex::new(Daemon::new(ctl, source)));
 
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         let listener = server::bind(&args.socket)?;
         let _guard = server::SocketGuard(args.socket.clone());
@@ -221,7 +233,10 @@ fn run(args: Args, source: Option<Source>) -> anyhow::Result<()> {
 fn random_seed() -> u64 {
     use std::io::Read;
     let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_ok() {
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok()
+    {
         return u64::from_le_bytes(b);
     }
     std::time::SystemTime::now()

@@ -13,10 +13,16 @@ use std::fmt::Write as _;
 
 use rvs_core::ipvs::Ipvs;
 use rvs_core::model::ServiceKey;
+use rvs_core::stats::Counters;
+
+/// A counter family: name, help, and the field it reads.
+type CounterField = (&'static str, &'static str, fn(&Counters) -> u64);
 
 /// Escape a label value per the exposition format.
 fn esc(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -28,7 +34,11 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 /// node_exporter labels them (fwmark services have an empty address).
 fn service_labels(key: &ServiceKey) -> (String, u16, &'static str, String) {
     match key {
-        ServiceKey::Addr { protocol, addr, port } => (addr.to_string(), *port, protocol.name(), String::new()),
+        ServiceKey::Addr {
+            protocol,
+            addr,
+            port,
+        } => (addr.to_string(), *port, protocol.name(), String::new()),
         ServiceKey::Fwmark { mark, .. } => (String::new(), 0, "FWM", mark.to_string()),
     }
 }
@@ -39,20 +49,49 @@ pub fn render(ipvs: &Ipvs, reloads: u64, reload_failures: u64) -> String {
     let mut out = String::with_capacity(4096);
     let t = ipvs.total_stats();
     for (name, help, v) in [
-        ("node_ipvs_connections_total", "The total number of connections made.", t.conns),
-        ("node_ipvs_incoming_packets_total", "The total number of incoming packets.", t.inpkts),
-        ("node_ipvs_outgoing_packets_total", "The total number of outgoing packets.", t.outpkts),
-        ("node_ipvs_incoming_bytes_total", "The total amount of incoming data.", t.inbytes),
-        ("node_ipvs_outgoing_bytes_total", "The total amount of outgoing data.", t.outbytes),
+        (
+            "node_ipvs_connections_total",
+            "The total number of connections made.",
+            t.conns,
+        ),
+        (
+            "node_ipvs_incoming_packets_total",
+            "The total number of incoming packets.",
+            t.inpkts,
+        ),
+        (
+            "node_ipvs_outgoing_packets_total",
+            "The total number of outgoing packets.",
+            t.outpkts,
+        ),
+        (
+            "node_ipvs_incoming_bytes_total",
+            "The total amount of incoming data.",
+            t.inbytes,
+        ),
+        (
+            "node_ipvs_outgoing_bytes_total",
+            "The total amount of outgoing data.",
+            t.outbytes,
+        ),
     ] {
         family(&mut out, name, "counter", help);
         let _ = writeln!(out, "{name} {v}");
     }
 
     let backend = [
-        ("node_ipvs_backend_connections_active", "The current active connections by local and remote address."),
-        ("node_ipvs_backend_connections_inactive", "The current inactive connections by local and remote address."),
-        ("node_ipvs_backend_weight", "The current backend weight by local and remote address."),
+        (
+            "node_ipvs_backend_connections_active",
+            "The current active connections by local and remote address.",
+        ),
+        (
+            "node_ipvs_backend_connections_inactive",
+            "The current inactive connections by local and remote address.",
+        ),
+        (
+            "node_ipvs_backend_weight",
+            "The current backend weight by local and remote address.",
+        ),
     ];
     for (i, (name, help)) in backend.iter().enumerate() {
         family(&mut out, name, "gauge", help);
@@ -77,12 +116,32 @@ pub fn render(ipvs: &Ipvs, reloads: u64, reload_failures: u64) -> String {
     }
 
     // rvs-only: per-service and per-real-server traffic and rates.
-    let svc_counters: [(&str, &str, fn(&rvs_core::stats::Counters) -> u64); 5] = [
-        ("rvs_service_connections_total", "Connections scheduled by the service.", |c| c.conns),
-        ("rvs_service_incoming_packets_total", "Packets from clients to the service.", |c| c.inpkts),
-        ("rvs_service_outgoing_packets_total", "Packets from real servers to clients.", |c| c.outpkts),
-        ("rvs_service_incoming_bytes_total", "Bytes from clients to the service.", |c| c.inbytes),
-        ("rvs_service_outgoing_bytes_total", "Bytes from real servers to clients.", |c| c.outbytes),
+    let svc_counters: [CounterField; 5] = [
+        (
+            "rvs_service_connections_total",
+            "Connections scheduled by the service.",
+            |c| c.conns,
+        ),
+        (
+            "rvs_service_incoming_packets_total",
+            "Packets from clients to the service.",
+            |c| c.inpkts,
+        ),
+        (
+            "rvs_service_outgoing_packets_total",
+            "Packets from real servers to clients.",
+            |c| c.outpkts,
+        ),
+        (
+            "rvs_service_incoming_bytes_total",
+            "Bytes from clients to the service.",
+            |c| c.inbytes,
+        ),
+        (
+            "rvs_service_outgoing_bytes_total",
+            "Bytes from real servers to clients.",
+            |c| c.outbytes,
+        ),
     ];
     for (name, help, get) in svc_counters {
         family(&mut out, name, "counter", help);
@@ -97,10 +156,22 @@ pub fn render(ipvs: &Ipvs, reloads: u64, reload_failures: u64) -> String {
             );
         }
     }
-    let backend_counters: [(&str, &str, fn(&rvs_core::stats::Counters) -> u64); 3] = [
-        ("rvs_backend_connections_total", "Connections scheduled to the real server.", |c| c.conns),
-        ("rvs_backend_incoming_bytes_total", "Bytes forwarded to the real server.", |c| c.inbytes),
-        ("rvs_backend_outgoing_bytes_total", "Bytes from the real server to clients.", |c| c.outbytes),
+    let backend_counters: [CounterField; 3] = [
+        (
+            "rvs_backend_connections_total",
+            "Connections scheduled to the real server.",
+            |c| c.conns,
+        ),
+        (
+            "rvs_backend_incoming_bytes_total",
+            "Bytes forwarded to the real server.",
+            |c| c.inbytes,
+        ),
+        (
+            "rvs_backend_outgoing_bytes_total",
+            "Bytes from the real server to clients.",
+            |c| c.outbytes,
+        ),
     ];
     for (name, help, get) in backend_counters {
         family(&mut out, name, "counter", help);
@@ -119,7 +190,12 @@ pub fn render(ipvs: &Ipvs, reloads: u64, reload_failures: u64) -> String {
             }
         }
     }
-    family(&mut out, "rvs_backend_persistent_connections", "gauge", "Persistence templates pointing at the real server.");
+    family(
+        &mut out,
+        "rvs_backend_persistent_connections",
+        "gauge",
+        "Persistence templates pointing at the real server.",
+    );
     for svc in ipvs.services() {
         let (la, lp, proto, mark) = service_labels(svc.key());
         for d in svc.dests() {
@@ -134,17 +210,47 @@ pub fn render(ipvs: &Ipvs, reloads: u64, reload_failures: u64) -> String {
             );
         }
     }
-    family(&mut out, "rvs_services", "gauge", "Virtual services configured.");
+    family(
+        &mut out,
+        "rvs_services",
+        "gauge",
+        "Virtual services configured.",
+    );
     let _ = writeln!(out, "rvs_services {}", ipvs.services().count());
-    family(&mut out, "rvs_conn_table_entries", "gauge", "Connection table entries (templates included).");
+    family(
+        &mut out,
+        "rvs_conn_table_entries",
+        "gauge",
+        "Connection table entries (templates included).",
+    );
     let _ = writeln!(out, "rvs_conn_table_entries {}", ipvs.conns().len());
-    family(&mut out, "rvs_conn_table_capacity", "gauge", "Connection table capacity bound.");
+    family(
+        &mut out,
+        "rvs_conn_table_capacity",
+        "gauge",
+        "Connection table capacity bound.",
+    );
     let _ = writeln!(out, "rvs_conn_table_capacity {}", ipvs.conns().capacity());
-    family(&mut out, "rvs_conn_table_evictions_total", "counter", "Entries evicted because the table was full.");
+    family(
+        &mut out,
+        "rvs_conn_table_evictions_total",
+        "counter",
+        "Entries evicted because the table was full.",
+    );
     let _ = writeln!(out, "rvs_conn_table_evictions_total {}", ipvs.evictions());
-    family(&mut out, "rvs_config_reloads_total", "counter", "Configuration reloads applied.");
+    family(
+        &mut out,
+        "rvs_config_reloads_total",
+        "counter",
+        "Configuration reloads applied.",
+    );
     let _ = writeln!(out, "rvs_config_reloads_total {reloads}");
-    family(&mut out, "rvs_config_reload_failures_total", "counter", "Configuration reloads rejected (state unchanged).");
+    family(
+        &mut out,
+        "rvs_config_reload_failures_total",
+        "counter",
+        "Configuration reloads rejected (state unchanged).",
+    );
     let _ = writeln!(out, "rvs_config_reload_failures_total {reload_failures}");
     out
 }

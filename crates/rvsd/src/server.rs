@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
 use rvs_control::protocol::{MAX_LINE, Response, parse_request};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
 use crate::daemon::Daemon;
@@ -24,13 +24,18 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
             if std::os::unix::net::UnixStream::connect(path).is_ok() {
                 bail!("another rvsd is already listening on {}", path.display());
             }
-            std::fs::remove_file(path).with_context(|| format!("removing stale socket {}", path.display()))?;
+            std::fs::remove_file(path)
+                .with_context(|| format!("removing stale socket {}", path.display()))?;
             tracing::info!(socket = %path.display(), "removed stale control socket");
         }
-        Ok(_) => bail!("{} exists and is not a socket; refusing to replace it", path.display()),
+        Ok(_) => bail!(
+            "{} exists and is not a socket; refusing to replace it",
+            path.display()
+        ),
         Err(_) => {}
     }
-    let listener = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+    let listener =
+        UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .with_context(|| format!("chmod 0600 {}", path.display()))?;
     Ok(listener)
@@ -72,19 +77,34 @@ async fn connection(stream: UnixStream, daemon: Arc<Mutex<Daemon>>) -> anyhow::R
     let mut line = Vec::new();
     loop {
         line.clear();
-        let n = (&mut r).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut line).await?;
+        let n = (&mut r)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .await?;
         if n == 0 {
             return Ok(());
         }
         let resp = if line.len() > MAX_LINE {
-            Response::Error { message: "request too long".into(), index: None }
+            Response::Error {
+                message: "request too long".into(),
+                index: None,
+                ctl: None,
+            }
         } else {
             match parse_request(&line) {
                 Ok(req) => match daemon.lock() {
                     Ok(mut d) => d.handle(req),
-                    Err(_) => Response::Error { message: "daemon state poisoned".into(), index: None },
+                    Err(_) => Response::Error {
+                        message: "daemon state poisoned".into(),
+                        index: None,
+                        ctl: None,
+                    },
                 },
-                Err(e) => Response::Error { message: format!("bad request: {e}"), index: None },
+                Err(e) => Response::Error {
+                    message: format!("bad request: {e}"),
+                    index: None,
+                    ctl: None,
+                },
             }
         };
         let mut out = serde_json::to_vec(&resp)?;

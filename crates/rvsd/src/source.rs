@@ -45,7 +45,8 @@ pub fn load(src: &Source) -> Result<Loaded, String> {
 }
 
 fn load_keepalived(path: &Path) -> Result<Loaded, String> {
-    let loaded = rvs_config::load(path, &rvs_config::LoadOptions::default()).map_err(|e| e.to_string())?;
+    let loaded =
+        rvs_config::load(path, &rvs_config::LoadOptions::default()).map_err(|e| e.to_string())?;
     let specs = loaded.config.lvs_services().map_err(|e| e.to_string())?;
     let checkers: usize = loaded
         .config
@@ -62,7 +63,11 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
     Ok(Loaded {
         defs: specs
             .into_iter()
-            .map(|s| ServiceDef { key: s.key, config: s.config, dests: s.dests })
+            .map(|s| ServiceDef {
+                key: s.key,
+                config: s.config,
+                dests: s.dests,
+            })
             .collect(),
         timeouts: loaded.config.lvs_timeouts(),
         warnings: loaded.warnings.iter().map(ToString::to_string).collect(),
@@ -73,8 +78,21 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
 /// `rvsd --check`: load and validate everything, touching nothing.
 pub fn check(src: &Source) -> Result<String, String> {
     let loaded = load(src)?;
-    rvs_control::state::build(&loaded.defs, rvs_core::ipvs::IpvsConfig { conn_capacity: 16, ..Default::default() })
-        .map_err(|e| format!("{}: service #{}: {}", src.path().display(), e.index + 1, e.error))?;
+    rvs_control::state::build(
+        &loaded.defs,
+        rvs_core::ipvs::IpvsConfig {
+            conn_capacity: 16,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| {
+        format!(
+            "{}: service #{}: {}",
+            src.path().display(),
+            e.index + 1,
+            e.error
+        )
+    })?;
     let mut out = String::new();
     for w in &loaded.warnings {
         out.push_str(w);

@@ -1,0 +1,216 @@
+//! `rvsadm`: ipvsadm's command line, talking to `rvsd`.
+//!
+//! Every ipvsadm 1.31 command and option works as it does with ipvsadm, with
+//! ipvsadm's output formats, error texts and exit codes. rvs-only features
+//! are extra long options: `--reload` (re-read rvsd's configuration file),
+//! `--mh-table-size N`, `--socket PATH` (or `RVS_SOCKET`), and for packagers
+//! `--man` and `--completions SHELL`.
+
+mod doc;
+
+use std::io::{BufReader, Read};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use rvs_control::ipvsadm::{KERNEL_ERROR_EXIT, error_text, to_command};
+use rvs_control::protocol::{
+    Command, DEFAULT_SOCKET, Request, Response, SOCKET_ENV, read_message, write_message,
+};
+use rvs_ipvsadm::names::SystemNames;
+use rvs_ipvsadm::snapshot::Snapshot;
+use rvs_ipvsadm::{
+    Command as Ipvsadm, ListTarget, format_list_with, format_save_with, parse_args_named,
+    parse_restore_line,
+};
+
+const PROG: &str = "rvsadm";
+
+fn exit(code: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
+}
+
+/// A failure with the text to print and the exit status.
+struct Fail(String, i32);
+
+fn main() -> ExitCode {
+    let mut args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let socket = match take_socket(&mut args) {
+        Ok(s) => s,
+        Err(Fail(msg, code)) => {
+            eprintln!("{msg}");
+            return exit(code);
+        }
+    };
+    match args.first().map(String::as_str) {
+        Some("--man") if args.len() == 1 => return doc::man(),
+        Some("--completions") if args.len() == 2 => return doc::completions(&args[1]),
+        _ => {}
+    }
+    match run(args, &socket) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Fail(msg, code)) => {
+            if !msg.is_empty() {
+                eprintln!("{msg}");
+            }
+            exit(code)
+        }
+    }
+}
+
+/// `--socket PATH` / `--socket=PATH` anywhere on the line (removed before
+/// ipvsadm's parser sees the arguments), else `RVS_SOCKET`, else the default.
+fn take_socket(args: &mut Vec<String>) -> Result<PathBuf, Fail> {
+    let mut found = None;
+    let mut i = 0;
+    while i < args.len() {
+        if args[i] == "--socket" {
+            let Some(v) = args.get(i + 1).cloned() else {
+                return Err(Fail("--socket: missing argument".into(), 255));
+            };
+            args.drain(i..i + 2);
+            found = Some(v);
+        } else if let Some(v) = args[i].strip_prefix("--socket=") {
+            found = Some(v.to_owned());
+            args.remove(i);
+        } else {
+            i += 1;
+        }
+    }
+    Ok(PathBuf::from(
+        found
+            .or_else(|| std::env::var(SOCKET_ENV).ok())
+            .unwrap_or_else(|| DEFAULT_SOCKET.to_owned()),
+    ))
+}
+
+/// One request/response exchange with rvsd.
+fn call(socket: &PathBuf, req: &Request) -> Result<Response, Fail> {
+    let cannot = |e: &dyn std::fmt::Display| {
+        Fail(
+            format!(
+                "Can't initialize ipvs: {e} ({})\nAre you sure that rvsd is running?",
+                socket.display()
+            ),
+            2,
+        )
+    };
+    let stream = UnixStream::connect(socket).map_err(|e| cannot(&e))?;
+    let mut w = stream.try_clone().map_err(|e| cannot(&e))?;
+    write_message(&mut w, req).map_err(|e| cannot(&e))?;
+    read_message(&mut BufReader::new(stream)).map_err(|e| cannot(&e))
+}
+
+fn snapshot(socket: &PathBuf, conns: bool) -> Result<Snapshot, Fail> {
+    match call(socket, &Request::State { conns })? {
+        Response::State(v) => serde_json::from_value(v)
+            .map_err(|e| Fail(format!("rvsadm: unexpected state from rvsd: {e}"), 1)),
+        Response::Error { message, .. } => Err(Fail(message, 1)),
+        other => Err(Fail(
+            format!("rvsadm: unexpected answer from rvsd: {other:?}"),
+            1,
+        )),
+    }
+}
+
+/// Send table changes; on failure print what ipvsadm would for the failing one.
+fn exec(socket: &PathBuf, commands: Vec<Command>, atomic: bool) -> Result<(), Fail> {
+    match call(
+        socket,
+        &Request::Exec {
+            commands: commands.clone(),
+            atomic,
+        },
+    )? {
+        Response::Ok => Ok(()),
+        Response::Error {
+            message,
+            index,
+            ctl,
+        } => {
+            let text = match (ctl, index.and_then(|i| commands.get(i))) {
+                (Some(e), Some(c)) => error_text(c, &e),
+                _ => message,
+            };
+            Err(Fail(text, KERNEL_ERROR_EXIT))
+        }
+        other => Err(Fail(
+            format!("rvsadm: unexpected answer from rvsd: {other:?}"),
+            1,
+        )),
+    }
+}
+
+fn run(args: Vec<String>, socket: &PathBuf) -> Result<(), Fail> {
+    let inv = parse_args_named(PROG, args).map_err(|e| Fail(e.to_string(), e.exit_code))?;
+    match inv.command {
+        Ipvsadm::Help => {
+            print!("{}", rvs_ipvsadm::usage_text(PROG));
+            Ok(())
+        }
+        Ipvsadm::Version => {
+            print!("{}", rvs_ipvsadm::version_text());
+            Ok(())
+        }
+        Ipvsadm::List(opts) => {
+            let snap = snapshot(socket, opts.target == ListTarget::Connections)?;
+            let out = format_list_with(&snap, &opts, &SystemNames).map_err(|e| Fail(e.message, e.exit_code))?;
+            print!("{out}");
+            Ok(())
+        }
+        Ipvsadm::Save { numeric } => {
+            let snap = snapshot(socket, false)?;
+            print!("{}", format_save_with(&snap, numeric, &SystemNames));
+            Ok(())
+        }
+        Ipvsadm::Restore => restore(socket),
+        Ipvsadm::Reload => match call(socket, &Request::Reload)? {
+            Response::Reloaded { summary } => {
+                println!("{summary}");
+                Ok(())
+            }
+            Response::Error { message, .. } => Err(Fail(message, 1)),
+            other => Err(Fail(format!("rvsadm: unexpected answer from rvsd: {other:?}"), 1)),
+        },
+        Ipvsadm::StartDaemon(_) | Ipvsadm::StopDaemon(_) => Err(Fail(
+            "Connection synchronisation (--start-daemon/--stop-daemon) is not implemented by rvsd yet".into(),
+            KERNEL_ERROR_EXIT,
+        )),
+        other => match to_command(&other) {
+            Ok(Some(cmd)) => exec(socket, vec![cmd], false),
+            Ok(None) => Ok(()),
+            // Only an unknown --pe fails here; its text names no operation.
+            Err(e) => Err(Fail(error_text(&Command::Clear, &e), KERNEL_ERROR_EXIT)),
+        },
+    }
+}
+
+/// `-R`: read ipvsadm commands from stdin and apply them as ONE atomic batch
+/// (ipvsadm applies them one by one and leaves a half-applied table on the
+/// first error; rvs applies all or nothing).
+fn restore(socket: &PathBuf) -> Result<(), Fail> {
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .map_err(|e| Fail(format!("rvsadm: reading stdin: {e}"), 1))?;
+    let mut commands = Vec::new();
+    for line in text.lines() {
+        match parse_restore_line(line) {
+            Ok(None) => {}
+            Ok(Some(inv)) => match to_command(&inv.command) {
+                Ok(Some(c)) => commands.push(c),
+                Ok(None) => {}
+                Err(e) => return Err(Fail(error_text(&Command::Clear, &e), KERNEL_ERROR_EXIT)),
+            },
+            Err(e) if e.aborts_restore => return Err(Fail(e.to_string(), e.exit_code)),
+            Err(e) => eprintln!("{e}"),
+        }
+    }
+    if commands.is_empty() {
+        return Ok(());
+    }
+    exec(socket, commands, true)
+}
