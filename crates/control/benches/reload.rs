@@ -10,6 +10,10 @@
 //!   what applying a change costs without a difference (kube-proxy-style full
 //!   sync).
 //!
+//! * `file_load` / `file_reload_one_change` — the same from a keepalived.conf
+//!   on disk, parsing included (rvs-config), i.e. what `rvsd -f` and SIGHUP
+//!   cost end to end.
+//!
 //! Run: `taskset -c 1 cargo bench -p rvs-control --bench reload`
 
 use std::hint::black_box;
@@ -101,5 +105,71 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// keepalived.conf text for the same table; `bump` changes one weight.
+fn keepalived_conf(bump: bool) -> String {
+    let mut out = String::with_capacity(16 << 20);
+    for i in 0..SERVICES {
+        let vip = Ipv4Addr::from(0x0a00_0000 + i);
+        out.push_str(&format!(
+            "virtual_server {vip} 80 {{\n    delay_loop 5\n    lb_algo wlc\n    lb_kind NAT\n    protocol TCP\n"
+        ));
+        for j in 0..DESTS {
+            let rs = Ipv4Addr::from(0xac10_0000 + i * 16 + j);
+            let w = if bump && i == 5000 && j == 3 { 7 } else { 1 };
+            out.push_str(&format!(
+                "    real_server {rs} 8080 {{\n        weight {w}\n        TCP_CHECK {{\n            connect_timeout 3\n        }}\n    }}\n"
+            ));
+        }
+        out.push_str("}\n");
+    }
+    out
+}
+
+fn parse(path: &std::path::Path) -> Vec<ServiceDef> {
+    let loaded = rvs_config::load(path, &rvs_config::LoadOptions::default()).expect("valid config");
+    loaded
+        .config
+        .lvs_services()
+        .expect("valid services")
+        .into_iter()
+        .map(|s| ServiceDef {
+            key: s.key,
+            config: s.config,
+            dests: s.dests,
+        })
+        .collect()
+}
+
+fn bench_files(c: &mut Criterion) {
+    let dir = std::env::temp_dir().join(format!("rvs-bench-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let a = dir.join("a.conf");
+    let b = dir.join("b.conf");
+    std::fs::write(&a, keepalived_conf(false)).expect("write");
+    std::fs::write(&b, keepalived_conf(true)).expect("write");
+    let mut g = c.benchmark_group("control_10k_x_10_file");
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(10));
+    g.bench_function("file_load", |bch| {
+        bch.iter(|| {
+            let mut ctl = Controller::new(config(), Box::new(NoDataPlane));
+            ctl.replace(&parse(&a)).ok();
+            ctl
+        })
+    });
+    let mut ctl = Controller::new(config(), Box::new(NoDataPlane));
+    ctl.replace(&parse(&a)).ok();
+    let mut flip = false;
+    g.bench_function("file_reload_one_change", |bch| {
+        bch.iter(|| {
+            flip = !flip;
+            let defs = parse(if flip { &b } else { &a });
+            black_box(ctl.replace(&defs).ok())
+        })
+    });
+    g.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(benches, bench, bench_files);
 criterion_main!(benches);

@@ -6,6 +6,9 @@
 //! owns no policy: a change the control plane rejected never reaches it.
 //! `--dataplane none` is [`NoDataPlane`]: the control plane alone.
 
+use rvs_core::ipvs::Ipvs;
+use rvs_core::time::Instant;
+
 use crate::protocol::Command;
 
 /// Why a data plane could not apply a change.
@@ -28,6 +31,15 @@ pub trait DataPlane: Send {
     /// model keeps the change (the data plane is expected to converge, e.g.
     /// retry binding a listener).
     fn apply(&mut self, command: &Command) -> Result<(), DataPlaneError>;
+
+    /// Report back: called periodically (every second by rvsd) with the
+    /// control plane's director so the data plane can record what it carried
+    /// since the last call — connections it created or closed and their
+    /// counters (a packet data plane reads its maps here; a data plane that
+    /// drives the director itself has nothing to add).
+    fn report(&mut self, now: Instant, ipvs: &mut Ipvs) {
+        let _ = (now, ipvs);
+    }
 }
 
 /// `--dataplane none`: the control plane alone, for scripting and tests.

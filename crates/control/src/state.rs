@@ -361,6 +361,14 @@ impl Controller {
         Ok(())
     }
 
+    /// Periodic work at `now`: let the data plane report connections and
+    /// counters, expire connections, run the rate estimators.
+    pub fn tick(&mut self, now: rvs_core::time::Instant) {
+        self.plane.report(now, &mut self.ipvs);
+        self.ipvs.expire(now);
+        self.ipvs.update_estimators(now);
+    }
+
     /// Data plane errors since the last call (for the daemon to log).
     pub fn take_plane_errors(&mut self) -> Vec<String> {
         std::mem::take(&mut self.plane_errors)

@@ -46,9 +46,7 @@ impl Daemon {
     /// plane errors.
     pub fn tick(&mut self) {
         let now = self.now();
-        let ipvs = self.ctl.ipvs_mut();
-        ipvs.expire(now);
-        ipvs.update_estimators(now);
+        self.ctl.tick(now);
         for e in self.ctl.take_plane_errors() {
             tracing::warn!("{e}");
         }

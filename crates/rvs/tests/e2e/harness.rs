@@ -1,0 +1,158 @@
+//! Start and stop daemons; run rvsadm against them.
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+pub const RVSD: &str = env!("CARGO_BIN_EXE_rvsd");
+pub const RVSADM: &str = env!("CARGO_BIN_EXE_rvsadm");
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// A private temporary directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("rvs-e2e-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).expect("write file");
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running rvsd, killed on drop (even when the test fails).
+pub struct Rvsd {
+    pub child: Child,
+    pub socket: PathBuf,
+    /// Removed (with the socket) when the daemon is dropped.
+    _dir: TempDir,
+}
+
+pub fn wait_for_socket(socket: &Path, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if UnixStream::connect(socket).is_ok() {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("rvsd exited early: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("rvsd did not open {} in time", socket.display());
+}
+
+impl Rvsd {
+    /// Start `rvsd --dataplane none` plus `args` in a fresh directory.
+    pub fn start(tag: &str, args: &[&str]) -> Rvsd {
+        Self::start_in(TempDir::new(tag), args)
+    }
+
+    pub fn start_in(dir: TempDir, args: &[&str]) -> Rvsd {
+        let socket = dir.path().join("rvsd.sock");
+        let mut child = Command::new(RVSD)
+            .args(["--dataplane", "none", "--log-level", "warn", "--socket"])
+            .arg(&socket)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn rvsd");
+        wait_for_socket(&socket, &mut child);
+        Rvsd { child, socket, _dir: dir }
+    }
+
+    /// Run rvsadm with `args` (whitespace-split) against this daemon.
+    pub fn adm(&self, args: &str) -> Output {
+        self.adm_args(&args.split_whitespace().collect::<Vec<_>>(), None)
+    }
+
+    pub fn adm_args(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut child = Command::new(RVSADM)
+            .args(args)
+            .env("RVS_SOCKET", &self.socket)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn rvsadm");
+        if let Some(input) = stdin {
+            let mut s = child.stdin.take().expect("stdin");
+            s.write_all(input.as_bytes()).expect("write stdin");
+        }
+        child.wait_with_output().expect("rvsadm output")
+    }
+
+    /// Run rvsadm and require success; its stdout.
+    pub fn ok(&self, args: &str) -> String {
+        let out = self.adm(args);
+        assert!(
+            out.status.success(),
+            "rvsadm {args} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8")
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let st = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status();
+        assert!(st.is_ok_and(|s| s.success()), "kill -{sig}");
+    }
+
+    /// Poll `f` until it is true (10 s bound).
+    pub fn eventually(&self, what: &str, mut f: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if f() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("timed out waiting for {what}");
+    }
+}
+
+impl Drop for Rvsd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// stdout, stderr, exit code.
+pub fn parts(o: &Output) -> (String, String, i32) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+        o.status.code().unwrap_or(-1),
+    )
+}

@@ -1,0 +1,12 @@
+//! End-to-end tests of the real `rvsd` and `rvsadm` binaries: a daemon per
+//! test on its own socket in its own temporary directory, driven by
+//! `rvsadm` exactly as an operator's scripts drive ipvsadm. One test binary
+//! (like rustls's `tests/api.rs`) to keep link time down.
+
+mod harness;
+
+mod check;
+mod golden;
+mod http;
+mod reload;
+mod socket;
