@@ -29,8 +29,9 @@
 use core::fmt;
 use core::marker::PhantomData;
 
-use super::ListChange;
+use super::{ListChange, SchedInput, Scheduler};
 use crate::dest::Dest;
+use crate::time::Instant;
 
 /// A scheduler's preference order, as the kernel's loop applies it.
 pub(crate) trait Order {
@@ -151,6 +152,52 @@ impl<O: Order> ArgminTree<O> {
         }
         let root = self.nodes[1] as usize;
         dests.get(root).filter(|d| O::eligible(d)).map(|_| root)
+    }
+}
+
+/// An [`Order`] that is a whole scheduler (lc, wlc, sed, nq, fo, ovf): the
+/// kernel's loop and nothing else, so its file only states the order.
+pub(crate) trait NamedOrder: Order + fmt::Debug + Send + 'static {
+    /// The ipvsadm name.
+    const NAME: &'static str;
+}
+
+/// The scheduler of a [`NamedOrder`]: list changes rebuild (or replay one
+/// path of) the tree, counter changes replay one path, a decision reads the
+/// root.
+pub(crate) struct TreeScheduler<O> {
+    tree: ArgminTree<O>,
+}
+
+impl<O: NamedOrder> TreeScheduler<O> {
+    pub(crate) fn new() -> Self {
+        TreeScheduler {
+            tree: ArgminTree::default(),
+        }
+    }
+}
+
+impl<O: NamedOrder> fmt::Debug for TreeScheduler<O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(O::NAME).field("tree", &self.tree).finish()
+    }
+}
+
+impl<O: NamedOrder> Scheduler for TreeScheduler<O> {
+    fn name(&self) -> &'static str {
+        O::NAME
+    }
+
+    fn update(&mut self, dests: &[Dest], change: ListChange) {
+        self.tree.list_changed(dests, change);
+    }
+
+    fn counts_changed(&mut self, dests: &[Dest], pos: usize) {
+        self.tree.fix(dests, pos);
+    }
+
+    fn schedule(&mut self, dests: &[Dest], _input: &SchedInput, _now: Instant) -> Option<usize> {
+        self.tree.best(dests)
     }
 }
 

@@ -6,10 +6,8 @@
 //! choice is kept in an [`ArgminTree`] that [`Scheduler::counts_changed`]
 //! refreshes in O(log N).
 
-use super::argmin::{ArgminTree, Order};
-use super::{ListChange, SchedInput, Scheduler};
+use super::argmin::{NamedOrder, Order, TreeScheduler};
 use crate::dest::Dest;
-use crate::time::Instant;
 
 /// fo's order: a higher weight is strictly better.
 #[derive(Debug)]
@@ -26,39 +24,18 @@ impl Order for FoOrder {
     }
 }
 
-/// Weighted-failover state: the tournament tree over the list.
-#[derive(Debug, Default)]
-pub(crate) struct WeightedFailover {
-    tree: ArgminTree<FoOrder>,
+impl NamedOrder for FoOrder {
+    const NAME: &'static str = "fo";
 }
 
-impl WeightedFailover {
-    pub(crate) fn new() -> Self {
-        WeightedFailover::default()
-    }
-}
-
-impl Scheduler for WeightedFailover {
-    fn name(&self) -> &'static str {
-        "fo"
-    }
-
-    fn update(&mut self, dests: &[Dest], change: ListChange) {
-        self.tree.list_changed(dests, change);
-    }
-
-    fn counts_changed(&mut self, dests: &[Dest], pos: usize) {
-        self.tree.fix(dests, pos);
-    }
-
-    fn schedule(&mut self, dests: &[Dest], _input: &SchedInput, _now: Instant) -> Option<usize> {
-        self.tree.best(dests)
-    }
-}
+/// Weighted-failover scheduling: the kernel's loop under [`FoOrder`], kept as a
+/// tournament tree.
+pub(crate) type WeightedFailover = TreeScheduler<FoOrder>;
 
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{dests, run};
+    use super::super::{ListChange, Scheduler};
     use super::*;
 
     #[test]

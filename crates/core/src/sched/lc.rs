@@ -6,10 +6,8 @@
 //! order. Instead of walking all N servers per connection, the choice is kept
 //! in an [`ArgminTree`] (O(1) per decision, O(log N) per counter change).
 
-use super::argmin::{ArgminTree, Order};
-use super::{ListChange, SchedInput, Scheduler};
+use super::argmin::{NamedOrder, Order, TreeScheduler};
 use crate::dest::Dest;
-use crate::time::Instant;
 
 /// lc's order: smaller overhead is strictly better.
 #[derive(Debug)]
@@ -26,39 +24,18 @@ impl Order for LcOrder {
     }
 }
 
-/// Least-connection state: the tournament tree over the list.
-#[derive(Debug, Default)]
-pub(crate) struct LeastConn {
-    tree: ArgminTree<LcOrder>,
+impl NamedOrder for LcOrder {
+    const NAME: &'static str = "lc";
 }
 
-impl LeastConn {
-    pub(crate) fn new() -> Self {
-        LeastConn::default()
-    }
-}
-
-impl Scheduler for LeastConn {
-    fn name(&self) -> &'static str {
-        "lc"
-    }
-
-    fn update(&mut self, dests: &[Dest], change: ListChange) {
-        self.tree.list_changed(dests, change);
-    }
-
-    fn counts_changed(&mut self, dests: &[Dest], pos: usize) {
-        self.tree.fix(dests, pos);
-    }
-
-    fn schedule(&mut self, dests: &[Dest], _input: &SchedInput, _now: Instant) -> Option<usize> {
-        self.tree.best(dests)
-    }
-}
+/// Least-connection scheduling: the kernel's loop under [`LcOrder`], kept as a
+/// tournament tree.
+pub(crate) type LeastConn = TreeScheduler<LcOrder>;
 
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{dests, run};
+    use super::super::{ListChange, Scheduler};
     use super::*;
 
     #[test]

@@ -11,11 +11,9 @@
 //! the earliest SED minimum — exactly the loop's answer — so an
 //! [`ArgminTree`] with this order gives it in O(1).
 
-use super::argmin::{ArgminTree, Order};
+use super::argmin::{NamedOrder, Order, TreeScheduler};
 use super::sed::sed_better;
-use super::{ListChange, SchedInput, Scheduler};
 use crate::dest::Dest;
-use crate::time::Instant;
 
 /// nq's order: idle beats busy; among busy, SED.
 #[derive(Debug)]
@@ -37,39 +35,18 @@ impl Order for NqOrder {
     }
 }
 
-/// Never-queue state: the tournament tree over the list.
-#[derive(Debug, Default)]
-pub(crate) struct NeverQueue {
-    tree: ArgminTree<NqOrder>,
+impl NamedOrder for NqOrder {
+    const NAME: &'static str = "nq";
 }
 
-impl NeverQueue {
-    pub(crate) fn new() -> Self {
-        NeverQueue::default()
-    }
-}
-
-impl Scheduler for NeverQueue {
-    fn name(&self) -> &'static str {
-        "nq"
-    }
-
-    fn update(&mut self, dests: &[Dest], change: ListChange) {
-        self.tree.list_changed(dests, change);
-    }
-
-    fn counts_changed(&mut self, dests: &[Dest], pos: usize) {
-        self.tree.fix(dests, pos);
-    }
-
-    fn schedule(&mut self, dests: &[Dest], _input: &SchedInput, _now: Instant) -> Option<usize> {
-        self.tree.best(dests)
-    }
-}
+/// Never-queue scheduling: the kernel's loop under [`NqOrder`], kept as a
+/// tournament tree.
+pub(crate) type NeverQueue = TreeScheduler<NqOrder>;
 
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{dests, run};
+    use super::super::{ListChange, Scheduler};
     use super::*;
 
     #[test]

@@ -7,10 +7,8 @@
 //! Eligibility depends on the counters, so the choice lives in an
 //! [`ArgminTree`] refreshed by [`Scheduler::counts_changed`].
 
-use super::argmin::{ArgminTree, Order};
-use super::{ListChange, SchedInput, Scheduler};
+use super::argmin::{NamedOrder, Order, TreeScheduler};
 use crate::dest::Dest;
-use crate::time::Instant;
 
 /// ovf's order: only servers with `active <= weight`; higher weight is
 /// strictly better.
@@ -28,39 +26,18 @@ impl Order for OvfOrder {
     }
 }
 
-/// Weighted-overflow state: the tournament tree over the list.
-#[derive(Debug, Default)]
-pub(crate) struct WeightedOverflow {
-    tree: ArgminTree<OvfOrder>,
+impl NamedOrder for OvfOrder {
+    const NAME: &'static str = "ovf";
 }
 
-impl WeightedOverflow {
-    pub(crate) fn new() -> Self {
-        WeightedOverflow::default()
-    }
-}
-
-impl Scheduler for WeightedOverflow {
-    fn name(&self) -> &'static str {
-        "ovf"
-    }
-
-    fn update(&mut self, dests: &[Dest], change: ListChange) {
-        self.tree.list_changed(dests, change);
-    }
-
-    fn counts_changed(&mut self, dests: &[Dest], pos: usize) {
-        self.tree.fix(dests, pos);
-    }
-
-    fn schedule(&mut self, dests: &[Dest], _input: &SchedInput, _now: Instant) -> Option<usize> {
-        self.tree.best(dests)
-    }
-}
+/// Weighted-overflow scheduling: the kernel's loop under [`OvfOrder`], kept as a
+/// tournament tree.
+pub(crate) type WeightedOverflow = TreeScheduler<OvfOrder>;
 
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{dests, run};
+    use super::super::{ListChange, Scheduler};
     use super::*;
 
     #[test]

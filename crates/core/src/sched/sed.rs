@@ -6,10 +6,8 @@
 //! `(a_least + 1) × w(d) > (a_d + 1) × w(least)`, so ties go to the earliest
 //! server; an [`ArgminTree`] reproduces it in O(1) per decision.
 
-use super::argmin::{ArgminTree, Order};
-use super::{ListChange, SchedInput, Scheduler};
+use super::argmin::{NamedOrder, Order, TreeScheduler};
 use crate::dest::Dest;
-use crate::time::Instant;
 
 /// sed's order: smaller (active + 1) / weight is strictly better.
 #[derive(Debug)]
@@ -33,39 +31,18 @@ pub(crate) fn sed_better(right: &Dest, left: &Dest) -> bool {
     cost(left) * u128::from(right.weight()) > cost(right) * u128::from(left.weight())
 }
 
-/// Shortest-expected-delay state: the tournament tree over the list.
-#[derive(Debug, Default)]
-pub(crate) struct ShortestExpectedDelay {
-    tree: ArgminTree<SedOrder>,
+impl NamedOrder for SedOrder {
+    const NAME: &'static str = "sed";
 }
 
-impl ShortestExpectedDelay {
-    pub(crate) fn new() -> Self {
-        ShortestExpectedDelay::default()
-    }
-}
-
-impl Scheduler for ShortestExpectedDelay {
-    fn name(&self) -> &'static str {
-        "sed"
-    }
-
-    fn update(&mut self, dests: &[Dest], change: ListChange) {
-        self.tree.list_changed(dests, change);
-    }
-
-    fn counts_changed(&mut self, dests: &[Dest], pos: usize) {
-        self.tree.fix(dests, pos);
-    }
-
-    fn schedule(&mut self, dests: &[Dest], _input: &SchedInput, _now: Instant) -> Option<usize> {
-        self.tree.best(dests)
-    }
-}
+/// Shortest-expected-delay scheduling: the kernel's loop under [`SedOrder`], kept as a
+/// tournament tree.
+pub(crate) type ShortestExpectedDelay = TreeScheduler<SedOrder>;
 
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{dests, run};
+    use super::super::{ListChange, Scheduler};
     use super::*;
 
     #[test]

@@ -8,10 +8,8 @@
 //! overhead / weight totally, and an [`ArgminTree`] reproduces the loop in
 //! O(1) per decision.
 
-use super::argmin::{ArgminTree, Order};
-use super::{ListChange, SchedInput, Scheduler};
+use super::argmin::{NamedOrder, Order, TreeScheduler};
 use crate::dest::Dest;
-use crate::time::Instant;
 
 /// wlc's order: smaller overhead / weight is strictly better. Also the
 /// fallback of lblc and lblcr.
@@ -36,39 +34,18 @@ pub(crate) fn wlc_better(right: &Dest, left: &Dest) -> bool {
         > u128::from(right.overhead()) * u128::from(left.weight())
 }
 
-/// Weighted least-connection state: the tournament tree over the list.
-#[derive(Debug, Default)]
-pub(crate) struct WeightedLeastConn {
-    tree: ArgminTree<WlcOrder>,
+impl NamedOrder for WlcOrder {
+    const NAME: &'static str = "wlc";
 }
 
-impl WeightedLeastConn {
-    pub(crate) fn new() -> Self {
-        WeightedLeastConn::default()
-    }
-}
-
-impl Scheduler for WeightedLeastConn {
-    fn name(&self) -> &'static str {
-        "wlc"
-    }
-
-    fn update(&mut self, dests: &[Dest], change: ListChange) {
-        self.tree.list_changed(dests, change);
-    }
-
-    fn counts_changed(&mut self, dests: &[Dest], pos: usize) {
-        self.tree.fix(dests, pos);
-    }
-
-    fn schedule(&mut self, dests: &[Dest], _input: &SchedInput, _now: Instant) -> Option<usize> {
-        self.tree.best(dests)
-    }
-}
+/// Weighted least-connection scheduling: the kernel's loop under [`WlcOrder`], kept as a
+/// tournament tree.
+pub(crate) type WeightedLeastConn = TreeScheduler<WlcOrder>;
 
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{dests, run};
+    use super::super::{ListChange, Scheduler};
     use super::*;
 
     #[test]

@@ -81,7 +81,11 @@ impl Rvsd {
             .spawn()
             .expect("spawn rvsd");
         wait_for_socket(&socket, &mut child);
-        Rvsd { child, socket, _dir: dir }
+        Rvsd {
+            child,
+            socket,
+            _dir: dir,
+        }
     }
 
     /// Run rvsadm with `args` (whitespace-split) against this daemon.
