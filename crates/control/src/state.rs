@@ -113,91 +113,177 @@ impl fmt::Display for DiffSummary {
     }
 }
 
-/// The commands that turn `current` into `target`, touching nothing that is
-/// equal in both. Order: removed services, then per kept service option edits,
-/// removed, edited and added real servers, then new services with their real
-/// servers (in add order).
-pub fn diff(current: &[ServiceDef], target: &[ServiceDef]) -> (Vec<Command>, DiffSummary) {
+/// Real servers of a service in add order, from definitions or from the
+/// live list (which the kernel keeps newest first).
+#[derive(Clone, Copy)]
+enum DestsRef<'a> {
+    Defs(&'a [DestConfig]),
+    Live(&'a [rvs_core::dest::Dest]),
+}
+
+impl<'a> DestsRef<'a> {
+    fn len(self) -> usize {
+        match self {
+            DestsRef::Defs(d) => d.len(),
+            DestsRef::Live(d) => d.len(),
+        }
+    }
+
+    fn get(self, i: usize) -> &'a DestConfig {
+        match self {
+            DestsRef::Defs(d) => &d[i],
+            DestsRef::Live(d) => &d[d.len() - 1 - i].config,
+        }
+    }
+
+    fn iter(self) -> impl Iterator<Item = &'a DestConfig> {
+        (0..self.len()).map(move |i| self.get(i))
+    }
+}
+
+/// A service table to compare against.
+trait View {
+    fn lookup(&self, key: &ServiceKey) -> Option<(&ServiceConfig, DestsRef<'_>)>;
+    fn keys(&self) -> Vec<ServiceKey>;
+}
+
+impl View for HashMap<&ServiceKey, &ServiceDef> {
+    fn lookup(&self, key: &ServiceKey) -> Option<(&ServiceConfig, DestsRef<'_>)> {
+        self.get(key).map(|d| (&d.config, DestsRef::Defs(&d.dests)))
+    }
+    fn keys(&self) -> Vec<ServiceKey> {
+        HashMap::keys(self).map(|k| **k).collect()
+    }
+}
+
+impl View for Ipvs {
+    fn lookup(&self, key: &ServiceKey) -> Option<(&ServiceConfig, DestsRef<'_>)> {
+        self.service(key)
+            .map(|s| (s.config(), DestsRef::Live(s.dests())))
+    }
+    fn keys(&self) -> Vec<ServiceKey> {
+        self.services().map(|s| *s.key()).collect()
+    }
+}
+
+/// Same real servers with the same settings. Lists in the same order (the
+/// usual case) compare without allocating.
+fn same_dests(cur: DestsRef<'_>, target: &[DestConfig]) -> bool {
+    if cur.len() != target.len() {
+        return false;
+    }
+    if cur.iter().eq(target.iter()) {
+        return true;
+    }
+    let set: HashMap<_, &DestConfig> = cur.iter().map(|d| (dest_id(d), d)).collect();
+    target
+        .iter()
+        .all(|d| set.get(&dest_id(d)).is_some_and(|x| **x == *d))
+}
+
+/// A planned change: the commands, their summary, and which target
+/// services are new or changed (the only ones that need validating).
+struct Plan {
+    cmds: Vec<Command>,
+    summary: DiffSummary,
+    changed: Vec<usize>,
+}
+
+/// Compare `target` with `cur`; a service listed twice in `target` is an error.
+fn plan(cur: &impl View, target: &[ServiceDef]) -> Result<Plan, ExecError> {
     let mut cmds = Vec::new();
     let mut sum = DiffSummary::default();
-    let cur: HashMap<&ServiceKey, &ServiceDef> = current.iter().map(|s| (&s.key, s)).collect();
-    let tgt: HashMap<&ServiceKey, &ServiceDef> = target.iter().map(|s| (&s.key, s)).collect();
-    for s in current {
-        if !tgt.contains_key(&s.key) {
-            cmds.push(Command::DelService { key: s.key });
+    let mut changed = Vec::new();
+    let mut seen = std::collections::HashSet::with_capacity(target.len());
+    for (index, t) in target.iter().enumerate() {
+        if !seen.insert(t.key) {
+            return Err(ExecError {
+                index,
+                error: CtlError::ServiceExists,
+            });
+        }
+    }
+    for key in cur.keys() {
+        if !seen.contains(&key) {
+            cmds.push(Command::DelService { key });
             sum.services_removed += 1;
         }
     }
-    for t in target {
-        match cur.get(&t.key) {
-            None => {
-                cmds.push(Command::AddService {
-                    key: t.key,
-                    config: t.config.clone(),
+    for (index, t) in target.iter().enumerate() {
+        let Some((config, dests)) = cur.lookup(&t.key) else {
+            cmds.push(Command::AddService {
+                key: t.key,
+                config: t.config.clone(),
+            });
+            cmds.extend(t.dests.iter().map(|d| Command::AddDest {
+                service: t.key,
+                dest: *d,
+            }));
+            sum.services_added += 1;
+            changed.push(index);
+            continue;
+        };
+        if *config == t.config && same_dests(dests, &t.dests) {
+            continue;
+        }
+        changed.push(index);
+        if *config != t.config {
+            cmds.push(Command::EditService {
+                key: t.key,
+                config: t.config.clone(),
+            });
+            sum.services_edited += 1;
+        }
+        let cd: HashMap<_, &DestConfig> = dests.iter().map(|d| (dest_id(d), d)).collect();
+        let td: HashMap<_, &DestConfig> = t.dests.iter().map(|d| (dest_id(d), d)).collect();
+        for d in dests.iter() {
+            if !td.contains_key(&dest_id(d)) {
+                cmds.push(Command::DelDest {
+                    service: t.key,
+                    addr: d.addr,
+                    port: d.port,
                 });
-                for d in &t.dests {
+                sum.dests_removed += 1;
+            }
+        }
+        for d in &t.dests {
+            match cd.get(&dest_id(d)) {
+                Some(old) if **old == *d => {}
+                Some(_) => {
+                    cmds.push(Command::EditDest {
+                        service: t.key,
+                        dest: *d,
+                    });
+                    sum.dests_edited += 1;
+                }
+                None => {
                     cmds.push(Command::AddDest {
                         service: t.key,
                         dest: *d,
                     });
-                }
-                sum.services_added += 1;
-            }
-            Some(c) => {
-                if c.config != t.config {
-                    cmds.push(Command::EditService {
-                        key: t.key,
-                        config: t.config.clone(),
-                    });
-                    sum.services_edited += 1;
-                }
-                let cd: HashMap<_, &DestConfig> = c.dests.iter().map(|d| (dest_id(d), d)).collect();
-                let td: HashMap<_, &DestConfig> = t.dests.iter().map(|d| (dest_id(d), d)).collect();
-                for d in &c.dests {
-                    if !td.contains_key(&dest_id(d)) {
-                        cmds.push(Command::DelDest {
-                            service: t.key,
-                            addr: d.addr,
-                            port: d.port,
-                        });
-                        sum.dests_removed += 1;
-                    }
-                }
-                for d in &t.dests {
-                    match cd.get(&dest_id(d)) {
-                        Some(old) if **old == *d => {}
-                        Some(_) => {
-                            cmds.push(Command::EditDest {
-                                service: t.key,
-                                dest: *d,
-                            });
-                            sum.dests_edited += 1;
-                        }
-                        None => {
-                            cmds.push(Command::AddDest {
-                                service: t.key,
-                                dest: *d,
-                            });
-                            sum.dests_added += 1;
-                        }
-                    }
+                    sum.dests_added += 1;
                 }
             }
         }
     }
-    (cmds, sum)
+    Ok(Plan {
+        cmds,
+        summary: sum,
+        changed,
+    })
 }
 
-/// Same options and the same set of real servers with the same settings
-/// (order aside: the order of an existing list is the live one).
-fn same_def(a: &ServiceDef, b: &ServiceDef) -> bool {
-    if a.config != b.config || a.dests.len() != b.dests.len() {
-        return false;
-    }
-    let set: HashMap<_, &DestConfig> = a.dests.iter().map(|d| (dest_id(d), d)).collect();
-    b.dests
-        .iter()
-        .all(|d| set.get(&dest_id(d)).is_some_and(|x| **x == *d))
+/// The commands that turn `current` into `target`, touching nothing that is
+/// equal in both. Order: removed services, then per new or changed service
+/// (in `target` order) its option edit, removed, edited and added real
+/// servers, or for a new one the service and its real servers in add order.
+/// A service listed twice in `target` is an error.
+pub fn diff(
+    current: &[ServiceDef],
+    target: &[ServiceDef],
+) -> Result<(Vec<Command>, DiffSummary), ExecError> {
+    let cur: HashMap<&ServiceKey, &ServiceDef> = current.iter().map(|s| (&s.key, s)).collect();
+    plan(&cur, target).map(|p| (p.cmds, p.summary))
 }
 
 /// A failed request: which command and why. Nothing was changed.
@@ -302,9 +388,21 @@ impl Controller {
     /// Make the live table equal `target` (a reload): validate `target` as a
     /// whole first, then apply only the difference. On error nothing changed.
     pub fn replace(&mut self, target: &[ServiceDef]) -> Result<DiffSummary, ExecError> {
-        let current = current_defs(&self.ipvs);
-        self.validate(&current, target)?;
-        let (cmds, summary) = diff(&current, target);
+        let Plan {
+            cmds,
+            summary,
+            changed,
+        } = plan(&self.ipvs, target)?;
+        // Services do not constrain each other, and unchanged ones are
+        // already live: validating the new or changed ones on their own
+        // is validating the whole table.
+        for &index in &changed {
+            let t = &target[index];
+            let mut scratch = Ipvs::new(scratch_config(self.config));
+            scratch
+                .add_service_with(t.key, t.config.clone(), &t.dests)
+                .map_err(|error| ExecError { index, error })?;
+        }
         // Fast path for new services: one scheduler build per service.
         let mut i = 0;
         while i < cmds.len() {
@@ -334,31 +432,6 @@ impl Controller {
             }
         }
         Ok(summary)
-    }
-
-    /// Check a target table before applying it: no service twice, and every
-    /// service that is new or differs from the live one must be acceptable
-    /// on its own (services do not constrain each other; unchanged ones are
-    /// already live, so they need no second look).
-    fn validate(&self, current: &[ServiceDef], target: &[ServiceDef]) -> Result<(), ExecError> {
-        let live: HashMap<&ServiceKey, &ServiceDef> = current.iter().map(|s| (&s.key, s)).collect();
-        let mut seen = std::collections::HashSet::with_capacity(target.len());
-        for (index, t) in target.iter().enumerate() {
-            if !seen.insert(t.key) {
-                return Err(ExecError {
-                    index,
-                    error: CtlError::ServiceExists,
-                });
-            }
-            if live.get(&t.key).is_some_and(|c| same_def(c, t)) {
-                continue;
-            }
-            let mut scratch = Ipvs::new(scratch_config(self.config));
-            scratch
-                .add_service_with(t.key, t.config.clone(), &t.dests)
-                .map_err(|error| ExecError { index, error })?;
-        }
-        Ok(())
     }
 
     /// Periodic work at `now`: let the data plane report connections and
@@ -476,7 +549,7 @@ mod tests {
             def(83, "rr", &[5, 6]),
         ];
         b[0].dests[1] = rs(3).weight(7);
-        let (cmds, sum) = diff(&a, &b);
+        let (cmds, sum) = diff(&a, &b).unwrap();
         assert_eq!(
             sum,
             DiffSummary {
@@ -489,7 +562,7 @@ mod tests {
             }
         );
         assert_eq!(cmds.len(), 1 + 1 + 1 + 1 + 1 + 1 + 2);
-        assert_eq!(diff(&b, &b).0, vec![]);
+        assert_eq!(diff(&b, &b).unwrap().0, vec![]);
     }
 
     #[test]

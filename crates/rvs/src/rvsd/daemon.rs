@@ -1,13 +1,14 @@
 //! The daemon's state: the controller (desired state + data plane), where
 //! the configuration came from, and the request handlers.
 
+use std::sync::{Arc, Mutex};
 use std::time::Instant as StdInstant;
 
 use rvs_control::protocol::{Request, Response};
 use rvs_control::state::{Controller, DiffSummary};
 use rvs_core::time::Instant;
 
-use crate::source::{self, Source};
+use crate::source::{self, Loaded, Source};
 use crate::view;
 
 /// Everything the daemon's tasks share (behind one mutex: control requests
@@ -52,15 +53,20 @@ impl Daemon {
         }
     }
 
-    /// Re-read the configuration source and apply the difference. On error
-    /// the running state is untouched.
-    pub fn reload(&mut self) -> Result<DiffSummary, String> {
-        let Some(src) = self.source.clone() else {
-            return Err(
-                "no configuration file to reload (rvsd was started without -f/--rules)".into(),
-            );
-        };
-        let result = source::load(&src).and_then(|loaded| {
+    /// The configuration source, if rvsd was started with one.
+    pub fn source(&self) -> Option<Source> {
+        self.source.clone()
+    }
+
+    /// Apply a freshly read configuration (read outside the lock by
+    /// [`reload`]): only the difference; on error the running state is
+    /// untouched.
+    pub fn apply_loaded(
+        &mut self,
+        src: &Source,
+        loaded: Result<Loaded, String>,
+    ) -> Result<DiffSummary, String> {
+        let result = loaded.and_then(|loaded| {
             for w in &loaded.warnings {
                 tracing::warn!("{w}");
             }
@@ -95,15 +101,12 @@ impl Daemon {
         match req {
             Request::Ping => Response::Ok,
             Request::State { conns } => Response::State(view::state(self, conns)),
-            Request::Reload => match self.reload() {
-                Ok(s) => Response::Reloaded {
-                    summary: s.to_string(),
-                },
-                Err(message) => Response::Error {
-                    message,
-                    index: None,
-                    ctl: None,
-                },
+            // The server routes reloads to [`reload`], which reads the file
+            // outside the lock.
+            Request::Reload => Response::Error {
+                message: "reload is served by daemon::reload".into(),
+                index: None,
+                ctl: None,
             },
             Request::Exec { commands, atomic } => match self.ctl.exec(&commands, atomic) {
                 Ok(()) => {
@@ -126,4 +129,26 @@ impl Daemon {
     pub fn metrics(&self) -> String {
         crate::metrics::render(self.ctl.ipvs(), self.reloads, self.reload_failures)
     }
+}
+
+/// Re-read the configuration file and apply the difference. The file is
+/// read and parsed on a blocking thread without holding the daemon lock
+/// (a 10,000-service file takes a good part of a second); only the
+/// comparison and the application hold it.
+pub async fn reload(daemon: &Arc<Mutex<Daemon>>) -> Result<DiffSummary, String> {
+    let src = daemon
+        .lock()
+        .map_err(|_| "daemon state poisoned".to_owned())?
+        .source();
+    let Some(src) = src else {
+        return Err("no configuration file to reload (rvsd was started without -f/--rules)".into());
+    };
+    let read_src = src.clone();
+    let loaded = tokio::task::spawn_blocking(move || source::load(&read_src))
+        .await
+        .unwrap_or_else(|e| Err(format!("reading the configuration: {e}")));
+    let mut d = daemon
+        .lock()
+        .map_err(|_| "daemon state poisoned".to_owned())?;
+    d.apply_loaded(&src, loaded)
 }

@@ -215,9 +215,8 @@ fn run(args: Args, source: Option<Source>) -> anyhow::Result<()> {
         loop {
             tokio::select! {
                 _ = hup.recv() => {
-                    if let Ok(mut d) = daemon.lock() {
-                        let _ = d.reload();
-                    }
+                    // Errors are logged (and counted) by the daemon.
+                    let _ = daemon::reload(&daemon).await;
                 }
                 _ = term.recv() => break,
                 _ = int.recv() => break,
