@@ -145,6 +145,7 @@ impl<'a> DestsRef<'a> {
 trait View {
     fn lookup(&self, key: &ServiceKey) -> Option<(&ServiceConfig, DestsRef<'_>)>;
     fn keys(&self) -> Vec<ServiceKey>;
+    fn len(&self) -> usize;
 }
 
 impl View for HashMap<&ServiceKey, &ServiceDef> {
@@ -153,6 +154,9 @@ impl View for HashMap<&ServiceKey, &ServiceDef> {
     }
     fn keys(&self) -> Vec<ServiceKey> {
         HashMap::keys(self).map(|k| **k).collect()
+    }
+    fn len(&self) -> usize {
+        HashMap::len(self)
     }
 }
 
@@ -164,6 +168,9 @@ impl View for Ipvs {
     fn keys(&self) -> Vec<ServiceKey> {
         self.services().map(|s| *s.key()).collect()
     }
+    fn len(&self) -> usize {
+        self.services().count()
+    }
 }
 
 /// Same real servers with the same settings. Lists in the same order (the
@@ -172,7 +179,11 @@ fn same_dests(cur: DestsRef<'_>, target: &[DestConfig]) -> bool {
     if cur.len() != target.len() {
         return false;
     }
-    if cur.iter().eq(target.iter()) {
+    let in_order = match cur {
+        DestsRef::Defs(d) => d == target,
+        DestsRef::Live(d) => d.iter().rev().map(|x| &x.config).eq(target.iter()),
+    };
+    if in_order {
         return true;
     }
     let set: HashMap<_, &DestConfig> = cur.iter().map(|d| (dest_id(d), d)).collect();
@@ -194,7 +205,9 @@ fn plan(cur: &impl View, target: &[ServiceDef]) -> Result<Plan, ExecError> {
     let mut cmds = Vec::new();
     let mut sum = DiffSummary::default();
     let mut changed = Vec::new();
-    let mut seen = std::collections::HashSet::with_capacity(target.len());
+    // foldhash: service keys come from the operator's file, not from clients.
+    let mut seen: std::collections::HashSet<ServiceKey, foldhash::fast::FixedState> =
+        std::collections::HashSet::with_capacity_and_hasher(target.len(), Default::default());
     for (index, t) in target.iter().enumerate() {
         if !seen.insert(t.key) {
             return Err(ExecError {
@@ -203,12 +216,9 @@ fn plan(cur: &impl View, target: &[ServiceDef]) -> Result<Plan, ExecError> {
             });
         }
     }
-    for key in cur.keys() {
-        if !seen.contains(&key) {
-            cmds.push(Command::DelService { key });
-            sum.services_removed += 1;
-        }
-    }
+    // Every live service the target names is matched; only when some are
+    // not is the live table scanned for the ones to remove.
+    let mut matched = 0;
     for (index, t) in target.iter().enumerate() {
         let Some((config, dests)) = cur.lookup(&t.key) else {
             cmds.push(Command::AddService {
@@ -223,6 +233,7 @@ fn plan(cur: &impl View, target: &[ServiceDef]) -> Result<Plan, ExecError> {
             changed.push(index);
             continue;
         };
+        matched += 1;
         if *config == t.config && same_dests(dests, &t.dests) {
             continue;
         }
@@ -265,6 +276,17 @@ fn plan(cur: &impl View, target: &[ServiceDef]) -> Result<Plan, ExecError> {
                 }
             }
         }
+    }
+    if matched < cur.len() {
+        let removed: Vec<Command> = cur
+            .keys()
+            .into_iter()
+            .filter(|k| !seen.contains(k))
+            .map(|key| Command::DelService { key })
+            .collect();
+        sum.services_removed = removed.len();
+        // Removals first: a data plane frees what goes before taking more.
+        cmds.splice(0..0, removed);
     }
     Ok(Plan {
         cmds,

@@ -296,7 +296,9 @@ struct Trashed {
 pub struct Ipvs {
     services: Vec<Option<Service>>,
     dest_est: Vec<Estimator>,
-    by_key: HashMap<ServiceKey, u32>,
+    /// Service index by key. foldhash: keys are configured, not chosen by
+    /// clients, and this map is read for every new connection.
+    by_key: HashMap<ServiceKey, u32, foldhash::fast::FixedState>,
     fwmark_services: usize,
     locator: Vec<DestLoc>,
     free_ids: Vec<u32>,
@@ -316,7 +318,7 @@ impl Ipvs {
         Ipvs {
             services: Vec::new(),
             dest_est: Vec::new(),
-            by_key: HashMap::new(),
+            by_key: HashMap::with_hasher(foldhash::fast::FixedState::default()),
             fwmark_services: 0,
             locator: Vec::new(),
             free_ids: Vec::new(),
