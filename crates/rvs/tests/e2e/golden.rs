@@ -317,3 +317,27 @@ fn help_and_version() {
         "{out}"
     );
 }
+
+/// Without -n, addresses and ports are shown by name as ipvsadm does
+/// (`localhost` from /etc/hosts, `http`/`https` from /etc/services or the
+/// built-in table), in listings and in -S.
+#[test]
+fn names_without_numeric() {
+    let d = Rvsd::start("golden-names", &[]);
+    d.ok("-A -t 127.0.0.1:80 -s rr");
+    d.ok("-a -t 127.0.0.1:80 -r 127.0.0.1:443 -m");
+    assert_eq!(
+        d.ok("-L"),
+        "\
+IP Virtual Server version 1.2.1 (size=4096)
+Prot LocalAddress:Port Scheduler Flags
+  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn
+TCP  localhost:http rr
+  -> localhost:https              Masq    1      0          0         
+"
+    );
+    assert_eq!(d.ok("-S"), "-A -t localhost:http -s rr\n-a -t localhost:http -r localhost:https -m -w 1\n");
+    // Names are accepted on input too.
+    d.ok("-A -t localhost:https -s wlc");
+    assert!(d.ok("-Ln").contains("TCP  127.0.0.1:443 wlc\n"));
+}
