@@ -336,7 +336,10 @@ TCP  localhost:http rr
   -> localhost:https              Masq    1      0          0         
 "
     );
-    assert_eq!(d.ok("-S"), "-A -t localhost:http -s rr\n-a -t localhost:http -r localhost:https -m -w 1\n");
+    assert_eq!(
+        d.ok("-S"),
+        "-A -t localhost:http -s rr\n-a -t localhost:http -r localhost:https -m -w 1\n"
+    );
     // Names are accepted on input too.
     d.ok("-A -t localhost:https -s wlc");
     assert!(d.ok("-Ln").contains("TCP  127.0.0.1:443 wlc\n"));
