@@ -62,7 +62,8 @@
 //! choice is exact to the millisecond for deadlines less than 64 ms away and
 //! exact to 1/64 of the remaining time beyond (the slot granularity), which
 //! separates every pair of IPVS state timeouts. Templates that still control
-//! connections (`n_control > 0`) are never named: the kernel keeps them alive
+//! connections (`n_control > 0`) and entries held by a proxy's live socket
+//! ([`ConnFlags::HELD`]) are never named: the kernel keeps the former alive
 //! too ("expire later"). The kernel itself has no hard bound; it drops random
 //! entries under memory pressure (`drop_entry` defense), which is both less
 //! predictable and blind to state.
@@ -186,6 +187,10 @@ impl ConnFlags {
     pub const ONE_PACKET: ConnFlags = ConnFlags(0x2000);
     /// A template whose connection reached ESTABLISHED.
     pub const ASSURED: ConnFlags = ConnFlags(0x4000);
+    /// rvs: the entry belongs to a live socket of a proxy data plane, which
+    /// removes it when the socket closes; timers re-arm it and eviction
+    /// never picks it.
+    pub const HELD: ConnFlags = ConnFlags(0x8000);
 
     /// Flags with forwarding method `fwd` (one of the method constants) and nothing else.
     pub const fn with_fwd(fwd: u16) -> ConnFlags {
@@ -988,9 +993,11 @@ impl ConnTable {
         None
     }
 
+    /// Not evictable: a template still controlling connections, or an
+    /// entry held by a proxy's live socket.
     fn busy_template(&self, id: u32) -> bool {
         let c = &self.slab[id as usize];
-        c.is_template() && c.n_control > 0
+        (c.is_template() && c.n_control > 0) || c.flags.contains(ConnFlags::HELD)
     }
 
     /// Every live entry with its id, in slab order.

@@ -890,3 +890,179 @@ fn full_table_never_evicts_the_template_in_use() {
         ipvs.audit().unwrap();
     }
 }
+
+mod proxy_api {
+    use super::*;
+    use rvs_core::state::Direction;
+    use std::net::SocketAddr;
+
+    fn sa(ip: IpAddr, port: u16) -> SocketAddr {
+        SocketAddr::new(ip, port)
+    }
+
+    #[test]
+    fn open_event_close_follow_the_socket() {
+        let mut ipvs = director("rr", 2, ForwardMethod::FullNat);
+        let vip = sa(IpAddr::V4(VIP), 80);
+        let f = ipvs
+            .open(t(0), Protocol::Tcp, sa(v4(1, 1, 1, 1), 5000), vip)
+            .unwrap();
+        let id = f.conn.unwrap();
+        assert_eq!(ipvs.conns().get(id).unwrap().state, TcpState::SynRecv as u8);
+        // connected: the server's SYN+ACK, then the client's ACK
+        ipvs.conn_event(t(0), id, Direction::Output, L4::Tcp(SYNACK), 0);
+        ipvs.conn_event(t(0), id, Direction::Input, L4::Tcp(ACK), 0);
+        assert_eq!(
+            ipvs.conns().get(id).unwrap().state,
+            TcpState::Established as u8
+        );
+        ipvs.conn_traffic(id, 3, 300, 5, 5000);
+        // Held: an idle hour later it is still there.
+        ipvs.expire(t(3600));
+        assert!(ipvs.conns().get(id).is_some());
+        ipvs.conn_event(t(3600), id, Direction::Input, L4::Tcp(FIN), 0);
+        assert_eq!(
+            ipvs.conns().get(id).unwrap().state,
+            TcpState::CloseWait as u8
+        );
+        ipvs.close(id);
+        assert!(ipvs.conns().is_empty());
+        let d = ipvs.dest(f.dest).unwrap();
+        assert_eq!((d.active, d.inactive), (0, 0));
+        assert_eq!(
+            (
+                d.stats.conns,
+                d.stats.inbytes,
+                d.stats.outbytes,
+                d.stats.outpkts
+            ),
+            (1, 300, 5000, 5)
+        );
+        ipvs.audit().unwrap();
+    }
+
+    #[test]
+    fn retry_elsewhere_skips_the_failed_server_and_its_template() {
+        let mut ipvs = Ipvs::new(IpvsConfig::default());
+        let key = tcp_svc(80);
+        ipvs.add_service(
+            key,
+            ServiceConfig::new(AddrFamily::Inet)
+                .scheduler("wlc")
+                .persistent(60),
+        )
+        .unwrap();
+        for i in 1..=3 {
+            ipvs.add_dest(
+                &key,
+                DestConfig::new(rs(i), 80).forward(ForwardMethod::FullNat),
+            )
+            .unwrap();
+        }
+        let (client, vip) = (sa(v4(1, 1, 1, 1), 5000), sa(IpAddr::V4(VIP), 80));
+        let first = ipvs.open(t(0), Protocol::Tcp, client, vip).unwrap();
+        let second = ipvs
+            .retry_elsewhere(t(0), first.conn.unwrap(), &[], Protocol::Tcp, client, vip)
+            .unwrap();
+        assert_ne!(second.daddr, first.daddr);
+        let third = ipvs
+            .retry_elsewhere(
+                t(0),
+                second.conn.unwrap(),
+                &[first.dest],
+                Protocol::Tcp,
+                client,
+                vip,
+            )
+            .unwrap();
+        assert!(third.daddr != first.daddr && third.daddr != second.daddr);
+        // The new template now pins the client to the third server.
+        let again = ipvs
+            .open(t(1), Protocol::Tcp, sa(v4(1, 1, 1, 1), 5001), vip)
+            .unwrap();
+        assert_eq!(again.daddr, third.daddr);
+        // Overload marks used for the retries are gone.
+        assert!(
+            ipvs.service(&key)
+                .unwrap()
+                .dests()
+                .iter()
+                .all(|d| !d.overloaded)
+        );
+        ipvs.audit().unwrap();
+    }
+
+    #[test]
+    fn a_table_full_of_held_sockets_refuses_instead_of_evicting() {
+        let mut ipvs = Ipvs::new(IpvsConfig {
+            conn_capacity: 4,
+            ..IpvsConfig::default()
+        });
+        ipvs.add_service(
+            tcp_svc(80),
+            ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+        )
+        .unwrap();
+        ipvs.add_dest(&tcp_svc(80), DestConfig::new(rs(1), 80))
+            .unwrap();
+        let vip = sa(IpAddr::V4(VIP), 80);
+        let held: Vec<_> = (0..4)
+            .map(|i| {
+                ipvs.open(t(0), Protocol::Tcp, sa(v4(1, 1, 1, i), 1), vip)
+                    .unwrap()
+                    .conn
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(
+            ipvs.open(t(0), Protocol::Tcp, sa(v4(1, 1, 1, 9), 1), vip),
+            Err(Verdict::Drop(DropReason::TableFull))
+        );
+        assert!(held.iter().all(|id| ipvs.conns().get(*id).is_some()));
+        assert_eq!(ipvs.evictions(), 0);
+        // No service / no server are told apart.
+        assert_eq!(
+            ipvs.open(
+                t(0),
+                Protocol::Tcp,
+                sa(v4(1, 1, 1, 9), 1),
+                sa(v4(9, 9, 9, 9), 80)
+            ),
+            Err(Verdict::Pass)
+        );
+        ipvs.close(held[0]);
+        ipvs.edit_dest(&tcp_svc(80), DestConfig::new(rs(1), 80).weight(0))
+            .unwrap();
+        assert_eq!(
+            ipvs.open(t(0), Protocol::Tcp, sa(v4(1, 1, 1, 9), 1), vip),
+            Err(Verdict::Reject)
+        );
+        ipvs.audit().unwrap();
+    }
+
+    #[test]
+    fn weight_zero_and_delete_drain_held_connections() {
+        let mut ipvs = director("rr", 1, ForwardMethod::FullNat);
+        let mut tun = *ipvs.tunables();
+        tun.drain_deleted = true;
+        ipvs.set_tunables(tun);
+        let vip = sa(IpAddr::V4(VIP), 80);
+        let f = ipvs
+            .open(t(0), Protocol::Tcp, sa(v4(1, 1, 1, 1), 1), vip)
+            .unwrap();
+        let id = f.conn.unwrap();
+        ipvs.conn_event(t(0), id, Direction::Input, L4::Tcp(ACK), 0);
+        ipvs.del_dest(&tcp_svc(80), rs(1), 80).unwrap();
+        // The deleted server's connection keeps working and counting.
+        ipvs.conn_event(t(1), id, Direction::Input, L4::Tcp(ACK), 100);
+        assert_eq!(ipvs.dest(f.dest).map(|d| d.stats.inbytes), Some(100));
+        ipvs.expire(t(10_000));
+        assert!(ipvs.conns().get(id).is_some());
+        ipvs.close(id);
+        assert!(
+            ipvs.dest(f.dest).is_none(),
+            "freed with its last connection"
+        );
+        ipvs.audit().unwrap();
+    }
+}
