@@ -1260,11 +1260,11 @@ impl Ipvs {
         // scheduler skips overloaded servers), then restore the marks.
         let mut saved = Vec::new();
         for d in std::iter::once(failed).chain(also_avoid.iter().copied()) {
-            if let Some(was) = self.dest(d).map(|x| x.overloaded) {
-                if !saved.iter().any(|(x, _)| *x == d) {
-                    saved.push((d, was));
-                    self.with_dest(d, |x| x.overloaded = true);
-                }
+            if let Some(was) = self.dest(d).map(|x| x.overloaded)
+                && !saved.iter().any(|(x, _)| *x == d)
+            {
+                saved.push((d, was));
+                self.with_dest(d, |x| x.overloaded = true);
             }
         }
         let result = self.open(now, protocol, client, vip);
