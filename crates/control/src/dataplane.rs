@@ -40,6 +40,51 @@ pub trait DataPlane: Send {
     fn report(&mut self, now: Instant, ipvs: &mut Ipvs) {
         let _ = (now, ipvs);
     }
+
+    /// Called once, before any [`DataPlane::apply`], with the way back to
+    /// the control plane's director — for data planes that schedule
+    /// connections themselves (the proxy calls `Ipvs::open` per accepted
+    /// connection). Packet data planes that only read tables ignore it.
+    fn attach(&mut self, director: DirectorHandle) {
+        let _ = director;
+    }
+}
+
+type DirectorFn = dyn Fn(&mut dyn FnMut(&mut Ipvs, Instant)) + Send + Sync;
+
+/// A data plane's access to the control plane's director: runs a closure
+/// with the director and the control plane's clock, under the control
+/// plane's lock. Cheap to clone; hold it for the life of the data plane.
+/// Closures must not block or await: every control request waits for them.
+#[derive(Clone)]
+pub struct DirectorHandle(std::sync::Arc<DirectorFn>);
+
+impl std::fmt::Debug for DirectorHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DirectorHandle")
+    }
+}
+
+impl DirectorHandle {
+    /// Wrap the control plane's way of lending its director: `lend` calls
+    /// its argument with the director and the current time (or not at all
+    /// when the control plane is gone).
+    pub fn new(lend: impl Fn(&mut dyn FnMut(&mut Ipvs, Instant)) + Send + Sync + 'static) -> Self {
+        DirectorHandle(std::sync::Arc::new(lend))
+    }
+
+    /// Run `f` with the director; `None` when the control plane could not
+    /// lend it (shutting down, or its lock poisoned by a panic).
+    pub fn with<R>(&self, f: impl FnOnce(&mut Ipvs, Instant) -> R) -> Option<R> {
+        let mut f = Some(f);
+        let mut out = None;
+        (self.0)(&mut |ipvs, now| {
+            if let Some(f) = f.take() {
+                out = Some(f(ipvs, now));
+            }
+        });
+        out
+    }
 }
 
 /// `--dataplane none`: the control plane alone, for scripting and tests.
@@ -53,5 +98,29 @@ impl DataPlane for NoDataPlane {
 
     fn apply(&mut self, _command: &Command) -> Result<(), DataPlaneError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rvs_core::ipvs::IpvsConfig;
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn handle_lends_the_director_or_reports_none() {
+        let shared = Arc::new(Mutex::new(Ipvs::new(IpvsConfig::default())));
+        let s = shared.clone();
+        let h = DirectorHandle::new(move |f| {
+            if let Ok(mut ipvs) = s.lock() {
+                f(&mut ipvs, Instant::from_secs(7));
+            }
+        });
+        assert_eq!(
+            h.with(|ipvs, now| (ipvs.services().count(), now)),
+            Some((0, Instant::from_secs(7)))
+        );
+        let gone = DirectorHandle::new(|_| {});
+        assert_eq!(gone.with(|_, _| 1), None);
     }
 }

@@ -456,6 +456,12 @@ impl Controller {
         Ok(summary)
     }
 
+    /// Give the data plane its way back to the director (see
+    /// [`DataPlane::attach`]); call before the first change.
+    pub fn attach_director(&mut self, director: crate::dataplane::DirectorHandle) {
+        self.plane.attach(director);
+    }
+
     /// Periodic work at `now`: let the data plane report connections and
     /// counters, expire connections, run the rate estimators.
     pub fn tick(&mut self, now: rvs_core::time::Instant) {

@@ -43,6 +43,25 @@ impl Daemon {
         &self.ctl
     }
 
+    /// Give the data plane its way back to the director: a handle that
+    /// locks this daemon (through a weak reference, so the data plane does
+    /// not keep the daemon alive) and lends the director with the daemon's
+    /// clock.
+    pub fn attach_director(daemon: &Arc<Mutex<Daemon>>) {
+        let weak = Arc::downgrade(daemon);
+        let handle = rvs_control::dataplane::DirectorHandle::new(move |f| {
+            if let Some(d) = weak.upgrade()
+                && let Ok(mut d) = d.lock()
+            {
+                let now = d.now();
+                f(d.ctl.ipvs_mut(), now);
+            }
+        });
+        if let Ok(mut d) = daemon.lock() {
+            d.ctl.attach_director(handle);
+        }
+    }
+
     /// Periodic work: expire connections, run the rate estimators, log data
     /// plane errors.
     pub fn tick(&mut self) {

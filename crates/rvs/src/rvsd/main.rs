@@ -159,31 +159,27 @@ fn run(args: Args, source: Option<Source>) -> anyhow::Result<()> {
         seed: random_seed(),
         ..IpvsConfig::default()
     };
-    let mut ctl = Controller::new(config, plane);
-    if let Some(src) = &source {
-        let loaded = source::load(src).map_err(anyhow::Error::msg)?;
-        for w in &loaded.warnings {
-            tracing::warn!("{w}");
-        }
-        ctl.replace(&loaded.defs).map_err(|e| {
-            anyhow::anyhow!(
-                "{}: service #{}: {}",
-                src.path().display(),
-                e.index + 1,
-                e.error
-            )
-        })?;
-        if let Some((tcp, tcpfin, udp)) = loaded.timeouts {
-            ctl.ipvs_mut().set_timeouts(tcp, tcpfin, udp);
-        }
-        tracing::info!(source = %src.path().display(), services = loaded.defs.len(), "configuration loaded");
-    }
-    let daemon = Arc::new(Mutex::new(Daemon::new(ctl, source)));
+    let ctl = Controller::new(config, plane);
+    let daemon = Arc::new(Mutex::new(Daemon::new(ctl, source.clone())));
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async move {
+        // The data plane gets its way back to the director first, then the
+        // configuration is applied (inside the runtime: a data plane may
+        // bind sockets as services appear). A bad file stops the start.
+        Daemon::attach_director(&daemon);
+        if let Some(src) = &source {
+            let loaded = source::load(src);
+            let n = loaded.as_ref().map(|l| l.defs.len()).unwrap_or(0);
+            daemon
+                .lock()
+                .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?
+                .apply_loaded(src, loaded)
+                .map_err(anyhow::Error::msg)?;
+            tracing::info!(source = %src.path().display(), services = n, "configuration loaded");
+        }
         let listener = server::bind(&args.socket)?;
         let _guard = server::SocketGuard(args.socket.clone());
         tracing::info!(socket = %args.socket.display(), dataplane = ?args.dataplane, "rvsd started");
