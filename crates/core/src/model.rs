@@ -208,6 +208,28 @@ impl ForwardMethod {
     }
 }
 
+/// PROXY protocol header sent to real servers by the proxy data plane, so
+/// they see the client's address (rvs extension; `--proxy-protocol v1|v2`,
+/// keepalived `proxy_protocol v1|v2`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum ProxyProtocol {
+    /// The text header (`PROXY TCP4 ...\r\n`).
+    V1,
+    /// The binary header.
+    V2,
+}
+
+impl ProxyProtocol {
+    /// `v1` or `v2`, as the options spell it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ProxyProtocol::V1 => "v1",
+            ProxyProtocol::V2 => "v2",
+        }
+    }
+}
+
 /// A real server as configured (`-a -r addr:port -w N -x U -y L`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -225,6 +247,9 @@ pub struct DestConfig {
     pub u_threshold: u32,
     /// Lower connection threshold (0 = none): below it the overload mark is cleared.
     pub l_threshold: u32,
+    /// PROXY protocol toward this real server, overriding the service's
+    /// (proxy data plane only).
+    pub proxy_protocol: Option<ProxyProtocol>,
 }
 
 impl DestConfig {
@@ -237,6 +262,7 @@ impl DestConfig {
             forward: ForwardMethod::Route,
             u_threshold: 0,
             l_threshold: 0,
+            proxy_protocol: None,
         }
     }
 
@@ -375,6 +401,12 @@ pub struct ServiceConfig {
     pub one_packet: bool,
     /// Maglev table size (a prime); rvs extension, default 4093 like the kernel.
     pub mh_table_size: u32,
+    /// PROXY protocol toward the real servers (proxy data plane only; a
+    /// real server's own setting wins).
+    pub proxy_protocol: Option<ProxyProtocol>,
+    /// Most simultaneous connections the service accepts (proxy data plane;
+    /// 0 = unlimited). rvs extension, `--max-conns N`.
+    pub max_conns: u32,
 }
 
 impl ServiceConfig {
@@ -388,6 +420,8 @@ impl ServiceConfig {
             pe: None,
             one_packet: false,
             mh_table_size: DEFAULT_MH_TABLE_SIZE,
+            proxy_protocol: None,
+            max_conns: 0,
         }
     }
 
