@@ -163,6 +163,8 @@ impl KeepalivedConf {
                 if let Some(s) = vs.mh_table_size {
                     cfg.mh_table_size = s;
                 }
+                cfg.proxy_protocol = vs.proxy_protocol;
+                cfg.max_conns = vs.max_conns;
                 let vport = key.port();
                 let fix_port = |fwd: rvs_core::model::ForwardMethod, p: u16| -> u16 {
                     if !matches!(vs.target, VsTarget::Group(_)) {
@@ -178,10 +180,12 @@ impl KeepalivedConf {
                     .real_servers
                     .iter()
                     .map(|r| {
-                        DestConfig::new(r.addr, fix_port(r.forward, r.port))
+                        let mut d = DestConfig::new(r.addr, fix_port(r.forward, r.port))
                             .weight(r.weight)
                             .forward(r.forward)
-                            .thresholds(r.uthreshold, r.lthreshold)
+                            .thresholds(r.uthreshold, r.lthreshold);
+                        d.proxy_protocol = r.proxy_protocol;
+                        d
                     })
                     .collect();
                 let sorry = vs.sorry_server.as_ref().map(|s| {

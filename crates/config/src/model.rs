@@ -321,6 +321,10 @@ pub struct VirtualServer {
     pub nat_mask: Option<Ipv4Addr>,
     /// rvs extension `mh_table_size N` (a prime).
     pub mh_table_size: Option<u32>,
+    /// rvs extension `proxy_protocol v1|v2` (proxy data plane).
+    pub proxy_protocol: Option<rvs_core::model::ProxyProtocol>,
+    /// rvs extension `max_conns N` (proxy data plane; 0 = unlimited).
+    pub max_conns: u32,
     /// Real servers.
     pub real_servers: Vec<RealServer>,
 }
@@ -344,6 +348,8 @@ pub struct RealServer {
     pub notify_up: Option<Script>,
     /// `notify_down`.
     pub notify_down: Option<Script>,
+    /// rvs extension `proxy_protocol v1|v2`, overriding the virtual server's.
+    pub proxy_protocol: Option<rvs_core::model::ProxyProtocol>,
     /// `uthreshold`.
     pub uthreshold: u32,
     /// `lthreshold`.

@@ -829,6 +829,8 @@ fn virtual_server(c: &mut Ctx<'_>, n: &Node) -> R<VirtualServer> {
         syn_proxy: false,
         nat_mask: None,
         mh_table_size: None,
+        proxy_protocol: None,
+        max_conns: 0,
         real_servers: Vec::new(),
     };
     let mut sorry_inhibit = false;
@@ -982,6 +984,15 @@ fn virtual_server(c: &mut Ctx<'_>, n: &Node) -> R<VirtualServer> {
                 }
                 vs.mh_table_size = Some(v);
             }
+            "proxy_protocol" => vs.proxy_protocol = Some(proxy_protocol(k)?),
+            "max_conns" => {
+                vs.max_conns = num(
+                    arg(k, 0, "a connection count")?,
+                    "a connection count",
+                    0,
+                    u64::from(u32::MAX),
+                )?
+            }
             "real_server" => vs.real_servers.push(real_server(c, k)?),
             "virtualserver_group" | "establish_timeout" => c.unknown(k, "virtual_server"),
             _ => c.unknown(k, "virtual_server"),
@@ -1030,6 +1041,16 @@ fn retry(k: &Node) -> R<u32> {
     )
 }
 
+/// rvs extension: `proxy_protocol v1|v2`.
+fn proxy_protocol(k: &Node) -> R<rvs_core::model::ProxyProtocol> {
+    let t = arg(k, 0, "v1 or v2")?;
+    match t.text.as_str() {
+        "v1" | "1" => Ok(rvs_core::model::ProxyProtocol::V1),
+        "v2" | "2" => Ok(rvs_core::model::ProxyProtocol::V2),
+        other => err(t, format!("expected v1 or v2, found `{other}`")),
+    }
+}
+
 fn real_server(c: &mut Ctx<'_>, n: &Node) -> R<RealServer> {
     let addr = ip(arg(n, 0, "an IP address")?)?;
     let p = n.args.get(1).map(port).transpose()?.unwrap_or(0);
@@ -1043,6 +1064,7 @@ fn real_server(c: &mut Ctx<'_>, n: &Node) -> R<RealServer> {
         forward: ForwardMethod::Masq,
         notify_up: None,
         notify_down: None,
+        proxy_protocol: None,
         uthreshold: 0,
         lthreshold: 0,
         inhibit_on_failure: None,
@@ -1074,6 +1096,7 @@ fn real_server(c: &mut Ctx<'_>, n: &Node) -> R<RealServer> {
                 rs.notify_down = Some(script(k)?);
                 max = 3;
             }
+            "proxy_protocol" => rs.proxy_protocol = Some(proxy_protocol(k)?),
             "uthreshold" => {
                 rs.uthreshold = num(
                     arg(k, 0, "a connection count")?,

@@ -606,3 +606,25 @@ fn group_mixing_families_is_an_error() {
     let e = fail("virtual_server_group G {\n 10.0.0.1 80\n 2001:db8::1 80\n}\n");
     assert_eq!((e.line, e.column), (3, 2));
 }
+
+#[test]
+fn rvs_proxy_keywords() {
+    let l = ok(
+        "virtual_server 10.0.0.1 80 {\n  lb_algo rr\n  lb_kind NAT\n  protocol TCP\n  proxy_protocol v2\n  max_conns 500\n  real_server 10.1.0.1 80 {\n    proxy_protocol v1\n  }\n  real_server 10.1.0.2 80 {\n  }\n}\n",
+    );
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    let s = &l.config.lvs_services().unwrap()[0];
+    assert_eq!(
+        s.config.proxy_protocol,
+        Some(rvs_core::model::ProxyProtocol::V2)
+    );
+    assert_eq!(s.config.max_conns, 500);
+    assert_eq!(
+        s.dests[0].proxy_protocol,
+        Some(rvs_core::model::ProxyProtocol::V1)
+    );
+    assert_eq!(s.dests[1].proxy_protocol, None);
+    let e = fail("virtual_server 10.0.0.1 80 {\n  proxy_protocol v9\n}\n");
+    assert_eq!((e.line, e.column), (2, 18));
+    assert!(e.message.contains("expected v1 or v2, found `v9`"), "{e}");
+}

@@ -438,6 +438,12 @@ fn print_service(
             if s.mh_table_size != rvs_core::model::DEFAULT_MH_TABLE_SIZE {
                 let _ = write!(out, " --mh-table-size {}", s.mh_table_size);
             }
+            if let Some(pp) = &s.proxy_protocol {
+                let _ = write!(out, " --proxy-protocol {pp}");
+            }
+            if s.max_conns != 0 {
+                let _ = write!(out, " --max-conns {}", s.max_conns);
+            }
         }
         Mode::Stats | Mode::Rate => {
             lpad(out, &name, 33);
@@ -496,6 +502,9 @@ fn print_service(
                             let _ = write!(out, " {}", tun_flag_opt(csum));
                         }
                     }
+                }
+                if let Some(pp) = &d.proxy_protocol {
+                    let _ = write!(out, " --proxy-protocol {pp}");
                 }
                 out.push('\n');
             }

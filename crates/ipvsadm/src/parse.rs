@@ -25,8 +25,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use rvs_core::model::{
     AddrFamily, DEFAULT_PERSISTENCE_TIMEOUT, DestConfig, ForwardMethod, MAX_PERSISTENCE_TIMEOUT,
-    PersistMask, PersistenceEngine, Protocol, SchedFlags, ServiceConfig, ServiceKey, Tunnel,
-    TunnelCsum, TunnelType,
+    PersistMask, PersistenceEngine, Protocol, ProxyProtocol, SchedFlags, ServiceConfig, ServiceKey,
+    Tunnel, TunnelCsum, TunnelType,
 };
 
 use crate::cnum::{atoi, inet_aton, string_to_number, strtol_full};
@@ -225,6 +225,8 @@ enum Opt {
     TunCsum,
     TunRemcsum,
     MhTableSize,
+    ProxyProtocol,
+    MaxConns,
 }
 
 const fn o(long: &'static str, short: Option<char>, kind: ArgKind, id: Opt) -> OptSpec<Opt> {
@@ -302,6 +304,8 @@ static TABLE: &[OptSpec<Opt>] = &[
     o("reload", None, N, Opt::Reload),
     o("mh-table-size", None, R, Opt::MhTableSize),
     o("fullnat", None, N, Opt::FullNat),
+    o("proxy-protocol", None, R, Opt::ProxyProtocol),
+    o("max-conns", None, R, Opt::MaxConns),
 ];
 
 // Option columns of the legality table (ipvsadm's OPTC_* order), plus rvs's.
@@ -340,7 +344,9 @@ const C_TUN_NOCSUM: usize = 31;
 const C_TUN_CSUM: usize = 32;
 const C_TUN_REMCSUM: usize = 33;
 const C_MH_TABLE_SIZE: usize = 34;
-const NUM_OPT: usize = 35;
+const C_PROXY_PROTOCOL: usize = 35;
+const C_MAX_CONNS: usize = 36;
+const NUM_OPT: usize = 37;
 
 /// `optnames[]`: what the legality errors call each column.
 const OPT_NAMES: [&str; NUM_OPT] = [
@@ -379,6 +385,8 @@ const OPT_NAMES: [&str; NUM_OPT] = [
     "tun-csum",
     "tun-remcsum",
     "mh-table-size",
+    "proxy-protocol",
+    "max-conns",
 ];
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -423,21 +431,21 @@ impl Cmd {
     }
 
     /// The command's row of `commands_v_options`: `+` compulsory, `x`
-    /// illegal, `1` at most one of the `1` columns, space optional. The 35th
-    /// column is rvs's `--mh-table-size`.
+    /// illegal, `1` at most one of the `1` columns, space optional. Columns
+    /// 35-37 are rvs's `--mh-table-size`, `--proxy-protocol`, `--max-conns`.
     fn legality(self) -> &'static [u8; NUM_OPT] {
         match self {
-            Cmd::Add | Cmd::Edit => b"xx+   xxxxxxxxxxxxxxx   xxxxxxxxxx ",
-            Cmd::Del => b"xx+xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
-            Cmd::List => b" 11xxxxxxxxx11       xxxxxxx xxxxxx",
-            Cmd::AddDest | Cmd::EditDest => b"xx+xxx+    xxxxxxxxxxxxxxxxxx     x",
-            Cmd::DelDest => b"xx+xxx+xxxxxxxxxxxxxxxxxxxxxxxxxxxx",
-            Cmd::StartDaemon => b"xxxxxxxxxxx xxxxxxx xxxx    xxxxxxx",
-            Cmd::StopDaemon => b"xxxxxxxxxxxxxxxxxxx xxxxxxxxxxxxxxx",
-            Cmd::Save => b" xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
-            Cmd::Zero => b"xx xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            Cmd::Add | Cmd::Edit => b"xx+   xxxxxxxxxxxxxxx   xxxxxxxxxx   ",
+            Cmd::Del => b"xx+xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            Cmd::List => b" 11xxxxxxxxx11       xxxxxxx xxxxxxxx",
+            Cmd::AddDest | Cmd::EditDest => b"xx+xxx+    xxxxxxxxxxxxxxxxxx     x x",
+            Cmd::DelDest => b"xx+xxx+xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            Cmd::StartDaemon => b"xxxxxxxxxxx xxxxxxx xxxx    xxxxxxxxx",
+            Cmd::StopDaemon => b"xxxxxxxxxxxxxxxxxxx xxxxxxxxxxxxxxxxx",
+            Cmd::Save => b" xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            Cmd::Zero => b"xx xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
             Cmd::Flush | Cmd::Timeout | Cmd::Restore | Cmd::Reload => {
-                b"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+                b"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
             }
         }
     }
@@ -488,6 +496,8 @@ struct State {
     one_packet: bool,
     sched_flags_arg: Option<String>,
     mh_table_size: Option<u32>,
+    proxy_protocol: Option<ProxyProtocol>,
+    max_conns: Option<u32>,
     // dest
     dest_addr: IpAddr,
     dest_port: u16,
@@ -527,6 +537,8 @@ impl State {
             one_packet: false,
             sched_flags_arg: None,
             mh_table_size: None,
+            proxy_protocol: None,
+            max_conns: None,
             dest_addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             dest_port: 0,
             fwd: Fwd::Route,
@@ -1107,6 +1119,25 @@ fn apply_option(
                 .ok_or_else(|| ParseError::fail("illegal mh-table-size specified"))?;
             st.mh_table_size = Some(n);
         }
+        Opt::ProxyProtocol => {
+            st.set_option(C_PROXY_PROTOCOL)?;
+            st.proxy_protocol = Some(match a {
+                "v1" | "1" => ProxyProtocol::V1,
+                "v2" | "2" => ProxyProtocol::V2,
+                _ => {
+                    return Err(ParseError::fail(format!(
+                        "illegal proxy-protocol `{a}' specified (v1 or v2)"
+                    )));
+                }
+            });
+        }
+        Opt::MaxConns => {
+            st.set_option(C_MAX_CONNS)?;
+            let n = string_to_number(a, 0, i64::from(i32::MAX))
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| ParseError::fail("illegal max-conns specified"))?;
+            st.max_conns = Some(n);
+        }
         // A command, -h or -v after the first option.
         _ => return Err(ParseError::fail(format!("invalid option `{}'", bad()))),
     }
@@ -1233,6 +1264,8 @@ fn finish(
             if let Some(m) = st.mh_table_size {
                 config.mh_table_size = m;
             }
+            config.proxy_protocol = st.proxy_protocol;
+            config.max_conns = st.max_conns.unwrap_or(0);
             let spec = ServiceSpec {
                 key,
                 config,
@@ -1286,10 +1319,11 @@ fn finish(
                     },
                 }),
             };
-            let dest = DestConfig::new(st.dest_addr, st.dest_port)
+            let mut dest = DestConfig::new(st.dest_addr, st.dest_port)
                 .weight(st.weight)
                 .forward(forward)
                 .thresholds(st.u_threshold, st.l_threshold);
+            dest.proxy_protocol = st.proxy_protocol;
             let spec = DestSpec { service: key, dest };
             match cmd {
                 Cmd::AddDest => Command::AddServer(spec),
@@ -1384,7 +1418,7 @@ mod tests {
         assert_eq!(Cmd::StopDaemon.legality()[C_MCAST], b'x');
         assert_eq!(Cmd::Save.legality()[C_NUMERIC], b' ');
         assert_eq!(Cmd::Zero.legality()[C_SERVICE], b' ');
-        assert_eq!(C_MH_TABLE_SIZE + 1, NUM_OPT);
+        assert_eq!(C_MAX_CONNS + 1, NUM_OPT);
     }
 
     #[test]

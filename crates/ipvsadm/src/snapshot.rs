@@ -163,6 +163,12 @@ pub struct ServiceSnap {
     /// Maglev table size (rvs; saved only when not the default 4093).
     #[serde(default = "default_mh")]
     pub mh_table_size: u32,
+    /// rvs: PROXY protocol toward the real servers (`v1`/`v2`).
+    #[serde(default)]
+    pub proxy_protocol: Option<String>,
+    /// rvs: most simultaneous connections (0 = unlimited).
+    #[serde(default)]
+    pub max_conns: u32,
     /// Counters.
     pub stats: StatsSnap,
     /// Rates.
@@ -190,6 +196,8 @@ impl ServiceSnap {
             pe: config.pe.map(|p| p.name().to_owned()),
             one_packet: config.one_packet,
             mh_table_size: config.mh_table_size,
+            proxy_protocol: config.proxy_protocol.map(|p| p.name().to_owned()),
+            max_conns: config.max_conns,
             stats: StatsSnap::default(),
             rates: RatesSnap::default(),
             dests: Vec::new(),
@@ -290,6 +298,10 @@ pub struct DestSnap {
     pub stats: StatsSnap,
     /// Rates.
     pub rates: RatesSnap,
+    /// rvs: PROXY protocol toward this real server (`v1`/`v2`), overriding
+    /// the service's.
+    #[serde(default)]
+    pub proxy_protocol: Option<String>,
 }
 
 impl DestSnap {
@@ -307,6 +319,7 @@ impl DestSnap {
             persist: 0,
             stats: StatsSnap::default(),
             rates: RatesSnap::default(),
+            proxy_protocol: d.proxy_protocol.map(|p| p.name().to_owned()),
         }
     }
 }

@@ -58,6 +58,8 @@ fn svc(proto: u8, addr: &str, port: u16, sched: &str) -> ServiceSnap {
         pe: None,
         one_packet: false,
         mh_table_size: 4093,
+        proxy_protocol: None,
+        max_conns: 0,
         stats: StatsSnap::default(),
         rates: RatesSnap::default(),
         dests: vec![],
@@ -77,6 +79,7 @@ fn dest(addr: &str, port: u16, fwd: ForwardSnap, weight: i32) -> DestSnap {
         persist: 0,
         stats: StatsSnap::default(),
         rates: RatesSnap::default(),
+        proxy_protocol: None,
     }
 }
 

@@ -737,3 +737,52 @@ proptest! {
         let _ = parse_restore_line_with("ipvsadm", &words.join(" "), &OfflineNames);
     }
 }
+
+#[test]
+fn rvs_proxy_options() {
+    use rvs_core::model::ProxyProtocol;
+    let inv = rvs_ipvsadm::parse_args(
+        "-A -t 10.0.0.1:80 -s rr --proxy-protocol v2 --max-conns 100"
+            .split(' ')
+            .map(String::from),
+    )
+    .unwrap();
+    let rvs_ipvsadm::Command::AddService(s) = inv.command else {
+        panic!("{inv:?}")
+    };
+    assert_eq!(
+        (s.config.proxy_protocol, s.config.max_conns),
+        (Some(ProxyProtocol::V2), 100)
+    );
+    let inv = rvs_ipvsadm::parse_args(
+        "-a -t 10.0.0.1:80 -r 10.0.0.2 -m --proxy-protocol v1"
+            .split(' ')
+            .map(String::from),
+    )
+    .unwrap();
+    let rvs_ipvsadm::Command::AddServer(d) = inv.command else {
+        panic!("{inv:?}")
+    };
+    assert_eq!(d.dest.proxy_protocol, Some(ProxyProtocol::V1));
+    for (args, msg) in [
+        (
+            "-A -t 10.0.0.1:80 --proxy-protocol v3",
+            "illegal proxy-protocol `v3' specified (v1 or v2)",
+        ),
+        (
+            "-A -t 10.0.0.1:80 --max-conns -1",
+            "illegal max-conns specified",
+        ),
+        (
+            "-a -t 10.0.0.1:80 -r 10.0.0.2 --max-conns 3",
+            "Illegal 'max-conns' option with the 'add-server' command",
+        ),
+        (
+            "-D -t 10.0.0.1:80 --proxy-protocol v1",
+            "Illegal 'proxy-protocol' option with the 'delete-service' command",
+        ),
+    ] {
+        let e = rvs_ipvsadm::parse_args(args.split(' ').map(String::from)).unwrap_err();
+        assert_eq!((e.message.as_str(), e.exit_code), (msg, 2), "{args}");
+    }
+}

@@ -155,6 +155,12 @@ fn save_clear_restore_reproduces_the_listing() {
     d.ok("-a -t 10.0.0.1:80 -r 192.168.100.31:80 -g -w 5");
     d.ok("-E -t 10.0.0.1:443 -s wrr -p 60");
     d.ok("-e -t 10.0.0.1:443 -r 192.168.100.12:443 -m -w 7");
+    // rvs-only options survive the round trip too.
+    d.ok("-A -t 10.0.0.5:80 -s rr --proxy-protocol v2 --max-conns 100");
+    d.ok("-a -t 10.0.0.5:80 -r 192.168.100.40:80 -m --proxy-protocol v1");
+    assert!(d.ok("-S -n").contains(
+        "-A -t 10.0.0.5:80 -s rr --proxy-protocol v2 --max-conns 100\n-a -t 10.0.0.5:80 -r 192.168.100.40:80 -m -w 1 --proxy-protocol v1\n"
+    ));
     let before = d.ok("-Ln");
     let saved = d.ok("-S -n");
     d.ok("-C");
