@@ -47,6 +47,12 @@ fn protocol(rest: &[u8]) -> Result<Option<Proto>, ParseError> {
             could_match = true;
         }
     }
+    if rest.get(..8) == Some(b"UNKNOWN\n") {
+        // A line ended by LF alone, not a misspelt keyword.
+        return Err(ParseError::V1BareCrOrLf {
+            offset: PREFIX.len() + 7,
+        });
+    }
     if could_match {
         Ok(None)
     } else {
