@@ -26,7 +26,10 @@ fuzz_target!(|data: &[u8]| {
     // Trailing application data does not change the verdict.
     assert_eq!(
         parse(&data[..consumed]),
-        Ok(Parsed::Complete { header: header.clone(), consumed })
+        Ok(Parsed::Complete {
+            header: header.clone(),
+            consumed
+        })
     );
     // Every strict prefix is merely incomplete.
     for k in 0..consumed {
@@ -41,7 +44,10 @@ fuzz_target!(|data: &[u8]| {
         .expect("a parsed header is always encodable");
     assert_eq!(out.len(), header.buffer_len());
     match parse(&out) {
-        Ok(Parsed::Complete { header: again, consumed }) => {
+        Ok(Parsed::Complete {
+            header: again,
+            consumed,
+        }) => {
             assert_eq!(consumed, out.len());
             assert_eq!(without_crc_values(again), without_crc_values(header));
         }
