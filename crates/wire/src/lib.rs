@@ -1,0 +1,15 @@
+//! # rvs-wire
+//!
+//! Layer 2 of rvs: wire formats as plain parsers and builders over byte
+//! buffers. Nothing here performs I/O; callers hand in the bytes they have
+//! read so far and get back either a decoded value, a request for more bytes,
+//! or a precise error. Every parser is fuzzed and never panics on any input.
+//!
+//! Modules:
+//! * [`proxy_protocol`] — HAProxy's PROXY protocol, versions 1 (text) and 2
+//!   (binary), as carried in front of a TCP stream between a load balancer
+//!   and a real server.
+#![warn(missing_docs, unreachable_pub)]
+#![forbid(unsafe_code)]
+
+pub mod proxy_protocol;
