@@ -198,15 +198,9 @@ async fn splice_chunk(from: &TcpStream, to: &TcpStream, p: &Pipe) -> io::Result<
     while left > 0 {
         to.writable().await?;
         match to.try_io(Interest::WRITABLE, || {
-            splice(
-                &p.r,
-                None,
-                to,
-                None,
-                left,
-                flags | SpliceFFlags::SPLICE_F_MORE,
-            )
-            .map_err(io::Error::from)
+            // No SPLICE_F_MORE: it corks the socket like MSG_MORE and
+            // delays small writes by up to 200 ms.
+            splice(&p.r, None, to, None, left, flags).map_err(io::Error::from)
         }) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(m) => left = left.saturating_sub(m),

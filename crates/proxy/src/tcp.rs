@@ -64,6 +64,12 @@ impl Meter {
         d
     }
 
+    /// `open` already counted `n` incoming packets (the SYN): the kernel's
+    /// segment counter includes it, so do not report it twice.
+    pub(crate) fn already_counted_in_pkts(&self, n: u64) {
+        self.reported[0].store(n, Ordering::Relaxed);
+    }
+
     /// Bytes relayed but not reported yet.
     pub(crate) fn pending_bytes(&self) -> u64 {
         let total = self
@@ -384,6 +390,7 @@ async fn connection(
         None => return,
     };
     let mut guard = ConnGuard::new(ctx.clone(), plan.fwd.conn);
+    guard.meter.already_counted_in_pkts(1);
     let mut failed: Vec<DestId> = Vec::new();
     let server = loop {
         let dst = SocketAddr::new(plan.fwd.daddr, plan.fwd.dport);

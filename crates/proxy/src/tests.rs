@@ -26,6 +26,10 @@ const STEP: Duration = Duration::from_secs(5);
 
 /// Run a test body on a current-thread runtime (like rvsd's), bounded.
 fn run<F: Future<Output = ()>>(f: F) {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -671,8 +675,8 @@ fn ipv6_tcp_and_udp() {
     });
 }
 
-/// A backend that reads a PROXY header, then answers with the source
-/// address it announced, as text, and closes.
+/// A backend that reads until EOF, then answers with the source address of
+/// the PROXY header at the start, `|`, and the data after it.
 async fn pp_backend() -> SocketAddr {
     let l = TcpListener::bind(SocketAddr::new(lo(1), 0))
         .await
@@ -682,30 +686,18 @@ async fn pp_backend() -> SocketAddr {
         while let Ok((mut s, _)) = l.accept().await {
             tokio::spawn(async move {
                 let mut buf = Vec::new();
-                let mut chunk = [0u8; 512];
-                loop {
-                    let Ok(n) = s.read(&mut chunk).await else {
-                        return;
-                    };
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    match rvs_wire::proxy_protocol::parse(&buf) {
-                        Ok(rvs_wire::proxy_protocol::Parsed::Complete { header, consumed }) => {
-                            let src = header.addresses.map(|(s, _)| s.ip().to_string());
-                            let rest = String::from_utf8_lossy(&buf[consumed..]).to_string();
-                            let out = format!("{}|{rest}", src.unwrap_or_default());
-                            let _ = s.write_all(out.as_bytes()).await;
-                            return;
-                        }
-                        Ok(_) => continue,
-                        Err(_) => {
-                            let _ = s.write_all(b"not proxy").await;
-                            return;
-                        }
-                    }
+                if s.read_to_end(&mut buf).await.is_err() {
+                    return;
                 }
+                let out = match rvs_wire::proxy_protocol::parse(&buf) {
+                    Ok(rvs_wire::proxy_protocol::Parsed::Complete { header, consumed }) => {
+                        let src = header.addresses.map(|(s, _)| s.ip().to_string());
+                        let rest = String::from_utf8_lossy(&buf[consumed..]).to_string();
+                        format!("{}|{rest}", src.unwrap_or_default())
+                    }
+                    _ => "not proxy".to_owned(),
+                };
+                let _ = s.write_all(out.as_bytes()).await;
             });
         }
     });
@@ -727,6 +719,7 @@ fn proxy_protocol_to_servers_and_from_trusted_upstreams() {
         h.service(tcp_key(vip), cfg.clone(), &[b]);
         let mut c = client(lo(92), vip).await;
         t(c.write_all(b"data")).await.expect("write");
+        t(c.shutdown()).await.expect("shutdown");
         let mut got = String::new();
         t(c.read_to_string(&mut got)).await.expect("read");
         assert_eq!(got, "127.0.0.92|data");
@@ -751,6 +744,7 @@ fn proxy_protocol_to_servers_and_from_trusted_upstreams() {
         t(up.write_all(b"PROXY TCP4 192.0.2.7 127.0.0.114 4000 80\r\nbody"))
             .await
             .expect("write");
+        t(up.shutdown()).await.expect("shutdown");
         let mut got = String::new();
         t(up.read_to_string(&mut got)).await.expect("read");
         assert_eq!(got, "192.0.2.7|body");
@@ -759,6 +753,7 @@ fn proxy_protocol_to_servers_and_from_trusted_upstreams() {
         t(other.write_all(b"PROXY TCP4 192.0.2.7 127.0.0.114 4000 80\r\n"))
             .await
             .expect("write");
+        t(other.shutdown()).await.expect("shutdown");
         let mut got = String::new();
         t(other.read_to_string(&mut got)).await.expect("read");
         assert_eq!(

@@ -101,8 +101,7 @@ pub(crate) async fn udp_loop(
         let data = &buf[..n];
         let now_ms = start.elapsed().as_millis() as u64;
         if let Some(f) = flows.get(&client) {
-            // A full socket buffer drops the datagram, as the network may.
-            if f.upstream.try_send(data).is_ok() {
+            if f.upstream.send(data).await.is_ok() {
                 f.guard.meter.in_pkts.fetch_add(1, Ordering::Relaxed);
                 f.guard
                     .meter
@@ -140,7 +139,7 @@ pub(crate) async fn udp_loop(
                 continue;
             }
         };
-        let sent = upstream.try_send(data).is_ok();
+        let sent = upstream.send(data).await.is_ok();
         if fwd.conn.is_none() {
             // One-packet scheduling: this datagram alone; wait for replies
             // one timeout, then forget it.
@@ -162,7 +161,7 @@ pub(crate) async fn udp_loop(
             continue;
         }
         if sent {
-            guard.meter.in_pkts.fetch_add(1, Ordering::Relaxed);
+            // `open` counted this datagram as a packet (of no length).
             guard.meter.in_bytes.fetch_add(n as u64, Ordering::Relaxed);
         }
         let last = Arc::new(AtomicU64::new(now_ms));
