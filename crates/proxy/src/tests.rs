@@ -527,6 +527,29 @@ fn deleted_server_drains_then_grace_closes() {
 }
 
 #[test]
+fn idle_connection_closes_after_the_established_timeout() {
+    run(async {
+        let h = Harness::new(config());
+        h.ipvs(|ipvs| ipvs.set_timeouts(1, 0, 0));
+        let b = backend(lo(1), 1).await;
+        let vip = free_tcp(lo(120));
+        h.service(tcp_key(vip), rr(AddrFamily::Inet), &[b]);
+        let mut c = client(lo(86), vip).await;
+        read_id(&mut c).await;
+        let start = std::time::Instant::now();
+        // Traffic resets the idle timer.
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            echo_ok(&mut c, b"tick").await;
+        }
+        assert!(closed(&mut c).await);
+        let lived = start.elapsed();
+        assert!(lived >= Duration::from_millis(2000), "{lived:?}");
+        h.until("released", |ipvs| ipvs.conns().is_empty()).await;
+    });
+}
+
+#[test]
 fn max_conns_refuses_beyond_the_limit() {
     run(async {
         let h = Harness::new(config());
@@ -817,9 +840,14 @@ fn unproxiable_services_and_bind_errors_are_reported() {
 #[test]
 #[ignore = "benchmark"]
 fn throughput_100mib() {
-    for splice in [true, false] {
+    // `None`: the client talks to the sink directly (the baseline, same
+    // single-threaded runtime doing the client and the sink).
+    for splice in [None, Some(true), Some(false), None, Some(true), Some(false)] {
         run(async {
-            let h = Harness::new(ProxyConfig { splice, ..config() });
+            let h = Harness::new(ProxyConfig {
+                splice: splice.unwrap_or(true),
+                ..config()
+            });
             // A sink backend that counts and answers the count.
             let l = TcpListener::bind(SocketAddr::new(lo(1), 0))
                 .await
@@ -840,7 +868,7 @@ fn throughput_100mib() {
             });
             let vip = free_tcp(lo(118));
             h.service(tcp_key(vip), rr(AddrFamily::Inet), &[b]);
-            let mut c = client(lo(119), vip).await;
+            let mut c = client(lo(119), if splice.is_some() { vip } else { b }).await;
             let chunk = vec![7u8; 1 << 20];
             let start = std::time::Instant::now();
             for _ in 0..100 {
@@ -852,7 +880,7 @@ fn throughput_100mib() {
             let el = start.elapsed();
             assert_eq!(u64::from_be_bytes(n), 100 << 20);
             eprintln!(
-                "splice={splice}: 100 MiB in {el:?} = {:.0} MiB/s",
+                "splice={splice:?}: 100 MiB in {el:?} = {:.0} MiB/s",
                 100.0 / el.as_secs_f64()
             );
         });
