@@ -242,6 +242,20 @@ struct Listener {
     svc: Arc<SvcState>,
     /// Dropping it stops the socket's task.
     _stop: watch::Sender<()>,
+    /// The TCP listening socket, shut down at once on removal so the port
+    /// can be listened on again in the same batch of commands (a reload
+    /// that deletes and re-adds a service) before the task has exited.
+    tcp: Option<Arc<tokio::net::TcpListener>>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Some(l) = &self.tcp {
+            // Leaves LISTEN state now: pending connections in the backlog
+            // are reset, and a new SO_REUSEADDR listener may bind the port.
+            let _ = socket2::SockRef::from(&**l).shutdown(std::net::Shutdown::Both);
+        }
+    }
 }
 
 /// The userspace proxy data plane (`rvsd --dataplane proxy`).
@@ -327,20 +341,34 @@ impl ProxyPlane {
         let (stop, stopped) = watch::channel(());
         let bind_err =
             |e: std::io::Error| Self::err(format!("cannot bind {} {vip}: {e}", protocol.name()));
-        match protocol {
+        let tcp = match protocol {
             Protocol::Tcp => {
                 let std_l = sock::bind_tcp(vip).map_err(bind_err)?;
-                let l = tokio::net::TcpListener::from_std(std_l).map_err(bind_err)?;
-                rt.spawn(crate::tcp::accept_loop(l, svc.clone(), ctx, stopped));
+                let l = Arc::new(tokio::net::TcpListener::from_std(std_l).map_err(bind_err)?);
+                rt.spawn(crate::tcp::accept_loop(
+                    l.clone(),
+                    svc.clone(),
+                    ctx,
+                    stopped,
+                ));
+                Some(l)
             }
             _ => {
                 let std_s = sock::bind_udp(vip).map_err(bind_err)?;
                 let s = tokio::net::UdpSocket::from_std(std_s).map_err(bind_err)?;
                 rt.spawn(crate::udp::udp_loop(s, svc.clone(), ctx, stopped));
+                None
             }
-        }
+        };
         tracing::info!("proxy: listening on {} {vip}", protocol.name());
-        self.listeners.insert(key, Listener { svc, _stop: stop });
+        self.listeners.insert(
+            key,
+            Listener {
+                svc,
+                _stop: stop,
+                tcp,
+            },
+        );
         Ok(())
     }
 

@@ -226,7 +226,7 @@ impl RateLimit {
 
 /// Accept connections of one virtual service until `stop`'s sender is dropped.
 pub(crate) async fn accept_loop(
-    listener: TcpListener,
+    listener: Arc<TcpListener>,
     svc: Arc<SvcState>,
     ctx: Arc<Ctx>,
     mut stop: watch::Receiver<()>,
@@ -249,6 +249,7 @@ pub(crate) async fn accept_loop(
                 };
                 tokio::spawn(connection(client, peer, svc.clone(), ctx.clone(), adm));
             }
+            Err(_) if stop.has_changed().is_err() => break,
             Err(e) => {
                 // EMFILE/ENFILE/ENOBUFS: the pending connection stays in the
                 // backlog; wait for fds to come back instead of spinning.

@@ -826,6 +826,35 @@ fn unproxiable_services_and_bind_errors_are_reported() {
             }])
             .expect_err("in use");
         assert!(e.contains(&addr.to_string()) && e.contains("in use"), "{e}");
+        // Deleting and re-adding a service in one batch (a reload) rebinds.
+        let vip = free_tcp(lo(121));
+        let b = backend(lo(1), 4).await;
+        h.service(tcp_key(vip), rr(AddrFamily::Inet), &[b]);
+        let mut c = client(lo(87), vip).await;
+        assert_eq!(read_id(&mut c).await, 4);
+        {
+            let mut ctl = h.ctl.lock().expect("lock");
+            ctl.exec(
+                &[
+                    Command::DelService { key: tcp_key(vip) },
+                    Command::AddService {
+                        key: tcp_key(vip),
+                        config: rr(AddrFamily::Inet),
+                    },
+                    Command::AddDest {
+                        service: tcp_key(vip),
+                        dest: DestConfig::new(b.ip(), b.port()).forward(ForwardMethod::FullNat),
+                    },
+                ],
+                true,
+            )
+            .expect("reload");
+            assert_eq!(ctl.take_plane_errors(), Vec::<String>::new());
+        }
+        let mut c2 = client(lo(88), vip).await;
+        assert_eq!(read_id(&mut c2).await, 4);
+        // The connection accepted before keeps working (drain).
+        echo_ok(&mut c, b"old").await;
         // Deleting a service stops its listener.
         let vip = free_tcp(lo(117));
         h.service(tcp_key(vip), rr(AddrFamily::Inet), &[]);
