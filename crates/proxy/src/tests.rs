@@ -665,6 +665,34 @@ fn udp_flows_echo_keep_affinity_and_expire() {
     });
 }
 
+#[test]
+fn udp_one_packet_scheduling_schedules_every_datagram() {
+    run(async {
+        let h = Harness::new(config());
+        let b1 = udp_backend(lo(1), 1).await;
+        let b2 = udp_backend(lo(1), 2).await;
+        let vip = free_udp(lo(122));
+        let mut cfg = rr(AddrFamily::Inet);
+        cfg.one_packet = true;
+        h.service(udp_key(vip), cfg, &[b1, b2]);
+        let a = UdpSocket::bind(SocketAddr::new(lo(93), 0))
+            .await
+            .expect("a");
+        let mut ids = Vec::new();
+        for i in 0..4u8 {
+            let r = udp_ask(&a, vip, &[i]).await;
+            assert_eq!(r[1], i);
+            ids.push(r[0]);
+        }
+        // No affinity: rr alternates for the same client.
+        assert!(
+            ids[0] != ids[1] && ids[0] == ids[2] && ids[1] == ids[3],
+            "{ids:?}"
+        );
+        h.ipvs(|ipvs| assert!(ipvs.conns().is_empty()));
+    });
+}
+
 fn v6_available() -> bool {
     std::net::TcpListener::bind("[::1]:0").is_ok()
 }

@@ -6,8 +6,8 @@
 //! entry is closed.
 //!
 //! One-packet scheduling (`-o`) keeps no entry: every datagram is
-//! scheduled alone and sent from a fresh socket that waits one UDP timeout
-//! for replies.
+//! scheduled alone and sent from a fresh socket that relays the first
+//! reply (or waits one UDP timeout for it) and is closed.
 //!
 //! Deleting the service ends its flows with the socket (there is no
 //! connection to drain: datagrams of a deleted UDP service are not
@@ -141,8 +141,9 @@ pub(crate) async fn udp_loop(
         };
         let sent = upstream.send(data).await.is_ok();
         if fwd.conn.is_none() {
-            // One-packet scheduling: this datagram alone; wait for replies
-            // one timeout, then forget it.
+            // One-packet scheduling: this datagram alone; relay its reply
+            // (the first datagram back, request/response protocols like
+            // DNS and SIP use OPS) or give up after one UDP timeout.
             let (sock, up) = (sock.clone(), upstream.clone());
             tokio::spawn(async move {
                 let _adm = adm;
@@ -154,6 +155,7 @@ pub(crate) async fn udp_loop(
                         _ = &mut deadline => break,
                         r = up.recv(&mut b) => if let Ok(m) = r {
                             let _ = sock.send_to(&b[..m], client).await;
+                            break;
                         },
                     }
                 }
