@@ -1,0 +1,443 @@
+//! [`ProxyPlane`]: the `DataPlane` that binds a socket per virtual service
+//! and drives the director per connection.
+//!
+//! `apply` runs inside rvsd's runtime while the control plane's lock is
+//! held, so it never calls the director itself (the lock is not
+//! re-entrant): it binds sockets, spawns tasks and arms drain timers; the
+//! tasks talk to the director later, from their own polls.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rvs_control::dataplane::{DataPlane, DataPlaneError, DirectorHandle};
+use rvs_control::protocol::Command;
+use rvs_core::model::{Protocol, ServiceKey};
+use tokio::sync::{Notify, watch};
+
+use crate::sock;
+
+/// Settings of the proxy data plane.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyConfig {
+    /// How long one connection attempt to a real server may take.
+    pub connect_timeout: Duration,
+    /// How many other real servers to try after a failed connect (2: up to
+    /// three servers per client connection).
+    pub connect_retries: u32,
+    /// File descriptors the proxy may hold for connections; a connection
+    /// that would exceed it is refused at once rather than failing midway.
+    /// A TCP connection costs 2 (client and server sockets) plus 4 for its
+    /// two splice pipes; a UDP flow costs 1.
+    pub fd_budget: usize,
+    /// `None`: connections of a deleted real server (or service) run until
+    /// they end. `Some(d)`: they are closed `d` after the deletion.
+    pub drain_grace: Option<Duration>,
+    /// Networks (address, prefix length) of upstream balancers whose
+    /// connections MUST start with a PROXY header, which then gives the
+    /// client address. Empty: never read one. Data from any other peer is
+    /// never parsed as a header.
+    pub trusted_proxies: Vec<(IpAddr, u8)>,
+    /// How long a trusted peer may take to send its PROXY header.
+    pub proxy_header_timeout: Duration,
+    /// Relay with splice(2) through pipes (zero copy) instead of copying
+    /// through a buffer. Linux only.
+    pub splice: bool,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            connect_timeout: Duration::from_secs(3),
+            connect_retries: 2,
+            fd_budget: sock::default_fd_budget(),
+            drain_grace: None,
+            trusted_proxies: Vec::new(),
+            proxy_header_timeout: Duration::from_secs(3),
+            splice: cfg!(target_os = "linux"),
+        }
+    }
+}
+
+/// Counters of the proxy, readable by rvsd at any time (exported as
+/// `rvs_proxy_*`). Monotonic except the `active_*` gauges.
+#[derive(Debug, Default)]
+pub struct ProxyStats {
+    /// TCP connections accepted on virtual service sockets.
+    pub accepted: AtomicU64,
+    /// Connections refused because the service reached `max_conns`.
+    pub refused_max_conns: AtomicU64,
+    /// Connections refused because the fd budget was spent.
+    pub refused_fd_budget: AtomicU64,
+    /// `accept(2)` failures (EMFILE, ENFILE, ENOBUFS, ...).
+    pub accept_errors: AtomicU64,
+    /// Failed connection attempts to real servers (each attempt counts).
+    pub connect_failures: AtomicU64,
+    /// Attempts moved to another real server after a failure.
+    pub retries: AtomicU64,
+    /// Connections from trusted proxies dropped for a missing, malformed,
+    /// oversized or late PROXY header.
+    pub proxy_header_rejected: AtomicU64,
+    /// Client connections or flows the director refused (no real server,
+    /// table full).
+    pub refused_no_dest: AtomicU64,
+    /// Proxied TCP connections open now.
+    pub active_tcp: AtomicU64,
+    /// UDP flows open now.
+    pub active_udp_flows: AtomicU64,
+    /// File descriptors held for connections and flows now.
+    pub fds_in_use: AtomicUsize,
+}
+
+/// Live connections, for the drain-grace timers.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    next: u64,
+    conns: HashMap<u64, LiveConn>,
+    /// Bumped when a real server is added or deleted, so a pending drain
+    /// timer of a server that came back does nothing.
+    dest_gen: HashMap<(ServiceKey, IpAddr, u16), u64>,
+}
+
+#[derive(Debug)]
+struct LiveConn {
+    service: ServiceKey,
+    dest: Option<(IpAddr, u16)>,
+    kill: Arc<Notify>,
+}
+
+/// What every task of the plane shares.
+#[derive(Debug)]
+pub(crate) struct Ctx {
+    pub(crate) config: ProxyConfig,
+    pub(crate) director: DirectorHandle,
+    pub(crate) stats: Arc<ProxyStats>,
+    registry: Mutex<Registry>,
+}
+
+impl Ctx {
+    /// True when `ip` is a trusted upstream proxy.
+    pub(crate) fn trusted(&self, ip: IpAddr) -> bool {
+        self.config
+            .trusted_proxies
+            .iter()
+            .any(|&(net, p)| sock::in_cidr(ip, net, p))
+    }
+
+    /// Reserve `n` fds from the budget; false when it would overflow.
+    pub(crate) fn reserve_fds(&self, n: usize) -> bool {
+        let prev = self.stats.fds_in_use.fetch_add(n, Ordering::Relaxed);
+        if prev.saturating_add(n) > self.config.fd_budget {
+            self.stats.fds_in_use.fetch_sub(n, Ordering::Relaxed);
+            false
+        } else {
+            true
+        }
+    }
+
+    /// Register a live connection of `service`; returns its serial and the
+    /// signal a drain timer uses to close it.
+    pub(crate) fn register(&self, service: ServiceKey) -> (u64, Arc<Notify>) {
+        let kill = Arc::new(Notify::new());
+        let mut r = self.lock_registry();
+        r.next = r.next.wrapping_add(1);
+        let serial = r.next;
+        r.conns.insert(
+            serial,
+            LiveConn {
+                service,
+                dest: None,
+                kill: kill.clone(),
+            },
+        );
+        (serial, kill)
+    }
+
+    /// Record which real server a registered connection uses.
+    pub(crate) fn set_dest(&self, serial: u64, dest: (IpAddr, u16)) {
+        if let Some(c) = self.lock_registry().conns.get_mut(&serial) {
+            c.dest = Some(dest);
+        }
+    }
+
+    /// Forget a connection.
+    pub(crate) fn unregister(&self, serial: u64) {
+        self.lock_registry().conns.remove(&serial);
+    }
+
+    fn lock_registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        // A panic while holding it leaves plain data behind: keep going.
+        self.registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn bump_gen(&self, key: (ServiceKey, IpAddr, u16)) -> u64 {
+        let mut r = self.lock_registry();
+        let g = r.dest_gen.entry(key).or_insert(0);
+        *g = g.wrapping_add(1);
+        *g
+    }
+
+    /// Close, `grace` from now, the connections matching `pick` now (if
+    /// `still` holds then).
+    fn drain_later(
+        self: &Arc<Self>,
+        grace: Duration,
+        pick: impl Fn(&LiveConn) -> bool,
+        still: impl Fn(&Registry) -> bool + Send + 'static,
+    ) {
+        let kills: Vec<Arc<Notify>> = self
+            .lock_registry()
+            .conns
+            .values()
+            .filter(|c| pick(c))
+            .map(|c| c.kill.clone())
+            .collect();
+        if kills.is_empty() {
+            return;
+        }
+        let ctx = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            if still(&ctx.lock_registry()) {
+                for k in kills {
+                    // Stores a permit if the connection is not waiting yet.
+                    k.notify_one();
+                }
+            }
+        });
+    }
+}
+
+/// Per-service state shared with its tasks.
+#[derive(Debug)]
+pub(crate) struct SvcState {
+    pub(crate) key: ServiceKey,
+    pub(crate) vip: SocketAddr,
+    /// `max_conns` of the service (0 = unlimited); follows `-E`.
+    pub(crate) max_conns: AtomicU32,
+    /// Connections (TCP) or flows (UDP) open now.
+    pub(crate) active: AtomicU32,
+}
+
+impl SvcState {
+    /// Take a slot unless the service is at `max_conns`.
+    pub(crate) fn try_take(&self) -> bool {
+        let max = self.max_conns.load(Ordering::Relaxed);
+        let prev = self.active.fetch_add(1, Ordering::Relaxed);
+        if max != 0 && prev >= max {
+            self.active.fetch_sub(1, Ordering::Relaxed);
+            false
+        } else {
+            true
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Listener {
+    svc: Arc<SvcState>,
+    /// Dropping it stops the socket's task.
+    _stop: watch::Sender<()>,
+    /// The TCP listening socket, shut down at once on removal so the port
+    /// can be listened on again in the same batch of commands (a reload
+    /// that deletes and re-adds a service) before the task has exited.
+    tcp: Option<Arc<tokio::net::TcpListener>>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Some(l) = &self.tcp {
+            // Leaves LISTEN state now: pending connections in the backlog
+            // are reset, and a new SO_REUSEADDR listener may bind the port.
+            let _ = socket2::SockRef::from(&**l).shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// The userspace proxy data plane (`rvsd --dataplane proxy`).
+#[derive(Debug)]
+pub struct ProxyPlane {
+    config: ProxyConfig,
+    stats: Arc<ProxyStats>,
+    ctx: Option<Arc<Ctx>>,
+    listeners: HashMap<ServiceKey, Listener>,
+}
+
+impl ProxyPlane {
+    /// A proxy plane with these settings; it carries traffic once
+    /// [`DataPlane::attach`] gave it the director.
+    pub fn new(config: ProxyConfig) -> Self {
+        ProxyPlane {
+            config,
+            stats: Arc::new(ProxyStats::default()),
+            ctx: None,
+            listeners: HashMap::new(),
+        }
+    }
+
+    /// The counters, shared: read them from anywhere.
+    pub fn stats(&self) -> Arc<ProxyStats> {
+        self.stats.clone()
+    }
+
+    /// The services with a bound socket now.
+    pub fn listening(&self) -> impl Iterator<Item = &ServiceKey> {
+        self.listeners.keys()
+    }
+
+    fn err(message: String) -> DataPlaneError {
+        DataPlaneError {
+            plane: "proxy",
+            message,
+        }
+    }
+
+    fn add_service(&mut self, key: ServiceKey, max_conns: u32) -> Result<(), DataPlaneError> {
+        let (protocol, vip) = match key {
+            ServiceKey::Addr { port: 0, addr, .. } => {
+                return Err(Self::err(format!(
+                    "{addr}:0: port-zero services cannot be proxied (no port to listen on)"
+                )));
+            }
+            ServiceKey::Fwmark { mark, .. } => {
+                return Err(Self::err(format!(
+                    "fwmark {mark}: firewall-mark services cannot be proxied (no address to listen on)"
+                )));
+            }
+            ServiceKey::Addr {
+                protocol: Protocol::Sctp,
+                addr,
+                port,
+            } => {
+                return Err(Self::err(format!(
+                    "SCTP {}: SCTP services cannot be proxied",
+                    SocketAddr::new(addr, port)
+                )));
+            }
+            ServiceKey::Addr {
+                protocol,
+                addr,
+                port,
+            } => (protocol, SocketAddr::new(addr, port)),
+        };
+        let ctx = self.ctx.clone().ok_or_else(|| {
+            Self::err(format!("{vip}: no director attached, cannot carry traffic"))
+        })?;
+        let rt = tokio::runtime::Handle::try_current()
+            .map_err(|e| Self::err(format!("{vip}: no tokio runtime: {e}")))?;
+        let _enter = rt.enter();
+        // A re-added service replaces its socket.
+        self.listeners.remove(&key);
+        let svc = Arc::new(SvcState {
+            key,
+            vip,
+            max_conns: AtomicU32::new(max_conns),
+            active: AtomicU32::new(0),
+        });
+        let (stop, stopped) = watch::channel(());
+        let bind_err =
+            |e: std::io::Error| Self::err(format!("cannot bind {} {vip}: {e}", protocol.name()));
+        let tcp = match protocol {
+            Protocol::Tcp => {
+                let std_l = sock::bind_tcp(vip).map_err(bind_err)?;
+                let l = Arc::new(tokio::net::TcpListener::from_std(std_l).map_err(bind_err)?);
+                rt.spawn(crate::tcp::accept_loop(
+                    l.clone(),
+                    svc.clone(),
+                    ctx,
+                    stopped,
+                ));
+                Some(l)
+            }
+            _ => {
+                let std_s = sock::bind_udp(vip).map_err(bind_err)?;
+                let s = tokio::net::UdpSocket::from_std(std_s).map_err(bind_err)?;
+                rt.spawn(crate::udp::udp_loop(s, svc.clone(), ctx, stopped));
+                None
+            }
+        };
+        tracing::info!("proxy: listening on {} {vip}", protocol.name());
+        self.listeners.insert(
+            key,
+            Listener {
+                svc,
+                _stop: stop,
+                tcp,
+            },
+        );
+        Ok(())
+    }
+
+    fn drain_service(&self, key: Option<ServiceKey>) {
+        let (Some(ctx), Some(grace)) = (&self.ctx, self.config.drain_grace) else {
+            return;
+        };
+        ctx.drain_later(grace, move |c| key.is_none_or(|k| c.service == k), |_| true);
+    }
+}
+
+impl DataPlane for ProxyPlane {
+    fn name(&self) -> &'static str {
+        "proxy"
+    }
+
+    fn attach(&mut self, director: DirectorHandle) {
+        self.ctx = Some(Arc::new(Ctx {
+            config: self.config.clone(),
+            director,
+            stats: self.stats.clone(),
+            registry: Mutex::new(Registry::default()),
+        }));
+    }
+
+    fn apply(&mut self, command: &Command) -> Result<(), DataPlaneError> {
+        match command {
+            Command::AddService { key, config } => self.add_service(*key, config.max_conns),
+            Command::EditService { key, config } => {
+                if let Some(l) = self.listeners.get(key) {
+                    l.svc.max_conns.store(config.max_conns, Ordering::Relaxed);
+                }
+                Ok(())
+            }
+            Command::DelService { key } => {
+                // Existing connections keep running (drain).
+                self.listeners.remove(key);
+                self.drain_service(Some(*key));
+                Ok(())
+            }
+            Command::Clear => {
+                self.listeners.clear();
+                self.drain_service(None);
+                Ok(())
+            }
+            Command::AddDest { service, dest } => {
+                if let Some(ctx) = &self.ctx {
+                    ctx.bump_gen((*service, dest.addr, dest.port));
+                }
+                Ok(())
+            }
+            Command::DelDest {
+                service,
+                addr,
+                port,
+            } => {
+                if let (Some(ctx), Some(grace)) = (&self.ctx, self.config.drain_grace) {
+                    let k = (*service, *addr, *port);
+                    let gen_at = ctx.bump_gen(k);
+                    let (service, addr, port) = k;
+                    ctx.drain_later(
+                        grace,
+                        move |c| c.service == service && c.dest == Some((addr, port)),
+                        move |r| r.dest_gen.get(&k) == Some(&gen_at),
+                    );
+                }
+                Ok(())
+            }
+            Command::EditDest { .. } | Command::Zero { .. } | Command::SetTimeouts { .. } => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! The byte pump of a TCP connection: both directions at once, each either
+//! with splice(2) — socket → pipe → socket, the bytes never enter user
+//! space (what HAProxy does on Linux) — or with a buffered copy when splice
+//! is off or a pipe could not be made.
+//!
+//! A half-close passes through (EOF from one side → `shutdown(SHUT_WR)` on
+//! the other, and a FIN event for the director); a reset on either side
+//! resets both; the connection ends when both directions are closed, when
+//! it has been idle for the director's ESTABLISHED timeout, or when a drain
+//! timer closes it.
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rvs_core::ipvs::L4;
+use rvs_core::state::Direction;
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+
+use crate::sock;
+use crate::tcp::{ConnGuard, FIN, RST};
+
+/// Bytes moved per splice/read call.
+const CHUNK: usize = 64 * 1024;
+/// Report traffic to the director after this many bytes (and every second).
+const FLUSH_BYTES: u64 = 1 << 20;
+
+/// How a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    /// Both sides closed their write side.
+    Closed,
+    /// One side reset (or failed); both were reset.
+    Reset,
+    /// No traffic for the idle timeout.
+    Idle,
+    /// Closed by a drain timer.
+    Killed,
+}
+
+/// A pipe for one direction of splice.
+struct Pipe {
+    r: OwnedFd,
+    w: OwnedFd,
+}
+
+#[cfg(target_os = "linux")]
+fn pipe() -> Option<Pipe> {
+    use nix::fcntl::OFlag;
+    let (r, w) = nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).ok()?;
+    Some(Pipe { r, w })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pipe() -> Option<Pipe> {
+    None
+}
+
+/// Relay between `client` and `server` until the connection ends.
+pub(crate) async fn relay(
+    client: &TcpStream,
+    server: &TcpStream,
+    guard: &ConnGuard,
+    idle: Duration,
+    use_splice: bool,
+    kill: &Notify,
+) -> End {
+    let start = tokio::time::Instant::now();
+    let last = AtomicU64::new(0);
+    let (p_in, p_out) = if use_splice {
+        (pipe(), pipe())
+    } else {
+        (None, None)
+    };
+    let c2s = pump(client, server, p_in, Direction::Input, guard, &last, start);
+    let s2c = pump(
+        server,
+        client,
+        p_out,
+        Direction::Output,
+        guard,
+        &last,
+        start,
+    );
+    let watchdog = async {
+        let tick = idle
+            .min(Duration::from_secs(1))
+            .max(Duration::from_millis(10));
+        loop {
+            tokio::time::sleep(tick).await;
+            refresh_pkts(client, server, guard);
+            guard.flush();
+            let since = start.elapsed().as_millis() as u64;
+            let quiet = since.saturating_sub(last.load(Ordering::Relaxed));
+            if Duration::from_millis(quiet) >= idle {
+                return;
+            }
+        }
+    };
+    let end = tokio::select! {
+        r = async { tokio::try_join!(c2s, s2c) } => match r {
+            Ok(_) => End::Closed,
+            Err(dir) => {
+                guard.event(dir, L4::Tcp(RST));
+                End::Reset
+            }
+        },
+        _ = watchdog => End::Idle,
+        _ = kill.notified() => End::Killed,
+    };
+    if matches!(end, End::Reset | End::Killed) {
+        sock::abort_on_close(client);
+        sock::abort_on_close(server);
+    }
+    refresh_pkts(client, server, guard);
+    end
+}
+
+/// Segments received from the client are the connection's incoming
+/// packets, from the server its outgoing ones (TCP_INFO; kept as they are
+/// when the kernel does not say).
+fn refresh_pkts(client: &TcpStream, server: &TcpStream, guard: &ConnGuard) {
+    if let Some(n) = sock::tcp_segs_in(client) {
+        guard.meter.in_pkts.fetch_max(n, Ordering::Relaxed);
+    }
+    if let Some(n) = sock::tcp_segs_in(server) {
+        guard.meter.out_pkts.fetch_max(n, Ordering::Relaxed);
+    }
+}
+
+/// One direction, `from` → `to`, until EOF (then half-close `to`). An error
+/// (a reset, a broken pipe) is returned as the direction it happened in.
+async fn pump(
+    from: &TcpStream,
+    to: &TcpStream,
+    pipe: Option<Pipe>,
+    dir: Direction,
+    guard: &ConnGuard,
+    last: &AtomicU64,
+    start: tokio::time::Instant,
+) -> Result<(), Direction> {
+    let mut buf = if pipe.is_none() {
+        vec![0u8; CHUNK]
+    } else {
+        Vec::new()
+    };
+    let bytes = match dir {
+        Direction::Output => &guard.meter.out_bytes,
+        _ => &guard.meter.in_bytes,
+    };
+    loop {
+        let moved = match &pipe {
+            Some(p) => splice_chunk(from, to, p).await,
+            None => copy_chunk(from, to, &mut buf).await,
+        };
+        let n = match moved {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::trace!("proxy: relay {dir:?}: {e}");
+                return Err(dir);
+            }
+        };
+        if n == 0 {
+            sock::shutdown_write(to);
+            guard.event(dir, L4::Tcp(FIN));
+            return Ok(());
+        }
+        bytes.fetch_add(n as u64, Ordering::Relaxed);
+        last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+        if guard.meter.pending_bytes() >= FLUSH_BYTES {
+            guard.flush();
+        }
+    }
+}
+
+/// Move one chunk with splice: socket → pipe, then pipe → socket until the
+/// pipe is empty. Returns the bytes moved, 0 at EOF.
+#[cfg(target_os = "linux")]
+async fn splice_chunk(from: &TcpStream, to: &TcpStream, p: &Pipe) -> io::Result<usize> {
+    use nix::fcntl::{SpliceFFlags, splice};
+    let flags = SpliceFFlags::SPLICE_F_NONBLOCK | SpliceFFlags::SPLICE_F_MOVE;
+    // The pipe is empty here, so EAGAIN can only mean "socket has no data".
+    let n = loop {
+        from.readable().await?;
+        match from.try_io(Interest::READABLE, || {
+            splice(from, None, &p.w, None, CHUNK, flags).map_err(io::Error::from)
+        }) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    let mut left = n;
+    // The pipe holds data here, so EAGAIN can only mean "socket buffer full".
+    while left > 0 {
+        to.writable().await?;
+        match to.try_io(Interest::WRITABLE, || {
+            // No SPLICE_F_MORE: it corks the socket like MSG_MORE and
+            // delays small writes by up to 200 ms.
+            splice(&p.r, None, to, None, left, flags).map_err(io::Error::from)
+        }) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(m) => left = left.saturating_sub(m),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(not(target_os = "linux"))]
+async fn splice_chunk(from: &TcpStream, to: &TcpStream, _p: &Pipe) -> io::Result<usize> {
+    let mut buf = vec![0u8; CHUNK];
+    copy_chunk(from, to, &mut buf).await
+}
+
+/// Move one chunk through `buf`. Returns the bytes moved, 0 at EOF.
+async fn copy_chunk(from: &TcpStream, to: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    let n = loop {
+        from.readable().await?;
+        match from.try_read(buf) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    let mut off = 0;
+    while off < n {
+        to.writable().await?;
+        match to.try_write(&buf[off..n]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(m) => off += m,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}

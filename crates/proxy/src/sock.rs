@@ -1,0 +1,122 @@
+//! Socket options and the few system calls tokio does not wrap: binding a
+//! virtual address that may not be configured yet (`IP_FREEBIND`, as
+//! HAProxy's `transparent`/`freebind` bind options do, so a VIP that VRRP
+//! moves here later binds now), aborting a socket with a reset
+//! (`SO_LINGER` 0), and reading the kernel's segment counters (`TCP_INFO`).
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use socket2::{Domain, SockRef, Socket, Type};
+
+/// Listen backlog of virtual service sockets (HAProxy and nginx use the
+/// kernel's `somaxconn` cap too; the kernel clamps it).
+const BACKLOG: i32 = 4096;
+
+fn base_socket(addr: SocketAddr, ty: Type, proto: socket2::Protocol) -> io::Result<Socket> {
+    let s = Socket::new(Domain::for_address(addr), ty, Some(proto))?;
+    s.set_reuse_address(true)?;
+    match addr {
+        SocketAddr::V4(_) => s.set_freebind_v4(true)?,
+        SocketAddr::V6(_) => {
+            // A `[::]` service must not also take the IPv4 port: IPVS keeps
+            // the families apart.
+            s.set_only_v6(true)?;
+            s.set_freebind_v6(true)?;
+        }
+    }
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    Ok(s)
+}
+
+/// A non-blocking TCP listener on `addr` with `SO_REUSEADDR` and freebind.
+pub(crate) fn bind_tcp(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let s = base_socket(addr, Type::STREAM, socket2::Protocol::TCP)?;
+    s.listen(BACKLOG)?;
+    Ok(s.into())
+}
+
+/// A non-blocking UDP socket on `addr` with `SO_REUSEADDR` and freebind.
+pub(crate) fn bind_udp(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    Ok(base_socket(addr, Type::DGRAM, socket2::Protocol::UDP)?.into())
+}
+
+/// Make the next close of this socket send a RST instead of a FIN (used to
+/// pass a reset through and to refuse connections at once).
+pub(crate) fn abort_on_close<F: AsFd>(s: &F) {
+    let _ = SockRef::from(s).set_linger(Some(Duration::ZERO));
+}
+
+/// Shut down the write side (send our FIN), ignoring a socket that is
+/// already disconnected.
+pub(crate) fn shutdown_write<F: AsFd>(s: &F) {
+    let _ = SockRef::from(s).shutdown(std::net::Shutdown::Write);
+}
+
+/// Segments received on a TCP socket (`tcpi_segs_in`, Linux ≥ 4.2), or
+/// `None` when the kernel does not report it.
+#[cfg(target_os = "linux")]
+pub(crate) fn tcp_segs_in<F: AsFd>(s: &F) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `tcp_info` is a plain C struct of integers, so all-zero is a
+    // valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the fd is open for the duration of the borrow; `info` and
+    // `len` are valid, writable and describe the buffer's true size, and the
+    // kernel writes at most `len` bytes. Neither nix 0.32 nor socket2 0.6
+    // wraps TCP_INFO.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_fd().as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut info).cast(),
+            &mut len,
+        )
+    };
+    // Older kernels return a shorter struct without the segment counters.
+    let needed = std::mem::offset_of!(libc::tcp_info, tcpi_segs_in) + 4;
+    (rc == 0 && len as usize >= needed).then_some(u64::from(info.tcpi_segs_in))
+}
+
+/// Segments received: not available off Linux.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn tcp_segs_in<F: AsFd>(_s: &F) -> Option<u64> {
+    None
+}
+
+/// The default fd budget: the soft `RLIMIT_NOFILE` minus a reserve for the
+/// daemon's own files (control socket, listeners, config, logs).
+pub(crate) fn default_fd_budget() -> usize {
+    const RESERVE: u64 = 64;
+    let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map(|(soft, _)| soft)
+        .unwrap_or(1024);
+    usize::try_from(soft.saturating_sub(RESERVE)).unwrap_or(usize::MAX)
+}
+
+/// True when `ip` lies in the CIDR `net/prefix` (an IPv4-mapped IPv6
+/// address matches IPv4 networks).
+pub(crate) fn in_cidr(ip: IpAddr, net: IpAddr, prefix: u8) -> bool {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    match (ip, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => {
+            let p = u32::from(prefix.min(32));
+            let mask = if p == 0 { 0 } else { u32::MAX << (32 - p) };
+            u32::from(a) & mask == u32::from(n) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) => {
+            let p = u32::from(prefix.min(128));
+            let mask = if p == 0 { 0 } else { u128::MAX << (128 - p) };
+            u128::from(a) & mask == u128::from(n) & mask
+        }
+        _ => false,
+    }
+}

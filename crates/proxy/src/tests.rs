@@ -1,0 +1,945 @@
+//! End-to-end tests through real sockets on loopback: a `Controller` with a
+//! `ProxyPlane`, tiny tokio backends on 127.0.0.1, clients bound to
+//! 127.0.0.x so sources vary. Every await is bounded.
+
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rvs_control::dataplane::DirectorHandle;
+use rvs_control::protocol::Command;
+use rvs_control::state::Controller;
+use rvs_core::ipvs::{Ipvs, IpvsConfig};
+use rvs_core::model::{
+    AddrFamily, DestConfig, ForwardMethod, Protocol, ProxyProtocol, ServiceConfig, ServiceKey,
+};
+use rvs_core::state::TcpState;
+use rvs_core::time::Instant;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream, UdpSocket};
+
+use crate::{ProxyConfig, ProxyPlane, ProxyStats};
+
+const STEP: Duration = Duration::from_secs(5);
+
+/// Run a test body on a current-thread runtime (like rvsd's), bounded.
+fn run<F: Future<Output = ()>>(f: F) {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(60), f)
+            .await
+            .expect("test timed out");
+    });
+}
+
+/// Await with a bound.
+async fn t<T>(f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(STEP, f).await.expect("step timed out")
+}
+
+struct Harness {
+    ctl: Arc<Mutex<Controller>>,
+    stats: Arc<ProxyStats>,
+}
+
+impl Harness {
+    fn new(config: ProxyConfig) -> Self {
+        let plane = ProxyPlane::new(config);
+        let stats = plane.stats();
+        let ctl = Arc::new(Mutex::new(Controller::new(
+            IpvsConfig::default(),
+            Box::new(plane),
+        )));
+        let weak = Arc::downgrade(&ctl);
+        let epoch = std::time::Instant::now();
+        let handle = DirectorHandle::new(move |f| {
+            if let Some(c) = weak.upgrade()
+                && let Ok(mut c) = c.lock()
+            {
+                let now = Instant::from_millis(epoch.elapsed().as_millis() as u64);
+                f(c.ipvs_mut(), now);
+            }
+        });
+        ctl.lock().expect("lock").attach_director(handle);
+        Harness { ctl, stats }
+    }
+
+    /// Apply commands; Err with the data plane's errors, if any.
+    fn exec(&self, cmds: &[Command]) -> Result<(), String> {
+        let mut c = self.ctl.lock().expect("lock");
+        c.exec(cmds, false).map_err(|e| format!("{e:?}"))?;
+        let errs = c.take_plane_errors();
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(errs.join("; "))
+        }
+    }
+
+    fn ipvs<R>(&self, f: impl FnOnce(&mut Ipvs) -> R) -> R {
+        f(self.ctl.lock().expect("lock").ipvs_mut())
+    }
+
+    /// Add a service with real servers (FULLNAT, weight 1).
+    fn service(&self, key: ServiceKey, config: ServiceConfig, dests: &[SocketAddr]) {
+        let mut cmds = vec![Command::AddService { key, config }];
+        for d in dests {
+            cmds.push(Command::AddDest {
+                service: key,
+                dest: DestConfig::new(d.ip(), d.port()).forward(ForwardMethod::FullNat),
+            });
+        }
+        self.exec(&cmds).expect("service");
+    }
+
+    /// Wait until `cond` holds on the director (polling), or panic.
+    async fn until(&self, what: &str, cond: impl Fn(&mut Ipvs) -> bool) {
+        for _ in 0..500 {
+            if self.ipvs(&cond) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("never: {what}");
+    }
+}
+
+fn tcp_key(addr: SocketAddr) -> ServiceKey {
+    ServiceKey::Addr {
+        protocol: Protocol::Tcp,
+        addr: addr.ip(),
+        port: addr.port(),
+    }
+}
+
+fn udp_key(addr: SocketAddr) -> ServiceKey {
+    ServiceKey::Addr {
+        protocol: Protocol::Udp,
+        addr: addr.ip(),
+        port: addr.port(),
+    }
+}
+
+fn rr(af: AddrFamily) -> ServiceConfig {
+    ServiceConfig::new(af).scheduler("rr")
+}
+
+fn lo(last: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))
+}
+
+/// A free TCP port on `ip` (bound then released).
+fn free_tcp(ip: IpAddr) -> SocketAddr {
+    let l = std::net::TcpListener::bind(SocketAddr::new(ip, 0)).expect("bind");
+    l.local_addr().expect("addr")
+}
+
+fn free_udp(ip: IpAddr) -> SocketAddr {
+    let s = std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).expect("bind");
+    s.local_addr().expect("addr")
+}
+
+/// A TCP backend: on accept writes its one-byte `id`, then echoes until EOF,
+/// then closes.
+async fn backend(ip: IpAddr, id: u8) -> SocketAddr {
+    let l = TcpListener::bind(SocketAddr::new(ip, 0))
+        .await
+        .expect("backend");
+    let addr = l.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                if s.write_all(&[id]).await.is_err() {
+                    return;
+                }
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+                let _ = w.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+/// A TCP client from `src` (port chosen by the kernel) to `vip`.
+async fn client(src: IpAddr, vip: SocketAddr) -> TcpStream {
+    let s = match src {
+        IpAddr::V4(_) => TcpSocket::new_v4(),
+        IpAddr::V6(_) => TcpSocket::new_v6(),
+    }
+    .expect("socket");
+    s.bind(SocketAddr::new(src, 0)).expect("bind client");
+    t(s.connect(vip)).await.expect("connect to vip")
+}
+
+async fn read_id(s: &mut TcpStream) -> u8 {
+    let mut b = [0u8; 1];
+    t(s.read_exact(&mut b)).await.expect("id");
+    b[0]
+}
+
+async fn echo_ok(s: &mut TcpStream, msg: &[u8]) {
+    t(s.write_all(msg)).await.expect("write");
+    let mut back = vec![0u8; msg.len()];
+    t(s.read_exact(&mut back)).await.expect("echo");
+    assert_eq!(back, msg);
+}
+
+/// True when the proxy closed this connection (EOF or reset).
+async fn closed(s: &mut TcpStream) -> bool {
+    let mut b = [0u8; 16];
+    matches!(t(s.read(&mut b)).await, Ok(0) | Err(_))
+}
+
+fn config() -> ProxyConfig {
+    ProxyConfig {
+        connect_timeout: Duration::from_millis(500),
+        ..ProxyConfig::default()
+    }
+}
+
+#[test]
+fn rr_distributes_over_three_backends() {
+    run(async {
+        let h = Harness::new(config());
+        let b = [
+            backend(lo(1), 1).await,
+            backend(lo(1), 2).await,
+            backend(lo(1), 3).await,
+        ];
+        let vip = free_tcp(lo(100));
+        h.service(tcp_key(vip), rr(AddrFamily::Inet), &b);
+        let mut seen = Vec::new();
+        for i in 0..9 {
+            let mut c = client(lo(10 + i), vip).await;
+            seen.push(read_id(&mut c).await);
+            echo_ok(&mut c, b"ping").await;
+        }
+        // rr cycles through the three in a fixed order.
+        for i in 3..9 {
+            assert_eq!(seen[i], seen[i - 3], "{seen:?}");
+        }
+        let mut first: Vec<u8> = seen[..3].to_vec();
+        first.sort_unstable();
+        assert_eq!(first, vec![1, 2, 3]);
+        assert_eq!(h.stats.accepted.load(Ordering::Relaxed), 9);
+    });
+}
+
+#[test]
+fn entry_is_established_while_open_and_released_after_close() {
+    run(async {
+        let h = Harness::new(config());
+        let b = backend(lo(1), 7).await;
+        let vip = free_tcp(lo(101));
+        h.service(tcp_key(vip), rr(AddrFamily::Inet), &[b]);
+        let mut c = client(lo(20), vip).await;
+        assert_eq!(read_id(&mut c).await, 7);
+        let payload = vec![0x5au8; 100_000];
+        echo_ok(&mut c, &payload).await;
+        h.until("established", |ipvs| {
+            ipvs.conns().iter().any(|(_, e)| {
+                e.state == TcpState::Established as u8
+                    && e.caddr.to_ip(e.af) == lo(20)
+                    && e.daddr.to_ip(e.af) == b.ip()
+                    && e.dport == b.port()
+            })
+        })
+        .await;
+        h.ipvs(|ipvs| {
+            let svc = ipvs.service(&tcp_key(vip)).expect("svc");
+            let d = &svc.dests()[0];
+            assert_eq!((d.active, d.inactive), (1, 0));
+        });
+        assert_eq!(h.stats.active_tcp.load(Ordering::Relaxed), 1);
+        drop(c);
+        h.until("released", |ipvs| ipvs.conns().is_empty()).await;
+        h.ipvs(|ipvs| {
+            let svc = ipvs.service(&tcp_key(vip)).expect("svc");
+            let d = &svc.dests()[0];
+            assert_eq!((d.active, d.inactive), (0, 0));
+            assert_eq!(d.stats.conns, 1);
+            assert_eq!(d.stats.inbytes, 100_000);
+            assert_eq!(d.stats.outbytes, 100_001);
+            // Segments from TCP_INFO: at least one per 64 KiB and the handshake.
+            assert!(d.stats.inpkts >= 2 && d.stats.outpkts >= 2, "{:?}", d.stats);
+            ipvs.audit().expect("audit");
+        });
+        for _ in 0..100 {
+            if h.stats.active_tcp.load(Ordering::Relaxed) == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(h.stats.active_tcp.load(Ordering::Relaxed), 0);
+        assert_eq!(h.stats.fds_in_use.load(Ordering::Relaxed), 0);
+    });
+}
+
+#[test]
+fn refused_backend_is_retried_on_another() {
+    run(async {
+        let h = Harness::new(config());
+        let dead = free_tcp(lo(1)); // nothing listens: connection refused
+        let live = backend(lo(1), 2).await;
+        let vip = free_tcp(lo(102));
+        h.service(tcp_key(vip), rr(AddrFamily::Inet), &[dead, live]);
+        for i in 0..4 {
+            let mut c = client(lo(30 + i), vip).await;
+            assert_eq!(read_id(&mut c).await, 2);
+            echo_ok(&mut c, b"x").await;
+        }
+        assert!(h.stats.connect_failures.load(Ordering::Relaxed) >= 2);
+        assert_eq!(
+            h.stats.retries.load(Ordering::Relaxed),
+            h.stats.connect_failures.load(Ordering::Relaxed)
+        );
+    });
+}
+
+#[test]
+fn all_backends_refusing_closes_the_client_after_the_retries() {
+    run(async {
+        let h = Harness::new(config());
+        let dead: Vec<_> = (0..4).map(|_| free_tcp(lo(1))).collect();
+        let vip = free_tcp(lo(103));
+        h.service(tcp_key(vip), rr(AddrFamily::Inet), &dead);
+        let mut c = client(lo(40), vip).await;
+        assert!(closed(&mut c).await);
+        h.until("released", |ipvs| ipvs.conns().is_empty()).await;
+        // connect_retries = 2: three servers tried.
+        assert_eq!(h.stats.connect_failures.load(Ordering::Relaxed), 3);
+        assert_eq!(h.stats.retries.load(Ordering::Relaxed), 2);
+    });
+}
+
+#[test]
+fn connect_timeout_on_a_full_backlog_moves_on() {
+    run(async {
+        // A listener with backlog 0 that never accepts: once its queue
+        // holds a connection, further SYNs are dropped and connects hang.
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        s.bind(&SocketAddr::new(lo(1), 0).into()).expect("bind");
+        s.listen(0).expect("listen");
+        let full = s
+            .local_addr()
+            .expect("addr")
+            .as_socket()
+            .expect("inet addr");
+        let mut fillers = Vec::new();
+        for _ in 0..3 {
+            let sock = TcpSocket::new_v4().expect("socket");
+            if let Ok(Ok(c)) =
+                tokio::time::timeout(Duration::from_millis(200), sock.connect(full)).await
+            {
+                fillers.push(c);
+            }
+        }
+        let probe = TcpSocket::new_v4().expect("socket");
+        if tokio::time::timeout(Duration::from_millis(300), probe.connect(full))
+            .await
+            .is_ok()
+        {
+            eprintln!("skipped: this kernel still accepts connections on a full backlog");
+            return;
+        }
+        let h = Harness::new(ProxyConfig {
+            connect_timeout: Duration::from_millis(300),
+            ..config()
+        });
+        let live = backend(lo(1), 5).await;
+        let vip = free_tcp(lo(104));
+        h.service(tcp_key(vip), rr(AddrFamily::Inet), &[full, live]);
+        for i in 0..2 {
+            let mut c = client(lo(45 + i), vip).await;
+            assert_eq!(read_id(&mut c).await, 5);
+        }
+        assert!(h.stats.connect_failures.load(Ordering::Relaxed) >= 1);
+        drop(s);
+    });
+}
+
+#[test]
+fn server_reset_mid_transfer_resets_the_client_and_releases_the_entry() {
+    run(async {
+        let h = Harness::new(config());
+        // A backend that reads a little, then resets.
+        let l = TcpListener::bind(SocketAddr::new(lo(1), 0))
+            .await
+            .expect("bind");
+        let b = l.local_addr().expect("addr");
+        tokio::spawn(async move {
+            if let Ok((mut s, _)) = l.accept().await {
+                let mut buf = [0u8; 5];
+                let _ = s.read_exact(&mut buf).await;
+                crate::sock::abort_on_close(&s);
+            }
+        });
+        let vip = free_tcp(lo(105));
+        h.service(tcp_key(vip), rr(AddrFamily::Inet), &[b]);
+        let mut c = client(lo(50), vip).await;
+        t(c.write_all(b"hello")).await.expect("write");
+        let mut buf = [0u8; 16];
+        let r = t(c.read(&mut buf)).await;
+        assert!(
+            matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{r:?}"
+        );
+        h.until("released", |ipvs| ipvs.conns().is_empty()).await;
+        h.ipvs(|ipvs| {
+            let d = &ipvs.service(&tcp_key(vip)).expect("svc").dests()[0];
+            assert_eq!((d.active, d.inactive), (0, 0));
+            assert_eq!(d.stats.inbytes, 5);
+        });
+    });
+}
+
+#[test]
+fn client_reset_mid_transfer_releases_the_entry() {
+    run(async {
+        let h = Harness::new(config());
+        let b = backend(lo(1), 1).await;
+        let vip = free_tcp(lo(106));
+        h.service(tcp_key(vip), rr(AddrFamily::Inet), &[b]);
+        let mut c = client(lo(51), vip).await;
+        read_id(&mut c).await;
+        echo_ok(&mut c, &[1u8; 10_000]).await;
+        h.until("established", |ipvs| ipvs.conns().len() == 1).await;
+        crate::sock::abort_on_close(&c);
+        drop(c);
+        h.until("released", |ipvs| ipvs.conns().is_empty()).await;
+        h.ipvs(|ipvs| {
+            let d = &ipvs.service(&tcp_key(vip)).expect("svc").dests()[0];
+            assert_eq!((d.active, d.inactive), (0, 0));
+        });
+        for _ in 0..100 {
+            if h.stats.active_tcp.load(Ordering::Relaxed) == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(h.stats.active_tcp.load(Ordering::Relaxed), 0);
+    });
+}
+
+#[test]
+fn half_close_still_delivers_the_reply() {
+    for splice in [true, false] {
+        run(async {
+            let h = Harness::new(ProxyConfig { splice, ..config() });
+            let b = backend(lo(1), 9).await;
+            let vip = free_tcp(lo(107));
+            h.service(tcp_key(vip), rr(AddrFamily::Inet), &[b]);
+            let mut c = client(lo(52), vip).await;
+            let msg = vec![0xabu8; 300_000];
+            t(c.write_all(&msg)).await.expect("write");
+            t(c.shutdown()).await.expect("shutdown");
+            let mut all = Vec::new();
+            t(c.read_to_end(&mut all)).await.expect("read");
+            assert_eq!(all.len(), msg.len() + 1);
+            assert_eq!(all[0], 9);
+            assert!(all[1..] == msg[..]);
+            h.until("released", |ipvs| ipvs.conns().is_empty()).await;
+        });
+    }
+}
+
+#[test]
+fn weight_zero_drains_the_live_connection_and_sends_new_ones_elsewhere() {
+    run(async {
+        let h = Harness::new(config());
+        let b1 = backend(lo(1), 1).await;
+        let b2 = backend(lo(1), 2).await;
+        let vip = free_tcp(lo(108));
+        let key = tcp_key(vip);
+        h.service(key, rr(AddrFamily::Inet), &[b1, b2]);
+        let mut live = client(lo(60), vip).await;
+        let lid = read_id(&mut live).await;
+        let target = if lid == 1 { b1 } else { b2 };
+        h.exec(&[Command::EditDest {
+            service: key,
+            dest: DestConfig::new(target.ip(), target.port())
+                .forward(ForwardMethod::FullNat)
+                .weight(0),
+        }])
+        .expect("edit");
+        for i in 0..3 {
+            let mut c = client(lo(61 + i), vip).await;
+            assert_ne!(read_id(&mut c).await, lid);
+        }
+        echo_ok(&mut live, b"still here").await;
+    });
+}
+
+#[test]
+fn deleted_server_drains_then_grace_closes() {
+    run(async {
+        let h = Harness::new(ProxyConfig {
+            drain_grace: Some(Duration::from_millis(700)),
+            ..config()
+        });
+        h.ipvs(|ipvs| {
+            let mut tun = *ipvs.tunables();
+            tun.drain_deleted = true;
+            ipvs.set_tunables(tun);
+        });
+        let b1 = backend(lo(1), 1).await;
+        let b2 = backend(lo(1), 2).await;
+        let vip = free_tcp(lo(109));
+        let key = tcp_key(vip);
+        h.service(key, rr(AddrFamily::Inet), &[b1, b2]);
+        let mut live = client(lo(70), vip).await;
+        let lid = read_id(&mut live).await;
+        let target = if lid == 1 { b1 } else { b2 };
+        h.exec(&[Command::DelDest {
+            service: key,
+            addr: target.ip(),
+            port: target.port(),
+        }])
+        .expect("del");
+        // The live one keeps working; new ones go to the other server.
+        echo_ok(&mut live, b"draining").await;
+        for i in 0..3 {
+            let mut c = client(lo(71 + i), vip).await;
+            assert_ne!(read_id(&mut c).await, lid);
+        }
+        echo_ok(&mut live, b"still").await;
+        // Then the grace period ends it.
+        assert!(closed(&mut live).await);
+        h.until("released", |ipvs| {
+            ipvs.conns()
+                .iter()
+                .all(|(_, c)| c.daddr.to_ip(c.af) != target.ip() || c.dport != target.port())
+        })
+        .await;
+        h.ipvs(|ipvs| ipvs.audit().expect("audit"));
+    });
+}
+
+#[test]
+fn idle_connection_closes_after_the_established_timeout() {
+    run(async {
+        let h = Harness::new(config());
+        h.ipvs(|ipvs| ipvs.set_timeouts(1, 0, 0));
+        let b = backend(lo(1), 1).await;
+        let vip = free_tcp(lo(120));
+        h.service(tcp_key(vip), rr(AddrFamily::Inet), &[b]);
+        let mut c = client(lo(86), vip).await;
+        read_id(&mut c).await;
+        let start = std::time::Instant::now();
+        // Traffic resets the idle timer.
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            echo_ok(&mut c, b"tick").await;
+        }
+        assert!(closed(&mut c).await);
+        let lived = start.elapsed();
+        assert!(lived >= Duration::from_millis(2000), "{lived:?}");
+        h.until("released", |ipvs| ipvs.conns().is_empty()).await;
+    });
+}
+
+#[test]
+fn max_conns_refuses_beyond_the_limit() {
+    run(async {
+        let h = Harness::new(config());
+        let b = backend(lo(1), 1).await;
+        let vip = free_tcp(lo(110));
+        let mut cfg = rr(AddrFamily::Inet);
+        cfg.max_conns = 2;
+        h.service(tcp_key(vip), cfg, &[b]);
+        let mut c1 = client(lo(80), vip).await;
+        let mut c2 = client(lo(81), vip).await;
+        read_id(&mut c1).await;
+        read_id(&mut c2).await;
+        let mut c3 = client(lo(82), vip).await;
+        assert!(closed(&mut c3).await);
+        assert_eq!(h.stats.refused_max_conns.load(Ordering::Relaxed), 1);
+        drop(c1);
+        h.until("one left", |ipvs| ipvs.conns().len() == 1).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut c4 = client(lo(83), vip).await;
+        assert_eq!(read_id(&mut c4).await, 1);
+        echo_ok(&mut c2, b"ok").await;
+    });
+}
+
+#[test]
+fn fd_budget_refuses_beyond_the_budget() {
+    run(async {
+        // 6 fds per spliced connection: a budget of 8 holds one.
+        let h = Harness::new(ProxyConfig {
+            fd_budget: 8,
+            splice: true,
+            ..config()
+        });
+        let b = backend(lo(1), 1).await;
+        let vip = free_tcp(lo(111));
+        h.service(tcp_key(vip), rr(AddrFamily::Inet), &[b]);
+        let mut c1 = client(lo(84), vip).await;
+        read_id(&mut c1).await;
+        let mut c2 = client(lo(85), vip).await;
+        assert!(closed(&mut c2).await);
+        assert_eq!(h.stats.refused_fd_budget.load(Ordering::Relaxed), 1);
+        assert_eq!(h.stats.fds_in_use.load(Ordering::Relaxed), 6);
+        echo_ok(&mut c1, b"ok").await;
+    });
+}
+
+/// A UDP backend answering each datagram with its id followed by the data.
+async fn udp_backend(ip: IpAddr, id: u8) -> SocketAddr {
+    let s = UdpSocket::bind(SocketAddr::new(ip, 0))
+        .await
+        .expect("udp backend");
+    let addr = s.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 2048];
+        while let Ok((n, from)) = s.recv_from(&mut buf).await {
+            let mut out = vec![id];
+            out.extend_from_slice(&buf[..n]);
+            let _ = s.send_to(&out, from).await;
+        }
+    });
+    addr
+}
+
+async fn udp_ask(s: &UdpSocket, vip: SocketAddr, msg: &[u8]) -> Vec<u8> {
+    t(s.send_to(msg, vip)).await.expect("send");
+    let mut buf = vec![0u8; 2048];
+    let (n, from) = t(s.recv_from(&mut buf)).await.expect("recv");
+    assert_eq!(from, vip, "replies come from the VIP");
+    buf.truncate(n);
+    buf
+}
+
+#[test]
+fn udp_flows_echo_keep_affinity_and_expire() {
+    run(async {
+        let h = Harness::new(config());
+        h.ipvs(|ipvs| ipvs.set_timeouts(0, 0, 1));
+        let b1 = udp_backend(lo(1), 1).await;
+        let b2 = udp_backend(lo(1), 2).await;
+        let vip = free_udp(lo(112));
+        h.service(udp_key(vip), rr(AddrFamily::Inet), &[b1, b2]);
+        let a = UdpSocket::bind(SocketAddr::new(lo(90), 0))
+            .await
+            .expect("a");
+        let b = UdpSocket::bind(SocketAddr::new(lo(91), 0))
+            .await
+            .expect("b");
+        let ra = udp_ask(&a, vip, b"one").await;
+        assert_eq!(&ra[1..], b"one");
+        let rb = udp_ask(&b, vip, b"two").await;
+        assert_ne!(ra[0], rb[0], "rr gives the second client the other server");
+        for i in 0..5u8 {
+            let r = udp_ask(&a, vip, &[i]).await;
+            assert_eq!(r, vec![ra[0], i], "affinity");
+        }
+        assert_eq!(h.stats.active_udp_flows.load(Ordering::Relaxed), 2);
+        h.ipvs(|ipvs| assert_eq!(ipvs.conns().len(), 2));
+        // 1 s UDP timeout: both flows go away, and so do their entries.
+        h.until("flows expired", |ipvs| ipvs.conns().is_empty())
+            .await;
+        assert_eq!(h.stats.active_udp_flows.load(Ordering::Relaxed), 0);
+        h.ipvs(|ipvs| {
+            let svc = ipvs.service(&udp_key(vip)).expect("svc");
+            let total_in: u64 = svc.dests().iter().map(|d| d.stats.inpkts).sum();
+            let total_out: u64 = svc.dests().iter().map(|d| d.stats.outbytes).sum();
+            assert_eq!(total_in, 7);
+            assert_eq!(total_out, 4 + 4 + 5 * 2);
+            ipvs.audit().expect("audit");
+        });
+        // A new datagram starts a new flow.
+        let r = udp_ask(&a, vip, b"again").await;
+        assert_eq!(&r[1..], b"again");
+    });
+}
+
+#[test]
+fn udp_one_packet_scheduling_schedules_every_datagram() {
+    run(async {
+        let h = Harness::new(config());
+        let b1 = udp_backend(lo(1), 1).await;
+        let b2 = udp_backend(lo(1), 2).await;
+        let vip = free_udp(lo(122));
+        let mut cfg = rr(AddrFamily::Inet);
+        cfg.one_packet = true;
+        h.service(udp_key(vip), cfg, &[b1, b2]);
+        let a = UdpSocket::bind(SocketAddr::new(lo(93), 0))
+            .await
+            .expect("a");
+        let mut ids = Vec::new();
+        for i in 0..4u8 {
+            let r = udp_ask(&a, vip, &[i]).await;
+            assert_eq!(r[1], i);
+            ids.push(r[0]);
+        }
+        // No affinity: rr alternates for the same client.
+        assert!(
+            ids[0] != ids[1] && ids[0] == ids[2] && ids[1] == ids[3],
+            "{ids:?}"
+        );
+        h.ipvs(|ipvs| assert!(ipvs.conns().is_empty()));
+    });
+}
+
+fn v6_available() -> bool {
+    std::net::TcpListener::bind("[::1]:0").is_ok()
+}
+
+#[test]
+fn ipv6_tcp_and_udp() {
+    if !v6_available() {
+        eprintln!("skipped: no ::1 here");
+        return;
+    }
+    run(async {
+        let h = Harness::new(config());
+        let v6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
+        let b = backend(v6, 6).await;
+        let vip = free_tcp(v6);
+        h.service(tcp_key(vip), rr(AddrFamily::Inet6), &[b]);
+        let mut c = client(v6, vip).await;
+        assert_eq!(read_id(&mut c).await, 6);
+        echo_ok(&mut c, b"over v6").await;
+        h.until("v6 entry", |ipvs| {
+            ipvs.conns()
+                .iter()
+                .any(|(_, e)| e.af == AddrFamily::Inet6 && e.state == TcpState::Established as u8)
+        })
+        .await;
+        let ub = udp_backend(v6, 7).await;
+        let uvip = free_udp(v6);
+        h.service(udp_key(uvip), rr(AddrFamily::Inet6), &[ub]);
+        let s = UdpSocket::bind(SocketAddr::new(v6, 0)).await.expect("bind");
+        assert_eq!(udp_ask(&s, uvip, b"hi").await, b"\x07hi");
+    });
+}
+
+/// A backend that reads until EOF, then answers with the source address of
+/// the PROXY header at the start, `|`, and the data after it.
+async fn pp_backend() -> SocketAddr {
+    let l = TcpListener::bind(SocketAddr::new(lo(1), 0))
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                if s.read_to_end(&mut buf).await.is_err() {
+                    return;
+                }
+                let out = match rvs_wire::proxy_protocol::parse(&buf) {
+                    Ok(rvs_wire::proxy_protocol::Parsed::Complete { header, consumed }) => {
+                        let src = header.addresses.map(|(s, _)| s.ip().to_string());
+                        let rest = String::from_utf8_lossy(&buf[consumed..]).to_string();
+                        format!("{}|{rest}", src.unwrap_or_default())
+                    }
+                    _ => "not proxy".to_owned(),
+                };
+                let _ = s.write_all(out.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn proxy_protocol_to_servers_and_from_trusted_upstreams() {
+    run(async {
+        let h = Harness::new(ProxyConfig {
+            trusted_proxies: vec![(lo(99), 32)],
+            ..config()
+        });
+        let b = pp_backend().await;
+        // v2 set on the service.
+        let vip = free_tcp(lo(113));
+        let mut cfg = rr(AddrFamily::Inet);
+        cfg.proxy_protocol = Some(ProxyProtocol::V2);
+        h.service(tcp_key(vip), cfg.clone(), &[b]);
+        let mut c = client(lo(92), vip).await;
+        t(c.write_all(b"data")).await.expect("write");
+        t(c.shutdown()).await.expect("shutdown");
+        let mut got = String::new();
+        t(c.read_to_string(&mut got)).await.expect("read");
+        assert_eq!(got, "127.0.0.92|data");
+        // A trusted upstream's header gives the client address (v1 here),
+        // and is consumed, not relayed; the real server overrides with v1.
+        let vip2 = free_tcp(lo(114));
+        h.exec(&[
+            Command::AddService {
+                key: tcp_key(vip2),
+                config: rr(AddrFamily::Inet),
+            },
+            Command::AddDest {
+                service: tcp_key(vip2),
+                dest: DestConfig {
+                    proxy_protocol: Some(ProxyProtocol::V1),
+                    ..DestConfig::new(b.ip(), b.port()).forward(ForwardMethod::FullNat)
+                },
+            },
+        ])
+        .expect("svc2");
+        let mut up = client(lo(99), vip2).await;
+        t(up.write_all(b"PROXY TCP4 192.0.2.7 127.0.0.114 4000 80\r\nbody"))
+            .await
+            .expect("write");
+        t(up.shutdown()).await.expect("shutdown");
+        let mut got = String::new();
+        t(up.read_to_string(&mut got)).await.expect("read");
+        assert_eq!(got, "192.0.2.7|body");
+        // An untrusted peer's "header" is plain data.
+        let mut other = client(lo(98), vip2).await;
+        t(other.write_all(b"PROXY TCP4 192.0.2.7 127.0.0.114 4000 80\r\n"))
+            .await
+            .expect("write");
+        t(other.shutdown()).await.expect("shutdown");
+        let mut got = String::new();
+        t(other.read_to_string(&mut got)).await.expect("read");
+        assert_eq!(
+            got,
+            "127.0.0.98|PROXY TCP4 192.0.2.7 127.0.0.114 4000 80\r\n"
+        );
+        // A trusted peer without a header is dropped and counted.
+        let mut bad = client(lo(99), vip2).await;
+        t(bad.write_all(b"GET / HTTP/1.0\r\n\r\n"))
+            .await
+            .expect("write");
+        assert!(closed(&mut bad).await);
+        assert_eq!(h.stats.proxy_header_rejected.load(Ordering::Relaxed), 1);
+    });
+}
+
+#[test]
+fn unproxiable_services_and_bind_errors_are_reported() {
+    run(async {
+        let h = Harness::new(config());
+        let zero = h.exec(&[Command::AddService {
+            key: ServiceKey::Addr {
+                protocol: Protocol::Tcp,
+                addr: lo(115),
+                port: 0,
+            },
+            config: rr(AddrFamily::Inet).persistent(60),
+        }]);
+        assert!(zero.is_err_and(|e| e.contains("port-zero")));
+        let fw = h.exec(&[Command::AddService {
+            key: ServiceKey::Fwmark {
+                mark: 3,
+                af: AddrFamily::Inet,
+            },
+            config: rr(AddrFamily::Inet),
+        }]);
+        assert!(fw.is_err_and(|e| e.contains("firewall-mark")));
+        // The control plane keeps both services.
+        h.ipvs(|ipvs| assert_eq!(ipvs.services().count(), 2));
+        // A port held by a listener without SO_REUSEADDR semantics to share.
+        let taken = std::net::TcpListener::bind(SocketAddr::new(lo(116), 0)).expect("bind");
+        let addr = taken.local_addr().expect("addr");
+        let e = h
+            .exec(&[Command::AddService {
+                key: tcp_key(addr),
+                config: rr(AddrFamily::Inet),
+            }])
+            .expect_err("in use");
+        assert!(e.contains(&addr.to_string()) && e.contains("in use"), "{e}");
+        // Deleting and re-adding a service in one batch (a reload) rebinds.
+        let vip = free_tcp(lo(121));
+        let b = backend(lo(1), 4).await;
+        h.service(tcp_key(vip), rr(AddrFamily::Inet), &[b]);
+        let mut c = client(lo(87), vip).await;
+        assert_eq!(read_id(&mut c).await, 4);
+        {
+            let mut ctl = h.ctl.lock().expect("lock");
+            ctl.exec(
+                &[
+                    Command::DelService { key: tcp_key(vip) },
+                    Command::AddService {
+                        key: tcp_key(vip),
+                        config: rr(AddrFamily::Inet),
+                    },
+                    Command::AddDest {
+                        service: tcp_key(vip),
+                        dest: DestConfig::new(b.ip(), b.port()).forward(ForwardMethod::FullNat),
+                    },
+                ],
+                true,
+            )
+            .expect("reload");
+            assert_eq!(ctl.take_plane_errors(), Vec::<String>::new());
+        }
+        let mut c2 = client(lo(88), vip).await;
+        assert_eq!(read_id(&mut c2).await, 4);
+        // The connection accepted before keeps working (drain).
+        echo_ok(&mut c, b"old").await;
+        // Deleting a service stops its listener.
+        let vip = free_tcp(lo(117));
+        h.service(tcp_key(vip), rr(AddrFamily::Inet), &[]);
+        h.exec(&[Command::DelService { key: tcp_key(vip) }])
+            .expect("del");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(TcpStream::connect(vip).await.is_err());
+    });
+}
+
+/// `cargo test -p rvs-proxy --release -- --ignored --nocapture throughput`
+#[test]
+#[ignore = "benchmark"]
+fn throughput_100mib() {
+    // `None`: the client talks to the sink directly (the baseline, same
+    // single-threaded runtime doing the client and the sink).
+    for splice in [None, Some(true), Some(false), None, Some(true), Some(false)] {
+        run(async {
+            let h = Harness::new(ProxyConfig {
+                splice: splice.unwrap_or(true),
+                ..config()
+            });
+            // A sink backend that counts and answers the count.
+            let l = TcpListener::bind(SocketAddr::new(lo(1), 0))
+                .await
+                .expect("bind");
+            let b = l.local_addr().expect("addr");
+            tokio::spawn(async move {
+                if let Ok((mut s, _)) = l.accept().await {
+                    let mut buf = vec![0u8; 256 * 1024];
+                    let mut total = 0u64;
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        total += n as u64;
+                    }
+                    let _ = s.write_all(&total.to_be_bytes()).await;
+                }
+            });
+            let vip = free_tcp(lo(118));
+            h.service(tcp_key(vip), rr(AddrFamily::Inet), &[b]);
+            let mut c = client(lo(119), if splice.is_some() { vip } else { b }).await;
+            let chunk = vec![7u8; 1 << 20];
+            let start = std::time::Instant::now();
+            for _ in 0..100 {
+                c.write_all(&chunk).await.expect("write");
+            }
+            c.shutdown().await.expect("shutdown");
+            let mut n = [0u8; 8];
+            c.read_exact(&mut n).await.expect("count");
+            let el = start.elapsed();
+            assert_eq!(u64::from_be_bytes(n), 100 << 20);
+            eprintln!(
+                "splice={splice:?}: 100 MiB in {el:?} = {:.0} MiB/s",
+                100.0 / el.as_secs_f64()
+            );
+        });
+    }
+}

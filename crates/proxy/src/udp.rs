@@ -1,0 +1,217 @@
+//! UDP: one socket on the virtual address; per client address a flow with
+//! its own connected socket to the real server the director chose, so
+//! replies come back on it and are sent to the client from the virtual
+//! address. A flow ends after the director's UDP timeout without traffic
+//! in either direction (like the kernel's UDP entry), then its director
+//! entry is closed.
+//!
+//! One-packet scheduling (`-o`) keeps no entry: every datagram is
+//! scheduled alone and sent from a fresh socket that relays the first
+//! reply (or waits one UDP timeout for it) and is closed.
+//!
+//! Deleting the service ends its flows with the socket (there is no
+//! connection to drain: datagrams of a deleted UDP service are not
+//! accepted by IPVS either).
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rvs_core::model::Protocol;
+use tokio::net::UdpSocket;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::plane::{Ctx, SvcState};
+use crate::tcp::{Admission, ConnGuard, Gauge, RateLimit};
+
+/// Largest datagram relayed.
+const MAX_DATAGRAM: usize = 65_535;
+
+struct Flow {
+    upstream: Arc<UdpSocket>,
+    guard: Arc<ConnGuard>,
+    /// Milliseconds after the loop's start of the last datagram either way.
+    last: Arc<AtomicU64>,
+    timeout: Duration,
+    reply: JoinHandle<()>,
+    _adm: Admission,
+}
+
+impl Drop for Flow {
+    fn drop(&mut self) {
+        // The reply task holds a clone of the guard: stop it first so the
+        // entry is released when this flow goes.
+        self.reply.abort();
+    }
+}
+
+fn unspecified_for(addr: IpAddr) -> SocketAddr {
+    match addr {
+        IpAddr::V4(_) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+        IpAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
+    }
+}
+
+async fn connect_upstream(dst: SocketAddr) -> std::io::Result<UdpSocket> {
+    let s = UdpSocket::bind(unspecified_for(dst.ip())).await?;
+    s.connect(dst).await?;
+    Ok(s)
+}
+
+/// Serve one UDP virtual service until `stop`'s sender is dropped.
+pub(crate) async fn udp_loop(
+    sock: UdpSocket,
+    svc: Arc<SvcState>,
+    ctx: Arc<Ctx>,
+    mut stop: watch::Receiver<()>,
+) {
+    let sock = Arc::new(sock);
+    let vip = svc.vip;
+    let start = Instant::now();
+    let mut flows: HashMap<SocketAddr, Flow> = HashMap::new();
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut log = RateLimit::default();
+    loop {
+        let (n, client) = tokio::select! {
+            _ = stop.changed() => break,
+            _ = tick.tick() => {
+                let now = start.elapsed().as_millis() as u64;
+                flows.retain(|_, f| {
+                    f.guard.flush();
+                    let quiet = now.saturating_sub(f.last.load(Ordering::Relaxed));
+                    Duration::from_millis(quiet) < f.timeout
+                });
+                continue;
+            }
+            r = sock.recv_from(&mut buf) => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    if log.ready() {
+                        tracing::debug!("proxy: udp {vip}: {e}");
+                    }
+                    continue;
+                }
+            },
+        };
+        let data = &buf[..n];
+        let now_ms = start.elapsed().as_millis() as u64;
+        if let Some(f) = flows.get(&client) {
+            if f.upstream.send(data).await.is_ok() {
+                f.guard.meter.in_pkts.fetch_add(1, Ordering::Relaxed);
+                f.guard
+                    .meter
+                    .in_bytes
+                    .fetch_add(n as u64, Ordering::Relaxed);
+                f.last.store(now_ms, Ordering::Relaxed);
+            }
+            continue;
+        }
+        let Some(adm) = Admission::take(&ctx, &svc, 1, Gauge::Udp) else {
+            continue;
+        };
+        let opened = ctx.director.with(|ipvs, now| {
+            ipvs.open(now, Protocol::Udp, client, vip)
+                .map(|f| (f, ipvs.timeouts().udp()))
+        });
+        let (fwd, timeout) = match opened {
+            Some(Ok(x)) => x,
+            Some(Err(_)) => {
+                ctx.stats.refused_no_dest.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            None => continue,
+        };
+        let guard = Arc::new(ConnGuard::new(ctx.clone(), fwd.conn));
+        let dst = SocketAddr::new(fwd.daddr, fwd.dport);
+        ctx.set_dest(adm.serial, (fwd.daddr, fwd.dport));
+        let upstream = match connect_upstream(dst).await {
+            Ok(s) => Arc::new(s),
+            Err(e) => {
+                ctx.stats.connect_failures.fetch_add(1, Ordering::Relaxed);
+                if log.ready() {
+                    tracing::warn!("proxy: udp {vip} -> {dst}: {e}");
+                }
+                continue;
+            }
+        };
+        let sent = upstream.send(data).await.is_ok();
+        if fwd.conn.is_none() {
+            // One-packet scheduling: this datagram alone; relay its reply
+            // (the first datagram back, request/response protocols like
+            // DNS and SIP use OPS) or give up after one UDP timeout.
+            let (sock, up) = (sock.clone(), upstream.clone());
+            tokio::spawn(async move {
+                let _adm = adm;
+                let mut b = vec![0u8; MAX_DATAGRAM];
+                let deadline = tokio::time::sleep(timeout);
+                tokio::pin!(deadline);
+                loop {
+                    tokio::select! {
+                        _ = &mut deadline => break,
+                        r = up.recv(&mut b) => if let Ok(m) = r {
+                            let _ = sock.send_to(&b[..m], client).await;
+                            break;
+                        },
+                    }
+                }
+            });
+            continue;
+        }
+        if sent {
+            // `open` counted this datagram as a packet (of no length).
+            guard.meter.in_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        let last = Arc::new(AtomicU64::new(now_ms));
+        let reply = tokio::spawn(replies(
+            upstream.clone(),
+            sock.clone(),
+            client,
+            guard.clone(),
+            last.clone(),
+            start,
+        ));
+        flows.insert(
+            client,
+            Flow {
+                upstream,
+                guard,
+                last,
+                timeout,
+                reply,
+                _adm: adm,
+            },
+        );
+    }
+    tracing::info!("proxy: stopped listening on UDP {vip}");
+}
+
+/// Relay the real server's datagrams of one flow back to its client.
+async fn replies(
+    upstream: Arc<UdpSocket>,
+    sock: Arc<UdpSocket>,
+    client: SocketAddr,
+    guard: Arc<ConnGuard>,
+    last: Arc<AtomicU64>,
+    start: Instant,
+) {
+    let mut b = vec![0u8; MAX_DATAGRAM];
+    loop {
+        match upstream.recv(&mut b).await {
+            Ok(m) => {
+                if sock.send_to(&b[..m], client).await.is_ok() {
+                    guard.meter.out_pkts.fetch_add(1, Ordering::Relaxed);
+                    guard.meter.out_bytes.fetch_add(m as u64, Ordering::Relaxed);
+                    last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+                }
+            }
+            // ICMP port unreachable from the real server shows up here
+            // (ECONNREFUSED) once per datagram: keep the flow, as IPVS does.
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+}
