@@ -19,6 +19,7 @@ pub struct Daemon {
     epoch: StdInstant,
     reloads: u64,
     reload_failures: u64,
+    proxy_stats: Option<std::sync::Arc<rvs_proxy::ProxyStats>>,
 }
 
 impl Daemon {
@@ -30,12 +31,18 @@ impl Daemon {
             epoch: StdInstant::now(),
             reloads: 0,
             reload_failures: 0,
+            proxy_stats: None,
         }
     }
 
     /// The core's notion of now: milliseconds since the daemon started.
     pub fn now(&self) -> Instant {
         Instant::from_millis(u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// The proxy data plane's counters, exported as `rvs_proxy_*`.
+    pub fn set_proxy_stats(&mut self, stats: Option<std::sync::Arc<rvs_proxy::ProxyStats>>) {
+        self.proxy_stats = stats;
     }
 
     /// The controller.
@@ -146,7 +153,11 @@ impl Daemon {
 
     /// Prometheus metrics.
     pub fn metrics(&self) -> String {
-        crate::metrics::render(self.ctl.ipvs(), self.reloads, self.reload_failures)
+        let mut out = crate::metrics::render(self.ctl.ipvs(), self.reloads, self.reload_failures);
+        if let Some(p) = &self.proxy_stats {
+            crate::metrics::render_proxy(&mut out, p);
+        }
+        out
     }
 }
 

@@ -3,6 +3,7 @@
 //! Prometheus over HTTP.
 
 mod daemon;
+mod demo;
 mod http;
 mod metrics;
 mod rules;
@@ -64,9 +65,33 @@ struct Args {
     #[arg(long, env = "RVS_SOCKET", value_name = "PATH", default_value = DEFAULT_SOCKET)]
     socket: PathBuf,
 
-    /// Data plane.
-    #[arg(long, value_enum, default_value_t = DataPlaneKind::None)]
+    /// Data plane: `proxy` (userspace TCP/UDP proxy, unprivileged), `none`
+    /// (control plane alone), `xdp`.
+    #[arg(long, value_enum, default_value_t = DataPlaneKind::Proxy)]
     dataplane: DataPlaneKind,
+
+    /// proxy: accept PROXY protocol headers (v1/v2) from these upstream
+    /// balancers (CIDRs or addresses, comma-separated or repeated) and use
+    /// the client address they carry; their connections must start with one.
+    #[arg(long, value_name = "CIDR", value_delimiter = ',')]
+    proxy_protocol_from: Vec<String>,
+
+    /// proxy: seconds to wait for a real server to accept a connection.
+    #[arg(long, value_name = "SECS", default_value_t = 3.0)]
+    connect_timeout: f64,
+
+    /// proxy: other real servers to try when one cannot be reached.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    connect_retries: u32,
+
+    /// proxy: close connections of a deleted real server this many seconds
+    /// after its deletion (default: let them finish however long they take).
+    #[arg(long, value_name = "SECS")]
+    drain_grace: Option<f64>,
+
+    /// proxy: relay with a buffered copy instead of splice(2).
+    #[arg(long)]
+    no_splice: bool,
 
     /// Log level or tracing filter (error, warn, info, debug, trace).
     #[arg(long, value_name = "LEVEL", default_value = "info")]
@@ -87,6 +112,24 @@ struct Args {
     /// Print the man page (roff) and exit.
     #[arg(long)]
     man: bool,
+
+    #[command(subcommand)]
+    command: Option<Sub>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Sub {
+    /// Run a demonstration on loopback: three local backends behind a
+    /// virtual service through the proxy data plane, unprivileged, with
+    /// nothing else installed.
+    Demo {
+        /// Virtual service port on 127.0.0.1 (0 = any free port).
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// Show the demonstration and exit instead of serving until Ctrl-C.
+        #[arg(long)]
+        once: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -105,6 +148,24 @@ fn main() -> ExitCode {
             }
         };
     }
+    let mut args = args;
+    let demo = match args.command.take() {
+        Some(Sub::Demo { port, once }) => {
+            // Unprivileged and self-contained: a private socket, the proxy.
+            let dir = std::env::temp_dir().join(format!("rvs-demo-{}", std::process::id()));
+            args.socket = dir.join("rvsd.sock");
+            args.dataplane = DataPlaneKind::Proxy;
+            if args.log_level == "info" {
+                args.log_level = "warn".into();
+            }
+            Some(DemoSpec {
+                vip: demo_vip(port),
+                once,
+                dir,
+            })
+        }
+        None => None,
+    };
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
@@ -133,7 +194,12 @@ fn main() -> ExitCode {
             }
         };
     }
-    match run(args, source) {
+    let dir = demo.as_ref().map(|d| d.dir.clone());
+    let result = run(args, source, demo);
+    if let Some(dir) = dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -143,24 +209,97 @@ fn main() -> ExitCode {
     }
 }
 
-fn data_plane(kind: DataPlaneKind) -> anyhow::Result<Box<dyn DataPlane>> {
-    match kind {
-        DataPlaneKind::None => Ok(Box::new(NoDataPlane)),
-        other => anyhow::bail!(
-            "the {other:?} data plane is not part of this build yet; use --dataplane none"
+/// Parse `ADDR[/LEN]`.
+fn parse_cidr(s: &str) -> anyhow::Result<(std::net::IpAddr, u8)> {
+    let (a, len) = match s.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (s, None),
+    };
+    let addr: std::net::IpAddr = a
+        .trim()
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--proxy-protocol-from {s}: {e}"))?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    let len = match len {
+        Some(l) => l
+            .trim()
+            .parse::<u8>()
+            .ok()
+            .filter(|&l| l <= max)
+            .ok_or_else(|| anyhow::anyhow!("--proxy-protocol-from {s}: bad prefix length"))?,
+        None => max,
+    };
+    Ok((addr, len))
+}
+
+/// The data plane and, for the proxy, its counters.
+fn data_plane(
+    args: &Args,
+) -> anyhow::Result<(Box<dyn DataPlane>, Option<Arc<rvs_proxy::ProxyStats>>)> {
+    match args.dataplane {
+        DataPlaneKind::None => Ok((Box::new(NoDataPlane), None)),
+        DataPlaneKind::Proxy => {
+            let secs = |x: f64, what: &str| {
+                std::time::Duration::try_from_secs_f64(x)
+                    .map_err(|e| anyhow::anyhow!("{what}: {e}"))
+            };
+            let config = rvs_proxy::ProxyConfig {
+                connect_timeout: secs(args.connect_timeout, "--connect-timeout")?,
+                connect_retries: args.connect_retries,
+                drain_grace: args
+                    .drain_grace
+                    .map(|g| secs(g, "--drain-grace"))
+                    .transpose()?,
+                trusted_proxies: args
+                    .proxy_protocol_from
+                    .iter()
+                    .map(|c| parse_cidr(c))
+                    .collect::<anyhow::Result<_>>()?,
+                splice: !args.no_splice && rvs_proxy::ProxyConfig::default().splice,
+                ..rvs_proxy::ProxyConfig::default()
+            };
+            let plane = rvs_proxy::ProxyPlane::new(config);
+            let stats = plane.stats();
+            Ok((Box::new(plane), Some(stats)))
+        }
+        DataPlaneKind::Xdp => anyhow::bail!(
+            "the xdp data plane is not part of this build yet; use --dataplane proxy or none"
         ),
     }
 }
 
-fn run(args: Args, source: Option<Source>) -> anyhow::Result<()> {
-    let plane = data_plane(args.dataplane)?;
-    let config = IpvsConfig {
+/// `rvsd demo`'s settings.
+struct DemoSpec {
+    vip: std::net::SocketAddr,
+    once: bool,
+    dir: PathBuf,
+}
+
+/// 127.0.0.1:`port` if it is free, else any free port.
+fn demo_vip(port: u16) -> std::net::SocketAddr {
+    let want = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    if port != 0 && std::net::TcpListener::bind(want).is_ok() {
+        return want;
+    }
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap_or(want)
+}
+
+fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Result<()> {
+    let (plane, proxy_stats) = data_plane(&args)?;
+    let mut config = IpvsConfig {
         conn_capacity: args.conn_capacity,
         seed: random_seed(),
         ..IpvsConfig::default()
     };
+    // A proxy lets connections of a deleted real server finish (optionally
+    // bounded by --drain-grace) instead of cutting them like IPVS does.
+    config.tunables.drain_deleted = proxy_stats.is_some();
     let ctl = Controller::new(config, plane);
-    let daemon = Arc::new(Mutex::new(Daemon::new(ctl, source.clone())));
+    let mut daemon = Daemon::new(ctl, source.clone());
+    daemon.set_proxy_stats(proxy_stats);
+    let daemon = Arc::new(Mutex::new(daemon));
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -204,6 +343,11 @@ fn run(args: Args, source: Option<Source>) -> anyhow::Result<()> {
                 }
             }
         });
+        let mut demo_task = demo.map(|d| {
+            let once = d.once;
+            let (daemon, socket) = (daemon.clone(), args.socket.clone());
+            (once, tokio::spawn(async move { demo::run(daemon, d.vip, &socket, once).await }))
+        });
         use tokio::signal::unix::{SignalKind, signal};
         let mut hup = signal(SignalKind::hangup())?;
         let mut term = signal(SignalKind::terminate())?;
@@ -216,6 +360,16 @@ fn run(args: Args, source: Option<Source>) -> anyhow::Result<()> {
                 }
                 _ = term.recv() => break,
                 _ = int.recv() => break,
+                done = async { match demo_task.as_mut() { Some((_, t)) => t.await, None => std::future::pending().await } } => {
+                    let once = demo_task.as_ref().is_some_and(|(o, _)| *o);
+                    demo_task = None;
+                    match done {
+                        Ok(Ok(())) if once => break,
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => anyhow::bail!("demo: {e:#}"),
+                        Err(e) => anyhow::bail!("demo: {e}"),
+                    }
+                }
             }
         }
         tracing::info!("rvsd stopping");

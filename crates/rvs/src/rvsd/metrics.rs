@@ -254,3 +254,75 @@ pub fn render(ipvs: &Ipvs, reloads: u64, reload_failures: u64) -> String {
     let _ = writeln!(out, "rvs_config_reload_failures_total {reload_failures}");
     out
 }
+
+/// The proxy data plane's own counters.
+pub fn render_proxy(out: &mut String, p: &rvs_proxy::ProxyStats) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let counters = [
+        (
+            "rvs_proxy_accepted_total",
+            "TCP connections accepted.",
+            p.accepted.load(Relaxed),
+        ),
+        (
+            "rvs_proxy_refused_max_conns_total",
+            "Connections refused: the service's max_conns was reached.",
+            p.refused_max_conns.load(Relaxed),
+        ),
+        (
+            "rvs_proxy_refused_fd_budget_total",
+            "Connections refused: the file-descriptor budget was spent.",
+            p.refused_fd_budget.load(Relaxed),
+        ),
+        (
+            "rvs_proxy_refused_no_dest_total",
+            "Connections refused: no real server available.",
+            p.refused_no_dest.load(Relaxed),
+        ),
+        (
+            "rvs_proxy_accept_errors_total",
+            "accept(2) errors (EMFILE, ENFILE, ...); the accept loop continues.",
+            p.accept_errors.load(Relaxed),
+        ),
+        (
+            "rvs_proxy_connect_failures_total",
+            "Connections to real servers that failed or timed out.",
+            p.connect_failures.load(Relaxed),
+        ),
+        (
+            "rvs_proxy_retries_total",
+            "Connections retried on another real server.",
+            p.retries.load(Relaxed),
+        ),
+        (
+            "rvs_proxy_proxy_header_rejected_total",
+            "Connections from trusted upstreams without a valid PROXY header.",
+            p.proxy_header_rejected.load(Relaxed),
+        ),
+    ];
+    for (name, help, v) in counters {
+        family(out, name, "counter", help);
+        let _ = writeln!(out, "{name} {v}");
+    }
+    let gauges = [
+        (
+            "rvs_proxy_active_tcp",
+            "TCP connections being relayed.",
+            p.active_tcp.load(Relaxed),
+        ),
+        (
+            "rvs_proxy_active_udp_flows",
+            "UDP flows being relayed.",
+            p.active_udp_flows.load(Relaxed),
+        ),
+        (
+            "rvs_proxy_fds_in_use",
+            "File descriptors held by relayed connections.",
+            p.fds_in_use.load(Relaxed) as u64,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        family(out, name, "gauge", help);
+        let _ = writeln!(out, "{name} {v}");
+    }
+}
