@@ -232,10 +232,11 @@ fn parse_cidr(s: &str) -> anyhow::Result<(std::net::IpAddr, u8)> {
     Ok((addr, len))
 }
 
+/// A data plane and, for the proxy, its counters.
+type PlaneAndStats = (Box<dyn DataPlane>, Option<Arc<rvs_proxy::ProxyStats>>);
+
 /// The data plane and, for the proxy, its counters.
-fn data_plane(
-    args: &Args,
-) -> anyhow::Result<(Box<dyn DataPlane>, Option<Arc<rvs_proxy::ProxyStats>>)> {
+fn data_plane(args: &Args) -> anyhow::Result<PlaneAndStats> {
     match args.dataplane {
         DataPlaneKind::None => Ok((Box::new(NoDataPlane), None)),
         DataPlaneKind::Proxy => {
