@@ -70,9 +70,28 @@ impl Rvsd {
     }
 
     pub fn start_in(dir: TempDir, args: &[&str]) -> Rvsd {
+        Self::start_with(dir, "none", None, args)
+    }
+
+    /// Start `rvsd --dataplane proxy` plus `args`.
+    pub fn start_proxy(tag: &str, args: &[&str]) -> Rvsd {
+        Self::start_with(TempDir::new(tag), "proxy", None, args)
+    }
+
+    /// Start rvsd with a data plane, optionally under a file-descriptor
+    /// limit (`prlimit --nofile`).
+    pub fn start_with(dir: TempDir, plane: &str, nofile: Option<u32>, args: &[&str]) -> Rvsd {
         let socket = dir.path().join("rvsd.sock");
-        let mut child = Command::new(RVSD)
-            .args(["--dataplane", "none", "--log-level", "warn", "--socket"])
+        let mut cmd = match nofile {
+            Some(n) => {
+                let mut c = Command::new("prlimit");
+                c.arg(format!("--nofile={n}")).arg(RVSD);
+                c
+            }
+            None => Command::new(RVSD),
+        };
+        let mut child = cmd
+            .args(["--dataplane", plane, "--log-level", "warn", "--socket"])
             .arg(&socket)
             .args(args)
             .stdin(Stdio::null())

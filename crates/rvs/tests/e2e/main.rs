@@ -8,5 +8,6 @@ mod harness;
 mod check;
 mod golden;
 mod http;
+mod proxy;
 mod reload;
 mod socket;
