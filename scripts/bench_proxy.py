@@ -502,7 +502,7 @@ class Harness:
                 j = json.loads(out)
             except ValueError:
                 j = {}
-            if rc == 0 and "end" in j and "sum_received" in j["end"]:
+            if rc == 0 and j.get("end", {}).get("sum_received", {}).get("bytes", 0) > 0:
                 break
             # An aborted test can leave iperf3 -s stuck: restart it and retry once.
             log(f"iperf3 failed (rc {rc}): {j.get('error', out[-300:])!s}; restarting iperf3 -s")
@@ -529,8 +529,10 @@ class Harness:
         time.sleep(0.3)
         for s in warm:
             s.close()
-        base_est = sum(established_on(self.http_ports).values())
+        # Let the warm-up connections' closes reach the backends first, so
+        # they are not in the baseline count.
         time.sleep(1.0)
+        base_est = sum(established_on(self.http_ports).values())
         before = rss_kib(pid)
         socks = []
         try:
@@ -625,10 +627,12 @@ def median_of(runs: list[dict], path) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def tool_version(argv: list[str]) -> str:
+def tool_version(argv: list[str], need_ok: bool = False) -> str:
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    if need_ok and p.returncode != 0:  # (wrk -v exits 1 after printing its version)
         return "?"
     txt = (p.stdout + p.stderr).strip().splitlines()
     return txt[0].strip() if txt else "?"
@@ -650,7 +654,7 @@ def machine_facts(args) -> list[str]:
         f"nproc {os.cpu_count()}, CPU {cpu}, {mem_kib / 2**20:.0f} GiB RAM, "
         f"kernel {platform.release()}",
         "tools: " + "; ".join([
-            tool_version(["haproxy", "-v"]).replace("HAProxy version ", "HAProxy "),
+            re.sub(r" - https?://\S*", "", tool_version(["haproxy", "-v"])).replace("HAProxy version ", "HAProxy "),
             tool_version(["nginx", "-v"]).replace("nginx version: ", ""),
             tool_version(["iperf3", "--version"]).split(" (")[0],
             re.sub(r"\s*\[.*", "", tool_version(["wrk", "-v"])),
@@ -658,7 +662,7 @@ def machine_facts(args) -> list[str]:
         ]),
     ]
     if args.rvsd:
-        facts[-1] += f"; rvsd: {tool_version([args.rvsd, '--version'])}"
+        facts[-1] += f"; rvsd: {tool_version([args.rvsd, '--version'], need_ok=True)}"
     return facts
 
 
@@ -693,7 +697,9 @@ def report(args, lbs: list[Balancer], results: dict, notes: list[str], started: 
         "",
         "Machine: " + machine_facts(args)[0] + ".",
         machine_facts(args)[1] + ".",
-        f"Date: {time.strftime('%Y-%m-%d', time.localtime(started))}; run took {elapsed / 60:.1f} min.",
+        f"Date: {time.strftime('%Y-%m-%d', time.localtime(started))}; run took {elapsed / 60:.1f} min; "
+        f"load average (1 min) {args.load_before:.2f} at start, {os.getloadavg()[0]:.2f} at end "
+        "(other work on the machine makes rates noisy; CPU-per-unit rows are steadier).",
         "",
         f"Each balancer pinned alone on CPU 1 (`taskset -c 1`; HAProxy `mode tcp`, `nbthread 1`, "
         f"roundrobin; nginx `stream`, `worker_processes 1`); wrk, iperf3 and the backends on CPU 0 "
@@ -714,6 +720,20 @@ def report(args, lbs: list[Balancer], results: dict, notes: list[str], started: 
     for n in notes:
         out.append(f"- {n}")
     if notes:
+        out.append("")
+    if args.reps > 1:
+        out.append("<details><summary>Per-repetition values (median taken)</summary>")
+        out.append("")
+        for label, _better, path, fmt in ROWS:
+            if label.endswith("busy"):
+                continue
+            vals = []
+            for k in results:
+                xs = [r.get(path[0], {}).get(path[1]) for r in results[k]]
+                vals.append(f"{k} " + " / ".join(fmt.format(x) if x is not None else "-" for x in xs))
+            out.append(f"- {label.strip()}: " + "; ".join(vals))
+        out.append("")
+        out.append("</details>")
         out.append("")
     return "\n".join(out)
 
@@ -769,6 +789,7 @@ def main() -> int:
                     ap.error(f"{b}: not an executable file")
             a.rvsd, a.rvsadm = os.path.abspath(a.rvsd), os.path.abspath(a.rvsadm)
     started = time.time()
+    a.load_before = os.getloadavg()[0]
     results: dict[str, list[dict]] = {}
     try:
         h.start_backends()
