@@ -114,6 +114,7 @@ pub(crate) struct Ctx {
     pub(crate) config: ProxyConfig,
     pub(crate) director: DirectorHandle,
     pub(crate) stats: Arc<ProxyStats>,
+    pub(crate) pipes: crate::relay::PipePool,
     registry: Mutex<Registry>,
 }
 
@@ -390,6 +391,7 @@ impl DataPlane for ProxyPlane {
             config: self.config.clone(),
             director,
             stats: self.stats.clone(),
+            pipes: crate::relay::PipePool::default(),
             registry: Mutex::new(Registry::default()),
         }));
     }

@@ -459,15 +459,7 @@ async fn connection(
             return;
         }
     }
-    let end = relay::relay(
-        &client,
-        &server,
-        &guard,
-        plan.idle,
-        ctx.config.splice,
-        &adm.kill,
-    )
-    .await;
+    let end = relay::relay(&client, &server, &guard, plan.idle, &adm.kill, &ctx).await;
     tracing::trace!("proxy: {caddr} -> {vip} ended: {end:?}");
     drop(guard);
     drop(adm);

@@ -281,7 +281,11 @@ fn entry_is_established_while_open_and_released_after_close() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(h.stats.active_tcp.load(Ordering::Relaxed), 0);
-        assert_eq!(h.stats.fds_in_use.load(Ordering::Relaxed), 0);
+        // The connection's own descriptors are released; with splice its
+        // two (empty) pipes wait in the pool for the next connection, and
+        // their 4 descriptors stay charged to the budget.
+        let pooled = if cfg!(target_os = "linux") { 4 } else { 0 };
+        assert_eq!(h.stats.fds_in_use.load(Ordering::Relaxed), pooled);
     });
 }
 
