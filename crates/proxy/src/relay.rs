@@ -101,24 +101,19 @@ pub(crate) async fn relay(
     kill: &Notify,
     ctx: &crate::plane::Ctx,
 ) -> End {
-    let (use_splice, pool, fds) = (ctx.config.splice, &ctx.pipes, &ctx.stats.fds_in_use);
     let start = tokio::time::Instant::now();
     let last = AtomicU64::new(0);
-    let (p_in, p_out) = if use_splice {
-        (pool.take(fds), pool.take(fds))
-    } else {
-        (None, None)
-    };
-    let c2s = pump(client, server, p_in, Direction::Input, guard, &last, start);
-    let s2c = pump(
-        server,
-        client,
-        p_out,
-        Direction::Output,
+    let (pool, fds) = (&ctx.pipes, &ctx.stats.fds_in_use);
+    let shared = Shared {
         guard,
-        &last,
+        last: &last,
         start,
-    );
+        pool,
+        fds,
+        splice: ctx.config.splice,
+    };
+    let c2s = pump(client, server, Direction::Input, &shared);
+    let s2c = pump(server, client, Direction::Output, &shared);
     let watchdog = async {
         let tick = idle
             .min(Duration::from_secs(1))
@@ -171,30 +166,42 @@ fn refresh_pkts(client: &TcpStream, server: &TcpStream, guard: &ConnGuard) {
     }
 }
 
-/// One direction, `from` → `to`, until EOF (then half-close `to`). An error
-/// (a reset, a broken pipe) is returned as the direction it happened in.
+/// What both directions of one connection share.
+struct Shared<'a> {
+    guard: &'a ConnGuard,
+    last: &'a AtomicU64,
+    start: tokio::time::Instant,
+    pool: &'a PipePool,
+    fds: &'a std::sync::atomic::AtomicUsize,
+    splice: bool,
+}
+
+/// Bytes read per copy: requests and responses that fit are relayed with
+/// recv/send; one that fills it marks a bulk transfer, which switches that
+/// direction to splice (as HAProxy's `splice-auto` does).
+const COPY_CHUNK: usize = 16 * 1024;
+
+/// One direction, `from` → `to`, until EOF (then half-close `to`). Starts
+/// with a copy through the thread's scratch buffer (so a connection holds no
+/// buffer of its own) and moves to splice through a pooled pipe once a read
+/// fills it. At EOF the (empty) pipe is handed back for the
+/// pool. An error (a reset, a broken pipe) is returned as its direction.
 async fn pump(
     from: &TcpStream,
     to: &TcpStream,
-    pipe: Option<Pipe>,
     dir: Direction,
-    guard: &ConnGuard,
-    last: &AtomicU64,
-    start: tokio::time::Instant,
+    sh: &Shared<'_>,
 ) -> Result<Option<Pipe>, Direction> {
-    let mut buf = if pipe.is_none() {
-        vec![0u8; CHUNK]
-    } else {
-        Vec::new()
-    };
+    let mut pending: Vec<u8> = Vec::new();
+    let mut pipe: Option<Pipe> = None;
     let bytes = match dir {
-        Direction::Output => &guard.meter.out_bytes,
-        _ => &guard.meter.in_bytes,
+        Direction::Output => &sh.guard.meter.out_bytes,
+        _ => &sh.guard.meter.in_bytes,
     };
     loop {
         let moved = match &pipe {
             Some(p) => splice_chunk(from, to, p).await,
-            None => copy_chunk(from, to, &mut buf).await,
+            None => copy_chunk(from, to, &mut pending).await,
         };
         let n = match moved {
             Ok(n) => n,
@@ -205,13 +212,17 @@ async fn pump(
         };
         if n == 0 {
             sock::shutdown_write(to);
-            guard.event(dir, L4::Tcp(FIN));
+            sh.guard.event(dir, L4::Tcp(FIN));
             return Ok(pipe);
         }
+        if pipe.is_none() && sh.splice && n == COPY_CHUNK {
+            pipe = sh.pool.take(sh.fds);
+        }
         bytes.fetch_add(n as u64, Ordering::Relaxed);
-        last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
-        if guard.meter.pending_bytes() >= FLUSH_BYTES {
-            guard.flush();
+        sh.last
+            .store(sh.start.elapsed().as_millis() as u64, Ordering::Relaxed);
+        if sh.guard.meter.pending_bytes() >= FLUSH_BYTES {
+            sh.guard.flush();
         }
     }
 }
@@ -253,29 +264,62 @@ async fn splice_chunk(from: &TcpStream, to: &TcpStream, p: &Pipe) -> io::Result<
 
 #[cfg(not(target_os = "linux"))]
 async fn splice_chunk(from: &TcpStream, to: &TcpStream, _p: &Pipe) -> io::Result<usize> {
-    let mut buf = vec![0u8; CHUNK];
+    let mut buf = Vec::new();
     copy_chunk(from, to, &mut buf).await
 }
 
-/// Move one chunk through `buf`. Returns the bytes moved, 0 at EOF.
-async fn copy_chunk(from: &TcpStream, to: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+thread_local! {
+    /// One read buffer per runtime thread: a chunk is read into it and
+    /// written on at once, with no await in between, so connections —
+    /// idle or between requests — hold no buffer of their own.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; COPY_CHUNK]);
+}
+
+/// Move one chunk `from` → `to` by copy. Data the peer could not take at
+/// once is kept in `pending` (the only per-connection buffer, and only
+/// while the receiver is slow) and written before the next read. Returns
+/// the bytes moved, 0 at EOF.
+async fn copy_chunk(from: &TcpStream, to: &TcpStream, pending: &mut Vec<u8>) -> io::Result<usize> {
     let n = loop {
         from.readable().await?;
-        match from.try_read(buf) {
-            Ok(n) => break n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e),
+        let step = SCRATCH.with(|cell| -> io::Result<Option<usize>> {
+            let mut guard = cell.borrow_mut();
+            let b = &mut guard[..];
+            let n = match from.try_read(b) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            if n == 0 {
+                return Ok(Some(0));
+            }
+            match to.try_write(&b[..n]) {
+                Ok(m) => pending.extend_from_slice(&b[m..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    pending.extend_from_slice(&b[..n])
+                }
+                Err(e) => return Err(e),
+            }
+            Ok(Some(n))
+        })?;
+        if let Some(n) = step {
+            break n;
         }
     };
-    let mut off = 0;
-    while off < n {
+    while !pending.is_empty() {
         to.writable().await?;
-        match to.try_write(&buf[off..n]) {
+        match to.try_write(pending) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(m) => off += m,
+            Ok(m) => {
+                pending.drain(..m);
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e),
         }
+    }
+    // Give back what a slow receiver made us hold.
+    if pending.capacity() > 0 {
+        *pending = Vec::new();
     }
     Ok(n)
 }
