@@ -1,7 +1,15 @@
-//! The byte pump of a TCP connection: both directions at once, each either
-//! with splice(2) — socket → pipe → socket, the bytes never enter user
-//! space (what HAProxy does on Linux) — or with a buffered copy when splice
-//! is off or a pipe could not be made.
+//! The byte pump of a TCP connection: both directions at once. Each
+//! direction starts with recv/send through the runtime thread's scratch
+//! buffer — the cheapest path for requests and responses that fit in one
+//! read, and a connection holds no buffer of its own — and switches to
+//! splice(2) (socket → pipe → socket, the bytes never enter user space)
+//! once a read fills the buffer, i.e. for bulk transfers, like HAProxy's
+//! `splice-auto`. Pipes come from a bounded pool of empty pipes, because
+//! making one costs pipe2(2) plus two close(2) per direction.
+//!
+//! Measured with `scripts/bench-proxy` (see BENCHMARKS.md): per new
+//! connection ~90 % of the proxy's CPU time is the kernel's (accept, connect,
+//! TCP processing, close), so what this module saves is system calls.
 //!
 //! A half-close passes through (EOF from one side → `shutdown(SHUT_WR)` on
 //! the other, and a FIN event for the director); a reset on either side
@@ -239,6 +247,8 @@ async fn splice_chunk(from: &TcpStream, to: &TcpStream, p: &Pipe) -> io::Result<
         match from.try_io(Interest::READABLE, || {
             splice(from, None, &p.w, None, CHUNK, flags).map_err(io::Error::from)
         }) {
+            // No short-read shortcut here: a splice can stop at the pipe's
+            // slots with data still queued.
             Ok(n) => break n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e),
@@ -268,6 +278,17 @@ async fn splice_chunk(from: &TcpStream, to: &TcpStream, _p: &Pipe) -> io::Result
     copy_chunk(from, to, &mut buf).await
 }
 
+/// A read returned less than asked: the socket's receive queue is empty
+/// now. Tell the runtime so, without the extra read that would return
+/// EAGAIN — one system call saved per message and direction, as HAProxy
+/// does. Safe with edge-triggered epoll: data arriving after the read
+/// raises a new edge and marks the socket readable again.
+fn drained(s: &TcpStream) {
+    let _ = s.try_io(Interest::READABLE, || {
+        Err::<(), _>(io::ErrorKind::WouldBlock.into())
+    });
+}
+
 thread_local! {
     /// One read buffer per runtime thread: a chunk is read into it and
     /// written on at once, with no await in between, so connections —
@@ -292,6 +313,9 @@ async fn copy_chunk(from: &TcpStream, to: &TcpStream, pending: &mut Vec<u8>) -> 
             };
             if n == 0 {
                 return Ok(Some(0));
+            }
+            if n < b.len() {
+                drained(from);
             }
             match to.try_write(&b[..n]) {
                 Ok(m) => pending.extend_from_slice(&b[m..n]),
