@@ -281,12 +281,22 @@ async fn splice_chunk(from: &TcpStream, to: &TcpStream, _p: &Pipe) -> io::Result
 /// A read returned less than asked: the socket's receive queue is empty
 /// now. Tell the runtime so, without the extra read that would return
 /// EAGAIN — one system call saved per message and direction, as HAProxy
-/// does. Safe with edge-triggered epoll: data arriving after the read
-/// raises a new edge and marks the socket readable again.
+/// does. Safe with edge-triggered epoll on a current-thread runtime (rvsd's):
+/// the I/O driver cannot run between the read and this call, and data
+/// arriving afterwards raises a new edge. On a multi-thread runtime the
+/// driver could mark new data readable in between and this would clear it,
+/// so there the extra read is kept.
 fn drained(s: &TcpStream) {
-    let _ = s.try_io(Interest::READABLE, || {
-        Err::<(), _>(io::ErrorKind::WouldBlock.into())
-    });
+    if single_threaded() {
+        let _ = s.try_io(Interest::READABLE, || {
+            Err::<(), _>(io::ErrorKind::WouldBlock.into())
+        });
+    }
+}
+
+fn single_threaded() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread)
 }
 
 thread_local! {
