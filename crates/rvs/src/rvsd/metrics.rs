@@ -11,12 +11,10 @@
 
 use std::fmt::Write as _;
 
+use rvs_core::dest::Dest;
 use rvs_core::ipvs::Ipvs;
+use rvs_core::ipvs::Service;
 use rvs_core::model::ServiceKey;
-use rvs_core::stats::Counters;
-
-/// A counter family: name, help, and the field it reads.
-type CounterField = (&'static str, &'static str, fn(&Counters) -> u64);
 
 /// Escape a label value per the exposition format.
 fn esc(v: &str) -> String {
@@ -28,6 +26,12 @@ fn esc(v: &str) -> String {
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// A family with a single unlabelled value.
+fn scalar(out: &mut String, name: &str, kind: &str, help: &str, v: u64) {
+    family(out, name, kind, help);
+    let _ = writeln!(out, "{name} {v}");
 }
 
 /// `(local_address, local_port, proto, local_mark)` of a service, as
@@ -43,222 +47,252 @@ fn service_labels(key: &ServiceKey) -> (String, u16, &'static str, String) {
     }
 }
 
-/// Render every metric. `extra` lines (data-plane specific, already in
-/// exposition format) are appended.
-pub fn render(ipvs: &Ipvs, reloads: u64, reload_failures: u64) -> String {
-    let mut out = String::with_capacity(4096);
-    let t = ipvs.total_stats();
-    for (name, help, v) in [
-        (
-            "node_ipvs_connections_total",
-            "The total number of connections made.",
-            t.conns,
-        ),
-        (
-            "node_ipvs_incoming_packets_total",
-            "The total number of incoming packets.",
-            t.inpkts,
-        ),
-        (
-            "node_ipvs_outgoing_packets_total",
-            "The total number of outgoing packets.",
-            t.outpkts,
-        ),
-        (
-            "node_ipvs_incoming_bytes_total",
-            "The total amount of incoming data.",
-            t.inbytes,
-        ),
-        (
-            "node_ipvs_outgoing_bytes_total",
-            "The total amount of outgoing data.",
-            t.outbytes,
-        ),
-    ] {
-        family(&mut out, name, "counter", help);
-        let _ = writeln!(out, "{name} {v}");
+/// A family with one line per service.
+fn per_service(
+    out: &mut String,
+    ipvs: &Ipvs,
+    (name, kind, help): (&str, &str, &str),
+    get: impl Fn(&Service) -> u64,
+) {
+    family(out, name, kind, help);
+    for svc in ipvs.services() {
+        let (la, lp, proto, mark) = service_labels(svc.key());
+        let _ = writeln!(
+            out,
+            "{name}{{local_address=\"{}\",local_port=\"{lp}\",proto=\"{proto}\",local_mark=\"{}\"}} {}",
+            esc(&la),
+            esc(&mark),
+            get(svc)
+        );
     }
+}
 
-    let backend = [
-        (
-            "node_ipvs_backend_connections_active",
-            "The current active connections by local and remote address.",
-        ),
-        (
-            "node_ipvs_backend_connections_inactive",
-            "The current inactive connections by local and remote address.",
-        ),
-        (
-            "node_ipvs_backend_weight",
-            "The current backend weight by local and remote address.",
-        ),
-    ];
-    for (i, (name, help)) in backend.iter().enumerate() {
-        family(&mut out, name, "gauge", help);
-        for svc in ipvs.services() {
-            let (la, lp, proto, mark) = service_labels(svc.key());
-            for d in svc.dests() {
-                let v = match i {
-                    0 => d.active,
-                    1 => d.inactive,
-                    _ => d.weight(),
-                };
-                let _ = writeln!(
-                    out,
-                    "{name}{{local_address=\"{}\",local_port=\"{lp}\",remote_address=\"{}\",remote_port=\"{}\",proto=\"{proto}\",local_mark=\"{}\"}} {v}",
-                    esc(&la),
-                    d.config.addr,
-                    d.config.port,
-                    esc(&mark)
-                );
-            }
-        }
-    }
-
-    // rvs-only: per-service and per-real-server traffic and rates.
-    let svc_counters: [CounterField; 5] = [
-        (
-            "rvs_service_connections_total",
-            "Connections scheduled by the service.",
-            |c| c.conns,
-        ),
-        (
-            "rvs_service_incoming_packets_total",
-            "Packets from clients to the service.",
-            |c| c.inpkts,
-        ),
-        (
-            "rvs_service_outgoing_packets_total",
-            "Packets from real servers to clients.",
-            |c| c.outpkts,
-        ),
-        (
-            "rvs_service_incoming_bytes_total",
-            "Bytes from clients to the service.",
-            |c| c.inbytes,
-        ),
-        (
-            "rvs_service_outgoing_bytes_total",
-            "Bytes from real servers to clients.",
-            |c| c.outbytes,
-        ),
-    ];
-    for (name, help, get) in svc_counters {
-        family(&mut out, name, "counter", help);
-        for svc in ipvs.services() {
-            let (la, lp, proto, mark) = service_labels(svc.key());
-            let _ = writeln!(
-                out,
-                "{name}{{local_address=\"{}\",local_port=\"{lp}\",proto=\"{proto}\",local_mark=\"{}\"}} {}",
-                esc(&la),
-                esc(&mark),
-                get(svc.stats())
-            );
-        }
-    }
-    let backend_counters: [CounterField; 3] = [
-        (
-            "rvs_backend_connections_total",
-            "Connections scheduled to the real server.",
-            |c| c.conns,
-        ),
-        (
-            "rvs_backend_incoming_bytes_total",
-            "Bytes forwarded to the real server.",
-            |c| c.inbytes,
-        ),
-        (
-            "rvs_backend_outgoing_bytes_total",
-            "Bytes from the real server to clients.",
-            |c| c.outbytes,
-        ),
-    ];
-    for (name, help, get) in backend_counters {
-        family(&mut out, name, "counter", help);
-        for svc in ipvs.services() {
-            let (la, lp, proto, mark) = service_labels(svc.key());
-            for d in svc.dests() {
-                let _ = writeln!(
-                    out,
-                    "{name}{{local_address=\"{}\",local_port=\"{lp}\",remote_address=\"{}\",remote_port=\"{}\",proto=\"{proto}\",local_mark=\"{}\"}} {}",
-                    esc(&la),
-                    d.config.addr,
-                    d.config.port,
-                    esc(&mark),
-                    get(&d.stats)
-                );
-            }
-        }
-    }
-    family(
-        &mut out,
-        "rvs_backend_persistent_connections",
-        "gauge",
-        "Persistence templates pointing at the real server.",
-    );
+/// A family with one line per real server, labelled as node_exporter does.
+fn per_backend(
+    out: &mut String,
+    ipvs: &Ipvs,
+    (name, kind, help): (&str, &str, &str),
+    get: impl Fn(&Dest) -> u64,
+) {
+    family(out, name, kind, help);
     for svc in ipvs.services() {
         let (la, lp, proto, mark) = service_labels(svc.key());
         for d in svc.dests() {
             let _ = writeln!(
                 out,
-                "rvs_backend_persistent_connections{{local_address=\"{}\",local_port=\"{lp}\",remote_address=\"{}\",remote_port=\"{}\",proto=\"{proto}\",local_mark=\"{}\"}} {}",
+                "{name}{{local_address=\"{}\",local_port=\"{lp}\",remote_address=\"{}\",remote_port=\"{}\",proto=\"{proto}\",local_mark=\"{}\"}} {}",
                 esc(&la),
                 d.config.addr,
                 d.config.port,
                 esc(&mark),
-                d.persist
+                get(d)
             );
         }
     }
-    family(
-        &mut out,
+}
+
+/// Render every metric of the director and the control plane.
+pub fn render(ipvs: &Ipvs, reloads: u64, reload_failures: u64) -> String {
+    let mut out = String::with_capacity(4096);
+    let o = &mut out;
+    let t = ipvs.total_stats();
+    scalar(
+        o,
+        "node_ipvs_connections_total",
+        "counter",
+        "The total number of connections made.",
+        t.conns,
+    );
+    scalar(
+        o,
+        "node_ipvs_incoming_packets_total",
+        "counter",
+        "The total number of incoming packets.",
+        t.inpkts,
+    );
+    scalar(
+        o,
+        "node_ipvs_outgoing_packets_total",
+        "counter",
+        "The total number of outgoing packets.",
+        t.outpkts,
+    );
+    scalar(
+        o,
+        "node_ipvs_incoming_bytes_total",
+        "counter",
+        "The total amount of incoming data.",
+        t.inbytes,
+    );
+    scalar(
+        o,
+        "node_ipvs_outgoing_bytes_total",
+        "counter",
+        "The total amount of outgoing data.",
+        t.outbytes,
+    );
+    let gauge = |name, help| (name, "gauge", help);
+    let counter = |name, help| (name, "counter", help);
+    per_backend(
+        o,
+        ipvs,
+        gauge(
+            "node_ipvs_backend_connections_active",
+            "The current active connections by local and remote address.",
+        ),
+        |d| u64::from(d.active),
+    );
+    per_backend(
+        o,
+        ipvs,
+        gauge(
+            "node_ipvs_backend_connections_inactive",
+            "The current inactive connections by local and remote address.",
+        ),
+        |d| u64::from(d.inactive),
+    );
+    per_backend(
+        o,
+        ipvs,
+        gauge(
+            "node_ipvs_backend_weight",
+            "The current backend weight by local and remote address.",
+        ),
+        |d| u64::from(d.weight()),
+    );
+
+    // rvs-only: per-service and per-real-server traffic.
+    per_service(
+        o,
+        ipvs,
+        counter(
+            "rvs_service_connections_total",
+            "Connections scheduled by the service.",
+        ),
+        |s| s.stats().conns,
+    );
+    per_service(
+        o,
+        ipvs,
+        counter(
+            "rvs_service_incoming_packets_total",
+            "Packets from clients to the service.",
+        ),
+        |s| s.stats().inpkts,
+    );
+    per_service(
+        o,
+        ipvs,
+        counter(
+            "rvs_service_outgoing_packets_total",
+            "Packets from real servers to clients.",
+        ),
+        |s| s.stats().outpkts,
+    );
+    per_service(
+        o,
+        ipvs,
+        counter(
+            "rvs_service_incoming_bytes_total",
+            "Bytes from clients to the service.",
+        ),
+        |s| s.stats().inbytes,
+    );
+    per_service(
+        o,
+        ipvs,
+        counter(
+            "rvs_service_outgoing_bytes_total",
+            "Bytes from real servers to clients.",
+        ),
+        |s| s.stats().outbytes,
+    );
+    per_backend(
+        o,
+        ipvs,
+        counter(
+            "rvs_backend_connections_total",
+            "Connections scheduled to the real server.",
+        ),
+        |d| d.stats.conns,
+    );
+    per_backend(
+        o,
+        ipvs,
+        counter(
+            "rvs_backend_incoming_bytes_total",
+            "Bytes forwarded to the real server.",
+        ),
+        |d| d.stats.inbytes,
+    );
+    per_backend(
+        o,
+        ipvs,
+        counter(
+            "rvs_backend_outgoing_bytes_total",
+            "Bytes from the real server to clients.",
+        ),
+        |d| d.stats.outbytes,
+    );
+    per_backend(
+        o,
+        ipvs,
+        gauge(
+            "rvs_backend_persistent_connections",
+            "Persistence templates pointing at the real server.",
+        ),
+        |d| u64::from(d.persist),
+    );
+
+    scalar(
+        o,
         "rvs_services",
         "gauge",
         "Virtual services configured.",
+        ipvs.services().count() as u64,
     );
-    let _ = writeln!(out, "rvs_services {}", ipvs.services().count());
-    family(
-        &mut out,
+    scalar(
+        o,
         "rvs_conn_table_entries",
         "gauge",
         "Connection table entries (templates included).",
+        ipvs.conns().len() as u64,
     );
-    let _ = writeln!(out, "rvs_conn_table_entries {}", ipvs.conns().len());
-    family(
-        &mut out,
+    scalar(
+        o,
         "rvs_conn_table_capacity",
         "gauge",
         "Connection table capacity bound.",
+        ipvs.conns().capacity() as u64,
     );
-    let _ = writeln!(out, "rvs_conn_table_capacity {}", ipvs.conns().capacity());
-    family(
-        &mut out,
+    scalar(
+        o,
         "rvs_conn_table_evictions_total",
         "counter",
         "Entries evicted because the table was full.",
+        ipvs.evictions(),
     );
-    let _ = writeln!(out, "rvs_conn_table_evictions_total {}", ipvs.evictions());
-    family(
-        &mut out,
+    scalar(
+        o,
         "rvs_config_reloads_total",
         "counter",
         "Configuration reloads applied.",
+        reloads,
     );
-    let _ = writeln!(out, "rvs_config_reloads_total {reloads}");
-    family(
-        &mut out,
+    scalar(
+        o,
         "rvs_config_reload_failures_total",
         "counter",
         "Configuration reloads rejected (state unchanged).",
+        reload_failures,
     );
-    let _ = writeln!(out, "rvs_config_reload_failures_total {reload_failures}");
     out
 }
 
 /// The proxy data plane's own counters.
 pub fn render_proxy(out: &mut String, p: &rvs_proxy::ProxyStats) {
     use std::sync::atomic::Ordering::Relaxed;
-    let counters = [
+    for (name, help, v) in [
         (
             "rvs_proxy_accepted_total",
             "TCP connections accepted.",
@@ -299,12 +333,10 @@ pub fn render_proxy(out: &mut String, p: &rvs_proxy::ProxyStats) {
             "Connections from trusted upstreams without a valid PROXY header.",
             p.proxy_header_rejected.load(Relaxed),
         ),
-    ];
-    for (name, help, v) in counters {
-        family(out, name, "counter", help);
-        let _ = writeln!(out, "{name} {v}");
+    ] {
+        scalar(out, name, "counter", help, v);
     }
-    let gauges = [
+    for (name, help, v) in [
         (
             "rvs_proxy_active_tcp",
             "TCP connections being relayed.",
@@ -317,12 +349,10 @@ pub fn render_proxy(out: &mut String, p: &rvs_proxy::ProxyStats) {
         ),
         (
             "rvs_proxy_fds_in_use",
-            "File descriptors held by relayed connections.",
+            "File descriptors held by relayed connections and pooled pipes.",
             p.fds_in_use.load(Relaxed) as u64,
         ),
-    ];
-    for (name, help, v) in gauges {
-        family(out, name, "gauge", help);
-        let _ = writeln!(out, "{name} {v}");
+    ] {
+        scalar(out, name, "gauge", help, v);
     }
 }
