@@ -31,8 +31,9 @@ use tokio::sync::Notify;
 use crate::sock;
 use crate::tcp::{ConnGuard, FIN, RST};
 
-/// Bytes moved per splice/read call.
-const CHUNK: usize = 64 * 1024;
+/// Size asked for splice pipes (`/proc/sys/fs/pipe-max-size` is 1 MiB by
+/// default), and the most one splice moves.
+const PIPE_SIZE: usize = 1 << 20;
 /// Report traffic to the director after this many bytes (and every second).
 const FLUSH_BYTES: u64 = 1 << 20;
 
@@ -90,8 +91,12 @@ impl PipePool {
 
 #[cfg(target_os = "linux")]
 fn pipe() -> Option<Pipe> {
-    use nix::fcntl::OFlag;
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
     let (r, w) = nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).ok()?;
+    // A larger pipe moves a bulk transfer in fewer splice calls; pipes are
+    // pooled, so this is paid once per pipe. Best effort: the default
+    // 64 KiB remains when the system limit is lower.
+    let _ = fcntl(&w, FcntlArg::F_SETPIPE_SZ(PIPE_SIZE as i32));
     Some(Pipe { r, w })
 }
 
@@ -245,7 +250,7 @@ async fn splice_chunk(from: &TcpStream, to: &TcpStream, p: &Pipe) -> io::Result<
     let n = loop {
         from.readable().await?;
         match from.try_io(Interest::READABLE, || {
-            splice(from, None, &p.w, None, CHUNK, flags).map_err(io::Error::from)
+            splice(from, None, &p.w, None, PIPE_SIZE, flags).map_err(io::Error::from)
         }) {
             // No short-read shortcut here: a splice can stop at the pipe's
             // slots with data still queued.
