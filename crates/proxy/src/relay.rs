@@ -124,6 +124,7 @@ pub(crate) async fn relay(
         pool,
         fds,
         splice: ctx.config.splice,
+        one_done: std::sync::atomic::AtomicBool::new(false),
     };
     let c2s = pump(client, server, Direction::Input, &shared);
     let s2c = pump(server, client, Direction::Output, &shared);
@@ -187,6 +188,8 @@ struct Shared<'a> {
     pool: &'a PipePool,
     fds: &'a std::sync::atomic::AtomicUsize,
     splice: bool,
+    /// One direction has reached EOF.
+    one_done: std::sync::atomic::AtomicBool,
 }
 
 /// Bytes read per copy: requests and responses that fit are relayed with
@@ -224,7 +227,12 @@ async fn pump(
             }
         };
         if n == 0 {
-            sock::shutdown_write(to);
+            // Pass the half-close on. When the other direction has ended
+            // already, both sockets are closed next — which sends the FIN
+            // (everything was read, so no RST) — and the shutdown is saved.
+            if !sh.one_done.swap(true, Ordering::Relaxed) {
+                sock::shutdown_write(to);
+            }
             sh.guard.event(dir, L4::Tcp(FIN));
             return Ok(pipe);
         }

@@ -35,6 +35,9 @@ fn base_socket(addr: SocketAddr, ty: Type, proto: socket2::Protocol) -> io::Resu
 /// A non-blocking TCP listener on `addr` with `SO_REUSEADDR` and freebind.
 pub(crate) fn bind_tcp(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     let s = base_socket(addr, Type::STREAM, socket2::Protocol::TCP)?;
+    // Accepted sockets inherit TCP_NODELAY from the listener on Linux: one
+    // setsockopt per service instead of one per connection.
+    s.set_tcp_nodelay(true)?;
     s.listen(BACKLOG)?;
     Ok(s.into())
 }

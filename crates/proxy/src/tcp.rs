@@ -431,7 +431,10 @@ async fn connection(
     };
     guard.event(Direction::Output, L4::Tcp(SYNACK));
     guard.event(Direction::Input, L4::Tcp(ACK));
-    let _ = client.set_nodelay(true);
+    // The client socket inherited TCP_NODELAY from the listener (Linux).
+    if !cfg!(target_os = "linux") {
+        let _ = client.set_nodelay(true);
+    }
     let _ = server.set_nodelay(true);
     let mut server = server;
     if let Some(version) = plan.proxy_protocol {
