@@ -20,6 +20,8 @@ pub struct Daemon {
     reloads: u64,
     reload_failures: u64,
     proxy_stats: Option<std::sync::Arc<rvs_proxy::ProxyStats>>,
+    /// The configuration file has been applied once (later ones are reloads).
+    loaded: bool,
 }
 
 impl Daemon {
@@ -32,6 +34,7 @@ impl Daemon {
             reloads: 0,
             reload_failures: 0,
             proxy_stats: None,
+            loaded: false,
         }
     }
 
@@ -109,15 +112,19 @@ impl Daemon {
             }
             Ok(summary)
         });
-        match &result {
-            Ok(s) => {
+        // The first successful application is the initial load, not a reload.
+        match (&result, self.loaded) {
+            (Ok(s), true) => {
                 self.reloads += 1;
                 tracing::info!(source = %src.path().display(), "reloaded: {s}");
             }
-            Err(e) => {
+            (Ok(_), false) => self.loaded = true,
+            (Err(e), true) => {
                 self.reload_failures += 1;
                 tracing::error!("reload rejected, running state unchanged: {e}");
             }
+            // At start-up the caller reports the error and exits.
+            (Err(_), false) => {}
         }
         result
     }

@@ -117,3 +117,37 @@ fn rules_file_reload() {
     );
     assert_eq!(d.ok("-L --timeout"), "Timeout (tcp tcpfin udp): 10 20 30\n");
 }
+
+/// The initial load is not a reload; reloads and rejected reloads are counted.
+#[test]
+fn reload_counters_in_metrics() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port");
+    let dir = TempDir::new("reload-metrics");
+    let path = dir.write("keepalived.conf", &conf(&["192.168.1.1"], ""));
+    let (path_s, addr) = (path.display().to_string(), format!("127.0.0.1:{port}"));
+    let d = Rvsd::start_in(dir, &["-f", &path_s, "--http", &addr]);
+    let metric = |name: &str| -> u64 {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .expect("send");
+        let mut body = String::new();
+        s.read_to_string(&mut body).expect("read");
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .expect("metric present")
+    };
+    assert_eq!(metric("rvs_config_reloads_total"), 0);
+    d.ok("--reload");
+    assert_eq!(metric("rvs_config_reloads_total"), 1);
+    std::fs::write(&path, "virtual_server 10.0.0.1 80 {\n  lb_algo nosuch\n}\n").expect("write");
+    assert_eq!(parts(&d.adm("--reload")).2, 1);
+    assert_eq!(metric("rvs_config_reload_failures_total"), 1);
+    assert_eq!(metric("rvs_config_reloads_total"), 1);
+}
