@@ -138,7 +138,10 @@ pub(crate) async fn relay(
             guard.flush();
             let since = start.elapsed().as_millis() as u64;
             let quiet = since.saturating_sub(last.load(Ordering::Relaxed));
-            if Duration::from_millis(quiet) >= idle {
+            // The limit follows the connection's state, as IPVS's timers do:
+            // a half-closed connection waits FIN_WAIT/CLOSE_WAIT, not 900 s.
+            let limit = guard.state_timeout().unwrap_or(idle);
+            if Duration::from_millis(quiet) >= limit {
                 return;
             }
         }

@@ -111,6 +111,21 @@ impl ConnGuard {
         }
     }
 
+    /// The director's timeout for the connection's current state — the
+    /// ESTABLISHED one while both directions are open, FIN_WAIT/CLOSE_WAIT
+    /// and the like after a half-close — as the idle limit.
+    pub(crate) fn state_timeout(&self) -> Option<Duration> {
+        let id = self.id?;
+        self.ctx
+            .director
+            .with(|ipvs, _| {
+                ipvs.conns()
+                    .get(id)
+                    .map(|c| Duration::from_millis(u64::from(c.timeout_ms)))
+            })
+            .flatten()
+    }
+
     /// Report the traffic relayed since the last report.
     pub(crate) fn flush(&self) {
         if let Some(id) = self.id {

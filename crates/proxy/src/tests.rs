@@ -947,3 +947,47 @@ fn throughput_100mib() {
         });
     }
 }
+
+/// After a half-close the idle limit is the state's timeout (here the
+/// client's FIN puts the NAT-table connection in CLOSE_WAIT), not the
+/// ESTABLISHED one — as IPVS's own timers do.
+#[test]
+fn half_closed_connection_uses_the_state_timeout() {
+    run(async {
+        let h = Harness::new(config());
+        h.ipvs(|ipvs| {
+            ipvs.set_timeouts(3600, 0, 0);
+            ipvs.timeouts_mut()
+                .set_tcp(TcpState::CloseWait, Duration::from_secs(1));
+        });
+        // A backend that never closes its side.
+        let l = TcpListener::bind(SocketAddr::new(lo(1), 0))
+            .await
+            .expect("backend");
+        let b = l.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = l.accept().await {
+                held.push(s);
+            }
+        });
+        let vip = free_tcp(lo(121));
+        h.service(tcp_key(vip), rr(AddrFamily::Inet), &[b]);
+        let mut c = client(lo(87), vip).await;
+        h.until("established", |ipvs| {
+            ipvs.conns()
+                .iter()
+                .any(|(_, x)| x.state == TcpState::Established as u8)
+        })
+        .await;
+        t(c.shutdown()).await.expect("half-close");
+        let start = std::time::Instant::now();
+        assert!(closed(&mut c).await);
+        let lived = start.elapsed();
+        assert!(
+            lived < Duration::from_secs(5),
+            "closed after the CLOSE_WAIT timeout, not 3600 s: {lived:?}"
+        );
+        h.until("released", |ipvs| ipvs.conns().is_empty()).await;
+    });
+}
