@@ -134,7 +134,7 @@ pub(crate) async fn relay(
             .max(Duration::from_millis(10));
         loop {
             tokio::time::sleep(tick).await;
-            refresh_pkts(client, server, guard);
+            refresh_pkts(client, guard);
             guard.flush();
             let since = start.elapsed().as_millis() as u64;
             let quiet = since.saturating_sub(last.load(Ordering::Relaxed));
@@ -167,19 +167,17 @@ pub(crate) async fn relay(
         sock::abort_on_close(client);
         sock::abort_on_close(server);
     }
-    refresh_pkts(client, server, guard);
+    refresh_pkts(client, guard);
     end
 }
 
-/// Segments received from the client are the connection's incoming
-/// packets, from the server its outgoing ones (TCP_INFO; kept as they are
-/// when the kernel does not say).
-fn refresh_pkts(client: &TcpStream, server: &TcpStream, guard: &ConnGuard) {
-    if let Some(n) = sock::tcp_segs_in(client) {
-        guard.meter.in_pkts.fetch_max(n, Ordering::Relaxed);
-    }
-    if let Some(n) = sock::tcp_segs_in(server) {
-        guard.meter.out_pkts.fetch_max(n, Ordering::Relaxed);
+/// The client-facing socket's TCP_INFO holds both counters IPVS reports:
+/// segments from the client (InPkts) and segments to the client (OutPkts).
+/// One getsockopt per refresh; kept as they are when the kernel does not say.
+fn refresh_pkts(client: &TcpStream, guard: &ConnGuard) {
+    if let Some((inp, outp)) = sock::tcp_segs(client) {
+        guard.meter.in_pkts.fetch_max(inp, Ordering::Relaxed);
+        guard.meter.out_pkts.fetch_max(outp, Ordering::Relaxed);
     }
 }
 

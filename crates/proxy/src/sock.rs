@@ -59,10 +59,11 @@ pub(crate) fn shutdown_write<F: AsFd>(s: &F) {
     let _ = SockRef::from(s).shutdown(std::net::Shutdown::Write);
 }
 
-/// Segments received on a TCP socket (`tcpi_segs_in`, Linux ≥ 4.2), or
-/// `None` when the kernel does not report it.
+/// Segments received and sent on a TCP socket (`tcpi_segs_in`,
+/// `tcpi_segs_out`, Linux ≥ 4.2), or `None` when the kernel does not report
+/// them.
 #[cfg(target_os = "linux")]
-pub(crate) fn tcp_segs_in<F: AsFd>(s: &F) -> Option<u64> {
+pub(crate) fn tcp_segs<F: AsFd>(s: &F) -> Option<(u64, u64)> {
     use std::os::fd::AsRawFd;
     // SAFETY: `tcp_info` is a plain C struct of integers, so all-zero is a
     // valid value.
@@ -82,13 +83,16 @@ pub(crate) fn tcp_segs_in<F: AsFd>(s: &F) -> Option<u64> {
         )
     };
     // Older kernels return a shorter struct without the segment counters.
-    let needed = std::mem::offset_of!(libc::tcp_info, tcpi_segs_in) + 4;
-    (rc == 0 && len as usize >= needed).then_some(u64::from(info.tcpi_segs_in))
+    let needed = std::mem::offset_of!(libc::tcp_info, tcpi_segs_in)
+        .max(std::mem::offset_of!(libc::tcp_info, tcpi_segs_out))
+        + 4;
+    (rc == 0 && len as usize >= needed)
+        .then_some((u64::from(info.tcpi_segs_in), u64::from(info.tcpi_segs_out)))
 }
 
-/// Segments received: not available off Linux.
+/// Segment counters: not available off Linux.
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn tcp_segs_in<F: AsFd>(_s: &F) -> Option<u64> {
+pub(crate) fn tcp_segs<F: AsFd>(_s: &F) -> Option<(u64, u64)> {
     None
 }
 
