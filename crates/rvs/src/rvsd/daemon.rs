@@ -129,15 +129,14 @@ impl Daemon {
         result
     }
 
-    /// Answer one control request.
+    /// Answer one control request under the lock. Reloads come through
+    /// [`answer`], which reads the file before taking the lock.
     pub fn handle(&mut self, req: Request) -> Response {
         match req {
             Request::Ping => Response::Ok,
             Request::State { conns } => Response::State(view::state(self, conns)),
-            // The server routes reloads to [`reload`], which reads the file
-            // outside the lock.
             Request::Reload => Response::Error {
-                message: "reload is served by daemon::reload".into(),
+                message: "reload must go through daemon::answer".into(),
                 index: None,
                 ctl: None,
             },
@@ -188,4 +187,26 @@ pub async fn reload(daemon: &Arc<Mutex<Daemon>>) -> Result<DiffSummary, String> 
         .lock()
         .map_err(|_| "daemon state poisoned".to_owned())?;
     d.apply_loaded(&src, loaded)
+}
+
+/// Answer one control request: a reload reads its file outside the lock
+/// ([`reload`]); everything else is served under it ([`Daemon::handle`]).
+pub async fn answer(daemon: &Arc<Mutex<Daemon>>, req: Request) -> Response {
+    let error = |message: String| Response::Error {
+        message,
+        index: None,
+        ctl: None,
+    };
+    match req {
+        Request::Reload => match reload(daemon).await {
+            Ok(s) => Response::Reloaded {
+                summary: s.to_string(),
+            },
+            Err(message) => error(message),
+        },
+        other => match daemon.lock() {
+            Ok(mut d) => d.handle(other),
+            Err(_) => error("daemon state poisoned".into()),
+        },
+    }
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
-use rvs_control::protocol::{MAX_LINE, Request, Response, parse_request};
+use rvs_control::protocol::{MAX_LINE, Response, parse_request};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
@@ -92,24 +92,7 @@ async fn connection(stream: UnixStream, daemon: Arc<Mutex<Daemon>>) -> anyhow::R
             }
         } else {
             match parse_request(&line) {
-                Ok(Request::Reload) => match crate::daemon::reload(&daemon).await {
-                    Ok(s) => Response::Reloaded {
-                        summary: s.to_string(),
-                    },
-                    Err(message) => Response::Error {
-                        message,
-                        index: None,
-                        ctl: None,
-                    },
-                },
-                Ok(req) => match daemon.lock() {
-                    Ok(mut d) => d.handle(req),
-                    Err(_) => Response::Error {
-                        message: "daemon state poisoned".into(),
-                        index: None,
-                        ctl: None,
-                    },
-                },
+                Ok(req) => crate::daemon::answer(&daemon, req).await,
                 Err(e) => Response::Error {
                     message: format!("bad request: {e}"),
                     index: None,
