@@ -217,11 +217,11 @@ async fn pump(
     };
     loop {
         let moved = match &pipe {
-            Some(p) => splice_chunk(from, to, p).await,
+            Some(p) => splice_chunk(from, to, p).await.map(|n| (n, false)),
             None => copy_chunk(from, to, &mut pending).await,
         };
-        let n = match moved {
-            Ok(n) => n,
+        let (n, eof_next) = match moved {
+            Ok(m) => m,
             Err(e) => {
                 tracing::trace!("proxy: relay {dir:?}: {e}");
                 return Err(dir);
@@ -245,6 +245,17 @@ async fn pump(
             .store(sh.start.elapsed().as_millis() as u64, Ordering::Relaxed);
         if sh.guard.meter.pending_bytes() >= FLUSH_BYTES {
             sh.guard.flush();
+        }
+        if eof_next {
+            // The peer's FIN is known to follow the data just relayed (see
+            // `copy_chunk`): pass it on now, without the read that would
+            // return 0. The shutdown puts the FIN on the segment that still
+            // holds that data.
+            if !sh.one_done.swap(true, Ordering::Relaxed) {
+                sock::shutdown_write(to);
+            }
+            sh.guard.event(dir, L4::Tcp(FIN));
+            return Ok(pipe);
         }
     }
 }
@@ -289,7 +300,7 @@ async fn splice_chunk(from: &TcpStream, to: &TcpStream, p: &Pipe) -> io::Result<
 #[cfg(not(target_os = "linux"))]
 async fn splice_chunk(from: &TcpStream, to: &TcpStream, _p: &Pipe) -> io::Result<usize> {
     let mut buf = Vec::new();
-    copy_chunk(from, to, &mut buf).await
+    copy_chunk(from, to, &mut buf).await.map(|(n, _)| n)
 }
 
 /// A read returned less than asked: the socket's receive queue is empty
@@ -323,11 +334,25 @@ thread_local! {
 /// Move one chunk `from` → `to` by copy. Data the peer could not take at
 /// once is kept in `pending` (the only per-connection buffer, and only
 /// while the receiver is slow) and written before the next read. Returns
-/// the bytes moved, 0 at EOF.
-async fn copy_chunk(from: &TcpStream, to: &TcpStream, pending: &mut Vec<u8>) -> io::Result<usize> {
-    let n = loop {
-        from.readable().await?;
-        let step = SCRATCH.with(|cell| -> io::Result<Option<usize>> {
+/// the bytes moved (0 at EOF) and whether EOF is known to come next.
+///
+/// That last case is the end of a typical short exchange: a server writes
+/// its response and closes, and both arrive before we read. The readiness
+/// event then carries the peer's shutdown (EPOLLRDHUP), and a read shorter
+/// than the buffer has taken everything before the FIN. The data goes out
+/// with `MSG_MORE` and the caller's `shutdown(SHUT_WR)` follows at once, so
+/// the kernel puts the FIN on the same segment (as HAProxy does when it
+/// sees data and shutdown together): one segment, one ACK and one wakeup
+/// of the receiver fewer, and no read that would only return 0.
+async fn copy_chunk(
+    from: &TcpStream,
+    to: &TcpStream,
+    pending: &mut Vec<u8>,
+) -> io::Result<(usize, bool)> {
+    let (n, eof_next) = loop {
+        let ready = from.ready(Interest::READABLE).await?;
+        let closing = ready.is_read_closed();
+        let step = SCRATCH.with(|cell| -> io::Result<Option<(usize, bool)>> {
             let mut guard = cell.borrow_mut();
             let b = &mut guard[..];
             let n = match from.try_read(b) {
@@ -336,22 +361,28 @@ async fn copy_chunk(from: &TcpStream, to: &TcpStream, pending: &mut Vec<u8>) -> 
                 Err(e) => return Err(e),
             };
             if n == 0 {
-                return Ok(Some(0));
+                return Ok(Some((0, false)));
             }
+            let eof_next = closing && n < b.len();
             if n < b.len() {
                 drained(from);
             }
-            match to.try_write(&b[..n]) {
+            let sent = if eof_next {
+                sock::try_send_more(to, &b[..n])
+            } else {
+                to.try_write(&b[..n])
+            };
+            match sent {
                 Ok(m) => pending.extend_from_slice(&b[m..n]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     pending.extend_from_slice(&b[..n])
                 }
                 Err(e) => return Err(e),
             }
-            Ok(Some(n))
+            Ok(Some((n, eof_next)))
         })?;
-        if let Some(n) = step {
-            break n;
+        if let Some(step) = step {
+            break step;
         }
     };
     while !pending.is_empty() {
@@ -369,5 +400,5 @@ async fn copy_chunk(from: &TcpStream, to: &TcpStream, pending: &mut Vec<u8>) -> 
     if pending.capacity() > 0 {
         *pending = Vec::new();
     }
-    Ok(n)
+    Ok((n, eof_next))
 }

@@ -411,12 +411,11 @@ async fn connection(
     let server = loop {
         let dst = SocketAddr::new(plan.fwd.daddr, plan.fwd.dport);
         ctx.set_dest(adm.serial, (plan.fwd.daddr, plan.fwd.dport));
-        let err =
-            match tokio::time::timeout(ctx.config.connect_timeout, TcpStream::connect(dst)).await {
-                Ok(Ok(s)) => break s,
-                Ok(Err(e)) => e.to_string(),
-                Err(_) => "timed out".to_owned(),
-            };
+        let err = match tokio::time::timeout(ctx.config.connect_timeout, sock::connect(dst)).await {
+            Ok(Ok(s)) => break s,
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "timed out".to_owned(),
+        };
         ctx.stats.connect_failures.fetch_add(1, Ordering::Relaxed);
         tracing::debug!("proxy: connect {dst} for {caddr}: {err}");
         let attempts = u32::try_from(failed.len()).unwrap_or(u32::MAX);
@@ -450,7 +449,7 @@ async fn connection(
     if !cfg!(target_os = "linux") {
         let _ = client.set_nodelay(true);
     }
-    let _ = server.set_nodelay(true);
+    // The server socket got TCP_NODELAY before its connect (sock::connect).
     let mut server = server;
     if let Some(version) = plan.proxy_protocol {
         let mut hdr = Vec::with_capacity(64);

@@ -458,6 +458,53 @@ fn half_close_still_delivers_the_reply() {
     }
 }
 
+/// A server that answers and closes its side at once (data and FIN arrive
+/// together, the case the relay passes on as one segment): the client still
+/// reads the whole reply and EOF, and what it sends afterwards still
+/// reaches the server through the open direction.
+#[test]
+fn reply_with_fin_passes_and_the_other_direction_stays_open() {
+    run(async {
+        let h = Harness::new(config());
+        let l = TcpListener::bind(SocketAddr::new(lo(1), 0))
+            .await
+            .expect("backend");
+        let b = l.local_addr().expect("addr");
+        let (tx, rx) = tokio::sync::oneshot::channel::<Vec<u8>>();
+        tokio::spawn(async move {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            let mut req = [0u8; 5];
+            if s.read_exact(&mut req).await.is_err() {
+                return;
+            }
+            // Reply and half-close in one go.
+            let _ = s.write_all(b"reply").await;
+            let _ = s.shutdown().await;
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest).await;
+            let _ = tx.send(rest);
+        });
+        let vip = free_tcp(lo(111));
+        h.service(tcp_key(vip), rr(AddrFamily::Inet), &[b]);
+        {
+            let mut c = client(lo(56), vip).await;
+            t(c.write_all(b"hello")).await.expect("write");
+            let mut got = Vec::new();
+            t(c.read_to_end(&mut got)).await.expect("read to EOF");
+            assert_eq!(got, b"reply");
+            t(c.write_all(b"after the server's FIN"))
+                .await
+                .expect("write after EOF");
+            t(c.shutdown()).await.expect("shutdown");
+            let rest = t(rx).await.expect("server saw the rest");
+            assert_eq!(rest, b"after the server's FIN");
+        }
+        h.until("released", |ipvs| ipvs.conns().is_empty()).await;
+    });
+}
+
 #[test]
 fn weight_zero_drains_the_live_connection_and_sends_new_ones_elsewhere() {
     run(async {
