@@ -13,4 +13,12 @@
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+pub mod build;
+pub mod health;
 pub mod policy;
+pub mod runner;
+
+mod bridge;
+
+pub use build::{HealthPlan, ProbeJob, plan};
+pub use health::Health;

@@ -378,7 +378,7 @@ fn mix(mut x: u64) -> u64 {
 }
 
 /// The health-check state machine of a whole configuration.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Policy {
     config: HealthConfig,
     vs: Vec<Vs>,

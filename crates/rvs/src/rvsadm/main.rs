@@ -144,7 +144,24 @@ fn exec(socket: &PathBuf, commands: Vec<Command>, atomic: bool) -> Result<(), Fa
     }
 }
 
-fn run(args: Vec<String>, socket: &PathBuf) -> Result<(), Fail> {
+fn run(mut args: Vec<String>, socket: &PathBuf) -> Result<(), Fail> {
+    if let Some(i) = args.iter().position(|a| a == "--checks") {
+        args.remove(i);
+        // `rvsadm -L -n --checks` (the listing options are accepted and
+        // change nothing: addresses are always numeric here).
+        if args.iter().any(|a| {
+            !matches!(
+                a.as_str(),
+                "-L" | "-l" | "--list" | "-n" | "--numeric" | "-Ln" | "-nL"
+            )
+        }) {
+            return Err(Fail(
+                "--checks: only with -L/--list and -n/--numeric".into(),
+                2,
+            ));
+        }
+        return checks(socket);
+    }
     let inv = parse_args_named(PROG, args).map_err(|e| Fail(e.to_string(), e.exit_code))?;
     match inv.command {
         Ipvsadm::Help => {
@@ -186,6 +203,98 @@ fn run(args: Vec<String>, socket: &PathBuf) -> Result<(), Fail> {
             Err(e) => Err(Fail(error_text(&Command::Clear, &e), KERNEL_ERROR_EXIT)),
         },
     }
+}
+
+/// `--checks`: each virtual server's quorum, each real server's health
+/// state and weight, and each checker's state and last failure reason.
+fn checks(socket: &PathBuf) -> Result<(), Fail> {
+    let v = match call(socket, &Request::Checks)? {
+        Response::State(v) => v,
+        Response::Error { message, .. } => return Err(Fail(message, 1)),
+        other => {
+            return Err(Fail(
+                format!("rvsadm: unexpected answer from rvsd: {other:?}"),
+                1,
+            ));
+        }
+    };
+    print!("{}", format_checks(&v));
+    Ok(())
+}
+
+/// Text of `--checks` from the daemon's JSON.
+fn format_checks(v: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let s = |x: &serde_json::Value, k: &str| x[k].as_str().unwrap_or("").to_owned();
+    let n = |x: &serde_json::Value, k: &str| x[k].as_u64().unwrap_or(0);
+    let b = |x: &serde_json::Value, k: &str| x[k].as_bool().unwrap_or(false);
+    let mut out = String::new();
+    let empty = Vec::new();
+    let vss = v.as_array().unwrap_or(&empty);
+    if vss.is_empty() {
+        out.push_str("No health checkers (rvsd runs them for -f keepalived.conf)\n");
+    }
+    for vs in vss {
+        let _ = writeln!(
+            out,
+            "{}  quorum {}/{} {}  alive weight {}{}",
+            s(vs, "name"),
+            n(vs, "quorum"),
+            n(vs, "hysteresis"),
+            if b(vs, "quorum_up") { "UP" } else { "DOWN" },
+            n(vs, "alive_weight"),
+            if b(vs, "sorry_active") {
+                "  sorry server active"
+            } else {
+                ""
+            }
+        );
+        for rs in vs["reals"].as_array().unwrap_or(&empty) {
+            let alive = b(rs, "alive");
+            let mut line = format!(
+                "  -> {:<24} {:<5} weight {}",
+                s(rs, "name"),
+                if alive { "UP" } else { "DOWN" },
+                n(rs, "weight")
+            );
+            if n(rs, "weight") != n(rs, "configured_weight") {
+                let _ = write!(line, " (configured {})", n(rs, "configured_weight"));
+            }
+            if !alive && b(rs, "inhibit") {
+                line.push_str(" inhibited (weight 0)");
+            }
+            if let Some(r) = rs["down_reason"].as_str() {
+                let _ = write!(line, "  reason: {r}");
+            }
+            let _ = writeln!(out, "{line}");
+            for c in rs["checkers"].as_array().unwrap_or(&empty) {
+                let mut line = format!(
+                    "       {:<30} {:<5}",
+                    s(c, "label"),
+                    if b(c, "up") { "UP" } else { "DOWN" }
+                );
+                match c["last_ok"].as_bool() {
+                    None => line.push_str(" not run yet"),
+                    Some(ok) => {
+                        let _ = write!(
+                            line,
+                            " last {} in {:.1}ms",
+                            if ok { "ok" } else { "failed" },
+                            n(c, "last_latency_us") as f64 / 1000.0
+                        );
+                    }
+                }
+                if n(c, "retries") > 0 {
+                    let _ = write!(line, ", retry {}", n(c, "retries"));
+                }
+                if let Some(f) = c["last_failure"].as_str() {
+                    let _ = write!(line, "  last failure: {f}");
+                }
+                let _ = writeln!(out, "{line}");
+            }
+        }
+    }
+    out
 }
 
 /// `-R`: read ipvsadm commands from stdin and apply them as ONE atomic batch
