@@ -7,6 +7,7 @@ mod harness;
 
 mod check;
 mod golden;
+mod health;
 mod http;
 mod proxy;
 mod reload;
