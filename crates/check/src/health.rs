@@ -23,6 +23,41 @@ struct Histogram {
     sum: f64,
 }
 
+impl Histogram {
+    fn observe(&mut self, secs: f64) {
+        for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
+            if secs <= *b {
+                self.buckets[i] += 1;
+            }
+        }
+        self.count += 1;
+        self.sum += secs;
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {}",
+                self.buckets[i]
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
+        if labels.is_empty() {
+            let _ = writeln!(out, "{name}_sum {}", self.sum);
+            let _ = writeln!(out, "{name}_count {}", self.count);
+        } else {
+            let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
+            let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
+        }
+    }
+}
+
 /// What the runner must do after a [`Health::step`].
 #[derive(Debug, Default)]
 pub struct Work {
@@ -43,6 +78,7 @@ pub struct Health {
     policy: Policy,
     jobs: HashMap<CheckerId, ProbeJob>,
     latency: HashMap<Labels, Histogram>,
+    lateness: Histogram,
     transitions: HashMap<(Labels, &'static str), u64>,
 }
 
@@ -59,6 +95,7 @@ impl Health {
             policy: Policy::new(seed),
             jobs: HashMap::new(),
             latency: HashMap::new(),
+            lateness: Histogram::default(),
             transitions: HashMap::new(),
         }
     }
@@ -104,15 +141,10 @@ impl Health {
     pub fn step(&mut self, now: Instant, results: Vec<(CheckerId, Outcome)>) -> Work {
         for (id, o) in results {
             if let Some(l) = self.labels(id) {
-                let h = self.latency.entry(l).or_default();
-                let secs = o.latency.as_secs_f64();
-                for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
-                    if secs <= *b {
-                        h.buckets[i] += 1;
-                    }
-                }
-                h.count += 1;
-                h.sum += secs;
+                self.latency
+                    .entry(l)
+                    .or_default()
+                    .observe(o.latency.as_secs_f64());
             }
             self.policy.handle_result(now, id, o);
         }
@@ -121,6 +153,9 @@ impl Health {
         while let Some(a) = self.policy.poll_action() {
             match a {
                 Action::Probe(id) => {
+                    if let Some(late) = self.policy.lateness(id, now) {
+                        self.lateness.observe(late.as_secs_f64());
+                    }
                     if let Some(j) = self.jobs.get(&id) {
                         work.probes.push((id, j.clone()));
                     }
@@ -218,21 +253,14 @@ impl Health {
                 esc(r),
                 esc(c)
             );
-            for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "rvs_check_latency_seconds_bucket{{{l},le=\"{b}\"}} {}",
-                    h.buckets[i]
-                );
-            }
-            let _ = writeln!(
-                out,
-                "rvs_check_latency_seconds_bucket{{{l},le=\"+Inf\"}} {}",
-                h.count
-            );
-            let _ = writeln!(out, "rvs_check_latency_seconds_sum{{{l}}} {}", h.sum);
-            let _ = writeln!(out, "rvs_check_latency_seconds_count{{{l}}} {}", h.count);
+            h.render(out, "rvs_check_latency_seconds", &l);
         }
+        let _ = writeln!(
+            out,
+            "# HELP rvs_check_lateness_seconds How late probes start compared to their schedule."
+        );
+        let _ = writeln!(out, "# TYPE rvs_check_lateness_seconds histogram");
+        self.lateness.render(out, "rvs_check_lateness_seconds", "");
         let _ = writeln!(
             out,
             "# HELP rvs_check_transitions_total Health checker state changes."

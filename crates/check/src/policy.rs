@@ -290,6 +290,8 @@ struct Chk {
     has_run: bool,
     retry_it: u32,
     due: Option<Instant>,
+    /// When the running probe was due (its start minus this = lateness).
+    started_due: Option<Instant>,
     in_flight: bool,
     last_failure: Option<String>,
     last_latency: Option<Duration>,
@@ -496,6 +498,7 @@ impl Policy {
                                 has_run: false,
                                 retry_it: 0,
                                 due: Some(now + Duration::from_millis(delay)),
+                                started_due: None,
                                 in_flight: false,
                                 last_failure: None,
                                 last_latency: None,
@@ -584,6 +587,7 @@ impl Policy {
             if let Some(&i) = self.by_id.get(&id) {
                 let c = &mut self.checkers[i];
                 c.due = None;
+                c.started_due = Some(t);
                 c.in_flight = true;
                 self.actions.push_back(Action::Probe(id));
             }
@@ -882,6 +886,13 @@ impl Policy {
                 }
             }
         }
+    }
+
+    /// How late checker `id`'s running probe started at `now` compared to
+    /// its schedule (for the lateness histogram).
+    pub fn lateness(&self, id: CheckerId, now: Instant) -> Option<Duration> {
+        let c = &self.checkers[*self.by_id.get(&id)?];
+        c.started_due.map(|t| now.saturating_duration_since(t))
     }
 
     /// Name of virtual server `vs`.
