@@ -60,15 +60,19 @@ async fn check_url(
     }
 }
 
-/// The request bytes.
+/// The request bytes: keepalived's request, header for header (including
+/// its `User-Agent: KeepAliveClient`, which backends often use to recognise
+/// and filter health checks in their logs or access rules).
 pub fn request(path: &str, host: &str, version: HttpVersion) -> Vec<u8> {
     let (minor, close) = match version {
         HttpVersion::Http10 => (0, ""),
         HttpVersion::Http10Close => (0, "Connection: close\r\n"),
         HttpVersion::Http11 => (1, "Connection: close\r\n"),
     };
-    format!("GET {path} HTTP/1.{minor}\r\nUser-Agent: rvs-check\r\n{close}Host: {host}\r\n\r\n")
-        .into_bytes()
+    format!(
+        "GET {path} HTTP/1.{minor}\r\nUser-Agent: KeepAliveClient\r\n{close}Host: {host}\r\n\r\n"
+    )
+    .into_bytes()
 }
 
 /// A buffered reader whose every read is bounded by the per-operation
@@ -329,7 +333,7 @@ mod tests {
     fn request_forms() {
         assert_eq!(
             request("/x", "h:80", HttpVersion::Http10),
-            b"GET /x HTTP/1.0\r\nUser-Agent: rvs-check\r\nHost: h:80\r\n\r\n".to_vec()
+            b"GET /x HTTP/1.0\r\nUser-Agent: KeepAliveClient\r\nHost: h:80\r\n\r\n".to_vec()
         );
         let r11 = String::from_utf8(request("/", "a", HttpVersion::Http11)).unwrap();
         assert!(r11.starts_with("GET / HTTP/1.1\r\n"));

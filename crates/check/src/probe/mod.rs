@@ -306,7 +306,10 @@ impl Failure {
 
 /// Runs one probe against `target` and reports the outcome and how long it
 /// took. Never panics on peer input; every wait is bounded (see the module
-/// docs for which timeout bounds what).
+/// docs for which timeout bounds what). HTTP/SSL bounds each I/O step, not
+/// the total, as keepalived does: a runner that wants a hard cap wraps this
+/// future in its own timeout. Dropping the future at any point is safe:
+/// sockets close, and a MISC program's whole process group is killed.
 pub async fn run(spec: &ProbeSpec, target: &ProbeTarget) -> ProbeResult {
     let start = Instant::now();
     let mut misc_weight = None;

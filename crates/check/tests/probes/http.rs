@@ -431,3 +431,34 @@ async fn ssl_get_status_through_tls() {
     .await;
     assert_eq!(r.outcome, Err(Failure::Status(503)));
 }
+
+#[tokio::test]
+async fn http_ipv6_host_header_in_brackets() {
+    let Ok(l) = std::net::TcpListener::bind("[::1]:0") else {
+        eprintln!("skipping http_ipv6_host_header_in_brackets: no IPv6 loopback");
+        return;
+    };
+    drop(l);
+    let l = TcpListener::bind("[::1]:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        if let Ok((s, _)) = l.accept().await
+            && let Some(r) = handle(s, Reply::Bytes(response("200 OK", BODY))).await
+        {
+            let _ = tx.send(r);
+        }
+    });
+    let r = run(
+        &http(vec![url("/", None)], None, HttpVersion::Http10),
+        &target(addr, 1000),
+    )
+    .await;
+    assert_eq!(r.outcome, Ok(()));
+    let req = rx.recv().await.unwrap();
+    assert!(
+        req.contains(&format!("Host: [::1]:{}\r\n", addr.port())),
+        "{req}"
+    );
+    assert!(req.contains("User-Agent: KeepAliveClient\r\n"), "{req}");
+}
