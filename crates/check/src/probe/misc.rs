@@ -65,6 +65,36 @@ pub fn split_command(line: &str) -> Option<Vec<String>> {
     Some(words)
 }
 
+/// Resolves MISC_CHECK's `user USER [GROUP]` (as the configuration stores
+/// it: words separated by a space) to a uid and gid, as keepalived does: the
+/// user's primary group unless a group is named. Numeric ids are accepted
+/// where no such name exists. Reads the user and group databases, so call
+/// it when a configuration is loaded, not per check.
+pub fn resolve_user(spec: &str) -> Result<(u32, u32), Failure> {
+    use nix::unistd::{Group, User};
+    let mut words = spec.split_whitespace();
+    let name = words
+        .next()
+        .ok_or_else(|| Failure::Spawn("empty user".into()))?;
+    let (uid, primary_gid) = match User::from_name(name) {
+        Ok(Some(u)) => (u.uid.as_raw(), Some(u.gid.as_raw())),
+        Ok(None) | Err(_) => match name.parse::<u32>() {
+            Ok(uid) => (uid, None),
+            Err(_) => return Err(Failure::Spawn(format!("unknown user {name:?}"))),
+        },
+    };
+    let gid = match words.next() {
+        Some(g) => match Group::from_name(g) {
+            Ok(Some(gr)) => gr.gid.as_raw(),
+            Ok(None) | Err(_) => g
+                .parse::<u32>()
+                .map_err(|_| Failure::Spawn(format!("unknown group {g:?}")))?,
+        },
+        None => primary_gid.unwrap_or(uid),
+    };
+    Ok((uid, gid))
+}
+
 /// Kills the process group when dropped while armed.
 struct GroupGuard(Option<Pid>);
 
@@ -150,6 +180,18 @@ fn judge(status: std::process::ExitStatus, dynamic: bool) -> Result<Option<u32>,
 #[cfg(test)]
 mod tests {
     use super::split_command;
+
+    #[test]
+    fn resolves_users() {
+        use super::resolve_user;
+        // root exists everywhere, with primary group 0.
+        assert_eq!(resolve_user("root").unwrap(), (0, 0));
+        assert_eq!(resolve_user("root 65534").unwrap(), (0, 65534));
+        assert_eq!(resolve_user("4242").unwrap(), (4242, 4242));
+        assert!(resolve_user("no-such-user-rvs").is_err());
+        assert!(resolve_user("root no-such-group-rvs").is_err());
+        assert!(resolve_user("").is_err());
+    }
 
     #[test]
     fn splits_like_keepalived() {
