@@ -94,6 +94,9 @@ impl<S: AsyncRead + Unpin> Reader<S> {
         let mut chunk = [0u8; 8192];
         match tokio::time::timeout(self.timeout, self.s.read(&mut chunk)).await {
             Err(_) => Err(Failure::Timeout),
+            // A TLS peer that closes without close_notify: the end of the
+            // stream, as keepalived (and most HTTP clients) take it.
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
             Ok(Err(e)) => Err(Failure::from_io(&e)),
             Ok(Ok(0)) => Ok(false),
             Ok(Ok(n)) => {

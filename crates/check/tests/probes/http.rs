@@ -462,3 +462,34 @@ async fn http_ipv6_host_header_in_brackets() {
     );
     assert!(req.contains("User-Agent: KeepAliveClient\r\n"), "{req}");
 }
+
+#[tokio::test]
+async fn ssl_get_body_until_close_without_close_notify() {
+    let cert = self_signed(&["x.example"]);
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let acceptor = cert.acceptor;
+    tokio::spawn(async move {
+        for _ in 0..2 {
+            let Ok((s, _)) = l.accept().await else { return };
+            let Ok(mut t) = acceptor.accept(s).await else {
+                return;
+            };
+            let mut b = [0u8; 1024];
+            let _ = t.read(&mut b).await;
+            let mut raw = b"HTTP/1.0 200 OK\r\n\r\n".to_vec();
+            raw.extend_from_slice(BODY);
+            let _ = t.write_all(&raw).await;
+            let _ = t.flush().await;
+            // Close the TCP connection without a TLS close_notify.
+            let (tcp, _) = t.into_inner();
+            drop(tcp);
+        }
+    });
+    let spec = ssl(vec![url("/", Some(md5hex(BODY)))], TlsSpec::default(), None);
+    let r = run(&spec, &target(addr, 2000)).await;
+    assert_eq!(r.outcome, Ok(()));
+    let spec = ssl(vec![url("/", Some(md5hex(b"x")))], TlsSpec::default(), None);
+    let r = run(&spec, &target(addr, 2000)).await;
+    assert_eq!(r.outcome, Err(Failure::DigestMismatch));
+}
