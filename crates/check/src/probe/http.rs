@@ -1,8 +1,9 @@
 //! `HTTP_GET` / `SSL_GET`: a small HTTP/1.0 and 1.1 client.
 //!
-//! Per URL: a fresh connection, `GET PATH HTTP/1.x` with `Host:` = the
-//! URL's virtualhost, else the checker's, else `ADDRESS:PORT` (keepalived's
-//! rule), `Connection: close` for `1.0C` and `1.1`. The response's status
+//! Per URL: a fresh connection (connect and TLS handshake together within
+//! one `connect_timeout`, as keepalived's connect timer covers both),
+//! `GET PATH HTTP/1.x` with `Host:` = the URL's virtualhost, else the
+//! checker's, else `ADDRESS:PORT` (keepalived's rule), `Connection: close` for `1.0C` and `1.1`. The response's status
 //! line and headers are read, then the body framed by `Transfer-Encoding:
 //! chunked`, `Content-Length` or the close of the connection. The status
 //! must be in one of the URL's ranges; with a `digest`, the MD5 of the body
@@ -50,11 +51,13 @@ async fn check_url(
         None => sock::host_port(target.addr),
     };
     let request = request(&url.path, &host, version);
+    // keepalived gives the TLS handshake what is left of the connect timer.
+    let deadline = tokio::time::Instant::now() + target.connect_timeout;
     let tcp = sock::tcp_connect(target).await?;
     match tls_spec {
         None => exchange(tcp, &request, url, target).await,
         Some(t) => {
-            let stream = tls::connect(tcp, t, target).await?;
+            let stream = tls::connect(tcp, t, target, deadline).await?;
             exchange(stream, &request, url, target).await
         }
     }

@@ -8,10 +8,10 @@
 //!
 //! Timeouts follow keepalived, per checker type (checked in its sources):
 //! - TCP: `connect_timeout` bounds the connect.
-//! - HTTP/SSL: `connect_timeout` bounds the connect, the TLS handshake, and
-//!   then EACH following read or write separately (keepalived re-arms the
-//!   timer for every I/O step), so a server that keeps sending slowly is not
-//!   cut off; one fresh connection per URL.
+//! - HTTP/SSL: one `connect_timeout` bounds the connect and the TLS
+//!   handshake together, then EACH following write or read separately
+//!   (keepalived re-arms the timer for every I/O step), so a server that
+//!   keeps sending slowly is not cut off; one fresh connection per URL.
 //! - DNS and UDP: `connect_timeout` bounds the whole exchange.
 //! - MISC: the spec's own `timeout` (keepalived's `misc_timeout`, defaulting
 //!   to `delay_loop`, resolved by the caller); on expiry the process group

@@ -121,11 +121,12 @@ fn verifying_config(ca: &Path) -> Result<Arc<ClientConfig>, Failure> {
     Ok(cfg)
 }
 
-/// Runs the TLS handshake over `tcp` within `connect_timeout`.
+/// Runs the TLS handshake over `tcp`, finishing by `deadline`.
 pub(crate) async fn connect(
     tcp: TcpStream,
     spec: &TlsSpec,
     target: &ProbeTarget,
+    deadline: tokio::time::Instant,
 ) -> Result<TlsStream<TcpStream>, Failure> {
     let cfg = match &spec.verify_ca {
         None => no_verify_config()?,
@@ -137,7 +138,7 @@ pub(crate) async fn connect(
         None => ServerName::IpAddress(target.addr.ip().into()),
     };
     let connector = TlsConnector::from(cfg);
-    match tokio::time::timeout(target.connect_timeout, connector.connect(name, tcp)).await {
+    match tokio::time::timeout_at(deadline, connector.connect(name, tcp)).await {
         Ok(Ok(s)) => Ok(s),
         Ok(Err(e)) => Err(Failure::Tls(e.to_string())),
         Err(_) => Err(Failure::Timeout),

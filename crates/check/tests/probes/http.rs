@@ -493,3 +493,17 @@ async fn ssl_get_body_until_close_without_close_notify() {
     let r = run(&spec, &target(addr, 2000)).await;
     assert_eq!(r.outcome, Err(Failure::DigestMismatch));
 }
+
+#[tokio::test]
+async fn ssl_get_connect_and_handshake_share_the_timeout() {
+    // Accepts TCP, never speaks TLS.
+    let (addr, _rx) = serve(None, Reply::Silent).await;
+    let r = run(
+        &ssl(vec![url("/", None)], TlsSpec::default(), None),
+        &target(addr, 400),
+    )
+    .await;
+    assert_eq!(r.outcome, Err(Failure::Timeout));
+    assert!(r.latency >= Duration::from_millis(400), "{:?}", r.latency);
+    assert!(r.latency < Duration::from_millis(700), "{:?}", r.latency);
+}
