@@ -24,6 +24,37 @@ pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// Runs `f` on a new thread inside a fresh network namespace with `lo` up
+/// and `ping_group_range` set to `range` (None = the namespace default).
+pub fn in_netns<T: Send + 'static>(
+    range: Option<&'static str>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        let st = std::process::Command::new("ip")
+            .args(["link", "set", "lo", "up"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        if let Some(r) = range {
+            std::fs::write("/proc/sys/net/ipv4/ping_group_range", r).unwrap();
+        }
+        f()
+    })
+    .join()
+    .unwrap()
+}
+
+/// Runs `cmd` (an `ip` command line) in the calling thread's namespace.
+pub fn ip(args: &str) {
+    let st = std::process::Command::new("ip")
+        .args(args.split_whitespace())
+        .status()
+        .unwrap();
+    assert!(st.success(), "ip {args}");
+}
+
 /// A private temporary directory removed on drop.
 pub struct TempDir(pub PathBuf);
 

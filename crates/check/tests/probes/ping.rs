@@ -3,29 +3,7 @@
 
 use rvs_check::probe::{Failure, ProbeSpec, run};
 
-use super::{is_root, target};
-
-/// Runs `f` on a new thread inside a fresh network namespace with `lo` up
-/// and `ping_group_range` set to `range` (None = the namespace default).
-fn in_netns<T: Send + 'static>(
-    range: Option<&'static str>,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    std::thread::spawn(move || {
-        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-        let st = std::process::Command::new("ip")
-            .args(["link", "set", "lo", "up"])
-            .status()
-            .unwrap();
-        assert!(st.success());
-        if let Some(r) = range {
-            std::fs::write("/proc/sys/net/ipv4/ping_group_range", r).unwrap();
-        }
-        f()
-    })
-    .join()
-    .unwrap()
-}
+use super::{in_netns, is_root, target};
 
 fn ping_once() -> Result<(), Failure> {
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -106,3 +106,55 @@ async fn tcp_failure_kind_labels() {
     assert_eq!(Failure::Status(503).kind(), "status");
     assert_eq!(Failure::Exit(1).to_string(), "exit status 1");
 }
+
+/// Runs one probe on a current-thread runtime (for tests inside a netns thread).
+fn block_on_probe(spec: ProbeSpec, t: rvs_check::probe::ProbeTarget) -> Result<(), Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async move { run(&spec, &t).await.outcome })
+}
+
+#[test]
+fn tcp_fwmark_reaches_policy_routing() {
+    if !is_root() {
+        eprintln!("skipping tcp_fwmark_reaches_policy_routing: needs root for a network namespace");
+        return;
+    }
+    // In a private netns: packets marked 0x42 hit a `prohibit` rule placed
+    // before the local table, unmarked ones reach the listener.
+    let (marked, unmarked) = super::in_netns(None, || {
+        super::ip("rule add pref 10 fwmark 0x42 prohibit");
+        super::ip("rule del pref 0 lookup local");
+        super::ip("rule add pref 100 lookup local");
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut t = target(addr, 1000);
+        let unmarked = block_on_probe(ProbeSpec::Tcp, t.clone());
+        t.fwmark = Some(0x42);
+        let marked = block_on_probe(ProbeSpec::Tcp, t);
+        (marked, unmarked)
+    });
+    assert_eq!(unmarked, Ok(()));
+    assert!(matches!(marked, Err(Failure::Io(_))), "{marked:?}");
+}
+
+#[tokio::test]
+async fn tcp_bind_if() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut t = target(l.local_addr().unwrap(), 1000);
+    t.bind_if = Some("lo".into());
+    let r = run(&ProbeSpec::Tcp, &t).await;
+    if is_root() {
+        assert_eq!(r.outcome, Ok(()));
+        t.bind_if = Some("rvs-nodev0".into());
+        let r = run(&ProbeSpec::Tcp, &t).await;
+        assert!(matches!(r.outcome, Err(Failure::Io(_))), "{r:?}");
+    } else {
+        eprintln!(
+            "not root: SO_BINDTODEVICE may be refused; only checking it does not pass silently"
+        );
+        assert!(r.outcome.is_ok() || matches!(r.outcome, Err(Failure::Io(_))));
+    }
+}
