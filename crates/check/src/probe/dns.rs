@@ -86,6 +86,18 @@ pub enum Verdict {
     Done(Result<(), Failure>),
 }
 
+/// The mnemonic operators know (`NXDOMAIN`, `SERVFAIL`...) for an RCODE.
+pub fn rcode_name(rcode: u8) -> String {
+    match rcode {
+        1 => "FORMERR".into(),
+        2 => "SERVFAIL".into(),
+        3 => "NXDOMAIN".into(),
+        4 => "NOTIMP".into(),
+        5 => "REFUSED".into(),
+        n => format!("rcode {n} ({})", ResponseCode::from_low(n).to_str()),
+    }
+}
+
 /// Judges one datagram against the query `id`.
 pub fn judge(datagram: &[u8], id: u16, qtype: DnsType, require_answer: bool) -> Verdict {
     if datagram.len() < 12 {
@@ -96,9 +108,7 @@ pub fn judge(datagram: &[u8], id: u16, qtype: DnsType, require_answer: bool) -> 
     }
     let rcode = datagram[3] & 0x0f;
     if rcode != 0 {
-        return Verdict::Done(Err(Failure::Rcode(
-            ResponseCode::from_low(rcode).to_str().to_owned(),
-        )));
+        return Verdict::Done(Err(Failure::Rcode(rcode_name(rcode))));
     }
     if !require_answer {
         return Verdict::Done(Ok(()));
@@ -180,7 +190,7 @@ mod tests {
         resp[3] |= 3;
         assert_eq!(
             judge(&resp, id, DnsType::A, false),
-            Verdict::Done(Err(Failure::Rcode("Non-Existent Domain".into())))
+            Verdict::Done(Err(Failure::Rcode("NXDOMAIN".into())))
         );
         let (_, root) = query(DnsType::Soa, ".").unwrap();
         assert!(
