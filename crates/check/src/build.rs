@@ -42,8 +42,8 @@ pub struct HealthPlan {
     pub warnings: Vec<String>,
 }
 
-/// Does this build run checkers of this kind? (The probe bridge runs
-/// TCP_CHECK; the other kinds arrive with the probe module.)
+/// Does this build run checkers of this kind? (All but SMTP_CHECK,
+/// FILE_CHECK and BFD_CHECK.)
 pub fn supported(kind: &CheckerKind) -> bool {
     crate::bridge::supports(kind)
 }
@@ -209,14 +209,23 @@ mod tests {
             ("10.0.0.2:80", 3, true)
         );
         assert_eq!(rs.notify_down.as_ref().unwrap().command, "/bin/down");
-        // TCP runs here; HTTP_GET waits for the probe module (warned).
-        assert_eq!(rs.checkers.len(), 1);
+        assert_eq!(rs.checkers.len(), 2);
         assert_eq!(rs.checkers[0].label, "TCP_CHECK 10.0.0.2:81");
         assert_eq!(rs.checkers[0].timing.retry, 4);
         assert_eq!(rs.checkers[0].timing.delay_loop, Duration::from_secs(7));
-        assert_eq!(p.jobs.len(), 1);
+        assert_eq!(rs.checkers[1].label, "HTTP_GET 10.0.0.2:80");
+        assert_eq!(p.jobs.len(), 2);
         assert_eq!(p.jobs[0].connect_timeout, Duration::from_secs(2));
-        assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
+        assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+        match crate::bridge::spec(&p.jobs[1]) {
+            Ok(crate::probe::ProbeSpec::Http {
+                urls, tls: None, ..
+            }) => {
+                assert_eq!(urls[0].path, "/");
+                assert_eq!(urls[0].status, vec![200..=299]);
+            }
+            other => panic!("{other:?}"),
+        }
         assert!(vs.reals[1].checkers.is_empty());
     }
 }

@@ -9,7 +9,9 @@
 //! * [`health`] — the policy plus probe jobs, statistics and metrics, as the
 //!   daemon holds it;
 //! * [`runner`] — the tokio driver: runs due probes concurrently, feeds
-//!   results back and pushes health changes to the data plane.
+//!   results back and pushes health changes to the data plane;
+//! * [`probe`] — the probes themselves (TCP, HTTP/SSL, MISC, DNS, UDP, PING);
+//!   `bridge` maps a configured checker to a probe.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod build;

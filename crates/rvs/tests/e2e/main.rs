@@ -8,6 +8,7 @@ mod harness;
 mod check;
 mod golden;
 mod health;
+mod health_probes;
 mod http;
 mod proxy;
 mod reload;
