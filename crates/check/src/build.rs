@@ -137,6 +137,7 @@ pub fn plan(conf: &KeepalivedConf, specs: &[ServiceSpec]) -> HealthPlan {
                         warmup: e.warmup,
                         alpha: e.alpha,
                     },
+                    log_all_failures: e.log_all_failures || conf.global.checker_log_all_failures,
                 });
                 out.jobs.push(j);
             }

@@ -100,6 +100,9 @@ pub struct CheckerSpec {
     pub identity: String,
     /// Timing.
     pub timing: Timing,
+    /// `log_all_failures` (or the global `checker_log_all_failures`): log
+    /// every failure of an UP checker, not only the accepted one.
+    pub log_all_failures: bool,
 }
 
 /// A real server as the policy sees it.
@@ -216,6 +219,16 @@ pub enum Event {
         reason: String,
         /// Retries made before accepting the failure.
         retries: u32,
+    },
+    /// A failure of an UP checker that is going to be retried (reported
+    /// only with `log_all_failures`).
+    CheckFailed {
+        /// The checker.
+        checker: CheckerId,
+        /// The failure.
+        reason: String,
+        /// Retry about to be made (1-based).
+        retry: u32,
     },
     /// A real server became alive.
     RealServerUp {
@@ -643,6 +656,13 @@ impl Policy {
         } else if is_up {
             delay = t.delay_before_retry;
             self.checkers[i].retry_it += 1;
+            if self.checkers[i].spec.log_all_failures {
+                self.actions.push_back(Action::Event(Event::CheckFailed {
+                    checker: id,
+                    reason: outcome.result.err().unwrap_or_default(),
+                    retry: retry_it + 1,
+                }));
+            }
         }
         let c = &mut self.checkers[i];
         c.has_run = true;
@@ -967,6 +987,14 @@ impl Policy {
                     String::new()
                 }
             ),
+            Event::CheckFailed {
+                checker,
+                reason,
+                retry,
+            } => format!(
+                "{} failed ({reason}); retry {retry}",
+                self.checker_label(*checker)
+            ),
             Event::RealServerUp { vs, rs } => {
                 let inhibit = self
                     .config
@@ -1025,6 +1053,10 @@ impl Policy {
 
     /// The whole state, for `rvsadm --checks` and the JSON view.
     pub fn status(&self) -> Vec<VsStatus> {
+        let mut by_rs: HashMap<(usize, usize), Vec<&Chk>> = HashMap::new();
+        for c in &self.checkers {
+            by_rs.entry((c.vs, c.rs)).or_default().push(c);
+        }
         self.config
             .virtual_servers
             .iter()
@@ -1049,10 +1081,11 @@ impl Policy {
                             configured_weight: rs.weight,
                             inhibit: rs.inhibit,
                             down_reason: st.down_reason.clone(),
-                            checkers: self
-                                .checkers
+                            checkers: by_rs
+                                .get(&(vi, ri))
+                                .map(Vec::as_slice)
+                                .unwrap_or_default()
                                 .iter()
-                                .filter(|c| c.vs == vi && c.rs == ri)
                                 .map(|c| CheckerStatus {
                                     id: c.id,
                                     label: c.spec.label.clone(),

@@ -27,6 +27,7 @@ fn chk(label: &str, t: Timing) -> CheckerSpec {
         label: label.into(),
         identity: format!("{label} {t:?}"),
         timing: t,
+        log_all_failures: false,
     }
 }
 
@@ -650,4 +651,28 @@ fn a_flapping_server_touches_only_its_virtual_server() {
             .collect();
         assert_eq!(syncs, vec![&Action::Sync(0)]);
     }
+}
+
+#[test]
+fn log_all_failures_reports_retried_failures() {
+    let mut c = chk("TCP", timing(5, 2, 1));
+    c.log_all_failures = true;
+    let mut sim = Sim::new(cfg(vs(vec![rs(1, 1, vec![c])])));
+    let a = sim.step(Outcome::fail("timeout"), ms(0));
+    assert!(
+        matches!(&a[..], [Action::Event(Event::CheckFailed { retry: 1, reason, .. })] if reason == "timeout"),
+        "{a:?}"
+    );
+    assert_eq!(
+        sim.p.describe(match &a[0] {
+            Action::Event(e) => e,
+            _ => unreachable!(),
+        }),
+        "TCP failed (timeout); retry 1"
+    );
+    let mut sim = Sim::new(cfg(vs(vec![rs(1, 1, vec![chk("TCP", timing(5, 2, 1))])])));
+    assert!(
+        sim.step(Outcome::fail("timeout"), ms(0)).is_empty(),
+        "silent by default"
+    );
 }

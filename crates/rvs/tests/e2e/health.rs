@@ -318,6 +318,11 @@ fn reload_keeps_a_down_server_out_and_metrics_show_it() {
     );
     assert!(metrics.contains("rvs_check_latency_seconds_count{"));
     assert!(metrics.contains("to=\"down\"} 1"), "{metrics}");
+    let checks = http_get(http_port, "/api/v1/checks");
+    assert!(
+        checks.contains("\"last_failure\":\"connection refused\""),
+        "{checks}"
+    );
 }
 
 fn http_get(port: u16, path: &str) -> String {
