@@ -226,7 +226,10 @@ impl rvs_check::runner::Host for Daemon {
         if cmds.is_empty() {
             return;
         }
-        if let Err(e) = self.ctl.exec(&cmds, true) {
+        // A single change applies directly (the core's operations are all
+        // or nothing); several (a sorry-server swap) are tried on a scratch
+        // copy first. Either way a failure changes nothing.
+        if let Err(e) = self.ctl.exec(&cmds, false) {
             tracing::error!(target: "rvs::check", "applying a health change: {}", e.error);
         }
         for e in self.ctl.take_plane_errors() {
