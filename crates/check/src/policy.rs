@@ -26,7 +26,10 @@
 //! * a real server is alive when all its checkers are UP (one without
 //!   checkers is always alive); alive → in the pool with its weight; not
 //!   alive → out of the pool, or in with weight 0 with `inhibit_on_failure`;
-//! * `misc_dynamic` results set the real server's weight;
+//! * `misc_dynamic` results set the real server's weight (exit code − 2;
+//!   exit 0 restores the configured weight, check_misc.c); a MISC_CHECK
+//!   times its next run from the start of the previous one, the others
+//!   from the end;
 //! * per virtual server, `sum` = total weight of alive real servers; quorum is
 //!   lost when `sum == 0 || sum < quorum - hysteresis` and gained when
 //!   `sum >= quorum + hysteresis`. On loss `quorum_down` runs and, with a
@@ -103,6 +106,12 @@ pub struct CheckerSpec {
     /// `log_all_failures` (or the global `checker_log_all_failures`): log
     /// every failure of an UP checker, not only the accepted one.
     pub log_all_failures: bool,
+    /// `MISC_CHECK` with `misc_dynamic`: a success carries the weight (exit
+    /// code − 2), and exit 0 (no weight) restores the configured weight.
+    pub misc_dynamic: bool,
+    /// `MISC_CHECK` times its next run from the start of the previous one
+    /// (keepalived's `last_ran`); the other checkers from its end.
+    pub interval_from_start: bool,
 }
 
 /// A real server as the policy sees it.
@@ -305,6 +314,8 @@ struct Chk {
     due: Option<Instant>,
     /// When the running probe was due (its start minus this = lateness).
     started_due: Option<Instant>,
+    /// When the running probe started.
+    started_at: Option<Instant>,
     in_flight: bool,
     last_failure: Option<String>,
     last_latency: Option<Duration>,
@@ -512,6 +523,7 @@ impl Policy {
                                 retry_it: 0,
                                 due: Some(now + Duration::from_millis(delay)),
                                 started_due: None,
+                                started_at: None,
                                 in_flight: false,
                                 last_failure: None,
                                 last_latency: None,
@@ -601,6 +613,7 @@ impl Policy {
                 let c = &mut self.checkers[i];
                 c.due = None;
                 c.started_due = Some(t);
+                c.started_at = Some(now);
                 c.in_flight = true;
                 self.actions.push_back(Action::Probe(id));
             }
@@ -635,9 +648,15 @@ impl Policy {
                 c.last_failure = Some(r.clone());
             }
         }
-        // misc_dynamic: the weight is set before the success is handled.
-        if ok && let Some(w) = outcome.weight {
-            self.set_weight(vs, rs, w);
+        // misc_dynamic: the weight is set before the success is handled;
+        // exit 0 (no weight) means the configured weight.
+        if ok {
+            let configured = self.config.virtual_servers[vs].reals[rs].weight;
+            match (outcome.weight, self.checkers[i].spec.misc_dynamic) {
+                (Some(w), _) => self.set_weight(vs, rs, w),
+                (None, true) => self.set_weight(vs, rs, configured),
+                (None, false) => {}
+            }
         }
         let t = self.checkers[i].spec.timing.clone();
         let (is_up, has_run, retry_it) = {
@@ -666,7 +685,11 @@ impl Policy {
         }
         let c = &mut self.checkers[i];
         c.has_run = true;
-        let due = now + delay;
+        let base = match (c.spec.interval_from_start, c.started_at) {
+            (true, Some(start)) => start,
+            _ => now,
+        };
+        let due = (base + delay).max(now);
         c.due = Some(due);
         self.queue.insert((due, id));
     }
