@@ -137,6 +137,9 @@ pub fn plan(conf: &KeepalivedConf, specs: &[ServiceSpec]) -> HealthPlan {
                         warmup: e.warmup,
                         alpha: e.alpha,
                     },
+                    log_all_failures: e.log_all_failures || conf.global.checker_log_all_failures,
+                    misc_dynamic: matches!(&c.kind, CheckerKind::Misc(m) if m.dynamic),
+                    interval_from_start: matches!(c.kind, CheckerKind::Misc(_)),
                 });
                 out.jobs.push(j);
             }

@@ -182,6 +182,11 @@ impl Health {
                 }
                 tracing::info!(target: "rvs::check", "{line}");
             }
+            Event::CheckFailed { checker, .. } => {
+                if let Some(l) = self.labels(*checker) {
+                    tracing::info!(target: "rvs::check", "{line} (real server {} in {})", l.1, l.0);
+                }
+            }
             Event::RealServerDown { .. } | Event::QuorumLost { .. } => {
                 tracing::warn!(target: "rvs::check", "{line}")
             }

@@ -26,7 +26,10 @@
 //! * a real server is alive when all its checkers are UP (one without
 //!   checkers is always alive); alive → in the pool with its weight; not
 //!   alive → out of the pool, or in with weight 0 with `inhibit_on_failure`;
-//! * `misc_dynamic` results set the real server's weight;
+//! * `misc_dynamic` results set the real server's weight (exit code − 2;
+//!   exit 0 restores the configured weight, check_misc.c); a MISC_CHECK
+//!   times its next run from the start of the previous one, the others
+//!   from the end;
 //! * per virtual server, `sum` = total weight of alive real servers; quorum is
 //!   lost when `sum == 0 || sum < quorum - hysteresis` and gained when
 //!   `sum >= quorum + hysteresis`. On loss `quorum_down` runs and, with a
@@ -100,6 +103,15 @@ pub struct CheckerSpec {
     pub identity: String,
     /// Timing.
     pub timing: Timing,
+    /// `log_all_failures` (or the global `checker_log_all_failures`): log
+    /// every failure of an UP checker, not only the accepted one.
+    pub log_all_failures: bool,
+    /// `MISC_CHECK` with `misc_dynamic`: a success carries the weight (exit
+    /// code − 2), and exit 0 (no weight) restores the configured weight.
+    pub misc_dynamic: bool,
+    /// `MISC_CHECK` times its next run from the start of the previous one
+    /// (keepalived's `last_ran`); the other checkers from its end.
+    pub interval_from_start: bool,
 }
 
 /// A real server as the policy sees it.
@@ -217,6 +229,16 @@ pub enum Event {
         /// Retries made before accepting the failure.
         retries: u32,
     },
+    /// A failure of an UP checker that is going to be retried (reported
+    /// only with `log_all_failures`).
+    CheckFailed {
+        /// The checker.
+        checker: CheckerId,
+        /// The failure.
+        reason: String,
+        /// Retry about to be made (1-based).
+        retry: u32,
+    },
     /// A real server became alive.
     RealServerUp {
         /// Virtual server index.
@@ -292,6 +314,8 @@ struct Chk {
     due: Option<Instant>,
     /// When the running probe was due (its start minus this = lateness).
     started_due: Option<Instant>,
+    /// When the running probe started.
+    started_at: Option<Instant>,
     in_flight: bool,
     last_failure: Option<String>,
     last_latency: Option<Duration>,
@@ -499,6 +523,7 @@ impl Policy {
                                 retry_it: 0,
                                 due: Some(now + Duration::from_millis(delay)),
                                 started_due: None,
+                                started_at: None,
                                 in_flight: false,
                                 last_failure: None,
                                 last_latency: None,
@@ -588,6 +613,7 @@ impl Policy {
                 let c = &mut self.checkers[i];
                 c.due = None;
                 c.started_due = Some(t);
+                c.started_at = Some(now);
                 c.in_flight = true;
                 self.actions.push_back(Action::Probe(id));
             }
@@ -622,9 +648,15 @@ impl Policy {
                 c.last_failure = Some(r.clone());
             }
         }
-        // misc_dynamic: the weight is set before the success is handled.
-        if ok && let Some(w) = outcome.weight {
-            self.set_weight(vs, rs, w);
+        // misc_dynamic: the weight is set before the success is handled;
+        // exit 0 (no weight) means the configured weight.
+        if ok {
+            let configured = self.config.virtual_servers[vs].reals[rs].weight;
+            match (outcome.weight, self.checkers[i].spec.misc_dynamic) {
+                (Some(w), _) => self.set_weight(vs, rs, w),
+                (None, true) => self.set_weight(vs, rs, configured),
+                (None, false) => {}
+            }
         }
         let t = self.checkers[i].spec.timing.clone();
         let (is_up, has_run, retry_it) = {
@@ -643,10 +675,21 @@ impl Policy {
         } else if is_up {
             delay = t.delay_before_retry;
             self.checkers[i].retry_it += 1;
+            if self.checkers[i].spec.log_all_failures {
+                self.actions.push_back(Action::Event(Event::CheckFailed {
+                    checker: id,
+                    reason: outcome.result.err().unwrap_or_default(),
+                    retry: retry_it + 1,
+                }));
+            }
         }
         let c = &mut self.checkers[i];
         c.has_run = true;
-        let due = now + delay;
+        let base = match (c.spec.interval_from_start, c.started_at) {
+            (true, Some(start)) => start,
+            _ => now,
+        };
+        let due = (base + delay).max(now);
         c.due = Some(due);
         self.queue.insert((due, id));
     }
@@ -967,6 +1010,14 @@ impl Policy {
                     String::new()
                 }
             ),
+            Event::CheckFailed {
+                checker,
+                reason,
+                retry,
+            } => format!(
+                "{} failed ({reason}); retry {retry}",
+                self.checker_label(*checker)
+            ),
             Event::RealServerUp { vs, rs } => {
                 let inhibit = self
                     .config
@@ -1025,6 +1076,10 @@ impl Policy {
 
     /// The whole state, for `rvsadm --checks` and the JSON view.
     pub fn status(&self) -> Vec<VsStatus> {
+        let mut by_rs: HashMap<(usize, usize), Vec<&Chk>> = HashMap::new();
+        for c in &self.checkers {
+            by_rs.entry((c.vs, c.rs)).or_default().push(c);
+        }
         self.config
             .virtual_servers
             .iter()
@@ -1049,10 +1104,11 @@ impl Policy {
                             configured_weight: rs.weight,
                             inhibit: rs.inhibit,
                             down_reason: st.down_reason.clone(),
-                            checkers: self
-                                .checkers
+                            checkers: by_rs
+                                .get(&(vi, ri))
+                                .map(Vec::as_slice)
+                                .unwrap_or_default()
                                 .iter()
-                                .filter(|c| c.vs == vi && c.rs == ri)
                                 .map(|c| CheckerStatus {
                                     id: c.id,
                                     label: c.spec.label.clone(),

@@ -27,6 +27,9 @@ fn chk(label: &str, t: Timing) -> CheckerSpec {
         label: label.into(),
         identity: format!("{label} {t:?}"),
         timing: t,
+        log_all_failures: false,
+        misc_dynamic: false,
+        interval_from_start: false,
     }
 }
 
@@ -407,9 +410,16 @@ fn inhibit_on_failure_sets_weight_zero_and_restores() {
     );
 }
 
+fn misc(t: Timing) -> CheckerSpec {
+    let mut c = chk("MISC", t);
+    c.misc_dynamic = true;
+    c.interval_from_start = true;
+    c
+}
+
 #[test]
 fn misc_dynamic_sets_weights_and_counts_for_quorum() {
-    let mut v = vs(vec![rs(1, 1, vec![chk("MISC", timing(5, 0, 1))])]);
+    let mut v = vs(vec![rs(1, 1, vec![misc(timing(5, 0, 1))])]);
     v.quorum = 3;
     v.quorum_down = script("qdown");
     v.quorum_up = script("qup");
@@ -430,15 +440,38 @@ fn misc_dynamic_sets_weights_and_counts_for_quorum() {
     assert_eq!(sim.scripts(), vec!["qdown", "qup"]);
     // Same weight again: nothing.
     assert!(sim.step(o, ms(0)).is_empty());
-    // A plain success keeps the weight.
-    assert!(sim.step(Outcome::ok(), ms(0)).is_empty());
-    assert_eq!(sim.desired(), vec![dest(1).weight(7)]);
-    // Weight 0 from the script: alive with weight 0, quorum lost.
+    // Weight 0 from the script (exit 2): alive with weight 0, quorum lost.
     let mut o = Outcome::ok();
     o.weight = Some(0);
     sim.step(o, ms(0));
     assert_eq!(sim.desired(), vec![dest(1).weight(0)]);
     assert_eq!(sim.scripts(), vec!["qdown", "qup", "qdown"]);
+    // Exit 0 restores the configured weight (keepalived: rs->iweight).
+    let a = sim.step(Outcome::ok(), ms(0));
+    assert!(a.contains(&Action::Event(Event::Weight {
+        vs: 0,
+        rs: 0,
+        from: 0,
+        to: 1
+    })));
+    assert_eq!(sim.desired(), vec![dest(1).weight(1)]);
+}
+
+#[test]
+fn misc_check_times_its_next_run_from_the_previous_start() {
+    let mut sim = Sim::new(cfg(vs(vec![rs(1, 1, vec![misc(timing(5, 1, 1))])])));
+    sim.step(Outcome::ok(), s(2)); // started 0, took 2 s
+    sim.step(Outcome::fail("exit status 1"), s(3)); // started 5, ended 8
+    assert_eq!(sim.at(), s(8), "started at 5: start-to-start delay_loop");
+    sim.step(Outcome::ok(), ms(0));
+    assert_eq!(sim.at(), s(8), "retry due at 6, but the script ran until 8");
+    sim.step(Outcome::ok(), ms(0));
+    assert_eq!(sim.at(), s(13));
+    // A TCP check times from the end instead.
+    let mut sim = Sim::new(cfg(vs(vec![rs(1, 1, vec![chk("TCP", timing(5, 1, 1))])])));
+    sim.step(Outcome::ok(), s(2));
+    sim.step(Outcome::ok(), ms(0));
+    assert_eq!(sim.at(), s(7));
 }
 
 fn quorum_vs(sorry_inhibit: bool) -> VsSpec {
@@ -650,4 +683,28 @@ fn a_flapping_server_touches_only_its_virtual_server() {
             .collect();
         assert_eq!(syncs, vec![&Action::Sync(0)]);
     }
+}
+
+#[test]
+fn log_all_failures_reports_retried_failures() {
+    let mut c = chk("TCP", timing(5, 2, 1));
+    c.log_all_failures = true;
+    let mut sim = Sim::new(cfg(vs(vec![rs(1, 1, vec![c])])));
+    let a = sim.step(Outcome::fail("timeout"), ms(0));
+    assert!(
+        matches!(&a[..], [Action::Event(Event::CheckFailed { retry: 1, reason, .. })] if reason == "timeout"),
+        "{a:?}"
+    );
+    assert_eq!(
+        sim.p.describe(match &a[0] {
+            Action::Event(e) => e,
+            _ => unreachable!(),
+        }),
+        "TCP failed (timeout); retry 1"
+    );
+    let mut sim = Sim::new(cfg(vs(vec![rs(1, 1, vec![chk("TCP", timing(5, 2, 1))])])));
+    assert!(
+        sim.step(Outcome::fail("timeout"), ms(0)).is_empty(),
+        "silent by default"
+    );
 }

@@ -49,6 +49,12 @@ impl Daemon {
         self.health_wake.clone()
     }
 
+    /// The health checkers' state as JSON (`rvsadm -L --checks`,
+    /// `/api/v1/checks`).
+    pub fn checks(&self) -> Result<serde_json::Value, serde_json::Error> {
+        serde_json::to_value(self.health.status())
+    }
+
     /// Shutting down: run the `omega` notifiers.
     pub fn shutdown_health(&mut self) {
         for (script, why) in self.health.shutdown() {
@@ -163,7 +169,7 @@ impl Daemon {
         match req {
             Request::Ping => Response::Ok,
             Request::State { conns } => Response::State(view::state(self, conns)),
-            Request::Checks => match serde_json::to_value(self.health.status()) {
+            Request::Checks => match self.checks() {
                 Ok(v) => Response::State(v),
                 Err(e) => Response::Error {
                     message: format!("health state: {e}"),
@@ -220,7 +226,10 @@ impl rvs_check::runner::Host for Daemon {
         if cmds.is_empty() {
             return;
         }
-        if let Err(e) = self.ctl.exec(&cmds, true) {
+        // A single change applies directly (the core's operations are all
+        // or nothing); several (a sorry-server swap) are tried on a scratch
+        // copy first. Either way a failure changes nothing.
+        if let Err(e) = self.ctl.exec(&cmds, false) {
             tracing::error!(target: "rvs::check", "applying a health change: {}", e.error);
         }
         for e in self.ctl.take_plane_errors() {

@@ -318,6 +318,11 @@ fn reload_keeps_a_down_server_out_and_metrics_show_it() {
     );
     assert!(metrics.contains("rvs_check_latency_seconds_count{"));
     assert!(metrics.contains("to=\"down\"} 1"), "{metrics}");
+    let checks = http_get(http_port, "/api/v1/checks");
+    assert!(
+        checks.contains("\"last_failure\":\"connection refused\""),
+        "{checks}"
+    );
 }
 
 fn http_get(port: u16, path: &str) -> String {
@@ -327,4 +332,97 @@ fn http_get(port: u16, path: &str) -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).expect("read");
     out
+}
+
+/// A listener that stops accepting when told: with a backlog of 0 and its
+/// queue filled, further SYNs are dropped and connects time out (a
+/// blackholed server, not a refusing one).
+struct Hanging {
+    port: u16,
+    hang: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Hanging {
+    fn start() -> Hanging {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        s.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .expect("bind");
+        s.listen(0).expect("listen");
+        let l: TcpListener = s.into();
+        l.set_nonblocking(true).expect("nonblocking");
+        let port = l.local_addr().expect("addr").port();
+        let hang = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (h2, s2) = (hang.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s2.load(Ordering::Relaxed) {
+                if !h2.load(Ordering::Relaxed) {
+                    let _ = l.accept();
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        Hanging {
+            port,
+            hang,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop accepting and fill the accept queue; returns the fillers (kept
+    /// open so the queue stays full).
+    fn blackhole(&self) -> Vec<socket2::Socket> {
+        self.hang.store(true, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(20));
+        let mut fill = Vec::new();
+        for _ in 0..4 {
+            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                .expect("socket");
+            let to = SocketAddr::from(([127, 0, 0, 1], self.port)).into();
+            if s.connect_timeout(&to, Duration::from_millis(200)).is_err() {
+                break;
+            }
+            fill.push(s);
+        }
+        fill
+    }
+}
+
+impl Drop for Hanging {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A server that stops answering (connects time out) is detected within
+/// keepalived's bound plus the first probe's own connect_timeout:
+/// delay_loop + retry × (connect_timeout + delay_before_retry) + connect_timeout.
+#[test]
+fn blackholed_server_times_out_within_the_bound() {
+    let a = Backend::start("a");
+    let h = Hanging::start();
+    let vip_port = free_port();
+    let text = conf(vip_port, &(tcp_rs(a.port, 1, "") + &tcp_rs(h.port, 1, "")));
+    let (d, _) = start("health-blackhole", &text);
+    within("both up", Duration::from_secs(5), || {
+        d.ok("-L -n --checks").matches("last ok").count() == 2
+    });
+    let _fill = h.blackhole();
+    // 1 + 1 × (1 + 0.5) + 1 = 3.5 s.
+    let bound = Duration::from_millis(3500);
+    let took = within(
+        "blackholed server removed",
+        bound + Duration::from_millis(300),
+        || !listed(&d).iter().any(|(p, _)| *p == h.port),
+    );
+    eprintln!("blackholed server detected after {took:?} (bound {bound:?})");
+    let checks = d.ok("-L -n --checks");
+    assert!(checks.contains("last failure: timeout"), "{checks}");
 }
