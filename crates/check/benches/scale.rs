@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! cargo bench -p rvs-check --bench scale -- [--checks 5000] [--secs 20]
-//!     [--interval-ms 1000] [--threads 1] [--mode both|jitter|burst]
+//!     [--interval-ms 1000] [--threads 1]
+//!     [--mode all|grid|keepalived|ka-warmup0|grid-sync]
 //! ```
 //! A child process (this binary re-executed) listens on N loopback
 //! listeners spread over 50 addresses 127.1.0.1-50 (ephemeral ports) and
@@ -13,11 +14,19 @@
 //! percentiles, failures, and the CPU seconds the checker process used
 //! (getrusage, user + system), separately from the listener child's.
 //!
-//! Two modes run in the same invocation so the numbers come with their
-//! comparison: `jitter` spreads the checkers over the interval with
-//! [`phase`] (what rvs does); `burst` starts them all at the same instant
-//! every interval (keepalived without warmup: every checker scheduled at
-//! start-up fires together).
+//! Several modes run in the same invocation so the numbers come with their
+//! comparison (`--mode all`, the default, or one of them):
+//! - `grid` (rvs): each checker on its own grid, phase = [`phase`] of its
+//!   index spread over the interval; next due = next grid slot.
+//! - `keepalived`: keepalived's own timing: first check after a random
+//!   `warmup` in `[0, delay_loop)` (its default warmup is delay_loop), then
+//!   the next check `delay_loop` after the previous one ENDED.
+//! - `ka-warmup0`: keepalived with `warmup 0`: all first checks together,
+//!   then `delay_loop` after each end.
+//! - `grid-sync`: a fixed grid with no phase: every checker due at the same
+//!   instant each interval (a naive fixed-rate scheduler).
+//!
+//! Lateness is always measured against the due time the mode itself set.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
@@ -88,7 +97,50 @@ struct Args {
     secs: u64,
     interval: Duration,
     threads: usize,
-    modes: Vec<&'static str>,
+    modes: Vec<Mode>,
+}
+
+/// How due times are set (see the module docs).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Grid,
+    Keepalived,
+    KaWarmup0,
+    GridSync,
+}
+
+impl Mode {
+    const ALL: [Mode; 4] = [
+        Mode::Grid,
+        Mode::Keepalived,
+        Mode::KaWarmup0,
+        Mode::GridSync,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Grid => "grid",
+            Mode::Keepalived => "keepalived",
+            Mode::KaWarmup0 => "ka-warmup0",
+            Mode::GridSync => "grid-sync",
+        }
+    }
+
+    /// The first check's offset from the start.
+    fn first(self, i: usize, interval: Duration) -> Duration {
+        match self {
+            Mode::Grid => phase(i as u64, 0x5eed, interval),
+            // A different seed: keepalived's random() warmup.
+            Mode::Keepalived => phase(i as u64, 0xca11ab1e, interval),
+            Mode::KaWarmup0 | Mode::GridSync => Duration::ZERO,
+        }
+    }
+
+    /// Whether the next check is `interval` after the previous one ended
+    /// (keepalived) rather than the next grid slot.
+    fn after_end(self) -> bool {
+        matches!(self, Mode::Keepalived | Mode::KaWarmup0)
+    }
 }
 
 fn args() -> Args {
@@ -97,7 +149,7 @@ fn args() -> Args {
         secs: 20,
         interval: Duration::from_secs(1),
         threads: 1,
-        modes: vec!["jitter", "burst"],
+        modes: Mode::ALL.to_vec(),
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -111,10 +163,9 @@ fn args() -> Args {
             }
             "--threads" => a.threads = next.parse().expect("--threads T"),
             "--mode" => {
-                a.modes = match next.as_str() {
-                    "jitter" => vec!["jitter"],
-                    "burst" => vec!["burst"],
-                    _ => vec!["jitter", "burst"],
+                a.modes = match Mode::ALL.iter().find(|m| m.name() == next) {
+                    Some(m) => vec![*m],
+                    None => Mode::ALL.to_vec(),
                 }
             }
             _ => {
@@ -137,7 +188,7 @@ struct Outcome {
     wall: f64,
 }
 
-fn measure(a: &Args, addrs: &[SocketAddr], jitter: bool) -> Outcome {
+fn measure(a: &Args, addrs: &[SocketAddr], mode: Mode) -> Outcome {
     let mut b = if a.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {
@@ -155,11 +206,7 @@ fn measure(a: &Args, addrs: &[SocketAddr], jitter: bool) -> Outcome {
         let end = start + run_for;
         let mut tasks = Vec::with_capacity(addrs.len());
         for (i, &addr) in addrs.iter().enumerate() {
-            let ph = if jitter {
-                phase(i as u64, 0x5eed, interval)
-            } else {
-                Duration::ZERO
-            };
+            let ph = mode.first(i, interval);
             tasks.push(tokio::spawn(async move {
                 let target = ProbeTarget::new(addr, Duration::from_secs(1));
                 let mut sched = Schedule::new(start, interval, ph);
@@ -178,7 +225,12 @@ fn measure(a: &Args, addrs: &[SocketAddr], jitter: bool) -> Outcome {
                         fail += 1;
                         first.get_or_insert_with(|| format!("{addr}: {f}"));
                     }
-                    sched.advance(Instant::now());
+                    let done = Instant::now();
+                    if mode.after_end() {
+                        sched.defer(done + interval);
+                    } else {
+                        sched.advance(done);
+                    }
                 }
                 (late, n, fail, first)
             }));
@@ -261,7 +313,7 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
     println!(
-        "{:<7} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>10}",
+        "{:<10} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>10}",
         "mode",
         "checks",
         "fail",
@@ -274,10 +326,10 @@ fn main() {
         "us/check"
     );
     for mode in &a.modes {
-        let o = measure(&a, &addrs, *mode == "jitter");
+        let o = measure(&a, &addrs, *mode);
         println!(
-            "{:<7} {:>8} {:>6} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>8.2} {:>8.1} {:>10.1}",
-            mode,
+            "{:<10} {:>8} {:>6} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>8.2} {:>8.1} {:>10.1}",
+            mode.name(),
             o.checks,
             o.failures,
             pct(&o.late_us, 0.50),
@@ -295,7 +347,7 @@ fn main() {
     drop(ch.stdin.take());
     let _ = ch.wait();
     println!(
-        "listener child (accept + close for both modes): {:.2} CPU s",
+        "listener child (accept + close, all modes): {:.2} CPU s",
         cpu_seconds(UsageWho::RUSAGE_CHILDREN)
     );
 }
