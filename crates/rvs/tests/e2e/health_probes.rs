@@ -76,10 +76,10 @@ fn misc_dynamic_exit_codes_set_weights_and_state() {
     std::fs::write(&code, "1").expect("code");
     within("removed", Duration::from_secs(3), || listed(&d).is_empty());
     assert!(d.ok("-L -n --checks").contains("exit status 1"));
-    // exit 0 → up again, keeping the last dynamic weight.
+    // exit 0 → up again with the configured weight (keepalived: iweight).
     std::fs::write(&code, "0").expect("code");
     within("back", Duration::from_secs(3), || {
-        listed(&d) == vec![(rs, 10)]
+        listed(&d) == vec![(rs, 1)]
     });
     drop(dir);
 }
