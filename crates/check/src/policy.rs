@@ -22,7 +22,8 @@
 //!   failure of a checker that is already DOWN just waits `delay_loop`;
 //!   a success resets the retry count;
 //! * a checker starts UP, or DOWN with `alpha`; its first check is delayed
-//!   by a random time up to `warmup`;
+//!   by a random time up to `warmup`; until it has run, one failure is
+//!   enough (no retries at start);
 //! * a real server is alive when all its checkers are UP (one without
 //!   checkers is always alive); alive → in the pool with its weight; not
 //!   alive → out of the pool, or in with weight 0 with `inhibit_on_failure`;
@@ -32,7 +33,9 @@
 //!   from the end;
 //! * per virtual server, `sum` = total weight of alive real servers; quorum is
 //!   lost when `sum == 0 || sum < quorum - hysteresis` and gained when
-//!   `sum >= quorum + hysteresis`. On loss `quorum_down` runs and, with a
+//!   `sum >= quorum + hysteresis`; a new virtual server starts with quorum
+//!   iff `sum >= quorum + hysteresis` (silently, unless it has a sorry
+//!   server to put in). On loss `quorum_down` runs and, with a
 //!   `sorry_server`, the sorry server replaces the alive real servers; on
 //!   gain the real servers come back and `quorum_up` runs. With
 //!   `sorry_server_inhibit` the sorry server stays listed with weight 0 while
@@ -40,7 +43,7 @@
 //! * `notify_up` / `notify_down` run when a real server changes (keepalived
 //!   runs them with no extra arguments; the command line is the script's);
 //! * with `omega`, [`Policy::shutdown`] runs the down notifiers of alive real
-//!   servers and `quorum_down` as keepalived does on exit.
+//!   servers, then `quorum_down`, as keepalived does on exit.
 //!
 //! Detection time: a server that dies right after a successful check is
 //! declared down `delay_loop + retry × delay_before_retry + (retry + 1) × T`
@@ -481,6 +484,7 @@ impl Policy {
         }
 
         let mut vs_states = Vec::with_capacity(config.virtual_servers.len());
+        let mut new_vs = Vec::with_capacity(config.virtual_servers.len());
         let mut checkers = Vec::new();
         let mut next_id = self.next_id;
         for (vi, vs) in config.virtual_servers.iter().enumerate() {
@@ -488,6 +492,11 @@ impl Policy {
             for (ri, rs) in vs.reals.iter().enumerate() {
                 let mut failed = 0;
                 let mut reason = None;
+                let kept = old_rs.get(&(vs.name.as_str(), rs.name.as_str()));
+                // keepalived's migrate_checkers: a checker new to a kept
+                // server starts down with alpha only if the server is not
+                // alive; on an alive server it does not take it down.
+                let kept_alive = kept.is_some_and(|(old, _)| old.alive);
                 for (ci, spec) in rs.checkers.iter().enumerate() {
                     let key = (
                         vs.name.as_str(),
@@ -518,9 +527,11 @@ impl Policy {
                                 rs: ri,
                                 nth: ci,
                                 spec: spec.clone(),
-                                is_up: !spec.timing.alpha,
+                                is_up: !spec.timing.alpha || kept_alive,
                                 has_run: false,
-                                retry_it: 0,
+                                // keepalived: at start "one failure is
+                                // enough" (retries begin once it has run).
+                                retry_it: spec.timing.retry,
                                 due: Some(now + Duration::from_millis(delay)),
                                 started_due: None,
                                 started_at: None,
@@ -542,16 +553,16 @@ impl Policy {
                     }
                     checkers.push(chk);
                 }
-                let (alive, weight) = match old_rs.get(&(vs.name.as_str(), rs.name.as_str())) {
+                let (alive, weight) = match kept {
                     Some((old, old_spec)) => {
                         let weight = if old_spec.weight != rs.weight {
                             rs.weight
                         } else {
                             old.weight
                         };
-                        // A kept server keeps its state unless a checker it
-                        // gained starts down (alpha).
-                        (old.alive && failed == 0 || rs.checkers.is_empty(), weight)
+                        // A kept server keeps its state, unless the checkers
+                        // that made it fail are gone.
+                        (old.alive || failed == 0, weight)
                     }
                     None => (failed == 0, rs.weight),
                 };
@@ -562,7 +573,21 @@ impl Policy {
                     down_reason: if alive { None } else { reason },
                 });
             }
-            let quorum_up = old_vs.get(vs.name.as_str()).is_none_or(|v| v.quorum_up);
+            // keepalived's set_quorum_states for a new virtual server;
+            // a kept one keeps its state (re-evaluated below).
+            let quorum_up = match old_vs.get(vs.name.as_str()) {
+                Some(v) => v.quorum_up,
+                None => {
+                    let sum: u64 = rs_states
+                        .iter()
+                        .filter(|r| r.alive)
+                        .map(|r| u64::from(r.weight.min(65535)))
+                        .sum();
+                    sum >= u64::from(vs.quorum) + u64::from(vs.hysteresis)
+                }
+            };
+            let was_known = old_vs.contains_key(vs.name.as_str());
+            new_vs.push(!was_known);
             vs_states.push(Vs {
                 quorum_up,
                 rs: rs_states,
@@ -589,8 +614,8 @@ impl Policy {
         // scripts stay valid.
         self.actions
             .retain(|a| matches!(a, Action::Probe(_) | Action::Script { .. }));
-        for vi in 0..self.vs.len() {
-            self.update_quorum(vi);
+        for (vi, fresh) in new_vs.into_iter().enumerate() {
+            self.update_quorum(vi, fresh);
         }
         // The caller installs the overlay itself: nothing is dirty yet.
         self.actions.retain(|a| !matches!(a, Action::Sync(_)));
@@ -697,10 +722,28 @@ impl Policy {
     /// keepalived's update_svr_checker_state.
     fn checker_state(&mut self, i: usize, up: bool, reason: String, retries: u32) {
         let c = &mut self.checkers[i];
-        let (id, vs, rs, was_up) = (c.id, c.vs, c.rs, c.is_up);
+        let (id, vs, rs, was_up, first, alpha) =
+            (c.id, c.vs, c.rs, c.is_up, !c.has_run, c.spec.timing.alpha);
         c.is_up = up;
         if was_up == up {
-            // First run confirming the initial state: nothing changes.
+            // The first run confirming the initial state changes nothing;
+            // keepalived still runs the real server's notifier when an
+            // alpha checker confirms it down.
+            if first && (alpha || !up) {
+                let alive = self.vs[vs].rs[rs].alive;
+                let spec = &self.config.virtual_servers[vs];
+                let r = &spec.reals[rs];
+                let script = if alive { &r.notify_up } else { &r.notify_down };
+                if let Some(script) = script.clone() {
+                    let why = format!(
+                        "real server {} of {} {} (first check)",
+                        r.name,
+                        spec.name,
+                        if alive { "up" } else { "down" }
+                    );
+                    self.actions.push_back(Action::Script { script, why });
+                }
+            }
             return;
         }
         let label = c.spec.label.clone();
@@ -759,7 +802,7 @@ impl Policy {
         if let Some(script) = script {
             self.actions.push_back(Action::Script { script, why });
         }
-        self.update_quorum(vs);
+        self.update_quorum(vs, false);
     }
 
     /// keepalived's update_svr_wgt.
@@ -780,7 +823,7 @@ impl Policy {
         if alive {
             self.mark_dirty(vs);
         }
-        self.update_quorum(vs);
+        self.update_quorum(vs, false);
     }
 
     fn alive_weight(&self, vs: usize) -> u64 {
@@ -799,8 +842,10 @@ impl Policy {
             .any(|s| s.sorry.is_some())
     }
 
-    /// keepalived's update_quorum_state.
-    fn update_quorum(&mut self, vs: usize) {
+    /// keepalived's update_quorum_state. `init`: a virtual server starting
+    /// with quorum down adds its sorry server (and runs `quorum_down`);
+    /// without a sorry server it starts down silently.
+    fn update_quorum(&mut self, vs: usize, init: bool) {
         let sum = self.alive_weight(vs);
         let spec = self.config.virtual_servers[vs].clone();
         let up_threshold = u64::from(spec.quorum) + u64::from(spec.hysteresis);
@@ -817,7 +862,7 @@ impl Policy {
                 let why = format!("quorum gained for {}", spec.name);
                 self.actions.push_back(Action::Script { script, why });
             }
-        } else if q && (sum == 0 || sum < down_threshold) {
+        } else if (q && (sum == 0 || sum < down_threshold)) || (init && !q && self.has_sorry(vs)) {
             self.vs[vs].quorum_up = false;
             self.actions
                 .push_back(Action::Event(Event::QuorumLost { vs, sum }));
@@ -899,8 +944,8 @@ impl Policy {
     }
 
     /// Shutting down: with `omega`, run keepalived's exit notifiers (each
-    /// alive real server's `notify_down`, then `quorum_down` once quorum is
-    /// lost). Emits [`Action::Script`]s only; the data plane is being torn
+    /// alive real server's `notify_down`, then the virtual server's
+    /// `quorum_down`). Emits [`Action::Script`]s only; the data plane is being torn
     /// down anyway.
     pub fn shutdown(&mut self) {
         for vi in 0..self.vs.len() {
@@ -908,7 +953,6 @@ impl Policy {
             if !spec.omega {
                 continue;
             }
-            let down_threshold = u64::from(spec.quorum).saturating_sub(u64::from(spec.hysteresis));
             for ri in 0..self.vs[vi].rs.len() {
                 if !self.vs[vi].rs[ri].alive {
                     continue;
@@ -919,14 +963,13 @@ impl Policy {
                     let why = format!("shutdown (omega): {} of {}", rspec.name, spec.name);
                     self.actions.push_back(Action::Script { script, why });
                 }
-                let sum = self.alive_weight(vi);
-                if self.vs[vi].quorum_up && (sum == 0 || sum < down_threshold) {
-                    self.vs[vi].quorum_up = false;
-                    if let Some(script) = spec.quorum_down.clone() {
-                        let why = format!("shutdown (omega): quorum lost for {}", spec.name);
-                        self.actions.push_back(Action::Script { script, why });
-                    }
-                }
+            }
+            // keepalived's update_vs_notifies(stopping): the quorum is
+            // down once the virtual server is gone.
+            self.vs[vi].quorum_up = false;
+            if let Some(script) = spec.quorum_down.clone() {
+                let why = format!("shutdown (omega): {}", spec.name);
+                self.actions.push_back(Action::Script { script, why });
             }
         }
     }

@@ -424,8 +424,9 @@ fn misc_dynamic_sets_weights_and_counts_for_quorum() {
     v.quorum_down = script("qdown");
     v.quorum_up = script("qup");
     let mut sim = Sim::new(cfg(v));
-    // weight 1 < quorum 3: lost at start.
-    assert_eq!(sim.scripts(), vec!["qdown"]);
+    // weight 1 < quorum 3: starts without quorum, silently (no sorry server).
+    assert_eq!(sim.p.quorum_up(0), Some(false));
+    assert!(sim.scripts().is_empty());
     let mut o = Outcome::ok();
     o.weight = Some(7);
     let a = sim.step(o.clone(), ms(0));
@@ -437,7 +438,7 @@ fn misc_dynamic_sets_weights_and_counts_for_quorum() {
     })));
     assert!(a.contains(&Action::Sync(0)));
     assert_eq!(sim.desired(), vec![dest(1).weight(7)]);
-    assert_eq!(sim.scripts(), vec!["qdown", "qup"]);
+    assert_eq!(sim.scripts(), vec!["qup"]);
     // Same weight again: nothing.
     assert!(sim.step(o, ms(0)).is_empty());
     // Weight 0 from the script (exit 2): alive with weight 0, quorum lost.
@@ -445,7 +446,7 @@ fn misc_dynamic_sets_weights_and_counts_for_quorum() {
     o.weight = Some(0);
     sim.step(o, ms(0));
     assert_eq!(sim.desired(), vec![dest(1).weight(0)]);
-    assert_eq!(sim.scripts(), vec!["qdown", "qup", "qdown"]);
+    assert_eq!(sim.scripts(), vec!["qup", "qdown"]);
     // Exit 0 restores the configured weight (keepalived: rs->iweight).
     let a = sim.step(Outcome::ok(), ms(0));
     assert!(a.contains(&Action::Event(Event::Weight {
@@ -587,7 +588,7 @@ fn omega_runs_down_notifiers_on_shutdown() {
     let mut sim = Sim::new(cfg(v.clone()));
     sim.p.shutdown();
     sim.drain();
-    assert_eq!(sim.scripts(), vec!["d1", "qd", "d2"]);
+    assert_eq!(sim.scripts(), vec!["d1", "d2", "qd"]);
     v.omega = false;
     let mut sim = Sim::new(cfg(v));
     sim.p.shutdown();
@@ -690,6 +691,7 @@ fn log_all_failures_reports_retried_failures() {
     let mut c = chk("TCP", timing(5, 2, 1));
     c.log_all_failures = true;
     let mut sim = Sim::new(cfg(vs(vec![rs(1, 1, vec![c])])));
+    sim.step(Outcome::ok(), ms(0));
     let a = sim.step(Outcome::fail("timeout"), ms(0));
     assert!(
         matches!(&a[..], [Action::Event(Event::CheckFailed { retry: 1, reason, .. })] if reason == "timeout"),
@@ -703,8 +705,99 @@ fn log_all_failures_reports_retried_failures() {
         "TCP failed (timeout); retry 1"
     );
     let mut sim = Sim::new(cfg(vs(vec![rs(1, 1, vec![chk("TCP", timing(5, 2, 1))])])));
+    sim.step(Outcome::ok(), ms(0));
     assert!(
         sim.step(Outcome::fail("timeout"), ms(0)).is_empty(),
         "silent by default"
     );
+}
+
+#[test]
+fn before_the_first_run_one_failure_is_enough() {
+    // retry 3, but a checker that has never run fails at once (keepalived
+    // sets retry_it = retry at start); later failures are retried.
+    let mut sim = Sim::new(cfg(vs(vec![rs(1, 1, vec![chk("TCP", timing(5, 3, 1))])])));
+    assert!(is_down(
+        &sim.step(Outcome::fail("connection refused"), ms(0))
+    ));
+    assert_eq!(sim.at(), Duration::ZERO);
+    assert!(is_up(&sim.step(Outcome::ok(), ms(0))));
+    for _ in 0..3 {
+        assert!(sim.step(Outcome::fail("x"), ms(0)).is_empty());
+    }
+    assert!(is_down(&sim.step(Outcome::fail("x"), ms(0))));
+}
+
+#[test]
+fn starting_without_quorum_puts_the_sorry_server_in() {
+    let mut t = timing(5, 0, 1);
+    t.alpha = true;
+    let mut v = vs(vec![
+        rs(1, 1, vec![chk("TCP", t.clone())]),
+        rs(2, 1, vec![chk("TCP", t)]),
+    ]);
+    v.quorum = 2;
+    v.quorum_down = script("qd");
+    v.quorum_up = script("qu");
+    v.services[0].sorry = Some(dest(99));
+    let mut sim = Sim::new(cfg(v));
+    assert_eq!(
+        sim.desired(),
+        vec![dest(99)],
+        "alpha: nothing alive, sorry server in"
+    );
+    assert_eq!(sim.scripts(), vec!["qd"]);
+    round(&mut sim, &[true, true]);
+    assert_eq!(sim.desired(), vec![dest(1), dest(2)]);
+    assert_eq!(sim.scripts(), vec!["qd", "qu"]);
+    // Hysteresis at start: sum 2 with quorum 2 ± 1 starts down (2 < 3).
+    let mut v2 = vs(vec![rs(1, 1, vec![]), rs(2, 1, vec![])]);
+    v2.quorum = 2;
+    v2.hysteresis = 1;
+    let sim = Sim::new(cfg(v2));
+    assert_eq!(sim.p.quorum_up(0), Some(false));
+    assert!(
+        sim.scripts().is_empty(),
+        "no sorry server: starts down silently"
+    );
+}
+
+#[test]
+fn alpha_first_failure_runs_notify_down() {
+    let mut t = timing(5, 1, 1);
+    t.alpha = true;
+    let mut r = rs(1, 1, vec![chk("TCP", t)]);
+    r.notify_down = script("down");
+    let mut sim = Sim::new(cfg(vs(vec![r])));
+    sim.step(Outcome::fail("refused"), ms(0));
+    sim.step(Outcome::fail("refused"), ms(0));
+    assert_eq!(sim.scripts(), vec!["down"], "once, on the first run");
+}
+
+#[test]
+fn reload_adding_checkers_follows_keepalived_migration() {
+    let mut alpha = timing(5, 0, 1);
+    alpha.alpha = true;
+    let mut v = vs(vec![
+        rs(1, 1, vec![chk("TCP", timing(5, 0, 1))]),
+        rs(2, 1, vec![chk("TCP", timing(5, 0, 1))]),
+    ]);
+    let mut sim = Sim::new(cfg(v.clone()));
+    let ids = sim.next_probes();
+    sim.p.handle_result(sim.now, ids[0], Outcome::ok());
+    sim.p
+        .handle_result(sim.now, ids[1], Outcome::fail("refused"));
+    sim.drain();
+    // An alpha checker added to an alive server does not take it down; added
+    // to a down server it starts down.
+    v.reals[0].checkers.push(chk("HTTP", alpha.clone()));
+    v.reals[1].checkers.push(chk("HTTP", alpha));
+    sim.p.reconfigure(sim.now, cfg(v.clone()));
+    assert_eq!(sim.desired(), vec![dest(1)]);
+    let st = sim.p.status();
+    assert!(st[0].reals[0].checkers[1].up && !st[0].reals[1].checkers[1].up);
+    // Removing the failing checker of a down server brings it back.
+    v.reals[1].checkers.clear();
+    sim.p.reconfigure(sim.now, cfg(v));
+    assert_eq!(sim.desired(), vec![dest(1), dest(2)]);
 }
