@@ -1,5 +1,6 @@
 //! Health checking with the real probes through rvsd: MISC_CHECK with
-//! misc_dynamic weights, HTTP_GET status and digest failures.
+//! misc_dynamic weights, HTTP_GET status and digest failures, DNS_CHECK
+//! against a DNS responder built with hickory-proto.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -187,4 +188,103 @@ fn http_status_and_digest_failures_are_detected() {
         listed(&d).is_empty()
     });
     assert!(d.ok("-L -n --checks").contains("digest mismatch"));
+}
+
+/// A DNS responder on 127.0.0.1 (UDP): `A` queries get NOERROR with one
+/// answer while healthy, SERVFAIL otherwise. Stopped on drop.
+struct Dns {
+    port: u16,
+    healthy: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Dns {
+    fn start() -> Dns {
+        use hickory_proto::op::{Message, OpCode, ResponseCode};
+        use hickory_proto::rr::rdata::A;
+        use hickory_proto::rr::{RData, Record};
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind dns");
+        sock.set_read_timeout(Some(Duration::from_millis(20)))
+            .expect("timeout");
+        let port = sock.local_addr().expect("addr").port();
+        let healthy = Arc::new(AtomicBool::new(true));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (h2, s2) = (healthy.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut buf = [0u8; 1500];
+            while !s2.load(Ordering::Relaxed) {
+                let Ok((n, peer)) = sock.recv_from(&mut buf) else {
+                    continue;
+                };
+                let Ok(q) = Message::from_vec(&buf[..n]) else {
+                    continue;
+                };
+                let Some(query) = q.queries.first().cloned() else {
+                    continue;
+                };
+                let mut resp = Message::response(q.metadata.id, OpCode::Query);
+                resp.add_query(query.clone());
+                if h2.load(Ordering::Relaxed) {
+                    resp.add_answer(Record::from_rdata(
+                        query.name().clone(),
+                        60,
+                        RData::A(A(std::net::Ipv4Addr::new(192, 0, 2, 7))),
+                    ));
+                } else {
+                    resp.metadata.response_code = ResponseCode::ServFail;
+                }
+                if let Ok(b) = resp.to_vec() {
+                    let _ = sock.send_to(&b, peer);
+                }
+            }
+        });
+        Dns {
+            port,
+            healthy,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Dns {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn dns_check_against_a_real_responder() {
+    let dns = Dns::start();
+    let vip = free_port();
+    let dir = TempDir::new("health-dns");
+    let conf = dir.write(
+        "keepalived.conf",
+        &format!(
+            "virtual_server 127.0.0.1 {vip} {{\n  delay_loop 0.3\n  lb_algo rr\n  lb_kind NAT\n  protocol UDP\n\
+             real_server 127.0.0.1 {} {{\n    weight 4\n    DNS_CHECK {{\n      type A\n      name www.example.test\n\
+             retry 0\n      connect_timeout 1\n    }}\n  }}\n}}\n",
+            dns.port
+        ),
+    );
+    let c = conf.to_str().expect("utf-8").to_owned();
+    let d = Rvsd::start_with(TempDir::new("health-dns-d"), "proxy", None, &["-f", &c]);
+    within("checked ok", Duration::from_secs(3), || {
+        d.ok("-L -n --checks").contains("last ok")
+    });
+    assert_eq!(listed(&d), vec![(dns.port, 4)]);
+    dns.healthy.store(false, Ordering::Relaxed);
+    within("SERVFAIL detected", Duration::from_secs(3), || {
+        listed(&d).is_empty()
+    });
+    let checks = d.ok("-L -n --checks");
+    assert!(checks.contains("SERVFAIL"), "{checks}");
+    dns.healthy.store(true, Ordering::Relaxed);
+    within("back", Duration::from_secs(3), || {
+        listed(&d) == vec![(dns.port, 4)]
+    });
 }
