@@ -251,17 +251,22 @@ fn format_checks(v: &serde_json::Value) -> String {
         );
         for rs in vs["reals"].as_array().unwrap_or(&empty) {
             let alive = b(rs, "alive");
+            // What the data plane holds: the weight, 0 when inhibited,
+            // nothing when removed.
+            let held = if alive {
+                format!("weight {}", n(rs, "weight"))
+            } else if b(rs, "inhibit") {
+                "weight 0 (inhibited)".to_owned()
+            } else {
+                "removed".to_owned()
+            };
             let mut line = format!(
-                "  -> {:<24} {:<5} weight {}",
+                "  -> {:<24} {:<5} {held}",
                 s(rs, "name"),
                 if alive { "UP" } else { "DOWN" },
-                n(rs, "weight")
             );
-            if n(rs, "weight") != n(rs, "configured_weight") {
+            if alive && n(rs, "weight") != n(rs, "configured_weight") {
                 let _ = write!(line, " (configured {})", n(rs, "configured_weight"));
-            }
-            if !alive && b(rs, "inhibit") {
-                line.push_str(" inhibited (weight 0)");
             }
             if let Some(r) = rs["down_reason"].as_str() {
                 let _ = write!(line, "  reason: {r}");
@@ -322,4 +327,53 @@ fn restore(socket: &PathBuf) -> Result<(), Fail> {
         return Ok(());
     }
     exec(socket, commands, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::format_checks;
+
+    #[test]
+    fn checks_text_shows_state_weight_and_reasons() {
+        let v = serde_json::json!([{
+            "name": "TCP 10.0.0.1:80", "quorum": 2, "hysteresis": 0, "quorum_up": false,
+            "alive_weight": 1, "sorry_active": true,
+            "reals": [
+                {"name": "10.0.0.2:80", "alive": true, "weight": 5, "configured_weight": 1,
+                 "inhibit": false, "down_reason": null,
+                 "checkers": [{"id": 1, "label": "MISC_CHECK 10.0.0.2:80", "up": true, "has_run": true,
+                   "retries": 0, "last_failure": null, "last_ok": true, "last_latency_us": 1500}]},
+                {"name": "10.0.0.3:80", "alive": false, "weight": 1, "configured_weight": 1,
+                 "inhibit": true, "down_reason": "TCP_CHECK 10.0.0.3:80: timeout",
+                 "checkers": [{"id": 2, "label": "TCP_CHECK 10.0.0.3:80", "up": false, "has_run": true,
+                   "retries": 0, "last_failure": "timeout", "last_ok": false, "last_latency_us": 1000000}]},
+                {"name": "10.0.0.4:80", "alive": false, "weight": 1, "configured_weight": 1,
+                 "inhibit": false, "down_reason": "TCP_CHECK 10.0.0.4:80: connection refused",
+                 "checkers": [{"id": 3, "label": "TCP_CHECK 10.0.0.4:80", "up": false, "has_run": false,
+                   "retries": 0, "last_failure": null, "last_ok": null, "last_latency_us": null}]}
+            ]
+        }]);
+        let out = format_checks(&v);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[0],
+            "TCP 10.0.0.1:80  quorum 2/0 DOWN  alive weight 1  sorry server active"
+        );
+        assert!(lines[1].contains("UP    weight 5 (configured 1)"), "{out}");
+        assert!(lines[2].contains("last ok in 1.5ms"), "{out}");
+        assert!(
+            lines[3].contains("DOWN  weight 0 (inhibited)  reason: TCP_CHECK 10.0.0.3:80: timeout"),
+            "{out}"
+        );
+        assert!(
+            lines[4].contains("last failed in 1000.0ms  last failure: timeout"),
+            "{out}"
+        );
+        assert!(lines[5].contains("DOWN  removed"), "{out}");
+        assert!(lines[6].contains("not run yet"), "{out}");
+        assert_eq!(
+            format_checks(&serde_json::json!([])),
+            "No health checkers (rvsd runs them for -f keepalived.conf)\n"
+        );
+    }
 }

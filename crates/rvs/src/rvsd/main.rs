@@ -46,8 +46,9 @@ enum DataPlaneKind {
 #[derive(Parser, Debug)]
 #[command(name = "rvsd", version, about, long_about)]
 struct Args {
-    /// keepalived.conf-syntax configuration file (virtual_server, real_server,
-    /// checkers and vrrp_instance blocks, FULLNAT extensions).
+    /// keepalived.conf-syntax configuration file (virtual_server, real_server
+    /// and their health checkers, which rvsd runs with keepalived's rules;
+    /// vrrp_instance blocks are parsed; FULLNAT extensions).
     #[arg(short = 'f', long = "config-file", value_name = "FILE")]
     config: Option<PathBuf>,
 
