@@ -1,7 +1,7 @@
 //! The health-check probes' parsers of peer bytes must never panic: the HTTP
 //! response head parser and the whole response reader (chunked,
-//! Content-Length, read-to-close, digest), the DNS response judge and the
-//! UDP reply matcher. Cross-checks: a parsed head's length stays within the
+//! Content-Length, read-to-close, digest), the SMTP dialogue, the DNS
+//! response judge and the UDP reply matcher. Cross-checks: a parsed head's length stays within the
 //! input; a complete head whose status is outside the accepted range is
 //! reported as that status by the reader; datagrams shorter than a DNS
 //! header are ignored.
@@ -12,6 +12,7 @@ use std::time::Duration;
 use libfuzzer_sys::fuzz_target;
 use rvs_check::probe::dns::{Verdict, judge};
 use rvs_check::probe::http::{parse_head, read_response};
+use rvs_check::probe::smtp::dialogue;
 use rvs_check::probe::udp::reply_matches;
 use rvs_check::probe::{DnsType, Failure, UrlSpec};
 
@@ -46,6 +47,13 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(r, Err(Failure::Status(h.status)));
         }
     }
+    let _ = RT.with(|rt| {
+        rt.borrow().block_on(dialogue(
+            tokio::io::join(data, tokio::io::sink()),
+            "fuzz.example",
+            Duration::from_secs(1),
+        ))
+    });
     let id = u16::from_be_bytes([
         data.first().copied().unwrap_or(0),
         data.get(1).copied().unwrap_or(0),

@@ -2,8 +2,8 @@
 //!
 //! A probe is keepalived's checker body without its retry/timing policy:
 //! [`run`] performs one attempt of `TCP_CHECK`, `HTTP_GET`/`SSL_GET`,
-//! `MISC_CHECK`, `DNS_CHECK`, `UDP_CHECK` or `PING_CHECK` and says whether it
-//! passed and, if not, why ([`Failure`]). The policy (retries, delay_loop,
+//! `MISC_CHECK`, `DNS_CHECK`, `UDP_CHECK`, `SMTP_CHECK` or `PING_CHECK` and
+//! says whether it passed and, if not, why ([`Failure`]). The policy (retries, delay_loop,
 //! quorum...) lives outside this module and decides what a result means.
 //!
 //! Timeouts follow keepalived, per checker type (checked in its sources):
@@ -12,6 +12,7 @@
 //!   handshake together, then EACH following write or read separately
 //!   (keepalived re-arms the timer for every I/O step), so a server that
 //!   keeps sending slowly is not cut off; one fresh connection per URL.
+//! - SMTP: `connect_timeout` bounds the connect, then each read and write.
 //! - DNS and UDP: `connect_timeout` bounds the whole exchange.
 //! - MISC: the spec's own `timeout` (keepalived's `misc_timeout`, defaulting
 //!   to `delay_loop`, resolved by the caller); on expiry the process group
@@ -26,6 +27,7 @@ pub mod http;
 pub mod misc;
 pub mod ping;
 pub mod sched;
+pub mod smtp;
 mod sock;
 pub mod tcp;
 pub mod tls;
@@ -99,6 +101,12 @@ pub enum ProbeSpec {
         /// `max_reply_length` (keepalived default 255); only applied with a
         /// reply pattern.
         max_reply: u32,
+    },
+    /// `SMTP_CHECK`: greeting 220, `HELO` answered 250, then `QUIT`
+    /// (see [`smtp`]).
+    Smtp {
+        /// `helo_name` (keepalived's default: [`smtp::DEFAULT_HELO`]).
+        helo_name: String,
     },
     /// `PING_CHECK`: one ICMP echo over an unprivileged ICMP datagram
     /// socket (needs the process's group in `net.ipv4.ping_group_range`,
@@ -257,6 +265,9 @@ pub enum Failure {
     /// DNS answered NOERROR without a record of the asked type.
     #[error("no answer")]
     NoAnswer,
+    /// SMTP dialogue got an unexpected status (`greeting 554`, `HELO 501`).
+    #[error("smtp {0}")]
+    Smtp(String),
     /// UDP reply does not match `require_reply` or its length limits.
     #[error("reply mismatch")]
     ReplyMismatch,
@@ -272,7 +283,7 @@ pub enum Failure {
 impl Failure {
     /// A short, fixed label for metrics (bounded cardinality): `timeout`,
     /// `refused`, `io`, `status`, `digest`, `bad_response`, `tls`, `exit`,
-    /// `signal`, `spawn`, `rcode`, `no_answer`, `reply_mismatch`,
+    /// `signal`, `spawn`, `rcode`, `no_answer`, `smtp`, `reply_mismatch`,
     /// `no_reply`, `unsupported`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -288,6 +299,7 @@ impl Failure {
             Failure::Spawn(_) => "spawn",
             Failure::Rcode(_) => "rcode",
             Failure::NoAnswer => "no_answer",
+            Failure::Smtp(_) => "smtp",
             Failure::ReplyMismatch => "reply_mismatch",
             Failure::NoReply => "no_reply",
             Failure::Unsupported(_) => "unsupported",
@@ -362,6 +374,7 @@ pub async fn run(spec: &ProbeSpec, target: &ProbeTarget) -> ProbeResult {
             )
             .await
         }
+        ProbeSpec::Smtp { helo_name } => smtp::check(target, helo_name).await,
         ProbeSpec::Ping => ping::check(target).await,
     };
     ProbeResult {
