@@ -3,8 +3,9 @@
 //! A probe is keepalived's checker body without its retry/timing policy:
 //! [`run`] performs one attempt of `TCP_CHECK`, `HTTP_GET`/`SSL_GET`,
 //! `MISC_CHECK`, `DNS_CHECK`, `UDP_CHECK`, `SMTP_CHECK` or `PING_CHECK` and
-//! says whether it passed and, if not, why ([`Failure`]). The policy (retries, delay_loop,
-//! quorum...) lives outside this module and decides what a result means.
+//! says whether it passed and, if not, why ([`Failure`]). The policy
+//! (retries, delay_loop, quorum...) lives outside this module and decides
+//! what a result means.
 //!
 //! Timeouts follow keepalived, per checker type (checked in its sources):
 //! - TCP: `connect_timeout` bounds the connect.
