@@ -21,6 +21,30 @@
 //!
 //! Nothing here keeps state between runs except the TLS client
 //! configurations (built once per trust setting, see [`tls`]).
+//!
+//! From a configuration checker (`rvs_config::model::Checker`) the caller
+//! builds, keyword by keyword:
+//! - target: `addr` = (`connect_ip` or the real server's address,
+//!   `effective.connect_port`); `bind` = `bindto` + `bind_port`; `bind_if`;
+//!   `connect_timeout` = `effective.connect_timeout`; `fwmark`.
+//! - `TCP_CHECK` → [`ProbeSpec::Tcp`]; `PING_CHECK` → [`ProbeSpec::Ping`];
+//!   `SMTP_CHECK` → [`ProbeSpec::Smtp`] (`helo_name` or
+//!   [`smtp::DEFAULT_HELO`]).
+//! - `HTTP_GET`/`SSL_GET` → [`ProbeSpec::Http`]: per `url`, `path`,
+//!   `status_codes` (empty → 200-299), `digest`, `virtualhost`; the
+//!   checker's `virtualhost`, else the real server's effective one;
+//!   [`HttpVersion::from_keyword`] of `http_protocol` (default 1.0). For
+//!   SSL_GET, [`TlsSpec::sni`] = `sni_name` or the virtualhost when
+//!   `enable_sni` is set, else `None`.
+//! - `MISC_CHECK` → [`ProbeSpec::Misc`]: `misc_path`, `misc_timeout` or the
+//!   `delay_loop`, `misc_dynamic`, `user` through [`misc::resolve_user`].
+//! - `DNS_CHECK` → [`ProbeSpec::Dns`]: [`DnsType::from_keyword`] of `type`,
+//!   `name`, `require_answer: false` for keepalived's exact rule.
+//! - `UDP_CHECK` → [`ProbeSpec::Udp`]: `payload` (none → empty),
+//!   `require_reply` (`Some(None)` → [`UdpReply::Any`], `Some(Some(p))` →
+//!   [`UdpReply::Matching`]), `min_reply_length`, `max_reply_length`.
+//! - `FILE_CHECK` and `BFD_CHECK` are not probes (a watched file, a BFD
+//!   session) and have none here.
 #![forbid(unsafe_code)]
 
 pub mod dns;
