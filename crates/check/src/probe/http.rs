@@ -261,6 +261,18 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         Ok(Err(e)) => return Err(Failure::from_io(&e)),
         Ok(Ok(())) => {}
     }
+    read_response(s, url, timeout).await
+}
+
+/// Reads and judges one response from `s` for `url`: status line, headers,
+/// body (chunked, Content-Length or until close), status range and digest.
+/// Each read waits at most `timeout`. Public so that it can be fuzzed and
+/// tested over any byte stream.
+pub async fn read_response<S: AsyncRead + Unpin>(
+    s: S,
+    url: &UrlSpec,
+    timeout: std::time::Duration,
+) -> Result<(), Failure> {
     let mut r = Reader {
         s,
         buf: Vec::with_capacity(4096),
@@ -375,6 +387,56 @@ mod tests {
         );
         let big = vec![b'a'; MAX_HEAD + 1];
         assert!(parse_head(&big).is_err());
+    }
+
+    fn u(digest: Option<&[u8]>) -> UrlSpec {
+        UrlSpec {
+            path: "/".into(),
+            status: vec![200..=299],
+            digest: digest.map(|b| hex(&Md5::digest(b))),
+            virtualhost: None,
+        }
+    }
+
+    async fn judge(raw: &[u8], url: &UrlSpec) -> Result<(), Failure> {
+        read_response(raw, url, std::time::Duration::from_secs(1)).await
+    }
+
+    #[tokio::test]
+    async fn response_framing() {
+        let body = Some(&b"hello world"[..]);
+        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello worldEXTRA";
+        // Bytes after Content-Length are not part of the body.
+        assert_eq!(judge(ok, &u(body)).await, Ok(()));
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
+        assert_eq!(judge(chunked, &u(body)).await, Ok(()));
+        let bad_size =
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n";
+        assert_eq!(
+            judge(bad_size, &u(body)).await,
+            Err(Failure::BadResponse("bad chunk size".into()))
+        );
+        let truncated = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nff\r\nhello";
+        assert_eq!(
+            judge(truncated, &u(body)).await,
+            Err(Failure::BadResponse("truncated chunk".into()))
+        );
+        let no_crlf =
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX\r\n0\r\n\r\n";
+        assert_eq!(
+            judge(no_crlf, &u(None)).await,
+            Err(Failure::BadResponse("bad chunk end".into()))
+        );
+        // 204 has no body even if bytes follow; the digest is of the empty body.
+        let no_content = b"HTTP/1.1 204 No Content\r\n\r\nignored";
+        assert_eq!(judge(no_content, &u(Some(b""))).await, Ok(()));
+        // A short Content-Length body is hashed as received.
+        let short = b"HTTP/1.0 200 OK\r\nContent-Length: 50\r\n\r\nhello world";
+        assert_eq!(judge(short, &u(body)).await, Ok(()));
+        assert_eq!(
+            judge(b"HTTP/1.0 200 OK\r\nX: y", &u(None)).await,
+            Err(Failure::BadResponse("truncated header".into()))
+        );
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //!
 //! A probe is keepalived's checker body without its retry/timing policy:
 //! [`run`] performs one attempt of `TCP_CHECK`, `HTTP_GET`/`SSL_GET`,
-//! `MISC_CHECK`, `DNS_CHECK`, `UDP_CHECK` or `PING_CHECK` and says whether it
-//! passed and, if not, why ([`Failure`]). The policy (retries, delay_loop,
-//! quorum...) lives outside this module and decides what a result means.
+//! `MISC_CHECK`, `DNS_CHECK`, `UDP_CHECK`, `SMTP_CHECK` or `PING_CHECK` and
+//! says whether it passed and, if not, why ([`Failure`]). The policy
+//! (retries, delay_loop, quorum...) lives outside this module and decides
+//! what a result means.
 //!
 //! Timeouts follow keepalived, per checker type (checked in its sources):
 //! - TCP: `connect_timeout` bounds the connect.
@@ -12,6 +13,7 @@
 //!   handshake together, then EACH following write or read separately
 //!   (keepalived re-arms the timer for every I/O step), so a server that
 //!   keeps sending slowly is not cut off; one fresh connection per URL.
+//! - SMTP: `connect_timeout` bounds the connect, then each read and write.
 //! - DNS and UDP: `connect_timeout` bounds the whole exchange.
 //! - MISC: the spec's own `timeout` (keepalived's `misc_timeout`, defaulting
 //!   to `delay_loop`, resolved by the caller); on expiry the process group
@@ -19,6 +21,30 @@
 //!
 //! Nothing here keeps state between runs except the TLS client
 //! configurations (built once per trust setting, see [`tls`]).
+//!
+//! From a configuration checker (`rvs_config::model::Checker`) the caller
+//! builds, keyword by keyword:
+//! - target: `addr` = (`connect_ip` or the real server's address,
+//!   `effective.connect_port`); `bind` = `bindto` + `bind_port`; `bind_if`;
+//!   `connect_timeout` = `effective.connect_timeout`; `fwmark`.
+//! - `TCP_CHECK` → [`ProbeSpec::Tcp`]; `PING_CHECK` → [`ProbeSpec::Ping`];
+//!   `SMTP_CHECK` → [`ProbeSpec::Smtp`] (`helo_name` or
+//!   [`smtp::DEFAULT_HELO`]).
+//! - `HTTP_GET`/`SSL_GET` → [`ProbeSpec::Http`]: per `url`, `path`,
+//!   `status_codes` (empty → 200-299), `digest`, `virtualhost`; the
+//!   checker's `virtualhost`, else the real server's effective one;
+//!   [`HttpVersion::from_keyword`] of `http_protocol` (default 1.0). For
+//!   SSL_GET, [`TlsSpec::sni`] = `sni_name` or the virtualhost when
+//!   `enable_sni` is set, else `None`.
+//! - `MISC_CHECK` → [`ProbeSpec::Misc`]: `misc_path`, `misc_timeout` or the
+//!   `delay_loop`, `misc_dynamic`, `user` through [`misc::resolve_user`].
+//! - `DNS_CHECK` → [`ProbeSpec::Dns`]: [`DnsType::from_keyword`] of `type`,
+//!   `name`, `require_answer: false` for keepalived's exact rule.
+//! - `UDP_CHECK` → [`ProbeSpec::Udp`]: `payload` (none → empty),
+//!   `require_reply` (`Some(None)` → [`UdpReply::Any`], `Some(Some(p))` →
+//!   [`UdpReply::Matching`]), `min_reply_length`, `max_reply_length`.
+//! - `FILE_CHECK` and `BFD_CHECK` are not probes (a watched file, a BFD
+//!   session) and have none here.
 #![forbid(unsafe_code)]
 
 pub mod dns;
@@ -26,6 +52,7 @@ pub mod http;
 pub mod misc;
 pub mod ping;
 pub mod sched;
+pub mod smtp;
 mod sock;
 pub mod tcp;
 pub mod tls;
@@ -99,6 +126,12 @@ pub enum ProbeSpec {
         /// `max_reply_length` (keepalived default 255); only applied with a
         /// reply pattern.
         max_reply: u32,
+    },
+    /// `SMTP_CHECK`: greeting 220, `HELO` answered 250, then `QUIT`
+    /// (see [`smtp`]).
+    Smtp {
+        /// `helo_name` (keepalived's default: [`smtp::DEFAULT_HELO`]).
+        helo_name: String,
     },
     /// `PING_CHECK`: one ICMP echo over an unprivileged ICMP datagram
     /// socket (needs the process's group in `net.ipv4.ping_group_range`,
@@ -257,6 +290,9 @@ pub enum Failure {
     /// DNS answered NOERROR without a record of the asked type.
     #[error("no answer")]
     NoAnswer,
+    /// SMTP dialogue got an unexpected status (`greeting 554`, `HELO 501`).
+    #[error("smtp {0}")]
+    Smtp(String),
     /// UDP reply does not match `require_reply` or its length limits.
     #[error("reply mismatch")]
     ReplyMismatch,
@@ -272,7 +308,7 @@ pub enum Failure {
 impl Failure {
     /// A short, fixed label for metrics (bounded cardinality): `timeout`,
     /// `refused`, `io`, `status`, `digest`, `bad_response`, `tls`, `exit`,
-    /// `signal`, `spawn`, `rcode`, `no_answer`, `reply_mismatch`,
+    /// `signal`, `spawn`, `rcode`, `no_answer`, `smtp`, `reply_mismatch`,
     /// `no_reply`, `unsupported`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -288,6 +324,7 @@ impl Failure {
             Failure::Spawn(_) => "spawn",
             Failure::Rcode(_) => "rcode",
             Failure::NoAnswer => "no_answer",
+            Failure::Smtp(_) => "smtp",
             Failure::ReplyMismatch => "reply_mismatch",
             Failure::NoReply => "no_reply",
             Failure::Unsupported(_) => "unsupported",
@@ -362,6 +399,7 @@ pub async fn run(spec: &ProbeSpec, target: &ProbeTarget) -> ProbeResult {
             )
             .await
         }
+        ProbeSpec::Smtp { helo_name } => smtp::check(target, helo_name).await,
         ProbeSpec::Ping => ping::check(target).await,
     };
     ProbeResult {

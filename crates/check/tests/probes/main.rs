@@ -4,6 +4,7 @@ mod dns;
 mod http;
 mod misc;
 mod ping;
+mod smtp;
 mod tcp;
 mod udp;
 
