@@ -10,13 +10,10 @@ use crate::probe::{
     self, DnsType, HttpVersion, ProbeSpec, ProbeTarget, TlsSpec, UdpReply, UrlSpec,
 };
 
-/// Checker kinds the probe module runs (SMTP_CHECK, FILE_CHECK and
-/// BFD_CHECK are not built).
+/// Checker kinds the probe module runs (FILE_CHECK and BFD_CHECK are not
+/// built).
 pub(crate) fn supports(kind: &CheckerKind) -> bool {
-    !matches!(
-        kind,
-        CheckerKind::Smtp { .. } | CheckerKind::File(_) | CheckerKind::Bfd { .. }
-    )
+    !matches!(kind, CheckerKind::File(_) | CheckerKind::Bfd { .. })
 }
 
 /// The probe of a job; `Err` says why it cannot run.
@@ -81,6 +78,11 @@ pub(crate) fn spec(job: &ProbeJob) -> Result<ProbeSpec, String> {
             max_reply: u.max_reply_length,
         },
         CheckerKind::Ping => ProbeSpec::Ping,
+        CheckerKind::Smtp { helo_name } => ProbeSpec::Smtp {
+            helo_name: helo_name
+                .clone()
+                .unwrap_or_else(|| probe::smtp::DEFAULT_HELO.to_owned()),
+        },
         other => return Err(format!("{} is not supported", other.keyword())),
     })
 }

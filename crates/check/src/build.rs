@@ -42,8 +42,8 @@ pub struct HealthPlan {
     pub warnings: Vec<String>,
 }
 
-/// Does this build run checkers of this kind? (All but SMTP_CHECK,
-/// FILE_CHECK and BFD_CHECK.)
+/// Does this build run checkers of this kind? (All but FILE_CHECK and
+/// BFD_CHECK.)
 pub fn supported(kind: &CheckerKind) -> bool {
     crate::bridge::supports(kind)
 }
