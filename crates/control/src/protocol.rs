@@ -99,6 +99,10 @@ pub enum Request {
     },
     /// Re-read the configuration file and apply the difference.
     Reload,
+    /// The health checkers' state (per virtual server, real server and
+    /// checker: up/down, weight, last failure reason): the daemon answers
+    /// [`Response::State`] with a JSON array (`rvsadm -L --checks`).
+    Checks,
     /// Liveness check.
     Ping,
 }

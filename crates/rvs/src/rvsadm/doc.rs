@@ -171,6 +171,11 @@ pub fn command() -> Command {
                 None,
                 "rvs: make rvsd re-read its configuration file and apply the difference",
             ),
+            flag(
+                "checks",
+                None,
+                "rvs: with -L, list each real server's health-check state, weight, checkers and last failure reason",
+            ),
             value(
                 "mh-table-size",
                 None,

@@ -144,7 +144,24 @@ fn exec(socket: &PathBuf, commands: Vec<Command>, atomic: bool) -> Result<(), Fa
     }
 }
 
-fn run(args: Vec<String>, socket: &PathBuf) -> Result<(), Fail> {
+fn run(mut args: Vec<String>, socket: &PathBuf) -> Result<(), Fail> {
+    if let Some(i) = args.iter().position(|a| a == "--checks") {
+        args.remove(i);
+        // `rvsadm -L -n --checks` (the listing options are accepted and
+        // change nothing: addresses are always numeric here).
+        if args.iter().any(|a| {
+            !matches!(
+                a.as_str(),
+                "-L" | "-l" | "--list" | "-n" | "--numeric" | "-Ln" | "-nL"
+            )
+        }) {
+            return Err(Fail(
+                "--checks: only with -L/--list and -n/--numeric".into(),
+                2,
+            ));
+        }
+        return checks(socket);
+    }
     let inv = parse_args_named(PROG, args).map_err(|e| Fail(e.to_string(), e.exit_code))?;
     match inv.command {
         Ipvsadm::Help => {
@@ -188,6 +205,103 @@ fn run(args: Vec<String>, socket: &PathBuf) -> Result<(), Fail> {
     }
 }
 
+/// `--checks`: each virtual server's quorum, each real server's health
+/// state and weight, and each checker's state and last failure reason.
+fn checks(socket: &PathBuf) -> Result<(), Fail> {
+    let v = match call(socket, &Request::Checks)? {
+        Response::State(v) => v,
+        Response::Error { message, .. } => return Err(Fail(message, 1)),
+        other => {
+            return Err(Fail(
+                format!("rvsadm: unexpected answer from rvsd: {other:?}"),
+                1,
+            ));
+        }
+    };
+    print!("{}", format_checks(&v));
+    Ok(())
+}
+
+/// Text of `--checks` from the daemon's JSON.
+fn format_checks(v: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let s = |x: &serde_json::Value, k: &str| x[k].as_str().unwrap_or("").to_owned();
+    let n = |x: &serde_json::Value, k: &str| x[k].as_u64().unwrap_or(0);
+    let b = |x: &serde_json::Value, k: &str| x[k].as_bool().unwrap_or(false);
+    let mut out = String::new();
+    let empty = Vec::new();
+    let vss = v.as_array().unwrap_or(&empty);
+    if vss.is_empty() {
+        out.push_str("No health checkers (rvsd runs them for -f keepalived.conf)\n");
+    }
+    for vs in vss {
+        let _ = writeln!(
+            out,
+            "{}  quorum {}/{} {}  alive weight {}{}",
+            s(vs, "name"),
+            n(vs, "quorum"),
+            n(vs, "hysteresis"),
+            if b(vs, "quorum_up") { "UP" } else { "DOWN" },
+            n(vs, "alive_weight"),
+            if b(vs, "sorry_active") {
+                "  sorry server active"
+            } else {
+                ""
+            }
+        );
+        for rs in vs["reals"].as_array().unwrap_or(&empty) {
+            let alive = b(rs, "alive");
+            // What the data plane holds: the weight, 0 when inhibited,
+            // nothing when removed.
+            let held = if alive {
+                format!("weight {}", n(rs, "weight"))
+            } else if b(rs, "inhibit") {
+                "weight 0 (inhibited)".to_owned()
+            } else {
+                "removed".to_owned()
+            };
+            let mut line = format!(
+                "  -> {:<24} {:<5} {held}",
+                s(rs, "name"),
+                if alive { "UP" } else { "DOWN" },
+            );
+            if alive && n(rs, "weight") != n(rs, "configured_weight") {
+                let _ = write!(line, " (configured {})", n(rs, "configured_weight"));
+            }
+            if let Some(r) = rs["down_reason"].as_str() {
+                let _ = write!(line, "  reason: {r}");
+            }
+            let _ = writeln!(out, "{line}");
+            for c in rs["checkers"].as_array().unwrap_or(&empty) {
+                let mut line = format!(
+                    "       {:<30} {:<5}",
+                    s(c, "label"),
+                    if b(c, "up") { "UP" } else { "DOWN" }
+                );
+                match c["last_ok"].as_bool() {
+                    None => line.push_str(" not run yet"),
+                    Some(ok) => {
+                        let _ = write!(
+                            line,
+                            " last {} in {:.1}ms",
+                            if ok { "ok" } else { "failed" },
+                            n(c, "last_latency_us") as f64 / 1000.0
+                        );
+                    }
+                }
+                if n(c, "retries") > 0 {
+                    let _ = write!(line, ", retry {}", n(c, "retries"));
+                }
+                if let Some(f) = c["last_failure"].as_str() {
+                    let _ = write!(line, "  last failure: {f}");
+                }
+                let _ = writeln!(out, "{line}");
+            }
+        }
+    }
+    out
+}
+
 /// `-R`: read ipvsadm commands from stdin and apply them as ONE atomic batch
 /// (ipvsadm applies them one by one and leaves a half-applied table on the
 /// first error; rvs applies all or nothing).
@@ -213,4 +327,53 @@ fn restore(socket: &PathBuf) -> Result<(), Fail> {
         return Ok(());
     }
     exec(socket, commands, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::format_checks;
+
+    #[test]
+    fn checks_text_shows_state_weight_and_reasons() {
+        let v = serde_json::json!([{
+            "name": "TCP 10.0.0.1:80", "quorum": 2, "hysteresis": 0, "quorum_up": false,
+            "alive_weight": 1, "sorry_active": true,
+            "reals": [
+                {"name": "10.0.0.2:80", "alive": true, "weight": 5, "configured_weight": 1,
+                 "inhibit": false, "down_reason": null,
+                 "checkers": [{"id": 1, "label": "MISC_CHECK 10.0.0.2:80", "up": true, "has_run": true,
+                   "retries": 0, "last_failure": null, "last_ok": true, "last_latency_us": 1500}]},
+                {"name": "10.0.0.3:80", "alive": false, "weight": 1, "configured_weight": 1,
+                 "inhibit": true, "down_reason": "TCP_CHECK 10.0.0.3:80: timeout",
+                 "checkers": [{"id": 2, "label": "TCP_CHECK 10.0.0.3:80", "up": false, "has_run": true,
+                   "retries": 0, "last_failure": "timeout", "last_ok": false, "last_latency_us": 1000000}]},
+                {"name": "10.0.0.4:80", "alive": false, "weight": 1, "configured_weight": 1,
+                 "inhibit": false, "down_reason": "TCP_CHECK 10.0.0.4:80: connection refused",
+                 "checkers": [{"id": 3, "label": "TCP_CHECK 10.0.0.4:80", "up": false, "has_run": false,
+                   "retries": 0, "last_failure": null, "last_ok": null, "last_latency_us": null}]}
+            ]
+        }]);
+        let out = format_checks(&v);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[0],
+            "TCP 10.0.0.1:80  quorum 2/0 DOWN  alive weight 1  sorry server active"
+        );
+        assert!(lines[1].contains("UP    weight 5 (configured 1)"), "{out}");
+        assert!(lines[2].contains("last ok in 1.5ms"), "{out}");
+        assert!(
+            lines[3].contains("DOWN  weight 0 (inhibited)  reason: TCP_CHECK 10.0.0.3:80: timeout"),
+            "{out}"
+        );
+        assert!(
+            lines[4].contains("last failed in 1000.0ms  last failure: timeout"),
+            "{out}"
+        );
+        assert!(lines[5].contains("DOWN  removed"), "{out}");
+        assert!(lines[6].contains("not run yet"), "{out}");
+        assert_eq!(
+            format_checks(&serde_json::json!([])),
+            "No health checkers (rvsd runs them for -f keepalived.conf)\n"
+        );
+    }
 }

@@ -22,6 +22,10 @@ pub struct Daemon {
     proxy_stats: Option<std::sync::Arc<rvs_proxy::ProxyStats>>,
     /// The configuration file has been applied once (later ones are reloads).
     loaded: bool,
+    /// The health checkers of the configuration (keepalived.conf).
+    health: rvs_check::Health,
+    /// Wakes the health runner after a reconfiguration.
+    health_wake: Arc<tokio::sync::Notify>,
 }
 
 impl Daemon {
@@ -35,6 +39,26 @@ impl Daemon {
             reload_failures: 0,
             proxy_stats: None,
             loaded: false,
+            health: rvs_check::Health::new(crate::random_seed()),
+            health_wake: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
+    /// What the health runner waits on for reconfigurations.
+    pub fn health_wake(&self) -> Arc<tokio::sync::Notify> {
+        self.health_wake.clone()
+    }
+
+    /// The health checkers' state as JSON (`rvsadm -L --checks`,
+    /// `/api/v1/checks`).
+    pub fn checks(&self) -> Result<serde_json::Value, serde_json::Error> {
+        serde_json::to_value(self.health.status())
+    }
+
+    /// Shutting down: run the `omega` notifiers.
+    pub fn shutdown_health(&mut self) {
+        for (script, why) in self.health.shutdown() {
+            rvs_check::runner::run_script(script, why);
         }
     }
 
@@ -95,10 +119,18 @@ impl Daemon {
         src: &Source,
         loaded: Result<Loaded, String>,
     ) -> Result<DiffSummary, String> {
-        let result = loaded.and_then(|loaded| {
+        let result = loaded.and_then(|mut loaded| {
             for w in &loaded.warnings {
                 tracing::warn!("{w}");
             }
+            // The health state goes over the new table (a server that is
+            // down stays out); it is kept only if the table is accepted.
+            let mut health = self.health.clone();
+            health.reconfigure(
+                std::time::Instant::now(),
+                loaded.health.take().unwrap_or_default(),
+            );
+            health.overlay(&mut loaded.defs);
             let summary = self.ctl.replace(&loaded.defs).map_err(|e| {
                 format!(
                     "{}: service #{}: {}",
@@ -107,6 +139,8 @@ impl Daemon {
                     e.error
                 )
             })?;
+            self.health = health;
+            self.health_wake.notify_one();
             if let Some((tcp, tcpfin, udp)) = loaded.timeouts {
                 self.ctl.ipvs_mut().set_timeouts(tcp, tcpfin, udp);
             }
@@ -135,6 +169,14 @@ impl Daemon {
         match req {
             Request::Ping => Response::Ok,
             Request::State { conns } => Response::State(view::state(self, conns)),
+            Request::Checks => match self.checks() {
+                Ok(v) => Response::State(v),
+                Err(e) => Response::Error {
+                    message: format!("health state: {e}"),
+                    index: None,
+                    ctl: None,
+                },
+            },
             Request::Reload => Response::Error {
                 message: "reload must go through daemon::answer".into(),
                 index: None,
@@ -163,7 +205,36 @@ impl Daemon {
         if let Some(p) = &self.proxy_stats {
             crate::metrics::render_proxy(&mut out, p);
         }
+        self.health.render_metrics(&mut out);
         out
+    }
+}
+
+impl rvs_check::runner::Host for Daemon {
+    fn health(&mut self) -> Option<&mut rvs_check::Health> {
+        Some(&mut self.health)
+    }
+
+    fn apply_health(
+        &mut self,
+        key: rvs_core::model::ServiceKey,
+        dests: Vec<rvs_core::model::DestConfig>,
+    ) {
+        let Some(cmds) = rvs_check::runner::commands_for(self.ctl.ipvs(), key, dests) else {
+            return;
+        };
+        if cmds.is_empty() {
+            return;
+        }
+        // A single change applies directly (the core's operations are all
+        // or nothing); several (a sorry-server swap) are tried on a scratch
+        // copy first. Either way a failure changes nothing.
+        if let Err(e) = self.ctl.exec(&cmds, false) {
+            tracing::error!(target: "rvs::check", "applying a health change: {}", e.error);
+        }
+        for e in self.ctl.take_plane_errors() {
+            tracing::warn!("{e}");
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The optional HTTP endpoint (`--http 127.0.0.1:PORT`, off by default):
 //! Prometheus `/metrics`, a read-only JSON view at `/api/v1/state`
-//! (`?conns=1` adds the connection table), and `/healthz`.
+//! (`?conns=1` adds the connection table), the health checks at
+//! `/api/v1/checks`, and `/healthz`.
 
 use std::sync::{Arc, Mutex};
 
@@ -42,11 +43,19 @@ async fn state(State(d): State<Shared>, Query(q): Query<StateQuery>) -> Response
     }
 }
 
+async fn checks(State(d): State<Shared>) -> Response {
+    match d.lock().map(|d| d.checks()) {
+        Ok(Ok(v)) => axum::Json(v).into_response(),
+        _ => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
 /// The router, separate from binding so tests can drive it.
 pub fn router(d: Shared) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/api/v1/state", get(state))
+        .route("/api/v1/checks", get(checks))
         .route("/healthz", get(|| async { "ok\n" }))
         .with_state(d)
 }

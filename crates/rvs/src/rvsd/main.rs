@@ -46,8 +46,9 @@ enum DataPlaneKind {
 #[derive(Parser, Debug)]
 #[command(name = "rvsd", version, about, long_about)]
 struct Args {
-    /// keepalived.conf-syntax configuration file (virtual_server, real_server,
-    /// checkers and vrrp_instance blocks, FULLNAT extensions).
+    /// keepalived.conf-syntax configuration file (virtual_server, real_server
+    /// and their health checkers, which rvsd runs with keepalived's rules;
+    /// vrrp_instance blocks are parsed; FULLNAT extensions).
     #[arg(short = 'f', long = "config-file", value_name = "FILE")]
     config: Option<PathBuf>,
 
@@ -320,6 +321,11 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
                 .map_err(anyhow::Error::msg)?;
             tracing::info!(source = %src.path().display(), services = n, "configuration loaded");
         }
+        let wake = daemon
+            .lock()
+            .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?
+            .health_wake();
+        tokio::spawn(rvs_check::runner::run(daemon.clone(), wake));
         let listener = server::bind(&args.socket)?;
         let _guard = server::SocketGuard(args.socket.clone());
         tracing::info!(socket = %args.socket.display(), dataplane = ?args.dataplane, "rvsd started");
@@ -374,13 +380,16 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
             }
         }
         tracing::info!("rvsd stopping");
+        if let Ok(mut d) = daemon.lock() {
+            d.shutdown_health();
+        }
         anyhow::Ok(())
     })
 }
 
 /// A seed for the connection hash, from the kernel's entropy pool (so
 /// clients cannot predict collisions); falls back to the clock.
-fn random_seed() -> u64 {
+pub(crate) fn random_seed() -> u64 {
     use std::io::Read;
     let mut b = [0u8; 8];
     if std::fs::File::open("/dev/urandom")

@@ -50,5 +50,6 @@ pub fn load(path: &Path) -> Result<Loaded, String> {
         defs,
         timeouts,
         warnings: Vec::new(),
+        health: None,
     })
 }

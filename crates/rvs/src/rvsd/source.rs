@@ -34,6 +34,8 @@ pub struct Loaded {
     pub warnings: Vec<String>,
     /// One line about the rest of the file (VRRP instances, checkers) for `--check`.
     pub extra: String,
+    /// The health checkers (keepalived.conf only).
+    pub health: Option<rvs_check::HealthPlan>,
 }
 
 /// Read a source. Errors name file:line:column.
@@ -55,11 +57,15 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
         .flat_map(|vs| vs.real_servers.iter())
         .map(|rs| rs.checkers.len())
         .sum();
+    let health = rvs_check::plan(&loaded.config, &specs);
     let extra = format!(
-        "{} vrrp_instance, {} real_server checkers (parsed; running them is not part of this build)",
+        "{} vrrp_instance (parsed, not run), {} real_server checkers ({} run by this build)",
         loaded.config.vrrp_instances.len(),
-        checkers
+        checkers,
+        health.jobs.len()
     );
+    let mut warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    warnings.extend(health.warnings.iter().cloned());
     Ok(Loaded {
         defs: specs
             .into_iter()
@@ -70,8 +76,9 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
             })
             .collect(),
         timeouts: loaded.config.lvs_timeouts(),
-        warnings: loaded.warnings.iter().map(ToString::to_string).collect(),
+        warnings,
         extra,
+        health: Some(health),
     })
 }
 

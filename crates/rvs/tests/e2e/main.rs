@@ -7,6 +7,8 @@ mod harness;
 
 mod check;
 mod golden;
+mod health;
+mod health_probes;
 mod http;
 mod proxy;
 mod reload;

@@ -1,0 +1,286 @@
+//! The health checker as the daemon holds it: the [`Policy`], the probe of
+//! each checker, and the statistics behind the metrics. Synchronous (it
+//! lives inside the daemon's state); the [`crate::runner`] drives it.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use rvs_control::state::ServiceDef;
+use rvs_core::model::{DestConfig, ServiceKey};
+
+use crate::build::{HealthPlan, ProbeJob};
+use crate::policy::{Action, CheckerId, Event, Outcome, Policy, ScriptSpec, VsStatus};
+
+/// Upper bounds of the check-latency histogram, seconds.
+pub const LATENCY_BUCKETS: [f64; 10] =
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0];
+
+#[derive(Clone, Debug, Default)]
+struct Histogram {
+    buckets: [u64; LATENCY_BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, secs: f64) {
+        for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
+            if secs <= *b {
+                self.buckets[i] += 1;
+            }
+        }
+        self.count += 1;
+        self.sum += secs;
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {}",
+                self.buckets[i]
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
+        if labels.is_empty() {
+            let _ = writeln!(out, "{name}_sum {}", self.sum);
+            let _ = writeln!(out, "{name}_count {}", self.count);
+        } else {
+            let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
+            let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
+        }
+    }
+}
+
+/// What the runner must do after a [`Health::step`].
+#[derive(Debug, Default)]
+pub struct Work {
+    /// Probes to start now.
+    pub probes: Vec<(CheckerId, ProbeJob)>,
+    /// Services whose real servers must become these (apply the difference).
+    pub syncs: Vec<(ServiceKey, Vec<DestConfig>)>,
+    /// Scripts to run, with what triggered them.
+    pub scripts: Vec<(ScriptSpec, String)>,
+}
+
+/// Labels of a checker in metrics: (virtual server, real server, checker).
+type Labels = (String, String, String);
+
+/// Policy + probes + statistics.
+#[derive(Clone, Debug)]
+pub struct Health {
+    policy: Policy,
+    jobs: HashMap<CheckerId, ProbeJob>,
+    latency: HashMap<Labels, Histogram>,
+    lateness: Histogram,
+    transitions: HashMap<(Labels, &'static str), u64>,
+}
+
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+impl Health {
+    /// Nothing to check yet; `seed` drives the warmup jitter.
+    pub fn new(seed: u64) -> Self {
+        Health {
+            policy: Policy::new(seed),
+            jobs: HashMap::new(),
+            latency: HashMap::new(),
+            lateness: Histogram::default(),
+            transitions: HashMap::new(),
+        }
+    }
+
+    /// The policy (read-only).
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Install a configuration's checkers (see [`Policy::reconfigure`]).
+    /// Statistics are kept by name, so they survive reloads.
+    pub fn reconfigure(&mut self, now: Instant, plan: HealthPlan) {
+        self.policy.reconfigure(now, plan.config);
+        self.jobs = self
+            .policy
+            .checker_ids()
+            .map(|(id, _, _)| id)
+            .zip(plan.jobs)
+            .collect();
+    }
+
+    /// Apply the health state to a service table about to be installed.
+    pub fn overlay(&self, defs: &mut [ServiceDef]) {
+        self.policy.overlay(defs);
+    }
+
+    /// When the next probe is due.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.policy.poll_timeout()
+    }
+
+    fn labels(&self, id: CheckerId) -> Option<Labels> {
+        let (vs, rs) = self.policy.checker_owner(id)?;
+        Some((
+            self.policy.vs_name(vs).to_owned(),
+            self.policy.rs_name(vs, rs).to_owned(),
+            self.policy.checker_label(id).to_owned(),
+        ))
+    }
+
+    /// Feed finished probes, start due ones, and collect what to do. Each
+    /// transition is logged with its reason.
+    pub fn step(&mut self, now: Instant, results: Vec<(CheckerId, Outcome)>) -> Work {
+        for (id, o) in results {
+            if let Some(l) = self.labels(id) {
+                self.latency
+                    .entry(l)
+                    .or_default()
+                    .observe(o.latency.as_secs_f64());
+            }
+            self.policy.handle_result(now, id, o);
+        }
+        self.policy.handle_timeout(now);
+        let mut work = Work::default();
+        while let Some(a) = self.policy.poll_action() {
+            match a {
+                Action::Probe(id) => {
+                    if let Some(late) = self.policy.lateness(id, now) {
+                        self.lateness.observe(late.as_secs_f64());
+                    }
+                    if let Some(j) = self.jobs.get(&id) {
+                        work.probes.push((id, j.clone()));
+                    }
+                }
+                Action::Sync(vs) => work.syncs.extend(self.policy.desired(vs)),
+                Action::Script { script, why } => work.scripts.push((script, why)),
+                Action::Event(e) => self.event(&e),
+            }
+        }
+        work
+    }
+
+    fn event(&mut self, e: &Event) {
+        let line = self.policy.describe(e);
+        match e {
+            Event::CheckerUp { checker, .. } | Event::CheckerDown { checker, .. } => {
+                let to = if matches!(e, Event::CheckerUp { .. }) {
+                    "up"
+                } else {
+                    "down"
+                };
+                if let Some(l) = self.labels(*checker) {
+                    *self.transitions.entry((l, to)).or_default() += 1;
+                }
+                tracing::info!(target: "rvs::check", "{line}");
+            }
+            Event::CheckFailed { checker, .. } => {
+                if let Some(l) = self.labels(*checker) {
+                    tracing::info!(target: "rvs::check", "{line} (real server {} in {})", l.1, l.0);
+                }
+            }
+            Event::RealServerDown { .. } | Event::QuorumLost { .. } => {
+                tracing::warn!(target: "rvs::check", "{line}")
+            }
+            _ => tracing::info!(target: "rvs::check", "{line}"),
+        }
+    }
+
+    /// Shutting down: the `omega` scripts to run.
+    pub fn shutdown(&mut self) -> Vec<(ScriptSpec, String)> {
+        self.policy.shutdown();
+        let mut out = Vec::new();
+        while let Some(a) = self.policy.poll_action() {
+            if let Action::Script { script, why } = a {
+                out.push((script, why));
+            }
+        }
+        out
+    }
+
+    /// Every virtual server's check state.
+    pub fn status(&self) -> Vec<VsStatus> {
+        self.policy.status()
+    }
+
+    /// Prometheus text: `rvs_realserver_up`, `rvs_check_latency_seconds`
+    /// (histogram), `rvs_check_transitions_total`, `rvs_quorum_up`.
+    pub fn render_metrics(&self, out: &mut String) {
+        let status = self.policy.status();
+        let _ = writeln!(
+            out,
+            "# HELP rvs_realserver_up 1 when all the real server's health checkers are up."
+        );
+        let _ = writeln!(out, "# TYPE rvs_realserver_up gauge");
+        for vs in &status {
+            for rs in &vs.reals {
+                let _ = writeln!(
+                    out,
+                    "rvs_realserver_up{{virtual_server=\"{}\",real_server=\"{}\"}} {}",
+                    esc(&vs.name),
+                    esc(&rs.name),
+                    u8::from(rs.alive)
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP rvs_quorum_up 1 when the virtual server holds its quorum."
+        );
+        let _ = writeln!(out, "# TYPE rvs_quorum_up gauge");
+        for vs in &status {
+            let _ = writeln!(
+                out,
+                "rvs_quorum_up{{virtual_server=\"{}\"}} {}",
+                esc(&vs.name),
+                u8::from(vs.quorum_up)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP rvs_check_latency_seconds Duration of health-check probes."
+        );
+        let _ = writeln!(out, "# TYPE rvs_check_latency_seconds histogram");
+        let mut lat: Vec<_> = self.latency.iter().collect();
+        lat.sort_by(|a, b| a.0.cmp(b.0));
+        for ((v, r, c), h) in lat {
+            let l = format!(
+                "virtual_server=\"{}\",real_server=\"{}\",checker=\"{}\"",
+                esc(v),
+                esc(r),
+                esc(c)
+            );
+            h.render(out, "rvs_check_latency_seconds", &l);
+        }
+        let _ = writeln!(
+            out,
+            "# HELP rvs_check_lateness_seconds How late probes start compared to their schedule."
+        );
+        let _ = writeln!(out, "# TYPE rvs_check_lateness_seconds histogram");
+        self.lateness.render(out, "rvs_check_lateness_seconds", "");
+        let _ = writeln!(
+            out,
+            "# HELP rvs_check_transitions_total Health checker state changes."
+        );
+        let _ = writeln!(out, "# TYPE rvs_check_transitions_total counter");
+        let mut tr: Vec<_> = self.transitions.iter().collect();
+        tr.sort_by(|a, b| a.0.cmp(b.0));
+        for (((v, r, c), to), n) in tr {
+            let _ = writeln!(
+                out,
+                "rvs_check_transitions_total{{virtual_server=\"{}\",real_server=\"{}\",checker=\"{}\",to=\"{to}\"}} {n}",
+                esc(v),
+                esc(r),
+                esc(c)
+            );
+        }
+    }
+}

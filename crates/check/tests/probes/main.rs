@@ -1,0 +1,92 @@
+//! Probes against real local servers on 127.0.0.0/8 (one test binary).
+
+mod dns;
+mod http;
+mod misc;
+mod ping;
+mod smtp;
+mod tcp;
+mod udp;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use rvs_check::probe::ProbeTarget;
+
+/// A target with a short timeout.
+pub fn target(addr: SocketAddr, timeout_ms: u64) -> ProbeTarget {
+    ProbeTarget::new(addr, Duration::from_millis(timeout_ms))
+}
+
+/// Whether we run as root (some tests need it and say so when skipping).
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// Runs `f` on a new thread inside a fresh network namespace with `lo` up
+/// and `ping_group_range` set to `range` (None = the namespace default).
+pub fn in_netns<T: Send + 'static>(
+    range: Option<&'static str>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        let st = std::process::Command::new("ip")
+            .args(["link", "set", "lo", "up"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        if let Some(r) = range {
+            std::fs::write("/proc/sys/net/ipv4/ping_group_range", r).unwrap();
+        }
+        f()
+    })
+    .join()
+    .unwrap()
+}
+
+/// Runs `cmd` (an `ip` command line) in the calling thread's namespace.
+pub fn ip(args: &str) {
+    let st = std::process::Command::new("ip")
+        .args(args.split_whitespace())
+        .status()
+        .unwrap();
+    assert!(st.success(), "ip {args}");
+}
+
+/// A private temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "rvs-check-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Writes an executable shell script and returns its path.
+    pub fn script(&self, name: &str, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = self.0.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -1,0 +1,60 @@
+//! PING_CHECK in a private network namespace (so the per-namespace
+//! `net.ipv4.ping_group_range` can be set without touching the host).
+
+use rvs_check::probe::{Failure, ProbeSpec, run};
+
+use super::{in_netns, is_root, target};
+
+fn ping_once() -> Result<(), Failure> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        run(
+            &ProbeSpec::Ping,
+            &target("127.0.0.1:0".parse().unwrap(), 1000),
+        )
+        .await
+        .outcome
+    })
+}
+
+fn ping_unreachable_address() -> Result<(), Failure> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        // Nothing routes 127.0.0.0/8 away from lo, so use a TEST-NET address
+        // that has no route in the empty namespace.
+        run(
+            &ProbeSpec::Ping,
+            &target("192.0.2.1:0".parse().unwrap(), 300),
+        )
+        .await
+        .outcome
+    })
+}
+
+#[test]
+fn ping_echo_when_group_allowed() {
+    if !is_root() {
+        eprintln!("skipping ping_echo_when_group_allowed: needs root for a network namespace");
+        return;
+    }
+    assert_eq!(in_netns(Some("0 2147483647"), ping_once), Ok(()));
+    let r = in_netns(Some("0 2147483647"), ping_unreachable_address);
+    assert!(matches!(r, Err(Failure::Io(_))), "{r:?}");
+}
+
+#[test]
+fn ping_unsupported_by_default() {
+    if !is_root() {
+        eprintln!("skipping ping_unsupported_by_default: needs root for a network namespace");
+        return;
+    }
+    let r = in_netns(None, ping_once);
+    assert!(matches!(r, Err(Failure::Unsupported(_))), "{r:?}");
+    assert!(r.unwrap_err().to_string().contains("ping_group_range"));
+}

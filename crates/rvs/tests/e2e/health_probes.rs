@@ -1,0 +1,290 @@
+//! Health checking with the real probes through rvsd: MISC_CHECK with
+//! misc_dynamic weights, HTTP_GET status and digest failures, DNS_CHECK
+//! against a DNS responder built with hickory-proto.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::harness::{Rvsd, TempDir};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Real servers listed by `rvsadm -Ln` as (port, weight).
+fn listed(d: &Rvsd) -> Vec<(u16, u32)> {
+    d.ok("-L -n")
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start().strip_prefix("-> ")?;
+            let mut f = l.split_whitespace();
+            let addr: std::net::SocketAddr = f.next()?.parse().ok()?;
+            let _fwd = f.next()?;
+            Some((addr.port(), f.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn within(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{what}: not within {limit:?}");
+}
+
+#[test]
+fn misc_dynamic_exit_codes_set_weights_and_state() {
+    let dir = TempDir::new("health-misc");
+    let code = dir.path().join("code");
+    std::fs::write(&code, "7").expect("code");
+    let script = dir.write(
+        "check.sh",
+        &format!("#!/bin/sh\nexit $(cat {})\n", code.display()),
+    );
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let (vip, rs) = (free_port(), free_port());
+    let conf = dir.write(
+        "keepalived.conf",
+        &format!(
+            "virtual_server 127.0.0.1 {vip} {{\n  delay_loop 0.3\n  lb_algo wrr\n  lb_kind NAT\n  protocol TCP\n\
+             real_server 127.0.0.1 {rs} {{\n    weight 1\n    MISC_CHECK {{\n      misc_path \"{}\"\n      misc_dynamic\n    }}\n  }}\n}}\n",
+            script.display()
+        ),
+    );
+    let c = conf.to_str().expect("utf-8").to_owned();
+    let d = Rvsd::start_with(TempDir::new("health-misc-d"), "proxy", None, &["-f", &c]);
+    // exit 7 → up with weight 5.
+    within("weight 5", Duration::from_secs(3), || {
+        listed(&d) == vec![(rs, 5)]
+    });
+    std::fs::write(&code, "12").expect("code");
+    within("weight 10", Duration::from_secs(3), || {
+        listed(&d) == vec![(rs, 10)]
+    });
+    // exit 1 → down (MISC retry defaults to 0).
+    std::fs::write(&code, "1").expect("code");
+    within("removed", Duration::from_secs(3), || listed(&d).is_empty());
+    assert!(d.ok("-L -n --checks").contains("exit status 1"));
+    // exit 0 → up again with the configured weight (keepalived: iweight).
+    std::fs::write(&code, "0").expect("code");
+    within("back", Duration::from_secs(3), || {
+        listed(&d) == vec![(rs, 1)]
+    });
+    drop(dir);
+}
+
+/// A tiny HTTP/1.0 server whose status and body the test changes.
+struct Web {
+    port: u16,
+    state: Arc<Mutex<(u16, String)>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Web {
+    fn start() -> Web {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.set_nonblocking(true).expect("nonblocking");
+        let port = l.local_addr().expect("addr").port();
+        let state = Arc::new(Mutex::new((200u16, "healthy\n".to_owned())));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (st, s2) = (state.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s2.load(Ordering::Relaxed) {
+                let Ok((c, _)) = l.accept() else {
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                };
+                let _ = c.set_nonblocking(false);
+                let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut r = BufReader::new(c.try_clone().expect("clone"));
+                let mut line = String::new();
+                while r.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let (status, body) = st.lock().expect("state").clone();
+                let mut w = c;
+                let _ = write!(
+                    w,
+                    "HTTP/1.0 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        Web {
+            port,
+            state,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn set(&self, status: u16, body: &str) {
+        *self.state.lock().expect("state") = (status, body.to_owned());
+    }
+}
+
+impl Drop for Web {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn md5_hex(b: &[u8]) -> String {
+    use md5::Digest;
+    md5::Md5::digest(b)
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect()
+}
+
+#[test]
+fn http_status_and_digest_failures_are_detected() {
+    let web = Web::start();
+    let vip = free_port();
+    let dir = TempDir::new("health-http");
+    let conf = dir.write(
+        "keepalived.conf",
+        &format!(
+            "virtual_server 127.0.0.1 {vip} {{\n  delay_loop 0.3\n  lb_algo rr\n  lb_kind NAT\n  protocol TCP\n\
+             real_server 127.0.0.1 {} {{\n    weight 2\n    HTTP_GET {{\n      url {{\n        path /health\n        digest {}\n      }}\n\
+             connect_timeout 1\n      retry 0\n    }}\n  }}\n}}\n",
+            web.port,
+            md5_hex(b"healthy\n")
+        ),
+    );
+    let c = conf.to_str().expect("utf-8").to_owned();
+    let d = Rvsd::start_with(TempDir::new("health-http-d"), "proxy", None, &["-f", &c]);
+    within("checked ok", Duration::from_secs(3), || {
+        d.ok("-L -n --checks").contains("last ok")
+    });
+    assert_eq!(listed(&d), vec![(web.port, 2)]);
+    web.set(503, "healthy\n");
+    within("503 detected", Duration::from_secs(3), || {
+        listed(&d).is_empty()
+    });
+    assert!(d.ok("-L -n --checks").contains("status 503"));
+    web.set(200, "healthy\n");
+    within("back", Duration::from_secs(3), || {
+        listed(&d) == vec![(web.port, 2)]
+    });
+    web.set(200, "changed\n");
+    within("digest mismatch detected", Duration::from_secs(3), || {
+        listed(&d).is_empty()
+    });
+    assert!(d.ok("-L -n --checks").contains("digest mismatch"));
+}
+
+/// A DNS responder on 127.0.0.1 (UDP): `A` queries get NOERROR with one
+/// answer while healthy, SERVFAIL otherwise. Stopped on drop.
+struct Dns {
+    port: u16,
+    healthy: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Dns {
+    fn start() -> Dns {
+        use hickory_proto::op::{Message, OpCode, ResponseCode};
+        use hickory_proto::rr::rdata::A;
+        use hickory_proto::rr::{RData, Record};
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind dns");
+        sock.set_read_timeout(Some(Duration::from_millis(20)))
+            .expect("timeout");
+        let port = sock.local_addr().expect("addr").port();
+        let healthy = Arc::new(AtomicBool::new(true));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (h2, s2) = (healthy.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut buf = [0u8; 1500];
+            while !s2.load(Ordering::Relaxed) {
+                let Ok((n, peer)) = sock.recv_from(&mut buf) else {
+                    continue;
+                };
+                let Ok(q) = Message::from_vec(&buf[..n]) else {
+                    continue;
+                };
+                let Some(query) = q.queries.first().cloned() else {
+                    continue;
+                };
+                let mut resp = Message::response(q.metadata.id, OpCode::Query);
+                resp.add_query(query.clone());
+                if h2.load(Ordering::Relaxed) {
+                    resp.add_answer(Record::from_rdata(
+                        query.name().clone(),
+                        60,
+                        RData::A(A(std::net::Ipv4Addr::new(192, 0, 2, 7))),
+                    ));
+                } else {
+                    resp.metadata.response_code = ResponseCode::ServFail;
+                }
+                if let Ok(b) = resp.to_vec() {
+                    let _ = sock.send_to(&b, peer);
+                }
+            }
+        });
+        Dns {
+            port,
+            healthy,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Dns {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn dns_check_against_a_real_responder() {
+    let dns = Dns::start();
+    let vip = free_port();
+    let dir = TempDir::new("health-dns");
+    let conf = dir.write(
+        "keepalived.conf",
+        &format!(
+            "virtual_server 127.0.0.1 {vip} {{\n  delay_loop 0.3\n  lb_algo rr\n  lb_kind NAT\n  protocol UDP\n\
+             real_server 127.0.0.1 {} {{\n    weight 4\n    DNS_CHECK {{\n      type A\n      name www.example.test\n\
+             retry 0\n      connect_timeout 1\n    }}\n  }}\n}}\n",
+            dns.port
+        ),
+    );
+    let c = conf.to_str().expect("utf-8").to_owned();
+    let d = Rvsd::start_with(TempDir::new("health-dns-d"), "proxy", None, &["-f", &c]);
+    within("checked ok", Duration::from_secs(3), || {
+        d.ok("-L -n --checks").contains("last ok")
+    });
+    assert_eq!(listed(&d), vec![(dns.port, 4)]);
+    dns.healthy.store(false, Ordering::Relaxed);
+    within("SERVFAIL detected", Duration::from_secs(3), || {
+        listed(&d).is_empty()
+    });
+    let checks = d.ok("-L -n --checks");
+    assert!(checks.contains("SERVFAIL"), "{checks}");
+    dns.healthy.store(true, Ordering::Relaxed);
+    within("back", Duration::from_secs(3), || {
+        listed(&d) == vec![(dns.port, 4)]
+    });
+}
