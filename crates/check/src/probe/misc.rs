@@ -23,7 +23,9 @@ use super::Failure;
 const TERM_GRACE: Duration = Duration::from_secs(2);
 
 /// Splits a command line into words the way keepalived splits `misc_path`
-/// and notify scripts. `None` when a quote is left open.
+/// and notify scripts: whitespace separates, single and double quotes
+/// group, a backslash escapes the next character except inside single
+/// quotes. `None` when a quote is left open.
 pub fn split_command(line: &str) -> Option<Vec<String>> {
     let mut words = Vec::new();
     let mut cur = String::new();
@@ -32,13 +34,14 @@ pub fn split_command(line: &str) -> Option<Vec<String>> {
     let mut chars = line.chars();
     while let Some(c) = chars.next() {
         match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some('\''), c) => cur.push(c),
             (_, '\\') => {
                 if let Some(n) = chars.next() {
                     cur.push(n);
                 }
                 in_word = true;
             }
-            (Some(q), c) if c == q => quote = None,
             (Some(_), c) => cur.push(c),
             (None, '"' | '\'') => {
                 quote = Some(c);
@@ -65,14 +68,17 @@ pub fn split_command(line: &str) -> Option<Vec<String>> {
     Some(words)
 }
 
-/// Resolves MISC_CHECK's `user USER [GROUP]` (as the configuration stores
-/// it: words separated by a space) to a uid and gid, as keepalived does: the
+/// Resolves MISC_CHECK's and scripts' `user USER [GROUP]` (as the
+/// configuration stores it: words separated by a space; `USER:GROUP` too)
+/// to a uid and gid, as keepalived does: the
 /// user's primary group unless a group is named. Numeric ids are accepted
 /// where no such name exists. Reads the user and group databases, so call
 /// it when a configuration is loaded, not per check.
 pub fn resolve_user(spec: &str) -> Result<(u32, u32), Failure> {
     use nix::unistd::{Group, User};
-    let mut words = spec.split_whitespace();
+    let mut words = spec
+        .split(|c: char| c.is_whitespace() || c == ':')
+        .filter(|w| !w.is_empty());
     let name = words
         .next()
         .ok_or_else(|| Failure::Spawn("empty user".into()))?;
@@ -187,6 +193,7 @@ mod tests {
         // root exists everywhere, with primary group 0.
         assert_eq!(resolve_user("root").unwrap(), (0, 0));
         assert_eq!(resolve_user("root 65534").unwrap(), (0, 65534));
+        assert_eq!(resolve_user("root:65534").unwrap(), (0, 65534));
         assert_eq!(resolve_user("4242").unwrap(), (4242, 4242));
         assert!(resolve_user("no-such-user-rvs").is_err());
         assert!(resolve_user("root no-such-group-rvs").is_err());
@@ -206,5 +213,10 @@ mod tests {
         assert_eq!(split_command(r#"a"b c"d"#).unwrap(), vec!["ab cd"]);
         assert!(split_command("/x \"open").is_none());
         assert!(split_command("   ").unwrap().is_empty());
+        assert_eq!(
+            split_command("/x \"a b\" 'c \\d' e\\ f").unwrap(),
+            vec!["/x", "a b", "c \\d", "e f"]
+        );
+        assert_eq!(split_command("x ''").unwrap(), vec!["x", ""]);
     }
 }
