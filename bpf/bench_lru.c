@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+/* Benchmark floor for new flows: read the IPv4/TCP 5-tuple at fixed offsets
+ * and insert it into an LRU hash of the flow table's key/value types, with a
+ * key made unique per run (a per-CPU counter in the client port/address), so
+ * every run is an insert (evicting once the map is full). */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/tcp.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "rvs.h"
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RVS_FLOWS_DEFAULT);
+	__type(key, struct rvs_flow_key);
+	__type(value, struct rvs_flow);
+} bench_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} bench_seq SEC(".maps");
+
+SEC("xdp")
+int bench_lru(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = (void *)(eth + 1);
+	struct tcphdr *th = (void *)(ip + 1);
+	struct rvs_flow_key k = {};
+	struct rvs_flow v = {};
+	__u32 zero = 0;
+	__u64 *seq;
+
+	if ((void *)(th + 1) > end)
+		return XDP_PASS;
+	seq = bpf_map_lookup_elem(&bench_seq, &zero);
+	if (!seq)
+		return XDP_PASS;
+	*seq += 1;
+	__builtin_memcpy(k.caddr, &ip->saddr, 4);
+	__builtin_memcpy(k.vaddr, &ip->daddr, 4);
+	/* Vary the client address and port: a new key every run. */
+	*(__u32 *)&k.caddr[4] = (__u32)*seq;
+	k.cport = th->source ^ (__u16)(*seq >> 32);
+	k.vport = th->dest;
+	k.proto = ip->protocol;
+	k.family = RVS_AF_INET;
+	v.last_seen_ns = bpf_ktime_get_ns();
+	bpf_map_update_elem(&bench_flows, &k, &v, BPF_ANY);
+	return XDP_TX;
+}

@@ -1,0 +1,388 @@
+//! # rvs-xdp
+//!
+//! The XDP data plane of rvs: the director program `bpf/xdp_lb.c` (C,
+//! compiled by `build.rs` with clang and embedded in this crate), the Rust
+//! mirrors of its maps ([`maps`]), the loader ([`Director`]) and the
+//! scheduling tables copied from rvs-core ([`tables`]).
+//!
+//! Loading needs root (CAP_BPF + CAP_NET_ADMIN); the layout checks and the
+//! table builders do not. When the crate was built without clang, every
+//! loading function returns [`XdpError::NoBpf`].
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod maps;
+pub mod tables;
+
+use std::time::Duration;
+
+use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray};
+use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
+use aya::{Ebpf, EbpfError, EbpfLoader};
+
+use maps::{Config, Dest, Flow, FlowKey, Nat, NatKey, Stats, Svc, SvcKey};
+
+/// Errors of loading, attaching and driving the BPF programs.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum XdpError {
+    /// The crate was compiled without the BPF toolchain.
+    #[error("rvs was built without clang; install clang and libbpf-dev and rebuild")]
+    NoBpf,
+    /// The kernel or aya refused the object (parse, map creation, BTF).
+    #[error("loading BPF object `{object}`: {source}")]
+    Load {
+        /// Which object.
+        object: &'static str,
+        /// Why.
+        #[source]
+        source: Box<EbpfError>,
+    },
+    /// A program operation failed (verifier, attach, test run).
+    #[error("BPF program `{program}`: {what}: {source}")]
+    Program {
+        /// Which program.
+        program: &'static str,
+        /// What was being done.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: Box<ProgramError>,
+    },
+    /// A map operation failed.
+    #[error("BPF map `{map}`: {source}")]
+    Map {
+        /// Which map.
+        map: &'static str,
+        /// Why.
+        #[source]
+        source: Box<MapError>,
+    },
+    /// The object lacks a map or program rvs expects (a build mismatch).
+    #[error("BPF object has no {kind} `{name}`")]
+    Missing {
+        /// "map" or "program".
+        kind: &'static str,
+        /// Its name.
+        name: &'static str,
+    },
+}
+
+fn map_err(map: &'static str) -> impl Fn(MapError) -> XdpError {
+    move |e| XdpError::Map {
+        map,
+        source: Box::new(e),
+    }
+}
+
+/// The BPF objects this crate embeds.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Object {
+    /// `bpf/xdp_lb.c`: the director (program `xdp_lb`).
+    Director,
+    /// `bpf/bench_tx.c`: the XDP_TX floor of the benchmarks (program `bench_tx`).
+    BenchTx,
+    /// `bpf/bench_lru.c`: the bare LRU-insert floor (program `bench_lru`).
+    BenchLru,
+}
+
+impl Object {
+    /// File stem and program name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Object::Director => "xdp_lb",
+            Object::BenchTx => "bench_tx",
+            Object::BenchLru => "bench_lru",
+        }
+    }
+
+    /// The compiled ELF object.
+    #[cfg(not(rvs_no_bpf))]
+    pub fn bytes(self) -> Result<&'static [u8], XdpError> {
+        Ok(match self {
+            Object::Director => {
+                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb.o"))
+            }
+            Object::BenchTx => {
+                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_tx.o"))
+            }
+            Object::BenchLru => {
+                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_lru.o"))
+            }
+        })
+    }
+
+    /// The compiled ELF object (this build has none).
+    #[cfg(rvs_no_bpf)]
+    pub fn bytes(self) -> Result<&'static [u8], XdpError> {
+        Err(XdpError::NoBpf)
+    }
+}
+
+/// Map sizes chosen at load time.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Entries of the flow table and of the NAT reply table.
+    pub flow_table_size: u32,
+    /// Entries (u32) of the `slots` array holding scheduling tables.
+    pub slots: u32,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            flow_table_size: maps::FLOWS_DEFAULT,
+            slots: maps::SLOTS_DEFAULT,
+        }
+    }
+}
+
+/// What one `BPF_PROG_TEST_RUN` returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunResult {
+    /// The XDP action (`XDP_PASS` = 2, `XDP_TX` = 3, ...).
+    pub action: u32,
+    /// The frame after the program (including pushed headers).
+    pub data: Vec<u8>,
+    /// Average time per run as the kernel measured it.
+    pub duration: Duration,
+}
+
+/// XDP action numbers (`enum xdp_action`).
+pub mod action {
+    /// Error in the program.
+    pub const ABORTED: u32 = 0;
+    /// Dropped.
+    pub const DROP: u32 = 1;
+    /// Given to the kernel's stack.
+    pub const PASS: u32 = 2;
+    /// Sent back out of the ingress interface.
+    pub const TX: u32 = 3;
+    /// Redirected to another interface.
+    pub const REDIRECT: u32 = 4;
+}
+
+/// One loaded BPF object with its (single) XDP program loaded into the
+/// kernel, not attached.
+#[derive(Debug)]
+pub struct Loaded {
+    ebpf: Ebpf,
+    object: Object,
+}
+
+impl Loaded {
+    /// Load `object`, sizing the flow and slot maps from `opts`, and load
+    /// its program into the kernel (the verifier runs here).
+    pub fn load(object: Object, opts: &LoadOptions) -> Result<Self, XdpError> {
+        let bytes = object.bytes()?;
+        let mut loader = EbpfLoader::new();
+        if object == Object::Director {
+            loader
+                .map_max_entries("flows", opts.flow_table_size)
+                .map_max_entries("nat_rev", opts.flow_table_size)
+                .map_max_entries("slots", opts.slots);
+        } else if object == Object::BenchLru {
+            loader.map_max_entries("bench_flows", opts.flow_table_size);
+        }
+        let ebpf = loader.load(bytes).map_err(|e| XdpError::Load {
+            object: object.name(),
+            source: Box::new(e),
+        })?;
+        let mut me = Loaded { ebpf, object };
+        let prog_err = |what| {
+            let program = object.name();
+            move |e| XdpError::Program {
+                program,
+                what,
+                source: Box::new(e),
+            }
+        };
+        me.program()?.load().map_err(prog_err("load (verifier)"))?;
+        Ok(me)
+    }
+
+    fn program(&mut self) -> Result<&mut Xdp, XdpError> {
+        let name = self.object.name();
+        let p = self.ebpf.program_mut(name).ok_or(XdpError::Missing {
+            kind: "program",
+            name,
+        })?;
+        p.try_into().map_err(|e| XdpError::Program {
+            program: name,
+            what: "not an XDP program",
+            source: Box::new(e),
+        })
+    }
+
+    /// Attach to `interface`: native (driver) mode first, generic (skb)
+    /// mode when the driver has no XDP support; `mode` forces one.
+    pub fn attach(&mut self, interface: &str, mode: Option<XdpMode>) -> Result<XdpMode, XdpError> {
+        let name = self.object.name();
+        let prog = self.program()?;
+        let modes: &[XdpMode] = match mode {
+            Some(ref m) => std::slice::from_ref(m),
+            None => &[XdpMode::Driver, XdpMode::Skb],
+        };
+        let mut last = None;
+        for &m in modes {
+            match prog.attach(interface, m) {
+                Ok(_) => return Ok(m),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(XdpError::Program {
+            program: name,
+            what: "attach",
+            source: Box::new(last.unwrap_or(ProgramError::AlreadyLoaded)),
+        })
+    }
+
+    /// Run the program once per `repeat` on `frame` with BPF_PROG_TEST_RUN.
+    pub fn run(&mut self, frame: &[u8], repeat: u32) -> Result<RunResult, XdpError> {
+        let name = self.object.name();
+        let prog = self.program()?;
+        // Room for the largest encapsulation the program pushes.
+        let mut out = vec![0u8; frame.len() + 256];
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(frame);
+        opts.data_out = Some(&mut out);
+        opts.repeat = repeat.max(1);
+        let r = prog.test_run(opts).map_err(|e| XdpError::Program {
+            program: name,
+            what: "test run",
+            source: Box::new(e),
+        })?;
+        out.truncate(r.data_size_out as usize);
+        Ok(RunResult {
+            action: r.return_value,
+            data: out,
+            duration: r.duration,
+        })
+    }
+
+    fn map(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, XdpError> {
+        self.ebpf
+            .map_mut(name)
+            .ok_or(XdpError::Missing { kind: "map", name })
+    }
+
+    fn array<V: aya::Pod>(
+        &mut self,
+        name: &'static str,
+    ) -> Result<Array<&mut MapData, V>, XdpError> {
+        Array::try_from(self.map(name)?).map_err(map_err(name))
+    }
+
+    fn hash<K: aya::Pod, V: aya::Pod>(
+        &mut self,
+        name: &'static str,
+    ) -> Result<HashMap<&mut MapData, K, V>, XdpError> {
+        HashMap::try_from(self.map(name)?).map_err(map_err(name))
+    }
+
+    /// Map a virtual service to its index in `svc_info`.
+    pub fn set_service(&mut self, key: &SvcKey, index: u32) -> Result<(), XdpError> {
+        self.hash::<SvcKey, u32>("services")?
+            .insert(key, index, 0)
+            .map_err(map_err("services"))
+    }
+
+    /// Remove a virtual service (its flows stay until they expire).
+    pub fn remove_service(&mut self, key: &SvcKey) -> Result<(), XdpError> {
+        self.hash::<SvcKey, u32>("services")?
+            .remove(key)
+            .map_err(map_err("services"))
+    }
+
+    /// Write one service's scheduling description (atomic per element).
+    pub fn set_svc(&mut self, index: u32, svc: &Svc) -> Result<(), XdpError> {
+        self.array::<Svc>("svc_info")?
+            .set(index, svc, 0)
+            .map_err(map_err("svc_info"))
+    }
+
+    /// Write `values` into `slots` from position `offset` on.
+    pub fn set_slots(&mut self, offset: u32, values: &[u32]) -> Result<(), XdpError> {
+        let mut a = self.array::<u32>("slots")?;
+        for (i, v) in (offset..).zip(values) {
+            a.set(i, v, 0).map_err(map_err("slots"))?;
+        }
+        Ok(())
+    }
+
+    /// Write one real server.
+    pub fn set_dest(&mut self, index: u32, dest: &Dest) -> Result<(), XdpError> {
+        self.array::<Dest>("dests")?
+            .set(index, dest, 0)
+            .map_err(map_err("dests"))
+    }
+
+    /// Write the director's configuration.
+    pub fn set_config(&mut self, config: &Config) -> Result<(), XdpError> {
+        self.array::<Config>("config")?
+            .set(0, config, 0)
+            .map_err(map_err("config"))
+    }
+
+    /// Set a service's rr/wrr cursor.
+    pub fn set_cursor(&mut self, svc: u32, value: u64) -> Result<(), XdpError> {
+        self.array::<u64>("rr_cursor")?
+            .set(svc, value, 0)
+            .map_err(map_err("rr_cursor"))
+    }
+
+    /// The flow entry of a client 5-tuple, if any.
+    pub fn flow(&mut self, key: &FlowKey) -> Result<Option<Flow>, XdpError> {
+        match self.hash::<FlowKey, Flow>("flows")?.get(key, 0) {
+            Ok(f) => Ok(Some(f)),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err("flows")(e)),
+        }
+    }
+
+    /// Insert or replace a flow entry.
+    pub fn set_flow(&mut self, key: &FlowKey, flow: &Flow) -> Result<(), XdpError> {
+        self.hash::<FlowKey, Flow>("flows")?
+            .insert(key, flow, 0)
+            .map_err(map_err("flows"))
+    }
+
+    /// Remove a flow entry (no error when absent).
+    pub fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError> {
+        match self.hash::<FlowKey, Flow>("flows")?.remove(key) {
+            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(map_err("flows")(e)),
+        }
+    }
+
+    /// The NAT reply entry of a (real server, client) pair, if any.
+    pub fn nat(&mut self, key: &NatKey) -> Result<Option<Nat>, XdpError> {
+        match self.hash::<NatKey, Nat>("nat_rev")?.get(key, 0) {
+            Ok(n) => Ok(Some(n)),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err("nat_rev")(e)),
+        }
+    }
+
+    fn stats(&mut self, name: &'static str, index: u32) -> Result<Stats, XdpError> {
+        let a: PerCpuArray<&mut MapData, Stats> =
+            PerCpuArray::try_from(self.map(name)?).map_err(map_err(name))?;
+        let per_cpu = a.get(&index, 0).map_err(map_err(name))?;
+        Ok(per_cpu.iter().fold(Stats::default(), |s, c| Stats {
+            conns: s.conns + c.conns,
+            inpkts: s.inpkts + c.inpkts,
+            outpkts: s.outpkts + c.outpkts,
+            inbytes: s.inbytes + c.inbytes,
+            outbytes: s.outbytes + c.outbytes,
+        }))
+    }
+
+    /// A service's counters summed over CPUs.
+    pub fn svc_stats(&mut self, index: u32) -> Result<Stats, XdpError> {
+        self.stats("svc_stats", index)
+    }
+
+    /// A real server's counters summed over CPUs.
+    pub fn dest_stats(&mut self, index: u32) -> Result<Stats, XdpError> {
+        self.stats("dest_stats", index)
+    }
+}
