@@ -1,0 +1,421 @@
+//! Packet fixtures through BPF_PROG_TEST_RUN, as Katran's tester does: an
+//! input frame gives the expected XDP action and the expected output bytes.
+//! Needs root (skips with a message otherwise).
+
+mod common;
+
+use std::net::IpAddr;
+
+use common::*;
+use rvs_xdp::action;
+use rvs_xdp::maps::{self, FlowKey, PROTO_TCP, PROTO_UDP, SvcKey, fwd, svc_flags};
+
+const VPORT: u16 = 80;
+
+fn dr_service(lb: &mut Lb, v6: bool, n: u8) {
+    let rs: Vec<Rs> = (0..n)
+        .map(|i| Rs::new(rs_addr(v6, i), fwd::DR, rs_mac(i)))
+        .collect();
+    lb.service(0, SvcKey::new(PROTO_TCP, vip(v6), VPORT), "rr", 0, &rs);
+}
+
+fn dr(v6: bool) {
+    let Some(mut lb) = Lb::new("dr") else { return };
+    dr_service(&mut lb, v6, 1);
+    let c = client(v6, 7);
+    let f = tcp_frame(c, 40000, vip(v6), VPORT, Flags::Syn, b"");
+    let r = lb.run(&f);
+    assert_eq!(r.action, action::TX);
+    assert_eq!(r.data, with_macs(&f, rs_mac(0), DIR_MAC));
+    // Data on the established flow goes the same way, payload untouched.
+    let f = tcp_frame(
+        c,
+        40000,
+        vip(v6),
+        VPORT,
+        Flags::Ack,
+        b"GET / HTTP/1.0\r\n\r\n",
+    );
+    let r = lb.run(&f);
+    assert_eq!(r.action, action::TX);
+    assert_eq!(r.data, with_macs(&f, rs_mac(0), DIR_MAC));
+    let st = lb.l.dest_stats(Lb::dest_index(0, 0)).unwrap();
+    assert_eq!((st.conns, st.inpkts), (1, 2));
+    let ip_len = (f.len() - 14) as u64;
+    let syn_len = if v6 { 40 + 20 } else { 20 + 20 };
+    assert_eq!(st.inbytes, ip_len + syn_len);
+}
+
+#[test]
+fn dr_v4() {
+    dr(false);
+}
+
+#[test]
+fn dr_v6() {
+    dr(true);
+}
+
+#[test]
+fn dr_keeps_a_vlan_tag() {
+    let Some(mut lb) = Lb::new("dr_keeps_a_vlan_tag") else {
+        return;
+    };
+    dr_service(&mut lb, false, 1);
+    let f = tcp_frame(client(false, 1), 40000, vip(false), VPORT, Flags::Syn, b"");
+    // Insert an 802.1Q tag (VLAN 42) after the MAC addresses.
+    let mut tagged = f[..12].to_vec();
+    tagged.extend_from_slice(&[0x81, 0x00, 0x00, 42]);
+    tagged.extend_from_slice(&f[12..]);
+    let r = lb.run(&tagged);
+    assert_eq!(r.action, action::TX);
+    assert_eq!(r.data, with_macs(&tagged, rs_mac(0), DIR_MAC));
+}
+
+fn tunnel(v6: bool, method: u8) {
+    let Some(mut lb) = Lb::new("tunnel") else {
+        return;
+    };
+    let mut rs = Rs::new(rs_addr(v6, 3), method, rs_mac(3));
+    rs.gue_port = 6080;
+    lb.service(0, SvcKey::new(PROTO_TCP, vip(v6), VPORT), "rr", 0, &[rs]);
+    let c = client(v6, 9);
+    let f = tcp_frame(c, 40001, vip(v6), VPORT, Flags::Syn, b"hello");
+    let r = lb.run(&f);
+    assert_eq!(r.action, action::TX);
+    let inner = &f[14..];
+    let mut want = with_macs(&f[..14], rs_mac(3), DIR_MAC);
+    let gue = method == fwd::TUN_GUE;
+    let extra = if gue { 8 + 4 } else { 0 };
+    match rs_addr(v6, 3) {
+        IpAddr::V4(a) => want.extend(outer4(inner, if gue { 17 } else { 4 }, extra, a)),
+        IpAddr::V6(a) => want.extend(outer6(inner, if gue { 17 } else { 41 }, extra, a)),
+    }
+    if gue {
+        want.extend_from_slice(&gue_sport(c, 40001, VPORT, PROTO_TCP).to_be_bytes());
+        want.extend_from_slice(&6080u16.to_be_bytes());
+        want.extend_from_slice(&((inner.len() + 12) as u16).to_be_bytes());
+        want.extend_from_slice(&[0, 0]); // zero UDP checksum
+        want.extend_from_slice(&[0, if v6 { 41 } else { 4 }, 0, 0]);
+    }
+    want.extend_from_slice(inner);
+    assert_eq!(r.data, want);
+}
+
+#[test]
+fn ipip_v4() {
+    tunnel(false, fwd::TUN_IPIP);
+}
+
+#[test]
+fn ipip_v6() {
+    tunnel(true, fwd::TUN_IPIP);
+}
+
+#[test]
+fn gue_v4() {
+    tunnel(false, fwd::TUN_GUE);
+}
+
+#[test]
+fn gue_v6() {
+    tunnel(true, fwd::TUN_GUE);
+}
+
+#[test]
+fn gue_source_port_follows_the_flow() {
+    let Some(mut lb) = Lb::new("gue_source_port_follows_the_flow") else {
+        return;
+    };
+    let mut rs = Rs::new(rs_addr(false, 0), fwd::TUN_GUE, rs_mac(0));
+    rs.gue_port = 6080;
+    lb.service(0, SvcKey::new(PROTO_TCP, vip(false), VPORT), "rr", 0, &[rs]);
+    let mut ports = std::collections::HashSet::new();
+    for i in 0..64u32 {
+        let f = tcp_frame(
+            client(false, i),
+            30000 + i as u16,
+            vip(false),
+            VPORT,
+            Flags::Syn,
+            b"",
+        );
+        let r = lb.run(&f);
+        assert_eq!(r.action, action::TX);
+        let sport = u16::from_be_bytes([r.data[34], r.data[35]]);
+        assert!(sport >= 0x8000);
+        ports.insert(sport);
+    }
+    assert!(
+        ports.len() > 48,
+        "flows spread over source ports: {}",
+        ports.len()
+    );
+}
+
+#[test]
+fn non_vip_traffic_passes_untouched() {
+    let Some(mut lb) = Lb::new("non_vip_traffic_passes_untouched") else {
+        return;
+    };
+    dr_service(&mut lb, false, 2);
+    let other: IpAddr = "10.77.0.99".parse().unwrap();
+    let frames = vec![
+        // another address, another port, another protocol on the VIP
+        tcp_frame(client(false, 1), 1000, other, VPORT, Flags::Syn, b""),
+        tcp_frame(client(false, 1), 1000, vip(false), 81, Flags::Syn, b""),
+        udp_frame(client(false, 1), 1000, vip(false), VPORT, b"x"),
+        tcp_frame(client(true, 1), 1000, vip(true), VPORT, Flags::Syn, b""),
+        // ARP
+        {
+            let mut f = with_macs(&[0u8; 14], [0xff; 6], CLIENT_MAC);
+            f[12..14].copy_from_slice(&[0x08, 0x06]);
+            f.extend_from_slice(&[0u8; 28]);
+            f
+        },
+    ];
+    for f in frames {
+        let r = lb.run(&f);
+        assert_eq!(r.action, action::PASS);
+        assert_eq!(r.data, f);
+    }
+}
+
+#[test]
+fn truncated_frames_pass_at_every_boundary() {
+    let Some(mut lb) = Lb::new("truncated_frames_pass_at_every_boundary") else {
+        return;
+    };
+    dr_service(&mut lb, false, 1);
+    dr_service(&mut lb, true, 1);
+    for v6 in [false, true] {
+        let f = tcp_frame(client(v6, 5), 2000, vip(v6), VPORT, Flags::Syn, b"");
+        let mut tagged = f[..12].to_vec();
+        tagged.extend_from_slice(&[0x81, 0x00, 0x00, 7]);
+        tagged.extend_from_slice(&f[12..]);
+        for full in [&f, &tagged] {
+            // The kernel refuses test frames shorter than an Ethernet header.
+            for len in 14..full.len() {
+                let cut = &full[..len];
+                let r = lb.run(cut);
+                assert_eq!(r.action, action::PASS, "v6 {v6} len {len}");
+                assert_eq!(r.data, cut);
+            }
+            let key = FlowKey::new(PROTO_TCP, client(v6, 5), 2000, vip(v6), VPORT);
+            assert_eq!(lb.l.flow(&key).unwrap(), None, "no flow from a cut frame");
+            // The whole frame is forwarded.
+            assert_eq!(lb.run(full).action, action::TX);
+            lb.l.remove_flow(&key).unwrap();
+        }
+    }
+}
+
+#[test]
+fn malformed_ip_headers_pass() {
+    let Some(mut lb) = Lb::new("malformed_ip_headers_pass") else {
+        return;
+    };
+    dr_service(&mut lb, false, 1);
+    let f = tcp_frame(client(false, 5), 2000, vip(false), VPORT, Flags::Syn, b"");
+    // IHL 4 (< 5), wrong version, IHL 15 beyond the frame.
+    for (i, byte) in [0x44u8, 0x65, 0x4f].into_iter().enumerate() {
+        let mut m = f.clone();
+        m[14] = byte;
+        let r = lb.run(&m);
+        assert_eq!(r.action, action::PASS, "case {i}");
+        assert_eq!(r.data, m);
+    }
+}
+
+#[test]
+fn ipv4_options_are_skipped_by_ihl() {
+    let Some(mut lb) = Lb::new("ipv4_options_are_skipped_by_ihl") else {
+        return;
+    };
+    let mut rs = Rs::new(rs_addr(false, 0), fwd::TUN_IPIP, rs_mac(0));
+    rs.gue_port = 0;
+    lb.service(0, SvcKey::new(PROTO_TCP, vip(false), VPORT), "rr", 0, &[rs]);
+    let f = tcp_frame(client(false, 2), 3000, vip(false), VPORT, Flags::Syn, b"");
+    // 8 bytes of options (NOP x3, then a Router Alert 94 04 00 00, EOL):
+    // read as ports they would not match the service.
+    let mut o = f[..34].to_vec();
+    o.extend_from_slice(&[0x01, 0x01, 0x01, 0x94, 0x04, 0x00, 0x00, 0x00]);
+    o.extend_from_slice(&f[34..]);
+    o[14] = 0x47;
+    let tot = u16::from_be_bytes([o[16], o[17]]) + 8;
+    o[16..18].copy_from_slice(&tot.to_be_bytes());
+    fix_ip4_csum(&mut o, 14);
+    let r = lb.run(&o);
+    assert_eq!(r.action, action::TX);
+    let inner = &o[14..];
+    let mut want = with_macs(&o[..14], rs_mac(0), DIR_MAC);
+    let IpAddr::V4(a) = rs_addr(false, 0) else {
+        unreachable!()
+    };
+    want.extend(outer4(inner, 4, 0, a));
+    want.extend_from_slice(inner);
+    assert_eq!(r.data, want);
+}
+
+#[test]
+fn ipv4_fragments_pass_to_the_kernel() {
+    let Some(mut lb) = Lb::new("ipv4_fragments_pass_to_the_kernel") else {
+        return;
+    };
+    let rs = [Rs::new(rs_addr(false, 0), fwd::DR, rs_mac(0))];
+    lb.service(0, SvcKey::new(PROTO_UDP, vip(false), VPORT), "rr", 0, &rs);
+    let f = udp_frame(client(false, 3), 4000, vip(false), VPORT, &[7u8; 64]);
+    // First fragment (MF), a middle one (MF + offset), the last (offset).
+    for frag in [0x2000u16, 0x2010, 0x0010] {
+        let mut m = f.clone();
+        m[20..22].copy_from_slice(&frag.to_be_bytes());
+        fix_ip4_csum(&mut m, 14);
+        let r = lb.run(&m);
+        assert_eq!(r.action, action::PASS, "frag {frag:#x}");
+        assert_eq!(r.data, m);
+    }
+    // Unfragmented with DF: forwarded.
+    let r = lb.run(&f);
+    assert_eq!(r.action, action::TX);
+}
+
+#[test]
+fn tcp_without_syn_for_an_unknown_flow_passes() {
+    let Some(mut lb) = Lb::new("tcp_without_syn_for_an_unknown_flow_passes") else {
+        return;
+    };
+    dr_service(&mut lb, false, 2);
+    for flags in [Flags::Ack, Flags::Fin, Flags::Rst, Flags::SynRst] {
+        let f = tcp_frame(client(false, 4), 5000, vip(false), VPORT, flags, b"");
+        let r = lb.run(&f);
+        assert_eq!(r.action, action::PASS, "{flags:?}");
+        assert_eq!(r.data, f);
+        let key = FlowKey::new(PROTO_TCP, client(false, 4), 5000, vip(false), VPORT);
+        assert_eq!(lb.l.flow(&key).unwrap(), None);
+    }
+}
+
+#[test]
+fn flow_hit_reuses_the_real_server_and_tracks_tcp_state() {
+    let Some(mut lb) = Lb::new("flow_hit_reuses_the_real_server_and_tracks_tcp_state") else {
+        return;
+    };
+    dr_service(&mut lb, false, 3);
+    let (c, v) = (client(false, 10), vip(false));
+    let key = FlowKey::new(PROTO_TCP, c, 6000, v, VPORT);
+    let r = lb.run(&tcp_frame(c, 6000, v, VPORT, Flags::Syn, b""));
+    assert_eq!(r.data[..6], rs_mac(0));
+    let flow = lb.l.flow(&key).unwrap().unwrap();
+    assert_eq!((flow.dest, flow.state), (Lb::dest_index(0, 0), 3)); // SYN_RECV
+    assert_eq!(flow.flags, maps::FLOW_F_NOOUTPUT);
+    // Other clients move the rr cursor on.
+    for i in 0..2 {
+        let r = lb.run(&tcp_frame(
+            client(false, 20 + i),
+            6000,
+            v,
+            VPORT,
+            Flags::Syn,
+            b"",
+        ));
+        assert_eq!(r.data[..6], rs_mac(1 + i as u8));
+    }
+    // The first client's packets still go to server 0; states follow
+    // IPVS's INPUT_ONLY table: ACK -> ESTABLISHED, FIN -> FIN_WAIT.
+    for (flags, state) in [
+        (Flags::Ack, 1),
+        (Flags::Ack, 1),
+        (Flags::Fin, 4),
+        (Flags::Ack, 4),
+    ] {
+        let r = lb.run(&tcp_frame(c, 6000, v, VPORT, flags, b"data"));
+        assert_eq!(r.action, action::TX);
+        assert_eq!(r.data[..6], rs_mac(0));
+        assert_eq!(lb.l.flow(&key).unwrap().unwrap().state, state, "{flags:?}");
+    }
+    // RST closes; a new SYN on a closed flow is scheduled afresh (rr: next
+    // server is 0 again after 0, 1, 2).
+    lb.run(&tcp_frame(c, 6000, v, VPORT, Flags::Rst, b""));
+    assert_eq!(lb.l.flow(&key).unwrap().unwrap().state, 6); // CLOSE
+    let r = lb.run(&tcp_frame(c, 6000, v, VPORT, Flags::Syn, b""));
+    assert_eq!(r.data[..6], rs_mac(0));
+    assert_eq!(lb.l.svc_stats(0).unwrap().conns, 4);
+}
+
+#[test]
+fn unavailable_server_drops_its_flows_and_quiesced_keeps_them() {
+    let Some(mut lb) = Lb::new("unavailable_server_drops_its_flows_and_quiesced_keeps_them") else {
+        return;
+    };
+    dr_service(&mut lb, false, 2);
+    let (c, v) = (client(false, 11), vip(false));
+    lb.run(&tcp_frame(c, 7000, v, VPORT, Flags::Syn, b""));
+    // Quiesce server 0 (weight 0): the flow continues.
+    let mut rs: Vec<Rs> = (0..2)
+        .map(|i| Rs::new(rs_addr(false, i), fwd::DR, rs_mac(i)))
+        .collect();
+    rs[0].weight = 0;
+    lb.service(0, SvcKey::new(PROTO_TCP, v, VPORT), "rr", 0, &rs);
+    let r = lb.run(&tcp_frame(c, 7000, v, VPORT, Flags::Ack, b""));
+    assert_eq!(
+        (r.action, r.data[..6].to_vec()),
+        (action::TX, rs_mac(0).to_vec())
+    );
+    // New clients avoid it.
+    for i in 0..3 {
+        let r = lb.run(&tcp_frame(
+            client(false, 30 + i),
+            7000,
+            v,
+            VPORT,
+            Flags::Syn,
+            b"",
+        ));
+        assert_eq!(r.data[..6], rs_mac(1));
+    }
+    // Deleted (unavailable): its flows are dropped, a new SYN is rescheduled.
+    rs[0].flags = maps::dest_flags::UNAVAILABLE;
+    lb.service(0, SvcKey::new(PROTO_TCP, v, VPORT), "rr", 0, &rs);
+    let f = tcp_frame(c, 7000, v, VPORT, Flags::Ack, b"");
+    assert_eq!(lb.run(&f).action, action::DROP);
+    let r = lb.run(&tcp_frame(c, 7000, v, VPORT, Flags::Syn, b""));
+    assert_eq!(r.data[..6], rs_mac(1));
+}
+
+#[test]
+fn no_available_server_passes() {
+    let Some(mut lb) = Lb::new("no_available_server_passes") else {
+        return;
+    };
+    let rs = [Rs::new(rs_addr(false, 0), fwd::DR, rs_mac(0)).weight(0)];
+    lb.service(0, SvcKey::new(PROTO_TCP, vip(false), VPORT), "rr", 0, &rs);
+    let f = tcp_frame(client(false, 1), 1, vip(false), VPORT, Flags::Syn, b"");
+    let r = lb.run(&f);
+    assert_eq!((r.action, r.data), (action::PASS, f));
+}
+
+#[test]
+fn udp_one_packet_scheduling_keeps_no_flow() {
+    let Some(mut lb) = Lb::new("udp_one_packet_scheduling_keeps_no_flow") else {
+        return;
+    };
+    let rs: Vec<Rs> = (0..2)
+        .map(|i| Rs::new(rs_addr(false, i), fwd::DR, rs_mac(i)))
+        .collect();
+    let key = SvcKey::new(PROTO_UDP, vip(false), 53);
+    lb.service(0, key, "rr", svc_flags::ONEPACKET, &rs);
+    let c = client(false, 1);
+    let macs: Vec<u8> = (0..4)
+        .map(|_| lb.run(&udp_frame(c, 9999, vip(false), 53, b"q")).data[5])
+        .collect();
+    assert_eq!(macs, vec![0, 1, 0, 1]);
+    let fk = FlowKey::new(PROTO_UDP, c, 9999, vip(false), 53);
+    assert_eq!(lb.l.flow(&fk).unwrap(), None);
+    // Without -o the datagrams of one client tuple stick to one server.
+    lb.service(0, key, "rr", 0, &rs);
+    let macs: Vec<u8> = (0..4)
+        .map(|_| lb.run(&udp_frame(c, 9999, vip(false), 53, b"q")).data[5])
+        .collect();
+    assert!(macs.iter().all(|&m| m == macs[0]));
+    assert!(lb.l.flow(&fk).unwrap().is_some());
+}
