@@ -1,0 +1,174 @@
+//! Scheduler vectors: for many clients the BPF program's choice equals
+//! rvs-core's choice, with tables built by the core (sh, dh, mh) and the
+//! stateful walks (rr, wrr) compared decision by decision. Needs root.
+
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use common::*;
+use rvs_xdp::action;
+use rvs_xdp::maps::{PROTO_TCP, SvcKey, dest_flags, fwd, svc_flags};
+
+const VPORT: u16 = 443;
+const CLIENTS: u32 = 160;
+
+/// Five real servers: weights 1, 2, 3, quiesced (0, was 2), overloaded 2.
+fn servers(v6: bool) -> Vec<Rs> {
+    let mut rs: Vec<Rs> = (0..5)
+        .map(|i| Rs::new(rs_addr(v6, i), fwd::DR, rs_mac(i)))
+        .collect();
+    rs[0] = rs[0].clone().weight(1);
+    rs[1] = rs[1].clone().weight(2);
+    rs[2] = rs[2].clone().weight(3);
+    rs[3].weight = 0;
+    rs[3].last_weight = 2;
+    rs[4] = rs[4].clone().weight(2);
+    rs[4].flags = dest_flags::OVERLOADED;
+    rs
+}
+
+/// The BPF choice for a SYN: the flow's dest index, `None` when passed.
+fn bpf_choice(lb: &mut Lb, c: IpAddr, cport: u16, v: IpAddr) -> Option<u32> {
+    let r = lb.run(&tcp_frame(c, cport, v, VPORT, Flags::Syn, b""));
+    match r.action {
+        action::TX => lb.flow_dest(PROTO_TCP, c, cport, v, VPORT),
+        action::PASS => None,
+        a => panic!("unexpected action {a}"),
+    }
+}
+
+fn hashing(sched: &str, flags: u32, v6: bool) {
+    let Some(mut lb) = Lb::new("hashing vectors") else {
+        return;
+    };
+    let v = vip(v6);
+    lb.service(
+        0,
+        SvcKey::new(PROTO_TCP, v, VPORT),
+        sched,
+        flags,
+        &servers(v6),
+    );
+    let (mut core, dests) = lb.core_scheduler(0);
+    let (mut hits, mut misses) = (0, 0);
+    for i in 0..CLIENTS {
+        let c = client(v6, i.wrapping_mul(2_654_435_761) >> 8);
+        let cport = (i as u16).wrapping_mul(977).wrapping_add(1024);
+        let want = Lb::core_choice(core.as_mut(), &dests, 0, &sched_input(c, cport, v, VPORT));
+        let got = bpf_choice(&mut lb, c, cport, v);
+        assert_eq!(
+            got, want,
+            "{sched} flags {flags:#x} v6 {v6} client {c} port {cport}"
+        );
+        if got.is_some() {
+            hits += 1
+        } else {
+            misses += 1
+        }
+    }
+    // The vectors exercise both outcomes unless fallback finds a server.
+    assert!(hits > 0, "{sched}: some clients scheduled");
+    if flags & svc_flags::SCHED1 == 0 {
+        assert!(
+            misses > 0,
+            "{sched}: some clients hash to an ineligible server"
+        );
+    }
+}
+
+#[test]
+fn sh_matches_core() {
+    for v6 in [false, true] {
+        hashing("sh", 0, v6);
+        hashing("sh", svc_flags::SCHED2, v6);
+        hashing("sh", svc_flags::SCHED1 | svc_flags::SCHED2, v6);
+    }
+}
+
+#[test]
+fn mh_matches_core() {
+    for v6 in [false, true] {
+        hashing("mh", 0, v6);
+        hashing("mh", svc_flags::SCHED2, v6);
+        hashing("mh", svc_flags::SCHED1, v6);
+    }
+}
+
+#[test]
+fn dh_matches_core() {
+    for v6 in [false, true] {
+        let Some(mut lb) = Lb::new("dh_matches_core") else {
+            return;
+        };
+        // dh hashes the destination: many VIPs share service 0.
+        let vips: Vec<IpAddr> = (0..CLIENTS)
+            .map(|i| {
+                if v6 {
+                    Ipv6Addr::new(0xfd77, 2, 0, 0, 0, 0, 0, i as u16 * 37 + 1).into()
+                } else {
+                    Ipv4Addr::from(0x0a4d_0200 + i * 37 + 1).into()
+                }
+            })
+            .collect();
+        lb.service(
+            0,
+            SvcKey::new(PROTO_TCP, vips[0], VPORT),
+            "dh",
+            0,
+            &servers(v6),
+        );
+        for &v in &vips {
+            lb.l.set_service(&SvcKey::new(PROTO_TCP, v, VPORT), 0)
+                .unwrap();
+        }
+        let (mut core, dests) = lb.core_scheduler(0);
+        let c = client(v6, 1);
+        let mut hits = 0;
+        for (i, &v) in vips.iter().enumerate() {
+            let want = Lb::core_choice(
+                core.as_mut(),
+                &dests,
+                0,
+                &sched_input(c, 2000 + i as u16, v, VPORT),
+            );
+            let got = bpf_choice(&mut lb, c, 2000 + i as u16, v);
+            assert_eq!(got, want, "dh v6 {v6} vip {v}");
+            hits += usize::from(got.is_some());
+        }
+        assert!(hits > 0 && hits < vips.len());
+    }
+}
+
+fn walk(sched: &str, weights: &[u32]) {
+    let Some(mut lb) = Lb::new("walk vectors") else {
+        return;
+    };
+    let v = vip(false);
+    let rs: Vec<Rs> = weights
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| Rs::new(rs_addr(false, i as u8), fwd::DR, rs_mac(i as u8)).weight(w))
+        .collect();
+    lb.service(0, SvcKey::new(PROTO_TCP, v, VPORT), sched, 0, &rs);
+    let (mut core, dests) = lb.core_scheduler(0);
+    for i in 0..CLIENTS {
+        let c = client(false, i);
+        let want = Lb::core_choice(core.as_mut(), &dests, 0, &sched_input(c, 5000, v, VPORT));
+        let got = bpf_choice(&mut lb, c, 5000, v);
+        assert_eq!(got, want, "{sched} {weights:?} decision {i}");
+    }
+}
+
+#[test]
+fn rr_matches_core() {
+    walk("rr", &[1, 1, 1]);
+    walk("rr", &[5, 1, 2, 7, 1, 1, 1]);
+}
+
+#[test]
+fn wrr_matches_core() {
+    walk("wrr", &[4, 3, 2]);
+    walk("wrr", &[8, 6, 4, 2]);
+    walk("wrr", &[1, 5, 1, 9, 3]);
+}
