@@ -109,6 +109,16 @@ struct {
 	__type(value, struct rvs_config);
 } config SEC(".maps");
 
+#ifdef RVS_BENCH_VARY_CLIENT
+/* Benchmark build only: a per-CPU counter that makes every run a new client. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} bench_seq SEC(".maps");
+#endif
+
 /* ------------------------------------------------------- parsed packet */
 
 struct vlan_hdr {
@@ -208,6 +218,18 @@ static __always_inline int parse(struct xdp_md *ctx, struct pkt *p)
 	} else {
 		return -1;
 	}
+#ifdef RVS_BENCH_VARY_CLIENT
+	{
+		__u32 zero = 0;
+		__u64 *seq = bpf_map_lookup_elem(&bench_seq, &zero);
+
+		if (seq) {
+			*seq += 1;
+			p->saddr[0] ^= bpf_htonl((__u32)*seq >> 16);
+			p->sport ^= bpf_htons((__u16)*seq);
+		}
+	}
+#endif
 	return 0;
 }
 

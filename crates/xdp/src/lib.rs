@@ -79,6 +79,10 @@ fn map_err(map: &'static str) -> impl Fn(MapError) -> XdpError {
 pub enum Object {
     /// `bpf/xdp_lb.c`: the director (program `xdp_lb`).
     Director,
+    /// `bpf/xdp_lb.c` built with `RVS_BENCH_VARY_CLIENT`: every run sees
+    /// another client (address and port from a per-CPU counter), so a
+    /// repeated test run measures the new-flow path. Benchmarks only.
+    DirectorBench,
     /// `bpf/bench_tx.c`: the XDP_TX floor of the benchmarks (program `bench_tx`).
     BenchTx,
     /// `bpf/bench_lru.c`: the bare LRU-insert floor (program `bench_lru`).
@@ -86,10 +90,10 @@ pub enum Object {
 }
 
 impl Object {
-    /// File stem and program name.
+    /// The program's name.
     pub fn name(self) -> &'static str {
         match self {
-            Object::Director => "xdp_lb",
+            Object::Director | Object::DirectorBench => "xdp_lb",
             Object::BenchTx => "bench_tx",
             Object::BenchLru => "bench_lru",
         }
@@ -101,6 +105,9 @@ impl Object {
         Ok(match self {
             Object::Director => {
                 aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb.o"))
+            }
+            Object::DirectorBench => {
+                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_bench.o"))
             }
             Object::BenchTx => {
                 aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_tx.o"))
@@ -175,7 +182,7 @@ impl Loaded {
     pub fn load(object: Object, opts: &LoadOptions) -> Result<Self, XdpError> {
         let bytes = object.bytes()?;
         let mut loader = EbpfLoader::new();
-        if object == Object::Director {
+        if matches!(object, Object::Director | Object::DirectorBench) {
             loader
                 .map_max_entries("flows", opts.flow_table_size)
                 .map_max_entries("nat_rev", opts.flow_table_size)
