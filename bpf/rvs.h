@@ -153,7 +153,8 @@ struct rvs_flow_key {
 };
 
 struct rvs_flow {
-	__u64 last_seen_ns; /* bpf_ktime_get_ns() of the last packet */
+	__u64 last_seen_ns; /* bpf_ktime_get_coarse_ns() of the last packet
+			     * (CLOCK_MONOTONIC_COARSE) */
 	__u32 dest;         /* real-server index */
 	__u32 svc;          /* service index */
 	__u8 state;         /* RVS_TCP_S_* or RVS_UDP_S_NORMAL */

@@ -3,10 +3,17 @@
  * xdp_lb.c: the rvs director program (XDP).
  *
  * Packet path: Ethernet (+ one 802.1Q/802.1ad tag) -> IPv4 (options honoured)
- * or IPv6 (no extension headers) -> TCP/UDP -> service lookup -> flow lookup
- * -> (miss: schedule, insert) -> forward by the real server's method:
- * DR (MAC rewrite), TUN IPIP, TUN GUE, NAT (inbound rewrite; replies
- * rewritten back by the reply path).
+ * or IPv6 (no extension headers) -> TCP/UDP -> flow lookup (hit: refresh
+ * state, count, forward) -> miss: service lookup, schedule, insert ->
+ * forward by the real server's method: DR (MAC rewrite), TUN IPIP, TUN GUE,
+ * NAT (inbound rewrite; replies rewritten back by the reply path).
+ *
+ * The flow table comes first, as in IPVS's ip_vs_in (connection lookup
+ * before the service): only VIP traffic creates flows, an established flow
+ * costs one hash lookup, and flows of a deleted service keep going until
+ * they expire or the control side removes them (IPVS keeps such
+ * connections too). Expiry: an entry older than its state's timeout is
+ * treated as absent (a SYN or a UDP datagram is scheduled afresh at once).
  *
  * Decisions about packets that are not plainly ours (all return XDP_PASS, so
  * the kernel's own stack judges them, counts them and answers as it would
@@ -855,7 +862,7 @@ static __always_inline int nat_reply(struct xdp_md *ctx, const struct pkt *p,
 	fk.family = p->family;
 	f = bpf_map_lookup_elem(&flows, &fk);
 	if (f) {
-		f->last_seen_ns = bpf_ktime_get_ns();
+		f->last_seen_ns = bpf_ktime_get_coarse_ns();
 		if (p->proto == IPPROTO_TCP)
 			f->state = tcp_next_state(f->state, p->tcpflags, DIR_OUTPUT);
 		f->flags &= ~RVS_FLOW_F_NOOUTPUT;
@@ -898,18 +905,6 @@ int xdp_lb(struct xdp_md *ctx)
 	if (!cfg)
 		return XDP_PASS;
 
-	sk.proto = p.proto;
-	sk.family = p.family;
-	sk.port = p.dport;
-	__builtin_memcpy(sk.vip, p.daddr, 16);
-	svcp = bpf_map_lookup_elem(&services, &sk);
-	if (!svcp)
-		return nat_reply(ctx, &p, cfg);
-	svc_idx = *svcp;
-	svc = bpf_map_lookup_elem(&svc_info, &svc_idx);
-	if (!svc || svc->sched == RVS_SCHED_NONE)
-		return XDP_PASS;
-
 	is_tcp = p.proto == IPPROTO_TCP;
 	syn = is_tcp && (p.tcpflags & TCPF_SYN) && !(p.tcpflags & TCPF_RST);
 	__builtin_memcpy(fk.caddr, p.saddr, 16);
@@ -918,8 +913,12 @@ int xdp_lb(struct xdp_md *ctx)
 	fk.vport = p.dport;
 	fk.proto = p.proto;
 	fk.family = p.family;
-	now = bpf_ktime_get_ns();
+	/* The coarse clock (tick resolution) is plenty for timeouts in seconds
+	 * and far cheaper than bpf_ktime_get_ns on the per-packet path. */
+	now = bpf_ktime_get_coarse_ns();
 
+	/* Like IPVS's ip_vs_in: the connection table first (only VIP traffic
+	 * ever creates entries), the service only for a new connection. */
 	f = bpf_map_lookup_elem(&flows, &fk);
 	if (f) {
 		int expired = now - f->last_seen_ns > flow_timeout_ns(cfg, f, p.proto);
@@ -931,11 +930,8 @@ int xdp_lb(struct xdp_md *ctx)
 			return XDP_DROP;
 		if (syn && (expired || closed || (d->flags & RVS_DEST_F_UNAVAILABLE)))
 			goto new_flow; /* conn_reuse_mode: a new connection */
-		if (expired) {
-			if (is_tcp)
-				return XDP_PASS; /* as an unknown flow's non-SYN */
-			goto new_flow;
-		}
+		if (expired)
+			goto new_flow; /* as unknown: TCP non-SYN passes, UDP schedules */
 		if (d->flags & RVS_DEST_F_UNAVAILABLE)
 			return XDP_DROP; /* IPVS without expire_nodest_conn */
 		f->last_seen_ns = now;
@@ -943,12 +939,23 @@ int xdp_lb(struct xdp_md *ctx)
 			f->state = tcp_next_state(f->state, p.tcpflags,
 						  (f->flags & RVS_FLOW_F_NOOUTPUT) ? DIR_INPUT_ONLY
 										   : DIR_INPUT);
-		count(&svc_stats, svc_idx, p.l3len, 0, 0);
+		count(&svc_stats, f->svc, p.l3len, 0, 0);
 		count(&dest_stats, didx, p.l3len, 0, 0);
 		return forward(ctx, &p, d, cfg);
 	}
 
 new_flow:
+	sk.proto = p.proto;
+	sk.family = p.family;
+	sk.port = p.dport;
+	__builtin_memcpy(sk.vip, p.daddr, 16);
+	svcp = bpf_map_lookup_elem(&services, &sk);
+	if (!svcp)
+		return nat_reply(ctx, &p, cfg);
+	svc_idx = *svcp;
+	svc = bpf_map_lookup_elem(&svc_info, &svc_idx);
+	if (!svc || svc->sched == RVS_SCHED_NONE)
+		return XDP_PASS;
 	if (is_tcp && !syn)
 		return XDP_PASS;
 	dest_idx = schedule(svc, svc_idx, &p);

@@ -19,6 +19,7 @@ const PROGRAMS: &[(&str, &str, &[&str])] = &[
     ("xdp_lb_bench", "xdp_lb", &["-DRVS_BENCH_VARY_CLIENT"]),
     ("bench_tx", "bench_tx", &[]),
     ("bench_lru", "bench_lru", &[]),
+    ("bench_lru_hit", "bench_lru", &["-DBENCH_LRU_HIT"]),
 ];
 
 fn main() {

@@ -87,6 +87,9 @@ pub enum Object {
     BenchTx,
     /// `bpf/bench_lru.c`: the bare LRU-insert floor (program `bench_lru`).
     BenchLru,
+    /// `bpf/bench_lru.c` with `BENCH_LRU_HIT`: the bare parse + LRU-hit
+    /// floor (program `bench_lru`).
+    BenchLruHit,
 }
 
 impl Object {
@@ -95,7 +98,7 @@ impl Object {
         match self {
             Object::Director | Object::DirectorBench => "xdp_lb",
             Object::BenchTx => "bench_tx",
-            Object::BenchLru => "bench_lru",
+            Object::BenchLru | Object::BenchLruHit => "bench_lru",
         }
     }
 
@@ -114,6 +117,9 @@ impl Object {
             }
             Object::BenchLru => {
                 aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_lru.o"))
+            }
+            Object::BenchLruHit => {
+                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_lru_hit.o"))
             }
         })
     }
@@ -187,7 +193,7 @@ impl Loaded {
                 .map_max_entries("flows", opts.flow_table_size)
                 .map_max_entries("nat_rev", opts.flow_table_size)
                 .map_max_entries("slots", opts.slots);
-        } else if object == Object::BenchLru {
+        } else if matches!(object, Object::BenchLru | Object::BenchLruHit) {
             loader.map_max_entries("bench_flows", opts.flow_table_size);
         }
         let ebpf = loader.load(bytes).map_err(|e| XdpError::Load {

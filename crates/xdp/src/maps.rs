@@ -263,7 +263,7 @@ impl FlowKey {
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Flow {
-    /// `bpf_ktime_get_ns()` of the last packet.
+    /// `bpf_ktime_get_coarse_ns()` of the last packet (`CLOCK_MONOTONIC_COARSE`).
     pub last_seen_ns: u64,
     /// Real-server index.
     pub dest: u32,

@@ -419,3 +419,50 @@ fn udp_one_packet_scheduling_keeps_no_flow() {
     assert!(macs.iter().all(|&m| m == macs[0]));
     assert!(lb.l.flow(&fk).unwrap().is_some());
 }
+
+#[test]
+fn expired_flows_follow_the_state_timeouts() {
+    let Some(mut lb) = Lb::new("expired_flows_follow_the_state_timeouts") else {
+        return;
+    };
+    // ESTABLISHED lasts 900 s, SYN_RECV 0 s: a half-open flow expires at
+    // once (the coarse clock ticks within milliseconds).
+    let mut cfg = maps::Config::ipvs_defaults();
+    cfg.tcp_timeouts[3] = 0;
+    cfg.udp_timeout = 0;
+    lb.l.set_config(&cfg).unwrap();
+    dr_service(&mut lb, false, 2);
+    let rs: Vec<Rs> = (0..2)
+        .map(|i| Rs::new(rs_addr(false, i), fwd::DR, rs_mac(i)))
+        .collect();
+    lb.service(1, SvcKey::new(PROTO_UDP, vip(false), 53), "rr", 0, &rs);
+    let (c, v) = (client(false, 12), vip(false));
+    assert_eq!(
+        lb.run(&tcp_frame(c, 8000, v, VPORT, Flags::Syn, b"")).data[5],
+        0
+    );
+    assert_eq!(lb.run(&udp_frame(c, 8000, v, 53, b"q")).data[5], 0);
+    // A flow that reached ESTABLISHED stays.
+    assert_eq!(
+        lb.run(&tcp_frame(c, 8001, v, VPORT, Flags::Syn, b"")).data[5],
+        1
+    );
+    assert_eq!(
+        lb.run(&tcp_frame(c, 8001, v, VPORT, Flags::Ack, b"")).data[5],
+        1
+    );
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    // Expired: a non-SYN is unknown to the director and passes ...
+    let f = tcp_frame(c, 8000, v, VPORT, Flags::Ack, b"");
+    assert_eq!(lb.run(&f).action, action::PASS);
+    // ... a SYN is scheduled afresh at once (no one-second SYN drop), and
+    // a UDP datagram too.
+    assert_eq!(
+        lb.run(&tcp_frame(c, 8000, v, VPORT, Flags::Syn, b"")).data[5],
+        0
+    );
+    assert_eq!(lb.run(&udp_frame(c, 8000, v, 53, b"q")).data[5], 1);
+    // The established flow is untouched by the short SYN_RECV timeout.
+    let r = lb.run(&tcp_frame(c, 8001, v, VPORT, Flags::Ack, b""));
+    assert_eq!((r.action, r.data[5]), (action::TX, 1));
+}
