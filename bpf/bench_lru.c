@@ -68,7 +68,7 @@ int bench_lru(struct xdp_md *ctx)
 	k.vport = th->dest;
 	k.proto = ip->protocol;
 	k.family = RVS_AF_INET;
-	v.last_seen_ns = bpf_ktime_get_ns();
+	v.last_seen = bpf_jiffies64();
 	bpf_map_update_elem(&bench_flows, &k, &v, BPF_ANY);
 	return XDP_TX;
 }

@@ -153,8 +153,7 @@ struct rvs_flow_key {
 };
 
 struct rvs_flow {
-	__u64 last_seen_ns; /* bpf_ktime_get_coarse_ns() of the last packet
-			     * (CLOCK_MONOTONIC_COARSE) */
+	__u64 last_seen;    /* jiffies (bpf_jiffies64) of the last packet */
 	__u32 dest;         /* real-server index */
 	__u32 svc;          /* service index */
 	__u8 state;         /* RVS_TCP_S_* or RVS_UDP_S_NORMAL */
@@ -199,6 +198,7 @@ struct rvs_config {
 	__u32 tcp_timeouts[RVS_TCP_S_LAST]; /* seconds per TCP state */
 	__u32 udp_timeout; /* seconds */
 	__u32 flags;       /* RVS_CFG_F_* */
+	__u32 hz;          /* the kernel's HZ: jiffies per second */
 };
 
 #endif /* RVS_H */

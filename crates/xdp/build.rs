@@ -20,6 +20,7 @@ const PROGRAMS: &[(&str, &str, &[&str])] = &[
     ("bench_tx", "bench_tx", &[]),
     ("bench_lru", "bench_lru", &[]),
     ("bench_lru_hit", "bench_lru", &["-DBENCH_LRU_HIT"]),
+    ("clock", "clock", &[]),
 ];
 
 fn main() {

@@ -90,6 +90,8 @@ pub enum Object {
     /// `bpf/bench_lru.c` with `BENCH_LRU_HIT`: the bare parse + LRU-hit
     /// floor (program `bench_lru`).
     BenchLruHit,
+    /// `bpf/clock.c`: reads jiffies, for [`kernel_hz`] (program `clock`).
+    Clock,
 }
 
 impl Object {
@@ -99,6 +101,7 @@ impl Object {
             Object::Director | Object::DirectorBench => "xdp_lb",
             Object::BenchTx => "bench_tx",
             Object::BenchLru | Object::BenchLruHit => "bench_lru",
+            Object::Clock => "clock",
         }
     }
 
@@ -120,6 +123,9 @@ impl Object {
             }
             Object::BenchLruHit => {
                 aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_lru_hit.o"))
+            }
+            Object::Clock => {
+                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/clock.o"))
             }
         })
     }
@@ -172,6 +178,31 @@ pub mod action {
     pub const TX: u32 = 3;
     /// Redirected to another interface.
     pub const REDIRECT: u32 = 4;
+}
+
+/// The kernel's HZ (jiffies per second), measured once per process: the
+/// jiffies counter read through the `clock` program 100 ms apart, rounded to
+/// the nearest usual value (100, 250, 300, 1000). The director keeps flow
+/// ages in jiffies because reading them costs one load per packet.
+pub fn kernel_hz() -> Result<u32, XdpError> {
+    static HZ: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    if let Some(&hz) = HZ.get() {
+        return Ok(hz);
+    }
+    let mut clock = Loaded::load(Object::Clock, &LoadOptions::default())?;
+    let (j0, t0) = (clock.jiffies()?, std::time::Instant::now());
+    std::thread::sleep(Duration::from_millis(100));
+    let (j1, t1) = (clock.jiffies()?, std::time::Instant::now());
+    let rate = (j1.saturating_sub(j0)) as f64 / (t1 - t0).as_secs_f64();
+    let hz = [100u32, 250, 300, 1000]
+        .into_iter()
+        .min_by(|a, b| {
+            (f64::from(*a) - rate)
+                .abs()
+                .total_cmp(&(f64::from(*b) - rate).abs())
+        })
+        .unwrap_or(250);
+    Ok(*HZ.get_or_init(|| hz))
 }
 
 /// One loaded BPF object with its (single) XDP program loaded into the
@@ -329,11 +360,23 @@ impl Loaded {
             .map_err(map_err("dests"))
     }
 
-    /// Write the director's configuration.
+    /// Write the director's configuration; `hz` 0 is replaced by the
+    /// kernel's measured HZ ([`kernel_hz`]).
     pub fn set_config(&mut self, config: &Config) -> Result<(), XdpError> {
+        let mut c = *config;
+        if c.hz == 0 {
+            c.hz = kernel_hz()?;
+        }
         self.array::<Config>("config")?
-            .set(0, config, 0)
+            .set(0, c, 0)
             .map_err(map_err("config"))
+    }
+
+    fn jiffies(&mut self) -> Result<u64, XdpError> {
+        self.run(&[0u8; 64], 1)?;
+        self.array::<u64>("clock_jiffies")?
+            .get(&0, 0)
+            .map_err(map_err("clock_jiffies"))
     }
 
     /// Set a service's rr/wrr cursor.

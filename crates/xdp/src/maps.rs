@@ -263,8 +263,8 @@ impl FlowKey {
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Flow {
-    /// `bpf_ktime_get_coarse_ns()` of the last packet (`CLOCK_MONOTONIC_COARSE`).
-    pub last_seen_ns: u64,
+    /// Jiffies (`bpf_jiffies64`) of the last packet; see [`Config::hz`].
+    pub last_seen: u64,
     /// Real-server index.
     pub dest: u32,
     /// Service index.
@@ -345,6 +345,9 @@ pub struct Config {
     pub udp_timeout: u32,
     /// [`CFG_F_NAT`].
     pub flags: u32,
+    /// The kernel's HZ (jiffies per second), which turns the timeouts into
+    /// jiffies; [`crate::Loaded::set_config`] fills it in when 0.
+    pub hz: u32,
 }
 
 impl Config {
@@ -367,7 +370,7 @@ const _: () = assert!(size_of::<Flow>() == 24);
 const _: () = assert!(size_of::<NatKey>() == 40);
 const _: () = assert!(size_of::<Nat>() == 28);
 const _: () = assert!(size_of::<Stats>() == 40);
-const _: () = assert!(size_of::<Config>() == 72);
+const _: () = assert!(size_of::<Config>() == 76);
 
 // SAFETY: every type below is `#[repr(C)]`, made only of integers and
 // integer arrays with every padding byte an explicit field (the size
@@ -448,7 +451,7 @@ pub fn layouts() -> Vec<Layout> {
         layout!(
             "rvs_flow",
             Flow,
-            [last_seen_ns, dest, svc, state, flags, pad0, pad1]
+            [last_seen, dest, svc, state, flags, pad0, pad1]
         ),
         layout!(
             "rvs_nat_key",
@@ -464,7 +467,7 @@ pub fn layouts() -> Vec<Layout> {
         layout!(
             "rvs_config",
             Config,
-            [tun_src4, tun_src6, tcp_timeouts, udp_timeout, flags]
+            [tun_src4, tun_src6, tcp_timeouts, udp_timeout, flags, hz]
         ),
     ]
 }

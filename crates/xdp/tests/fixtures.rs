@@ -466,3 +466,32 @@ fn expired_flows_follow_the_state_timeouts() {
     let r = lb.run(&tcp_frame(c, 8001, v, VPORT, Flags::Ack, b""));
     assert_eq!((r.action, r.data[5]), (action::TX, 1));
 }
+
+#[test]
+fn flow_ages_are_jiffies_at_the_measured_hz() {
+    let Some(mut lb) = Lb::new("flow_ages_are_jiffies_at_the_measured_hz") else {
+        return;
+    };
+    let hz = rvs_xdp::kernel_hz().unwrap();
+    assert!([100, 250, 300, 1000].contains(&hz), "hz {hz}");
+    dr_service(&mut lb, false, 1);
+    let (c, v) = (client(false, 13), vip(false));
+    let key = FlowKey::new(PROTO_TCP, c, 9000, v, VPORT);
+    lb.run(&tcp_frame(c, 9000, v, VPORT, Flags::Syn, b""));
+    let (j0, t0) = (
+        lb.l.flow(&key).unwrap().unwrap().last_seen,
+        std::time::Instant::now(),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    lb.run(&tcp_frame(c, 9000, v, VPORT, Flags::Ack, b""));
+    let (j1, t1) = (
+        lb.l.flow(&key).unwrap().unwrap().last_seen,
+        std::time::Instant::now(),
+    );
+    let want = (t1 - t0).as_secs_f64() * f64::from(hz);
+    let got = (j1 - j0) as f64;
+    assert!(
+        (got - want).abs() <= want * 0.1 + 2.0,
+        "{got} jiffies, expected ~{want:.1}"
+    );
+}
