@@ -199,6 +199,16 @@ struct rvs_config {
 	__u32 udp_timeout; /* seconds */
 	__u32 flags;       /* RVS_CFG_F_* */
 	__u32 hz;          /* the kernel's HZ: jiffies per second */
+	/* SYN-flood guard: new flows per CPU per second above which flows of
+	 * hash-scheduled (sh/dh/mh) DR/TUN services are forwarded without a
+	 * flow entry (the hash gives the same server again); 0 = no limit. */
+	__u32 max_new_flows;
+};
+
+/* flood: PERCPU_ARRAY[0], the guard's window. */
+struct rvs_flood {
+	__u64 second; /* jiffies / hz of the window */
+	__u64 count;  /* new flows seen in it */
 };
 
 #endif /* RVS_H */

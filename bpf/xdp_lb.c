@@ -116,6 +116,13 @@ struct {
 	__type(value, struct rvs_config);
 } config SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rvs_flood);
+} flood SEC(".maps");
+
 #ifdef RVS_BENCH_VARY_CLIENT
 /* Benchmark build only: a per-CPU counter that makes every run a new client. */
 struct {
@@ -505,6 +512,28 @@ static __always_inline __u64 flow_timeout(const struct rvs_config *cfg, const st
 	if (s >= RVS_TCP_S_LAST)
 		return 0;
 	return (__u64)cfg->tcp_timeouts[s] * cfg->hz;
+}
+
+/* Count a new flow on this CPU; true when this second's count is above the
+ * configured limit (a SYN flood: stop paying for flow-table inserts). */
+static __always_inline int flood_over(const struct rvs_config *cfg, __u64 now)
+{
+	__u32 zero = 0;
+	struct rvs_flood *st;
+	__u64 sec;
+
+	if (!cfg->max_new_flows || !cfg->hz)
+		return 0;
+	st = bpf_map_lookup_elem(&flood, &zero);
+	if (!st)
+		return 0;
+	sec = now / cfg->hz;
+	if (st->second != sec) {
+		st->second = sec;
+		st->count = 0;
+	}
+	st->count++;
+	return st->count > cfg->max_new_flows;
 }
 
 /* ---------------------------------------------------------------- stats */
@@ -898,7 +927,7 @@ int xdp_lb(struct xdp_md *ctx)
 	__u32 zero = 0, svc_idx, dest_idx;
 	__u32 *svcp;
 	__u64 now;
-	int syn, is_tcp;
+	int syn, is_tcp, hashed;
 
 	if (parse(ctx, &p))
 		return XDP_PASS;
@@ -957,7 +986,12 @@ new_flow:
 	svc = bpf_map_lookup_elem(&svc_info, &svc_idx);
 	if (!svc || svc->sched == RVS_SCHED_NONE)
 		return XDP_PASS;
-	if (is_tcp && !syn)
+	hashed = svc->sched == RVS_SCHED_MH || svc->sched == RVS_SCHED_SH ||
+		 svc->sched == RVS_SCHED_DH;
+	/* A TCP segment without SYN for an unknown flow is not ours (IPVS), but
+	 * with the SYN-flood guard on, flows of hash-scheduled services may
+	 * have no entry: those are forwarded by the hash, statelessly. */
+	if (is_tcp && !syn && !(cfg->max_new_flows && hashed))
 		return XDP_PASS;
 	dest_idx = schedule(svc, svc_idx, &p);
 	if (dest_idx == RVS_SLOT_EMPTY)
@@ -965,13 +999,24 @@ new_flow:
 	d = bpf_map_lookup_elem(&dests, &dest_idx);
 	if (!d)
 		return XDP_PASS;
+	if (is_tcp && !syn) {
+		if (d->method == RVS_FWD_NAT)
+			return XDP_PASS;
+		count(&svc_stats, svc_idx, p.l3len, 0, 0);
+		count(&dest_stats, dest_idx, p.l3len, 0, 0);
+		return forward(ctx, &p, d, cfg);
+	}
 	nf.last_seen = now;
 	nf.dest = dest_idx;
 	nf.svc = svc_idx;
 	nf.flags = RVS_FLOW_F_NOOUTPUT;
 	nf.state = is_tcp ? tcp_next_state(RVS_TCP_S_NONE, p.tcpflags, DIR_INPUT_ONLY)
 			  : RVS_UDP_S_NORMAL;
-	if (!(!is_tcp && (svc->flags & RVS_SVC_F_ONEPACKET)))
+	/* Under a flood, hash-scheduled DR/TUN flows need no entry: the next
+	 * packet hashes to the same server (as long as the table does not
+	 * change). rr/wrr and NAT always need theirs. */
+	if (!(!is_tcp && (svc->flags & RVS_SVC_F_ONEPACKET)) &&
+	    !(flood_over(cfg, now) && hashed && d->method != RVS_FWD_NAT))
 		bpf_map_update_elem(&flows, &fk, &nf, BPF_ANY);
 	if (d->method == RVS_FWD_NAT) {
 		struct rvs_nat_key nk = {};

@@ -141,6 +141,15 @@ fn main() -> Result<(), Box<dyn Error>> {
         let full = ns(&mut l, &syn, repeat, tx)?;
         newf.push((sched, fill, full));
     }
+    // The SYN-flood guard on (limit 1 new flow per CPU per second): mh flows
+    // of DR services are forwarded by the hash without a flow entry.
+    let mut l = director(Object::DirectorBench, "mh", table)?;
+    l.set_config(&Config {
+        max_new_flows: 1,
+        ..Config::ipvs_defaults()
+    })?;
+    let guarded = ns(&mut l, &syn, repeat, tx)?;
+    drop(l);
 
     println!(
         "BPF_PROG_TEST_RUN, repeat {repeat}, flow table {table} entries, {SERVERS} DR real servers"
@@ -171,5 +180,9 @@ fn main() -> Result<(), Box<dyn Error>> {
             full / lru_full
         );
     }
+    println!(
+        "| new flow (mh), SYN-flood guard on (no insert) | {guarded:.0} | {:.2} × bare LRU insert (full) |",
+        guarded / lru_full
+    );
     Ok(())
 }

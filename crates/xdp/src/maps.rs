@@ -348,6 +348,20 @@ pub struct Config {
     /// The kernel's HZ (jiffies per second), which turns the timeouts into
     /// jiffies; [`crate::Loaded::set_config`] fills it in when 0.
     pub hz: u32,
+    /// SYN-flood guard: new flows per CPU per second above which flows of
+    /// hash-scheduled (sh/dh/mh) DR/TUN services get no flow entry (the
+    /// hash sends their next packets to the same server); 0 = no limit.
+    pub max_new_flows: u32,
+}
+
+/// `flood[0]` (per CPU): the SYN-flood guard's current window.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Flood {
+    /// `jiffies / hz` of the window.
+    pub second: u64,
+    /// New flows seen in it on this CPU.
+    pub count: u64,
 }
 
 impl Config {
@@ -370,7 +384,8 @@ const _: () = assert!(size_of::<Flow>() == 24);
 const _: () = assert!(size_of::<NatKey>() == 40);
 const _: () = assert!(size_of::<Nat>() == 28);
 const _: () = assert!(size_of::<Stats>() == 40);
-const _: () = assert!(size_of::<Config>() == 76);
+const _: () = assert!(size_of::<Config>() == 80);
+const _: () = assert!(size_of::<Flood>() == 16);
 
 // SAFETY: every type below is `#[repr(C)]`, made only of integers and
 // integer arrays with every padding byte an explicit field (the size
@@ -393,6 +408,8 @@ unsafe impl aya::Pod for Nat {}
 unsafe impl aya::Pod for Stats {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Config {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Flood {}
 
 /// A mirrored struct's layout as the Rust compiler laid it out.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -467,7 +484,16 @@ pub fn layouts() -> Vec<Layout> {
         layout!(
             "rvs_config",
             Config,
-            [tun_src4, tun_src6, tcp_timeouts, udp_timeout, flags, hz]
+            [
+                tun_src4,
+                tun_src6,
+                tcp_timeouts,
+                udp_timeout,
+                flags,
+                hz,
+                max_new_flows
+            ]
         ),
+        layout!("rvs_flood", Flood, [second, count]),
     ]
 }

@@ -495,3 +495,52 @@ fn flow_ages_are_jiffies_at_the_measured_hz() {
         "{got} jiffies, expected ~{want:.1}"
     );
 }
+
+#[test]
+fn syn_flood_guard_forwards_hashed_flows_without_entries() {
+    let Some(mut lb) = Lb::new("syn_flood_guard_forwards_hashed_flows_without_entries") else {
+        return;
+    };
+    let mut cfg = maps::Config::ipvs_defaults();
+    cfg.max_new_flows = 3;
+    lb.l.set_config(&cfg).unwrap();
+    let rs: Vec<Rs> = (0..4)
+        .map(|i| Rs::new(rs_addr(false, i), fwd::DR, rs_mac(i)))
+        .collect();
+    let v = vip(false);
+    lb.service(0, SvcKey::new(PROTO_TCP, v, VPORT), "mh", 0, &rs);
+    lb.service(1, SvcKey::new(PROTO_TCP, v, 8080), "rr", 0, &rs);
+    let (mut core, dests) = lb.core_scheduler(0);
+    // Within one second (the window is per CPU; the test runs on one).
+    let mut with_entry = 0;
+    for i in 0..8u32 {
+        let c = client(false, 100 + i);
+        let want = Lb::core_choice(core.as_mut(), &dests, 0, &sched_input(c, 1000, v, VPORT))
+            .map(|d| rs_mac((d % 1000) as u8));
+        let r = lb.run(&tcp_frame(c, 1000, v, VPORT, Flags::Syn, b""));
+        assert_eq!(
+            (r.action, Some(r.data[..6].try_into().unwrap())),
+            (action::TX, want)
+        );
+        let has = lb.flow_dest(PROTO_TCP, c, 1000, v, VPORT).is_some();
+        with_entry += usize::from(has);
+        // Stateless or not, the client's next segment reaches the same server.
+        let r = lb.run(&tcp_frame(c, 1000, v, VPORT, Flags::Ack, b"x"));
+        assert_eq!(
+            (r.action, Some(r.data[..6].try_into().unwrap())),
+            (action::TX, want)
+        );
+    }
+    assert!(
+        (3..8).contains(&with_entry),
+        "entries only up to the limit (unless the second turned): {with_entry}"
+    );
+    // rr needs its entries whatever the rate.
+    let c = client(false, 200);
+    lb.run(&tcp_frame(c, 1000, v, 8080, Flags::Syn, b""));
+    assert!(lb.flow_dest(PROTO_TCP, c, 1000, v, 8080).is_some());
+    // Without the guard a non-SYN for an unknown flow passes, as in IPVS.
+    lb.l.set_config(&maps::Config::ipvs_defaults()).unwrap();
+    let f = tcp_frame(client(false, 300), 1000, v, VPORT, Flags::Ack, b"");
+    assert_eq!(lb.run(&f).action, action::PASS);
+}
