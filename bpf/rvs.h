@@ -205,6 +205,15 @@ struct rvs_config {
 	__u32 max_new_flows;
 };
 
+/* dest_conns: ARRAY[real-server index], IPVS's ActiveConn / InActConn,
+ * kept by the program as flows are created and change TCP state (atomic
+ * adds: all CPUs share them). Flows that expire or are evicted without being
+ * seen again are subtracted by the control side's sweep. */
+struct rvs_dest_conns {
+	__u32 active;   /* flows in ESTABLISHED, SYN_SENT, SYN_RECV, SYNACK */
+	__u32 inactive; /* every other flow (all UDP flows) */
+};
+
 /* flood: PERCPU_ARRAY[0], the guard's window. */
 struct rvs_flood {
 	__u64 second; /* jiffies / hz of the window */

@@ -123,6 +123,13 @@ struct {
 	__type(value, struct rvs_flood);
 } flood SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RVS_MAX_DESTS);
+	__type(key, __u32);
+	__type(value, struct rvs_dest_conns);
+} dest_conns SEC(".maps");
+
 #ifdef RVS_BENCH_VARY_CLIENT
 /* Benchmark build only: a per-CPU counter that makes every run a new client. */
 struct {
@@ -326,25 +333,67 @@ static __always_inline __u32 slot_at(__u32 pos)
 
 /* rr over the real-server list, wrr over its precomputed sequence: a shared
  * cursor advanced atomically; ineligible entries are stepped over. */
+struct walk {
+	__u64 start;
+	__u32 off;
+	__u32 len;
+	__u32 result;
+	__u32 pad;
+};
+
+static long walk_step(__u32 i, void *ctx)
+{
+	struct walk *x = ctx;
+	__u32 idx;
+
+	if (x->len == 0)
+		return 1;
+	idx = slot_at(x->off + (__u32)((x->start + i) % x->len));
+	if (eligible(idx)) {
+		x->result = idx;
+		return 1;
+	}
+	return 0;
+}
+
 static __always_inline __u32 sched_cursor(__u32 svc_idx, __u32 off, __u32 len)
 {
 	__u64 *cur = bpf_map_lookup_elem(&rr_cursor, &svc_idx);
-	__u64 start;
-	__u32 i;
+	struct walk x = { .off = off, .len = len, .result = RVS_SLOT_EMPTY };
+	__u32 idx;
 
 	if (!cur || len == 0)
 		return RVS_SLOT_EMPTY;
-	start = __sync_fetch_and_add(cur, 1);
-	for (i = 0; i < RVS_MAX_SVC_DESTS; i++) {
-		__u32 idx;
+	x.start = __sync_fetch_and_add(cur, 1);
+	/* The common case: the first candidate is eligible. */
+	idx = slot_at(off + (__u32)(x.start % len));
+	if (eligible(idx))
+		return idx;
+	bpf_loop(len < RVS_MAX_SVC_DESTS ? len : RVS_MAX_SVC_DESTS, walk_step, &x, 0);
+	return x.result;
+}
 
-		if (i >= len)
-			break;
-		idx = slot_at(off + (__u32)((start + i) % len));
-		if (eligible(idx))
-			return idx;
+/* sh-fallback: bucket (roff + ihash) & 255 for roff = off + ihash. */
+struct sh_fallback {
+	__u32 table_off;
+	__u32 ihash;
+	__u32 result;
+	__u32 pad;
+};
+
+static long sh_fallback_step(__u32 off, void *ctx)
+{
+	struct sh_fallback *x = ctx;
+	__u32 roff = (off + x->ihash) & 0xff;
+	__u32 idx = slot_at(x->table_off + ((roff + x->ihash) & 0xff));
+
+	if (idx == RVS_SLOT_EMPTY)
+		return 1;
+	if (eligible(idx)) {
+		x->result = idx;
+		return 1;
 	}
-	return RVS_SLOT_EMPTY;
+	return 0;
 }
 
 struct mh_fallback {
@@ -374,17 +423,90 @@ static long mh_fallback_step(__u32 off, void *c)
 	return 0;
 }
 
+/* lc, wlc, sed, nq: one pass over the real-server list with the kernel's
+ * comparisons (ties to the earliest server). Products are u64: exact while
+ * active*256+inactive < 2^40 and weights < 2^24. The walk runs in bpf_loop
+ * so the verifier checks the body once, not once per server. */
+struct least {
+	__u32 off;
+	__u8 sched;
+	__u8 pad[3];
+	__u32 best;
+	__u64 best_cost;
+	__u64 best_w;
+};
+
+static long least_step(__u32 i, void *ctx)
+{
+	struct least *x = ctx;
+	struct rvs_dest_conns *c;
+	struct rvs_dest *d;
+	__u64 a = 0, in = 0, cost, w;
+	__u32 idx = slot_at(x->off + i);
+
+	d = eligible(idx);
+	if (!d)
+		return 0;
+	c = bpf_map_lookup_elem(&dest_conns, &idx);
+	if (c) {
+		a = c->active;
+		in = c->inactive;
+	}
+	w = d->weight;
+	if (x->sched == RVS_SCHED_LC) {
+		cost = (a << 8) + in;
+		if (x->best == RVS_SLOT_EMPTY || cost < x->best_cost) {
+			x->best = idx;
+			x->best_cost = cost;
+		}
+		return 0;
+	}
+	if (x->sched == RVS_SCHED_NQ && a == 0) {
+		x->best = idx;
+		return 1;
+	}
+	if (x->sched == RVS_SCHED_WLC)
+		cost = (a << 8) + in;
+	else /* sed, nq */
+		cost = a + 1;
+	if (x->best == RVS_SLOT_EMPTY || x->best_cost * w > cost * x->best_w) {
+		x->best = idx;
+		x->best_cost = cost;
+		x->best_w = w;
+	}
+	return 0;
+}
+
+static __always_inline __u32 sched_least(const struct rvs_svc *s)
+{
+	struct least x = {
+		.off = s->dests_off,
+		.sched = s->sched,
+		.best = RVS_SLOT_EMPTY,
+	};
+
+	if (s->dests_len > RVS_MAX_SVC_DESTS)
+		return RVS_SLOT_EMPTY;
+	bpf_loop(s->dests_len, least_step, &x, 0);
+	return x.best;
+}
+
 /* The real-server index for a new flow, RVS_SLOT_EMPTY for none. */
 static __always_inline __u32 schedule(const struct rvs_svc *s, __u32 svc_idx,
 				      const struct pkt *p)
 {
-	__u32 idx, fold, port, ihash, off;
+	__u32 idx, fold, port, ihash;
 
 	switch (s->sched) {
 	case RVS_SCHED_RR:
 		return sched_cursor(svc_idx, s->dests_off, s->dests_len);
 	case RVS_SCHED_WRR:
 		return sched_cursor(svc_idx, s->table_off, s->table_len);
+	case RVS_SCHED_LC:
+	case RVS_SCHED_WLC:
+	case RVS_SCHED_SED:
+	case RVS_SCHED_NQ:
+		return sched_least(s);
 	case RVS_SCHED_DH:
 		if (s->table_len != (1u << RVS_DH_TAB_BITS))
 			return RVS_SLOT_EMPTY;
@@ -401,17 +523,16 @@ static __always_inline __u32 schedule(const struct rvs_svc *s, __u32 svc_idx,
 		if (idx == RVS_SLOT_EMPTY || eligible(idx) ||
 		    !(s->flags & RVS_SVC_F_SCHED1))
 			return eligible(idx) ? idx : RVS_SLOT_EMPTY;
-		/* sh-fallback: bucket (roff + ihash) & 255 for roff = off + ihash. */
-		for (off = 0; off < (1u << RVS_SH_TAB_BITS); off++) {
-			__u32 roff = (off + ihash) & 0xff;
+		{
+			struct sh_fallback x = {
+				.table_off = s->table_off,
+				.ihash = ihash,
+				.result = RVS_SLOT_EMPTY,
+			};
 
-			idx = slot_at(s->table_off + ((roff + ihash) & 0xff));
-			if (idx == RVS_SLOT_EMPTY)
-				return RVS_SLOT_EMPTY;
-			if (eligible(idx))
-				return idx;
+			bpf_loop(1u << RVS_SH_TAB_BITS, sh_fallback_step, &x, 0);
+			return x.result;
 		}
-		return RVS_SLOT_EMPTY;
 	case RVS_SCHED_MH: {
 		struct mh_fallback x;
 
@@ -433,7 +554,7 @@ static __always_inline __u32 schedule(const struct rvs_svc *s, __u32 svc_idx,
 		return x.result;
 	}
 	default:
-		/* Counter-based schedulers come in a later part. */
+		/* fo, ovf, twos, lblc, lblcr come in a later part. */
 		return RVS_SLOT_EMPTY;
 	}
 }
@@ -499,6 +620,38 @@ static __always_inline __u8 tcp_next_state(__u8 state, __u8 flags, __u32 dir)
 	if (state >= RVS_TCP_S_LAST || dir > 2)
 		return RVS_TCP_S_CLOSE;
 	return tcp_states[dir][row][state];
+}
+
+/* IPVS's tcp_state_active_table: which states count as ActiveConn. */
+static __always_inline int state_active(__u8 proto, __u8 state)
+{
+	return proto == IPPROTO_TCP &&
+	       (state == RVS_TCP_S_ESTABLISHED || state == RVS_TCP_S_SYN_SENT ||
+		state == RVS_TCP_S_SYN_RECV || state == RVS_TCP_S_SYNACK);
+}
+
+/* Add `delta` (+1/-1) to dest `idx`'s active or inactive counter. */
+static __always_inline void conns_add(__u32 idx, int active, int delta)
+{
+	struct rvs_dest_conns *c = bpf_map_lookup_elem(&dest_conns, &idx);
+
+	if (!c)
+		return;
+	if (active)
+		__sync_fetch_and_add(&c->active, delta);
+	else
+		__sync_fetch_and_add(&c->inactive, delta);
+}
+
+/* A flow of dest `idx` went from state `from` to `to`. */
+static __always_inline void conns_move(__u32 idx, __u8 proto, __u8 from, __u8 to)
+{
+	int a = state_active(proto, from), b = state_active(proto, to);
+
+	if (a != b) {
+		conns_add(idx, a, -1);
+		conns_add(idx, b, 1);
+	}
 }
 
 /* The flow's timeout in jiffies. */
@@ -893,8 +1046,12 @@ static __always_inline int nat_reply(struct xdp_md *ctx, const struct pkt *p,
 	f = bpf_map_lookup_elem(&flows, &fk);
 	if (f) {
 		f->last_seen = bpf_jiffies64();
-		if (p->proto == IPPROTO_TCP)
-			f->state = tcp_next_state(f->state, p->tcpflags, DIR_OUTPUT);
+		if (p->proto == IPPROTO_TCP) {
+			__u8 old = f->state;
+
+			f->state = tcp_next_state(old, p->tcpflags, DIR_OUTPUT);
+			conns_move(f->dest, p->proto, old, f->state);
+		}
 		f->flags &= ~RVS_FLOW_F_NOOUTPUT;
 	}
 	count(&svc_stats, n->svc, p->l3len, 1, 0);
@@ -924,7 +1081,8 @@ int xdp_lb(struct xdp_md *ctx)
 	struct rvs_svc *svc;
 	struct rvs_dest *d;
 	struct rvs_flow *f;
-	__u32 zero = 0, svc_idx, dest_idx;
+	__u32 zero = 0, svc_idx, dest_idx, old_dest = RVS_SLOT_EMPTY;
+	__u8 old_state = 0;
 	__u32 *svcp;
 	__u64 now;
 	int syn, is_tcp, hashed;
@@ -958,6 +1116,9 @@ int xdp_lb(struct xdp_md *ctx)
 		d = bpf_map_lookup_elem(&dests, &didx);
 		if (!d)
 			return XDP_DROP;
+		/* Replaced below if a new flow is inserted over it. */
+		old_dest = didx;
+		old_state = f->state;
 		if (syn && (expired || closed || (d->flags & RVS_DEST_F_UNAVAILABLE)))
 			goto new_flow; /* conn_reuse_mode: a new connection */
 		if (expired)
@@ -965,10 +1126,14 @@ int xdp_lb(struct xdp_md *ctx)
 		if (d->flags & RVS_DEST_F_UNAVAILABLE)
 			return XDP_DROP; /* IPVS without expire_nodest_conn */
 		f->last_seen = now;
-		if (is_tcp)
-			f->state = tcp_next_state(f->state, p.tcpflags,
+		if (is_tcp) {
+			__u8 old = f->state;
+
+			f->state = tcp_next_state(old, p.tcpflags,
 						  (f->flags & RVS_FLOW_F_NOOUTPUT) ? DIR_INPUT_ONLY
 										   : DIR_INPUT);
+			conns_move(didx, p.proto, old, f->state);
+		}
 		count(&svc_stats, f->svc, p.l3len, 0, 0);
 		count(&dest_stats, didx, p.l3len, 0, 0);
 		return forward(ctx, &p, d, cfg);
@@ -1016,8 +1181,12 @@ new_flow:
 	 * packet hashes to the same server (as long as the table does not
 	 * change). rr/wrr and NAT always need theirs. */
 	if (!(!is_tcp && (svc->flags & RVS_SVC_F_ONEPACKET)) &&
-	    !(flood_over(cfg, now) && hashed && d->method != RVS_FWD_NAT))
-		bpf_map_update_elem(&flows, &fk, &nf, BPF_ANY);
+	    !(flood_over(cfg, now) && hashed && d->method != RVS_FWD_NAT) &&
+	    bpf_map_update_elem(&flows, &fk, &nf, BPF_ANY) == 0) {
+		if (old_dest != RVS_SLOT_EMPTY)
+			conns_add(old_dest, state_active(p.proto, old_state), -1);
+		conns_add(dest_idx, state_active(p.proto, nf.state), 1);
+	}
 	if (d->method == RVS_FWD_NAT) {
 		struct rvs_nat_key nk = {};
 		struct rvs_nat nv = {};

@@ -19,7 +19,7 @@ use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray};
 use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 
-use maps::{Config, Dest, Flow, FlowKey, Nat, NatKey, Stats, Svc, SvcKey};
+use maps::{Config, Dest, DestConns, Flow, FlowKey, Nat, NatKey, Stats, Svc, SvcKey};
 
 /// Errors of loading, attaching and driving the BPF programs.
 #[derive(Debug, thiserror::Error)]
@@ -417,6 +417,20 @@ impl Loaded {
             Err(MapError::KeyNotFound) => Ok(None),
             Err(e) => Err(map_err("nat_rev")(e)),
         }
+    }
+
+    /// A real server's connection counters.
+    pub fn dest_conns(&mut self, index: u32) -> Result<DestConns, XdpError> {
+        self.array::<DestConns>("dest_conns")?
+            .get(&index, 0)
+            .map_err(map_err("dest_conns"))
+    }
+
+    /// Set a real server's connection counters (a control-side sweep, tests).
+    pub fn set_dest_conns(&mut self, index: u32, c: &DestConns) -> Result<(), XdpError> {
+        self.array::<DestConns>("dest_conns")?
+            .set(index, c, 0)
+            .map_err(map_err("dest_conns"))
     }
 
     fn stats(&mut self, name: &'static str, index: u32) -> Result<Stats, XdpError> {

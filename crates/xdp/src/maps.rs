@@ -44,9 +44,9 @@ pub mod sched {
     pub const RR: u8 = 1;
     /// Weighted round robin (a precomputed sequence).
     pub const WRR: u8 = 2;
-    /// Least connection (later part).
+    /// Least connection (counters in `dest_conns`).
     pub const LC: u8 = 3;
-    /// Weighted least connection (later part).
+    /// Weighted least connection.
     pub const WLC: u8 = 4;
     /// Locality-based least connection (later part).
     pub const LBLC: u8 = 5;
@@ -56,9 +56,9 @@ pub mod sched {
     pub const DH: u8 = 7;
     /// Source hashing (256-bucket table).
     pub const SH: u8 = 8;
-    /// Shortest expected delay (later part).
+    /// Shortest expected delay.
     pub const SED: u8 = 9;
-    /// Never queue (later part).
+    /// Never queue.
     pub const NQ: u8 = 10;
     /// Weighted failover (later part).
     pub const FO: u8 = 11;
@@ -354,6 +354,17 @@ pub struct Config {
     pub max_new_flows: u32,
 }
 
+/// `dest_conns` value: a real server's ActiveConn / InActConn as the
+/// program keeps them.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct DestConns {
+    /// Flows in ESTABLISHED, SYN_SENT, SYN_RECV or SYNACK.
+    pub active: u32,
+    /// Every other flow (all UDP flows).
+    pub inactive: u32,
+}
+
 /// `flood[0]` (per CPU): the SYN-flood guard's current window.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -386,6 +397,7 @@ const _: () = assert!(size_of::<Nat>() == 28);
 const _: () = assert!(size_of::<Stats>() == 40);
 const _: () = assert!(size_of::<Config>() == 80);
 const _: () = assert!(size_of::<Flood>() == 16);
+const _: () = assert!(size_of::<DestConns>() == 8);
 
 // SAFETY: every type below is `#[repr(C)]`, made only of integers and
 // integer arrays with every padding byte an explicit field (the size
@@ -410,6 +422,8 @@ unsafe impl aya::Pod for Stats {}
 unsafe impl aya::Pod for Config {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Flood {}
+// SAFETY: as above.
+unsafe impl aya::Pod for DestConns {}
 
 /// A mirrored struct's layout as the Rust compiler laid it out.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -495,5 +509,6 @@ pub fn layouts() -> Vec<Layout> {
             ]
         ),
         layout!("rvs_flood", Flood, [second, count]),
+        layout!("rvs_dest_conns", DestConns, [active, inactive]),
     ]
 }

@@ -31,7 +31,8 @@ pub enum TableError {
 /// * `sh`, `dh`: 256 buckets; `mh`: the M-slot table ([`SLOT_EMPTY`] for
 ///   empty slots);
 /// * `wrr`: one cycle of the weighted round-robin sequence;
-/// * `rr`: nothing (the program walks the real-server list itself).
+/// * `rr`, `lc`, `wlc`, `sed`, `nq`: nothing (the program walks the
+///   real-server list itself).
 pub fn scheduling_table(
     name: &str,
     params: &SchedParams,
@@ -39,7 +40,9 @@ pub fn scheduling_table(
     index_of: &[u32],
 ) -> Result<Vec<u32>, TableError> {
     let positions: Vec<Option<u32>> = match name {
-        "rr" => return Ok(Vec::new()),
+        // The program walks the real-server list itself (with the counters
+        // of `dest_conns` for the least-connection family).
+        "rr" | "lc" | "wlc" | "sed" | "nq" => return Ok(Vec::new()),
         "wrr" => wrr_sequence(dests).into_iter().map(Some).collect(),
         "sh" | "dh" | "mh" => {
             let mut s = new_scheduler(name, params)?;
@@ -96,7 +99,7 @@ mod tests {
         assert_eq!(wrr, vec![300, 200, 300, 100, 200, 300]);
         assert!(scheduling_table("rr", &p, &d, &idx).unwrap().is_empty());
         assert!(matches!(
-            scheduling_table("wlc", &p, &d, &idx),
+            scheduling_table("lblc", &p, &d, &idx),
             Err(TableError::Unsupported(_))
         ));
         assert_eq!(

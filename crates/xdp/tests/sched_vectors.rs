@@ -172,3 +172,107 @@ fn wrr_matches_core() {
     walk("wrr", &[8, 6, 4, 2]);
     walk("wrr", &[1, 5, 1, 9, 3]);
 }
+
+/// A small deterministic generator for the counter vectors.
+fn lcg(x: &mut u64) -> u32 {
+    *x = x
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
+    (*x >> 33) as u32
+}
+
+/// lc, wlc, sed, nq: with random ActiveConn/InActConn written both into
+/// `dest_conns` and into the core's servers, the program picks what the core
+/// picks, and counts the new flow as active on the chosen server.
+fn least(sched: &str) {
+    let Some(mut lb) = Lb::new("least-connection vectors") else {
+        return;
+    };
+    let v = vip(false);
+    let mut rs = servers(false);
+    rs.push(Rs::new(rs_addr(false, 5), fwd::DR, rs_mac(5)).weight(7));
+    lb.service(0, SvcKey::new(PROTO_TCP, v, VPORT), sched, 0, &rs);
+    let (_, mut dests) = lb.core_scheduler(0);
+    let mut seed = 42u64;
+    for i in 0..CLIENTS {
+        for (p, d) in dests.iter_mut().enumerate() {
+            // Small ranges so ties and zero-active servers occur.
+            d.active = lcg(&mut seed) % 4;
+            d.inactive = lcg(&mut seed) % 600;
+            let c = rvs_xdp::maps::DestConns {
+                active: d.active,
+                inactive: d.inactive,
+            };
+            lb.l.set_dest_conns(Lb::dest_index(0, p), &c).unwrap();
+        }
+        let mut core = rvs_core::sched::new_scheduler(sched, &Default::default()).unwrap();
+        core.update(&dests, rvs_core::sched::ListChange::Reset);
+        let c = client(false, i);
+        let want = Lb::core_choice(core.as_mut(), &dests, 0, &sched_input(c, 7000, v, VPORT));
+        let got = bpf_choice(&mut lb, c, 7000, v);
+        assert_eq!(got, want, "{sched} decision {i}");
+        if let Some(idx) = got {
+            let p = (idx % 1000) as usize;
+            let after = lb.l.dest_conns(idx).unwrap();
+            assert_eq!(
+                (after.active, after.inactive),
+                (dests[p].active + 1, dests[p].inactive),
+                "a SYN_RECV flow is active"
+            );
+        }
+    }
+}
+
+#[test]
+fn lc_matches_core() {
+    least("lc");
+}
+
+#[test]
+fn wlc_matches_core() {
+    least("wlc");
+}
+
+#[test]
+fn sed_matches_core() {
+    least("sed");
+}
+
+#[test]
+fn nq_matches_core() {
+    least("nq");
+}
+
+#[test]
+fn connection_counters_follow_tcp_states() {
+    let Some(mut lb) = Lb::new("connection_counters_follow_tcp_states") else {
+        return;
+    };
+    let rs = [Rs::new(rs_addr(false, 0), fwd::DR, rs_mac(0))];
+    let v = vip(false);
+    lb.service(0, SvcKey::new(PROTO_TCP, v, VPORT), "wlc", 0, &rs);
+    let idx = Lb::dest_index(0, 0);
+    let conns = |lb: &mut Lb| {
+        let c = lb.l.dest_conns(idx).unwrap();
+        (c.active, c.inactive)
+    };
+    let (a, b) = (client(false, 1), client(false, 2));
+    lb.run(&tcp_frame(a, 1, v, VPORT, Flags::Syn, b""));
+    lb.run(&tcp_frame(b, 1, v, VPORT, Flags::Syn, b""));
+    assert_eq!(conns(&mut lb), (2, 0)); // SYN_RECV x2
+    lb.run(&tcp_frame(a, 1, v, VPORT, Flags::Ack, b""));
+    assert_eq!(conns(&mut lb), (2, 0)); // ESTABLISHED is active too
+    lb.run(&tcp_frame(a, 1, v, VPORT, Flags::Fin, b""));
+    assert_eq!(conns(&mut lb), (1, 1)); // FIN_WAIT: inactive
+    // IPVS keeps a SYN_RECV flow in SYN_RECV on a client RST; from
+    // ESTABLISHED a RST closes.
+    lb.run(&tcp_frame(b, 1, v, VPORT, Flags::Rst, b""));
+    assert_eq!(conns(&mut lb), (1, 1));
+    lb.run(&tcp_frame(b, 1, v, VPORT, Flags::Ack, b""));
+    lb.run(&tcp_frame(b, 1, v, VPORT, Flags::Rst, b""));
+    assert_eq!(conns(&mut lb), (0, 2)); // CLOSE
+    // A new SYN on the closed flow replaces it: the old one leaves the
+    // inactive count, the new one is active.
+    lb.run(&tcp_frame(b, 1, v, VPORT, Flags::Syn, b""));
+    assert_eq!(conns(&mut lb), (1, 1));
+}
