@@ -544,3 +544,31 @@ fn syn_flood_guard_forwards_hashed_flows_without_entries() {
     let f = tcp_frame(client(false, 300), 1000, v, VPORT, Flags::Ack, b"");
     assert_eq!(lb.run(&f).action, action::PASS);
 }
+
+#[test]
+fn ipv6_extension_headers_pass_to_the_kernel() {
+    let Some(mut lb) = Lb::new("ipv6_extension_headers_pass_to_the_kernel") else {
+        return;
+    };
+    dr_service(&mut lb, true, 1);
+    let f = tcp_frame(client(true, 3), 4000, vip(true), VPORT, Flags::Syn, b"");
+    // A fragment header (44) and a hop-by-hop header (0) before TCP.
+    for (next, ext) in [
+        (44u8, [6u8, 0, 0, 0, 0, 0, 0, 1]),
+        (0u8, [6u8, 0, 1, 4, 0, 0, 0, 0]),
+    ] {
+        let mut m = f[..54].to_vec();
+        m[20] = next;
+        let plen = u16::from_be_bytes([m[18], m[19]]) + 8;
+        m[18..20].copy_from_slice(&plen.to_be_bytes());
+        m.extend_from_slice(&ext);
+        m.extend_from_slice(&f[54..]);
+        let r = lb.run(&m);
+        assert_eq!(
+            (r.action, &r.data),
+            (action::PASS, &m),
+            "next header {next}"
+        );
+    }
+    assert_eq!(lb.run(&f).action, action::TX);
+}

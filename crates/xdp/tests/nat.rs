@@ -243,3 +243,36 @@ fn nat_without_a_resolved_neighbour_passes_the_rewritten_packet() {
         );
     });
 }
+
+#[test]
+fn nat_tracks_tcp_state_in_both_directions() {
+    if !root_or_skip("nat_tracks_tcp_state_in_both_directions") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(|| {
+        let mut lb = Lb::new("nat").expect("root checked");
+        let mut rs = Rs::new(rs_addr(false, 0), fwd::NAT, [0; 6]);
+        rs.port = RPORT;
+        lb.service(0, SvcKey::new(PROTO_TCP, vip(false), 80), "wlc", 0, &[rs]);
+        let (c, v, r) = (client(false, 77), vip(false), rs_addr(false, 0));
+        let key = FlowKey::new(PROTO_TCP, c, 5555, v, 80);
+        let inb = |f| tcp_frame(c, 5555, v, 80, f, b"");
+        let out = |f| tcp_frame_macs(rs_mac(0), VETH_MAC, r, RPORT, c, 5555, f, b"");
+        let mut step = |frame: Vec<u8>, state: u8, nooutput: bool| {
+            assert_eq!(lb.run(&frame).action, action::REDIRECT);
+            let fl = lb.l.flow(&key).unwrap().expect("flow");
+            assert_eq!(fl.state, state);
+            assert_eq!(fl.flags & maps::FLOW_F_NOOUTPUT != 0, nooutput);
+        };
+        step(inb(Flags::Syn), 3, true); // SYN_RECV, no reply yet
+        step(out(Flags::Ack), 1, false); // the real server answers: ESTABLISHED
+        step(inb(Flags::Ack), 1, false);
+        // NAT uses the INPUT table once a reply was seen: a client FIN in
+        // ESTABLISHED is CLOSE_WAIT (DR/TUN would say FIN_WAIT).
+        step(inb(Flags::Fin), 7, false);
+        step(out(Flags::Fin), 5, false); // OUTPUT fin in CLOSE_WAIT: TIME_WAIT
+        let c = lb.l.dest_conns(Lb::dest_index(0, 0)).unwrap();
+        assert_eq!((c.active, c.inactive), (0, 1));
+    });
+}
