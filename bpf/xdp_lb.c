@@ -423,7 +423,7 @@ static long mh_fallback_step(__u32 off, void *c)
 	return 0;
 }
 
-/* lc, wlc, sed, nq: one pass over the real-server list with the kernel's
+/* lc, wlc, sed, nq, fo, ovf: one pass over the real-server list with the kernel's
  * comparisons (ties to the earliest server). Products are u64: exact while
  * active*256+inactive < 2^40 and weights < 2^24. The walk runs in bpf_loop
  * so the verifier checks the body once, not once per server. */
@@ -453,6 +453,17 @@ static long least_step(__u32 i, void *ctx)
 		in = c->inactive;
 	}
 	w = d->weight;
+	if (x->sched == RVS_SCHED_FO || x->sched == RVS_SCHED_OVF) {
+		/* Highest weight wins, ties to the earliest; ovf only takes
+		 * servers whose active connections do not exceed their weight. */
+		if (x->sched == RVS_SCHED_OVF && a > w)
+			return 0;
+		if (x->best == RVS_SLOT_EMPTY || w > x->best_w) {
+			x->best = idx;
+			x->best_w = w;
+		}
+		return 0;
+	}
 	if (x->sched == RVS_SCHED_LC) {
 		cost = (a << 8) + in;
 		if (x->best == RVS_SLOT_EMPTY || cost < x->best_cost) {
@@ -506,6 +517,8 @@ static __always_inline __u32 schedule(const struct rvs_svc *s, __u32 svc_idx,
 	case RVS_SCHED_WLC:
 	case RVS_SCHED_SED:
 	case RVS_SCHED_NQ:
+	case RVS_SCHED_FO:
+	case RVS_SCHED_OVF:
 		return sched_least(s);
 	case RVS_SCHED_DH:
 		if (s->table_len != (1u << RVS_DH_TAB_BITS))
@@ -554,7 +567,7 @@ static __always_inline __u32 schedule(const struct rvs_svc *s, __u32 svc_idx,
 		return x.result;
 	}
 	default:
-		/* fo, ovf, twos, lblc, lblcr come in a later part. */
+		/* twos, lblc, lblcr come in a later part. */
 		return RVS_SLOT_EMPTY;
 	}
 }

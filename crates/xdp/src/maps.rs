@@ -60,9 +60,9 @@ pub mod sched {
     pub const SED: u8 = 9;
     /// Never queue.
     pub const NQ: u8 = 10;
-    /// Weighted failover (later part).
+    /// Weighted failover.
     pub const FO: u8 = 11;
-    /// Weighted overflow (later part).
+    /// Weighted overflow.
     pub const OVF: u8 = 12;
     /// Maglev hashing (M-slot table).
     pub const MH: u8 = 13;

@@ -31,8 +31,8 @@ pub enum TableError {
 /// * `sh`, `dh`: 256 buckets; `mh`: the M-slot table ([`SLOT_EMPTY`] for
 ///   empty slots);
 /// * `wrr`: one cycle of the weighted round-robin sequence;
-/// * `rr`, `lc`, `wlc`, `sed`, `nq`: nothing (the program walks the
-///   real-server list itself).
+/// * `rr`, `lc`, `wlc`, `sed`, `nq`, `fo`, `ovf`: nothing (the program
+///   walks the real-server list itself).
 pub fn scheduling_table(
     name: &str,
     params: &SchedParams,
@@ -42,7 +42,7 @@ pub fn scheduling_table(
     let positions: Vec<Option<u32>> = match name {
         // The program walks the real-server list itself (with the counters
         // of `dest_conns` for the least-connection family).
-        "rr" | "lc" | "wlc" | "sed" | "nq" => return Ok(Vec::new()),
+        "rr" | "lc" | "wlc" | "sed" | "nq" | "fo" | "ovf" => return Ok(Vec::new()),
         "wrr" => wrr_sequence(dests).into_iter().map(Some).collect(),
         "sh" | "dh" | "mh" => {
             let mut s = new_scheduler(name, params)?;

@@ -181,7 +181,7 @@ fn lcg(x: &mut u64) -> u32 {
     (*x >> 33) as u32
 }
 
-/// lc, wlc, sed, nq: with random ActiveConn/InActConn written both into
+/// lc, wlc, sed, nq, fo, ovf: with random ActiveConn/InActConn written both into
 /// `dest_conns` and into the core's servers, the program picks what the core
 /// picks, and counts the new flow as active on the chosen server.
 fn least(sched: &str) {
@@ -241,6 +241,16 @@ fn sed_matches_core() {
 #[test]
 fn nq_matches_core() {
     least("nq");
+}
+
+#[test]
+fn fo_matches_core() {
+    least("fo");
+}
+
+#[test]
+fn ovf_matches_core() {
+    least("ovf");
 }
 
 #[test]
