@@ -18,7 +18,8 @@
  * Decisions about packets that are not plainly ours (all return XDP_PASS, so
  * the kernel's own stack judges them, counts them and answers as it would
  * without rvs):
- *  - non-IP, non-TCP/UDP, non-VIP traffic;
+ *  - non-IP, non-TCP/UDP, non-VIP traffic (ICMP errors about a DR/TUN flow
+ *    excepted: they go to the flow's real server);
  *  - truncated or malformed headers (never read out of bounds; the kernel
  *    drops and counts them in its own statistics);
  *  - IPv4 fragments: only the first fragment carries ports, so a flow lookup
@@ -158,13 +159,59 @@ struct pkt {
 	__u8 family;
 	__u8 proto;
 	__u8 tcpflags;
-	__u8 pad[3];
+	__u8 icmp; /* an ICMP error about a flow: the fields describe the flow */
+	__u8 pad[2];
 };
 
 #define TCPF_FIN 0x01
 #define TCPF_SYN 0x02
 #define TCPF_RST 0x04
 #define TCPF_ACK 0x10
+
+/* An ICMP(v6) error (destination unreachable incl. fragmentation needed /
+ * packet too big, time exceeded) quoting a packet our side sent (from the
+ * VIP to a client): describe the flow it belongs to, as the client sent it,
+ * so the error reaches the same real server (PMTU discovery for DR/TUN). */
+static __always_inline int parse_icmp_error(struct pkt *p, void *l4, void *end)
+{
+	__u8 *ic = l4;
+	void *inner = ic + 8;
+	__be16 *ports;
+
+	if ((void *)(ic + 8) > end)
+		return -1;
+	if (p->family == RVS_AF_INET) {
+		struct iphdr *iip = inner;
+
+		if (ic[0] != 3 && ic[0] != 11)
+			return -1;
+		if ((void *)(iip + 1) > end || iip->version != 4 || iip->ihl < 5)
+			return -1;
+		ports = inner + (iip->ihl & 0xf) * 4;
+		p->proto = iip->protocol;
+		p->saddr[0] = iip->daddr;
+		p->daddr[0] = iip->saddr;
+	} else {
+		struct ipv6hdr *iip = inner;
+
+		if (ic[0] != 1 && ic[0] != 2 && ic[0] != 3)
+			return -1;
+		if ((void *)(iip + 1) > end)
+			return -1;
+		ports = (void *)(iip + 1);
+		p->proto = iip->nexthdr;
+		__builtin_memcpy(p->saddr, &iip->daddr, 16);
+		__builtin_memcpy(p->daddr, &iip->saddr, 16);
+	}
+	if (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP)
+		return -1;
+	if ((void *)(ports + 2) > end)
+		return -1;
+	p->sport = ports[1];
+	p->dport = ports[0];
+	p->icmp = 1;
+	return 0;
+}
 
 /* Parse up to the ports. 0 = ours to look at, -1 = pass to the kernel. */
 static __always_inline int parse(struct xdp_md *ctx, struct pkt *p)
@@ -236,6 +283,9 @@ static __always_inline int parse(struct xdp_md *ctx, struct pkt *p)
 			return -1;
 		p->sport = uh->source;
 		p->dport = uh->dest;
+	} else if ((p->family == RVS_AF_INET && p->proto == IPPROTO_ICMP) ||
+		   (p->family == RVS_AF_INET6 && p->proto == IPPROTO_ICMPV6)) {
+		return parse_icmp_error(p, l4, end);
 	} else {
 		return -1;
 	}
@@ -1081,6 +1131,37 @@ static __always_inline int nat_reply(struct xdp_md *ctx, const struct pkt *p,
 	}
 }
 
+/* ----------------------------------------------------------- ICMP errors */
+
+/* An ICMP error about a known DR/TUN flow goes to that flow's real server,
+ * unchanged (TUN: encapsulated); anything else is the kernel's. NAT flows'
+ * errors would need the quoted packet rewritten: a later part. */
+static __always_inline int icmp_error(struct xdp_md *ctx, const struct pkt *p,
+				      const struct rvs_config *cfg)
+{
+	struct rvs_flow_key fk = {};
+	struct rvs_dest *d;
+	struct rvs_flow *f;
+	__u32 didx;
+
+	__builtin_memcpy(fk.caddr, p->saddr, 16);
+	__builtin_memcpy(fk.vaddr, p->daddr, 16);
+	fk.cport = p->sport;
+	fk.vport = p->dport;
+	fk.proto = p->proto;
+	fk.family = p->family;
+	f = bpf_map_lookup_elem(&flows, &fk);
+	if (!f)
+		return XDP_PASS;
+	didx = f->dest;
+	d = bpf_map_lookup_elem(&dests, &didx);
+	if (!d || d->method == RVS_FWD_NAT || (d->flags & RVS_DEST_F_UNAVAILABLE))
+		return XDP_PASS;
+	count(&svc_stats, f->svc, p->l3len, 0, 0);
+	count(&dest_stats, didx, p->l3len, 0, 0);
+	return forward(ctx, p, d, cfg);
+}
+
 /* -------------------------------------------------------------- program */
 
 SEC("xdp")
@@ -1105,6 +1186,8 @@ int xdp_lb(struct xdp_md *ctx)
 	cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!cfg)
 		return XDP_PASS;
+	if (p.icmp)
+		return icmp_error(ctx, &p, cfg);
 
 	is_tcp = p.proto == IPPROTO_TCP;
 	syn = is_tcp && (p.tcpflags & TCPF_SYN) && !(p.tcpflags & TCPF_RST);

@@ -572,3 +572,60 @@ fn ipv6_extension_headers_pass_to_the_kernel() {
     }
     assert_eq!(lb.run(&f).action, action::TX);
 }
+
+/// An ICMP error from router `from` to the VIP quoting the real server's
+/// reply (VIP:VPORT -> client:cport) — e.g. "fragmentation needed".
+fn icmp_error_frame(v6: bool, from: IpAddr, c: IpAddr, cport: u16) -> Vec<u8> {
+    use etherparse::{Icmpv4Type, Icmpv6Type, icmpv4::DestUnreachableHeader};
+    // The quoted packet: what the real server sent (from the VIP).
+    let quoted = tcp_frame(vip(v6), VPORT, c, cport, Flags::Ack, b"")[14..].to_vec();
+    let quoted = &quoted[..if v6 { 40 + 8 } else { 20 + 8 }];
+    let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 9, 9], DIR_MAC);
+    let mut out = Vec::new();
+    match (from, vip(v6)) {
+        (IpAddr::V4(f), IpAddr::V4(v)) => b
+            .ipv4(f.octets(), v.octets(), 64)
+            .icmpv4(Icmpv4Type::DestinationUnreachable(
+                DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
+            ))
+            .write(&mut out, quoted)
+            .unwrap(),
+        (IpAddr::V6(f), IpAddr::V6(v)) => b
+            .ipv6(f.octets(), v.octets(), 64)
+            .icmpv6(Icmpv6Type::PacketTooBig { mtu: 1400 })
+            .write(&mut out, quoted)
+            .unwrap(),
+        _ => unreachable!(),
+    }
+    out
+}
+
+#[test]
+fn icmp_errors_reach_the_flows_real_server() {
+    for v6 in [false, true] {
+        let Some(mut lb) = Lb::new("icmp_errors_reach_the_flows_real_server") else {
+            return;
+        };
+        dr_service(&mut lb, v6, 3);
+        let router: IpAddr = if v6 {
+            "fd79::1".parse().unwrap()
+        } else {
+            "10.79.0.1".parse().unwrap()
+        };
+        // Three clients on servers 0, 1, 2 (rr).
+        for i in 0..3u32 {
+            let c = client(v6, 40 + i);
+            lb.run(&tcp_frame(c, 4444, vip(v6), VPORT, Flags::Syn, b""));
+        }
+        for i in (0..3u32).rev() {
+            let f = icmp_error_frame(v6, router, client(v6, 40 + i), 4444);
+            let r = lb.run(&f);
+            assert_eq!(r.action, action::TX, "v6 {v6}");
+            assert_eq!(r.data, with_macs(&f, rs_mac(i as u8), DIR_MAC));
+        }
+        // About a flow the director does not know: the kernel's.
+        let f = icmp_error_frame(v6, router, client(v6, 99), 4444);
+        let r = lb.run(&f);
+        assert_eq!((r.action, r.data), (action::PASS, f));
+    }
+}
