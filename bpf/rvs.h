@@ -205,6 +205,23 @@ struct rvs_config {
 	__u32 max_new_flows;
 };
 
+/* persist: LRU_HASH, persistence templates (-p, -M): a client network
+ * (address masked with the service's netmask) sticks to one real server for
+ * new flows while the template is younger than the persistence timeout. */
+struct rvs_persist_key {
+	__u8 caddr[16]; /* client address & persist_mask */
+	__u8 vaddr[16];
+	__be16 vport;
+	__u8 proto;
+	__u8 family;
+};
+
+struct rvs_persist {
+	__u64 last_seen; /* jiffies of the last new flow that used it */
+	__u32 dest;
+	__u32 svc;
+};
+
 /* dest_conns: ARRAY[real-server index], IPVS's ActiveConn / InActConn,
  * kept by the program as flows are created and change TCP state (atomic
  * adds: all CPUs share them). Flows that expire or are evicted without being

@@ -90,6 +90,13 @@ struct {
 } nat_rev SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RVS_FLOWS_DEFAULT);
+	__type(key, struct rvs_persist_key);
+	__type(value, struct rvs_persist);
+} persist SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, RVS_MAX_SERVICES);
 	__type(key, __u32);
@@ -620,6 +627,50 @@ static __always_inline __u32 schedule(const struct rvs_svc *s, __u32 svc_idx,
 		/* twos, lblc, lblcr come in a later part. */
 		return RVS_SLOT_EMPTY;
 	}
+}
+
+/* Persistence (ip_vs_sched_persist): a live template of the client's
+ * network names the real server, unless that server was deleted (a
+ * quiesced one keeps its clients, as with expire_quiescent_template = 0);
+ * otherwise the scheduler chooses and a template is written. Templates are
+ * refreshed by every new flow that uses them. */
+static __always_inline __u32 schedule_persistent(const struct rvs_svc *s, __u32 svc_idx,
+						 const struct pkt *p,
+						 const struct rvs_config *cfg, __u64 now)
+{
+	struct rvs_persist_key pk = {};
+	struct rvs_persist nt = {};
+	struct rvs_persist *t;
+	__u32 mask[4], c[4], idx;
+	int i;
+
+	__builtin_memcpy(mask, s->persist_mask, 16);
+#pragma unroll
+	for (i = 0; i < 4; i++)
+		c[i] = p->saddr[i] & mask[i];
+	__builtin_memcpy(pk.caddr, c, 16);
+	__builtin_memcpy(pk.vaddr, p->daddr, 16);
+	pk.vport = p->dport;
+	pk.proto = p->proto;
+	pk.family = p->family;
+	t = bpf_map_lookup_elem(&persist, &pk);
+	if (t && t->svc == svc_idx && now - t->last_seen <= (__u64)s->persist_timeout * cfg->hz) {
+		__u32 didx = t->dest;
+		struct rvs_dest *d = bpf_map_lookup_elem(&dests, &didx);
+
+		if (d && !(d->flags & RVS_DEST_F_UNAVAILABLE)) {
+			t->last_seen = now;
+			return didx;
+		}
+	}
+	idx = schedule(s, svc_idx, p);
+	if (idx == RVS_SLOT_EMPTY)
+		return idx;
+	nt.last_seen = now;
+	nt.dest = idx;
+	nt.svc = svc_idx;
+	bpf_map_update_elem(&persist, &pk, &nt, BPF_ANY);
+	return idx;
 }
 
 /* ------------------------------------------------------ TCP state machine */
@@ -1254,7 +1305,10 @@ new_flow:
 	 * have no entry: those are forwarded by the hash, statelessly. */
 	if (is_tcp && !syn && !(cfg->max_new_flows && hashed))
 		return XDP_PASS;
-	dest_idx = schedule(svc, svc_idx, &p);
+	if (svc->flags & RVS_SVC_F_PERSISTENT)
+		dest_idx = schedule_persistent(svc, svc_idx, &p, cfg, now);
+	else
+		dest_idx = schedule(svc, svc_idx, &p);
 	if (dest_idx == RVS_SLOT_EMPTY)
 		return XDP_PASS;
 	d = bpf_map_lookup_elem(&dests, &dest_idx);

@@ -19,7 +19,9 @@ use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray};
 use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 
-use maps::{Config, Dest, DestConns, Flow, FlowKey, Nat, NatKey, Stats, Svc, SvcKey};
+use maps::{
+    Config, Dest, DestConns, Flow, FlowKey, Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcKey,
+};
 
 /// Errors of loading, attaching and driving the BPF programs.
 #[derive(Debug, thiserror::Error)]
@@ -140,7 +142,8 @@ impl Object {
 /// Map sizes chosen at load time.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct LoadOptions {
-    /// Entries of the flow table and of the NAT reply table.
+    /// Entries of the flow table, the NAT reply table and the persistence
+    /// templates.
     pub flow_table_size: u32,
     /// Entries (u32) of the `slots` array holding scheduling tables.
     pub slots: u32,
@@ -223,6 +226,7 @@ impl Loaded {
             loader
                 .map_max_entries("flows", opts.flow_table_size)
                 .map_max_entries("nat_rev", opts.flow_table_size)
+                .map_max_entries("persist", opts.flow_table_size)
                 .map_max_entries("slots", opts.slots);
         } else if matches!(object, Object::BenchLru | Object::BenchLruHit) {
             loader.map_max_entries("bench_flows", opts.flow_table_size);
@@ -416,6 +420,15 @@ impl Loaded {
             Ok(n) => Ok(Some(n)),
             Err(MapError::KeyNotFound) => Ok(None),
             Err(e) => Err(map_err("nat_rev")(e)),
+        }
+    }
+
+    /// A persistence template, if any.
+    pub fn persist(&mut self, key: &PersistKey) -> Result<Option<Persist>, XdpError> {
+        match self.hash::<PersistKey, Persist>("persist")?.get(key, 0) {
+            Ok(t) => Ok(Some(t)),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err("persist")(e)),
         }
     }
 

@@ -354,6 +354,46 @@ pub struct Config {
     pub max_new_flows: u32,
 }
 
+/// `persist` key: a persistence template's client network and service.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PersistKey {
+    /// Client address masked with the service's `persist_mask`.
+    pub caddr: [u8; 16],
+    /// VIP.
+    pub vaddr: [u8; 16],
+    /// VIP port, network order.
+    pub vport: u16,
+    /// Protocol.
+    pub proto: u8,
+    /// Family.
+    pub family: u8,
+}
+
+/// `persist` value: the real server a client network sticks to.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Persist {
+    /// Jiffies of the last new flow that used the template.
+    pub last_seen: u64,
+    /// Real-server index.
+    pub dest: u32,
+    /// Service index.
+    pub svc: u32,
+}
+
+/// The `persist_mask` of an IPv6 `-M` prefix length (0..=128); for IPv4
+/// the netmask goes through [`addr16`].
+pub fn prefix_mask(prefix_len: u8) -> [u8; 16] {
+    let bits = u32::from(prefix_len.min(128));
+    let m = if bits == 0 {
+        0
+    } else {
+        u128::MAX << (128 - bits)
+    };
+    m.to_be_bytes()
+}
+
 /// `dest_conns` value: a real server's ActiveConn / InActConn as the
 /// program keeps them.
 #[repr(C)]
@@ -398,6 +438,8 @@ const _: () = assert!(size_of::<Stats>() == 40);
 const _: () = assert!(size_of::<Config>() == 80);
 const _: () = assert!(size_of::<Flood>() == 16);
 const _: () = assert!(size_of::<DestConns>() == 8);
+const _: () = assert!(size_of::<PersistKey>() == 36);
+const _: () = assert!(size_of::<Persist>() == 16);
 
 // SAFETY: every type below is `#[repr(C)]`, made only of integers and
 // integer arrays with every padding byte an explicit field (the size
@@ -424,6 +466,10 @@ unsafe impl aya::Pod for Config {}
 unsafe impl aya::Pod for Flood {}
 // SAFETY: as above.
 unsafe impl aya::Pod for DestConns {}
+// SAFETY: as above.
+unsafe impl aya::Pod for PersistKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Persist {}
 
 /// A mirrored struct's layout as the Rust compiler laid it out.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -510,5 +556,11 @@ pub fn layouts() -> Vec<Layout> {
         ),
         layout!("rvs_flood", Flood, [second, count]),
         layout!("rvs_dest_conns", DestConns, [active, inactive]),
+        layout!(
+            "rvs_persist_key",
+            PersistKey,
+            [caddr, vaddr, vport, proto, family]
+        ),
+        layout!("rvs_persist", Persist, [last_seen, dest, svc]),
     ]
 }

@@ -629,3 +629,80 @@ fn icmp_errors_reach_the_flows_real_server() {
         assert_eq!((r.action, r.data), (action::PASS, f));
     }
 }
+
+fn persistence(v6: bool) {
+    let Some(mut lb) = Lb::new("persistence") else {
+        return;
+    };
+    let rs: Vec<Rs> = (0..3)
+        .map(|i| Rs::new(rs_addr(v6, i), fwd::DR, rs_mac(i)))
+        .collect();
+    let v = vip(v6);
+    let key = SvcKey::new(PROTO_TCP, v, VPORT);
+    lb.service(0, key, "rr", svc_flags::PERSISTENT, &rs);
+    // -p 300 -M 255.255.255.0 (IPv6: /64).
+    let mut svc = maps::Svc {
+        sched: maps::sched::RR,
+        family: key.family,
+        flags: svc_flags::PERSISTENT,
+        table_off: 0,
+        table_len: 0,
+        dests_off: SLOT_REGION / 2,
+        dests_len: 3,
+        persist_timeout: 300,
+        ..maps::Svc::default()
+    };
+    svc.persist_mask = if v6 {
+        maps::prefix_mask(64)
+    } else {
+        maps::addr16("255.255.255.0".parse().unwrap())
+    };
+    lb.l.set_svc(0, &svc).unwrap();
+    let net = |host: u16, sub: u16| -> IpAddr {
+        if v6 {
+            std::net::Ipv6Addr::new(0xfd78, 0, 0, sub, 0, 0, 0, host).into()
+        } else {
+            std::net::Ipv4Addr::new(10, 78, sub as u8, host as u8).into()
+        }
+    };
+    let mac = |lb: &mut Lb, c: IpAddr, port: u16| {
+        lb.run(&tcp_frame(c, port, v, VPORT, Flags::Syn, b"")).data[5]
+    };
+    // One client network sticks to the first choice across ports and hosts;
+    // another network gets the next rr choice.
+    assert_eq!(mac(&mut lb, net(5, 0), 1000), 0);
+    assert_eq!(mac(&mut lb, net(5, 0), 1001), 0);
+    assert_eq!(mac(&mut lb, net(77, 0), 1), 0);
+    assert_eq!(mac(&mut lb, net(5, 1), 1000), 1);
+    assert_eq!(mac(&mut lb, net(6, 1), 1000), 1);
+    // Quiesced: persistence holds; deleted: the network is rescheduled.
+    let mut rs2 = rs.clone();
+    rs2[0].weight = 0;
+    lb.service(0, key, "rr", svc_flags::PERSISTENT, &rs2);
+    lb.l.set_svc(0, &svc).unwrap();
+    assert_eq!(mac(&mut lb, net(5, 0), 1002), 0);
+    rs2[0].flags = maps::dest_flags::UNAVAILABLE;
+    lb.service(0, key, "rr", svc_flags::PERSISTENT, &rs2);
+    lb.l.set_svc(0, &svc).unwrap();
+    let m = mac(&mut lb, net(5, 0), 1003);
+    assert_ne!(m, 0);
+    assert_eq!(mac(&mut lb, net(9, 0), 1004), m, "the new template holds");
+    // Expired templates (timeout 0 after a tick) are replaced.
+    svc.persist_timeout = 0;
+    lb.l.set_svc(0, &svc).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let a = mac(&mut lb, net(5, 1), 2000);
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let b = mac(&mut lb, net(5, 1), 2001);
+    assert_ne!(a, b, "no persistence once templates expire at once");
+}
+
+#[test]
+fn persistence_v4() {
+    persistence(false);
+}
+
+#[test]
+fn persistence_v6() {
+    persistence(true);
+}
