@@ -19,6 +19,9 @@ use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray};
 use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 
+/// XDP attach modes (aya's), re-exported for [`Loaded::attach`].
+pub use aya::programs::XdpMode as AttachMode;
+
 use maps::{
     Config, Dest, DestConns, Flow, FlowKey, Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcKey,
 };

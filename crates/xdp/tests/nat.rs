@@ -276,3 +276,31 @@ fn nat_tracks_tcp_state_in_both_directions() {
         assert_eq!((c.active, c.inactive), (0, 1));
     });
 }
+
+#[test]
+fn attach_prefers_native_mode_and_falls_back_to_generic() {
+    if !root_or_skip("attach_prefers_native_mode_and_falls_back_to_generic") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(|| {
+        let mut lb = Lb::new("attach").expect("root checked");
+        // veth has native XDP; loopback has not (generic/skb mode).
+        assert_eq!(
+            lb.l.attach("rvsa", None).unwrap(),
+            rvs_xdp::AttachMode::Driver
+        );
+        let mut other = Lb::new("attach").expect("root checked");
+        assert_eq!(
+            other.l.attach("lo", None).unwrap(),
+            rvs_xdp::AttachMode::Skb
+        );
+        // A forced mode that the device cannot do is an error naming it.
+        let mut third = Lb::new("attach").expect("root checked");
+        let err = third
+            .l
+            .attach("lo", Some(rvs_xdp::AttachMode::Driver))
+            .unwrap_err();
+        assert!(err.to_string().contains("attach"), "{err}");
+    });
+}
