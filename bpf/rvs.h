@@ -203,6 +203,11 @@ struct rvs_config {
 	 * hash-scheduled (sh/dh/mh) DR/TUN services are forwarded without a
 	 * flow entry (the hash gives the same server again); 0 = no limit. */
 	__u32 max_new_flows;
+	/* Largest outer packet a tunnel may send (the path MTU toward the real
+	 * servers); a bigger one that may not be fragmented (IPv4 DF, every
+	 * IPv6 packet) is answered with ICMP "fragmentation needed" / "packet
+	 * too big" carrying this minus the tunnel headers. 0 = no check. */
+	__u32 tun_mtu;
 };
 
 /* persist: LRU_HASH, persistence templates (-p, -M): a client network

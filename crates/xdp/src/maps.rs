@@ -352,6 +352,10 @@ pub struct Config {
     /// hash-scheduled (sh/dh/mh) DR/TUN services get no flow entry (the
     /// hash sends their next packets to the same server); 0 = no limit.
     pub max_new_flows: u32,
+    /// Largest outer packet a tunnel may send; bigger ones that may not be
+    /// fragmented get ICMP "fragmentation needed" / "packet too big" with
+    /// this minus the tunnel headers. 0 = no check.
+    pub tun_mtu: u32,
 }
 
 /// `persist` key: a persistence template's client network and service.
@@ -435,7 +439,7 @@ const _: () = assert!(size_of::<Flow>() == 24);
 const _: () = assert!(size_of::<NatKey>() == 40);
 const _: () = assert!(size_of::<Nat>() == 28);
 const _: () = assert!(size_of::<Stats>() == 40);
-const _: () = assert!(size_of::<Config>() == 80);
+const _: () = assert!(size_of::<Config>() == 84);
 const _: () = assert!(size_of::<Flood>() == 16);
 const _: () = assert!(size_of::<DestConns>() == 8);
 const _: () = assert!(size_of::<PersistKey>() == 36);
@@ -551,7 +555,8 @@ pub fn layouts() -> Vec<Layout> {
                 udp_timeout,
                 flags,
                 hz,
-                max_new_flows
+                max_new_flows,
+                tun_mtu
             ]
         ),
         layout!("rvs_flood", Flood, [second, count]),

@@ -706,3 +706,89 @@ fn persistence_v4() {
 fn persistence_v6() {
     persistence(true);
 }
+
+fn too_big(v6: bool) {
+    let Some(mut lb) = Lb::new("too_big") else {
+        return;
+    };
+    let mut cfg = maps::Config::ipvs_defaults();
+    cfg.tun_src4 = TUN4.octets();
+    cfg.tun_src6 = TUN6.octets();
+    cfg.tun_mtu = if v6 { 200 } else { 100 };
+    lb.l.set_config(&cfg).unwrap();
+    let rs = Rs::new(rs_addr(v6, 0), fwd::TUN_IPIP, rs_mac(0));
+    lb.service(0, SvcKey::new(PROTO_TCP, vip(v6), VPORT), "rr", 0, &[rs]);
+    let c = client(v6, 21);
+    let hdr = if v6 { 40 } else { 20 };
+    // Small enough: tunnelled.
+    let small = tcp_frame(c, 3000, vip(v6), VPORT, Flags::Syn, b"");
+    assert_eq!(lb.run(&small).data.len(), small.len() + hdr);
+    // Too big with DF (IPv6: always): ICMP back to the client.
+    let mut f = tcp_frame(c, 3000, vip(v6), VPORT, Flags::Ack, &[0x55; 200]);
+    if !v6 {
+        f[20] |= 0x40;
+        fix_ip4_csum(&mut f, 14);
+    }
+    let r = lb.run(&f);
+    assert_eq!(r.action, action::TX);
+    let mut want = with_macs(&f[..14], CLIENT_MAC, DIR_MAC);
+    let quote = &f[14..14 + hdr + 8];
+    let mtu = cfg.tun_mtu - hdr as u32;
+    match (vip(v6), c) {
+        (IpAddr::V4(v), IpAddr::V4(cl)) => {
+            let mut ip = vec![0x45, 0];
+            ip.extend_from_slice(&((20 + 8 + quote.len()) as u16).to_be_bytes());
+            ip.extend_from_slice(&[0, 0, 0, 0, 64, 1, 0, 0]);
+            ip.extend_from_slice(&v.octets());
+            ip.extend_from_slice(&cl.octets());
+            let ck = inet_csum(&ip);
+            ip[10..12].copy_from_slice(&ck.to_be_bytes());
+            let mut icmp = vec![3, 4, 0, 0, 0, 0];
+            icmp.extend_from_slice(&(mtu as u16).to_be_bytes());
+            icmp.extend_from_slice(quote);
+            let ck = inet_csum(&icmp);
+            icmp[2..4].copy_from_slice(&ck.to_be_bytes());
+            want.extend(ip);
+            want.extend(icmp);
+        }
+        (IpAddr::V6(v), IpAddr::V6(cl)) => {
+            let len = (8 + quote.len()) as u16;
+            let mut ip = vec![0x60, 0, 0, 0];
+            ip.extend_from_slice(&len.to_be_bytes());
+            ip.extend_from_slice(&[58, 64]);
+            ip.extend_from_slice(&v.octets());
+            ip.extend_from_slice(&cl.octets());
+            let mut icmp = vec![2, 0, 0, 0];
+            icmp.extend_from_slice(&mtu.to_be_bytes());
+            icmp.extend_from_slice(quote);
+            let mut pseudo = v.octets().to_vec();
+            pseudo.extend_from_slice(&cl.octets());
+            pseudo.extend_from_slice(&u32::from(len).to_be_bytes());
+            pseudo.extend_from_slice(&[0, 0, 0, 58]);
+            pseudo.extend_from_slice(&icmp);
+            let ck = inet_csum(&pseudo);
+            icmp[2..4].copy_from_slice(&ck.to_be_bytes());
+            want.extend(ip);
+            want.extend(icmp);
+        }
+        _ => unreachable!(),
+    }
+    assert_eq!(r.data, want);
+    if !v6 {
+        // Without DF the packet may be fragmented on the way: tunnelled.
+        f[20] &= !0x40;
+        fix_ip4_csum(&mut f, 14);
+        let r = lb.run(&f);
+        assert_eq!((r.action, r.data.len()), (action::TX, f.len() + 20));
+    }
+}
+
+#[test]
+fn tunnel_too_big_answers_fragmentation_needed_v4() {
+    too_big(false);
+}
+
+#[test]
+fn tunnel_too_big_answers_packet_too_big_v6() {
+    too_big(true);
+}
