@@ -211,6 +211,34 @@ pub fn kernel_hz() -> Result<u32, XdpError> {
     Ok(*HZ.get_or_init(|| hz))
 }
 
+/// The kernel's jiffies counter now (the clock of [`Flow::last_seen`]),
+/// read through the `clock` program (loaded once per process).
+pub fn jiffies_now() -> Result<u64, XdpError> {
+    static CLOCK: std::sync::Mutex<Option<Loaded>> = std::sync::Mutex::new(None);
+    let mut guard = CLOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if guard.is_none() {
+        *guard = Some(Loaded::load(Object::Clock, &LoadOptions::default())?);
+    }
+    match guard.as_mut() {
+        Some(clock) => clock.jiffies(),
+        None => Err(XdpError::Missing {
+            kind: "program",
+            name: "clock",
+        }),
+    }
+}
+
+/// What [`Loaded::sweep`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Flow entries older than their state's timeout, deleted.
+    pub expired: usize,
+    /// Flow entries still live.
+    pub live: usize,
+}
+
 /// One loaded BPF object with its (single) XDP program loaded into the
 /// kernel, not attached.
 #[derive(Debug)]
@@ -384,6 +412,76 @@ impl Loaded {
         self.array::<u64>("clock_jiffies")?
             .get(&0, 0)
             .map_err(map_err("clock_jiffies"))
+    }
+
+    /// Every flow entry (for listings such as `-Lcn`; one syscall pair per
+    /// entry, so meant for the control side's periodic work, not per packet).
+    pub fn flows(&mut self) -> Result<Vec<(FlowKey, Flow)>, XdpError> {
+        let m = self.hash::<FlowKey, Flow>("flows")?;
+        let mut out = Vec::new();
+        for r in m.iter() {
+            match r {
+                Ok(kv) => out.push(kv),
+                // Deleted by the program between the key walk and the read.
+                Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(map_err("flows")(e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The control side's sweep: delete flows older than their state's
+    /// timeout at `now` (jiffies, [`jiffies_now`]) with `config`'s timeouts
+    /// and HZ, then set every real server's ActiveConn/InActConn to what
+    /// the live flows say — which also repairs counts of flows the LRU
+    /// evicted silently. Increments the program makes while the sweep runs
+    /// may be overwritten; the next sweep corrects them.
+    pub fn sweep(&mut self, config: &Config, now: u64) -> Result<SweepReport, XdpError> {
+        let hz = u64::from(if config.hz == 0 {
+            kernel_hz()?
+        } else {
+            config.hz
+        });
+        let mut report = SweepReport::default();
+        let mut counts: std::collections::HashMap<u32, DestConns> = Default::default();
+        let mut expired = Vec::new();
+        for (k, f) in self.flows()? {
+            let tcp = k.proto == maps::PROTO_TCP;
+            let secs = if tcp {
+                config
+                    .tcp_timeouts
+                    .get(usize::from(f.state))
+                    .copied()
+                    .unwrap_or(0)
+            } else {
+                config.udp_timeout
+            };
+            if now.saturating_sub(f.last_seen) > u64::from(secs) * hz {
+                expired.push(k);
+                continue;
+            }
+            report.live += 1;
+            let c = counts.entry(f.dest).or_default();
+            // IPVS's active states: ESTABLISHED, SYN_SENT, SYN_RECV, SYNACK.
+            if tcp && matches!(f.state, 1 | 2 | 3 | 10) {
+                c.active += 1;
+            } else {
+                c.inactive += 1;
+            }
+        }
+        for k in &expired {
+            self.remove_flow(k)?;
+        }
+        report.expired = expired.len();
+        let mut conns = self.array::<DestConns>("dest_conns")?;
+        for i in 0..conns.len() {
+            let want = counts.get(&i).copied().unwrap_or_default();
+            let have = conns.get(&i, 0).map_err(map_err("dest_conns"))?;
+            if have != want {
+                conns.set(i, want, 0).map_err(map_err("dest_conns"))?;
+            }
+        }
+        Ok(report)
     }
 
     /// Set a service's rr/wrr cursor.
