@@ -75,6 +75,10 @@ impl Scheduler for DestHash {
         let pos = self.buckets[bucket]? as usize;
         dests.get(pos).filter(|d| d.is_eligible()).map(|_| pos)
     }
+
+    fn lookup_table(&self) -> Option<Vec<Option<u32>>> {
+        Some(self.buckets.to_vec())
+    }
 }
 
 #[cfg(test)]

@@ -457,6 +457,15 @@ impl Scheduler for Maglev {
         }
         None
     }
+
+    fn lookup_table(&self) -> Option<Vec<Option<u32>>> {
+        Some(
+            self.table
+                .iter()
+                .map(|&p| (p != EMPTY).then_some(p))
+                .collect(),
+        )
+    }
 }
 
 /// The kernel's populate loop transcribed literally (bool bitmap, walk from

@@ -88,6 +88,25 @@ pub trait Scheduler: Send + core::fmt::Debug {
     /// Pick a real server for a new connection: its position in `dests`, or
     /// `None` ("no destination available").
     fn schedule(&mut self, dests: &[Dest], input: &SchedInput, now: Instant) -> Option<usize>;
+
+    /// The lookup table of a table-driven scheduler (sh and dh: 256
+    /// buckets; mh: M slots) as list positions, `None` for an empty slot;
+    /// `None` for schedulers without a table. Data planes that schedule
+    /// outside the core (the XDP program) copy it so their choices equal the
+    /// core's.
+    fn lookup_table(&self) -> Option<Vec<Option<u32>>> {
+        None
+    }
+}
+
+/// One cycle of weighted round robin over `dests` (list positions) as a
+/// fresh `wrr` scheduler produces it: with weights 4, 3, 2 it is
+/// `0 0 1 0 1 2 0 1 2`. Empty when no server has a weight. Data planes that
+/// cannot run the kernel's stateful walk per packet (XDP) step through this
+/// sequence with a shared counter instead; with every server eligible the
+/// choices are the same.
+pub fn wrr_sequence(dests: &[Dest]) -> Vec<u32> {
+    wrr::cycle(dests)
 }
 
 /// Per-service parameters a scheduler may need beyond its flags.

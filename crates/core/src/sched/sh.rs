@@ -184,6 +184,10 @@ impl Scheduler for SourceHash {
         }
         None
     }
+
+    fn lookup_table(&self) -> Option<Vec<Option<u32>>> {
+        Some(self.buckets.to_vec())
+    }
 }
 
 #[cfg(test)]

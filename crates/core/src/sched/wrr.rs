@@ -131,10 +131,57 @@ impl Scheduler for WeightedRoundRobin {
     }
 }
 
+/// One cycle of a fresh scheduler: passes with `cw = mw, mw - di, ..` while
+/// `cw > 0`, each taking in list order every server with weight ≥ cw.
+/// Overload is a runtime condition, so overloaded servers stay in the
+/// sequence (a data plane skips them when it meets them).
+pub(super) fn cycle(dests: &[Dest]) -> Vec<u32> {
+    let mut s = WeightedRoundRobin::new();
+    s.recompute(dests);
+    let mut out = Vec::new();
+    let mut cw = s.mw;
+    while cw > 0 {
+        for (pos, d) in dests.iter().enumerate() {
+            if i64::from(d.weight()) >= cw
+                && let Ok(p) = u32::try_from(pos)
+            {
+                out.push(p);
+            }
+        }
+        cw -= s.di;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{dests, run};
     use super::*;
+
+    #[test]
+    fn cycle_equals_the_stateful_walk() {
+        for w in [
+            &[4u32, 3, 2][..],
+            &[8, 6, 4],
+            &[3, 0, 9],
+            &[1],
+            &[5, 5, 1, 0, 7],
+        ] {
+            let d = dests(w);
+            let c = cycle(&d);
+            let mut s = WeightedRoundRobin::new();
+            s.update(&d, ListChange::Reset);
+            let walk = run(&mut s, &d, c.len() * 3);
+            let want: Vec<Option<usize>> = c
+                .iter()
+                .cycle()
+                .take(c.len() * 3)
+                .map(|&p| Some(p as usize))
+                .collect();
+            assert_eq!(walk, want, "weights {w:?}");
+        }
+        assert!(cycle(&dests(&[0, 0])).is_empty());
+    }
 
     fn names(v: &[Option<usize>]) -> String {
         v.iter()

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+/* Benchmark floors.
+ * Default build (bench_lru.o), the new-flow floor: read the IPv4/TCP 5-tuple
+ * at fixed offsets and insert it into an LRU hash of the flow table's
+ * key/value types, with a key made unique per run (a per-CPU counter in the
+ * client port/address), so every run is an insert (evicting once full).
+ * With -DBENCH_LRU_HIT (bench_lru_hit.o), the established-flow floor: the
+ * same parse and key, looked up (inserted on the first run only). */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/tcp.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "rvs.h"
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RVS_FLOWS_DEFAULT);
+	__type(key, struct rvs_flow_key);
+	__type(value, struct rvs_flow);
+} bench_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} bench_seq SEC(".maps");
+
+SEC("xdp")
+int bench_lru(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = (void *)(eth + 1);
+	struct tcphdr *th = (void *)(ip + 1);
+	struct rvs_flow_key k = {};
+	struct rvs_flow v = {};
+	__u32 zero = 0;
+	__u64 *seq;
+
+	if ((void *)(th + 1) > end)
+		return XDP_PASS;
+	__builtin_memcpy(k.caddr, &ip->saddr, 4);
+	__builtin_memcpy(k.vaddr, &ip->daddr, 4);
+#ifdef BENCH_LRU_HIT
+	k.cport = th->source;
+	k.vport = th->dest;
+	k.proto = ip->protocol;
+	k.family = RVS_AF_INET;
+	if (bpf_map_lookup_elem(&bench_flows, &k))
+		return XDP_TX;
+	bpf_map_update_elem(&bench_flows, &k, &v, BPF_ANY);
+	return XDP_TX;
+#endif
+	seq = bpf_map_lookup_elem(&bench_seq, &zero);
+	if (!seq)
+		return XDP_PASS;
+	*seq += 1;
+	/* Vary the client address and port: a new key every run. */
+	*(__u32 *)&k.caddr[4] = (__u32)*seq;
+	k.cport = th->source ^ (__u16)(*seq >> 32);
+	k.vport = th->dest;
+	k.proto = ip->protocol;
+	k.family = RVS_AF_INET;
+	v.last_seen = bpf_jiffies64();
+	bpf_map_update_elem(&bench_flows, &k, &v, BPF_ANY);
+	return XDP_TX;
+}

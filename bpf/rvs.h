@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * rvs.h: the ONE definition of every BPF map key and value, and of every
+ * constant shared by the rvs BPF programs and the Rust side (crates/xdp).
+ *
+ * The Rust mirrors in crates/xdp/src/maps.rs are checked against the BTF of
+ * the compiled object by a test (sizes and field offsets), so a change here
+ * that is not made there fails the build's tests.
+ *
+ * Rules for every struct: fixed-width integers only, every padding byte an
+ * explicit field (hash keys compare padding: it must be zero), addresses as
+ * 16 bytes in network order (IPv4 in the first 4 bytes, the rest zero),
+ * ports in network order (__be16).
+ */
+#ifndef RVS_H
+#define RVS_H
+
+#include <linux/types.h>
+
+/* ---- limits (map sizes; flows/nat/slots can be changed at load time) ---- */
+#define RVS_MAX_SERVICES 4096
+#define RVS_MAX_DESTS 65536
+#define RVS_SLOTS_DEFAULT (1u << 20)
+#define RVS_FLOWS_DEFAULT (1u << 20)
+/* Real servers one rr/wrr/sh fallback walk may look at (bounded loops). */
+#define RVS_MAX_SVC_DESTS 256
+
+/* ---- address families and protocols (kernel values) ---- */
+#define RVS_AF_INET 2
+#define RVS_AF_INET6 10
+#define RVS_PROTO_TCP 6
+#define RVS_PROTO_UDP 17
+
+/* ---- scheduler ids: 1 + the index in rvs-core's SCHEDULER_NAMES ---- */
+#define RVS_SCHED_NONE 0
+#define RVS_SCHED_RR 1
+#define RVS_SCHED_WRR 2
+#define RVS_SCHED_LC 3
+#define RVS_SCHED_WLC 4
+#define RVS_SCHED_LBLC 5
+#define RVS_SCHED_LBLCR 6
+#define RVS_SCHED_DH 7
+#define RVS_SCHED_SH 8
+#define RVS_SCHED_SED 9
+#define RVS_SCHED_NQ 10
+#define RVS_SCHED_FO 11
+#define RVS_SCHED_OVF 12
+#define RVS_SCHED_MH 13
+#define RVS_SCHED_TWOS 14
+
+/* ---- forwarding methods ---- */
+#define RVS_FWD_NAT 1      /* -m: destination rewrite, replies rewritten back */
+#define RVS_FWD_DR 2       /* -g: MAC rewrite, same L2 segment */
+#define RVS_FWD_TUN_IPIP 3 /* -i --tun-type ipip: IPv4-in-IPv4 / IPv6-in-IPv6 */
+#define RVS_FWD_TUN_GUE 4  /* -i --tun-type gue: outer IP/UDP + 4-byte GUE header */
+
+/* ---- service flags (the IPVS IP_VS_SVC_F_* bits) ---- */
+#define RVS_SVC_F_PERSISTENT 0x0001
+#define RVS_SVC_F_HASHED 0x0002
+#define RVS_SVC_F_ONEPACKET 0x0004
+#define RVS_SVC_F_SCHED1 0x0008 /* sh-fallback / mh-fallback */
+#define RVS_SVC_F_SCHED2 0x0010 /* sh-port / mh-port */
+
+/* ---- real-server flags ---- */
+#define RVS_DEST_F_UNAVAILABLE 0x0001 /* deleted: never chosen; existing flows dropped */
+#define RVS_DEST_F_OVERLOADED 0x0002  /* above its upper threshold: not chosen */
+
+/* Marks an empty bucket in `slots`. */
+#define RVS_SLOT_EMPTY 0xffffffffu
+
+/* ---- config flags ---- */
+#define RVS_CFG_F_NAT 0x0001 /* some real server uses NAT: look up replies */
+
+/* ---- flow flags ---- */
+#define RVS_FLOW_F_NOOUTPUT 0x01 /* no reply seen yet (always set for DR/TUN) */
+
+/* ---- IPVS TCP states (the numbering of ip_vs_proto_tcp.c / the sync protocol) ---- */
+#define RVS_TCP_S_NONE 0
+#define RVS_TCP_S_ESTABLISHED 1
+#define RVS_TCP_S_SYN_SENT 2
+#define RVS_TCP_S_SYN_RECV 3
+#define RVS_TCP_S_FIN_WAIT 4
+#define RVS_TCP_S_TIME_WAIT 5
+#define RVS_TCP_S_CLOSE 6
+#define RVS_TCP_S_CLOSE_WAIT 7
+#define RVS_TCP_S_LAST_ACK 8
+#define RVS_TCP_S_LISTEN 9
+#define RVS_TCP_S_SYNACK 10
+#define RVS_TCP_S_LAST 11
+/* The one UDP state. */
+#define RVS_UDP_S_NORMAL 0
+
+/* ---- tunnels ---- */
+/* GUE (draft-ietf-intarea-gue) variant 0 header: ver/C/hlen, proto, flags. */
+#define RVS_GUE_HDR_LEN 4
+#define RVS_TUN_TTL 64
+
+/* ---- scheduler hash constants (see rvs-core sched/sh.rs and sched/mh.rs) ---- */
+#define RVS_GOLDEN_RATIO_32 0x61C88647u
+#define RVS_SH_TAB_BITS 8
+#define RVS_DH_TAB_BITS 8
+#define RVS_MH_HASH1_KEY 2654435761ull
+#define RVS_MH_HASH2_KEY 2654446892ull
+
+/* services: HASH key -> u32 service index (into svc_info). */
+struct rvs_svc_key {
+	__u8 proto;  /* RVS_PROTO_* */
+	__u8 family; /* RVS_AF_* */
+	__be16 port; /* VIP port */
+	__u8 vip[16];
+};
+
+/* svc_info: ARRAY[service index]. Writing one element switches the service
+ * to new scheduling data atomically (the control side fills a fresh region
+ * of `slots` first, then flips this element, then frees the old region). */
+struct rvs_svc {
+	__u8 sched;  /* RVS_SCHED_*; NONE = slot unused */
+	__u8 family; /* of the VIP */
+	__u16 pad0;
+	__u32 flags; /* RVS_SVC_F_* */
+	__u32 table_off; /* sh/dh/mh bucket table or wrr sequence in `slots` */
+	__u32 table_len;
+	__u32 dests_off; /* the real-server list (dest indexes) in `slots` */
+	__u32 dests_len;
+	__u32 persist_timeout; /* seconds, with RVS_SVC_F_PERSISTENT */
+	__u8 persist_mask[16]; /* -M netmask / IPv6 prefix as a byte mask */
+};
+
+/* dests: ARRAY[real-server index]. */
+struct rvs_dest {
+	__u8 addr[16];
+	__be16 port;  /* 0 = the VIP's port */
+	__u8 family;  /* RVS_AF_* */
+	__u8 method;  /* RVS_FWD_* */
+	__u32 flags;  /* RVS_DEST_F_* */
+	__u32 weight; /* 0 = quiesced: no new flows */
+	__u32 ifindex; /* egress for DR/TUN; 0 or the ingress = XDP_TX */
+	__u8 mac[6];   /* DR: the real server's MAC; TUN: the next hop's */
+	__u8 smac[6];  /* source MAC on `ifindex` (used when redirecting) */
+	__be16 gue_port; /* GUE: UDP destination port */
+	__u16 pad0;
+};
+
+/* flows: LRU_HASH, the client-side 5-tuple as the client sent it. */
+struct rvs_flow_key {
+	__u8 caddr[16];
+	__u8 vaddr[16];
+	__be16 cport;
+	__be16 vport;
+	__u8 proto;
+	__u8 family;
+	__u16 pad0;
+};
+
+struct rvs_flow {
+	__u64 last_seen;    /* jiffies (bpf_jiffies64) of the last packet */
+	__u32 dest;         /* real-server index */
+	__u32 svc;          /* service index */
+	__u8 state;         /* RVS_TCP_S_* or RVS_UDP_S_NORMAL */
+	__u8 flags;         /* RVS_FLOW_F_* */
+	__u16 pad0;
+	__u32 pad1;
+};
+
+/* nat_rev: LRU_HASH for the NAT reply path, keyed by the reply's
+ * (source = real server, destination = client). */
+struct rvs_nat_key {
+	__u8 raddr[16];
+	__u8 caddr[16];
+	__be16 rport;
+	__be16 cport;
+	__u8 proto;
+	__u8 family;
+	__u16 pad0;
+};
+
+struct rvs_nat {
+	__u8 vaddr[16]; /* the VIP to restore as the source */
+	__be16 vport;
+	__u16 pad0;
+	__u32 svc;
+	__u32 dest;
+};
+
+/* svc_stats / dest_stats: PERCPU_ARRAY, IPVS's counters. */
+struct rvs_stats {
+	__u64 conns;
+	__u64 inpkts;
+	__u64 outpkts;
+	__u64 inbytes;
+	__u64 outbytes;
+};
+
+/* config: ARRAY[0], the director's own settings. */
+struct rvs_config {
+	__u8 tun_src4[4];  /* outer source of IPv4 tunnels */
+	__u8 tun_src6[16]; /* outer source of IPv6 tunnels */
+	__u32 tcp_timeouts[RVS_TCP_S_LAST]; /* seconds per TCP state */
+	__u32 udp_timeout; /* seconds */
+	__u32 flags;       /* RVS_CFG_F_* */
+	__u32 hz;          /* the kernel's HZ: jiffies per second */
+	/* SYN-flood guard: new flows per CPU per second above which flows of
+	 * hash-scheduled (sh/dh/mh) DR/TUN services are forwarded without a
+	 * flow entry (the hash gives the same server again); 0 = no limit. */
+	__u32 max_new_flows;
+	/* Largest outer packet a tunnel may send (the path MTU toward the real
+	 * servers); a bigger one that may not be fragmented (IPv4 DF, every
+	 * IPv6 packet) is answered with ICMP "fragmentation needed" / "packet
+	 * too big" carrying this minus the tunnel headers. 0 = no check. */
+	__u32 tun_mtu;
+};
+
+/* persist: LRU_HASH, persistence templates (-p, -M): a client network
+ * (address masked with the service's netmask) sticks to one real server for
+ * new flows while the template is younger than the persistence timeout. */
+struct rvs_persist_key {
+	__u8 caddr[16]; /* client address & persist_mask */
+	__u8 vaddr[16];
+	__be16 vport;
+	__u8 proto;
+	__u8 family;
+};
+
+struct rvs_persist {
+	__u64 last_seen; /* jiffies of the last new flow that used it */
+	__u32 dest;
+	__u32 svc;
+};
+
+/* dest_conns: ARRAY[real-server index], IPVS's ActiveConn / InActConn,
+ * kept by the program as flows are created and change TCP state (atomic
+ * adds: all CPUs share them). Flows that expire or are evicted without being
+ * seen again are subtracted by the control side's sweep. */
+struct rvs_dest_conns {
+	__u32 active;   /* flows in ESTABLISHED, SYN_SENT, SYN_RECV, SYNACK */
+	__u32 inactive; /* every other flow (all UDP flows) */
+};
+
+/* flood: PERCPU_ARRAY[0], the guard's window. */
+struct rvs_flood {
+	__u64 second; /* jiffies / hz of the window */
+	__u64 count;  /* new flows seen in it */
+};
+
+#endif /* RVS_H */

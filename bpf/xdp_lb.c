@@ -1,0 +1,1476 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+/*
+ * xdp_lb.c: the rvs director program (XDP).
+ *
+ * Packet path: Ethernet (+ one 802.1Q/802.1ad tag) -> IPv4 (options honoured)
+ * or IPv6 (no extension headers) -> TCP/UDP -> flow lookup (hit: refresh
+ * state, count, forward) -> miss: service lookup, schedule, insert ->
+ * forward by the real server's method: DR (MAC rewrite), TUN IPIP, TUN GUE,
+ * NAT (inbound rewrite; replies rewritten back by the reply path).
+ *
+ * The flow table comes first, as in IPVS's ip_vs_in (connection lookup
+ * before the service): only VIP traffic creates flows, an established flow
+ * costs one hash lookup, and flows of a deleted service keep going until
+ * they expire or the control side removes them (IPVS keeps such
+ * connections too). Expiry: an entry older than its state's timeout is
+ * treated as absent (a SYN or a UDP datagram is scheduled afresh at once).
+ *
+ * Decisions about packets that are not plainly ours (all return XDP_PASS, so
+ * the kernel's own stack judges them, counts them and answers as it would
+ * without rvs):
+ *  - non-IP, non-TCP/UDP, non-VIP traffic (ICMP errors about a DR/TUN flow
+ *    excepted: they go to the flow's real server);
+ *  - truncated or malformed headers (never read out of bounds; the kernel
+ *    drops and counts them in its own statistics);
+ *  - IPv4 fragments: only the first fragment carries ports, so a flow lookup
+ *    is impossible for the others; the kernel reassembles them (a later part
+ *    may forward fragments by an (addr, id) table);
+ *  - IPv6 extension headers (including fragments), for the same reason;
+ *  - a TCP segment without SYN (or with RST) for an unknown flow: IPVS does
+ *    not schedule it (tcp_conn_schedule) and lets it continue (NF_ACCEPT);
+ *  - no real server available: the kernel answers (RST / port unreachable)
+ *    as IPVS's ip_vs_leave does.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "rvs.h"
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/* ------------------------------------------------------------------ maps */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RVS_MAX_SERVICES);
+	__type(key, struct rvs_svc_key);
+	__type(value, __u32);
+} services SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RVS_MAX_SERVICES);
+	__type(key, __u32);
+	__type(value, struct rvs_svc);
+} svc_info SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RVS_SLOTS_DEFAULT);
+	__type(key, __u32);
+	__type(value, __u32);
+} slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RVS_MAX_DESTS);
+	__type(key, __u32);
+	__type(value, struct rvs_dest);
+} dests SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RVS_FLOWS_DEFAULT);
+	__type(key, struct rvs_flow_key);
+	__type(value, struct rvs_flow);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RVS_FLOWS_DEFAULT);
+	__type(key, struct rvs_nat_key);
+	__type(value, struct rvs_nat);
+} nat_rev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RVS_FLOWS_DEFAULT);
+	__type(key, struct rvs_persist_key);
+	__type(value, struct rvs_persist);
+} persist SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RVS_MAX_SERVICES);
+	__type(key, __u32);
+	__type(value, __u64);
+} rr_cursor SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RVS_MAX_SERVICES);
+	__type(key, __u32);
+	__type(value, struct rvs_stats);
+} svc_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RVS_MAX_DESTS);
+	__type(key, __u32);
+	__type(value, struct rvs_stats);
+} dest_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rvs_config);
+} config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rvs_flood);
+} flood SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RVS_MAX_DESTS);
+	__type(key, __u32);
+	__type(value, struct rvs_dest_conns);
+} dest_conns SEC(".maps");
+
+#ifdef RVS_BENCH_VARY_CLIENT
+/* Benchmark build only: a per-CPU counter that makes every run a new client. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} bench_seq SEC(".maps");
+#endif
+
+/* ------------------------------------------------------- parsed packet */
+
+struct vlan_hdr {
+	__be16 tci;
+	__be16 proto;
+};
+
+struct pkt {
+	__u32 saddr[4]; /* network order, IPv4 in [0] */
+	__u32 daddr[4];
+	__be16 sport;
+	__be16 dport;
+	__u16 l3len; /* IP total length: what IPVS counts as bytes */
+	__u16 l3off; /* offset of the IP header from data */
+	__u16 l4off; /* offset of the TCP/UDP header from data */
+	__u8 family;
+	__u8 proto;
+	__u8 tcpflags;
+	__u8 icmp; /* an ICMP error about a flow: the fields describe the flow */
+	__u8 pad[2];
+};
+
+#define TCPF_FIN 0x01
+#define TCPF_SYN 0x02
+#define TCPF_RST 0x04
+#define TCPF_ACK 0x10
+
+/* An ICMP(v6) error (destination unreachable incl. fragmentation needed /
+ * packet too big, time exceeded) quoting a packet our side sent (from the
+ * VIP to a client): describe the flow it belongs to, as the client sent it,
+ * so the error reaches the same real server (PMTU discovery for DR/TUN). */
+static __always_inline int parse_icmp_error(struct pkt *p, void *l4, void *end)
+{
+	__u8 *ic = l4;
+	void *inner = ic + 8;
+	__be16 *ports;
+
+	if ((void *)(ic + 8) > end)
+		return -1;
+	if (p->family == RVS_AF_INET) {
+		struct iphdr *iip = inner;
+
+		if (ic[0] != 3 && ic[0] != 11)
+			return -1;
+		if ((void *)(iip + 1) > end || iip->version != 4 || iip->ihl < 5)
+			return -1;
+		ports = inner + (iip->ihl & 0xf) * 4;
+		p->proto = iip->protocol;
+		p->saddr[0] = iip->daddr;
+		p->daddr[0] = iip->saddr;
+	} else {
+		struct ipv6hdr *iip = inner;
+
+		if (ic[0] != 1 && ic[0] != 2 && ic[0] != 3)
+			return -1;
+		if ((void *)(iip + 1) > end)
+			return -1;
+		ports = (void *)(iip + 1);
+		p->proto = iip->nexthdr;
+		__builtin_memcpy(p->saddr, &iip->daddr, 16);
+		__builtin_memcpy(p->daddr, &iip->saddr, 16);
+	}
+	if (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP)
+		return -1;
+	if ((void *)(ports + 2) > end)
+		return -1;
+	p->sport = ports[1];
+	p->dport = ports[0];
+	p->icmp = 1;
+	return 0;
+}
+
+/* Parse up to the ports. 0 = ours to look at, -1 = pass to the kernel. */
+static __always_inline int parse(struct xdp_md *ctx, struct pkt *p)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	void *l3 = eth + 1;
+	void *l4;
+	__be16 proto;
+
+	if (l3 > end)
+		return -1;
+	proto = eth->h_proto;
+	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD)) {
+		struct vlan_hdr *vh = l3;
+
+		if ((void *)(vh + 1) > end)
+			return -1;
+		proto = vh->proto;
+		l3 = vh + 1;
+	}
+	p->l3off = l3 - data;
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = l3;
+
+		if ((void *)(ip + 1) > end)
+			return -1;
+		if (ip->version != 4 || ip->ihl < 5)
+			return -1;
+		/* MF set or a non-zero offset: a fragment. */
+		if (ip->frag_off & bpf_htons(0x3fff))
+			return -1;
+		l4 = l3 + (ip->ihl & 0xf) * 4;
+		p->family = RVS_AF_INET;
+		p->proto = ip->protocol;
+		p->l3len = bpf_ntohs(ip->tot_len);
+		p->saddr[0] = ip->saddr;
+		p->daddr[0] = ip->daddr;
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = l3;
+
+		if ((void *)(ip6 + 1) > end)
+			return -1;
+		if (ip6->version != 6)
+			return -1;
+		l4 = ip6 + 1;
+		p->family = RVS_AF_INET6;
+		p->proto = ip6->nexthdr;
+		p->l3len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+		__builtin_memcpy(p->saddr, &ip6->saddr, 16);
+		__builtin_memcpy(p->daddr, &ip6->daddr, 16);
+	} else {
+		return -1;
+	}
+	p->l4off = l4 - data;
+	if (p->proto == IPPROTO_TCP) {
+		struct tcphdr *th = l4;
+
+		if ((void *)(th + 1) > end)
+			return -1;
+		p->sport = th->source;
+		p->dport = th->dest;
+		p->tcpflags = ((__u8 *)th)[13];
+	} else if (p->proto == IPPROTO_UDP) {
+		struct udphdr *uh = l4;
+
+		if ((void *)(uh + 1) > end)
+			return -1;
+		p->sport = uh->source;
+		p->dport = uh->dest;
+	} else if ((p->family == RVS_AF_INET && p->proto == IPPROTO_ICMP) ||
+		   (p->family == RVS_AF_INET6 && p->proto == IPPROTO_ICMPV6)) {
+		return parse_icmp_error(p, l4, end);
+	} else {
+		return -1;
+	}
+#ifdef RVS_BENCH_VARY_CLIENT
+	{
+		__u32 zero = 0;
+		__u64 *seq = bpf_map_lookup_elem(&bench_seq, &zero);
+
+		if (seq) {
+			*seq += 1;
+			p->saddr[0] ^= bpf_htonl((__u32)*seq >> 16);
+			p->sport ^= bpf_htons((__u16)*seq);
+		}
+	}
+#endif
+	return 0;
+}
+
+/* ------------------------------------------------------------ hashes */
+
+/* The kernel's hash_32 (include/linux/hash.h). */
+static __always_inline __u32 hash_32(__u32 v, __u32 bits)
+{
+	return (v * RVS_GOLDEN_RATIO_32) >> (32 - bits);
+}
+
+/* IPVS's address fold: IPv4 host order, IPv6 XOR of the four words. */
+static __always_inline __u32 addr_fold(const __u32 *a, __u8 family)
+{
+	if (family == RVS_AF_INET)
+		return bpf_ntohl(a[0]);
+	return bpf_ntohl(a[0] ^ a[1] ^ a[2] ^ a[3]);
+}
+
+#define ROTL64(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                   \
+	do {                                                                       \
+		v0 += v1;                                                          \
+		v1 = ROTL64(v1, 13);                                               \
+		v1 ^= v0;                                                          \
+		v0 = ROTL64(v0, 32);                                               \
+		v2 += v3;                                                          \
+		v3 = ROTL64(v3, 16);                                               \
+		v3 ^= v2;                                                          \
+		v0 += v3;                                                          \
+		v3 = ROTL64(v3, 21);                                               \
+		v3 ^= v0;                                                          \
+		v2 += v1;                                                          \
+		v1 = ROTL64(v1, 17);                                               \
+		v1 ^= v2;                                                          \
+		v2 = ROTL64(v2, 32);                                               \
+	} while (0)
+
+/* SipHash-1-3 of the 4 little-endian bytes of v with key (k, k), truncated
+ * to 32 bits: the 64-bit kernel's hsiphash(&v, 4, {k, k}) used by ip_vs_mh. */
+static __always_inline __u32 hsiphash_u32(__u64 k, __u32 v)
+{
+	__u64 v0 = k ^ 0x736f6d6570736575ULL;
+	__u64 v1 = k ^ 0x646f72616e646f6dULL;
+	__u64 v2 = k ^ 0x6c7967656e657261ULL;
+	__u64 v3 = k ^ 0x7465646279746573ULL;
+	__u64 b = ((__u64)4 << 56) | v;
+
+	v3 ^= b;
+	SIPROUND;
+	v0 ^= b;
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return (__u32)(v0 ^ v1 ^ v2 ^ v3);
+}
+
+/* ----------------------------------------------------------- scheduling */
+
+static __always_inline struct rvs_dest *eligible(__u32 idx)
+{
+	struct rvs_dest *d;
+
+	if (idx == RVS_SLOT_EMPTY)
+		return NULL;
+	d = bpf_map_lookup_elem(&dests, &idx);
+	if (!d || d->weight == 0 ||
+	    (d->flags & (RVS_DEST_F_UNAVAILABLE | RVS_DEST_F_OVERLOADED)))
+		return NULL;
+	return d;
+}
+
+static __always_inline __u32 slot_at(__u32 pos)
+{
+	__u32 *v = bpf_map_lookup_elem(&slots, &pos);
+
+	return v ? *v : RVS_SLOT_EMPTY;
+}
+
+/* rr over the real-server list, wrr over its precomputed sequence: a shared
+ * cursor advanced atomically; ineligible entries are stepped over. */
+struct walk {
+	__u64 start;
+	__u32 off;
+	__u32 len;
+	__u32 result;
+	__u32 pad;
+};
+
+static long walk_step(__u32 i, void *ctx)
+{
+	struct walk *x = ctx;
+	__u32 idx;
+
+	if (x->len == 0)
+		return 1;
+	idx = slot_at(x->off + (__u32)((x->start + i) % x->len));
+	if (eligible(idx)) {
+		x->result = idx;
+		return 1;
+	}
+	return 0;
+}
+
+static __always_inline __u32 sched_cursor(__u32 svc_idx, __u32 off, __u32 len)
+{
+	__u64 *cur = bpf_map_lookup_elem(&rr_cursor, &svc_idx);
+	struct walk x = { .off = off, .len = len, .result = RVS_SLOT_EMPTY };
+	__u32 idx;
+
+	if (!cur || len == 0)
+		return RVS_SLOT_EMPTY;
+	x.start = __sync_fetch_and_add(cur, 1);
+	/* The common case: the first candidate is eligible. */
+	idx = slot_at(off + (__u32)(x.start % len));
+	if (eligible(idx))
+		return idx;
+	bpf_loop(len < RVS_MAX_SVC_DESTS ? len : RVS_MAX_SVC_DESTS, walk_step, &x, 0);
+	return x.result;
+}
+
+/* sh-fallback: bucket (roff + ihash) & 255 for roff = off + ihash. */
+struct sh_fallback {
+	__u32 table_off;
+	__u32 ihash;
+	__u32 result;
+	__u32 pad;
+};
+
+static long sh_fallback_step(__u32 off, void *ctx)
+{
+	struct sh_fallback *x = ctx;
+	__u32 roff = (off + x->ihash) & 0xff;
+	__u32 idx = slot_at(x->table_off + ((roff + x->ihash) & 0xff));
+
+	if (idx == RVS_SLOT_EMPTY)
+		return 1;
+	if (eligible(idx)) {
+		x->result = idx;
+		return 1;
+	}
+	return 0;
+}
+
+struct mh_fallback {
+	__u32 fold_port; /* ntohs(port) + fold */
+	__u32 ihash;
+	__u32 m;
+	__u32 table_off;
+	__u32 result;
+};
+
+static long mh_fallback_step(__u32 off, void *c)
+{
+	struct mh_fallback *x = c;
+	__u32 roff, idx;
+
+	if (x->m == 0)
+		return 1;
+	roff = (off + x->ihash) % x->m;
+	idx = slot_at(x->table_off +
+		      hsiphash_u32(RVS_MH_HASH1_KEY, roff + x->fold_port) % x->m);
+	if (idx == RVS_SLOT_EMPTY)
+		return 1;
+	if (eligible(idx)) {
+		x->result = idx;
+		return 1;
+	}
+	return 0;
+}
+
+/* lc, wlc, sed, nq, fo, ovf: one pass over the real-server list with the kernel's
+ * comparisons (ties to the earliest server). Products are u64: exact while
+ * active*256+inactive < 2^40 and weights < 2^24. The walk runs in bpf_loop
+ * so the verifier checks the body once, not once per server. */
+struct least {
+	__u32 off;
+	__u8 sched;
+	__u8 pad[3];
+	__u32 best;
+	__u64 best_cost;
+	__u64 best_w;
+};
+
+static long least_step(__u32 i, void *ctx)
+{
+	struct least *x = ctx;
+	struct rvs_dest_conns *c;
+	struct rvs_dest *d;
+	__u64 a = 0, in = 0, cost, w;
+	__u32 idx = slot_at(x->off + i);
+
+	d = eligible(idx);
+	if (!d)
+		return 0;
+	c = bpf_map_lookup_elem(&dest_conns, &idx);
+	if (c) {
+		a = c->active;
+		in = c->inactive;
+	}
+	w = d->weight;
+	if (x->sched == RVS_SCHED_FO || x->sched == RVS_SCHED_OVF) {
+		/* Highest weight wins, ties to the earliest; ovf only takes
+		 * servers whose active connections do not exceed their weight. */
+		if (x->sched == RVS_SCHED_OVF && a > w)
+			return 0;
+		if (x->best == RVS_SLOT_EMPTY || w > x->best_w) {
+			x->best = idx;
+			x->best_w = w;
+		}
+		return 0;
+	}
+	if (x->sched == RVS_SCHED_LC) {
+		cost = (a << 8) + in;
+		if (x->best == RVS_SLOT_EMPTY || cost < x->best_cost) {
+			x->best = idx;
+			x->best_cost = cost;
+		}
+		return 0;
+	}
+	if (x->sched == RVS_SCHED_NQ && a == 0) {
+		x->best = idx;
+		return 1;
+	}
+	if (x->sched == RVS_SCHED_WLC)
+		cost = (a << 8) + in;
+	else /* sed, nq */
+		cost = a + 1;
+	if (x->best == RVS_SLOT_EMPTY || x->best_cost * w > cost * x->best_w) {
+		x->best = idx;
+		x->best_cost = cost;
+		x->best_w = w;
+	}
+	return 0;
+}
+
+static __always_inline __u32 sched_least(const struct rvs_svc *s)
+{
+	struct least x = {
+		.off = s->dests_off,
+		.sched = s->sched,
+		.best = RVS_SLOT_EMPTY,
+	};
+
+	if (s->dests_len > RVS_MAX_SVC_DESTS)
+		return RVS_SLOT_EMPTY;
+	bpf_loop(s->dests_len, least_step, &x, 0);
+	return x.best;
+}
+
+/* The real-server index for a new flow, RVS_SLOT_EMPTY for none. */
+static __always_inline __u32 schedule(const struct rvs_svc *s, __u32 svc_idx,
+				      const struct pkt *p)
+{
+	__u32 idx, fold, port, ihash;
+
+	switch (s->sched) {
+	case RVS_SCHED_RR:
+		return sched_cursor(svc_idx, s->dests_off, s->dests_len);
+	case RVS_SCHED_WRR:
+		return sched_cursor(svc_idx, s->table_off, s->table_len);
+	case RVS_SCHED_LC:
+	case RVS_SCHED_WLC:
+	case RVS_SCHED_SED:
+	case RVS_SCHED_NQ:
+	case RVS_SCHED_FO:
+	case RVS_SCHED_OVF:
+		return sched_least(s);
+	case RVS_SCHED_DH:
+		if (s->table_len != (1u << RVS_DH_TAB_BITS))
+			return RVS_SLOT_EMPTY;
+		idx = slot_at(s->table_off +
+			      hash_32(addr_fold(p->daddr, p->family), RVS_DH_TAB_BITS));
+		return eligible(idx) ? idx : RVS_SLOT_EMPTY;
+	case RVS_SCHED_SH:
+		if (s->table_len != (1u << RVS_SH_TAB_BITS))
+			return RVS_SLOT_EMPTY;
+		fold = addr_fold(p->saddr, p->family);
+		port = (s->flags & RVS_SVC_F_SCHED2) ? bpf_ntohs(p->sport) : 0;
+		ihash = hash_32(port + fold, RVS_SH_TAB_BITS);
+		idx = slot_at(s->table_off + ihash);
+		if (idx == RVS_SLOT_EMPTY || eligible(idx) ||
+		    !(s->flags & RVS_SVC_F_SCHED1))
+			return eligible(idx) ? idx : RVS_SLOT_EMPTY;
+		{
+			struct sh_fallback x = {
+				.table_off = s->table_off,
+				.ihash = ihash,
+				.result = RVS_SLOT_EMPTY,
+			};
+
+			bpf_loop(1u << RVS_SH_TAB_BITS, sh_fallback_step, &x, 0);
+			return x.result;
+		}
+	case RVS_SCHED_MH: {
+		struct mh_fallback x;
+
+		if (s->table_len == 0)
+			return RVS_SLOT_EMPTY;
+		fold = addr_fold(p->saddr, p->family);
+		port = (s->flags & RVS_SVC_F_SCHED2) ? bpf_ntohs(p->sport) : 0;
+		ihash = hsiphash_u32(RVS_MH_HASH1_KEY, port + fold) % s->table_len;
+		idx = slot_at(s->table_off + ihash);
+		if (idx == RVS_SLOT_EMPTY || eligible(idx) ||
+		    !(s->flags & RVS_SVC_F_SCHED1))
+			return eligible(idx) ? idx : RVS_SLOT_EMPTY;
+		x.fold_port = port + fold;
+		x.ihash = ihash;
+		x.m = s->table_len;
+		x.table_off = s->table_off;
+		x.result = RVS_SLOT_EMPTY;
+		bpf_loop(s->table_len, mh_fallback_step, &x, 0);
+		return x.result;
+	}
+	default:
+		/* twos, lblc, lblcr come in a later part. */
+		return RVS_SLOT_EMPTY;
+	}
+}
+
+/* Persistence (ip_vs_sched_persist): a live template of the client's
+ * network names the real server, unless that server was deleted (a
+ * quiesced one keeps its clients, as with expire_quiescent_template = 0);
+ * otherwise the scheduler chooses and a template is written. Templates are
+ * refreshed by every new flow that uses them. */
+static __always_inline __u32 schedule_persistent(const struct rvs_svc *s, __u32 svc_idx,
+						 const struct pkt *p,
+						 const struct rvs_config *cfg, __u64 now)
+{
+	struct rvs_persist_key pk = {};
+	struct rvs_persist nt = {};
+	struct rvs_persist *t;
+	__u32 mask[4], c[4], idx;
+	int i;
+
+	__builtin_memcpy(mask, s->persist_mask, 16);
+#pragma unroll
+	for (i = 0; i < 4; i++)
+		c[i] = p->saddr[i] & mask[i];
+	__builtin_memcpy(pk.caddr, c, 16);
+	__builtin_memcpy(pk.vaddr, p->daddr, 16);
+	pk.vport = p->dport;
+	pk.proto = p->proto;
+	pk.family = p->family;
+	t = bpf_map_lookup_elem(&persist, &pk);
+	if (t && t->svc == svc_idx && now - t->last_seen <= (__u64)s->persist_timeout * cfg->hz) {
+		__u32 didx = t->dest;
+		struct rvs_dest *d = bpf_map_lookup_elem(&dests, &didx);
+
+		if (d && !(d->flags & RVS_DEST_F_UNAVAILABLE)) {
+			t->last_seen = now;
+			return didx;
+		}
+	}
+	idx = schedule(s, svc_idx, p);
+	if (idx == RVS_SLOT_EMPTY)
+		return idx;
+	nt.last_seen = now;
+	nt.dest = idx;
+	nt.svc = svc_idx;
+	bpf_map_update_elem(&persist, &pk, &nt, BPF_ANY);
+	return idx;
+}
+
+/* ------------------------------------------------------ TCP state machine */
+
+#define sNO RVS_TCP_S_NONE
+#define sES RVS_TCP_S_ESTABLISHED
+#define sSS RVS_TCP_S_SYN_SENT
+#define sSR RVS_TCP_S_SYN_RECV
+#define sFW RVS_TCP_S_FIN_WAIT
+#define sTW RVS_TCP_S_TIME_WAIT
+#define sCL RVS_TCP_S_CLOSE
+#define sCW RVS_TCP_S_CLOSE_WAIT
+#define sLA RVS_TCP_S_LAST_ACK
+#define sLI RVS_TCP_S_LISTEN
+#define sSA RVS_TCP_S_SYNACK
+
+/* [direction][flag row][state]: direction 0 = INPUT (NAT, a reply was seen),
+ * 1 = OUTPUT (NAT replies), 2 = INPUT_ONLY (DR/TUN, NAT before a reply);
+ * rows syn, fin, ack, rst. The tables of IPVS's ip_vs_proto_tcp.c. */
+static const __u8 tcp_states[3][4][RVS_TCP_S_LAST] = {
+	{
+		/*        NO   ES   SS   SR   FW   TW   CL   CW   LA   LI   SA */
+		/*syn*/ { sSR, sES, sES, sSR, sSR, sSR, sSR, sSR, sSR, sSR, sSR },
+		/*fin*/ { sCL, sCW, sSS, sTW, sTW, sTW, sCL, sCW, sLA, sLI, sTW },
+		/*ack*/ { sES, sES, sSS, sES, sFW, sTW, sCL, sCW, sCL, sLI, sES },
+		/*rst*/ { sCL, sCL, sCL, sSR, sCL, sCL, sCL, sCL, sLA, sLI, sSR },
+	},
+	{
+		/*syn*/ { sSS, sES, sSS, sSR, sSS, sSS, sSS, sSS, sSS, sLI, sSR },
+		/*fin*/ { sTW, sFW, sSS, sTW, sFW, sTW, sCL, sTW, sLA, sLI, sTW },
+		/*ack*/ { sES, sES, sSS, sES, sFW, sTW, sCL, sCW, sLA, sES, sES },
+		/*rst*/ { sCL, sCL, sSS, sCL, sCL, sTW, sCL, sCL, sCL, sCL, sCL },
+	},
+	{
+		/*syn*/ { sSR, sES, sES, sSR, sSR, sSR, sSR, sSR, sSR, sSR, sSR },
+		/*fin*/ { sCL, sFW, sSS, sTW, sFW, sTW, sCL, sCW, sLA, sLI, sTW },
+		/*ack*/ { sES, sES, sSS, sES, sFW, sTW, sCL, sCW, sCL, sLI, sES },
+		/*rst*/ { sCL, sCL, sCL, sSR, sCL, sCL, sCL, sCL, sLA, sLI, sCL },
+	},
+};
+
+#define DIR_INPUT 0
+#define DIR_OUTPUT 1
+#define DIR_INPUT_ONLY 2
+
+/* IPVS's set_tcp_state: RST first, then SYN, FIN, ACK; none of them = CLOSE. */
+static __always_inline __u8 tcp_next_state(__u8 state, __u8 flags, __u32 dir)
+{
+	__u32 row;
+
+	if (flags & TCPF_RST)
+		row = 3;
+	else if (flags & TCPF_SYN)
+		row = 0;
+	else if (flags & TCPF_FIN)
+		row = 1;
+	else if (flags & TCPF_ACK)
+		row = 2;
+	else
+		return RVS_TCP_S_CLOSE;
+	if (state >= RVS_TCP_S_LAST || dir > 2)
+		return RVS_TCP_S_CLOSE;
+	return tcp_states[dir][row][state];
+}
+
+/* IPVS's tcp_state_active_table: which states count as ActiveConn. */
+static __always_inline int state_active(__u8 proto, __u8 state)
+{
+	return proto == IPPROTO_TCP &&
+	       (state == RVS_TCP_S_ESTABLISHED || state == RVS_TCP_S_SYN_SENT ||
+		state == RVS_TCP_S_SYN_RECV || state == RVS_TCP_S_SYNACK);
+}
+
+/* Add `delta` (+1/-1) to dest `idx`'s active or inactive counter. */
+static __always_inline void conns_add(__u32 idx, int active, int delta)
+{
+	struct rvs_dest_conns *c = bpf_map_lookup_elem(&dest_conns, &idx);
+
+	if (!c)
+		return;
+	if (active)
+		__sync_fetch_and_add(&c->active, delta);
+	else
+		__sync_fetch_and_add(&c->inactive, delta);
+}
+
+/* A flow of dest `idx` went from state `from` to `to`. */
+static __always_inline void conns_move(__u32 idx, __u8 proto, __u8 from, __u8 to)
+{
+	int a = state_active(proto, from), b = state_active(proto, to);
+
+	if (a != b) {
+		conns_add(idx, a, -1);
+		conns_add(idx, b, 1);
+	}
+}
+
+/* The flow's timeout in jiffies. */
+static __always_inline __u64 flow_timeout(const struct rvs_config *cfg, const struct rvs_flow *f,
+					  __u8 proto)
+{
+	__u32 s = f->state;
+
+	if (proto != IPPROTO_TCP)
+		return (__u64)cfg->udp_timeout * cfg->hz;
+	if (s >= RVS_TCP_S_LAST)
+		return 0;
+	return (__u64)cfg->tcp_timeouts[s] * cfg->hz;
+}
+
+/* Count a new flow on this CPU; true when this second's count is above the
+ * configured limit (a SYN flood: stop paying for flow-table inserts). */
+static __always_inline int flood_over(const struct rvs_config *cfg, __u64 now)
+{
+	__u32 zero = 0;
+	struct rvs_flood *st;
+	__u64 sec;
+
+	if (!cfg->max_new_flows || !cfg->hz)
+		return 0;
+	st = bpf_map_lookup_elem(&flood, &zero);
+	if (!st)
+		return 0;
+	sec = now / cfg->hz;
+	if (st->second != sec) {
+		st->second = sec;
+		st->count = 0;
+	}
+	st->count++;
+	return st->count > cfg->max_new_flows;
+}
+
+/* ---------------------------------------------------------------- stats */
+
+static __always_inline void count(void *map, __u32 idx, __u32 bytes, int out, int conn)
+{
+	struct rvs_stats *st = bpf_map_lookup_elem(map, &idx);
+
+	if (!st)
+		return;
+	if (out) {
+		st->outpkts++;
+		st->outbytes += bytes;
+	} else {
+		st->inpkts++;
+		st->inbytes += bytes;
+	}
+	st->conns += conn;
+}
+
+/* ------------------------------------------------------------ checksums */
+
+/* RFC 1624 incremental update: accumulate ~old + new over 16-bit words as
+ * they lie in memory (the one's complement sum does not care about order). */
+static __always_inline __u32 csum_acc32(__u32 acc, __u32 old, __u32 new)
+{
+	acc += (~old & 0xffff) + (~old >> 16);
+	acc += (new & 0xffff) + (new >> 16);
+	return acc;
+}
+
+static __always_inline __u32 csum_acc16(__u32 acc, __u16 old, __u16 new)
+{
+	return acc + (__u16)~old + new;
+}
+
+static __always_inline __u16 csum_apply(__u16 check, __u32 acc)
+{
+	__u32 s = (__u16)~check;
+
+	s += acc;
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)~s;
+}
+
+/* Full checksum of a 20-byte IPv4 header (check field zero). */
+static __always_inline __u16 ip4_csum(const struct iphdr *ip)
+{
+	const __u16 *w = (const __u16 *)ip;
+	__u32 s = 0;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < 10; i++)
+		s += w[i];
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)~s;
+}
+
+/* Rewrite one address (4 or 16 bytes at `a`) and the port `port` of the
+ * packet, fixing the IPv4 header checksum and the L4 checksum. */
+static __always_inline int rewrite_addr_port(struct xdp_md *ctx, const struct pkt *p, int dst,
+					     const __u32 *naddr, __be16 nport)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 l3 = p->l3off & 0xff, l4 = p->l4off & 0x1ff;
+	__u32 acc = 0; /* pseudo-header + port change for L4 */
+	__u16 *check;
+	__be16 *portp;
+
+	if (p->family == RVS_AF_INET) {
+		struct iphdr *ip = data + l3;
+		__u32 *a;
+
+		if ((void *)(ip + 1) > end)
+			return -1;
+		a = dst ? &ip->daddr : &ip->saddr;
+		acc = csum_acc32(acc, *a, naddr[0]);
+		ip->check = csum_apply(ip->check, acc);
+		*a = naddr[0];
+	} else {
+		struct ipv6hdr *ip6 = data + l3;
+		__u32 *a;
+		int i;
+
+		if ((void *)(ip6 + 1) > end)
+			return -1;
+		a = dst ? (__u32 *)&ip6->daddr : (__u32 *)&ip6->saddr;
+#pragma unroll
+		for (i = 0; i < 4; i++) {
+			acc = csum_acc32(acc, a[i], naddr[i]);
+			a[i] = naddr[i];
+		}
+	}
+	if (p->proto == IPPROTO_TCP) {
+		struct tcphdr *th = data + l4;
+
+		if ((void *)(th + 1) > end)
+			return -1;
+		check = &th->check;
+		portp = dst ? &th->dest : &th->source;
+		acc = csum_acc16(acc, *portp, nport);
+		*check = csum_apply(*check, acc);
+		*portp = nport;
+	} else {
+		struct udphdr *uh = data + l4;
+
+		if ((void *)(uh + 1) > end)
+			return -1;
+		portp = dst ? &uh->dest : &uh->source;
+		acc = csum_acc16(acc, *portp, nport);
+		/* IPv4 UDP without checksum stays without one. */
+		if (uh->check || p->family == RVS_AF_INET6) {
+			uh->check = csum_apply(uh->check, acc);
+			if (uh->check == 0)
+				uh->check = 0xffff;
+		}
+		*portp = nport;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------- forwarding */
+
+/* Send the (rewritten) frame out: XDP_TX on the ingress interface (source
+ * MAC = the MAC the frame was sent to, i.e. ours), else redirect. */
+static __always_inline int l2_out(struct xdp_md *ctx, const __u8 *dmac, const __u8 *smac,
+				  __u32 ifindex)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+
+	if ((void *)(eth + 1) > end)
+		return XDP_DROP;
+	if (ifindex == 0 || ifindex == ctx->ingress_ifindex) {
+		__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
+		__builtin_memcpy(eth->h_dest, dmac, ETH_ALEN);
+		return XDP_TX;
+	}
+	__builtin_memcpy(eth->h_source, smac, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, dmac, ETH_ALEN);
+	return bpf_redirect(ifindex, 0);
+}
+
+/* Hash of the flow for the GUE source port (receiver RSS spreads flows). */
+static __always_inline __be16 flow_sport(const struct pkt *p)
+{
+	__u32 h = addr_fold(p->saddr, p->family) ^
+		  (((__u32)bpf_ntohs(p->sport) << 16) | bpf_ntohs(p->dport));
+
+	h = hash_32(h ^ p->proto, 32);
+	return bpf_htons(0x8000 | (h >> 17));
+}
+
+/* Answer a packet too big for the tunnel with ICMP "fragmentation needed"
+ * (IPv4) / "packet too big" (IPv6) from the VIP to the client, quoting the
+ * packet's IP header and 8 bytes, sent back out of the ingress interface
+ * (the client's TCP then lowers its MSS, as with a router on the path). */
+static __always_inline int icmp_too_big(struct xdp_md *ctx, const struct pkt *p, __u32 mtu)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 l2len = p->l3off;
+	__u32 quote = (__u32)(p->l4off - p->l3off) + 8; /* IP header + 8 */
+	int v4 = p->family == RVS_AF_INET;
+	__u32 push = v4 ? sizeof(struct iphdr) + 8 : sizeof(struct ipv6hdr) + 8;
+	__u8 l2[18], mac[ETH_ALEN];
+	long have = end - data;
+	__u32 sum = 0, i, icmp_len;
+	__u16 *w;
+	void *ip;
+
+	if (quote > 68 || (l2len != 14 && l2len != 18) || data + 18 > end)
+		return XDP_DROP;
+	__builtin_memcpy(l2, data, 18);
+	/* Source MAC of the reply = the MAC the packet was sent to (ours). */
+	__builtin_memcpy(mac, l2, ETH_ALEN);
+	__builtin_memcpy(l2, l2 + ETH_ALEN, ETH_ALEN);
+	__builtin_memcpy(l2 + ETH_ALEN, mac, ETH_ALEN);
+	if (have > (long)(l2len + quote) && bpf_xdp_adjust_tail(ctx, -(int)(have - (l2len + quote))))
+		return XDP_DROP;
+	if (bpf_xdp_adjust_head(ctx, -(int)push))
+		return XDP_DROP;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	if (data + 18 > end)
+		return XDP_DROP;
+	__builtin_memcpy(data, l2, 18); /* 14: the quote is rewritten below */
+	/* The reply is at least 14 + 28 + 28 bytes (IPv4) or 14 + 48 + 48
+	 * (IPv6); constant offsets keep the verifier's bounds exact. */
+	if (data + 18 + 48 > end)
+		return XDP_DROP;
+	if (l2len == 14)
+		ip = data + 14;
+	else
+		ip = data + 18;
+	icmp_len = 8 + quote;
+	if (v4) {
+		struct iphdr h = {};
+		__u8 *ic;
+
+		ic = ip + sizeof(struct iphdr);
+		h.version = 4;
+		h.ihl = 5;
+		h.tot_len = bpf_htons(sizeof(struct iphdr) + icmp_len);
+		h.ttl = RVS_TUN_TTL;
+		h.protocol = IPPROTO_ICMP;
+		h.saddr = p->daddr[0];
+		h.daddr = p->saddr[0];
+		h.check = ip4_csum(&h);
+		__builtin_memcpy(ip, &h, sizeof(h));
+		ic[0] = 3; /* destination unreachable */
+		ic[1] = 4; /* fragmentation needed */
+		ic[2] = 0;
+		ic[3] = 0;
+		*(__be16 *)(ic + 4) = 0;
+		*(__be16 *)(ic + 6) = bpf_htons((__u16)mtu);
+		w = (__u16 *)ic;
+	} else {
+		struct ipv6hdr *h = ip;
+		__u8 *ic;
+
+		ic = ip + sizeof(struct ipv6hdr);
+		__builtin_memset(h, 0, sizeof(*h));
+		h->version = 6;
+		h->payload_len = bpf_htons(icmp_len);
+		h->nexthdr = IPPROTO_ICMPV6;
+		h->hop_limit = RVS_TUN_TTL;
+		__builtin_memcpy(&h->saddr, p->daddr, 16);
+		__builtin_memcpy(&h->daddr, p->saddr, 16);
+		ic[0] = 2; /* packet too big */
+		ic[1] = 0;
+		ic[2] = 0;
+		ic[3] = 0;
+		*(__be32 *)(ic + 4) = bpf_htonl(mtu);
+		/* Pseudo-header: addresses, length, next header. */
+#pragma unroll
+		for (i = 0; i < 4; i++)
+			sum += (p->saddr[i] & 0xffff) + (p->saddr[i] >> 16) + (p->daddr[i] & 0xffff) +
+			       (p->daddr[i] >> 16);
+		sum += bpf_htons(icmp_len) + bpf_htons(IPPROTO_ICMPV6);
+		w = (__u16 *)ic;
+	}
+	/* Checksum over the ICMP header and the quote (even length <= 76). */
+	{
+		__u16 *q = w;
+
+		for (i = 0; i < 38; i++) {
+			if (i * 2 >= icmp_len)
+				break;
+			if ((void *)(q + 1) > end)
+				return XDP_DROP;
+			sum += *q;
+			q++;
+		}
+	}
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	w[1] = (__u16)~sum;
+	return XDP_TX;
+}
+
+/* Encapsulate: IPIP (udp = 0) or GUE (udp = 1) in the family of the packet
+ * (IPv4 in IPv4, IPv6 in IPv6), then send to the real server / next hop. */
+static __always_inline int encap(struct xdp_md *ctx, const struct pkt *p,
+				 const struct rvs_dest *d, const struct rvs_config *cfg, int udp)
+{
+	__u8 l2[18];
+	__u32 l2len = p->l3off;
+	__u32 outer_ip = p->family == RVS_AF_INET ? sizeof(struct iphdr) : sizeof(struct ipv6hdr);
+	__u32 hdrs = outer_ip + (udp ? sizeof(struct udphdr) + RVS_GUE_HDR_LEN : 0);
+	__u16 inner_len = p->l3len;
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	void *ip;
+
+	if (d->family != p->family)
+		return XDP_DROP;
+	if (cfg->tun_mtu && (__u32)inner_len + hdrs > cfg->tun_mtu) {
+		struct iphdr *iph = data + (l2len & 0x1f);
+
+		if ((void *)(iph + 1) > end)
+			return XDP_DROP;
+		/* IPv4 without DF may be fragmented by the path: send it on. */
+		if (p->family == RVS_AF_INET6 || (iph->frag_off & bpf_htons(0x4000)))
+			return icmp_too_big(ctx, p, cfg->tun_mtu - hdrs);
+	}
+	/* Keep the L2 header (with its VLAN tag) to write it in front again. */
+	if (l2len == sizeof(struct ethhdr)) {
+		if (data + sizeof(struct ethhdr) > end)
+			return XDP_DROP;
+		__builtin_memcpy(l2, data, sizeof(struct ethhdr));
+	} else {
+		if (data + 18 > end)
+			return XDP_DROP;
+		__builtin_memcpy(l2, data, 18);
+	}
+	if (bpf_xdp_adjust_head(ctx, -(int)hdrs))
+		return XDP_DROP;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	if (l2len == sizeof(struct ethhdr)) {
+		if (data + sizeof(struct ethhdr) > end)
+			return XDP_DROP;
+		__builtin_memcpy(data, l2, sizeof(struct ethhdr));
+		ip = data + sizeof(struct ethhdr);
+	} else {
+		if (data + 18 > end)
+			return XDP_DROP;
+		__builtin_memcpy(data, l2, 18);
+		ip = data + 18;
+	}
+	if (p->family == RVS_AF_INET) {
+		struct iphdr *oh = ip;
+		struct iphdr *inner = ip + hdrs;
+		struct iphdr h = {};
+
+		if ((void *)(inner + 1) > end || (void *)(oh + 1) > end)
+			return XDP_DROP;
+		h.version = 4;
+		h.ihl = 5;
+		h.tos = inner->tos;
+		h.tot_len = bpf_htons(inner_len + hdrs);
+		h.frag_off = inner->frag_off & bpf_htons(0x4000); /* copy DF */
+		h.ttl = RVS_TUN_TTL;
+		h.protocol = udp ? IPPROTO_UDP : IPPROTO_IPIP;
+		__builtin_memcpy(&h.saddr, cfg->tun_src4, 4);
+		__builtin_memcpy(&h.daddr, d->addr, 4);
+		h.check = ip4_csum(&h);
+		__builtin_memcpy(oh, &h, sizeof(h));
+	} else {
+		struct ipv6hdr *oh = ip;
+		struct ipv6hdr *inner = ip + hdrs;
+
+		if ((void *)(inner + 1) > end || (void *)(oh + 1) > end)
+			return XDP_DROP;
+		/* version 6 + traffic class + flow label of the inner header */
+		__builtin_memcpy(oh, inner, 4);
+		oh->payload_len = bpf_htons(inner_len + hdrs - sizeof(struct ipv6hdr));
+		oh->nexthdr = udp ? IPPROTO_UDP : IPPROTO_IPV6;
+		oh->hop_limit = RVS_TUN_TTL;
+		__builtin_memcpy(&oh->saddr, cfg->tun_src6, 16);
+		__builtin_memcpy(&oh->daddr, d->addr, 16);
+	}
+	if (udp) {
+		struct udphdr *uh = ip + outer_ip;
+		__u8 *gue = (void *)(uh + 1);
+
+		if ((void *)(gue + RVS_GUE_HDR_LEN) > end)
+			return XDP_DROP;
+		uh->source = flow_sport(p);
+		uh->dest = d->gue_port;
+		uh->len = bpf_htons(inner_len + sizeof(struct udphdr) + RVS_GUE_HDR_LEN);
+		/* Zero checksum: allowed for IPv4, and for IPv6 tunnels by RFC 6935;
+		 * rvs's own decapsulator accepts it. */
+		uh->check = 0;
+		gue[0] = 0; /* version 0, C = 0, no optional fields */
+		gue[1] = p->family == RVS_AF_INET ? IPPROTO_IPIP : IPPROTO_IPV6;
+		gue[2] = 0;
+		gue[3] = 0;
+	}
+	return l2_out(ctx, d->mac, d->smac, d->ifindex);
+}
+
+/* Route a NAT-rewritten packet with the kernel's FIB; the kernel forwards it
+ * itself (XDP_PASS) when the neighbour is not resolved yet. */
+static __always_inline int fib_out(struct xdp_md *ctx, const struct pkt *p, const __u32 *dst,
+				   const __u32 *src)
+{
+	struct bpf_fib_lookup fib = {};
+	int rc;
+
+	fib.ifindex = ctx->ingress_ifindex;
+	fib.l4_protocol = p->proto;
+	fib.tot_len = p->l3len;
+	if (p->family == RVS_AF_INET) {
+		fib.family = RVS_AF_INET;
+		fib.ipv4_src = src[0];
+		fib.ipv4_dst = dst[0];
+	} else {
+		fib.family = RVS_AF_INET6;
+		__builtin_memcpy(fib.ipv6_src, src, 16);
+		__builtin_memcpy(fib.ipv6_dst, dst, 16);
+	}
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return XDP_PASS;
+	return l2_out(ctx, fib.dmac, fib.smac, fib.ifindex);
+}
+
+/* Decrement the TTL / hop limit of a routed reply; 0 = it may go on. */
+static __always_inline int dec_ttl(struct xdp_md *ctx, const struct pkt *p)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 l3 = p->l3off & 0xff;
+
+	if (p->family == RVS_AF_INET) {
+		struct iphdr *ip = data + l3;
+		__u16 old, new;
+
+		if ((void *)(ip + 1) > end || ip->ttl <= 1)
+			return -1;
+		old = *(__u16 *)&ip->ttl;
+		ip->ttl--;
+		new = *(__u16 *)&ip->ttl;
+		ip->check = csum_apply(ip->check, csum_acc16(0, old, new));
+	} else {
+		struct ipv6hdr *ip6 = data + l3;
+
+		if ((void *)(ip6 + 1) > end || ip6->hop_limit <= 1)
+			return -1;
+		ip6->hop_limit--;
+	}
+	return 0;
+}
+
+static __always_inline int forward(struct xdp_md *ctx, const struct pkt *p,
+				   const struct rvs_dest *d, const struct rvs_config *cfg)
+{
+	__be16 nport;
+
+	switch (d->method) {
+	case RVS_FWD_DR:
+		return l2_out(ctx, d->mac, d->smac, d->ifindex);
+	case RVS_FWD_TUN_IPIP:
+		return encap(ctx, p, d, cfg, 0);
+	case RVS_FWD_TUN_GUE:
+		return encap(ctx, p, d, cfg, 1);
+	case RVS_FWD_NAT:
+		if (d->family != p->family)
+			return XDP_DROP;
+		nport = d->port ? d->port : p->dport;
+		if (rewrite_addr_port(ctx, p, 1, (const __u32 *)d->addr, nport))
+			return XDP_DROP;
+		return fib_out(ctx, p, (const __u32 *)d->addr, p->saddr);
+	default:
+		return XDP_DROP;
+	}
+}
+
+/* ------------------------------------------------------- NAT reply path */
+
+static __always_inline int nat_reply(struct xdp_md *ctx, const struct pkt *p,
+				     const struct rvs_config *cfg)
+{
+	struct rvs_nat_key nk = {};
+	struct rvs_flow_key fk = {};
+	struct rvs_nat *n;
+	struct rvs_flow *f;
+
+	if (!(cfg->flags & RVS_CFG_F_NAT))
+		return XDP_PASS;
+	__builtin_memcpy(nk.raddr, p->saddr, 16);
+	__builtin_memcpy(nk.caddr, p->daddr, 16);
+	nk.rport = p->sport;
+	nk.cport = p->dport;
+	nk.proto = p->proto;
+	nk.family = p->family;
+	n = bpf_map_lookup_elem(&nat_rev, &nk);
+	if (!n)
+		return XDP_PASS;
+
+	__builtin_memcpy(fk.caddr, p->daddr, 16);
+	__builtin_memcpy(fk.vaddr, n->vaddr, 16);
+	fk.cport = p->dport;
+	fk.vport = n->vport;
+	fk.proto = p->proto;
+	fk.family = p->family;
+	f = bpf_map_lookup_elem(&flows, &fk);
+	if (f) {
+		f->last_seen = bpf_jiffies64();
+		if (p->proto == IPPROTO_TCP) {
+			__u8 old = f->state;
+
+			f->state = tcp_next_state(old, p->tcpflags, DIR_OUTPUT);
+			conns_move(f->dest, p->proto, old, f->state);
+		}
+		f->flags &= ~RVS_FLOW_F_NOOUTPUT;
+	}
+	count(&svc_stats, n->svc, p->l3len, 1, 0);
+	count(&dest_stats, n->dest, p->l3len, 1, 0);
+	if (dec_ttl(ctx, p))
+		return XDP_PASS; /* the kernel sends time exceeded */
+	{
+		__u32 vaddr[4];
+
+		__builtin_memcpy(vaddr, n->vaddr, 16);
+		if (rewrite_addr_port(ctx, p, 0, vaddr, n->vport))
+			return XDP_DROP;
+		return fib_out(ctx, p, p->daddr, vaddr);
+	}
+}
+
+/* ----------------------------------------------------------- ICMP errors */
+
+/* An ICMP error about a known DR/TUN flow goes to that flow's real server,
+ * unchanged (TUN: encapsulated); anything else is the kernel's. NAT flows'
+ * errors would need the quoted packet rewritten: a later part. */
+static __always_inline int icmp_error(struct xdp_md *ctx, const struct pkt *p,
+				      const struct rvs_config *cfg)
+{
+	struct rvs_flow_key fk = {};
+	struct rvs_dest *d;
+	struct rvs_flow *f;
+	__u32 didx;
+
+	__builtin_memcpy(fk.caddr, p->saddr, 16);
+	__builtin_memcpy(fk.vaddr, p->daddr, 16);
+	fk.cport = p->sport;
+	fk.vport = p->dport;
+	fk.proto = p->proto;
+	fk.family = p->family;
+	f = bpf_map_lookup_elem(&flows, &fk);
+	if (!f)
+		return XDP_PASS;
+	didx = f->dest;
+	d = bpf_map_lookup_elem(&dests, &didx);
+	if (!d || d->method == RVS_FWD_NAT || (d->flags & RVS_DEST_F_UNAVAILABLE))
+		return XDP_PASS;
+	count(&svc_stats, f->svc, p->l3len, 0, 0);
+	count(&dest_stats, didx, p->l3len, 0, 0);
+	return forward(ctx, p, d, cfg);
+}
+
+/* -------------------------------------------------------------- program */
+
+SEC("xdp")
+int xdp_lb(struct xdp_md *ctx)
+{
+	struct pkt p = {};
+	struct rvs_svc_key sk = {};
+	struct rvs_flow_key fk = {};
+	struct rvs_flow nf = {};
+	struct rvs_config *cfg;
+	struct rvs_svc *svc;
+	struct rvs_dest *d;
+	struct rvs_flow *f;
+	__u32 zero = 0, svc_idx, dest_idx, old_dest = RVS_SLOT_EMPTY;
+	__u8 old_state = 0;
+	__u32 *svcp;
+	__u64 now;
+	int syn, is_tcp, hashed;
+
+	if (parse(ctx, &p))
+		return XDP_PASS;
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg)
+		return XDP_PASS;
+	if (p.icmp)
+		return icmp_error(ctx, &p, cfg);
+
+	is_tcp = p.proto == IPPROTO_TCP;
+	syn = is_tcp && (p.tcpflags & TCPF_SYN) && !(p.tcpflags & TCPF_RST);
+	__builtin_memcpy(fk.caddr, p.saddr, 16);
+	__builtin_memcpy(fk.vaddr, p.daddr, 16);
+	fk.cport = p.sport;
+	fk.vport = p.dport;
+	fk.proto = p.proto;
+	fk.family = p.family;
+	/* Jiffies: plenty for timeouts in seconds, and one load (a nanosecond
+	 * clock cost ~15 ns per packet here). */
+	now = bpf_jiffies64();
+
+	/* Like IPVS's ip_vs_in: the connection table first (only VIP traffic
+	 * ever creates entries), the service only for a new connection. */
+	f = bpf_map_lookup_elem(&flows, &fk);
+	if (f) {
+		int expired = now - f->last_seen > flow_timeout(cfg, f, p.proto);
+		int closed = f->state == RVS_TCP_S_TIME_WAIT || f->state == RVS_TCP_S_CLOSE;
+		__u32 didx = f->dest;
+
+		d = bpf_map_lookup_elem(&dests, &didx);
+		if (!d)
+			return XDP_DROP;
+		/* Replaced below if a new flow is inserted over it. */
+		old_dest = didx;
+		old_state = f->state;
+		if (syn && (expired || closed || (d->flags & RVS_DEST_F_UNAVAILABLE)))
+			goto new_flow; /* conn_reuse_mode: a new connection */
+		if (expired)
+			goto new_flow; /* as unknown: TCP non-SYN passes, UDP schedules */
+		if (d->flags & RVS_DEST_F_UNAVAILABLE)
+			return XDP_DROP; /* IPVS without expire_nodest_conn */
+		f->last_seen = now;
+		if (is_tcp) {
+			__u8 old = f->state;
+
+			f->state = tcp_next_state(old, p.tcpflags,
+						  (f->flags & RVS_FLOW_F_NOOUTPUT) ? DIR_INPUT_ONLY
+										   : DIR_INPUT);
+			conns_move(didx, p.proto, old, f->state);
+		}
+		count(&svc_stats, f->svc, p.l3len, 0, 0);
+		count(&dest_stats, didx, p.l3len, 0, 0);
+		return forward(ctx, &p, d, cfg);
+	}
+
+new_flow:
+	sk.proto = p.proto;
+	sk.family = p.family;
+	sk.port = p.dport;
+	__builtin_memcpy(sk.vip, p.daddr, 16);
+	svcp = bpf_map_lookup_elem(&services, &sk);
+	if (!svcp)
+		return nat_reply(ctx, &p, cfg);
+	svc_idx = *svcp;
+	svc = bpf_map_lookup_elem(&svc_info, &svc_idx);
+	if (!svc || svc->sched == RVS_SCHED_NONE)
+		return XDP_PASS;
+	hashed = svc->sched == RVS_SCHED_MH || svc->sched == RVS_SCHED_SH ||
+		 svc->sched == RVS_SCHED_DH;
+	/* A TCP segment without SYN for an unknown flow is not ours (IPVS), but
+	 * with the SYN-flood guard on, flows of hash-scheduled services may
+	 * have no entry: those are forwarded by the hash, statelessly. */
+	if (is_tcp && !syn && !(cfg->max_new_flows && hashed))
+		return XDP_PASS;
+	if (svc->flags & RVS_SVC_F_PERSISTENT)
+		dest_idx = schedule_persistent(svc, svc_idx, &p, cfg, now);
+	else
+		dest_idx = schedule(svc, svc_idx, &p);
+	if (dest_idx == RVS_SLOT_EMPTY)
+		return XDP_PASS;
+	d = bpf_map_lookup_elem(&dests, &dest_idx);
+	if (!d)
+		return XDP_PASS;
+	if (is_tcp && !syn) {
+		if (d->method == RVS_FWD_NAT)
+			return XDP_PASS;
+		count(&svc_stats, svc_idx, p.l3len, 0, 0);
+		count(&dest_stats, dest_idx, p.l3len, 0, 0);
+		return forward(ctx, &p, d, cfg);
+	}
+	nf.last_seen = now;
+	nf.dest = dest_idx;
+	nf.svc = svc_idx;
+	nf.flags = RVS_FLOW_F_NOOUTPUT;
+	nf.state = is_tcp ? tcp_next_state(RVS_TCP_S_NONE, p.tcpflags, DIR_INPUT_ONLY)
+			  : RVS_UDP_S_NORMAL;
+	/* Under a flood, hash-scheduled DR/TUN flows need no entry: the next
+	 * packet hashes to the same server (as long as the table does not
+	 * change). rr/wrr and NAT always need theirs. */
+	if (!(!is_tcp && (svc->flags & RVS_SVC_F_ONEPACKET)) &&
+	    !(flood_over(cfg, now) && hashed && d->method != RVS_FWD_NAT) &&
+	    bpf_map_update_elem(&flows, &fk, &nf, BPF_ANY) == 0) {
+		if (old_dest != RVS_SLOT_EMPTY)
+			conns_add(old_dest, state_active(p.proto, old_state), -1);
+		conns_add(dest_idx, state_active(p.proto, nf.state), 1);
+	}
+	if (d->method == RVS_FWD_NAT) {
+		struct rvs_nat_key nk = {};
+		struct rvs_nat nv = {};
+
+		__builtin_memcpy(nk.raddr, d->addr, 16);
+		__builtin_memcpy(nk.caddr, p.saddr, 16);
+		nk.rport = d->port ? d->port : p.dport;
+		nk.cport = p.sport;
+		nk.proto = p.proto;
+		nk.family = p.family;
+		__builtin_memcpy(nv.vaddr, p.daddr, 16);
+		nv.vport = p.dport;
+		nv.svc = svc_idx;
+		nv.dest = dest_idx;
+		bpf_map_update_elem(&nat_rev, &nk, &nv, BPF_ANY);
+	}
+	count(&svc_stats, svc_idx, p.l3len, 0, 1);
+	count(&dest_stats, dest_idx, p.l3len, 0, 1);
+	return forward(ctx, &p, d, cfg);
+}

@@ -1,0 +1,188 @@
+//! ns per packet of the director program through BPF_PROG_TEST_RUN, with
+//! the floors measured in the same run: a bare XDP_TX program and a bare
+//! LRU insert into a flow table of the same size.
+//!
+//! `cargo run -p rvs-xdp --example xdp_bench -- [REPEAT] [FLOW_TABLE]`
+//! (root; defaults 1000000 and 1048576). New-flow figures are given twice:
+//! while the table fills (empty -> REPEAT entries) and when it is full
+//! (every insert evicts the least recently used entry).
+
+use std::error::Error;
+use std::net::{IpAddr, Ipv4Addr};
+
+use etherparse::PacketBuilder;
+use rvs_core::dest::{Dest as CoreDest, DestId};
+use rvs_core::model::DestConfig;
+use rvs_core::sched::SchedParams;
+use rvs_xdp::maps::{self, Config, Dest, PROTO_TCP, Svc, SvcKey};
+use rvs_xdp::{LoadOptions, Loaded, Object, tables};
+
+const VIP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
+const SERVERS: usize = 64;
+
+fn frame(syn: bool) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4([10, 78, 0, 1], VIP.octets(), 64)
+        .tcp(40000, 80, 1, 65535);
+    let b = if syn { b.syn() } else { b.ack(1) };
+    let mut out = Vec::new();
+    // A 64-byte frame with payload, like a small request.
+    b.write(&mut out, &[0u8; 10]).expect("frame");
+    out
+}
+
+/// One TCP service on VIP:80 with `SERVERS` DR real servers.
+fn director(object: Object, sched: &str, table: u32) -> Result<Loaded, Box<dyn Error>> {
+    let mut l = Loaded::load(
+        object,
+        &LoadOptions {
+            flow_table_size: table,
+            slots: 1 << 16,
+        },
+    )?;
+    l.set_config(&Config::ipvs_defaults())?;
+    let core: Vec<CoreDest> = (0..SERVERS)
+        .map(|i| {
+            let a = IpAddr::V4(Ipv4Addr::new(10, 77, 1, i as u8 + 1));
+            CoreDest::new(DestId(i as u32), DestConfig::new(a, 80).weight(1))
+        })
+        .collect();
+    let index_of: Vec<u32> = (0..SERVERS as u32).collect();
+    let t = tables::scheduling_table(sched, &SchedParams::default(), &core, &index_of)?;
+    for (i, d) in core.iter().enumerate() {
+        l.set_dest(
+            i as u32,
+            &Dest {
+                addr: maps::addr16(d.config.addr),
+                family: maps::AF_INET,
+                method: maps::fwd::DR,
+                weight: 1,
+                mac: [2, 0, 0, 0, 1, i as u8],
+                ..Dest::default()
+            },
+        )?;
+    }
+    l.set_slots(0, &t)?;
+    l.set_slots(1 << 15, &index_of)?;
+    l.set_svc(
+        0,
+        &Svc {
+            sched: maps::sched::id(sched).ok_or("scheduler")?,
+            family: maps::AF_INET,
+            table_off: 0,
+            table_len: t.len() as u32,
+            dests_off: 1 << 15,
+            dests_len: SERVERS as u32,
+            ..Svc::default()
+        },
+    )?;
+    l.set_cursor(0, 0)?;
+    l.set_service(&SvcKey::new(PROTO_TCP, VIP.into(), 80), 0)?;
+    Ok(l)
+}
+
+fn ns(l: &mut Loaded, f: &[u8], repeat: u32, want: u32) -> Result<f64, Box<dyn Error>> {
+    let r = l.run(f, repeat)?;
+    if r.action != want {
+        return Err(format!("action {} instead of {want}", r.action).into());
+    }
+    Ok(r.duration.as_nanos() as f64)
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let mut args = std::env::args().skip(1);
+    let repeat: u32 = args.next().map_or(Ok(1_000_000), |a| a.parse())?;
+    let table: u32 = args.next().map_or(Ok(1 << 20), |a| a.parse())?;
+    let (syn, ack) = (frame(true), frame(false));
+    let tx = rvs_xdp::action::TX;
+
+    let floor_tx = ns(
+        &mut Loaded::load(Object::BenchTx, &LoadOptions::default())?,
+        &ack,
+        repeat,
+        tx,
+    )?;
+
+    let floor_hit = ns(
+        &mut Loaded::load(
+            Object::BenchLruHit,
+            &LoadOptions {
+                flow_table_size: table,
+                slots: 1,
+            },
+        )?,
+        &ack,
+        repeat,
+        tx,
+    )?;
+
+    let mut est = Vec::new();
+    for sched in ["mh", "rr"] {
+        let mut l = director(Object::Director, sched, table)?;
+        ns(&mut l, &syn, 1, tx)?;
+        est.push((sched, ns(&mut l, &ack, repeat, tx)?));
+    }
+
+    let mut lru = Loaded::load(
+        Object::BenchLru,
+        &LoadOptions {
+            flow_table_size: table,
+            slots: 1,
+        },
+    )?;
+    let lru_fill = ns(&mut lru, &syn, repeat, tx)?;
+    let lru_full = ns(&mut lru, &syn, repeat, tx)?;
+    drop(lru);
+
+    let mut newf = Vec::new();
+    for sched in ["mh", "rr", "wlc"] {
+        let mut l = director(Object::DirectorBench, sched, table)?;
+        let fill = ns(&mut l, &syn, repeat, tx)?;
+        let full = ns(&mut l, &syn, repeat, tx)?;
+        newf.push((sched, fill, full));
+    }
+    // The SYN-flood guard on (limit 1 new flow per CPU per second): mh flows
+    // of DR services are forwarded by the hash without a flow entry.
+    let mut l = director(Object::DirectorBench, "mh", table)?;
+    l.set_config(&Config {
+        max_new_flows: 1,
+        ..Config::ipvs_defaults()
+    })?;
+    let guarded = ns(&mut l, &syn, repeat, tx)?;
+    drop(l);
+
+    println!(
+        "BPF_PROG_TEST_RUN, repeat {repeat}, flow table {table} entries, {SERVERS} DR real servers"
+    );
+    println!("| path | ns/packet | ratio |");
+    println!("|---|---|---|");
+    println!("| floor: XDP_TX only | {floor_tx:.0} | 1.00 × XDP_TX |");
+    println!(
+        "| floor: bare parse + LRU hit | {floor_hit:.0} | {:.2} × XDP_TX |",
+        floor_hit / floor_tx
+    );
+    for (s, v) in &est {
+        println!(
+            "| established flow ({s}) | {v:.0} | {:.2} × XDP_TX, {:.2} × parse + LRU hit |",
+            v / floor_tx,
+            v / floor_hit
+        );
+    }
+    println!("| floor: bare LRU insert, filling | {lru_fill:.0} | |");
+    println!("| floor: bare LRU insert, full (evicting) | {lru_full:.0} | |");
+    for (s, fill, full) in &newf {
+        println!(
+            "| new flow ({s}), filling | {fill:.0} | {:.2} × bare LRU insert |",
+            fill / lru_fill
+        );
+        println!(
+            "| new flow ({s}), full (evicting) | {full:.0} | {:.2} × bare LRU insert |",
+            full / lru_full
+        );
+    }
+    println!(
+        "| new flow (mh), SYN-flood guard on (no insert) | {guarded:.0} | {:.2} × bare LRU insert (full) |",
+        guarded / lru_full
+    );
+    Ok(())
+}

@@ -1,0 +1,572 @@
+//! # rvs-xdp
+//!
+//! The XDP data plane of rvs: the director program `bpf/xdp_lb.c` (C,
+//! compiled by `build.rs` with clang and embedded in this crate), the Rust
+//! mirrors of its maps ([`maps`]), the loader ([`Director`]) and the
+//! scheduling tables copied from rvs-core ([`tables`]).
+//!
+//! Loading needs root (CAP_BPF + CAP_NET_ADMIN); the layout checks and the
+//! table builders do not. When the crate was built without clang, every
+//! loading function returns [`XdpError::NoBpf`].
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod maps;
+pub mod tables;
+
+use std::time::Duration;
+
+use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray};
+use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
+use aya::{Ebpf, EbpfError, EbpfLoader};
+
+/// XDP attach modes (aya's), re-exported for [`Loaded::attach`].
+pub use aya::programs::XdpMode as AttachMode;
+
+use maps::{
+    Config, Dest, DestConns, Flow, FlowKey, Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcKey,
+};
+
+/// Errors of loading, attaching and driving the BPF programs.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum XdpError {
+    /// The crate was compiled without the BPF toolchain.
+    #[error("rvs was built without clang; install clang and libbpf-dev and rebuild")]
+    NoBpf,
+    /// The kernel or aya refused the object (parse, map creation, BTF).
+    #[error("loading BPF object `{object}`: {source}")]
+    Load {
+        /// Which object.
+        object: &'static str,
+        /// Why.
+        #[source]
+        source: Box<EbpfError>,
+    },
+    /// A program operation failed (verifier, attach, test run).
+    #[error("BPF program `{program}`: {what}: {source}")]
+    Program {
+        /// Which program.
+        program: &'static str,
+        /// What was being done.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: Box<ProgramError>,
+    },
+    /// A map operation failed.
+    #[error("BPF map `{map}`: {source}")]
+    Map {
+        /// Which map.
+        map: &'static str,
+        /// Why.
+        #[source]
+        source: Box<MapError>,
+    },
+    /// The object lacks a map or program rvs expects (a build mismatch).
+    #[error("BPF object has no {kind} `{name}`")]
+    Missing {
+        /// "map" or "program".
+        kind: &'static str,
+        /// Its name.
+        name: &'static str,
+    },
+}
+
+fn map_err(map: &'static str) -> impl Fn(MapError) -> XdpError {
+    move |e| XdpError::Map {
+        map,
+        source: Box::new(e),
+    }
+}
+
+/// The BPF objects this crate embeds.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Object {
+    /// `bpf/xdp_lb.c`: the director (program `xdp_lb`).
+    Director,
+    /// `bpf/xdp_lb.c` built with `RVS_BENCH_VARY_CLIENT`: every run sees
+    /// another client (address and port from a per-CPU counter), so a
+    /// repeated test run measures the new-flow path. Benchmarks only.
+    DirectorBench,
+    /// `bpf/bench_tx.c`: the XDP_TX floor of the benchmarks (program `bench_tx`).
+    BenchTx,
+    /// `bpf/bench_lru.c`: the bare LRU-insert floor (program `bench_lru`).
+    BenchLru,
+    /// `bpf/bench_lru.c` with `BENCH_LRU_HIT`: the bare parse + LRU-hit
+    /// floor (program `bench_lru`).
+    BenchLruHit,
+    /// `bpf/clock.c`: reads jiffies, for [`kernel_hz`] (program `clock`).
+    Clock,
+}
+
+impl Object {
+    /// The program's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Object::Director | Object::DirectorBench => "xdp_lb",
+            Object::BenchTx => "bench_tx",
+            Object::BenchLru | Object::BenchLruHit => "bench_lru",
+            Object::Clock => "clock",
+        }
+    }
+
+    /// The compiled ELF object.
+    #[cfg(not(rvs_no_bpf))]
+    pub fn bytes(self) -> Result<&'static [u8], XdpError> {
+        Ok(match self {
+            Object::Director => {
+                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb.o"))
+            }
+            Object::DirectorBench => {
+                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_bench.o"))
+            }
+            Object::BenchTx => {
+                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_tx.o"))
+            }
+            Object::BenchLru => {
+                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_lru.o"))
+            }
+            Object::BenchLruHit => {
+                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_lru_hit.o"))
+            }
+            Object::Clock => {
+                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/clock.o"))
+            }
+        })
+    }
+
+    /// The compiled ELF object (this build has none).
+    #[cfg(rvs_no_bpf)]
+    pub fn bytes(self) -> Result<&'static [u8], XdpError> {
+        Err(XdpError::NoBpf)
+    }
+}
+
+/// Map sizes chosen at load time.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Entries of the flow table, the NAT reply table and the persistence
+    /// templates.
+    pub flow_table_size: u32,
+    /// Entries (u32) of the `slots` array holding scheduling tables.
+    pub slots: u32,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            flow_table_size: maps::FLOWS_DEFAULT,
+            slots: maps::SLOTS_DEFAULT,
+        }
+    }
+}
+
+/// What one `BPF_PROG_TEST_RUN` returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunResult {
+    /// The XDP action (`XDP_PASS` = 2, `XDP_TX` = 3, ...).
+    pub action: u32,
+    /// The frame after the program (including pushed headers).
+    pub data: Vec<u8>,
+    /// Average time per run as the kernel measured it.
+    pub duration: Duration,
+}
+
+/// XDP action numbers (`enum xdp_action`).
+pub mod action {
+    /// Error in the program.
+    pub const ABORTED: u32 = 0;
+    /// Dropped.
+    pub const DROP: u32 = 1;
+    /// Given to the kernel's stack.
+    pub const PASS: u32 = 2;
+    /// Sent back out of the ingress interface.
+    pub const TX: u32 = 3;
+    /// Redirected to another interface.
+    pub const REDIRECT: u32 = 4;
+}
+
+/// The kernel's HZ (jiffies per second), measured once per process: the
+/// jiffies counter read through the `clock` program 100 ms apart, rounded to
+/// the nearest usual value (100, 250, 300, 1000). The director keeps flow
+/// ages in jiffies because reading them costs one load per packet.
+pub fn kernel_hz() -> Result<u32, XdpError> {
+    static HZ: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    if let Some(&hz) = HZ.get() {
+        return Ok(hz);
+    }
+    let mut clock = Loaded::load(Object::Clock, &LoadOptions::default())?;
+    let (j0, t0) = (clock.jiffies()?, std::time::Instant::now());
+    std::thread::sleep(Duration::from_millis(100));
+    let (j1, t1) = (clock.jiffies()?, std::time::Instant::now());
+    let rate = (j1.saturating_sub(j0)) as f64 / (t1 - t0).as_secs_f64();
+    let hz = [100u32, 250, 300, 1000]
+        .into_iter()
+        .min_by(|a, b| {
+            (f64::from(*a) - rate)
+                .abs()
+                .total_cmp(&(f64::from(*b) - rate).abs())
+        })
+        .unwrap_or(250);
+    Ok(*HZ.get_or_init(|| hz))
+}
+
+/// The kernel's jiffies counter now (the clock of [`Flow::last_seen`]),
+/// read through the `clock` program (loaded once per process).
+pub fn jiffies_now() -> Result<u64, XdpError> {
+    static CLOCK: std::sync::Mutex<Option<Loaded>> = std::sync::Mutex::new(None);
+    let mut guard = CLOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if guard.is_none() {
+        *guard = Some(Loaded::load(Object::Clock, &LoadOptions::default())?);
+    }
+    match guard.as_mut() {
+        Some(clock) => clock.jiffies(),
+        None => Err(XdpError::Missing {
+            kind: "program",
+            name: "clock",
+        }),
+    }
+}
+
+/// What [`Loaded::sweep`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Flow entries older than their state's timeout, deleted.
+    pub expired: usize,
+    /// Flow entries still live.
+    pub live: usize,
+}
+
+/// One loaded BPF object with its (single) XDP program loaded into the
+/// kernel, not attached.
+#[derive(Debug)]
+pub struct Loaded {
+    ebpf: Ebpf,
+    object: Object,
+}
+
+impl Loaded {
+    /// Load `object`, sizing the flow and slot maps from `opts`, and load
+    /// its program into the kernel (the verifier runs here).
+    pub fn load(object: Object, opts: &LoadOptions) -> Result<Self, XdpError> {
+        let bytes = object.bytes()?;
+        let mut loader = EbpfLoader::new();
+        if matches!(object, Object::Director | Object::DirectorBench) {
+            loader
+                .map_max_entries("flows", opts.flow_table_size)
+                .map_max_entries("nat_rev", opts.flow_table_size)
+                .map_max_entries("persist", opts.flow_table_size)
+                .map_max_entries("slots", opts.slots);
+        } else if matches!(object, Object::BenchLru | Object::BenchLruHit) {
+            loader.map_max_entries("bench_flows", opts.flow_table_size);
+        }
+        let ebpf = loader.load(bytes).map_err(|e| XdpError::Load {
+            object: object.name(),
+            source: Box::new(e),
+        })?;
+        let mut me = Loaded { ebpf, object };
+        let prog_err = |what| {
+            let program = object.name();
+            move |e| XdpError::Program {
+                program,
+                what,
+                source: Box::new(e),
+            }
+        };
+        me.program()?.load().map_err(prog_err("load (verifier)"))?;
+        Ok(me)
+    }
+
+    fn program(&mut self) -> Result<&mut Xdp, XdpError> {
+        let name = self.object.name();
+        let p = self.ebpf.program_mut(name).ok_or(XdpError::Missing {
+            kind: "program",
+            name,
+        })?;
+        p.try_into().map_err(|e| XdpError::Program {
+            program: name,
+            what: "not an XDP program",
+            source: Box::new(e),
+        })
+    }
+
+    /// Attach to `interface`: native (driver) mode first, generic (skb)
+    /// mode when the driver has no XDP support; `mode` forces one.
+    pub fn attach(&mut self, interface: &str, mode: Option<XdpMode>) -> Result<XdpMode, XdpError> {
+        let name = self.object.name();
+        let prog = self.program()?;
+        let modes: &[XdpMode] = match mode {
+            Some(ref m) => std::slice::from_ref(m),
+            None => &[XdpMode::Driver, XdpMode::Skb],
+        };
+        let mut last = None;
+        for &m in modes {
+            match prog.attach(interface, m) {
+                Ok(_) => return Ok(m),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(XdpError::Program {
+            program: name,
+            what: "attach",
+            source: Box::new(last.unwrap_or(ProgramError::AlreadyLoaded)),
+        })
+    }
+
+    /// Run the program once per `repeat` on `frame` with BPF_PROG_TEST_RUN.
+    pub fn run(&mut self, frame: &[u8], repeat: u32) -> Result<RunResult, XdpError> {
+        let name = self.object.name();
+        let prog = self.program()?;
+        // Room for the largest encapsulation the program pushes.
+        let mut out = vec![0u8; frame.len() + 256];
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(frame);
+        opts.data_out = Some(&mut out);
+        opts.repeat = repeat.max(1);
+        let r = prog.test_run(opts).map_err(|e| XdpError::Program {
+            program: name,
+            what: "test run",
+            source: Box::new(e),
+        })?;
+        out.truncate(r.data_size_out as usize);
+        Ok(RunResult {
+            action: r.return_value,
+            data: out,
+            duration: r.duration,
+        })
+    }
+
+    fn map(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, XdpError> {
+        self.ebpf
+            .map_mut(name)
+            .ok_or(XdpError::Missing { kind: "map", name })
+    }
+
+    fn array<V: aya::Pod>(
+        &mut self,
+        name: &'static str,
+    ) -> Result<Array<&mut MapData, V>, XdpError> {
+        Array::try_from(self.map(name)?).map_err(map_err(name))
+    }
+
+    fn hash<K: aya::Pod, V: aya::Pod>(
+        &mut self,
+        name: &'static str,
+    ) -> Result<HashMap<&mut MapData, K, V>, XdpError> {
+        HashMap::try_from(self.map(name)?).map_err(map_err(name))
+    }
+
+    /// Map a virtual service to its index in `svc_info`.
+    pub fn set_service(&mut self, key: &SvcKey, index: u32) -> Result<(), XdpError> {
+        self.hash::<SvcKey, u32>("services")?
+            .insert(key, index, 0)
+            .map_err(map_err("services"))
+    }
+
+    /// Remove a virtual service (its flows stay until they expire).
+    pub fn remove_service(&mut self, key: &SvcKey) -> Result<(), XdpError> {
+        self.hash::<SvcKey, u32>("services")?
+            .remove(key)
+            .map_err(map_err("services"))
+    }
+
+    /// Write one service's scheduling description (atomic per element).
+    pub fn set_svc(&mut self, index: u32, svc: &Svc) -> Result<(), XdpError> {
+        self.array::<Svc>("svc_info")?
+            .set(index, svc, 0)
+            .map_err(map_err("svc_info"))
+    }
+
+    /// Write `values` into `slots` from position `offset` on.
+    pub fn set_slots(&mut self, offset: u32, values: &[u32]) -> Result<(), XdpError> {
+        let mut a = self.array::<u32>("slots")?;
+        for (i, v) in (offset..).zip(values) {
+            a.set(i, v, 0).map_err(map_err("slots"))?;
+        }
+        Ok(())
+    }
+
+    /// Write one real server.
+    pub fn set_dest(&mut self, index: u32, dest: &Dest) -> Result<(), XdpError> {
+        self.array::<Dest>("dests")?
+            .set(index, dest, 0)
+            .map_err(map_err("dests"))
+    }
+
+    /// Write the director's configuration; `hz` 0 is replaced by the
+    /// kernel's measured HZ ([`kernel_hz`]).
+    pub fn set_config(&mut self, config: &Config) -> Result<(), XdpError> {
+        let mut c = *config;
+        if c.hz == 0 {
+            c.hz = kernel_hz()?;
+        }
+        self.array::<Config>("config")?
+            .set(0, c, 0)
+            .map_err(map_err("config"))
+    }
+
+    fn jiffies(&mut self) -> Result<u64, XdpError> {
+        self.run(&[0u8; 64], 1)?;
+        self.array::<u64>("clock_jiffies")?
+            .get(&0, 0)
+            .map_err(map_err("clock_jiffies"))
+    }
+
+    /// Every flow entry (for listings such as `-Lcn`; one syscall pair per
+    /// entry, so meant for the control side's periodic work, not per packet).
+    pub fn flows(&mut self) -> Result<Vec<(FlowKey, Flow)>, XdpError> {
+        let m = self.hash::<FlowKey, Flow>("flows")?;
+        let mut out = Vec::new();
+        for r in m.iter() {
+            match r {
+                Ok(kv) => out.push(kv),
+                // Deleted by the program between the key walk and the read.
+                Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(map_err("flows")(e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The control side's sweep: delete flows older than their state's
+    /// timeout at `now` (jiffies, [`jiffies_now`]) with `config`'s timeouts
+    /// and HZ, then set every real server's ActiveConn/InActConn to what
+    /// the live flows say — which also repairs counts of flows the LRU
+    /// evicted silently. Increments the program makes while the sweep runs
+    /// may be overwritten; the next sweep corrects them.
+    pub fn sweep(&mut self, config: &Config, now: u64) -> Result<SweepReport, XdpError> {
+        let hz = u64::from(if config.hz == 0 {
+            kernel_hz()?
+        } else {
+            config.hz
+        });
+        let mut report = SweepReport::default();
+        let mut counts: std::collections::HashMap<u32, DestConns> = Default::default();
+        let mut expired = Vec::new();
+        for (k, f) in self.flows()? {
+            let tcp = k.proto == maps::PROTO_TCP;
+            let secs = if tcp {
+                config
+                    .tcp_timeouts
+                    .get(usize::from(f.state))
+                    .copied()
+                    .unwrap_or(0)
+            } else {
+                config.udp_timeout
+            };
+            if now.saturating_sub(f.last_seen) > u64::from(secs) * hz {
+                expired.push(k);
+                continue;
+            }
+            report.live += 1;
+            let c = counts.entry(f.dest).or_default();
+            // IPVS's active states: ESTABLISHED, SYN_SENT, SYN_RECV, SYNACK.
+            if tcp && matches!(f.state, 1 | 2 | 3 | 10) {
+                c.active += 1;
+            } else {
+                c.inactive += 1;
+            }
+        }
+        for k in &expired {
+            self.remove_flow(k)?;
+        }
+        report.expired = expired.len();
+        let mut conns = self.array::<DestConns>("dest_conns")?;
+        for i in 0..conns.len() {
+            let want = counts.get(&i).copied().unwrap_or_default();
+            let have = conns.get(&i, 0).map_err(map_err("dest_conns"))?;
+            if have != want {
+                conns.set(i, want, 0).map_err(map_err("dest_conns"))?;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Set a service's rr/wrr cursor.
+    pub fn set_cursor(&mut self, svc: u32, value: u64) -> Result<(), XdpError> {
+        self.array::<u64>("rr_cursor")?
+            .set(svc, value, 0)
+            .map_err(map_err("rr_cursor"))
+    }
+
+    /// The flow entry of a client 5-tuple, if any.
+    pub fn flow(&mut self, key: &FlowKey) -> Result<Option<Flow>, XdpError> {
+        match self.hash::<FlowKey, Flow>("flows")?.get(key, 0) {
+            Ok(f) => Ok(Some(f)),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err("flows")(e)),
+        }
+    }
+
+    /// Insert or replace a flow entry.
+    pub fn set_flow(&mut self, key: &FlowKey, flow: &Flow) -> Result<(), XdpError> {
+        self.hash::<FlowKey, Flow>("flows")?
+            .insert(key, flow, 0)
+            .map_err(map_err("flows"))
+    }
+
+    /// Remove a flow entry (no error when absent).
+    pub fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError> {
+        match self.hash::<FlowKey, Flow>("flows")?.remove(key) {
+            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(map_err("flows")(e)),
+        }
+    }
+
+    /// The NAT reply entry of a (real server, client) pair, if any.
+    pub fn nat(&mut self, key: &NatKey) -> Result<Option<Nat>, XdpError> {
+        match self.hash::<NatKey, Nat>("nat_rev")?.get(key, 0) {
+            Ok(n) => Ok(Some(n)),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err("nat_rev")(e)),
+        }
+    }
+
+    /// A persistence template, if any.
+    pub fn persist(&mut self, key: &PersistKey) -> Result<Option<Persist>, XdpError> {
+        match self.hash::<PersistKey, Persist>("persist")?.get(key, 0) {
+            Ok(t) => Ok(Some(t)),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err("persist")(e)),
+        }
+    }
+
+    /// A real server's connection counters.
+    pub fn dest_conns(&mut self, index: u32) -> Result<DestConns, XdpError> {
+        self.array::<DestConns>("dest_conns")?
+            .get(&index, 0)
+            .map_err(map_err("dest_conns"))
+    }
+
+    /// Set a real server's connection counters (a control-side sweep, tests).
+    pub fn set_dest_conns(&mut self, index: u32, c: &DestConns) -> Result<(), XdpError> {
+        self.array::<DestConns>("dest_conns")?
+            .set(index, c, 0)
+            .map_err(map_err("dest_conns"))
+    }
+
+    fn stats(&mut self, name: &'static str, index: u32) -> Result<Stats, XdpError> {
+        let a: PerCpuArray<&mut MapData, Stats> =
+            PerCpuArray::try_from(self.map(name)?).map_err(map_err(name))?;
+        let per_cpu = a.get(&index, 0).map_err(map_err(name))?;
+        Ok(per_cpu.iter().fold(Stats::default(), |s, c| Stats {
+            conns: s.conns + c.conns,
+            inpkts: s.inpkts + c.inpkts,
+            outpkts: s.outpkts + c.outpkts,
+            inbytes: s.inbytes + c.inbytes,
+            outbytes: s.outbytes + c.outbytes,
+        }))
+    }
+
+    /// A service's counters summed over CPUs.
+    pub fn svc_stats(&mut self, index: u32) -> Result<Stats, XdpError> {
+        self.stats("svc_stats", index)
+    }
+
+    /// A real server's counters summed over CPUs.
+    pub fn dest_stats(&mut self, index: u32) -> Result<Stats, XdpError> {
+        self.stats("dest_stats", index)
+    }
+}

@@ -1,0 +1,571 @@
+//! `#[repr(C)]` mirrors of the map keys and values defined in `bpf/rvs.h`,
+//! and the constants shared with the BPF programs.
+//!
+//! `bpf/rvs.h` is the single source of truth. Every struct here has the same
+//! field names, fixed-width integers and explicit padding fields (always
+//! zero: hash keys compare padding bytes). Sizes are asserted at compile
+//! time; the `btf_layout` test compares every size and field offset with the
+//! BTF of the compiled object, and the `header_constants` test compares the
+//! constants with the header's `#define`s.
+//!
+//! Byte order: addresses are 16 bytes in network order (IPv4 in the first
+//! four); fields named `*port` hold the port in network order (use the
+//! constructors, which take host-order ports).
+
+use std::net::IpAddr;
+
+/// Size of the services map (and of `svc_info`, `rr_cursor`, `svc_stats`).
+pub const MAX_SERVICES: u32 = 4096;
+/// Size of the dests map (and of `dest_stats`).
+pub const MAX_DESTS: u32 = 65536;
+/// Default number of `slots` (u32 entries holding scheduling tables).
+pub const SLOTS_DEFAULT: u32 = 1 << 20;
+/// Default flow-table (and NAT reply table) size.
+pub const FLOWS_DEFAULT: u32 = 1 << 20;
+/// Longest real-server list / wrr sequence walk of one rr/wrr decision.
+pub const MAX_SVC_DESTS: u32 = 256;
+/// Marks an empty bucket in `slots`.
+pub const SLOT_EMPTY: u32 = 0xffff_ffff;
+
+/// Address family IPv4 (`AF_INET`).
+pub const AF_INET: u8 = 2;
+/// Address family IPv6 (`AF_INET6`).
+pub const AF_INET6: u8 = 10;
+/// IP protocol TCP.
+pub const PROTO_TCP: u8 = 6;
+/// IP protocol UDP.
+pub const PROTO_UDP: u8 = 17;
+
+/// Scheduler ids: 1 + the position in rvs-core's `SCHEDULER_NAMES`.
+pub mod sched {
+    /// No scheduler: the `svc_info` slot is unused.
+    pub const NONE: u8 = 0;
+    /// Round robin.
+    pub const RR: u8 = 1;
+    /// Weighted round robin (a precomputed sequence).
+    pub const WRR: u8 = 2;
+    /// Least connection (counters in `dest_conns`).
+    pub const LC: u8 = 3;
+    /// Weighted least connection.
+    pub const WLC: u8 = 4;
+    /// Locality-based least connection (later part).
+    pub const LBLC: u8 = 5;
+    /// LBLC with replication (later part).
+    pub const LBLCR: u8 = 6;
+    /// Destination hashing (256-bucket table).
+    pub const DH: u8 = 7;
+    /// Source hashing (256-bucket table).
+    pub const SH: u8 = 8;
+    /// Shortest expected delay.
+    pub const SED: u8 = 9;
+    /// Never queue.
+    pub const NQ: u8 = 10;
+    /// Weighted failover.
+    pub const FO: u8 = 11;
+    /// Weighted overflow.
+    pub const OVF: u8 = 12;
+    /// Maglev hashing (M-slot table).
+    pub const MH: u8 = 13;
+    /// Power of two choices (later part).
+    pub const TWOS: u8 = 14;
+
+    /// The id of an ipvsadm scheduler name.
+    pub fn id(name: &str) -> Option<u8> {
+        rvs_core::sched::SCHEDULER_NAMES
+            .iter()
+            .position(|&n| n == name)
+            .and_then(|p| u8::try_from(p + 1).ok())
+    }
+}
+
+/// Forwarding methods.
+pub mod fwd {
+    /// NAT (`-m`): destination rewrite; replies rewritten back.
+    pub const NAT: u8 = 1;
+    /// Direct routing (`-g`): MAC rewrite on the same segment.
+    pub const DR: u8 = 2;
+    /// Tunnel, IPIP (IPv4 in IPv4, IPv6 in IPv6).
+    pub const TUN_IPIP: u8 = 3;
+    /// Tunnel, GUE (outer IP/UDP + 4-byte GUE header).
+    pub const TUN_GUE: u8 = 4;
+}
+
+/// Service flags (IPVS's `IP_VS_SVC_F_*` bits).
+pub mod svc_flags {
+    /// Persistent service (`-p`).
+    pub const PERSISTENT: u32 = 0x0001;
+    /// Hashed (kernel bookkeeping bit; unused by the program).
+    pub const HASHED: u32 = 0x0002;
+    /// One-packet scheduling (`-o`, UDP): no flow entry.
+    pub const ONEPACKET: u32 = 0x0004;
+    /// `sh-fallback` / `mh-fallback`.
+    pub const SCHED1: u32 = 0x0008;
+    /// `sh-port` / `mh-port`.
+    pub const SCHED2: u32 = 0x0010;
+}
+
+/// Real-server flags.
+pub mod dest_flags {
+    /// Deleted: never chosen, its existing flows are dropped.
+    pub const UNAVAILABLE: u32 = 0x0001;
+    /// Above its upper connection threshold: not chosen for new flows.
+    pub const OVERLOADED: u32 = 0x0002;
+}
+
+/// Config flag: some real server uses NAT, so the program looks up replies.
+pub const CFG_F_NAT: u32 = 0x0001;
+/// Flow flag: no reply seen (always set for DR/TUN flows).
+pub const FLOW_F_NOOUTPUT: u8 = 0x01;
+/// Number of IPVS TCP states (`NONE` .. `SYNACK`).
+pub const TCP_S_LAST: usize = 11;
+/// Length of the GUE header the program writes.
+pub const GUE_HDR_LEN: usize = 4;
+/// TTL / hop limit of the outer header of tunnelled packets.
+pub const TUN_TTL: u8 = 64;
+
+/// An address as the maps store it: 16 bytes, network order, IPv4 in the
+/// first four bytes.
+pub fn addr16(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V4(v4) => {
+            let mut b = [0u8; 16];
+            b[..4].copy_from_slice(&v4.octets());
+            b
+        }
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// The address family constant of an address.
+pub fn family(a: IpAddr) -> u8 {
+    match a {
+        IpAddr::V4(_) => AF_INET,
+        IpAddr::V6(_) => AF_INET6,
+    }
+}
+
+/// `services` key: a virtual service (protocol, VIP, port).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SvcKey {
+    /// [`PROTO_TCP`] or [`PROTO_UDP`].
+    pub proto: u8,
+    /// [`AF_INET`] or [`AF_INET6`].
+    pub family: u8,
+    /// VIP port, network order.
+    pub port: u16,
+    /// VIP, see [`addr16`].
+    pub vip: [u8; 16],
+}
+
+impl SvcKey {
+    /// The key of a service on `vip:port` (host-order port).
+    pub fn new(proto: u8, vip: IpAddr, port: u16) -> Self {
+        SvcKey {
+            proto,
+            family: family(vip),
+            port: port.to_be(),
+            vip: addr16(vip),
+        }
+    }
+}
+
+/// `svc_info` value: how one service schedules.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Svc {
+    /// Scheduler id ([`sched`]); [`sched::NONE`] = unused slot.
+    pub sched: u8,
+    /// Family of the VIP.
+    pub family: u8,
+    /// Padding, zero.
+    pub pad0: u16,
+    /// [`svc_flags`].
+    pub flags: u32,
+    /// Start of the bucket table / wrr sequence in `slots`.
+    pub table_off: u32,
+    /// Its length (256 for sh/dh, M for mh, the cycle for wrr).
+    pub table_len: u32,
+    /// Start of the real-server list (dest indexes) in `slots`.
+    pub dests_off: u32,
+    /// Its length.
+    pub dests_len: u32,
+    /// Persistence timeout in seconds.
+    pub persist_timeout: u32,
+    /// Persistence netmask as a byte mask.
+    pub persist_mask: [u8; 16],
+}
+
+/// `dests` value: one real server.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Dest {
+    /// Address, see [`addr16`].
+    pub addr: [u8; 16],
+    /// Port, network order; 0 = the VIP's port.
+    pub port: u16,
+    /// Family of `addr`.
+    pub family: u8,
+    /// Forwarding method ([`fwd`]).
+    pub method: u8,
+    /// [`dest_flags`].
+    pub flags: u32,
+    /// Weight; 0 = quiesced.
+    pub weight: u32,
+    /// Egress interface; 0 or the ingress interface = XDP_TX.
+    pub ifindex: u32,
+    /// DR: the real server's MAC; TUN: the next hop's MAC.
+    pub mac: [u8; 6],
+    /// Source MAC used when redirecting to `ifindex`.
+    pub smac: [u8; 6],
+    /// GUE: UDP destination port, network order.
+    pub gue_port: u16,
+    /// Padding, zero.
+    pub pad0: u16,
+}
+
+/// `flows` key: the client-side 5-tuple as the client sent it.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    /// Client address.
+    pub caddr: [u8; 16],
+    /// VIP.
+    pub vaddr: [u8; 16],
+    /// Client port, network order.
+    pub cport: u16,
+    /// VIP port, network order.
+    pub vport: u16,
+    /// Protocol.
+    pub proto: u8,
+    /// Family.
+    pub family: u8,
+    /// Padding, zero.
+    pub pad0: u16,
+}
+
+impl FlowKey {
+    /// The key of a flow from `client` to `vip` (host-order ports).
+    pub fn new(proto: u8, client: IpAddr, cport: u16, vip: IpAddr, vport: u16) -> Self {
+        FlowKey {
+            caddr: addr16(client),
+            vaddr: addr16(vip),
+            cport: cport.to_be(),
+            vport: vport.to_be(),
+            proto,
+            family: family(vip),
+            pad0: 0,
+        }
+    }
+}
+
+/// `flows` value.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Flow {
+    /// Jiffies (`bpf_jiffies64`) of the last packet; see [`Config::hz`].
+    pub last_seen: u64,
+    /// Real-server index.
+    pub dest: u32,
+    /// Service index.
+    pub svc: u32,
+    /// IPVS TCP state (or 0 for UDP).
+    pub state: u8,
+    /// [`FLOW_F_NOOUTPUT`].
+    pub flags: u8,
+    /// Padding, zero.
+    pub pad0: u16,
+    /// Padding, zero.
+    pub pad1: u32,
+}
+
+/// `nat_rev` key: a reply from a real server to a client.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NatKey {
+    /// Real-server address.
+    pub raddr: [u8; 16],
+    /// Client address.
+    pub caddr: [u8; 16],
+    /// Real-server port, network order.
+    pub rport: u16,
+    /// Client port, network order.
+    pub cport: u16,
+    /// Protocol.
+    pub proto: u8,
+    /// Family.
+    pub family: u8,
+    /// Padding, zero.
+    pub pad0: u16,
+}
+
+/// `nat_rev` value: what a reply's source is rewritten to.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Nat {
+    /// The VIP.
+    pub vaddr: [u8; 16],
+    /// The VIP port, network order.
+    pub vport: u16,
+    /// Padding, zero.
+    pub pad0: u16,
+    /// Service index.
+    pub svc: u32,
+    /// Real-server index.
+    pub dest: u32,
+}
+
+/// `svc_stats` / `dest_stats` value (per CPU): IPVS's counters.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Connections scheduled.
+    pub conns: u64,
+    /// Packets client → real server.
+    pub inpkts: u64,
+    /// Packets real server → client (NAT only).
+    pub outpkts: u64,
+    /// Bytes (IP total length) in.
+    pub inbytes: u64,
+    /// Bytes out.
+    pub outbytes: u64,
+}
+
+/// `config[0]`: the director's own settings.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// Outer source address of IPv4 tunnels.
+    pub tun_src4: [u8; 4],
+    /// Outer source address of IPv6 tunnels.
+    pub tun_src6: [u8; 16],
+    /// Timeout in seconds per IPVS TCP state.
+    pub tcp_timeouts: [u32; TCP_S_LAST],
+    /// UDP timeout in seconds.
+    pub udp_timeout: u32,
+    /// [`CFG_F_NAT`].
+    pub flags: u32,
+    /// The kernel's HZ (jiffies per second), which turns the timeouts into
+    /// jiffies; [`crate::Loaded::set_config`] fills it in when 0.
+    pub hz: u32,
+    /// SYN-flood guard: new flows per CPU per second above which flows of
+    /// hash-scheduled (sh/dh/mh) DR/TUN services get no flow entry (the
+    /// hash sends their next packets to the same server); 0 = no limit.
+    pub max_new_flows: u32,
+    /// Largest outer packet a tunnel may send; bigger ones that may not be
+    /// fragmented get ICMP "fragmentation needed" / "packet too big" with
+    /// this minus the tunnel headers. 0 = no check.
+    pub tun_mtu: u32,
+}
+
+/// `persist` key: a persistence template's client network and service.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PersistKey {
+    /// Client address masked with the service's `persist_mask`.
+    pub caddr: [u8; 16],
+    /// VIP.
+    pub vaddr: [u8; 16],
+    /// VIP port, network order.
+    pub vport: u16,
+    /// Protocol.
+    pub proto: u8,
+    /// Family.
+    pub family: u8,
+}
+
+/// `persist` value: the real server a client network sticks to.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Persist {
+    /// Jiffies of the last new flow that used the template.
+    pub last_seen: u64,
+    /// Real-server index.
+    pub dest: u32,
+    /// Service index.
+    pub svc: u32,
+}
+
+/// The `persist_mask` of an IPv6 `-M` prefix length (0..=128); for IPv4
+/// the netmask goes through [`addr16`].
+pub fn prefix_mask(prefix_len: u8) -> [u8; 16] {
+    let bits = u32::from(prefix_len.min(128));
+    let m = if bits == 0 {
+        0
+    } else {
+        u128::MAX << (128 - bits)
+    };
+    m.to_be_bytes()
+}
+
+/// `dest_conns` value: a real server's ActiveConn / InActConn as the
+/// program keeps them.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct DestConns {
+    /// Flows in ESTABLISHED, SYN_SENT, SYN_RECV or SYNACK.
+    pub active: u32,
+    /// Every other flow (all UDP flows).
+    pub inactive: u32,
+}
+
+/// `flood[0]` (per CPU): the SYN-flood guard's current window.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Flood {
+    /// `jiffies / hz` of the window.
+    pub second: u64,
+    /// New flows seen in it on this CPU.
+    pub count: u64,
+}
+
+impl Config {
+    /// IPVS's default timeouts (ESTABLISHED 900 s, ..., UDP 300 s), no
+    /// tunnel sources, no NAT.
+    pub fn ipvs_defaults() -> Self {
+        Config {
+            tcp_timeouts: [2, 900, 120, 60, 120, 120, 10, 60, 30, 120, 120],
+            udp_timeout: 300,
+            ..Config::default()
+        }
+    }
+}
+
+const _: () = assert!(size_of::<SvcKey>() == 20);
+const _: () = assert!(size_of::<Svc>() == 44);
+const _: () = assert!(size_of::<Dest>() == 48);
+const _: () = assert!(size_of::<FlowKey>() == 40);
+const _: () = assert!(size_of::<Flow>() == 24);
+const _: () = assert!(size_of::<NatKey>() == 40);
+const _: () = assert!(size_of::<Nat>() == 28);
+const _: () = assert!(size_of::<Stats>() == 40);
+const _: () = assert!(size_of::<Config>() == 84);
+const _: () = assert!(size_of::<Flood>() == 16);
+const _: () = assert!(size_of::<DestConns>() == 8);
+const _: () = assert!(size_of::<PersistKey>() == 36);
+const _: () = assert!(size_of::<Persist>() == 16);
+
+// SAFETY: every type below is `#[repr(C)]`, made only of integers and
+// integer arrays with every padding byte an explicit field (the size
+// asserts above prove there is no implicit padding), so any bit pattern is a
+// valid value and the bytes the kernel copies are exactly the fields.
+unsafe impl aya::Pod for SvcKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Svc {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Dest {}
+// SAFETY: as above.
+unsafe impl aya::Pod for FlowKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Flow {}
+// SAFETY: as above.
+unsafe impl aya::Pod for NatKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Nat {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Stats {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Config {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Flood {}
+// SAFETY: as above.
+unsafe impl aya::Pod for DestConns {}
+// SAFETY: as above.
+unsafe impl aya::Pod for PersistKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Persist {}
+
+/// A mirrored struct's layout as the Rust compiler laid it out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// The struct's name in rvs.h (`struct rvs_...`).
+    pub c_name: &'static str,
+    /// `size_of`.
+    pub size: usize,
+    /// `(field, offset)` in declaration order.
+    pub fields: Vec<(&'static str, usize)>,
+}
+
+/// The layouts of every mirrored struct. The `btf_layout` test compares
+/// these with the object's BTF.
+pub fn layouts() -> Vec<Layout> {
+    use std::mem::offset_of;
+    macro_rules! layout {
+        ($c:literal, $t:ty, [$($f:ident),* $(,)?]) => {
+            Layout {
+                c_name: $c,
+                size: size_of::<$t>(),
+                fields: vec![$((stringify!($f), offset_of!($t, $f))),*],
+            }
+        };
+    }
+    vec![
+        layout!("rvs_svc_key", SvcKey, [proto, family, port, vip]),
+        layout!(
+            "rvs_svc",
+            Svc,
+            [
+                sched,
+                family,
+                pad0,
+                flags,
+                table_off,
+                table_len,
+                dests_off,
+                dests_len,
+                persist_timeout,
+                persist_mask
+            ]
+        ),
+        layout!(
+            "rvs_dest",
+            Dest,
+            [
+                addr, port, family, method, flags, weight, ifindex, mac, smac, gue_port, pad0
+            ]
+        ),
+        layout!(
+            "rvs_flow_key",
+            FlowKey,
+            [caddr, vaddr, cport, vport, proto, family, pad0]
+        ),
+        layout!(
+            "rvs_flow",
+            Flow,
+            [last_seen, dest, svc, state, flags, pad0, pad1]
+        ),
+        layout!(
+            "rvs_nat_key",
+            NatKey,
+            [raddr, caddr, rport, cport, proto, family, pad0]
+        ),
+        layout!("rvs_nat", Nat, [vaddr, vport, pad0, svc, dest]),
+        layout!(
+            "rvs_stats",
+            Stats,
+            [conns, inpkts, outpkts, inbytes, outbytes]
+        ),
+        layout!(
+            "rvs_config",
+            Config,
+            [
+                tun_src4,
+                tun_src6,
+                tcp_timeouts,
+                udp_timeout,
+                flags,
+                hz,
+                max_new_flows,
+                tun_mtu
+            ]
+        ),
+        layout!("rvs_flood", Flood, [second, count]),
+        layout!("rvs_dest_conns", DestConns, [active, inactive]),
+        layout!(
+            "rvs_persist_key",
+            PersistKey,
+            [caddr, vaddr, vport, proto, family]
+        ),
+        layout!("rvs_persist", Persist, [last_seen, dest, svc]),
+    ]
+}

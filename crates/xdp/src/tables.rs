@@ -1,0 +1,110 @@
+//! Scheduling data for the `slots` map, computed by rvs-core.
+//!
+//! The BPF program never builds tables: the control side asks the core's
+//! own schedulers for them (sh/dh buckets, the Maglev table, one weighted
+//! round-robin cycle), translates list positions into `dests` indexes and
+//! writes them into a fresh region of `slots`. So the program's choices are
+//! the core's choices (the scheduler-vector tests check it).
+
+use rvs_core::dest::Dest;
+use rvs_core::sched::{ListChange, SchedError, SchedParams, new_scheduler, wrr_sequence};
+
+use crate::maps::SLOT_EMPTY;
+
+/// Why a table could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TableError {
+    /// The core refused the scheduler or its parameters.
+    #[error(transparent)]
+    Sched(#[from] SchedError),
+    /// The scheduler is not (yet) run by the XDP program.
+    #[error("scheduler `{0}` is not supported by the XDP data plane yet")]
+    Unsupported(String),
+    /// `index_of` has no `dests` index for this list position.
+    #[error("no dests index for list position {0}")]
+    MissingIndex(usize),
+}
+
+/// The `slots` values of service scheduler `name` over `dests` (IPVS list
+/// order), with list position `p` stored as `index_of[p]`:
+/// * `sh`, `dh`: 256 buckets; `mh`: the M-slot table ([`SLOT_EMPTY`] for
+///   empty slots);
+/// * `wrr`: one cycle of the weighted round-robin sequence;
+/// * `rr`, `lc`, `wlc`, `sed`, `nq`, `fo`, `ovf`: nothing (the program
+///   walks the real-server list itself).
+pub fn scheduling_table(
+    name: &str,
+    params: &SchedParams,
+    dests: &[Dest],
+    index_of: &[u32],
+) -> Result<Vec<u32>, TableError> {
+    let positions: Vec<Option<u32>> = match name {
+        // The program walks the real-server list itself (with the counters
+        // of `dest_conns` for the least-connection family).
+        "rr" | "lc" | "wlc" | "sed" | "nq" | "fo" | "ovf" => return Ok(Vec::new()),
+        "wrr" => wrr_sequence(dests).into_iter().map(Some).collect(),
+        "sh" | "dh" | "mh" => {
+            let mut s = new_scheduler(name, params)?;
+            s.update(dests, ListChange::Reset);
+            s.lookup_table()
+                .ok_or_else(|| TableError::Unsupported(name.to_owned()))?
+        }
+        other => return Err(TableError::Unsupported(other.to_owned())),
+    };
+    positions
+        .into_iter()
+        .map(|p| match p {
+            None => Ok(SLOT_EMPTY),
+            Some(p) => index_of
+                .get(p as usize)
+                .copied()
+                .ok_or(TableError::MissingIndex(p as usize)),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rvs_core::dest::DestId;
+    use rvs_core::model::DestConfig;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    fn dests(weights: &[u32]) -> Vec<Dest> {
+        weights
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| {
+                let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, i as u8 + 1));
+                Dest::new(DestId(i as u32), DestConfig::new(ip, 80).weight(w))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tables_have_the_kernel_sizes_and_translate_positions() {
+        let d = dests(&[1, 2, 3]);
+        let idx = [100, 200, 300];
+        let p = SchedParams::default();
+        let sh = scheduling_table("sh", &p, &d, &idx).unwrap();
+        assert_eq!(sh.len(), 256);
+        assert_eq!(&sh[..6], &[100, 200, 200, 300, 300, 300]);
+        let dh = scheduling_table("dh", &p, &d, &idx).unwrap();
+        assert_eq!(&dh[..4], &[100, 200, 300, 100]);
+        let mh = scheduling_table("mh", &p, &d, &idx).unwrap();
+        assert_eq!(mh.len() as u32, p.mh_table_size);
+        assert!(mh.iter().all(|v| idx.contains(v)));
+        let wrr = scheduling_table("wrr", &p, &d, &idx).unwrap();
+        assert_eq!(wrr, vec![300, 200, 300, 100, 200, 300]);
+        assert!(scheduling_table("rr", &p, &d, &idx).unwrap().is_empty());
+        assert!(matches!(
+            scheduling_table("lblc", &p, &d, &idx),
+            Err(TableError::Unsupported(_))
+        ));
+        assert_eq!(
+            scheduling_table("dh", &p, &d, &idx[..2]),
+            Err(TableError::MissingIndex(2))
+        );
+    }
+}

@@ -1,0 +1,396 @@
+//! Shared fixture helpers: load the director, install services from
+//! rvs-core's tables, build frames with etherparse, run them through
+//! BPF_PROG_TEST_RUN.
+#![allow(dead_code)]
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use etherparse::PacketBuilder;
+use rvs_core::dest::{Dest as CoreDest, DestId};
+use rvs_core::model::{DestConfig, Protocol, SchedFlags};
+use rvs_core::sched::{SchedInput, SchedParams, new_scheduler};
+use rvs_core::time::Instant;
+use rvs_xdp::maps::{self, Config, Dest, FlowKey, Svc, SvcKey};
+use rvs_xdp::{LoadOptions, Loaded, Object, RunResult, tables};
+
+pub const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+pub const DIR_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+pub const VIP4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
+pub const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0x100);
+pub const TUN4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+pub const TUN6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 2);
+pub const SLOT_REGION: u32 = 16384;
+
+/// The MAC of real server `i`.
+pub fn rs_mac(i: u8) -> [u8; 6] {
+    [0x02, 0, 0, 0, 1, i]
+}
+
+/// Real server `i` (IPv4 10.77.0.(11+i), IPv6 fd77::(11+i)).
+pub fn rs_addr(v6: bool, i: u8) -> IpAddr {
+    if v6 {
+        Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0x11 + u16::from(i)).into()
+    } else {
+        Ipv4Addr::new(10, 77, 0, 11 + i).into()
+    }
+}
+
+/// Client `i` (IPv4 10.78.x.y, IPv6 fd78::x:y).
+pub fn client(v6: bool, i: u32) -> IpAddr {
+    if v6 {
+        Ipv6Addr::new(0xfd78, 0, 0, 0, 0, 0, (i >> 16) as u16, i as u16).into()
+    } else {
+        Ipv4Addr::from(0x0a4e_0000 | (i & 0xffff)).into()
+    }
+}
+
+pub fn vip(v6: bool) -> IpAddr {
+    if v6 { VIP6.into() } else { VIP4.into() }
+}
+
+/// True when running as root; otherwise print why the test skips.
+pub fn root_or_skip(test: &str) -> bool {
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+        })
+        .unwrap_or_default();
+    if uid != "0" {
+        eprintln!("skipping {test}: loading BPF programs needs root (uid {uid})");
+        return false;
+    }
+    if let Err(e) = Object::Director.bytes() {
+        eprintln!("skipping {test}: {e}");
+        return false;
+    }
+    true
+}
+
+/// One real server of a fixture service.
+#[derive(Clone, Debug)]
+pub struct Rs {
+    pub addr: IpAddr,
+    pub port: u16,
+    pub weight: u32,
+    /// The weight before a quiesce (mh keeps its slots).
+    pub last_weight: u32,
+    pub method: u8,
+    pub mac: [u8; 6],
+    pub gue_port: u16,
+    pub flags: u32,
+}
+
+impl Rs {
+    pub fn new(addr: IpAddr, method: u8, mac: [u8; 6]) -> Self {
+        Rs {
+            addr,
+            port: 0,
+            weight: 1,
+            last_weight: 1,
+            method,
+            mac,
+            gue_port: 0,
+            flags: 0,
+        }
+    }
+
+    pub fn weight(mut self, w: u32) -> Self {
+        self.weight = w;
+        self.last_weight = w;
+        self
+    }
+}
+
+/// A loaded director with a default config.
+pub struct Lb {
+    pub l: Loaded,
+    /// Per service index: the core's view (for vectors).
+    pub core: Vec<(u32, String, SchedParams, Vec<CoreDest>)>,
+}
+
+impl Lb {
+    pub fn new(test: &str) -> Option<Lb> {
+        if !root_or_skip(test) {
+            return None;
+        }
+        let mut l = Loaded::load(
+            Object::Director,
+            &LoadOptions {
+                flow_table_size: 4096,
+                slots: 8 * SLOT_REGION,
+            },
+        )
+        .expect("director loads");
+        let mut cfg = Config::ipvs_defaults();
+        cfg.tun_src4 = TUN4.octets();
+        cfg.tun_src6 = TUN6.octets();
+        cfg.flags = maps::CFG_F_NAT;
+        l.set_config(&cfg).expect("config");
+        Some(Lb {
+            l,
+            core: Vec::new(),
+        })
+    }
+
+    /// Dest index of position `p` of service `svc`.
+    pub fn dest_index(svc: u32, p: usize) -> u32 {
+        svc * 1000 + p as u32
+    }
+
+    /// Install service `svc` on `key` with scheduler `sched`, `flags` and
+    /// real servers `rs` (IPVS list order), tables from rvs-core.
+    pub fn service(&mut self, svc: u32, key: SvcKey, sched: &str, flags: u32, rs: &[Rs]) {
+        let core: Vec<CoreDest> = rs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let mut d = CoreDest::new(
+                    DestId(i as u32),
+                    DestConfig::new(r.addr, r.port).weight(r.last_weight),
+                );
+                d.config.weight = r.weight;
+                d.last_weight = r.last_weight;
+                d.overloaded = r.flags & maps::dest_flags::OVERLOADED != 0;
+                d.available = r.flags & maps::dest_flags::UNAVAILABLE == 0;
+                d
+            })
+            .collect();
+        let params = SchedParams {
+            flags: SchedFlags(flags & (maps::svc_flags::SCHED1 | maps::svc_flags::SCHED2)),
+            ..SchedParams::default()
+        };
+        let index_of: Vec<u32> = (0..rs.len()).map(|p| Lb::dest_index(svc, p)).collect();
+        let table = tables::scheduling_table(sched, &params, &core, &index_of).expect("table");
+        for (p, r) in rs.iter().enumerate() {
+            let d = Dest {
+                addr: maps::addr16(r.addr),
+                port: r.port.to_be(),
+                family: maps::family(r.addr),
+                method: r.method,
+                flags: r.flags,
+                weight: r.weight,
+                ifindex: 0,
+                mac: r.mac,
+                smac: DIR_MAC,
+                gue_port: r.gue_port.to_be(),
+                pad0: 0,
+            };
+            self.l.set_dest(index_of[p], &d).expect("dest");
+        }
+        let base = svc * SLOT_REGION;
+        self.l.set_slots(base, &table).expect("table slots");
+        self.l
+            .set_slots(base + SLOT_REGION / 2, &index_of)
+            .expect("list slots");
+        self.l
+            .set_svc(
+                svc,
+                &Svc {
+                    sched: maps::sched::id(sched).expect("known scheduler"),
+                    family: key.family,
+                    flags,
+                    table_off: base,
+                    table_len: table.len() as u32,
+                    dests_off: base + SLOT_REGION / 2,
+                    dests_len: rs.len() as u32,
+                    ..Svc::default()
+                },
+            )
+            .expect("svc");
+        self.l.set_cursor(svc, 0).expect("cursor");
+        self.l.set_service(&key, svc).expect("service");
+        self.core.retain(|c| c.0 != svc);
+        self.core.push((svc, sched.to_owned(), params, core));
+    }
+
+    pub fn run(&mut self, frame: &[u8]) -> RunResult {
+        self.l.run(frame, 1).expect("test run")
+    }
+
+    /// The dest index the flow of this client tuple is bound to.
+    pub fn flow_dest(
+        &mut self,
+        proto: u8,
+        c: IpAddr,
+        cport: u16,
+        v: IpAddr,
+        vport: u16,
+    ) -> Option<u32> {
+        self.l
+            .flow(&FlowKey::new(proto, c, cport, v, vport))
+            .expect("flow lookup")
+            .map(|f| f.dest)
+    }
+
+    /// The core's choice for service `svc` as a dest index (a fresh
+    /// stateless scheduler for hashing ones; `state` keeps rr/wrr state).
+    pub fn core_choice(
+        sched: &mut dyn rvs_core::sched::Scheduler,
+        dests: &[CoreDest],
+        svc: u32,
+        input: &SchedInput,
+    ) -> Option<u32> {
+        sched
+            .schedule(dests, input, Instant::ZERO)
+            .map(|p| Lb::dest_index(svc, p))
+    }
+
+    /// A scheduler of the core for service `svc`, updated with its list.
+    pub fn core_scheduler(&self, svc: u32) -> (Box<dyn rvs_core::sched::Scheduler>, Vec<CoreDest>) {
+        let (_, name, params, dests) = self.core.iter().find(|c| c.0 == svc).expect("service");
+        let mut s = new_scheduler(name, params).expect("core scheduler");
+        s.update(dests, rvs_core::sched::ListChange::Reset);
+        (s, dests.clone())
+    }
+}
+
+pub fn sched_input(c: IpAddr, cport: u16, v: IpAddr, vport: u16) -> SchedInput {
+    SchedInput {
+        protocol: Protocol::Tcp,
+        saddr: c,
+        sport: cport,
+        daddr: v,
+        dport: vport,
+    }
+}
+
+/// TCP flags for [`tcp_frame`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Flags {
+    Syn,
+    Ack,
+    Fin,
+    Rst,
+    SynRst,
+}
+
+/// Ethernet (client → director) + IP + TCP with `payload`.
+pub fn tcp_frame(
+    c: IpAddr,
+    cport: u16,
+    v: IpAddr,
+    vport: u16,
+    flags: Flags,
+    payload: &[u8],
+) -> Vec<u8> {
+    tcp_frame_macs(CLIENT_MAC, DIR_MAC, c, cport, v, vport, flags, payload)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn tcp_frame_macs(
+    smac: [u8; 6],
+    dmac: [u8; 6],
+    c: IpAddr,
+    cport: u16,
+    v: IpAddr,
+    vport: u16,
+    flags: Flags,
+    payload: &[u8],
+) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(smac, dmac);
+    let b = match (c, v) {
+        (IpAddr::V4(c), IpAddr::V4(v)) => b.ipv4(c.octets(), v.octets(), 64),
+        (IpAddr::V6(c), IpAddr::V6(v)) => b.ipv6(c.octets(), v.octets(), 64),
+        _ => panic!("mixed families"),
+    };
+    let t = b.tcp(cport, vport, 1000, 65535);
+    let t = match flags {
+        Flags::Syn => t.syn(),
+        Flags::Ack => t.ack(1),
+        Flags::Fin => t.fin().ack(1),
+        Flags::Rst => t.rst(),
+        Flags::SynRst => t.syn().rst(),
+    };
+    let mut out = Vec::new();
+    t.write(&mut out, payload).expect("frame");
+    out
+}
+
+/// Ethernet + IP + UDP.
+pub fn udp_frame(c: IpAddr, cport: u16, v: IpAddr, vport: u16, payload: &[u8]) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(CLIENT_MAC, DIR_MAC);
+    let b = match (c, v) {
+        (IpAddr::V4(c), IpAddr::V4(v)) => b.ipv4(c.octets(), v.octets(), 64),
+        (IpAddr::V6(c), IpAddr::V6(v)) => b.ipv6(c.octets(), v.octets(), 64),
+        _ => panic!("mixed families"),
+    };
+    let mut out = Vec::new();
+    b.udp(cport, vport).write(&mut out, payload).expect("frame");
+    out
+}
+
+/// The Internet checksum of `b` (independent of the program's code).
+pub fn inet_csum(b: &[u8]) -> u16 {
+    let mut s: u32 = 0;
+    for c in b.chunks(2) {
+        let w = if c.len() == 2 {
+            u16::from_be_bytes([c[0], c[1]])
+        } else {
+            u16::from_be_bytes([c[0], 0])
+        };
+        s += u32::from(w);
+    }
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+/// Recompute the IPv4 header checksum of a frame whose IP header starts at `l3`.
+pub fn fix_ip4_csum(f: &mut [u8], l3: usize) {
+    let hl = usize::from(f[l3] & 0xf) * 4;
+    f[l3 + 10] = 0;
+    f[l3 + 11] = 0;
+    let c = inet_csum(&f[l3..l3 + hl]);
+    f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+}
+
+/// `frame` with its Ethernet addresses replaced.
+pub fn with_macs(frame: &[u8], dst: [u8; 6], src: [u8; 6]) -> Vec<u8> {
+    let mut f = frame.to_vec();
+    f[0..6].copy_from_slice(&dst);
+    f[6..12].copy_from_slice(&src);
+    f
+}
+
+/// The outer IPv4 header a tunnel puts in front of `inner` (an IPv4
+/// packet): tos and DF copied, TTL 64, id 0.
+pub fn outer4(inner: &[u8], proto: u8, extra: usize, dst: Ipv4Addr) -> Vec<u8> {
+    let total = (inner.len() + 20 + extra) as u16;
+    let mut h = vec![0x45, inner[1]];
+    h.extend_from_slice(&total.to_be_bytes());
+    h.extend_from_slice(&[0, 0, inner[6] & 0x40, 0, 64, proto, 0, 0]);
+    h.extend_from_slice(&TUN4.octets());
+    h.extend_from_slice(&dst.octets());
+    let c = inet_csum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    h
+}
+
+/// The outer IPv6 header a tunnel puts in front of `inner` (an IPv6 packet).
+pub fn outer6(inner: &[u8], next: u8, extra: usize, dst: Ipv6Addr) -> Vec<u8> {
+    let mut h = inner[0..4].to_vec();
+    h.extend_from_slice(&((inner.len() + extra) as u16).to_be_bytes());
+    h.extend_from_slice(&[next, 64]);
+    h.extend_from_slice(&TUN6.octets());
+    h.extend_from_slice(&dst.octets());
+    h
+}
+
+/// The GUE source port the program derives from the client tuple (the
+/// formula documented in xdp_lb.c's `flow_sport`).
+pub fn gue_sport(c: IpAddr, cport: u16, vport: u16, proto: u8) -> u16 {
+    let fold = match c {
+        IpAddr::V4(a) => u32::from(a),
+        IpAddr::V6(a) => {
+            let x = u128::from(a);
+            (x as u32) ^ ((x >> 32) as u32) ^ ((x >> 64) as u32) ^ ((x >> 96) as u32)
+        }
+    };
+    let h = fold ^ ((u32::from(cport) << 16) | u32::from(vport));
+    let h = (h ^ u32::from(proto)).wrapping_mul(0x61C8_8647);
+    0x8000 | (h >> 17) as u16
+}

@@ -1,0 +1,794 @@
+//! Packet fixtures through BPF_PROG_TEST_RUN, as Katran's tester does: an
+//! input frame gives the expected XDP action and the expected output bytes.
+//! Needs root (skips with a message otherwise).
+
+mod common;
+
+use std::net::IpAddr;
+
+use common::*;
+use rvs_xdp::action;
+use rvs_xdp::maps::{self, FlowKey, PROTO_TCP, PROTO_UDP, SvcKey, fwd, svc_flags};
+
+const VPORT: u16 = 80;
+
+fn dr_service(lb: &mut Lb, v6: bool, n: u8) {
+    let rs: Vec<Rs> = (0..n)
+        .map(|i| Rs::new(rs_addr(v6, i), fwd::DR, rs_mac(i)))
+        .collect();
+    lb.service(0, SvcKey::new(PROTO_TCP, vip(v6), VPORT), "rr", 0, &rs);
+}
+
+fn dr(v6: bool) {
+    let Some(mut lb) = Lb::new("dr") else { return };
+    dr_service(&mut lb, v6, 1);
+    let c = client(v6, 7);
+    let f = tcp_frame(c, 40000, vip(v6), VPORT, Flags::Syn, b"");
+    let r = lb.run(&f);
+    assert_eq!(r.action, action::TX);
+    assert_eq!(r.data, with_macs(&f, rs_mac(0), DIR_MAC));
+    // Data on the established flow goes the same way, payload untouched.
+    let f = tcp_frame(
+        c,
+        40000,
+        vip(v6),
+        VPORT,
+        Flags::Ack,
+        b"GET / HTTP/1.0\r\n\r\n",
+    );
+    let r = lb.run(&f);
+    assert_eq!(r.action, action::TX);
+    assert_eq!(r.data, with_macs(&f, rs_mac(0), DIR_MAC));
+    let st = lb.l.dest_stats(Lb::dest_index(0, 0)).unwrap();
+    assert_eq!((st.conns, st.inpkts), (1, 2));
+    let ip_len = (f.len() - 14) as u64;
+    let syn_len = if v6 { 40 + 20 } else { 20 + 20 };
+    assert_eq!(st.inbytes, ip_len + syn_len);
+}
+
+#[test]
+fn dr_v4() {
+    dr(false);
+}
+
+#[test]
+fn dr_v6() {
+    dr(true);
+}
+
+#[test]
+fn dr_keeps_a_vlan_tag() {
+    let Some(mut lb) = Lb::new("dr_keeps_a_vlan_tag") else {
+        return;
+    };
+    dr_service(&mut lb, false, 1);
+    let f = tcp_frame(client(false, 1), 40000, vip(false), VPORT, Flags::Syn, b"");
+    // Insert an 802.1Q tag (VLAN 42) after the MAC addresses.
+    let mut tagged = f[..12].to_vec();
+    tagged.extend_from_slice(&[0x81, 0x00, 0x00, 42]);
+    tagged.extend_from_slice(&f[12..]);
+    let r = lb.run(&tagged);
+    assert_eq!(r.action, action::TX);
+    assert_eq!(r.data, with_macs(&tagged, rs_mac(0), DIR_MAC));
+}
+
+fn tunnel(v6: bool, method: u8) {
+    let Some(mut lb) = Lb::new("tunnel") else {
+        return;
+    };
+    let mut rs = Rs::new(rs_addr(v6, 3), method, rs_mac(3));
+    rs.gue_port = 6080;
+    lb.service(0, SvcKey::new(PROTO_TCP, vip(v6), VPORT), "rr", 0, &[rs]);
+    let c = client(v6, 9);
+    let f = tcp_frame(c, 40001, vip(v6), VPORT, Flags::Syn, b"hello");
+    let r = lb.run(&f);
+    assert_eq!(r.action, action::TX);
+    let inner = &f[14..];
+    let mut want = with_macs(&f[..14], rs_mac(3), DIR_MAC);
+    let gue = method == fwd::TUN_GUE;
+    let extra = if gue { 8 + 4 } else { 0 };
+    match rs_addr(v6, 3) {
+        IpAddr::V4(a) => want.extend(outer4(inner, if gue { 17 } else { 4 }, extra, a)),
+        IpAddr::V6(a) => want.extend(outer6(inner, if gue { 17 } else { 41 }, extra, a)),
+    }
+    if gue {
+        want.extend_from_slice(&gue_sport(c, 40001, VPORT, PROTO_TCP).to_be_bytes());
+        want.extend_from_slice(&6080u16.to_be_bytes());
+        want.extend_from_slice(&((inner.len() + 12) as u16).to_be_bytes());
+        want.extend_from_slice(&[0, 0]); // zero UDP checksum
+        want.extend_from_slice(&[0, if v6 { 41 } else { 4 }, 0, 0]);
+    }
+    want.extend_from_slice(inner);
+    assert_eq!(r.data, want);
+}
+
+#[test]
+fn ipip_v4() {
+    tunnel(false, fwd::TUN_IPIP);
+}
+
+#[test]
+fn ipip_v6() {
+    tunnel(true, fwd::TUN_IPIP);
+}
+
+#[test]
+fn gue_v4() {
+    tunnel(false, fwd::TUN_GUE);
+}
+
+#[test]
+fn gue_v6() {
+    tunnel(true, fwd::TUN_GUE);
+}
+
+#[test]
+fn gue_source_port_follows_the_flow() {
+    let Some(mut lb) = Lb::new("gue_source_port_follows_the_flow") else {
+        return;
+    };
+    let mut rs = Rs::new(rs_addr(false, 0), fwd::TUN_GUE, rs_mac(0));
+    rs.gue_port = 6080;
+    lb.service(0, SvcKey::new(PROTO_TCP, vip(false), VPORT), "rr", 0, &[rs]);
+    let mut ports = std::collections::HashSet::new();
+    for i in 0..64u32 {
+        let f = tcp_frame(
+            client(false, i),
+            30000 + i as u16,
+            vip(false),
+            VPORT,
+            Flags::Syn,
+            b"",
+        );
+        let r = lb.run(&f);
+        assert_eq!(r.action, action::TX);
+        let sport = u16::from_be_bytes([r.data[34], r.data[35]]);
+        assert!(sport >= 0x8000);
+        ports.insert(sport);
+    }
+    assert!(
+        ports.len() > 48,
+        "flows spread over source ports: {}",
+        ports.len()
+    );
+}
+
+#[test]
+fn non_vip_traffic_passes_untouched() {
+    let Some(mut lb) = Lb::new("non_vip_traffic_passes_untouched") else {
+        return;
+    };
+    dr_service(&mut lb, false, 2);
+    let other: IpAddr = "10.77.0.99".parse().unwrap();
+    let frames = vec![
+        // another address, another port, another protocol on the VIP
+        tcp_frame(client(false, 1), 1000, other, VPORT, Flags::Syn, b""),
+        tcp_frame(client(false, 1), 1000, vip(false), 81, Flags::Syn, b""),
+        udp_frame(client(false, 1), 1000, vip(false), VPORT, b"x"),
+        tcp_frame(client(true, 1), 1000, vip(true), VPORT, Flags::Syn, b""),
+        // ARP
+        {
+            let mut f = with_macs(&[0u8; 14], [0xff; 6], CLIENT_MAC);
+            f[12..14].copy_from_slice(&[0x08, 0x06]);
+            f.extend_from_slice(&[0u8; 28]);
+            f
+        },
+    ];
+    for f in frames {
+        let r = lb.run(&f);
+        assert_eq!(r.action, action::PASS);
+        assert_eq!(r.data, f);
+    }
+}
+
+#[test]
+fn truncated_frames_pass_at_every_boundary() {
+    let Some(mut lb) = Lb::new("truncated_frames_pass_at_every_boundary") else {
+        return;
+    };
+    dr_service(&mut lb, false, 1);
+    dr_service(&mut lb, true, 1);
+    for v6 in [false, true] {
+        let f = tcp_frame(client(v6, 5), 2000, vip(v6), VPORT, Flags::Syn, b"");
+        let mut tagged = f[..12].to_vec();
+        tagged.extend_from_slice(&[0x81, 0x00, 0x00, 7]);
+        tagged.extend_from_slice(&f[12..]);
+        for full in [&f, &tagged] {
+            // The kernel refuses test frames shorter than an Ethernet header.
+            for len in 14..full.len() {
+                let cut = &full[..len];
+                let r = lb.run(cut);
+                assert_eq!(r.action, action::PASS, "v6 {v6} len {len}");
+                assert_eq!(r.data, cut);
+            }
+            let key = FlowKey::new(PROTO_TCP, client(v6, 5), 2000, vip(v6), VPORT);
+            assert_eq!(lb.l.flow(&key).unwrap(), None, "no flow from a cut frame");
+            // The whole frame is forwarded.
+            assert_eq!(lb.run(full).action, action::TX);
+            lb.l.remove_flow(&key).unwrap();
+        }
+    }
+}
+
+#[test]
+fn malformed_ip_headers_pass() {
+    let Some(mut lb) = Lb::new("malformed_ip_headers_pass") else {
+        return;
+    };
+    dr_service(&mut lb, false, 1);
+    let f = tcp_frame(client(false, 5), 2000, vip(false), VPORT, Flags::Syn, b"");
+    // IHL 4 (< 5), wrong version, IHL 15 beyond the frame.
+    for (i, byte) in [0x44u8, 0x65, 0x4f].into_iter().enumerate() {
+        let mut m = f.clone();
+        m[14] = byte;
+        let r = lb.run(&m);
+        assert_eq!(r.action, action::PASS, "case {i}");
+        assert_eq!(r.data, m);
+    }
+}
+
+#[test]
+fn ipv4_options_are_skipped_by_ihl() {
+    let Some(mut lb) = Lb::new("ipv4_options_are_skipped_by_ihl") else {
+        return;
+    };
+    let mut rs = Rs::new(rs_addr(false, 0), fwd::TUN_IPIP, rs_mac(0));
+    rs.gue_port = 0;
+    lb.service(0, SvcKey::new(PROTO_TCP, vip(false), VPORT), "rr", 0, &[rs]);
+    let f = tcp_frame(client(false, 2), 3000, vip(false), VPORT, Flags::Syn, b"");
+    // 8 bytes of options (NOP x3, then a Router Alert 94 04 00 00, EOL):
+    // read as ports they would not match the service.
+    let mut o = f[..34].to_vec();
+    o.extend_from_slice(&[0x01, 0x01, 0x01, 0x94, 0x04, 0x00, 0x00, 0x00]);
+    o.extend_from_slice(&f[34..]);
+    o[14] = 0x47;
+    let tot = u16::from_be_bytes([o[16], o[17]]) + 8;
+    o[16..18].copy_from_slice(&tot.to_be_bytes());
+    fix_ip4_csum(&mut o, 14);
+    let r = lb.run(&o);
+    assert_eq!(r.action, action::TX);
+    let inner = &o[14..];
+    let mut want = with_macs(&o[..14], rs_mac(0), DIR_MAC);
+    let IpAddr::V4(a) = rs_addr(false, 0) else {
+        unreachable!()
+    };
+    want.extend(outer4(inner, 4, 0, a));
+    want.extend_from_slice(inner);
+    assert_eq!(r.data, want);
+}
+
+#[test]
+fn ipv4_fragments_pass_to_the_kernel() {
+    let Some(mut lb) = Lb::new("ipv4_fragments_pass_to_the_kernel") else {
+        return;
+    };
+    let rs = [Rs::new(rs_addr(false, 0), fwd::DR, rs_mac(0))];
+    lb.service(0, SvcKey::new(PROTO_UDP, vip(false), VPORT), "rr", 0, &rs);
+    let f = udp_frame(client(false, 3), 4000, vip(false), VPORT, &[7u8; 64]);
+    // First fragment (MF), a middle one (MF + offset), the last (offset).
+    for frag in [0x2000u16, 0x2010, 0x0010] {
+        let mut m = f.clone();
+        m[20..22].copy_from_slice(&frag.to_be_bytes());
+        fix_ip4_csum(&mut m, 14);
+        let r = lb.run(&m);
+        assert_eq!(r.action, action::PASS, "frag {frag:#x}");
+        assert_eq!(r.data, m);
+    }
+    // Unfragmented with DF: forwarded.
+    let r = lb.run(&f);
+    assert_eq!(r.action, action::TX);
+}
+
+#[test]
+fn tcp_without_syn_for_an_unknown_flow_passes() {
+    let Some(mut lb) = Lb::new("tcp_without_syn_for_an_unknown_flow_passes") else {
+        return;
+    };
+    dr_service(&mut lb, false, 2);
+    for flags in [Flags::Ack, Flags::Fin, Flags::Rst, Flags::SynRst] {
+        let f = tcp_frame(client(false, 4), 5000, vip(false), VPORT, flags, b"");
+        let r = lb.run(&f);
+        assert_eq!(r.action, action::PASS, "{flags:?}");
+        assert_eq!(r.data, f);
+        let key = FlowKey::new(PROTO_TCP, client(false, 4), 5000, vip(false), VPORT);
+        assert_eq!(lb.l.flow(&key).unwrap(), None);
+    }
+}
+
+#[test]
+fn flow_hit_reuses_the_real_server_and_tracks_tcp_state() {
+    let Some(mut lb) = Lb::new("flow_hit_reuses_the_real_server_and_tracks_tcp_state") else {
+        return;
+    };
+    dr_service(&mut lb, false, 3);
+    let (c, v) = (client(false, 10), vip(false));
+    let key = FlowKey::new(PROTO_TCP, c, 6000, v, VPORT);
+    let r = lb.run(&tcp_frame(c, 6000, v, VPORT, Flags::Syn, b""));
+    assert_eq!(r.data[..6], rs_mac(0));
+    let flow = lb.l.flow(&key).unwrap().unwrap();
+    assert_eq!((flow.dest, flow.state), (Lb::dest_index(0, 0), 3)); // SYN_RECV
+    assert_eq!(flow.flags, maps::FLOW_F_NOOUTPUT);
+    // Other clients move the rr cursor on.
+    for i in 0..2 {
+        let r = lb.run(&tcp_frame(
+            client(false, 20 + i),
+            6000,
+            v,
+            VPORT,
+            Flags::Syn,
+            b"",
+        ));
+        assert_eq!(r.data[..6], rs_mac(1 + i as u8));
+    }
+    // The first client's packets still go to server 0; states follow
+    // IPVS's INPUT_ONLY table: ACK -> ESTABLISHED, FIN -> FIN_WAIT.
+    for (flags, state) in [
+        (Flags::Ack, 1),
+        (Flags::Ack, 1),
+        (Flags::Fin, 4),
+        (Flags::Ack, 4),
+    ] {
+        let r = lb.run(&tcp_frame(c, 6000, v, VPORT, flags, b"data"));
+        assert_eq!(r.action, action::TX);
+        assert_eq!(r.data[..6], rs_mac(0));
+        assert_eq!(lb.l.flow(&key).unwrap().unwrap().state, state, "{flags:?}");
+    }
+    // RST closes; a new SYN on a closed flow is scheduled afresh (rr: next
+    // server is 0 again after 0, 1, 2).
+    lb.run(&tcp_frame(c, 6000, v, VPORT, Flags::Rst, b""));
+    assert_eq!(lb.l.flow(&key).unwrap().unwrap().state, 6); // CLOSE
+    let r = lb.run(&tcp_frame(c, 6000, v, VPORT, Flags::Syn, b""));
+    assert_eq!(r.data[..6], rs_mac(0));
+    assert_eq!(lb.l.svc_stats(0).unwrap().conns, 4);
+}
+
+#[test]
+fn unavailable_server_drops_its_flows_and_quiesced_keeps_them() {
+    let Some(mut lb) = Lb::new("unavailable_server_drops_its_flows_and_quiesced_keeps_them") else {
+        return;
+    };
+    dr_service(&mut lb, false, 2);
+    let (c, v) = (client(false, 11), vip(false));
+    lb.run(&tcp_frame(c, 7000, v, VPORT, Flags::Syn, b""));
+    // Quiesce server 0 (weight 0): the flow continues.
+    let mut rs: Vec<Rs> = (0..2)
+        .map(|i| Rs::new(rs_addr(false, i), fwd::DR, rs_mac(i)))
+        .collect();
+    rs[0].weight = 0;
+    lb.service(0, SvcKey::new(PROTO_TCP, v, VPORT), "rr", 0, &rs);
+    let r = lb.run(&tcp_frame(c, 7000, v, VPORT, Flags::Ack, b""));
+    assert_eq!(
+        (r.action, r.data[..6].to_vec()),
+        (action::TX, rs_mac(0).to_vec())
+    );
+    // New clients avoid it.
+    for i in 0..3 {
+        let r = lb.run(&tcp_frame(
+            client(false, 30 + i),
+            7000,
+            v,
+            VPORT,
+            Flags::Syn,
+            b"",
+        ));
+        assert_eq!(r.data[..6], rs_mac(1));
+    }
+    // Deleted (unavailable): its flows are dropped, a new SYN is rescheduled.
+    rs[0].flags = maps::dest_flags::UNAVAILABLE;
+    lb.service(0, SvcKey::new(PROTO_TCP, v, VPORT), "rr", 0, &rs);
+    let f = tcp_frame(c, 7000, v, VPORT, Flags::Ack, b"");
+    assert_eq!(lb.run(&f).action, action::DROP);
+    let r = lb.run(&tcp_frame(c, 7000, v, VPORT, Flags::Syn, b""));
+    assert_eq!(r.data[..6], rs_mac(1));
+}
+
+#[test]
+fn no_available_server_passes() {
+    let Some(mut lb) = Lb::new("no_available_server_passes") else {
+        return;
+    };
+    let rs = [Rs::new(rs_addr(false, 0), fwd::DR, rs_mac(0)).weight(0)];
+    lb.service(0, SvcKey::new(PROTO_TCP, vip(false), VPORT), "rr", 0, &rs);
+    let f = tcp_frame(client(false, 1), 1, vip(false), VPORT, Flags::Syn, b"");
+    let r = lb.run(&f);
+    assert_eq!((r.action, r.data), (action::PASS, f));
+}
+
+#[test]
+fn udp_one_packet_scheduling_keeps_no_flow() {
+    let Some(mut lb) = Lb::new("udp_one_packet_scheduling_keeps_no_flow") else {
+        return;
+    };
+    let rs: Vec<Rs> = (0..2)
+        .map(|i| Rs::new(rs_addr(false, i), fwd::DR, rs_mac(i)))
+        .collect();
+    let key = SvcKey::new(PROTO_UDP, vip(false), 53);
+    lb.service(0, key, "rr", svc_flags::ONEPACKET, &rs);
+    let c = client(false, 1);
+    let macs: Vec<u8> = (0..4)
+        .map(|_| lb.run(&udp_frame(c, 9999, vip(false), 53, b"q")).data[5])
+        .collect();
+    assert_eq!(macs, vec![0, 1, 0, 1]);
+    let fk = FlowKey::new(PROTO_UDP, c, 9999, vip(false), 53);
+    assert_eq!(lb.l.flow(&fk).unwrap(), None);
+    // Without -o the datagrams of one client tuple stick to one server.
+    lb.service(0, key, "rr", 0, &rs);
+    let macs: Vec<u8> = (0..4)
+        .map(|_| lb.run(&udp_frame(c, 9999, vip(false), 53, b"q")).data[5])
+        .collect();
+    assert!(macs.iter().all(|&m| m == macs[0]));
+    assert!(lb.l.flow(&fk).unwrap().is_some());
+}
+
+#[test]
+fn expired_flows_follow_the_state_timeouts() {
+    let Some(mut lb) = Lb::new("expired_flows_follow_the_state_timeouts") else {
+        return;
+    };
+    // ESTABLISHED lasts 900 s, SYN_RECV 0 s: a half-open flow expires at
+    // once (the coarse clock ticks within milliseconds).
+    let mut cfg = maps::Config::ipvs_defaults();
+    cfg.tcp_timeouts[3] = 0;
+    cfg.udp_timeout = 0;
+    lb.l.set_config(&cfg).unwrap();
+    dr_service(&mut lb, false, 2);
+    let rs: Vec<Rs> = (0..2)
+        .map(|i| Rs::new(rs_addr(false, i), fwd::DR, rs_mac(i)))
+        .collect();
+    lb.service(1, SvcKey::new(PROTO_UDP, vip(false), 53), "rr", 0, &rs);
+    let (c, v) = (client(false, 12), vip(false));
+    assert_eq!(
+        lb.run(&tcp_frame(c, 8000, v, VPORT, Flags::Syn, b"")).data[5],
+        0
+    );
+    assert_eq!(lb.run(&udp_frame(c, 8000, v, 53, b"q")).data[5], 0);
+    // A flow that reached ESTABLISHED stays.
+    assert_eq!(
+        lb.run(&tcp_frame(c, 8001, v, VPORT, Flags::Syn, b"")).data[5],
+        1
+    );
+    assert_eq!(
+        lb.run(&tcp_frame(c, 8001, v, VPORT, Flags::Ack, b"")).data[5],
+        1
+    );
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    // Expired: a non-SYN is unknown to the director and passes ...
+    let f = tcp_frame(c, 8000, v, VPORT, Flags::Ack, b"");
+    assert_eq!(lb.run(&f).action, action::PASS);
+    // ... a SYN is scheduled afresh at once (no one-second SYN drop), and
+    // a UDP datagram too.
+    assert_eq!(
+        lb.run(&tcp_frame(c, 8000, v, VPORT, Flags::Syn, b"")).data[5],
+        0
+    );
+    assert_eq!(lb.run(&udp_frame(c, 8000, v, 53, b"q")).data[5], 1);
+    // The established flow is untouched by the short SYN_RECV timeout.
+    let r = lb.run(&tcp_frame(c, 8001, v, VPORT, Flags::Ack, b""));
+    assert_eq!((r.action, r.data[5]), (action::TX, 1));
+}
+
+#[test]
+fn flow_ages_are_jiffies_at_the_measured_hz() {
+    let Some(mut lb) = Lb::new("flow_ages_are_jiffies_at_the_measured_hz") else {
+        return;
+    };
+    let hz = rvs_xdp::kernel_hz().unwrap();
+    assert!([100, 250, 300, 1000].contains(&hz), "hz {hz}");
+    dr_service(&mut lb, false, 1);
+    let (c, v) = (client(false, 13), vip(false));
+    let key = FlowKey::new(PROTO_TCP, c, 9000, v, VPORT);
+    lb.run(&tcp_frame(c, 9000, v, VPORT, Flags::Syn, b""));
+    let (j0, t0) = (
+        lb.l.flow(&key).unwrap().unwrap().last_seen,
+        std::time::Instant::now(),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    lb.run(&tcp_frame(c, 9000, v, VPORT, Flags::Ack, b""));
+    let (j1, t1) = (
+        lb.l.flow(&key).unwrap().unwrap().last_seen,
+        std::time::Instant::now(),
+    );
+    let want = (t1 - t0).as_secs_f64() * f64::from(hz);
+    let got = (j1 - j0) as f64;
+    assert!(
+        (got - want).abs() <= want * 0.1 + 2.0,
+        "{got} jiffies, expected ~{want:.1}"
+    );
+}
+
+#[test]
+fn syn_flood_guard_forwards_hashed_flows_without_entries() {
+    let Some(mut lb) = Lb::new("syn_flood_guard_forwards_hashed_flows_without_entries") else {
+        return;
+    };
+    let mut cfg = maps::Config::ipvs_defaults();
+    cfg.max_new_flows = 3;
+    lb.l.set_config(&cfg).unwrap();
+    let rs: Vec<Rs> = (0..4)
+        .map(|i| Rs::new(rs_addr(false, i), fwd::DR, rs_mac(i)))
+        .collect();
+    let v = vip(false);
+    lb.service(0, SvcKey::new(PROTO_TCP, v, VPORT), "mh", 0, &rs);
+    lb.service(1, SvcKey::new(PROTO_TCP, v, 8080), "rr", 0, &rs);
+    let (mut core, dests) = lb.core_scheduler(0);
+    // Within one second (the window is per CPU; the test runs on one).
+    let mut with_entry = 0;
+    for i in 0..8u32 {
+        let c = client(false, 100 + i);
+        let want = Lb::core_choice(core.as_mut(), &dests, 0, &sched_input(c, 1000, v, VPORT))
+            .map(|d| rs_mac((d % 1000) as u8));
+        let r = lb.run(&tcp_frame(c, 1000, v, VPORT, Flags::Syn, b""));
+        assert_eq!(
+            (r.action, Some(r.data[..6].try_into().unwrap())),
+            (action::TX, want)
+        );
+        let has = lb.flow_dest(PROTO_TCP, c, 1000, v, VPORT).is_some();
+        with_entry += usize::from(has);
+        // Stateless or not, the client's next segment reaches the same server.
+        let r = lb.run(&tcp_frame(c, 1000, v, VPORT, Flags::Ack, b"x"));
+        assert_eq!(
+            (r.action, Some(r.data[..6].try_into().unwrap())),
+            (action::TX, want)
+        );
+    }
+    assert!(
+        (3..8).contains(&with_entry),
+        "entries only up to the limit (unless the second turned): {with_entry}"
+    );
+    // rr needs its entries whatever the rate.
+    let c = client(false, 200);
+    lb.run(&tcp_frame(c, 1000, v, 8080, Flags::Syn, b""));
+    assert!(lb.flow_dest(PROTO_TCP, c, 1000, v, 8080).is_some());
+    // Without the guard a non-SYN for an unknown flow passes, as in IPVS.
+    lb.l.set_config(&maps::Config::ipvs_defaults()).unwrap();
+    let f = tcp_frame(client(false, 300), 1000, v, VPORT, Flags::Ack, b"");
+    assert_eq!(lb.run(&f).action, action::PASS);
+}
+
+#[test]
+fn ipv6_extension_headers_pass_to_the_kernel() {
+    let Some(mut lb) = Lb::new("ipv6_extension_headers_pass_to_the_kernel") else {
+        return;
+    };
+    dr_service(&mut lb, true, 1);
+    let f = tcp_frame(client(true, 3), 4000, vip(true), VPORT, Flags::Syn, b"");
+    // A fragment header (44) and a hop-by-hop header (0) before TCP.
+    for (next, ext) in [
+        (44u8, [6u8, 0, 0, 0, 0, 0, 0, 1]),
+        (0u8, [6u8, 0, 1, 4, 0, 0, 0, 0]),
+    ] {
+        let mut m = f[..54].to_vec();
+        m[20] = next;
+        let plen = u16::from_be_bytes([m[18], m[19]]) + 8;
+        m[18..20].copy_from_slice(&plen.to_be_bytes());
+        m.extend_from_slice(&ext);
+        m.extend_from_slice(&f[54..]);
+        let r = lb.run(&m);
+        assert_eq!(
+            (r.action, &r.data),
+            (action::PASS, &m),
+            "next header {next}"
+        );
+    }
+    assert_eq!(lb.run(&f).action, action::TX);
+}
+
+/// An ICMP error from router `from` to the VIP quoting the real server's
+/// reply (VIP:VPORT -> client:cport) — e.g. "fragmentation needed".
+fn icmp_error_frame(v6: bool, from: IpAddr, c: IpAddr, cport: u16) -> Vec<u8> {
+    use etherparse::{Icmpv4Type, Icmpv6Type, icmpv4::DestUnreachableHeader};
+    // The quoted packet: what the real server sent (from the VIP).
+    let quoted = tcp_frame(vip(v6), VPORT, c, cport, Flags::Ack, b"")[14..].to_vec();
+    let quoted = &quoted[..if v6 { 40 + 8 } else { 20 + 8 }];
+    let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 9, 9], DIR_MAC);
+    let mut out = Vec::new();
+    match (from, vip(v6)) {
+        (IpAddr::V4(f), IpAddr::V4(v)) => b
+            .ipv4(f.octets(), v.octets(), 64)
+            .icmpv4(Icmpv4Type::DestinationUnreachable(
+                DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
+            ))
+            .write(&mut out, quoted)
+            .unwrap(),
+        (IpAddr::V6(f), IpAddr::V6(v)) => b
+            .ipv6(f.octets(), v.octets(), 64)
+            .icmpv6(Icmpv6Type::PacketTooBig { mtu: 1400 })
+            .write(&mut out, quoted)
+            .unwrap(),
+        _ => unreachable!(),
+    }
+    out
+}
+
+#[test]
+fn icmp_errors_reach_the_flows_real_server() {
+    for v6 in [false, true] {
+        let Some(mut lb) = Lb::new("icmp_errors_reach_the_flows_real_server") else {
+            return;
+        };
+        dr_service(&mut lb, v6, 3);
+        let router: IpAddr = if v6 {
+            "fd79::1".parse().unwrap()
+        } else {
+            "10.79.0.1".parse().unwrap()
+        };
+        // Three clients on servers 0, 1, 2 (rr).
+        for i in 0..3u32 {
+            let c = client(v6, 40 + i);
+            lb.run(&tcp_frame(c, 4444, vip(v6), VPORT, Flags::Syn, b""));
+        }
+        for i in (0..3u32).rev() {
+            let f = icmp_error_frame(v6, router, client(v6, 40 + i), 4444);
+            let r = lb.run(&f);
+            assert_eq!(r.action, action::TX, "v6 {v6}");
+            assert_eq!(r.data, with_macs(&f, rs_mac(i as u8), DIR_MAC));
+        }
+        // About a flow the director does not know: the kernel's.
+        let f = icmp_error_frame(v6, router, client(v6, 99), 4444);
+        let r = lb.run(&f);
+        assert_eq!((r.action, r.data), (action::PASS, f));
+    }
+}
+
+fn persistence(v6: bool) {
+    let Some(mut lb) = Lb::new("persistence") else {
+        return;
+    };
+    let rs: Vec<Rs> = (0..3)
+        .map(|i| Rs::new(rs_addr(v6, i), fwd::DR, rs_mac(i)))
+        .collect();
+    let v = vip(v6);
+    let key = SvcKey::new(PROTO_TCP, v, VPORT);
+    lb.service(0, key, "rr", svc_flags::PERSISTENT, &rs);
+    // -p 300 -M 255.255.255.0 (IPv6: /64).
+    let mut svc = maps::Svc {
+        sched: maps::sched::RR,
+        family: key.family,
+        flags: svc_flags::PERSISTENT,
+        table_off: 0,
+        table_len: 0,
+        dests_off: SLOT_REGION / 2,
+        dests_len: 3,
+        persist_timeout: 300,
+        ..maps::Svc::default()
+    };
+    svc.persist_mask = if v6 {
+        maps::prefix_mask(64)
+    } else {
+        maps::addr16("255.255.255.0".parse().unwrap())
+    };
+    lb.l.set_svc(0, &svc).unwrap();
+    let net = |host: u16, sub: u16| -> IpAddr {
+        if v6 {
+            std::net::Ipv6Addr::new(0xfd78, 0, 0, sub, 0, 0, 0, host).into()
+        } else {
+            std::net::Ipv4Addr::new(10, 78, sub as u8, host as u8).into()
+        }
+    };
+    let mac = |lb: &mut Lb, c: IpAddr, port: u16| {
+        lb.run(&tcp_frame(c, port, v, VPORT, Flags::Syn, b"")).data[5]
+    };
+    // One client network sticks to the first choice across ports and hosts;
+    // another network gets the next rr choice.
+    assert_eq!(mac(&mut lb, net(5, 0), 1000), 0);
+    assert_eq!(mac(&mut lb, net(5, 0), 1001), 0);
+    assert_eq!(mac(&mut lb, net(77, 0), 1), 0);
+    assert_eq!(mac(&mut lb, net(5, 1), 1000), 1);
+    assert_eq!(mac(&mut lb, net(6, 1), 1000), 1);
+    // Quiesced: persistence holds; deleted: the network is rescheduled.
+    let mut rs2 = rs.clone();
+    rs2[0].weight = 0;
+    lb.service(0, key, "rr", svc_flags::PERSISTENT, &rs2);
+    lb.l.set_svc(0, &svc).unwrap();
+    assert_eq!(mac(&mut lb, net(5, 0), 1002), 0);
+    rs2[0].flags = maps::dest_flags::UNAVAILABLE;
+    lb.service(0, key, "rr", svc_flags::PERSISTENT, &rs2);
+    lb.l.set_svc(0, &svc).unwrap();
+    let m = mac(&mut lb, net(5, 0), 1003);
+    assert_ne!(m, 0);
+    assert_eq!(mac(&mut lb, net(9, 0), 1004), m, "the new template holds");
+    // Expired templates (timeout 0 after a tick) are replaced.
+    svc.persist_timeout = 0;
+    lb.l.set_svc(0, &svc).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let a = mac(&mut lb, net(5, 1), 2000);
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let b = mac(&mut lb, net(5, 1), 2001);
+    assert_ne!(a, b, "no persistence once templates expire at once");
+}
+
+#[test]
+fn persistence_v4() {
+    persistence(false);
+}
+
+#[test]
+fn persistence_v6() {
+    persistence(true);
+}
+
+fn too_big(v6: bool) {
+    let Some(mut lb) = Lb::new("too_big") else {
+        return;
+    };
+    let mut cfg = maps::Config::ipvs_defaults();
+    cfg.tun_src4 = TUN4.octets();
+    cfg.tun_src6 = TUN6.octets();
+    cfg.tun_mtu = if v6 { 200 } else { 100 };
+    lb.l.set_config(&cfg).unwrap();
+    let rs = Rs::new(rs_addr(v6, 0), fwd::TUN_IPIP, rs_mac(0));
+    lb.service(0, SvcKey::new(PROTO_TCP, vip(v6), VPORT), "rr", 0, &[rs]);
+    let c = client(v6, 21);
+    let hdr = if v6 { 40 } else { 20 };
+    // Small enough: tunnelled.
+    let small = tcp_frame(c, 3000, vip(v6), VPORT, Flags::Syn, b"");
+    assert_eq!(lb.run(&small).data.len(), small.len() + hdr);
+    // Too big with DF (IPv6: always): ICMP back to the client.
+    let mut f = tcp_frame(c, 3000, vip(v6), VPORT, Flags::Ack, &[0x55; 200]);
+    if !v6 {
+        f[20] |= 0x40;
+        fix_ip4_csum(&mut f, 14);
+    }
+    let r = lb.run(&f);
+    assert_eq!(r.action, action::TX);
+    let mut want = with_macs(&f[..14], CLIENT_MAC, DIR_MAC);
+    let quote = &f[14..14 + hdr + 8];
+    let mtu = cfg.tun_mtu - hdr as u32;
+    match (vip(v6), c) {
+        (IpAddr::V4(v), IpAddr::V4(cl)) => {
+            let mut ip = vec![0x45, 0];
+            ip.extend_from_slice(&((20 + 8 + quote.len()) as u16).to_be_bytes());
+            ip.extend_from_slice(&[0, 0, 0, 0, 64, 1, 0, 0]);
+            ip.extend_from_slice(&v.octets());
+            ip.extend_from_slice(&cl.octets());
+            let ck = inet_csum(&ip);
+            ip[10..12].copy_from_slice(&ck.to_be_bytes());
+            let mut icmp = vec![3, 4, 0, 0, 0, 0];
+            icmp.extend_from_slice(&(mtu as u16).to_be_bytes());
+            icmp.extend_from_slice(quote);
+            let ck = inet_csum(&icmp);
+            icmp[2..4].copy_from_slice(&ck.to_be_bytes());
+            want.extend(ip);
+            want.extend(icmp);
+        }
+        (IpAddr::V6(v), IpAddr::V6(cl)) => {
+            let len = (8 + quote.len()) as u16;
+            let mut ip = vec![0x60, 0, 0, 0];
+            ip.extend_from_slice(&len.to_be_bytes());
+            ip.extend_from_slice(&[58, 64]);
+            ip.extend_from_slice(&v.octets());
+            ip.extend_from_slice(&cl.octets());
+            let mut icmp = vec![2, 0, 0, 0];
+            icmp.extend_from_slice(&mtu.to_be_bytes());
+            icmp.extend_from_slice(quote);
+            let mut pseudo = v.octets().to_vec();
+            pseudo.extend_from_slice(&cl.octets());
+            pseudo.extend_from_slice(&u32::from(len).to_be_bytes());
+            pseudo.extend_from_slice(&[0, 0, 0, 58]);
+            pseudo.extend_from_slice(&icmp);
+            let ck = inet_csum(&pseudo);
+            icmp[2..4].copy_from_slice(&ck.to_be_bytes());
+            want.extend(ip);
+            want.extend(icmp);
+        }
+        _ => unreachable!(),
+    }
+    assert_eq!(r.data, want);
+    if !v6 {
+        // Without DF the packet may be fragmented on the way: tunnelled.
+        f[20] &= !0x40;
+        fix_ip4_csum(&mut f, 14);
+        let r = lb.run(&f);
+        assert_eq!((r.action, r.data.len()), (action::TX, f.len() + 20));
+    }
+}
+
+#[test]
+fn tunnel_too_big_answers_fragmentation_needed_v4() {
+    too_big(false);
+}
+
+#[test]
+fn tunnel_too_big_answers_packet_too_big_v6() {
+    too_big(true);
+}

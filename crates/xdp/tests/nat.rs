@@ -1,0 +1,306 @@
+//! NAT fixtures: inbound destination rewrite and the reply path's source
+//! rewrite, with incremental checksums and next hops from the kernel's FIB
+//! (`bpf_fib_lookup`). BPF_PROG_TEST_RUN looks routes up in the network
+//! namespace of the calling thread, so each test runs in a namespace it
+//! creates (routes and permanent neighbours, no traffic leaves it) and
+//! deletes on drop. Needs root.
+
+mod common;
+
+use std::fs::File;
+use std::net::IpAddr;
+use std::os::fd::AsFd;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use common::*;
+use rvs_xdp::action;
+use rvs_xdp::maps::{self, FlowKey, NatKey, PROTO_TCP, PROTO_UDP, SvcKey, fwd};
+
+const VETH_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
+const GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
+const RPORT: u16 = 8080;
+
+/// A network namespace deleted on drop.
+struct Netns {
+    name: String,
+}
+
+impl Netns {
+    fn new() -> Netns {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "rvsxdp-nat-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        run("ip", &["netns", "add", &name]);
+        let ns = Netns { name };
+        let mac = |m: [u8; 6]| {
+            m.iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":")
+        };
+        for cmd in [
+            "link set lo up".to_owned(),
+            format!(
+                "link add rvsa address {} type veth peer name rvsb",
+                mac(VETH_MAC)
+            ),
+            "link set rvsa up".to_owned(),
+            "link set rvsb up".to_owned(),
+            "addr add 10.77.0.2/24 dev rvsa".to_owned(),
+            "addr add fd77::2/64 dev rvsa nodad".to_owned(),
+            format!(
+                "neigh add 10.77.0.11 lladdr {} dev rvsa nud permanent",
+                mac(rs_mac(0))
+            ),
+            format!(
+                "neigh add fd77::11 lladdr {} dev rvsa nud permanent",
+                mac(rs_mac(0))
+            ),
+            format!(
+                "neigh add 10.77.0.254 lladdr {} dev rvsa nud permanent",
+                mac(GW_MAC)
+            ),
+            format!(
+                "neigh add fd77::fe lladdr {} dev rvsa nud permanent",
+                mac(GW_MAC)
+            ),
+            "route add 10.78.0.0/16 via 10.77.0.254".to_owned(),
+            "route add fd78::/16 via fd77::fe".to_owned(),
+        ] {
+            let mut args = vec!["-n", &ns.name];
+            args.extend(cmd.split_whitespace());
+            run("ip", &args);
+        }
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &ns.name,
+                "sh",
+                "-c",
+                "echo 1 > /proc/sys/net/ipv4/ip_forward && echo 1 > /proc/sys/net/ipv6/conf/all/forwarding",
+            ],
+        );
+        ns
+    }
+
+    /// Run `f` on a thread inside the namespace.
+    fn enter<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/var/run/netns/{}", self.name);
+        std::thread::spawn(move || {
+            let fd = File::open(&path).expect("netns file");
+            nix::sched::setns(fd.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            f()
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+fn run(cmd: &str, args: &[&str]) {
+    let out = Command::new(cmd).args(args).output().expect("run command");
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Set the TTL / hop limit of a frame (fixing the IPv4 checksum).
+fn with_ttl(mut f: Vec<u8>, ttl: u8) -> Vec<u8> {
+    if f[12..14] == [0x08, 0x00] {
+        f[22] = ttl;
+        fix_ip4_csum(&mut f, 14);
+    } else {
+        f[21] = ttl;
+    }
+    f
+}
+
+fn nat(v6: bool, udp: bool) {
+    if !root_or_skip("nat") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(move || {
+        let mut lb = Lb::new("nat").expect("root checked");
+        let proto = if udp { PROTO_UDP } else { PROTO_TCP };
+        let mut rs = Rs::new(rs_addr(v6, 0), fwd::NAT, [0; 6]);
+        rs.port = RPORT;
+        lb.service(0, SvcKey::new(proto, vip(v6), 80), "rr", 0, &[rs]);
+        let (c, v, r) = (client(v6, 0x0102), vip(v6), rs_addr(v6, 0));
+        let mk = |src: IpAddr,
+                  sport: u16,
+                  dst: IpAddr,
+                  dport: u16,
+                  smac: [u8; 6],
+                  dmac: [u8; 6],
+                  payload: &[u8]| {
+            if udp {
+                let mut f = udp_frame(src, sport, dst, dport, payload);
+                f[0..6].copy_from_slice(&dmac);
+                f[6..12].copy_from_slice(&smac);
+                f
+            } else {
+                tcp_frame_macs(smac, dmac, src, sport, dst, dport, Flags::Syn, payload)
+            }
+        };
+
+        // Inbound: destination VIP:80 -> real server:8080, routed by the FIB.
+        let f = mk(c, 33000, v, 80, CLIENT_MAC, DIR_MAC, b"request");
+        let out = lb.run(&f);
+        assert_eq!(out.action, action::REDIRECT);
+        assert_eq!(
+            out.data,
+            mk(c, 33000, r, RPORT, VETH_MAC, rs_mac(0), b"request")
+        );
+        let nk = NatKey {
+            raddr: maps::addr16(r),
+            caddr: maps::addr16(c),
+            rport: RPORT.to_be(),
+            cport: 33000u16.to_be(),
+            proto,
+            family: maps::family(r),
+            pad0: 0,
+        };
+        let n = lb.l.nat(&nk).unwrap().expect("reply entry");
+        assert_eq!((n.vaddr, u16::from_be(n.vport)), (maps::addr16(v), 80));
+
+        // Reply: source real server:8080 -> VIP:80, TTL decremented, routed
+        // to the client's gateway.
+        let f = mk(r, RPORT, c, 33000, rs_mac(0), VETH_MAC, b"response!");
+        let out = lb.run(&f);
+        assert_eq!(out.action, action::REDIRECT);
+        let want = with_ttl(mk(v, 80, c, 33000, VETH_MAC, GW_MAC, b"response!"), 63);
+        assert_eq!(out.data, want);
+        let st = lb.l.svc_stats(0).unwrap();
+        assert_eq!((st.conns, st.inpkts, st.outpkts), (1, 1, 1));
+        let flow =
+            lb.l.flow(&FlowKey::new(proto, c, 33000, v, 80))
+                .unwrap()
+                .expect("flow");
+        assert_eq!(flow.flags & maps::FLOW_F_NOOUTPUT, 0, "a reply was seen");
+
+        // A reply from a tuple the director never scheduled passes.
+        let f = mk(r, RPORT, c, 33001, rs_mac(0), VETH_MAC, b"x");
+        let out = lb.run(&f);
+        assert_eq!((out.action, out.data), (action::PASS, f));
+    });
+}
+
+#[test]
+fn nat_tcp_v4() {
+    nat(false, false);
+}
+
+#[test]
+fn nat_tcp_v6() {
+    nat(true, false);
+}
+
+#[test]
+fn nat_udp_v4() {
+    nat(false, true);
+}
+
+#[test]
+fn nat_udp_v6() {
+    nat(true, true);
+}
+
+#[test]
+fn nat_without_a_resolved_neighbour_passes_the_rewritten_packet() {
+    if !root_or_skip("nat_without_a_resolved_neighbour_passes_the_rewritten_packet") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(|| {
+        let mut lb = Lb::new("nat").expect("root checked");
+        // Real server 5 (10.77.0.16) has no neighbour entry.
+        let mut rs = Rs::new(rs_addr(false, 5), fwd::NAT, [0; 6]);
+        rs.port = RPORT;
+        lb.service(0, SvcKey::new(PROTO_TCP, vip(false), 80), "rr", 0, &[rs]);
+        let c = client(false, 9);
+        let f = tcp_frame(c, 1234, vip(false), 80, Flags::Syn, b"");
+        let out = lb.run(&f);
+        assert_eq!(out.action, action::PASS);
+        assert_eq!(
+            out.data,
+            tcp_frame(c, 1234, rs_addr(false, 5), RPORT, Flags::Syn, b"")
+        );
+    });
+}
+
+#[test]
+fn nat_tracks_tcp_state_in_both_directions() {
+    if !root_or_skip("nat_tracks_tcp_state_in_both_directions") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(|| {
+        let mut lb = Lb::new("nat").expect("root checked");
+        let mut rs = Rs::new(rs_addr(false, 0), fwd::NAT, [0; 6]);
+        rs.port = RPORT;
+        lb.service(0, SvcKey::new(PROTO_TCP, vip(false), 80), "wlc", 0, &[rs]);
+        let (c, v, r) = (client(false, 77), vip(false), rs_addr(false, 0));
+        let key = FlowKey::new(PROTO_TCP, c, 5555, v, 80);
+        let inb = |f| tcp_frame(c, 5555, v, 80, f, b"");
+        let out = |f| tcp_frame_macs(rs_mac(0), VETH_MAC, r, RPORT, c, 5555, f, b"");
+        let mut step = |frame: Vec<u8>, state: u8, nooutput: bool| {
+            assert_eq!(lb.run(&frame).action, action::REDIRECT);
+            let fl = lb.l.flow(&key).unwrap().expect("flow");
+            assert_eq!(fl.state, state);
+            assert_eq!(fl.flags & maps::FLOW_F_NOOUTPUT != 0, nooutput);
+        };
+        step(inb(Flags::Syn), 3, true); // SYN_RECV, no reply yet
+        step(out(Flags::Ack), 1, false); // the real server answers: ESTABLISHED
+        step(inb(Flags::Ack), 1, false);
+        // NAT uses the INPUT table once a reply was seen: a client FIN in
+        // ESTABLISHED is CLOSE_WAIT (DR/TUN would say FIN_WAIT).
+        step(inb(Flags::Fin), 7, false);
+        step(out(Flags::Fin), 5, false); // OUTPUT fin in CLOSE_WAIT: TIME_WAIT
+        let c = lb.l.dest_conns(Lb::dest_index(0, 0)).unwrap();
+        assert_eq!((c.active, c.inactive), (0, 1));
+    });
+}
+
+#[test]
+fn attach_prefers_native_mode_and_falls_back_to_generic() {
+    if !root_or_skip("attach_prefers_native_mode_and_falls_back_to_generic") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(|| {
+        let mut lb = Lb::new("attach").expect("root checked");
+        // veth has native XDP; loopback has not (generic/skb mode).
+        assert_eq!(
+            lb.l.attach("rvsa", None).unwrap(),
+            rvs_xdp::AttachMode::Driver
+        );
+        let mut other = Lb::new("attach").expect("root checked");
+        assert_eq!(
+            other.l.attach("lo", None).unwrap(),
+            rvs_xdp::AttachMode::Skb
+        );
+        // A forced mode that the device cannot do is an error naming it.
+        let mut third = Lb::new("attach").expect("root checked");
+        let err = third
+            .l
+            .attach("lo", Some(rvs_xdp::AttachMode::Driver))
+            .unwrap_err();
+        assert!(err.to_string().contains("attach"), "{err}");
+    });
+}

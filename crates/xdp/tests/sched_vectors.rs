@@ -1,0 +1,337 @@
+//! Scheduler vectors: for many clients the BPF program's choice equals
+//! rvs-core's choice, with tables built by the core (sh, dh, mh) and the
+//! stateful walks (rr, wrr) compared decision by decision. Needs root.
+
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use common::*;
+use rvs_xdp::action;
+use rvs_xdp::maps::{PROTO_TCP, SvcKey, dest_flags, fwd, svc_flags};
+
+const VPORT: u16 = 443;
+const CLIENTS: u32 = 160;
+
+/// Five real servers: weights 1, 2, 3, quiesced (0, was 2), overloaded 2.
+fn servers(v6: bool) -> Vec<Rs> {
+    let mut rs: Vec<Rs> = (0..5)
+        .map(|i| Rs::new(rs_addr(v6, i), fwd::DR, rs_mac(i)))
+        .collect();
+    rs[0] = rs[0].clone().weight(1);
+    rs[1] = rs[1].clone().weight(2);
+    rs[2] = rs[2].clone().weight(3);
+    rs[3].weight = 0;
+    rs[3].last_weight = 2;
+    rs[4] = rs[4].clone().weight(2);
+    rs[4].flags = dest_flags::OVERLOADED;
+    rs
+}
+
+/// The BPF choice for a SYN: the flow's dest index, `None` when passed.
+fn bpf_choice(lb: &mut Lb, c: IpAddr, cport: u16, v: IpAddr) -> Option<u32> {
+    let r = lb.run(&tcp_frame(c, cport, v, VPORT, Flags::Syn, b""));
+    match r.action {
+        action::TX => lb.flow_dest(PROTO_TCP, c, cport, v, VPORT),
+        action::PASS => None,
+        a => panic!("unexpected action {a}"),
+    }
+}
+
+fn hashing(sched: &str, flags: u32, v6: bool) {
+    let Some(mut lb) = Lb::new("hashing vectors") else {
+        return;
+    };
+    let v = vip(v6);
+    lb.service(
+        0,
+        SvcKey::new(PROTO_TCP, v, VPORT),
+        sched,
+        flags,
+        &servers(v6),
+    );
+    let (mut core, dests) = lb.core_scheduler(0);
+    let (mut hits, mut misses) = (0, 0);
+    for i in 0..CLIENTS {
+        let c = client(v6, i.wrapping_mul(2_654_435_761) >> 8);
+        let cport = (i as u16).wrapping_mul(977).wrapping_add(1024);
+        let want = Lb::core_choice(core.as_mut(), &dests, 0, &sched_input(c, cport, v, VPORT));
+        let got = bpf_choice(&mut lb, c, cport, v);
+        assert_eq!(
+            got, want,
+            "{sched} flags {flags:#x} v6 {v6} client {c} port {cport}"
+        );
+        if got.is_some() {
+            hits += 1
+        } else {
+            misses += 1
+        }
+    }
+    // The vectors exercise both outcomes unless fallback finds a server.
+    assert!(hits > 0, "{sched}: some clients scheduled");
+    if flags & svc_flags::SCHED1 == 0 {
+        assert!(
+            misses > 0,
+            "{sched}: some clients hash to an ineligible server"
+        );
+    }
+}
+
+#[test]
+fn sh_matches_core() {
+    for v6 in [false, true] {
+        hashing("sh", 0, v6);
+        hashing("sh", svc_flags::SCHED2, v6);
+        hashing("sh", svc_flags::SCHED1 | svc_flags::SCHED2, v6);
+    }
+}
+
+#[test]
+fn mh_matches_core() {
+    for v6 in [false, true] {
+        hashing("mh", 0, v6);
+        hashing("mh", svc_flags::SCHED2, v6);
+        hashing("mh", svc_flags::SCHED1, v6);
+    }
+}
+
+#[test]
+fn dh_matches_core() {
+    for v6 in [false, true] {
+        let Some(mut lb) = Lb::new("dh_matches_core") else {
+            return;
+        };
+        // dh hashes the destination: many VIPs share service 0.
+        let vips: Vec<IpAddr> = (0..CLIENTS)
+            .map(|i| {
+                if v6 {
+                    Ipv6Addr::new(0xfd77, 2, 0, 0, 0, 0, 0, i as u16 * 37 + 1).into()
+                } else {
+                    Ipv4Addr::from(0x0a4d_0200 + i * 37 + 1).into()
+                }
+            })
+            .collect();
+        lb.service(
+            0,
+            SvcKey::new(PROTO_TCP, vips[0], VPORT),
+            "dh",
+            0,
+            &servers(v6),
+        );
+        for &v in &vips {
+            lb.l.set_service(&SvcKey::new(PROTO_TCP, v, VPORT), 0)
+                .unwrap();
+        }
+        let (mut core, dests) = lb.core_scheduler(0);
+        let c = client(v6, 1);
+        let mut hits = 0;
+        for (i, &v) in vips.iter().enumerate() {
+            let want = Lb::core_choice(
+                core.as_mut(),
+                &dests,
+                0,
+                &sched_input(c, 2000 + i as u16, v, VPORT),
+            );
+            let got = bpf_choice(&mut lb, c, 2000 + i as u16, v);
+            assert_eq!(got, want, "dh v6 {v6} vip {v}");
+            hits += usize::from(got.is_some());
+        }
+        assert!(hits > 0 && hits < vips.len());
+    }
+}
+
+fn walk(sched: &str, weights: &[u32]) {
+    let Some(mut lb) = Lb::new("walk vectors") else {
+        return;
+    };
+    let v = vip(false);
+    let rs: Vec<Rs> = weights
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| Rs::new(rs_addr(false, i as u8), fwd::DR, rs_mac(i as u8)).weight(w))
+        .collect();
+    lb.service(0, SvcKey::new(PROTO_TCP, v, VPORT), sched, 0, &rs);
+    let (mut core, dests) = lb.core_scheduler(0);
+    for i in 0..CLIENTS {
+        let c = client(false, i);
+        let want = Lb::core_choice(core.as_mut(), &dests, 0, &sched_input(c, 5000, v, VPORT));
+        let got = bpf_choice(&mut lb, c, 5000, v);
+        assert_eq!(got, want, "{sched} {weights:?} decision {i}");
+    }
+}
+
+#[test]
+fn rr_matches_core() {
+    walk("rr", &[1, 1, 1]);
+    walk("rr", &[5, 1, 2, 7, 1, 1, 1]);
+}
+
+#[test]
+fn wrr_matches_core() {
+    walk("wrr", &[4, 3, 2]);
+    walk("wrr", &[8, 6, 4, 2]);
+    walk("wrr", &[1, 5, 1, 9, 3]);
+}
+
+/// A small deterministic generator for the counter vectors.
+fn lcg(x: &mut u64) -> u32 {
+    *x = x
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
+    (*x >> 33) as u32
+}
+
+/// lc, wlc, sed, nq, fo, ovf: with random ActiveConn/InActConn written both into
+/// `dest_conns` and into the core's servers, the program picks what the core
+/// picks, and counts the new flow as active on the chosen server.
+fn least(sched: &str) {
+    let Some(mut lb) = Lb::new("least-connection vectors") else {
+        return;
+    };
+    let v = vip(false);
+    let mut rs = servers(false);
+    rs.push(Rs::new(rs_addr(false, 5), fwd::DR, rs_mac(5)).weight(7));
+    lb.service(0, SvcKey::new(PROTO_TCP, v, VPORT), sched, 0, &rs);
+    let (_, mut dests) = lb.core_scheduler(0);
+    let mut seed = 42u64;
+    for i in 0..CLIENTS {
+        for (p, d) in dests.iter_mut().enumerate() {
+            // Small ranges so ties and zero-active servers occur.
+            d.active = lcg(&mut seed) % 4;
+            d.inactive = lcg(&mut seed) % 600;
+            let c = rvs_xdp::maps::DestConns {
+                active: d.active,
+                inactive: d.inactive,
+            };
+            lb.l.set_dest_conns(Lb::dest_index(0, p), &c).unwrap();
+        }
+        let mut core = rvs_core::sched::new_scheduler(sched, &Default::default()).unwrap();
+        core.update(&dests, rvs_core::sched::ListChange::Reset);
+        let c = client(false, i);
+        let want = Lb::core_choice(core.as_mut(), &dests, 0, &sched_input(c, 7000, v, VPORT));
+        let got = bpf_choice(&mut lb, c, 7000, v);
+        assert_eq!(got, want, "{sched} decision {i}");
+        if let Some(idx) = got {
+            let p = (idx % 1000) as usize;
+            let after = lb.l.dest_conns(idx).unwrap();
+            assert_eq!(
+                (after.active, after.inactive),
+                (dests[p].active + 1, dests[p].inactive),
+                "a SYN_RECV flow is active"
+            );
+        }
+    }
+}
+
+#[test]
+fn lc_matches_core() {
+    least("lc");
+}
+
+#[test]
+fn wlc_matches_core() {
+    least("wlc");
+}
+
+#[test]
+fn sed_matches_core() {
+    least("sed");
+}
+
+#[test]
+fn nq_matches_core() {
+    least("nq");
+}
+
+#[test]
+fn fo_matches_core() {
+    least("fo");
+}
+
+#[test]
+fn ovf_matches_core() {
+    least("ovf");
+}
+
+#[test]
+fn connection_counters_follow_tcp_states() {
+    let Some(mut lb) = Lb::new("connection_counters_follow_tcp_states") else {
+        return;
+    };
+    let rs = [Rs::new(rs_addr(false, 0), fwd::DR, rs_mac(0))];
+    let v = vip(false);
+    lb.service(0, SvcKey::new(PROTO_TCP, v, VPORT), "wlc", 0, &rs);
+    let idx = Lb::dest_index(0, 0);
+    let conns = |lb: &mut Lb| {
+        let c = lb.l.dest_conns(idx).unwrap();
+        (c.active, c.inactive)
+    };
+    let (a, b) = (client(false, 1), client(false, 2));
+    lb.run(&tcp_frame(a, 1, v, VPORT, Flags::Syn, b""));
+    lb.run(&tcp_frame(b, 1, v, VPORT, Flags::Syn, b""));
+    assert_eq!(conns(&mut lb), (2, 0)); // SYN_RECV x2
+    lb.run(&tcp_frame(a, 1, v, VPORT, Flags::Ack, b""));
+    assert_eq!(conns(&mut lb), (2, 0)); // ESTABLISHED is active too
+    lb.run(&tcp_frame(a, 1, v, VPORT, Flags::Fin, b""));
+    assert_eq!(conns(&mut lb), (1, 1)); // FIN_WAIT: inactive
+    // IPVS keeps a SYN_RECV flow in SYN_RECV on a client RST; from
+    // ESTABLISHED a RST closes.
+    lb.run(&tcp_frame(b, 1, v, VPORT, Flags::Rst, b""));
+    assert_eq!(conns(&mut lb), (1, 1));
+    lb.run(&tcp_frame(b, 1, v, VPORT, Flags::Ack, b""));
+    lb.run(&tcp_frame(b, 1, v, VPORT, Flags::Rst, b""));
+    assert_eq!(conns(&mut lb), (0, 2)); // CLOSE
+    // A new SYN on the closed flow replaces it: the old one leaves the
+    // inactive count, the new one is active.
+    lb.run(&tcp_frame(b, 1, v, VPORT, Flags::Syn, b""));
+    assert_eq!(conns(&mut lb), (1, 1));
+}
+
+#[test]
+fn sweep_deletes_expired_flows_and_recounts_connections() {
+    let Some(mut lb) = Lb::new("sweep_deletes_expired_flows_and_recounts_connections") else {
+        return;
+    };
+    let mut cfg = rvs_xdp::maps::Config::ipvs_defaults();
+    cfg.tcp_timeouts[3] = 0; // SYN_RECV expires at the next tick
+    lb.l.set_config(&cfg).unwrap();
+    let rs = [Rs::new(rs_addr(false, 0), fwd::DR, rs_mac(0))];
+    let v = vip(false);
+    lb.service(0, SvcKey::new(PROTO_TCP, v, VPORT), "wlc", 0, &rs);
+    let (a, b) = (client(false, 1), client(false, 2));
+    lb.run(&tcp_frame(a, 1, v, VPORT, Flags::Syn, b""));
+    lb.run(&tcp_frame(a, 1, v, VPORT, Flags::Ack, b"")); // ESTABLISHED
+    lb.run(&tcp_frame(b, 1, v, VPORT, Flags::Syn, b"")); // SYN_RECV
+    assert_eq!(lb.l.flows().unwrap().len(), 2);
+    let now = rvs_xdp::jiffies_now().unwrap();
+    let seen = lb.l.flows().unwrap()[0].1.last_seen;
+    assert!(
+        now >= seen && now - seen < 100,
+        "jiffies_now {now} vs flow {seen}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    // Counters gone wrong (say, evictions): the sweep repairs them.
+    let idx = Lb::dest_index(0, 0);
+    let junk = rvs_xdp::maps::DestConns {
+        active: 50,
+        inactive: 50,
+    };
+    lb.l.set_dest_conns(idx, &junk).unwrap();
+    lb.l.set_dest_conns(idx + 1, &junk).unwrap();
+    cfg.hz = rvs_xdp::kernel_hz().unwrap();
+    let r = lb.l.sweep(&cfg, rvs_xdp::jiffies_now().unwrap()).unwrap();
+    assert_eq!(
+        r,
+        rvs_xdp::SweepReport {
+            expired: 1,
+            live: 1
+        }
+    );
+    let flows = lb.l.flows().unwrap();
+    assert_eq!(flows.len(), 1);
+    assert_eq!(flows[0].0.caddr[..4], rvs_xdp::maps::addr16(a)[..4]);
+    let c = lb.l.dest_conns(idx).unwrap();
+    assert_eq!((c.active, c.inactive), (1, 0));
+    let c = lb.l.dest_conns(idx + 1).unwrap();
+    assert_eq!((c.active, c.inactive), (0, 0));
+}
