@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::harness::{Rvsd, TempDir};
+use crate::harness::{Rvsd, TempDir, free_port};
 
 /// A TCP backend on 127.0.0.1 that greets each connection with its name.
 /// Killing it (drop) closes the listening socket: the port refuses.
@@ -58,13 +58,6 @@ impl Drop for Backend {
             let _ = t.join();
         }
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 /// Which backend a new connection through the VIP reaches ("" = none).

@@ -10,14 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::harness::{Rvsd, TempDir};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
+use crate::harness::{Rvsd, TempDir, free_port};
 
 /// Real servers listed by `rvsadm -Ln` as (port, weight).
 fn listed(d: &Rvsd) -> Vec<(u16, u32)> {

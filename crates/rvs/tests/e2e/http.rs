@@ -3,14 +3,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use crate::harness::Rvsd;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port")
-}
+use crate::harness::{Rvsd, free_port};
 
 fn get(port: u16, path: &str) -> (String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");

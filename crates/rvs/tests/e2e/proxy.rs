@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::harness::{RVSD, Rvsd, parts};
+use crate::harness::{RVSD, Rvsd, free_port, parts};
 
 const T: Duration = Duration::from_secs(10);
 
@@ -80,13 +80,6 @@ impl Drop for Backend {
             let _ = t.join();
         }
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port")
 }
 
 /// Connect to `vip` from `src` and read the backend's greeting line.
