@@ -145,6 +145,47 @@ impl KernelMaps {
     pub fn director(&mut self) -> &mut Loaded {
         &mut self.director
     }
+
+    /// `services[key]`, if present (for checks and tools).
+    pub fn read_service(&mut self, key: &SvcKey) -> Result<Option<u32>, XdpError> {
+        match self.director.hash::<SvcKey, u32>("services")?.get(key, 0) {
+            Ok(i) => Ok(Some(i)),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_error("services", e)),
+        }
+    }
+
+    /// `svc_info[index]`.
+    pub fn read_svc(&mut self, index: u32) -> Result<Svc, XdpError> {
+        self.director
+            .array::<Svc>("svc_info")?
+            .get(&index, 0)
+            .map_err(|e| map_error("svc_info", e))
+    }
+
+    /// `dests[index]`.
+    pub fn read_dest(&mut self, index: u32) -> Result<Dest, XdpError> {
+        self.director
+            .array::<Dest>("dests")?
+            .get(&index, 0)
+            .map_err(|e| map_error("dests", e))
+    }
+
+    /// `slots[offset..offset + len]`.
+    pub fn read_slots(&mut self, offset: u32, len: u32) -> Result<Vec<u32>, XdpError> {
+        let a = self.director.array::<u32>("slots")?;
+        (offset..offset.saturating_add(len))
+            .map(|i| a.get(&i, 0).map_err(|e| map_error("slots", e)))
+            .collect()
+    }
+
+    /// `config[0]`.
+    pub fn read_config(&mut self) -> Result<Config, XdpError> {
+        self.director
+            .array::<Config>("config")?
+            .get(&0, 0)
+            .map_err(|e| map_error("config", e))
+    }
 }
 
 impl MapOps for KernelMaps {
@@ -1461,6 +1502,10 @@ impl<M: MapOps + Send, R: Resolve + Send> DataPlane for Plane<M, R> {
         })
     }
 
+    fn admit(&self, command: &Command) -> Result<(), String> {
+        admit(command).map_err(|e| e.to_string())
+    }
+
     fn report(&mut self, now: Instant, ipvs: &mut Ipvs) {
         if let Err(e) = self.report_to(now, ipvs) {
             // Transient (a map read failed): the next report retries.
@@ -1469,9 +1514,105 @@ impl<M: MapOps + Send, R: Resolve + Send> DataPlane for Plane<M, R> {
     }
 }
 
+/// Refuse, before anything changes, what the program cannot carry: fwmark
+/// and SCTP services, schedulers it does not run, `Local`/`FullNat` real
+/// servers and GRE tunnels.
+pub fn admit(command: &Command) -> Result<(), PlaneError> {
+    match command {
+        Command::AddService { key, config } | Command::EditService { key, config } => {
+            svc_key(key)?;
+            check_scheduler(config).map(|_| ())
+        }
+        Command::AddDest { dest, .. } | Command::EditDest { dest, .. } => {
+            method_of(&dest.forward).map(|_| ())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The XDP data plane of rvsd: the program attached to one interface, its
 /// maps kept in sync, kernel neighbour resolution.
 pub type XdpPlane = Plane<KernelMaps, crate::neigh::NeighResolver>;
+
+/// How to attach the program.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum AttachMode {
+    /// Native (driver) mode, generic (skb) mode when the driver has none.
+    #[default]
+    Auto,
+    /// Native (driver) mode only.
+    Native,
+    /// Generic (skb) mode only.
+    Skb,
+}
+
+/// What [`XdpPlane::start`] needs.
+#[derive(Clone, Debug)]
+pub struct XdpOptions {
+    /// The interface clients' packets arrive on.
+    pub interface: String,
+    /// Attach mode.
+    pub mode: AttachMode,
+    /// Map sizes.
+    pub load: crate::LoadOptions,
+    /// Outer IPv4 source of tunnels (default: the route's preferred source).
+    pub tun_src4: Option<std::net::Ipv4Addr>,
+    /// Outer IPv6 source of tunnels (default: the route's preferred source).
+    pub tun_src6: Option<std::net::Ipv6Addr>,
+}
+
+impl XdpPlane {
+    /// Load the director program, write its default configuration, attach
+    /// it to `opts.interface` and open the netlink socket for MAC
+    /// resolution. Dropping the plane detaches the program.
+    pub fn start(opts: &XdpOptions) -> Result<(Self, AttachedMode), PlaneError> {
+        let not_root = || {
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            unsafe { libc::geteuid() != 0 }
+        };
+        let maps = KernelMaps::load(&opts.load).map_err(|e| {
+            if not_root() {
+                PlaneError::Refused(format!(
+                    "the xdp data plane needs root (CAP_BPF and CAP_NET_ADMIN) to load its \
+                     program: {e}"
+                ))
+            } else {
+                PlaneError::Map(e)
+            }
+        })?;
+        let resolver = crate::neigh::NeighResolver::new()
+            .map_err(|e| PlaneError::Refused(format!("opening the netlink socket: {e}")))?;
+        let mut plane = Plane::new(maps, resolver)?;
+        plane.set_tunnel_sources(opts.tun_src4, opts.tun_src6)?;
+        let mode = match opts.mode {
+            AttachMode::Auto => None,
+            AttachMode::Native => Some(aya::programs::XdpMode::Driver),
+            AttachMode::Skb => Some(aya::programs::XdpMode::Skb),
+        };
+        let got = plane
+            .maps
+            .director()
+            .attach(&opts.interface, mode)
+            .map_err(|e| {
+                PlaneError::Refused(format!("attaching to interface `{}`: {e}", opts.interface))
+            })?;
+        let attached = if got == aya::programs::XdpMode::Driver {
+            AttachedMode::Native
+        } else {
+            AttachedMode::Skb
+        };
+        Ok((plane, attached))
+    }
+}
+
+/// The mode the program was attached in.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum AttachedMode {
+    /// Native (driver) XDP.
+    Native,
+    /// Generic (skb) XDP.
+    Skb,
+}
 
 #[cfg(test)]
 mod tests {
