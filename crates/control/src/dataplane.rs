@@ -35,7 +35,7 @@ pub trait DataPlane: Send {
     /// Whether this data plane can carry `command` at all (the XDP program,
     /// for one, cannot match firewall marks). Asked before the control plane
     /// changes anything: a refusal fails the request with this text (as
-    /// [`rvs_core::ipvs::CtlError::Invalid`]) and nothing changes. The
+    /// [`rvs_core::ipvs::CtlError::Unsupported`]) and nothing changes. The
     /// default admits everything.
     fn admit(&self, command: &Command) -> Result<(), String> {
         let _ = command;

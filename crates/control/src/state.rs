@@ -393,7 +393,7 @@ impl Controller {
         for (index, c) in cmds.iter().enumerate() {
             self.plane.admit(c).map_err(|m| ExecError {
                 index,
-                error: CtlError::Invalid(m),
+                error: CtlError::Unsupported(m),
             })?;
         }
         if atomic || cmds.len() > 1 {
@@ -436,7 +436,7 @@ impl Controller {
                     index: key
                         .and_then(|k| target.iter().position(|t| t.key == *k))
                         .unwrap_or(0),
-                    error: CtlError::Invalid(m),
+                    error: CtlError::Unsupported(m),
                 }
             })?;
         }
@@ -723,7 +723,10 @@ mod tests {
         let e = ctl
             .replace(&[def(80, "rr", &[1]), def(99, "rr", &[1])])
             .unwrap_err();
-        assert_eq!((e.index, e.error), (1, CtlError::Invalid("not 99".into())));
+        assert_eq!(
+            (e.index, e.error),
+            (1, CtlError::Unsupported("not 99".into()))
+        );
         assert_eq!(ctl.ipvs().services().count(), 0);
         let add = |port| Command::AddService {
             key: key(port),

@@ -66,6 +66,10 @@ pub enum CtlError {
     /// Maglev slots, or a real server of another family that is not a tunnel).
     #[error("Invalid operation: {0}")]
     Invalid(String),
+    /// The data plane in use cannot carry this (e.g. a fwmark service on the
+    /// XDP data plane); the text says why.
+    #[error("Not supported by this data plane: {0}")]
+    Unsupported(String),
 }
 
 impl From<SchedError> for CtlError {
