@@ -11,3 +11,4 @@ mod http;
 mod proxy;
 mod reload;
 mod socket;
+mod xdpd;
