@@ -188,6 +188,86 @@ impl KernelMaps {
     }
 }
 
+/// `union bpf_attr` as `BPF_MAP_LOOKUP_BATCH` reads it.
+#[repr(C)]
+#[derive(Default)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+
+impl KernelMaps {
+    /// The flow table in batches of up to 4096 entries per syscall
+    /// (`BPF_MAP_LOOKUP_BATCH`; aya 0.14 has no wrapper): a report reads a
+    /// large table in a few hundred syscalls instead of two per flow.
+    fn flows_batched(&mut self, f: &mut dyn FnMut(&FlowKey, &Flow)) -> std::io::Result<()> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let Ok(map) = self.director.map("flows") else {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        };
+        let fd = match map {
+            aya::maps::Map::LruHashMap(d) | aya::maps::Map::HashMap(d) => {
+                d.fd().as_fd().as_raw_fd()
+            }
+            _ => return Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
+        };
+        const CHUNK: usize = 4096;
+        let mut keys = vec![FlowKey::default(); CHUNK];
+        let mut values = vec![Flow::default(); CHUNK];
+        // Batch tokens are map-specific; a key's size is always enough.
+        let mut token_in = [0u8; 64];
+        let mut token_out = [0u8; 64];
+        let mut first = true;
+        loop {
+            let mut attr = BatchAttr {
+                in_batch: if first { 0 } else { token_in.as_ptr() as u64 },
+                out_batch: token_out.as_mut_ptr() as u64,
+                keys: keys.as_mut_ptr() as u64,
+                values: values.as_mut_ptr() as u64,
+                count: CHUNK as u32,
+                map_fd: fd as u32,
+                ..BatchAttr::default()
+            };
+            // SAFETY: `attr` describes buffers that live across the call:
+            // `keys` and `values` hold `count` elements of the map's key and
+            // value sizes (the layout test checks them against the BTF),
+            // the tokens are larger than any batch token; the kernel writes
+            // at most `count` elements and updates `count`.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_bpf,
+                    BPF_MAP_LOOKUP_BATCH,
+                    &mut attr as *mut BatchAttr,
+                    size_of::<BatchAttr>() as libc::c_uint,
+                )
+            };
+            let err = (rc < 0).then(std::io::Error::last_os_error);
+            let n = (attr.count as usize).min(CHUNK);
+            if err.is_none() || err.as_ref().and_then(|e| e.raw_os_error()) == Some(libc::ENOENT) {
+                for (k, v) in keys[..n].iter().zip(&values[..n]) {
+                    f(k, v);
+                }
+            }
+            match err {
+                None => {}
+                // The end of the table.
+                Some(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+                Some(e) => return Err(e),
+            }
+            token_in = token_out;
+            first = false;
+        }
+    }
+}
+
 impl MapOps for KernelMaps {
     fn set_service(&mut self, key: &SvcKey, index: u32) -> Result<(), XdpError> {
         self.director.set_service(key, index)
@@ -214,6 +294,20 @@ impl MapOps for KernelMaps {
         self.director.dest_stats(index)
     }
     fn for_each_flow(&mut self, f: &mut dyn FnMut(&FlowKey, &Flow)) -> Result<(), XdpError> {
+        match self.flows_batched(f) {
+            Ok(()) => return Ok(()),
+            // Kernels without batch operations on this map type: walk keys.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) => {
+                return Err(map_error(
+                    "flows",
+                    MapError::SyscallError(aya::sys::SyscallError {
+                        call: "bpf_map_lookup_batch",
+                        io_error: e,
+                    }),
+                ));
+            }
+        }
         let flows = self.director.hash::<FlowKey, Flow>("flows")?;
         for item in flows.iter() {
             match item {
@@ -579,7 +673,13 @@ pub struct Plane<M: MapOps, R: Resolve> {
     dirty: bool,
     /// How long `apply` waits for MAC resolution before leaving it to reports.
     resolve_budget: Duration,
+    /// Addresses the current command left unresolved.
+    fresh: Vec<IpAddr>,
 }
+
+/// Every this many reports the MACs in use are looked up again, so a real
+/// server (or gateway) that changed its MAC is followed.
+const L2_REFRESH_REPORTS: u64 = 30;
 
 fn persist_mask(m: &PersistMask) -> [u8; 16] {
     let mut out = [0u8; 16];
@@ -693,7 +793,8 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             baselines: HashMap::new(),
             mirrored: HashSet::new(),
             dirty: false,
-            resolve_budget: Duration::from_millis(300),
+            resolve_budget: Duration::from_millis(200),
+            fresh: Vec::new(),
         })
     }
 
@@ -702,8 +803,9 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         &mut self.maps
     }
 
-    /// How long [`Plane::apply_command`] waits for MAC resolution before it
-    /// leaves the rest to the reports (default 300 ms).
+    /// How long [`Plane::apply_command`] waits for the MACs of the real
+    /// servers it adds before it leaves them to the reports (default 200 ms;
+    /// a neighbour on the segment answers in about a millisecond).
     pub fn set_resolve_budget(&mut self, budget: Duration) {
         self.resolve_budget = budget;
     }
@@ -774,12 +876,12 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         if matches!(r, Err(PlaneError::Map(_) | PlaneError::Full(_))) {
             self.dirty = true;
         }
-        if self
-            .services
-            .values()
-            .any(|s| s.dests.iter().any(|d| !d.ready()))
-        {
-            self.resolve_pending(self.resolve_budget);
+        // Wait a little for the MACs this command needs; the rest (a real
+        // server that is down) is retried by the reports without holding up
+        // later commands.
+        if !self.fresh.is_empty() {
+            let only: HashSet<IpAddr> = self.fresh.drain(..).collect();
+            self.resolve_pending(self.resolve_budget, Some(&only));
         }
         r
     }
@@ -1083,7 +1185,7 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             return Err(e);
         }
         if unresolved {
-            let _ = self.resolver.solicit(cfg.addr);
+            self.fresh.push(cfg.addr);
         }
         if self.write_config().is_err() {
             self.dirty = true;
@@ -1200,14 +1302,17 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
     /// Try to resolve the MACs still missing: ask the kernel, then poll its
     /// neighbour table for at most `budget`. Resolved real servers are
     /// written and their services republished.
-    fn resolve_pending(&mut self, budget: Duration) {
-        let pending: Vec<IpAddr> = self
+    fn resolve_pending(&mut self, budget: Duration, only: Option<&HashSet<IpAddr>>) {
+        let mut pending: Vec<IpAddr> = self
             .services
             .values()
             .flat_map(|s| s.dests.iter())
             .filter(|d| !d.ready())
             .map(|d| d.core.config.addr)
+            .filter(|a| only.is_none_or(|o| o.contains(a)))
             .collect();
+        pending.sort();
+        pending.dedup();
         if pending.is_empty() {
             return;
         }
@@ -1230,6 +1335,45 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
                 return;
             }
             std::thread::sleep(Duration::from_millis(10).min(budget));
+        }
+    }
+
+    /// Look the MACs in use up again; rewrite the real servers whose next
+    /// hop changed (a missing entry keeps the last known MAC and asks the
+    /// kernel to resolve it again).
+    fn refresh_l2(&mut self) {
+        let mut updates = Vec::new();
+        for st in self.services.values() {
+            for d in st.dests.iter().filter(|d| d.needs_l2()) {
+                let Some(old) = d.l2 else { continue };
+                match self.resolver.lookup(d.core.config.addr) {
+                    Ok(Some(l2)) if l2 != old => updates.push((d.index, d.core.config.addr, l2)),
+                    Ok(None) => {
+                        let _ = self.resolver.solicit(d.core.config.addr);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for (index, addr, l2) in updates {
+            let found = self
+                .services
+                .values()
+                .flat_map(|st| st.dests.iter())
+                .find(|d| d.index == index)
+                .cloned();
+            let Some(mut d) = found else { continue };
+            d.l2 = Some(l2);
+            let v = self.dest_value(&d, 0);
+            // On failure the next refresh tries again.
+            if self.maps.set_dest(index, &v).is_ok() {
+                for st in self.services.values_mut() {
+                    for x in st.dests.iter_mut().filter(|x| x.index == index) {
+                        x.l2 = Some(l2);
+                    }
+                }
+                tracing::info!(%addr, "xdp: next hop MAC changed");
+            }
         }
     }
 
@@ -1288,7 +1432,10 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
                 Retired::Svc(i) => self.svc_idx.release(i),
             }
         }
-        self.resolve_pending(Duration::ZERO);
+        self.resolve_pending(Duration::ZERO, None);
+        if g.is_multiple_of(L2_REFRESH_REPORTS) {
+            self.refresh_l2();
+        }
         if *ipvs.timeouts() != self.timeouts {
             let old = self.timeouts.clone();
             self.timeouts = ipvs.timeouts().clone();
@@ -2012,6 +2159,51 @@ mod tests {
         bed.report(2);
         assert_eq!(bed.data(80).0, vec![b, a]);
         assert_eq!(bed.plane.maps().dests[&a].mac, l2(1).mac);
+    }
+
+    #[test]
+    fn a_real_server_that_does_not_answer_holds_up_only_its_own_command() {
+        let mut bed = Bed::new();
+        bed.plane.set_resolve_budget(Duration::from_millis(300));
+        bed.plane.resolver.table.remove(&rs(1));
+        bed.svc(80, "rr").unwrap();
+        let t = StdInstant::now();
+        bed.dest(80, dr(1)).unwrap();
+        assert!(
+            t.elapsed() >= Duration::from_millis(300),
+            "waited its budget"
+        );
+        let t = StdInstant::now();
+        bed.dest(80, dr(2)).unwrap();
+        bed.run(Command::SetTimeouts {
+            tcp: 1,
+            tcpfin: 1,
+            udp: 1,
+        })
+        .unwrap();
+        assert!(
+            t.elapsed() < Duration::from_millis(100),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(bed.data(80).0, vec![bed.index(80, 2)]);
+    }
+
+    #[test]
+    fn a_changed_mac_is_followed() {
+        let mut bed = Bed::new();
+        bed.svc(80, "rr").unwrap();
+        bed.dest(80, dr(1)).unwrap();
+        let i = bed.index(80, 1);
+        let mut moved = l2(1);
+        moved.mac = [2, 9, 9, 9, 9, 9];
+        bed.plane.resolver.table.insert(rs(1), moved);
+        for t in 1..L2_REFRESH_REPORTS {
+            bed.report(t);
+        }
+        assert_eq!(bed.plane.maps().dests[&i].mac, l2(1).mac, "not yet");
+        bed.report(L2_REFRESH_REPORTS);
+        assert_eq!(bed.plane.maps().dests[&i].mac, moved.mac);
     }
 
     #[test]

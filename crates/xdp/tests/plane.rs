@@ -21,7 +21,7 @@ use rvs_core::model::{AddrFamily, DestConfig, ForwardMethod, Protocol, ServiceCo
 use rvs_core::time::Instant;
 use rvs_xdp::maps::{self, SvcKey};
 use rvs_xdp::neigh::{NeighResolver, Resolve};
-use rvs_xdp::plane::{AttachMode, XdpOptions, XdpPlane};
+use rvs_xdp::plane::{AttachMode, MapOps, XdpOptions, XdpPlane};
 use rvs_xdp::{LoadOptions, action};
 
 const DIR_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x79, 0x02];
@@ -302,5 +302,85 @@ fn xdp_plane_drives_the_attached_program() {
             !run(&["link", "show", "xd0"]).contains("xdp"),
             "detached on drop"
         );
+    });
+}
+
+/// What one report costs with a populated flow table (printed; the report
+/// runs under the control plane's lock once a second).
+#[test]
+fn report_cost_with_many_flows() {
+    if !root_or_skip("report_cost_with_many_flows") {
+        return;
+    }
+    let bed = Bed::new();
+    bed.in_director(|| {
+        let opts = XdpOptions {
+            interface: "xd0".into(),
+            mode: AttachMode::Skb,
+            load: LoadOptions {
+                flow_table_size: 1 << 17,
+                slots: 1 << 16,
+            },
+            tun_src4: None,
+            tun_src6: None,
+        };
+        let (mut plane, _) = XdpPlane::start(&opts).expect("start");
+        let mut ipvs = Ipvs::new(IpvsConfig::default());
+        let rs: IpAddr = "10.79.0.11".parse().unwrap();
+        for c in [
+            Command::AddService {
+                key: key(),
+                config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+            },
+            Command::AddDest {
+                service: key(),
+                dest: DestConfig::new(rs, 80).forward(ForwardMethod::Route),
+            },
+        ] {
+            rvs_control::state::apply(&mut ipvs, &c).expect("model");
+            plane.apply_command(&c).expect("plane");
+        }
+        let di = plane.dest_index(&key(), rs, 80).expect("index");
+        let vip: IpAddr = "10.79.0.100".parse().unwrap();
+        let n: u32 = 50_000;
+        // Fresh flows: stamped with the program's clock now.
+        let frame = |i: u32| {
+            let c = IpAddr::from([10, 81, (i >> 8) as u8, i as u8]);
+            tcp_frame_macs(
+                [2, 0, 0, 0, 0, 0x50],
+                DIR_MAC,
+                c,
+                1000 + (i % 50_000) as u16,
+                vip,
+                80,
+                Flags::Syn,
+                b"",
+            )
+        };
+        let t = StdInstant::now();
+        for i in 0..n {
+            plane.maps().director().run(&frame(i), 1).expect("run");
+        }
+        eprintln!("{n} SYNs through the program: {:?}", t.elapsed());
+        let t = StdInstant::now();
+        plane
+            .report_to(Instant::from_secs(1), &mut ipvs)
+            .expect("report");
+        let first = t.elapsed();
+        let t = StdInstant::now();
+        plane
+            .report_to(Instant::from_secs(2), &mut ipvs)
+            .expect("report");
+        let second = t.elapsed();
+        eprintln!("report with {n} flows: first {first:?} (creates the entries), then {second:?}");
+        assert_eq!(ipvs.conns().len(), n as usize);
+        let t = StdInstant::now();
+        let mut seen = 0u32;
+        plane
+            .maps()
+            .for_each_flow(&mut |_, f| seen += u32::from(f.dest == di))
+            .expect("flows");
+        eprintln!("reading the {seen} flows alone: {:?}", t.elapsed());
+        assert_eq!(seen, n);
     });
 }
