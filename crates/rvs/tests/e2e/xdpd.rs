@@ -345,3 +345,44 @@ fn rvsd_xdp_dataplane_carries_dr_and_reports_it() {
     drop(d);
     assert!(!xdp_attached(&bed), "detached when rvsd exits");
 }
+
+/// Without `--interface`, without root, or with a missing interface rvsd
+/// stops at once with a clear message.
+#[test]
+fn rvsd_xdp_start_errors_are_clear() {
+    let dir = TempDir::new("xdpd-err");
+    let socket = dir.path().join("rvsd.sock");
+    let run = |pre: &[&str], args: &[&str]| {
+        let mut c = Command::new(pre.first().copied().unwrap_or(RVSD));
+        if !pre.is_empty() {
+            c.args(&pre[1..]).arg(RVSD);
+        }
+        let out = c
+            .args(["--dataplane", "xdp", "--socket"])
+            .arg(&socket)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("rvsd");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = run(&[], &[]);
+    assert!(err.contains("needs --interface"), "{err}");
+    if !root_and_tools("rvsd_xdp_start_errors_are_clear") {
+        return;
+    }
+    let err = run(&[], &["--interface", "rvsnosuch0"]);
+    assert!(err.contains("rvsnosuch0"), "{err}");
+    if Command::new("setpriv").arg("--version").output().is_ok() {
+        let nobody = [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ];
+        let err = run(&nobody, &["--interface", "lo"]);
+        assert!(err.contains("needs root"), "{err}");
+    }
+}
