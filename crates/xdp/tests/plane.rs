@@ -295,6 +295,40 @@ fn xdp_plane_drives_the_attached_program() {
             b"x",
         );
         assert_eq!(m.director().run(&ack, 1).expect("run").action, action::DROP);
+        // IPv6: the same through neighbour discovery.
+        let key6 = ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: "fd79::100".parse().unwrap(),
+            port: 80,
+        };
+        let rs6: IpAddr = "fd79::11".parse().unwrap();
+        exec(
+            &mut plane,
+            &mut ipvs,
+            Command::AddService {
+                key: key6,
+                config: ServiceConfig::new(AddrFamily::Inet6).scheduler("mh"),
+            },
+        );
+        exec(
+            &mut plane,
+            &mut ipvs,
+            Command::AddDest {
+                service: key6,
+                dest: DestConfig::new(rs6, 80).forward(ForwardMethod::Route),
+            },
+        );
+        let di6 = plane.dest_index(&key6, rs6, 80).expect("dest index");
+        let d6 = plane.maps().read_dest(di6).expect("dest");
+        assert_eq!((d6.family, d6.mac), (maps::AF_INET6, RS_MAC));
+        let skey6 = SvcKey::new(maps::PROTO_TCP, "fd79::100".parse().unwrap(), 80);
+        let si6 = plane
+            .maps()
+            .read_service(&skey6)
+            .expect("read")
+            .expect("v6 service");
+        let svc6 = plane.maps().read_svc(si6).expect("svc");
+        assert_eq!((svc6.family, svc6.table_len), (maps::AF_INET6, 4093));
         exec(&mut plane, &mut ipvs, Command::DelService { key: key() });
         assert_eq!(plane.maps().read_service(&skey).expect("read"), None);
         drop(plane);
