@@ -109,6 +109,7 @@ const RTA_PREFSRC: u16 = 7;
 const NDA_DST: u16 = 1;
 const NDA_LLADDR: u16 = 2;
 const IFLA_ADDRESS: u16 = 1;
+const IFLA_MTU: u16 = 4;
 /// REACHABLE | STALE | DELAY | PROBE | NOARP | PERMANENT: a usable address.
 const NUD_USABLE: u16 = 0x02 | 0x04 | 0x08 | 0x10 | 0x40 | 0x80;
 const HDR: usize = 16;
@@ -327,6 +328,24 @@ impl NeighResolver {
             }
         }
         Ok(None)
+    }
+
+    /// The MTU of interface `ifindex`.
+    pub fn link_mtu(&mut self, ifindex: u32) -> Result<u32, NeighError> {
+        let m = self.link(ifindex)?;
+        attrs(m.get(16..).unwrap_or_default())
+            .find(|(k, v)| *k == IFLA_MTU && v.len() == 4)
+            .map(|(_, v)| u32::from_ne_bytes([v[0], v[1], v[2], v[3]]))
+            .ok_or(NeighError::Malformed("interface without an MTU"))
+    }
+
+    fn link(&mut self, ifindex: u32) -> Result<Vec<u8>, NeighError> {
+        let mut body = vec![0u8; 16];
+        body[4..8].copy_from_slice(&(ifindex as i32).to_ne_bytes());
+        let msgs = self.request("link", RTM_GETLINK, 0, &body, RTM_NEWLINK)?;
+        msgs.into_iter()
+            .next()
+            .ok_or(NeighError::Malformed("no link answer"))
     }
 
     /// The MAC address of interface `ifindex`.

@@ -82,7 +82,7 @@ use rvs_core::state::{TcpState, Timeouts};
 use rvs_core::stats::Counters;
 use rvs_core::time::Instant;
 
-use crate::maps::{self, Config, Dest, Flow, FlowKey, Stats, Svc, SvcKey};
+use crate::maps::{self, Config, Dest, DestConns, Flow, FlowKey, Stats, Svc, SvcKey};
 use crate::neigh::{L2, Resolve};
 use crate::tables::{TableError, scheduling_table};
 use crate::{Loaded, XdpError};
@@ -106,6 +106,11 @@ pub trait MapOps {
     fn set_config(&mut self, config: &Config) -> Result<(), XdpError>;
     /// A real server's counters summed over CPUs.
     fn dest_stats(&mut self, index: u32) -> Result<Stats, XdpError>;
+    /// Delete a flow entry (absent is not an error).
+    fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError>;
+    /// `dest_conns[index] = conns` (ActiveConn/InActConn the program keeps
+    /// for the least-connection schedulers).
+    fn set_dest_conns(&mut self, index: u32, conns: &DestConns) -> Result<(), XdpError>;
     /// Call `f` for every entry of the flow table.
     fn for_each_flow(&mut self, f: &mut dyn FnMut(&FlowKey, &Flow)) -> Result<(), XdpError>;
     /// The clock flows are stamped with (jiffies) and its rate (HZ).
@@ -121,22 +126,19 @@ fn map_error(map: &'static str, e: MapError) -> XdpError {
     }
 }
 
-/// The loaded director program (and the clock program that reads jiffies)
-/// behind [`MapOps`].
+/// The loaded director program behind [`MapOps`].
 #[derive(Debug)]
 pub struct KernelMaps {
     director: Loaded,
-    clock: Loaded,
     slots: u32,
 }
 
 impl KernelMaps {
-    /// Load the director with `opts` (flow table and slots sizes) and the
-    /// clock program; not attached yet.
+    /// Load the director with `opts` (flow table and slots sizes); not
+    /// attached yet.
     pub fn load(opts: &crate::LoadOptions) -> Result<Self, XdpError> {
         Ok(KernelMaps {
             director: Loaded::load(crate::Object::Director, opts)?,
-            clock: Loaded::load(crate::Object::Clock, opts)?,
             slots: opts.slots,
         })
     }
@@ -293,6 +295,12 @@ impl MapOps for KernelMaps {
     fn dest_stats(&mut self, index: u32) -> Result<Stats, XdpError> {
         self.director.dest_stats(index)
     }
+    fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError> {
+        self.director.remove_flow(key)
+    }
+    fn set_dest_conns(&mut self, index: u32, conns: &DestConns) -> Result<(), XdpError> {
+        self.director.set_dest_conns(index, conns)
+    }
     fn for_each_flow(&mut self, f: &mut dyn FnMut(&FlowKey, &Flow)) -> Result<(), XdpError> {
         match self.flows_batched(f) {
             Ok(()) => return Ok(()),
@@ -321,7 +329,7 @@ impl MapOps for KernelMaps {
         Ok(())
     }
     fn clock(&mut self) -> Result<(u64, u32), XdpError> {
-        Ok((self.clock.jiffies()?, crate::kernel_hz()?))
+        Ok((crate::jiffies_now()?, crate::kernel_hz()?))
     }
     fn slots_len(&self) -> u32 {
         self.slots
@@ -350,6 +358,8 @@ pub struct MemMaps {
     pub dest_stats: HashMap<u32, Stats>,
     /// `flows`.
     pub flows: HashMap<FlowKey, Flow>,
+    /// `dest_conns` (absent = zero).
+    pub dest_conns: HashMap<u32, DestConns>,
     /// The jiffies clock.
     pub jiffies: u64,
     /// Its rate.
@@ -478,6 +488,17 @@ impl MapOps for MemMaps {
     fn dest_stats(&mut self, index: u32) -> Result<Stats, XdpError> {
         Self::bound("dest_stats", index, maps::MAX_DESTS)?;
         Ok(self.dest_stats.get(&index).copied().unwrap_or_default())
+    }
+    fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError> {
+        self.write("flows")?;
+        self.flows.remove(key);
+        Ok(())
+    }
+    fn set_dest_conns(&mut self, index: u32, conns: &DestConns) -> Result<(), XdpError> {
+        Self::bound("dest_conns", index, maps::MAX_DESTS)?;
+        self.write("dest_conns")?;
+        self.dest_conns.insert(index, *conns);
+        Ok(())
     }
     fn for_each_flow(&mut self, f: &mut dyn FnMut(&FlowKey, &Flow)) -> Result<(), XdpError> {
         for (k, v) in &self.flows {
@@ -749,7 +770,7 @@ fn check_scheduler(c: &ServiceConfig) -> Result<u8, PlaneError> {
         .ok_or_else(|| PlaneError::Refused(format!("unknown scheduler `{}`", c.scheduler)))?;
     scheduling_table(&c.scheduler, &sched_params(c), &[], &[]).map_err(|e| match e {
         TableError::Unsupported(_) => PlaneError::Refused(format!(
-            "scheduler `{}` is not run by the xdp data plane yet (rr, wrr, sh, dh, mh are)",
+            "scheduler `{}` is not run by the xdp data plane yet",
             c.scheduler
         )),
         other => PlaneError::Table(other),
@@ -820,6 +841,17 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
     ) -> Result<(), PlaneError> {
         self.tun_src = (v4, v6);
         self.write_config()
+    }
+
+    /// The largest tunnelled packet (0: no check) and the SYN-flood guard's
+    /// new flows per CPU per second (0: off), see [`Config`].
+    pub fn set_limits(&mut self, tun_mtu: u32, max_new_flows: u32) -> Result<(), PlaneError> {
+        let mut c = self.config;
+        c.tun_mtu = tun_mtu;
+        c.max_new_flows = max_new_flows;
+        self.maps.set_config(&c)?;
+        self.config = c;
+        Ok(())
     }
 
     /// The `svc_info` index of an installed service.
@@ -1152,6 +1184,8 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             if let Ok(s) = self.maps.dest_stats(d.index) {
                 self.baselines.insert(d.index, s);
             }
+            // Best effort: the next report sets them from the flows anyway.
+            let _ = self.maps.set_dest_conns(d.index, &DestConns::default());
         }
         let undo = |me: &mut Self, prev: DestState| {
             if fresh {
@@ -1536,7 +1570,8 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         let hz = u64::from(hz.max(1));
         let config = self.config;
         let mut flows = Vec::new();
-        let mut users: HashMap<u32, u32> = HashMap::new();
+        let mut expired = Vec::new();
+        let mut users: HashMap<u32, DestConns> = HashMap::new();
         self.maps.for_each_flow(&mut |k, f| {
             let timeout = if k.proto == maps::PROTO_TCP {
                 config
@@ -1550,9 +1585,16 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             let age = jiffies.saturating_sub(f.last_seen);
             let limit = u64::from(timeout) * hz;
             if age > limit {
+                expired.push(*k);
                 return;
             }
-            *users.entry(f.dest).or_default() += 1;
+            let c = users.entry(f.dest).or_default();
+            let tcp_active = TcpState::from_u8(f.state).is_some_and(TcpState::is_active);
+            if k.proto == maps::PROTO_TCP && tcp_active {
+                c.active += 1;
+            } else {
+                c.inactive += 1;
+            }
             flows.push((*k, *f, Duration::from_millis((limit - age) * 1000 / hz)));
         })?;
         let mut seen = HashSet::with_capacity(flows.len());
@@ -1571,6 +1613,25 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             ipvs.close(*id);
         }
         self.mirrored = seen;
+        // The sweep: expired entries go (the program already treats them as
+        // absent; this frees their room), and the ActiveConn/InActConn the
+        // program keeps for the least-connection schedulers are set to what
+        // the live flows say, which also repairs flows the LRU evicted
+        // without telling. Increments made meanwhile may be overwritten; the
+        // next report corrects them. Failures are retried next time.
+        for k in &expired {
+            let _ = self.maps.remove_flow(k);
+        }
+        let indexes: Vec<u32> = self
+            .services
+            .values()
+            .flat_map(|s| s.dests.iter().map(|d| d.index))
+            .chain(self.trash.iter().map(|t| t.dest.index))
+            .collect();
+        for i in indexes {
+            let c = users.get(&i).copied().unwrap_or_default();
+            let _ = self.maps.set_dest_conns(i, &c);
+        }
         // Deleted real servers no flow uses any more give their index back.
         let g = self.generation;
         let (free, keep): (Vec<_>, Vec<_>) = self
@@ -1681,38 +1742,32 @@ pub fn admit(command: &Command) -> Result<(), PlaneError> {
 /// maps kept in sync, kernel neighbour resolution.
 pub type XdpPlane = Plane<KernelMaps, crate::neigh::NeighResolver>;
 
-/// How to attach the program.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub enum AttachMode {
-    /// Native (driver) mode, generic (skb) mode when the driver has none.
-    #[default]
-    Auto,
-    /// Native (driver) mode only.
-    Native,
-    /// Generic (skb) mode only.
-    Skb,
-}
-
 /// What [`XdpPlane::start`] needs.
 #[derive(Clone, Debug)]
 pub struct XdpOptions {
     /// The interface clients' packets arrive on.
     pub interface: String,
-    /// Attach mode.
-    pub mode: AttachMode,
+    /// Attach mode; `None`: native, else generic.
+    pub mode: Option<crate::AttachMode>,
     /// Map sizes.
     pub load: crate::LoadOptions,
     /// Outer IPv4 source of tunnels (default: the route's preferred source).
     pub tun_src4: Option<std::net::Ipv4Addr>,
     /// Outer IPv6 source of tunnels (default: the route's preferred source).
     pub tun_src6: Option<std::net::Ipv6Addr>,
+    /// Largest tunnelled packet (default: the interface's MTU); bigger ones
+    /// that may not be fragmented get "fragmentation needed".
+    pub tun_mtu: Option<u32>,
+    /// SYN-flood guard: new flows per CPU per second above which
+    /// hash-scheduled DR/TUN flows get no flow entry; 0 = off.
+    pub max_new_flows: u32,
 }
 
 impl XdpPlane {
     /// Load the director program, write its default configuration, attach
     /// it to `opts.interface` and open the netlink socket for MAC
     /// resolution. Dropping the plane detaches the program.
-    pub fn start(opts: &XdpOptions) -> Result<(Self, AttachedMode), PlaneError> {
+    pub fn start(opts: &XdpOptions) -> Result<(Self, crate::AttachMode), PlaneError> {
         let not_root = || {
             // SAFETY: geteuid has no preconditions and cannot fail.
             unsafe { libc::geteuid() != 0 }
@@ -1727,38 +1782,38 @@ impl XdpPlane {
                 PlaneError::Map(e)
             }
         })?;
-        let resolver = crate::neigh::NeighResolver::new()
+        let mut resolver = crate::neigh::NeighResolver::new()
             .map_err(|e| PlaneError::Refused(format!("opening the netlink socket: {e}")))?;
-        let mut plane = Plane::new(maps, resolver)?;
-        plane.set_tunnel_sources(opts.tun_src4, opts.tun_src6)?;
-        let mode = match opts.mode {
-            AttachMode::Auto => None,
-            AttachMode::Native => Some(aya::programs::XdpMode::Driver),
-            AttachMode::Skb => Some(aya::programs::XdpMode::Skb),
+        let tun_mtu = match opts.tun_mtu {
+            Some(m) => m,
+            None => {
+                let name = std::ffi::CString::new(opts.interface.as_str())
+                    .map_err(|_| PlaneError::Refused("bad interface name".into()))?;
+                // SAFETY: `name` is a valid NUL-terminated string.
+                let idx = unsafe { libc::if_nametoindex(name.as_ptr()) };
+                if idx == 0 {
+                    return Err(PlaneError::Refused(format!(
+                        "no interface `{}` in this network namespace",
+                        opts.interface
+                    )));
+                }
+                resolver
+                    .link_mtu(idx)
+                    .map_err(|e| PlaneError::Refused(format!("MTU of `{}`: {e}", opts.interface)))?
+            }
         };
-        let got = plane
+        let mut plane = Plane::new(maps, resolver)?;
+        plane.set_limits(tun_mtu, opts.max_new_flows)?;
+        plane.set_tunnel_sources(opts.tun_src4, opts.tun_src6)?;
+        let mode = plane
             .maps
             .director()
-            .attach(&opts.interface, mode)
+            .attach(&opts.interface, opts.mode)
             .map_err(|e| {
                 PlaneError::Refused(format!("attaching to interface `{}`: {e}", opts.interface))
             })?;
-        let attached = if got == aya::programs::XdpMode::Driver {
-            AttachedMode::Native
-        } else {
-            AttachedMode::Skb
-        };
-        Ok((plane, attached))
+        Ok((plane, mode))
     }
-}
-
-/// The mode the program was attached in.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum AttachedMode {
-    /// Native (driver) XDP.
-    Native,
-    /// Generic (skb) XDP.
-    Skb,
 }
 
 #[cfg(test)]
@@ -2129,7 +2184,7 @@ mod tests {
             dest: dr(1),
         })
         .unwrap();
-        let e = bed.svc(80, "wlc").unwrap_err();
+        let e = bed.svc(80, "lblc").unwrap_err();
         assert!(
             e.to_string().contains("not run by the xdp data plane"),
             "{e}"
@@ -2300,6 +2355,16 @@ mod tests {
         };
         assert_eq!(d(&bed), (1, 1, 3, 10));
         assert_eq!(bed.ipvs.conns().len(), 2);
+        // The sweep: the expired entry is gone, the program's counters for
+        // the least-connection schedulers say what the live flows say.
+        assert_eq!(bed.plane.maps().flows.len(), 2);
+        assert_eq!(
+            bed.plane.maps().dest_conns[&a],
+            DestConns {
+                active: 1,
+                inactive: 1
+            }
+        );
         let (id, c) = bed
             .ipvs
             .conns()

@@ -21,7 +21,7 @@ use rvs_core::model::{AddrFamily, DestConfig, ForwardMethod, Protocol, ServiceCo
 use rvs_core::time::Instant;
 use rvs_xdp::maps::{self, SvcKey};
 use rvs_xdp::neigh::{NeighResolver, Resolve};
-use rvs_xdp::plane::{AttachMode, MapOps, XdpOptions, XdpPlane};
+use rvs_xdp::plane::{MapOps, XdpOptions, XdpPlane};
 use rvs_xdp::{LoadOptions, action};
 
 const DIR_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x79, 0x02];
@@ -178,13 +178,15 @@ fn xdp_plane_drives_the_attached_program() {
     bed.in_director(|| {
         let opts = XdpOptions {
             interface: "xd0".into(),
-            mode: AttachMode::Auto,
+            mode: None,
             load: LoadOptions {
                 flow_table_size: 4096,
                 slots: 1 << 16,
             },
             tun_src4: None,
             tun_src6: None,
+            tun_mtu: None,
+            max_new_flows: 0,
         };
         let (mut plane, mode) = XdpPlane::start(&opts).expect("start");
         eprintln!("attached in {mode:?} mode");
@@ -236,7 +238,9 @@ fn xdp_plane_drives_the_attached_program() {
             (maps::fwd::DR, 0, RS_MAC, DIR_MAC, ifindex("xd0")),
             "resolved within the apply budget"
         );
-        assert_eq!(m.read_config().expect("config").tcp_timeouts[1], 77);
+        let config = m.read_config().expect("config");
+        assert_eq!(config.tcp_timeouts[1], 77);
+        assert_eq!(config.tun_mtu, 1500, "the interface's MTU");
 
         // A client SYN through the attached program goes to the real
         // server's MAC; the next report mirrors the flow and its counters.
@@ -266,6 +270,12 @@ fn xdp_plane_drives_the_attached_program() {
         let s = ipvs.service(&key()).expect("service");
         let rsd = &s.dests()[0];
         assert_eq!((rsd.active, rsd.stats.conns, rsd.stats.inpkts), (1, 1, 1));
+        let conns = plane.maps().director().dest_conns(di).expect("dest_conns");
+        assert_eq!(
+            (conns.active, conns.inactive),
+            (1, 0),
+            "the program's own count"
+        );
         assert_eq!(s.stats().inbytes, 40, "IP length of the SYN");
 
         // Removal: the real server is marked unavailable (its flow's
@@ -350,13 +360,15 @@ fn report_cost_with_many_flows() {
     bed.in_director(|| {
         let opts = XdpOptions {
             interface: "xd0".into(),
-            mode: AttachMode::Skb,
+            mode: Some(rvs_xdp::AttachMode::Skb),
             load: LoadOptions {
                 flow_table_size: 1 << 17,
                 slots: 1 << 16,
             },
             tun_src4: None,
             tun_src6: None,
+            tun_mtu: None,
+            max_new_flows: 0,
         };
         let (mut plane, _) = XdpPlane::start(&opts).expect("start");
         let mut ipvs = Ipvs::new(IpvsConfig::default());

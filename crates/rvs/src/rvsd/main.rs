@@ -120,6 +120,18 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 1 << 20)]
     flow_table_size: u32,
 
+    /// xdp: largest tunnelled packet (default: the interface's MTU); a
+    /// bigger one that may not be fragmented is answered with ICMP
+    /// "fragmentation needed" / "packet too big".
+    #[arg(long, value_name = "BYTES")]
+    tunnel_mtu: Option<u32>,
+
+    /// xdp: SYN-flood guard: above this many new flows per CPU per second,
+    /// flows of hash-scheduled (sh/dh/mh) DR/TUN services are forwarded by
+    /// the hash without a flow entry (0 = off).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    max_new_flows: u32,
+
     /// xdp: outer source address of tunnelled packets, one per family
     /// (default: the preferred source of the route to the real server).
     #[arg(long, value_name = "ADDR")]
@@ -301,7 +313,8 @@ fn data_plane(args: &Args) -> anyhow::Result<PlaneAndStats> {
 
 /// Load and attach the XDP data plane.
 fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
-    use rvs_xdp::plane::{AttachMode, XdpOptions, XdpPlane};
+    use rvs_xdp::AttachMode;
+    use rvs_xdp::plane::{XdpOptions, XdpPlane};
     let Some(interface) = args.interface.clone() else {
         anyhow::bail!("--dataplane xdp needs --interface IF (where clients' packets arrive)");
     };
@@ -319,9 +332,9 @@ fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
     let opts = XdpOptions {
         interface,
         mode: match args.xdp_mode {
-            XdpModeArg::Auto => AttachMode::Auto,
-            XdpModeArg::Native => AttachMode::Native,
-            XdpModeArg::Skb => AttachMode::Skb,
+            XdpModeArg::Auto => None,
+            XdpModeArg::Native => Some(AttachMode::Driver),
+            XdpModeArg::Skb => Some(AttachMode::Skb),
         },
         load: rvs_xdp::LoadOptions {
             flow_table_size: args.flow_table_size,
@@ -335,6 +348,8 @@ fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
             Some(std::net::IpAddr::V6(a)) => Some(a),
             _ => None,
         },
+        tun_mtu: args.tunnel_mtu,
+        max_new_flows: args.max_new_flows,
     };
     let (plane, mode) = XdpPlane::start(&opts).map_err(|e| anyhow::anyhow!("xdp: {e}"))?;
     tracing::info!(interface = %opts.interface, ?mode, flows = args.flow_table_size, "XDP program attached");
