@@ -1745,8 +1745,10 @@ pub type XdpPlane = Plane<KernelMaps, crate::neigh::NeighResolver>;
 /// What [`XdpPlane::start`] needs.
 #[derive(Clone, Debug)]
 pub struct XdpOptions {
-    /// The interface clients' packets arrive on.
-    pub interface: String,
+    /// The interfaces to attach to: where clients' packets arrive, and
+    /// for NAT also where real servers' replies arrive (the first one's MTU
+    /// is the default tunnel MTU).
+    pub interfaces: Vec<String>,
     /// Attach mode; `None`: native, else generic.
     pub mode: Option<crate::AttachMode>,
     /// Map sizes.
@@ -1765,9 +1767,13 @@ pub struct XdpOptions {
 
 impl XdpPlane {
     /// Load the director program, write its default configuration, attach
-    /// it to `opts.interface` and open the netlink socket for MAC
-    /// resolution. Dropping the plane detaches the program.
-    pub fn start(opts: &XdpOptions) -> Result<(Self, crate::AttachMode), PlaneError> {
+    /// it to every interface of `opts` (the modes it got, in order) and open
+    /// the netlink socket for MAC resolution. Dropping the plane detaches
+    /// the program.
+    pub fn start(opts: &XdpOptions) -> Result<(Self, Vec<crate::AttachMode>), PlaneError> {
+        let Some(first) = opts.interfaces.first() else {
+            return Err(PlaneError::Refused("no interface to attach to".into()));
+        };
         let not_root = || {
             // SAFETY: geteuid has no preconditions and cannot fail.
             unsafe { libc::geteuid() != 0 }
@@ -1787,32 +1793,31 @@ impl XdpPlane {
         let tun_mtu = match opts.tun_mtu {
             Some(m) => m,
             None => {
-                let name = std::ffi::CString::new(opts.interface.as_str())
+                let name = std::ffi::CString::new(first.as_str())
                     .map_err(|_| PlaneError::Refused("bad interface name".into()))?;
                 // SAFETY: `name` is a valid NUL-terminated string.
                 let idx = unsafe { libc::if_nametoindex(name.as_ptr()) };
                 if idx == 0 {
                     return Err(PlaneError::Refused(format!(
-                        "no interface `{}` in this network namespace",
-                        opts.interface
+                        "no interface `{first}` in this network namespace"
                     )));
                 }
                 resolver
                     .link_mtu(idx)
-                    .map_err(|e| PlaneError::Refused(format!("MTU of `{}`: {e}", opts.interface)))?
+                    .map_err(|e| PlaneError::Refused(format!("MTU of `{first}`: {e}")))?
             }
         };
         let mut plane = Plane::new(maps, resolver)?;
         plane.set_limits(tun_mtu, opts.max_new_flows)?;
         plane.set_tunnel_sources(opts.tun_src4, opts.tun_src6)?;
-        let mode = plane
-            .maps
-            .director()
-            .attach(&opts.interface, opts.mode)
-            .map_err(|e| {
-                PlaneError::Refused(format!("attaching to interface `{}`: {e}", opts.interface))
+        let mut modes = Vec::new();
+        for name in &opts.interfaces {
+            let mode = plane.maps.director().attach(name, opts.mode).map_err(|e| {
+                PlaneError::Refused(format!("attaching to interface `{name}`: {e}"))
             })?;
-        Ok((plane, mode))
+            modes.push(mode);
+        }
+        Ok((plane, modes))
     }
 }
 

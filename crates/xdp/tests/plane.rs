@@ -78,6 +78,12 @@ impl Bed {
             vec!["-n", d, "link", "set", "xd0", "up"],
             vec!["-n", r, "link", "set", "xr0", "up"],
             vec!["-n", d, "route", "add", "10.80.0.0/16", "via", "10.79.0.11"],
+            // A second segment of the director's (NAT real servers' side).
+            vec![
+                "-n", d, "link", "add", "xd1", "type", "veth", "peer", "name", "xd2",
+            ],
+            vec!["-n", d, "link", "set", "xd1", "up"],
+            vec!["-n", d, "link", "set", "xd2", "up"],
         ] {
             run(&cmd);
         }
@@ -177,7 +183,7 @@ fn xdp_plane_drives_the_attached_program() {
     let bed = Bed::new();
     bed.in_director(|| {
         let opts = XdpOptions {
-            interface: "xd0".into(),
+            interfaces: vec!["xd0".into(), "xd1".into()],
             mode: None,
             load: LoadOptions {
                 flow_table_size: 4096,
@@ -188,11 +194,13 @@ fn xdp_plane_drives_the_attached_program() {
             tun_mtu: None,
             max_new_flows: 0,
         };
-        let (mut plane, mode) = XdpPlane::start(&opts).expect("start");
-        eprintln!("attached in {mode:?} mode");
+        let (mut plane, modes) = XdpPlane::start(&opts).expect("start");
+        eprintln!("attached in {modes:?} mode");
         // Room for a loaded machine; resolution returns as soon as it is done.
         plane.set_resolve_budget(Duration::from_secs(3));
+        assert_eq!(modes.len(), 2);
         assert!(run(&["link", "show", "xd0"]).contains("xdp"), "attached");
+        assert!(run(&["link", "show", "xd1"]).contains("xdp"), "attached");
         let mut ipvs = Ipvs::new(IpvsConfig::default());
         fn exec(plane: &mut XdpPlane, ipvs: &mut Ipvs, c: Command) {
             rvs_control::state::apply(ipvs, &c).expect("model");
@@ -358,10 +366,12 @@ fn xdp_plane_drives_the_attached_program() {
         exec(&mut plane, &mut ipvs, Command::DelService { key: key() });
         assert_eq!(plane.maps().read_service(&skey).expect("read"), None);
         drop(plane);
-        assert!(
-            !run(&["link", "show", "xd0"]).contains("xdp"),
-            "detached on drop"
-        );
+        for i in ["xd0", "xd1"] {
+            assert!(
+                !run(&["link", "show", i]).contains("xdp"),
+                "detached on drop"
+            );
+        }
     });
 }
 
@@ -375,7 +385,7 @@ fn report_cost_with_many_flows() {
     let bed = Bed::new();
     bed.in_director(|| {
         let opts = XdpOptions {
-            interface: "xd0".into(),
+            interfaces: vec!["xd0".into()],
             mode: Some(rvs_xdp::AttachMode::Skb),
             load: LoadOptions {
                 flow_table_size: 1 << 17,

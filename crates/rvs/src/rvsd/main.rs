@@ -105,10 +105,12 @@ struct Args {
     #[arg(long)]
     no_splice: bool,
 
-    /// xdp: the interface clients' packets arrive on; the program is
-    /// attached there (required with `--dataplane xdp`).
-    #[arg(long, value_name = "IF")]
-    interface: Option<String>,
+    /// xdp: the interfaces to attach the program to (comma-separated or
+    /// repeated; required with `--dataplane xdp`): where clients' packets
+    /// arrive and, for NAT real servers on another segment, where their
+    /// replies arrive.
+    #[arg(long, value_name = "IF", value_delimiter = ',')]
+    interface: Vec<String>,
 
     /// xdp: attach mode: `native` (driver), `skb` (generic) or `auto`
     /// (native, else generic).
@@ -315,9 +317,9 @@ fn data_plane(args: &Args) -> anyhow::Result<PlaneAndStats> {
 fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
     use rvs_xdp::AttachMode;
     use rvs_xdp::plane::{XdpOptions, XdpPlane};
-    let Some(interface) = args.interface.clone() else {
+    if args.interface.is_empty() {
         anyhow::bail!("--dataplane xdp needs --interface IF (where clients' packets arrive)");
-    };
+    }
     if args.flow_table_size == 0 {
         anyhow::bail!("--flow-table-size must be at least 1");
     }
@@ -330,7 +332,7 @@ fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
         Ok(first)
     };
     let opts = XdpOptions {
-        interface,
+        interfaces: args.interface.clone(),
         mode: match args.xdp_mode {
             XdpModeArg::Auto => None,
             XdpModeArg::Native => Some(AttachMode::Driver),
@@ -351,8 +353,10 @@ fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
         tun_mtu: args.tunnel_mtu,
         max_new_flows: args.max_new_flows,
     };
-    let (plane, mode) = XdpPlane::start(&opts).map_err(|e| anyhow::anyhow!("xdp: {e}"))?;
-    tracing::info!(interface = %opts.interface, ?mode, flows = args.flow_table_size, "XDP program attached");
+    let (plane, modes) = XdpPlane::start(&opts).map_err(|e| anyhow::anyhow!("xdp: {e}"))?;
+    for (interface, mode) in opts.interfaces.iter().zip(modes) {
+        tracing::info!(%interface, ?mode, flows = args.flow_table_size, "XDP program attached");
+    }
     Ok(plane)
 }
 
