@@ -743,6 +743,9 @@ fn svc_key(key: &ServiceKey) -> Result<SvcKey, PlaneError> {
             addr,
             port,
         } => match protocol {
+            Protocol::Tcp | Protocol::Udp if *port == 0 => Err(PlaneError::Refused(
+                "port-zero (any port) services are not supported by the xdp data plane yet".into(),
+            )),
             Protocol::Tcp | Protocol::Udp => Ok(SvcKey::new(protocol.number(), *addr, *port)),
             Protocol::Sctp => Err(PlaneError::Refused(
                 "SCTP services are not supported by the xdp data plane".into(),
@@ -1119,7 +1122,10 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         });
     }
 
-    fn dest_value(&self, d: &DestState, flags: u32) -> Dest {
+    fn dest_value(&self, d: &DestState, mut flags: u32) -> Dest {
+        if d.core.overloaded {
+            flags |= maps::dest_flags::OVERLOADED;
+        }
         let c = &d.core.config;
         let (method, gue_port) = method_of(&c.forward).unwrap_or((0, 0));
         let l2 = d.l2.unwrap_or_default();
@@ -1481,7 +1487,9 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             self.converge(ipvs);
         }
         self.count(ipvs)?;
-        self.mirror(now, ipvs)
+        self.mirror(now, ipvs)?;
+        self.sync_overload(ipvs);
+        Ok(())
     }
 
     /// Apply the difference between the model and what is installed.
@@ -1562,6 +1570,35 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             }
         }
         Ok(())
+    }
+
+    /// Connection thresholds (`-x`/`-y`): the director decides overload
+    /// from the mirrored connections, with IPVS's hysteresis; the program
+    /// skips a real server flagged `OVERLOADED` for new flows.
+    fn sync_overload(&mut self, ipvs: &Ipvs) {
+        let mut changed = Vec::new();
+        for st in self.services.values_mut() {
+            for d in &mut st.dests {
+                let Some(core) = ipvs.dest(d.core.id) else {
+                    continue;
+                };
+                if same(&core.config, &d.core.config) && core.overloaded != d.core.overloaded {
+                    d.core.overloaded = core.overloaded;
+                    changed.push(d.clone());
+                }
+            }
+        }
+        for d in changed {
+            let v = self.dest_value(&d, 0);
+            if self.maps.set_dest(d.index, &v).is_err() {
+                // Seen again at the next report.
+                for st in self.services.values_mut() {
+                    for x in st.dests.iter_mut().filter(|x| x.index == d.index) {
+                        x.core.overloaded = !d.core.overloaded;
+                    }
+                }
+            }
+        }
     }
 
     fn mirror(&mut self, now: Instant, ipvs: &mut Ipvs) -> Result<(), PlaneError> {
@@ -1683,6 +1720,9 @@ fn same(a: &DestConfig, b: &DestConfig) -> bool {
 /// `-e` on the core's copy: the weight rules of `__ip_vs_update_dest`
 /// (the last non-zero weight is what Maglev keeps using when quiesced).
 fn edit_core(d: &mut CoreDest, cfg: &DestConfig) {
+    if cfg.u_threshold == 0 || cfg.u_threshold > d.config.u_threshold {
+        d.overloaded = false;
+    }
     if cfg.weight != 0 {
         d.last_weight = cfg.weight;
     }
@@ -2392,6 +2432,49 @@ mod tests {
         assert_eq!(d(&bed).0 + d(&bed).1, 0);
         assert_eq!(bed.ipvs.conns().len(), 0);
         bed.ipvs.audit().unwrap();
+    }
+
+    #[test]
+    fn connection_thresholds_flag_overload_from_the_mirrored_flows() {
+        let mut bed = Bed::new();
+        bed.svc(80, "rr").unwrap();
+        bed.dest(80, dr(1).thresholds(2, 1)).unwrap();
+        let a = bed.index(80, 1);
+        let now = bed.plane.maps().jiffies;
+        let vip: IpAddr = "10.0.0.100".parse().unwrap();
+        for c in 0..2u16 {
+            bed.plane.maps().flows.insert(
+                FlowKey::new(6, rs(200), 1000 + c, vip, 80),
+                Flow {
+                    last_seen: now,
+                    dest: a,
+                    state: TcpState::Established as u8,
+                    ..Flow::default()
+                },
+            );
+        }
+        bed.report(1);
+        let flags = |bed: &mut Bed| bed.plane.maps().dests[&a].flags;
+        assert_eq!(
+            flags(&mut bed),
+            maps::dest_flags::OVERLOADED,
+            "2 >= upper 2"
+        );
+        bed.plane.maps().flows.clear();
+        bed.report(2);
+        assert_eq!(flags(&mut bed), 0, "0 < lower 1");
+        // Port-zero services are refused up front.
+        let any = ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: rs(100),
+            port: 0,
+        };
+        let e = admit(&Command::AddService {
+            key: any,
+            config: ServiceConfig::new(AddrFamily::Inet).persistent(300),
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("port-zero"), "{e}");
     }
 
     #[test]
