@@ -370,6 +370,18 @@ impl Resolve for NeighResolver {
         let Some(mac) = self.neighbour(ifindex, hop)? else {
             return Ok(None);
         };
+        // IPv6 routes rarely carry a preferred source: ask the kernel's
+        // source address selection (a connected UDP socket sends nothing).
+        let src = src.or_else(|| {
+            let any: SocketAddr = if addr.is_ipv4() {
+                ([0u8; 4], 0).into()
+            } else {
+                ([0u16; 8], 0).into()
+            };
+            let s = UdpSocket::bind(any).ok()?;
+            s.connect(SocketAddr::new(addr, 9)).ok()?;
+            s.local_addr().ok().map(|a| a.ip())
+        });
         Ok(Some(L2 {
             ifindex,
             mac,

@@ -162,6 +162,7 @@ fn neighbours_are_resolved_through_the_kernel() {
         let rs6: IpAddr = "fd79::11".parse().unwrap();
         let l2 = wait_resolved(&mut r, rs6);
         assert_eq!((l2.ifindex, l2.mac), (idx, RS_MAC));
+        assert_eq!(l2.src, Some("fd79::2".parse().unwrap()), "source selection");
         // No route: an error, not a panic.
         assert!(r.lookup("203.0.113.9".parse().unwrap()).is_err());
     });
