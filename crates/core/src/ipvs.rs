@@ -227,6 +227,9 @@ pub struct MirroredConn {
     pub output_seen: bool,
     /// Time left before the flow expires if idle.
     pub idle_left: Duration,
+    /// A persistence template (`client` is the masked client network with
+    /// port 0; `vip`'s port is 0 for a port-zero service).
+    pub template: bool,
 }
 
 /// Why a packet was dropped.
@@ -1330,6 +1333,9 @@ impl Ipvs {
             vaddr: Addr::from_ip(flow.vip.ip()),
             vport: flow.vip.port(),
         };
+        if flow.template {
+            return self.mirror_template(now, flow, key, dcfg);
+        }
         let active = match flow.protocol {
             Protocol::Tcp => TcpState::from_u8(flow.state).is_some_and(TcpState::is_active),
             Protocol::Sctp => SctpState::from_u8(flow.state).is_some_and(SctpState::is_active),
@@ -1384,6 +1390,35 @@ impl Ipvs {
         conn.state = flow.state;
         let id = self.insert_conn(conn, None, now).ok()?;
         self.bind(flow.dest, flags);
+        self.conns.set_timeout(id, flow.idle_left, now);
+        Some(id)
+    }
+
+    fn mirror_template(
+        &mut self,
+        now: Instant,
+        flow: &MirroredConn,
+        key: ConnKey,
+        dcfg: DestConfig,
+    ) -> Option<ConnId> {
+        if let Some(id) = self.conns.lookup_template(&key, None) {
+            if self.conns.get(id).is_some_and(|c| c.dest == flow.dest.0) {
+                self.conns.set_timeout(id, flow.idle_left, now);
+                return Some(id);
+            }
+            self.remove_conn(id, true);
+        }
+        let dport = if key.vport == 0 { 0 } else { dcfg.port };
+        let mut conn = Conn::new(
+            &key,
+            Addr::from_ip(dcfg.addr),
+            dport,
+            ConnFlags::TEMPLATE,
+            flow.idle_left,
+        );
+        conn.dest = flow.dest.0;
+        let id = self.insert_conn(conn, None, now).ok()?;
+        self.bind(flow.dest, ConnFlags::TEMPLATE);
         self.conns.set_timeout(id, flow.idle_left, now);
         Some(id)
     }

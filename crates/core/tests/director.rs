@@ -1087,6 +1087,7 @@ fn mirrored_flows_follow_the_data_plane() {
         state: TcpState::SynRecv as u8,
         output_seen: false,
         idle_left: Duration::from_secs(50),
+        template: false,
     };
     let id = ipvs.mirror_conn(t(0), &flow).unwrap();
     let of = |ipvs: &Ipvs| counts(ipvs, &key).into_iter().find(|c| c.0 == daddr);
@@ -1112,6 +1113,25 @@ fn mirrored_flows_follow_the_data_plane() {
     ipvs.audit().unwrap();
     assert_eq!(ipvs.expire(t(102)), 1);
     assert_eq!(of(&ipvs), Some((daddr, 0, 0)));
+    // A persistence template: counted in the real server's persistent
+    // connections, expired by its own timer.
+    let tpl = MirroredConn {
+        client: "1.2.3.0:0".parse().unwrap(),
+        template: true,
+        state: 0,
+        idle_left: Duration::from_secs(300),
+        ..flow
+    };
+    let tid = ipvs.mirror_conn(t(102), &tpl).unwrap();
+    assert!(ipvs.conns().get(tid).unwrap().is_template());
+    assert_eq!(ipvs.mirror_conn(t(103), &tpl), Some(tid), "same template");
+    let persist = |ipvs: &Ipvs| {
+        let s = ipvs.service(&key).unwrap();
+        s.dests().iter().find(|d| d.id == dest).unwrap().persist
+    };
+    assert_eq!(persist(&ipvs), 1);
+    assert_eq!(ipvs.expire(t(404)), 1);
+    assert_eq!(persist(&ipvs), 0);
     flow.dest = rvs_core::dest::DestId(9999);
     assert_eq!(ipvs.mirror_conn(t(103), &flow), None, "unknown server");
     ipvs.audit().unwrap();

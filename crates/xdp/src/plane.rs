@@ -82,7 +82,9 @@ use rvs_core::state::{TcpState, Timeouts};
 use rvs_core::stats::Counters;
 use rvs_core::time::Instant;
 
-use crate::maps::{self, Config, Dest, DestConns, Flow, FlowKey, Stats, Svc, SvcKey};
+use crate::maps::{
+    self, Config, Dest, DestConns, Flow, FlowKey, Persist, PersistKey, Stats, Svc, SvcKey,
+};
 use crate::neigh::{L2, Resolve};
 use crate::tables::{TableError, scheduling_table};
 use crate::{Loaded, XdpError};
@@ -111,6 +113,13 @@ pub trait MapOps {
     /// `dest_conns[index] = conns` (ActiveConn/InActConn the program keeps
     /// for the least-connection schedulers).
     fn set_dest_conns(&mut self, index: u32, conns: &DestConns) -> Result<(), XdpError>;
+    /// Call `f` for every persistence template.
+    fn for_each_persist(
+        &mut self,
+        f: &mut dyn FnMut(&PersistKey, &Persist),
+    ) -> Result<(), XdpError>;
+    /// Delete a persistence template (absent is not an error).
+    fn remove_persist(&mut self, key: &PersistKey) -> Result<(), XdpError>;
     /// Call `f` for every entry of the flow table.
     fn for_each_flow(&mut self, f: &mut dyn FnMut(&FlowKey, &Flow)) -> Result<(), XdpError>;
     /// The clock flows are stamped with (jiffies) and its rate (HZ).
@@ -298,6 +307,30 @@ impl MapOps for KernelMaps {
     fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError> {
         self.director.remove_flow(key)
     }
+    fn for_each_persist(
+        &mut self,
+        f: &mut dyn FnMut(&PersistKey, &Persist),
+    ) -> Result<(), XdpError> {
+        let map = self.director.hash::<PersistKey, Persist>("persist")?;
+        for item in map.iter() {
+            match item {
+                Ok((k, v)) => f(&k, &v),
+                Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(map_error("persist", e)),
+            }
+        }
+        Ok(())
+    }
+    fn remove_persist(&mut self, key: &PersistKey) -> Result<(), XdpError> {
+        match self
+            .director
+            .hash::<PersistKey, Persist>("persist")?
+            .remove(key)
+        {
+            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(map_error("persist", e)),
+        }
+    }
     fn set_dest_conns(&mut self, index: u32, conns: &DestConns) -> Result<(), XdpError> {
         self.director.set_dest_conns(index, conns)
     }
@@ -360,6 +393,8 @@ pub struct MemMaps {
     pub flows: HashMap<FlowKey, Flow>,
     /// `dest_conns` (absent = zero).
     pub dest_conns: HashMap<u32, DestConns>,
+    /// `persist`.
+    pub persist: HashMap<PersistKey, Persist>,
     /// The jiffies clock.
     pub jiffies: u64,
     /// Its rate.
@@ -492,6 +527,20 @@ impl MapOps for MemMaps {
     fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError> {
         self.write("flows")?;
         self.flows.remove(key);
+        Ok(())
+    }
+    fn for_each_persist(
+        &mut self,
+        f: &mut dyn FnMut(&PersistKey, &Persist),
+    ) -> Result<(), XdpError> {
+        for (k, v) in &self.persist {
+            f(k, v);
+        }
+        Ok(())
+    }
+    fn remove_persist(&mut self, key: &PersistKey) -> Result<(), XdpError> {
+        self.write("persist")?;
+        self.persist.remove(key);
         Ok(())
     }
     fn set_dest_conns(&mut self, index: u32, conns: &DestConns) -> Result<(), XdpError> {
@@ -1634,7 +1683,40 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             }
             flows.push((*k, *f, Duration::from_millis((limit - age) * 1000 / hz)));
         })?;
-        let mut seen = HashSet::with_capacity(flows.len());
+        // Persistence templates: live ones are mirrored (and keep their
+        // real server's index from being reused), expired ones go.
+        let timeouts: HashMap<u32, u32> = self
+            .services
+            .values()
+            .map(|s| (s.index, s.config.persistent.unwrap_or(0)))
+            .collect();
+        let mut templates = Vec::new();
+        let mut stale = Vec::new();
+        self.maps.for_each_persist(&mut |k, t| {
+            let limit = timeouts.get(&t.svc).map_or(0, |&secs| u64::from(secs) * hz);
+            let age = jiffies.saturating_sub(t.last_seen);
+            if age > limit {
+                stale.push(*k);
+                return;
+            }
+            users.entry(t.dest).or_default();
+            templates.push((*k, *t, Duration::from_millis((limit - age) * 1000 / hz)));
+        })?;
+        for k in &stale {
+            let _ = self.maps.remove_persist(k);
+        }
+        let mut seen = HashSet::with_capacity(flows.len() + templates.len());
+        for (k, t, left) in templates {
+            let Some(dest) = ids.get(&t.dest) else {
+                continue;
+            };
+            let Some(m) = template_of(&k, *dest, left) else {
+                continue;
+            };
+            if let Some(id) = ipvs.mirror_conn(now, &m) {
+                seen.insert(id);
+            }
+        }
         for (k, f, left) in flows {
             let Some(dest) = ids.get(&f.dest) else {
                 continue;
@@ -1710,6 +1792,28 @@ fn mirrored_of(k: &FlowKey, f: &Flow, dest: DestId, left: Duration) -> Option<Mi
         },
         output_seen: f.flags & maps::FLOW_F_NOOUTPUT == 0,
         idle_left: left,
+        template: false,
+    })
+}
+
+/// The director's view of one persistence template.
+fn template_of(k: &PersistKey, dest: DestId, left: Duration) -> Option<MirroredConn> {
+    let ip = |b: &[u8; 16]| -> IpAddr {
+        if k.family == maps::AF_INET {
+            IpAddr::from([b[0], b[1], b[2], b[3]])
+        } else {
+            IpAddr::from(*b)
+        }
+    };
+    Some(MirroredConn {
+        protocol: Protocol::from_number(k.proto)?,
+        client: SocketAddr::new(ip(&k.caddr), 0),
+        vip: SocketAddr::new(ip(&k.vaddr), u16::from_be(k.vport)),
+        dest,
+        state: 0,
+        output_seen: false,
+        idle_left: left,
+        template: true,
     })
 }
 
@@ -2475,6 +2579,78 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.to_string().contains("port-zero"), "{e}");
+    }
+
+    #[test]
+    fn persistence_templates_are_mirrored_and_pin_their_real_server() {
+        let mut bed = Bed::new();
+        bed.run(Command::AddService {
+            key: key(80),
+            config: ServiceConfig::new(AddrFamily::Inet)
+                .scheduler("rr")
+                .persistent(300),
+        })
+        .unwrap();
+        bed.dest(80, dr(1)).unwrap();
+        let a = bed.index(80, 1);
+        let si = bed.plane.service_index(&key(80)).unwrap();
+        assert_eq!(
+            bed.plane.maps().svc_info[&si].flags & maps::svc_flags::PERSISTENT,
+            maps::svc_flags::PERSISTENT
+        );
+        let now = bed.plane.maps().jiffies;
+        let pk = |net: u8| PersistKey {
+            caddr: maps::addr16(IpAddr::from([192, 0, 2, net])),
+            vaddr: maps::addr16("10.0.0.100".parse().unwrap()),
+            vport: 80u16.to_be(),
+            proto: maps::PROTO_TCP,
+            family: maps::AF_INET,
+        };
+        let m = bed.plane.maps();
+        m.persist.insert(
+            pk(0),
+            Persist {
+                last_seen: now - 250,
+                dest: a,
+                svc: si,
+            },
+        );
+        m.persist.insert(
+            pk(1),
+            Persist {
+                last_seen: now - 301 * 250,
+                dest: a,
+                svc: si,
+            },
+        );
+        bed.report(1);
+        let persist = |bed: &Bed| bed.ipvs.service(&key(80)).unwrap().dests()[0].persist;
+        assert_eq!(persist(&bed), 1, "the live template");
+        assert!(
+            !bed.plane.maps().persist.contains_key(&pk(1)),
+            "expired one swept"
+        );
+        let (id, c) = bed.ipvs.conns().iter().next().unwrap();
+        assert!(c.is_template());
+        assert_eq!(
+            bed.ipvs.conns().deadline(id),
+            Some(Instant::from_secs(1 + 299))
+        );
+        // Deleted, the real server's index stays while the template lives.
+        bed.run(Command::DelDest {
+            service: key(80),
+            addr: rs(1),
+            port: 80,
+        })
+        .unwrap();
+        for t in 2..6 {
+            bed.report(t);
+        }
+        assert_eq!(bed.plane.dest_index(&key(80), rs(1), 80), Some(a));
+        bed.plane.maps().persist.clear();
+        bed.report(6);
+        assert_eq!(bed.plane.dest_index(&key(80), rs(1), 80), None);
+        bed.ipvs.audit().unwrap();
     }
 
     #[test]
