@@ -32,6 +32,16 @@ pub trait DataPlane: Send {
     /// retry binding a listener).
     fn apply(&mut self, command: &Command) -> Result<(), DataPlaneError>;
 
+    /// Whether this data plane can carry `command` at all (the XDP program,
+    /// for one, cannot match firewall marks). Asked before the control plane
+    /// changes anything: a refusal fails the request with this text (as
+    /// [`rvs_core::ipvs::CtlError::Unsupported`]) and nothing changes. The
+    /// default admits everything.
+    fn admit(&self, command: &Command) -> Result<(), String> {
+        let _ = command;
+        Ok(())
+    }
+
     /// Report back: called periodically (every second by rvsd) with the
     /// control plane's director so the data plane can record what it carried
     /// since the last call — connections it created or closed and their

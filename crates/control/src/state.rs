@@ -390,6 +390,12 @@ impl Controller {
     /// single command is applied directly: the core's operations are
     /// themselves all-or-nothing.
     pub fn exec(&mut self, cmds: &[Command], atomic: bool) -> Result<(), ExecError> {
+        for (index, c) in cmds.iter().enumerate() {
+            self.plane.admit(c).map_err(|m| ExecError {
+                index,
+                error: CtlError::Unsupported(m),
+            })?;
+        }
         if atomic || cmds.len() > 1 {
             let defs = current_defs(&self.ipvs);
             let mut scratch = build(&defs, scratch_config(self.config)).map_err(|e| ExecError {
@@ -415,6 +421,25 @@ impl Controller {
             summary,
             changed,
         } = plan(&self.ipvs, target)?;
+        for c in &cmds {
+            self.plane.admit(c).map_err(|m| {
+                let key = match c {
+                    Command::AddService { key, .. }
+                    | Command::EditService { key, .. }
+                    | Command::DelService { key } => Some(key),
+                    Command::AddDest { service, .. }
+                    | Command::EditDest { service, .. }
+                    | Command::DelDest { service, .. } => Some(service),
+                    _ => None,
+                };
+                ExecError {
+                    index: key
+                        .and_then(|k| target.iter().position(|t| t.key == *k))
+                        .unwrap_or(0),
+                    error: CtlError::Unsupported(m),
+                }
+            })?;
+        }
         // Services do not constrain each other, and unchanged ones are
         // already live: validating the new or changed ones on their own
         // is validating the whole table.
@@ -673,6 +698,48 @@ mod tests {
         assert_eq!((e.index, e.error), (2, CtlError::NoService));
         assert_eq!(normalized(current_defs(ctl.ipvs())), snapshot);
         assert!(log.lock().unwrap().is_empty(), "the data plane saw nothing");
+    }
+
+    /// A data plane that cannot carry port 99.
+    struct Picky;
+    impl DataPlane for Picky {
+        fn name(&self) -> &'static str {
+            "picky"
+        }
+        fn apply(&mut self, _: &Command) -> Result<(), DataPlaneError> {
+            Ok(())
+        }
+        fn admit(&self, c: &Command) -> Result<(), String> {
+            match c {
+                Command::AddService { key, .. } if key.port() == 99 => Err("not 99".into()),
+                _ => Ok(()),
+            }
+        }
+    }
+
+    #[test]
+    fn what_the_data_plane_refuses_changes_nothing() {
+        let mut ctl = Controller::new(IpvsConfig::default(), Box::new(Picky));
+        let e = ctl
+            .replace(&[def(80, "rr", &[1]), def(99, "rr", &[1])])
+            .unwrap_err();
+        assert_eq!(
+            (e.index, e.error),
+            (1, CtlError::Unsupported("not 99".into()))
+        );
+        assert_eq!(ctl.ipvs().services().count(), 0);
+        let add = |port| Command::AddService {
+            key: key(port),
+            config: ServiceConfig::new(AddrFamily::Inet),
+        };
+        let e = ctl.exec(&[add(80), add(99)], false).unwrap_err();
+        assert_eq!(e.index, 1);
+        assert_eq!(
+            ctl.ipvs().services().count(),
+            0,
+            "refused before anything applied"
+        );
+        ctl.exec(&[add(80)], false).unwrap();
     }
 
     #[test]

@@ -1066,3 +1066,73 @@ mod proxy_api {
         ipvs.audit().unwrap();
     }
 }
+
+/// A packet data plane's flows mirrored into the table: created bound to
+/// the chosen server, moved between active and inactive as their state
+/// changes, expired by the table's timer, counters added separately.
+#[test]
+fn mirrored_flows_follow_the_data_plane() {
+    use rvs_core::ipvs::MirroredConn;
+    use rvs_core::stats::Counters;
+    use std::time::Duration;
+    let mut ipvs = director("rr", 2, ForwardMethod::Route);
+    let key = tcp_svc(80);
+    let dest = ipvs.service(&key).unwrap().dests()[0].id;
+    let daddr = ipvs.service(&key).unwrap().dests()[0].config.addr;
+    let mut flow = MirroredConn {
+        protocol: Protocol::Tcp,
+        client: "1.2.3.4:5555".parse().unwrap(),
+        vip: std::net::SocketAddr::new(IpAddr::V4(VIP), 80),
+        dest,
+        state: TcpState::SynRecv as u8,
+        output_seen: false,
+        idle_left: Duration::from_secs(50),
+        template: false,
+    };
+    let id = ipvs.mirror_conn(t(0), &flow).unwrap();
+    let of = |ipvs: &Ipvs| counts(ipvs, &key).into_iter().find(|c| c.0 == daddr);
+    assert_eq!(of(&ipvs), Some((daddr, 1, 0)), "SYN_RECV is active");
+    flow.state = TcpState::FinWait as u8;
+    flow.idle_left = Duration::from_secs(100);
+    assert_eq!(ipvs.mirror_conn(t(1), &flow), Some(id), "same entry");
+    assert_eq!(of(&ipvs), Some((daddr, 0, 1)), "FIN_WAIT is inactive");
+    assert_eq!(ipvs.conns().get(id).unwrap().state, TcpState::FinWait as u8);
+    assert_eq!(ipvs.conns().deadline(id), Some(t(101)));
+    ipvs.add_counters(
+        dest,
+        &Counters {
+            conns: 1,
+            inpkts: 3,
+            outpkts: 0,
+            inbytes: 180,
+            outbytes: 0,
+        },
+    );
+    assert_eq!(ipvs.service(&key).unwrap().stats().inpkts, 3);
+    assert_eq!(ipvs.total_stats().inbytes, 180);
+    ipvs.audit().unwrap();
+    assert_eq!(ipvs.expire(t(102)), 1);
+    assert_eq!(of(&ipvs), Some((daddr, 0, 0)));
+    // A persistence template: counted in the real server's persistent
+    // connections, expired by its own timer.
+    let tpl = MirroredConn {
+        client: "1.2.3.0:0".parse().unwrap(),
+        template: true,
+        state: 0,
+        idle_left: Duration::from_secs(300),
+        ..flow
+    };
+    let tid = ipvs.mirror_conn(t(102), &tpl).unwrap();
+    assert!(ipvs.conns().get(tid).unwrap().is_template());
+    assert_eq!(ipvs.mirror_conn(t(103), &tpl), Some(tid), "same template");
+    let persist = |ipvs: &Ipvs| {
+        let s = ipvs.service(&key).unwrap();
+        s.dests().iter().find(|d| d.id == dest).unwrap().persist
+    };
+    assert_eq!(persist(&ipvs), 1);
+    assert_eq!(ipvs.expire(t(404)), 1);
+    assert_eq!(persist(&ipvs), 0);
+    flow.dest = rvs_core::dest::DestId(9999);
+    assert_eq!(ipvs.mirror_conn(t(103), &flow), None, "unknown server");
+    ipvs.audit().unwrap();
+}

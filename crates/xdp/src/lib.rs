@@ -11,6 +11,8 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod maps;
+pub mod neigh;
+pub mod plane;
 pub mod tables;
 
 use std::time::Duration;

@@ -36,6 +36,17 @@ enum DataPlaneKind {
     Xdp,
 }
 
+/// `--xdp-mode`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum XdpModeArg {
+    /// Native (driver) mode, else generic.
+    Auto,
+    /// Native (driver) mode only.
+    Native,
+    /// Generic (skb) mode only.
+    Skb,
+}
+
 /// rvs daemon: an IPVS-class layer-4 load balancer.
 ///
 /// rvsd owns the service table. Configure it from a keepalived.conf file
@@ -67,7 +78,8 @@ struct Args {
     socket: PathBuf,
 
     /// Data plane: `proxy` (userspace TCP/UDP proxy, unprivileged), `none`
-    /// (control plane alone), `xdp`.
+    /// (control plane alone), `xdp` (the XDP program on --interface; root;
+    /// no fwmark services: XDP runs before the packet has a mark).
     #[arg(long, value_enum, default_value_t = DataPlaneKind::Proxy)]
     dataplane: DataPlaneKind,
 
@@ -93,6 +105,40 @@ struct Args {
     /// proxy: relay with a buffered copy instead of splice(2).
     #[arg(long)]
     no_splice: bool,
+
+    /// xdp: the interfaces to attach the program to (comma-separated or
+    /// repeated; required with `--dataplane xdp`): where clients' packets
+    /// arrive and, for NAT real servers on another segment, where their
+    /// replies arrive.
+    #[arg(long, value_name = "IF", value_delimiter = ',')]
+    interface: Vec<String>,
+
+    /// xdp: attach mode: `native` (driver), `skb` (generic) or `auto`
+    /// (native, else generic).
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = XdpModeArg::Auto)]
+    xdp_mode: XdpModeArg,
+
+    /// xdp: entries of the flow table (and of the NAT reply table); the
+    /// least recently used entry is evicted when it is full.
+    #[arg(long, value_name = "N", default_value_t = 1 << 20)]
+    flow_table_size: u32,
+
+    /// xdp: largest tunnelled packet (default: the interface's MTU); a
+    /// bigger one that may not be fragmented is answered with ICMP
+    /// "fragmentation needed" / "packet too big".
+    #[arg(long, value_name = "BYTES")]
+    tunnel_mtu: Option<u32>,
+
+    /// xdp: SYN-flood guard: above this many new flows per CPU per second,
+    /// flows of hash-scheduled (sh/dh/mh) DR/TUN services are forwarded by
+    /// the hash without a flow entry (0 = off).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    max_new_flows: u32,
+
+    /// xdp: outer source address of tunnelled packets, one per family
+    /// (default: the preferred source of the route to the real server).
+    #[arg(long, value_name = "ADDR")]
+    tunnel_source: Vec<std::net::IpAddr>,
 
     /// Log level or tracing filter (error, warn, info, debug, trace).
     #[arg(long, value_name = "LEVEL", default_value = "info")]
@@ -264,10 +310,55 @@ fn data_plane(args: &Args) -> anyhow::Result<PlaneAndStats> {
             let stats = plane.stats();
             Ok((Box::new(plane), Some(stats)))
         }
-        DataPlaneKind::Xdp => anyhow::bail!(
-            "the xdp data plane is not part of this build yet; use --dataplane proxy or none"
-        ),
+        DataPlaneKind::Xdp => Ok((Box::new(xdp_plane(args)?), None)),
     }
+}
+
+/// Load and attach the XDP data plane.
+fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
+    use rvs_xdp::AttachMode;
+    use rvs_xdp::plane::{XdpOptions, XdpPlane};
+    if args.interface.is_empty() {
+        anyhow::bail!("--dataplane xdp needs --interface IF (where clients' packets arrive)");
+    }
+    if args.flow_table_size == 0 {
+        anyhow::bail!("--flow-table-size must be at least 1");
+    }
+    let pick = |v6: bool| {
+        let mut it = args.tunnel_source.iter().filter(|a| a.is_ipv6() == v6);
+        let first = it.next().copied();
+        if it.next().is_some() {
+            anyhow::bail!("--tunnel-source: one address per family");
+        }
+        Ok(first)
+    };
+    let opts = XdpOptions {
+        interfaces: args.interface.clone(),
+        mode: match args.xdp_mode {
+            XdpModeArg::Auto => None,
+            XdpModeArg::Native => Some(AttachMode::Driver),
+            XdpModeArg::Skb => Some(AttachMode::Skb),
+        },
+        load: rvs_xdp::LoadOptions {
+            flow_table_size: args.flow_table_size,
+            ..rvs_xdp::LoadOptions::default()
+        },
+        tun_src4: match pick(false)? {
+            Some(std::net::IpAddr::V4(a)) => Some(a),
+            _ => None,
+        },
+        tun_src6: match pick(true)? {
+            Some(std::net::IpAddr::V6(a)) => Some(a),
+            _ => None,
+        },
+        tun_mtu: args.tunnel_mtu,
+        max_new_flows: args.max_new_flows,
+    };
+    let (plane, modes) = XdpPlane::start(&opts).map_err(|e| anyhow::anyhow!("xdp: {e}"))?;
+    for (interface, mode) in opts.interfaces.iter().zip(modes) {
+        tracing::info!(%interface, ?mode, flows = args.flow_table_size, "XDP program attached");
+    }
+    Ok(plane)
 }
 
 /// `rvsd demo`'s settings.

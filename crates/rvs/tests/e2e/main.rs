@@ -13,3 +13,4 @@ mod http;
 mod proxy;
 mod reload;
 mod socket;
+mod xdpd;

@@ -1,0 +1,398 @@
+//! `rvsd --dataplane xdp` itself: started in a director namespace on a
+//! bridged segment (shared/spec/TESTBED.md), configured with rvsadm, real
+//! TCP connections from a client namespace to two DR real servers, the
+//! listings fed by the program's maps, refusals, detach on exit. The XDP
+//! scenarios (TUN, NAT, schedulers, drains) are in the XDP test bed's own
+//! tests; this one checks the daemon's integration. Generic (skb) mode: a
+//! native XDP_TX out of a veth would need a program on the peer too.
+
+use std::io::Read;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::harness::{RVSADM, RVSD, TempDir, wait_for_socket};
+
+static N: AtomicUsize = AtomicUsize::new(0);
+
+fn root_and_tools(test: &str) -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !root {
+        eprintln!("skipping {test}: namespaces and XDP need root");
+        return false;
+    }
+    for tool in ["ip", "ethtool"] {
+        if Command::new(tool).arg("-V").output().is_err() {
+            eprintln!("skipping {test}: `{tool}` is not installed");
+            return false;
+        }
+    }
+    if let Err(e) = rvs_xdp::Object::Director.bytes() {
+        eprintln!("skipping {test}: {e}");
+        return false;
+    }
+    true
+}
+
+fn sh(args: &[&str]) {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("spawn");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The namespaces of one test, deleted on drop; `stop` ends the servers.
+struct Bed {
+    prefix: String,
+    stop: Arc<AtomicBool>,
+}
+
+impl Bed {
+    fn ns(&self, h: &str) -> String {
+        format!("{}{h}", self.prefix)
+    }
+
+    fn new() -> Bed {
+        let prefix = format!(
+            "rvsxd{}-{}-",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        );
+        let bed = Bed {
+            prefix,
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        for h in ["sw", "c", "d", "r1", "r2"] {
+            sh(&["ip", "netns", "add", &bed.ns(h)]);
+            sh(&["ip", "-n", &bed.ns(h), "link", "set", "lo", "up"]);
+        }
+        let sw = bed.ns("sw");
+        sh(&["ip", "-n", &sw, "link", "add", "br0", "type", "bridge"]);
+        sh(&["ip", "-n", &sw, "link", "set", "br0", "up"]);
+        for (h, a) in [
+            ("c", "10.77.0.10/24"),
+            ("d", "10.77.0.2/24"),
+            ("r1", "10.77.0.11/24"),
+            ("r2", "10.77.0.12/24"),
+        ] {
+            let ns = bed.ns(h);
+            let port = format!("p{h}");
+            sh(&[
+                "ip", "-n", &sw, "link", "add", &port, "type", "veth", "peer", "name", "eth0",
+                "netns", &ns,
+            ]);
+            sh(&["ip", "-n", &sw, "link", "set", &port, "master", "br0"]);
+            sh(&["ip", "-n", &sw, "link", "set", &port, "up"]);
+            sh(&["ip", "-n", &ns, "addr", "add", a, "dev", "eth0"]);
+            sh(&["ip", "-n", &ns, "link", "set", "eth0", "up"]);
+            // TESTBED.md: receivers drop CHECKSUM_PARTIAL frames XDP forwarded.
+            sh(&[
+                "ip", "netns", "exec", &ns, "ethtool", "-K", "eth0", "tx", "off",
+            ]);
+        }
+        sh(&[
+            "ip",
+            "-n",
+            &bed.ns("d"),
+            "addr",
+            "add",
+            "10.77.0.100/32",
+            "dev",
+            "eth0",
+        ]);
+        for r in ["r1", "r2"] {
+            let ns = bed.ns(r);
+            sh(&[
+                "ip",
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                "10.77.0.100/32",
+                "dev",
+                "lo",
+            ]);
+            for (k, v) in [
+                ("net.ipv4.conf.all.arp_ignore", "1"),
+                ("net.ipv4.conf.all.arp_announce", "2"),
+                ("net.ipv4.conf.eth0.arp_ignore", "1"),
+                ("net.ipv4.conf.eth0.arp_announce", "2"),
+            ] {
+                sh(&[
+                    "ip",
+                    "netns",
+                    "exec",
+                    &ns,
+                    "sysctl",
+                    "-qw",
+                    &format!("{k}={v}"),
+                ]);
+            }
+        }
+        bed
+    }
+
+    /// Run `f` on a thread inside namespace `h`.
+    fn enter<T: Send + 'static>(&self, h: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/var/run/netns/{}", self.ns(h));
+        std::thread::spawn(move || {
+            let fd = std::fs::File::open(&path).expect("netns");
+            nix::sched::setns(fd.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            f()
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    }
+
+    /// A server on `h` answering every connection on port 80 with `h`
+    /// (bounded: stops with the bed, or after 60 s).
+    fn server(&self, h: &'static str) {
+        let l: TcpListener = self.enter(h, || TcpListener::bind("0.0.0.0:80").expect("bind"));
+        l.set_nonblocking(true).expect("nonblocking");
+        let stop = self.stop.clone();
+        std::thread::spawn(move || {
+            let end = Instant::now() + Duration::from_secs(60);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+                match l.accept() {
+                    Ok((mut s, _)) => {
+                        let _ = std::io::Write::write_all(&mut s, h.as_bytes());
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+    }
+
+    /// `n` connections from the client to the VIP: who answered.
+    fn connect(&self, n: usize) -> Vec<String> {
+        self.enter("c", move || {
+            (0..n)
+                .map(|_| {
+                    let vip = SocketAddr::new(IpAddr::from([10, 77, 0, 100]), 80);
+                    let mut s = match TcpStream::connect_timeout(&vip, Duration::from_secs(2)) {
+                        Ok(s) => s,
+                        Err(e) => return format!("error: {e}"),
+                    };
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                    let mut who = String::new();
+                    match s.read_to_string(&mut who) {
+                        Ok(_) => who,
+                        Err(e) => format!("error: {e}"),
+                    }
+                })
+                .collect()
+        })
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for h in ["c", "d", "r1", "r2", "sw"] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.ns(h)])
+                .status();
+        }
+    }
+}
+
+/// rvsd in the director namespace, killed on drop.
+struct Daemon {
+    child: Child,
+    dir: TempDir,
+}
+
+impl Daemon {
+    fn adm(&self, args: &str) -> (bool, String, String) {
+        let out = Command::new(RVSADM)
+            .args(args.split_whitespace())
+            .env("RVS_SOCKET", self.dir.path().join("rvsd.sock"))
+            .output()
+            .expect("rvsadm");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn ok(&self, args: &str) -> String {
+        let (ok, out, err) = self.adm(args);
+        assert!(ok, "rvsadm {args}: {err}");
+        out
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn xdp_attached(bed: &Bed) -> bool {
+    let out = Command::new("ip")
+        .args(["-n", &bed.ns("d"), "link", "show", "eth0"])
+        .output()
+        .expect("ip");
+    String::from_utf8_lossy(&out.stdout).contains("xdp")
+}
+
+#[test]
+fn rvsd_xdp_dataplane_carries_dr_and_reports_it() {
+    let test = "rvsd_xdp_dataplane_carries_dr_and_reports_it";
+    if !root_and_tools(test) {
+        return;
+    }
+    let bed = Bed::new();
+    bed.server("r1");
+    bed.server("r2");
+    let dir = TempDir::new("xdpd");
+    let socket = dir.path().join("rvsd.sock");
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &bed.ns("d"), RVSD, "--dataplane", "xdp"])
+        .args([
+            "--interface",
+            "eth0",
+            "--xdp-mode",
+            "skb",
+            "--flow-table-size",
+            "65536",
+        ])
+        .args(["--log-level", "warn", "--socket"])
+        .arg(&socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn rvsd");
+    wait_for_socket(&socket, &mut child);
+    let d = Daemon { child, dir };
+    assert!(xdp_attached(&bed), "program attached");
+
+    // What XDP cannot do is refused with the reason, and nothing changes.
+    let (ok, _, err) = d.adm("-A -f 7 -s rr");
+    assert!(!ok && err.contains("firewall marks"), "{err}");
+    let (ok, _, err) = d.adm("-A -t 10.77.0.100:81 -s lblc");
+    assert!(
+        !ok && err.contains("not run by the xdp data plane"),
+        "{err}"
+    );
+
+    d.ok("-A -t 10.77.0.100:80 -s rr");
+    d.ok("-a -t 10.77.0.100:80 -r 10.77.0.11:80 -g");
+    d.ok("-a -t 10.77.0.100:80 -r 10.77.0.12:80 -g");
+    // rvsd schedules a real server once its MAC is resolved (at once when
+    // ARP answers within the command's budget, else at a later report).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut both = std::collections::BTreeSet::new();
+    let mut total = 0;
+    while both.len() < 2 && Instant::now() < deadline {
+        let got = bed.connect(2);
+        total += got.iter().filter(|w| !w.starts_with("error")).count();
+        both.extend(got);
+    }
+    assert_eq!(both.into_iter().collect::<Vec<_>>(), ["r1", "r2"]);
+    let mut seen = bed.connect(6);
+    total += 6;
+    seen.sort();
+    assert_eq!(
+        seen,
+        ["r1", "r1", "r1", "r2", "r2", "r2"],
+        "rr over real connections"
+    );
+
+    // The next report (every second) brings the program's flows and
+    // counters into the listings.
+    let want = format!("TCP  10.77.0.100:80 {total:>22}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let stats = loop {
+        let s = d.ok("-Ln --stats");
+        if s.contains(&want) || Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(stats.contains(&want), "{want:?} in {stats}");
+    let conns = d.ok("-Lcn");
+    assert_eq!(
+        conns
+            .lines()
+            .filter(|l| l.contains("10.77.0.100:80"))
+            .count(),
+        total,
+        "{conns}"
+    );
+    let list = d.ok("-Ln");
+    let inact: usize = list
+        .lines()
+        .filter(|l| l.contains("Route"))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .nth(5)
+                .and_then(|x| x.parse::<usize>().ok())
+        })
+        .sum();
+    assert_eq!(inact, total, "closed connections are inactive: {list}");
+
+    // Weight 0: new connections go to the other real server.
+    d.ok("-e -t 10.77.0.100:80 -r 10.77.0.11:80 -g -w 0");
+    assert_eq!(bed.connect(3), ["r2", "r2", "r2"]);
+
+    drop(d);
+    assert!(!xdp_attached(&bed), "detached when rvsd exits");
+}
+
+/// Without `--interface`, without root, or with a missing interface rvsd
+/// stops at once with a clear message.
+#[test]
+fn rvsd_xdp_start_errors_are_clear() {
+    let dir = TempDir::new("xdpd-err");
+    let socket = dir.path().join("rvsd.sock");
+    let run = |pre: &[&str], args: &[&str]| {
+        let mut c = Command::new(pre.first().copied().unwrap_or(RVSD));
+        if !pre.is_empty() {
+            c.args(&pre[1..]).arg(RVSD);
+        }
+        let out = c
+            .args(["--dataplane", "xdp", "--socket"])
+            .arg(&socket)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("rvsd");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = run(&[], &[]);
+    assert!(err.contains("needs --interface"), "{err}");
+    if !root_and_tools("rvsd_xdp_start_errors_are_clear") {
+        return;
+    }
+    let err = run(&[], &["--interface", "rvsnosuch0"]);
+    assert!(err.contains("rvsnosuch0"), "{err}");
+    if Command::new("setpriv").arg("--version").output().is_ok() {
+        let nobody = [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ];
+        let err = run(&nobody, &["--interface", "lo"]);
+        assert!(err.contains("needs root"), "{err}");
+    }
+}

@@ -1,0 +1,459 @@
+//! The XDP data plane's control side against the kernel: neighbour
+//! resolution over netlink, and `XdpPlane` loading, attaching and driving
+//! the real program on a veth in a network namespace. Two namespaces per
+//! test (director and real server, one veth between them), deleted on drop;
+//! the only traffic is ARP/NDP and one discard-port datagram between them.
+//! Needs root.
+
+mod common;
+
+use std::fs::File;
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::AsFd;
+use std::process::Command as Cmd;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant as StdInstant};
+
+use common::{Flags, root_or_skip, tcp_frame_macs};
+use rvs_control::protocol::Command;
+use rvs_core::ipvs::{Ipvs, IpvsConfig};
+use rvs_core::model::{AddrFamily, DestConfig, ForwardMethod, Protocol, ServiceConfig, ServiceKey};
+use rvs_core::time::Instant;
+use rvs_xdp::maps::{self, SvcKey};
+use rvs_xdp::neigh::{NeighResolver, Resolve};
+use rvs_xdp::plane::{MapOps, XdpOptions, XdpPlane};
+use rvs_xdp::{LoadOptions, action};
+
+const DIR_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x79, 0x02];
+const RS_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x79, 0x11];
+
+fn mac(m: [u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn run(args: &[&str]) -> String {
+    let out = Cmd::new("ip").args(args).output().expect("run ip");
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Director and real-server namespaces joined by one veth; deleted on drop.
+struct Bed {
+    d: String,
+    r: String,
+}
+
+impl Bed {
+    fn new() -> Bed {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let id = std::process::id();
+        let bed = Bed {
+            d: format!("rvsxp-d-{id}-{n}"),
+            r: format!("rvsxp-r-{id}-{n}"),
+        };
+        run(&["netns", "add", &bed.d]);
+        run(&["netns", "add", &bed.r]);
+        let (d, r) = (bed.d.as_str(), bed.r.as_str());
+        let dm = mac(DIR_MAC);
+        let rm = mac(RS_MAC);
+        for cmd in [
+            vec!["-n", d, "link", "set", "lo", "up"],
+            vec!["-n", r, "link", "set", "lo", "up"],
+            vec![
+                "-n", d, "link", "add", "xd0", "address", &dm, "type", "veth", "peer", "name",
+                "xr0", "address", &rm, "netns", r,
+            ],
+            vec!["-n", d, "addr", "add", "10.79.0.2/24", "dev", "xd0"],
+            vec!["-n", d, "addr", "add", "fd79::2/64", "dev", "xd0", "nodad"],
+            vec!["-n", r, "addr", "add", "10.79.0.11/24", "dev", "xr0"],
+            vec!["-n", r, "addr", "add", "fd79::11/64", "dev", "xr0", "nodad"],
+            vec!["-n", d, "link", "set", "xd0", "up"],
+            vec!["-n", r, "link", "set", "xr0", "up"],
+            vec!["-n", d, "route", "add", "10.80.0.0/16", "via", "10.79.0.11"],
+            // A second segment of the director's (NAT real servers' side).
+            vec![
+                "-n", d, "link", "add", "xd1", "type", "veth", "peer", "name", "xd2",
+            ],
+            vec!["-n", d, "link", "set", "xd1", "up"],
+            vec!["-n", d, "link", "set", "xd2", "up"],
+        ] {
+            run(&cmd);
+        }
+        bed
+    }
+
+    /// Run `f` on a thread inside the director's namespace.
+    fn in_director<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/var/run/netns/{}", self.d);
+        std::thread::spawn(move || {
+            let fd = File::open(&path).expect("netns file");
+            nix::sched::setns(fd.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            f()
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        for n in [&self.d, &self.r] {
+            let _ = Cmd::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+fn ifindex(name: &str) -> u32 {
+    std::fs::read_to_string(format!("/sys/class/net/{name}/ifindex"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| {
+            // sysfs shows the namespace it was mounted in; ask netlink's view.
+            let out = Cmd::new("ip")
+                .args(["-o", "link", "show", name])
+                .output()
+                .expect("ip");
+            String::from_utf8_lossy(&out.stdout)
+                .split(':')
+                .next()
+                .and_then(|s| s.trim().parse().ok())
+                .expect("ifindex")
+        })
+}
+
+fn wait_resolved(r: &mut NeighResolver, a: IpAddr) -> rvs_xdp::neigh::L2 {
+    let start = StdInstant::now();
+    loop {
+        if let Some(l2) = r.lookup(a).expect("lookup") {
+            return l2;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{a} not resolved");
+        r.solicit(a).expect("solicit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn neighbours_are_resolved_through_the_kernel() {
+    if !root_or_skip("neighbours_are_resolved_through_the_kernel") {
+        return;
+    }
+    let bed = Bed::new();
+    bed.in_director(|| {
+        let idx = ifindex("xd0");
+        let mut r = NeighResolver::new().expect("netlink");
+        let rs: IpAddr = "10.79.0.11".parse().unwrap();
+        assert_eq!(r.lookup(rs).expect("lookup"), None, "nothing pre-filled");
+        let l2 = wait_resolved(&mut r, rs);
+        assert_eq!((l2.ifindex, l2.mac, l2.smac), (idx, RS_MAC, DIR_MAC));
+        assert_eq!(l2.src, Some("10.79.0.2".parse().unwrap()));
+        // Behind a gateway (TUN): the gateway's MAC.
+        let far: IpAddr = "10.80.3.4".parse().unwrap();
+        assert_eq!(r.lookup(far).expect("lookup").map(|l| l.mac), Some(RS_MAC));
+        // IPv6: neighbour discovery.
+        let rs6: IpAddr = "fd79::11".parse().unwrap();
+        let l2 = wait_resolved(&mut r, rs6);
+        assert_eq!((l2.ifindex, l2.mac), (idx, RS_MAC));
+        assert_eq!(l2.src, Some("fd79::2".parse().unwrap()), "source selection");
+        // No route: an error, not a panic.
+        assert!(r.lookup("203.0.113.9".parse().unwrap()).is_err());
+    });
+}
+
+fn key() -> ServiceKey {
+    ServiceKey::Addr {
+        protocol: Protocol::Tcp,
+        addr: IpAddr::V4(Ipv4Addr::new(10, 79, 0, 100)),
+        port: 80,
+    }
+}
+
+#[test]
+fn xdp_plane_drives_the_attached_program() {
+    if !root_or_skip("xdp_plane_drives_the_attached_program") {
+        return;
+    }
+    let bed = Bed::new();
+    bed.in_director(|| {
+        let opts = XdpOptions {
+            interfaces: vec!["xd0".into(), "xd1".into()],
+            mode: None,
+            load: LoadOptions {
+                flow_table_size: 4096,
+                slots: 1 << 16,
+            },
+            tun_src4: None,
+            tun_src6: None,
+            tun_mtu: None,
+            max_new_flows: 0,
+        };
+        let (mut plane, modes) = XdpPlane::start(&opts).expect("start");
+        eprintln!("attached in {modes:?} mode");
+        // Room for a loaded machine; resolution returns as soon as it is done.
+        plane.set_resolve_budget(Duration::from_secs(3));
+        assert_eq!(modes.len(), 2);
+        assert!(run(&["link", "show", "xd0"]).contains("xdp"), "attached");
+        assert!(run(&["link", "show", "xd1"]).contains("xdp"), "attached");
+        let mut ipvs = Ipvs::new(IpvsConfig::default());
+        fn exec(plane: &mut XdpPlane, ipvs: &mut Ipvs, c: Command) {
+            rvs_control::state::apply(ipvs, &c).expect("model");
+            plane.apply_command(&c).expect("plane");
+        }
+        let rs: IpAddr = "10.79.0.11".parse().unwrap();
+        exec(
+            &mut plane,
+            &mut ipvs,
+            Command::AddService {
+                key: key(),
+                config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+            },
+        );
+        exec(
+            &mut plane,
+            &mut ipvs,
+            Command::AddDest {
+                service: key(),
+                dest: DestConfig::new(rs, 80).forward(ForwardMethod::Route),
+            },
+        );
+        exec(
+            &mut plane,
+            &mut ipvs,
+            Command::SetTimeouts {
+                tcp: 77,
+                tcpfin: 0,
+                udp: 0,
+            },
+        );
+        let di = plane.dest_index(&key(), rs, 80).expect("dest index");
+        let m = plane.maps();
+        let skey = SvcKey::new(maps::PROTO_TCP, "10.79.0.100".parse().unwrap(), 80);
+        let si = m
+            .read_service(&skey)
+            .expect("read")
+            .expect("service installed");
+        let svc = m.read_svc(si).expect("svc");
+        assert_eq!((svc.sched, svc.dests_len), (maps::sched::RR, 1));
+        assert_eq!(m.read_slots(svc.dests_off, 1).expect("slots"), vec![di]);
+        let d = m.read_dest(di).expect("dest");
+        assert_eq!(
+            (d.method, d.flags, d.mac, d.smac, d.ifindex),
+            (maps::fwd::DR, 0, RS_MAC, DIR_MAC, ifindex("xd0")),
+            "resolved within the apply budget"
+        );
+        let config = m.read_config().expect("config");
+        assert_eq!(config.tcp_timeouts[1], 77);
+        assert_eq!(config.tun_mtu, 1500, "the interface's MTU");
+
+        // A client SYN through the attached program goes to the real
+        // server's MAC; the next report mirrors the flow and its counters.
+        let client: IpAddr = "10.79.0.50".parse().unwrap();
+        let vip: IpAddr = "10.79.0.100".parse().unwrap();
+        let frame = tcp_frame_macs(
+            [2, 0, 0, 0, 0, 0x50],
+            DIR_MAC,
+            client,
+            4000,
+            vip,
+            80,
+            Flags::Syn,
+            b"",
+        );
+        let out = m.director().run(&frame, 1).expect("test run");
+        assert!(
+            matches!(out.action, action::TX | action::REDIRECT),
+            "action {}",
+            out.action
+        );
+        assert_eq!(&out.data[..6], &RS_MAC);
+        plane
+            .report_to(Instant::from_secs(1), &mut ipvs)
+            .expect("report");
+        assert_eq!(ipvs.conns().len(), 1);
+        let s = ipvs.service(&key()).expect("service");
+        let rsd = &s.dests()[0];
+        assert_eq!((rsd.active, rsd.stats.conns, rsd.stats.inpkts), (1, 1, 1));
+        let conns = plane.maps().director().dest_conns(di).expect("dest_conns");
+        assert_eq!(
+            (conns.active, conns.inactive),
+            (1, 0),
+            "the program's own count"
+        );
+        assert_eq!(s.stats().inbytes, 40, "IP length of the SYN");
+
+        // Removal: the real server is marked unavailable (its flow's
+        // packets are dropped), the service leaves the map.
+        exec(
+            &mut plane,
+            &mut ipvs,
+            Command::DelDest {
+                service: key(),
+                addr: rs,
+                port: 80,
+            },
+        );
+        let m = plane.maps();
+        assert_eq!(
+            m.read_dest(di).expect("dest").flags,
+            maps::dest_flags::UNAVAILABLE
+        );
+        let ack = tcp_frame_macs(
+            [2, 0, 0, 0, 0, 0x50],
+            DIR_MAC,
+            client,
+            4000,
+            vip,
+            80,
+            Flags::Ack,
+            b"x",
+        );
+        assert_eq!(m.director().run(&ack, 1).expect("run").action, action::DROP);
+        // IPv6: the same through neighbour discovery.
+        let key6 = ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: "fd79::100".parse().unwrap(),
+            port: 80,
+        };
+        let rs6: IpAddr = "fd79::11".parse().unwrap();
+        exec(
+            &mut plane,
+            &mut ipvs,
+            Command::AddService {
+                key: key6,
+                config: ServiceConfig::new(AddrFamily::Inet6).scheduler("mh"),
+            },
+        );
+        exec(
+            &mut plane,
+            &mut ipvs,
+            Command::AddDest {
+                service: key6,
+                dest: DestConfig::new(rs6, 80).forward(ForwardMethod::Route),
+            },
+        );
+        let di6 = plane.dest_index(&key6, rs6, 80).expect("dest index");
+        // Neighbour discovery may outlast the apply budget on a busy
+        // machine: the reports retry until it is resolved.
+        let start = StdInstant::now();
+        let mut t = 2;
+        let d6 = loop {
+            let d6 = plane.maps().read_dest(di6).expect("dest");
+            if d6.mac == RS_MAC || start.elapsed() > Duration::from_secs(5) {
+                break d6;
+            }
+            plane
+                .report_to(Instant::from_secs(t), &mut ipvs)
+                .expect("report");
+            t += 1;
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert_eq!((d6.family, d6.mac), (maps::AF_INET6, RS_MAC));
+        let skey6 = SvcKey::new(maps::PROTO_TCP, "fd79::100".parse().unwrap(), 80);
+        let si6 = plane
+            .maps()
+            .read_service(&skey6)
+            .expect("read")
+            .expect("v6 service");
+        let svc6 = plane.maps().read_svc(si6).expect("svc");
+        assert_eq!((svc6.family, svc6.table_len), (maps::AF_INET6, 4093));
+        exec(&mut plane, &mut ipvs, Command::DelService { key: key() });
+        assert_eq!(plane.maps().read_service(&skey).expect("read"), None);
+        drop(plane);
+        for i in ["xd0", "xd1"] {
+            assert!(
+                !run(&["link", "show", i]).contains("xdp"),
+                "detached on drop"
+            );
+        }
+    });
+}
+
+/// What one report costs with a populated flow table (printed; the report
+/// runs under the control plane's lock once a second).
+#[test]
+fn report_cost_with_many_flows() {
+    if !root_or_skip("report_cost_with_many_flows") {
+        return;
+    }
+    let bed = Bed::new();
+    bed.in_director(|| {
+        let opts = XdpOptions {
+            interfaces: vec!["xd0".into()],
+            mode: Some(rvs_xdp::AttachMode::Skb),
+            load: LoadOptions {
+                flow_table_size: 1 << 17,
+                slots: 1 << 16,
+            },
+            tun_src4: None,
+            tun_src6: None,
+            tun_mtu: None,
+            max_new_flows: 0,
+        };
+        let (mut plane, _) = XdpPlane::start(&opts).expect("start");
+        let mut ipvs = Ipvs::new(IpvsConfig::default());
+        let rs: IpAddr = "10.79.0.11".parse().unwrap();
+        for c in [
+            Command::AddService {
+                key: key(),
+                config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+            },
+            Command::AddDest {
+                service: key(),
+                dest: DestConfig::new(rs, 80).forward(ForwardMethod::Route),
+            },
+        ] {
+            rvs_control::state::apply(&mut ipvs, &c).expect("model");
+            plane.apply_command(&c).expect("plane");
+        }
+        let di = plane.dest_index(&key(), rs, 80).expect("index");
+        let vip: IpAddr = "10.79.0.100".parse().unwrap();
+        let n: u32 = 50_000;
+        // Fresh flows: stamped with the program's clock now.
+        let frame = |i: u32| {
+            let c = IpAddr::from([10, 81, (i >> 8) as u8, i as u8]);
+            tcp_frame_macs(
+                [2, 0, 0, 0, 0, 0x50],
+                DIR_MAC,
+                c,
+                1000 + (i % 50_000) as u16,
+                vip,
+                80,
+                Flags::Syn,
+                b"",
+            )
+        };
+        let t = StdInstant::now();
+        for i in 0..n {
+            plane.maps().director().run(&frame(i), 1).expect("run");
+        }
+        eprintln!("{n} SYNs through the program: {:?}", t.elapsed());
+        let t = StdInstant::now();
+        plane
+            .report_to(Instant::from_secs(1), &mut ipvs)
+            .expect("report");
+        let first = t.elapsed();
+        let t = StdInstant::now();
+        plane
+            .report_to(Instant::from_secs(2), &mut ipvs)
+            .expect("report");
+        let second = t.elapsed();
+        eprintln!("report with {n} flows: first {first:?} (creates the entries), then {second:?}");
+        assert_eq!(ipvs.conns().len(), n as usize);
+        let t = StdInstant::now();
+        let mut seen = 0u32;
+        plane
+            .maps()
+            .for_each_flow(&mut |_, f| seen += u32::from(f.dest == di))
+            .expect("flows");
+        eprintln!("reading the {seen} flows alone: {:?}", t.elapsed());
+        assert_eq!(seen, n);
+    });
+}
