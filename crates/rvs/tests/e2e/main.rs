@@ -8,6 +8,8 @@ mod harness;
 mod check;
 mod golden;
 mod http;
+mod netns;
 mod proxy;
 mod reload;
 mod socket;
+mod xdp;

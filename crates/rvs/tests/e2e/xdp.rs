@@ -1,0 +1,324 @@
+//! End to end through the XDP director in network namespaces (the bed of
+//! `netns.rs`): real TCP clients and servers, real servers prepared by
+//! `rvsd realserver`, the director program attached natively to the
+//! director's veth. DR on the bridged segment, TUN (IPIP, GUE) with the
+//! rvs decapsulator on the real servers; rr/wrr/sh/mh distributions (sh
+//! and mh checked connection by connection against rvs-core's choice);
+//! weight-0 drain; a real server removed mid-traffic.
+//!
+//! The director is driven here through rvs-xdp's `Loaded` setters (the
+//! tables from rvs-core, as rvsd's XDP data plane computes them).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use rvs_core::dest::{Dest as CoreDest, DestId};
+use rvs_core::model::{DestConfig, Protocol, SchedFlags};
+use rvs_core::sched::{ListChange, SchedInput, SchedParams, new_scheduler};
+use rvs_core::time::Instant as CoreInstant;
+use rvs_xdp::maps::{self, Config, Dest, Svc, SvcKey, fwd};
+use rvs_xdp::{LoadOptions, Loaded, Object, tables};
+
+use crate::harness::RVSD;
+use crate::netns::{Bed, Host, connect, in_ns, spread};
+
+const VIP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
+const VPORT: u16 = 80;
+const GUE_PORT: u16 = 6080;
+const T: Duration = Duration::from_secs(3);
+
+fn vip_sa() -> SocketAddr {
+    SocketAddr::new(VIP.into(), VPORT)
+}
+
+/// One real server as the director sees it.
+#[derive(Clone)]
+struct Rs {
+    host: Host,
+    weight: u32,
+    method: u8,
+    removed: bool,
+}
+
+/// The director namespace with the program attached to its `eth0`.
+struct Director {
+    l: Loaded,
+    host: Host,
+    region: u32,
+}
+
+impl Director {
+    fn new(bed: &mut Bed) -> Director {
+        let host = bed.host("dir", "10.77.0.2/24");
+        // The VIP on the director's interface: it answers ARP for it.
+        host.exec(&["ip", "addr", "add", "10.77.0.100/32", "dev", "eth0"]);
+        bed.xdp_pass_on_port(&host);
+        let src = match host.addr {
+            IpAddr::V4(a) => a.octets(),
+            IpAddr::V6(_) => unreachable!(),
+        };
+        let l = in_ns(&host.ns, move || {
+            let mut l = Loaded::load(
+                Object::Director,
+                &LoadOptions {
+                    flow_table_size: 65536,
+                    slots: 65536,
+                },
+            )
+            .expect("director loads");
+            let mut cfg = Config::ipvs_defaults();
+            cfg.tun_src4 = src;
+            l.set_config(&cfg).expect("config");
+            l.attach("eth0", None).expect("attach to eth0");
+            l
+        });
+        Director { l, host, region: 0 }
+    }
+
+    /// (Re)install the service on the VIP: scheduler `sched` with `flags`
+    /// over `rs` (list order), tables from rvs-core, in a fresh region of
+    /// `slots`, switched over by one `svc_info` write.
+    fn service(&mut self, sched: &str, flags: u32, rs: &[Rs]) -> (SchedParams, Vec<CoreDest>) {
+        let live: Vec<&Rs> = rs.iter().filter(|r| !r.removed).collect();
+        let core: Vec<CoreDest> = live
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let mut d = CoreDest::new(
+                    DestId(i as u32),
+                    DestConfig::new(r.host.addr, 0).weight(r.weight.max(1)),
+                );
+                d.config.weight = r.weight;
+                d
+            })
+            .collect();
+        let params = SchedParams {
+            flags: SchedFlags(flags & (maps::svc_flags::SCHED1 | maps::svc_flags::SCHED2)),
+            ..SchedParams::default()
+        };
+        let index_of: Vec<u32> = rs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !r.removed)
+            .map(|(i, _)| i as u32)
+            .collect();
+        let table = tables::scheduling_table(sched, &params, &core, &index_of).expect("table");
+        for (i, r) in rs.iter().enumerate() {
+            let d = Dest {
+                addr: maps::addr16(r.host.addr),
+                port: 0,
+                family: maps::family(r.host.addr),
+                method: r.method,
+                flags: if r.removed {
+                    maps::dest_flags::UNAVAILABLE
+                } else {
+                    0
+                },
+                weight: r.weight,
+                ifindex: 0,
+                mac: r.host.mac,
+                smac: self.host.mac,
+                gue_port: GUE_PORT.to_be(),
+                pad0: 0,
+            };
+            self.l.set_dest(i as u32, &d).expect("dest");
+        }
+        self.region ^= 1;
+        let base = self.region * 16384;
+        self.l.set_slots(base, &table).expect("table");
+        self.l.set_slots(base + 8192, &index_of).expect("list");
+        self.l
+            .set_svc(
+                0,
+                &Svc {
+                    sched: maps::sched::id(sched).expect("scheduler"),
+                    family: maps::AF_INET,
+                    flags,
+                    table_off: base,
+                    table_len: table.len() as u32,
+                    dests_off: base + 8192,
+                    dests_len: index_of.len() as u32,
+                    ..Svc::default()
+                },
+            )
+            .expect("svc");
+        self.l
+            .set_service(&SvcKey::new(maps::PROTO_TCP, VIP.into(), VPORT), 0)
+            .expect("service");
+        (params, core)
+    }
+}
+
+/// A bed with a client, the director and `n` real servers prepared for
+/// `mode` (`dr`, `tun` IPIP or `tun` GUE) by `rvsd realserver`, each serving
+/// `rsN` on VIP:80.
+fn bed(test: &str, n: usize, method: u8) -> Option<(Bed, Host, Director, Vec<Rs>)> {
+    let mut bed = Bed::new(test)?;
+    let client = bed.host("c", "10.77.0.10/24");
+    let dir = Director::new(&mut bed);
+    let mut rs = Vec::new();
+    for i in 0..n {
+        let h = bed.host(&format!("r{i}"), &format!("10.77.0.{}/24", 11 + i));
+        let mut args = vec![
+            "ip",
+            "netns",
+            "exec",
+            &h.ns,
+            RVSD,
+            "realserver",
+            "--vip",
+            "10.77.0.100",
+            "--interface",
+            "eth0",
+        ];
+        let gue = GUE_PORT.to_string();
+        match method {
+            fwd::DR => args.extend(["--mode", "dr"]),
+            fwd::TUN_IPIP => args.extend(["--mode", "tun", "--tun-type", "ipip"]),
+            _ => args.extend(["--mode", "tun", "--tun-type", "gue", "--gue-port", &gue]),
+        }
+        crate::netns::sh(&args);
+        bed.server(&h, VIP.into(), VPORT, &format!("rs{i}"));
+        rs.push(Rs {
+            host: h,
+            weight: 1,
+            method,
+            removed: false,
+        });
+    }
+    Some((bed, client, dir, rs))
+}
+
+fn names(counts: &std::collections::BTreeMap<String, usize>) -> Vec<(String, usize)> {
+    counts.iter().map(|(k, v)| (k.clone(), *v)).collect()
+}
+
+fn rr_over(test: &str, method: u8) {
+    let Some((_bed, client, mut dir, rs)) = bed(test, 3, method) else {
+        return;
+    };
+    dir.service("rr", 0, &rs);
+    let (seen, failed) = spread(&client, vip_sa(), 30, T);
+    assert_eq!(failed, 0, "{seen:?}");
+    assert_eq!(
+        names(&seen),
+        vec![("rs0".into(), 10), ("rs1".into(), 10), ("rs2".into(), 10)]
+    );
+    let st = dir.l.svc_stats(0).expect("stats");
+    assert_eq!(st.conns, 30);
+}
+
+#[test]
+fn xdp_dr_rr_real_connections() {
+    rr_over("xdp_dr_rr_real_connections", fwd::DR);
+}
+
+#[test]
+fn xdp_tun_ipip_rr_with_decapsulator() {
+    rr_over("xdp_tun_ipip_rr_with_decapsulator", fwd::TUN_IPIP);
+}
+
+#[test]
+fn xdp_tun_gue_rr_with_decapsulator() {
+    rr_over("xdp_tun_gue_rr_with_decapsulator", fwd::TUN_GUE);
+}
+
+#[test]
+fn xdp_dr_wrr_distribution() {
+    let Some((_bed, client, mut dir, mut rs)) = bed("xdp_dr_wrr_distribution", 2, fwd::DR) else {
+        return;
+    };
+    rs[0].weight = 3;
+    dir.service("wrr", 0, &rs);
+    let (seen, failed) = spread(&client, vip_sa(), 40, T);
+    assert_eq!(failed, 0);
+    assert_eq!(names(&seen), vec![("rs0".into(), 30), ("rs1".into(), 10)]);
+}
+
+/// sh and mh with the port flag, connection by connection: the server
+/// that answered is the one rvs-core chooses for that client port.
+fn hashed(test: &str, sched: &str) {
+    let Some((_bed, client, mut dir, rs)) = bed(test, 3, fwd::DR) else {
+        return;
+    };
+    let (params, core) = dir.service(sched, maps::svc_flags::SCHED2, &rs);
+    let mut s = new_scheduler(sched, &params).expect("core scheduler");
+    s.update(&core, ListChange::Reset);
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..30 {
+        let c = connect(&client, vip_sa(), T).expect("connection");
+        let local = c.stream.local_addr().expect("local addr");
+        let input = SchedInput {
+            protocol: Protocol::Tcp,
+            saddr: local.ip(),
+            sport: local.port(),
+            daddr: VIP.into(),
+            dport: VPORT,
+        };
+        let want = s
+            .schedule(&core, &input, CoreInstant::ZERO)
+            .expect("core chooses");
+        assert_eq!(
+            c.server,
+            format!("rs{want}"),
+            "client port {}",
+            local.port()
+        );
+        seen.insert(c.server);
+    }
+    assert!(seen.len() > 1, "30 client ports all hashed to {seen:?}");
+}
+
+#[test]
+fn xdp_dr_sh_port_matches_core() {
+    hashed("xdp_dr_sh_port_matches_core", "sh");
+}
+
+#[test]
+fn xdp_dr_mh_port_matches_core() {
+    hashed("xdp_dr_mh_port_matches_core", "mh");
+}
+
+#[test]
+fn xdp_weight_zero_drains() {
+    let Some((_bed, client, mut dir, mut rs)) = bed("xdp_weight_zero_drains", 2, fwd::DR) else {
+        return;
+    };
+    dir.service("rr", 0, &rs);
+    let mut live = connect(&client, vip_sa(), T).expect("first connection");
+    assert_eq!(live.server, "rs0");
+    live.echo("before", T).expect("live connection works");
+    rs[0].weight = 0;
+    dir.service("rr", 0, &rs);
+    let (seen, failed) = spread(&client, vip_sa(), 10, T);
+    assert_eq!(failed, 0);
+    assert_eq!(names(&seen), vec![("rs1".into(), 10)]);
+    // The established connection keeps its real server.
+    live.echo("still here", T)
+        .expect("live connection continues on the quiesced server");
+}
+
+#[test]
+fn xdp_real_server_removed_mid_traffic() {
+    let Some((_bed, client, mut dir, mut rs)) =
+        bed("xdp_real_server_removed_mid_traffic", 3, fwd::DR)
+    else {
+        return;
+    };
+    dir.service("rr", 0, &rs);
+    let mut live = connect(&client, vip_sa(), T).expect("first connection");
+    assert_eq!(live.server, "rs0");
+    let (before, failed) = spread(&client, vip_sa(), 9, T);
+    assert_eq!(failed, 0);
+    assert_eq!(before.len(), 3, "{before:?}");
+    rs[0].removed = true;
+    dir.service("rr", 0, &rs);
+    let (after, failed) = spread(&client, vip_sa(), 10, T);
+    assert_eq!(failed, 0);
+    assert_eq!(names(&after), vec![("rs1".into(), 5), ("rs2".into(), 5)]);
+    // IPVS without expire_nodest_conn: the deleted server's flows are dropped.
+    assert!(
+        live.echo("gone?", Duration::from_millis(800)).is_err(),
+        "the removed server's connection should no longer be forwarded"
+    );
+}
