@@ -156,13 +156,42 @@ impl Bed {
         sh(&["ip", "-n", name, "link", "set", "lo", "up"]);
     }
 
-    /// Add host `role` with `addr/len` on `eth0` (MAC 02:77:00:00:00:NN).
-    /// Clients and real servers get `tx off` (TESTBED.md: checksum
-    /// offload does not survive XDP forwarding between veths).
+    /// Add host `role` with `addr/len` on `eth0` on bridge `br0` (MAC
+    /// 02:77:00:00:00:NN). Clients and real servers get `tx off`
+    /// (TESTBED.md: checksum offload does not survive XDP forwarding
+    /// between veths).
     pub fn host(&mut self, role: &str, cidr: &str) -> Host {
-        self.hosts += 1;
+        self.host_on(role, "br0", cidr)
+    }
+
+    /// Like [`Bed::host`], on `bridge`.
+    pub fn host_on(&mut self, role: &str, bridge: &str, cidr: &str) -> Host {
         let ns = format!("{}-{role}", self.prefix);
         self.add_ns(&ns);
+        self.link(&ns, bridge, "eth0", cidr)
+    }
+
+    /// A second segment: bridge `name` in the switch namespace.
+    pub fn bridge(&mut self, name: &str) {
+        sh(&["ip", "-n", &self.sw, "link", "add", name, "type", "bridge"]);
+        sh(&[
+            "ip",
+            "-n",
+            &self.sw,
+            "link",
+            "set",
+            name,
+            "type",
+            "bridge",
+            "forward_delay",
+            "0",
+        ]);
+        sh(&["ip", "-n", &self.sw, "link", "set", name, "up"]);
+    }
+
+    /// Join namespace `ns` to `bridge` with interface `ifname` and `cidr`.
+    pub fn link(&mut self, ns: &str, bridge: &str, ifname: &str, cidr: &str) -> Host {
+        self.hosts += 1;
         let port = format!("p{}", self.hosts);
         let mac = [0x02, 0x77, 0, 0, 0, self.hosts as u8];
         let mac_s = mac
@@ -171,26 +200,26 @@ impl Bed {
             .collect::<Vec<_>>()
             .join(":");
         sh(&[
-            "ip", "-n", &self.sw, "link", "add", &port, "type", "veth", "peer", "name", "eth0",
-            "netns", &ns, "address", &mac_s,
+            "ip", "-n", &self.sw, "link", "add", &port, "type", "veth", "peer", "name", ifname,
+            "netns", ns, "address", &mac_s,
         ]);
         sh(&[
-            "ip", "-n", &self.sw, "link", "set", &port, "master", "br0", "up",
+            "ip", "-n", &self.sw, "link", "set", &port, "master", bridge, "up",
         ]);
-        sh(&["ip", "-n", &ns, "addr", "add", cidr, "dev", "eth0"]);
-        sh(&["ip", "-n", &ns, "link", "set", "eth0", "up"]);
+        sh(&["ip", "-n", ns, "addr", "add", cidr, "dev", ifname]);
+        sh(&["ip", "-n", ns, "link", "set", ifname, "up"]);
         let addr: IpAddr = cidr
             .split('/')
             .next()
             .and_then(|a| a.parse().ok())
             .expect("cidr");
         let h = Host {
-            ns,
+            ns: ns.to_owned(),
             addr,
             mac,
             port,
         };
-        h.exec(&["ethtool", "-K", "eth0", "tx", "off"]);
+        h.exec(&["ethtool", "-K", ifname, "tx", "off"]);
         h
     }
 

@@ -49,7 +49,23 @@ struct Director {
 
 impl Director {
     fn new(bed: &mut Bed) -> Director {
+        Self::with(bed, &[])
+    }
+
+    /// The director; `more` lists extra `(bridge, ifname, cidr)` links,
+    /// each with the program attached too (NAT replies arrive there).
+    fn with(bed: &mut Bed, more: &[(&str, &str, &str)]) -> Director {
         let host = bed.host("dir", "10.77.0.2/24");
+        let mut ifs = vec!["eth0".to_owned()];
+        for (bridge, ifname, cidr) in more {
+            let h = bed.link(&host.ns, bridge, ifname, cidr);
+            bed.xdp_pass_on_port(&h);
+            ifs.push((*ifname).to_owned());
+        }
+        let nat = !more.is_empty();
+        if nat {
+            host.exec(&["sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"]);
+        }
         // The VIP on the director's interface: it answers ARP for it.
         host.exec(&["ip", "addr", "add", "10.77.0.100/32", "dev", "eth0"]);
         bed.xdp_pass_on_port(&host);
@@ -68,8 +84,13 @@ impl Director {
             .expect("director loads");
             let mut cfg = Config::ipvs_defaults();
             cfg.tun_src4 = src;
+            if nat {
+                cfg.flags = maps::CFG_F_NAT;
+            }
             l.set_config(&cfg).expect("config");
-            l.attach("eth0", None).expect("attach to eth0");
+            for i in &ifs {
+                l.attach(i, None).expect("attach");
+            }
             l
         });
         Director { l, host, region: 0 }
@@ -155,6 +176,25 @@ impl Director {
 fn bed(test: &str, n: usize, method: u8) -> Option<(Bed, Host, Director, Vec<Rs>)> {
     let mut bed = Bed::new(test)?;
     let client = bed.host("c", "10.77.0.10/24");
+    if method == fwd::NAT {
+        // Real servers on their own segment behind the director, which is
+        // their default gateway.
+        bed.bridge("br1");
+        let dir = Director::with(&mut bed, &[("br1", "eth1", "10.78.0.1/24")]);
+        let mut rs = Vec::new();
+        for i in 0..n {
+            let h = bed.host_on(&format!("r{i}"), "br1", &format!("10.78.0.{}/24", 11 + i));
+            h.exec(&["ip", "route", "add", "default", "via", "10.78.0.1"]);
+            bed.server(&h, h.addr, VPORT, &format!("rs{i}"));
+            rs.push(Rs {
+                host: h,
+                weight: 1,
+                method,
+                removed: false,
+            });
+        }
+        return Some((bed, client, dir, rs));
+    }
     let dir = Director::new(&mut bed);
     let mut rs = Vec::new();
     for i in 0..n {
@@ -206,6 +246,13 @@ fn rr_over(test: &str, method: u8) {
     );
     let st = dir.l.svc_stats(0).expect("stats");
     assert_eq!(st.conns, 30);
+    // NAT: every reply went through the program's reply path (the client
+    // only accepts replies from the VIP); DR/TUN replies bypass it.
+    if method == fwd::NAT {
+        assert!(st.outpkts >= 60, "{st:?}");
+    } else {
+        assert_eq!(st.outpkts, 0);
+    }
 }
 
 #[test]
@@ -221,6 +268,16 @@ fn xdp_tun_ipip_rr_with_decapsulator() {
 #[test]
 fn xdp_tun_gue_rr_with_decapsulator() {
     rr_over("xdp_tun_gue_rr_with_decapsulator", fwd::TUN_GUE);
+}
+
+#[test]
+fn xdp_nat_rr_real_servers_route_via_the_director() {
+    rr_over("xdp_nat_rr_real_servers_route_via_the_director", fwd::NAT);
+}
+
+#[test]
+fn xdp_nat_weight_zero_drains() {
+    drain("xdp_nat_weight_zero_drains", fwd::NAT);
 }
 
 #[test]
@@ -281,7 +338,11 @@ fn xdp_dr_mh_port_matches_core() {
 
 #[test]
 fn xdp_weight_zero_drains() {
-    let Some((_bed, client, mut dir, mut rs)) = bed("xdp_weight_zero_drains", 2, fwd::DR) else {
+    drain("xdp_weight_zero_drains", fwd::DR);
+}
+
+fn drain(test: &str, method: u8) {
+    let Some((_bed, client, mut dir, mut rs)) = bed(test, 2, method) else {
         return;
     };
     dir.service("rr", 0, &rs);
