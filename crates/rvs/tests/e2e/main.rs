@@ -13,3 +13,4 @@ mod proxy;
 mod reload;
 mod socket;
 mod xdp;
+mod xdp_rvsd;
