@@ -10,6 +10,7 @@ mod golden;
 mod http;
 mod netns;
 mod proxy;
+mod realserver;
 mod reload;
 mod socket;
 mod xdp;

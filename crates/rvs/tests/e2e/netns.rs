@@ -290,6 +290,12 @@ impl Drop for Bed {
             }
         }
         for ns in self.namespaces.iter().rev() {
+            // `rvsd realserver` keeps the sysctl values it replaced per
+            // namespace inode; a later namespace may reuse the inode.
+            if let Ok(m) = std::fs::metadata(format!("/var/run/netns/{ns}")) {
+                use std::os::unix::fs::MetadataExt;
+                let _ = std::fs::remove_file(format!("/run/rvs/realserver-{}.json", m.ino()));
+            }
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
         }
     }
