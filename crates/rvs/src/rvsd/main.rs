@@ -183,15 +183,15 @@ fn main() -> ExitCode {
         gue_port,
         interface,
         undo,
-    }) = args.command.take()
+    }) = &args.command
     {
         let spec = realserver::Spec {
-            vips: vip,
-            mode,
-            tun_type,
-            gue_port,
-            interface,
-            undo,
+            vips: vip.clone(),
+            mode: *mode,
+            tun_type: *tun_type,
+            gue_port: *gue_port,
+            interface: interface.clone(),
+            undo: *undo,
         };
         return match realserver::run(&spec) {
             Ok(lines) => {
