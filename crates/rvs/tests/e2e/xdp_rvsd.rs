@@ -162,15 +162,22 @@ fn setup(test: &str, kind: Kind, n: usize) -> Option<(Bed, Host, Daemon, Vec<Hos
     Some((bed, client, d, rs, flag))
 }
 
-/// The first `n` connections that succeed, waiting for the daemon's
-/// neighbour resolution (bounded).
-fn spread_when_ready(client: &Host, n: usize) -> std::collections::BTreeMap<String, usize> {
+/// Wait (bounded: 10 s) until `servers` distinct real servers have answered
+/// — rvsd schedules a DR/TUN real server only once its MAC is resolved —
+/// then make `n` connections and count who answered.
+fn spread_when_ready(
+    client: &Host,
+    servers: usize,
+    n: usize,
+) -> std::collections::BTreeMap<String, usize> {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if connect(client, vip(), Duration::from_millis(500)).is_ok() {
-            break;
+    let mut names = std::collections::BTreeSet::new();
+    while Instant::now() < deadline && names.len() < servers {
+        if let Ok(c) = connect(client, vip(), Duration::from_millis(500)) {
+            names.insert(c.server);
         }
     }
+    assert_eq!(names.len(), servers, "only {names:?} became reachable");
     let (seen, failed) = spread(client, vip(), n, T);
     assert_eq!(failed, 0, "{seen:?}");
     seen
@@ -184,8 +191,7 @@ fn rr(test: &str, kind: Kind) {
     for h in &rs {
         d.ok(&format!("-a -t 10.77.0.100:80 -r {}:80 {flag}", h.addr));
     }
-    // One connection may have been used to wait for readiness: count after.
-    let seen = spread_when_ready(&client, 30);
+    let seen = spread_when_ready(&client, 3, 30);
     let counts: Vec<usize> = seen.values().copied().collect();
     assert_eq!(seen.len(), 3, "{seen:?}");
     assert!(counts.iter().all(|&c| c == 10), "rr over 3: {seen:?}");
@@ -221,7 +227,7 @@ fn xdp_rvsd_weight_zero_then_delete() {
     for h in &rs {
         d.ok(&format!("-a -t 10.77.0.100:80 -r {}:80 {flag}", h.addr));
     }
-    spread_when_ready(&client, 2);
+    spread_when_ready(&client, 2, 2);
     let mut live = connect(&client, vip(), T).expect("live connection");
     let other = if live.server == "rs0" { &rs[1] } else { &rs[0] };
     let mine = if live.server == "rs0" { &rs[0] } else { &rs[1] };
@@ -243,4 +249,87 @@ fn xdp_rvsd_weight_zero_then_delete() {
     let (seen, failed) = spread(&client, vip(), 6, T);
     assert_eq!(failed, 0);
     assert_eq!(seen.get(want), Some(&6), "{seen:?}");
+}
+
+#[test]
+fn xdp_rvsd_dr_wrr() {
+    let Some((_bed, client, d, rs, flag)) = setup("xdp_rvsd_dr_wrr", Kind::Dr, 2) else {
+        return;
+    };
+    d.ok("-A -t 10.77.0.100:80 -s wrr");
+    d.ok(&format!(
+        "-a -t 10.77.0.100:80 -r {}:80 {flag} -w 3",
+        rs[0].addr
+    ));
+    d.ok(&format!(
+        "-a -t 10.77.0.100:80 -r {}:80 {flag} -w 1",
+        rs[1].addr
+    ));
+    // 40 = ten whole wrr cycles, wherever the readiness wait left the cycle.
+    let seen = spread_when_ready(&client, 2, 40);
+    assert_eq!(seen.get("rs0"), Some(&30), "{seen:?}");
+    assert_eq!(seen.get("rs1"), Some(&10), "{seen:?}");
+}
+
+/// mh and sh with the port flag through rvsd: every connection lands on
+/// the real server rvs-core chooses for its client port.
+fn hashed_via_rvsd(test: &str, sched: &str) {
+    use rvs_core::dest::{Dest as CoreDest, DestId};
+    use rvs_core::model::{DestConfig, Protocol, SchedFlags};
+    use rvs_core::sched::{ListChange, SchedInput, SchedParams, new_scheduler};
+    let Some((_bed, client, d, rs, flag)) = setup(test, Kind::Dr, 3) else {
+        return;
+    };
+    d.ok(&format!("-A -t 10.77.0.100:80 -s {sched} -b {sched}-port"));
+    for h in &rs {
+        d.ok(&format!("-a -t 10.77.0.100:80 -r {}:80 {flag}", h.addr));
+    }
+    spread_when_ready(&client, 3, 3);
+    // The scheduling list is newest first: IPVS (ip_vs_add_dest) and
+    // rvs-core insert a new real server at the head.
+    let order: Vec<usize> = (0..rs.len()).rev().collect();
+    let core: Vec<CoreDest> = order
+        .iter()
+        .enumerate()
+        .map(|(i, &r)| CoreDest::new(DestId(i as u32), DestConfig::new(rs[r].addr, 80)))
+        .collect();
+    let params = SchedParams {
+        flags: SchedFlags(rvs_xdp::maps::svc_flags::SCHED2),
+        ..SchedParams::default()
+    };
+    let mut s = new_scheduler(sched, &params).expect("core scheduler");
+    s.update(&core, ListChange::Reset);
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..30 {
+        let c = connect(&client, vip(), T).expect("connection");
+        let local = c.stream.local_addr().expect("local addr");
+        let input = SchedInput {
+            protocol: Protocol::Tcp,
+            saddr: local.ip(),
+            sport: local.port(),
+            daddr: vip().ip(),
+            dport: 80,
+        };
+        let want = s
+            .schedule(&core, &input, rvs_core::time::Instant::ZERO)
+            .expect("core chooses");
+        assert_eq!(
+            c.server,
+            format!("rs{}", order[want as usize]),
+            "port {}",
+            local.port()
+        );
+        seen.insert(c.server);
+    }
+    assert!(seen.len() > 1, "{seen:?}");
+}
+
+#[test]
+fn xdp_rvsd_dr_mh_port_matches_core() {
+    hashed_via_rvsd("xdp_rvsd_dr_mh_port_matches_core", "mh");
+}
+
+#[test]
+fn xdp_rvsd_dr_sh_port_matches_core() {
+    hashed_via_rvsd("xdp_rvsd_dr_sh_port_matches_core", "sh");
 }
