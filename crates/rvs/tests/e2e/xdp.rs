@@ -35,6 +35,8 @@ fn vip_sa() -> SocketAddr {
 #[derive(Clone)]
 struct Rs {
     host: Host,
+    /// The address the director sends to (the host's, or its IPv6 one).
+    addr: IpAddr,
     weight: u32,
     method: u8,
     removed: bool,
@@ -45,6 +47,7 @@ struct Director {
     l: Loaded,
     host: Host,
     region: u32,
+    vip: IpAddr,
 }
 
 impl Director {
@@ -63,6 +66,9 @@ impl Director {
             ifs.push((*ifname).to_owned());
         }
         let nat = !more.is_empty();
+        // IPv6 too: the VIP and an address for tunnels (no DAD: usable now).
+        host.exec(&["ip", "addr", "add", "fd77::2/64", "dev", "eth0", "nodad"]);
+        host.exec(&["ip", "addr", "add", "fd77::100/128", "dev", "eth0", "nodad"]);
         if nat {
             host.exec(&["sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"]);
         }
@@ -84,6 +90,10 @@ impl Director {
             .expect("director loads");
             let mut cfg = Config::ipvs_defaults();
             cfg.tun_src4 = src;
+            cfg.tun_src6 = "fd77::2"
+                .parse::<std::net::Ipv6Addr>()
+                .expect("v6")
+                .octets();
             if nat {
                 cfg.flags = maps::CFG_F_NAT;
             }
@@ -93,7 +103,12 @@ impl Director {
             }
             l
         });
-        Director { l, host, region: 0 }
+        Director {
+            l,
+            host,
+            region: 0,
+            vip: VIP.into(),
+        }
     }
 
     /// (Re)install the service on the VIP: scheduler `sched` with `flags`
@@ -107,7 +122,7 @@ impl Director {
             .map(|(i, r)| {
                 let mut d = CoreDest::new(
                     DestId(i as u32),
-                    DestConfig::new(r.host.addr, 0).weight(r.weight.max(1)),
+                    DestConfig::new(r.addr, 0).weight(r.weight.max(1)),
                 );
                 d.config.weight = r.weight;
                 d
@@ -126,9 +141,9 @@ impl Director {
         let table = tables::scheduling_table(sched, &params, &core, &index_of).expect("table");
         for (i, r) in rs.iter().enumerate() {
             let d = Dest {
-                addr: maps::addr16(r.host.addr),
+                addr: maps::addr16(r.addr),
                 port: 0,
-                family: maps::family(r.host.addr),
+                family: maps::family(r.addr),
                 method: r.method,
                 flags: if r.removed {
                     maps::dest_flags::UNAVAILABLE
@@ -153,7 +168,7 @@ impl Director {
                 0,
                 &Svc {
                     sched: maps::sched::id(sched).expect("scheduler"),
-                    family: maps::AF_INET,
+                    family: maps::family(self.vip),
                     flags,
                     table_off: base,
                     table_len: table.len() as u32,
@@ -164,7 +179,7 @@ impl Director {
             )
             .expect("svc");
         self.l
-            .set_service(&SvcKey::new(maps::PROTO_TCP, VIP.into(), VPORT), 0)
+            .set_service(&SvcKey::new(maps::PROTO_TCP, self.vip, VPORT), 0)
             .expect("service");
         (params, core)
     }
@@ -187,6 +202,7 @@ fn bed(test: &str, n: usize, method: u8) -> Option<(Bed, Host, Director, Vec<Rs>
             h.exec(&["ip", "route", "add", "default", "via", "10.78.0.1"]);
             bed.server(&h, h.addr, VPORT, &format!("rs{i}"));
             rs.push(Rs {
+                addr: h.addr,
                 host: h,
                 weight: 1,
                 method,
@@ -220,6 +236,7 @@ fn bed(test: &str, n: usize, method: u8) -> Option<(Bed, Host, Director, Vec<Rs>
         crate::netns::sh(&args);
         bed.server(&h, VIP.into(), VPORT, &format!("rs{i}"));
         rs.push(Rs {
+            addr: h.addr,
             host: h,
             weight: 1,
             method,
@@ -439,4 +456,76 @@ fn xdp_real_server_removed_under_load() {
         after.contains(&"rs0") && after.contains(&"rs2"),
         "{after:?}"
     );
+}
+
+/// IPv6: client, director and real servers on fd77::/64 of the same
+/// segment, DR or TUN (IPv6 in IPv6, or GUE over IPv6) to `[fd77::100]:80`.
+fn v6(test: &str, method: u8) {
+    let Some(mut bed) = Bed::new(test) else {
+        return;
+    };
+    let client = bed.host("c", "10.77.0.10/24");
+    client.exec(&["ip", "addr", "add", "fd77::10/64", "dev", "eth0", "nodad"]);
+    let mut dir = Director::new(&mut bed);
+    dir.vip = "fd77::100".parse().expect("vip6");
+    let mut rs = Vec::new();
+    for i in 0..2u8 {
+        let h = bed.host(&format!("r{i}"), &format!("10.77.0.{}/24", 11 + i));
+        let a6 = format!("fd77::{}", 11 + i);
+        h.exec(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{a6}/64"),
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
+        let mut args = vec![
+            "ip",
+            "netns",
+            "exec",
+            &h.ns,
+            RVSD,
+            "realserver",
+            "--vip",
+            "fd77::100",
+            "--interface",
+            "eth0",
+        ];
+        match method {
+            fwd::DR => args.extend(["--mode", "dr"]),
+            fwd::TUN_IPIP => args.extend(["--mode", "tun"]),
+            _ => args.extend(["--mode", "tun", "--tun-type", "gue", "--gue-port", "6080"]),
+        }
+        crate::netns::sh(&args);
+        bed.server(&h, dir.vip, VPORT, &format!("rs{i}"));
+        rs.push(Rs {
+            addr: a6.parse().expect("v6"),
+            host: h,
+            weight: 1,
+            method,
+            removed: false,
+        });
+    }
+    dir.service("rr", 0, &rs);
+    let to = SocketAddr::new(dir.vip, VPORT);
+    let (seen, failed) = spread(&client, to, 10, T);
+    assert_eq!(failed, 0, "{seen:?}");
+    assert_eq!(names(&seen), vec![("rs0".into(), 5), ("rs1".into(), 5)]);
+}
+
+#[test]
+fn xdp_v6_dr() {
+    v6("xdp_v6_dr", fwd::DR);
+}
+
+#[test]
+fn xdp_v6_tun_ip6ip6() {
+    v6("xdp_v6_tun_ip6ip6", fwd::TUN_IPIP);
+}
+
+#[test]
+fn xdp_v6_tun_gue() {
+    v6("xdp_v6_tun_gue", fwd::TUN_GUE);
 }
