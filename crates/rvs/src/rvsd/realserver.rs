@@ -193,10 +193,14 @@ fn apply(spec: &Spec) -> anyhow::Result<Vec<String>> {
     let mut done = Vec::new();
     ip(&["link", "set", "lo", "up"], &[])?;
     for vip in &spec.vips {
-        let added = ip(
-            &["addr", "add", &prefix(vip), "dev", "lo"],
-            &["File exists", "already assigned"],
-        )?;
+        // IPv6: `nodad`, or the address stays tentative for a moment (DAD
+        // runs from a work queue even on lo) and binding to it fails.
+        let p = prefix(vip);
+        let mut args = vec!["addr", "add", &p, "dev", "lo"];
+        if vip.is_ipv6() {
+            args.push("nodad");
+        }
+        let added = ip(&args, &["File exists", "already assigned"])?;
         done.push(format!(
             "{} {} on lo",
             if added { "added" } else { "kept" },

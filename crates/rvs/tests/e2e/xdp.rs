@@ -94,6 +94,9 @@ impl Director {
                 .parse::<std::net::Ipv6Addr>()
                 .expect("v6")
                 .octets();
+            // The veths' MTU: a full-size packet no longer fits once
+            // encapsulated, and the client must learn it (PMTU discovery).
+            cfg.tun_mtu = 1500;
             if nat {
                 cfg.flags = maps::CFG_F_NAT;
             }
@@ -513,6 +516,33 @@ fn v6(test: &str, method: u8) {
     let (seen, failed) = spread(&client, to, 10, T);
     assert_eq!(failed, 0, "{seen:?}");
     assert_eq!(names(&seen), vec![("rs0".into(), 5), ("rs1".into(), 5)]);
+    big_request(&client, to);
+}
+
+/// 16 KiB from the client in full-size segments: through a tunnel they only
+/// arrive after the director's ICMP "fragmentation needed" / "packet too
+/// big" lowered the client's path MTU; the real server echoes them back.
+fn big_request(client: &Host, to: SocketAddr) {
+    let mut c = connect(client, to, T).expect("connection");
+    let msg: String = (0..16384)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    c.echo(&msg, Duration::from_secs(10))
+        .expect("a 16 KiB request in full-size segments gets through");
+}
+
+#[test]
+fn xdp_tun_pmtu_v4() {
+    for (test, method) in [
+        ("xdp_tun_pmtu_v4_ipip", fwd::TUN_IPIP),
+        ("xdp_tun_pmtu_v4_gue", fwd::TUN_GUE),
+    ] {
+        let Some((_bed, client, mut dir, rs)) = bed(test, 1, method) else {
+            return;
+        };
+        dir.service("rr", 0, &rs);
+        big_request(&client, vip_sa());
+    }
 }
 
 #[test]
