@@ -21,6 +21,7 @@ const PROGRAMS: &[(&str, &str, &[&str])] = &[
     ("bench_lru", "bench_lru", &[]),
     ("bench_lru_hit", "bench_lru", &["-DBENCH_LRU_HIT"]),
     ("clock", "clock", &[]),
+    ("decap", "decap", &[]),
 ];
 
 fn main() {

@@ -10,6 +10,7 @@
 //! loading function returns [`XdpError::NoBpf`].
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod decap;
 pub mod maps;
 pub mod neigh;
 pub mod plane;

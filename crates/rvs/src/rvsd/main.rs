@@ -6,6 +6,7 @@ mod daemon;
 mod demo;
 mod http;
 mod metrics;
+mod realserver;
 mod rules;
 mod server;
 mod source;
@@ -177,6 +178,32 @@ enum Sub {
         #[arg(long)]
         once: bool,
     },
+    /// Prepare this host as a real server of DR or TUN services (root):
+    /// the VIPs on lo as /32 (/128), arp_ignore=1 and arp_announce=2 (all
+    /// and the interface), and for TUN rp_filter=0 and rvs's XDP
+    /// decapsulator on the interface (it stays attached after this command
+    /// exits). Idempotent; `--undo` reverses it.
+    Realserver {
+        /// Virtual addresses, comma-separated or repeated.
+        #[arg(long, value_name = "ADDR", value_delimiter = ',', required = true)]
+        vip: Vec<std::net::IpAddr>,
+        /// How the director forwards to this host.
+        #[arg(long, value_enum)]
+        mode: realserver::Mode,
+        /// TUN: the encapsulation the director uses.
+        #[arg(long, value_enum, default_value_t = realserver::TunType::Ipip)]
+        tun_type: realserver::TunType,
+        /// TUN with GUE: the UDP destination port.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        gue_port: u16,
+        /// The interface facing the director (needed for TUN; for DR its
+        /// ARP sysctls are set too).
+        #[arg(long, value_name = "IF")]
+        interface: Option<String>,
+        /// Reverse the preparation.
+        #[arg(long)]
+        undo: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -196,6 +223,36 @@ fn main() -> ExitCode {
         };
     }
     let mut args = args;
+    if let Some(Sub::Realserver {
+        vip,
+        mode,
+        tun_type,
+        gue_port,
+        interface,
+        undo,
+    }) = &args.command
+    {
+        let spec = realserver::Spec {
+            vips: vip.clone(),
+            mode: *mode,
+            tun_type: *tun_type,
+            gue_port: *gue_port,
+            interface: interface.clone(),
+            undo: *undo,
+        };
+        return match realserver::run(&spec) {
+            Ok(lines) => {
+                for l in lines {
+                    println!("{l}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("rvsd realserver: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let demo = match args.command.take() {
         Some(Sub::Demo { port, once }) => {
             // Unprivileged and self-contained: a private socket, the proxy.
@@ -211,7 +268,7 @@ fn main() -> ExitCode {
                 dir,
             })
         }
-        None => None,
+        Some(Sub::Realserver { .. }) | None => None,
     };
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));

@@ -1,0 +1,236 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+/*
+ * decap.c: rvs's decapsulator for TUN real servers (XDP).
+ *
+ * The director's TUN method sends a client packet inside IPIP (IPv4 in IPv4,
+ * protocol 4; IPv6 in IPv6, next header 41) or inside GUE (outer UDP to the
+ * configured port, then a 4-byte GUE header whose protocol field names the
+ * inner packet). Kernels without the ipip/ip6_tunnel/fou modules cannot
+ * receive either, so this program, attached to the real server's interface,
+ * strips the outer headers and passes the inner packet up the stack: the
+ * kernel then delivers it to the VIP configured on `lo`, as if the client had
+ * sent it directly.
+ *
+ * Only packets whose inner destination is one of this host's VIPs (the
+ * `decap_vips` map, filled by `rvsd realserver`) are stripped; everything
+ * else passes untouched, so the kernel judges it as it would without rvs.
+ * Not stripped (passed): outer IPv4 fragments, IPv6 extension headers in the
+ * outer header, GUE control messages (C bit) and unknown GUE versions,
+ * truncated headers. GUE variant 1 (direct IP: the first nibble of the
+ * payload is the IP version, no GUE header) is accepted as well.
+ *
+ * The program's map types are its own (it shares none with the director);
+ * the Rust mirrors live in crates/xdp/src/decap.rs and a test checks them
+ * against this object's BTF.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/udp.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "rvs.h"
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/* decap_vips: HASH key; value is a u8 (1). */
+struct rvs_decap_vip {
+	__u8 family; /* RVS_AF_* */
+	__u8 pad0[3];
+	__u8 addr[16]; /* network order; IPv4 in the first 4 bytes */
+};
+
+/* decap_config: ARRAY[0]. */
+struct rvs_decap_config {
+	__be16 gue_port; /* UDP destination port of GUE; 0 = GUE off */
+	__u16 pad0;
+	__u32 pad1;
+};
+
+/* decap_stats: PERCPU_ARRAY of u64 counters, indexed by: */
+#define RVS_DECAP_IPIP 0    /* IPIP / IPv6-in-IPv6 packets stripped */
+#define RVS_DECAP_GUE 1     /* GUE packets stripped */
+#define RVS_DECAP_NOT_VIP 2 /* tunnel packets for another inner address: passed */
+#define RVS_DECAP_BAD 3     /* tunnel packets with a bad inner header: passed */
+#define RVS_DECAP_NSTATS 4
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct rvs_decap_vip);
+	__type(value, __u8);
+} decap_vips SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rvs_decap_config);
+} decap_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RVS_DECAP_NSTATS);
+	__type(key, __u32);
+	__type(value, __u64);
+} decap_stats SEC(".maps");
+
+static __always_inline void count(__u32 which)
+{
+	__u64 *c = bpf_map_lookup_elem(&decap_stats, &which);
+
+	if (c)
+		*c += 1;
+}
+
+#define ETH_P_8021Q_ 0x8100
+#define ETH_P_8021AD_ 0x88A8
+#define MAX_L2 18
+
+SEC("xdp")
+int rvs_decap(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct rvs_decap_vip key = {};
+	struct rvs_decap_config *cfg;
+	__u32 zero = 0, l3off = sizeof(struct ethhdr), hdrs, kind;
+	__u16 proto;
+	__u8 inner_proto, l2[MAX_L2];
+	__u8 *inner;
+
+	if ((void *)(eth + 1) > end)
+		return XDP_PASS;
+	proto = eth->h_proto;
+	if (proto == bpf_htons(ETH_P_8021Q_) || proto == bpf_htons(ETH_P_8021AD_)) {
+		if (data + MAX_L2 > end)
+			return XDP_PASS;
+		proto = *(__be16 *)(data + 16);
+		l3off = MAX_L2;
+	}
+
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = data + l3off;
+		__u32 ihl;
+
+		if ((void *)(ip + 1) > end || ip->version != 4 || ip->ihl < 5)
+			return XDP_PASS;
+		if (ip->frag_off & bpf_htons(0x3fff)) /* MF or an offset */
+			return XDP_PASS;
+		ihl = ip->ihl * 4;
+		hdrs = ihl;
+		if (ip->protocol == IPPROTO_IPIP || ip->protocol == IPPROTO_IPV6) {
+			inner_proto = ip->protocol;
+			kind = RVS_DECAP_IPIP;
+		} else if (ip->protocol == IPPROTO_UDP) {
+			kind = RVS_DECAP_GUE;
+		} else {
+			return XDP_PASS;
+		}
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = data + l3off;
+
+		if ((void *)(ip6 + 1) > end || ip6->version != 6)
+			return XDP_PASS;
+		hdrs = sizeof(struct ipv6hdr);
+		if (ip6->nexthdr == IPPROTO_IPV6 || ip6->nexthdr == IPPROTO_IPIP) {
+			inner_proto = ip6->nexthdr;
+			kind = RVS_DECAP_IPIP;
+		} else if (ip6->nexthdr == IPPROTO_UDP) {
+			kind = RVS_DECAP_GUE;
+		} else {
+			return XDP_PASS;
+		}
+	} else {
+		return XDP_PASS;
+	}
+
+	if (kind == RVS_DECAP_GUE) {
+		struct udphdr *uh = data + l3off + hdrs;
+		__u8 *gue = (void *)(uh + 1);
+
+		if ((void *)(gue + 1) > end)
+			return XDP_PASS;
+		cfg = bpf_map_lookup_elem(&decap_config, &zero);
+		if (!cfg || !cfg->gue_port || uh->dest != cfg->gue_port)
+			return XDP_PASS;
+		hdrs += sizeof(struct udphdr);
+		switch (gue[0] >> 6) {
+		case 0: /* variant 0: ver(2) C(1) hlen(5), proto, flags(2) */
+			if ((void *)(gue + RVS_GUE_HDR_LEN) > end)
+				return XDP_PASS;
+			if (gue[0] & 0x20) /* control message: not ours */
+				return XDP_PASS;
+			inner_proto = gue[1];
+			hdrs += RVS_GUE_HDR_LEN + (gue[0] & 0x1f) * 4;
+			break;
+		case 1: /* variant 1: direct IP, the version nibble says which */
+			inner_proto = (gue[0] >> 4) == 4 ? IPPROTO_IPIP : IPPROTO_IPV6;
+			break;
+		default:
+			return XDP_PASS;
+		}
+	}
+
+	/* The inner header: only its version and destination are read here;
+	 * the kernel validates the rest after XDP_PASS. hdrs <= 60 + 8 + 128. */
+	if (hdrs > 60 + 8 + 4 + 124)
+		return XDP_PASS;
+	inner = data + l3off + hdrs;
+	if (inner_proto == IPPROTO_IPIP) {
+		if ((void *)(inner + sizeof(struct iphdr)) > end || (inner[0] >> 4) != 4) {
+			count(RVS_DECAP_BAD);
+			return XDP_PASS;
+		}
+		key.family = RVS_AF_INET;
+		__builtin_memcpy(key.addr, inner + __builtin_offsetof(struct iphdr, daddr), 4);
+		proto = bpf_htons(ETH_P_IP);
+	} else if (inner_proto == IPPROTO_IPV6) {
+		if ((void *)(inner + sizeof(struct ipv6hdr)) > end || (inner[0] >> 4) != 6) {
+			count(RVS_DECAP_BAD);
+			return XDP_PASS;
+		}
+		key.family = RVS_AF_INET6;
+		__builtin_memcpy(key.addr, inner + __builtin_offsetof(struct ipv6hdr, daddr), 16);
+		proto = bpf_htons(ETH_P_IPV6);
+	} else {
+		count(RVS_DECAP_BAD);
+		return XDP_PASS;
+	}
+	if (!bpf_map_lookup_elem(&decap_vips, &key)) {
+		count(RVS_DECAP_NOT_VIP);
+		return XDP_PASS;
+	}
+
+	/* Strip: keep the L2 header (and its tag), with the inner ethertype. */
+	if (l3off == sizeof(struct ethhdr)) {
+		if (data + sizeof(struct ethhdr) > end)
+			return XDP_PASS;
+		__builtin_memcpy(l2, data, sizeof(struct ethhdr));
+		*(__be16 *)(l2 + 12) = proto;
+	} else {
+		if (data + MAX_L2 > end)
+			return XDP_PASS;
+		__builtin_memcpy(l2, data, MAX_L2);
+		*(__be16 *)(l2 + 16) = proto;
+	}
+	if (bpf_xdp_adjust_head(ctx, (int)hdrs))
+		return XDP_PASS;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	if (l3off == sizeof(struct ethhdr)) {
+		if (data + sizeof(struct ethhdr) > end)
+			return XDP_DROP;
+		__builtin_memcpy(data, l2, sizeof(struct ethhdr));
+	} else {
+		if (data + MAX_L2 > end)
+			return XDP_DROP;
+		__builtin_memcpy(data, l2, MAX_L2);
+	}
+	count(kind);
+	return XDP_PASS;
+}

@@ -1,0 +1,311 @@
+//! `rvsd realserver`: prepare (or, with `--undo`, unprepare) this host as a
+//! real server of a DR or TUN virtual service, the steps seeds 000 and 003
+//! describe operators doing by hand:
+//!
+//! - every VIP on `lo` as a /32 (/128): the host accepts packets for the VIP
+//!   without owning it on the wire. Adding an address that is already there
+//!   (EEXIST) is not an error, so the command is idempotent;
+//! - `arp_ignore=1` and `arp_announce=2` on `all` and on the interface: the
+//!   host never answers ARP for the VIP nor uses it as an ARP source, so the
+//!   segment keeps sending VIP traffic to the director. (IPv6 needs nothing:
+//!   Linux answers neighbour solicitations only for addresses of the
+//!   receiving interface.)
+//! - TUN: `rp_filter=0` on `all` and the interface (a decapsulated packet's
+//!   source is the client, which the reverse path need not lead to), and
+//!   rvs's decapsulator (`bpf/decap.c`) attached to the interface — this
+//!   kernel has no ipip/fou module, and a BPF decap is cheaper anyway. The
+//!   program is attached with netlink, so it stays after this command exits.
+//!   It strips tunnel packets whose inner destination is any non-loopback
+//!   address on `lo` (the VIPs), so a second run with more VIPs replaces it
+//!   with one that knows all of them.
+//!
+//! The sysctl values found before the first run are kept in
+//! `/run/rvs/realserver-<netns inode>.json`; `--undo` removes the given VIPs
+//! and, when no VIP is left on `lo`, detaches the decapsulator and restores
+//! those values (the kernel defaults when the file is missing).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// The forwarding method the real server receives.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Mode {
+    /// Direct routing: packets arrive with the VIP as destination.
+    Dr,
+    /// Tunnelling: packets arrive inside IPIP or GUE.
+    Tun,
+}
+
+/// The tunnel the director uses (TUN mode).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TunType {
+    /// IPv4-in-IPv4 / IPv6-in-IPv6.
+    Ipip,
+    /// Generic UDP Encapsulation to `--gue-port`.
+    Gue,
+}
+
+/// What `rvsd realserver` was asked to do.
+#[derive(Clone, Debug)]
+pub(crate) struct Spec {
+    pub(crate) vips: Vec<IpAddr>,
+    pub(crate) mode: Mode,
+    pub(crate) tun_type: TunType,
+    pub(crate) gue_port: u16,
+    pub(crate) interface: Option<String>,
+    pub(crate) undo: bool,
+}
+
+/// Run the preparation (or its undo); returns what was done, one line each.
+pub(crate) fn run(spec: &Spec) -> anyhow::Result<Vec<String>> {
+    if spec.vips.is_empty() {
+        bail!("--vip: at least one address");
+    }
+    if spec.mode == Mode::Tun && spec.interface.is_none() {
+        bail!("--mode tun needs --interface IF (where the decapsulator is attached)");
+    }
+    if spec.tun_type == TunType::Gue && spec.gue_port == 0 {
+        bail!("--tun-type gue needs --gue-port N");
+    }
+    if let Some(ifname) = &spec.interface {
+        // Through netlink (not /sys, which may show another namespace).
+        ip(&["link", "show", "dev", ifname], &[])
+            .with_context(|| format!("--interface {ifname}"))?;
+    }
+    if spec.undo { undo(spec) } else { apply(spec) }
+}
+
+/// The sysctls this command sets: `(path under net/ipv4/conf, value)`.
+fn sysctls(spec: &Spec) -> Vec<(String, u32)> {
+    let mut ifs = vec!["all".to_owned()];
+    ifs.extend(spec.interface.clone());
+    let mut out = Vec::new();
+    for i in &ifs {
+        out.push((format!("{i}/arp_ignore"), 1));
+        out.push((format!("{i}/arp_announce"), 2));
+        if spec.mode == Mode::Tun {
+            out.push((format!("{i}/rp_filter"), 0));
+        }
+    }
+    out
+}
+
+fn sysctl_path(key: &str) -> PathBuf {
+    PathBuf::from("/proc/sys/net/ipv4/conf").join(key)
+}
+
+fn read_sysctl(key: &str) -> anyhow::Result<u32> {
+    let p = sysctl_path(key);
+    let s = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+    s.trim()
+        .parse()
+        .with_context(|| format!("{}: not a number", p.display()))
+}
+
+fn write_sysctl(key: &str, value: u32) -> anyhow::Result<()> {
+    let p = sysctl_path(key);
+    std::fs::write(&p, format!("{value}\n")).with_context(|| format!("writing {}", p.display()))
+}
+
+/// Where the previous sysctl values of this network namespace are kept.
+fn state_file() -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata("/proc/self/ns/net")
+        .context("reading /proc/self/ns/net")?
+        .ino();
+    Ok(PathBuf::from("/run/rvs").join(format!("realserver-{ino}.json")))
+}
+
+fn load_state() -> anyhow::Result<BTreeMap<String, u32>> {
+    let p = state_file()?;
+    match std::fs::read_to_string(&p) {
+        Ok(s) => serde_json::from_str(&s).with_context(|| format!("parsing {}", p.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        Err(e) => Err(e).with_context(|| format!("reading {}", p.display())),
+    }
+}
+
+fn save_state(state: &BTreeMap<String, u32>) -> anyhow::Result<()> {
+    let p = state_file()?;
+    if let Some(dir) = p.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(&p, serde_json::to_string_pretty(state)?)
+        .with_context(|| format!("writing {}", p.display()))
+}
+
+/// Run `ip ARGS`; Ok(true) when it worked, Ok(false) when it failed with
+/// one of the `tolerated` messages (e.g. "File exists"), Err otherwise.
+fn ip(args: &[&str], tolerated: &[&str]) -> anyhow::Result<bool> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .context("running ip (iproute2)")?;
+    if out.status.success() {
+        return Ok(true);
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lower = err.to_lowercase();
+    if tolerated.iter().any(|t| lower.contains(&t.to_lowercase())) {
+        return Ok(false);
+    }
+    bail!("ip {}: {}", args.join(" "), err.trim())
+}
+
+fn prefix(vip: &IpAddr) -> String {
+    match vip {
+        IpAddr::V4(a) => format!("{a}/32"),
+        IpAddr::V6(a) => format!("{a}/128"),
+    }
+}
+
+/// The non-loopback addresses on `lo`: the VIPs this host serves.
+fn lo_vips() -> anyhow::Result<Vec<IpAddr>> {
+    let out = Command::new("ip")
+        .args(["-j", "addr", "show", "dev", "lo"])
+        .output()
+        .context("running ip (iproute2)")?;
+    if !out.status.success() {
+        bail!(
+            "ip addr show dev lo: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("ip -j output")?;
+    let mut vips = Vec::new();
+    for link in v.as_array().into_iter().flatten() {
+        for a in link["addr_info"].as_array().into_iter().flatten() {
+            if let Some(addr) = a["local"].as_str().and_then(|s| s.parse::<IpAddr>().ok())
+                && !addr.is_loopback()
+            {
+                vips.push(addr);
+            }
+        }
+    }
+    Ok(vips)
+}
+
+fn apply(spec: &Spec) -> anyhow::Result<Vec<String>> {
+    let mut done = Vec::new();
+    ip(&["link", "set", "lo", "up"], &[])?;
+    for vip in &spec.vips {
+        // IPv6: `nodad`, or the address stays tentative for a moment (DAD
+        // runs from a work queue even on lo) and binding to it fails.
+        let p = prefix(vip);
+        let mut args = vec!["addr", "add", &p, "dev", "lo"];
+        if vip.is_ipv6() {
+            args.push("nodad");
+        }
+        let added = ip(&args, &["File exists", "already assigned"])?;
+        done.push(format!(
+            "{} {} on lo",
+            if added { "added" } else { "kept" },
+            prefix(vip)
+        ));
+    }
+    // Remember what the sysctls were before rvs first touched them.
+    let mut state = load_state()?;
+    let mut changed_state = false;
+    for (key, value) in sysctls(spec) {
+        if !state.contains_key(&key) {
+            state.insert(key.clone(), read_sysctl(&key)?);
+            changed_state = true;
+        }
+        write_sysctl(&key, value)?;
+        done.push(format!("net.ipv4.conf.{} = {value}", key.replace('/', ".")));
+    }
+    if changed_state {
+        save_state(&state)?;
+    }
+    if spec.mode == Mode::Tun {
+        let ifname = spec.interface.as_deref().unwrap_or_default();
+        let vips = lo_vips()?;
+        let gue = if spec.tun_type == TunType::Gue {
+            spec.gue_port
+        } else {
+            0
+        };
+        let mode = attach_decap(ifname, &vips, gue)?;
+        done.push(format!(
+            "decapsulator on {ifname} ({mode:?} mode) for {} VIP(s){}",
+            vips.len(),
+            if gue != 0 {
+                format!(", GUE on UDP port {gue}")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    Ok(done)
+}
+
+fn attach_decap(ifname: &str, vips: &[IpAddr], gue_port: u16) -> anyhow::Result<String> {
+    let mut d = rvs_xdp::decap::Decap::load()?;
+    for v in vips {
+        d.add_vip(*v)?;
+    }
+    d.set_gue_port(gue_port)?;
+    let mode = d.attach_persistent(ifname)?;
+    Ok(format!("{mode:?}"))
+}
+
+fn undo(spec: &Spec) -> anyhow::Result<Vec<String>> {
+    let mut done = Vec::new();
+    for vip in &spec.vips {
+        let removed = ip(
+            &["addr", "del", &prefix(vip), "dev", "lo"],
+            &["Cannot assign requested address", "address not found"],
+        )?;
+        done.push(format!(
+            "{} {} on lo",
+            if removed { "removed" } else { "absent:" },
+            prefix(vip)
+        ));
+    }
+    let left = lo_vips()?;
+    if let (Mode::Tun, Some(ifname)) = (spec.mode, spec.interface.as_deref()) {
+        if left.is_empty() {
+            rvs_xdp::decap::detach_persistent(ifname)?;
+            done.push(format!("decapsulator detached from {ifname}"));
+        } else {
+            let gue = if spec.tun_type == TunType::Gue {
+                spec.gue_port
+            } else {
+                0
+            };
+            let mode = attach_decap(ifname, &left, gue)?;
+            done.push(format!(
+                "decapsulator on {ifname} ({mode} mode) for the {} VIP(s) left",
+                left.len()
+            ));
+        }
+    }
+    if left.is_empty() {
+        let state = load_state()?;
+        for (key, _) in sysctls(spec) {
+            // Kernel defaults when rvs has no record of the value before.
+            let old = state.get(&key).copied().unwrap_or(match key.as_str() {
+                k if k.ends_with("rp_filter") => read_sysctl(k)?,
+                _ => 0,
+            });
+            write_sysctl(&key, old)?;
+            done.push(format!("net.ipv4.conf.{} = {old}", key.replace('/', ".")));
+        }
+        let p = state_file()?;
+        match std::fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {}", p.display())),
+        }
+    } else {
+        done.push(format!(
+            "{} VIP(s) still on lo: sysctls left as they are",
+            left.len()
+        ));
+    }
+    Ok(done)
+}

@@ -1,0 +1,150 @@
+//! `rvsd realserver` in a fresh namespace: what it sets, that running it
+//! twice is fine, and that `--undo` (also twice) puts everything back.
+
+use crate::harness::RVSD;
+use crate::netns::Bed;
+
+fn sysctl(h: &crate::netns::Host, key: &str) -> String {
+    let o = h.exec(&["cat", &format!("/proc/sys/net/ipv4/conf/{key}")]);
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
+fn show(h: &crate::netns::Host, args: &[&str]) -> String {
+    String::from_utf8_lossy(&h.exec(args).stdout).into_owned()
+}
+
+#[test]
+fn realserver_tun_idempotent_and_undone() {
+    let Some(mut bed) = Bed::new("realserver_tun_idempotent_and_undone") else {
+        return;
+    };
+    let h = bed.host("rs", "10.77.0.11/24");
+    let before: Vec<String> = [
+        "all/arp_ignore",
+        "eth0/arp_announce",
+        "all/rp_filter",
+        "eth0/rp_filter",
+    ]
+    .iter()
+    .map(|k| sysctl(&h, k))
+    .collect();
+    h.exec(&["sh", "-c", "echo 1 > /proc/sys/net/ipv4/conf/all/rp_filter"]);
+    let prep = [
+        RVSD,
+        "realserver",
+        "--vip",
+        "10.77.0.100,fd77::100",
+        "--mode",
+        "tun",
+        "--tun-type",
+        "gue",
+        "--gue-port",
+        "6080",
+        "--interface",
+        "eth0",
+    ];
+    for round in 0..2 {
+        let out = h.exec(&prep);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let verb = if round == 0 { "added" } else { "kept" };
+        assert!(
+            text.contains(&format!("{verb} 10.77.0.100/32 on lo")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("{verb} fd77::100/128 on lo")),
+            "{text}"
+        );
+    }
+    let lo = show(&h, &["ip", "addr", "show", "dev", "lo"]);
+    assert!(
+        lo.contains("10.77.0.100/32") && lo.contains("fd77::100/128"),
+        "{lo}"
+    );
+    for (k, v) in [
+        ("all/arp_ignore", "1"),
+        ("eth0/arp_ignore", "1"),
+        ("all/arp_announce", "2"),
+        ("eth0/arp_announce", "2"),
+        ("all/rp_filter", "0"),
+        ("eth0/rp_filter", "0"),
+    ] {
+        assert_eq!(sysctl(&h, k), v, "{k}");
+    }
+    let link = show(&h, &["ip", "link", "show", "dev", "eth0"]);
+    assert!(
+        link.contains("prog/xdp") && link.contains("rvs_decap"),
+        "{link}"
+    );
+
+    let undo = [
+        RVSD,
+        "realserver",
+        "--vip",
+        "10.77.0.100,fd77::100",
+        "--mode",
+        "tun",
+        "--interface",
+        "eth0",
+        "--undo",
+    ];
+    for _ in 0..2 {
+        h.exec(&undo);
+    }
+    let lo = show(&h, &["ip", "addr", "show", "dev", "lo"]);
+    assert!(
+        !lo.contains("10.77.0.100") && !lo.contains("fd77::100"),
+        "{lo}"
+    );
+    let link = show(&h, &["ip", "link", "show", "dev", "eth0"]);
+    assert!(!link.contains("prog/xdp"), "{link}");
+    // rp_filter back to what it was before the first run (1, set above).
+    assert_eq!(sysctl(&h, "all/rp_filter"), "1");
+    assert_eq!(sysctl(&h, "all/arp_ignore"), before[0]);
+    assert_eq!(sysctl(&h, "eth0/arp_announce"), before[1]);
+    assert_eq!(sysctl(&h, "eth0/rp_filter"), before[3]);
+}
+
+#[test]
+fn realserver_refuses_tun_without_interface() {
+    let Some(mut bed) = Bed::new("realserver_refuses_tun_without_interface") else {
+        return;
+    };
+    let h = bed.host("rs", "10.77.0.11/24");
+    let o = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &h.ns,
+            RVSD,
+            "realserver",
+            "--vip",
+            "10.77.0.100",
+            "--mode",
+            "tun",
+        ])
+        .output()
+        .expect("run");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--interface"));
+    let o = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &h.ns,
+            RVSD,
+            "realserver",
+            "--vip",
+            "10.77.0.100",
+            "--mode",
+            "dr",
+            "--interface",
+            "nosuch0",
+        ])
+        .output()
+        .expect("run");
+    assert!(!o.status.success());
+    // Nothing was changed.
+    let lo = show(&h, &["ip", "addr", "show", "dev", "lo"]);
+    assert!(!lo.contains("10.77.0.100"), "{lo}");
+}

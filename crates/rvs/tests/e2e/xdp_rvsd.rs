@@ -1,0 +1,310 @@
+//! End to end through a real `rvsd --dataplane xdp --interface eth0` in the
+//! director namespace, configured with rvsadm (ipvsadm syntax) exactly as an
+//! operator would: DR, TUN (IPIP, GUE) with `rvsd realserver` on the real
+//! servers, one-arm NAT (real servers on another subnet of the same segment,
+//! default route via the director), weight-0 drain, deletion.
+//!
+//! The daemon is this build's rvsd.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness::{RVSADM, RVSD, TempDir};
+use crate::netns::{Bed, Host, connect, sh, spread};
+
+const T: Duration = Duration::from_secs(3);
+
+fn vip() -> SocketAddr {
+    "10.77.0.100:80".parse().expect("vip")
+}
+
+/// rvsd running in the director's namespace; killed by the bed's guard.
+struct Daemon {
+    socket: PathBuf,
+    adm: PathBuf,
+    _dir: TempDir,
+}
+
+impl Daemon {
+    fn start(bed: &mut Bed, dir: &Host, rvsd: &Path, adm: &Path) -> Daemon {
+        let tmp = TempDir::new("xdp-rvsd");
+        let socket = tmp.path().join("rvsd.sock");
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &dir.ns])
+            .arg(rvsd)
+            .args([
+                "--dataplane",
+                "xdp",
+                "--interface",
+                "eth0",
+                "--log-level",
+                "warn",
+                "--socket",
+            ])
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn rvsd");
+        crate::harness::wait_for_socket(&socket, &mut child);
+        bed.adopt(child);
+        Daemon {
+            socket,
+            adm: adm.to_owned(),
+            _dir: tmp,
+        }
+    }
+
+    fn adm(&self, args: &str) -> Output {
+        Command::new(&self.adm)
+            .args(args.split_whitespace())
+            .env("RVS_SOCKET", &self.socket)
+            .output()
+            .expect("rvsadm")
+    }
+
+    fn ok(&self, args: &str) {
+        let o = self.adm(args);
+        assert!(
+            o.status.success(),
+            "rvsadm {args}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+enum Kind {
+    Dr,
+    Ipip,
+    Gue,
+    Nat,
+}
+
+/// Client, director (rvsd) and `n` real servers answering `rsN`.
+fn setup(test: &str, kind: Kind, n: usize) -> Option<(Bed, Host, Daemon, Vec<Host>, &'static str)> {
+    let (rvsd, adm) = (PathBuf::from(RVSD), PathBuf::from(RVSADM));
+    let mut bed = Bed::new(test)?;
+    let client = bed.host("c", "10.77.0.10/24");
+    let dir = bed.host("dir", "10.77.0.2/24");
+    dir.exec(&["ip", "addr", "add", "10.77.0.100/32", "dev", "eth0"]);
+    bed.xdp_pass_on_port(&dir);
+    let nat = matches!(kind, Kind::Nat);
+    if nat {
+        dir.exec(&["ip", "addr", "add", "10.78.0.1/24", "dev", "eth0"]);
+        dir.exec(&["sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"]);
+    }
+    let mut rs = Vec::new();
+    for i in 0..n {
+        let h = if nat {
+            let h = bed.host(&format!("r{i}"), &format!("10.78.0.{}/24", 11 + i));
+            h.exec(&["ip", "route", "add", "default", "via", "10.78.0.1"]);
+            h
+        } else {
+            let h = bed.host(&format!("r{i}"), &format!("10.77.0.{}/24", 11 + i));
+            let mut args = vec![
+                "ip",
+                "netns",
+                "exec",
+                &h.ns,
+                RVSD,
+                "realserver",
+                "--vip",
+                "10.77.0.100",
+                "--interface",
+                "eth0",
+            ];
+            match kind {
+                Kind::Dr => args.extend(["--mode", "dr"]),
+                Kind::Ipip => args.extend(["--mode", "tun"]),
+                _ => args.extend(["--mode", "tun", "--tun-type", "gue", "--gue-port", "6080"]),
+            }
+            sh(&args);
+            h
+        };
+        bed.server(&h, "0.0.0.0".parse().expect("any"), 80, &format!("rs{i}"));
+        rs.push(h);
+    }
+    let d = Daemon::start(&mut bed, &dir, &rvsd, &adm);
+    let flag = match kind {
+        Kind::Dr => "-g",
+        Kind::Ipip => "-i",
+        Kind::Gue => "-i --tun-type gue --tun-port 6080",
+        Kind::Nat => "-m",
+    };
+    Some((bed, client, d, rs, flag))
+}
+
+/// Wait (bounded: 10 s) until `servers` distinct real servers have answered
+/// — rvsd schedules a DR/TUN real server only once its MAC is resolved —
+/// then make `n` connections and count who answered.
+fn spread_when_ready(
+    client: &Host,
+    servers: usize,
+    n: usize,
+) -> std::collections::BTreeMap<String, usize> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut names = std::collections::BTreeSet::new();
+    while Instant::now() < deadline && names.len() < servers {
+        if let Ok(c) = connect(client, vip(), Duration::from_millis(500)) {
+            names.insert(c.server);
+        }
+    }
+    assert_eq!(names.len(), servers, "only {names:?} became reachable");
+    let (seen, failed) = spread(client, vip(), n, T);
+    assert_eq!(failed, 0, "{seen:?}");
+    seen
+}
+
+fn rr(test: &str, kind: Kind) {
+    let Some((_bed, client, d, rs, flag)) = setup(test, kind, 3) else {
+        return;
+    };
+    d.ok("-A -t 10.77.0.100:80 -s rr");
+    for h in &rs {
+        d.ok(&format!("-a -t 10.77.0.100:80 -r {}:80 {flag}", h.addr));
+    }
+    let seen = spread_when_ready(&client, 3, 30);
+    let counts: Vec<usize> = seen.values().copied().collect();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(counts.iter().all(|&c| c == 10), "rr over 3: {seen:?}");
+}
+
+#[test]
+fn xdp_rvsd_dr_rr() {
+    rr("xdp_rvsd_dr_rr", Kind::Dr);
+}
+
+#[test]
+fn xdp_rvsd_tun_ipip_rr() {
+    rr("xdp_rvsd_tun_ipip_rr", Kind::Ipip);
+}
+
+#[test]
+fn xdp_rvsd_tun_gue_rr() {
+    rr("xdp_rvsd_tun_gue_rr", Kind::Gue);
+}
+
+#[test]
+fn xdp_rvsd_nat_rr() {
+    rr("xdp_rvsd_nat_rr", Kind::Nat);
+}
+
+#[test]
+fn xdp_rvsd_weight_zero_then_delete() {
+    let Some((_bed, client, d, rs, flag)) = setup("xdp_rvsd_weight_zero_then_delete", Kind::Dr, 2)
+    else {
+        return;
+    };
+    d.ok("-A -t 10.77.0.100:80 -s rr");
+    for h in &rs {
+        d.ok(&format!("-a -t 10.77.0.100:80 -r {}:80 {flag}", h.addr));
+    }
+    spread_when_ready(&client, 2, 2);
+    let mut live = connect(&client, vip(), T).expect("live connection");
+    let other = if live.server == "rs0" { &rs[1] } else { &rs[0] };
+    let mine = if live.server == "rs0" { &rs[0] } else { &rs[1] };
+    d.ok(&format!(
+        "-e -t 10.77.0.100:80 -r {}:80 {flag} -w 0",
+        mine.addr
+    ));
+    let (seen, failed) = spread(&client, vip(), 10, T);
+    assert_eq!(failed, 0);
+    let want = if other.addr == rs[0].addr {
+        "rs0"
+    } else {
+        "rs1"
+    };
+    assert_eq!(seen.get(want), Some(&10), "{seen:?}");
+    live.echo("drained but alive", T)
+        .expect("the live connection continues on the quiesced server");
+    d.ok(&format!("-d -t 10.77.0.100:80 -r {}:80", mine.addr));
+    let (seen, failed) = spread(&client, vip(), 6, T);
+    assert_eq!(failed, 0);
+    assert_eq!(seen.get(want), Some(&6), "{seen:?}");
+}
+
+#[test]
+fn xdp_rvsd_dr_wrr() {
+    let Some((_bed, client, d, rs, flag)) = setup("xdp_rvsd_dr_wrr", Kind::Dr, 2) else {
+        return;
+    };
+    d.ok("-A -t 10.77.0.100:80 -s wrr");
+    d.ok(&format!(
+        "-a -t 10.77.0.100:80 -r {}:80 {flag} -w 3",
+        rs[0].addr
+    ));
+    d.ok(&format!(
+        "-a -t 10.77.0.100:80 -r {}:80 {flag} -w 1",
+        rs[1].addr
+    ));
+    // 40 = ten whole wrr cycles, wherever the readiness wait left the cycle.
+    let seen = spread_when_ready(&client, 2, 40);
+    assert_eq!(seen.get("rs0"), Some(&30), "{seen:?}");
+    assert_eq!(seen.get("rs1"), Some(&10), "{seen:?}");
+}
+
+/// mh and sh with the port flag through rvsd: every connection lands on
+/// the real server rvs-core chooses for its client port.
+fn hashed_via_rvsd(test: &str, sched: &str) {
+    use rvs_core::dest::{Dest as CoreDest, DestId};
+    use rvs_core::model::{DestConfig, Protocol, SchedFlags};
+    use rvs_core::sched::{ListChange, SchedInput, SchedParams, new_scheduler};
+    let Some((_bed, client, d, rs, flag)) = setup(test, Kind::Dr, 3) else {
+        return;
+    };
+    d.ok(&format!("-A -t 10.77.0.100:80 -s {sched} -b {sched}-port"));
+    for h in &rs {
+        d.ok(&format!("-a -t 10.77.0.100:80 -r {}:80 {flag}", h.addr));
+    }
+    spread_when_ready(&client, 3, 3);
+    // The scheduling list is newest first: IPVS (ip_vs_add_dest) and
+    // rvs-core insert a new real server at the head.
+    let order: Vec<usize> = (0..rs.len()).rev().collect();
+    let core: Vec<CoreDest> = order
+        .iter()
+        .enumerate()
+        .map(|(i, &r)| CoreDest::new(DestId(i as u32), DestConfig::new(rs[r].addr, 80)))
+        .collect();
+    let params = SchedParams {
+        flags: SchedFlags(rvs_xdp::maps::svc_flags::SCHED2),
+        ..SchedParams::default()
+    };
+    let mut s = new_scheduler(sched, &params).expect("core scheduler");
+    s.update(&core, ListChange::Reset);
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..30 {
+        let c = connect(&client, vip(), T).expect("connection");
+        let local = c.stream.local_addr().expect("local addr");
+        let input = SchedInput {
+            protocol: Protocol::Tcp,
+            saddr: local.ip(),
+            sport: local.port(),
+            daddr: vip().ip(),
+            dport: 80,
+        };
+        let want = s
+            .schedule(&core, &input, rvs_core::time::Instant::ZERO)
+            .expect("core chooses");
+        assert_eq!(
+            c.server,
+            format!("rs{}", order[want as usize]),
+            "port {}",
+            local.port()
+        );
+        seen.insert(c.server);
+    }
+    assert!(seen.len() > 1, "{seen:?}");
+}
+
+#[test]
+fn xdp_rvsd_dr_mh_port_matches_core() {
+    hashed_via_rvsd("xdp_rvsd_dr_mh_port_matches_core", "mh");
+}
+
+#[test]
+fn xdp_rvsd_dr_sh_port_matches_core() {
+    hashed_via_rvsd("xdp_rvsd_dr_sh_port_matches_core", "sh");
+}

@@ -1,0 +1,401 @@
+//! The real-server decapsulator `bpf/decap.c`: strips IPIP (IPv4 in IPv4,
+//! IPv6 in IPv6) and GUE from packets whose inner destination is one of the
+//! host's VIPs and passes the inner packet to the kernel. Kernels without
+//! the ipip/fou modules cannot receive the director's TUN method otherwise.
+//!
+//! Two ways to attach: [`Decap::attach`] through aya (detached when the
+//! [`Decap`] is dropped: for tests and long-running owners), and
+//! [`Decap::attach_persistent`] through a plain netlink `RTM_SETLINK`
+//! (`IFLA_XDP`), which the kernel keeps after the process exits, so a
+//! one-shot `rvsd realserver` can prepare a host and leave. Its maps live as
+//! long as the attached program.
+
+use std::net::IpAddr;
+use std::os::fd::{AsFd, AsRawFd};
+
+use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray};
+use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
+use aya::{Ebpf, EbpfLoader};
+
+use crate::maps::{Layout, addr16, family};
+use crate::{RunResult, XdpError};
+
+/// Key of `decap_vips` (`struct rvs_decap_vip` of decap.c).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DecapVip {
+    /// `AF_INET` or `AF_INET6`.
+    pub family: u8,
+    /// Zero.
+    pub pad0: [u8; 3],
+    /// The address, network order, IPv4 in the first 4 bytes.
+    pub addr: [u8; 16],
+}
+
+impl DecapVip {
+    /// The key of `vip`.
+    pub fn new(vip: IpAddr) -> Self {
+        DecapVip {
+            family: family(vip),
+            pad0: [0; 3],
+            addr: addr16(vip),
+        }
+    }
+}
+
+/// Value of `decap_config[0]` (`struct rvs_decap_config`).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct DecapConfig {
+    /// GUE's UDP destination port, network order; 0 turns GUE off.
+    pub gue_port: u16,
+    /// Zero.
+    pub pad0: u16,
+    /// Zero.
+    pub pad1: u32,
+}
+
+const _: () = assert!(size_of::<DecapVip>() == 20);
+const _: () = assert!(size_of::<DecapConfig>() == 8);
+
+// SAFETY: both types are `#[repr(C)]`, integers and integer arrays only,
+// every padding byte an explicit field (the size asserts prove there is no
+// implicit padding): any bit pattern is valid and the kernel copies exactly
+// the fields.
+unsafe impl aya::Pod for DecapVip {}
+// SAFETY: as above.
+unsafe impl aya::Pod for DecapConfig {}
+
+/// The layouts of the decapsulator's structs, for the BTF check.
+pub fn layouts() -> Vec<Layout> {
+    use std::mem::offset_of;
+    vec![
+        Layout {
+            c_name: "rvs_decap_vip",
+            size: size_of::<DecapVip>(),
+            fields: vec![
+                ("family", offset_of!(DecapVip, family)),
+                ("pad0", offset_of!(DecapVip, pad0)),
+                ("addr", offset_of!(DecapVip, addr)),
+            ],
+        },
+        Layout {
+            c_name: "rvs_decap_config",
+            size: size_of::<DecapConfig>(),
+            fields: vec![
+                ("gue_port", offset_of!(DecapConfig, gue_port)),
+                ("pad0", offset_of!(DecapConfig, pad0)),
+                ("pad1", offset_of!(DecapConfig, pad1)),
+            ],
+        },
+    ]
+}
+
+/// The decapsulator's counters, summed over CPUs.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct DecapStats {
+    /// IPIP / IPv6-in-IPv6 packets stripped.
+    pub ipip: u64,
+    /// GUE packets stripped.
+    pub gue: u64,
+    /// Tunnel packets for an inner destination that is not a VIP (passed).
+    pub not_vip: u64,
+    /// Tunnel packets whose inner header is not IP (passed).
+    pub bad: u64,
+}
+
+const PROGRAM: &str = "rvs_decap";
+
+/// Errors of the decapsulator: the BPF side, or the netlink attach.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecapError {
+    /// Loading, a map or the program failed.
+    #[error(transparent)]
+    Bpf(#[from] XdpError),
+    /// The netlink request (attach/detach, interface lookup) failed.
+    #[error("{what} on `{interface}`: {source}")]
+    Netlink {
+        /// What was being done.
+        what: &'static str,
+        /// The interface.
+        interface: String,
+        /// Why (the kernel's errno).
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The compiled decap object.
+#[cfg(not(rvs_no_bpf))]
+fn object_bytes() -> Result<&'static [u8], XdpError> {
+    Ok(aya::include_bytes_aligned!(concat!(
+        env!("OUT_DIR"),
+        "/decap.o"
+    )))
+}
+
+/// The compiled decap object (this build has none).
+#[cfg(rvs_no_bpf)]
+fn object_bytes() -> Result<&'static [u8], XdpError> {
+    Err(XdpError::NoBpf)
+}
+
+/// The decap object's bytes (for BTF checks).
+pub fn object() -> Result<&'static [u8], XdpError> {
+    object_bytes()
+}
+
+fn map_err(map: &'static str) -> impl Fn(MapError) -> XdpError {
+    move |e| XdpError::Map {
+        map,
+        source: Box::new(e),
+    }
+}
+
+fn prog_err(what: &'static str) -> impl Fn(ProgramError) -> XdpError {
+    move |e| XdpError::Program {
+        program: PROGRAM,
+        what,
+        source: Box::new(e),
+    }
+}
+
+/// The decapsulator loaded into the kernel (verified), not yet attached.
+#[derive(Debug)]
+pub struct Decap {
+    ebpf: Ebpf,
+}
+
+impl Decap {
+    /// Load the object and its program (the verifier runs here).
+    pub fn load() -> Result<Self, XdpError> {
+        let ebpf = EbpfLoader::new()
+            .load(object_bytes()?)
+            .map_err(|e| XdpError::Load {
+                object: PROGRAM,
+                source: Box::new(e),
+            })?;
+        let mut me = Decap { ebpf };
+        me.program()?.load().map_err(prog_err("load (verifier)"))?;
+        Ok(me)
+    }
+
+    fn program(&mut self) -> Result<&mut Xdp, XdpError> {
+        let p = self.ebpf.program_mut(PROGRAM).ok_or(XdpError::Missing {
+            kind: "program",
+            name: PROGRAM,
+        })?;
+        p.try_into().map_err(prog_err("not an XDP program"))
+    }
+
+    fn map(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, XdpError> {
+        self.ebpf
+            .map_mut(name)
+            .ok_or(XdpError::Missing { kind: "map", name })
+    }
+
+    /// Decapsulate traffic for `vip` (no error when already present).
+    pub fn add_vip(&mut self, vip: IpAddr) -> Result<(), XdpError> {
+        let mut m: HashMap<&mut MapData, DecapVip, u8> =
+            HashMap::try_from(self.map("decap_vips")?).map_err(map_err("decap_vips"))?;
+        m.insert(DecapVip::new(vip), 1, 0)
+            .map_err(map_err("decap_vips"))
+    }
+
+    /// Stop decapsulating traffic for `vip` (no error when absent).
+    pub fn remove_vip(&mut self, vip: IpAddr) -> Result<(), XdpError> {
+        let mut m: HashMap<&mut MapData, DecapVip, u8> =
+            HashMap::try_from(self.map("decap_vips")?).map_err(map_err("decap_vips"))?;
+        match m.remove(&DecapVip::new(vip)) {
+            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Err(MapError::SyscallError(e)) if e.io_error.kind() == std::io::ErrorKind::NotFound => {
+                Ok(())
+            }
+            Err(e) => Err(map_err("decap_vips")(e)),
+        }
+    }
+
+    /// Accept GUE on UDP destination port `port` (0: GUE off).
+    pub fn set_gue_port(&mut self, port: u16) -> Result<(), XdpError> {
+        let mut a: Array<&mut MapData, DecapConfig> =
+            Array::try_from(self.map("decap_config")?).map_err(map_err("decap_config"))?;
+        let c = DecapConfig {
+            gue_port: port.to_be(),
+            ..DecapConfig::default()
+        };
+        a.set(0, c, 0).map_err(map_err("decap_config"))
+    }
+
+    /// The counters summed over CPUs.
+    pub fn stats(&mut self) -> Result<DecapStats, XdpError> {
+        let a: PerCpuArray<&mut MapData, u64> =
+            PerCpuArray::try_from(self.map("decap_stats")?).map_err(map_err("decap_stats"))?;
+        let mut sum = [0u64; 4];
+        for (i, s) in sum.iter_mut().enumerate() {
+            *s = a
+                .get(&(i as u32), 0)
+                .map_err(map_err("decap_stats"))?
+                .iter()
+                .sum();
+        }
+        Ok(DecapStats {
+            ipip: sum[0],
+            gue: sum[1],
+            not_vip: sum[2],
+            bad: sum[3],
+        })
+    }
+
+    /// Attach through aya (a BPF link owned by this value: dropping the
+    /// [`Decap`] detaches). Native mode first, generic when the driver has
+    /// no XDP; `mode` forces one.
+    pub fn attach(&mut self, interface: &str, mode: Option<XdpMode>) -> Result<XdpMode, XdpError> {
+        let prog = self.program()?;
+        let modes: &[XdpMode] = match mode {
+            Some(ref m) => std::slice::from_ref(m),
+            None => &[XdpMode::Driver, XdpMode::Skb],
+        };
+        let mut last = None;
+        for &m in modes {
+            match prog.attach(interface, m) {
+                Ok(_) => return Ok(m),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(prog_err("attach")(
+            last.unwrap_or(ProgramError::AlreadyLoaded),
+        ))
+    }
+
+    /// Attach to `interface` with netlink so the attachment outlives this
+    /// process (replacing any program attached the same way before).
+    /// Native mode first, then generic. Returns the mode used.
+    pub fn attach_persistent(&mut self, interface: &str) -> Result<XdpMode, DecapError> {
+        let ifindex = ifindex(interface)?;
+        let prog = self.program()?;
+        let fd = prog.fd().map_err(prog_err("program fd"))?;
+        let raw = fd.as_fd().as_raw_fd();
+        let mut last = None;
+        for (mode, flag) in [
+            (XdpMode::Driver, XDP_FLAGS_DRV),
+            (XdpMode::Skb, XDP_FLAGS_SKB),
+        ] {
+            match netlink_set_xdp(ifindex, raw, flag) {
+                Ok(()) => return Ok(mode),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(DecapError::Netlink {
+            what: "attach",
+            interface: interface.to_owned(),
+            source: last.unwrap_or(std::io::Error::other("no mode tried")),
+        })
+    }
+
+    /// Run the program on `frame` with BPF_PROG_TEST_RUN.
+    pub fn run(&mut self, frame: &[u8], repeat: u32) -> Result<RunResult, XdpError> {
+        let prog = self.program()?;
+        let mut out = vec![0u8; frame.len() + 64];
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(frame);
+        opts.data_out = Some(&mut out);
+        opts.repeat = repeat.max(1);
+        let r = prog.test_run(opts).map_err(prog_err("test run"))?;
+        out.truncate(r.data_size_out as usize);
+        Ok(RunResult {
+            action: r.return_value,
+            data: out,
+            duration: r.duration,
+        })
+    }
+}
+
+/// Remove an XDP program attached with netlink (native or generic) from
+/// `interface`; no error when none is attached.
+pub fn detach_persistent(interface: &str) -> Result<(), DecapError> {
+    let ifindex = ifindex(interface)?;
+    for flag in [XDP_FLAGS_DRV, XDP_FLAGS_SKB] {
+        netlink_set_xdp(ifindex, -1, flag).map_err(|source| DecapError::Netlink {
+            what: "detach",
+            interface: interface.to_owned(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+fn ifindex(interface: &str) -> Result<u32, DecapError> {
+    nix::net::if_::if_nametoindex(interface).map_err(|e| DecapError::Netlink {
+        what: "interface lookup",
+        interface: interface.to_owned(),
+        source: e.into(),
+    })
+}
+
+const XDP_FLAGS_SKB: u32 = 1 << 1;
+const XDP_FLAGS_DRV: u32 = 1 << 2;
+const RTM_SETLINK: u16 = 19;
+const NLMSG_ERROR: u16 = 2;
+const NLM_F_REQUEST: u16 = 1;
+const NLM_F_ACK: u16 = 4;
+const IFLA_XDP: u16 = 43;
+const NLA_F_NESTED: u16 = 0x8000;
+const IFLA_XDP_FD: u16 = 1;
+const IFLA_XDP_FLAGS: u16 = 3;
+
+/// One `RTM_SETLINK` with `IFLA_XDP { FD = fd, FLAGS = flags }`; waits for
+/// the kernel's acknowledgement. `fd` -1 detaches.
+fn netlink_set_xdp(ifindex: u32, fd: i32, flags: u32) -> std::io::Result<()> {
+    use nix::sys::socket::{
+        AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recv, send,
+        socket,
+    };
+    let sock = socket(
+        AddressFamily::Netlink,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::NetlinkRoute,
+    )?;
+    bind(sock.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
+    let mut msg = Vec::with_capacity(52);
+    msg.extend_from_slice(&52u32.to_ne_bytes()); // nlmsg_len
+    msg.extend_from_slice(&RTM_SETLINK.to_ne_bytes());
+    msg.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
+    msg.extend_from_slice(&1u32.to_ne_bytes()); // seq
+    msg.extend_from_slice(&0u32.to_ne_bytes()); // pid: the kernel
+    // struct ifinfomsg
+    msg.extend_from_slice(&[0, 0]); // family AF_UNSPEC, pad
+    msg.extend_from_slice(&0u16.to_ne_bytes()); // type
+    msg.extend_from_slice(&ifindex.to_ne_bytes());
+    msg.extend_from_slice(&0u32.to_ne_bytes()); // flags
+    msg.extend_from_slice(&0u32.to_ne_bytes()); // change
+    // IFLA_XDP (nested): FD, FLAGS
+    msg.extend_from_slice(&20u16.to_ne_bytes());
+    msg.extend_from_slice(&(IFLA_XDP | NLA_F_NESTED).to_ne_bytes());
+    msg.extend_from_slice(&8u16.to_ne_bytes());
+    msg.extend_from_slice(&IFLA_XDP_FD.to_ne_bytes());
+    msg.extend_from_slice(&fd.to_ne_bytes());
+    msg.extend_from_slice(&8u16.to_ne_bytes());
+    msg.extend_from_slice(&IFLA_XDP_FLAGS.to_ne_bytes());
+    msg.extend_from_slice(&flags.to_ne_bytes());
+    debug_assert_eq!(msg.len(), 52);
+    send(sock.as_raw_fd(), &msg, MsgFlags::empty())?;
+    let mut buf = [0u8; 1024];
+    let n = recv(sock.as_raw_fd(), &mut buf, MsgFlags::empty())?;
+    if n < 20 {
+        return Err(std::io::Error::other("short netlink reply"));
+    }
+    let kind = u16::from_ne_bytes([buf[4], buf[5]]);
+    if kind != NLMSG_ERROR {
+        return Err(std::io::Error::other(format!(
+            "unexpected netlink reply type {kind}"
+        )));
+    }
+    let err = i32::from_ne_bytes([buf[16], buf[17], buf[18], buf[19]]);
+    if err == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::from_raw_os_error(-err))
+    }
+}

@@ -1,0 +1,277 @@
+//! The real-server decapsulator (`bpf/decap.c`) through BPF_PROG_TEST_RUN:
+//! the director's own IPIP/GUE output (v4 and v6) decapsulates back to the
+//! client's packet; everything that is not a tunnel packet for a local VIP
+//! passes byte for byte unchanged. Needs root (skips with a message).
+
+mod common;
+
+use std::net::IpAddr;
+
+use btf_rs::{Btf, Type};
+use common::*;
+use object::{Object as _, ObjectSection};
+use rvs_xdp::action;
+use rvs_xdp::decap::{self, Decap, DecapStats};
+use rvs_xdp::maps::{PROTO_TCP, SvcKey, fwd};
+
+const GUE_PORT: u16 = 6080;
+
+fn decap(test: &str, vips: &[IpAddr]) -> Option<Decap> {
+    if !root_or_skip(test) {
+        return None;
+    }
+    let mut d = Decap::load().expect("decap loads");
+    for v in vips {
+        d.add_vip(*v).expect("vip");
+    }
+    d.set_gue_port(GUE_PORT).expect("gue port");
+    Some(d)
+}
+
+/// What the director sends for a SYN from client 9 with `method`.
+fn encapsulated(v6: bool, method: u8, payload: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let mut lb = Lb::new("decap-director").expect("root checked by caller");
+    let mut rs = Rs::new(rs_addr(v6, 3), method, rs_mac(3));
+    rs.gue_port = GUE_PORT;
+    lb.service(0, SvcKey::new(PROTO_TCP, vip(v6), 80), "rr", 0, &[rs]);
+    let f = tcp_frame(client(v6, 9), 40001, vip(v6), 80, Flags::Syn, payload);
+    let r = lb.run(&f);
+    assert_eq!(r.action, action::TX);
+    (f, r.data)
+}
+
+fn round_trip(v6: bool, method: u8) {
+    let Some(mut d) = decap("round_trip", &[vip(v6)]) else {
+        return;
+    };
+    let (original, wire) = encapsulated(v6, method, b"hello");
+    assert!(wire.len() > original.len());
+    let r = d.run(&wire, 1).expect("run");
+    assert_eq!(r.action, action::PASS);
+    // The client's packet, addressed (L2) as the director sent it.
+    assert_eq!(r.data, with_macs(&original, rs_mac(3), DIR_MAC));
+    let st = d.stats().expect("stats");
+    let want = if method == fwd::TUN_GUE {
+        DecapStats {
+            gue: 1,
+            ..DecapStats::default()
+        }
+    } else {
+        DecapStats {
+            ipip: 1,
+            ..DecapStats::default()
+        }
+    };
+    assert_eq!(st, want);
+}
+
+#[test]
+fn decap_ipip_v4() {
+    round_trip(false, fwd::TUN_IPIP);
+}
+
+#[test]
+fn decap_ipip_v6() {
+    round_trip(true, fwd::TUN_IPIP);
+}
+
+#[test]
+fn decap_gue_v4() {
+    round_trip(false, fwd::TUN_GUE);
+}
+
+#[test]
+fn decap_gue_v6() {
+    round_trip(true, fwd::TUN_GUE);
+}
+
+fn passes_unchanged(d: &mut Decap, frame: &[u8]) {
+    let r = d.run(frame, 1).expect("run");
+    assert_eq!(r.action, action::PASS);
+    assert_eq!(r.data, frame);
+}
+
+#[test]
+fn decap_passes_other_inner_destinations() {
+    // A tunnel packet whose inner destination is not a VIP of this host.
+    let Some(mut d) = decap(
+        "decap_passes_other_inner_destinations",
+        &[rs_addr(false, 9)],
+    ) else {
+        return;
+    };
+    for m in [fwd::TUN_IPIP, fwd::TUN_GUE] {
+        let (_, wire) = encapsulated(false, m, b"");
+        passes_unchanged(&mut d, &wire);
+    }
+    assert_eq!(d.stats().unwrap().not_vip, 2);
+    // After removing the VIP nothing is stripped either.
+    let Some(mut d) = decap("decap_passes_other_inner_destinations", &[vip(false)]) else {
+        return;
+    };
+    d.remove_vip(vip(false)).unwrap();
+    d.remove_vip(vip(false)).unwrap(); // absent: no error
+    let (_, wire) = encapsulated(false, fwd::TUN_IPIP, b"");
+    passes_unchanged(&mut d, &wire);
+}
+
+#[test]
+fn decap_passes_plain_traffic() {
+    let Some(mut d) = decap("decap_passes_plain_traffic", &[vip(false), vip(true)]) else {
+        return;
+    };
+    // The client's own packets to the VIP (DR), TCP and UDP, v4 and v6.
+    for v6 in [false, true] {
+        passes_unchanged(
+            &mut d,
+            &tcp_frame(client(v6, 1), 1000, vip(v6), 80, Flags::Syn, b""),
+        );
+        passes_unchanged(
+            &mut d,
+            &udp_frame(client(v6, 1), 1000, vip(v6), 53, b"query"),
+        );
+        // UDP to another port than GUE's, carrying what looks like GUE.
+        let (_, mut wire) = encapsulated(v6, fwd::TUN_GUE, b"");
+        let udp = 14 + if v6 { 40 } else { 20 };
+        wire[udp + 2..udp + 4].copy_from_slice(&6081u16.to_be_bytes());
+        passes_unchanged(&mut d, &wire);
+    }
+    // Non-IP (ARP).
+    let mut arp = with_macs(&[0u8; 60], [0xff; 6], CLIENT_MAC);
+    arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+    passes_unchanged(&mut d, &arp);
+    assert_eq!(d.stats().unwrap(), DecapStats::default());
+}
+
+#[test]
+fn decap_gue_off_passes_gue() {
+    let Some(mut d) = decap("decap_gue_off_passes_gue", &[vip(false)]) else {
+        return;
+    };
+    d.set_gue_port(0).unwrap();
+    let (_, wire) = encapsulated(false, fwd::TUN_GUE, b"");
+    passes_unchanged(&mut d, &wire);
+}
+
+#[test]
+fn decap_truncated_frames_pass() {
+    let Some(mut d) = decap("decap_truncated_frames_pass", &[vip(false), vip(true)]) else {
+        return;
+    };
+    for v6 in [false, true] {
+        for m in [fwd::TUN_IPIP, fwd::TUN_GUE] {
+            let (_, wire) = encapsulated(v6, m, b"");
+            // Cut inside every header: Ethernet, outer IP, UDP, GUE, inner IP.
+            let inner_ip = 14 + if v6 { 40 } else { 20 } + if m == fwd::TUN_GUE { 12 } else { 0 };
+            let inner_min = inner_ip + if v6 { 40 } else { 20 };
+            for len in 0..inner_min {
+                if len < 14 {
+                    // BPF_PROG_TEST_RUN wants at least an Ethernet header.
+                    continue;
+                }
+                passes_unchanged(&mut d, &wire[..len]);
+            }
+        }
+    }
+    assert_eq!(d.stats().unwrap().ipip + d.stats().unwrap().gue, 0);
+}
+
+#[test]
+fn decap_outer_fragments_and_gue_control_pass() {
+    let Some(mut d) = decap("decap_outer_fragments_and_gue_control_pass", &[vip(false)]) else {
+        return;
+    };
+    let (_, wire) = encapsulated(false, fwd::TUN_IPIP, b"");
+    // More-fragments bit on the outer header.
+    let mut f = wire.clone();
+    f[14 + 6] |= 0x20;
+    fix_ip4_csum(&mut f, 14);
+    passes_unchanged(&mut d, &f);
+    // A fragment offset.
+    let mut f = wire.clone();
+    f[14 + 7] = 1;
+    fix_ip4_csum(&mut f, 14);
+    passes_unchanged(&mut d, &f);
+    // GUE control message (C bit), and GUE version 2 (unknown).
+    let (_, wire) = encapsulated(false, fwd::TUN_GUE, b"");
+    let gue = 14 + 20 + 8;
+    for first in [0x20u8, 0x80] {
+        let mut f = wire.clone();
+        f[gue] = first;
+        passes_unchanged(&mut d, &f);
+    }
+    // GUE whose protocol is not IP: counted as bad, passed.
+    let mut f = wire.clone();
+    f[gue + 1] = 17;
+    passes_unchanged(&mut d, &f);
+    assert_eq!(d.stats().unwrap().bad, 1);
+}
+
+#[test]
+fn decap_gue_optional_fields_and_direct_ip() {
+    let Some(mut d) = decap("decap_gue_optional_fields_and_direct_ip", &[vip(false)]) else {
+        return;
+    };
+    let (original, wire) = encapsulated(false, fwd::TUN_GUE, b"x");
+    let want = with_macs(&original, rs_mac(3), DIR_MAC);
+    let gue = 14 + 20 + 8;
+    // hlen = 2: eight bytes of optional fields after the GUE header.
+    let mut f = wire[..gue].to_vec();
+    f.extend_from_slice(&[0x02, 4, 0, 0]);
+    f.extend_from_slice(&[0xaa; 8]);
+    f.extend_from_slice(&wire[gue + 4..]);
+    let r = d.run(&f, 1).unwrap();
+    assert_eq!((r.action, &r.data), (action::PASS, &want));
+    // Variant 1: the inner IPv4 header right after UDP.
+    let mut f = wire[..gue].to_vec();
+    f.extend_from_slice(&wire[gue + 4..]);
+    let r = d.run(&f, 1).unwrap();
+    assert_eq!((r.action, &r.data), (action::PASS, &want));
+}
+
+#[test]
+fn decap_keeps_a_vlan_tag() {
+    let Some(mut d) = decap("decap_keeps_a_vlan_tag", &[vip(true)]) else {
+        return;
+    };
+    let (original, wire) = encapsulated(true, fwd::TUN_IPIP, b"");
+    let tag = |f: &[u8]| {
+        let mut t = f[..12].to_vec();
+        t.extend_from_slice(&[0x81, 0x00, 0x00, 42]);
+        t.extend_from_slice(&f[12..]);
+        t
+    };
+    let r = d.run(&tag(&wire), 1).unwrap();
+    assert_eq!(r.action, action::PASS);
+    assert_eq!(r.data, tag(&with_macs(&original, rs_mac(3), DIR_MAC)));
+}
+
+#[test]
+fn decap_btf_layout_matches_rust_mirrors() {
+    let bytes = match decap::object() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipping: {e}");
+            return;
+        }
+    };
+    let elf = object::File::parse(bytes).expect("object parses");
+    let sec = elf.section_by_name(".BTF").expect("BTF section");
+    let btf = Btf::from_bytes(sec.data().unwrap()).expect("BTF parses");
+    for l in decap::layouts() {
+        let types = btf.resolve_types_by_name(l.c_name).expect(l.c_name);
+        let s = types
+            .iter()
+            .find_map(|t| match t {
+                Type::Struct(s) => Some(s),
+                _ => None,
+            })
+            .expect("a struct");
+        assert_eq!(s.size(), l.size, "{}", l.c_name);
+        assert_eq!(s.members.len(), l.fields.len(), "{}", l.c_name);
+        for (m, (name, off)) in s.members.iter().zip(&l.fields) {
+            assert_eq!(btf.resolve_name(m).unwrap(), *name, "{}", l.c_name);
+            assert_eq!(m.bit_offset() as usize, off * 8, "{}.{name}", l.c_name);
+        }
+    }
+}
