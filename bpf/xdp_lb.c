@@ -138,6 +138,45 @@ struct {
 	__type(value, struct rvs_dest_conns);
 } dest_conns SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RVS_LOCALITY_MAX);
+	__type(key, struct rvs_locality_key);
+	__type(value, struct rvs_locality);
+} locality SEC(".maps");
+
+/* lblc / lblcr: one pass over the service's list finds the WLC choice, the
+ * kernel's "some server is less than half loaded" (active * 2 < weight, any
+ * server of the list), and which cached members are still in the list (a
+ * member that left the service is never used, even if its index was
+ * given to another service's server since). */
+struct locality_pass {
+	__u32 off;
+	__u32 best; /* WLC over the service */
+	__u64 best_cost;
+	__u64 best_w;
+	__u32 count; /* cached members (in locality_tmp) */
+	__u8 half;
+	__u8 pad[3];
+};
+
+/* Per-CPU room for lblc/lblcr's pass, key and new entry (the 512-byte
+ * stack is mostly the main program's). */
+struct locality_scratch {
+	struct locality_pass x;
+	struct rvs_locality_key k;
+	struct rvs_locality ne;
+	__u32 members[RVS_LBLCR_SET_MAX]; /* the cached members */
+	__u8 found[RVS_LBLCR_SET_MAX];    /* ... that are in the service's list */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct locality_scratch);
+} locality_tmp SEC(".maps");
+
 #ifdef RVS_BENCH_VARY_CLIENT
 /* Benchmark build only: a per-CPU counter that makes every run a new client. */
 struct {
@@ -559,6 +598,301 @@ static __always_inline __u32 sched_least(const struct rvs_svc *s)
 	return x.best;
 }
 
+/* ------------------------------------------- twos, lblc, lblcr (counters) */
+
+/* The connection overhead of dest `idx` (IPVS: active * 256 + inactive). */
+static __always_inline __u64 dest_overhead(__u32 idx)
+{
+	struct rvs_dest_conns *c = bpf_map_lookup_elem(&dest_conns, &idx);
+
+	if (!c)
+		return 0;
+	return ((__u64)c->active << 8) + c->inactive;
+}
+
+/* twos (ip_vs_twos.c): two draws r = rand % (total + 1) over the eligible
+ * weights; each picks the first eligible server whose prefix sum of
+ * eligible weights reaches max(r, 1). The second pick wins only when it is
+ * strictly less loaded per weight. Two passes: the total, then the picks. */
+struct twos {
+	__u32 off;
+	__u32 c1;
+	__u32 c2;
+	__u32 pad;
+	__u64 total;
+	__u64 t1;
+	__u64 t2;
+};
+
+static long twos_total_step(__u32 i, void *ctx)
+{
+	struct twos *x = ctx;
+	struct rvs_dest *d = eligible(slot_at(x->off + i));
+
+	if (d)
+		x->total += d->weight;
+	return 0;
+}
+
+static long twos_pick_step(__u32 i, void *ctx)
+{
+	struct twos *x = ctx;
+	__u32 idx = slot_at(x->off + i);
+	struct rvs_dest *d = eligible(idx);
+
+	if (!d)
+		return 0;
+	x->total += d->weight; /* now the running prefix sum */
+	if (x->c1 == RVS_SLOT_EMPTY && x->total >= x->t1)
+		x->c1 = idx;
+	if (x->c2 == RVS_SLOT_EMPTY && x->total >= x->t2)
+		x->c2 = idx;
+	return x->c1 != RVS_SLOT_EMPTY && x->c2 != RVS_SLOT_EMPTY;
+}
+
+static __noinline __u32 sched_twos(const struct rvs_svc *s)
+{
+	struct twos x = { .off = s->dests_off, .c1 = RVS_SLOT_EMPTY, .c2 = RVS_SLOT_EMPTY };
+	struct rvs_dest *d1, *d2;
+	__u64 r1, r2, w1, w2;
+
+	if (s->dests_len > RVS_MAX_SVC_DESTS)
+		return RVS_SLOT_EMPTY;
+	bpf_loop(s->dests_len, twos_total_step, &x, 0);
+	if (x.total == 0)
+		return RVS_SLOT_EMPTY;
+	r1 = bpf_get_prandom_u32() % (x.total + 1);
+	r2 = bpf_get_prandom_u32() % (x.total + 1);
+	x.t1 = r1 ? r1 : 1;
+	x.t2 = r2 ? r2 : 1;
+	x.total = 0;
+	bpf_loop(s->dests_len, twos_pick_step, &x, 0);
+	d1 = bpf_map_lookup_elem(&dests, &x.c1);
+	d2 = bpf_map_lookup_elem(&dests, &x.c2);
+	if (!d1 || !d2)
+		return x.c1;
+	w1 = d1->weight;
+	w2 = d2->weight;
+	return w2 * dest_overhead(x.c1) > w1 * dest_overhead(x.c2) ? x.c2 : x.c1;
+}
+
+static long locality_step(__u32 i, void *ctx)
+{
+	struct locality_pass *x;
+	struct locality_scratch *sc;
+	struct rvs_dest_conns *c;
+	struct rvs_dest *d;
+	__u64 a = 0, in = 0, cost, w;
+	__u32 zero = 0, idx;
+	int j;
+
+	sc = bpf_map_lookup_elem(&locality_tmp, &zero);
+	if (!sc)
+		return 1;
+	x = &sc->x;
+	idx = slot_at(x->off + i);
+	if (idx == RVS_SLOT_EMPTY)
+		return 0;
+	d = bpf_map_lookup_elem(&dests, &idx);
+	if (!d)
+		return 0;
+	c = bpf_map_lookup_elem(&dest_conns, &idx);
+	if (c) {
+		a = c->active;
+		in = c->inactive;
+	}
+	w = d->weight;
+	if (a * 2 < w)
+		x->half = 1;
+#pragma unroll
+	for (j = 0; j < RVS_LBLCR_SET_MAX; j++)
+		if (j < x->count && sc->members[j] == idx)
+			sc->found[j] = 1;
+	if (w == 0 || (d->flags & (RVS_DEST_F_UNAVAILABLE | RVS_DEST_F_OVERLOADED)))
+		return 0;
+	cost = (a << 8) + in;
+	if (x->best == RVS_SLOT_EMPTY || x->best_cost * w > cost * x->best_w) {
+		x->best = idx;
+		x->best_cost = cost;
+		x->best_w = w;
+	}
+	return 0;
+}
+
+/* The kernel's is_overloaded (lblc's own sense): more active connections
+ * than weight while some server of the service is less than half loaded. */
+static __always_inline int locality_overloaded(__u32 idx, const struct rvs_dest *d, __u8 half)
+{
+	struct rvs_dest_conns *c = bpf_map_lookup_elem(&dest_conns, &idx);
+
+	return c && c->active > d->weight && half;
+}
+
+/* The live locality entry of the packet's destination address, NULL when
+ * absent or unused for the expiration time (the kernel's full check
+ * deletes such entries every half hour; here they are gone at once). */
+static __always_inline struct rvs_locality *
+locality_entry(struct rvs_locality_key *k, __u32 svc_idx, const struct pkt *p,
+	       const struct rvs_config *cfg, __u64 now)
+{
+	struct rvs_locality *e;
+
+	k->svc = svc_idx;
+	k->family = p->family;
+	__builtin_memcpy(k->daddr, p->daddr, 16);
+	e = bpf_map_lookup_elem(&locality, k);
+	if (e && cfg->locality_expiration &&
+	    now - e->lastuse >= (__u64)cfg->locality_expiration * cfg->hz)
+		return NULL;
+	return e;
+}
+
+/* lblc (ip_vs_lblc.c): the cached server unless it is not eligible or
+ * overloaded in lblc's sense; then, and on a miss, WLC over the service,
+ * and the entry names that server. */
+static __noinline __u32 sched_lblc(const struct rvs_svc *s, __u32 svc_idx,
+					const struct pkt *p)
+{
+	struct locality_scratch *sc;
+	struct rvs_locality *e;
+	struct rvs_config *cfg;
+	struct rvs_dest *d;
+	__u32 zero = 0, m;
+	__u64 now = bpf_jiffies64();
+
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	sc = bpf_map_lookup_elem(&locality_tmp, &zero);
+	if (!cfg || !sc || s->dests_len > RVS_MAX_SVC_DESTS)
+		return RVS_SLOT_EMPTY;
+	__builtin_memset(sc, 0, sizeof(*sc));
+	sc->x.off = s->dests_off;
+	sc->x.best = RVS_SLOT_EMPTY;
+	e = locality_entry(&sc->k, svc_idx, p, cfg, now);
+	if (e) {
+		sc->x.count = 1;
+		sc->members[0] = e->members[0];
+	}
+	bpf_loop(s->dests_len, locality_step, NULL, 0);
+	if (e) {
+		e->lastuse = now;
+		m = sc->members[0];
+		d = eligible(m);
+		if (sc->found[0] && d && !locality_overloaded(m, d, sc->x.half))
+			return m;
+	}
+	if (sc->x.best == RVS_SLOT_EMPTY)
+		return RVS_SLOT_EMPTY;
+	sc->ne.lastuse = now;
+	sc->ne.lastmod = now;
+	sc->ne.count = 1;
+	sc->ne.members[0] = sc->x.best;
+	bpf_map_update_elem(&locality, &sc->k, &sc->ne, BPF_ANY);
+	return sc->x.best;
+}
+
+/* lblcr (ip_vs_lblcr.c): the WLC minimum of the set's eligible members
+ * (set order, ties to the newest); a set unchanged for the expiration time
+ * with more than one member first sheds its most loaded member (weight >
+ * 0); if the minimum is missing or overloaded in lblc's sense, WLC over the
+ * service picks a server, which joins the set at its head. A miss creates
+ * the set with the WLC choice. Concurrent CPUs update a set in place
+ * without a lock: a torn set is still a list of dest indexes, each checked
+ * for membership before use. */
+static __noinline __u32 sched_lblcr(const struct rvs_svc *s, __u32 svc_idx,
+					 const struct pkt *p)
+{
+	struct locality_scratch *sc;
+	struct rvs_locality *e;
+	struct rvs_config *cfg;
+	struct rvs_dest *d;
+	__u32 zero = 0, least = RVS_SLOT_EMPTY, most = RVS_LBLCR_SET_MAX, n;
+	__u64 now = bpf_jiffies64(), lo = 0, lw = 0, mo = 0, mw = 0, o, w;
+	int j, present = 0;
+
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	sc = bpf_map_lookup_elem(&locality_tmp, &zero);
+	if (!cfg || !sc || s->dests_len > RVS_MAX_SVC_DESTS)
+		return RVS_SLOT_EMPTY;
+	__builtin_memset(sc, 0, sizeof(*sc));
+	sc->x.off = s->dests_off;
+	sc->x.best = RVS_SLOT_EMPTY;
+	e = locality_entry(&sc->k, svc_idx, p, cfg, now);
+	if (e) {
+		sc->x.count = e->count < RVS_LBLCR_SET_MAX ? e->count : RVS_LBLCR_SET_MAX;
+		__builtin_memcpy(sc->members, e->members, sizeof(sc->members));
+	}
+	bpf_loop(s->dests_len, locality_step, NULL, 0);
+	if (!e) {
+		if (sc->x.best == RVS_SLOT_EMPTY)
+			return RVS_SLOT_EMPTY;
+		sc->ne.lastuse = now;
+		sc->ne.lastmod = now;
+		sc->ne.count = 1;
+		sc->ne.members[0] = sc->x.best;
+		bpf_map_update_elem(&locality, &sc->k, &sc->ne, BPF_ANY);
+		return sc->x.best;
+	}
+	e->lastuse = now;
+	/* Minimum over eligible members, maximum over members of weight > 0
+	 * (ip_vs_dest_set_min / _max), both in set order. */
+#pragma unroll
+	for (j = 0; j < RVS_LBLCR_SET_MAX; j++) {
+		__u32 m = sc->members[j];
+
+		if (!sc->found[j])
+			continue;
+		d = bpf_map_lookup_elem(&dests, &m);
+		if (!d || d->weight == 0)
+			continue;
+		o = dest_overhead(m);
+		w = d->weight;
+		if (most == RVS_LBLCR_SET_MAX || mo * w < o * mw) {
+			most = j;
+			mo = o;
+			mw = w;
+		}
+		if (d->flags & (RVS_DEST_F_UNAVAILABLE | RVS_DEST_F_OVERLOADED))
+			continue;
+		if (least == RVS_SLOT_EMPTY || lo * w > o * lw) {
+			least = m;
+			lo = o;
+			lw = w;
+		}
+	}
+	n = sc->x.count;
+	if (n > 1 && most < RVS_LBLCR_SET_MAX && cfg->locality_expiration &&
+	    now - e->lastmod > (__u64)cfg->locality_expiration * cfg->hz) {
+		/* Shift the members after `most` down by one. */
+#pragma unroll
+		for (j = 0; j < RVS_LBLCR_SET_MAX - 1; j++)
+			if (j >= most)
+				e->members[j] = e->members[j + 1];
+		e->count = n - 1;
+		e->lastmod = now;
+	}
+	if (least != RVS_SLOT_EMPTY) {
+		d = bpf_map_lookup_elem(&dests, &least);
+		if (d && !locality_overloaded(least, d, sc->x.half))
+			return least;
+	}
+	if (sc->x.best == RVS_SLOT_EMPTY)
+		return RVS_SLOT_EMPTY;
+	n = e->count < RVS_LBLCR_SET_MAX ? e->count : RVS_LBLCR_SET_MAX;
+#pragma unroll
+	for (j = 0; j < RVS_LBLCR_SET_MAX; j++)
+		if (j < n && e->members[j] == sc->x.best)
+			present = 1;
+	if (!present) {
+#pragma unroll
+		for (j = RVS_LBLCR_SET_MAX - 1; j > 0; j--)
+			e->members[j] = e->members[j - 1];
+		e->members[0] = sc->x.best;
+		e->count = n < RVS_LBLCR_SET_MAX ? n + 1 : RVS_LBLCR_SET_MAX;
+		e->lastmod = now;
+	}
+	return sc->x.best;
+}
+
 /* The real-server index for a new flow, RVS_SLOT_EMPTY for none. */
 static __always_inline __u32 schedule(const struct rvs_svc *s, __u32 svc_idx,
 				      const struct pkt *p)
@@ -623,8 +957,13 @@ static __always_inline __u32 schedule(const struct rvs_svc *s, __u32 svc_idx,
 		bpf_loop(s->table_len, mh_fallback_step, &x, 0);
 		return x.result;
 	}
+	case RVS_SCHED_TWOS:
+		return sched_twos(s);
+	case RVS_SCHED_LBLC:
+		return sched_lblc(s, svc_idx, p);
+	case RVS_SCHED_LBLCR:
+		return sched_lblcr(s, svc_idx, p);
 	default:
-		/* twos, lblc, lblcr come in a later part. */
 		return RVS_SLOT_EMPTY;
 	}
 }

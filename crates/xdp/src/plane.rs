@@ -37,8 +37,8 @@
 //!
 //! What the XDP program cannot do is refused with a clear error: fwmark
 //! services (XDP runs before the skb exists, so there is no packet mark),
-//! schedulers the program does not run yet, `Local` and `FullNat` real
-//! servers, GRE tunnels.
+//! port-zero services, `Local` and `FullNat` real servers, GRE tunnels.
+//! Every scheduler of the core runs in the program.
 //!
 //! # Reporting
 //! [`Plane::report`] mirrors the program's state into the control plane's
@@ -1880,7 +1880,7 @@ impl<M: MapOps + Send, R: Resolve + Send> DataPlane for Plane<M, R> {
 }
 
 /// Refuse, before anything changes, what the program cannot carry: fwmark
-/// and SCTP services, schedulers it does not run, `Local`/`FullNat` real
+/// and SCTP services, schedulers it does not run (none today), `Local`/`FullNat` real
 /// servers and GRE tunnels.
 pub fn admit(command: &Command) -> Result<(), PlaneError> {
     match command {
@@ -2346,18 +2346,17 @@ mod tests {
             dest: dr(1),
         })
         .unwrap();
-        let e = bed.svc(80, "lblc").unwrap_err();
-        assert!(
-            e.to_string().contains("not run by the xdp data plane"),
-            "{e}"
-        );
+        // Every scheduler of the core runs in the program.
+        for (port, sched) in [(82, "twos"), (83, "lblc"), (84, "lblcr")] {
+            bed.svc(port, sched).unwrap();
+        }
         bed.svc(81, "rr").unwrap();
         let e = bed
             .dest(81, DestConfig::new(rs(1), 80).forward(ForwardMethod::Local))
             .unwrap_err();
         assert!(e.to_string().contains("Local"), "{e}");
         assert!(bed.plane.maps().dests.is_empty());
-        assert_eq!(bed.plane.maps().services.len(), 1);
+        assert_eq!(bed.plane.maps().services.len(), 4);
     }
 
     #[test]
