@@ -1298,6 +1298,26 @@ static __always_inline __be16 flow_sport(const struct pkt *p)
 	return bpf_htons(0x8000 | (h >> 17));
 }
 
+/* The outer tunnel source: the configured address, or with tun_vary = n > 0
+ * the configured prefix with its low n bits from the flow hash (high bits
+ * of the same multiplicative hash as the GUE source port), so a real
+ * server's RSS spreads flows over its queues (Katran varies the outer
+ * source likewise). `w` is the address's last 32-bit word, network order. */
+static __always_inline __be32 tun_source_word(__be32 w, __u8 vary, const struct pkt *p)
+{
+	__u32 h, mask;
+
+	if (vary == 0)
+		return w;
+	if (vary > 32)
+		vary = 32;
+	h = addr_fold(p->saddr, p->family) ^
+	    (((__u32)bpf_ntohs(p->sport) << 16) | bpf_ntohs(p->dport));
+	h = hash_32(h ^ p->proto, 32);
+	mask = vary >= 32 ? 0xffffffffu : (1u << vary) - 1;
+	return bpf_htonl((bpf_ntohl(w) & ~mask) | (h >> (32 - vary)));
+}
+
 /* Answer a packet too big for the tunnel with ICMP "fragmentation needed"
  * (IPv4) / "packet too big" (IPv6) from the VIP to the client, quoting the
  * packet's IP header and 8 bytes, sent back out of the ingress interface
@@ -1471,6 +1491,7 @@ static __always_inline int encap(struct xdp_md *ctx, const struct pkt *p,
 		h.ttl = RVS_TUN_TTL;
 		h.protocol = udp ? IPPROTO_UDP : IPPROTO_IPIP;
 		__builtin_memcpy(&h.saddr, cfg->tun_src4, 4);
+		h.saddr = tun_source_word(h.saddr, cfg->tun_vary4 > 16 ? 16 : cfg->tun_vary4, p);
 		__builtin_memcpy(&h.daddr, d->addr, 4);
 		h.check = ip4_csum(&h);
 		__builtin_memcpy(oh, &h, sizeof(h));
@@ -1486,6 +1507,8 @@ static __always_inline int encap(struct xdp_md *ctx, const struct pkt *p,
 		oh->nexthdr = udp ? IPPROTO_UDP : IPPROTO_IPV6;
 		oh->hop_limit = RVS_TUN_TTL;
 		__builtin_memcpy(&oh->saddr, cfg->tun_src6, 16);
+		oh->saddr.in6_u.u6_addr32[3] =
+			tun_source_word(oh->saddr.in6_u.u6_addr32[3], cfg->tun_vary6, p);
 		__builtin_memcpy(&oh->daddr, d->addr, 16);
 	}
 	if (udp) {
