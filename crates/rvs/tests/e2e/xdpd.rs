@@ -349,6 +349,16 @@ fn rvsd_xdp_dataplane_carries_dr_and_reports_it() {
     d.ok("-e -t 10.77.0.100:80 -r 10.77.0.11:80 -g -w 0");
     assert_eq!(bed.connect(3), ["r2", "r2", "r2"]);
 
+    // lblc in the program: one VIP, servers within their weights, so every
+    // connection goes to the server its destination address is cached on.
+    d.ok("-e -t 10.77.0.100:80 -r 10.77.0.11:80 -g -w 1");
+    d.ok("-E -t 10.77.0.100:80 -s lblc");
+    let got = bed.connect(4);
+    assert!(
+        got[0].starts_with('r') && got.iter().all(|w| *w == got[0]),
+        "lblc sticks to one server: {got:?}"
+    );
+
     drop(d);
     assert!(!xdp_attached(&bed), "detached when rvsd exits");
 }
