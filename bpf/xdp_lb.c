@@ -600,6 +600,11 @@ static __always_inline __u32 sched_least(const struct rvs_svc *s)
 
 /* ------------------------------------------- twos, lblc, lblcr (counters) */
 
+/* twos, lblc and lblcr are global functions: the verifier checks each once
+ * on its own (arguments may be NULL, hence the checks) instead of once per
+ * call site and caller state, and their stack frames are their own (the
+ * main program's is most of the 512 bytes). */
+
 /* The connection overhead of dest `idx` (IPVS: active * 256 + inactive). */
 static __always_inline __u64 dest_overhead(__u32 idx)
 {
@@ -650,14 +655,15 @@ static long twos_pick_step(__u32 i, void *ctx)
 	return x->c1 != RVS_SLOT_EMPTY && x->c2 != RVS_SLOT_EMPTY;
 }
 
-static __noinline __u32 sched_twos(const struct rvs_svc *s)
+__noinline __u32 sched_twos(const struct rvs_svc *s)
 {
-	struct twos x = { .off = s->dests_off, .c1 = RVS_SLOT_EMPTY, .c2 = RVS_SLOT_EMPTY };
+	struct twos x = { .c1 = RVS_SLOT_EMPTY, .c2 = RVS_SLOT_EMPTY };
 	struct rvs_dest *d1, *d2;
 	__u64 r1, r2, w1, w2;
 
-	if (s->dests_len > RVS_MAX_SVC_DESTS)
+	if (!s || s->dests_len > RVS_MAX_SVC_DESTS)
 		return RVS_SLOT_EMPTY;
+	x.off = s->dests_off;
 	bpf_loop(s->dests_len, twos_total_step, &x, 0);
 	if (x.total == 0)
 		return RVS_SLOT_EMPTY;
@@ -750,7 +756,7 @@ locality_entry(struct rvs_locality_key *k, __u32 svc_idx, const struct pkt *p,
 /* lblc (ip_vs_lblc.c): the cached server unless it is not eligible or
  * overloaded in lblc's sense; then, and on a miss, WLC over the service,
  * and the entry names that server. */
-static __noinline __u32 sched_lblc(const struct rvs_svc *s, __u32 svc_idx,
+__noinline __u32 sched_lblc(const struct rvs_svc *s, __u32 svc_idx,
 					const struct pkt *p)
 {
 	struct locality_scratch *sc;
@@ -760,6 +766,8 @@ static __noinline __u32 sched_lblc(const struct rvs_svc *s, __u32 svc_idx,
 	__u32 zero = 0, m;
 	__u64 now = bpf_jiffies64();
 
+	if (!s || !p)
+		return RVS_SLOT_EMPTY;
 	cfg = bpf_map_lookup_elem(&config, &zero);
 	sc = bpf_map_lookup_elem(&locality_tmp, &zero);
 	if (!cfg || !sc || s->dests_len > RVS_MAX_SVC_DESTS)
@@ -798,7 +806,7 @@ static __noinline __u32 sched_lblc(const struct rvs_svc *s, __u32 svc_idx,
  * the set with the WLC choice. Concurrent CPUs update a set in place
  * without a lock: a torn set is still a list of dest indexes, each checked
  * for membership before use. */
-static __noinline __u32 sched_lblcr(const struct rvs_svc *s, __u32 svc_idx,
+__noinline __u32 sched_lblcr(const struct rvs_svc *s, __u32 svc_idx,
 					 const struct pkt *p)
 {
 	struct locality_scratch *sc;
@@ -809,6 +817,8 @@ static __noinline __u32 sched_lblcr(const struct rvs_svc *s, __u32 svc_idx,
 	__u64 now = bpf_jiffies64(), lo = 0, lw = 0, mo = 0, mw = 0, o, w;
 	int j, present = 0;
 
+	if (!s || !p)
+		return RVS_SLOT_EMPTY;
 	cfg = bpf_map_lookup_elem(&config, &zero);
 	sc = bpf_map_lookup_elem(&locality_tmp, &zero);
 	if (!cfg || !sc || s->dests_len > RVS_MAX_SVC_DESTS)
