@@ -259,7 +259,12 @@ struct rvs_flood {
 
 /* locality: LRU_HASH, lblc/lblcr's table (ip_vs_lblc.c, ip_vs_lblcr.c):
  * per service, the packet's destination address -> the real server (lblc:
- * members[0]) or the server set (lblcr: members, newest first). */
+ * members[0]) or the server set (lblcr: members, newest first). Differences
+ * from the kernel's table, which a timer collects: an entry unused for
+ * config.locality_expiration is ignored (and overwritten) at once, where the
+ * kernel deletes it at its next half-hourly full check; the kernel's
+ * partial check (over 16384 entries, idle ones first) is the LRU's eviction
+ * here, over all services. */
 struct rvs_locality_key {
 	__u32 svc;
 	__u8 family;
