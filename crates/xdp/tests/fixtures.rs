@@ -809,8 +809,8 @@ fn flow_hash(c: IpAddr, cport: u16, vport: u16, proto: u8) -> u32 {
 
 /// `--tunnel-source-prefix`: the outer source is the prefix with its host
 /// bits from the flow hash (top bits), the same for every packet of a flow,
-/// spread over flows; the rest of the frame is the IPIP fixture's.
-fn tunnel_source_prefix(v6: bool) {
+/// spread over flows; the rest of the frame is the IPIP / GUE fixture's.
+fn tunnel_source_prefix(v6: bool, method: u8) {
     let Some(mut lb) = Lb::new("tunnel_source_prefix") else {
         return;
     };
@@ -823,8 +823,11 @@ fn tunnel_source_prefix(v6: bool) {
     cfg.tun_vary4 = 12;
     cfg.tun_vary6 = 32;
     lb.l.set_config(&cfg).unwrap();
-    let rs = Rs::new(rs_addr(v6, 3), fwd::TUN_IPIP, rs_mac(3));
+    let mut rs = Rs::new(rs_addr(v6, 3), method, rs_mac(3));
+    rs.gue_port = 6080;
     lb.service(0, SvcKey::new(PROTO_TCP, vip(v6), VPORT), "rr", 0, &[rs]);
+    let gue = method == fwd::TUN_GUE;
+    let extra = if gue { 8 + 4 } else { 0 };
     let mut sources = std::collections::HashSet::new();
     for i in 0..64u32 {
         let (c, cport) = (client(v6, i * 7919), 20000 + i as u16);
@@ -837,21 +840,27 @@ fn tunnel_source_prefix(v6: bool) {
             let mut want = with_macs(&f[..14], rs_mac(3), DIR_MAC);
             let src: IpAddr = match rs_addr(v6, 3) {
                 IpAddr::V4(a) => {
-                    want.extend(outer4(inner, 4, 0, a));
+                    want.extend(outer4(inner, if gue { 17 } else { 4 }, extra, a));
                     let s = std::net::Ipv4Addr::from(u32::from(p4) | (h >> 20));
                     want[26..30].copy_from_slice(&s.octets());
                     fix_ip4_csum(&mut want, 14);
                     s.into()
                 }
                 IpAddr::V6(a) => {
-                    want.extend(outer6(inner, 41, 0, a));
+                    want.extend(outer6(inner, if gue { 17 } else { 41 }, extra, a));
                     let s = std::net::Ipv6Addr::from(u128::from(p6) | u128::from(h));
                     want[22..38].copy_from_slice(&s.octets());
                     s.into()
                 }
             };
+            if gue {
+                want.extend_from_slice(&gue_sport(c, cport, VPORT, PROTO_TCP).to_be_bytes());
+                want.extend_from_slice(&6080u16.to_be_bytes());
+                want.extend_from_slice(&((inner.len() + 12) as u16).to_be_bytes());
+                want.extend_from_slice(&[0, 0, 0, if v6 { 41 } else { 4 }, 0, 0]);
+            }
             want.extend_from_slice(inner);
-            assert_eq!(r.data, want, "flow {i} {flags:?}");
+            assert_eq!(r.data, want, "flow {i} {flags:?} method {method}");
             sources.insert(src);
         }
     }
@@ -860,10 +869,12 @@ fn tunnel_source_prefix(v6: bool) {
 
 #[test]
 fn tunnel_source_prefix_varies_the_outer_source_v4() {
-    tunnel_source_prefix(false);
+    tunnel_source_prefix(false, fwd::TUN_IPIP);
+    tunnel_source_prefix(false, fwd::TUN_GUE);
 }
 
 #[test]
 fn tunnel_source_prefix_varies_the_outer_source_v6() {
-    tunnel_source_prefix(true);
+    tunnel_source_prefix(true, fwd::TUN_IPIP);
+    tunnel_source_prefix(true, fwd::TUN_GUE);
 }
