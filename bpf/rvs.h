@@ -24,6 +24,11 @@
 #define RVS_FLOWS_DEFAULT (1u << 20)
 /* Real servers one rr/wrr/sh fallback walk may look at (bounded loops). */
 #define RVS_MAX_SVC_DESTS 256
+/* lblc/lblcr destination-address entries (all services; LRU). */
+#define RVS_LOCALITY_MAX 65536
+/* Members of one lblcr server set (the kernel's sets are unbounded; a
+ * member joining a full set pushes the oldest one out). */
+#define RVS_LBLCR_SET_MAX 8
 
 /* ---- address families and protocols (kernel values) ---- */
 #define RVS_AF_INET 2
@@ -208,6 +213,16 @@ struct rvs_config {
 	 * IPv6 packet) is answered with ICMP "fragmentation needed" / "packet
 	 * too big" carrying this minus the tunnel headers. 0 = no check. */
 	__u32 tun_mtu;
+	/* Low bits of the outer tunnel source taken from the flow hash, so a
+	 * receiver's RSS spreads flows (tun_src4/tun_src6 then name the
+	 * prefix); 0 = the fixed source. IPv4 at most 16, IPv6 at most 32. */
+	__u8 tun_vary4;
+	__u8 tun_vary6;
+	__u16 pad0;
+	/* lblc/lblcr: seconds after which an unused destination-address entry
+	 * is gone, and an unchanged lblcr set may shed its most loaded member
+	 * (the lblc_expiration / lblcr_expiration sysctls); 0 = never. */
+	__u32 locality_expiration;
 };
 
 /* persist: LRU_HASH, persistence templates (-p, -M): a client network
@@ -240,6 +255,29 @@ struct rvs_dest_conns {
 struct rvs_flood {
 	__u64 second; /* jiffies / hz of the window */
 	__u64 count;  /* new flows seen in it */
+};
+
+/* locality: LRU_HASH, lblc/lblcr's table (ip_vs_lblc.c, ip_vs_lblcr.c):
+ * per service, the packet's destination address -> the real server (lblc:
+ * members[0]) or the server set (lblcr: members, newest first). Differences
+ * from the kernel's table, which a timer collects: an entry unused for
+ * config.locality_expiration is ignored (and overwritten) at once, where the
+ * kernel deletes it at its next half-hourly full check; the kernel's
+ * partial check (over 16384 entries, idle ones first) is the LRU's eviction
+ * here, over all services. */
+struct rvs_locality_key {
+	__u32 svc;
+	__u8 family;
+	__u8 pad0[3];
+	__u8 daddr[16];
+};
+
+struct rvs_locality {
+	__u64 lastuse; /* jiffies of the last decision that looked it up */
+	__u64 lastmod; /* lblcr: jiffies of the last member added or removed */
+	__u32 count;   /* members in use */
+	__u32 members[RVS_LBLCR_SET_MAX]; /* dest indexes */
+	__u32 pad0;
 };
 
 #endif /* RVS_H */

@@ -18,8 +18,8 @@
  * Decisions about packets that are not plainly ours (all return XDP_PASS, so
  * the kernel's own stack judges them, counts them and answers as it would
  * without rvs):
- *  - non-IP, non-TCP/UDP, non-VIP traffic (ICMP errors about a DR/TUN flow
- *    excepted: they go to the flow's real server);
+ *  - non-IP, non-TCP/UDP, non-VIP traffic (ICMP errors about a flow
+ *    excepted: they go where the flow goes, rewritten for NAT flows);
  *  - truncated or malformed headers (never read out of bounds; the kernel
  *    drops and counts them in its own statistics);
  *  - IPv4 fragments: only the first fragment carries ports, so a flow lookup
@@ -137,6 +137,45 @@ struct {
 	__type(key, __u32);
 	__type(value, struct rvs_dest_conns);
 } dest_conns SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RVS_LOCALITY_MAX);
+	__type(key, struct rvs_locality_key);
+	__type(value, struct rvs_locality);
+} locality SEC(".maps");
+
+/* lblc / lblcr: one pass over the service's list finds the WLC choice, the
+ * kernel's "some server is less than half loaded" (active * 2 < weight, any
+ * server of the list), and which cached members are still in the list (a
+ * member that left the service is never used, even if its index was
+ * given to another service's server since). */
+struct locality_pass {
+	__u32 off;
+	__u32 best; /* WLC over the service */
+	__u64 best_cost;
+	__u64 best_w;
+	__u32 count; /* cached members (in locality_tmp) */
+	__u8 half;
+	__u8 pad[3];
+};
+
+/* Per-CPU room for lblc/lblcr's pass, key and new entry (the 512-byte
+ * stack is mostly the main program's). */
+struct locality_scratch {
+	struct locality_pass x;
+	struct rvs_locality_key k;
+	struct rvs_locality ne;
+	__u32 members[RVS_LBLCR_SET_MAX]; /* the cached members */
+	__u8 found[RVS_LBLCR_SET_MAX];    /* ... that are in the service's list */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct locality_scratch);
+} locality_tmp SEC(".maps");
 
 #ifdef RVS_BENCH_VARY_CLIENT
 /* Benchmark build only: a per-CPU counter that makes every run a new client. */
@@ -559,6 +598,311 @@ static __always_inline __u32 sched_least(const struct rvs_svc *s)
 	return x.best;
 }
 
+/* ------------------------------------------- twos, lblc, lblcr (counters) */
+
+/* twos, lblc and lblcr are global functions: the verifier checks each once
+ * on its own (arguments may be NULL, hence the checks) instead of once per
+ * call site and caller state, and their stack frames are their own (the
+ * main program's is most of the 512 bytes). */
+
+/* The connection overhead of dest `idx` (IPVS: active * 256 + inactive). */
+static __always_inline __u64 dest_overhead(__u32 idx)
+{
+	struct rvs_dest_conns *c = bpf_map_lookup_elem(&dest_conns, &idx);
+
+	if (!c)
+		return 0;
+	return ((__u64)c->active << 8) + c->inactive;
+}
+
+/* twos (ip_vs_twos.c): two draws r = rand % (total + 1) over the eligible
+ * weights; each picks the first eligible server whose prefix sum of
+ * eligible weights reaches max(r, 1). The second pick wins only when it is
+ * strictly less loaded per weight. Two passes: the total, then the picks. */
+struct twos {
+	__u32 off;
+	__u32 c1;
+	__u32 c2;
+	__u32 pad;
+	__u64 total;
+	__u64 t1;
+	__u64 t2;
+};
+
+static long twos_total_step(__u32 i, void *ctx)
+{
+	struct twos *x = ctx;
+	struct rvs_dest *d = eligible(slot_at(x->off + i));
+
+	if (d)
+		x->total += d->weight;
+	return 0;
+}
+
+static long twos_pick_step(__u32 i, void *ctx)
+{
+	struct twos *x = ctx;
+	__u32 idx = slot_at(x->off + i);
+	struct rvs_dest *d = eligible(idx);
+
+	if (!d)
+		return 0;
+	x->total += d->weight; /* now the running prefix sum */
+	if (x->c1 == RVS_SLOT_EMPTY && x->total >= x->t1)
+		x->c1 = idx;
+	if (x->c2 == RVS_SLOT_EMPTY && x->total >= x->t2)
+		x->c2 = idx;
+	return x->c1 != RVS_SLOT_EMPTY && x->c2 != RVS_SLOT_EMPTY;
+}
+
+__noinline __u32 sched_twos(const struct rvs_svc *s)
+{
+	struct twos x = { .c1 = RVS_SLOT_EMPTY, .c2 = RVS_SLOT_EMPTY };
+	struct rvs_dest *d1, *d2;
+	__u64 r1, r2, w1, w2;
+
+	if (!s || s->dests_len > RVS_MAX_SVC_DESTS)
+		return RVS_SLOT_EMPTY;
+	x.off = s->dests_off;
+	bpf_loop(s->dests_len, twos_total_step, &x, 0);
+	if (x.total == 0)
+		return RVS_SLOT_EMPTY;
+	r1 = bpf_get_prandom_u32() % (x.total + 1);
+	r2 = bpf_get_prandom_u32() % (x.total + 1);
+	x.t1 = r1 ? r1 : 1;
+	x.t2 = r2 ? r2 : 1;
+	x.total = 0;
+	bpf_loop(s->dests_len, twos_pick_step, &x, 0);
+	d1 = bpf_map_lookup_elem(&dests, &x.c1);
+	d2 = bpf_map_lookup_elem(&dests, &x.c2);
+	if (!d1 || !d2)
+		return x.c1;
+	w1 = d1->weight;
+	w2 = d2->weight;
+	return w2 * dest_overhead(x.c1) > w1 * dest_overhead(x.c2) ? x.c2 : x.c1;
+}
+
+static long locality_step(__u32 i, void *ctx)
+{
+	struct locality_pass *x;
+	struct locality_scratch *sc;
+	struct rvs_dest_conns *c;
+	struct rvs_dest *d;
+	__u64 a = 0, in = 0, cost, w;
+	__u32 zero = 0, idx;
+	int j;
+
+	sc = bpf_map_lookup_elem(&locality_tmp, &zero);
+	if (!sc)
+		return 1;
+	x = &sc->x;
+	idx = slot_at(x->off + i);
+	if (idx == RVS_SLOT_EMPTY)
+		return 0;
+	d = bpf_map_lookup_elem(&dests, &idx);
+	if (!d)
+		return 0;
+	c = bpf_map_lookup_elem(&dest_conns, &idx);
+	if (c) {
+		a = c->active;
+		in = c->inactive;
+	}
+	w = d->weight;
+	if (a * 2 < w)
+		x->half = 1;
+#pragma unroll
+	for (j = 0; j < RVS_LBLCR_SET_MAX; j++)
+		if (j < x->count && sc->members[j] == idx)
+			sc->found[j] = 1;
+	if (w == 0 || (d->flags & (RVS_DEST_F_UNAVAILABLE | RVS_DEST_F_OVERLOADED)))
+		return 0;
+	cost = (a << 8) + in;
+	if (x->best == RVS_SLOT_EMPTY || x->best_cost * w > cost * x->best_w) {
+		x->best = idx;
+		x->best_cost = cost;
+		x->best_w = w;
+	}
+	return 0;
+}
+
+/* The kernel's is_overloaded (lblc's own sense): more active connections
+ * than weight while some server of the service is less than half loaded. */
+static __always_inline int locality_overloaded(__u32 idx, const struct rvs_dest *d, __u8 half)
+{
+	struct rvs_dest_conns *c = bpf_map_lookup_elem(&dest_conns, &idx);
+
+	return c && c->active > d->weight && half;
+}
+
+/* The live locality entry of the packet's destination address, NULL when
+ * absent or unused for the expiration time (the kernel's full check
+ * deletes such entries every half hour; here they are gone at once). */
+static __always_inline struct rvs_locality *
+locality_entry(struct rvs_locality_key *k, __u32 svc_idx, const struct pkt *p,
+	       const struct rvs_config *cfg, __u64 now)
+{
+	struct rvs_locality *e;
+
+	k->svc = svc_idx;
+	k->family = p->family;
+	__builtin_memcpy(k->daddr, p->daddr, 16);
+	e = bpf_map_lookup_elem(&locality, k);
+	if (e && cfg->locality_expiration &&
+	    now - e->lastuse >= (__u64)cfg->locality_expiration * cfg->hz)
+		return NULL;
+	return e;
+}
+
+/* lblc (ip_vs_lblc.c): the cached server unless it is not eligible or
+ * overloaded in lblc's sense; then, and on a miss, WLC over the service,
+ * and the entry names that server. */
+__noinline __u32 sched_lblc(const struct rvs_svc *s, __u32 svc_idx,
+					const struct pkt *p)
+{
+	struct locality_scratch *sc;
+	struct rvs_locality *e;
+	struct rvs_config *cfg;
+	struct rvs_dest *d;
+	__u32 zero = 0, m;
+	__u64 now = bpf_jiffies64();
+
+	if (!s || !p)
+		return RVS_SLOT_EMPTY;
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	sc = bpf_map_lookup_elem(&locality_tmp, &zero);
+	if (!cfg || !sc || s->dests_len > RVS_MAX_SVC_DESTS)
+		return RVS_SLOT_EMPTY;
+	__builtin_memset(sc, 0, sizeof(*sc));
+	sc->x.off = s->dests_off;
+	sc->x.best = RVS_SLOT_EMPTY;
+	e = locality_entry(&sc->k, svc_idx, p, cfg, now);
+	if (e) {
+		sc->x.count = 1;
+		sc->members[0] = e->members[0];
+	}
+	bpf_loop(s->dests_len, locality_step, NULL, 0);
+	if (e) {
+		e->lastuse = now;
+		m = sc->members[0];
+		d = eligible(m);
+		if (sc->found[0] && d && !locality_overloaded(m, d, sc->x.half))
+			return m;
+	}
+	if (sc->x.best == RVS_SLOT_EMPTY)
+		return RVS_SLOT_EMPTY;
+	sc->ne.lastuse = now;
+	sc->ne.lastmod = now;
+	sc->ne.count = 1;
+	sc->ne.members[0] = sc->x.best;
+	bpf_map_update_elem(&locality, &sc->k, &sc->ne, BPF_ANY);
+	return sc->x.best;
+}
+
+/* lblcr (ip_vs_lblcr.c): the WLC minimum of the set's eligible members
+ * (set order, ties to the newest); a set unchanged for the expiration time
+ * with more than one member first sheds its most loaded member (weight >
+ * 0); if the minimum is missing or overloaded in lblc's sense, WLC over the
+ * service picks a server, which joins the set at its head. A miss creates
+ * the set with the WLC choice. Concurrent CPUs update a set in place
+ * without a lock: a torn set is still a list of dest indexes, each checked
+ * for membership before use. */
+__noinline __u32 sched_lblcr(const struct rvs_svc *s, __u32 svc_idx,
+					 const struct pkt *p)
+{
+	struct locality_scratch *sc;
+	struct rvs_locality *e;
+	struct rvs_config *cfg;
+	struct rvs_dest *d;
+	__u32 zero = 0, least = RVS_SLOT_EMPTY, most = RVS_LBLCR_SET_MAX, n;
+	__u64 now = bpf_jiffies64(), lo = 0, lw = 0, mo = 0, mw = 0, o, w;
+	int j, present = 0;
+
+	if (!s || !p)
+		return RVS_SLOT_EMPTY;
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	sc = bpf_map_lookup_elem(&locality_tmp, &zero);
+	if (!cfg || !sc || s->dests_len > RVS_MAX_SVC_DESTS)
+		return RVS_SLOT_EMPTY;
+	__builtin_memset(sc, 0, sizeof(*sc));
+	sc->x.off = s->dests_off;
+	sc->x.best = RVS_SLOT_EMPTY;
+	e = locality_entry(&sc->k, svc_idx, p, cfg, now);
+	if (e) {
+		sc->x.count = e->count < RVS_LBLCR_SET_MAX ? e->count : RVS_LBLCR_SET_MAX;
+		__builtin_memcpy(sc->members, e->members, sizeof(sc->members));
+	}
+	bpf_loop(s->dests_len, locality_step, NULL, 0);
+	if (!e) {
+		if (sc->x.best == RVS_SLOT_EMPTY)
+			return RVS_SLOT_EMPTY;
+		sc->ne.lastuse = now;
+		sc->ne.lastmod = now;
+		sc->ne.count = 1;
+		sc->ne.members[0] = sc->x.best;
+		bpf_map_update_elem(&locality, &sc->k, &sc->ne, BPF_ANY);
+		return sc->x.best;
+	}
+	e->lastuse = now;
+	/* Minimum over eligible members, maximum over members of weight > 0
+	 * (ip_vs_dest_set_min / _max), both in set order. */
+#pragma unroll
+	for (j = 0; j < RVS_LBLCR_SET_MAX; j++) {
+		__u32 m = sc->members[j];
+
+		if (!sc->found[j])
+			continue;
+		d = bpf_map_lookup_elem(&dests, &m);
+		if (!d || d->weight == 0)
+			continue;
+		o = dest_overhead(m);
+		w = d->weight;
+		if (most == RVS_LBLCR_SET_MAX || mo * w < o * mw) {
+			most = j;
+			mo = o;
+			mw = w;
+		}
+		if (d->flags & (RVS_DEST_F_UNAVAILABLE | RVS_DEST_F_OVERLOADED))
+			continue;
+		if (least == RVS_SLOT_EMPTY || lo * w > o * lw) {
+			least = m;
+			lo = o;
+			lw = w;
+		}
+	}
+	n = sc->x.count;
+	if (n > 1 && most < RVS_LBLCR_SET_MAX && cfg->locality_expiration &&
+	    now - e->lastmod > (__u64)cfg->locality_expiration * cfg->hz) {
+		/* Shift the members after `most` down by one. */
+#pragma unroll
+		for (j = 0; j < RVS_LBLCR_SET_MAX - 1; j++)
+			if (j >= most)
+				e->members[j] = e->members[j + 1];
+		e->count = n - 1;
+		e->lastmod = now;
+	}
+	if (least != RVS_SLOT_EMPTY) {
+		d = bpf_map_lookup_elem(&dests, &least);
+		if (d && !locality_overloaded(least, d, sc->x.half))
+			return least;
+	}
+	if (sc->x.best == RVS_SLOT_EMPTY)
+		return RVS_SLOT_EMPTY;
+	n = e->count < RVS_LBLCR_SET_MAX ? e->count : RVS_LBLCR_SET_MAX;
+#pragma unroll
+	for (j = 0; j < RVS_LBLCR_SET_MAX; j++)
+		if (j < n && e->members[j] == sc->x.best)
+			present = 1;
+	if (!present) {
+#pragma unroll
+		for (j = RVS_LBLCR_SET_MAX - 1; j > 0; j--)
+			e->members[j] = e->members[j - 1];
+		e->members[0] = sc->x.best;
+		e->count = n < RVS_LBLCR_SET_MAX ? n + 1 : RVS_LBLCR_SET_MAX;
+		e->lastmod = now;
+	}
+	return sc->x.best;
+}
+
 /* The real-server index for a new flow, RVS_SLOT_EMPTY for none. */
 static __always_inline __u32 schedule(const struct rvs_svc *s, __u32 svc_idx,
 				      const struct pkt *p)
@@ -623,8 +967,13 @@ static __always_inline __u32 schedule(const struct rvs_svc *s, __u32 svc_idx,
 		bpf_loop(s->table_len, mh_fallback_step, &x, 0);
 		return x.result;
 	}
+	case RVS_SCHED_TWOS:
+		return sched_twos(s);
+	case RVS_SCHED_LBLC:
+		return sched_lblc(s, svc_idx, p);
+	case RVS_SCHED_LBLCR:
+		return sched_lblcr(s, svc_idx, p);
 	default:
-		/* twos, lblc, lblcr come in a later part. */
 		return RVS_SLOT_EMPTY;
 	}
 }
@@ -959,6 +1308,26 @@ static __always_inline __be16 flow_sport(const struct pkt *p)
 	return bpf_htons(0x8000 | (h >> 17));
 }
 
+/* The outer tunnel source: the configured address, or with tun_vary = n > 0
+ * the configured prefix with its low n bits from the flow hash (high bits
+ * of the same multiplicative hash as the GUE source port), so a real
+ * server's RSS spreads flows over its queues (Katran varies the outer
+ * source likewise). `w` is the address's last 32-bit word, network order. */
+static __always_inline __be32 tun_source_word(__be32 w, __u8 vary, const struct pkt *p)
+{
+	__u32 h, mask;
+
+	if (vary == 0)
+		return w;
+	if (vary > 32)
+		vary = 32;
+	h = addr_fold(p->saddr, p->family) ^
+	    (((__u32)bpf_ntohs(p->sport) << 16) | bpf_ntohs(p->dport));
+	h = hash_32(h ^ p->proto, 32);
+	mask = vary >= 32 ? 0xffffffffu : (1u << vary) - 1;
+	return bpf_htonl((bpf_ntohl(w) & ~mask) | (h >> (32 - vary)));
+}
+
 /* Answer a packet too big for the tunnel with ICMP "fragmentation needed"
  * (IPv4) / "packet too big" (IPv6) from the VIP to the client, quoting the
  * packet's IP header and 8 bytes, sent back out of the ingress interface
@@ -1132,6 +1501,7 @@ static __always_inline int encap(struct xdp_md *ctx, const struct pkt *p,
 		h.ttl = RVS_TUN_TTL;
 		h.protocol = udp ? IPPROTO_UDP : IPPROTO_IPIP;
 		__builtin_memcpy(&h.saddr, cfg->tun_src4, 4);
+		h.saddr = tun_source_word(h.saddr, cfg->tun_vary4 > 16 ? 16 : cfg->tun_vary4, p);
 		__builtin_memcpy(&h.daddr, d->addr, 4);
 		h.check = ip4_csum(&h);
 		__builtin_memcpy(oh, &h, sizeof(h));
@@ -1147,6 +1517,8 @@ static __always_inline int encap(struct xdp_md *ctx, const struct pkt *p,
 		oh->nexthdr = udp ? IPPROTO_UDP : IPPROTO_IPV6;
 		oh->hop_limit = RVS_TUN_TTL;
 		__builtin_memcpy(&oh->saddr, cfg->tun_src6, 16);
+		oh->saddr.in6_u.u6_addr32[3] =
+			tun_source_word(oh->saddr.in6_u.u6_addr32[3], cfg->tun_vary6, p);
 		__builtin_memcpy(&oh->daddr, d->addr, 16);
 	}
 	if (udp) {
@@ -1299,11 +1671,162 @@ static __always_inline int nat_reply(struct xdp_md *ctx, const struct pkt *p,
 	}
 }
 
+/* ------------------------------------------------- ICMP errors of NAT flows */
+
+/* Rewrite an ICMP error about a NAT flow as IPVS's ip_vs_nat_icmp does, and
+ * fix every checksum incrementally:
+ *  - to_rs (an error from the client side about a reply VIP -> client):
+ *    outer destination and quoted source become the real server's address,
+ *    the quoted source port its port;
+ *  - !to_rs (an error from the real server's side about a packet client ->
+ *    real server): outer source and quoted destination become the VIP, the
+ *    quoted destination port the VIP's port.
+ * The quoted packet's IPv4 header checksum and its TCP/UDP checksum (when
+ * the quote reaches it; a zero IPv4 UDP checksum stays zero) follow, then
+ * the ICMP checksum (ICMPv6: with the outer address in its pseudo-header). */
+static __noinline int icmp_nat_rewrite(struct xdp_md *ctx, const struct pkt *p, int to_rs,
+					    const __u32 *naddr, __be16 nport)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 l3 = p->l3off & 0xff, l4 = p->l4off & 0x1ff, il3 = (l4 + 8) & 0x3ff, il4;
+	__u32 acc_in = 0;   /* quoted addresses: pseudo-header of the quoted L4 */
+	__u32 acc_port = 0; /* the quoted port */
+	__u32 acc_icmp = 0; /* every word changed inside the ICMP message */
+	__u16 *icheck, *l4check = NULL, *ports;
+	__u8 *icmp = data + l4;
+	int i;
+
+	if ((void *)(icmp + 8) > end)
+		return -1;
+	if (p->family == RVS_AF_INET) {
+		struct iphdr *ip = data + l3;
+		struct iphdr *iip = data + il3;
+		__u32 *oa, *ia, old;
+		__u16 oldc;
+
+		if ((void *)(ip + 1) > end || (void *)(iip + 1) > end)
+			return -1;
+		oa = to_rs ? &ip->daddr : &ip->saddr;
+		ip->check = csum_apply(ip->check, csum_acc32(0, *oa, naddr[0]));
+		*oa = naddr[0];
+		ia = to_rs ? &iip->saddr : &iip->daddr;
+		old = *ia;
+		acc_in = csum_acc32(0, old, naddr[0]);
+		*ia = naddr[0];
+		oldc = iip->check;
+		iip->check = csum_apply(oldc, acc_in);
+		acc_icmp = acc_in + (__u16)~oldc + iip->check;
+		il4 = (il3 + (iip->ihl & 0xf) * 4) & 0x3ff;
+	} else {
+		struct ipv6hdr *ip6 = data + l3;
+		struct ipv6hdr *iip = data + il3;
+		__u32 *oa, *ia;
+
+		if ((void *)(ip6 + 1) > end || (void *)(iip + 1) > end)
+			return -1;
+		oa = to_rs ? (__u32 *)&ip6->daddr : (__u32 *)&ip6->saddr;
+		ia = to_rs ? (__u32 *)&iip->saddr : (__u32 *)&iip->daddr;
+#pragma unroll
+		for (i = 0; i < 4; i++) {
+			/* The outer address is in ICMPv6's pseudo-header. */
+			acc_icmp = csum_acc32(acc_icmp, oa[i], naddr[i]);
+			oa[i] = naddr[i];
+			acc_in = csum_acc32(acc_in, ia[i], naddr[i]);
+			ia[i] = naddr[i];
+		}
+		acc_icmp += acc_in;
+		il4 = (il3 + sizeof(struct ipv6hdr)) & 0x3ff;
+	}
+	ports = data + il4;
+	if ((void *)(ports + 2) > end)
+		return -1;
+	{
+		__u16 *pp = to_rs ? &ports[0] : &ports[1];
+
+		acc_port = csum_acc16(0, *pp, nport);
+		*pp = nport;
+	}
+	if (p->proto == IPPROTO_TCP) {
+		struct tcphdr *th = data + il4;
+
+		if ((void *)(th + 1) <= end)
+			l4check = &th->check;
+	} else {
+		struct udphdr *uh = data + il4;
+
+		if ((void *)(uh + 1) <= end && (uh->check || p->family == RVS_AF_INET6))
+			l4check = &uh->check;
+	}
+	acc_icmp += acc_port;
+	if (l4check) {
+		__u16 oldc = *l4check, newc = csum_apply(oldc, acc_in + acc_port);
+
+		if (newc == 0 && p->proto == IPPROTO_UDP)
+			newc = 0xffff;
+		acc_icmp += (__u16)~oldc + newc;
+		*l4check = newc;
+	}
+	icheck = (__u16 *)(icmp + 2);
+	*icheck = csum_apply(*icheck, acc_icmp);
+	return 0;
+}
+
+/* ip_vs_in_icmp for NAT: an error from the client's side about a reply of
+ * flow `f` goes to the flow's real server, rewritten to what it sent. */
+static __always_inline int icmp_nat_in(struct xdp_md *ctx, const struct pkt *p,
+				       const struct rvs_flow *f, const struct rvs_dest *d)
+{
+	__be16 rport = d->port ? d->port : p->dport;
+
+	if (d->family != p->family)
+		return XDP_DROP;
+	if (icmp_nat_rewrite(ctx, p, 1, (const __u32 *)d->addr, rport))
+		return XDP_PASS;
+	count(&svc_stats, f->svc, p->l3len, 0, 0);
+	count(&dest_stats, f->dest, p->l3len, 0, 0);
+	/* Routed like the flow's packets (the FIB source is the client's). */
+	return fib_out(ctx, p, (const __u32 *)d->addr, p->saddr);
+}
+
+/* ip_vs_out_icmp: an error from the real servers' side about a packet the
+ * director sent to a real server (client -> real server) goes to the
+ * client, from the VIP, quoting what the client sent. */
+static __always_inline int icmp_nat_out(struct xdp_md *ctx, const struct pkt *p,
+					const struct rvs_config *cfg)
+{
+	struct rvs_nat_key nk = {};
+	struct rvs_nat *n;
+	__u32 vaddr[4];
+
+	if (!(cfg->flags & RVS_CFG_F_NAT))
+		return XDP_PASS;
+	/* The quote describes (real server, client) as a reply would. */
+	__builtin_memcpy(nk.raddr, p->saddr, 16);
+	__builtin_memcpy(nk.caddr, p->daddr, 16);
+	nk.rport = p->sport;
+	nk.cport = p->dport;
+	nk.proto = p->proto;
+	nk.family = p->family;
+	n = bpf_map_lookup_elem(&nat_rev, &nk);
+	if (!n)
+		return XDP_PASS;
+	__builtin_memcpy(vaddr, n->vaddr, 16);
+	count(&svc_stats, n->svc, p->l3len, 1, 0);
+	count(&dest_stats, n->dest, p->l3len, 1, 0);
+	if (dec_ttl(ctx, p))
+		return XDP_PASS;
+	if (icmp_nat_rewrite(ctx, p, 0, vaddr, n->vport))
+		return XDP_PASS;
+	return fib_out(ctx, p, p->daddr, vaddr);
+}
+
 /* ----------------------------------------------------------- ICMP errors */
 
 /* An ICMP error about a known DR/TUN flow goes to that flow's real server,
- * unchanged (TUN: encapsulated); anything else is the kernel's. NAT flows'
- * errors would need the quoted packet rewritten: a later part. */
+ * unchanged (TUN: encapsulated); about a NAT flow it is rewritten to match
+ * the flow and goes where the flow goes (icmp_nat_in / icmp_nat_out);
+ * anything else is the kernel's. */
 static __always_inline int icmp_error(struct xdp_md *ctx, const struct pkt *p,
 				      const struct rvs_config *cfg)
 {
@@ -1320,11 +1843,13 @@ static __always_inline int icmp_error(struct xdp_md *ctx, const struct pkt *p,
 	fk.family = p->family;
 	f = bpf_map_lookup_elem(&flows, &fk);
 	if (!f)
-		return XDP_PASS;
+		return icmp_nat_out(ctx, p, cfg);
 	didx = f->dest;
 	d = bpf_map_lookup_elem(&dests, &didx);
-	if (!d || d->method == RVS_FWD_NAT || (d->flags & RVS_DEST_F_UNAVAILABLE))
+	if (!d || (d->flags & RVS_DEST_F_UNAVAILABLE))
 		return XDP_PASS;
+	if (d->method == RVS_FWD_NAT)
+		return icmp_nat_in(ctx, p, f, d);
 	count(&svc_stats, f->svc, p->l3len, 0, 0);
 	count(&dest_stats, didx, p->l3len, 0, 0);
 	return forward(ctx, p, d, cfg);

@@ -135,7 +135,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     drop(lru);
 
     let mut newf = Vec::new();
-    for sched in ["mh", "rr", "wlc"] {
+    for sched in ["mh", "rr", "wlc", "twos", "lblc", "lblcr"] {
         let mut l = director(Object::DirectorBench, sched, table)?;
         let fill = ns(&mut l, &syn, repeat, tx)?;
         let full = ns(&mut l, &syn, repeat, tx)?;

@@ -26,7 +26,8 @@ use aya::{Ebpf, EbpfError, EbpfLoader};
 pub use aya::programs::XdpMode as AttachMode;
 
 use maps::{
-    Config, Dest, DestConns, Flow, FlowKey, Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcKey,
+    Config, Dest, DestConns, Flow, FlowKey, Locality, LocalityKey, Nat, NatKey, Persist,
+    PersistKey, Stats, Svc, SvcKey,
 };
 
 /// Errors of loading, attaching and driving the BPF programs.
@@ -534,6 +535,22 @@ impl Loaded {
             Err(MapError::KeyNotFound) => Ok(None),
             Err(e) => Err(map_err("persist")(e)),
         }
+    }
+
+    /// The lblc/lblcr entry of a service's destination address, if any.
+    pub fn locality(&mut self, key: &LocalityKey) -> Result<Option<Locality>, XdpError> {
+        match self.hash::<LocalityKey, Locality>("locality")?.get(key, 0) {
+            Ok(t) => Ok(Some(t)),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err("locality")(e)),
+        }
+    }
+
+    /// Write an lblc/lblcr entry (tests: age an entry).
+    pub fn set_locality(&mut self, key: &LocalityKey, value: &Locality) -> Result<(), XdpError> {
+        self.hash::<LocalityKey, Locality>("locality")?
+            .insert(key, value, 0)
+            .map_err(map_err("locality"))
     }
 
     /// A real server's connection counters.

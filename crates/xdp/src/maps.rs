@@ -24,6 +24,10 @@ pub const SLOTS_DEFAULT: u32 = 1 << 20;
 pub const FLOWS_DEFAULT: u32 = 1 << 20;
 /// Longest real-server list / wrr sequence walk of one rr/wrr decision.
 pub const MAX_SVC_DESTS: u32 = 256;
+/// Entries of the `locality` map (lblc/lblcr, all services, LRU).
+pub const LOCALITY_MAX: u32 = 65536;
+/// Members of one lblcr server set in the `locality` map.
+pub const LBLCR_SET_MAX: usize = 8;
 /// Marks an empty bucket in `slots`.
 pub const SLOT_EMPTY: u32 = 0xffff_ffff;
 
@@ -48,9 +52,9 @@ pub mod sched {
     pub const LC: u8 = 3;
     /// Weighted least connection.
     pub const WLC: u8 = 4;
-    /// Locality-based least connection (later part).
+    /// Locality-based least connection (the `locality` map).
     pub const LBLC: u8 = 5;
-    /// LBLC with replication (later part).
+    /// LBLC with replication (server sets in the `locality` map).
     pub const LBLCR: u8 = 6;
     /// Destination hashing (256-bucket table).
     pub const DH: u8 = 7;
@@ -66,7 +70,7 @@ pub mod sched {
     pub const OVF: u8 = 12;
     /// Maglev hashing (M-slot table).
     pub const MH: u8 = 13;
-    /// Power of two choices (later part).
+    /// Power of two choices (`bpf_get_prandom_u32`).
     pub const TWOS: u8 = 14;
 
     /// The id of an ipvsadm scheduler name.
@@ -356,6 +360,18 @@ pub struct Config {
     /// fragmented get ICMP "fragmentation needed" / "packet too big" with
     /// this minus the tunnel headers. 0 = no check.
     pub tun_mtu: u32,
+    /// Low bits of the outer IPv4 tunnel source taken from the flow hash
+    /// (`tun_src4` is then the prefix), so a receiver's RSS spreads flows;
+    /// 0 = the fixed source; at most 16.
+    pub tun_vary4: u8,
+    /// The same for IPv6 (`tun_src6`'s last 32 bits); at most 32.
+    pub tun_vary6: u8,
+    /// Explicit padding.
+    pub pad0: u16,
+    /// lblc/lblcr: seconds after which an unused destination-address entry
+    /// is gone and an unchanged lblcr set may shed its most loaded member
+    /// (the `lblc_expiration` / `lblcr_expiration` sysctls); 0 = never.
+    pub locality_expiration: u32,
 }
 
 /// `persist` key: a persistence template's client network and service.
@@ -384,6 +400,57 @@ pub struct Persist {
     pub dest: u32,
     /// Service index.
     pub svc: u32,
+}
+
+/// `locality` key: a service and a packet destination address (lblc,
+/// lblcr).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LocalityKey {
+    /// Service index.
+    pub svc: u32,
+    /// Family of `daddr`.
+    pub family: u8,
+    /// Explicit padding (zero).
+    pub pad0: [u8; 3],
+    /// The packets' destination address.
+    pub daddr: [u8; 16],
+}
+
+impl LocalityKey {
+    /// The key of `daddr` in service `svc`.
+    pub fn new(svc: u32, daddr: IpAddr) -> Self {
+        LocalityKey {
+            svc,
+            family: family(daddr),
+            pad0: [0; 3],
+            daddr: addr16(daddr),
+        }
+    }
+}
+
+/// `locality` value: the real server (lblc: `members[0]`) or server set
+/// (lblcr: newest first) of a destination address.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Locality {
+    /// Jiffies of the last decision that looked the entry up.
+    pub lastuse: u64,
+    /// lblcr: jiffies of the last member added or removed.
+    pub lastmod: u64,
+    /// Members in use.
+    pub count: u32,
+    /// Real-server indexes.
+    pub members: [u32; LBLCR_SET_MAX],
+    /// Explicit padding.
+    pub pad0: u32,
+}
+
+impl Locality {
+    /// The members in use.
+    pub fn members(&self) -> &[u32] {
+        &self.members[..(self.count as usize).min(LBLCR_SET_MAX)]
+    }
 }
 
 /// The `persist_mask` of an IPv6 `-M` prefix length (0..=128); for IPv4
@@ -426,6 +493,7 @@ impl Config {
         Config {
             tcp_timeouts: [2, 900, 120, 60, 120, 120, 10, 60, 30, 120, 120],
             udp_timeout: 300,
+            locality_expiration: 24 * 60 * 60,
             ..Config::default()
         }
     }
@@ -439,11 +507,13 @@ const _: () = assert!(size_of::<Flow>() == 24);
 const _: () = assert!(size_of::<NatKey>() == 40);
 const _: () = assert!(size_of::<Nat>() == 28);
 const _: () = assert!(size_of::<Stats>() == 40);
-const _: () = assert!(size_of::<Config>() == 84);
+const _: () = assert!(size_of::<Config>() == 92);
 const _: () = assert!(size_of::<Flood>() == 16);
 const _: () = assert!(size_of::<DestConns>() == 8);
 const _: () = assert!(size_of::<PersistKey>() == 36);
 const _: () = assert!(size_of::<Persist>() == 16);
+const _: () = assert!(size_of::<LocalityKey>() == 24);
+const _: () = assert!(size_of::<Locality>() == 56);
 
 // SAFETY: every type below is `#[repr(C)]`, made only of integers and
 // integer arrays with every padding byte an explicit field (the size
@@ -474,6 +544,10 @@ unsafe impl aya::Pod for DestConns {}
 unsafe impl aya::Pod for PersistKey {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Persist {}
+// SAFETY: as above.
+unsafe impl aya::Pod for LocalityKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Locality {}
 
 /// A mirrored struct's layout as the Rust compiler laid it out.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -556,7 +630,11 @@ pub fn layouts() -> Vec<Layout> {
                 flags,
                 hz,
                 max_new_flows,
-                tun_mtu
+                tun_mtu,
+                tun_vary4,
+                tun_vary6,
+                pad0,
+                locality_expiration
             ]
         ),
         layout!("rvs_flood", Flood, [second, count]),
@@ -567,5 +645,11 @@ pub fn layouts() -> Vec<Layout> {
             [caddr, vaddr, vport, proto, family]
         ),
         layout!("rvs_persist", Persist, [last_seen, dest, svc]),
+        layout!("rvs_locality_key", LocalityKey, [svc, family, pad0, daddr]),
+        layout!(
+            "rvs_locality",
+            Locality,
+            [lastuse, lastmod, count, members, pad0]
+        ),
     ]
 }

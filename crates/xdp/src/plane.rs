@@ -37,8 +37,8 @@
 //!
 //! What the XDP program cannot do is refused with a clear error: fwmark
 //! services (XDP runs before the skb exists, so there is no packet mark),
-//! schedulers the program does not run yet, `Local` and `FullNat` real
-//! servers, GRE tunnels.
+//! port-zero services, `Local` and `FullNat` real servers, GRE tunnels.
+//! Every scheduler of the core runs in the program.
 //!
 //! # Reporting
 //! [`Plane::report`] mirrors the program's state into the control plane's
@@ -748,6 +748,8 @@ pub struct Plane<M: MapOps, R: Resolve> {
     config: Config,
     /// Tunnel source addresses given by the operator (else from the route).
     tun_src: (Option<std::net::Ipv4Addr>, Option<std::net::Ipv6Addr>),
+    /// Host bits of the tunnel sources varied per flow (IPv4, IPv6).
+    tun_vary: (u8, u8),
     /// Last read counters per dest index.
     baselines: HashMap<u32, Stats>,
     /// Connection entries mirrored at the last report.
@@ -876,6 +878,7 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             timeouts,
             config,
             tun_src: (None, None),
+            tun_vary: (0, 0),
             baselines: HashMap::new(),
             mirrored: HashSet::new(),
             dirty: false,
@@ -905,6 +908,46 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         v6: Option<std::net::Ipv6Addr>,
     ) -> Result<(), PlaneError> {
         self.tun_src = (v4, v6);
+        self.tun_vary = (0, 0);
+        self.write_config()
+    }
+
+    /// Outer tunnel sources varied per flow: a prefix per family whose host
+    /// bits come from the flow hash, so a real server's RSS spreads
+    /// tunnelled flows over its queues (one outer source would put them all
+    /// on one). IPv4 prefixes of /16 to /32, IPv6 /96 to /128. The real
+    /// servers must accept any source of the prefix (rvs's decapsulator
+    /// checks only the inner destination; `rvsd realserver` relaxes
+    /// `rp_filter`). A family without a prefix keeps its fixed source.
+    pub fn set_tunnel_source_prefixes(
+        &mut self,
+        v4: Option<(std::net::Ipv4Addr, u8)>,
+        v6: Option<(std::net::Ipv6Addr, u8)>,
+    ) -> Result<(), PlaneError> {
+        let mut vary = (0, 0);
+        let mut src = self.tun_src;
+        if let Some((a, len)) = v4 {
+            if !(16..=32).contains(&len) {
+                return Err(PlaneError::Refused(format!(
+                    "tunnel source prefix {a}/{len}: an IPv4 prefix must be /16 to /32"
+                )));
+            }
+            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+            src.0 = Some(std::net::Ipv4Addr::from(u32::from(a) & mask));
+            vary.0 = 32 - len;
+        }
+        if let Some((a, len)) = v6 {
+            if !(96..=128).contains(&len) {
+                return Err(PlaneError::Refused(format!(
+                    "tunnel source prefix {a}/{len}: an IPv6 prefix must be /96 to /128"
+                )));
+            }
+            let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+            src.1 = Some(std::net::Ipv6Addr::from(u128::from(a) & mask));
+            vary.1 = 128 - len;
+        }
+        self.tun_src = src;
+        self.tun_vary = vary;
         self.write_config()
     }
 
@@ -1394,6 +1437,8 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             Some(IpAddr::V6(a)) => c.tun_src6 = a.octets(),
             _ => c.tun_src6 = [0; 16],
         }
+        c.tun_vary4 = self.tun_vary.0;
+        c.tun_vary6 = self.tun_vary.1;
         if c != self.config {
             self.maps.set_config(&c)?;
             self.config = c;
@@ -1880,7 +1925,7 @@ impl<M: MapOps + Send, R: Resolve + Send> DataPlane for Plane<M, R> {
 }
 
 /// Refuse, before anything changes, what the program cannot carry: fwmark
-/// and SCTP services, schedulers it does not run, `Local`/`FullNat` real
+/// and SCTP services, schedulers it does not run (none today), `Local`/`FullNat` real
 /// servers and GRE tunnels.
 pub fn admit(command: &Command) -> Result<(), PlaneError> {
     match command {
@@ -1914,6 +1959,12 @@ pub struct XdpOptions {
     pub tun_src4: Option<std::net::Ipv4Addr>,
     /// Outer IPv6 source of tunnels (default: the route's preferred source).
     pub tun_src6: Option<std::net::Ipv6Addr>,
+    /// Outer IPv4 tunnel source varied per flow within this prefix
+    /// (address, length /16../32); replaces `tun_src4`.
+    pub tun_src_prefix4: Option<(std::net::Ipv4Addr, u8)>,
+    /// Outer IPv6 tunnel source varied per flow within this prefix
+    /// (address, length /96../128); replaces `tun_src6`.
+    pub tun_src_prefix6: Option<(std::net::Ipv6Addr, u8)>,
     /// Largest tunnelled packet (default: the interface's MTU); bigger ones
     /// that may not be fragmented get "fragmentation needed".
     pub tun_mtu: Option<u32>,
@@ -1967,6 +2018,9 @@ impl XdpPlane {
         let mut plane = Plane::new(maps, resolver)?;
         plane.set_limits(tun_mtu, opts.max_new_flows)?;
         plane.set_tunnel_sources(opts.tun_src4, opts.tun_src6)?;
+        if opts.tun_src_prefix4.is_some() || opts.tun_src_prefix6.is_some() {
+            plane.set_tunnel_source_prefixes(opts.tun_src_prefix4, opts.tun_src_prefix6)?;
+        }
         let mut modes = Vec::new();
         for name in &opts.interfaces {
             let mode = plane.maps.director().attach(name, opts.mode).map_err(|e| {
@@ -2346,18 +2400,17 @@ mod tests {
             dest: dr(1),
         })
         .unwrap();
-        let e = bed.svc(80, "lblc").unwrap_err();
-        assert!(
-            e.to_string().contains("not run by the xdp data plane"),
-            "{e}"
-        );
+        // Every scheduler of the core runs in the program.
+        for (port, sched) in [(82, "twos"), (83, "lblc"), (84, "lblcr")] {
+            bed.svc(port, sched).unwrap();
+        }
         bed.svc(81, "rr").unwrap();
         let e = bed
             .dest(81, DestConfig::new(rs(1), 80).forward(ForwardMethod::Local))
             .unwrap_err();
         assert!(e.to_string().contains("Local"), "{e}");
         assert!(bed.plane.maps().dests.is_empty());
-        assert_eq!(bed.plane.maps().services.len(), 1);
+        assert_eq!(bed.plane.maps().services.len(), 4);
     }
 
     #[test]
@@ -2467,6 +2520,37 @@ mod tests {
             .set_tunnel_sources(Some(Ipv4Addr::new(192, 0, 2, 1)), None)
             .unwrap();
         assert_eq!(bed.plane.maps().config.tun_src4, [192, 0, 2, 1]);
+        assert_eq!(bed.plane.maps().config.tun_vary4, 0);
+        // A prefix: masked, its host bits varied per flow by the program.
+        bed.plane
+            .set_tunnel_source_prefixes(Some((Ipv4Addr::new(192, 0, 2, 77), 24)), None)
+            .unwrap();
+        let c = bed.plane.maps().config;
+        assert_eq!((c.tun_src4, c.tun_vary4), ([192, 0, 2, 0], 8));
+        assert_eq!(c.tun_vary6, 0);
+        let v6: std::net::Ipv6Addr = "fd00::1:2:3".parse().unwrap();
+        bed.plane
+            .set_tunnel_source_prefixes(None, Some((v6, 112)))
+            .unwrap();
+        let c = bed.plane.maps().config;
+        assert_eq!(
+            (c.tun_src6, c.tun_vary6),
+            (
+                "fd00::1:2:0"
+                    .parse::<std::net::Ipv6Addr>()
+                    .unwrap()
+                    .octets(),
+                16
+            )
+        );
+        // Too wide to vary within the hash's bits: refused.
+        for e in [
+            bed.plane
+                .set_tunnel_source_prefixes(Some((Ipv4Addr::new(10, 0, 0, 0), 8)), None),
+            bed.plane.set_tunnel_source_prefixes(None, Some((v6, 64))),
+        ] {
+            assert!(e.unwrap_err().to_string().contains("must be"));
+        }
     }
 
     #[test]

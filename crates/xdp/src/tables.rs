@@ -31,8 +31,8 @@ pub enum TableError {
 /// * `sh`, `dh`: 256 buckets; `mh`: the M-slot table ([`SLOT_EMPTY`] for
 ///   empty slots);
 /// * `wrr`: one cycle of the weighted round-robin sequence;
-/// * `rr`, `lc`, `wlc`, `sed`, `nq`, `fo`, `ovf`: nothing (the program
-///   walks the real-server list itself).
+/// * `rr`, `lc`, `wlc`, `sed`, `nq`, `fo`, `ovf`, `twos`, `lblc`, `lblcr`:
+///   nothing (the program walks the real-server list itself).
 pub fn scheduling_table(
     name: &str,
     params: &SchedParams,
@@ -42,7 +42,11 @@ pub fn scheduling_table(
     let positions: Vec<Option<u32>> = match name {
         // The program walks the real-server list itself (with the counters
         // of `dest_conns` for the least-connection family).
-        "rr" | "lc" | "wlc" | "sed" | "nq" | "fo" | "ovf" => return Ok(Vec::new()),
+        // twos, lblc and lblcr too (lblc/lblcr keep their destination-address
+        // table in the `locality` map).
+        "rr" | "lc" | "wlc" | "sed" | "nq" | "fo" | "ovf" | "twos" | "lblc" | "lblcr" => {
+            return Ok(Vec::new());
+        }
         "wrr" => wrr_sequence(dests).into_iter().map(Some).collect(),
         "sh" | "dh" | "mh" => {
             let mut s = new_scheduler(name, params)?;
@@ -98,9 +102,12 @@ mod tests {
         let wrr = scheduling_table("wrr", &p, &d, &idx).unwrap();
         assert_eq!(wrr, vec![300, 200, 300, 100, 200, 300]);
         assert!(scheduling_table("rr", &p, &d, &idx).unwrap().is_empty());
+        for s in ["twos", "lblc", "lblcr"] {
+            assert!(scheduling_table(s, &p, &d, &idx).unwrap().is_empty());
+        }
         assert!(matches!(
-            scheduling_table("lblc", &p, &d, &idx),
-            Err(TableError::Unsupported(_))
+            scheduling_table("nope", &p, &d, &idx),
+            Err(TableError::Sched(_)) | Err(TableError::Unsupported(_))
         ));
         assert_eq!(
             scheduling_table("dh", &p, &d, &idx[..2]),

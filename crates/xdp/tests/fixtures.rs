@@ -792,3 +792,89 @@ fn tunnel_too_big_answers_fragmentation_needed_v4() {
 fn tunnel_too_big_answers_packet_too_big_v6() {
     too_big(true);
 }
+
+/// The flow hash behind the GUE source port and the varied tunnel source
+/// (xdp_lb.c: `hash_32(fold(caddr) ^ (cport << 16 | vport) ^ proto, 32)`).
+fn flow_hash(c: IpAddr, cport: u16, vport: u16, proto: u8) -> u32 {
+    let fold = match c {
+        IpAddr::V4(a) => u32::from(a),
+        IpAddr::V6(a) => {
+            let x = u128::from(a);
+            (x as u32) ^ ((x >> 32) as u32) ^ ((x >> 64) as u32) ^ ((x >> 96) as u32)
+        }
+    };
+    let h = fold ^ ((u32::from(cport) << 16) | u32::from(vport));
+    (h ^ u32::from(proto)).wrapping_mul(0x61C8_8647)
+}
+
+/// `--tunnel-source-prefix`: the outer source is the prefix with its host
+/// bits from the flow hash (top bits), the same for every packet of a flow,
+/// spread over flows; the rest of the frame is the IPIP / GUE fixture's.
+fn tunnel_source_prefix(v6: bool, method: u8) {
+    let Some(mut lb) = Lb::new("tunnel_source_prefix") else {
+        return;
+    };
+    let mut cfg = maps::Config::ipvs_defaults();
+    // 10.77.128.0/20 (12 bits vary), fd77::1:0:0/96 (32 bits vary).
+    let p4 = std::net::Ipv4Addr::new(10, 77, 128, 0);
+    let p6 = std::net::Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 1, 0, 0);
+    cfg.tun_src4 = p4.octets();
+    cfg.tun_src6 = p6.octets();
+    cfg.tun_vary4 = 12;
+    cfg.tun_vary6 = 32;
+    lb.l.set_config(&cfg).unwrap();
+    let mut rs = Rs::new(rs_addr(v6, 3), method, rs_mac(3));
+    rs.gue_port = 6080;
+    lb.service(0, SvcKey::new(PROTO_TCP, vip(v6), VPORT), "rr", 0, &[rs]);
+    let gue = method == fwd::TUN_GUE;
+    let extra = if gue { 8 + 4 } else { 0 };
+    let mut sources = std::collections::HashSet::new();
+    for i in 0..64u32 {
+        let (c, cport) = (client(v6, i * 7919), 20000 + i as u16);
+        let h = flow_hash(c, cport, VPORT, PROTO_TCP);
+        for flags in [Flags::Syn, Flags::Ack] {
+            let f = tcp_frame(c, cport, vip(v6), VPORT, flags, b"x");
+            let r = lb.run(&f);
+            assert_eq!(r.action, action::TX);
+            let inner = &f[14..];
+            let mut want = with_macs(&f[..14], rs_mac(3), DIR_MAC);
+            let src: IpAddr = match rs_addr(v6, 3) {
+                IpAddr::V4(a) => {
+                    want.extend(outer4(inner, if gue { 17 } else { 4 }, extra, a));
+                    let s = std::net::Ipv4Addr::from(u32::from(p4) | (h >> 20));
+                    want[26..30].copy_from_slice(&s.octets());
+                    fix_ip4_csum(&mut want, 14);
+                    s.into()
+                }
+                IpAddr::V6(a) => {
+                    want.extend(outer6(inner, if gue { 17 } else { 41 }, extra, a));
+                    let s = std::net::Ipv6Addr::from(u128::from(p6) | u128::from(h));
+                    want[22..38].copy_from_slice(&s.octets());
+                    s.into()
+                }
+            };
+            if gue {
+                want.extend_from_slice(&gue_sport(c, cport, VPORT, PROTO_TCP).to_be_bytes());
+                want.extend_from_slice(&6080u16.to_be_bytes());
+                want.extend_from_slice(&((inner.len() + 12) as u16).to_be_bytes());
+                want.extend_from_slice(&[0, 0, 0, if v6 { 41 } else { 4 }, 0, 0]);
+            }
+            want.extend_from_slice(inner);
+            assert_eq!(r.data, want, "flow {i} {flags:?} method {method}");
+            sources.insert(src);
+        }
+    }
+    assert!(sources.len() > 56, "sources spread: {}", sources.len());
+}
+
+#[test]
+fn tunnel_source_prefix_varies_the_outer_source_v4() {
+    tunnel_source_prefix(false, fwd::TUN_IPIP);
+    tunnel_source_prefix(false, fwd::TUN_GUE);
+}
+
+#[test]
+fn tunnel_source_prefix_varies_the_outer_source_v6() {
+    tunnel_source_prefix(true, fwd::TUN_IPIP);
+    tunnel_source_prefix(true, fwd::TUN_GUE);
+}

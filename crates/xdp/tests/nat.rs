@@ -304,3 +304,136 @@ fn attach_prefers_native_mode_and_falls_back_to_generic() {
         assert!(err.to_string().contains("attach"), "{err}");
     });
 }
+
+/// An ICMP error frame (IPv4 "fragmentation needed" / IPv6 "packet too
+/// big", MTU 1400) from `src` to `dst` with TTL `ttl`, quoting `quoted`.
+fn icmp_error(
+    smac: [u8; 6],
+    dmac: [u8; 6],
+    src: IpAddr,
+    dst: IpAddr,
+    ttl: u8,
+    quoted: &[u8],
+) -> Vec<u8> {
+    use etherparse::{Icmpv4Type, Icmpv6Type, icmpv4::DestUnreachableHeader};
+    let b = etherparse::PacketBuilder::ethernet2(smac, dmac);
+    let mut out = Vec::new();
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => b
+            .ipv4(s.octets(), d.octets(), ttl)
+            .icmpv4(Icmpv4Type::DestinationUnreachable(
+                DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
+            ))
+            .write(&mut out, quoted)
+            .unwrap(),
+        (IpAddr::V6(s), IpAddr::V6(d)) => b
+            .ipv6(s.octets(), d.octets(), ttl)
+            .icmpv6(Icmpv6Type::PacketTooBig { mtu: 1400 })
+            .write(&mut out, quoted)
+            .unwrap(),
+        _ => unreachable!(),
+    }
+    out
+}
+
+/// ICMP errors about NAT flows (IPVS's ip_vs_in_icmp / ip_vs_out_icmp):
+/// from the client's side about a reply, the error goes to the real server
+/// with the outer destination, the quoted source address and port rewritten
+/// to the real server's; from the real server's side about a forwarded
+/// packet, it goes to the client from the VIP, quoting what the client
+/// sent. Every checksum (outer IPv4, quoted IPv4 header, quoted TCP/UDP,
+/// ICMP / ICMPv6 with its pseudo-header) equals a from-scratch computation
+/// of the expected frame.
+fn nat_icmp(v6: bool, udp: bool) {
+    if !root_or_skip("nat_icmp") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(move || {
+        let mut lb = Lb::new("nat_icmp").expect("root checked");
+        let proto = if udp { PROTO_UDP } else { PROTO_TCP };
+        let mut rs = Rs::new(rs_addr(v6, 0), fwd::NAT, [0; 6]);
+        rs.port = RPORT;
+        lb.service(0, SvcKey::new(proto, vip(v6), 80), "rr", 0, &[rs]);
+        let (c, v, r) = (client(v6, 0x0203), vip(v6), rs_addr(v6, 0));
+        // A whole packet as IP would carry it (quoted in full).
+        let ip = |src: IpAddr, sport: u16, dst: IpAddr, dport: u16| {
+            if udp {
+                udp_frame(src, sport, dst, dport, b"data")[14..].to_vec()
+            } else {
+                tcp_frame(src, sport, dst, dport, Flags::Ack, b"data")[14..].to_vec()
+            }
+        };
+        let first = if udp {
+            udp_frame(c, 33000, v, 80, b"q")
+        } else {
+            tcp_frame(c, 33000, v, 80, Flags::Syn, b"")
+        };
+        assert_eq!(lb.run(&first).action, action::REDIRECT);
+        let router: IpAddr = if v6 {
+            "fd78::1".parse().unwrap()
+        } else {
+            "10.78.200.1".parse().unwrap()
+        };
+
+        // Client side: "too big" about the reply VIP:80 -> client.
+        let f = icmp_error(CLIENT_MAC, DIR_MAC, router, v, 64, &ip(v, 80, c, 33000));
+        let out = lb.run(&f);
+        assert_eq!(out.action, action::REDIRECT, "v6 {v6} udp {udp}");
+        let want = icmp_error(VETH_MAC, rs_mac(0), router, r, 64, &ip(r, RPORT, c, 33000));
+        assert_eq!(out.data, want, "to the real server, v6 {v6} udp {udp}");
+
+        // Real-server side: "too big" about client -> real server:8080.
+        let f = icmp_error(rs_mac(0), VETH_MAC, r, c, 64, &ip(c, 33000, r, RPORT));
+        let out = lb.run(&f);
+        assert_eq!(out.action, action::REDIRECT);
+        let want = icmp_error(VETH_MAC, GW_MAC, v, c, 63, &ip(c, 33000, v, 80));
+        assert_eq!(out.data, want, "to the client, v6 {v6} udp {udp}");
+        let st = lb.l.svc_stats(0).unwrap();
+        assert_eq!((st.inpkts, st.outpkts), (2, 1));
+
+        // A quote truncated after the ports (no L4 checksum in it): the
+        // addresses, ports and the ICMP checksum still follow.
+        let cut = if v6 { 40 + 4 } else { 20 + 4 };
+        let f = icmp_error(
+            CLIENT_MAC,
+            DIR_MAC,
+            router,
+            v,
+            64,
+            &ip(v, 80, c, 33000)[..cut],
+        );
+        let out = lb.run(&f);
+        assert_eq!(out.action, action::REDIRECT);
+        let want = icmp_error(
+            VETH_MAC,
+            rs_mac(0),
+            router,
+            r,
+            64,
+            &ip(r, RPORT, c, 33000)[..cut],
+        );
+        assert_eq!(out.data, want, "truncated quote, v6 {v6} udp {udp}");
+
+        // About flows the director does not know: the kernel's.
+        for f in [
+            icmp_error(CLIENT_MAC, DIR_MAC, router, v, 64, &ip(v, 80, c, 33001)),
+            icmp_error(rs_mac(0), VETH_MAC, r, c, 64, &ip(c, 33001, r, RPORT)),
+        ] {
+            let out = lb.run(&f);
+            assert_eq!((out.action, out.data), (action::PASS, f));
+        }
+    });
+}
+
+#[test]
+fn nat_icmp_errors_follow_the_flow_v4() {
+    nat_icmp(false, false);
+    nat_icmp(false, true);
+}
+
+#[test]
+fn nat_icmp_errors_follow_the_flow_v6() {
+    nat_icmp(true, false);
+    nat_icmp(true, true);
+}

@@ -192,6 +192,8 @@ fn xdp_plane_drives_the_attached_program() {
             },
             tun_src4: None,
             tun_src6: None,
+            tun_src_prefix4: None,
+            tun_src_prefix6: None,
             tun_mtu: None,
             max_new_flows: 0,
         };
@@ -394,6 +396,8 @@ fn report_cost_with_many_flows() {
             },
             tun_src4: None,
             tun_src6: None,
+            tun_src_prefix4: None,
+            tun_src_prefix6: None,
             tun_mtu: None,
             max_new_flows: 0,
         };

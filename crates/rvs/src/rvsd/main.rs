@@ -141,6 +141,15 @@ struct Args {
     #[arg(long, value_name = "ADDR")]
     tunnel_source: Vec<std::net::IpAddr>,
 
+    /// xdp: vary the outer source of tunnelled packets per flow within this
+    /// prefix (IPv4 /16../32, IPv6 /96../128; one per family), so the real
+    /// servers' RSS spreads flows over their queues, as Katran does. The
+    /// real servers must accept any source of the prefix (rvs's
+    /// decapsulator checks only the inner destination; `rvsd realserver`
+    /// relaxes rp_filter). Default: the one --tunnel-source.
+    #[arg(long, value_name = "CIDR")]
+    tunnel_source_prefix: Vec<String>,
+
     /// Log level or tracing filter (error, warn, info, debug, trace).
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     log_level: String,
@@ -389,6 +398,31 @@ fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
         }
         Ok(first)
     };
+    let mut prefix4 = None;
+    let mut prefix6 = None;
+    for cidr in &args.tunnel_source_prefix {
+        let (addr, len) = cidr
+            .split_once('/')
+            .ok_or_else(|| anyhow::anyhow!("--tunnel-source-prefix {cidr}: expected ADDR/LEN"))?;
+        let addr: std::net::IpAddr = addr
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--tunnel-source-prefix {cidr}: {e}"))?;
+        let len: u8 = len
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--tunnel-source-prefix {cidr}: {e}"))?;
+        let dup = match addr {
+            std::net::IpAddr::V4(a) => prefix4.replace((a, len)).is_some(),
+            std::net::IpAddr::V6(a) => prefix6.replace((a, len)).is_some(),
+        };
+        if dup
+            || args
+                .tunnel_source
+                .iter()
+                .any(|s| s.is_ipv6() == addr.is_ipv6())
+        {
+            anyhow::bail!("--tunnel-source-prefix {cidr}: one source or prefix per family");
+        }
+    }
     let opts = XdpOptions {
         interfaces: args.interface.clone(),
         mode: match args.xdp_mode {
@@ -408,6 +442,8 @@ fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
             Some(std::net::IpAddr::V6(a)) => Some(a),
             _ => None,
         },
+        tun_src_prefix4: prefix4,
+        tun_src_prefix6: prefix6,
         tun_mtu: args.tunnel_mtu,
         max_new_flows: args.max_new_flows,
     };

@@ -286,11 +286,8 @@ fn rvsd_xdp_dataplane_carries_dr_and_reports_it() {
     // What XDP cannot do is refused with the reason, and nothing changes.
     let (ok, _, err) = d.adm("-A -f 7 -s rr");
     assert!(!ok && err.contains("firewall marks"), "{err}");
-    let (ok, _, err) = d.adm("-A -t 10.77.0.100:81 -s lblc");
-    assert!(
-        !ok && err.contains("not run by the xdp data plane"),
-        "{err}"
-    );
+    let (ok, _, err) = d.adm("-A -t 10.77.0.100:0 -s lblc -p 60");
+    assert!(!ok && err.contains("port-zero"), "{err}");
 
     d.ok("-A -t 10.77.0.100:80 -s rr");
     d.ok("-a -t 10.77.0.100:80 -r 10.77.0.11:80 -g");
@@ -352,6 +349,16 @@ fn rvsd_xdp_dataplane_carries_dr_and_reports_it() {
     d.ok("-e -t 10.77.0.100:80 -r 10.77.0.11:80 -g -w 0");
     assert_eq!(bed.connect(3), ["r2", "r2", "r2"]);
 
+    // lblc in the program: one VIP, servers within their weights, so every
+    // connection goes to the server its destination address is cached on.
+    d.ok("-e -t 10.77.0.100:80 -r 10.77.0.11:80 -g -w 1");
+    d.ok("-E -t 10.77.0.100:80 -s lblc");
+    let got = bed.connect(4);
+    assert!(
+        got[0].starts_with('r') && got.iter().all(|w| *w == got[0]),
+        "lblc sticks to one server: {got:?}"
+    );
+
     drop(d);
     assert!(!xdp_attached(&bed), "detached when rvsd exits");
 }
@@ -384,6 +391,34 @@ fn rvsd_xdp_start_errors_are_clear() {
     }
     let err = run(&[], &["--interface", "rvsnosuch0"]);
     assert!(err.contains("rvsnosuch0"), "{err}");
+    // Tunnel source prefixes: syntax, one per family, and a width the
+    // flow hash can fill.
+    let lo = ["--interface", "lo", "--xdp-mode", "skb"];
+    for (prefix, want) in [
+        ("10.9.0.0", "expected ADDR/LEN"),
+        ("10.9.0.0/8", "must be /16 to /32"),
+        ("fd00::/64", "must be /96 to /128"),
+    ] {
+        let err = run(
+            &[],
+            &[&lo[..], &["--tunnel-source-prefix", prefix]].concat(),
+        );
+        assert!(err.contains(want), "{prefix}: {err}");
+    }
+    let err = run(
+        &[],
+        &[
+            &lo[..],
+            &[
+                "--tunnel-source",
+                "10.9.0.1",
+                "--tunnel-source-prefix",
+                "10.9.0.0/24",
+            ],
+        ]
+        .concat(),
+    );
+    assert!(err.contains("one source or prefix per family"), "{err}");
     if Command::new("setpriv").arg("--version").output().is_ok() {
         let nobody = [
             "setpriv",
