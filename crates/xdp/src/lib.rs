@@ -25,7 +25,8 @@ use aya::{Ebpf, EbpfError, EbpfLoader};
 pub use aya::programs::XdpMode as AttachMode;
 
 use maps::{
-    Config, Dest, DestConns, Flow, FlowKey, Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcKey,
+    Config, Dest, DestConns, Flow, Flow4Key, FlowKey, Nat, NatKey, Persist, PersistKey, Stats, Svc,
+    SvcKey,
 };
 
 /// Errors of loading, attaching and driving the BPF programs.
@@ -241,6 +242,15 @@ pub struct SweepReport {
     pub live: usize,
 }
 
+/// The flow table holding `key`: `flows4` for IPv4, `flows` for IPv6.
+pub fn flows_map(key: &FlowKey) -> &'static str {
+    if key.family == maps::AF_INET {
+        "flows4"
+    } else {
+        "flows"
+    }
+}
+
 /// One loaded BPF object with its (single) XDP program loaded into the
 /// kernel, not attached.
 #[derive(Debug)]
@@ -258,6 +268,7 @@ impl Loaded {
         if matches!(object, Object::Director | Object::DirectorBench) {
             loader
                 .map_max_entries("flows", opts.flow_table_size)
+                .map_max_entries("flows4", opts.flow_table_size)
                 .map_max_entries("nat_rev", opts.flow_table_size)
                 .map_max_entries("persist", opts.flow_table_size)
                 .map_max_entries("slots", opts.slots);
@@ -416,15 +427,22 @@ impl Loaded {
             .map_err(map_err("clock_jiffies"))
     }
 
-    /// Every flow entry (for listings such as `-Lcn`; one syscall pair per
-    /// entry, so meant for the control side's periodic work, not per packet).
+    /// Every flow entry, IPv4 (`flows4`) then IPv6 (`flows`) (for listings
+    /// such as `-Lcn`; one syscall pair per entry, so meant for the control
+    /// side's periodic work, not per packet).
     pub fn flows(&mut self) -> Result<Vec<(FlowKey, Flow)>, XdpError> {
-        let m = self.hash::<FlowKey, Flow>("flows")?;
         let mut out = Vec::new();
-        for r in m.iter() {
+        for r in self.hash::<Flow4Key, Flow>("flows4")?.iter() {
+            match r {
+                Ok((k, f)) => out.push((k.widen(), f)),
+                // Deleted by the program between the key walk and the read.
+                Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(map_err("flows4")(e)),
+            }
+        }
+        for r in self.hash::<FlowKey, Flow>("flows")?.iter() {
             match r {
                 Ok(kv) => out.push(kv),
-                // Deleted by the program between the key walk and the read.
                 Err(MapError::KeyNotFound) => {}
                 Err(e) => return Err(map_err("flows")(e)),
             }
@@ -493,27 +511,38 @@ impl Loaded {
             .map_err(map_err("rr_cursor"))
     }
 
-    /// The flow entry of a client 5-tuple, if any.
+    /// The flow entry of a client 5-tuple, if any (`flows4` for IPv4,
+    /// `flows` for IPv6).
     pub fn flow(&mut self, key: &FlowKey) -> Result<Option<Flow>, XdpError> {
-        match self.hash::<FlowKey, Flow>("flows")?.get(key, 0) {
+        let r = match Flow4Key::of(key) {
+            Some(k4) => self.hash::<Flow4Key, Flow>("flows4")?.get(&k4, 0),
+            None => self.hash::<FlowKey, Flow>("flows")?.get(key, 0),
+        };
+        match r {
             Ok(f) => Ok(Some(f)),
             Err(MapError::KeyNotFound) => Ok(None),
-            Err(e) => Err(map_err("flows")(e)),
+            Err(e) => Err(map_err(flows_map(key))(e)),
         }
     }
 
     /// Insert or replace a flow entry.
     pub fn set_flow(&mut self, key: &FlowKey, flow: &Flow) -> Result<(), XdpError> {
-        self.hash::<FlowKey, Flow>("flows")?
-            .insert(key, flow, 0)
-            .map_err(map_err("flows"))
+        match Flow4Key::of(key) {
+            Some(k4) => self.hash::<Flow4Key, Flow>("flows4")?.insert(k4, flow, 0),
+            None => self.hash::<FlowKey, Flow>("flows")?.insert(key, flow, 0),
+        }
+        .map_err(map_err(flows_map(key)))
     }
 
     /// Remove a flow entry (no error when absent).
     pub fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError> {
-        match self.hash::<FlowKey, Flow>("flows")?.remove(key) {
+        let r = match Flow4Key::of(key) {
+            Some(k4) => self.hash::<Flow4Key, Flow>("flows4")?.remove(&k4),
+            None => self.hash::<FlowKey, Flow>("flows")?.remove(key),
+        };
+        match r {
             Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
-            Err(e) => Err(map_err("flows")(e)),
+            Err(e) => Err(map_err(flows_map(key))(e)),
         }
     }
 
