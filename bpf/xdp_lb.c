@@ -1019,6 +1019,20 @@ static __always_inline int rewrite_addr_port(struct xdp_md *ctx, const struct pk
 
 /* ---------------------------------------------------------- forwarding */
 
+/* Copy a MAC address as three 16-bit words: a memcpy into the packed
+ * struct ethhdr compiles to six byte loads and six byte stores. (Packet and
+ * map value accesses need no alignment on the architectures the kernel
+ * lets XDP do unaligned access on, x86-64 and arm64 among them.) */
+static __always_inline void mac_copy(void *dst, const void *src)
+{
+	__u16 *d = dst;
+	const __u16 *s = src;
+
+	d[0] = s[0];
+	d[1] = s[1];
+	d[2] = s[2];
+}
+
 /* Send the (rewritten) frame out: XDP_TX on the ingress interface (source
  * MAC = the MAC the frame was sent to, i.e. ours), else redirect. */
 static __always_inline int l2_out(struct xdp_md *ctx, const __u8 *dmac, const __u8 *smac,
@@ -1031,12 +1045,12 @@ static __always_inline int l2_out(struct xdp_md *ctx, const __u8 *dmac, const __
 	if ((void *)(eth + 1) > end)
 		return XDP_DROP;
 	if (ifindex == 0 || ifindex == ctx->ingress_ifindex) {
-		__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
-		__builtin_memcpy(eth->h_dest, dmac, ETH_ALEN);
+		mac_copy(eth->h_source, eth->h_dest);
+		mac_copy(eth->h_dest, dmac);
 		return XDP_TX;
 	}
-	__builtin_memcpy(eth->h_source, smac, ETH_ALEN);
-	__builtin_memcpy(eth->h_dest, dmac, ETH_ALEN);
+	mac_copy(eth->h_source, smac);
+	mac_copy(eth->h_dest, dmac);
 	return bpf_redirect(ifindex, 0);
 }
 
@@ -1419,19 +1433,20 @@ static __always_inline int icmp_error(struct xdp_md *ctx, const struct pkt *p,
  * general path, with the lookup's result in *found when *looked is set (the
  * general path parses the same 5-tuple and must not pay a second lookup).
  * No side effect happens before the last check. */
-static __always_inline int fast_established(struct xdp_md *ctx, const struct rvs_config *cfg,
-					    struct rvs_flow **found, int *looked)
+static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow **found,
+					    int *looked)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	struct iphdr *ip = data + sizeof(struct ethhdr);
 	struct tcphdr *th = (void *)(ip + 1);
 	struct rvs_flow4_key k = {};
+	struct rvs_config *cfg;
 	struct rvs_flow *f;
 	struct rvs_dest *d;
-	__u32 didx, timeout, l3len;
+	__u32 didx, l3len, zero = 0;
 	__u8 proto, state;
-	__u64 now;
+	__u64 now, timeout;
 	int stale;
 
 #ifdef RVS_BENCH_VARY_CLIENT
@@ -1452,10 +1467,8 @@ static __always_inline int fast_established(struct xdp_md *ctx, const struct rvs
 		if ((((__u8 *)th)[13] & (TCPF_SYN | TCPF_FIN | TCPF_RST | TCPF_ACK)) != TCPF_ACK)
 			return -1;
 		state = RVS_TCP_S_ESTABLISHED;
-		timeout = cfg->tcp_timeouts[RVS_TCP_S_ESTABLISHED];
 	} else if (proto == IPPROTO_UDP) {
 		state = RVS_UDP_S_NORMAL;
-		timeout = cfg->udp_timeout;
 	} else {
 		return -1;
 	}
@@ -1469,11 +1482,19 @@ static __always_inline int fast_established(struct xdp_md *ctx, const struct rvs
 	*looked = 1;
 	if (!f || f->state != state)
 		return -1;
-	/* Seen in this jiffy: neither expired nor to be stamped again. */
+	/* Seen in this jiffy: neither expired nor to be stamped again (the
+	 * config, for the timeout, is only read once per jiffy). */
 	now = bpf_jiffies64();
 	stale = f->last_seen != now;
-	if (stale && now - f->last_seen > (__u64)timeout * cfg->hz)
-		return -1;
+	if (stale) {
+		cfg = bpf_map_lookup_elem(&config, &zero);
+		if (!cfg)
+			return -1;
+		timeout = proto == IPPROTO_TCP ? cfg->tcp_timeouts[RVS_TCP_S_ESTABLISHED]
+					       : cfg->udp_timeout;
+		if (now - f->last_seen > timeout * cfg->hz)
+			return -1;
+	}
 	didx = f->dest;
 	d = bpf_map_lookup_elem(&dests, &didx);
 	if (!d || d->method != RVS_FWD_DR || (d->flags & RVS_DEST_F_UNAVAILABLE))
@@ -1507,16 +1528,16 @@ int xdp_lb(struct xdp_md *ctx)
 	int syn, is_tcp, hashed, looked = 0;
 	struct rvs_flow *found = NULL;
 
-	cfg = bpf_map_lookup_elem(&config, &zero);
-	if (!cfg)
-		return XDP_PASS;
 	{
-		int rc = fast_established(ctx, cfg, &found, &looked);
+		int rc = fast_established(ctx, &found, &looked);
 
 		if (rc >= 0)
 			return rc;
 	}
 	if (parse(ctx, &p))
+		return XDP_PASS;
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg)
 		return XDP_PASS;
 	if (p.icmp)
 		return icmp_error(ctx, &p, cfg);
