@@ -351,6 +351,88 @@ impl Loaded {
         })
     }
 
+    /// The program as the verifier rewrote it (its "xlated" instructions,
+    /// 8 bytes each, read with `BPF_OBJ_GET_INFO_BY_FD`; aya 0.14 has no
+    /// wrapper): shows which helper calls the verifier inlined and which it
+    /// left as calls. Call targets are only given to a caller allowed to see
+    /// kernel addresses (root); otherwise they read as zero.
+    pub fn translated(&mut self) -> Result<Vec<[u8; 8]>, XdpError> {
+        use std::os::fd::{AsFd, AsRawFd};
+
+        #[repr(C)]
+        #[derive(Default)]
+        struct InfoAttr {
+            bpf_fd: u32,
+            info_len: u32,
+            info: u64,
+        }
+        /// The head of `struct bpf_prog_info` (the kernel fills what fits).
+        #[repr(C)]
+        #[derive(Default)]
+        struct ProgInfoHead {
+            prog_type: u32,
+            id: u32,
+            tag: [u8; 8],
+            jited_prog_len: u32,
+            xlated_prog_len: u32,
+            jited_prog_insns: u64,
+            xlated_prog_insns: u64,
+        }
+        const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+        let name = self.object.name();
+        let prog = self.program()?;
+        let fd = prog
+            .fd()
+            .map_err(|e| XdpError::Program {
+                program: name,
+                what: "program fd",
+                source: Box::new(e),
+            })?
+            .as_fd()
+            .as_raw_fd();
+        let call = |info: &mut ProgInfoHead| -> Result<(), XdpError> {
+            let mut attr = InfoAttr {
+                bpf_fd: fd as u32,
+                info_len: size_of::<ProgInfoHead>() as u32,
+                info: info as *mut ProgInfoHead as u64,
+            };
+            // SAFETY: `attr` points at `info`, a live `ProgInfoHead` of
+            // `info_len` bytes the kernel may write; its
+            // `xlated_prog_insns`, when set, points at a buffer of
+            // `xlated_prog_len` bytes that outlives the call.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_bpf,
+                    BPF_OBJ_GET_INFO_BY_FD,
+                    &mut attr as *mut InfoAttr,
+                    size_of::<InfoAttr>() as libc::c_uint,
+                )
+            };
+            if rc < 0 {
+                return Err(XdpError::Program {
+                    program: name,
+                    what: "BPF_OBJ_GET_INFO_BY_FD",
+                    source: Box::new(ProgramError::SyscallError(aya::sys::SyscallError {
+                        call: "bpf_obj_get_info_by_fd",
+                        io_error: std::io::Error::last_os_error(),
+                    })),
+                });
+            }
+            Ok(())
+        };
+        let mut head = ProgInfoHead::default();
+        call(&mut head)?;
+        let mut insns = vec![[0u8; 8]; head.xlated_prog_len as usize / 8];
+        let mut info = ProgInfoHead {
+            xlated_prog_len: (insns.len() * 8) as u32,
+            xlated_prog_insns: insns.as_mut_ptr() as u64,
+            ..ProgInfoHead::default()
+        };
+        call(&mut info)?;
+        insns.truncate(info.xlated_prog_len as usize / 8);
+        Ok(insns)
+    }
+
     fn map(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, XdpError> {
         self.ebpf
             .map_mut(name)
