@@ -148,8 +148,8 @@ impl Object {
 /// Map sizes chosen at load time.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct LoadOptions {
-    /// Entries of the flow table, the NAT reply table and the persistence
-    /// templates.
+    /// Entries of each flow table (IPv4 `flows4` and IPv6 `flows`: N flows
+    /// of each family), the NAT reply table and the persistence templates.
     pub flow_table_size: u32,
     /// Entries (u32) of the `slots` array holding scheduling tables.
     pub slots: u32,
