@@ -9,8 +9,9 @@
  *
  * Rules for every struct: fixed-width integers only, every padding byte an
  * explicit field (hash keys compare padding: it must be zero), addresses as
- * 16 bytes in network order (IPv4 in the first 4 bytes, the rest zero),
- * ports in network order (__be16).
+ * 16 bytes in network order (IPv4 in the first 4 bytes, the rest zero; the
+ * one exception, rvs_flow4_key, holds IPv4 addresses in 4 bytes), ports in
+ * network order (__be16).
  */
 #ifndef RVS_H
 #define RVS_H
