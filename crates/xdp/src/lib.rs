@@ -26,7 +26,7 @@ use aya::{Ebpf, EbpfError, EbpfLoader};
 pub use aya::programs::XdpMode as AttachMode;
 
 use maps::{
-    Config, Dest, DestConns, Flow, FlowKey, Locality, LocalityKey, Nat, NatKey, Persist,
+    Config, Dest, DestConns, Flow, Flow4Key, FlowKey, Locality, LocalityKey, Nat, NatKey, Persist,
     PersistKey, Stats, Svc, SvcKey,
 };
 
@@ -149,8 +149,8 @@ impl Object {
 /// Map sizes chosen at load time.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct LoadOptions {
-    /// Entries of the flow table, the NAT reply table and the persistence
-    /// templates.
+    /// Entries of each flow table (IPv4 `flows4` and IPv6 `flows`: N flows
+    /// of each family), the NAT reply table and the persistence templates.
     pub flow_table_size: u32,
     /// Entries (u32) of the `slots` array holding scheduling tables.
     pub slots: u32,
@@ -243,6 +243,15 @@ pub struct SweepReport {
     pub live: usize,
 }
 
+/// The flow table holding `key`: `flows4` for IPv4, `flows` for IPv6.
+pub fn flows_map(key: &FlowKey) -> &'static str {
+    if key.family == maps::AF_INET {
+        "flows4"
+    } else {
+        "flows"
+    }
+}
+
 /// One loaded BPF object with its (single) XDP program loaded into the
 /// kernel, not attached.
 #[derive(Debug)]
@@ -260,6 +269,7 @@ impl Loaded {
         if matches!(object, Object::Director | Object::DirectorBench) {
             loader
                 .map_max_entries("flows", opts.flow_table_size)
+                .map_max_entries("flows4", opts.flow_table_size)
                 .map_max_entries("nat_rev", opts.flow_table_size)
                 .map_max_entries("persist", opts.flow_table_size)
                 .map_max_entries("slots", opts.slots);
@@ -342,6 +352,88 @@ impl Loaded {
         })
     }
 
+    /// The program as the verifier rewrote it (its "xlated" instructions,
+    /// 8 bytes each, read with `BPF_OBJ_GET_INFO_BY_FD`; aya 0.14 has no
+    /// wrapper): shows which helper calls the verifier inlined and which it
+    /// left as calls. Call targets are only given to a caller allowed to see
+    /// kernel addresses (root); otherwise they read as zero.
+    pub fn translated(&mut self) -> Result<Vec<[u8; 8]>, XdpError> {
+        use std::os::fd::{AsFd, AsRawFd};
+
+        #[repr(C)]
+        #[derive(Default)]
+        struct InfoAttr {
+            bpf_fd: u32,
+            info_len: u32,
+            info: u64,
+        }
+        /// The head of `struct bpf_prog_info` (the kernel fills what fits).
+        #[repr(C)]
+        #[derive(Default)]
+        struct ProgInfoHead {
+            prog_type: u32,
+            id: u32,
+            tag: [u8; 8],
+            jited_prog_len: u32,
+            xlated_prog_len: u32,
+            jited_prog_insns: u64,
+            xlated_prog_insns: u64,
+        }
+        const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+        let name = self.object.name();
+        let prog = self.program()?;
+        let fd = prog
+            .fd()
+            .map_err(|e| XdpError::Program {
+                program: name,
+                what: "program fd",
+                source: Box::new(e),
+            })?
+            .as_fd()
+            .as_raw_fd();
+        let call = |info: &mut ProgInfoHead| -> Result<(), XdpError> {
+            let mut attr = InfoAttr {
+                bpf_fd: fd as u32,
+                info_len: size_of::<ProgInfoHead>() as u32,
+                info: info as *mut ProgInfoHead as u64,
+            };
+            // SAFETY: `attr` points at `info`, a live `ProgInfoHead` of
+            // `info_len` bytes the kernel may write; its
+            // `xlated_prog_insns`, when set, points at a buffer of
+            // `xlated_prog_len` bytes that outlives the call.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_bpf,
+                    BPF_OBJ_GET_INFO_BY_FD,
+                    &mut attr as *mut InfoAttr,
+                    size_of::<InfoAttr>() as libc::c_uint,
+                )
+            };
+            if rc < 0 {
+                return Err(XdpError::Program {
+                    program: name,
+                    what: "BPF_OBJ_GET_INFO_BY_FD",
+                    source: Box::new(ProgramError::SyscallError(aya::sys::SyscallError {
+                        call: "bpf_obj_get_info_by_fd",
+                        io_error: std::io::Error::last_os_error(),
+                    })),
+                });
+            }
+            Ok(())
+        };
+        let mut head = ProgInfoHead::default();
+        call(&mut head)?;
+        let mut insns = vec![[0u8; 8]; head.xlated_prog_len as usize / 8];
+        let mut info = ProgInfoHead {
+            xlated_prog_len: (insns.len() * 8) as u32,
+            xlated_prog_insns: insns.as_mut_ptr() as u64,
+            ..ProgInfoHead::default()
+        };
+        call(&mut info)?;
+        insns.truncate(info.xlated_prog_len as usize / 8);
+        Ok(insns)
+    }
+
     fn map(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, XdpError> {
         self.ebpf
             .map_mut(name)
@@ -418,15 +510,22 @@ impl Loaded {
             .map_err(map_err("clock_jiffies"))
     }
 
-    /// Every flow entry (for listings such as `-Lcn`; one syscall pair per
-    /// entry, so meant for the control side's periodic work, not per packet).
+    /// Every flow entry, IPv4 (`flows4`) then IPv6 (`flows`) (for listings
+    /// such as `-Lcn`; one syscall pair per entry, so meant for the control
+    /// side's periodic work, not per packet).
     pub fn flows(&mut self) -> Result<Vec<(FlowKey, Flow)>, XdpError> {
-        let m = self.hash::<FlowKey, Flow>("flows")?;
         let mut out = Vec::new();
-        for r in m.iter() {
+        for r in self.hash::<Flow4Key, Flow>("flows4")?.iter() {
+            match r {
+                Ok((k, f)) => out.push((k.widen(), f)),
+                // Deleted by the program between the key walk and the read.
+                Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(map_err("flows4")(e)),
+            }
+        }
+        for r in self.hash::<FlowKey, Flow>("flows")?.iter() {
             match r {
                 Ok(kv) => out.push(kv),
-                // Deleted by the program between the key walk and the read.
                 Err(MapError::KeyNotFound) => {}
                 Err(e) => return Err(map_err("flows")(e)),
             }
@@ -495,27 +594,38 @@ impl Loaded {
             .map_err(map_err("rr_cursor"))
     }
 
-    /// The flow entry of a client 5-tuple, if any.
+    /// The flow entry of a client 5-tuple, if any (`flows4` for IPv4,
+    /// `flows` for IPv6).
     pub fn flow(&mut self, key: &FlowKey) -> Result<Option<Flow>, XdpError> {
-        match self.hash::<FlowKey, Flow>("flows")?.get(key, 0) {
+        let r = match Flow4Key::of(key) {
+            Some(k4) => self.hash::<Flow4Key, Flow>("flows4")?.get(&k4, 0),
+            None => self.hash::<FlowKey, Flow>("flows")?.get(key, 0),
+        };
+        match r {
             Ok(f) => Ok(Some(f)),
             Err(MapError::KeyNotFound) => Ok(None),
-            Err(e) => Err(map_err("flows")(e)),
+            Err(e) => Err(map_err(flows_map(key))(e)),
         }
     }
 
     /// Insert or replace a flow entry.
     pub fn set_flow(&mut self, key: &FlowKey, flow: &Flow) -> Result<(), XdpError> {
-        self.hash::<FlowKey, Flow>("flows")?
-            .insert(key, flow, 0)
-            .map_err(map_err("flows"))
+        match Flow4Key::of(key) {
+            Some(k4) => self.hash::<Flow4Key, Flow>("flows4")?.insert(k4, flow, 0),
+            None => self.hash::<FlowKey, Flow>("flows")?.insert(key, flow, 0),
+        }
+        .map_err(map_err(flows_map(key)))
     }
 
     /// Remove a flow entry (no error when absent).
     pub fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError> {
-        match self.hash::<FlowKey, Flow>("flows")?.remove(key) {
+        let r = match Flow4Key::of(key) {
+            Some(k4) => self.hash::<Flow4Key, Flow>("flows4")?.remove(&k4),
+            None => self.hash::<FlowKey, Flow>("flows")?.remove(key),
+        };
+        match r {
             Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
-            Err(e) => Err(map_err("flows")(e)),
+            Err(e) => Err(map_err(flows_map(key))(e)),
         }
     }
 

@@ -96,7 +96,7 @@ use rvs_core::stats::Counters;
 use rvs_core::time::Instant;
 
 use crate::maps::{
-    self, Config, Dest, DestConns, Flow, FlowKey, Persist, PersistKey, Stats, Svc, SvcKey,
+    self, Config, Dest, DestConns, Flow, Flow4Key, FlowKey, Persist, PersistKey, Stats, Svc, SvcKey,
 };
 use crate::neigh::{L2, Resolve};
 use crate::tables::{TableError, scheduling_table};
@@ -229,12 +229,17 @@ struct BatchAttr {
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 
 impl KernelMaps {
-    /// The flow table in batches of up to 4096 entries per syscall
+    /// One flow table (`flows4` with [`Flow4Key`], `flows` with
+    /// [`FlowKey`]) in batches of up to 4096 entries per syscall
     /// (`BPF_MAP_LOOKUP_BATCH`; aya 0.14 has no wrapper): a report reads a
     /// large table in a few hundred syscalls instead of two per flow.
-    fn flows_batched(&mut self, f: &mut dyn FnMut(&FlowKey, &Flow)) -> std::io::Result<()> {
+    fn flows_batched<K: Copy + Default>(
+        &mut self,
+        name: &'static str,
+        f: &mut dyn FnMut(&K, &Flow),
+    ) -> std::io::Result<()> {
         use std::os::fd::{AsFd, AsRawFd};
-        let Ok(map) = self.director.map("flows") else {
+        let Ok(map) = self.director.map(name) else {
             return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
         };
         let fd = match map {
@@ -244,7 +249,7 @@ impl KernelMaps {
             _ => return Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
         };
         const CHUNK: usize = 4096;
-        let mut keys = vec![FlowKey::default(); CHUNK];
+        let mut keys = vec![K::default(); CHUNK];
         let mut values = vec![Flow::default(); CHUNK];
         // Batch tokens are map-specific; a key's size is always enough.
         let mut token_in = [0u8; 64];
@@ -289,6 +294,42 @@ impl KernelMaps {
             token_in = token_out;
             first = false;
         }
+    }
+}
+
+impl KernelMaps {
+    /// Every entry of the flow table `name` (keys of type `K`): batched,
+    /// or a key walk on kernels without batch operations on LRU hashes.
+    fn for_each_in<K: aya::Pod + Default>(
+        &mut self,
+        name: &'static str,
+        f: &mut dyn FnMut(&K, &Flow),
+    ) -> Result<(), XdpError> {
+        match self.flows_batched::<K>(name, f) {
+            Ok(()) => return Ok(()),
+            // Kernels without batch operations on this map type: walk keys.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) => {
+                return Err(map_error(
+                    name,
+                    MapError::SyscallError(aya::sys::SyscallError {
+                        call: "bpf_map_lookup_batch",
+                        io_error: e,
+                    }),
+                ));
+            }
+        }
+        let flows = self.director.hash::<K, Flow>(name)?;
+        for item in flows.iter() {
+            match item {
+                Ok((k, v)) => f(&k, &v),
+                // An entry evicted or deleted between the key walk and the
+                // lookup: skip it.
+                Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(map_error(name, e)),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -347,32 +388,11 @@ impl MapOps for KernelMaps {
     fn set_dest_conns(&mut self, index: u32, conns: &DestConns) -> Result<(), XdpError> {
         self.director.set_dest_conns(index, conns)
     }
+    /// Both flow tables: the IPv4 flows of `flows4` (as [`FlowKey`]s),
+    /// then the IPv6 flows of `flows`.
     fn for_each_flow(&mut self, f: &mut dyn FnMut(&FlowKey, &Flow)) -> Result<(), XdpError> {
-        match self.flows_batched(f) {
-            Ok(()) => return Ok(()),
-            // Kernels without batch operations on this map type: walk keys.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
-            Err(e) => {
-                return Err(map_error(
-                    "flows",
-                    MapError::SyscallError(aya::sys::SyscallError {
-                        call: "bpf_map_lookup_batch",
-                        io_error: e,
-                    }),
-                ));
-            }
-        }
-        let flows = self.director.hash::<FlowKey, Flow>("flows")?;
-        for item in flows.iter() {
-            match item {
-                Ok((k, v)) => f(&k, &v),
-                // An entry evicted or deleted between the key walk and the
-                // lookup: skip it.
-                Err(MapError::KeyNotFound) => {}
-                Err(e) => return Err(map_error("flows", e)),
-            }
-        }
-        Ok(())
+        self.for_each_in::<Flow4Key>("flows4", &mut |k, v| f(&k.widen(), v))?;
+        self.for_each_in::<FlowKey>("flows", f)
     }
     fn clock(&mut self) -> Result<(u64, u32), XdpError> {
         Ok((crate::jiffies_now()?, crate::kernel_hz()?))

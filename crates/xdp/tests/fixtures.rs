@@ -878,3 +878,89 @@ fn tunnel_source_prefix_varies_the_outer_source_v6() {
     tunnel_source_prefix(true, fwd::TUN_IPIP);
     tunnel_source_prefix(true, fwd::TUN_GUE);
 }
+
+/// The established-flow fast path (untagged IPv4, TCP ACK on an
+/// ESTABLISHED flow or UDP, DR) and the general path give the same frames,
+/// counts and flow entries; what the fast path leaves (a VLAN tag, a
+/// tunnel, an expired flow, a state change) takes the general path.
+#[test]
+fn established_fast_path_agrees_with_the_general_path() {
+    let Some(mut lb) = Lb::new("established_fast_path_agrees_with_the_general_path") else {
+        return;
+    };
+    dr_service(&mut lb, false, 1);
+    let tun = Rs::new(rs_addr(false, 5), fwd::TUN_IPIP, rs_mac(5));
+    lb.service(1, SvcKey::new(PROTO_TCP, vip(false), 81), "rr", 0, &[tun]);
+    let rs = [Rs::new(rs_addr(false, 0), fwd::DR, rs_mac(0))];
+    lb.service(2, SvcKey::new(PROTO_UDP, vip(false), 53), "rr", 0, &rs);
+    let (c, v) = (client(false, 40), vip(false));
+    let key = FlowKey::new(PROTO_TCP, c, 5000, v, VPORT);
+    lb.run(&tcp_frame(c, 5000, v, VPORT, Flags::Syn, b""));
+    // SYN_RECV -> ESTABLISHED: the general path.
+    lb.run(&tcp_frame(c, 5000, v, VPORT, Flags::Ack, b""));
+    let flow = lb.l.flow(&key).unwrap().unwrap();
+    assert_eq!(flow.state, 1);
+    let before = lb.l.dest_stats(Lb::dest_index(0, 0)).unwrap();
+    let conns = lb.l.dest_conns(Lb::dest_index(0, 0)).unwrap();
+    // ESTABLISHED + ACK: the fast path.
+    let f = tcp_frame(c, 5000, v, VPORT, Flags::Ack, b"payload");
+    let r = lb.run(&f);
+    assert_eq!(r.action, action::TX);
+    assert_eq!(r.data, with_macs(&f, rs_mac(0), DIR_MAC));
+    // The same flow with a VLAN tag: the general path, the same result.
+    let mut tagged = f[..12].to_vec();
+    tagged.extend_from_slice(&[0x81, 0x00, 0x00, 42]);
+    tagged.extend_from_slice(&f[12..]);
+    let r = lb.run(&tagged);
+    assert_eq!(r.action, action::TX);
+    assert_eq!(r.data, with_macs(&tagged, rs_mac(0), DIR_MAC));
+    let after = lb.l.dest_stats(Lb::dest_index(0, 0)).unwrap();
+    let ip_len = (f.len() - 14) as u64;
+    assert_eq!(after.inpkts - before.inpkts, 2);
+    assert_eq!(after.inbytes - before.inbytes, 2 * ip_len);
+    assert_eq!(after.conns, before.conns);
+    assert_eq!(lb.l.svc_stats(0).unwrap().inpkts, after.inpkts);
+    assert_eq!(lb.l.dest_conns(Lb::dest_index(0, 0)).unwrap(), conns);
+    // The entry lives in flows4 and is stamped again a jiffy later.
+    assert!(lb.l.flows().unwrap().iter().any(|(k, _)| *k == key));
+    assert_eq!(maps::Flow4Key::of(&key).unwrap().widen(), key);
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    lb.run(&f);
+    let stamped = lb.l.flow(&key).unwrap().unwrap();
+    assert!(stamped.last_seen > flow.last_seen);
+    assert_eq!((stamped.state, stamped.dest), (1, flow.dest));
+
+    // A tunnelled flow: its ESTABLISHED ACKs take the general path with
+    // the fast path's lookup, encapsulated like the first.
+    lb.run(&tcp_frame(c, 5001, v, 81, Flags::Syn, b""));
+    let f = tcp_frame(c, 5001, v, 81, Flags::Ack, b"x");
+    let first = lb.run(&f);
+    let second = lb.run(&f);
+    assert_eq!(first.action, action::TX);
+    assert_eq!(first.data[14 + 9], 4, "IPIP outer header");
+    assert_eq!(first.data, second.data);
+
+    // UDP: the second datagram of a flow takes the fast path.
+    let d = udp_frame(c, 5353, v, 53, b"q");
+    let a = lb.run(&d);
+    let b = lb.run(&d);
+    assert_eq!((a.action, b.action), (action::TX, action::TX));
+    assert_eq!(a.data, b.data);
+    assert_eq!(lb.l.svc_stats(2).unwrap().inpkts, 2);
+
+    // ESTABLISHED expiring at once: the fast path leaves the packet to the
+    // general path, where a non-SYN of an unknown flow passes.
+    let mut cfg = maps::Config::ipvs_defaults();
+    cfg.tcp_timeouts[1] = 0;
+    lb.l.set_config(&cfg).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let f = tcp_frame(c, 5000, v, VPORT, Flags::Ack, b"");
+    assert_eq!(lb.run(&f).action, action::PASS);
+    // A FIN on a live flow changes its state (the general path).
+    lb.l.set_config(&maps::Config::ipvs_defaults()).unwrap();
+    lb.run(&tcp_frame(c, 5002, v, VPORT, Flags::Syn, b""));
+    lb.run(&tcp_frame(c, 5002, v, VPORT, Flags::Ack, b""));
+    lb.run(&tcp_frame(c, 5002, v, VPORT, Flags::Fin, b""));
+    let k2 = FlowKey::new(PROTO_TCP, c, 5002, v, VPORT);
+    assert_eq!(lb.l.flow(&k2).unwrap().unwrap().state, 4);
+}

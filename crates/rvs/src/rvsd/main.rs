@@ -119,8 +119,9 @@ struct Args {
     #[arg(long, value_enum, value_name = "MODE", default_value_t = XdpModeArg::Auto)]
     xdp_mode: XdpModeArg,
 
-    /// xdp: entries of the flow table (and of the NAT reply table); the
-    /// least recently used entry is evicted when it is full.
+    /// xdp: entries of the flow table, for each family (IPv4 and IPv6
+    /// flows have a table each), and of the NAT reply table; the least
+    /// recently used entry is evicted when a table is full.
     #[arg(long, value_name = "N", default_value_t = 1 << 20)]
     flow_table_size: u32,
 
