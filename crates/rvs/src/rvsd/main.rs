@@ -511,6 +511,12 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
             .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?
             .health_wake();
         tokio::spawn(rvs_check::runner::run(daemon.clone(), wake));
+        // Signal handlers before the socket appears: whoever waits for the
+        // socket to talk to rvsd may signal it at once.
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hup = signal(SignalKind::hangup())?;
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
         let listener = server::bind(&args.socket)?;
         let _guard = server::SocketGuard(args.socket.clone());
         tracing::info!(socket = %args.socket.display(), dataplane = ?args.dataplane, "rvsd started");
@@ -540,10 +546,6 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
             let (daemon, socket) = (daemon.clone(), args.socket.clone());
             (once, tokio::spawn(async move { demo::run(daemon, d.vip, &socket, once).await }))
         });
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut hup = signal(SignalKind::hangup())?;
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
         loop {
             tokio::select! {
                 _ = hup.recv() => {
