@@ -410,9 +410,12 @@ fn blackholed_server_times_out_within_the_bound() {
     let _fill = h.blackhole();
     // 1 + 1 × (1 + 0.5) + 1 = 3.5 s.
     let bound = Duration::from_millis(3500);
+    // The bound itself is checked to the millisecond with a virtual clock
+    // (rvs-check `detection_time_matches_keepalived_formula`); here real
+    // timers on a loaded 2-CPU machine get scheduling slack.
     let took = within(
         "blackholed server removed",
-        bound + Duration::from_millis(300),
+        bound + Duration::from_millis(800),
         || !listed(&d).iter().any(|(p, _)| *p == h.port),
     );
     eprintln!("blackholed server detected after {took:?} (bound {bound:?})");
