@@ -7,9 +7,7 @@
 
 mod common;
 
-use std::fs::File;
 use std::net::IpAddr;
-use std::os::fd::AsFd;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -92,13 +90,7 @@ impl Netns {
     /// Run `f` on a thread inside the namespace.
     fn enter<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
         let path = format!("/var/run/netns/{}", self.name);
-        std::thread::spawn(move || {
-            let fd = File::open(&path).expect("netns file");
-            nix::sched::setns(fd.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-            f()
-        })
-        .join()
-        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+        common::in_netns(&path, f)
     }
 }
 

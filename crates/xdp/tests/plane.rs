@@ -7,9 +7,7 @@
 
 mod common;
 
-use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::fd::AsFd;
 use std::process::Command as Cmd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant as StdInstant};
@@ -93,13 +91,7 @@ impl Bed {
     /// Run `f` on a thread inside the director's namespace.
     fn in_director<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
         let path = format!("/var/run/netns/{}", self.d);
-        std::thread::spawn(move || {
-            let fd = File::open(&path).expect("netns file");
-            nix::sched::setns(fd.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-            f()
-        })
-        .join()
-        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+        common::in_netns(&path, f)
     }
 }
 

@@ -47,6 +47,25 @@ pub fn can_run(test: &str) -> bool {
     true
 }
 
+/// Prepare `h` as a real server: `rvsd realserver --vip VIP --interface
+/// eth0` plus the mode arguments, inside its namespace.
+pub fn realserver(h: &Host, vip: &str, mode: &[&str]) {
+    let mut args = vec![
+        "ip",
+        "netns",
+        "exec",
+        &h.ns,
+        crate::harness::RVSD,
+        "realserver",
+        "--vip",
+        vip,
+        "--interface",
+        "eth0",
+    ];
+    args.extend_from_slice(mode);
+    sh(&args);
+}
+
 /// Run a command; panic with its output when it fails.
 pub fn sh(args: &[&str]) -> Output {
     let out = Command::new(args[0])

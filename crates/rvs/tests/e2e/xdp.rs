@@ -19,7 +19,6 @@ use rvs_core::time::Instant as CoreInstant;
 use rvs_xdp::maps::{self, Config, Dest, Svc, SvcKey, fwd};
 use rvs_xdp::{LoadOptions, Loaded, Object, tables};
 
-use crate::harness::RVSD;
 use crate::netns::{Bed, Host, connect, in_ns, spread};
 
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
@@ -218,25 +217,13 @@ fn bed(test: &str, n: usize, method: u8) -> Option<(Bed, Host, Director, Vec<Rs>
     let mut rs = Vec::new();
     for i in 0..n {
         let h = bed.host(&format!("r{i}"), &format!("10.77.0.{}/24", 11 + i));
-        let mut args = vec![
-            "ip",
-            "netns",
-            "exec",
-            &h.ns,
-            RVSD,
-            "realserver",
-            "--vip",
-            "10.77.0.100",
-            "--interface",
-            "eth0",
-        ];
         let gue = GUE_PORT.to_string();
-        match method {
-            fwd::DR => args.extend(["--mode", "dr"]),
-            fwd::TUN_IPIP => args.extend(["--mode", "tun", "--tun-type", "ipip"]),
-            _ => args.extend(["--mode", "tun", "--tun-type", "gue", "--gue-port", &gue]),
-        }
-        crate::netns::sh(&args);
+        let mode: &[&str] = match method {
+            fwd::DR => &["--mode", "dr"],
+            fwd::TUN_IPIP => &["--mode", "tun", "--tun-type", "ipip"],
+            _ => &["--mode", "tun", "--tun-type", "gue", "--gue-port", &gue],
+        };
+        crate::netns::realserver(&h, "10.77.0.100", mode);
         bed.server(&h, VIP.into(), VPORT, &format!("rs{i}"));
         rs.push(Rs {
             addr: h.addr,
@@ -484,24 +471,12 @@ fn v6(test: &str, method: u8) {
             "eth0",
             "nodad",
         ]);
-        let mut args = vec![
-            "ip",
-            "netns",
-            "exec",
-            &h.ns,
-            RVSD,
-            "realserver",
-            "--vip",
-            "fd77::100",
-            "--interface",
-            "eth0",
-        ];
-        match method {
-            fwd::DR => args.extend(["--mode", "dr"]),
-            fwd::TUN_IPIP => args.extend(["--mode", "tun"]),
-            _ => args.extend(["--mode", "tun", "--tun-type", "gue", "--gue-port", "6080"]),
-        }
-        crate::netns::sh(&args);
+        let mode: &[&str] = match method {
+            fwd::DR => &["--mode", "dr"],
+            fwd::TUN_IPIP => &["--mode", "tun"],
+            _ => &["--mode", "tun", "--tun-type", "gue", "--gue-port", "6080"],
+        };
+        crate::netns::realserver(&h, "fd77::100", mode);
         bed.server(&h, dir.vip, VPORT, &format!("rs{i}"));
         rs.push(Rs {
             addr: a6.parse().expect("v6"),

@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::{RVSADM, RVSD, TempDir};
-use crate::netns::{Bed, Host, connect, sh, spread};
+use crate::netns::{Bed, Host, connect, spread};
 
 const T: Duration = Duration::from_secs(3);
 
@@ -104,24 +104,12 @@ fn setup(test: &str, kind: Kind, n: usize) -> Option<(Bed, Host, Daemon, Vec<Hos
             h
         } else {
             let h = bed.host(&format!("r{i}"), &format!("10.77.0.{}/24", 11 + i));
-            let mut args = vec![
-                "ip",
-                "netns",
-                "exec",
-                &h.ns,
-                RVSD,
-                "realserver",
-                "--vip",
-                "10.77.0.100",
-                "--interface",
-                "eth0",
-            ];
-            match kind {
-                Kind::Dr => args.extend(["--mode", "dr"]),
-                Kind::Ipip => args.extend(["--mode", "tun"]),
-                _ => args.extend(["--mode", "tun", "--tun-type", "gue", "--gue-port", "6080"]),
-            }
-            sh(&args);
+            let mode: &[&str] = match kind {
+                Kind::Dr => &["--mode", "dr"],
+                Kind::Ipip => &["--mode", "tun"],
+                _ => &["--mode", "tun", "--tun-type", "gue", "--gue-port", "6080"],
+            };
+            crate::netns::realserver(&h, "10.77.0.100", mode);
             h
         };
         bed.server(&h, "0.0.0.0".parse().expect("any"), 80, &format!("rs{i}"));

@@ -394,3 +394,17 @@ pub fn gue_sport(c: IpAddr, cport: u16, vport: u16, proto: u8) -> u16 {
     let h = (h ^ u32::from(proto)).wrapping_mul(0x61C8_8647);
     0x8000 | (h >> 17) as u16
 }
+
+/// Run `f` on a thread of its own inside the network namespace at `path`
+/// (`setns` applies per thread), returning its result or its panic.
+pub fn in_netns<T: Send + 'static>(path: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    use std::os::fd::AsFd;
+    let path = path.to_owned();
+    std::thread::spawn(move || {
+        let fd = std::fs::File::open(&path).expect("netns file");
+        nix::sched::setns(fd.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+        f()
+    })
+    .join()
+    .unwrap_or_else(|e| std::panic::resume_unwind(e))
+}
