@@ -64,16 +64,21 @@
 //! * timeouts set on the director directly (keepalived.conf) reach `config`.
 //!
 //! The flow table is read with `BPF_MAP_LOOKUP_BATCH` (4096 entries per
-//! syscall).
+//! syscall), one page of [`MIRROR_PAGE`] flows per report: a table larger
+//! than a page is walked over several reports, so a report holds the
+//! control plane's lock for a bounded time however many flows there are
+//! (`report_cost_with_many_flows` prints it). What needs the whole table —
+//! removing the entries of flows that are gone, setting `dest_conns`,
+//! giving a deleted real server's index back — happens when a walk
+//! completes. The price: with a table of N pages, `-Lcn` and the counts
+//! are up to N reports old, and an entry whose time left ran out in the
+//! director before the walk came back to it disappears from the view until
+//! then (only short-lived states: SYN_RECV, CLOSE, FIN_WAIT…).
 //!
 //! Mirroring (rather than giving the view a second source of connections)
 //! keeps one connection table with one set of invariants: counts per real
 //! server, expiry, the trash of deleted real servers and the audit all stay
-//! the core's. Its cost is one pass over the flow table per report, under
-//! the control plane's lock: 50,000 flows take about 20 ms to read and
-//! 0.15-0.2 s to mirror in a debug build (`report_cost_with_many_flows`);
-//! millions of flows would want the mirroring sampled or spread over
-//! several reports.
+//! the core's.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -133,12 +138,39 @@ pub trait MapOps {
     ) -> Result<(), XdpError>;
     /// Delete a persistence template (absent is not an error).
     fn remove_persist(&mut self, key: &PersistKey) -> Result<(), XdpError>;
-    /// Call `f` for every entry of the flow table.
-    fn for_each_flow(&mut self, f: &mut dyn FnMut(&FlowKey, &Flow)) -> Result<(), XdpError>;
+    /// Call `f` for about `max` entries of the flow tables from `cursor`
+    /// on (IPv4 `flows4`, then IPv6 `flows`; a kernel batch is never
+    /// split, so a page may run up to one batch over `max`). Returns true
+    /// when the walk reached the end: `cursor` then starts over. Entries
+    /// added or removed while a walk spans several calls may be missed or
+    /// seen twice, as with any walk of a live hash table.
+    fn flows_page(
+        &mut self,
+        cursor: &mut FlowCursor,
+        max: usize,
+        f: &mut dyn FnMut(&FlowKey, &Flow),
+    ) -> Result<bool, XdpError>;
+    /// Call `f` for every entry of the flow tables.
+    fn for_each_flow(&mut self, f: &mut dyn FnMut(&FlowKey, &Flow)) -> Result<(), XdpError> {
+        let mut cursor = FlowCursor::default();
+        while !self.flows_page(&mut cursor, usize::MAX, f)? {}
+        Ok(())
+    }
     /// The clock flows are stamped with (jiffies) and its rate (HZ).
     fn clock(&mut self) -> Result<(u64, u32), XdpError>;
     /// Number of `slots` entries.
     fn slots_len(&self) -> u32;
+}
+
+/// Where a walk of the flow tables that spans several reports stands.
+#[derive(Clone, Debug, Default)]
+pub struct FlowCursor {
+    /// 0: `flows4`, 1: `flows`.
+    table: u8,
+    /// The kernel's batch token to resume `table` from (`None`: its start).
+    token: Option<[u8; 64]>,
+    /// In-memory maps: entries of the (sorted) table already given.
+    pos: usize,
 }
 
 fn map_error(map: &'static str, e: MapError) -> XdpError {
@@ -233,11 +265,15 @@ impl KernelMaps {
     /// [`FlowKey`]) in batches of up to 4096 entries per syscall
     /// (`BPF_MAP_LOOKUP_BATCH`; aya 0.14 has no wrapper): a report reads a
     /// large table in a few hundred syscalls instead of two per flow.
+    /// Resumes from `token` (`None`: the start) and stops after about
+    /// `max` entries: `Ok(Some(next token))`, or `Ok(None)` at the end.
     fn flows_batched<K: Copy + Default>(
         &mut self,
         name: &'static str,
+        token: Option<[u8; 64]>,
+        max: usize,
         f: &mut dyn FnMut(&K, &Flow),
-    ) -> std::io::Result<()> {
+    ) -> std::io::Result<Option<[u8; 64]>> {
         use std::os::fd::{AsFd, AsRawFd};
         let Ok(map) = self.director.map(name) else {
             return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
@@ -252,9 +288,10 @@ impl KernelMaps {
         let mut keys = vec![K::default(); CHUNK];
         let mut values = vec![Flow::default(); CHUNK];
         // Batch tokens are map-specific; a key's size is always enough.
-        let mut token_in = [0u8; 64];
+        let mut token_in = token.unwrap_or([0u8; 64]);
         let mut token_out = [0u8; 64];
-        let mut first = true;
+        let mut first = token.is_none();
+        let mut given = 0usize;
         loop {
             let mut attr = BatchAttr {
                 in_batch: if first { 0 } else { token_in.as_ptr() as u64 },
@@ -284,29 +321,37 @@ impl KernelMaps {
                 for (k, v) in keys[..n].iter().zip(&values[..n]) {
                     f(k, v);
                 }
+                given += n;
             }
             match err {
                 None => {}
                 // The end of the table.
-                Some(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+                Some(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
                 Some(e) => return Err(e),
             }
             token_in = token_out;
             first = false;
+            if given >= max {
+                return Ok(Some(token_in));
+            }
         }
     }
 }
 
 impl KernelMaps {
-    /// Every entry of the flow table `name` (keys of type `K`): batched,
-    /// or a key walk on kernels without batch operations on LRU hashes.
-    fn for_each_in<K: aya::Pod + Default>(
+    /// About `max` entries of the flow table `name` (keys of type `K`)
+    /// from `token` on, batched: the next token, `None` at the end. On
+    /// kernels without batch operations on LRU hashes, a key walk of the
+    /// whole table (one page).
+    fn page_in<K: aya::Pod + Default>(
         &mut self,
         name: &'static str,
+        token: Option<[u8; 64]>,
+        max: usize,
         f: &mut dyn FnMut(&K, &Flow),
-    ) -> Result<(), XdpError> {
-        match self.flows_batched::<K>(name, f) {
-            Ok(()) => return Ok(()),
+    ) -> Result<Option<[u8; 64]>, XdpError> {
+        match self.flows_batched::<K>(name, token, max, f) {
+            Ok(next) => return Ok(next),
             // Kernels without batch operations on this map type: walk keys.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
             Err(e) => {
@@ -329,7 +374,7 @@ impl KernelMaps {
                 Err(e) => return Err(map_error(name, e)),
             }
         }
-        Ok(())
+        Ok(None)
     }
 }
 
@@ -390,9 +435,32 @@ impl MapOps for KernelMaps {
     }
     /// Both flow tables: the IPv4 flows of `flows4` (as [`FlowKey`]s),
     /// then the IPv6 flows of `flows`.
-    fn for_each_flow(&mut self, f: &mut dyn FnMut(&FlowKey, &Flow)) -> Result<(), XdpError> {
-        self.for_each_in::<Flow4Key>("flows4", &mut |k, v| f(&k.widen(), v))?;
-        self.for_each_in::<FlowKey>("flows", f)
+    fn flows_page(
+        &mut self,
+        cursor: &mut FlowCursor,
+        max: usize,
+        f: &mut dyn FnMut(&FlowKey, &Flow),
+    ) -> Result<bool, XdpError> {
+        let mut given = 0usize;
+        if cursor.table == 0 {
+            let next = self.page_in::<Flow4Key>("flows4", cursor.token, max, &mut |k, v| {
+                given += 1;
+                f(&k.widen(), v)
+            })?;
+            cursor.token = next;
+            if next.is_some() {
+                return Ok(false);
+            }
+            cursor.table = 1;
+        }
+        // What the IPv4 table left of this page (at least one batch).
+        let next = self.page_in::<FlowKey>("flows", cursor.token, max.saturating_sub(given), f)?;
+        cursor.token = next;
+        if next.is_some() {
+            return Ok(false);
+        }
+        *cursor = FlowCursor::default();
+        Ok(true)
     }
     fn clock(&mut self) -> Result<(u64, u32), XdpError> {
         Ok((crate::jiffies_now()?, crate::kernel_hz()?))
@@ -582,11 +650,28 @@ impl MapOps for MemMaps {
         self.dest_conns.insert(index, *conns);
         Ok(())
     }
-    fn for_each_flow(&mut self, f: &mut dyn FnMut(&FlowKey, &Flow)) -> Result<(), XdpError> {
-        for (k, v) in &self.flows {
-            f(k, v);
+    /// Pages of the table in key order (the kernel's order is its
+    /// buckets'; any stable order shows the same walk).
+    fn flows_page(
+        &mut self,
+        cursor: &mut FlowCursor,
+        max: usize,
+        f: &mut dyn FnMut(&FlowKey, &Flow),
+    ) -> Result<bool, XdpError> {
+        let mut keys: Vec<&FlowKey> = self.flows.keys().collect();
+        keys.sort_by_key(|k| (k.family, k.caddr, k.vaddr, k.cport, k.vport, k.proto));
+        let end = cursor.pos.saturating_add(max).min(keys.len());
+        for k in keys.get(cursor.pos..end).unwrap_or_default() {
+            if let Some(v) = self.flows.get(*k) {
+                f(k, v);
+            }
         }
-        Ok(())
+        if end >= keys.len() {
+            *cursor = FlowCursor::default();
+            return Ok(true);
+        }
+        cursor.pos = end;
+        Ok(false)
     }
     fn clock(&mut self) -> Result<(u64, u32), XdpError> {
         Ok((self.jiffies, self.hz))
@@ -772,14 +857,36 @@ pub struct Plane<M: MapOps, R: Resolve> {
     tun_vary: (u8, u8),
     /// Last read counters per dest index.
     baselines: HashMap<u32, Stats>,
-    /// Connection entries mirrored at the last report.
-    mirrored: HashSet<ConnId>,
+    /// The walk of the flow tables in progress (one page per report).
+    pass: FlowPass,
+    /// Flows per report page (see [`Plane::set_mirror_page`]).
+    mirror_page: usize,
+    /// Connection entries mirrored from flows by the last complete walk.
+    mirrored_flows: HashSet<ConnId>,
+    /// Connection entries mirrored from templates at the last report.
+    mirrored_templates: HashSet<ConnId>,
     /// A map write failed: compare with the model at the next report.
     dirty: bool,
     /// How long `apply` waits for MAC resolution before leaving it to reports.
     resolve_budget: Duration,
     /// Addresses the current command left unresolved.
     fresh: Vec<IpAddr>,
+}
+
+/// Flows mirrored per report by default: a report holds the control plane's
+/// lock for a bounded time however large the flow table is.
+pub const MIRROR_PAGE: usize = 65_536;
+
+/// A walk of the flow tables, one page per report, and what it found so far.
+#[derive(Debug, Default)]
+struct FlowPass {
+    cursor: FlowCursor,
+    /// Report generation the walk began at.
+    start: Option<u64>,
+    /// Live flows per real-server index.
+    users: HashMap<u32, DestConns>,
+    /// Connection entries mirrored by the walk.
+    seen: HashSet<ConnId>,
 }
 
 /// Every this many reports the MACs in use are looked up again, so a real
@@ -900,7 +1007,10 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             tun_src: (None, None),
             tun_vary: (0, 0),
             baselines: HashMap::new(),
-            mirrored: HashSet::new(),
+            pass: FlowPass::default(),
+            mirror_page: MIRROR_PAGE,
+            mirrored_flows: HashSet::new(),
+            mirrored_templates: HashSet::new(),
             dirty: false,
             resolve_budget: Duration::from_millis(200),
             fresh: Vec::new(),
@@ -969,6 +1079,11 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         self.tun_src = src;
         self.tun_vary = vary;
         self.write_config()
+    }
+
+    /// Flows mirrored per report (default [`MIRROR_PAGE`]; at least 1).
+    pub fn set_mirror_page(&mut self, flows: usize) {
+        self.mirror_page = flows.max(1);
     }
 
     /// The largest tunnelled packet (0: no check) and the SYN-flood guard's
@@ -1733,36 +1848,41 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         let (jiffies, hz) = self.maps.clock()?;
         let hz = u64::from(hz.max(1));
         let config = self.config;
+        let pass_start = *self.pass.start.get_or_insert(self.generation);
+        // This report's page of the flow walk.
         let mut flows = Vec::new();
         let mut expired = Vec::new();
-        let mut users: HashMap<u32, DestConns> = HashMap::new();
-        self.maps.for_each_flow(&mut |k, f| {
-            let timeout = if k.proto == maps::PROTO_TCP {
-                config
-                    .tcp_timeouts
-                    .get(usize::from(f.state))
-                    .copied()
-                    .unwrap_or(0)
-            } else {
-                config.udp_timeout
-            };
-            let age = jiffies.saturating_sub(f.last_seen);
-            let limit = u64::from(timeout) * hz;
-            if age > limit {
-                expired.push(*k);
-                return;
-            }
-            let c = users.entry(f.dest).or_default();
-            let tcp_active = TcpState::from_u8(f.state).is_some_and(TcpState::is_active);
-            if k.proto == maps::PROTO_TCP && tcp_active {
-                c.active += 1;
-            } else {
-                c.inactive += 1;
-            }
-            flows.push((*k, *f, Duration::from_millis((limit - age) * 1000 / hz)));
-        })?;
-        // Persistence templates: live ones are mirrored (and keep their
-        // real server's index from being reused), expired ones go.
+        let users = &mut self.pass.users;
+        let done = self
+            .maps
+            .flows_page(&mut self.pass.cursor, self.mirror_page, &mut |k, f| {
+                let timeout = if k.proto == maps::PROTO_TCP {
+                    config
+                        .tcp_timeouts
+                        .get(usize::from(f.state))
+                        .copied()
+                        .unwrap_or(0)
+                } else {
+                    config.udp_timeout
+                };
+                let age = jiffies.saturating_sub(f.last_seen);
+                let limit = u64::from(timeout) * hz;
+                if age > limit {
+                    expired.push(*k);
+                    return;
+                }
+                let c = users.entry(f.dest).or_default();
+                let tcp_active = TcpState::from_u8(f.state).is_some_and(TcpState::is_active);
+                if k.proto == maps::PROTO_TCP && tcp_active {
+                    c.active += 1;
+                } else {
+                    c.inactive += 1;
+                }
+                flows.push((*k, *f, Duration::from_millis((limit - age) * 1000 / hz)));
+            })?;
+        // Persistence templates, all of them every report: live ones are
+        // mirrored (and keep their real server's index from being reused),
+        // expired ones go.
         let timeouts: HashMap<u32, u32> = self
             .services
             .values()
@@ -1770,6 +1890,7 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             .collect();
         let mut templates = Vec::new();
         let mut stale = Vec::new();
+        let mut template_users = HashSet::new();
         self.maps.for_each_persist(&mut |k, t| {
             let limit = timeouts.get(&t.svc).map_or(0, |&secs| u64::from(secs) * hz);
             let age = jiffies.saturating_sub(t.last_seen);
@@ -1777,13 +1898,13 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
                 stale.push(*k);
                 return;
             }
-            users.entry(t.dest).or_default();
+            template_users.insert(t.dest);
             templates.push((*k, *t, Duration::from_millis((limit - age) * 1000 / hz)));
         })?;
         for k in &stale {
             let _ = self.maps.remove_persist(k);
         }
-        let mut seen = HashSet::with_capacity(flows.len() + templates.len());
+        let mut template_seen = HashSet::with_capacity(templates.len());
         for (k, t, left) in templates {
             let Some(dest) = ids.get(&t.dest) else {
                 continue;
@@ -1792,7 +1913,7 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
                 continue;
             };
             if let Some(id) = ipvs.mirror_conn(now, &m) {
-                seen.insert(id);
+                template_seen.insert(id);
             }
         }
         for (k, f, left) in flows {
@@ -1803,22 +1924,37 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
                 continue;
             };
             if let Some(id) = ipvs.mirror_conn(now, &m) {
-                seen.insert(id);
+                self.pass.seen.insert(id);
             }
         }
-        for id in self.mirrored.difference(&seen) {
-            ipvs.close(*id);
+        for id in self.mirrored_templates.difference(&template_seen) {
+            if !self.pass.seen.contains(id) && !self.mirrored_flows.contains(id) {
+                ipvs.close(*id);
+            }
         }
-        self.mirrored = seen;
-        // The sweep: expired entries go (the program already treats them as
-        // absent; this frees their room), and the ActiveConn/InActConn the
-        // program keeps for the least-connection schedulers are set to what
-        // the live flows say, which also repairs flows the LRU evicted
-        // without telling. Increments made meanwhile may be overwritten; the
-        // next report corrects them. Failures are retried next time.
+        self.mirrored_templates = template_seen;
+        // Expired entries go (the program already treats them as absent;
+        // this frees their room). Failures are retried next time.
         for k in &expired {
             let _ = self.maps.remove_flow(k);
         }
+        if !done {
+            return Ok(());
+        }
+        // The walk is complete. Flows mirrored by the previous walk and not
+        // seen by this one are gone.
+        let pass = std::mem::take(&mut self.pass);
+        for id in self.mirrored_flows.difference(&pass.seen) {
+            if !self.mirrored_templates.contains(id) {
+                ipvs.close(*id);
+            }
+        }
+        self.mirrored_flows = pass.seen;
+        // The ActiveConn/InActConn the program keeps for the
+        // least-connection schedulers are set to what the live flows say,
+        // which also repairs flows the LRU evicted without telling.
+        // Increments made meanwhile may be overwritten; the next walk
+        // corrects them.
         let indexes: Vec<u32> = self
             .services
             .values()
@@ -1826,15 +1962,17 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             .chain(self.trash.iter().map(|t| t.dest.index))
             .collect();
         for i in indexes {
-            let c = users.get(&i).copied().unwrap_or_default();
+            let c = pass.users.get(&i).copied().unwrap_or_default();
             let _ = self.maps.set_dest_conns(i, &c);
         }
-        // Deleted real servers no flow uses any more give their index back.
-        let g = self.generation;
-        let (free, keep): (Vec<_>, Vec<_>) = self
-            .trash
-            .drain(..)
-            .partition(|t| g >= t.since + 2 && !users.contains_key(&t.dest.index));
+        // Deleted real servers no flow uses any more give their index back:
+        // the whole walk began two reports after the deletion, when no new
+        // flow could be given that index any more, and met none using it.
+        let (free, keep): (Vec<_>, Vec<_>) = self.trash.drain(..).partition(|t| {
+            pass_start >= t.since + 2
+                && !pass.users.contains_key(&t.dest.index)
+                && !template_users.contains(&t.dest.index)
+        });
         self.trash = keep;
         for t in free {
             if self.maps.set_dest(t.dest.index, &Dest::default()).is_ok() {
@@ -2571,6 +2709,84 @@ mod tests {
         ] {
             assert!(e.unwrap_err().to_string().contains("must be"));
         }
+    }
+
+    #[test]
+    fn a_large_flow_table_is_walked_a_page_per_report() {
+        let mut bed = Bed::new();
+        bed.plane.set_mirror_page(2);
+        bed.svc(80, "rr").unwrap();
+        bed.dest(80, dr(1)).unwrap();
+        bed.dest(80, dr(2)).unwrap();
+        let (a, b) = (bed.index(80, 1), bed.index(80, 2));
+        let now = bed.plane.maps().jiffies;
+        let vip: IpAddr = "10.0.0.100".parse().unwrap();
+        let flow = |dest: u32| Flow {
+            last_seen: now,
+            dest,
+            state: TcpState::Established as u8,
+            ..Flow::default()
+        };
+        // Five flows: three pages of at most two.
+        for (i, d) in [a, a, a, b, b].into_iter().enumerate() {
+            bed.plane
+                .maps()
+                .flows
+                .insert(FlowKey::new(6, rs(201 + i as u8), 1000, vip, 80), flow(d));
+        }
+        let active = |bed: &Bed| {
+            let s = bed.ipvs.service(&key(80)).unwrap();
+            let n = |x: u8| {
+                s.dests()
+                    .iter()
+                    .find(|d| d.config.addr == rs(x))
+                    .unwrap()
+                    .active
+            };
+            (n(1), n(2))
+        };
+        bed.report(1);
+        assert_eq!(bed.ipvs.conns().len(), 2, "one page");
+        let set =
+            |bed: &mut Bed, i: u32| bed.plane.maps().dest_conns.get(&i).map_or(0, |c| c.active);
+        assert_eq!(set(&mut bed, a), 0, "not before the walk ends");
+        bed.report(2);
+        assert_eq!(bed.ipvs.conns().len(), 4);
+        bed.report(3);
+        assert_eq!(bed.ipvs.conns().len(), 5);
+        assert_eq!(active(&bed), (3, 2));
+        assert_eq!(set(&mut bed, a), 3, "set when the walk ends");
+        assert_eq!(set(&mut bed, b), 2);
+        // Flows gone from the table leave the view when the next walk ends,
+        // not before; the entries still there stay throughout.
+        bed.plane.maps().flows.retain(|_, f| f.dest != b);
+        bed.report(4);
+        assert_eq!(bed.ipvs.conns().len(), 5, "walk not complete yet");
+        bed.report(5);
+        assert_eq!(bed.ipvs.conns().len(), 3);
+        assert_eq!(active(&bed), (3, 0));
+        assert_eq!(bed.plane.maps().dest_conns[&b].active, 0);
+        // A deleted real server's index comes back only after a whole walk
+        // that began two reports after the deletion (generation 5) met no
+        // flow using it: the walk of reports 6-7 began too early, the one
+        // of reports 8-9 frees it.
+        bed.run(Command::DelDest {
+            service: key(80),
+            addr: rs(2),
+            port: 80,
+        })
+        .unwrap();
+        for t in 6..=8 {
+            bed.report(t);
+            assert_eq!(
+                bed.plane.dest_index(&key(80), rs(2), 80),
+                Some(b),
+                "report {t}"
+            );
+        }
+        bed.report(9);
+        assert_eq!(bed.plane.dest_index(&key(80), rs(2), 80), None);
+        assert_eq!(bed.plane.maps().dests[&b], Dest::default());
     }
 
     #[test]
