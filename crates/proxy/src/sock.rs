@@ -47,7 +47,18 @@ pub(crate) fn bind_tcp(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
 /// than with a `getsockopt(SO_ERROR)`, which is asked only when the event
 /// says the connect failed — one system call fewer per connection than
 /// `TcpStream::connect`, as HAProxy does it.
-pub(crate) async fn connect(dst: SocketAddr) -> io::Result<tokio::net::TcpStream> {
+///
+/// `data_follows`: the caller sends data as soon as the connection is up,
+/// so the handshake's last ACK is held back (`TCP_QUICKACK` off before the
+/// connect; Linux then delays that ACK) and leaves on the first data
+/// segment: one segment fewer, and the server accepts the connection and
+/// reads the request in one wake-up (HAProxy's `tcp-smart-connect`). Never
+/// set without data to send: a server that speaks first would wait for the
+/// delayed ACK.
+pub(crate) async fn connect(
+    dst: SocketAddr,
+    data_follows: bool,
+) -> io::Result<tokio::net::TcpStream> {
     #[cfg(target_os = "linux")]
     let ty = Type::STREAM.nonblocking().cloexec();
     #[cfg(not(target_os = "linux"))]
@@ -56,6 +67,12 @@ pub(crate) async fn connect(dst: SocketAddr) -> io::Result<tokio::net::TcpStream
     #[cfg(not(target_os = "linux"))]
     s.set_nonblocking(true)?;
     s.set_tcp_nodelay(true)?;
+    #[cfg(target_os = "linux")]
+    if data_follows {
+        s.set_tcp_quickack(false)?;
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = data_follows;
     match s.connect(&dst.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
@@ -95,6 +112,20 @@ pub(crate) fn try_send_more(s: &tokio::net::TcpStream, buf: &[u8]) -> io::Result
     s.try_io(tokio::io::Interest::WRITABLE, || {
         send(s.as_raw_fd(), buf, flags).map_err(io::Error::from)
     })
+}
+
+/// Read what the peer has already sent, without waiting and without
+/// tokio's readiness (a socket accepted a moment ago has none recorded
+/// yet): `Ok(0)` when nothing is there or the peer has closed, else the
+/// bytes read.
+pub(crate) fn read_waiting(s: &tokio::net::TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    use nix::sys::socket::{MsgFlags, recv};
+    use std::os::fd::AsRawFd;
+    match recv(s.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT) {
+        Ok(n) => Ok(n),
+        Err(nix::errno::Errno::EAGAIN) => Ok(0),
+        Err(e) => Err(io::Error::from(e)),
+    }
 }
 
 /// Shut down the write side (send our FIN), ignoring a socket that is

@@ -407,11 +407,32 @@ async fn connection(
     };
     let mut guard = ConnGuard::new(ctx.clone(), plan.fwd.conn);
     guard.meter.already_counted_in_pkts(1);
+    // A request already waiting (clients send right after connecting) is
+    // read now and goes out with the handshake's last ACK; so does a PROXY
+    // header. A connection without either connects as usual: a server that
+    // speaks first (SMTP, SSH, databases) gets its ACK at once.
+    let mut first = Vec::new();
+    {
+        let mut buf = [0u8; 4096];
+        match sock::read_waiting(&client, &mut buf) {
+            Ok(n) => first.extend_from_slice(&buf[..n]),
+            Err(e) => {
+                tracing::debug!("proxy: {caddr}: {e}");
+                return;
+            }
+        }
+    }
+    let mut data_follows = !first.is_empty() || plan.proxy_protocol.is_some();
     let mut failed: Vec<DestId> = Vec::new();
     let server = loop {
         let dst = SocketAddr::new(plan.fwd.daddr, plan.fwd.dport);
         ctx.set_dest(adm.serial, (plan.fwd.daddr, plan.fwd.dport));
-        let err = match tokio::time::timeout(ctx.config.connect_timeout, sock::connect(dst)).await {
+        let err = match tokio::time::timeout(
+            ctx.config.connect_timeout,
+            sock::connect(dst, data_follows),
+        )
+        .await
+        {
             Ok(Ok(s)) => break s,
             Ok(Err(e)) => e.to_string(),
             Err(_) => "timed out".to_owned(),
@@ -436,6 +457,7 @@ async fn connection(
             Some(Ok(p)) => {
                 guard.id = p.fwd.conn;
                 plan = p;
+                data_follows = !first.is_empty() || plan.proxy_protocol.is_some();
             }
             _ => {
                 sock::abort_on_close(&client);
@@ -451,8 +473,9 @@ async fn connection(
     }
     // The server socket got TCP_NODELAY before its connect (sock::connect).
     let mut server = server;
+    // The PROXY header and the waiting request leave in one segment.
+    let mut hdr = Vec::new();
     if let Some(version) = plan.proxy_protocol {
-        let mut hdr = Vec::with_capacity(64);
         let built = match version {
             ProxyProtocol::V1 => {
                 pp::write_v1(caddr, orig_dst, &mut hdr);
@@ -466,15 +489,29 @@ async fn connection(
                 &mut hdr,
             ),
         };
-        let sent = match built {
-            Ok(()) => server.write_all(&hdr).await.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        if let Err(e) = sent {
+        if let Err(e) = built {
             tracing::debug!("proxy: PROXY header to {}: {e}", plan.fwd.daddr);
             sock::abort_on_close(&client);
             return;
         }
+    }
+    if !first.is_empty() {
+        guard
+            .meter
+            .in_bytes
+            .fetch_add(first.len() as u64, Ordering::Relaxed);
+        if hdr.is_empty() {
+            hdr = first;
+        } else {
+            hdr.extend_from_slice(&first);
+        }
+    }
+    if !hdr.is_empty()
+        && let Err(e) = server.write_all(&hdr).await
+    {
+        tracing::debug!("proxy: first bytes to {}: {e}", plan.fwd.daddr);
+        sock::abort_on_close(&client);
+        return;
     }
     let end = relay::relay(&client, &server, &guard, plan.idle, &adm.kill, &ctx).await;
     tracing::trace!("proxy: {caddr} -> {vip} ended: {end:?}");

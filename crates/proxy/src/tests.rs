@@ -806,6 +806,50 @@ async fn pp_backend() -> SocketAddr {
     addr
 }
 
+/// The handshake's last ACK to a real server leaves with the first data
+/// (the PROXY header here, which always follows the connect): the server's
+/// socket has received two segments (SYN, ACK with the header) when the
+/// header is there, not three. Without a PROXY header and with nothing
+/// from the client yet, a server that speaks first gets its ACK at once.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_handshake_ack_leaves_with_the_first_data() {
+    run(async {
+        let h = Harness::new(config());
+        let l = TcpListener::bind(SocketAddr::new(lo(1), 0))
+            .await
+            .expect("bind");
+        let b = l.local_addr().expect("addr");
+        let vip = free_tcp(lo(115));
+        let mut cfg = rr(AddrFamily::Inet);
+        cfg.proxy_protocol = Some(ProxyProtocol::V1);
+        h.service(tcp_key(vip), cfg, &[b]);
+        let _c = client(lo(93), vip).await;
+        let (mut s, _) = t(l.accept()).await.expect("accept");
+        let mut buf = [0u8; 128];
+        let n = t(s.read(&mut buf)).await.expect("read");
+        assert!(
+            buf[..n].starts_with(b"PROXY TCP4 127.0.0.93 "),
+            "{:?}",
+            &buf[..n]
+        );
+        let (segs_in, _) = crate::sock::tcp_segs(&s).expect("TCP_INFO");
+        assert_eq!(segs_in, 2, "SYN, then the ACK carrying the header");
+        // A plain service, the client silent: the server is told of the
+        // connection by a bare ACK, and its banner reaches the client.
+        let vip2 = free_tcp(lo(116));
+        h.service(tcp_key(vip2), rr(AddrFamily::Inet), &[b]);
+        let mut c2 = client(lo(94), vip2).await;
+        let (mut s2, _) = t(l.accept()).await.expect("accept");
+        let (segs_in, _) = crate::sock::tcp_segs(&s2).expect("TCP_INFO");
+        assert_eq!(segs_in, 2, "SYN, bare ACK");
+        t(s2.write_all(b"220 banner\r\n")).await.expect("banner");
+        let mut got = [0u8; 12];
+        t(c2.read_exact(&mut got)).await.expect("banner relayed");
+        assert_eq!(&got, b"220 banner\r\n");
+    });
+}
+
 #[test]
 fn proxy_protocol_to_servers_and_from_trusted_upstreams() {
     run(async {
