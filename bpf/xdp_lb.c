@@ -485,7 +485,9 @@ static __always_inline __u32 flow_epoch_slot(__u64 h)
  * share the slot) is invalid from now on. All CPUs share the slot: atomic.
  * The write comes first (x86: stores stay in order and the locked add is a
  * full barrier), and the cache is filled with the epoch read before its
- * flows4 lookup: a fill racing with this write is born invalid. */
+ * flows4 lookup: a fill racing with this write is born invalid. That read
+ * relies on x86 keeping loads in order too; a weakly ordered CPU (arm64)
+ * would need it to be a load-acquire (BPF has one since Linux 6.15). */
 static __always_inline void flow_epoch_bump(const struct pkt *p)
 {
 	struct rvs_flow4_key k __attribute__((aligned(8))) = {};
