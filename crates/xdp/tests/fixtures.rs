@@ -1304,3 +1304,40 @@ fn flow_cache_revalidates_after_its_bound_and_keeps_last_seen_fresh() {
         assert_eq!(e.stamp, flow.last_seen);
     });
 }
+
+/// A flow the control side writes (`set_flow`, e.g. a connection synced
+/// from a peer director) is bound to its new real server at once on every
+/// CPU: the write bumps the key's epoch slot, which the cache entry of the
+/// old binding no longer matches.
+#[test]
+fn flow_cache_yields_to_a_flow_written_by_the_control_side() {
+    let Some(mut lb) = Lb::new("flow_cache_yields_to_a_flow_written_by_the_control_side") else {
+        return;
+    };
+    on_own_thread(move || {
+        assert!(pin_to_cpu(0));
+        dr_service(&mut lb, false, 2);
+        let (c, v) = (client(false, 54), vip(false));
+        let key = FlowKey::new(PROTO_TCP, c, 6500, v, VPORT);
+        let k4 = maps::Flow4Key::of(&key).unwrap();
+        let f = tcp_frame(c, 6500, v, VPORT, Flags::Ack, b"x");
+        establish(&mut lb, c, 6500);
+        assert_eq!(lb.run(&f).data[..6], rs_mac(0));
+        let e = cached(&mut lb, 0, &key).expect("cached");
+        let epoch = lb.l.flow_epoch(&k4).unwrap();
+        let mut flow = lb.l.flow(&key).unwrap().unwrap();
+        flow.dest = Lb::dest_index(0, 1);
+        lb.l.set_flow(&key, &flow).unwrap();
+        assert_ne!(lb.l.flow_epoch(&k4).unwrap(), epoch);
+        let r = lb.run(&f);
+        assert!(
+            jiffies() - e.stamp < maps::FLOW_CACHE_JIFFIES,
+            "descheduled past the cache's bound"
+        );
+        assert_eq!((r.action, &r.data[..6]), (action::TX, &rs_mac(1)[..]));
+        assert_eq!(
+            cached(&mut lb, 0, &key).map(|x| x.dest),
+            Some(Lb::dest_index(0, 1))
+        );
+    });
+}
