@@ -9,7 +9,8 @@
  * NAT (inbound rewrite; replies rewritten back by the reply path).
  * IPv4 flows live in flows4 (16-byte key), IPv6 flows in flows. The most
  * common packet (an ACK or datagram of an established IPv4 DR flow) takes a
- * fast path in front of all this (fast_established).
+ * fast path in front of all this (fast_established), which finds the flow
+ * in a per-CPU cache (flow_cache) before it looks at flows4.
  *
  * The flow table comes first, as in IPVS's ip_vs_in (connection lookup
  * before the service): only VIP traffic creates flows, an established flow
