@@ -27,6 +27,25 @@
 #define RVS_MAX_SVC_DESTS 256
 /* lblc/lblcr destination-address entries (all services; LRU). */
 #define RVS_LOCALITY_MAX 65536
+/* Per-CPU flow cache in front of flows4 (entries per CPU) and the shared
+ * epochs that invalidate it (both powers of two: indexes are hash bits). */
+#define RVS_FLOW_CACHE_SIZE (1u << 16)
+#define RVS_FLOW_EPOCHS (1u << 16)
+/* Jiffies a cache entry serves packets after it was last checked against
+ * flows4 (32 = 128 ms at HZ 250, 32 ms at HZ 1000, 320 ms at HZ 100). It
+ * bounds how far flows4's last_seen may lag behind a flow's packets, how
+ * long an entry may outlive its flows4 entry (LRU eviction, removal by the
+ * control side) and how long a shortened ESTABLISHED/UDP timeout takes to
+ * reach a cached flow; it must stay well below the control side's grace
+ * before a deleted real server's index is reused (two reports, >= 1 s). */
+#define RVS_FLOW_CACHE_JIFFIES 32
+/* The flow cache's hash of a 16-byte IPv4 flow key (two 64-bit words w0,
+ * w1 as they lie in memory, little-endian): h = ((w0 ^ SEED) * MUL);
+ * h = ((h ^ (h >> 32) ^ w1) * MUL); h ^= h >> 32. Cache index: the low
+ * bits, epoch slot: bits 16 and up (see flow_cache_hash in xdp_lb.c and
+ * rvs_xdp::maps::flow_cache_hash, which must agree). */
+#define RVS_FLOW_CACHE_SEED 0x5256535f63616368ull
+#define RVS_FLOW_CACHE_MUL 0x9e3779b97f4a7c15ull
 /* Members of one lblcr server set (the kernel's sets are unbounded; a
  * member joining a full set pushes the oldest one out). */
 #define RVS_LBLCR_SET_MAX 8
@@ -181,6 +200,21 @@ struct rvs_flow {
 	__u8 flags;         /* RVS_FLOW_F_* */
 	__u16 pad0;
 	__u32 pad1;
+};
+
+/* flow_cache: PERCPU_ARRAY[hash & (RVS_FLOW_CACHE_SIZE - 1)], a
+ * direct-mapped cache of established IPv4 DR flows, consulted before
+ * flows4 so the common packet pays no hash-table lookup. An entry is valid
+ * while its key is the packet's, its epoch equals flow_epochs[slot of the
+ * key] (every write of the program or the control side to a flows4 entry
+ * bumps that slot) and it is younger than RVS_FLOW_CACHE_JIFFIES. */
+struct rvs_flow_cache {
+	struct rvs_flow4_key key;
+	__u64 stamp; /* jiffies when it was last checked against flows4 */
+	__u32 dest;  /* real-server index */
+	__u32 svc;   /* service index */
+	__u32 epoch; /* flow_epochs[slot] read before that check */
+	__u32 pad0;
 };
 
 /* nat_rev: LRU_HASH for the NAT reply path, keyed by the reply's

@@ -9,7 +9,8 @@
  * NAT (inbound rewrite; replies rewritten back by the reply path).
  * IPv4 flows live in flows4 (16-byte key), IPv6 flows in flows. The most
  * common packet (an ACK or datagram of an established IPv4 DR flow) takes a
- * fast path in front of all this (fast_established).
+ * fast path in front of all this (fast_established), which finds the flow
+ * in a per-CPU cache (flow_cache) before it looks at flows4.
  *
  * The flow table comes first, as in IPVS's ip_vs_in (connection lookup
  * before the service): only VIP traffic creates flows, an established flow
@@ -91,6 +92,20 @@ struct {
 	__type(key, struct rvs_flow4_key);
 	__type(value, struct rvs_flow);
 } flows4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RVS_FLOW_CACHE_SIZE);
+	__type(key, __u32);
+	__type(value, struct rvs_flow_cache);
+} flow_cache SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RVS_FLOW_EPOCHS);
+	__type(key, __u32);
+	__type(value, __u32);
+} flow_epochs SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -440,6 +455,55 @@ static __always_inline long flow_insert(const struct pkt *p, const struct rvs_fl
 		FLOW_V6_BRANCH();
 	}
 	return rc;
+}
+
+/* ------------------------------------------------------- flow cache */
+
+/* The flow cache's hash of an IPv4 flow key (the formula in rvs.h; the
+ * Rust side computes the same). A few multiplies: collisions only cost a
+ * cache miss. */
+static __always_inline __u64 flow_cache_hash(const struct rvs_flow4_key *k)
+{
+	const __u64 *w = (const __u64 *)k;
+	__u64 h = (w[0] ^ RVS_FLOW_CACHE_SEED) * RVS_FLOW_CACHE_MUL;
+
+	h = (h ^ (h >> 32) ^ w[1]) * RVS_FLOW_CACHE_MUL;
+	return h ^ (h >> 32);
+}
+
+static __always_inline __u32 flow_cache_slot(__u64 h)
+{
+	return (__u32)h & (RVS_FLOW_CACHE_SIZE - 1);
+}
+
+static __always_inline __u32 flow_epoch_slot(__u64 h)
+{
+	return (__u32)(h >> 16) & (RVS_FLOW_EPOCHS - 1);
+}
+
+/* After a write to the packet's IPv4 flow (insert, state change): bump its
+ * epoch slot, so every CPU's cache entry of that key (and of the keys that
+ * share the slot) is invalid from now on. All CPUs share the slot: atomic.
+ * The write comes first (x86: stores stay in order and the locked add is a
+ * full barrier), and the cache is filled with the epoch read before its
+ * flows4 lookup: a fill racing with this write is born invalid. That read
+ * relies on x86 keeping loads in order too; a weakly ordered CPU (arm64)
+ * would need it to be a load-acquire (BPF has one since Linux 6.15). */
+static __always_inline void flow_epoch_bump(const struct pkt *p)
+{
+	struct rvs_flow4_key k __attribute__((aligned(8))) = {};
+	__u32 slot, *e;
+
+	__builtin_memcpy(k.caddr, p->saddr, 4);
+	__builtin_memcpy(k.vaddr, p->daddr, 4);
+	k.cport = p->sport;
+	k.vport = p->dport;
+	k.proto = p->proto;
+	slot = flow_epoch_slot(flow_cache_hash(&k));
+	e = bpf_map_lookup_elem(&flow_epochs, &slot);
+	CALL_SITE_TAG(20);
+	if (e)
+		__sync_fetch_and_add(e, 1);
 }
 
 /* ------------------------------------------------------------ hashes */
@@ -1957,12 +2021,22 @@ static __always_inline int icmp_error(struct xdp_md *ctx, const struct pkt *p,
 /* The common packet of an established DR flow, with nothing to decide: an
  * untagged IPv4 frame without options or fragmentation, TCP with ACK and
  * none of SYN/FIN/RST (its state stays ESTABLISHED: no state change, no
- * ActiveConn move) or UDP, whose live flow in flows4 goes to an available
- * DR real server. It is parsed at fixed offsets, looked up, counted and
- * sent on with the fewest instructions. Anything else returns -1 for the
- * general path, with the lookup's result in *found when *looked is set (the
- * general path parses the same 5-tuple and must not pay a second lookup).
- * No side effect happens before the last check. */
+ * ActiveConn move) or UDP, whose live flow goes to an available DR real
+ * server. It is parsed at fixed offsets, counted and sent on with the
+ * fewest instructions.
+ *
+ * First this CPU's flow cache (no hash-table lookup: a per-CPU array
+ * element the verifier inlines): a valid entry (same key, epoch unchanged,
+ * checked against flows4 less than RVS_FLOW_CACHE_JIFFIES ago) gives the
+ * real server. Otherwise flows4 is looked up, its entry checked as before
+ * and stamped, and the cache entry (re)filled. The dests[] element is read
+ * on every packet either way, so a real server made unavailable, deleted or
+ * switched to another method stops getting the flow's packets at once.
+ *
+ * Anything else returns -1 for the general path, with the flows4 lookup's
+ * result in *found when *looked is set (the general path parses the same
+ * 5-tuple and must not pay a second lookup). No side effect happens before
+ * the last check. */
 static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow **found,
 					    int *looked)
 {
@@ -1970,13 +2044,14 @@ static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow 
 	void *end = (void *)(long)ctx->data_end;
 	struct iphdr *ip = data + sizeof(struct ethhdr);
 	struct tcphdr *th = (void *)(ip + 1);
-	struct rvs_flow4_key k = {};
+	struct rvs_flow4_key k __attribute__((aligned(8))) = {};
+	struct rvs_flow_cache *c;
 	struct rvs_config *cfg;
 	struct rvs_flow *f;
 	struct rvs_dest *d;
-	__u32 didx, l3len, zero = 0;
+	__u32 didx, svc, l3len, slot, epoch, *ep, zero = 0;
 	__u8 proto, state;
-	__u64 now, timeout;
+	__u64 now, h, timeout;
 	int stale;
 
 #ifdef RVS_BENCH_VARY_CLIENT
@@ -2007,24 +2082,48 @@ static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow 
 	/* Source and destination port (UDP's are at the same place). */
 	__builtin_memcpy(&k.cport, &th->source, 4);
 	k.proto = proto;
+	l3len = bpf_ntohs(ip->tot_len);
+
+	h = flow_cache_hash(&k);
+	slot = flow_cache_slot(h);
+	c = bpf_map_lookup_elem(&flow_cache, &slot);
+	CALL_SITE_TAG(21);
+	slot = flow_epoch_slot(h);
+	ep = bpf_map_lookup_elem(&flow_epochs, &slot);
+	CALL_SITE_TAG(22);
+	if (!c || !ep)
+		return -1;
+	/* Read before flows4 (see flow_epoch_bump). */
+	epoch = *(volatile __u32 *)ep;
+	now = bpf_jiffies64();
+	if (((const __u64 *)&c->key)[0] == ((const __u64 *)&k)[0] &&
+	    ((const __u64 *)&c->key)[1] == ((const __u64 *)&k)[1] && c->epoch == epoch &&
+	    now - c->stamp < RVS_FLOW_CACHE_JIFFIES) {
+		didx = c->dest;
+		d = bpf_map_lookup_elem(&dests, &didx);
+		CALL_SITE_TAG(23);
+		if (d && d->method == RVS_FWD_DR && !(d->flags & RVS_DEST_F_UNAVAILABLE)) {
+			count(&svc_stats, c->svc, l3len, 0, 0);
+			count(&dest_stats, didx, l3len, 0, 0);
+			return l2_out(ctx, d->mac, d->smac, d->ifindex);
+		}
+	}
+
 	f = bpf_map_lookup_elem(&flows4, &k);
 	*found = f;
 	*looked = 1;
 	if (!f || f->state != state)
 		return -1;
-	/* Seen in this jiffy: neither expired nor to be stamped again (the
-	 * config, for the timeout, is only read once per jiffy). */
-	now = bpf_jiffies64();
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg)
+		return -1;
+	timeout = (proto == IPPROTO_TCP ? cfg->tcp_timeouts[RVS_TCP_S_ESTABLISHED]
+					: cfg->udp_timeout) *
+		  (__u64)cfg->hz;
+	/* Seen in this jiffy: neither expired nor to be stamped again. */
 	stale = f->last_seen != now;
-	if (stale) {
-		cfg = bpf_map_lookup_elem(&config, &zero);
-		if (!cfg)
-			return -1;
-		timeout = proto == IPPROTO_TCP ? cfg->tcp_timeouts[RVS_TCP_S_ESTABLISHED]
-					       : cfg->udp_timeout;
-		if (now - f->last_seen > timeout * cfg->hz)
-			return -1;
-	}
+	if (stale && now - f->last_seen > timeout)
+		return -1;
 	didx = f->dest;
 	d = bpf_map_lookup_elem(&dests, &didx);
 	if (!d || d->method != RVS_FWD_DR || (d->flags & RVS_DEST_F_UNAVAILABLE))
@@ -2033,8 +2132,18 @@ static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow 
 	 * then only read while a flow's packets spread over several CPUs. */
 	if (stale)
 		f->last_seen = now;
-	l3len = bpf_ntohs(ip->tot_len);
-	count(&svc_stats, f->svc, l3len, 0, 0);
+	svc = f->svc;
+	/* Cached only when the flow cannot expire while its entry is valid:
+	 * then an expired flow (the only kind the control side removes) never
+	 * has a valid cache entry. */
+	if (timeout > RVS_FLOW_CACHE_JIFFIES) {
+		c->key = k;
+		c->stamp = now;
+		c->dest = didx;
+		c->svc = svc;
+		c->epoch = epoch;
+	}
+	count(&svc_stats, svc, l3len, 0, 0);
 	count(&dest_stats, didx, l3len, 0, 0);
 	return l2_out(ctx, d->mac, d->smac, d->ifindex);
 }
@@ -2106,6 +2215,9 @@ int xdp_lb(struct xdp_md *ctx)
 						  (f->flags & RVS_FLOW_F_NOOUTPUT) ? DIR_INPUT_ONLY
 										   : DIR_INPUT);
 			conns_move(didx, p.proto, old, f->state);
+			/* Cached ESTABLISHED entries of this flow must go. */
+			if (f->state != old && p.family == RVS_AF_INET)
+				flow_epoch_bump(&p);
 		}
 		count(&svc_stats, f->svc, p.l3len, 0, 0);
 		count(&dest_stats, didx, p.l3len, 0, 0);
@@ -2163,6 +2275,11 @@ new_flow:
 			conns_add(old_dest, state_active(p.proto, old_state), -1);
 		conns_add(dest_idx, state_active(p.proto, nf.state), 1);
 	}
+	/* A new flow (inserted, or forwarded without an entry under a flood or
+	 * -o) replaces whatever a cache may still hold for this key: a flow
+	 * the LRU evicted, or a closed one, may be cached on another CPU. */
+	if (p.family == RVS_AF_INET)
+		flow_epoch_bump(&p);
 	if (d->method == RVS_FWD_NAT) {
 		struct rvs_nat_key nk = {};
 		struct rvs_nat nv = {};

@@ -26,8 +26,8 @@ use aya::{Ebpf, EbpfError, EbpfLoader};
 pub use aya::programs::XdpMode as AttachMode;
 
 use maps::{
-    Config, Dest, DestConns, Flow, Flow4Key, FlowKey, Locality, LocalityKey, Nat, NatKey, Persist,
-    PersistKey, Stats, Svc, SvcKey,
+    Config, Dest, DestConns, Flow, Flow4Key, FlowCache, FlowKey, Locality, LocalityKey, Nat,
+    NatKey, Persist, PersistKey, Stats, Svc, SvcKey,
 };
 
 /// Errors of loading, attaching and driving the BPF programs.
@@ -608,13 +608,55 @@ impl Loaded {
         }
     }
 
-    /// Insert or replace a flow entry.
+    /// Insert or replace a flow entry. An IPv4 flow's epoch slot is
+    /// bumped after the write, so no CPU's flow cache keeps serving the
+    /// flow's previous real server.
     pub fn set_flow(&mut self, key: &FlowKey, flow: &Flow) -> Result<(), XdpError> {
         match Flow4Key::of(key) {
-            Some(k4) => self.hash::<Flow4Key, Flow>("flows4")?.insert(k4, flow, 0),
-            None => self.hash::<FlowKey, Flow>("flows")?.insert(key, flow, 0),
+            Some(k4) => {
+                self.hash::<Flow4Key, Flow>("flows4")?
+                    .insert(k4, flow, 0)
+                    .map_err(map_err("flows4"))?;
+                self.bump_flow_epoch(&k4)
+            }
+            None => self
+                .hash::<FlowKey, Flow>("flows")?
+                .insert(key, flow, 0)
+                .map_err(map_err("flows")),
         }
-        .map_err(map_err(flows_map(key)))
+    }
+
+    /// Invalidate every CPU's flow-cache entries of `key`'s epoch slot.
+    /// The program bumps slots with atomic adds; this side can only read and
+    /// write, so it adds a large odd constant: an add of the program that
+    /// lands between the read and the write is lost, but the value written
+    /// still differs from every value the slot held meanwhile, which is all
+    /// an epoch needs.
+    pub fn bump_flow_epoch(&mut self, key: &Flow4Key) -> Result<(), XdpError> {
+        let slot = maps::flow_epoch_slot(key);
+        let mut a = self.array::<u32>("flow_epochs")?;
+        let e = a.get(&slot, 0).map_err(map_err("flow_epochs"))?;
+        a.set(slot, e.wrapping_add(0x9e37_79b9), 0)
+            .map_err(map_err("flow_epochs"))
+    }
+
+    /// The epoch of an IPv4 flow key's slot in `flow_epochs`.
+    pub fn flow_epoch(&mut self, key: &Flow4Key) -> Result<u32, XdpError> {
+        self.array::<u32>("flow_epochs")?
+            .get(&maps::flow_epoch_slot(key), 0)
+            .map_err(map_err("flow_epochs"))
+    }
+
+    /// The `flow_cache` element an IPv4 flow key maps to, per CPU (index =
+    /// CPU number). It holds another key, or a stale entry, as often as not:
+    /// compare [`FlowCache::key`], epoch and stamp. For tests and debugging.
+    pub fn flow_cache(&mut self, key: &Flow4Key) -> Result<Vec<FlowCache>, XdpError> {
+        let a: PerCpuArray<&mut MapData, FlowCache> =
+            PerCpuArray::try_from(self.map("flow_cache")?).map_err(map_err("flow_cache"))?;
+        let v = a
+            .get(&maps::flow_cache_index(key), 0)
+            .map_err(map_err("flow_cache"))?;
+        Ok(v.to_vec())
     }
 
     /// Remove a flow entry (no error when absent).

@@ -348,6 +348,69 @@ pub struct Flow {
     pub pad1: u32,
 }
 
+/// Entries of the per-CPU flow cache (`flow_cache`) on each CPU.
+pub const FLOW_CACHE_SIZE: u32 = 1 << 16;
+/// Slots of `flow_epochs`, the shared epochs that invalidate cache entries.
+pub const FLOW_EPOCHS: u32 = 1 << 16;
+/// Jiffies a flow-cache entry serves packets after it was last checked
+/// against `flows4` (the staleness bound of everything the epochs do not
+/// cover: LRU evictions, removals by the control side, shortened timeouts).
+pub const FLOW_CACHE_JIFFIES: u64 = 32;
+/// Seed of the flow cache's hash.
+pub const FLOW_CACHE_SEED: u64 = 0x5256_535f_6361_6368;
+/// Multiplier of the flow cache's hash.
+pub const FLOW_CACHE_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// The flow cache's hash of an IPv4 flow key, as the program computes it
+/// (`flow_cache_hash` in xdp_lb.c): the control side needs it to find a
+/// key's cache entry and to bump its epoch slot when it writes the flow.
+pub fn flow_cache_hash(k: &Flow4Key) -> u64 {
+    let mut b = [0u8; 16];
+    b[..4].copy_from_slice(&k.caddr);
+    b[4..8].copy_from_slice(&k.vaddr);
+    b[8..10].copy_from_slice(&k.cport.to_ne_bytes());
+    b[10..12].copy_from_slice(&k.vport.to_ne_bytes());
+    b[12] = k.proto;
+    b[13] = k.pad0;
+    b[14..16].copy_from_slice(&k.pad1.to_ne_bytes());
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[..8]);
+    let w0 = u64::from_le_bytes(w);
+    w.copy_from_slice(&b[8..]);
+    let w1 = u64::from_le_bytes(w);
+    let h = (w0 ^ FLOW_CACHE_SEED).wrapping_mul(FLOW_CACHE_MUL);
+    let h = (h ^ (h >> 32) ^ w1).wrapping_mul(FLOW_CACHE_MUL);
+    h ^ (h >> 32)
+}
+
+/// The `flow_cache` index of a key (the hash's low bits).
+pub fn flow_cache_index(k: &Flow4Key) -> u32 {
+    flow_cache_hash(k) as u32 & (FLOW_CACHE_SIZE - 1)
+}
+
+/// The `flow_epochs` slot of a key (the hash's bits 16 and up).
+pub fn flow_epoch_slot(k: &Flow4Key) -> u32 {
+    (flow_cache_hash(k) >> 16) as u32 & (FLOW_EPOCHS - 1)
+}
+
+/// `flow_cache` value: one CPU's cached established IPv4 DR flow.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlowCache {
+    /// The flow's key.
+    pub key: Flow4Key,
+    /// Jiffies when the entry was last checked against `flows4`.
+    pub stamp: u64,
+    /// Real-server index.
+    pub dest: u32,
+    /// Service index.
+    pub svc: u32,
+    /// The key's `flow_epochs` slot when it was checked.
+    pub epoch: u32,
+    /// Padding, zero.
+    pub pad0: u32,
+}
+
 /// `nat_rev` key: a reply from a real server to a client.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -571,6 +634,7 @@ const _: () = assert!(size_of::<FlowKey>() == 40);
 const _: () = assert!(size_of::<Flow>() == 24);
 const _: () = assert!(size_of::<NatKey>() == 40);
 const _: () = assert!(size_of::<Flow4Key>() == 16);
+const _: () = assert!(size_of::<FlowCache>() == 40);
 const _: () = assert!(size_of::<Nat>() == 28);
 const _: () = assert!(size_of::<Stats>() == 40);
 const _: () = assert!(size_of::<Config>() == 92);
@@ -596,6 +660,8 @@ unsafe impl aya::Pod for FlowKey {}
 unsafe impl aya::Pod for Flow4Key {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Flow {}
+// SAFETY: as above.
+unsafe impl aya::Pod for FlowCache {}
 // SAFETY: as above.
 unsafe impl aya::Pod for NatKey {}
 // SAFETY: as above.
@@ -685,6 +751,11 @@ pub fn layouts() -> Vec<Layout> {
             "rvs_nat_key",
             NatKey,
             [raddr, caddr, rport, cport, proto, family, pad0]
+        ),
+        layout!(
+            "rvs_flow_cache",
+            FlowCache,
+            [key, stamp, dest, svc, epoch, pad0]
         ),
         layout!("rvs_nat", Nat, [vaddr, vport, pad0, svc, dest]),
         layout!(

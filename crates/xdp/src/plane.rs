@@ -29,6 +29,20 @@
 //!   data, so no new flow goes to it, until it is resolved; then the service
 //!   is republished. NAT real servers need no MAC (the program routes with
 //!   `bpf_fib_lookup`).
+//! * The program's per-CPU flow cache (in front of `flows4`, see
+//!   `fast_established` in xdp_lb.c) needs nothing from this side. Every
+//!   write here that a cached packet depends on is read by the cached path
+//!   itself: a real server's element (`UNAVAILABLE`, method, MAC, a freed
+//!   index cleared to zero) on every packet. Flows are only removed here
+//!   once expired, and an expired flow has no valid cache entry: the program
+//!   caches a flow only when its timeout is longer than the cache's bound
+//!   (`FLOW_CACHE_JIFFIES`), stamps the flow whenever it fills the entry,
+//!   and an entry is valid for that bound only. A freed real-server index is
+//!   reused two reports (at least a second) after the last flow using it
+//!   went, far past that bound. What the bound does cover: a shortened
+//!   timeout (`config`) reaches a cached flow within it, and so does a flow
+//!   removed here between this side's read and its delete that the program
+//!   had just renewed (a race as old as the sweep).
 //!
 //! A control operation that fails leaves the maps and this side's books as
 //! they were (each step undoes the previous ones). The control plane keeps

@@ -925,10 +925,11 @@ fn established_fast_path_agrees_with_the_general_path() {
     assert_eq!(after.conns, before.conns);
     assert_eq!(lb.l.svc_stats(0).unwrap().inpkts, after.inpkts);
     assert_eq!(lb.l.dest_conns(Lb::dest_index(0, 0)).unwrap(), conns);
-    // The entry lives in flows4 and is stamped again a jiffy later.
+    // The entry lives in flows4 and is stamped again once the flow cache
+    // sends the packet back to it (at most the cache's bound later).
     assert!(lb.l.flows().unwrap().iter().any(|(k, _)| *k == key));
     assert_eq!(maps::Flow4Key::of(&key).unwrap().widen(), key);
-    std::thread::sleep(std::time::Duration::from_millis(30));
+    std::thread::sleep(flow_cache_window());
     lb.run(&f);
     let stamped = lb.l.flow(&key).unwrap().unwrap();
     assert!(stamped.last_seen > flow.last_seen);
@@ -953,11 +954,13 @@ fn established_fast_path_agrees_with_the_general_path() {
     assert_eq!(lb.l.svc_stats(2).unwrap().inpkts, 2);
 
     // ESTABLISHED expiring at once: the fast path leaves the packet to the
-    // general path, where a non-SYN of an unknown flow passes.
+    // general path, where a non-SYN of an unknown flow passes (once the
+    // flow-cache entry, which does not read the config, is older than its
+    // bound: a shortened timeout reaches a cached flow within it).
     let mut cfg = maps::Config::ipvs_defaults();
     cfg.tcp_timeouts[1] = 0;
     lb.l.set_config(&cfg).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(30));
+    std::thread::sleep(flow_cache_window() + std::time::Duration::from_millis(30));
     let f = tcp_frame(c, 5000, v, VPORT, Flags::Ack, b"");
     assert_eq!(lb.run(&f).action, action::PASS);
     // A FIN on a live flow changes its state (the general path).
@@ -967,4 +970,374 @@ fn established_fast_path_agrees_with_the_general_path() {
     lb.run(&tcp_frame(c, 5002, v, VPORT, Flags::Fin, b""));
     let k2 = FlowKey::new(PROTO_TCP, c, 5002, v, VPORT);
     assert_eq!(lb.l.flow(&k2).unwrap().unwrap().state, 4);
+}
+
+// ------------------------------------------------------------ flow cache
+//
+// The per-CPU flow cache in front of flows4: BPF_PROG_TEST_RUN runs the
+// program on the caller's CPU, so each test pins its thread (on a thread
+// of its own) and inspects that CPU's cache entry.
+
+/// Run `f` on a new thread (the pins stay off the test harness's threads).
+fn on_own_thread(f: impl FnOnce() + Send + 'static) {
+    if let Err(e) = std::thread::spawn(f).join() {
+        std::panic::resume_unwind(e);
+    }
+}
+
+fn jiffies() -> u64 {
+    rvs_xdp::jiffies_now().unwrap()
+}
+
+/// This CPU's cache entry of `key` when it holds that key.
+fn cached(lb: &mut Lb, cpu: usize, key: &FlowKey) -> Option<maps::FlowCache> {
+    let k4 = maps::Flow4Key::of(key).unwrap();
+    let e = lb.l.flow_cache(&k4).unwrap()[cpu];
+    (e.key == k4).then_some(e)
+}
+
+/// SYN then ACK (SYN_RECV -> ESTABLISHED, the general path, which does
+/// not fill the cache).
+fn establish(lb: &mut Lb, c: IpAddr, cport: u16) {
+    let v = vip(false);
+    lb.run(&tcp_frame(c, cport, v, VPORT, Flags::Syn, b""));
+    lb.run(&tcp_frame(c, cport, v, VPORT, Flags::Ack, b""));
+}
+
+/// An established flow's ACKs and a UDP flow's datagrams come out of the
+/// cache byte for byte as they came out of the flows4 lookup, counted the
+/// same; the cache entry names the flow's key, real server, service and
+/// epoch, and while it is valid the packets need no flows4 entry at all
+/// (one removed behind the cache's back still goes on, for at most the
+/// cache's bound; then the flow is unknown and its ACK passes).
+#[test]
+fn flow_cache_forwards_the_same_bytes_as_the_flow_table() {
+    let Some(mut lb) = Lb::new("flow_cache_forwards_the_same_bytes_as_the_flow_table") else {
+        return;
+    };
+    on_own_thread(move || {
+        assert!(pin_to_cpu(0));
+        dr_service(&mut lb, false, 2);
+        let rs = [Rs::new(rs_addr(false, 1), fwd::DR, rs_mac(1))];
+        lb.service(1, SvcKey::new(PROTO_UDP, vip(false), 53), "rr", 0, &rs);
+        let (c, v) = (client(false, 50), vip(false));
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            assert!(attempt <= 5, "never ran within the cache's bound");
+            let cport = 6100 + attempt;
+            let key = FlowKey::new(PROTO_TCP, c, cport, v, VPORT);
+            establish(&mut lb, c, cport);
+            let f = tcp_frame(c, cport, v, VPORT, Flags::Ack, b"GET / HTTP/1.0\r\n\r\n");
+            let st0 = lb.l.dest_stats(Lb::dest_index(0, 0)).unwrap();
+            let miss = lb.run(&f); // flows4, fills the cache
+            let flow = lb.l.flow(&key).unwrap().unwrap();
+            let e = cached(&mut lb, 0, &key).expect("cache entry filled");
+            let k4 = maps::Flow4Key::of(&key).unwrap();
+            assert_eq!(
+                (e.dest, e.svc, e.epoch, e.stamp),
+                (flow.dest, 0, lb.l.flow_epoch(&k4).unwrap(), flow.last_seen)
+            );
+            let hit = lb.run(&f);
+            let j = jiffies();
+            if j - e.stamp >= maps::FLOW_CACHE_JIFFIES {
+                eprintln!("descheduled past the cache's bound; again");
+                continue;
+            }
+            assert_eq!(miss.action, action::TX);
+            assert_eq!(miss.data, with_macs(&f, rs_mac(0), DIR_MAC));
+            assert_eq!((hit.action, &hit.data), (miss.action, &miss.data));
+            let st1 = lb.l.dest_stats(Lb::dest_index(0, 0)).unwrap();
+            let ip_len = (f.len() - 14) as u64;
+            assert_eq!(st1.inpkts - st0.inpkts, 2);
+            assert_eq!(st1.inbytes - st0.inbytes, 2 * ip_len);
+            assert_eq!(st1.conns, st0.conns);
+            // The hit did not touch flows4 (not even last_seen)...
+            assert_eq!(lb.l.flow(&key).unwrap().unwrap(), flow);
+            assert_eq!(cached(&mut lb, 0, &key), Some(e));
+            // ... and needs no entry there while the cache entry is valid.
+            lb.l.remove_flow(&key).unwrap();
+            let r = lb.run(&f);
+            if jiffies() - e.stamp >= maps::FLOW_CACHE_JIFFIES {
+                eprintln!("descheduled past the cache's bound; again");
+                continue;
+            }
+            assert_eq!((r.action, &r.data), (miss.action, &miss.data));
+            std::thread::sleep(flow_cache_window());
+            assert_eq!(lb.run(&f).action, action::PASS);
+            break;
+        }
+        // UDP: the second datagram fills, the third hits; same bytes (12
+        // bytes of payload or more: the fast path reads a TCP header's worth).
+        let d = udp_frame(c, 5353, v, 53, b"a DNS query.");
+        let first = lb.run(&d);
+        let (fill, hit) = (lb.run(&d), lb.run(&d));
+        assert_eq!(first.action, action::TX);
+        assert_eq!(first.data, with_macs(&d, rs_mac(1), DIR_MAC));
+        assert_eq!((fill.data, hit.data), (first.data.clone(), first.data));
+        let ukey = FlowKey::new(PROTO_UDP, c, 5353, v, 53);
+        assert!(cached(&mut lb, 0, &ukey).is_some());
+        assert_eq!(lb.l.svc_stats(1).unwrap().inpkts, 3);
+    });
+}
+
+/// State changes and new flows made on one CPU invalidate the cache entry
+/// another CPU holds: after a FIN the next ACK on the other CPU takes the
+/// general path (flows4's last_seen is stamped, the state stays FIN_WAIT);
+/// after a RST and a new SYN scheduled to another real server, the other
+/// CPU's still-young entry for the old server is not used.
+#[test]
+fn flow_cache_entries_on_other_cpus_follow_state_changes_and_new_flows() {
+    let Some(mut lb) =
+        Lb::new("flow_cache_entries_on_other_cpus_follow_state_changes_and_new_flows")
+    else {
+        return;
+    };
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("skipping: needs two CPUs (one cache entry per CPU)");
+        return;
+    }
+    on_own_thread(move || {
+        dr_service(&mut lb, false, 2);
+        let (c, v) = (client(false, 51), vip(false));
+        let ack = |cport| tcp_frame(c, cport, v, VPORT, Flags::Ack, b"data");
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            assert!(attempt <= 5, "never ran within the cache's bound");
+            let cport = 6200 + attempt * 3;
+            let key = FlowKey::new(PROTO_TCP, c, cport, v, VPORT);
+            // CPU 0 caches the flow (rr: the first flow goes to server 0).
+            assert!(pin_to_cpu(0));
+            lb.l.set_cursor(0, 0).unwrap();
+            establish(&mut lb, c, cport);
+            assert_eq!(lb.run(&ack(cport)).data[..6], rs_mac(0));
+            let e0 = cached(&mut lb, 0, &key).expect("CPU 0 cached the flow");
+            // CPU 1 sees a FIN: FIN_WAIT.
+            assert!(pin_to_cpu(1));
+            assert_eq!(lb.run(&ack(cport)).data[..6], rs_mac(0));
+            lb.run(&tcp_frame(c, cport, v, VPORT, Flags::Fin, b""));
+            let fin = lb.l.flow(&key).unwrap().unwrap();
+            assert_eq!(fin.state, 4);
+            // A jiffy later CPU 0 gets an ACK: its entry is young, same key,
+            // but the epoch moved, so the general path runs and stamps.
+            let j = jiffies();
+            while jiffies() == j {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            assert!(pin_to_cpu(0));
+            assert_eq!(cached(&mut lb, 0, &key), Some(e0));
+            assert_ne!(
+                e0.epoch,
+                lb.l.flow_epoch(&maps::Flow4Key::of(&key).unwrap()).unwrap()
+            );
+            let r = lb.run(&ack(cport));
+            let young = jiffies() - e0.stamp < maps::FLOW_CACHE_JIFFIES;
+            assert_eq!((r.action, &r.data[..6]), (action::TX, &rs_mac(0)[..]));
+            let after = lb.l.flow(&key).unwrap().unwrap();
+            assert_eq!(after.state, 4);
+            assert!(after.last_seen > fin.last_seen, "general path stamped");
+            // A second flow cached on CPU 0 (server 1) ends on CPU 1, by a
+            // RST (a state change) or by leaving flows4 silently (an LRU
+            // eviction or the control side's removal), and its new SYN is
+            // scheduled there to server 0. CPU 0's entry for server 1 is
+            // still young and holds the key; its next ACK must go to
+            // server 0 all the same.
+            let mut in_bound = young;
+            for (n, evict) in [(1, false), (2, true)] {
+                let cport2 = cport + n;
+                let key2 = FlowKey::new(PROTO_TCP, c, cport2, v, VPORT);
+                assert!(pin_to_cpu(0));
+                lb.l.set_cursor(0, 1).unwrap();
+                establish(&mut lb, c, cport2);
+                assert_eq!(lb.run(&ack(cport2)).data[..6], rs_mac(1));
+                let e2 = cached(&mut lb, 0, &key2).expect("CPU 0 cached the flow");
+                assert_eq!(e2.dest, Lb::dest_index(0, 1));
+                assert!(pin_to_cpu(1));
+                if evict {
+                    lb.l.remove_flow(&key2).unwrap();
+                } else {
+                    lb.run(&tcp_frame(c, cport2, v, VPORT, Flags::Rst, b""));
+                    assert_eq!(lb.l.flow(&key2).unwrap().unwrap().state, 6);
+                }
+                lb.l.set_cursor(0, 0).unwrap();
+                let syn = lb.run(&tcp_frame(c, cport2, v, VPORT, Flags::Syn, b""));
+                assert_eq!(syn.data[..6], rs_mac(0), "rescheduled to server 0");
+                assert!(pin_to_cpu(0));
+                assert_eq!(cached(&mut lb, 0, &key2), Some(e2));
+                let r = lb.run(&ack(cport2));
+                let r2 = lb.run(&ack(cport2));
+                in_bound &= jiffies() - e2.stamp < maps::FLOW_CACHE_JIFFIES;
+                if !in_bound {
+                    break;
+                }
+                let how = if evict { "evicted" } else { "closed" };
+                assert_eq!(
+                    (r.action, &r.data[..6]),
+                    (action::TX, &rs_mac(0)[..]),
+                    "{how}"
+                );
+                assert_eq!(
+                    (r2.action, &r2.data[..6]),
+                    (action::TX, &rs_mac(0)[..]),
+                    "{how}"
+                );
+                let flow2 = lb.l.flow(&key2).unwrap().unwrap();
+                assert_eq!((flow2.dest, flow2.state), (Lb::dest_index(0, 0), 1));
+                // ... and CPU 0 now caches the new binding.
+                let e = cached(&mut lb, 0, &key2).expect("refilled");
+                assert_eq!(e.dest, Lb::dest_index(0, 0));
+            }
+            if !in_bound {
+                eprintln!("descheduled past the cache's bound; again");
+                continue;
+            }
+            break;
+        }
+    });
+}
+
+/// A cached flow's real server keeps today's semantics: quiesced (weight
+/// 0) it keeps the flow, served from the cache; made unavailable, its
+/// flows' packets are dropped at once; switched to a tunnel, they are
+/// encapsulated at once; deleted (its element cleared, as the control side
+/// does when it frees the index), they are dropped.
+#[test]
+fn flow_cache_follows_real_server_changes_at_once() {
+    let Some(mut lb) = Lb::new("flow_cache_follows_real_server_changes_at_once") else {
+        return;
+    };
+    on_own_thread(move || {
+        assert!(pin_to_cpu(0));
+        let (c, v) = (client(false, 52), vip(false));
+        let svc = SvcKey::new(PROTO_TCP, v, VPORT);
+        let mut rs: Vec<Rs> = (0..2)
+            .map(|i| Rs::new(rs_addr(false, i), fwd::DR, rs_mac(i)))
+            .collect();
+        lb.service(0, svc, "rr", 0, &rs);
+        let key = FlowKey::new(PROTO_TCP, c, 6300, v, VPORT);
+        let f = tcp_frame(c, 6300, v, VPORT, Flags::Ack, b"x");
+        establish(&mut lb, c, 6300);
+        assert_eq!(lb.run(&f).data[..6], rs_mac(0));
+        let e = cached(&mut lb, 0, &key).expect("cached");
+        // Quiesced: the flow continues (and stays cached).
+        rs[0].weight = 0;
+        lb.service(0, svc, "rr", 0, &rs);
+        let r = lb.run(&f);
+        assert_eq!((r.action, &r.data[..6]), (action::TX, &rs_mac(0)[..]));
+        assert_eq!(cached(&mut lb, 0, &key).map(|x| x.dest), Some(e.dest));
+        // Unavailable: dropped.
+        rs[0].flags = maps::dest_flags::UNAVAILABLE;
+        lb.service(0, svc, "rr", 0, &rs);
+        assert_eq!(lb.run(&f).action, action::DROP);
+        // Back, then switched to IPIP: encapsulated.
+        rs[0].flags = 0;
+        lb.service(0, svc, "rr", 0, &rs);
+        assert_eq!(lb.run(&f).data[..6], rs_mac(0));
+        rs[0].method = fwd::TUN_IPIP;
+        lb.service(0, svc, "rr", 0, &rs);
+        let r = lb.run(&f);
+        assert_eq!((r.action, r.data[14 + 9]), (action::TX, 4), "IPIP");
+        // DR again, then deleted: the element is cleared, packets dropped.
+        rs[0].method = fwd::DR;
+        lb.service(0, svc, "rr", 0, &rs);
+        assert_eq!(lb.run(&f).data[..6], rs_mac(0));
+        lb.l.set_dest(e.dest, &maps::Dest::default()).unwrap();
+        assert_eq!(lb.run(&f).action, action::DROP);
+    });
+}
+
+/// An entry older than the cache's bound is checked against flows4 again:
+/// flows4's last_seen of a flow served from the cache is never more than
+/// the bound behind its packets, and is stamped only about once per bound
+/// (a hit stamps nothing).
+#[test]
+fn flow_cache_revalidates_after_its_bound_and_keeps_last_seen_fresh() {
+    let Some(mut lb) = Lb::new("flow_cache_revalidates_after_its_bound_and_keeps_last_seen_fresh")
+    else {
+        return;
+    };
+    on_own_thread(move || {
+        assert!(pin_to_cpu(0));
+        dr_service(&mut lb, false, 1);
+        let (c, v) = (client(false, 53), vip(false));
+        let key = FlowKey::new(PROTO_TCP, c, 6400, v, VPORT);
+        let f = tcp_frame(c, 6400, v, VPORT, Flags::Ack, b"x");
+        establish(&mut lb, c, 6400);
+        lb.run(&f);
+        let r = maps::FLOW_CACHE_JIFFIES;
+        let start = jiffies();
+        let mut stamps = std::collections::BTreeSet::new();
+        let mut last_jiffy = start;
+        for _ in 0..10_000 {
+            let before = jiffies();
+            assert_eq!(lb.run(&f).action, action::TX);
+            let flow = lb.l.flow(&key).unwrap().unwrap();
+            assert!(
+                before < flow.last_seen + r,
+                "last_seen {} lags {before} by the cache's bound or more",
+                flow.last_seen
+            );
+            stamps.insert(flow.last_seen);
+            last_jiffy = jiffies();
+            if last_jiffy - start > 3 * r {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let elapsed = last_jiffy - start;
+        assert!(elapsed > 3 * r, "ran {elapsed} jiffies");
+        // Re-validated at least every bound, and not much more often.
+        assert!(stamps.len() >= 3, "{stamps:?}");
+        assert!(
+            stamps.len() as u64 <= elapsed / r + 2,
+            "{} stamps in {elapsed} jiffies: {stamps:?}",
+            stamps.len()
+        );
+        // Idle longer than the bound: the next packet re-validates.
+        std::thread::sleep(flow_cache_window());
+        let before = jiffies();
+        lb.run(&f);
+        let flow = lb.l.flow(&key).unwrap().unwrap();
+        assert!(flow.last_seen >= before);
+        let e = cached(&mut lb, 0, &key).expect("cached");
+        assert_eq!(e.stamp, flow.last_seen);
+    });
+}
+
+/// A flow the control side writes (`set_flow`, e.g. a connection synced
+/// from a peer director) is bound to its new real server at once on every
+/// CPU: the write bumps the key's epoch slot, which the cache entry of the
+/// old binding no longer matches.
+#[test]
+fn flow_cache_yields_to_a_flow_written_by_the_control_side() {
+    let Some(mut lb) = Lb::new("flow_cache_yields_to_a_flow_written_by_the_control_side") else {
+        return;
+    };
+    on_own_thread(move || {
+        assert!(pin_to_cpu(0));
+        dr_service(&mut lb, false, 2);
+        let (c, v) = (client(false, 54), vip(false));
+        let key = FlowKey::new(PROTO_TCP, c, 6500, v, VPORT);
+        let k4 = maps::Flow4Key::of(&key).unwrap();
+        let f = tcp_frame(c, 6500, v, VPORT, Flags::Ack, b"x");
+        establish(&mut lb, c, 6500);
+        assert_eq!(lb.run(&f).data[..6], rs_mac(0));
+        let e = cached(&mut lb, 0, &key).expect("cached");
+        let epoch = lb.l.flow_epoch(&k4).unwrap();
+        let mut flow = lb.l.flow(&key).unwrap().unwrap();
+        flow.dest = Lb::dest_index(0, 1);
+        lb.l.set_flow(&key, &flow).unwrap();
+        assert_ne!(lb.l.flow_epoch(&k4).unwrap(), epoch);
+        let r = lb.run(&f);
+        assert!(
+            jiffies() - e.stamp < maps::FLOW_CACHE_JIFFIES,
+            "descheduled past the cache's bound"
+        );
+        assert_eq!((r.action, &r.data[..6]), (action::TX, &rs_mac(1)[..]));
+        assert_eq!(
+            cached(&mut lb, 0, &key).map(|x| x.dest),
+            Some(Lb::dest_index(0, 1))
+        );
+    });
 }

@@ -65,7 +65,7 @@ fn btf_layout_matches_rust_mirrors() {
         return;
     };
     let all = layouts();
-    assert_eq!(all.len(), 16, "every struct of rvs.h is mirrored");
+    assert_eq!(all.len(), 17, "every struct of rvs.h is mirrored");
     for l in &all {
         check(&btf, l).unwrap();
     }
@@ -184,6 +184,11 @@ fn header_constants_match_rust() {
         ("RVS_TCP_S_LAST", maps::TCP_S_LAST as u64),
         ("RVS_GUE_HDR_LEN", maps::GUE_HDR_LEN as u64),
         ("RVS_TUN_TTL", maps::TUN_TTL.into()),
+        ("RVS_FLOW_CACHE_SIZE", maps::FLOW_CACHE_SIZE.into()),
+        ("RVS_FLOW_EPOCHS", maps::FLOW_EPOCHS.into()),
+        ("RVS_FLOW_CACHE_JIFFIES", maps::FLOW_CACHE_JIFFIES),
+        ("RVS_FLOW_CACHE_SEED", maps::FLOW_CACHE_SEED),
+        ("RVS_FLOW_CACHE_MUL", maps::FLOW_CACHE_MUL),
     ];
     let defs = header_defines();
     for (name, v) in want {

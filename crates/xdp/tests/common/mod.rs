@@ -408,3 +408,29 @@ pub fn in_netns<T: Send + 'static>(path: &str, f: impl FnOnce() -> T + Send + 's
     .join()
     .unwrap_or_else(|e| std::panic::resume_unwind(e))
 }
+
+/// How long a flow-cache entry serves packets without a look at `flows4`
+/// (`FLOW_CACHE_JIFFIES` at the kernel's HZ, plus a jiffy for the tick the
+/// entry was stamped in).
+pub fn flow_cache_window() -> std::time::Duration {
+    let hz = u64::from(rvs_xdp::kernel_hz().expect("kernel HZ"));
+    std::time::Duration::from_millis((maps::FLOW_CACHE_JIFFIES + 1) * 1000 / hz)
+}
+
+/// Pin the calling thread to `cpu` (BPF_PROG_TEST_RUN runs the program on
+/// the caller's CPU, so per-CPU state follows the pin); false when the
+/// machine has no such CPU.
+pub fn pin_to_cpu(cpu: usize) -> bool {
+    // SAFETY: `set` is a plain bitmask owned by this frame; CPU_ZERO and
+    // CPU_SET only write inside it, and sched_setaffinity reads
+    // size_of::<cpu_set_t>() bytes of it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+            return false;
+        }
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
