@@ -233,7 +233,7 @@ pub struct Dest {
 /// the shorter [`Flow4Key`] in `flows4`; the control side speaks of every
 /// flow with this type ([`Flow4Key::of`] and [`Flow4Key::widen`] convert).
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FlowKey {
     /// Client address.
     pub caddr: [u8; 16],
@@ -504,7 +504,7 @@ pub struct Config {
 
 /// `persist` key: a persistence template's client network and service.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PersistKey {
     /// Client address masked with the service's `persist_mask`.
     pub caddr: [u8; 16],

@@ -145,11 +145,23 @@ pub trait MapOps {
     /// `dest_conns[index] = conns` (ActiveConn/InActConn the program keeps
     /// for the least-connection schedulers).
     fn set_dest_conns(&mut self, index: u32, conns: &DestConns) -> Result<(), XdpError>;
+    /// Call `f` for about `max` persistence templates from `cursor` on;
+    /// true when the walk reached the end (as [`MapOps::flows_page`]).
+    fn persist_page(
+        &mut self,
+        cursor: &mut WalkCursor,
+        max: usize,
+        f: &mut dyn FnMut(&PersistKey, &Persist),
+    ) -> Result<bool, XdpError>;
     /// Call `f` for every persistence template.
     fn for_each_persist(
         &mut self,
         f: &mut dyn FnMut(&PersistKey, &Persist),
-    ) -> Result<(), XdpError>;
+    ) -> Result<(), XdpError> {
+        let mut cursor = WalkCursor::default();
+        while !self.persist_page(&mut cursor, usize::MAX, f)? {}
+        Ok(())
+    }
     /// Delete a persistence template (absent is not an error).
     fn remove_persist(&mut self, key: &PersistKey) -> Result<(), XdpError>;
     /// Call `f` for about `max` entries of the flow tables from `cursor`
@@ -160,13 +172,13 @@ pub trait MapOps {
     /// seen twice, as with any walk of a live hash table.
     fn flows_page(
         &mut self,
-        cursor: &mut FlowCursor,
+        cursor: &mut WalkCursor,
         max: usize,
         f: &mut dyn FnMut(&FlowKey, &Flow),
     ) -> Result<bool, XdpError>;
     /// Call `f` for every entry of the flow tables.
     fn for_each_flow(&mut self, f: &mut dyn FnMut(&FlowKey, &Flow)) -> Result<(), XdpError> {
-        let mut cursor = FlowCursor::default();
+        let mut cursor = WalkCursor::default();
         while !self.flows_page(&mut cursor, usize::MAX, f)? {}
         Ok(())
     }
@@ -176,9 +188,10 @@ pub trait MapOps {
     fn slots_len(&self) -> u32;
 }
 
-/// Where a walk of the flow tables that spans several reports stands.
+/// Where a walk of a table (the flow tables, the persistence templates)
+/// that spans several reports stands.
 #[derive(Clone, Debug, Default)]
-pub struct FlowCursor {
+pub struct WalkCursor {
     /// 0: `flows4`, 1: `flows`.
     table: u8,
     /// The kernel's batch token to resume `table` from (`None`: its start).
@@ -275,18 +288,18 @@ struct BatchAttr {
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 
 impl KernelMaps {
-    /// One flow table (`flows4` with [`Flow4Key`], `flows` with
-    /// [`FlowKey`]) in batches of up to 4096 entries per syscall
+    /// One hash table (`flows4` with [`Flow4Key`], `flows` with
+    /// [`FlowKey`], `persist`) in batches of up to 4096 entries per syscall
     /// (`BPF_MAP_LOOKUP_BATCH`; aya 0.14 has no wrapper): a report reads a
-    /// large table in a few hundred syscalls instead of two per flow.
+    /// large table in a few hundred syscalls instead of two per entry.
     /// Resumes from `token` (`None`: the start) and stops after about
     /// `max` entries: `Ok(Some(next token))`, or `Ok(None)` at the end.
-    fn flows_batched<K: Copy + Default>(
+    fn batched<K: Copy + Default, V: Copy + Default>(
         &mut self,
         name: &'static str,
         token: Option<[u8; 64]>,
         max: usize,
-        f: &mut dyn FnMut(&K, &Flow),
+        f: &mut dyn FnMut(&K, &V),
     ) -> std::io::Result<Option<[u8; 64]>> {
         use std::os::fd::{AsFd, AsRawFd};
         let Ok(map) = self.director.map(name) else {
@@ -300,7 +313,7 @@ impl KernelMaps {
         };
         const CHUNK: usize = 4096;
         let mut keys = vec![K::default(); CHUNK];
-        let mut values = vec![Flow::default(); CHUNK];
+        let mut values = vec![V::default(); CHUNK];
         // Batch tokens are map-specific; a key's size is always enough.
         let mut token_in = token.unwrap_or([0u8; 64]);
         let mut token_out = [0u8; 64];
@@ -353,18 +366,18 @@ impl KernelMaps {
 }
 
 impl KernelMaps {
-    /// About `max` entries of the flow table `name` (keys of type `K`)
-    /// from `token` on, batched: the next token, `None` at the end. On
-    /// kernels without batch operations on LRU hashes, a key walk of the
-    /// whole table (one page).
-    fn page_in<K: aya::Pod + Default>(
+    /// About `max` entries of the hash table `name` from `token` on,
+    /// batched: the next token, `None` at the end. On kernels without
+    /// batch operations on LRU hashes, a key walk of the whole table (one
+    /// page).
+    fn page_in<K: aya::Pod + Default, V: aya::Pod + Default>(
         &mut self,
         name: &'static str,
         token: Option<[u8; 64]>,
         max: usize,
-        f: &mut dyn FnMut(&K, &Flow),
+        f: &mut dyn FnMut(&K, &V),
     ) -> Result<Option<[u8; 64]>, XdpError> {
-        match self.flows_batched::<K>(name, token, max, f) {
+        match self.batched::<K, V>(name, token, max, f) {
             Ok(next) => return Ok(next),
             // Kernels without batch operations on this map type: walk keys.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
@@ -378,7 +391,7 @@ impl KernelMaps {
                 ));
             }
         }
-        let flows = self.director.hash::<K, Flow>(name)?;
+        let flows = self.director.hash::<K, V>(name)?;
         for item in flows.iter() {
             match item {
                 Ok((k, v)) => f(&k, &v),
@@ -420,19 +433,19 @@ impl MapOps for KernelMaps {
     fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError> {
         self.director.remove_flow(key)
     }
-    fn for_each_persist(
+    fn persist_page(
         &mut self,
+        cursor: &mut WalkCursor,
+        max: usize,
         f: &mut dyn FnMut(&PersistKey, &Persist),
-    ) -> Result<(), XdpError> {
-        let map = self.director.hash::<PersistKey, Persist>("persist")?;
-        for item in map.iter() {
-            match item {
-                Ok((k, v)) => f(&k, &v),
-                Err(MapError::KeyNotFound) => {}
-                Err(e) => return Err(map_error("persist", e)),
-            }
+    ) -> Result<bool, XdpError> {
+        let next = self.page_in::<PersistKey, Persist>("persist", cursor.token, max, f)?;
+        cursor.token = next;
+        if next.is_some() {
+            return Ok(false);
         }
-        Ok(())
+        *cursor = WalkCursor::default();
+        Ok(true)
     }
     fn remove_persist(&mut self, key: &PersistKey) -> Result<(), XdpError> {
         match self
@@ -451,16 +464,17 @@ impl MapOps for KernelMaps {
     /// then the IPv6 flows of `flows`.
     fn flows_page(
         &mut self,
-        cursor: &mut FlowCursor,
+        cursor: &mut WalkCursor,
         max: usize,
         f: &mut dyn FnMut(&FlowKey, &Flow),
     ) -> Result<bool, XdpError> {
         let mut given = 0usize;
         if cursor.table == 0 {
-            let next = self.page_in::<Flow4Key>("flows4", cursor.token, max, &mut |k, v| {
-                given += 1;
-                f(&k.widen(), v)
-            })?;
+            let next =
+                self.page_in::<Flow4Key, Flow>("flows4", cursor.token, max, &mut |k, v| {
+                    given += 1;
+                    f(&k.widen(), v)
+                })?;
             cursor.token = next;
             if next.is_some() {
                 return Ok(false);
@@ -468,12 +482,13 @@ impl MapOps for KernelMaps {
             cursor.table = 1;
         }
         // What the IPv4 table left of this page (at least one batch).
-        let next = self.page_in::<FlowKey>("flows", cursor.token, max.saturating_sub(given), f)?;
+        let next =
+            self.page_in::<FlowKey, Flow>("flows", cursor.token, max.saturating_sub(given), f)?;
         cursor.token = next;
         if next.is_some() {
             return Ok(false);
         }
-        *cursor = FlowCursor::default();
+        *cursor = WalkCursor::default();
         Ok(true)
     }
     fn clock(&mut self) -> Result<(u64, u32), XdpError> {
@@ -644,14 +659,13 @@ impl MapOps for MemMaps {
         self.flows.remove(key);
         Ok(())
     }
-    fn for_each_persist(
+    fn persist_page(
         &mut self,
+        cursor: &mut WalkCursor,
+        max: usize,
         f: &mut dyn FnMut(&PersistKey, &Persist),
-    ) -> Result<(), XdpError> {
-        for (k, v) in &self.persist {
-            f(k, v);
-        }
-        Ok(())
+    ) -> Result<bool, XdpError> {
+        Ok(mem_page(&self.persist, cursor, max, f))
     }
     fn remove_persist(&mut self, key: &PersistKey) -> Result<(), XdpError> {
         self.write("persist")?;
@@ -668,24 +682,11 @@ impl MapOps for MemMaps {
     /// buckets'; any stable order shows the same walk).
     fn flows_page(
         &mut self,
-        cursor: &mut FlowCursor,
+        cursor: &mut WalkCursor,
         max: usize,
         f: &mut dyn FnMut(&FlowKey, &Flow),
     ) -> Result<bool, XdpError> {
-        let mut keys: Vec<&FlowKey> = self.flows.keys().collect();
-        keys.sort_by_key(|k| (k.family, k.caddr, k.vaddr, k.cport, k.vport, k.proto));
-        let end = cursor.pos.saturating_add(max).min(keys.len());
-        for k in keys.get(cursor.pos..end).unwrap_or_default() {
-            if let Some(v) = self.flows.get(*k) {
-                f(k, v);
-            }
-        }
-        if end >= keys.len() {
-            *cursor = FlowCursor::default();
-            return Ok(true);
-        }
-        cursor.pos = end;
-        Ok(false)
+        Ok(mem_page(&self.flows, cursor, max, f))
     }
     fn clock(&mut self) -> Result<(u64, u32), XdpError> {
         Ok((self.jiffies, self.hz))
@@ -693,6 +694,28 @@ impl MapOps for MemMaps {
     fn slots_len(&self) -> u32 {
         self.slots_len
     }
+}
+
+/// A page of an in-memory table in key order (the kernel's order is its
+/// buckets'; any stable order shows the same walk): true at the end.
+fn mem_page<K: Ord + std::hash::Hash, V>(
+    table: &HashMap<K, V>,
+    cursor: &mut WalkCursor,
+    max: usize,
+    f: &mut dyn FnMut(&K, &V),
+) -> bool {
+    let mut entries: Vec<(&K, &V)> = table.iter().collect();
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    let end = cursor.pos.saturating_add(max).min(entries.len());
+    for (k, v) in entries.get(cursor.pos..end).unwrap_or_default() {
+        f(k, v);
+    }
+    if end >= entries.len() {
+        *cursor = WalkCursor::default();
+        return true;
+    }
+    cursor.pos = end;
+    false
 }
 
 /// Why the XDP data plane could not apply a change.
@@ -872,12 +895,17 @@ pub struct Plane<M: MapOps, R: Resolve> {
     /// Last read counters per dest index.
     baselines: HashMap<u32, Stats>,
     /// The walk of the flow tables in progress (one page per report).
-    pass: FlowPass,
-    /// Flows per report page (see [`Plane::set_mirror_page`]).
+    flow_walk: Walk,
+    /// The walk of the persistence templates in progress.
+    persist_walk: Walk,
+    /// What the last complete walk of each found.
+    flows_done: Option<WalkDone>,
+    persist_done: Option<WalkDone>,
+    /// Entries per table per report (see [`Plane::set_mirror_page`]).
     mirror_page: usize,
     /// Connection entries mirrored from flows by the last complete walk.
     mirrored_flows: HashSet<ConnId>,
-    /// Connection entries mirrored from templates at the last report.
+    /// Connection entries mirrored from templates by the last complete walk.
     mirrored_templates: HashSet<ConnId>,
     /// A map write failed: compare with the model at the next report.
     dirty: bool,
@@ -887,20 +915,29 @@ pub struct Plane<M: MapOps, R: Resolve> {
     fresh: Vec<IpAddr>,
 }
 
-/// Flows mirrored per report by default: a report holds the control plane's
-/// lock for a bounded time however large the flow table is.
+/// Flows (and templates) mirrored per report by default: a report holds the
+/// control plane's lock for a bounded time however large the tables are.
 pub const MIRROR_PAGE: usize = 65_536;
 
-/// A walk of the flow tables, one page per report, and what it found so far.
+/// A walk of a table, one page per report, and what it found so far.
 #[derive(Debug, Default)]
-struct FlowPass {
-    cursor: FlowCursor,
+struct Walk {
+    cursor: WalkCursor,
     /// Report generation the walk began at.
     start: Option<u64>,
-    /// Live flows per real-server index.
+    /// Live entries per real-server index (counted for flows).
     users: HashMap<u32, DestConns>,
     /// Connection entries mirrored by the walk.
     seen: HashSet<ConnId>,
+}
+
+/// What a complete walk found.
+#[derive(Debug)]
+struct WalkDone {
+    /// Report generation it began at.
+    start: u64,
+    /// Real-server indexes in use.
+    users: HashSet<u32>,
 }
 
 /// Every this many reports the MACs in use are looked up again, so a real
@@ -1021,7 +1058,10 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             tun_src: (None, None),
             tun_vary: (0, 0),
             baselines: HashMap::new(),
-            pass: FlowPass::default(),
+            flow_walk: Walk::default(),
+            persist_walk: Walk::default(),
+            flows_done: None,
+            persist_done: None,
             mirror_page: MIRROR_PAGE,
             mirrored_flows: HashSet::new(),
             mirrored_templates: HashSet::new(),
@@ -1095,7 +1135,8 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         self.write_config()
     }
 
-    /// Flows mirrored per report (default [`MIRROR_PAGE`]; at least 1).
+    /// Flows, and templates, mirrored per report (default [`MIRROR_PAGE`];
+    /// at least 1).
     pub fn set_mirror_page(&mut self, flows: usize) {
         self.mirror_page = flows.max(1);
     }
@@ -1862,41 +1903,42 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         let (jiffies, hz) = self.maps.clock()?;
         let hz = u64::from(hz.max(1));
         let config = self.config;
-        let pass_start = *self.pass.start.get_or_insert(self.generation);
-        // This report's page of the flow walk.
+        let g = self.generation;
+        let flow_start = *self.flow_walk.start.get_or_insert(g);
+        let persist_start = *self.persist_walk.start.get_or_insert(g);
+        // This report's page of each walk.
         let mut flows = Vec::new();
         let mut expired = Vec::new();
-        let users = &mut self.pass.users;
-        let done = self
-            .maps
-            .flows_page(&mut self.pass.cursor, self.mirror_page, &mut |k, f| {
-                let timeout = if k.proto == maps::PROTO_TCP {
-                    config
-                        .tcp_timeouts
-                        .get(usize::from(f.state))
-                        .copied()
-                        .unwrap_or(0)
-                } else {
-                    config.udp_timeout
-                };
-                let age = jiffies.saturating_sub(f.last_seen);
-                let limit = u64::from(timeout) * hz;
-                if age > limit {
-                    expired.push(*k);
-                    return;
-                }
-                let c = users.entry(f.dest).or_default();
-                let tcp_active = TcpState::from_u8(f.state).is_some_and(TcpState::is_active);
-                if k.proto == maps::PROTO_TCP && tcp_active {
-                    c.active += 1;
-                } else {
-                    c.inactive += 1;
-                }
-                flows.push((*k, *f, Duration::from_millis((limit - age) * 1000 / hz)));
-            })?;
-        // Persistence templates, all of them every report: live ones are
-        // mirrored (and keep their real server's index from being reused),
-        // expired ones go.
+        let users = &mut self.flow_walk.users;
+        let flows_done =
+            self.maps
+                .flows_page(&mut self.flow_walk.cursor, self.mirror_page, &mut |k, f| {
+                    let timeout = if k.proto == maps::PROTO_TCP {
+                        config
+                            .tcp_timeouts
+                            .get(usize::from(f.state))
+                            .copied()
+                            .unwrap_or(0)
+                    } else {
+                        config.udp_timeout
+                    };
+                    let age = jiffies.saturating_sub(f.last_seen);
+                    let limit = u64::from(timeout) * hz;
+                    if age > limit {
+                        expired.push(*k);
+                        return;
+                    }
+                    let c = users.entry(f.dest).or_default();
+                    let tcp_active = TcpState::from_u8(f.state).is_some_and(TcpState::is_active);
+                    if k.proto == maps::PROTO_TCP && tcp_active {
+                        c.active += 1;
+                    } else {
+                        c.inactive += 1;
+                    }
+                    flows.push((*k, *f, Duration::from_millis((limit - age) * 1000 / hz)));
+                })?;
+        // Persistence templates: live ones are mirrored (and keep their real
+        // server's index from being reused), expired ones go.
         let timeouts: HashMap<u32, u32> = self
             .services
             .values()
@@ -1904,21 +1946,24 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             .collect();
         let mut templates = Vec::new();
         let mut stale = Vec::new();
-        let mut template_users = HashSet::new();
-        self.maps.for_each_persist(&mut |k, t| {
-            let limit = timeouts.get(&t.svc).map_or(0, |&secs| u64::from(secs) * hz);
-            let age = jiffies.saturating_sub(t.last_seen);
-            if age > limit {
-                stale.push(*k);
-                return;
-            }
-            template_users.insert(t.dest);
-            templates.push((*k, *t, Duration::from_millis((limit - age) * 1000 / hz)));
-        })?;
+        let users = &mut self.persist_walk.users;
+        let persist_done = self.maps.persist_page(
+            &mut self.persist_walk.cursor,
+            self.mirror_page,
+            &mut |k, t| {
+                let limit = timeouts.get(&t.svc).map_or(0, |&secs| u64::from(secs) * hz);
+                let age = jiffies.saturating_sub(t.last_seen);
+                if age > limit {
+                    stale.push(*k);
+                    return;
+                }
+                users.entry(t.dest).or_default();
+                templates.push((*k, *t, Duration::from_millis((limit - age) * 1000 / hz)));
+            },
+        )?;
         for k in &stale {
             let _ = self.maps.remove_persist(k);
         }
-        let mut template_seen = HashSet::with_capacity(templates.len());
         for (k, t, left) in templates {
             let Some(dest) = ids.get(&t.dest) else {
                 continue;
@@ -1927,7 +1972,7 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
                 continue;
             };
             if let Some(id) = ipvs.mirror_conn(now, &m) {
-                template_seen.insert(id);
+                self.persist_walk.seen.insert(id);
             }
         }
         for (k, f, left) in flows {
@@ -1938,54 +1983,77 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
                 continue;
             };
             if let Some(id) = ipvs.mirror_conn(now, &m) {
-                self.pass.seen.insert(id);
+                self.flow_walk.seen.insert(id);
             }
         }
-        for id in self.mirrored_templates.difference(&template_seen) {
-            if !self.pass.seen.contains(id) && !self.mirrored_flows.contains(id) {
-                ipvs.close(*id);
-            }
-        }
-        self.mirrored_templates = template_seen;
         // Expired entries go (the program already treats them as absent;
         // this frees their room). Failures are retried next time.
         for k in &expired {
             let _ = self.maps.remove_flow(k);
         }
-        if !done {
-            return Ok(());
-        }
-        // The walk is complete. Flows mirrored by the previous walk and not
-        // seen by this one are gone.
-        let pass = std::mem::take(&mut self.pass);
-        for id in self.mirrored_flows.difference(&pass.seen) {
-            if !self.mirrored_templates.contains(id) {
-                ipvs.close(*id);
+        // A complete walk: entries the previous walk of that table mirrored
+        // and this one did not see are gone.
+        if persist_done {
+            let w = std::mem::take(&mut self.persist_walk);
+            for id in self.mirrored_templates.difference(&w.seen) {
+                if !self.mirrored_flows.contains(id) && !self.flow_walk.seen.contains(id) {
+                    ipvs.close(*id);
+                }
             }
+            self.mirrored_templates = w.seen;
+            self.persist_done = Some(WalkDone {
+                start: persist_start,
+                users: w.users.into_keys().collect(),
+            });
         }
-        self.mirrored_flows = pass.seen;
-        // The ActiveConn/InActConn the program keeps for the
-        // least-connection schedulers are set to what the live flows say,
-        // which also repairs flows the LRU evicted without telling.
-        // Increments made meanwhile may be overwritten; the next walk
-        // corrects them.
-        let indexes: Vec<u32> = self
-            .services
-            .values()
-            .flat_map(|s| s.dests.iter().map(|d| d.index))
-            .chain(self.trash.iter().map(|t| t.dest.index))
-            .collect();
-        for i in indexes {
-            let c = pass.users.get(&i).copied().unwrap_or_default();
-            let _ = self.maps.set_dest_conns(i, &c);
+        if flows_done {
+            let w = std::mem::take(&mut self.flow_walk);
+            for id in self.mirrored_flows.difference(&w.seen) {
+                if !self.mirrored_templates.contains(id) && !self.persist_walk.seen.contains(id) {
+                    ipvs.close(*id);
+                }
+            }
+            self.mirrored_flows = w.seen;
+            // The ActiveConn/InActConn the program keeps for the
+            // least-connection schedulers are set to what the live flows
+            // say, which also repairs flows the LRU evicted without
+            // telling. Increments made meanwhile may be overwritten; the
+            // next walk corrects them.
+            let indexes: Vec<u32> = self
+                .services
+                .values()
+                .flat_map(|s| s.dests.iter().map(|d| d.index))
+                .chain(self.trash.iter().map(|t| t.dest.index))
+                .collect();
+            for i in indexes {
+                let c = w.users.get(&i).copied().unwrap_or_default();
+                let _ = self.maps.set_dest_conns(i, &c);
+            }
+            self.flows_done = Some(WalkDone {
+                start: flow_start,
+                users: w.users.into_keys().collect(),
+            });
         }
-        // Deleted real servers no flow uses any more give their index back:
-        // the whole walk began two reports after the deletion, when no new
-        // flow could be given that index any more, and met none using it.
+        if flows_done || persist_done {
+            self.free_trash();
+        }
+        Ok(())
+    }
+
+    /// Deleted real servers no flow or template uses any more give their
+    /// index back: the last whole walk of each table began two reports
+    /// after the deletion, when no new flow or template could be given
+    /// that index any more, and met none using it.
+    fn free_trash(&mut self) {
+        let (Some(flows), Some(persist)) = (&self.flows_done, &self.persist_done) else {
+            return;
+        };
         let (free, keep): (Vec<_>, Vec<_>) = self.trash.drain(..).partition(|t| {
-            pass_start >= t.since + 2
-                && !pass.users.contains_key(&t.dest.index)
-                && !template_users.contains(&t.dest.index)
+            let i = t.dest.index;
+            flows.start >= t.since + 2
+                && persist.start >= t.since + 2
+                && !flows.users.contains(&i)
+                && !persist.users.contains(&i)
         });
         self.trash = keep;
         for t in free {
@@ -1996,7 +2064,6 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
                 self.trash.push(t);
             }
         }
-        Ok(())
     }
 }
 
@@ -2926,6 +2993,54 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.to_string().contains("port-zero"), "{e}");
+    }
+
+    #[test]
+    fn templates_are_walked_a_page_per_report_too() {
+        let mut bed = Bed::new();
+        bed.plane.set_mirror_page(1);
+        bed.run(Command::AddService {
+            key: key(80),
+            config: ServiceConfig::new(AddrFamily::Inet)
+                .scheduler("rr")
+                .persistent(300),
+        })
+        .unwrap();
+        bed.dest(80, dr(1)).unwrap();
+        let a = bed.index(80, 1);
+        let si = bed.plane.service_index(&key(80)).unwrap();
+        let now = bed.plane.maps().jiffies;
+        let pk = |net: u8| PersistKey {
+            caddr: maps::addr16(IpAddr::from([192, 0, 2, net])),
+            vaddr: maps::addr16("10.0.0.100".parse().unwrap()),
+            vport: 80u16.to_be(),
+            proto: maps::PROTO_TCP,
+            family: maps::AF_INET,
+        };
+        for net in [1, 2, 3] {
+            bed.plane.maps().persist.insert(
+                pk(net),
+                Persist {
+                    last_seen: now,
+                    dest: a,
+                    svc: si,
+                },
+            );
+        }
+        let persist = |bed: &Bed| bed.ipvs.service(&key(80)).unwrap().dests()[0].persist;
+        bed.report(1);
+        assert_eq!(persist(&bed), 1, "one page");
+        bed.report(2);
+        assert_eq!(persist(&bed), 2);
+        bed.report(3);
+        assert_eq!(persist(&bed), 3);
+        // Gone from the map: gone from the view when a walk completes.
+        bed.plane.maps().persist.remove(&pk(1));
+        bed.report(4);
+        assert_eq!(persist(&bed), 3, "walk not complete yet");
+        bed.report(5);
+        assert_eq!(persist(&bed), 2);
+        assert_eq!(bed.ipvs.conns().len(), 2);
     }
 
     #[test]

@@ -453,7 +453,7 @@ fn report_cost_with_many_flows() {
         assert_eq!(seen, n);
         // Pages resume from the kernel's batch token: a walk of pages of
         // 8192 meets every flow once.
-        let mut cursor = rvs_xdp::plane::FlowCursor::default();
+        let mut cursor = rvs_xdp::plane::WalkCursor::default();
         let mut keys = std::collections::HashSet::new();
         let mut pages = 0;
         loop {
