@@ -1139,12 +1139,13 @@ static __always_inline __u32 schedule(const struct rvs_svc *s, __u32 svc_idx,
 }
 
 /* Persistence (ip_vs_sched_persist): a live template of the client's
- * network names the real server, unless that server was deleted (a
+ * network (and the service's port: 0 for a port-zero service) names the
+ * real server, unless that server was deleted (a
  * quiesced one keeps its clients, as with expire_quiescent_template = 0);
  * otherwise the scheduler chooses and a template is written. Templates are
  * refreshed by every new flow that uses them. */
 static __always_inline __u32 schedule_persistent(const struct rvs_svc *s, __u32 svc_idx,
-						 const struct pkt *p,
+						 const struct pkt *p, __be16 svc_port,
 						 const struct rvs_config *cfg, __u64 now)
 {
 	struct rvs_persist_key pk = {};
@@ -1159,7 +1160,9 @@ static __always_inline __u32 schedule_persistent(const struct rvs_svc *s, __u32 
 		c[i] = p->saddr[i] & mask[i];
 	__builtin_memcpy(pk.caddr, c, 16);
 	__builtin_memcpy(pk.vaddr, p->daddr, 16);
-	pk.vport = p->dport;
+	/* A port-zero service's template covers all ports of the VIP (IPVS's
+	 * <caddr, 0, vaddr, 0> template): the service's port, not the packet's. */
+	pk.vport = svc_port;
 	pk.proto = p->proto;
 	pk.family = p->family;
 	t = bpf_map_lookup_elem(&persist, &pk);
@@ -2230,6 +2233,14 @@ new_flow:
 	sk.port = p.dport;
 	__builtin_memcpy(sk.vip, p.daddr, 16);
 	svcp = bpf_map_lookup_elem(&services, &sk);
+	CALL_SITE_TAG(24);
+	if (!svcp) {
+		/* A port-zero service takes every other port of its VIP (IPVS's
+		 * catch-all, looked up after the exact port). */
+		sk.port = 0;
+		svcp = bpf_map_lookup_elem(&services, &sk);
+		CALL_SITE_TAG(25);
+	}
 	if (!svcp)
 		return nat_reply(ctx, &p, cfg);
 	svc_idx = *svcp;
@@ -2244,7 +2255,7 @@ new_flow:
 	if (is_tcp && !syn && !(cfg->max_new_flows && hashed))
 		return XDP_PASS;
 	if (svc->flags & RVS_SVC_F_PERSISTENT)
-		dest_idx = schedule_persistent(svc, svc_idx, &p, cfg, now);
+		dest_idx = schedule_persistent(svc, svc_idx, &p, sk.port, cfg, now);
 	else
 		dest_idx = schedule(svc, svc_idx, &p);
 	if (dest_idx == RVS_SLOT_EMPTY)

@@ -51,7 +51,7 @@
 //!
 //! What the XDP program cannot do is refused with a clear error: fwmark
 //! services (XDP runs before the skb exists, so there is no packet mark),
-//! port-zero services, `Local` and `FullNat` real servers, GRE tunnels.
+//! `Local` and `FullNat` real servers, GRE tunnels.
 //! Every scheduler of the core runs in the program.
 //!
 //! # Reporting
@@ -985,9 +985,8 @@ fn svc_key(key: &ServiceKey) -> Result<SvcKey, PlaneError> {
             addr,
             port,
         } => match protocol {
-            Protocol::Tcp | Protocol::Udp if *port == 0 => Err(PlaneError::Refused(
-                "port-zero (any port) services are not supported by the xdp data plane yet".into(),
-            )),
+            // Port 0: the program looks it up when no service has the
+            // packet's port (IPVS's catch-all).
             Protocol::Tcp | Protocol::Udp => Ok(SvcKey::new(protocol.number(), *addr, *port)),
             Protocol::Sctp => Err(PlaneError::Refused(
                 "SCTP services are not supported by the xdp data plane".into(),
@@ -2981,18 +2980,17 @@ mod tests {
         bed.plane.maps().flows.clear();
         bed.report(2);
         assert_eq!(flags(&mut bed), 0, "0 < lower 1");
-        // Port-zero services are refused up front.
+        // Port-zero (any port) services are carried.
         let any = ServiceKey::Addr {
             protocol: Protocol::Tcp,
             addr: rs(100),
             port: 0,
         };
-        let e = admit(&Command::AddService {
+        admit(&Command::AddService {
             key: any,
             config: ServiceConfig::new(AddrFamily::Inet).persistent(300),
         })
-        .unwrap_err();
-        assert!(e.to_string().contains("port-zero"), "{e}");
+        .unwrap();
     }
 
     #[test]

@@ -711,6 +711,77 @@ fn persistence_v6() {
     persistence(true);
 }
 
+/// A port-zero service takes the VIP's other ports (IPVS's catch-all after
+/// the exact port), and its persistence template covers every port of the
+/// VIP (IPVS's `<caddr, 0, vaddr, 0>` template).
+fn port_zero(v6: bool) {
+    let Some(mut lb) = Lb::new("port_zero") else {
+        return;
+    };
+    let rs: Vec<Rs> = (0..3)
+        .map(|i| Rs::new(rs_addr(v6, i), fwd::DR, rs_mac(i)))
+        .collect();
+    let v = vip(v6);
+    // Port 80 to rs 0; every other TCP port to rs 1 or 2, persistent.
+    lb.service(0, SvcKey::new(PROTO_TCP, v, VPORT), "rr", 0, &rs[..1]);
+    let any = SvcKey::new(PROTO_TCP, v, 0);
+    lb.service(1, any, "rr", svc_flags::PERSISTENT, &rs[1..]);
+    let mut svc = maps::Svc {
+        sched: maps::sched::RR,
+        family: any.family,
+        flags: svc_flags::PERSISTENT,
+        dests_off: SLOT_REGION + SLOT_REGION / 2,
+        dests_len: 2,
+        persist_timeout: 300,
+        ..maps::Svc::default()
+    };
+    svc.persist_mask = if v6 {
+        maps::prefix_mask(128)
+    } else {
+        maps::addr16("255.255.255.255".parse().unwrap())
+    };
+    lb.l.set_svc(1, &svc).unwrap();
+    let syn = |lb: &mut Lb, c: IpAddr, port: u16| {
+        let r = lb.run(&tcp_frame(c, 40000, v, port, Flags::Syn, b""));
+        assert_eq!(r.action, action::TX, "port {port}");
+        r.data[5]
+    };
+    let (a, b) = (client(v6, 31), client(v6, 32));
+    assert_eq!(syn(&mut lb, a, VPORT), 0, "the exact port's service first");
+    let first = syn(&mut lb, a, 8080);
+    assert!(first == 1 || first == 2, "{first}");
+    assert_eq!(syn(&mut lb, a, 9090), first, "one template for all ports");
+    assert_eq!(syn(&mut lb, a, 22), first);
+    assert_eq!(syn(&mut lb, b, 8080), 3 - first, "another client: rr");
+    let t =
+        lb.l.persist(&maps::PersistKey {
+            caddr: maps::addr16(a),
+            vaddr: maps::addr16(v),
+            vport: 0,
+            proto: PROTO_TCP,
+            family: maps::family(a),
+        })
+        .unwrap()
+        .expect("a port-zero template");
+    assert_eq!(t.svc, 1);
+    // The flows keep their own ports; established packets follow them.
+    let ack = lb.run(&tcp_frame(a, 40000, v, 9090, Flags::Ack, b"x"));
+    assert_eq!((ack.action, ack.data[5]), (action::TX, first));
+    // No UDP service: UDP to the VIP is not ours.
+    let u = lb.run(&udp_frame(a, 5000, v, 53, b"q"));
+    assert_eq!(u.action, action::PASS);
+}
+
+#[test]
+fn port_zero_v4() {
+    port_zero(false);
+}
+
+#[test]
+fn port_zero_v6() {
+    port_zero(true);
+}
+
 fn too_big(v6: bool) {
     let Some(mut lb) = Lb::new("too_big") else {
         return;

@@ -296,3 +296,52 @@ fn xdp_rvsd_dr_mh_port_matches_core() {
 fn xdp_rvsd_dr_sh_port_matches_core() {
     hashed_via_rvsd("xdp_rvsd_dr_sh_port_matches_core", "sh");
 }
+
+/// A persistent port-zero service (`-A -t VIP:0 -p`, as keepalived's
+/// `virtual_server VIP 0` with persistence): every port of the VIP is
+/// balanced, and one client sticks to one real server across ports.
+#[test]
+fn xdp_rvsd_dr_port_zero_persistent() {
+    let Some((mut bed, client, d, rs, flag)) =
+        setup("xdp_rvsd_dr_port_zero_persistent", Kind::Dr, 2)
+    else {
+        return;
+    };
+    for (i, h) in rs.iter().enumerate() {
+        bed.server(h, "0.0.0.0".parse().expect("any"), 8080, &format!("rs{i}"));
+    }
+    d.ok("-A -t 10.77.0.100:0 -s rr -p 300");
+    for h in &rs {
+        d.ok(&format!("-a -t 10.77.0.100:0 -r {} {flag}", h.addr));
+    }
+    let at = |port: u16| SocketAddr::new(vip().ip(), port);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let first = loop {
+        if let Ok(c) = connect(&client, at(80), Duration::from_millis(500)) {
+            break c.server;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the port-zero service never answered"
+        );
+    };
+    for port in [80, 8080, 80, 8080] {
+        let c = connect(&client, at(port), T).expect("connect");
+        assert_eq!(c.server, first, "port {port}: the client's template holds");
+    }
+    // The template covers all ports: -Lcn shows it on port 0 once a
+    // report has mirrored the program's state (about every second).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let o = d.adm("-L -c -n");
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        if out
+            .lines()
+            .any(|l| l.contains("NONE") && l.contains("10.77.0.100:0"))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no port-zero template: {out}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
