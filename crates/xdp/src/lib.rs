@@ -550,15 +550,7 @@ impl Loaded {
         let mut expired = Vec::new();
         for (k, f) in self.flows()? {
             let tcp = k.proto == maps::PROTO_TCP;
-            let secs = if tcp {
-                config
-                    .tcp_timeouts
-                    .get(usize::from(f.state))
-                    .copied()
-                    .unwrap_or(0)
-            } else {
-                config.udp_timeout
-            };
+            let secs = config.flow_timeout(k.proto, f.state);
             if now.saturating_sub(f.last_seen) > u64::from(secs) * hz {
                 expired.push(k);
                 continue;

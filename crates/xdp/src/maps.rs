@@ -625,6 +625,19 @@ impl Config {
             ..Config::default()
         }
     }
+
+    /// The timeout in seconds of a flow of `proto` in `state` (a TCP state,
+    /// or UDP's one), as the program applies it; 0 for an unknown state.
+    pub fn flow_timeout(&self, proto: u8, state: u8) -> u32 {
+        if proto == PROTO_TCP {
+            self.tcp_timeouts
+                .get(usize::from(state))
+                .copied()
+                .unwrap_or(0)
+        } else {
+            self.udp_timeout
+        }
+    }
 }
 
 const _: () = assert!(size_of::<SvcKey>() == 20);

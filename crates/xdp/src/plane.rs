@@ -1912,15 +1912,7 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         let flows_done =
             self.maps
                 .flows_page(&mut self.flow_walk.cursor, self.mirror_page, &mut |k, f| {
-                    let timeout = if k.proto == maps::PROTO_TCP {
-                        config
-                            .tcp_timeouts
-                            .get(usize::from(f.state))
-                            .copied()
-                            .unwrap_or(0)
-                    } else {
-                        config.udp_timeout
-                    };
+                    let timeout = config.flow_timeout(k.proto, f.state);
                     let age = jiffies.saturating_sub(f.last_seen);
                     let limit = u64::from(timeout) * hz;
                     if age > limit {
