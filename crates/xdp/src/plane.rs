@@ -2985,10 +2985,9 @@ mod tests {
         .unwrap();
     }
 
-    #[test]
-    fn templates_are_walked_a_page_per_report_too() {
-        let mut bed = Bed::new();
-        bed.plane.set_mirror_page(1);
+    /// A persistent (300 s) rr service on port 80 with one DR real server:
+    /// (its index, the service's index).
+    fn persistent_service(bed: &mut Bed) -> (u32, u32) {
         bed.run(Command::AddService {
             key: key(80),
             config: ServiceConfig::new(AddrFamily::Inet)
@@ -2997,16 +2996,26 @@ mod tests {
         })
         .unwrap();
         bed.dest(80, dr(1)).unwrap();
-        let a = bed.index(80, 1);
-        let si = bed.plane.service_index(&key(80)).unwrap();
-        let now = bed.plane.maps().jiffies;
-        let pk = |net: u8| PersistKey {
+        (bed.index(80, 1), bed.plane.service_index(&key(80)).unwrap())
+    }
+
+    /// The template key of client network 192.0.2.`net` on the service.
+    fn pk(net: u8) -> PersistKey {
+        PersistKey {
             caddr: maps::addr16(IpAddr::from([192, 0, 2, net])),
             vaddr: maps::addr16("10.0.0.100".parse().unwrap()),
             vport: 80u16.to_be(),
             proto: maps::PROTO_TCP,
             family: maps::AF_INET,
-        };
+        }
+    }
+
+    #[test]
+    fn templates_are_walked_a_page_per_report_too() {
+        let mut bed = Bed::new();
+        bed.plane.set_mirror_page(1);
+        let (a, si) = persistent_service(&mut bed);
+        let now = bed.plane.maps().jiffies;
         for net in [1, 2, 3] {
             bed.plane.maps().persist.insert(
                 pk(net),
@@ -3036,28 +3045,12 @@ mod tests {
     #[test]
     fn persistence_templates_are_mirrored_and_pin_their_real_server() {
         let mut bed = Bed::new();
-        bed.run(Command::AddService {
-            key: key(80),
-            config: ServiceConfig::new(AddrFamily::Inet)
-                .scheduler("rr")
-                .persistent(300),
-        })
-        .unwrap();
-        bed.dest(80, dr(1)).unwrap();
-        let a = bed.index(80, 1);
-        let si = bed.plane.service_index(&key(80)).unwrap();
+        let (a, si) = persistent_service(&mut bed);
         assert_eq!(
             bed.plane.maps().svc_info[&si].flags & maps::svc_flags::PERSISTENT,
             maps::svc_flags::PERSISTENT
         );
         let now = bed.plane.maps().jiffies;
-        let pk = |net: u8| PersistKey {
-            caddr: maps::addr16(IpAddr::from([192, 0, 2, net])),
-            vaddr: maps::addr16("10.0.0.100".parse().unwrap()),
-            vport: 80u16.to_be(),
-            proto: maps::PROTO_TCP,
-            family: maps::AF_INET,
-        };
         let m = bed.plane.maps();
         m.persist.insert(
             pk(0),
