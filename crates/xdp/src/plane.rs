@@ -696,6 +696,21 @@ impl MapOps for MemMaps {
     }
 }
 
+/// Close the director's entries a table's previous walk mirrored and its
+/// last one did not see, unless the other table's mirroring holds them.
+fn close_gone(
+    ipvs: &mut Ipvs,
+    before: &HashSet<ConnId>,
+    seen: &HashSet<ConnId>,
+    other: [&HashSet<ConnId>; 2],
+) {
+    for id in before.difference(seen) {
+        if !other.iter().any(|o| o.contains(id)) {
+            ipvs.close(*id);
+        }
+    }
+}
+
 /// A page of an in-memory table in key order (the kernel's order is its
 /// buckets'; any stable order shows the same walk): true at the end.
 fn mem_page<K: Ord + std::hash::Hash, V>(
@@ -1986,11 +2001,8 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         // and this one did not see are gone.
         if persist_done {
             let w = std::mem::take(&mut self.persist_walk);
-            for id in self.mirrored_templates.difference(&w.seen) {
-                if !self.mirrored_flows.contains(id) && !self.flow_walk.seen.contains(id) {
-                    ipvs.close(*id);
-                }
-            }
+            let other = [&self.mirrored_flows, &self.flow_walk.seen];
+            close_gone(ipvs, &self.mirrored_templates, &w.seen, other);
             self.mirrored_templates = w.seen;
             self.persist_done = Some(WalkDone {
                 start: persist_start,
@@ -1999,11 +2011,8 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         }
         if flows_done {
             let w = std::mem::take(&mut self.flow_walk);
-            for id in self.mirrored_flows.difference(&w.seen) {
-                if !self.mirrored_templates.contains(id) && !self.persist_walk.seen.contains(id) {
-                    ipvs.close(*id);
-                }
-            }
+            let other = [&self.mirrored_templates, &self.persist_walk.seen];
+            close_gone(ipvs, &self.mirrored_flows, &w.seen, other);
             self.mirrored_flows = w.seen;
             // The ActiveConn/InActConn the program keeps for the
             // least-connection schedulers are set to what the live flows
