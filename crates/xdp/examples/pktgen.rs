@@ -8,6 +8,7 @@
 //! pktgen --interface IF --dst-mac MAC --src ADDR --dst VIP [--dport PORT]
 //!        [--flows K] [--count N] [--seconds S] [--pps R] [--batch B]
 //!        [--payload BYTES] [--no-qdisc-bypass]
+//!        [--stall-cpu N [--burst B] [--gap-us G]]
 //! ```
 //!
 //! Flow i (0 <= i < K) is source port 1024 + i % 64512 from the address
@@ -17,11 +18,21 @@
 //! packets per second (in batches). Prints one line:
 //! `sent=N errors=E seconds=T pps=P` (errors: messages the kernel refused).
 //!
+//! Burst mode (`--stall-cpu N`): a helper thread pinned to CPU N at
+//! SCHED_FIFO 99 spins while each burst of B frames (default 200, under
+//! veth's 256-entry ring) is sent, then lets go and the generator sleeps G
+//! µs (default 1000). The director's NAPI thread on CPU N thus finds the
+//! whole burst in its ring and drains it in full polls, one wake-up per
+//! burst: its cost per packet is that of a director that is behind, i.e.
+//! saturated, on a bed whose generator is too slow to saturate it.
+//!
 //! Root (CAP_NET_RAW); meant to run in the client's network namespace under
 //! `ip netns exec`, pinned with `taskset`.
 
 use std::error::Error;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Source ports per source address (1024..=65535).
@@ -42,12 +53,15 @@ struct Args {
     batch: usize,
     payload: usize,
     qdisc_bypass: bool,
+    stall_cpu: Option<usize>,
+    burst: usize,
+    gap: Duration,
 }
 
 fn usage() -> String {
     "usage: pktgen --interface IF --dst-mac MAC --src ADDR --dst VIP [--dport PORT] \
      [--flows K] [--count N] [--seconds S] [--pps R] [--batch B] [--payload BYTES] \
-     [--no-qdisc-bypass]"
+     [--no-qdisc-bypass] [--stall-cpu N [--burst B] [--gap-us G]]"
         .to_string()
 }
 
@@ -79,6 +93,9 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
         batch: 64,
         payload: 18,
         qdisc_bypass: true,
+        stall_cpu: None,
+        burst: 200,
+        gap: Duration::from_micros(1000),
     };
     while let Some(flag) = a.next() {
         if flag == "--no-qdisc-bypass" {
@@ -104,6 +121,9 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
             "--pps" => args.pps = Some(v.parse()?),
             "--batch" => args.batch = v.parse()?,
             "--payload" => args.payload = v.parse()?,
+            "--stall-cpu" => args.stall_cpu = Some(v.parse()?),
+            "--burst" => args.burst = v.parse()?,
+            "--gap-us" => args.gap = Duration::from_micros(v.parse()?),
             _ => return Err(format!("unknown argument {flag}\n{}", usage()).into()),
         }
     }
@@ -122,6 +142,9 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
     }
     if args.batch == 0 || args.batch > 1024 {
         return Err("--batch 1..=1024".into());
+    }
+    if args.burst == 0 || args.burst > 4096 {
+        return Err("--burst 1..=4096".into());
     }
     if HEADERS + args.payload > 1514 {
         return Err("--payload: the frame must fit a 1500-byte MTU".into());
@@ -309,53 +332,193 @@ fn main() -> Result<(), Box<dyn Error>> {
         })
         .collect();
     let sock = PacketSocket::open(&args.interface, args.qdisc_bypass)?;
+    let mut tx = Sender::new(&sock, &mut iovs, args.batch);
 
     let limit = Duration::from_secs_f64(args.seconds);
     let start = Instant::now();
-    let (mut sent, mut errors, mut next) = (0u64, 0u64, 0usize);
-    // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
-    let zero: libc::mmsghdr = unsafe { std::mem::zeroed() };
-    let mut msgs = vec![zero; args.batch];
-    let mut last_error = None;
-    while sent + errors < args.count {
-        let elapsed = start.elapsed();
-        if elapsed >= limit {
-            break;
+    let deadline = start + limit;
+    if let Some(cpu) = args.stall_cpu {
+        let hold = Hold::start(cpu)?;
+        while tx.done() < args.count && Instant::now() < deadline {
+            // The burst lands in the director's ring while its CPU is held.
+            hold.acquire();
+            let want = args.burst.min((args.count - tx.done()) as usize);
+            tx.send(want, deadline);
+            hold.release();
+            std::thread::sleep(args.gap);
         }
-        if let Some(pps) = args.pps {
-            let due = Duration::from_secs_f64((sent + errors) as f64 / pps);
-            if due > elapsed {
-                std::thread::sleep((due - elapsed).min(limit - elapsed));
-                continue;
+        hold.stop();
+    } else {
+        while tx.done() < args.count {
+            let elapsed = start.elapsed();
+            if elapsed >= limit {
+                break;
             }
-        }
-        let want = args.batch.min((args.count - sent - errors) as usize);
-        for (k, m) in msgs[..want].iter_mut().enumerate() {
-            *m = zero;
-            m.msg_hdr.msg_iov = &raw mut iovs[(next + k) % frames.len()];
-            m.msg_hdr.msg_iovlen = 1;
-        }
-        match sock.send_batch(&mut msgs[..want]) {
-            Ok(n) => {
-                sent += n as u64;
-                next = (next + n) % frames.len();
+            if let Some(pps) = args.pps {
+                let due = Duration::from_secs_f64(tx.done() as f64 / pps);
+                if due > elapsed {
+                    std::thread::sleep((due - elapsed).min(limit - elapsed));
+                    continue;
+                }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                // The first message was refused (e.g. ENOBUFS): count it, go on.
-                errors += 1;
-                next = (next + 1) % frames.len();
-                last_error = Some(e);
-            }
+            let want = args.batch.min((args.count - tx.done()) as usize);
+            tx.send(want, deadline);
         }
     }
     let secs = start.elapsed().as_secs_f64();
     println!(
-        "sent={sent} errors={errors} seconds={secs:.3} pps={:.0}",
-        sent as f64 / secs
+        "sent={} errors={} seconds={secs:.3} pps={:.0}",
+        tx.sent,
+        tx.errors,
+        tx.sent as f64 / secs
     );
-    if let Some(e) = last_error {
+    if let Some(e) = tx.last_error {
         eprintln!("pktgen: last send error: {e}");
+    }
+    Ok(())
+}
+
+/// Sends the prebuilt frames round-robin, `batch` per sendmmsg(2).
+struct Sender<'a> {
+    sock: &'a PacketSocket,
+    iovs: &'a mut [libc::iovec],
+    msgs: Vec<libc::mmsghdr>,
+    next: usize,
+    sent: u64,
+    errors: u64,
+    last_error: Option<std::io::Error>,
+}
+
+impl<'a> Sender<'a> {
+    fn new(sock: &'a PacketSocket, iovs: &'a mut [libc::iovec], batch: usize) -> Self {
+        // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
+        let zero: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        Sender {
+            sock,
+            iovs,
+            msgs: vec![zero; batch],
+            next: 0,
+            sent: 0,
+            errors: 0,
+            last_error: None,
+        }
+    }
+
+    /// Packets sent or refused so far.
+    fn done(&self) -> u64 {
+        self.sent + self.errors
+    }
+
+    /// Sends `n` frames (refused ones count as errors), or fewer at `deadline`.
+    fn send(&mut self, n: usize, deadline: Instant) {
+        let stop = self.done() + n as u64;
+        while self.done() < stop && Instant::now() < deadline {
+            let want = self.msgs.len().min((stop - self.done()) as usize);
+            let len = self.iovs.len();
+            for k in 0..want {
+                // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
+                self.msgs[k] = unsafe { std::mem::zeroed() };
+                self.msgs[k].msg_hdr.msg_iov = &raw mut self.iovs[(self.next + k) % len];
+                self.msgs[k].msg_hdr.msg_iovlen = 1;
+            }
+            match self.sock.send_batch(&mut self.msgs[..want]) {
+                Ok(n) => {
+                    self.sent += n as u64;
+                    self.next = (self.next + n) % len;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // The first message was refused (e.g. ENOBUFS): count it, go on.
+                    self.errors += 1;
+                    self.next = (self.next + 1) % len;
+                    self.last_error = Some(e);
+                }
+            }
+        }
+    }
+}
+
+/// A thread pinned to one CPU at SCHED_FIFO 99 that, on request, spins
+/// there until released: nothing else runs on that CPU in between (the
+/// director's NAPI thread included), so a burst sent meanwhile waits in the
+/// director's receive ring and is then processed as a saturated director
+/// would: full polls, one wake-up per burst.
+struct Hold {
+    state: Arc<AtomicU32>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+const IDLE: u32 = 0;
+const WANTED: u32 = 1;
+const HELD: u32 = 2;
+const QUIT: u32 = 3;
+
+impl Hold {
+    fn start(cpu: usize) -> Result<Self, Box<dyn Error>> {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(format!("--stall-cpu {cpu}: no such CPU").into());
+        }
+        let state = Arc::new(AtomicU32::new(IDLE));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let st = Arc::clone(&state);
+        let thread = std::thread::spawn(move || {
+            let _ = ready_tx.send(pin_fifo(cpu));
+            loop {
+                match st.load(Ordering::Acquire) {
+                    QUIT => return,
+                    WANTED => {
+                        st.store(HELD, Ordering::Release);
+                        while st.load(Ordering::Acquire) == HELD {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    _ => std::thread::park(),
+                }
+            }
+        });
+        ready_rx
+            .recv()?
+            .map_err(|e| format!("--stall-cpu {cpu}: {e}"))?;
+        Ok(Hold { state, thread })
+    }
+
+    /// Returns once the hold thread is spinning on its CPU.
+    fn acquire(&self) {
+        self.state.store(WANTED, Ordering::Release);
+        self.thread.thread().unpark();
+        while self.state.load(Ordering::Acquire) != HELD {
+            std::hint::spin_loop();
+        }
+    }
+
+    fn release(&self) {
+        self.state.store(IDLE, Ordering::Release);
+    }
+
+    fn stop(self) {
+        self.state.store(QUIT, Ordering::Release);
+        self.thread.thread().unpark();
+        let _ = self.thread.join();
+    }
+}
+
+/// Pins the calling thread to `cpu` and makes it SCHED_FIFO 99.
+fn pin_fifo(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain old data; all-zero is the empty set, and
+    // `cpu` < CPU_SETSIZE was checked by the caller.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let param = libc::sched_param { sched_priority: 99 };
+    // SAFETY: `param` is a valid sched_param for the call.
+    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }
