@@ -458,6 +458,15 @@ impl Hold {
         if cpu >= libc::CPU_SETSIZE as usize {
             return Err(format!("--stall-cpu {cpu}: no such CPU").into());
         }
+        // The sender must keep a CPU of its own, or it would wait for the
+        // hold it started.
+        let mine = allowed_cpus()?;
+        if mine.iter().all(|&c| c == cpu) {
+            return Err(format!(
+                "--stall-cpu {cpu}: the generator may only run there; pin it elsewhere"
+            )
+            .into());
+        }
         let state = Arc::new(AtomicU32::new(IDLE));
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let st = Arc::clone(&state);
@@ -502,6 +511,23 @@ impl Hold {
     }
 }
 
+/// The CPUs the calling thread may run on.
+fn allowed_cpus() -> std::io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain old data; all-zero is the empty set, and
+    // the kernel writes at most its size.
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        set
+    };
+    // SAFETY: CPU_ISSET reads the set only, for indexes below CPU_SETSIZE.
+    Ok((0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
 /// Pins the calling thread to `cpu` and makes it SCHED_FIFO 99.
 fn pin_fifo(cpu: usize) -> std::io::Result<()> {
     // SAFETY: cpu_set_t is plain old data; all-zero is the empty set, and
@@ -527,6 +553,69 @@ fn pin_fifo(cpu: usize) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+
+    /// While held, nothing else runs on the held CPU (a thread pinned there
+    /// makes no progress); after release it runs again. Root, 2 CPUs.
+    #[test]
+    fn hold_keeps_other_threads_off_its_cpu() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: SCHED_FIFO needs root");
+            return;
+        }
+        let cpus = allowed_cpus().expect("affinity");
+        if cpus.len() < 2 {
+            eprintln!("skipped: needs 2 CPUs, this thread may use {cpus:?}");
+            return;
+        }
+        let (here, held) = (cpus[0], cpus[1]);
+        // The test thread (the "sender") keeps to its own CPU.
+        pin(here);
+        let hold = match Hold::start(held) {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("skipped: cannot run a SCHED_FIFO thread here: {e}");
+                return;
+            }
+        };
+        let count = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, st) = (Arc::clone(&count), Arc::clone(&stop));
+        let probe = std::thread::spawn(move || {
+            pin(held);
+            while !st.load(Ordering::Relaxed) {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let progress = |what: &str| {
+            let a = count.load(Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(20));
+            let b = count.load(Ordering::Relaxed);
+            eprintln!("{what}: probe counted {}", b - a);
+            b - a
+        };
+        assert!(progress("before") > 0, "the probe never ran");
+        hold.acquire();
+        let during = progress("held");
+        hold.release();
+        let after = progress("released");
+        stop.store(true, Ordering::Relaxed);
+        probe.join().expect("probe");
+        hold.stop();
+        assert_eq!(during, 0, "the probe ran on the held CPU");
+        assert!(after > 0, "the probe did not run again after release");
+    }
+
+    fn pin(cpu: usize) {
+        // SAFETY: cpu_set_t is plain old data; `cpu` < CPU_SETSIZE.
+        let r = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+        };
+        assert_eq!(r, 0, "sched_setaffinity({cpu})");
+    }
 
     /// The frame parses as Ethernet/IPv4/UDP, and both checksums agree
     /// with etherparse's own computation.
