@@ -12,7 +12,10 @@
  * director does beyond it on that path: check the Ethernet type, the IP
  * version, options, fragmentation and the TCP flags, read its config, the
  * flow's timeout and its real server, count the packet for the service and
- * the real server, and rewrite the MAC addresses. */
+ * the real server, and rewrite the MAC addresses.
+ * With -DBENCH_LRU_HIT -DRVS_BENCH_CYCLE_FLOWS (bench_lru_cycle.o), the
+ * same floor over a working set of N flows: the client address is the next
+ * key of the cycle (bench_cycle.h) on every run. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
@@ -21,6 +24,9 @@
 #include <bpf/bpf_helpers.h>
 
 #include "rvs.h"
+#ifdef RVS_BENCH_CYCLE_FLOWS
+#include "bench_cycle.h"
+#endif
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
@@ -56,6 +62,14 @@ int bench_lru(struct xdp_md *ctx)
 	__builtin_memcpy(k.caddr, &ip->saddr, 4);
 	__builtin_memcpy(k.vaddr, &ip->daddr, 4);
 #ifdef BENCH_LRU_HIT
+#ifdef RVS_BENCH_CYCLE_FLOWS
+	{
+		long i = bench_cycle_next();
+
+		if (i >= 0)
+			*(__u32 *)k.caddr = bpf_htonl(RVS_BENCH_CYCLE_BASE + (__u32)i);
+	}
+#endif
 	k.cport = th->source;
 	k.vport = th->dest;
 	k.proto = ip->protocol;

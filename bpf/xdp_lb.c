@@ -211,6 +211,9 @@ struct {
 	__type(value, __u64);
 } bench_seq SEC(".maps");
 #endif
+#ifdef RVS_BENCH_CYCLE_FLOWS
+#include "bench_cycle.h"
+#endif
 
 /* ------------------------------------------------------- parsed packet */
 
@@ -2141,7 +2144,13 @@ static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow 
 	 * has a valid cache entry. */
 	if (timeout > RVS_FLOW_CACHE_JIFFIES) {
 		c->key = k;
+#ifdef RVS_BENCH_CACHE_MISS
+		/* Benchmark build only: the entry is written as on any miss but
+		 * born stale, so every packet misses the cache. */
+		c->stamp = now - RVS_FLOW_CACHE_JIFFIES;
+#else
 		c->stamp = now;
+#endif
 		c->dest = didx;
 		c->svc = svc;
 		c->epoch = epoch;
@@ -2170,6 +2179,19 @@ int xdp_lb(struct xdp_md *ctx)
 	int syn, is_tcp, hashed, looked = 0;
 	struct rvs_flow *found = NULL;
 
+#ifdef RVS_BENCH_CYCLE_FLOWS
+	/* Benchmark build only: the frame's client address becomes this run's
+	 * key of the cycle, in the packet itself, so the fast path and the
+	 * general parse both see it (no checksum to fix: nothing checks it). */
+	{
+		struct iphdr *ip = (void *)(long)ctx->data + sizeof(struct ethhdr);
+		long i = bench_cycle_next();
+
+		CALL_SITE_TAG(30);
+		if (i >= 0 && (void *)(ip + 1) <= (void *)(long)ctx->data_end)
+			ip->saddr = bpf_htonl(RVS_BENCH_CYCLE_BASE + (__u32)i);
+	}
+#endif
 	{
 		int rc = fast_established(ctx, &found, &looked);
 

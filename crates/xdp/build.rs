@@ -13,13 +13,27 @@ use std::process::Command;
 
 /// The objects: `(output stem, source stem, extra clang flags)`.
 /// `xdp_lb_bench` is the director with a different client per run (for the
-/// new-flow benchmark); it is never loaded outside the benchmark.
+/// new-flow benchmark); `xdp_lb_cycle` the director cycling through N
+/// client keys (the many-flows established benchmark, `bpf/bench_cycle.h`),
+/// `xdp_lb_cycle_miss` the same with every flow-cache entry born stale. They
+/// are never loaded outside the benchmark.
 const PROGRAMS: &[(&str, &str, &[&str])] = &[
     ("xdp_lb", "xdp_lb", &[]),
     ("xdp_lb_bench", "xdp_lb", &["-DRVS_BENCH_VARY_CLIENT"]),
+    ("xdp_lb_cycle", "xdp_lb", &["-DRVS_BENCH_CYCLE_FLOWS"]),
+    (
+        "xdp_lb_cycle_miss",
+        "xdp_lb",
+        &["-DRVS_BENCH_CYCLE_FLOWS", "-DRVS_BENCH_CACHE_MISS"],
+    ),
     ("bench_tx", "bench_tx", &[]),
     ("bench_lru", "bench_lru", &[]),
     ("bench_lru_hit", "bench_lru", &["-DBENCH_LRU_HIT"]),
+    (
+        "bench_lru_cycle",
+        "bench_lru",
+        &["-DBENCH_LRU_HIT", "-DRVS_BENCH_CYCLE_FLOWS"],
+    ),
     ("clock", "clock", &[]),
     ("decap", "decap", &[]),
 ];
@@ -31,10 +45,9 @@ fn main() {
     let manifest =
         PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let bpf_dir = manifest.join("../../bpf");
-    println!(
-        "cargo::rerun-if-changed={}",
-        bpf_dir.join("rvs.h").display()
-    );
+    for header in ["rvs.h", "bench_cycle.h"] {
+        println!("cargo::rerun-if-changed={}", bpf_dir.join(header).display());
+    }
     for (_, src, _) in PROGRAMS {
         println!(
             "cargo::rerun-if-changed={}",

@@ -66,6 +66,9 @@ pub enum XdpError {
         #[source]
         source: Box<MapError>,
     },
+    /// [`Loaded::set_bench_cycle`] was given a cycle it cannot walk.
+    #[error("benchmark key cycle: {0}")]
+    BenchCycle(&'static str),
     /// The object lacks a map or program rvs expects (a build mismatch).
     #[error("BPF object has no {kind} `{name}`")]
     Missing {
@@ -92,6 +95,16 @@ pub enum Object {
     /// another client (address and port from a per-CPU counter), so a
     /// repeated test run measures the new-flow path. Benchmarks only.
     DirectorBench,
+    /// `bpf/xdp_lb.c` built with `RVS_BENCH_CYCLE_FLOWS`: every run takes
+    /// the next of N client addresses (set by [`Loaded::set_bench_cycle`]),
+    /// so a repeated test run measures a working set of N flows rather than
+    /// one flow repeated. Benchmarks only.
+    DirectorCycle,
+    /// [`Object::DirectorCycle`] also built with `RVS_BENCH_CACHE_MISS`: the
+    /// per-CPU flow cache is filled as on any miss but every entry is born
+    /// stale, so every established packet misses it and looks up `flows4`.
+    /// Benchmarks only.
+    DirectorCycleMiss,
     /// `bpf/bench_tx.c`: the XDP_TX floor of the benchmarks (program `bench_tx`).
     BenchTx,
     /// `bpf/bench_lru.c`: the bare LRU-insert floor (program `bench_lru`).
@@ -99,6 +112,10 @@ pub enum Object {
     /// `bpf/bench_lru.c` with `BENCH_LRU_HIT`: the bare parse + LRU-hit
     /// floor (program `bench_lru`).
     BenchLruHit,
+    /// `bpf/bench_lru.c` with `BENCH_LRU_HIT` and `RVS_BENCH_CYCLE_FLOWS`:
+    /// the bare parse + LRU-hit floor cycling through N client addresses
+    /// like [`Object::DirectorCycle`] (program `bench_lru`).
+    BenchLruCycle,
     /// `bpf/clock.c`: reads jiffies, for [`kernel_hz`] (program `clock`).
     Clock,
 }
@@ -107,9 +124,12 @@ impl Object {
     /// The program's name.
     pub fn name(self) -> &'static str {
         match self {
-            Object::Director | Object::DirectorBench => "xdp_lb",
+            Object::Director
+            | Object::DirectorBench
+            | Object::DirectorCycle
+            | Object::DirectorCycleMiss => "xdp_lb",
             Object::BenchTx => "bench_tx",
-            Object::BenchLru | Object::BenchLruHit => "bench_lru",
+            Object::BenchLru | Object::BenchLruHit | Object::BenchLruCycle => "bench_lru",
             Object::Clock => "clock",
         }
     }
@@ -124,6 +144,12 @@ impl Object {
             Object::DirectorBench => {
                 aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_bench.o"))
             }
+            Object::DirectorCycle => {
+                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_cycle.o"))
+            }
+            Object::DirectorCycleMiss => {
+                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_cycle_miss.o"))
+            }
             Object::BenchTx => {
                 aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_tx.o"))
             }
@@ -132,6 +158,9 @@ impl Object {
             }
             Object::BenchLruHit => {
                 aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_lru_hit.o"))
+            }
+            Object::BenchLruCycle => {
+                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_lru_cycle.o"))
             }
             Object::Clock => {
                 aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/clock.o"))
@@ -266,14 +295,23 @@ impl Loaded {
     pub fn load(object: Object, opts: &LoadOptions) -> Result<Self, XdpError> {
         let bytes = object.bytes()?;
         let mut loader = EbpfLoader::new();
-        if matches!(object, Object::Director | Object::DirectorBench) {
+        if matches!(
+            object,
+            Object::Director
+                | Object::DirectorBench
+                | Object::DirectorCycle
+                | Object::DirectorCycleMiss
+        ) {
             loader
                 .map_max_entries("flows", opts.flow_table_size)
                 .map_max_entries("flows4", opts.flow_table_size)
                 .map_max_entries("nat_rev", opts.flow_table_size)
                 .map_max_entries("persist", opts.flow_table_size)
                 .map_max_entries("slots", opts.slots);
-        } else if matches!(object, Object::BenchLru | Object::BenchLruHit) {
+        } else if matches!(
+            object,
+            Object::BenchLru | Object::BenchLruHit | Object::BenchLruCycle
+        ) {
             loader.map_max_entries("bench_flows", opts.flow_table_size);
         }
         let ebpf = loader.load(bytes).map_err(|e| XdpError::Load {
@@ -577,6 +615,29 @@ impl Loaded {
             }
         }
         Ok(report)
+    }
+
+    /// Benchmark builds with `RVS_BENCH_CYCLE_FLOWS` ([`Object::DirectorCycle`],
+    /// [`Object::DirectorCycleMiss`], [`Object::BenchLruCycle`]): from the
+    /// next run on, run k replaces the client address by 10.0.0.0 + i, where
+    /// i = k × `stride` mod `n` (so every one of the `n` keys once per `n`
+    /// runs). `n` = 0 turns the cycle off. `stride` must be below `n` and
+    /// coprime with it (0 for `n` = 1); `n` at most 2^24 (10.0.0.0/8).
+    pub fn set_bench_cycle(&mut self, n: u32, stride: u32) -> Result<(), XdpError> {
+        fn gcd(a: u32, b: u32) -> u32 {
+            if b == 0 { a } else { gcd(b, a % b) }
+        }
+        if n > 1 << 24 {
+            return Err(XdpError::BenchCycle("more than 2^24 keys"));
+        }
+        if n > 0 && (stride >= n || gcd(n, stride) != 1) {
+            return Err(XdpError::BenchCycle(
+                "the stride must be below n and coprime with it",
+            ));
+        }
+        self.array::<[u32; 4]>("bench_cycle")?
+            .set(0, [n, stride, 0, 0], 0)
+            .map_err(map_err("bench_cycle"))
     }
 
     /// Set a service's rr/wrr cursor.

@@ -68,7 +68,12 @@ fn no_map_call_or_loop_is_left_to_the_generic_helper() {
         eprintln!("skipping: kernel addresses hidden (/proc/kallsyms)");
         return;
     }
-    for object in [Object::Director, Object::DirectorBench] {
+    for object in [
+        Object::Director,
+        Object::DirectorBench,
+        Object::DirectorCycle,
+        Object::DirectorCycleMiss,
+    ] {
         let mut l = match Loaded::load(
             object,
             &LoadOptions {

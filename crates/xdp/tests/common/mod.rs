@@ -113,11 +113,16 @@ pub struct Lb {
 
 impl Lb {
     pub fn new(test: &str) -> Option<Lb> {
+        Lb::with_object(test, Object::Director)
+    }
+
+    /// [`Lb::new`] with another build of the director (a benchmark one).
+    pub fn with_object(test: &str, object: Object) -> Option<Lb> {
         if !root_or_skip(test) {
             return None;
         }
         let mut l = Loaded::load(
-            Object::Director,
+            object,
             &LoadOptions {
                 flow_table_size: 4096,
                 slots: 8 * SLOT_REGION,
