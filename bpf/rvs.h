@@ -89,6 +89,7 @@
 /* ---- real-server flags ---- */
 #define RVS_DEST_F_UNAVAILABLE 0x0001 /* deleted: never chosen; existing flows dropped */
 #define RVS_DEST_F_OVERLOADED 0x0002  /* above its upper threshold: not chosen */
+#define RVS_DEST_F_NEXTHOP 0x0004     /* NAT: mac/smac/ifindex hold the resolved next hop */
 
 /* Marks an empty bucket in `slots`. */
 #define RVS_SLOT_EMPTY 0xffffffffu

@@ -1792,6 +1792,11 @@ static __always_inline int forward(struct xdp_md *ctx, const struct pkt *p,
 		nport = d->port ? d->port : p->dport;
 		if (rewrite_addr_port(ctx, p, 1, (const __u32 *)d->addr, nport))
 			return XDP_DROP;
+		/* The next hop the control plane resolved for this real server
+		 * (IPVS caches its route per real server too), when it is on the
+		 * link the packet came in on (same MTU); else the kernel's FIB. */
+		if ((d->flags & RVS_DEST_F_NEXTHOP) && d->ifindex == ctx->ingress_ifindex)
+			return l2_out(ctx, d->mac, d->smac, d->ifindex);
 		return fib_out(ctx, p, (const __u32 *)d->addr, p->saddr);
 	default:
 		return XDP_DROP;

@@ -114,6 +114,9 @@ pub mod dest_flags {
     pub const UNAVAILABLE: u32 = 0x0001;
     /// Above its upper connection threshold: not chosen for new flows.
     pub const OVERLOADED: u32 = 0x0002;
+    /// NAT: `mac`/`smac`/`ifindex` hold the next hop the control plane
+    /// resolved (DR/TUN always use them).
+    pub const NEXTHOP: u32 = 0x0004;
 }
 
 /// Config flag: some real server uses NAT, so the program looks up replies.

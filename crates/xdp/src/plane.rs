@@ -853,13 +853,17 @@ struct DestState {
     index: u32,
     /// Configuration and last non-zero weight, as the core keeps them.
     core: CoreDest,
-    /// The resolved link layer (DR/TUN); `None` for NAT or not yet known.
+    /// The resolved link layer (the next hop); `None` while not known.
+    /// DR/TUN need it; NAT uses it when known (else the kernel's FIB).
     l2: Option<L2>,
 }
 
 impl DestState {
     fn needs_l2(&self) -> bool {
-        !matches!(self.core.config.forward, ForwardMethod::Masq)
+        !self.is_nat()
+    }
+    fn is_nat(&self) -> bool {
+        matches!(self.core.config.forward, ForwardMethod::Masq)
     }
     fn ready(&self) -> bool {
         !self.needs_l2() || self.l2.is_some()
@@ -1438,6 +1442,9 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         let c = &d.core.config;
         let (method, gue_port) = method_of(&c.forward).unwrap_or((0, 0));
         let l2 = d.l2.unwrap_or_default();
+        if d.is_nat() && d.l2.is_some() {
+            flags |= maps::dest_flags::NEXTHOP;
+        }
         Dest {
             addr: maps::addr16(c.addr),
             port: c.port.to_be(),
@@ -1491,7 +1498,10 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         };
         let prev = d.clone();
         edit_core(&mut d.core, cfg);
-        if d.needs_l2() && d.l2.is_none() {
+        // NAT too: a next hop already known saves the program a FIB
+        // lookup per packet; an unknown one is left to the FIB (and to
+        // the next refresh), nothing waits for it.
+        if d.l2.is_none() {
             d.l2 = self.resolver.lookup(cfg.addr).ok().flatten();
         }
         if fresh {
@@ -1691,14 +1701,22 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
 
     /// Look the MACs in use up again; rewrite the real servers whose next
     /// hop changed (a missing entry keeps the last known MAC and asks the
-    /// kernel to resolve it again).
+    /// kernel to resolve it again). NAT real servers whose next hop was not
+    /// known get it when it is.
     fn refresh_l2(&mut self) {
         let mut updates = Vec::new();
         for st in self.services.values() {
-            for d in st.dests.iter().filter(|d| d.needs_l2()) {
-                let Some(old) = d.l2 else { continue };
+            for d in &st.dests {
+                let old = match d.l2 {
+                    Some(old) => Some(old),
+                    None if d.is_nat() => None,
+                    None => continue,
+                };
                 match self.resolver.lookup(d.core.config.addr) {
-                    Ok(Some(l2)) if l2 != old => updates.push((d.index, d.core.config.addr, l2)),
+                    Ok(Some(l2)) if Some(l2) != old => {
+                        updates.push((d.index, d.core.config.addr, l2))
+                    }
+                    Ok(None) if d.is_nat() => {}
                     Ok(None) => {
                         let _ = self.resolver.solicit(d.core.config.addr);
                     }
@@ -2408,6 +2426,35 @@ mod tests {
         .unwrap();
         assert_eq!(bed.plane.maps().config.flags, maps::CFG_F_NAT);
         assert_eq!(bed.data(80).0.len(), 3);
+        // ... and use their next hop when it is known (no FIB lookup per
+        // packet); one learnt later is installed by a refresh.
+        let nat = bed.plane.dest_index(&key(80), rs(60), 8080).unwrap();
+        assert_eq!(bed.plane.maps().dests[&nat].flags, 0);
+        bed.dest(
+            80,
+            DestConfig::new(rs(21), 8080).forward(ForwardMethod::Masq),
+        )
+        .unwrap();
+        let known = bed.plane.dest_index(&key(80), rs(21), 8080).unwrap();
+        let d = bed.plane.maps().dests[&known];
+        assert_eq!(
+            (d.method, d.flags, d.ifindex, d.mac),
+            (
+                maps::fwd::NAT,
+                maps::dest_flags::NEXTHOP,
+                7,
+                [2, 0, 0, 0, 0, 21]
+            )
+        );
+        bed.plane.resolver.table.insert(rs(60), l2(60));
+        for t in 1..=L2_REFRESH_REPORTS {
+            bed.report(t);
+        }
+        let d = bed.plane.maps().dests[&nat];
+        assert_eq!(
+            (d.flags, d.mac),
+            (maps::dest_flags::NEXTHOP, [2, 0, 0, 0, 0, 60])
+        );
     }
 
     #[test]

@@ -213,6 +213,59 @@ fn nat_udp_v6() {
     nat(true, true);
 }
 
+/// A NAT real server whose next hop the control plane resolved
+/// (`NEXTHOP`) is sent there without a FIB lookup when that next hop is on
+/// the link the packet came in on; on another link the FIB decides.
+#[test]
+fn nat_uses_the_resolved_next_hop_on_the_same_link() {
+    if !root_or_skip("nat_uses_the_resolved_next_hop_on_the_same_link") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(|| {
+        let mut lb = Lb::new("nat").expect("root checked");
+        let mut rs = Rs::new(rs_addr(false, 0), fwd::NAT, [0; 6]);
+        rs.port = RPORT;
+        lb.service(0, SvcKey::new(PROTO_TCP, vip(false), 80), "rr", 0, &[rs]);
+        let idx = Lb::dest_index(0, 0);
+        // Test runs come in on the namespace's lo (ifindex 1); a MAC the
+        // FIB would not give, to tell the two paths apart.
+        let mut d = maps::Dest {
+            addr: maps::addr16(rs_addr(false, 0)),
+            port: RPORT.to_be(),
+            family: maps::AF_INET,
+            method: fwd::NAT,
+            flags: maps::dest_flags::NEXTHOP,
+            weight: 1,
+            ifindex: 1,
+            mac: rs_mac(7),
+            smac: VETH_MAC,
+            gue_port: 0,
+            pad0: 0,
+        };
+        lb.l.set_dest(idx, &d).unwrap();
+        let c = client(false, 0x0203);
+        let (v, r) = (vip(false), rs_addr(false, 0));
+        let f = tcp_frame_macs(CLIENT_MAC, DIR_MAC, c, 33000, v, 80, Flags::Syn, b"");
+        let out = lb.run(&f);
+        assert_eq!(out.action, action::TX);
+        assert_eq!(
+            out.data,
+            tcp_frame_macs(DIR_MAC, rs_mac(7), c, 33000, r, RPORT, Flags::Syn, b"")
+        );
+        // The resolved next hop on another link: the FIB's answer.
+        d.ifindex = 2;
+        lb.l.set_dest(idx, &d).unwrap();
+        let f = tcp_frame_macs(CLIENT_MAC, DIR_MAC, c, 33001, v, 80, Flags::Syn, b"");
+        let out = lb.run(&f);
+        assert_eq!(out.action, action::REDIRECT);
+        assert_eq!(
+            out.data,
+            tcp_frame_macs(VETH_MAC, rs_mac(0), c, 33001, r, RPORT, Flags::Syn, b"")
+        );
+    });
+}
+
 #[test]
 fn nat_without_a_resolved_neighbour_passes_the_rewritten_packet() {
     if !root_or_skip("nat_without_a_resolved_neighbour_passes_the_rewritten_packet") {

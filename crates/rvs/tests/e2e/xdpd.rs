@@ -286,8 +286,6 @@ fn rvsd_xdp_dataplane_carries_dr_and_reports_it() {
     // What XDP cannot do is refused with the reason, and nothing changes.
     let (ok, _, err) = d.adm("-A -f 7 -s rr");
     assert!(!ok && err.contains("firewall marks"), "{err}");
-    let (ok, _, err) = d.adm("-A -t 10.77.0.100:0 -s lblc -p 60");
-    assert!(!ok && err.contains("port-zero"), "{err}");
 
     d.ok("-A -t 10.77.0.100:80 -s rr");
     d.ok("-a -t 10.77.0.100:80 -r 10.77.0.11:80 -g");
