@@ -1503,6 +1503,9 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         // the next refresh), nothing waits for it.
         if d.l2.is_none() {
             d.l2 = self.resolver.lookup(cfg.addr).ok().flatten();
+            if d.l2.is_none() && d.is_nat() {
+                let _ = self.resolver.solicit(cfg.addr);
+            }
         }
         if fresh {
             // Counters of an earlier user of the index are not this one's.
@@ -1699,6 +1702,46 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         }
     }
 
+    /// NAT real servers whose next hop is not known yet: look again (one
+    /// netlink query each, every report), so the program stops asking the
+    /// FIB for them within a second of the kernel resolving the neighbour.
+    fn learn_nat_next_hops(&mut self) {
+        let mut learnt = Vec::new();
+        for st in self.services.values() {
+            for d in st.dests.iter().filter(|d| d.is_nat() && d.l2.is_none()) {
+                if let Ok(Some(l2)) = self.resolver.lookup(d.core.config.addr) {
+                    learnt.push((d.index, l2));
+                }
+            }
+        }
+        for (index, l2) in learnt {
+            self.set_l2(index, l2);
+        }
+    }
+
+    /// Install a real server's new next hop (all services that have it); on
+    /// failure the next report or refresh tries again.
+    fn set_l2(&mut self, index: u32, l2: L2) -> bool {
+        let found = self
+            .services
+            .values()
+            .flat_map(|st| st.dests.iter())
+            .find(|d| d.index == index)
+            .cloned();
+        let Some(mut d) = found else { return false };
+        d.l2 = Some(l2);
+        let v = self.dest_value(&d, 0);
+        if self.maps.set_dest(index, &v).is_err() {
+            return false;
+        }
+        for st in self.services.values_mut() {
+            for x in st.dests.iter_mut().filter(|x| x.index == index) {
+                x.l2 = Some(l2);
+            }
+        }
+        true
+    }
+
     /// Look the MACs in use up again; rewrite the real servers whose next
     /// hop changed (a missing entry keeps the last known MAC and asks the
     /// kernel to resolve it again). NAT real servers whose next hop was not
@@ -1725,22 +1768,7 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             }
         }
         for (index, addr, l2) in updates {
-            let found = self
-                .services
-                .values()
-                .flat_map(|st| st.dests.iter())
-                .find(|d| d.index == index)
-                .cloned();
-            let Some(mut d) = found else { continue };
-            d.l2 = Some(l2);
-            let v = self.dest_value(&d, 0);
-            // On failure the next refresh tries again.
-            if self.maps.set_dest(index, &v).is_ok() {
-                for st in self.services.values_mut() {
-                    for x in st.dests.iter_mut().filter(|x| x.index == index) {
-                        x.l2 = Some(l2);
-                    }
-                }
+            if self.set_l2(index, l2) {
                 tracing::info!(%addr, "xdp: next hop MAC changed");
             }
         }
@@ -1804,6 +1832,8 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         self.resolve_pending(Duration::ZERO, None);
         if g.is_multiple_of(L2_REFRESH_REPORTS) {
             self.refresh_l2();
+        } else {
+            self.learn_nat_next_hops();
         }
         if *ipvs.timeouts() != self.timeouts {
             let old = self.timeouts.clone();
@@ -2427,7 +2457,7 @@ mod tests {
         assert_eq!(bed.plane.maps().config.flags, maps::CFG_F_NAT);
         assert_eq!(bed.data(80).0.len(), 3);
         // ... and use their next hop when it is known (no FIB lookup per
-        // packet); one learnt later is installed by a refresh.
+        // packet); one learnt later is installed at the next report.
         let nat = bed.plane.dest_index(&key(80), rs(60), 8080).unwrap();
         assert_eq!(bed.plane.maps().dests[&nat].flags, 0);
         bed.dest(
@@ -2446,10 +2476,9 @@ mod tests {
                 [2, 0, 0, 0, 0, 21]
             )
         );
+        assert!(bed.plane.resolver.solicited.contains(&rs(60)));
         bed.plane.resolver.table.insert(rs(60), l2(60));
-        for t in 1..=L2_REFRESH_REPORTS {
-            bed.report(t);
-        }
+        bed.report(1);
         let d = bed.plane.maps().dests[&nat];
         assert_eq!(
             (d.flags, d.mac),
