@@ -959,6 +959,9 @@ struct WalkDone {
     users: HashSet<u32>,
 }
 
+/// NAT real servers whose next hop is unknown looked up per report.
+const NAT_LOOKUPS_PER_REPORT: usize = 32;
+
 /// Every this many reports the MACs in use are looked up again, so a real
 /// server (or gateway) that changed its MAC is followed.
 const L2_REFRESH_REPORTS: u64 = 30;
@@ -1702,16 +1705,33 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         }
     }
 
-    /// NAT real servers whose next hop is not known yet: look again (one
-    /// netlink query each, every report), so the program stops asking the
-    /// FIB for them within a second of the kernel resolving the neighbour.
+    /// NAT real servers whose next hop is not known yet: look again, so the
+    /// program stops asking the FIB for them within a second of the kernel
+    /// resolving the neighbour. At most [`NAT_LOOKUPS_PER_REPORT`] netlink
+    /// look-ups per report, taking turns when more are waiting.
     fn learn_nat_next_hops(&mut self) {
+        let mut waiting: Vec<(u32, IpAddr)> = self
+            .services
+            .values()
+            .flat_map(|st| st.dests.iter())
+            .filter(|d| d.is_nat() && d.l2.is_none())
+            .map(|d| (d.index, d.core.config.addr))
+            .collect();
+        if waiting.is_empty() {
+            return;
+        }
+        waiting.sort_unstable();
+        waiting.dedup();
+        let n = waiting.len();
+        let first = usize::try_from(self.generation)
+            .unwrap_or(0)
+            .wrapping_mul(NAT_LOOKUPS_PER_REPORT)
+            % n;
         let mut learnt = Vec::new();
-        for st in self.services.values() {
-            for d in st.dests.iter().filter(|d| d.is_nat() && d.l2.is_none()) {
-                if let Ok(Some(l2)) = self.resolver.lookup(d.core.config.addr) {
-                    learnt.push((d.index, l2));
-                }
+        for i in 0..n.min(NAT_LOOKUPS_PER_REPORT) {
+            let (index, addr) = waiting[(first + i) % n];
+            if let Ok(Some(l2)) = self.resolver.lookup(addr) {
+                learnt.push((index, l2));
             }
         }
         for (index, l2) in learnt {
