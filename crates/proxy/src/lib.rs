@@ -15,7 +15,7 @@
 //! `close` when the socket is gone. `-Lcn`, ActiveConn/InActConn and
 //! `--stats` therefore describe the proxy's sockets.
 //!
-//! Layout: [`plane`] holds the [`ProxyPlane`] (the `DataPlane`
+//! Layout: `plane` holds the [`ProxyPlane`] (the `DataPlane`
 //! implementation, listeners, drain timers), `tcp` the accept loop and
 //! per-connection task, `relay` the byte pump (splice(2) through a pipe per
 //! direction, or a buffered copy), `udp` the datagram flows, `sock` the

@@ -2,8 +2,10 @@
 //!
 //! The XDP data plane of rvs: the director program `bpf/xdp_lb.c` (C,
 //! compiled by `build.rs` with clang and embedded in this crate), the Rust
-//! mirrors of its maps ([`maps`]), the loader ([`Director`]) and the
-//! scheduling tables copied from rvs-core ([`tables`]).
+//! mirrors of its maps ([`maps`]), the loader ([`Loaded`]), the data plane
+//! that keeps the maps in step with the control plane ([`plane`]), the
+//! real-server decapsulator ([`decap`]), next-hop resolution ([`neigh`]) and
+//! the scheduling tables copied from rvs-core ([`tables`]).
 //!
 //! Loading needs root (CAP_BPF + CAP_NET_ADMIN); the layout checks and the
 //! table builders do not. When the crate was built without clang, every
