@@ -31,6 +31,10 @@
  * epochs that invalidate it (both powers of two: indexes are hash bits). */
 #define RVS_FLOW_CACHE_SIZE (1u << 16)
 #define RVS_FLOW_EPOCHS (1u << 16)
+/* Per-CPU flow cache in front of `flows` (IPv6 flows; entries per CPU, a
+ * power of two). 64-byte entries: 1 MiB per CPU. It shares flow_epochs
+ * with the IPv4 cache. */
+#define RVS_FLOW6_CACHE_SIZE (1u << 14)
 /* Jiffies a cache entry serves packets after it was last checked against
  * flows4 (32 = 128 ms at HZ 250, 32 ms at HZ 1000, 320 ms at HZ 100). It
  * bounds how far flows4's last_seen may lag behind a flow's packets, how
@@ -44,6 +48,10 @@
  * h = ((h ^ (h >> 32) ^ w1) * MUL); h ^= h >> 32. Cache index: the low
  * bits, epoch slot: bits 16 and up (see flow_cache_hash in xdp_lb.c and
  * rvs_xdp::maps::flow_cache_hash, which must agree). */
+/* The IPv6 cache hashes the 40-byte rvs_flow_key the same way over its five
+ * words w0..w4: h = ((w0 ^ SEED) * MUL); then for w1..w4 in turn h = ((h ^
+ * (h >> 32) ^ wi) * MUL); h ^= h >> 32 (for two words: the IPv4 formula).
+ * Cache index: the low bits; epoch slot: bits 16 and up, as for IPv4. */
 #define RVS_FLOW_CACHE_SEED 0x5256535f63616368ull
 #define RVS_FLOW_CACHE_MUL 0x9e3779b97f4a7c15ull
 /* Members of one lblcr server set (the kernel's sets are unbounded; a
@@ -212,6 +220,18 @@ struct rvs_flow {
 struct rvs_flow_cache {
 	struct rvs_flow4_key key;
 	__u64 stamp; /* jiffies when it was last checked against flows4 */
+	__u32 dest;  /* real-server index */
+	__u32 svc;   /* service index */
+	__u32 epoch; /* flow_epochs[slot] read before that check */
+	__u32 pad0;
+};
+
+/* flow6_cache: PERCPU_ARRAY[hash & (RVS_FLOW6_CACHE_SIZE - 1)], the same
+ * cache for established IPv6 DR flows in front of `flows` (validated the
+ * same way, by the same flow_epochs). */
+struct rvs_flow6_cache {
+	struct rvs_flow_key key;
+	__u64 stamp; /* jiffies when it was last checked against flows */
 	__u32 dest;  /* real-server index */
 	__u32 svc;   /* service index */
 	__u32 epoch; /* flow_epochs[slot] read before that check */

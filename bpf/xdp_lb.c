@@ -8,9 +8,10 @@
  * forward by the real server's method: DR (MAC rewrite), TUN IPIP, TUN GUE,
  * NAT (inbound rewrite; replies rewritten back by the reply path).
  * IPv4 flows live in flows4 (16-byte key), IPv6 flows in flows. The most
- * common packet (an ACK or datagram of an established IPv4 DR flow) takes a
- * fast path in front of all this (fast_established), which finds the flow
- * in a per-CPU cache (flow_cache) before it looks at flows4.
+ * common packet (an ACK or datagram of an established DR flow) takes a
+ * fast path in front of all this (fast_established; fast_established6 for
+ * IPv6), which finds the flow in a per-CPU cache (flow_cache; flow6_cache)
+ * before it looks at flows4 (flows).
  *
  * The flow table comes first, as in IPVS's ip_vs_in (connection lookup
  * before the service): only VIP traffic creates flows, an established flow
@@ -99,6 +100,13 @@ struct {
 	__type(key, __u32);
 	__type(value, struct rvs_flow_cache);
 } flow_cache SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RVS_FLOW6_CACHE_SIZE);
+	__type(key, __u32);
+	__type(value, struct rvs_flow6_cache);
+} flow6_cache SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -484,25 +492,59 @@ static __always_inline __u32 flow_epoch_slot(__u64 h)
 	return (__u32)(h >> 16) & (RVS_FLOW_EPOCHS - 1);
 }
 
-/* After a write to the packet's IPv4 flow (insert, state change): bump its
- * epoch slot, so every CPU's cache entry of that key (and of the keys that
- * share the slot) is invalid from now on. All CPUs share the slot: atomic.
- * The write comes first (x86: stores stay in order and the locked add is a
- * full barrier), and the cache is filled with the epoch read before its
- * flows4 lookup: a fill racing with this write is born invalid. That read
- * relies on x86 keeping loads in order too; a weakly ordered CPU (arm64)
- * would need it to be a load-acquire (BPF has one since Linux 6.15). */
+/* The IPv6 cache's hash of a 40-byte flow key (the formula in rvs.h). */
+static __always_inline __u64 flow6_cache_hash(const struct rvs_flow_key *k)
+{
+	const __u64 *w = (const __u64 *)k;
+	__u64 h = (w[0] ^ RVS_FLOW_CACHE_SEED) * RVS_FLOW_CACHE_MUL;
+
+	h = (h ^ (h >> 32) ^ w[1]) * RVS_FLOW_CACHE_MUL;
+	h = (h ^ (h >> 32) ^ w[2]) * RVS_FLOW_CACHE_MUL;
+	h = (h ^ (h >> 32) ^ w[3]) * RVS_FLOW_CACHE_MUL;
+	h = (h ^ (h >> 32) ^ w[4]) * RVS_FLOW_CACHE_MUL;
+	return h ^ (h >> 32);
+}
+
+static __always_inline __u32 flow6_cache_slot(__u64 h)
+{
+	return (__u32)h & (RVS_FLOW6_CACHE_SIZE - 1);
+}
+
+/* After a write to the packet's flow (insert, state change; IPv4 or IPv6):
+ * bump its epoch slot, so every CPU's cache entry of that key (and of the
+ * keys that share the slot) is invalid from now on. All CPUs share the
+ * slot: atomic. The write comes first (x86: stores stay in order and the
+ * locked add is a full barrier), and the cache is filled with the epoch read
+ * before its flows4/flows lookup: a fill racing with this write is born
+ * invalid. That read relies on x86 keeping loads in order too; a weakly
+ * ordered CPU (arm64) would need it to be a load-acquire (BPF has one since
+ * Linux 6.15). */
 static __always_inline void flow_epoch_bump(const struct pkt *p)
 {
-	struct rvs_flow4_key k __attribute__((aligned(8))) = {};
 	__u32 slot, *e;
+	__u64 h;
 
-	__builtin_memcpy(k.caddr, p->saddr, 4);
-	__builtin_memcpy(k.vaddr, p->daddr, 4);
-	k.cport = p->sport;
-	k.vport = p->dport;
-	k.proto = p->proto;
-	slot = flow_epoch_slot(flow_cache_hash(&k));
+	if (p->family == RVS_AF_INET) {
+		struct rvs_flow4_key k __attribute__((aligned(8))) = {};
+
+		__builtin_memcpy(k.caddr, p->saddr, 4);
+		__builtin_memcpy(k.vaddr, p->daddr, 4);
+		k.cport = p->sport;
+		k.vport = p->dport;
+		k.proto = p->proto;
+		h = flow_cache_hash(&k);
+	} else {
+		struct rvs_flow_key k __attribute__((aligned(8))) = {};
+
+		__builtin_memcpy(k.caddr, p->saddr, 16);
+		__builtin_memcpy(k.vaddr, p->daddr, 16);
+		k.cport = p->sport;
+		k.vport = p->dport;
+		k.proto = p->proto;
+		k.family = p->family;
+		h = flow6_cache_hash(&k);
+	}
+	slot = flow_epoch_slot(h);
 	e = bpf_map_lookup_elem(&flow_epochs, &slot);
 	CALL_SITE_TAG(20);
 	if (e)
@@ -2029,6 +2071,119 @@ static __always_inline int icmp_error(struct xdp_md *ctx, const struct pkt *p,
 
 /* -------------------------------------------------- established fast path */
 
+/* fast_established's IPv6 counterpart (the same checks, counters,
+ * last_seen stamping and MAC rewrite): an untagged IPv6 frame whose next
+ * header is TCP (ACK, none of SYN/FIN/RST) or UDP directly, of a live flow
+ * in `flows` to an available DR real server, served from this CPU's
+ * flow6_cache or else from `flows` (the cache entry then refilled).
+ * Anything else returns -1 for the general path, with the `flows` lookup's
+ * result in *found when *looked is set. A function of its own (a BPF
+ * subprogram with its own stack frame: the main program's frame has no room
+ * for the 40-byte key and the rest of this path). */
+static __noinline int fast_established6(struct xdp_md *ctx, struct rvs_flow **found, int *looked)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ipv6hdr *ip6 = data + sizeof(struct ethhdr);
+	struct tcphdr *th = (void *)(ip6 + 1);
+	struct rvs_flow_key k __attribute__((aligned(8))) = {};
+	const __u64 *ck, *kk = (const __u64 *)&k;
+	struct rvs_flow6_cache *c;
+	struct rvs_config *cfg;
+	struct rvs_flow *f;
+	struct rvs_dest *d;
+	__u32 didx, svc, l3len, slot, epoch, *ep, zero = 0;
+	__u8 proto, state;
+	__u64 now, h, timeout;
+	int stale;
+
+	if ((void *)(th + 1) > end)
+		return -1;
+	/* Version 6 (the caller checked the EtherType). */
+	if ((*(__u8 *)ip6 & 0xf0) != 0x60)
+		return -1;
+	proto = ip6->nexthdr;
+	if (proto == IPPROTO_TCP) {
+		if ((((__u8 *)th)[13] & (TCPF_SYN | TCPF_FIN | TCPF_RST | TCPF_ACK)) != TCPF_ACK)
+			return -1;
+		state = RVS_TCP_S_ESTABLISHED;
+	} else if (proto == IPPROTO_UDP) {
+		state = RVS_UDP_S_NORMAL;
+	} else {
+		return -1;
+	}
+	/* Source and destination address are adjacent, as in the key. */
+	__builtin_memcpy(k.caddr, &ip6->saddr, 32);
+	__builtin_memcpy(&k.cport, &th->source, 4);
+	k.proto = proto;
+	k.family = RVS_AF_INET6;
+	l3len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+
+	h = flow6_cache_hash(&k);
+	slot = flow6_cache_slot(h);
+	c = bpf_map_lookup_elem(&flow6_cache, &slot);
+	CALL_SITE_TAG(26);
+	slot = flow_epoch_slot(h);
+	ep = bpf_map_lookup_elem(&flow_epochs, &slot);
+	CALL_SITE_TAG(27);
+	if (!c || !ep)
+		return -1;
+	/* Read before flows (see flow_epoch_bump). */
+	epoch = *(volatile __u32 *)ep;
+	now = bpf_jiffies64();
+	ck = (const __u64 *)&c->key;
+	if (ck[0] == kk[0] && ck[1] == kk[1] && ck[2] == kk[2] && ck[3] == kk[3] &&
+	    ck[4] == kk[4] && c->epoch == epoch && now - c->stamp < RVS_FLOW_CACHE_JIFFIES) {
+		didx = c->dest;
+		d = bpf_map_lookup_elem(&dests, &didx);
+		CALL_SITE_TAG(28);
+		if (d && d->method == RVS_FWD_DR && !(d->flags & RVS_DEST_F_UNAVAILABLE)) {
+			count(&svc_stats, c->svc, l3len, 0, 0);
+			count(&dest_stats, didx, l3len, 0, 0);
+			return l2_out(ctx, d->mac, d->smac, d->ifindex);
+		}
+	}
+
+	f = bpf_map_lookup_elem(&flows, &k);
+	CALL_SITE_TAG(29);
+	*found = f;
+	*looked = 1;
+	if (!f || f->state != state)
+		return -1;
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg)
+		return -1;
+	timeout = (proto == IPPROTO_TCP ? cfg->tcp_timeouts[RVS_TCP_S_ESTABLISHED]
+					: cfg->udp_timeout) *
+		  (__u64)cfg->hz;
+	stale = f->last_seen != now;
+	if (stale && now - f->last_seen > timeout)
+		return -1;
+	didx = f->dest;
+	d = bpf_map_lookup_elem(&dests, &didx);
+	if (!d || d->method != RVS_FWD_DR || (d->flags & RVS_DEST_F_UNAVAILABLE))
+		return -1;
+	if (stale)
+		f->last_seen = now;
+	svc = f->svc;
+	/* Cached only when the flow cannot expire while its entry is valid
+	 * (see fast_established). */
+	if (timeout > RVS_FLOW_CACHE_JIFFIES) {
+		c->key = k;
+#ifdef RVS_BENCH_CACHE_MISS
+		c->stamp = now - RVS_FLOW_CACHE_JIFFIES;
+#else
+		c->stamp = now;
+#endif
+		c->dest = didx;
+		c->svc = svc;
+		c->epoch = epoch;
+	}
+	count(&svc_stats, svc, l3len, 0, 0);
+	count(&dest_stats, didx, l3len, 0, 0);
+	return l2_out(ctx, d->mac, d->smac, d->ifindex);
+}
+
 /* The common packet of an established DR flow, with nothing to decide: an
  * untagged IPv4 frame without options or fragmentation, TCP with ACK and
  * none of SYN/FIN/RST (its state stays ESTABLISHED: no state change, no
@@ -2075,8 +2230,12 @@ static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow 
 		return -1;
 	/* Whole-word loads (struct ethhdr is packed: its field would be read
 	 * byte by byte). 0x45: version 4, no options. */
-	if (*(__be16 *)(data + 12) != bpf_htons(ETH_P_IP) || *(__u8 *)ip != 0x45 ||
-	    (ip->frag_off & bpf_htons(0x3fff)))
+	if (*(__be16 *)(data + 12) != bpf_htons(ETH_P_IP)) {
+		if (*(__be16 *)(data + 12) == bpf_htons(ETH_P_IPV6))
+			return fast_established6(ctx, found, looked);
+		return -1;
+	}
+	if (*(__u8 *)ip != 0x45 || (ip->frag_off & bpf_htons(0x3fff)))
 		return -1;
 	proto = ip->protocol;
 	if (proto == IPPROTO_TCP) {
@@ -2246,7 +2405,7 @@ int xdp_lb(struct xdp_md *ctx)
 										   : DIR_INPUT);
 			conns_move(didx, p.proto, old, f->state);
 			/* Cached ESTABLISHED entries of this flow must go. */
-			if (f->state != old && p.family == RVS_AF_INET)
+			if (f->state != old)
 				flow_epoch_bump(&p);
 		}
 		count(&svc_stats, f->svc, p.l3len, 0, 0);
@@ -2316,8 +2475,7 @@ new_flow:
 	/* A new flow (inserted, or forwarded without an entry under a flood or
 	 * -o) replaces whatever a cache may still hold for this key: a flow
 	 * the LRU evicted, or a closed one, may be cached on another CPU. */
-	if (p.family == RVS_AF_INET)
-		flow_epoch_bump(&p);
+	flow_epoch_bump(&p);
 	if (d->method == RVS_FWD_NAT) {
 		struct rvs_nat_key nk = {};
 		struct rvs_nat nv = {};

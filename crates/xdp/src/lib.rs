@@ -28,8 +28,8 @@ use aya::{Ebpf, EbpfError, EbpfLoader};
 pub use aya::programs::XdpMode as AttachMode;
 
 use maps::{
-    Config, Dest, DestConns, Flow, Flow4Key, FlowCache, FlowKey, Locality, LocalityKey, Nat,
-    NatKey, Persist, PersistKey, Stats, Svc, SvcKey,
+    Config, Dest, DestConns, Flow, Flow4Key, Flow6Cache, FlowCache, FlowKey, Locality, LocalityKey,
+    Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcKey,
 };
 
 /// Errors of loading, attaching and driving the BPF programs.
@@ -663,9 +663,9 @@ impl Loaded {
         }
     }
 
-    /// Insert or replace a flow entry. An IPv4 flow's epoch slot is
-    /// bumped after the write, so no CPU's flow cache keeps serving the
-    /// flow's previous real server.
+    /// Insert or replace a flow entry. The flow's epoch slot is bumped
+    /// after the write, so no CPU's flow cache (IPv4 or IPv6) keeps serving
+    /// the flow's previous real server.
     pub fn set_flow(&mut self, key: &FlowKey, flow: &Flow) -> Result<(), XdpError> {
         match Flow4Key::of(key) {
             Some(k4) => {
@@ -674,10 +674,12 @@ impl Loaded {
                     .map_err(map_err("flows4"))?;
                 self.bump_flow_epoch(&k4)
             }
-            None => self
-                .hash::<FlowKey, Flow>("flows")?
-                .insert(key, flow, 0)
-                .map_err(map_err("flows")),
+            None => {
+                self.hash::<FlowKey, Flow>("flows")?
+                    .insert(key, flow, 0)
+                    .map_err(map_err("flows"))?;
+                self.bump_epoch_slot(maps::flow_key_epoch_slot(key))
+            }
         }
     }
 
@@ -688,7 +690,11 @@ impl Loaded {
     /// still differs from every value the slot held meanwhile, which is all
     /// an epoch needs.
     pub fn bump_flow_epoch(&mut self, key: &Flow4Key) -> Result<(), XdpError> {
-        let slot = maps::flow_epoch_slot(key);
+        self.bump_epoch_slot(maps::flow_epoch_slot(key))
+    }
+
+    /// Bump one `flow_epochs` slot (see [`Loaded::bump_flow_epoch`]).
+    fn bump_epoch_slot(&mut self, slot: u32) -> Result<(), XdpError> {
         let mut a = self.array::<u32>("flow_epochs")?;
         let e = a.get(&slot, 0).map_err(map_err("flow_epochs"))?;
         a.set(slot, e.wrapping_add(0x9e37_79b9), 0)
@@ -700,6 +706,24 @@ impl Loaded {
         self.array::<u32>("flow_epochs")?
             .get(&maps::flow_epoch_slot(key), 0)
             .map_err(map_err("flow_epochs"))
+    }
+
+    /// The epoch of a flow key's slot in `flow_epochs`, either family.
+    pub fn flow_key_epoch(&mut self, key: &FlowKey) -> Result<u32, XdpError> {
+        self.array::<u32>("flow_epochs")?
+            .get(&maps::flow_key_epoch_slot(key), 0)
+            .map_err(map_err("flow_epochs"))
+    }
+
+    /// The `flow6_cache` element an IPv6 flow key maps to, per CPU (index =
+    /// CPU number); as [`Loaded::flow_cache`] for IPv4.
+    pub fn flow6_cache(&mut self, key: &FlowKey) -> Result<Vec<Flow6Cache>, XdpError> {
+        let a: PerCpuArray<&mut MapData, Flow6Cache> =
+            PerCpuArray::try_from(self.map("flow6_cache")?).map_err(map_err("flow6_cache"))?;
+        let v = a
+            .get(&maps::flow6_cache_index(key), 0)
+            .map_err(map_err("flow6_cache"))?;
+        Ok(v.to_vec())
     }
 
     /// The `flow_cache` element an IPv4 flow key maps to, per CPU (index =

@@ -353,6 +353,8 @@ pub struct Flow {
 
 /// Entries of the per-CPU flow cache (`flow_cache`) on each CPU.
 pub const FLOW_CACHE_SIZE: u32 = 1 << 16;
+/// Entries of the per-CPU IPv6 flow cache (`flow6_cache`) on each CPU.
+pub const FLOW6_CACHE_SIZE: u32 = 1 << 14;
 /// Slots of `flow_epochs`, the shared epochs that invalidate cache entries.
 pub const FLOW_EPOCHS: u32 = 1 << 16;
 /// Jiffies a flow-cache entry serves packets after it was last checked
@@ -386,6 +388,50 @@ pub fn flow_cache_hash(k: &Flow4Key) -> u64 {
     h ^ (h >> 32)
 }
 
+/// The flow cache's hash over little-endian 64-bit words (the formula in
+/// rvs.h: two words for an IPv4 key, five for an IPv6 one).
+fn cache_hash_words(b: &[u8]) -> u64 {
+    let mut words = b.chunks_exact(8).map(|c| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        u64::from_le_bytes(w)
+    });
+    let mut h = (words.next().unwrap_or(0) ^ FLOW_CACHE_SEED).wrapping_mul(FLOW_CACHE_MUL);
+    for w in words {
+        h = (h ^ (h >> 32) ^ w).wrapping_mul(FLOW_CACHE_MUL);
+    }
+    h ^ (h >> 32)
+}
+
+/// The IPv6 flow cache's hash of a 40-byte flow key, as the program
+/// computes it (`flow6_cache_hash` in xdp_lb.c): the control side needs it
+/// to find a key's cache entry and to bump its epoch slot.
+pub fn flow6_cache_hash(k: &FlowKey) -> u64 {
+    let mut b = [0u8; 40];
+    b[..16].copy_from_slice(&k.caddr);
+    b[16..32].copy_from_slice(&k.vaddr);
+    b[32..34].copy_from_slice(&k.cport.to_ne_bytes());
+    b[34..36].copy_from_slice(&k.vport.to_ne_bytes());
+    b[36] = k.proto;
+    b[37] = k.family;
+    b[38..40].copy_from_slice(&k.pad0.to_ne_bytes());
+    cache_hash_words(&b)
+}
+
+/// The `flow6_cache` index of an IPv6 key (the hash's low bits).
+pub fn flow6_cache_index(k: &FlowKey) -> u32 {
+    flow6_cache_hash(k) as u32 & (FLOW6_CACHE_SIZE - 1)
+}
+
+/// The `flow_epochs` slot of a flow key of either family (an IPv4 one
+/// hashed as its 16-byte `flows4` key, an IPv6 one as the 40-byte key).
+pub fn flow_key_epoch_slot(k: &FlowKey) -> u32 {
+    match Flow4Key::of(k) {
+        Some(k4) => flow_epoch_slot(&k4),
+        None => (flow6_cache_hash(k) >> 16) as u32 & (FLOW_EPOCHS - 1),
+    }
+}
+
 /// The `flow_cache` index of a key (the hash's low bits).
 pub fn flow_cache_index(k: &Flow4Key) -> u32 {
     flow_cache_hash(k) as u32 & (FLOW_CACHE_SIZE - 1)
@@ -403,6 +449,24 @@ pub struct FlowCache {
     /// The flow's key.
     pub key: Flow4Key,
     /// Jiffies when the entry was last checked against `flows4`.
+    pub stamp: u64,
+    /// Real-server index.
+    pub dest: u32,
+    /// Service index.
+    pub svc: u32,
+    /// The key's `flow_epochs` slot when it was checked.
+    pub epoch: u32,
+    /// Padding, zero.
+    pub pad0: u32,
+}
+
+/// `flow6_cache` value: one CPU's cached established IPv6 DR flow.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Flow6Cache {
+    /// The flow's key.
+    pub key: FlowKey,
+    /// Jiffies when the entry was last checked against `flows`.
     pub stamp: u64,
     /// Real-server index.
     pub dest: u32,
@@ -651,6 +715,7 @@ const _: () = assert!(size_of::<Flow>() == 24);
 const _: () = assert!(size_of::<NatKey>() == 40);
 const _: () = assert!(size_of::<Flow4Key>() == 16);
 const _: () = assert!(size_of::<FlowCache>() == 40);
+const _: () = assert!(size_of::<Flow6Cache>() == 64);
 const _: () = assert!(size_of::<Nat>() == 28);
 const _: () = assert!(size_of::<Stats>() == 40);
 const _: () = assert!(size_of::<Config>() == 92);
@@ -678,6 +743,8 @@ unsafe impl aya::Pod for Flow4Key {}
 unsafe impl aya::Pod for Flow {}
 // SAFETY: as above.
 unsafe impl aya::Pod for FlowCache {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Flow6Cache {}
 // SAFETY: as above.
 unsafe impl aya::Pod for NatKey {}
 // SAFETY: as above.
@@ -771,6 +838,11 @@ pub fn layouts() -> Vec<Layout> {
         layout!(
             "rvs_flow_cache",
             FlowCache,
+            [key, stamp, dest, svc, epoch, pad0]
+        ),
+        layout!(
+            "rvs_flow6_cache",
+            Flow6Cache,
             [key, stamp, dest, svc, epoch, pad0]
         ),
         layout!("rvs_nat", Nat, [vaddr, vport, pad0, svc, dest]),

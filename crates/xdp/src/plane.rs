@@ -29,8 +29,10 @@
 //!   data, so no new flow goes to it, until it is resolved; then the service
 //!   is republished. NAT real servers need no MAC (the program routes with
 //!   `bpf_fib_lookup`).
-//! * The program's per-CPU flow cache (in front of `flows4`, see
-//!   `fast_established` in xdp_lb.c) needs nothing from this side. Every
+//! * The program's per-CPU flow caches (`flow_cache` in front of `flows4`,
+//!   `flow6_cache` in front of `flows`, see `fast_established` and
+//!   `fast_established6` in xdp_lb.c) need nothing from this side beyond
+//!   the epoch bump of [`crate::Loaded::set_flow`]. Every
 //!   write here that a cached packet depends on is read by the cached path
 //!   itself: a real server's element (`UNAVAILABLE`, method, MAC, a freed
 //!   index cleared to zero) on every packet. Flows are only removed here

@@ -1060,17 +1060,45 @@ fn jiffies() -> u64 {
     rvs_xdp::jiffies_now().unwrap()
 }
 
-/// This CPU's cache entry of `key` when it holds that key.
-fn cached(lb: &mut Lb, cpu: usize, key: &FlowKey) -> Option<maps::FlowCache> {
-    let k4 = maps::Flow4Key::of(key).unwrap();
-    let e = lb.l.flow_cache(&k4).unwrap()[cpu];
-    (e.key == k4).then_some(e)
+/// What a flow-cache entry (IPv4 `flow_cache` or IPv6 `flow6_cache`)
+/// says about its flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    dest: u32,
+    svc: u32,
+    epoch: u32,
+    stamp: u64,
+}
+
+/// This CPU's cache entry of `key` (of its family's cache) when it holds
+/// that key.
+fn cached(lb: &mut Lb, cpu: usize, key: &FlowKey) -> Option<Entry> {
+    match maps::Flow4Key::of(key) {
+        Some(k4) => {
+            let e = lb.l.flow_cache(&k4).unwrap()[cpu];
+            (e.key == k4).then_some(Entry {
+                dest: e.dest,
+                svc: e.svc,
+                epoch: e.epoch,
+                stamp: e.stamp,
+            })
+        }
+        None => {
+            let e = lb.l.flow6_cache(key).unwrap()[cpu];
+            (e.key == *key).then_some(Entry {
+                dest: e.dest,
+                svc: e.svc,
+                epoch: e.epoch,
+                stamp: e.stamp,
+            })
+        }
+    }
 }
 
 /// SYN then ACK (SYN_RECV -> ESTABLISHED, the general path, which does
 /// not fill the cache).
 fn establish(lb: &mut Lb, c: IpAddr, cport: u16) {
-    let v = vip(false);
+    let v = vip(c.is_ipv6());
     lb.run(&tcp_frame(c, cport, v, VPORT, Flags::Syn, b""));
     lb.run(&tcp_frame(c, cport, v, VPORT, Flags::Ack, b""));
 }
@@ -1081,33 +1109,40 @@ fn establish(lb: &mut Lb, c: IpAddr, cport: u16) {
 /// epoch, and while it is valid the packets need no flows4 entry at all
 /// (one removed behind the cache's back still goes on, for at most the
 /// cache's bound; then the flow is unknown and its ACK passes).
-#[test]
-fn flow_cache_forwards_the_same_bytes_as_the_flow_table() {
+fn flow_cache_forwards_the_same_bytes_as_the_flow_table(v6: bool) {
     let Some(mut lb) = Lb::new("flow_cache_forwards_the_same_bytes_as_the_flow_table") else {
         return;
     };
     on_own_thread(move || {
         assert!(pin_to_cpu(0));
-        dr_service(&mut lb, false, 2);
-        let rs = [Rs::new(rs_addr(false, 1), fwd::DR, rs_mac(1))];
-        lb.service(1, SvcKey::new(PROTO_UDP, vip(false), 53), "rr", 0, &rs);
-        let (c, v) = (client(false, 50), vip(false));
+        dr_service(&mut lb, v6, 2);
+        let rs = [Rs::new(rs_addr(v6, 1), fwd::DR, rs_mac(1))];
+        lb.service(1, SvcKey::new(PROTO_UDP, vip(v6), 53), "rr", 0, &rs);
+        let (c, v) = (client(v6, 50), vip(v6));
         let mut attempt = 0;
         loop {
             attempt += 1;
             assert!(attempt <= 5, "never ran within the cache's bound");
             let cport = 6100 + attempt;
             let key = FlowKey::new(PROTO_TCP, c, cport, v, VPORT);
-            establish(&mut lb, c, cport);
+            lb.l.set_cursor(0, 0).unwrap(); // rr: server 0 on every attempt
             let f = tcp_frame(c, cport, v, VPORT, Flags::Ack, b"GET / HTTP/1.0\r\n\r\n");
+            // SYN, then this ACK: SYN_RECV -> ESTABLISHED, the general path.
+            lb.run(&tcp_frame(c, cport, v, VPORT, Flags::Syn, b""));
+            let general = lb.run(&f);
+            assert!(cached(&mut lb, 0, &key).is_none(), "general path filled");
             let st0 = lb.l.dest_stats(Lb::dest_index(0, 0)).unwrap();
             let miss = lb.run(&f); // flows4, fills the cache
             let flow = lb.l.flow(&key).unwrap().unwrap();
             let e = cached(&mut lb, 0, &key).expect("cache entry filled");
-            let k4 = maps::Flow4Key::of(&key).unwrap();
             assert_eq!(
                 (e.dest, e.svc, e.epoch, e.stamp),
-                (flow.dest, 0, lb.l.flow_epoch(&k4).unwrap(), flow.last_seen)
+                (
+                    flow.dest,
+                    0,
+                    lb.l.flow_key_epoch(&key).unwrap(),
+                    flow.last_seen
+                )
             );
             let hit = lb.run(&f);
             let j = jiffies();
@@ -1115,8 +1150,9 @@ fn flow_cache_forwards_the_same_bytes_as_the_flow_table() {
                 eprintln!("descheduled past the cache's bound; again");
                 continue;
             }
-            assert_eq!(miss.action, action::TX);
-            assert_eq!(miss.data, with_macs(&f, rs_mac(0), DIR_MAC));
+            assert_eq!(general.action, action::TX);
+            assert_eq!(general.data, with_macs(&f, rs_mac(0), DIR_MAC));
+            assert_eq!((miss.action, &miss.data), (general.action, &general.data));
             assert_eq!((hit.action, &hit.data), (miss.action, &miss.data));
             let st1 = lb.l.dest_stats(Lb::dest_index(0, 0)).unwrap();
             let ip_len = (f.len() - 14) as u64;
@@ -1152,13 +1188,22 @@ fn flow_cache_forwards_the_same_bytes_as_the_flow_table() {
     });
 }
 
+#[test]
+fn flow_cache_forwards_the_same_bytes_as_the_flow_table_v4() {
+    flow_cache_forwards_the_same_bytes_as_the_flow_table(false);
+}
+
+#[test]
+fn flow_cache_forwards_the_same_bytes_as_the_flow_table_v6() {
+    flow_cache_forwards_the_same_bytes_as_the_flow_table(true);
+}
+
 /// State changes and new flows made on one CPU invalidate the cache entry
 /// another CPU holds: after a FIN the next ACK on the other CPU takes the
 /// general path (flows4's last_seen is stamped, the state stays FIN_WAIT);
 /// after a RST and a new SYN scheduled to another real server, the other
 /// CPU's still-young entry for the old server is not used.
-#[test]
-fn flow_cache_entries_on_other_cpus_follow_state_changes_and_new_flows() {
+fn flow_cache_entries_on_other_cpus_follow_state_changes_and_new_flows(v6: bool) {
     let Some(mut lb) =
         Lb::new("flow_cache_entries_on_other_cpus_follow_state_changes_and_new_flows")
     else {
@@ -1169,8 +1214,8 @@ fn flow_cache_entries_on_other_cpus_follow_state_changes_and_new_flows() {
         return;
     }
     on_own_thread(move || {
-        dr_service(&mut lb, false, 2);
-        let (c, v) = (client(false, 51), vip(false));
+        dr_service(&mut lb, v6, 2);
+        let (c, v) = (client(v6, 51), vip(v6));
         let ack = |cport| tcp_frame(c, cport, v, VPORT, Flags::Ack, b"data");
         let mut attempt = 0;
         loop {
@@ -1198,10 +1243,7 @@ fn flow_cache_entries_on_other_cpus_follow_state_changes_and_new_flows() {
             }
             assert!(pin_to_cpu(0));
             assert_eq!(cached(&mut lb, 0, &key), Some(e0));
-            assert_ne!(
-                e0.epoch,
-                lb.l.flow_epoch(&maps::Flow4Key::of(&key).unwrap()).unwrap()
-            );
+            assert_ne!(e0.epoch, lb.l.flow_key_epoch(&key).unwrap());
             let r = lb.run(&ack(cport));
             let young = jiffies() - e0.stamp < maps::FLOW_CACHE_JIFFIES;
             assert_eq!((r.action, &r.data[..6]), (action::TX, &rs_mac(0)[..]));
@@ -1268,22 +1310,31 @@ fn flow_cache_entries_on_other_cpus_follow_state_changes_and_new_flows() {
     });
 }
 
+#[test]
+fn flow_cache_entries_on_other_cpus_follow_state_changes_and_new_flows_v4() {
+    flow_cache_entries_on_other_cpus_follow_state_changes_and_new_flows(false);
+}
+
+#[test]
+fn flow_cache_entries_on_other_cpus_follow_state_changes_and_new_flows_v6() {
+    flow_cache_entries_on_other_cpus_follow_state_changes_and_new_flows(true);
+}
+
 /// A cached flow's real server keeps today's semantics: quiesced (weight
 /// 0) it keeps the flow, served from the cache; made unavailable, its
 /// flows' packets are dropped at once; switched to a tunnel, they are
 /// encapsulated at once; deleted (its element cleared, as the control side
 /// does when it frees the index), they are dropped.
-#[test]
-fn flow_cache_follows_real_server_changes_at_once() {
+fn flow_cache_follows_real_server_changes_at_once(v6: bool) {
     let Some(mut lb) = Lb::new("flow_cache_follows_real_server_changes_at_once") else {
         return;
     };
     on_own_thread(move || {
         assert!(pin_to_cpu(0));
-        let (c, v) = (client(false, 52), vip(false));
+        let (c, v) = (client(v6, 52), vip(v6));
         let svc = SvcKey::new(PROTO_TCP, v, VPORT);
         let mut rs: Vec<Rs> = (0..2)
-            .map(|i| Rs::new(rs_addr(false, i), fwd::DR, rs_mac(i)))
+            .map(|i| Rs::new(rs_addr(v6, i), fwd::DR, rs_mac(i)))
             .collect();
         lb.service(0, svc, "rr", 0, &rs);
         let key = FlowKey::new(PROTO_TCP, c, 6300, v, VPORT);
@@ -1308,7 +1359,13 @@ fn flow_cache_follows_real_server_changes_at_once() {
         rs[0].method = fwd::TUN_IPIP;
         lb.service(0, svc, "rr", 0, &rs);
         let r = lb.run(&f);
-        assert_eq!((r.action, r.data[14 + 9]), (action::TX, 4), "IPIP");
+        // The outer header's protocol / next header: IPIP (4) or IPv6 (41).
+        let outer = if v6 {
+            (r.data[14 + 6], 41)
+        } else {
+            (r.data[14 + 9], 4)
+        };
+        assert_eq!((r.action, outer.0), (action::TX, outer.1), "IPIP");
         // DR again, then deleted: the element is cleared, packets dropped.
         rs[0].method = fwd::DR;
         lb.service(0, svc, "rr", 0, &rs);
@@ -1318,20 +1375,29 @@ fn flow_cache_follows_real_server_changes_at_once() {
     });
 }
 
+#[test]
+fn flow_cache_follows_real_server_changes_at_once_v4() {
+    flow_cache_follows_real_server_changes_at_once(false);
+}
+
+#[test]
+fn flow_cache_follows_real_server_changes_at_once_v6() {
+    flow_cache_follows_real_server_changes_at_once(true);
+}
+
 /// An entry older than the cache's bound is checked against flows4 again:
 /// flows4's last_seen of a flow served from the cache is never more than
 /// the bound behind its packets, and is stamped only about once per bound
 /// (a hit stamps nothing).
-#[test]
-fn flow_cache_revalidates_after_its_bound_and_keeps_last_seen_fresh() {
+fn flow_cache_revalidates_after_its_bound_and_keeps_last_seen_fresh(v6: bool) {
     let Some(mut lb) = Lb::new("flow_cache_revalidates_after_its_bound_and_keeps_last_seen_fresh")
     else {
         return;
     };
     on_own_thread(move || {
         assert!(pin_to_cpu(0));
-        dr_service(&mut lb, false, 1);
-        let (c, v) = (client(false, 53), vip(false));
+        dr_service(&mut lb, v6, 1);
+        let (c, v) = (client(v6, 53), vip(v6));
         let key = FlowKey::new(PROTO_TCP, c, 6400, v, VPORT);
         let f = tcp_frame(c, 6400, v, VPORT, Flags::Ack, b"x");
         establish(&mut lb, c, 6400);
@@ -1376,30 +1442,38 @@ fn flow_cache_revalidates_after_its_bound_and_keeps_last_seen_fresh() {
     });
 }
 
+#[test]
+fn flow_cache_revalidates_after_its_bound_and_keeps_last_seen_fresh_v4() {
+    flow_cache_revalidates_after_its_bound_and_keeps_last_seen_fresh(false);
+}
+
+#[test]
+fn flow_cache_revalidates_after_its_bound_and_keeps_last_seen_fresh_v6() {
+    flow_cache_revalidates_after_its_bound_and_keeps_last_seen_fresh(true);
+}
+
 /// A flow the control side writes (`set_flow`, e.g. a connection synced
 /// from a peer director) is bound to its new real server at once on every
 /// CPU: the write bumps the key's epoch slot, which the cache entry of the
 /// old binding no longer matches.
-#[test]
-fn flow_cache_yields_to_a_flow_written_by_the_control_side() {
+fn flow_cache_yields_to_a_flow_written_by_the_control_side(v6: bool) {
     let Some(mut lb) = Lb::new("flow_cache_yields_to_a_flow_written_by_the_control_side") else {
         return;
     };
     on_own_thread(move || {
         assert!(pin_to_cpu(0));
-        dr_service(&mut lb, false, 2);
-        let (c, v) = (client(false, 54), vip(false));
+        dr_service(&mut lb, v6, 2);
+        let (c, v) = (client(v6, 54), vip(v6));
         let key = FlowKey::new(PROTO_TCP, c, 6500, v, VPORT);
-        let k4 = maps::Flow4Key::of(&key).unwrap();
         let f = tcp_frame(c, 6500, v, VPORT, Flags::Ack, b"x");
         establish(&mut lb, c, 6500);
         assert_eq!(lb.run(&f).data[..6], rs_mac(0));
         let e = cached(&mut lb, 0, &key).expect("cached");
-        let epoch = lb.l.flow_epoch(&k4).unwrap();
+        let epoch = lb.l.flow_key_epoch(&key).unwrap();
         let mut flow = lb.l.flow(&key).unwrap().unwrap();
         flow.dest = Lb::dest_index(0, 1);
         lb.l.set_flow(&key, &flow).unwrap();
-        assert_ne!(lb.l.flow_epoch(&k4).unwrap(), epoch);
+        assert_ne!(lb.l.flow_key_epoch(&key).unwrap(), epoch);
         let r = lb.run(&f);
         assert!(
             jiffies() - e.stamp < maps::FLOW_CACHE_JIFFIES,
@@ -1411,4 +1485,14 @@ fn flow_cache_yields_to_a_flow_written_by_the_control_side() {
             Some(Lb::dest_index(0, 1))
         );
     });
+}
+
+#[test]
+fn flow_cache_yields_to_a_flow_written_by_the_control_side_v4() {
+    flow_cache_yields_to_a_flow_written_by_the_control_side(false);
+}
+
+#[test]
+fn flow_cache_yields_to_a_flow_written_by_the_control_side_v6() {
+    flow_cache_yields_to_a_flow_written_by_the_control_side(true);
 }
