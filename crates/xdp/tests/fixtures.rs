@@ -1496,3 +1496,106 @@ fn flow_cache_yields_to_a_flow_written_by_the_control_side_v4() {
 fn flow_cache_yields_to_a_flow_written_by_the_control_side_v6() {
     flow_cache_yields_to_a_flow_written_by_the_control_side(true);
 }
+
+/// The cache index of a key in its family's cache.
+fn cache_index(key: &FlowKey) -> u32 {
+    match maps::Flow4Key::of(key) {
+        Some(k4) => maps::flow_cache_index(&k4),
+        None => maps::flow6_cache_index(key),
+    }
+}
+
+/// Two flows sharing one cache entry (same index, different keys) never
+/// take each other's real server: the entry serves only the key it holds.
+/// Both flows go through the same state changes, so their epoch slots can
+/// hold equal values: the key comparison is what keeps them apart.
+fn flow_cache_keeps_colliding_flows_apart(v6: bool) {
+    let Some(mut lb) = Lb::new("flow_cache_keeps_colliding_flows_apart") else {
+        return;
+    };
+    on_own_thread(move || {
+        assert!(pin_to_cpu(0));
+        dr_service(&mut lb, v6, 2);
+        let v = vip(v6);
+        // Two client ports of one client whose keys share an index (a
+        // bounded search: 16384 or 65536 entries, 20000 ports).
+        let c = client(v6, 55);
+        let mut seen = std::collections::HashMap::new();
+        let (pa, pb) = (7000..27000u16)
+            .find_map(|p| {
+                let i = cache_index(&FlowKey::new(PROTO_TCP, c, p, v, VPORT));
+                seen.insert(i, p).map(|q| (q, p))
+            })
+            .expect("two colliding ports");
+        let (ka, kb) = (
+            FlowKey::new(PROTO_TCP, c, pa, v, VPORT),
+            FlowKey::new(PROTO_TCP, c, pb, v, VPORT),
+        );
+        lb.l.set_cursor(0, 0).unwrap();
+        establish(&mut lb, c, pa);
+        establish(&mut lb, c, pb);
+        assert_eq!(lb.l.flow(&ka).unwrap().unwrap().dest, Lb::dest_index(0, 0));
+        assert_eq!(lb.l.flow(&kb).unwrap().unwrap().dest, Lb::dest_index(0, 1));
+        let ack = |p| tcp_frame(c, p, v, VPORT, Flags::Ack, b"x");
+        for _ in 0..3 {
+            let (a, b) = (lb.run(&ack(pa)), lb.run(&ack(pb)));
+            assert_eq!((a.action, &a.data[..6]), (action::TX, &rs_mac(0)[..]));
+            assert_eq!((b.action, &b.data[..6]), (action::TX, &rs_mac(1)[..]));
+        }
+        // The last fill was b's: the entry holds b's key.
+        assert!(cached(&mut lb, 0, &kb).is_some());
+        assert!(cached(&mut lb, 0, &ka).is_none());
+    });
+}
+
+#[test]
+fn flow_cache_keeps_colliding_flows_apart_v4() {
+    flow_cache_keeps_colliding_flows_apart(false);
+}
+
+#[test]
+fn flow_cache_keeps_colliding_flows_apart_v6() {
+    flow_cache_keeps_colliding_flows_apart(true);
+}
+
+/// A flow whose timeout is not longer than the cache's bound (in jiffies)
+/// is forwarded by the fast path but never cached (it could expire while
+/// its entry is valid); one jiffy longer and it is.
+fn flow_cache_skips_flows_that_may_expire_within_its_bound(v6: bool) {
+    let Some(mut lb) = Lb::new("flow_cache_skips_flows_that_may_expire_within_its_bound") else {
+        return;
+    };
+    on_own_thread(move || {
+        assert!(pin_to_cpu(0));
+        dr_service(&mut lb, v6, 1);
+        let (c, v) = (client(v6, 56), vip(v6));
+        // HZ given as 1: timeouts in seconds are then jiffies.
+        let mut cfg = maps::Config::ipvs_defaults();
+        cfg.hz = 1;
+        for (cport, timeout, cache) in [(7100, 32, false), (7101, 33, true)] {
+            assert_eq!(u64::from(timeout) <= maps::FLOW_CACHE_JIFFIES, !cache);
+            cfg.tcp_timeouts[1] = timeout;
+            lb.l.set_config(&cfg).unwrap();
+            let key = FlowKey::new(PROTO_TCP, c, cport, v, VPORT);
+            establish(&mut lb, c, cport);
+            let f = tcp_frame(c, cport, v, VPORT, Flags::Ack, b"x");
+            let r = lb.run(&f);
+            assert_eq!((r.action, &r.data[..6]), (action::TX, &rs_mac(0)[..]));
+            assert_eq!(
+                cached(&mut lb, 0, &key).is_some(),
+                cache,
+                "timeout {timeout}"
+            );
+        }
+    });
+}
+
+#[test]
+fn flow_cache_skips_flows_that_may_expire_within_its_bound_v4() {
+    flow_cache_skips_flows_that_may_expire_within_its_bound(false);
+}
+
+#[test]
+fn flow_cache_skips_flows_that_may_expire_within_its_bound_v6() {
+    flow_cache_skips_flows_that_may_expire_within_its_bound(true);
+}
