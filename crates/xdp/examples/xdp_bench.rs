@@ -9,7 +9,8 @@
 //! hit in the per-CPU flow cache (the common packet of a busy flow), and the
 //! "flow cache miss" row the same flow with the cache never filled (its
 //! flows4 lookup on every packet: the cost of a flow's first packet on a
-//! CPU, or of one whose cache slot another flow took);
+//! CPU, or of one whose cache slot another flow took); the "IPv6" rows the
+//! same for an IPv6 flow (`flow6_cache` in front of `flows`);
 //! Then the "many flows" table: the same ACK cycling over N established
 //! flows (N = 1, 1024, 65536, 1048576, at most FLOW_TABLE) through the
 //! bench-only cycling builds (bpf/bench_cycle.h), with the flow cache as it
@@ -20,7 +21,7 @@
 //! (every insert evicts the least recently used entry).
 
 use std::error::Error;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use etherparse::PacketBuilder;
 use rvs_core::dest::{Dest as CoreDest, DestId};
@@ -30,6 +31,7 @@ use rvs_xdp::maps::{self, Config, Dest, Flow4Key, FlowKey, PROTO_TCP, Svc, SvcKe
 use rvs_xdp::{LoadOptions, Loaded, Object, tables};
 
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
+const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0x100);
 const SERVERS: usize = 64;
 /// The client port of the benchmark's frames.
 const CPORT: u16 = 40000;
@@ -39,9 +41,19 @@ const TCP_ESTABLISHED: u8 = 1;
 const CYCLE_BASE: u32 = 0x0a00_0000;
 
 fn frame(syn: bool) -> Vec<u8> {
-    let b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-        .ipv4([10, 78, 0, 1], VIP.octets(), 64)
-        .tcp(CPORT, 80, 1, 65535);
+    frame_of(syn, false)
+}
+
+/// The benchmark's SYN or ACK, IPv4 or IPv6 (client fd78::1 to `VIP6`).
+fn frame_of(syn: bool, v6: bool) -> Vec<u8> {
+    let e = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+    let b = if v6 {
+        let c = Ipv6Addr::new(0xfd78, 0, 0, 0, 0, 0, 0, 1);
+        e.ipv6(c.octets(), VIP6.octets(), 64)
+    } else {
+        e.ipv4([10, 78, 0, 1], VIP.octets(), 64)
+    }
+    .tcp(CPORT, 80, 1, 65535);
     let b = if syn { b.syn() } else { b.ack(1) };
     let mut out = Vec::new();
     // A 64-byte frame with payload, like a small request.
@@ -51,6 +63,17 @@ fn frame(syn: bool) -> Vec<u8> {
 
 /// One TCP service on VIP:80 with `SERVERS` DR real servers.
 fn director(object: Object, sched: &str, table: u32) -> Result<Loaded, Box<dyn Error>> {
+    director_of(object, sched, table, false)
+}
+
+/// [`director`], IPv4 (`VIP`) or IPv6 (`VIP6`, IPv6 real servers).
+fn director_of(
+    object: Object,
+    sched: &str,
+    table: u32,
+    v6: bool,
+) -> Result<Loaded, Box<dyn Error>> {
+    let family = if v6 { maps::AF_INET6 } else { maps::AF_INET };
     let mut l = Loaded::load(
         object,
         &LoadOptions {
@@ -61,7 +84,11 @@ fn director(object: Object, sched: &str, table: u32) -> Result<Loaded, Box<dyn E
     l.set_config(&Config::ipvs_defaults())?;
     let core: Vec<CoreDest> = (0..SERVERS)
         .map(|i| {
-            let a = IpAddr::V4(Ipv4Addr::new(10, 77, 1, i as u8 + 1));
+            let a = if v6 {
+                IpAddr::V6(Ipv6Addr::new(0xfd77, 1, 0, 0, 0, 0, 0, i as u16 + 1))
+            } else {
+                IpAddr::V4(Ipv4Addr::new(10, 77, 1, i as u8 + 1))
+            };
             CoreDest::new(DestId(i as u32), DestConfig::new(a, 80).weight(1))
         })
         .collect();
@@ -72,7 +99,7 @@ fn director(object: Object, sched: &str, table: u32) -> Result<Loaded, Box<dyn E
             i as u32,
             &Dest {
                 addr: maps::addr16(d.config.addr),
-                family: maps::AF_INET,
+                family,
                 method: maps::fwd::DR,
                 weight: 1,
                 mac: [2, 0, 0, 0, 1, i as u8],
@@ -86,7 +113,7 @@ fn director(object: Object, sched: &str, table: u32) -> Result<Loaded, Box<dyn E
         0,
         &Svc {
             sched: maps::sched::id(sched).ok_or("scheduler")?,
-            family: maps::AF_INET,
+            family,
             table_off: 0,
             table_len: t.len() as u32,
             dests_off: 1 << 15,
@@ -95,7 +122,8 @@ fn director(object: Object, sched: &str, table: u32) -> Result<Loaded, Box<dyn E
         },
     )?;
     l.set_cursor(0, 0)?;
-    l.set_service(&SvcKey::new(PROTO_TCP, VIP.into(), 80), 0)?;
+    let vip: IpAddr = if v6 { VIP6.into() } else { VIP.into() };
+    l.set_service(&SvcKey::new(PROTO_TCP, vip, 80), 0)?;
     Ok(l)
 }
 
@@ -121,6 +149,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let established_only = args.next().as_deref() == Some("established");
     let rounds = rounds.max(1);
     let (syn, ack) = (frame(true), frame(false));
+    let (syn6, ack6) = (frame_of(true, true), frame_of(false, true));
     let tx = rvs_xdp::action::TX;
 
     // The established-flow figures and their floors: every program loaded
@@ -134,25 +163,33 @@ fn main() -> Result<(), Box<dyn Error>> {
             slots: 1,
         },
     )?;
+    // (row, program, IPv6 frames).
     let mut est_progs = Vec::new();
     for sched in ["mh", "rr"] {
         let mut l = director(Object::Director, sched, table)?;
         ns(&mut l, &syn, 1, tx)?;
-        est_progs.push((sched, l));
+        est_progs.push((sched, l, false));
     }
     // The program caches a flow only when its timeout is longer than the
     // cache's bound (FLOW_CACHE_JIFFIES): with HZ given as 1 and a 32 s
     // ESTABLISHED timeout it never does, and every ACK looks up flows4
     // (the flow stays live while it runs: it is stamped every jiffy; between
     // rounds it expires, and a SYN starts it again).
-    {
-        let mut l = director(Object::Director, "mh", table)?;
-        let mut cfg = Config::ipvs_defaults();
-        cfg.hz = 1;
-        cfg.tcp_timeouts[1] = maps::FLOW_CACHE_JIFFIES as u32;
-        l.set_config(&cfg)?;
-        ns(&mut l, &syn, 1, tx)?;
-        est_progs.push(("mh, flow cache miss", l));
+    // The same two for an IPv6 flow.
+    for (row, v6) in [
+        ("mh, flow cache miss", false),
+        ("IPv6, mh", true),
+        ("IPv6, mh, flow cache miss", true),
+    ] {
+        let mut l = director_of(Object::Director, "mh", table, v6)?;
+        if row.contains("miss") {
+            let mut cfg = Config::ipvs_defaults();
+            cfg.hz = 1;
+            cfg.tcp_timeouts[1] = maps::FLOW_CACHE_JIFFIES as u32;
+            l.set_config(&cfg)?;
+        }
+        ns(&mut l, if v6 { &syn6 } else { &syn }, 1, tx)?;
+        est_progs.push((row, l, v6));
     }
     let mut floor_tx = Vec::new();
     let mut floor_hit = Vec::new();
@@ -160,11 +197,12 @@ fn main() -> Result<(), Box<dyn Error>> {
     for _ in 0..rounds {
         floor_tx.push(ns(&mut tx_prog, &ack, repeat, tx)?);
         floor_hit.push(ns(&mut hit_prog, &ack, repeat, tx)?);
-        for (i, (s, l)) in est_progs.iter_mut().enumerate() {
+        for (i, (s, l, v6)) in est_progs.iter_mut().enumerate() {
+            let (syn, ack) = if *v6 { (&syn6, &ack6) } else { (&syn, &ack) };
             if s.contains("miss") {
-                ns(l, &syn, 1, tx)?;
+                ns(l, syn, 1, tx)?;
             }
-            est[i].push(ns(l, &ack, repeat, tx)?);
+            est[i].push(ns(l, ack, repeat, tx)?);
         }
     }
     drop((tx_prog, hit_prog));
@@ -172,7 +210,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let floor_hit = median(&mut floor_hit);
     let est: Vec<(&str, f64)> = est_progs
         .iter()
-        .map(|(s, _)| *s)
+        .map(|(s, _, _)| *s)
         .zip(est.iter_mut().map(|v| median(v)))
         .collect();
     drop(est_progs);
