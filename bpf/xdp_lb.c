@@ -2077,10 +2077,12 @@ static __always_inline int icmp_error(struct xdp_md *ctx, const struct pkt *p,
  * in `flows` to an available DR real server, served from this CPU's
  * flow6_cache or else from `flows` (the cache entry then refilled).
  * Anything else returns -1 for the general path, with the `flows` lookup's
- * result in *found when *looked is set. A function of its own (a BPF
- * subprogram with its own stack frame: the main program's frame has no room
- * for the 40-byte key and the rest of this path). */
-static __noinline int fast_established6(struct xdp_md *ctx, struct rvs_flow **found, int *looked)
+ * result in *found when *looked is set. Inlined like fast_established: the
+ * main program's frame grows from 328 to 344 bytes (deepest call chain,
+ * with sched_lblcr and its bpf_loop callback, well below 512), and a hit
+ * costs ~8 ns less than through a BPF-to-BPF call (xdp_bench: 36 against
+ * 44 ns per packet). */
+static __always_inline int fast_established6(struct xdp_md *ctx, struct rvs_flow **found, int *looked)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
