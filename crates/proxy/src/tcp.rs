@@ -422,14 +422,13 @@ async fn connection(
             }
         }
     }
-    let mut data_follows = !first.is_empty() || plan.proxy_protocol.is_some();
     let mut failed: Vec<DestId> = Vec::new();
     let server = loop {
         let dst = SocketAddr::new(plan.fwd.daddr, plan.fwd.dport);
         ctx.set_dest(adm.serial, (plan.fwd.daddr, plan.fwd.dport));
         let err = match tokio::time::timeout(
             ctx.config.connect_timeout,
-            sock::connect(dst, data_follows),
+            sock::connect(dst, !first.is_empty() || plan.proxy_protocol.is_some()),
         )
         .await
         {
@@ -457,7 +456,6 @@ async fn connection(
             Some(Ok(p)) => {
                 guard.id = p.fwd.conn;
                 plan = p;
-                data_follows = !first.is_empty() || plan.proxy_protocol.is_some();
             }
             _ => {
                 sock::abort_on_close(&client);

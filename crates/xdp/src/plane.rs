@@ -1766,22 +1766,15 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
 
     /// Look the MACs in use up again; rewrite the real servers whose next
     /// hop changed (a missing entry keeps the last known MAC and asks the
-    /// kernel to resolve it again). NAT real servers whose next hop was not
-    /// known get it when it is.
+    /// kernel to resolve it again). Next hops not known yet are
+    /// [`Plane::learn_nat_next_hops`]'s.
     fn refresh_l2(&mut self) {
         let mut updates = Vec::new();
         for st in self.services.values() {
             for d in &st.dests {
-                let old = match d.l2 {
-                    Some(old) => Some(old),
-                    None if d.is_nat() => None,
-                    None => continue,
-                };
+                let Some(old) = d.l2 else { continue };
                 match self.resolver.lookup(d.core.config.addr) {
-                    Ok(Some(l2)) if Some(l2) != old => {
-                        updates.push((d.index, d.core.config.addr, l2))
-                    }
-                    Ok(None) if d.is_nat() => {}
+                    Ok(Some(l2)) if l2 != old => updates.push((d.index, d.core.config.addr, l2)),
                     Ok(None) => {
                         let _ = self.resolver.solicit(d.core.config.addr);
                     }
@@ -1854,9 +1847,8 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         self.resolve_pending(Duration::ZERO, None);
         if g.is_multiple_of(L2_REFRESH_REPORTS) {
             self.refresh_l2();
-        } else {
-            self.learn_nat_next_hops();
         }
+        self.learn_nat_next_hops();
         if *ipvs.timeouts() != self.timeouts {
             let old = self.timeouts.clone();
             self.timeouts = ipvs.timeouts().clone();
