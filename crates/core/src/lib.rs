@@ -19,6 +19,8 @@
 //! * [`stats`] — counters and the rate estimator;
 //! * [`ipvs`] — the director tying them together: control operations and the
 //!   packet path with persistence.
+//! * [`vrrp`] — the VRRP election of one instance (keepalived's
+//!   `vrrp_instance`).
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
@@ -33,3 +35,4 @@ pub mod sched;
 pub mod state;
 pub mod stats;
 pub mod time;
+pub mod vrrp;
