@@ -50,6 +50,10 @@ pub struct Config {
     /// After becoming master, announce the addresses once more after this
     /// delay (keepalived's `garp_master_delay`, default 5 s; zero = never).
     pub garp_master_delay: Duration,
+    /// keepalived's `state MASTER`: become master at start without waiting
+    /// for `Master_Down_Interval` (a higher-priority master heard later
+    /// still wins).
+    pub initial_master: bool,
 }
 
 impl Config {
@@ -64,6 +68,7 @@ impl Config {
             local_addr,
             down_adverts: 3,
             garp_master_delay: Duration::from_secs(5),
+            initial_master: false,
         }
     }
 }
@@ -202,14 +207,15 @@ impl Instance {
         self.master_adver_int
     }
 
-    /// Start: the address owner becomes master at once, anyone else a backup
-    /// waiting `Master_Down_Interval` for a master to speak.
+    /// Start: the address owner (or an instance configured `state MASTER`)
+    /// becomes master at once, anyone else a backup waiting
+    /// `Master_Down_Interval` for a master to speak.
     pub fn start(&mut self, now: Instant) -> Vec<Action> {
         let mut out = Vec::new();
         if self.state != State::Init {
             return out;
         }
-        if self.priority == PRIORITY_OWNER {
+        if self.priority == PRIORITY_OWNER || self.cfg.initial_master {
             self.become_master(now, &mut out);
         } else {
             self.become_backup(now, &mut out);

@@ -308,3 +308,14 @@ fn two_instances_elect_one_master_on_a_virtual_wire() {
     assert_eq!(r[0].state(), State::Backup);
     assert_eq!(r[1].state(), State::Master);
 }
+
+#[test]
+fn state_master_starts_as_master_and_still_yields_to_a_higher_priority() {
+    let mut c = cfg(100);
+    c.initial_master = true;
+    let mut m = Instance::new(c);
+    let a = m.start(at(0));
+    assert_eq!(transitions(&a), [(State::Init, State::Master)]);
+    let a = m.on_advert(at(500), heard(150, 2)).unwrap();
+    assert_eq!(transitions(&a), [(State::Master, State::Backup)]);
+}
