@@ -12,6 +12,8 @@ use common::{MAC_A, MAC_A_BYTES, Pair, block_on, sh, wait_for};
 use rvs_vrrp::net::{NetError, VrrpSocket, add_address, announce, del_address, link_up};
 
 const GROUP4: Ipv4Addr = Ipv4Addr::new(224, 0, 0, 18);
+/// The MAC a previous master announced the VIP with.
+const OLD_MAC: &str = "02:00:00:00:00:ff";
 const GROUP6: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 0x12);
 
 /// The link-local address of `eth0` in `ns` (from iproute2, independently
@@ -57,6 +59,9 @@ fn exchange(
             assert_eq!(got.src, expect_a, "source is A's address");
             assert_eq!(got.dst, group, "destination is the group");
             assert_eq!(got.ttl, 255, "TTL / hop limit 255");
+            if !ipv6 {
+                assert_eq!(buf[1], 0xc0, "IPv4 TOS 0xc0 (network control)");
+            }
             sock.send(b"unicast from B", unicast_to_a)
                 .await
                 .expect("B sends unicast");
@@ -127,15 +132,17 @@ fn vrrp_socket_ipv6_multicast_then_unicast() {
     let Some(pair) = Pair::new("vrrp_socket_ipv6_multicast_then_unicast") else {
         return;
     };
-    let (lla, llb) = (link_local(&pair.a), link_local(&pair.b));
-    // Both send from their link-local address; B answers to A's global one.
+    let lla = link_local(&pair.a);
+    // A sends from its link-local address (the default); B from its
+    // global one (unicast_src_ip), to A's global one.
+    let global_b: IpAddr = "fd00::2".parse().expect("addr");
     exchange(
         &pair,
         GROUP6.into(),
         None,
-        None,
+        Some(global_b),
         lla,
-        llb,
+        global_b,
         "fd00::1".parse().expect("addr"),
     );
 }
@@ -172,6 +179,7 @@ fn add_and_del_address_are_idempotent() {
         return;
     };
     let ns = pair.a.clone();
+    pair.sysctl(&pair.a, "ipv6/conf/eth0/accept_dad", "1");
     pair.run_in(&pair.a, move || {
         block_on(async move {
             for (addr, prefix, cidr) in [
@@ -193,17 +201,8 @@ fn add_and_del_address_are_idempotent() {
                     .await
                     .expect("deleting again is Ok");
             }
-            // An IPv6 virtual address is usable at once (no DAD). The test
-            // bed turned DAD off, so turn it on for this interface first.
-            sh(&[
-                "ip",
-                "netns",
-                "exec",
-                &ns,
-                "sysctl",
-                "-qw",
-                "net.ipv6.conf.eth0.accept_dad=1",
-            ]);
+            // An IPv6 virtual address is usable at once: no DAD, which the
+            // test turned back on for this interface.
             let vip: IpAddr = "fd00::200".parse().expect("addr");
             add_address("eth0", vip, None).await.expect("add");
             let out = sh(&["ip", "-n", &ns, "-6", "addr", "show", "dev", "eth0"]);
@@ -261,15 +260,7 @@ fn announce_ipv4_gratuitous_arp_teaches_the_peer() {
     // Linux only creates neighbour entries from gratuitous ARP with
     // arp_accept (per namespace).
     for key in ["all", "eth0"] {
-        sh(&[
-            "ip",
-            "netns",
-            "exec",
-            &pair.b,
-            "sysctl",
-            "-qw",
-            &format!("net.ipv4.conf.{key}.arp_accept=1"),
-        ]);
+        pair.sysctl(&pair.b, &format!("ipv4/conf/{key}/arp_accept"), "1");
     }
     let neigh = || {
         sh(&[
@@ -357,11 +348,43 @@ fn capture_na(
 }
 
 #[test]
-fn announce_ipv6_unsolicited_na_reaches_the_peer() {
-    let Some(pair) = Pair::new("announce_ipv6_unsolicited_na_reaches_the_peer") else {
+fn announce_ipv6_unsolicited_na_overrides_the_peer_entry() {
+    let Some(pair) = Pair::new("announce_ipv6_unsolicited_na_overrides_the_peer_entry") else {
         return;
     };
     let vip: Ipv6Addr = "fd00::100".parse().expect("addr");
+    let neigh = || {
+        sh(&[
+            "ip",
+            "-n",
+            &pair.b,
+            "-6",
+            "neigh",
+            "show",
+            "fd00::100",
+            "dev",
+            "eth0",
+        ])
+    };
+    // B still has the VIP at the old master's MAC: the NA's override flag
+    // must replace it (hosts ignore unsolicited NAs for addresses they have
+    // no entry for).
+    sh(&[
+        "ip",
+        "-n",
+        &pair.b,
+        "-6",
+        "neigh",
+        "replace",
+        "fd00::100",
+        "lladdr",
+        OLD_MAC,
+        "dev",
+        "eth0",
+        "nud",
+        "stale",
+    ]);
+    assert!(neigh().contains(OLD_MAC), "{}", neigh());
     let (tx, rx) = mpsc::channel();
     let capture = pair.spawn_in(&pair.b, move || capture_na(vip, Duration::from_secs(3), tx));
     rx.recv_timeout(Duration::from_secs(5))
@@ -390,6 +413,11 @@ fn announce_ipv6_unsolicited_na_reaches_the_peer() {
     assert_eq!(&na[24..26], &[2, 1], "target link-layer address option");
     assert_eq!(&na[26..32], &MAC_A_BYTES);
     assert_ne!(&na[2..4], &[0, 0], "the kernel filled the checksum");
+    assert!(
+        wait_for(Duration::from_secs(3), || neigh().contains(MAC_A)),
+        "B learnt fd00::100 at A's MAC: {}",
+        neigh()
+    );
 }
 
 #[test]

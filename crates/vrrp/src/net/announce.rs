@@ -61,8 +61,8 @@ fn garp_frame(mac: [u8; 6], addr: Ipv4Addr) -> [u8; 42] {
 }
 
 fn send_garp(ifindex: u32, mac: [u8; 6], addr: Ipv4Addr) -> io::Result<()> {
-    let proto = i32::from(ETH_P_ARP.to_be());
-    let sock = Socket::new(Domain::PACKET, Type::RAW, Some(Protocol::from(proto)))?;
+    // Protocol 0: a send-only packet socket (it receives nothing).
+    let sock = Socket::new(Domain::PACKET, Type::RAW, Some(Protocol::from(0)))?;
     let frame = garp_frame(mac, addr);
     let mut sll_addr = [0u8; 8];
     sll_addr[..6].copy_from_slice(&[0xff; 6]);

@@ -76,6 +76,11 @@ impl VrrpSocket {
     /// IPv6 adverts must come from the link-local). `group` that is not a
     /// multicast address (a unicast-only instance) is not joined.
     ///
+    /// The default source is looked up once, here: reopen the socket when
+    /// the interface's addresses change. A link-local address still in
+    /// duplicate address detection (the first second after the link comes
+    /// up) is chosen but cannot send yet; `send` fails until it can.
+    ///
     /// Must run inside a tokio runtime (the socket registers with its
     /// reactor), in the network namespace of the interface.
     pub fn open(ifname: &str, ipv6: bool, group: IpAddr, src: Option<IpAddr>) -> io::Result<Self> {

@@ -111,15 +111,7 @@ impl Pair {
         for ns in [&pair.a, &pair.b] {
             sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
             for key in ["all", "default"] {
-                sh(&[
-                    "ip",
-                    "netns",
-                    "exec",
-                    ns,
-                    "sysctl",
-                    "-qw",
-                    &format!("net.ipv6.conf.{key}.accept_dad=0"),
-                ]);
+                pair.sysctl(ns, &format!("ipv6/conf/{key}/accept_dad"), "0");
             }
         }
         sh(&[
@@ -159,6 +151,17 @@ impl Pair {
                 .unwrap_or_else(|e| panic!("setns {path}: {e}"));
             f()
         })
+    }
+
+    /// Set `/proc/sys/net/{key}` to `value` inside namespace `ns` (those
+    /// files belong to the network namespace of the thread that opens them;
+    /// no `sysctl` binary needed).
+    pub fn sysctl(&self, ns: &str, key: &str, value: &str) {
+        let path = format!("/proc/sys/net/{key}");
+        let value = value.to_owned();
+        self.run_in(ns, move || {
+            std::fs::write(&path, value).unwrap_or_else(|e| panic!("{path}: {e}"));
+        });
     }
 
     /// [`Pair::spawn_in`] and wait for its result (re-raising its panic).
