@@ -162,7 +162,14 @@ fn vrrp_socket_rejects_mixed_families_and_unknown_interfaces() {
             // A source address the host does not have fails at send.
             let sock = VrrpSocket::open("eth0", false, GROUP4.into(), Some([10, 0, 0, 9].into()))
                 .expect("opens");
-            assert!(sock.send(b"x", GROUP4.into()).await.is_err());
+            let e = sock.send(b"x", GROUP4.into()).await.expect_err("not ours");
+            assert!(
+                e.to_string()
+                    .starts_with("VRRP send to 224.0.0.18 from 10.0.0.9 on eth0: "),
+                "{e}"
+            );
+            let e = sock.send(b"x", GROUP6.into()).await.expect_err("family");
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
         })
     });
 }

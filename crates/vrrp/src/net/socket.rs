@@ -79,7 +79,8 @@ impl VrrpSocket {
     /// The default source is looked up once, here: reopen the socket when
     /// the interface's addresses change. A link-local address still in
     /// duplicate address detection (the first second after the link comes
-    /// up) is chosen but cannot send yet; `send` fails until it can.
+    /// up) is chosen but cannot send yet: `send` fails (`EINVAL`) until it
+    /// can.
     ///
     /// Must run inside a tokio runtime (the socket registers with its
     /// reactor), in the network namespace of the interface.
@@ -196,7 +197,17 @@ impl VrrpSocket {
         loop {
             let mut guard = self.fd.writable().await?;
             match guard.try_io(|fd| self.send_now(fd.get_ref().as_raw_fd(), payload, dst)) {
-                Ok(result) => return result,
+                Ok(result) => {
+                    return result.map_err(|e| {
+                        io::Error::new(
+                            e.kind(),
+                            format!(
+                                "VRRP send to {dst} from {} on {}: {e}",
+                                self.local, self.ifname
+                            ),
+                        )
+                    });
+                }
                 Err(_would_block) => continue,
             }
         }
@@ -241,14 +252,14 @@ impl VrrpSocket {
             _ => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    format!("VRRP send to {dst} on a {} socket", self.family()),
+                    format!("wrong family for an {} socket", self.family()),
                 ));
             }
         };
         if sent != payload.len() {
             return Err(io::Error::new(
                 io::ErrorKind::WriteZero,
-                format!("VRRP send to {dst}: {sent} of {} bytes", payload.len()),
+                format!("{sent} of {} bytes sent", payload.len()),
             ));
         }
         Ok(())
@@ -267,7 +278,12 @@ impl VrrpSocket {
             match guard.try_io(|fd| self.recv_now(fd.get_ref().as_raw_fd(), buf)) {
                 Ok(Ok(Some(got))) => return Ok(got),
                 Ok(Ok(None)) => continue,
-                Ok(Err(e)) => return Err(e),
+                Ok(Err(e)) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("VRRP receive on {}: {e}", self.ifname),
+                    ));
+                }
                 Err(_would_block) => continue,
             }
         }
@@ -309,10 +325,7 @@ impl VrrpSocket {
                     _ => {
                         return Err(io::Error::new(
                             io::ErrorKind::InvalidData,
-                            format!(
-                                "VRRP packet on {} without source, IPV6_PKTINFO or IPV6_HOPLIMIT",
-                                self.ifname
-                            ),
+                            "packet without source, IPV6_PKTINFO or IPV6_HOPLIMIT",
                         ));
                     }
                 }
