@@ -297,40 +297,33 @@ fn fold(mut acc: u64) -> u16 {
     acc as u16
 }
 
-/// Sum of the pseudo-header for `src`/`dst` and a message of `len` bytes.
+/// Sum of the pseudo-header for `src`/`dst` and a message of `len` bytes:
+/// IPv6 (RFC 8200 §8.1): source, destination, 32-bit length, three zero
+/// bytes, next header 112; IPv4 (keepalived's v3 form): source,
+/// destination, a zero byte, protocol 112, 16-bit length. Callers have
+/// checked that both addresses are of one family; a mixed pair (never
+/// passed) sums to zero.
 fn pseudo_sum(src: IpAddr, dst: IpAddr, len: usize) -> u64 {
     match (src, dst) {
         (IpAddr::V6(s), IpAddr::V6(d)) => {
             let acc = sum_words(&s.octets(), 0);
             let acc = sum_words(&d.octets(), acc);
-            // 32-bit upper-layer length, 3 zero bytes, next header.
             let acc = sum_words(&(len as u32).to_be_bytes(), acc);
             sum_words(&[0, 0, 0, PROTO], acc)
         }
-        (s, d) => {
-            let (s, d) = (v4_octets(s), v4_octets(d));
-            let acc = sum_words(&s, 0);
-            let acc = sum_words(&d, acc);
-            // Zero, protocol, 16-bit length (a message is at most
-            // 8 + 255×16 bytes, so it fits).
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let acc = sum_words(&s.octets(), 0);
+            let acc = sum_words(&d.octets(), acc);
             let acc = sum_words(&[0, PROTO], acc);
+            // A message is at most 8 + 255×16 bytes: the length fits 16 bits.
             sum_words(&(len as u16).to_be_bytes(), acc)
         }
+        _ => 0,
     }
 }
 
-/// The IPv4 octets of an address known to be IPv4 (IPv6 maps to zero; not
-/// reached, the families are checked first).
-fn v4_octets(a: IpAddr) -> [u8; 4] {
-    match a {
-        IpAddr::V4(v) => v.octets(),
-        IpAddr::V6(_) => [0; 4],
-    }
-}
-
-/// The checksum field value for `msg` (whose checksum bytes are taken as
-/// they are: zero them first when computing) with an optional pseudo-header
-/// sum.
+/// The value for the checksum field of `msg`, whose checksum bytes must be
+/// zero, plus a pseudo-header sum (0 for none).
 fn checksum(msg: &[u8], pseudo: u64) -> u16 {
     !fold(sum_words(msg, pseudo))
 }
