@@ -9,7 +9,10 @@
 //! * [`proxy_protocol`] — HAProxy's PROXY protocol, versions 1 (text) and 2
 //!   (binary), as carried in front of a TCP stream between a load balancer
 //!   and a real server.
+//! * [`vrrp`] — VRRP advertisements, versions 2 and 3 over IPv4 and IPv6,
+//!   with both checksum forms keepalived speaks for v3 over IPv4.
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
 pub mod proxy_protocol;
+pub mod vrrp;
