@@ -26,6 +26,10 @@ pub struct Daemon {
     health: rvs_check::Health,
     /// Wakes the health runner after a reconfiguration.
     health_wake: Arc<tokio::sync::Notify>,
+    /// The VRRP instances the configuration asks for (the VRRP task runs them).
+    vrrp: tokio::sync::watch::Sender<Vec<crate::vrrp::Spec>>,
+    /// What the VRRP instances are doing (for metrics).
+    vrrp_status: crate::vrrp::Status,
 }
 
 impl Daemon {
@@ -41,7 +45,19 @@ impl Daemon {
             loaded: false,
             health: rvs_check::Health::new(crate::random_seed()),
             health_wake: Arc::new(tokio::sync::Notify::new()),
+            vrrp: tokio::sync::watch::Sender::new(Vec::new()),
+            vrrp_status: crate::vrrp::Status::default(),
         }
+    }
+
+    /// The VRRP instances to run, updated by every accepted (re)load.
+    pub fn vrrp_specs(&self) -> tokio::sync::watch::Receiver<Vec<crate::vrrp::Spec>> {
+        self.vrrp.subscribe()
+    }
+
+    /// Where the VRRP task reports its instances' states.
+    pub fn vrrp_status(&self) -> crate::vrrp::Status {
+        self.vrrp_status.clone()
     }
 
     /// What the health runner waits on for reconfigurations.
@@ -119,7 +135,9 @@ impl Daemon {
         src: &Source,
         loaded: Result<Loaded, String>,
     ) -> Result<DiffSummary, String> {
+        let mut vrrp = None;
         let result = loaded.and_then(|mut loaded| {
+            vrrp = Some(std::mem::take(&mut loaded.vrrp));
             for w in &loaded.warnings {
                 tracing::warn!("{w}");
             }
@@ -146,6 +164,9 @@ impl Daemon {
             }
             Ok(summary)
         });
+        if let (Ok(_), Some(v)) = (&result, vrrp) {
+            self.vrrp.send_replace(v);
+        }
         // The first successful application is the initial load, not a reload.
         match (&result, self.loaded) {
             (Ok(s), true) => {
@@ -206,6 +227,7 @@ impl Daemon {
             crate::metrics::render_proxy(&mut out, p);
         }
         self.health.render_metrics(&mut out);
+        crate::vrrp::render_metrics(&mut out, &self.vrrp_status);
         out
     }
 }

@@ -11,6 +11,7 @@ mod rules;
 mod server;
 mod source;
 mod view;
+mod vrrp;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -511,6 +512,12 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
             .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?
             .health_wake();
         tokio::spawn(rvs_check::runner::run(daemon.clone(), wake));
+        let (vrrp_stop, vrrp_task) = {
+            let d = daemon
+                .lock()
+                .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?;
+            vrrp::spawn(d.vrrp_specs(), d.vrrp_status())
+        };
         // Signal handlers before the socket appears: whoever waits for the
         // socket to talk to rvsd may signal it at once.
         use tokio::signal::unix::{SignalKind, signal};
@@ -567,6 +574,9 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
             }
         }
         tracing::info!("rvsd stopping");
+        // Masters resign (priority 0) and give their addresses up first.
+        let _ = vrrp_stop.send(true);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), vrrp_task).await;
         if let Ok(mut d) = daemon.lock() {
             d.shutdown_health();
         }

@@ -51,5 +51,6 @@ pub fn load(path: &Path) -> Result<Loaded, String> {
         timeouts,
         warnings: Vec::new(),
         health: None,
+        vrrp: Vec::new(),
     })
 }

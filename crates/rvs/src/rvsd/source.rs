@@ -36,6 +36,8 @@ pub struct Loaded {
     pub extra: String,
     /// The health checkers (keepalived.conf only).
     pub health: Option<rvs_check::HealthPlan>,
+    /// The VRRP instances to run (keepalived.conf only).
+    pub vrrp: Vec<crate::vrrp::Spec>,
 }
 
 /// Read a source. Errors name file:line:column.
@@ -58,14 +60,16 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
         .map(|rs| rs.checkers.len())
         .sum();
     let health = rvs_check::plan(&loaded.config, &specs);
+    let (vrrp, vrrp_warnings) = crate::vrrp::plan(&loaded.config)?;
     let extra = format!(
-        "{} vrrp_instance (parsed, not run), {} real_server checkers ({} run by this build)",
-        loaded.config.vrrp_instances.len(),
+        "{} vrrp_instance, {} real_server checkers ({} run by this build)",
+        vrrp.len(),
         checkers,
         health.jobs.len()
     );
     let mut warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
     warnings.extend(health.warnings.iter().cloned());
+    warnings.extend(vrrp_warnings);
     Ok(Loaded {
         defs: specs
             .into_iter()
@@ -79,6 +83,7 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
         warnings,
         extra,
         health: Some(health),
+        vrrp,
     })
 }
 

@@ -15,6 +15,7 @@ mod proxy;
 mod realserver;
 mod reload;
 mod socket;
+mod vrrp;
 mod xdp;
 mod xdp_rvsd;
 mod xdpd;

@@ -1,0 +1,839 @@
+//! VRRP: rvsd runs keepalived.conf's `vrrp_instance` blocks itself, so a
+//! director pair fails over with the file it already has and no keepalived.
+//!
+//! Each instance is one task: a raw VRRP socket on its interface
+//! (`rvs_vrrp::net`), the election (`rvs_core::vrrp`, sans-IO, driven here
+//! with the runtime's clock), the wire format (`rvs_wire::vrrp`, the same
+//! bytes keepalived sends and accepts), and the side effects of the
+//! election's actions: virtual addresses added or removed over netlink,
+//! gratuitous ARP / unsolicited NA, notify scripts with keepalived's
+//! arguments. A reload keeps the instances whose configuration did not
+//! change running untouched (no flap); changed ones are stopped (a master
+//! resigns with priority 0) and started again.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rvs_check::policy::ScriptSpec;
+use rvs_config::model::{KeepalivedConf as KaConfig, Script, VrrpInstance, VrrpState};
+use rvs_core::time::Instant;
+use rvs_core::vrrp::{Action, Config as Election, Heard, Instance, State};
+use rvs_vrrp::net;
+use rvs_wire::vrrp as wire;
+use tokio::sync::watch;
+
+/// One virtual address and where it lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Vip {
+    /// The address.
+    pub addr: IpAddr,
+    /// Prefix length (keepalived's default: /32, /128).
+    pub prefix: Option<u8>,
+    /// Interface (`dev`), else the instance's.
+    pub dev: String,
+}
+
+/// Notify scripts of an instance.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Notify {
+    master: Option<ScriptSpec>,
+    backup: Option<ScriptSpec>,
+    fault: Option<ScriptSpec>,
+    stop: Option<ScriptSpec>,
+    any: Option<ScriptSpec>,
+}
+
+/// A `vrrp_script` as one instance tracks it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrackScript {
+    /// Script name (for logs).
+    pub name: String,
+    /// Command line (run without a shell, as keepalived does).
+    pub command: String,
+    /// Run every `interval`.
+    pub interval: Duration,
+    /// Killed (and failed) after this long.
+    pub timeout: Duration,
+    /// Weight (the instance's `track_script NAME weight W`, else the
+    /// script's): 0 = failure is a fault; > 0 added while it succeeds;
+    /// < 0 added (subtracted) while it fails.
+    pub weight: i32,
+    /// Successes in a row that make a failed script good again.
+    pub rise: u32,
+    /// Failures in a row that make a good script fail.
+    pub fall: u32,
+    /// `user USER [GROUP]`.
+    pub user: Option<String>,
+    /// Start as failed (`init_fail`) rather than good.
+    pub init_fail: bool,
+}
+
+/// One instance, resolved from the file and ready to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Spec {
+    /// Instance name.
+    pub name: String,
+    /// Interface the advertisements use.
+    pub interface: String,
+    /// Virtual router id.
+    pub vrid: u8,
+    /// VRRP version (2, or 3; IPv6 is always 3).
+    pub version: u8,
+    /// Whether the instance is IPv6.
+    pub ipv6: bool,
+    /// Configured priority.
+    pub priority: u8,
+    /// Advertisement interval.
+    pub advert_int: Duration,
+    /// Preempt a lower-priority master.
+    pub preempt: bool,
+    /// keepalived's `preempt_delay`.
+    pub preempt_delay: Duration,
+    /// v2 simple-text password (PASS), padded to 8 bytes.
+    pub auth: Option<[u8; 8]>,
+    /// Advertised virtual addresses.
+    pub vips: Vec<Vip>,
+    /// `virtual_ipaddress_excluded`: managed alike, not advertised.
+    pub excluded: Vec<Vip>,
+    /// Source address (`unicast_src_ip` / `mcast_src_ip`).
+    pub src: Option<IpAddr>,
+    /// Unicast peers; empty = multicast to `group`.
+    pub peers: Vec<IpAddr>,
+    /// Multicast group.
+    pub group: IpAddr,
+    /// v3 over IPv4: checksum with the pseudo-header (keepalived's default)
+    /// or without (`v3_checksum_as_v2`, RFC 9568).
+    pub checksum_form: wire::ChecksumForm,
+    /// `track_interface`: name and weight (0 = fault when down).
+    pub track_interfaces: Vec<(String, i32)>,
+    /// `track_script`: the `vrrp_script`s this instance follows.
+    pub track_scripts: Vec<TrackScript>,
+    /// Notify scripts.
+    pub notify: Notify,
+    /// keepalived's `down_timer_adverts`.
+    pub down_adverts: u32,
+    /// keepalived's `garp_master_delay`.
+    pub garp_master_delay: Duration,
+    /// `state MASTER`: take the addresses at start (keepalived's behaviour).
+    pub initial_master: bool,
+}
+
+fn script(s: &Option<Script>) -> Option<ScriptSpec> {
+    s.as_ref().map(|s| ScriptSpec {
+        command: s.command.clone(),
+        user: s.user.clone(),
+    })
+}
+
+/// The instances of a file, or the first reason one cannot run (named by
+/// file:line:column). Warnings for what is accepted but not acted on.
+pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
+    let mut specs = Vec::new();
+    let mut warnings = Vec::new();
+    for v in &conf.vrrp_instances {
+        specs.push(one(conf, v, &mut warnings)?);
+    }
+    let mut seen = BTreeMap::new();
+    for s in &specs {
+        if let Some(other) = seen.insert((s.interface.clone(), s.vrid, s.ipv6), s.name.clone()) {
+            return Err(format!(
+                "vrrp_instance {} and {}: the same virtual_router_id {} on {}",
+                other, s.name, s.vrid, s.interface
+            ));
+        }
+    }
+    if !conf.vrrp_sync_groups.is_empty() {
+        warnings.push(
+            "vrrp_sync_group: members run as independent instances (groups are not enforced yet)"
+                .into(),
+        );
+    }
+    Ok((specs, warnings))
+}
+
+fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<Spec, String> {
+    let g = &conf.global;
+    let at = |what: &str| format!("{}: vrrp_instance {}: {what}", v.loc, v.name);
+    let interface = v.interface.clone().ok_or_else(|| at("no `interface`"))?;
+    let vrid = v
+        .virtual_router_id
+        .ok_or_else(|| at("no `virtual_router_id`"))?;
+    let vip = |x: &rvs_config::model::VirtualIp| Vip {
+        addr: x.addr,
+        prefix: x.prefix,
+        dev: x.dev.clone().unwrap_or_else(|| interface.clone()),
+    };
+    let vips: Vec<Vip> = v.virtual_ipaddress.iter().map(vip).collect();
+    let excluded: Vec<Vip> = v.virtual_ipaddress_excluded.iter().map(vip).collect();
+    let ipv6 = vips
+        .first()
+        .or(excluded.first())
+        .is_some_and(|x| x.addr.is_ipv6());
+    if vips.iter().any(|x| x.addr.is_ipv6() != ipv6) {
+        return Err(at(
+            "virtual_ipaddress mixes IPv4 and IPv6 (use virtual_ipaddress_excluded for the other family)",
+        ));
+    }
+    let version = if ipv6 {
+        3
+    } else {
+        v.version.unwrap_or(g.vrrp_version)
+    };
+    if version == 2 && v.advert_int.subsec_millis() != 0 {
+        return Err(at(
+            "VRRPv2 carries whole seconds: advert_int must be a whole number",
+        ));
+    }
+    let auth = match &v.authentication {
+        None => None,
+        Some(a) if a.ah => return Err(at("auth_type AH is not supported (use PASS, or none)")),
+        Some(a) => {
+            if version == 3 {
+                warnings.push(at("authentication is ignored with VRRPv3"));
+                None
+            } else {
+                let mut p = [0u8; 8];
+                let pass = a.pass.as_deref().unwrap_or("");
+                for (d, s) in p.iter_mut().zip(pass.bytes()) {
+                    *d = s;
+                }
+                Some(p)
+            }
+        }
+    };
+    let mut track_scripts = Vec::new();
+    for t in &v.track_script {
+        let Some(vs) = conf.vrrp_scripts.iter().find(|s| s.name == t.name) else {
+            // keepalived ignores a reference to a script it does not have.
+            warnings.push(at(&format!(
+                "track_script {}: no such vrrp_script, ignored",
+                t.name
+            )));
+            continue;
+        };
+        let Some(command) = vs.script.clone() else {
+            warnings.push(format!(
+                "{}: vrrp_script {}: no `script`, ignored",
+                vs.loc, vs.name
+            ));
+            continue;
+        };
+        if t.reverse || vs.weight_reverse {
+            warnings.push(at(&format!(
+                "track_script {}: `reverse` is not supported, the weight applies as written",
+                t.name
+            )));
+        }
+        track_scripts.push(TrackScript {
+            name: vs.name.clone(),
+            command,
+            interval: vs.interval.max(Duration::from_millis(100)),
+            timeout: vs
+                .timeout
+                .unwrap_or(vs.interval)
+                .max(Duration::from_millis(100)),
+            weight: t.weight.unwrap_or(vs.weight),
+            rise: vs.rise.unwrap_or(1).max(1),
+            fall: vs.fall.unwrap_or(1).max(1),
+            user: vs.user.clone(),
+            init_fail: vs.init_fail,
+        });
+    }
+    if v.use_vmac.is_some() {
+        warnings.push(at(
+            "use_vmac is not supported; the interface's own MAC is announced",
+        ));
+    }
+    let src = v.unicast_src_ip.or(v.mcast_src_ip);
+    let peers: Vec<IpAddr> = v.unicast_peer.iter().map(|p| p.addr).collect();
+    Ok(Spec {
+        name: v.name.clone(),
+        vrid,
+        version,
+        ipv6,
+        priority: v.priority,
+        advert_int: v.advert_int,
+        preempt: !v.nopreempt,
+        preempt_delay: v.preempt_delay.unwrap_or_default(),
+        auth,
+        vips,
+        excluded,
+        src,
+        peers,
+        group: if ipv6 {
+            IpAddr::V6(g.vrrp_mcast_group6)
+        } else {
+            IpAddr::V4(g.vrrp_mcast_group4)
+        },
+        checksum_form: if g.v3_checksum_as_v2 {
+            wire::ChecksumForm::Message
+        } else {
+            wire::ChecksumForm::WithPseudoHeader
+        },
+        track_interfaces: v
+            .track_interface
+            .iter()
+            .map(|t| (t.name.clone(), t.weight.unwrap_or(0)))
+            .collect(),
+        track_scripts,
+        notify: Notify {
+            master: script(&v.notify.master),
+            backup: script(&v.notify.backup),
+            fault: script(&v.notify.fault),
+            stop: script(&v.notify.stop),
+            any: script(&v.notify.any),
+        },
+        down_adverts: v.down_timer_adverts,
+        garp_master_delay: v.garp_master_delay.unwrap_or(g.vrrp_garp_master_delay),
+        initial_master: v.state == Some(VrrpState::Master),
+        interface,
+    })
+}
+
+/// What each instance is doing: state and priority by instance name.
+pub type Status = Arc<Mutex<BTreeMap<String, (State, u8)>>>;
+
+/// `rvs_vrrp_state{instance}` (keepalived_exporter's encoding: 0 init,
+/// 1 backup, 2 master, 3 fault; 4 stopped) and `rvs_vrrp_priority`.
+pub fn render_metrics(out: &mut String, status: &Status) {
+    use std::fmt::Write;
+    let Ok(st) = status.lock() else {
+        return;
+    };
+    if st.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "# HELP rvs_vrrp_state VRRP instance state (0 init, 1 backup, 2 master, 3 fault, 4 stopped)."
+    );
+    let _ = writeln!(out, "# TYPE rvs_vrrp_state gauge");
+    let label = |n: &str| n.replace('\\', "\\\\").replace('"', "\\\"");
+    for (name, (state, _)) in st.iter() {
+        let name = label(name);
+        let v = match state {
+            State::Init => 0,
+            State::Backup => 1,
+            State::Master => 2,
+            State::Fault => 3,
+            State::Stopped => 4,
+        };
+        let _ = writeln!(out, "rvs_vrrp_state{{instance=\"{name}\"}} {v}");
+    }
+    let _ = writeln!(
+        out,
+        "# HELP rvs_vrrp_priority VRRP instance effective priority."
+    );
+    let _ = writeln!(out, "# TYPE rvs_vrrp_priority gauge");
+    for (name, (_, prio)) in st.iter() {
+        let name = label(name);
+        let _ = writeln!(out, "rvs_vrrp_priority{{instance=\"{name}\"}} {prio}");
+    }
+}
+
+struct Task {
+    spec: Spec,
+    stop: watch::Sender<bool>,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+/// The running instances.
+pub struct Vrrp {
+    tasks: Vec<Task>,
+    status: Status,
+}
+
+impl Vrrp {
+    /// Run exactly `specs`: instances whose spec is unchanged keep running,
+    /// the others stop (a master resigns) and the new ones start.
+    pub async fn apply(&mut self, specs: Vec<Spec>) {
+        let (keep, gone): (Vec<Task>, Vec<Task>) = std::mem::take(&mut self.tasks)
+            .into_iter()
+            .partition(|t| specs.contains(&t.spec));
+        stop_tasks(gone, &self.status).await;
+        self.tasks = keep;
+        for spec in specs {
+            if self.tasks.iter().any(|t| t.spec == spec) {
+                continue;
+            }
+            let (stop, rx) = watch::channel(false);
+            let handle = tokio::spawn(run(spec.clone(), rx, self.status.clone()));
+            self.tasks.push(Task { spec, stop, handle });
+        }
+    }
+
+    /// Stop every instance (masters resign and give their addresses up).
+    pub async fn stop(&mut self) {
+        stop_tasks(std::mem::take(&mut self.tasks), &self.status).await;
+    }
+}
+
+/// The VRRP task: runs what `specs` says, follows its changes (reloads),
+/// and on `stop` stops every instance. Returns the stop switch and the task.
+pub fn spawn(
+    mut specs: watch::Receiver<Vec<Spec>>,
+    status: Status,
+) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+    let (stop, mut stopped) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        let mut running = Vrrp {
+            tasks: Vec::new(),
+            status,
+        };
+        loop {
+            let want = specs.borrow_and_update().clone();
+            running.apply(want).await;
+            tokio::select! {
+                r = specs.changed() => if r.is_err() { break },
+                _ = stopped.changed() => break,
+            }
+        }
+        running.stop().await;
+    });
+    (stop, task)
+}
+
+async fn stop_tasks(tasks: Vec<Task>, status: &Status) {
+    for t in &tasks {
+        let _ = t.stop.send(true);
+    }
+    for t in tasks {
+        if tokio::time::timeout(Duration::from_secs(3), t.handle)
+            .await
+            .is_err()
+        {
+            tracing::warn!(target: "rvs::vrrp", "VRRP_Instance({}) did not stop in 3 s", t.spec.name);
+        }
+        if let Ok(mut s) = status.lock() {
+            s.remove(&t.spec.name);
+        }
+    }
+}
+
+/// The runtime's clock as the election's [`Instant`].
+struct Clock(tokio::time::Instant);
+
+impl Clock {
+    fn now(&self) -> Instant {
+        Instant::from_millis(self.0.elapsed().as_millis() as u64)
+    }
+    fn at(&self, t: Instant) -> tokio::time::Instant {
+        self.0 + Duration::from_millis(t.as_millis())
+    }
+}
+
+async fn run(spec: Spec, mut stop: watch::Receiver<bool>, status: Status) {
+    let clock = Clock(tokio::time::Instant::now());
+    let sock = loop {
+        match net::VrrpSocket::open(&spec.interface, spec.ipv6, spec.group, spec.src) {
+            Ok(s) => break s,
+            Err(e) => {
+                tracing::warn!(target: "rvs::vrrp", "VRRP_Instance({}): cannot open a VRRP socket on {}: {e}; retrying", spec.name, spec.interface);
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+        }
+    };
+    let local = sock.local_addr();
+    let mut cfg = Election::new(spec.priority, spec.advert_int, local);
+    cfg.version = spec.version;
+    cfg.preempt = spec.preempt;
+    cfg.preempt_delay = spec.preempt_delay;
+    cfg.down_adverts = spec.down_adverts.max(1);
+    cfg.garp_master_delay = spec.garp_master_delay;
+    cfg.initial_master = spec.initial_master;
+    let mut inst = Instance::new(cfg);
+    // The tracked scripts run beside the instance and stop with it.
+    let mut _script_tasks = Vec::new();
+    let mut scripts = Vec::new();
+    for t in &spec.track_scripts {
+        let (tx, rx) = watch::channel(!t.init_fail);
+        _script_tasks.push(AbortOnDrop(tokio::spawn(run_script(t.clone(), tx))));
+        scripts.push((t.weight, rx));
+    }
+    let mut drv = Driver {
+        spec: &spec,
+        sock: &sock,
+        local,
+        scripts,
+    };
+    let mut acts = inst.start(clock.now());
+    let (fault, prio) = drv.tracking();
+    if fault {
+        acts.extend(inst.set_fault(clock.now(), true));
+    } else {
+        acts.extend(inst.set_priority(clock.now(), prio));
+    }
+    let mut buf = vec![0u8; 2048];
+    let mut track = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        drv.perform(&inst, std::mem::take(&mut acts)).await;
+        if let Ok(mut st) = status.lock() {
+            st.insert(spec.name.clone(), (inst.state(), inst.priority()));
+        }
+        let wake = inst
+            .poll_timeout()
+            .map(|t| clock.at(t))
+            .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
+        tokio::select! {
+            r = sock.recv(&mut buf) => match r {
+                Ok(rx) => {
+                    if let Some(h) = drv.heard(&rx, &buf) {
+                        match inst.on_advert(clock.now(), h) {
+                            Ok(a) => acts = a,
+                            Err(e) => tracing::debug!(target: "rvs::vrrp", "VRRP_Instance({}): advert from {} ignored: {e}", spec.name, h.src),
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(target: "rvs::vrrp", "VRRP_Instance({}): receive: {e}", spec.name);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            _ = tokio::time::sleep_until(wake) => acts = inst.on_timeout(clock.now()),
+            _ = track.tick() => {
+                let (fault, prio) = drv.tracking();
+                let now = clock.now();
+                acts = inst.set_fault(now, fault);
+                if !fault {
+                    acts.extend(inst.set_priority(now, prio));
+                }
+            }
+            _ = stop.changed() => {
+                let a = inst.shutdown();
+                drv.perform(&inst, a).await;
+                return;
+            }
+        }
+    }
+}
+
+struct Driver<'a> {
+    spec: &'a Spec,
+    sock: &'a net::VrrpSocket,
+    local: IpAddr,
+    /// Weight and current result (true = good) of each tracked script.
+    scripts: Vec<(i32, watch::Receiver<bool>)>,
+}
+
+/// A task aborted when its handle is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Run a `vrrp_script` every interval and publish its result with
+/// keepalived's rise/fall hysteresis.
+async fn run_script(t: TrackScript, result: watch::Sender<bool>) {
+    let user = match t.user.as_deref().map(rvs_check::probe::misc::resolve_user) {
+        Some(Err(e)) => {
+            tracing::error!(target: "rvs::vrrp", "VRRP_Script({}): {e}; treated as failing", t.name);
+            let _ = result.send(false);
+            return;
+        }
+        Some(Ok(u)) => Some(u),
+        None => None,
+    };
+    let (mut ups, mut downs) = (0u32, 0u32);
+    let mut every = tokio::time::interval(t.interval);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let ok = rvs_check::probe::misc::check(&t.command, t.timeout, false, user)
+            .await
+            .is_ok();
+        if ok {
+            ups += 1;
+            downs = 0;
+        } else {
+            downs += 1;
+            ups = 0;
+        }
+        let was = *result.borrow();
+        let now = if was { downs < t.fall } else { ups >= t.rise };
+        if now != was {
+            tracing::info!(target: "rvs::vrrp", "VRRP_Script({}) {}", t.name, if now { "succeeded" } else { "failed" });
+            let _ = result.send(now);
+        }
+    }
+}
+
+impl Driver<'_> {
+    /// Fault (own interface or a weight-0 tracked one down) and the
+    /// priority the tracked interfaces' weights give.
+    fn tracking(&self) -> (bool, u8) {
+        let up = |i: &str| net::link_up(i).unwrap_or(false);
+        if !up(&self.spec.interface) {
+            return (true, self.spec.priority);
+        }
+        let mut prio = i32::from(self.spec.priority);
+        for (name, w) in &self.spec.track_interfaces {
+            let is_up = up(name);
+            match *w {
+                0 if !is_up => return (true, self.spec.priority),
+                w if w > 0 && is_up => prio += w,
+                w if w < 0 && !is_up => prio += w,
+                _ => {}
+            }
+        }
+        for (w, good) in &self.scripts {
+            let good = *good.borrow();
+            match *w {
+                0 if !good => return (true, self.spec.priority),
+                w if w > 0 && good => prio += w,
+                w if w < 0 && !good => prio += w,
+                _ => {}
+            }
+        }
+        if self.spec.priority == 255 {
+            return (false, 255);
+        }
+        (false, prio.clamp(1, 254) as u8)
+    }
+
+    /// An advertisement for this instance, checked as keepalived does.
+    fn heard(&self, rx: &net::Received, buf: &[u8]) -> Option<Heard> {
+        let s = self.spec;
+        let payload = buf.get(rx.offset..rx.offset + rx.len)?;
+        let multicast = rx.dst.is_multicast();
+        if multicast && rx.ttl != 255 {
+            tracing::debug!(target: "rvs::vrrp", "VRRP_Instance({}): advert from {} with TTL {} dropped", s.name, rx.src, rx.ttl);
+            return None;
+        }
+        let (ad, _) = match wire::parse(payload, rx.src, rx.dst) {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::debug!(target: "rvs::vrrp", "VRRP_Instance({}): bad packet from {}: {e}", s.name, rx.src);
+                return None;
+            }
+        };
+        if ad.vrid != s.vrid {
+            return None;
+        }
+        if ad.version != s.version {
+            tracing::warn!(target: "rvs::vrrp", "VRRP_Instance({}): VRRPv{} advert from {} (we speak v{})", s.name, ad.version, rx.src, s.version);
+            return None;
+        }
+        if s.version == 2 {
+            let ok = match &s.auth {
+                None => ad.auth_type == 0,
+                Some(p) => ad.auth_type == 1 && &ad.auth_data == p,
+            };
+            if !ok {
+                tracing::warn!(target: "rvs::vrrp", "VRRP_Instance({}): advert from {} fails authentication", s.name, rx.src);
+                return None;
+            }
+        }
+        Some(Heard {
+            src: rx.src,
+            priority: ad.priority,
+            interval: Duration::from_millis(u64::from(ad.interval_cs) * 10),
+        })
+    }
+
+    async fn perform(&mut self, inst: &Instance, acts: Vec<Action>) {
+        for a in acts {
+            match a {
+                Action::Send { priority } => self.send(priority).await,
+                Action::Announce => {
+                    for v in self.spec.vips.iter().chain(&self.spec.excluded) {
+                        if let Err(e) = net::announce(&v.dev, v.addr) {
+                            tracing::warn!(target: "rvs::vrrp", "VRRP_Instance({}): announcing {} on {}: {e}", self.spec.name, v.addr, v.dev);
+                        }
+                    }
+                }
+                Action::Transition { from, to } => self.transition(inst, from, to).await,
+            }
+        }
+    }
+
+    async fn send(&self, priority: u8) {
+        let s = self.spec;
+        let ad = wire::Advert {
+            version: s.version,
+            vrid: s.vrid,
+            priority,
+            interval_cs: (s.advert_int.as_millis() / 10).clamp(1, 4095) as u16,
+            auth_type: u8::from(s.auth.is_some()),
+            auth_data: s.auth.unwrap_or_default(),
+            addrs: s.vips.iter().map(|v| v.addr).collect(),
+        };
+        let dsts: Vec<IpAddr> = if s.peers.is_empty() {
+            vec![s.group]
+        } else {
+            s.peers.clone()
+        };
+        for dst in dsts {
+            let form = s.checksum_form;
+            match wire::build(&ad, self.local, dst, form) {
+                Ok(bytes) => {
+                    if let Err(e) = self.sock.send(&bytes, dst).await {
+                        tracing::warn!(target: "rvs::vrrp", "VRRP_Instance({}): sending to {dst}: {e}", s.name);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(target: "rvs::vrrp", "VRRP_Instance({}): cannot build an advert: {e}", s.name)
+                }
+            }
+        }
+    }
+
+    async fn transition(&mut self, inst: &Instance, from: State, to: State) {
+        let s = self.spec;
+        tracing::info!(target: "rvs::vrrp", "VRRP_Instance({}) Entering {} STATE", s.name, to.name());
+        if to == State::Master {
+            for v in s.vips.iter().chain(&s.excluded) {
+                if let Err(e) = net::add_address(&v.dev, v.addr, v.prefix).await {
+                    tracing::error!(target: "rvs::vrrp", "VRRP_Instance({}): adding {} on {}: {e}", s.name, v.addr, v.dev);
+                }
+            }
+        } else if from == State::Master {
+            for v in s.vips.iter().chain(&s.excluded) {
+                if let Err(e) = net::del_address(&v.dev, v.addr, v.prefix).await {
+                    tracing::error!(target: "rvs::vrrp", "VRRP_Instance({}): removing {} from {}: {e}", s.name, v.addr, v.dev);
+                }
+            }
+        }
+        let one = match to {
+            State::Master => &s.notify.master,
+            State::Backup => &s.notify.backup,
+            State::Fault => &s.notify.fault,
+            State::Stopped => &s.notify.stop,
+            State::Init => &None,
+        };
+        let why = format!("VRRP_Instance({}) {}", s.name, to.name());
+        if let Some(script) = one {
+            rvs_check::runner::run_script(script.clone(), why.clone());
+        }
+        if let Some(any) = &s.notify.any {
+            // keepalived's generic notify: TYPE NAME STATE PRIORITY appended.
+            let mut script = any.clone();
+            script.command = format!(
+                "{} INSTANCE {} {} {}",
+                script.command,
+                quote(&s.name),
+                to.name(),
+                inst.priority()
+            );
+            rvs_check::runner::run_script(script, why);
+        }
+    }
+}
+
+/// Quote a word for the script command line (split on whitespace later).
+fn quote(w: &str) -> String {
+    if w.chars()
+        .any(|c| c.is_whitespace() || c == '"' || c == '\'')
+    {
+        format!("\"{}\"", w.replace('"', "\\\""))
+    } else {
+        w.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_of(text: &str) -> Result<(Vec<Spec>, Vec<String>), String> {
+        let loaded = rvs_config::parse_str("k.conf", text, &rvs_config::LoadOptions::default())
+            .map_err(|e| e.to_string())?;
+        plan(&loaded.config)
+    }
+
+    #[test]
+    fn an_instance_is_resolved_with_keepalived_defaults() {
+        let (specs, warnings) = plan_of(
+            "global_defs { vrrp_garp_master_delay 3 }
+vrrp_instance VI_1 {
+    state MASTER
+    interface eth0
+    virtual_router_id 51
+    priority 150
+    nopreempt
+    authentication {
+        auth_type PASS
+        auth_pass 0123456789
+    }
+    virtual_ipaddress {
+        10.0.0.100/24
+        10.0.1.1 dev eth1
+    }
+    virtual_ipaddress_excluded {
+        2001:db8::1
+    }
+    track_interface {
+        eth1 weight -20
+    }
+    notify \"/bin/true x\"
+}",
+        )
+        .unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let s = &specs[0];
+        assert_eq!((s.vrid, s.version, s.priority, s.ipv6), (51, 2, 150, false));
+        assert!(!s.preempt && s.initial_master);
+        // keepalived sends the first 8 characters of the password.
+        assert_eq!(s.auth, Some(*b"01234567"));
+        assert_eq!(s.vips[1].dev, "eth1");
+        assert_eq!(s.vips[0].prefix, Some(24));
+        assert_eq!(s.excluded.len(), 1);
+        assert_eq!(s.group, "224.0.0.18".parse::<IpAddr>().unwrap());
+        assert_eq!(s.garp_master_delay, Duration::from_secs(3));
+        assert_eq!(s.track_interfaces, [("eth1".to_string(), -20)]);
+        assert_eq!(
+            s.notify.any.as_ref().map(|n| n.command.as_str()),
+            Some("/bin/true x")
+        );
+    }
+
+    #[test]
+    fn ipv6_instances_speak_v3_and_v3_ignores_authentication() {
+        let (specs, warnings) = plan_of(
+            "vrrp_instance V6 {
+    interface eth0
+    virtual_router_id 7
+    authentication {
+        auth_type PASS
+        auth_pass x
+    }
+    virtual_ipaddress { 2001:db8::10/64 }
+}",
+        )
+        .unwrap();
+        assert_eq!((specs[0].version, specs[0].ipv6), (3, true));
+        assert_eq!(specs[0].auth, None);
+        assert!(warnings[0].contains("ignored with VRRPv3"), "{warnings:?}");
+    }
+
+    #[test]
+    fn what_cannot_run_is_refused_with_its_location() {
+        let e = plan_of("vrrp_instance A {\n virtual_router_id 1\n}").unwrap_err();
+        assert!(
+            e.starts_with("k.conf:1:1") && e.contains("no `interface`"),
+            "{e}"
+        );
+        let e = plan_of("vrrp_instance A {\n interface eth0\n}").unwrap_err();
+        assert!(e.contains("no `virtual_router_id`"), "{e}");
+        let head = "vrrp_instance A {\n interface eth0\n virtual_router_id 1\n";
+        let e = plan_of(&format!(
+            "{head} virtual_ipaddress {{\n 10.0.0.1\n 2001:db8::1\n }}\n}}"
+        ))
+        .unwrap_err();
+        assert!(e.contains("mixes IPv4 and IPv6"), "{e}");
+        let e = plan_of(&format!("{head} authentication {{\n auth_type AH\n }}\n}}")).unwrap_err();
+        assert!(e.contains("AH"), "{e}");
+        let e = plan_of(&format!(
+            "{head}}}\nvrrp_instance B {{\n interface eth0\n virtual_router_id 1\n}}"
+        ))
+        .unwrap_err();
+        assert!(e.contains("the same virtual_router_id 1"), "{e}");
+    }
+}

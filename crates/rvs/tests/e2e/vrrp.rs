@@ -1,0 +1,343 @@
+//! VRRP end to end: real rvsd daemons (and a real keepalived) in network
+//! namespaces on one bridge, electing a master for a virtual address that
+//! moves between them. What is checked is what an operator checks: which
+//! host has the address (`ip addr`), how fast it moves, and what the notify
+//! script saw.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness::{RVSD, TempDir};
+use crate::netns::{Bed, Host};
+
+const VIP: &str = "10.0.5.100";
+
+/// A daemon in a namespace, killed on drop.
+struct Proc(Option<Child>);
+
+impl Proc {
+    fn kill(&mut self, sig: &str) {
+        if let Some(c) = &self.0 {
+            let _ = Command::new("kill")
+                .args([&format!("-{sig}"), &c.id().to_string()])
+                .status();
+        }
+    }
+
+    /// Wait (bounded) for the process to exit after a signal.
+    fn wait_exit(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+            panic!("process did not exit within 10 s");
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn rvsd(h: &Host, dir: &Path, name: &str, conf: &str) -> Proc {
+    let file = dir.join(format!("{name}.conf"));
+    std::fs::write(&file, conf).expect("write conf");
+    let child = Command::new("ip")
+        .args(["netns", "exec", &h.ns, RVSD, "--dataplane", "none"])
+        .arg("--socket")
+        .arg(dir.join(format!("{name}.sock")))
+        .arg("-f")
+        .arg(&file)
+        .args(["--log-level", "info"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn rvsd");
+    Proc(Some(child))
+}
+
+fn keepalived(h: &Host, dir: &Path, name: &str, conf: &str) -> Proc {
+    let file = dir.join(format!("{name}.conf"));
+    std::fs::write(&file, conf).expect("write conf");
+    let child = Command::new("ip")
+        .args(["netns", "exec", &h.ns, "keepalived"])
+        .args(["--dont-fork", "--log-console", "--vrrp", "--use-file"])
+        .arg(&file)
+        .arg("--pid")
+        .arg(dir.join(format!("{name}.pid")))
+        .arg("--vrrp_pid")
+        .arg(dir.join(format!("{name}.vrrp.pid")))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(
+            std::fs::File::create(dir.join(format!("{name}.log")))
+                .map(Stdio::from)
+                .unwrap_or_else(|_| Stdio::null()),
+        )
+        .spawn()
+        .expect("spawn keepalived");
+    Proc(Some(child))
+}
+
+fn has_vip(h: &Host) -> bool {
+    let out = h.exec(&["ip", "-o", "addr", "show", "dev", "eth0"]);
+    String::from_utf8_lossy(&out.stdout).contains(&format!("inet {VIP}/"))
+}
+
+/// Poll `f` (every 20 ms) until true or `limit`; how long it took.
+fn within(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return start.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{what}: not within {limit:?}");
+}
+
+/// `f` stays true for all of `span`.
+fn holds(what: &str, span: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < span {
+        assert!(f(), "{what}: broke after {:?}", start.elapsed());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A v2 instance with PASS authentication, or a v3 one (`auth` false).
+fn instance(priority: u8, auth: bool, extra: &str) -> String {
+    let auth = if auth {
+        "    authentication {\n        auth_type PASS\n        auth_pass rvs-pass\n    }\n"
+    } else {
+        ""
+    };
+    format!(
+        "vrrp_instance VI_1 {{
+    state BACKUP
+    interface eth0
+    virtual_router_id 51
+    priority {priority}
+    advert_int 1
+{auth}    virtual_ipaddress {{
+        {VIP}/24
+    }}
+{extra}}}
+"
+    )
+}
+
+fn bed(test: &str) -> Option<(Bed, Host, Host)> {
+    let mut bed = Bed::new(test)?;
+    let a = bed.host("a", "10.0.5.1/24");
+    let b = bed.host("b", "10.0.5.2/24");
+    Some((bed, a, b))
+}
+
+#[test]
+fn vrrp_elects_fails_over_preempts_back_and_resigns_on_stop() {
+    let Some((_bed, a, b)) = bed("vrrp_elects_fails_over_preempts_back_and_resigns_on_stop") else {
+        return;
+    };
+    let dir = TempDir::new("vrrp");
+    let log = dir.path().join("notify.log");
+    let notify = dir.write(
+        "notify.sh",
+        &format!("#!/bin/sh\necho \"$@\" >> {}\n", log.display()),
+    );
+    let a_conf = instance(
+        150,
+        true,
+        &format!("    notify \"/bin/sh {}\"\n", notify.display()),
+    );
+    let b_conf = instance(100, true, "");
+    let mut pa = rvsd(&a, dir.path(), "a", &a_conf);
+    let _pb = rvsd(&b, dir.path(), "b", &b_conf);
+
+    // Both start as backups; A (150) wins after Master_Down_Interval
+    // (3 × 1 s + 106/256 s) and sends the first advertisement.
+    within("A holds the VIP", Duration::from_secs(8), || has_vip(&a));
+    holds("only A holds the VIP", Duration::from_secs(3), || {
+        has_vip(&a) && !has_vip(&b)
+    });
+
+    // A dies without a word: B (100) takes over after its
+    // Master_Down_Interval (3 × 1 s + 156/256 s) from A's last advert.
+    pa.kill("KILL");
+    pa.wait_exit();
+    // A's address stays configured in its namespace (nobody removed it);
+    // take it away as the host's reboot would.
+    a.exec(&[
+        "ip",
+        "addr",
+        "flush",
+        "dev",
+        "eth0",
+        "to",
+        &format!("{VIP}/32"),
+    ]);
+    let took = within("B takes the VIP", Duration::from_secs(8), || has_vip(&b));
+    assert!(
+        took <= Duration::from_millis(4600),
+        "B took over after {took:?}"
+    );
+
+    // A comes back and preempts B (it hears a lower master, lets its
+    // timer run out, then B yields to its advertisement).
+    let mut pa = rvsd(&a, dir.path(), "a", &a_conf);
+    within("A holds the VIP again", Duration::from_secs(8), || {
+        has_vip(&a)
+    });
+    within("B gives it up", Duration::from_secs(3), || !has_vip(&b));
+
+    // A stops cleanly: it resigns with priority 0, so B takes over after
+    // its skew time (~0.6 s), not Master_Down_Interval, and A removes
+    // the address itself.
+    pa.kill("TERM");
+    let took = within(
+        "B takes over from a resigning A",
+        Duration::from_secs(3),
+        || has_vip(&b),
+    );
+    assert!(took < Duration::from_millis(2500), "took {took:?}");
+    pa.wait_exit();
+    assert!(!has_vip(&a), "A left its address behind");
+
+    // The notify script saw A's transitions with keepalived's arguments.
+    let seen = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        seen.contains("INSTANCE VI_1 MASTER 150"),
+        "notify log: {seen}"
+    );
+    assert!(
+        seen.contains("INSTANCE VI_1 BACKUP 150"),
+        "notify log: {seen}"
+    );
+    assert!(
+        seen.contains("INSTANCE VI_1 STOP 150"),
+        "notify log: {seen}"
+    );
+}
+
+fn keepalived_available(test: &str) -> bool {
+    if Command::new("keepalived")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!(
+            "skipping {test}: keepalived is not installed (scripts/install-deps installs it)"
+        );
+        return false;
+    }
+    true
+}
+
+/// rvsd and keepalived in one virtual router, both directions: each must
+/// accept the other's advertisements (format, checksum, authentication),
+/// or both would claim the address.
+fn interop(test: &str, global: &str, auth: bool) {
+    let Some((_bed, a, b)) = bed(test) else {
+        return;
+    };
+    if !keepalived_available(test) {
+        return;
+    }
+    let dir = TempDir::new("vrrp-ka");
+    let ka_conf = |prio: u8| {
+        format!(
+            "global_defs {{\n    router_id ka\n{global}}}\n{}",
+            instance(prio, auth, "")
+        )
+    };
+    let rvs_conf = format!("global_defs {{\n{global}}}\n{}", instance(100, auth, ""));
+
+    // keepalived (150) is master; rvsd (100) must stay backup.
+    let mut ka = keepalived(&a, dir.path(), "ka", &ka_conf(150));
+    within("keepalived holds the VIP", Duration::from_secs(8), || {
+        has_vip(&a)
+    });
+    let _rvs = rvsd(&b, dir.path(), "rvs", &rvs_conf);
+    holds(
+        "rvsd stays backup under keepalived",
+        Duration::from_secs(6),
+        || has_vip(&a) && !has_vip(&b),
+    );
+
+    // keepalived stops (it resigns with priority 0): rvsd takes over.
+    ka.kill("TERM");
+    within("rvsd takes the VIP", Duration::from_secs(5), || has_vip(&b));
+    ka.wait_exit();
+
+    // keepalived back with a lower priority: it must hear rvsd's adverts
+    // and stay backup.
+    let _ka = keepalived(&a, dir.path(), "ka2", &ka_conf(50));
+    holds(
+        "keepalived stays backup under rvsd",
+        Duration::from_secs(6),
+        || has_vip(&b) && !has_vip(&a),
+    );
+}
+
+#[test]
+fn vrrp_v2_interoperates_with_keepalived() {
+    interop("vrrp_v2_interoperates_with_keepalived", "", true);
+}
+
+#[test]
+fn vrrp_v3_interoperates_with_keepalived() {
+    interop(
+        "vrrp_v3_interoperates_with_keepalived",
+        "    vrrp_version 3\n",
+        false,
+    );
+}
+
+#[test]
+fn vrrp_a_failing_track_script_lowers_priority_and_moves_the_address() {
+    let Some((_bed, a, b)) =
+        bed("vrrp_a_failing_track_script_lowers_priority_and_moves_the_address")
+    else {
+        return;
+    };
+    let dir = TempDir::new("vrrp-script");
+    let flag = dir.write("healthy", "");
+    let script = format!(
+        "vrrp_script chk {{\n    script \"/usr/bin/test -e {}\"\n    interval 1\n    weight -60\n    fall 2\n    rise 2\n}}\n",
+        flag.display()
+    );
+    let a_conf = format!(
+        "{script}{}",
+        instance(150, true, "    track_script {\n        chk\n    }\n")
+    );
+    let _pa = rvsd(&a, dir.path(), "a", &a_conf);
+    let _pb = rvsd(&b, dir.path(), "b", &instance(100, true, ""));
+    within("A holds the VIP", Duration::from_secs(8), || has_vip(&a));
+
+    // The script fails twice (fall 2): A advertises 150 − 60 = 90, and B
+    // (100) preempts it.
+    std::fs::remove_file(&flag).expect("remove flag");
+    within(
+        "B takes over from the degraded A",
+        Duration::from_secs(10),
+        || has_vip(&b) && !has_vip(&a),
+    );
+    // Healthy again (rise 2): A is back to 150 and preempts B.
+    dir.write("healthy", "");
+    within("A preempts back", Duration::from_secs(10), || {
+        has_vip(&a) && !has_vip(&b)
+    });
+}
