@@ -460,6 +460,7 @@ async fn run(spec: Spec, mut stop: watch::Receiver<bool>, status: Status) {
         sock: &sock,
         local,
         scripts,
+        peer_form: None,
     };
     let mut acts = inst.start(clock.now());
     let (fault, prio) = drv.tracking();
@@ -518,6 +519,11 @@ struct Driver<'a> {
     local: IpAddr,
     /// Weight and current result (true = good) of each tracked script.
     scripts: Vec<(i32, watch::Receiver<bool>)>,
+    /// The v3/IPv4 checksum form the peers use, once heard: answered in
+    /// kind, whatever `v3_checksum_as_v2` says (keepalived before 2.3
+    /// ignores that keyword, so a mixed pair would otherwise drop each
+    /// other's adverts).
+    peer_form: Option<wire::ChecksumForm>,
 }
 
 /// A task aborted when its handle is dropped.
@@ -599,7 +605,7 @@ impl Driver<'_> {
     }
 
     /// An advertisement for this instance, checked as keepalived does.
-    fn heard(&self, rx: &net::Received, buf: &[u8]) -> Option<Heard> {
+    fn heard(&mut self, rx: &net::Received, buf: &[u8]) -> Option<Heard> {
         let s = self.spec;
         let payload = buf.get(rx.offset..rx.offset + rx.len)?;
         let multicast = rx.dst.is_multicast();
@@ -607,7 +613,7 @@ impl Driver<'_> {
             tracing::debug!(target: "rvs::vrrp", "VRRP_Instance({}): advert from {} with TTL {} dropped", s.name, rx.src, rx.ttl);
             return None;
         }
-        let (ad, _) = match wire::parse(payload, rx.src, rx.dst) {
+        let (ad, form) = match wire::parse(payload, rx.src, rx.dst) {
             Ok(x) => x,
             Err(e) => {
                 tracing::debug!(target: "rvs::vrrp", "VRRP_Instance({}): bad packet from {}: {e}", s.name, rx.src);
@@ -620,6 +626,12 @@ impl Driver<'_> {
         if ad.version != s.version {
             tracing::warn!(target: "rvs::vrrp", "VRRP_Instance({}): VRRPv{} advert from {} (we speak v{})", s.name, ad.version, rx.src, s.version);
             return None;
+        }
+        if s.version == 3 && !s.ipv6 && self.peer_form != Some(form) {
+            if form != s.checksum_form {
+                tracing::info!(target: "rvs::vrrp", "VRRP_Instance({}): {} uses the {form:?} checksum form; answering in kind", s.name, rx.src);
+            }
+            self.peer_form = Some(form);
         }
         if s.version == 2 {
             let ok = match &s.auth {
@@ -671,7 +683,7 @@ impl Driver<'_> {
             s.peers.clone()
         };
         for dst in dsts {
-            let form = s.checksum_form;
+            let form = self.peer_form.unwrap_or(s.checksum_form);
             match wire::build(&ad, self.local, dst, form) {
                 Ok(bytes) => {
                     if let Err(e) = self.sock.send(&bytes, dst).await {

@@ -12,6 +12,7 @@ use crate::harness::{RVSD, TempDir};
 use crate::netns::{Bed, Host};
 
 const VIP: &str = "10.0.5.100";
+const VIP6: &str = "2001:db8:5::100";
 
 /// A daemon in a namespace, killed on drop.
 struct Proc(Option<Child>);
@@ -92,9 +93,11 @@ fn keepalived(h: &Host, dir: &Path, name: &str, conf: &str) -> Proc {
     Proc(Some(child))
 }
 
+/// The host has the IPv4 or the IPv6 virtual address (each test uses one).
 fn has_vip(h: &Host) -> bool {
     let out = h.exec(&["ip", "-o", "addr", "show", "dev", "eth0"]);
-    String::from_utf8_lossy(&out.stdout).contains(&format!("inet {VIP}/"))
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.contains(&format!("inet {VIP}/")) || text.contains(&format!("inet6 {VIP6}/"))
 }
 
 /// Poll `f` (every 20 ms) until true or `limit`; how long it took.
@@ -120,6 +123,11 @@ fn holds(what: &str, span: Duration, mut f: impl FnMut() -> bool) {
 
 /// A v2 instance with PASS authentication, or a v3 one (`auth` false).
 fn instance(priority: u8, auth: bool, extra: &str) -> String {
+    instance_for(&format!("{VIP}/24"), priority, auth, extra)
+}
+
+/// Like [`instance`] for the virtual address `vip` (with its prefix).
+fn instance_for(vip: &str, priority: u8, auth: bool, extra: &str) -> String {
     let auth = if auth {
         "    authentication {\n        auth_type PASS\n        auth_pass rvs-pass\n    }\n"
     } else {
@@ -133,7 +141,7 @@ fn instance(priority: u8, auth: bool, extra: &str) -> String {
     priority {priority}
     advert_int 1
 {auth}    virtual_ipaddress {{
-        {VIP}/24
+        {vip}
     }}
 {extra}}}
 "
@@ -249,7 +257,7 @@ fn keepalived_available(test: &str) -> bool {
 /// rvsd and keepalived in one virtual router, both directions: each must
 /// accept the other's advertisements (format, checksum, authentication),
 /// or both would claim the address.
-fn interop(test: &str, global: &str, auth: bool) {
+fn interop(test: &str, global: &str, auth: bool, vip: &str) {
     let Some((_bed, a, b)) = bed(test) else {
         return;
     };
@@ -260,10 +268,13 @@ fn interop(test: &str, global: &str, auth: bool) {
     let ka_conf = |prio: u8| {
         format!(
             "global_defs {{\n    router_id ka\n{global}}}\n{}",
-            instance(prio, auth, "")
+            instance_for(vip, prio, auth, "")
         )
     };
-    let rvs_conf = format!("global_defs {{\n{global}}}\n{}", instance(100, auth, ""));
+    let rvs_conf = format!(
+        "global_defs {{\n{global}}}\n{}",
+        instance_for(vip, 100, auth, "")
+    );
 
     // keepalived (150) is master; rvsd (100) must stay backup.
     let mut ka = keepalived(&a, dir.path(), "ka", &ka_conf(150));
@@ -294,7 +305,12 @@ fn interop(test: &str, global: &str, auth: bool) {
 
 #[test]
 fn vrrp_v2_interoperates_with_keepalived() {
-    interop("vrrp_v2_interoperates_with_keepalived", "", true);
+    interop(
+        "vrrp_v2_interoperates_with_keepalived",
+        "",
+        true,
+        &format!("{VIP}/24"),
+    );
 }
 
 #[test]
@@ -303,7 +319,57 @@ fn vrrp_v3_interoperates_with_keepalived() {
         "vrrp_v3_interoperates_with_keepalived",
         "    vrrp_version 3\n",
         false,
+        &format!("{VIP}/24"),
     );
+}
+
+/// keepalived before 2.3 ignores `v3_checksum_as_v2` and keeps the
+/// pseudo-header form; rvsd answers in the form its peer uses.
+#[test]
+fn vrrp_v3_checksum_form_follows_the_peer() {
+    interop(
+        "vrrp_v3_checksum_form_follows_the_peer",
+        "    vrrp_version 3\n    v3_checksum_as_v2\n",
+        false,
+        &format!("{VIP}/24"),
+    );
+}
+
+/// IPv6: VRRPv3 from link-local sources to ff02::12, unsolicited NA.
+#[test]
+fn vrrp_ipv6_interoperates_with_keepalived() {
+    interop(
+        "vrrp_ipv6_interoperates_with_keepalived",
+        "",
+        false,
+        &format!("{VIP6}/64"),
+    );
+}
+
+/// Unicast peers instead of multicast, between two rvsd.
+#[test]
+fn vrrp_unicast_peers_elect_and_fail_over() {
+    let Some((_bed, a, b)) = bed("vrrp_unicast_peers_elect_and_fail_over") else {
+        return;
+    };
+    let dir = TempDir::new("vrrp-uni");
+    let conf = |prio: u8, me: &str, peer: &str| {
+        instance(
+            prio,
+            true,
+            &format!("    unicast_src_ip {me}\n    unicast_peer {{\n        {peer}\n    }}\n"),
+        )
+    };
+    let mut pa = rvsd(&a, dir.path(), "a", &conf(150, "10.0.5.1", "10.0.5.2"));
+    let _pb = rvsd(&b, dir.path(), "b", &conf(100, "10.0.5.2", "10.0.5.1"));
+    within("A holds the VIP", Duration::from_secs(8), || has_vip(&a));
+    holds("only A holds the VIP", Duration::from_secs(3), || {
+        has_vip(&a) && !has_vip(&b)
+    });
+    pa.kill("TERM");
+    within("B takes over", Duration::from_secs(3), || has_vip(&b));
+    pa.wait_exit();
+    assert!(!has_vip(&a));
 }
 
 #[test]
