@@ -61,7 +61,8 @@ enum XdpModeArg {
 struct Args {
     /// keepalived.conf-syntax configuration file (virtual_server, real_server
     /// and their health checkers, which rvsd runs with keepalived's rules;
-    /// vrrp_instance blocks are parsed; FULLNAT extensions).
+    /// vrrp_instance blocks, which rvsd runs as keepalived's VRRP does;
+    /// FULLNAT extensions).
     #[arg(short = 'f', long = "config-file", value_name = "FILE")]
     config: Option<PathBuf>,
 

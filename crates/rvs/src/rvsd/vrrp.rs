@@ -426,11 +426,17 @@ impl Clock {
 
 async fn run(spec: Spec, mut stop: watch::Receiver<bool>, status: Status) {
     let clock = Clock(tokio::time::Instant::now());
+    let mut failures = 0u32;
     let sock = loop {
         match net::VrrpSocket::open(&spec.interface, spec.ipv6, spec.group, spec.src) {
             Ok(s) => break s,
             Err(e) => {
-                tracing::warn!(target: "rvs::vrrp", "VRRP_Instance({}): cannot open a VRRP socket on {}: {e}; retrying", spec.name, spec.interface);
+                // Said once, then once a minute (an interface that appears
+                // later, or rvsd without CAP_NET_RAW).
+                if failures.is_multiple_of(60) {
+                    tracing::error!(target: "rvs::vrrp", "VRRP_Instance({}): cannot open a VRRP socket on {}: {e}; retrying every second", spec.name, spec.interface);
+                }
+                failures += 1;
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                     _ = stop.changed() => return,
