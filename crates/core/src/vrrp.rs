@@ -359,6 +359,23 @@ impl Instance {
         out
     }
 
+    /// Follow another member of a sync group (keepalived's
+    /// `vrrp_sync_group`): when one member becomes master, backup or
+    /// faulty by its own election, the others are moved to that state too,
+    /// so addresses that belong together (a NAT director's outside and
+    /// inside addresses) move together. Only `Master` and `Backup` are
+    /// followed here; a group's fault is [`Instance::set_fault`]. A faulty
+    /// or stopped instance does not follow.
+    pub fn follow(&mut self, now: Instant, to: State) -> Vec<Action> {
+        let mut out = Vec::new();
+        match (self.state, to) {
+            (State::Backup, State::Master) => self.become_master(now, &mut out),
+            (State::Master, State::Backup) => self.become_backup(now, &mut out),
+            _ => {}
+        }
+        out
+    }
+
     /// Stop: a master resigns with a priority-0 advertisement so a backup
     /// takes over after its skew time instead of `Master_Down_Interval`.
     pub fn shutdown(&mut self) -> Vec<Action> {

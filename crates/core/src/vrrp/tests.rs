@@ -319,3 +319,20 @@ fn state_master_starts_as_master_and_still_yields_to_a_higher_priority() {
     let a = m.on_advert(at(500), heard(150, 2)).unwrap();
     assert_eq!(transitions(&a), [(State::Master, State::Backup)]);
 }
+
+#[test]
+fn a_sync_group_member_follows_master_and_backup_but_not_out_of_fault() {
+    let mut m = Instance::new(cfg(100));
+    m.start(at(0));
+    let a = m.follow(at(10), State::Master);
+    assert_eq!(transitions(&a), [(State::Backup, State::Master)]);
+    assert!(a.contains(&Action::Send { priority: 100 }));
+    assert_eq!(m.poll_timeout(), Some(at(1010)));
+    assert!(m.follow(at(20), State::Master).is_empty());
+    let a = m.follow(at(30), State::Backup);
+    assert_eq!(transitions(&a), [(State::Master, State::Backup)]);
+    assert_eq!(m.poll_timeout(), Some(at(30 + 3609)));
+    m.set_fault(at(40), true);
+    assert!(m.follow(at(50), State::Master).is_empty());
+    assert_eq!(m.state(), State::Fault);
+}

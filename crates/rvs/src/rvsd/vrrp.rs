@@ -118,6 +118,8 @@ pub struct Spec {
     pub garp_master_delay: Duration,
     /// `state MASTER`: take the addresses at start (keepalived's behaviour).
     pub initial_master: bool,
+    /// The `vrrp_sync_group` this instance belongs to.
+    pub sync_group: Option<String>,
 }
 
 fn script(s: &Option<Script>) -> Option<ScriptSpec> {
@@ -130,7 +132,7 @@ fn script(s: &Option<Script>) -> Option<ScriptSpec> {
 /// The instances of a file, or the first reason one cannot run (named by
 /// file:line:column). Warnings for what is accepted but not acted on.
 pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
-    let mut specs = Vec::new();
+    let mut specs: Vec<Spec> = Vec::new();
     let mut warnings = Vec::new();
     for v in &conf.vrrp_instances {
         specs.push(one(conf, v, &mut warnings)?);
@@ -144,11 +146,55 @@ pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
             ));
         }
     }
-    if !conf.vrrp_sync_groups.is_empty() {
-        warnings.push(
-            "vrrp_sync_group: members run as independent instances (groups are not enforced yet)"
-                .into(),
-        );
+    for g in &conf.vrrp_sync_groups {
+        let at = |what: String| format!("{}: vrrp_sync_group {}: {what}", g.loc, g.name);
+        if g.notify != Default::default() || g.smtp_alert {
+            warnings.push(at(
+                "group notify scripts and smtp_alert are not run (the members' are)".into(),
+            ));
+        }
+        let mut group_scripts = Vec::new();
+        for t in &g.track_script {
+            match resolve_script(conf, t, &mut warnings, &at) {
+                Some(mut ts) => {
+                    ts.weight = 0;
+                    group_scripts.push(ts);
+                }
+                None => continue,
+            }
+        }
+        for m in &g.members {
+            let Some(spec) = specs.iter_mut().find(|s| &s.name == m) else {
+                warnings.push(at(format!("no vrrp_instance {m}, ignored")));
+                continue;
+            };
+            if let Some(other) = &spec.sync_group {
+                warnings.push(at(format!(
+                    "{m} is already in vrrp_sync_group {other}, ignored"
+                )));
+                continue;
+            }
+            spec.sync_group = Some(g.name.clone());
+            // Members move together, so tracking cannot shift one member's
+            // priority: a tracked failure is a fault of the group (keepalived
+            // ignores members' weights too).
+            let weighted = spec.track_interfaces.iter().any(|(_, w)| *w != 0)
+                || spec.track_scripts.iter().any(|t| t.weight != 0);
+            if weighted {
+                warnings.push(at(format!(
+                    "{m}: tracking weights are ignored in a sync group (a failure is a fault)"
+                )));
+            }
+            for t in &mut spec.track_interfaces {
+                t.1 = 0;
+            }
+            for t in &mut spec.track_scripts {
+                t.weight = 0;
+            }
+            spec.track_interfaces
+                .extend(g.track_interface.iter().map(|t| (t.name.clone(), 0)));
+            spec.track_scripts.extend(group_scripts.iter().cloned());
+        }
     }
     Ok((specs, warnings))
 }
@@ -203,44 +249,11 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
             }
         }
     };
-    let mut track_scripts = Vec::new();
-    for t in &v.track_script {
-        let Some(vs) = conf.vrrp_scripts.iter().find(|s| s.name == t.name) else {
-            // keepalived ignores a reference to a script it does not have.
-            warnings.push(at(&format!(
-                "track_script {}: no such vrrp_script, ignored",
-                t.name
-            )));
-            continue;
-        };
-        let Some(command) = vs.script.clone() else {
-            warnings.push(format!(
-                "{}: vrrp_script {}: no `script`, ignored",
-                vs.loc, vs.name
-            ));
-            continue;
-        };
-        if t.reverse || vs.weight_reverse {
-            warnings.push(at(&format!(
-                "track_script {}: `reverse` is not supported, the weight applies as written",
-                t.name
-            )));
-        }
-        track_scripts.push(TrackScript {
-            name: vs.name.clone(),
-            command,
-            interval: vs.interval.max(Duration::from_millis(100)),
-            timeout: vs
-                .timeout
-                .unwrap_or(vs.interval)
-                .max(Duration::from_millis(100)),
-            weight: t.weight.unwrap_or(vs.weight),
-            rise: vs.rise.unwrap_or(1).max(1),
-            fall: vs.fall.unwrap_or(1).max(1),
-            user: vs.user.clone(),
-            init_fail: vs.init_fail,
-        });
-    }
+    let track_scripts = v
+        .track_script
+        .iter()
+        .filter_map(|t| resolve_script(conf, t, warnings, &|w| at(&w)))
+        .collect();
     if v.use_vmac.is_some() {
         warnings.push(at(
             "use_vmac is not supported; the interface's own MAC is announced",
@@ -288,8 +301,97 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
         down_adverts: v.down_timer_adverts,
         garp_master_delay: v.garp_master_delay.unwrap_or(g.vrrp_garp_master_delay),
         initial_master: v.state == Some(VrrpState::Master),
+        sync_group: None,
         interface,
     })
+}
+
+/// A `track_script` reference resolved to its `vrrp_script`, or `None`
+/// (with a warning) where keepalived ignores it.
+fn resolve_script(
+    conf: &KaConfig,
+    t: &rvs_config::model::Tracked,
+    warnings: &mut Vec<String>,
+    at: &dyn Fn(String) -> String,
+) -> Option<TrackScript> {
+    let Some(vs) = conf.vrrp_scripts.iter().find(|s| s.name == t.name) else {
+        // keepalived ignores a reference to a script it does not have.
+        warnings.push(at(format!(
+            "track_script {}: no such vrrp_script, ignored",
+            t.name
+        )));
+        return None;
+    };
+    let Some(command) = vs.script.clone() else {
+        warnings.push(format!(
+            "{}: vrrp_script {}: no `script`, ignored",
+            vs.loc, vs.name
+        ));
+        return None;
+    };
+    if t.reverse || vs.weight_reverse {
+        warnings.push(at(format!(
+            "track_script {}: `reverse` is not supported, the weight applies as written",
+            t.name
+        )));
+    }
+    Some(TrackScript {
+        name: vs.name.clone(),
+        command,
+        interval: vs.interval.max(Duration::from_millis(100)),
+        timeout: vs
+            .timeout
+            .unwrap_or(vs.interval)
+            .max(Duration::from_millis(100)),
+        weight: t.weight.unwrap_or(vs.weight),
+        rise: vs.rise.unwrap_or(1).max(1),
+        fall: vs.fall.unwrap_or(1).max(1),
+        user: vs.user.clone(),
+        init_fail: vs.init_fail,
+    })
+}
+
+/// The members of one `vrrp_sync_group`, running: each announces its own
+/// transitions (from its election or its tracking) and the others follow;
+/// `faulty` holds the members whose own tracking failed, and while it is
+/// not empty every member stays in FAULT.
+#[derive(Clone)]
+struct Group {
+    events: tokio::sync::broadcast::Sender<(String, State)>,
+    faulty: Arc<Mutex<std::collections::BTreeSet<String>>>,
+}
+
+impl Group {
+    fn new() -> Self {
+        Group {
+            events: tokio::sync::broadcast::Sender::new(64),
+            faulty: Arc::default(),
+        }
+    }
+
+    /// Record this member's own fault; whether the group is faulty.
+    fn fault(&self, member: &str, own: bool) -> bool {
+        let Ok(mut f) = self.faulty.lock() else {
+            return own;
+        };
+        if own {
+            f.insert(member.to_owned());
+        } else {
+            f.remove(member);
+        }
+        !f.is_empty()
+    }
+
+    /// Tell the other members about this member's own transitions.
+    fn announce(&self, member: &str, acts: &[Action]) {
+        for a in acts {
+            if let Action::Transition { to, .. } = a
+                && matches!(to, State::Master | State::Backup | State::Fault)
+            {
+                let _ = self.events.send((member.to_owned(), *to));
+            }
+        }
+    }
 }
 
 /// What each instance is doing: state and priority by instance name.
@@ -343,6 +445,7 @@ struct Task {
 pub struct Vrrp {
     tasks: Vec<Task>,
     status: Status,
+    groups: BTreeMap<String, Group>,
 }
 
 impl Vrrp {
@@ -359,7 +462,13 @@ impl Vrrp {
                 continue;
             }
             let (stop, rx) = watch::channel(false);
-            let handle = tokio::spawn(run(spec.clone(), rx, self.status.clone()));
+            let group = spec.sync_group.as_ref().map(|g| {
+                self.groups
+                    .entry(g.clone())
+                    .or_insert_with(Group::new)
+                    .clone()
+            });
+            let handle = tokio::spawn(run(spec.clone(), rx, self.status.clone(), group));
             self.tasks.push(Task { spec, stop, handle });
         }
     }
@@ -381,6 +490,7 @@ pub fn spawn(
         let mut running = Vrrp {
             tasks: Vec::new(),
             status,
+            groups: BTreeMap::new(),
         };
         loop {
             let want = specs.borrow_and_update().clone();
@@ -424,7 +534,7 @@ impl Clock {
     }
 }
 
-async fn run(spec: Spec, mut stop: watch::Receiver<bool>, status: Status) {
+async fn run(spec: Spec, mut stop: watch::Receiver<bool>, status: Status, group: Option<Group>) {
     let clock = Clock(tokio::time::Instant::now());
     let mut failures = 0u32;
     let sock = loop {
@@ -468,16 +578,20 @@ async fn run(spec: Spec, mut stop: watch::Receiver<bool>, status: Status) {
         scripts,
         peer_form: None,
     };
+    let mut events = group.as_ref().map(|g| g.events.subscribe());
+    // This member's own tracking result (the group's fault is wider).
+    let mut own_fault = false;
     let mut acts = inst.start(clock.now());
-    let (fault, prio) = drv.tracking();
-    if fault {
-        acts.extend(inst.set_fault(clock.now(), true));
-    } else {
-        acts.extend(inst.set_priority(clock.now(), prio));
-    }
+    let mut followed = Vec::new();
     let mut buf = vec![0u8; 2048];
     let mut track = tokio::time::interval(Duration::from_secs(1));
     loop {
+        // Transitions of our own election or tracking are announced to the
+        // group; those that follow another member (`followed`) are not.
+        if let Some(g) = &group {
+            g.announce(&spec.name, &acts);
+        }
+        acts.append(&mut followed);
         drv.perform(&inst, std::mem::take(&mut acts)).await;
         if let Ok(mut st) = status.lock() {
             st.insert(spec.name.clone(), (inst.state(), inst.priority()));
@@ -505,9 +619,33 @@ async fn run(spec: Spec, mut stop: watch::Receiver<bool>, status: Status) {
             _ = track.tick() => {
                 let (fault, prio) = drv.tracking();
                 let now = clock.now();
-                acts = inst.set_fault(now, fault);
-                if !fault {
+                let changed = fault != own_fault;
+                own_fault = fault;
+                let group_fault = group.as_ref().is_some_and(|g| g.fault(&spec.name, fault));
+                acts = inst.set_fault(now, fault || group_fault);
+                if !fault && !group_fault {
                     acts.extend(inst.set_priority(now, prio));
+                }
+                if changed && let Some(g) = &group {
+                    // Wake the others now rather than at their next tick.
+                    let _ = g.events.send((spec.name.clone(), if fault { State::Fault } else { State::Backup }));
+                }
+            }
+            ev = async {
+                match events.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let (Ok((member, state)), Some(g)) = (ev, &group)
+                    && member != spec.name
+                {
+                    let now = clock.now();
+                    let group_fault = g.fault(&spec.name, own_fault);
+                    followed = inst.set_fault(now, group_fault);
+                    if !group_fault {
+                        followed.extend(inst.follow(now, state));
+                    }
                 }
             }
             _ = stop.changed() => {
@@ -829,6 +967,47 @@ vrrp_instance VI_1 {
         assert_eq!((specs[0].version, specs[0].ipv6), (3, true));
         assert_eq!(specs[0].auth, None);
         assert!(warnings[0].contains("ignored with VRRPv3"), "{warnings:?}");
+    }
+
+    #[test]
+    fn sync_group_members_share_the_group_and_its_tracking_as_faults() {
+        let (specs, warnings) = plan_of(
+            "vrrp_sync_group G {
+    group {
+        A
+        NOPE
+    }
+    track_interface {
+        eth9
+    }
+}
+vrrp_instance A {
+    interface eth0
+    virtual_router_id 1
+    track_interface {
+        eth1 weight 10
+    }
+}
+vrrp_instance B {
+    interface eth0
+    virtual_router_id 2
+}",
+        )
+        .unwrap();
+        assert_eq!(specs[0].sync_group.as_deref(), Some("G"));
+        assert_eq!(specs[1].sync_group, None);
+        assert_eq!(
+            specs[0].track_interfaces,
+            [("eth1".to_string(), 0), ("eth9".to_string(), 0)]
+        );
+        assert!(
+            warnings.iter().any(|w| w.contains("no vrrp_instance NOPE")),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings.iter().any(|w| w.contains("weights are ignored")),
+            "{warnings:?}"
+        );
     }
 
     #[test]

@@ -407,3 +407,73 @@ fn vrrp_a_failing_track_script_lowers_priority_and_moves_the_address() {
         has_vip(&a) && !has_vip(&b)
     });
 }
+
+fn has_addr(h: &Host, dev: &str, addr: &str) -> bool {
+    let out = h.exec(&["ip", "-o", "addr", "show", "dev", dev]);
+    String::from_utf8_lossy(&out.stdout).contains(&format!("inet {addr}/"))
+}
+
+/// A NAT director's outside and inside addresses move together: when the
+/// inside link of the master fails, a `vrrp_sync_group` moves both, not
+/// just the inside one.
+#[test]
+fn vrrp_sync_group_moves_its_members_together() {
+    let test = "vrrp_sync_group_moves_its_members_together";
+    let Some(mut bed) = Bed::new(test) else {
+        return;
+    };
+    let a = bed.host("a", "10.0.5.1/24");
+    let b = bed.host("b", "10.0.5.2/24");
+    bed.bridge("br1");
+    bed.link(&a.ns, "br1", "eth1", "10.0.6.1/24");
+    bed.link(&b.ns, "br1", "eth1", "10.0.6.2/24");
+    let dir = TempDir::new("vrrp-sync");
+    let conf = |prio: u8| {
+        format!(
+            "vrrp_sync_group VG1 {{
+    group {{
+        VI_EXT
+        VI_INT
+    }}
+}}
+vrrp_instance VI_EXT {{
+    interface eth0
+    virtual_router_id 51
+    priority {prio}
+    advert_int 1
+    virtual_ipaddress {{
+        {VIP}/24
+    }}
+}}
+vrrp_instance VI_INT {{
+    interface eth1
+    virtual_router_id 52
+    priority {prio}
+    advert_int 1
+    virtual_ipaddress {{
+        10.0.6.100/24
+    }}
+}}
+"
+        )
+    };
+    let _pa = rvsd(&a, dir.path(), "a", &conf(150));
+    let _pb = rvsd(&b, dir.path(), "b", &conf(100));
+    let both = |h: &Host| has_addr(h, "eth0", VIP) && has_addr(h, "eth1", "10.0.6.100");
+    let none = |h: &Host| !has_addr(h, "eth0", VIP) && !has_addr(h, "eth1", "10.0.6.100");
+    within("A holds both addresses", Duration::from_secs(8), || {
+        both(&a) && none(&b)
+    });
+    // A's inside link fails: VI_INT is faulty, and the group takes VI_EXT
+    // down with it; B takes both.
+    a.exec(&["ip", "link", "set", "eth1", "down"]);
+    within("B holds both addresses", Duration::from_secs(8), || {
+        both(&b) && !has_addr(&a, "eth0", VIP)
+    });
+    holds("B keeps both", Duration::from_secs(2), || both(&b));
+    // The link is back: A preempts with both.
+    a.exec(&["ip", "link", "set", "eth1", "up"]);
+    within("A holds both again", Duration::from_secs(10), || {
+        both(&a) && none(&b)
+    });
+}
