@@ -116,6 +116,9 @@ pub struct Spec {
     pub down_adverts: u32,
     /// keepalived's `garp_master_delay`.
     pub garp_master_delay: Duration,
+    /// keepalived's `garp_master_repeat`: announcements per address each
+    /// time (default 5).
+    pub garp_repeat: u32,
     /// `state MASTER`: take the addresses at start (keepalived's behaviour).
     pub initial_master: bool,
     /// The `vrrp_sync_group` this instance belongs to.
@@ -300,6 +303,10 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
         },
         down_adverts: v.down_timer_adverts,
         garp_master_delay: v.garp_master_delay.unwrap_or(g.vrrp_garp_master_delay),
+        garp_repeat: v
+            .garp_master_repeat
+            .unwrap_or(g.vrrp_garp_master_repeat)
+            .clamp(1, 255),
         initial_master: v.state == Some(VrrpState::Master),
         sync_group: None,
         interface,
@@ -799,7 +806,10 @@ impl Driver<'_> {
             match a {
                 Action::Send { priority } => self.send(priority).await,
                 Action::Announce => {
-                    for v in self.spec.vips.iter().chain(&self.spec.excluded) {
+                    let each = self.spec.vips.iter().chain(&self.spec.excluded);
+                    for v in
+                        each.flat_map(|v| std::iter::repeat_n(v, self.spec.garp_repeat as usize))
+                    {
                         if let Err(e) = net::announce(&v.dev, v.addr) {
                             tracing::warn!(target: "rvs::vrrp", "VRRP_Instance({}): announcing {} on {}: {e}", self.spec.name, v.addr, v.dev);
                         }
@@ -943,6 +953,7 @@ vrrp_instance VI_1 {
         assert_eq!(s.excluded.len(), 1);
         assert_eq!(s.group, "224.0.0.18".parse::<IpAddr>().unwrap());
         assert_eq!(s.garp_master_delay, Duration::from_secs(3));
+        assert_eq!(s.garp_repeat, 5);
         assert_eq!(s.track_interfaces, [("eth1".to_string(), -20)]);
         assert_eq!(
             s.notify.any.as_ref().map(|n| n.command.as_str()),
