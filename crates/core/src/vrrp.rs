@@ -359,6 +359,23 @@ impl Instance {
         out
     }
 
+    /// Take a new configuration in place (a reload that changed only the
+    /// priority, intervals or preemption): the state and its timers carry
+    /// on, so a master keeps its addresses. A master advertises a changed
+    /// priority at once.
+    pub fn reconfigure(&mut self, now: Instant, cfg: Config) -> Vec<Action> {
+        let priority = cfg.priority;
+        let changed = priority != self.cfg.priority;
+        self.cfg = cfg;
+        if self.cfg.version == 2 || self.state == State::Master {
+            self.master_adver_int = self.cfg.advert_int;
+        }
+        if changed {
+            return self.set_priority(now, priority);
+        }
+        Vec::new()
+    }
+
     /// Follow another member of a sync group (keepalived's
     /// `vrrp_sync_group`): when one member becomes master, backup or
     /// faulty by its own election, the others are moved to that state too,

@@ -336,3 +336,22 @@ fn a_sync_group_member_follows_master_and_backup_but_not_out_of_fault() {
     assert!(m.follow(at(50), State::Master).is_empty());
     assert_eq!(m.state(), State::Fault);
 }
+
+#[test]
+fn reconfiguring_keeps_the_state_and_announces_a_new_priority() {
+    let mut m = Instance::new(cfg(100));
+    m.start(at(0));
+    run_until(&mut m, at(4000));
+    assert_eq!(m.state(), State::Master);
+    let a = m.reconfigure(at(4100), cfg(120));
+    assert_eq!(a, [Action::Send { priority: 120 }]);
+    assert_eq!(m.state(), State::Master);
+    assert!(m.reconfigure(at(4200), cfg(120)).is_empty());
+    // A backup raised above its master stops resetting its timer on it.
+    let mut b = Instance::new(cfg(100));
+    b.start(at(0));
+    b.on_advert(at(1000), heard(150, 2)).unwrap();
+    assert!(b.reconfigure(at(1500), cfg(200)).is_empty());
+    b.on_advert(at(2000), heard(150, 2)).unwrap();
+    assert_eq!(b.poll_timeout(), Some(at(1000 + 3609)));
+}

@@ -445,7 +445,40 @@ pub fn render_metrics(out: &mut String, status: &Status) {
 struct Task {
     spec: Spec,
     stop: watch::Sender<bool>,
+    /// A new spec of the same identity, taken in place.
+    update: watch::Sender<Spec>,
     handle: tokio::task::JoinHandle<()>,
+}
+
+/// Whether `new` differs from `old` only in what a running instance can
+/// take in place (priority, intervals, preemption, tracked interfaces,
+/// notify scripts, announcements): then a reload does not restart it, and
+/// a master keeps its addresses.
+fn same_identity(old: &Spec, new: &Spec) -> bool {
+    let mut soft = old.clone();
+    soft.priority = new.priority;
+    soft.advert_int = new.advert_int;
+    soft.preempt = new.preempt;
+    soft.preempt_delay = new.preempt_delay;
+    soft.track_interfaces = new.track_interfaces.clone();
+    soft.notify = new.notify.clone();
+    soft.down_adverts = new.down_adverts;
+    soft.garp_master_delay = new.garp_master_delay;
+    soft.garp_repeat = new.garp_repeat;
+    soft.initial_master = new.initial_master;
+    soft == *new
+}
+
+/// The election's configuration for `spec` with our source address.
+fn election(spec: &Spec, local: IpAddr) -> Election {
+    let mut cfg = Election::new(spec.priority, spec.advert_int, local);
+    cfg.version = spec.version;
+    cfg.preempt = spec.preempt;
+    cfg.preempt_delay = spec.preempt_delay;
+    cfg.down_adverts = spec.down_adverts.max(1);
+    cfg.garp_master_delay = spec.garp_master_delay;
+    cfg.initial_master = spec.initial_master;
+    cfg
 }
 
 /// The running instances.
@@ -457,11 +490,24 @@ pub struct Vrrp {
 
 impl Vrrp {
     /// Run exactly `specs`: instances whose spec is unchanged keep running,
-    /// the others stop (a master resigns) and the new ones start.
+    /// those changed only in what can be taken in place
+    /// ([`same_identity`]) are updated where they run, the others stop (a
+    /// master resigns) and the new ones start.
     pub async fn apply(&mut self, specs: Vec<Spec>) {
-        let (keep, gone): (Vec<Task>, Vec<Task>) = std::mem::take(&mut self.tasks)
-            .into_iter()
-            .partition(|t| specs.contains(&t.spec));
+        let mut keep = Vec::new();
+        let mut gone = Vec::new();
+        for mut t in std::mem::take(&mut self.tasks) {
+            if specs.contains(&t.spec) {
+                keep.push(t);
+            } else if let Some(new) = specs.iter().find(|n| same_identity(&t.spec, n)) {
+                tracing::info!(target: "rvs::vrrp", "VRRP_Instance({}): configuration changed, applied in place", new.name);
+                let _ = t.update.send(new.clone());
+                t.spec = new.clone();
+                keep.push(t);
+            } else {
+                gone.push(t);
+            }
+        }
         stop_tasks(gone, &self.status).await;
         self.tasks = keep;
         for spec in specs {
@@ -475,8 +521,14 @@ impl Vrrp {
                     .or_insert_with(Group::new)
                     .clone()
             });
-            let handle = tokio::spawn(run(spec.clone(), rx, self.status.clone(), group));
-            self.tasks.push(Task { spec, stop, handle });
+            let (update, updates) = watch::channel(spec.clone());
+            let handle = tokio::spawn(run(spec.clone(), rx, updates, self.status.clone(), group));
+            self.tasks.push(Task {
+                spec,
+                stop,
+                update,
+                handle,
+            });
         }
     }
 
@@ -541,7 +593,13 @@ impl Clock {
     }
 }
 
-async fn run(spec: Spec, mut stop: watch::Receiver<bool>, status: Status, group: Option<Group>) {
+async fn run(
+    spec: Spec,
+    mut stop: watch::Receiver<bool>,
+    mut updates: watch::Receiver<Spec>,
+    status: Status,
+    group: Option<Group>,
+) {
     let clock = Clock(tokio::time::Instant::now());
     let mut failures = 0u32;
     let sock = loop {
@@ -562,14 +620,7 @@ async fn run(spec: Spec, mut stop: watch::Receiver<bool>, status: Status, group:
         }
     };
     let local = sock.local_addr();
-    let mut cfg = Election::new(spec.priority, spec.advert_int, local);
-    cfg.version = spec.version;
-    cfg.preempt = spec.preempt;
-    cfg.preempt_delay = spec.preempt_delay;
-    cfg.down_adverts = spec.down_adverts.max(1);
-    cfg.garp_master_delay = spec.garp_master_delay;
-    cfg.initial_master = spec.initial_master;
-    let mut inst = Instance::new(cfg);
+    let mut inst = Instance::new(election(&spec, local));
     // The tracked scripts run beside the instance and stop with it.
     let mut _script_tasks = Vec::new();
     let mut scripts = Vec::new();
@@ -579,7 +630,7 @@ async fn run(spec: Spec, mut stop: watch::Receiver<bool>, status: Status, group:
         scripts.push((t.weight, rx));
     }
     let mut drv = Driver {
-        spec: &spec,
+        spec: spec.clone(),
         sock: &sock,
         local,
         scripts,
@@ -655,6 +706,18 @@ async fn run(spec: Spec, mut stop: watch::Receiver<bool>, status: Status, group:
                     }
                 }
             }
+            r = updates.changed() => {
+                if r.is_ok() {
+                    let new = updates.borrow_and_update().clone();
+                    let now = clock.now();
+                    acts = inst.reconfigure(now, election(&new, local));
+                    drv.spec = new;
+                    let (fault, prio) = drv.tracking();
+                    if !fault {
+                        acts.extend(inst.set_priority(now, prio));
+                    }
+                }
+            }
             _ = stop.changed() => {
                 let a = inst.shutdown();
                 drv.perform(&inst, a).await;
@@ -665,7 +728,7 @@ async fn run(spec: Spec, mut stop: watch::Receiver<bool>, status: Status, group:
 }
 
 struct Driver<'a> {
-    spec: &'a Spec,
+    spec: Spec,
     sock: &'a net::VrrpSocket,
     local: IpAddr,
     /// Weight and current result (true = good) of each tracked script.
@@ -757,7 +820,7 @@ impl Driver<'_> {
 
     /// An advertisement for this instance, checked as keepalived does.
     fn heard(&mut self, rx: &net::Received, buf: &[u8]) -> Option<Heard> {
-        let s = self.spec;
+        let s = &self.spec;
         let payload = buf.get(rx.offset..rx.offset + rx.len)?;
         let multicast = rx.dst.is_multicast();
         if multicast && rx.ttl != 255 {
@@ -821,7 +884,7 @@ impl Driver<'_> {
     }
 
     async fn send(&self, priority: u8) {
-        let s = self.spec;
+        let s = &self.spec;
         let ad = wire::Advert {
             version: s.version,
             vrid: s.vrid,
@@ -852,7 +915,7 @@ impl Driver<'_> {
     }
 
     async fn transition(&mut self, inst: &Instance, from: State, to: State) {
-        let s = self.spec;
+        let s = &self.spec;
         tracing::info!(target: "rvs::vrrp", "VRRP_Instance({}) Entering {} STATE", s.name, to.name());
         if to == State::Master {
             for v in s.vips.iter().chain(&s.excluded) {

@@ -477,3 +477,30 @@ vrrp_instance VI_INT {{
         both(&a) && none(&b)
     });
 }
+
+/// A reload that changes a priority is taken in place: the master keeps
+/// its address throughout; a backup raised above it takes over.
+#[test]
+fn vrrp_reload_changes_priorities_without_a_flap() {
+    let Some((_bed, a, b)) = bed("vrrp_reload_changes_priorities_without_a_flap") else {
+        return;
+    };
+    let dir = TempDir::new("vrrp-reload");
+    let mut pa = rvsd(&a, dir.path(), "a", &instance(150, true, ""));
+    let mut pb = rvsd(&b, dir.path(), "b", &instance(100, true, ""));
+    within("A holds the VIP", Duration::from_secs(8), || has_vip(&a));
+    // A 150 → 160: no restart, no resignation.
+    std::fs::write(dir.path().join("a.conf"), instance(160, true, "")).expect("write");
+    pa.kill("HUP");
+    holds(
+        "A keeps the VIP across its reload",
+        Duration::from_secs(5),
+        || has_vip(&a) && !has_vip(&b),
+    );
+    // B 100 → 200: it preempts A.
+    std::fs::write(dir.path().join("b.conf"), instance(200, true, "")).expect("write");
+    pb.kill("HUP");
+    within("B preempts A", Duration::from_secs(8), || {
+        has_vip(&b) && !has_vip(&a)
+    });
+}
