@@ -187,3 +187,15 @@ pub fn parts(o: &Output) -> (String, String, i32) {
         o.status.code().unwrap_or(-1),
     )
 }
+
+/// Poll `f` every 20 ms for up to `limit`; how long it took.
+pub fn within(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return start.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{what}: not within {limit:?}");
+}

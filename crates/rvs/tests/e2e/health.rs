@@ -9,9 +9,9 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::harness::{Rvsd, TempDir, free_port};
+use crate::harness::{Rvsd, TempDir, free_port, within};
 
 /// A TCP backend on 127.0.0.1 that greets each connection with its name.
 /// Killing it (drop) closes the listening socket: the port refuses.
@@ -84,18 +84,6 @@ fn listed(d: &Rvsd) -> Vec<(u16, u32)> {
             Some((addr.port(), w))
         })
         .collect()
-}
-
-/// Poll `f` every 20 ms for up to `limit`; how long it took.
-fn within(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if f() {
-            return start.elapsed();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("{what}: not within {limit:?}");
 }
 
 fn conf(vip: u16, body: &str) -> String {

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSD, TempDir};
+use crate::harness::{RVSD, TempDir, within};
 use crate::netns::{Bed, Host};
 
 const VIP: &str = "10.0.5.100";
@@ -98,18 +98,6 @@ fn has_vip(h: &Host) -> bool {
     let out = h.exec(&["ip", "-o", "addr", "show", "dev", "eth0"]);
     let text = String::from_utf8_lossy(&out.stdout);
     text.contains(&format!("inet {VIP}/")) || text.contains(&format!("inet6 {VIP6}/"))
-}
-
-/// Poll `f` (every 20 ms) until true or `limit`; how long it took.
-fn within(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if f() {
-            return start.elapsed();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("{what}: not within {limit:?}");
 }
 
 /// `f` stays true for all of `span`.
