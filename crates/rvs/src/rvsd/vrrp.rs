@@ -123,6 +123,8 @@ pub struct Spec {
     pub initial_master: bool,
     /// The `vrrp_sync_group` this instance belongs to.
     pub sync_group: Option<String>,
+    /// That group's notify scripts (run once per group transition).
+    pub group_notify: Notify,
 }
 
 fn script(s: &Option<Script>) -> Option<ScriptSpec> {
@@ -151,11 +153,16 @@ pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
     }
     for g in &conf.vrrp_sync_groups {
         let at = |what: String| format!("{}: vrrp_sync_group {}: {what}", g.loc, g.name);
-        if g.notify != Default::default() || g.smtp_alert {
-            warnings.push(at(
-                "group notify scripts and smtp_alert are not run (the members' are)".into(),
-            ));
+        if g.smtp_alert {
+            warnings.push(at("smtp_alert is not supported".into()));
         }
+        let group_notify = Notify {
+            master: script(&g.notify.master),
+            backup: script(&g.notify.backup),
+            fault: script(&g.notify.fault),
+            stop: script(&g.notify.stop),
+            any: script(&g.notify.any),
+        };
         let mut group_scripts = Vec::new();
         for t in &g.track_script {
             match resolve_script(conf, t, &mut warnings, &at) {
@@ -178,6 +185,7 @@ pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
                 continue;
             }
             spec.sync_group = Some(g.name.clone());
+            spec.group_notify = group_notify.clone();
             // Members move together, so tracking cannot shift one member's
             // priority: a tracked failure is a fault of the group (keepalived
             // ignores members' weights too).
@@ -309,6 +317,7 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
             .clamp(1, 255),
         initial_master: v.state == Some(VrrpState::Master),
         sync_group: None,
+        group_notify: Notify::default(),
         interface,
     })
 }
@@ -364,16 +373,62 @@ fn resolve_script(
 /// not empty every member stays in FAULT.
 #[derive(Clone)]
 struct Group {
+    name: String,
     events: tokio::sync::broadcast::Sender<(String, State)>,
     faulty: Arc<Mutex<std::collections::BTreeSet<String>>>,
+    /// Each member's state, the group's scripts and size, and the state
+    /// the group was last reported in.
+    settled: Arc<Mutex<Settled>>,
+}
+
+#[derive(Default)]
+struct Settled {
+    states: BTreeMap<String, State>,
+    size: usize,
+    notify: Notify,
+    last: Option<State>,
 }
 
 impl Group {
-    fn new() -> Self {
+    fn new(name: &str) -> Self {
         Group {
+            name: name.to_owned(),
             events: tokio::sync::broadcast::Sender::new(64),
             faulty: Arc::default(),
+            settled: Arc::default(),
         }
+    }
+
+    /// The group's scripts and how many members it has (from a (re)load).
+    fn configure(&self, notify: &Notify, size: usize) {
+        if let Ok(mut st) = self.settled.lock() {
+            st.notify = notify.clone();
+            st.size = size;
+        }
+    }
+
+    /// Record a member's state; once every member is in the same state
+    /// and the group was not reported in it yet, run the group's notify
+    /// scripts (keepalived's `GROUP NAME STATE`).
+    fn settle(&self, member: &str, state: State) {
+        let Ok(mut st) = self.settled.lock() else {
+            return;
+        };
+        if state == State::Stopped {
+            st.states.remove(member);
+            return;
+        }
+        st.states.insert(member.to_owned(), state);
+        let all_same = st.states.len() == st.size && st.states.values().all(|s| *s == state);
+        if !all_same
+            || st.last == Some(state)
+            || !matches!(state, State::Master | State::Backup | State::Fault)
+        {
+            return;
+        }
+        st.last = Some(state);
+        tracing::info!(target: "rvs::vrrp", "VRRP_Group({}) Syncing instances to {} state", self.name, state.name());
+        run_notify(&st.notify, "GROUP", &self.name, state, None);
     }
 
     /// Record this member's own fault; whether the group is faulty.
@@ -518,7 +573,7 @@ impl Vrrp {
             let group = spec.sync_group.as_ref().map(|g| {
                 self.groups
                     .entry(g.clone())
-                    .or_insert_with(Group::new)
+                    .or_insert_with(|| Group::new(g))
                     .clone()
             });
             let (update, updates) = watch::channel(spec.clone());
@@ -529,6 +584,18 @@ impl Vrrp {
                 update,
                 handle,
             });
+        }
+        // Before any new member runs (nothing awaits in between).
+        for (name, g) in &self.groups {
+            let members: Vec<&Spec> = self
+                .tasks
+                .iter()
+                .map(|t| &t.spec)
+                .filter(|s| s.sync_group.as_deref() == Some(name))
+                .collect();
+            if let Some(first) = members.first() {
+                g.configure(&first.group_notify, members.len());
+            }
         }
     }
 
@@ -651,6 +718,9 @@ async fn run(
         }
         acts.append(&mut followed);
         drv.perform(&inst, std::mem::take(&mut acts)).await;
+        if let Some(g) = &group {
+            g.settle(&spec.name, inst.state());
+        }
         if let Ok(mut st) = status.lock() {
             st.insert(spec.name.clone(), (inst.state(), inst.priority()));
         }
@@ -930,29 +1000,32 @@ impl Driver<'_> {
                 }
             }
         }
-        let one = match to {
-            State::Master => &s.notify.master,
-            State::Backup => &s.notify.backup,
-            State::Fault => &s.notify.fault,
-            State::Stopped => &s.notify.stop,
-            State::Init => &None,
-        };
-        let why = format!("VRRP_Instance({}) {}", s.name, to.name());
-        if let Some(script) = one {
-            rvs_check::runner::run_script(script.clone(), why.clone());
+        run_notify(&s.notify, "INSTANCE", &s.name, to, Some(inst.priority()));
+    }
+}
+
+/// Run the notify scripts for `to`: the state's own script, then the
+/// generic `notify` with keepalived's arguments (`TYPE NAME STATE`, plus
+/// the priority for an instance).
+fn run_notify(n: &Notify, kind: &str, name: &str, to: State, priority: Option<u8>) {
+    let one = match to {
+        State::Master => &n.master,
+        State::Backup => &n.backup,
+        State::Fault => &n.fault,
+        State::Stopped => &n.stop,
+        State::Init => &None,
+    };
+    let why = format!("{kind} {name} {}", to.name());
+    if let Some(script) = one {
+        rvs_check::runner::run_script(script.clone(), why.clone());
+    }
+    if let Some(any) = &n.any {
+        let mut script = any.clone();
+        script.command = format!("{} {kind} {} {}", script.command, quote(name), to.name());
+        if let Some(p) = priority {
+            script.command = format!("{} {p}", script.command);
         }
-        if let Some(any) = &s.notify.any {
-            // keepalived's generic notify: TYPE NAME STATE PRIORITY appended.
-            let mut script = any.clone();
-            script.command = format!(
-                "{} INSTANCE {} {} {}",
-                script.command,
-                quote(&s.name),
-                to.name(),
-                inst.priority()
-            );
-            rvs_check::runner::run_script(script, why);
-        }
+        rvs_check::runner::run_script(script, why);
     }
 }
 

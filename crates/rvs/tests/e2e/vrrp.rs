@@ -212,8 +212,13 @@ fn vrrp_elects_fails_over_preempts_back_and_resigns_on_stop() {
     pa.wait_exit();
     assert!(!has_vip(&a), "A left its address behind");
 
-    // The notify script saw A's transitions with keepalived's arguments.
-    let seen = std::fs::read_to_string(&log).unwrap_or_default();
+    // The notify script saw A's transitions with keepalived's arguments
+    // (scripts run asynchronously: the last one may still be writing).
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    within("the STOP notification", Duration::from_secs(3), || {
+        read().contains("STOP")
+    });
+    let seen = read();
     assert!(
         seen.contains("INSTANCE VI_1 MASTER 150"),
         "notify log: {seen}"
@@ -416,14 +421,19 @@ fn vrrp_sync_group_moves_its_members_together() {
     bed.link(&a.ns, "br1", "eth1", "10.0.6.1/24");
     bed.link(&b.ns, "br1", "eth1", "10.0.6.2/24");
     let dir = TempDir::new("vrrp-sync");
-    let conf = |prio: u8| {
+    let log = dir.path().join("group.log");
+    let notify = dir.write(
+        "notify.sh",
+        &format!("#!/bin/sh\necho \"$@\" >> {}\n", log.display()),
+    );
+    let conf = |prio: u8, group_extra: &str| {
         format!(
             "vrrp_sync_group VG1 {{
     group {{
         VI_EXT
         VI_INT
     }}
-}}
+{group_extra}}}
 vrrp_instance VI_EXT {{
     interface eth0
     virtual_router_id 51
@@ -445,8 +455,9 @@ vrrp_instance VI_INT {{
 "
         )
     };
-    let _pa = rvsd(&a, dir.path(), "a", &conf(150));
-    let _pb = rvsd(&b, dir.path(), "b", &conf(100));
+    let a_notify = format!("    notify \"/bin/sh {}\"\n", notify.display());
+    let _pa = rvsd(&a, dir.path(), "a", &conf(150, &a_notify));
+    let _pb = rvsd(&b, dir.path(), "b", &conf(100, ""));
     let both = |h: &Host| has_addr(h, "eth0", VIP) && has_addr(h, "eth1", "10.0.6.100");
     let none = |h: &Host| !has_addr(h, "eth0", VIP) && !has_addr(h, "eth1", "10.0.6.100");
     within("A holds both addresses", Duration::from_secs(8), || {
@@ -464,6 +475,28 @@ vrrp_instance VI_INT {{
     within("A holds both again", Duration::from_secs(10), || {
         both(&a) && none(&b)
     });
+    // The group's notify script ran once per group transition, with
+    // keepalived's arguments (scripts run asynchronously: give the last
+    // one a moment).
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    within(
+        "the last group notification",
+        Duration::from_secs(3),
+        || read().lines().count() >= 5,
+    );
+    let seen = read();
+    let lines: Vec<&str> = seen.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "GROUP VG1 BACKUP",
+            "GROUP VG1 MASTER",
+            "GROUP VG1 FAULT",
+            "GROUP VG1 BACKUP",
+            "GROUP VG1 MASTER"
+        ],
+        "{seen}"
+    );
 }
 
 /// A reload that changes a priority is taken in place: the master keeps
