@@ -11,8 +11,11 @@
 //!   and a real server.
 //! * [`vrrp`] — VRRP advertisements, versions 2 and 3 over IPv4 and IPv6,
 //!   with both checksum forms keepalived speaks for v3 over IPv4.
+//! * [`ipvs_sync`] — IPVS connection-sync datagrams (versions 0 and 1), as
+//!   the kernel's sync daemon multicasts them between directors.
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+pub mod ipvs_sync;
 pub mod proxy_protocol;
 pub mod vrrp;
