@@ -20,8 +20,8 @@ use rvs_control::protocol::{
 use rvs_ipvsadm::names::SystemNames;
 use rvs_ipvsadm::snapshot::Snapshot;
 use rvs_ipvsadm::{
-    Command as Ipvsadm, ListTarget, format_list_with, format_save_with, parse_args_named,
-    parse_restore_line,
+    Command as Ipvsadm, ListTarget, SyncState, format_list_with, format_save_with,
+    parse_args_named, parse_restore_line,
 };
 
 const PROG: &str = "rvsadm";
@@ -116,6 +116,19 @@ fn snapshot(socket: &PathBuf, conns: bool) -> Result<Snapshot, Fail> {
     }
 }
 
+/// A request answered with Ok or an error text (printed as ipvsadm prints
+/// the kernel's).
+fn simple(socket: &PathBuf, req: &Request) -> Result<(), Fail> {
+    match call(socket, req)? {
+        Response::Ok => Ok(()),
+        Response::Error { message, .. } => Err(Fail(message, KERNEL_ERROR_EXIT)),
+        other => Err(Fail(
+            format!("rvsadm: unexpected answer from rvsd: {other:?}"),
+            1,
+        )),
+    }
+}
+
 /// Send table changes; on failure print what ipvsadm would for the failing one.
 fn exec(socket: &PathBuf, commands: Vec<Command>, atomic: bool) -> Result<(), Fail> {
     match call(
@@ -174,7 +187,8 @@ fn run(mut args: Vec<String>, socket: &PathBuf) -> Result<(), Fail> {
         }
         Ipvsadm::List(opts) => {
             let snap = snapshot(socket, opts.target == ListTarget::Connections)?;
-            let out = format_list_with(&snap, &opts, &SystemNames).map_err(|e| Fail(e.message, e.exit_code))?;
+            let out = format_list_with(&snap, &opts, &SystemNames)
+                .map_err(|e| Fail(e.message, e.exit_code))?;
             print!("{out}");
             Ok(())
         }
@@ -190,12 +204,29 @@ fn run(mut args: Vec<String>, socket: &PathBuf) -> Result<(), Fail> {
                 Ok(())
             }
             Response::Error { message, .. } => Err(Fail(message, 1)),
-            other => Err(Fail(format!("rvsadm: unexpected answer from rvsd: {other:?}"), 1)),
+            other => Err(Fail(
+                format!("rvsadm: unexpected answer from rvsd: {other:?}"),
+                1,
+            )),
         },
-        Ipvsadm::StartDaemon(_) | Ipvsadm::StopDaemon(_) => Err(Fail(
-            "Connection synchronisation (--start-daemon/--stop-daemon) is not implemented by rvsd yet".into(),
-            KERNEL_ERROR_EXIT,
-        )),
+        Ipvsadm::StartDaemon(d) => {
+            let cfg = rvs_control::protocol::SyncDaemonConfig {
+                master: d.state == SyncState::Master,
+                ifname: d.mcast_ifn.clone(),
+                syncid: d.syncid,
+                maxlen: d.sync_maxlen,
+                group: d.mcast_group,
+                port: d.mcast_port,
+                ttl: d.mcast_ttl,
+            };
+            simple(socket, &Request::StartDaemon(cfg))
+        }
+        Ipvsadm::StopDaemon(d) => simple(
+            socket,
+            &Request::StopDaemon {
+                master: d.state == SyncState::Master,
+            },
+        ),
         other => match to_command(&other) {
             Ok(Some(cmd)) => exec(socket, vec![cmd], false),
             Ok(None) => Ok(()),

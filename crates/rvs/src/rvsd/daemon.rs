@@ -30,6 +30,10 @@ pub struct Daemon {
     vrrp: tokio::sync::watch::Sender<Vec<crate::vrrp::Spec>>,
     /// What the VRRP instances are doing (for metrics).
     vrrp_status: crate::vrrp::Status,
+    /// The connection-sync daemons.
+    sync: crate::sync::SyncDaemons,
+    /// keepalived.conf's `lvs_sync_daemon`, if the file has one.
+    sync_wanted: Option<rvs_config::model::LvsSyncDaemon>,
 }
 
 impl Daemon {
@@ -47,6 +51,8 @@ impl Daemon {
             health_wake: Arc::new(tokio::sync::Notify::new()),
             vrrp: tokio::sync::watch::Sender::new(Vec::new()),
             vrrp_status: crate::vrrp::Status::default(),
+            sync: crate::sync::SyncDaemons::default(),
+            sync_wanted: None,
         }
     }
 
@@ -86,6 +92,41 @@ impl Daemon {
     /// The proxy data plane's counters, exported as `rvs_proxy_*`.
     pub fn set_proxy_stats(&mut self, stats: Option<std::sync::Arc<rvs_proxy::ProxyStats>>) {
         self.proxy_stats = stats;
+    }
+
+    /// The controller, for changes that do not go through commands (the
+    /// sync backup's entries).
+    pub fn controller_mut(&mut self) -> &mut Controller {
+        &mut self.ctl
+    }
+
+    /// The connection-sync daemons.
+    pub fn sync_daemons(&mut self) -> &mut crate::sync::SyncDaemons {
+        &mut self.sync
+    }
+
+    /// keepalived.conf's `lvs_sync_daemon`.
+    pub fn sync_wanted(&self) -> Option<rvs_config::model::LvsSyncDaemon> {
+        self.sync_wanted.clone()
+    }
+
+    /// A VRRP instance's state, if it runs.
+    pub fn vrrp_state(&self, name: &str) -> Option<rvs_core::vrrp::State> {
+        self.vrrp_status.lock().ok()?.get(name).map(|(s, _)| *s)
+    }
+
+    /// A configured VRRP instance's VRID.
+    pub fn vrrp_vrid(&self, name: &str) -> Option<u8> {
+        self.vrrp
+            .borrow()
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| s.vrid)
+    }
+
+    /// The running sync daemons as `-L --daemon` lists them.
+    pub fn daemon_snaps(&self) -> Vec<rvs_ipvsadm::snapshot::DaemonSnap> {
+        self.sync.snaps()
     }
 
     /// The controller.
@@ -136,8 +177,10 @@ impl Daemon {
         loaded: Result<Loaded, String>,
     ) -> Result<DiffSummary, String> {
         let mut vrrp = None;
+        let mut sync_wanted = None;
         let result = loaded.and_then(|mut loaded| {
             vrrp = Some(std::mem::take(&mut loaded.vrrp));
+            sync_wanted = Some(loaded.sync.take());
             for w in &loaded.warnings {
                 tracing::warn!("{w}");
             }
@@ -166,6 +209,9 @@ impl Daemon {
         });
         if let (Ok(_), Some(v)) = (&result, vrrp) {
             self.vrrp.send_replace(v);
+        }
+        if let (Ok(_), Some(w)) = (&result, sync_wanted) {
+            self.sync_wanted = w;
         }
         // The first successful application is the initial load, not a reload.
         match (&result, self.loaded) {
@@ -198,11 +244,13 @@ impl Daemon {
                     ctl: None,
                 },
             },
-            Request::Reload => Response::Error {
-                message: "reload must go through daemon::answer".into(),
-                index: None,
-                ctl: None,
-            },
+            Request::Reload | Request::StartDaemon(_) | Request::StopDaemon { .. } => {
+                Response::Error {
+                    message: "this request must go through daemon::answer".into(),
+                    index: None,
+                    ctl: None,
+                }
+            }
             Request::Exec { commands, atomic } => match self.ctl.exec(&commands, atomic) {
                 Ok(()) => {
                     tracing::debug!(n = commands.len(), "applied");
@@ -291,6 +339,17 @@ pub async fn answer(daemon: &Arc<Mutex<Daemon>>, req: Request) -> Response {
         ctl: None,
     };
     match req {
+        Request::StartDaemon(cfg) => match crate::sync::start(daemon, cfg) {
+            Ok(()) => Response::Ok,
+            Err(message) => error(message),
+        },
+        Request::StopDaemon { master } => match daemon.lock() {
+            Ok(mut d) => match d.sync_daemons().stop(master) {
+                Ok(()) => Response::Ok,
+                Err(message) => error(message),
+            },
+            Err(_) => error("daemon state poisoned".into()),
+        },
         Request::Reload => match reload(daemon).await {
             Ok(s) => Response::Reloaded {
                 summary: s.to_string(),

@@ -10,6 +10,7 @@ mod realserver;
 mod rules;
 mod server;
 mod source;
+mod sync;
 mod view;
 mod vrrp;
 
@@ -513,6 +514,7 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
             .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?
             .health_wake();
         tokio::spawn(rvs_check::runner::run(daemon.clone(), wake));
+        tokio::spawn(sync::follow_config(Arc::downgrade(&daemon)));
         let (vrrp_stop, vrrp_task) = {
             let d = daemon
                 .lock()

@@ -52,5 +52,6 @@ pub fn load(path: &Path) -> Result<Loaded, String> {
         warnings: Vec::new(),
         health: None,
         vrrp: Vec::new(),
+        sync: None,
     })
 }

@@ -38,6 +38,8 @@ pub struct Loaded {
     pub health: Option<rvs_check::HealthPlan>,
     /// The VRRP instances to run (keepalived.conf only).
     pub vrrp: Vec<crate::vrrp::Spec>,
+    /// `lvs_sync_daemon` (keepalived.conf only).
+    pub sync: Option<rvs_config::model::LvsSyncDaemon>,
 }
 
 /// Read a source. Errors name file:line:column.
@@ -84,6 +86,7 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
         extra,
         health: Some(health),
         vrrp,
+        sync: loaded.config.global.lvs_sync_daemon.clone(),
     })
 }
 

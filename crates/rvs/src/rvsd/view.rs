@@ -122,6 +122,7 @@ pub fn snapshot(ipvs: &Ipvs, now: Instant, with_conns: bool) -> Snapshot {
 
 /// The JSON state view.
 pub fn state(d: &Daemon, with_conns: bool) -> serde_json::Value {
-    let snap = snapshot(d.controller().ipvs(), d.now(), with_conns);
+    let mut snap = snapshot(d.controller().ipvs(), d.now(), with_conns);
+    snap.daemons = d.daemon_snaps();
     serde_json::to_value(&snap).unwrap_or(serde_json::Value::Null)
 }

@@ -15,6 +15,7 @@ mod proxy;
 mod realserver;
 mod reload;
 mod socket;
+mod sync;
 mod vrrp;
 mod xdp;
 mod xdp_rvsd;

@@ -1,0 +1,649 @@
+//! IPVS connection synchronisation (`ipvsadm --start-daemon master|backup`,
+//! keepalived's `lvs_sync_daemon`), on the kernel's wire format
+//! (`rvs_wire::ipvs_sync`, version 1 sent, 0 and 1 received) so a backup
+//! director — rvs or a kernel IPVS — knows the master's connections and
+//! persistence templates when it takes over.
+//!
+//! The master reads the director's connection table once a second and
+//! sends what is new or changed (state, real server, active/inactive), and
+//! refreshes each entry every [`REFRESH`] so a backup's timers never run
+//! out under a live connection; the kernel instead counts packets
+//! (`sync_threshold`), which a table read cannot see. The backup enters
+//! what it receives into its director as the XDP plane's mirrored flows
+//! are (`Ipvs::mirror_conn`): `-Lnc` lists them, ActiveConn/InActConn count
+//! them, and templates carry persistence across the failover. Both daemons
+//! can run at once, so a recovered master learns the current state too
+//! (with the kernel, a recovered master comes back empty).
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rvs_control::protocol::SyncDaemonConfig;
+use rvs_core::conn::{Conn, ConnFlags};
+use rvs_core::ipvs::{Ipvs, MirroredConn};
+use rvs_core::model::{AddrFamily, Protocol, ServiceKey};
+use rvs_core::state::TcpState;
+use rvs_core::time::Instant;
+use rvs_wire::ipvs_sync as wire;
+use tokio::sync::watch;
+
+use crate::daemon::Daemon;
+
+/// How often a master sends each live entry again.
+const REFRESH: Duration = Duration::from_secs(30);
+/// How often the master reads the table.
+const PERIOD: Duration = Duration::from_secs(1);
+/// IPv4 + UDP headers: a master's default message size is 1500 minus them.
+const HEADERS_V4: u16 = 28;
+
+/// The running daemons of one rvsd.
+#[derive(Default)]
+pub struct SyncDaemons {
+    master: Option<Running>,
+    backup: Option<Running>,
+    /// Entries a backup entered, so a master running beside it does not
+    /// send them back (tuple → when).
+    received: Arc<Mutex<HashMap<Tuple, Instant>>>,
+}
+
+struct Running {
+    cfg: SyncDaemonConfig,
+    stop: watch::Sender<bool>,
+    /// Started for keepalived.conf's `lvs_sync_daemon` (and so stopped or
+    /// switched by it), not by rvsadm.
+    managed: bool,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// A connection's identity on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Tuple {
+    protocol: u8,
+    client: SocketAddr,
+    vip: SocketAddr,
+    template: bool,
+}
+
+/// What makes an entry worth sending again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Sent {
+    state: u8,
+    dest: SocketAddr,
+    inactive: bool,
+    at: Instant,
+}
+
+impl SyncDaemons {
+    /// The running daemons as `ipvsadm -L --daemon` lists them (master first).
+    pub fn snaps(&self) -> Vec<rvs_ipvsadm::snapshot::DaemonSnap> {
+        [&self.master, &self.backup]
+            .into_iter()
+            .flatten()
+            .map(|r| rvs_ipvsadm::snapshot::DaemonSnap {
+                master: r.cfg.master,
+                mcast_ifn: r.cfg.ifname.clone(),
+                syncid: r.cfg.syncid,
+                sync_maxlen: maxlen(&r.cfg),
+                mcast_group: Some(group(&r.cfg)),
+                mcast_port: r.cfg.port.unwrap_or(wire::SYNC_PORT),
+                mcast_ttl: r.cfg.ttl.unwrap_or(1),
+            })
+            .collect()
+    }
+
+    /// Stop one daemon; ipvsadm's text when none runs.
+    pub fn stop(&mut self, master: bool) -> Result<(), String> {
+        let slot = if master {
+            &mut self.master
+        } else {
+            &mut self.backup
+        };
+        match slot.take() {
+            Some(_) => Ok(()),
+            None => Err("No daemon is running".into()),
+        }
+    }
+}
+
+fn group(cfg: &SyncDaemonConfig) -> IpAddr {
+    cfg.group.unwrap_or(IpAddr::V4(wire::SYNC_GROUP_V4))
+}
+
+fn maxlen(cfg: &SyncDaemonConfig) -> u16 {
+    cfg.maxlen.unwrap_or(1500 - HEADERS_V4)
+}
+
+/// Start a daemon (`ipvsadm --start-daemon`): ipvsadm's texts for one that
+/// already runs and for settings that cannot work.
+pub fn start(daemon: &Arc<Mutex<Daemon>>, cfg: SyncDaemonConfig) -> Result<(), String> {
+    start_as(daemon, cfg, false)
+}
+
+fn start_as(
+    daemon: &Arc<Mutex<Daemon>>,
+    cfg: SyncDaemonConfig,
+    managed: bool,
+) -> Result<(), String> {
+    let IpAddr::V4(grp) = group(&cfg) else {
+        return Err("IPv6 sync groups are not supported by rvsd yet".into());
+    };
+    if !grp.is_multicast() {
+        return Err(format!("{grp} is not a multicast address"));
+    }
+    let sock = if cfg.master {
+        master_socket(&cfg, grp)
+    } else {
+        backup_socket(&cfg, grp)
+    }
+    .map_err(|e| format!("sync daemon on {}: {e}", cfg.ifname))?;
+    let mut d = daemon
+        .lock()
+        .map_err(|_| "daemon state poisoned".to_owned())?;
+    let daemons = d.sync_daemons();
+    let slot = if cfg.master {
+        &mut daemons.master
+    } else {
+        &mut daemons.backup
+    };
+    if slot.is_some() {
+        return Err("Daemon has already run".into());
+    }
+    let (stop, stopped) = watch::channel(false);
+    let received = daemons.received.clone();
+    let weak = Arc::downgrade(daemon);
+    if cfg.master {
+        tokio::spawn(run_master(weak, cfg.clone(), sock, stopped, received));
+    } else {
+        tokio::spawn(run_backup(weak, cfg.clone(), sock, stopped, received));
+    }
+    tracing::info!(target: "rvs::sync", "sync daemon started: {} on {}, syncid {}", if cfg.master { "master" } else { "backup" }, cfg.ifname, cfg.syncid);
+    *slot = Some(Running { cfg, stop, managed });
+    Ok(())
+}
+
+/// The interface's index and first IPv4 address.
+fn interface(ifname: &str) -> std::io::Result<(u32, Option<Ipv4Addr>)> {
+    let index = nix::net::if_::if_nametoindex(ifname)
+        .map_err(|_| std::io::Error::other(format!("no interface {ifname}")))?;
+    let addr = nix::ifaddrs::getifaddrs()
+        .ok()
+        .into_iter()
+        .flatten()
+        .filter(|i| i.interface_name == ifname)
+        .find_map(|i| i.address.and_then(|a| a.as_sockaddr_in().map(|s| s.ip())));
+    Ok((index, addr))
+}
+
+/// UDP from the interface's primary address to group:port, TTL as asked,
+/// no loop back (as the kernel's master).
+fn master_socket(cfg: &SyncDaemonConfig, grp: Ipv4Addr) -> std::io::Result<tokio::net::UdpSocket> {
+    use socket2::{Domain, Socket, Type};
+    let (_, addr) = interface(&cfg.ifname)?;
+    let addr = addr.ok_or_else(|| std::io::Error::other("the interface has no IPv4 address"))?;
+    let s = Socket::new(Domain::IPV4, Type::DGRAM, None)?;
+    s.bind_device(Some(cfg.ifname.as_bytes()))?;
+    s.set_multicast_if_v4(&addr)?;
+    s.set_multicast_ttl_v4(u32::from(cfg.ttl.unwrap_or(1)))?;
+    s.set_multicast_loop_v4(false)?;
+    s.bind(&SocketAddr::V4(SocketAddrV4::new(addr, 0)).into())?;
+    s.connect(&SocketAddr::V4(SocketAddrV4::new(grp, cfg.port.unwrap_or(wire::SYNC_PORT))).into())?;
+    s.set_nonblocking(true)?;
+    tokio::net::UdpSocket::from_std(s.into())
+}
+
+/// UDP on group:port, on the interface, joined to the group there.
+fn backup_socket(cfg: &SyncDaemonConfig, grp: Ipv4Addr) -> std::io::Result<tokio::net::UdpSocket> {
+    use socket2::{Domain, InterfaceIndexOrAddress, Socket, Type};
+    let (index, _) = interface(&cfg.ifname)?;
+    let s = Socket::new(Domain::IPV4, Type::DGRAM, None)?;
+    s.set_reuse_address(true)?;
+    s.bind_device(Some(cfg.ifname.as_bytes()))?;
+    s.bind(&SocketAddr::V4(SocketAddrV4::new(grp, cfg.port.unwrap_or(wire::SYNC_PORT))).into())?;
+    s.join_multicast_v4_n(&grp, &InterfaceIndexOrAddress::Index(index))?;
+    s.set_nonblocking(true)?;
+    tokio::net::UdpSocket::from_std(s.into())
+}
+
+/// Whether the kernel's master would sync this entry (`ip_vs_sync_conn_needed`,
+/// without the packet counting): templates always; TCP once established
+/// and while closing; SCTP likewise; UDP always; one-packet entries never.
+fn eligible(c: &Conn) -> bool {
+    if c.flags.contains(ConnFlags::ONE_PACKET) {
+        return false;
+    }
+    if c.flags.contains(ConnFlags::TEMPLATE) {
+        return true;
+    }
+    match c.protocol {
+        6 => TcpState::from_u8(c.state).is_some_and(|s| {
+            matches!(
+                s,
+                TcpState::Established
+                    | TcpState::FinWait
+                    | TcpState::Close
+                    | TcpState::CloseWait
+                    | TcpState::TimeWait
+            )
+        }),
+        17 => true,
+        // SCTP: ESTABLISHED (7) and the SHUTDOWN states and CLOSED.
+        132 => c.state >= 7,
+        _ => false,
+    }
+}
+
+fn tuple(c: &Conn) -> Tuple {
+    Tuple {
+        protocol: c.protocol,
+        client: SocketAddr::new(c.caddr.to_ip(c.af), c.cport),
+        vip: SocketAddr::new(c.vaddr.to_ip(c.af), c.vport),
+        template: c.flags.contains(ConnFlags::TEMPLATE),
+    }
+}
+
+fn to_wire(c: &Conn) -> wire::SyncConn {
+    let t = tuple(c);
+    wire::SyncConn {
+        protocol: c.protocol,
+        client: t.client,
+        vip: t.vip,
+        dest: SocketAddr::new(c.daddr.to_ip(c.af), c.dport),
+        // The kernel sends its flags minus HASHED; ours never carry it.
+        flags: u32::from(c.flags.0) & !u32::from(ConnFlags::SYNC.0),
+        state: u16::from(c.state),
+        fwmark: c.fwmark,
+        timeout_s: Some(c.timeout_ms / 1000),
+        seq: None,
+        pe_name: None,
+        pe_data: None,
+    }
+}
+
+/// What of the table must go out now, and the record of what was sent.
+fn changes(
+    ipvs: &Ipvs,
+    now: Instant,
+    sent: &mut HashMap<Tuple, Sent>,
+    received: &HashMap<Tuple, Instant>,
+) -> Vec<wire::SyncConn> {
+    let mut out = Vec::new();
+    let mut live = std::collections::HashSet::new();
+    for (_, c) in ipvs.conns().iter() {
+        if !eligible(c) {
+            continue;
+        }
+        let t = tuple(c);
+        live.insert(t);
+        if received.contains_key(&t) {
+            continue;
+        }
+        let now_sent = Sent {
+            state: c.state,
+            dest: SocketAddr::new(c.daddr.to_ip(c.af), c.dport),
+            inactive: c.flags.contains(ConnFlags::INACTIVE),
+            at: now,
+        };
+        let due = match sent.get(&t) {
+            None => true,
+            Some(s) => {
+                s.state != now_sent.state
+                    || s.dest != now_sent.dest
+                    || s.inactive != now_sent.inactive
+                    || now.saturating_since(s.at) >= REFRESH
+            }
+        };
+        if due {
+            sent.insert(t, now_sent);
+            out.push(to_wire(c));
+        }
+    }
+    sent.retain(|t, _| live.contains(t));
+    out
+}
+
+async fn run_master(
+    daemon: std::sync::Weak<Mutex<Daemon>>,
+    cfg: SyncDaemonConfig,
+    sock: tokio::net::UdpSocket,
+    mut stop: watch::Receiver<bool>,
+    received: Arc<Mutex<HashMap<Tuple, Instant>>>,
+) {
+    let mut sent = HashMap::new();
+    let mut every = tokio::time::interval(PERIOD);
+    let max = usize::from(maxlen(&cfg));
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let Some(d) = daemon.upgrade() else { return };
+        let batch = {
+            let Ok(d) = d.lock() else { return };
+            let rx = received.lock().map(|r| r.clone()).unwrap_or_default();
+            changes(d.controller().ipvs(), d.now(), &mut sent, &rx)
+        };
+        if batch.is_empty() {
+            continue;
+        }
+        match wire::build_v1(cfg.syncid, &batch, max) {
+            Ok(datagrams) => {
+                for dg in datagrams {
+                    if let Err(e) = sock.send(&dg).await {
+                        tracing::warn!(target: "rvs::sync", "sync master on {}: send: {e}", cfg.ifname);
+                    }
+                }
+            }
+            Err(e) => tracing::error!(target: "rvs::sync", "sync master: {e}"),
+        }
+    }
+}
+
+async fn run_backup(
+    daemon: std::sync::Weak<Mutex<Daemon>>,
+    cfg: SyncDaemonConfig,
+    sock: tokio::net::UdpSocket,
+    mut stop: watch::Receiver<bool>,
+    received: Arc<Mutex<HashMap<Tuple, Instant>>>,
+) {
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let n = tokio::select! {
+            r = sock.recv(&mut buf) => match r {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(target: "rvs::sync", "sync backup on {}: receive: {e}", cfg.ifname);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => return,
+        };
+        let msg = match wire::parse(&buf[..n]) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::debug!(target: "rvs::sync", "sync backup: bad message: {e}");
+                continue;
+            }
+        };
+        if cfg.syncid != 0 && msg.syncid != cfg.syncid {
+            continue;
+        }
+        let Some(d) = daemon.upgrade() else { return };
+        let Ok(mut d) = d.lock() else { return };
+        let now = d.now();
+        let mut rx = received.lock().ok();
+        for c in &msg.conns {
+            let t = Tuple {
+                protocol: c.protocol,
+                client: c.client,
+                vip: c.vip,
+                template: c.flags & wire::FLAG_TEMPLATE != 0,
+            };
+            if enter(d.controller_mut().ipvs_mut(), now, c) {
+                if let Some(rx) = rx.as_mut() {
+                    rx.insert(t, now);
+                }
+            } else {
+                tracing::debug!(target: "rvs::sync", "sync backup: no service or real server for {:?} → {}", c.vip, c.dest);
+            }
+        }
+        if let Some(rx) = rx.as_mut() {
+            // Forget what has certainly expired here.
+            rx.retain(|_, at| now.saturating_since(*at) < Duration::from_secs(3600));
+        }
+    }
+}
+
+/// Enter one synced entry into the director: its service (by fwmark, by
+/// address and port, or the port-zero service for a template), its real
+/// server, its state and its timeout. False when this director has no
+/// such service or real server.
+fn enter(ipvs: &mut Ipvs, now: Instant, c: &wire::SyncConn) -> bool {
+    let protocol = match c.protocol {
+        6 => Protocol::Tcp,
+        17 => Protocol::Udp,
+        132 => Protocol::Sctp,
+        _ => return false,
+    };
+    // The kernel skips entries of a persistence engine it does not have.
+    if c.pe_name.as_deref().is_some_and(|n| n != "sip") {
+        return false;
+    }
+    let template = c.flags & wire::FLAG_TEMPLATE != 0;
+    let af = if c.vip.is_ipv6() {
+        AddrFamily::Inet6
+    } else {
+        AddrFamily::Inet
+    };
+    let keys = [
+        (c.fwmark != 0).then_some(ServiceKey::Fwmark { mark: c.fwmark, af }),
+        Some(ServiceKey::Addr {
+            protocol,
+            addr: c.vip.ip(),
+            port: c.vip.port(),
+        }),
+        Some(ServiceKey::Addr {
+            protocol,
+            addr: c.vip.ip(),
+            port: 0,
+        }),
+    ];
+    let Some(dest) = keys.iter().flatten().find_map(|k| {
+        ipvs.service(k)?.dests().iter().find_map(|d| {
+            (d.config.addr == c.dest.ip() && (d.config.port == c.dest.port() || d.config.port == 0))
+                .then_some(d.id)
+        })
+    }) else {
+        return false;
+    };
+    let Ok(state) = u8::try_from(c.state) else {
+        return false;
+    };
+    let idle_left = Duration::from_secs(u64::from(c.timeout_s.unwrap_or(if template {
+        180
+    } else {
+        300
+    })));
+    ipvs.mirror_conn(
+        now,
+        &MirroredConn {
+            protocol,
+            client: c.client,
+            vip: c.vip,
+            dest,
+            state,
+            output_seen: c.flags & u32::from(ConnFlags::NOOUTPUT.0) == 0,
+            idle_left,
+            template,
+        },
+    )
+    .is_some()
+}
+
+/// keepalived.conf's `lvs_sync_daemon IFACE [VRRP_INSTANCE] [id N] ...`:
+/// without an instance both daemons run; with one, the master daemon runs
+/// while that instance is MASTER and the backup daemon otherwise (the sync
+/// id defaults to the instance's VRID). Checked every second and after
+/// each reload; daemons started by rvsadm are left alone.
+pub async fn follow_config(daemon: std::sync::Weak<Mutex<Daemon>>) {
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        every.tick().await;
+        let Some(d) = daemon.upgrade() else { return };
+        let (wanted, state, vrid) = {
+            let Ok(g) = d.lock() else { return };
+            let wanted = g.sync_wanted();
+            let inst = wanted.as_ref().and_then(|w| w.instance.clone());
+            let state = inst.as_ref().and_then(|i| g.vrrp_state(i));
+            let vrid = inst.as_ref().and_then(|i| g.vrrp_vrid(i));
+            (wanted, state, vrid)
+        };
+        let want: Vec<SyncDaemonConfig> = match &wanted {
+            None => Vec::new(),
+            Some(w) => {
+                let both = w.instance.is_none();
+                let master = state == Some(rvs_core::vrrp::State::Master);
+                [true, false]
+                    .into_iter()
+                    .filter(|m| both || *m == master)
+                    .map(|m| SyncDaemonConfig {
+                        master: m,
+                        ifname: w.interface.clone(),
+                        syncid: w.syncid.or(vrid).unwrap_or(0),
+                        maxlen: w.maxlen,
+                        group: w.group,
+                        port: w.port,
+                        ttl: w.ttl,
+                    })
+                    .collect()
+            }
+        };
+        for master in [true, false] {
+            let desired = want.iter().find(|c| c.master == master);
+            let running = d.lock().ok().and_then(|mut g| {
+                let daemons = g.sync_daemons();
+                let slot = if master {
+                    &daemons.master
+                } else {
+                    &daemons.backup
+                };
+                slot.as_ref().map(|r| (r.managed, r.cfg.clone()))
+            });
+            match (running, desired) {
+                // rvsadm's daemon: not ours to manage.
+                (Some((false, _)), _) => {}
+                (Some((true, cfg)), Some(want)) if cfg == *want => {}
+                (Some((true, _)), _) => {
+                    if let Ok(mut g) = d.lock() {
+                        let _ = g.sync_daemons().stop(master);
+                    }
+                    if let Some(want) = desired
+                        && let Err(e) = start_as(&d, want.clone(), true)
+                    {
+                        tracing::error!(target: "rvs::sync", "lvs_sync_daemon: {e}");
+                    }
+                }
+                (None, Some(want)) => {
+                    if let Err(e) = start_as(&d, want.clone(), true) {
+                        tracing::error!(target: "rvs::sync", "lvs_sync_daemon: {e}");
+                    }
+                }
+                (None, None) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rvs_core::ipvs::IpvsConfig;
+    use rvs_core::model::{DestConfig, ServiceConfig};
+
+    fn director() -> (Ipvs, rvs_core::dest::DestId) {
+        let mut ipvs = Ipvs::new(IpvsConfig {
+            conn_capacity: 64,
+            ..IpvsConfig::default()
+        });
+        let key = ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: "10.0.0.1".parse().unwrap(),
+            port: 80,
+        };
+        ipvs.add_service(key, ServiceConfig::new(AddrFamily::Inet))
+            .unwrap();
+        let dest = ipvs
+            .add_dest(&key, DestConfig::new("10.0.1.1".parse().unwrap(), 80))
+            .unwrap();
+        (ipvs, dest)
+    }
+
+    fn flow(dest: rvs_core::dest::DestId, state: TcpState) -> MirroredConn {
+        MirroredConn {
+            protocol: Protocol::Tcp,
+            client: "10.9.0.1:4000".parse().unwrap(),
+            vip: "10.0.0.1:80".parse().unwrap(),
+            dest,
+            state: state as u8,
+            output_seen: false,
+            idle_left: Duration::from_secs(900),
+            template: false,
+        }
+    }
+
+    #[test]
+    fn a_master_sends_new_changed_and_stale_entries_only() {
+        let (mut ipvs, dest) = director();
+        let t0 = Instant::from_secs(10);
+        // Not yet established: not synced (as the kernel).
+        ipvs.mirror_conn(t0, &flow(dest, TcpState::SynRecv))
+            .unwrap();
+        let mut sent = HashMap::new();
+        let none = HashMap::new();
+        assert!(changes(&ipvs, t0, &mut sent, &none).is_empty());
+        ipvs.mirror_conn(t0, &flow(dest, TcpState::Established))
+            .unwrap();
+        let out = changes(&ipvs, t0, &mut sent, &none);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].state, TcpState::Established as u16);
+        assert_eq!(out[0].dest, "10.0.1.1:80".parse().unwrap());
+        // Nothing new: nothing sent, until the refresh is due.
+        assert!(changes(&ipvs, t0 + Duration::from_secs(1), &mut sent, &none).is_empty());
+        assert_eq!(changes(&ipvs, t0 + REFRESH, &mut sent, &none).len(), 1);
+        // A state change goes out at once.
+        ipvs.mirror_conn(t0, &flow(dest, TcpState::FinWait))
+            .unwrap();
+        assert_eq!(changes(&ipvs, t0 + REFRESH, &mut sent, &none).len(), 1);
+        // What a backup beside us received is not sent back.
+        let c = ipvs.conns().iter().next().map(|(_, c)| tuple(c)).unwrap();
+        let got = HashMap::from([(c, t0)]);
+        assert!(changes(&ipvs, t0 + REFRESH * 3, &mut sent, &got).is_empty());
+    }
+
+    #[test]
+    fn a_backup_enters_entries_for_its_own_services_only() {
+        let (mut ipvs, _) = director();
+        let c = wire::SyncConn {
+            protocol: 6,
+            client: "10.9.0.1:4000".parse().unwrap(),
+            vip: "10.0.0.1:80".parse().unwrap(),
+            dest: "10.0.1.1:80".parse().unwrap(),
+            flags: 0,
+            state: TcpState::Established as u16,
+            fwmark: 0,
+            timeout_s: Some(900),
+            seq: None,
+            pe_name: None,
+            pe_data: None,
+        };
+        let now = Instant::from_secs(1);
+        assert!(enter(&mut ipvs, now, &c));
+        assert_eq!(ipvs.conns().len(), 1);
+        let unknown_dest = wire::SyncConn {
+            dest: "10.0.1.2:80".parse().unwrap(),
+            ..c.clone()
+        };
+        assert!(!enter(&mut ipvs, now, &unknown_dest));
+        let unknown_pe = wire::SyncConn {
+            pe_name: Some("other".into()),
+            pe_data: Some(vec![1]),
+            ..c.clone()
+        };
+        assert!(!enter(&mut ipvs, now, &unknown_pe));
+        let template = wire::SyncConn {
+            client: "10.9.0.1:0".parse().unwrap(),
+            flags: wire::FLAG_TEMPLATE,
+            state: 0,
+            ..c
+        };
+        assert!(enter(&mut ipvs, now, &template));
+        assert_eq!(ipvs.conns().len(), 2);
+    }
+}

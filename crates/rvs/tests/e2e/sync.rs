@@ -1,0 +1,216 @@
+//! Connection synchronisation end to end: a master rvsd (proxy data plane,
+//! real connections through it) and a backup rvsd on one segment, started
+//! with ipvsadm's own commands; the backup must list the master's
+//! connection and persistence template, on the right real server.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use crate::harness::{RVSADM, RVSD, TempDir, wait_for_socket, within};
+use crate::netns::{Bed, Host, connect};
+
+struct Daemon {
+    child: Child,
+    socket: std::path::PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Daemon {
+    fn start(h: &Host, dir: &Path, name: &str, plane: &str) -> Daemon {
+        let socket = dir.join(format!("{name}.sock"));
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &h.ns, RVSD, "--dataplane", plane])
+            .arg("--socket")
+            .arg(&socket)
+            .args(["--log-level", "warn"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn rvsd");
+        wait_for_socket(&socket, &mut child);
+        Daemon { child, socket }
+    }
+
+    fn adm(&self, args: &str) -> Output {
+        Command::new(RVSADM)
+            .args(args.split_whitespace())
+            .env("RVS_SOCKET", &self.socket)
+            .output()
+            .expect("rvsadm")
+    }
+
+    fn ok(&self, args: &str) -> String {
+        let out = self.adm(args);
+        assert!(
+            out.status.success(),
+            "rvsadm {args}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+#[test]
+fn sync_daemon_carries_connections_and_templates_to_the_backup() {
+    let test = "sync_daemon_carries_connections_and_templates_to_the_backup";
+    let Some(mut bed) = Bed::new(test) else {
+        return;
+    };
+    let a = bed.host("a", "10.0.5.1/24");
+    let b = bed.host("b", "10.0.5.2/24");
+    let c = bed.host("c", "10.0.5.3/24");
+    bed.server(&a, "10.0.5.1".parse().unwrap(), 8081, "rs1");
+    let dir = TempDir::new("sync");
+    let master = Daemon::start(&a, dir.path(), "master", "proxy");
+    let backup = Daemon::start(&b, dir.path(), "backup", "none");
+    for d in [&master, &backup] {
+        d.ok("-A -t 10.0.5.1:80 -s rr -p 300");
+        d.ok("-a -t 10.0.5.1:80 -r 10.0.5.1:8081 -m");
+    }
+    backup.ok("--start-daemon backup --mcast-interface eth0 --syncid 7");
+    master.ok("--start-daemon master --mcast-interface eth0 --syncid 7");
+
+    // ipvsadm's answers for a second start and a stop of nothing.
+    let again = master.adm("--start-daemon master --mcast-interface eth0");
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("Daemon has already run"));
+    let none = master.adm("--stop-daemon backup");
+    assert!(String::from_utf8_lossy(&none.stderr).contains("No daemon is running"));
+    assert_eq!(
+        master.ok("-L --daemon"),
+        "master sync daemon (mcast=eth0, syncid=7, maxlen=1472, group=224.0.0.81, port=8848, ttl=1)\n"
+    );
+
+    // A client on c holds a connection through the master's proxy.
+    let vip: SocketAddr = "10.0.5.1:80".parse().unwrap();
+    let conn = connect(&c, vip, Duration::from_secs(5)).expect("connect through the master");
+    assert_eq!(conn.server, "rs1");
+    let listed = || backup.ok("-Lnc");
+    within(
+        "the backup lists the connection and its template",
+        Duration::from_secs(8),
+        || {
+            let l = listed();
+            l.contains("ESTABLISHED 10.0.5.3:") && l.contains("10.0.5.1:80") && l.contains("NONE")
+        },
+    );
+    let l = listed();
+    let est = l
+        .lines()
+        .find(|x| x.contains("ESTABLISHED"))
+        .expect("established line");
+    assert!(est.contains("10.0.5.1:8081"), "{l}");
+    let tpl = l
+        .lines()
+        .find(|x| x.contains("NONE"))
+        .expect("template line");
+    assert!(
+        tpl.contains("10.0.5.3:0") && tpl.contains("10.0.5.1:8081"),
+        "{l}"
+    );
+    // The backup's real server counts the synced connection as active.
+    let stats = backup.ok("-Ln");
+    assert!(
+        stats
+            .lines()
+            .any(|x| x.contains("10.0.5.1:8081") && x.split_whitespace().nth(4) == Some("1")),
+        "{stats}"
+    );
+    drop(conn);
+
+    // A syncid the backup does not take is ignored.
+    master.ok("--stop-daemon master");
+    master.ok("--start-daemon master --mcast-interface eth0 --syncid 9");
+    let other = connect(&c, vip, Duration::from_secs(5)).expect("second connection");
+    let port = other.stream.local_addr().expect("local").port();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        !listed().contains(&format!("10.0.5.3:{port}")),
+        "{}",
+        listed()
+    );
+}
+
+/// keepalived.conf's `lvs_sync_daemon eth0 VI_1`: the VRRP master runs the
+/// master daemon, the backup the backup daemon (sync id = the VRID), and
+/// they swap with the VRRP state.
+#[test]
+fn lvs_sync_daemon_follows_the_vrrp_state() {
+    let test = "lvs_sync_daemon_follows_the_vrrp_state";
+    let Some(mut bed) = Bed::new(test) else {
+        return;
+    };
+    let a = bed.host("a", "10.0.5.1/24");
+    let b = bed.host("b", "10.0.5.2/24");
+    let dir = TempDir::new("sync-ka");
+    let conf = |prio: u8| {
+        format!(
+            "global_defs {{
+    lvs_sync_daemon eth0 VI_1
+}}
+vrrp_instance VI_1 {{
+    interface eth0
+    virtual_router_id 61
+    priority {prio}
+    advert_int 1
+    virtual_ipaddress {{
+        10.0.5.100/24
+    }}
+}}
+virtual_server 10.0.5.100 80 {{
+    lb_algo rr
+    lb_kind NAT
+    protocol TCP
+    real_server 10.0.5.9 80 {{
+        weight 1
+    }}
+}}
+"
+        )
+    };
+    let start = |h: &Host, name: &str, prio: u8| {
+        let file = dir.write(&format!("{name}.conf"), &conf(prio));
+        let socket = dir.path().join(format!("{name}.sock"));
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &h.ns, RVSD, "--dataplane", "none"])
+            .arg("--socket")
+            .arg(&socket)
+            .arg("-f")
+            .arg(&file)
+            .args(["--log-level", "warn"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn rvsd");
+        wait_for_socket(&socket, &mut child);
+        Daemon { child, socket }
+    };
+    let pa = start(&a, "a", 150);
+    let pb = start(&b, "b", 100);
+    let line = |role: &str| {
+        format!(
+            "{role} sync daemon (mcast=eth0, syncid=61, maxlen=1472, group=224.0.0.81, port=8848, ttl=1)\n"
+        )
+    };
+    within(
+        "A runs the master daemon, B the backup",
+        Duration::from_secs(10),
+        || pa.ok("-L --daemon") == line("master") && pb.ok("-L --daemon") == line("backup"),
+    );
+    drop(pa);
+    within(
+        "B switches to the master daemon",
+        Duration::from_secs(10),
+        || pb.ok("-L --daemon") == line("master"),
+    );
+}
