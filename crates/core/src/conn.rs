@@ -1009,6 +1009,25 @@ impl ConnTable {
             .map(|(i, c)| (ConnId(i as u32), c))
     }
 
+    /// The live entries among slab positions `start..end` (clamped), for a
+    /// walk of a large table a page at a time: positions are stable while
+    /// an entry lives, so a walk from 0 to [`ConnTable::slots`] in pages sees
+    /// every entry that lives throughout it.
+    pub fn iter_slots(&self, start: usize, end: usize) -> impl Iterator<Item = (ConnId, &Conn)> {
+        let end = end.min(self.slab.len());
+        let start = start.min(end);
+        self.slab[start..end]
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.live())
+            .map(move |(i, c)| (ConnId((start + i) as u32), c))
+    }
+
+    /// Slab positions in use or free (the bound of [`ConnTable::iter_slots`]).
+    pub fn slots(&self) -> usize {
+        self.slab.len()
+    }
+
     /// Bytes held by the slab, both indexes and the wheel (pe_data excluded).
     pub fn memory_bytes(&self) -> usize {
         self.slab.capacity() * core::mem::size_of::<Conn>()

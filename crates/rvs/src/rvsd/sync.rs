@@ -35,6 +35,11 @@ use crate::daemon::Daemon;
 const REFRESH: Duration = Duration::from_secs(30);
 /// How often the master reads the table.
 const PERIOD: Duration = Duration::from_secs(1);
+/// Slab positions a master reads per period: the daemon's lock is held for
+/// a bounded time however large the table (65,536 positions take a few
+/// ms); a table of N pages is swept every N seconds, state changes inside
+/// the first page at once.
+const PAGE: usize = 1 << 16;
 /// IPv4 + UDP headers: a master's default message size is 1500 minus them.
 const HEADERS_V4: u16 = 28;
 
@@ -266,16 +271,31 @@ fn to_wire(c: &Conn) -> wire::SyncConn {
     }
 }
 
-/// What of the table must go out now, and the record of what was sent.
+/// A master's walk over its table, a page per period.
+#[derive(Default)]
+struct Walk {
+    /// Next slab position.
+    next: usize,
+    /// Entries seen in the current sweep (what `sent` keeps at its end).
+    live: std::collections::HashSet<Tuple>,
+    /// What was sent, and when.
+    sent: HashMap<Tuple, Sent>,
+}
+
+/// What of the next page of the table must go out now; at the end of a
+/// sweep, forget what was sent of entries that are gone.
 fn changes(
     ipvs: &Ipvs,
     now: Instant,
-    sent: &mut HashMap<Tuple, Sent>,
+    walk: &mut Walk,
     received: &HashMap<Tuple, Instant>,
 ) -> Vec<wire::SyncConn> {
     let mut out = Vec::new();
-    let mut live = std::collections::HashSet::new();
-    for (_, c) in ipvs.conns().iter() {
+    let table = ipvs.conns();
+    let (start, end) = (walk.next, walk.next.saturating_add(PAGE));
+    let sent = &mut walk.sent;
+    let live = &mut walk.live;
+    for (_, c) in table.iter_slots(start, end) {
         if !eligible(c) {
             continue;
         }
@@ -304,7 +324,13 @@ fn changes(
             out.push(to_wire(c));
         }
     }
-    sent.retain(|t, _| live.contains(t));
+    if end >= table.slots() {
+        let live = std::mem::take(&mut walk.live);
+        walk.sent.retain(|t, _| live.contains(t));
+        walk.next = 0;
+    } else {
+        walk.next = end;
+    }
     out
 }
 
@@ -315,7 +341,7 @@ async fn run_master(
     mut stop: watch::Receiver<bool>,
     received: Arc<Mutex<HashMap<Tuple, Instant>>>,
 ) {
-    let mut sent = HashMap::new();
+    let mut walk = Walk::default();
     let mut every = tokio::time::interval(PERIOD);
     let max = usize::from(maxlen(&cfg));
     loop {
@@ -327,7 +353,7 @@ async fn run_master(
         let batch = {
             let Ok(d) = d.lock() else { return };
             let rx = received.lock().map(|r| r.clone()).unwrap_or_default();
-            changes(d.controller().ipvs(), d.now(), &mut sent, &rx)
+            changes(d.controller().ipvs(), d.now(), &mut walk, &rx)
         };
         if batch.is_empty() {
             continue;
@@ -548,8 +574,12 @@ mod tests {
     use rvs_core::model::{DestConfig, ServiceConfig};
 
     fn director() -> (Ipvs, rvs_core::dest::DestId) {
+        director_of(64)
+    }
+
+    fn director_of(capacity: usize) -> (Ipvs, rvs_core::dest::DestId) {
         let mut ipvs = Ipvs::new(IpvsConfig {
-            conn_capacity: 64,
+            conn_capacity: capacity,
             ..IpvsConfig::default()
         });
         let key = ServiceKey::Addr {
@@ -585,7 +615,7 @@ mod tests {
         // Not yet established: not synced (as the kernel).
         ipvs.mirror_conn(t0, &flow(dest, TcpState::SynRecv))
             .unwrap();
-        let mut sent = HashMap::new();
+        let mut sent = Walk::default();
         let none = HashMap::new();
         assert!(changes(&ipvs, t0, &mut sent, &none).is_empty());
         ipvs.mirror_conn(t0, &flow(dest, TcpState::Established))
@@ -605,6 +635,28 @@ mod tests {
         let c = ipvs.conns().iter().next().map(|(_, c)| tuple(c)).unwrap();
         let got = HashMap::from([(c, t0)]);
         assert!(changes(&ipvs, t0 + REFRESH * 3, &mut sent, &got).is_empty());
+    }
+
+    #[test]
+    fn a_large_table_is_walked_a_page_per_period() {
+        let (mut ipvs, dest) = director_of(PAGE + 100);
+        let t0 = Instant::from_secs(10);
+        for i in 0..PAGE + 10 {
+            let mut f = flow(dest, TcpState::Established);
+            f.client = SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::from(0x0a09_0000 + (i as u32 >> 16))),
+                (i & 0xffff) as u16,
+            );
+            ipvs.mirror_conn(t0, &f).unwrap();
+        }
+        let mut walk = Walk::default();
+        let none = HashMap::new();
+        assert_eq!(changes(&ipvs, t0, &mut walk, &none).len(), PAGE);
+        assert_eq!(changes(&ipvs, t0, &mut walk, &none).len(), 10);
+        // The sweep is over; the next one finds nothing new.
+        assert_eq!(walk.next, 0);
+        assert!(changes(&ipvs, t0, &mut walk, &none).is_empty());
+        assert_eq!(walk.sent.len(), PAGE + 10);
     }
 
     #[test]
