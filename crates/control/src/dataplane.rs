@@ -51,6 +51,21 @@ pub trait DataPlane: Send {
         let _ = (now, ipvs);
     }
 
+    /// A connection or persistence template another director synced here
+    /// (IPVS connection sync), already entered in `ipvs` as `flow.dest`: a
+    /// packet data plane that keeps its own flow table loads it there, so
+    /// the connection's packets keep going to the same real server after a
+    /// failover. The default (a data plane whose table is the director's)
+    /// has nothing to do.
+    fn load_synced(
+        &mut self,
+        ipvs: &Ipvs,
+        flow: &rvs_core::ipvs::MirroredConn,
+    ) -> Result<(), DataPlaneError> {
+        let _ = (ipvs, flow);
+        Ok(())
+    }
+
     /// Called once, before any [`DataPlane::apply`], with the way back to
     /// the control plane's director — for data planes that schedule
     /// connections themselves (the proxy calls `Ipvs::open` per accepted

@@ -495,6 +495,22 @@ impl Controller {
         self.ipvs.update_estimators(now);
     }
 
+    /// Enter a connection or template another director synced here: into
+    /// the director's table, then into the data plane's own table if it
+    /// keeps one ([`DataPlane::load_synced`]). `None` when the director has
+    /// no room or no such real server.
+    pub fn enter_synced(
+        &mut self,
+        now: rvs_core::time::Instant,
+        flow: &rvs_core::ipvs::MirroredConn,
+    ) -> Option<rvs_core::conn::ConnId> {
+        let id = self.ipvs.mirror_conn(now, flow)?;
+        if let Err(e) = self.plane.load_synced(&self.ipvs, flow) {
+            self.plane_errors.push(e.to_string());
+        }
+        Some(id)
+    }
+
     /// Data plane errors since the last call (for the daemon to log).
     pub fn take_plane_errors(&mut self) -> Vec<String> {
         std::mem::take(&mut self.plane_errors)

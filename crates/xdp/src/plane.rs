@@ -166,6 +166,11 @@ pub trait MapOps {
     }
     /// Delete a persistence template (absent is not an error).
     fn remove_persist(&mut self, key: &PersistKey) -> Result<(), XdpError>;
+    /// Insert or replace a flow entry (and invalidate the flow caches'
+    /// copies of it).
+    fn set_flow(&mut self, key: &FlowKey, flow: &Flow) -> Result<(), XdpError>;
+    /// Insert or replace a persistence template.
+    fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError>;
     /// Call `f` for about `max` entries of the flow tables from `cursor`
     /// on (IPv4 `flows4`, then IPv6 `flows`; a kernel batch is never
     /// split, so a page may run up to one batch over `max`). Returns true
@@ -449,6 +454,15 @@ impl MapOps for KernelMaps {
         *cursor = WalkCursor::default();
         Ok(true)
     }
+    fn set_flow(&mut self, key: &FlowKey, flow: &Flow) -> Result<(), XdpError> {
+        self.director.set_flow(key, flow)
+    }
+    fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError> {
+        self.director
+            .hash::<PersistKey, Persist>("persist")?
+            .insert(key, value, 0)
+            .map_err(|e| map_error("persist", e))
+    }
     fn remove_persist(&mut self, key: &PersistKey) -> Result<(), XdpError> {
         match self
             .director
@@ -672,6 +686,16 @@ impl MapOps for MemMaps {
     fn remove_persist(&mut self, key: &PersistKey) -> Result<(), XdpError> {
         self.write("persist")?;
         self.persist.remove(key);
+        Ok(())
+    }
+    fn set_flow(&mut self, key: &FlowKey, flow: &Flow) -> Result<(), XdpError> {
+        self.write("flows")?;
+        self.flows.insert(*key, *flow);
+        Ok(())
+    }
+    fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError> {
+        self.write("persist")?;
+        self.persist.insert(*key, *value);
         Ok(())
     }
     fn set_dest_conns(&mut self, index: u32, conns: &DestConns) -> Result<(), XdpError> {
@@ -1178,6 +1202,75 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
     /// The `svc_info` index of an installed service.
     pub fn service_index(&self, key: &ServiceKey) -> Option<u32> {
         self.services.get(key).map(|s| s.index)
+    }
+
+    /// Load a connection or template another director synced (IPVS
+    /// connection sync) into the program's tables — `flows4`/`flows`, or
+    /// `persist` — bound to the same real server, stamped as seen now: its
+    /// packets then go where they went before the failover, whatever a new
+    /// scheduling decision here would say. Skipped (Ok) when the real
+    /// server is not one this plane carries.
+    pub fn load_synced_flow(&mut self, ipvs: &Ipvs, flow: &MirroredConn) -> Result<(), PlaneError> {
+        let Some(cfg) = ipvs.dest(flow.dest).map(|d| d.config) else {
+            return Ok(());
+        };
+        let found = self.services.iter().find_map(|(key, st)| {
+            let svc = ipvs.service(key)?;
+            if !svc.dests().iter().any(|x| x.id == flow.dest) {
+                return None;
+            }
+            let d = st.dests.iter().find(|x| same(&x.core.config, &cfg))?;
+            Some((st.index, d.index))
+        });
+        let Some((svc, dest)) = found else {
+            return Ok(());
+        };
+        let (jiffies, _) = self.maps.clock()?;
+        let family = if flow.client.is_ipv4() {
+            maps::AF_INET
+        } else {
+            maps::AF_INET6
+        };
+        let proto = flow.protocol.number();
+        if flow.template {
+            let key = PersistKey {
+                caddr: maps::addr16(flow.client.ip()),
+                vaddr: maps::addr16(flow.vip.ip()),
+                vport: flow.vip.port().to_be(),
+                proto,
+                family,
+            };
+            let value = Persist {
+                last_seen: jiffies,
+                dest,
+                svc,
+            };
+            self.maps.set_persist(&key, &value)?;
+        } else {
+            let key = FlowKey {
+                caddr: maps::addr16(flow.client.ip()),
+                vaddr: maps::addr16(flow.vip.ip()),
+                cport: flow.client.port().to_be(),
+                vport: flow.vip.port().to_be(),
+                proto,
+                family,
+                ..FlowKey::default()
+            };
+            let value = Flow {
+                last_seen: jiffies,
+                dest,
+                svc,
+                state: flow.state,
+                flags: if flow.output_seen {
+                    0
+                } else {
+                    maps::FLOW_F_NOOUTPUT
+                },
+                ..Flow::default()
+            };
+            self.maps.set_flow(&key, &value)?;
+        }
+        Ok(())
     }
 
     /// The `dests` index of an installed (or deleted but still referenced)
@@ -2223,6 +2316,14 @@ impl<M: MapOps + Send, R: Resolve + Send> DataPlane for Plane<M, R> {
             tracing::warn!("xdp data plane report: {e}");
         }
     }
+
+    fn load_synced(&mut self, ipvs: &Ipvs, flow: &MirroredConn) -> Result<(), DataPlaneError> {
+        self.load_synced_flow(ipvs, flow)
+            .map_err(|e| DataPlaneError {
+                plane: "xdp",
+                message: format!("loading a synced connection: {e}"),
+            })
+    }
 }
 
 /// Refuse, before anything changes, what the program cannot carry: fwmark
@@ -3096,6 +3197,65 @@ mod tests {
         .unwrap();
         bed.dest(80, dr(1)).unwrap();
         (bed.index(80, 1), bed.plane.service_index(&key(80)).unwrap())
+    }
+
+    #[test]
+    fn synced_connections_and_templates_are_loaded_for_the_same_real_server() {
+        let mut bed = Bed::new();
+        let (_, svc) = persistent_service(&mut bed);
+        bed.dest(80, dr(2)).unwrap();
+        let two = bed.index(80, 2);
+        let id = bed
+            .ipvs
+            .service(&key(80))
+            .unwrap()
+            .dests()
+            .iter()
+            .find(|d| d.config.addr == rs(2))
+            .unwrap()
+            .id;
+        let conn = MirroredConn {
+            protocol: Protocol::Tcp,
+            client: "192.0.2.7:4000".parse().unwrap(),
+            vip: SocketAddr::new(rs(100), 80),
+            dest: id,
+            state: TcpState::Established as u8,
+            output_seen: false,
+            idle_left: Duration::from_secs(900),
+            template: false,
+        };
+        bed.plane.load_synced_flow(&bed.ipvs, &conn).unwrap();
+        let template = MirroredConn {
+            client: "192.0.2.7:0".parse().unwrap(),
+            template: true,
+            state: 0,
+            ..conn
+        };
+        bed.plane.load_synced_flow(&bed.ipvs, &template).unwrap();
+        let jiffies = bed.plane.maps().jiffies;
+        let flows: Vec<Flow> = bed.plane.maps().flows.values().copied().collect();
+        assert_eq!(flows.len(), 1);
+        assert_eq!((flows[0].dest, flows[0].svc), (two, svc));
+        assert_eq!(flows[0].state, TcpState::Established as u8);
+        assert_eq!(flows[0].flags, maps::FLOW_F_NOOUTPUT);
+        assert_eq!(flows[0].last_seen, jiffies);
+        let (k, t) = bed
+            .plane
+            .maps()
+            .persist
+            .iter()
+            .next()
+            .map(|(k, t)| (*k, *t))
+            .unwrap();
+        assert_eq!(k, pk(7));
+        assert_eq!((t.dest, t.svc), (two, svc));
+        // A real server this plane does not carry is skipped.
+        let other = MirroredConn {
+            dest: rvs_core::dest::DestId(9999),
+            ..conn
+        };
+        bed.plane.load_synced_flow(&bed.ipvs, &other).unwrap();
+        assert_eq!(bed.plane.maps().flows.len(), 1);
     }
 
     /// The template key of client network 192.0.2.`net` on the service.

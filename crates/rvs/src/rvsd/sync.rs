@@ -412,7 +412,9 @@ async fn run_backup(
                 vip: c.vip,
                 template: c.flags & wire::FLAG_TEMPLATE != 0,
             };
-            if enter(d.controller_mut().ipvs_mut(), now, c) {
+            let entered = resolve(d.controller().ipvs(), c)
+                .is_some_and(|m| d.controller_mut().enter_synced(now, &m).is_some());
+            if entered {
                 if let Some(rx) = rx.as_mut() {
                     rx.insert(t, now);
                 }
@@ -427,20 +429,21 @@ async fn run_backup(
     }
 }
 
-/// Enter one synced entry into the director: its service (by fwmark, by
+/// One synced entry as this director's: its service (by fwmark, by
 /// address and port, or the port-zero service for a template), its real
-/// server, its state and its timeout. False when this director has no
-/// such service or real server.
-fn enter(ipvs: &mut Ipvs, now: Instant, c: &wire::SyncConn) -> bool {
+/// server, its state and its timeout. `None` when this director has no
+/// such service or real server, or the entry is of a persistence engine
+/// it does not have.
+fn resolve(ipvs: &Ipvs, c: &wire::SyncConn) -> Option<MirroredConn> {
     let protocol = match c.protocol {
         6 => Protocol::Tcp,
         17 => Protocol::Udp,
         132 => Protocol::Sctp,
-        _ => return false,
+        _ => return None,
     };
     // The kernel skips entries of a persistence engine it does not have.
     if c.pe_name.as_deref().is_some_and(|n| n != "sip") {
-        return false;
+        return None;
     }
     let template = c.flags & wire::FLAG_TEMPLATE != 0;
     let af = if c.vip.is_ipv6() {
@@ -461,36 +464,28 @@ fn enter(ipvs: &mut Ipvs, now: Instant, c: &wire::SyncConn) -> bool {
             port: 0,
         }),
     ];
-    let Some(dest) = keys.iter().flatten().find_map(|k| {
+    let dest = keys.iter().flatten().find_map(|k| {
         ipvs.service(k)?.dests().iter().find_map(|d| {
             (d.config.addr == c.dest.ip() && (d.config.port == c.dest.port() || d.config.port == 0))
                 .then_some(d.id)
         })
-    }) else {
-        return false;
-    };
-    let Ok(state) = u8::try_from(c.state) else {
-        return false;
-    };
+    })?;
+    let state = u8::try_from(c.state).ok()?;
     let idle_left = Duration::from_secs(u64::from(c.timeout_s.unwrap_or(if template {
         180
     } else {
         300
     })));
-    ipvs.mirror_conn(
-        now,
-        &MirroredConn {
-            protocol,
-            client: c.client,
-            vip: c.vip,
-            dest,
-            state,
-            output_seen: c.flags & u32::from(ConnFlags::NOOUTPUT.0) == 0,
-            idle_left,
-            template,
-        },
-    )
-    .is_some()
+    Some(MirroredConn {
+        protocol,
+        client: c.client,
+        vip: c.vip,
+        dest,
+        state,
+        output_seen: c.flags & u32::from(ConnFlags::NOOUTPUT.0) == 0,
+        idle_left,
+        template,
+    })
 }
 
 /// keepalived.conf's `lvs_sync_daemon IFACE [VRRP_INSTANCE] [id N] ...`:
@@ -676,26 +671,28 @@ mod tests {
             pe_data: None,
         };
         let now = Instant::from_secs(1);
-        assert!(enter(&mut ipvs, now, &c));
-        assert_eq!(ipvs.conns().len(), 1);
+        let mut enter = |c: &wire::SyncConn| {
+            resolve(&ipvs, c).is_some_and(|m| ipvs.mirror_conn(now, &m).is_some())
+        };
+        assert!(enter(&c));
         let unknown_dest = wire::SyncConn {
             dest: "10.0.1.2:80".parse().unwrap(),
             ..c.clone()
         };
-        assert!(!enter(&mut ipvs, now, &unknown_dest));
+        assert!(!enter(&unknown_dest));
         let unknown_pe = wire::SyncConn {
             pe_name: Some("other".into()),
             pe_data: Some(vec![1]),
             ..c.clone()
         };
-        assert!(!enter(&mut ipvs, now, &unknown_pe));
+        assert!(!enter(&unknown_pe));
         let template = wire::SyncConn {
             client: "10.9.0.1:0".parse().unwrap(),
             flags: wire::FLAG_TEMPLATE,
             state: 0,
             ..c
         };
-        assert!(enter(&mut ipvs, now, &template));
+        assert!(enter(&template));
         assert_eq!(ipvs.conns().len(), 2);
     }
 }
