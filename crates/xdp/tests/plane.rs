@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::Command as Cmd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant as StdInstant};
@@ -282,6 +282,43 @@ fn xdp_plane_drives_the_attached_program() {
             "the program's own count"
         );
         assert_eq!(s.stats().inbytes, 40, "IP length of the SYN");
+
+        // A connection another director synced here (IPVS connection
+        // sync): its mid-stream packets go to its real server, which the
+        // program would not do for an unknown non-SYN segment.
+        let synced_ack = tcp_frame_macs(
+            [2, 0, 0, 0, 0, 0x51],
+            DIR_MAC,
+            "10.79.0.51".parse().unwrap(),
+            4001,
+            vip,
+            80,
+            Flags::Ack,
+            b"y",
+        );
+        let before = plane.maps().director().run(&synced_ack, 1).expect("run");
+        assert!(
+            !(matches!(before.action, action::TX | action::REDIRECT) && before.data[..6] == RS_MAC),
+            "an unknown ACK is not forwarded"
+        );
+        let synced = rvs_core::ipvs::MirroredConn {
+            protocol: Protocol::Tcp,
+            client: "10.79.0.51:4001".parse().unwrap(),
+            vip: SocketAddr::new(vip, 80),
+            dest: rsd.id,
+            state: rvs_core::state::TcpState::Established as u8,
+            output_seen: false,
+            idle_left: Duration::from_secs(900),
+            template: false,
+        };
+        plane.load_synced_flow(&ipvs, &synced).expect("load synced");
+        let after = plane.maps().director().run(&synced_ack, 1).expect("run");
+        assert!(
+            matches!(after.action, action::TX | action::REDIRECT),
+            "action {}",
+            after.action
+        );
+        assert_eq!(&after.data[..6], &RS_MAC);
 
         // Removal: the real server is marked unavailable (its flow's
         // packets are dropped), the service leaves the map.
