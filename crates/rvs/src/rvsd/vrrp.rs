@@ -151,6 +151,12 @@ pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
             ));
         }
     }
+    if conf.global.vrrp_strict && !specs.is_empty() {
+        warnings.push(
+            "global_defs: vrrp_strict is accepted but its extra RFC checks and filtering are not applied"
+                .into(),
+        );
+    }
     for g in &conf.vrrp_sync_groups {
         let at = |what: String| format!("{}: vrrp_sync_group {}: {what}", g.loc, g.name);
         if g.smtp_alert {

@@ -199,3 +199,19 @@ pub fn within(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> Durat
     }
     panic!("{what}: not within {limit:?}");
 }
+
+/// `rvsd --dataplane PLANE --socket SOCKET ARGS...` inside network
+/// namespace `ns` (`ip netns exec` execs it, so the child is rvsd itself);
+/// not waited for.
+pub fn rvsd_in_ns(ns: &str, plane: &str, socket: &Path, args: &[&str]) -> Child {
+    Command::new("ip")
+        .args(["netns", "exec", ns, RVSD, "--dataplane", plane])
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn rvsd")
+}

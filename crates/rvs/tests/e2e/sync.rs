@@ -5,10 +5,10 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::time::Duration;
 
-use crate::harness::{RVSADM, RVSD, TempDir, wait_for_socket, within};
+use crate::harness::{RVSADM, TempDir, rvsd_in_ns, wait_for_socket, within};
 use crate::netns::{Bed, Host, connect};
 
 struct Daemon {
@@ -26,16 +26,7 @@ impl Drop for Daemon {
 impl Daemon {
     fn start(h: &Host, dir: &Path, name: &str, plane: &str) -> Daemon {
         let socket = dir.join(format!("{name}.sock"));
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &h.ns, RVSD, "--dataplane", plane])
-            .arg("--socket")
-            .arg(&socket)
-            .args(["--log-level", "warn"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn rvsd");
+        let mut child = rvsd_in_ns(&h.ns, plane, &socket, &["--log-level", "warn"]);
         wait_for_socket(&socket, &mut child);
         Daemon { child, socket }
     }
@@ -180,18 +171,9 @@ virtual_server 10.0.5.100 80 {{
     let start = |h: &Host, name: &str, prio: u8| {
         let file = dir.write(&format!("{name}.conf"), &conf(prio));
         let socket = dir.path().join(format!("{name}.sock"));
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &h.ns, RVSD, "--dataplane", "none"])
-            .arg("--socket")
-            .arg(&socket)
-            .arg("-f")
-            .arg(&file)
-            .args(["--log-level", "warn"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn rvsd");
+        let file = file.to_string_lossy().into_owned();
+        let args = ["-f", &file, "--log-level", "warn"];
+        let mut child = rvsd_in_ns(&h.ns, "none", &socket, &args);
         wait_for_socket(&socket, &mut child);
         Daemon { child, socket }
     };

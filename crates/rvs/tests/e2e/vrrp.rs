@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSD, TempDir, within};
+use crate::harness::{TempDir, rvsd_in_ns, within};
 use crate::netns::{Bed, Host};
 
 const VIP: &str = "10.0.5.100";
@@ -55,19 +55,10 @@ impl Drop for Proc {
 fn rvsd(h: &Host, dir: &Path, name: &str, conf: &str) -> Proc {
     let file = dir.join(format!("{name}.conf"));
     std::fs::write(&file, conf).expect("write conf");
-    let child = Command::new("ip")
-        .args(["netns", "exec", &h.ns, RVSD, "--dataplane", "none"])
-        .arg("--socket")
-        .arg(dir.join(format!("{name}.sock")))
-        .arg("-f")
-        .arg(&file)
-        .args(["--log-level", "info"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn rvsd");
-    Proc(Some(child))
+    let file = file.to_string_lossy().into_owned();
+    let socket = dir.join(format!("{name}.sock"));
+    let args = ["-f", &file, "--log-level", "info"];
+    Proc(Some(rvsd_in_ns(&h.ns, "none", &socket, &args)))
 }
 
 fn keepalived(h: &Host, dir: &Path, name: &str, conf: &str) -> Proc {
