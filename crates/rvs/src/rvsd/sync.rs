@@ -36,9 +36,9 @@ const REFRESH: Duration = Duration::from_secs(30);
 /// How often the master reads the table.
 const PERIOD: Duration = Duration::from_secs(1);
 /// Slab positions a master reads per period: the daemon's lock is held for
-/// a bounded time however large the table (65,536 positions take a few
-/// ms); a table of N pages is swept every N seconds, state changes inside
-/// the first page at once.
+/// a bounded time however large the table (a page of a 1M-entry table took
+/// 15–20 ms here: `sync_page_cost`, BENCHMARKS.md); a table of N pages is swept every N
+/// seconds.
 const PAGE: usize = 1 << 16;
 /// IPv4 + UDP headers: a master's default message size is 1500 minus them.
 const HEADERS_V4: u16 = 28;
@@ -50,7 +50,7 @@ pub struct SyncDaemons {
     backup: Option<Running>,
     /// Entries a backup entered, so a master running beside it does not
     /// send them back (tuple → when).
-    received: Arc<Mutex<HashMap<Tuple, Instant>>>,
+    received: Arc<Mutex<FastMap<Tuple, Instant>>>,
 }
 
 struct Running {
@@ -83,7 +83,13 @@ struct Sent {
     dest: SocketAddr,
     inactive: bool,
     at: Instant,
+    /// The sweep that last saw the entry (older ones are gone at a sweep's end).
+    sweep: u32,
 }
+
+/// Tables keyed by tuples: a fast hash (the keys are not chosen by
+/// clients in a way that matters here: a collision only slows the sweep).
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 impl SyncDaemons {
     /// The running daemons as `ipvsadm -L --daemon` lists them (master first).
@@ -276,10 +282,10 @@ fn to_wire(c: &Conn) -> wire::SyncConn {
 struct Walk {
     /// Next slab position.
     next: usize,
-    /// Entries seen in the current sweep (what `sent` keeps at its end).
-    live: std::collections::HashSet<Tuple>,
-    /// What was sent, and when.
-    sent: HashMap<Tuple, Sent>,
+    /// The current sweep's number.
+    sweep: u32,
+    /// What was sent, when, and the last sweep that saw it.
+    sent: FastMap<Tuple, Sent>,
 }
 
 /// What of the next page of the table must go out now; at the end of a
@@ -288,20 +294,18 @@ fn changes(
     ipvs: &Ipvs,
     now: Instant,
     walk: &mut Walk,
-    received: &HashMap<Tuple, Instant>,
+    received: &FastMap<Tuple, Instant>,
 ) -> Vec<wire::SyncConn> {
     let mut out = Vec::new();
     let table = ipvs.conns();
     let (start, end) = (walk.next, walk.next.saturating_add(PAGE));
-    let sent = &mut walk.sent;
-    let live = &mut walk.live;
+    let sweep = walk.sweep;
     for (_, c) in table.iter_slots(start, end) {
         if !eligible(c) {
             continue;
         }
         let t = tuple(c);
-        live.insert(t);
-        if received.contains_key(&t) {
+        if !received.is_empty() && received.contains_key(&t) {
             continue;
         }
         let now_sent = Sent {
@@ -309,24 +313,31 @@ fn changes(
             dest: SocketAddr::new(c.daddr.to_ip(c.af), c.dport),
             inactive: c.flags.contains(ConnFlags::INACTIVE),
             at: now,
+            sweep,
         };
-        let due = match sent.get(&t) {
-            None => true,
-            Some(s) => {
-                s.state != now_sent.state
+        match walk.sent.entry(t) {
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(now_sent);
+                out.push(to_wire(c));
+            }
+            std::collections::hash_map::Entry::Occupied(mut o) => {
+                let s = o.get_mut();
+                let due = s.state != now_sent.state
                     || s.dest != now_sent.dest
                     || s.inactive != now_sent.inactive
-                    || now.saturating_since(s.at) >= REFRESH
+                    || now.saturating_since(s.at) >= REFRESH;
+                if due {
+                    *s = now_sent;
+                    out.push(to_wire(c));
+                } else {
+                    s.sweep = sweep;
+                }
             }
-        };
-        if due {
-            sent.insert(t, now_sent);
-            out.push(to_wire(c));
         }
     }
     if end >= table.slots() {
-        let live = std::mem::take(&mut walk.live);
-        walk.sent.retain(|t, _| live.contains(t));
+        walk.sent.retain(|_, s| s.sweep == sweep);
+        walk.sweep = sweep.wrapping_add(1);
         walk.next = 0;
     } else {
         walk.next = end;
@@ -339,7 +350,7 @@ async fn run_master(
     cfg: SyncDaemonConfig,
     sock: tokio::net::UdpSocket,
     mut stop: watch::Receiver<bool>,
-    received: Arc<Mutex<HashMap<Tuple, Instant>>>,
+    received: Arc<Mutex<FastMap<Tuple, Instant>>>,
 ) {
     let mut walk = Walk::default();
     let mut every = tokio::time::interval(PERIOD);
@@ -352,7 +363,8 @@ async fn run_master(
         let Some(d) = daemon.upgrade() else { return };
         let batch = {
             let Ok(d) = d.lock() else { return };
-            let rx = received.lock().map(|r| r.clone()).unwrap_or_default();
+            // Same order as the backup: the daemon's lock, then this one.
+            let Ok(rx) = received.lock() else { return };
             changes(d.controller().ipvs(), d.now(), &mut walk, &rx)
         };
         if batch.is_empty() {
@@ -376,9 +388,10 @@ async fn run_backup(
     cfg: SyncDaemonConfig,
     sock: tokio::net::UdpSocket,
     mut stop: watch::Receiver<bool>,
-    received: Arc<Mutex<HashMap<Tuple, Instant>>>,
+    received: Arc<Mutex<FastMap<Tuple, Instant>>>,
 ) {
     let mut buf = vec![0u8; 65536];
+    let mut pruned = Instant::ZERO;
     loop {
         let n = tokio::select! {
             r = sock.recv(&mut buf) => match r {
@@ -422,9 +435,12 @@ async fn run_backup(
                 tracing::debug!(target: "rvs::sync", "sync backup: no service or real server for {:?} → {}", c.vip, c.dest);
             }
         }
-        if let Some(rx) = rx.as_mut() {
-            // Forget what has certainly expired here.
+        // Once a minute, forget what has certainly expired here.
+        if let Some(rx) = rx.as_mut()
+            && now.saturating_since(pruned) >= Duration::from_secs(60)
+        {
             rx.retain(|_, at| now.saturating_since(*at) < Duration::from_secs(3600));
+            pruned = now;
         }
     }
 }
@@ -611,7 +627,7 @@ mod tests {
         ipvs.mirror_conn(t0, &flow(dest, TcpState::SynRecv))
             .unwrap();
         let mut sent = Walk::default();
-        let none = HashMap::new();
+        let none = FastMap::default();
         assert!(changes(&ipvs, t0, &mut sent, &none).is_empty());
         ipvs.mirror_conn(t0, &flow(dest, TcpState::Established))
             .unwrap();
@@ -628,7 +644,8 @@ mod tests {
         assert_eq!(changes(&ipvs, t0 + REFRESH, &mut sent, &none).len(), 1);
         // What a backup beside us received is not sent back.
         let c = ipvs.conns().iter().next().map(|(_, c)| tuple(c)).unwrap();
-        let got = HashMap::from([(c, t0)]);
+        let mut got = FastMap::default();
+        got.insert(c, t0);
         assert!(changes(&ipvs, t0 + REFRESH * 3, &mut sent, &got).is_empty());
     }
 
@@ -645,13 +662,56 @@ mod tests {
             ipvs.mirror_conn(t0, &f).unwrap();
         }
         let mut walk = Walk::default();
-        let none = HashMap::new();
+        let none = FastMap::default();
         assert_eq!(changes(&ipvs, t0, &mut walk, &none).len(), PAGE);
         assert_eq!(changes(&ipvs, t0, &mut walk, &none).len(), 10);
         // The sweep is over; the next one finds nothing new.
         assert_eq!(walk.next, 0);
         assert!(changes(&ipvs, t0, &mut walk, &none).is_empty());
         assert_eq!(walk.sent.len(), PAGE + 10);
+    }
+
+    /// What one master period costs with a full table (printed, not
+    /// asserted): the daemon lock is held this long once a second.
+    /// `cargo test --release -p rvs --bin rvsd sync_page_cost -- --ignored --nocapture`
+    #[test]
+    #[ignore = "a measurement; run by hand in release mode"]
+    fn sync_page_cost() {
+        const N: usize = 1 << 20;
+        let (mut ipvs, dest) = director_of(N);
+        let t0 = Instant::from_secs(10);
+        for i in 0..N {
+            let mut f = flow(dest, TcpState::Established);
+            f.client = SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + (i as u32 >> 16))),
+                (i & 0xffff) as u16,
+            );
+            ipvs.mirror_conn(t0, &f).unwrap();
+        }
+        let mut walk = Walk::default();
+        let none = FastMap::default();
+        let mut first = Vec::new();
+        for _ in 0..N / PAGE {
+            let t = std::time::Instant::now();
+            let n = changes(&ipvs, t0, &mut walk, &none).len();
+            first.push((t.elapsed(), n));
+        }
+        let mut again = Vec::new();
+        for _ in 0..N / PAGE {
+            let t = std::time::Instant::now();
+            let n = changes(&ipvs, t0, &mut walk, &none).len();
+            again.push((t.elapsed(), n));
+        }
+        let median = |v: &mut Vec<(Duration, usize)>| {
+            v.sort();
+            v[v.len() / 2]
+        };
+        let (a, na) = median(&mut first);
+        let (b, nb) = median(&mut again);
+        println!(
+            "table of {N} established entries, page of {PAGE}: first sweep {a:?} per page ({na} sent), \
+             unchanged sweep {b:?} per page ({nb} sent)"
+        );
     }
 
     #[test]
