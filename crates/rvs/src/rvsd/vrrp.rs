@@ -121,6 +121,10 @@ pub struct Spec {
     pub garp_repeat: u32,
     /// `state MASTER`: take the addresses at start (keepalived's behaviour).
     pub initial_master: bool,
+    /// `use_vmac`: the macvlan interface carrying the virtual MAC.
+    pub vmac: Option<String>,
+    /// `vmac_xmit_base`: advertisements leave by the base interface.
+    pub vmac_xmit_base: bool,
     /// The `vrrp_sync_group` this instance belongs to.
     pub sync_group: Option<String>,
     /// That group's notify scripts (run once per group transition).
@@ -223,10 +227,26 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
     let vrid = v
         .virtual_router_id
         .ok_or_else(|| at("no `virtual_router_id`"))?;
+    let v6_first = v
+        .virtual_ipaddress
+        .first()
+        .or(v.virtual_ipaddress_excluded.first())
+        .is_some_and(|x| x.addr.is_ipv6());
+    // use_vmac: the virtual addresses (those without a `dev`) live on a
+    // macvlan carrying the virtual MAC.
+    let vmac = match &v.use_vmac {
+        Some(_) if v6_first => {
+            warnings.push(at("use_vmac is supported for IPv4 instances only; ignored"));
+            None
+        }
+        Some(name) => Some(name.clone().unwrap_or_else(|| format!("vrrp.{vrid}"))),
+        None => None,
+    };
+    let home = vmac.clone().unwrap_or_else(|| interface.clone());
     let vip = |x: &rvs_config::model::VirtualIp| Vip {
         addr: x.addr,
         prefix: x.prefix,
-        dev: x.dev.clone().unwrap_or_else(|| interface.clone()),
+        dev: x.dev.clone().unwrap_or_else(|| home.clone()),
     };
     let vips: Vec<Vip> = v.virtual_ipaddress.iter().map(vip).collect();
     let excluded: Vec<Vip> = v.virtual_ipaddress_excluded.iter().map(vip).collect();
@@ -271,11 +291,6 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
         .iter()
         .filter_map(|t| resolve_script(conf, t, warnings, &|w| at(&w)))
         .collect();
-    if v.use_vmac.is_some() {
-        warnings.push(at(
-            "use_vmac is not supported; the interface's own MAC is announced",
-        ));
-    }
     let src = v.unicast_src_ip.or(v.mcast_src_ip);
     let peers: Vec<IpAddr> = v.unicast_peer.iter().map(|p| p.addr).collect();
     Ok(Spec {
@@ -322,6 +337,8 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
             .unwrap_or(g.vrrp_garp_master_repeat)
             .clamp(1, 255),
         initial_master: v.state == Some(VrrpState::Master),
+        vmac,
+        vmac_xmit_base: v.vmac_xmit_base,
         sync_group: None,
         group_notify: Notify::default(),
         interface,
@@ -674,9 +691,35 @@ async fn run(
     group: Option<Group>,
 ) {
     let clock = Clock(tokio::time::Instant::now());
+    if let Some(vmac) = &spec.vmac {
+        let mac = wire::virtual_mac(spec.vrid, false);
+        match net::add_vmac(&spec.interface, vmac, mac).await {
+            Ok(()) => {
+                tracing::info!(target: "rvs::vrrp", "VRRP_Instance({}): vmac {vmac} on {}", spec.name, spec.interface)
+            }
+            Err(e) => {
+                tracing::error!(target: "rvs::vrrp", "VRRP_Instance({}): creating vmac {vmac}: {e}", spec.name)
+            }
+        }
+    }
+    // With a vmac, advertisements leave by it (so their source MAC is the
+    // virtual one) from the base interface's address, as keepalived sends
+    // them.
+    let (sock_if, sock_src) = match &spec.vmac {
+        Some(vmac) if !spec.vmac_xmit_base => (
+            vmac.clone(),
+            spec.src.or_else(|| {
+                net::primary_v4(&spec.interface)
+                    .ok()
+                    .flatten()
+                    .map(IpAddr::V4)
+            }),
+        ),
+        _ => (spec.interface.clone(), spec.src),
+    };
     let mut failures = 0u32;
     let sock = loop {
-        match net::VrrpSocket::open(&spec.interface, spec.ipv6, spec.group, spec.src) {
+        match net::VrrpSocket::open(&sock_if, spec.ipv6, spec.group, sock_src) {
             Ok(s) => break s,
             Err(e) => {
                 // Said once, then once a minute (an interface that appears
@@ -797,6 +840,11 @@ async fn run(
             _ = stop.changed() => {
                 let a = inst.shutdown();
                 drv.perform(&inst, a).await;
+                if let Some(vmac) = &spec.vmac
+                    && let Err(e) = net::del_link(vmac).await
+                {
+                    tracing::warn!(target: "rvs::vrrp", "VRRP_Instance({}): removing vmac {vmac}: {e}", spec.name);
+                }
                 return;
             }
         }

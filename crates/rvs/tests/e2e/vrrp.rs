@@ -516,3 +516,53 @@ fn vrrp_reload_changes_priorities_without_a_flap() {
         has_vip(&b) && !has_vip(&a)
     });
 }
+
+/// `use_vmac`: the master's address lives on a macvlan `vrrp.51` carrying
+/// the virtual MAC 00:00:5e:00:01:33, and neighbours learn that MAC; the
+/// macvlan goes with the instance.
+#[test]
+fn vrrp_use_vmac_announces_the_virtual_mac() {
+    let test = "vrrp_use_vmac_announces_the_virtual_mac";
+    let Some((mut bed, a, b)) = bed(test) else {
+        return;
+    };
+    let c = bed.host("c", "10.0.5.3/24");
+    // The observer learns from gratuitous ARP.
+    c.exec(&[
+        "sh",
+        "-c",
+        "echo 1 > /proc/sys/net/ipv4/conf/all/arp_accept; echo 1 > /proc/sys/net/ipv4/conf/eth0/arp_accept",
+    ]);
+    let dir = TempDir::new("vrrp-vmac");
+    let mut pa = rvsd(&a, dir.path(), "a", &instance(150, true, "    use_vmac\n"));
+    let _pb = rvsd(&b, dir.path(), "b", &instance(100, true, ""));
+    let on_vmac = || {
+        let out = a.exec(&["ip", "-o", "addr", "show", "dev", "vrrp.51"]);
+        String::from_utf8_lossy(&out.stdout).contains(&format!("inet {VIP}/"))
+    };
+    within("A holds the VIP on vrrp.51", Duration::from_secs(8), || {
+        a.exec(&["ip", "-o", "link"])
+            .stdout
+            .windows(7)
+            .any(|w| w == b"vrrp.51")
+            && on_vmac()
+    });
+    let link = String::from_utf8_lossy(&a.exec(&["ip", "-o", "link", "show", "vrrp.51"]).stdout)
+        .into_owned();
+    assert!(link.contains("00:00:5e:00:01:33"), "{link}");
+    assert!(!has_vip(&b));
+    within(
+        "the observer maps the VIP to the virtual MAC",
+        Duration::from_secs(8),
+        || {
+            let n = c.exec(&["ip", "neigh", "show", VIP]);
+            String::from_utf8_lossy(&n.stdout).contains("00:00:5e:00:01:33")
+        },
+    );
+    // A stops: B takes over, and A's macvlan is gone.
+    pa.kill("TERM");
+    within("B takes over", Duration::from_secs(5), || has_vip(&b));
+    pa.wait_exit();
+    let links = String::from_utf8_lossy(&a.exec(&["ip", "-o", "link"]).stdout).into_owned();
+    assert!(!links.contains("vrrp.51"), "{links}");
+}

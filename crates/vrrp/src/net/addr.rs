@@ -31,7 +31,7 @@ const IFA_LOCAL: u16 = 2;
 /// tentative for a second and drop traffic), as keepalived adds them.
 const IFA_F_NODAD: u8 = 0x02;
 
-static SEQ: AtomicU32 = AtomicU32::new(1);
+pub(super) static SEQ: AtomicU32 = AtomicU32::new(1);
 
 /// Errors of the address operations.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +64,16 @@ pub enum NetError {
         /// Its prefix length.
         prefix: u8,
         /// The kernel's error number (positive, as in `errno`).
+        errno: i32,
+    },
+    /// The kernel refused a link request (`use_vmac`'s macvlan).
+    #[error("netlink {op} {ifname}: {} (errno {errno})", io::Error::from_raw_os_error(*errno))]
+    Link {
+        /// `RTM_NEWLINK` or `RTM_DELLINK`.
+        op: &'static str,
+        /// The link.
+        ifname: String,
+        /// The kernel's error number.
         errno: i32,
     },
     /// The netlink socket itself failed (create, send, receive, a
@@ -165,7 +175,7 @@ fn address_request(add: bool, seq: u32, ifindex: u32, addr: IpAddr, prefix: u8) 
 
 /// Send one request and wait for its acknowledgement: the kernel's error
 /// number (0 = done).
-async fn request(msg: &[u8], seq: u32) -> io::Result<i32> {
+pub(super) async fn request(msg: &[u8], seq: u32) -> io::Result<i32> {
     let fd: OwnedFd = socket(
         AddressFamily::Netlink,
         SockType::Raw,

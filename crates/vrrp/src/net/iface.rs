@@ -27,7 +27,7 @@ pub(crate) fn ifindex(ifname: &str) -> io::Result<u32> {
 }
 
 /// The interface's first (primary) IPv4 address, as the kernel lists it.
-pub(crate) fn primary_v4(ifname: &str) -> io::Result<Option<Ipv4Addr>> {
+pub fn primary_v4(ifname: &str) -> io::Result<Option<Ipv4Addr>> {
     Ok(getifaddrs()?
         .filter(|a| a.interface_name == ifname)
         .find_map(|a| a.address.and_then(|s| s.as_sockaddr_in().map(|s| s.ip()))))

@@ -10,9 +10,11 @@
 mod addr;
 mod announce;
 mod iface;
+mod link;
 mod socket;
 
 pub use addr::{NetError, add_address, del_address};
 pub use announce::announce;
-pub use iface::link_up;
+pub use iface::{link_up, primary_v4};
+pub use link::{add_vmac, del_link};
 pub use socket::{Received, VRRP_PROTO, VrrpSocket};
