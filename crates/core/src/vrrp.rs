@@ -50,6 +50,9 @@ pub struct Config {
     /// After becoming master, announce the addresses once more after this
     /// delay (keepalived's `garp_master_delay`, default 5 s; zero = never).
     pub garp_master_delay: Duration,
+    /// keepalived's `garp_master_refresh`: while master, announce the
+    /// addresses again this often ([`Action::Refresh`]; zero = never).
+    pub garp_refresh: Duration,
     /// keepalived's `state MASTER`: become master at start without waiting
     /// for `Master_Down_Interval` (a higher-priority master heard later
     /// still wins).
@@ -69,6 +72,7 @@ impl Config {
             down_adverts: 3,
             garp_master_delay: Duration::from_secs(5),
             initial_master: false,
+            garp_refresh: Duration::ZERO,
         }
     }
 }
@@ -112,6 +116,8 @@ pub enum Action {
     },
     /// Announce the virtual addresses (gratuitous ARP / unsolicited NA).
     Announce,
+    /// The periodic re-announcement of a master (`garp_master_refresh`).
+    Refresh,
     /// The state changed: on `to == Master` add the addresses and announce
     /// them; on leaving Master remove them; run the notify scripts.
     Transition {
@@ -163,8 +169,11 @@ pub struct Instance {
     down_at: Option<Instant>,
     /// Master: when the next advertisement is due.
     advert_at: Option<Instant>,
-    /// Master: the delayed second announcement.
+    /// Master: the delayed second announcement, then each refresh.
     garp_at: Option<Instant>,
+    /// Master: when the last announcement round ran (`None` until the
+    /// delayed second one has).
+    refresh_at: Option<Instant>,
     /// Backup with a preempt delay: when a lower-priority master may be
     /// preempted (set on first seeing it).
     preempt_at: Option<Instant>,
@@ -183,6 +192,7 @@ impl Instance {
             down_at: None,
             advert_at: None,
             garp_at: None,
+            refresh_at: None,
             preempt_at: None,
         }
     }
@@ -245,9 +255,17 @@ impl Instance {
                     });
                     self.advert_at = Some(now + self.cfg.advert_int);
                 }
-                if self.garp_at.is_some_and(|t| t <= now) {
-                    out.push(Action::Announce);
-                    self.garp_at = None;
+                if let Some(at) = self.garp_at.filter(|t| *t <= now) {
+                    // The delayed second announcement, then the refreshes.
+                    let first = self.refresh_at.is_none();
+                    out.push(if first {
+                        Action::Announce
+                    } else {
+                        Action::Refresh
+                    });
+                    self.refresh_at = Some(at);
+                    self.garp_at =
+                        (!self.cfg.garp_refresh.is_zero()).then(|| now + self.cfg.garp_refresh);
                 }
             }
             _ => {}
@@ -450,8 +468,16 @@ impl Instance {
         self.preempt_at = None;
         self.master_adver_int = self.cfg.advert_int;
         self.advert_at = Some(now + self.cfg.advert_int);
-        self.garp_at =
-            (!self.cfg.garp_master_delay.is_zero()).then(|| now + self.cfg.garp_master_delay);
+        self.refresh_at = None;
+        self.garp_at = if !self.cfg.garp_master_delay.is_zero() {
+            Some(now + self.cfg.garp_master_delay)
+        } else if !self.cfg.garp_refresh.is_zero() {
+            // No delayed round: refreshes only.
+            self.refresh_at = Some(now);
+            Some(now + self.cfg.garp_refresh)
+        } else {
+            None
+        };
     }
 
     fn become_backup(&mut self, now: Instant, out: &mut Vec<Action>) {

@@ -355,3 +355,36 @@ fn reconfiguring_keeps_the_state_and_announces_a_new_priority() {
     b.on_advert(at(2000), heard(150, 2)).unwrap();
     assert_eq!(b.poll_timeout(), Some(at(1000 + 3609)));
 }
+
+#[test]
+fn a_master_refreshes_its_announcements_after_the_delayed_round() {
+    let mut c = cfg(255);
+    c.garp_refresh = Duration::from_secs(60);
+    let mut m = Instance::new(c);
+    m.start(at(0));
+    let acts = run_until(&mut m, at(130_000));
+    let rounds: Vec<_> = acts
+        .iter()
+        .filter(|(_, a)| matches!(a, Action::Announce | Action::Refresh))
+        .map(|(t, a)| (t.as_millis(), *a))
+        .collect();
+    assert_eq!(
+        rounds,
+        [
+            (5000, Action::Announce),
+            (65_000, Action::Refresh),
+            (125_000, Action::Refresh)
+        ]
+    );
+    // Leaving master stops them (while the new master speaks).
+    m.on_advert(at(130_100), heard(255, 9)).unwrap();
+    assert_eq!(m.state(), State::Backup);
+    for t in (131_000..=300_000).step_by(1000) {
+        m.on_advert(at(t), heard(255, 9)).unwrap();
+    }
+    assert!(
+        !run_until(&mut m, at(300_500))
+            .iter()
+            .any(|(_, a)| *a == Action::Refresh)
+    );
+}

@@ -108,6 +108,9 @@ pub struct Spec {
     pub checksum_form: wire::ChecksumForm,
     /// `track_interface`: name and weight (0 = fault when down).
     pub track_interfaces: Vec<(String, i32)>,
+    /// The instance's own interface going down is a fault (keepalived's
+    /// default; `dont_track_primary` turns it off).
+    pub track_primary: bool,
     /// `track_script`: the `vrrp_script`s this instance follows.
     pub track_scripts: Vec<TrackScript>,
     /// Notify scripts.
@@ -119,6 +122,10 @@ pub struct Spec {
     /// keepalived's `garp_master_repeat`: announcements per address each
     /// time (default 5).
     pub garp_repeat: u32,
+    /// keepalived's `garp_master_refresh` (zero = off).
+    pub garp_refresh: Duration,
+    /// keepalived's `garp_master_refresh_repeat` (default 1).
+    pub garp_refresh_repeat: u32,
     /// `state MASTER`: take the addresses at start (keepalived's behaviour).
     pub initial_master: bool,
     /// `use_vmac`: the macvlan interface carrying the virtual MAC.
@@ -323,6 +330,7 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
             .map(|t| (t.name.clone(), t.weight.unwrap_or(0)))
             .collect(),
         track_scripts,
+        track_primary: !v.dont_track_primary,
         notify: Notify {
             master: script(&v.notify.master),
             backup: script(&v.notify.backup),
@@ -335,6 +343,11 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
         garp_repeat: v
             .garp_master_repeat
             .unwrap_or(g.vrrp_garp_master_repeat)
+            .clamp(1, 255),
+        garp_refresh: v.garp_master_refresh.unwrap_or(g.vrrp_garp_master_refresh),
+        garp_refresh_repeat: v
+            .garp_master_refresh_repeat
+            .unwrap_or(g.vrrp_garp_master_refresh_repeat)
             .clamp(1, 255),
         initial_master: v.state == Some(VrrpState::Master),
         vmac,
@@ -539,10 +552,13 @@ fn same_identity(old: &Spec, new: &Spec) -> bool {
     soft.preempt = new.preempt;
     soft.preempt_delay = new.preempt_delay;
     soft.track_interfaces = new.track_interfaces.clone();
+    soft.track_primary = new.track_primary;
     soft.notify = new.notify.clone();
     soft.down_adverts = new.down_adverts;
     soft.garp_master_delay = new.garp_master_delay;
     soft.garp_repeat = new.garp_repeat;
+    soft.garp_refresh = new.garp_refresh;
+    soft.garp_refresh_repeat = new.garp_refresh_repeat;
     soft.initial_master = new.initial_master;
     soft == *new
 }
@@ -556,6 +572,7 @@ fn election(spec: &Spec, local: IpAddr) -> Election {
     cfg.down_adverts = spec.down_adverts.max(1);
     cfg.garp_master_delay = spec.garp_master_delay;
     cfg.initial_master = spec.initial_master;
+    cfg.garp_refresh = spec.garp_refresh;
     cfg
 }
 
@@ -914,7 +931,7 @@ impl Driver<'_> {
     /// priority the tracked interfaces' weights give.
     fn tracking(&self) -> (bool, u8) {
         let up = |i: &str| net::link_up(i).unwrap_or(false);
-        if !up(&self.spec.interface) {
+        if self.spec.track_primary && !up(&self.spec.interface) {
             return (true, self.spec.priority);
         }
         let mut prio = i32::from(self.spec.priority);
@@ -992,17 +1009,19 @@ impl Driver<'_> {
         for a in acts {
             match a {
                 Action::Send { priority } => self.send(priority).await,
-                Action::Announce => {
-                    let each = self.spec.vips.iter().chain(&self.spec.excluded);
-                    for v in
-                        each.flat_map(|v| std::iter::repeat_n(v, self.spec.garp_repeat as usize))
-                    {
-                        if let Err(e) = net::announce(&v.dev, v.addr) {
-                            tracing::warn!(target: "rvs::vrrp", "VRRP_Instance({}): announcing {} on {}: {e}", self.spec.name, v.addr, v.dev);
-                        }
-                    }
-                }
+                Action::Announce => self.announce(self.spec.garp_repeat),
+                Action::Refresh => self.announce(self.spec.garp_refresh_repeat),
                 Action::Transition { from, to } => self.transition(inst, from, to).await,
+            }
+        }
+    }
+
+    /// Announce every address `times` times.
+    fn announce(&self, times: u32) {
+        let each = self.spec.vips.iter().chain(&self.spec.excluded);
+        for v in each.flat_map(|v| std::iter::repeat_n(v, times as usize)) {
+            if let Err(e) = net::announce(&v.dev, v.addr) {
+                tracing::warn!(target: "rvs::vrrp", "VRRP_Instance({}): announcing {} on {}: {e}", self.spec.name, v.addr, v.dev);
             }
         }
     }
@@ -1144,6 +1163,9 @@ vrrp_instance VI_1 {
         assert_eq!(s.group, "224.0.0.18".parse::<IpAddr>().unwrap());
         assert_eq!(s.garp_master_delay, Duration::from_secs(3));
         assert_eq!(s.garp_repeat, 5);
+        assert_eq!(s.garp_refresh, Duration::ZERO);
+        assert_eq!(s.garp_refresh_repeat, 1);
+        assert!(s.track_primary);
         assert_eq!(s.track_interfaces, [("eth1".to_string(), -20)]);
         assert_eq!(
             s.notify.any.as_ref().map(|n| n.command.as_str()),
