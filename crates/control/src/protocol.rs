@@ -106,32 +106,12 @@ pub enum Request {
     /// Liveness check.
     Ping,
     /// Start a connection-sync daemon (`ipvsadm --start-daemon`).
-    StartDaemon(SyncDaemonConfig),
+    StartDaemon(rvs_ipvsadm::DaemonConfig),
     /// Stop the master (`true`) or backup connection-sync daemon.
     StopDaemon {
         /// Which one.
         master: bool,
     },
-}
-
-/// A connection-sync daemon's settings, as `ipvsadm --start-daemon` and
-/// keepalived's `lvs_sync_daemon` give them (unset = the kernel's default).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SyncDaemonConfig {
-    /// Master (sends) or backup (receives).
-    pub master: bool,
-    /// `--mcast-interface`.
-    pub ifname: String,
-    /// `--syncid` (0 = a backup accepts every sync id).
-    pub syncid: u8,
-    /// `--sync-maxlen`.
-    pub maxlen: Option<u16>,
-    /// `--mcast-group` (224.0.0.81).
-    pub group: Option<IpAddr>,
-    /// `--mcast-port` (8848).
-    pub port: Option<u16>,
-    /// `--mcast-ttl` (1).
-    pub ttl: Option<u8>,
 }
 
 /// The daemon's answer.

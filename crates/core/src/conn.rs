@@ -1002,11 +1002,7 @@ impl ConnTable {
 
     /// Every live entry with its id, in slab order.
     pub fn iter(&self) -> impl Iterator<Item = (ConnId, &Conn)> {
-        self.slab
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.live())
-            .map(|(i, c)| (ConnId(i as u32), c))
+        self.iter_slots(0, self.slab.len())
     }
 
     /// The live entries among slab positions `start..end` (clamped), for a

@@ -79,7 +79,7 @@ pub struct Timeouts {
 }
 
 /// Role of a connection-sync daemon.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum SyncState {
     /// Sends connection updates.
     Master,
@@ -97,8 +97,9 @@ impl SyncState {
     }
 }
 
-/// `--start-daemon` / `--stop-daemon` and the daemon options.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// `--start-daemon` / `--stop-daemon` and the daemon options (also what
+/// rvsadm sends rvsd, and what keepalived's `lvs_sync_daemon` becomes).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DaemonConfig {
     /// Master or backup.
     pub state: SyncState,

@@ -209,18 +209,7 @@ fn run(mut args: Vec<String>, socket: &PathBuf) -> Result<(), Fail> {
                 1,
             )),
         },
-        Ipvsadm::StartDaemon(d) => {
-            let cfg = rvs_control::protocol::SyncDaemonConfig {
-                master: d.state == SyncState::Master,
-                ifname: d.mcast_ifn.clone(),
-                syncid: d.syncid,
-                maxlen: d.sync_maxlen,
-                group: d.mcast_group,
-                port: d.mcast_port,
-                ttl: d.mcast_ttl,
-            };
-            simple(socket, &Request::StartDaemon(cfg))
-        }
+        Ipvsadm::StartDaemon(d) => simple(socket, &Request::StartDaemon(d)),
         Ipvsadm::StopDaemon(d) => simple(
             socket,
             &Request::StopDaemon {

@@ -20,12 +20,12 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rvs_control::protocol::SyncDaemonConfig;
 use rvs_core::conn::{Conn, ConnFlags};
 use rvs_core::ipvs::{Ipvs, MirroredConn};
 use rvs_core::model::{AddrFamily, Protocol, ServiceKey};
 use rvs_core::state::TcpState;
 use rvs_core::time::Instant;
+use rvs_ipvsadm::{DaemonConfig, SyncState};
 use rvs_wire::ipvs_sync as wire;
 use tokio::sync::watch;
 
@@ -37,7 +37,7 @@ const REFRESH: Duration = Duration::from_secs(30);
 const PERIOD: Duration = Duration::from_secs(1);
 /// Slab positions a master reads per period: the daemon's lock is held for
 /// a bounded time however large the table (a page of a 1M-entry table took
-/// 15–20 ms here: `sync_page_cost`, BENCHMARKS.md); a table of N pages is swept every N
+/// 18–20 ms here: `sync_page_cost`, BENCHMARKS.md); a table of N pages is swept every N
 /// seconds.
 const PAGE: usize = 1 << 16;
 /// IPv4 + UDP headers: a master's default message size is 1500 minus them.
@@ -54,7 +54,7 @@ pub struct SyncDaemons {
 }
 
 struct Running {
-    cfg: SyncDaemonConfig,
+    cfg: DaemonConfig,
     stop: watch::Sender<bool>,
     /// Started for keepalived.conf's `lvs_sync_daemon` (and so stopped or
     /// switched by it), not by rvsadm.
@@ -98,13 +98,13 @@ impl SyncDaemons {
             .into_iter()
             .flatten()
             .map(|r| rvs_ipvsadm::snapshot::DaemonSnap {
-                master: r.cfg.master,
-                mcast_ifn: r.cfg.ifname.clone(),
+                master: is_master(&r.cfg),
+                mcast_ifn: r.cfg.mcast_ifn.clone(),
                 syncid: r.cfg.syncid,
                 sync_maxlen: maxlen(&r.cfg),
                 mcast_group: Some(group(&r.cfg)),
-                mcast_port: r.cfg.port.unwrap_or(wire::SYNC_PORT),
-                mcast_ttl: r.cfg.ttl.unwrap_or(1),
+                mcast_port: r.cfg.mcast_port.unwrap_or(wire::SYNC_PORT),
+                mcast_ttl: r.cfg.mcast_ttl.unwrap_or(1),
             })
             .collect()
     }
@@ -123,42 +123,42 @@ impl SyncDaemons {
     }
 }
 
-fn group(cfg: &SyncDaemonConfig) -> IpAddr {
-    cfg.group.unwrap_or(IpAddr::V4(wire::SYNC_GROUP_V4))
+fn is_master(cfg: &DaemonConfig) -> bool {
+    cfg.state == SyncState::Master
 }
 
-fn maxlen(cfg: &SyncDaemonConfig) -> u16 {
-    cfg.maxlen.unwrap_or(1500 - HEADERS_V4)
+fn group(cfg: &DaemonConfig) -> IpAddr {
+    cfg.mcast_group.unwrap_or(IpAddr::V4(wire::SYNC_GROUP_V4))
+}
+
+fn maxlen(cfg: &DaemonConfig) -> u16 {
+    cfg.sync_maxlen.unwrap_or(1500 - HEADERS_V4)
 }
 
 /// Start a daemon (`ipvsadm --start-daemon`): ipvsadm's texts for one that
 /// already runs and for settings that cannot work.
-pub fn start(daemon: &Arc<Mutex<Daemon>>, cfg: SyncDaemonConfig) -> Result<(), String> {
+pub fn start(daemon: &Arc<Mutex<Daemon>>, cfg: DaemonConfig) -> Result<(), String> {
     start_as(daemon, cfg, false)
 }
 
-fn start_as(
-    daemon: &Arc<Mutex<Daemon>>,
-    cfg: SyncDaemonConfig,
-    managed: bool,
-) -> Result<(), String> {
+fn start_as(daemon: &Arc<Mutex<Daemon>>, cfg: DaemonConfig, managed: bool) -> Result<(), String> {
     let IpAddr::V4(grp) = group(&cfg) else {
         return Err("IPv6 sync groups are not supported by rvsd yet".into());
     };
     if !grp.is_multicast() {
         return Err(format!("{grp} is not a multicast address"));
     }
-    let sock = if cfg.master {
+    let sock = if is_master(&cfg) {
         master_socket(&cfg, grp)
     } else {
         backup_socket(&cfg, grp)
     }
-    .map_err(|e| format!("sync daemon on {}: {e}", cfg.ifname))?;
+    .map_err(|e| format!("sync daemon on {}: {e}", cfg.mcast_ifn))?;
     let mut d = daemon
         .lock()
         .map_err(|_| "daemon state poisoned".to_owned())?;
     let daemons = d.sync_daemons();
-    let slot = if cfg.master {
+    let slot = if is_master(&cfg) {
         &mut daemons.master
     } else {
         &mut daemons.backup
@@ -169,54 +169,60 @@ fn start_as(
     let (stop, stopped) = watch::channel(false);
     let received = daemons.received.clone();
     let weak = Arc::downgrade(daemon);
-    if cfg.master {
+    if is_master(&cfg) {
         tokio::spawn(run_master(weak, cfg.clone(), sock, stopped, received));
     } else {
         tokio::spawn(run_backup(weak, cfg.clone(), sock, stopped, received));
     }
-    tracing::info!(target: "rvs::sync", "sync daemon started: {} on {}, syncid {}", if cfg.master { "master" } else { "backup" }, cfg.ifname, cfg.syncid);
+    tracing::info!(target: "rvs::sync", "sync daemon started: {} on {}, syncid {}", if is_master(&cfg) { "master" } else { "backup" }, cfg.mcast_ifn, cfg.syncid);
     *slot = Some(Running { cfg, stop, managed });
     Ok(())
 }
 
-/// The interface's index and first IPv4 address.
-fn interface(ifname: &str) -> std::io::Result<(u32, Option<Ipv4Addr>)> {
-    let index = nix::net::if_::if_nametoindex(ifname)
-        .map_err(|_| std::io::Error::other(format!("no interface {ifname}")))?;
-    let addr = nix::ifaddrs::getifaddrs()
-        .ok()
-        .into_iter()
-        .flatten()
-        .filter(|i| i.interface_name == ifname)
-        .find_map(|i| i.address.and_then(|a| a.as_sockaddr_in().map(|s| s.ip())));
-    Ok((index, addr))
+/// The interface's index.
+fn ifindex(ifname: &str) -> std::io::Result<u32> {
+    nix::net::if_::if_nametoindex(ifname)
+        .map_err(|_| std::io::Error::other(format!("no interface {ifname}")))
 }
 
 /// UDP from the interface's primary address to group:port, TTL as asked,
 /// no loop back (as the kernel's master).
-fn master_socket(cfg: &SyncDaemonConfig, grp: Ipv4Addr) -> std::io::Result<tokio::net::UdpSocket> {
+fn master_socket(cfg: &DaemonConfig, grp: Ipv4Addr) -> std::io::Result<tokio::net::UdpSocket> {
     use socket2::{Domain, Socket, Type};
-    let (_, addr) = interface(&cfg.ifname)?;
-    let addr = addr.ok_or_else(|| std::io::Error::other("the interface has no IPv4 address"))?;
+    ifindex(&cfg.mcast_ifn)?;
+    let addr = rvs_vrrp::net::primary_v4(&cfg.mcast_ifn)?
+        .ok_or_else(|| std::io::Error::other("the interface has no IPv4 address"))?;
     let s = Socket::new(Domain::IPV4, Type::DGRAM, None)?;
-    s.bind_device(Some(cfg.ifname.as_bytes()))?;
+    s.bind_device(Some(cfg.mcast_ifn.as_bytes()))?;
     s.set_multicast_if_v4(&addr)?;
-    s.set_multicast_ttl_v4(u32::from(cfg.ttl.unwrap_or(1)))?;
+    s.set_multicast_ttl_v4(u32::from(cfg.mcast_ttl.unwrap_or(1)))?;
     s.set_multicast_loop_v4(false)?;
     s.bind(&SocketAddr::V4(SocketAddrV4::new(addr, 0)).into())?;
-    s.connect(&SocketAddr::V4(SocketAddrV4::new(grp, cfg.port.unwrap_or(wire::SYNC_PORT))).into())?;
+    s.connect(
+        &SocketAddr::V4(SocketAddrV4::new(
+            grp,
+            cfg.mcast_port.unwrap_or(wire::SYNC_PORT),
+        ))
+        .into(),
+    )?;
     s.set_nonblocking(true)?;
     tokio::net::UdpSocket::from_std(s.into())
 }
 
 /// UDP on group:port, on the interface, joined to the group there.
-fn backup_socket(cfg: &SyncDaemonConfig, grp: Ipv4Addr) -> std::io::Result<tokio::net::UdpSocket> {
+fn backup_socket(cfg: &DaemonConfig, grp: Ipv4Addr) -> std::io::Result<tokio::net::UdpSocket> {
     use socket2::{Domain, InterfaceIndexOrAddress, Socket, Type};
-    let (index, _) = interface(&cfg.ifname)?;
+    let index = ifindex(&cfg.mcast_ifn)?;
     let s = Socket::new(Domain::IPV4, Type::DGRAM, None)?;
     s.set_reuse_address(true)?;
-    s.bind_device(Some(cfg.ifname.as_bytes()))?;
-    s.bind(&SocketAddr::V4(SocketAddrV4::new(grp, cfg.port.unwrap_or(wire::SYNC_PORT))).into())?;
+    s.bind_device(Some(cfg.mcast_ifn.as_bytes()))?;
+    s.bind(
+        &SocketAddr::V4(SocketAddrV4::new(
+            grp,
+            cfg.mcast_port.unwrap_or(wire::SYNC_PORT),
+        ))
+        .into(),
+    )?;
     s.join_multicast_v4_n(&grp, &InterfaceIndexOrAddress::Index(index))?;
     s.set_nonblocking(true)?;
     tokio::net::UdpSocket::from_std(s.into())
@@ -347,7 +353,7 @@ fn changes(
 
 async fn run_master(
     daemon: std::sync::Weak<Mutex<Daemon>>,
-    cfg: SyncDaemonConfig,
+    cfg: DaemonConfig,
     sock: tokio::net::UdpSocket,
     mut stop: watch::Receiver<bool>,
     received: Arc<Mutex<FastMap<Tuple, Instant>>>,
@@ -374,7 +380,7 @@ async fn run_master(
             Ok(datagrams) => {
                 for dg in datagrams {
                     if let Err(e) = sock.send(&dg).await {
-                        tracing::warn!(target: "rvs::sync", "sync master on {}: send: {e}", cfg.ifname);
+                        tracing::warn!(target: "rvs::sync", "sync master on {}: send: {e}", cfg.mcast_ifn);
                     }
                 }
             }
@@ -385,7 +391,7 @@ async fn run_master(
 
 async fn run_backup(
     daemon: std::sync::Weak<Mutex<Daemon>>,
-    cfg: SyncDaemonConfig,
+    cfg: DaemonConfig,
     sock: tokio::net::UdpSocket,
     mut stop: watch::Receiver<bool>,
     received: Arc<Mutex<FastMap<Tuple, Instant>>>,
@@ -397,7 +403,7 @@ async fn run_backup(
             r = sock.recv(&mut buf) => match r {
                 Ok(n) => n,
                 Err(e) => {
-                    tracing::warn!(target: "rvs::sync", "sync backup on {}: receive: {e}", cfg.ifname);
+                    tracing::warn!(target: "rvs::sync", "sync backup on {}: receive: {e}", cfg.mcast_ifn);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -522,7 +528,7 @@ pub async fn follow_config(daemon: std::sync::Weak<Mutex<Daemon>>) {
             let vrid = inst.as_ref().and_then(|i| g.vrrp_vrid(i));
             (wanted, state, vrid)
         };
-        let want: Vec<SyncDaemonConfig> = match &wanted {
+        let want: Vec<DaemonConfig> = match &wanted {
             None => Vec::new(),
             Some(w) => {
                 let both = w.instance.is_none();
@@ -530,20 +536,24 @@ pub async fn follow_config(daemon: std::sync::Weak<Mutex<Daemon>>) {
                 [true, false]
                     .into_iter()
                     .filter(|m| both || *m == master)
-                    .map(|m| SyncDaemonConfig {
-                        master: m,
-                        ifname: w.interface.clone(),
+                    .map(|m| DaemonConfig {
+                        state: if m {
+                            SyncState::Master
+                        } else {
+                            SyncState::Backup
+                        },
+                        mcast_ifn: w.interface.clone(),
                         syncid: w.syncid.or(vrid).unwrap_or(0),
-                        maxlen: w.maxlen,
-                        group: w.group,
-                        port: w.port,
-                        ttl: w.ttl,
+                        sync_maxlen: w.maxlen,
+                        mcast_group: w.group,
+                        mcast_port: w.port,
+                        mcast_ttl: w.ttl,
                     })
                     .collect()
             }
         };
         for master in [true, false] {
-            let desired = want.iter().find(|c| c.master == master);
+            let desired = want.iter().find(|c| is_master(c) == master);
             let running = d.lock().ok().and_then(|mut g| {
                 let daemons = g.sync_daemons();
                 let slot = if master {
@@ -619,6 +629,20 @@ mod tests {
         }
     }
 
+    /// A director holding `n` established connections from distinct clients.
+    fn filled(n: usize, now: Instant) -> Ipvs {
+        let (mut ipvs, dest) = director_of(n);
+        for i in 0..n {
+            let mut f = flow(dest, TcpState::Established);
+            f.client = SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + (i as u32 >> 16))),
+                (i & 0xffff) as u16,
+            );
+            ipvs.mirror_conn(now, &f).unwrap();
+        }
+        ipvs
+    }
+
     #[test]
     fn a_master_sends_new_changed_and_stale_entries_only() {
         let (mut ipvs, dest) = director();
@@ -651,16 +675,8 @@ mod tests {
 
     #[test]
     fn a_large_table_is_walked_a_page_per_period() {
-        let (mut ipvs, dest) = director_of(PAGE + 100);
         let t0 = Instant::from_secs(10);
-        for i in 0..PAGE + 10 {
-            let mut f = flow(dest, TcpState::Established);
-            f.client = SocketAddr::new(
-                IpAddr::V4(Ipv4Addr::from(0x0a09_0000 + (i as u32 >> 16))),
-                (i & 0xffff) as u16,
-            );
-            ipvs.mirror_conn(t0, &f).unwrap();
-        }
+        let ipvs = filled(PAGE + 10, t0);
         let mut walk = Walk::default();
         let none = FastMap::default();
         assert_eq!(changes(&ipvs, t0, &mut walk, &none).len(), PAGE);
@@ -678,16 +694,8 @@ mod tests {
     #[ignore = "a measurement; run by hand in release mode"]
     fn sync_page_cost() {
         const N: usize = 1 << 20;
-        let (mut ipvs, dest) = director_of(N);
         let t0 = Instant::from_secs(10);
-        for i in 0..N {
-            let mut f = flow(dest, TcpState::Established);
-            f.client = SocketAddr::new(
-                IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + (i as u32 >> 16))),
-                (i & 0xffff) as u16,
-            );
-            ipvs.mirror_conn(t0, &f).unwrap();
-        }
+        let ipvs = filled(N, t0);
         let mut walk = Walk::default();
         let none = FastMap::default();
         let mut first = Vec::new();

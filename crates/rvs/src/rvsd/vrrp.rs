@@ -138,11 +138,23 @@ pub struct Spec {
     pub group_notify: Notify,
 }
 
-fn script(s: &Option<Script>) -> Option<ScriptSpec> {
-    s.as_ref().map(|s| ScriptSpec {
-        command: s.command.clone(),
-        user: s.user.clone(),
-    })
+impl Notify {
+    /// The scripts of an instance's or a group's `notify*` keywords.
+    fn of(n: &rvs_config::model::Notify) -> Self {
+        let script = |s: &Option<Script>| {
+            s.as_ref().map(|s| ScriptSpec {
+                command: s.command.clone(),
+                user: s.user.clone(),
+            })
+        };
+        Notify {
+            master: script(&n.master),
+            backup: script(&n.backup),
+            fault: script(&n.fault),
+            stop: script(&n.stop),
+            any: script(&n.any),
+        }
+    }
 }
 
 /// The instances of a file, or the first reason one cannot run (named by
@@ -173,13 +185,7 @@ pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
         if g.smtp_alert {
             warnings.push(at("smtp_alert is not supported".into()));
         }
-        let group_notify = Notify {
-            master: script(&g.notify.master),
-            backup: script(&g.notify.backup),
-            fault: script(&g.notify.fault),
-            stop: script(&g.notify.stop),
-            any: script(&g.notify.any),
-        };
+        let group_notify = Notify::of(&g.notify);
         let mut group_scripts = Vec::new();
         for t in &g.track_script {
             match resolve_script(conf, t, &mut warnings, &at) {
@@ -331,13 +337,7 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
             .collect(),
         track_scripts,
         track_primary: !v.dont_track_primary,
-        notify: Notify {
-            master: script(&v.notify.master),
-            backup: script(&v.notify.backup),
-            fault: script(&v.notify.fault),
-            stop: script(&v.notify.stop),
-            any: script(&v.notify.any),
-        },
+        notify: Notify::of(&v.notify),
         down_adverts: v.down_timer_adverts,
         garp_master_delay: v.garp_master_delay.unwrap_or(g.vrrp_garp_master_delay),
         garp_repeat: v
