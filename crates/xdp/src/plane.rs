@@ -2,10 +2,39 @@
 //! [`Command`] into map writes and reports what the program carried back to
 //! the control plane's director.
 //!
+//! # What runs where (and why nothing blocks the control plane)
+//! rvsd's control plane — VRRP, health checks, the control socket — runs on
+//! one current-thread runtime under one daemon lock, and calls
+//! [`DataPlane::apply`](rvs_control::dataplane::DataPlane::apply) under
+//! that lock. So the XDP plane is three parts, none of which makes a
+//! syscall or waits while that lock is held:
+//! * [`Plane`] is sans-IO: its decisions are plain functions over
+//!   [`MapOps`] and plain data. It holds no resolver: it says which
+//!   neighbours it wants ([`Plane::wanted`]) and takes what is learnt as
+//!   events ([`Plane::on_neighbour`]). Its report is three phases
+//!   ([`Plane::report_read`], [`Plane::report_decide`],
+//!   [`Plane::report_write`]): read the maps, decide with the director,
+//!   write.
+//! * The resolver task ([`resolver`], its own thread) owns the netlink
+//!   socket: it solicits and polls unresolved neighbours with a backoff
+//!   and re-checks next hops in use every second. Hundreds of addresses
+//!   that never answer cost it a look-up each per second, nobody else
+//!   anything.
+//! * The plane worker ([`PlaneHandle`], its own thread) owns the
+//!   `Plane<KernelMaps>`: the handle's `apply` only queues the command;
+//!   the worker applies commands in order and reports every second,
+//!   borrowing the director ([`DirectorHandle`](rvs_control::dataplane::DirectorHandle))
+//!   for the pure phase only.
+//!
+//! Convergence rule: a report re-applies what the model has and the maps
+//! lack (after a failed write) only when every command the control plane
+//! sent has been applied — counted under the daemon lock on both sides —
+//! so it never repeats a change still in the queue.
+//!
 //! # Map writes
 //! Every write goes through [`MapOps`], one small trait in front of the BPF
 //! syscalls (the seam aya itself puts in front of its syscalls for its
-//! tests): [`KernelMaps`] is the loaded program, [`MemMaps`] an in-memory
+//! tests): [`KernelMaps`] is the loaded program, `MemMaps` an in-memory
 //! implementation with the same bounds and key rules, so the whole sync
 //! logic is unit-tested without a kernel, including failures injected at
 //! every write.
@@ -57,7 +86,7 @@
 //! Every scheduler of the core runs in the program.
 //!
 //! # Reporting
-//! [`Plane::report`] mirrors the program's state into the control plane's
+//! [`Plane::report_to`] mirrors the program's state into the control plane's
 //! director, so every front end (`rvsadm -Ln`, `--stats`, `--rate`, `-Lcn`,
 //! metrics) works unchanged:
 //! * the per-CPU counters of every real server are summed and the growth
