@@ -302,3 +302,133 @@ impl<M: MapOps> Worker<M> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::maps::MemMaps;
+    use crate::neigh::StaticResolver;
+    use rvs_core::ipvs::IpvsConfig;
+    use rvs_core::model::ServiceKey;
+    use rvs_core::model::{AddrFamily, DestConfig, ForwardMethod, Protocol, ServiceConfig};
+    use std::net::Ipv4Addr;
+    use std::sync::Mutex;
+
+    fn key() -> ServiceKey {
+        ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)),
+            port: 80,
+        }
+    }
+
+    fn rs(i: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, i))
+    }
+
+    /// Poll `f` (through the worker) for up to 5 s.
+    fn eventually(h: &PlaneHandle<MemMaps>, what: &str, f: fn(&mut Plane<MemMaps>) -> bool) {
+        let start = StdInstant::now();
+        while !h.with_plane(f).expect("worker") {
+            assert!(start.elapsed() < Duration::from_secs(5), "{what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The worker and the resolver on their threads, as in rvsd: commands
+    /// are queued (the resolver answers for one real server, never for the
+    /// other), a write that fails leaves the plane dirty, and the worker's
+    /// own report converges it with the director's model.
+    #[test]
+    fn the_worker_applies_resolves_and_converges() {
+        let mut neigh = StaticResolver::default();
+        let l2 = L2 {
+            ifindex: 7,
+            mac: [2, 0, 0, 0, 0, 1],
+            smac: [2, 0, 0, 0, 0, 9],
+            src: None,
+        };
+        neigh.table.insert(rs(1), l2);
+        let plane = Plane::new(MemMaps::new(1 << 12)).expect("plane");
+        let mut h = PlaneHandle::spawn(plane, neigh).expect("spawn");
+        let ipvs = Arc::new(Mutex::new(Ipvs::new(IpvsConfig::default())));
+        let shared = ipvs.clone();
+        h.attach(DirectorHandle::new(move |f| {
+            if let Ok(mut i) = shared.lock() {
+                f(&mut i, Instant::from_secs(1));
+            }
+        }));
+        let exec = |h: &mut PlaneHandle<MemMaps>, c: Command| {
+            let mut model = ipvs.lock().expect("lock");
+            rvs_control::state::apply(&mut model, &c).expect("model");
+            h.apply(&c).expect("queued");
+        };
+        exec(
+            &mut h,
+            Command::AddService {
+                key: key(),
+                config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+            },
+        );
+        for i in [1, 2] {
+            exec(
+                &mut h,
+                Command::AddDest {
+                    service: key(),
+                    dest: DestConfig::new(rs(i), 80).forward(ForwardMethod::Route),
+                },
+            );
+        }
+        eventually(&h, "the resolved one is scheduled alone", |p| {
+            let (Some(i), Some(d)) = (p.service_index(&key()), p.dest_index(&key(), rs(1), 80))
+            else {
+                return false;
+            };
+            p.maps().svc_data(i).0 == vec![d] && p.wanted().unresolved.len() == 1
+        });
+        // The edit is in the model; the worker's write of it fails.
+        let edit = Command::EditDest {
+            service: key(),
+            dest: DestConfig::new(rs(1), 80)
+                .forward(ForwardMethod::Route)
+                .weight(7),
+        };
+        rvs_control::state::apply(&mut ipvs.lock().expect("lock"), &edit).expect("model");
+        let failed = h
+            .with_plane(move |p| {
+                p.maps().fail_at = Some(p.maps().writes);
+                p.apply_command(&edit).is_err()
+            })
+            .expect("worker");
+        assert!(failed, "the write failed");
+        // The worker's report (every second) converges.
+        eventually(&h, "converged", |p| {
+            let d = p.dest_index(&key(), rs(1), 80);
+            d.is_some_and(|d| p.maps().dests.get(&d).is_some_and(|x| x.weight == 7))
+        });
+        drop(h);
+    }
+
+    /// A report never converges while commands the director already has
+    /// are still queued: it would replay them out of order.
+    #[test]
+    fn a_report_converges_only_when_told_to() {
+        let mut p = Plane::new(MemMaps::new(1 << 12)).expect("plane");
+        let mut ipvs = Ipvs::new(IpvsConfig::default());
+        let add = Command::AddService {
+            key: key(),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+        };
+        rvs_control::state::apply(&mut ipvs, &add).expect("model");
+        p.maps().fail_at = Some(p.maps().writes);
+        assert!(p.apply_command(&add).is_err());
+        let read = p.report_read().expect("read");
+        let w = p.report_decide(read, Instant::from_secs(1), &mut ipvs, false);
+        p.report_write(w);
+        assert_eq!(p.service_index(&key()), None, "commands in flight: no");
+        let read = p.report_read().expect("read");
+        let w = p.report_decide(read, Instant::from_secs(2), &mut ipvs, true);
+        p.report_write(w);
+        assert!(p.service_index(&key()).is_some(), "converged");
+    }
+}
