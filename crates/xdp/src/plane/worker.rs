@@ -157,16 +157,19 @@ impl<M: MapOps> Drop for PlaneHandle<M> {
         if let Some(tx) = self.tx.take() {
             let _ = tx.send(Msg::Stop);
         }
+        // The worker may hold the last reference to the control plane for
+        // a moment (lending the director), and so drop this handle itself:
+        // then it must not wait for itself, nor for the resolver (which
+        // ends when the worker does). It ends after this turn.
         let me = std::thread::current().id();
+        if self.worker.as_ref().is_some_and(|t| t.thread().id() == me) {
+            return;
+        }
         for t in [self.worker.take(), self.resolver.take()]
             .into_iter()
             .flatten()
         {
-            // The worker may hold the last reference to the control plane
-            // for a moment (lending the director): never join oneself.
-            if t.thread().id() != me {
-                let _ = t.join();
-            }
+            let _ = t.join();
         }
     }
 }
