@@ -110,9 +110,10 @@
 //!
 //! The flow table is read with `BPF_MAP_LOOKUP_BATCH` (4096 entries per
 //! syscall), one page of [`MIRROR_PAGE`] flows per report: a table larger
-//! than a page is walked over several reports, so a report holds the
-//! control plane's lock for a bounded time however many flows there are
-//! (`report_cost_with_many_flows` prints it). What needs the whole table —
+//! than a page is walked over several reports, so a report's work is
+//! bounded however many flows there are (`report_cost_with_many_flows`
+//! prints it), and of that work only the mirroring of the page into the
+//! director holds the control plane's lock (phase 2). What needs the whole table —
 //! removing the entries of flows that are gone, setting `dest_conns`,
 //! giving a deleted real server's index back — happens when a walk
 //! completes. The price: with a table of N pages, `-Lcn` and the counts

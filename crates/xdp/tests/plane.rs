@@ -534,6 +534,21 @@ fn report_cost_with_many_flows() {
             assert_eq!(ipvs.conns().len(), n as usize);
         }
         eprintln!("report with {n} flows in pages of 8192: at most {worst:?}");
+        // The phases of one report: only the middle one holds the control
+        // plane's lock in rvsd.
+        plane.set_mirror_page(rvs_xdp::plane::MIRROR_PAGE);
+        let t = StdInstant::now();
+        let read = plane.report_read().expect("read");
+        let (t_read, t) = (t.elapsed(), StdInstant::now());
+        let writes = plane.report_decide(read, Instant::from_secs(100), &mut ipvs, true);
+        let (t_decide, t) = (t.elapsed(), StdInstant::now());
+        plane.report_write(writes);
+        let t_write = t.elapsed();
+        eprintln!(
+            "report with {n} flows in one page: read {t_read:?}, decide (under the lock) \
+             {t_decide:?}, write {t_write:?}"
+        );
+        assert_eq!(ipvs.conns().len(), n as usize);
     });
 }
 
