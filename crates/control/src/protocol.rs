@@ -206,7 +206,8 @@ mod tests {
             commands: vec![
                 Command::AddService {
                     key,
-                    config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+                    config: ServiceConfig::new(AddrFamily::Inet)
+                        .scheduler(rvs_core::sched::Scheduler::Rr),
                 },
                 Command::AddDest {
                     service: key,

@@ -40,8 +40,11 @@ pub const PROTO_TCP: u8 = 6;
 /// IP protocol UDP.
 pub const PROTO_UDP: u8 = 17;
 
-/// Scheduler ids: 1 + the position in rvs-core's `SCHEDULER_NAMES`.
+/// Scheduler ids (`RVS_SCHED_*`): the program's number for each of
+/// rvs-core's [`Scheduler`](rvs_core::sched::Scheduler)s.
 pub mod sched {
+    use rvs_core::sched::Scheduler;
+
     /// No scheduler: the `svc_info` slot is unused.
     pub const NONE: u8 = 0;
     /// Round robin.
@@ -73,12 +76,25 @@ pub mod sched {
     /// Power of two choices (`bpf_get_prandom_u32`).
     pub const TWOS: u8 = 14;
 
-    /// The id of an ipvsadm scheduler name.
-    pub fn id(name: &str) -> Option<u8> {
-        rvs_core::sched::SCHEDULER_NAMES
-            .iter()
-            .position(|&n| n == name)
-            .and_then(|p| u8::try_from(p + 1).ok())
+    /// The program's id of scheduler `s` (every scheduler of the core has
+    /// one; the layout test checks them against the `RVS_SCHED_*` defines).
+    pub const fn id(s: Scheduler) -> u8 {
+        match s {
+            Scheduler::Rr => RR,
+            Scheduler::Wrr => WRR,
+            Scheduler::Lc => LC,
+            Scheduler::Wlc => WLC,
+            Scheduler::Lblc => LBLC,
+            Scheduler::Lblcr => LBLCR,
+            Scheduler::Dh => DH,
+            Scheduler::Sh => SH,
+            Scheduler::Sed => SED,
+            Scheduler::Nq => NQ,
+            Scheduler::Fo => FO,
+            Scheduler::Ovf => OVF,
+            Scheduler::Mh => MH,
+            Scheduler::Twos => TWOS,
+        }
     }
 }
 

@@ -1058,9 +1058,8 @@ fn sched_params(c: &ServiceConfig) -> SchedParams {
 
 /// Refuse schedulers the program does not run (yet).
 fn check_scheduler(c: &ServiceConfig) -> Result<u8, PlaneError> {
-    let id = maps::sched::id(&c.scheduler)
-        .ok_or_else(|| PlaneError::Refused(format!("unknown scheduler `{}`", c.scheduler)))?;
-    scheduling_table(&c.scheduler, &sched_params(c), &[], &[]).map_err(|e| match e {
+    let id = maps::sched::id(c.scheduler);
+    scheduling_table(c.scheduler, &sched_params(c), &[], &[]).map_err(|e| match e {
         TableError::Unsupported(_) => PlaneError::Refused(format!(
             "scheduler `{}` is not run by the xdp data plane yet",
             c.scheduler
@@ -1437,12 +1436,7 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         let ready: Vec<&DestState> = st.dests.iter().filter(|d| d.ready()).collect();
         let list: Vec<u32> = ready.iter().map(|d| d.index).collect();
         let core: Vec<CoreDest> = ready.iter().map(|d| d.core.clone()).collect();
-        let table = scheduling_table(
-            &st.config.scheduler,
-            &sched_params(&st.config),
-            &core,
-            &list,
-        )?;
+        let table = scheduling_table(st.config.scheduler, &sched_params(&st.config), &core, &list)?;
         let mut data = list;
         let list_len = data.len() as u32;
         data.extend_from_slice(&table);
@@ -2440,6 +2434,7 @@ mod tests {
     use crate::neigh::StaticResolver;
     use rvs_core::ipvs::IpvsConfig;
     use rvs_core::model::{AddrFamily, Tunnel};
+    use rvs_core::sched::Scheduler;
     use std::net::Ipv4Addr;
 
     type MemPlane = Plane<MemMaps, StaticResolver>;
@@ -2495,7 +2490,7 @@ mod tests {
         fn svc(&mut self, port: u16, sched: &str) -> Result<(), PlaneError> {
             self.run(Command::AddService {
                 key: key(port),
-                config: ServiceConfig::new(AddrFamily::Inet).scheduler(sched),
+                config: ServiceConfig::new(AddrFamily::Inet).scheduler(sched.parse().unwrap()),
             })
         }
         fn dest(&mut self, port: u16, d: DestConfig) -> Result<(), PlaneError> {
@@ -2535,7 +2530,7 @@ mod tests {
             })
             .collect();
         let table = scheduling_table(
-            &svc.config().scheduler,
+            svc.config().scheduler,
             &sched_params(svc.config()),
             svc.dests(),
             &list,
@@ -2627,7 +2622,7 @@ mod tests {
         // A scheduler change rebuilds the table.
         bed.run(Command::EditService {
             key: key(80),
-            config: ServiceConfig::new(AddrFamily::Inet).scheduler("sh"),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler(Scheduler::Sh),
         })
         .unwrap();
         let want = expected(&bed, 80);
@@ -2722,7 +2717,7 @@ mod tests {
         let cmds = [
             Command::AddService {
                 key: key(81),
-                config: ServiceConfig::new(AddrFamily::Inet).scheduler("mh"),
+                config: ServiceConfig::new(AddrFamily::Inet).scheduler(Scheduler::Mh),
             },
             Command::AddDest {
                 service: key(80),
@@ -2739,7 +2734,7 @@ mod tests {
             },
             Command::EditService {
                 key: key(80),
-                config: ServiceConfig::new(AddrFamily::Inet).scheduler("wrr"),
+                config: ServiceConfig::new(AddrFamily::Inet).scheduler(Scheduler::Wrr),
             },
             Command::DelService { key: key(80) },
             Command::SetTimeouts {
@@ -3191,7 +3186,7 @@ mod tests {
         bed.run(Command::AddService {
             key: key(80),
             config: ServiceConfig::new(AddrFamily::Inet)
-                .scheduler("rr")
+                .scheduler(Scheduler::Rr)
                 .persistent(300),
         })
         .unwrap();

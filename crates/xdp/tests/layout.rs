@@ -195,8 +195,10 @@ fn header_constants_match_rust() {
         let got = defs.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
         assert_eq!(got, Some(*v), "{name}");
     }
-    // Scheduler ids follow the core's names.
-    for (i, n) in rvs_core::sched::SCHEDULER_NAMES.iter().enumerate() {
-        assert_eq!(sched::id(n), Some(i as u8 + 1));
+    // Every scheduler of the core has the id of its `RVS_SCHED_<NAME>`.
+    for s in rvs_core::sched::Scheduler::all() {
+        let name = format!("RVS_SCHED_{}", s.name().to_uppercase());
+        let got = defs.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+        assert_eq!(got, Some(sched::id(s).into()), "{name}");
     }
 }

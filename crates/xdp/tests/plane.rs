@@ -207,7 +207,8 @@ fn xdp_plane_drives_the_attached_program() {
             &mut ipvs,
             Command::AddService {
                 key: key(),
-                config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+                config: ServiceConfig::new(AddrFamily::Inet)
+                    .scheduler(rvs_core::sched::Scheduler::Rr),
             },
         );
         exec(
@@ -359,7 +360,8 @@ fn xdp_plane_drives_the_attached_program() {
             &mut ipvs,
             Command::AddService {
                 key: key6,
-                config: ServiceConfig::new(AddrFamily::Inet6).scheduler("mh"),
+                config: ServiceConfig::new(AddrFamily::Inet6)
+                    .scheduler(rvs_core::sched::Scheduler::Mh),
             },
         );
         exec(
@@ -436,7 +438,8 @@ fn report_cost_with_many_flows() {
         for c in [
             Command::AddService {
                 key: key(),
-                config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+                config: ServiceConfig::new(AddrFamily::Inet)
+                    .scheduler(rvs_core::sched::Scheduler::Rr),
             },
             Command::AddDest {
                 service: key(),

@@ -29,7 +29,7 @@
 use core::fmt;
 use core::marker::PhantomData;
 
-use super::{ListChange, SchedInput, Scheduler};
+use super::{Algorithm, ListChange, SchedInput};
 use crate::dest::Dest;
 use crate::time::Instant;
 
@@ -183,7 +183,7 @@ impl<O: NamedOrder> fmt::Debug for TreeScheduler<O> {
     }
 }
 
-impl<O: NamedOrder> Scheduler for TreeScheduler<O> {
+impl<O: NamedOrder> Algorithm for TreeScheduler<O> {
     fn name(&self) -> &'static str {
         O::NAME
     }

@@ -15,7 +15,7 @@
 //! module for how the kernel version boundary was established.
 
 use super::sh::{addr_fold, hash_32};
-use super::{ListChange, SchedInput, Scheduler};
+use super::{Algorithm, ListChange, SchedInput};
 use crate::dest::Dest;
 use crate::time::Instant;
 
@@ -33,7 +33,7 @@ pub(crate) struct DestHash {
 
 impl DestHash {
     /// A destination-hashing scheduler; the table is empty until the first
-    /// [`Scheduler::update`].
+    /// [`Algorithm::update`].
     pub(crate) fn new() -> Self {
         DestHash {
             buckets: Box::new([None; DH_TAB_SIZE]),
@@ -53,7 +53,7 @@ impl Default for DestHash {
     }
 }
 
-impl Scheduler for DestHash {
+impl Algorithm for DestHash {
     fn name(&self) -> &'static str {
         "dh"
     }

@@ -103,7 +103,7 @@ use siphasher::sip::SipHasher13;
 use std::hash::Hasher;
 
 use super::sh::addr_fold;
-use super::{ListChange, SchedError, SchedInput, Scheduler};
+use super::{Algorithm, ListChange, SchedError, SchedInput};
 use crate::dest::Dest;
 use crate::model::SchedFlags;
 use crate::time::Instant;
@@ -282,7 +282,7 @@ pub(crate) struct Maglev {
 impl Maglev {
     /// A Maglev scheduler with `table_size` slots (must be a prime,
     /// `2..=2^24`) and `mh-port` / `mh-fallback` from `flags`. The table is
-    /// empty until the first [`Scheduler::update`].
+    /// empty until the first [`Algorithm::update`].
     pub(crate) fn new(flags: SchedFlags, table_size: u32) -> Result<Self, SchedError> {
         if table_size > MAX_TABLE_SIZE || !is_prime(table_size) {
             return Err(SchedError::InvalidParam {
@@ -424,7 +424,7 @@ impl Maglev {
     }
 }
 
-impl Scheduler for Maglev {
+impl Algorithm for Maglev {
     fn name(&self) -> &'static str {
         "mh"
     }

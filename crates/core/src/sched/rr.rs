@@ -4,7 +4,7 @@
 //! from it (wrapping) to the first eligible server. Weights only matter as
 //! zero / non-zero.
 
-use super::{ListChange, SchedInput, Scheduler};
+use super::{Algorithm, ListChange, SchedInput};
 use crate::dest::Dest;
 use crate::time::Instant;
 
@@ -21,7 +21,7 @@ impl RoundRobin {
     }
 }
 
-impl Scheduler for RoundRobin {
+impl Algorithm for RoundRobin {
     fn name(&self) -> &'static str {
         "rr"
     }

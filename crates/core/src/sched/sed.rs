@@ -42,7 +42,7 @@ pub(crate) type ShortestExpectedDelay = TreeScheduler<SedOrder>;
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{dests, run};
-    use super::super::{ListChange, Scheduler};
+    use super::super::{Algorithm, ListChange};
     use super::*;
 
     #[test]

@@ -47,7 +47,7 @@
 
 use std::net::IpAddr;
 
-use super::{ListChange, SchedInput, Scheduler};
+use super::{Algorithm, ListChange, SchedInput};
 use crate::dest::Dest;
 use crate::model::SchedFlags;
 use crate::time::Instant;
@@ -101,7 +101,7 @@ pub(crate) struct SourceHash {
 
 impl SourceHash {
     /// A source-hashing scheduler with `sh-port` / `sh-fallback` taken from
-    /// `flags`; the table is empty until the first [`Scheduler::update`].
+    /// `flags`; the table is empty until the first [`Algorithm::update`].
     pub(crate) fn new(flags: SchedFlags) -> Self {
         SourceHash {
             flags,
@@ -152,7 +152,7 @@ impl SourceHash {
     }
 }
 
-impl Scheduler for SourceHash {
+impl Algorithm for SourceHash {
     fn name(&self) -> &'static str {
         "sh"
     }

@@ -45,7 +45,7 @@ pub(crate) type WeightedLeastConn = TreeScheduler<WlcOrder>;
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{dests, run};
-    use super::super::{ListChange, Scheduler};
+    use super::super::{Algorithm, ListChange};
     use super::*;
 
     #[test]
