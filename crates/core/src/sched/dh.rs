@@ -20,7 +20,7 @@ use crate::dest::Dest;
 use crate::time::Instant;
 
 /// `CONFIG_IP_VS_DH_TAB_BITS`.
-const DH_TAB_BITS: u32 = 8;
+pub const DH_TAB_BITS: u32 = 8;
 /// Number of buckets.
 const DH_TAB_SIZE: usize = 1 << DH_TAB_BITS;
 

@@ -109,9 +109,9 @@ use crate::model::SchedFlags;
 use crate::time::Instant;
 
 /// Key words of the kernel's `hash1` (both words equal).
-const HASH1_KEY: u64 = 2_654_435_761;
+pub const HASH1_KEY: u64 = 2_654_435_761;
 /// Key words of the kernel's `hash2` (both words equal).
-const HASH2_KEY: u64 = 2_654_446_892;
+pub const HASH2_KEY: u64 = 2_654_446_892;
 /// Largest table size rvs accepts (memory bound: 4 bytes per slot).
 const MAX_TABLE_SIZE: u32 = 1 << 24;
 /// Marks an empty slot.

@@ -45,6 +45,15 @@ mod wrr;
 #[doc(hidden)]
 pub use mh::reference_table as mh_reference_table;
 
+/// The constants of the hash-based schedulers (sh, dh, mh). Data planes that
+/// schedule outside the core (the XDP program) must hash the same way; the
+/// program's `RVS_*` twins are checked against these by rvs-xdp's layout test.
+pub mod hash {
+    pub use super::dh::DH_TAB_BITS;
+    pub use super::mh::{HASH1_KEY, HASH2_KEY};
+    pub use super::sh::{GOLDEN_RATIO_32, SH_TAB_BITS};
+}
+
 /// What a scheduler may look at in the packet that starts a connection.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct SchedInput {

@@ -53,14 +53,14 @@ use crate::model::SchedFlags;
 use crate::time::Instant;
 
 /// `CONFIG_IP_VS_SH_TAB_BITS`.
-const SH_TAB_BITS: u32 = 8;
+pub const SH_TAB_BITS: u32 = 8;
 /// Number of buckets.
 const SH_TAB_SIZE: usize = 1 << SH_TAB_BITS;
 /// Bucket mask.
 const SH_TAB_MASK: u32 = (1 << SH_TAB_BITS) - 1;
 
 /// `GOLDEN_RATIO_32` of include/linux/hash.h.
-pub(super) const GOLDEN_RATIO_32: u32 = 0x61C8_8647;
+pub const GOLDEN_RATIO_32: u32 = 0x61C8_8647;
 
 /// The kernel's `hash_32(val, bits)`: multiplicative hashing keeping the
 /// high `bits` bits. `bits` must be 1..=32.
