@@ -419,6 +419,112 @@ fn every_shared_struct_has_a_matching_rust_mirror() {
     assert_eq!(found, mirrors().len());
 }
 
+/// Structs of the benchmark objects that the Rust side writes as a plain
+/// array: `(C name, object, Rust side, the array)`. Each member must be one
+/// element, in order, with nothing between.
+fn array_mirrors() -> Vec<(&'static str, rvs_xdp::Object, &'static str, Ty)> {
+    vec![(
+        "rvs_bench_cycle",
+        rvs_xdp::Object::DirectorCycle,
+        "Loaded::set_bench_cycle's [u32; 4]",
+        <[u32; 4]>::ty(),
+    )]
+}
+
+/// Every mismatch between a struct and the array the Rust side uses for it.
+fn array_mirror_errors() -> Vec<String> {
+    let mut errs = Vec::new();
+    for (name, obj, rust, ty) in array_mirrors() {
+        let btf = btf_of(
+            obj.bytes()
+                .expect("benchmark object built with the director"),
+        );
+        let structs = shared_structs(&btf);
+        let Some(c) = structs.get(name) else {
+            errs.push(format!("{obj:?}: no struct {name}"));
+            continue;
+        };
+        let Ty::Array(elem, n) = &ty else {
+            unreachable!("an array")
+        };
+        let Ty::Int { bytes, .. } = **elem else {
+            unreachable!("of integers")
+        };
+        if c.size != bytes * n || c.members.len() != *n {
+            errs.push(format!(
+                "{obj:?}: struct {name} ({} bytes, {} members) vs {rust}",
+                c.size,
+                c.members.len()
+            ));
+        }
+        for (i, m) in c.members.iter().enumerate() {
+            if m.bit_offset as usize != i * bytes * 8 || m.ty.as_ref() != Ok(&**elem) {
+                errs.push(format!(
+                    "{obj:?}: struct {name}.{} is not element {i} of {rust}",
+                    m.name
+                ));
+            }
+        }
+    }
+    errs
+}
+
+#[test]
+fn benchmark_structs_match_the_arrays_rust_writes() {
+    if btfs().is_none() {
+        return;
+    }
+    let errs = array_mirror_errors();
+    assert!(errs.is_empty(), "{}", errs.join("\n"));
+}
+
+/// `struct rvs_* {` definitions in the headers under `bpf/`: `(name, where)`.
+fn header_structs() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for p in sources(&bpf_dir(), &["h"]) {
+        let src = strip_comments(&std::fs::read_to_string(&p).expect("header reads"));
+        let file = p
+            .strip_prefix(bpf_dir())
+            .unwrap_or(&p)
+            .display()
+            .to_string();
+        for (i, line) in src.lines().enumerate() {
+            let Some(rest) = line.trim_start().strip_prefix("struct ") else {
+                continue;
+            };
+            let rest = rest.trim_start();
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            let (name, tail) = rest.split_at(end);
+            if name.starts_with("rvs_") && tail.trim_start().starts_with('{') {
+                out.push((name.to_owned(), format!("bpf/{file}:{}", i + 1)));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_rvs_struct_of_the_headers_is_in_an_object() {
+    let Some(btfs) = btfs() else { return };
+    let mut in_btf: BTreeSet<String> = btfs
+        .iter()
+        .flat_map(|(_, b)| shared_structs(b).into_keys())
+        .collect();
+    in_btf.extend(array_mirrors().into_iter().map(|(n, ..)| n.to_owned()));
+    let defined = header_structs();
+    assert!(defined.len() >= mirrors().len(), "{defined:?}");
+    let missing: Vec<String> = defined
+        .iter()
+        .filter(|(n, _)| !in_btf.contains(n))
+        .map(|(n, at)| {
+            format!("{at}: struct {n} is in no object's BTF (no program uses it, so no mirror can be checked; use it or remove it)")
+        })
+        .collect();
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
+
 #[test]
 fn layout_check_catches_each_kind_of_difference() {
     let Some(btfs) = btfs() else { return };
