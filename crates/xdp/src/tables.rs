@@ -22,7 +22,7 @@ pub enum TableError {
     Sched(#[from] SchedError),
     /// The scheduler is not (yet) run by the XDP program.
     #[error("scheduler `{0}` is not supported by the XDP data plane yet")]
-    Unsupported(String),
+    Unsupported(Scheduler),
     /// `index_of` has no `dests` index for this list position.
     #[error("no dests index for list position {0}")]
     MissingIndex(usize),
@@ -54,8 +54,7 @@ pub fn scheduling_table(
         S::Sh | S::Dh | S::Mh => {
             let mut s = new_scheduler(sched, params)?;
             s.update(dests, ListChange::Reset);
-            s.lookup_table()
-                .ok_or_else(|| TableError::Unsupported(sched.name().to_owned()))?
+            s.lookup_table().ok_or(TableError::Unsupported(sched))?
         }
     };
     positions

@@ -54,8 +54,8 @@ impl Default for DestHash {
 }
 
 impl Algorithm for DestHash {
-    fn name(&self) -> &'static str {
-        "dh"
+    fn scheduler(&self) -> super::Scheduler {
+        super::Scheduler::Dh
     }
 
     fn update(&mut self, dests: &[Dest], _change: ListChange) {

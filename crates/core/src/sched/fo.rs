@@ -25,7 +25,7 @@ impl Order for FoOrder {
 }
 
 impl NamedOrder for FoOrder {
-    const NAME: &'static str = "fo";
+    const SCHEDULER: super::Scheduler = super::Scheduler::Fo;
 }
 
 /// Weighted-failover scheduling: the kernel's loop under [`FoOrder`], kept as a

@@ -49,8 +49,8 @@ impl Lblc {
 }
 
 impl Algorithm for Lblc {
-    fn name(&self) -> &'static str {
-        "lblc"
+    fn scheduler(&self) -> super::Scheduler {
+        super::Scheduler::Lblc
     }
 
     fn update(&mut self, dests: &[Dest], change: ListChange) {

@@ -113,8 +113,8 @@ impl Lblcr {
 }
 
 impl Algorithm for Lblcr {
-    fn name(&self) -> &'static str {
-        "lblcr"
+    fn scheduler(&self) -> super::Scheduler {
+        super::Scheduler::Lblcr
     }
 
     fn update(&mut self, dests: &[Dest], change: ListChange) {

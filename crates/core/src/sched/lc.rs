@@ -25,7 +25,7 @@ impl Order for LcOrder {
 }
 
 impl NamedOrder for LcOrder {
-    const NAME: &'static str = "lc";
+    const SCHEDULER: super::Scheduler = super::Scheduler::Lc;
 }
 
 /// Least-connection scheduling: the kernel's loop under [`LcOrder`], kept as a

@@ -286,7 +286,7 @@ impl Maglev {
     pub(crate) fn new(flags: SchedFlags, table_size: u32) -> Result<Self, SchedError> {
         if table_size > MAX_TABLE_SIZE || !is_prime(table_size) {
             return Err(SchedError::InvalidParam {
-                scheduler: "mh",
+                scheduler: super::Scheduler::Mh,
                 reason: format!(
                     "table size {table_size} must be a prime between 2 and {MAX_TABLE_SIZE}"
                 ),
@@ -425,8 +425,8 @@ impl Maglev {
 }
 
 impl Algorithm for Maglev {
-    fn name(&self) -> &'static str {
-        "mh"
+    fn scheduler(&self) -> super::Scheduler {
+        super::Scheduler::Mh
     }
 
     fn update(&mut self, dests: &[Dest], _change: ListChange) {

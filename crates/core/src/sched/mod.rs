@@ -86,8 +86,8 @@ pub enum ListChange {
 
 /// One scheduling algorithm's state for one service.
 pub trait Algorithm: Send + core::fmt::Debug {
-    /// The ipvsadm name (`rr`, `wlc`, ...).
-    fn name(&self) -> &'static str;
+    /// The scheduler this is the state of.
+    fn scheduler(&self) -> Scheduler;
 
     /// The destination list changed; `dests` is the list after the change.
     fn update(&mut self, dests: &[Dest], change: ListChange);
@@ -155,7 +155,7 @@ pub enum SchedError {
     #[error("invalid parameter for scheduler `{scheduler}`: {reason}")]
     InvalidParam {
         /// The scheduler.
-        scheduler: &'static str,
+        scheduler: Scheduler,
         /// What is wrong.
         reason: String,
     },
@@ -366,8 +366,10 @@ mod scheduler_enum {
             assert_eq!(s.to_string(), s.name());
             // Every scheduler builds with the default parameters.
             assert_eq!(
-                new_scheduler(s, &SchedParams::default()).unwrap().name(),
-                s.name()
+                new_scheduler(s, &SchedParams::default())
+                    .unwrap()
+                    .scheduler(),
+                s
             );
         }
         assert_eq!(Scheduler::default(), Scheduler::Wlc);

@@ -36,7 +36,7 @@ impl Order for NqOrder {
 }
 
 impl NamedOrder for NqOrder {
-    const NAME: &'static str = "nq";
+    const SCHEDULER: super::Scheduler = super::Scheduler::Nq;
 }
 
 /// Never-queue scheduling: the kernel's loop under [`NqOrder`], kept as a

@@ -27,7 +27,7 @@ impl Order for OvfOrder {
 }
 
 impl NamedOrder for OvfOrder {
-    const NAME: &'static str = "ovf";
+    const SCHEDULER: super::Scheduler = super::Scheduler::Ovf;
 }
 
 /// Weighted-overflow scheduling: the kernel's loop under [`OvfOrder`], kept as a

@@ -22,8 +22,8 @@ impl RoundRobin {
 }
 
 impl Algorithm for RoundRobin {
-    fn name(&self) -> &'static str {
-        "rr"
+    fn scheduler(&self) -> super::Scheduler {
+        super::Scheduler::Rr
     }
 
     fn update(&mut self, dests: &[Dest], change: ListChange) {

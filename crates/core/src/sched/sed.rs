@@ -32,7 +32,7 @@ pub(crate) fn sed_better(right: &Dest, left: &Dest) -> bool {
 }
 
 impl NamedOrder for SedOrder {
-    const NAME: &'static str = "sed";
+    const SCHEDULER: super::Scheduler = super::Scheduler::Sed;
 }
 
 /// Shortest-expected-delay scheduling: the kernel's loop under [`SedOrder`], kept as a

@@ -153,8 +153,8 @@ impl SourceHash {
 }
 
 impl Algorithm for SourceHash {
-    fn name(&self) -> &'static str {
-        "sh"
+    fn scheduler(&self) -> super::Scheduler {
+        super::Scheduler::Sh
     }
 
     fn update(&mut self, dests: &[Dest], _change: ListChange) {

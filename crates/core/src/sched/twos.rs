@@ -136,8 +136,8 @@ impl TwoChoices {
 }
 
 impl Algorithm for TwoChoices {
-    fn name(&self) -> &'static str {
-        "twos"
+    fn scheduler(&self) -> super::Scheduler {
+        super::Scheduler::Twos
     }
 
     fn update(&mut self, dests: &[Dest], _change: ListChange) {

@@ -68,8 +68,8 @@ impl WeightedRoundRobin {
 }
 
 impl Algorithm for WeightedRoundRobin {
-    fn name(&self) -> &'static str {
-        "wrr"
+    fn scheduler(&self) -> super::Scheduler {
+        super::Scheduler::Wrr
     }
 
     fn update(&mut self, dests: &[Dest], _change: ListChange) {
