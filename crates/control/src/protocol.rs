@@ -229,6 +229,22 @@ mod tests {
     }
 
     #[test]
+    fn scheduler_travels_as_its_ipvsadm_name() {
+        for sched in rvs_core::sched::Scheduler::all() {
+            let config = ServiceConfig::new(AddrFamily::Inet).scheduler(sched);
+            let v = serde_json::to_value(&config).unwrap();
+            assert_eq!(v["scheduler"], serde_json::json!(sched.name()));
+            let back: ServiceConfig = serde_json::from_value(v.clone()).unwrap();
+            assert_eq!(back, config);
+            // An unknown name is refused (the text names it).
+            let mut bad = v;
+            bad["scheduler"] = serde_json::json!("nosuch");
+            let e = serde_json::from_value::<ServiceConfig>(bad).unwrap_err();
+            assert!(e.to_string().contains("nosuch"), "{e}");
+        }
+    }
+
+    #[test]
     fn garbage_is_an_error_not_a_panic() {
         for junk in [
             &b"{"[..],
