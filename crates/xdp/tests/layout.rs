@@ -415,8 +415,11 @@ fn every_shared_struct_has_a_matching_rust_mirror() {
     assert!(errs.is_empty(), "C/Rust layout:\n{}", errs.join("\n"));
     // The enumeration found what it must (a guard against a BTF walk that
     // silently finds nothing).
-    let found: usize = btfs.iter().map(|(_, b)| shared_structs(b).len()).sum();
-    assert_eq!(found, mirrors().len());
+    let found: BTreeSet<String> = btfs
+        .iter()
+        .flat_map(|(_, b)| shared_structs(b).into_keys())
+        .collect();
+    assert_eq!(found.len(), mirrors().len(), "{found:?}");
 }
 
 /// Structs of the benchmark objects that the Rust side writes as a plain
