@@ -19,9 +19,9 @@
  * truncated headers. GUE variant 1 (direct IP: the first nibble of the
  * payload is the IP version, no GUE header) is accepted as well.
  *
- * The program's map types are its own (it shares none with the director);
- * the Rust mirrors live in crates/xdp/src/decap.rs and a test checks them
- * against this object's BTF.
+ * The program's map types are its own (it shares none with the director)
+ * and live in decap.h; the Rust mirrors live in crates/xdp/src/decap.rs and
+ * crates/xdp/tests/layout.rs checks them against this object's BTF.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -33,33 +33,13 @@
 #include <bpf/bpf_helpers.h>
 
 #include "rvs.h"
+#include "decap.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
-/* decap_vips: HASH key; value is a u8 (1). */
-struct rvs_decap_vip {
-	__u8 family; /* RVS_AF_* */
-	__u8 pad0[3];
-	__u8 addr[16]; /* network order; IPv4 in the first 4 bytes */
-};
-
-/* decap_config: ARRAY[0]. */
-struct rvs_decap_config {
-	__be16 gue_port; /* UDP destination port of GUE; 0 = GUE off */
-	__u16 pad0;
-	__u32 pad1;
-};
-
-/* decap_stats: PERCPU_ARRAY of u64 counters, indexed by: */
-#define RVS_DECAP_IPIP 0    /* IPIP / IPv6-in-IPv6 packets stripped */
-#define RVS_DECAP_GUE 1     /* GUE packets stripped */
-#define RVS_DECAP_NOT_VIP 2 /* tunnel packets for another inner address: passed */
-#define RVS_DECAP_BAD 3     /* tunnel packets with a bad inner header: passed */
-#define RVS_DECAP_NSTATS 4
-
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
+	__uint(max_entries, RVS_DECAP_MAX_VIPS);
 	__type(key, struct rvs_decap_vip);
 	__type(value, __u8);
 } decap_vips SEC(".maps");

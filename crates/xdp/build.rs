@@ -45,7 +45,7 @@ fn main() {
     let manifest =
         PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let bpf_dir = manifest.join("../../bpf");
-    for header in ["rvs.h", "bench_cycle.h"] {
+    for header in ["rvs.h", "bench_cycle.h", "decap.h"] {
         println!("cargo::rerun-if-changed={}", bpf_dir.join(header).display());
     }
     for (_, src, _) in PROGRAMS {

@@ -75,8 +75,13 @@ fn configure() -> Result<Loaded, String> {
             .collect();
         let base = svc_index * 1024;
         let index_of: Vec<u32> = (0..rs.len() as u32).map(|p| base + p).collect();
-        let table = tables::scheduling_table("mh", &SchedParams::default(), &core, &index_of)
-            .map_err(|e| e.to_string())?;
+        let table = tables::scheduling_table(
+            rvs_core::sched::Scheduler::Mh,
+            &SchedParams::default(),
+            &core,
+            &index_of,
+        )
+        .map_err(|e| e.to_string())?;
         for (p, a) in rs.iter().enumerate() {
             let d = Dest {
                 addr: maps::addr16(*a),
@@ -101,7 +106,7 @@ fn configure() -> Result<Loaded, String> {
         l.set_svc(
             svc_index,
             &Svc {
-                sched: maps::sched::id("mh").ok_or("no mh")?,
+                sched: maps::sched::id(rvs_core::sched::Scheduler::Mh),
                 family: maps::family(vip),
                 table_off: slots,
                 table_len: table.len() as u32,

@@ -137,7 +137,7 @@ impl KeepalivedConf {
             for key in keys {
                 let af = key.af();
                 let mut cfg = ServiceConfig::new(af)
-                    .scheduler(&vs.scheduler)
+                    .scheduler(vs.scheduler.unwrap_or_default())
                     .flags(vs.flags);
                 cfg.persistent = vs.persistence_timeout;
                 if let Some(m) = vs.persistence_granularity {

@@ -11,6 +11,7 @@ use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use rvs_core::model::{AddrFamily, ForwardMethod, PersistMask, Protocol, SchedFlags};
+use rvs_core::sched::Scheduler;
 
 use crate::Loc;
 
@@ -259,8 +260,8 @@ pub struct VirtualServer {
     pub loc: Loc,
     /// `delay_loop` (default 60 s).
     pub delay_loop: Duration,
-    /// `lvs_sched`/`lb_algo` as written (resolved to `wlc` when missing, with a warning).
-    pub scheduler: String,
+    /// `lvs_sched`/`lb_algo` (resolved to `wlc` when missing, with a warning).
+    pub scheduler: Option<Scheduler>,
     /// Scheduler flags (`flag-N`, `sh-*`, `mh-*`).
     pub flags: SchedFlags,
     /// `hashed` (accepted, no effect in rvs).

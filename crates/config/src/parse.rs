@@ -12,14 +12,11 @@ use rvs_core::model::{
 use crate::lexer::{Kind, Node, Token};
 use crate::model::*;
 use crate::{ConfigError, Loc, Warning};
+use rvs_core::sched::Scheduler;
 
 type R<T> = Result<T, ConfigError>;
 
 /// Schedulers keepalived accepts for `lvs_sched`.
-pub(crate) const SCHEDULERS: &[&str] = &[
-    "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos",
-];
-
 const GLOBAL_UNUSED: &[&str] = &[
     "smtp_helo_name",
     "smtp_alert",
@@ -798,7 +795,7 @@ fn virtual_server(c: &mut Ctx<'_>, n: &Node) -> R<VirtualServer> {
         target,
         loc: loc_of(&n.key),
         delay_loop: DEFAULT_DELAY_LOOP,
-        scheduler: String::new(),
+        scheduler: None,
         flags: SchedFlags::default(),
         hashed: false,
         ops: false,
@@ -841,17 +838,20 @@ fn virtual_server(c: &mut Ctx<'_>, n: &Node) -> R<VirtualServer> {
             "delay_loop" => vs.delay_loop = timer(arg(k, 0, "a time in seconds")?)?,
             "lvs_sched" | "lb_algo" => {
                 let t = arg(k, 0, "a scheduler name")?;
-                if !SCHEDULERS.contains(&t.text.as_str()) {
-                    return err(
-                        t,
-                        format!(
-                            "expected a scheduler ({}), found `{}`",
-                            SCHEDULERS.join("|"),
-                            t.text
-                        ),
-                    );
+                match t.text.parse::<Scheduler>() {
+                    Ok(s) => vs.scheduler = Some(s),
+                    Err(_) => {
+                        let names: Vec<&str> = Scheduler::all().map(Scheduler::name).collect();
+                        return err(
+                            t,
+                            format!(
+                                "expected a scheduler ({}), found `{}`",
+                                names.join("|"),
+                                t.text
+                            ),
+                        );
+                    }
                 }
-                vs.scheduler = t.text.clone();
             }
             "hashed" => vs.hashed = true,
             "ops" => vs.ops = true,

@@ -8,6 +8,7 @@ use rvs_core::model::{AddrFamily, DEFAULT_PERSISTENCE_TIMEOUT, ForwardMethod, Pr
 
 use crate::model::*;
 use crate::{ConfigError, Warning};
+use rvs_core::sched::Scheduler;
 
 pub(crate) fn resolve(conf: &mut KeepalivedConf, w: &mut Vec<Warning>) -> Result<(), ConfigError> {
     let groups = conf.vs_groups.clone();
@@ -104,15 +105,15 @@ pub(crate) fn resolve(conf: &mut KeepalivedConf, w: &mut Vec<Warning>) -> Result
             );
             vs.protocol = None;
         }
-        if vs.scheduler.is_empty() {
+        let sched = *vs.scheduler.get_or_insert_with(|| {
             warn(
                 w,
                 format!("virtual server {name}: no scheduler set, setting default 'wlc'"),
             );
-            vs.scheduler = "wlc".to_owned();
-        }
+            Scheduler::Wlc
+        });
         let sf = vs.flags;
-        let is_hash = matches!(vs.scheduler.as_str(), "sh" | "mh");
+        let is_hash = sched.takes_flags();
         if (sf.contains(rvs_core::model::SchedFlags::FLAG1)
             || sf.contains(rvs_core::model::SchedFlags::FLAG2))
             && !is_hash
@@ -120,8 +121,7 @@ pub(crate) fn resolve(conf: &mut KeepalivedConf, w: &mut Vec<Warning>) -> Result
             warn(
                 w,
                 format!(
-                    "virtual server {name}: scheduler flags are only meaningful for sh/mh (scheduler is {})",
-                    vs.scheduler
+                    "virtual server {name}: scheduler flags are only meaningful for sh/mh (scheduler is {sched})"
                 ),
             );
         }

@@ -176,7 +176,7 @@ fn defaults() {
         "virtual_server 10.0.0.1 80 {\n real_server 10.1.0.1 {\n  HTTP_GET {\n   url { path / }\n  }\n  TCP_CHECK {\n  }\n }\n}\n",
     );
     let vs = &l.config.virtual_servers[0];
-    assert_eq!(vs.scheduler, "wlc");
+    assert_eq!(vs.scheduler, Some(rvs_core::sched::Scheduler::Wlc));
     assert_eq!(vs.forward, ForwardMethod::Masq);
     assert_eq!(vs.delay_loop, Duration::from_secs(60));
     assert_eq!(vs.quorum, 1);

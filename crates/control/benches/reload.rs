@@ -38,7 +38,7 @@ fn table() -> Vec<ServiceDef> {
                 addr: IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)),
                 port: 80,
             },
-            config: ServiceConfig::new(AddrFamily::Inet).scheduler("wlc"),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler(rvs_core::sched::Scheduler::Wlc),
             dests: (0..DESTS)
                 .map(|j| {
                     DestConfig::new(IpAddr::V4(Ipv4Addr::from(0xac10_0000 + i * 16 + j)), 8080)

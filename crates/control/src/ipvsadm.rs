@@ -50,8 +50,12 @@ pub fn to_command(cmd: &Ipvsadm) -> Result<Option<Command>, CtlError> {
     }))
 }
 
-/// An unknown `--pe` name is the kernel's ENOENT for the service operation.
+/// An unknown `-s` or `--pe` name is the kernel's ENOENT for the service
+/// operation.
 fn service_config(s: &ServiceSpec) -> Result<rvs_core::model::ServiceConfig, CtlError> {
+    if s.sched_name.is_some() {
+        return Err(CtlError::SchedulerNotFound);
+    }
     let mut config = s.config.clone();
     if let Some(name) = &s.pe_name {
         match name.as_str() {
@@ -142,6 +146,22 @@ mod tests {
             panic!()
         };
         assert_eq!(config.pe, Some(PersistenceEngine::Sip));
+    }
+
+    #[test]
+    fn unknown_scheduler_is_enoent() {
+        let inv = parse_args("-A -t 10.0.0.1:80 -s nosuch".split(' ').map(String::from)).unwrap();
+        let e = to_command(&inv.command).unwrap_err();
+        assert_eq!(e, CtlError::SchedulerNotFound);
+        assert_eq!(
+            error_text(&Command::Clear, &e),
+            "Scheduler or persistence engine not found"
+        );
+        let inv = parse_args("-E -t 10.0.0.1:80 -s mh".split(' ').map(String::from)).unwrap();
+        let Ok(Some(Command::EditService { config, .. })) = to_command(&inv.command) else {
+            panic!()
+        };
+        assert_eq!(config.scheduler, rvs_core::sched::Scheduler::Mh);
     }
 
     #[test]

@@ -206,7 +206,8 @@ mod tests {
             commands: vec![
                 Command::AddService {
                     key,
-                    config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+                    config: ServiceConfig::new(AddrFamily::Inet)
+                        .scheduler(rvs_core::sched::Scheduler::Rr),
                 },
                 Command::AddDest {
                     service: key,
@@ -225,6 +226,22 @@ mod tests {
             read_message::<Request, _>(&mut r),
             Err(FrameError::Closed)
         ));
+    }
+
+    #[test]
+    fn scheduler_travels_as_its_ipvsadm_name() {
+        for sched in rvs_core::sched::Scheduler::all() {
+            let config = ServiceConfig::new(AddrFamily::Inet).scheduler(sched);
+            let v = serde_json::to_value(&config).unwrap();
+            assert_eq!(v["scheduler"], serde_json::json!(sched.name()));
+            let back: ServiceConfig = serde_json::from_value(v.clone()).unwrap();
+            assert_eq!(back, config);
+            // An unknown name is refused (the text names it).
+            let mut bad = v;
+            bad["scheduler"] = serde_json::json!("nosuch");
+            let e = serde_json::from_value::<ServiceConfig>(bad).unwrap_err();
+            assert!(e.to_string().contains("nosuch"), "{e}");
+        }
     }
 
     #[test]

@@ -532,6 +532,7 @@ mod tests {
     use proptest::prelude::*;
     use rvs_core::ipvs::{L4, Packet, Verdict};
     use rvs_core::model::{AddrFamily, Protocol};
+    use rvs_core::sched::Scheduler;
     use rvs_core::state::TcpFlags;
     use rvs_core::time::Instant;
     use std::net::{IpAddr, Ipv4Addr};
@@ -552,7 +553,7 @@ mod tests {
     fn def(port: u16, sched: &str, dests: &[u8]) -> ServiceDef {
         ServiceDef {
             key: key(port),
-            config: ServiceConfig::new(AddrFamily::Inet).scheduler(sched),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler(sched.parse().unwrap()),
             dests: dests.iter().map(|&i| rs(i)).collect(),
         }
     }
@@ -689,9 +690,12 @@ mod tests {
         let snapshot = normalized(current_defs(ctl.ipvs()));
         log.lock().unwrap().clear();
 
-        let mut bad = vec![def(80, "rr", &[1]), def(81, "nope", &[1])];
+        // A Maglev table size that is not a prime: the scheduler refuses it.
+        let mut bad = vec![def(80, "rr", &[1]), def(81, "mh", &[1])];
+        bad[1].config.mh_table_size = 4094;
         let e = ctl.replace(&bad).unwrap_err();
-        assert_eq!((e.index, e.error), (1, CtlError::SchedulerNotFound));
+        assert_eq!(e.index, 1);
+        assert!(matches!(e.error, CtlError::Invalid(_)), "{:?}", e.error);
         bad[1] = def(81, "rr", &[1, 1]);
         assert_eq!(ctl.replace(&bad).unwrap_err().error, CtlError::DestExists);
         bad[1] = def(80, "wlc", &[2]);
@@ -786,7 +790,12 @@ mod tests {
         proptest::collection::btree_map(
             0u16..6,
             (
-                prop::sample::select(vec!["rr", "wlc", "sh", "mh"]),
+                prop::sample::select(vec![
+                    Scheduler::Rr,
+                    Scheduler::Wlc,
+                    Scheduler::Sh,
+                    Scheduler::Mh,
+                ]),
                 proptest::collection::btree_map(1u8..8, 0u32..4, 0..5),
             ),
             0..5,

@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use criterion::{Criterion, criterion_group, criterion_main};
 use rvs_core::dest::{Dest, DestId};
 use rvs_core::model::{DestConfig, SchedFlags};
-use rvs_core::sched::{ListChange, SchedParams, mh_reference_table, new_scheduler};
+use rvs_core::sched::{ListChange, SchedParams, Scheduler, mh_reference_table, new_scheduler};
 
 /// `n` equal-weight real servers 10.0.0.1:80, 10.0.0.2:80, ...
 fn servers(n: u32) -> Vec<Dest> {
@@ -29,7 +29,7 @@ fn build(c: &mut Criterion) {
             mh_table_size: m,
             ..SchedParams::default()
         };
-        let Ok(mut s) = new_scheduler("mh", &params) else {
+        let Ok(mut s) = new_scheduler(Scheduler::Mh, &params) else {
             panic!("mh with M={m} must be accepted");
         };
         let d = servers(n);

@@ -15,7 +15,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use rvs_core::dest::{Dest, DestId};
 use rvs_core::model::{DestConfig, Protocol};
-use rvs_core::sched::{ListChange, SCHEDULER_NAMES, SchedInput, SchedParams, new_scheduler};
+use rvs_core::sched::{ListChange, SchedInput, SchedParams, Scheduler, new_scheduler};
 use rvs_core::time::Instant;
 
 fn dests(n: usize) -> Vec<Dest> {
@@ -33,13 +33,14 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("schedule");
     g.warm_up_time(std::time::Duration::from_millis(300));
     g.measurement_time(std::time::Duration::from_secs(1));
-    for &name in SCHEDULER_NAMES {
+    for sched in Scheduler::all() {
+        let name = sched.name();
         for n in [10usize, 100, 1000] {
             let params = SchedParams {
                 mh_table_size: 65537,
                 ..SchedParams::default()
             };
-            let Ok(mut s) = new_scheduler(name, &params) else {
+            let Ok(mut s) = new_scheduler(sched, &params) else {
                 continue;
             };
             let mut d = dests(n);

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use rvs_core::ipvs::{Ipvs, IpvsConfig, L4, Packet, Verdict};
 use rvs_core::model::{AddrFamily, DestConfig, ForwardMethod, Protocol, ServiceConfig, ServiceKey};
-use rvs_core::sched::SCHEDULER_NAMES;
+use rvs_core::sched::Scheduler;
 use rvs_core::state::TcpFlags;
 use rvs_core::time::Instant;
 
@@ -27,13 +27,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if !SCHEDULER_NAMES.contains(&sched.as_str()) {
-        eprintln!(
-            "unknown scheduler `{sched}`; one of: {}",
-            SCHEDULER_NAMES.join(" ")
-        );
-        return ExitCode::from(2);
-    }
+    let sched: Scheduler = match sched.parse() {
+        Ok(s) => s,
+        Err(_) => {
+            let all: Vec<&str> = Scheduler::all().map(Scheduler::name).collect();
+            eprintln!("unknown scheduler `{sched}`; one of: {}", all.join(" "));
+            return ExitCode::from(2);
+        }
+    };
 
     let vip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
     let key = ServiceKey::Addr {
@@ -42,7 +43,7 @@ fn main() -> ExitCode {
         port: 80,
     };
     let mut ipvs = Ipvs::new(IpvsConfig::default());
-    let cfg = ServiceConfig::new(AddrFamily::Inet).scheduler(&sched);
+    let cfg = ServiceConfig::new(AddrFamily::Inet).scheduler(sched);
     if let Err(e) = ipvs.add_service(key, cfg) {
         eprintln!("{e}");
         return ExitCode::FAILURE;

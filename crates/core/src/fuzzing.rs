@@ -10,7 +10,7 @@ use crate::model::{
     AddrFamily, DestConfig, ForwardMethod, PersistMask, PersistenceEngine, Protocol, SchedFlags,
     ServiceConfig, ServiceKey, Tunnel,
 };
-use crate::sched::SCHEDULER_NAMES;
+use crate::sched::Scheduler;
 use crate::state::{SctpEvent, TcpFlags};
 use crate::time::Instant;
 
@@ -145,7 +145,7 @@ pub fn run_director_script(data: &[u8]) {
             match op % 9 {
                 0 => {
                     let key = service_key(&mut b)?;
-                    let mut cfg = ServiceConfig::new(key.af()).scheduler(b.pick(SCHEDULER_NAMES)?);
+                    let mut cfg = ServiceConfig::new(key.af()).scheduler(b.pick(&Scheduler::ALL)?);
                     let x = b.u8()?;
                     if x & 1 != 0 {
                         cfg.persistent = Some(u32::from(x >> 4) + 1);

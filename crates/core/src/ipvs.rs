@@ -29,7 +29,9 @@ use crate::model::{
     AddrFamily, DestConfig, ForwardMethod, PersistenceEngine, Protocol, ServiceConfig, ServiceKey,
 };
 use crate::pe_sip;
-use crate::sched::{ListChange, SchedError, SchedInput, SchedParams, Scheduler, new_scheduler};
+use crate::sched::{
+    Algorithm, ListChange, SchedError, SchedInput, SchedParams, Scheduler, new_scheduler,
+};
 use crate::state::{Direction, SctpEvent, SctpState, TcpFlags, TcpState, Timeouts};
 use crate::stats::{Counters, Estimator, Rates};
 use crate::time::Instant;
@@ -265,7 +267,7 @@ pub struct Service {
     key: ServiceKey,
     config: ServiceConfig,
     dests: Vec<Dest>,
-    sched: Box<dyn Scheduler>,
+    sched: Box<dyn Algorithm>,
     stats: Counters,
     est: Estimator,
 }
@@ -1588,13 +1590,13 @@ impl Ipvs {
     // Internals
     // ------------------------------------------------------------------
 
-    fn make_scheduler(&self, config: &ServiceConfig) -> Result<Box<dyn Scheduler>, CtlError> {
+    fn make_scheduler(&self, config: &ServiceConfig) -> Result<Box<dyn Algorithm>, CtlError> {
         let params = SchedParams {
             flags: config.flags,
             mh_table_size: config.mh_table_size,
             seed: self.seed,
         };
-        Ok(new_scheduler(&config.scheduler, &params)?)
+        Ok(new_scheduler(config.scheduler, &params)?)
     }
 
     fn service_index(&self, key: &ServiceKey) -> Option<usize> {
@@ -1810,7 +1812,7 @@ fn validate_dest(key: &ServiceKey, d: &DestConfig) -> Result<(), CtlError> {
 }
 
 fn check_dest_count(config: &ServiceConfig, n: usize) -> Result<(), CtlError> {
-    if config.scheduler == "mh" && n > config.mh_table_size as usize {
+    if config.scheduler == Scheduler::Mh && n > config.mh_table_size as usize {
         return Err(CtlError::Invalid(format!(
             "mh: {n} real servers exceed the table size {}",
             config.mh_table_size

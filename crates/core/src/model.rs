@@ -4,6 +4,7 @@
 //! These are plain values. Runtime state (connection counters, flags, stats)
 //! lives in [`crate::dest::Dest`] and [`crate::ipvs::Ipvs`].
 
+use crate::sched::Scheduler;
 use core::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -387,8 +388,8 @@ pub const DEFAULT_MH_TABLE_SIZE: u32 = 4093;
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ServiceConfig {
-    /// Scheduler name (`rr`, `wlc`, ...). ipvsadm's default is `wlc`.
-    pub scheduler: String,
+    /// Scheduler (`-s`; in JSON its ipvsadm name). ipvsadm's default is `wlc`.
+    pub scheduler: Scheduler,
     /// Scheduler flags (`-b`).
     pub flags: SchedFlags,
     /// Persistence timeout in seconds; `None` = not persistent.
@@ -413,7 +414,7 @@ impl ServiceConfig {
     /// ipvsadm's defaults for a service of this family: `wlc`, not persistent.
     pub fn new(af: AddrFamily) -> Self {
         ServiceConfig {
-            scheduler: "wlc".to_owned(),
+            scheduler: Scheduler::Wlc,
             flags: SchedFlags::default(),
             persistent: None,
             netmask: PersistMask::full(af),
@@ -425,9 +426,9 @@ impl ServiceConfig {
         }
     }
 
-    /// Builder: set the scheduler by name.
-    pub fn scheduler(mut self, name: &str) -> Self {
-        name.clone_into(&mut self.scheduler);
+    /// Builder: set the scheduler.
+    pub fn scheduler(mut self, s: Scheduler) -> Self {
+        self.scheduler = s;
         self
     }
 

@@ -12,6 +12,7 @@ use rvs_core::model::{
     AddrFamily, DestConfig, ForwardMethod, PersistMask, PersistenceEngine, Protocol, ServiceConfig,
     ServiceKey,
 };
+use rvs_core::sched::Scheduler;
 use rvs_core::state::{TcpFlags, TcpState};
 use rvs_core::time::Instant;
 
@@ -95,7 +96,7 @@ fn director(sched: &str, n: u8, method: ForwardMethod) -> Ipvs {
     let mut ipvs = Ipvs::new(IpvsConfig::default());
     ipvs.add_service(
         tcp_svc(80),
-        ServiceConfig::new(AddrFamily::Inet).scheduler(sched),
+        ServiceConfig::new(AddrFamily::Inet).scheduler(sched.parse().expect("scheduler")),
     )
     .unwrap();
     for i in 1..=n {
@@ -270,7 +271,7 @@ fn persistence_spans_client_ports_and_outlives_connections() {
     ipvs.add_service(
         key,
         ServiceConfig::new(AddrFamily::Inet)
-            .scheduler("rr")
+            .scheduler(Scheduler::Rr)
             .persistent(360),
     )
     .unwrap();
@@ -338,7 +339,7 @@ fn persistence_netmask_groups_a_subnet() {
     let mut ipvs = Ipvs::new(IpvsConfig::default());
     let key = tcp_svc(80);
     let cfg = ServiceConfig::new(AddrFamily::Inet)
-        .scheduler("rr")
+        .scheduler(Scheduler::Rr)
         .persistent(60)
         .netmask(PersistMask::V4(Ipv4Addr::new(255, 255, 255, 0)));
     ipvs.add_service(key, cfg).unwrap();
@@ -363,8 +364,11 @@ fn port_zero_persistent_service_spans_ports() {
     let mut ipvs = Ipvs::new(IpvsConfig::default());
     let key = tcp_svc(0);
     // Without persistence a port-zero service refuses to schedule.
-    ipvs.add_service(key, ServiceConfig::new(AddrFamily::Inet).scheduler("rr"))
-        .unwrap();
+    ipvs.add_service(
+        key,
+        ServiceConfig::new(AddrFamily::Inet).scheduler(Scheduler::Rr),
+    )
+    .unwrap();
     ipvs.add_dest(&key, DestConfig::new(rs(1), 0)).unwrap();
     ipvs.add_dest(&key, DestConfig::new(rs(2), 0)).unwrap();
     assert_eq!(
@@ -374,7 +378,7 @@ fn port_zero_persistent_service_spans_ports() {
     ipvs.edit_service(
         &key,
         ServiceConfig::new(AddrFamily::Inet)
-            .scheduler("rr")
+            .scheduler(Scheduler::Rr)
             .persistent(60),
     )
     .unwrap();
@@ -406,7 +410,7 @@ fn fwmark_persistence_spans_protocols() {
     ipvs.add_service(
         key,
         ServiceConfig::new(AddrFamily::Inet)
-            .scheduler("rr")
+            .scheduler(Scheduler::Rr)
             .persistent(60),
     )
     .unwrap();
@@ -439,7 +443,7 @@ fn quiescent_template_kept_by_default_broken_by_sysctl() {
     ipvs.add_service(
         key,
         ServiceConfig::new(AddrFamily::Inet)
-            .scheduler("rr")
+            .scheduler(Scheduler::Rr)
             .persistent(60),
     )
     .unwrap();
@@ -523,8 +527,11 @@ fn re_adding_a_deleted_dest_resurrects_it() {
 fn thresholds_overload_and_recover() {
     let mut ipvs = Ipvs::new(IpvsConfig::default());
     let key = tcp_svc(80);
-    ipvs.add_service(key, ServiceConfig::new(AddrFamily::Inet).scheduler("wlc"))
-        .unwrap();
+    ipvs.add_service(
+        key,
+        ServiceConfig::new(AddrFamily::Inet).scheduler(Scheduler::Wlc),
+    )
+    .unwrap();
     ipvs.add_dest(
         &key,
         DestConfig::new(rs(1), 80).weight(100).thresholds(2, 1),
@@ -559,8 +566,11 @@ fn thresholds_overload_and_recover() {
 fn udp_is_always_inactive_and_one_packet_keeps_no_entry() {
     let mut ipvs = Ipvs::new(IpvsConfig::default());
     let key = udp_svc(53);
-    ipvs.add_service(key, ServiceConfig::new(AddrFamily::Inet).scheduler("rr"))
-        .unwrap();
+    ipvs.add_service(
+        key,
+        ServiceConfig::new(AddrFamily::Inet).scheduler(Scheduler::Rr),
+    )
+    .unwrap();
     ipvs.add_dest(
         &key,
         DestConfig::new(rs(1), 53).forward(ForwardMethod::Masq),
@@ -576,7 +586,7 @@ fn udp_is_always_inactive_and_one_packet_keeps_no_entry() {
     ipvs.process(t(2), &p);
     assert_eq!(ipvs.conns().deadline(f.conn.unwrap()), Some(t(32)));
 
-    let mut cfg = ServiceConfig::new(AddrFamily::Inet).scheduler("rr");
+    let mut cfg = ServiceConfig::new(AddrFamily::Inet).scheduler(Scheduler::Rr);
     cfg.one_packet = true;
     ipvs.edit_service(&key, cfg).unwrap();
     let q = pkt(v4(1, 1, 1, 2), 999, IpAddr::V4(VIP), 53, L4::Udp);
@@ -591,7 +601,7 @@ fn sip_call_id_persistence() {
     let mut ipvs = Ipvs::new(IpvsConfig::default());
     let key = udp_svc(5060);
     let mut cfg = ServiceConfig::new(AddrFamily::Inet)
-        .scheduler("rr")
+        .scheduler(Scheduler::Rr)
         .persistent(60);
     cfg.pe = Some(PersistenceEngine::Sip);
     ipvs.add_service(key, cfg).unwrap();
@@ -630,7 +640,7 @@ fn full_table_evicts_half_open_before_established() {
     });
     ipvs.add_service(
         tcp_svc(80),
-        ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+        ServiceConfig::new(AddrFamily::Inet).scheduler(Scheduler::Rr),
     )
     .unwrap();
     ipvs.add_dest(&tcp_svc(80), DestConfig::new(rs(1), 80))
@@ -675,12 +685,20 @@ fn control_errors_leave_state_unchanged() {
         ipvs.edit_service(&tcp_svc(81), cfg.clone()),
         Err(CtlError::NoService)
     );
+    // A scheduler that refuses its parameters (an unknown scheduler cannot
+    // reach the core: it is a `Scheduler`, parsed where the name is read).
+    let mut bad_mh = cfg.clone().scheduler(Scheduler::Mh);
+    bad_mh.mh_table_size = 4094; // not a prime
+    assert!(matches!(
+        ipvs.edit_service(&tcp_svc(80), bad_mh.clone()),
+        Err(CtlError::Invalid(_))
+    ));
+    assert!(matches!(
+        ipvs.add_service(tcp_svc(81), bad_mh),
+        Err(CtlError::Invalid(_))
+    ));
     assert_eq!(
-        ipvs.edit_service(&tcp_svc(80), cfg.clone().scheduler("nope")),
-        Err(CtlError::SchedulerNotFound)
-    );
-    assert_eq!(
-        ipvs.add_service(tcp_svc(81), cfg.scheduler("xx")),
+        "nope".parse::<Scheduler>().map_err(CtlError::from),
         Err(CtlError::SchedulerNotFound)
     );
     assert!(ipvs.service(&tcp_svc(81)).is_none());
@@ -712,7 +730,7 @@ fn control_errors_leave_state_unchanged() {
     assert_eq!(before, format!("{:?}", counts(&ipvs, &tcp_svc(80))));
     assert_eq!(
         ipvs.service(&tcp_svc(80)).unwrap().config().scheduler,
-        "wlc"
+        Scheduler::Wlc
     );
     ipvs.audit().unwrap();
 }
@@ -727,7 +745,7 @@ fn ipv6_service_and_zeroing() {
         port: 80,
     };
     let cfg = ServiceConfig::new(AddrFamily::Inet6)
-        .scheduler("sh")
+        .scheduler(Scheduler::Sh)
         .persistent(30)
         .netmask(PersistMask::V6(64));
     ipvs.add_service(key, cfg).unwrap();
@@ -814,7 +832,7 @@ fn add_service_with_equals_one_by_one_and_is_all_or_nothing() {
         .map(|i| DestConfig::new(rs(i), 80).weight(u32::from(i)))
         .collect();
     let mut a = Ipvs::new(IpvsConfig::default());
-    let cfg = ServiceConfig::new(AddrFamily::Inet).scheduler("mh");
+    let cfg = ServiceConfig::new(AddrFamily::Inet).scheduler(Scheduler::Mh);
     a.add_service_with(tcp_svc(80), cfg.clone(), &dests)
         .unwrap();
     let mut b = Ipvs::new(IpvsConfig::default());
@@ -873,7 +891,7 @@ fn full_table_never_evicts_the_template_in_use() {
     ipvs.add_service(
         key,
         ServiceConfig::new(AddrFamily::Inet)
-            .scheduler("rr")
+            .scheduler(Scheduler::Rr)
             .persistent(1),
     )
     .unwrap();
@@ -948,7 +966,7 @@ mod proxy_api {
         ipvs.add_service(
             key,
             ServiceConfig::new(AddrFamily::Inet)
-                .scheduler("wlc")
+                .scheduler(Scheduler::Wlc)
                 .persistent(60),
         )
         .unwrap();
@@ -1000,7 +1018,7 @@ mod proxy_api {
         });
         ipvs.add_service(
             tcp_svc(80),
-            ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+            ServiceConfig::new(AddrFamily::Inet).scheduler(Scheduler::Rr),
         )
         .unwrap();
         ipvs.add_dest(&tcp_svc(80), DestConfig::new(rs(1), 80))

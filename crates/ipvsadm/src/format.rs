@@ -20,6 +20,7 @@
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
+use rvs_core::sched::Scheduler;
 use serde::{Deserialize, Serialize};
 
 use crate::names::{Names, SystemNames};
@@ -163,9 +164,9 @@ const SCHED_FLAGS_MASK: u32 = 0x08 | 0x10 | 0x20;
 
 /// `print_sched_flags`: names depend on the scheduler.
 fn sched_flags_text(s: &ServiceSnap) -> String {
-    let names: [(u32, &str); 3] = match s.scheduler.as_str() {
-        "sh" => [(0x08, "sh-fallback"), (0x10, "sh-port"), (0, "")],
-        "mh" => [(0x08, "mh-fallback"), (0x10, "mh-port"), (0, "")],
+    let names: [(u32, &str); 3] = match s.scheduler {
+        Scheduler::Sh => [(0x08, "sh-fallback"), (0x10, "sh-port"), (0, "")],
+        Scheduler::Mh => [(0x08, "mh-fallback"), (0x10, "mh-port"), (0, "")],
         _ => [(0x08, "flag-1"), (0x10, "flag-2"), (0x20, "flag-3")],
     };
     names

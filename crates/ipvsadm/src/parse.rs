@@ -29,6 +29,8 @@ use rvs_core::model::{
     Tunnel, TunnelCsum, TunnelType,
 };
 
+use rvs_core::sched::Scheduler;
+
 use crate::cnum::{atoi, inet_aton, string_to_number, strtol_full};
 use crate::error::ParseError;
 use crate::format::{ListOptions, ListTarget};
@@ -50,8 +52,14 @@ pub struct Invocation {
 pub struct ServiceSpec {
     /// Which service.
     pub key: ServiceKey,
-    /// Its options (`config.pe` is set when `pe_name` is a known engine).
+    /// Its options (`config.pe` is set when `pe_name` is a known engine,
+    /// `config.scheduler` when `-s` names a known scheduler).
     pub config: ServiceConfig,
+    /// `-s NAME` as given (truncated to 16 bytes like ipvsadm) when NAME is
+    /// no scheduler rvs knows: for the daemon side to refuse with "Scheduler
+    /// or persistence engine not found", as the kernel does. `None` when
+    /// `-s` named a known scheduler or was not given.
+    pub sched_name: Option<String>,
     /// `--pe NAME` as given (truncated to 16 bytes like ipvsadm). An unknown
     /// name is for the daemon to refuse with "Scheduler or persistence
     /// engine not found", as the kernel does.
@@ -675,7 +683,12 @@ fn parse_fwmark(s: &str) -> Result<u32, ParseError> {
 
 /// `parse_sched_flags`: comma-separated names, checked against the scheduler.
 fn parse_sched_flags(sched: &str, arg: &str) -> Result<u32, ParseError> {
-    let sched = if sched.is_empty() { "wlc" } else { sched };
+    // `-s` as given (an unknown name takes no sh/mh flag); none = wlc.
+    let sched = if sched.is_empty() {
+        Some(Scheduler::Wlc)
+    } else {
+        sched.parse::<Scheduler>().ok()
+    };
     let mut flags = 0u32;
     let mut any = false;
     for flag in arg.split(',').filter(|f| !f.is_empty()) {
@@ -684,16 +697,16 @@ fn parse_sched_flags(sched: &str, arg: &str) -> Result<u32, ParseError> {
             "flag-1" => (SchedFlags::FLAG1, None),
             "flag-2" => (SchedFlags::FLAG2, None),
             "flag-3" => (SchedFlags::FLAG3, None),
-            "sh-fallback" => (SchedFlags::SH_FALLBACK, Some("sh")),
-            "sh-port" => (SchedFlags::SH_PORT, Some("sh")),
-            "mh-fallback" => (SchedFlags::MH_FALLBACK, Some("mh")),
-            "mh-port" => (SchedFlags::MH_PORT, Some("mh")),
+            "sh-fallback" => (SchedFlags::SH_FALLBACK, Some(Scheduler::Sh)),
+            "sh-port" => (SchedFlags::SH_PORT, Some(Scheduler::Sh)),
+            "mh-fallback" => (SchedFlags::MH_FALLBACK, Some(Scheduler::Mh)),
+            "mh-port" => (SchedFlags::MH_PORT, Some(Scheduler::Mh)),
             _ => {
                 return Err(ParseError::fail(format!("invalid scheduler flag `{flag}'")));
             }
         };
         flags |= bit.0;
-        if needs.is_some_and(|s| s != sched) {
+        if needs.is_some_and(|s| Some(s) != sched) {
             return Err(ParseError::fail(format!(
                 "incompatible scheduler flag `{flag}'"
             )));
@@ -1247,10 +1260,17 @@ fn finish(
                     "One-Packet Scheduling is only for UDP virtual services",
                 ));
             }
-            if st.sched.is_empty() {
-                "wlc".clone_into(&mut st.sched);
-            }
-            let mut config = ServiceConfig::new(st.svc_af).scheduler(&st.sched);
+            // An unknown name is for the daemon side to refuse, as the
+            // kernel does (ENOENT); the config keeps the default meanwhile.
+            let (scheduler, sched_name) = if st.sched.is_empty() {
+                (Scheduler::Wlc, None)
+            } else {
+                match st.sched.parse::<Scheduler>() {
+                    Ok(s) => (s, None),
+                    Err(_) => (Scheduler::Wlc, Some(st.sched.clone())),
+                }
+            };
+            let mut config = ServiceConfig::new(st.svc_af).scheduler(scheduler);
             config.flags = SchedFlags(sched_flags);
             config.persistent = st.persistent;
             config.netmask = match st.svc_af {
@@ -1270,6 +1290,7 @@ fn finish(
             let spec = ServiceSpec {
                 key,
                 config,
+                sched_name,
                 pe_name: st.pe_name,
             };
             if cmd == Cmd::Add {

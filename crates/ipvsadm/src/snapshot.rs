@@ -13,6 +13,7 @@ use rvs_core::model::{
     AddrFamily, DestConfig, ForwardMethod, PersistMask, Protocol, ServiceConfig, ServiceKey,
     TunnelCsum, TunnelType,
 };
+use rvs_core::sched::Scheduler;
 use serde::{Deserialize, Serialize};
 
 /// Everything a listing can show.
@@ -148,8 +149,8 @@ pub struct RatesSnap {
 pub struct ServiceSnap {
     /// Which service.
     pub key: ServiceKeySnap,
-    /// Scheduler name.
-    pub scheduler: String,
+    /// Scheduler (in JSON its ipvsadm name).
+    pub scheduler: Scheduler,
     /// Scheduler flag bits (`IP_VS_SVC_F_SCHED1..3` = 0x08, 0x10, 0x20).
     pub sched_flags: u32,
     /// Persistence timeout, `None` when not persistent.
@@ -186,7 +187,7 @@ impl ServiceSnap {
     pub fn from_config(key: &ServiceKey, config: &ServiceConfig) -> Self {
         ServiceSnap {
             key: ServiceKeySnap::from(key),
-            scheduler: config.scheduler.clone(),
+            scheduler: config.scheduler,
             sched_flags: config.flags.0,
             persistent: config.persistent,
             netmask: match config.netmask {

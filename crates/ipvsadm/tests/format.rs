@@ -47,7 +47,7 @@ fn svc(proto: u8, addr: &str, port: u16, sched: &str) -> ServiceSnap {
             addr: a,
             port,
         },
-        scheduler: sched.into(),
+        scheduler: sched.parse().expect("scheduler"),
         sched_flags: 0,
         persistent: None,
         netmask: if a.is_ipv4() {

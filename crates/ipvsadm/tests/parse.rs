@@ -6,6 +6,7 @@ use rvs_core::model::{
     AddrFamily, DestConfig, ForwardMethod, PersistMask, PersistenceEngine, Protocol, SchedFlags,
     ServiceKey, Tunnel, TunnelCsum, TunnelType,
 };
+use rvs_core::sched::Scheduler;
 use rvs_ipvsadm::names::{Names, OfflineNames};
 use rvs_ipvsadm::snapshot::ServiceKeySnap;
 use rvs_ipvsadm::{
@@ -82,7 +83,7 @@ fn add_service_defaults() {
         panic!()
     };
     assert_eq!(s.key, tcp(v4(10, 0, 0, 1), 80));
-    assert_eq!(s.config.scheduler, "wlc");
+    assert_eq!(s.config.scheduler, Scheduler::Wlc);
     assert_eq!(s.config.persistent, None);
     assert_eq!(s.config.flags, SchedFlags(0));
     assert_eq!(
@@ -109,7 +110,7 @@ fn add_service_all_options() {
             port: 5060
         }
     );
-    assert_eq!(s.config.scheduler, "sh");
+    assert_eq!(s.config.scheduler, Scheduler::Sh);
     assert_eq!(s.config.persistent, Some(120));
     assert_eq!(
         s.config.netmask,
@@ -122,11 +123,31 @@ fn add_service_all_options() {
 }
 
 #[test]
+fn every_scheduler_parses_and_an_unknown_one_is_left_to_the_daemon() {
+    for sched in Scheduler::all() {
+        let Command::AddService(s) = cmd(&format!("-A -t 10.0.0.1:80 -s {sched}")) else {
+            panic!()
+        };
+        assert_eq!((s.config.scheduler, s.sched_name), (sched, None));
+    }
+    // ipvsadm sends any name to the kernel, which answers ENOENT; rvsadm
+    // keeps the name for the daemon side to refuse the same way.
+    let Command::AddService(s) = cmd("-A -t 10.0.0.1:80 -s nosuch") else {
+        panic!()
+    };
+    assert_eq!(s.sched_name.as_deref(), Some("nosuch"));
+    // sh's flags need sh (by name, as ipvsadm checks them).
+    assert!(p("-A -t 10.0.0.1:80 -s sh -b sh-port").is_ok());
+    assert!(p("-A -t 10.0.0.1:80 -s mh -b sh-port").is_err());
+    assert!(p("-A -t 10.0.0.1:80 -s nosuch -b sh-port").is_err());
+}
+
+#[test]
 fn edit_and_delete_service() {
     let Command::EditService(s) = cmd("-E -t 10.0.0.1:80 -s rr") else {
         panic!()
     };
-    assert_eq!(s.config.scheduler, "rr");
+    assert_eq!(s.config.scheduler, Scheduler::Rr);
     assert_eq!(
         cmd("-D --tcp-service 10.0.0.1:80"),
         Command::DeleteService(tcp(v4(10, 0, 0, 1), 80))
@@ -147,20 +168,23 @@ fn persistent_optional_argument_like_popt() {
         Command::AddService(s) => (s.config.persistent, s.config.scheduler),
         c => panic!("{c:?}"),
     };
-    assert_eq!(pers("-A -t 1.2.3.4:80 -p 60"), (Some(60), "wlc".into()));
-    assert_eq!(pers("-A -t 1.2.3.4:80 -p"), (Some(360), "wlc".into()));
-    assert_eq!(pers("-A -t 1.2.3.4:80 -p -s rr"), (Some(360), "rr".into()));
-    assert_eq!(pers("-A -t 1.2.3.4:80 -p60"), (Some(60), "wlc".into()));
+    assert_eq!(pers("-A -t 1.2.3.4:80 -p 60"), (Some(60), Scheduler::Wlc));
+    assert_eq!(pers("-A -t 1.2.3.4:80 -p"), (Some(360), Scheduler::Wlc));
+    assert_eq!(
+        pers("-A -t 1.2.3.4:80 -p -s rr"),
+        (Some(360), Scheduler::Rr)
+    );
+    assert_eq!(pers("-A -t 1.2.3.4:80 -p60"), (Some(60), Scheduler::Wlc));
     assert_eq!(
         pers("-A -t 1.2.3.4:80 --persistent=90"),
-        (Some(90), "wlc".into())
+        (Some(90), Scheduler::Wlc)
     );
     assert_eq!(
         pers("-A -t 1.2.3.4:80 --persistent 90"),
-        (Some(90), "wlc".into())
+        (Some(90), Scheduler::Wlc)
     );
     // Port zero is fine once persistent.
-    assert_eq!(pers("-A -t 1.2.3.4 -p"), (Some(360), "wlc".into()));
+    assert_eq!(pers("-A -t 1.2.3.4 -p"), (Some(360), Scheduler::Wlc));
     e2(
         "-A -t 1.2.3.4:80 -p 0",
         "invalid timeout value `0' specified",
@@ -212,11 +236,11 @@ fn combined_short_options_and_list_flags() {
         panic!()
     };
     assert_eq!(s.key, tcp(v4(10, 0, 0, 1), 80));
-    assert_eq!(s.config.scheduler, "rr");
+    assert_eq!(s.config.scheduler, Scheduler::Rr);
     let Command::AddService(s) = cmd("-A -t 10.0.0.1:80 -s=rr") else {
         panic!()
     };
-    assert_eq!(s.config.scheduler, "rr");
+    assert_eq!(s.config.scheduler, Scheduler::Rr);
 }
 
 #[test]

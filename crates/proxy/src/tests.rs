@@ -130,7 +130,7 @@ fn udp_key(addr: SocketAddr) -> ServiceKey {
 }
 
 fn rr(af: AddrFamily) -> ServiceConfig {
-    ServiceConfig::new(af).scheduler("rr")
+    ServiceConfig::new(af).scheduler(rvs_core::sched::Scheduler::Rr)
 }
 
 fn lo(last: u8) -> IpAddr {

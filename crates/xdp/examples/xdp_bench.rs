@@ -73,6 +73,7 @@ fn director_of(
     table: u32,
     v6: bool,
 ) -> Result<Loaded, Box<dyn Error>> {
+    let sched: rvs_core::sched::Scheduler = sched.parse()?;
     let family = if v6 { maps::AF_INET6 } else { maps::AF_INET };
     let mut l = Loaded::load(
         object,
@@ -112,7 +113,7 @@ fn director_of(
     l.set_svc(
         0,
         &Svc {
-            sched: maps::sched::id(sched).ok_or("scheduler")?,
+            sched: maps::sched::id(sched),
             family,
             table_off: 0,
             table_len: t.len() as u32,

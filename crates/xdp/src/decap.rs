@@ -17,10 +17,10 @@ use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray};
 use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 
-use crate::maps::{Layout, addr16, family};
+use crate::maps::{addr16, family};
 use crate::{RunResult, XdpError};
 
-/// Key of `decap_vips` (`struct rvs_decap_vip` of decap.c).
+/// Key of `decap_vips` (`struct rvs_decap_vip` of bpf/decap.h).
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct DecapVip {
@@ -66,29 +66,21 @@ unsafe impl aya::Pod for DecapVip {}
 // SAFETY: as above.
 unsafe impl aya::Pod for DecapConfig {}
 
-/// The layouts of the decapsulator's structs, for the BTF check.
-pub fn layouts() -> Vec<Layout> {
-    use std::mem::offset_of;
-    vec![
-        Layout {
-            c_name: "rvs_decap_vip",
-            size: size_of::<DecapVip>(),
-            fields: vec![
-                ("family", offset_of!(DecapVip, family)),
-                ("pad0", offset_of!(DecapVip, pad0)),
-                ("addr", offset_of!(DecapVip, addr)),
-            ],
-        },
-        Layout {
-            c_name: "rvs_decap_config",
-            size: size_of::<DecapConfig>(),
-            fields: vec![
-                ("gue_port", offset_of!(DecapConfig, gue_port)),
-                ("pad0", offset_of!(DecapConfig, pad0)),
-                ("pad1", offset_of!(DecapConfig, pad1)),
-            ],
-        },
-    ]
+/// Entries of `decap_vips` (`RVS_DECAP_MAX_VIPS`).
+pub const MAX_VIPS: u32 = 1024;
+
+/// Indexes of the `decap_stats` counters (`RVS_DECAP_*` of bpf/decap.h).
+pub mod stat {
+    /// IPIP / IPv6-in-IPv6 packets stripped.
+    pub const IPIP: u32 = 0;
+    /// GUE packets stripped.
+    pub const GUE: u32 = 1;
+    /// Tunnel packets for an inner destination that is not a VIP (passed).
+    pub const NOT_VIP: u32 = 2;
+    /// Tunnel packets with a bad inner header (passed).
+    pub const BAD: u32 = 3;
+    /// Number of counters (the map's size).
+    pub const NSTATS: u32 = 4;
 }
 
 /// The decapsulator's counters, summed over CPUs.
@@ -231,19 +223,14 @@ impl Decap {
     pub fn stats(&mut self) -> Result<DecapStats, XdpError> {
         let a: PerCpuArray<&mut MapData, u64> =
             PerCpuArray::try_from(self.map("decap_stats")?).map_err(map_err("decap_stats"))?;
-        let mut sum = [0u64; 4];
-        for (i, s) in sum.iter_mut().enumerate() {
-            *s = a
-                .get(&(i as u32), 0)
-                .map_err(map_err("decap_stats"))?
-                .iter()
-                .sum();
-        }
+        let sum = |i: u32| -> Result<u64, XdpError> {
+            Ok(a.get(&i, 0).map_err(map_err("decap_stats"))?.iter().sum())
+        };
         Ok(DecapStats {
-            ipip: sum[0],
-            gue: sum[1],
-            not_vip: sum[2],
-            bad: sum[3],
+            ipip: sum(stat::IPIP)?,
+            gue: sum(stat::GUE)?,
+            not_vip: sum(stat::NOT_VIP)?,
+            bad: sum(stat::BAD)?,
         })
     }
 

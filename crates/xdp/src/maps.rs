@@ -4,9 +4,10 @@
 //! `bpf/rvs.h` is the single source of truth. Every struct here has the same
 //! field names, fixed-width integers and explicit padding fields (always
 //! zero: hash keys compare padding bytes). Sizes are asserted at compile
-//! time; the `btf_layout` test compares every size and field offset with the
-//! BTF of the compiled object, and the `header_constants` test compares the
-//! constants with the header's `#define`s.
+//! time; `crates/xdp/tests/layout.rs` requires a mirror for every struct of
+//! the compiled object's BTF and compares its size and every member's offset,
+//! width and signedness, and requires a Rust counterpart with the same value
+//! for every `RVS_*` constant of the headers under `bpf/`.
 //!
 //! Byte order: addresses are 16 bytes in network order (IPv4 in the first
 //! four); fields named `*port` hold the port in network order (use the
@@ -54,8 +55,11 @@ pub const PROTO_TCP: u8 = 6;
 /// IP protocol UDP.
 pub const PROTO_UDP: u8 = 17;
 
-/// Scheduler ids: 1 + the position in rvs-core's `SCHEDULER_NAMES`.
+/// Scheduler ids (`RVS_SCHED_*`): the program's number for each of
+/// rvs-core's [`Scheduler`](rvs_core::sched::Scheduler)s.
 pub mod sched {
+    use rvs_core::sched::Scheduler;
+
     /// No scheduler: the `svc_info` slot is unused.
     pub const NONE: u8 = 0;
     /// Round robin.
@@ -87,12 +91,25 @@ pub mod sched {
     /// Power of two choices (`bpf_get_prandom_u32`).
     pub const TWOS: u8 = 14;
 
-    /// The id of an ipvsadm scheduler name.
-    pub fn id(name: &str) -> Option<u8> {
-        rvs_core::sched::SCHEDULER_NAMES
-            .iter()
-            .position(|&n| n == name)
-            .and_then(|p| u8::try_from(p + 1).ok())
+    /// The program's id of scheduler `s` (every scheduler of the core has
+    /// one; the layout test checks them against the `RVS_SCHED_*` defines).
+    pub const fn id(s: Scheduler) -> u8 {
+        match s {
+            Scheduler::Rr => RR,
+            Scheduler::Wrr => WRR,
+            Scheduler::Lc => LC,
+            Scheduler::Wlc => WLC,
+            Scheduler::Lblc => LBLC,
+            Scheduler::Lblcr => LBLCR,
+            Scheduler::Dh => DH,
+            Scheduler::Sh => SH,
+            Scheduler::Sed => SED,
+            Scheduler::Nq => NQ,
+            Scheduler::Fo => FO,
+            Scheduler::Ovf => OVF,
+            Scheduler::Mh => MH,
+            Scheduler::Twos => TWOS,
+        }
     }
 }
 
@@ -143,6 +160,10 @@ pub const TCP_S_LAST: usize = 11;
 pub const GUE_HDR_LEN: usize = 4;
 /// TTL / hop limit of the outer header of tunnelled packets.
 pub const TUN_TTL: u8 = 64;
+/// First client address (IPv4, host order) of the benchmark objects that
+/// cycle through N flows (`RVS_BENCH_CYCLE_BASE` of bpf/bench_cycle.h):
+/// key `i` comes from this address + `i`.
+pub const BENCH_CYCLE_BASE: u32 = 0x0a00_0000;
 
 /// An address as the maps store it: 16 bytes, network order, IPv4 in the
 /// first four bytes.
@@ -779,123 +800,3 @@ unsafe impl aya::Pod for Persist {}
 unsafe impl aya::Pod for LocalityKey {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Locality {}
-
-/// A mirrored struct's layout as the Rust compiler laid it out.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Layout {
-    /// The struct's name in rvs.h (`struct rvs_...`).
-    pub c_name: &'static str,
-    /// `size_of`.
-    pub size: usize,
-    /// `(field, offset)` in declaration order.
-    pub fields: Vec<(&'static str, usize)>,
-}
-
-/// The layouts of every mirrored struct. The `btf_layout` test compares
-/// these with the object's BTF.
-pub fn layouts() -> Vec<Layout> {
-    use std::mem::offset_of;
-    macro_rules! layout {
-        ($c:literal, $t:ty, [$($f:ident),* $(,)?]) => {
-            Layout {
-                c_name: $c,
-                size: size_of::<$t>(),
-                fields: vec![$((stringify!($f), offset_of!($t, $f))),*],
-            }
-        };
-    }
-    vec![
-        layout!("rvs_svc_key", SvcKey, [proto, family, port, vip]),
-        layout!(
-            "rvs_svc",
-            Svc,
-            [
-                sched,
-                family,
-                pad0,
-                flags,
-                table_off,
-                table_len,
-                dests_off,
-                dests_len,
-                persist_timeout,
-                persist_mask
-            ]
-        ),
-        layout!(
-            "rvs_dest",
-            Dest,
-            [
-                addr, port, family, method, flags, weight, ifindex, mac, smac, gue_port, pad0
-            ]
-        ),
-        layout!(
-            "rvs_flow_key",
-            FlowKey,
-            [caddr, vaddr, cport, vport, proto, family, pad0]
-        ),
-        layout!(
-            "rvs_flow4_key",
-            Flow4Key,
-            [caddr, vaddr, cport, vport, proto, pad0, pad1]
-        ),
-        layout!(
-            "rvs_flow",
-            Flow,
-            [last_seen, dest, svc, state, flags, pad0, pad1]
-        ),
-        layout!(
-            "rvs_nat_key",
-            NatKey,
-            [raddr, caddr, rport, cport, proto, family, pad0]
-        ),
-        layout!(
-            "rvs_flow_cache",
-            FlowCache,
-            [key, stamp, dest, svc, epoch, pad0]
-        ),
-        layout!(
-            "rvs_flow6_cache",
-            Flow6Cache,
-            [key, stamp, dest, svc, epoch, pad0]
-        ),
-        layout!("rvs_nat", Nat, [vaddr, vport, pad0, svc, dest]),
-        layout!(
-            "rvs_stats",
-            Stats,
-            [conns, inpkts, outpkts, inbytes, outbytes]
-        ),
-        layout!(
-            "rvs_config",
-            Config,
-            [
-                tun_src4,
-                tun_src6,
-                tcp_timeouts,
-                udp_timeout,
-                flags,
-                hz,
-                max_new_flows,
-                tun_mtu,
-                tun_vary4,
-                tun_vary6,
-                pad0,
-                locality_expiration
-            ]
-        ),
-        layout!("rvs_flood", Flood, [second, count]),
-        layout!("rvs_dest_conns", DestConns, [active, inactive]),
-        layout!(
-            "rvs_persist_key",
-            PersistKey,
-            [caddr, vaddr, vport, proto, family]
-        ),
-        layout!("rvs_persist", Persist, [last_seen, dest, svc]),
-        layout!("rvs_locality_key", LocalityKey, [svc, family, pad0, daddr]),
-        layout!(
-            "rvs_locality",
-            Locality,
-            [lastuse, lastmod, count, members, pad0]
-        ),
-    ]
-}

@@ -362,9 +362,8 @@ fn sched_params(c: &ServiceConfig) -> SchedParams {
 
 /// Refuse schedulers the program does not run (yet).
 fn check_scheduler(c: &ServiceConfig) -> Result<u8, PlaneError> {
-    let id = maps::sched::id(&c.scheduler)
-        .ok_or_else(|| PlaneError::Refused(format!("unknown scheduler `{}`", c.scheduler)))?;
-    scheduling_table(&c.scheduler, &sched_params(c), &[], &[]).map_err(|e| match e {
+    let id = maps::sched::id(c.scheduler);
+    scheduling_table(c.scheduler, &sched_params(c), &[], &[]).map_err(|e| match e {
         TableError::Unsupported(_) => PlaneError::Refused(format!(
             "scheduler `{}` is not run by the xdp data plane yet",
             c.scheduler

@@ -7,7 +7,9 @@
 //! the core's choices (the scheduler-vector tests check it).
 
 use rvs_core::dest::Dest;
-use rvs_core::sched::{ListChange, SchedError, SchedParams, new_scheduler, wrr_sequence};
+use rvs_core::sched::{
+    ListChange, SchedError, SchedParams, Scheduler, new_scheduler, wrr_sequence,
+};
 
 use crate::maps::SLOT_EMPTY;
 
@@ -20,41 +22,40 @@ pub enum TableError {
     Sched(#[from] SchedError),
     /// The scheduler is not (yet) run by the XDP program.
     #[error("scheduler `{0}` is not supported by the XDP data plane yet")]
-    Unsupported(String),
+    Unsupported(Scheduler),
     /// `index_of` has no `dests` index for this list position.
     #[error("no dests index for list position {0}")]
     MissingIndex(usize),
 }
 
-/// The `slots` values of service scheduler `name` over `dests` (IPVS list
-/// order), with list position `p` stored as `index_of[p]`:
+/// The `slots` values of scheduler `sched` over `dests` (IPVS list order),
+/// with list position `p` stored as `index_of[p]`:
 /// * `sh`, `dh`: 256 buckets; `mh`: the M-slot table ([`SLOT_EMPTY`] for
 ///   empty slots);
 /// * `wrr`: one cycle of the weighted round-robin sequence;
 /// * `rr`, `lc`, `wlc`, `sed`, `nq`, `fo`, `ovf`, `twos`, `lblc`, `lblcr`:
 ///   nothing (the program walks the real-server list itself).
 pub fn scheduling_table(
-    name: &str,
+    sched: Scheduler,
     params: &SchedParams,
     dests: &[Dest],
     index_of: &[u32],
 ) -> Result<Vec<u32>, TableError> {
-    let positions: Vec<Option<u32>> = match name {
+    use Scheduler as S;
+    let positions: Vec<Option<u32>> = match sched {
         // The program walks the real-server list itself (with the counters
         // of `dest_conns` for the least-connection family).
         // twos, lblc and lblcr too (lblc/lblcr keep their destination-address
         // table in the `locality` map).
-        "rr" | "lc" | "wlc" | "sed" | "nq" | "fo" | "ovf" | "twos" | "lblc" | "lblcr" => {
+        S::Rr | S::Lc | S::Wlc | S::Sed | S::Nq | S::Fo | S::Ovf | S::Twos | S::Lblc | S::Lblcr => {
             return Ok(Vec::new());
         }
-        "wrr" => wrr_sequence(dests).into_iter().map(Some).collect(),
-        "sh" | "dh" | "mh" => {
-            let mut s = new_scheduler(name, params)?;
+        S::Wrr => wrr_sequence(dests).into_iter().map(Some).collect(),
+        S::Sh | S::Dh | S::Mh => {
+            let mut s = new_scheduler(sched, params)?;
             s.update(dests, ListChange::Reset);
-            s.lookup_table()
-                .ok_or_else(|| TableError::Unsupported(name.to_owned()))?
+            s.lookup_table().ok_or(TableError::Unsupported(sched))?
         }
-        other => return Err(TableError::Unsupported(other.to_owned())),
     };
     positions
         .into_iter()
@@ -91,26 +92,37 @@ mod tests {
         let d = dests(&[1, 2, 3]);
         let idx = [100, 200, 300];
         let p = SchedParams::default();
-        let sh = scheduling_table("sh", &p, &d, &idx).unwrap();
+        let sh = scheduling_table(Scheduler::Sh, &p, &d, &idx).unwrap();
         assert_eq!(sh.len(), 256);
         assert_eq!(&sh[..6], &[100, 200, 200, 300, 300, 300]);
-        let dh = scheduling_table("dh", &p, &d, &idx).unwrap();
+        let dh = scheduling_table(Scheduler::Dh, &p, &d, &idx).unwrap();
         assert_eq!(&dh[..4], &[100, 200, 300, 100]);
-        let mh = scheduling_table("mh", &p, &d, &idx).unwrap();
+        let mh = scheduling_table(Scheduler::Mh, &p, &d, &idx).unwrap();
         assert_eq!(mh.len() as u32, p.mh_table_size);
         assert!(mh.iter().all(|v| idx.contains(v)));
-        let wrr = scheduling_table("wrr", &p, &d, &idx).unwrap();
+        let wrr = scheduling_table(Scheduler::Wrr, &p, &d, &idx).unwrap();
         assert_eq!(wrr, vec![300, 200, 300, 100, 200, 300]);
-        assert!(scheduling_table("rr", &p, &d, &idx).unwrap().is_empty());
-        for s in ["twos", "lblc", "lblcr"] {
-            assert!(scheduling_table(s, &p, &d, &idx).unwrap().is_empty());
+        for s in Scheduler::all() {
+            let t = scheduling_table(s, &p, &d, &idx).unwrap();
+            assert_eq!(
+                t.is_empty(),
+                !matches!(
+                    s,
+                    Scheduler::Sh | Scheduler::Dh | Scheduler::Mh | Scheduler::Wrr
+                ),
+                "{s}"
+            );
         }
+        let bad_m = SchedParams {
+            mh_table_size: 4094,
+            ..p
+        };
         assert!(matches!(
-            scheduling_table("nope", &p, &d, &idx),
-            Err(TableError::Sched(_)) | Err(TableError::Unsupported(_))
+            scheduling_table(Scheduler::Mh, &bad_m, &d, &idx),
+            Err(TableError::Sched(_))
         ));
         assert_eq!(
-            scheduling_table("dh", &p, &d, &idx[..2]),
+            scheduling_table(Scheduler::Dh, &p, &d, &idx[..2]),
             Err(TableError::MissingIndex(2))
         );
     }

@@ -7,11 +7,9 @@ mod common;
 
 use std::net::IpAddr;
 
-use btf_rs::{Btf, Type};
 use common::*;
-use object::{Object as _, ObjectSection};
 use rvs_xdp::action;
-use rvs_xdp::decap::{self, Decap, DecapStats};
+use rvs_xdp::decap::{Decap, DecapStats};
 use rvs_xdp::maps::{PROTO_TCP, SvcKey, fwd};
 
 const GUE_PORT: u16 = 6080;
@@ -244,34 +242,4 @@ fn decap_keeps_a_vlan_tag() {
     let r = d.run(&tag(&wire), 1).unwrap();
     assert_eq!(r.action, action::PASS);
     assert_eq!(r.data, tag(&with_macs(&original, rs_mac(3), DIR_MAC)));
-}
-
-#[test]
-fn decap_btf_layout_matches_rust_mirrors() {
-    let bytes = match decap::object() {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipping: {e}");
-            return;
-        }
-    };
-    let elf = object::File::parse(bytes).expect("object parses");
-    let sec = elf.section_by_name(".BTF").expect("BTF section");
-    let btf = Btf::from_bytes(sec.data().unwrap()).expect("BTF parses");
-    for l in decap::layouts() {
-        let types = btf.resolve_types_by_name(l.c_name).expect(l.c_name);
-        let s = types
-            .iter()
-            .find_map(|t| match t {
-                Type::Struct(s) => Some(s),
-                _ => None,
-            })
-            .expect("a struct");
-        assert_eq!(s.size(), l.size, "{}", l.c_name);
-        assert_eq!(s.members.len(), l.fields.len(), "{}", l.c_name);
-        for (m, (name, off)) in s.members.iter().zip(&l.fields) {
-            assert_eq!(btf.resolve_name(m).unwrap(), *name, "{}", l.c_name);
-            assert_eq!(m.bit_offset() as usize, off * 8, "{}.{name}", l.c_name);
-        }
-    }
 }

@@ -230,7 +230,8 @@ fn xdp_plane_drives_the_attached_program() {
             &mut ipvs,
             Command::AddService {
                 key: key(),
-                config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+                config: ServiceConfig::new(AddrFamily::Inet)
+                    .scheduler(rvs_core::sched::Scheduler::Rr),
             },
         );
         exec(
@@ -382,7 +383,8 @@ fn xdp_plane_drives_the_attached_program() {
             &mut ipvs,
             Command::AddService {
                 key: key6,
-                config: ServiceConfig::new(AddrFamily::Inet6).scheduler("mh"),
+                config: ServiceConfig::new(AddrFamily::Inet6)
+                    .scheduler(rvs_core::sched::Scheduler::Mh),
             },
         );
         exec(
@@ -446,7 +448,8 @@ fn report_cost_with_many_flows() {
         for c in [
             Command::AddService {
                 key: key(),
-                config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+                config: ServiceConfig::new(AddrFamily::Inet)
+                    .scheduler(rvs_core::sched::Scheduler::Rr),
             },
             Command::AddDest {
                 service: key(),
@@ -584,7 +587,7 @@ fn report_expires_flows_and_recounts_connections() {
     for c in [
         Command::AddService {
             key: key(),
-            config: ServiceConfig::new(AddrFamily::Inet).scheduler("wlc"),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler(rvs_core::sched::Scheduler::Wlc),
         },
         Command::AddDest {
             service: key(),
@@ -691,7 +694,7 @@ fn xdp_plane_worker_applies_and_reports_without_blocking_its_caller() {
         let rs: IpAddr = "10.79.0.11".parse().unwrap();
         let mut cmds = vec![Command::AddService {
             key: key(),
-            config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler(rvs_core::sched::Scheduler::Rr),
         }];
         // In the subnet, no host there.
         for i in 150..250u8 {

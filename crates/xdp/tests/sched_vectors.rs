@@ -205,7 +205,8 @@ fn least(sched: &str) {
             };
             lb.l.set_dest_conns(Lb::dest_index(0, p), &c).unwrap();
         }
-        let mut core = rvs_core::sched::new_scheduler(sched, &Default::default()).unwrap();
+        let mut core =
+            rvs_core::sched::new_scheduler(sched.parse().unwrap(), &Default::default()).unwrap();
         core.update(&dests, rvs_core::sched::ListChange::Reset);
         let c = client(false, i);
         let want = Lb::core_choice(core.as_mut(), &dests, 0, &sched_input(c, 7000, v, VPORT));
@@ -338,7 +339,9 @@ fn locality(sched: &str, v6: bool) {
         let want = Lb::core_choice(core.as_mut(), &dests, 0, &input);
         let got = bpf_choice(&mut lb, c, 7000, v);
         assert_eq!(got, want, "{sched} v6 {v6} decision {i} to {v}");
-        let mut wlc = rvs_core::sched::new_scheduler("wlc", &Default::default()).unwrap();
+        let mut wlc =
+            rvs_core::sched::new_scheduler(rvs_core::sched::Scheduler::Wlc, &Default::default())
+                .unwrap();
         wlc.update(&dests, rvs_core::sched::ListChange::Reset);
         if Lb::core_choice(wlc.as_mut(), &dests, 0, &input) == got {
             fallback += 1;

@@ -29,7 +29,7 @@
 use core::fmt;
 use core::marker::PhantomData;
 
-use super::{ListChange, SchedInput, Scheduler};
+use super::{Algorithm, ListChange, SchedInput};
 use crate::dest::Dest;
 use crate::time::Instant;
 
@@ -158,8 +158,8 @@ impl<O: Order> ArgminTree<O> {
 /// An [`Order`] that is a whole scheduler (lc, wlc, sed, nq, fo, ovf): the
 /// kernel's loop and nothing else, so its file only states the order.
 pub(crate) trait NamedOrder: Order + fmt::Debug + Send + 'static {
-    /// The ipvsadm name.
-    const NAME: &'static str;
+    /// Which scheduler.
+    const SCHEDULER: super::Scheduler;
 }
 
 /// The scheduler of a [`NamedOrder`]: list changes rebuild (or replay one
@@ -179,13 +179,15 @@ impl<O: NamedOrder> TreeScheduler<O> {
 
 impl<O: NamedOrder> fmt::Debug for TreeScheduler<O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct(O::NAME).field("tree", &self.tree).finish()
+        f.debug_struct(O::SCHEDULER.name())
+            .field("tree", &self.tree)
+            .finish()
     }
 }
 
-impl<O: NamedOrder> Scheduler for TreeScheduler<O> {
-    fn name(&self) -> &'static str {
-        O::NAME
+impl<O: NamedOrder> Algorithm for TreeScheduler<O> {
+    fn scheduler(&self) -> super::Scheduler {
+        O::SCHEDULER
     }
 
     fn update(&mut self, dests: &[Dest], change: ListChange) {

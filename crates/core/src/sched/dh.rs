@@ -15,12 +15,12 @@
 //! module for how the kernel version boundary was established.
 
 use super::sh::{addr_fold, hash_32};
-use super::{ListChange, SchedInput, Scheduler};
+use super::{Algorithm, ListChange, SchedInput};
 use crate::dest::Dest;
 use crate::time::Instant;
 
 /// `CONFIG_IP_VS_DH_TAB_BITS`.
-const DH_TAB_BITS: u32 = 8;
+pub const DH_TAB_BITS: u32 = 8;
 /// Number of buckets.
 const DH_TAB_SIZE: usize = 1 << DH_TAB_BITS;
 
@@ -33,7 +33,7 @@ pub(crate) struct DestHash {
 
 impl DestHash {
     /// A destination-hashing scheduler; the table is empty until the first
-    /// [`Scheduler::update`].
+    /// [`Algorithm::update`].
     pub(crate) fn new() -> Self {
         DestHash {
             buckets: Box::new([None; DH_TAB_SIZE]),
@@ -53,9 +53,9 @@ impl Default for DestHash {
     }
 }
 
-impl Scheduler for DestHash {
-    fn name(&self) -> &'static str {
-        "dh"
+impl Algorithm for DestHash {
+    fn scheduler(&self) -> super::Scheduler {
+        super::Scheduler::Dh
     }
 
     fn update(&mut self, dests: &[Dest], _change: ListChange) {

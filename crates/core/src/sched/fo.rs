@@ -3,7 +3,7 @@
 //! Every new connection goes to the eligible server with the highest weight;
 //! the kernel's strict `>` sends ties to the earliest server in list order.
 //! Connection counts are not looked at, but the OVERLOAD flag is, so the
-//! choice is kept in an [`ArgminTree`] that [`Scheduler::counts_changed`]
+//! choice is kept in an [`ArgminTree`] that [`Algorithm::counts_changed`]
 //! refreshes in O(log N).
 
 use super::argmin::{NamedOrder, Order, TreeScheduler};
@@ -25,7 +25,7 @@ impl Order for FoOrder {
 }
 
 impl NamedOrder for FoOrder {
-    const NAME: &'static str = "fo";
+    const SCHEDULER: super::Scheduler = super::Scheduler::Fo;
 }
 
 /// Weighted-failover scheduling: the kernel's loop under [`FoOrder`], kept as a
@@ -35,7 +35,7 @@ pub(crate) type WeightedFailover = TreeScheduler<FoOrder>;
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{dests, run};
-    use super::super::{ListChange, Scheduler};
+    use super::super::{Algorithm, ListChange};
     use super::*;
 
     #[test]

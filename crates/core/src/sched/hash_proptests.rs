@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::testutil::dests;
-use super::{ListChange, SchedInput, SchedParams, Scheduler, new_scheduler};
+use super::{Algorithm, ListChange, SchedInput, SchedParams, new_scheduler};
 use crate::dest::Dest;
 use crate::model::{Protocol, SchedFlags};
 use crate::time::Instant;
@@ -49,13 +49,14 @@ fn arb_flags() -> impl Strategy<Value = SchedFlags> {
     })
 }
 
-fn make(name: &str, flags: SchedFlags, m: u32, d: &[Dest]) -> Box<dyn Scheduler> {
+fn make(name: &str, flags: SchedFlags, m: u32, d: &[Dest]) -> Box<dyn Algorithm> {
     let params = SchedParams {
         flags,
         mh_table_size: m,
         ..SchedParams::default()
     };
-    let mut s = new_scheduler(name, &params).unwrap_or_else(|e| panic!("{e}"));
+    let mut s = new_scheduler(name.parse().expect("scheduler name"), &params)
+        .unwrap_or_else(|e| panic!("{e}"));
     s.update(d, ListChange::Reset);
     s
 }

@@ -17,13 +17,13 @@
 //!
 //! Cost: the WLC fallback is an [`super::argmin::ArgminTree`] and the
 //! "some server is less than half loaded" test an O(1) counter, both kept up
-//! to date by [`Scheduler::counts_changed`]. Table GC (see
+//! to date by [`Algorithm::counts_changed`]. Table GC (see
 //! [`super::locality`]) runs lazily at the start of a decision.
 
 use core::time::Duration;
 
 use super::locality::{DEFAULT_EXPIRATION, LoadIndex, LocalityTable};
-use super::{ListChange, SchedInput, Scheduler};
+use super::{Algorithm, ListChange, SchedInput};
 use crate::dest::{Dest, DestId};
 use crate::time::Instant;
 
@@ -48,9 +48,9 @@ impl Lblc {
     }
 }
 
-impl Scheduler for Lblc {
-    fn name(&self) -> &'static str {
-        "lblc"
+impl Algorithm for Lblc {
+    fn scheduler(&self) -> super::Scheduler {
+        super::Scheduler::Lblc
     }
 
     fn update(&mut self, dests: &[Dest], change: ListChange) {

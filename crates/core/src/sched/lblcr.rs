@@ -24,7 +24,7 @@ use core::time::Duration;
 
 use super::locality::{DEFAULT_EXPIRATION, LoadIndex, LocalityTable};
 use super::wlc::wlc_better;
-use super::{ListChange, SchedInput, Scheduler};
+use super::{Algorithm, ListChange, SchedInput};
 use crate::dest::{Dest, DestId};
 use crate::time::Instant;
 
@@ -112,9 +112,9 @@ impl Lblcr {
     }
 }
 
-impl Scheduler for Lblcr {
-    fn name(&self) -> &'static str {
-        "lblcr"
+impl Algorithm for Lblcr {
+    fn scheduler(&self) -> super::Scheduler {
+        super::Scheduler::Lblcr
     }
 
     fn update(&mut self, dests: &[Dest], change: ListChange) {

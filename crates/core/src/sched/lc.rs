@@ -25,7 +25,7 @@ impl Order for LcOrder {
 }
 
 impl NamedOrder for LcOrder {
-    const NAME: &'static str = "lc";
+    const SCHEDULER: super::Scheduler = super::Scheduler::Lc;
 }
 
 /// Least-connection scheduling: the kernel's loop under [`LcOrder`], kept as a
@@ -35,7 +35,7 @@ pub(crate) type LeastConn = TreeScheduler<LcOrder>;
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{dests, run};
-    use super::super::{ListChange, Scheduler};
+    use super::super::{Algorithm, ListChange};
     use super::*;
 
     #[test]

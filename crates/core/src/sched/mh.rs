@@ -103,15 +103,15 @@ use siphasher::sip::SipHasher13;
 use std::hash::Hasher;
 
 use super::sh::addr_fold;
-use super::{ListChange, SchedError, SchedInput, Scheduler};
+use super::{Algorithm, ListChange, SchedError, SchedInput};
 use crate::dest::Dest;
 use crate::model::SchedFlags;
 use crate::time::Instant;
 
 /// Key words of the kernel's `hash1` (both words equal).
-const HASH1_KEY: u64 = 2_654_435_761;
+pub const HASH1_KEY: u64 = 2_654_435_761;
 /// Key words of the kernel's `hash2` (both words equal).
-const HASH2_KEY: u64 = 2_654_446_892;
+pub const HASH2_KEY: u64 = 2_654_446_892;
 /// Largest table size rvs accepts (memory bound: 4 bytes per slot).
 const MAX_TABLE_SIZE: u32 = 1 << 24;
 /// Marks an empty slot.
@@ -282,11 +282,11 @@ pub(crate) struct Maglev {
 impl Maglev {
     /// A Maglev scheduler with `table_size` slots (must be a prime,
     /// `2..=2^24`) and `mh-port` / `mh-fallback` from `flags`. The table is
-    /// empty until the first [`Scheduler::update`].
+    /// empty until the first [`Algorithm::update`].
     pub(crate) fn new(flags: SchedFlags, table_size: u32) -> Result<Self, SchedError> {
         if table_size > MAX_TABLE_SIZE || !is_prime(table_size) {
             return Err(SchedError::InvalidParam {
-                scheduler: "mh",
+                scheduler: super::Scheduler::Mh,
                 reason: format!(
                     "table size {table_size} must be a prime between 2 and {MAX_TABLE_SIZE}"
                 ),
@@ -424,9 +424,9 @@ impl Maglev {
     }
 }
 
-impl Scheduler for Maglev {
-    fn name(&self) -> &'static str {
-        "mh"
+impl Algorithm for Maglev {
+    fn scheduler(&self) -> super::Scheduler {
+        super::Scheduler::Mh
     }
 
     fn update(&mut self, dests: &[Dest], _change: ListChange) {

@@ -7,8 +7,11 @@
 //! order exactly as the kernel's do. A scheduler never returns a server whose
 //! weight is 0, that is overloaded, or that is not available.
 //!
-//! The service calls [`Scheduler::update`] after every change of the list or
-//! of a server's weight/thresholds, and [`Scheduler::counts_changed`] after a
+//! [`Scheduler`] names the algorithms (ipvsadm's `-s` names); each one's
+//! state for one service is an [`Algorithm`] built by [`new_scheduler`].
+//!
+//! The service calls [`Algorithm::update`] after every change of the list or
+//! of a server's weight/thresholds, and [`Algorithm::counts_changed`] after a
 //! server's connection counters or overload flag changed, so schedulers that
 //! keep an index (the least-connection family) stay O(log N) per decision.
 
@@ -42,6 +45,15 @@ mod wrr;
 #[doc(hidden)]
 pub use mh::reference_table as mh_reference_table;
 
+/// The constants of the hash-based schedulers (sh, dh, mh). Data planes that
+/// schedule outside the core (the XDP program) must hash the same way; the
+/// program's `RVS_*` twins are checked against these by rvs-xdp's layout test.
+pub mod hash {
+    pub use super::dh::DH_TAB_BITS;
+    pub use super::mh::{HASH1_KEY, HASH2_KEY};
+    pub use super::sh::{GOLDEN_RATIO_32, SH_TAB_BITS};
+}
+
 /// What a scheduler may look at in the packet that starts a connection.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct SchedInput {
@@ -73,9 +85,9 @@ pub enum ListChange {
 }
 
 /// One scheduling algorithm's state for one service.
-pub trait Scheduler: Send + core::fmt::Debug {
-    /// The ipvsadm name (`rr`, `wlc`, ...).
-    fn name(&self) -> &'static str;
+pub trait Algorithm: Send + core::fmt::Debug {
+    /// The scheduler this is the state of.
+    fn scheduler(&self) -> Scheduler;
 
     /// The destination list changed; `dests` is the list after the change.
     fn update(&mut self, dests: &[Dest], change: ListChange);
@@ -143,35 +155,155 @@ pub enum SchedError {
     #[error("invalid parameter for scheduler `{scheduler}`: {reason}")]
     InvalidParam {
         /// The scheduler.
-        scheduler: &'static str,
+        scheduler: Scheduler,
         /// What is wrong.
         reason: String,
     },
 }
 
-/// Every scheduler name rvs knows, in the order ipvsadm's man page lists them.
-pub const SCHEDULER_NAMES: &[&str] = &[
-    "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos",
-];
+/// A scheduling algorithm, by its ipvsadm name: every IPVS scheduler and
+/// rvs's `twos`. Maglev's options (`mh-fallback`, `mh-port`, the table size)
+/// are the service's [`SchedFlags`] and [`SchedParams`], not variants.
+///
+/// The one list of schedulers: configuration files, rvsadm's `-s`, the core
+/// and the XDP program's scheduler ids all go through it. Its text form
+/// ([`Scheduler::name`], [`FromStr`](core::str::FromStr), serde) is the
+/// ipvsadm name.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scheduler {
+    /// `rr`: round robin.
+    Rr,
+    /// `wrr`: weighted round robin.
+    Wrr,
+    /// `lc`: least connection.
+    Lc,
+    /// `wlc`: weighted least connection, ipvsadm's default.
+    #[default]
+    Wlc,
+    /// `lblc`: locality-based least connection.
+    Lblc,
+    /// `lblcr`: locality-based least connection with replication.
+    Lblcr,
+    /// `dh`: destination hashing.
+    Dh,
+    /// `sh`: source hashing.
+    Sh,
+    /// `sed`: shortest expected delay.
+    Sed,
+    /// `nq`: never queue.
+    Nq,
+    /// `fo`: weighted failover.
+    Fo,
+    /// `ovf`: weighted overflow.
+    Ovf,
+    /// `mh`: Maglev hashing.
+    Mh,
+    /// `twos`: power of two choices (rvs; not in the kernel).
+    Twos,
+}
 
-/// Create a scheduler by its ipvsadm name.
-pub fn new_scheduler(name: &str, params: &SchedParams) -> Result<Box<dyn Scheduler>, SchedError> {
-    Ok(match name {
-        "rr" => Box::new(rr::RoundRobin::new()),
-        "wrr" => Box::new(wrr::WeightedRoundRobin::new()),
-        "lc" => Box::new(lc::LeastConn::new()),
-        "wlc" => Box::new(wlc::WeightedLeastConn::new()),
-        "sed" => Box::new(sed::ShortestExpectedDelay::new()),
-        "nq" => Box::new(nq::NeverQueue::new()),
-        "fo" => Box::new(fo::WeightedFailover::new()),
-        "ovf" => Box::new(ovf::WeightedOverflow::new()),
-        "twos" => Box::new(twos::TwoChoices::new(params.seed)),
-        "lblc" => Box::new(lblc::Lblc::new()),
-        "lblcr" => Box::new(lblcr::Lblcr::new()),
-        "sh" => Box::new(sh::SourceHash::new(params.flags)),
-        "dh" => Box::new(dh::DestHash::new()),
-        "mh" => Box::new(mh::Maglev::new(params.flags, params.mh_table_size)?),
-        other => return Err(SchedError::NotFound(other.to_owned())),
+impl Scheduler {
+    /// Every scheduler, in the order ipvsadm's man page lists them (`twos`,
+    /// rvs's own, last).
+    pub const ALL: [Scheduler; 14] = [
+        Scheduler::Rr,
+        Scheduler::Wrr,
+        Scheduler::Lc,
+        Scheduler::Wlc,
+        Scheduler::Lblc,
+        Scheduler::Lblcr,
+        Scheduler::Dh,
+        Scheduler::Sh,
+        Scheduler::Sed,
+        Scheduler::Nq,
+        Scheduler::Fo,
+        Scheduler::Ovf,
+        Scheduler::Mh,
+        Scheduler::Twos,
+    ];
+
+    /// Every scheduler, in [`Scheduler::ALL`]'s order.
+    pub fn all() -> impl Iterator<Item = Scheduler> {
+        Scheduler::ALL.into_iter()
+    }
+
+    /// The ipvsadm name (`rr`, `wlc`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Scheduler::Rr => "rr",
+            Scheduler::Wrr => "wrr",
+            Scheduler::Lc => "lc",
+            Scheduler::Wlc => "wlc",
+            Scheduler::Lblc => "lblc",
+            Scheduler::Lblcr => "lblcr",
+            Scheduler::Dh => "dh",
+            Scheduler::Sh => "sh",
+            Scheduler::Sed => "sed",
+            Scheduler::Nq => "nq",
+            Scheduler::Fo => "fo",
+            Scheduler::Ovf => "ovf",
+            Scheduler::Mh => "mh",
+            Scheduler::Twos => "twos",
+        }
+    }
+
+    /// True for the schedulers whose `-b` flags mean something (`sh-*`,
+    /// `mh-*`): sh and mh.
+    pub const fn takes_flags(self) -> bool {
+        matches!(self, Scheduler::Sh | Scheduler::Mh)
+    }
+}
+
+impl core::fmt::Display for Scheduler {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl core::str::FromStr for Scheduler {
+    type Err = SchedError;
+
+    /// The scheduler of an ipvsadm name (exact, lower case as ipvsadm
+    /// takes it); [`SchedError::NotFound`] otherwise.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Scheduler::all()
+            .find(|x| x.name() == s)
+            .ok_or_else(|| SchedError::NotFound(s.to_owned()))
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for Scheduler {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for Scheduler {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Create scheduler `s`'s state for one service.
+pub fn new_scheduler(s: Scheduler, params: &SchedParams) -> Result<Box<dyn Algorithm>, SchedError> {
+    Ok(match s {
+        Scheduler::Rr => Box::new(rr::RoundRobin::new()),
+        Scheduler::Wrr => Box::new(wrr::WeightedRoundRobin::new()),
+        Scheduler::Lc => Box::new(lc::LeastConn::new()),
+        Scheduler::Wlc => Box::new(wlc::WeightedLeastConn::new()),
+        Scheduler::Sed => Box::new(sed::ShortestExpectedDelay::new()),
+        Scheduler::Nq => Box::new(nq::NeverQueue::new()),
+        Scheduler::Fo => Box::new(fo::WeightedFailover::new()),
+        Scheduler::Ovf => Box::new(ovf::WeightedOverflow::new()),
+        Scheduler::Twos => Box::new(twos::TwoChoices::new(params.seed)),
+        Scheduler::Lblc => Box::new(lblc::Lblc::new()),
+        Scheduler::Lblcr => Box::new(lblcr::Lblcr::new()),
+        Scheduler::Sh => Box::new(sh::SourceHash::new(params.flags)),
+        Scheduler::Dh => Box::new(dh::DestHash::new()),
+        Scheduler::Mh => Box::new(mh::Maglev::new(params.flags, params.mh_table_size)?),
     })
 }
 
@@ -208,9 +340,46 @@ pub(crate) mod testutil {
     }
 
     /// Run `n` decisions and return the chosen positions.
-    pub(crate) fn run(s: &mut dyn Scheduler, d: &[Dest], n: usize) -> Vec<Option<usize>> {
+    pub(crate) fn run(s: &mut dyn Algorithm, d: &[Dest], n: usize) -> Vec<Option<usize>> {
         (0..n)
             .map(|i| s.schedule(d, &input(i as u32, 1000), Instant::ZERO))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod scheduler_enum {
+    use super::*;
+
+    #[test]
+    fn names_are_ipvsadms_and_round_trip() {
+        let names: Vec<&str> = Scheduler::all().map(Scheduler::name).collect();
+        assert_eq!(
+            names,
+            [
+                "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf",
+                "mh", "twos"
+            ]
+        );
+        for s in Scheduler::all() {
+            assert_eq!(s.name().parse::<Scheduler>(), Ok(s));
+            assert_eq!(s.to_string(), s.name());
+            // Every scheduler builds with the default parameters.
+            assert_eq!(
+                new_scheduler(s, &SchedParams::default())
+                    .unwrap()
+                    .scheduler(),
+                s
+            );
+        }
+        assert_eq!(Scheduler::default(), Scheduler::Wlc);
+        assert_eq!(
+            "RR".parse::<Scheduler>(),
+            Err(SchedError::NotFound("RR".into()))
+        );
+        assert_eq!(
+            "".parse::<Scheduler>(),
+            Err(SchedError::NotFound(String::new()))
+        );
     }
 }

@@ -36,7 +36,7 @@ impl Order for NqOrder {
 }
 
 impl NamedOrder for NqOrder {
-    const NAME: &'static str = "nq";
+    const SCHEDULER: super::Scheduler = super::Scheduler::Nq;
 }
 
 /// Never-queue scheduling: the kernel's loop under [`NqOrder`], kept as a
@@ -46,7 +46,7 @@ pub(crate) type NeverQueue = TreeScheduler<NqOrder>;
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{dests, run};
-    use super::super::{ListChange, Scheduler};
+    use super::super::{Algorithm, ListChange};
     use super::*;
 
     #[test]

@@ -5,7 +5,7 @@
 //! wins, ties to the earliest server. Only active connections count, which is
 //! why the kernel's documentation warns it "might not be suitable for UDP".
 //! Eligibility depends on the counters, so the choice lives in an
-//! [`ArgminTree`] refreshed by [`Scheduler::counts_changed`].
+//! [`ArgminTree`] refreshed by [`Algorithm::counts_changed`].
 
 use super::argmin::{NamedOrder, Order, TreeScheduler};
 use crate::dest::Dest;
@@ -27,7 +27,7 @@ impl Order for OvfOrder {
 }
 
 impl NamedOrder for OvfOrder {
-    const NAME: &'static str = "ovf";
+    const SCHEDULER: super::Scheduler = super::Scheduler::Ovf;
 }
 
 /// Weighted-overflow scheduling: the kernel's loop under [`OvfOrder`], kept as a
@@ -37,7 +37,7 @@ pub(crate) type WeightedOverflow = TreeScheduler<OvfOrder>;
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{dests, run};
-    use super::super::{ListChange, Scheduler};
+    use super::super::{Algorithm, ListChange};
     use super::*;
 
     #[test]

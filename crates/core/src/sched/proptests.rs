@@ -168,8 +168,11 @@ const ALL: &[&str] = &[
     "rr", "wrr", "lc", "wlc", "sed", "nq", "fo", "ovf", "twos", "lblc", "lblcr",
 ];
 
-fn make(name: &str, d: &[Dest]) -> Box<dyn Scheduler> {
-    let mut s = match new_scheduler(name, &SchedParams::default()) {
+fn make(name: &str, d: &[Dest]) -> Box<dyn Algorithm> {
+    let mut s = match new_scheduler(
+        name.parse().expect("scheduler name"),
+        &SchedParams::default(),
+    ) {
         Ok(s) => s,
         Err(e) => panic!("{name}: {e}"),
     };
@@ -192,7 +195,7 @@ fn allowed(name: &str, x: &Dest) -> bool {
 /// One decision: the pick is allowed, and `None` means nothing was.
 fn check(
     name: &str,
-    s: &mut Box<dyn Scheduler>,
+    s: &mut Box<dyn Algorithm>,
     d: &[Dest],
     i: usize,
 ) -> Result<(), TestCaseError> {
@@ -328,12 +331,12 @@ proptest! {
     }
 }
 
-fn make_twos(seed: u64, d: &[Dest]) -> Box<dyn Scheduler> {
+fn make_twos(seed: u64, d: &[Dest]) -> Box<dyn Algorithm> {
     let params = SchedParams {
         seed,
         ..SchedParams::default()
     };
-    let mut s = match new_scheduler("twos", &params) {
+    let mut s = match new_scheduler(super::Scheduler::Twos, &params) {
         Ok(s) => s,
         Err(e) => panic!("twos: {e}"),
     };

@@ -4,7 +4,7 @@
 //! from it (wrapping) to the first eligible server. Weights only matter as
 //! zero / non-zero.
 
-use super::{ListChange, SchedInput, Scheduler};
+use super::{Algorithm, ListChange, SchedInput};
 use crate::dest::Dest;
 use crate::time::Instant;
 
@@ -21,9 +21,9 @@ impl RoundRobin {
     }
 }
 
-impl Scheduler for RoundRobin {
-    fn name(&self) -> &'static str {
-        "rr"
+impl Algorithm for RoundRobin {
+    fn scheduler(&self) -> super::Scheduler {
+        super::Scheduler::Rr
     }
 
     fn update(&mut self, dests: &[Dest], change: ListChange) {

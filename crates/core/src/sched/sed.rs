@@ -32,7 +32,7 @@ pub(crate) fn sed_better(right: &Dest, left: &Dest) -> bool {
 }
 
 impl NamedOrder for SedOrder {
-    const NAME: &'static str = "sed";
+    const SCHEDULER: super::Scheduler = super::Scheduler::Sed;
 }
 
 /// Shortest-expected-delay scheduling: the kernel's loop under [`SedOrder`], kept as a
@@ -42,7 +42,7 @@ pub(crate) type ShortestExpectedDelay = TreeScheduler<SedOrder>;
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{dests, run};
-    use super::super::{ListChange, Scheduler};
+    use super::super::{Algorithm, ListChange};
     use super::*;
 
     #[test]

@@ -47,20 +47,20 @@
 
 use std::net::IpAddr;
 
-use super::{ListChange, SchedInput, Scheduler};
+use super::{Algorithm, ListChange, SchedInput};
 use crate::dest::Dest;
 use crate::model::SchedFlags;
 use crate::time::Instant;
 
 /// `CONFIG_IP_VS_SH_TAB_BITS`.
-const SH_TAB_BITS: u32 = 8;
+pub const SH_TAB_BITS: u32 = 8;
 /// Number of buckets.
 const SH_TAB_SIZE: usize = 1 << SH_TAB_BITS;
 /// Bucket mask.
 const SH_TAB_MASK: u32 = (1 << SH_TAB_BITS) - 1;
 
 /// `GOLDEN_RATIO_32` of include/linux/hash.h.
-pub(super) const GOLDEN_RATIO_32: u32 = 0x61C8_8647;
+pub const GOLDEN_RATIO_32: u32 = 0x61C8_8647;
 
 /// The kernel's `hash_32(val, bits)`: multiplicative hashing keeping the
 /// high `bits` bits. `bits` must be 1..=32.
@@ -101,7 +101,7 @@ pub(crate) struct SourceHash {
 
 impl SourceHash {
     /// A source-hashing scheduler with `sh-port` / `sh-fallback` taken from
-    /// `flags`; the table is empty until the first [`Scheduler::update`].
+    /// `flags`; the table is empty until the first [`Algorithm::update`].
     pub(crate) fn new(flags: SchedFlags) -> Self {
         SourceHash {
             flags,
@@ -152,9 +152,9 @@ impl SourceHash {
     }
 }
 
-impl Scheduler for SourceHash {
-    fn name(&self) -> &'static str {
-        "sh"
+impl Algorithm for SourceHash {
+    fn scheduler(&self) -> super::Scheduler {
+        super::Scheduler::Sh
     }
 
     fn update(&mut self, dests: &[Dest], _change: ListChange) {

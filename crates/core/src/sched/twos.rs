@@ -10,11 +10,11 @@
 //!
 //! Here the prefix sums live in a Fenwick tree over the eligible weights
 //! (0 for an ineligible server), so a draw is an O(log N) descent instead of
-//! an O(N) walk; [`Scheduler::counts_changed`] refreshes a server's entry
+//! an O(N) walk; [`Algorithm::counts_changed`] refreshes a server's entry
 //! when its overload flag changes. The core reads no entropy: the random
 //! numbers come from a SplitMix64 generator seeded by the driver.
 
-use super::{ListChange, SchedInput, Scheduler};
+use super::{Algorithm, ListChange, SchedInput};
 use crate::dest::Dest;
 use crate::time::Instant;
 
@@ -135,9 +135,9 @@ impl TwoChoices {
     }
 }
 
-impl Scheduler for TwoChoices {
-    fn name(&self) -> &'static str {
-        "twos"
+impl Algorithm for TwoChoices {
+    fn scheduler(&self) -> super::Scheduler {
+        super::Scheduler::Twos
     }
 
     fn update(&mut self, dests: &[Dest], _change: ListChange) {

@@ -35,7 +35,7 @@ pub(crate) fn wlc_better(right: &Dest, left: &Dest) -> bool {
 }
 
 impl NamedOrder for WlcOrder {
-    const NAME: &'static str = "wlc";
+    const SCHEDULER: super::Scheduler = super::Scheduler::Wlc;
 }
 
 /// Weighted least-connection scheduling: the kernel's loop under [`WlcOrder`], kept as a
@@ -45,7 +45,7 @@ pub(crate) type WeightedLeastConn = TreeScheduler<WlcOrder>;
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{dests, run};
-    use super::super::{ListChange, Scheduler};
+    use super::super::{Algorithm, ListChange};
     use super::*;
 
     #[test]

@@ -14,7 +14,7 @@
 //! `restarted`, `stop`) follows the kernel so that an all-overloaded list
 //! fails after every server was tried once with cw ≤ di.
 
-use super::{ListChange, SchedInput, Scheduler};
+use super::{Algorithm, ListChange, SchedInput};
 use crate::dest::Dest;
 use crate::time::Instant;
 
@@ -67,9 +67,9 @@ impl WeightedRoundRobin {
     }
 }
 
-impl Scheduler for WeightedRoundRobin {
-    fn name(&self) -> &'static str {
-        "wrr"
+impl Algorithm for WeightedRoundRobin {
+    fn scheduler(&self) -> super::Scheduler {
+        super::Scheduler::Wrr
     }
 
     fn update(&mut self, dests: &[Dest], _change: ListChange) {

@@ -84,7 +84,7 @@ pub async fn run(
     };
     let mut commands = vec![Command::AddService {
         key,
-        config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+        config: ServiceConfig::new(AddrFamily::Inet).scheduler(rvs_core::sched::Scheduler::Rr),
     }];
     for b in &backends {
         commands.push(Command::AddDest {

@@ -117,6 +117,7 @@ impl Director {
     /// over `rs` (list order), tables from rvs-core, in a fresh region of
     /// `slots`, switched over by one `svc_info` write.
     fn service(&mut self, sched: &str, flags: u32, rs: &[Rs]) -> (SchedParams, Vec<CoreDest>) {
+        let sched: rvs_core::sched::Scheduler = sched.parse().expect("scheduler");
         let live: Vec<&Rs> = rs.iter().filter(|r| !r.removed).collect();
         let core: Vec<CoreDest> = live
             .iter()
@@ -169,7 +170,7 @@ impl Director {
             .set_svc(
                 0,
                 &Svc {
-                    sched: maps::sched::id(sched).expect("scheduler"),
+                    sched: maps::sched::id(sched),
                     family: maps::family(self.vip),
                     flags,
                     table_off: base,
@@ -306,7 +307,7 @@ fn hashed(test: &str, sched: &str) {
         return;
     };
     let (params, core) = dir.service(sched, maps::svc_flags::SCHED2, &rs);
-    let mut s = new_scheduler(sched, &params).expect("core scheduler");
+    let mut s = new_scheduler(sched.parse().expect("scheduler"), &params).expect("core scheduler");
     s.update(&core, ListChange::Reset);
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..30 {

@@ -260,7 +260,7 @@ fn hashed_via_rvsd(test: &str, sched: &str) {
         flags: SchedFlags(rvs_xdp::maps::svc_flags::SCHED2),
         ..SchedParams::default()
     };
-    let mut s = new_scheduler(sched, &params).expect("core scheduler");
+    let mut s = new_scheduler(sched.parse().expect("scheduler"), &params).expect("core scheduler");
     s.update(&core, ListChange::Reset);
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..30 {

@@ -156,12 +156,7 @@ impl<M: MapOps> Plane<M> {
         let ready: Vec<&DestState> = st.dests.iter().filter(|d| d.ready()).collect();
         let list: Vec<u32> = ready.iter().map(|d| d.index).collect();
         let core: Vec<CoreDest> = ready.iter().map(|d| d.core.clone()).collect();
-        let table = scheduling_table(
-            &st.config.scheduler,
-            &sched_params(&st.config),
-            &core,
-            &list,
-        )?;
+        let table = scheduling_table(st.config.scheduler, &sched_params(&st.config), &core, &list)?;
         let mut data = list;
         let list_len = data.len() as u32;
         data.extend_from_slice(&table);

@@ -84,7 +84,7 @@ impl Bed {
     fn svc(&mut self, port: u16, sched: &str) -> Result<(), PlaneError> {
         self.run(Command::AddService {
             key: key(port),
-            config: ServiceConfig::new(AddrFamily::Inet).scheduler(sched),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler(sched.parse().unwrap()),
         })
     }
     fn dest(&mut self, port: u16, d: DestConfig) -> Result<(), PlaneError> {
@@ -126,7 +126,7 @@ fn expected(bed: &Bed, port: u16) -> (Vec<u32>, Vec<u32>) {
         })
         .collect();
     let table = scheduling_table(
-        &svc.config().scheduler,
+        svc.config().scheduler,
         &sched_params(svc.config()),
         svc.dests(),
         &list,
@@ -218,7 +218,7 @@ fn hash_tables_and_wrr_are_the_cores() {
     // A scheduler change rebuilds the table.
     bed.run(Command::EditService {
         key: key(80),
-        config: ServiceConfig::new(AddrFamily::Inet).scheduler("sh"),
+        config: ServiceConfig::new(AddrFamily::Inet).scheduler(rvs_core::sched::Scheduler::Sh),
     })
     .unwrap();
     let want = expected(&bed, 80);
@@ -313,7 +313,7 @@ fn a_failed_write_changes_nothing_and_the_next_report_converges() {
     let cmds = [
         Command::AddService {
             key: key(81),
-            config: ServiceConfig::new(AddrFamily::Inet).scheduler("mh"),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler(rvs_core::sched::Scheduler::Mh),
         },
         Command::AddDest {
             service: key(80),
@@ -330,7 +330,7 @@ fn a_failed_write_changes_nothing_and_the_next_report_converges() {
         },
         Command::EditService {
             key: key(80),
-            config: ServiceConfig::new(AddrFamily::Inet).scheduler("wrr"),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler(rvs_core::sched::Scheduler::Wrr),
         },
         Command::DelService { key: key(80) },
         Command::SetTimeouts {
@@ -464,7 +464,7 @@ fn real_servers_that_do_not_answer_hold_up_nothing() {
         &mut plane,
         Command::AddService {
             key: key(80),
-            config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler(rvs_core::sched::Scheduler::Rr),
         },
     );
     for i in 100..200 {
@@ -801,7 +801,7 @@ fn persistent_service(bed: &mut Bed) -> (u32, u32) {
     bed.run(Command::AddService {
         key: key(80),
         config: ServiceConfig::new(AddrFamily::Inet)
-            .scheduler("rr")
+            .scheduler(rvs_core::sched::Scheduler::Rr)
             .persistent(300),
     })
     .unwrap();

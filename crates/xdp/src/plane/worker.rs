@@ -370,7 +370,8 @@ mod tests {
             &mut h,
             Command::AddService {
                 key: key(),
-                config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+                config: ServiceConfig::new(AddrFamily::Inet)
+                    .scheduler(rvs_core::sched::Scheduler::Rr),
             },
         );
         for i in [1, 2] {
@@ -420,7 +421,7 @@ mod tests {
         let mut ipvs = Ipvs::new(IpvsConfig::default());
         let add = Command::AddService {
             key: key(),
-            config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler(rvs_core::sched::Scheduler::Rr),
         };
         rvs_control::state::apply(&mut ipvs, &add).expect("model");
         p.maps().fail_at = Some(p.maps().writes);

@@ -108,7 +108,7 @@ impl Rs {
 pub struct Lb {
     pub l: Loaded,
     /// Per service index: the core's view (for vectors).
-    pub core: Vec<(u32, String, SchedParams, Vec<CoreDest>)>,
+    pub core: Vec<(u32, rvs_core::sched::Scheduler, SchedParams, Vec<CoreDest>)>,
 }
 
 impl Lb {
@@ -148,6 +148,7 @@ impl Lb {
     /// Install service `svc` on `key` with scheduler `sched`, `flags` and
     /// real servers `rs` (IPVS list order), tables from rvs-core.
     pub fn service(&mut self, svc: u32, key: SvcKey, sched: &str, flags: u32, rs: &[Rs]) {
+        let sched: rvs_core::sched::Scheduler = sched.parse().expect("known scheduler");
         let core: Vec<CoreDest> = rs
             .iter()
             .enumerate()
@@ -194,7 +195,7 @@ impl Lb {
             .set_svc(
                 svc,
                 &Svc {
-                    sched: maps::sched::id(sched).expect("known scheduler"),
+                    sched: maps::sched::id(sched),
                     family: key.family,
                     flags,
                     table_off: base,
@@ -233,7 +234,7 @@ impl Lb {
     /// The core's choice for service `svc` as a dest index (a fresh
     /// stateless scheduler for hashing ones; `state` keeps rr/wrr state).
     pub fn core_choice(
-        sched: &mut dyn rvs_core::sched::Scheduler,
+        sched: &mut dyn rvs_core::sched::Algorithm,
         dests: &[CoreDest],
         svc: u32,
         input: &SchedInput,
@@ -244,9 +245,9 @@ impl Lb {
     }
 
     /// A scheduler of the core for service `svc`, updated with its list.
-    pub fn core_scheduler(&self, svc: u32) -> (Box<dyn rvs_core::sched::Scheduler>, Vec<CoreDest>) {
+    pub fn core_scheduler(&self, svc: u32) -> (Box<dyn rvs_core::sched::Algorithm>, Vec<CoreDest>) {
         let (_, name, params, dests) = self.core.iter().find(|c| c.0 == svc).expect("service");
-        let mut s = new_scheduler(name, params).expect("core scheduler");
+        let mut s = new_scheduler(*name, params).expect("core scheduler");
         s.update(dests, rvs_core::sched::ListChange::Reset);
         (s, dests.clone())
     }

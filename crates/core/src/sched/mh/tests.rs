@@ -203,7 +203,7 @@ fn table_size_validation() {
             matches!(
                 Maglev::new(SchedFlags::default(), bad),
                 Err(SchedError::InvalidParam {
-                    scheduler: "mh",
+                    scheduler: crate::sched::Scheduler::Mh,
                     ..
                 })
             ),
