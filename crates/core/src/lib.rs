@@ -19,6 +19,7 @@
 //! * [`stats`] — counters and the rate estimator;
 //! * [`ipvs`] — the director tying them together: control operations and the
 //!   packet path with persistence.
+//! * [`sync`] — what a connection-sync daemon is configured with;
 //! * [`vrrp`] — the VRRP election of one instance (keepalived's
 //!   `vrrp_instance`).
 #![warn(missing_docs, unreachable_pub)]
@@ -34,5 +35,6 @@ pub mod pe_sip;
 pub mod sched;
 pub mod state;
 pub mod stats;
+pub mod sync;
 pub mod time;
 pub mod vrrp;
