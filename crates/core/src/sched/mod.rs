@@ -39,7 +39,7 @@ mod twos;
 mod wlc;
 mod wrr;
 
-#[doc(hidden)]
+#[cfg(feature = "bench")]
 pub use mh::reference_table as mh_reference_table;
 
 /// What a scheduler may look at in the packet that starts a connection.
