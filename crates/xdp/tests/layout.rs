@@ -11,7 +11,7 @@ fn btf_of(obj: rvs_xdp::Object) -> Option<Btf> {
     let bytes = match obj.bytes() {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("skipping: {e}");
+            rvs_testbed::skip_or_fail(&format!("layout of {obj:?}"), e);
             return None;
         }
     };

@@ -19,27 +19,7 @@ use crate::harness::{RVSADM, RVSD, TempDir, wait_for_socket};
 static N: AtomicUsize = AtomicUsize::new(0);
 
 fn root_and_tools(test: &str) -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
-    if !root {
-        eprintln!("skipping {test}: namespaces and XDP need root");
-        return false;
-    }
-    for tool in ["ip", "ethtool"] {
-        if Command::new(tool).arg("-V").output().is_err() {
-            eprintln!("skipping {test}: `{tool}` is not installed");
-            return false;
-        }
-    }
-    if let Err(e) = rvs_xdp::Object::Director.bytes() {
-        eprintln!("skipping {test}: {e}");
-        return false;
-    }
-    true
+    crate::netns::can_run(test)
 }
 
 fn sh(args: &[&str]) {
