@@ -771,4 +771,58 @@ mod tests {
                 .any(|l| l.contains("_total_total") || l.contains("EOF"))
         );
     }
+
+    /// VRRP's gauges per instance (names escaped), none without instances.
+    #[test]
+    fn vrrp_state_and_priority_per_instance() {
+        let status = crate::vrrp::Status::default();
+        assert!(vrrp(&status).is_empty());
+        status
+            .lock()
+            .unwrap()
+            .insert("VI_1".into(), (State::Master, 150));
+        status
+            .lock()
+            .unwrap()
+            .insert("odd\"name".into(), (State::Fault, 0));
+        let text = encode(vrrp(&status));
+        assert_eq!(
+            lines(&text),
+            [
+                "# HELP rvs_vrrp_state VRRP instance state (0 init, 1 backup, 2 master, 3 fault, 4 stopped).",
+                "# TYPE rvs_vrrp_state gauge",
+                r#"rvs_vrrp_state{instance="VI_1"} 2"#,
+                r#"rvs_vrrp_state{instance="odd\"name"} 3"#,
+                "# HELP rvs_vrrp_priority VRRP instance effective priority.",
+                "# TYPE rvs_vrrp_priority gauge",
+                r#"rvs_vrrp_priority{instance="VI_1"} 150"#,
+                r#"rvs_vrrp_priority{instance="odd\"name"} 0"#,
+            ],
+            "{text}"
+        );
+    }
+
+    /// The health checker's families exist (with their types) before any
+    /// checker runs, as they did.
+    #[test]
+    fn health_families_before_any_check() {
+        let text = encode(health(&rvs_check::Health::new(1)));
+        let text = lines(&text);
+        for want in [
+            "# TYPE rvs_realserver_up gauge",
+            "# TYPE rvs_quorum_up gauge",
+            "# TYPE rvs_check_latency_seconds histogram",
+            "# TYPE rvs_check_lateness_seconds histogram",
+            r#"rvs_check_lateness_seconds_bucket{le="+Inf"} 0"#,
+            "rvs_check_lateness_seconds_count 0",
+            "# HELP rvs_check_transitions_total Health checker state changes.",
+            "# TYPE rvs_check_transitions_total counter",
+        ] {
+            assert!(
+                text.contains(&want),
+                "missing `{want}` in\n{}",
+                text.join("\n")
+            );
+        }
+    }
 }
