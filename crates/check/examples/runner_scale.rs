@@ -159,26 +159,13 @@ fn main() {
         let wall = t0.elapsed().as_secs_f64();
         let end = metrics(&host);
         task.abort();
-        let down = end.matches("rvs_realserver_up{").count()
-            - end
-                .lines()
-                .filter(|l| l.starts_with("rvs_realserver_up{") && l.ends_with(" 1"))
-                .count();
-        (base, end, cpu, wall, down)
+        let down = end.1;
+        (base.0, end.0, cpu, wall, down)
     });
     let _ = child.kill();
     let _ = child.wait();
     let (base, end, cpu, wall, down) = result;
-    let hist = |m: &str| -> Vec<(String, f64)> {
-        m.lines()
-            .filter_map(|l| l.strip_prefix("rvs_check_lateness_seconds_bucket{le=\""))
-            .filter_map(|l| {
-                let (le, v) = l.split_once("\"} ")?;
-                Some((le.to_owned(), v.parse().ok()?))
-            })
-            .collect()
-    };
-    let (b0, b1) = (hist(&base), hist(&end));
+    let (b0, b1) = (base, end);
     let delta: Vec<(String, f64)> = b1
         .iter()
         .zip(b0.iter())
@@ -209,10 +196,25 @@ fn main() {
     );
 }
 
-fn metrics(host: &Arc<Mutex<Bench>>) -> String {
-    let mut m = String::new();
-    if let Ok(h) = host.lock() {
-        h.health.render_metrics(&mut m);
-    }
-    m
+/// The lateness histogram's cumulative buckets (`le`, count; `+Inf` last)
+/// and how many real servers are down.
+fn metrics(host: &Arc<Mutex<Bench>>) -> (Vec<(String, f64)>, usize) {
+    let Ok(h) = host.lock() else {
+        return (Vec::new(), 0);
+    };
+    let late = h.health.lateness();
+    let mut hist: Vec<(String, f64)> = rvs_check::health::LATENCY_BUCKETS
+        .iter()
+        .zip(late.cumulative())
+        .map(|(le, n)| (le.to_string(), *n as f64))
+        .collect();
+    hist.push(("+Inf".into(), late.count() as f64));
+    let down = h
+        .health
+        .status()
+        .iter()
+        .flat_map(|vs| &vs.reals)
+        .filter(|rs| !rs.alive)
+        .count();
+    (hist, down)
 }

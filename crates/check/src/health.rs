@@ -3,7 +3,6 @@
 //! lives inside the daemon's state); the [`crate::runner`] drives it.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::time::Instant;
 
 use rvs_control::state::ServiceDef;
@@ -16,8 +15,9 @@ use crate::policy::{Action, CheckerId, Event, Outcome, Policy, ScriptSpec, VsSta
 pub const LATENCY_BUCKETS: [f64; 10] =
     [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0];
 
-#[derive(Clone, Debug, Default)]
-struct Histogram {
+/// A histogram over [`LATENCY_BUCKETS`]: what the metrics endpoint reads.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Histogram {
     buckets: [u64; LATENCY_BUCKETS.len()],
     count: u64,
     sum: f64,
@@ -34,27 +34,20 @@ impl Histogram {
         self.sum += secs;
     }
 
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
-        let sep = if labels.is_empty() { "" } else { "," };
-        for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {}",
-                self.buckets[i]
-            );
-        }
-        let _ = writeln!(
-            out,
-            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
-            self.count
-        );
-        if labels.is_empty() {
-            let _ = writeln!(out, "{name}_sum {}", self.sum);
-            let _ = writeln!(out, "{name}_count {}", self.count);
-        } else {
-            let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
-            let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
-        }
+    /// Observations at or below each bound of [`LATENCY_BUCKETS`]
+    /// (cumulative, as Prometheus buckets are).
+    pub fn cumulative(&self) -> &[u64; LATENCY_BUCKETS.len()] {
+        &self.buckets
+    }
+
+    /// How many observations there were.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Their sum, seconds.
+    pub fn sum(&self) -> f64 {
+        self.sum
     }
 }
 
@@ -70,7 +63,7 @@ pub struct Work {
 }
 
 /// Labels of a checker in metrics: (virtual server, real server, checker).
-type Labels = (String, String, String);
+pub type Labels = (String, String, String);
 
 /// Policy + probes + statistics.
 #[derive(Clone, Debug)]
@@ -80,12 +73,6 @@ pub struct Health {
     latency: HashMap<Labels, Histogram>,
     lateness: Histogram,
     transitions: HashMap<(Labels, &'static str), u64>,
-}
-
-fn esc(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 impl Health {
@@ -211,76 +198,29 @@ impl Health {
         self.policy.status()
     }
 
-    /// Prometheus text: `rvs_realserver_up`, `rvs_check_latency_seconds`
-    /// (histogram), `rvs_check_transitions_total`, `rvs_quorum_up`.
-    pub fn render_metrics(&self, out: &mut String) {
-        let status = self.policy.status();
-        let _ = writeln!(
-            out,
-            "# HELP rvs_realserver_up 1 when all the real server's health checkers are up."
-        );
-        let _ = writeln!(out, "# TYPE rvs_realserver_up gauge");
-        for vs in &status {
-            for rs in &vs.reals {
-                let _ = writeln!(
-                    out,
-                    "rvs_realserver_up{{virtual_server=\"{}\",real_server=\"{}\"}} {}",
-                    esc(&vs.name),
-                    esc(&rs.name),
-                    u8::from(rs.alive)
-                );
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP rvs_quorum_up 1 when the virtual server holds its quorum."
-        );
-        let _ = writeln!(out, "# TYPE rvs_quorum_up gauge");
-        for vs in &status {
-            let _ = writeln!(
-                out,
-                "rvs_quorum_up{{virtual_server=\"{}\"}} {}",
-                esc(&vs.name),
-                u8::from(vs.quorum_up)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP rvs_check_latency_seconds Duration of health-check probes."
-        );
-        let _ = writeln!(out, "# TYPE rvs_check_latency_seconds histogram");
+    /// Probe latency per checker (`rvs_check_latency_seconds`), sorted by
+    /// labels.
+    pub fn latency(&self) -> Vec<(&Labels, &Histogram)> {
         let mut lat: Vec<_> = self.latency.iter().collect();
         lat.sort_by(|a, b| a.0.cmp(b.0));
-        for ((v, r, c), h) in lat {
-            let l = format!(
-                "virtual_server=\"{}\",real_server=\"{}\",checker=\"{}\"",
-                esc(v),
-                esc(r),
-                esc(c)
-            );
-            h.render(out, "rvs_check_latency_seconds", &l);
-        }
-        let _ = writeln!(
-            out,
-            "# HELP rvs_check_lateness_seconds How late probes start compared to their schedule."
-        );
-        let _ = writeln!(out, "# TYPE rvs_check_lateness_seconds histogram");
-        self.lateness.render(out, "rvs_check_lateness_seconds", "");
-        let _ = writeln!(
-            out,
-            "# HELP rvs_check_transitions_total Health checker state changes."
-        );
-        let _ = writeln!(out, "# TYPE rvs_check_transitions_total counter");
-        let mut tr: Vec<_> = self.transitions.iter().collect();
-        tr.sort_by(|a, b| a.0.cmp(b.0));
-        for (((v, r, c), to), n) in tr {
-            let _ = writeln!(
-                out,
-                "rvs_check_transitions_total{{virtual_server=\"{}\",real_server=\"{}\",checker=\"{}\",to=\"{to}\"}} {n}",
-                esc(v),
-                esc(r),
-                esc(c)
-            );
-        }
+        lat
+    }
+
+    /// How late probes started against their schedule
+    /// (`rvs_check_lateness_seconds`).
+    pub fn lateness(&self) -> &Histogram {
+        &self.lateness
+    }
+
+    /// Checker state changes per checker and new state (`up`/`down`),
+    /// sorted (`rvs_check_transitions_total`).
+    pub fn transitions(&self) -> Vec<(&Labels, &'static str, u64)> {
+        let mut tr: Vec<_> = self
+            .transitions
+            .iter()
+            .map(|((l, to), n)| (l, *to, *n))
+            .collect();
+        tr.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        tr
     }
 }

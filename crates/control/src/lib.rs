@@ -3,8 +3,6 @@
 //! The control plane's logic, without sockets or threads:
 //! * [`protocol`] — what `rvsadm` and `rvsd` say to each other (JSON lines);
 //! * [`dataplane`] — the one trait every data plane implements;
-//! * [`ipvsadm`] — ipvsadm commands as control commands, and the director's
-//!   errors in ipvsadm's words;
 //! * [`state`] — the desired service table as definitions, the difference
 //!   between two tables, and applying it atomically to the core director so
 //!   a reload touches only what changed and a bad request changes nothing.
@@ -12,6 +10,5 @@
 #![forbid(unsafe_code)]
 
 pub mod dataplane;
-pub mod ipvsadm;
 pub mod protocol;
 pub mod state;

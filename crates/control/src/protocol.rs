@@ -106,7 +106,7 @@ pub enum Request {
     /// Liveness check.
     Ping,
     /// Start a connection-sync daemon (`ipvsadm --start-daemon`).
-    StartDaemon(rvs_ipvsadm::DaemonConfig),
+    StartDaemon(rvs_core::sync::DaemonConfig),
     /// Stop the master (`true`) or backup connection-sync daemon.
     StopDaemon {
         /// Which one.
@@ -226,6 +226,25 @@ mod tests {
             read_message::<Request, _>(&mut r),
             Err(FrameError::Closed)
         ));
+    }
+
+    /// The sync daemon's request reads on the wire as it did when its config
+    /// type lived in rvs-ipvsadm (an rvsadm and an rvsd of either build
+    /// understand each other).
+    #[test]
+    fn start_daemon_wire_format() {
+        let req = Request::StartDaemon(rvs_core::sync::DaemonConfig {
+            state: rvs_core::sync::SyncState::Backup,
+            mcast_ifn: "eth1".into(),
+            syncid: 7,
+            sync_maxlen: Some(1400),
+            mcast_group: Some("224.0.0.81".parse().unwrap()),
+            mcast_port: None,
+            mcast_ttl: Some(2),
+        });
+        let json = r#"{"StartDaemon":{"state":"Backup","mcast_ifn":"eth1","syncid":7,"sync_maxlen":1400,"mcast_group":"224.0.0.81","mcast_port":null,"mcast_ttl":2}}"#;
+        assert_eq!(serde_json::to_string(&req).unwrap(), json);
+        assert_eq!(parse_request(json.as_bytes()).unwrap(), req);
     }
 
     #[test]

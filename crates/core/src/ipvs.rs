@@ -1495,8 +1495,9 @@ impl Ipvs {
     /// and persistent counts equal what the connection table holds, every
     /// template's `n_control` equals its controlled connections, the dest
     /// locator agrees with the lists, and no overload flag is set without an
-    /// upper threshold. O(connections); for tests and fuzzing.
-    #[doc(hidden)]
+    /// upper threshold. O(connections); for tests and fuzzing (feature
+    /// `audit`).
+    #[cfg(feature = "audit")]
     pub fn audit(&self) -> Result<(), String> {
         let mut counts: HashMap<u32, [u32; 3]> = HashMap::new();
         let mut controlled: HashMap<u32, u32> = HashMap::new();

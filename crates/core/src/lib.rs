@@ -19,14 +19,21 @@
 //! * [`stats`] — counters and the rate estimator;
 //! * [`ipvs`] — the director tying them together: control operations and the
 //!   packet path with persistence.
+//! * [`sync`] — what a connection-sync daemon is configured with;
 //! * [`vrrp`] — the VRRP election of one instance (keepalived's
 //!   `vrrp_instance`).
+//!
+//! Test and benchmark scaffolding is behind features that no production
+//! build enables: `audit` (`Ipvs::audit`, the consistency check tests run
+//! after every step), `fuzzing` (the `fuzzing` script interpreter shared by
+//! the fuzz target and a property test; implies `audit`) and `bench`
+//! (`sched::mh_reference_table`, the baseline of the `maglev` bench).
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
 pub mod conn;
 pub mod dest;
-#[doc(hidden)]
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod ipvs;
 pub mod model;
@@ -34,5 +41,6 @@ pub mod pe_sip;
 pub mod sched;
 pub mod state;
 pub mod stats;
+pub mod sync;
 pub mod time;
 pub mod vrrp;

@@ -12,6 +12,8 @@
 //! * [`parse_restore_line`]: one line of a `-R` stream / save file;
 //! * [`snapshot`]: the serde model of what listings show;
 //! * [`format_list`] / [`format_save`]: ipvsadm's outputs;
+//! * [`control`]: ipvsadm commands as control-protocol commands, and the
+//!   director's errors in ipvsadm's words;
 //! * [`names`]: the only I/O (host and service names), swappable.
 //!
 //! rvs-only features are extra long options (`--mh-table-size`,
@@ -20,6 +22,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod cnum;
+pub mod control;
 mod error;
 mod format;
 pub mod names;

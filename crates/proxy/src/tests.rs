@@ -354,7 +354,10 @@ fn connect_timeout_on_a_full_backlog_moves_on() {
             .await
             .is_ok()
         {
-            eprintln!("skipped: this kernel still accepts connections on a full backlog");
+            rvs_testbed::skip_or_fail(
+                "connect_timeout_on_a_full_backlog_moves_on",
+                "this kernel still accepts connections on a full backlog",
+            );
             return;
         }
         let h = Harness::new(ProxyConfig {
@@ -751,7 +754,7 @@ fn v6_available() -> bool {
 #[test]
 fn ipv6_tcp_and_udp() {
     if !v6_available() {
-        eprintln!("skipped: no ::1 here");
+        rvs_testbed::skip_or_fail("ipv6_tcp_and_udp", "no ::1 here");
         return;
     }
     run(async {

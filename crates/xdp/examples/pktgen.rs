@@ -561,12 +561,18 @@ mod tests {
     fn hold_keeps_other_threads_off_its_cpu() {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: SCHED_FIFO needs root");
+            rvs_testbed::skip_or_fail(
+                "hold_keeps_other_threads_off_its_cpu",
+                "SCHED_FIFO needs root",
+            );
             return;
         }
         let cpus = allowed_cpus().expect("affinity");
         if cpus.len() < 2 {
-            eprintln!("skipped: needs 2 CPUs, this thread may use {cpus:?}");
+            rvs_testbed::skip_or_fail(
+                "hold_keeps_other_threads_off_its_cpu",
+                format!("needs 2 CPUs, this thread may use {cpus:?}"),
+            );
             return;
         }
         let (here, held) = (cpus[0], cpus[1]);
@@ -575,7 +581,10 @@ mod tests {
         let hold = match Hold::start(held) {
             Ok(h) => h,
             Err(e) => {
-                eprintln!("skipped: cannot run a SCHED_FIFO thread here: {e}");
+                rvs_testbed::skip_or_fail(
+                    "hold_keeps_other_threads_off_its_cpu",
+                    format!("cannot run a SCHED_FIFO thread here: {e}"),
+                );
                 return;
             }
         };

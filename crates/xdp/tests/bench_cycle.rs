@@ -30,7 +30,7 @@ fn symbols(object: Object) -> Option<Vec<String>> {
     let bytes = match object.bytes() {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("skipping: {e}");
+            rvs_testbed::skip_or_fail(&format!("symbols of {object:?}"), e);
             return None;
         }
     };

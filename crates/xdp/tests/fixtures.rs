@@ -1210,7 +1210,10 @@ fn flow_cache_entries_on_other_cpus_follow_state_changes_and_new_flows(v6: bool)
         return;
     };
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-        eprintln!("skipping: needs two CPUs (one cache entry per CPU)");
+        rvs_testbed::skip_or_fail(
+            "flow_cache_entries_on_other_cpus_follow_state_changes_and_new_flows",
+            "needs two CPUs (one cache entry per CPU)",
+        );
         return;
     }
     on_own_thread(move || {

@@ -166,7 +166,7 @@ fn objects() -> Option<Vec<(&'static str, &'static [u8])>> {
     let director = match rvs_xdp::Object::Director.bytes() {
         Ok(b) => b,
         Err(e) => {
-            skip(&e.to_string());
+            rvs_testbed::skip_or_fail("layout of the BPF objects", e);
             return None;
         }
     };
@@ -175,13 +175,6 @@ fn objects() -> Option<Vec<(&'static str, &'static [u8])>> {
 }
 
 /// Skip (no BPF toolchain at build time), or fail where a skip must not hide.
-fn skip(why: &str) {
-    if std::env::var_os("CI").is_some() || std::env::var_os("RVS_REQUIRE_PRIVILEGED").is_some() {
-        panic!("the layout test cannot run: {why}");
-    }
-    eprintln!("skipping: {why}");
-}
-
 /// The `.BTF` section of an object.
 fn btf_of(bytes: &[u8]) -> Btf {
     let elf = object::File::parse(bytes).expect("object parses");

@@ -8,8 +8,6 @@
 mod common;
 
 use std::net::IpAddr;
-use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use common::*;
 use rvs_xdp::action;
@@ -19,21 +17,13 @@ const VETH_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
 const GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
 const RPORT: u16 = 8080;
 
-/// A network namespace deleted on drop.
-struct Netns {
-    name: String,
-}
+/// A namespace with the director's link (`rvsa`), next hops and permanent
+/// neighbours; deleted on drop (an [`rvs_testbed::Netns`]).
+struct Netns(rvs_testbed::Netns);
 
 impl Netns {
     fn new() -> Netns {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "rvsxdp-nat-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        run("ip", &["netns", "add", &name]);
-        let ns = Netns { name };
+        let ns = rvs_testbed::Netns::new("rvsxdp-nat");
         let mac = |m: [u8; 6]| {
             m.iter()
                 .map(|b| format!("{b:02x}"))
@@ -41,7 +31,6 @@ impl Netns {
                 .join(":")
         };
         for cmd in [
-            "link set lo up".to_owned(),
             format!(
                 "link add rvsa address {} type veth peer name rvsb",
                 mac(VETH_MAC)
@@ -69,46 +58,19 @@ impl Netns {
             "route add 10.78.0.0/16 via 10.77.0.254".to_owned(),
             "route add fd78::/16 via fd77::fe".to_owned(),
         ] {
-            let mut args = vec!["-n", &ns.name];
+            let mut args = vec!["ip", "-n", ns.name()];
             args.extend(cmd.split_whitespace());
-            run("ip", &args);
+            rvs_testbed::sh(&args);
         }
-        run(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &ns.name,
-                "sh",
-                "-c",
-                "echo 1 > /proc/sys/net/ipv4/ip_forward && echo 1 > /proc/sys/net/ipv6/conf/all/forwarding",
-            ],
-        );
-        ns
+        ns.sysctl("ipv4/ip_forward", "1");
+        ns.sysctl("ipv6/conf/all/forwarding", "1");
+        Netns(ns)
     }
 
     /// Run `f` on a thread inside the namespace.
     fn enter<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let path = format!("/var/run/netns/{}", self.name);
-        common::in_netns(&path, f)
+        self.0.run(f)
     }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
-
-fn run(cmd: &str, args: &[&str]) {
-    let out = Command::new(cmd).args(args).output().expect("run command");
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// Set the TTL / hop limit of a frame (fixing the IPv4 checksum).

@@ -435,7 +435,7 @@ async fn ssl_get_status_through_tls() {
 #[tokio::test]
 async fn http_ipv6_host_header_in_brackets() {
     let Ok(l) = std::net::TcpListener::bind("[::1]:0") else {
-        eprintln!("skipping http_ipv6_host_header_in_brackets: no IPv6 loopback");
+        rvs_testbed::skip_or_fail("http_ipv6_host_header_in_brackets", "no IPv6 loopback");
         return;
     };
     drop(l);

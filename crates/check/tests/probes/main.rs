@@ -22,7 +22,13 @@ pub fn target(addr: SocketAddr, timeout_ms: u64) -> ProbeTarget {
 
 /// Whether we run as root (some tests need it and say so when skipping).
 pub fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
+    rvs_testbed::is_root()
+}
+
+/// True when running as root; otherwise skips `test` saying `why` needs
+/// root ([`rvs_testbed::skip_or_fail`]: under CI a failure).
+pub fn require_root(test: &str, why: &str) -> bool {
+    rvs_testbed::require_root(test, why)
 }
 
 /// Runs `f` on a new thread inside a fresh network namespace with `lo` up

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use rvs_check::probe::{Failure, ProbeSpec, run};
 
-use super::{TempDir, is_root, target};
+use super::{TempDir, require_root, target};
 
 fn misc(path: String, timeout_ms: u64, dynamic: bool) -> ProbeSpec {
     ProbeSpec::Misc {
@@ -169,8 +169,7 @@ async fn misc_dropped_probe_kills_the_group() {
 
 #[tokio::test]
 async fn misc_user_runs_as_that_uid() {
-    if !is_root() {
-        eprintln!("skipping misc_user_runs_as_that_uid: needs root to change uid");
+    if !require_root("misc_user_runs_as_that_uid", "needs root to change uid") {
         return;
     }
     let d = TempDir::new("misc");

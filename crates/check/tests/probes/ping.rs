@@ -3,7 +3,7 @@
 
 use rvs_check::probe::{Failure, ProbeSpec, run};
 
-use super::{in_netns, is_root, target};
+use super::{in_netns, require_root, target};
 
 fn ping_once() -> Result<(), Failure> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -39,8 +39,10 @@ fn ping_unreachable_address() -> Result<(), Failure> {
 
 #[test]
 fn ping_echo_when_group_allowed() {
-    if !is_root() {
-        eprintln!("skipping ping_echo_when_group_allowed: needs root for a network namespace");
+    if !require_root(
+        "ping_echo_when_group_allowed",
+        "needs root for a network namespace",
+    ) {
         return;
     }
     assert_eq!(in_netns(Some("0 2147483647"), ping_once), Ok(()));
@@ -50,8 +52,10 @@ fn ping_echo_when_group_allowed() {
 
 #[test]
 fn ping_unsupported_by_default() {
-    if !is_root() {
-        eprintln!("skipping ping_unsupported_by_default: needs root for a network namespace");
+    if !require_root(
+        "ping_unsupported_by_default",
+        "needs root for a network namespace",
+    ) {
         return;
     }
     let r = in_netns(None, ping_once);

@@ -7,7 +7,7 @@ use rvs_check::probe::{Failure, ProbeSpec, run};
 use socket2::{Domain, Socket, Type};
 use tokio::net::TcpListener;
 
-use super::{is_root, target};
+use super::{is_root, require_root, target};
 
 #[tokio::test]
 async fn tcp_up_and_closed_at_once() {
@@ -118,8 +118,10 @@ fn block_on_probe(spec: ProbeSpec, t: rvs_check::probe::ProbeTarget) -> Result<(
 
 #[test]
 fn tcp_fwmark_reaches_policy_routing() {
-    if !is_root() {
-        eprintln!("skipping tcp_fwmark_reaches_policy_routing: needs root for a network namespace");
+    if !require_root(
+        "tcp_fwmark_reaches_policy_routing",
+        "needs root for a network namespace",
+    ) {
         return;
     }
     // In a private netns: packets marked 0x42 hit a `prohibit` rule placed

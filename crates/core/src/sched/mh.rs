@@ -470,8 +470,8 @@ impl Algorithm for Maglev {
 
 /// The kernel's populate loop transcribed literally (bool bitmap, walk from
 /// the last placed slot, no tail phase): the reference the optimised build is
-/// tested against and the baseline of the `maglev` bench. Not stable API.
-#[doc(hidden)]
+/// tested against and the baseline of the `maglev` bench (feature `bench`).
+#[cfg(any(test, feature = "bench"))]
 pub fn reference_table(d: &[Dest], m: u32) -> Vec<Option<u32>> {
     let mut table = vec![None; m as usize];
     let g = d

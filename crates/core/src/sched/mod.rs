@@ -42,7 +42,7 @@ mod twos;
 mod wlc;
 mod wrr;
 
-#[doc(hidden)]
+#[cfg(feature = "bench")]
 pub use mh::reference_table as mh_reference_table;
 
 /// The constants of the hash-based schedulers (sh, dh, mh). Data planes that

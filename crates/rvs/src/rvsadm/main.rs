@@ -13,10 +13,10 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rvs_control::ipvsadm::{KERNEL_ERROR_EXIT, error_text, to_command};
 use rvs_control::protocol::{
     Command, DEFAULT_SOCKET, Request, Response, SOCKET_ENV, read_message, write_message,
 };
+use rvs_ipvsadm::control::{KERNEL_ERROR_EXIT, error_text, to_command};
 use rvs_ipvsadm::names::SystemNames;
 use rvs_ipvsadm::snapshot::Snapshot;
 use rvs_ipvsadm::{

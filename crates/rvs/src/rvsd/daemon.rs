@@ -270,13 +270,14 @@ impl Daemon {
 
     /// Prometheus metrics.
     pub fn metrics(&self) -> String {
-        let mut out = crate::metrics::render(self.ctl.ipvs(), self.reloads, self.reload_failures);
-        if let Some(p) = &self.proxy_stats {
-            crate::metrics::render_proxy(&mut out, p);
-        }
-        self.health.render_metrics(&mut out);
-        crate::vrrp::render_metrics(&mut out, &self.vrrp_status);
-        out
+        crate::metrics::render(&crate::metrics::Sources {
+            ipvs: self.ctl.ipvs(),
+            reloads: self.reloads,
+            reload_failures: self.reload_failures,
+            proxy: self.proxy_stats.as_deref(),
+            health: &self.health,
+            vrrp: &self.vrrp_status,
+        })
     }
 }
 

@@ -25,10 +25,7 @@ struct StateQuery {
 async fn metrics(State(d): State<Shared>) -> Response {
     match d.lock() {
         Ok(d) => (
-            [(
-                header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
+            [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
             d.metrics(),
         )
             .into_response(),

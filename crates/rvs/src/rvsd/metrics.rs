@@ -1,4 +1,6 @@
-//! Prometheus text exposition of the director's state.
+//! Prometheus `/metrics`: the director, the control plane, the proxy data
+//! plane, the health checkers and VRRP, encoded by `prometheus-client` in
+//! the Prometheus text format 0.0.4.
 //!
 //! Names follow node_exporter's IPVS collector where it has one, so existing
 //! dashboards keep working: `node_ipvs_connections_total`,
@@ -8,30 +10,117 @@
 //! `node_ipvs_backend_connections_inactive`, `node_ipvs_backend_weight` with
 //! the labels `local_address local_port remote_address remote_port proto
 //! local_mark`. Everything else is rvs's own and prefixed `rvs_`.
+//!
+//! Each scrape reads the daemon's state once (under its lock) into plain
+//! [`Family`] values — what is exposed, decided by plain functions — and a
+//! per-scrape [`Collector`] hands them to the crate's encoder. The 0.0.4
+//! encoder writes a counter registered as `x` as `x_total` (HELP, TYPE and
+//! samples alike) and ends without OpenMetrics' `# EOF`; so counters are
+//! named here with their full node_exporter name and registered without
+//! the suffix, which gives back exactly that name.
 
-use std::fmt::Write as _;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
 
+use rvs_check::health::{Histogram, LATENCY_BUCKETS};
 use rvs_core::dest::Dest;
-use rvs_core::ipvs::Ipvs;
-use rvs_core::ipvs::Service;
+use rvs_core::ipvs::{Ipvs, Service};
 use rvs_core::model::ServiceKey;
+use rvs_core::vrrp::State;
 
-/// Escape a label value per the exposition format.
-fn esc(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// The `Content-Type` of what [`render`] returns.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// A counter, a gauge or a histogram.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Only goes up (its name ends in `_total`).
+    Counter,
+    /// Goes up and down.
+    Gauge,
+    /// Buckets over [`LATENCY_BUCKETS`], sum and count.
+    Histogram,
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
+/// One sample's value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// A counter's or a gauge's value.
+    Int(u64),
+    /// A histogram: cumulative counts per bound of [`LATENCY_BUCKETS`],
+    /// the total count and the sum.
+    Histogram {
+        /// Observations at or below each bound.
+        cumulative: Vec<u64>,
+        /// All observations.
+        count: u64,
+        /// Their sum.
+        sum: f64,
+    },
 }
 
-/// A family with a single unlabelled value.
-fn scalar(out: &mut String, name: &str, kind: &str, help: &str, v: u64) {
-    family(out, name, kind, help);
-    let _ = writeln!(out, "{name} {v}");
+/// A labelled sample.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    /// Label names and values, in exposition order.
+    pub labels: Vec<(&'static str, String)>,
+    /// Its value.
+    pub value: Value,
+}
+
+/// A metric family: name, help, type and samples.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Family {
+    /// The exposed name (counters with their `_total`).
+    pub name: &'static str,
+    /// The HELP text.
+    pub help: &'static str,
+    /// The TYPE.
+    pub kind: Kind,
+    /// The samples, in exposition order.
+    pub samples: Vec<Sample>,
+}
+
+impl Family {
+    fn new(name: &'static str, kind: Kind, help: &'static str) -> Self {
+        Family {
+            name,
+            help,
+            kind,
+            samples: Vec::new(),
+        }
+    }
+
+    /// A family of one unlabelled sample.
+    fn scalar(name: &'static str, kind: Kind, help: &'static str, v: u64) -> Self {
+        let mut f = Family::new(name, kind, help);
+        f.push(Vec::new(), Value::Int(v));
+        f
+    }
+
+    fn push(&mut self, labels: Vec<(&'static str, String)>, value: Value) {
+        self.samples.push(Sample { labels, value });
+    }
+}
+
+/// What a scrape reads.
+pub struct Sources<'a> {
+    /// The director.
+    pub ipvs: &'a Ipvs,
+    /// Configuration reloads applied.
+    pub reloads: u64,
+    /// Configuration reloads rejected.
+    pub reload_failures: u64,
+    /// The proxy data plane's counters, when it runs.
+    pub proxy: Option<&'a rvs_proxy::ProxyStats>,
+    /// The health checkers.
+    pub health: &'a rvs_check::Health,
+    /// VRRP instances: state and priority by name.
+    pub vrrp: &'a crate::vrrp::Status,
 }
 
 /// `(local_address, local_port, proto, local_mark)` of a service, as
@@ -47,251 +136,237 @@ fn service_labels(key: &ServiceKey) -> (String, u16, &'static str, String) {
     }
 }
 
-/// A family with one line per service.
+/// A family with one sample per service.
 fn per_service(
-    out: &mut String,
     ipvs: &Ipvs,
-    (name, kind, help): (&str, &str, &str),
+    (name, kind, help): (&'static str, Kind, &'static str),
     get: impl Fn(&Service) -> u64,
-) {
-    family(out, name, kind, help);
+) -> Family {
+    let mut f = Family::new(name, kind, help);
     for svc in ipvs.services() {
         let (la, lp, proto, mark) = service_labels(svc.key());
-        let _ = writeln!(
-            out,
-            "{name}{{local_address=\"{}\",local_port=\"{lp}\",proto=\"{proto}\",local_mark=\"{}\"}} {}",
-            esc(&la),
-            esc(&mark),
-            get(svc)
+        f.push(
+            vec![
+                ("local_address", la),
+                ("local_port", lp.to_string()),
+                ("proto", proto.to_owned()),
+                ("local_mark", mark),
+            ],
+            Value::Int(get(svc)),
         );
     }
+    f
 }
 
-/// A family with one line per real server, labelled as node_exporter does.
+/// A family with one sample per real server, labelled as node_exporter does.
 fn per_backend(
-    out: &mut String,
     ipvs: &Ipvs,
-    (name, kind, help): (&str, &str, &str),
+    (name, kind, help): (&'static str, Kind, &'static str),
     get: impl Fn(&Dest) -> u64,
-) {
-    family(out, name, kind, help);
+) -> Family {
+    let mut f = Family::new(name, kind, help);
     for svc in ipvs.services() {
         let (la, lp, proto, mark) = service_labels(svc.key());
         for d in svc.dests() {
-            let _ = writeln!(
-                out,
-                "{name}{{local_address=\"{}\",local_port=\"{lp}\",remote_address=\"{}\",remote_port=\"{}\",proto=\"{proto}\",local_mark=\"{}\"}} {}",
-                esc(&la),
-                d.config.addr,
-                d.config.port,
-                esc(&mark),
-                get(d)
+            f.push(
+                vec![
+                    ("local_address", la.clone()),
+                    ("local_port", lp.to_string()),
+                    ("remote_address", d.config.addr.to_string()),
+                    ("remote_port", d.config.port.to_string()),
+                    ("proto", proto.to_owned()),
+                    ("local_mark", mark.clone()),
+                ],
+                Value::Int(get(d)),
             );
         }
     }
+    f
 }
 
-/// Render every metric of the director and the control plane.
-pub fn render(ipvs: &Ipvs, reloads: u64, reload_failures: u64) -> String {
-    let mut out = String::with_capacity(4096);
-    let o = &mut out;
+fn gauge(name: &'static str, help: &'static str) -> (&'static str, Kind, &'static str) {
+    (name, Kind::Gauge, help)
+}
+
+fn counter(name: &'static str, help: &'static str) -> (&'static str, Kind, &'static str) {
+    (name, Kind::Counter, help)
+}
+
+/// The director's and the control plane's families.
+pub fn director(ipvs: &Ipvs, reloads: u64, reload_failures: u64) -> Vec<Family> {
+    use Kind::{Counter, Gauge};
     let t = ipvs.total_stats();
-    scalar(
-        o,
-        "node_ipvs_connections_total",
-        "counter",
-        "The total number of connections made.",
-        t.conns,
-    );
-    scalar(
-        o,
-        "node_ipvs_incoming_packets_total",
-        "counter",
-        "The total number of incoming packets.",
-        t.inpkts,
-    );
-    scalar(
-        o,
-        "node_ipvs_outgoing_packets_total",
-        "counter",
-        "The total number of outgoing packets.",
-        t.outpkts,
-    );
-    scalar(
-        o,
-        "node_ipvs_incoming_bytes_total",
-        "counter",
-        "The total amount of incoming data.",
-        t.inbytes,
-    );
-    scalar(
-        o,
-        "node_ipvs_outgoing_bytes_total",
-        "counter",
-        "The total amount of outgoing data.",
-        t.outbytes,
-    );
-    let gauge = |name, help| (name, "gauge", help);
-    let counter = |name, help| (name, "counter", help);
-    per_backend(
-        o,
-        ipvs,
-        gauge(
-            "node_ipvs_backend_connections_active",
-            "The current active connections by local and remote address.",
+    vec![
+        Family::scalar(
+            "node_ipvs_connections_total",
+            Counter,
+            "The total number of connections made.",
+            t.conns,
         ),
-        |d| u64::from(d.active),
-    );
-    per_backend(
-        o,
-        ipvs,
-        gauge(
-            "node_ipvs_backend_connections_inactive",
-            "The current inactive connections by local and remote address.",
+        Family::scalar(
+            "node_ipvs_incoming_packets_total",
+            Counter,
+            "The total number of incoming packets.",
+            t.inpkts,
         ),
-        |d| u64::from(d.inactive),
-    );
-    per_backend(
-        o,
-        ipvs,
-        gauge(
-            "node_ipvs_backend_weight",
-            "The current backend weight by local and remote address.",
+        Family::scalar(
+            "node_ipvs_outgoing_packets_total",
+            Counter,
+            "The total number of outgoing packets.",
+            t.outpkts,
         ),
-        |d| u64::from(d.weight()),
-    );
-
-    // rvs-only: per-service and per-real-server traffic.
-    per_service(
-        o,
-        ipvs,
-        counter(
-            "rvs_service_connections_total",
-            "Connections scheduled by the service.",
+        Family::scalar(
+            "node_ipvs_incoming_bytes_total",
+            Counter,
+            "The total amount of incoming data.",
+            t.inbytes,
         ),
-        |s| s.stats().conns,
-    );
-    per_service(
-        o,
-        ipvs,
-        counter(
-            "rvs_service_incoming_packets_total",
-            "Packets from clients to the service.",
+        Family::scalar(
+            "node_ipvs_outgoing_bytes_total",
+            Counter,
+            "The total amount of outgoing data.",
+            t.outbytes,
         ),
-        |s| s.stats().inpkts,
-    );
-    per_service(
-        o,
-        ipvs,
-        counter(
-            "rvs_service_outgoing_packets_total",
-            "Packets from real servers to clients.",
+        per_backend(
+            ipvs,
+            gauge(
+                "node_ipvs_backend_connections_active",
+                "The current active connections by local and remote address.",
+            ),
+            |d| u64::from(d.active),
         ),
-        |s| s.stats().outpkts,
-    );
-    per_service(
-        o,
-        ipvs,
-        counter(
-            "rvs_service_incoming_bytes_total",
-            "Bytes from clients to the service.",
+        per_backend(
+            ipvs,
+            gauge(
+                "node_ipvs_backend_connections_inactive",
+                "The current inactive connections by local and remote address.",
+            ),
+            |d| u64::from(d.inactive),
         ),
-        |s| s.stats().inbytes,
-    );
-    per_service(
-        o,
-        ipvs,
-        counter(
-            "rvs_service_outgoing_bytes_total",
-            "Bytes from real servers to clients.",
+        per_backend(
+            ipvs,
+            gauge(
+                "node_ipvs_backend_weight",
+                "The current backend weight by local and remote address.",
+            ),
+            |d| u64::from(d.weight()),
         ),
-        |s| s.stats().outbytes,
-    );
-    per_backend(
-        o,
-        ipvs,
-        counter(
-            "rvs_backend_connections_total",
-            "Connections scheduled to the real server.",
+        // rvs-only: per-service and per-real-server traffic.
+        per_service(
+            ipvs,
+            counter(
+                "rvs_service_connections_total",
+                "Connections scheduled by the service.",
+            ),
+            |s| s.stats().conns,
         ),
-        |d| d.stats.conns,
-    );
-    per_backend(
-        o,
-        ipvs,
-        counter(
-            "rvs_backend_incoming_bytes_total",
-            "Bytes forwarded to the real server.",
+        per_service(
+            ipvs,
+            counter(
+                "rvs_service_incoming_packets_total",
+                "Packets from clients to the service.",
+            ),
+            |s| s.stats().inpkts,
         ),
-        |d| d.stats.inbytes,
-    );
-    per_backend(
-        o,
-        ipvs,
-        counter(
-            "rvs_backend_outgoing_bytes_total",
-            "Bytes from the real server to clients.",
+        per_service(
+            ipvs,
+            counter(
+                "rvs_service_outgoing_packets_total",
+                "Packets from real servers to clients.",
+            ),
+            |s| s.stats().outpkts,
         ),
-        |d| d.stats.outbytes,
-    );
-    per_backend(
-        o,
-        ipvs,
-        gauge(
-            "rvs_backend_persistent_connections",
-            "Persistence templates pointing at the real server.",
+        per_service(
+            ipvs,
+            counter(
+                "rvs_service_incoming_bytes_total",
+                "Bytes from clients to the service.",
+            ),
+            |s| s.stats().inbytes,
         ),
-        |d| u64::from(d.persist),
-    );
-
-    scalar(
-        o,
-        "rvs_services",
-        "gauge",
-        "Virtual services configured.",
-        ipvs.services().count() as u64,
-    );
-    scalar(
-        o,
-        "rvs_conn_table_entries",
-        "gauge",
-        "Connection table entries (templates included).",
-        ipvs.conns().len() as u64,
-    );
-    scalar(
-        o,
-        "rvs_conn_table_capacity",
-        "gauge",
-        "Connection table capacity bound.",
-        ipvs.conns().capacity() as u64,
-    );
-    scalar(
-        o,
-        "rvs_conn_table_evictions_total",
-        "counter",
-        "Entries evicted because the table was full.",
-        ipvs.evictions(),
-    );
-    scalar(
-        o,
-        "rvs_config_reloads_total",
-        "counter",
-        "Configuration reloads applied.",
-        reloads,
-    );
-    scalar(
-        o,
-        "rvs_config_reload_failures_total",
-        "counter",
-        "Configuration reloads rejected (state unchanged).",
-        reload_failures,
-    );
-    out
+        per_service(
+            ipvs,
+            counter(
+                "rvs_service_outgoing_bytes_total",
+                "Bytes from real servers to clients.",
+            ),
+            |s| s.stats().outbytes,
+        ),
+        per_backend(
+            ipvs,
+            counter(
+                "rvs_backend_connections_total",
+                "Connections scheduled to the real server.",
+            ),
+            |d| d.stats.conns,
+        ),
+        per_backend(
+            ipvs,
+            counter(
+                "rvs_backend_incoming_bytes_total",
+                "Bytes forwarded to the real server.",
+            ),
+            |d| d.stats.inbytes,
+        ),
+        per_backend(
+            ipvs,
+            counter(
+                "rvs_backend_outgoing_bytes_total",
+                "Bytes from the real server to clients.",
+            ),
+            |d| d.stats.outbytes,
+        ),
+        per_backend(
+            ipvs,
+            gauge(
+                "rvs_backend_persistent_connections",
+                "Persistence templates pointing at the real server.",
+            ),
+            |d| u64::from(d.persist),
+        ),
+        Family::scalar(
+            "rvs_services",
+            Gauge,
+            "Virtual services configured.",
+            ipvs.services().count() as u64,
+        ),
+        Family::scalar(
+            "rvs_conn_table_entries",
+            Gauge,
+            "Connection table entries (templates included).",
+            ipvs.conns().len() as u64,
+        ),
+        Family::scalar(
+            "rvs_conn_table_capacity",
+            Gauge,
+            "Connection table capacity bound.",
+            ipvs.conns().capacity() as u64,
+        ),
+        Family::scalar(
+            "rvs_conn_table_evictions_total",
+            Counter,
+            "Entries evicted because the table was full.",
+            ipvs.evictions(),
+        ),
+        Family::scalar(
+            "rvs_config_reloads_total",
+            Counter,
+            "Configuration reloads applied.",
+            reloads,
+        ),
+        Family::scalar(
+            "rvs_config_reload_failures_total",
+            Counter,
+            "Configuration reloads rejected (state unchanged).",
+            reload_failures,
+        ),
+    ]
 }
 
 /// The proxy data plane's own counters.
-pub fn render_proxy(out: &mut String, p: &rvs_proxy::ProxyStats) {
+pub fn proxy(p: &rvs_proxy::ProxyStats) -> Vec<Family> {
     use std::sync::atomic::Ordering::Relaxed;
+    let mut out = Vec::new();
     for (name, help, v) in [
         (
             "rvs_proxy_accepted_total",
@@ -334,7 +409,7 @@ pub fn render_proxy(out: &mut String, p: &rvs_proxy::ProxyStats) {
             p.proxy_header_rejected.load(Relaxed),
         ),
     ] {
-        scalar(out, name, "counter", help, v);
+        out.push(Family::scalar(name, Kind::Counter, help, v));
     }
     for (name, help, v) in [
         (
@@ -353,6 +428,407 @@ pub fn render_proxy(out: &mut String, p: &rvs_proxy::ProxyStats) {
             p.fds_in_use.load(Relaxed) as u64,
         ),
     ] {
-        scalar(out, name, "gauge", help, v);
+        out.push(Family::scalar(name, Kind::Gauge, help, v));
+    }
+    out
+}
+
+fn histogram(h: &Histogram) -> Value {
+    Value::Histogram {
+        cumulative: h.cumulative().to_vec(),
+        count: h.count(),
+        sum: h.sum(),
+    }
+}
+
+fn checker_labels((vs, rs, checker): &(String, String, String)) -> Vec<(&'static str, String)> {
+    vec![
+        ("virtual_server", vs.clone()),
+        ("real_server", rs.clone()),
+        ("checker", checker.clone()),
+    ]
+}
+
+/// The health checkers' families: `rvs_realserver_up`, `rvs_quorum_up`,
+/// `rvs_check_latency_seconds`, `rvs_check_lateness_seconds`,
+/// `rvs_check_transitions_total`.
+pub fn health(h: &rvs_check::Health) -> Vec<Family> {
+    let status = h.status();
+    let mut up = Family::new(
+        "rvs_realserver_up",
+        Kind::Gauge,
+        "1 when all the real server's health checkers are up.",
+    );
+    let mut quorum = Family::new(
+        "rvs_quorum_up",
+        Kind::Gauge,
+        "1 when the virtual server holds its quorum.",
+    );
+    for vs in &status {
+        for rs in &vs.reals {
+            up.push(
+                vec![
+                    ("virtual_server", vs.name.clone()),
+                    ("real_server", rs.name.clone()),
+                ],
+                Value::Int(u64::from(rs.alive)),
+            );
+        }
+        quorum.push(
+            vec![("virtual_server", vs.name.clone())],
+            Value::Int(u64::from(vs.quorum_up)),
+        );
+    }
+    let mut latency = Family::new(
+        "rvs_check_latency_seconds",
+        Kind::Histogram,
+        "Duration of health-check probes.",
+    );
+    for (l, hist) in h.latency() {
+        latency.push(checker_labels(l), histogram(hist));
+    }
+    let mut lateness = Family::new(
+        "rvs_check_lateness_seconds",
+        Kind::Histogram,
+        "How late probes start compared to their schedule.",
+    );
+    lateness.push(Vec::new(), histogram(h.lateness()));
+    let mut transitions = Family::new(
+        "rvs_check_transitions_total",
+        Kind::Counter,
+        "Health checker state changes.",
+    );
+    for (l, to, n) in h.transitions() {
+        let mut labels = checker_labels(l);
+        labels.push(("to", to.to_owned()));
+        transitions.push(labels, Value::Int(n));
+    }
+    vec![up, quorum, latency, lateness, transitions]
+}
+
+/// `rvs_vrrp_state{instance}` (keepalived_exporter's encoding: 0 init,
+/// 1 backup, 2 master, 3 fault; 4 stopped) and `rvs_vrrp_priority`; none
+/// when no instance runs.
+pub fn vrrp(status: &crate::vrrp::Status) -> Vec<Family> {
+    let Ok(st) = status.lock() else {
+        return Vec::new();
+    };
+    if st.is_empty() {
+        return Vec::new();
+    }
+    let mut state = Family::new(
+        "rvs_vrrp_state",
+        Kind::Gauge,
+        "VRRP instance state (0 init, 1 backup, 2 master, 3 fault, 4 stopped).",
+    );
+    let mut prio = Family::new(
+        "rvs_vrrp_priority",
+        Kind::Gauge,
+        "VRRP instance effective priority.",
+    );
+    for (name, (s, p)) in st.iter() {
+        let v = match s {
+            State::Init => 0,
+            State::Backup => 1,
+            State::Master => 2,
+            State::Fault => 3,
+            State::Stopped => 4,
+        };
+        state.push(vec![("instance", name.clone())], Value::Int(v));
+        prio.push(vec![("instance", name.clone())], Value::Int(u64::from(*p)));
+    }
+    vec![state, prio]
+}
+
+/// Every family of one scrape, in exposition order.
+pub fn families(s: &Sources) -> Vec<Family> {
+    let mut out = director(s.ipvs, s.reloads, s.reload_failures);
+    if let Some(p) = s.proxy {
+        out.extend(proxy(p));
+    }
+    out.extend(health(s.health));
+    out.extend(vrrp(s.vrrp));
+    out
+}
+
+/// The families of one scrape, handed to the crate's encoder.
+#[derive(Debug)]
+struct Scrape(Vec<Family>);
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for f in &self.0 {
+            let (name, kind) = match f.kind {
+                // The encoder appends `_total` to a counter's name.
+                Kind::Counter => (
+                    f.name.strip_suffix("_total").ok_or(std::fmt::Error)?,
+                    MetricType::Counter,
+                ),
+                Kind::Gauge => (f.name, MetricType::Gauge),
+                Kind::Histogram => (f.name, MetricType::Histogram),
+            };
+            let mut family = encoder.encode_descriptor(name, f.help, None, kind)?;
+            for s in &f.samples {
+                // No labels: no braces.
+                let m = family.encode_family(&s.labels)?;
+                match (&s.value, f.kind) {
+                    (Value::Int(v), Kind::Counter) => ConstCounter::new(*v).encode(m)?,
+                    (Value::Int(v), _) => ConstGauge::new(*v).encode(m)?,
+                    (
+                        Value::Histogram {
+                            cumulative,
+                            count,
+                            sum,
+                        },
+                        _,
+                    ) => {
+                        // The encoder takes per-bucket counts and adds them up.
+                        let mut below = 0;
+                        let buckets: Vec<(f64, u64)> = LATENCY_BUCKETS
+                            .iter()
+                            .zip(cumulative)
+                            .map(|(le, &n)| {
+                                let b = (*le, n.saturating_sub(below));
+                                below = n;
+                                b
+                            })
+                            .collect();
+                        let mut m = m;
+                        m.encode_histogram::<NoLabelSet>(*sum, *count, &buckets, None)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `families` as Prometheus text (format 0.0.4, [`CONTENT_TYPE`]).
+pub fn encode(families: Vec<Family>) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Scrape(families)));
+    let mut out = String::with_capacity(8192);
+    // Writing into a String fails only when a counter lacks its `_total`
+    // (a programming error the tests catch); the text so far is served.
+    if prometheus_client::encoding::prometheus_text::encode(&mut out, &registry).is_err() {
+        tracing::error!("metrics: encoding failed after {} bytes", out.len());
+    }
+    out
+}
+
+/// Every metric of one scrape as Prometheus text.
+pub fn render(s: &Sources) -> String {
+    encode(families(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rvs_core::ipvs::IpvsConfig;
+    use rvs_core::model::{AddrFamily, DestConfig, Protocol, ServiceConfig};
+
+    fn lines(text: &str) -> Vec<&str> {
+        text.lines().collect()
+    }
+
+    /// The crate's text is the format the hand-written exposition had:
+    /// counters keep their `_total` name in HELP, TYPE and samples, label
+    /// values are escaped, no labels means no braces, histograms have
+    /// cumulative buckets with `+Inf`, `_sum`, `_count`, and there is no
+    /// OpenMetrics `# EOF`.
+    #[test]
+    fn exposition_text_is_prometheus_0_0_4() {
+        let mut c = Family::new("x_requests_total", Kind::Counter, "Requests.");
+        c.push(vec![("name", "a\"b\\c\nd".into())], Value::Int(3));
+        let g = Family::scalar("x_up", Kind::Gauge, "Up.", 1);
+        let mut h = Family::new("x_seconds", Kind::Histogram, "Latency.");
+        let mut cumulative = vec![0; LATENCY_BUCKETS.len()];
+        cumulative[2..].fill(1);
+        cumulative[7..].fill(3);
+        h.push(
+            vec![("vs", "v".into())],
+            Value::Histogram {
+                cumulative,
+                count: 4,
+                sum: 0.75,
+            },
+        );
+        let text = encode(vec![c, g, h]);
+        let want = [
+            "# HELP x_requests_total Requests.",
+            "# TYPE x_requests_total counter",
+            r#"x_requests_total{name="a\"b\\c\nd"} 3"#,
+            "# HELP x_up Up.",
+            "# TYPE x_up gauge",
+            "x_up 1",
+            "# HELP x_seconds Latency.",
+            "# TYPE x_seconds histogram",
+            r#"x_seconds_bucket{vs="v",le="0.0005"} 0"#,
+            r#"x_seconds_bucket{vs="v",le="0.001"} 0"#,
+            r#"x_seconds_bucket{vs="v",le="0.0025"} 1"#,
+            r#"x_seconds_bucket{vs="v",le="0.005"} 1"#,
+            r#"x_seconds_bucket{vs="v",le="0.01"} 1"#,
+            r#"x_seconds_bucket{vs="v",le="0.05"} 1"#,
+            r#"x_seconds_bucket{vs="v",le="0.1"} 1"#,
+            r#"x_seconds_bucket{vs="v",le="0.5"} 3"#,
+            r#"x_seconds_bucket{vs="v",le="1"} 3"#,
+            r#"x_seconds_bucket{vs="v",le="5"} 3"#,
+            r#"x_seconds_bucket{vs="v",le="+Inf"} 4"#,
+            r#"x_seconds_sum{vs="v"} 0.75"#,
+            r#"x_seconds_count{vs="v"} 4"#,
+        ];
+        assert_eq!(lines(&text), want, "{text}");
+    }
+
+    /// The one difference the crate makes: a float sum is written by `dtoa`,
+    /// so an empty histogram's sum reads `0.0` (the hand-written text had
+    /// `0`); both parse as the same value.
+    #[test]
+    fn an_empty_histogram_sums_to_zero_point_zero() {
+        let mut h = Family::new("x_seconds", Kind::Histogram, "Latency.");
+        h.push(
+            Vec::new(),
+            Value::Histogram {
+                cumulative: vec![0; LATENCY_BUCKETS.len()],
+                count: 0,
+                sum: 0.0,
+            },
+        );
+        let text = encode(vec![h]);
+        assert!(
+            text.contains("\nx_seconds_bucket{le=\"+Inf\"} 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nx_seconds_sum 0.0\nx_seconds_count 0\n"),
+            "{text}"
+        );
+    }
+
+    /// A counter without `_total` would be renamed by the encoder: refused.
+    #[test]
+    fn a_counter_without_total_is_not_renamed() {
+        let text = encode(vec![Family::scalar("x_requests", Kind::Counter, "R.", 1)]);
+        assert!(!text.contains("x_requests_total"), "{text}");
+    }
+
+    /// node_exporter's names, types and labels for a director with an
+    /// address service and a fwmark service.
+    #[test]
+    fn director_families_keep_node_exporter_names_and_types() {
+        let mut ipvs = Ipvs::new(IpvsConfig::default());
+        let key = ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: "10.0.0.1".parse().unwrap(),
+            port: 80,
+        };
+        ipvs.add_service(
+            key,
+            ServiceConfig::new(AddrFamily::Inet).scheduler(rvs_core::sched::Scheduler::Wrr),
+        )
+        .unwrap();
+        ipvs.add_dest(
+            &key,
+            DestConfig::new("192.168.1.5".parse().unwrap(), 8080).weight(3),
+        )
+        .unwrap();
+        let fw = ServiceKey::Fwmark {
+            mark: 7,
+            af: AddrFamily::Inet,
+        };
+        ipvs.add_service(
+            fw,
+            ServiceConfig::new(AddrFamily::Inet).scheduler(rvs_core::sched::Scheduler::Rr),
+        )
+        .unwrap();
+        ipvs.add_dest(&fw, DestConfig::new("192.168.1.6".parse().unwrap(), 0))
+            .unwrap();
+        let text = encode(director(&ipvs, 2, 1));
+        let text = lines(&text);
+        for want in [
+            "# HELP node_ipvs_connections_total The total number of connections made.",
+            "# TYPE node_ipvs_connections_total counter",
+            "node_ipvs_connections_total 0",
+            "# TYPE node_ipvs_incoming_packets_total counter",
+            "# TYPE node_ipvs_outgoing_packets_total counter",
+            "# TYPE node_ipvs_incoming_bytes_total counter",
+            "# TYPE node_ipvs_outgoing_bytes_total counter",
+            "# TYPE node_ipvs_backend_connections_active gauge",
+            "# TYPE node_ipvs_backend_connections_inactive gauge",
+            "# TYPE node_ipvs_backend_weight gauge",
+            r#"node_ipvs_backend_weight{local_address="10.0.0.1",local_port="80",remote_address="192.168.1.5",remote_port="8080",proto="TCP",local_mark=""} 3"#,
+            r#"node_ipvs_backend_weight{local_address="",local_port="0",remote_address="192.168.1.6",remote_port="0",proto="FWM",local_mark="7"} 1"#,
+            r#"rvs_service_connections_total{local_address="",local_port="0",proto="FWM",local_mark="7"} 0"#,
+            "# TYPE rvs_backend_persistent_connections gauge",
+            "# TYPE rvs_conn_table_evictions_total counter",
+            "rvs_services 2",
+            "rvs_config_reloads_total 2",
+            "rvs_config_reload_failures_total 1",
+        ] {
+            assert!(
+                text.contains(&want),
+                "missing `{want}` in\n{}",
+                text.join("\n")
+            );
+        }
+        assert!(
+            !text
+                .iter()
+                .any(|l| l.contains("_total_total") || l.contains("EOF"))
+        );
+    }
+
+    /// VRRP's gauges per instance (names escaped), none without instances.
+    #[test]
+    fn vrrp_state_and_priority_per_instance() {
+        let status = crate::vrrp::Status::default();
+        assert!(vrrp(&status).is_empty());
+        status
+            .lock()
+            .unwrap()
+            .insert("VI_1".into(), (State::Master, 150));
+        status
+            .lock()
+            .unwrap()
+            .insert("odd\"name".into(), (State::Fault, 0));
+        let text = encode(vrrp(&status));
+        assert_eq!(
+            lines(&text),
+            [
+                "# HELP rvs_vrrp_state VRRP instance state (0 init, 1 backup, 2 master, 3 fault, 4 stopped).",
+                "# TYPE rvs_vrrp_state gauge",
+                r#"rvs_vrrp_state{instance="VI_1"} 2"#,
+                r#"rvs_vrrp_state{instance="odd\"name"} 3"#,
+                "# HELP rvs_vrrp_priority VRRP instance effective priority.",
+                "# TYPE rvs_vrrp_priority gauge",
+                r#"rvs_vrrp_priority{instance="VI_1"} 150"#,
+                r#"rvs_vrrp_priority{instance="odd\"name"} 0"#,
+            ],
+            "{text}"
+        );
+    }
+
+    /// The health checker's families exist (with their types) before any
+    /// checker runs, as they did.
+    #[test]
+    fn health_families_before_any_check() {
+        let text = encode(health(&rvs_check::Health::new(1)));
+        let text = lines(&text);
+        for want in [
+            "# TYPE rvs_realserver_up gauge",
+            "# TYPE rvs_quorum_up gauge",
+            "# TYPE rvs_check_latency_seconds histogram",
+            "# TYPE rvs_check_lateness_seconds histogram",
+            r#"rvs_check_lateness_seconds_bucket{le="+Inf"} 0"#,
+            "rvs_check_lateness_seconds_count 0",
+            "# HELP rvs_check_transitions_total Health checker state changes.",
+            "# TYPE rvs_check_transitions_total counter",
+        ] {
+            assert!(
+                text.contains(&want),
+                "missing `{want}` in\n{}",
+                text.join("\n")
+            );
+        }
     }
 }

@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
-use rvs_control::ipvsadm::{error_text, to_command};
 use rvs_control::protocol::Command;
 use rvs_control::state::{apply, current_defs};
 use rvs_core::ipvs::{Ipvs, IpvsConfig};
+use rvs_ipvsadm::control::{error_text, to_command};
 use rvs_ipvsadm::parse_restore_line;
 
 use crate::source::Loaded;

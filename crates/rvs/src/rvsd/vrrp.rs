@@ -495,44 +495,6 @@ impl Group {
 /// What each instance is doing: state and priority by instance name.
 pub type Status = Arc<Mutex<BTreeMap<String, (State, u8)>>>;
 
-/// `rvs_vrrp_state{instance}` (keepalived_exporter's encoding: 0 init,
-/// 1 backup, 2 master, 3 fault; 4 stopped) and `rvs_vrrp_priority`.
-pub fn render_metrics(out: &mut String, status: &Status) {
-    use std::fmt::Write;
-    let Ok(st) = status.lock() else {
-        return;
-    };
-    if st.is_empty() {
-        return;
-    }
-    let _ = writeln!(
-        out,
-        "# HELP rvs_vrrp_state VRRP instance state (0 init, 1 backup, 2 master, 3 fault, 4 stopped)."
-    );
-    let _ = writeln!(out, "# TYPE rvs_vrrp_state gauge");
-    let label = |n: &str| n.replace('\\', "\\\\").replace('"', "\\\"");
-    for (name, (state, _)) in st.iter() {
-        let name = label(name);
-        let v = match state {
-            State::Init => 0,
-            State::Backup => 1,
-            State::Master => 2,
-            State::Fault => 3,
-            State::Stopped => 4,
-        };
-        let _ = writeln!(out, "rvs_vrrp_state{{instance=\"{name}\"}} {v}");
-    }
-    let _ = writeln!(
-        out,
-        "# HELP rvs_vrrp_priority VRRP instance effective priority."
-    );
-    let _ = writeln!(out, "# TYPE rvs_vrrp_priority gauge");
-    for (name, (_, prio)) in st.iter() {
-        let name = label(name);
-        let _ = writeln!(out, "rvs_vrrp_priority{{instance=\"{name}\"}} {prio}");
-    }
-}
-
 struct Task {
     spec: Spec,
     stop: watch::Sender<bool>,

@@ -225,17 +225,7 @@ fn vrrp_elects_fails_over_preempts_back_and_resigns_on_stop() {
 }
 
 fn keepalived_available(test: &str) -> bool {
-    if Command::new("keepalived")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!(
-            "skipping {test}: keepalived is not installed (scripts/install-deps installs it)"
-        );
-        return false;
-    }
-    true
+    rvs_testbed::require_tools(test, &["keepalived"])
 }
 
 /// rvsd and keepalived in one virtual router, both directions: each must

@@ -8,56 +8,27 @@
 
 use std::io::Read;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsFd;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::harness::{RVSADM, RVSD, TempDir, wait_for_socket};
 
-static N: AtomicUsize = AtomicUsize::new(0);
-
 fn root_and_tools(test: &str) -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
-    if !root {
-        eprintln!("skipping {test}: namespaces and XDP need root");
-        return false;
-    }
-    for tool in ["ip", "ethtool"] {
-        if Command::new(tool).arg("-V").output().is_err() {
-            eprintln!("skipping {test}: `{tool}` is not installed");
-            return false;
-        }
-    }
-    if let Err(e) = rvs_xdp::Object::Director.bytes() {
-        eprintln!("skipping {test}: {e}");
-        return false;
-    }
-    true
+    crate::netns::can_run(test)
 }
 
 fn sh(args: &[&str]) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .expect("spawn");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    rvs_testbed::sh(args);
 }
 
-/// The namespaces of one test, deleted on drop; `stop` ends the servers.
+/// The namespaces of one test, deleted on drop (also when `new` fails
+/// half-way); `stop` ends the servers.
 struct Bed {
     prefix: String,
     stop: Arc<AtomicBool>,
+    guards: Vec<rvs_testbed::Netns>,
 }
 
 impl Bed {
@@ -66,18 +37,14 @@ impl Bed {
     }
 
     fn new() -> Bed {
-        let prefix = format!(
-            "rvsxd{}-{}-",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        );
-        let bed = Bed {
-            prefix,
+        let mut bed = Bed {
+            prefix: format!("{}-", rvs_testbed::unique_name("rvsxd")),
             stop: Arc::new(AtomicBool::new(false)),
+            guards: Vec::new(),
         };
         for h in ["sw", "c", "d", "r1", "r2"] {
-            sh(&["ip", "netns", "add", &bed.ns(h)]);
-            sh(&["ip", "-n", &bed.ns(h), "link", "set", "lo", "up"]);
+            let ns = rvs_testbed::Netns::create(bed.ns(h));
+            bed.guards.push(ns);
         }
         let sw = bed.ns("sw");
         sh(&["ip", "-n", &sw, "link", "add", "br0", "type", "bridge"]);
@@ -147,14 +114,7 @@ impl Bed {
 
     /// Run `f` on a thread inside namespace `h`.
     fn enter<T: Send + 'static>(&self, h: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let path = format!("/var/run/netns/{}", self.ns(h));
-        std::thread::spawn(move || {
-            let fd = std::fs::File::open(&path).expect("netns");
-            nix::sched::setns(fd.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-            f()
-        })
-        .join()
-        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+        rvs_testbed::in_ns(&self.ns(h), f)
     }
 
     /// A server on `h` answering every connection on port 80 with `h`
@@ -199,13 +159,9 @@ impl Bed {
 }
 
 impl Drop for Bed {
+    /// Stops the servers; the guards then delete the namespaces.
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        for h in ["c", "d", "r1", "r2", "sw"] {
-            let _ = Command::new("ip")
-                .args(["netns", "del", &self.ns(h)])
-                .status();
-        }
     }
 }
 

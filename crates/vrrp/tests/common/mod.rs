@@ -13,69 +13,26 @@
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::os::fd::AsFd;
-use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const MAC_A: &str = "02:00:00:00:00:0a";
 pub const MAC_B: &str = "02:00:00:00:00:0b";
 pub const MAC_A_BYTES: [u8; 6] = [2, 0, 0, 0, 0, 0x0a];
 
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-/// True when running as root with `ip` installed; otherwise prints why the
-/// test skips.
+/// True when running as root with `ip` installed; otherwise skips with the
+/// reason ([`rvs_testbed::skip_or_fail`]: under CI a failure).
 pub fn can_run(test: &str) -> bool {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
-        })
-        .unwrap_or_default();
-    if uid != "0" {
-        eprintln!("skipping {test}: network namespaces and raw sockets need root (uid {uid})");
-        return false;
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        eprintln!("skipping {test}: `ip` (iproute2) is not installed (scripts/install-deps)");
-        return false;
-    }
-    true
+    rvs_testbed::require_root(test, "network namespaces and raw sockets need root")
+        && rvs_testbed::require_tools(test, &["ip"])
 }
 
 /// Run a command; panic with its output when it fails; its stdout.
 pub fn sh(args: &[&str]) -> String {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", args[0]));
-    assert!(
-        out.status.success(),
-        "{} failed: {}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    rvs_testbed::sh_stdout(args)
 }
 
-/// Poll `f` every 20 ms until it is true or `limit` passes; its last value.
-pub fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+pub use rvs_testbed::wait_for;
 
 /// Run `fut` to completion on a current-thread runtime (as rvsd does).
 pub fn block_on<F: Future>(fut: F) -> F::Output {
@@ -90,6 +47,7 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
 pub struct Pair {
     pub a: String,
     pub b: String,
+    _guards: [rvs_testbed::Netns; 2],
 }
 
 impl Pair {
@@ -98,18 +56,18 @@ impl Pair {
         if !can_run(test) {
             return None;
         }
-        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let prefix = format!("vrrp{}x{n}", std::process::id());
+        let prefix = rvs_testbed::unique_name("vrrp");
+        let guards = [
+            rvs_testbed::Netns::create(format!("{prefix}a")),
+            rvs_testbed::Netns::create(format!("{prefix}b")),
+        ];
         let pair = Pair {
-            a: format!("{prefix}a"),
-            b: format!("{prefix}b"),
+            a: guards[0].name().to_owned(),
+            b: guards[1].name().to_owned(),
+            _guards: guards,
         };
-        // `pair` exists first: a failure below still removes what was made.
+        // The guards exist first: a failure below still removes them.
         for ns in [&pair.a, &pair.b] {
-            sh(&["ip", "netns", "add", ns]);
-        }
-        for ns in [&pair.a, &pair.b] {
-            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
             for key in ["all", "default"] {
                 pair.sysctl(ns, &format!("ipv6/conf/{key}/accept_dad"), "0");
             }
@@ -144,24 +102,14 @@ impl Pair {
         ns: &str,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> JoinHandle<T> {
-        let path = format!("/var/run/netns/{ns}");
-        std::thread::spawn(move || {
-            let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-            nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
-                .unwrap_or_else(|e| panic!("setns {path}: {e}"));
-            f()
-        })
+        rvs_testbed::spawn_in(ns, f)
     }
 
     /// Set `/proc/sys/net/{key}` to `value` inside namespace `ns` (those
     /// files belong to the network namespace of the thread that opens them;
     /// no `sysctl` binary needed).
     pub fn sysctl(&self, ns: &str, key: &str, value: &str) {
-        let path = format!("/proc/sys/net/{key}");
-        let value = value.to_owned();
-        self.run_in(ns, move || {
-            std::fs::write(&path, value).unwrap_or_else(|e| panic!("{path}: {e}"));
-        });
+        rvs_testbed::netns::sysctl(ns, key, value);
     }
 
     /// [`Pair::spawn_in`] and wait for its result (re-raising its panic).
@@ -169,14 +117,6 @@ impl Pair {
         match self.spawn_in(ns, f).join() {
             Ok(v) => v,
             Err(panic) => std::panic::resume_unwind(panic),
-        }
-    }
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
         }
     }
 }

@@ -48,25 +48,23 @@ pub fn vip(v6: bool) -> IpAddr {
     if v6 { VIP6.into() } else { VIP4.into() }
 }
 
-/// True when running as root; otherwise print why the test skips.
+/// True when running as root with the compiled objects; otherwise skip
+/// with the reason ([`rvs_testbed::skip_or_fail`]: under CI a failure).
 pub fn root_or_skip(test: &str) -> bool {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
-        })
-        .unwrap_or_default();
-    if uid != "0" {
-        eprintln!("skipping {test}: loading BPF programs needs root (uid {uid})");
+    if !rvs_testbed::require_root(test, "loading BPF programs needs root") {
         return false;
     }
     if let Err(e) = Object::Director.bytes() {
-        eprintln!("skipping {test}: {e}");
+        rvs_testbed::skip_or_fail(test, e);
         return false;
     }
     true
+}
+
+/// `test` cannot run here because of `reason`: skip, or fail under CI
+/// ([`rvs_testbed::skip_or_fail`]).
+pub fn skip(test: &str, reason: impl std::fmt::Display) {
+    rvs_testbed::skip_or_fail(test, reason);
 }
 
 /// One real server of a fixture service.
@@ -404,15 +402,7 @@ pub fn gue_sport(c: IpAddr, cport: u16, vport: u16, proto: u8) -> u16 {
 /// Run `f` on a thread of its own inside the network namespace at `path`
 /// (`setns` applies per thread), returning its result or its panic.
 pub fn in_netns<T: Send + 'static>(path: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    use std::os::fd::AsFd;
-    let path = path.to_owned();
-    std::thread::spawn(move || {
-        let fd = std::fs::File::open(&path).expect("netns file");
-        nix::sched::setns(fd.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-        f()
-    })
-    .join()
-    .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    rvs_testbed::in_netns_path(path, f)
 }
 
 /// How long a flow-cache entry serves packets without a look at `flows4`

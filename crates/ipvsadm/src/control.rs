@@ -1,13 +1,14 @@
-//! The bridge between ipvsadm's command line (`rvs-ipvsadm`) and the control
-//! protocol: which ipvsadm commands change the table, and how the director's
-//! errors read in ipvsadm's words (libipvs `ipvs_strerror`, which words the
-//! same errno differently per operation).
+//! The bridge between ipvsadm's command line and rvs's control protocol
+//! (`rvs-control`): which ipvsadm commands change the table, and how the
+//! director's errors read in ipvsadm's words (libipvs `ipvs_strerror`, which
+//! words the same errno differently per operation). It lives with the CLI so
+//! that the control plane does not depend on the command line.
 
+use rvs_control::protocol::Command;
 use rvs_core::ipvs::CtlError;
 use rvs_core::model::PersistenceEngine;
-use rvs_ipvsadm::{Command as Ipvsadm, ServiceSpec};
 
-use crate::protocol::Command;
+use crate::{Command as Ipvsadm, ServiceSpec};
 
 /// The exit status ipvsadm returns when the kernel refuses an operation
 /// (`process_options` returns -1).
@@ -93,7 +94,7 @@ pub fn error_text(cmd: &Command, error: &CtlError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rvs_ipvsadm::parse_args;
+    use crate::parse_args;
 
     fn cmd(args: &str) -> Option<Command> {
         let inv = parse_args(args.split_whitespace().map(String::from)).unwrap();
