@@ -93,16 +93,16 @@ fn map_err(map: &'static str) -> impl Fn(MapError) -> XdpError {
 pub enum Object {
     /// `bpf/xdp_lb.c`: the director (program `xdp_lb`).
     Director,
-    /// `bpf/xdp_lb.c` built with `RVS_BENCH_VARY_CLIENT`: every run sees
+    /// `bpf/xdp_lb_bench.c` (the director with a benchmark hook): every run sees
     /// another client (address and port from a per-CPU counter), so a
     /// repeated test run measures the new-flow path. Benchmarks only.
     DirectorBench,
-    /// `bpf/xdp_lb.c` built with `RVS_BENCH_CYCLE_FLOWS`: every run takes
+    /// `bpf/xdp_lb_cycle.c` (the director with a benchmark hook): every run takes
     /// the next of N client addresses (set by [`Loaded::set_bench_cycle`]),
     /// so a repeated test run measures a working set of N flows rather than
     /// one flow repeated. Benchmarks only.
     DirectorCycle,
-    /// [`Object::DirectorCycle`] also built with `RVS_BENCH_CACHE_MISS`: the
+    /// `bpf/xdp_lb_cycle_miss.c`, [`Object::DirectorCycle`] whose
     /// per-CPU flow cache is filled as on any miss but every entry is born
     /// stale, so every established packet misses it and looks up `flows4`.
     /// Benchmarks only.
