@@ -23,6 +23,9 @@
  * Decisions about packets that are not plainly ours (all return XDP_PASS, so
  * the kernel's own stack judges them, counts them and answers as it would
  * without rvs):
+ *  - frames not sent to the director: unicast to another host's MAC
+ *    (bridge flooding, a promiscuous NIC; counted in foreign_frames),
+ *    multicast, broadcast (lib/own_mac.h, the own_macs table);
  *  - non-IP, non-TCP/UDP, non-VIP traffic (ICMP errors about a flow
  *    excepted: they go where the flow goes, rewritten for NAT flows);
  *  - truncated or malformed headers (never read out of bounds; the kernel
@@ -51,6 +54,7 @@
 #include "lib/nat.h"
 #include "lib/icmp.h"
 #include "lib/fast.h"
+#include "lib/own_mac.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
@@ -73,6 +77,8 @@ int xdp_lb(struct xdp_md *ctx)
 	int syn, is_tcp, hashed, looked = 0;
 	struct rvs_flow *found = NULL;
 
+	if (!own_frame(ctx))
+		return XDP_PASS;
 	RVS_HOOK_ENTRY(ctx);
 	{
 		int rc = fast_established(ctx, &found, &looked);

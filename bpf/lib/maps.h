@@ -164,4 +164,19 @@ struct {
 	__type(value, struct locality_scratch);
 } locality_tmp SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rvs_own_macs);
+} own_macs SEC(".maps");
+
+/* Unicast frames passed because they were sent to another host's MAC. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} foreign_frames SEC(".maps");
+
 #endif /* RVS_LIB_MAPS_H */

@@ -15,6 +15,7 @@
 pub mod decap;
 pub mod maps;
 pub mod neigh;
+pub mod own_mac;
 pub mod plane;
 pub mod tables;
 
@@ -39,6 +40,9 @@ pub enum XdpError {
     /// The crate was compiled without the BPF toolchain.
     #[error("rvs was built without clang; install clang and libbpf-dev and rebuild")]
     NoBpf,
+    /// The director's own-MAC table (see [`own_mac`]).
+    #[error(transparent)]
+    OwnMac(#[from] own_mac::OwnMacError),
     /// The kernel or aya refused the object (parse, map creation, BTF).
     #[error("loading BPF object `{object}`: {source}")]
     Load {
@@ -350,6 +354,7 @@ impl Loaded {
     /// mode when the driver has no XDP support; `mode` forces one.
     pub fn attach(&mut self, interface: &str, mode: Option<XdpMode>) -> Result<XdpMode, XdpError> {
         let name = self.object.name();
+        self.own_before_attach(interface)?;
         let prog = self.program()?;
         let modes: &[XdpMode] = match mode {
             Some(ref m) => std::slice::from_ref(m),
