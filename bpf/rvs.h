@@ -351,7 +351,8 @@ struct rvs_locality {
 	__u32 pad0;
 };
 
-/* own_macs: ARRAY[0], the destination MACs the director acts on: per
+/* own_macs: a global (section .data.own_macs: a one-element array map to
+ * the loader), the destination MACs the director acts on: per
  * attached interface (ingress ifindex) its own MAC, plus extra MACs it owns
  * there (a VRRP virtual MAC 00:00:5e:00:01:VRID of a use_vmac macvlan on
  * top of it). A unicast frame to any other MAC (bridge flooding, a

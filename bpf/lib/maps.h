@@ -164,12 +164,10 @@ struct {
 	__type(value, struct locality_scratch);
 } locality_tmp SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct rvs_own_macs);
-} own_macs SEC(".maps");
+/* A global in a section of its own: the loader sees it as the one-element
+ * array map ".data.own_macs"; the program reads it with plain loads (no
+ * map lookup). */
+struct rvs_own_macs own_macs SEC(".data.own_macs");
 
 /* Unicast frames passed because they were sent to another host's MAC. */
 struct {

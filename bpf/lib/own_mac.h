@@ -12,23 +12,18 @@
  * header, or unicast to another host (counted in foreign_frames) — without
  * this, a frame flooded by a bridge would be forwarded again, with the
  * other host's MAC copied into the source on XDP_TX (duplicates and MAC
- * flapping between directors). The table is one array element (inlined
- * lookup) and the usual match is its first entry: a few loads and
- * compares per packet. */
+ * flapping between directors). The table is a global read with plain
+ * loads (no map lookup) and the usual match is its first entry: a few
+ * loads and compares per packet. */
 static __always_inline int own_frame(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	struct rvs_own_macs *t;
 	__u32 zero = 0, n, i, ifindex, lo;
 	__u16 hi;
 	__u64 *foreign;
 
-	t = bpf_map_lookup_elem(&own_macs, &zero);
-	CALL_SITE_TAG(31);
-	if (!t)
-		return 1;
-	n = t->count;
+	n = own_macs.count;
 	if (n == 0)
 		return 1;
 	if (data + sizeof(struct ethhdr) > end)
@@ -42,8 +37,8 @@ static __always_inline int own_frame(struct xdp_md *ctx)
 	for (i = 0; i < RVS_OWN_MACS_MAX; i++) {
 		if (i >= n)
 			break;
-		if (t->e[i].ifindex == ifindex && *(__u32 *)t->e[i].mac == lo &&
-		    *(__u16 *)(t->e[i].mac + 4) == hi)
+		if (own_macs.e[i].ifindex == ifindex && *(__u32 *)own_macs.e[i].mac == lo &&
+		    *(__u16 *)(own_macs.e[i].mac + 4) == hi)
 			return 1;
 	}
 	foreign = bpf_map_lookup_elem(&foreign_frames, &zero);

@@ -1,5 +1,6 @@
 //! Which frames the director acts on: the control side of the MAC filter
-//! (`bpf/lib/own_mac.h`, the `own_macs` table of `bpf/rvs.h`).
+//! (`bpf/lib/own_mac.h`, the `own_macs` table of `bpf/rvs.h`, map
+//! [`OWN_MACS_MAP`]).
 //!
 //! The director only looks at unicast frames sent to a MAC it owns on the
 //! interface they came in on: the interface's own MAC, written by
@@ -20,6 +21,11 @@ use aya::programs::{TestRun, TestRunOptions};
 
 use crate::{Loaded, Object, RunResult, XdpError};
 
+/// The table's map: the program's global `own_macs` in a section of its
+/// own, which the loader makes a one-element array (the program reads it
+/// with plain loads, no map lookup per packet).
+pub const OWN_MACS_MAP: &str = ".data.own_macs";
+
 /// Entries of the table (`RVS_OWN_MACS_MAX`).
 pub const OWN_MACS_MAX: usize = 16;
 
@@ -35,7 +41,7 @@ pub struct OwnMac {
     pub pad0: [u8; 2],
 }
 
-/// The whole table: `struct rvs_own_macs`, element 0 of `own_macs`.
+/// The whole table: `struct rvs_own_macs`, element 0 of [`OWN_MACS_MAP`].
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct OwnMacTable {
@@ -54,6 +60,32 @@ const _: () = assert!(size_of::<OwnMacTable>() == 8 + 12 * OWN_MACS_MAX);
 // arrays with every padding byte an explicit field (the size asserts above
 // prove there is no implicit padding), so any bit pattern is a valid value.
 unsafe impl aya::Pod for OwnMacTable {}
+
+/// The layouts of [`OwnMac`] and [`OwnMacTable`], for the check against
+/// the object's BTF (`tests/layout.rs`, as [`crate::maps::layouts`]).
+pub fn layouts() -> Vec<crate::maps::Layout> {
+    use std::mem::offset_of;
+    vec![
+        crate::maps::Layout {
+            c_name: "rvs_own_mac",
+            size: size_of::<OwnMac>(),
+            fields: vec![
+                ("ifindex", offset_of!(OwnMac, ifindex)),
+                ("mac", offset_of!(OwnMac, mac)),
+                ("pad0", offset_of!(OwnMac, pad0)),
+            ],
+        },
+        crate::maps::Layout {
+            c_name: "rvs_own_macs",
+            size: size_of::<OwnMacTable>(),
+            fields: vec![
+                ("count", offset_of!(OwnMacTable, count)),
+                ("pad0", offset_of!(OwnMacTable, pad0)),
+                ("e", offset_of!(OwnMacTable, e)),
+            ],
+        },
+    ]
+}
 
 /// Why an owned MAC could not be added or found.
 #[derive(Debug, thiserror::Error)]
@@ -203,7 +235,7 @@ fn is_director(object: Object) -> bool {
 
 impl Loaded {
     fn own_macs_map(&mut self) -> Result<Array<&mut aya::maps::MapData, OwnMacTable>, XdpError> {
-        self.array::<OwnMacTable>("own_macs")
+        self.array::<OwnMacTable>(OWN_MACS_MAP)
     }
 
     /// The owned (ifindex, MAC) pairs the program filters on.
@@ -211,16 +243,18 @@ impl Loaded {
         let t = self
             .own_macs_map()?
             .get(&0, 0)
-            .map_err(crate::map_err("own_macs"))?;
+            .map_err(crate::map_err(OWN_MACS_MAP))?;
         Ok(OwnMacs::from_table(&t))
     }
 
-    /// Replace the owned pairs (one map write: the program sees the old or
-    /// the new table, never a mix).
+    /// Replace the owned pairs (one map write; the kernel copies the value
+    /// while packets may read it, so a packet racing the write can see part
+    /// of the old table and part of the new: at worst a frame to a MAC
+    /// being added or moved is passed to the kernel once).
     pub fn set_own_macs(&mut self, macs: &OwnMacs) -> Result<(), XdpError> {
         self.own_macs_map()?
             .set(0, macs.table(), 0)
-            .map_err(crate::map_err("own_macs"))
+            .map_err(crate::map_err(OWN_MACS_MAP))
     }
 
     /// Own `mac` on `ifindex` too (e.g. the VRRP virtual MAC of a

@@ -72,6 +72,21 @@ fn btf_layout_matches_rust_mirrors() {
 }
 
 #[test]
+fn own_mac_table_layout_matches_btf_and_header() {
+    let Some(btf) = btf_of(rvs_xdp::Object::Director) else {
+        return;
+    };
+    for l in &rvs_xdp::own_mac::layouts() {
+        check(&btf, l).unwrap();
+    }
+    let max = header_defines()
+        .into_iter()
+        .find(|(n, _)| n == "RVS_OWN_MACS_MAX")
+        .map(|(_, v)| v);
+    assert_eq!(max, Some(rvs_xdp::own_mac::OWN_MACS_MAX as u64));
+}
+
+#[test]
 fn btf_layout_check_catches_swapped_fields() {
     let Some(btf) = btf_of(rvs_xdp::Object::Director) else {
         return;
