@@ -10,7 +10,9 @@
 //! "flow cache miss" row the same flow with the cache never filled (its
 //! flows4 lookup on every packet: the cost of a flow's first packet on a
 //! CPU, or of one whose cache slot another flow took); the "IPv6" rows the
-//! same for an IPv6 flow (`flow6_cache` in front of `flows`);
+//! same for an IPv6 flow (`flow6_cache` in front of `flows`); the "own-MAC
+//! filter off" rows the same flows with the own-MAC table empty (what the
+//! MAC filter costs is the difference);
 //! Then the "many flows" table: the same ACK cycling over N established
 //! flows (N = 1, 1024, 65536, 1048576, at most FLOW_TABLE) through the
 //! bench-only cycling builds (bpf/bench_cycle.h), with the flow cache as it
@@ -199,6 +201,18 @@ fn main() -> Result<(), Box<dyn Error>> {
             cfg.tcp_timeouts[1] = maps::FLOW_CACHE_JIFFIES as u32;
             l.set_config(&cfg)?;
         }
+        ns(&mut l, if v6 { &syn6 } else { &syn }, 1, tx)?;
+        est_progs.push((row, l, v6));
+    }
+    // The MAC filter's cost: the same flows with the own-MAC table empty
+    // (the filter off: one load and a compare), measured in the same
+    // rounds as the rows above.
+    for (row, v6) in [
+        ("mh, own-MAC filter off", false),
+        ("IPv6, mh, own-MAC filter off", true),
+    ] {
+        let mut l = director_of(Object::Director, "mh", table, v6)?;
+        l.set_own_macs(&rvs_xdp::own_mac::OwnMacs::new())?;
         ns(&mut l, if v6 { &syn6 } else { &syn }, 1, tx)?;
         est_progs.push((row, l, v6));
     }
