@@ -99,8 +99,8 @@ pub enum OwnMacError {
         /// The MAC, printed.
         mac: String,
     },
-    /// A group (multicast or broadcast) or all-zero MAC: never a frame's
-    /// destination the director acts on.
+    /// A group (multicast or broadcast) MAC: never a frame's destination
+    /// the director acts on.
     #[error("{0} is not a unicast MAC")]
     NotUnicast(String),
     /// The interface has no link-layer (AF_PACKET) address.
@@ -140,7 +140,9 @@ impl OwnMacs {
 
     /// Own `mac` on `ifindex`; false when it was owned already.
     pub fn add(&mut self, ifindex: u32, mac: [u8; 6]) -> Result<bool, OwnMacError> {
-        if mac[0] & 1 != 0 || mac == [0; 6] {
+        // The all-zero MAC is the loopback device's own (and its frames'
+        // destination): allowed. Group addresses never are a director's.
+        if mac[0] & 1 != 0 {
             return Err(OwnMacError::NotUnicast(mac_string(&mac)));
         }
         if self.entries.contains(&(ifindex, mac)) {
@@ -365,7 +367,7 @@ mod tests {
     }
 
     #[test]
-    fn group_and_zero_macs_are_refused_and_the_table_is_bounded() {
+    fn group_macs_are_refused_and_the_table_is_bounded() {
         let mut m = OwnMacs::new();
         assert!(matches!(
             m.add(2, [0xff; 6]),
@@ -375,7 +377,6 @@ mod tests {
             m.add(2, [0x01, 0, 0x5e, 0, 0, 1]),
             Err(OwnMacError::NotUnicast(_))
         ));
-        assert!(matches!(m.add(2, [0; 6]), Err(OwnMacError::NotUnicast(_))));
         for i in 0..OWN_MACS_MAX as u8 {
             m.add(2, vrrp_vmac(i + 1)).unwrap();
         }
@@ -398,12 +399,13 @@ mod tests {
     }
 
     #[test]
-    fn loopback_has_no_ethernet_address_but_is_found() {
-        // getifaddrs lists lo with a zero MAC: refused as an owned MAC.
+    fn loopback_is_found_with_its_zero_mac() {
+        // getifaddrs lists lo with a zero MAC, its frames' destination: a
+        // director attached to lo owns it.
         if let Ok((ifindex, mac)) = link_mac("lo") {
             assert!(ifindex > 0);
             assert_eq!(mac, [0; 6]);
-            assert!(OwnMacs::new().add(ifindex, mac).is_err());
+            assert!(OwnMacs::new().add(ifindex, mac).unwrap());
         }
         assert!(matches!(
             link_mac("rvs-no-such-if0"),
