@@ -351,4 +351,28 @@ struct rvs_locality {
 	__u32 pad0;
 };
 
+/* own_macs: a global (section .data.own_macs: a one-element array map to
+ * the loader), the destination MACs the director acts on: per
+ * attached interface (ingress ifindex) its own MAC, plus extra MACs it owns
+ * there (a VRRP virtual MAC 00:00:5e:00:01:VRID of a use_vmac macvlan on
+ * top of it). A unicast frame to any other MAC (bridge flooding, a
+ * promiscuous NIC) is passed to the kernel untouched and counted in
+ * foreign_frames; multicast and broadcast frames are passed too. Written by
+ * the loader when it attaches; count 0 (a program never attached, as in a
+ * test run without the table filled) filters nothing. One array element
+ * read with plain loads: no hash lookup per packet. */
+#define RVS_OWN_MACS_MAX 16
+
+struct rvs_own_mac {
+	__u32 ifindex;
+	__u8 mac[6];
+	__u8 pad0[2];
+};
+
+struct rvs_own_macs {
+	__u32 count; /* entries in use, from the first */
+	__u32 pad0;
+	struct rvs_own_mac e[RVS_OWN_MACS_MAX];
+};
+
 #endif /* RVS_H */

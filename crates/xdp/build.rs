@@ -12,20 +12,19 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The objects: `(output stem, source stem, extra clang flags)`.
-/// `xdp_lb_bench` is the director with a different client per run (for the
-/// new-flow benchmark); `xdp_lb_cycle` the director cycling through N
-/// client keys (the many-flows established benchmark, `bpf/bench_cycle.h`),
-/// `xdp_lb_cycle_miss` the same with every flow-cache entry born stale. They
-/// are never loaded outside the benchmark.
+/// `xdp_lb` is the production director (`bpf/xdp_lb.c` over `bpf/lib/*.h`).
+/// The benchmark variants are their own sources, which set benchmark hooks
+/// and include the director (so the production object holds no benchmark
+/// code): `xdp_lb_bench` a different client per run (the new-flow
+/// benchmark), `xdp_lb_cycle` cycling through N client keys (the many-flows
+/// established benchmark, `bpf/bench_cycle.h`), `xdp_lb_cycle_miss` the same
+/// with every flow-cache entry born stale. They are never loaded outside the
+/// benchmark.
 const PROGRAMS: &[(&str, &str, &[&str])] = &[
     ("xdp_lb", "xdp_lb", &[]),
-    ("xdp_lb_bench", "xdp_lb", &["-DRVS_BENCH_VARY_CLIENT"]),
-    ("xdp_lb_cycle", "xdp_lb", &["-DRVS_BENCH_CYCLE_FLOWS"]),
-    (
-        "xdp_lb_cycle_miss",
-        "xdp_lb",
-        &["-DRVS_BENCH_CYCLE_FLOWS", "-DRVS_BENCH_CACHE_MISS"],
-    ),
+    ("xdp_lb_bench", "xdp_lb_bench", &[]),
+    ("xdp_lb_cycle", "xdp_lb_cycle", &[]),
+    ("xdp_lb_cycle_miss", "xdp_lb_cycle_miss", &[]),
     ("bench_tx", "bench_tx", &[]),
     ("bench_lru", "bench_lru", &[]),
     ("bench_lru_hit", "bench_lru", &["-DBENCH_LRU_HIT"]),
@@ -45,7 +44,7 @@ fn main() {
     let manifest =
         PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let bpf_dir = manifest.join("../../bpf");
-    for header in ["rvs.h", "bench_cycle.h", "decap.h"] {
+    for header in ["rvs.h", "bench_cycle.h", "decap.h", "lib"] {
         println!("cargo::rerun-if-changed={}", bpf_dir.join(header).display());
     }
     for (_, src, _) in PROGRAMS {

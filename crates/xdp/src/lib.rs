@@ -16,6 +16,7 @@ pub mod decap;
 mod loader;
 pub mod maps;
 pub mod neigh;
+pub mod own_mac;
 pub mod plane;
 pub mod tables;
 
@@ -36,6 +37,9 @@ pub enum XdpError {
     /// The crate was compiled without the BPF toolchain.
     #[error("rvs was built without clang; install clang and libbpf-dev and rebuild")]
     NoBpf,
+    /// The director's own-MAC table (see [`own_mac`]).
+    #[error(transparent)]
+    OwnMac(#[from] own_mac::OwnMacError),
     /// The kernel or aya refused the object (parse, map creation, BTF).
     #[error("loading BPF object `{object}`: {source}")]
     Load {
@@ -90,16 +94,16 @@ fn map_err(map: &'static str) -> impl Fn(MapError) -> XdpError {
 pub enum Object {
     /// `bpf/xdp_lb.c`: the director (program `xdp_lb`).
     Director,
-    /// `bpf/xdp_lb.c` built with `RVS_BENCH_VARY_CLIENT`: every run sees
+    /// `bpf/xdp_lb_bench.c` (the director with a benchmark hook): every run sees
     /// another client (address and port from a per-CPU counter), so a
     /// repeated test run measures the new-flow path. Benchmarks only.
     DirectorBench,
-    /// `bpf/xdp_lb.c` built with `RVS_BENCH_CYCLE_FLOWS`: every run takes
+    /// `bpf/xdp_lb_cycle.c` (the director with a benchmark hook): every run takes
     /// the next of N client addresses (set by [`Loaded::set_bench_cycle`]),
     /// so a repeated test run measures a working set of N flows rather than
     /// one flow repeated. Benchmarks only.
     DirectorCycle,
-    /// [`Object::DirectorCycle`] also built with `RVS_BENCH_CACHE_MISS`: the
+    /// `bpf/xdp_lb_cycle_miss.c`, [`Object::DirectorCycle`] whose
     /// per-CPU flow cache is filled as on any miss but every entry is born
     /// stale, so every established packet misses it and looks up `flows4`.
     /// Benchmarks only.

@@ -25,7 +25,7 @@ pub fn flows_map(key: &FlowKey) -> &'static str {
 #[derive(Debug)]
 pub struct Loaded {
     ebpf: Ebpf,
-    object: Object,
+    pub(crate) object: Object,
 }
 
 impl Loaded {
@@ -70,7 +70,7 @@ impl Loaded {
         Ok(me)
     }
 
-    fn program(&mut self) -> Result<&mut Xdp, XdpError> {
+    pub(crate) fn program(&mut self) -> Result<&mut Xdp, XdpError> {
         let name = self.object.name();
         let p = self.ebpf.program_mut(name).ok_or(XdpError::Missing {
             kind: "program",
@@ -87,6 +87,7 @@ impl Loaded {
     /// mode when the driver has no XDP support; `mode` forces one.
     pub fn attach(&mut self, interface: &str, mode: Option<XdpMode>) -> Result<XdpMode, XdpError> {
         let name = self.object.name();
+        self.own_before_attach(interface)?;
         let prog = self.program()?;
         let modes: &[XdpMode] = match mode {
             Some(ref m) => std::slice::from_ref(m),

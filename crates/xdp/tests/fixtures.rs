@@ -1602,3 +1602,96 @@ fn flow_cache_skips_flows_that_may_expire_within_its_bound_v4() {
 fn flow_cache_skips_flows_that_may_expire_within_its_bound_v6() {
     flow_cache_skips_flows_that_may_expire_within_its_bound(true);
 }
+
+/// Only frames sent to the director are its own (bpf/lib/own_mac.h): to its
+/// MAC on the ingress interface, forwarded; to another host's unicast MAC
+/// (a bridge flooding, a promiscuous NIC), multicast or broadcast: passed
+/// to the kernel unchanged, no flow created, the unicast ones counted; to
+/// an extra MAC owned there (a VRRP virtual MAC), forwarded with that MAC
+/// as the source on XDP_TX.
+fn own_mac(v6: bool) {
+    let Some(mut lb) = Lb::new("own_mac") else {
+        return;
+    };
+    dr_service(&mut lb, v6, 1);
+    let (c, cport) = (client(v6, 9), 40001);
+    let other = [0x02, 0, 0, 0, 0, 0x99];
+    let syn = tcp_frame(c, cport, vip(v6), VPORT, Flags::Syn, b"");
+    let ack = tcp_frame(c, cport, vip(v6), VPORT, Flags::Ack, b"data");
+    let pass_unchanged = |lb: &mut Lb, f: &[u8], what: &str| {
+        let r = lb.run(f);
+        assert_eq!(r.action, action::PASS, "{what}");
+        assert_eq!(r.data, f, "{what}: changed");
+    };
+
+    let foreign = with_macs(&syn, other, CLIENT_MAC);
+    pass_unchanged(&mut lb, &foreign, "SYN to another host");
+    assert_eq!(lb.l.foreign_frames().unwrap(), 1);
+    assert_eq!(lb.flow_dest(PROTO_TCP, c, cport, vip(v6), VPORT), None);
+    for group in [
+        [0xff; 6],
+        [0x01, 0, 0x5e, 0, 0, 1],
+        [0x33, 0x33, 0, 0, 0, 1],
+    ] {
+        pass_unchanged(&mut lb, &with_macs(&syn, group, CLIENT_MAC), "group MAC");
+    }
+    assert_eq!(
+        lb.l.foreign_frames().unwrap(),
+        1,
+        "group frames are not foreign"
+    );
+
+    // The director's own: scheduled and forwarded.
+    let r = lb.run(&syn);
+    assert_eq!(r.action, action::TX);
+    assert_eq!(r.data, with_macs(&syn, rs_mac(0), DIR_MAC));
+    // The established flow's ACK (the fast path) to another host: passed.
+    pass_unchanged(
+        &mut lb,
+        &with_macs(&ack, other, CLIENT_MAC),
+        "ACK to another host",
+    );
+    assert_eq!(lb.l.foreign_frames().unwrap(), 2);
+    let r = lb.run(&ack);
+    assert_eq!(r.action, action::TX);
+    assert_eq!(r.data, with_macs(&ack, rs_mac(0), DIR_MAC));
+
+    // The VRRP virtual MAC: not the director's until it is owned on the
+    // ingress interface; owned on another interface it is still not.
+    let vmac = rvs_xdp::own_mac::vrrp_vmac(51);
+    let to_vmac = with_macs(&ack, vmac, CLIENT_MAC);
+    pass_unchanged(&mut lb, &to_vmac, "ACK to a VRRP MAC not owned");
+    assert!(lb.l.add_own_mac(INGRESS + 1000, vmac).unwrap());
+    pass_unchanged(&mut lb, &to_vmac, "ACK to a VRRP MAC owned elsewhere");
+    assert!(lb.l.add_own_mac(INGRESS, vmac).unwrap());
+    let r = lb.run(&to_vmac);
+    assert_eq!(r.action, action::TX);
+    assert_eq!(r.data, with_macs(&ack, rs_mac(0), vmac));
+    assert!(lb.l.remove_own_mac(INGRESS, vmac).unwrap());
+    pass_unchanged(&mut lb, &to_vmac, "ACK to a VRRP MAC no longer owned");
+    assert_eq!(lb.l.foreign_frames().unwrap(), 5);
+
+    let st = lb.l.dest_stats(Lb::dest_index(0, 0)).unwrap();
+    assert_eq!(
+        (st.conns, st.inpkts),
+        (1, 3),
+        "passed frames are not counted"
+    );
+
+    // A director whose table is empty (never attached) acts on any frame,
+    // as before the filter.
+    lb.l.set_own_macs(&rvs_xdp::own_mac::OwnMacs::new())
+        .unwrap();
+    let r = lb.run(&with_macs(&ack, other, CLIENT_MAC));
+    assert_eq!(r.action, action::TX);
+}
+
+#[test]
+fn own_mac_v4() {
+    own_mac(false);
+}
+
+#[test]
+fn own_mac_v6() {
+    own_mac(true);
+}

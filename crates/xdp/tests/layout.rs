@@ -29,6 +29,7 @@ use rvs_xdp::maps::{
     self, Config, Dest, DestConns, Flood, Flow, Flow4Key, Flow6Cache, FlowCache, FlowKey, Locality,
     LocalityKey, Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcKey,
 };
+use rvs_xdp::own_mac::{self, OwnMac, OwnMacTable};
 
 // ------------------------------------------------------------- the types
 
@@ -121,6 +122,8 @@ macro_rules! mirrors {
 }
 
 mirrors! {
+    "rvs_own_mac" => OwnMac { ifindex, mac, pad0 }
+    "rvs_own_macs" => OwnMacTable { count, pad0, e }
     "rvs_svc_key" => SvcKey { proto, family, port, vip }
     "rvs_svc" => Svc {
         sched, family, pad0, flags, table_off, table_len, dests_off, dests_len,
@@ -844,6 +847,7 @@ fn rust_constants() -> Vec<(String, u64)> {
     use maps::{dest_flags, fwd, sched, svc_flags};
     use rvs_core::sched::hash;
     let mut v: Vec<(String, u64)> = [
+        ("RVS_OWN_MACS_MAX", own_mac::OWN_MACS_MAX as u64),
         ("RVS_MAX_SERVICES", maps::MAX_SERVICES.into()),
         ("RVS_MAX_DESTS", maps::MAX_DESTS.into()),
         ("RVS_SLOTS_DEFAULT", maps::SLOTS_DEFAULT.into()),

@@ -91,6 +91,9 @@ fn nat(v6: bool, udp: bool) {
     let ns = Netns::new();
     ns.enter(move || {
         let mut lb = Lb::new("nat").expect("root checked");
+        // The director's interface here is rvsa: the real servers' replies are
+        // sent to its MAC, owned as attach owns it.
+        lb.l.add_own_mac(INGRESS, VETH_MAC).expect("own MAC");
         let proto = if udp { PROTO_UDP } else { PROTO_TCP };
         let mut rs = Rs::new(rs_addr(v6, 0), fwd::NAT, [0; 6]);
         rs.port = RPORT;
@@ -186,6 +189,9 @@ fn nat_uses_the_resolved_next_hop_on_the_same_link() {
     let ns = Netns::new();
     ns.enter(|| {
         let mut lb = Lb::new("nat").expect("root checked");
+        // The director's interface here is rvsa: the real servers' replies are
+        // sent to its MAC, owned as attach owns it.
+        lb.l.add_own_mac(INGRESS, VETH_MAC).expect("own MAC");
         let mut rs = Rs::new(rs_addr(false, 0), fwd::NAT, [0; 6]);
         rs.port = RPORT;
         lb.service(0, SvcKey::new(PROTO_TCP, vip(false), 80), "rr", 0, &[rs]);
@@ -236,6 +242,9 @@ fn nat_without_a_resolved_neighbour_passes_the_rewritten_packet() {
     let ns = Netns::new();
     ns.enter(|| {
         let mut lb = Lb::new("nat").expect("root checked");
+        // The director's interface here is rvsa: the real servers' replies are
+        // sent to its MAC, owned as attach owns it.
+        lb.l.add_own_mac(INGRESS, VETH_MAC).expect("own MAC");
         // Real server 5 (10.77.0.16) has no neighbour entry.
         let mut rs = Rs::new(rs_addr(false, 5), fwd::NAT, [0; 6]);
         rs.port = RPORT;
@@ -259,6 +268,9 @@ fn nat_tracks_tcp_state_in_both_directions() {
     let ns = Netns::new();
     ns.enter(|| {
         let mut lb = Lb::new("nat").expect("root checked");
+        // The director's interface here is rvsa: the real servers' replies are
+        // sent to its MAC, owned as attach owns it.
+        lb.l.add_own_mac(INGRESS, VETH_MAC).expect("own MAC");
         let mut rs = Rs::new(rs_addr(false, 0), fwd::NAT, [0; 6]);
         rs.port = RPORT;
         lb.service(0, SvcKey::new(PROTO_TCP, vip(false), 80), "wlc", 0, &[rs]);
@@ -358,6 +370,9 @@ fn nat_icmp(v6: bool, udp: bool) {
     let ns = Netns::new();
     ns.enter(move || {
         let mut lb = Lb::new("nat_icmp").expect("root checked");
+        // The director's interface here is rvsa: the real servers' replies are
+        // sent to its MAC, owned as attach owns it.
+        lb.l.add_own_mac(INGRESS, VETH_MAC).expect("own MAC");
         let proto = if udp { PROTO_UDP } else { PROTO_TCP };
         let mut rs = Rs::new(rs_addr(v6, 0), fwd::NAT, [0; 6]);
         rs.port = RPORT;

@@ -285,7 +285,10 @@ fn xdp_plane_drives_the_attached_program() {
             Flags::Syn,
             b"",
         );
-        let out = m.director().run(&frame, 1).expect("test run");
+        let out = m
+            .director()
+            .run_on(&frame, 1, ifindex("xd0"))
+            .expect("test run");
         assert!(
             matches!(out.action, action::TX | action::REDIRECT),
             "action {}",
@@ -320,7 +323,11 @@ fn xdp_plane_drives_the_attached_program() {
             Flags::Ack,
             b"y",
         );
-        let before = plane.maps().director().run(&synced_ack, 1).expect("run");
+        let before = plane
+            .maps()
+            .director()
+            .run_on(&synced_ack, 1, ifindex("xd0"))
+            .expect("run");
         assert!(
             !(matches!(before.action, action::TX | action::REDIRECT) && before.data[..6] == RS_MAC),
             "an unknown ACK is not forwarded"
@@ -336,7 +343,11 @@ fn xdp_plane_drives_the_attached_program() {
             template: false,
         };
         plane.load_synced_flow(&ipvs, &synced).expect("load synced");
-        let after = plane.maps().director().run(&synced_ack, 1).expect("run");
+        let after = plane
+            .maps()
+            .director()
+            .run_on(&synced_ack, 1, ifindex("xd0"))
+            .expect("run");
         assert!(
             matches!(after.action, action::TX | action::REDIRECT),
             "action {}",
@@ -370,7 +381,13 @@ fn xdp_plane_drives_the_attached_program() {
             Flags::Ack,
             b"x",
         );
-        assert_eq!(m.director().run(&ack, 1).expect("run").action, action::DROP);
+        assert_eq!(
+            m.director()
+                .run_on(&ack, 1, ifindex("xd0"))
+                .expect("run")
+                .action,
+            action::DROP
+        );
         // IPv6: the same through neighbour discovery.
         let key6 = ServiceKey::Addr {
             protocol: Protocol::Tcp,
@@ -477,9 +494,14 @@ fn report_cost_with_many_flows() {
                 b"",
             )
         };
+        let xd0 = ifindex("xd0");
         let t = StdInstant::now();
         for i in 0..n {
-            plane.maps().director().run(&frame(i), 1).expect("run");
+            plane
+                .maps()
+                .director()
+                .run_on(&frame(i), 1, xd0)
+                .expect("run");
         }
         eprintln!("{n} SYNs through the program: {:?}", t.elapsed());
         let t = StdInstant::now();

@@ -20,6 +20,9 @@ pub const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0x100);
 pub const TUN4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
 pub const TUN6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 2);
 pub const SLOT_REGION: u32 = 16384;
+/// The fixtures' ingress interface: the loopback device (ifindex 1 in every
+/// network namespace), where the director owns [`DIR_MAC`].
+pub const INGRESS: u32 = 1;
 
 /// The MAC of real server `i`.
 pub fn rs_mac(i: u8) -> [u8; 6] {
@@ -132,6 +135,12 @@ impl Lb {
         cfg.tun_src6 = TUN6.octets();
         cfg.flags = maps::CFG_F_NAT;
         l.set_config(&cfg).expect("config");
+        // As attach does for the interface it attaches to: the director
+        // owns its MAC on the ingress interface, and only frames sent to it
+        // are its own. A test run's ingress (given in the context, as the
+        // wire gives it) is the loopback device, whose MAC is zero: the
+        // fixtures' director MAC is owned on it.
+        l.add_own_mac(INGRESS, DIR_MAC).expect("own MAC");
         Some(Lb {
             l,
             core: Vec::new(),
@@ -210,8 +219,9 @@ impl Lb {
         self.core.push((svc, sched.to_owned(), params, core));
     }
 
+    /// One run of `frame` as if it arrived on [`INGRESS`].
     pub fn run(&mut self, frame: &[u8]) -> RunResult {
-        self.l.run(frame, 1).expect("test run")
+        self.l.run_on(frame, 1, INGRESS).expect("test run")
     }
 
     /// The dest index the flow of this client tuple is bound to.

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+/* lib/flow.h: the flow tables (flows4, flows) and their per-CPU caches
+ * (flow_cache, flow6_cache) with the epochs that invalidate them. */
+#ifndef RVS_LIB_FLOW_H
+#define RVS_LIB_FLOW_H
+
+#include "lib/maps.h"
+#include "lib/parse.h"
+
+/* ------------------------------------------------------------- flows */
+
+#define FLOW_V4_BRANCH() CALL_SITE_TAG(4)
+#define FLOW_V6_BRANCH() CALL_SITE_TAG(6)
+
+/* The flow table of the family: flows4 (16-byte key) for IPv4, flows for
+ * IPv6. `caddr`/`vaddr` are 16-byte addresses (IPv4 in the first word). */
+static __always_inline struct rvs_flow *flow_lookup(__u8 family, const __u32 *caddr,
+						    const __u32 *vaddr, __be16 cport,
+						    __be16 vport, __u8 proto)
+{
+	struct rvs_flow *f;
+
+	if (family == RVS_AF_INET) {
+		struct rvs_flow4_key k = {};
+
+		__builtin_memcpy(k.caddr, caddr, 4);
+		__builtin_memcpy(k.vaddr, vaddr, 4);
+		k.cport = cport;
+		k.vport = vport;
+		k.proto = proto;
+		f = bpf_map_lookup_elem(&flows4, &k);
+		FLOW_V4_BRANCH();
+	} else {
+		struct rvs_flow_key k = {};
+
+		__builtin_memcpy(k.caddr, caddr, 16);
+		__builtin_memcpy(k.vaddr, vaddr, 16);
+		k.cport = cport;
+		k.vport = vport;
+		k.proto = proto;
+		k.family = family;
+		f = bpf_map_lookup_elem(&flows, &k);
+		FLOW_V6_BRANCH();
+	}
+	return f;
+}
+
+/* Insert or replace the packet's flow; 0 on success. */
+static __always_inline long flow_insert(const struct pkt *p, const struct rvs_flow *v)
+{
+	long rc;
+
+	if (p->family == RVS_AF_INET) {
+		struct rvs_flow4_key k = {};
+
+		__builtin_memcpy(k.caddr, p->saddr, 4);
+		__builtin_memcpy(k.vaddr, p->daddr, 4);
+		k.cport = p->sport;
+		k.vport = p->dport;
+		k.proto = p->proto;
+		rc = bpf_map_update_elem(&flows4, &k, v, BPF_ANY);
+		FLOW_V4_BRANCH();
+	} else {
+		struct rvs_flow_key k = {};
+
+		__builtin_memcpy(k.caddr, p->saddr, 16);
+		__builtin_memcpy(k.vaddr, p->daddr, 16);
+		k.cport = p->sport;
+		k.vport = p->dport;
+		k.proto = p->proto;
+		k.family = p->family;
+		rc = bpf_map_update_elem(&flows, &k, v, BPF_ANY);
+		FLOW_V6_BRANCH();
+	}
+	return rc;
+}
+
+/* ------------------------------------------------------- flow cache */
+
+/* The flow cache's hash of an IPv4 flow key (the formula in rvs.h; the
+ * Rust side computes the same). A few multiplies: collisions only cost a
+ * cache miss. */
+static __always_inline __u64 flow_cache_hash(const struct rvs_flow4_key *k)
+{
+	const __u64 *w = (const __u64 *)k;
+	__u64 h = (w[0] ^ RVS_FLOW_CACHE_SEED) * RVS_FLOW_CACHE_MUL;
+
+	h = (h ^ (h >> 32) ^ w[1]) * RVS_FLOW_CACHE_MUL;
+	return h ^ (h >> 32);
+}
+
+static __always_inline __u32 flow_cache_slot(__u64 h)
+{
+	return (__u32)h & (RVS_FLOW_CACHE_SIZE - 1);
+}
+
+static __always_inline __u32 flow_epoch_slot(__u64 h)
+{
+	return (__u32)(h >> 16) & (RVS_FLOW_EPOCHS - 1);
+}
+
+/* The IPv6 cache's hash of a 40-byte flow key (the formula in rvs.h). */
+static __always_inline __u64 flow6_cache_hash(const struct rvs_flow_key *k)
+{
+	const __u64 *w = (const __u64 *)k;
+	__u64 h = (w[0] ^ RVS_FLOW_CACHE_SEED) * RVS_FLOW_CACHE_MUL;
+
+	h = (h ^ (h >> 32) ^ w[1]) * RVS_FLOW_CACHE_MUL;
+	h = (h ^ (h >> 32) ^ w[2]) * RVS_FLOW_CACHE_MUL;
+	h = (h ^ (h >> 32) ^ w[3]) * RVS_FLOW_CACHE_MUL;
+	h = (h ^ (h >> 32) ^ w[4]) * RVS_FLOW_CACHE_MUL;
+	return h ^ (h >> 32);
+}
+
+static __always_inline __u32 flow6_cache_slot(__u64 h)
+{
+	return (__u32)h & (RVS_FLOW6_CACHE_SIZE - 1);
+}
+
+/* After a write to the packet's flow (insert, state change; IPv4 or IPv6):
+ * bump its epoch slot, so every CPU's cache entry of that key (and of the
+ * keys that share the slot) is invalid from now on. All CPUs share the
+ * slot: atomic. The write comes first (x86: stores stay in order and the
+ * locked add is a full barrier), and the cache is filled with the epoch read
+ * before its flows4/flows lookup: a fill racing with this write is born
+ * invalid. That read relies on x86 keeping loads in order too; a weakly
+ * ordered CPU (arm64) would need it to be a load-acquire (BPF has one since
+ * Linux 6.15). */
+static __always_inline void flow_epoch_bump(const struct pkt *p)
+{
+	__u32 slot, *e;
+	__u64 h;
+
+	if (p->family == RVS_AF_INET) {
+		struct rvs_flow4_key k __attribute__((aligned(8))) = {};
+
+		__builtin_memcpy(k.caddr, p->saddr, 4);
+		__builtin_memcpy(k.vaddr, p->daddr, 4);
+		k.cport = p->sport;
+		k.vport = p->dport;
+		k.proto = p->proto;
+		h = flow_cache_hash(&k);
+	} else {
+		struct rvs_flow_key k __attribute__((aligned(8))) = {};
+
+		__builtin_memcpy(k.caddr, p->saddr, 16);
+		__builtin_memcpy(k.vaddr, p->daddr, 16);
+		k.cport = p->sport;
+		k.vport = p->dport;
+		k.proto = p->proto;
+		k.family = p->family;
+		h = flow6_cache_hash(&k);
+	}
+	slot = flow_epoch_slot(h);
+	e = bpf_map_lookup_elem(&flow_epochs, &slot);
+	CALL_SITE_TAG(20);
+	if (e)
+		__sync_fetch_and_add(e, 1);
+}
+
+#endif /* RVS_LIB_FLOW_H */

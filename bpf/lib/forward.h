@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+/* lib/forward.h: forwarding by the real server's method (DR, TUN, NAT),
+ * FIB routing and TTL decrement. */
+#ifndef RVS_LIB_FORWARD_H
+#define RVS_LIB_FORWARD_H
+
+#include "lib/parse.h"
+#include "lib/csum.h"
+#include "lib/l2.h"
+#include "lib/encap.h"
+
+/* Route a NAT-rewritten packet with the kernel's FIB; the kernel forwards it
+ * itself (XDP_PASS) when the neighbour is not resolved yet. */
+static __always_inline int fib_out(struct xdp_md *ctx, const struct pkt *p, const __u32 *dst,
+				   const __u32 *src)
+{
+	struct bpf_fib_lookup fib = {};
+	int rc;
+
+	fib.ifindex = ctx->ingress_ifindex;
+	fib.l4_protocol = p->proto;
+	fib.tot_len = p->l3len;
+	if (p->family == RVS_AF_INET) {
+		fib.family = RVS_AF_INET;
+		fib.ipv4_src = src[0];
+		fib.ipv4_dst = dst[0];
+	} else {
+		fib.family = RVS_AF_INET6;
+		__builtin_memcpy(fib.ipv6_src, src, 16);
+		__builtin_memcpy(fib.ipv6_dst, dst, 16);
+	}
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return XDP_PASS;
+	return l2_out(ctx, fib.dmac, fib.smac, fib.ifindex);
+}
+
+/* Decrement the TTL / hop limit of a routed reply; 0 = it may go on. */
+static __always_inline int dec_ttl(struct xdp_md *ctx, const struct pkt *p)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 l3 = p->l3off & 0xff;
+
+	if (p->family == RVS_AF_INET) {
+		struct iphdr *ip = data + l3;
+		__u16 old, new;
+
+		if ((void *)(ip + 1) > end || ip->ttl <= 1)
+			return -1;
+		old = *(__u16 *)&ip->ttl;
+		ip->ttl--;
+		new = *(__u16 *)&ip->ttl;
+		ip->check = csum_apply(ip->check, csum_acc16(0, old, new));
+	} else {
+		struct ipv6hdr *ip6 = data + l3;
+
+		if ((void *)(ip6 + 1) > end || ip6->hop_limit <= 1)
+			return -1;
+		ip6->hop_limit--;
+	}
+	return 0;
+}
+
+static __always_inline int forward(struct xdp_md *ctx, const struct pkt *p,
+				   const struct rvs_dest *d, const struct rvs_config *cfg)
+{
+	__be16 nport;
+
+	switch (d->method) {
+	case RVS_FWD_DR:
+		return l2_out(ctx, d->mac, d->smac, d->ifindex);
+	case RVS_FWD_TUN_IPIP:
+		return encap(ctx, p, d, cfg, 0);
+	case RVS_FWD_TUN_GUE:
+		return encap(ctx, p, d, cfg, 1);
+	case RVS_FWD_NAT:
+		if (d->family != p->family)
+			return XDP_DROP;
+		nport = d->port ? d->port : p->dport;
+		if (rewrite_addr_port(ctx, p, 1, (const __u32 *)d->addr, nport))
+			return XDP_DROP;
+		/* The next hop the control plane resolved for this real server
+		 * (IPVS caches its route per real server too), when it is on the
+		 * link the packet came in on (same MTU); else the kernel's FIB. */
+		if ((d->flags & RVS_DEST_F_NEXTHOP) && d->ifindex == ctx->ingress_ifindex)
+			return l2_out(ctx, d->mac, d->smac, d->ifindex);
+		return fib_out(ctx, p, (const __u32 *)d->addr, p->saddr);
+	default:
+		return XDP_DROP;
+	}
+}
+
+#endif /* RVS_LIB_FORWARD_H */

@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+/* lib/nat.h: the NAT reply path (real server -> client, rewritten back to
+ * the VIP). */
+#ifndef RVS_LIB_NAT_H
+#define RVS_LIB_NAT_H
+
+#include "lib/maps.h"
+#include "lib/stats.h"
+#include "lib/tcp_state.h"
+#include "lib/forward.h"
+
+/* ------------------------------------------------------- NAT reply path */
+
+static __always_inline int nat_reply(struct xdp_md *ctx, const struct pkt *p,
+				     const struct rvs_config *cfg)
+{
+	struct rvs_nat_key nk = {};
+	struct rvs_nat *n;
+	struct rvs_flow *f;
+
+	if (!(cfg->flags & RVS_CFG_F_NAT))
+		return XDP_PASS;
+	__builtin_memcpy(nk.raddr, p->saddr, 16);
+	__builtin_memcpy(nk.caddr, p->daddr, 16);
+	nk.rport = p->sport;
+	nk.cport = p->dport;
+	nk.proto = p->proto;
+	nk.family = p->family;
+	n = bpf_map_lookup_elem(&nat_rev, &nk);
+	if (!n)
+		return XDP_PASS;
+
+	f = flow_lookup(p->family, p->daddr, (const __u32 *)n->vaddr, p->dport, n->vport,
+			p->proto);
+	if (f) {
+		f->last_seen = bpf_jiffies64();
+		if (p->proto == IPPROTO_TCP) {
+			__u8 old = f->state;
+
+			f->state = tcp_next_state(old, p->tcpflags, DIR_OUTPUT);
+			conns_move(f->dest, p->proto, old, f->state);
+		}
+		f->flags &= ~RVS_FLOW_F_NOOUTPUT;
+	}
+	count(&svc_stats, n->svc, p->l3len, 1, 0);
+	count(&dest_stats, n->dest, p->l3len, 1, 0);
+	if (dec_ttl(ctx, p))
+		return XDP_PASS; /* the kernel sends time exceeded */
+	{
+		__u32 vaddr[4];
+
+		__builtin_memcpy(vaddr, n->vaddr, 16);
+		if (rewrite_addr_port(ctx, p, 0, vaddr, n->vport))
+			return XDP_DROP;
+		return fib_out(ctx, p, p->daddr, vaddr);
+	}
+}
+
+#endif /* RVS_LIB_NAT_H */

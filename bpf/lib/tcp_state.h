@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+/* lib/tcp_state.h: IPVS's TCP state table (tcp_states), active/inactive
+ * connection counts, timeouts and the SYN-flood guard. */
+#ifndef RVS_LIB_TCP_STATE_H
+#define RVS_LIB_TCP_STATE_H
+
+#include "lib/maps.h"
+#include "lib/parse.h"
+
+/* ------------------------------------------------------ TCP state machine */
+
+#define sNO RVS_TCP_S_NONE
+#define sES RVS_TCP_S_ESTABLISHED
+#define sSS RVS_TCP_S_SYN_SENT
+#define sSR RVS_TCP_S_SYN_RECV
+#define sFW RVS_TCP_S_FIN_WAIT
+#define sTW RVS_TCP_S_TIME_WAIT
+#define sCL RVS_TCP_S_CLOSE
+#define sCW RVS_TCP_S_CLOSE_WAIT
+#define sLA RVS_TCP_S_LAST_ACK
+#define sLI RVS_TCP_S_LISTEN
+#define sSA RVS_TCP_S_SYNACK
+
+/* [direction][flag row][state]: direction 0 = INPUT (NAT, a reply was seen),
+ * 1 = OUTPUT (NAT replies), 2 = INPUT_ONLY (DR/TUN, NAT before a reply);
+ * rows syn, fin, ack, rst. The tables of IPVS's ip_vs_proto_tcp.c. */
+static const __u8 tcp_states[3][4][RVS_TCP_S_LAST] = {
+	{
+		/*        NO   ES   SS   SR   FW   TW   CL   CW   LA   LI   SA */
+		/*syn*/ { sSR, sES, sES, sSR, sSR, sSR, sSR, sSR, sSR, sSR, sSR },
+		/*fin*/ { sCL, sCW, sSS, sTW, sTW, sTW, sCL, sCW, sLA, sLI, sTW },
+		/*ack*/ { sES, sES, sSS, sES, sFW, sTW, sCL, sCW, sCL, sLI, sES },
+		/*rst*/ { sCL, sCL, sCL, sSR, sCL, sCL, sCL, sCL, sLA, sLI, sSR },
+	},
+	{
+		/*syn*/ { sSS, sES, sSS, sSR, sSS, sSS, sSS, sSS, sSS, sLI, sSR },
+		/*fin*/ { sTW, sFW, sSS, sTW, sFW, sTW, sCL, sTW, sLA, sLI, sTW },
+		/*ack*/ { sES, sES, sSS, sES, sFW, sTW, sCL, sCW, sLA, sES, sES },
+		/*rst*/ { sCL, sCL, sSS, sCL, sCL, sTW, sCL, sCL, sCL, sCL, sCL },
+	},
+	{
+		/*syn*/ { sSR, sES, sES, sSR, sSR, sSR, sSR, sSR, sSR, sSR, sSR },
+		/*fin*/ { sCL, sFW, sSS, sTW, sFW, sTW, sCL, sCW, sLA, sLI, sTW },
+		/*ack*/ { sES, sES, sSS, sES, sFW, sTW, sCL, sCW, sCL, sLI, sES },
+		/*rst*/ { sCL, sCL, sCL, sSR, sCL, sCL, sCL, sCL, sLA, sLI, sCL },
+	},
+};
+
+#define DIR_INPUT 0
+#define DIR_OUTPUT 1
+#define DIR_INPUT_ONLY 2
+
+/* IPVS's set_tcp_state: RST first, then SYN, FIN, ACK; none of them = CLOSE. */
+static __always_inline __u8 tcp_next_state(__u8 state, __u8 flags, __u32 dir)
+{
+	__u32 row;
+
+	if (flags & TCPF_RST)
+		row = 3;
+	else if (flags & TCPF_SYN)
+		row = 0;
+	else if (flags & TCPF_FIN)
+		row = 1;
+	else if (flags & TCPF_ACK)
+		row = 2;
+	else
+		return RVS_TCP_S_CLOSE;
+	if (state >= RVS_TCP_S_LAST || dir > 2)
+		return RVS_TCP_S_CLOSE;
+	return tcp_states[dir][row][state];
+}
+
+/* IPVS's tcp_state_active_table: which states count as ActiveConn. */
+static __always_inline int state_active(__u8 proto, __u8 state)
+{
+	return proto == IPPROTO_TCP &&
+	       (state == RVS_TCP_S_ESTABLISHED || state == RVS_TCP_S_SYN_SENT ||
+		state == RVS_TCP_S_SYN_RECV || state == RVS_TCP_S_SYNACK);
+}
+
+/* Add `delta` (+1/-1) to dest `idx`'s active or inactive counter. */
+static __always_inline void conns_add(__u32 idx, int active, int delta)
+{
+	struct rvs_dest_conns *c = bpf_map_lookup_elem(&dest_conns, &idx);
+
+	if (!c)
+		return;
+	if (active)
+		__sync_fetch_and_add(&c->active, delta);
+	else
+		__sync_fetch_and_add(&c->inactive, delta);
+}
+
+/* A flow of dest `idx` went from state `from` to `to`. */
+static __always_inline void conns_move(__u32 idx, __u8 proto, __u8 from, __u8 to)
+{
+	int a = state_active(proto, from), b = state_active(proto, to);
+
+	if (a != b) {
+		conns_add(idx, a, -1);
+		conns_add(idx, b, 1);
+	}
+}
+
+/* The flow's timeout in jiffies. */
+static __always_inline __u64 flow_timeout(const struct rvs_config *cfg, const struct rvs_flow *f,
+					  __u8 proto)
+{
+	__u32 s = f->state;
+
+	if (proto != IPPROTO_TCP)
+		return (__u64)cfg->udp_timeout * cfg->hz;
+	if (s >= RVS_TCP_S_LAST)
+		return 0;
+	return (__u64)cfg->tcp_timeouts[s] * cfg->hz;
+}
+
+/* Count a new flow on this CPU; true when this second's count is above the
+ * configured limit (a SYN flood: stop paying for flow-table inserts). */
+static __always_inline int flood_over(const struct rvs_config *cfg, __u64 now)
+{
+	__u32 zero = 0;
+	struct rvs_flood *st;
+	__u64 sec;
+
+	if (!cfg->max_new_flows || !cfg->hz)
+		return 0;
+	st = bpf_map_lookup_elem(&flood, &zero);
+	if (!st)
+		return 0;
+	sec = now / cfg->hz;
+	if (st->second != sec) {
+		st->second = sec;
+		st->count = 0;
+	}
+	st->count++;
+	return st->count > cfg->max_new_flows;
+}
+
+#endif /* RVS_LIB_TCP_STATE_H */
