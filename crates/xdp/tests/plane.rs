@@ -774,8 +774,9 @@ fn xdp_plane_worker_applies_and_reports_without_blocking_its_caller() {
             Flags::Syn,
             b"",
         );
+        let xd0 = ifindex("xd0");
         let out = plane
-            .with_plane(move |p| p.maps().director().run(&frame, 1).map(|r| r.data))
+            .with_plane(move |p| p.maps().director().run_on(&frame, 1, xd0).map(|r| r.data))
             .expect("worker")
             .expect("run");
         assert_eq!(&out[..6], &RS_MAC);
