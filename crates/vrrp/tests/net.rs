@@ -308,18 +308,8 @@ fn capture_na(
     use std::os::fd::AsRawFd;
     let sock = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6)).expect("icmpv6");
     sock.set_recv_hoplimit_v6(true).expect("hoplimit");
-    let on: libc::c_int = 1;
-    // SAFETY: the socket is open; `on` is a live c_int of the given size.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_IPV6,
-            libc::IPV6_RECVPKTINFO,
-            std::ptr::from_ref(&on).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0, "IPV6_RECVPKTINFO");
+    rvs_sys::sock::set_recv_pktinfo_v6(std::os::fd::AsFd::as_fd(&sock), true)
+        .expect("IPV6_RECVPKTINFO");
     sock.set_read_timeout(Some(Duration::from_millis(200)))
         .expect("timeout");
     ready.send(()).expect("ready");

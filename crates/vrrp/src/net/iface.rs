@@ -1,4 +1,5 @@
-//! Interface facts read from the kernel: index, addresses, MAC, state.
+//! Interface facts read from the kernel: index, addresses, MAC, state
+//! (index, MAC and state through rvs-sys).
 //!
 //! `getifaddrs(3)` asks rtnetlink in the caller's namespace, so it sees the
 //! right interfaces even in a thread that entered another namespace (unlike
@@ -8,22 +9,11 @@ use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use nix::ifaddrs::getifaddrs;
-use nix::net::if_::{InterfaceFlags, if_nametoindex};
+use rvs_sys::netlink::{Netlink, NetlinkError};
 
 /// The index of `ifname`; `NotFound` names the interface when it is missing.
 pub(crate) fn ifindex(ifname: &str) -> io::Result<u32> {
-    if ifname.is_empty() || ifname.len() >= libc::IFNAMSIZ || ifname.contains('\0') {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("invalid interface name {ifname:?}"),
-        ));
-    }
-    if_nametoindex(ifname).map_err(|e| {
-        io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("interface {ifname:?}: {}", io::Error::from(e)),
-        )
-    })
+    rvs_sys::iface::ifindex(ifname)
 }
 
 /// The interface's first (primary) IPv4 address, as the kernel lists it.
@@ -41,21 +31,22 @@ pub(crate) fn link_local_v6(ifname: &str) -> io::Result<Option<Ipv6Addr>> {
         .find(Ipv6Addr::is_unicast_link_local))
 }
 
+/// The interface's link as rtnetlink reports it (`None`: no such link).
+fn link(ifname: &str) -> io::Result<Option<rvs_sys::netlink::Link>> {
+    Netlink::open()
+        .and_then(|mut nl| nl.link_by_name(ifname))
+        .map_err(NetlinkError::into_io)
+}
+
 /// The interface's Ethernet address, or `NotFound` (missing interface or no
 /// 6-byte link-layer address).
 pub(crate) fn mac(ifname: &str) -> io::Result<[u8; 6]> {
-    getifaddrs()?
-        .filter(|a| a.interface_name == ifname)
-        .find_map(|a| {
-            a.address
-                .and_then(|s| s.as_link_addr().and_then(|l| l.addr()))
-        })
-        .ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("interface {ifname:?} has no Ethernet address"),
-            )
-        })
+    link(ifname)?.and_then(|l| l.mac).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("interface {ifname:?} has no Ethernet address"),
+        )
+    })
 }
 
 /// Whether `ifname` exists, is administratively up and operationally up
@@ -63,8 +54,5 @@ pub(crate) fn mac(ifname: &str) -> io::Result<[u8; 6]> {
 /// `Ok(false)`, as keepalived puts a `track_interface` instance in FAULT
 /// when its interface goes away.
 pub fn link_up(ifname: &str) -> io::Result<bool> {
-    let want = InterfaceFlags::IFF_UP | InterfaceFlags::IFF_RUNNING;
-    Ok(getifaddrs()?
-        .find(|a| a.interface_name == ifname)
-        .is_some_and(|a| a.flags.contains(want)))
+    Ok(link(ifname)?.is_some_and(|l| l.up && l.running))
 }
