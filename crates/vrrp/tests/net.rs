@@ -246,12 +246,12 @@ fn address_errors_are_clear() {
                 .await
                 .expect_err("kernel refuses");
             assert!(
-                matches!(e, NetError::Netlink { errno, op: "RTM_NEWADDR", .. } if errno > 0),
+                matches!(e, NetError::Netlink { errno, op: "add address", .. } if errno > 0),
                 "{e:?}"
             );
             let text = e.to_string();
             assert!(
-                text.starts_with("netlink RTM_NEWADDR ff02::12/128 on eth0: "),
+                text.starts_with("netlink add address ff02::12/128 on eth0: "),
                 "{text}"
             );
             assert!(text.contains("(errno "), "{text}");

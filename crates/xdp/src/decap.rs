@@ -5,17 +5,18 @@
 //!
 //! Two ways to attach: [`Decap::attach`] through aya (detached when the
 //! [`Decap`] is dropped: for tests and long-running owners), and
-//! [`Decap::attach_persistent`] through a plain netlink `RTM_SETLINK`
-//! (`IFLA_XDP`), which the kernel keeps after the process exits, so a
+//! [`Decap::attach_persistent`] through a netlink link change (`IFLA_XDP`,
+//! rvs-sys), which the kernel keeps after the process exits, so a
 //! one-shot `rvsd realserver` can prepare a host and leave. Its maps live as
 //! long as the attached program.
 
 use std::net::IpAddr;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 
 use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray};
 use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
+use rvs_sys::netlink::{Netlink, NetlinkError, XdpMode as NlXdpMode};
 
 use crate::maps::{Layout, addr16, family};
 use crate::{RunResult, XdpError};
@@ -275,13 +276,13 @@ impl Decap {
         let ifindex = ifindex(interface)?;
         let prog = self.program()?;
         let fd = prog.fd().map_err(prog_err("program fd"))?;
-        let raw = fd.as_fd().as_raw_fd();
+        let mut nl = netlink(interface, "attach")?;
         let mut last = None;
-        for (mode, flag) in [
-            (XdpMode::Driver, XDP_FLAGS_DRV),
-            (XdpMode::Skb, XDP_FLAGS_SKB),
+        for (mode, how) in [
+            (XdpMode::Driver, NlXdpMode::Driver),
+            (XdpMode::Skb, NlXdpMode::Skb),
         ] {
-            match netlink_set_xdp(ifindex, raw, flag) {
+            match nl.attach_xdp(ifindex, fd.as_fd(), how) {
                 Ok(()) => return Ok(mode),
                 Err(e) => last = Some(e),
             }
@@ -289,7 +290,10 @@ impl Decap {
         Err(DecapError::Netlink {
             what: "attach",
             interface: interface.to_owned(),
-            source: last.unwrap_or(std::io::Error::other("no mode tried")),
+            source: last.map_or_else(
+                || std::io::Error::other("no mode tried"),
+                NetlinkError::into_io,
+            ),
         })
     }
 
@@ -315,87 +319,30 @@ impl Decap {
 /// `interface`; no error when none is attached.
 pub fn detach_persistent(interface: &str) -> Result<(), DecapError> {
     let ifindex = ifindex(interface)?;
-    for flag in [XDP_FLAGS_DRV, XDP_FLAGS_SKB] {
-        netlink_set_xdp(ifindex, -1, flag).map_err(|source| DecapError::Netlink {
-            what: "detach",
-            interface: interface.to_owned(),
-            source,
-        })?;
+    let mut nl = netlink(interface, "detach")?;
+    for mode in [NlXdpMode::Driver, NlXdpMode::Skb] {
+        nl.detach_xdp(ifindex, mode)
+            .map_err(|e| DecapError::Netlink {
+                what: "detach",
+                interface: interface.to_owned(),
+                source: e.into_io(),
+            })?;
     }
     Ok(())
 }
 
-fn ifindex(interface: &str) -> Result<u32, DecapError> {
-    nix::net::if_::if_nametoindex(interface).map_err(|e| DecapError::Netlink {
-        what: "interface lookup",
+fn netlink(interface: &str, what: &'static str) -> Result<Netlink, DecapError> {
+    Netlink::open().map_err(|e| DecapError::Netlink {
+        what,
         interface: interface.to_owned(),
-        source: e.into(),
+        source: e.into_io(),
     })
 }
 
-const XDP_FLAGS_SKB: u32 = 1 << 1;
-const XDP_FLAGS_DRV: u32 = 1 << 2;
-const RTM_SETLINK: u16 = 19;
-const NLMSG_ERROR: u16 = 2;
-const NLM_F_REQUEST: u16 = 1;
-const NLM_F_ACK: u16 = 4;
-const IFLA_XDP: u16 = 43;
-const NLA_F_NESTED: u16 = 0x8000;
-const IFLA_XDP_FD: u16 = 1;
-const IFLA_XDP_FLAGS: u16 = 3;
-
-/// One `RTM_SETLINK` with `IFLA_XDP { FD = fd, FLAGS = flags }`; waits for
-/// the kernel's acknowledgement. `fd` -1 detaches.
-fn netlink_set_xdp(ifindex: u32, fd: i32, flags: u32) -> std::io::Result<()> {
-    use nix::sys::socket::{
-        AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recv, send,
-        socket,
-    };
-    let sock = socket(
-        AddressFamily::Netlink,
-        SockType::Raw,
-        SockFlag::SOCK_CLOEXEC,
-        SockProtocol::NetlinkRoute,
-    )?;
-    bind(sock.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
-    let mut msg = Vec::with_capacity(52);
-    msg.extend_from_slice(&52u32.to_ne_bytes()); // nlmsg_len
-    msg.extend_from_slice(&RTM_SETLINK.to_ne_bytes());
-    msg.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
-    msg.extend_from_slice(&1u32.to_ne_bytes()); // seq
-    msg.extend_from_slice(&0u32.to_ne_bytes()); // pid: the kernel
-    // struct ifinfomsg
-    msg.extend_from_slice(&[0, 0]); // family AF_UNSPEC, pad
-    msg.extend_from_slice(&0u16.to_ne_bytes()); // type
-    msg.extend_from_slice(&ifindex.to_ne_bytes());
-    msg.extend_from_slice(&0u32.to_ne_bytes()); // flags
-    msg.extend_from_slice(&0u32.to_ne_bytes()); // change
-    // IFLA_XDP (nested): FD, FLAGS
-    msg.extend_from_slice(&20u16.to_ne_bytes());
-    msg.extend_from_slice(&(IFLA_XDP | NLA_F_NESTED).to_ne_bytes());
-    msg.extend_from_slice(&8u16.to_ne_bytes());
-    msg.extend_from_slice(&IFLA_XDP_FD.to_ne_bytes());
-    msg.extend_from_slice(&fd.to_ne_bytes());
-    msg.extend_from_slice(&8u16.to_ne_bytes());
-    msg.extend_from_slice(&IFLA_XDP_FLAGS.to_ne_bytes());
-    msg.extend_from_slice(&flags.to_ne_bytes());
-    debug_assert_eq!(msg.len(), 52);
-    send(sock.as_raw_fd(), &msg, MsgFlags::empty())?;
-    let mut buf = [0u8; 1024];
-    let n = recv(sock.as_raw_fd(), &mut buf, MsgFlags::empty())?;
-    if n < 20 {
-        return Err(std::io::Error::other("short netlink reply"));
-    }
-    let kind = u16::from_ne_bytes([buf[4], buf[5]]);
-    if kind != NLMSG_ERROR {
-        return Err(std::io::Error::other(format!(
-            "unexpected netlink reply type {kind}"
-        )));
-    }
-    let err = i32::from_ne_bytes([buf[16], buf[17], buf[18], buf[19]]);
-    if err == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::from_raw_os_error(-err))
-    }
+fn ifindex(interface: &str) -> Result<u32, DecapError> {
+    rvs_sys::iface::ifindex(interface).map_err(|source| DecapError::Netlink {
+        what: "interface lookup",
+        interface: interface.to_owned(),
+        source,
+    })
 }

@@ -502,14 +502,14 @@ mod tests {
     fn idempotent_errnos_are_ok() {
         let eexist = || {
             Err(NetlinkError::Kernel {
-                op: "RTM_NEWADDR",
+                op: "add address",
                 errno: libc::EEXIST,
             })
         };
         assert!(ok_if(eexist(), libc::EEXIST).is_ok());
         assert!(ok_if(eexist(), libc::EADDRNOTAVAIL).is_err());
         let enodev = Err(NetlinkError::Kernel {
-            op: "RTM_GETLINK",
+            op: "get link",
             errno: libc::ENODEV,
         });
         assert_eq!(one_link(enodev).unwrap(), None);

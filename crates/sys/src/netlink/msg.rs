@@ -29,7 +29,7 @@ pub(super) struct Request {
     pub(super) msg: RouteNetlinkMessage,
     /// `NLM_F_*` beyond `NLM_F_REQUEST | NLM_F_ACK`.
     pub(super) flags: u16,
-    /// The operation, for error messages (`"RTM_NEWADDR 10.0.0.1/32"`).
+    /// The operation, for error messages (`"add address"`).
     pub(super) op: &'static str,
 }
 
@@ -153,13 +153,13 @@ pub(super) fn address(
         Request {
             msg: RouteNetlinkMessage::NewAddress(m),
             flags: NLM_F_CREATE | NLM_F_EXCL,
-            op: "RTM_NEWADDR",
+            op: "add address",
         }
     } else {
         Request {
             msg: RouteNetlinkMessage::DelAddress(m),
             flags: 0,
-            op: "RTM_DELADDR",
+            op: "delete address",
         }
     })
 }
@@ -171,7 +171,7 @@ pub(super) fn get_link(ifindex: u32) -> Request {
     Request {
         msg: RouteNetlinkMessage::GetLink(m),
         flags: 0,
-        op: "RTM_GETLINK",
+        op: "get link",
     }
 }
 
@@ -182,7 +182,7 @@ pub(super) fn get_link_by_name(name: &str) -> Request {
     Request {
         msg: RouteNetlinkMessage::GetLink(m),
         flags: 0,
-        op: "RTM_GETLINK",
+        op: "get link",
     }
 }
 
@@ -191,7 +191,7 @@ pub(super) fn dump_links() -> Request {
     Request {
         msg: RouteNetlinkMessage::GetLink(LinkMessage::default()),
         flags: NLM_F_DUMP,
-        op: "RTM_GETLINK (dump)",
+        op: "dump links",
     }
 }
 
@@ -216,7 +216,7 @@ pub(super) fn new_macvlan(parent: u32, name: &str, mac: [u8; 6]) -> Request {
     Request {
         msg: RouteNetlinkMessage::NewLink(m),
         flags: NLM_F_CREATE | NLM_F_EXCL,
-        op: "RTM_NEWLINK macvlan",
+        op: "add macvlan",
     }
 }
 
@@ -227,7 +227,7 @@ pub(super) fn del_link(ifindex: u32) -> Request {
     Request {
         msg: RouteNetlinkMessage::DelLink(m),
         flags: 0,
-        op: "RTM_DELLINK",
+        op: "delete link",
     }
 }
 
@@ -243,7 +243,7 @@ pub(super) fn set_xdp(ifindex: u32, fd: RawFd, mode: XdpMode) -> Request {
     Request {
         msg: RouteNetlinkMessage::SetLink(m),
         flags: 0,
-        op: "RTM_SETLINK IFLA_XDP",
+        op: "set link XDP",
     }
 }
 
@@ -259,7 +259,7 @@ pub(super) fn get_route(addr: IpAddr) -> Request {
     Request {
         msg: RouteNetlinkMessage::GetRoute(m),
         flags: 0,
-        op: "RTM_GETROUTE",
+        op: "get route",
     }
 }
 
@@ -274,7 +274,7 @@ pub(super) fn dump_neighbours(ipv6: bool) -> Request {
     Request {
         msg: RouteNetlinkMessage::GetNeighbour(m),
         flags: NLM_F_DUMP,
-        op: "RTM_GETNEIGH (dump)",
+        op: "dump neighbours",
     }
 }
 
@@ -337,7 +337,7 @@ pub(super) fn route_of(answer: &[RouteNetlinkMessage]) -> Result<Route, NetlinkE
             _ => None,
         })
         .ok_or(NetlinkError::Malformed {
-            op: "RTM_GETROUTE",
+            op: "get route",
             what: "no route in the answer",
         })?;
     let (mut oif, mut gateway, mut prefsrc) = (None, None, None);
@@ -351,7 +351,7 @@ pub(super) fn route_of(answer: &[RouteNetlinkMessage]) -> Result<Route, NetlinkE
     }
     Ok(Route {
         ifindex: oif.ok_or(NetlinkError::Malformed {
-            op: "RTM_GETROUTE",
+            op: "get route",
             what: "route without an interface",
         })?,
         gateway,
@@ -558,7 +558,7 @@ mod tests {
         match a.feed(&buf) {
             Some(Err(NetlinkError::Kernel { errno, op })) => {
                 assert_eq!(errno, libc::EEXIST);
-                assert_eq!(op, "RTM_NEWADDR");
+                assert_eq!(op, "add address");
             }
             other => panic!("{other:?}"),
         }

@@ -1,4 +1,4 @@
-//! Virtual addresses over rtnetlink (`RTM_NEWADDR` / `RTM_DELADDR`),
+//! Virtual addresses over rtnetlink (address add and delete),
 //! asked of rvs-sys's tokio transport.
 
 use std::io;
@@ -30,7 +30,7 @@ pub enum NetError {
     /// The kernel refused the request.
     #[error("netlink {op} {addr}/{prefix} on {ifname}: {} (errno {errno})", io::Error::from_raw_os_error(*errno))]
     Netlink {
-        /// `RTM_NEWADDR` or `RTM_DELADDR`.
+        /// `"add address"` or `"delete address"`.
         op: &'static str,
         /// The interface.
         ifname: String,
@@ -44,7 +44,7 @@ pub enum NetError {
     /// The kernel refused a link request (`use_vmac`'s macvlan).
     #[error("netlink {op} {ifname}: {} (errno {errno})", io::Error::from_raw_os_error(*errno))]
     Link {
-        /// `RTM_NEWLINK` or `RTM_DELLINK`.
+        /// `"add macvlan"`, `"get link"` or `"delete link"`.
         op: &'static str,
         /// The link.
         ifname: String,
