@@ -11,8 +11,22 @@
 //! Byte order: addresses are 16 bytes in network order (IPv4 in the first
 //! four); fields named `*port` hold the port in network order (use the
 //! constructors, which take host-order ports).
+//!
+//! The control side's access to the maps is [`MapOps`] ([`ops`]), served
+//! by the loaded program ([`KernelMaps`], [`kernel`]) or, in tests, by
+//! in-memory maps with the kernel's rules (`MemMaps`, feature `mem-maps`).
 
 use std::net::IpAddr;
+
+pub mod kernel;
+#[cfg(any(test, feature = "mem-maps"))]
+mod mem;
+pub mod ops;
+
+pub use kernel::KernelMaps;
+#[cfg(any(test, feature = "mem-maps"))]
+pub use mem::MemMaps;
+pub use ops::{MapOps, WalkCursor};
 
 /// Size of the services map (and of `svc_info`, `rr_cursor`, `svc_stats`).
 pub const MAX_SERVICES: u32 = 4096;

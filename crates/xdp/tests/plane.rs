@@ -525,3 +525,102 @@ fn report_cost_with_many_flows() {
         eprintln!("report with {n} flows in pages of 8192: at most {worst:?}");
     });
 }
+
+/// The report is the program's sweep: a flow past its state's timeout is
+/// deleted from the table and from the director's view, and `dest_conns`
+/// (which the least-connection schedulers read) is set from the live flows,
+/// repairing counts gone wrong (LRU evictions). Loaded, not attached: the
+/// frames go through `BPF_PROG_TEST_RUN`.
+#[test]
+fn report_expires_flows_and_recounts_connections() {
+    if !root_or_skip("report_expires_flows_and_recounts_connections") {
+        return;
+    }
+    let maps = rvs_xdp::plane::KernelMaps::load(&LoadOptions {
+        flow_table_size: 4096,
+        slots: 1 << 16,
+    })
+    .expect("load");
+    let rs: IpAddr = "10.79.0.11".parse().unwrap();
+    let mut resolver = rvs_xdp::neigh::StaticResolver::default();
+    resolver.table.insert(
+        rs,
+        rvs_xdp::neigh::L2 {
+            ifindex: 1,
+            mac: RS_MAC,
+            smac: DIR_MAC,
+            src: None,
+        },
+    );
+    let mut plane = rvs_xdp::plane::Plane::new(maps, resolver).expect("plane");
+    let mut ipvs = Ipvs::new(IpvsConfig::default());
+    for c in [
+        Command::AddService {
+            key: key(),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler("wlc"),
+        },
+        Command::AddDest {
+            service: key(),
+            dest: DestConfig::new(rs, 80).forward(ForwardMethod::Route),
+        },
+        // FIN_WAIT flows expire after a second.
+        Command::SetTimeouts {
+            tcp: 0,
+            tcpfin: 1,
+            udp: 0,
+        },
+    ] {
+        rvs_control::state::apply(&mut ipvs, &c).expect("model");
+        plane.apply_command(&c).expect("plane");
+    }
+    let di = plane.dest_index(&key(), rs, 80).expect("index");
+    let vip: IpAddr = "10.79.0.100".parse().unwrap();
+    let (a, b): (IpAddr, IpAddr) = ("10.79.0.50".parse().unwrap(), "10.79.0.51".parse().unwrap());
+    type P = rvs_xdp::plane::Plane<rvs_xdp::plane::KernelMaps, rvs_xdp::neigh::StaticResolver>;
+    let send = |plane: &mut P, c: IpAddr, flags: Flags| {
+        let f = tcp_frame_macs([2, 0, 0, 0, 0, 0x50], DIR_MAC, c, 4000, vip, 80, flags, b"");
+        let out = plane.maps().director().run(&f, 1).expect("run");
+        assert!(
+            matches!(out.action, action::TX | action::REDIRECT),
+            "action {}",
+            out.action
+        );
+    };
+    send(&mut plane, a, Flags::Syn);
+    send(&mut plane, a, Flags::Ack); // ESTABLISHED
+    send(&mut plane, b, Flags::Syn);
+    send(&mut plane, b, Flags::Ack);
+    send(&mut plane, b, Flags::Fin); // FIN_WAIT
+    plane
+        .report_to(Instant::from_secs(1), &mut ipvs)
+        .expect("report");
+    assert_eq!(ipvs.conns().len(), 2);
+    std::thread::sleep(Duration::from_millis(1300));
+    // Counters gone wrong: the report repairs them.
+    let junk = maps::DestConns {
+        active: 50,
+        inactive: 50,
+    };
+    plane
+        .maps()
+        .director()
+        .set_dest_conns(di, &junk)
+        .expect("junk");
+    plane
+        .report_to(Instant::from_secs(2), &mut ipvs)
+        .expect("report");
+    let mut left = Vec::new();
+    plane
+        .maps()
+        .for_each_flow(&mut |k, _| left.push(*k))
+        .expect("flows");
+    assert_eq!(left.len(), 1, "the FIN_WAIT flow expired and was deleted");
+    assert_eq!(left[0].caddr[..4], maps::addr16(a)[..4]);
+    assert_eq!(ipvs.conns().len(), 1, "and left the director's view");
+    let c = plane.maps().director().dest_conns(di).expect("dest_conns");
+    assert_eq!(
+        (c.active, c.inactive),
+        (1, 0),
+        "recounted from the live flow"
+    );
+}

@@ -287,55 +287,6 @@ fn connection_counters_follow_tcp_states() {
     assert_eq!(conns(&mut lb), (1, 1));
 }
 
-#[test]
-fn sweep_deletes_expired_flows_and_recounts_connections() {
-    let Some(mut lb) = Lb::new("sweep_deletes_expired_flows_and_recounts_connections") else {
-        return;
-    };
-    let mut cfg = rvs_xdp::maps::Config::ipvs_defaults();
-    cfg.tcp_timeouts[3] = 0; // SYN_RECV expires at the next tick
-    lb.l.set_config(&cfg).unwrap();
-    let rs = [Rs::new(rs_addr(false, 0), fwd::DR, rs_mac(0))];
-    let v = vip(false);
-    lb.service(0, SvcKey::new(PROTO_TCP, v, VPORT), "wlc", 0, &rs);
-    let (a, b) = (client(false, 1), client(false, 2));
-    lb.run(&tcp_frame(a, 1, v, VPORT, Flags::Syn, b""));
-    lb.run(&tcp_frame(a, 1, v, VPORT, Flags::Ack, b"")); // ESTABLISHED
-    lb.run(&tcp_frame(b, 1, v, VPORT, Flags::Syn, b"")); // SYN_RECV
-    assert_eq!(lb.l.flows().unwrap().len(), 2);
-    let now = rvs_xdp::jiffies_now().unwrap();
-    let seen = lb.l.flows().unwrap()[0].1.last_seen;
-    assert!(
-        now >= seen && now - seen < 100,
-        "jiffies_now {now} vs flow {seen}"
-    );
-    std::thread::sleep(std::time::Duration::from_millis(30));
-    // Counters gone wrong (say, evictions): the sweep repairs them.
-    let idx = Lb::dest_index(0, 0);
-    let junk = rvs_xdp::maps::DestConns {
-        active: 50,
-        inactive: 50,
-    };
-    lb.l.set_dest_conns(idx, &junk).unwrap();
-    lb.l.set_dest_conns(idx + 1, &junk).unwrap();
-    cfg.hz = rvs_xdp::kernel_hz().unwrap();
-    let r = lb.l.sweep(&cfg, rvs_xdp::jiffies_now().unwrap()).unwrap();
-    assert_eq!(
-        r,
-        rvs_xdp::SweepReport {
-            expired: 1,
-            live: 1
-        }
-    );
-    let flows = lb.l.flows().unwrap();
-    assert_eq!(flows.len(), 1);
-    assert_eq!(flows[0].0.caddr[..4], rvs_xdp::maps::addr16(a)[..4]);
-    let c = lb.l.dest_conns(idx).unwrap();
-    assert_eq!((c.active, c.inactive), (1, 0));
-    let c = lb.l.dest_conns(idx + 1).unwrap();
-    assert_eq!((c.active, c.inactive), (0, 0));
-}
-
 /// `n` VIPs sharing service 0 (lblc/lblcr key their tables by the
 /// packet's destination address).
 fn shared_vips(lb: &mut Lb, v6: bool, n: u32) -> Vec<IpAddr> {

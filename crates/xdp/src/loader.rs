@@ -1,0 +1,514 @@
+//! [`Loaded`]: one BPF object of this crate loaded into the kernel, with
+//! typed access to its maps and `BPF_PROG_TEST_RUN`.
+
+use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray};
+use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
+use aya::{Ebpf, EbpfLoader};
+
+use crate::maps::{
+    self, Config, Dest, DestConns, Flow, Flow4Key, Flow6Cache, FlowCache, FlowKey, Locality,
+    LocalityKey, Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcKey,
+};
+use crate::{LoadOptions, Object, RunResult, XdpError, kernel_hz, map_err};
+
+/// The flow table holding `key`: `flows4` for IPv4, `flows` for IPv6.
+pub fn flows_map(key: &FlowKey) -> &'static str {
+    if key.family == maps::AF_INET {
+        "flows4"
+    } else {
+        "flows"
+    }
+}
+
+/// One loaded BPF object with its (single) XDP program loaded into the
+/// kernel, not attached.
+#[derive(Debug)]
+pub struct Loaded {
+    ebpf: Ebpf,
+    object: Object,
+}
+
+impl Loaded {
+    /// Load `object`, sizing the flow and slot maps from `opts`, and load
+    /// its program into the kernel (the verifier runs here).
+    pub fn load(object: Object, opts: &LoadOptions) -> Result<Self, XdpError> {
+        let bytes = object.bytes()?;
+        let mut loader = EbpfLoader::new();
+        if matches!(
+            object,
+            Object::Director
+                | Object::DirectorBench
+                | Object::DirectorCycle
+                | Object::DirectorCycleMiss
+        ) {
+            loader
+                .map_max_entries("flows", opts.flow_table_size)
+                .map_max_entries("flows4", opts.flow_table_size)
+                .map_max_entries("nat_rev", opts.flow_table_size)
+                .map_max_entries("persist", opts.flow_table_size)
+                .map_max_entries("slots", opts.slots);
+        } else if matches!(
+            object,
+            Object::BenchLru | Object::BenchLruHit | Object::BenchLruCycle
+        ) {
+            loader.map_max_entries("bench_flows", opts.flow_table_size);
+        }
+        let ebpf = loader.load(bytes).map_err(|e| XdpError::Load {
+            object: object.name(),
+            source: Box::new(e),
+        })?;
+        let mut me = Loaded { ebpf, object };
+        let prog_err = |what| {
+            let program = object.name();
+            move |e| XdpError::Program {
+                program,
+                what,
+                source: Box::new(e),
+            }
+        };
+        me.program()?.load().map_err(prog_err("load (verifier)"))?;
+        Ok(me)
+    }
+
+    fn program(&mut self) -> Result<&mut Xdp, XdpError> {
+        let name = self.object.name();
+        let p = self.ebpf.program_mut(name).ok_or(XdpError::Missing {
+            kind: "program",
+            name,
+        })?;
+        p.try_into().map_err(|e| XdpError::Program {
+            program: name,
+            what: "not an XDP program",
+            source: Box::new(e),
+        })
+    }
+
+    /// Attach to `interface`: native (driver) mode first, generic (skb)
+    /// mode when the driver has no XDP support; `mode` forces one.
+    pub fn attach(&mut self, interface: &str, mode: Option<XdpMode>) -> Result<XdpMode, XdpError> {
+        let name = self.object.name();
+        let prog = self.program()?;
+        let modes: &[XdpMode] = match mode {
+            Some(ref m) => std::slice::from_ref(m),
+            None => &[XdpMode::Driver, XdpMode::Skb],
+        };
+        let mut last = None;
+        for &m in modes {
+            match prog.attach(interface, m) {
+                Ok(_) => return Ok(m),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(XdpError::Program {
+            program: name,
+            what: "attach",
+            source: Box::new(last.unwrap_or(ProgramError::AlreadyLoaded)),
+        })
+    }
+
+    /// Run the program once per `repeat` on `frame` with BPF_PROG_TEST_RUN.
+    pub fn run(&mut self, frame: &[u8], repeat: u32) -> Result<RunResult, XdpError> {
+        let name = self.object.name();
+        let prog = self.program()?;
+        // Room for the largest encapsulation the program pushes.
+        let mut out = vec![0u8; frame.len() + 256];
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(frame);
+        opts.data_out = Some(&mut out);
+        opts.repeat = repeat.max(1);
+        let r = prog.test_run(opts).map_err(|e| XdpError::Program {
+            program: name,
+            what: "test run",
+            source: Box::new(e),
+        })?;
+        out.truncate(r.data_size_out as usize);
+        Ok(RunResult {
+            action: r.return_value,
+            data: out,
+            duration: r.duration,
+        })
+    }
+
+    /// The program as the verifier rewrote it (its "xlated" instructions,
+    /// 8 bytes each, read with `BPF_OBJ_GET_INFO_BY_FD`; aya 0.14 has no
+    /// wrapper): shows which helper calls the verifier inlined and which it
+    /// left as calls. Call targets are only given to a caller allowed to see
+    /// kernel addresses (root); otherwise they read as zero.
+    pub fn translated(&mut self) -> Result<Vec<[u8; 8]>, XdpError> {
+        use std::os::fd::{AsFd, AsRawFd};
+
+        #[repr(C)]
+        #[derive(Default)]
+        struct InfoAttr {
+            bpf_fd: u32,
+            info_len: u32,
+            info: u64,
+        }
+        /// The head of `struct bpf_prog_info` (the kernel fills what fits).
+        #[repr(C)]
+        #[derive(Default)]
+        struct ProgInfoHead {
+            prog_type: u32,
+            id: u32,
+            tag: [u8; 8],
+            jited_prog_len: u32,
+            xlated_prog_len: u32,
+            jited_prog_insns: u64,
+            xlated_prog_insns: u64,
+        }
+        const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+        let name = self.object.name();
+        let prog = self.program()?;
+        let fd = prog
+            .fd()
+            .map_err(|e| XdpError::Program {
+                program: name,
+                what: "program fd",
+                source: Box::new(e),
+            })?
+            .as_fd()
+            .as_raw_fd();
+        let call = |info: &mut ProgInfoHead| -> Result<(), XdpError> {
+            let mut attr = InfoAttr {
+                bpf_fd: fd as u32,
+                info_len: size_of::<ProgInfoHead>() as u32,
+                info: info as *mut ProgInfoHead as u64,
+            };
+            // SAFETY: `attr` points at `info`, a live `ProgInfoHead` of
+            // `info_len` bytes the kernel may write; its
+            // `xlated_prog_insns`, when set, points at a buffer of
+            // `xlated_prog_len` bytes that outlives the call.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_bpf,
+                    BPF_OBJ_GET_INFO_BY_FD,
+                    &mut attr as *mut InfoAttr,
+                    size_of::<InfoAttr>() as libc::c_uint,
+                )
+            };
+            if rc < 0 {
+                return Err(XdpError::Program {
+                    program: name,
+                    what: "BPF_OBJ_GET_INFO_BY_FD",
+                    source: Box::new(ProgramError::SyscallError(aya::sys::SyscallError {
+                        call: "bpf_obj_get_info_by_fd",
+                        io_error: std::io::Error::last_os_error(),
+                    })),
+                });
+            }
+            Ok(())
+        };
+        let mut head = ProgInfoHead::default();
+        call(&mut head)?;
+        let mut insns = vec![[0u8; 8]; head.xlated_prog_len as usize / 8];
+        let mut info = ProgInfoHead {
+            xlated_prog_len: (insns.len() * 8) as u32,
+            xlated_prog_insns: insns.as_mut_ptr() as u64,
+            ..ProgInfoHead::default()
+        };
+        call(&mut info)?;
+        insns.truncate(info.xlated_prog_len as usize / 8);
+        Ok(insns)
+    }
+
+    pub(crate) fn map(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, XdpError> {
+        self.ebpf
+            .map_mut(name)
+            .ok_or(XdpError::Missing { kind: "map", name })
+    }
+
+    pub(crate) fn array<V: aya::Pod>(
+        &mut self,
+        name: &'static str,
+    ) -> Result<Array<&mut MapData, V>, XdpError> {
+        Array::try_from(self.map(name)?).map_err(map_err(name))
+    }
+
+    pub(crate) fn hash<K: aya::Pod, V: aya::Pod>(
+        &mut self,
+        name: &'static str,
+    ) -> Result<HashMap<&mut MapData, K, V>, XdpError> {
+        HashMap::try_from(self.map(name)?).map_err(map_err(name))
+    }
+
+    /// Map a virtual service to its index in `svc_info`.
+    pub fn set_service(&mut self, key: &SvcKey, index: u32) -> Result<(), XdpError> {
+        self.hash::<SvcKey, u32>("services")?
+            .insert(key, index, 0)
+            .map_err(map_err("services"))
+    }
+
+    /// Remove a virtual service (its flows stay until they expire).
+    pub fn remove_service(&mut self, key: &SvcKey) -> Result<(), XdpError> {
+        self.hash::<SvcKey, u32>("services")?
+            .remove(key)
+            .map_err(map_err("services"))
+    }
+
+    /// Write one service's scheduling description (atomic per element).
+    pub fn set_svc(&mut self, index: u32, svc: &Svc) -> Result<(), XdpError> {
+        self.array::<Svc>("svc_info")?
+            .set(index, svc, 0)
+            .map_err(map_err("svc_info"))
+    }
+
+    /// Write `values` into `slots` from position `offset` on.
+    pub fn set_slots(&mut self, offset: u32, values: &[u32]) -> Result<(), XdpError> {
+        let mut a = self.array::<u32>("slots")?;
+        for (i, v) in (offset..).zip(values) {
+            a.set(i, v, 0).map_err(map_err("slots"))?;
+        }
+        Ok(())
+    }
+
+    /// Write one real server.
+    pub fn set_dest(&mut self, index: u32, dest: &Dest) -> Result<(), XdpError> {
+        self.array::<Dest>("dests")?
+            .set(index, dest, 0)
+            .map_err(map_err("dests"))
+    }
+
+    /// Write the director's configuration; `hz` 0 is replaced by the
+    /// kernel's measured HZ ([`kernel_hz`]).
+    pub fn set_config(&mut self, config: &Config) -> Result<(), XdpError> {
+        let mut c = *config;
+        if c.hz == 0 {
+            c.hz = kernel_hz()?;
+        }
+        self.array::<Config>("config")?
+            .set(0, c, 0)
+            .map_err(map_err("config"))
+    }
+
+    pub(crate) fn jiffies(&mut self) -> Result<u64, XdpError> {
+        self.run(&[0u8; 64], 1)?;
+        self.array::<u64>("clock_jiffies")?
+            .get(&0, 0)
+            .map_err(map_err("clock_jiffies"))
+    }
+
+    /// Every flow entry, IPv4 (`flows4`) then IPv6 (`flows`) (for listings
+    /// such as `-Lcn`; one syscall pair per entry, so meant for the control
+    /// side's periodic work, not per packet).
+    pub fn flows(&mut self) -> Result<Vec<(FlowKey, Flow)>, XdpError> {
+        let mut out = Vec::new();
+        for r in self.hash::<Flow4Key, Flow>("flows4")?.iter() {
+            match r {
+                Ok((k, f)) => out.push((k.widen(), f)),
+                // Deleted by the program between the key walk and the read.
+                Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(map_err("flows4")(e)),
+            }
+        }
+        for r in self.hash::<FlowKey, Flow>("flows")?.iter() {
+            match r {
+                Ok(kv) => out.push(kv),
+                Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(map_err("flows")(e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Benchmark builds with `RVS_BENCH_CYCLE_FLOWS` ([`Object::DirectorCycle`],
+    /// [`Object::DirectorCycleMiss`], [`Object::BenchLruCycle`]): from the
+    /// next run on, run k replaces the client address by 10.0.0.0 + i, where
+    /// i = k × `stride` mod `n` (so every one of the `n` keys once per `n`
+    /// runs). `n` = 0 turns the cycle off. `stride` must be below `n` and
+    /// coprime with it (0 for `n` = 1); `n` at most 2^24 (10.0.0.0/8).
+    pub fn set_bench_cycle(&mut self, n: u32, stride: u32) -> Result<(), XdpError> {
+        fn gcd(a: u32, b: u32) -> u32 {
+            if b == 0 { a } else { gcd(b, a % b) }
+        }
+        if n > 1 << 24 {
+            return Err(XdpError::BenchCycle("more than 2^24 keys"));
+        }
+        if n > 0 && (stride >= n || gcd(n, stride) != 1) {
+            return Err(XdpError::BenchCycle(
+                "the stride must be below n and coprime with it",
+            ));
+        }
+        self.array::<[u32; 4]>("bench_cycle")?
+            .set(0, [n, stride, 0, 0], 0)
+            .map_err(map_err("bench_cycle"))
+    }
+
+    /// Set a service's rr/wrr cursor.
+    pub fn set_cursor(&mut self, svc: u32, value: u64) -> Result<(), XdpError> {
+        self.array::<u64>("rr_cursor")?
+            .set(svc, value, 0)
+            .map_err(map_err("rr_cursor"))
+    }
+
+    /// The flow entry of a client 5-tuple, if any (`flows4` for IPv4,
+    /// `flows` for IPv6).
+    pub fn flow(&mut self, key: &FlowKey) -> Result<Option<Flow>, XdpError> {
+        let r = match Flow4Key::of(key) {
+            Some(k4) => self.hash::<Flow4Key, Flow>("flows4")?.get(&k4, 0),
+            None => self.hash::<FlowKey, Flow>("flows")?.get(key, 0),
+        };
+        match r {
+            Ok(f) => Ok(Some(f)),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err(flows_map(key))(e)),
+        }
+    }
+
+    /// Insert or replace a flow entry. The flow's epoch slot is bumped
+    /// after the write, so no CPU's flow cache (IPv4 or IPv6) keeps serving
+    /// the flow's previous real server.
+    pub fn set_flow(&mut self, key: &FlowKey, flow: &Flow) -> Result<(), XdpError> {
+        match Flow4Key::of(key) {
+            Some(k4) => {
+                self.hash::<Flow4Key, Flow>("flows4")?
+                    .insert(k4, flow, 0)
+                    .map_err(map_err("flows4"))?;
+                self.bump_flow_epoch(&k4)
+            }
+            None => {
+                self.hash::<FlowKey, Flow>("flows")?
+                    .insert(key, flow, 0)
+                    .map_err(map_err("flows"))?;
+                self.bump_epoch_slot(maps::flow_key_epoch_slot(key))
+            }
+        }
+    }
+
+    /// Invalidate every CPU's flow-cache entries of `key`'s epoch slot.
+    /// The program bumps slots with atomic adds; this side can only read and
+    /// write, so it adds a large odd constant: an add of the program that
+    /// lands between the read and the write is lost, but the value written
+    /// still differs from every value the slot held meanwhile, which is all
+    /// an epoch needs.
+    pub fn bump_flow_epoch(&mut self, key: &Flow4Key) -> Result<(), XdpError> {
+        self.bump_epoch_slot(maps::flow_epoch_slot(key))
+    }
+
+    /// Bump one `flow_epochs` slot (see [`Loaded::bump_flow_epoch`]).
+    fn bump_epoch_slot(&mut self, slot: u32) -> Result<(), XdpError> {
+        let mut a = self.array::<u32>("flow_epochs")?;
+        let e = a.get(&slot, 0).map_err(map_err("flow_epochs"))?;
+        a.set(slot, e.wrapping_add(0x9e37_79b9), 0)
+            .map_err(map_err("flow_epochs"))
+    }
+
+    /// The epoch of an IPv4 flow key's slot in `flow_epochs`.
+    pub fn flow_epoch(&mut self, key: &Flow4Key) -> Result<u32, XdpError> {
+        self.array::<u32>("flow_epochs")?
+            .get(&maps::flow_epoch_slot(key), 0)
+            .map_err(map_err("flow_epochs"))
+    }
+
+    /// The epoch of a flow key's slot in `flow_epochs`, either family.
+    pub fn flow_key_epoch(&mut self, key: &FlowKey) -> Result<u32, XdpError> {
+        self.array::<u32>("flow_epochs")?
+            .get(&maps::flow_key_epoch_slot(key), 0)
+            .map_err(map_err("flow_epochs"))
+    }
+
+    /// The `flow6_cache` element an IPv6 flow key maps to, per CPU (index =
+    /// CPU number); as [`Loaded::flow_cache`] for IPv4.
+    pub fn flow6_cache(&mut self, key: &FlowKey) -> Result<Vec<Flow6Cache>, XdpError> {
+        let a: PerCpuArray<&mut MapData, Flow6Cache> =
+            PerCpuArray::try_from(self.map("flow6_cache")?).map_err(map_err("flow6_cache"))?;
+        let v = a
+            .get(&maps::flow6_cache_index(key), 0)
+            .map_err(map_err("flow6_cache"))?;
+        Ok(v.to_vec())
+    }
+
+    /// The `flow_cache` element an IPv4 flow key maps to, per CPU (index =
+    /// CPU number). It holds another key, or a stale entry, as often as not:
+    /// compare [`FlowCache::key`], epoch and stamp. For tests and debugging.
+    pub fn flow_cache(&mut self, key: &Flow4Key) -> Result<Vec<FlowCache>, XdpError> {
+        let a: PerCpuArray<&mut MapData, FlowCache> =
+            PerCpuArray::try_from(self.map("flow_cache")?).map_err(map_err("flow_cache"))?;
+        let v = a
+            .get(&maps::flow_cache_index(key), 0)
+            .map_err(map_err("flow_cache"))?;
+        Ok(v.to_vec())
+    }
+
+    /// Remove a flow entry (no error when absent).
+    pub fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError> {
+        let r = match Flow4Key::of(key) {
+            Some(k4) => self.hash::<Flow4Key, Flow>("flows4")?.remove(&k4),
+            None => self.hash::<FlowKey, Flow>("flows")?.remove(key),
+        };
+        match r {
+            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(map_err(flows_map(key))(e)),
+        }
+    }
+
+    /// The NAT reply entry of a (real server, client) pair, if any.
+    pub fn nat(&mut self, key: &NatKey) -> Result<Option<Nat>, XdpError> {
+        match self.hash::<NatKey, Nat>("nat_rev")?.get(key, 0) {
+            Ok(n) => Ok(Some(n)),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err("nat_rev")(e)),
+        }
+    }
+
+    /// A persistence template, if any.
+    pub fn persist(&mut self, key: &PersistKey) -> Result<Option<Persist>, XdpError> {
+        match self.hash::<PersistKey, Persist>("persist")?.get(key, 0) {
+            Ok(t) => Ok(Some(t)),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err("persist")(e)),
+        }
+    }
+
+    /// The lblc/lblcr entry of a service's destination address, if any.
+    pub fn locality(&mut self, key: &LocalityKey) -> Result<Option<Locality>, XdpError> {
+        match self.hash::<LocalityKey, Locality>("locality")?.get(key, 0) {
+            Ok(t) => Ok(Some(t)),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err("locality")(e)),
+        }
+    }
+
+    /// Write an lblc/lblcr entry (tests: age an entry).
+    pub fn set_locality(&mut self, key: &LocalityKey, value: &Locality) -> Result<(), XdpError> {
+        self.hash::<LocalityKey, Locality>("locality")?
+            .insert(key, value, 0)
+            .map_err(map_err("locality"))
+    }
+
+    /// A real server's connection counters.
+    pub fn dest_conns(&mut self, index: u32) -> Result<DestConns, XdpError> {
+        self.array::<DestConns>("dest_conns")?
+            .get(&index, 0)
+            .map_err(map_err("dest_conns"))
+    }
+
+    /// Set a real server's connection counters (a control-side sweep, tests).
+    pub fn set_dest_conns(&mut self, index: u32, c: &DestConns) -> Result<(), XdpError> {
+        self.array::<DestConns>("dest_conns")?
+            .set(index, c, 0)
+            .map_err(map_err("dest_conns"))
+    }
+
+    fn stats(&mut self, name: &'static str, index: u32) -> Result<Stats, XdpError> {
+        let a: PerCpuArray<&mut MapData, Stats> =
+            PerCpuArray::try_from(self.map(name)?).map_err(map_err(name))?;
+        let per_cpu = a.get(&index, 0).map_err(map_err(name))?;
+        Ok(per_cpu.iter().fold(Stats::default(), |s, c| Stats {
+            conns: s.conns + c.conns,
+            inpkts: s.inpkts + c.inpkts,
+            outpkts: s.outpkts + c.outpkts,
+            inbytes: s.inbytes + c.inbytes,
+            outbytes: s.outbytes + c.outbytes,
+        }))
+    }
+
+    /// A service's counters summed over CPUs.
+    pub fn svc_stats(&mut self, index: u32) -> Result<Stats, XdpError> {
+        self.stats("svc_stats", index)
+    }
+
+    /// A real server's counters summed over CPUs.
+    pub fn dest_stats(&mut self, index: u32) -> Result<Stats, XdpError> {
+        self.stats("dest_stats", index)
+    }
+}

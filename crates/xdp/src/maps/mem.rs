@@ -1,0 +1,242 @@
+//! [`MemMaps`]: in-memory maps behind [`MapOps`], for testing the sync
+//! logic without a kernel (compiled for tests and the `mem-maps` feature
+//! only; nothing in production uses it).
+
+use std::collections::HashMap;
+
+use aya::maps::MapError;
+
+use super::ops::{MapOps, WalkCursor, map_error};
+use crate::XdpError;
+use crate::maps::{
+    self, Config, Dest, DestConns, Flow, FlowKey, Persist, PersistKey, Stats, Svc, SvcKey,
+};
+
+/// In-memory maps with the kernel's rules (array bounds, hash deletion of
+/// an absent key fails), for testing the sync logic without a kernel.
+/// `fail_at` injects one failure: the write with that sequence number
+/// (counted by `writes`) fails, the ones after it succeed again.
+#[derive(Clone, Debug, Default)]
+pub struct MemMaps {
+    /// `services`.
+    pub services: HashMap<SvcKey, u32>,
+    /// `svc_info` (absent = zero).
+    pub svc_info: HashMap<u32, Svc>,
+    /// `rr_cursor`.
+    pub cursors: HashMap<u32, u64>,
+    /// `slots` (absent = zero).
+    pub slots: HashMap<u32, u32>,
+    /// `dests` (absent = zero).
+    pub dests: HashMap<u32, Dest>,
+    /// `config[0]`.
+    pub config: Config,
+    /// `dest_stats`, already summed.
+    pub dest_stats: HashMap<u32, Stats>,
+    /// `flows`.
+    pub flows: HashMap<FlowKey, Flow>,
+    /// `dest_conns` (absent = zero).
+    pub dest_conns: HashMap<u32, DestConns>,
+    /// `persist`.
+    pub persist: HashMap<PersistKey, Persist>,
+    /// The jiffies clock.
+    pub jiffies: u64,
+    /// Its rate.
+    pub hz: u32,
+    /// Size of `slots`.
+    pub slots_len: u32,
+    /// The write (by sequence number) that fails; `None` = none.
+    pub fail_at: Option<usize>,
+    /// Writes attempted so far.
+    pub writes: usize,
+}
+
+impl MemMaps {
+    /// Empty maps with `slots_len` slots, HZ 250, clock at 1,000,000.
+    pub fn new(slots_len: u32) -> Self {
+        MemMaps {
+            slots_len,
+            hz: 250,
+            jiffies: 1_000_000,
+            ..MemMaps::default()
+        }
+    }
+
+    fn write(&mut self, map: &'static str) -> Result<(), XdpError> {
+        let n = self.writes;
+        self.writes += 1;
+        if self.fail_at == Some(n) {
+            return Err(map_error(
+                map,
+                MapError::SyscallError(aya::sys::SyscallError {
+                    call: "bpf_map_update_elem",
+                    io_error: std::io::Error::from_raw_os_error(12),
+                }),
+            ));
+        }
+        Ok(())
+    }
+
+    fn bound(map: &'static str, index: u32, max: u32) -> Result<(), XdpError> {
+        if index >= max {
+            return Err(map_error(
+                map,
+                MapError::OutOfBounds {
+                    index,
+                    max_entries: max,
+                },
+            ));
+        }
+        Ok(())
+    }
+
+    /// The scheduling data of the service at `index`: (real-server list,
+    /// table), read back from `slots` as the program would.
+    pub fn svc_data(&self, index: u32) -> (Vec<u32>, Vec<u32>) {
+        let s = self.svc_info.get(&index).copied().unwrap_or_default();
+        let read = |off: u32, len: u32| {
+            (off..off + len)
+                .map(|i| self.slots.get(&i).copied().unwrap_or(0))
+                .collect()
+        };
+        (
+            read(s.dests_off, s.dests_len),
+            read(s.table_off, s.table_len),
+        )
+    }
+}
+
+impl MapOps for MemMaps {
+    fn set_service(&mut self, key: &SvcKey, index: u32) -> Result<(), XdpError> {
+        self.write("services")?;
+        if !self.services.contains_key(key) && self.services.len() >= maps::MAX_SERVICES as usize {
+            return Err(map_error(
+                "services",
+                MapError::SyscallError(aya::sys::SyscallError {
+                    call: "bpf_map_update_elem",
+                    io_error: std::io::Error::from_raw_os_error(7),
+                }),
+            ));
+        }
+        self.services.insert(*key, index);
+        Ok(())
+    }
+    fn remove_service(&mut self, key: &SvcKey) -> Result<(), XdpError> {
+        self.write("services")?;
+        self.services
+            .remove(key)
+            .map(|_| ())
+            .ok_or_else(|| map_error("services", MapError::KeyNotFound))
+    }
+    fn set_svc(&mut self, index: u32, svc: &Svc) -> Result<(), XdpError> {
+        Self::bound("svc_info", index, maps::MAX_SERVICES)?;
+        self.write("svc_info")?;
+        self.svc_info.insert(index, *svc);
+        Ok(())
+    }
+    fn set_cursor(&mut self, index: u32, value: u64) -> Result<(), XdpError> {
+        Self::bound("rr_cursor", index, maps::MAX_SERVICES)?;
+        self.write("rr_cursor")?;
+        self.cursors.insert(index, value);
+        Ok(())
+    }
+    fn set_slots(&mut self, offset: u32, values: &[u32]) -> Result<(), XdpError> {
+        let end = offset.saturating_add(values.len() as u32);
+        if end > self.slots_len {
+            return Self::bound("slots", end - 1, self.slots_len);
+        }
+        // One write for the whole run: a failure part way leaves values in
+        // a region no `svc_info` points to yet, which is the same as none.
+        self.write("slots")?;
+        for (i, v) in (offset..).zip(values) {
+            self.slots.insert(i, *v);
+        }
+        Ok(())
+    }
+    fn set_dest(&mut self, index: u32, dest: &Dest) -> Result<(), XdpError> {
+        Self::bound("dests", index, maps::MAX_DESTS)?;
+        self.write("dests")?;
+        self.dests.insert(index, *dest);
+        Ok(())
+    }
+    fn set_config(&mut self, config: &Config) -> Result<(), XdpError> {
+        self.write("config")?;
+        self.config = *config;
+        Ok(())
+    }
+    fn dest_stats(&mut self, index: u32) -> Result<Stats, XdpError> {
+        Self::bound("dest_stats", index, maps::MAX_DESTS)?;
+        Ok(self.dest_stats.get(&index).copied().unwrap_or_default())
+    }
+    fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError> {
+        self.write("flows")?;
+        self.flows.remove(key);
+        Ok(())
+    }
+    fn persist_page(
+        &mut self,
+        cursor: &mut WalkCursor,
+        max: usize,
+        f: &mut dyn FnMut(&PersistKey, &Persist),
+    ) -> Result<bool, XdpError> {
+        Ok(mem_page(&self.persist, cursor, max, f))
+    }
+    fn remove_persist(&mut self, key: &PersistKey) -> Result<(), XdpError> {
+        self.write("persist")?;
+        self.persist.remove(key);
+        Ok(())
+    }
+    fn set_flow(&mut self, key: &FlowKey, flow: &Flow) -> Result<(), XdpError> {
+        self.write("flows")?;
+        self.flows.insert(*key, *flow);
+        Ok(())
+    }
+    fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError> {
+        self.write("persist")?;
+        self.persist.insert(*key, *value);
+        Ok(())
+    }
+    fn set_dest_conns(&mut self, index: u32, conns: &DestConns) -> Result<(), XdpError> {
+        Self::bound("dest_conns", index, maps::MAX_DESTS)?;
+        self.write("dest_conns")?;
+        self.dest_conns.insert(index, *conns);
+        Ok(())
+    }
+    /// Pages of the table in key order (the kernel's order is its
+    /// buckets'; any stable order shows the same walk).
+    fn flows_page(
+        &mut self,
+        cursor: &mut WalkCursor,
+        max: usize,
+        f: &mut dyn FnMut(&FlowKey, &Flow),
+    ) -> Result<bool, XdpError> {
+        Ok(mem_page(&self.flows, cursor, max, f))
+    }
+    fn clock(&mut self) -> Result<(u64, u32), XdpError> {
+        Ok((self.jiffies, self.hz))
+    }
+    fn slots_len(&self) -> u32 {
+        self.slots_len
+    }
+}
+
+/// A page of an in-memory table in key order (the kernel's order is its
+/// buckets'; any stable order shows the same walk): true at the end.
+fn mem_page<K: Ord + std::hash::Hash, V>(
+    table: &HashMap<K, V>,
+    cursor: &mut WalkCursor,
+    max: usize,
+    f: &mut dyn FnMut(&K, &V),
+) -> bool {
+    let mut entries: Vec<(&K, &V)> = table.iter().collect();
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    let end = cursor.pos.saturating_add(max).min(entries.len());
+    for (k, v) in entries.get(cursor.pos..end).unwrap_or_default() {
+        f(k, v);
+    }
+    if end >= entries.len() {
+        *cursor = WalkCursor::default();
+        return true;
+    }
+    cursor.pos = end;
+    false
+}

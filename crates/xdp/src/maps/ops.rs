@@ -1,0 +1,101 @@
+//! The seam between the control side's sync logic and the kernel: every
+//! map operation [`crate::plane::Plane`] performs goes through [`MapOps`].
+
+use aya::maps::MapError;
+
+use crate::XdpError;
+use crate::maps::{
+    Config, Dest, DestConns, Flow, FlowKey, Persist, PersistKey, Stats, Svc, SvcKey,
+};
+
+/// Every map operation the control side performs: the seam between the
+/// sync logic and the kernel.
+pub trait MapOps {
+    /// `services[key] = index`.
+    fn set_service(&mut self, key: &SvcKey, index: u32) -> Result<(), XdpError>;
+    /// Delete `services[key]` (an error when absent, as the kernel says).
+    fn remove_service(&mut self, key: &SvcKey) -> Result<(), XdpError>;
+    /// `svc_info[index] = svc`.
+    fn set_svc(&mut self, index: u32, svc: &Svc) -> Result<(), XdpError>;
+    /// `rr_cursor[index] = value`.
+    fn set_cursor(&mut self, index: u32, value: u64) -> Result<(), XdpError>;
+    /// `slots[offset..] = values`.
+    fn set_slots(&mut self, offset: u32, values: &[u32]) -> Result<(), XdpError>;
+    /// `dests[index] = dest`.
+    fn set_dest(&mut self, index: u32, dest: &Dest) -> Result<(), XdpError>;
+    /// `config[0] = config`.
+    fn set_config(&mut self, config: &Config) -> Result<(), XdpError>;
+    /// A real server's counters summed over CPUs.
+    fn dest_stats(&mut self, index: u32) -> Result<Stats, XdpError>;
+    /// Delete a flow entry (absent is not an error).
+    fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError>;
+    /// `dest_conns[index] = conns` (ActiveConn/InActConn the program keeps
+    /// for the least-connection schedulers).
+    fn set_dest_conns(&mut self, index: u32, conns: &DestConns) -> Result<(), XdpError>;
+    /// Call `f` for about `max` persistence templates from `cursor` on;
+    /// true when the walk reached the end (as [`MapOps::flows_page`]).
+    fn persist_page(
+        &mut self,
+        cursor: &mut WalkCursor,
+        max: usize,
+        f: &mut dyn FnMut(&PersistKey, &Persist),
+    ) -> Result<bool, XdpError>;
+    /// Call `f` for every persistence template.
+    fn for_each_persist(
+        &mut self,
+        f: &mut dyn FnMut(&PersistKey, &Persist),
+    ) -> Result<(), XdpError> {
+        let mut cursor = WalkCursor::default();
+        while !self.persist_page(&mut cursor, usize::MAX, f)? {}
+        Ok(())
+    }
+    /// Delete a persistence template (absent is not an error).
+    fn remove_persist(&mut self, key: &PersistKey) -> Result<(), XdpError>;
+    /// Insert or replace a flow entry (and invalidate the flow caches'
+    /// copies of it).
+    fn set_flow(&mut self, key: &FlowKey, flow: &Flow) -> Result<(), XdpError>;
+    /// Insert or replace a persistence template.
+    fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError>;
+    /// Call `f` for about `max` entries of the flow tables from `cursor`
+    /// on (IPv4 `flows4`, then IPv6 `flows`; a kernel batch is never
+    /// split, so a page may run up to one batch over `max`). Returns true
+    /// when the walk reached the end: `cursor` then starts over. Entries
+    /// added or removed while a walk spans several calls may be missed or
+    /// seen twice, as with any walk of a live hash table.
+    fn flows_page(
+        &mut self,
+        cursor: &mut WalkCursor,
+        max: usize,
+        f: &mut dyn FnMut(&FlowKey, &Flow),
+    ) -> Result<bool, XdpError>;
+    /// Call `f` for every entry of the flow tables.
+    fn for_each_flow(&mut self, f: &mut dyn FnMut(&FlowKey, &Flow)) -> Result<(), XdpError> {
+        let mut cursor = WalkCursor::default();
+        while !self.flows_page(&mut cursor, usize::MAX, f)? {}
+        Ok(())
+    }
+    /// The clock flows are stamped with (jiffies) and its rate (HZ).
+    fn clock(&mut self) -> Result<(u64, u32), XdpError>;
+    /// Number of `slots` entries.
+    fn slots_len(&self) -> u32;
+}
+
+/// Where a walk of a table (the flow tables, the persistence templates)
+/// that spans several reports stands.
+#[derive(Clone, Debug, Default)]
+pub struct WalkCursor {
+    /// 0: `flows4`, 1: `flows`.
+    pub(crate) table: u8,
+    /// The kernel's batch token to resume `table` from (`None`: its start).
+    pub(crate) token: Option<[u8; 64]>,
+    /// In-memory maps: entries of the (sorted) table already given.
+    pub(crate) pos: usize,
+}
+
+/// A map error as [`XdpError::Map`].
+pub(crate) fn map_error(map: &'static str, e: MapError) -> XdpError {
+    XdpError::Map {
+        map,
+        source: Box::new(e),
+    }
+}

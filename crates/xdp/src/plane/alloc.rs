@@ -1,0 +1,98 @@
+//! Allocation of map room: [`SlotAlloc`] over `slots`, [`IndexAlloc`] over
+//! the `svc_info` and `dests` indexes, and what waits for its grace period
+//! ([`Retired`]).
+
+use std::collections::BTreeMap;
+
+/// A region of `slots`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(super) struct Region {
+    pub(super) off: u32,
+    pub(super) len: u32,
+}
+
+/// First-fit allocator over `slots` with coalescing of free neighbours.
+#[derive(Debug)]
+pub(super) struct SlotAlloc {
+    /// Free runs: offset -> length.
+    free: BTreeMap<u32, u32>,
+}
+
+impl SlotAlloc {
+    pub(super) fn new(len: u32) -> Self {
+        let mut free = BTreeMap::new();
+        if len > 0 {
+            free.insert(0, len);
+        }
+        SlotAlloc { free }
+    }
+
+    pub(super) fn alloc(&mut self, len: u32) -> Option<Region> {
+        let (&off, &run) = self.free.iter().find(|&(_, &run)| run >= len)?;
+        self.free.remove(&off);
+        if run > len {
+            self.free.insert(off + len, run - len);
+        }
+        Some(Region { off, len })
+    }
+
+    pub(super) fn release(&mut self, r: Region) {
+        if r.len == 0 {
+            return;
+        }
+        let (mut off, mut len) = (r.off, r.len);
+        if let Some((&p, &plen)) = self.free.range(..off).next_back()
+            && p + plen == off
+        {
+            self.free.remove(&p);
+            off = p;
+            len += plen;
+        }
+        if let Some(&nlen) = self.free.get(&(off + len)) {
+            self.free.remove(&(off + len));
+            len += nlen;
+        }
+        self.free.insert(off, len);
+    }
+
+    pub(super) fn free_total(&self) -> u64 {
+        self.free.values().map(|&l| u64::from(l)).sum()
+    }
+}
+
+/// Free list of map indexes `0..max`.
+#[derive(Debug)]
+pub(super) struct IndexAlloc {
+    next: u32,
+    max: u32,
+    free: Vec<u32>,
+}
+
+impl IndexAlloc {
+    pub(super) fn new(max: u32) -> Self {
+        IndexAlloc {
+            next: 0,
+            max,
+            free: Vec::new(),
+        }
+    }
+    pub(super) fn alloc(&mut self) -> Option<u32> {
+        if let Some(i) = self.free.pop() {
+            return Some(i);
+        }
+        (self.next < self.max).then(|| {
+            self.next += 1;
+            self.next - 1
+        })
+    }
+    pub(super) fn release(&mut self, i: u32) {
+        self.free.push(i);
+    }
+}
+
+/// Something waiting for its grace period.
+#[derive(Copy, Clone, Debug)]
+pub(super) enum Retired {
+    Region(Region),
+    Svc(u32),
+}

@@ -1,0 +1,503 @@
+//! Commands to map writes: services, real servers, their scheduling data
+//! and `config`.
+
+use rvs_control::protocol::Command;
+use rvs_core::dest::{Dest as CoreDest, DestId};
+use rvs_core::model::{DestConfig, ForwardMethod, SchedFlags, ServiceConfig, ServiceKey};
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+use super::alloc::{Region, Retired};
+use super::{
+    DestState, Plane, PlaneError, SvcState, Trashed, check_scheduler, edit_core, fill_timeouts,
+    method_of, persist_mask, same, sched_params, svc_key,
+};
+use crate::maps::{self, Dest, DestConns, MapOps, Svc};
+use crate::neigh::Resolve;
+use crate::tables::scheduling_table;
+
+impl<M: MapOps, R: Resolve> Plane<M, R> {
+    /// Apply one command (see the module doc). On error nothing changed.
+    pub fn apply_command(&mut self, cmd: &Command) -> Result<(), PlaneError> {
+        let r = match cmd {
+            Command::AddService { key, config } => self.add_service(key, config),
+            Command::EditService { key, config } => self.edit_service(key, config),
+            Command::DelService { key } => self.del_service(key),
+            Command::Clear => {
+                let keys: Vec<ServiceKey> = self.services.keys().copied().collect();
+                self.refused.clear();
+                keys.iter().try_for_each(|k| self.del_service(k))
+            }
+            Command::AddDest { service, dest } => self.add_dest(service, dest),
+            Command::EditDest { service, dest } => self.edit_dest(service, dest),
+            Command::DelDest {
+                service,
+                addr,
+                port,
+            } => self.del_dest(service, *addr, *port),
+            // Counters are zeroed on the director's side: reports add growth.
+            Command::Zero { .. } => Ok(()),
+            Command::SetTimeouts { tcp, tcpfin, udp } => {
+                let old = self.timeouts.clone();
+                self.timeouts.set_ipvsadm(*tcp, *tcpfin, *udp);
+                self.write_config().inspect_err(|_| self.timeouts = old)
+            }
+        };
+        if matches!(r, Err(PlaneError::Map(_) | PlaneError::Full(_))) {
+            self.dirty = true;
+        }
+        // Wait a little for the MACs this command needs; the rest (a real
+        // server that is down) is retried by the reports without holding up
+        // later commands.
+        if !self.fresh.is_empty() {
+            let only: HashSet<IpAddr> = self.fresh.drain(..).collect();
+            self.resolve_pending(self.resolve_budget, Some(&only));
+        }
+        r
+    }
+
+    pub(super) fn add_service(
+        &mut self,
+        key: &ServiceKey,
+        config: &ServiceConfig,
+    ) -> Result<(), PlaneError> {
+        let refuse = |me: &mut Self, e: PlaneError| {
+            if matches!(e, PlaneError::Refused(_)) {
+                me.refused.insert(*key);
+            }
+            Err(e)
+        };
+        let skey = match svc_key(key) {
+            Ok(k) => k,
+            Err(e) => return refuse(self, e),
+        };
+        match check_scheduler(config) {
+            Ok(_) => {}
+            Err(e) => return refuse(self, e),
+        };
+        if self.services.contains_key(key) {
+            return Ok(());
+        }
+        self.refused.remove(key);
+        let index = self.svc_idx.alloc().ok_or(PlaneError::Full("svc_info"))?;
+        if let Err(e) = self.maps.set_cursor(index, 0) {
+            self.svc_idx.release(index);
+            return Err(e.into());
+        }
+        self.services.insert(
+            *key,
+            SvcState {
+                index,
+                config: config.clone(),
+                dests: Vec::new(),
+                region: None,
+                svc: Svc::default(),
+            },
+        );
+        // Its (empty) scheduling data first, then the key that makes it
+        // reachable.
+        let undo = |me: &mut Self| {
+            if let Some(st) = me.services.remove(key) {
+                // Not reachable by any packet: clear and reuse at once.
+                let _ = me.maps.set_svc(index, &Svc::default());
+                if let Some(r) = st.region {
+                    me.slots.release(r);
+                }
+            }
+            me.svc_idx.release(index);
+        };
+        if let Err(e) = self.publish(key) {
+            undo(self);
+            return Err(e);
+        }
+        if let Err(e) = self.maps.set_service(&skey, index) {
+            undo(self);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    pub(super) fn svc_value(
+        &self,
+        key: &ServiceKey,
+        st: &SvcState,
+        sched: u8,
+        r: Region,
+        list_len: u32,
+    ) -> Svc {
+        let c = &st.config;
+        let mut flags = 0;
+        if c.persistent.is_some() {
+            flags |= maps::svc_flags::PERSISTENT;
+        }
+        if c.one_packet {
+            flags |= maps::svc_flags::ONEPACKET;
+        }
+        if c.flags.contains(SchedFlags::FLAG1) {
+            flags |= maps::svc_flags::SCHED1;
+        }
+        if c.flags.contains(SchedFlags::FLAG2) {
+            flags |= maps::svc_flags::SCHED2;
+        }
+        Svc {
+            sched,
+            family: match key.af() {
+                rvs_core::model::AddrFamily::Inet => maps::AF_INET,
+                rvs_core::model::AddrFamily::Inet6 => maps::AF_INET6,
+            },
+            pad0: 0,
+            flags,
+            dests_off: r.off,
+            dests_len: list_len,
+            table_off: r.off + list_len,
+            table_len: r.len - list_len,
+            persist_timeout: c.persistent.unwrap_or(0),
+            persist_mask: persist_mask(&c.netmask),
+        }
+    }
+
+    /// Write a fresh region of scheduling data for `key` and flip its
+    /// `svc_info` element to it; the old region retires. On error nothing
+    /// changed.
+    pub(super) fn publish(&mut self, key: &ServiceKey) -> Result<(), PlaneError> {
+        let st = self.services.get(key).ok_or(PlaneError::NoService(*key))?;
+        let sched = check_scheduler(&st.config)?;
+        let ready: Vec<&DestState> = st.dests.iter().filter(|d| d.ready()).collect();
+        let list: Vec<u32> = ready.iter().map(|d| d.index).collect();
+        let core: Vec<CoreDest> = ready.iter().map(|d| d.core.clone()).collect();
+        let table = scheduling_table(
+            &st.config.scheduler,
+            &sched_params(&st.config),
+            &core,
+            &list,
+        )?;
+        let mut data = list;
+        let list_len = data.len() as u32;
+        data.extend_from_slice(&table);
+        let len = u32::try_from(data.len()).map_err(|_| PlaneError::Full("slots"))?;
+        let region = self.slots.alloc(len).ok_or(PlaneError::Full("slots"))?;
+        let svc = self.svc_value(key, st, sched, region, list_len);
+        let index = st.index;
+        if let Err(e) = self
+            .maps
+            .set_slots(region.off, &data)
+            .and_then(|()| self.maps.set_svc(index, &svc))
+        {
+            // The region was never visible to the program.
+            self.slots.release(region);
+            return Err(e.into());
+        }
+        let generation = self.generation;
+        if let Some(st) = self.services.get_mut(key) {
+            st.svc = svc;
+            if let Some(old) = st.region.replace(region) {
+                self.retired.push((generation, Retired::Region(old)));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn edit_service(
+        &mut self,
+        key: &ServiceKey,
+        config: &ServiceConfig,
+    ) -> Result<(), PlaneError> {
+        if !self.services.contains_key(key) {
+            if self.refused.remove(key) {
+                // Maybe acceptable now: the next report installs it with its
+                // real servers from the model.
+                self.dirty = true;
+                return Ok(());
+            }
+            return Err(PlaneError::NoService(*key));
+        }
+        check_scheduler(config)?;
+        let old = match self.services.get_mut(key) {
+            Some(st) => std::mem::replace(&mut st.config, config.clone()),
+            None => return Err(PlaneError::NoService(*key)),
+        };
+        let r = self.publish(key);
+        if r.is_err()
+            && let Some(st) = self.services.get_mut(key)
+        {
+            st.config = old;
+        }
+        r
+    }
+
+    pub(super) fn del_service(&mut self, key: &ServiceKey) -> Result<(), PlaneError> {
+        if self.refused.remove(key) {
+            return Ok(());
+        }
+        let skey = svc_key(key)?;
+        if !self.services.contains_key(key) {
+            return Err(PlaneError::NoService(*key));
+        }
+        self.maps.remove_service(&skey)?;
+        let Some(st) = self.services.remove(key) else {
+            return Ok(());
+        };
+        // Unreachable now; a stale element is harmless if this write fails.
+        let _ = self.maps.set_svc(st.index, &Svc::default());
+        let g = self.generation;
+        self.retired.push((g, Retired::Svc(st.index)));
+        if let Some(r) = st.region {
+            self.retired.push((g, Retired::Region(r)));
+        }
+        for d in st.dests {
+            self.trash_dest(*key, d);
+        }
+        Ok(())
+    }
+
+    /// Mark a deleted real server unavailable and keep its index while flows
+    /// use it.
+    pub(super) fn trash_dest(&mut self, service: ServiceKey, d: DestState) {
+        let v = self.dest_value(&d, maps::dest_flags::UNAVAILABLE);
+        if self.maps.set_dest(d.index, &v).is_err() {
+            // Still scheduled nowhere; its flows keep going until they end.
+            self.dirty = true;
+        }
+        self.trash.push(Trashed {
+            service,
+            dest: d,
+            since: self.generation,
+        });
+    }
+
+    pub(super) fn dest_value(&self, d: &DestState, mut flags: u32) -> Dest {
+        if d.core.overloaded {
+            flags |= maps::dest_flags::OVERLOADED;
+        }
+        let c = &d.core.config;
+        let (method, gue_port) = method_of(&c.forward).unwrap_or((0, 0));
+        let l2 = d.l2.unwrap_or_default();
+        if d.is_nat() && d.l2.is_some() {
+            flags |= maps::dest_flags::NEXTHOP;
+        }
+        Dest {
+            addr: maps::addr16(c.addr),
+            port: c.port.to_be(),
+            family: maps::family(c.addr),
+            method,
+            flags,
+            weight: c.weight,
+            ifindex: l2.ifindex,
+            mac: l2.mac,
+            smac: l2.smac,
+            gue_port: gue_port.to_be(),
+            pad0: 0,
+        }
+    }
+
+    pub(super) fn add_dest(
+        &mut self,
+        service: &ServiceKey,
+        cfg: &DestConfig,
+    ) -> Result<(), PlaneError> {
+        if self.refused.contains(service) {
+            return Ok(());
+        }
+        if !self.services.contains_key(service) {
+            return Err(PlaneError::NoService(*service));
+        }
+        method_of(&cfg.forward)?;
+        if self
+            .services
+            .get(service)
+            .is_some_and(|s| s.dests.iter().any(|d| same(&d.core.config, cfg)))
+        {
+            return self.edit_dest(service, cfg);
+        }
+        // A deleted real server still referenced by flows comes back with
+        // its index (IPVS resurrects it from the trash).
+        let resurrect = self
+            .trash
+            .iter()
+            .position(|t| t.service == *service && same(&t.dest.core.config, cfg));
+        let (mut d, fresh) = match resurrect {
+            Some(p) => (self.trash.remove(p).dest, false),
+            None => {
+                let index = self.dest_idx.alloc().ok_or(PlaneError::Full("dests"))?;
+                let core = CoreDest::new(DestId(index), *cfg);
+                (
+                    DestState {
+                        index,
+                        core,
+                        l2: None,
+                    },
+                    true,
+                )
+            }
+        };
+        let prev = d.clone();
+        edit_core(&mut d.core, cfg);
+        // NAT too: a next hop already known saves the program a FIB
+        // lookup per packet; an unknown one is left to the FIB (and to
+        // the next refresh), nothing waits for it.
+        if d.l2.is_none() {
+            d.l2 = self.resolver.lookup(cfg.addr).ok().flatten();
+            if d.l2.is_none() && d.is_nat() {
+                let _ = self.resolver.solicit(cfg.addr);
+            }
+        }
+        if fresh {
+            // Counters of an earlier user of the index are not this one's.
+            if let Ok(s) = self.maps.dest_stats(d.index) {
+                self.baselines.insert(d.index, s);
+            }
+            // Best effort: the next report sets them from the flows anyway.
+            let _ = self.maps.set_dest_conns(d.index, &DestConns::default());
+        }
+        let undo = |me: &mut Self, prev: DestState| {
+            if fresh {
+                let _ = me.maps.set_dest(prev.index, &Dest::default());
+                me.dest_idx.release(prev.index);
+                me.baselines.remove(&prev.index);
+            } else {
+                let v = me.dest_value(&prev, maps::dest_flags::UNAVAILABLE);
+                let _ = me.maps.set_dest(prev.index, &v);
+                me.trash.push(Trashed {
+                    service: *service,
+                    dest: prev,
+                    since: me.generation,
+                });
+            }
+        };
+        let v = self.dest_value(&d, 0);
+        let unresolved = !d.ready();
+        if let Err(e) = self.maps.set_dest(d.index, &v) {
+            undo(self, prev);
+            return Err(e.into());
+        }
+        if let Some(st) = self.services.get_mut(service) {
+            st.dests.insert(0, d);
+        }
+        if let Err(e) = self.publish(service) {
+            if let Some(st) = self.services.get_mut(service) {
+                st.dests.remove(0);
+            }
+            undo(self, prev);
+            return Err(e);
+        }
+        if unresolved {
+            self.fresh.push(cfg.addr);
+        }
+        if self.write_config().is_err() {
+            self.dirty = true;
+        }
+        Ok(())
+    }
+
+    pub(super) fn edit_dest(
+        &mut self,
+        service: &ServiceKey,
+        cfg: &DestConfig,
+    ) -> Result<(), PlaneError> {
+        if self.refused.contains(service) {
+            return Ok(());
+        }
+        let st = self
+            .services
+            .get_mut(service)
+            .ok_or(PlaneError::NoService(*service))?;
+        let Some(pos) = st.dests.iter().position(|d| same(&d.core.config, cfg)) else {
+            // Not installed here (refused earlier, or a failed add): try now.
+            return self.add_dest(service, cfg);
+        };
+        method_of(&cfg.forward)?;
+        let prev = st.dests[pos].clone();
+        let mut d = prev.clone();
+        edit_core(&mut d.core, cfg);
+        if d.needs_l2() && d.l2.is_none() {
+            d.l2 = self.resolver.lookup(cfg.addr).ok().flatten();
+        }
+        let v = self.dest_value(&d, 0);
+        self.maps.set_dest(d.index, &v)?;
+        if let Some(st) = self.services.get_mut(service) {
+            st.dests[pos] = d;
+        }
+        if let Err(e) = self.publish(service) {
+            if let Some(st) = self.services.get_mut(service) {
+                st.dests[pos] = prev.clone();
+            }
+            let v = self.dest_value(&prev, 0);
+            let _ = self.maps.set_dest(prev.index, &v);
+            return Err(e);
+        }
+        let _ = self.write_config();
+        Ok(())
+    }
+
+    pub(super) fn del_dest(
+        &mut self,
+        service: &ServiceKey,
+        addr: IpAddr,
+        port: u16,
+    ) -> Result<(), PlaneError> {
+        if self.refused.contains(service) {
+            return Ok(());
+        }
+        let st = self
+            .services
+            .get_mut(service)
+            .ok_or(PlaneError::NoService(*service))?;
+        let Some(pos) = st
+            .dests
+            .iter()
+            .position(|d| d.core.config.addr == addr && d.core.config.port == port)
+        else {
+            // Never installed here (refused): nothing to remove.
+            return Ok(());
+        };
+        let d = st.dests.remove(pos);
+        if let Err(e) = self.publish(service) {
+            if let Some(st) = self.services.get_mut(service) {
+                st.dests.insert(pos, d);
+            }
+            return Err(e);
+        }
+        self.trash_dest(*service, d);
+        Ok(())
+    }
+
+    /// Compute and write `config` if it changed.
+    pub(super) fn write_config(&mut self) -> Result<(), PlaneError> {
+        let mut c = self.config;
+        fill_timeouts(&mut c, &self.timeouts);
+        let all = || {
+            self.services
+                .values()
+                .flat_map(|s| s.dests.iter())
+                .chain(self.trash.iter().map(|t| &t.dest))
+        };
+        c.flags = if all().any(|d| matches!(d.core.config.forward, ForwardMethod::Masq)) {
+            maps::CFG_F_NAT
+        } else {
+            0
+        };
+        let tun = |v6: bool| {
+            all().find_map(|d| {
+                let tunnel = matches!(d.core.config.forward, ForwardMethod::Tunnel(_));
+                (tunnel && d.core.config.addr.is_ipv6() == v6)
+                    .then_some(d.l2.and_then(|l| l.src))
+                    .flatten()
+            })
+        };
+        match self.tun_src.0.map(IpAddr::V4).or_else(|| tun(false)) {
+            Some(IpAddr::V4(a)) => c.tun_src4 = a.octets(),
+            _ => c.tun_src4 = [0; 4],
+        }
+        match self.tun_src.1.map(IpAddr::V6).or_else(|| tun(true)) {
+            Some(IpAddr::V6(a)) => c.tun_src6 = a.octets(),
+            _ => c.tun_src6 = [0; 16],
+        }
+        c.tun_vary4 = self.tun_vary.0;
+        c.tun_vary6 = self.tun_vary.1;
+        if c != self.config {
+            self.maps.set_config(&c)?;
+            self.config = c;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,937 @@
+//! Unit tests of the sync logic over [`MemMaps`], no kernel.
+
+use super::*;
+use crate::maps::Dest;
+use crate::neigh::StaticResolver;
+use rvs_core::ipvs::IpvsConfig;
+use rvs_core::model::{AddrFamily, Tunnel};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Instant as StdInstant;
+
+type MemPlane = Plane<MemMaps, StaticResolver>;
+
+fn key(port: u16) -> ServiceKey {
+    ServiceKey::Addr {
+        protocol: Protocol::Tcp,
+        addr: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)),
+        port,
+    }
+}
+
+fn rs(i: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, i))
+}
+
+fn l2(i: u8) -> L2 {
+    L2 {
+        ifindex: 7,
+        mac: [2, 0, 0, 0, 0, i],
+        smac: [2, 0, 0, 0, 0, 1],
+        src: Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))),
+    }
+}
+
+fn resolver() -> StaticResolver {
+    let mut r = StaticResolver::default();
+    for i in 1..50 {
+        r.table.insert(rs(i), l2(i));
+    }
+    r
+}
+
+/// A plane and a director that see the same commands, as in rvsd.
+struct Bed {
+    plane: MemPlane,
+    ipvs: Ipvs,
+}
+
+impl Bed {
+    fn new() -> Self {
+        let mut plane = Plane::new(MemMaps::new(1 << 16), resolver()).unwrap();
+        plane.set_resolve_budget(Duration::ZERO);
+        Bed {
+            plane,
+            ipvs: Ipvs::new(IpvsConfig::default()),
+        }
+    }
+    fn run(&mut self, c: Command) -> Result<(), PlaneError> {
+        rvs_control::state::apply(&mut self.ipvs, &c).unwrap();
+        self.plane.apply_command(&c)
+    }
+    fn svc(&mut self, port: u16, sched: &str) -> Result<(), PlaneError> {
+        self.run(Command::AddService {
+            key: key(port),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler(sched),
+        })
+    }
+    fn dest(&mut self, port: u16, d: DestConfig) -> Result<(), PlaneError> {
+        self.run(Command::AddDest {
+            service: key(port),
+            dest: d,
+        })
+    }
+    fn report(&mut self, secs: u64) {
+        self.plane
+            .report_to(Instant::from_secs(secs), &mut self.ipvs)
+            .unwrap();
+    }
+    fn data(&mut self, port: u16) -> (Vec<u32>, Vec<u32>) {
+        let i = self.plane.service_index(&key(port)).unwrap();
+        self.plane.maps().svc_data(i)
+    }
+    fn index(&self, port: u16, i: u8) -> u32 {
+        self.plane.dest_index(&key(port), rs(i), 80).unwrap()
+    }
+}
+
+fn dr(i: u8) -> DestConfig {
+    DestConfig::new(rs(i), 80).forward(ForwardMethod::Route)
+}
+
+/// The scheduling data the core would compute for the live list.
+fn expected(bed: &Bed, port: u16) -> (Vec<u32>, Vec<u32>) {
+    let svc = bed.ipvs.service(&key(port)).unwrap();
+    let list: Vec<u32> = svc
+        .dests()
+        .iter()
+        .map(|d| {
+            bed.plane
+                .dest_index(&key(port), d.config.addr, d.config.port)
+                .unwrap()
+        })
+        .collect();
+    let table = scheduling_table(
+        &svc.config().scheduler,
+        &sched_params(svc.config()),
+        svc.dests(),
+        &list,
+    )
+    .unwrap();
+    (list, table)
+}
+
+#[test]
+fn services_and_real_servers_reach_the_maps() {
+    let mut bed = Bed::new();
+    bed.svc(80, "rr").unwrap();
+    bed.dest(80, dr(11)).unwrap();
+    bed.dest(80, dr(12).weight(3)).unwrap();
+    let i = bed.plane.service_index(&key(80)).unwrap();
+    let skey = SvcKey::new(maps::PROTO_TCP, "10.0.0.100".parse().unwrap(), 80);
+    assert_eq!(bed.plane.maps().services.get(&skey), Some(&i));
+    let svc = bed.plane.maps().svc_info[&i];
+    assert_eq!((svc.sched, svc.family), (maps::sched::RR, maps::AF_INET));
+    let (a, b) = (bed.index(80, 11), bed.index(80, 12));
+    assert_eq!(bed.data(80), (vec![b, a], vec![]), "newest first, as IPVS");
+    let d = bed.plane.maps().dests[&b];
+    assert_eq!(
+        (d.method, d.weight, d.flags, d.ifindex, d.mac, d.port),
+        (maps::fwd::DR, 3, 0, 7, [2, 0, 0, 0, 0, 12], 80u16.to_be())
+    );
+    assert_eq!(bed.plane.maps().config.flags & maps::CFG_F_NAT, 0);
+    // NAT real servers need no MAC and switch the reply path on.
+    bed.dest(
+        80,
+        DestConfig::new(rs(60), 8080).forward(ForwardMethod::Masq),
+    )
+    .unwrap();
+    assert_eq!(bed.plane.maps().config.flags, maps::CFG_F_NAT);
+    assert_eq!(bed.data(80).0.len(), 3);
+    // ... and use their next hop when it is known (no FIB lookup per
+    // packet); one learnt later is installed at the next report.
+    let nat = bed.plane.dest_index(&key(80), rs(60), 8080).unwrap();
+    assert_eq!(bed.plane.maps().dests[&nat].flags, 0);
+    bed.dest(
+        80,
+        DestConfig::new(rs(21), 8080).forward(ForwardMethod::Masq),
+    )
+    .unwrap();
+    let known = bed.plane.dest_index(&key(80), rs(21), 8080).unwrap();
+    let d = bed.plane.maps().dests[&known];
+    assert_eq!(
+        (d.method, d.flags, d.ifindex, d.mac),
+        (
+            maps::fwd::NAT,
+            maps::dest_flags::NEXTHOP,
+            7,
+            [2, 0, 0, 0, 0, 21]
+        )
+    );
+    assert!(bed.plane.resolver.solicited.contains(&rs(60)));
+    bed.plane.resolver.table.insert(rs(60), l2(60));
+    bed.report(1);
+    let d = bed.plane.maps().dests[&nat];
+    assert_eq!(
+        (d.flags, d.mac),
+        (maps::dest_flags::NEXTHOP, [2, 0, 0, 0, 0, 60])
+    );
+}
+
+#[test]
+fn hash_tables_and_wrr_are_the_cores() {
+    let mut bed = Bed::new();
+    for (port, sched) in [(80, "mh"), (81, "sh"), (82, "dh"), (83, "wrr")] {
+        bed.svc(port, sched).unwrap();
+        for i in 1..6 {
+            bed.dest(port, dr(i).weight(u32::from(i))).unwrap();
+        }
+        bed.run(Command::EditDest {
+            service: key(port),
+            dest: dr(3).weight(0),
+        })
+        .unwrap();
+        bed.run(Command::DelDest {
+            service: key(port),
+            addr: rs(2),
+            port: 80,
+        })
+        .unwrap();
+        let want = expected(&bed, port);
+        assert!(!want.1.is_empty(), "{sched}");
+        assert!(bed.data(port) == want, "{sched}");
+    }
+    // A scheduler change rebuilds the table.
+    bed.run(Command::EditService {
+        key: key(80),
+        config: ServiceConfig::new(AddrFamily::Inet).scheduler("sh"),
+    })
+    .unwrap();
+    let want = expected(&bed, 80);
+    assert!(bed.data(80) == want);
+    let i = bed.plane.service_index(&key(80)).unwrap();
+    assert_eq!(bed.plane.maps().svc_info[&i].sched, maps::sched::SH);
+}
+
+#[test]
+fn old_regions_are_freed_only_after_the_grace_period() {
+    let mut bed = Bed::new();
+    let total = u64::from(bed.plane.maps().slots_len);
+    bed.svc(80, "mh").unwrap();
+    bed.dest(80, dr(1)).unwrap();
+    let i = bed.plane.service_index(&key(80)).unwrap();
+    let first = bed.plane.maps().svc_info[&i];
+    bed.dest(80, dr(2)).unwrap();
+    let second = bed.plane.maps().svc_info[&i];
+    let region = |s: &Svc| (s.dests_off, s.dests_off + s.dests_len + s.table_len);
+    let (a, b) = (region(&first), region(&second));
+    assert!(a.1 <= b.0 || b.1 <= a.0, "a fresh region, not the live one");
+    let used = |bed: &Bed| total - bed.plane.free_slots();
+    let live = u64::from(b.1 - b.0);
+    assert!(used(&bed) > live, "the old region is still reserved");
+    bed.report(1);
+    assert!(used(&bed) > live, "one report is not a full interval");
+    bed.report(2);
+    assert_eq!(used(&bed), live, "freed after the grace period");
+    // Deleting the service retires its region and index the same way.
+    bed.run(Command::DelService { key: key(80) }).unwrap();
+    assert_eq!(bed.plane.maps().svc_info[&i].sched, maps::sched::NONE);
+    assert!(bed.plane.maps().services.is_empty());
+    bed.report(3);
+    bed.report(4);
+    assert_eq!(used(&bed), 0);
+}
+
+#[test]
+fn deleted_real_servers_stay_unavailable_while_flows_use_them() {
+    let mut bed = Bed::new();
+    bed.svc(80, "rr").unwrap();
+    bed.dest(80, dr(1)).unwrap();
+    bed.dest(80, dr(2)).unwrap();
+    let idx = bed.index(80, 1);
+    let flow_key = FlowKey::new(6, rs(200), 5555, "10.0.0.100".parse().unwrap(), 80);
+    let now = bed.plane.maps().jiffies;
+    bed.plane.maps().flows.insert(
+        flow_key,
+        Flow {
+            last_seen: now,
+            dest: idx,
+            state: TcpState::Established as u8,
+            flags: maps::FLOW_F_NOOUTPUT,
+            ..Flow::default()
+        },
+    );
+    let del = Command::DelDest {
+        service: key(80),
+        addr: rs(1),
+        port: 80,
+    };
+    bed.run(del.clone()).unwrap();
+    let d = bed.plane.maps().dests[&idx];
+    assert_eq!(d.flags, maps::dest_flags::UNAVAILABLE);
+    assert!(!bed.data(80).0.contains(&idx), "not scheduled");
+    // Added back: resurrected with its index (flows find it again).
+    bed.dest(80, dr(1)).unwrap();
+    assert_eq!(bed.index(80, 1), idx);
+    assert_eq!(bed.plane.maps().dests[&idx].flags, 0);
+    bed.run(del).unwrap();
+    for t in 1..5 {
+        bed.report(t);
+    }
+    assert_eq!(
+        bed.plane.dest_index(&key(80), rs(1), 80),
+        Some(idx),
+        "a flow uses it"
+    );
+    bed.plane.maps().flows.clear();
+    bed.report(5);
+    assert_eq!(bed.plane.dest_index(&key(80), rs(1), 80), None);
+    assert_eq!(bed.plane.maps().dests[&idx], Dest::default());
+    bed.dest(80, dr(3)).unwrap();
+    assert_eq!(bed.index(80, 3), idx, "the index is reused");
+}
+
+/// Every write of a command fails in turn: the command reports the
+/// error and the maps the program reads are as before; then the plane
+/// converges to the model at the next report.
+#[test]
+fn a_failed_write_changes_nothing_and_the_next_report_converges() {
+    let cmds = [
+        Command::AddService {
+            key: key(81),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler("mh"),
+        },
+        Command::AddDest {
+            service: key(80),
+            dest: dr(5),
+        },
+        Command::EditDest {
+            service: key(80),
+            dest: dr(1).weight(0),
+        },
+        Command::DelDest {
+            service: key(80),
+            addr: rs(2),
+            port: 80,
+        },
+        Command::EditService {
+            key: key(80),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler("wrr"),
+        },
+        Command::DelService { key: key(80) },
+        Command::SetTimeouts {
+            tcp: 5,
+            tcpfin: 6,
+            udp: 7,
+        },
+    ];
+    fn visible(bed: &mut Bed) -> String {
+        let m = bed.plane.maps().clone();
+        let mut svcs: Vec<_> = m
+            .services
+            .iter()
+            .map(|(k, i)| (format!("{k:?}"), m.svc_info[i], m.svc_data(*i)))
+            .collect();
+        svcs.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut dests: Vec<_> = m
+            .dests
+            .iter()
+            .filter(|(_, d)| **d != Dest::default())
+            .collect();
+        dests.sort_by_key(|(i, _)| **i);
+        format!("{svcs:?} {dests:?} {:?}", m.config)
+    }
+    for cmd in &cmds {
+        let (mut n, mut failed) = (0, 0);
+        loop {
+            let mut bed = Bed::new();
+            bed.svc(80, "mh").unwrap();
+            for i in 1..4 {
+                bed.dest(80, dr(i)).unwrap();
+            }
+            let before = visible(&mut bed);
+            let at = bed.plane.maps().writes + n;
+            bed.plane.maps().fail_at = Some(at);
+            let r = bed.run(cmd.clone());
+            if bed.plane.maps().writes <= at {
+                assert!(r.is_ok(), "{cmd:?}");
+                break;
+            }
+            if r.is_err() {
+                failed += 1;
+                assert_eq!(visible(&mut bed), before, "{cmd:?} failing at write {n}");
+            }
+            // The model has the change: the plane converges.
+            bed.report(1);
+            bed.report(2);
+            let mut fresh = Bed::new();
+            fresh.svc(80, "mh").unwrap();
+            for i in 1..4 {
+                fresh.dest(80, dr(i)).unwrap();
+            }
+            fresh.run(cmd.clone()).unwrap();
+            for port in [80, 81] {
+                let has = bed.ipvs.service(&key(port)).is_some();
+                assert_eq!(bed.plane.service_index(&key(port)).is_some(), has);
+                if has {
+                    assert!(bed.data(port) == expected(&bed, port), "{cmd:?} at {n}");
+                }
+            }
+            assert_eq!(
+                bed.plane.maps().config.tcp_timeouts,
+                fresh.plane.maps().config.tcp_timeouts
+            );
+            n += 1;
+        }
+        assert!(failed > 0, "{cmd:?} never failed");
+    }
+}
+
+#[test]
+fn what_xdp_cannot_do_is_refused_clearly() {
+    let mut bed = Bed::new();
+    let fw = ServiceKey::Fwmark {
+        mark: 7,
+        af: AddrFamily::Inet,
+    };
+    let e = bed
+        .run(Command::AddService {
+            key: fw,
+            config: ServiceConfig::new(AddrFamily::Inet),
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("firewall marks"), "{e}");
+    // Later commands about it are not errors again.
+    bed.run(Command::AddDest {
+        service: fw,
+        dest: dr(1),
+    })
+    .unwrap();
+    // Every scheduler of the core runs in the program.
+    for (port, sched) in [(82, "twos"), (83, "lblc"), (84, "lblcr")] {
+        bed.svc(port, sched).unwrap();
+    }
+    bed.svc(81, "rr").unwrap();
+    let e = bed
+        .dest(81, DestConfig::new(rs(1), 80).forward(ForwardMethod::Local))
+        .unwrap_err();
+    assert!(e.to_string().contains("Local"), "{e}");
+    assert!(bed.plane.maps().dests.is_empty());
+    assert_eq!(bed.plane.maps().services.len(), 4);
+}
+
+#[test]
+fn unresolved_real_servers_wait_out_of_the_tables() {
+    let mut bed = Bed::new();
+    bed.plane.resolver.table.remove(&rs(1));
+    bed.svc(80, "rr").unwrap();
+    bed.dest(80, dr(1)).unwrap();
+    bed.dest(80, dr(2)).unwrap();
+    let (a, b) = (bed.index(80, 1), bed.index(80, 2));
+    assert_eq!(bed.data(80).0, vec![b], "only the resolved one");
+    assert!(bed.plane.resolver.solicited.contains(&rs(1)));
+    bed.report(1);
+    assert_eq!(bed.data(80).0, vec![b], "still unresolved");
+    bed.plane.resolver.table.insert(rs(1), l2(1));
+    bed.report(2);
+    assert_eq!(bed.data(80).0, vec![b, a]);
+    assert_eq!(bed.plane.maps().dests[&a].mac, l2(1).mac);
+}
+
+#[test]
+fn a_real_server_that_does_not_answer_holds_up_only_its_own_command() {
+    let mut bed = Bed::new();
+    bed.plane.set_resolve_budget(Duration::from_millis(300));
+    bed.plane.resolver.table.remove(&rs(1));
+    bed.svc(80, "rr").unwrap();
+    let t = StdInstant::now();
+    bed.dest(80, dr(1)).unwrap();
+    assert!(
+        t.elapsed() >= Duration::from_millis(300),
+        "waited its budget"
+    );
+    let t = StdInstant::now();
+    bed.dest(80, dr(2)).unwrap();
+    bed.run(Command::SetTimeouts {
+        tcp: 1,
+        tcpfin: 1,
+        udp: 1,
+    })
+    .unwrap();
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(bed.data(80).0, vec![bed.index(80, 2)]);
+}
+
+#[test]
+fn a_changed_mac_is_followed() {
+    let mut bed = Bed::new();
+    bed.svc(80, "rr").unwrap();
+    bed.dest(80, dr(1)).unwrap();
+    let i = bed.index(80, 1);
+    let mut moved = l2(1);
+    moved.mac = [2, 9, 9, 9, 9, 9];
+    bed.plane.resolver.table.insert(rs(1), moved);
+    for t in 1..L2_REFRESH_REPORTS {
+        bed.report(t);
+    }
+    assert_eq!(bed.plane.maps().dests[&i].mac, l2(1).mac, "not yet");
+    bed.report(L2_REFRESH_REPORTS);
+    assert_eq!(bed.plane.maps().dests[&i].mac, moved.mac);
+}
+
+#[test]
+fn config_carries_timeouts_and_tunnel_sources() {
+    let mut bed = Bed::new();
+    bed.run(Command::SetTimeouts {
+        tcp: 30,
+        tcpfin: 5,
+        udp: 9,
+    })
+    .unwrap();
+    let c = bed.plane.maps().config;
+    assert_eq!(c.tcp_timeouts[TcpState::Established as usize], 30);
+    assert_eq!(c.tcp_timeouts[TcpState::FinWait as usize], 5);
+    assert_eq!(c.udp_timeout, 9);
+    // Timeouts set on the director directly (keepalived.conf) follow at
+    // the next report.
+    bed.ipvs.set_timeouts(40, 0, 0);
+    bed.report(1);
+    assert_eq!(
+        bed.plane.maps().config.tcp_timeouts[TcpState::Established as usize],
+        40
+    );
+    bed.svc(80, "rr").unwrap();
+    let tun = ForwardMethod::Tunnel(Tunnel {
+        kind: TunnelType::Gue,
+        port: 6080,
+        ..Tunnel::default()
+    });
+    bed.dest(80, DestConfig::new(rs(3), 80).forward(tun))
+        .unwrap();
+    assert_eq!(
+        bed.plane.maps().config.tun_src4,
+        [10, 0, 0, 2],
+        "route's source"
+    );
+    let i3 = bed.index(80, 3);
+    let d = bed.plane.maps().dests[&i3];
+    assert_eq!(
+        (d.method, d.gue_port),
+        (maps::fwd::TUN_GUE, 6080u16.to_be())
+    );
+    bed.plane
+        .set_tunnel_sources(Some(Ipv4Addr::new(192, 0, 2, 1)), None)
+        .unwrap();
+    assert_eq!(bed.plane.maps().config.tun_src4, [192, 0, 2, 1]);
+    assert_eq!(bed.plane.maps().config.tun_vary4, 0);
+    // A prefix: masked, its host bits varied per flow by the program.
+    bed.plane
+        .set_tunnel_source_prefixes(Some((Ipv4Addr::new(192, 0, 2, 77), 24)), None)
+        .unwrap();
+    let c = bed.plane.maps().config;
+    assert_eq!((c.tun_src4, c.tun_vary4), ([192, 0, 2, 0], 8));
+    assert_eq!(c.tun_vary6, 0);
+    let v6: std::net::Ipv6Addr = "fd00::1:2:3".parse().unwrap();
+    bed.plane
+        .set_tunnel_source_prefixes(None, Some((v6, 112)))
+        .unwrap();
+    let c = bed.plane.maps().config;
+    assert_eq!(
+        (c.tun_src6, c.tun_vary6),
+        (
+            "fd00::1:2:0"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets(),
+            16
+        )
+    );
+    // Too wide to vary within the hash's bits: refused.
+    for e in [
+        bed.plane
+            .set_tunnel_source_prefixes(Some((Ipv4Addr::new(10, 0, 0, 0), 8)), None),
+        bed.plane.set_tunnel_source_prefixes(None, Some((v6, 64))),
+    ] {
+        assert!(e.unwrap_err().to_string().contains("must be"));
+    }
+}
+
+#[test]
+fn a_large_flow_table_is_walked_a_page_per_report() {
+    let mut bed = Bed::new();
+    bed.plane.set_mirror_page(2);
+    bed.svc(80, "rr").unwrap();
+    bed.dest(80, dr(1)).unwrap();
+    bed.dest(80, dr(2)).unwrap();
+    let (a, b) = (bed.index(80, 1), bed.index(80, 2));
+    let now = bed.plane.maps().jiffies;
+    let vip: IpAddr = "10.0.0.100".parse().unwrap();
+    let flow = |dest: u32| Flow {
+        last_seen: now,
+        dest,
+        state: TcpState::Established as u8,
+        ..Flow::default()
+    };
+    // Five flows: three pages of at most two.
+    for (i, d) in [a, a, a, b, b].into_iter().enumerate() {
+        bed.plane
+            .maps()
+            .flows
+            .insert(FlowKey::new(6, rs(201 + i as u8), 1000, vip, 80), flow(d));
+    }
+    let active = |bed: &Bed| {
+        let s = bed.ipvs.service(&key(80)).unwrap();
+        let n = |x: u8| {
+            s.dests()
+                .iter()
+                .find(|d| d.config.addr == rs(x))
+                .unwrap()
+                .active
+        };
+        (n(1), n(2))
+    };
+    bed.report(1);
+    assert_eq!(bed.ipvs.conns().len(), 2, "one page");
+    let set = |bed: &mut Bed, i: u32| bed.plane.maps().dest_conns.get(&i).map_or(0, |c| c.active);
+    assert_eq!(set(&mut bed, a), 0, "not before the walk ends");
+    bed.report(2);
+    assert_eq!(bed.ipvs.conns().len(), 4);
+    bed.report(3);
+    assert_eq!(bed.ipvs.conns().len(), 5);
+    assert_eq!(active(&bed), (3, 2));
+    assert_eq!(set(&mut bed, a), 3, "set when the walk ends");
+    assert_eq!(set(&mut bed, b), 2);
+    // Flows gone from the table leave the view when the next walk ends,
+    // not before; the entries still there stay throughout.
+    bed.plane.maps().flows.retain(|_, f| f.dest != b);
+    bed.report(4);
+    assert_eq!(bed.ipvs.conns().len(), 5, "walk not complete yet");
+    bed.report(5);
+    assert_eq!(bed.ipvs.conns().len(), 3);
+    assert_eq!(active(&bed), (3, 0));
+    assert_eq!(bed.plane.maps().dest_conns[&b].active, 0);
+    // A deleted real server's index comes back only after a whole walk
+    // that began two reports after the deletion (generation 5) met no
+    // flow using it: the walk of reports 6-7 began too early, the one
+    // of reports 8-9 frees it.
+    bed.run(Command::DelDest {
+        service: key(80),
+        addr: rs(2),
+        port: 80,
+    })
+    .unwrap();
+    for t in 6..=8 {
+        bed.report(t);
+        assert_eq!(
+            bed.plane.dest_index(&key(80), rs(2), 80),
+            Some(b),
+            "report {t}"
+        );
+    }
+    bed.report(9);
+    assert_eq!(bed.plane.dest_index(&key(80), rs(2), 80), None);
+    assert_eq!(bed.plane.maps().dests[&b], Dest::default());
+}
+
+#[test]
+fn reports_mirror_flows_and_counters_into_the_director() {
+    let mut bed = Bed::new();
+    bed.svc(80, "rr").unwrap();
+    bed.dest(80, dr(1)).unwrap();
+    bed.dest(80, dr(2)).unwrap();
+    let a = bed.index(80, 1);
+    let now = bed.plane.maps().jiffies;
+    let vip: IpAddr = "10.0.0.100".parse().unwrap();
+    let flow = |state: TcpState, age: u64| Flow {
+        last_seen: now - age,
+        dest: a,
+        state: state as u8,
+        flags: maps::FLOW_F_NOOUTPUT,
+        ..Flow::default()
+    };
+    let m = bed.plane.maps();
+    m.flows.insert(
+        FlowKey::new(6, rs(201), 1000, vip, 80),
+        flow(TcpState::Established, 0),
+    );
+    m.flows.insert(
+        FlowKey::new(6, rs(202), 1000, vip, 80),
+        flow(TcpState::FinWait, 250),
+    );
+    // Older than its state's timeout (SYN_RECV: 60 s at HZ 250).
+    m.flows.insert(
+        FlowKey::new(6, rs(203), 1000, vip, 80),
+        flow(TcpState::SynRecv, 61 * 250),
+    );
+    m.dest_stats.insert(
+        a,
+        Stats {
+            conns: 3,
+            inpkts: 10,
+            outpkts: 0,
+            inbytes: 1000,
+            outbytes: 0,
+        },
+    );
+    bed.report(1);
+    let d = |bed: &Bed| {
+        let s = bed.ipvs.service(&key(80)).unwrap();
+        let d = s.dests().iter().find(|d| d.config.addr == rs(1)).unwrap();
+        (d.active, d.inactive, d.stats.conns, d.stats.inpkts)
+    };
+    assert_eq!(d(&bed), (1, 1, 3, 10));
+    assert_eq!(bed.ipvs.conns().len(), 2);
+    // The sweep: the expired entry is gone, the program's counters for
+    // the least-connection schedulers say what the live flows say.
+    assert_eq!(bed.plane.maps().flows.len(), 2);
+    assert_eq!(
+        bed.plane.maps().dest_conns[&a],
+        DestConns {
+            active: 1,
+            inactive: 1
+        }
+    );
+    let (id, c) = bed
+        .ipvs
+        .conns()
+        .iter()
+        .find(|(_, c)| c.state == TcpState::FinWait as u8)
+        .unwrap();
+    assert_eq!(c.daddr.to_ip(AddrFamily::Inet), rs(1));
+    assert_eq!(
+        bed.ipvs.conns().deadline(id),
+        Some(Instant::from_secs(1 + 119)),
+        "FIN_WAIT 120 s, 1 s idle"
+    );
+    // -Z zeroes the director's counters; growth is added afterwards.
+    bed.run(Command::Zero { service: None }).unwrap();
+    bed.plane.maps().dest_stats.get_mut(&a).unwrap().inpkts = 15;
+    bed.report(2);
+    assert_eq!(d(&bed), (1, 1, 0, 5));
+    bed.plane.maps().flows.clear();
+    bed.report(3);
+    assert_eq!(d(&bed).0 + d(&bed).1, 0);
+    assert_eq!(bed.ipvs.conns().len(), 0);
+    bed.ipvs.audit().unwrap();
+}
+
+#[test]
+fn connection_thresholds_flag_overload_from_the_mirrored_flows() {
+    let mut bed = Bed::new();
+    bed.svc(80, "rr").unwrap();
+    bed.dest(80, dr(1).thresholds(2, 1)).unwrap();
+    let a = bed.index(80, 1);
+    let now = bed.plane.maps().jiffies;
+    let vip: IpAddr = "10.0.0.100".parse().unwrap();
+    for c in 0..2u16 {
+        bed.plane.maps().flows.insert(
+            FlowKey::new(6, rs(200), 1000 + c, vip, 80),
+            Flow {
+                last_seen: now,
+                dest: a,
+                state: TcpState::Established as u8,
+                ..Flow::default()
+            },
+        );
+    }
+    bed.report(1);
+    let flags = |bed: &mut Bed| bed.plane.maps().dests[&a].flags;
+    assert_eq!(
+        flags(&mut bed),
+        maps::dest_flags::OVERLOADED,
+        "2 >= upper 2"
+    );
+    bed.plane.maps().flows.clear();
+    bed.report(2);
+    assert_eq!(flags(&mut bed), 0, "0 < lower 1");
+    // Port-zero (any port) services are carried.
+    let any = ServiceKey::Addr {
+        protocol: Protocol::Tcp,
+        addr: rs(100),
+        port: 0,
+    };
+    admit(&Command::AddService {
+        key: any,
+        config: ServiceConfig::new(AddrFamily::Inet).persistent(300),
+    })
+    .unwrap();
+}
+
+/// A persistent (300 s) rr service on port 80 with one DR real server:
+/// (its index, the service's index).
+fn persistent_service(bed: &mut Bed) -> (u32, u32) {
+    bed.run(Command::AddService {
+        key: key(80),
+        config: ServiceConfig::new(AddrFamily::Inet)
+            .scheduler("rr")
+            .persistent(300),
+    })
+    .unwrap();
+    bed.dest(80, dr(1)).unwrap();
+    (bed.index(80, 1), bed.plane.service_index(&key(80)).unwrap())
+}
+
+#[test]
+fn synced_connections_and_templates_are_loaded_for_the_same_real_server() {
+    let mut bed = Bed::new();
+    let (_, svc) = persistent_service(&mut bed);
+    bed.dest(80, dr(2)).unwrap();
+    let two = bed.index(80, 2);
+    let id = bed
+        .ipvs
+        .service(&key(80))
+        .unwrap()
+        .dests()
+        .iter()
+        .find(|d| d.config.addr == rs(2))
+        .unwrap()
+        .id;
+    let conn = MirroredConn {
+        protocol: Protocol::Tcp,
+        client: "192.0.2.7:4000".parse().unwrap(),
+        vip: SocketAddr::new(rs(100), 80),
+        dest: id,
+        state: TcpState::Established as u8,
+        output_seen: false,
+        idle_left: Duration::from_secs(900),
+        template: false,
+    };
+    bed.plane.load_synced_flow(&bed.ipvs, &conn).unwrap();
+    let template = MirroredConn {
+        client: "192.0.2.7:0".parse().unwrap(),
+        template: true,
+        state: 0,
+        ..conn
+    };
+    bed.plane.load_synced_flow(&bed.ipvs, &template).unwrap();
+    let jiffies = bed.plane.maps().jiffies;
+    let flows: Vec<Flow> = bed.plane.maps().flows.values().copied().collect();
+    assert_eq!(flows.len(), 1);
+    assert_eq!((flows[0].dest, flows[0].svc), (two, svc));
+    assert_eq!(flows[0].state, TcpState::Established as u8);
+    assert_eq!(flows[0].flags, maps::FLOW_F_NOOUTPUT);
+    assert_eq!(flows[0].last_seen, jiffies);
+    let (k, t) = bed
+        .plane
+        .maps()
+        .persist
+        .iter()
+        .next()
+        .map(|(k, t)| (*k, *t))
+        .unwrap();
+    assert_eq!(k, pk(7));
+    assert_eq!((t.dest, t.svc), (two, svc));
+    // A real server this plane does not carry is skipped.
+    let other = MirroredConn {
+        dest: rvs_core::dest::DestId(9999),
+        ..conn
+    };
+    bed.plane.load_synced_flow(&bed.ipvs, &other).unwrap();
+    assert_eq!(bed.plane.maps().flows.len(), 1);
+}
+
+/// The template key of client network 192.0.2.`net` on the service.
+fn pk(net: u8) -> PersistKey {
+    PersistKey {
+        caddr: maps::addr16(IpAddr::from([192, 0, 2, net])),
+        vaddr: maps::addr16("10.0.0.100".parse().unwrap()),
+        vport: 80u16.to_be(),
+        proto: maps::PROTO_TCP,
+        family: maps::AF_INET,
+    }
+}
+
+#[test]
+fn templates_are_walked_a_page_per_report_too() {
+    let mut bed = Bed::new();
+    bed.plane.set_mirror_page(1);
+    let (a, si) = persistent_service(&mut bed);
+    let now = bed.plane.maps().jiffies;
+    for net in [1, 2, 3] {
+        bed.plane.maps().persist.insert(
+            pk(net),
+            Persist {
+                last_seen: now,
+                dest: a,
+                svc: si,
+            },
+        );
+    }
+    let persist = |bed: &Bed| bed.ipvs.service(&key(80)).unwrap().dests()[0].persist;
+    bed.report(1);
+    assert_eq!(persist(&bed), 1, "one page");
+    bed.report(2);
+    assert_eq!(persist(&bed), 2);
+    bed.report(3);
+    assert_eq!(persist(&bed), 3);
+    // Gone from the map: gone from the view when a walk completes.
+    bed.plane.maps().persist.remove(&pk(1));
+    bed.report(4);
+    assert_eq!(persist(&bed), 3, "walk not complete yet");
+    bed.report(5);
+    assert_eq!(persist(&bed), 2);
+    assert_eq!(bed.ipvs.conns().len(), 2);
+}
+
+#[test]
+fn persistence_templates_are_mirrored_and_pin_their_real_server() {
+    let mut bed = Bed::new();
+    let (a, si) = persistent_service(&mut bed);
+    assert_eq!(
+        bed.plane.maps().svc_info[&si].flags & maps::svc_flags::PERSISTENT,
+        maps::svc_flags::PERSISTENT
+    );
+    let now = bed.plane.maps().jiffies;
+    let m = bed.plane.maps();
+    m.persist.insert(
+        pk(0),
+        Persist {
+            last_seen: now - 250,
+            dest: a,
+            svc: si,
+        },
+    );
+    m.persist.insert(
+        pk(1),
+        Persist {
+            last_seen: now - 301 * 250,
+            dest: a,
+            svc: si,
+        },
+    );
+    bed.report(1);
+    let persist = |bed: &Bed| bed.ipvs.service(&key(80)).unwrap().dests()[0].persist;
+    assert_eq!(persist(&bed), 1, "the live template");
+    assert!(
+        !bed.plane.maps().persist.contains_key(&pk(1)),
+        "expired one swept"
+    );
+    let (id, c) = bed.ipvs.conns().iter().next().unwrap();
+    assert!(c.is_template());
+    assert_eq!(
+        bed.ipvs.conns().deadline(id),
+        Some(Instant::from_secs(1 + 299))
+    );
+    // Deleted, the real server's index stays while the template lives.
+    bed.run(Command::DelDest {
+        service: key(80),
+        addr: rs(1),
+        port: 80,
+    })
+    .unwrap();
+    for t in 2..6 {
+        bed.report(t);
+    }
+    assert_eq!(bed.plane.dest_index(&key(80), rs(1), 80), Some(a));
+    bed.plane.maps().persist.clear();
+    bed.report(6);
+    assert_eq!(bed.plane.dest_index(&key(80), rs(1), 80), None);
+    bed.ipvs.audit().unwrap();
+}
+
+#[test]
+fn slot_allocator_coalesces() {
+    let mut s = SlotAlloc::new(100);
+    let a = s.alloc(30).unwrap();
+    let b = s.alloc(30).unwrap();
+    let c = s.alloc(40).unwrap();
+    assert!(s.alloc(1).is_none());
+    s.release(b);
+    s.release(a);
+    assert_eq!(s.alloc(60), Some(Region { off: 0, len: 60 }));
+    s.release(c);
+    assert_eq!(s.free_total(), 40);
+}
