@@ -13,17 +13,22 @@
 use std::net::IpAddr;
 use std::os::fd::AsFd;
 
-use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray};
+use aya::maps::MapError;
 use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 use rvs_sys::netlink::{Netlink, NetlinkError, XdpMode as NlXdpMode};
 
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::maps::typed::{TypedArray, TypedHash, TypedPerCpuArray};
 use crate::maps::{Layout, addr16, family};
 use crate::{RunResult, XdpError};
 
 /// Key of `decap_vips` (`struct rvs_decap_vip` of decap.c).
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct DecapVip {
     /// `AF_INET` or `AF_INET6`.
     pub family: u8,
@@ -46,7 +51,9 @@ impl DecapVip {
 
 /// Value of `decap_config[0]` (`struct rvs_decap_config`).
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct DecapConfig {
     /// GUE's UDP destination port, network order; 0 turns GUE off.
     pub gue_port: u16,
@@ -58,14 +65,6 @@ pub struct DecapConfig {
 
 const _: () = assert!(size_of::<DecapVip>() == 20);
 const _: () = assert!(size_of::<DecapConfig>() == 8);
-
-// SAFETY: both types are `#[repr(C)]`, integers and integer arrays only,
-// every padding byte an explicit field (the size asserts prove there is no
-// implicit padding): any bit pattern is valid and the kernel copies exactly
-// the fields.
-unsafe impl aya::Pod for DecapVip {}
-// SAFETY: as above.
-unsafe impl aya::Pod for DecapConfig {}
 
 /// The layouts of the decapsulator's structs, for the BTF check.
 pub fn layouts() -> Vec<Layout> {
@@ -198,16 +197,16 @@ impl Decap {
 
     /// Decapsulate traffic for `vip` (no error when already present).
     pub fn add_vip(&mut self, vip: IpAddr) -> Result<(), XdpError> {
-        let mut m: HashMap<&mut MapData, DecapVip, u8> =
-            HashMap::try_from(self.map("decap_vips")?).map_err(map_err("decap_vips"))?;
+        let mut m = TypedHash::<DecapVip, u8>::new(self.map("decap_vips")?)
+            .map_err(map_err("decap_vips"))?;
         m.insert(DecapVip::new(vip), 1, 0)
             .map_err(map_err("decap_vips"))
     }
 
     /// Stop decapsulating traffic for `vip` (no error when absent).
     pub fn remove_vip(&mut self, vip: IpAddr) -> Result<(), XdpError> {
-        let mut m: HashMap<&mut MapData, DecapVip, u8> =
-            HashMap::try_from(self.map("decap_vips")?).map_err(map_err("decap_vips"))?;
+        let mut m = TypedHash::<DecapVip, u8>::new(self.map("decap_vips")?)
+            .map_err(map_err("decap_vips"))?;
         match m.remove(&DecapVip::new(vip)) {
             Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
             Err(MapError::SyscallError(e)) if e.io_error.kind() == std::io::ErrorKind::NotFound => {
@@ -219,8 +218,8 @@ impl Decap {
 
     /// Accept GUE on UDP destination port `port` (0: GUE off).
     pub fn set_gue_port(&mut self, port: u16) -> Result<(), XdpError> {
-        let mut a: Array<&mut MapData, DecapConfig> =
-            Array::try_from(self.map("decap_config")?).map_err(map_err("decap_config"))?;
+        let mut a = TypedArray::<DecapConfig>::new(self.map("decap_config")?)
+            .map_err(map_err("decap_config"))?;
         let c = DecapConfig {
             gue_port: port.to_be(),
             ..DecapConfig::default()
@@ -230,8 +229,8 @@ impl Decap {
 
     /// The counters summed over CPUs.
     pub fn stats(&mut self) -> Result<DecapStats, XdpError> {
-        let a: PerCpuArray<&mut MapData, u64> =
-            PerCpuArray::try_from(self.map("decap_stats")?).map_err(map_err("decap_stats"))?;
+        let a = TypedPerCpuArray::<u64>::new(self.map("decap_stats")?)
+            .map_err(map_err("decap_stats"))?;
         let mut sum = [0u64; 4];
         for (i, s) in sum.iter_mut().enumerate() {
             *s = a
