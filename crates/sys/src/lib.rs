@@ -12,6 +12,7 @@
 //!   on tokio;
 //! - [`iface`]: interface names and indexes;
 //! - [`sock`]: socket options and sends the socket crates do not wrap;
+//! - [`sched`]: CPU affinity and real-time scheduling;
 //! - [`bpf`]: bpf(2) commands aya 0.14 does not make.
 
 #![warn(missing_docs)]
@@ -20,4 +21,5 @@
 pub mod bpf;
 pub mod iface;
 pub mod netlink;
+pub mod sched;
 pub mod sock;

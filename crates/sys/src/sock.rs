@@ -109,6 +109,71 @@ pub fn send_frame(
     usize::try_from(sent).map_err(|_| io::Error::last_os_error())
 }
 
+/// An `AF_PACKET` raw socket bound to interface `ifindex` that only
+/// sends (protocol 0: it receives nothing), for traffic generators.
+pub fn packet_sender(ifindex: u32) -> io::Result<socket2::Socket> {
+    let sock = socket2::Socket::new(
+        socket2::Domain::PACKET,
+        socket2::Type::RAW.cloexec(),
+        Some(socket2::Protocol::from(0)),
+    )?;
+    // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_ifindex =
+        i32::try_from(ifindex).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: the socket is open; `sll` is an initialised sockaddr_ll and
+    // the length passed is its exact size; bind only reads it.
+    let r = unsafe {
+        libc::bind(
+            sock.as_raw_fd(),
+            (&raw const sll).cast::<libc::sockaddr>(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sock)
+}
+
+/// Reusable buffers for [`FrameBatch::send`]: many frames, one
+/// `sendmmsg(2)`.
+#[derive(Debug, Default)]
+pub struct FrameBatch {
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+impl FrameBatch {
+    /// Send `frames` on the connected or bound socket `fd` with one
+    /// `sendmmsg(2)`: the number sent (the first ones), or the error of
+    /// the first frame when none was sent.
+    pub fn send(&mut self, fd: BorrowedFd<'_>, frames: &[&[u8]]) -> io::Result<usize> {
+        self.iovs.clear();
+        self.iovs.extend(frames.iter().map(|f| libc::iovec {
+            // The kernel only reads through this pointer (sendmmsg).
+            iov_base: f.as_ptr().cast_mut().cast::<libc::c_void>(),
+            iov_len: f.len(),
+        }));
+        // SAFETY: mmsghdr is plain old data; all-zero is a valid value (no
+        // name, no control data).
+        let zero: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        self.msgs.clear();
+        self.msgs.resize(frames.len(), zero);
+        for (m, iov) in self.msgs.iter_mut().zip(self.iovs.iter_mut()) {
+            m.msg_hdr.msg_iov = iov;
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        let n = u32::try_from(self.msgs.len()).unwrap_or(u32::MAX);
+        // SAFETY: every mmsghdr points at one iovec of `self.iovs`, which
+        // points into a frame of `frames`, borrowed (alive, unmoved) for
+        // the whole call; the kernel writes only the `msg_len` fields.
+        let r = unsafe { libc::sendmmsg(fd.as_raw_fd(), self.msgs.as_mut_ptr(), n, 0) };
+        usize::try_from(r).map_err(|_| io::Error::last_os_error())
+    }
+}
+
 /// Segments received and sent on a TCP socket (`tcpi_segs_in`,
 /// `tcpi_segs_out`, Linux ≥ 4.2), or `None` when the kernel does not
 /// report them (or `fd` is not a TCP socket).
@@ -174,6 +239,28 @@ mod tests {
         let v4 = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
         set_multicast_if_v4_index(v4.as_fd(), crate::iface::ifindex("lo").unwrap()).unwrap();
         assert!(set_recv_pktinfo_v6(v4.as_fd(), true).is_err());
+    }
+
+    /// Root only: frames sent on loopback come back on a capturing socket.
+    #[test]
+    fn frames_go_out_on_a_packet_socket() {
+        let lo = crate::iface::ifindex("lo").unwrap();
+        let tx = match packet_sender(lo) {
+            Ok(s) => s,
+            Err(e) => {
+                println!("skipping: AF_PACKET needs CAP_NET_RAW ({e})");
+                return;
+            }
+        };
+        let mut frame = vec![0u8; 60];
+        frame[12..14].copy_from_slice(&0x88b5u16.to_be_bytes()); // local experimental
+        let frames: Vec<&[u8]> = vec![&frame; 3];
+        let mut batch = FrameBatch::default();
+        assert_eq!(batch.send(tx.as_fd(), &frames).unwrap(), 3);
+        assert_eq!(
+            send_frame(tx.as_fd(), lo, 0x88b5, [0; 6], &frame).unwrap(),
+            60
+        );
     }
 
     #[test]
