@@ -158,14 +158,15 @@ impl NetlinkError {
     }
 }
 
-/// `Ok` for the given errno (the idempotent cases), else the error.
+/// `Ok(true)` when done, `Ok(false)` for the given errno (the idempotent
+/// cases: nothing to do), else the error.
 fn ok_if(
     r: Result<Vec<RouteNetlinkMessage>, NetlinkError>,
     errno: i32,
-) -> Result<(), NetlinkError> {
+) -> Result<bool, NetlinkError> {
     match r {
-        Ok(_) => Ok(()),
-        Err(e) if e.errno() == Some(errno) => Ok(()),
+        Ok(_) => Ok(true),
+        Err(e) if e.errno() == Some(errno) => Ok(false),
         Err(e) => Err(e),
     }
 }
@@ -242,28 +243,42 @@ impl Netlink {
         }
     }
 
-    /// Add `addr/prefix` to interface `ifindex`; an address already there
-    /// is `Ok`.
+    /// Add `addr/prefix` to interface `ifindex`: `true` when added,
+    /// `false` when it was there already.
     pub fn add_address(
         &mut self,
         ifindex: u32,
         addr: IpAddr,
         prefix: u8,
-    ) -> Result<(), NetlinkError> {
+    ) -> Result<bool, NetlinkError> {
         let req = msg::address(true, ifindex, addr, prefix)?;
         ok_if(self.exchange(req), libc::EEXIST)
     }
 
-    /// Remove `addr/prefix` from interface `ifindex`; an address that is
-    /// not there is `Ok`.
+    /// Remove `addr/prefix` from interface `ifindex`: `true` when removed,
+    /// `false` when it was not there.
     pub fn del_address(
         &mut self,
         ifindex: u32,
         addr: IpAddr,
         prefix: u8,
-    ) -> Result<(), NetlinkError> {
+    ) -> Result<bool, NetlinkError> {
         let req = msg::address(false, ifindex, addr, prefix)?;
         ok_if(self.exchange(req), libc::EADDRNOTAVAIL)
+    }
+
+    /// The addresses of interface `ifindex` (address, prefix length).
+    pub fn addresses(&mut self, ifindex: u32) -> Result<Vec<(IpAddr, u8)>, NetlinkError> {
+        Ok(msg::addresses_of(&self.exchange(msg::dump_addresses())?)
+            .into_iter()
+            .filter(|(i, _, _)| *i == ifindex)
+            .map(|(_, a, p)| (a, p))
+            .collect())
+    }
+
+    /// Set link `ifindex` administratively up.
+    pub fn set_link_up(&mut self, ifindex: u32) -> Result<(), NetlinkError> {
+        self.exchange(msg::set_link_up(ifindex)).map(drop)
     }
 
     /// The link `ifindex`, `None` when there is none.
@@ -299,12 +314,13 @@ impl Netlink {
             self.exchange(msg::new_macvlan(parent, name, mac)),
             libc::EEXIST,
         )
+        .map(drop)
     }
 
     /// Delete link `name`; one that does not exist is `Ok`.
     pub fn del_link(&mut self, name: &str) -> Result<(), NetlinkError> {
         match self.link_by_name(name)? {
-            Some(l) => ok_if(self.exchange(msg::del_link(l.index)), libc::ENODEV),
+            Some(l) => ok_if(self.exchange(msg::del_link(l.index)), libc::ENODEV).map(drop),
             None => Ok(()),
         }
     }
@@ -414,7 +430,7 @@ impl AsyncNetlink {
         ifindex: u32,
         addr: IpAddr,
         prefix: u8,
-    ) -> Result<(), NetlinkError> {
+    ) -> Result<bool, NetlinkError> {
         let req = msg::address(true, ifindex, addr, prefix)?;
         ok_if(self.exchange(req).await, libc::EEXIST)
     }
@@ -425,7 +441,7 @@ impl AsyncNetlink {
         ifindex: u32,
         addr: IpAddr,
         prefix: u8,
-    ) -> Result<(), NetlinkError> {
+    ) -> Result<bool, NetlinkError> {
         let req = msg::address(false, ifindex, addr, prefix)?;
         ok_if(self.exchange(req).await, libc::EADDRNOTAVAIL)
     }
@@ -456,12 +472,13 @@ impl AsyncNetlink {
             self.exchange(msg::new_macvlan(parent, name, mac)).await,
             libc::EEXIST,
         )
+        .map(drop)
     }
 
     /// As [`Netlink::del_link`].
     pub async fn del_link(&mut self, name: &str) -> Result<(), NetlinkError> {
         match self.link_by_name(name).await? {
-            Some(l) => ok_if(self.exchange(msg::del_link(l.index)).await, libc::ENODEV),
+            Some(l) => ok_if(self.exchange(msg::del_link(l.index)).await, libc::ENODEV).map(drop),
             None => Ok(()),
         }
     }
@@ -506,7 +523,8 @@ mod tests {
                 errno: libc::EEXIST,
             })
         };
-        assert!(ok_if(eexist(), libc::EEXIST).is_ok());
+        assert!(!ok_if(eexist(), libc::EEXIST).unwrap());
+        assert!(ok_if(Ok(vec![]), libc::EEXIST).unwrap());
         assert!(ok_if(eexist(), libc::EADDRNOTAVAIL).is_err());
         let enodev = Err(NetlinkError::Kernel {
             op: "get link",
@@ -531,6 +549,11 @@ mod tests {
         let r = nl.route(IpAddr::from([127, 0, 0, 1])).unwrap();
         assert_eq!(r.ifindex, lo.index);
         nl.neighbours(false).unwrap();
+        let addrs = nl.addresses(lo.index).unwrap();
+        assert!(
+            addrs.contains(&(IpAddr::from([127, 0, 0, 1]), 8)),
+            "{addrs:?}"
+        );
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .build()

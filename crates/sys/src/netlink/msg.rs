@@ -164,6 +164,52 @@ pub(super) fn address(
     })
 }
 
+/// `RTM_GETADDR` dump of one family's addresses (`None`: both).
+pub(super) fn dump_addresses() -> Request {
+    Request {
+        msg: RouteNetlinkMessage::GetAddress(AddressMessage::default()),
+        flags: NLM_F_DUMP,
+        op: "dump addresses",
+    }
+}
+
+/// The `(interface index, address, prefix length)` of each address of a
+/// dump (`IFA_LOCAL` when present, as `ip addr` shows it, else
+/// `IFA_ADDRESS`).
+pub(super) fn addresses_of(answer: &[RouteNetlinkMessage]) -> Vec<(u32, IpAddr, u8)> {
+    answer
+        .iter()
+        .filter_map(|m| match m {
+            RouteNetlinkMessage::NewAddress(a) => Some(a),
+            _ => None,
+        })
+        .filter_map(|a| {
+            let local = a.attributes.iter().find_map(|x| match x {
+                AddressAttribute::Local(ip) => Some(*ip),
+                _ => None,
+            });
+            let address = a.attributes.iter().find_map(|x| match x {
+                AddressAttribute::Address(ip) => Some(*ip),
+                _ => None,
+            });
+            Some((a.header.index, local.or(address)?, a.header.prefix_len))
+        })
+        .collect()
+}
+
+/// `RTM_SETLINK` setting `IFF_UP` on link `ifindex`.
+pub(super) fn set_link_up(ifindex: u32) -> Request {
+    let mut m = LinkMessage::default();
+    m.header.index = ifindex;
+    m.header.flags = LinkFlags::Up;
+    m.header.change_mask = LinkFlags::Up;
+    Request {
+        msg: RouteNetlinkMessage::SetLink(m),
+        flags: 0,
+        op: "set link up",
+    }
+}
+
 /// `RTM_GETLINK` of one link by index.
 pub(super) fn get_link(ifindex: u32) -> Request {
     let mut m = LinkMessage::default();
@@ -491,6 +537,42 @@ mod tests {
             _ => None,
         });
         assert_eq!(mode, Some(InfoMacVlan::Mode(MacVlanMode::Private)));
+    }
+
+    #[test]
+    fn address_dumps_are_read_and_links_set_up() {
+        let mut v4 = AddressMessage::default();
+        v4.header.index = 1;
+        v4.header.prefix_len = 32;
+        v4.attributes = vec![
+            AddressAttribute::Address(IpAddr::from([10, 0, 0, 2])),
+            AddressAttribute::Local(IpAddr::from([10, 0, 0, 1])),
+        ];
+        let mut v6 = AddressMessage::default();
+        v6.header.index = 2;
+        v6.header.prefix_len = 64;
+        v6.attributes = vec![AddressAttribute::Address("fd00::1".parse().unwrap())];
+        let got = addresses_of(&[
+            RouteNetlinkMessage::NewAddress(v4),
+            RouteNetlinkMessage::NewAddress(v6),
+            RouteNetlinkMessage::NewAddress(AddressMessage::default()),
+        ]);
+        assert_eq!(
+            got,
+            vec![
+                (1, IpAddr::from([10, 0, 0, 1]), 32),
+                (2, "fd00::1".parse().unwrap(), 64)
+            ]
+        );
+        let m = set_link_up(3).encode(1);
+        assert_eq!(u16_at(&m, 4), 19, "RTM_SETLINK");
+        assert_eq!((u32_at(&m, 20), u32_at(&m, 24), u32_at(&m, 28)), (3, 1, 1));
+        let m = dump_addresses().encode(2);
+        assert_eq!(
+            (u16_at(&m, 4), u16_at(&m, 6)),
+            (22, 0x305),
+            "RTM_GETADDR dump"
+        );
     }
 
     #[test]

@@ -112,7 +112,7 @@ async fn change(ifname: &str, addr: IpAddr, prefix: Option<u8>, add: bool) -> Re
     } else {
         nl.del_address(ifindex, addr, prefix).await
     };
-    r.map_err(|e| match e {
+    r.map(drop).map_err(|e| match e {
         NetlinkError::Kernel { op, errno } => NetError::Netlink {
             op,
             ifname: ifname.to_owned(),

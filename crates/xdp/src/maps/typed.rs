@@ -1,6 +1,6 @@
 //! Typed views of the loaded maps over rvs-sys's byte-level map calls:
 //! keys and values are the `#[repr(C)]` mirrors of `bpf/rvs.h`, turned into
-//! and out of bytes by `zerocopy` (no `unsafe impl aya::Pod`). The methods
+//! and out of bytes by `zerocopy` (no hand-written `aya::Pod` impls). The methods
 //! keep aya's names and errors (`get`, `set`, `insert`, `remove`, `iter`;
 //! [`MapError`]) so the callers read as before.
 
