@@ -9,7 +9,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{MAC_A, MAC_A_BYTES, Pair, block_on, sh, wait_for};
-use rvs_vrrp::net::{NetError, VrrpSocket, add_address, announce, del_address, link_up};
+use rvs_vrrp::net::{
+    NetError, VrrpSocket, add_address, add_vmac, announce, del_address, del_link, link_up,
+    primary_v4,
+};
 
 const GROUP4: Ipv4Addr = Ipv4Addr::new(224, 0, 0, 18);
 /// The MAC a previous master announced the VIP with.
@@ -435,4 +438,48 @@ fn link_up_follows_admin_state_and_carrier() {
         !pair.run_in(&pair.a, || link_up("nope0").expect("link_up")),
         "a missing interface is not up"
     );
+}
+
+/// `use_vmac`'s macvlan: created on eth0 with the virtual MAC, counted
+/// among the MACs eth0 owns (what the XDP plane asks), idempotent both
+/// ways, and gone after `del_link`.
+#[test]
+fn vmac_is_created_owned_and_removed() {
+    let Some(pair) = Pair::new("vmac_is_created_owned_and_removed") else {
+        return;
+    };
+    let vmac = [0, 0, 0x5e, 0, 1, 51];
+    pair.run_in(&pair.a, move || {
+        block_on(async move {
+            add_vmac("eth0", "vrrp.51", vmac).await.expect("add");
+            add_vmac("eth0", "vrrp.51", vmac)
+                .await
+                .expect("again: kept");
+            let e = add_vmac("nope0", "vrrp.52", vmac)
+                .await
+                .expect_err("no base");
+            assert!(matches!(e, NetError::InterfaceNotFound { .. }), "{e:?}");
+            let eth0 = rvs_sys::iface::ifindex("eth0").expect("eth0");
+            let mut nl = rvs_sys::netlink::Netlink::open().expect("netlink");
+            let owned = nl.owned_macs(eth0).expect("owned MACs");
+            assert_eq!(
+                owned,
+                vec![MAC_A_BYTES, vmac],
+                "eth0's own MAC, then the vmac"
+            );
+            let link = nl.link_by_name("vrrp.51").expect("link").expect("exists");
+            assert!(link.up, "created up");
+            assert_eq!(link.parent, Some(eth0));
+            assert_eq!(link.kind.as_deref(), Some("macvlan"));
+            assert_eq!(
+                primary_v4("eth0").expect("addresses"),
+                Some(Ipv4Addr::new(10, 0, 0, 1))
+            );
+            assert_eq!(primary_v4("nope0").expect("missing is none"), None);
+            del_link("vrrp.51").await.expect("delete");
+            del_link("vrrp.51").await.expect("again: gone is fine");
+            assert!(nl.link_by_name("vrrp.51").expect("link").is_none());
+            assert_eq!(nl.owned_macs(eth0).expect("owned"), vec![MAC_A_BYTES]);
+        })
+    });
 }
