@@ -244,7 +244,7 @@ pub fn kernel_hz() -> Result<u32, XdpError> {
     Ok(*HZ.get_or_init(|| hz))
 }
 
-/// The kernel's jiffies counter now (the clock of [`Flow::last_seen`]),
+/// The kernel's jiffies counter now (the clock of [`maps::Flow::last_seen`]),
 /// read through the `clock` program (loaded once per process).
 pub fn jiffies_now() -> Result<u64, XdpError> {
     static CLOCK: std::sync::Mutex<Option<Loaded>> = std::sync::Mutex::new(None);

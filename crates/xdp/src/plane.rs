@@ -2,10 +2,39 @@
 //! [`Command`] into map writes and reports what the program carried back to
 //! the control plane's director.
 //!
+//! # What runs where (and why nothing blocks the control plane)
+//! rvsd's control plane — VRRP, health checks, the control socket — runs on
+//! one current-thread runtime under one daemon lock, and calls
+//! [`DataPlane::apply`](rvs_control::dataplane::DataPlane::apply) under
+//! that lock. So the XDP plane is three parts, none of which makes a
+//! syscall or waits while that lock is held:
+//! * [`Plane`] is sans-IO: its decisions are plain functions over
+//!   [`MapOps`] and plain data. It holds no resolver: it says which
+//!   neighbours it wants ([`Plane::wanted`]) and takes what is learnt as
+//!   events ([`Plane::on_neighbour`]). Its report is three phases
+//!   ([`Plane::report_read`], [`Plane::report_decide`],
+//!   [`Plane::report_write`]): read the maps, decide with the director,
+//!   write.
+//! * The resolver task ([`resolver`], its own thread) owns the netlink
+//!   socket: it solicits and polls unresolved neighbours with a backoff
+//!   and re-checks next hops in use every second. Hundreds of addresses
+//!   that never answer cost it a look-up each per second, nobody else
+//!   anything.
+//! * The plane worker ([`PlaneHandle`], its own thread) owns the
+//!   `Plane<KernelMaps>`: the handle's `apply` only queues the command;
+//!   the worker applies commands in order and reports every second,
+//!   borrowing the director ([`DirectorHandle`](rvs_control::dataplane::DirectorHandle))
+//!   for the pure phase only.
+//!
+//! Convergence rule: a report re-applies what the model has and the maps
+//! lack (after a failed write) only when every command the control plane
+//! sent has been applied — counted under the daemon lock on both sides —
+//! so it never repeats a change still in the queue.
+//!
 //! # Map writes
 //! Every write goes through [`MapOps`], one small trait in front of the BPF
 //! syscalls (the seam aya itself puts in front of its syscalls for its
-//! tests): [`KernelMaps`] is the loaded program, [`MemMaps`] an in-memory
+//! tests): [`KernelMaps`] is the loaded program, `MemMaps` an in-memory
 //! implementation with the same bounds and key rules, so the whole sync
 //! logic is unit-tested without a kernel, including failures injected at
 //! every write.
@@ -57,7 +86,7 @@
 //! Every scheduler of the core runs in the program.
 //!
 //! # Reporting
-//! [`Plane::report`] mirrors the program's state into the control plane's
+//! [`Plane::report_to`] mirrors the program's state into the control plane's
 //! director, so every front end (`rvsadm -Ln`, `--stats`, `--rate`, `-Lcn`,
 //! metrics) works unchanged:
 //! * the per-CPU counters of every real server are summed and the growth
@@ -81,9 +110,10 @@
 //!
 //! The flow table is read with `BPF_MAP_LOOKUP_BATCH` (4096 entries per
 //! syscall), one page of [`MIRROR_PAGE`] flows per report: a table larger
-//! than a page is walked over several reports, so a report holds the
-//! control plane's lock for a bounded time however many flows there are
-//! (`report_cost_with_many_flows` prints it). What needs the whole table —
+//! than a page is walked over several reports, so a report's work is
+//! bounded however many flows there are (`report_cost_with_many_flows`
+//! prints it), and of that work only the mirroring of the page into the
+//! director holds the control plane's lock (phase 2). What needs the whole table —
 //! removing the entries of flows that are gone, setting `dest_conns`,
 //! giving a deleted real server's index back — happens when a walk
 //! completes. The price: with a table of N pages, `-Lcn` and the counts
@@ -98,9 +128,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
-use std::time::Duration;
 
-use rvs_control::dataplane::{DataPlane, DataPlaneError};
 use rvs_control::protocol::Command;
 use rvs_core::conn::ConnId;
 use rvs_core::dest::Dest as CoreDest;
@@ -111,7 +139,6 @@ use rvs_core::model::{
 use rvs_core::sched::SchedParams;
 use rvs_core::state::{TcpState, Timeouts};
 use rvs_core::stats::Counters;
-use rvs_core::time::Instant;
 
 use crate::XdpError;
 pub use crate::maps::KernelMaps;
@@ -121,15 +148,21 @@ use crate::maps::{
     self, Config, DestConns, Flow, FlowKey, Persist, PersistKey, Stats, Svc, SvcKey,
 };
 pub use crate::maps::{MapOps, WalkCursor};
-use crate::neigh::{L2, Resolve};
+use crate::neigh::L2;
 use crate::tables::{TableError, scheduling_table};
 
 mod alloc;
 mod apply;
 mod l2;
 mod report;
+pub mod resolver;
 #[cfg(test)]
 mod tests;
+mod worker;
+
+pub use l2::Wanted;
+pub use report::{ReportRead, ReportWrites};
+pub use worker::{PlaneHandle, REPORT_EVERY};
 
 use alloc::{IndexAlloc, Region, Retired, SlotAlloc};
 
@@ -197,11 +230,12 @@ struct Trashed {
     since: u64,
 }
 
-/// The sync logic of the XDP data plane over any [`MapOps`] and [`Resolve`].
+/// The sync logic of the XDP data plane over any [`MapOps`]: no I/O but
+/// the map operations, no clock, no neighbour resolution (see the module
+/// doc).
 #[derive(Debug)]
-pub struct Plane<M: MapOps, R: Resolve> {
+pub struct Plane<M: MapOps> {
     maps: M,
-    resolver: R,
     services: HashMap<ServiceKey, SvcState>,
     /// Services refused (fwmark, unsupported scheduler): commands about
     /// them are ignored; an edit makes them candidates again.
@@ -235,10 +269,6 @@ pub struct Plane<M: MapOps, R: Resolve> {
     mirrored_templates: HashSet<ConnId>,
     /// A map write failed: compare with the model at the next report.
     dirty: bool,
-    /// How long `apply` waits for MAC resolution before leaving it to reports.
-    resolve_budget: Duration,
-    /// Addresses the current command left unresolved.
-    fresh: Vec<IpAddr>,
 }
 
 /// Flows (and templates) mirrored per report by default: a report holds the
@@ -265,13 +295,6 @@ struct WalkDone {
     /// Real-server indexes in use.
     users: HashSet<u32>,
 }
-
-/// NAT real servers whose next hop is unknown looked up per report.
-const NAT_LOOKUPS_PER_REPORT: usize = 32;
-
-/// Every this many reports the MACs in use are looked up again, so a real
-/// server (or gateway) that changed its MAC is followed.
-const L2_REFRESH_REPORTS: u64 = 30;
 
 fn persist_mask(m: &PersistMask) -> [u8; 16] {
     let mut out = [0u8; 16];
@@ -361,10 +384,10 @@ fn stats_delta(now: &Stats, then: &Stats) -> Counters {
     }
 }
 
-impl<M: MapOps, R: Resolve> Plane<M, R> {
-    /// A plane over `maps` (freshly loaded: everything zero) resolving MACs
-    /// with `resolver`. Writes the default configuration.
-    pub fn new(mut maps: M, resolver: R) -> Result<Self, PlaneError> {
+impl<M: MapOps> Plane<M> {
+    /// A plane over `maps` (freshly loaded: everything zero). Writes the
+    /// default configuration.
+    pub fn new(mut maps: M) -> Result<Self, PlaneError> {
         let timeouts = Timeouts::default();
         let mut config = Config::ipvs_defaults();
         fill_timeouts(&mut config, &timeouts);
@@ -372,7 +395,6 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         let slots = SlotAlloc::new(maps.slots_len());
         Ok(Plane {
             maps,
-            resolver,
             services: HashMap::new(),
             refused: HashSet::new(),
             svc_idx: IndexAlloc::new(maps::MAX_SERVICES),
@@ -394,21 +416,12 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             mirrored_flows: HashSet::new(),
             mirrored_templates: HashSet::new(),
             dirty: false,
-            resolve_budget: Duration::from_millis(200),
-            fresh: Vec::new(),
         })
     }
 
     /// The maps (tests look at them).
     pub fn maps(&mut self) -> &mut M {
         &mut self.maps
-    }
-
-    /// How long [`Plane::apply_command`] waits for the MACs of the real
-    /// servers it adds before it leaves them to the reports (default 200 ms;
-    /// a neighbour on the segment answers in about a millisecond).
-    pub fn set_resolve_budget(&mut self, budget: Duration) {
-        self.resolve_budget = budget;
     }
 
     /// Outer source addresses of tunnelled packets; without them the
@@ -492,15 +505,21 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
     /// scheduling decision here would say. Skipped (Ok) when the real
     /// server is not one this plane carries.
     pub fn load_synced_flow(&mut self, ipvs: &Ipvs, flow: &MirroredConn) -> Result<(), PlaneError> {
-        let Some(cfg) = ipvs.dest(flow.dest).map(|d| d.config) else {
-            return Ok(());
-        };
+        match SyncedFlow::resolve(ipvs, flow) {
+            Some(s) => self.load_synced(&s),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Plane::load_synced_flow`] with what it needs of the director
+    /// already taken ([`SyncedFlow::resolve`]).
+    pub fn load_synced(&mut self, synced: &SyncedFlow) -> Result<(), PlaneError> {
+        let (flow, cfg) = (&synced.flow, &synced.dest);
         let found = self.services.iter().find_map(|(key, st)| {
-            let svc = ipvs.service(key)?;
-            if !svc.dests().iter().any(|x| x.id == flow.dest) {
+            if !synced.services.contains(key) {
                 return None;
             }
-            let d = st.dests.iter().find(|x| same(&x.core.config, &cfg))?;
+            let d = st.dests.iter().find(|x| same(&x.core.config, cfg))?;
             Some((st.index, d.index))
         });
         let Some((svc, dest)) = found else {
@@ -600,35 +619,31 @@ fn fill_timeouts(c: &mut Config, t: &Timeouts) {
     c.udp_timeout = u32::try_from(t.udp().as_secs()).unwrap_or(u32::MAX);
 }
 
-impl<M: MapOps + Send, R: Resolve + Send> DataPlane for Plane<M, R> {
-    fn name(&self) -> &'static str {
-        "xdp"
-    }
+/// A connection or template another director synced here, with what the
+/// plane needs of the director to load it: the real server's address and
+/// the services that have it.
+#[derive(Clone, Debug)]
+pub struct SyncedFlow {
+    flow: MirroredConn,
+    dest: DestConfig,
+    services: Vec<ServiceKey>,
+}
 
-    fn apply(&mut self, command: &Command) -> Result<(), DataPlaneError> {
-        self.apply_command(command).map_err(|e| DataPlaneError {
-            plane: "xdp",
-            message: e.to_string(),
+impl SyncedFlow {
+    /// Take from the director what loading `flow` needs (pure); `None`
+    /// when the director does not know its real server.
+    pub fn resolve(ipvs: &Ipvs, flow: &MirroredConn) -> Option<Self> {
+        let dest = ipvs.dest(flow.dest)?.config;
+        let services = ipvs
+            .services()
+            .filter(|s| s.dests().iter().any(|x| x.id == flow.dest))
+            .map(|s| *s.key())
+            .collect();
+        Some(SyncedFlow {
+            flow: *flow,
+            dest,
+            services,
         })
-    }
-
-    fn admit(&self, command: &Command) -> Result<(), String> {
-        admit(command).map_err(|e| e.to_string())
-    }
-
-    fn report(&mut self, now: Instant, ipvs: &mut Ipvs) {
-        if let Err(e) = self.report_to(now, ipvs) {
-            // Transient (a map read failed): the next report retries.
-            tracing::warn!("xdp data plane report: {e}");
-        }
-    }
-
-    fn load_synced(&mut self, ipvs: &Ipvs, flow: &MirroredConn) -> Result<(), DataPlaneError> {
-        self.load_synced_flow(ipvs, flow)
-            .map_err(|e| DataPlaneError {
-                plane: "xdp",
-                message: format!("loading a synced connection: {e}"),
-            })
     }
 }
 
@@ -648,9 +663,10 @@ pub fn admit(command: &Command) -> Result<(), PlaneError> {
     }
 }
 
-/// The XDP data plane of rvsd: the program attached to one interface, its
-/// maps kept in sync, kernel neighbour resolution.
-pub type XdpPlane = Plane<KernelMaps, crate::neigh::NeighResolver>;
+/// The XDP data plane of rvsd: the program attached to its interfaces,
+/// its maps kept in sync by the plane worker, kernel neighbour resolution
+/// by the resolver task (see the module doc).
+pub type XdpPlane = PlaneHandle<KernelMaps>;
 
 /// What [`XdpPlane::start`] needs.
 #[derive(Clone, Debug)]
@@ -682,11 +698,24 @@ pub struct XdpOptions {
 }
 
 impl XdpPlane {
+    /// [`Plane::start`], then the plane worker and the resolver task over
+    /// what it gave. Dropping the handle stops both and detaches the
+    /// program.
+    pub fn start(opts: &XdpOptions) -> Result<(Self, Vec<crate::AttachMode>), PlaneError> {
+        let (plane, resolver, modes) = Plane::start(opts)?;
+        Ok((PlaneHandle::spawn(plane, resolver)?, modes))
+    }
+}
+
+impl Plane<KernelMaps> {
     /// Load the director program, write its default configuration, attach
     /// it to every interface of `opts` (the modes it got, in order) and open
-    /// the netlink socket for MAC resolution. Dropping the plane detaches
-    /// the program.
-    pub fn start(opts: &XdpOptions) -> Result<(Self, Vec<crate::AttachMode>), PlaneError> {
+    /// the netlink socket for MAC resolution (returned, for the resolver
+    /// task). Dropping the plane detaches the program.
+    #[allow(clippy::type_complexity)]
+    pub fn start(
+        opts: &XdpOptions,
+    ) -> Result<(Self, crate::neigh::NeighResolver, Vec<crate::AttachMode>), PlaneError> {
         let Some(first) = opts.interfaces.first() else {
             return Err(PlaneError::Refused("no interface to attach to".into()));
         };
@@ -714,7 +743,7 @@ impl XdpPlane {
                     .map_err(|e| PlaneError::Refused(format!("MTU of `{first}`: {e}")))?
             }
         };
-        let mut plane = Plane::new(maps, resolver)?;
+        let mut plane = Plane::new(maps)?;
         plane.set_limits(tun_mtu, opts.max_new_flows)?;
         plane.set_tunnel_sources(opts.tun_src4, opts.tun_src6)?;
         if opts.tun_src_prefix4.is_some() || opts.tun_src_prefix6.is_some() {
@@ -727,6 +756,6 @@ impl XdpPlane {
             })?;
             modes.push(mode);
         }
-        Ok((plane, modes))
+        Ok((plane, resolver, modes))
     }
 }

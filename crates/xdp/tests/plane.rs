@@ -19,7 +19,8 @@ use rvs_core::model::{AddrFamily, DestConfig, ForwardMethod, Protocol, ServiceCo
 use rvs_core::time::Instant;
 use rvs_xdp::maps::{self, SvcKey};
 use rvs_xdp::neigh::{NeighResolver, Resolve};
-use rvs_xdp::plane::{MapOps, XdpOptions, XdpPlane};
+use rvs_xdp::plane::resolver::Resolver;
+use rvs_xdp::plane::{KernelMaps, MapOps, Plane, XdpOptions, XdpPlane};
 use rvs_xdp::{LoadOptions, action};
 
 const DIR_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x79, 0x02];
@@ -168,6 +169,25 @@ fn key() -> ServiceKey {
     }
 }
 
+type KPlane = Plane<KernelMaps>;
+
+/// What the worker and the resolver task do between commands, on this
+/// thread: the wanted set to the resolver, its answers to the plane, until
+/// nothing is unresolved or `budget` ran out.
+fn settle<R: Resolve>(plane: &mut KPlane, resolver: &mut Resolver<R>, budget: Duration) {
+    let start = StdInstant::now();
+    loop {
+        resolver.set_wanted(&plane.wanted(), StdInstant::now());
+        for (a, l2) in resolver.poll(StdInstant::now()) {
+            plane.on_neighbour(a, l2);
+        }
+        if plane.wanted().unresolved.is_empty() || start.elapsed() > budget {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn xdp_plane_drives_the_attached_program() {
     if !root_or_skip("xdp_plane_drives_the_attached_program") {
@@ -189,18 +209,21 @@ fn xdp_plane_drives_the_attached_program() {
             tun_mtu: None,
             max_new_flows: 0,
         };
-        let (mut plane, modes) = XdpPlane::start(&opts).expect("start");
+        let (mut plane, neigh, modes) = Plane::start(&opts).expect("start");
+        let mut resolver = Resolver::new(neigh);
         eprintln!("attached in {modes:?} mode");
-        // Room for a loaded machine; resolution returns as soon as it is done.
-        plane.set_resolve_budget(Duration::from_secs(3));
         assert_eq!(modes.len(), 2);
         assert!(run(&["link", "show", "xd0"]).contains("xdp"), "attached");
         assert!(run(&["link", "show", "xd1"]).contains("xdp"), "attached");
         let mut ipvs = Ipvs::new(IpvsConfig::default());
-        fn exec(plane: &mut XdpPlane, ipvs: &mut Ipvs, c: Command) {
+        // The worker's part, synchronously: the command, then the
+        // resolver's answers (room for a loaded machine; returns as soon as
+        // nothing is unresolved).
+        let mut exec = |plane: &mut KPlane, ipvs: &mut Ipvs, c: Command| {
             rvs_control::state::apply(ipvs, &c).expect("model");
             plane.apply_command(&c).expect("plane");
-        }
+            settle(plane, &mut resolver, Duration::from_secs(3));
+        };
         let rs: IpAddr = "10.79.0.11".parse().unwrap();
         exec(
             &mut plane,
@@ -371,21 +394,7 @@ fn xdp_plane_drives_the_attached_program() {
             },
         );
         let di6 = plane.dest_index(&key6, rs6, 80).expect("dest index");
-        // Neighbour discovery may outlast the apply budget on a busy
-        // machine: the reports retry until it is resolved.
-        let start = StdInstant::now();
-        let mut t = 2;
-        let d6 = loop {
-            let d6 = plane.maps().read_dest(di6).expect("dest");
-            if d6.mac == RS_MAC || start.elapsed() > Duration::from_secs(5) {
-                break d6;
-            }
-            plane
-                .report_to(Instant::from_secs(t), &mut ipvs)
-                .expect("report");
-            t += 1;
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let d6 = plane.maps().read_dest(di6).expect("dest");
         assert_eq!((d6.family, d6.mac), (maps::AF_INET6, RS_MAC));
         let skey6 = SvcKey::new(maps::PROTO_TCP, "fd79::100".parse().unwrap(), 80);
         let si6 = plane
@@ -430,7 +439,8 @@ fn report_cost_with_many_flows() {
             tun_mtu: None,
             max_new_flows: 0,
         };
-        let (mut plane, _) = XdpPlane::start(&opts).expect("start");
+        let (mut plane, neigh, _) = Plane::start(&opts).expect("start");
+        let mut resolver = Resolver::new(neigh);
         let mut ipvs = Ipvs::new(IpvsConfig::default());
         let rs: IpAddr = "10.79.0.11".parse().unwrap();
         for c in [
@@ -445,6 +455,7 @@ fn report_cost_with_many_flows() {
         ] {
             rvs_control::state::apply(&mut ipvs, &c).expect("model");
             plane.apply_command(&c).expect("plane");
+            settle(&mut plane, &mut resolver, Duration::from_secs(3));
         }
         let di = plane.dest_index(&key(), rs, 80).expect("index");
         let vip: IpAddr = "10.79.0.100".parse().unwrap();
@@ -523,6 +534,21 @@ fn report_cost_with_many_flows() {
             assert_eq!(ipvs.conns().len(), n as usize);
         }
         eprintln!("report with {n} flows in pages of 8192: at most {worst:?}");
+        // The phases of one report: only the middle one holds the control
+        // plane's lock in rvsd.
+        plane.set_mirror_page(rvs_xdp::plane::MIRROR_PAGE);
+        let t = StdInstant::now();
+        let read = plane.report_read().expect("read");
+        let (t_read, t) = (t.elapsed(), StdInstant::now());
+        let writes = plane.report_decide(read, Instant::from_secs(100), &mut ipvs, true);
+        let (t_decide, t) = (t.elapsed(), StdInstant::now());
+        plane.report_write(writes);
+        let t_write = t.elapsed();
+        eprintln!(
+            "report with {n} flows in one page: read {t_read:?}, decide (under the lock) \
+             {t_decide:?}, write {t_write:?}"
+        );
+        assert_eq!(ipvs.conns().len(), n as usize);
     });
 }
 
@@ -542,8 +568,8 @@ fn report_expires_flows_and_recounts_connections() {
     })
     .expect("load");
     let rs: IpAddr = "10.79.0.11".parse().unwrap();
-    let mut resolver = rvs_xdp::neigh::StaticResolver::default();
-    resolver.table.insert(
+    let mut neigh = rvs_xdp::neigh::StaticResolver::default();
+    neigh.table.insert(
         rs,
         rvs_xdp::neigh::L2 {
             ifindex: 1,
@@ -552,7 +578,8 @@ fn report_expires_flows_and_recounts_connections() {
             src: None,
         },
     );
-    let mut plane = rvs_xdp::plane::Plane::new(maps, resolver).expect("plane");
+    let mut resolver = Resolver::new(neigh);
+    let mut plane = Plane::new(maps).expect("plane");
     let mut ipvs = Ipvs::new(IpvsConfig::default());
     for c in [
         Command::AddService {
@@ -572,12 +599,12 @@ fn report_expires_flows_and_recounts_connections() {
     ] {
         rvs_control::state::apply(&mut ipvs, &c).expect("model");
         plane.apply_command(&c).expect("plane");
+        settle(&mut plane, &mut resolver, Duration::from_secs(1));
     }
     let di = plane.dest_index(&key(), rs, 80).expect("index");
     let vip: IpAddr = "10.79.0.100".parse().unwrap();
     let (a, b): (IpAddr, IpAddr) = ("10.79.0.50".parse().unwrap(), "10.79.0.51".parse().unwrap());
-    type P = rvs_xdp::plane::Plane<rvs_xdp::plane::KernelMaps, rvs_xdp::neigh::StaticResolver>;
-    let send = |plane: &mut P, c: IpAddr, flags: Flags| {
+    let send = |plane: &mut KPlane, c: IpAddr, flags: Flags| {
         let f = tcp_frame_macs([2, 0, 0, 0, 0, 0x50], DIR_MAC, c, 4000, vip, 80, flags, b"");
         let out = plane.maps().director().run(&f, 1).expect("run");
         assert!(
@@ -623,4 +650,132 @@ fn report_expires_flows_and_recounts_connections() {
         (1, 0),
         "recounted from the live flow"
     );
+}
+
+/// rvsd's shape: the handle only queues commands (a hundred real servers
+/// that never answer ARP cost the caller nothing), the worker applies them
+/// and the resolver task resolves on their own threads, and the worker
+/// reports by itself with the director lent.
+#[test]
+fn xdp_plane_worker_applies_and_reports_without_blocking_its_caller() {
+    use rvs_control::dataplane::{DataPlane, DirectorHandle};
+    use std::sync::{Arc, Mutex};
+    if !root_or_skip("xdp_plane_worker_applies_and_reports_without_blocking_its_caller") {
+        return;
+    }
+    let bed = Bed::new();
+    bed.in_director(|| {
+        let opts = XdpOptions {
+            interfaces: vec!["xd0".into()],
+            mode: Some(rvs_xdp::AttachMode::Skb),
+            load: LoadOptions {
+                flow_table_size: 4096,
+                slots: 1 << 16,
+            },
+            tun_src4: None,
+            tun_src6: None,
+            tun_src_prefix4: None,
+            tun_src_prefix6: None,
+            tun_mtu: None,
+            max_new_flows: 0,
+        };
+        let (mut plane, _) = XdpPlane::start(&opts).expect("start");
+        let ipvs = Arc::new(Mutex::new(Ipvs::new(IpvsConfig::default())));
+        let shared = ipvs.clone();
+        let t0 = StdInstant::now();
+        plane.attach(DirectorHandle::new(move |f| {
+            if let Ok(mut i) = shared.lock() {
+                f(&mut i, Instant::from_secs(1 + t0.elapsed().as_secs()));
+            }
+        }));
+        let rs: IpAddr = "10.79.0.11".parse().unwrap();
+        let mut cmds = vec![Command::AddService {
+            key: key(),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+        }];
+        // In the subnet, no host there.
+        for i in 150..250u8 {
+            cmds.push(Command::AddDest {
+                service: key(),
+                dest: DestConfig::new(IpAddr::from([10, 79, 0, i]), 80)
+                    .forward(ForwardMethod::Route),
+            });
+        }
+        cmds.push(Command::AddDest {
+            service: key(),
+            dest: DestConfig::new(rs, 80).forward(ForwardMethod::Route),
+        });
+        let t = StdInstant::now();
+        {
+            let mut model = ipvs.lock().expect("lock");
+            for c in &cmds {
+                rvs_control::state::apply(&mut model, c).expect("model");
+                plane.apply(c).expect("queued");
+            }
+        }
+        let took = t.elapsed();
+        eprintln!("{} commands queued in {took:?}", cmds.len());
+        assert!(took < Duration::from_millis(100), "{took:?}");
+        // The worker installs them; the one that answers is scheduled
+        // alone.
+        let scheduled = move |p: &mut KPlane| {
+            let di = p.dest_index(&key(), rs, 80)?;
+            let si = p.service_index(&key())?;
+            let svc = p.maps().read_svc(si).ok()?;
+            let list = p.maps().read_slots(svc.dests_off, svc.dests_len).ok()?;
+            Some((di, list, p.wanted().unresolved.len()))
+        };
+        let start = StdInstant::now();
+        let (di, unresolved) = loop {
+            match plane.with_plane(scheduled).expect("worker") {
+                Some((di, list, n)) if list == vec![di] => break (di, n),
+                other => assert!(
+                    start.elapsed() < Duration::from_secs(5),
+                    "not scheduled: {other:?}"
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(unresolved, 100);
+        // A SYN through the program; the worker's own report mirrors it.
+        let vip: IpAddr = "10.79.0.100".parse().unwrap();
+        let frame = tcp_frame_macs(
+            [2, 0, 0, 0, 0, 0x50],
+            DIR_MAC,
+            "10.79.0.50".parse().unwrap(),
+            4000,
+            vip,
+            80,
+            Flags::Syn,
+            b"",
+        );
+        let out = plane
+            .with_plane(move |p| p.maps().director().run(&frame, 1).map(|r| r.data))
+            .expect("worker")
+            .expect("run");
+        assert_eq!(&out[..6], &RS_MAC);
+        let start = StdInstant::now();
+        while ipvs.lock().expect("lock").conns().len() != 1 {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "the worker reports"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let model = ipvs.lock().expect("lock");
+        let s = model.service(&key()).expect("service");
+        let d = s.dests().iter().find(|d| d.config.addr == rs).expect("rs");
+        assert_eq!((d.active, d.stats.conns), (1, 1));
+        drop(model);
+        let conns = plane
+            .with_plane(move |p| p.maps().director().dest_conns(di).ok())
+            .flatten()
+            .expect("dest_conns");
+        assert_eq!(conns.active, 1);
+        drop(plane);
+        assert!(
+            !run(&["link", "show", "xd0"]).contains("xdp"),
+            "detached on drop"
+        );
+    });
 }

@@ -386,7 +386,11 @@ fn data_plane(args: &Args) -> anyhow::Result<PlaneAndStats> {
     }
 }
 
-/// Load and attach the XDP data plane.
+/// Load and attach the XDP data plane. What the controller gets is a
+/// handle: the maps are written by the plane's worker thread and
+/// neighbours resolved by its resolver thread, so nothing the controller
+/// calls under the daemon lock makes a syscall or waits (VRRP, health
+/// checks and the control socket share this runtime).
 fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
     use rvs_xdp::AttachMode;
     use rvs_xdp::plane::{XdpOptions, XdpPlane};

@@ -17,6 +17,7 @@ mod reload;
 mod socket;
 mod sync;
 mod vrrp;
+mod vrrp_reload;
 mod xdp;
 mod xdp_rvsd;
 mod xdpd;

@@ -89,6 +89,7 @@ pub struct WalkCursor {
     /// The kernel's batch token to resume `table` from (`None`: its start).
     pub(crate) token: Option<[u8; 64]>,
     /// In-memory maps: entries of the (sorted) table already given.
+    #[cfg_attr(not(any(test, feature = "mem-maps")), allow(dead_code))]
     pub(crate) pos: usize,
 }
 

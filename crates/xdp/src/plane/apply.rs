@@ -4,7 +4,6 @@
 use rvs_control::protocol::Command;
 use rvs_core::dest::{Dest as CoreDest, DestId};
 use rvs_core::model::{DestConfig, ForwardMethod, SchedFlags, ServiceConfig, ServiceKey};
-use std::collections::HashSet;
 use std::net::IpAddr;
 
 use super::alloc::{Region, Retired};
@@ -13,10 +12,9 @@ use super::{
     method_of, persist_mask, same, sched_params, svc_key,
 };
 use crate::maps::{self, Dest, DestConns, MapOps, Svc};
-use crate::neigh::Resolve;
 use crate::tables::scheduling_table;
 
-impl<M: MapOps, R: Resolve> Plane<M, R> {
+impl<M: MapOps> Plane<M> {
     /// Apply one command (see the module doc). On error nothing changed.
     pub fn apply_command(&mut self, cmd: &Command) -> Result<(), PlaneError> {
         let r = match cmd {
@@ -45,13 +43,6 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         };
         if matches!(r, Err(PlaneError::Map(_) | PlaneError::Full(_))) {
             self.dirty = true;
-        }
-        // Wait a little for the MACs this command needs; the rest (a real
-        // server that is down) is retried by the reports without holding up
-        // later commands.
-        if !self.fresh.is_empty() {
-            let only: HashSet<IpAddr> = self.fresh.drain(..).collect();
-            self.resolve_pending(self.resolve_budget, Some(&only));
         }
         r
     }
@@ -332,14 +323,13 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         };
         let prev = d.clone();
         edit_core(&mut d.core, cfg);
-        // NAT too: a next hop already known saves the program a FIB
-        // lookup per packet; an unknown one is left to the FIB (and to
-        // the next refresh), nothing waits for it.
+        // The next hop another real server at this address already has;
+        // else it is wanted from the resolver ([`Plane::wanted`]) and
+        // installed when it comes ([`Plane::on_neighbour`]). NAT too: a
+        // known next hop saves the program a FIB lookup per packet; an
+        // unknown one is left to the FIB meanwhile, nothing waits for it.
         if d.l2.is_none() {
-            d.l2 = self.resolver.lookup(cfg.addr).ok().flatten();
-            if d.l2.is_none() && d.is_nat() {
-                let _ = self.resolver.solicit(cfg.addr);
-            }
+            d.l2 = self.known_l2(cfg.addr);
         }
         if fresh {
             // Counters of an earlier user of the index are not this one's.
@@ -365,7 +355,6 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             }
         };
         let v = self.dest_value(&d, 0);
-        let unresolved = !d.ready();
         if let Err(e) = self.maps.set_dest(d.index, &v) {
             undo(self, prev);
             return Err(e.into());
@@ -379,9 +368,6 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             }
             undo(self, prev);
             return Err(e);
-        }
-        if unresolved {
-            self.fresh.push(cfg.addr);
         }
         if self.write_config().is_err() {
             self.dirty = true;
@@ -410,7 +396,7 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
         let mut d = prev.clone();
         edit_core(&mut d.core, cfg);
         if d.needs_l2() && d.l2.is_none() {
-            d.l2 = self.resolver.lookup(cfg.addr).ok().flatten();
+            d.l2 = self.known_l2(cfg.addr);
         }
         let v = self.dest_value(&d, 0);
         self.maps.set_dest(d.index, &v)?;

@@ -1,88 +1,104 @@
-//! Neighbour decisions: real servers whose MAC (DR/TUN) or next hop (NAT)
-//! is learnt, and next hops that change.
+//! Neighbour decisions: which next hops the plane wants resolved
+//! ([`Plane::wanted`]), and what it does when one is learnt
+//! ([`Plane::on_neighbour`]). No I/O here: the resolver task
+//! ([`super::resolver`]) asks the kernel and sends the answers in.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::time::{Duration, Instant as StdInstant};
 
 use rvs_core::model::ServiceKey;
 
-use super::{NAT_LOOKUPS_PER_REPORT, Plane};
+use super::Plane;
 use crate::maps::MapOps;
-use crate::neigh::{L2, Resolve};
+use crate::neigh::L2;
 
-impl<M: MapOps, R: Resolve> Plane<M, R> {
-    /// Try to resolve the MACs still missing: ask the kernel, then poll its
-    /// neighbour table for at most `budget`. Resolved real servers are
-    /// written and their services republished.
-    pub(super) fn resolve_pending(&mut self, budget: Duration, only: Option<&HashSet<IpAddr>>) {
-        let mut pending: Vec<IpAddr> = self
-            .services
-            .values()
-            .flat_map(|s| s.dests.iter())
-            .filter(|d| !d.ready())
-            .map(|d| d.core.config.addr)
-            .filter(|a| only.is_none_or(|o| o.contains(a)))
-            .collect();
-        pending.sort();
-        pending.dedup();
-        if pending.is_empty() {
-            return;
+/// The neighbours the plane wants to know about (see [`Plane::wanted`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Wanted {
+    /// DR/TUN real servers not resolved yet: they stay out of their
+    /// services' scheduling data until their next hop is known. Solicit
+    /// and poll.
+    pub unresolved: BTreeSet<IpAddr>,
+    /// NAT real servers whose next hop is not learnt yet (the program asks
+    /// the FIB for them meanwhile). Look up; no hurry.
+    pub nat: BTreeSet<IpAddr>,
+    /// Next hops in use, with what the plane has: look again now and then
+    /// to follow a real server or gateway that changed its MAC.
+    pub in_use: BTreeMap<IpAddr, L2>,
+}
+
+impl Wanted {
+    /// Nothing wanted.
+    pub fn is_empty(&self) -> bool {
+        self.unresolved.is_empty() && self.nat.is_empty() && self.in_use.is_empty()
+    }
+}
+
+impl<M: MapOps> Plane<M> {
+    /// What the plane wants to learn about its real servers' next hops. A
+    /// real server is scheduled once its MAC is known: the DR/TUN ones in
+    /// [`Wanted::unresolved`] are out of the tables until
+    /// [`Plane::on_neighbour`] brings their next hop.
+    pub fn wanted(&self) -> Wanted {
+        let mut w = Wanted::default();
+        let all = || self.services.values().flat_map(|st| st.dests.iter());
+        for d in all() {
+            if !d.ready() {
+                w.unresolved.insert(d.core.config.addr);
+            }
         }
-        for a in &pending {
-            let _ = self.resolver.solicit(*a);
-        }
-        let start = StdInstant::now();
-        loop {
-            let mut found: HashMap<IpAddr, L2> = HashMap::new();
-            for a in &pending {
-                if let Ok(Some(l2)) = self.resolver.lookup(*a) {
-                    found.insert(*a, l2);
+        for d in all() {
+            let a = d.core.config.addr;
+            if w.unresolved.contains(&a) {
+                continue;
+            }
+            match d.l2 {
+                None => {
+                    w.nat.insert(a);
+                }
+                Some(l2) => {
+                    w.in_use.insert(a, l2);
                 }
             }
-            let done = found.len() == pending.len();
-            if !found.is_empty() {
-                self.install_resolved(&found);
-            }
-            if done || start.elapsed() >= budget {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10).min(budget));
         }
+        for a in &w.nat {
+            w.in_use.remove(a);
+        }
+        w
     }
 
-    /// NAT real servers whose next hop is not known yet: look again, so the
-    /// program stops asking the FIB for them within a second of the kernel
-    /// resolving the neighbour. At most [`NAT_LOOKUPS_PER_REPORT`] netlink
-    /// look-ups per report, taking turns when more are waiting.
-    pub(super) fn learn_nat_next_hops(&mut self) {
-        let mut waiting: Vec<(u32, IpAddr)> = self
+    /// The next hop of `addr` is `l2` (the kernel's neighbour table says
+    /// so): real servers at `addr` waiting for it are written and their
+    /// services republished (from then on they are scheduled); NAT ones
+    /// get it (no FIB lookup per packet any more); ones whose next hop
+    /// changed are rewritten. A failed write leaves the real server as it
+    /// was: it stays wanted, and the resolver sends the answer again.
+    pub fn on_neighbour(&mut self, addr: IpAddr, l2: L2) {
+        let found = HashMap::from([(addr, l2)]);
+        self.install_resolved(&found);
+        let mut updates: Vec<(u32, bool)> = self
             .services
             .values()
             .flat_map(|st| st.dests.iter())
-            .filter(|d| d.is_nat() && d.l2.is_none())
-            .map(|d| (d.index, d.core.config.addr))
+            .filter(|d| d.core.config.addr == addr && d.l2 != Some(l2) && d.ready())
+            .map(|d| (d.index, d.l2.is_some()))
             .collect();
-        if waiting.is_empty() {
-            return;
-        }
-        waiting.sort_unstable();
-        waiting.dedup();
-        let n = waiting.len();
-        let first = usize::try_from(self.generation)
-            .unwrap_or(0)
-            .wrapping_mul(NAT_LOOKUPS_PER_REPORT)
-            % n;
-        let mut learnt = Vec::new();
-        for i in 0..n.min(NAT_LOOKUPS_PER_REPORT) {
-            let (index, addr) = waiting[(first + i) % n];
-            if let Ok(Some(l2)) = self.resolver.lookup(addr) {
-                learnt.push((index, l2));
+        updates.sort_unstable();
+        updates.dedup();
+        for (index, changed) in updates {
+            if self.set_l2(index, l2) && changed {
+                tracing::info!(%addr, "xdp: next hop MAC changed");
             }
         }
-        for (index, l2) in learnt {
-            self.set_l2(index, l2);
-        }
+    }
+
+    /// The next hop a real server at `addr` already has, if any.
+    pub(super) fn known_l2(&self, addr: IpAddr) -> Option<L2> {
+        self.services
+            .values()
+            .flat_map(|st| st.dests.iter())
+            .filter(|d| d.core.config.addr == addr)
+            .find_map(|d| d.l2)
     }
 
     /// Install a real server's new next hop (all services that have it); on
@@ -106,31 +122,6 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             }
         }
         true
-    }
-
-    /// Look the MACs in use up again; rewrite the real servers whose next
-    /// hop changed (a missing entry keeps the last known MAC and asks the
-    /// kernel to resolve it again). Next hops not known yet are
-    /// [`Plane::learn_nat_next_hops`]'s.
-    pub(super) fn refresh_l2(&mut self) {
-        let mut updates = Vec::new();
-        for st in self.services.values() {
-            for d in &st.dests {
-                let Some(old) = d.l2 else { continue };
-                match self.resolver.lookup(d.core.config.addr) {
-                    Ok(Some(l2)) if l2 != old => updates.push((d.index, d.core.config.addr, l2)),
-                    Ok(None) => {
-                        let _ = self.resolver.solicit(d.core.config.addr);
-                    }
-                    _ => {}
-                }
-            }
-        }
-        for (index, addr, l2) in updates {
-            if self.set_l2(index, l2) {
-                tracing::info!(%addr, "xdp: next hop MAC changed");
-            }
-        }
     }
 
     pub(super) fn install_resolved(&mut self, found: &HashMap<IpAddr, L2>) {
@@ -163,7 +154,8 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
                 }
             }
             if !ok || self.publish(&key).is_err() {
-                // Forget the resolution: retried at the next report.
+                // Forget the resolution: still wanted, the resolver sends
+                // it again.
                 if let Some(st) = self.services.get_mut(&key) {
                     for i in changed {
                         st.dests[i].l2 = None;

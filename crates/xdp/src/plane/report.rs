@@ -1,30 +1,91 @@
-//! The periodic report: grace periods, counters, the mirror of flows and
-//! templates into the director (the program's sweep), overload flags and
-//! convergence with the model.
+//! The periodic report, in three phases so that the control plane's lock
+//! is held only for the part that needs the director, and no syscall runs
+//! under it:
+//! 1. [`Plane::report_read`] reads the maps (a page of flows and of
+//!    templates, in batches; the counters; the clock) — no director;
+//! 2. [`Plane::report_decide`] with the director lent: mirror the page into
+//!    it, add the counters' growth, decide overload flags, timeouts,
+//!    convergence and what the completed walks free — pure, no map access;
+//!    it returns the writes to make;
+//! 3. [`Plane::report_write`] makes them — no director.
+//!
+//! [`Plane::report_to`] runs the three in a row (tests, tools).
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use rvs_control::protocol::Command;
 use rvs_control::state::{ServiceDef, current_defs, diff};
 use rvs_core::conn::ConnId;
 use rvs_core::dest::DestId;
 use rvs_core::ipvs::{Ipvs, MirroredConn};
 use rvs_core::model::Protocol;
-use rvs_core::state::TcpState;
+use rvs_core::state::{TcpState, Timeouts};
 use rvs_core::stats::Counters;
 use rvs_core::time::Instant;
 
 use super::alloc::Retired;
-use super::{L2_REFRESH_REPORTS, Plane, PlaneError, WalkDone, same, stats_delta};
-use crate::maps::{self, Dest, Flow, FlowKey, MapOps, PersistKey};
-use crate::neigh::Resolve;
+use super::{DestState, Plane, PlaneError, Trashed, WalkDone, same, stats_delta};
+use crate::maps::{self, Dest, DestConns, Flow, FlowKey, MapOps, Persist, PersistKey, Stats};
 
-impl<M: MapOps, R: Resolve> Plane<M, R> {
+/// What phase 1 of a report read from the maps.
+#[derive(Debug, Default)]
+pub struct ReportRead {
+    /// Counters per real-server index (summed over CPUs).
+    stats: Vec<(u32, Stats)>,
+    /// Live flows of this page, with their time left.
+    flows: Vec<(FlowKey, Flow, Duration)>,
+    /// Expired flows of this page (to delete).
+    expired: Vec<FlowKey>,
+    /// The flow walk completed with this page.
+    flows_done: bool,
+    /// Report generation the flow walk began at.
+    flow_start: u64,
+    /// Live templates of this page, with their time left.
+    templates: Vec<(PersistKey, Persist, Duration)>,
+    /// Expired templates of this page (to delete).
+    stale: Vec<PersistKey>,
+    /// The template walk completed with this page.
+    persist_done: bool,
+    /// Report generation the template walk began at.
+    persist_start: u64,
+}
+
+/// The writes phase 2 of a report decided on, for phase 3.
+#[derive(Debug, Default)]
+pub struct ReportWrites {
+    /// Expired templates to delete.
+    stale: Vec<PersistKey>,
+    /// Expired flows to delete.
+    expired: Vec<FlowKey>,
+    /// `dest_conns` from a completed flow walk.
+    dest_conns: Vec<(u32, DestConns)>,
+    /// Real servers whose `OVERLOADED` flag changed (the plane's books
+    /// already say so; undone if the write fails).
+    overload: Vec<DestState>,
+    /// Deleted real servers whose index is given back.
+    free: Vec<Trashed>,
+    /// Timeouts set on the director directly, for `config`.
+    timeouts: Option<Timeouts>,
+    /// Commands that bring the maps to the model (convergence).
+    converge: Vec<Command>,
+}
+
+impl<M: MapOps> Plane<M> {
     /// Periodic work with the control plane's director (see the module
-    /// doc): grace periods, MAC resolution, timeouts, convergence, counters
-    /// and connections.
+    /// doc): grace periods, timeouts, convergence, counters and
+    /// connections — the three phases in a row, converging when needed.
     pub fn report_to(&mut self, now: Instant, ipvs: &mut Ipvs) -> Result<(), PlaneError> {
+        let read = self.report_read()?;
+        let writes = self.report_decide(read, now, ipvs, true);
+        self.report_write(writes);
+        Ok(())
+    }
+
+    /// Phase 1 of a report: grace periods end, and the maps are read (the
+    /// next page of each walk, the counters, the clock). No director.
+    pub fn report_read(&mut self) -> Result<ReportRead, PlaneError> {
         self.generation += 1;
         let g = self.generation;
         let (due, keep): (Vec<_>, Vec<_>) = self.retired.drain(..).partition(|(at, _)| g >= at + 2);
@@ -35,149 +96,18 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
                 Retired::Svc(i) => self.svc_idx.release(i),
             }
         }
-        self.resolve_pending(Duration::ZERO, None);
-        if g.is_multiple_of(L2_REFRESH_REPORTS) {
-            self.refresh_l2();
+        let mut read = ReportRead::default();
+        for index in self.indexes() {
+            read.stats.push((index, self.maps.dest_stats(index)?));
         }
-        self.learn_nat_next_hops();
-        if *ipvs.timeouts() != self.timeouts {
-            let old = self.timeouts.clone();
-            self.timeouts = ipvs.timeouts().clone();
-            if self.write_config().is_err() {
-                self.timeouts = old;
-            }
-        }
-        if self.dirty {
-            self.converge(ipvs);
-        }
-        self.count(ipvs)?;
-        self.mirror(now, ipvs)?;
-        self.sync_overload(ipvs);
-        Ok(())
-    }
-
-    /// Apply the difference between the model and what is installed.
-    pub(super) fn converge(&mut self, ipvs: &Ipvs) {
-        self.dirty = false;
-        let installed: Vec<ServiceDef> = self
-            .services
-            .iter()
-            .map(|(k, s)| ServiceDef {
-                key: *k,
-                config: s.config.clone(),
-                dests: s.dests.iter().rev().map(|d| d.core.config).collect(),
-            })
-            .collect();
-        let target: Vec<ServiceDef> = current_defs(ipvs)
-            .into_iter()
-            .filter(|d| !self.refused.contains(&d.key))
-            .collect();
-        if let Ok((cmds, _)) = diff(&installed, &target) {
-            for c in &cmds {
-                // Errors set `dirty` again: the next report retries.
-                let _ = self.apply_command(c);
-            }
-        }
-    }
-
-    /// The director's id of a dest index, with its service.
-    pub(super) fn dest_ids(&self, ipvs: &Ipvs) -> HashMap<u32, DestId> {
-        let mut out = HashMap::new();
-        for (key, st) in &self.services {
-            let Some(svc) = ipvs.service(key) else {
-                continue;
-            };
-            for d in &st.dests {
-                if let Some(x) = svc.dests().iter().find(|x| same(&x.config, &d.core.config)) {
-                    out.insert(d.index, x.id);
-                }
-            }
-        }
-        // Deleted ones: the id they had when last seen live.
-        for t in &self.trash {
-            let id = t.dest.core.id;
-            if ipvs
-                .dest(id)
-                .is_some_and(|x| same(&x.config, &t.dest.core.config) && !x.available)
-            {
-                out.insert(t.dest.index, id);
-            }
-        }
-        out
-    }
-
-    pub(super) fn count(&mut self, ipvs: &mut Ipvs) -> Result<(), PlaneError> {
-        // Remember the director's ids of live real servers for when they
-        // are deleted (the id is what the director's trash keeps).
-        let ids = self.dest_ids(ipvs);
-        for st in self.services.values_mut() {
-            for d in &mut st.dests {
-                if let Some(id) = ids.get(&d.index) {
-                    d.core.id = *id;
-                }
-            }
-        }
-        let indexes: Vec<u32> = self
-            .services
-            .values()
-            .flat_map(|s| s.dests.iter().map(|d| d.index))
-            .chain(self.trash.iter().map(|t| t.dest.index))
-            .collect();
-        for index in indexes {
-            let cur = self.maps.dest_stats(index)?;
-            let base = self.baselines.insert(index, cur).unwrap_or_default();
-            let delta = stats_delta(&cur, &base);
-            if delta != Counters::default()
-                && let Some(id) = ids.get(&index)
-            {
-                ipvs.add_counters(*id, &delta);
-            }
-        }
-        Ok(())
-    }
-
-    /// Connection thresholds (`-x`/`-y`): the director decides overload
-    /// from the mirrored connections, with IPVS's hysteresis; the program
-    /// skips a real server flagged `OVERLOADED` for new flows.
-    pub(super) fn sync_overload(&mut self, ipvs: &Ipvs) {
-        let mut changed = Vec::new();
-        for st in self.services.values_mut() {
-            for d in &mut st.dests {
-                let Some(core) = ipvs.dest(d.core.id) else {
-                    continue;
-                };
-                if same(&core.config, &d.core.config) && core.overloaded != d.core.overloaded {
-                    d.core.overloaded = core.overloaded;
-                    changed.push(d.clone());
-                }
-            }
-        }
-        for d in changed {
-            let v = self.dest_value(&d, 0);
-            if self.maps.set_dest(d.index, &v).is_err() {
-                // Seen again at the next report.
-                for st in self.services.values_mut() {
-                    for x in st.dests.iter_mut().filter(|x| x.index == d.index) {
-                        x.core.overloaded = !d.core.overloaded;
-                    }
-                }
-            }
-        }
-    }
-
-    pub(super) fn mirror(&mut self, now: Instant, ipvs: &mut Ipvs) -> Result<(), PlaneError> {
-        let ids = self.dest_ids(ipvs);
         let (jiffies, hz) = self.maps.clock()?;
         let hz = u64::from(hz.max(1));
         let config = self.config;
-        let g = self.generation;
-        let flow_start = *self.flow_walk.start.get_or_insert(g);
-        let persist_start = *self.persist_walk.start.get_or_insert(g);
-        // This report's page of each walk.
-        let mut flows = Vec::new();
-        let mut expired = Vec::new();
+        read.flow_start = *self.flow_walk.start.get_or_insert(g);
+        read.persist_start = *self.persist_walk.start.get_or_insert(g);
         let users = &mut self.flow_walk.users;
-        let flows_done =
+        let (flows, expired) = (&mut read.flows, &mut read.expired);
+        read.flows_done =
             self.maps
                 .flows_page(&mut self.flow_walk.cursor, self.mirror_page, &mut |k, f| {
                     let timeout = config.flow_timeout(k.proto, f.state);
@@ -203,10 +133,9 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
             .values()
             .map(|s| (s.index, s.config.persistent.unwrap_or(0)))
             .collect();
-        let mut templates = Vec::new();
-        let mut stale = Vec::new();
         let users = &mut self.persist_walk.users;
-        let persist_done = self.maps.persist_page(
+        let (templates, stale) = (&mut read.templates, &mut read.stale);
+        read.persist_done = self.maps.persist_page(
             &mut self.persist_walk.cursor,
             self.mirror_page,
             &mut |k, t| {
@@ -220,10 +149,185 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
                 templates.push((*k, *t, Duration::from_millis((limit - age) * 1000 / hz)));
             },
         )?;
-        for k in &stale {
+        Ok(read)
+    }
+
+    /// Phase 2 of a report, with the director: counters, the mirror of
+    /// `read`'s page, overload flags, timeouts, what completed walks free,
+    /// and — when `converge` and a write failed earlier — the commands that
+    /// bring the maps to the model. Touches no map: returns the writes.
+    ///
+    /// `converge` must be false while commands the director has already
+    /// applied are still on their way to this plane (the difference would
+    /// repeat them out of order).
+    pub fn report_decide(
+        &mut self,
+        read: ReportRead,
+        now: Instant,
+        ipvs: &mut Ipvs,
+        converge: bool,
+    ) -> ReportWrites {
+        let mut w = ReportWrites::default();
+        if *ipvs.timeouts() != self.timeouts {
+            w.timeouts = Some(ipvs.timeouts().clone());
+        }
+        if self.dirty && converge {
+            w.converge = self.converge(ipvs);
+        }
+        self.count(&read.stats, ipvs);
+        self.mirror(read, now, ipvs, &mut w);
+        w.overload = self.sync_overload(ipvs);
+        w
+    }
+
+    /// Phase 3 of a report: the writes phase 2 decided. Failures are
+    /// retried by later reports.
+    pub fn report_write(&mut self, w: ReportWrites) {
+        for k in &w.stale {
             let _ = self.maps.remove_persist(k);
         }
-        for (k, t, left) in templates {
+        // Expired entries go (the program already treats them as absent;
+        // this frees their room). Failures are retried next time.
+        for k in &w.expired {
+            let _ = self.maps.remove_flow(k);
+        }
+        for (i, c) in &w.dest_conns {
+            let _ = self.maps.set_dest_conns(*i, c);
+        }
+        for d in w.overload {
+            let v = self.dest_value(&d, 0);
+            if self.maps.set_dest(d.index, &v).is_err() {
+                // Seen again at the next report.
+                for st in self.services.values_mut() {
+                    for x in st.dests.iter_mut().filter(|x| x.index == d.index) {
+                        x.core.overloaded = !d.core.overloaded;
+                    }
+                }
+            }
+        }
+        for t in w.free {
+            if self.maps.set_dest(t.dest.index, &Dest::default()).is_ok() {
+                self.dest_idx.release(t.dest.index);
+                self.baselines.remove(&t.dest.index);
+            } else {
+                self.trash.push(t);
+            }
+        }
+        if let Some(t) = w.timeouts {
+            let old = std::mem::replace(&mut self.timeouts, t);
+            if self.write_config().is_err() {
+                self.timeouts = old;
+            }
+        }
+        for c in &w.converge {
+            // Errors set `dirty` again: the next report retries.
+            let _ = self.apply_command(c);
+        }
+    }
+
+    /// Every real-server index in use: installed, and deleted but still
+    /// referenced.
+    fn indexes(&self) -> Vec<u32> {
+        self.services
+            .values()
+            .flat_map(|s| s.dests.iter().map(|d| d.index))
+            .chain(self.trash.iter().map(|t| t.dest.index))
+            .collect()
+    }
+
+    /// The commands that make what is installed the model.
+    fn converge(&mut self, ipvs: &Ipvs) -> Vec<Command> {
+        self.dirty = false;
+        let installed: Vec<ServiceDef> = self
+            .services
+            .iter()
+            .map(|(k, s)| ServiceDef {
+                key: *k,
+                config: s.config.clone(),
+                dests: s.dests.iter().rev().map(|d| d.core.config).collect(),
+            })
+            .collect();
+        let target: Vec<ServiceDef> = current_defs(ipvs)
+            .into_iter()
+            .filter(|d| !self.refused.contains(&d.key))
+            .collect();
+        match diff(&installed, &target) {
+            Ok((cmds, _)) => cmds,
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// The director's id of a dest index, with its service.
+    fn dest_ids(&self, ipvs: &Ipvs) -> HashMap<u32, DestId> {
+        let mut out = HashMap::new();
+        for (key, st) in &self.services {
+            let Some(svc) = ipvs.service(key) else {
+                continue;
+            };
+            for d in &st.dests {
+                if let Some(x) = svc.dests().iter().find(|x| same(&x.config, &d.core.config)) {
+                    out.insert(d.index, x.id);
+                }
+            }
+        }
+        // Deleted ones: the id they had when last seen live.
+        for t in &self.trash {
+            let id = t.dest.core.id;
+            if ipvs
+                .dest(id)
+                .is_some_and(|x| same(&x.config, &t.dest.core.config) && !x.available)
+            {
+                out.insert(t.dest.index, id);
+            }
+        }
+        out
+    }
+
+    fn count(&mut self, stats: &[(u32, Stats)], ipvs: &mut Ipvs) {
+        // Remember the director's ids of live real servers for when they
+        // are deleted (the id is what the director's trash keeps).
+        let ids = self.dest_ids(ipvs);
+        for st in self.services.values_mut() {
+            for d in &mut st.dests {
+                if let Some(id) = ids.get(&d.index) {
+                    d.core.id = *id;
+                }
+            }
+        }
+        for (index, cur) in stats {
+            let base = self.baselines.insert(*index, *cur).unwrap_or_default();
+            let delta = stats_delta(cur, &base);
+            if delta != Counters::default()
+                && let Some(id) = ids.get(index)
+            {
+                ipvs.add_counters(*id, &delta);
+            }
+        }
+    }
+
+    /// Connection thresholds (`-x`/`-y`): the director decides overload
+    /// from the mirrored connections, with IPVS's hysteresis; the program
+    /// skips a real server flagged `OVERLOADED` for new flows. Returns the
+    /// real servers to rewrite.
+    fn sync_overload(&mut self, ipvs: &Ipvs) -> Vec<DestState> {
+        let mut changed = Vec::new();
+        for st in self.services.values_mut() {
+            for d in &mut st.dests {
+                let Some(core) = ipvs.dest(d.core.id) else {
+                    continue;
+                };
+                if same(&core.config, &d.core.config) && core.overloaded != d.core.overloaded {
+                    d.core.overloaded = core.overloaded;
+                    changed.push(d.clone());
+                }
+            }
+        }
+        changed
+    }
+
+    fn mirror(&mut self, read: ReportRead, now: Instant, ipvs: &mut Ipvs, w: &mut ReportWrites) {
+        let ids = self.dest_ids(ipvs);
+        for (k, t, left) in read.templates {
             let Some(dest) = ids.get(&t.dest) else {
                 continue;
             };
@@ -234,7 +338,7 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
                 self.persist_walk.seen.insert(id);
             }
         }
-        for (k, f, left) in flows {
+        for (k, f, left) in read.flows {
             let Some(dest) = ids.get(&f.dest) else {
                 continue;
             };
@@ -245,61 +349,53 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
                 self.flow_walk.seen.insert(id);
             }
         }
-        // Expired entries go (the program already treats them as absent;
-        // this frees their room). Failures are retried next time.
-        for k in &expired {
-            let _ = self.maps.remove_flow(k);
-        }
+        w.stale = read.stale;
+        w.expired = read.expired;
         // A complete walk: entries the previous walk of that table mirrored
         // and this one did not see are gone.
-        if persist_done {
-            let w = std::mem::take(&mut self.persist_walk);
+        if read.persist_done {
+            let walk = std::mem::take(&mut self.persist_walk);
             let other = [&self.mirrored_flows, &self.flow_walk.seen];
-            close_gone(ipvs, &self.mirrored_templates, &w.seen, other);
-            self.mirrored_templates = w.seen;
+            close_gone(ipvs, &self.mirrored_templates, &walk.seen, other);
+            self.mirrored_templates = walk.seen;
             self.persist_done = Some(WalkDone {
-                start: persist_start,
-                users: w.users.into_keys().collect(),
+                start: read.persist_start,
+                users: walk.users.into_keys().collect(),
             });
         }
-        if flows_done {
-            let w = std::mem::take(&mut self.flow_walk);
+        if read.flows_done {
+            let walk = std::mem::take(&mut self.flow_walk);
             let other = [&self.mirrored_templates, &self.persist_walk.seen];
-            close_gone(ipvs, &self.mirrored_flows, &w.seen, other);
-            self.mirrored_flows = w.seen;
+            close_gone(ipvs, &self.mirrored_flows, &walk.seen, other);
+            self.mirrored_flows = walk.seen;
             // The ActiveConn/InActConn the program keeps for the
             // least-connection schedulers are set to what the live flows
             // say, which also repairs flows the LRU evicted without
             // telling. Increments made meanwhile may be overwritten; the
             // next walk corrects them.
-            let indexes: Vec<u32> = self
-                .services
-                .values()
-                .flat_map(|s| s.dests.iter().map(|d| d.index))
-                .chain(self.trash.iter().map(|t| t.dest.index))
+            w.dest_conns = self
+                .indexes()
+                .into_iter()
+                .map(|i| (i, walk.users.get(&i).copied().unwrap_or_default()))
                 .collect();
-            for i in indexes {
-                let c = w.users.get(&i).copied().unwrap_or_default();
-                let _ = self.maps.set_dest_conns(i, &c);
-            }
             self.flows_done = Some(WalkDone {
-                start: flow_start,
-                users: w.users.into_keys().collect(),
+                start: read.flow_start,
+                users: walk.users.into_keys().collect(),
             });
         }
-        if flows_done || persist_done {
-            self.free_trash();
+        if read.flows_done || read.persist_done {
+            w.free = self.free_trash();
         }
-        Ok(())
     }
 
     /// Deleted real servers no flow or template uses any more give their
     /// index back: the last whole walk of each table began two reports
     /// after the deletion, when no new flow or template could be given
-    /// that index any more, and met none using it.
-    pub(super) fn free_trash(&mut self) {
+    /// that index any more, and met none using it. Returns them, out of
+    /// the trash (phase 3 clears their element and frees the index).
+    fn free_trash(&mut self) -> Vec<Trashed> {
         let (Some(flows), Some(persist)) = (&self.flows_done, &self.persist_done) else {
-            return;
+            return Vec::new();
         };
         let (free, keep): (Vec<_>, Vec<_>) = self.trash.drain(..).partition(|t| {
             let i = t.dest.index;
@@ -309,14 +405,7 @@ impl<M: MapOps, R: Resolve> Plane<M, R> {
                 && !persist.users.contains(&i)
         });
         self.trash = keep;
-        for t in free {
-            if self.maps.set_dest(t.dest.index, &Dest::default()).is_ok() {
-                self.dest_idx.release(t.dest.index);
-                self.baselines.remove(&t.dest.index);
-            } else {
-                self.trash.push(t);
-            }
-        }
+        free
     }
 }
 

@@ -1,14 +1,16 @@
 //! Unit tests of the sync logic over [`MemMaps`], no kernel.
 
+use super::resolver::Resolver;
 use super::*;
 use crate::maps::Dest;
 use crate::neigh::StaticResolver;
 use rvs_core::ipvs::IpvsConfig;
 use rvs_core::model::{AddrFamily, Tunnel};
+use rvs_core::time::Instant;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::time::Instant as StdInstant;
+use std::time::{Duration, Instant as StdInstant};
 
-type MemPlane = Plane<MemMaps, StaticResolver>;
+type MemPlane = Plane<MemMaps>;
 
 fn key(port: u16) -> ServiceKey {
     ServiceKey::Addr {
@@ -39,24 +41,45 @@ fn resolver() -> StaticResolver {
     r
 }
 
-/// A plane and a director that see the same commands, as in rvsd.
+/// A plane and a director that see the same commands, as in rvsd, and the
+/// resolver's state machine over a static table, driven as the worker
+/// drives it: after every command and report, on a virtual clock.
 struct Bed {
     plane: MemPlane,
     ipvs: Ipvs,
+    resolver: Resolver<StaticResolver>,
+    t0: StdInstant,
+    now: Duration,
 }
 
 impl Bed {
     fn new() -> Self {
-        let mut plane = Plane::new(MemMaps::new(1 << 16), resolver()).unwrap();
-        plane.set_resolve_budget(Duration::ZERO);
         Bed {
-            plane,
+            plane: Plane::new(MemMaps::new(1 << 16)).unwrap(),
             ipvs: Ipvs::new(IpvsConfig::default()),
+            resolver: Resolver::new(resolver()),
+            t0: StdInstant::now(),
+            now: Duration::ZERO,
+        }
+    }
+    /// The static table the resolver asks.
+    fn table(&mut self) -> &mut StaticResolver {
+        self.resolver.inner_mut()
+    }
+    /// What the worker does when its queue is empty: the wanted set to the
+    /// resolver, its answers to the plane.
+    fn settle(&mut self) {
+        let now = self.t0 + self.now;
+        self.resolver.set_wanted(&self.plane.wanted(), now);
+        for (a, l2) in self.resolver.poll(now) {
+            self.plane.on_neighbour(a, l2);
         }
     }
     fn run(&mut self, c: Command) -> Result<(), PlaneError> {
         rvs_control::state::apply(&mut self.ipvs, &c).unwrap();
-        self.plane.apply_command(&c)
+        let r = self.plane.apply_command(&c);
+        self.settle();
+        r
     }
     fn svc(&mut self, port: u16, sched: &str) -> Result<(), PlaneError> {
         self.run(Command::AddService {
@@ -71,9 +94,11 @@ impl Bed {
         })
     }
     fn report(&mut self, secs: u64) {
+        self.now = Duration::from_secs(secs);
         self.plane
             .report_to(Instant::from_secs(secs), &mut self.ipvs)
             .unwrap();
+        self.settle();
     }
     fn data(&mut self, port: u16) -> (Vec<u32>, Vec<u32>) {
         let i = self.plane.service_index(&key(port)).unwrap();
@@ -157,8 +182,8 @@ fn services_and_real_servers_reach_the_maps() {
             [2, 0, 0, 0, 0, 21]
         )
     );
-    assert!(bed.plane.resolver.solicited.contains(&rs(60)));
-    bed.plane.resolver.table.insert(rs(60), l2(60));
+    assert!(bed.table().solicited.contains(&rs(60)));
+    bed.table().table.insert(rs(60), l2(60));
     bed.report(1);
     let d = bed.plane.maps().dests[&nat];
     assert_eq!(
@@ -412,47 +437,67 @@ fn what_xdp_cannot_do_is_refused_clearly() {
 #[test]
 fn unresolved_real_servers_wait_out_of_the_tables() {
     let mut bed = Bed::new();
-    bed.plane.resolver.table.remove(&rs(1));
+    bed.table().table.remove(&rs(1));
     bed.svc(80, "rr").unwrap();
     bed.dest(80, dr(1)).unwrap();
     bed.dest(80, dr(2)).unwrap();
     let (a, b) = (bed.index(80, 1), bed.index(80, 2));
     assert_eq!(bed.data(80).0, vec![b], "only the resolved one");
-    assert!(bed.plane.resolver.solicited.contains(&rs(1)));
+    assert!(bed.table().solicited.contains(&rs(1)));
+    assert!(bed.plane.wanted().unresolved.contains(&rs(1)));
     bed.report(1);
     assert_eq!(bed.data(80).0, vec![b], "still unresolved");
-    bed.plane.resolver.table.insert(rs(1), l2(1));
+    bed.table().table.insert(rs(1), l2(1));
     bed.report(2);
     assert_eq!(bed.data(80).0, vec![b, a]);
     assert_eq!(bed.plane.maps().dests[&a].mac, l2(1).mac);
 }
 
 #[test]
-fn a_real_server_that_does_not_answer_holds_up_only_its_own_command() {
-    let mut bed = Bed::new();
-    bed.plane.set_resolve_budget(Duration::from_millis(300));
-    bed.plane.resolver.table.remove(&rs(1));
-    bed.svc(80, "rr").unwrap();
-    let t = StdInstant::now();
-    bed.dest(80, dr(1)).unwrap();
-    assert!(
-        t.elapsed() >= Duration::from_millis(300),
-        "waited its budget"
+fn real_servers_that_do_not_answer_hold_up_nothing() {
+    // The plane never waits for a neighbour: a hundred real servers that
+    // never answer are wanted from the resolver and stay out of the
+    // tables; the commands after them apply as usual.
+    let mut plane = Plane::new(MemMaps::new(1 << 16)).unwrap();
+    let apply = |p: &mut MemPlane, c: Command| p.apply_command(&c).unwrap();
+    apply(
+        &mut plane,
+        Command::AddService {
+            key: key(80),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr"),
+        },
     );
-    let t = StdInstant::now();
-    bed.dest(80, dr(2)).unwrap();
-    bed.run(Command::SetTimeouts {
-        tcp: 1,
-        tcpfin: 1,
-        udp: 1,
-    })
-    .unwrap();
-    assert!(
-        t.elapsed() < Duration::from_millis(100),
-        "{:?}",
-        t.elapsed()
+    for i in 100..200 {
+        apply(
+            &mut plane,
+            Command::AddDest {
+                service: key(80),
+                dest: dr(i),
+            },
+        );
+    }
+    apply(
+        &mut plane,
+        Command::SetTimeouts {
+            tcp: 1,
+            tcpfin: 1,
+            udp: 1,
+        },
     );
-    assert_eq!(bed.data(80).0, vec![bed.index(80, 2)]);
+    let w = plane.wanted();
+    assert_eq!(w.unresolved.len(), 100);
+    assert!(w.nat.is_empty() && w.in_use.is_empty());
+    let i = plane.service_index(&key(80)).unwrap();
+    assert_eq!(plane.maps().svc_data(i).0, Vec::<u32>::new());
+    assert_eq!(plane.maps().config.tcp_timeouts[1], 1);
+    // One answers: it alone is scheduled.
+    plane.on_neighbour(rs(150), l2(150));
+    let d = plane.dest_index(&key(80), rs(150), 80).unwrap();
+    assert_eq!(plane.maps().svc_data(i).0, vec![d]);
+    assert_eq!(plane.maps().dests[&d].mac, l2(150).mac);
+    let w = plane.wanted();
+    assert_eq!(w.unresolved.len(), 99);
+    assert_eq!(w.in_use.get(&rs(150)), Some(&l2(150)));
 }
 
 #[test]
@@ -463,13 +508,13 @@ fn a_changed_mac_is_followed() {
     let i = bed.index(80, 1);
     let mut moved = l2(1);
     moved.mac = [2, 9, 9, 9, 9, 9];
-    bed.plane.resolver.table.insert(rs(1), moved);
-    for t in 1..L2_REFRESH_REPORTS {
-        bed.report(t);
-    }
+    bed.table().table.insert(rs(1), moved);
+    bed.report(1);
     assert_eq!(bed.plane.maps().dests[&i].mac, l2(1).mac, "not yet");
-    bed.report(L2_REFRESH_REPORTS);
+    // Next hops in use are looked up again every second.
+    bed.report(2);
     assert_eq!(bed.plane.maps().dests[&i].mac, moved.mac);
+    assert_eq!(bed.plane.wanted().in_use.get(&rs(1)), Some(&moved));
 }
 
 #[test]
