@@ -12,6 +12,7 @@
 //!   results back and pushes health changes to the data plane;
 //! * [`probe`] — the probes themselves (TCP, HTTP/SSL, MISC, DNS, UDP, PING);
 //!   `bridge` maps a configured checker to a probe.
+#![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod build;

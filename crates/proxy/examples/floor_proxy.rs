@@ -11,9 +11,15 @@
 //! `floor_proxy LISTEN BACKEND [BACKEND ...]` (round robin; `--naive` turns
 //! the two segment savings off).
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+
+use nix::errno::Errno;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::socket::{MsgFlags, Shutdown, SockFlag, accept4, recv, send, shutdown};
 
 const BUF: usize = 16 * 1024;
 
@@ -28,17 +34,20 @@ struct Half {
     done: bool,
 }
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+/// A relayed connection: both directions and the two sockets, closed (and
+/// so dropped from epoll) when it is dropped.
+struct Conn {
+    c2s: Half,
+    s2c: Half,
+    _client: OwnedFd,
+    _server: OwnedFd,
 }
 
-fn epoll_add(ep: RawFd, fd: RawFd, token: u64) {
-    let mut ev = libc::epoll_event {
-        events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
-        u64: token,
-    };
-    // SAFETY: a valid epoll fd and event struct.
-    unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+fn epoll_add(ep: &Epoll, fd: impl AsFd, token: u64) {
+    let flags =
+        EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLET;
+    ep.add(fd, EpollEvent::new(flags, token))
+        .expect("epoll_ctl");
 }
 
 /// Moves what it can in one direction; true when that direction is finished
@@ -47,35 +56,31 @@ fn epoll_add(ep: RawFd, fd: RawFd, token: u64) {
 fn pump(h: &mut Half, rdhup: bool, merge: bool) -> bool {
     loop {
         while !h.pending.is_empty() {
-            let more = if merge && h.eof { libc::MSG_MORE } else { 0 };
-            // SAFETY: the range lies inside `buf`.
-            let n = unsafe {
-                libc::send(
-                    h.to,
-                    h.buf[h.pending.clone()].as_ptr().cast(),
-                    h.pending.len(),
-                    libc::MSG_NOSIGNAL | more,
-                )
+            let more = if merge && h.eof {
+                MsgFlags::from_bits_retain(libc::MSG_MORE)
+            } else {
+                MsgFlags::empty()
             };
-            if n < 0 {
-                return errno() != libc::EAGAIN;
+            match send(
+                h.to,
+                &h.buf[h.pending.clone()],
+                MsgFlags::MSG_NOSIGNAL | more,
+            ) {
+                Ok(n) => h.pending.start += n,
+                Err(e) => return e != Errno::EAGAIN,
             }
-            h.pending.start += n as usize;
         }
         if h.eof {
             if !h.done {
-                // SAFETY: plain shutdown of an owned socket.
-                unsafe { libc::shutdown(h.to, libc::SHUT_WR) };
+                let _ = shutdown(h.to, Shutdown::Write);
                 h.done = true;
             }
             return true;
         }
-        // SAFETY: reading into the owned buffer.
-        let n = unsafe { libc::recv(h.from, h.buf.as_mut_ptr().cast(), h.buf.len(), 0) };
-        if n < 0 {
-            return errno() != libc::EAGAIN;
-        }
-        let n = n as usize;
+        let n = match recv(h.from, &mut h.buf, MsgFlags::empty()) {
+            Ok(n) => n,
+            Err(e) => return e != Errno::EAGAIN,
+        };
         // A short read with the FIN already in: EOF comes next, skip that read.
         h.eof = n == 0 || (merge && rdhup && n < h.buf.len());
         h.pending = 0..n;
@@ -99,36 +104,31 @@ fn main() {
         .collect();
     let lst = TcpListener::bind(listen).expect("bind");
     lst.set_nonblocking(true).expect("nonblocking");
-    let lfd = lst.as_raw_fd();
     // Accepted sockets inherit TCP_NODELAY.
     let _ = socket2::SockRef::from(&lst).set_tcp_nodelay(true);
-    // SAFETY: creating an epoll instance.
-    let ep = unsafe { libc::epoll_create1(0) };
-    epoll_add(ep, lfd, u64::MAX);
-    let mut conns: HashMap<u64, (Half, Half)> = HashMap::new();
+    let ep = Epoll::new(EpollCreateFlags::empty()).expect("epoll_create1");
+    epoll_add(&ep, &lst, u64::MAX);
+    let mut conns: HashMap<u64, Conn> = HashMap::new();
     let mut next = 0u64;
     let mut rr = 0usize;
-    let mut evs = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
+    let mut evs = vec![EpollEvent::empty(); 256];
     loop {
-        // SAFETY: the event buffer outlives the call.
-        let n = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), evs.len() as i32, -1) };
-        for ev in evs.iter().take(n.max(0) as usize) {
-            let token = ev.u64;
-            let rdhup = ev.events & (libc::EPOLLRDHUP as u32) != 0;
+        let n = match ep.wait(&mut evs, EpollTimeout::NONE) {
+            Ok(n) => n,
+            Err(Errno::EINTR) => 0,
+            Err(e) => panic!("epoll_wait: {e}"),
+        };
+        for ev in evs.iter().take(n) {
+            let token = ev.data();
+            let rdhup = ev.events().contains(EpollFlags::EPOLLRDHUP);
             if token == u64::MAX {
                 loop {
-                    // SAFETY: accepting on the listener, no address wanted.
-                    let cfd = unsafe {
-                        libc::accept4(
-                            lfd,
-                            std::ptr::null_mut(),
-                            std::ptr::null_mut(),
-                            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                        )
-                    };
-                    if cfd < 0 {
+                    let Ok(client) =
+                        accept4(&lst, SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC)
+                    else {
                         break;
-                    }
+                    };
+                    let cfd = client.as_raw_fd();
                     let mk = |from, to| Half {
                         from,
                         to,
@@ -150,40 +150,43 @@ fn main() {
                     if !naive {
                         // The request may be here already: then hold the
                         // handshake's last ACK back so it leaves with it.
-                        // SAFETY: reading into the owned buffer.
-                        let got = unsafe {
-                            libc::recv(cfd, c2s.buf.as_mut_ptr().cast(), BUF, libc::MSG_DONTWAIT)
-                        };
-                        if got > 0 {
-                            c2s.pending = 0..got as usize;
+                        if let Ok(got) = recv(cfd, &mut c2s.buf, MsgFlags::MSG_DONTWAIT)
+                            && got > 0
+                        {
+                            c2s.pending = 0..got;
                             let _ = sock.set_tcp_quickack(false);
                         }
                     }
                     let _ = sock.connect(&dst.into());
-                    let sfd = sock.into_raw_fd();
+                    let server = OwnedFd::from(sock);
+                    let sfd = server.as_raw_fd();
                     next += 1;
                     let s2c = mk(sfd, cfd);
-                    conns.insert(next, (c2s, s2c));
-                    epoll_add(ep, cfd, next << 1);
-                    epoll_add(ep, sfd, (next << 1) | 1);
+                    epoll_add(&ep, &client, next << 1);
+                    epoll_add(&ep, &server, (next << 1) | 1);
+                    conns.insert(
+                        next,
+                        Conn {
+                            c2s,
+                            s2c,
+                            _client: client,
+                            _server: server,
+                        },
+                    );
                 }
                 continue;
             }
             // The token's low bit says which socket the event is for: its
             // FIN flag only concerns the direction reading from it.
             let (id, server_side) = (token >> 1, token & 1 == 1);
-            let Some((c2s, s2c)) = conns.get_mut(&id) else {
+            let Some(c) = conns.get_mut(&id) else {
                 continue;
             };
-            let a = pump(c2s, rdhup && !server_side, !naive);
-            let b = pump(s2c, rdhup && server_side, !naive);
+            let a = pump(&mut c.c2s, rdhup && !server_side, !naive);
+            let b = pump(&mut c.s2c, rdhup && server_side, !naive);
             if a && b {
-                let (c2s, s2c) = conns.remove(&id).expect("present");
-                // SAFETY: closing owned sockets; close drops them from epoll.
-                unsafe {
-                    libc::close(c2s.from);
-                    libc::close(s2c.from);
-                }
+                // Closing the sockets drops them from epoll.
+                conns.remove(&id);
             }
         }
     }

@@ -21,6 +21,7 @@
 //! direction, or a buffered copy), `udp` the datagram flows, `sock` the
 //! socket options and system calls.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
 mod plane;

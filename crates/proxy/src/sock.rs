@@ -139,30 +139,7 @@ pub(crate) fn shutdown_write<F: AsFd>(s: &F) {
 /// them.
 #[cfg(target_os = "linux")]
 pub(crate) fn tcp_segs<F: AsFd>(s: &F) -> Option<(u64, u64)> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: `tcp_info` is a plain C struct of integers, so all-zero is a
-    // valid value.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: the fd is open for the duration of the borrow; `info` and
-    // `len` are valid, writable and describe the buffer's true size, and the
-    // kernel writes at most `len` bytes. Neither nix 0.32 nor socket2 0.6
-    // wraps TCP_INFO.
-    let rc = unsafe {
-        libc::getsockopt(
-            s.as_fd().as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&raw mut info).cast(),
-            &mut len,
-        )
-    };
-    // Older kernels return a shorter struct without the segment counters.
-    let needed = std::mem::offset_of!(libc::tcp_info, tcpi_segs_in)
-        .max(std::mem::offset_of!(libc::tcp_info, tcpi_segs_out))
-        + 4;
-    (rc == 0 && len as usize >= needed)
-        .then_some((u64::from(info.tcpi_segs_in), u64::from(info.tcpi_segs_out)))
+    rvs_sys::sock::tcp_segs(s.as_fd())
 }
 
 /// Segment counters: not available off Linux.

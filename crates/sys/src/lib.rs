@@ -6,8 +6,20 @@
 //! rest of rvs asks it for "add this address", "look this neighbour up",
 //! "read this page of a map" and never sees a netlink header, a bpf command
 //! number or a raw pointer.
+//!
+//! - [`netlink`]: rtnetlink over `netlink-packet-route` (addresses, links,
+//!   macvlans, routes, neighbours, the persistent XDP attach), blocking and
+//!   on tokio;
+//! - [`iface`]: interface names and indexes;
+//! - [`sock`]: socket options and sends the socket crates do not wrap;
+//! - [`sched`]: CPU affinity and real-time scheduling;
+//! - [`bpf`]: bpf(2) commands aya 0.14 does not make.
 
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
 
 pub mod bpf;
+pub mod iface;
+pub mod netlink;
+pub mod sched;
+pub mod sock;

@@ -11,6 +11,7 @@
 //! * [`net::link_up`] — interface state for `track_interface`.
 //!
 //! Linux only: on other systems the crate is empty.
+#![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
 #[cfg(target_os = "linux")]

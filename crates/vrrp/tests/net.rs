@@ -9,7 +9,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{MAC_A, MAC_A_BYTES, Pair, block_on, sh, wait_for};
-use rvs_vrrp::net::{NetError, VrrpSocket, add_address, announce, del_address, link_up};
+use rvs_vrrp::net::{
+    NetError, VrrpSocket, add_address, add_vmac, announce, del_address, del_link, link_up,
+    primary_v4,
+};
 
 const GROUP4: Ipv4Addr = Ipv4Addr::new(224, 0, 0, 18);
 /// The MAC a previous master announced the VIP with.
@@ -246,12 +249,12 @@ fn address_errors_are_clear() {
                 .await
                 .expect_err("kernel refuses");
             assert!(
-                matches!(e, NetError::Netlink { errno, op: "RTM_NEWADDR", .. } if errno > 0),
+                matches!(e, NetError::Netlink { errno, op: "add address", .. } if errno > 0),
                 "{e:?}"
             );
             let text = e.to_string();
             assert!(
-                text.starts_with("netlink RTM_NEWADDR ff02::12/128 on eth0: "),
+                text.starts_with("netlink add address ff02::12/128 on eth0: "),
                 "{text}"
             );
             assert!(text.contains("(errno "), "{text}");
@@ -308,18 +311,8 @@ fn capture_na(
     use std::os::fd::AsRawFd;
     let sock = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6)).expect("icmpv6");
     sock.set_recv_hoplimit_v6(true).expect("hoplimit");
-    let on: libc::c_int = 1;
-    // SAFETY: the socket is open; `on` is a live c_int of the given size.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_IPV6,
-            libc::IPV6_RECVPKTINFO,
-            std::ptr::from_ref(&on).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0, "IPV6_RECVPKTINFO");
+    rvs_sys::sock::set_recv_pktinfo_v6(std::os::fd::AsFd::as_fd(&sock), true)
+        .expect("IPV6_RECVPKTINFO");
     sock.set_read_timeout(Some(Duration::from_millis(200)))
         .expect("timeout");
     ready.send(()).expect("ready");
@@ -445,4 +438,48 @@ fn link_up_follows_admin_state_and_carrier() {
         !pair.run_in(&pair.a, || link_up("nope0").expect("link_up")),
         "a missing interface is not up"
     );
+}
+
+/// `use_vmac`'s macvlan: created on eth0 with the virtual MAC, counted
+/// among the MACs eth0 owns (what the XDP plane asks), idempotent both
+/// ways, and gone after `del_link`.
+#[test]
+fn vmac_is_created_owned_and_removed() {
+    let Some(pair) = Pair::new("vmac_is_created_owned_and_removed") else {
+        return;
+    };
+    let vmac = [0, 0, 0x5e, 0, 1, 51];
+    pair.run_in(&pair.a, move || {
+        block_on(async move {
+            add_vmac("eth0", "vrrp.51", vmac).await.expect("add");
+            add_vmac("eth0", "vrrp.51", vmac)
+                .await
+                .expect("again: kept");
+            let e = add_vmac("nope0", "vrrp.52", vmac)
+                .await
+                .expect_err("no base");
+            assert!(matches!(e, NetError::InterfaceNotFound { .. }), "{e:?}");
+            let eth0 = rvs_sys::iface::ifindex("eth0").expect("eth0");
+            let mut nl = rvs_sys::netlink::Netlink::open().expect("netlink");
+            let owned = nl.owned_macs(eth0).expect("owned MACs");
+            assert_eq!(
+                owned,
+                vec![MAC_A_BYTES, vmac],
+                "eth0's own MAC, then the vmac"
+            );
+            let link = nl.link_by_name("vrrp.51").expect("link").expect("exists");
+            assert!(link.up, "created up");
+            assert_eq!(link.parent, Some(eth0));
+            assert_eq!(link.kind.as_deref(), Some("macvlan"));
+            assert_eq!(
+                primary_v4("eth0").expect("addresses"),
+                Some(Ipv4Addr::new(10, 0, 0, 1))
+            );
+            assert_eq!(primary_v4("nope0").expect("missing is none"), None);
+            del_link("vrrp.51").await.expect("delete");
+            del_link("vrrp.51").await.expect("again: gone is fine");
+            assert!(nl.link_by_name("vrrp.51").expect("link").is_none());
+            assert_eq!(nl.owned_macs(eth0).expect("owned"), vec![MAC_A_BYTES]);
+        })
+    });
 }

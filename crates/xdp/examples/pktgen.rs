@@ -29,8 +29,11 @@
 //! Root (CAP_NET_RAW); meant to run in the client's network namespace under
 //! `ip netns exec`, pinned with `taskset`.
 
+#![forbid(unsafe_code)]
+
 use std::error::Error;
 use std::net::Ipv4Addr;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -217,85 +220,29 @@ fn frame(
 
 /// An AF_PACKET raw socket bound to one interface, for sending only.
 struct PacketSocket {
-    fd: libc::c_int,
+    sock: std::os::fd::OwnedFd,
+    batch: std::cell::RefCell<rvs_sys::sock::FrameBatch>,
 }
 
 impl PacketSocket {
     fn open(interface: &str, qdisc_bypass: bool) -> Result<Self, Box<dyn Error>> {
-        let name = std::ffi::CString::new(interface)?;
-        // SAFETY: `name` is a valid NUL-terminated string for the call.
-        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-        if ifindex == 0 {
-            return Err(
-                format!("interface {interface}: {}", std::io::Error::last_os_error()).into(),
-            );
-        }
-        // Protocol 0: the socket receives nothing, it only sends.
-        // SAFETY: plain socket(2) call, no pointers.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(format!("socket(AF_PACKET): {}", std::io::Error::last_os_error()).into());
-        }
-        let s = PacketSocket { fd };
-        // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = 0;
-        sll.sll_ifindex = i32::try_from(ifindex)?;
-        // SAFETY: `sll` is a valid sockaddr_ll and the length passed is its size.
-        let r = unsafe {
-            libc::bind(
-                s.fd,
-                (&raw const sll).cast::<libc::sockaddr>(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if r < 0 {
-            return Err(format!("bind to {interface}: {}", std::io::Error::last_os_error()).into());
-        }
+        let ifindex = rvs_sys::iface::ifindex(interface)?;
+        let sock = rvs_sys::sock::packet_sender(ifindex)
+            .map_err(|e| format!("AF_PACKET socket on {interface}: {e}"))?;
         if qdisc_bypass {
-            let one: libc::c_int = 1;
-            // SAFETY: the option value is a c_int and its size is passed.
-            let r = unsafe {
-                libc::setsockopt(
-                    s.fd,
-                    libc::SOL_PACKET,
-                    libc::PACKET_QDISC_BYPASS,
-                    (&raw const one).cast::<libc::c_void>(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if r < 0 {
-                return Err(format!(
-                    "setsockopt(PACKET_QDISC_BYPASS): {}",
-                    std::io::Error::last_os_error()
-                )
-                .into());
-            }
+            rvs_sys::sock::set_packet_qdisc_bypass(sock.as_fd(), true)
+                .map_err(|e| format!("setsockopt(PACKET_QDISC_BYPASS): {e}"))?;
         }
-        Ok(s)
+        Ok(PacketSocket {
+            sock: sock.into(),
+            batch: Default::default(),
+        })
     }
 
-    /// Sends `msgs` with one sendmmsg(2): the number sent, or the error of
-    /// the first message when none was sent.
-    fn send_batch(&self, msgs: &mut [libc::mmsghdr]) -> std::io::Result<usize> {
-        let n = u32::try_from(msgs.len()).unwrap_or(u32::MAX);
-        // SAFETY: every mmsghdr points to one iovec that points into a frame
-        // buffer the caller keeps alive and unmoved for the call; no name,
-        // no control data.
-        let r = unsafe { libc::sendmmsg(self.fd, msgs.as_mut_ptr(), n, 0) };
-        if r < 0 {
-            Err(std::io::Error::last_os_error())
-        } else {
-            Ok(r as usize)
-        }
-    }
-}
-
-impl Drop for PacketSocket {
-    fn drop(&mut self) {
-        // SAFETY: `fd` is a socket this value owns; closed once.
-        unsafe { libc::close(self.fd) };
+    /// Sends `frames` with one sendmmsg(2): the number sent, or the error
+    /// of the first frame when none was sent.
+    fn send_batch(&self, frames: &[&[u8]]) -> std::io::Result<usize> {
+        self.batch.borrow_mut().send(self.sock.as_fd(), frames)
     }
 }
 
@@ -323,16 +270,8 @@ fn main() -> Result<(), Box<dyn Error>> {
             )
         })
         .collect();
-    // The kernel only reads through these pointers (sendmsg).
-    let mut iovs: Vec<libc::iovec> = frames
-        .iter()
-        .map(|f| libc::iovec {
-            iov_base: f.as_ptr() as *mut libc::c_void,
-            iov_len: f.len(),
-        })
-        .collect();
     let sock = PacketSocket::open(&args.interface, args.qdisc_bypass)?;
-    let mut tx = Sender::new(&sock, &mut iovs, args.batch);
+    let mut tx = Sender::new(&sock, &frames, args.batch);
 
     let limit = Duration::from_secs_f64(args.seconds);
     let start = Instant::now();
@@ -381,8 +320,9 @@ fn main() -> Result<(), Box<dyn Error>> {
 /// Sends the prebuilt frames round-robin, `batch` per sendmmsg(2).
 struct Sender<'a> {
     sock: &'a PacketSocket,
-    iovs: &'a mut [libc::iovec],
-    msgs: Vec<libc::mmsghdr>,
+    frames: &'a [Vec<u8>],
+    batch: usize,
+    picked: Vec<&'a [u8]>,
     next: usize,
     sent: u64,
     errors: u64,
@@ -390,13 +330,12 @@ struct Sender<'a> {
 }
 
 impl<'a> Sender<'a> {
-    fn new(sock: &'a PacketSocket, iovs: &'a mut [libc::iovec], batch: usize) -> Self {
-        // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
-        let zero: libc::mmsghdr = unsafe { std::mem::zeroed() };
+    fn new(sock: &'a PacketSocket, frames: &'a [Vec<u8>], batch: usize) -> Self {
         Sender {
             sock,
-            iovs,
-            msgs: vec![zero; batch],
+            frames,
+            batch: batch.max(1),
+            picked: Vec::with_capacity(batch.max(1)),
             next: 0,
             sent: 0,
             errors: 0,
@@ -413,15 +352,12 @@ impl<'a> Sender<'a> {
     fn send(&mut self, n: usize, deadline: Instant) {
         let stop = self.done() + n as u64;
         while self.done() < stop && Instant::now() < deadline {
-            let want = self.msgs.len().min((stop - self.done()) as usize);
-            let len = self.iovs.len();
-            for k in 0..want {
-                // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
-                self.msgs[k] = unsafe { std::mem::zeroed() };
-                self.msgs[k].msg_hdr.msg_iov = &raw mut self.iovs[(self.next + k) % len];
-                self.msgs[k].msg_hdr.msg_iovlen = 1;
-            }
-            match self.sock.send_batch(&mut self.msgs[..want]) {
+            let want = self.batch.min((stop - self.done()) as usize);
+            let len = self.frames.len();
+            self.picked.clear();
+            self.picked
+                .extend((0..want).map(|k| self.frames[(self.next + k) % len].as_slice()));
+            match self.sock.send_batch(&self.picked) {
                 Ok(n) => {
                     self.sent += n as u64;
                     self.next = (self.next + n) % len;
@@ -455,9 +391,6 @@ const QUIT: u32 = 3;
 
 impl Hold {
     fn start(cpu: usize) -> Result<Self, Box<dyn Error>> {
-        if cpu >= libc::CPU_SETSIZE as usize {
-            return Err(format!("--stall-cpu {cpu}: no such CPU").into());
-        }
         // The sender must keep a CPU of its own, or it would wait for the
         // hold it started.
         let mine = allowed_cpus()?;
@@ -513,40 +446,13 @@ impl Hold {
 
 /// The CPUs the calling thread may run on.
 fn allowed_cpus() -> std::io::Result<Vec<usize>> {
-    // SAFETY: cpu_set_t is plain old data; all-zero is the empty set, and
-    // the kernel writes at most its size.
-    let set = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        set
-    };
-    // SAFETY: CPU_ISSET reads the set only, for indexes below CPU_SETSIZE.
-    Ok((0..libc::CPU_SETSIZE as usize)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect())
+    rvs_sys::sched::allowed_cpus()
 }
 
 /// Pins the calling thread to `cpu` and makes it SCHED_FIFO 99.
 fn pin_fifo(cpu: usize) -> std::io::Result<()> {
-    // SAFETY: cpu_set_t is plain old data; all-zero is the empty set, and
-    // `cpu` < CPU_SETSIZE was checked by the caller.
-    let r = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let param = libc::sched_param { sched_priority: 99 };
-    // SAFETY: `param` is a valid sched_param for the call.
-    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    rvs_sys::sched::pin_to_cpu(cpu)?;
+    rvs_sys::sched::set_fifo(99)
 }
 
 #[cfg(test)]
@@ -559,8 +465,7 @@ mod tests {
     /// makes no progress); after release it runs again. Root, 2 CPUs.
     #[test]
     fn hold_keeps_other_threads_off_its_cpu() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if !nix::unistd::geteuid().is_root() {
             rvs_testbed::skip_or_fail(
                 "hold_keeps_other_threads_off_its_cpu",
                 "SCHED_FIFO needs root",
@@ -617,13 +522,7 @@ mod tests {
     }
 
     fn pin(cpu: usize) {
-        // SAFETY: cpu_set_t is plain old data; `cpu` < CPU_SETSIZE.
-        let r = unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-        };
-        assert_eq!(r, 0, "sched_setaffinity({cpu})");
+        rvs_sys::sched::pin_to_cpu(cpu).unwrap_or_else(|e| panic!("sched_setaffinity({cpu}): {e}"));
     }
 
     /// The frame parses as Ethernet/IPv4/UDP, and both checksums agree

@@ -5,24 +5,30 @@
 //!
 //! Two ways to attach: [`Decap::attach`] through aya (detached when the
 //! [`Decap`] is dropped: for tests and long-running owners), and
-//! [`Decap::attach_persistent`] through a plain netlink `RTM_SETLINK`
-//! (`IFLA_XDP`), which the kernel keeps after the process exits, so a
+//! [`Decap::attach_persistent`] through a netlink link change (`IFLA_XDP`,
+//! rvs-sys), which the kernel keeps after the process exits, so a
 //! one-shot `rvsd realserver` can prepare a host and leave. Its maps live as
 //! long as the attached program.
 
 use std::net::IpAddr;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 
-use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray};
+use aya::maps::MapError;
 use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
+use rvs_sys::netlink::{Netlink, NetlinkError, XdpMode as NlXdpMode};
 
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::maps::typed::{TypedArray, TypedHash, TypedPerCpuArray};
 use crate::maps::{addr16, family};
 use crate::{RunResult, XdpError};
 
 /// Key of `decap_vips` (`struct rvs_decap_vip` of bpf/decap.h).
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct DecapVip {
     /// `AF_INET` or `AF_INET6`.
     pub family: u8,
@@ -45,7 +51,9 @@ impl DecapVip {
 
 /// Value of `decap_config[0]` (`struct rvs_decap_config`).
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct DecapConfig {
     /// GUE's UDP destination port, network order; 0 turns GUE off.
     pub gue_port: u16,
@@ -57,14 +65,6 @@ pub struct DecapConfig {
 
 const _: () = assert!(size_of::<DecapVip>() == 20);
 const _: () = assert!(size_of::<DecapConfig>() == 8);
-
-// SAFETY: both types are `#[repr(C)]`, integers and integer arrays only,
-// every padding byte an explicit field (the size asserts prove there is no
-// implicit padding): any bit pattern is valid and the kernel copies exactly
-// the fields.
-unsafe impl aya::Pod for DecapVip {}
-// SAFETY: as above.
-unsafe impl aya::Pod for DecapConfig {}
 
 /// Entries of `decap_vips` (`RVS_DECAP_MAX_VIPS`).
 pub const MAX_VIPS: u32 = 1024;
@@ -189,16 +189,16 @@ impl Decap {
 
     /// Decapsulate traffic for `vip` (no error when already present).
     pub fn add_vip(&mut self, vip: IpAddr) -> Result<(), XdpError> {
-        let mut m: HashMap<&mut MapData, DecapVip, u8> =
-            HashMap::try_from(self.map("decap_vips")?).map_err(map_err("decap_vips"))?;
+        let mut m = TypedHash::<DecapVip, u8>::new(self.map("decap_vips")?)
+            .map_err(map_err("decap_vips"))?;
         m.insert(DecapVip::new(vip), 1, 0)
             .map_err(map_err("decap_vips"))
     }
 
     /// Stop decapsulating traffic for `vip` (no error when absent).
     pub fn remove_vip(&mut self, vip: IpAddr) -> Result<(), XdpError> {
-        let mut m: HashMap<&mut MapData, DecapVip, u8> =
-            HashMap::try_from(self.map("decap_vips")?).map_err(map_err("decap_vips"))?;
+        let mut m = TypedHash::<DecapVip, u8>::new(self.map("decap_vips")?)
+            .map_err(map_err("decap_vips"))?;
         match m.remove(&DecapVip::new(vip)) {
             Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
             Err(MapError::SyscallError(e)) if e.io_error.kind() == std::io::ErrorKind::NotFound => {
@@ -210,8 +210,8 @@ impl Decap {
 
     /// Accept GUE on UDP destination port `port` (0: GUE off).
     pub fn set_gue_port(&mut self, port: u16) -> Result<(), XdpError> {
-        let mut a: Array<&mut MapData, DecapConfig> =
-            Array::try_from(self.map("decap_config")?).map_err(map_err("decap_config"))?;
+        let mut a = TypedArray::<DecapConfig>::new(self.map("decap_config")?)
+            .map_err(map_err("decap_config"))?;
         let c = DecapConfig {
             gue_port: port.to_be(),
             ..DecapConfig::default()
@@ -221,8 +221,8 @@ impl Decap {
 
     /// The counters summed over CPUs.
     pub fn stats(&mut self) -> Result<DecapStats, XdpError> {
-        let a: PerCpuArray<&mut MapData, u64> =
-            PerCpuArray::try_from(self.map("decap_stats")?).map_err(map_err("decap_stats"))?;
+        let a = TypedPerCpuArray::<u64>::new(self.map("decap_stats")?)
+            .map_err(map_err("decap_stats"))?;
         let sum = |i: u32| -> Result<u64, XdpError> {
             Ok(a.get(&i, 0).map_err(map_err("decap_stats"))?.iter().sum())
         };
@@ -262,13 +262,13 @@ impl Decap {
         let ifindex = ifindex(interface)?;
         let prog = self.program()?;
         let fd = prog.fd().map_err(prog_err("program fd"))?;
-        let raw = fd.as_fd().as_raw_fd();
+        let mut nl = netlink(interface, "attach")?;
         let mut last = None;
-        for (mode, flag) in [
-            (XdpMode::Driver, XDP_FLAGS_DRV),
-            (XdpMode::Skb, XDP_FLAGS_SKB),
+        for (mode, how) in [
+            (XdpMode::Driver, NlXdpMode::Driver),
+            (XdpMode::Skb, NlXdpMode::Skb),
         ] {
-            match netlink_set_xdp(ifindex, raw, flag) {
+            match nl.attach_xdp(ifindex, fd.as_fd(), how) {
                 Ok(()) => return Ok(mode),
                 Err(e) => last = Some(e),
             }
@@ -276,7 +276,10 @@ impl Decap {
         Err(DecapError::Netlink {
             what: "attach",
             interface: interface.to_owned(),
-            source: last.unwrap_or(std::io::Error::other("no mode tried")),
+            source: last.map_or_else(
+                || std::io::Error::other("no mode tried"),
+                NetlinkError::into_io,
+            ),
         })
     }
 
@@ -302,87 +305,30 @@ impl Decap {
 /// `interface`; no error when none is attached.
 pub fn detach_persistent(interface: &str) -> Result<(), DecapError> {
     let ifindex = ifindex(interface)?;
-    for flag in [XDP_FLAGS_DRV, XDP_FLAGS_SKB] {
-        netlink_set_xdp(ifindex, -1, flag).map_err(|source| DecapError::Netlink {
-            what: "detach",
-            interface: interface.to_owned(),
-            source,
-        })?;
+    let mut nl = netlink(interface, "detach")?;
+    for mode in [NlXdpMode::Driver, NlXdpMode::Skb] {
+        nl.detach_xdp(ifindex, mode)
+            .map_err(|e| DecapError::Netlink {
+                what: "detach",
+                interface: interface.to_owned(),
+                source: e.into_io(),
+            })?;
     }
     Ok(())
 }
 
-fn ifindex(interface: &str) -> Result<u32, DecapError> {
-    nix::net::if_::if_nametoindex(interface).map_err(|e| DecapError::Netlink {
-        what: "interface lookup",
+fn netlink(interface: &str, what: &'static str) -> Result<Netlink, DecapError> {
+    Netlink::open().map_err(|e| DecapError::Netlink {
+        what,
         interface: interface.to_owned(),
-        source: e.into(),
+        source: e.into_io(),
     })
 }
 
-const XDP_FLAGS_SKB: u32 = 1 << 1;
-const XDP_FLAGS_DRV: u32 = 1 << 2;
-const RTM_SETLINK: u16 = 19;
-const NLMSG_ERROR: u16 = 2;
-const NLM_F_REQUEST: u16 = 1;
-const NLM_F_ACK: u16 = 4;
-const IFLA_XDP: u16 = 43;
-const NLA_F_NESTED: u16 = 0x8000;
-const IFLA_XDP_FD: u16 = 1;
-const IFLA_XDP_FLAGS: u16 = 3;
-
-/// One `RTM_SETLINK` with `IFLA_XDP { FD = fd, FLAGS = flags }`; waits for
-/// the kernel's acknowledgement. `fd` -1 detaches.
-fn netlink_set_xdp(ifindex: u32, fd: i32, flags: u32) -> std::io::Result<()> {
-    use nix::sys::socket::{
-        AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recv, send,
-        socket,
-    };
-    let sock = socket(
-        AddressFamily::Netlink,
-        SockType::Raw,
-        SockFlag::SOCK_CLOEXEC,
-        SockProtocol::NetlinkRoute,
-    )?;
-    bind(sock.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
-    let mut msg = Vec::with_capacity(52);
-    msg.extend_from_slice(&52u32.to_ne_bytes()); // nlmsg_len
-    msg.extend_from_slice(&RTM_SETLINK.to_ne_bytes());
-    msg.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
-    msg.extend_from_slice(&1u32.to_ne_bytes()); // seq
-    msg.extend_from_slice(&0u32.to_ne_bytes()); // pid: the kernel
-    // struct ifinfomsg
-    msg.extend_from_slice(&[0, 0]); // family AF_UNSPEC, pad
-    msg.extend_from_slice(&0u16.to_ne_bytes()); // type
-    msg.extend_from_slice(&ifindex.to_ne_bytes());
-    msg.extend_from_slice(&0u32.to_ne_bytes()); // flags
-    msg.extend_from_slice(&0u32.to_ne_bytes()); // change
-    // IFLA_XDP (nested): FD, FLAGS
-    msg.extend_from_slice(&20u16.to_ne_bytes());
-    msg.extend_from_slice(&(IFLA_XDP | NLA_F_NESTED).to_ne_bytes());
-    msg.extend_from_slice(&8u16.to_ne_bytes());
-    msg.extend_from_slice(&IFLA_XDP_FD.to_ne_bytes());
-    msg.extend_from_slice(&fd.to_ne_bytes());
-    msg.extend_from_slice(&8u16.to_ne_bytes());
-    msg.extend_from_slice(&IFLA_XDP_FLAGS.to_ne_bytes());
-    msg.extend_from_slice(&flags.to_ne_bytes());
-    debug_assert_eq!(msg.len(), 52);
-    send(sock.as_raw_fd(), &msg, MsgFlags::empty())?;
-    let mut buf = [0u8; 1024];
-    let n = recv(sock.as_raw_fd(), &mut buf, MsgFlags::empty())?;
-    if n < 20 {
-        return Err(std::io::Error::other("short netlink reply"));
-    }
-    let kind = u16::from_ne_bytes([buf[4], buf[5]]);
-    if kind != NLMSG_ERROR {
-        return Err(std::io::Error::other(format!(
-            "unexpected netlink reply type {kind}"
-        )));
-    }
-    let err = i32::from_ne_bytes([buf[16], buf[17], buf[18], buf[19]]);
-    if err == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::from_raw_os_error(-err))
-    }
+fn ifindex(interface: &str) -> Result<u32, DecapError> {
+    rvs_sys::iface::ifindex(interface).map_err(|source| DecapError::Netlink {
+        what: "interface lookup",
+        interface: interface.to_owned(),
+        source,
+    })
 }

@@ -10,6 +10,7 @@
 //! Loading needs root (CAP_BPF + CAP_NET_ADMIN); the layout checks and the
 //! table builders do not. When the crate was built without clang, every
 //! loading function returns [`XdpError::NoBpf`].
+#![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod decap;

@@ -1,10 +1,11 @@
 //! [`Loaded`]: one BPF object of this crate loaded into the kernel, with
 //! typed access to its maps and `BPF_PROG_TEST_RUN`.
 
-use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray};
+use aya::maps::MapError;
 use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 
+use crate::maps::typed::{Plain, TypedArray, TypedHash, TypedPerCpuArray};
 use crate::maps::{
     self, Config, Dest, DestConns, Flow, Flow4Key, Flow6Cache, FlowCache, FlowKey, Locality,
     LocalityKey, Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcKey,
@@ -136,80 +137,23 @@ impl Loaded {
     /// left as calls. Call targets are only given to a caller allowed to see
     /// kernel addresses (root); otherwise they read as zero.
     pub fn translated(&mut self) -> Result<Vec<[u8; 8]>, XdpError> {
-        use std::os::fd::{AsFd, AsRawFd};
+        use std::os::fd::AsFd;
 
-        #[repr(C)]
-        #[derive(Default)]
-        struct InfoAttr {
-            bpf_fd: u32,
-            info_len: u32,
-            info: u64,
-        }
-        /// The head of `struct bpf_prog_info` (the kernel fills what fits).
-        #[repr(C)]
-        #[derive(Default)]
-        struct ProgInfoHead {
-            prog_type: u32,
-            id: u32,
-            tag: [u8; 8],
-            jited_prog_len: u32,
-            xlated_prog_len: u32,
-            jited_prog_insns: u64,
-            xlated_prog_insns: u64,
-        }
-        const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
         let name = self.object.name();
         let prog = self.program()?;
-        let fd = prog
-            .fd()
-            .map_err(|e| XdpError::Program {
-                program: name,
-                what: "program fd",
-                source: Box::new(e),
-            })?
-            .as_fd()
-            .as_raw_fd();
-        let call = |info: &mut ProgInfoHead| -> Result<(), XdpError> {
-            let mut attr = InfoAttr {
-                bpf_fd: fd as u32,
-                info_len: size_of::<ProgInfoHead>() as u32,
-                info: info as *mut ProgInfoHead as u64,
-            };
-            // SAFETY: `attr` points at `info`, a live `ProgInfoHead` of
-            // `info_len` bytes the kernel may write; its
-            // `xlated_prog_insns`, when set, points at a buffer of
-            // `xlated_prog_len` bytes that outlives the call.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_bpf,
-                    BPF_OBJ_GET_INFO_BY_FD,
-                    &mut attr as *mut InfoAttr,
-                    size_of::<InfoAttr>() as libc::c_uint,
-                )
-            };
-            if rc < 0 {
-                return Err(XdpError::Program {
-                    program: name,
-                    what: "BPF_OBJ_GET_INFO_BY_FD",
-                    source: Box::new(ProgramError::SyscallError(aya::sys::SyscallError {
-                        call: "bpf_obj_get_info_by_fd",
-                        io_error: std::io::Error::last_os_error(),
-                    })),
-                });
-            }
-            Ok(())
-        };
-        let mut head = ProgInfoHead::default();
-        call(&mut head)?;
-        let mut insns = vec![[0u8; 8]; head.xlated_prog_len as usize / 8];
-        let mut info = ProgInfoHead {
-            xlated_prog_len: (insns.len() * 8) as u32,
-            xlated_prog_insns: insns.as_mut_ptr() as u64,
-            ..ProgInfoHead::default()
-        };
-        call(&mut info)?;
-        insns.truncate(info.xlated_prog_len as usize / 8);
-        Ok(insns)
+        let fd = prog.fd().map_err(|e| XdpError::Program {
+            program: name,
+            what: "program fd",
+            source: Box::new(e),
+        })?;
+        rvs_sys::bpf::prog_xlated_insns(fd.as_fd()).map_err(|io_error| XdpError::Program {
+            program: name,
+            what: "BPF_OBJ_GET_INFO_BY_FD",
+            source: Box::new(ProgramError::SyscallError(aya::sys::SyscallError {
+                call: "bpf_obj_get_info_by_fd",
+                io_error,
+            })),
+        })
     }
 
     pub(crate) fn map(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, XdpError> {
@@ -218,18 +162,25 @@ impl Loaded {
             .ok_or(XdpError::Missing { kind: "map", name })
     }
 
-    pub(crate) fn array<V: aya::Pod>(
+    pub(crate) fn array<V: Plain>(
         &mut self,
         name: &'static str,
-    ) -> Result<Array<&mut MapData, V>, XdpError> {
-        Array::try_from(self.map(name)?).map_err(map_err(name))
+    ) -> Result<TypedArray<'_, V>, XdpError> {
+        TypedArray::new(self.map(name)?).map_err(map_err(name))
     }
 
-    pub(crate) fn hash<K: aya::Pod, V: aya::Pod>(
+    pub(crate) fn hash<K: Plain, V: Plain>(
         &mut self,
         name: &'static str,
-    ) -> Result<HashMap<&mut MapData, K, V>, XdpError> {
-        HashMap::try_from(self.map(name)?).map_err(map_err(name))
+    ) -> Result<TypedHash<'_, K, V>, XdpError> {
+        TypedHash::new(self.map(name)?).map_err(map_err(name))
+    }
+
+    fn per_cpu_array<V: Plain>(
+        &mut self,
+        name: &'static str,
+    ) -> Result<TypedPerCpuArray<'_, V>, XdpError> {
+        TypedPerCpuArray::new(self.map(name)?).map_err(map_err(name))
     }
 
     /// Map a virtual service to its index in `svc_info`.
@@ -410,24 +361,22 @@ impl Loaded {
     /// The `flow6_cache` element an IPv6 flow key maps to, per CPU (index =
     /// CPU number); as [`Loaded::flow_cache`] for IPv4.
     pub fn flow6_cache(&mut self, key: &FlowKey) -> Result<Vec<Flow6Cache>, XdpError> {
-        let a: PerCpuArray<&mut MapData, Flow6Cache> =
-            PerCpuArray::try_from(self.map("flow6_cache")?).map_err(map_err("flow6_cache"))?;
+        let a = self.per_cpu_array::<Flow6Cache>("flow6_cache")?;
         let v = a
             .get(&maps::flow6_cache_index(key), 0)
             .map_err(map_err("flow6_cache"))?;
-        Ok(v.to_vec())
+        Ok(v)
     }
 
     /// The `flow_cache` element an IPv4 flow key maps to, per CPU (index =
     /// CPU number). It holds another key, or a stale entry, as often as not:
     /// compare [`FlowCache::key`], epoch and stamp. For tests and debugging.
     pub fn flow_cache(&mut self, key: &Flow4Key) -> Result<Vec<FlowCache>, XdpError> {
-        let a: PerCpuArray<&mut MapData, FlowCache> =
-            PerCpuArray::try_from(self.map("flow_cache")?).map_err(map_err("flow_cache"))?;
+        let a = self.per_cpu_array::<FlowCache>("flow_cache")?;
         let v = a
             .get(&maps::flow_cache_index(key), 0)
             .map_err(map_err("flow_cache"))?;
-        Ok(v.to_vec())
+        Ok(v)
     }
 
     /// Remove a flow entry (no error when absent).
@@ -491,8 +440,7 @@ impl Loaded {
     }
 
     fn stats(&mut self, name: &'static str, index: u32) -> Result<Stats, XdpError> {
-        let a: PerCpuArray<&mut MapData, Stats> =
-            PerCpuArray::try_from(self.map(name)?).map_err(map_err(name))?;
+        let a = self.per_cpu_array::<Stats>(name)?;
         let per_cpu = a.get(&index, 0).map_err(map_err(name))?;
         Ok(per_cpu.iter().fold(Stats::default(), |s, c| Stats {
             conns: s.conns + c.conns,

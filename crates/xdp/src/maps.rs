@@ -19,10 +19,13 @@
 
 use std::net::IpAddr;
 
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
 pub mod kernel;
 #[cfg(any(test, feature = "mem-maps"))]
 mod mem;
 pub mod ops;
+pub mod typed;
 
 pub use kernel::KernelMaps;
 #[cfg(any(test, feature = "mem-maps"))]
@@ -188,7 +191,9 @@ pub fn family(a: IpAddr) -> u8 {
 
 /// `services` key: a virtual service (protocol, VIP, port).
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct SvcKey {
     /// [`PROTO_TCP`] or [`PROTO_UDP`].
     pub proto: u8,
@@ -214,7 +219,9 @@ impl SvcKey {
 
 /// `svc_info` value: how one service schedules.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Svc {
     /// Scheduler id ([`sched`]); [`sched::NONE`] = unused slot.
     pub sched: u8,
@@ -240,7 +247,9 @@ pub struct Svc {
 
 /// `dests` value: one real server.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Dest {
     /// Address, see [`addr16`].
     pub addr: [u8; 16],
@@ -271,7 +280,21 @@ pub struct Dest {
 /// the shorter [`Flow4Key`] in `flows4`; the control side speaks of every
 /// flow with this type ([`Flow4Key::of`] and [`Flow4Key::widen`] convert).
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Copy,
+    Clone,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+)]
 pub struct FlowKey {
     /// Client address.
     pub caddr: [u8; 16],
@@ -308,7 +331,9 @@ impl FlowKey {
 /// compares the whole key on every packet; 16 bytes cost ~6 ns less per
 /// lookup than the 40 of [`FlowKey`]).
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Flow4Key {
     /// Client address.
     pub caddr: [u8; 4],
@@ -368,7 +393,9 @@ impl Flow4Key {
 
 /// `flows` and `flows4` value.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Flow {
     /// Jiffies (`bpf_jiffies64`) of the last packet; see [`Config::hz`].
     pub last_seen: u64,
@@ -479,7 +506,9 @@ pub fn flow_epoch_slot(k: &Flow4Key) -> u32 {
 
 /// `flow_cache` value: one CPU's cached established IPv4 DR flow.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct FlowCache {
     /// The flow's key.
     pub key: Flow4Key,
@@ -497,7 +526,9 @@ pub struct FlowCache {
 
 /// `flow6_cache` value: one CPU's cached established IPv6 DR flow.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Flow6Cache {
     /// The flow's key.
     pub key: FlowKey,
@@ -515,7 +546,9 @@ pub struct Flow6Cache {
 
 /// `nat_rev` key: a reply from a real server to a client.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct NatKey {
     /// Real-server address.
     pub raddr: [u8; 16],
@@ -535,7 +568,9 @@ pub struct NatKey {
 
 /// `nat_rev` value: what a reply's source is rewritten to.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Nat {
     /// The VIP.
     pub vaddr: [u8; 16],
@@ -551,7 +586,9 @@ pub struct Nat {
 
 /// `svc_stats` / `dest_stats` value (per CPU): IPVS's counters.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Stats {
     /// Connections scheduled.
     pub conns: u64,
@@ -567,7 +604,9 @@ pub struct Stats {
 
 /// `config[0]`: the director's own settings.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Config {
     /// Outer source address of IPv4 tunnels.
     pub tun_src4: [u8; 4],
@@ -606,7 +645,21 @@ pub struct Config {
 
 /// `persist` key: a persistence template's client network and service.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Copy,
+    Clone,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+)]
 pub struct PersistKey {
     /// Client address masked with the service's `persist_mask`.
     pub caddr: [u8; 16],
@@ -622,7 +675,9 @@ pub struct PersistKey {
 
 /// `persist` value: the real server a client network sticks to.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Persist {
     /// Jiffies of the last new flow that used the template.
     pub last_seen: u64,
@@ -635,7 +690,9 @@ pub struct Persist {
 /// `locality` key: a service and a packet destination address (lblc,
 /// lblcr).
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct LocalityKey {
     /// Service index.
     pub svc: u32,
@@ -662,7 +719,9 @@ impl LocalityKey {
 /// `locality` value: the real server (lblc: `members[0]`) or server set
 /// (lblcr: newest first) of a destination address.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Locality {
     /// Jiffies of the last decision that looked the entry up.
     pub lastuse: u64,
@@ -698,7 +757,9 @@ pub fn prefix_mask(prefix_len: u8) -> [u8; 16] {
 /// `dest_conns` value: a real server's ActiveConn / InActConn as the
 /// program keeps them.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct DestConns {
     /// Flows in ESTABLISHED, SYN_SENT, SYN_RECV or SYNACK.
     pub active: u32,
@@ -708,7 +769,9 @@ pub struct DestConns {
 
 /// `flood[0]` (per CPU): the SYN-flood guard's current window.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Flood {
     /// `jiffies / hz` of the window.
     pub second: u64,
@@ -760,43 +823,3 @@ const _: () = assert!(size_of::<PersistKey>() == 36);
 const _: () = assert!(size_of::<Persist>() == 16);
 const _: () = assert!(size_of::<LocalityKey>() == 24);
 const _: () = assert!(size_of::<Locality>() == 56);
-
-// SAFETY: every type below is `#[repr(C)]`, made only of integers and
-// integer arrays with every padding byte an explicit field (the size
-// asserts above prove there is no implicit padding), so any bit pattern is a
-// valid value and the bytes the kernel copies are exactly the fields.
-unsafe impl aya::Pod for SvcKey {}
-// SAFETY: as above.
-unsafe impl aya::Pod for Svc {}
-// SAFETY: as above.
-unsafe impl aya::Pod for Dest {}
-// SAFETY: as above.
-unsafe impl aya::Pod for FlowKey {}
-// SAFETY: as above.
-unsafe impl aya::Pod for Flow4Key {}
-// SAFETY: as above.
-unsafe impl aya::Pod for Flow {}
-// SAFETY: as above.
-unsafe impl aya::Pod for FlowCache {}
-// SAFETY: as above.
-unsafe impl aya::Pod for Flow6Cache {}
-// SAFETY: as above.
-unsafe impl aya::Pod for NatKey {}
-// SAFETY: as above.
-unsafe impl aya::Pod for Nat {}
-// SAFETY: as above.
-unsafe impl aya::Pod for Stats {}
-// SAFETY: as above.
-unsafe impl aya::Pod for Config {}
-// SAFETY: as above.
-unsafe impl aya::Pod for Flood {}
-// SAFETY: as above.
-unsafe impl aya::Pod for DestConns {}
-// SAFETY: as above.
-unsafe impl aya::Pod for PersistKey {}
-// SAFETY: as above.
-unsafe impl aya::Pod for Persist {}
-// SAFETY: as above.
-unsafe impl aya::Pod for LocalityKey {}
-// SAFETY: as above.
-unsafe impl aya::Pod for Locality {}

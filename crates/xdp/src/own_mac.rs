@@ -16,8 +16,8 @@
 //! Also here: [`Loaded::run_on`], a BPF_PROG_TEST_RUN with the ingress
 //! interface given in the context, as the program sees a frame on the wire.
 
-use aya::maps::Array;
 use aya::programs::{TestRun, TestRunOptions};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::{Loaded, Object, RunResult, XdpError};
 
@@ -31,7 +31,9 @@ pub const OWN_MACS_MAX: usize = 16;
 
 /// One owned MAC: `struct rvs_own_mac`.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct OwnMac {
     /// The interface it is owned on (the frame's ingress interface).
     pub ifindex: u32,
@@ -43,7 +45,9 @@ pub struct OwnMac {
 
 /// The whole table: `struct rvs_own_macs`, element 0 of [`OWN_MACS_MAP`].
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct OwnMacTable {
     /// Entries in use, from the first.
     pub count: u32,
@@ -55,11 +59,6 @@ pub struct OwnMacTable {
 
 const _: () = assert!(size_of::<OwnMac>() == 12);
 const _: () = assert!(size_of::<OwnMacTable>() == 8 + 12 * OWN_MACS_MAX);
-
-// SAFETY: both types are `#[repr(C)]`, made only of integers and integer
-// arrays with every padding byte an explicit field (the size asserts above
-// prove there is no implicit padding), so any bit pattern is a valid value.
-unsafe impl aya::Pod for OwnMacTable {}
 
 /// Why an owned MAC could not be added or found.
 #[derive(Debug, thiserror::Error)]
@@ -210,7 +209,9 @@ fn is_director(object: Object) -> bool {
 }
 
 impl Loaded {
-    fn own_macs_map(&mut self) -> Result<Array<&mut aya::maps::MapData, OwnMacTable>, XdpError> {
+    fn own_macs_map(
+        &mut self,
+    ) -> Result<crate::maps::typed::TypedArray<'_, OwnMacTable>, XdpError> {
         self.array::<OwnMacTable>(OWN_MACS_MAP)
     }
 

@@ -718,10 +718,7 @@ impl Plane<KernelMaps> {
         let Some(first) = opts.interfaces.first() else {
             return Err(PlaneError::Refused("no interface to attach to".into()));
         };
-        let not_root = || {
-            // SAFETY: geteuid has no preconditions and cannot fail.
-            unsafe { libc::geteuid() != 0 }
-        };
+        let not_root = || !nix::unistd::geteuid().is_root();
         let maps = KernelMaps::load(&opts.load).map_err(|e| {
             if not_root() {
                 PlaneError::Refused(format!(
@@ -737,15 +734,9 @@ impl Plane<KernelMaps> {
         let tun_mtu = match opts.tun_mtu {
             Some(m) => m,
             None => {
-                let name = std::ffi::CString::new(first.as_str())
-                    .map_err(|_| PlaneError::Refused("bad interface name".into()))?;
-                // SAFETY: `name` is a valid NUL-terminated string.
-                let idx = unsafe { libc::if_nametoindex(name.as_ptr()) };
-                if idx == 0 {
-                    return Err(PlaneError::Refused(format!(
-                        "no interface `{first}` in this network namespace"
-                    )));
-                }
+                let idx = rvs_sys::iface::ifindex(first).map_err(|_| {
+                    PlaneError::Refused(format!("no interface `{first}` in this network namespace"))
+                })?;
                 resolver
                     .link_mtu(idx)
                     .map_err(|e| PlaneError::Refused(format!("MTU of `{first}`: {e}")))?

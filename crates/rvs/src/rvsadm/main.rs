@@ -6,6 +6,8 @@
 //! `--mh-table-size N`, `--socket PATH` (or `RVS_SOCKET`), and for packagers
 //! `--man` and `--completions SHELL`.
 
+#![forbid(unsafe_code)]
+
 mod doc;
 
 use std::io::{BufReader, Read};

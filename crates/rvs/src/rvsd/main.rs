@@ -2,6 +2,8 @@
 //! timeouts), drives a data plane, and serves `rvsadm` over a Unix socket and
 //! Prometheus over HTTP.
 
+#![forbid(unsafe_code)]
+
 mod daemon;
 mod demo;
 mod http;

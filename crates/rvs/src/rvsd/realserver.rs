@@ -24,10 +24,10 @@
 //! and, when no VIP is left on `lo`, detaches the decapsulator and restores
 //! those values (the kernel defaults when the file is missing).
 
+use rvs_sys::netlink::Netlink;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::process::Command;
 
 use anyhow::{Context, bail};
 
@@ -72,9 +72,8 @@ pub(crate) fn run(spec: &Spec) -> anyhow::Result<Vec<String>> {
         bail!("--tun-type gue needs --gue-port N");
     }
     if let Some(ifname) = &spec.interface {
-        // Through netlink (not /sys, which may show another namespace).
-        ip(&["link", "show", "dev", ifname], &[])
-            .with_context(|| format!("--interface {ifname}"))?;
+        // In this namespace (not /sys, which may show another one).
+        rvs_sys::iface::ifindex(ifname).with_context(|| format!("--interface {ifname}"))?;
     }
     if spec.undo { undo(spec) } else { apply(spec) }
 }
@@ -138,22 +137,14 @@ fn save_state(state: &BTreeMap<String, u32>) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", p.display()))
 }
 
-/// Run `ip ARGS`; Ok(true) when it worked, Ok(false) when it failed with
-/// one of the `tolerated` messages (e.g. "File exists"), Err otherwise.
-fn ip(args: &[&str], tolerated: &[&str]) -> anyhow::Result<bool> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .context("running ip (iproute2)")?;
-    if out.status.success() {
-        return Ok(true);
-    }
-    let err = String::from_utf8_lossy(&out.stderr);
-    let lower = err.to_lowercase();
-    if tolerated.iter().any(|t| lower.contains(&t.to_lowercase())) {
-        return Ok(false);
-    }
-    bail!("ip {}: {}", args.join(" "), err.trim())
+/// The netlink socket (rvs-sys, blocking: this is a one-shot command).
+fn netlink() -> anyhow::Result<Netlink> {
+    Netlink::open().context("opening a netlink socket")
+}
+
+/// The index of `lo`.
+fn lo() -> anyhow::Result<u32> {
+    rvs_sys::iface::ifindex("lo").context("interface lo")
 }
 
 fn prefix(vip: &IpAddr) -> String {
@@ -163,44 +154,33 @@ fn prefix(vip: &IpAddr) -> String {
     }
 }
 
+/// Host prefix length of `vip` (/32, /128).
+fn host_len(vip: &IpAddr) -> u8 {
+    if vip.is_ipv4() { 32 } else { 128 }
+}
+
 /// The non-loopback addresses on `lo`: the VIPs this host serves.
 fn lo_vips() -> anyhow::Result<Vec<IpAddr>> {
-    let out = Command::new("ip")
-        .args(["-j", "addr", "show", "dev", "lo"])
-        .output()
-        .context("running ip (iproute2)")?;
-    if !out.status.success() {
-        bail!(
-            "ip addr show dev lo: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("ip -j output")?;
-    let mut vips = Vec::new();
-    for link in v.as_array().into_iter().flatten() {
-        for a in link["addr_info"].as_array().into_iter().flatten() {
-            if let Some(addr) = a["local"].as_str().and_then(|s| s.parse::<IpAddr>().ok())
-                && !addr.is_loopback()
-            {
-                vips.push(addr);
-            }
-        }
-    }
-    Ok(vips)
+    Ok(netlink()?
+        .addresses(lo()?)
+        .context("listing the addresses of lo")?
+        .into_iter()
+        .map(|(a, _)| a)
+        .filter(|a| !a.is_loopback())
+        .collect())
 }
 
 fn apply(spec: &Spec) -> anyhow::Result<Vec<String>> {
     let mut done = Vec::new();
-    ip(&["link", "set", "lo", "up"], &[])?;
+    let (mut nl, lo) = (netlink()?, lo()?);
+    nl.set_link_up(lo).context("setting lo up")?;
     for vip in &spec.vips {
-        // IPv6: `nodad`, or the address stays tentative for a moment (DAD
-        // runs from a work queue even on lo) and binding to it fails.
-        let p = prefix(vip);
-        let mut args = vec!["addr", "add", &p, "dev", "lo"];
-        if vip.is_ipv6() {
-            args.push("nodad");
-        }
-        let added = ip(&args, &["File exists", "already assigned"])?;
+        // IPv6 addresses are added without duplicate address detection, or
+        // they stay tentative for a moment (DAD runs from a work queue even
+        // on lo) and binding to them fails.
+        let added = nl
+            .add_address(lo, *vip, host_len(vip))
+            .with_context(|| format!("adding {} to lo", prefix(vip)))?;
         done.push(format!(
             "{} {} on lo",
             if added { "added" } else { "kept" },
@@ -255,11 +235,11 @@ fn attach_decap(ifname: &str, vips: &[IpAddr], gue_port: u16) -> anyhow::Result<
 
 fn undo(spec: &Spec) -> anyhow::Result<Vec<String>> {
     let mut done = Vec::new();
+    let (mut nl, lo) = (netlink()?, lo()?);
     for vip in &spec.vips {
-        let removed = ip(
-            &["addr", "del", &prefix(vip), "dev", "lo"],
-            &["Cannot assign requested address", "address not found"],
-        )?;
+        let removed = nl
+            .del_address(lo, *vip, host_len(vip))
+            .with_context(|| format!("removing {} from lo", prefix(vip)))?;
         done.push(format!(
             "{} {} on lo",
             if removed { "removed" } else { "absent:" },

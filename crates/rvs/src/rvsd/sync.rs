@@ -181,7 +181,7 @@ fn start_as(daemon: &Arc<Mutex<Daemon>>, cfg: DaemonConfig, managed: bool) -> Re
 
 /// The interface's index.
 fn ifindex(ifname: &str) -> std::io::Result<u32> {
-    nix::net::if_::if_nametoindex(ifname)
+    rvs_sys::iface::ifindex(ifname)
         .map_err(|_| std::io::Error::other(format!("no interface {ifname}")))
 }
 

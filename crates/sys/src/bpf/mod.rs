@@ -1,2 +1,583 @@
-//! bpf(2) calls that aya 0.14 does not make for us, on the file descriptors
-//! of programs and maps aya loaded.
+//! bpf(2) calls on the file descriptors of programs and maps aya loaded:
+//! map element operations by bytes (lookup, update, delete, key walk),
+//! `BPF_MAP_LOOKUP_BATCH`, per-CPU value sizes and `BPF_OBJ_GET_INFO_BY_FD`
+//! (aya 0.14 wraps neither the batch nor the program's translated
+//! instructions, and its typed maps need an `unsafe impl Pod` per type).
+//!
+//! Every buffer passed in is checked against the sizes the kernel reports
+//! for the map ([`BpfMap::new`] asks it), so a wrong length is an
+//! `InvalidInput` error, never an out-of-bounds kernel write.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::OnceLock;
+
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+
+const BPF_MAP_TYPE_PERCPU_HASH: u32 = 5;
+const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+const BPF_MAP_TYPE_LRU_PERCPU_HASH: u32 = 10;
+const BPF_MAP_TYPE_PERCPU_CGROUP_STORAGE: u32 = 21;
+
+/// Size of a [`BatchToken`]: the kernel's batch position is the bucket
+/// index for hash maps and a key for arrays; maps with larger keys cannot
+/// be read in batches here.
+pub const BATCH_TOKEN: usize = 64;
+
+/// Where a batched read of a map stands (opaque, map-specific bytes).
+pub type BatchToken = [u8; BATCH_TOKEN];
+
+/// `bpf(cmd, attr, sizeof attr)`.
+///
+/// # Safety
+/// `attr` must be the attribute struct of `cmd`, and every pointer in it
+/// must point at a live buffer at least as large as the kernel will read
+/// or write for that command on that object.
+unsafe fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
+    // SAFETY: the caller guarantees `attr` is `cmd`'s attribute struct
+    // with valid pointers; its size is passed so the kernel copies exactly
+    // that struct.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            std::ptr::from_mut(attr),
+            size_of::<T>() as libc::c_uint,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// `union bpf_attr` for `BPF_OBJ_GET_INFO_BY_FD`.
+#[repr(C)]
+struct InfoAttr {
+    bpf_fd: u32,
+    info_len: u32,
+    info: u64,
+}
+
+/// The head of `struct bpf_map_info` (the kernel fills what fits).
+#[repr(C)]
+#[derive(Default)]
+struct MapInfoHead {
+    map_type: u32,
+    id: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+}
+
+/// The head of `struct bpf_prog_info` (the kernel fills what fits).
+#[repr(C)]
+#[derive(Default)]
+struct ProgInfoHead {
+    prog_type: u32,
+    id: u32,
+    tag: [u8; 8],
+    jited_prog_len: u32,
+    xlated_prog_len: u32,
+    jited_prog_insns: u64,
+    xlated_prog_insns: u64,
+}
+
+fn fd_u32(fd: BorrowedFd<'_>) -> u32 {
+    // An open descriptor is never negative.
+    fd.as_raw_fd() as u32
+}
+
+/// What the kernel says about a map.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct MapInfo {
+    /// `BPF_MAP_TYPE_*`.
+    pub map_type: u32,
+    /// The kernel's id of the map.
+    pub id: u32,
+    /// Bytes of a key.
+    pub key_size: u32,
+    /// Bytes of a value (of one CPU's value for per-CPU maps).
+    pub value_size: u32,
+    /// Capacity.
+    pub max_entries: u32,
+    /// `BPF_F_*` creation flags.
+    pub map_flags: u32,
+}
+
+impl MapInfo {
+    /// Whether values are per CPU (a lookup returns one per possible CPU).
+    pub fn is_per_cpu(&self) -> bool {
+        matches!(
+            self.map_type,
+            BPF_MAP_TYPE_PERCPU_HASH
+                | BPF_MAP_TYPE_PERCPU_ARRAY
+                | BPF_MAP_TYPE_LRU_PERCPU_HASH
+                | BPF_MAP_TYPE_PERCPU_CGROUP_STORAGE
+        )
+    }
+}
+
+/// `BPF_OBJ_GET_INFO_BY_FD` on a map.
+pub fn map_info(fd: BorrowedFd<'_>) -> io::Result<MapInfo> {
+    let mut head = MapInfoHead::default();
+    let mut attr = InfoAttr {
+        bpf_fd: fd_u32(fd),
+        info_len: size_of::<MapInfoHead>() as u32,
+        info: std::ptr::from_mut(&mut head) as u64,
+    };
+    // SAFETY: `attr.info` points at `head`, a live struct of `info_len`
+    // bytes the kernel may write.
+    unsafe { bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }?;
+    Ok(MapInfo {
+        map_type: head.map_type,
+        id: head.id,
+        key_size: head.key_size,
+        value_size: head.value_size,
+        max_entries: head.max_entries,
+        map_flags: head.map_flags,
+    })
+}
+
+/// The program as the verifier rewrote it: its "xlated" instructions, 8
+/// bytes each (`BPF_OBJ_GET_INFO_BY_FD`). Call targets are only given to a
+/// caller allowed to see kernel addresses (root); otherwise they read as 0.
+pub fn prog_xlated_insns(fd: BorrowedFd<'_>) -> io::Result<Vec<[u8; 8]>> {
+    let call = |info: &mut ProgInfoHead| -> io::Result<()> {
+        let mut attr = InfoAttr {
+            bpf_fd: fd_u32(fd),
+            info_len: size_of::<ProgInfoHead>() as u32,
+            info: std::ptr::from_mut(info) as u64,
+        };
+        // SAFETY: `attr` points at `info`, a live `ProgInfoHead` of
+        // `info_len` bytes the kernel may write; its `xlated_prog_insns`,
+        // when set, points at a buffer of `xlated_prog_len` bytes that
+        // outlives the call (the kernel writes at most that many).
+        unsafe { bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }.map(drop)
+    };
+    let mut head = ProgInfoHead::default();
+    call(&mut head)?;
+    let mut insns = vec![[0u8; 8]; head.xlated_prog_len as usize / 8];
+    let mut info = ProgInfoHead {
+        xlated_prog_len: (insns.len() * 8) as u32,
+        xlated_prog_insns: insns.as_mut_ptr() as u64,
+        ..ProgInfoHead::default()
+    };
+    call(&mut info)?;
+    insns.truncate(info.xlated_prog_len as usize / 8);
+    Ok(insns)
+}
+
+/// The number of possible CPUs (`/sys/devices/system/cpu/possible`): the
+/// number of values a per-CPU map holds per key.
+pub fn possible_cpus() -> io::Result<usize> {
+    static CPUS: OnceLock<usize> = OnceLock::new();
+    if let Some(n) = CPUS.get() {
+        return Ok(*n);
+    }
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    let n = parse_cpu_list(&text).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("unreadable possible CPU list {text:?}"),
+        )
+    })?;
+    Ok(*CPUS.get_or_init(|| n))
+}
+
+/// The highest CPU of a list like `0-3,8-11` plus one.
+fn parse_cpu_list(text: &str) -> Option<usize> {
+    let mut max = None;
+    for part in text.trim().split(',') {
+        let last = part.rsplit('-').next()?;
+        let n: usize = last.trim().parse().ok()?;
+        max = Some(max.map_or(n, |m: usize| m.max(n)));
+    }
+    max.map(|m| m + 1)
+}
+
+/// `union bpf_attr` for the element commands.
+#[repr(C)]
+#[derive(Default)]
+struct ElemAttr {
+    map_fd: u32,
+    pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+/// `union bpf_attr` for `BPF_MAP_LOOKUP_BATCH`.
+#[repr(C)]
+#[derive(Default)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+/// One batch of a map read by [`BpfMap::lookup_batch`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Batch {
+    /// Entries stored at the start of the key and value buffers.
+    pub count: usize,
+    /// The whole map has been read (the kernel's `ENOENT`): `count` may
+    /// still be non-zero.
+    pub end: bool,
+}
+
+fn invalid(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, what)
+}
+
+/// A map file descriptor with the sizes the kernel reported for it.
+#[derive(Debug, Clone, Copy)]
+pub struct BpfMap<'fd> {
+    fd: BorrowedFd<'fd>,
+    info: MapInfo,
+    value_len: usize,
+}
+
+impl<'fd> BpfMap<'fd> {
+    /// Ask the kernel for the map's sizes.
+    pub fn new(fd: BorrowedFd<'fd>) -> io::Result<Self> {
+        let info = map_info(fd)?;
+        let value_len = if info.is_per_cpu() {
+            (info.value_size as usize).next_multiple_of(8) * possible_cpus()?
+        } else {
+            info.value_size as usize
+        };
+        Ok(BpfMap {
+            fd,
+            info,
+            value_len,
+        })
+    }
+
+    /// The map's info.
+    pub fn info(&self) -> &MapInfo {
+        &self.info
+    }
+
+    /// Bytes of a key.
+    pub fn key_len(&self) -> usize {
+        self.info.key_size as usize
+    }
+
+    /// Bytes of the value of one key as lookups return it: `value_size`,
+    /// or for per-CPU maps one 8-byte aligned value per possible CPU.
+    pub fn value_len(&self) -> usize {
+        self.value_len
+    }
+
+    fn check(&self, key: usize, value: Option<usize>) -> io::Result<()> {
+        if key != self.key_len() {
+            return Err(invalid(format!(
+                "BPF map {}: key of {key} bytes, the map's are {}",
+                self.info.id,
+                self.key_len()
+            )));
+        }
+        if let Some(v) = value
+            && v != self.value_len
+        {
+            return Err(invalid(format!(
+                "BPF map {}: value of {v} bytes, the map's are {}",
+                self.info.id, self.value_len
+            )));
+        }
+        Ok(())
+    }
+
+    /// `BPF_MAP_LOOKUP_ELEM`: fill `value` (of [`BpfMap::value_len`]
+    /// bytes); `false` when the key is not there.
+    pub fn lookup(&self, key: &[u8], value: &mut [u8]) -> io::Result<bool> {
+        self.check(key.len(), Some(value.len()))?;
+        let mut attr = ElemAttr {
+            map_fd: fd_u32(self.fd),
+            key: key.as_ptr() as u64,
+            value: value.as_mut_ptr() as u64,
+            ..ElemAttr::default()
+        };
+        // SAFETY: `key` and `value` are live buffers of exactly the map's
+        // key size and lookup value size (checked above); the kernel reads
+        // the key and writes at most the value.
+        match unsafe { bpf(BPF_MAP_LOOKUP_ELEM, &mut attr) } {
+            Ok(_) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `BPF_MAP_UPDATE_ELEM` with `flags` (`BPF_ANY` = 0, `BPF_NOEXIST`,
+    /// `BPF_EXIST`).
+    pub fn update(&self, key: &[u8], value: &[u8], flags: u64) -> io::Result<()> {
+        self.check(key.len(), Some(value.len()))?;
+        let mut attr = ElemAttr {
+            map_fd: fd_u32(self.fd),
+            key: key.as_ptr() as u64,
+            value: value.as_ptr() as u64,
+            flags,
+            ..ElemAttr::default()
+        };
+        // SAFETY: `key` and `value` are live buffers of exactly the map's
+        // sizes (checked above), only read by the kernel.
+        unsafe { bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }.map(drop)
+    }
+
+    /// `BPF_MAP_DELETE_ELEM`; `false` when the key was not there.
+    pub fn delete(&self, key: &[u8]) -> io::Result<bool> {
+        self.check(key.len(), None)?;
+        let mut attr = ElemAttr {
+            map_fd: fd_u32(self.fd),
+            key: key.as_ptr() as u64,
+            ..ElemAttr::default()
+        };
+        // SAFETY: `key` is a live buffer of the map's key size (checked
+        // above), only read by the kernel.
+        match unsafe { bpf(BPF_MAP_DELETE_ELEM, &mut attr) } {
+            Ok(_) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `BPF_MAP_GET_NEXT_KEY`: the key after `key` (`None`: the first)
+    /// into `next`; `false` after the last key.
+    pub fn next_key(&self, key: Option<&[u8]>, next: &mut [u8]) -> io::Result<bool> {
+        self.check(next.len(), None)?;
+        if let Some(k) = key {
+            self.check(k.len(), None)?;
+        }
+        let mut attr = ElemAttr {
+            map_fd: fd_u32(self.fd),
+            key: key.map_or(0, |k| k.as_ptr() as u64),
+            value: next.as_mut_ptr() as u64,
+            ..ElemAttr::default()
+        };
+        // SAFETY: `key` (when given) and `next` are live buffers of the
+        // map's key size (checked above); the kernel reads the first and
+        // writes the second.
+        match unsafe { bpf(BPF_MAP_GET_NEXT_KEY, &mut attr) } {
+            Ok(_) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One `BPF_MAP_LOOKUP_BATCH`: up to as many entries as `keys` holds
+    /// keys (and `values` values of [`BpfMap::value_len`] bytes), from
+    /// `token_in` (`None`: the start); the position after them is written
+    /// to `token_out`. `EINVAL` from kernels or map types without batch
+    /// lookups.
+    pub fn lookup_batch(
+        &self,
+        token_in: Option<&BatchToken>,
+        token_out: &mut BatchToken,
+        keys: &mut [u8],
+        values: &mut [u8],
+    ) -> io::Result<Batch> {
+        let (klen, vlen) = (self.key_len(), self.value_len);
+        if klen == 0 || vlen == 0 || klen > BATCH_TOKEN {
+            return Err(invalid(format!(
+                "BPF map {}: no batch reads of {klen}-byte keys",
+                self.info.id
+            )));
+        }
+        if !keys.len().is_multiple_of(klen) || !values.len().is_multiple_of(vlen) {
+            return Err(invalid(format!(
+                "BPF map {}: batch buffers are not whole keys / values",
+                self.info.id
+            )));
+        }
+        let count = (keys.len() / klen).min(values.len() / vlen);
+        let mut attr = BatchAttr {
+            in_batch: token_in.map_or(0, |t| t.as_ptr() as u64),
+            out_batch: token_out.as_mut_ptr() as u64,
+            keys: keys.as_mut_ptr() as u64,
+            values: values.as_mut_ptr() as u64,
+            count: u32::try_from(count).map_err(|_| invalid("batch too large".into()))?,
+            map_fd: fd_u32(self.fd),
+            ..BatchAttr::default()
+        };
+        // SAFETY: `keys` and `values` hold `count` whole keys and values of
+        // the map's sizes (checked above) and live across the call; the
+        // tokens are BATCH_TOKEN bytes, at least a key (checked) and more
+        // than a hash map's bucket index. The kernel writes at most `count`
+        // entries and updates `count`.
+        let r = unsafe { bpf(BPF_MAP_LOOKUP_BATCH, &mut attr) };
+        let got = (attr.count as usize).min(count);
+        match r {
+            Ok(_) => Ok(Batch {
+                count: got,
+                end: false,
+            }),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(Batch {
+                count: got,
+                end: true,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0\n"), Some(1));
+        assert_eq!(parse_cpu_list("0-3\n"), Some(4));
+        assert_eq!(parse_cpu_list("0-3,8-11"), Some(12));
+        assert_eq!(parse_cpu_list(""), None);
+        assert_eq!(parse_cpu_list("x"), None);
+        assert!(possible_cpus().unwrap() >= 1);
+    }
+
+    #[test]
+    fn not_a_bpf_object_is_an_error() {
+        let f = std::fs::File::open("/dev/null").unwrap();
+        use std::os::fd::AsFd;
+        assert!(map_info(f.as_fd()).is_err());
+        assert!(prog_xlated_insns(f.as_fd()).is_err());
+    }
+
+    /// `BPF_MAP_CREATE` for the tests (production maps come from aya).
+    fn create(map_type: u32, key: u32, value: u32, max: u32) -> Option<std::os::fd::OwnedFd> {
+        use std::os::fd::FromRawFd;
+        #[repr(C)]
+        #[derive(Default)]
+        struct CreateAttr {
+            map_type: u32,
+            key_size: u32,
+            value_size: u32,
+            max_entries: u32,
+            map_flags: u32,
+        }
+        let mut attr = CreateAttr {
+            map_type,
+            key_size: key,
+            value_size: value,
+            max_entries: max,
+            map_flags: 0,
+        };
+        // SAFETY: BPF_MAP_CREATE (0) reads this attribute struct only.
+        match unsafe { bpf(0, &mut attr) } {
+            // SAFETY: a fresh descriptor the kernel returned, owned by no one else.
+            Ok(fd) => Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) }),
+            Err(e) => {
+                println!("skipping: BPF_MAP_CREATE failed ({e}): needs root / CAP_BPF");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn hash_elements_keys_and_batches() {
+        use std::os::fd::AsFd;
+        const HASH: u32 = 1;
+        let Some(fd) = create(HASH, 4, 8, 1024) else {
+            return;
+        };
+        let m = BpfMap::new(fd.as_fd()).unwrap();
+        assert_eq!((m.key_len(), m.value_len()), (4, 8));
+        assert!(!m.info().is_per_cpu());
+        for k in 0u32..1000 {
+            m.update(&k.to_ne_bytes(), &u64::from(k * 3).to_ne_bytes(), 0)
+                .unwrap();
+        }
+        let mut v = [0u8; 8];
+        assert!(m.lookup(&7u32.to_ne_bytes(), &mut v).unwrap());
+        assert_eq!(u64::from_ne_bytes(v), 21);
+        assert!(!m.lookup(&5000u32.to_ne_bytes(), &mut v).unwrap());
+        assert!(m.delete(&7u32.to_ne_bytes()).unwrap());
+        assert!(!m.delete(&7u32.to_ne_bytes()).unwrap());
+        assert_eq!(
+            m.lookup(&[0u8; 3], &mut v).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        assert_eq!(
+            m.update(&[0u8; 4], &[0u8; 4], 0).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        // The key walk sees every key once.
+        let mut seen = 0;
+        let mut key = None;
+        let mut next = [0u8; 4];
+        while m
+            .next_key(key.as_ref().map(|k: &[u8; 4]| &k[..]), &mut next)
+            .unwrap()
+        {
+            seen += 1;
+            key = Some(next);
+        }
+        assert_eq!(seen, 999);
+        // Batches of 64 until the end; every entry once, with its value.
+        let (mut keys, mut values) = (vec![0u8; 64 * 4], vec![0u8; 64 * 8]);
+        let mut token = [0u8; BATCH_TOKEN];
+        let mut out = [0u8; BATCH_TOKEN];
+        let mut first = true;
+        let mut got = std::collections::HashMap::new();
+        loop {
+            let b = match m.lookup_batch(
+                (!first).then_some(&token),
+                &mut out,
+                &mut keys,
+                &mut values,
+            ) {
+                Ok(b) => b,
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    println!("skipping batch part: kernel without batch lookups");
+                    return;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            for i in 0..b.count {
+                let k = u32::from_ne_bytes(keys[i * 4..i * 4 + 4].try_into().unwrap());
+                let v = u64::from_ne_bytes(values[i * 8..i * 8 + 8].try_into().unwrap());
+                assert!(got.insert(k, v).is_none(), "key {k} twice");
+            }
+            if b.end {
+                break;
+            }
+            token = out;
+            first = false;
+        }
+        assert_eq!(got.len(), 999);
+        assert!(got.iter().all(|(k, v)| u64::from(*k) * 3 == *v));
+    }
+
+    #[test]
+    fn per_cpu_values_are_one_per_possible_cpu() {
+        use std::os::fd::AsFd;
+        const PERCPU_ARRAY: u32 = 6;
+        let Some(fd) = create(PERCPU_ARRAY, 4, 12, 4) else {
+            return;
+        };
+        let m = BpfMap::new(fd.as_fd()).unwrap();
+        let cpus = possible_cpus().unwrap();
+        assert!(m.info().is_per_cpu());
+        assert_eq!(m.value_len(), 16 * cpus, "12 bytes rounded to 8, per CPU");
+        let mut v = vec![0u8; m.value_len()];
+        for c in 0..cpus {
+            v[c * 16] = c as u8 + 1;
+        }
+        m.update(&1u32.to_ne_bytes(), &v, 0).unwrap();
+        let mut back = vec![0u8; m.value_len()];
+        assert!(m.lookup(&1u32.to_ne_bytes(), &mut back).unwrap());
+        assert_eq!(back, v);
+    }
+}

@@ -4,7 +4,7 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV6};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
@@ -64,34 +64,8 @@ fn send_garp(ifindex: u32, mac: [u8; 6], addr: Ipv4Addr) -> io::Result<()> {
     // Protocol 0: a send-only packet socket (it receives nothing).
     let sock = Socket::new(Domain::PACKET, Type::RAW, Some(Protocol::from(0)))?;
     let frame = garp_frame(mac, addr);
-    let mut sll_addr = [0u8; 8];
-    sll_addr[..6].copy_from_slice(&[0xff; 6]);
-    let to = libc::sockaddr_ll {
-        sll_family: libc::AF_PACKET as u16,
-        sll_protocol: ETH_P_ARP.to_be(),
-        sll_ifindex: ifindex as i32,
-        sll_hatype: 0,
-        sll_pkttype: 0,
-        sll_halen: 6,
-        sll_addr,
-    };
-    // SAFETY: the socket is open for the call; `frame` is a live buffer of
-    // `frame.len()` bytes the kernel only reads; `to` is an initialised
-    // `sockaddr_ll` and the length passed is its exact size.
-    let sent = unsafe {
-        libc::sendto(
-            sock.as_raw_fd(),
-            frame.as_ptr().cast::<libc::c_void>(),
-            frame.len(),
-            0,
-            std::ptr::from_ref(&to).cast::<libc::sockaddr>(),
-            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if sent as usize != frame.len() {
+    let sent = rvs_sys::sock::send_frame(sock.as_fd(), ifindex, ETH_P_ARP, [0xff; 6], &frame)?;
+    if sent != frame.len() {
         return Err(io::Error::new(io::ErrorKind::WriteZero, "short ARP send"));
     }
     Ok(())

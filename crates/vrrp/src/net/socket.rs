@@ -2,11 +2,12 @@
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd};
 
 use nix::sys::socket::{
     ControlMessage, ControlMessageOwned, MsgFlags, SockaddrIn, SockaddrIn6, recv, recvmsg, sendmsg,
 };
+use rvs_sys::sock;
 use socket2::{Domain, InterfaceIndexOrAddress, Protocol, Socket, Type};
 use tokio::io::unix::AsyncFd;
 
@@ -134,7 +135,7 @@ impl VrrpSocket {
                 // socket on the host joined.
                 sock.set_multicast_all_v4(false)
                     .map_err(|e| ctx("IP_MULTICAST_ALL", e))?;
-                set_multicast_if_v4(sock.as_fd(), ifindex)
+                sock::set_multicast_if_v4_index(sock.as_fd(), ifindex)
                     .map_err(|e| ctx("IP_MULTICAST_IF", e))?;
                 if group.is_multicast() {
                     sock.join_multicast_v4_n(&group, &InterfaceIndexOrAddress::Index(ifindex))
@@ -154,22 +155,17 @@ impl VrrpSocket {
                     .map_err(|e| ctx("IPV6_MULTICAST_ALL", e))?;
                 sock.set_recv_hoplimit_v6(true)
                     .map_err(|e| ctx("IPV6_RECVHOPLIMIT", e))?;
-                setsockopt_int(sock.as_fd(), libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)
+                sock::set_recv_pktinfo_v6(sock.as_fd(), true)
                     .map_err(|e| ctx("IPV6_RECVPKTINFO", e))?;
-                // -1: the kernel neither fills nor verifies a checksum.
-                setsockopt_int(sock.as_fd(), libc::IPPROTO_IPV6, libc::IPV6_CHECKSUM, -1)
-                    .map_err(|e| ctx("IPV6_CHECKSUM", e))?;
+                // None: the kernel neither fills nor verifies a checksum.
+                sock::set_checksum_v6(sock.as_fd(), None).map_err(|e| ctx("IPV6_CHECKSUM", e))?;
                 if group.is_multicast() {
                     sock.join_multicast_v6(&group, ifindex)
                         .map_err(|e| ctx(&format!("IPV6_ADD_MEMBERSHIP {group}"), e))?;
                 }
             }
         }
-        // SAFETY: the `Socket` owns an open descriptor that it only closes
-        // when dropped, which happens inside the `AsyncFd`'s drop; it always
-        // returns that same descriptor.
-        let fd =
-            unsafe { AsyncFd::register(sock) }.map_err(|e| ctx("tokio registration", e.into()))?;
+        let fd = sock::async_socket(sock).map_err(|e| ctx("tokio registration", e))?;
         Ok(VrrpSocket {
             fd,
             ifname: ifname.to_owned(),
@@ -357,44 +353,6 @@ fn parse_ipv4(pkt: &[u8]) -> Option<Received> {
         len: end - ihl,
         offset: ihl,
     })
-}
-
-/// `IP_MULTICAST_IF` by interface index (`struct ip_mreqn`), which
-/// socket2 only offers by address.
-fn set_multicast_if_v4(fd: BorrowedFd<'_>, ifindex: u32) -> io::Result<()> {
-    let mreqn = libc::ip_mreqn {
-        imr_multiaddr: libc::in_addr { s_addr: 0 },
-        imr_address: libc::in_addr { s_addr: 0 },
-        imr_ifindex: ifindex as libc::c_int,
-    };
-    setsockopt(fd, libc::IPPROTO_IP, libc::IP_MULTICAST_IF, &mreqn)
-}
-
-fn setsockopt_int(fd: BorrowedFd<'_>, level: i32, name: i32, value: libc::c_int) -> io::Result<()> {
-    setsockopt(fd, level, name, &value)
-}
-
-/// `setsockopt(2)` with a plain C value.
-fn setsockopt<T: Copy>(fd: BorrowedFd<'_>, level: i32, name: i32, value: &T) -> io::Result<()> {
-    let len = libc::socklen_t::try_from(size_of::<T>())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `fd` is an open socket for the borrow's lifetime; `value`
-    // points to a live, initialised `T` of exactly `len` bytes that the
-    // kernel only reads (copies) during the call.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            std::ptr::from_ref(value).cast::<libc::c_void>(),
-            len,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
 }
 
 #[cfg(test)]

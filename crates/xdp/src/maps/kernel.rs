@@ -2,7 +2,10 @@
 
 use aya::maps::MapError;
 
+use rvs_sys::bpf::{BATCH_TOKEN, BatchToken};
+
 use super::ops::{MapOps, WalkCursor, map_error};
+use super::typed::Plain;
 use crate::maps::{
     Config, Dest, DestConns, Flow, Flow4Key, FlowKey, Persist, PersistKey, Stats, Svc, SvcKey,
 };
@@ -72,95 +75,49 @@ impl KernelMaps {
     }
 }
 
-/// `union bpf_attr` as `BPF_MAP_LOOKUP_BATCH` reads it.
-#[repr(C)]
-#[derive(Default)]
-struct BatchAttr {
-    in_batch: u64,
-    out_batch: u64,
-    keys: u64,
-    values: u64,
-    count: u32,
-    map_fd: u32,
-    elem_flags: u64,
-    flags: u64,
-}
-
-const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
-
 impl KernelMaps {
     /// One hash table (`flows4` with [`Flow4Key`], `flows` with
     /// [`FlowKey`], `persist`) in batches of up to 4096 entries per syscall
-    /// (`BPF_MAP_LOOKUP_BATCH`; aya 0.14 has no wrapper): a report reads a
-    /// large table in a few hundred syscalls instead of two per entry.
-    /// Resumes from `token` (`None`: the start) and stops after about
-    /// `max` entries: `Ok(Some(next token))`, or `Ok(None)` at the end.
-    fn batched<K: Copy + Default, V: Copy + Default>(
+    /// (`BPF_MAP_LOOKUP_BATCH` through rvs-sys; aya 0.14 has no wrapper): a
+    /// report reads a large table in a few hundred syscalls instead of two
+    /// per entry. Resumes from `token` (`None`: the start) and stops after
+    /// about `max` entries: `Ok(Some(next token))`, or `Ok(None)` at the end.
+    fn batched<K: Plain, V: Plain>(
         &mut self,
         name: &'static str,
-        token: Option<[u8; 64]>,
+        token: Option<BatchToken>,
         max: usize,
         f: &mut dyn FnMut(&K, &V),
-    ) -> std::io::Result<Option<[u8; 64]>> {
-        use std::os::fd::{AsFd, AsRawFd};
-        let Ok(map) = self.director.map(name) else {
+    ) -> std::io::Result<Option<BatchToken>> {
+        let Ok(map) = self.director.hash::<K, V>(name) else {
             return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
         };
-        let fd = match map {
-            aya::maps::Map::LruHashMap(d) | aya::maps::Map::HashMap(d) => {
-                d.fd().as_fd().as_raw_fd()
-            }
-            _ => return Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
-        };
+        let map = map.raw();
         const CHUNK: usize = 4096;
-        let mut keys = vec![K::default(); CHUNK];
-        let mut values = vec![V::default(); CHUNK];
-        // Batch tokens are map-specific; a key's size is always enough.
-        let mut token_in = token.unwrap_or([0u8; 64]);
-        let mut token_out = [0u8; 64];
-        let mut first = token.is_none();
+        let (klen, vlen) = (map.key_len(), map.value_len());
+        let mut keys = vec![0u8; CHUNK * klen];
+        let mut values = vec![0u8; CHUNK * vlen];
+        let mut token_in = token;
+        let mut token_out = [0u8; BATCH_TOKEN];
         let mut given = 0usize;
         loop {
-            let mut attr = BatchAttr {
-                in_batch: if first { 0 } else { token_in.as_ptr() as u64 },
-                out_batch: token_out.as_mut_ptr() as u64,
-                keys: keys.as_mut_ptr() as u64,
-                values: values.as_mut_ptr() as u64,
-                count: CHUNK as u32,
-                map_fd: fd as u32,
-                ..BatchAttr::default()
-            };
-            // SAFETY: `attr` describes buffers that live across the call:
-            // `keys` and `values` hold `count` elements of the map's key and
-            // value sizes (the layout test checks them against the BTF),
-            // the tokens are larger than any batch token; the kernel writes
-            // at most `count` elements and updates `count`.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_bpf,
-                    BPF_MAP_LOOKUP_BATCH,
-                    &mut attr as *mut BatchAttr,
-                    size_of::<BatchAttr>() as libc::c_uint,
-                )
-            };
-            let err = (rc < 0).then(std::io::Error::last_os_error);
-            let n = (attr.count as usize).min(CHUNK);
-            if err.is_none() || err.as_ref().and_then(|e| e.raw_os_error()) == Some(libc::ENOENT) {
-                for (k, v) in keys[..n].iter().zip(&values[..n]) {
-                    f(k, v);
+            let b = map.lookup_batch(token_in.as_ref(), &mut token_out, &mut keys, &mut values)?;
+            for (k, v) in keys
+                .chunks_exact(klen)
+                .zip(values.chunks_exact(vlen))
+                .take(b.count)
+            {
+                if let (Ok(k), Ok(v)) = (K::read_from_bytes(k), V::read_from_bytes(v)) {
+                    f(&k, &v);
                 }
-                given += n;
             }
-            match err {
-                None => {}
-                // The end of the table.
-                Some(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
-                Some(e) => return Err(e),
+            given += b.count;
+            if b.end {
+                return Ok(None);
             }
-            token_in = token_out;
-            first = false;
+            token_in = Some(token_out);
             if given >= max {
-                return Ok(Some(token_in));
+                return Ok(token_in);
             }
         }
     }
@@ -171,13 +128,13 @@ impl KernelMaps {
     /// batched: the next token, `None` at the end. On kernels without
     /// batch operations on LRU hashes, a key walk of the whole table (one
     /// page).
-    fn page_in<K: aya::Pod + Default, V: aya::Pod + Default>(
+    fn page_in<K: Plain, V: Plain>(
         &mut self,
         name: &'static str,
-        token: Option<[u8; 64]>,
+        token: Option<BatchToken>,
         max: usize,
         f: &mut dyn FnMut(&K, &V),
-    ) -> Result<Option<[u8; 64]>, XdpError> {
+    ) -> Result<Option<BatchToken>, XdpError> {
         match self.batched::<K, V>(name, token, max, f) {
             Ok(next) => return Ok(next),
             // Kernels without batch operations on this map type: walk keys.

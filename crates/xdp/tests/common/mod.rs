@@ -427,16 +427,5 @@ pub fn flow_cache_window() -> std::time::Duration {
 /// the caller's CPU, so per-CPU state follows the pin); false when the
 /// machine has no such CPU.
 pub fn pin_to_cpu(cpu: usize) -> bool {
-    // SAFETY: `set` is a plain bitmask owned by this frame; CPU_ZERO and
-    // CPU_SET only write inside it, and sched_setaffinity reads
-    // size_of::<cpu_set_t>() bytes of it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_ZERO(&mut set);
-        if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
-            return false;
-        }
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-    }
+    rvs_sys::sched::pin_to_cpu(cpu).is_ok()
 }

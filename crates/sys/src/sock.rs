@@ -1,0 +1,280 @@
+//! The socket options and sends that socket2, nix and std do not wrap:
+//! `TCP_INFO`, a few `setsockopt(2)` options VRRP needs, `AF_PACKET`
+//! `sendto(2)` and tokio registration of an owned socket.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use tokio::io::unix::AsyncFd;
+
+/// `setsockopt(2)` with a plain C value.
+fn setsockopt<T: Copy>(fd: BorrowedFd<'_>, level: i32, name: i32, value: &T) -> io::Result<()> {
+    let len = libc::socklen_t::try_from(size_of::<T>())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `fd` is an open socket for the borrow's lifetime; `value`
+    // points to a live, initialised `T` of exactly `len` bytes that the
+    // kernel only reads (copies) during the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            std::ptr::from_ref(value).cast::<libc::c_void>(),
+            len,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `IPV6_RECVPKTINFO`: receive each packet's destination address and
+/// interface as ancillary data.
+pub fn set_recv_pktinfo_v6(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    setsockopt(
+        fd,
+        libc::IPPROTO_IPV6,
+        libc::IPV6_RECVPKTINFO,
+        &libc::c_int::from(on),
+    )
+}
+
+/// `IPV6_CHECKSUM` on a raw IPv6 socket: the offset of the checksum the
+/// kernel fills and verifies, or `None` for none (the caller's).
+pub fn set_checksum_v6(fd: BorrowedFd<'_>, offset: Option<u16>) -> io::Result<()> {
+    let v: libc::c_int = offset.map_or(-1, libc::c_int::from);
+    setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_CHECKSUM, &v)
+}
+
+/// `IP_MULTICAST_IF` by interface index (`struct ip_mreqn`), which socket2
+/// only offers by address.
+pub fn set_multicast_if_v4_index(fd: BorrowedFd<'_>, ifindex: u32) -> io::Result<()> {
+    let mreqn = libc::ip_mreqn {
+        imr_multiaddr: libc::in_addr { s_addr: 0 },
+        imr_address: libc::in_addr { s_addr: 0 },
+        imr_ifindex: libc::c_int::try_from(ifindex)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+    };
+    setsockopt(fd, libc::IPPROTO_IP, libc::IP_MULTICAST_IF, &mreqn)
+}
+
+/// `PACKET_QDISC_BYPASS` on an `AF_PACKET` socket: frames go straight to
+/// the driver (traffic generators).
+pub fn set_packet_qdisc_bypass(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    setsockopt(
+        fd,
+        libc::SOL_PACKET,
+        libc::PACKET_QDISC_BYPASS,
+        &libc::c_int::from(on),
+    )
+}
+
+/// Send one Ethernet `frame` on an `AF_PACKET` socket out of interface
+/// `ifindex` (`sockaddr_ll` with EtherType `protocol` and destination
+/// `dst`). Returns the bytes sent.
+pub fn send_frame(
+    fd: BorrowedFd<'_>,
+    ifindex: u32,
+    protocol: u16,
+    dst: [u8; 6],
+    frame: &[u8],
+) -> io::Result<usize> {
+    let mut sll_addr = [0u8; 8];
+    sll_addr[..6].copy_from_slice(&dst);
+    let to = libc::sockaddr_ll {
+        sll_family: libc::AF_PACKET as u16,
+        sll_protocol: protocol.to_be(),
+        sll_ifindex: i32::try_from(ifindex)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+        sll_hatype: 0,
+        sll_pkttype: 0,
+        sll_halen: 6,
+        sll_addr,
+    };
+    // SAFETY: the socket is open for the borrow; `frame` is a live buffer
+    // of `frame.len()` bytes the kernel only reads; `to` is an initialised
+    // `sockaddr_ll` and the length passed is its exact size.
+    let sent = unsafe {
+        libc::sendto(
+            fd.as_raw_fd(),
+            frame.as_ptr().cast::<libc::c_void>(),
+            frame.len(),
+            0,
+            std::ptr::from_ref(&to).cast::<libc::sockaddr>(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    usize::try_from(sent).map_err(|_| io::Error::last_os_error())
+}
+
+/// An `AF_PACKET` raw socket bound to interface `ifindex` that only
+/// sends (protocol 0: it receives nothing), for traffic generators.
+pub fn packet_sender(ifindex: u32) -> io::Result<socket2::Socket> {
+    let sock = socket2::Socket::new(
+        socket2::Domain::PACKET,
+        socket2::Type::RAW.cloexec(),
+        Some(socket2::Protocol::from(0)),
+    )?;
+    // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_ifindex =
+        i32::try_from(ifindex).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: the socket is open; `sll` is an initialised sockaddr_ll and
+    // the length passed is its exact size; bind only reads it.
+    let r = unsafe {
+        libc::bind(
+            sock.as_raw_fd(),
+            (&raw const sll).cast::<libc::sockaddr>(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sock)
+}
+
+/// Reusable buffers for [`FrameBatch::send`]: many frames, one
+/// `sendmmsg(2)`.
+#[derive(Debug, Default)]
+pub struct FrameBatch {
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+impl FrameBatch {
+    /// Send `frames` on the connected or bound socket `fd` with one
+    /// `sendmmsg(2)`: the number sent (the first ones), or the error of
+    /// the first frame when none was sent.
+    pub fn send(&mut self, fd: BorrowedFd<'_>, frames: &[&[u8]]) -> io::Result<usize> {
+        self.iovs.clear();
+        self.iovs.extend(frames.iter().map(|f| libc::iovec {
+            // The kernel only reads through this pointer (sendmmsg).
+            iov_base: f.as_ptr().cast_mut().cast::<libc::c_void>(),
+            iov_len: f.len(),
+        }));
+        // SAFETY: mmsghdr is plain old data; all-zero is a valid value (no
+        // name, no control data).
+        let zero: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        self.msgs.clear();
+        self.msgs.resize(frames.len(), zero);
+        for (m, iov) in self.msgs.iter_mut().zip(self.iovs.iter_mut()) {
+            m.msg_hdr.msg_iov = iov;
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        let n = u32::try_from(self.msgs.len()).unwrap_or(u32::MAX);
+        // SAFETY: every mmsghdr points at one iovec of `self.iovs`, which
+        // points into a frame of `frames`, borrowed (alive, unmoved) for
+        // the whole call; the kernel writes only the `msg_len` fields.
+        let r = unsafe { libc::sendmmsg(fd.as_raw_fd(), self.msgs.as_mut_ptr(), n, 0) };
+        usize::try_from(r).map_err(|_| io::Error::last_os_error())
+    }
+}
+
+/// Segments received and sent on a TCP socket (`tcpi_segs_in`,
+/// `tcpi_segs_out`, Linux ≥ 4.2), or `None` when the kernel does not
+/// report them (or `fd` is not a TCP socket).
+pub fn tcp_segs(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
+    // SAFETY: `tcp_info` is a plain C struct of integers, so all-zero is a
+    // valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the fd is open for the duration of the borrow; `info` and
+    // `len` are valid, writable and describe the buffer's true size, and the
+    // kernel writes at most `len` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut info).cast(),
+            &mut len,
+        )
+    };
+    // Older kernels return a shorter struct without the segment counters.
+    let needed = std::mem::offset_of!(libc::tcp_info, tcpi_segs_in)
+        .max(std::mem::offset_of!(libc::tcp_info, tcpi_segs_out))
+        + 4;
+    (rc == 0 && len as usize >= needed)
+        .then_some((u64::from(info.tcpi_segs_in), u64::from(info.tcpi_segs_out)))
+}
+
+/// Register `sock` with the current tokio runtime's reactor (read and
+/// write readiness). Must run inside a runtime.
+pub fn async_socket(sock: socket2::Socket) -> io::Result<AsyncFd<socket2::Socket>> {
+    // SAFETY: a `socket2::Socket` owns its open descriptor and closes it
+    // only when dropped, which happens inside the `AsyncFd`'s drop; its
+    // `as_raw_fd` always returns that same descriptor.
+    unsafe { AsyncFd::register(sock) }.map_err(Into::into)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn tcp_info_counts_segments() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        c.write_all(b"ping").unwrap();
+        let mut b = [0u8; 4];
+        s.read_exact(&mut b).unwrap();
+        let (rx, tx) = tcp_segs(c.as_fd()).expect("kernel reports segments");
+        assert!(tx >= 2, "SYN + data at least: {tx}");
+        assert!(rx >= 1, "SYN-ACK at least: {rx}");
+        let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert_eq!(tcp_segs(u.as_fd()), None);
+    }
+
+    #[test]
+    fn options_apply_to_sockets_of_the_right_kind() {
+        let v6 = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::DGRAM, None).unwrap();
+        set_recv_pktinfo_v6(v6.as_fd(), true).unwrap();
+        let v4 = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+        set_multicast_if_v4_index(v4.as_fd(), crate::iface::ifindex("lo").unwrap()).unwrap();
+        assert!(set_recv_pktinfo_v6(v4.as_fd(), true).is_err());
+    }
+
+    /// Root only: frames sent on loopback come back on a capturing socket.
+    #[test]
+    fn frames_go_out_on_a_packet_socket() {
+        let lo = crate::iface::ifindex("lo").unwrap();
+        let tx = match packet_sender(lo) {
+            Ok(s) => s,
+            Err(e) => {
+                println!("skipping: AF_PACKET needs CAP_NET_RAW ({e})");
+                return;
+            }
+        };
+        let mut frame = vec![0u8; 60];
+        frame[12..14].copy_from_slice(&0x88b5u16.to_be_bytes()); // local experimental
+        let frames: Vec<&[u8]> = vec![&frame; 3];
+        let mut batch = FrameBatch::default();
+        assert_eq!(batch.send(tx.as_fd(), &frames).unwrap(), 3);
+        assert_eq!(
+            send_frame(tx.as_fd(), lo, 0x88b5, [0; 6], &frame).unwrap(),
+            60
+        );
+    }
+
+    #[test]
+    fn sockets_register_with_tokio() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let s =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+            s.set_nonblocking(true).unwrap();
+            let a = async_socket(s).unwrap();
+            let _ready = a.writable().await.unwrap();
+        });
+    }
+}
