@@ -63,6 +63,10 @@ pub trait Resolve {
     fn lookup(&mut self, addr: IpAddr) -> Result<Option<L2>, NeighError>;
     /// Make the kernel resolve `addr` (does not wait).
     fn solicit(&mut self, addr: IpAddr) -> Result<(), NeighError>;
+    /// The MACs interface `ifindex` receives frames for: its own and those
+    /// of the macvlans on top of it (a VRRP `use_vmac` interface's virtual
+    /// MAC), for the director's own-MAC filter.
+    fn owned_macs(&mut self, ifindex: u32) -> Result<Vec<[u8; 6]>, NeighError>;
 }
 
 /// A fixed table, for tests of the sync logic and for setups where every
@@ -73,6 +77,8 @@ pub struct StaticResolver {
     pub table: std::collections::HashMap<IpAddr, L2>,
     /// Addresses [`Resolve::solicit`] was called for, in order.
     pub solicited: Vec<IpAddr>,
+    /// The MACs each interface owns.
+    pub owned: std::collections::HashMap<u32, Vec<[u8; 6]>>,
 }
 
 impl Resolve for StaticResolver {
@@ -82,6 +88,9 @@ impl Resolve for StaticResolver {
     fn solicit(&mut self, addr: IpAddr) -> Result<(), NeighError> {
         self.solicited.push(addr);
         Ok(())
+    }
+    fn owned_macs(&mut self, ifindex: u32) -> Result<Vec<[u8; 6]>, NeighError> {
+        Ok(self.owned.get(&ifindex).cloned().unwrap_or_default())
     }
 }
 
@@ -192,5 +201,8 @@ impl Resolve for NeighResolver {
         // resolve the next hop.
         s.send_to(&[], SocketAddr::new(addr, 9))?;
         Ok(())
+    }
+    fn owned_macs(&mut self, ifindex: u32) -> Result<Vec<[u8; 6]>, NeighError> {
+        self.nl.owned_macs(ifindex).map_err(kernel("links"))
     }
 }

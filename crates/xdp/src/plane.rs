@@ -269,6 +269,12 @@ pub struct Plane<M: MapOps> {
     mirrored_templates: HashSet<ConnId>,
     /// A map write failed: compare with the model at the next report.
     dirty: bool,
+    /// The interfaces the program is attached to, and the MACs it acts on
+    /// there (as written in the own-MAC table): followed by the resolver
+    /// task, so a VRRP `use_vmac` macvlan's virtual MAC or a changed
+    /// interface MAC reaches the program within a second.
+    links: Vec<u32>,
+    own: crate::own_mac::OwnMacs,
 }
 
 /// Flows (and templates) mirrored per report by default: a report holds the
@@ -415,6 +421,8 @@ impl<M: MapOps> Plane<M> {
             mirrored_flows: HashSet::new(),
             mirrored_templates: HashSet::new(),
             dirty: false,
+            links: Vec::new(),
+            own: crate::own_mac::OwnMacs::default(),
         })
     }
 
@@ -755,6 +763,12 @@ impl Plane<KernelMaps> {
             })?;
             modes.push(mode);
         }
+        // What attach owns (each interface's MAC); the resolver task then
+        // follows the interfaces' MACs and their macvlans'.
+        let own = plane.maps.director().own_macs()?;
+        let mut links: Vec<u32> = own.entries().iter().map(|(i, _)| *i).collect();
+        links.dedup();
+        plane.set_links(links, own);
         Ok((plane, resolver, modes))
     }
 }

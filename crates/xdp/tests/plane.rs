@@ -805,3 +805,77 @@ fn xdp_plane_worker_applies_and_reports_without_blocking_its_caller() {
         );
     });
 }
+
+/// The director acts on frames to a VRRP `use_vmac` macvlan's virtual MAC
+/// on the interface it is attached to: the resolver task sees the macvlan
+/// come and go and the worker writes the own-MAC table (no rvsd needed:
+/// the same `XdpPlane` rvsd runs).
+#[test]
+fn the_worker_owns_the_mac_of_a_macvlan_on_its_interface() {
+    if !root_or_skip("the_worker_owns_the_mac_of_a_macvlan_on_its_interface") {
+        return;
+    }
+    let bed = Bed::new();
+    bed.in_director(|| {
+        let opts = XdpOptions {
+            interfaces: vec!["xd0".into()],
+            mode: Some(rvs_xdp::AttachMode::Skb),
+            load: LoadOptions {
+                flow_table_size: 4096,
+                slots: 1 << 16,
+            },
+            tun_src4: None,
+            tun_src6: None,
+            tun_src_prefix4: None,
+            tun_src_prefix6: None,
+            tun_mtu: None,
+            max_new_flows: 0,
+        };
+        let (plane, _) = XdpPlane::start(&opts).expect("start");
+        let xd0 = rvs_sys::iface::ifindex("xd0").expect("xd0");
+        let vmac = [0, 0, 0x5e, 0, 1, 7];
+        let owned = move |plane: &XdpPlane| {
+            plane
+                .with_plane(|p| p.maps().director().own_macs().expect("own macs"))
+                .expect("worker")
+                .entries()
+                .to_vec()
+        };
+        assert_eq!(owned(&plane), vec![(xd0, DIR_MAC)], "attach owns xd0's MAC");
+        let wait = |want: bool| {
+            let start = StdInstant::now();
+            while owned(&plane).contains(&(xd0, vmac)) != want {
+                assert!(
+                    start.elapsed() < Duration::from_secs(5),
+                    "the virtual MAC {} owned: {:?}",
+                    if want { "is not" } else { "is still" },
+                    owned(&plane)
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        };
+        run(&[
+            "link",
+            "add",
+            "link",
+            "xd0",
+            "name",
+            "vrrp.7",
+            "address",
+            &mac(vmac),
+            "type",
+            "macvlan",
+            "mode",
+            "private",
+        ]);
+        run(&["link", "set", "vrrp.7", "up"]);
+        wait(true);
+        assert_eq!(
+            owned(&plane)[0],
+            (xd0, DIR_MAC),
+            "the interface's MAC first"
+        );
+        run(&["link", "del", "vrrp.7"]);
+        wait(false);
+    });
+}

@@ -164,6 +164,9 @@ impl KernelMaps {
 }
 
 impl MapOps for KernelMaps {
+    fn set_own_macs(&mut self, macs: &crate::own_mac::OwnMacs) -> Result<(), XdpError> {
+        self.director.set_own_macs(macs)
+    }
     fn set_service(&mut self, key: &SvcKey, index: u32) -> Result<(), XdpError> {
         self.director.set_service(key, index)
     }

@@ -38,6 +38,8 @@ pub struct MemMaps {
     pub dest_conns: HashMap<u32, DestConns>,
     /// `persist`.
     pub persist: HashMap<PersistKey, Persist>,
+    /// The own-MAC table.
+    pub own_macs: crate::own_mac::OwnMacs,
     /// The jiffies clock.
     pub jiffies: u64,
     /// Its rate.
@@ -106,6 +108,11 @@ impl MemMaps {
 }
 
 impl MapOps for MemMaps {
+    fn set_own_macs(&mut self, macs: &crate::own_mac::OwnMacs) -> Result<(), XdpError> {
+        self.write("own_macs")?;
+        self.own_macs = macs.clone();
+        Ok(())
+    }
     fn set_service(&mut self, key: &SvcKey, index: u32) -> Result<(), XdpError> {
         self.write("services")?;
         if !self.services.contains_key(key) && self.services.len() >= maps::MAX_SERVICES as usize {

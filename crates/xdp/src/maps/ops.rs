@@ -25,6 +25,8 @@ pub trait MapOps {
     fn set_dest(&mut self, index: u32, dest: &Dest) -> Result<(), XdpError>;
     /// `config[0] = config`.
     fn set_config(&mut self, config: &Config) -> Result<(), XdpError>;
+    /// Replace the own-MAC table (the frames the director acts on).
+    fn set_own_macs(&mut self, macs: &crate::own_mac::OwnMacs) -> Result<(), XdpError>;
     /// A real server's counters summed over CPUs.
     fn dest_stats(&mut self, index: u32) -> Result<Stats, XdpError>;
     /// Delete a flow entry (absent is not an error).

@@ -25,12 +25,19 @@ pub struct Wanted {
     /// Next hops in use, with what the plane has: look again now and then
     /// to follow a real server or gateway that changed its MAC.
     pub in_use: BTreeMap<IpAddr, L2>,
+    /// The interfaces the program is attached to, with the MACs it owns on
+    /// each now: look again now and then, so the frames to a macvlan's MAC
+    /// (VRRP `use_vmac`) or to a changed interface MAC are the director's.
+    pub links: BTreeMap<u32, Vec<[u8; 6]>>,
 }
 
 impl Wanted {
     /// Nothing wanted.
     pub fn is_empty(&self) -> bool {
-        self.unresolved.is_empty() && self.nat.is_empty() && self.in_use.is_empty()
+        self.unresolved.is_empty()
+            && self.nat.is_empty()
+            && self.in_use.is_empty()
+            && self.links.is_empty()
     }
 }
 
@@ -64,7 +71,66 @@ impl<M: MapOps> Plane<M> {
         for a in &w.nat {
             w.in_use.remove(a);
         }
+        for &link in &self.links {
+            w.links.insert(link, self.own_on(link));
+        }
         w
+    }
+
+    fn own_on(&self, link: u32) -> Vec<[u8; 6]> {
+        let mut v: Vec<[u8; 6]> = self
+            .own
+            .entries()
+            .iter()
+            .filter(|(i, _)| *i == link)
+            .map(|(_, m)| *m)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The program runs on these interfaces and acts on the frames to
+    /// `own` there (what attach wrote).
+    pub fn set_links(&mut self, links: Vec<u32>, own: crate::own_mac::OwnMacs) {
+        self.links = links;
+        self.own = own;
+    }
+
+    /// Interface `link` receives frames for `macs` now (its own MAC and
+    /// its macvlans'): the own-MAC table follows. Group addresses are never
+    /// owned; past the table's size the rest is left out with a warning. A
+    /// failed write leaves the table as it was (the resolver sends the
+    /// answer again).
+    pub fn on_owned_macs(&mut self, link: u32, mut macs: Vec<[u8; 6]>) {
+        if !self.links.contains(&link) {
+            return;
+        }
+        macs.sort_unstable();
+        macs.dedup();
+        // What stays keeps its place (the interface's own MAC first: the
+        // program scans the table in order), what is new comes after.
+        let mut next = crate::own_mac::OwnMacs::default();
+        let old = self.own.entries();
+        let keep = old
+            .iter()
+            .filter(|(i, m)| *i != link || macs.contains(m))
+            .copied();
+        let new = macs
+            .iter()
+            .filter(|m| !old.contains(&(link, **m)))
+            .map(|m| (link, *m));
+        for (i, m) in keep.chain(new) {
+            if let Err(e) = next.add(i, m) {
+                tracing::warn!("xdp: interface {i}: {e}");
+            }
+        }
+        if next == self.own {
+            return;
+        }
+        match self.maps.set_own_macs(&next) {
+            Ok(()) => self.own = next,
+            Err(e) => tracing::warn!("xdp: writing the own-MAC table: {e}"),
+        }
     }
 
     /// The next hop of `addr` is `l2` (the kernel's neighbour table says

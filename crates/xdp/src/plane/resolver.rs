@@ -20,6 +20,10 @@
 //!   sent; a missing entry makes the kernel resolve it again (the plane
 //!   keeps the last known MAC).
 //!
+//! * The MACs of the interfaces the program is attached to (their own and
+//!   their macvlans', such as a VRRP `use_vmac` interface) are looked up
+//!   every [`REFRESH`]; a difference from what the plane owns is sent.
+//!
 //! An answer is repeated (every [`MAX_RETRY`], or [`REFRESH`] for a
 //! change) until the plane's wanted set shows it taken: an answer the plane
 //! failed to install is not lost.
@@ -60,6 +64,17 @@ pub struct Resolver<R: Resolve> {
     pending: BTreeMap<IpAddr, Pending>,
     in_use: BTreeMap<IpAddr, L2>,
     next_refresh: Option<Instant>,
+    links: BTreeMap<u32, Vec<[u8; 6]>>,
+    next_links: Option<Instant>,
+}
+
+/// What the resolver learnt, for the plane.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// The next hop of a real server.
+    Neighbour(IpAddr, L2),
+    /// The MACs an attached interface receives frames for now.
+    Links(u32, Vec<[u8; 6]>),
 }
 
 impl<R: Resolve> Resolver<R> {
@@ -70,6 +85,8 @@ impl<R: Resolve> Resolver<R> {
             pending: BTreeMap::new(),
             in_use: BTreeMap::new(),
             next_refresh: None,
+            links: BTreeMap::new(),
+            next_links: None,
         }
     }
 
@@ -101,6 +118,12 @@ impl<R: Resolve> Resolver<R> {
         }
         self.pending = pending;
         self.in_use = w.in_use.clone();
+        self.links = w.links.clone();
+        if self.links.is_empty() {
+            self.next_links = None;
+        } else if self.next_links.is_none() {
+            self.next_links = Some(now);
+        }
         if self.in_use.is_empty() {
             self.next_refresh = None;
         } else if self.next_refresh.is_none() {
@@ -112,10 +135,32 @@ impl<R: Resolve> Resolver<R> {
     /// until the wanted set changes.
     pub fn next_due(&self) -> Option<Instant> {
         let p = self.pending.values().map(|p| p.next).min();
-        match (p, self.next_refresh) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        [p, self.next_refresh, self.next_links]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// The attached interfaces whose MACs differ from what the plane owns
+    /// there, looked up when due (every [`REFRESH`]); repeated until the
+    /// plane's wanted set shows them taken.
+    pub fn poll_links(&mut self, now: Instant) -> Vec<(u32, Vec<[u8; 6]>)> {
+        if self.next_links.is_none_or(|t| t > now) {
+            return Vec::new();
         }
+        self.next_links = Some(now + REFRESH);
+        let mut out = Vec::new();
+        for (link, have) in &self.links {
+            // A failed look-up (the interface is going away) changes nothing.
+            if let Ok(mut macs) = self.inner.owned_macs(*link) {
+                macs.sort_unstable();
+                macs.dedup();
+                if macs != *have {
+                    out.push((*link, macs));
+                }
+            }
+        }
+        out
     }
 
     /// Do what is due at `now`: look up (and solicit) pending addresses,
@@ -167,7 +212,7 @@ impl<R: Resolve> Resolver<R> {
 pub fn spawn<R: Resolve + Send + 'static>(
     mut resolver: Resolver<R>,
     wants: Receiver<Wanted>,
-    answer: impl Fn(IpAddr, L2) -> bool + Send + 'static,
+    answer: impl Fn(Answer) -> bool + Send + 'static,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("rvs-xdp-neigh".into())
@@ -187,8 +232,14 @@ pub fn spawn<R: Resolve + Send + 'static>(
                     Err(RecvTimeoutError::Timeout) => {}
                     Err(RecvTimeoutError::Disconnected) => return,
                 }
-                for (a, l2) in resolver.poll(Instant::now()) {
-                    if !answer(a, l2) {
+                let now = Instant::now();
+                let neighbours = resolver.poll(now).into_iter();
+                let links = resolver.poll_links(now).into_iter();
+                let answers = neighbours
+                    .map(|(a, l2)| Answer::Neighbour(a, l2))
+                    .chain(links.map(|(i, m)| Answer::Links(i, m)));
+                for a in answers {
+                    if !answer(a) {
                         return;
                     }
                 }

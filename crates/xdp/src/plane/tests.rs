@@ -74,6 +74,9 @@ impl Bed {
         for (a, l2) in self.resolver.poll(now) {
             self.plane.on_neighbour(a, l2);
         }
+        for (link, macs) in self.resolver.poll_links(now) {
+            self.plane.on_owned_macs(link, macs);
+        }
     }
     fn run(&mut self, c: Command) -> Result<(), PlaneError> {
         rvs_control::state::apply(&mut self.ipvs, &c).unwrap();
@@ -979,4 +982,56 @@ fn slot_allocator_coalesces() {
     assert_eq!(s.alloc(60), Some(Region { off: 0, len: 60 }));
     s.release(c);
     assert_eq!(s.free_total(), 40);
+}
+
+#[test]
+fn the_own_mac_table_follows_the_attached_interfaces() {
+    use crate::own_mac::OwnMacs;
+    const LINK: u32 = 3;
+    const IF_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x0a];
+    // A VRRP use_vmac macvlan's virtual MAC (VRID 7).
+    const VMAC: [u8; 6] = [0, 0, 0x5e, 0, 1, 7];
+    let mut bed = Bed::new();
+    let mut own = OwnMacs::default();
+    own.add(LINK, IF_MAC).unwrap();
+    bed.plane.set_links(vec![LINK], own.clone());
+    assert_eq!(bed.plane.wanted().links.get(&LINK), Some(&vec![IF_MAC]));
+    // The kernel says the interface also receives the macvlan's frames: the
+    // resolver tells the plane, the table follows.
+    bed.table().owned.insert(LINK, vec![VMAC, IF_MAC]);
+    bed.settle();
+    let want = |macs: &[[u8; 6]]| {
+        let mut o = OwnMacs::default();
+        for m in macs {
+            o.add(LINK, *m).unwrap();
+        }
+        o
+    };
+    assert_eq!(bed.plane.maps().own_macs, want(&[IF_MAC, VMAC]));
+    let mut both = vec![IF_MAC, VMAC];
+    both.sort_unstable();
+    assert_eq!(bed.plane.wanted().links.get(&LINK), Some(&both));
+    // Asked again a second later: no change, no write.
+    let writes = bed.plane.maps().writes;
+    bed.now += super::resolver::REFRESH;
+    bed.settle();
+    assert_eq!(bed.plane.maps().writes, writes);
+    // The macvlan goes (the VRRP instance stopped): so does its MAC.
+    bed.table().owned.insert(LINK, vec![IF_MAC]);
+    bed.now += super::resolver::REFRESH;
+    bed.settle();
+    assert_eq!(bed.plane.maps().own_macs, want(&[IF_MAC]));
+    // A failed write leaves the table as it was; the answer comes again.
+    bed.table().owned.insert(LINK, vec![IF_MAC, VMAC]);
+    bed.plane.maps().fail_at = Some(bed.plane.maps().writes);
+    bed.now += super::resolver::REFRESH;
+    bed.settle();
+    assert_eq!(bed.plane.maps().own_macs, want(&[IF_MAC]));
+    assert_eq!(bed.plane.wanted().links.get(&LINK), Some(&vec![IF_MAC]));
+    bed.now += super::resolver::REFRESH;
+    bed.settle();
+    assert_eq!(bed.plane.maps().own_macs, want(&[IF_MAC, VMAC]));
+    // An interface the program is not attached to is not the director's.
+    bed.plane.on_owned_macs(LINK + 1, vec![VMAC]);
+    assert_eq!(bed.plane.maps().own_macs, want(&[IF_MAC, VMAC]));
 }

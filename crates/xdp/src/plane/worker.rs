@@ -40,7 +40,7 @@ use rvs_control::protocol::Command;
 use rvs_core::ipvs::{Ipvs, MirroredConn};
 use rvs_core::time::Instant;
 
-use super::resolver::{self, Resolver};
+use super::resolver::{self, Answer, Resolver};
 use super::{Plane, PlaneError, SyncedFlow, Wanted};
 use crate::maps::MapOps;
 use crate::neigh::{L2, Resolve};
@@ -60,6 +60,8 @@ enum Msg<M: MapOps> {
     Attach(DirectorHandle),
     /// The resolver's answer.
     Neighbour(IpAddr, L2),
+    /// The MACs an attached interface receives frames for now.
+    OwnMacs(u32, Vec<[u8; 6]>),
     /// Lend the plane (tests, tools).
     With(Lend<M>),
     /// The handle is gone (the resolver holds a sender too, so the
@@ -99,8 +101,12 @@ impl<M: MapOps + Send + 'static> PlaneHandle<M> {
         let thread_err = |what: &str, e: std::io::Error| {
             PlaneError::Refused(format!("starting the xdp {what} thread: {e}"))
         };
-        let resolver = resolver::spawn(Resolver::new(resolve), wants_rx, move |a, l2| {
-            answers.send(Msg::Neighbour(a, l2)).is_ok()
+        let resolver = resolver::spawn(Resolver::new(resolve), wants_rx, move |a| {
+            let m = match a {
+                Answer::Neighbour(a, l2) => Msg::Neighbour(a, l2),
+                Answer::Links(link, macs) => Msg::OwnMacs(link, macs),
+            };
+            answers.send(m).is_ok()
         })
         .map_err(|e| thread_err("neighbour", e))?;
         let sent = Arc::new(AtomicU64::new(0));
@@ -266,6 +272,7 @@ impl<M: MapOps> Worker<M> {
             }
             Msg::Attach(d) => self.director = Some(d),
             Msg::Neighbour(a, l2) => self.plane.on_neighbour(a, l2),
+            Msg::OwnMacs(link, macs) => self.plane.on_owned_macs(link, macs),
             Msg::With(f) => f(&mut self.plane),
             Msg::Stop => {}
         }
