@@ -9,6 +9,8 @@
 #ifndef RVS_BENCH_CYCLE_H
 #define RVS_BENCH_CYCLE_H
 
+#include "lib/map.h"
+
 /* Key i is the client address 10.0.0.0 + i (N up to 2^24). */
 #define RVS_BENCH_CYCLE_BASE 0x0a000000
 
@@ -20,12 +22,7 @@ struct rvs_bench_cycle {
 	__u32 pad;
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct rvs_bench_cycle);
-} bench_cycle SEC(".maps");
+RVS_MAP(bench_cycle, BPF_MAP_TYPE_ARRAY, 1, __u32, struct rvs_bench_cycle);
 
 /* This run's key index (advancing the cycle), or -1 when the cycle is off.
  * One writer: the benchmark runs on one CPU. */

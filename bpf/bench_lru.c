@@ -22,6 +22,7 @@
 #include <linux/tcp.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
+#include "lib/map.h"
 
 #include "rvs.h"
 #ifdef RVS_BENCH_CYCLE_FLOWS
@@ -30,19 +31,10 @@
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, RVS_FLOWS_DEFAULT);
-	__type(key, struct rvs_flow4_key);
-	__type(value, struct rvs_flow);
-} bench_flows SEC(".maps");
+RVS_MAP(bench_flows, BPF_MAP_TYPE_LRU_HASH, RVS_FLOWS_DEFAULT,
+	struct rvs_flow4_key, struct rvs_flow);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} bench_seq SEC(".maps");
+RVS_MAP(bench_seq, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, __u64);
 
 SEC("xdp")
 int bench_lru(struct xdp_md *ctx)

@@ -4,15 +4,11 @@
  * far cheaper per packet than a nanosecond clock). */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
+#include "lib/map.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} clock_jiffies SEC(".maps");
+RVS_MAP(clock_jiffies, BPF_MAP_TYPE_ARRAY, 1, __u32, __u64);
 
 SEC("xdp")
 int clock(struct xdp_md *ctx)

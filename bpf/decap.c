@@ -31,32 +31,18 @@
 #include <linux/udp.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
+#include "lib/map.h"
 
 #include "rvs.h"
 #include "decap.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, RVS_DECAP_MAX_VIPS);
-	__type(key, struct rvs_decap_vip);
-	__type(value, __u8);
-} decap_vips SEC(".maps");
+RVS_MAP(decap_vips, BPF_MAP_TYPE_HASH, RVS_DECAP_MAX_VIPS, struct rvs_decap_vip, __u8);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct rvs_decap_config);
-} decap_config SEC(".maps");
+RVS_MAP(decap_config, BPF_MAP_TYPE_ARRAY, 1, __u32, struct rvs_decap_config);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, RVS_DECAP_NSTATS);
-	__type(key, __u32);
-	__type(value, __u64);
-} decap_stats SEC(".maps");
+RVS_MAP(decap_stats, BPF_MAP_TYPE_PERCPU_ARRAY, RVS_DECAP_NSTATS, __u32, __u64);
 
 static __always_inline void count(__u32 which)
 {

@@ -20,11 +20,6 @@
 #include "lib/common.h"
 
 /* The per-CPU counter that makes every run a new client. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} bench_seq SEC(".maps");
+RVS_MAP(bench_seq, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, __u64);
 
 #include "xdp_lb.c"

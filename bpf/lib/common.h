@@ -15,6 +15,7 @@
 #include <linux/udp.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
+#include "lib/map.h"
 
 #include "rvs.h"
 

@@ -12,6 +12,31 @@
 #define FLOW_V4_BRANCH() CALL_SITE_TAG(4)
 #define FLOW_V6_BRANCH() CALL_SITE_TAG(6)
 
+/* Fill a zeroed flows4 key (16 bytes) of an IPv4 flow; `caddr`/`vaddr`
+ * hold the address in their first word. */
+static __always_inline void flow4_key(struct rvs_flow4_key *k, const __u32 *caddr,
+				      const __u32 *vaddr, __be16 cport, __be16 vport, __u8 proto)
+{
+	__builtin_memcpy(k->caddr, caddr, 4);
+	__builtin_memcpy(k->vaddr, vaddr, 4);
+	k->cport = cport;
+	k->vport = vport;
+	k->proto = proto;
+}
+
+/* Fill a zeroed `flows` key (40 bytes) of an IPv6 flow. */
+static __always_inline void flow6_key(struct rvs_flow_key *k, const __u32 *caddr,
+				      const __u32 *vaddr, __be16 cport, __be16 vport, __u8 proto,
+				      __u8 family)
+{
+	__builtin_memcpy(k->caddr, caddr, 16);
+	__builtin_memcpy(k->vaddr, vaddr, 16);
+	k->cport = cport;
+	k->vport = vport;
+	k->proto = proto;
+	k->family = family;
+}
+
 /* The flow table of the family: flows4 (16-byte key) for IPv4, flows for
  * IPv6. `caddr`/`vaddr` are 16-byte addresses (IPv4 in the first word). */
 static __always_inline struct rvs_flow *flow_lookup(__u8 family, const __u32 *caddr,
@@ -23,22 +48,13 @@ static __always_inline struct rvs_flow *flow_lookup(__u8 family, const __u32 *ca
 	if (family == RVS_AF_INET) {
 		struct rvs_flow4_key k = {};
 
-		__builtin_memcpy(k.caddr, caddr, 4);
-		__builtin_memcpy(k.vaddr, vaddr, 4);
-		k.cport = cport;
-		k.vport = vport;
-		k.proto = proto;
+		flow4_key(&k, caddr, vaddr, cport, vport, proto);
 		f = bpf_map_lookup_elem(&flows4, &k);
 		FLOW_V4_BRANCH();
 	} else {
 		struct rvs_flow_key k = {};
 
-		__builtin_memcpy(k.caddr, caddr, 16);
-		__builtin_memcpy(k.vaddr, vaddr, 16);
-		k.cport = cport;
-		k.vport = vport;
-		k.proto = proto;
-		k.family = family;
+		flow6_key(&k, caddr, vaddr, cport, vport, proto, family);
 		f = bpf_map_lookup_elem(&flows, &k);
 		FLOW_V6_BRANCH();
 	}
@@ -53,22 +69,13 @@ static __always_inline long flow_insert(const struct pkt *p, const struct rvs_fl
 	if (p->family == RVS_AF_INET) {
 		struct rvs_flow4_key k = {};
 
-		__builtin_memcpy(k.caddr, p->saddr, 4);
-		__builtin_memcpy(k.vaddr, p->daddr, 4);
-		k.cport = p->sport;
-		k.vport = p->dport;
-		k.proto = p->proto;
+		flow4_key(&k, p->saddr, p->daddr, p->sport, p->dport, p->proto);
 		rc = bpf_map_update_elem(&flows4, &k, v, BPF_ANY);
 		FLOW_V4_BRANCH();
 	} else {
 		struct rvs_flow_key k = {};
 
-		__builtin_memcpy(k.caddr, p->saddr, 16);
-		__builtin_memcpy(k.vaddr, p->daddr, 16);
-		k.cport = p->sport;
-		k.vport = p->dport;
-		k.proto = p->proto;
-		k.family = p->family;
+		flow6_key(&k, p->saddr, p->daddr, p->sport, p->dport, p->proto, p->family);
 		rc = bpf_map_update_elem(&flows, &k, v, BPF_ANY);
 		FLOW_V6_BRANCH();
 	}
@@ -134,21 +141,12 @@ static __always_inline void flow_epoch_bump(const struct pkt *p)
 	if (p->family == RVS_AF_INET) {
 		struct rvs_flow4_key k __attribute__((aligned(8))) = {};
 
-		__builtin_memcpy(k.caddr, p->saddr, 4);
-		__builtin_memcpy(k.vaddr, p->daddr, 4);
-		k.cport = p->sport;
-		k.vport = p->dport;
-		k.proto = p->proto;
+		flow4_key(&k, p->saddr, p->daddr, p->sport, p->dport, p->proto);
 		h = flow_cache_hash(&k);
 	} else {
 		struct rvs_flow_key k __attribute__((aligned(8))) = {};
 
-		__builtin_memcpy(k.caddr, p->saddr, 16);
-		__builtin_memcpy(k.vaddr, p->daddr, 16);
-		k.cport = p->sport;
-		k.vport = p->dport;
-		k.proto = p->proto;
-		k.family = p->family;
+		flow6_key(&k, p->saddr, p->daddr, p->sport, p->dport, p->proto, p->family);
 		h = flow6_cache_hash(&k);
 	}
 	slot = flow_epoch_slot(h);

@@ -132,20 +132,11 @@ static __always_inline int icmp_nat_in(struct xdp_md *ctx, const struct pkt *p,
 static __always_inline int icmp_nat_out(struct xdp_md *ctx, const struct pkt *p,
 					const struct rvs_config *cfg)
 {
-	struct rvs_nat_key nk = {};
 	struct rvs_nat *n;
 	__u32 vaddr[4];
 
-	if (!(cfg->flags & RVS_CFG_F_NAT))
-		return XDP_PASS;
 	/* The quote describes (real server, client) as a reply would. */
-	__builtin_memcpy(nk.raddr, p->saddr, 16);
-	__builtin_memcpy(nk.caddr, p->daddr, 16);
-	nk.rport = p->sport;
-	nk.cport = p->dport;
-	nk.proto = p->proto;
-	nk.family = p->family;
-	n = bpf_map_lookup_elem(&nat_rev, &nk);
+	n = nat_rev_lookup(p, cfg);
 	if (!n)
 		return XDP_PASS;
 	__builtin_memcpy(vaddr, n->vaddr, 16);

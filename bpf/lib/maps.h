@@ -6,131 +6,44 @@
 
 #include "lib/common.h"
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, RVS_MAX_SERVICES);
-	__type(key, struct rvs_svc_key);
-	__type(value, __u32);
-} services SEC(".maps");
+RVS_MAP(services, BPF_MAP_TYPE_HASH, RVS_MAX_SERVICES, struct rvs_svc_key, __u32);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, RVS_MAX_SERVICES);
-	__type(key, __u32);
-	__type(value, struct rvs_svc);
-} svc_info SEC(".maps");
+RVS_MAP(svc_info, BPF_MAP_TYPE_ARRAY, RVS_MAX_SERVICES, __u32, struct rvs_svc);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, RVS_SLOTS_DEFAULT);
-	__type(key, __u32);
-	__type(value, __u32);
-} slots SEC(".maps");
+RVS_MAP(slots, BPF_MAP_TYPE_ARRAY, RVS_SLOTS_DEFAULT, __u32, __u32);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, RVS_MAX_DESTS);
-	__type(key, __u32);
-	__type(value, struct rvs_dest);
-} dests SEC(".maps");
+RVS_MAP(dests, BPF_MAP_TYPE_ARRAY, RVS_MAX_DESTS, __u32, struct rvs_dest);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, RVS_FLOWS_DEFAULT);
-	__type(key, struct rvs_flow_key);
-	__type(value, struct rvs_flow);
-} flows SEC(".maps");
+RVS_MAP(flows, BPF_MAP_TYPE_LRU_HASH, RVS_FLOWS_DEFAULT, struct rvs_flow_key, struct rvs_flow);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, RVS_FLOWS_DEFAULT);
-	__type(key, struct rvs_flow4_key);
-	__type(value, struct rvs_flow);
-} flows4 SEC(".maps");
+RVS_MAP(flows4, BPF_MAP_TYPE_LRU_HASH, RVS_FLOWS_DEFAULT, struct rvs_flow4_key, struct rvs_flow);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, RVS_FLOW_CACHE_SIZE);
-	__type(key, __u32);
-	__type(value, struct rvs_flow_cache);
-} flow_cache SEC(".maps");
+RVS_MAP(flow_cache, BPF_MAP_TYPE_PERCPU_ARRAY, RVS_FLOW_CACHE_SIZE, __u32, struct rvs_flow_cache);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, RVS_FLOW6_CACHE_SIZE);
-	__type(key, __u32);
-	__type(value, struct rvs_flow6_cache);
-} flow6_cache SEC(".maps");
+RVS_MAP(flow6_cache, BPF_MAP_TYPE_PERCPU_ARRAY, RVS_FLOW6_CACHE_SIZE,
+	__u32, struct rvs_flow6_cache);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, RVS_FLOW_EPOCHS);
-	__type(key, __u32);
-	__type(value, __u32);
-} flow_epochs SEC(".maps");
+RVS_MAP(flow_epochs, BPF_MAP_TYPE_ARRAY, RVS_FLOW_EPOCHS, __u32, __u32);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, RVS_FLOWS_DEFAULT);
-	__type(key, struct rvs_nat_key);
-	__type(value, struct rvs_nat);
-} nat_rev SEC(".maps");
+RVS_MAP(nat_rev, BPF_MAP_TYPE_LRU_HASH, RVS_FLOWS_DEFAULT, struct rvs_nat_key, struct rvs_nat);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, RVS_FLOWS_DEFAULT);
-	__type(key, struct rvs_persist_key);
-	__type(value, struct rvs_persist);
-} persist SEC(".maps");
+RVS_MAP(persist, BPF_MAP_TYPE_LRU_HASH, RVS_FLOWS_DEFAULT,
+	struct rvs_persist_key, struct rvs_persist);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, RVS_MAX_SERVICES);
-	__type(key, __u32);
-	__type(value, __u64);
-} rr_cursor SEC(".maps");
+RVS_MAP(rr_cursor, BPF_MAP_TYPE_ARRAY, RVS_MAX_SERVICES, __u32, __u64);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, RVS_MAX_SERVICES);
-	__type(key, __u32);
-	__type(value, struct rvs_stats);
-} svc_stats SEC(".maps");
+RVS_MAP(svc_stats, BPF_MAP_TYPE_PERCPU_ARRAY, RVS_MAX_SERVICES, __u32, struct rvs_stats);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, RVS_MAX_DESTS);
-	__type(key, __u32);
-	__type(value, struct rvs_stats);
-} dest_stats SEC(".maps");
+RVS_MAP(dest_stats, BPF_MAP_TYPE_PERCPU_ARRAY, RVS_MAX_DESTS, __u32, struct rvs_stats);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct rvs_config);
-} config SEC(".maps");
+RVS_MAP(config, BPF_MAP_TYPE_ARRAY, 1, __u32, struct rvs_config);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct rvs_flood);
-} flood SEC(".maps");
+RVS_MAP(flood, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct rvs_flood);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, RVS_MAX_DESTS);
-	__type(key, __u32);
-	__type(value, struct rvs_dest_conns);
-} dest_conns SEC(".maps");
+RVS_MAP(dest_conns, BPF_MAP_TYPE_ARRAY, RVS_MAX_DESTS, __u32, struct rvs_dest_conns);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, RVS_LOCALITY_MAX);
-	__type(key, struct rvs_locality_key);
-	__type(value, struct rvs_locality);
-} locality SEC(".maps");
+RVS_MAP(locality, BPF_MAP_TYPE_LRU_HASH, RVS_LOCALITY_MAX,
+	struct rvs_locality_key, struct rvs_locality);
 
 /* lblc / lblcr: one pass over the service's list finds the WLC choice, the
  * kernel's "some server is less than half loaded" (active * 2 < weight, any
@@ -157,12 +70,7 @@ struct locality_scratch {
 	__u8 found[RVS_LBLCR_SET_MAX];    /* ... that are in the service's list */
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct locality_scratch);
-} locality_tmp SEC(".maps");
+RVS_MAP(locality_tmp, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct locality_scratch);
 
 /* A global in a section of its own: the loader sees it as the one-element
  * array map ".data.own_macs"; the program reads it with plain loads (no
@@ -170,11 +78,6 @@ struct {
 struct rvs_own_macs own_macs SEC(".data.own_macs");
 
 /* Unicast frames passed because they were sent to another host's MAC. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} foreign_frames SEC(".maps");
+RVS_MAP(foreign_frames, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, __u64);
 
 #endif /* RVS_LIB_MAPS_H */

@@ -11,22 +11,33 @@
 
 /* ------------------------------------------------------- NAT reply path */
 
-static __always_inline int nat_reply(struct xdp_md *ctx, const struct pkt *p,
-				     const struct rvs_config *cfg)
+/* The NAT flow that `p`'s (source, destination) is the (real server,
+ * client) of, from nat_rev; NULL when NAT is off or there is none. A reply
+ * (nat_reply) passes its own header fields, an ICMP error (icmp_nat_out)
+ * those of the packet it quotes. */
+static __always_inline struct rvs_nat *nat_rev_lookup(const struct pkt *p,
+						      const struct rvs_config *cfg)
 {
 	struct rvs_nat_key nk = {};
-	struct rvs_nat *n;
-	struct rvs_flow *f;
 
 	if (!(cfg->flags & RVS_CFG_F_NAT))
-		return XDP_PASS;
+		return NULL;
 	__builtin_memcpy(nk.raddr, p->saddr, 16);
 	__builtin_memcpy(nk.caddr, p->daddr, 16);
 	nk.rport = p->sport;
 	nk.cport = p->dport;
 	nk.proto = p->proto;
 	nk.family = p->family;
-	n = bpf_map_lookup_elem(&nat_rev, &nk);
+	return bpf_map_lookup_elem(&nat_rev, &nk);
+}
+
+static __always_inline int nat_reply(struct xdp_md *ctx, const struct pkt *p,
+				     const struct rvs_config *cfg)
+{
+	struct rvs_nat *n;
+	struct rvs_flow *f;
+
+	n = nat_rev_lookup(p, cfg);
 	if (!n)
 		return XDP_PASS;
 
