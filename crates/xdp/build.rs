@@ -1,5 +1,11 @@
 //! Compiles the BPF programs under `bpf/` with clang into `OUT_DIR`.
 //!
+//! The production objects (the director `xdp_lb`, `clock`, the decapsulator
+//! `decap`) are always built; the benchmark objects (`BENCH_PROGRAMS`)
+//! only with the cargo feature `bench` (which the crate's own tests, benches
+//! and examples turn on through its self dev-dependency), so rvsd neither
+//! compiles nor embeds them.
+//!
 //! Without clang (or without the libbpf headers) the crate still builds, so a
 //! newcomer can build rvsd for the proxy data plane: a cargo warning is
 //! printed and the cfg `rvs_no_bpf` is set, and loading a program then
@@ -11,17 +17,25 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The objects: `(output stem, source stem, extra clang flags)`.
-/// `xdp_lb` is the production director (`bpf/xdp_lb.c` over `bpf/lib/*.h`).
-/// The benchmark variants are their own sources, which set benchmark hooks
-/// and include the director (so the production object holds no benchmark
-/// code): `xdp_lb_bench` a different client per run (the new-flow
-/// benchmark), `xdp_lb_cycle` cycling through N client keys (the many-flows
-/// established benchmark, `bpf/bench_cycle.h`), `xdp_lb_cycle_miss` the same
-/// with every flow-cache entry born stale. They are never loaded outside the
-/// benchmark.
-const PROGRAMS: &[(&str, &str, &[&str])] = &[
+/// The production objects: `(output stem, source stem, extra clang flags)`.
+/// `xdp_lb` is the director (`bpf/xdp_lb.c` over `bpf/lib/*.h`), `clock`
+/// reads jiffies (`kernel_hz`), `decap` the real servers' decapsulator.
+const PROGRAMS: &[Build<'static>] = &[
     ("xdp_lb", "xdp_lb", &[]),
+    ("clock", "clock", &[]),
+    ("decap", "decap", &[]),
+];
+
+/// The benchmark objects, built only with the feature `bench`. The director
+/// variants are their own sources, which set benchmark hooks and include the
+/// director (so the production object holds no benchmark code):
+/// `xdp_lb_bench` a different client per run (the new-flow benchmark),
+/// `xdp_lb_cycle` cycling through N client keys (the many-flows established
+/// benchmark, `bpf/bench_cycle.h`), `xdp_lb_cycle_miss` the same with every
+/// flow-cache entry born stale. `bench_tx` and `bench_lru*` are the floors
+/// the benchmark compares the director with. They are never loaded outside
+/// the benchmark.
+const BENCH_PROGRAMS: &[Build<'static>] = &[
     ("xdp_lb_bench", "xdp_lb_bench", &[]),
     ("xdp_lb_cycle", "xdp_lb_cycle", &[]),
     ("xdp_lb_cycle_miss", "xdp_lb_cycle_miss", &[]),
@@ -33,8 +47,6 @@ const PROGRAMS: &[(&str, &str, &[&str])] = &[
         "bench_lru",
         &["-DBENCH_LRU_HIT", "-DRVS_BENCH_CYCLE_FLOWS"],
     ),
-    ("clock", "clock", &[]),
-    ("decap", "decap", &[]),
 ];
 
 fn main() {
@@ -44,10 +56,18 @@ fn main() {
     let manifest =
         PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let bpf_dir = manifest.join("../../bpf");
-    for header in ["rvs.h", "bench_cycle.h", "decap.h", "lib"] {
+    // Cargo sets `CARGO_FEATURE_<NAME>` for each enabled feature.
+    let bench = env::var_os("CARGO_FEATURE_BENCH").is_some();
+    let mut programs = PROGRAMS.to_vec();
+    let mut headers = vec!["rvs.h", "decap.h", "lib"];
+    if bench {
+        programs.extend_from_slice(BENCH_PROGRAMS);
+        headers.push("bench_cycle.h");
+    }
+    for header in headers {
         println!("cargo::rerun-if-changed={}", bpf_dir.join(header).display());
     }
-    for (_, src, _) in PROGRAMS {
+    for (_, src, _) in &programs {
         println!(
             "cargo::rerun-if-changed={}",
             bpf_dir.join(format!("{src}.c")).display()
@@ -69,8 +89,8 @@ fn main() {
         return;
     }
     let multiarch = multiarch();
-    for (name, src, flags) in PROGRAMS {
-        compile(&clang, &bpf_dir, &out, (*name, *src, *flags), &multiarch);
+    for build in programs {
+        compile(&clang, &bpf_dir, &out, build, &multiarch);
     }
 }
 

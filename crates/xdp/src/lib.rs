@@ -71,6 +71,7 @@ pub enum XdpError {
         source: Box<MapError>,
     },
     /// [`Loaded::set_bench_cycle`] was given a cycle it cannot walk.
+    #[cfg(feature = "bench")]
     #[error("benchmark key cycle: {0}")]
     BenchCycle(&'static str),
     /// The object lacks a map or program rvs expects (a build mismatch).
@@ -90,7 +91,8 @@ fn map_err(map: &'static str) -> impl Fn(MapError) -> XdpError {
     }
 }
 
-/// The BPF objects this crate embeds.
+/// The BPF objects this crate embeds. The benchmark objects exist only with
+/// the feature `bench` (rvsd never loads them).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Object {
     /// `bpf/xdp_lb.c`: the director (program `xdp_lb`).
@@ -98,27 +100,34 @@ pub enum Object {
     /// `bpf/xdp_lb_bench.c` (the director with a benchmark hook): every run sees
     /// another client (address and port from a per-CPU counter), so a
     /// repeated test run measures the new-flow path. Benchmarks only.
+    #[cfg(feature = "bench")]
     DirectorBench,
     /// `bpf/xdp_lb_cycle.c` (the director with a benchmark hook): every run takes
     /// the next of N client addresses (set by [`Loaded::set_bench_cycle`]),
     /// so a repeated test run measures a working set of N flows rather than
     /// one flow repeated. Benchmarks only.
+    #[cfg(feature = "bench")]
     DirectorCycle,
     /// `bpf/xdp_lb_cycle_miss.c`, [`Object::DirectorCycle`] whose
     /// per-CPU flow cache is filled as on any miss but every entry is born
     /// stale, so every established packet misses it and looks up `flows4`.
     /// Benchmarks only.
+    #[cfg(feature = "bench")]
     DirectorCycleMiss,
     /// `bpf/bench_tx.c`: the XDP_TX floor of the benchmarks (program `bench_tx`).
+    #[cfg(feature = "bench")]
     BenchTx,
     /// `bpf/bench_lru.c`: the bare LRU-insert floor (program `bench_lru`).
+    #[cfg(feature = "bench")]
     BenchLru,
     /// `bpf/bench_lru.c` with `BENCH_LRU_HIT`: the bare parse + LRU-hit
     /// floor (program `bench_lru`).
+    #[cfg(feature = "bench")]
     BenchLruHit,
     /// `bpf/bench_lru.c` with `BENCH_LRU_HIT` and `RVS_BENCH_CYCLE_FLOWS`:
     /// the bare parse + LRU-hit floor cycling through N client addresses
     /// like [`Object::DirectorCycle`] (program `bench_lru`).
+    #[cfg(feature = "bench")]
     BenchLruCycle,
     /// `bpf/clock.c`: reads jiffies, for [`kernel_hz`] (program `clock`).
     Clock,
@@ -128,13 +137,29 @@ impl Object {
     /// The program's name.
     pub fn name(self) -> &'static str {
         match self {
-            Object::Director
-            | Object::DirectorBench
-            | Object::DirectorCycle
-            | Object::DirectorCycleMiss => "xdp_lb",
+            Object::Director => "xdp_lb",
+            #[cfg(feature = "bench")]
+            Object::DirectorBench | Object::DirectorCycle | Object::DirectorCycleMiss => "xdp_lb",
+            #[cfg(feature = "bench")]
             Object::BenchTx => "bench_tx",
+            #[cfg(feature = "bench")]
             Object::BenchLru | Object::BenchLruHit | Object::BenchLruCycle => "bench_lru",
             Object::Clock => "clock",
+        }
+    }
+
+    /// The director or one of its benchmark variants: the objects with the
+    /// director's maps (flow tables, slots, the own-MAC table).
+    pub(crate) fn is_director(self) -> bool {
+        match self {
+            Object::Director => true,
+            #[cfg(feature = "bench")]
+            Object::DirectorBench | Object::DirectorCycle | Object::DirectorCycleMiss => true,
+            #[cfg(feature = "bench")]
+            Object::BenchTx | Object::BenchLru | Object::BenchLruHit | Object::BenchLruCycle => {
+                false
+            }
+            Object::Clock => false,
         }
     }
 
@@ -145,24 +170,31 @@ impl Object {
             Object::Director => {
                 aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb.o"))
             }
+            #[cfg(feature = "bench")]
             Object::DirectorBench => {
                 aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_bench.o"))
             }
+            #[cfg(feature = "bench")]
             Object::DirectorCycle => {
                 aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_cycle.o"))
             }
+            #[cfg(feature = "bench")]
             Object::DirectorCycleMiss => {
                 aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_cycle_miss.o"))
             }
+            #[cfg(feature = "bench")]
             Object::BenchTx => {
                 aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_tx.o"))
             }
+            #[cfg(feature = "bench")]
             Object::BenchLru => {
                 aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_lru.o"))
             }
+            #[cfg(feature = "bench")]
             Object::BenchLruHit => {
                 aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_lru_hit.o"))
             }
+            #[cfg(feature = "bench")]
             Object::BenchLruCycle => {
                 aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_lru_cycle.o"))
             }

@@ -35,20 +35,16 @@ impl Loaded {
     pub fn load(object: Object, opts: &LoadOptions) -> Result<Self, XdpError> {
         let bytes = object.bytes()?;
         let mut loader = EbpfLoader::new();
-        if matches!(
-            object,
-            Object::Director
-                | Object::DirectorBench
-                | Object::DirectorCycle
-                | Object::DirectorCycleMiss
-        ) {
+        if object.is_director() {
             loader
                 .map_max_entries("flows", opts.flow_table_size)
                 .map_max_entries("flows4", opts.flow_table_size)
                 .map_max_entries("nat_rev", opts.flow_table_size)
                 .map_max_entries("persist", opts.flow_table_size)
                 .map_max_entries("slots", opts.slots);
-        } else if matches!(
+        }
+        #[cfg(feature = "bench")]
+        if matches!(
             object,
             Object::BenchLru | Object::BenchLruHit | Object::BenchLruCycle
         ) {
@@ -268,6 +264,7 @@ impl Loaded {
     /// i = k × `stride` mod `n` (so every one of the `n` keys once per `n`
     /// runs). `n` = 0 turns the cycle off. `stride` must be below `n` and
     /// coprime with it (0 for `n` = 1); `n` at most 2^24 (10.0.0.0/8).
+    #[cfg(feature = "bench")]
     pub fn set_bench_cycle(&mut self, n: u32, stride: u32) -> Result<(), XdpError> {
         fn gcd(a: u32, b: u32) -> u32 {
             if b == 0 { a } else { gcd(b, a % b) }

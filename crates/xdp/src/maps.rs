@@ -166,6 +166,7 @@ pub const TUN_TTL: u8 = 64;
 /// First client address (IPv4, host order) of the benchmark objects that
 /// cycle through N flows (`RVS_BENCH_CYCLE_BASE` of bpf/bench_cycle.h):
 /// key `i` comes from this address + `i`.
+#[cfg(feature = "bench")]
 pub const BENCH_CYCLE_BASE: u32 = 0x0a00_0000;
 
 /// An address as the maps store it: 16 bytes, network order, IPv4 in the

@@ -19,7 +19,7 @@
 use aya::programs::{TestRun, TestRunOptions};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use crate::{Loaded, Object, RunResult, XdpError};
+use crate::{Loaded, RunResult, XdpError};
 
 /// The table's map: the program's global `own_macs` in a section of its
 /// own, which the loader makes a one-element array (the program reads it
@@ -198,16 +198,6 @@ fn xdp_md(frame_len: usize, ingress_ifindex: u32) -> [u8; 24] {
     out
 }
 
-fn is_director(object: Object) -> bool {
-    matches!(
-        object,
-        Object::Director
-            | Object::DirectorBench
-            | Object::DirectorCycle
-            | Object::DirectorCycleMiss
-    )
-}
-
 impl Loaded {
     fn own_macs_map(
         &mut self,
@@ -267,7 +257,7 @@ impl Loaded {
     /// [`Loaded::attach`]'s first step: a director owns the interface's
     /// MAC before it sees a frame. Other programs have no table.
     pub(crate) fn own_before_attach(&mut self, interface: &str) -> Result<(), XdpError> {
-        if is_director(self.object) {
+        if self.object.is_director() {
             self.own_interface(interface)?;
         }
         Ok(())
