@@ -61,12 +61,16 @@ fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(a, b, c, d))
 }
 
-fn tcp(a: IpAddr, port: u16) -> ServiceKey {
+fn key(protocol: Protocol, addr: IpAddr, port: u16) -> ServiceKey {
     ServiceKey::Addr {
-        protocol: Protocol::Tcp,
-        addr: a,
+        protocol,
+        addr,
         port,
     }
+}
+
+fn tcp(a: IpAddr, port: u16) -> ServiceKey {
+    key(Protocol::Tcp, a, port)
 }
 
 const TRY: &str = "Try `ipvsadm -h' or 'ipvsadm --help' for more information.";
@@ -102,14 +106,7 @@ fn add_service_all_options() {
     else {
         panic!()
     };
-    assert_eq!(
-        s.key,
-        ServiceKey::Addr {
-            protocol: Protocol::Udp,
-            addr: v4(10, 0, 0, 1),
-            port: 5060
-        }
-    );
+    assert_eq!(s.key, key(Protocol::Udp, v4(10, 0, 0, 1), 5060));
     assert_eq!(s.config.scheduler, Scheduler::Sh);
     assert_eq!(s.config.persistent, Some(120));
     assert_eq!(
@@ -154,11 +151,7 @@ fn edit_and_delete_service() {
     );
     assert_eq!(
         cmd("--delete-service --sctp-service=10.0.0.1:80"),
-        Command::DeleteService(ServiceKey::Addr {
-            protocol: Protocol::Sctp,
-            addr: v4(10, 0, 0, 1),
-            port: 80
-        })
+        Command::DeleteService(key(Protocol::Sctp, v4(10, 0, 0, 1), 80))
     );
 }
 
@@ -309,11 +302,7 @@ fn service_names_and_host_names() {
     );
     assert_eq!(
         cmd("-D -u 10.0.0.1:syslog"),
-        Command::DeleteService(ServiceKey::Addr {
-            protocol: Protocol::Udp,
-            addr: v4(10, 0, 0, 1),
-            port: 514
-        })
+        Command::DeleteService(key(Protocol::Udp, v4(10, 0, 0, 1), 514))
     );
     assert_eq!(
         cmd("-D -t web1:http"),
@@ -765,27 +754,17 @@ proptest! {
 #[test]
 fn rvs_proxy_options() {
     use rvs_core::model::ProxyProtocol;
-    let inv = rvs_ipvsadm::parse_args(
-        "-A -t 10.0.0.1:80 -s rr --proxy-protocol v2 --max-conns 100"
-            .split(' ')
-            .map(String::from),
-    )
-    .unwrap();
-    let rvs_ipvsadm::Command::AddService(s) = inv.command else {
-        panic!("{inv:?}")
+    let line = "-A -t 10.0.0.1:80 -s rr --proxy-protocol v2 --max-conns 100";
+    let Command::AddService(s) = cmd(line) else {
+        panic!("{line}")
     };
     assert_eq!(
         (s.config.proxy_protocol, s.config.max_conns),
         (Some(ProxyProtocol::V2), 100)
     );
-    let inv = rvs_ipvsadm::parse_args(
-        "-a -t 10.0.0.1:80 -r 10.0.0.2 -m --proxy-protocol v1"
-            .split(' ')
-            .map(String::from),
-    )
-    .unwrap();
-    let rvs_ipvsadm::Command::AddServer(d) = inv.command else {
-        panic!("{inv:?}")
+    let line = "-a -t 10.0.0.1:80 -r 10.0.0.2 -m --proxy-protocol v1";
+    let Command::AddServer(d) = cmd(line) else {
+        panic!("{line}")
     };
     assert_eq!(d.dest.proxy_protocol, Some(ProxyProtocol::V1));
     for (args, msg) in [
