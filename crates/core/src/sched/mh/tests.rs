@@ -153,29 +153,24 @@ fn pinned_small_tables() {
     );
 }
 
+/// Where a table of 4093 over ten equal servers, built with `flags`, sends
+/// each of `inputs`.
+fn lookups(flags: SchedFlags, inputs: impl Iterator<Item = SchedInput>) -> Vec<Option<u32>> {
+    let (d, mut s) = built(&[1; 10], 4093, flags);
+    inputs
+        .map(|i| s.schedule(&d, &i, Instant::ZERO).map(|p| p as u32))
+        .collect()
+}
+
 #[test]
 fn pinned_lookups() {
-    let (d, mut s) = built(&[1; 10], 4093, SchedFlags::default());
-    let got: Vec<_> = (0..8)
-        .map(|c| s.schedule(&d, &input(c, 1000), Instant::ZERO))
-        .collect();
     assert_eq!(
-        got,
+        lookups(SchedFlags::default(), (0..8).map(|c| input(c, 1000))),
         some(&[3, 3, 4, 7, 0, 7, 9, 4])
-            .iter()
-            .map(|x| x.map(|p| p as usize))
-            .collect::<Vec<_>>()
     );
-    let (d, mut s) = built(&[1; 10], 4093, SchedFlags::MH_PORT);
-    let got: Vec<_> = (0..8)
-        .map(|p| s.schedule(&d, &input(5, 1000 + p), Instant::ZERO))
-        .collect();
     assert_eq!(
-        got,
+        lookups(SchedFlags::MH_PORT, (0..8).map(|p| input(5, 1000 + p))),
         some(&[4, 0, 9, 5, 0, 3, 4, 5])
-            .iter()
-            .map(|x| x.map(|p| p as usize))
-            .collect::<Vec<_>>()
     );
 }
 
