@@ -46,6 +46,14 @@ fn cmd(line: &str) -> Command {
     }
 }
 
+/// The service a delete-service `line` names.
+fn deleted(line: &str) -> ServiceKey {
+    match cmd(line) {
+        Command::DeleteService(k) => k,
+        c => panic!("{line}: not a delete-service: {c:?}"),
+    }
+}
+
 fn err(line: &str) -> (String, i32) {
     match p(line) {
         Ok(i) => panic!("{line}: expected error, got {i:?}"),
@@ -146,12 +154,12 @@ fn edit_and_delete_service() {
     };
     assert_eq!(s.config.scheduler, Scheduler::Rr);
     assert_eq!(
-        cmd("-D --tcp-service 10.0.0.1:80"),
-        Command::DeleteService(tcp(v4(10, 0, 0, 1), 80))
+        deleted("-D --tcp-service 10.0.0.1:80"),
+        tcp(v4(10, 0, 0, 1), 80)
     );
     assert_eq!(
-        cmd("--delete-service --sctp-service=10.0.0.1:80"),
-        Command::DeleteService(key(Protocol::Sctp, v4(10, 0, 0, 1), 80))
+        deleted("--delete-service --sctp-service=10.0.0.1:80"),
+        key(Protocol::Sctp, v4(10, 0, 0, 1), 80)
     );
 }
 
@@ -255,10 +263,7 @@ fn ipv6_services_and_fwmark() {
         "illegal virtual server address[:port] specified",
     );
     // Brackets around IPv4 lose the port, as in ipvsadm.
-    assert_eq!(
-        cmd("-D -t [1.2.3.4]:80"),
-        Command::DeleteService(tcp(v4(1, 2, 3, 4), 0))
-    );
+    assert_eq!(deleted("-D -t [1.2.3.4]:80"), tcp(v4(1, 2, 3, 4), 0));
     let Command::AddService(s) = cmd("-A -f 7 -6 -s rr") else {
         panic!()
     };
@@ -296,23 +301,14 @@ fn ipv6_services_and_fwmark() {
 
 #[test]
 fn service_names_and_host_names() {
+    assert_eq!(deleted("-D -t 10.0.0.1:https"), tcp(v4(10, 0, 0, 1), 443));
     assert_eq!(
-        cmd("-D -t 10.0.0.1:https"),
-        Command::DeleteService(tcp(v4(10, 0, 0, 1), 443))
+        deleted("-D -u 10.0.0.1:syslog"),
+        key(Protocol::Udp, v4(10, 0, 0, 1), 514)
     );
-    assert_eq!(
-        cmd("-D -u 10.0.0.1:syslog"),
-        Command::DeleteService(key(Protocol::Udp, v4(10, 0, 0, 1), 514))
-    );
-    assert_eq!(
-        cmd("-D -t web1:http"),
-        Command::DeleteService(tcp(v4(192, 0, 2, 7), 80))
-    );
+    assert_eq!(deleted("-D -t web1:http"), tcp(v4(192, 0, 2, 7), 80));
     // inet_aton forms.
-    assert_eq!(
-        cmd("-D -t 10.1:80"),
-        Command::DeleteService(tcp(v4(10, 0, 0, 1), 80))
-    );
+    assert_eq!(deleted("-D -t 10.1:80"), tcp(v4(10, 0, 0, 1), 80));
     e2(
         "-D -t 10.0.0.1:nosuchservice",
         "illegal virtual server address[:port] specified",
