@@ -265,25 +265,24 @@ fn weighted_shares_follow_turns() {
     assert_eq!(shares(&table_of(&[65535, 1], 4093), 2), vec![4030, 63]);
 }
 
+/// The server of every filled slot of `s`'s table, in slot order.
+fn owners(s: &Maglev, d: &[Dest]) -> Vec<DestId> {
+    s.table()
+        .iter()
+        .flatten()
+        .map(|&p| d[p as usize].id)
+        .collect()
+}
+
 /// Fraction (per mille) of the slots of the servers that stay which change
 /// owner when the server at `victim` is removed.
 fn disruption_per_mille(n: usize, m: u32, victim: usize) -> u64 {
     let (mut d, s) = built(&vec![1; n], m, SchedFlags::default());
-    let before: Vec<DestId> = s
-        .table()
-        .iter()
-        .flatten()
-        .map(|&p| d[p as usize].id)
-        .collect();
+    let before = owners(&s, &d);
     d.remove(victim);
     let mut s2 = Maglev::new(SchedFlags::default(), m).unwrap_or_else(|e| panic!("{e}"));
     s2.update(&d, ListChange::Removed(victim));
-    let after: Vec<DestId> = s2
-        .table()
-        .iter()
-        .flatten()
-        .map(|&p| d[p as usize].id)
-        .collect();
+    let after = owners(&s2, &d);
     let gone = DestId(victim as u32);
     let (mut others, mut moved) = (0u64, 0u64);
     for (b, a) in before.iter().zip(&after) {
