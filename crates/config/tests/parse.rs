@@ -20,6 +20,17 @@ fn fail(text: &str) -> rvs_config::ConfigError {
     }
 }
 
+/// The first LVS service `text` (which must load) describes.
+fn first_service(text: &str) -> rvs_config::ServiceSpec {
+    ok(text).config.lvs_services().unwrap().remove(0)
+}
+
+/// Where (line, column) the parse of `text` fails.
+fn fail_at(text: &str) -> (u32, u32) {
+    let e = fail(text);
+    (e.line, e.column)
+}
+
 fn fixture(name: &str) -> rvs_config::Loaded {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
@@ -230,10 +241,9 @@ fn inheritance_vs_rs_checker() {
 
 #[test]
 fn scheduler_flags_tunnel_and_persistence() {
-    let l = ok(
+    let s = first_service(
         "virtual_server 10.0.0.1 0 {\n protocol UDP\n lvs_sched mh\n mh-port\n mh-fallback\n ops\n mh_table_size 251\n lvs_method TUN type gue port 6080 csum\n persistence_granularity 255.255.255.0\n persistence_engine sip\n real_server 10.1.0.1 {\n }\n}\n",
     );
-    let s = &l.config.lvs_services().unwrap()[0];
     assert_eq!(
         s.config.flags,
         SchedFlags::MH_PORT.union(SchedFlags::MH_FALLBACK)
@@ -249,8 +259,10 @@ fn scheduler_flags_tunnel_and_persistence() {
         }
         f => panic!("{f:?}"),
     }
-    let e = fail("virtual_server 10.0.0.1 80 {\n mh_table_size 250\n}\n");
-    assert_eq!((e.line, e.column), (2, 16));
+    assert_eq!(
+        fail_at("virtual_server 10.0.0.1 80 {\n mh_table_size 250\n}\n"),
+        (2, 16)
+    );
 }
 
 #[test]
@@ -388,8 +400,7 @@ fn error_missing_brace() {
     let e = fail("virtual_server 10.0.0.1 80 {\n  lb_algo rr\n");
     assert_eq!((e.line, e.column), (1, 1));
     assert!(e.message.contains("expected `}`"), "{e}");
-    let e = fail("global_defs {\n}\n}\n");
-    assert_eq!((e.line, e.column), (3, 1));
+    assert_eq!(fail_at("global_defs {\n}\n}\n"), (3, 1));
 }
 
 #[test]
@@ -399,8 +410,7 @@ fn error_bad_number_with_location() {
         e.to_string(),
         "t.conf:1:25: expected a port number (0-65535), found `80x`"
     );
-    let e = fail("vrrp_instance V {\n  priority 300\n}\n");
-    assert_eq!((e.line, e.column), (2, 12));
+    assert_eq!(fail_at("vrrp_instance V {\n  priority 300\n}\n"), (2, 12));
 }
 
 #[test]
@@ -419,8 +429,7 @@ fn error_bad_address() {
 
 #[test]
 fn error_unterminated_quote() {
-    let e = fail("global_defs {\n  router_id \"abc\n}\n");
-    assert_eq!((e.line, e.column), (2, 13));
+    assert_eq!(fail_at("global_defs {\n  router_id \"abc\n}\n"), (2, 13));
 }
 
 #[test]
@@ -432,8 +441,10 @@ fn bool_and_timer_values() {
     let vs = &l.config.virtual_servers[0];
     assert_eq!(vs.smtp_alert, Some(false));
     assert_eq!(vs.delay_loop, Duration::from_micros(1));
-    let e = fail(&VS.replace("protocol TCP", "protocol TCP\n  smtp_alert maybe"));
-    assert_eq!((e.line, e.column), (5, 14));
+    assert_eq!(
+        fail_at(&VS.replace("protocol TCP", "protocol TCP\n  smtp_alert maybe")),
+        (5, 14)
+    );
 }
 
 #[test]
@@ -603,8 +614,10 @@ fn checker_types() {
 
 #[test]
 fn group_mixing_families_is_an_error() {
-    let e = fail("virtual_server_group G {\n 10.0.0.1 80\n 2001:db8::1 80\n}\n");
-    assert_eq!((e.line, e.column), (3, 2));
+    assert_eq!(
+        fail_at("virtual_server_group G {\n 10.0.0.1 80\n 2001:db8::1 80\n}\n"),
+        (3, 2)
+    );
 }
 
 #[test]

@@ -90,6 +90,18 @@ fn numeric() -> ListOptions {
     }
 }
 
+/// [`numeric`] with one more option set by `set`.
+fn numeric_with(set: impl FnOnce(&mut ListOptions)) -> ListOptions {
+    let mut o = numeric();
+    set(&mut o);
+    o
+}
+
+/// The first `n` lines of a listing.
+fn head(listing: &str, n: usize) -> String {
+    listing.lines().take(n).collect::<Vec<_>>().join("\n")
+}
+
 fn list(s: &Snapshot, o: ListOptions) -> String {
     format_list_with(s, &o, &FakeNames).unwrap()
 }
@@ -136,10 +148,7 @@ FWM  256 rr
 
 #[test]
 fn nosort_keeps_table_order() {
-    let o = ListOptions {
-        nosort: true,
-        ..numeric()
-    };
+    let o = numeric_with(|o| o.nosort = true);
     let out = list(&spec_snapshot(), o);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[3], "FWM  256 rr");
@@ -304,10 +313,7 @@ fn stats_snapshot() -> Snapshot {
 
 #[test]
 fn stats_listing_matches_spec_example() {
-    let o = ListOptions {
-        stats: true,
-        ..numeric()
-    };
+    let o = numeric_with(|o| o.stats = true);
     let expected = "\
 IP Virtual Server version 1.2.1 (size=4096)
 Prot LocalAddress:Port               Conns   InPkts  OutPkts  InBytes OutBytes
@@ -323,10 +329,7 @@ fn stats_large_numbers_and_exact() {
     let mut snap = stats_snapshot();
     snap.services[0].stats.inbytes = 123_456_789_012;
     snap.services[0].dests[0].stats.inbytes = 1_234_567_890;
-    let o = ListOptions {
-        stats: true,
-        ..numeric()
-    };
+    let o = numeric_with(|o| o.stats = true);
     let out = list(&snap, o);
     assert_eq!(
         out.lines().nth(3).unwrap(),
@@ -372,10 +375,7 @@ fn rate_listing_matches_spec_example() {
         conn_tab_size: 4096,
         ..Snapshot::default()
     };
-    let o = ListOptions {
-        rate: true,
-        ..numeric()
-    };
+    let o = numeric_with(|o| o.rate = true);
     // The dest line prints cps/inpps/outpps raw (%8llu), bps through largenum.
     let expected = "\
 IP Virtual Server version 1.2.1 (size=4096)
@@ -432,15 +432,9 @@ fn thresholds_persistent_conn_and_tun_info() {
         conn_tab_size: 4096,
         ..Snapshot::default()
     };
-    let t = list(
-        &snap,
-        ListOptions {
-            thresholds: true,
-            ..numeric()
-        },
-    );
+    let t = list(&snap, numeric_with(|o| o.thresholds = true));
     assert_eq!(
-        t.lines().take(5).collect::<Vec<_>>().join("\n"),
+        head(&t, 5),
         "\
 IP Virtual Server version 1.2.1 (size=4096)
 Prot LocalAddress:Port            Uthreshold Lthreshold ActiveConn InActConn 
@@ -448,15 +442,9 @@ Prot LocalAddress:Port            Uthreshold Lthreshold ActiveConn InActConn
 TCP  10.0.0.1:80 wlc
   -> 10.0.0.11:80                 100        50         7          3         "
     );
-    let p = list(
-        &snap,
-        ListOptions {
-            persistent_conn: true,
-            ..numeric()
-        },
-    );
+    let p = list(&snap, numeric_with(|o| o.persistent_conn = true));
     assert_eq!(
-        p.lines().take(5).collect::<Vec<_>>().join("\n"),
+        head(&p, 5),
         "\
 IP Virtual Server version 1.2.1 (size=4096)
 Prot LocalAddress:Port            Weight    PersistConn ActiveConn InActConn 
@@ -464,13 +452,7 @@ Prot LocalAddress:Port            Weight    PersistConn ActiveConn InActConn
 TCP  10.0.0.1:80 wlc
   -> 10.0.0.11:80                 2         12          7          3         "
     );
-    let ti = list(
-        &snap,
-        ListOptions {
-            tun_info: true,
-            ..numeric()
-        },
-    );
+    let ti = list(&snap, numeric_with(|o| o.tun_info = true));
     assert_eq!(
         ti,
         "\

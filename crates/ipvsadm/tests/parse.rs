@@ -46,6 +46,14 @@ fn cmd(line: &str) -> Command {
     }
 }
 
+/// The service a delete-service `line` names.
+fn deleted(line: &str) -> ServiceKey {
+    match cmd(line) {
+        Command::DeleteService(k) => k,
+        c => panic!("{line}: not a delete-service: {c:?}"),
+    }
+}
+
 fn err(line: &str) -> (String, i32) {
     match p(line) {
         Ok(i) => panic!("{line}: expected error, got {i:?}"),
@@ -61,12 +69,16 @@ fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(a, b, c, d))
 }
 
-fn tcp(a: IpAddr, port: u16) -> ServiceKey {
+fn key(protocol: Protocol, addr: IpAddr, port: u16) -> ServiceKey {
     ServiceKey::Addr {
-        protocol: Protocol::Tcp,
-        addr: a,
+        protocol,
+        addr,
         port,
     }
+}
+
+fn tcp(a: IpAddr, port: u16) -> ServiceKey {
+    key(Protocol::Tcp, a, port)
 }
 
 const TRY: &str = "Try `ipvsadm -h' or 'ipvsadm --help' for more information.";
@@ -102,14 +114,7 @@ fn add_service_all_options() {
     else {
         panic!()
     };
-    assert_eq!(
-        s.key,
-        ServiceKey::Addr {
-            protocol: Protocol::Udp,
-            addr: v4(10, 0, 0, 1),
-            port: 5060
-        }
-    );
+    assert_eq!(s.key, key(Protocol::Udp, v4(10, 0, 0, 1), 5060));
     assert_eq!(s.config.scheduler, Scheduler::Sh);
     assert_eq!(s.config.persistent, Some(120));
     assert_eq!(
@@ -149,16 +154,12 @@ fn edit_and_delete_service() {
     };
     assert_eq!(s.config.scheduler, Scheduler::Rr);
     assert_eq!(
-        cmd("-D --tcp-service 10.0.0.1:80"),
-        Command::DeleteService(tcp(v4(10, 0, 0, 1), 80))
+        deleted("-D --tcp-service 10.0.0.1:80"),
+        tcp(v4(10, 0, 0, 1), 80)
     );
     assert_eq!(
-        cmd("--delete-service --sctp-service=10.0.0.1:80"),
-        Command::DeleteService(ServiceKey::Addr {
-            protocol: Protocol::Sctp,
-            addr: v4(10, 0, 0, 1),
-            port: 80
-        })
+        deleted("--delete-service --sctp-service=10.0.0.1:80"),
+        key(Protocol::Sctp, v4(10, 0, 0, 1), 80)
     );
 }
 
@@ -262,10 +263,7 @@ fn ipv6_services_and_fwmark() {
         "illegal virtual server address[:port] specified",
     );
     // Brackets around IPv4 lose the port, as in ipvsadm.
-    assert_eq!(
-        cmd("-D -t [1.2.3.4]:80"),
-        Command::DeleteService(tcp(v4(1, 2, 3, 4), 0))
-    );
+    assert_eq!(deleted("-D -t [1.2.3.4]:80"), tcp(v4(1, 2, 3, 4), 0));
     let Command::AddService(s) = cmd("-A -f 7 -6 -s rr") else {
         panic!()
     };
@@ -303,27 +301,14 @@ fn ipv6_services_and_fwmark() {
 
 #[test]
 fn service_names_and_host_names() {
+    assert_eq!(deleted("-D -t 10.0.0.1:https"), tcp(v4(10, 0, 0, 1), 443));
     assert_eq!(
-        cmd("-D -t 10.0.0.1:https"),
-        Command::DeleteService(tcp(v4(10, 0, 0, 1), 443))
+        deleted("-D -u 10.0.0.1:syslog"),
+        key(Protocol::Udp, v4(10, 0, 0, 1), 514)
     );
-    assert_eq!(
-        cmd("-D -u 10.0.0.1:syslog"),
-        Command::DeleteService(ServiceKey::Addr {
-            protocol: Protocol::Udp,
-            addr: v4(10, 0, 0, 1),
-            port: 514
-        })
-    );
-    assert_eq!(
-        cmd("-D -t web1:http"),
-        Command::DeleteService(tcp(v4(192, 0, 2, 7), 80))
-    );
+    assert_eq!(deleted("-D -t web1:http"), tcp(v4(192, 0, 2, 7), 80));
     // inet_aton forms.
-    assert_eq!(
-        cmd("-D -t 10.1:80"),
-        Command::DeleteService(tcp(v4(10, 0, 0, 1), 80))
-    );
+    assert_eq!(deleted("-D -t 10.1:80"), tcp(v4(10, 0, 0, 1), 80));
     e2(
         "-D -t 10.0.0.1:nosuchservice",
         "illegal virtual server address[:port] specified",
@@ -765,27 +750,17 @@ proptest! {
 #[test]
 fn rvs_proxy_options() {
     use rvs_core::model::ProxyProtocol;
-    let inv = rvs_ipvsadm::parse_args(
-        "-A -t 10.0.0.1:80 -s rr --proxy-protocol v2 --max-conns 100"
-            .split(' ')
-            .map(String::from),
-    )
-    .unwrap();
-    let rvs_ipvsadm::Command::AddService(s) = inv.command else {
-        panic!("{inv:?}")
+    let line = "-A -t 10.0.0.1:80 -s rr --proxy-protocol v2 --max-conns 100";
+    let Command::AddService(s) = cmd(line) else {
+        panic!("{line}")
     };
     assert_eq!(
         (s.config.proxy_protocol, s.config.max_conns),
         (Some(ProxyProtocol::V2), 100)
     );
-    let inv = rvs_ipvsadm::parse_args(
-        "-a -t 10.0.0.1:80 -r 10.0.0.2 -m --proxy-protocol v1"
-            .split(' ')
-            .map(String::from),
-    )
-    .unwrap();
-    let rvs_ipvsadm::Command::AddServer(d) = inv.command else {
-        panic!("{inv:?}")
+    let line = "-a -t 10.0.0.1:80 -r 10.0.0.2 -m --proxy-protocol v1";
+    let Command::AddServer(d) = cmd(line) else {
+        panic!("{line}")
     };
     assert_eq!(d.dest.proxy_protocol, Some(ProxyProtocol::V1));
     for (args, msg) in [

@@ -19,3 +19,6 @@
 pub mod ipvs_sync;
 pub mod proxy_protocol;
 pub mod vrrp;
+
+#[cfg(test)]
+mod test_util;

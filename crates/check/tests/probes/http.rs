@@ -1,6 +1,7 @@
 //! HTTP_GET and SSL_GET against a tiny HTTP server (plain and rustls).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 
-use super::{TempDir, target};
+use super::{TempDir, serve_tcp, target};
 
 /// What the server does after reading a request.
 #[derive(Clone)]
@@ -68,37 +69,31 @@ async fn serve(
     tls: Option<TlsAcceptor>,
     reply: Reply,
 ) -> (SocketAddr, mpsc::UnboundedReceiver<Seen>) {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            let tx = tx.clone();
-            let reply = reply.clone();
-            let tls = tls.clone();
-            tokio::spawn(async move {
-                match tls {
-                    None => {
-                        if let Some(r) = handle(s, reply).await {
-                            let _ = tx.send((r, None));
-                        }
-                    }
-                    Some(acc) => {
-                        let Ok(Ok(t)) =
-                            tokio::time::timeout(Duration::from_secs(5), acc.accept(s)).await
-                        else {
-                            return;
-                        };
-                        let sni = t.get_ref().1.server_name().map(str::to_owned);
-                        if let Some(r) = handle(t, reply).await {
-                            let _ = tx.send((r, sni));
-                        }
+    serve_tcp(move |s, tx| {
+        let reply = reply.clone();
+        let tls = tls.clone();
+        async move {
+            match tls {
+                None => {
+                    if let Some(r) = handle(s, reply).await {
+                        let _ = tx.send((r, None));
                     }
                 }
-            });
+                Some(acc) => {
+                    let Ok(Ok(t)) =
+                        tokio::time::timeout(Duration::from_secs(5), acc.accept(s)).await
+                    else {
+                        return;
+                    };
+                    let sni = t.get_ref().1.server_name().map(str::to_owned);
+                    if let Some(r) = handle(t, reply).await {
+                        let _ = tx.send((r, sni));
+                    }
+                }
+            }
         }
-    });
-    (addr, rx)
+    })
+    .await
 }
 
 fn response(status: &str, body: &[u8]) -> Vec<u8> {
@@ -135,6 +130,11 @@ fn http(urls: Vec<UrlSpec>, vhost: Option<&str>, v: HttpVersion) -> ProbeSpec {
 
 const BODY: &[u8] = b"<html>healthy</html>\n";
 
+/// The outcome of `spec` against `addr` (1 s timeout).
+async fn check(spec: &ProbeSpec, addr: SocketAddr) -> Result<(), Failure> {
+    run(spec, &target(addr, 1000)).await.outcome
+}
+
 #[tokio::test]
 async fn http_ok_with_digest_and_host_header() {
     let (addr, mut rx) = serve(None, Reply::Bytes(response("200 OK", BODY))).await;
@@ -143,8 +143,7 @@ async fn http_ok_with_digest_and_host_header() {
         None,
         HttpVersion::Http10,
     );
-    let r = run(&spec, &target(addr, 1000)).await;
-    assert_eq!(r.outcome, Ok(()));
+    assert_eq!(check(&spec, addr).await, Ok(()));
     let (req, _) = rx.recv().await.unwrap();
     assert!(req.starts_with("GET /health HTTP/1.0\r\n"), "{req}");
     assert!(req.contains(&format!("Host: {addr}\r\n")), "{req}");
@@ -158,13 +157,9 @@ async fn http_status_503_fails() {
         Reply::Bytes(response("503 Service Unavailable", b"busy")),
     )
     .await;
-    let r = run(
-        &http(vec![url("/", None)], None, HttpVersion::Http11),
-        &target(addr, 1000),
-    )
-    .await;
-    assert_eq!(r.outcome, Err(Failure::Status(503)));
-    assert_eq!(r.outcome.unwrap_err().to_string(), "status 503");
+    let outcome = check(&http(vec![url("/", None)], None, HttpVersion::Http11), addr).await;
+    assert_eq!(outcome, Err(Failure::Status(503)));
+    assert_eq!(outcome.unwrap_err().to_string(), "status 503");
 }
 
 #[tokio::test]
@@ -172,12 +167,10 @@ async fn http_status_ranges() {
     let (addr, _rx) = serve(None, Reply::Bytes(response("404 Not Found", b""))).await;
     let mut u = url("/", None);
     u.status = vec![200..=200, 400..=499];
-    let r = run(
-        &http(vec![u], None, HttpVersion::Http10),
-        &target(addr, 1000),
-    )
-    .await;
-    assert_eq!(r.outcome, Ok(()));
+    assert_eq!(
+        check(&http(vec![u], None, HttpVersion::Http10), addr).await,
+        Ok(())
+    );
 }
 
 #[tokio::test]
@@ -188,8 +181,7 @@ async fn http_digest_mismatch() {
         None,
         HttpVersion::Http10,
     );
-    let r = run(&spec, &target(addr, 1000)).await;
-    assert_eq!(r.outcome, Err(Failure::DigestMismatch));
+    assert_eq!(check(&spec, addr).await, Err(Failure::DigestMismatch));
 }
 
 #[tokio::test]
@@ -199,8 +191,7 @@ async fn http_chunked_body_digest_and_vhost_1_1() {
     let mut u = url("/c", Some(md5hex(BODY)));
     u.virtualhost = Some("url.example".into());
     let spec = http(vec![u], Some("checker.example"), HttpVersion::Http11);
-    let r = run(&spec, &target(addr, 1000)).await;
-    assert_eq!(r.outcome, Ok(()));
+    assert_eq!(check(&spec, addr).await, Ok(()));
     let (req, _) = rx.recv().await.unwrap();
     assert!(req.starts_with("GET /c HTTP/1.1\r\n"), "{req}");
     assert!(req.contains("Connection: close\r\n"), "{req}");
@@ -219,8 +210,7 @@ async fn http_body_until_close_and_every_url() {
         Some("vh.example"),
         HttpVersion::Http10Close,
     );
-    let r = run(&spec, &target(addr, 1000)).await;
-    assert_eq!(r.outcome, Ok(()));
+    assert_eq!(check(&spec, addr).await, Ok(()));
     let (a, _) = rx.recv().await.unwrap();
     let (b, _) = rx.recv().await.unwrap();
     let mut paths = [a, b];
@@ -234,8 +224,7 @@ async fn http_body_until_close_and_every_url() {
         None,
         HttpVersion::Http10,
     );
-    let r = run(&spec, &target(addr, 1000)).await;
-    assert_eq!(r.outcome, Err(Failure::DigestMismatch));
+    assert_eq!(check(&spec, addr).await, Err(Failure::DigestMismatch));
 }
 
 #[tokio::test]
@@ -279,12 +268,10 @@ async fn http_refused_and_garbage() {
     .await;
     assert!(matches!(r.outcome, Err(Failure::BadResponse(_))), "{r:?}");
     let (addr, _rx) = serve(None, Reply::Bytes(Vec::new())).await;
-    let r = run(
-        &http(vec![url("/", None)], None, HttpVersion::Http10),
-        &target(addr, 1000),
-    )
-    .await;
-    assert_eq!(r.outcome, Err(Failure::BadResponse("no data".into())));
+    assert_eq!(
+        check(&http(vec![url("/", None)], None, HttpVersion::Http10), addr).await,
+        Err(Failure::BadResponse("no data".into()))
+    );
     let dead = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
@@ -346,6 +333,21 @@ fn ssl(urls: Vec<UrlSpec>, tls: TlsSpec, vhost: Option<&str>) -> ProbeSpec {
     }
 }
 
+/// The outcome of an SSL_GET of `/` against `addr` with `tls` (2 s timeout).
+async fn ssl_root(addr: SocketAddr, tls: TlsSpec) -> Result<(), Failure> {
+    run(&ssl(vec![url("/", None)], tls, None), &target(addr, 2000))
+        .await
+        .outcome
+}
+
+/// TLS to the server name `sni`, verified against the CA file `ca`.
+fn verified(sni: &str, ca: PathBuf) -> TlsSpec {
+    TlsSpec {
+        sni: Some(sni.into()),
+        verify_ca: Some(ca),
+    }
+}
+
 #[tokio::test]
 async fn ssl_get_self_signed_accepted_with_sni() {
     let cert = self_signed(&["backend.example"]);
@@ -361,9 +363,7 @@ async fn ssl_get_self_signed_accepted_with_sni() {
     assert_eq!(sni.as_deref(), Some("www.example"));
     assert!(req.contains("Host: www.example\r\n"));
     // Without SNI the handshake still works (no server_name extension).
-    let spec = ssl(vec![url("/", None)], TlsSpec::default(), None);
-    let r = run(&spec, &target(addr, 2000)).await;
-    assert_eq!(r.outcome, Ok(()));
+    assert_eq!(ssl_root(addr, TlsSpec::default()).await, Ok(()));
     let (_, sni) = rx.recv().await.unwrap();
     assert_eq!(sni, None);
 }
@@ -375,61 +375,36 @@ async fn ssl_get_verification_when_asked() {
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, &cert.pem).unwrap();
     let (addr, _rx) = serve(Some(cert.acceptor), Reply::Bytes(response("200 OK", BODY))).await;
-    let ok = TlsSpec {
-        sni: Some("backend.example".into()),
-        verify_ca: Some(ca.clone()),
-    };
-    let r = run(&ssl(vec![url("/", None)], ok, None), &target(addr, 2000)).await;
-    assert_eq!(r.outcome, Ok(()));
-    let wrong_name = TlsSpec {
-        sni: Some("other.example".into()),
-        verify_ca: Some(ca),
-    };
-    let r = run(
-        &ssl(vec![url("/", None)], wrong_name, None),
-        &target(addr, 2000),
-    )
-    .await;
-    assert!(matches!(r.outcome, Err(Failure::Tls(_))), "{r:?}");
+    let ok = verified("backend.example", ca.clone());
+    assert_eq!(ssl_root(addr, ok).await, Ok(()));
+    let wrong_name = verified("other.example", ca);
+    let r = ssl_root(addr, wrong_name).await;
+    assert!(matches!(r, Err(Failure::Tls(_))), "{r:?}");
     // An untrusted CA fails too.
     let other = self_signed(&["backend.example"]);
     let ca2 = dir.path().join("other.pem");
     std::fs::write(&ca2, &other.pem).unwrap();
-    let untrusted = TlsSpec {
-        sni: Some("backend.example".into()),
-        verify_ca: Some(ca2),
-    };
-    let r = run(
-        &ssl(vec![url("/", None)], untrusted, None),
-        &target(addr, 2000),
-    )
-    .await;
-    assert!(matches!(r.outcome, Err(Failure::Tls(_))), "{r:?}");
+    let r = ssl_root(addr, verified("backend.example", ca2)).await;
+    assert!(matches!(r, Err(Failure::Tls(_))), "{r:?}");
 }
 
 #[tokio::test]
 async fn ssl_get_handshake_failure_against_plain_http() {
     let page = response("400 Bad Request", b"plain HTTP here");
     let (addr, _rx) = serve(None, Reply::Immediate(page)).await;
-    let r = run(
-        &ssl(vec![url("/", None)], TlsSpec::default(), None),
-        &target(addr, 2000),
-    )
-    .await;
-    assert!(matches!(r.outcome, Err(Failure::Tls(_))), "{r:?}");
-    assert_eq!(r.outcome.unwrap_err().kind(), "tls");
+    let r = ssl_root(addr, TlsSpec::default()).await;
+    assert!(matches!(r, Err(Failure::Tls(_))), "{r:?}");
+    assert_eq!(r.unwrap_err().kind(), "tls");
 }
 
 #[tokio::test]
 async fn ssl_get_status_through_tls() {
     let cert = self_signed(&["x.example"]);
     let (addr, _rx) = serve(Some(cert.acceptor), Reply::Bytes(response("503 Down", b""))).await;
-    let r = run(
-        &ssl(vec![url("/", None)], TlsSpec::default(), None),
-        &target(addr, 2000),
-    )
-    .await;
-    assert_eq!(r.outcome, Err(Failure::Status(503)));
+    assert_eq!(
+        ssl_root(addr, TlsSpec::default()).await,
+        Err(Failure::Status(503))
+    );
 }
 
 #[tokio::test]
@@ -449,12 +424,10 @@ async fn http_ipv6_host_header_in_brackets() {
             let _ = tx.send(r);
         }
     });
-    let r = run(
-        &http(vec![url("/", None)], None, HttpVersion::Http10),
-        &target(addr, 1000),
-    )
-    .await;
-    assert_eq!(r.outcome, Ok(()));
+    assert_eq!(
+        check(&http(vec![url("/", None)], None, HttpVersion::Http10), addr).await,
+        Ok(())
+    );
     let req = rx.recv().await.unwrap();
     assert!(
         req.contains(&format!("Host: [::1]:{}\r\n", addr.port())),

@@ -8,16 +8,78 @@ mod smtp;
 mod tcp;
 mod udp;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use rvs_check::probe::ProbeTarget;
+use rvs_check::probe::{ProbeResult, ProbeSpec, ProbeTarget};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::mpsc;
 
 /// A target with a short timeout.
 pub fn target(addr: SocketAddr, timeout_ms: u64) -> ProbeTarget {
     ProbeTarget::new(addr, Duration::from_millis(timeout_ms))
+}
+
+/// Runs one probe on a fresh current-thread runtime, for tests that run
+/// outside tokio (e.g. on an [`in_netns`] thread).
+pub fn run_blocking(spec: &ProbeSpec, target: &ProbeTarget) -> ProbeResult {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(rvs_check::probe::run(spec, target))
+}
+
+/// A TCP server on a fresh loopback port: every connection is handed to
+/// `handle` on its own task with a sender for what the test wants to see;
+/// returns the address and the receiving end.
+pub async fn serve_tcp<T, F, Fut>(handle: F) -> (SocketAddr, mpsc::UnboundedReceiver<T>)
+where
+    T: Send + 'static,
+    F: Fn(TcpStream, mpsc::UnboundedSender<T>) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(handle(s, tx.clone()));
+        }
+    });
+    (addr, rx)
+}
+
+/// A UDP server on a fresh loopback port: sends back to the peer every
+/// datagram `answer` makes of a received one, for at most `limit`
+/// datagrams (a test sends a handful).
+pub async fn serve_udp(
+    limit: usize,
+    mut answer: impl FnMut(&[u8]) -> Vec<Vec<u8>> + Send + 'static,
+) -> SocketAddr {
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let addr = sock.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 1500];
+        for _ in 0..limit {
+            let Ok((n, peer)) = sock.recv_from(&mut buf).await else {
+                return;
+            };
+            for out in answer(&buf[..n]) {
+                let _ = sock.send_to(&out, peer).await;
+            }
+        }
+    });
+    addr
+}
+
+/// A loopback UDP port nothing listens on (bound, read, closed).
+pub fn closed_udp_port() -> SocketAddr {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.local_addr().unwrap()
 }
 
 /// Whether we run as root (some tests need it and say so when skipping).

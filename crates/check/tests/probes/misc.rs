@@ -1,5 +1,6 @@
 //! MISC_CHECK with real scripts.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rvs_check::probe::{Failure, ProbeSpec, run};
@@ -20,36 +21,40 @@ fn any() -> rvs_check::probe::ProbeTarget {
     target("127.0.0.1:9".parse().unwrap(), 1000)
 }
 
-#[tokio::test]
-async fn misc_exit_codes() {
+/// Runs a script that exits with `code` as a MISC_CHECK (5 s timeout);
+/// returns the outcome and the weight it asks for.
+async fn exit_with(code: u32, dynamic: bool) -> (Result<(), Failure>, Option<u32>) {
     let d = TempDir::new("misc");
     let s = d.script("rc.sh", "exit \"$1\"");
-    let p = |code: u32| format!("{} {code}", s.display());
-    let r = run(&misc(p(0), 5000, false), &any()).await;
-    assert_eq!((r.outcome, r.misc_weight), (Ok(()), None));
-    let r = run(&misc(p(1), 5000, false), &any()).await;
-    assert_eq!(r.outcome, Err(Failure::Exit(1)));
-    assert_eq!(r.outcome.unwrap_err().to_string(), "exit status 1");
+    let r = run(
+        &misc(format!("{} {code}", s.display()), 5000, dynamic),
+        &any(),
+    )
+    .await;
+    (r.outcome, r.misc_weight)
+}
+
+#[tokio::test]
+async fn misc_exit_codes() {
+    assert_eq!(exit_with(0, false).await, (Ok(()), None));
+    let (outcome, _) = exit_with(1, false).await;
+    assert_eq!(outcome, Err(Failure::Exit(1)));
+    assert_eq!(outcome.unwrap_err().to_string(), "exit status 1");
     // Without misc_dynamic every non-zero status is a failure.
-    let r = run(&misc(p(5), 5000, false), &any()).await;
-    assert_eq!(r.outcome, Err(Failure::Exit(5)));
+    assert_eq!(exit_with(5, false).await.0, Err(Failure::Exit(5)));
 }
 
 #[tokio::test]
 async fn misc_dynamic_weights() {
-    let d = TempDir::new("misc");
-    let s = d.script("rc.sh", "exit \"$1\"");
-    let p = |code: u32| format!("{} {code}", s.display());
-    let r = run(&misc(p(0), 5000, true), &any()).await;
-    assert_eq!((r.outcome, r.misc_weight), (Ok(()), None));
-    let r = run(&misc(p(1), 5000, true), &any()).await;
-    assert_eq!((r.outcome, r.misc_weight), (Err(Failure::Exit(1)), None));
-    let r = run(&misc(p(2), 5000, true), &any()).await;
-    assert_eq!((r.outcome, r.misc_weight), (Ok(()), Some(0)));
-    let r = run(&misc(p(12), 5000, true), &any()).await;
-    assert_eq!((r.outcome, r.misc_weight), (Ok(()), Some(10)));
-    let r = run(&misc(p(255), 5000, true), &any()).await;
-    assert_eq!((r.outcome, r.misc_weight), (Ok(()), Some(253)));
+    for (code, want) in [
+        (0, (Ok(()), None)),
+        (1, (Err(Failure::Exit(1)), None)),
+        (2, (Ok(()), Some(0))),
+        (12, (Ok(()), Some(10))),
+        (255, (Ok(()), Some(253))),
+    ] {
+        assert_eq!(exit_with(code, true).await, want, "exit {code}");
+    }
 }
 
 #[tokio::test]
@@ -87,6 +92,24 @@ fn alive(pid: i32) -> bool {
     }
 }
 
+/// Writes the script `name` into `d` with `body`, in which `PIDFILE`
+/// stands for the file the script writes a pid to; returns the script's
+/// path (a MISC_CHECK command line) and that file.
+fn pid_script(d: &TempDir, name: &str, body: &str) -> (String, PathBuf) {
+    let pidfile = d.path().join(format!("{name}.pid"));
+    let body = body.replace("PIDFILE", &pidfile.display().to_string());
+    (d.script(name, &body).display().to_string(), pidfile)
+}
+
+/// The pid a script wrote to `file`.
+fn read_pid(file: &Path) -> i32 {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 async fn wait_dead(pid: i32) -> bool {
     for _ in 0..50 {
         if !alive(pid) {
@@ -100,67 +123,44 @@ async fn wait_dead(pid: i32) -> bool {
 #[tokio::test]
 async fn misc_timeout_kills_process_group() {
     let d = TempDir::new("misc");
-    let pidfile = d.path().join("bg.pid");
     // The script leaves a grandchild behind, then hangs.
-    let s = d.script(
-        "hang.sh",
-        &format!("sleep 300 &\necho $! > {}\nsleep 300", pidfile.display()),
-    );
-    let r = run(&misc(s.display().to_string(), 400, false), &any()).await;
+    let (s, pidfile) = pid_script(&d, "hang.sh", "sleep 300 &\necho $! > PIDFILE\nsleep 300");
+    let r = run(&misc(s, 400, false), &any()).await;
     assert_eq!(r.outcome, Err(Failure::Timeout));
     assert!(r.latency >= Duration::from_millis(400));
     assert!(r.latency < Duration::from_millis(2000), "{:?}", r.latency);
-    let bg: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let bg = read_pid(&pidfile);
     assert!(wait_dead(bg).await, "grandchild {bg} survived");
 }
 
 #[tokio::test]
 async fn misc_timeout_sigkill_after_grace_when_term_ignored() {
     let d = TempDir::new("misc");
-    let pidfile = d.path().join("pid");
     // SIG_IGN for TERM is inherited by the sleep too: only SIGKILL works.
-    let s = d.script(
+    let (s, pidfile) = pid_script(
+        &d,
         "stubborn.sh",
-        &format!(
-            "trap '' TERM\necho $$ > {}\nsleep 300\nsleep 300",
-            pidfile.display()
-        ),
+        "trap '' TERM\necho $$ > PIDFILE\nsleep 300\nsleep 300",
     );
-    let r = run(&misc(s.display().to_string(), 300, false), &any()).await;
+    let r = run(&misc(s, 300, false), &any()).await;
     assert_eq!(r.outcome, Err(Failure::Timeout));
     // timeout + keepalived's 2 s grace before SIGKILL.
     assert!(r.latency >= Duration::from_millis(2300), "{:?}", r.latency);
     assert!(r.latency < Duration::from_millis(4000), "{:?}", r.latency);
-    let pid: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = read_pid(&pidfile);
     assert!(wait_dead(pid).await);
 }
 
 #[tokio::test]
 async fn misc_dropped_probe_kills_the_group() {
     let d = TempDir::new("misc");
-    let pidfile = d.path().join("pid");
-    let s = d.script(
-        "long.sh",
-        &format!("echo $$ > {}\nsleep 300", pidfile.display()),
-    );
-    let spec = misc(s.display().to_string(), 60_000, false);
+    let (s, pidfile) = pid_script(&d, "long.sh", "echo $$ > PIDFILE\nsleep 300");
+    let spec = misc(s, 60_000, false);
     let t = any();
     let fut = run(&spec, &t);
     // Cancel the probe after it started the script.
     let _ = tokio::time::timeout(Duration::from_millis(500), fut).await;
-    let pid: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = read_pid(&pidfile);
     assert!(
         wait_dead(pid).await,
         "script {pid} survived a dropped probe"

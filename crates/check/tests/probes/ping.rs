@@ -1,40 +1,23 @@
 //! PING_CHECK in a private network namespace (so the per-namespace
 //! `net.ipv4.ping_group_range` can be set without touching the host).
 
-use rvs_check::probe::{Failure, ProbeSpec, run};
+use rvs_check::probe::{Failure, ProbeSpec};
 
-use super::{in_netns, require_root, target};
+use super::{in_netns, require_root, run_blocking, target};
+
+/// One PING_CHECK of `addr` (outside tokio: on an [`in_netns`] thread).
+fn ping(addr: &str, timeout_ms: u64) -> Result<(), Failure> {
+    run_blocking(&ProbeSpec::Ping, &target(addr.parse().unwrap(), timeout_ms)).outcome
+}
 
 fn ping_once() -> Result<(), Failure> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        run(
-            &ProbeSpec::Ping,
-            &target("127.0.0.1:0".parse().unwrap(), 1000),
-        )
-        .await
-        .outcome
-    })
+    ping("127.0.0.1:0", 1000)
 }
 
 fn ping_unreachable_address() -> Result<(), Failure> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        // Nothing routes 127.0.0.0/8 away from lo, so use a TEST-NET address
-        // that has no route in the empty namespace.
-        run(
-            &ProbeSpec::Ping,
-            &target("192.0.2.1:0".parse().unwrap(), 300),
-        )
-        .await
-        .outcome
-    })
+    // Nothing routes 127.0.0.0/8 away from lo, so use a TEST-NET address
+    // that has no route in the empty namespace.
+    ping("192.0.2.1:0", 300)
 }
 
 #[test]

@@ -9,7 +9,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use super::target;
+use super::{serve_tcp, target};
 
 /// Greets with `banner`, answers HELO with `helo_reply`, QUIT with 221;
 /// reports every line the client sent.
@@ -17,41 +17,33 @@ async fn server(
     banner: &'static str,
     helo_reply: &'static str,
 ) -> (SocketAddr, mpsc::UnboundedReceiver<String>) {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let (r, mut w) = s.into_split();
-                let mut r = BufReader::new(r);
-                if w.write_all(banner.as_bytes()).await.is_err() {
-                    return;
-                }
-                for _ in 0..4 {
-                    let mut line = String::new();
-                    let read = r.read_line(&mut line);
-                    match tokio::time::timeout(Duration::from_secs(5), read).await {
-                        Ok(Ok(n)) if n > 0 => {}
-                        _ => return,
-                    }
-                    let _ = tx.send(line.clone());
-                    let answer = if line.starts_with("HELO") {
-                        helo_reply
-                    } else if line.starts_with("QUIT") {
-                        "221 bye\r\n"
-                    } else {
-                        "500 what\r\n"
-                    };
-                    if w.write_all(answer.as_bytes()).await.is_err() {
-                        return;
-                    }
-                }
-            });
+    serve_tcp(move |s, tx| async move {
+        let (r, mut w) = s.into_split();
+        let mut r = BufReader::new(r);
+        if w.write_all(banner.as_bytes()).await.is_err() {
+            return;
         }
-    });
-    (addr, rx)
+        for _ in 0..4 {
+            let mut line = String::new();
+            let read = r.read_line(&mut line);
+            match tokio::time::timeout(Duration::from_secs(5), read).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return,
+            }
+            let _ = tx.send(line.clone());
+            let answer = if line.starts_with("HELO") {
+                helo_reply
+            } else if line.starts_with("QUIT") {
+                "221 bye\r\n"
+            } else {
+                "500 what\r\n"
+            };
+            if w.write_all(answer.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await
 }
 
 fn smtp(helo: &str) -> ProbeSpec {

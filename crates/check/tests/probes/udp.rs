@@ -6,24 +6,11 @@ use std::time::Duration;
 use rvs_check::probe::{Failure, ProbeSpec, UdpReply, run};
 use tokio::net::UdpSocket;
 
-use super::target;
+use super::{closed_udp_port, serve_udp, target};
 
 /// Replies `prefix ++ datagram`; bounded to a handful of datagrams.
 async fn echo(prefix: &'static [u8]) -> SocketAddr {
-    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let addr = sock.local_addr().unwrap();
-    tokio::spawn(async move {
-        let mut buf = [0u8; 1500];
-        for _ in 0..32 {
-            let Ok((n, peer)) = sock.recv_from(&mut buf).await else {
-                return;
-            };
-            let mut out = prefix.to_vec();
-            out.extend_from_slice(&buf[..n]);
-            let _ = sock.send_to(&out, peer).await;
-        }
-    });
-    addr
+    serve_udp(32, move |datagram| vec![[prefix, datagram].concat()]).await
 }
 
 fn udp(payload: &[u8], require_reply: Option<UdpReply>, min: u32, max: u32) -> ProbeSpec {
@@ -75,10 +62,7 @@ async fn udp_reply_mismatch_and_lengths() {
 
 #[tokio::test]
 async fn udp_port_unreachable_is_refused() {
-    let closed = {
-        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        s.local_addr().unwrap()
-    };
+    let closed = closed_udp_port();
     let r = run(&udp(b"hello", None, 0, 255), &target(closed, 1000)).await;
     assert_eq!(r.outcome, Err(Failure::Refused));
     assert!(r.latency < Duration::from_millis(500));

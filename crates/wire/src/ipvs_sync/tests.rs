@@ -18,15 +18,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use proptest::prelude::*;
 
 use super::*;
-
-fn hex(s: &str) -> Vec<u8> {
-    let digits: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    assert!(digits.len().is_multiple_of(2), "odd hex length");
-    digits
-        .chunks(2)
-        .map(|p| u8::from_str_radix(std::str::from_utf8(p).unwrap(), 16).unwrap())
-        .collect()
-}
+use crate::test_util::hex;
 
 fn sa(s: &str) -> SocketAddr {
     s.parse().unwrap()
@@ -69,20 +61,46 @@ fn rec4(cport: u16, opts: &[u8]) -> Vec<u8> {
     r
 }
 
-/// The connection [`rec4`] describes (without options).
-fn conn4(cport: u16) -> SyncConn {
+/// A connection with only its addresses set (flags, state, fwmark 0; no
+/// timeout, sequence or PE data): the base the vectors' connections fill in.
+fn conn(protocol: u8, client: &str, vip: &str, dest: &str) -> SyncConn {
     SyncConn {
-        protocol: IPPROTO_TCP,
-        client: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), cport),
-        vip: sa("10.1.0.1:80"),
-        dest: sa("10.2.0.1:80"),
-        flags: FWD_DROUTE,
-        state: 1,
+        protocol,
+        client: sa(client),
+        vip: sa(vip),
+        dest: sa(dest),
+        flags: 0,
+        state: 0,
         fwmark: 0,
-        timeout_s: Some(900),
+        timeout_s: None,
         seq: None,
         pe_name: None,
         pe_data: None,
+    }
+}
+
+/// `bytes` parses as a `version` message of `syncid` with just `expected`
+/// in it, and that version's builder writes `bytes` back from it.
+fn one_record_round_trip(bytes: Vec<u8>, version: u8, syncid: u8, expected: SyncConn) {
+    let m = parse(&bytes).unwrap();
+    assert_eq!((m.version, m.syncid, m.skipped), (version, syncid, 0));
+    assert_eq!(m.conns, vec![expected.clone()]);
+    let build = if version == 0 { build_v0 } else { build_v1 };
+    assert_eq!(build(syncid, &[expected], 1472).unwrap(), vec![bytes]);
+}
+
+/// The connection [`rec4`] describes (without options).
+fn conn4(cport: u16) -> SyncConn {
+    SyncConn {
+        flags: FWD_DROUTE,
+        state: 1,
+        timeout_s: Some(900),
+        ..conn(
+            IPPROTO_TCP,
+            &format!("10.0.0.1:{cport}"),
+            "10.1.0.1:80",
+            "10.2.0.1:80",
+        )
     }
 }
 
@@ -146,24 +164,17 @@ const V0_PLAIN: &str = "
 
 #[test]
 fn v0_record_without_seq_block() {
-    let bytes = table(V0_PLAIN);
-    let m = parse(&bytes).unwrap();
-    assert_eq!((m.version, m.syncid, m.skipped), (0, 7, 0));
     let expected = SyncConn {
-        protocol: IPPROTO_TCP,
-        client: sa("10.0.0.1:40000"),
-        vip: sa("192.168.10.1:80"),
-        dest: sa("10.0.1.2:8080"),
         flags: FWD_DROUTE,
         state: 1,
-        fwmark: 0,
-        timeout_s: None,
-        seq: None,
-        pe_name: None,
-        pe_data: None,
+        ..conn(
+            IPPROTO_TCP,
+            "10.0.0.1:40000",
+            "192.168.10.1:80",
+            "10.0.1.2:8080",
+        )
     };
-    assert_eq!(m.conns, vec![expected.clone()]);
-    assert_eq!(build_v0(7, &[expected], 1472).unwrap(), vec![bytes]);
+    one_record_round_trip(table(V0_PLAIN), 0, 7, expected);
 }
 
 /// Strips the annotations (two or more spaces then text) from a hex table.
@@ -223,24 +234,18 @@ const V1_V4: &str = "
 
 #[test]
 fn v1_ipv4_record() {
-    let bytes = table(V1_V4);
-    let m = parse(&bytes).unwrap();
-    assert_eq!((m.version, m.syncid, m.skipped), (1, 42, 0));
     let expected = SyncConn {
-        protocol: IPPROTO_TCP,
-        client: sa("198.51.100.1:50000"),
-        vip: sa("203.0.113.1:443"),
-        dest: sa("10.0.2.3:443"),
         flags: FLAG_INACTIVE | FWD_DROUTE,
         state: 2,
-        fwmark: 0,
         timeout_s: Some(120),
-        seq: None,
-        pe_name: None,
-        pe_data: None,
+        ..conn(
+            IPPROTO_TCP,
+            "198.51.100.1:50000",
+            "203.0.113.1:443",
+            "10.0.2.3:443",
+        )
     };
-    assert_eq!(m.conns, vec![expected.clone()]);
-    assert_eq!(build_v1(42, &[expected], 1472).unwrap(), vec![bytes]);
+    one_record_round_trip(table(V1_V4), 1, 42, expected);
 }
 
 /// v1, one IPv6 record (fwmark service, UDP), no options.
@@ -258,24 +263,18 @@ const V1_V6: &str = "
 
 #[test]
 fn v1_ipv6_record() {
-    let bytes = table(V1_V6);
-    let m = parse(&bytes).unwrap();
-    assert_eq!((m.version, m.syncid, m.skipped), (1, 5, 0));
     let expected = SyncConn {
-        protocol: IPPROTO_UDP,
-        client: sa("[2001:db8::1]:5000"),
-        vip: sa("[2001:db8:1::53]:53"),
-        dest: sa("[fd00::2]:53"),
         flags: FWD_TUNNEL,
-        state: 0,
         fwmark: 42,
         timeout_s: Some(300),
-        seq: None,
-        pe_name: None,
-        pe_data: None,
+        ..conn(
+            IPPROTO_UDP,
+            "[2001:db8::1]:5000",
+            "[2001:db8:1::53]:53",
+            "[fd00::2]:53",
+        )
     };
-    assert_eq!(m.conns, vec![expected.clone()]);
-    assert_eq!(build_v1(5, &[expected], 1472).unwrap(), vec![bytes]);
+    one_record_round_trip(table(V1_V6), 1, 5, expected);
 }
 
 /// v1, two IPv4 records with options: the first has sequence data (length
@@ -304,33 +303,31 @@ const V1_OPTIONS: &str = "
 fn v1_options_conns() -> Vec<SyncConn> {
     vec![
         SyncConn {
-            protocol: IPPROTO_TCP,
-            client: sa("10.0.0.1:1025"),
-            vip: sa("10.0.0.100:21"),
-            dest: sa("10.0.0.101:21"),
             flags: FLAG_SEQ_MASK,
             state: 1,
-            fwmark: 0,
             timeout_s: Some(900),
             seq: Some(SeqData {
                 in_seq: [0x1122_3344, 5, 0xffff_fffe],
                 out_seq: [0xaabb_ccdd, 0, 1],
             }),
-            pe_name: None,
-            pe_data: None,
+            ..conn(
+                IPPROTO_TCP,
+                "10.0.0.1:1025",
+                "10.0.0.100:21",
+                "10.0.0.101:21",
+            )
         },
         SyncConn {
-            protocol: IPPROTO_UDP,
-            client: sa("10.0.0.1:5060"),
-            vip: sa("10.0.0.100:5060"),
-            dest: sa("10.0.0.101:5060"),
             flags: FLAG_TEMPLATE,
-            state: 0,
-            fwmark: 0,
             timeout_s: Some(180),
-            seq: None,
             pe_name: Some("sip".into()),
             pe_data: Some(b"abc".to_vec()),
+            ..conn(
+                IPPROTO_UDP,
+                "10.0.0.1:5060",
+                "10.0.0.100:5060",
+                "10.0.0.101:5060",
+            )
         },
     ]
 }

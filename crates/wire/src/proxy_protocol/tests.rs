@@ -40,6 +40,18 @@ fn sig_with(rest: &[u8]) -> Vec<u8> {
     v
 }
 
+/// The v2 header [`write_v2`] writes for these (which must build).
+fn written_v2(
+    command: Command,
+    transport: Transport,
+    addrs: Option<(SocketAddr, SocketAddr)>,
+    tlvs: &[Tlv],
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_v2(command, transport, addrs, tlvs, &mut out).unwrap();
+    out
+}
+
 // ---------------------------------------------------------------- CRC32C
 
 #[test]
@@ -301,15 +313,7 @@ fn v2_tcp4_vector_parses_and_builds_byte_exact() {
             tlvs: vec![],
         }
     );
-    let mut out = Vec::new();
-    write_v2(
-        Command::Proxy,
-        Transport::Stream,
-        Some(addrs),
-        &[],
-        &mut out,
-    )
-    .unwrap();
+    let out = written_v2(Command::Proxy, Transport::Stream, Some(addrs), &[]);
     assert_eq!(out, V2_TCP4);
     assert_eq!(
         v2_buffer_len(Command::Proxy, Transport::Stream, Some(addrs), &[]),
@@ -350,30 +354,14 @@ fn v2_udp6_vector_with_tlvs() {
     assert_eq!(h.tlvs, tlvs);
     assert_eq!(h.tlvs[0].known_type(), Some(TlvType::Alpn));
     assert_eq!(h.tlvs[2].known_type(), None);
-    let mut out = Vec::new();
-    write_v2(
-        Command::Proxy,
-        Transport::Datagram,
-        Some(addrs),
-        &tlvs,
-        &mut out,
-    )
-    .unwrap();
+    let out = written_v2(Command::Proxy, Transport::Datagram, Some(addrs), &tlvs);
     assert_eq!(out, v);
 }
 
 #[test]
 fn v2_mixed_families_map_ipv4_into_ipv6() {
     let (src, dst) = (v4([10, 1, 2, 3], 4000), v6("2001:db8::9", 443));
-    let mut out = Vec::new();
-    write_v2(
-        Command::Proxy,
-        Transport::Stream,
-        Some((src, dst)),
-        &[],
-        &mut out,
-    )
-    .unwrap();
+    let out = written_v2(Command::Proxy, Transport::Stream, Some((src, dst)), &[]);
     let mut want = sig_with(&[0x21, 0x21, 0x00, 36]);
     want.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 1, 2, 3]);
     want.extend_from_slice(&[
@@ -398,16 +386,8 @@ fn v2_local_health_check() {
     };
     assert_eq!(h, local);
     // The builder ignores addresses for LOCAL and writes the UNSPEC byte.
-    let mut out = Vec::new();
     let addrs = (v4([1, 2, 3, 4], 1), v4([5, 6, 7, 8], 2));
-    write_v2(
-        Command::Local,
-        Transport::Stream,
-        Some(addrs),
-        &[],
-        &mut out,
-    )
-    .unwrap();
+    let out = written_v2(Command::Local, Transport::Stream, Some(addrs), &[]);
     assert_eq!(out, v);
     // A LOCAL header that still carries an AF_INET block: skipped, ignored.
     let mut v = sig_with(&[0x20, 0x11, 0x00, 12 + 4]);
@@ -471,26 +451,20 @@ fn v2_rejects_bad_fixed_fields() {
         err(&sig_with(&[0x21, 0x13])),
         ParseError::V2BadTransport { transport: 3 }
     );
-    let mut v = sig_with(&[0x21, 0x11, 0x00, 0x08]);
-    v.extend_from_slice(&[0; 8]);
-    assert_eq!(
-        err(&v),
-        ParseError::V2AddressesTruncated {
-            family: Family::Inet,
-            len: 8,
-            needed: 12
-        }
-    );
-    let mut v = sig_with(&[0x21, 0x21, 0x00, 12]);
-    v.extend_from_slice(&[0; 12]);
-    assert_eq!(
-        err(&v),
-        ParseError::V2AddressesTruncated {
-            family: Family::Inet6,
-            len: 12,
-            needed: 36
-        }
-    );
+    // Address blocks (all zeros) shorter than their family needs.
+    for (byte, family, len, needed) in [(0x11, Family::Inet, 8, 12), (0x21, Family::Inet6, 12, 36)]
+    {
+        let mut v = sig_with(&[0x21, byte, 0x00, len as u8]);
+        v.resize(v.len() + len, 0);
+        assert_eq!(
+            err(&v),
+            ParseError::V2AddressesTruncated {
+                family,
+                len,
+                needed
+            }
+        );
+    }
 }
 
 #[test]
@@ -546,15 +520,7 @@ fn v2_crc32c_is_computed_and_verified() {
         Tlv::new(TlvType::Crc32c, vec![0xAA; 4]), // value replaced by the builder
         Tlv::new(TlvType::UniqueId, &b"conn-42"[..]),
     ];
-    let mut out = Vec::new();
-    write_v2(
-        Command::Proxy,
-        Transport::Stream,
-        Some(addrs),
-        &tlvs,
-        &mut out,
-    )
-    .unwrap();
+    let out = written_v2(Command::Proxy, Transport::Stream, Some(addrs), &tlvs);
     assert_eq!(out.len(), 28 + 7 + 10);
     assert_eq!(&out[14..16], &[0x00, 12 + 7 + 10]);
     assert_eq!(&out[28..31], &[0x03, 0x00, 0x04]);
@@ -601,15 +567,12 @@ fn v2_crc32c_hand_built_vector() {
     let (h, n) = complete(&v);
     assert_eq!(n, 23);
     assert_eq!(h.command, Command::Local);
-    let mut out = Vec::new();
-    write_v2(
+    let out = written_v2(
         Command::Local,
         Transport::Unspec,
         None,
         &[Tlv::new(TlvType::Crc32c, vec![])],
-        &mut out,
-    )
-    .unwrap();
+    );
     assert_eq!(out, v);
 }
 
@@ -689,22 +652,18 @@ fn valid_headers() -> Vec<Vec<u8>> {
         V2_TCP4.to_vec(),
         sig_with(&[0x20, 0x00, 0x00, 0x00]),
     ];
-    let mut out = Vec::new();
     let tlvs = [
         Tlv::new(TlvType::Alpn, &b"http/1.1"[..]),
         Tlv::new(TlvType::Crc32c, vec![]),
         Tlv::new(TlvType::NetNs, &b"blue"[..]),
     ];
     let addrs = (v6("2001:db8::1", 1), v6("2001:db8::2", 2));
-    write_v2(
+    v.push(written_v2(
         Command::Proxy,
         Transport::Datagram,
         Some(addrs),
         &tlvs,
-        &mut out,
-    )
-    .unwrap();
-    v.push(out);
+    ));
     let mut unix = sig_with(&[0x21, 0x32, 0x00, 216]);
     unix.resize(16 + 216, 0);
     v.push(unix);

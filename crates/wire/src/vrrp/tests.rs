@@ -44,6 +44,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use proptest::prelude::*;
 
 use super::*;
+use crate::test_util::hex;
 
 const KA_V2_PASS: &str = "45c0002c00010000ff70d02a0a630001e0000012\
                           213396020101c4bb0a6300640a630065\
@@ -85,16 +86,6 @@ const KA233_V3_V6_RESIGN: &str = "6c07b3fc002870ff\
                                   31360002006453f0\
                                   fe800000000000000000000000000054\
                                   20010db8000000000000000000000054";
-
-/// Hex (spaces allowed) to bytes.
-fn hex(s: &str) -> Vec<u8> {
-    let digits: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    assert!(digits.len().is_multiple_of(2), "odd hex length");
-    digits
-        .chunks(2)
-        .map(|p| u8::from_str_radix(std::str::from_utf8(p).unwrap(), 16).unwrap())
-        .collect()
-}
 
 /// RFC 1071 the slow obvious way: 16-bit big-endian words summed in a u32,
 /// carries folded at the end, complemented. Independent of the module's

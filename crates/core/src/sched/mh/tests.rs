@@ -153,29 +153,24 @@ fn pinned_small_tables() {
     );
 }
 
+/// Where a table of 4093 over ten equal servers, built with `flags`, sends
+/// each of `inputs`.
+fn lookups(flags: SchedFlags, inputs: impl Iterator<Item = SchedInput>) -> Vec<Option<u32>> {
+    let (d, mut s) = built(&[1; 10], 4093, flags);
+    inputs
+        .map(|i| s.schedule(&d, &i, Instant::ZERO).map(|p| p as u32))
+        .collect()
+}
+
 #[test]
 fn pinned_lookups() {
-    let (d, mut s) = built(&[1; 10], 4093, SchedFlags::default());
-    let got: Vec<_> = (0..8)
-        .map(|c| s.schedule(&d, &input(c, 1000), Instant::ZERO))
-        .collect();
     assert_eq!(
-        got,
+        lookups(SchedFlags::default(), (0..8).map(|c| input(c, 1000))),
         some(&[3, 3, 4, 7, 0, 7, 9, 4])
-            .iter()
-            .map(|x| x.map(|p| p as usize))
-            .collect::<Vec<_>>()
     );
-    let (d, mut s) = built(&[1; 10], 4093, SchedFlags::MH_PORT);
-    let got: Vec<_> = (0..8)
-        .map(|p| s.schedule(&d, &input(5, 1000 + p), Instant::ZERO))
-        .collect();
     assert_eq!(
-        got,
+        lookups(SchedFlags::MH_PORT, (0..8).map(|p| input(5, 1000 + p))),
         some(&[4, 0, 9, 5, 0, 3, 4, 5])
-            .iter()
-            .map(|x| x.map(|p| p as usize))
-            .collect::<Vec<_>>()
     );
 }
 
@@ -270,25 +265,24 @@ fn weighted_shares_follow_turns() {
     assert_eq!(shares(&table_of(&[65535, 1], 4093), 2), vec![4030, 63]);
 }
 
+/// The server of every filled slot of `s`'s table, in slot order.
+fn owners(s: &Maglev, d: &[Dest]) -> Vec<DestId> {
+    s.table()
+        .iter()
+        .flatten()
+        .map(|&p| d[p as usize].id)
+        .collect()
+}
+
 /// Fraction (per mille) of the slots of the servers that stay which change
 /// owner when the server at `victim` is removed.
 fn disruption_per_mille(n: usize, m: u32, victim: usize) -> u64 {
     let (mut d, s) = built(&vec![1; n], m, SchedFlags::default());
-    let before: Vec<DestId> = s
-        .table()
-        .iter()
-        .flatten()
-        .map(|&p| d[p as usize].id)
-        .collect();
+    let before = owners(&s, &d);
     d.remove(victim);
     let mut s2 = Maglev::new(SchedFlags::default(), m).unwrap_or_else(|e| panic!("{e}"));
     s2.update(&d, ListChange::Removed(victim));
-    let after: Vec<DestId> = s2
-        .table()
-        .iter()
-        .flatten()
-        .map(|&p| d[p as usize].id)
-        .collect();
+    let after = owners(&s2, &d);
     let gone = DestId(victim as u32);
     let (mut others, mut moved) = (0u64, 0u64);
     for (b, a) in before.iter().zip(&after) {
