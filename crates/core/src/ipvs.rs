@@ -390,16 +390,7 @@ impl Ipvs {
             stats: Counters::default(),
             est: Estimator::default(),
         };
-        let idx = match self.services.iter().position(Option::is_none) {
-            Some(i) => {
-                self.services[i] = Some(svc);
-                i
-            }
-            None => {
-                self.services.push(Some(svc));
-                self.services.len() - 1
-            }
-        };
+        let idx = put_in_free_slot(&mut self.services, svc);
         self.by_key.insert(key, idx as u32);
         if key.is_fwmark() {
             self.fwmark_services += 1;
@@ -1676,16 +1667,7 @@ impl Ipvs {
         }
         let est = std::mem::take(&mut self.dest_est[id.0 as usize]);
         let t = Trashed { dest, svc_key, est };
-        let slot = match self.trash.iter().position(Option::is_none) {
-            Some(s) => {
-                self.trash[s] = Some(t);
-                s
-            }
-            None => {
-                self.trash.push(Some(t));
-                self.trash.len() - 1
-            }
-        };
+        let slot = put_in_free_slot(&mut self.trash, t);
         self.locator[id.0 as usize] = DestLoc::Trash { slot: slot as u32 };
     }
 
@@ -1787,6 +1769,22 @@ fn is_new_conn(pkt: &Packet<'_>) -> bool {
         L4::Tcp(f) => f.syn,
         L4::Sctp(ev) => ev == SctpEvent::Init,
         L4::Udp => false,
+    }
+}
+
+/// Store `v` in the first empty slot of `slots` (appending one when none
+/// is empty) and return its index: services and trashed dests keep their
+/// index for life, so freed slots are reused rather than compacted.
+fn put_in_free_slot<T>(slots: &mut Vec<Option<T>>, v: T) -> usize {
+    match slots.iter().position(Option::is_none) {
+        Some(i) => {
+            slots[i] = Some(v);
+            i
+        }
+        None => {
+            slots.push(Some(v));
+            slots.len() - 1
+        }
     }
 }
 

@@ -111,27 +111,16 @@ impl Estimator {
             let rate = i64::try_from(delta).unwrap_or(i64::MAX >> 10) << shift;
             *avg += (rate - *avg) >> 2;
         }
-        ewma(&mut self.cps, cur.conns.wrapping_sub(self.last.conns), 9);
-        ewma(
-            &mut self.inpps,
-            cur.inpkts.wrapping_sub(self.last.inpkts),
-            9,
-        );
-        ewma(
-            &mut self.outpps,
-            cur.outpkts.wrapping_sub(self.last.outpkts),
-            9,
-        );
-        ewma(
-            &mut self.inbps,
-            cur.inbytes.wrapping_sub(self.last.inbytes),
-            4,
-        );
-        ewma(
-            &mut self.outbps,
-            cur.outbytes.wrapping_sub(self.last.outbytes),
-            4,
-        );
+        let last = &self.last;
+        for (avg, now, before, shift) in [
+            (&mut self.cps, cur.conns, last.conns, 9),
+            (&mut self.inpps, cur.inpkts, last.inpkts, 9),
+            (&mut self.outpps, cur.outpkts, last.outpkts, 9),
+            (&mut self.inbps, cur.inbytes, last.inbytes, 4),
+            (&mut self.outbps, cur.outbytes, last.outbytes, 4),
+        ] {
+            ewma(avg, now.wrapping_sub(before), shift);
+        }
         self.last = *cur;
     }
 

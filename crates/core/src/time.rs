@@ -37,22 +37,22 @@ impl Instant {
     }
 }
 
+/// `d` in whole milliseconds, saturating (the clock's resolution; a
+/// duration beyond u64 milliseconds is as good as forever).
+fn whole_millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 impl Add<Duration> for Instant {
     type Output = Instant;
     fn add(self, d: Duration) -> Instant {
-        Instant(
-            self.0
-                .saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-        )
+        Instant(self.0.saturating_add(whole_millis(d)))
     }
 }
 
 impl Sub<Duration> for Instant {
     type Output = Instant;
     fn sub(self, d: Duration) -> Instant {
-        Instant(
-            self.0
-                .saturating_sub(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-        )
+        Instant(self.0.saturating_sub(whole_millis(d)))
     }
 }

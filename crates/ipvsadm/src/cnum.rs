@@ -13,20 +13,27 @@ fn is_c_space(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
 }
 
+/// What strtol and atoi skip before the digits: leading C whitespace, then
+/// at most one sign. Returns the index of the first byte after them and
+/// whether the sign was `-`.
+fn skip_space_and_sign(b: &[u8]) -> (usize, bool) {
+    let mut i = 0;
+    while i < b.len() && is_c_space(b[i]) {
+        i += 1;
+    }
+    let neg = i < b.len() && b[i] == b'-';
+    if i < b.len() && (b[i] == b'+' || neg) {
+        i += 1;
+    }
+    (i, neg)
+}
+
 /// `strtol(s, &end, 10)` followed by ipvsadm's checks: something was
 /// parsed, nothing is left over, no `ERANGE`. Leading C whitespace and one
 /// sign are accepted, as strtol does.
 pub(crate) fn strtol_full(s: &str) -> Option<i64> {
     let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() && is_c_space(b[i]) {
-        i += 1;
-    }
-    let mut neg = false;
-    if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
-        neg = b[i] == b'-';
-        i += 1;
-    }
+    let (mut i, neg) = skip_space_and_sign(b);
     let start = i;
     let mut v: i64 = 0;
     let mut overflow = false;
@@ -60,15 +67,7 @@ pub(crate) fn string_to_number(s: &str, min: i64, max: i64) -> Option<i64> {
 /// 0 when nothing parses. Saturates instead of overflowing (C is undefined).
 pub(crate) fn atoi(s: &str) -> i64 {
     let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() && is_c_space(b[i]) {
-        i += 1;
-    }
-    let mut neg = false;
-    if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
-        neg = b[i] == b'-';
-        i += 1;
-    }
+    let (mut i, neg) = skip_space_and_sign(b);
     let mut v: i64 = 0;
     while i < b.len() && b[i].is_ascii_digit() {
         v = v.saturating_mul(10).saturating_add(i64::from(b[i] - b'0'));

@@ -484,6 +484,11 @@ fn print_service(
         if !rule && d.addr.is_ipv4() {
             cut(&mut dname, 28);
         }
+        if !rule {
+            // Every listing but the rule form starts a server's line alike.
+            out.push_str("  -> ");
+            lpad(out, &dname, 28);
+        }
         match mode {
             Mode::Rule => {
                 let _ = write!(
@@ -510,8 +515,6 @@ fn print_service(
                 out.push('\n');
             }
             Mode::Stats => {
-                out.push_str("  -> ");
-                lpad(out, &dname, 28);
                 let st = &d.stats;
                 for x in [st.conns, st.inpkts, st.outpkts, st.inbytes, st.outbytes] {
                     largenum(out, x, o.exact);
@@ -519,8 +522,6 @@ fn print_service(
                 out.push('\n');
             }
             Mode::Rate => {
-                out.push_str("  -> ");
-                lpad(out, &dname, 28);
                 let r = &d.rates;
                 let _ = write!(out, " {:>8} {:>8} {:>8}", r.cps, r.inpps, r.outpps);
                 largenum(out, r.inbps, o.exact);
@@ -528,8 +529,6 @@ fn print_service(
                 out.push('\n');
             }
             Mode::Thresholds => {
-                out.push_str("  -> ");
-                lpad(out, &dname, 28);
                 let _ = writeln!(
                     out,
                     " {:<10} {:<10} {:<10} {:<10}",
@@ -537,8 +536,6 @@ fn print_service(
                 );
             }
             Mode::PersistentConn => {
-                out.push_str("  -> ");
-                lpad(out, &dname, 28);
                 let _ = writeln!(
                     out,
                     " {:<9} {:<11} {:<10} {:<10}",
@@ -546,8 +543,6 @@ fn print_service(
                 );
             }
             Mode::TunInfo => {
-                out.push_str("  -> ");
-                lpad(out, &dname, 28);
                 out.push(' ');
                 lpad(out, fwd_name(&d.forward), 7);
                 out.push(' ');
@@ -555,8 +550,6 @@ fn print_service(
                 let _ = writeln!(out, " {:<6} {:<10} {:<10}", d.weight, d.active, d.inactive);
             }
             Mode::Plain => {
-                out.push_str("  -> ");
-                lpad(out, &dname, 28);
                 out.push(' ');
                 lpad(out, fwd_name(&d.forward), 7);
                 let _ = writeln!(out, " {:<6} {:<10} {:<10}", d.weight, d.active, d.inactive);

@@ -12,32 +12,22 @@
 use std::io;
 use std::net::SocketAddr;
 
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Protocol, Socket, Type};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
-use super::{Failure, ProbeTarget};
+use super::{Failure, ProbeTarget, sock};
 
 const PAYLOAD: &[u8] = b"rvs-check ping\0\0";
 
 fn open(target: &ProbeTarget) -> io::Result<Socket> {
-    let (domain, proto) = match target.addr {
-        SocketAddr::V4(_) => (Domain::IPV4, Protocol::ICMPV4),
-        SocketAddr::V6(_) => (Domain::IPV6, Protocol::ICMPV6),
+    let proto = match target.addr {
+        SocketAddr::V4(_) => Protocol::ICMPV4,
+        SocketAddr::V6(_) => Protocol::ICMPV6,
     };
-    let s = Socket::new(domain, Type::DGRAM, Some(proto))?;
-    s.set_nonblocking(true)?;
-    s.set_cloexec(true)?;
-    if let Some(mark) = target.fwmark {
-        s.set_mark(mark)?;
-    }
-    if let Some(dev) = &target.bind_if {
-        s.bind_device(Some(dev.as_bytes()))?;
-    }
-    if let Some(b) = target.bind {
-        s.bind(&SocketAddr::new(b.ip(), 0).into())?;
-    }
-    Ok(s)
+    // The kernel picks the echo identifier: bind the address, never a port.
+    let bind = target.bind.map(|b| SocketAddr::new(b.ip(), 0));
+    sock::raw(target, Type::DGRAM, proto, bind)
 }
 
 /// Runs one echo exchange.

@@ -9,8 +9,16 @@ use tokio::net::{TcpSocket, TcpStream, UdpSocket};
 
 use super::{Failure, ProbeTarget};
 
-/// A socket of `ty` for `target`'s family with bind/device/mark applied.
-fn raw(target: &ProbeTarget, ty: Type, proto: Protocol) -> io::Result<Socket> {
+/// A non-blocking socket of `ty` for `target`'s family with its device and
+/// mark applied, bound to `bind` (with `SO_REUSEADDR` when that names a
+/// port). TCP and UDP probes bind to `target.bind`; the ICMP echo one to
+/// its address only.
+pub(super) fn raw(
+    target: &ProbeTarget,
+    ty: Type,
+    proto: Protocol,
+    bind: Option<SocketAddr>,
+) -> io::Result<Socket> {
     let s = Socket::new(Domain::for_address(target.addr), ty, Some(proto))?;
     s.set_nonblocking(true)?;
     s.set_cloexec(true)?;
@@ -20,7 +28,7 @@ fn raw(target: &ProbeTarget, ty: Type, proto: Protocol) -> io::Result<Socket> {
     if let Some(dev) = &target.bind_if {
         s.bind_device(Some(dev.as_bytes()))?;
     }
-    if let Some(b) = target.bind {
+    if let Some(b) = bind {
         if b.port() != 0 {
             s.set_reuse_address(true)?;
         }
@@ -31,7 +39,8 @@ fn raw(target: &ProbeTarget, ty: Type, proto: Protocol) -> io::Result<Socket> {
 
 /// Connects a TCP stream within `connect_timeout`.
 pub(crate) async fn tcp_connect(target: &ProbeTarget) -> Result<TcpStream, Failure> {
-    let s = raw(target, Type::STREAM, Protocol::TCP).map_err(|e| Failure::from_io(&e))?;
+    let s =
+        raw(target, Type::STREAM, Protocol::TCP, target.bind).map_err(|e| Failure::from_io(&e))?;
     let std_stream: std::net::TcpStream = s.into();
     let sock = TcpSocket::from_std_stream(std_stream);
     match tokio::time::timeout(target.connect_timeout, sock.connect(target.addr)).await {
@@ -44,7 +53,8 @@ pub(crate) async fn tcp_connect(target: &ProbeTarget) -> Result<TcpStream, Failu
 /// A UDP socket connected to the target (so ICMP errors surface as
 /// `ECONNREFUSED` on the next receive).
 pub(crate) async fn udp_connect(target: &ProbeTarget) -> Result<UdpSocket, Failure> {
-    let s = raw(target, Type::DGRAM, Protocol::UDP).map_err(|e| Failure::from_io(&e))?;
+    let s =
+        raw(target, Type::DGRAM, Protocol::UDP, target.bind).map_err(|e| Failure::from_io(&e))?;
     let std_sock: std::net::UdpSocket = s.into();
     let sock = UdpSocket::from_std(std_sock).map_err(|e| Failure::from_io(&e))?;
     sock.connect(target.addr)

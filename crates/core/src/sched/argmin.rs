@@ -162,6 +162,47 @@ pub(crate) trait NamedOrder: Order + fmt::Debug + Send + 'static {
     const SCHEDULER: super::Scheduler;
 }
 
+/// Declares a [`NamedOrder`]: the unit struct (its doc comment comes first),
+/// the scheduler it is, its `better` rule and, when it is not plain
+/// [`Dest::is_eligible`], its `eligible` rule. The six tree schedulers differ
+/// only in these, so each file states them and nothing else.
+macro_rules! named_order {
+    (
+        $(#[$doc:meta])*
+        $order:ident for $sched:ident,
+        better($right:ident, $left:ident) $better:block
+    ) => {
+        $crate::sched::argmin::named_order! {
+            $(#[$doc])*
+            $order for $sched,
+            eligible(d) { d.is_eligible() }
+            better($right, $left) $better
+        }
+    };
+    (
+        $(#[$doc:meta])*
+        $order:ident for $sched:ident,
+        eligible($d:ident) $eligible:block
+        better($right:ident, $left:ident) $better:block
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub(crate) struct $order;
+
+        impl $crate::sched::argmin::Order for $order {
+            #[inline]
+            fn eligible($d: &$crate::dest::Dest) -> bool $eligible
+            #[inline]
+            fn better($right: &$crate::dest::Dest, $left: &$crate::dest::Dest) -> bool $better
+        }
+
+        impl $crate::sched::argmin::NamedOrder for $order {
+            const SCHEDULER: $crate::sched::Scheduler = $crate::sched::Scheduler::$sched;
+        }
+    };
+}
+pub(crate) use named_order;
+
 /// The scheduler of a [`NamedOrder`]: list changes rebuild (or replay one
 /// path of) the tree, counter changes replay one path, a decision reads the
 /// root.

@@ -6,26 +6,12 @@
 //! choice is kept in an [`ArgminTree`] that [`Algorithm::counts_changed`]
 //! refreshes in O(log N).
 
-use super::argmin::{NamedOrder, Order, TreeScheduler};
-use crate::dest::Dest;
+use super::argmin::{TreeScheduler, named_order};
 
-/// fo's order: a higher weight is strictly better.
-#[derive(Debug)]
-pub(crate) struct FoOrder;
-
-impl Order for FoOrder {
-    #[inline]
-    fn eligible(d: &Dest) -> bool {
-        d.is_eligible()
-    }
-    #[inline]
-    fn better(right: &Dest, left: &Dest) -> bool {
-        right.weight() > left.weight()
-    }
-}
-
-impl NamedOrder for FoOrder {
-    const SCHEDULER: super::Scheduler = super::Scheduler::Fo;
+named_order! {
+    /// fo's order: a higher weight is strictly better.
+    FoOrder for Fo,
+    better(right, left) { right.weight() > left.weight() }
 }
 
 /// Weighted-failover scheduling: the kernel's loop under [`FoOrder`], kept as a

@@ -6,26 +6,12 @@
 //! order. Instead of walking all N servers per connection, the choice is kept
 //! in an [`ArgminTree`] (O(1) per decision, O(log N) per counter change).
 
-use super::argmin::{NamedOrder, Order, TreeScheduler};
-use crate::dest::Dest;
+use super::argmin::{TreeScheduler, named_order};
 
-/// lc's order: smaller overhead is strictly better.
-#[derive(Debug)]
-pub(crate) struct LcOrder;
-
-impl Order for LcOrder {
-    #[inline]
-    fn eligible(d: &Dest) -> bool {
-        d.is_eligible()
-    }
-    #[inline]
-    fn better(right: &Dest, left: &Dest) -> bool {
-        right.overhead() < left.overhead()
-    }
-}
-
-impl NamedOrder for LcOrder {
-    const SCHEDULER: super::Scheduler = super::Scheduler::Lc;
+named_order! {
+    /// lc's order: smaller overhead is strictly better.
+    LcOrder for Lc,
+    better(right, left) { right.overhead() < left.overhead() }
 }
 
 /// Least-connection scheduling: the kernel's loop under [`LcOrder`], kept as a

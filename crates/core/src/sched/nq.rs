@@ -11,21 +11,13 @@
 //! the earliest SED minimum — exactly the loop's answer — so an
 //! [`ArgminTree`] with this order gives it in O(1).
 
-use super::argmin::{NamedOrder, Order, TreeScheduler};
+use super::argmin::{TreeScheduler, named_order};
 use super::sed::sed_better;
-use crate::dest::Dest;
 
-/// nq's order: idle beats busy; among busy, SED.
-#[derive(Debug)]
-pub(crate) struct NqOrder;
-
-impl Order for NqOrder {
-    #[inline]
-    fn eligible(d: &Dest) -> bool {
-        d.is_eligible()
-    }
-    #[inline]
-    fn better(right: &Dest, left: &Dest) -> bool {
+named_order! {
+    /// nq's order: idle beats busy; among busy, SED.
+    NqOrder for Nq,
+    better(right, left) {
         match (left.active == 0, right.active == 0) {
             // Among idle servers the earliest wins: never strictly better.
             (true, _) => false,
@@ -33,10 +25,6 @@ impl Order for NqOrder {
             (false, false) => sed_better(right, left),
         }
     }
-}
-
-impl NamedOrder for NqOrder {
-    const SCHEDULER: super::Scheduler = super::Scheduler::Nq;
 }
 
 /// Never-queue scheduling: the kernel's loop under [`NqOrder`], kept as a

@@ -7,27 +7,14 @@
 //! Eligibility depends on the counters, so the choice lives in an
 //! [`ArgminTree`] refreshed by [`Algorithm::counts_changed`].
 
-use super::argmin::{NamedOrder, Order, TreeScheduler};
-use crate::dest::Dest;
+use super::argmin::{TreeScheduler, named_order};
 
-/// ovf's order: only servers with `active <= weight`; higher weight is
-/// strictly better.
-#[derive(Debug)]
-pub(crate) struct OvfOrder;
-
-impl Order for OvfOrder {
-    #[inline]
-    fn eligible(d: &Dest) -> bool {
-        d.is_eligible() && d.active <= d.weight()
-    }
-    #[inline]
-    fn better(right: &Dest, left: &Dest) -> bool {
-        right.weight() > left.weight()
-    }
-}
-
-impl NamedOrder for OvfOrder {
-    const SCHEDULER: super::Scheduler = super::Scheduler::Ovf;
+named_order! {
+    /// ovf's order: only servers with `active <= weight`; higher weight is
+    /// strictly better.
+    OvfOrder for Ovf,
+    eligible(d) { d.is_eligible() && d.active <= d.weight() }
+    better(right, left) { right.weight() > left.weight() }
 }
 
 /// Weighted-overflow scheduling: the kernel's loop under [`OvfOrder`], kept as a

@@ -6,22 +6,13 @@
 //! `(a_least + 1) × w(d) > (a_d + 1) × w(least)`, so ties go to the earliest
 //! server; an [`ArgminTree`] reproduces it in O(1) per decision.
 
-use super::argmin::{NamedOrder, Order, TreeScheduler};
+use super::argmin::{TreeScheduler, named_order};
 use crate::dest::Dest;
 
-/// sed's order: smaller (active + 1) / weight is strictly better.
-#[derive(Debug)]
-pub(crate) struct SedOrder;
-
-impl Order for SedOrder {
-    #[inline]
-    fn eligible(d: &Dest) -> bool {
-        d.is_eligible()
-    }
-    #[inline]
-    fn better(right: &Dest, left: &Dest) -> bool {
-        sed_better(right, left)
-    }
+named_order! {
+    /// sed's order: smaller (active + 1) / weight is strictly better.
+    SedOrder for Sed,
+    better(right, left) { sed_better(right, left) }
 }
 
 /// `(a(left) + 1) × w(right) > (a(right) + 1) × w(left)`, exactly.
@@ -29,10 +20,6 @@ impl Order for SedOrder {
 pub(crate) fn sed_better(right: &Dest, left: &Dest) -> bool {
     let cost = |d: &Dest| u128::from(d.active) + 1;
     cost(left) * u128::from(right.weight()) > cost(right) * u128::from(left.weight())
-}
-
-impl NamedOrder for SedOrder {
-    const SCHEDULER: super::Scheduler = super::Scheduler::Sed;
 }
 
 /// Shortest-expected-delay scheduling: the kernel's loop under [`SedOrder`], kept as a

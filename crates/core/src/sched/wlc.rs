@@ -8,23 +8,14 @@
 //! overhead / weight totally, and an [`ArgminTree`] reproduces the loop in
 //! O(1) per decision.
 
-use super::argmin::{NamedOrder, Order, TreeScheduler};
+use super::argmin::{TreeScheduler, named_order};
 use crate::dest::Dest;
 
-/// wlc's order: smaller overhead / weight is strictly better. Also the
-/// fallback of lblc and lblcr.
-#[derive(Debug)]
-pub(crate) struct WlcOrder;
-
-impl Order for WlcOrder {
-    #[inline]
-    fn eligible(d: &Dest) -> bool {
-        d.is_eligible()
-    }
-    #[inline]
-    fn better(right: &Dest, left: &Dest) -> bool {
-        wlc_better(right, left)
-    }
+named_order! {
+    /// wlc's order: smaller overhead / weight is strictly better. Also the
+    /// fallback of lblc and lblcr.
+    WlcOrder for Wlc,
+    better(right, left) { wlc_better(right, left) }
 }
 
 /// `overhead(left) × w(right) > overhead(right) × w(left)`, exactly.
@@ -32,10 +23,6 @@ impl Order for WlcOrder {
 pub(crate) fn wlc_better(right: &Dest, left: &Dest) -> bool {
     u128::from(left.overhead()) * u128::from(right.weight())
         > u128::from(right.overhead()) * u128::from(left.weight())
-}
-
-impl NamedOrder for WlcOrder {
-    const SCHEDULER: super::Scheduler = super::Scheduler::Wlc;
 }
 
 /// Weighted least-connection scheduling: the kernel's loop under [`WlcOrder`], kept as a

@@ -192,14 +192,10 @@ impl Daemon {
                 loaded.health.take().unwrap_or_default(),
             );
             health.overlay(&mut loaded.defs);
-            let summary = self.ctl.replace(&loaded.defs).map_err(|e| {
-                format!(
-                    "{}: service #{}: {}",
-                    src.path().display(),
-                    e.index + 1,
-                    e.error
-                )
-            })?;
+            let summary = self
+                .ctl
+                .replace(&loaded.defs)
+                .map_err(|e| src.service_error(&e))?;
             self.health = health;
             self.health_wake.notify_one();
             if let Some((tcp, tcpfin, udp)) = loaded.timeouts {

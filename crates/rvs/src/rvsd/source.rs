@@ -21,6 +21,18 @@ impl Source {
             Source::Keepalived(p) | Source::Rules(p) => p,
         }
     }
+
+    /// How a service definition of this source the director refused is
+    /// reported (by `--check` and by a reload alike): the source, the
+    /// service's 1-based position in it, the director's reason.
+    pub fn service_error(&self, e: &rvs_control::state::ExecError) -> String {
+        format!(
+            "{}: service #{}: {}",
+            self.path().display(),
+            e.index + 1,
+            e.error
+        )
+    }
 }
 
 /// A configuration read and checked, ready to apply.
@@ -100,14 +112,7 @@ pub fn check(src: &Source) -> Result<String, String> {
             ..Default::default()
         },
     )
-    .map_err(|e| {
-        format!(
-            "{}: service #{}: {}",
-            src.path().display(),
-            e.index + 1,
-            e.error
-        )
-    })?;
+    .map_err(|e| src.service_error(&e))?;
     let mut out = String::new();
     for w in &loaded.warnings {
         out.push_str(w);

@@ -169,10 +169,17 @@ fn start_as(daemon: &Arc<Mutex<Daemon>>, cfg: DaemonConfig, managed: bool) -> Re
     let (stop, stopped) = watch::channel(false);
     let received = daemons.received.clone();
     let weak = Arc::downgrade(daemon);
+    let task = Task {
+        daemon: weak,
+        cfg: cfg.clone(),
+        sock,
+        stop: stopped,
+        received,
+    };
     if is_master(&cfg) {
-        tokio::spawn(run_master(weak, cfg.clone(), sock, stopped, received));
+        tokio::spawn(run_master(task));
     } else {
-        tokio::spawn(run_backup(weak, cfg.clone(), sock, stopped, received));
+        tokio::spawn(run_backup(task));
     }
     tracing::info!(target: "rvs::sync", "sync daemon started: {} on {}, syncid {}", if is_master(&cfg) { "master" } else { "backup" }, cfg.mcast_ifn, cfg.syncid);
     *slot = Some(Running { cfg, stop, managed });
@@ -183,6 +190,15 @@ fn start_as(daemon: &Arc<Mutex<Daemon>>, cfg: DaemonConfig, managed: bool) -> Re
 fn ifindex(ifname: &str) -> std::io::Result<u32> {
     rvs_sys::iface::ifindex(ifname)
         .map_err(|_| std::io::Error::other(format!("no interface {ifname}")))
+}
+
+/// The sync group's address: `grp` on the configured port (IPVS's 8848
+/// when none is).
+fn group_addr(cfg: &DaemonConfig, grp: Ipv4Addr) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(
+        grp,
+        cfg.mcast_port.unwrap_or(wire::SYNC_PORT),
+    ))
 }
 
 /// UDP from the interface's primary address to group:port, TTL as asked,
@@ -198,13 +214,7 @@ fn master_socket(cfg: &DaemonConfig, grp: Ipv4Addr) -> std::io::Result<tokio::ne
     s.set_multicast_ttl_v4(u32::from(cfg.mcast_ttl.unwrap_or(1)))?;
     s.set_multicast_loop_v4(false)?;
     s.bind(&SocketAddr::V4(SocketAddrV4::new(addr, 0)).into())?;
-    s.connect(
-        &SocketAddr::V4(SocketAddrV4::new(
-            grp,
-            cfg.mcast_port.unwrap_or(wire::SYNC_PORT),
-        ))
-        .into(),
-    )?;
+    s.connect(&group_addr(cfg, grp).into())?;
     s.set_nonblocking(true)?;
     tokio::net::UdpSocket::from_std(s.into())
 }
@@ -216,13 +226,7 @@ fn backup_socket(cfg: &DaemonConfig, grp: Ipv4Addr) -> std::io::Result<tokio::ne
     let s = Socket::new(Domain::IPV4, Type::DGRAM, None)?;
     s.set_reuse_address(true)?;
     s.bind_device(Some(cfg.mcast_ifn.as_bytes()))?;
-    s.bind(
-        &SocketAddr::V4(SocketAddrV4::new(
-            grp,
-            cfg.mcast_port.unwrap_or(wire::SYNC_PORT),
-        ))
-        .into(),
-    )?;
+    s.bind(&group_addr(cfg, grp).into())?;
     s.join_multicast_v4_n(&grp, &InterfaceIndexOrAddress::Index(index))?;
     s.set_nonblocking(true)?;
     tokio::net::UdpSocket::from_std(s.into())
@@ -351,36 +355,44 @@ fn changes(
     out
 }
 
-async fn run_master(
+/// What a sync task (master or backup) runs with.
+struct Task {
+    /// The daemon, weak so that a task never keeps it alive.
     daemon: std::sync::Weak<Mutex<Daemon>>,
     cfg: DaemonConfig,
     sock: tokio::net::UdpSocket,
-    mut stop: watch::Receiver<bool>,
+    /// Turns true (or closes) when the task is to end.
+    stop: watch::Receiver<bool>,
+    /// Entries the backup entered, which the master does not send back.
     received: Arc<Mutex<FastMap<Tuple, Instant>>>,
-) {
+}
+
+async fn run_master(mut task: Task) {
     let mut walk = Walk::default();
     let mut every = tokio::time::interval(PERIOD);
-    let max = usize::from(maxlen(&cfg));
+    let max = usize::from(maxlen(&task.cfg));
     loop {
         tokio::select! {
             _ = every.tick() => {}
-            _ = stop.changed() => return,
+            _ = task.stop.changed() => return,
         }
-        let Some(d) = daemon.upgrade() else { return };
+        let Some(d) = task.daemon.upgrade() else {
+            return;
+        };
         let batch = {
             let Ok(d) = d.lock() else { return };
             // Same order as the backup: the daemon's lock, then this one.
-            let Ok(rx) = received.lock() else { return };
+            let Ok(rx) = task.received.lock() else { return };
             changes(d.controller().ipvs(), d.now(), &mut walk, &rx)
         };
         if batch.is_empty() {
             continue;
         }
-        match wire::build_v1(cfg.syncid, &batch, max) {
+        match wire::build_v1(task.cfg.syncid, &batch, max) {
             Ok(datagrams) => {
                 for dg in datagrams {
-                    if let Err(e) = sock.send(&dg).await {
-                        tracing::warn!(target: "rvs::sync", "sync master on {}: send: {e}", cfg.mcast_ifn);
+                    if let Err(e) = task.sock.send(&dg).await {
+                        tracing::warn!(target: "rvs::sync", "sync master on {}: send: {e}", task.cfg.mcast_ifn);
                     }
                 }
             }
@@ -389,26 +401,20 @@ async fn run_master(
     }
 }
 
-async fn run_backup(
-    daemon: std::sync::Weak<Mutex<Daemon>>,
-    cfg: DaemonConfig,
-    sock: tokio::net::UdpSocket,
-    mut stop: watch::Receiver<bool>,
-    received: Arc<Mutex<FastMap<Tuple, Instant>>>,
-) {
+async fn run_backup(mut task: Task) {
     let mut buf = vec![0u8; 65536];
     let mut pruned = Instant::ZERO;
     loop {
         let n = tokio::select! {
-            r = sock.recv(&mut buf) => match r {
+            r = task.sock.recv(&mut buf) => match r {
                 Ok(n) => n,
                 Err(e) => {
-                    tracing::warn!(target: "rvs::sync", "sync backup on {}: receive: {e}", cfg.mcast_ifn);
+                    tracing::warn!(target: "rvs::sync", "sync backup on {}: receive: {e}", task.cfg.mcast_ifn);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             },
-            _ = stop.changed() => return,
+            _ = task.stop.changed() => return,
         };
         let msg = match wire::parse(&buf[..n]) {
             Ok(m) => m,
@@ -417,13 +423,15 @@ async fn run_backup(
                 continue;
             }
         };
-        if cfg.syncid != 0 && msg.syncid != cfg.syncid {
+        if task.cfg.syncid != 0 && msg.syncid != task.cfg.syncid {
             continue;
         }
-        let Some(d) = daemon.upgrade() else { return };
+        let Some(d) = task.daemon.upgrade() else {
+            return;
+        };
         let Ok(mut d) = d.lock() else { return };
         let now = d.now();
-        let mut rx = received.lock().ok();
+        let mut rx = task.received.lock().ok();
         for c in &msg.conns {
             let t = Tuple {
                 protocol: c.protocol,

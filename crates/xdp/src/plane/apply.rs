@@ -370,18 +370,26 @@ impl<M: MapOps> Plane<M> {
         Ok(())
     }
 
+    /// The installed state of `service`; `None` when this plane refused
+    /// it, whose dests are then not installed and edits to them no-ops.
+    fn installed_mut(&mut self, service: &ServiceKey) -> Result<Option<&mut SvcState>, PlaneError> {
+        if self.refused.contains(service) {
+            return Ok(None);
+        }
+        match self.services.get_mut(service) {
+            Some(st) => Ok(Some(st)),
+            None => Err(PlaneError::NoService(*service)),
+        }
+    }
+
     pub(super) fn edit_dest(
         &mut self,
         service: &ServiceKey,
         cfg: &DestConfig,
     ) -> Result<(), PlaneError> {
-        if self.refused.contains(service) {
+        let Some(st) = self.installed_mut(service)? else {
             return Ok(());
-        }
-        let st = self
-            .services
-            .get_mut(service)
-            .ok_or(PlaneError::NoService(*service))?;
+        };
         let Some(pos) = st.dests.iter().position(|d| same(&d.core.config, cfg)) else {
             // Not installed here (refused earlier, or a failed add): try now.
             return self.add_dest(service, cfg);
@@ -416,13 +424,9 @@ impl<M: MapOps> Plane<M> {
         addr: IpAddr,
         port: u16,
     ) -> Result<(), PlaneError> {
-        if self.refused.contains(service) {
+        let Some(st) = self.installed_mut(service)? else {
             return Ok(());
-        }
-        let st = self
-            .services
-            .get_mut(service)
-            .ok_or(PlaneError::NoService(*service))?;
+        };
         let Some(pos) = st
             .dests
             .iter()
