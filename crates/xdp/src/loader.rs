@@ -106,6 +106,17 @@ impl Loaded {
 
     /// Run the program once per `repeat` on `frame` with BPF_PROG_TEST_RUN.
     pub fn run(&mut self, frame: &[u8], repeat: u32) -> Result<RunResult, XdpError> {
+        self.test_run(frame, repeat, None)
+    }
+
+    /// BPF_PROG_TEST_RUN with an optional `struct xdp_md` context (what
+    /// [`Loaded::run`] and [`Loaded::run_on`] share).
+    pub(crate) fn test_run(
+        &mut self,
+        frame: &[u8],
+        repeat: u32,
+        ctx: Option<&[u8]>,
+    ) -> Result<RunResult, XdpError> {
         let name = self.object.name();
         let prog = self.program()?;
         // Room for the largest encapsulation the program pushes.
@@ -113,6 +124,7 @@ impl Loaded {
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(frame);
         opts.data_out = Some(&mut out);
+        opts.ctx_in = ctx;
         opts.repeat = repeat.max(1);
         let r = prog.test_run(opts).map_err(|e| XdpError::Program {
             program: name,

@@ -16,7 +16,6 @@
 //! Also here: [`Loaded::run_on`], a BPF_PROG_TEST_RUN with the ingress
 //! interface given in the context, as the program sees a frame on the wire.
 
-use aya::programs::{TestRun, TestRunOptions};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::{Loaded, RunResult, XdpError};
@@ -284,27 +283,8 @@ impl Loaded {
         repeat: u32,
         ingress_ifindex: u32,
     ) -> Result<RunResult, XdpError> {
-        let name = self.object.name();
-        let prog = self.program()?;
         let ctx = xdp_md(frame.len(), ingress_ifindex);
-        // Room for the largest encapsulation the program pushes.
-        let mut out = vec![0u8; frame.len() + 256];
-        let mut opts = TestRunOptions::new();
-        opts.data_in = Some(frame);
-        opts.data_out = Some(&mut out);
-        opts.ctx_in = Some(&ctx);
-        opts.repeat = repeat.max(1);
-        let r = prog.test_run(opts).map_err(|e| XdpError::Program {
-            program: name,
-            what: "test run",
-            source: Box::new(e),
-        })?;
-        out.truncate(r.data_size_out as usize);
-        Ok(RunResult {
-            action: r.return_value,
-            data: out,
-            duration: r.duration,
-        })
+        self.test_run(frame, repeat, Some(&ctx))
     }
 }
 
