@@ -104,6 +104,25 @@ impl Drop for Bed {
     }
 }
 
+/// rvsd's options for the director's `xd0` in generic (skb) mode with a
+/// flow table of `flows` entries.
+fn xd0_skb(flows: u32) -> XdpOptions {
+    XdpOptions {
+        interfaces: vec!["xd0".into()],
+        mode: Some(rvs_xdp::AttachMode::Skb),
+        load: LoadOptions {
+            flow_table_size: flows,
+            slots: 1 << 16,
+        },
+        tun_src4: None,
+        tun_src6: None,
+        tun_src_prefix4: None,
+        tun_src_prefix6: None,
+        tun_mtu: None,
+        max_new_flows: 0,
+    }
+}
+
 fn ifindex(name: &str) -> u32 {
     std::fs::read_to_string(format!("/sys/class/net/{name}/ifindex"))
         .ok()
@@ -444,20 +463,7 @@ fn report_cost_with_many_flows() {
     }
     let bed = Bed::new();
     bed.in_director(|| {
-        let opts = XdpOptions {
-            interfaces: vec!["xd0".into()],
-            mode: Some(rvs_xdp::AttachMode::Skb),
-            load: LoadOptions {
-                flow_table_size: 1 << 17,
-                slots: 1 << 16,
-            },
-            tun_src4: None,
-            tun_src6: None,
-            tun_src_prefix4: None,
-            tun_src_prefix6: None,
-            tun_mtu: None,
-            max_new_flows: 0,
-        };
+        let opts = xd0_skb(1 << 17);
         let (mut plane, neigh, _) = Plane::start(&opts).expect("start");
         let mut resolver = Resolver::new(neigh);
         let mut ipvs = Ipvs::new(IpvsConfig::default());
@@ -690,20 +696,7 @@ fn xdp_plane_worker_applies_and_reports_without_blocking_its_caller() {
     }
     let bed = Bed::new();
     bed.in_director(|| {
-        let opts = XdpOptions {
-            interfaces: vec!["xd0".into()],
-            mode: Some(rvs_xdp::AttachMode::Skb),
-            load: LoadOptions {
-                flow_table_size: 4096,
-                slots: 1 << 16,
-            },
-            tun_src4: None,
-            tun_src6: None,
-            tun_src_prefix4: None,
-            tun_src_prefix6: None,
-            tun_mtu: None,
-            max_new_flows: 0,
-        };
+        let opts = xd0_skb(4096);
         let (mut plane, _) = XdpPlane::start(&opts).expect("start");
         let ipvs = Arc::new(Mutex::new(Ipvs::new(IpvsConfig::default())));
         let shared = ipvs.clone();
@@ -817,20 +810,7 @@ fn the_worker_owns_the_mac_of_a_macvlan_on_its_interface() {
     }
     let bed = Bed::new();
     bed.in_director(|| {
-        let opts = XdpOptions {
-            interfaces: vec!["xd0".into()],
-            mode: Some(rvs_xdp::AttachMode::Skb),
-            load: LoadOptions {
-                flow_table_size: 4096,
-                slots: 1 << 16,
-            },
-            tun_src4: None,
-            tun_src6: None,
-            tun_src_prefix4: None,
-            tun_src_prefix6: None,
-            tun_mtu: None,
-            max_new_flows: 0,
-        };
+        let opts = xd0_skb(4096);
         let (plane, _) = XdpPlane::start(&opts).expect("start");
         let xd0 = rvs_sys::iface::ifindex("xd0").expect("xd0");
         let vmac = [0, 0, 0x5e, 0, 1, 7];
