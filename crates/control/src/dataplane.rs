@@ -6,6 +6,9 @@
 //! owns no policy: a change the control plane rejected never reaches it.
 //! `--dataplane none` is [`NoDataPlane`]: the control plane alone.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use rvs_core::ipvs::Ipvs;
 use rvs_core::time::Instant;
 
@@ -72,6 +75,40 @@ pub trait DataPlane: Send {
     /// connection). Packet data planes that only read tables ignore it.
     fn attach(&mut self, director: DirectorHandle) {
         let _ = director;
+    }
+
+    /// For a data plane that carries commands out after [`DataPlane::apply`]
+    /// returned (the XDP plane queues them for a worker thread, so the
+    /// control plane's lock is never held over a syscall): a ticket for
+    /// everything applied so far, done once the data plane has carried it
+    /// out. The control socket waits on it (outside the lock, bounded)
+    /// before answering, so `rvsadm` returns once its change is in the data
+    /// plane, as `ipvsadm` does with the kernel. `None` (the default): the
+    /// data plane is done when `apply` returns.
+    fn applied(&self) -> Option<Applied> {
+        None
+    }
+}
+
+/// How far an asynchronous data plane has got (see
+/// [`DataPlane::applied`]): done once the plane's count of carried-out
+/// commands reaches the count sent when the ticket was taken.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    target: u64,
+    processed: Arc<AtomicU64>,
+}
+
+impl Applied {
+    /// A ticket for the first `target` commands, done when `processed`
+    /// (which the data plane raises as it carries them out) reaches it.
+    pub fn new(target: u64, processed: Arc<AtomicU64>) -> Self {
+        Applied { target, processed }
+    }
+
+    /// Whether every command the ticket covers has been carried out.
+    pub fn done(&self) -> bool {
+        self.processed.load(Ordering::Acquire) >= self.target
     }
 }
 

@@ -384,6 +384,13 @@ impl Controller {
         self.plane.name()
     }
 
+    /// A ticket for every change applied so far, done once the data plane
+    /// has carried them out ([`DataPlane::applied`]); `None` when the data
+    /// plane is synchronous.
+    pub fn plane_applied(&self) -> Option<crate::dataplane::Applied> {
+        self.plane.applied()
+    }
+
     /// Apply commands. With `atomic` (or more than one command) they are
     /// first tried on a scratch copy of the service table, so a failure at
     /// command `i` leaves the live state untouched. Without `atomic`, a

@@ -347,15 +347,56 @@ pub async fn answer(daemon: &Arc<Mutex<Daemon>>, req: Request) -> Response {
             },
             Err(_) => error("daemon state poisoned".into()),
         },
-        Request::Reload => match reload(daemon).await {
-            Ok(s) => Response::Reloaded {
-                summary: s.to_string(),
-            },
-            Err(message) => error(message),
-        },
-        other => match daemon.lock() {
-            Ok(mut d) => d.handle(other),
-            Err(_) => error("daemon state poisoned".into()),
-        },
+        Request::Reload => {
+            let r = reload(daemon).await;
+            applied(daemon).await;
+            match r {
+                Ok(s) => Response::Reloaded {
+                    summary: s.to_string(),
+                },
+                Err(message) => error(message),
+            }
+        }
+        other => {
+            let r = match daemon.lock() {
+                Ok(mut d) => d.handle(other),
+                Err(_) => error("daemon state poisoned".into()),
+            };
+            applied(daemon).await;
+            r
+        }
+    }
+}
+
+/// The longest a control request waits for the data plane to carry out
+/// its change (a reload adding thousands of real servers takes the XDP
+/// plane's worker a moment); past it, the answer goes out anyway and the
+/// change lands shortly after.
+const APPLIED_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Wait, outside the daemon's lock and without blocking the runtime, until
+/// the data plane has carried out every change made so far
+/// ([`rvs_control::dataplane::DataPlane::applied`]), so a request is
+/// answered once its change is in effect, as `ipvsadm` returns once the
+/// kernel has it. Bounded by [`APPLIED_WAIT`].
+async fn applied(daemon: &Arc<Mutex<Daemon>>) {
+    let Some(ticket) = daemon
+        .lock()
+        .ok()
+        .and_then(|d| d.controller().plane_applied())
+    else {
+        return;
+    };
+    let start = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_micros(200);
+    while !ticket.done() {
+        if start.elapsed() >= APPLIED_WAIT {
+            tracing::warn!(
+                "the data plane has not carried out the last change after {APPLIED_WAIT:?}; answering anyway"
+            );
+            return;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_millis(10));
     }
 }

@@ -300,19 +300,15 @@ fn rvsd_xdp_dataplane_carries_dr_and_reports_it() {
         .sum();
     assert_eq!(inact, total, "closed connections are inactive: {list}");
 
-    // Weight 0: new connections go to the other real server. (`rvsadm`
-    // returns once the change is queued for the plane's worker, which
-    // writes the maps a moment later: give it that moment.)
-    let applied = || std::thread::sleep(Duration::from_millis(300));
+    // Weight 0: new connections go to the other real server at once
+    // (`rvsadm` returns once the plane's worker has written the maps).
     d.ok("-e -t 10.77.0.100:80 -r 10.77.0.11:80 -g -w 0");
-    applied();
     assert_eq!(bed.connect(3), ["r2", "r2", "r2"]);
 
     // lblc in the program: one VIP, servers within their weights, so every
     // connection goes to the server its destination address is cached on.
     d.ok("-e -t 10.77.0.100:80 -r 10.77.0.11:80 -g -w 1");
     d.ok("-E -t 10.77.0.100:80 -s lblc");
-    applied();
     let got = bed.connect(4);
     assert!(
         got[0].starts_with('r') && got.iter().all(|w| *w == got[0]),

@@ -5,6 +5,10 @@
 //!   worker's channel and returns: no syscall, no wait, whatever the
 //!   command (a reload adding hundreds of real servers costs the control
 //!   plane a few channel sends). The worker applies commands in order.
+//! * [`DataPlane::applied`] is the apply barrier: a ticket (commands sent
+//!   so far) done once the worker's count of applied commands reaches it.
+//!   rvsd's control socket waits on it after releasing its lock, so
+//!   `rvsadm` returns once the maps hold the change, as `ipvsadm` does.
 //! * [`DataPlane::admit`] is the pure check ([`super::admit`]).
 //! * [`DataPlane::load_synced`] takes what it needs from the director
 //!   ([`SyncedFlow::resolve`], pure) and sends it.
@@ -35,7 +39,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError, channel}
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant as StdInstant};
 
-use rvs_control::dataplane::{DataPlane, DataPlaneError, DirectorHandle};
+use rvs_control::dataplane::{Applied, DataPlane, DataPlaneError, DirectorHandle};
 use rvs_control::protocol::Command;
 use rvs_core::ipvs::{Ipvs, MirroredConn};
 use rvs_core::time::Instant;
@@ -76,6 +80,8 @@ pub struct PlaneHandle<M: MapOps> {
     tx: Option<Sender<Msg<M>>>,
     /// Commands sent to the worker.
     sent: Arc<AtomicU64>,
+    /// Commands the worker has carried out (the [`Applied`] tickets').
+    processed: Arc<AtomicU64>,
     worker: Option<JoinHandle<()>>,
     resolver: Option<JoinHandle<()>>,
 }
@@ -110,11 +116,13 @@ impl<M: MapOps + Send + 'static> PlaneHandle<M> {
         })
         .map_err(|e| thread_err("neighbour", e))?;
         let sent = Arc::new(AtomicU64::new(0));
+        let processed = Arc::new(AtomicU64::new(0));
         let worker = Worker {
             plane,
             director: None,
             sent: sent.clone(),
             processed: 0,
+            done: processed.clone(),
             wants: wants_tx,
             last_wanted: None,
         };
@@ -125,6 +133,7 @@ impl<M: MapOps + Send + 'static> PlaneHandle<M> {
         Ok(PlaneHandle {
             tx: Some(tx),
             sent,
+            processed,
             worker: Some(worker),
             resolver: Some(resolver),
         })
@@ -212,6 +221,17 @@ impl<M: MapOps + Send + 'static> DataPlane for PlaneHandle<M> {
             tracing::warn!("{e}");
         }
     }
+
+    /// Done once the worker has applied every command sent so far (its
+    /// map writes made; a real server whose MAC is still unresolved is
+    /// applied as unscheduled and scheduled when the answer comes, as
+    /// before).
+    fn applied(&self) -> Option<Applied> {
+        Some(Applied::new(
+            self.sent.load(Ordering::SeqCst),
+            self.processed.clone(),
+        ))
+    }
 }
 
 /// The worker thread's state.
@@ -222,6 +242,8 @@ struct Worker<M: MapOps> {
     sent: Arc<AtomicU64>,
     /// Commands applied here.
     processed: u64,
+    /// `processed`, published for [`Applied`] tickets.
+    done: Arc<AtomicU64>,
     wants: Sender<Wanted>,
     last_wanted: Option<Wanted>,
 }
@@ -264,6 +286,7 @@ impl<M: MapOps> Worker<M> {
                     tracing::warn!("data plane xdp: {e}");
                 }
                 self.processed += 1;
+                self.done.store(self.processed, Ordering::Release);
             }
             Msg::Synced(s) => {
                 if let Err(e) = self.plane.load_synced(&s) {
@@ -343,6 +366,44 @@ mod tests {
             assert!(start.elapsed() < Duration::from_secs(5), "{what}");
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// The apply barrier: a ticket taken after `apply` is not done while
+    /// the worker has yet to write the command (here it is held up on
+    /// purpose), and is done once the maps hold it.
+    #[test]
+    fn an_applied_ticket_is_done_once_the_worker_wrote_the_command() {
+        let plane = Plane::new(MemMaps::new(1 << 12)).expect("plane");
+        let mut h = PlaneHandle::spawn(plane, StaticResolver::default()).expect("spawn");
+        assert!(h.applied().expect("a ticket").done(), "nothing sent yet");
+        // Hold the worker until `go` says so.
+        let (go, wait) = channel::<()>();
+        let hold: Lend<MemMaps> = Box::new(move |_| {
+            let _ = wait.recv_timeout(Duration::from_secs(10));
+        });
+        h.send(Msg::With(hold)).expect("worker");
+        h.apply(&Command::AddService {
+            key: key(),
+            config: ServiceConfig::new(AddrFamily::Inet),
+        })
+        .expect("queued");
+        let ticket = h.applied().expect("a ticket");
+        assert!(!ticket.done(), "the worker has not applied it yet");
+        go.send(()).expect("release");
+        let start = StdInstant::now();
+        while !ticket.done() {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "ticket never done"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Done means written: the service has its index in the maps now.
+        assert!(
+            h.with_plane(|p| p.service_index(&key()).is_some())
+                .expect("worker"),
+            "a done ticket means the service is in the maps"
+        );
     }
 
     /// The worker and the resolver on their threads, as in rvsd: commands
