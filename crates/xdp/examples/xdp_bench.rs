@@ -274,12 +274,17 @@ fn main() -> Result<(), Box<dyn Error>> {
     let lru_full = ns(&mut lru, &syn, repeat, tx)?;
     drop(lru);
 
+    // Each new-flow row is the median of `rounds` fresh loads (one load's
+    // figure moves with the LRU's state and the machine's noise).
     let mut newf = Vec::new();
     for sched in ["mh", "rr", "wlc", "twos", "lblc", "lblcr"] {
-        let mut l = director(Object::DirectorBench, sched, table)?;
-        let fill = ns(&mut l, &syn, repeat, tx)?;
-        let full = ns(&mut l, &syn, repeat, tx)?;
-        newf.push((sched, fill, full));
+        let (mut fills, mut fulls) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let mut l = director(Object::DirectorBench, sched, table)?;
+            fills.push(ns(&mut l, &syn, repeat, tx)?);
+            fulls.push(ns(&mut l, &syn, repeat, tx)?);
+        }
+        newf.push((sched, median(&mut fills), median(&mut fulls)));
     }
     // The SYN-flood guard on (limit 1 new flow per CPU per second): mh flows
     // of DR services are forwarded by the hash without a flow entry.
