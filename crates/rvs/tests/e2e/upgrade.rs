@@ -382,6 +382,7 @@ fn proxy_upgrades_in_place_under_load() {
 
     let warm = Duration::from_millis(1500);
     std::thread::sleep(warm);
+    let warm_rate = tally.requests.load(Ordering::Relaxed) as f64 / warm.as_secs_f64();
     let mut figures = Vec::new();
     for n in 1..=UPGRADES {
         let before = tally.requests.load(Ordering::Relaxed);
@@ -429,13 +430,14 @@ fn proxy_upgrades_in_place_under_load() {
             logs(dir.path(), n + 1)
         );
         assert!(exited <= DRAIN_GRACE + Duration::from_secs(2));
-        figures.push((n, took, exited));
         // Load on the new daemon alone for a while.
         std::thread::sleep(Duration::from_millis(1500));
-        assert!(
-            tally.requests.load(Ordering::Relaxed) > before,
-            "upgrade {n}: requests are being answered"
-        );
+        let answered = tally.requests.load(Ordering::Relaxed) - before;
+        assert!(answered > 0, "upgrade {n}: requests are being answered");
+        // Requests a second from the new daemon's start on, against the
+        // warm-up before any upgrade (same run).
+        let rate = answered as f64 / t0.elapsed().as_secs_f64();
+        figures.push((n, took, exited, rate / warm_rate));
     }
     stop.store(true, Ordering::Relaxed);
     for h in load {
@@ -472,9 +474,11 @@ fn proxy_upgrades_in_place_under_load() {
         g(&adm_runs),
         g(&adm_failures),
     );
-    for (n, took, exited) in &figures {
+    println!("upgrade: warm-up before any upgrade {warm_rate:.0} requests/s");
+    for (n, took, exited, ratio) in &figures {
         println!(
-            "upgrade {n}: new rvsd owns the socket after {} ms; old rvsd exited 0 after {} ms",
+            "upgrade {n}: new rvsd owns the socket after {} ms; old rvsd exited 0 after {} ms; \
+             requests/s over the 1.5 s from its start {ratio:.2} x the warm-up",
             took.as_millis(),
             exited.as_millis()
         );
