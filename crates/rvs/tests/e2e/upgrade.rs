@@ -496,3 +496,139 @@ fn proxy_upgrades_in_place_under_load() {
         "every old daemon handed its sockets over\n{all}"
     );
 }
+
+/// `--takeover` with no rvsd to take over is an error that says so;
+/// `--or-start` starts normally instead.
+#[test]
+fn takeover_without_a_running_rvsd() {
+    let dir = TempDir::new("takeover-none");
+    let socket = dir.path().join("rvsd.sock");
+    let out = Command::new(RVSD)
+        .args(["--dataplane", "none", "--socket"])
+        .arg(&socket)
+        .arg("--takeover")
+        .stdin(Stdio::null())
+        .output()
+        .expect("rvsd");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--takeover: no rvsd is running on") && err.contains("--or-start"),
+        "{err}"
+    );
+    assert!(!socket.exists(), "nothing was started");
+    let mut d = Daemons(vec![
+        Command::new(RVSD)
+            .args(["--dataplane", "none", "--log-level", "warn", "--socket"])
+            .arg(&socket)
+            .args(["--takeover", "--or-start"])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("rvsd"),
+    ]);
+    wait_for_socket(&socket, &mut d.0[0]);
+    assert!(listing(&socket).is_some());
+}
+
+/// Without a configuration file the new daemon takes the old one's table
+/// (configured with rvsadm) with its sockets; a control connection that
+/// did not take the sockets cannot retire a daemon.
+#[test]
+fn takeover_without_a_file_takes_the_table() {
+    let dir = TempDir::new("takeover-table");
+    let socket = dir.path().join("rvsd.sock");
+    let server = Server::start("rs1");
+    let vip = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let spawn = |n: usize, takeover: bool| {
+        let log = std::fs::File::create(dir.path().join(format!("rvsd-{n}.log"))).expect("log");
+        let mut c = Command::new(RVSD);
+        c.args(["--dataplane", "proxy", "--log-level", "info", "--socket"])
+            .arg(&socket);
+        if takeover {
+            c.arg("--takeover");
+        }
+        c.stdin(Stdio::null()).stderr(log).spawn().expect("rvsd")
+    };
+    let mut d = Daemons(vec![spawn(0, false)]);
+    wait_for_socket(&socket, &mut d.0[0]);
+    let adm = |args: &[&str]| {
+        let out = Command::new(RVSADM)
+            .args(args)
+            .env("RVS_SOCKET", &socket)
+            .output()
+            .expect("rvsadm");
+        assert!(out.status.success(), "rvsadm {args:?}: {out:?}");
+    };
+    adm(&["-A", "-t", &vip.to_string(), "-s", "wlc"]);
+    adm(&[
+        "-a",
+        "-t",
+        &vip.to_string(),
+        "-r",
+        &server.addr.to_string(),
+        "-m",
+        "-w",
+        "3",
+    ]);
+    adm(&["--set", "100", "20", "30"]);
+    let before = listing(&socket).expect("listing");
+
+    // A plain control connection may not retire the daemon.
+    let mut c = std::os::unix::net::UnixStream::connect(&socket).expect("connect");
+    c.write_all(b"\"Retire\"\n").expect("write");
+    let mut answer = String::new();
+    BufReader::new(&c).read_line(&mut answer).expect("answer");
+    assert!(
+        answer.contains("only the rvsd that took the sockets"),
+        "{answer}"
+    );
+    drop(c);
+
+    // A connection on the VIP open across the takeover keeps working.
+    let mut open = TcpStream::connect(vip).expect("connect to the VIP");
+    open.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
+    let mut r = BufReader::new(open.try_clone().expect("clone"));
+    open.write_all(b"GET / HTTP/1.1\r\n\r\n").expect("write");
+    assert!(!read_response(&mut r).expect("first response"));
+
+    let old_inode = inode(&socket);
+    d.0.push(spawn(1, true));
+    let t0 = Instant::now();
+    let mut ended = false;
+    let status = loop {
+        if let Ok(Some(s)) = d.0[0].try_wait() {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the old rvsd did not retire\n{}",
+            logs(dir.path(), 2)
+        );
+        // It waits for the open connection; end it after the handover.
+        if !ended && inode(&socket) != old_inode && listing(&socket).is_some() {
+            ended = true;
+            open.write_all(b"GET / HTTP/1.1\r\n\r\n").expect("write");
+            assert!(!read_response(&mut r).expect("second response, through the old daemon"));
+            let _ = open.shutdown(std::net::Shutdown::Both);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        status.success(),
+        "old rvsd: {status}\n{}",
+        logs(dir.path(), 2)
+    );
+    assert_eq!(listing(&socket).expect("listing"), before, "the same table");
+    let out = Command::new(RVSADM)
+        .args(["-L", "--timeout"])
+        .env("RVS_SOCKET", &socket)
+        .output()
+        .expect("rvsadm");
+    let timeouts = String::from_utf8_lossy(&out.stdout);
+    assert!(timeouts.contains("100 20 30"), "{timeouts}");
+    let mut s = TcpStream::connect(vip).expect("the new rvsd serves the VIP");
+    s.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
+    s.write_all(b"GET / HTTP/1.1\r\n\r\n").expect("write");
+    let mut r = BufReader::new(s);
+    assert!(!read_response(&mut r).expect("response from the new rvsd"));
+}
