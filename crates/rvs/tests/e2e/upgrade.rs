@@ -632,3 +632,61 @@ fn takeover_without_a_file_takes_the_table() {
     let mut r = BufReader::new(s);
     assert!(!read_response(&mut r).expect("response from the new rvsd"));
 }
+
+/// More sockets than one `SCM_RIGHTS` message carries (250): 300 TCP and
+/// 20 UDP services are handed over in several batches and all served.
+#[test]
+fn takeover_hands_over_hundreds_of_sockets() {
+    let dir = TempDir::new("takeover-many");
+    let socket = dir.path().join("rvsd.sock");
+    let server = Server::start("rs1");
+    let port = free_port();
+    let vip = |i: u32| SocketAddr::from(([127, 0, 1 + (i / 200) as u8, 1 + (i % 200) as u8], port));
+    let mut rules = String::new();
+    for i in 0..300 {
+        rules += &format!(
+            "-A -t {} -s rr\n-a -t {} -r {} -m\n",
+            vip(i),
+            vip(i),
+            server.addr
+        );
+    }
+    for i in 0..20 {
+        rules += &format!("-A -u {} -s rr\n", vip(i));
+    }
+    let rules = dir.write("rules", &rules);
+    let mut d = Daemons(vec![spawn_rvsd(dir.path(), &socket, &rules, 0, false)]);
+    wait_for_socket(&socket, &mut d.0[0]);
+    let before = listing(&socket).expect("listing");
+    d.0.push(spawn_rvsd(dir.path(), &socket, &rules, 1, true));
+    let t0 = Instant::now();
+    let status = loop {
+        if let Ok(Some(s)) = d.0[0].try_wait() {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the old rvsd did not retire\n{}",
+            logs(dir.path(), 2)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        status.success(),
+        "old rvsd: {status}\n{}",
+        logs(dir.path(), 2)
+    );
+    let all = logs(dir.path(), 2);
+    let adopted = all
+        .lines()
+        .filter(|l| l.contains("listening on") && l.contains("(handed over)"))
+        .count();
+    assert_eq!(adopted, 320, "{all}");
+    assert_eq!(listing(&socket).expect("listing"), before);
+    for i in [0, 249, 250, 299] {
+        let mut s = TcpStream::connect(vip(i)).expect("the new rvsd serves every VIP");
+        s.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
+        s.write_all(b"GET / HTTP/1.1\r\n\r\n").expect("write");
+        assert!(!read_response(&mut BufReader::new(s)).expect("response"));
+    }
+}
