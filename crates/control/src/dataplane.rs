@@ -6,10 +6,12 @@
 //! owns no policy: a change the control plane rejected never reaches it.
 //! `--dataplane none` is [`NoDataPlane`]: the control plane alone.
 
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rvs_core::ipvs::Ipvs;
+use rvs_core::model::ServiceKey;
 use rvs_core::time::Instant;
 
 use crate::protocol::Command;
@@ -88,6 +90,37 @@ pub trait DataPlane: Send {
     fn applied(&self) -> Option<Applied> {
         None
     }
+
+    /// `rvsd --takeover`: duplicates of the sockets this data plane carries
+    /// traffic on, one per service, for the daemon taking over (this one
+    /// keeps its own until it retires). A data plane without sockets (the
+    /// XDP program, which outlives rvsd by pinning; `none`) hands over
+    /// nothing — the default.
+    fn handover_sockets(&self) -> Result<Vec<(ServiceKey, OwnedFd)>, DataPlaneError> {
+        Ok(Vec::new())
+    }
+
+    /// `rvsd --takeover`, in the new daemon, once its configuration is
+    /// applied: close the sockets it was handed for services it does not
+    /// have (their keys are returned, for the log).
+    fn release_handed(&mut self) -> Vec<ServiceKey> {
+        Vec::new()
+    }
+
+    /// `rvsd --takeover`, in the old daemon: stop accepting connections
+    /// and reading datagrams on the shared sockets without closing them
+    /// for the new daemon (no shutdown: the kernel's accept queue stays
+    /// open), and let established connections and flows run.
+    fn retire(&mut self) {}
+
+    /// Connections and flows this data plane still carries in this
+    /// process (a retiring daemon exits when none are left).
+    fn live(&self) -> u64 {
+        0
+    }
+
+    /// A retiring daemon's drain bound was reached: end what is left.
+    fn abort_live(&mut self) {}
 }
 
 /// How far an asynchronous data plane has got (see

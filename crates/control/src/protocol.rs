@@ -5,7 +5,7 @@
 //! keeps the socket scriptable (`socat - UNIX-CONNECT:/run/rvs/rvsd.sock`).
 
 use std::io::{BufRead, Write};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use rvs_core::model::{DestConfig, ServiceConfig, ServiceKey};
 use serde::{Deserialize, Serialize};
@@ -112,6 +112,59 @@ pub enum Request {
         /// Which one.
         master: bool,
     },
+    /// `rvsd --takeover`, step 1: hand me your listening sockets. The
+    /// daemon answers [`Response::HandOver`] with one descriptor per
+    /// [`HandedSocket`] attached (`SCM_RIGHTS`) and keeps serving; nothing
+    /// changes in it until [`Request::Retire`] on the same connection.
+    HandOver,
+    /// `rvsd --takeover`, step 2 (only on the connection that got the
+    /// sockets, after the new daemon took the control socket's path): stop
+    /// accepting and reading the shared sockets, finish the established
+    /// connections (bounded by `--drain-grace`, default 60 s) and exit 0.
+    /// Answered with [`Response::Ok`] before the daemon retires.
+    Retire,
+}
+
+/// What kind of socket a handed-over descriptor is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SocketKind {
+    /// A listening TCP socket.
+    TcpListener,
+    /// A bound UDP socket.
+    Udp,
+}
+
+/// One descriptor of a handover, described; the descriptors travel in the
+/// order of [`HandOver::sockets`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "kebab-case")]
+pub enum HandedSocket {
+    /// A virtual service's socket (the proxy data plane's): TCP services
+    /// have a listener, UDP services a bound datagram socket.
+    Service {
+        /// The service (protocol, VIP, port).
+        key: ServiceKey,
+        /// What the descriptor is.
+        socket: SocketKind,
+    },
+    /// The HTTP endpoint's listener (`rvsd --http ADDR`).
+    Http {
+        /// Its address.
+        addr: SocketAddr,
+    },
+}
+
+/// A running daemon's answer to [`Request::HandOver`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandOver {
+    /// The old daemon's process id (for logs, and to wait for its exit).
+    pub pid: u32,
+    /// The descriptors attached, in order.
+    pub sockets: Vec<HandedSocket>,
+    /// Its service table as commands (timeouts, services, real servers),
+    /// for a new daemon started without a configuration file.
+    pub table: Vec<Command>,
 }
 
 /// The daemon's answer.
@@ -138,6 +191,8 @@ pub enum Response {
         #[serde(default)]
         ctl: Option<rvs_core::ipvs::CtlError>,
     },
+    /// The sockets and table of a daemon being taken over.
+    HandOver(HandOver),
 }
 
 /// Errors of the line framing.
@@ -187,6 +242,124 @@ pub fn read_message<T: for<'de> Deserialize<'de>, R: BufRead>(r: &mut R) -> Resu
 /// Parse one request line (the daemon side); never panics on bad input.
 pub fn parse_request(line: &[u8]) -> Result<Request, FrameError> {
     Ok(serde_json::from_slice(line)?)
+}
+
+/// Why a handover answer cannot be used. Nothing has changed in either
+/// daemon when one is returned: the old one keeps running.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandOverError {
+    /// Not a JSON response line.
+    #[error("malformed handover answer: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The old daemon refused (an rvsd that does not know the request
+    /// answers "bad request: unknown variant").
+    #[error("the running rvsd refused the handover: {0}")]
+    Refused(String),
+    /// Another response than [`Response::HandOver`].
+    #[error("unexpected answer to a handover request")]
+    Unexpected,
+    /// The description and the descriptors received do not match.
+    #[error("the answer describes {described} sockets but {received} descriptors came with it")]
+    Count {
+        /// Sockets described.
+        described: usize,
+        /// Descriptors received.
+        received: usize,
+    },
+    /// One described socket cannot be a service's or the HTTP endpoint's.
+    #[error("handed socket {index}: {why}")]
+    Socket {
+        /// Its position in the list.
+        index: usize,
+        /// What is wrong.
+        why: String,
+    },
+    /// The table holds a command that is not part of a table.
+    #[error("handed table, command {index}: not a table entry ({what})")]
+    Table {
+        /// Its position.
+        index: usize,
+        /// The command's kind.
+        what: &'static str,
+    },
+}
+
+/// Parse and check the answer to [`Request::HandOver`], which came with
+/// `received` descriptors: every descriptor described once, services with
+/// a port and the socket kind of their protocol, at most one HTTP
+/// listener, a table of additions only. Never panics on bad input.
+pub fn parse_handover(line: &[u8], received: usize) -> Result<HandOver, HandOverError> {
+    let h = match serde_json::from_slice::<Response>(line)? {
+        Response::HandOver(h) => h,
+        Response::Error { message, .. } => return Err(HandOverError::Refused(message)),
+        _ => return Err(HandOverError::Unexpected),
+    };
+    if h.sockets.len() != received {
+        return Err(HandOverError::Count {
+            described: h.sockets.len(),
+            received,
+        });
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut http = false;
+    for (index, s) in h.sockets.iter().enumerate() {
+        let bad = |why: String| HandOverError::Socket { index, why };
+        match s {
+            HandedSocket::Service { key, socket } => {
+                let ServiceKey::Addr {
+                    protocol,
+                    addr,
+                    port,
+                } = key
+                else {
+                    return Err(bad("a firewall-mark service has no socket".into()));
+                };
+                let want = match protocol {
+                    rvs_core::model::Protocol::Tcp => SocketKind::TcpListener,
+                    rvs_core::model::Protocol::Udp => SocketKind::Udp,
+                    other => return Err(bad(format!("{} services have no socket", other.name()))),
+                };
+                if *port == 0 {
+                    return Err(bad(format!("{addr}:0: a port-zero service has no socket")));
+                }
+                if *socket != want {
+                    return Err(bad(format!(
+                        "{} {}: described as {socket:?}",
+                        protocol.name(),
+                        SocketAddr::new(*addr, *port)
+                    )));
+                }
+                if !seen.insert(*key) {
+                    return Err(bad(format!(
+                        "{} {} handed twice",
+                        protocol.name(),
+                        SocketAddr::new(*addr, *port)
+                    )));
+                }
+            }
+            HandedSocket::Http { addr } => {
+                if std::mem::replace(&mut http, true) {
+                    return Err(bad(format!("a second HTTP listener ({addr})")));
+                }
+            }
+        }
+    }
+    for (index, c) in h.table.iter().enumerate() {
+        let what = match c {
+            Command::AddService { .. } | Command::AddDest { .. } | Command::SetTimeouts { .. } => {
+                continue;
+            }
+            Command::EditService { .. } => "EditService",
+            Command::DelService { .. } => "DelService",
+            Command::Clear => "Clear",
+            Command::EditDest { .. } => "EditDest",
+            Command::DelDest { .. } => "DelDest",
+            Command::Zero { .. } => "Zero",
+        };
+        return Err(HandOverError::Table { index, what });
+    }
+    Ok(h)
 }
 
 #[cfg(test)]
@@ -261,6 +434,106 @@ mod tests {
             let e = serde_json::from_value::<ServiceConfig>(bad).unwrap_err();
             assert!(e.to_string().contains("nosuch"), "{e}");
         }
+    }
+
+    fn handover(sockets: Vec<HandedSocket>) -> Vec<u8> {
+        serde_json::to_vec(&Response::HandOver(HandOver {
+            pid: 42,
+            sockets,
+            table: vec![Command::SetTimeouts {
+                tcp: 900,
+                tcpfin: 120,
+                udp: 300,
+            }],
+        }))
+        .unwrap()
+    }
+
+    fn svc(protocol: Protocol, port: u16) -> ServiceKey {
+        ServiceKey::Addr {
+            protocol,
+            addr: "127.0.0.1".parse().unwrap(),
+            port,
+        }
+    }
+
+    #[test]
+    fn handover_answers_are_checked() {
+        let tcp = HandedSocket::Service {
+            key: svc(Protocol::Tcp, 80),
+            socket: SocketKind::TcpListener,
+        };
+        let udp = HandedSocket::Service {
+            key: svc(Protocol::Udp, 53),
+            socket: SocketKind::Udp,
+        };
+        let http = HandedSocket::Http {
+            addr: "127.0.0.1:9180".parse().unwrap(),
+        };
+        let good = handover(vec![tcp.clone(), udp.clone(), http.clone()]);
+        let h = parse_handover(&good, 3).unwrap();
+        assert_eq!(h.pid, 42);
+        assert_eq!(h.sockets, vec![tcp.clone(), udp, http.clone()]);
+        // The wire format names the roles and kinds plainly.
+        let text = String::from_utf8(good.clone()).unwrap();
+        assert!(text.contains(r#""role":"service""#), "{text}");
+        assert!(text.contains(r#""socket":"tcp-listener""#), "{text}");
+        let e = parse_handover(&good, 2).unwrap_err().to_string();
+        assert!(e.contains("describes 3 sockets but 2"), "{e}");
+        let wrong_kind = HandedSocket::Service {
+            key: svc(Protocol::Udp, 53),
+            socket: SocketKind::TcpListener,
+        };
+        for (bad, want) in [
+            (vec![tcp.clone(), tcp.clone()], "handed twice"),
+            (vec![http.clone(), http], "second HTTP"),
+            (vec![wrong_kind], "described as TcpListener"),
+            (
+                vec![HandedSocket::Service {
+                    key: svc(Protocol::Tcp, 0),
+                    socket: SocketKind::TcpListener,
+                }],
+                "port-zero",
+            ),
+            (
+                vec![HandedSocket::Service {
+                    key: ServiceKey::Fwmark {
+                        mark: 1,
+                        af: AddrFamily::Inet,
+                    },
+                    socket: SocketKind::Udp,
+                }],
+                "firewall-mark",
+            ),
+        ] {
+            let n = bad.len();
+            let e = parse_handover(&handover(bad), n).unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
+        let refused = serde_json::to_vec(&Response::Error {
+            message: "bad request: unknown variant `HandOver`".into(),
+            index: None,
+            ctl: None,
+        })
+        .unwrap();
+        let e = parse_handover(&refused, 0).unwrap_err().to_string();
+        assert!(e.contains("refused the handover: bad request"), "{e}");
+        assert!(matches!(
+            parse_handover(b"\"Ok\"", 0),
+            Err(HandOverError::Unexpected)
+        ));
+        assert!(parse_handover(b"{", 0).is_err());
+        let mut h = parse_handover(&good, 3).unwrap();
+        h.table.push(Command::Clear);
+        let line = serde_json::to_vec(&Response::HandOver(h)).unwrap();
+        let e = parse_handover(&line, 3).unwrap_err().to_string();
+        assert!(e.contains("command 1: not a table entry (Clear)"), "{e}");
+        // The requests are plain names on the wire.
+        assert_eq!(
+            serde_json::to_string(&Request::HandOver).unwrap(),
+            r#""HandOver""#
+        );
+        assert_eq!(parse_request(br#""Retire""#).unwrap(), Request::Retire);
     }
 
     #[test]

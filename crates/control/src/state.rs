@@ -518,6 +518,54 @@ impl Controller {
         Some(id)
     }
 
+    /// The data plane's sockets for a daemon taking over
+    /// ([`DataPlane::handover_sockets`]).
+    pub fn handover_sockets(
+        &self,
+    ) -> Result<Vec<(ServiceKey, std::os::fd::OwnedFd)>, crate::dataplane::DataPlaneError> {
+        self.plane.handover_sockets()
+    }
+
+    /// Close handed sockets no service claimed ([`DataPlane::release_handed`]).
+    pub fn release_handed(&mut self) -> Vec<ServiceKey> {
+        self.plane.release_handed()
+    }
+
+    /// Stop taking new traffic; established connections run on
+    /// ([`DataPlane::retire`]).
+    pub fn retire_plane(&mut self) {
+        self.plane.retire();
+    }
+
+    /// Connections and flows the data plane still carries ([`DataPlane::live`]).
+    pub fn plane_live(&self) -> u64 {
+        self.plane.live()
+    }
+
+    /// End what the data plane still carries ([`DataPlane::abort_live`]).
+    pub fn abort_plane(&mut self) {
+        self.plane.abort_live();
+    }
+
+    /// The live table as commands that rebuild it on an empty director:
+    /// the timeouts, then each service followed by its real servers in add
+    /// order (what a daemon hands to the one taking it over).
+    pub fn table_commands(&self) -> Vec<Command> {
+        let (tcp, tcpfin, udp) = self.ipvs.timeouts().ipvsadm();
+        let mut out = vec![Command::SetTimeouts { tcp, tcpfin, udp }];
+        for d in current_defs(&self.ipvs) {
+            out.push(Command::AddService {
+                key: d.key,
+                config: d.config,
+            });
+            out.extend(d.dests.into_iter().map(|dest| Command::AddDest {
+                service: d.key,
+                dest,
+            }));
+        }
+        out
+    }
+
     /// Data plane errors since the last call (for the daemon to log).
     pub fn take_plane_errors(&mut self) -> Vec<String> {
         std::mem::take(&mut self.plane_errors)
@@ -611,6 +659,39 @@ mod tests {
             payload: b"",
         };
         ctl.ipvs_mut().process(Instant::ZERO, &p)
+    }
+
+    /// A daemon taken over hands its table as commands; they rebuild the
+    /// same table, real-server order and timeouts included.
+    #[test]
+    fn table_commands_rebuild_the_table() {
+        let mut old = Controller::new(IpvsConfig::default(), Box::new(NoDataPlane));
+        old.replace(&[def(80, "wrr", &[3, 1, 2]), def(443, "mh", &[4])])
+            .unwrap();
+        old.exec(
+            &[Command::SetTimeouts {
+                tcp: 60,
+                tcpfin: 7,
+                udp: 9,
+            }],
+            false,
+        )
+        .unwrap();
+        let table = old.table_commands();
+        let mut new = Controller::new(IpvsConfig::default(), Box::new(NoDataPlane));
+        new.exec(&table, true).unwrap();
+        assert_eq!(
+            normalized(current_defs(new.ipvs())),
+            normalized(current_defs(old.ipvs()))
+        );
+        let order = |c: &Controller| {
+            current_defs(c.ipvs())
+                .into_iter()
+                .find(|d| d.key == key(80))
+                .map(|d| d.dests)
+        };
+        assert_eq!(order(&new), order(&old));
+        assert_eq!(new.ipvs().timeouts().ipvsadm(), (60, 7, 9));
     }
 
     #[test]

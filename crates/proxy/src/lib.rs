@@ -30,7 +30,7 @@ mod sock;
 mod tcp;
 mod udp;
 
-pub use plane::{ProxyConfig, ProxyPlane, ProxyStats};
+pub use plane::{AdoptError, ProxyConfig, ProxyPlane, ProxyStats};
 
 #[cfg(test)]
 mod tests;

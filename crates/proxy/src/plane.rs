@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -238,25 +239,49 @@ impl SvcState {
     }
 }
 
+/// A service's socket, kept so it can be handed to a new rvsd.
+#[derive(Debug)]
+enum SvcSocket {
+    /// The listener (the accept loop holds a clone).
+    Tcp(Arc<tokio::net::TcpListener>),
+    /// The datagram socket (the UDP loop holds a clone).
+    Udp(Arc<tokio::net::UdpSocket>),
+}
+
 #[derive(Debug)]
 struct Listener {
     svc: Arc<SvcState>,
-    /// Dropping it stops the socket's task.
-    _stop: watch::Sender<()>,
-    /// The TCP listening socket, shut down at once on removal so the port
-    /// can be listened on again in the same batch of commands (a reload
-    /// that deletes and re-adds a service) before the task has exited.
-    tcp: Option<Arc<tokio::net::TcpListener>>,
+    /// Dropping it stops the socket's task; sending `true` retires it
+    /// (TCP: stop accepting; UDP: stop reading, let the flows time out).
+    stop: watch::Sender<bool>,
+    sock: SvcSocket,
+    /// Shut a TCP listener down when dropped (off when it was handed over:
+    /// the new rvsd listens on the same socket).
+    shutdown_on_drop: bool,
 }
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        if let Some(l) = &self.tcp {
-            // Leaves LISTEN state now: pending connections in the backlog
-            // are reset, and a new SO_REUSEADDR listener may bind the port.
+        if let (SvcSocket::Tcp(l), true) = (&self.sock, self.shutdown_on_drop) {
+            // Leaves LISTEN state now, so the port can be listened on again
+            // in the same batch of commands (a reload that deletes and
+            // re-adds a service) before the task has exited: pending
+            // connections in the backlog are reset, and a new SO_REUSEADDR
+            // listener may bind the port.
             let _ = socket2::SockRef::from(&**l).shutdown(std::net::Shutdown::Both);
         }
     }
+}
+
+/// Why a socket handed over by the rvsd being taken over cannot serve a
+/// service.
+#[derive(Debug, thiserror::Error)]
+#[error("handed socket for {service}: {why}")]
+pub struct AdoptError {
+    /// The service it was described as (`TCP 127.0.0.1:80`).
+    pub service: String,
+    /// What is wrong with it.
+    pub why: String,
 }
 
 /// The userspace proxy data plane (`rvsd --dataplane proxy`).
@@ -266,6 +291,14 @@ pub struct ProxyPlane {
     stats: Arc<ProxyStats>,
     ctx: Option<Arc<Ctx>>,
     listeners: HashMap<ServiceKey, Listener>,
+    /// Sockets handed over by the rvsd this one took over, until a service
+    /// claims them ([`ProxyPlane::adopt`]).
+    handed: HashMap<ServiceKey, socket2::Socket>,
+    /// Retired UDP sockets' stop signals: their loops serve the flows they
+    /// have until those time out; dropping these ends them.
+    retired: Vec<watch::Sender<bool>>,
+    /// This rvsd handed its sockets over and takes no new traffic.
+    retiring: bool,
 }
 
 impl ProxyPlane {
@@ -277,7 +310,62 @@ impl ProxyPlane {
             stats: Arc::new(ProxyStats::default()),
             ctx: None,
             listeners: HashMap::new(),
+            handed: HashMap::new(),
+            retired: Vec::new(),
+            retiring: false,
         }
+    }
+
+    /// Take a socket the rvsd being taken over handed to this one, for
+    /// `key`'s service when it is added (instead of binding a new one).
+    /// Checked here: a TCP service needs a listening stream socket, a UDP
+    /// service a datagram socket, bound to the service's address and port.
+    pub fn adopt(&mut self, key: ServiceKey, fd: std::os::fd::OwnedFd) -> Result<(), AdoptError> {
+        let s = socket2::Socket::from(fd);
+        let ServiceKey::Addr {
+            protocol,
+            addr,
+            port,
+        } = key
+        else {
+            return Err(AdoptError {
+                service: format!("{key:?}"),
+                why: "not an address service".into(),
+            });
+        };
+        let vip = SocketAddr::new(addr, port);
+        let bad = |why: String| AdoptError {
+            service: format!("{} {vip}", protocol.name()),
+            why,
+        };
+        let io = |what: &str, e: std::io::Error| bad(format!("{what}: {e}"));
+        let ty = s.r#type().map_err(|e| io("SO_TYPE", e))?;
+        match protocol {
+            Protocol::Tcp => {
+                if ty != socket2::Type::STREAM
+                    || !s.is_listener().map_err(|e| io("SO_ACCEPTCONN", e))?
+                {
+                    return Err(bad("not a listening TCP socket".into()));
+                }
+            }
+            Protocol::Udp => {
+                if ty != socket2::Type::DGRAM {
+                    return Err(bad("not a UDP socket".into()));
+                }
+            }
+            Protocol::Sctp => return Err(bad("SCTP services are not proxied".into())),
+        }
+        let local = s
+            .local_addr()
+            .map_err(|e| io("getsockname", e))?
+            .as_socket()
+            .ok_or_else(|| bad("not an IP socket".into()))?;
+        if local.ip() != addr || local.port() != port {
+            return Err(bad(format!("bound to {local}, not {vip}")));
+        }
+        s.set_nonblocking(true).map_err(|e| io("O_NONBLOCK", e))?;
+        self.handed.insert(key, s);
+        Ok(())
     }
 
     /// The counters, shared: read them from anywhere.
@@ -325,6 +413,10 @@ impl ProxyPlane {
                 port,
             } => (protocol, SocketAddr::new(addr, port)),
         };
+        if self.retiring {
+            // This rvsd handed its sockets to the one that took it over.
+            return Ok(());
+        }
         let ctx = self.ctx.clone().ok_or_else(|| {
             Self::err(format!("{vip}: no director attached, cannot carry traffic"))
         })?;
@@ -339,12 +431,21 @@ impl ProxyPlane {
             max_conns: AtomicU32::new(max_conns),
             active: AtomicU32::new(0),
         });
-        let (stop, stopped) = watch::channel(());
+        let (stop, stopped) = watch::channel(false);
         let bind_err =
             |e: std::io::Error| Self::err(format!("cannot bind {} {vip}: {e}", protocol.name()));
-        let tcp = match protocol {
+        let handed = self.handed.remove(&key);
+        let from = if handed.is_some() {
+            "handed over"
+        } else {
+            "bound"
+        };
+        let sock = match protocol {
             Protocol::Tcp => {
-                let std_l = sock::bind_tcp(vip).map_err(bind_err)?;
+                let std_l = match handed {
+                    Some(s) => s.into(),
+                    None => sock::bind_tcp(vip).map_err(bind_err)?,
+                };
                 let l = Arc::new(tokio::net::TcpListener::from_std(std_l).map_err(bind_err)?);
                 rt.spawn(crate::tcp::accept_loop(
                     l.clone(),
@@ -352,22 +453,26 @@ impl ProxyPlane {
                     ctx,
                     stopped,
                 ));
-                Some(l)
+                SvcSocket::Tcp(l)
             }
             _ => {
-                let std_s = sock::bind_udp(vip).map_err(bind_err)?;
-                let s = tokio::net::UdpSocket::from_std(std_s).map_err(bind_err)?;
-                rt.spawn(crate::udp::udp_loop(s, svc.clone(), ctx, stopped));
-                None
+                let std_s = match handed {
+                    Some(s) => s.into(),
+                    None => sock::bind_udp(vip).map_err(bind_err)?,
+                };
+                let s = Arc::new(tokio::net::UdpSocket::from_std(std_s).map_err(bind_err)?);
+                rt.spawn(crate::udp::udp_loop(s.clone(), svc.clone(), ctx, stopped));
+                SvcSocket::Udp(s)
             }
         };
-        tracing::info!("proxy: listening on {} {vip}", protocol.name());
+        tracing::info!("proxy: listening on {} {vip} ({from})", protocol.name());
         self.listeners.insert(
             key,
             Listener {
                 svc,
-                _stop: stop,
-                tcp,
+                stop,
+                sock,
+                shutdown_on_drop: true,
             },
         );
         Ok(())
@@ -440,6 +545,51 @@ impl DataPlane for ProxyPlane {
                 Ok(())
             }
             Command::EditDest { .. } | Command::Zero { .. } | Command::SetTimeouts { .. } => Ok(()),
+        }
+    }
+
+    fn handover_sockets(&self) -> Result<Vec<(ServiceKey, OwnedFd)>, DataPlaneError> {
+        self.listeners
+            .iter()
+            .map(|(key, l)| {
+                let dup = match &l.sock {
+                    SvcSocket::Tcp(t) => socket2::SockRef::from(&**t).try_clone(),
+                    SvcSocket::Udp(u) => socket2::SockRef::from(&**u).try_clone(),
+                };
+                dup.map(|s| (*key, OwnedFd::from(s)))
+                    .map_err(|e| Self::err(format!("{}: duplicating its socket: {e}", l.svc.vip)))
+            })
+            .collect()
+    }
+
+    fn release_handed(&mut self) -> Vec<ServiceKey> {
+        self.handed.drain().map(|(k, _)| k).collect()
+    }
+
+    fn retire(&mut self) {
+        self.retiring = true;
+        for (_, mut l) in self.listeners.drain() {
+            // The new rvsd listens on this very socket: no shutdown.
+            l.shutdown_on_drop = false;
+            let _ = l.stop.send(true);
+            if matches!(l.sock, SvcSocket::Udp(_)) {
+                // Keep the sender: dropping it would end the flows now.
+                let (tx, _) = watch::channel(true);
+                self.retired.push(std::mem::replace(&mut l.stop, tx));
+            }
+        }
+        self.handed.clear();
+    }
+
+    fn live(&self) -> u64 {
+        self.stats.active_tcp.load(Ordering::Relaxed)
+            + self.stats.active_udp_flows.load(Ordering::Relaxed)
+    }
+
+    fn abort_live(&mut self) {
+        self.retired.clear();
+        if let Some(ctx) = &self.ctx {
+            ctx.drain_later(Duration::ZERO, |_| true, |_| true);
         }
     }
 }

@@ -239,12 +239,14 @@ impl RateLimit {
     }
 }
 
-/// Accept connections of one virtual service until `stop`'s sender is dropped.
+/// Accept connections of one virtual service until `stop`'s sender is
+/// dropped or sends (retired: the listener is left open for the rvsd that
+/// took this one over; connections not accepted yet stay in its queue).
 pub(crate) async fn accept_loop(
     listener: Arc<TcpListener>,
     svc: Arc<SvcState>,
     ctx: Arc<Ctx>,
-    mut stop: watch::Receiver<()>,
+    mut stop: watch::Receiver<bool>,
 ) {
     let mut backoff = Duration::from_millis(10);
     let mut log = RateLimit::default();

@@ -53,7 +53,10 @@ struct Harness {
 
 impl Harness {
     fn new(config: ProxyConfig) -> Self {
-        let plane = ProxyPlane::new(config);
+        Self::with(ProxyPlane::new(config))
+    }
+
+    fn with(plane: ProxyPlane) -> Self {
         let stats = plane.stats();
         let ctl = Arc::new(Mutex::new(Controller::new(
             IpvsConfig::default(),
@@ -1083,5 +1086,127 @@ fn half_closed_connection_uses_the_state_timeout() {
             "closed after the CLOSE_WAIT timeout, not 3600 s: {lived:?}"
         );
         h.until("released", |ipvs| ipvs.conns().is_empty()).await;
+    });
+}
+
+/// `rvsd --takeover` inside one process: the old plane hands its sockets
+/// over, the new one serves the same services on them (and binds a fresh
+/// socket for a service the old one did not have, and closes one its table
+/// no longer has), the old one retires. Its established connection and UDP
+/// flow keep working; new connections and datagrams go to the new plane;
+/// nothing is refused.
+#[test]
+fn handover_keeps_the_sockets_and_the_old_connections() {
+    run(async {
+        let old = Harness::new(config());
+        old.ipvs(|ipvs| ipvs.set_timeouts(0, 0, 1));
+        let b = backend(lo(1), 1).await;
+        let ub = udp_backend(lo(1), 2).await;
+        let (vip, uvip, gone) = (free_tcp(lo(120)), free_udp(lo(120)), free_tcp(lo(121)));
+        old.service(tcp_key(vip), rr(AddrFamily::Inet), &[b]);
+        old.service(udp_key(uvip), rr(AddrFamily::Inet), &[ub]);
+        old.service(tcp_key(gone), rr(AddrFamily::Inet), &[b]);
+        let mut before = client(lo(30), vip).await;
+        assert_eq!(read_id(&mut before).await, 1);
+        let u = UdpSocket::bind(SocketAddr::new(lo(31), 0))
+            .await
+            .expect("u");
+        assert_eq!(udp_ask(&u, uvip, b"a").await, b"\x02a");
+
+        let handed = old
+            .ctl
+            .lock()
+            .expect("lock")
+            .handover_sockets()
+            .expect("sockets");
+        assert_eq!(handed.len(), 3);
+        let mut plane = ProxyPlane::new(config());
+        for (key, fd) in handed {
+            plane.adopt(key, fd).expect("adopt");
+        }
+        // A socket described as something else is refused with the reason.
+        let wrong = std::net::UdpSocket::bind(SocketAddr::new(lo(122), 0)).expect("udp");
+        let e = plane
+            .adopt(tcp_key(wrong.local_addr().expect("addr")), wrong.into())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a listening TCP socket"), "{e}");
+        let new = Harness::with(plane);
+        let fresh = free_tcp(lo(123));
+        new.service(tcp_key(vip), rr(AddrFamily::Inet), &[b]);
+        new.service(udp_key(uvip), rr(AddrFamily::Inet), &[ub]);
+        new.service(tcp_key(fresh), rr(AddrFamily::Inet), &[b]);
+        assert_eq!(
+            new.ctl.lock().expect("lock").release_handed(),
+            vec![tcp_key(gone)]
+        );
+        old.ctl.lock().expect("lock").retire_plane();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+
+        // The old plane's connection goes on.
+        echo_ok(&mut before, b"still here").await;
+        assert_eq!(old.ctl.lock().expect("lock").plane_live(), 2);
+        // New connections are the new plane's, on the same socket.
+        let accepted = old.stats.accepted.load(Ordering::Relaxed);
+        for i in 0..20 {
+            let mut c = client(lo(40 + i), vip).await;
+            assert_eq!(read_id(&mut c).await, 1);
+            echo_ok(&mut c, b"new").await;
+        }
+        assert_eq!(old.stats.accepted.load(Ordering::Relaxed), accepted);
+        assert_eq!(new.stats.accepted.load(Ordering::Relaxed), 20);
+        let mut c = client(lo(60), fresh).await;
+        assert_eq!(read_id(&mut c).await, 1);
+        // Datagrams are the new plane's too (a new flow there).
+        let u2 = UdpSocket::bind(SocketAddr::new(lo(32), 0))
+            .await
+            .expect("u2");
+        assert_eq!(udp_ask(&u2, uvip, b"b").await, b"\x02b");
+        assert_eq!(new.stats.active_udp_flows.load(Ordering::Relaxed), 1);
+        // The service the new table lacks is closed once the old one is out.
+        assert!(
+            TcpStream::connect(gone).await.is_err(),
+            "{gone} should be closed"
+        );
+        // The old plane's flow times out (1 s) and its connection ends:
+        // nothing is left, so a retiring rvsd would exit now.
+        drop(before);
+        for _ in 0..300 {
+            if old.ctl.lock().expect("lock").plane_live() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(old.ctl.lock().expect("lock").plane_live(), 0);
+        // The kernel queue never closed: the new plane still serves.
+        let mut c = client(lo(61), vip).await;
+        echo_ok(&mut c, &[]).await;
+        assert_eq!(read_id(&mut c).await, 1);
+    });
+}
+
+/// A retiring plane at its drain bound ends what is left (`abort_live`).
+#[test]
+fn retired_plane_aborts_what_is_left() {
+    run(async {
+        let h = Harness::new(config());
+        let b = backend(lo(1), 5).await;
+        let vip = free_tcp(lo(124));
+        h.service(tcp_key(vip), rr(AddrFamily::Inet), &[b]);
+        let mut c = client(lo(70), vip).await;
+        assert_eq!(read_id(&mut c).await, 5);
+        let keep = h
+            .ctl
+            .lock()
+            .expect("lock")
+            .handover_sockets()
+            .expect("sockets");
+        h.ctl.lock().expect("lock").retire_plane();
+        assert_eq!(h.ctl.lock().expect("lock").plane_live(), 1);
+        h.ctl.lock().expect("lock").abort_plane();
+        assert!(closed(&mut c).await);
+        h.until("released", |ipvs| ipvs.conns().is_empty()).await;
+        assert_eq!(h.ctl.lock().expect("lock").plane_live(), 0);
+        drop(keep);
     });
 }

@@ -63,22 +63,35 @@ async fn connect_upstream(dst: SocketAddr) -> std::io::Result<UdpSocket> {
 }
 
 /// Serve one UDP virtual service until `stop`'s sender is dropped.
+///
+/// Retired (`true` sent, `rvsd --takeover`: the socket is shared with the
+/// new rvsd, which reads it from now on), it stops reading and serves the
+/// replies of the flows it has until they time out, then ends.
 pub(crate) async fn udp_loop(
-    sock: UdpSocket,
+    sock: Arc<UdpSocket>,
     svc: Arc<SvcState>,
     ctx: Arc<Ctx>,
-    mut stop: watch::Receiver<()>,
+    mut stop: watch::Receiver<bool>,
 ) {
-    let sock = Arc::new(sock);
     let vip = svc.vip;
     let start = Instant::now();
     let mut flows: HashMap<SocketAddr, Flow> = HashMap::new();
     let mut buf = vec![0u8; MAX_DATAGRAM];
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let mut log = RateLimit::default();
+    let mut retired = false;
     loop {
         let (n, client) = tokio::select! {
-            _ = stop.changed() => break,
+            r = stop.changed() => {
+                if r.is_err() {
+                    break;
+                }
+                if *stop.borrow_and_update() && !retired {
+                    retired = true;
+                    tracing::info!(flows = flows.len(), "proxy: stopped reading UDP {vip} (handed over)");
+                }
+                continue;
+            }
             _ = tick.tick() => {
                 let now = start.elapsed().as_millis() as u64;
                 flows.retain(|_, f| {
@@ -86,9 +99,12 @@ pub(crate) async fn udp_loop(
                     let quiet = now.saturating_sub(f.last.load(Ordering::Relaxed));
                     Duration::from_millis(quiet) < f.timeout
                 });
+                if retired && flows.is_empty() {
+                    break;
+                }
                 continue;
             }
-            r = sock.recv_from(&mut buf) => match r {
+            r = sock.recv_from(&mut buf), if !retired => match r {
                 Ok(x) => x,
                 Err(e) => {
                     if log.ready() {

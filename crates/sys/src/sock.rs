@@ -1,6 +1,7 @@
 //! The socket options and sends that socket2, nix and std do not wrap:
 //! `TCP_INFO`, a few `setsockopt(2)` options VRRP needs, `AF_PACKET`
-//! `sendto(2)` and tokio registration of an owned socket.
+//! `sendto(2)`, tokio registration of an owned socket, and descriptor
+//! passing (`SCM_RIGHTS`) for `rvsd --takeover`.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -211,6 +212,85 @@ pub fn async_socket(sock: socket2::Socket) -> io::Result<AsyncFd<socket2::Socket
     unsafe { AsyncFd::register(sock) }.map_err(Into::into)
 }
 
+/// Most descriptors one `SCM_RIGHTS` message may carry (the kernel's
+/// `SCM_MAX_FD` is 253): callers send more in several messages.
+pub const MAX_FDS_PER_MESSAGE: usize = 250;
+
+/// `sendmsg(2)` on a Unix stream socket: `bytes` with `fds` attached as
+/// `SCM_RIGHTS` (at most [`MAX_FDS_PER_MESSAGE`]). The receiver gets its
+/// own descriptors for the same open files; this process keeps its own.
+/// Returns the bytes sent (fewer than `bytes.len()` on a full socket
+/// buffer; the descriptors travel with the first byte). A non-blocking
+/// socket answers `WouldBlock` when nothing could be sent.
+pub fn send_with_fds(
+    sock: BorrowedFd<'_>,
+    bytes: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<usize> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    if fds.len() > MAX_FDS_PER_MESSAGE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} descriptors in one message (at most {MAX_FDS_PER_MESSAGE})",
+                fds.len()
+            ),
+        ));
+    }
+    let raw: Vec<std::os::fd::RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let cmsgs: &[ControlMessage<'_>] = if raw.is_empty() {
+        &[]
+    } else {
+        &[ControlMessage::ScmRights(&raw)]
+    };
+    let iov = [io::IoSlice::new(bytes)];
+    sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None)
+        .map_err(io::Error::from)
+}
+
+/// `recvmsg(2)` on a Unix stream socket: reads into `buf` and appends the
+/// descriptors that came with the bytes (`SCM_RIGHTS`, received
+/// close-on-exec) to `fds`. Returns the bytes read (0 at end of stream).
+/// A message whose descriptors did not all fit is an error (the kernel
+/// has closed the ones that did not).
+pub fn recv_with_fds(
+    sock: BorrowedFd<'_>,
+    buf: &mut [u8],
+    fds: &mut Vec<std::os::fd::OwnedFd>,
+) -> io::Result<usize> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut space =
+        vec![0u8; nix::sys::socket::cmsg_space::<[std::os::fd::RawFd; MAX_FDS_PER_MESSAGE]>()];
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let msg = recvmsg::<()>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .map_err(io::Error::from)?;
+    let n = msg.bytes;
+    let truncated = msg.flags.contains(MsgFlags::MSG_CTRUNC);
+    for c in msg.cmsgs().map_err(io::Error::from)? {
+        if let ControlMessageOwned::ScmRights(raw) = c {
+            for r in raw {
+                // SAFETY: the kernel installed `r` in this process's fd table
+                // by this very recvmsg call (SCM_RIGHTS); nothing else in the
+                // process knows the number, so the OwnedFd is its only owner.
+                fds.push(unsafe { OwnedFd::from_raw_fd(r) });
+            }
+        }
+    }
+    if truncated {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "descriptors were truncated in transit (MSG_CTRUNC)",
+        ));
+    }
+    Ok(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,5 +356,38 @@ mod tests {
             let a = async_socket(s).unwrap();
             let _ready = a.writable().await.unwrap();
         });
+    }
+
+    #[test]
+    fn descriptors_travel_with_their_bytes() {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert_eq!(
+            send_with_fds(a.as_fd(), b"two", &[l.as_fd(), u.as_fd()]).unwrap(),
+            3
+        );
+        assert_eq!(send_with_fds(a.as_fd(), b"none", &[]).unwrap(), 4);
+        let mut fds = Vec::new();
+        let mut buf = [0u8; 16];
+        // The kernel stops a read after bytes that carried descriptors.
+        assert_eq!(recv_with_fds(b.as_fd(), &mut buf, &mut fds).unwrap(), 3);
+        assert_eq!(&buf[..3], b"two");
+        assert_eq!(fds.len(), 2);
+        let got = socket2::Socket::from(fds.remove(0));
+        assert_eq!(
+            got.local_addr().unwrap().as_socket(),
+            Some(l.local_addr().unwrap())
+        );
+        assert!(got.is_listener().unwrap());
+        let got = socket2::Socket::from(fds.remove(0));
+        assert_eq!(got.r#type().unwrap(), socket2::Type::DGRAM);
+        assert_eq!(recv_with_fds(b.as_fd(), &mut buf, &mut fds).unwrap(), 4);
+        assert!(fds.is_empty());
+        drop(a);
+        assert_eq!(recv_with_fds(b.as_fd(), &mut buf, &mut fds).unwrap(), 0);
+        let too_many = vec![l.as_fd(); MAX_FDS_PER_MESSAGE + 1];
+        let (c, _d) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(send_with_fds(c.as_fd(), b"x", &too_many).is_err());
     }
 }

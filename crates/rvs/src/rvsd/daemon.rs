@@ -240,13 +240,15 @@ impl Daemon {
                     ctl: None,
                 },
             },
-            Request::Reload | Request::StartDaemon(_) | Request::StopDaemon { .. } => {
-                Response::Error {
-                    message: "this request must go through daemon::answer".into(),
-                    index: None,
-                    ctl: None,
-                }
-            }
+            Request::Reload
+            | Request::StartDaemon(_)
+            | Request::StopDaemon { .. }
+            | Request::HandOver
+            | Request::Retire => Response::Error {
+                message: "this request must go through daemon::answer".into(),
+                index: None,
+                ctl: None,
+            },
             Request::Exec { commands, atomic } => match self.ctl.exec(&commands, atomic) {
                 Ok(()) => {
                     tracing::debug!(n = commands.len(), "applied");

@@ -13,6 +13,7 @@ mod rules;
 mod server;
 mod source;
 mod sync;
+mod takeover;
 mod view;
 mod vrrp;
 
@@ -21,6 +22,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
+use anyhow::Context;
 use clap::{CommandFactory, Parser, ValueEnum};
 use rvs_control::dataplane::{DataPlane, NoDataPlane};
 use rvs_control::protocol::DEFAULT_SOCKET;
@@ -105,8 +107,27 @@ struct Args {
 
     /// proxy: close connections of a deleted real server this many seconds
     /// after its deletion (default: let them finish however long they take).
+    /// Also the bound of a daemon retiring after `--takeover` (default 60 s):
+    /// it exits when its last connection ends or at the bound.
     #[arg(long, value_name = "SECS")]
     drain_grace: Option<f64>,
+
+    /// Upgrade in place: take over the rvsd running on PATH (default: the
+    /// --socket path). Its listening sockets (the proxy's services, the
+    /// --http endpoint) are handed to this daemon over the control socket
+    /// and served here for the same services, with no connection refused;
+    /// then this daemon takes the control socket's path and the old one
+    /// stops accepting, finishes its connections (bounded by --drain-grace,
+    /// default 60 s) and exits 0. Run it with the old daemon's arguments.
+    /// Without a configuration file (-f/--rules) the old daemon's service
+    /// table is taken too. Fails when no rvsd runs there, unless --or-start.
+    #[arg(long, value_name = "PATH", num_args = 0..=1, conflicts_with = "check")]
+    takeover: Option<Option<PathBuf>>,
+
+    /// With --takeover: start normally when no rvsd runs on the socket
+    /// (for package scripts that upgrade or start).
+    #[arg(long, requires = "takeover")]
+    or_start: bool,
 
     /// proxy: relay with a buffered copy instead of splice(2).
     #[arg(long)]
@@ -354,8 +375,19 @@ fn parse_cidr(s: &str) -> anyhow::Result<(std::net::IpAddr, u8)> {
 /// A data plane and, for the proxy, its counters.
 type PlaneAndStats = (Box<dyn DataPlane>, Option<Arc<rvs_proxy::ProxyStats>>);
 
-/// The data plane and, for the proxy, its counters.
-fn data_plane(args: &Args) -> anyhow::Result<PlaneAndStats> {
+/// The data plane and, for the proxy, its counters; `handed` are the
+/// sockets of the rvsd taken over (`--takeover`), for the same services.
+fn data_plane(
+    args: &Args,
+    handed: Vec<(rvs_core::model::ServiceKey, std::os::fd::OwnedFd)>,
+) -> anyhow::Result<PlaneAndStats> {
+    if args.dataplane != DataPlaneKind::Proxy && !handed.is_empty() {
+        tracing::warn!(
+            sockets = handed.len(),
+            "--takeover: --dataplane {:?} does not use the proxy's sockets it was handed; closed",
+            args.dataplane
+        );
+    }
     match args.dataplane {
         DataPlaneKind::None => Ok((Box::new(NoDataPlane), None)),
         DataPlaneKind::Proxy => {
@@ -378,7 +410,12 @@ fn data_plane(args: &Args) -> anyhow::Result<PlaneAndStats> {
                 splice: !args.no_splice && rvs_proxy::ProxyConfig::default().splice,
                 ..rvs_proxy::ProxyConfig::default()
             };
-            let plane = rvs_proxy::ProxyPlane::new(config);
+            let mut plane = rvs_proxy::ProxyPlane::new(config);
+            for (key, fd) in handed {
+                plane
+                    .adopt(key, fd)
+                    .map_err(|e| anyhow::anyhow!("--takeover: {e}"))?;
+            }
             let stats = plane.stats();
             Ok((Box::new(plane), Some(stats)))
         }
@@ -483,7 +520,49 @@ fn demo_vip(port: u16) -> std::net::SocketAddr {
 }
 
 fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Result<()> {
-    let (plane, proxy_stats) = data_plane(&args)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let takeover_path = args
+        .takeover
+        .as_ref()
+        .map(|p| p.clone().unwrap_or_else(|| args.socket.clone()));
+    let mut taken = match &takeover_path {
+        Some(path) => match rt.block_on(takeover::fetch(path)) {
+            Ok(t) => {
+                tracing::info!(
+                    pid = t.pid,
+                    sockets = t.services.len() + usize::from(t.http.is_some()),
+                    "taking over the running rvsd"
+                );
+                Some(t)
+            }
+            Err(takeover::FetchError::NoDaemon(e)) if args.or_start => {
+                tracing::info!(
+                    "--takeover: no rvsd runs on {} ({e}); starting normally (--or-start)",
+                    path.display()
+                );
+                None
+            }
+            Err(takeover::FetchError::NoDaemon(e)) => anyhow::bail!(
+                "--takeover: no rvsd is running on {} ({e}); start it without --takeover, or add --or-start",
+                path.display()
+            ),
+            Err(takeover::FetchError::Failed(e)) => {
+                return Err(e.context(format!(
+                    "--takeover: taking over the rvsd on {} failed; it keeps running unchanged",
+                    path.display()
+                )));
+            }
+        },
+        None => None,
+    };
+    let handed = taken
+        .as_mut()
+        .map(|t| std::mem::take(&mut t.services))
+        .unwrap_or_default();
+    let http_handed = taken.as_mut().and_then(|t| t.http.take());
+    let (plane, proxy_stats) = data_plane(&args, handed)?;
     let mut config = IpvsConfig {
         conn_capacity: args.conn_capacity,
         seed: random_seed(),
@@ -497,9 +576,6 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
     daemon.set_proxy_stats(proxy_stats);
     let daemon = Arc::new(Mutex::new(daemon));
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     rt.block_on(async move {
         // The data plane gets its way back to the director first, then the
         // configuration is applied (inside the runtime: a data plane may
@@ -514,6 +590,28 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
                 .apply_loaded(src, loaded)
                 .map_err(anyhow::Error::msg)?;
             tracing::info!(source = %src.path().display(), services = n, "configuration loaded");
+        } else if let Some(t) = &taken {
+            // Started without a file: the old daemon's table, as it is.
+            let mut d = daemon
+                .lock()
+                .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?;
+            d.controller_mut()
+                .exec(&t.table, true)
+                .map_err(|e| anyhow::anyhow!("--takeover: the old daemon's table: {}", e.error))?;
+            for e in d.controller_mut().take_plane_errors() {
+                tracing::warn!("{e}");
+            }
+            tracing::info!(commands = t.table.len(), "took the old daemon's service table");
+        }
+        if taken.is_some() {
+            let unused = daemon
+                .lock()
+                .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?
+                .controller_mut()
+                .release_handed();
+            for key in unused {
+                tracing::info!(service = ?key, "--takeover: not in this configuration; its socket closes when the old daemon exits");
+            }
         }
         let wake = daemon
             .lock()
@@ -533,19 +631,46 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
         let mut hup = signal(SignalKind::hangup())?;
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
-        let listener = server::bind(&args.socket)?;
-        let _guard = server::SocketGuard(args.socket.clone());
+        let listener = if taken.is_some() && takeover_path.as_ref() == Some(&args.socket) {
+            // Renamed over the old daemon's socket: never a moment without one.
+            takeover::bind_over(&args.socket)?
+        } else {
+            server::bind(&args.socket)?
+        };
+        let _guard = server::SocketGuard::new(args.socket.clone());
         tracing::info!(socket = %args.socket.display(), dataplane = ?args.dataplane, "rvsd started");
-        tokio::spawn(server::serve(listener, daemon.clone()));
+        let handover = Arc::new(takeover::Handover::default());
+        tokio::spawn(server::serve(listener, daemon.clone(), handover.clone()));
         if let Some(addr) = args.http {
             let d = daemon.clone();
-            let listener = tokio::net::TcpListener::bind(addr).await?;
+            let std_l = match http_handed {
+                Some((a, fd)) if a == addr => std::net::TcpListener::from(fd),
+                _ => std::net::TcpListener::bind(addr)
+                    .with_context(|| format!("--http {addr}"))?,
+            };
+            std_l.set_nonblocking(true)?;
+            handover.set_http(addr, std::os::fd::OwnedFd::from(std_l.try_clone()?));
+            let listener = tokio::net::TcpListener::from_std(std_l)?;
             tracing::info!(%addr, "HTTP endpoint listening");
+            let h = handover.clone();
             tokio::spawn(async move {
-                if let Err(e) = axum::serve(listener, http::router(d)).await {
+                let served = axum::serve(listener, http::router(d))
+                    .with_graceful_shutdown(async move { h.retired().await });
+                if let Err(e) = served.await {
                     tracing::error!("HTTP endpoint: {e}");
                 }
             });
+        }
+        if let Some(t) = taken {
+            match takeover::retire_old(t).await {
+                Ok(pid) => tracing::info!(
+                    pid,
+                    "took over: the old rvsd finishes its connections and exits"
+                ),
+                Err(e) => tracing::error!(
+                    "--takeover: {e:#}; it still serves the shared sockets until it is stopped"
+                ),
+            }
         }
         let ticker = daemon.clone();
         tokio::spawn(async move {
@@ -562,8 +687,13 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
             let (daemon, socket) = (daemon.clone(), args.socket.clone());
             (once, tokio::spawn(async move { demo::run(daemon, d.vip, &socket, once).await }))
         });
+        let mut retiring = false;
         loop {
             tokio::select! {
+                _ = handover.retired() => {
+                    retiring = true;
+                    break;
+                }
                 _ = hup.recv() => {
                     // Errors are logged (and counted) by the daemon.
                     let _ = daemon::reload(&daemon).await;
@@ -581,6 +711,21 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
                     }
                 }
             }
+        }
+        if retiring {
+            // Taken over: stop accepting (the sockets stay open in the new
+            // daemon), let the established connections finish.
+            if let Ok(mut d) = daemon.lock() {
+                d.controller_mut().retire_plane();
+            }
+            let bound = match args.drain_grace {
+                Some(g) => std::time::Duration::try_from_secs_f64(g)
+                    .unwrap_or(takeover::DEFAULT_RETIRE_BOUND),
+                None => takeover::DEFAULT_RETIRE_BOUND,
+            };
+            tracing::info!(?bound, "taken over: no longer accepting; finishing the established connections");
+            let (left, cut) = takeover::drain(&daemon, bound).await;
+            tracing::info!(connections = left, cut, "retired");
         }
         tracing::info!("rvsd stopping");
         // Masters resign (priority 0) and give their addresses up first.

@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
-use rvs_control::protocol::{MAX_LINE, Response, parse_request};
+use rvs_control::protocol::{MAX_LINE, Request, Response, parse_request};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
 use crate::daemon::Daemon;
+use crate::takeover::{self, ConnState, Handover};
 
 /// Bind the control socket at `path`: create its directory, replace a stale
 /// socket file left by a dead daemon, refuse to start when a live daemon
@@ -41,23 +42,45 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Removes the socket file when the daemon exits.
-pub struct SocketGuard(pub PathBuf);
+/// Removes the socket file when the daemon exits — if it is still this
+/// daemon's: after `rvsd --takeover` the path holds the new daemon's socket.
+pub struct SocketGuard {
+    path: PathBuf,
+    id: Option<(u64, u64)>,
+}
+
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+impl SocketGuard {
+    /// Guard the socket file bound at `path` just now.
+    pub fn new(path: PathBuf) -> Self {
+        let id = file_id(&path);
+        SocketGuard { path, id }
+    }
+}
 
 impl Drop for SocketGuard {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        if self.id.is_some() && file_id(&self.path) == self.id {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
 /// Accept control connections forever.
-pub async fn serve(listener: UnixListener, daemon: Arc<Mutex<Daemon>>) {
+pub async fn serve(listener: UnixListener, daemon: Arc<Mutex<Daemon>>, handover: Arc<Handover>) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let d = daemon.clone();
+                let h = handover.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = connection(stream, d).await {
+                    if let Err(e) = connection(stream, d, &h).await {
                         tracing::debug!("control connection: {e}");
                     }
                 });
@@ -71,7 +94,23 @@ pub async fn serve(listener: UnixListener, daemon: Arc<Mutex<Daemon>>) {
     }
 }
 
-async fn connection(stream: UnixStream, daemon: Arc<Mutex<Daemon>>) -> anyhow::Result<()> {
+async fn connection(
+    stream: UnixStream,
+    daemon: Arc<Mutex<Daemon>>,
+    handover: &Handover,
+) -> anyhow::Result<()> {
+    let mut st = ConnState::default();
+    let r = requests(stream, &daemon, handover, &mut st).await;
+    st.close(handover);
+    r
+}
+
+async fn requests(
+    stream: UnixStream,
+    daemon: &Arc<Mutex<Daemon>>,
+    handover: &Handover,
+    st: &mut ConnState,
+) -> anyhow::Result<()> {
     let (r, mut w) = stream.into_split();
     let mut r = BufReader::new(r);
     let mut line = Vec::new();
@@ -92,7 +131,16 @@ async fn connection(stream: UnixStream, daemon: Arc<Mutex<Daemon>>) -> anyhow::R
             }
         } else {
             match parse_request(&line) {
-                Ok(req) => crate::daemon::answer(&daemon, req).await,
+                // The handover writes its own answer (descriptors attached).
+                Ok(Request::HandOver) => {
+                    takeover::hand_over(&mut w, daemon, handover, st).await?;
+                    continue;
+                }
+                Ok(Request::Retire) => {
+                    takeover::retire(&mut w, handover, st).await?;
+                    continue;
+                }
+                Ok(req) => crate::daemon::answer(daemon, req).await,
                 Err(e) => Response::Error {
                     message: format!("bad request: {e}"),
                     index: None,

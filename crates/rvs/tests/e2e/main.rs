@@ -16,6 +16,7 @@ mod realserver;
 mod reload;
 mod socket;
 mod sync;
+mod upgrade;
 mod vrrp;
 mod vrrp_reload;
 mod xdp;
