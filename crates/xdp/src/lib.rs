@@ -18,6 +18,7 @@ mod loader;
 pub mod maps;
 pub mod neigh;
 pub mod own_mac;
+pub mod pin;
 pub mod plane;
 pub mod tables;
 
@@ -29,7 +30,7 @@ use aya::programs::ProgramError;
 
 /// XDP attach modes (aya's), re-exported for [`Loaded::attach`].
 pub use aya::programs::XdpMode as AttachMode;
-pub use loader::{Loaded, flows_map};
+pub use loader::{Attached, Loaded, PinPlan, flows_map};
 
 /// Errors of loading, attaching and driving the BPF programs.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +39,9 @@ pub enum XdpError {
     /// The crate was compiled without the BPF toolchain.
     #[error("rvs was built without clang; install clang and libbpf-dev and rebuild")]
     NoBpf,
+    /// Pinning, adopting or migrating the director's pins (see [`pin`]).
+    #[error(transparent)]
+    Pin(#[from] pin::PinError),
     /// The director's own-MAC table (see [`own_mac`]).
     #[error(transparent)]
     OwnMac(#[from] own_mac::OwnMacError),

@@ -120,6 +120,7 @@ fn xd0_skb(flows: u32) -> XdpOptions {
         tun_src_prefix6: None,
         tun_mtu: None,
         max_new_flows: 0,
+        pin: None,
     }
 }
 
@@ -227,6 +228,7 @@ fn xdp_plane_drives_the_attached_program() {
             tun_src_prefix6: None,
             tun_mtu: None,
             max_new_flows: 0,
+            pin: None,
         };
         let (mut plane, neigh, modes) = Plane::start(&opts).expect("start");
         let mut resolver = Resolver::new(neigh);
