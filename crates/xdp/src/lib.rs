@@ -133,15 +133,30 @@ pub enum Object {
     /// like [`Object::DirectorCycle`] (program `bench_lru`).
     #[cfg(feature = "bench")]
     BenchLruCycle,
+    /// `bpf/xdp_lb_probe.c`: the director with another program tag and the
+    /// same maps (feature `upgrade-probe`; the restart tests' upgrade).
+    #[cfg(feature = "upgrade-probe")]
+    DirectorProbe,
     /// `bpf/clock.c`: reads jiffies, for [`kernel_hz`] (program `clock`).
     Clock,
 }
 
 impl Object {
+    /// [`Object::DirectorProbe`] when this build has it (feature
+    /// `upgrade-probe`), else `None`.
+    pub fn upgrade_probe() -> Option<Object> {
+        #[cfg(feature = "upgrade-probe")]
+        return Some(Object::DirectorProbe);
+        #[cfg(not(feature = "upgrade-probe"))]
+        None
+    }
+
     /// The program's name.
     pub fn name(self) -> &'static str {
         match self {
             Object::Director => "xdp_lb",
+            #[cfg(feature = "upgrade-probe")]
+            Object::DirectorProbe => "xdp_lb",
             #[cfg(feature = "bench")]
             Object::DirectorBench | Object::DirectorCycle | Object::DirectorCycleMiss => "xdp_lb",
             #[cfg(feature = "bench")]
@@ -157,6 +172,8 @@ impl Object {
     pub(crate) fn is_director(self) -> bool {
         match self {
             Object::Director => true,
+            #[cfg(feature = "upgrade-probe")]
+            Object::DirectorProbe => true,
             #[cfg(feature = "bench")]
             Object::DirectorBench | Object::DirectorCycle | Object::DirectorCycleMiss => true,
             #[cfg(feature = "bench")]
@@ -173,6 +190,10 @@ impl Object {
         Ok(match self {
             Object::Director => {
                 aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb.o"))
+            }
+            #[cfg(feature = "upgrade-probe")]
+            Object::DirectorProbe => {
+                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_probe.o"))
             }
             #[cfg(feature = "bench")]
             Object::DirectorBench => {

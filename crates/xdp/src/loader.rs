@@ -161,12 +161,15 @@ impl Loaded {
     /// to this program atomically when the program it runs has another tag
     /// (different instructions), else left running; otherwise the program
     /// is attached as by [`Loaded::attach`] and its link pinned at `link`,
-    /// so it stays attached when this process ends.
+    /// so it stays attached when this process ends. With `swap`, a live
+    /// link is updated whatever its program (this one's maps are not all
+    /// the running one's: a migration).
     pub fn attach_pinned(
         &mut self,
         interface: &str,
         mode: Option<XdpMode>,
         link: &std::path::Path,
+        swap: bool,
     ) -> Result<Attached, XdpError> {
         use aya::programs::links::{FdLink, PinnedLink};
         use aya::programs::xdp::XdpLink;
@@ -207,7 +210,7 @@ impl Loaded {
                     .fd()
                     .ok()
                     .and_then(|f| rvs_sys::bpf::prog_tag(f.as_fd()).ok());
-                if running.is_some() && running == mine {
+                if !swap && running.is_some() && running == mine {
                     return Ok(Attached::Kept);
                 }
                 let pinned = PinnedLink::from_pin(link).map_err(|e| {

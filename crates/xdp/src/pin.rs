@@ -5,7 +5,7 @@
 //! ```text
 //! /sys/fs/bpf/rvs/<INSTANCE>/
 //!     maps/<map>       every map of the director (`flows4`, `nat_rev`,
-//!                      `svc_stats`, ..., `data.own_macs`), see director_maps
+//!                      `svc_stats`, ..., `data_own_macs`), see director_maps
 //!     links/<ifname>   one XDP link per interface the program runs on
 //! ```
 //!
@@ -144,15 +144,18 @@ impl Instance {
         self.dir.join("links")
     }
 
-    /// The pin of map `name` (a leading `.`, as in `.data.own_macs`, is
-    /// left out of the file name).
+    /// The pin of map `name` (bpffs refuses names with a `.`: a leading
+    /// one, as in `.data.own_macs`, is left out, the others become `_`).
     pub fn map_path(&self, name: &str) -> PathBuf {
-        self.maps_dir().join(name.trim_start_matches('.'))
+        self.maps_dir()
+            .join(name.trim_start_matches('.').replace('.', "_"))
     }
 
-    /// The pin of the link on `interface`.
+    /// The pin of the link on `interface` (named after it, a `.` as in
+    /// `eth0.100` written `:`, which no interface name has and bpffs
+    /// accepts).
     pub fn link_path(&self, interface: &str) -> PathBuf {
-        self.links_dir().join(interface)
+        self.links_dir().join(interface.replace('.', ":"))
     }
 
     /// Whether the directory exists.
@@ -193,7 +196,7 @@ impl Instance {
         };
         let mut v: Vec<String> = rd
             .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .map(|e| e.file_name().to_string_lossy().replace(':', "."))
             .collect();
         v.sort();
         v
@@ -462,6 +465,7 @@ pub struct PinnedDirector {
 /// once the program has been swapped.
 pub fn load_director(
     inst: &Instance,
+    object: crate::Object,
     opts: &crate::LoadOptions,
 ) -> Result<PinnedDirector, crate::XdpError> {
     use std::os::fd::AsFd as _;
@@ -513,7 +517,7 @@ pub fn load_director(
             }
         }
     }
-    let mut director = crate::Loaded::load_pinned(crate::Object::Director, opts, &plan)?;
+    let mut director = crate::Loaded::load_pinned(object, opts, &plan)?;
     for (name, old) in &migrating {
         let want = director_maps(opts).into_iter().find(|m| m.name == *name);
         let Some(want) = want else { continue };

@@ -726,6 +726,9 @@ pub struct XdpOptions {
     /// program then outlives this process. `None`: nothing pinned, the
     /// program is detached when the plane is dropped.
     pub pin: Option<crate::pin::Instance>,
+    /// The director object to load ([`crate::Object::Director`]; another
+    /// only for tests of upgrades).
+    pub object: crate::Object,
 }
 
 impl XdpPlane {
@@ -752,8 +755,10 @@ impl Plane<KernelMaps> {
         };
         let not_root = || !nix::unistd::geteuid().is_root();
         let loaded = match &opts.pin {
-            None => KernelMaps::load(&opts.load).map(|m| (m, false, Vec::new())),
-            Some(inst) => crate::pin::load_director(inst, &opts.load).map(|l| {
+            None => {
+                KernelMaps::load_object(opts.object, &opts.load).map(|m| (m, false, Vec::new()))
+            }
+            Some(inst) => crate::pin::load_director(inst, opts.object, &opts.load).map(|l| {
                 (
                     KernelMaps::from_loaded(l.director, opts.load.slots),
                     l.adopted,
@@ -798,7 +803,12 @@ impl Plane<KernelMaps> {
         for name in &opts.interfaces {
             let d = plane.maps.director();
             let r = match &opts.pin {
-                Some(inst) => d.attach_pinned(name, opts.mode, &inst.link_path(name)),
+                Some(inst) => d.attach_pinned(
+                    name,
+                    opts.mode,
+                    &inst.link_path(name),
+                    !migrating.is_empty(),
+                ),
                 None => d.attach(name, opts.mode).map(crate::Attached::New),
             };
             let mode = r.map_err(|e| {

@@ -121,6 +121,7 @@ fn xd0_skb(flows: u32) -> XdpOptions {
         tun_mtu: None,
         max_new_flows: 0,
         pin: None,
+        object: rvs_xdp::Object::Director,
     }
 }
 
@@ -229,6 +230,7 @@ fn xdp_plane_drives_the_attached_program() {
             tun_mtu: None,
             max_new_flows: 0,
             pin: None,
+            object: rvs_xdp::Object::Director,
         };
         let (mut plane, neigh, modes) = Plane::start(&opts).expect("start");
         let mut resolver = Resolver::new(neigh);

@@ -173,6 +173,13 @@ struct Args {
     #[arg(long)]
     remove: bool,
 
+    /// Tests only: load the director variant whose program differs (another
+    /// tag, same maps), so a restart onto it is an upgrade that swaps the
+    /// program through a link update. Only in builds with rvs-xdp's
+    /// `upgrade-probe` feature (the e2e tests').
+    #[arg(long, hide = true)]
+    xdp_upgrade_probe: bool,
+
     /// Log level or tracing filter (error, warn, info, debug, trace).
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     log_level: String,
@@ -502,6 +509,13 @@ fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
         tun_mtu: args.tunnel_mtu,
         max_new_flows: args.max_new_flows,
         pin: Some(instance(args)?),
+        object: if args.xdp_upgrade_probe {
+            rvs_xdp::Object::upgrade_probe().ok_or_else(|| {
+                anyhow::anyhow!("--xdp-upgrade-probe: this build has no probe object")
+            })?
+        } else {
+            rvs_xdp::Object::Director
+        },
     };
     let (plane, modes) = XdpPlane::start(&opts).map_err(|e| anyhow::anyhow!("xdp: {e}"))?;
     let pins = opts.pin.as_ref().map(|p| p.dir().display().to_string());

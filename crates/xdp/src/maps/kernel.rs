@@ -22,8 +22,14 @@ impl KernelMaps {
     /// Load the director with `opts` (flow table and slots sizes); not
     /// attached yet.
     pub fn load(opts: &crate::LoadOptions) -> Result<Self, XdpError> {
+        Self::load_object(crate::Object::Director, opts)
+    }
+
+    /// [`KernelMaps::load`] of `object` (the director or a variant with
+    /// its maps).
+    pub fn load_object(object: crate::Object, opts: &crate::LoadOptions) -> Result<Self, XdpError> {
         Ok(KernelMaps {
-            director: Loaded::load(crate::Object::Director, opts)?,
+            director: Loaded::load(object, opts)?,
             slots: opts.slots,
         })
     }
