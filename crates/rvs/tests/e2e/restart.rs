@@ -325,7 +325,9 @@ fn run(test: &str, nat: bool) {
             n + 1,
             if upgrade { ", upgrade" } else { "" }
         );
+        let ts = Instant::now();
         d.stop(sig);
+        let stopped = ts.elapsed();
         assert_eq!(
             d.program(),
             first,
@@ -333,7 +335,12 @@ fn run(test: &str, nat: bool) {
         );
         std::thread::sleep(Duration::from_millis(300));
         d.start(upgrade);
+        let started = ts.elapsed();
         wait_listed(&d, &what);
+        eprintln!(
+            "{test}: {what}: stopped in {stopped:?}, socket after {started:?}, flows listed after {:?}",
+            ts.elapsed()
+        );
         let now = d.counters();
         assert!(
             now.0 >= before.0 && now.1 >= before.1,
