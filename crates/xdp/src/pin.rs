@@ -189,6 +189,12 @@ impl Instance {
         Ok(())
     }
 
+    /// Nothing is pinned: no directory, or no map and no link in it.
+    pub fn is_empty(&self) -> bool {
+        let none = |d: PathBuf| std::fs::read_dir(d).map_or(true, |mut rd| rd.next().is_none());
+        none(self.maps_dir()) && none(self.links_dir())
+    }
+
     /// The interfaces with a pinned link.
     pub fn linked_interfaces(&self) -> Vec<String> {
         let Ok(rd) = std::fs::read_dir(self.links_dir()) else {

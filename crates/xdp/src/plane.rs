@@ -746,8 +746,25 @@ impl Plane<KernelMaps> {
     /// it to every interface of `opts` (the modes it got, in order) and open
     /// the netlink socket for MAC resolution (returned, for the resolver
     /// task). Dropping the plane detaches the program.
+    /// With `opts.pin`, a start that fails over an instance with nothing
+    /// pinned leaves nothing pinned; one that fails over pins a previous
+    /// rvsd left leaves them (and the program they keep running) alone.
     #[allow(clippy::type_complexity)]
     pub fn start(
+        opts: &XdpOptions,
+    ) -> Result<(Self, crate::neigh::NeighResolver, Vec<crate::Attached>), PlaneError> {
+        let fresh = opts.pin.as_ref().filter(|i| i.is_empty());
+        let r = Self::start_inner(opts);
+        if r.is_err()
+            && let Some(inst) = fresh
+        {
+            let _ = inst.remove();
+        }
+        r
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn start_inner(
         opts: &XdpOptions,
     ) -> Result<(Self, crate::neigh::NeighResolver, Vec<crate::Attached>), PlaneError> {
         let Some(first) = opts.interfaces.first() else {
