@@ -733,8 +733,8 @@ pub struct XdpOptions {
 
 impl XdpPlane {
     /// [`Plane::start`], then the plane worker and the resolver task over
-    /// what it gave. Dropping the handle stops both and detaches the
-    /// program.
+    /// what it gave. Dropping the handle stops both; the program is
+    /// detached unless it was pinned ([`XdpOptions::pin`]).
     pub fn start(opts: &XdpOptions) -> Result<(Self, Vec<crate::Attached>), PlaneError> {
         let (plane, resolver, modes) = Plane::start(opts)?;
         Ok((PlaneHandle::spawn(plane, resolver)?, modes))
@@ -745,7 +745,9 @@ impl Plane<KernelMaps> {
     /// Load the director program, write its default configuration, attach
     /// it to every interface of `opts` (the modes it got, in order) and open
     /// the netlink socket for MAC resolution (returned, for the resolver
-    /// task). Dropping the plane detaches the program.
+    /// task). Dropping the plane detaches the program unless it was
+    /// pinned ([`XdpOptions::pin`]: then it keeps running, and a later
+    /// start over the same instance adopts it).
     /// With `opts.pin`, a start that fails over an instance with nothing
     /// pinned leaves nothing pinned; one that fails over pins a previous
     /// rvsd left leaves them (and the program they keep running) alone.
