@@ -982,6 +982,21 @@ fn pinned_plane_outlives_the_process_and_is_adopted_then_migrated() {
         assert_ne!(xdp_prog("xd0"), first, "another program on the link");
         assert_ne!(xdp_prog("xd0"), "");
         drop(c);
+        // One more interface, then fewer: the link of the interface no
+        // longer configured is removed (detached).
+        opts.interfaces = vec!["xd0".into(), "xd1".into()];
+        let (d, _, modes) = Plane::start(&opts).expect("two interfaces");
+        assert!(
+            matches!(modes[..], [Attached::Kept, Attached::New(_)]),
+            "{modes:?}"
+        );
+        drop(d);
+        assert_ne!(xdp_prog("xd1"), "");
+        opts.interfaces = vec!["xd0".into()];
+        let (e, _, _) = Plane::start(&opts).expect("one interface");
+        assert_eq!(xdp_prog("xd1"), "", "xd1's link removed");
+        assert_eq!(inst.linked_interfaces(), vec!["xd0".to_owned()]);
+        drop(e);
         drop(pins);
         let start = StdInstant::now();
         while !xdp_prog("xd0").is_empty() && start.elapsed() < Duration::from_secs(5) {
