@@ -375,12 +375,23 @@ fn run(test: &str, nat: bool) {
     );
     assert_eq!(failed, 0, "new connections failed: {errors:?}");
     assert!(made > 0, "no new connection was made");
-    // Stop and remove: detached, unpinned, rvsd gone.
+    // Stop and remove: detached, unpinned, rvsd gone. DR: by the running
+    // rvsd (`rvsadm --remove-director`); NAT: `rvsd --remove` after it died.
     let pins = rvs_xdp::pin::Instance::new(&d.instance).expect("instance");
     assert!(pins.exists());
-    d.ok("--remove-director");
-    if let Some(mut c) = d.child.take() {
-        let _ = c.wait();
+    if nat {
+        d.stop("-KILL");
+        assert_ne!(d.program(), "", "still attached after SIGKILL");
+        let o = Command::new(RVSD)
+            .args(["--remove", "--instance", &d.instance])
+            .output()
+            .expect("rvsd --remove");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    } else {
+        d.ok("--remove-director");
+        if let Some(mut c) = d.child.take() {
+            let _ = c.wait();
+        }
     }
     assert!(!pins.exists(), "pins removed");
     let deadline = Instant::now() + Duration::from_secs(5);
