@@ -58,12 +58,16 @@ impl Director {
     }
 
     fn start(&mut self, upgrade: bool) {
+        self.start_plane("xdp", upgrade);
+    }
+
+    fn start_plane(&mut self, plane: &str, upgrade: bool) {
         let mut cmd = Command::new("nsenter");
         cmd.arg(format!("--net=/var/run/netns/{}", self.ns))
             .arg(RVSD)
             .args([
                 "--dataplane",
-                "xdp",
+                plane,
                 "--interface",
                 "eth0",
                 "--xdp-mode",
@@ -409,4 +413,30 @@ fn xdp_restart_dr_keeps_every_flow() {
 #[test]
 fn xdp_restart_nat_keeps_every_flow() {
     run("xdp_restart_nat", true);
+}
+
+/// An rvsd of the same instance started with another data plane removes
+/// the XDP program its predecessor left attached (it would keep forwarding
+/// beside the new plane).
+#[test]
+fn xdp_restart_with_another_dataplane_detaches() {
+    let Some(mut bed) = Bed::new("xdp_restart_other_plane") else {
+        return;
+    };
+    let dir = bed.host("dir", "10.77.0.2/24");
+    let conf = format!(
+        "virtual_server {VIP} 80 {{\n    lb_algo rr\n    lb_kind DR\n    protocol TCP\n}}\n"
+    );
+    let mut d = Director::new(&dir.ns, "xdp_restart_other_plane", &conf);
+    d.start(false);
+    assert_ne!(d.program(), "", "attached");
+    d.stop("-KILL");
+    assert_ne!(d.program(), "", "still attached after SIGKILL");
+    d.start_plane("none", false);
+    assert_eq!(d.program(), "", "detached by the next rvsd");
+    assert!(
+        !rvs_xdp::pin::Instance::new(&d.instance)
+            .expect("instance")
+            .exists()
+    );
 }
