@@ -123,6 +123,11 @@ pub enum Request {
     /// connections (bounded by `--drain-grace`, default 60 s) and exit 0.
     /// Answered with [`Response::Ok`] before the daemon retires.
     Retire,
+    /// Stop rvsd and remove its data plane for good (`rvsadm
+    /// --remove-director`): the XDP program is detached and its pinned
+    /// maps and links removed, then rvsd exits (a plain stop leaves the
+    /// program forwarding).
+    RemoveDirector,
 }
 
 /// What kind of socket a handed-over descriptor is.

@@ -14,6 +14,7 @@ mod netns;
 mod proxy;
 mod realserver;
 mod reload;
+mod restart;
 mod socket;
 mod sync;
 mod upgrade;
