@@ -583,3 +583,44 @@ fn debian_package_installs_upgrades_under_load_and_removes_cleanly() {
     }
     eprintln!("{test}: {:?} in all", started.elapsed());
 }
+
+/// The package's /etc/rvs/keepalived.conf is valid as shipped (all
+/// commented: an empty table) and, with its example uncommented (lines
+/// `#x` and `#    x`, where prose comments are `# x`), without a warning.
+#[test]
+fn shipped_keepalived_conf_example_is_valid() {
+    let shipped = repo().join("dist/keepalived.conf");
+    let text = std::fs::read_to_string(&shipped).expect("dist/keepalived.conf");
+    let uncommented: String = text
+        .lines()
+        .filter_map(|l| match l.strip_prefix('#') {
+            Some(rest) if rest.is_empty() || rest.starts_with('#') => None,
+            Some(rest) if rest.starts_with(' ') && !rest.starts_with("  ") => None,
+            Some(rest) => Some(format!("{rest}\n")),
+            None => Some(format!("{l}\n")),
+        })
+        .collect();
+    let dir = TempDir::new("pkgconf");
+    let example = dir.write("keepalived.conf", &uncommented);
+    for (file, want) in [
+        (&shipped, "0 virtual services"),
+        (
+            &example,
+            "1 virtual services, 2 real servers; 1 vrrp_instance",
+        ),
+    ] {
+        let out = Command::new(RVSD)
+            .arg("-f")
+            .arg(file)
+            .arg("--check")
+            .output()
+            .expect("rvsd --check");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{}: {stderr}", file.display());
+        assert!(stdout.contains(want), "{}: {stdout}", file.display());
+        assert!(!stderr.contains("warning"), "{}: {stderr}", file.display());
+    }
+}
