@@ -532,6 +532,9 @@ fn debian_package_installs_upgrades_under_load_and_removes_cleanly() {
     ]);
     let upgrade = t.elapsed();
     std::thread::sleep(Duration::from_secs(2));
+    // The new rvsd lists the live streams (adopted with the pinned flow
+    // table; mirrored from the program every second).
+    let lcn = root.ok(&["rvsadm", "-L", "-c", "-n"]);
     stop.store(true, Ordering::Relaxed);
     let seen = running.join().expect("load");
     eprintln!("{test}: upgrade took {upgrade:?}; load: {seen:?}; pinning: {pins}");
@@ -564,6 +567,8 @@ fn debian_package_installs_upgrades_under_load_and_removes_cleanly() {
         );
         assert_eq!(seen.streams_ok, 20);
         assert_eq!(seen.new_failed, 0, "{seen:?}");
+        let listed = lcn.lines().filter(|l| l.contains("10.77.0.100:80")).count();
+        assert!(listed >= 20, "the 20 streams in -Lcn: {lcn}");
     } else {
         eprintln!(
             "{test}: this rvsd detaches its plane when it stops (no pinning), so the \
