@@ -375,16 +375,6 @@ impl Drop for Unpin {
     }
 }
 
-/// Whether this rvsd keeps its XDP plane pinned when it stops (issue 13's
-/// pinning): then an upgrade must not break a flow.
-fn rvsd_pins_its_plane() -> bool {
-    let help = Command::new(RVSD)
-        .arg("--help")
-        .output()
-        .expect("rvsd --help");
-    String::from_utf8_lossy(&help.stdout).contains("--instance")
-}
-
 #[test]
 fn debian_package_installs_upgrades_under_load_and_removes_cleanly() {
     let test = "debian_package_installs_upgrades_under_load_and_removes_cleanly";
@@ -450,9 +440,8 @@ fn debian_package_installs_upgrades_under_load_and_removes_cleanly() {
     }
 
     // Declared before the root: dropped after it has killed rvsd.
-    let pins = rvsd_pins_its_plane();
     let instance = rvs_testbed::unique_name("rvspkg");
-    let _unpin = pins.then(|| Unpin(instance.clone()));
+    let _unpin = Unpin(instance.clone());
     let root = Root::new(&d.ns);
     // Quicker dpkg runs, nothing else changed: no man-db index rebuild
     // (its trigger takes seconds) and no fsync (--force-unsafe-io below).
@@ -486,12 +475,10 @@ fn debian_package_installs_upgrades_under_load_and_removes_cleanly() {
     assert!(!xdp_attached(&d), "the default plane is the proxy");
 
     // The operator configures the XDP DR plane and restarts.
-    let mut opts = "--dataplane xdp --interface eth0 --xdp-mode skb --flow-table-size 65536 \
-                    --log-level warn"
-        .to_owned();
-    if pins {
-        opts.push_str(&format!(" --instance {instance}"));
-    }
+    let opts = format!(
+        "--dataplane xdp --interface eth0 --xdp-mode skb --flow-table-size 65536 \
+         --log-level warn --instance {instance}"
+    );
     root.write("/etc/rvs/keepalived.conf", KEEPALIVED_CONF.as_bytes());
     root.write(
         "/etc/default/rvsd",
@@ -501,6 +488,8 @@ fn debian_package_installs_upgrades_under_load_and_removes_cleanly() {
     let pid1 = root.rvsd().expect("rvsd restarted");
     assert_ne!(pid0, pid1);
     assert!(xdp_attached(&d), "XDP attached on the director's eth0");
+    let pin_dir = PathBuf::from("/sys/fs/bpf/rvs").join(&instance);
+    assert!(pin_dir.is_dir(), "{} pinned", pin_dir.display());
     assert_eq!(running_exe(pid1), root.installed_rvsd());
     // Both real servers scheduled once their MACs are resolved.
     let vip = SocketAddr::new(IpAddr::from(VIP), 80);
@@ -537,7 +526,7 @@ fn debian_package_installs_upgrades_under_load_and_removes_cleanly() {
     let lcn = root.ok(&["rvsadm", "-L", "-c", "-n"]);
     stop.store(true, Ordering::Relaxed);
     let seen = running.join().expect("load");
-    eprintln!("{test}: upgrade took {upgrade:?}; load: {seen:?}; pinning: {pins}");
+    eprintln!("{test}: upgrade took {upgrade:?}; load: {seen:?}");
 
     // The new binary runs: a new process on the newly installed file.
     let pid2 = root.rvsd().expect("rvsd running after the upgrade");
@@ -557,27 +546,17 @@ fn debian_package_installs_upgrades_under_load_and_removes_cleanly() {
     assert!(seen.new_ok > 0, "{seen:?}");
     let (after_up, failed) = rvs_testbed::spread(&c, vip, 4, Duration::from_secs(2));
     assert_eq!(failed, 0, "new connections after the upgrade: {after_up:?}");
-    if pins {
-        // The plane outlives the old rvsd: no flow lost.
-        assert!(
-            seen.streams_broken.is_empty(),
-            "{} streams broke: {:?}",
-            seen.streams_broken.len(),
-            seen.streams_broken
-        );
-        assert_eq!(seen.streams_ok, 20);
-        assert_eq!(seen.new_failed, 0, "{seen:?}");
-        let listed = lcn.lines().filter(|l| l.contains("10.77.0.100:80")).count();
-        assert!(listed >= 20, "the 20 streams in -Lcn: {lcn}");
-    } else {
-        eprintln!(
-            "{test}: this rvsd detaches its plane when it stops (no pinning), so the \
-             upgrade's restart broke {} of 20 streams and {} new connections; the \
-             0-broken-flows assertion runs once rvsd has --instance",
-            seen.streams_broken.len(),
-            seen.new_failed
-        );
-    }
+    // The plane outlives the old rvsd: no flow lost.
+    assert!(
+        seen.streams_broken.is_empty(),
+        "{} streams broke: {:?}",
+        seen.streams_broken.len(),
+        seen.streams_broken
+    );
+    assert_eq!(seen.streams_ok, 20);
+    assert_eq!(seen.new_failed, 0, "{seen:?}");
+    let listed = lcn.lines().filter(|l| l.contains("10.77.0.100:80")).count();
+    assert!(listed >= 20, "the 20 streams in -Lcn: {lcn}");
 
     // Remove: prerm stops rvsd; nothing stays attached or pinned.
     root.ok(&["dpkg", "--force-unsafe-io", "-r", "rvs"]);
@@ -590,7 +569,6 @@ fn debian_package_installs_upgrades_under_load_and_removes_cleanly() {
     );
     assert!(root.rvsd().is_none());
     assert!(!xdp_attached(&d), "no XDP program left on eth0");
-    let pin_dir = PathBuf::from("/sys/fs/bpf/rvs").join(&instance);
     assert!(!pin_dir.exists(), "{} left", pin_dir.display());
     assert!(!root.path("/usr/sbin/rvsd").exists());
     assert!(
