@@ -11,6 +11,7 @@ mod health;
 mod health_probes;
 mod http;
 mod netns;
+mod package;
 mod proxy;
 mod realserver;
 mod reload;

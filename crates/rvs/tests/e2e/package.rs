@@ -1,0 +1,636 @@
+//! The Debian package (`scripts/build-deb`, cargo-deb) as a system daemon:
+//! built twice (two versions) from this build's binaries, installed with
+//! dpkg into an isolated root, configured for the XDP DR plane, upgraded in
+//! place under real TCP load, then removed and purged. The package's own
+//! maintainer scripts do the work.
+//!
+//! The isolated root: a holder process in a private mount namespace mounts
+//! an overlay whose lower layer is the host's `/` and whose upper layer is
+//! a tmpfs, with /proc, /sys (so bpffs) and /dev bound in; every command
+//! runs there through `nsenter` (that mount namespace and the director's
+//! network namespace) and `chroot`. dpkg, its database (a copy-on-write
+//! copy of the host's), /etc, /usr and /run are the overlay's: nothing is
+//! installed on the host. Neither the host nor CI runs systemd, so the
+//! scripts take their other path: /etc/init.d/rvsd through invoke-rc.d. A
+//! `policy-rc.d` that forbids starting services (Docker images and this
+//! machine have one) is removed inside the root, as on an ordinary host.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::harness::{RVSD, TempDir};
+use crate::netns::{Bed, Host, connect, realserver, sh};
+
+const VIP: [u8; 4] = [10, 77, 0, 100];
+
+/// The first package's version and the upgrade's.
+const V1: &str = "0.1.0-1";
+const V2: &str = "0.1.0-2";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Whether `p` is on the same filesystem as `/` (the overlay's lower layer
+/// is `/` alone: a separate /usr or /var would be written through).
+fn on_root_fs(p: &str) -> bool {
+    match (std::fs::metadata("/"), std::fs::metadata(p)) {
+        (Ok(r), Ok(m)) => r.dev() == m.dev(),
+        _ => false,
+    }
+}
+
+fn can_run(test: &str) -> bool {
+    if !crate::netns::can_run(test)
+        || !rvs_testbed::require_tools(
+            test,
+            &[
+                "cargo",
+                "cargo-deb",
+                "dpkg",
+                "dpkg-deb",
+                "unshare",
+                "nsenter",
+                "chroot",
+            ],
+        )
+    {
+        return false;
+    }
+    for p in ["/usr", "/etc", "/var", "/lib"] {
+        if !on_root_fs(p) {
+            rvs_testbed::skip_or_fail(
+                test,
+                format!("{p} is not on /'s filesystem: the overlay root would not isolate it"),
+            );
+            return false;
+        }
+    }
+    true
+}
+
+/// `scripts/build-deb` on this build's (dev profile) binaries, the package
+/// written to `out`.
+fn build_package(version: &str, out: &Path) -> PathBuf {
+    // target/debug/rvsd -> target
+    let target = Path::new(RVSD)
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir");
+    let output = Command::new(repo().join("scripts/build-deb"))
+        .args(["--profile", "dev", "--no-build", "--fast", "--deb-version"])
+        .arg(version)
+        .arg("--output")
+        .arg(out)
+        .env("CARGO_TARGET_DIR", target)
+        .stdin(Stdio::null())
+        .output()
+        .expect("scripts/build-deb");
+    assert!(
+        output.status.success(),
+        "build-deb {version}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(out.is_file(), "{} written", out.display());
+    out.to_path_buf()
+}
+
+/// The isolated root (see the module's documentation), torn down on drop:
+/// a running rvsd is killed, then the holder, which takes the mount
+/// namespace (overlay, tmpfs) with it.
+struct Root {
+    holder: Child,
+    merged: PathBuf,
+    /// The director's network namespace, where commands run.
+    netns: String,
+    _dir: TempDir,
+}
+
+impl Root {
+    fn new(netns: &str) -> Root {
+        let dir = TempDir::new("pkgroot");
+        let t = dir.path().display().to_string();
+        let script = format!(
+            "set -e
+             mount -t tmpfs -o size=2g rvs-pkg {t}
+             mkdir {t}/upper {t}/work {t}/merged
+             mount -t overlay rvs-pkg -o lowerdir=/,upperdir={t}/upper,workdir={t}/work {t}/merged
+             for d in proc sys dev; do mount --rbind /$d {t}/merged/$d; done
+             echo ready
+             exec sleep 300"
+        );
+        let mut holder = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("unshare");
+        let mut ready = [0u8; 6];
+        let read = holder
+            .stdout
+            .as_mut()
+            .expect("holder stdout")
+            .read_exact(&mut ready);
+        let root = Root {
+            holder,
+            merged: dir.path().join("merged"),
+            netns: netns.to_owned(),
+            _dir: dir,
+        };
+        assert!(
+            read.is_ok() && &ready == b"ready\n",
+            "overlay root not set up"
+        );
+        root
+    }
+
+    /// Path `p` of the root, as seen from the host.
+    fn path(&self, p: &str) -> PathBuf {
+        let mut h = PathBuf::from(format!("/proc/{}/root", self.holder.id()));
+        h.push(self.merged.strip_prefix("/").expect("absolute"));
+        h.push(p.trim_start_matches('/'));
+        h
+    }
+
+    /// Run `args` in the root, in the director's network namespace.
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("nsenter")
+    }
+
+    /// Replace file `p` of the root with `bytes`, from inside it (a path
+    /// resolved from the host could follow an absolute symlink out of it:
+    /// /sbin/runlevel -> /bin/systemctl).
+    fn write(&self, p: &str, bytes: &[u8]) {
+        let mut child = self
+            .command(&["sh", "-c", "rm -f \"$0\" && cat >\"$0\"", p])
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("nsenter");
+        let stdin = child.stdin.take().map(|mut s| s.write_all(bytes));
+        let status = child.wait().expect("write in the root");
+        assert!(
+            status.success() && stdin.is_some_and(|r| r.is_ok()),
+            "write {p} in the root"
+        );
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let pid = self.holder.id();
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--mount=/proc/{pid}/ns/mnt"))
+            .arg(format!("--net=/run/netns/{}", self.netns))
+            .arg("chroot")
+            .arg(&self.merged)
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        c
+    }
+
+    /// [`Root::run`], required to succeed: its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "{}: {}{}\n-- /var/log/rvsd.log:\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(self.path("/var/log/rvsd.log")).unwrap_or_default()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The pid of the root's running rvsd (its pid file, checked against
+    /// the process's name).
+    fn rvsd(&self) -> Option<u32> {
+        let pid: u32 = std::fs::read_to_string(self.path("/run/rvs/rvsd.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        (comm.trim() == "rvsd").then_some(pid)
+    }
+
+    /// (device, inode) of the root's /usr/sbin/rvsd.
+    fn installed_rvsd(&self) -> (u64, u64) {
+        let m = std::fs::metadata(self.path("/usr/sbin/rvsd")).expect("installed rvsd");
+        (m.dev(), m.ino())
+    }
+}
+
+/// (device, inode) of the executable process `pid` runs.
+fn running_exe(pid: u32) -> (u64, u64) {
+    let m = std::fs::metadata(format!("/proc/{pid}/exe")).expect("exe of rvsd");
+    (m.dev(), m.ino())
+}
+
+impl Drop for Root {
+    fn drop(&mut self) {
+        if let Some(pid) = self.rvsd() {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            let _ = rvs_testbed::wait_for(Duration::from_secs(5), || {
+                !Path::new(&format!("/proc/{pid}")).exists()
+            });
+        }
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+    }
+}
+
+fn xdp_attached(d: &Host) -> bool {
+    let out = Command::new("ip")
+        .args(["-n", &d.ns, "link", "show", "eth0"])
+        .output()
+        .expect("ip");
+    String::from_utf8_lossy(&out.stdout).contains("xdp")
+}
+
+/// The configuration the operator writes after installing: a DR service
+/// over the two real servers (no checkers: both are up).
+const KEEPALIVED_CONF: &str = "\
+virtual_server 10.77.0.100 80 {
+    lb_algo rr
+    lb_kind DR
+    protocol TCP
+    real_server 10.77.0.11 80 {
+        weight 1
+    }
+    real_server 10.77.0.12 80 {
+        weight 1
+    }
+}
+";
+
+/// What the load saw.
+#[derive(Debug, Default)]
+struct Load {
+    /// Streams whose every echoed chunk came back identical.
+    streams_ok: usize,
+    /// Streams that broke (error, reset, stall, mismatch), with why.
+    streams_broken: Vec<String>,
+    /// Echoed bytes over all streams.
+    bytes: usize,
+    /// New connections that answered / failed.
+    new_ok: usize,
+    new_failed: usize,
+}
+
+/// `n` long-lived streams from `client` to the VIP, each sending a chunk
+/// of its own checksummed pattern every 50 ms and requiring it echoed back
+/// identical, plus a loop of new connections; all until `stop` (bounded:
+/// 60 s).
+fn load(client: &Host, n: usize, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Load> {
+    let client = client.clone();
+    std::thread::spawn(move || {
+        let vip = SocketAddr::new(IpAddr::from(VIP), 80);
+        let t = Duration::from_secs(5);
+        let end = Instant::now() + Duration::from_secs(60);
+        let mut streams = Vec::new();
+        for i in 0..n {
+            let mut c = connect(&client, vip, t).unwrap_or_else(|e| panic!("stream {i}: {e}"));
+            assert!(
+                c.server.starts_with('r'),
+                "stream {i} answered {:?}",
+                c.server
+            );
+            let stop = stop.clone();
+            streams.push(std::thread::spawn(move || -> Result<usize, String> {
+                let mut sent = 0usize;
+                let mut k = 0u32;
+                while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+                    // 1 KiB: stream, sequence number and a running
+                    // checksum of everything sent before.
+                    let chunk: String = (0..64)
+                        .map(|j| format!("{i:04}{k:06}{:06}\n", (sent + j) % 999_983))
+                        .collect::<String>()
+                        .chars()
+                        .take(1024)
+                        .collect();
+                    c.echo(&chunk, t)
+                        .map_err(|e| format!("stream {i} chunk {k}: {e}"))?;
+                    sent += chunk.len();
+                    k += 1;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Ok(sent)
+            }));
+        }
+        let ok = Arc::new(AtomicUsize::new(0));
+        let failed = Arc::new(AtomicUsize::new(0));
+        let (ok2, failed2, stop2) = (ok.clone(), failed.clone(), stop.clone());
+        let fresh = std::thread::spawn(move || {
+            while !stop2.load(Ordering::Relaxed) && Instant::now() < end {
+                let good = connect(&client, vip, t)
+                    .and_then(|mut c| {
+                        c.echo("new\n", t)?;
+                        Ok(c.server)
+                    })
+                    .is_ok_and(|s| s.starts_with('r'));
+                if good { &ok2 } else { &failed2 }.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let mut out = Load::default();
+        for s in streams {
+            match s.join().expect("stream thread") {
+                Ok(b) => {
+                    out.streams_ok += 1;
+                    out.bytes += b;
+                }
+                Err(e) => out.streams_broken.push(e),
+            }
+        }
+        fresh.join().expect("new-connection thread");
+        out.new_ok = ok.load(Ordering::Relaxed);
+        out.new_failed = failed.load(Ordering::Relaxed);
+        out
+    })
+}
+
+/// Removes instance `.0`'s pinned XDP plane on drop, whatever the test
+/// left (rvsd killed, the package half-removed).
+struct Unpin(String);
+
+impl Drop for Unpin {
+    fn drop(&mut self) {
+        let _ = Command::new(RVSD)
+            .args(["--remove", "--instance", &self.0])
+            .stdout(Stdio::null())
+            .status();
+    }
+}
+
+#[test]
+fn debian_package_installs_upgrades_under_load_and_removes_cleanly() {
+    let test = "debian_package_installs_upgrades_under_load_and_removes_cleanly";
+    if !can_run(test) {
+        return;
+    }
+    let started = Instant::now();
+    let work = TempDir::new("pkg");
+    let deb1 = build_package(V1, &work.path().join("rvs-1.deb"));
+    let deb2 = build_package(V2, &work.path().join("rvs-2.deb"));
+    eprintln!("{test}: two packages built in {:?}", started.elapsed());
+
+    // What the package holds.
+    let listing = sh(&["dpkg-deb", "-c", &deb1.display().to_string()]);
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    for f in [
+        "./usr/sbin/rvsd",
+        "./usr/sbin/rvsadm",
+        "./lib/systemd/system/rvsd.service",
+        "./etc/init.d/rvsd",
+        "./etc/default/rvsd",
+        "./etc/rvs/keepalived.conf",
+        "./usr/share/man/man8/rvsd.8.gz",
+        "./usr/share/man/man8/rvsadm.8.gz",
+        "./usr/share/bash-completion/completions/rvsd",
+        "./usr/share/bash-completion/completions/rvsadm",
+        "./usr/share/zsh/vendor-completions/_rvsd",
+        "./usr/share/zsh/vendor-completions/_rvsadm",
+        "./usr/share/fish/vendor_completions.d/rvsd.fish",
+        "./usr/share/fish/vendor_completions.d/rvsadm.fish",
+        "./usr/share/doc/rvs/copyright",
+        "./usr/share/doc/rvs/changelog.Debian.gz",
+    ] {
+        assert!(
+            listing.lines().any(|l| l.ends_with(f)),
+            "{f} in the package:\n{listing}"
+        );
+    }
+    let conffiles = sh(&["dpkg-deb", "-I", &deb1.display().to_string(), "conffiles"]);
+    let conffiles = String::from_utf8_lossy(&conffiles.stdout);
+    for f in [
+        "/etc/rvs/keepalived.conf",
+        "/etc/default/rvsd",
+        "/etc/init.d/rvsd",
+    ] {
+        assert!(conffiles.lines().any(|l| l == f), "{f}: {conffiles}");
+    }
+    let version = sh(&["dpkg-deb", "-f", &deb2.display().to_string(), "Version"]);
+    assert_eq!(String::from_utf8_lossy(&version.stdout).trim(), V2);
+
+    // The bed: client, director (VIP on eth0), two DR real servers.
+    let Some(mut bed) = Bed::new(test) else {
+        return;
+    };
+    let c = bed.host("c", "10.77.0.10/24");
+    let d = bed.host("d", "10.77.0.2/24");
+    let r1 = bed.host("r1", "10.77.0.11/24");
+    let r2 = bed.host("r2", "10.77.0.12/24");
+    d.exec(&["ip", "addr", "add", "10.77.0.100/32", "dev", "eth0"]);
+    for (r, name) in [(&r1, "r1"), (&r2, "r2")] {
+        realserver(r, "10.77.0.100", &["--mode", "dr"]);
+        bed.server(r, IpAddr::from(VIP), 80, name);
+    }
+
+    // Declared before the root: dropped after it has killed rvsd.
+    let instance = rvs_testbed::unique_name("rvspkg");
+    let _unpin = Unpin(instance.clone());
+    let root = Root::new(&d.ns);
+    // Quicker dpkg runs, nothing else changed: no man-db index rebuild
+    // (its trigger takes seconds) and no fsync (--force-unsafe-io below).
+    root.ok(&[
+        "rm",
+        "-f",
+        "/usr/sbin/policy-rc.d",
+        "/var/lib/man-db/auto-update",
+    ]);
+    for (deb, name) in [(&deb1, "rvs-1.deb"), (&deb2, "rvs-2.deb")] {
+        let bytes = std::fs::read(deb).expect("read package");
+        root.write(&format!("/root/{name}"), &bytes);
+    }
+
+    // Install where no init runs (this machine, CI: no systemd, no
+    // runlevel): configured, registered, not started (invoke-rc.d only
+    // starts a service enabled in the current runlevel).
+    root.ok(&["dpkg", "--force-unsafe-io", "-i", "/root/rvs-1.deb"]);
+    assert!(root.rvsd().is_none(), "nothing started without an init");
+    assert!(root.path("/etc/rc2.d/S01rvsd").exists(), "update-rc.d ran");
+
+    // From here the root looks like a sysvinit host at runlevel 2 (no
+    // policy-rc.d forbidding starts). rvsd starts with the shipped,
+    // all-commented configuration: the proxy plane, an empty table.
+    root.write("/sbin/runlevel", b"#!/bin/sh\necho N 2\n");
+    root.ok(&["chmod", "755", "/sbin/runlevel"]);
+    root.ok(&["invoke-rc.d", "rvsd", "start"]);
+    let pid0 = root.rvsd().expect("rvsd started");
+    let list = root.ok(&["rvsadm", "-L", "-n"]);
+    assert!(list.contains("IP Virtual Server"), "{list}");
+    assert!(!xdp_attached(&d), "the default plane is the proxy");
+
+    // The operator configures the XDP DR plane and restarts.
+    let opts = format!(
+        "--dataplane xdp --interface eth0 --xdp-mode skb --flow-table-size 65536 \
+         --log-level warn --instance {instance}"
+    );
+    root.write("/etc/rvs/keepalived.conf", KEEPALIVED_CONF.as_bytes());
+    root.write(
+        "/etc/default/rvsd",
+        format!("RVSD_OPTS=\"{opts}\"\n").as_bytes(),
+    );
+    root.ok(&["invoke-rc.d", "rvsd", "restart"]);
+    let pid1 = root.rvsd().expect("rvsd restarted");
+    assert_ne!(pid0, pid1);
+    assert!(xdp_attached(&d), "XDP attached on the director's eth0");
+    let pin_dir = PathBuf::from("/sys/fs/bpf/rvs").join(&instance);
+    assert!(pin_dir.is_dir(), "{} pinned", pin_dir.display());
+    assert_eq!(running_exe(pid1), root.installed_rvsd());
+    // Both real servers scheduled once their MACs are resolved.
+    let vip = SocketAddr::new(IpAddr::from(VIP), 80);
+    let mut seen = std::collections::BTreeSet::new();
+    rvs_testbed::wait_for(Duration::from_secs(10), || {
+        if let Ok(c) = connect(&c, vip, Duration::from_secs(1)) {
+            seen.insert(c.server);
+        }
+        seen.contains("r1") && seen.contains("r2")
+    });
+    assert!(
+        seen.contains("r1") && seen.contains("r2"),
+        "both real servers answer through the VIP: {seen:?}"
+    );
+
+    // Upgrade under load.
+    let stop = Arc::new(AtomicBool::new(false));
+    let running = load(&c, 20, stop.clone());
+    std::thread::sleep(Duration::from_secs(1));
+    let before = root.installed_rvsd();
+    let t = Instant::now();
+    root.ok(&[
+        "dpkg",
+        "--force-unsafe-io",
+        "--force-confold",
+        "--force-confdef",
+        "-i",
+        "/root/rvs-2.deb",
+    ]);
+    let upgrade = t.elapsed();
+    std::thread::sleep(Duration::from_secs(2));
+    // The new rvsd lists the live streams (adopted with the pinned flow
+    // table; mirrored from the program every second).
+    let lcn = root.ok(&["rvsadm", "-L", "-c", "-n"]);
+    stop.store(true, Ordering::Relaxed);
+    let seen = running.join().expect("load");
+    eprintln!("{test}: upgrade took {upgrade:?}; load: {seen:?}");
+
+    // The new binary runs: a new process on the newly installed file.
+    let pid2 = root.rvsd().expect("rvsd running after the upgrade");
+    assert_ne!(pid1, pid2, "postinst restarted rvsd");
+    assert!(
+        !Path::new(&format!("/proc/{pid1}")).exists(),
+        "old rvsd gone"
+    );
+    let after = root.installed_rvsd();
+    assert_ne!(before, after, "dpkg replaced /usr/sbin/rvsd");
+    assert_eq!(running_exe(pid2), after, "the running rvsd is the new file");
+    let v = root.ok(&["dpkg-query", "-W", "-f", "${Version}", "rvs"]);
+    assert_eq!(v, V2);
+    let list = root.ok(&["rvsadm", "-L", "-n"]);
+    assert!(list.contains("TCP  10.77.0.100:80 rr"), "{list}");
+    // The data plane carried real traffic before and after.
+    assert!(seen.new_ok > 0, "{seen:?}");
+    let (after_up, failed) = rvs_testbed::spread(&c, vip, 4, Duration::from_secs(2));
+    assert_eq!(failed, 0, "new connections after the upgrade: {after_up:?}");
+    // The plane outlives the old rvsd: no flow lost.
+    assert!(
+        seen.streams_broken.is_empty(),
+        "{} streams broke: {:?}",
+        seen.streams_broken.len(),
+        seen.streams_broken
+    );
+    assert_eq!(seen.streams_ok, 20);
+    assert_eq!(seen.new_failed, 0, "{seen:?}");
+    let listed = lcn.lines().filter(|l| l.contains("10.77.0.100:80")).count();
+    assert!(listed >= 20, "the 20 streams in -Lcn: {lcn}");
+
+    // Remove: prerm stops rvsd; nothing stays attached or pinned.
+    root.ok(&["dpkg", "--force-unsafe-io", "-r", "rvs"]);
+    assert!(
+        rvs_testbed::wait_for(Duration::from_secs(5), || !Path::new(&format!(
+            "/proc/{pid2}"
+        ))
+        .exists()),
+        "rvsd stopped by prerm"
+    );
+    assert!(root.rvsd().is_none());
+    assert!(!xdp_attached(&d), "no XDP program left on eth0");
+    assert!(!pin_dir.exists(), "{} left", pin_dir.display());
+    assert!(!root.path("/usr/sbin/rvsd").exists());
+    assert!(
+        root.path("/etc/rvs/keepalived.conf").exists(),
+        "remove keeps conffiles"
+    );
+    // The VIP answers no more (the director's kernel refuses it).
+    assert!(connect(&c, vip, Duration::from_secs(1)).is_err());
+    // Purge: the conffiles and the init script's registration go.
+    root.ok(&["dpkg", "--force-unsafe-io", "-P", "rvs"]);
+    assert!(!root.path("/etc/rvs/keepalived.conf").exists());
+    assert!(!root.path("/etc/init.d/rvsd").exists());
+    for rc in [
+        "rc0.d", "rc1.d", "rc2.d", "rc3.d", "rc4.d", "rc5.d", "rc6.d",
+    ] {
+        let links = std::fs::read_dir(root.path(&format!("/etc/{rc}"))).expect("rc.d");
+        let left: Vec<_> = links
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().ends_with("rvsd"))
+            .collect();
+        assert!(left.is_empty(), "{rc}: {left:?}");
+    }
+    eprintln!("{test}: {:?} in all", started.elapsed());
+}
+
+/// The package's /etc/rvs/keepalived.conf is valid as shipped (all
+/// commented: an empty table) and, with its example uncommented (lines
+/// `#x` and `#    x`, where prose comments are `# x`), without a warning.
+#[test]
+fn shipped_keepalived_conf_example_is_valid() {
+    let shipped = repo().join("dist/keepalived.conf");
+    let text = std::fs::read_to_string(&shipped).expect("dist/keepalived.conf");
+    let uncommented: String = text
+        .lines()
+        .filter_map(|l| match l.strip_prefix('#') {
+            Some(rest) if rest.is_empty() || rest.starts_with('#') => None,
+            Some(rest) if rest.starts_with(' ') && !rest.starts_with("  ") => None,
+            Some(rest) => Some(format!("{rest}\n")),
+            None => Some(format!("{l}\n")),
+        })
+        .collect();
+    let dir = TempDir::new("pkgconf");
+    let example = dir.write("keepalived.conf", &uncommented);
+    for (file, want) in [
+        (&shipped, "0 virtual services"),
+        (
+            &example,
+            "1 virtual services, 2 real servers; 1 vrrp_instance",
+        ),
+    ] {
+        let out = Command::new(RVSD)
+            .arg("-f")
+            .arg(file)
+            .arg("--check")
+            .output()
+            .expect("rvsd --check");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{}: {stderr}", file.display());
+        assert!(stdout.contains(want), "{}: {stdout}", file.display());
+        assert!(!stderr.contains("warning"), "{}: {stderr}", file.display());
+    }
+}
