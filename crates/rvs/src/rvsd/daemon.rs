@@ -37,6 +37,8 @@ pub struct Daemon {
     /// `rvsadm --remove-director` asked rvsd to remove its data plane and
     /// exit: the main loop waits on this.
     remove: Arc<tokio::sync::Notify>,
+    /// Where the table goes for the next rvsd ([`crate::table_file`]).
+    table_saver: Option<crate::table_file::Saver>,
 }
 
 impl Daemon {
@@ -57,7 +59,23 @@ impl Daemon {
             sync: crate::sync::SyncDaemons::default(),
             sync_wanted: None,
             remove: Arc::new(tokio::sync::Notify::new()),
+            table_saver: None,
         }
+    }
+
+    /// Queue the table for its file if it changed (after every control
+    /// request and every tick: a cheap compare under the lock, the write on
+    /// the saver's thread).
+    pub fn save_table(&mut self) {
+        if let Some(s) = &mut self.table_saver {
+            s.update(self.ctl.table_commands());
+        }
+    }
+
+    /// Keep the service table in a file from now on (an XDP rvsd without
+    /// a configuration file: [`crate::table_file`]).
+    pub fn set_table_saver(&mut self, saver: crate::table_file::Saver) {
+        self.table_saver = Some(saver);
     }
 
     /// Notified when `rvsadm --remove-director` asks rvsd to remove its
@@ -171,6 +189,7 @@ impl Daemon {
         for e in self.ctl.take_plane_errors() {
             tracing::warn!("{e}");
         }
+        self.save_table();
     }
 
     /// The configuration source, if rvsd was started with one.
@@ -376,7 +395,11 @@ pub async fn answer(daemon: &Arc<Mutex<Daemon>>, req: Request) -> Response {
         }
         other => {
             let r = match daemon.lock() {
-                Ok(mut d) => d.handle(other),
+                Ok(mut d) => {
+                    let r = d.handle(other);
+                    d.save_table();
+                    r
+                }
                 Err(_) => error("daemon state poisoned".into()),
             };
             applied(daemon).await;

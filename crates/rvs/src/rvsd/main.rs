@@ -13,6 +13,7 @@ mod rules;
 mod server;
 mod source;
 mod sync;
+mod table_file;
 mod takeover;
 mod view;
 mod vrrp;
@@ -194,6 +195,13 @@ struct Args {
     #[arg(long)]
     remove: bool,
 
+    /// xdp: where rvsd keeps its service table beside the pinned data
+    /// plane (`<DIR>/<instance>.table`) when it runs without `-f`/`--rules`,
+    /// so a restart comes back with the table `rvsadm` made instead of
+    /// pruning it (the program forwarded by it meanwhile).
+    #[arg(long, value_name = "DIR", default_value = "/run/rvs")]
+    state_dir: PathBuf,
+
     /// Tests only: load the director variant whose program differs (another
     /// tag, same maps), so a restart onto it is an upgrade that swaps the
     /// program through a link update. Only in builds with rvs-xdp's
@@ -359,7 +367,12 @@ fn main() -> ExitCode {
         };
     }
     if args.remove {
-        return match instance(&args).and_then(|i| Ok((i.remove()?, i))) {
+        let removed = instance(&args).and_then(|i| {
+            table_file::remove(&table_file::path(&args.state_dir, i.name()))
+                .with_context(|| "removing the saved service table".to_string())?;
+            Ok((i.remove()?, i))
+        });
+        return match removed {
             Ok((true, i)) => {
                 println!(
                     "rvsd: removed the XDP data plane of instance `{}`",
@@ -643,6 +656,18 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
             "removed the XDP data plane a previous rvsd left pinned"
         );
     }
+    // An XDP rvsd without a configuration file keeps its table beside the
+    // pins (see table_file); one that adopts a pinned plane loads it first.
+    let table_path = table_file::path(&args.state_dir, pins.name());
+    let keeps_table = args.dataplane == DataPlaneKind::Xdp && source.is_none() && demo.is_none();
+    let saved = if keeps_table && taken.is_none() && pins.exists() {
+        table_file::load(&table_path).unwrap_or_else(|e| {
+            tracing::warn!("{e}; starting with an empty table");
+            None
+        })
+    } else {
+        None
+    };
     let (plane, proxy_stats) = data_plane(&args, handed)?;
     let mut config = IpvsConfig {
         conn_capacity: args.conn_capacity,
@@ -655,6 +680,15 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
     let ctl = Controller::new(config, plane);
     let mut daemon = Daemon::new(ctl, source.clone());
     daemon.set_proxy_stats(proxy_stats);
+    if keeps_table {
+        match table_file::Saver::spawn(table_path.clone()) {
+            Ok(saver) => daemon.set_table_saver(saver),
+            Err(e) => tracing::warn!(
+                "cannot keep the service table in {}: {e}; a restart will prune it",
+                table_path.display()
+            ),
+        }
+    }
     let daemon = Arc::new(Mutex::new(daemon));
 
     rt.block_on(async move {
@@ -683,6 +717,27 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
                 tracing::warn!("{e}");
             }
             tracing::info!(commands = t.table.len(), "took the old daemon's service table");
+        } else if let Some(table) = &saved {
+            // The table the previous rvsd had (made with rvsadm), which the
+            // adopted program has been forwarding by.
+            let mut d = daemon
+                .lock()
+                .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?;
+            match d.controller_mut().exec(table, true) {
+                Ok(()) => tracing::info!(
+                    file = %table_path.display(),
+                    commands = table.len(),
+                    "service table of the previous rvsd restored"
+                ),
+                Err(e) => tracing::warn!(
+                    file = %table_path.display(),
+                    "the saved service table does not apply ({}); starting with an empty table",
+                    e.error
+                ),
+            }
+            for e in d.controller_mut().take_plane_errors() {
+                tracing::warn!("{e}");
+            }
         }
         if taken.is_some() {
             let unused = daemon
@@ -828,6 +883,7 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
             // Unpinned, the links go with this process's descriptors of
             // them when it exits a moment later; the maps with the program.
             pins.remove()?;
+            table_file::remove(&table_path)?;
             tracing::info!(instance = pins.name(), "XDP data plane removed");
         }
         anyhow::Ok(())

@@ -38,7 +38,9 @@ struct Director {
     ns: String,
     instance: String,
     socket: PathBuf,
-    conf: PathBuf,
+    /// `-f FILE`, or none: a table made with rvsadm.
+    conf: Option<PathBuf>,
+    state: PathBuf,
     child: Option<Child>,
     _dir: TempDir,
 }
@@ -46,12 +48,13 @@ struct Director {
 impl Director {
     fn new(ns: &str, tag: &str, conf: &str) -> Director {
         let dir = TempDir::new(tag);
-        let conf = dir.write("keepalived.conf", conf);
+        let conf = (!conf.is_empty()).then(|| dir.write("keepalived.conf", conf));
         Director {
             ns: ns.to_owned(),
             instance: rvs_testbed::unique_name(tag),
             socket: dir.path().join("rvsd.sock"),
             conf,
+            state: dir.path().join("state"),
             child: None,
             _dir: dir,
         }
@@ -76,9 +79,14 @@ impl Director {
                 "warn",
                 "--instance",
                 &self.instance,
-                "-f",
             ])
-            .arg(&self.conf)
+            .args(
+                self.conf
+                    .iter()
+                    .flat_map(|c| [std::ffi::OsStr::new("-f"), c.as_os_str()]),
+            )
+            .arg("--state-dir")
+            .arg(&self.state)
             .arg("--socket")
             .arg(&self.socket);
         if upgrade {
@@ -439,4 +447,79 @@ fn xdp_restart_with_another_dataplane_detaches() {
             .expect("instance")
             .exists()
     );
+}
+
+/// A table made with rvsadm (no configuration file, as an ipvsadm script
+/// makes it) survives restarts like the kernel's does: the next rvsd
+/// loads it from beside the pins instead of pruning what the program
+/// forwards by, so a live connection keeps going and new ones are
+/// scheduled, seconds after each restart.
+#[test]
+fn xdp_restart_keeps_a_table_made_with_rvsadm() {
+    let test = "xdp_restart_rvsadm";
+    let Some(mut bed) = Bed::new(test) else {
+        return;
+    };
+    let client = bed.host("c", "10.77.0.10/24");
+    let dir = bed.host("dir", "10.77.0.2/24");
+    dir.exec(&["ip", "addr", "add", &format!("{VIP}/32"), "dev", "eth0"]);
+    bed.xdp_pass_on_port(&dir);
+    let rs = bed.host("r0", "10.77.0.11/24");
+    crate::netns::realserver(&rs, VIP, &["--mode", "dr"]);
+    bed.server(&rs, "0.0.0.0".parse().expect("any"), 80, "rs0");
+    let mut d = Director::new(&dir.ns, test, "");
+    d.start(false);
+    d.ok(&format!("-A -t {VIP}:80 -s rr"));
+    d.ok(&format!("-a -t {VIP}:80 -r {}:80 -g -w 1", rs.addr));
+    let reach = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match connect(&client, vip(), Duration::from_millis(500)) {
+                Ok(c) => return c,
+                Err(e) if Instant::now() > deadline => panic!("{what}: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    };
+    let mut live = reach("before any restart");
+    // rvsd queues the table for its file with each change; let the write land.
+    let table = d.state.join(format!("{}.table", d.instance));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !std::fs::read_to_string(&table).is_ok_and(|t| t.contains(&rs.addr.to_string())) {
+        assert!(
+            Instant::now() < deadline,
+            "{} never written",
+            table.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pins = rvs_xdp::pin::Instance::new(&d.instance).expect("instance");
+    for sig in ["-KILL", "-TERM"] {
+        d.stop(sig);
+        d.start(false);
+        // Past the adoption's pruning of what no table claims (3 reports).
+        std::thread::sleep(Duration::from_secs(5));
+        let list = d.ok("-Ln");
+        assert!(
+            list.contains(&format!("{VIP}:80")) && list.contains(&format!("{}:80", rs.addr)),
+            "after {sig}: the table is back: {list}"
+        );
+        live.echo("ping\n", Duration::from_secs(3))
+            .unwrap_or_else(|e| panic!("after {sig}: the live connection: {e}"));
+        let mut fresh = reach(&format!("after {sig}"));
+        fresh
+            .echo("ping\n", Duration::from_secs(3))
+            .unwrap_or_else(|e| panic!("after {sig}: a new connection: {e}"));
+    }
+    // Removal takes the table with the pins: a later rvsd starts empty.
+    d.ok("--remove-director");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pins.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if let Some(mut c) = d.child.take() {
+        let _ = c.wait();
+    }
+    assert!(!pins.exists(), "pins removed");
+    assert!(!table.exists(), "the saved table is removed with the pins");
 }
