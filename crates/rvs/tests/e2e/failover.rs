@@ -223,6 +223,17 @@ fn pair(test: &str, mode: Mode) -> Option<Pair> {
         if mode == Mode::Nat {
             h.exec(&["ip", "addr", "add", nat_addr, "dev", "eth0"]);
             h.exec(&["sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"]);
+            // An experiment switch (BENCHMARKS.md): the new master has
+            // no neighbour entry for the client, so the program passes its
+            // first rewritten replies to the kernel, which drops them as
+            // martians (their source, the VIP, is local) until the client
+            // ARPs; accept_local lets the kernel forward them at once.
+            if std::env::var("RVS_FAILOVER_ACCEPT_LOCAL").is_ok() {
+                h.exec(&["sysctl", "-qw", "net.ipv4.conf.all.accept_local=1"]);
+                h.exec(&["sysctl", "-qw", "net.ipv4.conf.eth0.accept_local=1"]);
+                h.exec(&["sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0"]);
+                h.exec(&["sysctl", "-qw", "net.ipv4.conf.eth0.rp_filter=0"]);
+            }
         }
         Director {
             host: h,
