@@ -459,7 +459,7 @@ fn failover(test: &str, mode: Mode, failure: Failure) {
     );
     let o = t.join().expect("stream thread");
     println!(
-        "failover {mode:?} {failure:?}: {} of {TOTAL} bytes echoed identical in {:?}; B master {:?} after the failure at {:?}; longest gap {} ms",
+        "failover {mode:?} {failure:?}: {} of {TOTAL} bytes echoed identical in {:?}; B master {:?} after the failure, stream done {:?} after it; longest gap {} ms",
         o.good,
         o.took,
         took,
