@@ -21,8 +21,8 @@
 //! instead of waiting up to [`REFRESH`] for the peer's refresh round: it
 //! sends a bulk-resync request (`rvs_wire::ipvs_sync::build_bulk_request`,
 //! 16 bytes that kernel backups ignore, see that module) to the sync group
-//! and port, and again after [`REQUEST_AGAIN`] (in case the peer was
-//! switching daemons). Every daemon listens on the group for requests (a
+//! and port, and again after [`REQUEST_AGAIN`] unless entries came in
+//! meanwhile (in case the peer was switching daemons). Every daemon listens on the group for requests (a
 //! master daemon with a second socket joined to it). A peer answers
 //! requests of its syncid (either side 0: any) from its master daemon, or
 //! from its backup daemon when it runs no master daemon, so one rvsd
@@ -496,6 +496,8 @@ async fn run(mut task: Task) {
     let again = tokio::time::sleep(REQUEST_AGAIN);
     tokio::pin!(again);
     let mut requests_left = 2u8;
+    // Whether entries came in since the first request.
+    let mut heard = false;
     let ask = async |task: &Task| {
         let send = if master {
             Some(&task.sock)
@@ -552,7 +554,10 @@ async fn run(mut task: Task) {
                 continue;
             }
             _ = &mut again, if requests_left > 0 => {
-                ask(&task).await;
+                // Entries came since the first request: a peer answers.
+                if !heard {
+                    ask(&task).await;
+                }
                 requests_left -= 1;
                 continue;
             }
@@ -601,6 +606,7 @@ async fn run(mut task: Task) {
             continue;
         }
         let now = d.now();
+        heard |= !msg.conns.is_empty();
         let mut rx = task.received.lock().ok();
         for c in &msg.conns {
             let t = Tuple {
