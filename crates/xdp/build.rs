@@ -59,6 +59,10 @@ fn main() {
     // Cargo sets `CARGO_FEATURE_<NAME>` for each enabled feature.
     let bench = env::var_os("CARGO_FEATURE_BENCH").is_some();
     let mut programs = PROGRAMS.to_vec();
+    // The director with a different tag, for the restart tests' upgrade.
+    if env::var_os("CARGO_FEATURE_UPGRADE_PROBE").is_some() {
+        programs.push(("xdp_lb_probe", "xdp_lb_probe", &[]));
+    }
     let mut headers = vec!["rvs.h", "decap.h", "lib"];
     if bench {
         programs.extend_from_slice(BENCH_PROGRAMS);

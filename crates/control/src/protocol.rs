@@ -112,6 +112,11 @@ pub enum Request {
         /// Which one.
         master: bool,
     },
+    /// Stop rvsd and remove its data plane for good (`rvsadm
+    /// --remove-director`): the XDP program is detached and its pinned
+    /// maps and links removed, then rvsd exits (a plain stop leaves the
+    /// program forwarding).
+    RemoveDirector,
 }
 
 /// The daemon's answer.

@@ -128,6 +128,9 @@ pub enum Command {
     Version,
     /// rvs `--reload`: ask the daemon to re-read its configuration file.
     Reload,
+    /// rvs `--remove-director`: ask the daemon to detach its XDP program,
+    /// unpin its maps and exit.
+    RemoveDirector,
 }
 
 // ---------------------------------------------------------------------------
@@ -153,6 +156,7 @@ enum Opt {
     StartDaemon,
     StopDaemon,
     Reload,
+    RemoveDirector,
     // options
     Tcp,
     Udp,
@@ -274,6 +278,7 @@ static TABLE: &[OptSpec<Opt>] = &[
     o("tun-remcsum", None, N, Opt::TunRemcsum),
     // rvs extensions (long options only)
     o("reload", None, N, Opt::Reload),
+    o("remove-director", None, N, Opt::RemoveDirector),
     o("mh-table-size", None, R, Opt::MhTableSize),
     o("fullnat", None, N, Opt::FullNat),
     o("proxy-protocol", None, R, Opt::ProxyProtocol),
@@ -378,6 +383,7 @@ enum Cmd {
     Save,
     Zero,
     Reload,
+    RemoveDirector,
 }
 
 impl Cmd {
@@ -399,6 +405,7 @@ impl Cmd {
             Cmd::Save => "save",
             Cmd::Zero => "zero",
             Cmd::Reload => "reload",
+            Cmd::RemoveDirector => "remove-director",
         }
     }
 
@@ -416,7 +423,7 @@ impl Cmd {
             Cmd::StopDaemon => b"xxxxxxxxxxxxxxxxxxx xxxxxxxxxxxxxxxxx",
             Cmd::Save => b" xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
             Cmd::Zero => b"xx xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
-            Cmd::Flush | Cmd::Timeout | Cmd::Restore | Cmd::Reload => {
+            Cmd::Flush | Cmd::Timeout | Cmd::Restore | Cmd::Reload | Cmd::RemoveDirector => {
                 b"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
             }
         }
@@ -787,6 +794,7 @@ fn process(
         Opt::Restore => Cmd::Restore,
         Opt::Save => Cmd::Save,
         Opt::Reload => Cmd::Reload,
+        Opt::RemoveDirector => Cmd::RemoveDirector,
         Opt::StartDaemon | Opt::StopDaemon => {
             let start = first == Opt::StartDaemon;
             st.daemon_state = match first_arg.as_deref() {
@@ -1265,6 +1273,7 @@ fn finish(
         Cmd::Del => Command::DeleteService(key),
         Cmd::Flush => Command::Flush,
         Cmd::Reload => Command::Reload,
+        Cmd::RemoveDirector => Command::RemoveDirector,
         Cmd::AddDest | Cmd::EditDest | Cmd::DelDest => {
             if cmd != Cmd::DelDest {
                 // DR and tunnel servers must use the service port.

@@ -115,6 +115,7 @@ Either long or short options are allowed.\n\
 \x20 --mh-table-size size                Maglev (mh) table size, a prime (default=4093)\n\
 \x20 --fullnat                           full NAT forwarding (source and destination rewritten)\n\
 \x20 --reload                            (command) make rvsd re-read its configuration file\n\
+\x20 --remove-director                   (command) make rvsd detach its XDP program, unpin it and exit\n\
 \x20 --checks                            with -L: health checks (state, weight, last failure)\n",
     );
     s

@@ -18,6 +18,7 @@ mod loader;
 pub mod maps;
 pub mod neigh;
 pub mod own_mac;
+pub mod pin;
 pub mod plane;
 pub mod tables;
 
@@ -29,7 +30,7 @@ use aya::programs::ProgramError;
 
 /// XDP attach modes (aya's), re-exported for [`Loaded::attach`].
 pub use aya::programs::XdpMode as AttachMode;
-pub use loader::{Loaded, flows_map};
+pub use loader::{Attached, Loaded, PinPlan, flows_map};
 
 /// Errors of loading, attaching and driving the BPF programs.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +39,9 @@ pub enum XdpError {
     /// The crate was compiled without the BPF toolchain.
     #[error("rvs was built without clang; install clang and libbpf-dev and rebuild")]
     NoBpf,
+    /// Pinning, adopting or migrating the director's pins (see [`pin`]).
+    #[error(transparent)]
+    Pin(#[from] pin::PinError),
     /// The director's own-MAC table (see [`own_mac`]).
     #[error(transparent)]
     OwnMac(#[from] own_mac::OwnMacError),
@@ -129,15 +133,30 @@ pub enum Object {
     /// like [`Object::DirectorCycle`] (program `bench_lru`).
     #[cfg(feature = "bench")]
     BenchLruCycle,
+    /// `bpf/xdp_lb_probe.c`: the director with another program tag and the
+    /// same maps (feature `upgrade-probe`; the restart tests' upgrade).
+    #[cfg(feature = "upgrade-probe")]
+    DirectorProbe,
     /// `bpf/clock.c`: reads jiffies, for [`kernel_hz`] (program `clock`).
     Clock,
 }
 
 impl Object {
+    /// [`Object::DirectorProbe`] when this build has it (feature
+    /// `upgrade-probe`), else `None`.
+    pub fn upgrade_probe() -> Option<Object> {
+        #[cfg(feature = "upgrade-probe")]
+        return Some(Object::DirectorProbe);
+        #[cfg(not(feature = "upgrade-probe"))]
+        None
+    }
+
     /// The program's name.
     pub fn name(self) -> &'static str {
         match self {
             Object::Director => "xdp_lb",
+            #[cfg(feature = "upgrade-probe")]
+            Object::DirectorProbe => "xdp_lb",
             #[cfg(feature = "bench")]
             Object::DirectorBench | Object::DirectorCycle | Object::DirectorCycleMiss => "xdp_lb",
             #[cfg(feature = "bench")]
@@ -153,6 +172,8 @@ impl Object {
     pub(crate) fn is_director(self) -> bool {
         match self {
             Object::Director => true,
+            #[cfg(feature = "upgrade-probe")]
+            Object::DirectorProbe => true,
             #[cfg(feature = "bench")]
             Object::DirectorBench | Object::DirectorCycle | Object::DirectorCycleMiss => true,
             #[cfg(feature = "bench")]
@@ -169,6 +190,10 @@ impl Object {
         Ok(match self {
             Object::Director => {
                 aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb.o"))
+            }
+            #[cfg(feature = "upgrade-probe")]
+            Object::DirectorProbe => {
+                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_probe.o"))
             }
             #[cfg(feature = "bench")]
             Object::DirectorBench => {

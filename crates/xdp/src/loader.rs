@@ -21,6 +21,36 @@ pub fn flows_map(key: &FlowKey) -> &'static str {
     }
 }
 
+/// Which maps [`Loaded::load_pinned`] opens or creates pinned, and the
+/// own-MAC table it starts with.
+#[derive(Clone, Debug, Default)]
+pub struct PinPlan {
+    /// (map name, pin path).
+    pub maps: Vec<(&'static str, std::path::PathBuf)>,
+    /// The own-MAC table's initial content (the one already pinned, so
+    /// loading does not clear the table a running program reads).
+    pub own_macs: Option<crate::own_mac::OwnMacTable>,
+}
+
+/// What [`Loaded::attach_pinned`] did.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Attached {
+    /// Attached anew, in this mode, and its link pinned.
+    New(XdpMode),
+    /// The pinned link now runs this program (BPF_LINK_UPDATE).
+    Updated,
+    /// The pinned link runs a program with this one's tag: left alone.
+    Kept,
+}
+
+/// The tag of the loaded program with id `id`.
+fn running_tag(id: u32) -> Option<[u8; 8]> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .find(|p| p.id() == id)
+        .map(|p| p.tag().to_be_bytes())
+}
+
 /// One loaded BPF object with its (single) XDP program loaded into the
 /// kernel, not attached.
 #[derive(Debug)]
@@ -33,8 +63,30 @@ impl Loaded {
     /// Load `object`, sizing the flow and slot maps from `opts`, and load
     /// its program into the kernel (the verifier runs here).
     pub fn load(object: Object, opts: &LoadOptions) -> Result<Self, XdpError> {
+        Self::load_pinned(object, opts, &PinPlan::default())
+    }
+
+    /// [`Loaded::load`] reusing or creating pinned maps as `plan` says:
+    /// a map given a path is opened there if something is pinned there
+    /// (aya checks nothing: the caller compared its layout first), else
+    /// created and pinned there; the own-MAC table starts as
+    /// `plan.own_macs` (aya rewrites a data section's initial bytes into
+    /// its map at every load, pinned or not).
+    pub fn load_pinned(
+        object: Object,
+        opts: &LoadOptions,
+        plan: &PinPlan,
+    ) -> Result<Self, XdpError> {
+        use zerocopy::IntoBytes as _;
         let bytes = object.bytes()?;
         let mut loader = EbpfLoader::new();
+        for (name, path) in &plan.maps {
+            loader.map_pin_path(name, path.as_path());
+        }
+        let own = plan.own_macs.map(|t| t.as_bytes().to_vec());
+        if let Some(own) = &own {
+            loader.override_global("own_macs", own.as_slice(), true);
+        }
         if object.is_director() {
             loader
                 .map_max_entries("flows", opts.flow_table_size)
@@ -101,6 +153,152 @@ impl Loaded {
             program: name,
             what: "attach",
             source: Box::new(last.unwrap_or(ProgramError::AlreadyLoaded)),
+        })
+    }
+
+    /// Attach to `interface` through the BPF link pinned at `link` (see
+    /// [`crate::pin`]): a live link there (on this interface) is updated
+    /// to this program atomically when the program it runs has another tag
+    /// (different instructions), else left running; otherwise the program
+    /// is attached as by [`Loaded::attach`] and its link pinned at `link`,
+    /// so it stays attached when this process ends. With `swap`, a live
+    /// link is updated whatever its program (this one's maps are not all
+    /// the running one's: a migration).
+    pub fn attach_pinned(
+        &mut self,
+        interface: &str,
+        mode: Option<XdpMode>,
+        link: &std::path::Path,
+        swap: bool,
+    ) -> Result<Attached, XdpError> {
+        use aya::programs::links::{FdLink, PinnedLink};
+        use aya::programs::xdp::XdpLink;
+        use std::os::fd::AsFd as _;
+        let name = self.object.name();
+        let perr = |what: &'static str| {
+            move |e: ProgramError| XdpError::Program {
+                program: name,
+                what,
+                source: Box::new(e),
+            }
+        };
+        let pin_err = |what: &'static str, e: std::io::Error| {
+            XdpError::Pin(crate::pin::PinError::Io {
+                what,
+                path: link.to_owned(),
+                source: e,
+            })
+        };
+        self.own_before_attach(interface)?;
+        let ifindex = rvs_sys::iface::ifindex(interface).map_err(|_| XdpError::Program {
+            program: name,
+            what: "attach",
+            source: Box::new(ProgramError::UnknownInterface {
+                name: interface.to_owned(),
+            }),
+        })?;
+        if let Ok(fd) = rvs_sys::bpf::obj_get(link) {
+            let live = rvs_sys::bpf::link_info(fd.as_fd()).is_ok_and(|i| {
+                i.link_type == rvs_sys::bpf::BPF_LINK_TYPE_XDP && i.xdp_ifindex == ifindex
+            });
+            if live {
+                let running = rvs_sys::bpf::link_info(fd.as_fd())
+                    .ok()
+                    .and_then(|i| running_tag(i.prog_id));
+                let prog = self.program()?;
+                let mine = prog
+                    .fd()
+                    .ok()
+                    .and_then(|f| rvs_sys::bpf::prog_tag(f.as_fd()).ok());
+                if !swap && running.is_some() && running == mine {
+                    return Ok(Attached::Kept);
+                }
+                let pinned = PinnedLink::from_pin(link).map_err(|e| {
+                    pin_err(
+                        "opening the link pinned at",
+                        std::io::Error::other(e.to_string()),
+                    )
+                })?;
+                let xdp_link = XdpLink::try_from(FdLink::from(pinned)).map_err(|e| {
+                    pin_err("not an XDP link:", std::io::Error::other(e.to_string()))
+                })?;
+                let id = prog
+                    .attach_to_link(xdp_link)
+                    .map_err(perr("link update (BPF_LINK_UPDATE)"))?;
+                // The pin keeps the link; this program's copy of it must
+                // not detach it when dropped.
+                let owned = prog.take_link(id).map_err(perr("take link"))?;
+                drop(owned);
+                return Ok(Attached::Updated);
+            }
+            // Defunct (its interface went away) or another kind: replace.
+            std::fs::remove_file(link).map_err(|e| pin_err("unpinning", e))?;
+        }
+        let prog = self.program()?;
+        let modes: &[XdpMode] = match mode {
+            Some(ref m) => std::slice::from_ref(m),
+            None => &[XdpMode::Driver, XdpMode::Skb],
+        };
+        let mut last = None;
+        for &m in modes {
+            match prog.attach(interface, m) {
+                Ok(id) => {
+                    let owned = prog.take_link(id).map_err(perr("take link"))?;
+                    let fd_link = FdLink::try_from(owned).map_err(|e| XdpError::Program {
+                        program: name,
+                        what: "the kernel attached without a BPF link (needs Linux 5.9+), so \
+                               the program could not outlive rvsd",
+                        source: Box::new(ProgramError::SyscallError(aya::sys::SyscallError {
+                            call: "bpf_link_create",
+                            io_error: std::io::Error::other(e.to_string()),
+                        })),
+                    })?;
+                    fd_link.pin(link).map_err(|e| {
+                        pin_err("pinning the link at", std::io::Error::other(e.to_string()))
+                    })?;
+                    return Ok(Attached::New(m));
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(XdpError::Program {
+            program: name,
+            what: "attach",
+            source: Box::new(last.unwrap_or(ProgramError::AlreadyLoaded)),
+        })
+    }
+
+    /// The file descriptor of map `name` (migration copies).
+    pub(crate) fn map_fd(
+        &mut self,
+        name: &'static str,
+    ) -> Result<std::os::fd::BorrowedFd<'_>, XdpError> {
+        use std::os::fd::AsFd as _;
+        match self.map(name)? {
+            aya::maps::Map::Array(d)
+            | aya::maps::Map::PerCpuArray(d)
+            | aya::maps::Map::HashMap(d)
+            | aya::maps::Map::LruHashMap(d) => Ok(d.fd().as_fd()),
+            _ => Err(XdpError::Missing {
+                kind: "map of a known type",
+                name,
+            }),
+        }
+    }
+
+    /// Pin map `name` at `path` (replacing what was pinned there).
+    pub(crate) fn pin_map(
+        &mut self,
+        name: &'static str,
+        path: &std::path::Path,
+    ) -> Result<(), XdpError> {
+        let _ = std::fs::remove_file(path);
+        self.map(name)?.pin(path).map_err(|e| {
+            XdpError::Pin(crate::pin::PinError::Io {
+                what: "pinning",
+                path: path.to_owned(),
+                source: std::io::Error::other(e.to_string()),
+            })
         })
     }
 

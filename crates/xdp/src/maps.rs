@@ -30,7 +30,7 @@ pub mod typed;
 pub use kernel::KernelMaps;
 #[cfg(any(test, feature = "mem-maps"))]
 pub use mem::MemMaps;
-pub use ops::{MapOps, WalkCursor};
+pub use ops::{Installed, MapOps, WalkCursor};
 
 /// Size of the services map (and of `svc_info`, `rr_cursor`, `svc_stats`).
 pub const MAX_SERVICES: u32 = 4096;

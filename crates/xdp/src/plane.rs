@@ -151,6 +151,7 @@ pub use crate::maps::{MapOps, WalkCursor};
 use crate::neigh::L2;
 use crate::tables::{TableError, scheduling_table};
 
+mod adopt;
 mod alloc;
 mod apply;
 mod l2;
@@ -275,6 +276,12 @@ pub struct Plane<M: MapOps> {
     /// interface MAC reaches the program within a second.
     links: Vec<u32>,
     own: crate::own_mac::OwnMacs,
+    /// State adopted from maps a previous instance left pinned, until the
+    /// configuration claimed it (see `adopt`).
+    adopted: Option<adopt::Adopted>,
+    /// Real-server indexes found in the adopted maps that no service
+    /// claims: held while flows use them.
+    orphans: Vec<adopt::Orphan>,
 }
 
 /// Flows (and templates) mirrored per report by default: a report holds the
@@ -397,8 +404,18 @@ impl<M: MapOps> Plane<M> {
         let mut config = Config::ipvs_defaults();
         fill_timeouts(&mut config, &timeouts);
         maps.set_config(&config)?;
+        let mut plane = Plane::blank(maps);
+        plane.config = config;
+        Ok(plane)
+    }
+
+    /// Empty books over `maps`, nothing written.
+    fn blank(maps: M) -> Self {
+        let timeouts = Timeouts::default();
+        let mut config = Config::ipvs_defaults();
+        fill_timeouts(&mut config, &timeouts);
         let slots = SlotAlloc::new(maps.slots_len());
-        Ok(Plane {
+        Plane {
             maps,
             services: HashMap::new(),
             refused: HashSet::new(),
@@ -423,7 +440,9 @@ impl<M: MapOps> Plane<M> {
             dirty: false,
             links: Vec::new(),
             own: crate::own_mac::OwnMacs::default(),
-        })
+            adopted: None,
+            orphans: Vec::new(),
+        }
     }
 
     /// The maps (tests look at them).
@@ -742,13 +761,21 @@ pub struct XdpOptions {
     /// SYN-flood guard: new flows per CPU per second above which
     /// hash-scheduled DR/TUN flows get no flow entry; 0 = off.
     pub max_new_flows: u32,
+    /// Pin the program's links and maps in this instance's directory (see
+    /// [`crate::pin`]), adopting what a previous rvsd left there: the
+    /// program then outlives this process. `None`: nothing pinned, the
+    /// program is detached when the plane is dropped.
+    pub pin: Option<crate::pin::Instance>,
+    /// The director object to load ([`crate::Object::Director`]; another
+    /// only for tests of upgrades).
+    pub object: crate::Object,
 }
 
 impl XdpPlane {
     /// [`Plane::start`], then the plane worker and the resolver task over
-    /// what it gave. Dropping the handle stops both and detaches the
-    /// program.
-    pub fn start(opts: &XdpOptions) -> Result<(Self, Vec<crate::AttachMode>), PlaneError> {
+    /// what it gave. Dropping the handle stops both; the program is
+    /// detached unless it was pinned ([`XdpOptions::pin`]).
+    pub fn start(opts: &XdpOptions) -> Result<(Self, Vec<crate::Attached>), PlaneError> {
         let (plane, resolver, modes) = Plane::start(opts)?;
         Ok((PlaneHandle::spawn(plane, resolver)?, modes))
     }
@@ -758,16 +785,47 @@ impl Plane<KernelMaps> {
     /// Load the director program, write its default configuration, attach
     /// it to every interface of `opts` (the modes it got, in order) and open
     /// the netlink socket for MAC resolution (returned, for the resolver
-    /// task). Dropping the plane detaches the program.
+    /// task). Dropping the plane detaches the program unless it was
+    /// pinned ([`XdpOptions::pin`]: then it keeps running, and a later
+    /// start over the same instance adopts it).
+    /// With `opts.pin`, a start that fails over an instance with nothing
+    /// pinned leaves nothing pinned; one that fails over pins a previous
+    /// rvsd left leaves them (and the program they keep running) alone.
     #[allow(clippy::type_complexity)]
     pub fn start(
         opts: &XdpOptions,
-    ) -> Result<(Self, crate::neigh::NeighResolver, Vec<crate::AttachMode>), PlaneError> {
+    ) -> Result<(Self, crate::neigh::NeighResolver, Vec<crate::Attached>), PlaneError> {
+        let fresh = opts.pin.as_ref().filter(|i| i.is_empty());
+        let r = Self::start_inner(opts);
+        if r.is_err()
+            && let Some(inst) = fresh
+        {
+            let _ = inst.remove();
+        }
+        r
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn start_inner(
+        opts: &XdpOptions,
+    ) -> Result<(Self, crate::neigh::NeighResolver, Vec<crate::Attached>), PlaneError> {
         let Some(first) = opts.interfaces.first() else {
             return Err(PlaneError::Refused("no interface to attach to".into()));
         };
         let not_root = || !nix::unistd::geteuid().is_root();
-        let maps = KernelMaps::load(&opts.load).map_err(|e| {
+        let loaded = match &opts.pin {
+            None => {
+                KernelMaps::load_object(opts.object, &opts.load).map(|m| (m, false, Vec::new()))
+            }
+            Some(inst) => crate::pin::load_director(inst, opts.object, &opts.load).map(|l| {
+                (
+                    KernelMaps::from_loaded(l.director, opts.load.slots),
+                    l.adopted,
+                    l.migrating,
+                )
+            }),
+        };
+        let (maps, adopted, migrating) = loaded.map_err(|e| {
             if not_root() {
                 PlaneError::Refused(format!(
                     "the xdp data plane needs root (CAP_BPF and CAP_NET_ADMIN) to load its \
@@ -790,7 +848,11 @@ impl Plane<KernelMaps> {
                     .map_err(|e| PlaneError::Refused(format!("MTU of `{first}`: {e}")))?
             }
         };
-        let mut plane = Plane::new(maps)?;
+        let mut plane = if adopted {
+            Plane::adopt(maps)?
+        } else {
+            Plane::new(maps)?
+        };
         plane.set_limits(tun_mtu, opts.max_new_flows)?;
         plane.set_tunnel_sources(opts.tun_src4, opts.tun_src6)?;
         if opts.tun_src_prefix4.is_some() || opts.tun_src_prefix6.is_some() {
@@ -798,10 +860,30 @@ impl Plane<KernelMaps> {
         }
         let mut modes = Vec::new();
         for name in &opts.interfaces {
-            let mode = plane.maps.director().attach(name, opts.mode).map_err(|e| {
+            let d = plane.maps.director();
+            let r = match &opts.pin {
+                Some(inst) => d.attach_pinned(
+                    name,
+                    opts.mode,
+                    &inst.link_path(name),
+                    !migrating.is_empty(),
+                ),
+                None => d.attach(name, opts.mode).map(crate::Attached::New),
+            };
+            let mode = r.map_err(|e| {
                 PlaneError::Refused(format!("attaching to interface `{name}`: {e}"))
             })?;
             modes.push(mode);
+        }
+        if let Some(inst) = &opts.pin {
+            crate::pin::finish_migration(inst, plane.maps.director(), migrating, &opts.load)?;
+            // Links of interfaces no longer configured go (detached).
+            for ifname in inst.linked_interfaces() {
+                if !opts.interfaces.contains(&ifname) {
+                    inst.unpin_link(&ifname).map_err(XdpError::from)?;
+                    tracing::info!(interface = %ifname, "XDP link of an interface no longer configured removed");
+                }
+            }
         }
         // What attach owns (each interface's MAC); the resolver task then
         // follows the interfaces' MACs and their macvlans'.

@@ -120,6 +120,8 @@ fn xd0_skb(flows: u32) -> XdpOptions {
         tun_src_prefix6: None,
         tun_mtu: None,
         max_new_flows: 0,
+        pin: None,
+        object: rvs_xdp::Object::Director,
     }
 }
 
@@ -227,6 +229,8 @@ fn xdp_plane_drives_the_attached_program() {
             tun_src_prefix6: None,
             tun_mtu: None,
             max_new_flows: 0,
+            pin: None,
+            object: rvs_xdp::Object::Director,
         };
         let (mut plane, neigh, modes) = Plane::start(&opts).expect("start");
         let mut resolver = Resolver::new(neigh);
@@ -857,5 +861,148 @@ fn the_worker_owns_the_mac_of_a_macvlan_on_its_interface() {
         );
         run(&["link", "del", "vrrp.7"]);
         wait(false);
+    });
+}
+
+/// The pins of one test's instance, removed on drop (even on failure).
+struct Pins(rvs_xdp::pin::Instance);
+
+impl Drop for Pins {
+    fn drop(&mut self) {
+        let _ = self.0.remove();
+    }
+}
+
+/// `prog/xdp id N` of `ifname` (empty when nothing is attached).
+fn xdp_prog(ifname: &str) -> String {
+    let text = run(&["link", "show", ifname]);
+    text.split("prog/xdp")
+        .nth(1)
+        .map(|t| t.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// With pins, the program and its maps outlive the plane: a second plane
+/// over the same instance adopts them (same program: kept running, same
+/// flows, same indexes); a third with another flow-table size migrates
+/// the flow tables into new maps and swaps the program by a link update;
+/// removing the instance detaches it. Also checks `director_maps` against
+/// the maps the kernel created from the object.
+#[test]
+fn pinned_plane_outlives_the_process_and_is_adopted_then_migrated() {
+    use rvs_xdp::Attached;
+    use rvs_xdp::maps::{Flow, FlowKey};
+    use rvs_xdp::pin::{Instance, director_maps, pinned_map_info};
+    if !root_or_skip("pinned_plane_outlives_the_process_and_is_adopted_then_migrated") {
+        return;
+    }
+    let bed = Bed::new();
+    let name = format!("xdptest-{}", bed.d);
+    bed.in_director(move || {
+        let inst = Instance::new(&name).expect("instance");
+        let pins = Pins(inst.clone());
+        let mut opts = xd0_skb(4096);
+        opts.pin = Some(inst.clone());
+        let nat = DestConfig::new("10.79.0.11".parse().unwrap(), 80).forward(ForwardMethod::Masq);
+        let config = || {
+            vec![
+                Command::AddService {
+                    key: key(),
+                    config: ServiceConfig::new(AddrFamily::Inet),
+                },
+                Command::AddDest {
+                    service: key(),
+                    dest: nat,
+                },
+            ]
+        };
+        let client: IpAddr = "10.79.0.50".parse().unwrap();
+        let fk = FlowKey::new(6, client, 40000, "10.79.0.100".parse().unwrap(), 80);
+
+        let (mut a, _, modes) = Plane::start(&opts).expect("start");
+        assert!(matches!(modes[..], [Attached::New(_)]), "{modes:?}");
+        let pinned = std::fs::read_dir(inst.maps_dir()).map_or(0, |rd| rd.count());
+        assert_eq!(
+            pinned,
+            director_maps(&opts.load).len(),
+            "every map pinned, no other"
+        );
+        for want in director_maps(&opts.load) {
+            let info = pinned_map_info(&inst.map_path(want.name))
+                .unwrap_or_else(|| panic!("{} pinned", want.name));
+            assert!(want.matches(&info), "{}: {info:?} vs {want:?}", want.name);
+        }
+        for c in config() {
+            a.apply_command(&c).expect("apply");
+        }
+        let (svc, dest) = (
+            a.service_index(&key()).unwrap(),
+            a.dest_index(&key(), "10.79.0.11".parse().unwrap(), 80)
+                .unwrap(),
+        );
+        let flow = Flow {
+            last_seen: rvs_xdp::jiffies_now().expect("jiffies"),
+            dest,
+            svc,
+            state: 3,
+            ..Flow::default()
+        };
+        a.maps().director().set_flow(&fk, &flow).expect("flow");
+        let first = xdp_prog("xd0");
+        drop(a);
+        assert_eq!(xdp_prog("xd0"), first, "still attached without a plane");
+
+        // Same build, same sizes: adopted, the program kept.
+        let (mut b, _, modes) = Plane::start(&opts).expect("adopt");
+        assert_eq!(modes, vec![Attached::Kept]);
+        assert!(b.adopting());
+        assert_eq!(b.maps().director().flow(&fk).expect("read"), Some(flow));
+        for c in config() {
+            b.apply_command(&c).expect("apply");
+        }
+        assert_eq!(b.service_index(&key()), Some(svc));
+        assert_eq!(
+            b.dest_index(&key(), "10.79.0.11".parse().unwrap(), 80),
+            Some(dest)
+        );
+        assert_eq!(
+            b.maps().read_config().expect("config").flags & maps::CFG_F_NAT,
+            maps::CFG_F_NAT
+        );
+        drop(b);
+
+        // Another flow-table size: the flow tables migrate, the program
+        // is swapped, the pins are the new maps.
+        opts.load.flow_table_size = 8192;
+        let (mut c, _, modes) = Plane::start(&opts).expect("migrate");
+        assert_eq!(modes, vec![Attached::Updated]);
+        assert_eq!(c.maps().director().flow(&fk).expect("read"), Some(flow));
+        let info = pinned_map_info(&inst.map_path("flows4")).expect("flows4");
+        assert_eq!(info.max_entries, 8192);
+        assert_ne!(xdp_prog("xd0"), first, "another program on the link");
+        assert_ne!(xdp_prog("xd0"), "");
+        drop(c);
+        // One more interface, then fewer: the link of the interface no
+        // longer configured is removed (detached).
+        opts.interfaces = vec!["xd0".into(), "xd1".into()];
+        let (d, _, modes) = Plane::start(&opts).expect("two interfaces");
+        assert!(
+            matches!(modes[..], [Attached::Kept, Attached::New(_)]),
+            "{modes:?}"
+        );
+        drop(d);
+        assert_ne!(xdp_prog("xd1"), "");
+        opts.interfaces = vec!["xd0".into()];
+        let (e, _, _) = Plane::start(&opts).expect("one interface");
+        assert_eq!(xdp_prog("xd1"), "", "xd1's link removed");
+        assert_eq!(inst.linked_interfaces(), vec!["xd0".to_owned()]);
+        drop(e);
+        drop(pins);
+        let start = StdInstant::now();
+        while !xdp_prog("xd0").is_empty() && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(xdp_prog("xd0"), "", "detached once unpinned");
+        assert!(!inst.exists());
     });
 }

@@ -172,6 +172,11 @@ pub fn command() -> Command {
                 "rvs: make rvsd re-read its configuration file and apply the difference",
             ),
             flag(
+                "remove-director",
+                None,
+                "rvs: make rvsd detach its XDP program from every interface, unpin its maps and links, and exit (a plain stop leaves the program forwarding)",
+            ),
+            flag(
                 "checks",
                 None,
                 "rvs: with -L, list each real server's health-check state, weight, checkers and last failure reason",

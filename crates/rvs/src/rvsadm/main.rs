@@ -211,6 +211,7 @@ fn run(mut args: Vec<String>, socket: &PathBuf) -> Result<(), Fail> {
                 1,
             )),
         },
+        Ipvsadm::RemoveDirector => simple(socket, &Request::RemoveDirector),
         Ipvsadm::StartDaemon(d) => simple(socket, &Request::StartDaemon(d)),
         Ipvsadm::StopDaemon(d) => simple(
             socket,

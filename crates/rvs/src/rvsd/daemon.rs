@@ -34,6 +34,9 @@ pub struct Daemon {
     sync: crate::sync::SyncDaemons,
     /// keepalived.conf's `lvs_sync_daemon`, if the file has one.
     sync_wanted: Option<rvs_config::model::LvsSyncDaemon>,
+    /// `rvsadm --remove-director` asked rvsd to remove its data plane and
+    /// exit: the main loop waits on this.
+    remove: Arc<tokio::sync::Notify>,
 }
 
 impl Daemon {
@@ -53,7 +56,14 @@ impl Daemon {
             vrrp_status: crate::vrrp::Status::default(),
             sync: crate::sync::SyncDaemons::default(),
             sync_wanted: None,
+            remove: Arc::new(tokio::sync::Notify::new()),
         }
+    }
+
+    /// Notified when `rvsadm --remove-director` asks rvsd to remove its
+    /// data plane and exit.
+    pub fn remove_requested(&self) -> Arc<tokio::sync::Notify> {
+        self.remove.clone()
     }
 
     /// The VRRP instances to run, updated by every accepted (re)load.
@@ -240,6 +250,11 @@ impl Daemon {
                     ctl: None,
                 },
             },
+            Request::RemoveDirector => {
+                tracing::info!("removal of the director requested");
+                self.remove.notify_one();
+                Response::Ok
+            }
             Request::Reload | Request::StartDaemon(_) | Request::StopDaemon { .. } => {
                 Response::Error {
                     message: "this request must go through daemon::answer".into(),

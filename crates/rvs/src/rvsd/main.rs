@@ -156,6 +156,30 @@ struct Args {
     #[arg(long, value_name = "CIDR")]
     tunnel_source_prefix: Vec<String>,
 
+    /// xdp: name of this rvsd's pin directory /sys/fs/bpf/rvs/NAME: the
+    /// program's links (links/IF) and maps (maps/MAP) are pinned there, so
+    /// the XDP program keeps forwarding, with its flows, while rvsd stops
+    /// or restarts, and a starting rvsd adopts them (see the README).
+    /// Default: `default` with the default --socket, else a name derived
+    /// from the socket path (two rvsds with different sockets never share
+    /// pins).
+    #[arg(long, value_name = "NAME")]
+    instance: Option<String>,
+
+    /// Remove the pinned XDP data plane of the instance (--instance, or the
+    /// one of --socket) and exit: its program is detached from every
+    /// interface and its maps unpinned. For an instance whose rvsd is not
+    /// running; a running rvsd does it on `rvsadm --remove-director`.
+    #[arg(long)]
+    remove: bool,
+
+    /// Tests only: load the director variant whose program differs (another
+    /// tag, same maps), so a restart onto it is an upgrade that swaps the
+    /// program through a link update. Only in builds with rvs-xdp's
+    /// `upgrade-probe` feature (the e2e tests').
+    #[arg(long, hide = true)]
+    xdp_upgrade_probe: bool,
+
     /// Log level or tracing filter (error, warn, info, debug, trace).
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     log_level: String,
@@ -313,6 +337,25 @@ fn main() -> ExitCode {
             }
         };
     }
+    if args.remove {
+        return match instance(&args).and_then(|i| Ok((i.remove()?, i))) {
+            Ok((true, i)) => {
+                println!(
+                    "rvsd: removed the XDP data plane of instance `{}`",
+                    i.name()
+                );
+                ExitCode::SUCCESS
+            }
+            Ok((false, i)) => {
+                println!("rvsd: instance `{}` has nothing pinned", i.name());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("rvsd --remove: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let dir = demo.as_ref().map(|d| d.dir.clone());
     let result = run(args, source, demo);
     if let Some(dir) = dir {
@@ -349,6 +392,15 @@ fn parse_cidr(s: &str) -> anyhow::Result<(std::net::IpAddr, u8)> {
         None => max,
     };
     Ok((addr, len))
+}
+
+/// The pin directory of this rvsd (`--instance`, else from `--socket`).
+fn instance(args: &Args) -> anyhow::Result<rvs_xdp::pin::Instance> {
+    let name = match &args.instance {
+        Some(n) => n.clone(),
+        None => rvs_xdp::pin::Instance::default_name(&args.socket),
+    };
+    rvs_xdp::pin::Instance::new(&name).map_err(|e| anyhow::anyhow!("--instance: {e}"))
 }
 
 /// A data plane and, for the proxy, its counters.
@@ -456,10 +508,29 @@ fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
         tun_src_prefix6: prefix6,
         tun_mtu: args.tunnel_mtu,
         max_new_flows: args.max_new_flows,
+        pin: Some(instance(args)?),
+        object: if args.xdp_upgrade_probe {
+            rvs_xdp::Object::upgrade_probe().ok_or_else(|| {
+                anyhow::anyhow!("--xdp-upgrade-probe: this build has no probe object")
+            })?
+        } else {
+            rvs_xdp::Object::Director
+        },
     };
     let (plane, modes) = XdpPlane::start(&opts).map_err(|e| anyhow::anyhow!("xdp: {e}"))?;
-    for (interface, mode) in opts.interfaces.iter().zip(modes) {
-        tracing::info!(%interface, ?mode, flows = args.flow_table_size, "XDP program attached");
+    let pins = opts.pin.as_ref().map(|p| p.dir().display().to_string());
+    for (interface, how) in opts.interfaces.iter().zip(modes) {
+        match how {
+            rvs_xdp::Attached::New(mode) => tracing::info!(
+                %interface, ?mode, flows = args.flow_table_size, ?pins, "XDP program attached"
+            ),
+            rvs_xdp::Attached::Updated => tracing::info!(
+                %interface, ?pins, "XDP program adopted and replaced (link update)"
+            ),
+            rvs_xdp::Attached::Kept => tracing::info!(
+                %interface, ?pins, "XDP program adopted (the same program keeps running)"
+            ),
+        }
     }
     Ok(plane)
 }
@@ -483,6 +554,16 @@ fn demo_vip(port: u16) -> std::net::SocketAddr {
 }
 
 fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Result<()> {
+    let pins = instance(&args)?;
+    if args.dataplane != DataPlaneKind::Xdp && demo.is_none() && pins.exists() {
+        // An XDP program a previous rvsd of this instance left attached
+        // would keep forwarding beside this data plane.
+        pins.remove()?;
+        tracing::warn!(
+            instance = pins.name(),
+            "removed the XDP data plane a previous rvsd left pinned"
+        );
+    }
     let (plane, proxy_stats) = data_plane(&args)?;
     let mut config = IpvsConfig {
         conn_capacity: args.conn_capacity,
@@ -557,6 +638,11 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
                 }
             }
         });
+        let remove = daemon
+            .lock()
+            .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?
+            .remove_requested();
+        let mut removing = false;
         let mut demo_task = demo.map(|d| {
             let once = d.once;
             let (daemon, socket) = (daemon.clone(), args.socket.clone());
@@ -570,6 +656,10 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
                 }
                 _ = term.recv() => break,
                 _ = int.recv() => break,
+                _ = remove.notified() => {
+                    removing = true;
+                    break;
+                }
                 done = async { match demo_task.as_mut() { Some((_, t)) => t.await, None => std::future::pending().await } } => {
                     let once = demo_task.as_ref().is_some_and(|(o, _)| *o);
                     demo_task = None;
@@ -588,6 +678,12 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), vrrp_task).await;
         if let Ok(mut d) = daemon.lock() {
             d.shutdown_health();
+        }
+        if removing {
+            // Unpinned, the links go with this process's descriptors of
+            // them when it exits a moment later; the maps with the program.
+            pins.remove()?;
+            tracing::info!(instance = pins.name(), "XDP data plane removed");
         }
         anyhow::Ok(())
     })

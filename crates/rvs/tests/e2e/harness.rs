@@ -176,6 +176,28 @@ impl Drop for Rvsd {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        remove_pins(&self.socket);
+    }
+}
+
+/// Removes, on drop, the XDP pins an rvsd on this socket may have left
+/// (see [`remove_pins`]), even when the test fails.
+pub struct PinGuard(pub PathBuf);
+
+impl Drop for PinGuard {
+    fn drop(&mut self) {
+        remove_pins(&self.0);
+    }
+}
+
+/// Remove the XDP pins (`/sys/fs/bpf/rvs/<instance>`) an rvsd serving
+/// `socket` under its default instance name may have left (an xdp rvsd
+/// started outside a private mount namespace keeps its program attached
+/// after it is killed).
+pub fn remove_pins(socket: &Path) {
+    let name = rvs_xdp::pin::Instance::default_name(socket);
+    if let Ok(i) = rvs_xdp::pin::Instance::new(&name) {
+        let _ = i.remove();
     }
 }
 

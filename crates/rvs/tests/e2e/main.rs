@@ -15,6 +15,7 @@ mod netns;
 mod proxy;
 mod realserver;
 mod reload;
+mod restart;
 mod socket;
 mod sync;
 mod vrrp;

@@ -329,6 +329,7 @@ fn rvsd_xdp_dataplane_carries_dr_and_reports_it() {
 fn rvsd_xdp_start_errors_are_clear() {
     let dir = TempDir::new("xdpd-err");
     let socket = dir.path().join("rvsd.sock");
+    let _pins = crate::harness::PinGuard(socket.clone());
     let run = |pre: &[&str], args: &[&str]| {
         let mut c = Command::new(pre.first().copied().unwrap_or(RVSD));
         if !pre.is_empty() {

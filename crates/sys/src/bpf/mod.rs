@@ -9,13 +9,14 @@
 //! `InvalidInput` error, never an out-of-bounds kernel write.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::OnceLock;
 
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
+const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 
@@ -144,6 +145,107 @@ pub fn map_info(fd: BorrowedFd<'_>) -> io::Result<MapInfo> {
         max_entries: head.max_entries,
         map_flags: head.map_flags,
     })
+}
+
+/// `union bpf_attr` for `BPF_OBJ_GET`.
+#[repr(C)]
+#[derive(Default)]
+struct ObjGetAttr {
+    pathname: u64,
+    bpf_fd: u32,
+    file_flags: u32,
+    path_fd: i32,
+    pad: u32,
+}
+
+/// `BPF_OBJ_GET`: open the object (map, program or link) pinned at `path`
+/// on a bpffs.
+pub fn obj_get(path: &std::path::Path) -> io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| invalid(format!("{}: a NUL in the path", path.display())))?;
+    let mut attr = ObjGetAttr {
+        pathname: c.as_ptr() as u64,
+        ..ObjGetAttr::default()
+    };
+    // SAFETY: `attr.pathname` points at `c`, a NUL-terminated string that
+    // outlives the call; the kernel only reads it.
+    let fd = unsafe { bpf(BPF_OBJ_GET, &mut attr) }?;
+    // SAFETY: on success BPF_OBJ_GET returns a new descriptor this process
+    // owns and nothing else refers to.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// `struct bpf_link_info` up to its XDP member (the kernel fills what
+/// fits): type, ids, and the union whose `xdp.ifindex` is at offset 16.
+#[repr(C)]
+#[derive(Default)]
+struct LinkInfoHead {
+    link_type: u32,
+    id: u32,
+    prog_id: u32,
+    pad: u32,
+    /// First word of the union: `xdp.ifindex` for XDP links.
+    union0: u32,
+    union1: u32,
+}
+
+/// `BPF_LINK_TYPE_XDP`.
+pub const BPF_LINK_TYPE_XDP: u32 = 6;
+
+/// What the kernel says about a BPF link.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LinkInfo {
+    /// `BPF_LINK_TYPE_*` ([`BPF_LINK_TYPE_XDP`] for XDP).
+    pub link_type: u32,
+    /// The link's id.
+    pub id: u32,
+    /// The id of the program it runs.
+    pub prog_id: u32,
+    /// XDP links: the interface it is attached to, 0 once that interface
+    /// is gone (the link is then defunct). Other links: 0.
+    pub xdp_ifindex: u32,
+}
+
+/// `BPF_OBJ_GET_INFO_BY_FD` on a link (aya 0.14's `LinkInfo` has no
+/// interface index, which tells a live XDP link from a defunct one).
+pub fn link_info(fd: BorrowedFd<'_>) -> io::Result<LinkInfo> {
+    let mut head = LinkInfoHead::default();
+    let mut attr = InfoAttr {
+        bpf_fd: fd_u32(fd),
+        info_len: size_of::<LinkInfoHead>() as u32,
+        info: std::ptr::from_mut(&mut head) as u64,
+    };
+    // SAFETY: `attr.info` points at `head`, a live struct of `info_len`
+    // bytes the kernel may write.
+    unsafe { bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }?;
+    Ok(LinkInfo {
+        link_type: head.link_type,
+        id: head.id,
+        prog_id: head.prog_id,
+        xdp_ifindex: if head.link_type == BPF_LINK_TYPE_XDP {
+            head.union0
+        } else {
+            0
+        },
+    })
+}
+
+/// The tag of a loaded program (`bpf_prog_info.tag`: a hash of its
+/// instructions as loaded, map references left out, so the same program
+/// loaded twice has the same tag).
+pub fn prog_tag(fd: BorrowedFd<'_>) -> io::Result<[u8; 8]> {
+    let mut head = ProgInfoHead::default();
+    let mut attr = InfoAttr {
+        bpf_fd: fd_u32(fd),
+        info_len: size_of::<ProgInfoHead>() as u32,
+        info: std::ptr::from_mut(&mut head) as u64,
+    };
+    // SAFETY: `attr.info` points at `head`, a live struct of `info_len`
+    // bytes the kernel may write; its instruction pointers are zero, so
+    // the kernel copies no instructions.
+    unsafe { bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }?;
+    Ok(head.tag)
 }
 
 /// The program as the verifier rewrote it: its "xlated" instructions, 8

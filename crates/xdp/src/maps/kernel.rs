@@ -23,10 +23,22 @@ impl KernelMaps {
     /// Load the director with `opts` (flow table and slots sizes); not
     /// attached yet.
     pub fn load(opts: &crate::LoadOptions) -> Result<Self, XdpError> {
+        Self::load_object(crate::Object::Director, opts)
+    }
+
+    /// [`KernelMaps::load`] of `object` (the director or a variant with
+    /// its maps).
+    pub fn load_object(object: crate::Object, opts: &crate::LoadOptions) -> Result<Self, XdpError> {
         Ok(KernelMaps {
-            director: Loaded::load(crate::Object::Director, opts)?,
+            director: Loaded::load(object, opts)?,
             slots: opts.slots,
         })
+    }
+
+    /// Maps of a director loaded elsewhere ([`crate::pin::load_director`])
+    /// with `slots` entries of `slots`.
+    pub fn from_loaded(director: Loaded, slots: u32) -> Self {
+        KernelMaps { director, slots }
     }
 
     /// The director program (to attach it, or to look at its maps).
@@ -273,5 +285,37 @@ impl MapOps for KernelMaps {
     }
     fn slots_len(&self) -> u32 {
         self.slots
+    }
+    fn read_installed(&mut self) -> Result<super::ops::Installed, XdpError> {
+        let mut keys = Vec::new();
+        for r in self.director.hash::<SvcKey, u32>("services")?.iter() {
+            match r {
+                Ok(kv) => keys.push(kv),
+                Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(map_error("services", e)),
+            }
+        }
+        let mut services = Vec::with_capacity(keys.len());
+        for (k, i) in keys {
+            let svc = self.read_svc(i)?;
+            let list = self.read_slots(svc.dests_off, svc.dests_len)?;
+            services.push((k, i, svc, list));
+        }
+        services.sort_by_key(|s| s.1);
+        let mut dests = Vec::new();
+        {
+            let a = self.director.array::<Dest>("dests")?;
+            for i in 0..crate::maps::MAX_DESTS {
+                let d = a.get(&i, 0).map_err(|e| map_error("dests", e))?;
+                if d != Dest::default() {
+                    dests.push((i, d));
+                }
+            }
+        }
+        Ok(super::ops::Installed {
+            services,
+            dests,
+            config: self.read_config()?,
+        })
     }
 }

@@ -234,6 +234,29 @@ impl MapOps for MemMaps {
     fn clock(&mut self) -> Result<(u64, u32), XdpError> {
         Ok((self.jiffies, self.hz))
     }
+    fn read_installed(&mut self) -> Result<super::ops::Installed, XdpError> {
+        let mut services: Vec<_> = self
+            .services
+            .iter()
+            .map(|(k, &i)| {
+                let svc = self.svc_info.get(&i).copied().unwrap_or_default();
+                (*k, i, svc, self.svc_data(i).0)
+            })
+            .collect();
+        services.sort_by_key(|s| s.1);
+        let mut dests: Vec<(u32, Dest)> = self
+            .dests
+            .iter()
+            .filter(|(_, d)| **d != Dest::default())
+            .map(|(i, d)| (*i, *d))
+            .collect();
+        dests.sort_by_key(|d| d.0);
+        Ok(super::ops::Installed {
+            services,
+            dests,
+            config: self.config,
+        })
+    }
     fn slots_len(&self) -> u32 {
         self.slots_len
     }

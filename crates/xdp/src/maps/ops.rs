@@ -87,6 +87,23 @@ pub trait MapOps {
     fn clock(&mut self) -> Result<(u64, u32), XdpError>;
     /// Number of `slots` entries.
     fn slots_len(&self) -> u32;
+    /// What the maps hold of the control side's tables (the services,
+    /// their scheduling descriptions and real-server lists, every real
+    /// server in use, `config`): what a plane adopting maps a previous
+    /// rvsd left pinned rebuilds its books from.
+    fn read_installed(&mut self) -> Result<Installed, XdpError>;
+}
+
+/// The control side's tables as [`MapOps::read_installed`] found them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Installed {
+    /// `services` with each one's `svc_info` element and real-server
+    /// list (the dest indexes its scheduling region starts with).
+    pub services: Vec<(SvcKey, u32, Svc, Vec<u32>)>,
+    /// Every non-zero `dests` element.
+    pub dests: Vec<(u32, Dest)>,
+    /// `config[0]`.
+    pub config: Config,
 }
 
 /// Where a walk of a table (the flow tables, the persistence templates)

@@ -55,6 +55,29 @@ impl SlotAlloc {
         self.free.insert(off, len);
     }
 
+    /// Take `r` out of the free runs (a region found in use in adopted
+    /// maps). False when part of it is not free.
+    pub(super) fn reserve(&mut self, r: Region) -> bool {
+        if r.len == 0 {
+            return true;
+        }
+        let Some((&off, &run)) = self.free.range(..=r.off).next_back() else {
+            return false;
+        };
+        if off + run < r.off + r.len {
+            return false;
+        }
+        self.free.remove(&off);
+        if r.off > off {
+            self.free.insert(off, r.off - off);
+        }
+        let end = r.off + r.len;
+        if off + run > end {
+            self.free.insert(end, off + run - end);
+        }
+        true
+    }
+
     pub(super) fn free_total(&self) -> u64 {
         self.free.values().map(|&l| u64::from(l)).sum()
     }
@@ -88,6 +111,23 @@ impl IndexAlloc {
     pub(super) fn release(&mut self, i: u32) {
         self.free.push(i);
     }
+    /// Take index `i` out of the free ones (found in use in adopted maps).
+    /// False when it was not free.
+    pub(super) fn reserve(&mut self, i: u32) -> bool {
+        if i >= self.max {
+            return false;
+        }
+        if let Some(p) = self.free.iter().position(|&f| f == i) {
+            self.free.swap_remove(p);
+            return true;
+        }
+        if i < self.next {
+            return false;
+        }
+        self.free.extend(self.next..i);
+        self.next = i + 1;
+        true
+    }
 }
 
 /// Something waiting for its grace period.
@@ -95,4 +135,29 @@ impl IndexAlloc {
 pub(super) enum Retired {
     Region(Region),
     Svc(u32),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_regions_and_indexes_are_not_handed_out() {
+        let mut s = SlotAlloc::new(100);
+        assert!(s.reserve(Region { off: 10, len: 5 }));
+        assert!(!s.reserve(Region { off: 12, len: 1 }));
+        assert_eq!(s.free_total(), 95);
+        let a = s.alloc(10).expect("room");
+        assert_eq!(a, Region { off: 0, len: 10 });
+        let b = s.alloc(3).expect("room");
+        assert_eq!(b.off, 15);
+        let mut i = IndexAlloc::new(8);
+        assert!(i.reserve(3));
+        assert!(!i.reserve(3));
+        assert!(i.reserve(0));
+        let got: Vec<u32> = std::iter::from_fn(|| i.alloc()).collect();
+        let mut sorted = got.clone();
+        sorted.sort();
+        assert_eq!(sorted, vec![1, 2, 4, 5, 6, 7]);
+    }
 }

@@ -70,6 +70,9 @@ impl<M: MapOps> Plane<M> {
             return Ok(());
         }
         self.refused.remove(key);
+        if self.claim_service(key, config) {
+            return Ok(());
+        }
         let index = self.svc_idx.alloc().ok_or(PlaneError::Full("svc_info"))?;
         if let Err(e) = self.maps.set_cursor(index, 0) {
             self.svc_idx.release(index);
@@ -301,9 +304,15 @@ impl<M: MapOps> Plane<M> {
             .trash
             .iter()
             .position(|t| t.service == *service && same(&t.dest.core.config, cfg));
-        let (mut d, fresh) = match resurrect {
-            Some(p) => (self.trash.remove(p).dest, false),
-            None => {
+        let claimed = if resurrect.is_none() {
+            self.claim_dest(service, cfg)
+        } else {
+            None
+        };
+        let (mut d, fresh) = match (resurrect, claimed.clone()) {
+            (Some(p), _) => (self.trash.remove(p).dest, false),
+            (None, Some(d)) => (d, false),
+            (None, None) => {
                 let index = self.dest_idx.alloc().ok_or(PlaneError::Full("dests"))?;
                 let core = CoreDest::new(DestId(index), *cfg);
                 (
@@ -335,7 +344,13 @@ impl<M: MapOps> Plane<M> {
             let _ = self.maps.set_dest_conns(d.index, &DestConns::default());
         }
         let undo = |me: &mut Self, prev: DestState| {
-            if fresh {
+            if claimed.is_some() {
+                // Back to the orphans: held while flows use it.
+                me.orphans.push(super::adopt::Orphan {
+                    index: prev.index,
+                    since: me.generation,
+                });
+            } else if fresh {
                 let _ = me.maps.set_dest(prev.index, &Dest::default());
                 me.dest_idx.release(prev.index);
                 me.baselines.remove(&prev.index);
@@ -356,6 +371,11 @@ impl<M: MapOps> Plane<M> {
         }
         if let Some(st) = self.services.get_mut(service) {
             st.dests.insert(0, d);
+        }
+        // An adopted service keeps scheduling with its old data until all
+        // its adopted real servers are back.
+        if self.awaits_claims(service) {
+            return Ok(());
         }
         if let Err(e) = self.publish(service) {
             if let Some(st) = self.services.get_mut(service) {
@@ -456,7 +476,9 @@ impl<M: MapOps> Plane<M> {
                 .flat_map(|s| s.dests.iter())
                 .chain(self.trash.iter().map(|t| &t.dest))
         };
-        c.flags = if all().any(|d| matches!(d.core.config.forward, ForwardMethod::Masq)) {
+        c.flags = if all().any(|d| matches!(d.core.config.forward, ForwardMethod::Masq))
+            || self.adopted_nat()
+        {
             maps::CFG_F_NAT
         } else {
             0
@@ -469,12 +491,16 @@ impl<M: MapOps> Plane<M> {
                     .flatten()
             })
         };
+        // While adopting, a source not known yet stays as the maps had it.
+        let adopting = self.adopted.is_some();
         match self.tun_src.0.map(IpAddr::V4).or_else(|| tun(false)) {
             Some(IpAddr::V4(a)) => c.tun_src4 = a.octets(),
+            _ if adopting => {}
             _ => c.tun_src4 = [0; 4],
         }
         match self.tun_src.1.map(IpAddr::V6).or_else(|| tun(true)) {
             Some(IpAddr::V6(a)) => c.tun_src6 = a.octets(),
+            _ if adopting => {}
             _ => c.tun_src6 = [0; 16],
         }
         c.tun_vary4 = self.tun_vary.0;

@@ -176,6 +176,9 @@ impl<M: MapOps> Plane<M> {
         if *ipvs.timeouts() != self.timeouts {
             w.timeouts = Some(ipvs.timeouts().clone());
         }
+        if converge {
+            self.settle_adoption();
+        }
         if self.dirty && converge {
             w.converge = self.converge(ipvs);
         }
@@ -413,6 +416,21 @@ impl<M: MapOps> Plane<M> {
                 && !persist.users.contains(&i)
         });
         self.trash = keep;
+        // Adopted indexes no service claimed, no longer used: free.
+        let (gone, held): (Vec<_>, Vec<_>) = self.orphans.drain(..).partition(|o| {
+            flows.start >= o.since + 2
+                && persist.start >= o.since + 2
+                && !flows.users.contains(&o.index)
+                && !persist.users.contains(&o.index)
+        });
+        self.orphans = held;
+        for o in gone {
+            if self.maps.set_dest(o.index, &Dest::default()).is_ok() {
+                self.dest_idx.release(o.index);
+            } else {
+                self.orphans.push(o);
+            }
+        }
         free
     }
 }

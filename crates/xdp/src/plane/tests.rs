@@ -1101,3 +1101,121 @@ fn the_own_mac_table_follows_the_attached_interfaces() {
     bed.plane.on_owned_macs(LINK + 1, vec![VMAC]);
     assert_eq!(bed.plane.maps().own_macs, want(&[IF_MAC, VMAC]));
 }
+
+/// A plane adopting the maps another plane filled (a restarted rvsd over
+/// pinned maps): services and real servers keep their indexes whatever
+/// order the configuration comes in, nothing a flow depends on is reset
+/// or rewritten before the configuration claims it, counters continue,
+/// flows are mirrored again, and what the configuration no longer has is
+/// removed once it had its chance.
+#[test]
+fn an_adopting_plane_keeps_indexes_flows_and_counters() {
+    let mut bed = Bed::new();
+    bed.svc(80, "rr").unwrap();
+    for i in 1..=3 {
+        bed.dest(80, dr(i)).unwrap();
+    }
+    bed.svc(81, "mh").unwrap();
+    bed.dest(81, dr(4)).unwrap();
+    bed.dest(81, dr(5)).unwrap();
+    bed.svc(82, "wlc").unwrap();
+    bed.dest(82, dr(6)).unwrap();
+    bed.report(1);
+    let (s80, s81, s82) = (
+        bed.plane.service_index(&key(80)).unwrap(),
+        bed.plane.service_index(&key(81)).unwrap(),
+        bed.plane.service_index(&key(82)).unwrap(),
+    );
+    let (d2, d3, d5) = (bed.index(80, 2), bed.index(80, 3), bed.index(81, 5));
+    let vip: IpAddr = "10.0.0.100".parse().unwrap();
+    let now = bed.plane.maps().jiffies;
+    let flow = |dest, svc| Flow {
+        last_seen: now,
+        dest,
+        svc,
+        state: TcpState::Established as u8,
+        flags: maps::FLOW_F_NOOUTPUT,
+        ..Flow::default()
+    };
+    {
+        let m = bed.plane.maps();
+        m.flows
+            .insert(FlowKey::new(6, rs(201), 1000, vip, 80), flow(d2, s80));
+        m.flows
+            .insert(FlowKey::new(6, rs(202), 1000, vip, 80), flow(d3, s80));
+        m.flows
+            .insert(FlowKey::new(6, rs(203), 1000, vip, 81), flow(d5, s81));
+        m.cursors.insert(s80, 7);
+        m.dest_stats.insert(
+            d2,
+            Stats {
+                conns: 40,
+                inpkts: 400,
+                ..Stats::default()
+            },
+        );
+    }
+    bed.run(Command::DelDest {
+        service: key(80),
+        addr: rs(3),
+        port: 80,
+    })
+    .unwrap();
+    for t in 2..=4 {
+        bed.report(t);
+    }
+    assert_eq!(bed.index(80, 3), d3, "draining: its flow holds the index");
+    let (data80, data81) = (bed.data(80), bed.data(81));
+    // rvsd restarts: a new plane over the same maps, a new director.
+    let maps = bed.plane.maps().clone();
+    let mut b = Bed::new();
+    b.plane = Plane::adopt(maps.clone()).unwrap();
+    assert!(b.plane.adopting());
+    {
+        let m = b.plane.maps();
+        assert_eq!(m.writes, maps.writes, "adopting writes nothing");
+        assert_eq!(m.svc_info, maps.svc_info);
+    }
+    // The configuration, in another order, without service 82.
+    b.svc(81, "mh").unwrap();
+    b.dest(81, dr(4)).unwrap();
+    b.dest(81, dr(5)).unwrap();
+    b.svc(80, "rr").unwrap();
+    b.dest(80, dr(1)).unwrap();
+    assert_eq!(b.data(80), data80, "the old data serves until all are back");
+    b.dest(80, dr(2)).unwrap();
+    assert_eq!(b.plane.service_index(&key(80)), Some(s80));
+    assert_eq!(b.plane.service_index(&key(81)), Some(s81));
+    assert_eq!(b.index(80, 2), d2);
+    assert_eq!(b.index(81, 5), d5);
+    assert_eq!(b.data(80), data80, "same list, same table");
+    assert_eq!(b.data(81), data81);
+    assert_eq!(b.plane.maps().cursors.get(&s80), Some(&7), "rr cursor kept");
+    let el = b.plane.maps().dests[&d2];
+    assert_eq!(el.mac, l2(2).mac, "next hop kept: ready at once");
+    // A new real server does not take an index a flow still uses (d3:
+    // deleted before the restart, its flow still draining).
+    b.dest(80, dr(7)).unwrap();
+    assert_ne!(b.index(80, 7), d3);
+    assert_ne!(b.index(80, 7), s82);
+    b.report(1);
+    // Counters continue from the program's, flows are listed again.
+    let s = b.ipvs.service(&key(80)).unwrap();
+    let d = s.dests().iter().find(|d| d.config.addr == rs(2)).unwrap();
+    assert_eq!((d.stats.conns, d.stats.inpkts), (40, 400));
+    assert_eq!(b.ipvs.conns().len(), 2, "the flows of live real servers");
+    // Service 82 is not in the configuration: removed once settled.
+    for t in 2..=5 {
+        b.report(t);
+    }
+    assert!(!b.plane.adopting());
+    let skey = svc_key(&key(82)).unwrap();
+    assert!(!b.plane.maps().services.contains_key(&skey), "82 removed");
+    assert!(
+        b.plane
+            .maps()
+            .services
+            .contains_key(&svc_key(&key(80)).unwrap())
+    );
+    b.ipvs.audit().unwrap();
+}

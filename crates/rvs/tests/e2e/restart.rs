@@ -1,0 +1,442 @@
+//! The XDP plane outlives rvsd: real TCP through `rvsd --dataplane xdp`
+//! (DR, and one-arm NAT) while rvsd is restarted three times with
+//! SIGTERM, three times with SIGKILL and once as an upgrade to a program
+//! with another tag (`--xdp-upgrade-probe`, a link update). 50 long-lived
+//! streams carry pseudo-random data the real servers echo, checked byte
+//! for byte, and a steady loop of new connections runs meanwhile: no
+//! stream may break or lose a byte, no new connection may fail; after each
+//! restart `rvsadm -Lcn` lists the live flows again and the service's
+//! counters are at least what they were.
+//!
+//! rvsd runs in the director's network namespace through `nsenter --net`
+//! (not `ip netns exec`, whose private mount namespace would give it a
+//! bpffs of its own that vanishes with it) under a unique `--instance`;
+//! the guard kills it and removes the instance's pins, even on failure.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::harness::{RVSADM, RVSD, TempDir, wait_for_socket};
+use crate::netns::{Bed, Host, connect};
+
+const VIP: &str = "10.77.0.100";
+const STREAMS: usize = 50;
+const CHUNK: usize = 1024;
+
+fn vip() -> SocketAddr {
+    SocketAddr::new(VIP.parse().expect("vip"), 80)
+}
+
+/// rvsd in the director's namespace, restartable; its pins are removed
+/// and it is killed on drop.
+struct Director {
+    ns: String,
+    instance: String,
+    socket: PathBuf,
+    conf: PathBuf,
+    child: Option<Child>,
+    _dir: TempDir,
+}
+
+impl Director {
+    fn new(ns: &str, tag: &str, conf: &str) -> Director {
+        let dir = TempDir::new(tag);
+        let conf = dir.write("keepalived.conf", conf);
+        Director {
+            ns: ns.to_owned(),
+            instance: rvs_testbed::unique_name(tag),
+            socket: dir.path().join("rvsd.sock"),
+            conf,
+            child: None,
+            _dir: dir,
+        }
+    }
+
+    fn start(&mut self, upgrade: bool) {
+        self.start_plane("xdp", upgrade);
+    }
+
+    fn start_plane(&mut self, plane: &str, upgrade: bool) {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/var/run/netns/{}", self.ns))
+            .arg(RVSD)
+            .args([
+                "--dataplane",
+                plane,
+                "--interface",
+                "eth0",
+                "--xdp-mode",
+                "skb",
+                "--log-level",
+                "warn",
+                "--instance",
+                &self.instance,
+                "-f",
+            ])
+            .arg(&self.conf)
+            .arg("--socket")
+            .arg(&self.socket);
+        if upgrade {
+            cmd.arg("--xdp-upgrade-probe");
+        }
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn rvsd");
+        wait_for_socket(&self.socket, &mut child);
+        self.child = Some(child);
+    }
+
+    /// Stop rvsd with `sig` and wait for it.
+    fn stop(&mut self, sig: &str) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .args([sig, &c.id().to_string()])
+                .status();
+            let _ = c.wait();
+        }
+    }
+
+    fn adm(&self, args: &str) -> Output {
+        Command::new(RVSADM)
+            .args(args.split_whitespace())
+            .env("RVS_SOCKET", &self.socket)
+            .output()
+            .expect("rvsadm")
+    }
+
+    fn ok(&self, args: &str) -> String {
+        let o = self.adm(args);
+        assert!(
+            o.status.success(),
+            "rvsadm {args}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Established flows from `client` to the VIP that `-Lcn` lists.
+    fn listed(&self, client: IpAddr) -> usize {
+        let o = self.adm("-Lcn");
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| {
+                l.contains("ESTABLISHED")
+                    && l.contains(&format!("{client}:"))
+                    && l.contains(&format!("{VIP}:80"))
+            })
+            .count()
+    }
+
+    /// The service's (conns, inpkts) from `-Ln --stats --exact`.
+    fn counters(&self) -> (u64, u64) {
+        let out = self.ok("-Ln --stats --exact");
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("TCP") && l.contains(&format!("{VIP}:80")))
+            .unwrap_or_else(|| panic!("no service line in {out}"));
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .skip(2)
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        assert!(f.len() >= 2, "stats line {line}");
+        (f[0], f[1])
+    }
+
+    /// `prog/xdp id N ... tag T` of the director's eth0.
+    fn program(&self) -> String {
+        let o = rvs_testbed::sh(&["ip", "-n", &self.ns, "link", "show", "eth0"]);
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        text.split("prog/xdp")
+            .nth(1)
+            .map(|t| t.split_whitespace().take(6).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Director {
+    fn drop(&mut self) {
+        self.stop("-KILL");
+        if let Ok(i) = rvs_xdp::pin::Instance::new(&self.instance) {
+            let _ = i.remove();
+        }
+    }
+}
+
+/// xorshift64*: the bytes stream `seed` sends.
+struct Prng(u64);
+
+impl Prng {
+    fn fill(&mut self, buf: &mut [u8]) {
+        for b in buf {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            *b = (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8;
+        }
+    }
+}
+
+/// One long-lived stream: chunks of its pseudo-random bytes out, the
+/// echo checked against them, until `stop`. Returns the bytes checked, or
+/// what went wrong.
+fn stream(mut s: std::net::TcpStream, seed: u64, stop: Arc<AtomicBool>) -> Result<u64, String> {
+    let mut rng = Prng(seed | 1);
+    let (mut out, mut back) = ([0u8; CHUNK], [0u8; CHUNK]);
+    let mut total = 0u64;
+    s.set_read_timeout(Some(Duration::from_secs(8)))
+        .map_err(|e| e.to_string())?;
+    // Bounded: 90 s whatever happens to `stop`.
+    let end = Instant::now() + Duration::from_secs(90);
+    while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+        rng.fill(&mut out);
+        s.write_all(&out)
+            .map_err(|e| format!("write after {total} bytes: {e}"))?;
+        s.read_exact(&mut back)
+            .map_err(|e| format!("read after {total} bytes: {e}"))?;
+        if out != back {
+            return Err(format!("echo differs after {total} bytes"));
+        }
+        total += CHUNK as u64;
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    Ok(total)
+}
+
+fn run(test: &str, nat: bool) {
+    let Some(mut bed) = Bed::new(test) else {
+        return;
+    };
+    let client = bed.host("c", "10.77.0.10/24");
+    let dir = bed.host("dir", "10.77.0.2/24");
+    dir.exec(&["ip", "addr", "add", &format!("{VIP}/32"), "dev", "eth0"]);
+    bed.xdp_pass_on_port(&dir);
+    if nat {
+        dir.exec(&["ip", "addr", "add", "10.78.0.1/24", "dev", "eth0"]);
+        dir.exec(&["sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"]);
+    }
+    let mut rs: Vec<Host> = Vec::new();
+    for i in 0..2 {
+        let h = if nat {
+            let h = bed.host(&format!("r{i}"), &format!("10.78.0.{}/24", 11 + i));
+            h.exec(&["ip", "route", "add", "default", "via", "10.78.0.1"]);
+            h
+        } else {
+            let h = bed.host(&format!("r{i}"), &format!("10.77.0.{}/24", 11 + i));
+            crate::netns::realserver(&h, VIP, &["--mode", "dr"]);
+            h
+        };
+        bed.server(&h, "0.0.0.0".parse().expect("any"), 80, &format!("rs{i}"));
+        rs.push(h);
+    }
+    let kind = if nat { "NAT" } else { "DR" };
+    let reals: String = rs
+        .iter()
+        .map(|h| {
+            format!(
+                "    real_server {} 80 {{\n        weight 1\n    }}\n",
+                h.addr
+            )
+        })
+        .collect();
+    let conf = format!(
+        "virtual_server {VIP} 80 {{\n    lb_algo rr\n    lb_kind {kind}\n    protocol TCP\n{reals}}}\n"
+    );
+    let mut d = Director::new(&dir.ns, test, &conf);
+    d.start(false);
+    let t0 = Instant::now();
+
+    // Both real servers reachable (DR: once their MACs are resolved).
+    let mut names = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while names.len() < 2 && Instant::now() < deadline {
+        if let Ok(c) = connect(&client, vip(), Duration::from_millis(500)) {
+            names.insert(c.server);
+        }
+    }
+    assert_eq!(names.len(), 2, "reachable: {names:?}");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut streams = Vec::new();
+    for i in 0..STREAMS {
+        let c = connect(&client, vip(), Duration::from_secs(3))
+            .unwrap_or_else(|e| panic!("stream {i}: {e}"));
+        let stop = stop.clone();
+        let seed = 0x5EED_0000 + i as u64;
+        streams.push(std::thread::spawn(move || stream(c.stream, seed, stop)));
+    }
+    // The steady loop of new connections.
+    let (made, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let newconns = {
+        let (stop, made, failed, client) =
+            (stop.clone(), made.clone(), failed.clone(), client.clone());
+        std::thread::spawn(move || {
+            let end = Instant::now() + Duration::from_secs(90);
+            let mut errors = Vec::new();
+            while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+                let r = connect(&client, vip(), Duration::from_secs(3))
+                    .and_then(|mut c| c.echo("ping\n", Duration::from_secs(3)));
+                match r {
+                    Ok(()) => made.fetch_add(1, Ordering::Relaxed),
+                    Err(e) => {
+                        errors.push(e.to_string());
+                        failed.fetch_add(1, Ordering::Relaxed)
+                    }
+                };
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            errors
+        })
+    };
+    let wait_listed = |d: &Director, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let n = d.listed(client.addr);
+            if n >= STREAMS {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: -Lcn lists {n} of {STREAMS} flows"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    wait_listed(&d, "before the restarts");
+    let first = d.program();
+    assert!(!first.is_empty(), "program attached");
+    let mut before = d.counters();
+    let steps = [
+        ("-TERM", false),
+        ("-TERM", false),
+        ("-TERM", false),
+        ("-KILL", false),
+        ("-KILL", false),
+        ("-KILL", false),
+        ("-TERM", true),
+    ];
+    for (n, (sig, upgrade)) in steps.into_iter().enumerate() {
+        let what = format!(
+            "restart {} ({sig}{})",
+            n + 1,
+            if upgrade { ", upgrade" } else { "" }
+        );
+        let ts = Instant::now();
+        d.stop(sig);
+        let stopped = ts.elapsed();
+        assert_eq!(
+            d.program(),
+            first,
+            "{what}: the program stays attached while no rvsd runs"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        d.start(upgrade);
+        let started = ts.elapsed();
+        wait_listed(&d, &what);
+        eprintln!(
+            "{test}: {what}: stopped in {stopped:?}, socket after {started:?}, flows listed after {:?}",
+            ts.elapsed()
+        );
+        let now = d.counters();
+        assert!(
+            now.0 >= before.0 && now.1 >= before.1,
+            "{what}: counters went back: {before:?} -> {now:?}"
+        );
+        before = now;
+        let prog = d.program();
+        if upgrade {
+            assert_ne!(
+                prog, first,
+                "{what}: the program was replaced (another tag)"
+            );
+        } else {
+            assert_eq!(prog, first, "{what}: the same program kept running");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut bytes = 0;
+    for (i, s) in streams.into_iter().enumerate() {
+        match s.join().expect("stream thread") {
+            Ok(n) => bytes += n,
+            Err(e) => panic!("stream {i}: {e}"),
+        }
+    }
+    let errors = newconns.join().expect("new connections thread");
+    let (made, failed) = (made.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    eprintln!(
+        "{test}: {STREAMS} streams, {bytes} bytes echoed intact; {made} new connections, \
+         {failed} failed; {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(failed, 0, "new connections failed: {errors:?}");
+    assert!(made > 0, "no new connection was made");
+    // Stop and remove: detached, unpinned, rvsd gone. DR: by the running
+    // rvsd (`rvsadm --remove-director`); NAT: `rvsd --remove` after it died.
+    let pins = rvs_xdp::pin::Instance::new(&d.instance).expect("instance");
+    assert!(pins.exists());
+    if nat {
+        d.stop("-KILL");
+        assert_ne!(d.program(), "", "still attached after SIGKILL");
+        let o = Command::new(RVSD)
+            .args(["--remove", "--instance", &d.instance])
+            .output()
+            .expect("rvsd --remove");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    } else {
+        d.ok("--remove-director");
+        if let Some(mut c) = d.child.take() {
+            let _ = c.wait();
+        }
+    }
+    assert!(!pins.exists(), "pins removed");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !d.program().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(d.program(), "", "the program is detached");
+}
+
+#[test]
+fn xdp_restart_dr_keeps_every_flow() {
+    run("xdp_restart_dr", false);
+}
+
+#[test]
+fn xdp_restart_nat_keeps_every_flow() {
+    run("xdp_restart_nat", true);
+}
+
+/// An rvsd of the same instance started with another data plane removes
+/// the XDP program its predecessor left attached (it would keep forwarding
+/// beside the new plane).
+#[test]
+fn xdp_restart_with_another_dataplane_detaches() {
+    let Some(mut bed) = Bed::new("xdp_restart_other_plane") else {
+        return;
+    };
+    let dir = bed.host("dir", "10.77.0.2/24");
+    let conf = format!(
+        "virtual_server {VIP} 80 {{\n    lb_algo rr\n    lb_kind DR\n    protocol TCP\n}}\n"
+    );
+    let mut d = Director::new(&dir.ns, "xdp_restart_other_plane", &conf);
+    d.start(false);
+    assert_ne!(d.program(), "", "attached");
+    d.stop("-KILL");
+    assert_ne!(d.program(), "", "still attached after SIGKILL");
+    d.start_plane("none", false);
+    assert_eq!(d.program(), "", "detached by the next rvsd");
+    assert!(
+        !rvs_xdp::pin::Instance::new(&d.instance)
+            .expect("instance")
+            .exists()
+    );
+}

@@ -1,0 +1,569 @@
+//! The director outlives rvsd: its program is attached through BPF links
+//! pinned under bpffs, and its maps are pinned beside them, one directory
+//! per rvsd instance ([`Instance`]):
+//!
+//! ```text
+//! /sys/fs/bpf/rvs/<INSTANCE>/
+//!     maps/<map>       every map of the director (`flows4`, `nat_rev`,
+//!                      `svc_stats`, ..., `data_own_macs`), see director_maps
+//!     links/<ifname>   one XDP link per interface the program runs on
+//! ```
+//!
+//! A link pinned there keeps the program attached, and so its maps alive,
+//! when rvsd stops or dies; removing the link's pin (with no process
+//! holding it) detaches it. A starting rvsd adopts what it finds (see
+//! [`crate::plane::Plane::start`]): the pinned maps whose layout
+//! ([`MapLayout`]) is its own are reused as they are; one whose layout
+//! differs (another `--flow-table-size`, a struct grown in a newer build)
+//! is replaced by a fresh map its entries are copied into ([`copy_map`]),
+//! before and after the link update that swaps the program.
+
+use std::os::fd::BorrowedFd;
+use std::path::{Path, PathBuf};
+
+use crate::maps::{self, typed::Plain};
+
+/// Where bpffs is mounted.
+pub const BPFFS: &str = "/sys/fs/bpf";
+/// The directory of every rvsd instance's pins.
+pub const ROOT: &str = "/sys/fs/bpf/rvs";
+
+/// Why pinning, adopting or removing failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PinError {
+    /// An instance name that is not a plain file name.
+    #[error(
+        "instance name `{0}`: use letters, digits, `.`, `_` and `-` (at most 64, not `.` or `..`)"
+    )]
+    BadName(String),
+    /// A file operation on bpffs failed.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// On which path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A pinned map cannot be carried into the new one.
+    #[error("migrating map `{map}`: {why}")]
+    Migrate {
+        /// Which map.
+        map: &'static str,
+        /// Why.
+        why: String,
+    },
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> PinError + 'a {
+    move |source| PinError::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// One rvsd instance's pin directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Instance {
+    name: String,
+    dir: PathBuf,
+}
+
+impl Instance {
+    /// The instance `name` under [`ROOT`].
+    pub fn new(name: &str) -> Result<Self, PinError> {
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && name != "."
+            && name != ".."
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        if !ok {
+            return Err(PinError::BadName(name.to_owned()));
+        }
+        Ok(Instance {
+            name: name.to_owned(),
+            dir: Path::new(ROOT).join(name),
+        })
+    }
+
+    /// The default instance name of an rvsd serving `socket`: `default`
+    /// for the default socket, else the socket's file stem and a hash of
+    /// its whole path, so two rvsds with different sockets (tests running
+    /// in parallel) never share pins.
+    pub fn default_name(socket: &Path) -> String {
+        if socket == Path::new(rvs_control::protocol::DEFAULT_SOCKET) {
+            return "default".into();
+        }
+        let stem: String = socket
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(40)
+            .collect();
+        // FNV-1a over the path's bytes.
+        use std::os::unix::ffi::OsStrExt as _;
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in socket.as_os_str().as_bytes() {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        format!("{stem}-{h:016x}")
+    }
+
+    /// The instance's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where its maps are pinned.
+    pub fn maps_dir(&self) -> PathBuf {
+        self.dir.join("maps")
+    }
+
+    /// Where its links are pinned.
+    pub fn links_dir(&self) -> PathBuf {
+        self.dir.join("links")
+    }
+
+    /// The pin of map `name` (bpffs refuses names with a `.`: a leading
+    /// one, as in `.data.own_macs`, is left out, the others become `_`).
+    pub fn map_path(&self, name: &str) -> PathBuf {
+        self.maps_dir()
+            .join(name.trim_start_matches('.').replace('.', "_"))
+    }
+
+    /// The pin of the link on `interface` (named after it, a `.` as in
+    /// `eth0.100` written `:`, which no interface name has and bpffs
+    /// accepts).
+    pub fn link_path(&self, interface: &str) -> PathBuf {
+        self.links_dir().join(interface.replace('.', ":"))
+    }
+
+    /// Whether the directory exists.
+    pub fn exists(&self) -> bool {
+        self.dir.exists()
+    }
+
+    /// Mount bpffs on [`BPFFS`] if nothing is mounted there yet (a
+    /// private mount namespace, such as `ip netns exec`'s, has none: pins
+    /// made there vanish with it), then create the instance's directories.
+    pub fn prepare(&self) -> Result<(), PinError> {
+        let bpffs = Path::new(BPFFS);
+        if self.dir.starts_with(bpffs) && !is_bpffs(bpffs) {
+            std::fs::create_dir_all(bpffs).map_err(io("creating", bpffs))?;
+            nix::mount::mount(
+                Some("bpf"),
+                bpffs,
+                Some("bpf"),
+                nix::mount::MsFlags::empty(),
+                Some("mode=700"),
+            )
+            .map_err(|e| PinError::Io {
+                what: "mounting bpffs on",
+                path: bpffs.to_owned(),
+                source: e.into(),
+            })?;
+        }
+        for d in [self.maps_dir(), self.links_dir()] {
+            std::fs::create_dir_all(&d).map_err(io("creating", &d))?;
+        }
+        Ok(())
+    }
+
+    /// Nothing is pinned: no directory, or no map and no link in it.
+    pub fn is_empty(&self) -> bool {
+        let none = |d: PathBuf| std::fs::read_dir(d).map_or(true, |mut rd| rd.next().is_none());
+        none(self.maps_dir()) && none(self.links_dir())
+    }
+
+    /// The interfaces with a pinned link.
+    pub fn linked_interfaces(&self) -> Vec<String> {
+        let Ok(rd) = std::fs::read_dir(self.links_dir()) else {
+            return Vec::new();
+        };
+        let mut v: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().replace(':', "."))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Remove the link pin of `interface` (detaching the program there
+    /// once no process holds the link).
+    pub fn unpin_link(&self, interface: &str) -> Result<(), PinError> {
+        let p = self.link_path(interface);
+        match std::fs::remove_file(&p) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io("unpinning", &p)(e)),
+        }
+    }
+
+    /// Unpin everything (links first: the program is detached from every
+    /// interface as soon as no process holds its links; then the maps) and
+    /// remove the directory. `Ok(false)` when there was nothing.
+    pub fn remove(&self) -> Result<bool, PinError> {
+        if !self.dir.exists() {
+            return Ok(false);
+        }
+        for ifname in self.linked_interfaces() {
+            self.unpin_link(&ifname)?;
+        }
+        if let Ok(rd) = std::fs::read_dir(self.maps_dir()) {
+            for e in rd.filter_map(|e| e.ok()) {
+                let p = e.path();
+                std::fs::remove_file(&p).map_err(io("unpinning", &p))?;
+            }
+        }
+        for d in [self.maps_dir(), self.links_dir(), self.dir.clone()] {
+            match std::fs::remove_dir(&d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io("removing", &d)(e)),
+            }
+        }
+        // The parent goes when it was the last instance.
+        let _ = std::fs::remove_dir(ROOT);
+        Ok(true)
+    }
+}
+
+fn is_bpffs(p: &Path) -> bool {
+    nix::sys::statfs::statfs(p).is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::BPF_FS_MAGIC)
+}
+
+/// `BPF_MAP_TYPE_HASH`.
+pub const MAP_HASH: u32 = 1;
+/// `BPF_MAP_TYPE_ARRAY`.
+pub const MAP_ARRAY: u32 = 2;
+/// `BPF_MAP_TYPE_PERCPU_ARRAY`.
+pub const MAP_PERCPU_ARRAY: u32 = 6;
+/// `BPF_MAP_TYPE_LRU_HASH`.
+pub const MAP_LRU_HASH: u32 = 9;
+
+/// What the director expects of one of its maps: the kernel's
+/// `bpf_map_info` fields a pinned map must match to be reused.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct MapLayout {
+    /// The map's name in the object.
+    pub name: &'static str,
+    /// `BPF_MAP_TYPE_*`.
+    pub map_type: u32,
+    /// Bytes of a key.
+    pub key_size: u32,
+    /// Bytes of a value (one CPU's for per-CPU maps).
+    pub value_size: u32,
+    /// Entries.
+    pub max_entries: u32,
+}
+
+impl MapLayout {
+    fn of<K: Plain, V: Plain>(name: &'static str, map_type: u32, max_entries: u32) -> Self {
+        MapLayout {
+            name,
+            map_type,
+            key_size: size_of::<K>() as u32,
+            value_size: size_of::<V>() as u32,
+            max_entries,
+        }
+    }
+
+    /// Whether a pinned map with `info` is this one.
+    pub fn matches(&self, info: &rvs_sys::bpf::MapInfo) -> bool {
+        info.map_type == self.map_type
+            && info.key_size == self.key_size
+            && info.value_size == self.value_size
+            && info.max_entries == self.max_entries
+    }
+
+    /// Whether the state of a map with `info` can be copied into this one
+    /// (same type and key; values are cut or zero-extended: a struct only
+    /// ever grows at its end).
+    pub fn can_take(&self, info: &rvs_sys::bpf::MapInfo) -> bool {
+        info.map_type == self.map_type && info.key_size == self.key_size
+    }
+
+    /// Whether this map's entries are carried across a migration (state);
+    /// the others (per-CPU caches and scratch) start empty.
+    pub fn is_state(&self) -> bool {
+        !matches!(
+            self.name,
+            "flow_cache" | "flow6_cache" | "locality_tmp" | "flood" | "flow_epochs"
+        )
+    }
+}
+
+/// Every map of the director loaded with `opts`, as the Rust mirrors of
+/// `bpf/rvs.h` and `bpf/lib/maps.h` describe them (the `director_maps_are_the_object_s`
+/// test checks the list against a loaded director).
+pub fn director_maps(opts: &crate::LoadOptions) -> Vec<MapLayout> {
+    use crate::maps::*;
+    use crate::own_mac::{OWN_MACS_MAP, OwnMacTable};
+    let n = opts.flow_table_size;
+    vec![
+        MapLayout::of::<SvcKey, u32>("services", MAP_HASH, MAX_SERVICES),
+        MapLayout::of::<u32, Svc>("svc_info", MAP_ARRAY, MAX_SERVICES),
+        MapLayout::of::<u32, u32>("slots", MAP_ARRAY, opts.slots),
+        MapLayout::of::<u32, Dest>("dests", MAP_ARRAY, MAX_DESTS),
+        MapLayout::of::<FlowKey, Flow>("flows", MAP_LRU_HASH, n),
+        MapLayout::of::<Flow4Key, Flow>("flows4", MAP_LRU_HASH, n),
+        MapLayout::of::<u32, FlowCache>("flow_cache", MAP_PERCPU_ARRAY, FLOW_CACHE_SIZE),
+        MapLayout::of::<u32, Flow6Cache>("flow6_cache", MAP_PERCPU_ARRAY, FLOW6_CACHE_SIZE),
+        MapLayout::of::<u32, u32>("flow_epochs", MAP_ARRAY, FLOW_EPOCHS),
+        MapLayout::of::<NatKey, Nat>("nat_rev", MAP_LRU_HASH, n),
+        MapLayout::of::<PersistKey, Persist>("persist", MAP_LRU_HASH, n),
+        MapLayout::of::<u32, u64>("rr_cursor", MAP_ARRAY, MAX_SERVICES),
+        MapLayout::of::<u32, Stats>("svc_stats", MAP_PERCPU_ARRAY, MAX_SERVICES),
+        MapLayout::of::<u32, Stats>("dest_stats", MAP_PERCPU_ARRAY, MAX_DESTS),
+        MapLayout::of::<u32, Config>("config", MAP_ARRAY, 1),
+        MapLayout::of::<u32, Flood>("flood", MAP_PERCPU_ARRAY, 1),
+        MapLayout::of::<u32, DestConns>("dest_conns", MAP_ARRAY, MAX_DESTS),
+        MapLayout::of::<LocalityKey, Locality>("locality", MAP_LRU_HASH, LOCALITY_MAX),
+        MapLayout {
+            name: "locality_tmp",
+            map_type: MAP_PERCPU_ARRAY,
+            key_size: 4,
+            value_size: locality_scratch_size(),
+            max_entries: 1,
+        },
+        MapLayout::of::<u32, OwnMacTable>(OWN_MACS_MAP, MAP_ARRAY, 1),
+        MapLayout::of::<u32, u64>("foreign_frames", MAP_PERCPU_ARRAY, 1),
+    ]
+}
+
+/// `struct locality_scratch` of `bpf/lib/maps.h` (per-CPU scratch, no
+/// Rust mirror): the pass (32 bytes), a key, an entry, the members and
+/// their flags, 8-byte aligned.
+fn locality_scratch_size() -> u32 {
+    let n =
+        32 + size_of::<maps::LocalityKey>() + size_of::<maps::Locality>() + 5 * maps::LBLCR_SET_MAX;
+    n.next_multiple_of(8) as u32
+}
+
+/// The kernel's description of the map pinned at `path`; `None` when
+/// nothing (or no map) is pinned there.
+pub fn pinned_map_info(path: &Path) -> Option<rvs_sys::bpf::MapInfo> {
+    use std::os::fd::AsFd as _;
+    let fd = rvs_sys::bpf::obj_get(path).ok()?;
+    rvs_sys::bpf::map_info(fd.as_fd()).ok()
+}
+
+const BPF_NOEXIST: u64 = 1;
+
+/// Copy the entries of map `from` into map `to` (same type and key size;
+/// each value cut or zero-extended to `to`'s size, per CPU for per-CPU
+/// maps; array indexes beyond `to`'s end are dropped, and a full hash
+/// map evicts as the program's inserts would). With `only_absent`, keys
+/// `to` has already are left alone (the second pass of a migration: the
+/// new program's own updates win). Returns the entries written.
+pub fn copy_map(
+    name: &'static str,
+    from: BorrowedFd<'_>,
+    to: BorrowedFd<'_>,
+    only_absent: bool,
+) -> Result<usize, PinError> {
+    let err = |why: String| PinError::Migrate { map: name, why };
+    let src = rvs_sys::bpf::BpfMap::new(from).map_err(|e| err(e.to_string()))?;
+    let dst = rvs_sys::bpf::BpfMap::new(to).map_err(|e| err(e.to_string()))?;
+    let (si, di) = (*src.info(), *dst.info());
+    if si.map_type != di.map_type || si.key_size != di.key_size {
+        return Err(err(format!(
+            "type {} key {} bytes into type {} key {} bytes",
+            si.map_type, si.key_size, di.map_type, di.key_size
+        )));
+    }
+    let per_cpu = si.is_per_cpu();
+    let convert = |v: &[u8]| -> Vec<u8> {
+        if !per_cpu {
+            let mut out = vec![0u8; dst.value_len()];
+            let n = out.len().min(v.len());
+            out[..n].copy_from_slice(&v[..n]);
+            return out;
+        }
+        let (ss, ds) = (
+            (si.value_size as usize).next_multiple_of(8),
+            (di.value_size as usize).next_multiple_of(8),
+        );
+        let mut out = vec![0u8; dst.value_len()];
+        for (o, i) in out.chunks_exact_mut(ds).zip(v.chunks_exact(ss)) {
+            let n = (di.value_size as usize).min(si.value_size as usize);
+            o[..n].copy_from_slice(&i[..n]);
+        }
+        out
+    };
+    let mut written = 0usize;
+    let mut value = vec![0u8; src.value_len()];
+    let is_array = matches!(si.map_type, MAP_ARRAY | MAP_PERCPU_ARRAY);
+    if is_array {
+        for i in 0..si.max_entries.min(di.max_entries) {
+            let k = i.to_ne_bytes();
+            if !src.lookup(&k, &mut value).map_err(|e| err(e.to_string()))? {
+                continue;
+            }
+            if value.iter().all(|&b| b == 0) {
+                continue;
+            }
+            dst.update(&k, &convert(&value), 0)
+                .map_err(|e| err(e.to_string()))?;
+            written += 1;
+        }
+        return Ok(written);
+    }
+    let mut key: Option<Vec<u8>> = None;
+    let mut next = vec![0u8; src.key_len()];
+    let flags = if only_absent { BPF_NOEXIST } else { 0 };
+    loop {
+        match src.next_key(key.as_deref(), &mut next) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => return Err(err(e.to_string())),
+        }
+        // An entry deleted (expired, evicted) between the two calls is
+        // skipped.
+        if src.lookup(&next, &mut value).unwrap_or(false) {
+            match dst.update(&next, &convert(&value), flags) {
+                Ok(()) => written += 1,
+                Err(e) if only_absent && e.raw_os_error() == Some(libc::EEXIST) => {}
+                Err(e) => return Err(err(e.to_string())),
+            }
+        }
+        key = Some(next.clone());
+    }
+    Ok(written)
+}
+
+/// A director loaded over an instance's pins by [`load_director`].
+#[derive(Debug)]
+pub struct PinnedDirector {
+    /// The loaded object (not attached yet).
+    pub director: crate::Loaded,
+    /// The instance had maps pinned: the plane adopts them.
+    pub adopted: bool,
+    /// Maps whose pinned layout differed: the old map (still what the
+    /// running program uses) to copy from again after the swap.
+    pub migrating: Vec<(&'static str, std::os::fd::OwnedFd)>,
+}
+
+/// Load the director over `inst`'s pins: a pinned map with this build's
+/// layout is reused; a missing one is created and pinned; one whose
+/// layout differs gets a fresh map, filled with a copy of the old one's
+/// entries ([`copy_map`]), that [`finish_migration`] pins in its place
+/// once the program has been swapped.
+pub fn load_director(
+    inst: &Instance,
+    object: crate::Object,
+    opts: &crate::LoadOptions,
+) -> Result<PinnedDirector, crate::XdpError> {
+    use std::os::fd::AsFd as _;
+    use zerocopy::FromBytes as _;
+    inst.prepare()?;
+    let mut plan = crate::PinPlan::default();
+    let mut migrating = Vec::new();
+    let mut adopted = false;
+    for want in director_maps(opts) {
+        let path = inst.map_path(want.name);
+        match pinned_map_info(&path) {
+            None => plan.maps.push((want.name, path)),
+            Some(info) if want.matches(&info) => {
+                adopted = true;
+                if want.name == crate::own_mac::OWN_MACS_MAP
+                    && let Ok(fd) = rvs_sys::bpf::obj_get(&path)
+                    && let Ok(m) = rvs_sys::bpf::BpfMap::new(fd.as_fd())
+                {
+                    let mut v = vec![0u8; m.value_len()];
+                    if m.lookup(&0u32.to_ne_bytes(), &mut v).unwrap_or(false) {
+                        plan.own_macs = crate::own_mac::OwnMacTable::read_from_bytes(&v).ok();
+                    }
+                }
+                plan.maps.push((want.name, path));
+            }
+            Some(info) => {
+                adopted = true;
+                tracing::info!(
+                    map = want.name,
+                    pinned = ?(info.map_type, info.key_size, info.value_size, info.max_entries),
+                    wanted = ?(want.map_type, want.key_size, want.value_size, want.max_entries),
+                    "pinned map has another layout: migrating its entries into a new one"
+                );
+                if want.is_state() && want.can_take(&info) {
+                    let fd = rvs_sys::bpf::obj_get(&path).map_err(io("opening", &path))?;
+                    migrating.push((want.name, fd));
+                } else {
+                    if want.is_state() {
+                        tracing::warn!(
+                            map = want.name,
+                            "pinned map's keys differ from this build's: its entries cannot be \
+                             carried over"
+                        );
+                    }
+                    // Replaced after the swap, starting empty.
+                    let fd = rvs_sys::bpf::obj_get(&path).map_err(io("opening", &path))?;
+                    migrating.push((want.name, fd));
+                }
+            }
+        }
+    }
+    let mut director = crate::Loaded::load_pinned(object, opts, &plan)?;
+    for (name, old) in &migrating {
+        let want = director_maps(opts).into_iter().find(|m| m.name == *name);
+        let Some(want) = want else { continue };
+        let Some(info) = rvs_sys::bpf::map_info(old.as_fd()).ok() else {
+            continue;
+        };
+        if want.is_state() && want.can_take(&info) {
+            let n = copy_map(name, old.as_fd(), director.map_fd(name)?, false)?;
+            tracing::debug!(map = name, entries = n, "migrated (first pass)");
+        }
+    }
+    Ok(PinnedDirector {
+        director,
+        adopted,
+        migrating,
+    })
+}
+
+/// After the program swap: copy again what the old program added to the
+/// migrated hash maps since the first copy (keys the new program has are
+/// left alone), then pin the new maps in the old ones' place.
+pub fn finish_migration(
+    inst: &Instance,
+    director: &mut crate::Loaded,
+    migrating: Vec<(&'static str, std::os::fd::OwnedFd)>,
+    opts: &crate::LoadOptions,
+) -> Result<(), crate::XdpError> {
+    use std::os::fd::AsFd as _;
+    for (name, old) in migrating {
+        let want = director_maps(opts).into_iter().find(|m| m.name == name);
+        let hash =
+            want.is_some_and(|w| w.is_state() && matches!(w.map_type, MAP_HASH | MAP_LRU_HASH));
+        if hash
+            && let Ok(info) = rvs_sys::bpf::map_info(old.as_fd())
+            && want.is_some_and(|w| w.can_take(&info))
+        {
+            let n = copy_map(name, old.as_fd(), director.map_fd(name)?, true)?;
+            tracing::debug!(map = name, entries = n, "migrated (second pass)");
+        }
+        director.pin_map(name, &inst.map_path(name))?;
+    }
+    Ok(())
+}

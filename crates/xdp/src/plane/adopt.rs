@@ -1,0 +1,302 @@
+//! Adopting the maps a previous rvsd left pinned (see [`crate::pin`]):
+//! the plane's books are rebuilt from what the maps hold before the
+//! configuration is applied, so that a flow's `dest` and `svc` indexes keep
+//! meaning the same real server and service, and nothing a live flow
+//! depends on (its real server's element, the service's scheduling data,
+//! the round-robin cursor, the counters) is reset.
+//!
+//! * Every service in `services` keeps its `svc_info` index and its
+//!   scheduling region (both taken out of the allocators); every real
+//!   server in its list keeps its `dests` index.
+//! * The configuration then claims them: an `AddService` for an adopted
+//!   service takes its index and region without writing anything (the
+//!   program keeps scheduling with the old region); an `AddDest` for one
+//!   of its real servers takes the index, with the next hop the element
+//!   holds (no unresolved gap for DR/TUN) and its counters (no new
+//!   baseline: the director's counters continue from the program's). The
+//!   service's scheduling data is republished once all its adopted real
+//!   servers are claimed.
+//! * Real servers in no service's list (deleted ones whose flows were still
+//!   draining, unresolved ones) keep their index until the flow walks show
+//!   no flow uses it, like the trash.
+//! * What the configuration has not claimed once every command sent so
+//!   far is applied, and at least [`SETTLE`] reports after the start, is
+//!   removed as a deletion would remove it: the configuration is the truth.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use rvs_core::dest::{Dest as CoreDest, DestId};
+use rvs_core::model::{
+    DestConfig, ForwardMethod, Protocol, ServiceConfig, ServiceKey, Tunnel, TunnelCsum, TunnelType,
+};
+
+use super::alloc::{Region, Retired};
+use super::{DestState, Plane, PlaneError, SvcState, edit_core};
+use crate::maps::{self, Dest, MapOps, Svc, SvcKey};
+use crate::neigh::L2;
+
+/// Reports after the start before unclaimed adopted state is removed.
+pub(super) const SETTLE: u64 = 3;
+
+/// What the maps of a previous instance held, waiting to be claimed.
+#[derive(Debug, Default)]
+pub(super) struct Adopted {
+    services: HashMap<ServiceKey, AdoptedSvc>,
+    /// Report generation of the adoption.
+    since: u64,
+}
+
+#[derive(Debug)]
+struct AdoptedSvc {
+    index: u32,
+    svc: Svc,
+    region: Option<Region>,
+    /// Its real servers not claimed yet: index and element.
+    dests: Vec<(u32, Dest)>,
+    claimed: bool,
+}
+
+/// A dest index held for flows only (no service claims it).
+#[derive(Debug)]
+pub(super) struct Orphan {
+    pub(super) index: u32,
+    pub(super) since: u64,
+}
+
+fn addr_of(family: u8, b: &[u8; 16]) -> IpAddr {
+    if family == maps::AF_INET {
+        IpAddr::from([b[0], b[1], b[2], b[3]])
+    } else {
+        IpAddr::from(*b)
+    }
+}
+
+fn service_key(k: &SvcKey) -> Option<ServiceKey> {
+    let protocol = match k.proto {
+        maps::PROTO_TCP => Protocol::Tcp,
+        maps::PROTO_UDP => Protocol::Udp,
+        _ => return None,
+    };
+    Some(ServiceKey::Addr {
+        protocol,
+        addr: addr_of(k.family, &k.vip),
+        port: u16::from_be(k.port),
+    })
+}
+
+/// The next hop a real server's element holds (DR/TUN always; NAT when
+/// flagged), so an adopted real server is ready at once.
+fn l2_of(d: &Dest) -> Option<L2> {
+    let nat = d.method == maps::fwd::NAT;
+    if nat && d.flags & maps::dest_flags::NEXTHOP == 0 {
+        return None;
+    }
+    if !nat && d.mac == [0; 6] {
+        return None;
+    }
+    Some(L2 {
+        ifindex: d.ifindex,
+        mac: d.mac,
+        smac: d.smac,
+        src: None,
+    })
+}
+
+/// The configuration an element describes (for a real server no service
+/// claims: only its address and method matter).
+fn config_of(d: &Dest) -> DestConfig {
+    let forward = match d.method {
+        maps::fwd::NAT => ForwardMethod::Masq,
+        maps::fwd::TUN_IPIP => ForwardMethod::Tunnel(Tunnel {
+            kind: TunnelType::Ipip,
+            port: 0,
+            csum: TunnelCsum::default(),
+        }),
+        maps::fwd::TUN_GUE => ForwardMethod::Tunnel(Tunnel {
+            kind: TunnelType::Gue,
+            port: u16::from_be(d.gue_port),
+            csum: TunnelCsum::default(),
+        }),
+        _ => ForwardMethod::Route,
+    };
+    let mut c = DestConfig::new(addr_of(d.family, &d.addr), u16::from_be(d.port));
+    c.weight = d.weight;
+    c.forward = forward;
+    c
+}
+
+impl<M: MapOps> Plane<M> {
+    /// A plane over maps a previous instance filled (pinned and reused):
+    /// its books rebuilt from them (see the module doc), `config` kept as
+    /// the maps hold it until this plane's own settings replace it.
+    pub fn adopt(mut maps: M) -> Result<Self, PlaneError> {
+        let found = maps.read_installed()?;
+        let mut plane = Plane::blank(maps);
+        plane.config = found.config;
+        let mut adopted = Adopted::default();
+        let mut listed = std::collections::HashSet::new();
+        let elements: HashMap<u32, Dest> = found.dests.iter().copied().collect();
+        for (skey, index, svc, list) in &found.services {
+            let Some(key) = service_key(skey) else {
+                continue;
+            };
+            if !plane.svc_idx.reserve(*index) {
+                continue;
+            }
+            let region = (svc.sched != maps::sched::NONE).then_some(Region {
+                off: svc.dests_off,
+                len: svc.dests_len + svc.table_len,
+            });
+            let region = region.filter(|r| plane.slots.reserve(*r));
+            let mut dests = Vec::new();
+            for &i in list {
+                let Some(d) = elements.get(&i) else {
+                    continue;
+                };
+                if listed.insert(i) && plane.dest_idx.reserve(i) {
+                    dests.push((i, *d));
+                }
+            }
+            adopted.services.insert(
+                key,
+                AdoptedSvc {
+                    index: *index,
+                    svc: *svc,
+                    region,
+                    dests,
+                    claimed: false,
+                },
+            );
+        }
+        for (i, _) in &found.dests {
+            if !listed.contains(i) && plane.dest_idx.reserve(*i) {
+                plane.orphans.push(Orphan {
+                    index: *i,
+                    since: 0,
+                });
+            }
+        }
+        plane.adopted = Some(adopted);
+        Ok(plane)
+    }
+
+    /// Whether state adopted from a previous instance still waits for the
+    /// configuration to claim it.
+    pub fn adopting(&self) -> bool {
+        self.adopted.is_some()
+    }
+
+    /// `AddService` of an adopted service: it takes its old index and
+    /// region, nothing is written. `None` when `key` was not adopted.
+    pub(super) fn claim_service(&mut self, key: &ServiceKey, config: &ServiceConfig) -> bool {
+        let Some(a) = self.adopted.as_mut().and_then(|a| a.services.get_mut(key)) else {
+            return false;
+        };
+        if a.claimed {
+            return false;
+        }
+        a.claimed = true;
+        let st = SvcState {
+            index: a.index,
+            config: config.clone(),
+            dests: Vec::new(),
+            region: a.region,
+            svc: a.svc,
+        };
+        let republish = a.dests.is_empty();
+        self.services.insert(*key, st);
+        if republish {
+            // No real server to wait for: its own data now.
+            let _ = self.publish(key).inspect_err(|_| self.dirty = true);
+        }
+        true
+    }
+
+    /// `AddDest` of a real server an adopted service had: its old index,
+    /// next hop and counters. `None` when it is not one.
+    pub(super) fn claim_dest(
+        &mut self,
+        service: &ServiceKey,
+        cfg: &DestConfig,
+    ) -> Option<DestState> {
+        let a = self.adopted.as_mut()?.services.get_mut(service)?;
+        let same =
+            |d: &Dest| addr_of(d.family, &d.addr) == cfg.addr && u16::from_be(d.port) == cfg.port;
+        let p = a.dests.iter().position(|(_, d)| same(d))?;
+        let (index, el) = a.dests.remove(p);
+        let mut core = CoreDest::new(DestId(index), config_of(&el));
+        edit_core(&mut core, cfg);
+        Some(DestState {
+            index,
+            core,
+            l2: l2_of(&el),
+        })
+    }
+
+    /// Whether `service`'s scheduling data waits for adopted real servers
+    /// still to be claimed (it keeps the old region meanwhile).
+    pub(super) fn awaits_claims(&self, service: &ServiceKey) -> bool {
+        self.adopted
+            .as_ref()
+            .and_then(|a| a.services.get(service))
+            .is_some_and(|a| a.claimed && !a.dests.is_empty())
+    }
+
+    /// Some adopted, unclaimed real server forwards with NAT (so `config`
+    /// keeps the NAT flag while its flows live on).
+    pub(super) fn adopted_nat(&self) -> bool {
+        self.adopted.as_ref().is_some_and(|a| {
+            a.services
+                .values()
+                .any(|s| s.dests.iter().any(|(_, d)| d.method == maps::fwd::NAT))
+        })
+    }
+
+    /// End the adoption (see the module doc) once the configuration had its
+    /// chance: called by reports that may converge.
+    pub(super) fn settle_adoption(&mut self) {
+        let Some(a) = &self.adopted else {
+            return;
+        };
+        if self.generation < a.since + SETTLE {
+            return;
+        }
+        let Some(a) = self.adopted.take() else {
+            return;
+        };
+        let g = self.generation;
+        for (key, s) in a.services {
+            for (index, d) in &s.dests {
+                // Not claimed: unavailable, held while flows use it.
+                let mut el = *d;
+                el.flags |= maps::dest_flags::UNAVAILABLE;
+                if self.maps.set_dest(*index, &el).is_err() {
+                    self.dirty = true;
+                }
+                self.orphans.push(Orphan {
+                    index: *index,
+                    since: g,
+                });
+            }
+            if s.claimed {
+                if self.services.contains_key(&key) {
+                    let _ = self.publish(&key).inspect_err(|_| self.dirty = true);
+                }
+                continue;
+            }
+            // Not in the configuration: removed as a deletion removes it.
+            if let Some(sk) = super::svc_key(&key).ok()
+                && self.maps.remove_service(&sk).is_err()
+            {
+                self.dirty = true;
+            }
+            let _ = self.maps.set_svc(s.index, &Svc::default());
+            self.retired.push((g, Retired::Svc(s.index)));
+            if let Some(r) = s.region {
+                self.retired.push((g, Retired::Region(r)));
+            }
+        }
+        let _ = self.write_config();
+    }
+}
