@@ -9,8 +9,9 @@
 //! printed (BENCHMARKS.md).
 //!
 //! The SIGKILL variants need the XDP program and its maps to outlive rvsd
-//! (pinned): without them the dead master's kernel, which still holds the
-//! VIP until the backup's gratuitous ARP, answers the flow with a reset.
+//! (pinned, one `--instance` per director): without them the dead master's
+//! kernel, which still holds the VIP until the backup's gratuitous ARP,
+//! answers the flow with a reset.
 //!
 //! Also here: bulk resync — a master restarted with empty tables while
 //! 1,000 connections are live through the backup gets them from the backup
@@ -19,12 +20,12 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSADM, TempDir, rvsd_in_ns, wait_for_socket, within};
+use crate::harness::{RVSADM, RVSD, TempDir, wait_for_socket, within};
 use crate::netns::{Bed, Host};
 
 const VIP: &str = "10.77.0.100";
@@ -55,21 +56,50 @@ enum Failure {
     LinkDown,
 }
 
-/// One director: its namespace, its rvsd (started and stopped by the test).
+/// One director: its namespace, its rvsd (started and stopped by the
+/// test) under a unique `--instance`, whose pins are removed on drop.
 struct Director {
     host: Host,
+    instance: String,
     conf: PathBuf,
     socket: PathBuf,
     child: Option<Child>,
 }
 
 impl Director {
+    /// rvsd enters the namespace with `nsenter --net` (not `ip netns
+    /// exec`, whose private mount namespace would give it a bpffs of its
+    /// own that vanishes with it, and the pins with it).
     fn start(&mut self) {
-        let conf = self.conf.to_string_lossy().into_owned();
-        let args = ["-f", &conf, "--interface", "eth0", "--log-level", "warn"];
-        let mut child = rvsd_in_ns(&self.host.ns, "xdp", &self.socket, &args);
+        let mut child = Command::new("nsenter")
+            .arg(format!("--net=/var/run/netns/{}", self.host.ns))
+            .arg(RVSD)
+            .args([
+                "--dataplane",
+                "xdp",
+                "--interface",
+                "eth0",
+                "--log-level",
+                "warn",
+            ])
+            .args(["--instance", &self.instance, "-f"])
+            .arg(&self.conf)
+            .arg("--socket")
+            .arg(&self.socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn rvsd");
         wait_for_socket(&self.socket, &mut child);
         self.child = Some(child);
+    }
+
+    /// Detach and unpin the instance's XDP plane (rvsd not running).
+    fn remove_pins(&self) {
+        if let Ok(i) = rvs_xdp::pin::Instance::new(&self.instance) {
+            let _ = i.remove();
+        }
     }
 
     fn kill(&mut self) {
@@ -130,6 +160,7 @@ impl Director {
 impl Drop for Director {
     fn drop(&mut self) {
         self.kill();
+        self.remove_pins();
     }
 }
 
@@ -223,12 +254,14 @@ fn pair(test: &str, mode: Mode) -> Option<Pair> {
         if mode == Mode::Nat {
             h.exec(&["ip", "addr", "add", nat_addr, "dev", "eth0"]);
             h.exec(&["sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"]);
-            // An experiment switch (BENCHMARKS.md): the new master has
-            // no neighbour entry for the client, so the program passes its
-            // first rewritten replies to the kernel, which drops them as
-            // martians (their source, the VIP, is local) until the client
-            // ARPs; accept_local lets the kernel forward them at once.
-            if std::env::var("RVS_FAILOVER_ACCEPT_LOCAL").is_ok() {
+            // The new master has no neighbour entry for the client: the
+            // program passes its first rewritten replies to the kernel,
+            // which drops them as martians (their source, the VIP, is
+            // local) until the client ARPs again (10 s to over 45 s here).
+            // accept_local lets the kernel forward them and resolve the
+            // client at once (README). RVS_FAILOVER_NO_ACCEPT_LOCAL=1
+            // shows the gap without it (BENCHMARKS.md).
+            if std::env::var_os("RVS_FAILOVER_NO_ACCEPT_LOCAL").is_none() {
                 h.exec(&["sysctl", "-qw", "net.ipv4.conf.all.accept_local=1"]);
                 h.exec(&["sysctl", "-qw", "net.ipv4.conf.eth0.accept_local=1"]);
                 h.exec(&["sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0"]);
@@ -237,6 +270,7 @@ fn pair(test: &str, mode: Mode) -> Option<Pair> {
         }
         Director {
             host: h,
+            instance: rvs_testbed::unique_name(&format!("fo{name}")),
             conf: dir.write(&format!("{name}.conf"), &conf(mode, prio)),
             socket: dir.path().join(format!("{name}.sock")),
             child: None,
@@ -524,8 +558,10 @@ fn bulk_resync_gives_a_restarted_master_the_live_connections() {
     };
     raise_nofile();
     p.start();
-    // A stops (resigns); B takes over.
+    // A stops (resigns); B takes over. Its XDP plane outlives it
+    // (pinned): removed, so A comes back with empty tables.
     p.a.term();
+    p.a.remove_pins();
     within("B takes over", Duration::from_secs(10), || p.b.has_vip());
     let mut conns = Vec::with_capacity(N);
     for i in 0..N {
