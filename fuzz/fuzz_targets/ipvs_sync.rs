@@ -3,7 +3,9 @@
 //! that parses rebuilds as v1 (under a datagram limit taken from the input)
 //! into datagrams no longer than the limit that parse back, with nothing
 //! skipped, to the same connections in the same order; a v0 message also
-//! rebuilds as v0 to the same connections.
+//! rebuilds as v0 to the same connections. A bulk-resync request parses
+//! only from the exact bytes its builder writes, and as a sync message it
+//! applies nothing (what a kernel backup makes of it).
 //!
 //! Input layout: byte 0 chooses fix-ups so the fuzzer reaches the record
 //! rules behind the header checks (bit 0: write the real length into the
@@ -18,7 +20,11 @@ use rvs_wire::ipvs_sync::{self, SyncConn, SyncMessage};
 fn reparse(dgrams: &[Vec<u8>], maxlen: usize, version: u8, syncid: u8) -> Vec<SyncConn> {
     let mut back = Vec::new();
     for d in dgrams {
-        assert!(d.len() <= maxlen, "datagram of {} > limit {maxlen}", d.len());
+        assert!(
+            d.len() <= maxlen,
+            "datagram of {} > limit {maxlen}",
+            d.len()
+        );
         let m: SyncMessage = ipvs_sync::parse(d).expect("a built datagram parses");
         assert_eq!((m.version, m.syncid, m.skipped), (version, syncid, 0));
         assert!(!m.conns.is_empty(), "no empty datagrams");
@@ -42,6 +48,14 @@ fuzz_target!(|data: &[u8]| {
     if mode & 1 != 0 && msg.len() >= 4 {
         let n = u16::try_from(msg.len()).unwrap_or(u16::MAX);
         msg[2..4].copy_from_slice(&n.to_be_bytes());
+    }
+    if let Some(req) = ipvs_sync::parse_bulk_request(&msg) {
+        assert_eq!(ipvs_sync::build_bulk_request(&req)[..], msg[..]);
+        let m = ipvs_sync::parse(&msg).expect("a request is a sync message");
+        assert!(
+            m.conns.is_empty() && m.skipped == 0,
+            "a request applies nothing"
+        );
     }
     let Ok(m) = ipvs_sync::parse(&msg) else {
         return;

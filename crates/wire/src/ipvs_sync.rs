@@ -77,8 +77,29 @@
 //! returns `timeout_s: None` for both v0 and a v1 timeout of 0, and the
 //! builders write `None` (and `Some(0)`) as 0.
 //!
+//! # Bulk resync request (an rvs extension)
+//! A director that starts, or becomes master, asks its peers for their
+//! whole connection table with a 16-byte datagram sent to the sync group
+//! and port ([`build_bulk_request`], [`parse_bulk_request`]):
+//! ```text
+//! reserved=0 u8 | syncid u8 | size=16 be16 | nr_conns=0 u8
+//! | version=0x52 ('R', BULK_REQUEST_VER) u8 | spare=0 be16
+//! | magic "rvsB" 4 bytes | nonce be32 (the requester's, for its logs)
+//! ```
+//! A kernel backup ignores it harmlessly (`ip_vs_process_message` in
+//! `net/netfilter/ipvs/ip_vs_sync.c`): the size field matches, so it
+//! passes the length checks; the version byte is not `SYNC_PROTO_VER`, so
+//! the kernel takes the *v0* path (`ip_vs_process_message_v0`), whose
+//! record count is byte 0 — zero here — and so applies nothing and logs
+//! nothing. [`parse`] says the same (version 0, no records); older rvs
+//! builds therefore ignore it too. An rvs peer answers with its table as
+//! ordinary v1 messages to the group (see rvsd's sync module): what a
+//! refresh round would send anyway, so kernel backups on the group take
+//! it as such.
+//!
 //! # No-panic contract
-//! [`parse`], [`build_v1`] and [`build_v0`] return errors for every input,
+//! [`parse`], [`parse_bulk_request`], [`build_v1`] and [`build_v0`] return
+//! errors (or `None`) for every input,
 //! never panic; fuzzed by `fuzz/fuzz_targets/ipvs_sync.rs`, which also checks
 //! that every parsed message rebuilds as v1 into datagrams that parse back
 //! to the same connections.
@@ -124,6 +145,15 @@ pub const OPT_PE_NAME: u8 = 3;
 /// does not know it (`IPVS_OPT_F_PARAM` = 1 << (`IPVS_OPT_PARAM` 7 − 1)).
 /// An unknown option without it is mandatory: the record is dropped.
 pub const OPT_F_OPTIONAL: u8 = 0x40;
+
+/// Version byte of an rvs bulk-resync request ('R'): anything but
+/// [`SYNC_PROTO_VER`] sends a kernel backup down its v0 path, where the
+/// request's zero first byte is a record count of zero.
+pub const BULK_REQUEST_VER: u8 = 0x52;
+/// Magic after the header of a bulk-resync request.
+pub const BULK_REQUEST_MAGIC: [u8; 4] = *b"rvsB";
+/// Length of a bulk-resync request.
+pub const BULK_REQUEST_LEN: usize = 16;
 
 /// Longest persistence-engine name (`IP_VS_PENAME_MAXLEN`).
 pub const PE_NAME_MAXLEN: usize = 16;
@@ -298,6 +328,48 @@ pub struct SyncMessage {
     /// dropped by a record rule, or never reached because a malformed
     /// record ended the datagram (see the module documentation).
     pub skipped: usize,
+}
+
+/// An rvs bulk-resync request: "send me your whole table" (see the module
+/// documentation for the layout and why kernel peers ignore it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BulkRequest {
+    /// Sync ID of the requester; a peer answers requests of its own syncid
+    /// (or any, when its syncid is 0).
+    pub syncid: u8,
+    /// A number the requester chose (it logs it; answers do not carry it).
+    pub nonce: u32,
+}
+
+/// The datagram of a bulk-resync request.
+pub fn build_bulk_request(req: &BulkRequest) -> [u8; BULK_REQUEST_LEN] {
+    let mut b = [0u8; BULK_REQUEST_LEN];
+    b[1] = req.syncid;
+    b[2..4].copy_from_slice(&(BULK_REQUEST_LEN as u16).to_be_bytes());
+    b[5] = BULK_REQUEST_VER;
+    b[8..12].copy_from_slice(&BULK_REQUEST_MAGIC);
+    b[12..16].copy_from_slice(&req.nonce.to_be_bytes());
+    b
+}
+
+/// The bulk-resync request `buf` is, or `None` when it is not exactly one
+/// (any other length, size field, version, magic, or a non-zero reserved,
+/// count or spare field).
+pub fn parse_bulk_request(buf: &[u8]) -> Option<BulkRequest> {
+    let b: &[u8; BULK_REQUEST_LEN] = buf.try_into().ok()?;
+    let header_ok = b[0] == 0
+        && be16(b, 2) == Some(BULK_REQUEST_LEN as u16)
+        && b[4] == 0
+        && b[5] == BULK_REQUEST_VER
+        && b[6] == 0
+        && b[7] == 0;
+    if !header_ok || b[8..12] != BULK_REQUEST_MAGIC {
+        return None;
+    }
+    Some(BulkRequest {
+        syncid: b[1],
+        nonce: be32(b, 12)?,
+    })
 }
 
 /// Why bytes are not a sync message, or connections cannot be encoded.

@@ -598,6 +598,23 @@ impl Loaded {
         }
     }
 
+    /// Insert or replace the NAT reply entry of a (real server, client)
+    /// pair.
+    pub fn set_nat(&mut self, key: &NatKey, nat: &Nat) -> Result<(), XdpError> {
+        self.hash::<NatKey, Nat>("nat_rev")?
+            .insert(key, nat, 0)
+            .map_err(map_err("nat_rev"))
+    }
+
+    /// Delete the NAT reply entry of a (real server, client) pair (absent
+    /// is not an error).
+    pub fn remove_nat(&mut self, key: &NatKey) -> Result<(), XdpError> {
+        match self.hash::<NatKey, Nat>("nat_rev")?.remove(key) {
+            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(map_err("nat_rev")(e)),
+        }
+    }
+
     /// The NAT reply entry of a (real server, client) pair, if any.
     pub fn nat(&mut self, key: &NatKey) -> Result<Option<Nat>, XdpError> {
         match self.hash::<NatKey, Nat>("nat_rev")?.get(key, 0) {

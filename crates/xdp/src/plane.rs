@@ -145,7 +145,7 @@ pub use crate::maps::KernelMaps;
 #[cfg(any(test, feature = "mem-maps"))]
 pub use crate::maps::MemMaps;
 use crate::maps::{
-    self, Config, DestConns, Flow, FlowKey, Persist, PersistKey, Stats, Svc, SvcKey,
+    self, Config, DestConns, Flow, FlowKey, Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcKey,
 };
 pub use crate::maps::{MapOps, WalkCursor};
 use crate::neigh::L2;
@@ -546,9 +546,9 @@ impl<M: MapOps> Plane<M> {
                 return None;
             }
             let d = st.dests.iter().find(|x| same(&x.core.config, cfg))?;
-            Some((st.index, d.index))
+            Some((st.index, d.index, d.is_nat()))
         });
-        let Some((svc, dest)) = found else {
+        let Some((svc, dest, nat)) = found else {
             return Ok(());
         };
         let (jiffies, _) = self.maps.clock()?;
@@ -595,8 +595,34 @@ impl<M: MapOps> Plane<M> {
                 ..Flow::default()
             };
             self.maps.set_flow(&key, &value)?;
+            // A NAT flow also needs its reply entry, or the real server's
+            // replies would leave with its own address (the program writes
+            // it only for the flows it schedules itself).
+            if nat {
+                let nk = nat_key(&key, cfg.addr, cfg.port);
+                let nv = Nat {
+                    vaddr: key.vaddr,
+                    vport: key.vport,
+                    svc,
+                    dest,
+                    ..Nat::default()
+                };
+                self.maps.set_nat(&nk, &nv)?;
+            }
         }
         Ok(())
+    }
+
+    /// The real-server address and port of every NAT real server by its
+    /// `dests` index (installed or deleted but still referenced): what
+    /// the reply entry of a NAT flow is keyed by.
+    fn nat_dests(&self) -> HashMap<u32, (IpAddr, u16)> {
+        let installed = self.services.values().flat_map(|s| s.dests.iter());
+        installed
+            .chain(self.trash.iter().map(|t| &t.dest))
+            .filter(|d| d.is_nat())
+            .map(|d| (d.index, (d.core.config.addr, d.core.config.port)))
+            .collect()
     }
 
     /// The `dests` index of an installed (or deleted but still referenced)
@@ -617,6 +643,20 @@ impl<M: MapOps> Plane<M> {
     /// Free entries of `slots`, as the allocator sees them.
     pub fn free_slots(&self) -> u64 {
         self.slots.free_total()
+    }
+}
+
+/// The `nat_rev` key of the replies of flow `k` forwarded to the real
+/// server `raddr:rport` (port 0: the VIP's port, as the program does).
+fn nat_key(k: &FlowKey, raddr: IpAddr, rport: u16) -> NatKey {
+    NatKey {
+        raddr: maps::addr16(raddr),
+        caddr: k.caddr,
+        rport: if rport == 0 { k.vport } else { rport.to_be() },
+        cport: k.cport,
+        proto: k.proto,
+        family: k.family,
+        ..NatKey::default()
     }
 }
 

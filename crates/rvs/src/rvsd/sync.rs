@@ -14,6 +14,28 @@
 //! them, and templates carry persistence across the failover. Both daemons
 //! can run at once, so a recovered master learns the current state too
 //! (with the kernel, a recovered master comes back empty).
+//!
+//! # Bulk resync
+//! A daemon that starts (a director that starts runs its backup daemon; one
+//! that becomes master, its master daemon) asks for the whole table at once
+//! instead of waiting up to [`REFRESH`] for the peer's refresh round: it
+//! sends a bulk-resync request (`rvs_wire::ipvs_sync::build_bulk_request`,
+//! 16 bytes that kernel backups ignore, see that module) to the sync group
+//! and port, and again after [`REQUEST_AGAIN`] unless entries came in
+//! meanwhile (in case the peer was switching daemons). Every daemon listens on the group for requests (a
+//! master daemon with a second socket joined to it). A peer answers
+//! requests of its syncid (either side 0: any) from its master daemon, or
+//! from its backup daemon when it runs no master daemon, so one rvsd
+//! answers once: it walks its whole table [`BULK_PAGE`] slab positions per
+//! [`BULK_TICK`] (the daemon's lock is held for one page, as for the
+//! master's period) and sends every entry a master would sync as ordinary
+//! v1 messages **to the group** (not unicast: the requester's backup
+//! socket is the one bound to the group, and kernel backups on the group
+//! take the answer as the refresh it is). A request during a walk extends
+//! it to cover the whole table again from where it is. A requester that
+//! runs only its master daemon (keepalived.conf's `lvs_sync_daemon` with an
+//! instance, just become master) enters what its master daemon's group
+//! socket hears; with a backup daemon beside it, the backup daemon does.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -40,6 +62,14 @@ const PERIOD: Duration = Duration::from_secs(1);
 /// 18–20 ms here: `sync_page_cost`, BENCHMARKS.md); a table of N pages is swept every N
 /// seconds.
 const PAGE: usize = 1 << 16;
+/// Slab positions a bulk answer reads per [`BULK_TICK`]: at most this many
+/// entries (≈ 52 datagrams of 40) per tick, ≈ 100,000 entries a second.
+const BULK_PAGE: usize = 2048;
+/// Pace of a bulk answer.
+const BULK_TICK: Duration = Duration::from_millis(20);
+/// A starting daemon's second bulk-resync request comes this long after
+/// the first.
+const REQUEST_AGAIN: Duration = Duration::from_secs(2);
 /// IPv4 + UDP headers: a master's default message size is 1500 minus them.
 const HEADERS_V4: u16 = 28;
 
@@ -169,18 +199,23 @@ fn start_as(daemon: &Arc<Mutex<Daemon>>, cfg: DaemonConfig, managed: bool) -> Re
     let (stop, stopped) = watch::channel(false);
     let received = daemons.received.clone();
     let weak = Arc::downgrade(daemon);
+    let other = if is_master(&cfg) {
+        backup_socket(&cfg, grp)
+    } else {
+        master_socket(&cfg, grp)
+    };
+    let other = other
+        .map_err(|e| tracing::warn!(target: "rvs::sync", "sync daemon on {}: no bulk resync: {e}", cfg.mcast_ifn))
+        .ok();
     let task = Task {
         daemon: weak,
         cfg: cfg.clone(),
         sock,
+        other,
         stop: stopped,
         received,
     };
-    if is_master(&cfg) {
-        tokio::spawn(run_master(task));
-    } else {
-        tokio::spawn(run_backup(task));
-    }
+    tokio::spawn(run(task));
     tracing::info!(target: "rvs::sync", "sync daemon started: {} on {}, syncid {}", if is_master(&cfg) { "master" } else { "backup" }, cfg.mcast_ifn, cfg.syncid);
     *slot = Some(Running { cfg, stop, managed });
     Ok(())
@@ -360,77 +395,218 @@ struct Task {
     /// The daemon, weak so that a task never keeps it alive.
     daemon: std::sync::Weak<Mutex<Daemon>>,
     cfg: DaemonConfig,
+    /// The master's sending socket, or the backup's group socket.
     sock: tokio::net::UdpSocket,
+    /// The other one: the master's group socket (requests, and answers to
+    /// its own requests), the backup's sending socket (requests and bulk
+    /// answers); `None` when it could not be opened (said in the log).
+    other: Option<tokio::net::UdpSocket>,
     /// Turns true (or closes) when the task is to end.
     stop: watch::Receiver<bool>,
     /// Entries the backup entered, which the master does not send back.
     received: Arc<Mutex<FastMap<Tuple, Instant>>>,
 }
 
-async fn run_master(mut task: Task) {
-    let mut walk = Walk::default();
-    let mut every = tokio::time::interval(PERIOD);
-    let max = usize::from(maxlen(&task.cfg));
-    loop {
-        tokio::select! {
-            _ = every.tick() => {}
-            _ = task.stop.changed() => return,
-        }
-        let Some(d) = task.daemon.upgrade() else {
-            return;
-        };
-        let batch = {
-            let Ok(d) = d.lock() else { return };
-            // Same order as the backup: the daemon's lock, then this one.
-            let Ok(rx) = task.received.lock() else { return };
-            changes(d.controller().ipvs(), d.now(), &mut walk, &rx)
-        };
-        if batch.is_empty() {
-            continue;
-        }
-        match wire::build_v1(task.cfg.syncid, &batch, max) {
-            Ok(datagrams) => {
-                for dg in datagrams {
-                    if let Err(e) = task.sock.send(&dg).await {
-                        tracing::warn!(target: "rvs::sync", "sync master on {}: send: {e}", task.cfg.mcast_ifn);
-                    }
-                }
-            }
-            Err(e) => tracing::error!(target: "rvs::sync", "sync master: {e}"),
-        }
+/// Where a bulk answer stands: the next slab position, and how many
+/// positions are still to be read before the whole table was covered.
+#[derive(Debug, Default)]
+struct Bulk {
+    next: usize,
+    todo: usize,
+    /// A request came since the last page: cover the whole table again.
+    restart: bool,
+}
+
+impl Bulk {
+    fn active(&self) -> bool {
+        self.restart || self.todo > 0
     }
 }
 
-async fn run_backup(mut task: Task) {
+/// The next page of a bulk answer: every entry a master would sync among
+/// the next [`BULK_PAGE`] slab positions (wrapping at the table's end),
+/// received ones included (the requester wants all).
+fn bulk_page(ipvs: &Ipvs, b: &mut Bulk) -> Vec<wire::SyncConn> {
+    let table = ipvs.conns();
+    let slots = table.slots();
+    if std::mem::take(&mut b.restart) {
+        b.todo = slots;
+    }
+    if slots == 0 {
+        b.todo = 0;
+        return Vec::new();
+    }
+    if b.next >= slots {
+        b.next = 0;
+    }
+    let n = BULK_PAGE.min(b.todo).min(slots - b.next);
+    let out = table
+        .iter_slots(b.next, b.next + n)
+        .filter(|(_, c)| eligible(c))
+        .map(|(_, c)| to_wire(c))
+        .collect();
+    b.next += n;
+    b.todo -= n;
+    out
+}
+
+/// Whether a request of `theirs` is one for a daemon of syncid `ours`.
+fn syncid_matches(ours: u8, theirs: u8) -> bool {
+    ours == 0 || theirs == 0 || ours == theirs
+}
+
+/// Send `conns` as v1 messages on `sock`.
+async fn send_conns(sock: &tokio::net::UdpSocket, cfg: &DaemonConfig, conns: &[wire::SyncConn]) {
+    match wire::build_v1(cfg.syncid, conns, usize::from(maxlen(cfg))) {
+        Ok(datagrams) => {
+            for dg in datagrams {
+                if let Err(e) = sock.send(&dg).await {
+                    tracing::warn!(target: "rvs::sync", "sync daemon on {}: send: {e}", cfg.mcast_ifn);
+                }
+            }
+        }
+        Err(e) => tracing::error!(target: "rvs::sync", "sync daemon: {e}"),
+    }
+}
+
+async fn recv_on(sock: Option<&tokio::net::UdpSocket>, buf: &mut [u8]) -> std::io::Result<usize> {
+    match sock {
+        Some(s) => s.recv(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A master or backup daemon (see the module doc): the master's period,
+/// the group's messages (entries for a backup, bulk-resync requests for
+/// both), and the pace of a bulk answer.
+async fn run(mut task: Task) {
+    let master = is_master(&task.cfg);
+    let mut walk = Walk::default();
+    let mut every = tokio::time::interval(PERIOD);
+    let mut pace = tokio::time::interval(BULK_TICK);
+    pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut bulk = Bulk::default();
     let mut buf = vec![0u8; 65536];
     let mut pruned = Instant::ZERO;
+    let nonce = std::process::id() ^ (u32::from(task.cfg.syncid) << 24) ^ u32::from(master);
+    let req = wire::build_bulk_request(&wire::BulkRequest {
+        syncid: task.cfg.syncid,
+        nonce,
+    });
+    let again = tokio::time::sleep(REQUEST_AGAIN);
+    tokio::pin!(again);
+    let mut requests_left = 2u8;
+    // Whether entries came in since the first request.
+    let mut heard = false;
+    let ask = async |task: &Task| {
+        let send = if master {
+            Some(&task.sock)
+        } else {
+            task.other.as_ref()
+        };
+        if let Some(s) = send {
+            match s.send(&req).await {
+                Ok(_) => {
+                    tracing::info!(target: "rvs::sync", "sync {} on {}: bulk resync requested (nonce {nonce:#x})", if master { "master" } else { "backup" }, task.cfg.mcast_ifn)
+                }
+                Err(e) => {
+                    tracing::warn!(target: "rvs::sync", "sync daemon on {}: bulk resync request: {e}", task.cfg.mcast_ifn)
+                }
+            }
+        }
+    };
+    ask(&task).await;
+    requests_left -= 1;
     loop {
+        // The socket bound to the group: the backup's own, the master's other.
+        let group = if master {
+            task.other.as_ref()
+        } else {
+            Some(&task.sock)
+        };
         let n = tokio::select! {
-            r = task.sock.recv(&mut buf) => match r {
+            _ = every.tick(), if master => {
+                let Some(d) = task.daemon.upgrade() else { return };
+                let batch = {
+                    let Ok(d) = d.lock() else { return };
+                    // Same order as the backup: the daemon's lock, then this one.
+                    let Ok(rx) = task.received.lock() else { return };
+                    changes(d.controller().ipvs(), d.now(), &mut walk, &rx)
+                };
+                if !batch.is_empty() {
+                    send_conns(&task.sock, &task.cfg, &batch).await;
+                }
+                continue;
+            }
+            _ = pace.tick(), if bulk.active() => {
+                let Some(d) = task.daemon.upgrade() else { return };
+                let page = {
+                    let Ok(d) = d.lock() else { return };
+                    bulk_page(d.controller().ipvs(), &mut bulk)
+                };
+                let send = if master { Some(&task.sock) } else { task.other.as_ref() };
+                if let Some(s) = send && !page.is_empty() {
+                    send_conns(s, &task.cfg, &page).await;
+                }
+                if !bulk.active() {
+                    tracing::info!(target: "rvs::sync", "sync daemon on {}: bulk resync answered", task.cfg.mcast_ifn);
+                }
+                continue;
+            }
+            _ = &mut again, if requests_left > 0 => {
+                // Entries came since the first request: a peer answers.
+                if !heard {
+                    ask(&task).await;
+                }
+                requests_left -= 1;
+                continue;
+            }
+            r = recv_on(group, &mut buf) => match r {
                 Ok(n) => n,
                 Err(e) => {
-                    tracing::warn!(target: "rvs::sync", "sync backup on {}: receive: {e}", task.cfg.mcast_ifn);
+                    tracing::warn!(target: "rvs::sync", "sync daemon on {}: receive: {e}", task.cfg.mcast_ifn);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             },
             _ = task.stop.changed() => return,
         };
+        let Some(d) = task.daemon.upgrade() else {
+            return;
+        };
+        if let Some(r) = wire::parse_bulk_request(&buf[..n]) {
+            if !syncid_matches(task.cfg.syncid, r.syncid) {
+                continue;
+            }
+            // One answer per rvsd: its master daemon's, else its backup's.
+            let answers = master
+                || d.lock()
+                    .map(|mut g| g.sync_daemons().master.is_none())
+                    .unwrap_or(false);
+            if answers {
+                tracing::info!(target: "rvs::sync", "sync daemon on {}: bulk resync asked (nonce {:#x}); sending the table", task.cfg.mcast_ifn, r.nonce);
+                bulk.restart = true;
+            }
+            continue;
+        }
         let msg = match wire::parse(&buf[..n]) {
             Ok(m) => m,
             Err(e) => {
-                tracing::debug!(target: "rvs::sync", "sync backup: bad message: {e}");
+                tracing::debug!(target: "rvs::sync", "sync daemon: bad message: {e}");
                 continue;
             }
         };
         if task.cfg.syncid != 0 && msg.syncid != task.cfg.syncid {
             continue;
         }
-        let Some(d) = task.daemon.upgrade() else {
-            return;
-        };
         let Ok(mut d) = d.lock() else { return };
+        // A master enters what it hears only when no backup daemon runs
+        // beside it (which then does).
+        if master && d.sync_daemons().backup.is_some() {
+            continue;
+        }
         let now = d.now();
+        heard |= !msg.conns.is_empty();
         let mut rx = task.received.lock().ok();
         for c in &msg.conns {
             let t = Tuple {
@@ -693,6 +869,55 @@ mod tests {
         assert_eq!(walk.next, 0);
         assert!(changes(&ipvs, t0, &mut walk, &none).is_empty());
         assert_eq!(walk.sent.len(), PAGE + 10);
+    }
+
+    #[test]
+    fn a_bulk_answer_pages_through_the_whole_table_and_a_new_request_extends_it() {
+        let t0 = Instant::from_secs(10);
+        let n = BULK_PAGE * 2 + 100;
+        let ipvs = filled(n, t0);
+        let mut b = Bulk::default();
+        assert!(!b.active());
+        assert!(bulk_page(&ipvs, &mut b).is_empty(), "nothing asked");
+        b.restart = true;
+        let mut got = Vec::new();
+        let mut pages = 0;
+        while b.active() {
+            let page = bulk_page(&ipvs, &mut b);
+            assert!(page.len() <= BULK_PAGE);
+            got.extend(page);
+            pages += 1;
+            if pages == 2 {
+                // A second requester mid-walk: the walk goes on from here
+                // and covers the table once more, wrapping.
+                b.restart = true;
+            }
+        }
+        let distinct: std::collections::HashSet<SocketAddr> =
+            got.iter().map(|c| c.client).collect();
+        assert_eq!(distinct.len(), n, "every entry");
+        assert_eq!(
+            got.len(),
+            n + 2 * BULK_PAGE,
+            "the second request got the whole table too"
+        );
+        assert_eq!(pages, 2 + 3);
+        // Entries a master would not sync are not sent.
+        let (mut ipvs, dest) = director();
+        ipvs.mirror_conn(t0, &flow(dest, TcpState::SynRecv))
+            .unwrap();
+        let mut b = Bulk {
+            restart: true,
+            ..Bulk::default()
+        };
+        assert!(bulk_page(&ipvs, &mut b).is_empty());
+        assert!(!b.active());
+    }
+
+    #[test]
+    fn requests_of_other_syncids_are_not_answered() {
+        assert!(syncid_matches(0, 5) && syncid_matches(5, 0) && syncid_matches(5, 5));
+        assert!(!syncid_matches(5, 6));
     }
 
     /// What one master period costs with a full table (printed, not

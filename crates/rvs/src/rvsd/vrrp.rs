@@ -973,7 +973,7 @@ impl Driver<'_> {
                 Action::Send { priority } => self.send(priority).await,
                 Action::Announce => self.announce(self.spec.garp_repeat),
                 Action::Refresh => self.announce(self.spec.garp_refresh_repeat),
-                Action::Transition { from, to } => self.transition(inst, from, to).await,
+                Action::Transition { to, .. } => self.transition(inst, to).await,
             }
         }
     }
@@ -1019,7 +1019,7 @@ impl Driver<'_> {
         }
     }
 
-    async fn transition(&mut self, inst: &Instance, from: State, to: State) {
+    async fn transition(&mut self, inst: &Instance, to: State) {
         let s = &self.spec;
         tracing::info!(target: "rvs::vrrp", "VRRP_Instance({}) Entering {} STATE", s.name, to.name());
         if to == State::Master {
@@ -1028,7 +1028,13 @@ impl Driver<'_> {
                     tracing::error!(target: "rvs::vrrp", "VRRP_Instance({}): adding {} on {}: {e}", s.name, v.addr, v.dev);
                 }
             }
-        } else if from == State::Master {
+        } else {
+            // Not master (a backup, a fault, a stop — and also the start
+            // of a backup, whatever state came before): no address of the
+            // instance stays. keepalived does the same at start, so
+            // addresses a killed predecessor left behind do not make this
+            // host answer for the VIP beside the real master; removing an
+            // address that is not there is a no-op.
             for v in s.vips.iter().chain(&s.excluded) {
                 if let Err(e) = net::del_address(&v.dev, v.addr, v.prefix).await {
                     tracing::error!(target: "rvs::vrrp", "VRRP_Instance({}): removing {} from {}: {e}", s.name, v.addr, v.dev);

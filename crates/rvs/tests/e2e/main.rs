@@ -6,6 +6,7 @@
 mod harness;
 
 mod check;
+mod failover;
 mod golden;
 mod health;
 mod health_probes;

@@ -556,3 +556,132 @@ fn vrrp_use_vmac_announces_the_virtual_mac() {
     let links = String::from_utf8_lossy(&a.exec(&["ip", "-o", "link"]).stdout).into_owned();
     assert!(!links.contains("vrrp.51"), "{links}");
 }
+
+/// The distinct MACs that answer an ARP request for `ip`, sent from `h`'s
+/// eth0 (raw ARP over an AF_PACKET socket; answers collected for 1 s).
+fn arp_responders(h: &Host, ip: std::net::Ipv4Addr) -> std::collections::BTreeSet<[u8; 6]> {
+    use std::io::Read;
+    use std::os::fd::AsFd;
+    const ETH_P_ARP: u16 = 0x0806;
+    let std::net::IpAddr::V4(src) = h.addr else {
+        panic!("an IPv4 probe host");
+    };
+    let mac = h.mac;
+    h.run(move || {
+        let ifindex = rvs_sys::iface::ifindex("eth0").expect("eth0");
+        let proto = socket2::Protocol::from(i32::from(ETH_P_ARP.to_be()));
+        let mut sock =
+            socket2::Socket::new(socket2::Domain::PACKET, socket2::Type::RAW, Some(proto))
+                .expect("packet socket");
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .expect("timeout");
+        let mut frame = Vec::with_capacity(42);
+        frame.extend_from_slice(&[0xff; 6]);
+        frame.extend_from_slice(&mac);
+        frame.extend_from_slice(&ETH_P_ARP.to_be_bytes());
+        // Ethernet, IPv4, 6, 4, request.
+        frame.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+        frame.extend_from_slice(&mac);
+        frame.extend_from_slice(&src.octets());
+        frame.extend_from_slice(&[0; 6]);
+        frame.extend_from_slice(&ip.octets());
+        rvs_sys::sock::send_frame(sock.as_fd(), ifindex, ETH_P_ARP, [0xff; 6], &frame)
+            .expect("send the ARP request");
+        let mut seen = std::collections::BTreeSet::new();
+        let mut buf = [0u8; 1600];
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            let Ok(n) = sock.read(&mut buf) else {
+                continue;
+            };
+            let f = &buf[..n];
+            let reply = n >= 42 && f[12..14] == ETH_P_ARP.to_be_bytes() && f[20..22] == [0, 2];
+            if reply && f[28..32] == ip.octets() {
+                let mut m = [0u8; 6];
+                m.copy_from_slice(&f[22..28]);
+                seen.insert(m);
+            }
+        }
+        seen
+    })
+}
+
+/// keepalived removes, at start, the addresses of its instances that a
+/// dead predecessor left behind; rvsd must too, and one stopped while
+/// BACKUP must not leave one: otherwise two hosts answer ARP for the VIP
+/// (a split brain). Counted from a third host with a raw ARP request.
+#[test]
+fn vrrp_no_host_but_the_master_answers_arp_after_kill_restart_and_stop() {
+    let test = "vrrp_no_host_but_the_master_answers_arp_after_kill_restart_and_stop";
+    let Some((mut bed, a, b)) = bed(test) else {
+        return;
+    };
+    if !keepalived_available(test) {
+        return;
+    }
+    let probe = bed.host("p", "10.0.5.9/24");
+    let vip: std::net::Ipv4Addr = VIP.parse().expect("vip");
+    let dir = TempDir::new("vrrp-arp");
+    let vip32 = format!("{VIP}/32");
+    let ka_conf = format!(
+        "global_defs {{\n    router_id ka\n}}\n{}",
+        instance_for(&vip32, 100, true, "")
+    );
+    let answers = || arp_responders(&probe, vip);
+    let only = |h: &Host| std::collections::BTreeSet::from([h.mac]);
+
+    // rvsd (150) on A is master, keepalived (100) on B backup.
+    let mut pa = rvsd(&a, dir.path(), "a", &instance_for(&vip32, 150, true, ""));
+    within("rvsd holds the VIP", Duration::from_secs(8), || has_vip(&a));
+    let _ka = keepalived(&b, dir.path(), "ka", &ka_conf);
+    holds("keepalived stays backup", Duration::from_secs(4), || {
+        has_vip(&a) && !has_vip(&b)
+    });
+    assert_eq!(answers(), only(&a), "only A answers while it is master");
+
+    // SIGKILL: the address stays on A (nobody removed it) while
+    // keepalived takes over: two hosts answer until rvsd starts again.
+    pa.kill("KILL");
+    pa.wait_exit();
+    within("keepalived takes over", Duration::from_secs(8), || {
+        has_vip(&b)
+    });
+    assert!(has_vip(&a), "the dead rvsd's address is still there");
+    assert_eq!(
+        answers(),
+        std::collections::BTreeSet::from([a.mac, b.mac]),
+        "both answer while the leftover stays"
+    );
+
+    // rvsd starts again, now below keepalived (it stays backup): it
+    // removes the leftover at once.
+    let mut pa = rvsd(&a, dir.path(), "a2", &instance_for(&vip32, 50, true, ""));
+    within(
+        "the restarted rvsd removes the leftover",
+        Duration::from_secs(5),
+        || !has_vip(&a),
+    );
+    holds("B stays master, A backup", Duration::from_secs(3), || {
+        has_vip(&b) && !has_vip(&a)
+    });
+    assert_eq!(
+        answers(),
+        only(&b),
+        "only the master answers after the restart"
+    );
+
+    // A leftover appears on the backup (as a predecessor's would); rvsd
+    // stopped with SIGTERM while BACKUP takes it away too.
+    a.exec(&["ip", "addr", "add", &vip32, "dev", "eth0"]);
+    pa.kill("TERM");
+    pa.wait_exit();
+    assert!(
+        !has_vip(&a),
+        "rvsd stopped as BACKUP left the address behind"
+    );
+    assert_eq!(
+        answers(),
+        only(&b),
+        "only the master answers after the stop"
+    );
+}

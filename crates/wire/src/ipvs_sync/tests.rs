@@ -127,6 +127,38 @@ fn constants_match_the_kernel_headers() {
 }
 
 #[test]
+fn a_bulk_request_is_16_bytes_that_a_kernel_backup_reads_as_an_empty_v0_message() {
+    let req = BulkRequest {
+        syncid: 7,
+        nonce: 0x0102_0304,
+    };
+    let b = build_bulk_request(&req);
+    assert_eq!(b.to_vec(), hex("00070010005200007276734201020304"));
+    assert_eq!(parse_bulk_request(&b), Some(req));
+    // What the kernel (and parse, which follows it) makes of it: the
+    // version byte is not 1, so the v0 path, whose count (byte 0) is 0.
+    let m = parse(&b).unwrap();
+    assert_eq!(
+        (m.version, m.syncid, m.conns.len(), m.skipped),
+        (0, 7, 0, 0)
+    );
+    // Anything else is not a request: ordinary messages, a wrong length,
+    // a field changed.
+    let ordinary = build_v1(7, &[conn4(1000)], 1472).unwrap();
+    assert_eq!(parse_bulk_request(&ordinary[0]), None);
+    assert_eq!(parse_bulk_request(&b[..15]), None);
+    let mut long = b.to_vec();
+    long.push(0);
+    long[3] = 17;
+    assert_eq!(parse_bulk_request(&long), None);
+    for (at, v) in [(0, 1), (3, 15), (4, 1), (5, 1), (6, 1), (7, 1), (8, b'R')] {
+        let mut x = b;
+        x[at] = v;
+        assert_eq!(parse_bulk_request(&x), None, "byte {at} = {v}");
+    }
+}
+
+#[test]
 fn received_flags_masks_v1_but_only_clears_hashed_in_v0() {
     let wire = FLAG_HASHED | FLAG_ONE_PACKET | FLAG_INACTIVE | FWD_TUNNEL | 0x0001_0000;
     assert_eq!(

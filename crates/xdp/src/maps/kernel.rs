@@ -7,7 +7,8 @@ use rvs_sys::bpf::{BATCH_TOKEN, BatchToken};
 use super::ops::{MapOps, WalkCursor, map_error};
 use super::typed::Plain;
 use crate::maps::{
-    Config, Dest, DestConns, Flow, Flow4Key, FlowKey, Persist, PersistKey, Stats, Svc, SvcKey,
+    Config, Dest, DestConns, Flow, Flow4Key, FlowKey, Nat, NatKey, Persist, PersistKey, Stats, Svc,
+    SvcKey,
 };
 use crate::{Loaded, XdpError};
 
@@ -222,6 +223,12 @@ impl MapOps for KernelMaps {
     }
     fn set_flow(&mut self, key: &FlowKey, flow: &Flow) -> Result<(), XdpError> {
         self.director.set_flow(key, flow)
+    }
+    fn set_nat(&mut self, key: &NatKey, nat: &Nat) -> Result<(), XdpError> {
+        self.director.set_nat(key, nat)
+    }
+    fn remove_nat(&mut self, key: &NatKey) -> Result<(), XdpError> {
+        self.director.remove_nat(key)
     }
     fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError> {
         self.director

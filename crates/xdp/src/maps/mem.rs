@@ -9,7 +9,8 @@ use aya::maps::MapError;
 use super::ops::{MapOps, WalkCursor, map_error};
 use crate::XdpError;
 use crate::maps::{
-    self, Config, Dest, DestConns, Flow, FlowKey, Persist, PersistKey, Stats, Svc, SvcKey,
+    self, Config, Dest, DestConns, Flow, FlowKey, Nat, NatKey, Persist, PersistKey, Stats, Svc,
+    SvcKey,
 };
 
 /// In-memory maps with the kernel's rules (array bounds, hash deletion of
@@ -34,6 +35,8 @@ pub struct MemMaps {
     pub dest_stats: HashMap<u32, Stats>,
     /// `flows`.
     pub flows: HashMap<FlowKey, Flow>,
+    /// `nat_rev`.
+    pub nat_rev: HashMap<NatKey, Nat>,
     /// `dest_conns` (absent = zero).
     pub dest_conns: HashMap<u32, DestConns>,
     /// `persist`.
@@ -195,6 +198,16 @@ impl MapOps for MemMaps {
     fn set_flow(&mut self, key: &FlowKey, flow: &Flow) -> Result<(), XdpError> {
         self.write("flows")?;
         self.flows.insert(*key, *flow);
+        Ok(())
+    }
+    fn set_nat(&mut self, key: &NatKey, nat: &Nat) -> Result<(), XdpError> {
+        self.write("nat_rev")?;
+        self.nat_rev.insert(*key, *nat);
+        Ok(())
+    }
+    fn remove_nat(&mut self, key: &NatKey) -> Result<(), XdpError> {
+        self.write("nat_rev")?;
+        self.nat_rev.remove(key);
         Ok(())
     }
     fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError> {

@@ -5,7 +5,7 @@ use aya::maps::MapError;
 
 use crate::XdpError;
 use crate::maps::{
-    Config, Dest, DestConns, Flow, FlowKey, Persist, PersistKey, Stats, Svc, SvcKey,
+    Config, Dest, DestConns, Flow, FlowKey, Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcKey,
 };
 
 /// Every map operation the control side performs: the seam between the
@@ -56,6 +56,13 @@ pub trait MapOps {
     /// Insert or replace a flow entry (and invalidate the flow caches'
     /// copies of it).
     fn set_flow(&mut self, key: &FlowKey, flow: &Flow) -> Result<(), XdpError>;
+    /// Insert or replace a NAT reply entry (`nat_rev`): what the replies
+    /// of a real server to a client are rewritten to. The program writes
+    /// its own when it schedules a NAT flow; the control side writes those
+    /// of flows it loads (connections synced from another director).
+    fn set_nat(&mut self, key: &NatKey, nat: &Nat) -> Result<(), XdpError>;
+    /// Delete a NAT reply entry (absent is not an error).
+    fn remove_nat(&mut self, key: &NatKey) -> Result<(), XdpError>;
     /// Insert or replace a persistence template.
     fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError>;
     /// Call `f` for about `max` entries of the flow tables from `cursor`

@@ -26,8 +26,10 @@ use rvs_core::stats::Counters;
 use rvs_core::time::Instant;
 
 use super::alloc::Retired;
-use super::{DestState, Plane, PlaneError, Trashed, WalkDone, same, stats_delta};
-use crate::maps::{self, Dest, DestConns, Flow, FlowKey, MapOps, Persist, PersistKey, Stats};
+use super::{DestState, Plane, PlaneError, Trashed, WalkDone, nat_key, same, stats_delta};
+use crate::maps::{
+    self, Dest, DestConns, Flow, FlowKey, MapOps, NatKey, Persist, PersistKey, Stats,
+};
 
 /// What phase 1 of a report read from the maps.
 #[derive(Debug, Default)]
@@ -36,8 +38,9 @@ pub struct ReportRead {
     stats: Vec<(u32, Stats)>,
     /// Live flows of this page, with their time left.
     flows: Vec<(FlowKey, Flow, Duration)>,
-    /// Expired flows of this page (to delete).
-    expired: Vec<FlowKey>,
+    /// Expired flows of this page (to delete), with the reply entry of
+    /// those of NAT real servers.
+    expired: Vec<(FlowKey, Option<NatKey>)>,
     /// The flow walk completed with this page.
     flows_done: bool,
     /// Report generation the flow walk began at.
@@ -57,8 +60,8 @@ pub struct ReportRead {
 pub struct ReportWrites {
     /// Expired templates to delete.
     stale: Vec<PersistKey>,
-    /// Expired flows to delete.
-    expired: Vec<FlowKey>,
+    /// Expired flows to delete, with their NAT reply entries.
+    expired: Vec<(FlowKey, Option<NatKey>)>,
     /// `dest_conns` from a completed flow walk.
     dest_conns: Vec<(u32, DestConns)>,
     /// Real servers whose `OVERLOADED` flag changed (the plane's books
@@ -105,6 +108,7 @@ impl<M: MapOps> Plane<M> {
         let config = self.config;
         read.flow_start = *self.flow_walk.start.get_or_insert(g);
         read.persist_start = *self.persist_walk.start.get_or_insert(g);
+        let nat_dests = self.nat_dests();
         let users = &mut self.flow_walk.users;
         let (flows, expired) = (&mut read.flows, &mut read.expired);
         read.flows_done =
@@ -114,7 +118,8 @@ impl<M: MapOps> Plane<M> {
                     let age = jiffies.saturating_sub(f.last_seen);
                     let limit = u64::from(timeout) * hz;
                     if age > limit {
-                        expired.push(*k);
+                        let nat = nat_dests.get(&f.dest).map(|&(a, p)| nat_key(k, a, p));
+                        expired.push((*k, nat));
                         return;
                     }
                     let c = users.entry(f.dest).or_default();
@@ -191,8 +196,11 @@ impl<M: MapOps> Plane<M> {
         }
         // Expired entries go (the program already treats them as absent;
         // this frees their room). Failures are retried next time.
-        for k in &w.expired {
+        for (k, nat) in &w.expired {
             let _ = self.maps.remove_flow(k);
+            if let Some(n) = nat {
+                let _ = self.maps.remove_nat(n);
+            }
         }
         for (i, c) in &w.dest_conns {
             let _ = self.maps.set_dest_conns(*i, c);

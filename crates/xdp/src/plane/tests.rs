@@ -871,6 +871,72 @@ fn synced_connections_and_templates_are_loaded_for_the_same_real_server() {
     assert_eq!(bed.plane.maps().flows.len(), 1);
 }
 
+#[test]
+fn synced_nat_connections_get_their_reply_entry_and_lose_it_with_the_flow() {
+    let mut bed = Bed::new();
+    bed.svc(80, "rr").unwrap();
+    let masq = |i: u8, port: u16| DestConfig::new(rs(i), port).forward(ForwardMethod::Masq);
+    bed.dest(80, masq(21, 8080)).unwrap();
+    bed.dest(80, masq(22, 0)).unwrap();
+    bed.dest(80, dr(11)).unwrap();
+    let svc = bed.plane.service_index(&key(80)).unwrap();
+    let id_of = |bed: &Bed, i: u8| {
+        bed.ipvs
+            .service(&key(80))
+            .unwrap()
+            .dests()
+            .iter()
+            .find(|d| d.config.addr == rs(i))
+            .unwrap()
+            .id
+    };
+    let conn = |dest, cport| MirroredConn {
+        protocol: Protocol::Tcp,
+        client: SocketAddr::new("192.0.2.7".parse().unwrap(), cport),
+        vip: SocketAddr::new(rs(100), 80),
+        dest,
+        state: TcpState::Established as u8,
+        output_seen: true,
+        idle_left: Duration::from_secs(900),
+        template: false,
+    };
+    let (a, b, c) = (id_of(&bed, 21), id_of(&bed, 22), id_of(&bed, 11));
+    for (d, p) in [(a, 4000), (b, 4001), (c, 4002)] {
+        bed.plane.load_synced_flow(&bed.ipvs, &conn(d, p)).unwrap();
+    }
+    assert_eq!(bed.plane.maps().flows.len(), 3);
+    let nk = |i: u8, rport: u16, cport: u16| NatKey {
+        raddr: maps::addr16(rs(i)),
+        caddr: maps::addr16("192.0.2.7".parse().unwrap()),
+        rport: rport.to_be(),
+        cport: cport.to_be(),
+        proto: maps::PROTO_TCP,
+        family: maps::AF_INET,
+        ..NatKey::default()
+    };
+    let nat = bed.plane.maps().nat_rev.clone();
+    // The two NAT flows have their reply entries (port 0: the VIP's port,
+    // as the program keys them); the DR flow has none.
+    assert_eq!(nat.len(), 2, "{nat:?}");
+    let e = nat[&nk(21, 8080, 4000)];
+    assert_eq!(
+        (e.vaddr, e.vport, e.svc, e.dest),
+        (
+            maps::addr16(rs(100)),
+            80u16.to_be(),
+            svc,
+            bed.plane.dest_index(&key(80), rs(21), 8080).unwrap()
+        )
+    );
+    assert_eq!(nat[&nk(22, 80, 4001)].vport, 80u16.to_be());
+    // Expired flows go with their reply entries.
+    let old = bed.plane.maps().jiffies;
+    bed.plane.maps().jiffies = old + 100_000 * 250;
+    bed.report(1);
+    assert!(bed.plane.maps().flows.is_empty());
+    assert!(bed.plane.maps().nat_rev.is_empty());
+}
+
 /// The template key of client network 192.0.2.`net` on the service.
 fn pk(net: u8) -> PersistKey {
     PersistKey {
