@@ -92,6 +92,7 @@ fn director_of(
         &LoadOptions {
             flow_table_size: table,
             slots: 1 << 16,
+            ..LoadOptions::default()
         },
     )?;
     l.set_config(&Config::ipvs_defaults())?;
@@ -175,6 +176,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         &LoadOptions {
             flow_table_size: table,
             slots: 1,
+            ..LoadOptions::default()
         },
     )?;
     // (row, program, IPv6 frames).
@@ -268,6 +270,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         &LoadOptions {
             flow_table_size: table,
             slots: 1,
+            ..LoadOptions::default()
         },
     )?;
     let lru_fill = ns(&mut lru, &syn, repeat, tx)?;
@@ -418,6 +421,7 @@ fn many_flows(
             &LoadOptions {
                 flow_table_size: table,
                 slots: 1,
+                ..LoadOptions::default()
             },
         )?;
         lru.set_bench_cycle(n, u32::from(n > 1))?;

@@ -113,6 +113,7 @@ fn xd0_skb(flows: u32) -> XdpOptions {
         load: LoadOptions {
             flow_table_size: flows,
             slots: 1 << 16,
+            ..LoadOptions::default()
         },
         tun_src4: None,
         tun_src6: None,
@@ -220,6 +221,7 @@ fn xdp_plane_drives_the_attached_program() {
             load: LoadOptions {
                 flow_table_size: 4096,
                 slots: 1 << 16,
+                ..LoadOptions::default()
             },
             tun_src4: None,
             tun_src6: None,
@@ -596,6 +598,7 @@ fn report_expires_flows_and_recounts_connections() {
     let maps = rvs_xdp::plane::KernelMaps::load(&LoadOptions {
         flow_table_size: 4096,
         slots: 1 << 16,
+        ..LoadOptions::default()
     })
     .expect("load");
     let rs: IpAddr = "10.79.0.11".parse().unwrap();

@@ -191,6 +191,9 @@ impl MapOps for KernelMaps {
     fn dest_stats(&mut self, index: u32) -> Result<Stats, XdpError> {
         self.director.dest_stats(index)
     }
+    fn svc_flood(&mut self, index: u32) -> Result<crate::maps::SvcFlood, XdpError> {
+        self.director.svc_flood(index)
+    }
     fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError> {
         self.director.remove_flow(key)
     }
