@@ -153,6 +153,7 @@ use crate::tables::{TableError, scheduling_table};
 
 mod alloc;
 mod apply;
+mod flood;
 mod l2;
 mod report;
 pub mod resolver;
@@ -165,6 +166,7 @@ pub use report::{ReportRead, ReportWrites};
 pub use worker::{PlaneHandle, REPORT_EVERY};
 
 use alloc::{IndexAlloc, Region, Retired, SlotAlloc};
+pub use flood::FloodStats;
 
 /// Why the XDP data plane could not apply a change.
 #[derive(Debug, thiserror::Error)]
@@ -275,6 +277,9 @@ pub struct Plane<M: MapOps> {
     /// interface MAC reaches the program within a second.
     links: Vec<u32>,
     own: crate::own_mac::OwnMacs,
+    /// The SYN-flood counters the reports publish, and their baselines.
+    flood: std::sync::Arc<FloodStats>,
+    flood_base: flood::FloodBase,
 }
 
 /// Flows (and templates) mirrored per report by default: a report holds the
@@ -423,6 +428,8 @@ impl<M: MapOps> Plane<M> {
             dirty: false,
             links: Vec::new(),
             own: crate::own_mac::OwnMacs::default(),
+            flood: std::sync::Arc::default(),
+            flood_base: flood::FloodBase::default(),
         })
     }
 
@@ -709,8 +716,19 @@ impl XdpPlane {
     /// what it gave. Dropping the handle stops both and detaches the
     /// program.
     pub fn start(opts: &XdpOptions) -> Result<(Self, Vec<crate::AttachMode>), PlaneError> {
+        let (plane, modes, _) = Self::start_reporting(opts)?;
+        Ok((plane, modes))
+    }
+
+    /// [`XdpPlane::start`], also returning the SYN-flood counters the
+    /// plane's reports publish (for metrics).
+    #[allow(clippy::type_complexity)]
+    pub fn start_reporting(
+        opts: &XdpOptions,
+    ) -> Result<(Self, Vec<crate::AttachMode>, std::sync::Arc<FloodStats>), PlaneError> {
         let (plane, resolver, modes) = Plane::start(opts)?;
-        Ok((PlaneHandle::spawn(plane, resolver)?, modes))
+        let flood = plane.flood_stats();
+        Ok((PlaneHandle::spawn(plane, resolver)?, modes, flood))
     }
 }
 

@@ -130,6 +130,16 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 1 << 20)]
     flow_table_size: u32,
 
+    /// xdp: entries of each embryonic table (IPv4, IPv6): TCP flows live
+    /// there from their SYN until the ACK that completes the handshake, so
+    /// a SYN flood evicts only half-open flows, never an established one
+    /// (counted in the rvs_xdp_* metrics). Default (0): a quarter of
+    /// --flow-table-size. Under a flood of R SYNs per second an embryonic
+    /// entry lasts about N / R seconds: keep that above the clients'
+    /// handshake round trip.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    embryonic_table_size: u32,
+
     /// xdp: largest tunnelled packet (default: the interface's MTU); a
     /// bigger one that may not be fragmented is answered with ICMP
     /// "fragmentation needed" / "packet too big".
@@ -351,13 +361,18 @@ fn parse_cidr(s: &str) -> anyhow::Result<(std::net::IpAddr, u8)> {
     Ok((addr, len))
 }
 
-/// A data plane and, for the proxy, its counters.
-type PlaneAndStats = (Box<dyn DataPlane>, Option<Arc<rvs_proxy::ProxyStats>>);
+/// A data plane and, for the proxy, its counters; for XDP, its SYN-flood
+/// counters.
+type PlaneAndStats = (
+    Box<dyn DataPlane>,
+    Option<Arc<rvs_proxy::ProxyStats>>,
+    Option<Arc<rvs_xdp::plane::FloodStats>>,
+);
 
 /// The data plane and, for the proxy, its counters.
 fn data_plane(args: &Args) -> anyhow::Result<PlaneAndStats> {
     match args.dataplane {
-        DataPlaneKind::None => Ok((Box::new(NoDataPlane), None)),
+        DataPlaneKind::None => Ok((Box::new(NoDataPlane), None, None)),
         DataPlaneKind::Proxy => {
             let secs = |x: f64, what: &str| {
                 std::time::Duration::try_from_secs_f64(x)
@@ -380,9 +395,12 @@ fn data_plane(args: &Args) -> anyhow::Result<PlaneAndStats> {
             };
             let plane = rvs_proxy::ProxyPlane::new(config);
             let stats = plane.stats();
-            Ok((Box::new(plane), Some(stats)))
+            Ok((Box::new(plane), Some(stats), None))
         }
-        DataPlaneKind::Xdp => Ok((Box::new(xdp_plane(args)?), None)),
+        DataPlaneKind::Xdp => {
+            let (plane, flood) = xdp_plane(args)?;
+            Ok((Box::new(plane), None, Some(flood)))
+        }
     }
 }
 
@@ -391,7 +409,9 @@ fn data_plane(args: &Args) -> anyhow::Result<PlaneAndStats> {
 /// neighbours resolved by its resolver thread, so nothing the controller
 /// calls under the daemon lock makes a syscall or waits (VRRP, health
 /// checks and the control socket share this runtime).
-fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
+fn xdp_plane(
+    args: &Args,
+) -> anyhow::Result<(rvs_xdp::plane::XdpPlane, Arc<rvs_xdp::plane::FloodStats>)> {
     use rvs_xdp::AttachMode;
     use rvs_xdp::plane::{XdpOptions, XdpPlane};
     if args.interface.is_empty() {
@@ -442,6 +462,7 @@ fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
         },
         load: rvs_xdp::LoadOptions {
             flow_table_size: args.flow_table_size,
+            embryonic_table_size: args.embryonic_table_size,
             ..rvs_xdp::LoadOptions::default()
         },
         tun_src4: match pick(false)? {
@@ -457,11 +478,12 @@ fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
         tun_mtu: args.tunnel_mtu,
         max_new_flows: args.max_new_flows,
     };
-    let (plane, modes) = XdpPlane::start(&opts).map_err(|e| anyhow::anyhow!("xdp: {e}"))?;
+    let (plane, modes, flood) =
+        XdpPlane::start_reporting(&opts).map_err(|e| anyhow::anyhow!("xdp: {e}"))?;
     for (interface, mode) in opts.interfaces.iter().zip(modes) {
         tracing::info!(%interface, ?mode, flows = args.flow_table_size, "XDP program attached");
     }
-    Ok(plane)
+    Ok((plane, flood))
 }
 
 /// `rvsd demo`'s settings.
@@ -483,7 +505,7 @@ fn demo_vip(port: u16) -> std::net::SocketAddr {
 }
 
 fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Result<()> {
-    let (plane, proxy_stats) = data_plane(&args)?;
+    let (plane, proxy_stats, xdp_flood) = data_plane(&args)?;
     let mut config = IpvsConfig {
         conn_capacity: args.conn_capacity,
         seed: random_seed(),
@@ -495,6 +517,7 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
     let ctl = Controller::new(config, plane);
     let mut daemon = Daemon::new(ctl, source.clone());
     daemon.set_proxy_stats(proxy_stats);
+    daemon.set_xdp_flood(xdp_flood);
     let daemon = Arc::new(Mutex::new(daemon));
 
     let rt = tokio::runtime::Builder::new_current_thread()
