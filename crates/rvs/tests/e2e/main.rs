@@ -16,6 +16,7 @@ mod realserver;
 mod reload;
 mod socket;
 mod sync;
+mod synflood;
 mod vrrp;
 mod vrrp_reload;
 mod xdp;
