@@ -7,8 +7,11 @@
 //! long-lived connection survives, rvsd's resident memory stays under the
 //! bound its configuration implies, and the counters show what was shed.
 //!
-//! Scripts/bench: `scripts/synflood-bench` runs the same scenarios longer
-//! (`RVS_SYNFLOOD_SECS`) and prints the figures (the `synflood:` lines).
+//! `scripts/synflood-bench` runs the same scenarios longer and prints the
+//! figures (the `synflood:` lines) through the environment: RVS_SYNFLOOD_SECS
+//! (flood length, default 8), RVS_SYNFLOOD_ACK=1 or 2 (each SYN followed by
+//! one or two blind ACKs of the same tuple), RVS_SYNFLOOD_RVSD (another rvsd build),
+//! RVS_SYNFLOOD_NO_ASSERT=1 (measure only).
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsFd;
@@ -133,7 +136,12 @@ pub fn syn_flood(
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<FloodReport> {
     let src_mac = host.mac;
-    let ack = std::env::var("RVS_SYNFLOOD_ACK").is_ok_and(|v| v == "1");
+    // Blind ACKs after each SYN (0, 1 or 2).
+    let acks: usize = std::env::var("RVS_SYNFLOOD_ACK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+        .min(2);
     rvs_testbed::spawn_in(&host.ns, move || {
         let ifindex = nix::net::if_::if_nametoindex("eth0").expect("eth0 in the flood namespace");
         let sock = rvs_sys::sock::packet_sender(ifindex).expect("AF_PACKET socket");
@@ -148,8 +156,9 @@ pub fn syn_flood(
             let n = (count - sent).min(frames.len() as u64) as usize;
             let mut r = 0;
             for (i, f) in frames.iter_mut().take(n).enumerate() {
-                // With `ack`, every other frame is the ACK of the SYN before.
-                let flags = if ack && i % 2 == 1 { 0x10 } else { 0x02 };
+                // With `acks`, each SYN is followed by that many ACKs of
+                // its tuple.
+                let flags = if i % (1 + acks) != 0 { 0x10 } else { 0x02 };
                 if flags == 0x02 {
                     r = rng.next();
                 }
@@ -289,7 +298,10 @@ fn scenario(test: &str, sched: &str) -> Option<Figures> {
     let tmp = TempDir::new("synflood");
     let socket = tmp.path().join("rvsd.sock");
     // The bench may compare another build (RVS_SYNFLOOD_RVSD).
-    let rvsd = std::env::var("RVS_SYNFLOOD_RVSD").unwrap_or_else(|_| RVSD.to_owned());
+    let rvsd = std::env::var("RVS_SYNFLOOD_RVSD")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| RVSD.to_owned());
     let before = rvsd != RVSD;
     let embryonic = if before {
         Vec::new()
