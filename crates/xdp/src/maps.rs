@@ -40,6 +40,9 @@ pub const MAX_DESTS: u32 = 65536;
 pub const SLOTS_DEFAULT: u32 = 1 << 20;
 /// Default flow-table (and NAT reply table) size.
 pub const FLOWS_DEFAULT: u32 = 1 << 20;
+/// Entries of each embryonic table in the object (the loader sizes them
+/// from [`crate::LoadOptions::embryonic_entries`]).
+pub const EMBRYONIC_DEFAULT: u32 = 1 << 18;
 /// Longest real-server list / wrr sequence walk of one rr/wrr decision.
 pub const MAX_SVC_DESTS: u32 = 256;
 /// Entries of the `locality` map (lblc/lblcr, all services, LRU).

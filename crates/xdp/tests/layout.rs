@@ -853,6 +853,7 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_MAX_DESTS", maps::MAX_DESTS.into()),
         ("RVS_SLOTS_DEFAULT", maps::SLOTS_DEFAULT.into()),
         ("RVS_FLOWS_DEFAULT", maps::FLOWS_DEFAULT.into()),
+        ("RVS_EMBRYONIC_DEFAULT", maps::EMBRYONIC_DEFAULT.into()),
         ("RVS_MAX_SVC_DESTS", maps::MAX_SVC_DESTS.into()),
         ("RVS_LOCALITY_MAX", maps::LOCALITY_MAX.into()),
         ("RVS_LBLCR_SET_MAX", maps::LBLCR_SET_MAX as u64),

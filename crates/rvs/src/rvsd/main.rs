@@ -148,7 +148,8 @@ struct Args {
 
     /// xdp: SYN-flood guard: above this many new flows per CPU per second,
     /// flows of hash-scheduled (sh/dh/mh) DR/TUN services are forwarded by
-    /// the hash without a flow entry (0 = off).
+    /// the hash without a flow entry (0 = off; counted in
+    /// rvs_xdp_guarded_flows_total).
     #[arg(long, value_name = "N", default_value_t = 0)]
     max_new_flows: u32,
 

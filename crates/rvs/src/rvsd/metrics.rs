@@ -691,6 +691,34 @@ mod tests {
         text.lines().collect()
     }
 
+    #[test]
+    fn xdp_flood_counters_per_service_with_shed_derived() {
+        let key = ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: "10.0.0.1".parse().expect("addr"),
+            port: 80,
+        };
+        let c = rvs_xdp::maps::SvcFlood {
+            embryonic: 1000,
+            promoted: 30,
+            guarded: 7,
+            unknown: 2,
+        };
+        let text = encode(xdp_flood(&[(key, c)]));
+        let labels = r#"{local_address="10.0.0.1",local_port="80",proto="TCP",local_mark=""}"#;
+        for (name, v) in [
+            ("rvs_xdp_embryonic_flows_total", 1000),
+            ("rvs_xdp_promoted_flows_total", 30),
+            ("rvs_xdp_shed_flows_total", 970),
+            ("rvs_xdp_guarded_flows_total", 7),
+            ("rvs_xdp_unknown_segments_total", 2),
+        ] {
+            let want = format!("{name}{labels} {v}");
+            assert!(lines(&text).contains(&want.as_str()), "{want} in {text}");
+            assert!(text.contains(&format!("# TYPE {name} counter")), "{text}");
+        }
+    }
+
     /// The crate's text is the format the hand-written exposition had:
     /// counters keep their `_total` name in HELP, TYPE and samples, label
     /// values are escaped, no labels means no braces, histograms have
