@@ -195,8 +195,8 @@ struct rvs_flow_key {
  * handshake (SYN_RECV). A flood of spoofed SYNs fills and churns only these
  * tables (the least recently used embryonic entry is evicted); the flow
  * tables hold flows that completed their handshake, which such a flood
- * cannot evict. The ACK that makes a flow ESTABLISHED moves it (and it is
- * counted in dest_conns from then on). */
+ * cannot evict. The ACK that makes a flow ESTABLISHED moves it. Both count
+ * in dest_conns (SYN_RECV is active, as in IPVS) and are listed. */
 
 /* flows4: LRU_HASH, the IPv4 flows under a 16-byte key (the same 5-tuple):
  * the kernel hashes (jhash) and compares the whole key on every lookup, and

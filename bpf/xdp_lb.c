@@ -76,7 +76,7 @@ int xdp_lb(struct xdp_md *ctx)
 	__u8 old_state = 0;
 	__u32 *svcp;
 	__u64 now;
-	int syn, is_tcp, hashed, looked = 0, embryo = 0;
+	int syn, is_tcp, hashed, looked = 0, embryo = 0, in_main = 0;
 	struct rvs_flow *found = NULL;
 
 	if (!own_frame(ctx))
@@ -120,11 +120,10 @@ int xdp_lb(struct xdp_md *ctx)
 		if (!d)
 			return XDP_DROP;
 		/* Replaced below if a new flow is inserted over it (an embryonic
-		 * one is replaced in its table, and was never counted). */
-		if (!embryo) {
-			old_dest = didx;
-			old_state = f->state;
-		}
+		 * one in its own table). */
+		old_dest = didx;
+		old_state = f->state;
+		in_main = !embryo;
 		if (syn && (expired || closed || (d->flags & RVS_DEST_F_UNAVAILABLE)))
 			goto new_flow; /* conn_reuse_mode: a new connection */
 		if (expired)
@@ -134,19 +133,17 @@ int xdp_lb(struct xdp_md *ctx)
 		f->last_seen = now;
 		svc_idx = f->svc;
 		if (is_tcp) {
-			__u8 old = f->state;
+			__u8 old = f->state, st;
 
-			f->state = tcp_next_state(old, p.tcpflags,
-						  (f->flags & RVS_FLOW_F_NOOUTPUT) ? DIR_INPUT_ONLY
-										   : DIR_INPUT);
-			if (!embryo) {
-				conns_move(didx, p.proto, old, f->state);
-			} else if (f->state == RVS_TCP_S_ESTABLISHED && embryo_promote(&p, f) == 0) {
-				conns_add(didx, 1, 1);
+			st = tcp_next_state(old, p.tcpflags,
+					    (f->flags & RVS_FLOW_F_NOOUTPUT) ? DIR_INPUT_ONLY : DIR_INPUT);
+			f->state = st;
+			conns_move(didx, p.proto, old, st);
+			/* (`f` is not read after a promotion deleted it.) */
+			if (embryo && st == RVS_TCP_S_ESTABLISHED && embryo_promote(&p, f) == 0)
 				flood_count(svc_idx, promoted);
-			}
 			/* Cached ESTABLISHED entries of this flow must go. */
-			if (f->state != old)
+			if (st != old)
 				flow_epoch_bump(&p);
 		}
 		count(&svc_stats, svc_idx, p.l3len, 0, 0);
@@ -213,10 +210,10 @@ new_flow:
 	if (is_tcp || !(svc->flags & RVS_SVC_F_ONEPACKET)) {
 		if (flood_over(cfg, now) && hashed && d->method != RVS_FWD_NAT) {
 			flood_count(svc_idx, guarded);
-		} else if (is_tcp && old_dest == RVS_SLOT_EMPTY) {
-			if (embryo_insert(&p, &nf) == 0)
+		} else if (is_tcp && !in_main ? embryo_insert(&p, &nf) == 0
+					      : flow_insert(&p, &nf) == 0) {
+			if (is_tcp && !in_main)
 				flood_count(svc_idx, embryonic);
-		} else if (flow_insert(&p, &nf) == 0) {
 			if (old_dest != RVS_SLOT_EMPTY)
 				conns_add(old_dest, state_active(p.proto, old_state), -1);
 			conns_add(dest_idx, state_active(p.proto, nf.state), 1);

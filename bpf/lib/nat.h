@@ -36,7 +36,6 @@ static __always_inline int nat_reply(struct xdp_md *ctx, const struct pkt *p,
 {
 	struct rvs_nat *n;
 	struct rvs_flow *f;
-	int embryo = 0;
 
 	n = nat_rev_lookup(p, cfg);
 	if (!n)
@@ -44,21 +43,17 @@ static __always_inline int nat_reply(struct xdp_md *ctx, const struct pkt *p,
 
 	f = flow_lookup(p->family, p->daddr, (const __u32 *)n->vaddr, p->dport, n->vport,
 			p->proto);
-	/* The SYN-ACK of a flow still in the embryonic table (not counted in
-	 * dest_conns before its handshake completes). */
-	if (!f && p->proto == IPPROTO_TCP) {
+	/* The SYN-ACK of a flow still in the embryonic table. */
+	if (!f && p->proto == IPPROTO_TCP)
 		f = table_lookup(&embryonic4, &embryonic, p->family, p->daddr,
 				 (const __u32 *)n->vaddr, p->dport, n->vport, p->proto);
-		embryo = f != NULL;
-	}
 	if (f) {
 		f->last_seen = bpf_jiffies64();
 		if (p->proto == IPPROTO_TCP) {
 			__u8 old = f->state;
 
 			f->state = tcp_next_state(old, p->tcpflags, DIR_OUTPUT);
-			if (!embryo)
-				conns_move(f->dest, p->proto, old, f->state);
+			conns_move(f->dest, p->proto, old, f->state);
 		}
 		f->flags &= ~RVS_FLOW_F_NOOUTPUT;
 	}

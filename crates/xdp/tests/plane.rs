@@ -105,7 +105,7 @@ impl Drop for Bed {
 }
 
 /// rvsd's options for the director's `xd0` in generic (skb) mode with a
-/// flow table of `flows` entries.
+/// flow table (and embryonic tables) of `flows` entries.
 fn xd0_skb(flows: u32) -> XdpOptions {
     XdpOptions {
         interfaces: vec!["xd0".into()],
@@ -113,7 +113,7 @@ fn xd0_skb(flows: u32) -> XdpOptions {
         load: LoadOptions {
             flow_table_size: flows,
             slots: 1 << 16,
-            ..LoadOptions::default()
+            embryonic_table_size: flows,
         },
         tun_src4: None,
         tun_src6: None,

@@ -88,7 +88,7 @@ pub trait MapOps {
 /// that spans several reports stands.
 #[derive(Clone, Debug, Default)]
 pub struct WalkCursor {
-    /// 0: `flows4`, 1: `flows`.
+    /// 0: `flows4`, 1: `flows`, 2: `embryonic4`, 3: `embryonic`.
     pub(crate) table: u8,
     /// The kernel's batch token to resume `table` from (`None`: its start).
     pub(crate) token: Option<[u8; 64]>,
