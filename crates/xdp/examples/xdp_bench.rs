@@ -92,7 +92,9 @@ fn director_of(
         &LoadOptions {
             flow_table_size: table,
             slots: 1 << 16,
-            ..LoadOptions::default()
+            // Every SYN of `populate` (all sent before their ACKs) and of
+            // the new-flow rows has room, as in the flow table.
+            embryonic_table_size: table,
         },
     )?;
     l.set_config(&Config::ipvs_defaults())?;
