@@ -23,6 +23,9 @@
 #define RVS_MAX_DESTS 65536
 #define RVS_SLOTS_DEFAULT (1u << 20)
 #define RVS_FLOWS_DEFAULT (1u << 20)
+/* Entries of each embryonic table (TCP flows whose handshake has not
+ * completed; resized at load time with the flow tables). */
+#define RVS_EMBRYONIC_DEFAULT (1u << 18)
 /* Real servers one rr/wrr/sh fallback walk may look at (bounded loops). */
 #define RVS_MAX_SVC_DESTS 256
 /* lblc/lblcr destination-address entries (all services; LRU). */
@@ -187,6 +190,14 @@ struct rvs_flow_key {
 	__u16 pad0;
 };
 
+/* embryonic4 / embryonic: LRU_HASH, same keys and value as flows4 / flows,
+ * for TCP flows that have seen a SYN and not yet the ACK that completes the
+ * handshake (SYN_RECV). A flood of spoofed SYNs fills and churns only these
+ * tables (the least recently used embryonic entry is evicted); the flow
+ * tables hold flows that completed their handshake, which such a flood
+ * cannot evict. The ACK that makes a flow ESTABLISHED moves it. Both count
+ * in dest_conns (SYN_RECV is active, as in IPVS) and are listed. */
+
 /* flows4: LRU_HASH, the IPv4 flows under a 16-byte key (the same 5-tuple):
  * the kernel hashes (jhash) and compares the whole key on every lookup, and
  * 16 bytes cost ~6 ns less per packet than the 40 of rvs_flow_key, which
@@ -320,6 +331,17 @@ struct rvs_persist {
 struct rvs_dest_conns {
 	__u32 active;   /* flows in ESTABLISHED, SYN_SENT, SYN_RECV, SYNACK */
 	__u32 inactive; /* every other flow (all UDP flows) */
+};
+
+/* svc_flood: PERCPU_ARRAY[service index], what the SYN-flood defences did
+ * with the service's new TCP flows (rvs_xdp_* metrics). */
+struct rvs_svc_flood {
+	__u64 embryonic; /* SYNs that made an entry in the embryonic table */
+	__u64 promoted;  /* embryonic flows whose handshake completed (moved to
+			  * the flow table); embryonic - promoted = shed */
+	__u64 guarded;   /* new flows forwarded by the hash without an entry */
+	__u64 unknown;   /* TCP segments without SYN of no known flow, passed
+			  * to the kernel (an evicted flow, a stray ACK) */
 };
 
 /* flood: PERCPU_ARRAY[0], the guard's window. */

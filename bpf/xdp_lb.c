@@ -7,7 +7,9 @@
  * state, count, forward) -> miss: service lookup, schedule, insert ->
  * forward by the real server's method: DR (MAC rewrite), TUN IPIP, TUN GUE,
  * NAT (inbound rewrite; replies rewritten back by the reply path).
- * IPv4 flows live in flows4 (16-byte key), IPv6 flows in flows. The most
+ * IPv4 flows live in flows4 (16-byte key), IPv6 flows in flows; a TCP flow
+ * lives in embryonic4 (embryonic) from its SYN to the ACK that completes
+ * its handshake, so a SYN flood cannot evict established flows. The most
  * common packet (an ACK or datagram of an established DR flow) takes a
  * fast path in front of all this (fast_established; fast_established6 for
  * IPv6), which finds the flow in a per-CPU cache (flow_cache; flow6_cache)
@@ -74,7 +76,7 @@ int xdp_lb(struct xdp_md *ctx)
 	__u8 old_state = 0;
 	__u32 *svcp;
 	__u64 now;
-	int syn, is_tcp, hashed, looked = 0;
+	int syn, is_tcp, hashed, looked = 0, embryo = 0, in_main = 0;
 	struct rvs_flow *found = NULL;
 
 	if (!own_frame(ctx))
@@ -103,6 +105,12 @@ int xdp_lb(struct xdp_md *ctx)
 	/* Like IPVS's ip_vs_in: the connection table first (only VIP traffic
 	 * ever creates entries), the service only for a new connection. */
 	f = looked ? found : flow_lookup(p.family, p.saddr, p.daddr, p.sport, p.dport, p.proto);
+	/* A TCP flow between its SYN and its handshake's ACK lives in the
+	 * embryonic table, out of reach of the flow table (rvs.h). */
+	if (!f && is_tcp) {
+		f = embryo_lookup(&p);
+		embryo = f != NULL;
+	}
 	if (f) {
 		int expired = now - f->last_seen > flow_timeout(cfg, f, p.proto);
 		int closed = f->state == RVS_TCP_S_TIME_WAIT || f->state == RVS_TCP_S_CLOSE;
@@ -111,9 +119,11 @@ int xdp_lb(struct xdp_md *ctx)
 		d = bpf_map_lookup_elem(&dests, &didx);
 		if (!d)
 			return XDP_DROP;
-		/* Replaced below if a new flow is inserted over it. */
+		/* Replaced below if a new flow is inserted over it (an embryonic
+		 * one in its own table). */
 		old_dest = didx;
 		old_state = f->state;
+		in_main = !embryo;
 		if (syn && (expired || closed || (d->flags & RVS_DEST_F_UNAVAILABLE)))
 			goto new_flow; /* conn_reuse_mode: a new connection */
 		if (expired)
@@ -121,18 +131,22 @@ int xdp_lb(struct xdp_md *ctx)
 		if (d->flags & RVS_DEST_F_UNAVAILABLE)
 			return XDP_DROP; /* IPVS without expire_nodest_conn */
 		f->last_seen = now;
+		svc_idx = f->svc;
 		if (is_tcp) {
-			__u8 old = f->state;
+			__u8 old = f->state, st;
 
-			f->state = tcp_next_state(old, p.tcpflags,
-						  (f->flags & RVS_FLOW_F_NOOUTPUT) ? DIR_INPUT_ONLY
-										   : DIR_INPUT);
-			conns_move(didx, p.proto, old, f->state);
+			st = tcp_next_state(old, p.tcpflags,
+					    (f->flags & RVS_FLOW_F_NOOUTPUT) ? DIR_INPUT_ONLY : DIR_INPUT);
+			f->state = st;
+			conns_move(didx, p.proto, old, st);
+			/* (`f` is not read after a promotion deleted it.) */
+			if (embryo && st == RVS_TCP_S_ESTABLISHED && embryo_promote(&p, f) == 0)
+				flood_count(svc_idx, promoted);
 			/* Cached ESTABLISHED entries of this flow must go. */
-			if (f->state != old)
+			if (st != old)
 				flow_epoch_bump(&p);
 		}
-		count(&svc_stats, f->svc, p.l3len, 0, 0);
+		count(&svc_stats, svc_idx, p.l3len, 0, 0);
 		count(&dest_stats, didx, p.l3len, 0, 0);
 		return forward(ctx, &p, d, cfg);
 	}
@@ -162,8 +176,10 @@ new_flow:
 	/* A TCP segment without SYN for an unknown flow is not ours (IPVS), but
 	 * with the SYN-flood guard on, flows of hash-scheduled services may
 	 * have no entry: those are forwarded by the hash, statelessly. */
-	if (is_tcp && !syn && !(cfg->max_new_flows && hashed))
+	if (is_tcp && !syn && !(cfg->max_new_flows && hashed)) {
+		flood_count(svc_idx, unknown);
 		return XDP_PASS;
+	}
 	if (svc->flags & RVS_SVC_F_PERSISTENT)
 		dest_idx = schedule_persistent(svc, svc_idx, &p, sk.port, cfg, now);
 	else
@@ -188,13 +204,20 @@ new_flow:
 			  : RVS_UDP_S_NORMAL;
 	/* Under a flood, hash-scheduled DR/TUN flows need no entry: the next
 	 * packet hashes to the same server (as long as the table does not
-	 * change). rr/wrr and NAT always need theirs. */
-	if (!(!is_tcp && (svc->flags & RVS_SVC_F_ONEPACKET)) &&
-	    !(flood_over(cfg, now) && hashed && d->method != RVS_FWD_NAT) &&
-	    flow_insert(&p, &nf) == 0) {
-		if (old_dest != RVS_SLOT_EMPTY)
-			conns_add(old_dest, state_active(p.proto, old_state), -1);
-		conns_add(dest_idx, state_active(p.proto, nf.state), 1);
+	 * change). rr/wrr and NAT always need theirs. A new TCP flow starts in
+	 * the embryonic table, unless it replaces an entry of the flow table
+	 * (which would hide it there). */
+	if (is_tcp || !(svc->flags & RVS_SVC_F_ONEPACKET)) {
+		if (flood_over(cfg, now) && hashed && d->method != RVS_FWD_NAT) {
+			flood_count(svc_idx, guarded);
+		} else if (is_tcp && !in_main ? embryo_insert(&p, &nf) == 0
+					      : flow_insert(&p, &nf) == 0) {
+			if (is_tcp && !in_main)
+				flood_count(svc_idx, embryonic);
+			if (old_dest != RVS_SLOT_EMPTY)
+				conns_add(old_dest, state_active(p.proto, old_state), -1);
+			conns_add(dest_idx, state_active(p.proto, nf.state), 1);
+		}
 	}
 	/* A new flow (inserted, or forwarded without an entry under a flood or
 	 * -o) replaces whatever a cache may still hold for this key: a flow

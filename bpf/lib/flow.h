@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-/* lib/flow.h: the flow tables (flows4, flows) and their per-CPU caches
- * (flow_cache, flow6_cache) with the epochs that invalidate them. */
+/* lib/flow.h: the flow tables (flows4, flows), the embryonic tables of
+ * half-open TCP flows (embryonic4, embryonic), and the flow tables' per-CPU
+ * caches (flow_cache, flow6_cache) with the epochs that invalidate them. */
 #ifndef RVS_LIB_FLOW_H
 #define RVS_LIB_FLOW_H
 
@@ -37,11 +38,12 @@ static __always_inline void flow6_key(struct rvs_flow_key *k, const __u32 *caddr
 	k->family = family;
 }
 
-/* The flow table of the family: flows4 (16-byte key) for IPv4, flows for
- * IPv6. `caddr`/`vaddr` are 16-byte addresses (IPv4 in the first word). */
-static __always_inline struct rvs_flow *flow_lookup(__u8 family, const __u32 *caddr,
-						    const __u32 *vaddr, __be16 cport,
-						    __be16 vport, __u8 proto)
+/* A lookup in `m4` (IPv4, 16-byte key) or `m6` (IPv6, 40-byte key): the
+ * flow tables or the embryonic tables. `caddr`/`vaddr` are 16-byte
+ * addresses (IPv4 in the first word). */
+static __always_inline struct rvs_flow *table_lookup(void *m4, void *m6, __u8 family,
+						     const __u32 *caddr, const __u32 *vaddr,
+						     __be16 cport, __be16 vport, __u8 proto)
 {
 	struct rvs_flow *f;
 
@@ -49,20 +51,22 @@ static __always_inline struct rvs_flow *flow_lookup(__u8 family, const __u32 *ca
 		struct rvs_flow4_key k = {};
 
 		flow4_key(&k, caddr, vaddr, cport, vport, proto);
-		f = bpf_map_lookup_elem(&flows4, &k);
+		f = bpf_map_lookup_elem(m4, &k);
 		FLOW_V4_BRANCH();
 	} else {
 		struct rvs_flow_key k = {};
 
 		flow6_key(&k, caddr, vaddr, cport, vport, proto, family);
-		f = bpf_map_lookup_elem(&flows, &k);
+		f = bpf_map_lookup_elem(m6, &k);
 		FLOW_V6_BRANCH();
 	}
 	return f;
 }
 
-/* Insert or replace the packet's flow; 0 on success. */
-static __always_inline long flow_insert(const struct pkt *p, const struct rvs_flow *v)
+/* Insert or replace (`del`: delete) the packet's entry in `m4`/`m6`; 0 on
+ * success. */
+static __always_inline long table_write(void *m4, void *m6, const struct pkt *p,
+					const struct rvs_flow *v, int del)
 {
 	long rc;
 
@@ -70,15 +74,58 @@ static __always_inline long flow_insert(const struct pkt *p, const struct rvs_fl
 		struct rvs_flow4_key k = {};
 
 		flow4_key(&k, p->saddr, p->daddr, p->sport, p->dport, p->proto);
-		rc = bpf_map_update_elem(&flows4, &k, v, BPF_ANY);
+		rc = del ? bpf_map_delete_elem(m4, &k) : bpf_map_update_elem(m4, &k, v, BPF_ANY);
 		FLOW_V4_BRANCH();
 	} else {
 		struct rvs_flow_key k = {};
 
 		flow6_key(&k, p->saddr, p->daddr, p->sport, p->dport, p->proto, p->family);
-		rc = bpf_map_update_elem(&flows, &k, v, BPF_ANY);
+		rc = del ? bpf_map_delete_elem(m6, &k) : bpf_map_update_elem(m6, &k, v, BPF_ANY);
 		FLOW_V6_BRANCH();
 	}
+	return rc;
+}
+
+/* The flow table of the family: flows4 (16-byte key) for IPv4, flows for
+ * IPv6. */
+static __always_inline struct rvs_flow *flow_lookup(__u8 family, const __u32 *caddr,
+						    const __u32 *vaddr, __be16 cport,
+						    __be16 vport, __u8 proto)
+{
+	return table_lookup(&flows4, &flows, family, caddr, vaddr, cport, vport, proto);
+}
+
+/* Insert or replace the packet's flow; 0 on success. */
+static __always_inline long flow_insert(const struct pkt *p, const struct rvs_flow *v)
+{
+	return table_write(&flows4, &flows, p, v, 0);
+}
+
+/* The packet's entry in the embryonic table of its family (embryonic4,
+ * embryonic: TCP flows between their SYN and the ACK that completes the
+ * handshake; see rvs.h). */
+static __always_inline struct rvs_flow *embryo_lookup(const struct pkt *p)
+{
+	return table_lookup(&embryonic4, &embryonic, p->family, p->saddr, p->daddr, p->sport,
+			    p->dport, p->proto);
+}
+
+/* Insert or replace the packet's embryonic entry; 0 on success. */
+static __always_inline long embryo_insert(const struct pkt *p, const struct rvs_flow *v)
+{
+	return table_write(&embryonic4, &embryonic, p, v, 0);
+}
+
+/* Move the packet's embryonic flow `f` (its handshake completed) to the
+ * flow table; 0 on success (the embryonic entry is gone then). The copy is
+ * taken first: `f` is not read after the delete. */
+static __always_inline long embryo_promote(const struct pkt *p, const struct rvs_flow *f)
+{
+	struct rvs_flow v = *f;
+	long rc = flow_insert(p, &v);
+
+	if (rc == 0)
+		table_write(&embryonic4, &embryonic, p, &v, 1);
 	return rc;
 }
 

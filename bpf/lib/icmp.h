@@ -163,6 +163,8 @@ static __always_inline int icmp_error(struct xdp_md *ctx, const struct pkt *p,
 	__u32 didx;
 
 	f = flow_lookup(p->family, p->saddr, p->daddr, p->sport, p->dport, p->proto);
+	if (!f && p->proto == IPPROTO_TCP)
+		f = embryo_lookup(p);
 	if (!f)
 		return icmp_nat_out(ctx, p, cfg);
 	didx = f->dest;

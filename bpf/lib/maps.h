@@ -18,6 +18,14 @@ RVS_MAP(flows, BPF_MAP_TYPE_LRU_HASH, RVS_FLOWS_DEFAULT, struct rvs_flow_key, st
 
 RVS_MAP(flows4, BPF_MAP_TYPE_LRU_HASH, RVS_FLOWS_DEFAULT, struct rvs_flow4_key, struct rvs_flow);
 
+RVS_MAP(embryonic, BPF_MAP_TYPE_LRU_HASH, RVS_EMBRYONIC_DEFAULT, struct rvs_flow_key,
+	struct rvs_flow);
+
+RVS_MAP(embryonic4, BPF_MAP_TYPE_LRU_HASH, RVS_EMBRYONIC_DEFAULT, struct rvs_flow4_key,
+	struct rvs_flow);
+
+RVS_MAP(svc_flood, BPF_MAP_TYPE_PERCPU_ARRAY, RVS_MAX_SERVICES, __u32, struct rvs_svc_flood);
+
 RVS_MAP(flow_cache, BPF_MAP_TYPE_PERCPU_ARRAY, RVS_FLOW_CACHE_SIZE, __u32, struct rvs_flow_cache);
 
 RVS_MAP(flow6_cache, BPF_MAP_TYPE_PERCPU_ARRAY, RVS_FLOW6_CACHE_SIZE,

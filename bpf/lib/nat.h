@@ -43,6 +43,10 @@ static __always_inline int nat_reply(struct xdp_md *ctx, const struct pkt *p,
 
 	f = flow_lookup(p->family, p->daddr, (const __u32 *)n->vaddr, p->dport, n->vport,
 			p->proto);
+	/* The SYN-ACK of a flow still in the embryonic table. */
+	if (!f && p->proto == IPPROTO_TCP)
+		f = table_lookup(&embryonic4, &embryonic, p->family, p->daddr,
+				 (const __u32 *)n->vaddr, p->dport, n->vport, p->proto);
 	if (f) {
 		f->last_seen = bpf_jiffies64();
 		if (p->proto == IPPROTO_TCP) {

@@ -92,6 +92,9 @@ fn director_of(
         &LoadOptions {
             flow_table_size: table,
             slots: 1 << 16,
+            // Every SYN of `populate` (all sent before their ACKs) and of
+            // the new-flow rows has room, as in the flow table.
+            embryonic_table_size: table,
         },
     )?;
     l.set_config(&Config::ipvs_defaults())?;
@@ -175,6 +178,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         &LoadOptions {
             flow_table_size: table,
             slots: 1,
+            ..LoadOptions::default()
         },
     )?;
     // (row, program, IPv6 frames).
@@ -268,6 +272,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         &LoadOptions {
             flow_table_size: table,
             slots: 1,
+            ..LoadOptions::default()
         },
     )?;
     let lru_fill = ns(&mut lru, &syn, repeat, tx)?;
@@ -423,6 +428,7 @@ fn many_flows(
             &LoadOptions {
                 flow_table_size: table,
                 slots: 1,
+                ..LoadOptions::default()
             },
         )?;
         lru.set_bench_cycle(n, u32::from(n > 1))?;

@@ -244,6 +244,21 @@ pub struct LoadOptions {
     pub flow_table_size: u32,
     /// Entries (u32) of the `slots` array holding scheduling tables.
     pub slots: u32,
+    /// Entries of each embryonic table (`embryonic4`, `embryonic`: TCP
+    /// flows between their SYN and their handshake's ACK, the only entries
+    /// a SYN flood can evict); 0 = a quarter of `flow_table_size`.
+    pub embryonic_table_size: u32,
+}
+
+impl LoadOptions {
+    /// The embryonic tables' size these options give (see
+    /// [`LoadOptions::embryonic_table_size`]).
+    pub fn embryonic_entries(&self) -> u32 {
+        match self.embryonic_table_size {
+            0 => (self.flow_table_size / 4).max(1),
+            n => n,
+        }
+    }
 }
 
 impl Default for LoadOptions {
@@ -251,6 +266,7 @@ impl Default for LoadOptions {
         LoadOptions {
             flow_table_size: maps::FLOWS_DEFAULT,
             slots: maps::SLOTS_DEFAULT,
+            embryonic_table_size: 0,
         }
     }
 }

@@ -91,6 +91,8 @@ impl Loaded {
             loader
                 .map_max_entries("flows", opts.flow_table_size)
                 .map_max_entries("flows4", opts.flow_table_size)
+                .map_max_entries("embryonic", opts.embryonic_entries())
+                .map_max_entries("embryonic4", opts.embryonic_entries())
                 .map_max_entries("nat_rev", opts.flow_table_size)
                 .map_max_entries("persist", opts.flow_table_size)
                 .map_max_entries("slots", opts.slots);
@@ -500,17 +502,39 @@ impl Loaded {
     }
 
     /// The flow entry of a client 5-tuple, if any (`flows4` for IPv4,
-    /// `flows` for IPv6).
+    /// `flows` for IPv6; else, for a TCP flow whose handshake has not
+    /// completed, `embryonic4` / `embryonic`).
     pub fn flow(&mut self, key: &FlowKey) -> Result<Option<Flow>, XdpError> {
-        let r = match Flow4Key::of(key) {
-            Some(k4) => self.hash::<Flow4Key, Flow>("flows4")?.get(&k4, 0),
-            None => self.hash::<FlowKey, Flow>("flows")?.get(key, 0),
+        match self.table_flow(key, false)? {
+            Some(f) => Ok(Some(f)),
+            None => self.table_flow(key, true),
+        }
+    }
+
+    /// The entry of `key` in the flow table (`embryonic`: the embryonic
+    /// table) of its family.
+    pub fn table_flow(&mut self, key: &FlowKey, embryonic: bool) -> Result<Option<Flow>, XdpError> {
+        let (m4, m6) = if embryonic {
+            ("embryonic4", "embryonic")
+        } else {
+            ("flows4", "flows")
+        };
+        let (r, name) = match Flow4Key::of(key) {
+            Some(k4) => (self.hash::<Flow4Key, Flow>(m4)?.get(&k4, 0), m4),
+            None => (self.hash::<FlowKey, Flow>(m6)?.get(key, 0), m6),
         };
         match r {
             Ok(f) => Ok(Some(f)),
             Err(MapError::KeyNotFound) => Ok(None),
-            Err(e) => Err(map_err(flows_map(key))(e)),
+            Err(e) => Err(map_err(name)(e)),
         }
+    }
+
+    /// Service `svc`'s SYN-flood counters, summed over CPUs.
+    pub fn svc_flood(&mut self, svc: u32) -> Result<maps::SvcFlood, XdpError> {
+        let a = self.per_cpu_array::<maps::SvcFlood>("svc_flood")?;
+        let v = a.get(&svc, 0).map_err(map_err("svc_flood"))?;
+        Ok(v.iter().fold(maps::SvcFlood::default(), |a, c| a.add(c)))
     }
 
     /// Insert or replace a flow entry. The flow's epoch slot is bumped
@@ -586,16 +610,22 @@ impl Loaded {
         Ok(v)
     }
 
-    /// Remove a flow entry (no error when absent).
+    /// Remove a flow entry, from the flow table and the embryonic table
+    /// (no error when absent).
     pub fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError> {
-        let r = match Flow4Key::of(key) {
-            Some(k4) => self.hash::<Flow4Key, Flow>("flows4")?.remove(&k4),
-            None => self.hash::<FlowKey, Flow>("flows")?.remove(key),
-        };
-        match r {
-            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
-            Err(e) => Err(map_err(flows_map(key))(e)),
+        for (m4, m6) in [("flows4", "flows"), ("embryonic4", "embryonic")] {
+            let (r, name) = match Flow4Key::of(key) {
+                Some(k4) => (self.hash::<Flow4Key, Flow>(m4)?.remove(&k4), m4),
+                None => (self.hash::<FlowKey, Flow>(m6)?.remove(key), m6),
+            };
+            match r {
+                Ok(()) | Err(MapError::KeyNotFound) => {}
+                // The kernel's "no such entry" (the key is in the other table).
+                Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(2) => {}
+                Err(e) => return Err(map_err(name)(e)),
+            }
         }
+        Ok(())
     }
 
     /// Insert or replace the NAT reply entry of a (real server, client)

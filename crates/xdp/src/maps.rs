@@ -40,6 +40,9 @@ pub const MAX_DESTS: u32 = 65536;
 pub const SLOTS_DEFAULT: u32 = 1 << 20;
 /// Default flow-table (and NAT reply table) size.
 pub const FLOWS_DEFAULT: u32 = 1 << 20;
+/// Entries of each embryonic table in the object (the loader sizes them
+/// from [`crate::LoadOptions::embryonic_entries`]).
+pub const EMBRYONIC_DEFAULT: u32 = 1 << 18;
 /// Longest real-server list / wrr sequence walk of one rr/wrr decision.
 pub const MAX_SVC_DESTS: u32 = 256;
 /// Entries of the `locality` map (lblc/lblcr, all services, LRU).
@@ -780,6 +783,35 @@ pub struct Flood {
     pub count: u64,
 }
 
+/// `svc_flood[service index]` (per CPU): what the SYN-flood defences did
+/// with the service's new TCP flows (`struct rvs_svc_flood`).
+#[repr(C)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct SvcFlood {
+    /// SYNs that made an entry in the embryonic table.
+    pub embryonic: u64,
+    /// Embryonic flows whose handshake completed (moved to the flow table).
+    pub promoted: u64,
+    /// New flows forwarded by the hash without an entry (the guard).
+    pub guarded: u64,
+    /// TCP segments without SYN of no known flow, passed to the kernel.
+    pub unknown: u64,
+}
+
+impl SvcFlood {
+    /// The sum of two (CPUs, services).
+    pub fn add(&self, o: &SvcFlood) -> SvcFlood {
+        SvcFlood {
+            embryonic: self.embryonic.wrapping_add(o.embryonic),
+            promoted: self.promoted.wrapping_add(o.promoted),
+            guarded: self.guarded.wrapping_add(o.guarded),
+            unknown: self.unknown.wrapping_add(o.unknown),
+        }
+    }
+}
+
 impl Config {
     /// IPVS's default timeouts (ESTABLISHED 900 s, ..., UDP 300 s), no
     /// tunnel sources, no NAT.
@@ -819,6 +851,7 @@ const _: () = assert!(size_of::<Nat>() == 28);
 const _: () = assert!(size_of::<Stats>() == 40);
 const _: () = assert!(size_of::<Config>() == 92);
 const _: () = assert!(size_of::<Flood>() == 16);
+const _: () = assert!(size_of::<SvcFlood>() == 32);
 const _: () = assert!(size_of::<DestConns>() == 8);
 const _: () = assert!(size_of::<PersistKey>() == 36);
 const _: () = assert!(size_of::<Persist>() == 16);

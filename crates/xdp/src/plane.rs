@@ -154,6 +154,7 @@ use crate::tables::{TableError, scheduling_table};
 mod adopt;
 mod alloc;
 mod apply;
+mod flood;
 mod l2;
 mod report;
 pub mod resolver;
@@ -166,6 +167,7 @@ pub use report::{ReportRead, ReportWrites};
 pub use worker::{PlaneHandle, REPORT_EVERY};
 
 use alloc::{IndexAlloc, Region, Retired, SlotAlloc};
+pub use flood::FloodStats;
 
 /// Why the XDP data plane could not apply a change.
 #[derive(Debug, thiserror::Error)]
@@ -282,6 +284,9 @@ pub struct Plane<M: MapOps> {
     /// Real-server indexes found in the adopted maps that no service
     /// claims: held while flows use them.
     orphans: Vec<adopt::Orphan>,
+    /// The SYN-flood counters the reports publish, and their baselines.
+    flood: std::sync::Arc<FloodStats>,
+    flood_base: flood::FloodBase,
 }
 
 /// Flows (and templates) mirrored per report by default: a report holds the
@@ -442,6 +447,8 @@ impl<M: MapOps> Plane<M> {
             own: crate::own_mac::OwnMacs::default(),
             adopted: None,
             orphans: Vec::new(),
+            flood: std::sync::Arc::default(),
+            flood_base: flood::FloodBase::default(),
         }
     }
 
@@ -776,8 +783,19 @@ impl XdpPlane {
     /// what it gave. Dropping the handle stops both; the program is
     /// detached unless it was pinned ([`XdpOptions::pin`]).
     pub fn start(opts: &XdpOptions) -> Result<(Self, Vec<crate::Attached>), PlaneError> {
+        let (plane, modes, _) = Self::start_reporting(opts)?;
+        Ok((plane, modes))
+    }
+
+    /// [`XdpPlane::start`], also returning the SYN-flood counters the
+    /// plane's reports publish (for metrics).
+    #[allow(clippy::type_complexity)]
+    pub fn start_reporting(
+        opts: &XdpOptions,
+    ) -> Result<(Self, Vec<crate::Attached>, std::sync::Arc<FloodStats>), PlaneError> {
         let (plane, resolver, modes) = Plane::start(opts)?;
-        Ok((PlaneHandle::spawn(plane, resolver)?, modes))
+        let flood = plane.flood_stats();
+        Ok((PlaneHandle::spawn(plane, resolver)?, modes, flood))
     }
 }
 

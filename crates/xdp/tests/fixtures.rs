@@ -549,6 +549,65 @@ fn syn_flood_guard_forwards_hashed_flows_without_entries() {
     assert_eq!(lb.run(&f).action, action::PASS);
 }
 
+/// A SYN makes an entry in the embryonic table only; the ACK that completes the handshake moves it to the flow
+/// table. A flood of SYNs from more clients than the embryonic table holds
+/// then churns that table alone: the established flow keeps its entry and
+/// its server, and the counters say what happened (IPv4 and IPv6).
+#[test]
+fn syn_flood_churns_only_the_embryonic_table() {
+    for v6 in [false, true] {
+        let Some(mut lb) = Lb::new("syn_flood_churns_only_the_embryonic_table") else {
+            return;
+        };
+        dr_service(&mut lb, v6, 3);
+        let v = vip(v6);
+        let (c, d0) = (client(v6, 10), Lb::dest_index(0, 0));
+        let key = FlowKey::new(PROTO_TCP, c, 6000, v, VPORT);
+        lb.run(&tcp_frame(c, 6000, v, VPORT, Flags::Syn, b""));
+        assert_eq!(lb.l.table_flow(&key, false).unwrap(), None, "v6 {v6}");
+        let e =
+            lb.l.table_flow(&key, true)
+                .unwrap()
+                .expect("embryonic entry");
+        assert_eq!((e.dest, e.state), (d0, 3)); // SYN_RECV
+        // SYN_RECV is active, as in IPVS.
+        assert_eq!(lb.l.dest_conns(d0).unwrap().active, 1);
+        let r = lb.run(&tcp_frame(c, 6000, v, VPORT, Flags::Ack, b""));
+        assert_eq!((r.action, &r.data[..6]), (action::TX, &rs_mac(0)[..]));
+        assert_eq!(lb.l.table_flow(&key, true).unwrap(), None, "promoted");
+        let f = lb.l.table_flow(&key, false).unwrap().expect("flow entry");
+        assert_eq!((f.dest, f.state), (d0, 1)); // ESTABLISHED
+        assert_eq!(lb.l.dest_conns(d0).unwrap().active, 1);
+        // 4096 spoofed SYNs (the embryonic table holds 1024, the flow
+        // table 4096).
+        for i in 0..4096u32 {
+            let src = client(v6, 1000 + i);
+            lb.run(&tcp_frame(src, 1000 + i as u16, v, VPORT, Flags::Syn, b""));
+        }
+        let f2 =
+            lb.l.table_flow(&key, false)
+                .unwrap()
+                .expect("still established");
+        assert_eq!((f2.dest, f2.state), (d0, 1));
+        let r = lb.run(&tcp_frame(c, 6000, v, VPORT, Flags::Ack, b"data"));
+        assert_eq!((r.action, &r.data[..6]), (action::TX, &rs_mac(0)[..]));
+        for i in (0..4096u32).step_by(97) {
+            let k = FlowKey::new(PROTO_TCP, client(v6, 1000 + i), 1000 + i as u16, v, VPORT);
+            assert_eq!(
+                lb.l.table_flow(&k, false).unwrap(),
+                None,
+                "no SYN in the flow table"
+            );
+        }
+        let fl = lb.l.svc_flood(0).unwrap();
+        assert_eq!((fl.embryonic, fl.promoted, fl.guarded), (4097, 1, 0));
+        // An ACK of no known flow is passed, and counted.
+        let gone = tcp_frame(client(v6, 90_000), 1000, v, VPORT, Flags::Ack, b"");
+        assert_eq!(lb.run(&gone).action, action::PASS);
+        assert_eq!(lb.l.svc_flood(0).unwrap().unknown, 1);
+    }
+}
+
 #[test]
 fn ipv6_extension_headers_pass_to_the_kernel() {
     let Some(mut lb) = Lb::new("ipv6_extension_headers_pass_to_the_kernel") else {

@@ -27,7 +27,7 @@ use rvs_core::state::{Direction, TcpFlags, TcpState, UdpState, tcp_next};
 use rvs_xdp::decap::{self, DecapConfig, DecapVip};
 use rvs_xdp::maps::{
     self, Config, Dest, DestConns, Flood, Flow, Flow4Key, Flow6Cache, FlowCache, FlowKey, Locality,
-    LocalityKey, Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcKey,
+    LocalityKey, Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcFlood, SvcKey,
 };
 use rvs_xdp::own_mac::{self, OwnMac, OwnMacTable};
 
@@ -145,6 +145,7 @@ mirrors! {
         tun_vary4, tun_vary6, pad0, locality_expiration,
     }
     "rvs_flood" => Flood { second, count }
+    "rvs_svc_flood" => SvcFlood { embryonic, promoted, guarded, unknown }
     "rvs_dest_conns" => DestConns { active, inactive }
     "rvs_persist_key" => PersistKey { caddr, vaddr, vport, proto, family }
     "rvs_persist" => Persist { last_seen, dest, svc }
@@ -852,6 +853,7 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_MAX_DESTS", maps::MAX_DESTS.into()),
         ("RVS_SLOTS_DEFAULT", maps::SLOTS_DEFAULT.into()),
         ("RVS_FLOWS_DEFAULT", maps::FLOWS_DEFAULT.into()),
+        ("RVS_EMBRYONIC_DEFAULT", maps::EMBRYONIC_DEFAULT.into()),
         ("RVS_MAX_SVC_DESTS", maps::MAX_SVC_DESTS.into()),
         ("RVS_LOCALITY_MAX", maps::LOCALITY_MAX.into()),
         ("RVS_LBLCR_SET_MAX", maps::LBLCR_SET_MAX as u64),

@@ -105,7 +105,7 @@ impl Drop for Bed {
 }
 
 /// rvsd's options for the director's `xd0` in generic (skb) mode with a
-/// flow table of `flows` entries.
+/// flow table (and embryonic tables) of `flows` entries.
 fn xd0_skb(flows: u32) -> XdpOptions {
     XdpOptions {
         interfaces: vec!["xd0".into()],
@@ -113,6 +113,7 @@ fn xd0_skb(flows: u32) -> XdpOptions {
         load: LoadOptions {
             flow_table_size: flows,
             slots: 1 << 16,
+            embryonic_table_size: flows,
         },
         tun_src4: None,
         tun_src6: None,
@@ -222,6 +223,7 @@ fn xdp_plane_drives_the_attached_program() {
             load: LoadOptions {
                 flow_table_size: 4096,
                 slots: 1 << 16,
+                ..LoadOptions::default()
             },
             tun_src4: None,
             tun_src6: None,
@@ -600,6 +602,7 @@ fn report_expires_flows_and_recounts_connections() {
     let maps = rvs_xdp::plane::KernelMaps::load(&LoadOptions {
         flow_table_size: 4096,
         slots: 1 << 16,
+        ..LoadOptions::default()
     })
     .expect("load");
     let rs: IpAddr = "10.79.0.11".parse().unwrap();

@@ -82,6 +82,7 @@ fn no_map_call_or_loop_is_left_to_the_generic_helper() {
             &LoadOptions {
                 flow_table_size: 4096,
                 slots: 4096,
+                ..LoadOptions::default()
             },
         ) {
             Ok(l) => l,

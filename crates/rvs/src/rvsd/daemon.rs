@@ -20,6 +20,7 @@ pub struct Daemon {
     reloads: u64,
     reload_failures: u64,
     proxy_stats: Option<std::sync::Arc<rvs_proxy::ProxyStats>>,
+    xdp_flood: Option<std::sync::Arc<rvs_xdp::plane::FloodStats>>,
     /// The configuration file has been applied once (later ones are reloads).
     loaded: bool,
     /// The health checkers of the configuration (keepalived.conf).
@@ -51,6 +52,7 @@ impl Daemon {
             reloads: 0,
             reload_failures: 0,
             proxy_stats: None,
+            xdp_flood: None,
             loaded: false,
             health: rvs_check::Health::new(crate::random_seed()),
             health_wake: Arc::new(tokio::sync::Notify::new()),
@@ -115,6 +117,11 @@ impl Daemon {
     /// The core's notion of now: milliseconds since the daemon started.
     pub fn now(&self) -> Instant {
         Instant::from_millis(u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// The XDP plane's SYN-flood counters, exported as `rvs_xdp_*`.
+    pub fn set_xdp_flood(&mut self, stats: Option<std::sync::Arc<rvs_xdp::plane::FloodStats>>) {
+        self.xdp_flood = stats;
     }
 
     /// The proxy data plane's counters, exported as `rvs_proxy_*`.
@@ -307,6 +314,7 @@ impl Daemon {
             reloads: self.reloads,
             reload_failures: self.reload_failures,
             proxy: self.proxy_stats.as_deref(),
+            xdp_flood: self.xdp_flood.as_deref(),
             health: &self.health,
             vrrp: &self.vrrp_status,
         })

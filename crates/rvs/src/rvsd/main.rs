@@ -152,6 +152,16 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 1 << 20)]
     flow_table_size: u32,
 
+    /// xdp: entries of each embryonic table (IPv4, IPv6): TCP flows live
+    /// there from their SYN until the ACK that completes the handshake, so
+    /// a SYN flood evicts only half-open flows, never an established one
+    /// (counted in the rvs_xdp_* metrics). Default (0): a quarter of
+    /// --flow-table-size. Under a flood of R SYNs per second an embryonic
+    /// entry lasts about N / R seconds: keep that above the clients'
+    /// handshake round trip.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    embryonic_table_size: u32,
+
     /// xdp: largest tunnelled packet (default: the interface's MTU); a
     /// bigger one that may not be fragmented is answered with ICMP
     /// "fragmentation needed" / "packet too big".
@@ -160,7 +170,8 @@ struct Args {
 
     /// xdp: SYN-flood guard: above this many new flows per CPU per second,
     /// flows of hash-scheduled (sh/dh/mh) DR/TUN services are forwarded by
-    /// the hash without a flow entry (0 = off).
+    /// the hash without a flow entry (0 = off; counted in
+    /// rvs_xdp_guarded_flows_total).
     #[arg(long, value_name = "N", default_value_t = 0)]
     max_new_flows: u32,
 
@@ -437,8 +448,13 @@ fn instance(args: &Args) -> anyhow::Result<rvs_xdp::pin::Instance> {
     rvs_xdp::pin::Instance::new(&name).map_err(|e| anyhow::anyhow!("--instance: {e}"))
 }
 
-/// A data plane and, for the proxy, its counters.
-type PlaneAndStats = (Box<dyn DataPlane>, Option<Arc<rvs_proxy::ProxyStats>>);
+/// A data plane and, for the proxy, its counters; for XDP, its SYN-flood
+/// counters.
+type PlaneAndStats = (
+    Box<dyn DataPlane>,
+    Option<Arc<rvs_proxy::ProxyStats>>,
+    Option<Arc<rvs_xdp::plane::FloodStats>>,
+);
 
 /// The data plane and, for the proxy, its counters; `handed` are the
 /// sockets of the rvsd taken over (`--takeover`), for the same services.
@@ -454,7 +470,7 @@ fn data_plane(
         );
     }
     match args.dataplane {
-        DataPlaneKind::None => Ok((Box::new(NoDataPlane), None)),
+        DataPlaneKind::None => Ok((Box::new(NoDataPlane), None, None)),
         DataPlaneKind::Proxy => {
             let secs = |x: f64, what: &str| {
                 std::time::Duration::try_from_secs_f64(x)
@@ -482,9 +498,12 @@ fn data_plane(
                     .map_err(|e| anyhow::anyhow!("--takeover: {e}"))?;
             }
             let stats = plane.stats();
-            Ok((Box::new(plane), Some(stats)))
+            Ok((Box::new(plane), Some(stats), None))
         }
-        DataPlaneKind::Xdp => Ok((Box::new(xdp_plane(args)?), None)),
+        DataPlaneKind::Xdp => {
+            let (plane, flood) = xdp_plane(args)?;
+            Ok((Box::new(plane), None, Some(flood)))
+        }
     }
 }
 
@@ -493,7 +512,9 @@ fn data_plane(
 /// neighbours resolved by its resolver thread, so nothing the controller
 /// calls under the daemon lock makes a syscall or waits (VRRP, health
 /// checks and the control socket share this runtime).
-fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
+fn xdp_plane(
+    args: &Args,
+) -> anyhow::Result<(rvs_xdp::plane::XdpPlane, Arc<rvs_xdp::plane::FloodStats>)> {
     use rvs_xdp::AttachMode;
     use rvs_xdp::plane::{XdpOptions, XdpPlane};
     if args.interface.is_empty() {
@@ -544,6 +565,7 @@ fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
         },
         load: rvs_xdp::LoadOptions {
             flow_table_size: args.flow_table_size,
+            embryonic_table_size: args.embryonic_table_size,
             ..rvs_xdp::LoadOptions::default()
         },
         tun_src4: match pick(false)? {
@@ -567,7 +589,8 @@ fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
             rvs_xdp::Object::Director
         },
     };
-    let (plane, modes) = XdpPlane::start(&opts).map_err(|e| anyhow::anyhow!("xdp: {e}"))?;
+    let (plane, modes, flood) =
+        XdpPlane::start_reporting(&opts).map_err(|e| anyhow::anyhow!("xdp: {e}"))?;
     let pins = opts.pin.as_ref().map(|p| p.dir().display().to_string());
     for (interface, how) in opts.interfaces.iter().zip(modes) {
         match how {
@@ -582,7 +605,7 @@ fn xdp_plane(args: &Args) -> anyhow::Result<rvs_xdp::plane::XdpPlane> {
             ),
         }
     }
-    Ok(plane)
+    Ok((plane, flood))
 }
 
 /// `rvsd demo`'s settings.
@@ -668,7 +691,7 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
     } else {
         None
     };
-    let (plane, proxy_stats) = data_plane(&args, handed)?;
+    let (plane, proxy_stats, xdp_flood) = data_plane(&args, handed)?;
     let mut config = IpvsConfig {
         conn_capacity: args.conn_capacity,
         seed: random_seed(),
@@ -680,6 +703,7 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
     let ctl = Controller::new(config, plane);
     let mut daemon = Daemon::new(ctl, source.clone());
     daemon.set_proxy_stats(proxy_stats);
+    daemon.set_xdp_flood(xdp_flood);
     if keeps_table {
         match table_file::Saver::spawn(table_path.clone()) {
             Ok(saver) => daemon.set_table_saver(saver),

@@ -117,6 +117,8 @@ pub struct Sources<'a> {
     pub reload_failures: u64,
     /// The proxy data plane's counters, when it runs.
     pub proxy: Option<&'a rvs_proxy::ProxyStats>,
+    /// The XDP data plane's SYN-flood counters, when it runs.
+    pub xdp_flood: Option<&'a rvs_xdp::plane::FloodStats>,
     /// The health checkers.
     pub health: &'a rvs_check::Health,
     /// VRRP instances: state and priority by name.
@@ -363,6 +365,61 @@ pub fn director(ipvs: &Ipvs, reloads: u64, reload_failures: u64) -> Vec<Family> 
     ]
 }
 
+/// The XDP data plane's SYN-flood counters, per service (rvs_xdp_*): what
+/// the embryonic tables took and shed, what the guard forwarded without an
+/// entry, what passed for want of a flow.
+pub fn xdp_flood(services: &[(ServiceKey, rvs_xdp::maps::SvcFlood)]) -> Vec<Family> {
+    type Get = fn(&rvs_xdp::maps::SvcFlood) -> u64;
+    let families: [(&'static str, &'static str, Get); 5] = [
+        (
+            "rvs_xdp_embryonic_flows_total",
+            "TCP flows that got an embryonic entry (a SYN was scheduled).",
+            |c| c.embryonic,
+        ),
+        (
+            "rvs_xdp_promoted_flows_total",
+            "Embryonic flows whose handshake completed (moved to the flow table).",
+            |c| c.promoted,
+        ),
+        (
+            "rvs_xdp_shed_flows_total",
+            "Embryonic flows that did not complete their handshake (evicted from the \
+             embryonic table by newer ones, expired, reset, or still waiting).",
+            |c| c.embryonic.saturating_sub(c.promoted),
+        ),
+        (
+            "rvs_xdp_guarded_flows_total",
+            "New flows of hash-scheduled DR/TUN services forwarded without an entry \
+             (the SYN-flood guard, --max-new-flows).",
+            |c| c.guarded,
+        ),
+        (
+            "rvs_xdp_unknown_segments_total",
+            "TCP segments without SYN of no known flow, passed to the kernel.",
+            |c| c.unknown,
+        ),
+    ];
+    families
+        .iter()
+        .map(|&(name, help, get)| {
+            let mut f = Family::new(name, Kind::Counter, help);
+            for (key, c) in services {
+                let (la, lp, proto, mark) = service_labels(key);
+                f.push(
+                    vec![
+                        ("local_address", la),
+                        ("local_port", lp.to_string()),
+                        ("proto", proto.to_owned()),
+                        ("local_mark", mark),
+                    ],
+                    Value::Int(get(c)),
+                );
+            }
+            f
+        })
+        .collect()
+}
+
 /// The proxy data plane's own counters.
 pub fn proxy(p: &rvs_proxy::ProxyStats) -> Vec<Family> {
     use std::sync::atomic::Ordering::Relaxed;
@@ -546,6 +603,9 @@ pub fn families(s: &Sources) -> Vec<Family> {
     if let Some(p) = s.proxy {
         out.extend(proxy(p));
     }
+    if let Some(x) = s.xdp_flood {
+        out.extend(xdp_flood(&x.snapshot()));
+    }
     out.extend(health(s.health));
     out.extend(vrrp(s.vrrp));
     out
@@ -629,6 +689,34 @@ mod tests {
 
     fn lines(text: &str) -> Vec<&str> {
         text.lines().collect()
+    }
+
+    #[test]
+    fn xdp_flood_counters_per_service_with_shed_derived() {
+        let key = ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: "10.0.0.1".parse().expect("addr"),
+            port: 80,
+        };
+        let c = rvs_xdp::maps::SvcFlood {
+            embryonic: 1000,
+            promoted: 30,
+            guarded: 7,
+            unknown: 2,
+        };
+        let text = encode(xdp_flood(&[(key, c)]));
+        let labels = r#"{local_address="10.0.0.1",local_port="80",proto="TCP",local_mark=""}"#;
+        for (name, v) in [
+            ("rvs_xdp_embryonic_flows_total", 1000),
+            ("rvs_xdp_promoted_flows_total", 30),
+            ("rvs_xdp_shed_flows_total", 970),
+            ("rvs_xdp_guarded_flows_total", 7),
+            ("rvs_xdp_unknown_segments_total", 2),
+        ] {
+            let want = format!("{name}{labels} {v}");
+            assert!(lines(&text).contains(&want.as_str()), "{want} in {text}");
+            assert!(text.contains(&format!("# TYPE {name} counter")), "{text}");
+        }
     }
 
     /// The crate's text is the format the hand-written exposition had:

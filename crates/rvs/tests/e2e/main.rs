@@ -19,6 +19,7 @@ mod reload;
 mod restart;
 mod socket;
 mod sync;
+mod synflood;
 mod upgrade;
 mod vrrp;
 mod vrrp_reload;

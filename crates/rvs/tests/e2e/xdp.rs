@@ -84,6 +84,7 @@ impl Director {
                 &LoadOptions {
                     flow_table_size: 65536,
                     slots: 65536,
+                    ..LoadOptions::default()
                 },
             )
             .expect("director loads");

@@ -204,6 +204,9 @@ impl MapOps for KernelMaps {
     fn dest_stats(&mut self, index: u32) -> Result<Stats, XdpError> {
         self.director.dest_stats(index)
     }
+    fn svc_flood(&mut self, index: u32) -> Result<crate::maps::SvcFlood, XdpError> {
+        self.director.svc_flood(index)
+    }
     fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError> {
         self.director.remove_flow(key)
     }
@@ -249,33 +252,41 @@ impl MapOps for KernelMaps {
     fn set_dest_conns(&mut self, index: u32, conns: &DestConns) -> Result<(), XdpError> {
         self.director.set_dest_conns(index, conns)
     }
-    /// Both flow tables: the IPv4 flows of `flows4` (as [`FlowKey`]s),
-    /// then the IPv6 flows of `flows`.
+    /// Both flow tables, then both embryonic tables (TCP flows between
+    /// their SYN and their handshake's ACK, listed like IPVS lists its
+    /// SYN_RECV connections): the IPv4 flows of `flows4` (as
+    /// [`FlowKey`]s), the IPv6 flows of `flows`, then `embryonic4` and
+    /// `embryonic` the same way.
     fn flows_page(
         &mut self,
         cursor: &mut WalkCursor,
         max: usize,
         f: &mut dyn FnMut(&FlowKey, &Flow),
     ) -> Result<bool, XdpError> {
+        const TABLES: [&str; 4] = ["flows4", "flows", "embryonic4", "embryonic"];
         let mut given = 0usize;
-        if cursor.table == 0 {
-            let next =
-                self.page_in::<Flow4Key, Flow>("flows4", cursor.token, max, &mut |k, v| {
+        while let Some(&name) = TABLES.get(usize::from(cursor.table)) {
+            // What the tables before left of this page (at least one batch).
+            let left = max.saturating_sub(given);
+            let next = if cursor.table.is_multiple_of(2) {
+                self.page_in::<Flow4Key, Flow>(name, cursor.token, left, &mut |k, v| {
                     given += 1;
                     f(&k.widen(), v)
-                })?;
+                })?
+            } else {
+                self.page_in::<FlowKey, Flow>(name, cursor.token, left, &mut |k, v| {
+                    given += 1;
+                    f(k, v)
+                })?
+            };
             cursor.token = next;
             if next.is_some() {
                 return Ok(false);
             }
-            cursor.table = 1;
-        }
-        // What the IPv4 table left of this page (at least one batch).
-        let next =
-            self.page_in::<FlowKey, Flow>("flows", cursor.token, max.saturating_sub(given), f)?;
-        cursor.token = next;
-        if next.is_some() {
-            return Ok(false);
+            cursor.table += 1;
+            if given >= max && usize::from(cursor.table) < TABLES.len() {
+                return Ok(false);
+            }
         }
         *cursor = WalkCursor::default();
         Ok(true)

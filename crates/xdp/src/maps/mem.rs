@@ -10,7 +10,7 @@ use super::ops::{MapOps, WalkCursor, map_error};
 use crate::XdpError;
 use crate::maps::{
     self, Config, Dest, DestConns, Flow, FlowKey, Nat, NatKey, Persist, PersistKey, Stats, Svc,
-    SvcKey,
+    SvcFlood, SvcKey,
 };
 
 /// In-memory maps with the kernel's rules (array bounds, hash deletion of
@@ -33,6 +33,8 @@ pub struct MemMaps {
     pub config: Config,
     /// `dest_stats`, already summed.
     pub dest_stats: HashMap<u32, Stats>,
+    /// `svc_flood`, already summed.
+    pub svc_flood: HashMap<u32, SvcFlood>,
     /// `flows`.
     pub flows: HashMap<FlowKey, Flow>,
     /// `nat_rev`.
@@ -176,6 +178,10 @@ impl MapOps for MemMaps {
     fn dest_stats(&mut self, index: u32) -> Result<Stats, XdpError> {
         Self::bound("dest_stats", index, maps::MAX_DESTS)?;
         Ok(self.dest_stats.get(&index).copied().unwrap_or_default())
+    }
+    fn svc_flood(&mut self, index: u32) -> Result<SvcFlood, XdpError> {
+        Self::bound("svc_flood", index, maps::MAX_SERVICES)?;
+        Ok(self.svc_flood.get(&index).copied().unwrap_or_default())
     }
     fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError> {
         self.write("flows")?;

@@ -5,7 +5,8 @@ use aya::maps::MapError;
 
 use crate::XdpError;
 use crate::maps::{
-    Config, Dest, DestConns, Flow, FlowKey, Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcKey,
+    Config, Dest, DestConns, Flow, FlowKey, Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcFlood,
+    SvcKey,
 };
 
 /// Every map operation the control side performs: the seam between the
@@ -29,6 +30,8 @@ pub trait MapOps {
     fn set_own_macs(&mut self, macs: &crate::own_mac::OwnMacs) -> Result<(), XdpError>;
     /// A real server's counters summed over CPUs.
     fn dest_stats(&mut self, index: u32) -> Result<Stats, XdpError>;
+    /// A service's SYN-flood counters summed over CPUs (`svc_flood`).
+    fn svc_flood(&mut self, index: u32) -> Result<SvcFlood, XdpError>;
     /// Delete a flow entry (absent is not an error).
     fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError>;
     /// `dest_conns[index] = conns` (ActiveConn/InActConn the program keeps
@@ -110,7 +113,7 @@ pub struct Installed {
 /// that spans several reports stands.
 #[derive(Clone, Debug, Default)]
 pub struct WalkCursor {
-    /// 0: `flows4`, 1: `flows`.
+    /// 0: `flows4`, 1: `flows`, 2: `embryonic4`, 3: `embryonic`.
     pub(crate) table: u8,
     /// The kernel's batch token to resume `table` from (`None`: its start).
     pub(crate) token: Option<[u8; 64]>,

@@ -99,6 +99,7 @@ impl<M: MapOps> Plane<M> {
                 Retired::Svc(i) => self.svc_idx.release(i),
             }
         }
+        self.read_flood();
         let mut read = ReportRead::default();
         for index in self.indexes() {
             read.stats.push((index, self.maps.dest_stats(index)?));

@@ -127,6 +127,7 @@ impl Lb {
             &LoadOptions {
                 flow_table_size: 4096,
                 slots: 8 * SLOT_REGION,
+                ..LoadOptions::default()
             },
         )
         .expect("director loads");

@@ -1,0 +1,143 @@
+//! What the program's SYN-flood defences did, per service: the embryonic
+//! tables (SYNs that made an embryonic entry, handshakes that completed and
+//! moved their flow to the flow table, and the difference: what a flood
+//! cost, shed by the embryonic tables' LRU or expired), the guard (new
+//! flows of hash-scheduled services forwarded without an entry) and the
+//! TCP segments of no known flow passed to the kernel. Read from
+//! `svc_flood` by each report's first phase and published in a
+//! [`FloodStats`] that rvsd's metrics read (`rvs_xdp_*`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use rvs_core::model::ServiceKey;
+
+use super::Plane;
+use crate::maps::{MapOps, SvcFlood};
+
+/// The SYN-flood counters of every installed service as the last report
+/// read them, shared between the plane's worker (which writes them once a
+/// second) and whoever shows them. Counted from when the service was
+/// installed (a service index reused by another service starts at zero).
+#[derive(Debug, Default)]
+pub struct FloodStats {
+    services: Mutex<Vec<(ServiceKey, SvcFlood)>>,
+}
+
+impl FloodStats {
+    /// A copy of the counters per service, ordered by service.
+    pub fn snapshot(&self) -> Vec<(ServiceKey, SvcFlood)> {
+        self.services.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    /// The sum over services.
+    pub fn total(&self) -> SvcFlood {
+        self.snapshot()
+            .iter()
+            .fold(SvcFlood::default(), |a, (_, c)| a.add(c))
+    }
+
+    fn publish(&self, v: Vec<(ServiceKey, SvcFlood)>) {
+        if let Ok(mut g) = self.services.lock() {
+            *g = v;
+        }
+    }
+}
+
+/// The counters' values when a service was first seen at its index.
+#[derive(Debug, Default)]
+pub(super) struct FloodBase {
+    base: HashMap<ServiceKey, (u32, SvcFlood)>,
+}
+
+fn sub(a: &SvcFlood, b: &SvcFlood) -> SvcFlood {
+    SvcFlood {
+        embryonic: a.embryonic.wrapping_sub(b.embryonic),
+        promoted: a.promoted.wrapping_sub(b.promoted),
+        guarded: a.guarded.wrapping_sub(b.guarded),
+        unknown: a.unknown.wrapping_sub(b.unknown),
+    }
+}
+
+impl<M: MapOps> Plane<M> {
+    /// The SYN-flood counters these reports publish.
+    pub fn flood_stats(&self) -> Arc<FloodStats> {
+        self.flood.clone()
+    }
+
+    /// Read `svc_flood` for every installed service and publish it, from
+    /// each service's baseline (part of a report's first phase). A failed
+    /// read publishes nothing: the next report tries again.
+    pub(super) fn read_flood(&mut self) {
+        let mut out = Vec::with_capacity(self.services.len());
+        for (key, st) in &self.services {
+            let Ok(cur) = self.maps.svc_flood(st.index) else {
+                return;
+            };
+            let base = match self.flood_base.base.get(key) {
+                Some((i, b)) if *i == st.index => *b,
+                _ => {
+                    self.flood_base.base.insert(*key, (st.index, cur));
+                    cur
+                }
+            };
+            out.push((*key, sub(&cur, &base)));
+        }
+        let services = &self.services;
+        self.flood_base.base.retain(|k, _| services.contains_key(k));
+        out.sort_by_cached_key(|(k, _)| format!("{k:?}"));
+        self.flood.publish(out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::maps::MemMaps;
+    use rvs_control::protocol::Command;
+    use rvs_core::model::{AddrFamily, Protocol, ServiceConfig};
+
+    #[test]
+    fn counters_are_published_per_service_from_installation() {
+        let mut plane = Plane::new(MemMaps::new(1 << 16)).expect("plane");
+        let key = ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: "10.0.0.1".parse().expect("addr"),
+            port: 80,
+        };
+        plane
+            .apply_command(&Command::AddService {
+                key,
+                config: ServiceConfig::new(AddrFamily::Inet),
+            })
+            .expect("add service");
+        let index = plane.services[&key].index;
+        // What an earlier service at this index left.
+        let old = SvcFlood {
+            embryonic: 7,
+            ..SvcFlood::default()
+        };
+        plane.maps().svc_flood.insert(index, old);
+        let stats = plane.flood_stats();
+        plane.read_flood();
+        assert_eq!(stats.snapshot(), vec![(key, SvcFlood::default())]);
+        plane.maps().svc_flood.insert(
+            index,
+            SvcFlood {
+                embryonic: 107,
+                promoted: 40,
+                guarded: 5,
+                unknown: 2,
+            },
+        );
+        plane.read_flood();
+        let want = SvcFlood {
+            embryonic: 100,
+            promoted: 40,
+            guarded: 5,
+            unknown: 2,
+        };
+        assert_eq!(stats.snapshot(), vec![(key, want)]);
+        assert_eq!(stats.total(), want);
+    }
+}
