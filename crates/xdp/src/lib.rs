@@ -142,7 +142,7 @@ pub enum Object {
 }
 
 impl Object {
-    /// [`Object::DirectorProbe`] when this build has it (feature
+    /// `Object::DirectorProbe` when this build has it (feature
     /// `upgrade-probe`), else `None`.
     pub fn upgrade_probe() -> Option<Object> {
         #[cfg(feature = "upgrade-probe")]
