@@ -43,6 +43,7 @@ fn configure() -> Result<Loaded, String> {
         &LoadOptions {
             flow_table_size: 4096,
             slots: 1 << 20,
+            ..LoadOptions::default()
         },
     )
     .map_err(|e| e.to_string())?;
