@@ -10,7 +10,8 @@
 //! and the last `rate × sync_delay` flows are younger than the sync delay.
 //! Flows arrive in birth order at the director the ECMP group picks; that
 //! director's scheduler picks the real server and counts the connection as
-//! active (what wlc reads). Every flow is still alive at the event.
+//! active (what wlc reads). Every flow is still alive at the event. After
+//! it, the flows' next packets arrive interleaved ([`arrival_order`]).
 //!
 //! # When a flow breaks
 //! A flow breaks when, after the event, its packets reach a real server
@@ -395,6 +396,27 @@ fn validate(cfg: &FleetConfig) -> Result<(), FleetError> {
     Ok(())
 }
 
+/// The order in which the first packets after the event arrive: every flow
+/// once, interleaved rather than in birth order (`i × stride mod F` with a
+/// stride coprime with `F` near `0.618 F`). The order matters to the
+/// history-dependent schedulers (rr's cursor, wlc's counters) that schedule
+/// flows as new after the event.
+pub fn arrival_order(flows: u32) -> impl Iterator<Item = u32> {
+    let f = u64::from(flows.max(1));
+    let mut stride = (f * 618 / 1000) | 1;
+    while gcd(stride, f) != 1 {
+        stride += 2;
+    }
+    (0..u64::from(flows)).map(move |k| (k * stride % f) as u32)
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
 /// The director the drain and crash events take out: the middle one.
 pub fn changed_director(cfg: &FleetConfig, event: Event) -> u16 {
     match event {
@@ -429,7 +451,7 @@ pub fn run_event(cfg: &FleetConfig, event: Event) -> Result<Outcome, FleetError>
         for d in &mut fresh {
             d.apply(event, cfg.reals);
         }
-        for i in 0..cfg.flows {
+        for i in arrival_order(cfg.flows) {
             let (input, _) = flow(cfg.seed, cfg.clients, i);
             let o = usize::from(base.owner[i as usize]);
             if fresh[o].schedule(&input) != Some(base.rs[i as usize]) {
@@ -455,7 +477,7 @@ pub fn run_event(cfg: &FleetConfig, event: Event) -> Result<Outcome, FleetError>
         Some(_) => Some(steady(cfg)?.directors),
         None => None,
     };
-    for i in 0..cfg.flows {
+    for i in arrival_order(cfg.flows) {
         let (input, hash) = flow(cfg.seed, cfg.clients, i);
         let n = after.select(hash);
         let o = base.owner[i as usize];
@@ -697,6 +719,17 @@ mod tests {
             run_event(&c, Event::RealAdded),
             Err(FleetError::Ecmp(_))
         ));
+    }
+
+    #[test]
+    fn arrival_order_is_a_permutation() {
+        for f in [1u32, 2, 10, 1000, 1024, 20_000] {
+            let mut seen: Vec<u32> = arrival_order(f).collect();
+            // Interleaved, not birth order.
+            assert!(f < 3 || seen.windows(2).any(|w| w[1] != w[0] + 1), "F={f}");
+            seen.sort_unstable();
+            assert_eq!(seen, (0..f).collect::<Vec<_>>(), "F={f}");
+        }
     }
 
     #[test]

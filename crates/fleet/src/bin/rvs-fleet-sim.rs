@@ -96,7 +96,18 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
                     println!("{kind}: fewer buckets than directors, skipped\n");
                     continue;
                 }
-                println!("ECMP {kind}. Broken flows, % of live flows:\n");
+                let held = flows_per_director(&FleetConfig {
+                    ecmp: kind,
+                    seed: a.seed,
+                    ..FleetConfig::new(d, r, a.flows)
+                })?;
+                let max = held.iter().copied().max().unwrap_or(0);
+                println!(
+                    "ECMP {kind} (the fullest director holds {:.2} % of the flows, fair share {:.2} %). \
+                     Broken flows, % of live flows:\n",
+                    100.0 * f64::from(max) / f64::from(a.flows.max(1)),
+                    100.0 / f64::from(d)
+                );
                 print!("| event | sched | moved |");
                 for p in Policy::ALL {
                     print!(" {} |", p.label());
