@@ -52,6 +52,11 @@ struct Args {
     mh_table_size: u32,
 }
 
+/// rvsd's userspace copy of a flow (its rvs-core connection and the
+/// report's bookkeeping): about 120 bytes, as measured for the SYN-flood
+/// figures in BENCHMARKS.md.
+const USERSPACE_CONN_BYTES: u64 = 120;
+
 fn pct(n: u32, of: u32) -> String {
     if n == 0 {
         "0".to_owned()
@@ -114,7 +119,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 }
                 println!(" director without state |");
                 println!("|---|---|---|---|---|---|---|---|---|");
-                for ev in Event::ALL {
+                for ev in Event::ALL.into_iter().filter(|e| e.is_director_event()) {
                     for &s in &a.schedulers {
                         let cfg = FleetConfig {
                             scheduler: s,
@@ -130,20 +135,51 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
                         for p in Policy::ALL {
                             print!(" {} |", pct(o.broken(p), o.live));
                         }
-                        if ev.is_director_event() {
-                            println!(" – |");
-                        } else {
-                            println!(" {} |", pct(o.stateless, o.live));
-                        }
+                        println!(" – |");
                     }
                 }
                 println!();
             }
+            real_server_table(a, d, r)?;
             eprintln!("D={d} R={r}: {:.1} s", t.elapsed().as_secs_f64());
         }
         cost_table(a, d)?;
     }
     eprintln!("total: {:.1} s", start.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Real-server events leave the ECMP group alone: one table per fleet.
+fn real_server_table(a: &Args, d: u16, r: u32) -> Result<(), Box<dyn std::error::Error>> {
+    println!(
+        "Real-server events (the ECMP group does not change). Broken flows, % of live flows; \
+         the last column is what a director holding no state would break:\n"
+    );
+    print!("| event | sched |");
+    for p in Policy::ALL {
+        print!(" {} |", p.label());
+    }
+    println!(" director without state |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for ev in Event::ALL.into_iter().filter(|e| !e.is_director_event()) {
+        for &s in &a.schedulers {
+            let cfg = FleetConfig {
+                scheduler: s,
+                new_flow_rate: a.rate,
+                sync_delay_s: a.sync_delay,
+                seed: a.seed,
+                mh_table_size: a.mh_table_size,
+                ..FleetConfig::new(d, r, a.flows)
+            };
+            let o = run_event(&cfg, ev)?;
+            print!("| {} | {s} |", ev.label());
+            for p in Policy::ALL {
+                print!(" {} |", pct(o.broken(p), o.live));
+            }
+            println!(" {} |", pct(o.stateless, o.live));
+        }
+    }
+    println!();
     Ok(())
 }
 
@@ -175,9 +211,9 @@ fn cost_table(a: &Args, d: u16) -> Result<(), Box<dyn std::error::Error>> {
         max_local
     );
     println!(
-        "| policy | flow entries / director | flow + embryonic table / director | sync records/s (fleet) | sync datagrams/s (fleet) | sync rx / director | peer-flow installs/s / director | other cost |"
+        "| policy | flow entries / director | flow + embryonic table / director | rvsd's copies (~{USERSPACE_CONN_BYTES} B each) | sync records/s (fleet) | sync datagrams/s (fleet) | sync rx / director | peer-flow installs/s / director | other cost |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for p in Policy::ALL {
         let k = cost(p, &c);
         let other = match p {
@@ -190,10 +226,11 @@ fn cost_table(a: &Args, d: u16) -> Result<(), Box<dyn std::error::Error>> {
             ),
         };
         println!(
-            "| {} | {} | {:.1} MiB | {:.0} | {:.0} | {:.2} Mbit/s | {:.0} | {} |",
+            "| {} | {} | {:.1} MiB | {:.1} MiB | {:.0} | {:.0} | {:.2} Mbit/s | {:.0} | {} |",
             p.label(),
             k.entries_per_director,
             k.table_bytes_per_director as f64 / (1024.0 * 1024.0),
+            (k.entries_per_director * USERSPACE_CONN_BYTES) as f64 / (1024.0 * 1024.0),
             k.sync_records_per_s,
             k.sync_datagrams_per_s,
             k.sync_rx_bytes_per_s_per_director * 8.0 / 1e6,
