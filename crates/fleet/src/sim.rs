@@ -33,6 +33,11 @@
 //! flows its freshly built scheduler sends elsewhere after the change —
 //! Maglev's minimal disruption against wlc's and rr's history dependence.
 //!
+//! A director's flow state is two arrays (each flow's director and real
+//! server), not rvs-core's connection table: with sync, 100 directors would
+//! hold 100 million connections, and the table's timers and state machines
+//! do not change whether a flow breaks.
+//!
 //! Deliberate simplifications (stated in BENCHMARKS.md too): one service;
 //! equal director and (but for the weight event) real-server weights; a
 //! flow younger than the sync delay breaks at its first moved packet (TCP
