@@ -930,60 +930,49 @@ mod tests {
     #[test]
     fn generation_moves_only_when_the_table_changes() {
         let mut ctl = Controller::new(IpvsConfig::default(), Box::new(NoDataPlane));
-        let add = Command::AddService {
+        let set = |tcp| Command::SetTimeouts {
+            tcp,
+            tcpfin: 0,
+            udp: 0,
+        };
+        let service = ServiceDef {
             key: key(80),
             config: ServiceConfig::new(AddrFamily::Inet),
+            dests: Vec::new(),
         };
         let g0 = ctl.generation();
-        ctl.exec(std::slice::from_ref(&add), false).unwrap();
+        ctl.replace(std::slice::from_ref(&service)).unwrap();
         let g1 = ctl.generation();
         assert_ne!(g1, g0, "a service added");
         // No-ops: a refused command, -Z, --set 0 0 0, timeouts set to what
         // they are, a reload to the same table.
-        ctl.exec(std::slice::from_ref(&add), false).unwrap_err();
-        ctl.exec(&[Command::Zero { service: None }], false).unwrap();
-        let keep = Command::SetTimeouts {
-            tcp: 0,
-            tcpfin: 0,
-            udp: 0,
+        let again = Command::AddService {
+            key: key(80),
+            config: service.config.clone(),
         };
-        ctl.exec(&[keep], true).unwrap();
+        ctl.exec(&[again], false).unwrap_err();
+        ctl.exec(&[Command::Zero { service: None }], false).unwrap();
+        ctl.exec(&[set(0)], true).unwrap();
         let (tcp, tcpfin, udp) = ctl.ipvs().timeouts().ipvsadm();
         ctl.set_timeouts(tcp, tcpfin, udp);
-        let same = [ServiceDef {
-            key: key(80),
-            config: ServiceConfig::new(AddrFamily::Inet),
-            dests: Vec::new(),
-        }];
-        ctl.replace(&same).unwrap();
+        ctl.replace(std::slice::from_ref(&service)).unwrap();
         assert_eq!(ctl.generation(), g1, "nothing changed");
         // Changes: a real server, the timeouts (as a command and as a
         // reload sets them), a reload with a difference.
-        ctl.exec(
-            &[Command::AddDest {
-                service: key(80),
-                dest: rs(1),
-            }],
-            false,
-        )
-        .unwrap();
+        let dest = Command::AddDest {
+            service: key(80),
+            dest: rs(1),
+        };
+        ctl.exec(&[dest], false).unwrap();
         let g2 = ctl.generation();
         assert_ne!(g2, g1, "a real server added");
-        ctl.exec(
-            &[Command::SetTimeouts {
-                tcp: 5,
-                tcpfin: 0,
-                udp: 0,
-            }],
-            false,
-        )
-        .unwrap();
+        ctl.exec(&[set(5)], false).unwrap();
         let g3 = ctl.generation();
         assert_ne!(g3, g2, "a timeout changed");
         ctl.set_timeouts(0, 0, 7);
         let g4 = ctl.generation();
         assert_ne!(g4, g3, "a timeout changed outside a command");
-        ctl.replace(&same).unwrap();
+        ctl.replace(&[service]).unwrap();
         assert_ne!(ctl.generation(), g4, "a reload removed the real server");
     }
 
