@@ -337,6 +337,9 @@ pub struct Controller {
     plane: Box<dyn DataPlane>,
     config: IpvsConfig,
     plane_errors: Vec<String>,
+    /// Bumped by every change to what [`Controller::table_commands`]
+    /// returns ([`Controller::generation`]).
+    generation: u64,
 }
 
 impl fmt::Debug for Controller {
@@ -344,6 +347,21 @@ impl fmt::Debug for Controller {
         f.debug_struct("Controller")
             .field("plane", &self.plane.name())
             .finish_non_exhaustive()
+    }
+}
+
+/// Whether `cmd`, applied, changes the services or real servers (timeouts
+/// are compared before and after instead: `--set 0 0 0` changes nothing).
+fn changes_table(cmd: &Command) -> bool {
+    match cmd {
+        Command::AddService { .. }
+        | Command::EditService { .. }
+        | Command::DelService { .. }
+        | Command::Clear
+        | Command::AddDest { .. }
+        | Command::EditDest { .. }
+        | Command::DelDest { .. } => true,
+        Command::Zero { .. } | Command::SetTimeouts { .. } => false,
     }
 }
 
@@ -364,6 +382,29 @@ impl Controller {
             plane,
             config,
             plane_errors: Vec::new(),
+            generation: 0,
+        }
+    }
+
+    /// A counter that moves whenever the service table may have changed
+    /// (what [`Controller::table_commands`] returns): a service, a real
+    /// server or the timeouts added, edited or removed through
+    /// [`Controller::exec`], [`Controller::replace`] or
+    /// [`Controller::set_timeouts`]. A request that changes nothing (a
+    /// failed command, `-Z`, a reload without a difference, timeouts set to
+    /// what they are) leaves it where it was, so a caller that keeps a copy
+    /// of the table compares two numbers instead of two tables.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Set the `--set` timeouts (0 leaves one unchanged) outside a command,
+    /// as a reload does with its configuration's values.
+    pub fn set_timeouts(&mut self, tcp: u32, tcpfin: u32, udp: u32) {
+        let before = self.ipvs.timeouts().ipvsadm();
+        self.ipvs.set_timeouts(tcp, tcpfin, udp);
+        if self.ipvs.timeouts().ipvsadm() != before {
+            self.generation += 1;
         }
     }
 
@@ -414,7 +455,11 @@ impl Controller {
             }
         }
         for (index, c) in cmds.iter().enumerate() {
+            let timeouts = self.ipvs.timeouts().ipvsadm();
             apply(&mut self.ipvs, c).map_err(|error| ExecError { index, error })?;
+            if changes_table(c) || self.ipvs.timeouts().ipvsadm() != timeouts {
+                self.generation += 1;
+            }
             self.notify(c);
         }
         Ok(())
@@ -456,6 +501,11 @@ impl Controller {
             scratch
                 .add_service_with(t.key, t.config.clone(), &t.dests)
                 .map_err(|error| ExecError { index, error })?;
+        }
+        // Validated: from here on the commands apply (a difference at all
+        // is a change of the table).
+        if !cmds.is_empty() {
+            self.generation += 1;
         }
         // Fast path for new services: one scheduler build per service.
         let mut i = 0;
@@ -874,6 +924,58 @@ mod tests {
         assert_eq!(ctl.ipvs().timeouts().ipvsadm(), (5, 120, 300));
     }
 
+    /// The generation moves with the table and only with it: a request that
+    /// changes nothing leaves it, so rvsd does not rebuild the table to
+    /// compare it.
+    #[test]
+    fn generation_moves_only_when_the_table_changes() {
+        let mut ctl = Controller::new(IpvsConfig::default(), Box::new(NoDataPlane));
+        let set = |tcp| Command::SetTimeouts {
+            tcp,
+            tcpfin: 0,
+            udp: 0,
+        };
+        let service = ServiceDef {
+            key: key(80),
+            config: ServiceConfig::new(AddrFamily::Inet),
+            dests: Vec::new(),
+        };
+        let g0 = ctl.generation();
+        ctl.replace(std::slice::from_ref(&service)).unwrap();
+        let g1 = ctl.generation();
+        assert_ne!(g1, g0, "a service added");
+        // No-ops: a refused command, -Z, --set 0 0 0, timeouts set to what
+        // they are, a reload to the same table.
+        let again = Command::AddService {
+            key: key(80),
+            config: service.config.clone(),
+        };
+        ctl.exec(&[again], false).unwrap_err();
+        ctl.exec(&[Command::Zero { service: None }], false).unwrap();
+        ctl.exec(&[set(0)], true).unwrap();
+        let (tcp, tcpfin, udp) = ctl.ipvs().timeouts().ipvsadm();
+        ctl.set_timeouts(tcp, tcpfin, udp);
+        ctl.replace(std::slice::from_ref(&service)).unwrap();
+        assert_eq!(ctl.generation(), g1, "nothing changed");
+        // Changes: a real server, the timeouts (as a command and as a
+        // reload sets them), a reload with a difference.
+        let dest = Command::AddDest {
+            service: key(80),
+            dest: rs(1),
+        };
+        ctl.exec(&[dest], false).unwrap();
+        let g2 = ctl.generation();
+        assert_ne!(g2, g1, "a real server added");
+        ctl.exec(&[set(5)], false).unwrap();
+        let g3 = ctl.generation();
+        assert_ne!(g3, g2, "a timeout changed");
+        ctl.set_timeouts(0, 0, 7);
+        let g4 = ctl.generation();
+        assert_ne!(g4, g3, "a timeout changed outside a command");
+        ctl.replace(&[service]).unwrap();
+        assert_ne!(ctl.generation(), g4, "a reload removed the real server");
+    }
+
     fn arb_defs() -> impl Strategy<Value = Vec<ServiceDef>> {
         proptest::collection::btree_map(
             0u16..6,
@@ -909,6 +1011,43 @@ mod tests {
             ctl.replace(&b).unwrap();
             prop_assert_eq!(normalized(current_defs(ctl.ipvs())), normalized(b.clone()));
             ctl.ipvs().audit().unwrap();
+        }
+
+        /// Whatever a request does to the table moves the generation: a
+        /// table that differs from the one before always comes with a new
+        /// generation (rvsd saves the table only then).
+        #[test]
+        fn a_changed_table_always_has_a_new_generation(
+            a in arb_defs(),
+            b in arb_defs(),
+            port in 0u16..6,
+            server in 1u8..8,
+            weight in 0u32..4,
+            tcp in 0u32..3,
+        ) {
+            let mut ctl = Controller::new(IpvsConfig::default(), Box::new(NoDataPlane));
+            ctl.replace(&a).unwrap();
+            let requests: Vec<Vec<Command>> = vec![
+                vec![Command::AddDest { service: key(80 + port), dest: rs(server).weight(weight) }],
+                vec![Command::EditDest { service: key(80 + port), dest: rs(server).weight(weight) }],
+                vec![Command::DelDest { service: key(80 + port), addr: rs(server).addr, port: 80 }],
+                vec![Command::DelService { key: key(80 + port) }],
+                vec![Command::Zero { service: Some(key(80 + port)) }],
+                vec![Command::SetTimeouts { tcp, tcpfin: 0, udp: 0 }],
+                vec![Command::Clear],
+            ];
+            for r in &requests {
+                let (table, generation) = (ctl.table_commands(), ctl.generation());
+                let _ = ctl.exec(r, false);
+                if ctl.table_commands() != table {
+                    prop_assert_ne!(ctl.generation(), generation, "{:?}", r);
+                }
+            }
+            let (table, generation) = (ctl.table_commands(), ctl.generation());
+            ctl.replace(&b).unwrap();
+            if ctl.table_commands() != table {
+                prop_assert_ne!(ctl.generation(), generation);
+            }
         }
     }
 }

@@ -107,14 +107,26 @@ impl Drop for Bed {
 /// rvsd's options for the director's `xd0` in generic (skb) mode with a
 /// flow table (and embryonic tables) of `flows` entries.
 fn xd0_skb(flows: u32) -> XdpOptions {
+    let load = LoadOptions {
+        flow_table_size: flows,
+        slots: 1 << 16,
+        embryonic_table_size: flows,
+    };
+    options(&["xd0"], Some(rvs_xdp::AttachMode::Skb), load)
+}
+
+/// rvsd's options for the production director on `interfaces` (`mode`:
+/// rvsd's `--xdp-mode`, none for the best the driver offers) with `load`'s
+/// table sizes; no tunnels, no SYN-flood guard, not pinned.
+fn options(
+    interfaces: &[&str],
+    mode: Option<rvs_xdp::AttachMode>,
+    load: LoadOptions,
+) -> XdpOptions {
     XdpOptions {
-        interfaces: vec!["xd0".into()],
-        mode: Some(rvs_xdp::AttachMode::Skb),
-        load: LoadOptions {
-            flow_table_size: flows,
-            slots: 1 << 16,
-            embryonic_table_size: flows,
-        },
+        interfaces: interfaces.iter().map(|&i| i.to_owned()).collect(),
+        mode,
+        load,
         tun_src4: None,
         tun_src6: None,
         tun_src_prefix4: None,
@@ -217,23 +229,12 @@ fn xdp_plane_drives_the_attached_program() {
     }
     let bed = Bed::new();
     bed.in_director(|| {
-        let opts = XdpOptions {
-            interfaces: vec!["xd0".into(), "xd1".into()],
-            mode: None,
-            load: LoadOptions {
-                flow_table_size: 4096,
-                slots: 1 << 16,
-                ..LoadOptions::default()
-            },
-            tun_src4: None,
-            tun_src6: None,
-            tun_src_prefix4: None,
-            tun_src_prefix6: None,
-            tun_mtu: None,
-            max_new_flows: 0,
-            pin: None,
-            object: rvs_xdp::Object::Director,
+        let load = LoadOptions {
+            flow_table_size: 4096,
+            slots: 1 << 16,
+            ..LoadOptions::default()
         };
+        let opts = options(&["xd0", "xd1"], None, load);
         let (mut plane, neigh, modes) = Plane::start(&opts).expect("start");
         let mut resolver = Resolver::new(neigh);
         eprintln!("attached in {modes:?} mode");

@@ -40,6 +40,8 @@ pub struct Daemon {
     remove: Arc<tokio::sync::Notify>,
     /// Where the table goes for the next rvsd ([`crate::table_file`]).
     table_saver: Option<crate::table_file::Saver>,
+    /// The controller's generation the saver last saw (`None`: not yet).
+    table_saved: Option<u64>,
 }
 
 impl Daemon {
@@ -62,15 +64,21 @@ impl Daemon {
             sync_wanted: None,
             remove: Arc::new(tokio::sync::Notify::new()),
             table_saver: None,
+            table_saved: None,
         }
     }
 
     /// Queue the table for its file if it changed (after every control
-    /// request and every tick: a cheap compare under the lock, the write on
-    /// the saver's thread).
+    /// request and every tick): the controller's generation compared under
+    /// the lock, the table built only when it moved, written on the saver's
+    /// thread.
     pub fn save_table(&mut self) {
-        if let Some(s) = &mut self.table_saver {
+        let generation = self.ctl.generation();
+        if let Some(s) = &mut self.table_saver
+            && self.table_saved != Some(generation)
+        {
             s.update(self.ctl.table_commands());
+            self.table_saved = Some(generation);
         }
     }
 
@@ -78,6 +86,7 @@ impl Daemon {
     /// a configuration file: [`crate::table_file`]).
     pub fn set_table_saver(&mut self, saver: crate::table_file::Saver) {
         self.table_saver = Some(saver);
+        self.table_saved = None;
     }
 
     /// Notified when `rvsadm --remove-director` asks rvsd to remove its
@@ -235,7 +244,7 @@ impl Daemon {
             self.health = health;
             self.health_wake.notify_one();
             if let Some((tcp, tcpfin, udp)) = loaded.timeouts {
-                self.ctl.ipvs_mut().set_timeouts(tcp, tcpfin, udp);
+                self.ctl.set_timeouts(tcp, tcpfin, udp);
             }
             Ok(summary)
         });

@@ -125,17 +125,24 @@ pub struct Sources<'a> {
     pub vrrp: &'a crate::vrrp::Status,
 }
 
-/// `(local_address, local_port, proto, local_mark)` of a service, as
-/// node_exporter labels them (fwmark services have an empty address).
-fn service_labels(key: &ServiceKey) -> (String, u16, &'static str, String) {
-    match key {
+/// A service's labels as node_exporter writes them, in its order:
+/// `local_address`, `local_port`, `proto`, `local_mark` (fwmark services
+/// have an empty address and port 0). Every per-service family uses these.
+fn service_labels(key: &ServiceKey) -> Vec<(&'static str, String)> {
+    let (la, lp, proto, mark) = match key {
         ServiceKey::Addr {
             protocol,
             addr,
             port,
         } => (addr.to_string(), *port, protocol.name(), String::new()),
         ServiceKey::Fwmark { mark, .. } => (String::new(), 0, "FWM", mark.to_string()),
-    }
+    };
+    vec![
+        ("local_address", la),
+        ("local_port", lp.to_string()),
+        ("proto", proto.to_owned()),
+        ("local_mark", mark),
+    ]
 }
 
 /// A family with one sample per service.
@@ -146,16 +153,7 @@ fn per_service(
 ) -> Family {
     let mut f = Family::new(name, kind, help);
     for svc in ipvs.services() {
-        let (la, lp, proto, mark) = service_labels(svc.key());
-        f.push(
-            vec![
-                ("local_address", la),
-                ("local_port", lp.to_string()),
-                ("proto", proto.to_owned()),
-                ("local_mark", mark),
-            ],
-            Value::Int(get(svc)),
-        );
+        f.push(service_labels(svc.key()), Value::Int(get(svc)));
     }
     f
 }
@@ -168,19 +166,19 @@ fn per_backend(
 ) -> Family {
     let mut f = Family::new(name, kind, help);
     for svc in ipvs.services() {
-        let (la, lp, proto, mark) = service_labels(svc.key());
+        let service = service_labels(svc.key());
         for d in svc.dests() {
-            f.push(
-                vec![
-                    ("local_address", la.clone()),
-                    ("local_port", lp.to_string()),
+            // node_exporter's order: the real server's address and port
+            // after the service's address and port.
+            let mut labels = service.clone();
+            labels.splice(
+                2..2,
+                [
                     ("remote_address", d.config.addr.to_string()),
                     ("remote_port", d.config.port.to_string()),
-                    ("proto", proto.to_owned()),
-                    ("local_mark", mark.clone()),
                 ],
-                Value::Int(get(d)),
             );
+            f.push(labels, Value::Int(get(d)));
         }
     }
     f
@@ -404,16 +402,7 @@ pub fn xdp_flood(services: &[(ServiceKey, rvs_xdp::maps::SvcFlood)]) -> Vec<Fami
         .map(|&(name, help, get)| {
             let mut f = Family::new(name, Kind::Counter, help);
             for (key, c) in services {
-                let (la, lp, proto, mark) = service_labels(key);
-                f.push(
-                    vec![
-                        ("local_address", la),
-                        ("local_port", lp.to_string()),
-                        ("proto", proto.to_owned()),
-                        ("local_mark", mark),
-                    ],
-                    Value::Int(get(c)),
-                );
+                f.push(service_labels(key), Value::Int(get(c)));
             }
             f
         })

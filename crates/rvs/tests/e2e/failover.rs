@@ -19,13 +19,13 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSADM, RVSD, TempDir, wait_for_socket, within};
+use crate::harness::{RVSD, Rvsadm, TempDir, wait_exit, wait_for_socket, within};
 use crate::netns::{Bed, Host};
 
 const VIP: &str = "10.77.0.100";
@@ -117,28 +117,7 @@ impl Director {
         let _ = Command::new("kill")
             .args(["-TERM", &c.id().to_string()])
             .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = c.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-        panic!("rvsd did not stop within 10 s of SIGTERM");
-    }
-
-    fn adm(&self, args: &str) -> Output {
-        Command::new(RVSADM)
-            .args(args.split_whitespace())
-            .env("RVS_SOCKET", &self.socket)
-            .output()
-            .expect("rvsadm")
-    }
-
-    fn out(&self, args: &str) -> String {
-        String::from_utf8_lossy(&self.adm(args).stdout).into_owned()
+        wait_exit(&mut c, "rvsd (SIGTERM)");
     }
 
     fn has_vip(&self) -> bool {
@@ -154,6 +133,12 @@ impl Director {
             .lines()
             .filter(|l| l.contains("ESTABLISHED") && l.contains(&format!("{VIP}:80")))
             .count()
+    }
+}
+
+impl Rvsadm for Director {
+    fn socket(&self) -> &Path {
+        &self.socket
     }
 }
 

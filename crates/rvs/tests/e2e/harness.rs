@@ -117,7 +117,7 @@ impl Rvsd {
 
     /// Run rvsadm with `args` (whitespace-split) against this daemon.
     pub fn adm(&self, args: &str) -> Output {
-        self.adm_args(&args.split_whitespace().collect::<Vec<_>>(), None)
+        Rvsadm::adm(self, args)
     }
 
     pub fn adm_args(&self, args: &[&str], stdin: Option<&str>) -> Output {
@@ -142,14 +142,7 @@ impl Rvsd {
 
     /// Run rvsadm and require success; its stdout.
     pub fn ok(&self, args: &str) -> String {
-        let out = self.adm(args);
-        assert!(
-            out.status.success(),
-            "rvsadm {args} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("utf-8")
+        Rvsadm::ok(self, args)
     }
 
     pub fn signal(&self, sig: &str) {
@@ -169,6 +162,48 @@ impl Rvsd {
             std::thread::sleep(Duration::from_millis(25));
         }
         panic!("timed out waiting for {what}");
+    }
+}
+
+impl Rvsadm for Rvsd {
+    fn socket(&self) -> &Path {
+        &self.socket
+    }
+}
+
+/// rvsadm against a daemon's control socket, for every e2e bed that runs
+/// one (an [`Rvsd`], or a daemon a test starts its own way): the bed names
+/// its socket, the runs and their checks are written once here.
+pub trait Rvsadm {
+    /// The daemon's control socket (`RVS_SOCKET` for rvsadm).
+    fn socket(&self) -> &Path;
+
+    /// Run rvsadm with `args` (whitespace-split); its output whatever the
+    /// exit status.
+    fn adm(&self, args: &str) -> Output {
+        Command::new(RVSADM)
+            .args(args.split_whitespace())
+            .env("RVS_SOCKET", self.socket())
+            .stdin(Stdio::null())
+            .output()
+            .expect("rvsadm")
+    }
+
+    /// Run rvsadm and require success; its stdout.
+    fn ok(&self, args: &str) -> String {
+        let out = self.adm(args);
+        assert!(
+            out.status.success(),
+            "rvsadm {args} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Run rvsadm; its stdout whatever the exit status.
+    fn out(&self, args: &str) -> String {
+        String::from_utf8_lossy(&self.adm(args).stdout).into_owned()
     }
 }
 
@@ -220,6 +255,21 @@ pub fn within(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> Durat
         std::thread::sleep(Duration::from_millis(20));
     }
     panic!("{what}: not within {limit:?}");
+}
+
+/// Wait (10 s bound) for `child` to exit after a signal the test sent;
+/// past the bound kill it and fail the test, naming `what`.
+pub fn wait_exit(child: &mut Child, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("{what} did not exit within 10 s");
 }
 
 /// `rvsd --dataplane PLANE --socket SOCKET ARGS...` inside network

@@ -15,13 +15,13 @@
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSADM, RVSD, TempDir, wait_for_socket};
+use crate::harness::{RVSD, Rvsadm, TempDir, wait_for_socket};
 use crate::netns::{Bed, Host, connect};
 
 const VIP: &str = "10.77.0.100";
@@ -43,6 +43,12 @@ struct Director {
     state: PathBuf,
     child: Option<Child>,
     _dir: TempDir,
+}
+
+impl Rvsadm for Director {
+    fn socket(&self) -> &Path {
+        &self.socket
+    }
 }
 
 impl Director {
@@ -110,24 +116,6 @@ impl Director {
                 .status();
             let _ = c.wait();
         }
-    }
-
-    fn adm(&self, args: &str) -> Output {
-        Command::new(RVSADM)
-            .args(args.split_whitespace())
-            .env("RVS_SOCKET", &self.socket)
-            .output()
-            .expect("rvsadm")
-    }
-
-    fn ok(&self, args: &str) -> String {
-        let o = self.adm(args);
-        assert!(
-            o.status.success(),
-            "rvsadm {args}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
     /// Established flows from `client` to the VIP that `-Lcn` lists.

@@ -5,10 +5,10 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Output};
+use std::process::Child;
 use std::time::Duration;
 
-use crate::harness::{RVSADM, TempDir, rvsd_in_ns, wait_for_socket, within};
+use crate::harness::{Rvsadm, TempDir, rvsd_in_ns, wait_for_socket, within};
 use crate::netns::{Bed, Host, connect};
 
 struct Daemon {
@@ -23,30 +23,18 @@ impl Drop for Daemon {
     }
 }
 
+impl Rvsadm for Daemon {
+    fn socket(&self) -> &Path {
+        &self.socket
+    }
+}
+
 impl Daemon {
     fn start(h: &Host, dir: &Path, name: &str, plane: &str) -> Daemon {
         let socket = dir.join(format!("{name}.sock"));
         let mut child = rvsd_in_ns(&h.ns, plane, &socket, &["--log-level", "warn"]);
         wait_for_socket(&socket, &mut child);
         Daemon { child, socket }
-    }
-
-    fn adm(&self, args: &str) -> Output {
-        Command::new(RVSADM)
-            .args(args.split_whitespace())
-            .env("RVS_SOCKET", &self.socket)
-            .output()
-            .expect("rvsadm")
-    }
-
-    fn ok(&self, args: &str) -> String {
-        let out = self.adm(args);
-        assert!(
-            out.status.success(),
-            "rvsadm {args}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }
 

@@ -15,13 +15,13 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsFd;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSADM, RVSD, TempDir};
+use crate::harness::{RVSD, Rvsadm, TempDir};
 use crate::netns::{Bed, Host, connect};
 
 const VIP: [u8; 4] = [10, 77, 0, 100];
@@ -201,23 +201,9 @@ struct Daemon {
     _dir: TempDir,
 }
 
-impl Daemon {
-    fn adm(&self, args: &str) -> Output {
-        Command::new(RVSADM)
-            .args(args.split_whitespace())
-            .env("RVS_SOCKET", &self.socket)
-            .output()
-            .expect("rvsadm")
-    }
-
-    fn ok(&self, args: &str) -> String {
-        let o = self.adm(args);
-        assert!(
-            o.status.success(),
-            "rvsadm {args}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
+impl Rvsadm for Daemon {
+    fn socket(&self) -> &Path {
+        &self.socket
     }
 }
 

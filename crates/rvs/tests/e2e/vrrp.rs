@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{TempDir, rvsd_in_ns, within};
+use crate::harness::{TempDir, rvsd_in_ns, wait_exit, within};
 use crate::netns::{Bed, Host};
 
 const VIP: &str = "10.0.5.100";
@@ -29,16 +29,7 @@ impl Proc {
     /// Wait (bounded) for the process to exit after a signal.
     fn wait_exit(&mut self) {
         if let Some(mut c) = self.0.take() {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = c.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-            panic!("process did not exit within 10 s");
+            wait_exit(&mut c, "the process");
         }
     }
 }
