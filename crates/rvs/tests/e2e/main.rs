@@ -7,6 +7,7 @@ mod harness;
 
 mod check;
 mod failover;
+mod fleet;
 mod golden;
 mod health;
 mod health_probes;
