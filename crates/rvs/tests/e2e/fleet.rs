@@ -71,6 +71,9 @@ pub struct Opts {
     pub lb_algo: String,
     /// More rvsd arguments for every director.
     pub rvsd_args: Vec<String>,
+    /// keepalived.conf text put before the virtual server (a
+    /// `global_defs { lvs_sync_daemon ... }` block), empty for none.
+    pub global_defs: String,
 }
 
 impl Default for Opts {
@@ -80,6 +83,7 @@ impl Default for Opts {
             servers: 3,
             lb_algo: "mh".into(),
             rvsd_args: Vec::new(),
+            global_defs: String::new(),
         }
     }
 }
@@ -392,6 +396,17 @@ impl Director {
         }
     }
 
+    /// The machine is gone: SIGKILL its BIRD and rvsd, remove its XDP
+    /// plane, take its link down (the router notices when its BGP hold
+    /// timer runs out).
+    pub fn crash(&mut self) {
+        // The link first, so that BIRD's session does not close cleanly.
+        self.host.exec(&["ip", "link", "set", "eth0", "down"]);
+        self.bird.kill();
+        self.rvsd.kill();
+        self.remove_pins();
+    }
+
     /// Detach and unpin the instance's XDP plane (rvsd not running).
     fn remove_pins(&self) {
         if let Ok(i) = rvs_xdp::pin::Instance::new(&self.instance) {
@@ -616,7 +631,7 @@ impl Fleet {
         std::fs::create_dir_all(ddir.join("state")).expect("director dir");
         let conf = ddir.join("keepalived.conf");
         let addrs: Vec<IpAddr> = self.servers.iter().map(|s| s.addr).collect();
-        std::fs::write(&conf, keepalived_conf(&self.opts.lb_algo, &addrs)).expect("conf");
+        std::fs::write(&conf, self.conf_text(&addrs)).expect("conf");
         std::fs::write(
             ddir.join("bird.conf"),
             bird_conf(h.addr, &ddir.join("bird.log")),
@@ -637,6 +652,43 @@ impl Fleet {
         d.start_bird();
         self.directors.push(d);
         n
+    }
+
+    /// Every director's keepalived.conf for real servers `addrs`.
+    fn conf_text(&self, addrs: &[IpAddr]) -> String {
+        format!(
+            "{}{}",
+            self.opts.global_defs,
+            keepalived_conf(&self.opts.lb_algo, addrs)
+        )
+    }
+
+    /// Add real server sN (10.77.0.(11+N)), serving like the others; the
+    /// directors learn it from [`Fleet::reconfigure`].
+    pub fn add_server(&mut self) -> IpAddr {
+        let i = self.servers.len();
+        let h = self
+            .bed
+            .host(&format!("s{i}"), &format!("10.77.0.{}/24", 11 + i));
+        crate::netns::realserver(&h, VIP, &["--mode", "dr"]);
+        h.exec(&["ip", "route", "add", "default", "via", ROUTER_LAN]);
+        serve(&h, &format!("s{i}"), self.stop.clone());
+        let a = h.addr;
+        self.servers.push(h);
+        a
+    }
+
+    /// Rewrite every running director's keepalived.conf with all the real
+    /// servers and reload it.
+    pub fn reconfigure(&mut self) {
+        let addrs: Vec<IpAddr> = self.servers.iter().map(|s| s.addr).collect();
+        let text = self.conf_text(&addrs);
+        for d in &mut self.directors {
+            if d.rvsd_running() {
+                std::fs::write(&d.conf, &text).expect("conf");
+                d.reload();
+            }
+        }
     }
 
     /// Wait (bounded) until the router has exactly `n` BGP next hops for
