@@ -35,7 +35,8 @@ const PERIOD: Duration = Duration::from_millis(100);
 /// killed director's flows wait for the router's BGP hold time (3 s) and
 /// TCP's retransmission backoff after it.
 const STALL: Duration = Duration::from_secs(20);
-/// How long the streams run after each event before the next.
+/// How long the streams run after each event before the next (the last
+/// second of it checks that every stream still moves).
 const SETTLE: Duration = Duration::from_secs(4);
 
 /// The director the router sends each connection to (by its client end).
@@ -75,6 +76,7 @@ struct Row {
     event: &'static str,
     moved: usize,
     failed: usize,
+    stalled: usize,
     longest_gap: Duration,
 }
 
@@ -187,9 +189,26 @@ fn flows_survive_fleet_changes(test: &str, lb_algo: &str, sync: bool) {
             }),
         ),
     ];
+    // Streams whose echo made no progress within the last second (a
+    // healthy one gets ten chunks back in that time).
+    let stalled = |progress: &[Arc<Progress>]| {
+        let at: Vec<u64> = progress
+            .iter()
+            .map(|p| p.good.load(Ordering::Relaxed))
+            .collect();
+        std::thread::sleep(Duration::from_secs(1));
+        progress
+            .iter()
+            .zip(at)
+            .filter(|(p, a)| {
+                !p.failed.load(Ordering::Relaxed) && p.good.load(Ordering::Relaxed) == *a
+            })
+            .count()
+    };
     for (event, run) in events {
         run(&mut fleet);
-        std::thread::sleep(SETTLE);
+        std::thread::sleep(SETTLE - Duration::from_secs(1));
+        let stuck = stalled(&progress);
         let now = owners(&fleet, &ends);
         let moved = ends.iter().filter(|e| now.get(e) != last.get(e)).count();
         let f = failed(&progress);
@@ -197,13 +216,16 @@ fn flows_survive_fleet_changes(test: &str, lb_algo: &str, sync: bool) {
             event,
             moved,
             failed: f - failed_before,
+            stalled: stuck,
             longest_gap: gap(&progress),
         };
         println!(
-            "{test}: {}: {} flows moved by ECMP, {} streams failed, longest gap {:?}; now {:?}",
+            "{test}: {}: {} flows moved by ECMP, {} streams failed (reset, mismatch), {} stalled, \
+             longest gap {:?}; now {:?}",
             row.event,
             row.moved,
             row.failed,
+            row.stalled,
             row.longest_gap,
             per_director(&now)
         );
@@ -238,6 +260,9 @@ fn flows_survive_fleet_changes(test: &str, lb_algo: &str, sync: bool) {
         "no event moved a flow: the test proves nothing"
     );
     assert!(bad.is_empty(), "{} streams broke: {bad:#?}", bad.len());
+    for r in &rows {
+        assert_eq!((r.failed, r.stalled), (0, 0), "{}", r.event);
+    }
     for o in &outcomes {
         assert_eq!(o.good, o.written, "byte counts exact");
         assert!(o.written > 0);
