@@ -243,7 +243,7 @@ impl Director {
     /// pins with it: failover.rs).
     pub fn start_rvsd(&mut self) {
         assert!(!self.rvsd.running(), "rvsd already running");
-        let mut child = Command::new("nsenter")
+        let child = Command::new("nsenter")
             .arg(format!("--net=/var/run/netns/{}", self.host.ns))
             .arg(RVSD)
             .args([
@@ -266,8 +266,17 @@ impl Director {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn rvsd");
-        wait_for_socket(&self.socket, &mut child);
-        self.rvsd = Proc(Some(child));
+        // Killed on drop, also when it does not come up. A loaded machine
+        // (2 cores, other builds) can take rvsd past the harness's 10 s.
+        let mut proc = Proc(Some(child));
+        let socket = self.socket.clone();
+        rvs_testbed::wait_for(CONVERGE, || {
+            std::os::unix::net::UnixStream::connect(&socket).is_ok() || !proc.running()
+        });
+        if let Some(c) = proc.0.as_mut() {
+            wait_for_socket(&self.socket, c);
+        }
+        self.rvsd = proc;
         // Until rvsd keeps the route itself, the bed announces by hand.
         self.route_by_hand();
     }
