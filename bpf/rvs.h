@@ -342,6 +342,9 @@ struct rvs_svc_flood {
 	__u64 guarded;   /* new flows forwarded by the hash without an entry */
 	__u64 unknown;   /* TCP segments without SYN of no known flow, passed
 			  * to the kernel (an evicted flow, a stray ACK) */
+	__u64 adopted;   /* TCP segments without SYN of no known flow of a
+			  * hash-scheduled service that got a flow entry (a
+			  * flow ECMP moved here from another director) */
 };
 
 /* flood: PERCPU_ARRAY[0], the guard's window. */

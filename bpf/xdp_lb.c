@@ -36,8 +36,18 @@
  *    is impossible for the others; the kernel reassembles them (a later part
  *    may forward fragments by an (addr, id) table);
  *  - IPv6 extension headers (including fragments), for the same reason;
- *  - a TCP segment without SYN (or with RST) for an unknown flow: IPVS does
- *    not schedule it (tcp_conn_schedule) and lets it continue (NF_ACCEPT);
+ *  - a TCP segment without SYN (or with RST) for an unknown flow of a
+ *    service that is not hash-scheduled (rr, wlc, ...): IPVS does not
+ *    schedule it (tcp_conn_schedule) and lets it continue (NF_ACCEPT); a
+ *    director of a fleet knows such flows from connection sync. For mh/sh/dh
+ *    services the hash picks the same real server on every director with
+ *    the same configuration, so such a segment (a flow ECMP moved here from
+ *    another director, or one this director lost) is forwarded by the hash,
+ *    and gets a flow entry ("adopted", svc_flood) so that later real-server
+ *    changes keep it on its server; a NAT flow gets its reply entry too (the
+ *    reply key, real server and client, follows from the packet and the
+ *    choice). Under the SYN-flood guard, over the limit, it is forwarded
+ *    without an entry like a new flow; a RST is forwarded without one;
  *  - no real server available: the kernel answers (RST / port unreachable)
  *    as IPVS's ip_vs_leave does.
  */
@@ -59,6 +69,27 @@
 #include "lib/own_mac.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/* The reply entry of a new NAT flow (nat_rev: real server and client ->
+ * VIP), so that the reply path rewrites its source back. */
+static __always_inline void nat_rev_add(const struct pkt *p, const struct rvs_dest *d,
+					__u32 svc_idx, __u32 dest_idx)
+{
+	struct rvs_nat_key nk = {};
+	struct rvs_nat nv = {};
+
+	__builtin_memcpy(nk.raddr, d->addr, 16);
+	__builtin_memcpy(nk.caddr, p->saddr, 16);
+	nk.rport = d->port ? d->port : p->dport;
+	nk.cport = p->sport;
+	nk.proto = p->proto;
+	nk.family = p->family;
+	__builtin_memcpy(nv.vaddr, p->daddr, 16);
+	nv.vport = p->dport;
+	nv.svc = svc_idx;
+	nv.dest = dest_idx;
+	bpf_map_update_elem(&nat_rev, &nk, &nv, BPF_ANY);
+}
 
 /* -------------------------------------------------------------- program */
 
@@ -173,10 +204,11 @@ new_flow:
 		return XDP_PASS;
 	hashed = svc->sched == RVS_SCHED_MH || svc->sched == RVS_SCHED_SH ||
 		 svc->sched == RVS_SCHED_DH;
-	/* A TCP segment without SYN for an unknown flow is not ours (IPVS), but
-	 * with the SYN-flood guard on, flows of hash-scheduled services may
-	 * have no entry: those are forwarded by the hash, statelessly. */
-	if (is_tcp && !syn && !(cfg->max_new_flows && hashed)) {
+	/* A TCP segment without SYN for an unknown flow is not ours (IPVS),
+	 * unless the service is hash-scheduled: then the hash names the flow's
+	 * real server on any director (the flow moved here, or its entry was
+	 * lost or never made under a flood), and it is adopted below. */
+	if (is_tcp && !syn && !hashed) {
 		flood_count(svc_idx, unknown);
 		return XDP_PASS;
 	}
@@ -189,9 +221,32 @@ new_flow:
 	d = bpf_map_lookup_elem(&dests, &dest_idx);
 	if (!d)
 		return XDP_PASS;
+	/* Mid-flow (hashed only, above): adopted into the flow table (its
+	 * handshake is long done: never the embryonic table), unless it is a
+	 * RST or the guard is over its limit (DR/TUN: the hash finds the
+	 * server again); its own path, so that the SYN path stays as it was. */
 	if (is_tcp && !syn) {
-		if (d->method == RVS_FWD_NAT)
-			return XDP_PASS;
+		if (!(p.tcpflags & TCPF_RST) &&
+		    !(flood_over(cfg, now) && d->method != RVS_FWD_NAT)) {
+			nf.last_seen = now;
+			nf.dest = dest_idx;
+			nf.svc = svc_idx;
+			nf.flags = RVS_FLOW_F_NOOUTPUT;
+			nf.state = tcp_next_state(RVS_TCP_S_NONE, p.tcpflags, DIR_INPUT_ONLY);
+			if (flow_insert(&p, &nf) == 0) {
+				flood_count(svc_idx, adopted);
+				/* An expired entry it replaced (one of the
+				 * embryonic table stays, for the sweep). */
+				if (in_main)
+					conns_add(old_dest, state_active(p.proto, old_state), -1);
+				conns_add(dest_idx, state_active(p.proto, nf.state), 1);
+				if (d->method == RVS_FWD_NAT)
+					nat_rev_add(&p, d, svc_idx, dest_idx);
+			}
+			flow_epoch_bump(&p);
+		} else if (!(p.tcpflags & TCPF_RST)) {
+			flood_count(svc_idx, guarded);
+		}
 		count(&svc_stats, svc_idx, p.l3len, 0, 0);
 		count(&dest_stats, dest_idx, p.l3len, 0, 0);
 		return forward(ctx, &p, d, cfg);
@@ -223,22 +278,8 @@ new_flow:
 	 * -o) replaces whatever a cache may still hold for this key: a flow
 	 * the LRU evicted, or a closed one, may be cached on another CPU. */
 	flow_epoch_bump(&p);
-	if (d->method == RVS_FWD_NAT) {
-		struct rvs_nat_key nk = {};
-		struct rvs_nat nv = {};
-
-		__builtin_memcpy(nk.raddr, d->addr, 16);
-		__builtin_memcpy(nk.caddr, p.saddr, 16);
-		nk.rport = d->port ? d->port : p.dport;
-		nk.cport = p.sport;
-		nk.proto = p.proto;
-		nk.family = p.family;
-		__builtin_memcpy(nv.vaddr, p.daddr, 16);
-		nv.vport = p.dport;
-		nv.svc = svc_idx;
-		nv.dest = dest_idx;
-		bpf_map_update_elem(&nat_rev, &nk, &nv, BPF_ANY);
-	}
+	if (d->method == RVS_FWD_NAT)
+		nat_rev_add(&p, d, svc_idx, dest_idx);
 	count(&svc_stats, svc_idx, p.l3len, 0, 1);
 	count(&dest_stats, dest_idx, p.l3len, 0, 1);
 	return forward(ctx, &p, d, cfg);

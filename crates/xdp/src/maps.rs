@@ -798,6 +798,11 @@ pub struct SvcFlood {
     pub guarded: u64,
     /// TCP segments without SYN of no known flow, passed to the kernel.
     pub unknown: u64,
+    /// TCP segments without SYN of no known flow of a hash-scheduled
+    /// service that got a flow entry: flows adopted mid-stream (ECMP moved
+    /// them here from another director of the fleet, or their entry was
+    /// lost), forwarded to the real server the hash names.
+    pub adopted: u64,
 }
 
 impl SvcFlood {
@@ -808,6 +813,7 @@ impl SvcFlood {
             promoted: self.promoted.wrapping_add(o.promoted),
             guarded: self.guarded.wrapping_add(o.guarded),
             unknown: self.unknown.wrapping_add(o.unknown),
+            adopted: self.adopted.wrapping_add(o.adopted),
         }
     }
 }
@@ -851,7 +857,7 @@ const _: () = assert!(size_of::<Nat>() == 28);
 const _: () = assert!(size_of::<Stats>() == 40);
 const _: () = assert!(size_of::<Config>() == 92);
 const _: () = assert!(size_of::<Flood>() == 16);
-const _: () = assert!(size_of::<SvcFlood>() == 32);
+const _: () = assert!(size_of::<SvcFlood>() == 40);
 const _: () = assert!(size_of::<DestConns>() == 8);
 const _: () = assert!(size_of::<PersistKey>() == 36);
 const _: () = assert!(size_of::<Persist>() == 16);

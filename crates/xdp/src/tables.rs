@@ -126,4 +126,56 @@ mod tests {
             Err(TableError::MissingIndex(2))
         );
     }
+
+    /// Directors of a fleet with the same configuration hash a flow to the
+    /// same real server: two planes built independently — other DestIds
+    /// (another history of adds and deletes), other `dests` indexes — give
+    /// tables that name the same real-server address in every slot, for
+    /// every hashing scheduler and with `mh-port`. (The list order is the
+    /// configuration's: rebuilt from scratch each time, no history.)
+    #[test]
+    fn two_directors_with_one_configuration_build_the_same_tables() {
+        let weights = [1, 3, 2, 0, 5, 1, 1];
+        let director = |id0: u32, index0: u32| {
+            let d: Vec<Dest> = dests(&weights)
+                .into_iter()
+                .enumerate()
+                .map(|(i, mut x)| {
+                    x.id = DestId(id0 + i as u32);
+                    x
+                })
+                .collect();
+            let idx: Vec<u32> = (0..d.len() as u32).map(|i| index0 + 7 * i).collect();
+            (d, idx)
+        };
+        let (da, ia) = director(0, 10);
+        let (db, ib) = director(500, 3000);
+        let addr = |d: &[Dest], idx: &[u32], v: u32| {
+            (v != SLOT_EMPTY).then(|| {
+                let p = idx
+                    .iter()
+                    .position(|&i| i == v)
+                    .expect("an index of the list");
+                d[p].config.addr
+            })
+        };
+        let port = SchedParams {
+            flags: rvs_core::model::SchedFlags::MH_PORT,
+            ..SchedParams::default()
+        };
+        for (s, p) in [
+            (Scheduler::Mh, SchedParams::default()),
+            (Scheduler::Mh, port),
+            (Scheduler::Sh, SchedParams::default()),
+            (Scheduler::Dh, SchedParams::default()),
+        ] {
+            let ta = scheduling_table(s, &p, &da, &ia).unwrap();
+            let tb = scheduling_table(s, &p, &db, &ib).unwrap();
+            assert_eq!(ta.len(), tb.len(), "{s}");
+            let aa: Vec<_> = ta.iter().map(|&v| addr(&da, &ia, v)).collect();
+            let ab: Vec<_> = tb.iter().map(|&v| addr(&db, &ib, v)).collect();
+            assert_eq!(aa, ab, "{s}: same real server in every slot");
+            assert!(aa.iter().all(Option::is_some), "{s}");
+        }
+    }
 }

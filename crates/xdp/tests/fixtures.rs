@@ -543,10 +543,91 @@ fn syn_flood_guard_forwards_hashed_flows_without_entries() {
     let c = client(false, 200);
     lb.run(&tcp_frame(c, 1000, v, 8080, Flags::Syn, b""));
     assert!(lb.flow_dest(PROTO_TCP, c, 1000, v, 8080).is_some());
-    // Without the guard a non-SYN for an unknown flow passes, as in IPVS.
+    // Without the guard a non-SYN for an unknown flow of the mh service is
+    // adopted (an entry on the hash's server); rr's passes, as in IPVS.
     lb.l.set_config(&maps::Config::ipvs_defaults()).unwrap();
-    let f = tcp_frame(client(false, 300), 1000, v, VPORT, Flags::Ack, b"");
+    let c = client(false, 300);
+    let want = Lb::core_choice(core.as_mut(), &dests, 0, &sched_input(c, 1000, v, VPORT));
+    let f = tcp_frame(c, 1000, v, VPORT, Flags::Ack, b"");
+    assert_eq!(lb.run(&f).action, action::TX);
+    assert_eq!(lb.flow_dest(PROTO_TCP, c, 1000, v, VPORT), want);
+    let f = tcp_frame(c, 1000, v, 8080, Flags::Ack, b"");
     assert_eq!(lb.run(&f).action, action::PASS);
+}
+
+/// A TCP segment without SYN of no known flow (ECMP moved the flow here
+/// from another director of the fleet) of a hash-scheduled service is
+/// forwarded to the server the hash names and adopted: it gets an
+/// ESTABLISHED entry in the flow table (not the embryonic one), counted, so
+/// a later change of the real servers keeps it on its server. A RST is
+/// forwarded without an entry; a non-hash service's segment passes.
+#[test]
+fn hashed_services_adopt_unknown_mid_flow_segments() {
+    for sched in ["mh", "sh"] {
+        let Some(mut lb) = Lb::new("hashed_services_adopt_unknown_mid_flow_segments") else {
+            return;
+        };
+        let rs: Vec<Rs> = (0..4)
+            .map(|i| Rs::new(rs_addr(false, i), fwd::DR, rs_mac(i)))
+            .collect();
+        let v = vip(false);
+        lb.service(0, SvcKey::new(PROTO_TCP, v, VPORT), sched, 0, &rs);
+        lb.service(1, SvcKey::new(PROTO_TCP, v, 8080), "wlc", 0, &rs);
+        let (mut core, dests) = lb.core_scheduler(0);
+        let mut adopted = Vec::new();
+        for i in 0..16u32 {
+            let c = client(false, 100 + i);
+            let cport = 2000 + i as u16;
+            let want = Lb::core_choice(core.as_mut(), &dests, 0, &sched_input(c, cport, v, VPORT))
+                .expect("a server");
+            let r = lb.run(&tcp_frame(c, cport, v, VPORT, Flags::Ack, b"mid"));
+            assert_eq!(
+                (r.action, &r.data[..6]),
+                (action::TX, &rs_mac((want % 1000) as u8)[..]),
+                "{sched}: forwarded by the hash"
+            );
+            let key = FlowKey::new(PROTO_TCP, c, cport, v, VPORT);
+            assert_eq!(lb.l.table_flow(&key, true).unwrap(), None, "not embryonic");
+            let e = lb.l.table_flow(&key, false).unwrap().expect("adopted");
+            assert_eq!((e.dest, e.state), (want, 1), "{sched}: ESTABLISHED");
+            adopted.push((c, cport, want));
+        }
+        let fl = lb.l.svc_flood(0).unwrap();
+        assert_eq!(
+            (fl.adopted, fl.unknown, fl.embryonic),
+            (16, 0, 0),
+            "{sched}"
+        );
+        let active: u32 = (0..4)
+            .map(|p| lb.l.dest_conns(Lb::dest_index(0, p)).unwrap().active)
+            .sum();
+        assert_eq!(active, 16, "{sched}: counted as active flows");
+        // A new real server changes the hash; the adopted flows stay.
+        let more: Vec<Rs> = (0..6)
+            .map(|i| Rs::new(rs_addr(false, i), fwd::DR, rs_mac(i)))
+            .collect();
+        lb.service(0, SvcKey::new(PROTO_TCP, v, VPORT), sched, 0, &more);
+        for &(c, cport, want) in &adopted {
+            let r = lb.run(&tcp_frame(c, cport, v, VPORT, Flags::Ack, b"more"));
+            assert_eq!(
+                (r.action, &r.data[..6]),
+                (action::TX, &rs_mac((want % 1000) as u8)[..]),
+                "{sched}: kept on its server"
+            );
+        }
+        // A RST of no known flow: forwarded, no entry.
+        let c = client(false, 250);
+        let r = lb.run(&tcp_frame(c, 3000, v, VPORT, Flags::Rst, b""));
+        assert_eq!(r.action, action::TX, "{sched}");
+        assert_eq!(lb.flow_dest(PROTO_TCP, c, 3000, v, VPORT), None);
+        // wlc: no hash to go by, passed and counted.
+        let r = lb.run(&tcp_frame(c, 3001, v, 8080, Flags::Ack, b""));
+        assert_eq!(r.action, action::PASS, "{sched}");
+        assert_eq!(lb.flow_dest(PROTO_TCP, c, 3001, v, 8080), None);
+        let fl = lb.l.svc_flood(1).unwrap();
+        assert_eq!((fl.adopted, fl.unknown), (0, 1));
+        assert_eq!(lb.l.svc_flood(0).unwrap().adopted, 16);
+    }
 }
 
 /// A SYN makes an entry in the embryonic table only; the ACK that completes the handshake moves it to the flow

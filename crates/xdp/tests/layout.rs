@@ -145,7 +145,7 @@ mirrors! {
         tun_vary4, tun_vary6, pad0, locality_expiration,
     }
     "rvs_flood" => Flood { second, count }
-    "rvs_svc_flood" => SvcFlood { embryonic, promoted, guarded, unknown }
+    "rvs_svc_flood" => SvcFlood { embryonic, promoted, guarded, unknown, adopted }
     "rvs_dest_conns" => DestConns { active, inactive }
     "rvs_persist_key" => PersistKey { caddr, vaddr, vport, proto, family }
     "rvs_persist" => Persist { last_seen, dest, svc }

@@ -296,6 +296,53 @@ fn nat_tracks_tcp_state_in_both_directions() {
     });
 }
 
+/// A mid-flow segment of an unknown NAT flow of a hash-scheduled service
+/// (ECMP moved the flow here) is adopted with its reply entry: the key of
+/// the reply (real server, client) follows from the packet and the hash's
+/// choice, so the real server's replies are rewritten back to the VIP.
+#[test]
+fn nat_adopts_a_hashed_flow_mid_stream_with_its_reply_entry() {
+    if !root_or_skip("nat_adopts_a_hashed_flow_mid_stream_with_its_reply_entry") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(|| {
+        let mut lb = Lb::new("nat").expect("root checked");
+        lb.l.add_own_mac(INGRESS, VETH_MAC).expect("own MAC");
+        let mut rs = Rs::new(rs_addr(false, 0), fwd::NAT, [0; 6]);
+        rs.port = RPORT;
+        lb.service(0, SvcKey::new(PROTO_TCP, vip(false), 80), "mh", 0, &[rs]);
+        let (c, v, r) = (client(false, 78), vip(false), rs_addr(false, 0));
+        let key = FlowKey::new(PROTO_TCP, c, 5556, v, 80);
+        let r1 = lb.run(&tcp_frame(c, 5556, v, 80, Flags::Ack, b"mid"));
+        assert_eq!(r1.action, action::REDIRECT, "forwarded by the hash");
+        let fl = lb.l.flow(&key).unwrap().expect("adopted");
+        assert_eq!(fl.state, 1); // ESTABLISHED
+        let nk = NatKey {
+            raddr: maps::addr16(r),
+            caddr: maps::addr16(c),
+            rport: RPORT.to_be(),
+            cport: 5556u16.to_be(),
+            proto: PROTO_TCP,
+            family: maps::family(r),
+            pad0: 0,
+        };
+        let nat = lb.l.nat(&nk).unwrap().expect("reply entry");
+        assert_eq!((nat.vaddr, u16::from_be(nat.vport)), (maps::addr16(v), 80));
+        assert_eq!(lb.l.svc_flood(0).unwrap().adopted, 1);
+        // The real server's reply leaves with the VIP as its source.
+        let reply = tcp_frame_macs(rs_mac(0), VETH_MAC, r, RPORT, c, 5556, Flags::Ack, b"ok");
+        let out = lb.run(&reply);
+        assert_eq!(out.action, action::REDIRECT);
+        assert_eq!(&out.data[26..30], &maps::addr16(v)[..4], "source rewritten");
+        assert_eq!(
+            &out.data[34..36],
+            &80u16.to_be_bytes(),
+            "source port rewritten"
+        );
+    });
+}
+
 #[test]
 fn attach_prefers_native_mode_and_falls_back_to_generic() {
     if !root_or_skip("attach_prefers_native_mode_and_falls_back_to_generic") {

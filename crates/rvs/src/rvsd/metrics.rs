@@ -365,10 +365,10 @@ pub fn director(ipvs: &Ipvs, reloads: u64, reload_failures: u64) -> Vec<Family> 
 
 /// The XDP data plane's SYN-flood counters, per service (rvs_xdp_*): what
 /// the embryonic tables took and shed, what the guard forwarded without an
-/// entry, what passed for want of a flow.
+/// entry, what passed for want of a flow, what was adopted mid-stream.
 pub fn xdp_flood(services: &[(ServiceKey, rvs_xdp::maps::SvcFlood)]) -> Vec<Family> {
     type Get = fn(&rvs_xdp::maps::SvcFlood) -> u64;
-    let families: [(&'static str, &'static str, Get); 5] = [
+    let families: [(&'static str, &'static str, Get); 6] = [
         (
             "rvs_xdp_embryonic_flows_total",
             "TCP flows that got an embryonic entry (a SYN was scheduled).",
@@ -395,6 +395,13 @@ pub fn xdp_flood(services: &[(ServiceKey, rvs_xdp::maps::SvcFlood)]) -> Vec<Fami
             "rvs_xdp_unknown_segments_total",
             "TCP segments without SYN of no known flow, passed to the kernel.",
             |c| c.unknown,
+        ),
+        (
+            "rvs_xdp_adopted_flows_total",
+            "TCP flows of hash-scheduled services adopted mid-stream: a segment without \
+             SYN of no known flow got a flow entry on the real server the hash names \
+             (a flow another director of the fleet had, moved here by ECMP).",
+            |c| c.adopted,
         ),
     ];
     families
@@ -692,6 +699,7 @@ mod tests {
             promoted: 30,
             guarded: 7,
             unknown: 2,
+            adopted: 5,
         };
         let text = encode(xdp_flood(&[(key, c)]));
         let labels = r#"{local_address="10.0.0.1",local_port="80",proto="TCP",local_mark=""}"#;
@@ -701,6 +709,7 @@ mod tests {
             ("rvs_xdp_shed_flows_total", 970),
             ("rvs_xdp_guarded_flows_total", 7),
             ("rvs_xdp_unknown_segments_total", 2),
+            ("rvs_xdp_adopted_flows_total", 5),
         ] {
             let want = format!("{name}{labels} {v}");
             assert!(lines(&text).contains(&want.as_str()), "{want} in {text}");

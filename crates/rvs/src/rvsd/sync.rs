@@ -36,6 +36,24 @@
 //! runs only its master daemon (keepalived.conf's `lvs_sync_daemon` with an
 //! instance, just become master) enters what its master daemon's group
 //! socket hears; with a backup daemon beside it, the backup daemon does.
+//!
+//! # N directors (a fleet behind ECMP)
+//! keepalived.conf's `lvs_sync_daemon IFACE` without an instance runs both
+//! daemons on every director, one syncid on the fleet's segment: each
+//! director sends its own flows and enters everyone else's, installed into
+//! its data plane whatever its VRRP state (a director of a fleet is active
+//! and a "backup" of its peers at once), so a flow ECMP moves to it goes on
+//! to the same real server. Three rules keep N daemons sane:
+//! - a message whose source is one of the sync interface's own addresses
+//!   is ignored (our own multicast, looped back);
+//! - a flow entered from a peer is not sent as our own (`received`), so N
+//!   daemons do not echo each other's flows; it becomes ours — sent, and
+//!   no longer overwritten by a peer — once this director sees its traffic
+//!   ([`takes_over`]): ECMP moved it here, and the peers must learn it from
+//!   its new director when the old one is gone;
+//! - an entry never replaces one this director holds itself unless it is
+//!   fresher (the peer saw the flow's traffic later than we did: the flow
+//!   moved away), see [`decide`].
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -304,6 +322,142 @@ fn tuple(c: &Conn) -> Tuple {
     }
 }
 
+/// Within this much, two directors' "last seen" times of a flow are the
+/// same: the plane mirrors its flows about once a second, a master reads
+/// its table once a [`PERIOD`], and the wire carries whole seconds.
+const SLACK: Duration = Duration::from_secs(3);
+
+/// The full idle timeout of an entry in `state`: how long after its last
+/// packet it expires (zero for an unknown state).
+fn full_timeout(ipvs: &Ipvs, protocol: u8, state: u8) -> Duration {
+    let t = ipvs.timeouts();
+    match protocol {
+        6 => TcpState::from_u8(state).map_or(Duration::ZERO, |s| t.tcp(s)),
+        17 => t.udp(),
+        132 => rvs_core::state::SctpState::from_u8(state).map_or(Duration::ZERO, |s| t.sctp(s)),
+        _ => Duration::ZERO,
+    }
+}
+
+/// When a director last saw the flow's traffic, from an entry's idle time
+/// left and its state's full timeout (both directors run the same
+/// configuration).
+fn last_seen(at: Instant, idle_left: Duration, timeout: Duration) -> Instant {
+    let idle = timeout.saturating_sub(idle_left);
+    Instant::from_millis(at.as_millis().saturating_sub(duration_ms(idle)))
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What this director holds of a flow a peer synced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Local {
+    /// When this director last saw the flow's traffic (from its entry's
+    /// deadline; for an entry entered from a peer and not seen since, the
+    /// time it was entered or the peer's own last-seen).
+    last: Instant,
+    /// When a peer's message last entered it, if the entry came from a peer
+    /// (and is not ours yet).
+    received: Option<Instant>,
+}
+
+/// What to do with a peer's entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Decision {
+    /// Enter it (new here, a refresh of a peer's copy, or fresher than
+    /// ours): the table and the data plane take the peer's state.
+    Enter,
+    /// Keep ours: the director holds the flow itself and saw it at least
+    /// as recently; with `took_over`, the entry was a peer's copy that this
+    /// director's own traffic made its own (it leaves `received`).
+    KeepOwn {
+        /// The entry was in `received` until now.
+        took_over: bool,
+    },
+}
+
+/// Whether an entry entered from a peer at `received` has seen traffic on
+/// this director since (its last-seen is later than the peer's message by
+/// more than [`SLACK`]): ECMP moved the flow here.
+fn takes_over(last: Instant, received: Instant) -> bool {
+    last.saturating_since(received) > SLACK
+}
+
+/// The install decision for a peer's entry whose sender last saw the flow
+/// at `peer_last`, given what this director holds (`None`: nothing). A
+/// director's own flow (never received, or received and since carried
+/// here) is replaced only by a fresher peer's one; a peer's copy that saw
+/// no traffic here is refreshed.
+fn decide(local: Option<Local>, peer_last: Instant) -> Decision {
+    let Some(l) = local else {
+        return Decision::Enter;
+    };
+    let took_over = match l.received {
+        Some(r) if !takes_over(l.last, r) => return Decision::Enter,
+        Some(_) => true,
+        None => false,
+    };
+    if peer_last.saturating_since(l.last) > SLACK {
+        Decision::Enter
+    } else {
+        Decision::KeepOwn { took_over }
+    }
+}
+
+/// What the director holds of the connection (not template) `c` names.
+fn local_of(ipvs: &Ipvs, c: &wire::SyncConn, received: Option<Instant>) -> Option<Local> {
+    let af = if c.client.is_ipv6() {
+        AddrFamily::Inet6
+    } else {
+        AddrFamily::Inet
+    };
+    let key = rvs_core::conn::ConnKey {
+        protocol: c.protocol,
+        af,
+        caddr: rvs_core::conn::Addr::from_ip(c.client.ip()),
+        cport: c.client.port(),
+        vaddr: rvs_core::conn::Addr::from_ip(c.vip.ip()),
+        vport: c.vip.port(),
+    };
+    let table = ipvs.conns();
+    let id = table.lookup(&key)?;
+    let conn = table.get(id)?;
+    Some(Local {
+        last: local_last(ipvs, conn, table.deadline(id)?),
+        received,
+    })
+}
+
+/// When this director last saw `c`'s traffic: its deadline less its
+/// state's full timeout.
+fn local_last(ipvs: &Ipvs, c: &Conn, deadline: Instant) -> Instant {
+    let t = full_timeout(ipvs, c.protocol, c.state);
+    Instant::from_millis(deadline.as_millis().saturating_sub(duration_ms(t)))
+}
+
+/// Whether `src` is one of this director's own addresses (our multicast
+/// looped back, or another daemon of ours).
+fn from_self(src: IpAddr, own: &[IpAddr]) -> bool {
+    own.contains(&src)
+}
+
+/// The addresses of the sync interface (empty when they cannot be read:
+/// then only the loopback setting keeps our own messages away).
+fn own_addresses(ifname: &str) -> Vec<IpAddr> {
+    let Ok(index) = ifindex(ifname) else {
+        return Vec::new();
+    };
+    rvs_sys::netlink::Netlink::open()
+        .and_then(|mut nl| nl.addresses(index))
+        .map(|v| v.into_iter().map(|(a, _)| a).collect())
+        .unwrap_or_else(|e| {
+            tracing::warn!(target: "rvs::sync", "sync daemon on {ifname}: own addresses: {e}");
+            Vec::new()
+        })
+}
+
 fn to_wire(c: &Conn) -> wire::SyncConn {
     let t = tuple(c);
     wire::SyncConn {
@@ -339,19 +493,30 @@ fn changes(
     ipvs: &Ipvs,
     now: Instant,
     walk: &mut Walk,
-    received: &FastMap<Tuple, Instant>,
+    received: &mut FastMap<Tuple, Instant>,
 ) -> Vec<wire::SyncConn> {
     let mut out = Vec::new();
     let table = ipvs.conns();
     let (start, end) = (walk.next, walk.next.saturating_add(PAGE));
     let sweep = walk.sweep;
-    for (_, c) in table.iter_slots(start, end) {
+    for (id, c) in table.iter_slots(start, end) {
         if !eligible(c) {
             continue;
         }
         let t = tuple(c);
-        if !received.is_empty() && received.contains_key(&t) {
-            continue;
+        // A peer's flow is not sent back, unless its traffic came here
+        // since (then it is ours: the peers learn it from us).
+        if !received.is_empty()
+            && let Some(&r) = received.get(&t)
+        {
+            let ours = !t.template
+                && table
+                    .deadline(id)
+                    .is_some_and(|dl| takes_over(local_last(ipvs, c, dl), r));
+            if !ours {
+                continue;
+            }
+            received.remove(&t);
         }
         let now_sent = Sent {
             state: c.state,
@@ -469,9 +634,12 @@ async fn send_conns(sock: &tokio::net::UdpSocket, cfg: &DaemonConfig, conns: &[w
     }
 }
 
-async fn recv_on(sock: Option<&tokio::net::UdpSocket>, buf: &mut [u8]) -> std::io::Result<usize> {
+async fn recv_on(
+    sock: Option<&tokio::net::UdpSocket>,
+    buf: &mut [u8],
+) -> std::io::Result<(usize, SocketAddr)> {
     match sock {
-        Some(s) => s.recv(buf).await,
+        Some(s) => s.recv_from(buf).await,
         None => std::future::pending().await,
     }
 }
@@ -495,6 +663,7 @@ async fn run(mut task: Task) {
     });
     let again = tokio::time::sleep(REQUEST_AGAIN);
     tokio::pin!(again);
+    let own = own_addresses(&task.cfg.mcast_ifn);
     let mut requests_left = 2u8;
     // Whether entries came in since the first request.
     let mut heard = false;
@@ -530,8 +699,8 @@ async fn run(mut task: Task) {
                 let batch = {
                     let Ok(d) = d.lock() else { return };
                     // Same order as the backup: the daemon's lock, then this one.
-                    let Ok(rx) = task.received.lock() else { return };
-                    changes(d.controller().ipvs(), d.now(), &mut walk, &rx)
+                    let Ok(mut rx) = task.received.lock() else { return };
+                    changes(d.controller().ipvs(), d.now(), &mut walk, &mut rx)
                 };
                 if !batch.is_empty() {
                     send_conns(&task.sock, &task.cfg, &batch).await;
@@ -562,7 +731,8 @@ async fn run(mut task: Task) {
                 continue;
             }
             r = recv_on(group, &mut buf) => match r {
-                Ok(n) => n,
+                Ok((_, src)) if from_self(src.ip(), &own) => continue,
+                Ok((n, _)) => n,
                 Err(e) => {
                     tracing::warn!(target: "rvs::sync", "sync daemon on {}: receive: {e}", task.cfg.mcast_ifn);
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -615,14 +785,13 @@ async fn run(mut task: Task) {
                 vip: c.vip,
                 template: c.flags & wire::FLAG_TEMPLATE != 0,
             };
-            let entered = resolve(d.controller().ipvs(), c)
-                .is_some_and(|m| d.controller_mut().enter_synced(now, &m).is_some());
-            if entered {
-                if let Some(rx) = rx.as_mut() {
-                    rx.insert(t, now);
-                }
-            } else {
-                tracing::debug!(target: "rvs::sync", "sync backup: no service or real server for {:?} → {}", c.vip, c.dest);
+            let Some(m) = to_enter(d.controller().ipvs(), c, now, rx.as_deref_mut()) else {
+                continue;
+            };
+            if d.controller_mut().enter_synced(now, &m).is_some()
+                && let Some(rx) = rx.as_mut()
+            {
+                rx.insert(t, now);
             }
         }
         // Once a minute, forget what has certainly expired here.
@@ -633,6 +802,42 @@ async fn run(mut task: Task) {
             pruned = now;
         }
     }
+}
+
+/// What of a peer's entry `c` to enter at `now`: `None` when this
+/// director keeps its own flow ([`decide`]; one it took over leaves
+/// `received`) or has no such service or real server.
+fn to_enter(
+    ipvs: &Ipvs,
+    c: &wire::SyncConn,
+    now: Instant,
+    received: Option<&mut FastMap<Tuple, Instant>>,
+) -> Option<MirroredConn> {
+    let t = Tuple {
+        protocol: c.protocol,
+        client: c.client,
+        vip: c.vip,
+        template: c.flags & wire::FLAG_TEMPLATE != 0,
+    };
+    if !t.template {
+        let was = received.as_ref().and_then(|rx| rx.get(&t).copied());
+        let peer_last = last_seen(
+            now,
+            Duration::from_secs(u64::from(c.timeout_s.unwrap_or(0))),
+            full_timeout(ipvs, c.protocol, u8::try_from(c.state).unwrap_or(u8::MAX)),
+        );
+        if let Decision::KeepOwn { took_over } = decide(local_of(ipvs, c, was), peer_last) {
+            if took_over && let Some(rx) = received {
+                rx.remove(&t);
+            }
+            return None;
+        }
+    }
+    let m = resolve(ipvs, c);
+    if m.is_none() {
+        tracing::debug!(target: "rvs::sync", "sync backup: no service or real server for {:?} → {}", c.vip, c.dest);
+    }
+    m
 }
 
 /// One synced entry as this director's: its service (by fwmark, by
@@ -835,26 +1040,31 @@ mod tests {
         ipvs.mirror_conn(t0, &flow(dest, TcpState::SynRecv))
             .unwrap();
         let mut sent = Walk::default();
-        let none = FastMap::default();
-        assert!(changes(&ipvs, t0, &mut sent, &none).is_empty());
+        let mut none = FastMap::default();
+        assert!(changes(&ipvs, t0, &mut sent, &mut none).is_empty());
         ipvs.mirror_conn(t0, &flow(dest, TcpState::Established))
             .unwrap();
-        let out = changes(&ipvs, t0, &mut sent, &none);
+        let out = changes(&ipvs, t0, &mut sent, &mut none);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].state, TcpState::Established as u16);
         assert_eq!(out[0].dest, "10.0.1.1:80".parse().unwrap());
         // Nothing new: nothing sent, until the refresh is due.
-        assert!(changes(&ipvs, t0 + Duration::from_secs(1), &mut sent, &none).is_empty());
-        assert_eq!(changes(&ipvs, t0 + REFRESH, &mut sent, &none).len(), 1);
+        assert!(changes(&ipvs, t0 + Duration::from_secs(1), &mut sent, &mut none).is_empty());
+        assert_eq!(changes(&ipvs, t0 + REFRESH, &mut sent, &mut none).len(), 1);
         // A state change goes out at once.
         ipvs.mirror_conn(t0, &flow(dest, TcpState::FinWait))
             .unwrap();
-        assert_eq!(changes(&ipvs, t0 + REFRESH, &mut sent, &none).len(), 1);
-        // What a backup beside us received is not sent back.
+        assert_eq!(changes(&ipvs, t0 + REFRESH, &mut sent, &mut none).len(), 1);
+        // What a backup beside us received (and saw no traffic of since)
+        // is not sent back.
+        let at = t0 + REFRESH * 3;
+        let mut fin = flow(dest, TcpState::FinWait);
+        fin.idle_left = ipvs.timeouts().tcp(TcpState::FinWait);
+        ipvs.mirror_conn(at, &fin).unwrap();
         let c = ipvs.conns().iter().next().map(|(_, c)| tuple(c)).unwrap();
         let mut got = FastMap::default();
-        got.insert(c, t0);
-        assert!(changes(&ipvs, t0 + REFRESH * 3, &mut sent, &got).is_empty());
+        got.insert(c, at);
+        assert!(changes(&ipvs, t0 + REFRESH * 3, &mut sent, &mut got).is_empty());
     }
 
     #[test]
@@ -862,12 +1072,12 @@ mod tests {
         let t0 = Instant::from_secs(10);
         let ipvs = filled(PAGE + 10, t0);
         let mut walk = Walk::default();
-        let none = FastMap::default();
-        assert_eq!(changes(&ipvs, t0, &mut walk, &none).len(), PAGE);
-        assert_eq!(changes(&ipvs, t0, &mut walk, &none).len(), 10);
+        let mut none = FastMap::default();
+        assert_eq!(changes(&ipvs, t0, &mut walk, &mut none).len(), PAGE);
+        assert_eq!(changes(&ipvs, t0, &mut walk, &mut none).len(), 10);
         // The sweep is over; the next one finds nothing new.
         assert_eq!(walk.next, 0);
-        assert!(changes(&ipvs, t0, &mut walk, &none).is_empty());
+        assert!(changes(&ipvs, t0, &mut walk, &mut none).is_empty());
         assert_eq!(walk.sent.len(), PAGE + 10);
     }
 
@@ -930,17 +1140,17 @@ mod tests {
         let t0 = Instant::from_secs(10);
         let ipvs = filled(N, t0);
         let mut walk = Walk::default();
-        let none = FastMap::default();
+        let mut none = FastMap::default();
         let mut first = Vec::new();
         for _ in 0..N / PAGE {
             let t = std::time::Instant::now();
-            let n = changes(&ipvs, t0, &mut walk, &none).len();
+            let n = changes(&ipvs, t0, &mut walk, &mut none).len();
             first.push((t.elapsed(), n));
         }
         let mut again = Vec::new();
         for _ in 0..N / PAGE {
             let t = std::time::Instant::now();
-            let n = changes(&ipvs, t0, &mut walk, &none).len();
+            let n = changes(&ipvs, t0, &mut walk, &mut none).len();
             again.push((t.elapsed(), n));
         }
         let median = |v: &mut Vec<(Duration, usize)>| {
@@ -995,5 +1205,182 @@ mod tests {
         };
         assert!(enter(&template));
         assert_eq!(ipvs.conns().len(), 2);
+    }
+
+    fn peer_entry(dest: &str, state: TcpState, idle_left_s: u32) -> wire::SyncConn {
+        wire::SyncConn {
+            protocol: 6,
+            client: "10.9.0.1:4000".parse().unwrap(),
+            vip: "10.0.0.1:80".parse().unwrap(),
+            dest: dest.parse().unwrap(),
+            flags: 0,
+            state: state as u16,
+            fwmark: 0,
+            timeout_s: Some(idle_left_s),
+            seq: None,
+            pe_name: None,
+            pe_data: None,
+        }
+    }
+
+    fn tuple_of(c: &wire::SyncConn) -> Tuple {
+        Tuple {
+            protocol: c.protocol,
+            client: c.client,
+            vip: c.vip,
+            template: false,
+        }
+    }
+
+    /// The receive path on a bare director: what [`to_enter`] lets in is
+    /// entered and remembered as received, as the daemon does.
+    fn receive(
+        ipvs: &mut Ipvs,
+        c: &wire::SyncConn,
+        now: Instant,
+        rx: &mut FastMap<Tuple, Instant>,
+    ) -> bool {
+        let Some(m) = to_enter(ipvs, c, now, Some(rx)) else {
+            return false;
+        };
+        let ok = ipvs.mirror_conn(now, &m).is_some();
+        if ok {
+            rx.insert(tuple_of(c), now);
+        }
+        ok
+    }
+
+    #[test]
+    fn the_install_decision_keeps_own_fresher_state_and_refreshes_peer_copies() {
+        let t = |s| Instant::from_secs(s);
+        // Nothing here: enter.
+        assert_eq!(decide(None, t(100)), Decision::Enter);
+        // A peer's copy with no traffic here since: refreshed, whatever the
+        // peer's age of it.
+        let copy = Local {
+            last: t(100),
+            received: Some(t(100)),
+        };
+        assert_eq!(decide(Some(copy), t(50)), Decision::Enter);
+        assert_eq!(decide(Some(copy), t(200)), Decision::Enter);
+        // Our own flow: a peer that saw it no later keeps it ours ...
+        let own = Local {
+            last: t(100),
+            received: None,
+        };
+        assert_eq!(
+            decide(Some(own), t(100)),
+            Decision::KeepOwn { took_over: false }
+        );
+        assert_eq!(
+            decide(Some(own), t(100) + SLACK),
+            Decision::KeepOwn { took_over: false }
+        );
+        // ... one that saw it later (the flow moved away) replaces it.
+        assert_eq!(decide(Some(own), t(110)), Decision::Enter);
+        // A peer's copy whose traffic came here since: ours now.
+        let moved = Local {
+            last: t(120),
+            received: Some(t(100)),
+        };
+        assert_eq!(
+            decide(Some(moved), t(110)),
+            Decision::KeepOwn { took_over: true }
+        );
+        assert_eq!(decide(Some(moved), t(130)), Decision::Enter);
+    }
+
+    #[test]
+    fn a_peer_never_overwrites_a_flow_this_director_carries() {
+        let (mut ipvs, dest) = director();
+        let key = ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: "10.0.0.1".parse().unwrap(),
+            port: 80,
+        };
+        let other = ipvs
+            .add_dest(&key, DestConfig::new("10.0.1.2".parse().unwrap(), 80))
+            .unwrap();
+        let full = ipvs.timeouts().tcp(TcpState::Established);
+        let t0 = Instant::from_secs(1000);
+        // Our own flow to 10.0.1.1, seen at t0.
+        let mut own = flow(dest, TcpState::Established);
+        own.idle_left = full;
+        ipvs.mirror_conn(t0, &own).unwrap();
+        let mut rx = FastMap::default();
+        let full_s = full.as_secs() as u32;
+        // A peer's stale view (its last packet 100 s before ours) to
+        // another server: ignored, the table keeps ours.
+        let stale = peer_entry("10.0.1.2:80", TcpState::Established, full_s - 100);
+        assert!(!receive(
+            &mut ipvs,
+            &stale,
+            t0 + Duration::from_secs(1),
+            &mut rx
+        ));
+        let (_, c) = ipvs.conns().iter().next().unwrap();
+        assert_eq!(c.dest, dest.0);
+        assert!(rx.is_empty(), "not a peer's flow");
+        // The flow moved away: the peer saw it 60 s after us, fresher.
+        let fresh = peer_entry("10.0.1.2:80", TcpState::Established, full_s);
+        assert!(receive(
+            &mut ipvs,
+            &fresh,
+            t0 + Duration::from_secs(60),
+            &mut rx
+        ));
+        let (_, c) = ipvs.conns().iter().next().unwrap();
+        assert_eq!(c.dest, other.0);
+        assert_eq!(ipvs.conns().len(), 1);
+        // Now a peer's copy: its refreshes come in, and it is not sent back.
+        let later = t0 + Duration::from_secs(90);
+        assert!(receive(&mut ipvs, &fresh, later, &mut rx));
+        let mut walk = Walk::default();
+        assert!(changes(&ipvs, later, &mut walk, &mut rx).is_empty());
+    }
+
+    #[test]
+    fn a_peer_flow_becomes_ours_once_its_traffic_comes_here() {
+        let (mut ipvs, dest) = director();
+        let full = ipvs.timeouts().tcp(TcpState::Established);
+        let full_s = full.as_secs() as u32;
+        let t0 = Instant::from_secs(1000);
+        let mut rx = FastMap::default();
+        let mut walk = Walk::default();
+        // A peer's flow, entered: not sent (no echo among N directors),
+        // however often its refresh comes.
+        let c = peer_entry("10.0.1.1:80", TcpState::Established, full_s - 5);
+        assert!(receive(&mut ipvs, &c, t0, &mut rx));
+        assert!(changes(&ipvs, t0, &mut walk, &mut rx).is_empty());
+        assert!(receive(&mut ipvs, &c, t0 + REFRESH, &mut rx));
+        assert!(changes(&ipvs, t0 + REFRESH, &mut walk, &mut rx).is_empty());
+        // ECMP moves it here: the data plane reports it seen 10 s after the
+        // last peer message (a mirror with its full idle time left).
+        let seen = t0 + REFRESH + Duration::from_secs(10);
+        let mut here = flow(dest, TcpState::Established);
+        here.idle_left = full;
+        ipvs.mirror_conn(seen, &here).unwrap();
+        let out = changes(&ipvs, seen, &mut walk, &mut rx);
+        assert_eq!(out.len(), 1, "ours now: sent to the peers");
+        assert!(rx.is_empty());
+        // The old director's refresh (it last saw the flow 40 s ago) no
+        // longer overwrites it.
+        let old = peer_entry("10.0.1.1:80", TcpState::Established, full_s - 40);
+        assert!(!receive(
+            &mut ipvs,
+            &old,
+            seen + Duration::from_secs(1),
+            &mut rx
+        ));
+        assert!(rx.is_empty());
+    }
+
+    #[test]
+    fn own_addresses_are_recognised() {
+        let own: Vec<IpAddr> = vec!["10.1.0.1".parse().unwrap(), "fd00::1".parse().unwrap()];
+        assert!(from_self("10.1.0.1".parse().unwrap(), &own));
+        assert!(from_self("fd00::1".parse().unwrap(), &own));
+        assert!(!from_self("10.1.0.2".parse().unwrap(), &own));
+        assert!(!from_self("10.1.0.1".parse().unwrap(), &[]));
     }
 }

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use crate::harness::{RVSD, Rvsadm, TempDir, wait_exit, wait_for_socket, within};
 use crate::netns::{Bed, Host};
+use crate::streams::Pattern;
 
 const VIP: &str = "10.77.0.100";
 /// Bytes streamed through the VIP.
@@ -304,36 +305,6 @@ impl Pair {
     }
 }
 
-/// The stream's content: a random block, each `CHUNK` starting with its
-/// offset (so a chunk repeated or out of place shows).
-struct Pattern {
-    block: Vec<u8>,
-}
-
-impl Pattern {
-    fn new() -> Self {
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        let block = (0..BLOCK)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 32) as u8
-            })
-            .collect();
-        Pattern { block }
-    }
-
-    /// Chunk `k` (at offset `k * CHUNK`).
-    fn chunk(&self, k: u64) -> Vec<u8> {
-        let off = k * CHUNK as u64;
-        let at = (off as usize) % BLOCK;
-        let mut c = self.block[at..at + CHUNK].to_vec();
-        c[..8].copy_from_slice(&off.to_be_bytes());
-        c
-    }
-}
-
 /// What became of the stream.
 #[derive(Debug)]
 struct Outcome {
@@ -369,7 +340,7 @@ fn stream(client: &Host, written: Arc<AtomicU64>) -> std::thread::JoinHandle<Out
             Ok(w) => w,
             Err(e) => return fail(format!("clone: {e}")),
         };
-        let pattern = Arc::new(Pattern::new());
+        let pattern = Arc::new(Pattern::new(BLOCK, CHUNK, 0x9E37_79B9_7F4A_7C15));
         let p2 = pattern.clone();
         let writer = std::thread::spawn(move || -> Result<(), String> {
             let t0 = Instant::now();

@@ -7,6 +7,8 @@ mod harness;
 
 mod check;
 mod failover;
+mod fleet;
+mod fleet_flows;
 mod golden;
 mod health;
 mod health_probes;
@@ -18,6 +20,7 @@ mod realserver;
 mod reload;
 mod restart;
 mod socket;
+mod streams;
 mod sync;
 mod synflood;
 mod upgrade;

@@ -1,4 +1,5 @@
-//! rtnetlink: addresses, links (state, MAC, macvlans), routes, neighbours
+//! rtnetlink: addresses, links (state, MAC, macvlans), routes (lookups and
+//! the blackhole host routes VIPs are announced with), neighbours
 //! and the persistent XDP attach, as typed `netlink-packet-route` messages.
 //!
 //! Two transports over the same messages: [`Netlink`] blocks (a one second
@@ -370,6 +371,48 @@ impl Netlink {
     pub fn detach_xdp(&mut self, ifindex: u32, mode: XdpMode) -> Result<(), NetlinkError> {
         self.exchange(msg::set_xdp(ifindex, -1, mode)).map(drop)
     }
+
+    /// Add the blackhole host route of `addr` (`/32`, `/128`) with
+    /// protocol `proto` to table `table`: `true` when added, `false` when
+    /// it was there already. What rvsd announces a VIP with: a BGP daemon
+    /// exports the table (README "ECMP fleet over BGP").
+    pub fn add_host_route(
+        &mut self,
+        table: u32,
+        proto: u8,
+        addr: IpAddr,
+    ) -> Result<bool, NetlinkError> {
+        ok_if(
+            self.exchange(msg::host_route(true, table, proto, addr)),
+            libc::EEXIST,
+        )
+    }
+
+    /// Delete that route: `true` when deleted, `false` when it was not
+    /// there.
+    pub fn del_host_route(
+        &mut self,
+        table: u32,
+        proto: u8,
+        addr: IpAddr,
+    ) -> Result<bool, NetlinkError> {
+        ok_if(
+            self.exchange(msg::host_route(false, table, proto, addr)),
+            libc::ESRCH,
+        )
+    }
+
+    /// The destinations of the host routes with protocol `proto` in table
+    /// `table` (both families).
+    pub fn host_routes(&mut self, table: u32, proto: u8) -> Result<Vec<IpAddr>, NetlinkError> {
+        let mut out = msg::host_routes_of(&self.exchange(msg::dump_routes(false))?, table, proto);
+        out.extend(msg::host_routes_of(
+            &self.exchange(msg::dump_routes(true))?,
+            table,
+            proto,
+        ));
+        Ok(out)
+    }
 }
 
 /// An rtnetlink socket awaited on tokio (one request at a time). Open it
@@ -481,6 +524,50 @@ impl AsyncNetlink {
             Some(l) => ok_if(self.exchange(msg::del_link(l.index)).await, libc::ENODEV).map(drop),
             None => Ok(()),
         }
+    }
+
+    /// As [`Netlink::add_host_route`].
+    pub async fn add_host_route(
+        &mut self,
+        table: u32,
+        proto: u8,
+        addr: IpAddr,
+    ) -> Result<bool, NetlinkError> {
+        ok_if(
+            self.exchange(msg::host_route(true, table, proto, addr))
+                .await,
+            libc::EEXIST,
+        )
+    }
+
+    /// As [`Netlink::del_host_route`].
+    pub async fn del_host_route(
+        &mut self,
+        table: u32,
+        proto: u8,
+        addr: IpAddr,
+    ) -> Result<bool, NetlinkError> {
+        ok_if(
+            self.exchange(msg::host_route(false, table, proto, addr))
+                .await,
+            libc::ESRCH,
+        )
+    }
+
+    /// As [`Netlink::host_routes`].
+    pub async fn host_routes(
+        &mut self,
+        table: u32,
+        proto: u8,
+    ) -> Result<Vec<IpAddr>, NetlinkError> {
+        let mut out =
+            msg::host_routes_of(&self.exchange(msg::dump_routes(false)).await?, table, proto);
+        out.extend(msg::host_routes_of(
+            &self.exchange(msg::dump_routes(true)).await?,
+            table,
+            proto,
+        ));
+        Ok(out)
     }
 }
 

@@ -17,7 +17,9 @@ use netlink_packet_route::link::{
 use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
 };
-use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType,
+};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use super::{Link, Neighbour, NetlinkError, Route, XdpMode};
@@ -309,6 +311,89 @@ pub(super) fn get_route(addr: IpAddr) -> Request {
     }
 }
 
+/// `RT_TABLE_COMPAT`: the header's table when the real one (over 255)
+/// is in `RTA_TABLE`.
+const RT_TABLE_COMPAT: u8 = 252;
+
+/// `RTM_NEWROUTE` (`add`) or `RTM_DELROUTE` of the host route `addr/32`
+/// (`/128`) of type `blackhole` with protocol `proto` in table `table`
+/// (`ip route add blackhole ADDR table TABLE proto PROTO`). A new route is
+/// exclusive, so one already there answers `EEXIST`; deleting one that is
+/// not there answers `ESRCH`.
+pub(super) fn host_route(add: bool, table: u32, proto: u8, addr: IpAddr) -> Request {
+    let mut m = RouteMessage::default();
+    m.header.address_family = family(addr);
+    m.header.destination_prefix_length = max_prefix(addr);
+    m.header.table = u8::try_from(table).unwrap_or(RT_TABLE_COMPAT);
+    m.header.protocol = RouteProtocol::from(proto);
+    m.header.scope = RouteScope::Universe;
+    m.header.kind = RouteType::BlackHole;
+    m.attributes.push(RouteAttribute::Destination(match addr {
+        IpAddr::V4(a) => RouteAddress::Inet(a),
+        IpAddr::V6(a) => RouteAddress::Inet6(a),
+    }));
+    m.attributes.push(RouteAttribute::Table(table));
+    if add {
+        Request {
+            msg: RouteNetlinkMessage::NewRoute(m),
+            flags: NLM_F_CREATE | NLM_F_EXCL,
+            op: "add route",
+        }
+    } else {
+        Request {
+            msg: RouteNetlinkMessage::DelRoute(m),
+            flags: 0,
+            op: "delete route",
+        }
+    }
+}
+
+/// `RTM_GETROUTE` dump of one family's routes (every table).
+pub(super) fn dump_routes(ipv6: bool) -> Request {
+    let mut m = RouteMessage::default();
+    m.header.address_family = if ipv6 {
+        AddressFamily::Inet6
+    } else {
+        AddressFamily::Inet
+    };
+    Request {
+        msg: RouteNetlinkMessage::GetRoute(m),
+        flags: NLM_F_DUMP,
+        op: "dump routes",
+    }
+}
+
+/// The destinations of the host routes (`/32`, `/128`) of a dump that are
+/// in table `table` with protocol `proto`.
+pub(super) fn host_routes_of(answer: &[RouteNetlinkMessage], table: u32, proto: u8) -> Vec<IpAddr> {
+    answer
+        .iter()
+        .filter_map(|m| match m {
+            RouteNetlinkMessage::NewRoute(r) => Some(r),
+            _ => None,
+        })
+        .filter(|r| u8::from(r.header.protocol) == proto)
+        .filter(|r| {
+            let t = r
+                .attributes
+                .iter()
+                .find_map(|a| match a {
+                    RouteAttribute::Table(t) => Some(*t),
+                    _ => None,
+                })
+                .unwrap_or(u32::from(r.header.table));
+            t == table
+        })
+        .filter_map(|r| {
+            let dst = r.attributes.iter().find_map(|a| match a {
+                RouteAttribute::Destination(d) => ip_of(d),
+                _ => None,
+            })?;
+            (r.header.destination_prefix_length == max_prefix(dst)).then_some(dst)
+        })
+        .collect()
+}
+
 /// `RTM_GETNEIGH` dump of one family's neighbour table.
 pub(super) fn dump_neighbours(ipv6: bool) -> Request {
     let mut m = NeighbourMessage::default();
@@ -465,6 +550,44 @@ mod tests {
     }
     fn u32_at(b: &[u8], at: usize) -> u32 {
         u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    }
+
+    /// The announce route's bytes as the kernel reads them (`rtmsg`:
+    /// family, dst_len, src_len, tos, table, protocol, scope, type), and a
+    /// dump's routes filtered to that table and protocol.
+    #[test]
+    fn host_route_bytes_and_dump_filter() {
+        let vip: IpAddr = "10.99.0.100".parse().unwrap();
+        let b = host_route(true, 100, 250, vip).encode(7);
+        // nlmsghdr (16) then rtmsg.
+        assert_eq!(u16_at(&b, 4), 24, "RTM_NEWROUTE");
+        assert_eq!(&b[16..24], &[2, 32, 0, 0, 100, 250, 0, 6]);
+        let big = host_route(false, 1000, 250, "2001:db8::1".parse().unwrap()).encode(8);
+        assert_eq!(u16_at(&big, 4), 25, "RTM_DELROUTE");
+        assert_eq!(&big[16..24], &[10, 128, 0, 0, RT_TABLE_COMPAT, 250, 0, 6]);
+        let msg = |r: Request| r.msg;
+        let other_proto = msg(host_route(true, 100, 186, "10.99.0.1".parse().unwrap()));
+        let other_table = msg(host_route(true, 101, 250, "10.99.0.2".parse().unwrap()));
+        let mut wide = RouteMessage::default();
+        wide.header.address_family = AddressFamily::Inet;
+        wide.header.destination_prefix_length = 24;
+        wide.header.table = 100;
+        wide.header.protocol = RouteProtocol::from(250);
+        wide.attributes
+            .push(RouteAttribute::Destination(RouteAddress::Inet(
+                "10.98.0.0".parse().unwrap(),
+            )));
+        let dump = vec![
+            msg(host_route(true, 100, 250, vip)),
+            other_proto,
+            other_table,
+            RouteNetlinkMessage::NewRoute(wide),
+        ];
+        assert_eq!(host_routes_of(&dump, 100, 250), vec![vip]);
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        let dump6 = vec![msg(host_route(true, 1000, 250, v6))];
+        assert_eq!(host_routes_of(&dump6, 1000, 250), vec![v6]);
+        assert!(host_routes_of(&dump6, 232, 250).is_empty());
     }
 
     /// The kernel's view of the bytes: `nlmsghdr` + `ifaddrmsg` + attrs,

@@ -56,6 +56,7 @@ fn sub(a: &SvcFlood, b: &SvcFlood) -> SvcFlood {
         promoted: a.promoted.wrapping_sub(b.promoted),
         guarded: a.guarded.wrapping_sub(b.guarded),
         unknown: a.unknown.wrapping_sub(b.unknown),
+        adopted: a.adopted.wrapping_sub(b.adopted),
     }
 }
 
@@ -128,6 +129,7 @@ mod tests {
                 promoted: 40,
                 guarded: 5,
                 unknown: 2,
+                adopted: 9,
             },
         );
         plane.read_flood();
@@ -136,6 +138,7 @@ mod tests {
             promoted: 40,
             guarded: 5,
             unknown: 2,
+            adopted: 9,
         };
         assert_eq!(stats.snapshot(), vec![(key, want)]);
         assert_eq!(stats.total(), want);
