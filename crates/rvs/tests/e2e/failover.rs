@@ -66,6 +66,12 @@ struct Director {
     child: Option<Child>,
 }
 
+/// The rvsd the directors run: this build's, or RVS_FAILOVER_RVSD (another
+/// build, for the before/after figures in BENCHMARKS.md).
+fn rvsd() -> String {
+    std::env::var("RVS_FAILOVER_RVSD").unwrap_or_else(|_| RVSD.to_owned())
+}
+
 impl Director {
     /// rvsd enters the namespace with `nsenter --net` (not `ip netns
     /// exec`, whose private mount namespace would give it a bpffs of its
@@ -73,7 +79,7 @@ impl Director {
     fn start(&mut self) {
         let mut child = Command::new("nsenter")
             .arg(format!("--net=/var/run/netns/{}", self.host.ns))
-            .arg(RVSD)
+            .arg(rvsd())
             .args([
                 "--dataplane",
                 "xdp",
