@@ -409,7 +409,7 @@ struct rvs_own_macs {
 #define RVS_NH_MISSING_MAX 256
 
 struct rvs_nh_key {
-	__u32 addr[4]; /* IPv4 in addr[0], network order */
+	__u8 addr[16]; /* network order; IPv4 in the first 4 bytes */
 	__u8 family;   /* RVS_AF_INET / RVS_AF_INET6 */
 	__u8 pad0[3];
 };

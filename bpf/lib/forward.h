@@ -26,7 +26,7 @@ static __always_inline void want_neigh(const struct bpf_fib_lookup *fib)
 
 	k.family = fib->family;
 	if (fib->family == RVS_AF_INET)
-		k.addr[0] = fib->ipv4_dst;
+		__builtin_memcpy(k.addr, &fib->ipv4_dst, 4);
 	else
 		__builtin_memcpy(k.addr, fib->ipv6_dst, 16);
 	if (bpf_map_lookup_elem(&nh_missing, &k))

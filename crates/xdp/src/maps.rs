@@ -780,11 +780,11 @@ impl NhKey {
     /// The next hop's address; `None` for an unknown family.
     pub fn addr(&self) -> Option<std::net::IpAddr> {
         match self.family {
-            2 => {
+            AF_INET => {
                 let [a, b, c, d, ..] = self.addr;
                 Some(std::net::Ipv4Addr::new(a, b, c, d).into())
             }
-            10 => Some(std::net::Ipv6Addr::from(self.addr).into()),
+            AF_INET6 => Some(std::net::Ipv6Addr::from(self.addr).into()),
             _ => None,
         }
     }
