@@ -400,4 +400,21 @@ struct rvs_own_macs {
 	struct rvs_own_mac e[RVS_OWN_MACS_MAX];
 };
 
+/* nh_missing: HASH[next hop], the next hops a NAT-rewritten packet found
+ * unresolved (bpf_fib_lookup said NO_NEIGH: the client, or the gateway
+ * toward it, for a reply; the real server or its gateway otherwise), with
+ * the egress ifindex. Written by the program once per next hop (NOEXIST);
+ * drained by the control plane, which makes the kernel resolve them: a
+ * director that takes a NAT flow over (VRRP failover) has no neighbour
+ * entry for its clients, and the kernel drops the replies it is passed
+ * meanwhile as martians (their source, the VIP, is local). Bounded; a
+ * next hop that finds the table full is counted in nh_missing_full. */
+#define RVS_NH_MISSING_MAX 256
+
+struct rvs_nh_key {
+	__u8 addr[16]; /* network order; IPv4 in the first 4 bytes */
+	__u8 family;   /* RVS_AF_INET / RVS_AF_INET6 */
+	__u8 pad0[3];
+};
+
 #endif /* RVS_H */

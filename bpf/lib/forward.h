@@ -8,9 +8,43 @@
 #include "lib/csum.h"
 #include "lib/l2.h"
 #include "lib/encap.h"
+#include "lib/maps.h"
 
-/* Route a NAT-rewritten packet with the kernel's FIB; the kernel forwards it
- * itself (XDP_PASS) when the neighbour is not resolved yet. */
+#ifndef E2BIG
+#define E2BIG 7
+#endif
+
+/* Tell the control plane that the next hop the FIB chose (fib->ipv4_dst /
+ * ipv6_dst, the gateway or the destination itself, on fib->ifindex) has no
+ * neighbour entry: nh_missing, once per next hop until it is drained. */
+static __always_inline void want_neigh(const struct bpf_fib_lookup *fib)
+{
+	struct rvs_nh_key k = {};
+	__u32 ifindex = fib->ifindex;
+	__u32 zero = 0;
+	__u64 *full;
+
+	k.family = fib->family;
+	if (fib->family == RVS_AF_INET)
+		__builtin_memcpy(k.addr, &fib->ipv4_dst, 4);
+	else
+		__builtin_memcpy(k.addr, fib->ipv6_dst, 16);
+	if (bpf_map_lookup_elem(&nh_missing, &k))
+		return;
+	if (bpf_map_update_elem(&nh_missing, &k, &ifindex, BPF_NOEXIST) != -E2BIG)
+		return;
+	full = bpf_map_lookup_elem(&nh_missing_full, &zero);
+	if (full)
+		*full += 1;
+}
+
+/* Route a NAT-rewritten packet with the kernel's FIB. When the neighbour is
+ * not resolved yet the next hop is reported (want_neigh) and the packet
+ * passed to the kernel: it forwards it and resolves the neighbour itself,
+ * except for a reply whose source is a local address (the VIP on a director
+ * that just took over) without accept_local, which it drops as a martian;
+ * then the control plane's resolution is what lets the next one through
+ * (there is no MAC to redirect to, and XDP cannot hold a packet). */
 static __always_inline int fib_out(struct xdp_md *ctx, const struct pkt *p, const __u32 *dst,
 				   const __u32 *src)
 {
@@ -30,6 +64,8 @@ static __always_inline int fib_out(struct xdp_md *ctx, const struct pkt *p, cons
 		__builtin_memcpy(fib.ipv6_dst, dst, 16);
 	}
 	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		want_neigh(&fib);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return XDP_PASS;
 	return l2_out(ctx, fib.dmac, fib.smac, fib.ifindex);

@@ -88,4 +88,10 @@ struct rvs_own_macs own_macs SEC(".data.own_macs");
 /* Unicast frames passed because they were sent to another host's MAC. */
 RVS_MAP(foreign_frames, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, __u64);
 
+/* Unresolved next hops for the control plane to resolve (rvs.h). */
+RVS_MAP(nh_missing, BPF_MAP_TYPE_HASH, RVS_NH_MISSING_MAX, struct rvs_nh_key, __u32);
+
+/* Next hops not reported because nh_missing was full. */
+RVS_MAP(nh_missing_full, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, __u64);
+
 #endif /* RVS_LIB_MAPS_H */

@@ -530,6 +530,32 @@ impl Loaded {
         }
     }
 
+    /// Take up to `max` of the next hops the program found unresolved
+    /// (`nh_missing`): read, then deleted, so the program reports each
+    /// again if it is still missing later.
+    pub fn take_missing_hops(&mut self, max: usize) -> Result<Vec<std::net::IpAddr>, XdpError> {
+        let mut h = self.hash::<maps::NhKey, u32>("nh_missing")?;
+        let found: Vec<maps::NhKey> = h
+            .iter()
+            .take(max)
+            .filter_map(Result::ok)
+            .map(|(k, _)| k)
+            .collect();
+        for k in &found {
+            // Gone already is fine.
+            let _ = h.remove(k);
+        }
+        Ok(found.iter().filter_map(maps::NhKey::addr).collect())
+    }
+
+    /// Next hops the program could not report because `nh_missing` was
+    /// full, summed over CPUs.
+    pub fn missing_hops_full(&mut self) -> Result<u64, XdpError> {
+        let a = self.per_cpu_array::<u64>("nh_missing_full")?;
+        let v = a.get(&0, 0).map_err(map_err("nh_missing_full"))?;
+        Ok(v.iter().sum())
+    }
+
     /// Service `svc`'s SYN-flood counters, summed over CPUs.
     pub fn svc_flood(&mut self, svc: u32) -> Result<maps::SvcFlood, XdpError> {
         let a = self.per_cpu_array::<maps::SvcFlood>("svc_flood")?;

@@ -758,6 +758,38 @@ pub fn prefix_mask(prefix_len: u8) -> [u8; 16] {
     m.to_be_bytes()
 }
 
+/// Entries of `nh_missing` (`RVS_NH_MISSING_MAX`).
+pub const NH_MISSING_MAX: u32 = 256;
+
+/// `nh_missing` key: a next hop a NAT-rewritten packet found without a
+/// neighbour entry (`struct rvs_nh_key`), for the control plane to resolve.
+#[repr(C)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct NhKey {
+    /// The address in network order (IPv4 in the first 4 bytes).
+    pub addr: [u8; 16],
+    /// `AF_INET` or `AF_INET6`.
+    pub family: u8,
+    /// Zero.
+    pub pad0: [u8; 3],
+}
+
+impl NhKey {
+    /// The next hop's address; `None` for an unknown family.
+    pub fn addr(&self) -> Option<std::net::IpAddr> {
+        match self.family {
+            AF_INET => {
+                let [a, b, c, d, ..] = self.addr;
+                Some(std::net::Ipv4Addr::new(a, b, c, d).into())
+            }
+            AF_INET6 => Some(std::net::Ipv6Addr::from(self.addr).into()),
+            _ => None,
+        }
+    }
+}
+
 /// `dest_conns` value: a real server's ActiveConn / InActConn as the
 /// program keeps them.
 #[repr(C)]

@@ -308,7 +308,7 @@ impl MapLayout {
     pub fn is_state(&self) -> bool {
         !matches!(
             self.name,
-            "flow_cache" | "flow6_cache" | "locality_tmp" | "flood" | "flow_epochs"
+            "flow_cache" | "flow6_cache" | "locality_tmp" | "flood" | "flow_epochs" | "nh_missing"
         )
     }
 }
@@ -351,6 +351,8 @@ pub fn director_maps(opts: &crate::LoadOptions) -> Vec<MapLayout> {
         },
         MapLayout::of::<u32, OwnMacTable>(OWN_MACS_MAP, MAP_ARRAY, 1),
         MapLayout::of::<u32, u64>("foreign_frames", MAP_PERCPU_ARRAY, 1),
+        MapLayout::of::<NhKey, u32>("nh_missing", MAP_HASH, NH_MISSING_MAX),
+        MapLayout::of::<u32, u64>("nh_missing_full", MAP_PERCPU_ARRAY, 1),
     ]
 }
 

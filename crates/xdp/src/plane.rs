@@ -162,9 +162,9 @@ pub mod resolver;
 mod tests;
 mod worker;
 
-pub use l2::Wanted;
+pub use l2::{REPLY_HOP_REPORTS, REPLY_HOPS_MAX, Wanted};
 pub use report::{ReportRead, ReportWrites};
-pub use worker::{PlaneHandle, REPORT_EVERY};
+pub use worker::{DRAIN_EVERY, PlaneHandle, REPORT_EVERY};
 
 use alloc::{IndexAlloc, Region, Retired, SlotAlloc};
 pub use flood::FloodStats;
@@ -287,6 +287,12 @@ pub struct Plane<M: MapOps> {
     /// The SYN-flood counters the reports publish, and their baselines.
     flood: std::sync::Arc<FloodStats>,
     flood_base: flood::FloodBase,
+    /// Next hops the program found without a neighbour entry (NAT replies
+    /// toward clients, after a failover), with the reports each stays
+    /// wanted (see [`Plane::take_missing_hops`]).
+    reply_hops: std::collections::BTreeMap<std::net::IpAddr, u32>,
+    /// `nh_missing_full` at the last report.
+    missing_full: u64,
 }
 
 /// Flows (and templates) mirrored per report by default: a report holds the
@@ -449,6 +455,8 @@ impl<M: MapOps> Plane<M> {
             orphans: Vec::new(),
             flood: std::sync::Arc::default(),
             flood_base: flood::FloodBase::default(),
+            reply_hops: std::collections::BTreeMap::new(),
+            missing_full: 0,
         }
     }
 

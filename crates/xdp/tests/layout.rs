@@ -27,7 +27,7 @@ use rvs_core::state::{Direction, TcpFlags, TcpState, UdpState, tcp_next};
 use rvs_xdp::decap::{self, DecapConfig, DecapVip};
 use rvs_xdp::maps::{
     self, Config, Dest, DestConns, Flood, Flow, Flow4Key, Flow6Cache, FlowCache, FlowKey, Locality,
-    LocalityKey, Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcFlood, SvcKey,
+    LocalityKey, Nat, NatKey, NhKey, Persist, PersistKey, Stats, Svc, SvcFlood, SvcKey,
 };
 use rvs_xdp::own_mac::{self, OwnMac, OwnMacTable};
 
@@ -147,6 +147,7 @@ mirrors! {
     "rvs_flood" => Flood { second, count }
     "rvs_svc_flood" => SvcFlood { embryonic, promoted, guarded, unknown, adopted }
     "rvs_dest_conns" => DestConns { active, inactive }
+    "rvs_nh_key" => NhKey { addr, family, pad0 }
     "rvs_persist_key" => PersistKey { caddr, vaddr, vport, proto, family }
     "rvs_persist" => Persist { last_seen, dest, svc }
     "rvs_locality_key" => LocalityKey { svc, family, pad0, daddr }
@@ -856,6 +857,7 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_EMBRYONIC_DEFAULT", maps::EMBRYONIC_DEFAULT.into()),
         ("RVS_MAX_SVC_DESTS", maps::MAX_SVC_DESTS.into()),
         ("RVS_LOCALITY_MAX", maps::LOCALITY_MAX.into()),
+        ("RVS_NH_MISSING_MAX", maps::NH_MISSING_MAX.into()),
         ("RVS_LBLCR_SET_MAX", maps::LBLCR_SET_MAX as u64),
         ("RVS_SLOT_EMPTY", maps::SLOT_EMPTY.into()),
         ("RVS_AF_INET", maps::AF_INET.into()),

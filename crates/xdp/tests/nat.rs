@@ -257,6 +257,14 @@ fn nat_without_a_resolved_neighbour_passes_the_rewritten_packet() {
             out.data,
             tcp_frame(c, 1234, rs_addr(false, 5), RPORT, Flags::Syn, b"")
         );
+        // The missing next hop is reported once for the control plane to
+        // resolve (issue 13), and gone once taken.
+        let again = lb.run(&f);
+        assert_eq!(again.action, action::PASS);
+        let hops = lb.l.take_missing_hops(16).expect("nh_missing");
+        assert_eq!(hops, vec![rs_addr(false, 5)]);
+        assert!(lb.l.take_missing_hops(16).expect("nh_missing").is_empty());
+        assert_eq!(lb.l.missing_hops_full().expect("nh_missing_full"), 0);
     });
 }
 

@@ -122,6 +122,9 @@ struct Args {
     /// default 60 s) and exits 0. Run it with the old daemon's arguments.
     /// Without a configuration file (-f/--rules) the old daemon's service
     /// table is taken too. Fails when no rvsd runs there, unless --or-start.
+    /// SIGUSR2 makes a running rvsd start its installed binary (argv[0])
+    /// with its own arguments plus --takeover, which then tells a service
+    /// manager (NOTIFY_SOCKET: systemd, NotifyAccess=all) its new main pid.
     #[arg(long, value_name = "PATH", num_args = 0..=1, conflicts_with = "check")]
     takeover: Option<Option<PathBuf>>,
 
@@ -791,6 +794,7 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
         let mut hup = signal(SignalKind::hangup())?;
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
+        let mut usr2 = signal(SignalKind::user_defined2())?;
         let listener = if taken.is_some() && takeover_path.as_ref() == Some(&args.socket) {
             // Renamed over the old daemon's socket: never a moment without one.
             takeover::bind_over(&args.socket)?
@@ -822,6 +826,11 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
             });
         }
         if let Some(t) = taken {
+            if takeover::notify_main_pid() {
+                // Let the service manager take the new main pid in before
+                // the old main process may exit.
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
             match takeover::retire_old(t).await {
                 Ok(pid) => tracing::info!(
                     pid,
@@ -865,6 +874,10 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
                 }
                 _ = term.recv() => break,
                 _ = int.recv() => break,
+                _ = usr2.recv() => match takeover::spawn_successor() {
+                    Ok(pid) => tracing::info!(pid, "SIGUSR2: started the installed rvsd to take over"),
+                    Err(e) => tracing::error!("SIGUSR2: {e:#}"),
+                },
                 _ = remove.notified() => {
                     removing = true;
                     break;

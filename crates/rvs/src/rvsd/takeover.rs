@@ -126,6 +126,82 @@ pub async fn retire_old(taken: Taken) -> anyhow::Result<u32> {
     Ok(pid)
 }
 
+/// `SIGUSR2`: start the installed binary (this process's `argv[0]`, which
+/// a package upgrade has replaced) with this process's arguments plus
+/// `--takeover`, to take over from this one. The child inherits what this
+/// process has from its supervisor — under systemd the unit's cgroup,
+/// limits, sandbox and `NOTIFY_SOCKET`, which is why the takeover is
+/// started from here rather than from a package script. A child that fails
+/// to take over exits and this daemon keeps running (the failure is
+/// logged). Returns the child's pid.
+pub fn spawn_successor() -> anyhow::Result<u32> {
+    let mut args = std::env::args_os();
+    let exe = args
+        .next()
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| PathBuf::from("/proc/self/exe"));
+    let rest: Vec<std::ffi::OsString> = args.collect();
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.args(&rest).stdin(std::process::Stdio::null());
+    let has_takeover = rest.iter().any(|a| {
+        a.to_str()
+            .is_some_and(|s| s == "--takeover" || s.starts_with("--takeover="))
+    });
+    if !has_takeover {
+        cmd.arg("--takeover");
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", exe.display()))?;
+    let pid = child.id();
+    // Reaped here if it ends while this daemon runs (it failed); a child
+    // that took over outlives this process.
+    std::thread::Builder::new()
+        .name("rvsd-successor".into())
+        .spawn(move || {
+            if let Ok(status) = child.wait() {
+                tracing::error!(pid, %status, "SIGUSR2: the new rvsd exited without taking over");
+            }
+        })
+        .context("reaper thread")?;
+    Ok(pid)
+}
+
+/// Under a service manager (`NOTIFY_SOCKET` set: systemd with
+/// `NotifyAccess=all`), tell it that this process is the service's main
+/// process now (`MAINPID=`), before the old one is told to retire, so it
+/// never sees the service's main process exit. Returns whether the message
+/// was sent; a failure is logged.
+pub fn notify_main_pid() -> bool {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return false;
+    };
+    let msg = format!("MAINPID={}\nREADY=1\n", std::process::id());
+    let sent = (|| -> std::io::Result<usize> {
+        use std::os::unix::ffi::OsStrExt;
+        let sock = std::os::unix::net::UnixDatagram::unbound()?;
+        match path.as_bytes().strip_prefix(b"@") {
+            Some(name) => {
+                use std::os::linux::net::SocketAddrExt;
+                let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+                sock.send_to_addr(msg.as_bytes(), &addr)
+            }
+            None => sock.send_to(msg.as_bytes(), &path),
+        }
+    })();
+    match sent {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(
+                "--takeover: telling the service manager (NOTIFY_SOCKET {}) the new main pid: {e}",
+                path.to_string_lossy()
+            );
+            false
+        }
+    }
+}
+
 async fn send_line<T: serde::Serialize>(conn: &mut UnixStream, msg: &T) -> anyhow::Result<()> {
     let mut line = serde_json::to_vec(msg)?;
     line.push(b'\n');

@@ -67,6 +67,12 @@ struct Director {
     child: Option<Child>,
 }
 
+/// The rvsd the directors run: this build's, or RVS_FAILOVER_RVSD (another
+/// build, for the before/after figures in BENCHMARKS.md).
+fn rvsd() -> String {
+    std::env::var("RVS_FAILOVER_RVSD").unwrap_or_else(|_| RVSD.to_owned())
+}
+
 impl Director {
     /// rvsd enters the namespace with `nsenter --net` (not `ip netns
     /// exec`, whose private mount namespace would give it a bpffs of its
@@ -74,7 +80,7 @@ impl Director {
     fn start(&mut self) {
         let mut child = Command::new("nsenter")
             .arg(format!("--net=/var/run/netns/{}", self.host.ns))
-            .arg(RVSD)
+            .arg(rvsd())
             .args([
                 "--dataplane",
                 "xdp",
@@ -241,13 +247,15 @@ fn pair(test: &str, mode: Mode) -> Option<Pair> {
             h.exec(&["ip", "addr", "add", nat_addr, "dev", "eth0"]);
             h.exec(&["sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"]);
             // The new master has no neighbour entry for the client: the
-            // program passes its first rewritten replies to the kernel,
-            // which drops them as martians (their source, the VIP, is
-            // local) until the client ARPs again (10 s to over 45 s here).
-            // accept_local lets the kernel forward them and resolve the
-            // client at once (README). RVS_FAILOVER_NO_ACCEPT_LOCAL=1
-            // shows the gap without it (BENCHMARKS.md).
-            if std::env::var_os("RVS_FAILOVER_NO_ACCEPT_LOCAL").is_none() {
+            // program's first rewritten replies find it unresolved
+            // (NO_NEIGH) and the kernel it passes them to drops them as
+            // martians (their source, the VIP, is local). The program
+            // reports the missing next hop and the plane's resolver makes
+            // the kernel resolve it, so no accept_local is needed (issue
+            // 13). RVS_FAILOVER_ACCEPT_LOCAL=1 sets it anyway, for the
+            // comparison in BENCHMARKS.md (the kernel then forwards those
+            // replies and resolves the client itself).
+            if std::env::var_os("RVS_FAILOVER_ACCEPT_LOCAL").is_some() {
                 h.exec(&["sysctl", "-qw", "net.ipv4.conf.all.accept_local=1"]);
                 h.exec(&["sysctl", "-qw", "net.ipv4.conf.eth0.accept_local=1"]);
                 h.exec(&["sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0"]);

@@ -78,6 +78,10 @@ fn can_run(test: &str) -> bool {
 /// `scripts/build-deb` on this build's (dev profile) binaries, the package
 /// written to `out`.
 fn build_package(version: &str, out: &Path) -> PathBuf {
+    // One build at a time: build-deb renders its assets into one directory
+    // of the target dir.
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = BUILD.lock().unwrap_or_else(|e| e.into_inner());
     // target/debug/rvsd -> target
     let target = Path::new(RVSD)
         .parent()
@@ -591,6 +595,208 @@ fn debian_package_installs_upgrades_under_load_and_removes_cleanly() {
             .collect();
         assert!(left.is_empty(), "{rc}: {left:?}");
     }
+    eprintln!("{test}: {:?} in all", started.elapsed());
+}
+
+/// The proxy plane's configuration: a service on the VIP over the two real
+/// servers' own addresses.
+const PROXY_CONF: &str = "\
+virtual_server 10.77.0.100 80 {
+    lb_algo rr
+    lb_kind NAT
+    protocol TCP
+    real_server 10.77.0.11 80 {
+        weight 1
+    }
+    real_server 10.77.0.12 80 {
+        weight 1
+    }
+}
+";
+
+/// The inode of the TCP socket listening on the VIP's port 80 in `d`'s
+/// namespace (from /proc/net/tcp), if one listens.
+fn vip_listener(d: &Host) -> Option<String> {
+    let out = d.exec(&["cat", "/proc/net/tcp"]);
+    // 10.77.0.100:80 as the kernel prints it (the address in host order).
+    let local = format!("{:08X}:0050", u32::from_le_bytes(VIP));
+    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() > 9 && f[1] == local && f[3] == "0A").then(|| f[9].to_owned())
+    })
+}
+
+/// Kills the rvsd processes `.0` that still run (an old daemon draining
+/// when the test failed).
+struct KillAll(Vec<u32>);
+
+impl Drop for KillAll {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim() == "rvsd" {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+            }
+        }
+    }
+}
+
+/// Issue 13: with the proxy data plane, installing a new package over a
+/// running rvsd (postinst -> `invoke-rc.d rvsd restart`) and the init
+/// script's restart hand the listening socket to a new rvsd (`--takeover`):
+/// three in-place upgrades while 20 proxied streams carry checksummed data
+/// and new connections keep coming: no stream breaks, no new connection
+/// fails, each upgrade runs a new process on the same listening socket, and
+/// the old ones exit once their connections have ended.
+#[test]
+fn debian_package_upgrade_hands_proxied_connections_over() {
+    let test = "debian_package_upgrade_hands_proxied_connections_over";
+    if !can_run(test) {
+        return;
+    }
+    let started = Instant::now();
+    let work = TempDir::new("pkgproxy");
+    let deb1 = build_package(V1, &work.path().join("rvs-1.deb"));
+    let deb2 = build_package(V2, &work.path().join("rvs-2.deb"));
+
+    // The bed: client, director (the VIP on eth0), two real servers
+    // listening on their own addresses.
+    let Some(mut bed) = Bed::new(test) else {
+        return;
+    };
+    let c = bed.host("c", "10.77.0.10/24");
+    let d = bed.host("d", "10.77.0.2/24");
+    let r1 = bed.host("r1", "10.77.0.11/24");
+    let r2 = bed.host("r2", "10.77.0.12/24");
+    d.exec(&["ip", "addr", "add", "10.77.0.100/32", "dev", "eth0"]);
+    for (r, name) in [(&r1, "r1"), (&r2, "r2")] {
+        let addr = r.addr;
+        bed.server(r, addr, 80, name);
+    }
+
+    let instance = rvs_testbed::unique_name("rvspkgp");
+    let mut pids = KillAll(Vec::new());
+    let root = Root::new(&d.ns);
+    root.ok(&[
+        "rm",
+        "-f",
+        "/usr/sbin/policy-rc.d",
+        "/var/lib/man-db/auto-update",
+    ]);
+    for (deb, name) in [(&deb1, "rvs-1.deb"), (&deb2, "rvs-2.deb")] {
+        let bytes = std::fs::read(deb).expect("read package");
+        root.write(&format!("/root/{name}"), &bytes);
+    }
+    root.ok(&["dpkg", "--force-unsafe-io", "-i", "/root/rvs-1.deb"]);
+    root.write("/etc/rvs/keepalived.conf", PROXY_CONF.as_bytes());
+    root.write(
+        "/etc/default/rvsd",
+        format!("RVSD_OPTS=\"--log-level warn --instance {instance}\"\n").as_bytes(),
+    );
+    root.write("/sbin/runlevel", b"#!/bin/sh\necho N 2\n");
+    root.ok(&["chmod", "755", "/sbin/runlevel"]);
+    root.ok(&["invoke-rc.d", "rvsd", "start"]);
+    let mut pid = root.rvsd().expect("rvsd started");
+    pids.0.push(pid);
+    assert!(!xdp_attached(&d), "the proxy plane");
+    let vip = SocketAddr::new(IpAddr::from(VIP), 80);
+    let (first, failed) = rvs_testbed::spread(&c, vip, 4, Duration::from_secs(2));
+    assert_eq!(failed, 0, "through the proxy: {first:?}");
+    let listener = vip_listener(&d).expect("rvsd listens on the VIP");
+
+    // Three in-place upgrades under load: the package upgraded, the init
+    // script's restart, the package downgraded back.
+    let stop = Arc::new(AtomicBool::new(false));
+    let running = load(&c, 20, stop.clone());
+    std::thread::sleep(Duration::from_secs(1));
+    let steps: [(&str, &[&str]); 3] = [
+        (
+            "dpkg -i rvs-2.deb",
+            &[
+                "dpkg",
+                "--force-unsafe-io",
+                "--force-confold",
+                "-i",
+                "/root/rvs-2.deb",
+            ],
+        ),
+        (
+            "invoke-rc.d rvsd restart",
+            &["invoke-rc.d", "rvsd", "restart"],
+        ),
+        (
+            "dpkg -i rvs-1.deb (downgrade)",
+            &[
+                "dpkg",
+                "--force-unsafe-io",
+                "--force-confold",
+                "-i",
+                "/root/rvs-1.deb",
+            ],
+        ),
+    ];
+    let mut took = Vec::new();
+    for (what, cmd) in steps {
+        let before = root.installed_rvsd();
+        let t = Instant::now();
+        let out = root.ok(cmd);
+        took.push((what, t.elapsed()));
+        assert!(out.contains("took over from rvsd"), "{what}: {out}");
+        let new = root.rvsd().expect("rvsd runs after the upgrade");
+        pids.0.push(new);
+        assert_ne!(new, pid, "{what}: a new rvsd");
+        assert_eq!(
+            running_exe(new),
+            root.installed_rvsd(),
+            "{what}: the new rvsd runs the installed file"
+        );
+        if what.starts_with("dpkg") {
+            assert_ne!(before, root.installed_rvsd(), "{what}: dpkg replaced rvsd");
+        }
+        assert_eq!(
+            vip_listener(&d).as_ref(),
+            Some(&listener),
+            "{what}: the same listening socket"
+        );
+        let list = root.ok(&["rvsadm", "-L", "-n"]);
+        assert!(list.contains("TCP  10.77.0.100:80 rr"), "{what}: {list}");
+        pid = new;
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let seen = running.join().expect("load");
+    eprintln!("{test}: upgrades {took:?}; load: {seen:?}");
+    assert!(
+        seen.streams_broken.is_empty(),
+        "{} streams broke: {:?}",
+        seen.streams_broken.len(),
+        seen.streams_broken
+    );
+    assert_eq!(seen.streams_ok, 20, "{seen:?}");
+    assert_eq!(seen.new_failed, 0, "{seen:?}");
+    assert!(seen.new_ok > 0, "{seen:?}");
+    // The old daemons exit once their connections have ended.
+    let olds: Vec<u32> = pids.0[..pids.0.len() - 1].to_vec();
+    assert!(
+        rvs_testbed::wait_for(Duration::from_secs(15), || olds
+            .iter()
+            .all(|p| !Path::new(&format!("/proc/{p}")).exists())),
+        "the old rvsd processes {olds:?} exited"
+    );
+    let (after, failed) = rvs_testbed::spread(&c, vip, 4, Duration::from_secs(2));
+    assert_eq!(failed, 0, "after the upgrades: {after:?}");
+
+    root.ok(&["dpkg", "--force-unsafe-io", "-r", "rvs"]);
+    assert!(
+        rvs_testbed::wait_for(Duration::from_secs(5), || !Path::new(&format!(
+            "/proc/{pid}"
+        ))
+        .exists()),
+        "rvsd stopped by prerm"
+    );
+    assert!(vip_listener(&d).is_none(), "nothing listens after removal");
     eprintln!("{test}: {:?} in all", started.elapsed());
 }
 

@@ -690,3 +690,142 @@ fn takeover_hands_over_hundreds_of_sockets() {
         assert!(!read_response(&mut BufReader::new(s)).expect("response"));
     }
 }
+
+/// Kills process `.0` (not a child of the test) on drop.
+struct KillPid(Option<u32>);
+
+impl Drop for KillPid {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Issue 13, the systemd path of a package upgrade: SIGUSR2 makes a
+/// running rvsd start its own binary (argv[0]) with its arguments plus
+/// `--takeover`; the new process tells the service manager at
+/// NOTIFY_SOCKET (here a datagram socket of the test, as systemd's) that
+/// it is the main process now (`MAINPID=`), takes the listening socket
+/// over — a keep-alive connection open across it keeps working, a new one
+/// is served — and the old one exits 0 once its connection has ended.
+#[test]
+fn sigusr2_starts_a_successor_that_names_itself_the_main_pid() {
+    let dir = TempDir::new("takeover-usr2");
+    let socket = dir.path().join("rvsd.sock");
+    let notify_path = dir.path().join("notify");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("notify socket");
+    notify
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let server = Server::start("rs1");
+    let vip = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let rules = dir.write(
+        "rules",
+        &format!("-A -t {vip} -s rr\n-a -t {vip} -r {} -m\n", server.addr),
+    );
+    let log = std::fs::File::create(dir.path().join("rvsd.log")).expect("log");
+    let mut d = Daemons(vec![
+        Command::new(RVSD)
+            .args(["--dataplane", "proxy", "--log-level", "info", "--socket"])
+            .arg(&socket)
+            .arg("--rules")
+            .arg(&rules)
+            .args(["--drain-grace", "10"])
+            .env("NOTIFY_SOCKET", &notify_path)
+            .stdin(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("rvsd"),
+    ]);
+    wait_for_socket(&socket, &mut d.0[0]);
+    let old = d.0[0].id();
+
+    let mut open = TcpStream::connect(vip).expect("connect to the VIP");
+    open.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
+    let mut r = BufReader::new(open.try_clone().expect("clone"));
+    open.write_all(b"GET / HTTP/1.1\r\n\r\n").expect("write");
+    assert!(!read_response(&mut r).expect("first response"));
+
+    let kill = Command::new("kill")
+        .args(["-USR2", &old.to_string()])
+        .status()
+        .expect("kill");
+    assert!(kill.success());
+    let mut buf = [0u8; 256];
+    let n = notify.recv(&mut buf).unwrap_or_else(|e| {
+        panic!(
+            "no notification: {e}\n{}",
+            std::fs::read_to_string(dir.path().join("rvsd.log")).unwrap_or_default()
+        )
+    });
+    let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+    let new: u32 = msg
+        .lines()
+        .find_map(|l| l.strip_prefix("MAINPID="))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("MAINPID= in {msg:?}"));
+    let _kill_new = KillPid(Some(new));
+    assert!(msg.lines().any(|l| l == "READY=1"), "{msg:?}");
+    assert_ne!(new, old, "a new process");
+    let cmdline = std::fs::read(format!("/proc/{new}/cmdline")).expect("new rvsd runs");
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    assert_eq!(args.first().map(String::as_str), Some(RVSD), "{args:?}");
+    assert!(args.iter().any(|a| a == "--takeover"), "{args:?}");
+    assert!(
+        args.iter().any(|a| a == "--drain-grace"),
+        "its arguments: {args:?}"
+    );
+
+    // The connection open across the handover keeps working; a new one is
+    // served (by the new daemon: the old one no longer accepts).
+    assert!(
+        wait_for(Duration::from_secs(10), || listing(&socket).is_some()
+            && inode(&socket).is_some()),
+        "the control socket answers"
+    );
+    open.write_all(b"GET / HTTP/1.1\r\n\r\n").expect("write");
+    assert!(!read_response(&mut r).expect("response across the handover"));
+    let mut fresh = TcpStream::connect(vip).expect("a new connection to the VIP");
+    fresh.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
+    let mut fr = BufReader::new(fresh.try_clone().expect("clone"));
+    fresh.write_all(b"GET / HTTP/1.1\r\n\r\n").expect("write");
+    assert!(!read_response(&mut fr).expect("a new connection's response"));
+    drop((open, r, fresh, fr));
+    // The old one exits 0 once its connection has ended.
+    let t0 = Instant::now();
+    let status = loop {
+        if let Ok(Some(s)) = d.0[0].try_wait() {
+            break Some(s);
+        }
+        if t0.elapsed() > Duration::from_secs(15) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the old rvsd exited 0: {status:?}"
+    );
+    assert!(
+        Path::new(&format!("/proc/{new}")).exists(),
+        "the new one runs"
+    );
+}
+
+fn wait_for(t: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + t;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}

@@ -207,6 +207,12 @@ impl MapOps for KernelMaps {
     fn svc_flood(&mut self, index: u32) -> Result<crate::maps::SvcFlood, XdpError> {
         self.director.svc_flood(index)
     }
+    fn take_missing_hops(&mut self, max: usize) -> Result<Vec<std::net::IpAddr>, XdpError> {
+        self.director.take_missing_hops(max)
+    }
+    fn missing_hops_full(&mut self) -> Result<u64, XdpError> {
+        self.director.missing_hops_full()
+    }
     fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError> {
         self.director.remove_flow(key)
     }

@@ -35,6 +35,10 @@ pub struct MemMaps {
     pub dest_stats: HashMap<u32, Stats>,
     /// `svc_flood`, already summed.
     pub svc_flood: HashMap<u32, SvcFlood>,
+    /// `nh_missing`, in the order the program reported them.
+    pub missing_hops: Vec<std::net::IpAddr>,
+    /// `nh_missing_full`, summed.
+    pub missing_hops_full: u64,
     /// `flows`.
     pub flows: HashMap<FlowKey, Flow>,
     /// `nat_rev`.
@@ -182,6 +186,13 @@ impl MapOps for MemMaps {
     fn svc_flood(&mut self, index: u32) -> Result<SvcFlood, XdpError> {
         Self::bound("svc_flood", index, maps::MAX_SERVICES)?;
         Ok(self.svc_flood.get(&index).copied().unwrap_or_default())
+    }
+    fn take_missing_hops(&mut self, max: usize) -> Result<Vec<std::net::IpAddr>, XdpError> {
+        let n = max.min(self.missing_hops.len());
+        Ok(self.missing_hops.drain(..n).collect())
+    }
+    fn missing_hops_full(&mut self) -> Result<u64, XdpError> {
+        Ok(self.missing_hops_full)
     }
     fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError> {
         self.write("flows")?;

@@ -32,6 +32,11 @@ pub trait MapOps {
     fn dest_stats(&mut self, index: u32) -> Result<Stats, XdpError>;
     /// A service's SYN-flood counters summed over CPUs (`svc_flood`).
     fn svc_flood(&mut self, index: u32) -> Result<SvcFlood, XdpError>;
+    /// Take (read and delete) up to `max` next hops the program found
+    /// without a neighbour entry (`nh_missing`).
+    fn take_missing_hops(&mut self, max: usize) -> Result<Vec<std::net::IpAddr>, XdpError>;
+    /// Next hops not reported because `nh_missing` was full.
+    fn missing_hops_full(&mut self) -> Result<u64, XdpError>;
     /// Delete a flow entry (absent is not an error).
     fn remove_flow(&mut self, key: &FlowKey) -> Result<(), XdpError>;
     /// `dest_conns[index] = conns` (ActiveConn/InActConn the program keeps

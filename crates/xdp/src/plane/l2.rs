@@ -12,6 +12,11 @@ use super::Plane;
 use crate::maps::MapOps;
 use crate::neigh::L2;
 
+/// Reports a next hop the program found unresolved stays wanted.
+pub const REPLY_HOP_REPORTS: u32 = 30;
+/// Most such next hops wanted at once.
+pub const REPLY_HOPS_MAX: usize = 1024;
+
 /// The neighbours the plane wants to know about (see [`Plane::wanted`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Wanted {
@@ -25,6 +30,12 @@ pub struct Wanted {
     /// Next hops in use, with what the plane has: look again now and then
     /// to follow a real server or gateway that changed its MAC.
     pub in_use: BTreeMap<IpAddr, L2>,
+    /// Next hops the program found without a neighbour entry (the client
+    /// of a NAT reply, or the gateway toward it: after a VRRP failover the
+    /// new master has none, and the kernel drops the replies passed to it
+    /// meanwhile as martians). Solicit and poll until the kernel has them;
+    /// the answer is only a sign that the FIB lookups succeed now.
+    pub reply: BTreeSet<IpAddr>,
     /// The interfaces the program is attached to, with the MACs it owns on
     /// each now: look again now and then, so the frames to a macvlan's MAC
     /// (VRRP `use_vmac`) or to a changed interface MAC are the director's.
@@ -36,6 +47,7 @@ impl Wanted {
     pub fn is_empty(&self) -> bool {
         self.unresolved.is_empty()
             && self.nat.is_empty()
+            && self.reply.is_empty()
             && self.in_use.is_empty()
             && self.links.is_empty()
     }
@@ -71,10 +83,66 @@ impl<M: MapOps> Plane<M> {
         for a in &w.nat {
             w.in_use.remove(a);
         }
+        // A real server's own next hop is followed above already.
+        w.reply = self
+            .reply_hops
+            .keys()
+            .filter(|a| {
+                !w.unresolved.contains(a) && !w.nat.contains(a) && !w.in_use.contains_key(a)
+            })
+            .copied()
+            .collect();
         for &link in &self.links {
             w.links.insert(link, self.own_on(link));
         }
         w
+    }
+
+    /// Take the next hops the program reported without a neighbour entry
+    /// (`nh_missing`) into the wanted set ([`Wanted::reply`]), each for
+    /// [`REPLY_HOP_REPORTS`] reports (the program reports it again while
+    /// packets still miss it); at most [`REPLY_HOPS_MAX`] at once. Called
+    /// by the worker every [`super::DRAIN_EVERY`]; true when the
+    /// wanted set grew.
+    pub fn take_missing_hops(&mut self) -> bool {
+        let found = match self
+            .maps
+            .take_missing_hops(crate::maps::NH_MISSING_MAX as usize)
+        {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::debug!("xdp: reading nh_missing: {e}");
+                return false;
+            }
+        };
+        let mut grew = false;
+        for a in found {
+            if self.reply_hops.len() >= REPLY_HOPS_MAX && !self.reply_hops.contains_key(&a) {
+                tracing::debug!(%a, "xdp: too many unresolved next hops; left out");
+                continue;
+            }
+            grew |= self.reply_hops.insert(a, REPLY_HOP_REPORTS).is_none();
+        }
+        grew
+    }
+
+    /// Once per report: age the program's unresolved next hops (one the
+    /// kernel never resolves is given up after [`REPLY_HOP_REPORTS`]),
+    /// and warn when `nh_missing` was found full.
+    pub fn age_missing_hops(&mut self) {
+        self.reply_hops.retain(|_, left| {
+            *left = left.saturating_sub(1);
+            *left > 0
+        });
+        if let Ok(full) = self.maps.missing_hops_full()
+            && full > self.missing_full
+        {
+            tracing::warn!(
+                missed = full - self.missing_full,
+                "xdp: the unresolved next-hop table (nh_missing) was full; those replies wait for the kernel"
+            );
+            self.missing_full = full;
+        }
     }
 
     fn own_on(&self, link: u32) -> Vec<[u8; 6]> {
@@ -140,6 +208,9 @@ impl<M: MapOps> Plane<M> {
     /// changed are rewritten. A failed write leaves the real server as it
     /// was: it stays wanted, and the resolver sends the answer again.
     pub fn on_neighbour(&mut self, addr: IpAddr, l2: L2) {
+        // The kernel has the neighbour now: the program's FIB look-ups
+        // find it.
+        self.reply_hops.remove(&addr);
         let found = HashMap::from([(addr, l2)]);
         self.install_resolved(&found);
         let mut updates: Vec<(u32, bool)> = self

@@ -16,6 +16,9 @@
 //!   look-up each per [`MAX_RETRY`] on this thread, nothing anywhere else.
 //! * A NAT real server's next hop is looked up the same way, solicited
 //!   once (its packets go through the FIB meanwhile, which resolves it).
+//! * A next hop the program found unresolved ([`Wanted::reply`]: a NAT
+//!   reply's client after a failover) is handled like a DR/TUN real
+//!   server: the kernel drops the packets passed to it meanwhile.
 //! * Next hops in use are looked up again every [`REFRESH`]: a change is
 //!   sent; a missing entry makes the kernel resolve it again (the plane
 //!   keeps the last known MAC).
@@ -102,6 +105,7 @@ impl<R: Resolve> Resolver<R> {
         let tagged = w
             .unresolved
             .iter()
+            .chain(&w.reply)
             .map(|a| (a, false))
             .chain(w.nat.iter().map(|a| (a, true)));
         for (a, nat) in tagged {

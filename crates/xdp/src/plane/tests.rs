@@ -1219,3 +1219,43 @@ fn an_adopting_plane_keeps_indexes_flows_and_counters() {
     );
     b.ipvs.audit().unwrap();
 }
+
+/// Issue 13: a next hop the program reports without a neighbour entry (a
+/// NAT reply's client on a director that just took over) is solicited
+/// until the kernel has it, then no longer wanted; one that never answers
+/// is given up after REPLY_HOP_REPORTS reports.
+#[test]
+fn next_hops_the_program_misses_are_solicited_until_resolved() {
+    let mut bed = Bed::new();
+    let client = IpAddr::V4(Ipv4Addr::new(10, 0, 9, 1));
+    let gone = IpAddr::V4(Ipv4Addr::new(10, 0, 9, 2));
+    bed.plane.maps().missing_hops = vec![client, gone];
+    assert!(bed.plane.take_missing_hops(), "the wanted set grew");
+    assert!(bed.plane.maps().missing_hops.is_empty(), "drained");
+    let w = bed.plane.wanted();
+    assert_eq!(w.reply, [client, gone].into_iter().collect());
+    assert!(!w.is_empty());
+    bed.settle();
+    assert!(bed.table().solicited.contains(&client));
+    assert!(bed.table().solicited.contains(&gone));
+    // The client answers: no longer wanted; `gone` is asked again.
+    bed.table().table.insert(client, l2(9));
+    bed.now += Duration::from_secs(2);
+    bed.settle();
+    assert_eq!(bed.plane.wanted().reply, [gone].into_iter().collect());
+    let asked = |bed: &mut Bed| bed.table().solicited.iter().filter(|a| **a == gone).count();
+    assert!(asked(&mut bed) >= 2, "re-solicited");
+    // Reported again by the program meanwhile: wanted again for the whole
+    // period; never answering, given up after it.
+    for _ in 0..REPLY_HOP_REPORTS - 1 {
+        bed.plane.age_missing_hops();
+    }
+    bed.plane.maps().missing_hops = vec![gone];
+    assert!(!bed.plane.take_missing_hops(), "already wanted");
+    for _ in 0..REPLY_HOP_REPORTS - 1 {
+        bed.plane.age_missing_hops();
+    }
+    assert_eq!(bed.plane.wanted().reply, [gone].into_iter().collect());
+    bed.plane.age_missing_hops();
+    assert!(bed.plane.wanted().reply.is_empty(), "given up");
+}

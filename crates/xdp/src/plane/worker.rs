@@ -51,6 +51,10 @@ use crate::neigh::{L2, Resolve};
 
 /// How often the worker reports (as rvsd's tick).
 pub const REPORT_EVERY: Duration = Duration::from_secs(1);
+/// How often the worker takes the next hops the program found unresolved
+/// (`nh_missing`, see [`Plane::take_missing_hops`]) to the resolver: a
+/// reply dropped meanwhile is retransmitted by TCP within its RTO.
+pub const DRAIN_EVERY: Duration = Duration::from_millis(100);
 
 type Lend<M> = Box<dyn FnOnce(&mut Plane<M>) + Send>;
 
@@ -251,10 +255,18 @@ struct Worker<M: MapOps> {
 impl<M: MapOps> Worker<M> {
     fn run(mut self, rx: Receiver<Msg<M>>) {
         let mut next_report = StdInstant::now() + REPORT_EVERY;
+        let mut next_drain = StdInstant::now() + DRAIN_EVERY;
         loop {
             let now = StdInstant::now();
+            if now >= next_drain {
+                next_drain = now + DRAIN_EVERY;
+                if self.plane.take_missing_hops() {
+                    self.publish_wanted();
+                }
+            }
             if now >= next_report {
                 self.report();
+                self.plane.age_missing_hops();
                 self.publish_wanted();
                 next_report += REPORT_EVERY;
                 if next_report <= StdInstant::now() {
@@ -262,7 +274,7 @@ impl<M: MapOps> Worker<M> {
                 }
                 continue;
             }
-            match rx.recv_timeout(next_report - now) {
+            match rx.recv_timeout(next_report.min(next_drain).saturating_duration_since(now)) {
                 Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
                 Ok(m) => self.handle(m),
                 Err(RecvTimeoutError::Timeout) => continue,
