@@ -123,6 +123,8 @@ pub struct Sources<'a> {
     pub health: &'a rvs_check::Health,
     /// VRRP instances: state and priority by name.
     pub vrrp: &'a crate::vrrp::Status,
+    /// The VIP announcement (`--announce-table`).
+    pub announce: &'a crate::announce::Announce,
 }
 
 /// `(local_address, local_port, proto, local_mark)` of a service, as
@@ -597,6 +599,30 @@ pub fn vrrp(status: &crate::vrrp::Status) -> Vec<Family> {
     vec![state, prio]
 }
 
+/// `rvs_vip_announced{vip}` (1 announced, 0 withdrawn) and
+/// `rvs_director_drained` (1 draining or drained); none when rvsd
+/// announces nothing.
+pub fn announce(a: &crate::announce::Announce) -> Vec<Family> {
+    if a.settings().is_none() {
+        return Vec::new();
+    }
+    let mut vips = Family::new(
+        "rvs_vip_announced",
+        Kind::Gauge,
+        "Whether the VIP is announced to the BGP daemon (its route is wanted in the announce table).",
+    );
+    for (vip, on) in a.vips() {
+        vips.push(vec![("vip", vip.to_string())], Value::Int(u64::from(on)));
+    }
+    let mut drained = Family::new(
+        "rvs_director_drained",
+        Kind::Gauge,
+        "Whether the director is draining or drained (rvsadm --drain).",
+    );
+    drained.push(Vec::new(), Value::Int(u64::from(a.drained())));
+    vec![vips, drained]
+}
+
 /// Every family of one scrape, in exposition order.
 pub fn families(s: &Sources) -> Vec<Family> {
     let mut out = director(s.ipvs, s.reloads, s.reload_failures);
@@ -608,6 +634,7 @@ pub fn families(s: &Sources) -> Vec<Family> {
     }
     out.extend(health(s.health));
     out.extend(vrrp(s.vrrp));
+    out.extend(announce(s.announce));
     out
 }
 
