@@ -87,6 +87,7 @@ pub struct Announce {
     states: BTreeMap<IpAddr, VipState>,
     routes: BTreeSet<IpAddr>,
     error: Option<String>,
+    bgp: Option<serde_json::Value>,
     wake: Arc<tokio::sync::Notify>,
 }
 
@@ -106,6 +107,7 @@ impl Announce {
             states: BTreeMap::new(),
             routes: BTreeSet::new(),
             error: None,
+            bgp: None,
             wake: Arc::new(tokio::sync::Notify::new()),
         }
     }
@@ -212,6 +214,11 @@ impl Announce {
         self.error = error;
     }
 
+    /// What the BGP daemon watch last saw (`--bgp-daemon`).
+    pub fn set_bgp(&mut self, bgp: serde_json::Value) {
+        self.bgp = Some(bgp);
+    }
+
     /// The VIPs and whether each is announced (for metrics).
     pub fn vips(&self) -> impl Iterator<Item = (IpAddr, bool)> + '_ {
         self.states.iter().map(|(v, s)| (*v, s.announced()))
@@ -251,7 +258,7 @@ impl Announce {
             "director": self.drain.as_str(),
             "vips": vips,
             "error": self.error,
-            "bgp_daemon": serde_json::Value::Null,
+            "bgp_daemon": self.bgp,
         })
     }
 }

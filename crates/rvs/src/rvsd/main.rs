@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 mod announce;
+mod bgpwatch;
 mod daemon;
 mod demo;
 mod http;
@@ -128,6 +129,20 @@ struct Args {
     /// fleet over BGP".
     #[arg(long, value_name = "N")]
     announce_table: Option<u32>,
+
+    /// With --announce-table: watch the BGP daemon that exports the table
+    /// (diagnostics, never fatal): `bird[:CTL_SOCKET]` (default
+    /// /run/bird/bird.ctl) asks BIRD whether a kernel protocol learned the
+    /// table's routes and whether its BGP sessions are established;
+    /// `frr[:VTYSH]` runs `vtysh -c 'show bgp summary json'`. What it finds
+    /// is shown by `rvsadm -L --announce` and the API and logged when it
+    /// changes; errors are retried with backoff.
+    #[arg(
+        long,
+        value_name = "bird[:SOCKET]|frr[:VTYSH]",
+        requires = "announce_table"
+    )]
+    bgp_daemon: Option<String>,
 
     /// Upgrade in place: take over the rvsd running on PATH (default: the
     /// --socket path). Its listening sockets (the proxy's services, the
@@ -851,6 +866,10 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
         tokio::spawn(rvs_check::runner::run(daemon.clone(), wake));
         tokio::spawn(sync::follow_config(Arc::downgrade(&daemon)));
         tokio::spawn(announce::run(daemon.clone()));
+        if let Some(spec) = &args.bgp_daemon {
+            let spec = bgpwatch::Spec::parse(spec).map_err(anyhow::Error::msg)?;
+            tokio::spawn(bgpwatch::run(daemon.clone(), spec));
+        }
         let (vrrp_stop, vrrp_task) = {
             let d = daemon
                 .lock()
