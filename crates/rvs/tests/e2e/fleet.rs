@@ -307,6 +307,12 @@ impl Director {
         self.rvsd.term("rvsd");
     }
 
+    /// Replace the extra rvsd arguments of this director (the next
+    /// [`Director::start_rvsd`] uses them).
+    pub fn set_rvsd_args(&mut self, args: Vec<String>) {
+        self.rvsd_args = args;
+    }
+
     /// Whether rvsd runs.
     pub fn rvsd_running(&mut self) -> bool {
         self.rvsd.running()
@@ -1015,4 +1021,56 @@ fn fleet_drain_withdraws_survives_a_restart_and_undrain_announces_again() {
     assert!(o.status.success(), "{o:?}");
     assert_eq!(fleet.wait_next_hops(3), fleet.director_addrs());
     assert!(d1.out("-L --announce").starts_with("Director: serving"));
+}
+
+/// The `BGP daemon:` line of `-L --announce`.
+fn bgp_line(d: &Director) -> String {
+    d.out("-L --announce")
+        .lines()
+        .find(|l| l.starts_with("BGP daemon:"))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn fleet_an_unreachable_bgp_daemon_is_reported_and_rvsd_forwards_on() {
+    let missing = "/nonexistent/rvs-fleet/bird.ctl";
+    let Some(mut fleet) = Fleet::new(
+        "fleet_an_unreachable_bgp_daemon_is_reported_and_rvsd_forwards_on",
+        Opts {
+            directors: 2,
+            rvsd_args: vec!["--bgp-daemon".into(), format!("bird:{missing}")],
+            ..Opts::default()
+        },
+    ) else {
+        return;
+    };
+    // The watch cannot reach its socket: reported, naming it; rvsd runs,
+    // announces through the BIRD that does run, and forwards.
+    for d in &fleet.directors {
+        within("the watch reports the missing socket", CONVERGE, || {
+            let l = bgp_line(d);
+            l.contains("error") && l.contains(missing)
+        });
+    }
+    let (mine, failed) = spread_over_directors(&fleet, 4);
+    assert_eq!(failed, 0, "{mine:?}");
+    assert!(fleet.directors.iter_mut().all(|d| d.rvsd_running()));
+    // Pointed at its BIRD, the watch reports the session up.
+    let ctl = fleet.directors[0].bird_ctl.to_string_lossy().into_owned();
+    fleet.directors[0].stop_rvsd();
+    fleet.directors[0].set_rvsd_args(vec!["--bgp-daemon".into(), format!("bird:{ctl}")]);
+    fleet.directors[0].start_rvsd();
+    within(
+        "the watch sees BIRD's session and the learned route",
+        CONVERGE,
+        || bgp_line(&fleet.directors[0]).contains("ok: 1/1 BGP sessions established, 1 route(s)"),
+    );
+    // BIRD gone: an error again, the announcement and forwarding go on.
+    fleet.directors[0].kill_bird();
+    within("the watch reports BIRD gone", CONVERGE, || {
+        bgp_line(&fleet.directors[0]).contains("error")
+    });
+    assert!(fleet.directors[0].rvsd_running());
+    assert!(fleet.directors[0].announces());
 }
