@@ -895,6 +895,31 @@ mod tests {
 
     /// VRRP's gauges per instance (names escaped), none without instances.
     #[test]
+    fn announce_families_only_with_announce_table() {
+        let off = crate::announce::Announce::new(None, false);
+        assert!(announce(&off).is_empty());
+        let settings = crate::announce::Settings {
+            table: 100,
+            proto: crate::announce::PROTO,
+            drained_file: "/nonexistent/x.drained".into(),
+        };
+        let mut on = crate::announce::Announce::new(Some(settings), false);
+        let text = encode(announce(&on));
+        assert!(
+            text.lines().any(|l| l == "rvs_director_drained 0"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE rvs_vip_announced gauge"), "{text}");
+        on.drain(std::time::Instant::now(), std::time::Duration::ZERO)
+            .unwrap();
+        let text = encode(announce(&on));
+        assert!(
+            text.lines().any(|l| l == "rvs_director_drained 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn vrrp_state_and_priority_per_instance() {
         let status = crate::vrrp::Status::default();
         assert!(vrrp(&status).is_empty());
