@@ -1074,3 +1074,35 @@ fn fleet_an_unreachable_bgp_daemon_is_reported_and_rvsd_forwards_on() {
     assert!(fleet.directors[0].rvsd_running());
     assert!(fleet.directors[0].announces());
 }
+
+#[test]
+fn fleet_remove_director_withdraws_first_then_removes_the_plane() {
+    let Some(mut fleet) = Fleet::new(
+        "fleet_remove_director_withdraws_first_then_removes_the_plane",
+        Opts {
+            directors: 2,
+            rvsd_args: vec!["--drain-grace".into(), "5".into()],
+            ..Opts::default()
+        },
+    ) else {
+        return;
+    };
+    let keep: BTreeSet<IpAddr> = [fleet.directors[0].host.addr].into();
+    let o = fleet.directors[1].adm("--remove-director");
+    assert!(o.status.success(), "{o:?}");
+    // Withdrawn while rvsd still runs (the 5 s grace), then rvsd exits.
+    within("the route is withdrawn", CONVERGE, || {
+        !fleet.directors[1].announces()
+    });
+    assert!(
+        fleet.directors[1].rvsd_running(),
+        "still forwarding in the grace"
+    );
+    assert_eq!(fleet.wait_next_hops(1), keep);
+    let d1 = &mut fleet.directors[1];
+    within("rvsd exits after the grace", CONVERGE, || {
+        !d1.rvsd_running()
+    });
+    let pins = rvs_xdp::pin::Instance::new(&d1.instance).expect("instance");
+    assert!(!pins.exists(), "the XDP plane is removed");
+}
