@@ -1,6 +1,9 @@
 //! # rvs-control
 //!
 //! The control plane's logic, without sockets or threads:
+//! * [`announce`] — which VIPs a director announces to its BGP daemon and
+//!   the route changes that get the kernel table there;
+//! * [`bgp`] — what rvsd reads from BIRD's control socket and FRR's vtysh;
 //! * [`protocol`] — what `rvsadm` and `rvsd` say to each other (JSON lines);
 //! * [`dataplane`] — the one trait every data plane implements;
 //! * [`state`] — the desired service table as definitions, the difference
@@ -9,6 +12,8 @@
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+pub mod announce;
+pub mod bgp;
 pub mod dataplane;
 pub mod protocol;
 pub mod state;

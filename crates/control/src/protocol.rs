@@ -128,6 +128,18 @@ pub enum Request {
     /// maps and links removed, then rvsd exits (a plain stop leaves the
     /// program forwarding).
     RemoveDirector,
+    /// Withdraw every VIP from the BGP daemon (`rvsadm --drain [--grace
+    /// S]`) and keep forwarding: `draining` for `grace_ms`, then
+    /// `drained`. Kept across rvsd restarts until [`Request::Undrain`].
+    Drain {
+        /// Milliseconds the director stays `draining` before `drained`.
+        grace_ms: u64,
+    },
+    /// Announce the VIPs again (`rvsadm --undrain`).
+    Undrain,
+    /// The announcement state (`rvsadm -L --announce`): the daemon answers
+    /// [`Response::State`] with the `announce` object of `/api/v1/state`.
+    Announce,
 }
 
 /// What kind of socket a handed-over descriptor is.

@@ -116,7 +116,10 @@ Either long or short options are allowed.\n\
 \x20 --fullnat                           full NAT forwarding (source and destination rewritten)\n\
 \x20 --reload                            (command) make rvsd re-read its configuration file\n\
 \x20 --remove-director                   (command) make rvsd detach its XDP program, unpin it and exit\n\
-\x20 --checks                            with -L: health checks (state, weight, last failure)\n",
+\x20 --checks                            with -L: health checks (state, weight, last failure)\n\
+\x20 --announce                          with -L: VIP announcement to the BGP daemon (per VIP state)\n\
+\x20 --drain [--grace SECONDS]           (command) withdraw every VIP, keep forwarding\n\
+\x20 --undrain                           (command) announce the VIPs again\n",
     );
     s
 }

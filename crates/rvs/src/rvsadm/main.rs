@@ -160,6 +160,9 @@ fn exec(socket: &PathBuf, commands: Vec<Command>, atomic: bool) -> Result<(), Fa
 }
 
 fn run(mut args: Vec<String>, socket: &PathBuf) -> Result<(), Fail> {
+    if let Some(r) = announce_commands(&mut args, socket) {
+        return r;
+    }
     if let Some(i) = args.iter().position(|a| a == "--checks") {
         args.remove(i);
         // `rvsadm -L -n --checks` (the listing options are accepted and
@@ -226,6 +229,121 @@ fn run(mut args: Vec<String>, socket: &PathBuf) -> Result<(), Fail> {
             Err(e) => Err(Fail(error_text(&Command::Clear, &e), KERNEL_ERROR_EXIT)),
         },
     }
+}
+
+/// The rvs-only announcement commands: `--drain [--grace SECONDS]`,
+/// `--undrain`, `-L --announce`; `None` when `args` is none of them.
+fn announce_commands(args: &mut Vec<String>, socket: &PathBuf) -> Option<Result<(), Fail>> {
+    let take = |args: &mut Vec<String>, flag: &str| {
+        args.iter().position(|a| a == flag).map(|i| args.remove(i))
+    };
+    if take(args, "--drain").is_some() {
+        let mut grace = 0.0;
+        if let Some(i) = args.iter().position(|a| a == "--grace") {
+            args.remove(i);
+            if i >= args.len() {
+                return Some(Err(Fail("--grace: needs SECONDS".into(), 2)));
+            }
+            let v = args.remove(i);
+            match v.parse::<f64>() {
+                Ok(g) if g.is_finite() && g >= 0.0 => grace = g,
+                _ => {
+                    return Some(Err(Fail(
+                        format!("--grace {v}: not a number of seconds"),
+                        2,
+                    )));
+                }
+            }
+        }
+        if !args.is_empty() {
+            return Some(Err(Fail(
+                format!("--drain: unexpected {}", args.join(" ")),
+                2,
+            )));
+        }
+        let grace_ms = (grace * 1000.0).round() as u64;
+        return Some(simple(socket, &Request::Drain { grace_ms }));
+    }
+    if take(args, "--undrain").is_some() {
+        if !args.is_empty() {
+            return Some(Err(Fail(
+                format!("--undrain: unexpected {}", args.join(" ")),
+                2,
+            )));
+        }
+        return Some(simple(socket, &Request::Undrain));
+    }
+    if take(args, "--announce").is_some() {
+        if args.iter().any(|a| {
+            !matches!(
+                a.as_str(),
+                "-L" | "-l" | "--list" | "-n" | "--numeric" | "-Ln" | "-nL"
+            )
+        }) {
+            return Some(Err(Fail(
+                "--announce: only with -L/--list and -n/--numeric".into(),
+                2,
+            )));
+        }
+        return Some(match call(socket, &Request::Announce) {
+            Ok(Response::State(v)) => {
+                print!("{}", format_announce(&v));
+                Ok(())
+            }
+            Ok(Response::Error { message, .. }) => Err(Fail(message, 1)),
+            Ok(other) => Err(Fail(
+                format!("rvsadm: unexpected answer from rvsd: {other:?}"),
+                1,
+            )),
+            Err(e) => Err(e),
+        });
+    }
+    None
+}
+
+/// Text of `-L --announce` from the daemon's JSON: the director's drain
+/// state, the BGP daemon watch, one line per VIP.
+fn format_announce(v: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    if v["enabled"].as_bool() != Some(true) {
+        out.push_str("No announcement (rvsd runs without --announce-table)\n");
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "Director: {} (table {}, proto {})",
+        v["director"].as_str().unwrap_or("?"),
+        v["table"],
+        v["proto"]
+    );
+    if let Some(e) = v["error"].as_str() {
+        let _ = writeln!(out, "Error: {e}");
+    }
+    match &v["bgp_daemon"] {
+        serde_json::Value::Null => {}
+        b => {
+            let _ = writeln!(
+                out,
+                "BGP daemon: {} {}: {}",
+                b["kind"].as_str().unwrap_or("?"),
+                b["target"].as_str().unwrap_or(""),
+                b["summary"].as_str().unwrap_or("")
+            );
+        }
+    }
+    let _ = writeln!(out, "{:<40} {:<10} Reason", "VIP", "State");
+    let empty = Vec::new();
+    for x in v["vips"].as_array().unwrap_or(&empty) {
+        let _ = writeln!(
+            out,
+            "{:<40} {:<10} {}",
+            x["vip"].as_str().unwrap_or(""),
+            x["state"].as_str().unwrap_or(""),
+            x["reason"].as_str().unwrap_or("")
+        );
+    }
+    out
 }
 
 /// `--checks`: each virtual server's quorum, each real server's health

@@ -42,6 +42,8 @@ pub struct Daemon {
     table_saver: Option<crate::table_file::Saver>,
     /// The controller's generation the saver last saw (`None`: not yet).
     table_saved: Option<u64>,
+    /// VIP announcement through a BGP daemon ([`crate::announce`]).
+    announce: crate::announce::Announce,
 }
 
 impl Daemon {
@@ -65,7 +67,29 @@ impl Daemon {
             remove: Arc::new(tokio::sync::Notify::new()),
             table_saver: None,
             table_saved: None,
+            announce: crate::announce::Announce::new(None, false),
         }
+    }
+
+    /// Announce VIPs by `settings` (`--announce-table`); `drained`: the
+    /// drained file said so at start.
+    pub fn set_announce(&mut self, settings: crate::announce::Settings, drained: bool) {
+        self.announce = crate::announce::Announce::new(Some(settings), drained);
+    }
+
+    /// The announcement state.
+    pub fn announce(&self) -> &crate::announce::Announce {
+        &self.announce
+    }
+
+    /// The announcement state, to change.
+    pub fn announce_mut(&mut self) -> &mut crate::announce::Announce {
+        &mut self.announce
+    }
+
+    /// The health checkers.
+    pub fn health(&self) -> &rvs_check::Health {
+        &self.health
     }
 
     /// Queue the table for its file if it changed (after every control
@@ -243,6 +267,7 @@ impl Daemon {
                 .map_err(|e| src.service_error(&e))?;
             self.health = health;
             self.health_wake.notify_one();
+            self.announce.wake().notify_one();
             if let Some((tcp, tcpfin, udp)) = loaded.timeouts {
                 self.ctl.set_timeouts(tcp, tcpfin, udp);
             }
@@ -290,6 +315,30 @@ impl Daemon {
                 self.remove.notify_one();
                 Response::Ok
             }
+            Request::Drain { grace_ms } => {
+                let grace = std::time::Duration::from_millis(grace_ms);
+                match self.announce.drain(StdInstant::now(), grace) {
+                    Ok(()) => Response::Ok,
+                    Err(message) => Response::Error {
+                        message,
+                        index: None,
+                        ctl: None,
+                    },
+                }
+            }
+            Request::Undrain => match self.announce.undrain() {
+                Ok(()) => Response::Ok,
+                Err(message) => Response::Error {
+                    message,
+                    index: None,
+                    ctl: None,
+                },
+            },
+            Request::Announce => {
+                let now = StdInstant::now();
+                self.announce.drain_state(now);
+                Response::State(self.announce.view())
+            }
             Request::Reload
             | Request::StartDaemon(_)
             | Request::StopDaemon { .. }
@@ -301,6 +350,7 @@ impl Daemon {
             },
             Request::Exec { commands, atomic } => match self.ctl.exec(&commands, atomic) {
                 Ok(()) => {
+                    self.announce.wake().notify_one();
                     tracing::debug!(n = commands.len(), "applied");
                     for e in self.ctl.take_plane_errors() {
                         tracing::warn!("{e}");
@@ -326,6 +376,7 @@ impl Daemon {
             xdp_flood: self.xdp_flood.as_deref(),
             health: &self.health,
             vrrp: &self.vrrp_status,
+            announce: &self.announce,
         })
     }
 }
@@ -352,6 +403,7 @@ impl rvs_check::runner::Host for Daemon {
         if let Err(e) = self.ctl.exec(&cmds, false) {
             tracing::error!(target: "rvs::check", "applying a health change: {}", e.error);
         }
+        self.announce.wake().notify_one();
         for e in self.ctl.take_plane_errors() {
             tracing::warn!("{e}");
         }

@@ -4,6 +4,8 @@
 
 #![forbid(unsafe_code)]
 
+mod announce;
+mod bgpwatch;
 mod daemon;
 mod demo;
 mod http;
@@ -110,8 +112,37 @@ struct Args {
     /// after its deletion (default: let them finish however long they take).
     /// Also the bound of a daemon retiring after `--takeover` (default 60 s):
     /// it exits when its last connection ends or at the bound.
+    /// With --announce-table, also how long the stop-and-remove (`rvsd
+    /// --remove`, `rvsadm --remove-director`) keeps forwarding after it
+    /// withdrew the VIPs, before it removes the data plane (default 5 s;
+    /// 0 allowed).
     #[arg(long, value_name = "SECS")]
     drain_grace: Option<f64>,
+
+    /// Announce the VIPs through a BGP daemon: keep one blackhole host
+    /// route (/32, /128) per announced VIP, protocol 250 (`rvs`), in kernel
+    /// routing table N, for BIRD (`protocol kernel { kernel table N; learn;
+    /// }`) or FRR (`ip import-table N`) to export. A VIP is announced while
+    /// a service has it and holds its quorum, and the director is not
+    /// drained (`rvsadm --drain`). The routes stay when rvsd stops (a
+    /// restart is not a drain). Off by default. See the README, "ECMP
+    /// fleet over BGP".
+    #[arg(long, value_name = "N")]
+    announce_table: Option<u32>,
+
+    /// With --announce-table: watch the BGP daemon that exports the table
+    /// (diagnostics, never fatal): `bird[:CTL_SOCKET]` (default
+    /// /run/bird/bird.ctl) asks BIRD whether a kernel protocol learned the
+    /// table's routes and whether its BGP sessions are established;
+    /// `frr[:VTYSH]` runs `vtysh -c 'show bgp summary json'`. What it finds
+    /// is shown by `rvsadm -L --announce` and the API and logged when it
+    /// changes; errors are retried with backoff.
+    #[arg(
+        long,
+        value_name = "bird[:SOCKET]|frr[:VTYSH]",
+        requires = "announce_table"
+    )]
+    bgp_daemon: Option<String>,
 
     /// Upgrade in place: take over the rvsd running on PATH (default: the
     /// --socket path). Its listening sockets (the proxy's services, the
@@ -381,6 +412,24 @@ fn main() -> ExitCode {
         };
     }
     if args.remove {
+        if let Some(table) = args.announce_table {
+            // Withdraw first, keep forwarding for the grace, then remove.
+            let removed = instance(&args).and_then(|i| {
+                let s = announce_settings(&args, table, i.name())?;
+                let n = announce::withdraw_all_blocking(&s).map_err(anyhow::Error::msg)?;
+                let grace = removal_grace(&args);
+                println!(
+                    "rvsd: withdrew {n} VIP route(s) from table {table}; forwarding for {grace:?} before the removal"
+                );
+                std::thread::sleep(grace);
+                let _ = std::fs::remove_file(&s.drained_file);
+                Ok(())
+            });
+            if let Err(e) = removed {
+                eprintln!("rvsd --remove: {e:#}");
+                return ExitCode::FAILURE;
+            }
+        }
         let removed = instance(&args).and_then(|i| {
             table_file::remove(&table_file::path(&args.state_dir, i.name()))
                 .with_context(|| "removing the saved service table".to_string())?;
@@ -440,6 +489,32 @@ fn parse_cidr(s: &str) -> anyhow::Result<(std::net::IpAddr, u8)> {
         None => max,
     };
     Ok((addr, len))
+}
+
+/// The announcement settings of `--announce-table TABLE` for `instance`.
+fn announce_settings(
+    args: &Args,
+    table: u32,
+    instance: &str,
+) -> anyhow::Result<announce::Settings> {
+    // 0 is no table; 253-255 are the kernel's default, main and local.
+    if table == 0 || (253..=255).contains(&table) {
+        anyhow::bail!(
+            "--announce-table {table}: use a table of its own (not 0, 253 default, 254 main, 255 local)"
+        );
+    }
+    Ok(announce::Settings {
+        table,
+        proto: announce::PROTO,
+        drained_file: announce::drained_path(&args.state_dir, instance),
+    })
+}
+
+/// How long the stop-and-remove forwards after withdrawing the VIPs.
+fn removal_grace(args: &Args) -> std::time::Duration {
+    args.drain_grace
+        .and_then(|g| std::time::Duration::try_from_secs_f64(g).ok())
+        .unwrap_or(std::time::Duration::from_secs(5))
 }
 
 /// The pin directory of this rvsd (`--instance`, else from `--socket`).
@@ -705,6 +780,17 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
     config.tunables.drain_deleted = proxy_stats.is_some();
     let ctl = Controller::new(config, plane);
     let mut daemon = Daemon::new(ctl, source.clone());
+    if let Some(table) = args.announce_table {
+        let s = announce_settings(&args, table, pins.name())?;
+        let drained = announce::drained_at_start(&s.drained_file);
+        if drained {
+            tracing::warn!(
+                file = %s.drained_file.display(),
+                "the director is drained (rvsadm --undrain announces its VIPs again)"
+            );
+        }
+        daemon.set_announce(s, drained);
+    }
     daemon.set_proxy_stats(proxy_stats);
     daemon.set_xdp_flood(xdp_flood);
     if keeps_table {
@@ -782,6 +868,11 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
             .health_wake();
         tokio::spawn(rvs_check::runner::run(daemon.clone(), wake));
         tokio::spawn(sync::follow_config(Arc::downgrade(&daemon)));
+        tokio::spawn(announce::run(daemon.clone()));
+        if let Some(spec) = &args.bgp_daemon {
+            let spec = bgpwatch::Spec::parse(spec).map_err(anyhow::Error::msg)?;
+            tokio::spawn(bgpwatch::run(daemon.clone(), spec));
+        }
         let (vrrp_stop, vrrp_task) = {
             let d = daemon
                 .lock()
@@ -908,6 +999,27 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
             tracing::info!(?bound, "taken over: no longer accepting; finishing the established connections");
             let (left, cut) = takeover::drain(&daemon, bound).await;
             tracing::info!(connections = left, cut, "retired");
+        }
+        if removing {
+            // Withdraw first and keep forwarding for the grace (the BGP
+            // daemon's routers move the flows elsewhere meanwhile).
+            let settings = daemon
+                .lock()
+                .ok()
+                .and_then(|d| d.announce().settings().cloned());
+            if let Some(s) = settings {
+                if let Ok(mut d) = daemon.lock() {
+                    let _ = d.announce_mut().drain(std::time::Instant::now(), std::time::Duration::ZERO);
+                }
+                match announce::withdraw_all(&s).await {
+                    Ok(n) => tracing::info!(routes = n, table = s.table, "VIPs withdrawn before the removal"),
+                    Err(e) => tracing::error!("withdrawing the VIPs before the removal: {e}"),
+                }
+                let grace = removal_grace(&args);
+                tracing::info!(?grace, "forwarding for the drain grace before the removal");
+                tokio::time::sleep(grace).await;
+                let _ = tokio::fs::remove_file(&s.drained_file).await;
+            }
         }
         tracing::info!("rvsd stopping");
         // Masters resign (priority 0) and give their addresses up first.

@@ -123,6 +123,8 @@ pub struct Sources<'a> {
     pub health: &'a rvs_check::Health,
     /// VRRP instances: state and priority by name.
     pub vrrp: &'a crate::vrrp::Status,
+    /// The VIP announcement (`--announce-table`).
+    pub announce: &'a crate::announce::Announce,
 }
 
 /// A service's labels as node_exporter writes them, in its order:
@@ -593,6 +595,30 @@ pub fn vrrp(status: &crate::vrrp::Status) -> Vec<Family> {
     vec![state, prio]
 }
 
+/// `rvs_vip_announced{vip}` (1 announced, 0 withdrawn) and
+/// `rvs_director_drained` (1 draining or drained); none when rvsd
+/// announces nothing.
+pub fn announce(a: &crate::announce::Announce) -> Vec<Family> {
+    if a.settings().is_none() {
+        return Vec::new();
+    }
+    let mut vips = Family::new(
+        "rvs_vip_announced",
+        Kind::Gauge,
+        "Whether the VIP is announced to the BGP daemon (its route is wanted in the announce table).",
+    );
+    for (vip, on) in a.vips() {
+        vips.push(vec![("vip", vip.to_string())], Value::Int(u64::from(on)));
+    }
+    let mut drained = Family::new(
+        "rvs_director_drained",
+        Kind::Gauge,
+        "Whether the director is draining or drained (rvsadm --drain).",
+    );
+    drained.push(Vec::new(), Value::Int(u64::from(a.drained())));
+    vec![vips, drained]
+}
+
 /// Every family of one scrape, in exposition order.
 pub fn families(s: &Sources) -> Vec<Family> {
     let mut out = director(s.ipvs, s.reloads, s.reload_failures);
@@ -604,6 +630,7 @@ pub fn families(s: &Sources) -> Vec<Family> {
     }
     out.extend(health(s.health));
     out.extend(vrrp(s.vrrp));
+    out.extend(announce(s.announce));
     out
 }
 
@@ -865,6 +892,31 @@ mod tests {
     }
 
     /// VRRP's gauges per instance (names escaped), none without instances.
+    #[test]
+    fn announce_families_only_with_announce_table() {
+        let off = crate::announce::Announce::new(None, false);
+        assert!(announce(&off).is_empty());
+        let settings = crate::announce::Settings {
+            table: 100,
+            proto: crate::announce::PROTO,
+            drained_file: "/nonexistent/x.drained".into(),
+        };
+        let mut on = crate::announce::Announce::new(Some(settings), false);
+        let text = encode(announce(&on));
+        assert!(
+            text.lines().any(|l| l == "rvs_director_drained 0"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE rvs_vip_announced gauge"), "{text}");
+        on.drain(std::time::Instant::now(), std::time::Duration::ZERO)
+            .unwrap();
+        let text = encode(announce(&on));
+        assert!(
+            text.lines().any(|l| l == "rvs_director_drained 1"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn vrrp_state_and_priority_per_instance() {
         let status = crate::vrrp::Status::default();

@@ -124,5 +124,9 @@ pub fn snapshot(ipvs: &Ipvs, now: Instant, with_conns: bool) -> Snapshot {
 pub fn state(d: &Daemon, with_conns: bool) -> serde_json::Value {
     let mut snap = snapshot(d.controller().ipvs(), d.now(), with_conns);
     snap.daemons = d.daemon_snaps();
-    serde_json::to_value(&snap).unwrap_or(serde_json::Value::Null)
+    let mut v = serde_json::to_value(&snap).unwrap_or(serde_json::Value::Null);
+    if let Some(o) = v.as_object_mut() {
+        o.insert("announce".into(), d.announce().view());
+    }
+    v
 }

@@ -32,13 +32,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSADM, RVSD, TempDir, wait_for_socket, within};
+use crate::harness::{RVSD, Rvsadm, TempDir, within};
 use crate::netns::{Bed, Host};
 use rvs_testbed::Conn;
 
@@ -260,41 +260,45 @@ impl Director {
             .arg(&self.socket)
             .arg("--state-dir")
             .arg(self.dir.join("state"))
+            .args(["--announce-table", &TABLE.to_string()])
             .args(&self.rvsd_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn rvsd");
-        // Killed on drop, also when it does not come up. A loaded machine
-        // (2 cores, other builds) can take rvsd past the harness's 10 s.
-        let mut proc = Proc(Some(child));
-        let socket = self.socket.clone();
-        rvs_testbed::wait_for(CONVERGE, || {
-            std::os::unix::net::UnixStream::connect(&socket).is_ok() || !proc.running()
+        // Kept before the wait: a test that fails here still kills it.
+        self.rvsd = Proc(Some(child));
+        let (socket, child) = (&self.socket, self.rvsd.0.as_mut().expect("just started"));
+        // Loading the XDP program takes a while on a busy machine.
+        let up = rvs_testbed::wait_for(CONVERGE, || {
+            std::os::unix::net::UnixStream::connect(socket).is_ok()
+                || matches!(child.try_wait(), Ok(Some(_)))
         });
-        if let Some(c) = proc.0.as_mut() {
-            wait_for_socket(&self.socket, c);
-        }
-        self.rvsd = proc;
-        // Until rvsd keeps the route itself, the bed announces by hand.
-        self.route_by_hand();
+        assert!(
+            up && matches!(child.try_wait(), Ok(None)),
+            "rvsd of {} did not open {} within {CONVERGE:?} (or exited)",
+            self.host.ns,
+            socket.display()
+        );
     }
 
-    /// The host route of the VIP in [`TABLE`], as rvsd keeps it.
-    fn route_by_hand(&self) {
+    /// The VIP routes of rvs in [`TABLE`] (`ip route show table 100 proto
+    /// 250`): what BIRD exports.
+    pub fn table_routes(&self) -> String {
         let (table, proto) = (TABLE.to_string(), PROTO.to_string());
-        self.host.exec(&[
-            "ip",
-            "route",
-            "replace",
-            "blackhole",
-            &format!("{VIP}/32"),
-            "table",
-            &table,
-            "proto",
-            &proto,
-        ]);
+        String::from_utf8_lossy(
+            &self
+                .host
+                .exec(&["ip", "route", "show", "table", &table, "proto", &proto])
+                .stdout,
+        )
+        .into_owned()
+    }
+
+    /// Whether rvsd keeps the VIP's route (it is announced).
+    pub fn announces(&self) -> bool {
+        self.table_routes().contains(VIP)
     }
 
     /// SIGKILL rvsd (the XDP plane stays pinned and forwarding).
@@ -305,6 +309,12 @@ impl Director {
     /// SIGTERM rvsd and wait for it to exit (a restart, not a drain).
     pub fn stop_rvsd(&mut self) {
         self.rvsd.term("rvsd");
+    }
+
+    /// Replace the extra rvsd arguments of this director (the next
+    /// [`Director::start_rvsd`] uses them).
+    pub fn set_rvsd_args(&mut self, args: Vec<String>) {
+        self.rvsd_args = args;
     }
 
     /// Whether rvsd runs.
@@ -349,20 +359,6 @@ impl Director {
         let mut a = vec!["birdc", "-s", &ctl];
         a.extend_from_slice(args);
         String::from_utf8_lossy(&self.host.exec(&a).stdout).into_owned()
-    }
-
-    /// rvsadm with `args` (whitespace-split) against this director.
-    pub fn adm(&self, args: &str) -> Output {
-        Command::new(RVSADM)
-            .args(args.split_whitespace())
-            .env("RVS_SOCKET", &self.socket)
-            .output()
-            .expect("rvsadm")
-    }
-
-    /// rvsadm's standard output (whatever its exit status).
-    pub fn out(&self, args: &str) -> String {
-        String::from_utf8_lossy(&self.adm(args).stdout).into_owned()
     }
 
     /// Reload rvsd's configuration (SIGHUP), e.g. after rewriting
@@ -421,6 +417,13 @@ impl Director {
         if let Ok(i) = rvs_xdp::pin::Instance::new(&self.instance) {
             let _ = i.remove();
         }
+    }
+}
+
+/// rvsadm against this director (`adm`, `ok`, `out`).
+impl Rvsadm for Director {
+    fn socket(&self) -> &Path {
+        &self.socket
     }
 }
 
@@ -862,4 +865,289 @@ fn fleet_router_learns_the_vip_from_every_director_and_spreads_flows() {
         fleet.client_addrs.len() * 8,
         "every connection is on exactly one director: {mine:?}"
     );
+}
+
+/// `-L --announce` of `d` shows `vip_state` (e.g. "withdrawn  quorum lost")
+/// on the VIP's line.
+fn announce_line(d: &Director) -> String {
+    d.out("-L --announce")
+        .lines()
+        .find(|l| l.starts_with(VIP))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+#[test]
+fn fleet_a_director_whose_real_servers_all_fail_withdraws_the_vip_and_returns() {
+    let Some(fleet) = Fleet::new(
+        "fleet_a_director_whose_real_servers_all_fail_withdraws_the_vip_and_returns",
+        Opts::default(),
+    ) else {
+        return;
+    };
+    let d0 = &fleet.directors[0];
+    assert_eq!(announce_line(d0), format!("{VIP} announced"));
+    d0.block_checks(true);
+    let others: BTreeSet<IpAddr> = fleet.directors[1..].iter().map(|d| d.host.addr).collect();
+    assert_eq!(fleet.wait_next_hops(2), others, "d0 withdrew");
+    within(
+        "d0 lists the VIP as withdrawn, quorum lost",
+        CONVERGE,
+        || announce_line(d0) == format!("{VIP} withdrawn quorum lost"),
+    );
+    let (mine, failed) = spread_over_directors(&fleet, 4);
+    assert_eq!(
+        failed, 0,
+        "new connections work through the others: {mine:?}"
+    );
+    assert_eq!(mine.get(&d0.host.addr).copied().unwrap_or(0), 0, "{mine:?}");
+    d0.block_checks(false);
+    assert_eq!(
+        fleet.wait_next_hops(3),
+        fleet.director_addrs(),
+        "d0 is back"
+    );
+    assert_eq!(announce_line(d0), format!("{VIP} announced"));
+}
+
+/// Polls the router (and optionally a director's table) every 50 ms until
+/// stopped: whether `must` stayed among the next hops every time, and
+/// whether the director kept its route.
+struct Watch {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<(usize, Vec<String>)>>,
+}
+
+impl Watch {
+    fn start(router: &Host, must: BTreeSet<IpAddr>, table_of: Option<Host>) -> Watch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, router) = (stop.clone(), router.clone());
+        let thread = std::thread::spawn(move || {
+            let mut polls = 0;
+            let mut missing = Vec::new();
+            while !s.load(Ordering::Relaxed) && polls < 2000 {
+                polls += 1;
+                let o = router.exec(&["ip", "-j", "route", "show", &format!("{VIP}/32")]);
+                let hops = parse_next_hops(&String::from_utf8_lossy(&o.stdout));
+                if !must.is_subset(&hops) {
+                    missing.push(format!("router next hops {hops:?}"));
+                }
+                if let Some(h) = &table_of {
+                    let o = h.exec(&["ip", "route", "show", "table", "100", "proto", "250"]);
+                    if !String::from_utf8_lossy(&o.stdout).contains(VIP) {
+                        missing.push(format!("{} had no route", h.addr));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            (polls, missing)
+        });
+        Watch {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop; panic when something was missing in a poll.
+    fn check(mut self, what: &str) {
+        self.stop.store(true, Ordering::Relaxed);
+        let (polls, missing) = self
+            .thread
+            .take()
+            .expect("running")
+            .join()
+            .expect("watch thread");
+        assert!(polls > 0);
+        assert!(
+            missing.is_empty(),
+            "{what}: {} of {polls} polls saw a gap, first: {:?}",
+            missing.len(),
+            missing.first()
+        );
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn fleet_bird_and_rvsd_restarts_converge_and_the_others_never_flap() {
+    let Some(mut fleet) = Fleet::new(
+        "fleet_bird_and_rvsd_restarts_converge_and_the_others_never_flap",
+        Opts::default(),
+    ) else {
+        return;
+    };
+    let all = fleet.director_addrs();
+    let others: BTreeSet<IpAddr> = fleet.directors[1..].iter().map(|d| d.host.addr).collect();
+
+    // BIRD on d0 dies: its session drops, the router keeps the others.
+    let w = Watch::start(&fleet.router.host, others.clone(), None);
+    fleet.directors[0].kill_bird();
+    assert_eq!(fleet.wait_next_hops(2), others);
+    assert!(fleet.directors[0].announces(), "rvsd keeps its route");
+    fleet.directors[0].start_bird();
+    assert_eq!(fleet.wait_next_hops(3), all, "BIRD's restart converged");
+    w.check("the other directors during BIRD's restart");
+
+    // rvsd on d0 stops (SIGTERM) and starts again: not a drain, so its
+    // route never leaves the table and the router never loses a path.
+    let w = Watch::start(
+        &fleet.router.host,
+        all.clone(),
+        Some(fleet.directors[0].host.clone()),
+    );
+    fleet.directors[0].stop_rvsd();
+    assert!(fleet.directors[0].announces(), "SIGTERM keeps the route");
+    std::thread::sleep(Duration::from_secs(1));
+    fleet.directors[0].start_rvsd();
+    // Past the health checkers' first verdict (checks every second).
+    within("d0 announces after the first verdict", CONVERGE, || {
+        announce_line(&fleet.directors[0]) == format!("{VIP} announced")
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    w.check("the fleet during rvsd's restart");
+
+    // SIGKILL too.
+    let w = Watch::start(
+        &fleet.router.host,
+        all.clone(),
+        Some(fleet.directors[0].host.clone()),
+    );
+    fleet.directors[0].kill_rvsd();
+    std::thread::sleep(Duration::from_secs(1));
+    fleet.directors[0].start_rvsd();
+    std::thread::sleep(Duration::from_secs(4));
+    w.check("the fleet after rvsd was killed and restarted");
+    let (mine, failed) = spread_over_directors(&fleet, 2);
+    assert_eq!(failed, 0, "{mine:?}");
+}
+
+#[test]
+fn fleet_drain_withdraws_survives_a_restart_and_undrain_announces_again() {
+    let Some(mut fleet) = Fleet::new(
+        "fleet_drain_withdraws_survives_a_restart_and_undrain_announces_again",
+        Opts::default(),
+    ) else {
+        return;
+    };
+    let others: BTreeSet<IpAddr> = [0, 2]
+        .iter()
+        .map(|&i| fleet.directors[i].host.addr)
+        .collect();
+    let d1 = &fleet.directors[1];
+    let o = d1.adm("--drain --grace 2");
+    assert!(o.status.success(), "{o:?}");
+    let text = d1.out("-L --announce");
+    assert!(text.starts_with("Director: draining"), "{text}");
+    assert_eq!(announce_line(d1), format!("{VIP} withdrawn drained"));
+    assert!(!d1.announces());
+    assert_eq!(fleet.wait_next_hops(2), others);
+    within("drained after the grace", CONVERGE, || {
+        d1.out("-L --announce").starts_with("Director: drained")
+    });
+    // Still forwarding: the service is there, only the route went.
+    assert!(d1.out("-Ln").contains(&format!("{VIP}:80")));
+    // The drained state survives a restart.
+    fleet.directors[1].stop_rvsd();
+    fleet.directors[1].start_rvsd();
+    let d1 = &fleet.directors[1];
+    assert!(d1.out("-L --announce").starts_with("Director: drained"));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!d1.announces(), "still withdrawn after the restart");
+    assert_eq!(fleet.router.next_hops(), others);
+    let o = d1.adm("--undrain");
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(fleet.wait_next_hops(3), fleet.director_addrs());
+    assert!(d1.out("-L --announce").starts_with("Director: serving"));
+}
+
+/// The `BGP daemon:` line of `-L --announce`.
+fn bgp_line(d: &Director) -> String {
+    d.out("-L --announce")
+        .lines()
+        .find(|l| l.starts_with("BGP daemon:"))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn fleet_an_unreachable_bgp_daemon_is_reported_and_rvsd_forwards_on() {
+    let missing = "/nonexistent/rvs-fleet/bird.ctl";
+    let Some(mut fleet) = Fleet::new(
+        "fleet_an_unreachable_bgp_daemon_is_reported_and_rvsd_forwards_on",
+        Opts {
+            directors: 2,
+            rvsd_args: vec!["--bgp-daemon".into(), format!("bird:{missing}")],
+            ..Opts::default()
+        },
+    ) else {
+        return;
+    };
+    // The watch cannot reach its socket: reported, naming it; rvsd runs,
+    // announces through the BIRD that does run, and forwards.
+    for d in &fleet.directors {
+        within("the watch reports the missing socket", CONVERGE, || {
+            let l = bgp_line(d);
+            l.contains("error") && l.contains(missing)
+        });
+    }
+    let (mine, failed) = spread_over_directors(&fleet, 4);
+    assert_eq!(failed, 0, "{mine:?}");
+    assert!(fleet.directors.iter_mut().all(|d| d.rvsd_running()));
+    // Pointed at its BIRD, the watch reports the session up.
+    let ctl = fleet.directors[0].bird_ctl.to_string_lossy().into_owned();
+    fleet.directors[0].stop_rvsd();
+    fleet.directors[0].set_rvsd_args(vec!["--bgp-daemon".into(), format!("bird:{ctl}")]);
+    fleet.directors[0].start_rvsd();
+    within(
+        "the watch sees BIRD's session and the learned route",
+        CONVERGE,
+        || bgp_line(&fleet.directors[0]).contains("ok: 1/1 BGP sessions established, 1 route(s)"),
+    );
+    // BIRD gone: an error again, the announcement and forwarding go on.
+    fleet.directors[0].kill_bird();
+    within("the watch reports BIRD gone", CONVERGE, || {
+        bgp_line(&fleet.directors[0]).contains("error")
+    });
+    assert!(fleet.directors[0].rvsd_running());
+    assert!(fleet.directors[0].announces());
+}
+
+#[test]
+fn fleet_remove_director_withdraws_first_then_removes_the_plane() {
+    let Some(mut fleet) = Fleet::new(
+        "fleet_remove_director_withdraws_first_then_removes_the_plane",
+        Opts {
+            directors: 2,
+            rvsd_args: vec!["--drain-grace".into(), "5".into()],
+            ..Opts::default()
+        },
+    ) else {
+        return;
+    };
+    let keep: BTreeSet<IpAddr> = [fleet.directors[0].host.addr].into();
+    let o = fleet.directors[1].adm("--remove-director");
+    assert!(o.status.success(), "{o:?}");
+    // Withdrawn while rvsd still runs (the 5 s grace), then rvsd exits.
+    within("the route is withdrawn", CONVERGE, || {
+        !fleet.directors[1].announces()
+    });
+    assert!(
+        fleet.directors[1].rvsd_running(),
+        "still forwarding in the grace"
+    );
+    assert_eq!(fleet.wait_next_hops(1), keep);
+    let d1 = &mut fleet.directors[1];
+    within("rvsd exits after the grace", CONVERGE, || {
+        !d1.rvsd_running()
+    });
+    let pins = rvs_xdp::pin::Instance::new(&d1.instance).expect("instance");
+    assert!(!pins.exists(), "the XDP plane is removed");
 }

@@ -22,7 +22,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::fleet::{CLIENT_ADDRS, Fleet, Opts, TABLE, VIP};
+use crate::fleet::{CLIENT_ADDRS, Fleet, Opts, VIP};
+use crate::harness::Rvsadm;
 use crate::streams::{Pattern, Progress, echo_stream};
 
 /// Connections.
@@ -161,16 +162,9 @@ fn flows_survive_fleet_changes(test: &str, lb_algo: &str, sync: bool) {
             }),
         ),
         (
-            "director d1 drained (route withdrawn)",
+            "director d1 drained (rvsadm --drain: route withdrawn, forwarding on)",
             Box::new(|f: &mut Fleet| {
-                f.directors[1].host.exec(&[
-                    "ip",
-                    "route",
-                    "del",
-                    &format!("{VIP}/32"),
-                    "table",
-                    &TABLE.to_string(),
-                ]);
+                f.directors[1].ok("--drain --grace 30");
                 f.wait_next_hops(3);
             }),
         ),

@@ -1,0 +1,528 @@
+//! VIP announcement through a BGP daemon (`--announce-table N`).
+//!
+//! rvsd never speaks BGP. It keeps one host route per announced VIP (`/32`,
+//! `/128`, type `blackhole`, protocol [`PROTO`] — `rvs` in rt_protos) in
+//! kernel routing table N of its own; the BGP daemon (BIRD's `protocol
+//! kernel { kernel table N; learn; }`, FRR's `ip import-table N`) exports
+//! those routes to the routers. A blackhole route in a table no rule
+//! consults has no forwarding effect.
+//!
+//! Which VIPs are wanted is [`rvs_control::announce::decide`] over the
+//! service table, the health checkers' quorum and the drain state; the
+//! decision is made under the daemon's lock (plain data, no I/O), the
+//! netlink work by [`run`] on the runtime with the lock released, once a
+//! second and at once after a change ([`Announce::wake`]). A failure is
+//! logged with what was tried and retried on the next round.
+//!
+//! A restart is not a drain: the routes stay in the table when rvsd stops
+//! or dies, and a starting rvsd keeps the ones it finds for its VIPs until
+//! the health checkers' first verdict. `rvsadm --drain` withdraws every VIP
+//! and keeps forwarding (`draining` for the grace, then `drained`); the
+//! drained state is kept in `<state-dir>/<instance>.drained` so it survives
+//! a restart, until `rvsadm --undrain`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rvs_control::announce::{self, Quorum, ServiceInput, VipState};
+use serde::Serialize;
+
+use crate::daemon::Daemon;
+
+/// The route protocol number of rvs's announce routes (`rvs` in
+/// `/etc/iproute2/rt_protos.d/rvs.conf`; unused by the kernel and by the
+/// routing daemons, whose numbers are 2-99 and 186-192).
+pub const PROTO: u8 = 250;
+
+/// How often the table is reconciled when nothing wakes the announcer.
+const ROUND: Duration = Duration::from_secs(1);
+
+/// What `--announce-table` set up.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The routing table.
+    pub table: u32,
+    /// The routes' protocol number.
+    pub proto: u8,
+    /// `<state-dir>/<instance>.drained`.
+    pub drained_file: PathBuf,
+}
+
+/// The director's drain state.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Drain {
+    /// VIPs are announced as their quorum says.
+    Serving,
+    /// Withdrawn, within the grace given to `--drain`.
+    Draining,
+    /// Withdrawn, grace over.
+    Drained,
+}
+
+impl Drain {
+    /// Its name in listings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Drain::Serving => "serving",
+            Drain::Draining => "draining",
+            Drain::Drained => "drained",
+        }
+    }
+}
+
+/// The announcement state, inside the daemon (plain data: the netlink
+/// work is [`run`]'s).
+#[derive(Debug)]
+pub struct Announce {
+    settings: Option<Settings>,
+    drain: Drain,
+    drain_until: Option<Instant>,
+    /// Routes of ours found in the table at start, kept while their
+    /// services have no verdict; `None` until the table was read once.
+    found: Option<BTreeSet<IpAddr>>,
+    states: BTreeMap<IpAddr, VipState>,
+    routes: BTreeSet<IpAddr>,
+    error: Option<String>,
+    bgp: Option<serde_json::Value>,
+    wake: Arc<tokio::sync::Notify>,
+}
+
+impl Announce {
+    /// Off (`settings` None) or on; `drained` is what the drained file
+    /// said at start.
+    pub fn new(settings: Option<Settings>, drained: bool) -> Self {
+        Announce {
+            settings,
+            drain: if drained {
+                Drain::Drained
+            } else {
+                Drain::Serving
+            },
+            drain_until: None,
+            found: None,
+            states: BTreeMap::new(),
+            routes: BTreeSet::new(),
+            error: None,
+            bgp: None,
+            wake: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
+    /// The settings, when announcing is on.
+    pub fn settings(&self) -> Option<&Settings> {
+        self.settings.as_ref()
+    }
+
+    /// Wakes the announcer (a change to the table or the drain state).
+    pub fn wake(&self) -> Arc<tokio::sync::Notify> {
+        self.wake.clone()
+    }
+
+    /// `rvsadm --drain`: withdraw everything now, `drained` after `grace`.
+    pub fn drain(&mut self, now: Instant, grace: Duration) -> Result<(), String> {
+        self.require()?;
+        if self.drain != Drain::Drained {
+            self.drain = Drain::Draining;
+            self.drain_until = Some(now + grace);
+        }
+        tracing::info!(?grace, "drain requested: withdrawing every VIP");
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// `rvsadm --undrain`: announce again.
+    pub fn undrain(&mut self) -> Result<(), String> {
+        self.require()?;
+        self.drain = Drain::Serving;
+        self.drain_until = None;
+        tracing::info!("undrain requested: announcing the VIPs again");
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    fn require(&self) -> Result<(), String> {
+        match self.settings {
+            Some(_) => Ok(()),
+            None => Err("rvsd announces nothing (started without --announce-table)".into()),
+        }
+    }
+
+    /// The drain state at `now` (draining turns drained when its grace is
+    /// over).
+    pub fn drain_state(&mut self, now: Instant) -> Drain {
+        if self.drain == Drain::Draining && self.drain_until.is_some_and(|u| now >= u) {
+            self.drain = Drain::Drained;
+            self.drain_until = None;
+            tracing::info!("drained");
+        }
+        self.drain
+    }
+
+    /// One round's decision: the state of every VIP given the services
+    /// and the routes read from the table (`None`: the read failed).
+    fn decide(
+        &mut self,
+        now: Instant,
+        services: &[ServiceInput],
+        current: Option<&BTreeSet<IpAddr>>,
+    ) -> BTreeMap<IpAddr, VipState> {
+        if self.found.is_none()
+            && let Some(c) = current
+        {
+            self.found = Some(c.clone());
+        }
+        if announce::settled(services) {
+            // The first verdicts are in: nothing found at start is kept
+            // for its own sake any more.
+            self.found = Some(BTreeSet::new());
+        }
+        let drained = self.drain_state(now) != Drain::Serving;
+        let empty = BTreeSet::new();
+        let states = announce::decide(services, drained, self.found.as_ref().unwrap_or(&empty));
+        for (vip, st) in &states {
+            if self.states.get(vip) != Some(st) {
+                match st {
+                    VipState::Announced => tracing::info!(%vip, "VIP announced"),
+                    VipState::Withdrawn(r) => {
+                        tracing::info!(%vip, reason = r.as_str(), "VIP withdrawn")
+                    }
+                }
+            }
+        }
+        self.states = states.clone();
+        states
+    }
+
+    /// Record what a round did.
+    fn record(&mut self, routes: Option<BTreeSet<IpAddr>>, error: Option<String>) {
+        if let Some(r) = routes {
+            self.routes = r;
+        }
+        if error != self.error {
+            match &error {
+                Some(e) => tracing::warn!("announce: {e}; retrying every {ROUND:?}"),
+                None if self.error.is_some() => {
+                    tracing::info!("announce: the routing table is in step again")
+                }
+                None => {}
+            }
+        }
+        self.error = error;
+    }
+
+    /// What the BGP daemon watch last saw (`--bgp-daemon`).
+    pub fn set_bgp(&mut self, bgp: serde_json::Value) {
+        self.bgp = Some(bgp);
+    }
+
+    /// The VIPs and whether each is announced (for metrics).
+    pub fn vips(&self) -> impl Iterator<Item = (IpAddr, bool)> + '_ {
+        self.states.iter().map(|(v, s)| (*v, s.announced()))
+    }
+
+    /// Whether the director is draining or drained.
+    pub fn drained(&self) -> bool {
+        self.drain != Drain::Serving
+    }
+
+    /// The `announce` object of `/api/v1/state` and `rvsadm -L
+    /// --announce`.
+    pub fn view(&self) -> serde_json::Value {
+        let Some(s) = &self.settings else {
+            return serde_json::json!({ "enabled": false });
+        };
+        let vips: Vec<serde_json::Value> = self
+            .states
+            .iter()
+            .map(|(vip, st)| {
+                let (state, reason) = match st {
+                    VipState::Announced => ("announced", None),
+                    VipState::Withdrawn(r) => ("withdrawn", Some(r.as_str())),
+                };
+                serde_json::json!({
+                    "vip": vip.to_string(),
+                    "state": state,
+                    "reason": reason,
+                    "route": self.routes.contains(vip),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "enabled": true,
+            "table": s.table,
+            "proto": s.proto,
+            "director": self.drain.as_str(),
+            "vips": vips,
+            "error": self.error,
+            "bgp_daemon": self.bgp,
+        })
+    }
+}
+
+/// The services of the table as the decision sees them: per service with
+/// an address, its quorum from the health checkers where a virtual server
+/// of the configuration covers it (`Pending` until all its checkers ran),
+/// else from the table (at least one real server with weight above 0).
+pub fn inputs(d: &Daemon) -> Vec<ServiceInput> {
+    use rvs_core::model::ServiceKey;
+    let health = d.health();
+    let policy = health.policy();
+    let status = health.status();
+    let mut checked: std::collections::HashMap<&ServiceKey, Quorum> =
+        std::collections::HashMap::new();
+    for (vs, spec) in policy.config().virtual_servers.iter().enumerate() {
+        let ran = status.get(vs).is_none_or(|st| {
+            st.reals
+                .iter()
+                .all(|r| r.checkers.iter().all(|c| c.has_run))
+        });
+        let q = match (ran, policy.quorum_up(vs)) {
+            (false, _) => Quorum::Pending,
+            (true, Some(true)) => Quorum::Up,
+            (true, _) => Quorum::Down,
+        };
+        for slot in &spec.services {
+            checked.insert(&slot.key, q);
+        }
+    }
+    d.controller()
+        .ipvs()
+        .services()
+        .filter_map(|s| {
+            let ServiceKey::Addr { addr, .. } = s.key() else {
+                return None;
+            };
+            let quorum = checked.get(s.key()).copied().unwrap_or_else(|| {
+                if s.dests().iter().any(|x| x.config.weight > 0) {
+                    Quorum::Up
+                } else {
+                    Quorum::Down
+                }
+            });
+            Some(ServiceInput { vip: *addr, quorum })
+        })
+        .collect()
+}
+
+fn describe(s: &Settings, vip: IpAddr) -> String {
+    let len = if vip.is_ipv4() { 32 } else { 128 };
+    format!("blackhole {vip}/{len} table {} proto {}", s.table, s.proto)
+}
+
+/// The announcer: reconcile the table with the decision every [`ROUND`]
+/// and when woken, the netlink work with the daemon's lock released.
+pub async fn run(daemon: Arc<Mutex<Daemon>>) {
+    let Some((settings, wake)) = daemon.lock().ok().and_then(|d| {
+        let a = d.announce();
+        Some((a.settings()?.clone(), a.wake()))
+    }) else {
+        return;
+    };
+    let mut nl: Option<rvs_sys::netlink::AsyncNetlink> = None;
+    let mut persisted: Option<bool> = None;
+    loop {
+        let mut errors: Vec<String> = Vec::new();
+        if nl.is_none() {
+            match rvs_sys::netlink::AsyncNetlink::open() {
+                Ok(n) => nl = Some(n),
+                Err(e) => errors.push(format!("opening a netlink socket: {e}")),
+            }
+        }
+        let mut current = None;
+        if let Some(n) = nl.as_mut() {
+            match n.host_routes(settings.table, settings.proto).await {
+                Ok(r) => current = Some(r.into_iter().collect::<BTreeSet<_>>()),
+                Err(e) => {
+                    errors.push(format!(
+                        "reading the routes of table {} proto {}: {e}",
+                        settings.table, settings.proto
+                    ));
+                    nl = None;
+                }
+            }
+        }
+        let decided = daemon.lock().ok().map(|mut d| {
+            let services = inputs(&d);
+            let now = Instant::now();
+            let states = d.announce_mut().decide(now, &services, current.as_ref());
+            (states, d.announce().drained())
+        });
+        let Some((states, drained)) = decided else {
+            return;
+        };
+        let mut routes = current.clone();
+        if let (Some(n), Some(cur)) = (nl.as_mut(), current.as_ref()) {
+            let (add, del) = announce::reconcile(&states, cur);
+            let mut now_routes = cur.clone();
+            for vip in add {
+                match n.add_host_route(settings.table, settings.proto, vip).await {
+                    Ok(_) => {
+                        now_routes.insert(vip);
+                    }
+                    Err(e) => errors.push(format!(
+                        "announcing {vip} (adding the route {}): {e}",
+                        describe(&settings, vip)
+                    )),
+                }
+            }
+            for vip in del {
+                match n.del_host_route(settings.table, settings.proto, vip).await {
+                    Ok(_) => {
+                        now_routes.remove(&vip);
+                    }
+                    Err(e) => errors.push(format!(
+                        "withdrawing {vip} (deleting the route {}): {e}",
+                        describe(&settings, vip)
+                    )),
+                }
+            }
+            routes = Some(now_routes);
+        }
+        if persisted != Some(drained) {
+            match persist(&settings.drained_file, drained).await {
+                Ok(()) => persisted = Some(drained),
+                Err(e) => errors.push(format!(
+                    "keeping the drain state in {}: {e}",
+                    settings.drained_file.display()
+                )),
+            }
+        }
+        let error = (!errors.is_empty()).then(|| errors.join("; "));
+        if let Ok(mut d) = daemon.lock() {
+            d.announce_mut().record(routes, error);
+        }
+        let _ = tokio::time::timeout(ROUND, wake.notified()).await;
+    }
+}
+
+/// Write (drained) or delete the drained file.
+async fn persist(path: &std::path::Path, drained: bool) -> std::io::Result<()> {
+    if drained {
+        if let Some(dir) = path.parent() {
+            tokio::fs::create_dir_all(dir).await?;
+        }
+        tokio::fs::write(path, "drained\n").await
+    } else {
+        match tokio::fs::remove_file(path).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Whether the drained file says drained (read once at start).
+pub fn drained_at_start(path: &std::path::Path) -> bool {
+    path.exists()
+}
+
+/// The drained file of `instance` in `dir`.
+pub fn drained_path(dir: &std::path::Path, instance: &str) -> PathBuf {
+    dir.join(format!("{instance}.drained"))
+}
+
+/// Withdraw every route of ours from the table (the stop-and-remove's
+/// first step): how many were deleted.
+pub async fn withdraw_all(s: &Settings) -> Result<usize, String> {
+    let mut nl = rvs_sys::netlink::AsyncNetlink::open().map_err(|e| e.to_string())?;
+    let routes = nl.host_routes(s.table, s.proto).await.map_err(|e| {
+        format!(
+            "reading the routes of table {} proto {}: {e}",
+            s.table, s.proto
+        )
+    })?;
+    let mut n = 0;
+    for vip in routes {
+        nl.del_host_route(s.table, s.proto, vip)
+            .await
+            .map_err(|e| format!("deleting the route {}: {e}", describe(s, vip)))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// [`withdraw_all`] with a blocking socket (`rvsd --remove`, no runtime).
+pub fn withdraw_all_blocking(s: &Settings) -> Result<usize, String> {
+    let mut nl = rvs_sys::netlink::Netlink::open().map_err(|e| e.to_string())?;
+    let routes = nl.host_routes(s.table, s.proto).map_err(|e| {
+        format!(
+            "reading the routes of table {} proto {}: {e}",
+            s.table, s.proto
+        )
+    })?;
+    let mut n = 0;
+    for vip in routes {
+        nl.del_host_route(s.table, s.proto, vip)
+            .map_err(|e| format!("deleting the route {}: {e}", describe(s, vip)))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        Settings {
+            table: 100,
+            proto: PROTO,
+            drained_file: PathBuf::from("/nonexistent/x.drained"),
+        }
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn drain_withdraws_then_turns_drained_after_the_grace() {
+        let mut a = Announce::new(Some(settings()), false);
+        let t0 = Instant::now();
+        let s = [ServiceInput {
+            vip: ip("10.0.0.1"),
+            quorum: Quorum::Up,
+        }];
+        let cur = BTreeSet::new();
+        assert!(a.decide(t0, &s, Some(&cur))[&ip("10.0.0.1")].announced());
+        a.drain(t0, Duration::from_secs(5)).unwrap();
+        assert_eq!(a.drain_state(t0), Drain::Draining);
+        assert!(!a.decide(t0, &s, Some(&cur))[&ip("10.0.0.1")].announced());
+        assert_eq!(a.drain_state(t0 + Duration::from_secs(5)), Drain::Drained);
+        a.undrain().unwrap();
+        assert!(a.decide(t0, &s, Some(&cur))[&ip("10.0.0.1")].announced());
+        assert_eq!(a.view()["director"], "serving");
+    }
+
+    #[test]
+    fn drained_at_start_stays_drained_and_off_refuses_drain() {
+        let mut a = Announce::new(Some(settings()), true);
+        assert_eq!(a.drain_state(Instant::now()), Drain::Drained);
+        let mut off = Announce::new(None, false);
+        assert!(off.drain(Instant::now(), Duration::ZERO).is_err());
+        assert!(off.undrain().is_err());
+        assert_eq!(off.view()["enabled"], false);
+    }
+
+    #[test]
+    fn found_routes_are_kept_only_until_the_first_verdict() {
+        let mut a = Announce::new(Some(settings()), false);
+        let t = Instant::now();
+        let cur = BTreeSet::from([ip("10.0.0.1")]);
+        let pending = [ServiceInput {
+            vip: ip("10.0.0.1"),
+            quorum: Quorum::Pending,
+        }];
+        assert!(a.decide(t, &pending, Some(&cur))[&ip("10.0.0.1")].announced());
+        let down = [ServiceInput {
+            vip: ip("10.0.0.1"),
+            quorum: Quorum::Down,
+        }];
+        assert!(!a.decide(t, &down, Some(&cur))[&ip("10.0.0.1")].announced());
+        // Pending again later (a reload adds a checker): not kept now.
+        assert!(!a.decide(t, &pending, Some(&cur))[&ip("10.0.0.1")].announced());
+    }
+}
