@@ -82,6 +82,20 @@ struct Args {
     #[arg(long)]
     check: bool,
 
+    /// Refuse, as errors at their file:line:column, the keywords rvs reads
+    /// but does not carry out (the "is not applied by rvs" warnings) and
+    /// unknown keywords: with --check, a non-zero exit for CI; at start-up,
+    /// rvsd does not start; on a reload, the file is refused and nothing
+    /// changes.
+    #[arg(long)]
+    strict: bool,
+
+    /// Configuration id (keepalived's -i): `@NAME` lines of the file are
+    /// kept, `@^NAME` lines dropped (keepalived's conditional
+    /// configuration); also at every reload. Repeatable.
+    #[arg(short = 'i', long = "config-id", value_name = "NAME")]
+    config_id: Vec<String>,
+
     /// Control socket path.
     #[arg(long, env = "RVS_SOCKET", value_name = "PATH", default_value = DEFAULT_SOCKET)]
     socket: PathBuf,
@@ -356,6 +370,11 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
 
+    source::set_keepalived_options(rvs_config::LoadOptions {
+        config_ids: args.config_id.clone(),
+        strict: args.strict,
+        ..Default::default()
+    });
     let source = match (&args.config, &args.rules) {
         (Some(p), _) => Some(Source::Keepalived(p.clone())),
         (None, Some(p)) => Some(Source::Rules(p.clone())),
