@@ -69,6 +69,12 @@ const DBUS: &str = "rvs has no DBus interface";
 const BUFS: &str =
     "socket buffer sizes of keepalived's netlink and VRRP sockets; rvs sizes its own";
 const FILES: &str = "where keepalived writes its own pid, data and temporary files";
+const INCLUDE: &str = "include with checks (includer/includem/includew/includeb/includea) is not implemented, and running without the file it names would be wrong; use `include`";
+const START_STOP: &str = "startup and shutdown scripts are not implemented yet; nothing is run";
+const PROCS: &str = "names of keepalived's processes; rvsd is one process";
+const REGEX: &str =
+    "HTTP body regular expressions are not checked; only status_code and digest decide";
+const SSL: &str = "the global SSL block's files are not used by rvs's SSL_GET checker";
 const NAMESPACE: &str = "rvs does not enter network namespaces; run rvsd in the namespace instead (`ip netns exec`), never in the wrong one";
 
 use Block::*;
@@ -90,6 +96,11 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Top, "garp_group", NotApplied(GARP)),
     (Top, "interface_up_down_delays", NotApplied(LINKBEAT)),
     (Top, "net_namespace", Refused(NAMESPACE)),
+    (Top, "includer", Refused(INCLUDE)),
+    (Top, "includem", Refused(INCLUDE)),
+    (Top, "includew", Refused(INCLUDE)),
+    (Top, "includeb", Refused(INCLUDE)),
+    (Top, "includea", Refused(INCLUDE)),
     (Top, "namespace_with_ipsets", NotApplied(FIREWALL)),
     // global_defs: mail, FIFOs, notifications.
     (Global, "notification_email", NotApplied(SMTP)),
@@ -123,6 +134,8 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
         NotApplied("vrrp_strict's RFC checks and refusals are not implemented yet"),
     ),
     (Global, "dynamic_interfaces", NotApplied(VRRP)),
+    (Global, "vrrp_check_unicast_src", NotApplied(VRRP)),
+    (Global, "vrrp_skip_check_adv_addr", NotApplied(VRRP)),
     (Global, "default_interface", NotApplied(ROUTES)),
     (Global, "vrrp_garp_interval", NotApplied(GARP)),
     (Global, "vrrp_gna_interval", NotApplied(GARP)),
@@ -166,6 +179,35 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     // global_defs: namespaces (never run in the wrong one).
     (Global, "instance", Refused(NAMESPACE)),
     (Global, "network_namespace", Refused(NAMESPACE)),
+    (Global, "net_namespace", Refused(NAMESPACE)),
+    (Global, "net_namespace_ipvs", Refused(NAMESPACE)),
+    // global_defs: more of keepalived 2.2's keywords.
+    (Global, "startup_script", NotApplied(START_STOP)),
+    (Global, "startup_script_timeout", NotApplied(START_STOP)),
+    (Global, "shutdown_script", NotApplied(START_STOP)),
+    (Global, "shutdown_script_timeout", NotApplied(START_STOP)),
+    (
+        Global,
+        "vrrp_down_timer_adverts",
+        NotApplied(
+            "the global default is not applied; set `down_timer_adverts` in each vrrp_instance",
+        ),
+    ),
+    (Global, "nftables_ipvs_priority", NotApplied(FIREWALL)),
+    (Global, "nftables_ipvs_start_fwmark", NotApplied(FIREWALL)),
+    (Global, "vrrp_notify_priority_changes", NotApplied(NOTIFY)),
+    (Global, "vmac_prefix", NotApplied(VRRP)),
+    (Global, "vmac_addr_prefix", NotApplied(VRRP)),
+    (
+        Global,
+        "include_check",
+        NotApplied("rvs does not check the ownership and permissions of included files"),
+    ),
+    (Global, "process_names", Quiet(PROCS)),
+    (Global, "process_name", Quiet(PROCS)),
+    (Global, "vrrp_process_name", Quiet(PROCS)),
+    (Global, "checker_process_name", Quiet(PROCS)),
+    (Global, "bfd_process_name", Quiet(PROCS)),
     // global_defs: nothing to do on an rvs director.
     (
         Global,
@@ -268,6 +310,11 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (VrrpInstance, "no_accept_prio", NotApplied(VRRP)),
     (VrrpInstance, "mcast_group", NotApplied(VRRP)),
     (VrrpInstance, "unicast_src_port", NotApplied(VRRP)),
+    (VrrpInstance, "vrf", NotApplied(VRRP)),
+    (VrrpInstance, "use_vmac_addr", NotApplied(VRRP)),
+    (VrrpInstance, "mcast_dst_ip", NotApplied(VRRP)),
+    (VrrpInstance, "garp_extra_if", NotApplied(GARP)),
+    (VrrpInstance, "promote_secondaries", NotApplied(VRRP)),
     (VrrpInstance, "kernel_rx_buf_size", Quiet(BUFS)),
     (
         VrrpInstance,
@@ -287,8 +334,29 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     // virtual_server / real_server.
     (VirtualServer, "smtp_alert", NotApplied(SMTP)),
     (VirtualServer, "snmp_name", Quiet(SNMP)),
+    (
+        VirtualServer,
+        "ha_suspend",
+        NotApplied("services stay in the table whatever the VIPs' state"),
+    ),
     (RealServer, "smtp_alert", NotApplied(SMTP)),
     (RealServer, "snmp_name", Quiet(SNMP)),
+    (
+        Checker,
+        "fast_recovery",
+        NotApplied("a failed server comes back after `retry` successes as usual"),
+    ),
+    (Url, "regex", NotApplied(REGEX)),
+    (Url, "regex_no_match", NotApplied(REGEX)),
+    (Url, "regex_options", NotApplied(REGEX)),
+    (Url, "regex_stack", NotApplied(REGEX)),
+    (Url, "regex_min_offset", NotApplied(REGEX)),
+    (Url, "regex_max_offset", NotApplied(REGEX)),
+    (Top, "SSL", NotApplied(SSL)),
+    (Ssl, "password", NotApplied(SSL)),
+    (Ssl, "ca", NotApplied(SSL)),
+    (Ssl, "certificate", NotApplied(SSL)),
+    (Ssl, "key", NotApplied(SSL)),
     (
         Checker,
         "host",

@@ -571,6 +571,7 @@ fn sync_daemon(k: &Node) -> R<LvsSyncDaemon> {
 fn ssl(c: &mut Ctx<'_>, n: &Node) -> R<SslConfig> {
     let mut s = SslConfig::default();
     for k in block(n)? {
+        c.audit(Block::Ssl, k)?;
         match k.key.text.as_str() {
             "password" => s.password = Some(string(k, "a password")?),
             "ca" => s.ca = Some(string(k, "a file name")?),
@@ -1295,6 +1296,7 @@ fn url(c: &mut Ctx<'_>, n: &Node) -> R<UrlCheck> {
         loc: loc_of(&n.key),
     };
     for k in block(n)? {
+        c.audit(Block::Url, k)?;
         let mut max = 1;
         match k.key.text.as_str() {
             "path" => u.path = Some(string(k, "a URL path")?),
