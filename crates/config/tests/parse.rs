@@ -677,3 +677,26 @@ fn rvs_proxy_keywords() {
     assert_eq!((e.line, e.column), (2, 18));
     assert!(e.message.contains("expected v1 or v2, found `v9`"), "{e}");
 }
+
+/// One file, two directors: `@high`/`@low` lines give each its priority
+/// (keepalived's `-i`), and `$NAME` definitions under a condition follow it.
+#[test]
+fn config_ids_give_two_directors_two_priorities() {
+    let text = "@high $ADVERT=1\n@low $ADVERT=2\nvrrp_instance VI_1 {\n  state BACKUP\n  interface eth0\n  virtual_router_id 51\n@high  priority 150\n@low   priority 50\n  advert_int $ADVERT\n  unicast_peer {\n    @^high 192.0.2.1\n    @^low 192.0.2.2\n  }\n}\n";
+    let load = |id: &str| {
+        let opts = LoadOptions {
+            config_ids: vec![id.into()],
+            ..Default::default()
+        };
+        let l = parse_str("ha.conf", text, &opts).unwrap();
+        assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+        l.config.vrrp_instances[0].clone()
+    };
+    let (high, low) = (load("high"), load("low"));
+    assert_eq!((high.priority, low.priority), (150, 50));
+    assert_eq!(high.advert_int, Duration::from_secs(1));
+    assert_eq!(low.advert_int, Duration::from_secs(2));
+    assert_eq!(high.unicast_peer.len(), 1);
+    assert_eq!(high.unicast_peer[0].addr.to_string(), "192.0.2.2");
+    assert_eq!(low.unicast_peer[0].addr.to_string(), "192.0.2.1");
+}

@@ -92,7 +92,8 @@ struct Args {
 
     /// Configuration id (keepalived's -i): `@NAME` lines of the file are
     /// kept, `@^NAME` lines dropped (keepalived's conditional
-    /// configuration); also at every reload. Repeatable.
+    /// configuration); also at every reload. Default, as keepalived: the
+    /// host name up to its first dot. Repeatable.
     #[arg(short = 'i', long = "config-id", value_name = "NAME")]
     config_id: Vec<String>,
 
@@ -371,7 +372,11 @@ fn main() -> ExitCode {
         .init();
 
     source::set_keepalived_options(rvs_config::LoadOptions {
-        config_ids: args.config_id.clone(),
+        config_ids: if args.config_id.is_empty() {
+            source::default_config_id().into_iter().collect()
+        } else {
+            args.config_id.clone()
+        },
         strict: args.strict,
         ..Default::default()
     });

@@ -73,6 +73,14 @@ pub fn set_keepalived_options(opts: rvs_config::LoadOptions) {
     let _ = KEEPALIVED_OPTIONS.set(opts);
 }
 
+/// keepalived's default config id: the node name (`uname -n`) up to its
+/// first dot; `None` when it cannot be read.
+pub fn default_config_id() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let first = name.trim().split('.').next().unwrap_or("");
+    (!first.is_empty()).then(|| first.to_owned())
+}
+
 fn load_keepalived(path: &Path) -> Result<Loaded, String> {
     let default = rvs_config::LoadOptions::default();
     let opts = KEEPALIVED_OPTIONS.get().unwrap_or(&default);

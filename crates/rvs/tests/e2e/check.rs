@@ -237,6 +237,26 @@ fn config_id_selects_conditional_lines() {
     let (_, stderr, code) = run(&["--config-id", "edge"]);
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("`vrrp_garp_interval`"), "{stderr}");
+
+    // Without -i the id is the host name up to its first dot, as keepalived.
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
+    let host = host.trim().split('.').next().unwrap_or("").to_owned();
+    assert!(!host.is_empty());
+    let p = dir.write(
+        "h.conf",
+        &strict_conf(&format!(
+            "@{host}    vrrp_garp_interval 1
+"
+        )),
+    );
+    let out = Command::new(RVSD)
+        .arg("-f")
+        .arg(&p)
+        .args(["--check", "--strict"])
+        .output()
+        .expect("rvsd");
+    let (_, stderr, code) = parts(&out);
+    assert_eq!(code, 1, "the host name is the default config id: {stderr}");
 }
 
 /// `--strict` at start-up: rvsd does not start; on a reload, the file is
