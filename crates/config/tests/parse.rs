@@ -700,3 +700,22 @@ fn config_ids_give_two_directors_two_priorities() {
     assert_eq!(high.unicast_peer[0].addr.to_string(), "192.0.2.2");
     assert_eq!(low.unicast_peer[0].addr.to_string(), "192.0.2.1");
 }
+
+/// keepalived's pre-defined definitions: `${_INSTANCE}` is the config id,
+/// `${_HASH}` and `${_BANG}` are `#` and `!` that do not start a comment.
+#[test]
+fn predefined_definitions() {
+    let text = "global_defs {\n  router_id r_${_INSTANCE}\n}\nvrrp_script S {\n  script \"/bin/echo ${_HASH}1 ${_BANG}2\"\n}\nvrrp_script T {\n  script /bin/x${_HASH}y\n}\n";
+    let opts = LoadOptions {
+        config_ids: vec!["east".into()],
+        ..Default::default()
+    };
+    let l = parse_str("t.conf", text, &opts).unwrap();
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    assert_eq!(l.config.global.router_id.as_deref(), Some("r_east"));
+    assert_eq!(
+        l.config.vrrp_scripts[0].script.as_deref(),
+        Some("/bin/echo #1 !2")
+    );
+    assert_eq!(l.config.vrrp_scripts[1].script.as_deref(), Some("/bin/x#y"));
+}
