@@ -13,8 +13,14 @@
 //!
 //! Unlike keepalived, which logs and carries on, a value that cannot be
 //! understood is an error naming `file:line:column` and what was expected;
-//! unknown keywords are warnings (with their location) and are skipped
-//! together with any block they open. No system checks are done: a missing
+//! unknown keywords are warnings (with their location and the nearest known
+//! keyword of the block) and are skipped together with any block they open.
+//! Nothing is silently ignored: a keepalived keyword rvs reads but does not
+//! carry out is a located "`KEYWORD` is not applied by rvs" warning, one it
+//! must not run without is an error, and the few accepted quietly are
+//! listed with the reason ([`keywords::TABLE`],
+//! `docs/keepalived-keywords.md`). [`LoadOptions::strict`] makes the
+//! warnings errors. No system checks are done: a missing
 //! interface, script or address is not this crate's business (`--check`
 //! judges the file, not the machine).
 #![forbid(unsafe_code)]
