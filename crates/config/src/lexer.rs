@@ -51,6 +51,11 @@ pub(crate) struct Node {
     pub(crate) block: Option<Vec<Node>>,
 }
 
+/// What `${_HASH}` and `${_BANG}` stand for until the line is split into
+/// words (private-use characters, so that they do not start a comment).
+const HASH: char = '\u{E000}';
+const BANG: char = '\u{E001}';
+
 const MAX_SUBST_DEPTH: usize = 32;
 const MAX_SEQ_ITEMS: i64 = 65_536;
 /// Longest line substitution may produce.
@@ -314,7 +319,13 @@ impl Reader<'_> {
                 format!("configuration expands to more than {MAX_LINES} lines"),
             ));
         }
-        let toks = tokenize(&line, &file.name, lineno, line_id)?;
+        let mut toks = tokenize(&line, &file.name, lineno, line_id)?;
+        // `${_HASH}` / `${_BANG}` are literal characters, never comments.
+        for t in &mut toks {
+            if t.text.contains([HASH, BANG]) {
+                t.text = t.text.replace(HASH, "#").replace(BANG, "!");
+            }
+        }
         if let Some(first) = toks.first()
             && first.kind == Kind::Word
             && first.text == "include"
@@ -364,6 +375,12 @@ impl Reader<'_> {
                 || after[consumed..].starts_with(char::is_whitespace);
             let value = if name.is_empty() || !followed_ok {
                 None
+            } else if name == "_INSTANCE" {
+                Some(self.ids.first().cloned().unwrap_or_default())
+            } else if name == "_HASH" {
+                Some(HASH.to_string())
+            } else if name == "_BANG" {
+                Some(BANG.to_string())
             } else if name == "_PWD" {
                 Some(
                     file.path

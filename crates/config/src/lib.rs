@@ -13,8 +13,14 @@
 //!
 //! Unlike keepalived, which logs and carries on, a value that cannot be
 //! understood is an error naming `file:line:column` and what was expected;
-//! unknown keywords are warnings (with their location) and are skipped
-//! together with any block they open. No system checks are done: a missing
+//! unknown keywords are warnings (with their location and the nearest known
+//! keyword of the block) and are skipped together with any block they open.
+//! Nothing is silently ignored: a keepalived keyword rvs reads but does not
+//! carry out is a located "`KEYWORD` is not applied by rvs" warning, one it
+//! must not run without is an error, and the few accepted quietly are
+//! listed with the reason ([`keywords::TABLE`],
+//! `docs/keepalived-keywords.md`). [`LoadOptions::strict`] makes the
+//! warnings errors. No system checks are done: a missing
 //! interface, script or address is not this crate's business (`--check`
 //! judges the file, not the machine).
 #![forbid(unsafe_code)]
@@ -22,6 +28,7 @@
 
 mod convert;
 mod glob;
+pub mod keywords;
 mod lexer;
 pub mod model;
 mod parse;
@@ -91,8 +98,24 @@ impl ConfigError {
     }
 }
 
+/// What kind of thing a [`Warning`] reports: `--strict` refuses the kinds
+/// whose meaning rvs does not carry out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WarningKind {
+    /// A value accepted and used, adjusted or noted (keepalived's own
+    /// warnings: quorum above the total weight, deprecated spelling, ...).
+    #[default]
+    Note,
+    /// A keyword keepalived knows that rvs reads but does not carry out.
+    NotApplied,
+    /// A keyword neither keepalived's grammar (as rvs knows it) nor rvs
+    /// knows; skipped with its block.
+    Unknown,
+}
+
 /// Something accepted but worth telling the operator: an unknown keyword,
-/// a value keepalived would adjust (quorum above the total weight, ...).
+/// a keyword rvs does not apply, a value keepalived would adjust (quorum
+/// above the total weight, ...).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Warning {
     /// File name.
@@ -103,6 +126,8 @@ pub struct Warning {
     pub column: u32,
     /// The warning text.
     pub message: String,
+    /// Whether rvs carries out what the warning is about.
+    pub kind: WarningKind,
 }
 
 impl Warning {
@@ -113,7 +138,33 @@ impl Warning {
             line: loc.line,
             column: loc.column,
             message: message.into(),
+            kind: WarningKind::Note,
         }
+    }
+
+    /// The one wording for a keyword rvs reads but does not carry out:
+    /// "`KEYWORD` is not applied by rvs (REASON)". Every such keyword goes
+    /// through here so that `--strict` and the keyword audit test find it.
+    pub fn not_applied(loc: &Loc, keyword: &str, reason: &str) -> Self {
+        Warning {
+            kind: WarningKind::NotApplied,
+            ..Warning::at(loc, format!("`{keyword}` is not applied by rvs ({reason})"))
+        }
+    }
+
+    /// An unknown keyword, with the nearest known one of its block when
+    /// there is a close one.
+    pub fn unknown(loc: &Loc, message: impl Into<String>) -> Self {
+        Warning {
+            kind: WarningKind::Unknown,
+            ..Warning::at(loc, message)
+        }
+    }
+
+    /// Whether `--strict` refuses this warning: rvs would not do what the
+    /// file says (a keyword not applied, or one it does not know).
+    pub fn is_strict_error(&self) -> bool {
+        matches!(self.kind, WarningKind::NotApplied | WarningKind::Unknown)
     }
 }
 
@@ -139,6 +190,10 @@ pub struct LoadOptions {
     pub resolver: Option<Arc<dyn Resolver>>,
     /// Maximum include nesting; 0 means the default (32).
     pub max_include_depth: usize,
+    /// `--strict`: a keyword rvs does not apply (or does not know) is an
+    /// error at its location instead of a warning, so that nothing in the
+    /// file is left undone.
+    pub strict: bool,
 }
 
 impl fmt::Debug for LoadOptions {
@@ -147,6 +202,7 @@ impl fmt::Debug for LoadOptions {
             .field("config_ids", &self.config_ids)
             .field("resolver", &self.resolver.is_some())
             .field("max_include_depth", &self.max_include_depth)
+            .field("strict", &self.strict)
             .finish()
     }
 }
@@ -218,5 +274,15 @@ fn run(
     let tree = lexer::build_tree(tokens, name)?;
     let mut config = parse::parse(&tree, &mut warnings)?;
     resolve::resolve(&mut config, &mut warnings)?;
+    if opts.strict
+        && let Some(w) = warnings.iter().find(|w| w.is_strict_error())
+    {
+        return Err(ConfigError {
+            file: w.file.clone(),
+            line: w.line,
+            column: w.column,
+            message: format!("{} (refused by --strict)", w.message),
+        });
+    }
     Ok(Loaded { config, warnings })
 }

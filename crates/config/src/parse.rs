@@ -9,153 +9,13 @@ use rvs_core::model::{
     AddrFamily, ForwardMethod, PersistMask, Protocol, SchedFlags, Tunnel, TunnelCsum, TunnelType,
 };
 
+use crate::keywords::{self, Block, Outcome};
 use crate::lexer::{Kind, Node, Token};
 use crate::model::*;
 use crate::{ConfigError, Loc, Warning};
 use rvs_core::sched::Scheduler;
 
 type R<T> = Result<T, ConfigError>;
-
-/// Schedulers keepalived accepts for `lvs_sched`.
-const GLOBAL_UNUSED: &[&str] = &[
-    "smtp_helo_name",
-    "smtp_alert",
-    "smtp_alert_vrrp",
-    "smtp_alert_checker",
-    "notify_fifo",
-    "notify_fifo_script",
-    "vrrp_notify_fifo",
-    "vrrp_notify_fifo_script",
-    "lvs_notify_fifo",
-    "lvs_notify_fifo_script",
-    "dynamic_interfaces",
-    "no_email_faults",
-    "default_interface",
-    "vrrp_garp_interval",
-    "vrrp_gna_interval",
-    "vrrp_min_garp",
-    "vrrp_lower_prio_no_advert",
-    "vrrp_higher_prio_send_advert",
-    "vrrp_garp_lower_prio_delay",
-    "vrrp_garp_lower_prio_repeat",
-    "vrrp_iptables",
-    "vrrp_ipsets",
-    "nftables",
-    "nftables_priority",
-    "nftables_ifindex",
-    "nftables_counters",
-    "nftables_ipvs",
-    "vrrp_priority",
-    "checker_priority",
-    "bfd_priority",
-    "vrrp_no_swap",
-    "checker_no_swap",
-    "bfd_no_swap",
-    "vrrp_rt_priority",
-    "checker_rt_priority",
-    "bfd_rt_priority",
-    "vrrp_rlimit_rtime",
-    "checker_rlimit_rtime",
-    "bfd_rlimit_rtime",
-    "vrrp_cpu_affinity",
-    "checker_cpu_affinity",
-    "bfd_cpu_affinity",
-    "snmp_socket",
-    "enable_snmp_vrrp",
-    "enable_snmp_keepalived",
-    "enable_snmp_rfc",
-    "enable_snmp_rfcv2",
-    "enable_snmp_rfcv3",
-    "enable_snmp_checker",
-    "enable_traps",
-    "enable_dbus",
-    "enable_dbus_instance",
-    "dbus_service_name",
-    "script_user",
-    "instance",
-    "network_namespace",
-    "namespace_with_ipsets",
-    "use_pid_dir",
-    "linkbeat_use_polling",
-    "linkbeat_interfaces",
-    "umask",
-    "max_auto_priority",
-    "min_auto_priority_delay",
-    "vrrp_netlink_cmd_rcv_bufs",
-    "vrrp_netlink_cmd_rcv_bufs_force",
-    "vrrp_netlink_monitor_rcv_bufs",
-    "vrrp_netlink_monitor_rcv_bufs_force",
-    "process_monitor_rcv_bufs",
-    "process_monitor_rcv_bufs_force",
-    "lvs_netlink_cmd_rcv_bufs",
-    "lvs_netlink_cmd_rcv_bufs_force",
-    "lvs_netlink_monitor_rcv_bufs",
-    "lvs_netlink_monitor_rcv_bufs_force",
-    "rs_init_notifies",
-    "no_checker_emails",
-    "vrrp_rx_bufs_policy",
-    "vrrp_rx_bufs_multiplier",
-    "vrrp_startup_delay",
-    "log_unknown_vrids",
-    "vrrp_track_process",
-    "vrrp_skip_check_adv_addr",
-    "random_seed",
-    "reload_check_config",
-    "reload_time_file",
-    "reload_repeat",
-    "reload_file",
-    "config_save_dir",
-    "tmp_config_directory",
-    "data_use_instance",
-    "fifo_write_vrrp_states_on_reload",
-    "child_wait_time",
-    "bfd_rlimit_rttime",
-    "vrrp_rlimit_rttime",
-    "checker_rlimit_rttime",
-    "vrrp_garp_extra_if",
-    "vrrp_ipvs_garp",
-    "iproute_usr_dir",
-    "iproute_etc_dir",
-    "vrrp_owner_ignore_adverts",
-    "disable_local_igmp",
-    "vrrp_garp_master_refresh_repeat",
-    "use_symlink_paths",
-    "local_name",
-];
-
-const VRRP_INSTANCE_UNUSED: &[&str] = &[
-    "track_file",
-    "track_process",
-    "track_bfd",
-    "virtual_routes",
-    "virtual_rules",
-    "debug",
-    "native_ipv6",
-    "notify_deleted",
-    "notify_master_rx_lower_pri",
-    "notify_priority_changes",
-    "unicast_ttl",
-    "unicast_fault_no_peer",
-    "old_unicast_checksum",
-    "check_unicast_src",
-    "use_ipvlan",
-    "track_src_ip",
-    "linkbeat_use_polling",
-    "kernel_rx_buf_size",
-    "garp_lower_prio_delay",
-    "garp_lower_prio_repeat",
-    "lower_prio_no_advert",
-    "higher_prio_send_advert",
-    "skip_check_adv_addr",
-    "auth_hmac",
-    "no_accept_prio",
-    "vrrp_skip_check_adv_addr",
-    "mcast_group",
-    "smtp_alert_vrrp",
-    "snmp_name",
-    "vmac_xmit_base",
-    "unicast_src_port",
-];
 
 fn loc_of(t: &Token) -> Loc {
     t.loc.clone()
@@ -174,16 +34,42 @@ impl Ctx<'_> {
         self.w.push(Warning::at(&t.loc, msg));
     }
 
-    fn unknown(&mut self, n: &Node, block: &str) {
+    fn unknown(&mut self, n: &Node, block: &str, kind: Block) {
         let with = if n.block.is_some() {
             " (and its block)"
         } else {
             ""
         };
-        self.warn(
-            &n.key,
-            format!("unknown keyword `{}` in {block}; skipped{with}", n.key.text),
-        );
+        let hint = match keywords::suggest(kind, &n.key.text) {
+            Some(k) => format!("; did you mean `{k}`?"),
+            None => String::new(),
+        };
+        self.w.push(Warning::unknown(
+            &n.key.loc,
+            format!(
+                "unknown keyword `{}` in {block}; skipped{with}{hint}",
+                n.key.text
+            ),
+        ));
+    }
+
+    /// The keyword audit ([`keywords::TABLE`]): warn for a keyword rvs
+    /// does not apply, refuse one it must not run without. Whether the
+    /// keyword is listed (and so known, even if nothing reads it).
+    fn audit(&mut self, kind: Block, n: &Node) -> R<bool> {
+        match keywords::outcome(kind, &n.key.text) {
+            None => Ok(false),
+            Some(Outcome::Quiet(_)) => Ok(true),
+            Some(Outcome::NotApplied(why)) => {
+                self.w
+                    .push(Warning::not_applied(&n.key.loc, &n.key.text, why));
+                Ok(true)
+            }
+            Some(Outcome::Refused(why)) => err(
+                &n.key,
+                format!("`{}` is refused by rvs ({why})", n.key.text),
+            ),
+        }
     }
 
     fn max_args(&mut self, n: &Node, max: usize) {
@@ -517,6 +403,7 @@ pub(crate) fn parse(tree: &[Node], w: &mut Vec<Warning>) -> R<KeepalivedConf> {
     let mut c = Ctx { w };
     let mut conf = KeepalivedConf::default();
     for n in tree {
+        let listed = c.audit(Block::Top, n)?;
         match n.key.text.as_str() {
             "global_defs" => global_defs(&mut c, n, &mut conf.global)?,
             "SSL" => conf.ssl = Some(ssl(&mut c, n)?),
@@ -526,20 +413,8 @@ pub(crate) fn parse(tree: &[Node], w: &mut Vec<Warning>) -> R<KeepalivedConf> {
             "vrrp_script" => conf.vrrp_scripts.push(vrrp_script(&mut c, n)?),
             "vrrp_sync_group" => conf.vrrp_sync_groups.push(sync_group(&mut c, n)?),
             "vrrp_instance" => conf.vrrp_instances.push(vrrp_instance(&mut c, n)?),
-            // Real top-level keepalived blocks rvs does not use.
-            "static_ipaddress"
-            | "static_routes"
-            | "static_rules"
-            | "linkbeat_interfaces"
-            | "track_file"
-            | "vrrp_track_file"
-            | "track_process"
-            | "bfd_instance"
-            | "garp_group"
-            | "interface_up_down_delays"
-            | "net_namespace"
-            | "namespace_with_ipsets" => {}
-            _ => c.unknown(n, "the top level"),
+            _ if listed => {}
+            _ => c.unknown(n, "the top level", Block::Top),
         }
     }
     Ok(conf)
@@ -547,6 +422,7 @@ pub(crate) fn parse(tree: &[Node], w: &mut Vec<Warning>) -> R<KeepalivedConf> {
 
 fn global_defs(c: &mut Ctx<'_>, n: &Node, g: &mut GlobalDefs) -> R<()> {
     for k in block(n)? {
+        let listed = c.audit(Block::Global, k)?;
         let key = k.key.text.as_str();
         match key {
             "router_id" => g.router_id = Some(string(k, "a router id")?),
@@ -646,11 +522,11 @@ fn global_defs(c: &mut Ctx<'_>, n: &Node, g: &mut GlobalDefs) -> R<()> {
                 )
             }
             "checker_log_all_failures" => g.checker_log_all_failures = flag(k)?,
-            _ if GLOBAL_UNUSED.contains(&key) => g.unused.push((
+            _ if listed => g.unused.push((
                 key.to_owned(),
                 k.args.iter().map(|t| t.text.clone()).collect(),
             )),
-            _ => c.unknown(k, "global_defs"),
+            _ => c.unknown(k, "global_defs", Block::Global),
         }
     }
     Ok(())
@@ -695,12 +571,13 @@ fn sync_daemon(k: &Node) -> R<LvsSyncDaemon> {
 fn ssl(c: &mut Ctx<'_>, n: &Node) -> R<SslConfig> {
     let mut s = SslConfig::default();
     for k in block(n)? {
+        c.audit(Block::Ssl, k)?;
         match k.key.text.as_str() {
             "password" => s.password = Some(string(k, "a password")?),
             "ca" => s.ca = Some(string(k, "a file name")?),
             "certificate" => s.certificate = Some(string(k, "a file name")?),
             "key" => s.key = Some(string(k, "a file name")?),
-            _ => c.unknown(k, "SSL"),
+            _ => c.unknown(k, "SSL", Block::Ssl),
         }
     }
     Ok(s)
@@ -833,6 +710,7 @@ fn virtual_server(c: &mut Ctx<'_>, n: &Node) -> R<VirtualServer> {
     let mut sorry_inhibit = false;
     let mut sorry_method: Option<ForwardMethod> = None;
     for k in block(n)? {
+        let listed = c.audit(Block::VirtualServer, k)?;
         let key = k.key.text.as_str();
         match key {
             "delay_loop" => vs.delay_loop = timer(arg(k, 0, "a time in seconds")?)?,
@@ -994,8 +872,8 @@ fn virtual_server(c: &mut Ctx<'_>, n: &Node) -> R<VirtualServer> {
                 )?
             }
             "real_server" => vs.real_servers.push(real_server(c, k)?),
-            "virtualserver_group" | "establish_timeout" => c.unknown(k, "virtual_server"),
-            _ => c.unknown(k, "virtual_server"),
+            _ if listed => {}
+            _ => c.unknown(k, "virtual_server", Block::VirtualServer),
         }
         if !matches!(
             key,
@@ -1080,6 +958,7 @@ fn real_server(c: &mut Ctx<'_>, n: &Node) -> R<RealServer> {
         checkers: Vec::new(),
     };
     for k in block(n)? {
+        let listed = c.audit(Block::RealServer, k)?;
         let key = k.key.text.as_str();
         let mut max = 1;
         match key {
@@ -1124,14 +1003,14 @@ fn real_server(c: &mut Ctx<'_>, n: &Node) -> R<RealServer> {
             "delay_loop" => rs.delay_loop = Some(timer(arg(k, 0, "a time in seconds")?)?),
             "smtp_alert" => rs.smtp_alert = Some(flag(k)?),
             "virtualhost" => rs.virtualhost = Some(string(k, "a host name")?),
-            "snmp_name" => {}
+            _ if listed => {}
             "HTTP_GET" | "SSL_GET" | "TCP_CHECK" | "SMTP_CHECK" | "DNS_CHECK" | "MISC_CHECK"
             | "UDP_CHECK" | "PING_CHECK" | "FILE_CHECK" | "BFD_CHECK" => {
                 rs.checkers.push(checker(c, k)?);
                 max = 0;
             }
             _ => {
-                c.unknown(k, "real_server");
+                c.unknown(k, "real_server", Block::RealServer);
                 max = usize::MAX;
             }
         }
@@ -1195,7 +1074,7 @@ fn checker(c: &mut Ctx<'_>, n: &Node) -> R<Checker> {
         );
     }
     for k in body {
-        if common_opt(c, k, &mut common)? {
+        if c.audit(Block::Checker, k)? || common_opt(c, k, &mut common)? {
             continue;
         }
         let key = k.key.text.as_str();
@@ -1361,7 +1240,7 @@ fn checker(c: &mut Ctx<'_>, n: &Node) -> R<Checker> {
             CheckerKind::Tcp | CheckerKind::Ping => false,
         };
         if !handled {
-            c.unknown(k, name);
+            c.unknown(k, name, Block::Checker);
         }
     }
     Ok(Checker {
@@ -1417,6 +1296,7 @@ fn url(c: &mut Ctx<'_>, n: &Node) -> R<UrlCheck> {
         loc: loc_of(&n.key),
     };
     for k in block(n)? {
+        c.audit(Block::Url, k)?;
         let mut max = 1;
         match k.key.text.as_str() {
             "path" => u.path = Some(string(k, "a URL path")?),
@@ -1475,7 +1355,7 @@ fn url(c: &mut Ctx<'_>, n: &Node) -> R<UrlCheck> {
                 max = usize::MAX;
             }
             _ => {
-                c.unknown(k, "url");
+                c.unknown(k, "url", Block::Url);
                 max = usize::MAX;
             }
         }
@@ -1588,7 +1468,7 @@ fn vrrp_script(c: &mut Ctx<'_>, n: &Node) -> R<VrrpScript> {
                 )
             }
             "init_fail" => s.init_fail = true,
-            _ => c.unknown(k, "vrrp_script"),
+            _ => c.unknown(k, "vrrp_script", Block::VrrpScript),
         }
     }
     Ok(s)
@@ -1608,6 +1488,7 @@ fn sync_group(c: &mut Ctx<'_>, n: &Node) -> R<VrrpSyncGroup> {
         if notify_kw(k, &mut g.notify)? {
             continue;
         }
+        let listed = c.audit(Block::SyncGroup, k)?;
         match k.key.text.as_str() {
             "group" => {
                 for m in block(k)? {
@@ -1620,14 +1501,8 @@ fn sync_group(c: &mut Ctx<'_>, n: &Node) -> R<VrrpSyncGroup> {
             "track_interface" => g.track_interface = tracked_list(k)?,
             "track_script" => g.track_script = tracked_list(k)?,
             "smtp_alert" => g.smtp_alert = flag(k)?,
-            "track_file"
-            | "track_process"
-            | "track_bfd"
-            | "global_tracking"
-            | "sync_group_tracking_weight"
-            | "notify_deleted"
-            | "notify_priority_changes" => {}
-            _ => c.unknown(k, "vrrp_sync_group"),
+            _ if listed => {}
+            _ => c.unknown(k, "vrrp_sync_group", Block::SyncGroup),
         }
     }
     Ok(g)
@@ -1733,6 +1608,7 @@ fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
         if notify_kw(k, &mut v.notify)? {
             continue;
         }
+        let listed = c.audit(Block::VrrpInstance, k)?;
         let key = k.key.text.as_str();
         match key {
             "state" => {
@@ -1801,7 +1677,7 @@ fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
                             };
                         }
                         "auth_pass" => a.pass = Some(string(x, "a password")?),
-                        _ => c.unknown(x, "authentication"),
+                        _ => c.unknown(x, "authentication", Block::VrrpInstance),
                     }
                 }
                 v.authentication = Some(a);
@@ -1870,8 +1746,8 @@ fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
             "smtp_alert" => v.smtp_alert = flag(k)?,
             "strict_mode" => v.strict_mode = Some(flag(k)?),
             "dont_track_primary" => v.dont_track_primary = true,
-            _ if VRRP_INSTANCE_UNUSED.contains(&key) => {}
-            _ => c.unknown(k, "vrrp_instance"),
+            _ if listed => {}
+            _ => c.unknown(k, "vrrp_instance", Block::VrrpInstance),
         }
     }
     let _ = Kind::Word;

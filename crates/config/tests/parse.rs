@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rvs_config::model::*;
-use rvs_config::{LoadOptions, MemResolver, load, parse_str};
+use rvs_config::{LoadOptions, MemResolver, WarningKind, load, parse_str};
 use rvs_core::model::{AddrFamily, ForwardMethod, Protocol, SchedFlags, ServiceKey, TunnelType};
 
 fn ok(text: &str) -> rvs_config::Loaded {
@@ -11,6 +11,15 @@ fn ok(text: &str) -> rvs_config::Loaded {
         Ok(l) => l,
         Err(e) => panic!("unexpected error: {e}"),
     }
+}
+
+/// The keywords named by "not applied" warnings, in order.
+fn not_applied(l: &rvs_config::Loaded) -> Vec<String> {
+    l.warnings
+        .iter()
+        .filter(|w| w.kind == WarningKind::NotApplied)
+        .filter_map(|w| w.message.split('`').nth(1).map(str::to_owned))
+        .collect()
 }
 
 fn fail(text: &str) -> rvs_config::ConfigError {
@@ -62,7 +71,13 @@ fn seed_1_loads() {
     );
     assert_eq!(dns.effective.retry, 3);
     assert_eq!(dns.effective.delay_before_retry, Duration::from_secs(10));
-    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    // Mail and script security are read but not carried out: said so.
+    assert_eq!(
+        not_applied(&l),
+        ["script_user", "enable_script_security"],
+        "{:?}",
+        l.warnings
+    );
 }
 
 #[test]
@@ -128,7 +143,18 @@ fn seed_4_fragment_warns_top_level_real_server() {
 fn full_fixture() {
     let l = fixture("full.conf");
     let c = &l.config;
-    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    assert_eq!(
+        not_applied(&l),
+        [
+            "notification_email",
+            "notification_email_from",
+            "smtp_server",
+            "enable_script_security",
+            "script_user"
+        ],
+        "{:?}",
+        l.warnings
+    );
     assert_eq!(c.global.router_id.as_deref(), Some("LVS_DIRECTOR_1"));
     assert_eq!(c.lvs_timeouts(), Some((900, 120, 300)));
     let sd = c
@@ -367,12 +393,17 @@ fn unknown_keyword_warnings() {
     let l = ok(&format!(
         "frobnicate 1\nglobal_defs {{\n  vrrp_garp_interval 1\n  bogus_opt {{\n    x 1\n  }}\n}}\n{VS}"
     ));
-    assert_eq!(l.warnings.len(), 2, "{:?}", l.warnings);
+    assert_eq!(l.warnings.len(), 3, "{:?}", l.warnings);
     assert_eq!((l.warnings[0].line, l.warnings[0].column), (1, 1));
-    assert_eq!((l.warnings[1].line, l.warnings[1].column), (4, 3));
-    assert!(l.warnings[1].message.contains("(and its block)"));
+    assert_eq!(l.warnings[1].kind, WarningKind::NotApplied);
+    assert_eq!(
+        l.warnings[1].to_string(),
+        "t.conf:3:3: warning: `vrrp_garp_interval` is not applied by rvs (rvs sends gratuitous ARP / NA only as garp_master_* say)"
+    );
+    assert_eq!((l.warnings[2].line, l.warnings[2].column), (4, 3));
+    assert!(l.warnings[2].message.contains("(and its block)"));
     assert!(
-        l.warnings[1]
+        l.warnings[2]
             .to_string()
             .starts_with("t.conf:4:3: warning:")
     );
@@ -572,7 +603,12 @@ fn global_defs_keywords() {
         (None, Some(3), Some(1400), Some(8848), Some(2))
     );
     assert_eq!(g.unused[0].0, "nftables_ipvs");
-    assert!(l.warnings.is_empty());
+    assert_eq!(
+        not_applied(&l),
+        ["vrrp_strict", "smtp_connect_timeout", "nftables_ipvs"],
+        "{:?}",
+        l.warnings
+    );
     assert_eq!(ok("").config.global.vrrp_version, 2);
 }
 
@@ -640,4 +676,46 @@ fn rvs_proxy_keywords() {
     let e = fail("virtual_server 10.0.0.1 80 {\n  proxy_protocol v9\n}\n");
     assert_eq!((e.line, e.column), (2, 18));
     assert!(e.message.contains("expected v1 or v2, found `v9`"), "{e}");
+}
+
+/// One file, two directors: `@high`/`@low` lines give each its priority
+/// (keepalived's `-i`), and `$NAME` definitions under a condition follow it.
+#[test]
+fn config_ids_give_two_directors_two_priorities() {
+    let text = "@high $ADVERT=1\n@low $ADVERT=2\nvrrp_instance VI_1 {\n  state BACKUP\n  interface eth0\n  virtual_router_id 51\n@high  priority 150\n@low   priority 50\n  advert_int $ADVERT\n  unicast_peer {\n    @^high 192.0.2.1\n    @^low 192.0.2.2\n  }\n}\n";
+    let load = |id: &str| {
+        let opts = LoadOptions {
+            config_ids: vec![id.into()],
+            ..Default::default()
+        };
+        let l = parse_str("ha.conf", text, &opts).unwrap();
+        assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+        l.config.vrrp_instances[0].clone()
+    };
+    let (high, low) = (load("high"), load("low"));
+    assert_eq!((high.priority, low.priority), (150, 50));
+    assert_eq!(high.advert_int, Duration::from_secs(1));
+    assert_eq!(low.advert_int, Duration::from_secs(2));
+    assert_eq!(high.unicast_peer.len(), 1);
+    assert_eq!(high.unicast_peer[0].addr.to_string(), "192.0.2.2");
+    assert_eq!(low.unicast_peer[0].addr.to_string(), "192.0.2.1");
+}
+
+/// keepalived's pre-defined definitions: `${_INSTANCE}` is the config id,
+/// `${_HASH}` and `${_BANG}` are `#` and `!` that do not start a comment.
+#[test]
+fn predefined_definitions() {
+    let text = "global_defs {\n  router_id r_${_INSTANCE}\n}\nvrrp_script S {\n  script \"/bin/echo ${_HASH}1 ${_BANG}2\"\n}\nvrrp_script T {\n  script /bin/x${_HASH}y\n}\n";
+    let opts = LoadOptions {
+        config_ids: vec!["east".into()],
+        ..Default::default()
+    };
+    let l = parse_str("t.conf", text, &opts).unwrap();
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    assert_eq!(l.config.global.router_id.as_deref(), Some("r_east"));
+    assert_eq!(
+        l.config.vrrp_scripts[0].script.as_deref(),
+        Some("/bin/echo #1 !2")
+    );
+    assert_eq!(l.config.vrrp_scripts[1].script.as_deref(), Some("/bin/x#y"));
 }

@@ -84,6 +84,21 @@ struct Args {
     #[arg(long)]
     check: bool,
 
+    /// Refuse, as errors at their file:line:column, the keywords rvs reads
+    /// but does not carry out (the "is not applied by rvs" warnings) and
+    /// unknown keywords: with --check, a non-zero exit for CI; at start-up,
+    /// rvsd does not start; on a reload, the file is refused and nothing
+    /// changes.
+    #[arg(long)]
+    strict: bool,
+
+    /// Configuration id (keepalived's -i): `@NAME` lines of the file are
+    /// kept, `@^NAME` lines dropped (keepalived's conditional
+    /// configuration); also at every reload. Default, as keepalived: the
+    /// host name up to its first dot. Repeatable.
+    #[arg(short = 'i', long = "config-id", value_name = "NAME")]
+    config_id: Vec<String>,
+
     /// Control socket path.
     #[arg(long, env = "RVS_SOCKET", value_name = "PATH", default_value = DEFAULT_SOCKET)]
     socket: PathBuf,
@@ -390,6 +405,15 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
 
+    source::set_keepalived_options(rvs_config::LoadOptions {
+        config_ids: if args.config_id.is_empty() {
+            source::default_config_id().into_iter().collect()
+        } else {
+            args.config_id.clone()
+        },
+        strict: args.strict,
+        ..Default::default()
+    });
     let source = match (&args.config, &args.rules) {
         (Some(p), _) => Some(Source::Keepalived(p.clone())),
         (None, Some(p)) => Some(Source::Rules(p.clone())),

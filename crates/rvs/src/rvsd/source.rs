@@ -62,9 +62,29 @@ pub fn load(src: &Source) -> Result<Loaded, String> {
     }
 }
 
+/// How keepalived.conf files are read (`--config-id`, `--strict`): set once
+/// at start-up, used by `--check`, the first load and every reload alike.
+static KEEPALIVED_OPTIONS: std::sync::OnceLock<rvs_config::LoadOptions> =
+    std::sync::OnceLock::new();
+
+/// Set the keepalived.conf reading options (once, before the first load;
+/// later calls are ignored).
+pub fn set_keepalived_options(opts: rvs_config::LoadOptions) {
+    let _ = KEEPALIVED_OPTIONS.set(opts);
+}
+
+/// keepalived's default config id: the node name (`uname -n`) up to its
+/// first dot; `None` when it cannot be read.
+pub fn default_config_id() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let first = name.trim().split('.').next().unwrap_or("");
+    (!first.is_empty()).then(|| first.to_owned())
+}
+
 fn load_keepalived(path: &Path) -> Result<Loaded, String> {
-    let loaded =
-        rvs_config::load(path, &rvs_config::LoadOptions::default()).map_err(|e| e.to_string())?;
+    let default = rvs_config::LoadOptions::default();
+    let opts = KEEPALIVED_OPTIONS.get().unwrap_or(&default);
+    let loaded = rvs_config::load(path, opts).map_err(|e| e.to_string())?;
     let specs = loaded.config.lvs_services().map_err(|e| e.to_string())?;
     let checkers: usize = loaded
         .config

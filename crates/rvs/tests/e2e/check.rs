@@ -152,3 +152,177 @@ fn systemd_unit_uses_real_options() {
     }
     assert!(unit.contains("ExecReload=/bin/kill -HUP $MAINPID"));
 }
+
+/// A service plus `global` inside global_defs.
+fn strict_conf(global: &str) -> String {
+    format!(
+        "global_defs {{\n    router_id STRICT\n{global}}}\nvirtual_server 10.0.0.1 80 {{\n    lb_algo rr\n    protocol TCP\n    real_server 10.0.0.2 80 {{\n    }}\n}}\n"
+    )
+}
+
+#[test]
+fn strict_refuses_keywords_that_are_not_applied() {
+    let dir = TempDir::new("check-strict");
+    let p = dir.write("s.conf", &strict_conf("    vrrp_garp_interval 1\n"));
+    let run = |strict: bool| {
+        let mut c = Command::new(RVSD);
+        c.arg("-f").arg(&p).arg("--check");
+        if strict {
+            c.arg("--strict");
+        }
+        parts(&c.output().expect("rvsd"))
+    };
+    let (stdout, _, code) = run(false);
+    assert_eq!(code, 0);
+    let at = format!("{}:3:5:", p.display());
+    assert!(
+        stdout.contains(&format!(
+            "{at} warning: `vrrp_garp_interval` is not applied by rvs"
+        )),
+        "{stdout}"
+    );
+    let (_, stderr, code) = run(true);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.starts_with(&format!("{at} `vrrp_garp_interval` is not applied by rvs")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--strict"), "{stderr}");
+}
+
+#[test]
+fn check_suggests_the_nearest_keyword() {
+    let dir = TempDir::new("check-dym");
+    let p = dir.write(
+        "d.conf",
+        "vrrp_instance VI {\n    state BACKUP\n    interface lo\n    virtual_router_id 7\n    priorty 10\n}\n",
+    );
+    let out = Command::new(RVSD)
+        .arg("-f")
+        .arg(&p)
+        .arg("--check")
+        .output()
+        .expect("rvsd");
+    let (stdout, stderr, code) = parts(&out);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "{}:5:5: warning: unknown keyword `priorty` in vrrp_instance; skipped; did you mean `priority`?",
+            p.display()
+        )),
+        "{stdout}"
+    );
+}
+
+/// `-i NAME` reaches the reader: a `@NAME` line with a keyword rvs does not
+/// apply is only refused by `--strict` when NAME is the config id.
+#[test]
+fn config_id_selects_conditional_lines() {
+    let dir = TempDir::new("check-id");
+    let p = dir.write("i.conf", &strict_conf("@edge    vrrp_garp_interval 1\n"));
+    let run = |ids: &[&str]| {
+        let out = Command::new(RVSD)
+            .arg("-f")
+            .arg(&p)
+            .args(["--check", "--strict"])
+            .args(ids)
+            .output()
+            .expect("rvsd");
+        parts(&out)
+    };
+    let (_, stderr, code) = run(&[]);
+    assert_eq!(code, 0, "{stderr}");
+    let (_, stderr, code) = run(&["-i", "core"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (_, stderr, code) = run(&["--config-id", "edge"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("`vrrp_garp_interval`"), "{stderr}");
+
+    // Without -i the id is the host name up to its first dot, as keepalived.
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
+    let host = host.trim().split('.').next().unwrap_or("").to_owned();
+    assert!(!host.is_empty());
+    let p = dir.write(
+        "h.conf",
+        &strict_conf(&format!(
+            "@{host}    vrrp_garp_interval 1
+"
+        )),
+    );
+    let out = Command::new(RVSD)
+        .arg("-f")
+        .arg(&p)
+        .args(["--check", "--strict"])
+        .output()
+        .expect("rvsd");
+    let (_, stderr, code) = parts(&out);
+    assert_eq!(code, 1, "the host name is the default config id: {stderr}");
+}
+
+/// `--strict` at start-up: rvsd does not start; on a reload, the file is
+/// refused and the running table stays.
+#[test]
+fn strict_is_honoured_at_start_and_on_reload() {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let dir = TempDir::new("strict-load");
+    let bad = dir.write("bad.conf", &strict_conf("    vrrp_garp_interval 1\n"));
+    let socket = dir.path().join("bad.sock");
+    let mut child = Command::new(RVSD)
+        .args([
+            "--dataplane",
+            "none",
+            "--log-level",
+            "warn",
+            "--strict",
+            "--socket",
+        ])
+        .arg(&socket)
+        .arg("-f")
+        .arg(&bad)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rvsd");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let status = status.expect("rvsd --strict with a refused keyword must exit");
+    assert!(!status.success());
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        use std::io::Read;
+        let _ = e.read_to_string(&mut err);
+    }
+    assert!(err.contains("is not applied by rvs"), "{err}");
+
+    let dir = TempDir::new("strict-reload");
+    let path = dir.write("k.conf", &strict_conf(""));
+    let path_s = path.display().to_string();
+    let d = crate::harness::Rvsd::start_in(dir, &["--strict", "-f", &path_s]);
+    let before = d.ok("-Ln");
+    assert!(before.contains("10.0.0.2:80"), "{before}");
+    std::fs::write(
+        &path,
+        strict_conf("    vrrp_garp_interval 1\n").replace("10.0.0.2 80", "10.0.0.3 80"),
+    )
+    .expect("write");
+    let (out, err, code) = parts(&d.adm("--reload"));
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("`vrrp_garp_interval` is not applied by rvs"),
+        "{err}"
+    );
+    assert_eq!(d.ok("-Ln"), before, "a refused reload changes nothing");
+}

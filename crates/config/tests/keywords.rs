@@ -1,0 +1,674 @@
+//! The keyword audit, shown: every keyword of keepalived.conf(5) (keepalived
+//! 2.2.7) with its man page section and what rvs does with it, each loaded in
+//! a minimal valid context and its outcome asserted; and a check that the
+//! installed man page has no keyword this table lacks.
+//!
+//! Outcomes: `Applied(test)` — carried out, `test` (file::function) shows it
+//! (an empty name: carried out, but no behavioural test names it yet; listed
+//! in docs/keepalived-keywords.md); `Warned` — a located "`KEYWORD` is not
+//! applied by rvs" warning; `Quiet` — accepted silently, reason in
+//! `rvs_config::keywords::TABLE` and docs/keepalived-keywords.md; `Refused`
+//! — a located error; `InBlock` — inside a block rvs does not apply, whose
+//! own keyword is warned.
+
+use rvs_config::keywords::{self, Block, Outcome as TableOutcome};
+use rvs_config::{LoadOptions, WarningKind, parse_str};
+
+#[derive(Clone, Copy, Debug)]
+enum Ctx {
+    Top,
+    Global,
+    VrrpInstance,
+    Auth,
+    SyncGroup,
+    VrrpScript,
+    Vsg,
+    VirtualServer,
+    RealServer,
+    Checker(&'static str),
+    Url,
+    Ssl,
+    In(&'static str),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Outcome {
+    Applied(&'static str),
+    Warned,
+    Quiet,
+    Refused,
+    InBlock,
+}
+use Ctx::*;
+use Outcome::*;
+
+struct Row {
+    section: &'static str,
+    keyword: &'static str,
+    ctx: Ctx,
+    line: &'static str,
+    outcome: Outcome,
+}
+
+const fn row(
+    section: &'static str,
+    keyword: &'static str,
+    ctx: Ctx,
+    line: &'static str,
+    outcome: Outcome,
+) -> Row {
+    Row {
+        section,
+        keyword,
+        ctx,
+        line,
+        outcome,
+    }
+}
+
+const VI: &str =
+    "vrrp_instance VI_K {\n state BACKUP\n interface lo\n virtual_router_id 9\n priority 100\n";
+
+/// `line` in a minimal valid file for its context.
+fn wrap(ctx: Ctx, line: &str) -> String {
+    let rs = "real_server 192.0.2.20 80 {\n";
+    let vs = "virtual_server 192.0.2.10 80 {\n protocol TCP\n";
+    match ctx {
+        Top => format!("{line}\n"),
+        Global => format!("global_defs {{\n{line}\n}}\n"),
+        VrrpInstance => format!("{VI}{line}\n}}\n"),
+        Auth => format!("{VI}authentication {{\n{line}\n}}\n}}\n"),
+        SyncGroup => format!("{VI}}}\nvrrp_sync_group G {{\n group {{\n VI_K\n }}\n{line}\n}}\n"),
+        VrrpScript => format!("vrrp_script S {{\n script /bin/true\n{line}\n}}\n"),
+        Vsg => format!(
+            "virtual_server_group G {{\n{line}\n}}\nvirtual_server group G {{\n protocol TCP\n{rs}}}\n}}\n"
+        ),
+        VirtualServer => format!("{vs}{line}\n{rs}}}\n}}\n"),
+        RealServer => format!("{vs}{rs}{line}\n}}\n}}\n"),
+        Checker("MISC_CHECK") => {
+            format!("{vs}{rs}MISC_CHECK {{\n misc_path /bin/true\n{line}\n}}\n}}\n}}\n")
+        }
+        Checker(kind) => format!("{vs}{rs}{kind} {{\n{line}\n}}\n}}\n}}\n"),
+        Url => format!("{vs}{rs}HTTP_GET {{\nurl {{\n path /\n{line}\n}}\n}}\n}}\n}}\n"),
+        Ssl => format!("SSL {{\n{line}\n}}\n"),
+        In(block) => format!("{block} B {{\n{line}\n}}\n"),
+    }
+}
+
+/// The table block a context's keywords are looked up in.
+fn block_of(ctx: Ctx) -> Option<Block> {
+    Some(match ctx {
+        Top => Block::Top,
+        Global => Block::Global,
+        VrrpInstance | Auth => Block::VrrpInstance,
+        SyncGroup => Block::SyncGroup,
+        VrrpScript => Block::VrrpScript,
+        VirtualServer => Block::VirtualServer,
+        RealServer => Block::RealServer,
+        Checker(_) => Block::Checker,
+        Url => Block::Url,
+        Ssl => Block::Ssl,
+        Vsg | In(_) => return None,
+    })
+}
+
+fn names(message: &str, keyword: &str) -> bool {
+    message.contains(&format!("`{keyword}`"))
+}
+
+fn doc() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/keepalived-keywords.md"
+    ))
+    .expect("docs/keepalived-keywords.md")
+}
+
+#[test]
+fn every_keyword_has_its_outcome() {
+    let doc = doc();
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let mut failures = Vec::new();
+    for r in ROWS {
+        let text = wrap(r.ctx, r.line);
+        let got = parse_str("k.conf", &text, &LoadOptions::default());
+        let what = format!("[{}] `{}` in {:?}", r.section, r.keyword, r.ctx);
+        match (r.outcome, &got) {
+            (Refused, Err(e)) if names(&e.message, r.keyword) && e.line > 0 => {}
+            (Refused, _) => {
+                failures.push(format!("{what}: expected an error naming it, got {got:?}"))
+            }
+            (_, Err(e)) => failures.push(format!("{what}: {e}\n{text}")),
+            (Applied(test), Ok(l)) => {
+                if let Some(w) = l.warnings.iter().find(|w| names(&w.message, r.keyword)) {
+                    failures.push(format!("{what}: applied, but warned: {w}"));
+                }
+                if let Some((file, func)) = test.split_once("::") {
+                    let src = std::fs::read_to_string(format!("{root}/{file}")).unwrap_or_default();
+                    if !src.contains(&format!("fn {func}(")) {
+                        failures.push(format!("{what}: no test `{test}`"));
+                    }
+                }
+            }
+            (Warned, Ok(l)) => {
+                let ok = l.warnings.iter().any(|w| {
+                    w.kind == WarningKind::NotApplied
+                        && w.message
+                            .starts_with(&format!("`{}` is not applied by rvs (", r.keyword))
+                        && w.line > 0
+                });
+                if !ok {
+                    failures.push(format!(
+                        "{what}: expected a not-applied warning, got {:?}",
+                        l.warnings
+                    ));
+                }
+            }
+            (Quiet, Ok(l)) => {
+                if let Some(w) = l.warnings.iter().find(|w| names(&w.message, r.keyword)) {
+                    failures.push(format!("{what}: quiet, but warned: {w}"));
+                }
+                let listed = block_of(r.ctx)
+                    .and_then(|b| keywords::outcome(b, r.keyword))
+                    .is_some_and(|o| matches!(o, TableOutcome::Quiet(_)));
+                if !listed || !doc.contains(&format!("`{}`", r.keyword)) {
+                    failures.push(format!(
+                        "{what}: quiet without a reason in keywords::TABLE and the doc"
+                    ));
+                }
+            }
+            (InBlock, Ok(l)) => {
+                let In(block) = r.ctx else {
+                    unreachable!("InBlock rows are In(..)")
+                };
+                if !l
+                    .warnings
+                    .iter()
+                    .any(|w| w.kind == WarningKind::NotApplied && names(&w.message, block))
+                {
+                    failures.push(format!(
+                        "{what}: expected `{block}` warned, got {:?}",
+                        l.warnings
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} keyword(s):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// Every entry of the crate's table is in the operators' document, with its
+/// block.
+#[test]
+fn the_doc_lists_every_keyword_not_applied() {
+    let doc = doc();
+    for (block, kw, outcome) in keywords::TABLE {
+        let line = format!("| {block:?} | `{kw}` |");
+        assert!(
+            doc.contains(&line),
+            "docs/keepalived-keywords.md lacks {line} ({outcome:?})"
+        );
+    }
+}
+
+/// Sections of keepalived.conf(5) that are overviews or examples (their
+/// keywords are the ones the other sections define).
+const EXAMPLE_SECTIONS: &[&str] = &[
+    "NAME",
+    "Note:",
+    "DESCRIPTION",
+    "PARAMETER SYNTAX",
+    "SCRIPTS",
+    "Quoted strings",
+    "CONFIGURATION PARSER",
+    "TOP HIERACHY",
+    "GLOBAL CONFIGURATION",
+    "VRRPD CONFIGURATION",
+    "LVS CONFIGURATION",
+    "ADVANCED CONFIGURATION",
+    "Conditional configuration and configuration id",
+    "Parameter substitution",
+    "Pre-defined definitions",
+    "Sequence blocks",
+    "List blocks",
+    "KERNEL SETTINGS",
+    "AUTHORS",
+    "SEE ALSO",
+];
+
+/// (section, keyword) of every keyword the man page documents: bold words
+/// that start a line.
+fn man_keywords(roff: &str) -> Vec<(String, String)> {
+    let mut section = String::new();
+    let mut out = Vec::new();
+    for line in roff.lines() {
+        if let Some(s) = line.strip_prefix(".SH") {
+            section = s.trim().trim_matches('"').to_owned();
+            continue;
+        }
+        let Some(rest) = line.trim_start().strip_prefix("\\fB") else {
+            continue;
+        };
+        let word: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let next = rest[word.len()..].chars().next();
+        // `flag-1`, `sh-port`: scheduler flags, not keywords.
+        if word.is_empty()
+            || !word.starts_with(|c: char| c.is_ascii_alphabetic())
+            || next == Some('-')
+        {
+            continue;
+        }
+        if matches!(word.as_str(), "NOT" | "Note" | "Important") {
+            continue;
+        }
+        if EXAMPLE_SECTIONS.contains(&section.as_str()) {
+            continue;
+        }
+        out.push((section.clone(), word));
+    }
+    out
+}
+
+#[test]
+fn no_keyword_of_the_man_page_is_missing() {
+    let path = "/usr/share/man/man5/keepalived.conf.5.gz";
+    if !std::path::Path::new(path).exists() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{path} is missing under CI (scripts/install-deps installs keepalived)"
+        );
+        eprintln!("skipping: {path} not installed (keepalived's man page)");
+        return;
+    }
+    let out = std::process::Command::new("zcat")
+        .arg(path)
+        .output()
+        .expect("zcat");
+    assert!(out.status.success(), "zcat {path}");
+    let roff = String::from_utf8_lossy(&out.stdout);
+    let found = man_keywords(&roff);
+    assert!(
+        found.len() > 300,
+        "the man page parsed to {} keywords only",
+        found.len()
+    );
+    let missing: Vec<String> = found
+        .iter()
+        .filter(|(s, k)| !ROWS.iter().any(|r| r.section == s && r.keyword == k))
+        .map(|(s, k)| format!("[{s}] {k}"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "keywords of keepalived.conf(5) missing from the table:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[rustfmt::skip]
+static ROWS: &[Row] = &[
+    row("Global definitions", "net_namespace", Global, "net_namespace x", Refused),
+    row("Global definitions", "net_namespace_ipvs", Global, "net_namespace_ipvs x", Refused),
+    row("Global definitions", "namespace_with_ipsets", Global, "namespace_with_ipsets", Warned),
+    row("Global definitions", "instance", Global, "instance x", Refused),
+    row("Global definitions", "use_pid_dir", Global, "use_pid_dir", Quiet),
+    row("Global definitions", "linkbeat_use_polling", Global, "linkbeat_use_polling", Warned),
+    row("Global definitions", "child_wait_time", Global, "child_wait_time 1", Quiet),
+    row("Global definitions", "global_defs", Top, "global_defs {\n}", Applied("crates/rvs/tests/e2e/sync.rs::lvs_sync_daemon_follows_the_vrrp_state")),
+    row("Global definitions", "tmp_config_directory", Global, "tmp_config_directory x", Quiet),
+    row("Global definitions", "config_save_dir", Global, "config_save_dir x", Warned),
+    row("Global definitions", "process_names", Global, "process_names", Quiet),
+    row("Global definitions", "process_name", Global, "process_name x", Quiet),
+    row("Global definitions", "vrrp_process_name", Global, "vrrp_process_name x", Quiet),
+    row("Global definitions", "checker_process_name", Global, "checker_process_name x", Quiet),
+    row("Global definitions", "bfd_process_name", Global, "bfd_process_name x", Quiet),
+    row("Global definitions", "startup_script", Global, "startup_script 192.0.2.1", Warned),
+    row("Global definitions", "startup_script_timeout", Global, "startup_script_timeout 1", Warned),
+    row("Global definitions", "shutdown_script", Global, "shutdown_script 192.0.2.1", Warned),
+    row("Global definitions", "shutdown_script_timeout", Global, "shutdown_script_timeout 1", Warned),
+    row("Global definitions", "notification_email", Global, "notification_email {\n}", Warned),
+    row("Global definitions", "notification_email_from", Global, "notification_email_from admin@example.com", Warned),
+    row("Global definitions", "smtp_server", Global, "smtp_server 127.0.0.1", Warned),
+    row("Global definitions", "smtp_helo_name", Global, "smtp_helo_name x", Warned),
+    row("Global definitions", "smtp_connect_timeout", Global, "smtp_connect_timeout 30", Warned),
+    row("Global definitions", "smtp_alert", Global, "smtp_alert", Warned),
+    row("Global definitions", "smtp_alert_vrrp", Global, "smtp_alert_vrrp", Warned),
+    row("Global definitions", "smtp_alert_checker", Global, "smtp_alert_checker", Warned),
+    row("Global definitions", "checker_log_all_failures", Global, "checker_log_all_failures", Applied("")),
+    row("Global definitions", "no_email_faults", Global, "no_email_faults", Warned),
+    row("Global definitions", "router_id", Global, "router_id x", Applied("crates/rvs/tests/e2e/vrrp.rs::vrrp_elects_fails_over_preempts_back_and_resigns_on_stop")),
+    row("Global definitions", "vrrp_mcast_group4", Global, "vrrp_mcast_group4 224.0.0.18", Applied("crates/config/tests/parse.rs::global_defs_keywords")),
+    row("Global definitions", "vrrp_mcast_group6", Global, "vrrp_mcast_group6 ff02::12", Applied("crates/config/tests/parse.rs::global_defs_keywords")),
+    row("Global definitions", "default_interface", Global, "default_interface p33p1.3", Warned),
+    row("Global definitions", "lvs_sync_daemon", Global, "lvs_sync_daemon 1", Applied("crates/rvs/tests/e2e/sync.rs::sync_daemon_carries_connections_and_templates_to_the_backup")),
+    row("Global definitions", "lvs_timeouts", Global, "lvs_timeouts", Applied("crates/config/tests/parse.rs::seed_1_loads")),
+    row("Global definitions", "lvs_flush", Global, "lvs_flush", Applied("crates/config/tests/parse.rs::global_defs_keywords")),
+    row("Global definitions", "lvs_flush_on_stop", Global, "lvs_flush_on_stop", Applied("crates/config/tests/parse.rs::global_defs_keywords")),
+    row("Global definitions", "vrrp_garp_master_delay", Global, "vrrp_garp_master_delay 10", Applied("crates/rvs/src/rvsd/vrrp.rs::an_instance_is_resolved_with_keepalived_defaults")),
+    row("Global definitions", "vrrp_garp_master_repeat", Global, "vrrp_garp_master_repeat 1", Applied("")),
+    row("Global definitions", "vrrp_garp_lower_prio_delay", Global, "vrrp_garp_lower_prio_delay 10", Warned),
+    row("Global definitions", "vrrp_down_timer_adverts", Global, "vrrp_down_timer_adverts", Warned),
+    row("Global definitions", "vrrp_garp_lower_prio_repeat", Global, "vrrp_garp_lower_prio_repeat 1", Warned),
+    row("Global definitions", "vrrp_garp_master_refresh", Global, "vrrp_garp_master_refresh 60", Applied("crates/config/tests/parse.rs::global_defs_keywords")),
+    row("Global definitions", "vrrp_garp_master_refresh_repeat", Global, "vrrp_garp_master_refresh_repeat 2", Applied("")),
+    row("Global definitions", "vrrp_garp_interval", Global, "vrrp_garp_interval 0.001", Warned),
+    row("Global definitions", "vrrp_gna_interval", Global, "vrrp_gna_interval 0.000001", Warned),
+    row("Global definitions", "vrrp_min_garp", Global, "vrrp_min_garp", Warned),
+    row("Global definitions", "vrrp_garp_extra_if", Global, "vrrp_garp_extra_if", Warned),
+    row("Global definitions", "vrrp_lower_prio_no_advert", Global, "vrrp_lower_prio_no_advert", Warned),
+    row("Global definitions", "vrrp_higher_prio_send_advert", Global, "vrrp_higher_prio_send_advert", Warned),
+    row("Global definitions", "vrrp_version", Global, "vrrp_version 3", Applied("crates/rvs/tests/e2e/vrrp.rs::vrrp_v3_interoperates_with_keepalived")),
+    row("Global definitions", "nftables", Global, "nftables", Warned),
+    row("Global definitions", "nftables_priority", Global, "nftables_priority 1", Warned),
+    row("Global definitions", "nftables_counters", Global, "nftables_counters", Warned),
+    row("Global definitions", "nftables_ifindex", Global, "nftables_ifindex", Warned),
+    row("Global definitions", "nftables_ipvs", Global, "nftables_ipvs", Warned),
+    row("Global definitions", "nftables_ipvs_priority", Global, "nftables_ipvs_priority 1", Warned),
+    row("Global definitions", "nftables_ipvs_start_fwmark", Global, "nftables_ipvs_start_fwmark 1", Warned),
+    row("Global definitions", "vrrp_iptables", Global, "vrrp_iptables keepalived", Warned),
+    row("Global definitions", "vrrp_ipsets", Global, "vrrp_ipsets", Warned),
+    row("Global definitions", "vrrp_check_unicast_src", Global, "vrrp_check_unicast_src", Warned),
+    row("Global definitions", "vrrp_skip_check_adv_addr", Global, "vrrp_skip_check_adv_addr", Warned),
+    row("Global definitions", "vrrp_strict", Global, "vrrp_strict", Warned),
+    row("Global definitions", "vrrp_notify_priority_changes", Global, "vrrp_notify_priority_changes", Warned),
+    row("Global definitions", "max_auto_priority", Global, "max_auto_priority", Quiet),
+    row("Global definitions", "min_auto_priority_delay", Global, "min_auto_priority_delay 1 in usecs>", Quiet),
+    row("Global definitions", "vrrp_priority", Global, "vrrp_priority x to 19>", Quiet),
+    row("Global definitions", "checker_priority", Global, "checker_priority x to 19>", Quiet),
+    row("Global definitions", "bfd_priority", Global, "bfd_priority x to 19>", Quiet),
+    row("Global definitions", "vrrp_no_swap", Global, "vrrp_no_swap", Quiet),
+    row("Global definitions", "checker_no_swap", Global, "checker_no_swap", Quiet),
+    row("Global definitions", "bfd_no_swap", Global, "bfd_no_swap", Quiet),
+    row("Global definitions", "vrrp_cpu_affinity", Global, "vrrp_cpu_affinity 1", Quiet),
+    row("Global definitions", "checker_cpu_affinity", Global, "checker_cpu_affinity 1", Quiet),
+    row("Global definitions", "bfd_cpu_affinity", Global, "bfd_cpu_affinity 1", Quiet),
+    row("Global definitions", "vrrp_rt_priority", Global, "vrrp_rt_priority x", Quiet),
+    row("Global definitions", "checker_rt_priority", Global, "checker_rt_priority x", Quiet),
+    row("Global definitions", "bfd_rt_priority", Global, "bfd_rt_priority x", Quiet),
+    row("Global definitions", "vrrp_rlimit_rttime", Global, "vrrp_rlimit_rttime >=2", Quiet),
+    row("Global definitions", "checker_rlimit_rttime", Global, "checker_rlimit_rttime >=2", Quiet),
+    row("Global definitions", "bfd_rlimit_rttime", Global, "bfd_rlimit_rttime >=2", Quiet),
+    row("Global definitions", "snmp_socket", Global, "snmp_socket udp:1.2.3.4:705", Quiet),
+    row("Global definitions", "enable_snmp_vrrp", Global, "enable_snmp_vrrp", Quiet),
+    row("Global definitions", "enable_snmp_checker", Global, "enable_snmp_checker", Quiet),
+    row("Global definitions", "enable_snmp_rfc", Global, "enable_snmp_rfc", Quiet),
+    row("Global definitions", "enable_snmp_rfcv2", Global, "enable_snmp_rfcv2", Quiet),
+    row("Global definitions", "enable_snmp_rfcv3", Global, "enable_snmp_rfcv3", Quiet),
+    row("Global definitions", "enable_traps", Global, "enable_traps", Quiet),
+    row("Global definitions", "enable_dbus", Global, "enable_dbus", Quiet),
+    row("Global definitions", "dbus_service_name", Global, "dbus_service_name x", Quiet),
+    row("Global definitions", "script_user", Global, "script_user username", Warned),
+    row("Global definitions", "enable_script_security", Global, "enable_script_security", Warned),
+    row("Global definitions", "notify_fifo", Global, "notify_fifo x", Warned),
+    row("Global definitions", "notify_fifo_script", Global, "notify_fifo_script x", Warned),
+    row("Global definitions", "vrrp_notify_fifo", Global, "vrrp_notify_fifo x", Warned),
+    row("Global definitions", "vrrp_notify_fifo_script", Global, "vrrp_notify_fifo_script x", Warned),
+    row("Global definitions", "lvs_notify_fifo", Global, "lvs_notify_fifo x", Warned),
+    row("Global definitions", "lvs_notify_fifo_script", Global, "lvs_notify_fifo_script x", Warned),
+    row("Global definitions", "fifo_write_vrrp_states_on_reload", Global, "fifo_write_vrrp_states_on_reload", Warned),
+    row("Global definitions", "dynamic_interfaces", Global, "dynamic_interfaces", Warned),
+    row("Global definitions", "vrrp_netlink_cmd_rcv_bufs", Global, "vrrp_netlink_cmd_rcv_bufs 1", Quiet),
+    row("Global definitions", "vrrp_netlink_cmd_rcv_bufs_force", Global, "vrrp_netlink_cmd_rcv_bufs_force", Quiet),
+    row("Global definitions", "vrrp_netlink_monitor_rcv_bufs", Global, "vrrp_netlink_monitor_rcv_bufs 1", Quiet),
+    row("Global definitions", "vrrp_netlink_monitor_rcv_bufs_force", Global, "vrrp_netlink_monitor_rcv_bufs_force", Quiet),
+    row("Global definitions", "lvs_netlink_cmd_rcv_bufs", Global, "lvs_netlink_cmd_rcv_bufs 1", Quiet),
+    row("Global definitions", "lvs_netlink_cmd_rcv_bufs_force", Global, "lvs_netlink_cmd_rcv_bufs_force", Quiet),
+    row("Global definitions", "lvs_netlink_monitor_rcv_bufs", Global, "lvs_netlink_monitor_rcv_bufs 1", Quiet),
+    row("Global definitions", "lvs_netlink_monitor_rcv_bufs_force", Global, "lvs_netlink_monitor_rcv_bufs_force", Quiet),
+    row("Global definitions", "process_monitor_rcv_bufs", Global, "process_monitor_rcv_bufs 1", Quiet),
+    row("Global definitions", "process_monitor_rcv_bufs_force", Global, "process_monitor_rcv_bufs_force", Quiet),
+    row("Global definitions", "vrrp_rx_bufs_policy", Global, "vrrp_rx_bufs_policy", Quiet),
+    row("Global definitions", "vrrp_rx_bufs_multiplier", Global, "vrrp_rx_bufs_multiplier 1", Quiet),
+    row("Global definitions", "rs_init_notifies", Global, "rs_init_notifies", Warned),
+    row("Global definitions", "no_checker_emails", Global, "no_checker_emails", Warned),
+    row("Global definitions", "umask", Global, "umask", Quiet),
+    row("Global definitions", "vrrp_startup_delay", Global, "vrrp_startup_delay 5.5", Warned),
+    row("Global definitions", "log_unknown_vrids", Global, "log_unknown_vrids", Warned),
+    row("Global definitions", "vmac_prefix", Global, "vmac_prefix x", Warned),
+    row("Global definitions", "vmac_addr_prefix", Global, "vmac_addr_prefix x", Warned),
+    row("Global definitions", "random_seed", Global, "random_seed 1", Quiet),
+    row("Global definitions", "reload_check_config", Global, "reload_check_config", Quiet),
+    row("Global definitions", "include_check", Global, "include_check", Warned),
+    row("Global definitions", "reload_time_file", Global, "reload_time_file x", Warned),
+    row("Global definitions", "reload_repeat", Global, "reload_repeat", Warned),
+    row("Global definitions", "reload_file", Global, "reload_file", Warned),
+    row("Global definitions", "data_use_instance", Global, "data_use_instance", Quiet),
+    row("Linkbeat interfaces", "linkbeat_interfaces", Top, "linkbeat_interfaces {\n}", Warned),
+    row("Static track groups", "track_group", Top, "track_group {\n}", Warned),
+    row("Static track groups", "group", In("track_group"), "group {\n}", InBlock),
+    row("Static routes/addresses/rules", "static_ipaddress", Top, "static_ipaddress {\n}", Warned),
+    row("Static routes/addresses/rules", "static_routes", Top, "static_routes {\n}", Warned),
+    row("Static routes/addresses/rules", "static_rules", Top, "static_rules {\n}", Warned),
+    row("Track files", "track_file", Top, "track_file {\n}", Warned),
+    row("Track files", "file", In("track_file"), "file x", InBlock),
+    row("Track files", "weight", In("track_file"), "weight x", InBlock),
+    row("Track files", "init_file", In("track_file"), "init_file", InBlock),
+    row("VRRP track processes", "vrrp_track_process", Top, "vrrp_track_process {\n}", Warned),
+    row("VRRP track processes", "process", In("vrrp_track_process"), "process x", InBlock),
+    row("VRRP track processes", "weight", In("vrrp_track_process"), "weight x", InBlock),
+    row("VRRP track processes", "quorum", In("vrrp_track_process"), "quorum 1", InBlock),
+    row("VRRP track processes", "quorum_max", In("vrrp_track_process"), "quorum_max 1", InBlock),
+    row("VRRP track processes", "fork_delay", In("vrrp_track_process"), "fork_delay 1", InBlock),
+    row("VRRP track processes", "terminate_delay", In("vrrp_track_process"), "terminate_delay 1", InBlock),
+    row("VRRP track processes", "delay", In("vrrp_track_process"), "delay 1", InBlock),
+    row("VRRP track processes", "full_command", In("vrrp_track_process"), "full_command", InBlock),
+    row("BFD CONFIGURATION", "bfd_instance", Top, "bfd_instance {\n}", Warned),
+    row("BFD CONFIGURATION", "neighbor_ip", In("bfd_instance"), "neighbor_ip 192.0.2.1 192.0.2.1", InBlock),
+    row("BFD CONFIGURATION", "source_ip", In("bfd_instance"), "source_ip 192.0.2.1 192.0.2.1", InBlock),
+    row("BFD CONFIGURATION", "min_rx", In("bfd_instance"), "min_rx 1", InBlock),
+    row("BFD CONFIGURATION", "min_tx", In("bfd_instance"), "min_tx 1", InBlock),
+    row("BFD CONFIGURATION", "idle_tx", In("bfd_instance"), "idle_tx 1", InBlock),
+    row("BFD CONFIGURATION", "multiplier", In("bfd_instance"), "multiplier 1", InBlock),
+    row("BFD CONFIGURATION", "passive", In("bfd_instance"), "passive", InBlock),
+    row("BFD CONFIGURATION", "ttl", In("bfd_instance"), "ttl 1", InBlock),
+    row("BFD CONFIGURATION", "hoplimit", In("bfd_instance"), "hoplimit 1", InBlock),
+    row("BFD CONFIGURATION", "max_hops", In("bfd_instance"), "max_hops 1", InBlock),
+    row("BFD CONFIGURATION", "weight", In("bfd_instance"), "weight x", InBlock),
+    row("BFD CONFIGURATION", "vrrp", In("bfd_instance"), "vrrp", InBlock),
+    row("BFD CONFIGURATION", "checker", In("bfd_instance"), "checker", InBlock),
+    row("VRRP script(s)", "vrrp_script", Top, "vrrp_script S {\n script /bin/true\n}", Applied("crates/rvs/tests/e2e/vrrp.rs::vrrp_a_failing_track_script_lowers_priority_and_moves_the_address")),
+    row("VRRP script(s)", "script", VrrpScript, "script x", Applied("crates/rvs/tests/e2e/health_probes.rs::misc_dynamic_exit_codes_set_weights_and_state")),
+    row("VRRP script(s)", "interval", VrrpScript, "interval 1", Applied("crates/rvs/tests/e2e/vrrp.rs::vrrp_a_failing_track_script_lowers_priority_and_moves_the_address")),
+    row("VRRP script(s)", "timeout", VrrpScript, "timeout 1", Applied("crates/rvs/tests/e2e/golden.rs::connections_timeouts_and_tunnels")),
+    row("VRRP script(s)", "weight", VrrpScript, "weight 1", Applied("crates/rvs/tests/e2e/health.rs::dead_server_is_removed_within_keepalived_formula_and_recovers_with_its_weight")),
+    row("VRRP script(s)", "rise", VrrpScript, "rise 1", Applied("crates/rvs/tests/e2e/vrrp.rs::vrrp_a_failing_track_script_lowers_priority_and_moves_the_address")),
+    row("VRRP script(s)", "fall", VrrpScript, "fall 1", Applied("crates/rvs/tests/e2e/vrrp.rs::vrrp_a_failing_track_script_lowers_priority_and_moves_the_address")),
+    row("VRRP script(s)", "user", VrrpScript, "user x", Applied("crates/check/src/probe/misc.rs::resolves_users")),
+    row("VRRP script(s)", "init_fail", VrrpScript, "init_fail", Applied("")),
+    row("VRRP synchronization group(s)", "vrrp_sync_group", Top, "vrrp_instance VI_K {\n state BACKUP\n interface lo\n virtual_router_id 9\n}\nvrrp_sync_group G {\n group {\n VI_K\n }\n}", Applied("crates/rvs/tests/e2e/vrrp.rs::vrrp_a_failing_track_script_lowers_priority_and_moves_the_address")),
+    row("VRRP synchronization group(s)", "group", SyncGroup, "group {\n}", Applied("crates/rvs/tests/e2e/sync.rs::sync_daemon_carries_connections_and_templates_to_the_backup")),
+    row("VRRP synchronization group(s)", "track_interface", SyncGroup, "track_interface {\n}", Applied("crates/rvs/src/rvsd/vrrp.rs::an_instance_is_resolved_with_keepalived_defaults")),
+    row("VRRP synchronization group(s)", "track_script", SyncGroup, "track_script {\n}", Applied("crates/rvs/tests/e2e/vrrp.rs::vrrp_a_failing_track_script_lowers_priority_and_moves_the_address")),
+    row("VRRP synchronization group(s)", "track_file", SyncGroup, "track_file {\n}", Warned),
+    row("VRRP synchronization group(s)", "track_process", SyncGroup, "track_process {\n}", Warned),
+    row("VRRP synchronization group(s)", "track_bfd", SyncGroup, "track_bfd {\n}", Warned),
+    row("VRRP synchronization group(s)", "notify_master", SyncGroup, "notify_master /path/to_master.sh", Applied("crates/config/tests/parse.rs::seed_1_loads")),
+    row("VRRP synchronization group(s)", "notify_backup", SyncGroup, "notify_backup /path/to_backup.sh", Applied("crates/config/tests/parse.rs::seed_2_loads_with_one_line_checker_warnings")),
+    row("VRRP synchronization group(s)", "notify_fault", SyncGroup, "notify_fault \"/path/fault.sh VG_1\"", Applied("")),
+    row("VRRP synchronization group(s)", "notify_stop", SyncGroup, "notify_stop x", Applied("")),
+    row("VRRP synchronization group(s)", "notify_deleted", SyncGroup, "notify_deleted", Warned),
+    row("VRRP synchronization group(s)", "notify", SyncGroup, "notify x", Applied("crates/rvs/tests/e2e/vrrp.rs::vrrp_elects_fails_over_preempts_back_and_resigns_on_stop")),
+    row("VRRP synchronization group(s)", "notify_priority_changes", SyncGroup, "notify_priority_changes", Warned),
+    row("VRRP synchronization group(s)", "smtp_alert", SyncGroup, "smtp_alert", Warned),
+    row("VRRP synchronization group(s)", "global_tracking", SyncGroup, "global_tracking", Warned),
+    row("VRRP synchronization group(s)", "sync_group_tracking_weight", SyncGroup, "sync_group_tracking_weight", Warned),
+    row("VRRP gratuitous ARP and unsolicited neighbour advert delay group(s)", "garp_group", Top, "garp_group {\n}", Warned),
+    row("VRRP gratuitous ARP and unsolicited neighbour advert delay group(s)", "garp_interval", In("garp_group"), "garp_interval 1", InBlock),
+    row("VRRP gratuitous ARP and unsolicited neighbour advert delay group(s)", "gna_interval", In("garp_group"), "gna_interval 1", InBlock),
+    row("VRRP gratuitous ARP and unsolicited neighbour advert delay group(s)", "interface", In("garp_group"), "interface x", InBlock),
+    row("VRRP gratuitous ARP and unsolicited neighbour advert delay group(s)", "interfaces", In("garp_group"), "interfaces {\n}", InBlock),
+    row("VRRP instance(s)", "vrrp_instance", Top, "vrrp_instance VI_K {\n state BACKUP\n interface lo\n virtual_router_id 9\n}", Applied("crates/rvs/tests/e2e/package.rs::shipped_keepalived_conf_example_is_valid")),
+    row("VRRP instance(s)", "state", VrrpInstance, "state MASTER", Applied("crates/rvs/tests/e2e/golden.rs::connections_timeouts_and_tunnels")),
+    row("VRRP instance(s)", "interface", VrrpInstance, "interface eth0", Applied("crates/rvs/tests/e2e/package.rs::debian_package_installs_upgrades_under_load_and_removes_cleanly")),
+    row("VRRP instance(s)", "vrf", VrrpInstance, "vrf x", Warned),
+    row("VRRP instance(s)", "use_vmac", VrrpInstance, "use_vmac", Applied("crates/rvs/tests/e2e/vrrp.rs::vrrp_reload_changes_priorities_without_a_flap")),
+    row("VRRP instance(s)", "use_vmac_addr", VrrpInstance, "use_vmac_addr", Warned),
+    row("VRRP instance(s)", "vmac_xmit_base", VrrpInstance, "vmac_xmit_base", Applied("")),
+    row("VRRP instance(s)", "use_ipvlan", VrrpInstance, "use_ipvlan", Warned),
+    row("VRRP instance(s)", "native_ipv6", VrrpInstance, "native_ipv6", Warned),
+    row("VRRP instance(s)", "dont_track_primary", VrrpInstance, "dont_track_primary", Applied("")),
+    row("VRRP instance(s)", "track_interface", VrrpInstance, "track_interface {\n}", Applied("crates/rvs/src/rvsd/vrrp.rs::an_instance_is_resolved_with_keepalived_defaults")),
+    row("VRRP instance(s)", "track_script", VrrpInstance, "track_script {\n}", Applied("crates/rvs/tests/e2e/vrrp.rs::vrrp_a_failing_track_script_lowers_priority_and_moves_the_address")),
+    row("VRRP instance(s)", "track_file", VrrpInstance, "track_file {\n}", Warned),
+    row("VRRP instance(s)", "track_process", VrrpInstance, "track_process {\n}", Warned),
+    row("VRRP instance(s)", "track_bfd", VrrpInstance, "track_bfd {\n}", Warned),
+    row("VRRP instance(s)", "mcast_src_ip", VrrpInstance, "mcast_src_ip 192.0.2.1", Applied("")),
+    row("VRRP instance(s)", "unicast_src_ip", VrrpInstance, "unicast_src_ip 192.0.2.1", Applied("crates/rvs/tests/e2e/vrrp.rs::vrrp_unicast_peers_elect_and_fail_over")),
+    row("VRRP instance(s)", "mcast_dst_ip", VrrpInstance, "mcast_dst_ip 192.0.2.1", Warned),
+    row("VRRP instance(s)", "track_src_ip", VrrpInstance, "track_src_ip", Warned),
+    row("VRRP instance(s)", "version", VrrpInstance, "version 3", Applied("crates/rvs/tests/e2e/golden.rs::save_clear_restore_reproduces_the_listing")),
+    row("VRRP instance(s)", "check_unicast_src", VrrpInstance, "check_unicast_src", Warned),
+    row("VRRP instance(s)", "unicast_peer", VrrpInstance, "unicast_peer {\n}", Applied("crates/rvs/tests/e2e/vrrp.rs::vrrp_unicast_peers_elect_and_fail_over")),
+    row("VRRP instance(s)", "unicast_fault_no_peer", VrrpInstance, "unicast_fault_no_peer", Warned),
+    row("VRRP instance(s)", "unicast_ttl", VrrpInstance, "unicast_ttl {0..255}", Warned),
+    row("VRRP instance(s)", "old_unicast_checksum", VrrpInstance, "old_unicast_checksum", Warned),
+    row("VRRP instance(s)", "garp_master_delay", VrrpInstance, "garp_master_delay 10", Applied("crates/rvs/src/rvsd/vrrp.rs::an_instance_is_resolved_with_keepalived_defaults")),
+    row("VRRP instance(s)", "garp_master_repeat", VrrpInstance, "garp_master_repeat 1", Applied("crates/config/tests/parse.rs::vrrp_instance_keywords")),
+    row("VRRP instance(s)", "garp_lower_prio_delay", VrrpInstance, "garp_lower_prio_delay 10", Warned),
+    row("VRRP instance(s)", "garp_lower_prio_repeat", VrrpInstance, "garp_lower_prio_repeat 1", Warned),
+    row("VRRP instance(s)", "garp_master_refresh", VrrpInstance, "garp_master_refresh 60", Applied("")),
+    row("VRRP instance(s)", "garp_master_refresh_repeat", VrrpInstance, "garp_master_refresh_repeat 2", Applied("")),
+    row("VRRP instance(s)", "garp_extra_if", VrrpInstance, "garp_extra_if", Warned),
+    row("VRRP instance(s)", "down_timer_adverts", VrrpInstance, "down_timer_adverts 3", Applied("")),
+    row("VRRP instance(s)", "lower_prio_no_advert", VrrpInstance, "lower_prio_no_advert", Warned),
+    row("VRRP instance(s)", "higher_prio_send_advert", VrrpInstance, "higher_prio_send_advert", Warned),
+    row("VRRP instance(s)", "virtual_router_id", VrrpInstance, "virtual_router_id 51", Applied("crates/rvs/tests/e2e/sync.rs::lvs_sync_daemon_follows_the_vrrp_state")),
+    row("VRRP instance(s)", "priority", VrrpInstance, "priority 100", Applied("crates/rvs/tests/e2e/sync.rs::lvs_sync_daemon_follows_the_vrrp_state")),
+    row("VRRP instance(s)", "advert_int", VrrpInstance, "advert_int 1", Applied("crates/rvs/tests/e2e/sync.rs::lvs_sync_daemon_follows_the_vrrp_state")),
+    row("VRRP instance(s)", "authentication", VrrpInstance, "authentication {\n}", Applied("crates/rvs/tests/e2e/vrrp.rs::vrrp_elects_fails_over_preempts_back_and_resigns_on_stop")),
+    row("VRRP instance(s)", "auth_type", Auth, "auth_type PASS", Applied("crates/rvs/src/rvsd/vrrp.rs::an_instance_is_resolved_with_keepalived_defaults")),
+    row("VRRP instance(s)", "auth_pass", Auth, "auth_pass 1234", Applied("crates/rvs/src/rvsd/vrrp.rs::an_instance_is_resolved_with_keepalived_defaults")),
+    row("VRRP instance(s)", "virtual_ipaddress", VrrpInstance, "virtual_ipaddress {\n}", Applied("crates/rvs/tests/e2e/sync.rs::lvs_sync_daemon_follows_the_vrrp_state")),
+    row("VRRP instance(s)", "virtual_ipaddress_excluded", VrrpInstance, "virtual_ipaddress_excluded {\n}", Applied("crates/rvs/src/rvsd/vrrp.rs::an_instance_is_resolved_with_keepalived_defaults")),
+    row("VRRP instance(s)", "promote_secondaries", VrrpInstance, "promote_secondaries", Warned),
+    row("VRRP instance(s)", "virtual_routes", VrrpInstance, "virtual_routes {\n}", Warned),
+    row("VRRP instance(s)", "virtual_rules", VrrpInstance, "virtual_rules {\n}", Warned),
+    row("VRRP instance(s)", "accept", VrrpInstance, "accept", Applied("crates/rvs/tests/e2e/health.rs::reload_keeps_a_down_server_out_and_metrics_show_it")),
+    row("VRRP instance(s)", "no_accept", VrrpInstance, "no_accept", Applied("")),
+    row("VRRP instance(s)", "nopreempt", VrrpInstance, "nopreempt", Applied("crates/rvs/src/rvsd/vrrp.rs::an_instance_is_resolved_with_keepalived_defaults")),
+    row("VRRP instance(s)", "preempt", VrrpInstance, "preempt", Applied("crates/rvs/tests/e2e/failover.rs::bulk_resync_gives_a_restarted_master_the_live_connections")),
+    row("VRRP instance(s)", "preempt_delay", VrrpInstance, "preempt_delay 300", Applied("crates/config/tests/parse.rs::vrrp_instance_keywords")),
+    row("VRRP instance(s)", "skip_check_adv_addr", VrrpInstance, "skip_check_adv_addr", Warned),
+    row("VRRP instance(s)", "strict_mode", VrrpInstance, "strict_mode", Warned),
+    row("VRRP instance(s)", "debug", VrrpInstance, "debug 1", Quiet),
+    row("VRRP instance(s)", "notify_master", VrrpInstance, "notify_master x", Applied("crates/config/tests/parse.rs::seed_1_loads")),
+    row("VRRP instance(s)", "notify_backup", VrrpInstance, "notify_backup x", Applied("crates/config/tests/parse.rs::seed_2_loads_with_one_line_checker_warnings")),
+    row("VRRP instance(s)", "notify_fault", VrrpInstance, "notify_fault \"/path/fault.sh VG_1\"", Applied("")),
+    row("VRRP instance(s)", "notify_stop", VrrpInstance, "notify_stop x", Applied("")),
+    row("VRRP instance(s)", "notify", VrrpInstance, "notify x", Applied("crates/rvs/tests/e2e/vrrp.rs::vrrp_elects_fails_over_preempts_back_and_resigns_on_stop")),
+    row("VRRP instance(s)", "notify_master_rx_lower_pri", VrrpInstance, "notify_master_rx_lower_pri x", Warned),
+    row("VRRP instance(s)", "notify_priority_changes", VrrpInstance, "notify_priority_changes", Warned),
+    row("VRRP instance(s)", "smtp_alert", VrrpInstance, "smtp_alert", Warned),
+    row("VRRP instance(s)", "kernel_rx_buf_size", VrrpInstance, "kernel_rx_buf_size", Quiet),
+    row("VRRP instance(s)", "linkbeat_use_polling", VrrpInstance, "linkbeat_use_polling", Warned),
+    row("Virtual server group(s)", "virtual_server_group", Top, "virtual_server_group G {\n 192.0.2.10 80\n}\nvirtual_server group G {\n protocol TCP\n}", Applied("crates/config/tests/parse.rs::seed_1_loads")),
+    row("Virtual server group(s)", "fwmark", Vsg, "fwmark 1", Applied("crates/config/tests/parse.rs::seed_1_loads")),
+    row("Virtual server(s)", "fwmark", Vsg, "fwmark 1", Applied("crates/config/tests/parse.rs::seed_1_loads")),
+    row("Virtual server(s)", "group", Top, "virtual_server_group G {\n 192.0.2.10 80\n}\nvirtual_server group G {\n protocol TCP\n}", Applied("crates/rvs/tests/e2e/sync.rs::sync_daemon_carries_connections_and_templates_to_the_backup")),
+    row("Virtual server(s)", "virtual_server", Top, "virtual_server 192.0.2.10 80 {\n protocol TCP\n real_server 192.0.2.20 80 {\n }\n}", Applied("crates/rvs/tests/e2e/health.rs::reload_keeps_a_down_server_out_and_metrics_show_it")),
+    row("Virtual server(s)", "lvs_sched", VirtualServer, "lvs_sched rr", Applied("crates/config/tests/parse.rs::seed_1_loads")),
+    row("Virtual server(s)", "ops", VirtualServer, "ops", Applied("crates/config/tests/parse.rs::seed_1_loads")),
+    row("Virtual server(s)", "lvs_method", VirtualServer, "lvs_method NAT", Applied("crates/config/tests/parse.rs::seed_1_loads")),
+    row("Virtual server(s)", "persistence_engine", VirtualServer, "persistence_engine sip", Applied("crates/config/tests/parse.rs::scheduler_flags_tunnel_and_persistence")),
+    row("Virtual server(s)", "persistence_timeout", VirtualServer, "persistence_timeout", Applied("crates/config/tests/parse.rs::seed_1_loads")),
+    row("Virtual server(s)", "persistence_granularity", VirtualServer, "persistence_granularity 255.255.255.0", Applied("crates/config/tests/parse.rs::scheduler_flags_tunnel_and_persistence")),
+    row("Virtual server(s)", "protocol", VirtualServer, "protocol TCP", Applied("crates/rvs/tests/e2e/golden.rs::save_clear_restore_reproduces_the_listing")),
+    row("Virtual server(s)", "ha_suspend", VirtualServer, "ha_suspend", Warned),
+    row("Virtual server(s)", "smtp_alert", VirtualServer, "smtp_alert", Warned),
+    row("Virtual server(s)", "virtualhost", VirtualServer, "virtualhost x", Applied("crates/check/src/probe/http.rs::head_parsing")),
+    row("Virtual server(s)", "snmp_name", VirtualServer, "snmp_name x", Quiet),
+    row("Virtual server(s)", "alpha", VirtualServer, "alpha", Applied("crates/check/src/policy_tests.rs::alpha_starts_down_and_first_success_adds")),
+    row("Virtual server(s)", "omega", VirtualServer, "omega", Applied("crates/check/src/policy_tests.rs::omega_runs_down_notifiers_on_shutdown")),
+    row("Virtual server(s)", "quorum", VirtualServer, "quorum 1", Applied("crates/rvs/tests/e2e/health.rs::quorum_loss_swaps_in_the_sorry_server_and_back")),
+    row("Virtual server(s)", "hysteresis", VirtualServer, "hysteresis 1", Applied("crates/check/src/build.rs::plan_resolves_targets_timing_and_quorum")),
+    row("Virtual server(s)", "quorum_up", VirtualServer, "quorum_up x", Applied("crates/rvs/tests/e2e/health.rs::quorum_loss_swaps_in_the_sorry_server_and_back")),
+    row("Virtual server(s)", "quorum_down", VirtualServer, "quorum_down x", Applied("crates/rvs/tests/e2e/health.rs::quorum_loss_swaps_in_the_sorry_server_and_back")),
+    row("Virtual server(s)", "ip_family", VirtualServer, "ip_family inet", Applied("")),
+    row("Virtual server(s)", "sorry_server", VirtualServer, "sorry_server 192.0.2.1", Applied("crates/rvs/tests/e2e/health.rs::quorum_loss_swaps_in_the_sorry_server_and_back")),
+    row("Virtual server(s)", "sorry_server_inhibit", VirtualServer, "sorry_server_inhibit", Applied("")),
+    row("Virtual server(s)", "sorry_server_lvs_method", VirtualServer, "sorry_server_lvs_method NAT", Applied("")),
+    row("Virtual server(s)", "connect_timeout", VirtualServer, "connect_timeout 1", Applied("crates/rvs/tests/e2e/failover.rs::bulk_resync_gives_a_restarted_master_the_live_connections")),
+    row("Virtual server(s)", "retry", VirtualServer, "retry 1", Applied("crates/rvs/tests/e2e/health.rs::dead_server_is_removed_within_keepalived_formula_and_recovers_with_its_weight")),
+    row("Virtual server(s)", "delay_before_retry", VirtualServer, "delay_before_retry 1", Applied("crates/rvs/tests/e2e/health.rs::dead_server_is_removed_within_keepalived_formula_and_recovers_with_its_weight")),
+    row("Virtual server(s)", "warmup", VirtualServer, "warmup 1", Applied("crates/check/src/policy_tests.rs::warmup_delays_first_check_deterministically")),
+    row("Virtual server(s)", "delay_loop", VirtualServer, "delay_loop 1", Applied("crates/rvs/tests/e2e/health.rs::dead_server_is_removed_within_keepalived_formula_and_recovers_with_its_weight")),
+    row("Virtual server(s)", "inhibit_on_failure", VirtualServer, "inhibit_on_failure", Applied("crates/rvs/tests/e2e/health.rs::inhibit_on_failure_keeps_the_server_listed_at_weight_zero")),
+    row("Virtual server(s)", "real_server", VirtualServer, "real_server 192.0.2.21 80 {\n}", Applied("crates/rvs/tests/e2e/health.rs::reload_keeps_a_down_server_out_and_metrics_show_it")),
+    row("Virtual server(s)", "weight", RealServer, "weight 1", Applied("crates/rvs/tests/e2e/health.rs::dead_server_is_removed_within_keepalived_formula_and_recovers_with_its_weight")),
+    row("Virtual server(s)", "lvs_method", RealServer, "lvs_method NAT", Applied("crates/config/tests/parse.rs::seed_1_loads")),
+    row("Virtual server(s)", "notify_up", RealServer, "notify_up x", Applied("crates/check/src/policy_tests.rs::notify_scripts_run_on_real_server_transitions_only")),
+    row("Virtual server(s)", "notify_down", RealServer, "notify_down x", Applied("crates/check/src/build.rs::plan_resolves_targets_timing_and_quorum")),
+    row("Virtual server(s)", "uthreshold", RealServer, "uthreshold 1", Applied("")),
+    row("Virtual server(s)", "lthreshold", RealServer, "lthreshold 1", Applied("")),
+    row("Virtual server(s)", "smtp_alert", RealServer, "smtp_alert", Warned),
+    row("Virtual server(s)", "virtualhost", RealServer, "virtualhost x", Applied("crates/check/src/probe/http.rs::head_parsing")),
+    row("Virtual server(s)", "snmp_name", RealServer, "snmp_name x", Quiet),
+    row("Virtual server(s)", "alpha", RealServer, "alpha", Applied("crates/check/src/policy_tests.rs::alpha_starts_down_and_first_success_adds")),
+    row("Virtual server(s)", "connect_timeout", RealServer, "connect_timeout 1", Applied("crates/rvs/tests/e2e/failover.rs::bulk_resync_gives_a_restarted_master_the_live_connections")),
+    row("Virtual server(s)", "retry", RealServer, "retry 1", Applied("crates/rvs/tests/e2e/health.rs::dead_server_is_removed_within_keepalived_formula_and_recovers_with_its_weight")),
+    row("Virtual server(s)", "delay_before_retry", RealServer, "delay_before_retry 1", Applied("crates/rvs/tests/e2e/health.rs::dead_server_is_removed_within_keepalived_formula_and_recovers_with_its_weight")),
+    row("Virtual server(s)", "warmup", RealServer, "warmup 1", Applied("crates/check/src/policy_tests.rs::warmup_delays_first_check_deterministically")),
+    row("Virtual server(s)", "delay_loop", RealServer, "delay_loop 1", Applied("crates/rvs/tests/e2e/health.rs::dead_server_is_removed_within_keepalived_formula_and_recovers_with_its_weight")),
+    row("Virtual server(s)", "inhibit_on_failure", RealServer, "inhibit_on_failure", Applied("crates/rvs/tests/e2e/health.rs::inhibit_on_failure_keeps_the_server_listed_at_weight_zero")),
+    row("Virtual server(s)", "connect_ip", Checker("TCP_CHECK"), "connect_ip 192.0.2.1", Applied("")),
+    row("Virtual server(s)", "connect_port", Checker("TCP_CHECK"), "connect_port 1", Applied("crates/check/src/build.rs::plan_resolves_targets_timing_and_quorum")),
+    row("Virtual server(s)", "bindto", Checker("TCP_CHECK"), "bindto 192.0.2.1", Applied("")),
+    row("Virtual server(s)", "bind_if", Checker("TCP_CHECK"), "bind_if x", Applied("")),
+    row("Virtual server(s)", "bind_port", Checker("TCP_CHECK"), "bind_port 1", Applied("")),
+    row("Virtual server(s)", "fwmark", Checker("TCP_CHECK"), "fwmark 1", Applied("crates/config/tests/parse.rs::seed_1_loads")),
+    row("Virtual server(s)", "alpha", Checker("TCP_CHECK"), "alpha", Applied("crates/check/src/policy_tests.rs::alpha_starts_down_and_first_success_adds")),
+    row("Virtual server(s)", "connect_timeout", Checker("TCP_CHECK"), "connect_timeout 1", Applied("crates/rvs/tests/e2e/failover.rs::bulk_resync_gives_a_restarted_master_the_live_connections")),
+    row("Virtual server(s)", "retry", Checker("TCP_CHECK"), "retry 1", Applied("crates/rvs/tests/e2e/health.rs::dead_server_is_removed_within_keepalived_formula_and_recovers_with_its_weight")),
+    row("Virtual server(s)", "delay_before_retry", Checker("TCP_CHECK"), "delay_before_retry 1", Applied("crates/rvs/tests/e2e/health.rs::dead_server_is_removed_within_keepalived_formula_and_recovers_with_its_weight")),
+    row("Virtual server(s)", "warmup", Checker("TCP_CHECK"), "warmup 1", Applied("crates/check/src/policy_tests.rs::warmup_delays_first_check_deterministically")),
+    row("Virtual server(s)", "delay_loop", Checker("TCP_CHECK"), "delay_loop 1", Applied("crates/rvs/tests/e2e/health.rs::dead_server_is_removed_within_keepalived_formula_and_recovers_with_its_weight")),
+    row("Virtual server(s)", "log_all_failures", Checker("TCP_CHECK"), "log_all_failures", Applied("crates/check/src/policy_tests.rs::log_all_failures_reports_retried_failures")),
+    row("Virtual server(s)", "HTTP_GET", RealServer, "HTTP_GET {\n}", Applied("crates/rvs/tests/e2e/health_probes.rs::http_status_and_digest_failures_are_detected")),
+    row("Virtual server(s)", "http_protocol", Checker("HTTP_GET"), "http_protocol 1.1", Applied("")),
+    row("Virtual server(s)", "fast_recovery", Checker("HTTP_GET"), "fast_recovery", Warned),
+    row("Virtual server(s)", "url", Checker("HTTP_GET"), "url {\n}", Applied("crates/rvs/tests/e2e/health_probes.rs::http_status_and_digest_failures_are_detected")),
+    row("Virtual server(s)", "path", Url, "path x", Applied("crates/rvs/tests/e2e/health.rs::quorum_loss_swaps_in_the_sorry_server_and_back")),
+    row("Virtual server(s)", "digest", Url, "digest 9b3a0c85a887a256d6939da88aabd8cd", Applied("crates/rvs/tests/e2e/health_probes.rs::misc_dynamic_exit_codes_set_weights_and_state")),
+    row("Virtual server(s)", "status_code", Url, "status_code 200", Applied("crates/config/tests/parse.rs::seed_1_loads")),
+    row("Virtual server(s)", "virtualhost", Url, "virtualhost x", Applied("crates/check/src/probe/http.rs::head_parsing")),
+    row("Virtual server(s)", "regex", Url, "regex x", Warned),
+    row("Virtual server(s)", "regex_no_match", Url, "regex_no_match", Warned),
+    row("Virtual server(s)", "regex_options", Url, "regex_options x", Warned),
+    row("Virtual server(s)", "regex_stack", Url, "regex_stack 1 1", Warned),
+    row("Virtual server(s)", "regex_min_offset", Url, "regex_min_offset 1", Warned),
+    row("Virtual server(s)", "regex_max_offset", Url, "regex_max_offset 1", Warned),
+    row("Virtual server(s)", "SSL_GET", RealServer, "SSL_GET {\n}", Applied("crates/config/tests/parse.rs::checker_types")),
+    row("Virtual server(s)", "enable_sni", Checker("SSL_GET"), "enable_sni", Applied("crates/config/tests/parse.rs::checker_types")),
+    row("Virtual server(s)", "TCP_CHECK", RealServer, "TCP_CHECK {\n}", Applied("crates/check/src/build.rs::plan_resolves_targets_timing_and_quorum")),
+    row("Virtual server(s)", "SMTP_CHECK", RealServer, "SMTP_CHECK {\n}", Applied("crates/config/tests/parse.rs::checker_types")),
+    row("Virtual server(s)", "helo_name", Checker("SMTP_CHECK"), "helo_name x", Applied("crates/config/tests/parse.rs::checker_types")),
+    row("Virtual server(s)", "DNS_CHECK", RealServer, "DNS_CHECK {\n}", Applied("crates/rvs/tests/e2e/health_probes.rs::dns_check_against_a_real_responder")),
+    row("Virtual server(s)", "type", Checker("DNS_CHECK"), "type A", Applied("crates/rvs/tests/e2e/golden.rs::connections_timeouts_and_tunnels")),
+    row("Virtual server(s)", "name", Checker("DNS_CHECK"), "name x", Applied("crates/rvs/tests/e2e/golden.rs::help_and_version")),
+    row("Virtual server(s)", "MISC_CHECK", RealServer, "MISC_CHECK {\n misc_path /bin/true\n}", Applied("crates/rvs/tests/e2e/health_probes.rs::misc_dynamic_exit_codes_set_weights_and_state")),
+    row("Virtual server(s)", "misc_path", Checker("MISC_CHECK"), "misc_path x", Applied("crates/rvs/tests/e2e/health_probes.rs::misc_dynamic_exit_codes_set_weights_and_state")),
+    row("Virtual server(s)", "misc_timeout", Checker("MISC_CHECK"), "misc_timeout 1", Applied("crates/config/tests/parse.rs::seed_3_loads_with_expected_warnings")),
+    row("Virtual server(s)", "misc_dynamic", Checker("MISC_CHECK"), "misc_dynamic", Applied("crates/rvs/tests/e2e/health_probes.rs::misc_dynamic_exit_codes_set_weights_and_state")),
+    row("Virtual server(s)", "user", Checker("MISC_CHECK"), "user x", Applied("crates/check/src/probe/misc.rs::resolves_users")),
+    row("Virtual server(s)", "BFD_CHECK", RealServer, "BFD_CHECK {\n}", Applied("crates/config/tests/parse.rs::checker_types")),
+    row("Virtual server(s)", "PING_CHECK", RealServer, "PING_CHECK {\n}", Applied("crates/config/tests/parse.rs::checker_types")),
+    row("Virtual server(s)", "UDP_CHECK", RealServer, "UDP_CHECK {\n}", Applied("crates/config/tests/parse.rs::checker_types")),
+    row("Virtual server(s)", "payload", Checker("UDP_CHECK"), "payload 00ff", Applied("crates/config/tests/parse.rs::checker_types")),
+    row("Virtual server(s)", "require_reply", Checker("UDP_CHECK"), "require_reply", Applied("crates/config/tests/parse.rs::checker_types")),
+    row("Virtual server(s)", "FILE_CHECK", RealServer, "FILE_CHECK {\n}", Applied("crates/config/tests/parse.rs::checker_types")),
+    row("Virtual server(s)", "track_file", Checker("FILE_CHECK"), "track_file x", Applied("crates/config/tests/parse.rs::checker_types")),
+    row("Virtual server(s)", "dynamic", Checker("FILE_CHECK"), "dynamic", Applied("crates/config/tests/parse.rs::seed_3_loads_with_expected_warnings")),
+    row("Virtual server(s)", "weight", Checker("FILE_CHECK"), "weight 10", Applied("crates/rvs/tests/e2e/health.rs::dead_server_is_removed_within_keepalived_formula_and_recovers_with_its_weight")),
+    row("Virtual server(s)", "SSL", Top, "SSL {\n}", Warned),
+    row("Virtual server(s)", "password", Ssl, "password x", Warned),
+    row("Virtual server(s)", "ca", Ssl, "ca x", Warned),
+    row("Virtual server(s)", "certificate", Ssl, "certificate x", Warned),
+    row("Virtual server(s)", "key", Ssl, "key x", Warned),
+];
