@@ -866,8 +866,10 @@ impl Plane<KernelMaps> {
         let tun_mtu = match opts.tun_mtu {
             Some(m) => m,
             None => {
-                let idx = rvs_sys::iface::ifindex(first).map_err(|_| {
-                    PlaneError::Refused(format!("no interface `{first}` in this network namespace"))
+                let idx = rvs_sys::iface::ifindex(first).map_err(|e| {
+                    PlaneError::Refused(format!(
+                        "no interface `{first}` in this network namespace ({e})"
+                    ))
                 })?;
                 resolver
                     .link_mtu(idx)
