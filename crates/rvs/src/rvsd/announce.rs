@@ -266,12 +266,15 @@ impl Announce {
 /// The services of the table as the decision sees them: per service with
 /// an address, its quorum from the health checkers where a virtual server
 /// of the configuration covers it (`Pending` until all its checkers ran),
-/// else from the table (at least one real server with weight above 0).
+/// else from the table (at least one real server with weight above 0);
+/// `Pending` too while a just-started backup sync daemon gathers its peers'
+/// tables ([`Daemon::sync_warming`]).
 pub fn inputs(d: &Daemon) -> Vec<ServiceInput> {
     use rvs_core::model::ServiceKey;
     let health = d.health();
     let policy = health.policy();
     let status = health.status();
+    let warming = d.sync_warming();
     let mut checked: std::collections::HashMap<&ServiceKey, Quorum> =
         std::collections::HashMap::new();
     for (vs, spec) in policy.config().virtual_servers.iter().enumerate() {
@@ -303,6 +306,13 @@ pub fn inputs(d: &Daemon) -> Vec<ServiceInput> {
                     Quorum::Down
                 }
             });
+            // A joining director of a fleet waits for its peers' tables
+            // (sync bulk resync) before it takes traffic.
+            let quorum = if warming && quorum == Quorum::Up {
+                Quorum::Pending
+            } else {
+                quorum
+            };
             Some(ServiceInput { vip: *addr, quorum })
         })
         .collect()

@@ -173,6 +173,12 @@ impl Daemon {
         &mut self.sync
     }
 
+    /// Whether a just-started backup sync daemon is still gathering its
+    /// peers' tables ([`crate::sync::SyncDaemons::warming`]).
+    pub fn sync_warming(&self) -> bool {
+        self.sync.warming(self.now())
+    }
+
     /// keepalived.conf's `lvs_sync_daemon`.
     pub fn sync_wanted(&self) -> Option<rvs_config::model::LvsSyncDaemon> {
         self.sync_wanted.clone()

@@ -168,7 +168,7 @@ struct Args {
     /// default 60 s) and exits 0. Run it with the old daemon's arguments.
     /// Without a configuration file (-f/--rules) the old daemon's service
     /// table is taken too. Fails when no rvsd runs there, unless --or-start.
-    /// SIGUSR2 makes a running rvsd start its installed binary (argv[0])
+    /// SIGUSR2 makes a running rvsd start its installed binary (`argv[0]`)
     /// with its own arguments plus --takeover, which then tells a service
     /// manager (NOTIFY_SOCKET: systemd, NotifyAccess=all) its new main pid.
     #[arg(long, value_name = "PATH", num_args = 0..=1, conflicts_with = "check")]

@@ -90,6 +90,11 @@ const BULK_TICK: Duration = Duration::from_millis(20);
 const REQUEST_AGAIN: Duration = Duration::from_secs(2);
 /// IPv4 + UDP headers: a master's default message size is 1500 minus them.
 const HEADERS_V4: u16 = 28;
+/// A starting backup daemon "warms up" (the announcer holds a first
+/// announcement, README "ECMP fleet over BGP") at most this long...
+const WARM_MAX: Duration = Duration::from_secs(5);
+/// ...or until the peers' bulk answers have gone quiet this long.
+const WARM_QUIET: Duration = Duration::from_secs(1);
 
 /// The running daemons of one rvsd.
 #[derive(Default)]
@@ -99,10 +104,14 @@ pub struct SyncDaemons {
     /// Entries a backup entered, so a master running beside it does not
     /// send them back (tuple → when).
     received: Arc<Mutex<FastMap<Tuple, Instant>>>,
+    /// When the backup daemon last entered peers' entries.
+    heard: Option<Instant>,
 }
 
 struct Running {
     cfg: DaemonConfig,
+    /// When it started (daemon time).
+    started: Instant,
     stop: watch::Sender<bool>,
     /// Started for keepalived.conf's `lvs_sync_daemon` (and so stopped or
     /// switched by it), not by rvsadm.
@@ -113,6 +122,18 @@ impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
     }
+}
+
+/// [`SyncDaemons::warming`] over plain data: a backup started at `started`
+/// that last entered peers' entries at `heard`.
+fn warming(started: Option<Instant>, heard: Option<Instant>, now: Instant) -> bool {
+    let Some(started) = started else {
+        return false;
+    };
+    if now.saturating_since(started) >= WARM_MAX {
+        return false;
+    }
+    !heard.is_some_and(|h| h >= started && now.saturating_since(h) >= WARM_QUIET)
 }
 
 /// A connection's identity on the wire.
@@ -155,6 +176,15 @@ impl SyncDaemons {
                 mcast_ttl: r.cfg.mcast_ttl.unwrap_or(1),
             })
             .collect()
+    }
+
+    /// Whether a backup daemon is still gathering its peers' tables after
+    /// its start: less than [`WARM_MAX`] ago, and its bulk answers have not
+    /// yet gone quiet for [`WARM_QUIET`]. A joining director of an ECMP
+    /// fleet announces its VIPs only after that, so the flows ECMP moves to
+    /// it are already in its table.
+    pub fn warming(&self, now: Instant) -> bool {
+        warming(self.backup.as_ref().map(|r| r.started), self.heard, now)
     }
 
     /// Stop one daemon; ipvsadm's text when none runs.
@@ -235,7 +265,22 @@ fn start_as(daemon: &Arc<Mutex<Daemon>>, cfg: DaemonConfig, managed: bool) -> Re
     };
     tokio::spawn(run(task));
     tracing::info!(target: "rvs::sync", "sync daemon started: {} on {}, syncid {}", if is_master(&cfg) { "master" } else { "backup" }, cfg.mcast_ifn, cfg.syncid);
-    *slot = Some(Running { cfg, stop, managed });
+    let started = d.now();
+    let daemons = d.sync_daemons();
+    if !is_master(&cfg) {
+        daemons.heard = None;
+    }
+    let slot = if is_master(&cfg) {
+        &mut daemons.master
+    } else {
+        &mut daemons.backup
+    };
+    *slot = Some(Running {
+        cfg,
+        started,
+        stop,
+        managed,
+    });
     Ok(())
 }
 
@@ -777,6 +822,9 @@ async fn run(mut task: Task) {
         }
         let now = d.now();
         heard |= !msg.conns.is_empty();
+        if !msg.conns.is_empty() {
+            d.sync_daemons().heard = Some(now);
+        }
         let mut rx = task.received.lock().ok();
         for c in &msg.conns {
             let t = Tuple {
@@ -985,6 +1033,22 @@ mod tests {
 
     fn director() -> (Ipvs, rvs_core::dest::DestId) {
         director_of(64)
+    }
+
+    #[test]
+    fn a_starting_backup_warms_until_its_bulk_answers_go_quiet_or_the_bound() {
+        let ms = Instant::from_millis;
+        // No backup daemon: nothing to wait for.
+        assert!(!warming(None, None, ms(0)));
+        // Started, nothing heard yet: warming until the bound.
+        assert!(warming(Some(ms(1000)), None, ms(1000)));
+        assert!(warming(Some(ms(1000)), None, ms(5999)));
+        assert!(!warming(Some(ms(1000)), None, ms(6000)));
+        // Entries still coming in: warming; quiet for a second: done.
+        assert!(warming(Some(ms(1000)), Some(ms(2500)), ms(3000)));
+        assert!(!warming(Some(ms(1000)), Some(ms(2500)), ms(3500)));
+        // Heard before this start (an earlier daemon): does not count.
+        assert!(warming(Some(ms(1000)), Some(ms(500)), ms(3000)));
     }
 
     fn director_of(capacity: usize) -> (Ipvs, rvs_core::dest::DestId) {
