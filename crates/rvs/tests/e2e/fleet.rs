@@ -475,28 +475,65 @@ impl Router {
     }
 
     fn start(&mut self) {
-        let d = self.dir.to_string_lossy().into_owned();
-        let daemon = |name: &str, conf: &str| {
-            Command::new("ip")
-                .args(["netns", "exec", &self.host.ns])
-                .arg(format!("/usr/lib/frr/{name}"))
-                .args(["-f", &format!("{d}/{conf}")])
-                .args(["-i", &format!("{d}/{name}.pid")])
-                .args(["-z", &format!("{d}/zserv.api")])
-                .args(["--vty_socket", &d, "-P", "0"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("spawn {name}: {e}"))
-        };
-        self.zebra = Proc(Some(daemon("zebra", "zebra.conf")));
-        let api = self.dir.join("zserv.api");
-        within("zebra opens its zserv socket", CONVERGE, || api.exists());
-        self.bgpd = Proc(Some(daemon("bgpd", "bgpd.conf")));
-        let vty = self.dir.join("bgpd.vty");
-        within("bgpd opens its vty", CONVERGE, || vty.exists());
+        (self.zebra, self.bgpd) = start_frr(&self.host, &self.dir);
     }
+}
+
+/// Start FRR's zebra and bgpd in `host`'s namespace from `dir` (which holds
+/// `zebra.conf` and `bgpd.conf`, owned by user frr), with their pid files,
+/// zserv and vty sockets there; returns once both opened their sockets.
+fn start_frr(host: &Host, dir: &Path) -> (Proc, Proc) {
+    let d = dir.to_string_lossy().into_owned();
+    let daemon = |name: &str, conf: &str| {
+        Command::new("ip")
+            .args(["netns", "exec", &host.ns])
+            .arg(format!("/usr/lib/frr/{name}"))
+            .args(["-f", &format!("{d}/{conf}")])
+            .args(["-i", &format!("{d}/{name}.pid")])
+            .args(["-z", &format!("{d}/zserv.api")])
+            .args(["--vty_socket", &d, "-P", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}"))
+    };
+    let zebra = Proc(Some(daemon("zebra", "zebra.conf")));
+    let api = dir.join("zserv.api");
+    within("zebra opens its zserv socket", CONVERGE, || api.exists());
+    let bgpd = Proc(Some(daemon("bgpd", "bgpd.conf")));
+    let vty = dir.join("bgpd.vty");
+    within("bgpd opens its vty", CONVERGE, || vty.exists());
+    (zebra, bgpd)
+}
+
+/// FRR as a director's BGP daemon (README "ECMP fleet over BGP"): zebra
+/// imports rvsd's table, bgpd redistributes it to the router.
+pub fn director_frr_conf(addr: IpAddr) -> (String, String) {
+    (
+        format!("ip import-table {TABLE}\n"),
+        format!(
+            "frr defaults datacenter
+hostname director
+!
+! Origin IGP like BIRD's routes: ECMP needs equal paths.
+route-map RVS permit 10
+ set origin igp
+!
+router bgp 65001
+ bgp router-id {addr}
+ no bgp ebgp-requires-policy
+ timers bgp 1 3
+ neighbor {ROUTER_LAN} remote-as 65000
+ neighbor {ROUTER_LAN} timers 1 3
+ neighbor {ROUTER_LAN} timers connect 1
+ address-family ipv4 unicast
+  redistribute table {TABLE} route-map RVS
+ exit-address-family
+!
+"
+        ),
+    )
 }
 
 impl Drop for Router {
@@ -713,9 +750,11 @@ impl Fleet {
         });
         assert!(
             ok,
-            "the router has {} BGP next hops for {VIP} ({last:?}), not {n}, after {CONVERGE:?}\n{}",
+            "the router has {} BGP next hops for {VIP} ({last:?}), not {n}, after {CONVERGE:?}\n{}\n{}",
             last.len(),
-            self.router.vtysh("show bgp summary")
+            self.router.vtysh("show bgp summary"),
+            self.router
+                .vtysh(&format!("show bgp ipv4 unicast {VIP}/32"))
         );
         last
     }
@@ -1150,4 +1189,48 @@ fn fleet_remove_director_withdraws_first_then_removes_the_plane() {
     });
     let pins = rvs_xdp::pin::Instance::new(&d1.instance).expect("instance");
     assert!(!pins.exists(), "the XDP plane is removed");
+}
+
+/// FRR instead of BIRD on a director: zebra's `ip import-table` takes
+/// rvsd's table, bgpd's `redistribute table` announces it; a drain
+/// withdraws it from the router and an undrain brings it back, as with
+/// BIRD.
+#[test]
+fn fleet_frr_on_a_director_announces_and_withdraws_the_vip() {
+    let Some(mut fleet) = Fleet::new(
+        "fleet_frr_on_a_director_announces_and_withdraws_the_vip",
+        Opts {
+            directors: 2,
+            ..Opts::default()
+        },
+    ) else {
+        return;
+    };
+    let all = fleet.director_addrs();
+    let d1_addr = fleet.directors[1].host.addr;
+    // d0 keeps BIRD; d1 swaps it for FRR (BIRD's session closes first).
+    fleet.directors[1].stop_bird();
+    let d0: BTreeSet<IpAddr> = [fleet.directors[0].host.addr].into_iter().collect();
+    assert_eq!(fleet.wait_next_hops(1), d0, "BIRD's path gone");
+    let dir = TempDir::new("fleet-frr-director");
+    let fdir = dir.path().join("frr");
+    std::fs::create_dir_all(&fdir).expect("frr dir");
+    let (zebra_conf, bgpd_conf) = director_frr_conf(d1_addr);
+    std::fs::write(fdir.join("zebra.conf"), zebra_conf).expect("zebra.conf");
+    std::fs::write(fdir.join("bgpd.conf"), bgpd_conf).expect("bgpd.conf");
+    sh_ok(&["chown", "-R", "frr:frr", &fdir.to_string_lossy()]);
+    let (mut zebra, mut bgpd) = start_frr(&fleet.directors[1].host, &fdir);
+    // The router hears d1 again, now from bgpd.
+    assert_eq!(
+        fleet.wait_next_hops(2),
+        all,
+        "the router learns d1's VIP from FRR"
+    );
+    let d1 = &fleet.directors[1];
+    d1.ok("--drain --grace 1");
+    assert_eq!(fleet.wait_next_hops(1), d0, "FRR withdrew d1's route");
+    d1.ok("--undrain");
+    assert_eq!(fleet.wait_next_hops(2), all, "FRR announced d1 again");
+    bgpd.kill();
+    zebra.kill();
 }
