@@ -454,22 +454,14 @@ pub async fn withdraw_all(s: &Settings) -> Result<usize, String> {
     Ok(n)
 }
 
-/// [`withdraw_all`] with a blocking socket (`rvsd --remove`, no runtime).
+/// [`withdraw_all`] outside any runtime (`rvsd --remove`): the same
+/// netlink work on a one-shot current-thread runtime.
 pub fn withdraw_all_blocking(s: &Settings) -> Result<usize, String> {
-    let mut nl = rvs_sys::netlink::Netlink::open().map_err(|e| e.to_string())?;
-    let routes = nl.host_routes(s.table, s.proto).map_err(|e| {
-        format!(
-            "reading the routes of table {} proto {}: {e}",
-            s.table, s.proto
-        )
-    })?;
-    let mut n = 0;
-    for vip in routes {
-        nl.del_host_route(s.table, s.proto, vip)
-            .map_err(|e| format!("deleting the route {}: {e}", describe(s, vip)))?;
-        n += 1;
-    }
-    Ok(n)
+    tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .map_err(|e| format!("starting a runtime to withdraw the routes: {e}"))?
+        .block_on(withdraw_all(s))
 }
 
 #[cfg(test)]

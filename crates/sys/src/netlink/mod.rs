@@ -371,48 +371,6 @@ impl Netlink {
     pub fn detach_xdp(&mut self, ifindex: u32, mode: XdpMode) -> Result<(), NetlinkError> {
         self.exchange(msg::set_xdp(ifindex, -1, mode)).map(drop)
     }
-
-    /// Add the blackhole host route of `addr` (`/32`, `/128`) with
-    /// protocol `proto` to table `table`: `true` when added, `false` when
-    /// it was there already. What rvsd announces a VIP with: a BGP daemon
-    /// exports the table (README "ECMP fleet over BGP").
-    pub fn add_host_route(
-        &mut self,
-        table: u32,
-        proto: u8,
-        addr: IpAddr,
-    ) -> Result<bool, NetlinkError> {
-        ok_if(
-            self.exchange(msg::host_route(true, table, proto, addr)),
-            libc::EEXIST,
-        )
-    }
-
-    /// Delete that route: `true` when deleted, `false` when it was not
-    /// there.
-    pub fn del_host_route(
-        &mut self,
-        table: u32,
-        proto: u8,
-        addr: IpAddr,
-    ) -> Result<bool, NetlinkError> {
-        ok_if(
-            self.exchange(msg::host_route(false, table, proto, addr)),
-            libc::ESRCH,
-        )
-    }
-
-    /// The destinations of the host routes with protocol `proto` in table
-    /// `table` (both families).
-    pub fn host_routes(&mut self, table: u32, proto: u8) -> Result<Vec<IpAddr>, NetlinkError> {
-        let mut out = msg::host_routes_of(&self.exchange(msg::dump_routes(false))?, table, proto);
-        out.extend(msg::host_routes_of(
-            &self.exchange(msg::dump_routes(true))?,
-            table,
-            proto,
-        ));
-        Ok(out)
-    }
 }
 
 /// An rtnetlink socket awaited on tokio (one request at a time). Open it
@@ -526,7 +484,10 @@ impl AsyncNetlink {
         }
     }
 
-    /// As [`Netlink::add_host_route`].
+    /// Add the blackhole host route of `addr` (`/32`, `/128`) with
+    /// protocol `proto` to table `table`: `true` when added, `false` when
+    /// it was there already. What rvsd announces a VIP with: a BGP daemon
+    /// exports the table (README "ECMP fleet over BGP").
     pub async fn add_host_route(
         &mut self,
         table: u32,
@@ -540,7 +501,8 @@ impl AsyncNetlink {
         )
     }
 
-    /// As [`Netlink::del_host_route`].
+    /// Delete that route: `true` when deleted, `false` when it was not
+    /// there.
     pub async fn del_host_route(
         &mut self,
         table: u32,
@@ -554,7 +516,8 @@ impl AsyncNetlink {
         )
     }
 
-    /// As [`Netlink::host_routes`].
+    /// The destinations of the host routes with protocol `proto` in table
+    /// `table` (both families).
     pub async fn host_routes(
         &mut self,
         table: u32,
