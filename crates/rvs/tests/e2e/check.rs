@@ -1,6 +1,7 @@
 //! `rvsd --check`, `--help`, man pages and completions.
 
-use std::process::Command;
+use std::path::Path;
+use std::process::{Command, Output};
 
 use crate::harness::{RVSADM, RVSD, TempDir, parts};
 
@@ -20,10 +21,7 @@ fn seed_keepalived_examples_pass_check() {
         "seed_4_dns_fragment.conf",
         "full.conf",
     ] {
-        let out = Command::new(RVSD)
-            .args(["-f", &fixture(f), "--check"])
-            .output()
-            .expect("rvsd");
+        let out = rvsd_check("-f", Path::new(&fixture(f)), &[]);
         let (stdout, stderr, code) = parts(&out);
         assert_eq!(code, 0, "{f}: {stderr}");
         assert!(stdout.contains(": OK: "), "{f}: {stdout}");
@@ -37,12 +35,7 @@ fn broken_file_names_line_and_column() {
         "bad.conf",
         "virtual_server 10.0.0.1 80 {\n    lb_algo rr\n    real_server 10.0.0.2 8o {\n    }\n}\n",
     );
-    let out = Command::new(RVSD)
-        .arg("-f")
-        .arg(&p)
-        .arg("--check")
-        .output()
-        .expect("rvsd");
+    let out = rvsd_check("-f", &p, &[]);
     let (_, stderr, code) = parts(&out);
     assert_eq!(code, 1);
     let want = format!("{}:3:26:", p.display());
@@ -57,12 +50,7 @@ fn unknown_keywords_are_warned_with_location() {
         "w.conf",
         "virtual_server 10.0.0.1 80 {\n    lb_algo rr\n    protocol TCP\n    frobnicate 3\n    real_server 10.0.0.2 80 {\n    }\n}\n",
     );
-    let out = Command::new(RVSD)
-        .arg("-f")
-        .arg(&p)
-        .arg("--check")
-        .output()
-        .expect("rvsd");
+    let out = rvsd_check("-f", &p, &[]);
     let (stdout, _, code) = parts(&out);
     assert_eq!(code, 0);
     assert!(
@@ -79,23 +67,13 @@ fn rules_file_loads_and_errors_are_located() {
         "r.rules",
         "-A -t 10.0.0.1:80 -s rr\n-a -t 10.0.0.1:80 -r 10.0.0.2:80 -m -w 1\n",
     );
-    let out = Command::new(RVSD)
-        .arg("--rules")
-        .arg(&good)
-        .arg("--check")
-        .output()
-        .expect("rvsd");
+    let out = rvsd_check("--rules", &good, &[]);
     assert_eq!(parts(&out).2, 0, "{}", parts(&out).1);
     let bad = dir.write(
         "b.rules",
         "-A -t 10.0.0.1:80 -s rr\n  -a -t 10.0.0.9:80 -r 10.0.0.2:80\n",
     );
-    let out = Command::new(RVSD)
-        .arg("--rules")
-        .arg(&bad)
-        .arg("--check")
-        .output()
-        .expect("rvsd");
+    let out = rvsd_check("--rules", &bad, &[]);
     let (_, stderr, code) = parts(&out);
     assert_eq!(code, 1);
     assert_eq!(
@@ -165,12 +143,11 @@ fn strict_refuses_keywords_that_are_not_applied() {
     let dir = TempDir::new("check-strict");
     let p = dir.write("s.conf", &strict_conf("    vrrp_garp_interval 1\n"));
     let run = |strict: bool| {
-        let mut c = Command::new(RVSD);
-        c.arg("-f").arg(&p).arg("--check");
-        if strict {
-            c.arg("--strict");
-        }
-        parts(&c.output().expect("rvsd"))
+        parts(&rvsd_check(
+            "-f",
+            &p,
+            if strict { &["--strict"] } else { &[] },
+        ))
     };
     let (stdout, _, code) = run(false);
     assert_eq!(code, 0);
@@ -197,12 +174,7 @@ fn check_suggests_the_nearest_keyword() {
         "d.conf",
         "vrrp_instance VI {\n    state BACKUP\n    interface lo\n    virtual_router_id 7\n    priorty 10\n}\n",
     );
-    let out = Command::new(RVSD)
-        .arg("-f")
-        .arg(&p)
-        .arg("--check")
-        .output()
-        .expect("rvsd");
+    let out = rvsd_check("-f", &p, &[]);
     let (stdout, stderr, code) = parts(&out);
     assert_eq!(code, 0, "{stderr}");
     assert!(
@@ -221,13 +193,7 @@ fn config_id_selects_conditional_lines() {
     let dir = TempDir::new("check-id");
     let p = dir.write("i.conf", &strict_conf("@edge    vrrp_garp_interval 1\n"));
     let run = |ids: &[&str]| {
-        let out = Command::new(RVSD)
-            .arg("-f")
-            .arg(&p)
-            .args(["--check", "--strict"])
-            .args(ids)
-            .output()
-            .expect("rvsd");
+        let out = rvsd_check("-f", &p, &[&["--strict"], ids].concat());
         parts(&out)
     };
     let (_, stderr, code) = run(&[]);
@@ -249,12 +215,7 @@ fn config_id_selects_conditional_lines() {
 "
         )),
     );
-    let out = Command::new(RVSD)
-        .arg("-f")
-        .arg(&p)
-        .args(["--check", "--strict"])
-        .output()
-        .expect("rvsd");
+    let out = rvsd_check("-f", &p, &["--strict"]);
     let (_, stderr, code) = parts(&out);
     assert_eq!(code, 1, "the host name is the default config id: {stderr}");
 }
@@ -325,4 +286,15 @@ fn strict_is_honoured_at_start_and_on_reload() {
         "{err}"
     );
     assert_eq!(d.ok("-Ln"), before, "a refused reload changes nothing");
+}
+
+/// `rvsd FLAG FILE --check EXTRA...` (FLAG `-f` or `--rules`), waited for.
+fn rvsd_check(flag: &str, file: &Path, extra: &[&str]) -> Output {
+    Command::new(RVSD)
+        .arg(flag)
+        .arg(file)
+        .arg("--check")
+        .args(extra)
+        .output()
+        .expect("rvsd")
 }

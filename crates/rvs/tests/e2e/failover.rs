@@ -20,12 +20,12 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSD, Rvsadm, TempDir, wait_exit, wait_for_socket, within};
+use crate::harness::{RVSD, Rvsadm, TempDir, nsenter_rvsd, wait_exit, wait_for_socket, within};
 use crate::netns::{Bed, Host};
 use crate::streams::Pattern;
 
@@ -74,32 +74,16 @@ fn rvsd() -> String {
 }
 
 impl Director {
-    /// rvsd enters the namespace with `nsenter --net` (not `ip netns
-    /// exec`, whose private mount namespace would give it a bpffs of its
-    /// own that vanishes with it, and the pins with it).
+    /// rvsd in the director's namespace ([`nsenter_rvsd`]).
     fn start(&mut self) {
-        let mut child = Command::new("nsenter")
-            .arg(format!("--net=/var/run/netns/{}", self.host.ns))
-            .arg(rvsd())
-            .args([
-                "--dataplane",
-                "xdp",
-                "--interface",
-                "eth0",
-                "--log-level",
-                "warn",
-            ])
-            .args(["--instance", &self.instance, "-f"])
+        let child = nsenter_rvsd(&self.host.ns, &rvsd(), "xdp", &self.instance, &self.socket)
+            .arg("-f")
             .arg(&self.conf)
-            .arg("--socket")
-            .arg(&self.socket)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn rvsd");
-        wait_for_socket(&self.socket, &mut child);
-        self.child = Some(child);
+        // Kept before the wait: a test that fails there still kills it.
+        let child = self.child.insert(child);
+        wait_for_socket(&self.socket, child);
     }
 
     /// Detach and unpin the instance's XDP plane (rvsd not running).

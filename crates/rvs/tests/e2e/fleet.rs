@@ -36,9 +36,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::harness::{RVSD, Rvsadm, TempDir, within};
+use crate::harness::{RVSD, Rvsadm, TempDir, nsenter_rvsd, wait_exit, within};
 use crate::netns::{Bed, Host};
 use rvs_testbed::Conn;
 
@@ -192,16 +192,7 @@ impl Proc {
         let _ = Command::new("kill")
             .args(["-TERM", &c.id().to_string()])
             .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = c.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-        panic!("{what} did not stop within 10 s of SIGTERM");
+        wait_exit(&mut c, &format!("{what} (SIGTERM)"));
     }
 
     fn running(&mut self) -> bool {
@@ -243,28 +234,13 @@ impl Director {
     /// pins with it: failover.rs).
     pub fn start_rvsd(&mut self) {
         assert!(!self.rvsd.running(), "rvsd already running");
-        let child = Command::new("nsenter")
-            .arg(format!("--net=/var/run/netns/{}", self.host.ns))
-            .arg(RVSD)
-            .args([
-                "--dataplane",
-                "xdp",
-                "--interface",
-                "eth0",
-                "--log-level",
-                "warn",
-            ])
-            .args(["--instance", &self.instance, "-f"])
+        let child = nsenter_rvsd(&self.host.ns, RVSD, "xdp", &self.instance, &self.socket)
+            .arg("-f")
             .arg(&self.conf)
-            .arg("--socket")
-            .arg(&self.socket)
             .arg("--state-dir")
             .arg(self.dir.join("state"))
             .args(["--announce-table", &TABLE.to_string()])
             .args(&self.rvsd_args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn rvsd");
         // Kept before the wait: a test that fails here still kills it.

@@ -58,9 +58,19 @@ pub fn free_port() -> u16 {
 }
 
 pub fn wait_for_socket(socket: &Path, child: &mut Child) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // Generous: an XDP rvsd's first step is the kernel verifying its
+    // program, which takes over 10 s on a 2-core machine busy building.
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(60);
     while Instant::now() < deadline {
         if UnixStream::connect(socket).is_ok() {
+            if started.elapsed() > Duration::from_secs(5) {
+                eprintln!(
+                    "rvsd took {:?} to open {}",
+                    started.elapsed(),
+                    socket.display()
+                );
+            }
             return;
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -270,6 +280,26 @@ pub fn wait_exit(child: &mut Child, what: &str) {
     let _ = child.kill();
     let _ = child.wait();
     panic!("{what} did not exit within 10 s");
+}
+
+/// `RVSD --dataplane PLANE --interface eth0 --log-level warn --instance
+/// INSTANCE --socket SOCKET` in network namespace `ns`, entered with
+/// `nsenter --net` (not `ip netns exec`, whose private mount namespace would
+/// give rvsd a bpffs of its own that vanishes with it, and the XDP pins with
+/// it); stdin and stdout null, stderr inherited. The caller adds its own
+/// arguments and spawns it.
+pub fn nsenter_rvsd(ns: &str, rvsd: &str, plane: &str, instance: &str, socket: &Path) -> Command {
+    let mut c = Command::new("nsenter");
+    c.arg(format!("--net=/var/run/netns/{ns}"))
+        .arg(rvsd)
+        .args(["--dataplane", plane, "--interface", "eth0"])
+        .args(["--log-level", "warn", "--instance", instance])
+        .arg("--socket")
+        .arg(socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    c
 }
 
 /// `rvsd --dataplane PLANE --socket SOCKET ARGS...` inside network

@@ -16,12 +16,12 @@
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSD, Rvsadm, TempDir, wait_for_socket};
+use crate::harness::{RVSD, Rvsadm, TempDir, nsenter_rvsd, wait_for_socket};
 use crate::netns::{Bed, Host, connect};
 
 const VIP: &str = "10.77.0.100";
@@ -71,39 +71,19 @@ impl Director {
     }
 
     fn start_plane(&mut self, plane: &str, upgrade: bool) {
-        let mut cmd = Command::new("nsenter");
-        cmd.arg(format!("--net=/var/run/netns/{}", self.ns))
-            .arg(RVSD)
-            .args([
-                "--dataplane",
-                plane,
-                "--interface",
-                "eth0",
-                "--xdp-mode",
-                "skb",
-                "--log-level",
-                "warn",
-                "--instance",
-                &self.instance,
-            ])
+        let mut cmd = nsenter_rvsd(&self.ns, RVSD, plane, &self.instance, &self.socket);
+        cmd.args(["--xdp-mode", "skb"])
             .args(
                 self.conf
                     .iter()
                     .flat_map(|c| [std::ffi::OsStr::new("-f"), c.as_os_str()]),
             )
             .arg("--state-dir")
-            .arg(&self.state)
-            .arg("--socket")
-            .arg(&self.socket);
+            .arg(&self.state);
         if upgrade {
             cmd.arg("--xdp-upgrade-probe");
         }
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn rvsd");
+        let mut child = cmd.spawn().expect("spawn rvsd");
         wait_for_socket(&self.socket, &mut child);
         self.child = Some(child);
     }
