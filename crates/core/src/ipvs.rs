@@ -574,6 +574,14 @@ impl Ipvs {
         Ok(())
     }
 
+    /// Record the FULLNAT local address and port of connection `id`, as
+    /// the data plane that chose them reports it (for `ipvsadm -Lcn`).
+    /// False when there is no such connection.
+    pub fn set_conn_local(&mut self, id: ConnId, local: std::net::SocketAddr) -> bool {
+        self.conns
+            .set_local(id, Addr::from_ip(local.ip()), local.port())
+    }
+
     /// `--add-laddr -z ADDR`: add an address or range to the service's
     /// FULLNAT local address pool. The pool is the service's, not its
     /// options': `-E` leaves it as it is. An entry of the other family, or
