@@ -130,6 +130,7 @@ fn main() {
             key: s.key,
             config: s.config,
             dests: s.dests,
+            laddrs: s.laddrs,
         })
         .collect();
     let checkers = plan.jobs.len();

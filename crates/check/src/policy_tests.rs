@@ -638,6 +638,7 @@ fn reload_keeps_state_of_unchanged_servers() {
         key: key(),
         config: rvs_core::model::ServiceConfig::new(rvs_core::model::AddrFamily::Inet),
         dests: vec![dest(1), dest(2), dest(3)],
+        laddrs: Vec::new(),
     }];
     sim.p.overlay(&mut defs);
     assert_eq!(defs[0].dests, vec![dest(2), dest(3)]);

@@ -38,11 +38,13 @@ pub fn commands_for(ipvs: &Ipvs, key: ServiceKey, dests: Vec<DestConfig>) -> Opt
         key,
         config: svc.config().clone(),
         dests: svc.dests().iter().rev().map(|d| d.config).collect(),
+        laddrs: svc.laddrs().to_vec(),
     };
     let target = ServiceDef {
         key,
         config: live.config.clone(),
         dests,
+        laddrs: live.laddrs.clone(),
     };
     diff(&[live], &[target]).ok().map(|(cmds, _)| cmds)
 }

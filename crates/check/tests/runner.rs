@@ -68,6 +68,7 @@ fn load(text: &str) -> (Vec<ServiceDef>, rvs_check::HealthPlan) {
             key: s.key,
             config: s.config,
             dests: s.dests,
+            laddrs: s.laddrs,
         })
         .collect();
     (defs, plan)

@@ -6,7 +6,8 @@
 use std::net::IpAddr;
 
 use rvs_core::model::{
-    AddrFamily, DestConfig, PersistMask, PersistenceEngine, Protocol, ServiceConfig, ServiceKey,
+    AddrFamily, DestConfig, LocalAddrRange, PersistMask, PersistenceEngine, Protocol,
+    ServiceConfig, ServiceKey,
 };
 
 use crate::model::*;
@@ -24,6 +25,9 @@ pub struct ServiceSpec {
     pub config: ServiceConfig,
     /// Real servers (all configured ones; health checks decide which are installed).
     pub dests: Vec<DestConfig>,
+    /// The FULLNAT local address pool: the ranges of the
+    /// `local_address_group` that `laddr_group_name` names.
+    pub laddrs: Vec<LocalAddrRange>,
     /// Where the `virtual_server` block starts.
     pub loc: Loc,
     /// Index into [`KeepalivedConf::virtual_servers`].
@@ -134,8 +138,17 @@ impl KeepalivedConf {
                     }
                 }
             }
+            let pool = self.laddr_pool(vs)?;
             for key in keys {
                 let af = key.af();
+                if let Some((r, loc)) = pool.iter().find(|(r, _)| r.af() != af) {
+                    return Err(ConfigError::at(
+                        loc,
+                        format!(
+                            "expected local addresses of the virtual server's family, found {r}"
+                        ),
+                    ));
+                }
                 let mut cfg = ServiceConfig::new(af)
                     .scheduler(vs.scheduler.unwrap_or_default())
                     .flags(vs.flags);
@@ -195,6 +208,7 @@ impl KeepalivedConf {
                     key,
                     config: cfg,
                     dests,
+                    laddrs: pool.iter().map(|(r, _)| *r).collect(),
                     loc: vs.loc.clone(),
                     vs_index: i,
                     sorry_server: sorry,
@@ -203,6 +217,34 @@ impl KeepalivedConf {
                     hysteresis: vs.hysteresis,
                 });
             }
+        }
+        Ok(out)
+    }
+
+    /// The pool of a virtual server (`laddr_group_name`), each range with
+    /// where its group starts; a range that overlaps an earlier one, or is
+    /// not a range, is an error there.
+    fn laddr_pool(&self, vs: &VirtualServer) -> Result<Vec<(LocalAddrRange, &Loc)>, ConfigError> {
+        let Some(name) = &vs.laddr_group_name else {
+            return Ok(Vec::new());
+        };
+        let Some(g) = self.local_address_groups.iter().find(|g| g.name == *name) else {
+            return Err(ConfigError::at(
+                &vs.loc,
+                format!("expected a defined local_address_group, found `{name}`"),
+            ));
+        };
+        let mut out: Vec<(LocalAddrRange, &Loc)> = Vec::new();
+        for (first, last) in &g.ranges {
+            let r = LocalAddrRange::new(*first, *last)
+                .map_err(|e| ConfigError::at(&g.loc, format!("local_address_group {name}: {e}")))?;
+            if let Some((o, _)) = out.iter().find(|(o, _)| o.overlaps(&r)) {
+                return Err(ConfigError::at(
+                    &g.loc,
+                    format!("local_address_group {name}: {r} overlaps {o}"),
+                ));
+            }
+            out.push((r, &g.loc));
         }
         Ok(out)
     }

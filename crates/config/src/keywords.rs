@@ -653,6 +653,17 @@ mod tests {
         assert_eq!(suggest(VrrpInstance, "completely_else"), None);
     }
 
+    /// FULLNAT's pool keywords are carried out (into the service's local
+    /// address pool, `convert.rs`), so the audit lists them as known and
+    /// never warns about them.
+    #[test]
+    fn fullnat_pool_keywords_are_applied() {
+        assert_eq!(outcome(Top, "local_address_group"), None);
+        assert_eq!(outcome(VirtualServer, "laddr_group_name"), None);
+        assert!(known(Top).contains(&"local_address_group"));
+        assert!(known(VirtualServer).contains(&"laddr_group_name"));
+    }
+
     #[test]
     fn the_table_has_no_duplicates() {
         for (i, (b, k, _)) in TABLE.iter().enumerate() {

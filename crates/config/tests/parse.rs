@@ -370,6 +370,24 @@ fn fnat_extensions() {
 }
 
 #[test]
+fn laddr_group_becomes_the_services_pool() {
+    let svc = first_service(
+        "local_address_group lg {\n 192.168.100.5-9\n 10.0.0.9\n}\nvirtual_server 10.0.0.1 80 {\n lb_kind FNAT\n protocol TCP\n laddr_group_name lg\n real_server 10.1.0.1 80 {\n }\n}\n",
+    );
+    let pool: Vec<String> = svc.laddrs.iter().map(|r| r.to_string()).collect();
+    assert_eq!(pool, ["192.168.100.5-192.168.100.9", "10.0.0.9"]);
+    assert!(first_service(VS).laddrs.is_empty());
+    // A pool of the other family, or overlapping entries, is an error at the group.
+    for bad in ["2001:db8::1", "10.0.0.2-5\n 10.0.0.4"] {
+        let text = format!(
+            "local_address_group lg {{\n {bad}\n}}\nvirtual_server 10.0.0.1 80 {{\n lb_kind FNAT\n protocol TCP\n laddr_group_name lg\n real_server 10.1.0.1 80 {{\n }}\n}}\n"
+        );
+        let e = ok(&text).config.lvs_services().unwrap_err();
+        assert_eq!(e.line, 1, "{bad}: {e}");
+    }
+}
+
+#[test]
 fn sanity_quorum_and_hysteresis() {
     let l = ok(
         "virtual_server 10.0.0.1 80 {\n lb_algo rr\n lb_kind NAT\n protocol TCP\n quorum 10\n hysteresis 5\n real_server 10.1.0.1 80 {\n weight 2\n }\n real_server 10.1.0.2 80 {\n weight 1\n }\n}\n",

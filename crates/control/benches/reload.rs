@@ -45,6 +45,7 @@ fn table() -> Vec<ServiceDef> {
                         .forward(ForwardMethod::Masq)
                 })
                 .collect(),
+            laddrs: Vec::new(),
         })
         .collect()
 }
@@ -136,6 +137,7 @@ fn parse(path: &std::path::Path) -> Vec<ServiceDef> {
             key: s.key,
             config: s.config,
             dests: s.dests,
+            laddrs: s.laddrs,
         })
         .collect()
 }

@@ -47,6 +47,20 @@ pub trait DataPlane: Send {
         Ok(())
     }
 
+    /// Whether this data plane can carry `commands`, applied in order to
+    /// the table `ipvs` holds now: what the control plane asks before it
+    /// changes anything (a refusal names the command's index and why). The
+    /// default asks [`DataPlane::admit`] of each command; a data plane with
+    /// rules that span commands (the XDP program's FULLNAT needs its
+    /// service's local address pool: [`check_fullnat_pools`]) adds them.
+    fn admit_all(&self, ipvs: &Ipvs, commands: &[Command]) -> Result<(), (usize, String)> {
+        let _ = ipvs;
+        for (i, c) in commands.iter().enumerate() {
+            self.admit(c).map_err(|m| (i, m))?;
+        }
+        Ok(())
+    }
+
     /// Report back: called periodically (every second by rvsd) with the
     /// control plane's director so the data plane can record what it carried
     /// since the last call — connections it created or closed and their
@@ -121,6 +135,105 @@ pub trait DataPlane: Send {
 
     /// A retiring daemon's drain bound was reached: end what is left.
     fn abort_live(&mut self) {}
+}
+
+/// The rule of a data plane that carries FULLNAT only from a local address
+/// pool: after every command of `commands`, applied in order to `ipvs`,
+/// each service with a FULLNAT real server has a pool entry. So a FULLNAT
+/// real server comes after its service's first `--add-laddr` (a reload
+/// orders them so), and the last entry goes only after the last FULLNAT
+/// real server. Commands the director itself would refuse are not judged
+/// here. Returns the index of the first command that breaks the rule.
+pub fn check_fullnat_pools(ipvs: &Ipvs, commands: &[Command]) -> Result<(), (usize, String)> {
+    use rvs_core::model::ForwardMethod;
+    use std::collections::{HashMap, HashSet};
+    use std::net::IpAddr;
+
+    #[derive(Default)]
+    struct Svc {
+        pool: usize,
+        fnat: HashSet<(IpAddr, u16)>,
+    }
+    let mut seen: HashMap<ServiceKey, Svc> = HashMap::new();
+    let mut cleared = false;
+    let live = |key: &ServiceKey, cleared: bool| -> Svc {
+        match ipvs.service(key) {
+            Some(s) if !cleared => Svc {
+                pool: s.laddrs().len(),
+                fnat: s
+                    .dests()
+                    .iter()
+                    .filter(|d| d.config.forward == ForwardMethod::FullNat)
+                    .map(|d| (d.config.addr, d.config.port))
+                    .collect(),
+            },
+            _ => Svc::default(),
+        }
+    };
+    for (i, c) in commands.iter().enumerate() {
+        match c {
+            Command::Clear => {
+                seen.clear();
+                cleared = true;
+            }
+            Command::AddService { key, .. } => {
+                seen.entry(*key).or_insert_with(|| live(key, cleared));
+            }
+            Command::DelService { key } => {
+                seen.insert(*key, Svc::default());
+            }
+            Command::AddDest { service, dest } | Command::EditDest { service, dest } => {
+                let s = seen
+                    .entry(*service)
+                    .or_insert_with(|| live(service, cleared));
+                if dest.forward == ForwardMethod::FullNat {
+                    if s.pool == 0 {
+                        return Err((
+                            i,
+                            format!(
+                                "FULLNAT real server {} needs a local address pool:                                  add one with --add-laddr -z ADDR first",
+                                std::net::SocketAddr::new(dest.addr, dest.port)
+                            ),
+                        ));
+                    }
+                    s.fnat.insert((dest.addr, dest.port));
+                } else {
+                    s.fnat.remove(&(dest.addr, dest.port));
+                }
+            }
+            Command::DelDest {
+                service,
+                addr,
+                port,
+            } => {
+                seen.entry(*service)
+                    .or_insert_with(|| live(service, cleared))
+                    .fnat
+                    .remove(&(*addr, *port));
+            }
+            Command::AddLaddr { service, .. } => {
+                seen.entry(*service)
+                    .or_insert_with(|| live(service, cleared))
+                    .pool += 1;
+            }
+            Command::DelLaddr { service, laddr } => {
+                let s = seen
+                    .entry(*service)
+                    .or_insert_with(|| live(service, cleared));
+                s.pool = s.pool.saturating_sub(1);
+                if s.pool == 0 && !s.fnat.is_empty() {
+                    return Err((
+                        i,
+                        format!(
+                            "{laddr} is the last local address of a service with                              FULLNAT real servers: delete or change them first"
+                        ),
+                    ));
+                }
+            }
+            Command::EditService { .. } | Command::Zero { .. } | Command::SetTimeouts { .. } => {}
+        }
+    }
+    Ok(())
 }
 
 /// How far an asynchronous data plane has got (see
@@ -201,6 +314,72 @@ mod tests {
     use super::*;
     use rvs_core::ipvs::IpvsConfig;
     use std::sync::{Arc, Mutex};
+
+    /// A plane that carries FULLNAT only from a pool.
+    struct Pooled;
+    impl DataPlane for Pooled {
+        fn name(&self) -> &'static str {
+            "pooled"
+        }
+        fn apply(&mut self, _: &Command) -> Result<(), DataPlaneError> {
+            Ok(())
+        }
+        fn admit_all(&self, ipvs: &Ipvs, c: &[Command]) -> Result<(), (usize, String)> {
+            check_fullnat_pools(ipvs, c)
+        }
+    }
+
+    #[test]
+    fn fullnat_without_a_pool_is_refused_and_changes_nothing() {
+        use crate::state::Controller;
+        use rvs_core::ipvs::CtlError;
+        use rvs_core::model::{
+            AddrFamily, DestConfig, ForwardMethod, LocalAddrRange, Protocol, ServiceConfig,
+        };
+        let key = ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: "10.0.0.1".parse().unwrap(),
+            port: 80,
+        };
+        let add = Command::AddService {
+            key,
+            config: ServiceConfig::new(AddrFamily::Inet),
+        };
+        let fnat = Command::AddDest {
+            service: key,
+            dest: DestConfig::new("10.1.0.2".parse().unwrap(), 80).forward(ForwardMethod::FullNat),
+        };
+        let laddr = LocalAddrRange::parse("10.2.0.1-3").unwrap();
+        let pool = Command::AddLaddr {
+            service: key,
+            laddr,
+        };
+        let mut ctl = Controller::new(IpvsConfig::default(), Box::new(Pooled));
+        let e = ctl.exec(&[add.clone(), fnat.clone()], true).unwrap_err();
+        assert_eq!(e.index, 1);
+        assert!(
+            matches!(&e.error, CtlError::Unsupported(m) if m.contains("--add-laddr")),
+            "{e}"
+        );
+        assert_eq!(ctl.ipvs().services().count(), 0);
+        // The pool first, in the same request: admitted.
+        ctl.exec(&[add, pool, fnat], true).unwrap();
+        let del = Command::DelLaddr {
+            service: key,
+            laddr,
+        };
+        let e = ctl.exec(std::slice::from_ref(&del), false).unwrap_err();
+        assert!(matches!(&e.error, CtlError::Unsupported(m) if m.contains("last local address")));
+        assert_eq!(ctl.ipvs().service(&key).unwrap().laddrs(), &[laddr]);
+        // Once the FULLNAT real server goes, so may the pool.
+        let deldest = Command::DelDest {
+            service: key,
+            addr: "10.1.0.2".parse().unwrap(),
+            port: 80,
+        };
+        ctl.exec(&[deldest, del], true).unwrap();
+        assert!(ctl.ipvs().service(&key).unwrap().laddrs().is_empty());
+    }
 
     #[test]
     fn handle_lends_the_director_or_reports_none() {

@@ -7,7 +7,7 @@
 use std::io::{BufRead, Write};
 use std::net::{IpAddr, SocketAddr};
 
-use rvs_core::model::{DestConfig, ServiceConfig, ServiceKey};
+use rvs_core::model::{DestConfig, LocalAddrRange, ServiceConfig, ServiceKey};
 use serde::{Deserialize, Serialize};
 
 /// Default control socket path.
@@ -67,6 +67,21 @@ pub enum Command {
     Zero {
         /// One service, or all.
         service: Option<ServiceKey>,
+    },
+    /// `--add-laddr -z ADDR` (rvs-only, DPVS's option): add an address or
+    /// range to the service's FULLNAT local address pool.
+    AddLaddr {
+        /// Service.
+        service: ServiceKey,
+        /// Address or range.
+        laddr: LocalAddrRange,
+    },
+    /// `--del-laddr -z ADDR`: remove a pool entry, named as it was added.
+    DelLaddr {
+        /// Service.
+        service: ServiceKey,
+        /// Address or range.
+        laddr: LocalAddrRange,
     },
     /// `--set tcp tcpfin udp` (0 leaves a value unchanged).
     SetTimeouts {
@@ -364,7 +379,10 @@ pub fn parse_handover(line: &[u8], received: usize) -> Result<HandOver, HandOver
     }
     for (index, c) in h.table.iter().enumerate() {
         let what = match c {
-            Command::AddService { .. } | Command::AddDest { .. } | Command::SetTimeouts { .. } => {
+            Command::AddService { .. }
+            | Command::AddDest { .. }
+            | Command::AddLaddr { .. }
+            | Command::SetTimeouts { .. } => {
                 continue;
             }
             Command::EditService { .. } => "EditService",
@@ -372,6 +390,7 @@ pub fn parse_handover(line: &[u8], received: usize) -> Result<HandOver, HandOver
             Command::Clear => "Clear",
             Command::EditDest { .. } => "EditDest",
             Command::DelDest { .. } => "DelDest",
+            Command::DelLaddr { .. } => "DelLaddr",
             Command::Zero { .. } => "Zero",
         };
         return Err(HandOverError::Table { index, what });

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use rvs_core::ipvs::{CtlError, Ipvs, IpvsConfig};
-use rvs_core::model::{DestConfig, ServiceConfig, ServiceKey};
+use rvs_core::model::{DestConfig, LocalAddrRange, ServiceConfig, ServiceKey};
 
 use crate::dataplane::DataPlane;
 use crate::protocol::Command;
@@ -30,6 +30,9 @@ pub struct ServiceDef {
     /// Real servers in the order they are added (the last one heads the
     /// kernel-order list).
     pub dests: Vec<DestConfig>,
+    /// The FULLNAT local address pool, in the order entries are added
+    /// (keepalived's `laddr_group_name`; empty for most services).
+    pub laddrs: Vec<LocalAddrRange>,
 }
 
 /// The service table the live director holds now, as definitions (real
@@ -40,6 +43,7 @@ pub fn current_defs(ipvs: &Ipvs) -> Vec<ServiceDef> {
             key: *s.key(),
             config: s.config().clone(),
             dests: s.dests().iter().rev().map(|d| d.config).collect(),
+            laddrs: s.laddrs().to_vec(),
         })
         .collect()
 }
@@ -61,6 +65,8 @@ pub fn apply(ipvs: &mut Ipvs, cmd: &Command) -> Result<(), CtlError> {
             addr,
             port,
         } => ipvs.del_dest(service, *addr, *port),
+        Command::AddLaddr { service, laddr } => ipvs.add_laddr(service, *laddr),
+        Command::DelLaddr { service, laddr } => ipvs.del_laddr(service, *laddr),
         Command::Zero { service } => ipvs.zero(service.as_ref()),
         Command::SetTimeouts { tcp, tcpfin, udp } => {
             ipvs.set_timeouts(*tcp, *tcpfin, *udp);
@@ -144,6 +150,7 @@ impl<'a> DestsRef<'a> {
 /// A service table to compare against.
 trait View {
     fn lookup(&self, key: &ServiceKey) -> Option<(&ServiceConfig, DestsRef<'_>)>;
+    fn laddrs(&self, key: &ServiceKey) -> &[LocalAddrRange];
     fn keys(&self) -> Vec<ServiceKey>;
     fn len(&self) -> usize;
 }
@@ -151,6 +158,9 @@ trait View {
 impl View for HashMap<&ServiceKey, &ServiceDef> {
     fn lookup(&self, key: &ServiceKey) -> Option<(&ServiceConfig, DestsRef<'_>)> {
         self.get(key).map(|d| (&d.config, DestsRef::Defs(&d.dests)))
+    }
+    fn laddrs(&self, key: &ServiceKey) -> &[LocalAddrRange] {
+        self.get(key).map(|d| &d.laddrs[..]).unwrap_or(&[])
     }
     fn keys(&self) -> Vec<ServiceKey> {
         HashMap::keys(self).map(|k| **k).collect()
@@ -164,6 +174,9 @@ impl View for Ipvs {
     fn lookup(&self, key: &ServiceKey) -> Option<(&ServiceConfig, DestsRef<'_>)> {
         self.service(key)
             .map(|s| (s.config(), DestsRef::Live(s.dests())))
+    }
+    fn laddrs(&self, key: &ServiceKey) -> &[LocalAddrRange] {
+        self.service(key).map(|s| s.laddrs()).unwrap_or(&[])
     }
     fn keys(&self) -> Vec<ServiceKey> {
         self.services().map(|s| *s.key()).collect()
@@ -225,6 +238,12 @@ fn plan(cur: &impl View, target: &[ServiceDef]) -> Result<Plan, ExecError> {
                 key: t.key,
                 config: t.config.clone(),
             });
+            // The pool before the real servers: a data plane that carries
+            // FULLNAT only with a pool admits its real servers after it.
+            cmds.extend(t.laddrs.iter().map(|l| Command::AddLaddr {
+                service: t.key,
+                laddr: *l,
+            }));
             cmds.extend(t.dests.iter().map(|d| Command::AddDest {
                 service: t.key,
                 dest: *d,
@@ -234,7 +253,10 @@ fn plan(cur: &impl View, target: &[ServiceDef]) -> Result<Plan, ExecError> {
             continue;
         };
         matched += 1;
-        if *config == t.config && same_dests(dests, &t.dests) {
+        let cur_laddrs = cur.laddrs(&t.key);
+        let same_laddrs =
+            cur_laddrs.len() == t.laddrs.len() && cur_laddrs.iter().all(|l| t.laddrs.contains(l));
+        if *config == t.config && same_dests(dests, &t.dests) && same_laddrs {
             continue;
         }
         changed.push(index);
@@ -244,6 +266,15 @@ fn plan(cur: &impl View, target: &[ServiceDef]) -> Result<Plan, ExecError> {
                 config: t.config.clone(),
             });
             sum.services_edited += 1;
+        }
+        // New pool entries before the real servers, removed ones after.
+        for l in &t.laddrs {
+            if !cur_laddrs.contains(l) {
+                cmds.push(Command::AddLaddr {
+                    service: t.key,
+                    laddr: *l,
+                });
+            }
         }
         let cd: HashMap<_, &DestConfig> = dests.iter().map(|d| (dest_id(d), d)).collect();
         let td: HashMap<_, &DestConfig> = t.dests.iter().map(|d| (dest_id(d), d)).collect();
@@ -274,6 +305,14 @@ fn plan(cur: &impl View, target: &[ServiceDef]) -> Result<Plan, ExecError> {
                     });
                     sum.dests_added += 1;
                 }
+            }
+        }
+        for l in cur_laddrs {
+            if !t.laddrs.contains(l) {
+                cmds.push(Command::DelLaddr {
+                    service: t.key,
+                    laddr: *l,
+                });
             }
         }
     }
@@ -327,6 +366,10 @@ pub fn build(defs: &[ServiceDef], config: IpvsConfig) -> Result<Ipvs, ExecError>
     for (index, s) in defs.iter().enumerate() {
         ipvs.add_service_with(s.key, s.config.clone(), &s.dests)
             .map_err(|error| ExecError { index, error })?;
+        for l in &s.laddrs {
+            ipvs.add_laddr(&s.key, *l)
+                .map_err(|error| ExecError { index, error })?;
+        }
     }
     Ok(ipvs)
 }
@@ -360,7 +403,9 @@ fn changes_table(cmd: &Command) -> bool {
         | Command::Clear
         | Command::AddDest { .. }
         | Command::EditDest { .. }
-        | Command::DelDest { .. } => true,
+        | Command::DelDest { .. }
+        | Command::AddLaddr { .. }
+        | Command::DelLaddr { .. } => true,
         Command::Zero { .. } | Command::SetTimeouts { .. } => false,
     }
 }
@@ -438,12 +483,12 @@ impl Controller {
     /// single command is applied directly: the core's operations are
     /// themselves all-or-nothing.
     pub fn exec(&mut self, cmds: &[Command], atomic: bool) -> Result<(), ExecError> {
-        for (index, c) in cmds.iter().enumerate() {
-            self.plane.admit(c).map_err(|m| ExecError {
+        self.plane
+            .admit_all(&self.ipvs, cmds)
+            .map_err(|(index, m)| ExecError {
                 index,
                 error: CtlError::Unsupported(m),
             })?;
-        }
         if atomic || cmds.len() > 1 {
             let defs = current_defs(&self.ipvs);
             let mut scratch = build(&defs, scratch_config(self.config)).map_err(|e| ExecError {
@@ -473,24 +518,24 @@ impl Controller {
             summary,
             changed,
         } = plan(&self.ipvs, target)?;
-        for c in &cmds {
-            self.plane.admit(c).map_err(|m| {
-                let key = match c {
-                    Command::AddService { key, .. }
-                    | Command::EditService { key, .. }
-                    | Command::DelService { key } => Some(key),
-                    Command::AddDest { service, .. }
-                    | Command::EditDest { service, .. }
-                    | Command::DelDest { service, .. } => Some(service),
-                    _ => None,
-                };
-                ExecError {
-                    index: key
-                        .and_then(|k| target.iter().position(|t| t.key == *k))
-                        .unwrap_or(0),
-                    error: CtlError::Unsupported(m),
-                }
-            })?;
+        if let Err((i, m)) = self.plane.admit_all(&self.ipvs, &cmds) {
+            let key = match &cmds[i] {
+                Command::AddService { key, .. }
+                | Command::EditService { key, .. }
+                | Command::DelService { key } => Some(key),
+                Command::AddDest { service, .. }
+                | Command::EditDest { service, .. }
+                | Command::DelDest { service, .. }
+                | Command::AddLaddr { service, .. }
+                | Command::DelLaddr { service, .. } => Some(service),
+                _ => None,
+            };
+            return Err(ExecError {
+                index: key
+                    .and_then(|k| target.iter().position(|t| t.key == *k))
+                    .unwrap_or(0),
+                error: CtlError::Unsupported(m),
+            });
         }
         // Services do not constrain each other, and unchanged ones are
         // already live: validating the new or changed ones on their own
@@ -501,6 +546,11 @@ impl Controller {
             scratch
                 .add_service_with(t.key, t.config.clone(), &t.dests)
                 .map_err(|error| ExecError { index, error })?;
+            for l in &t.laddrs {
+                scratch
+                    .add_laddr(&t.key, *l)
+                    .map_err(|error| ExecError { index, error })?;
+            }
         }
         // Validated: from here on the commands apply (a difference at all
         // is a change of the table).
@@ -513,7 +563,10 @@ impl Controller {
             if let Command::AddService { key, config } = &cmds[i] {
                 let n = cmds[i + 1..]
                     .iter()
-                    .take_while(|c| matches!(c, Command::AddDest { service, .. } if service == key))
+                    .take_while(|c| {
+                        matches!(c, Command::AddDest { service, .. }
+                            | Command::AddLaddr { service, .. } if service == key)
+                    })
                     .count();
                 let dests: Vec<DestConfig> = cmds[i + 1..=i + n]
                     .iter()
@@ -525,6 +578,16 @@ impl Controller {
                 self.ipvs
                     .add_service_with(*key, config.clone(), &dests)
                     .map_err(|error| ExecError { index: i, error })?;
+                for (j, c) in cmds[i + 1..=i + n].iter().enumerate() {
+                    if let Command::AddLaddr { service, laddr } = c {
+                        self.ipvs
+                            .add_laddr(service, *laddr)
+                            .map_err(|error| ExecError {
+                                index: i + 1 + j,
+                                error,
+                            })?;
+                    }
+                }
                 for c in &cmds[i..=i + n] {
                     self.notify(c);
                 }
@@ -608,6 +671,10 @@ impl Controller {
                 key: d.key,
                 config: d.config,
             });
+            out.extend(d.laddrs.into_iter().map(|laddr| Command::AddLaddr {
+                service: d.key,
+                laddr,
+            }));
             out.extend(d.dests.into_iter().map(|dest| Command::AddDest {
                 service: d.key,
                 dest,
@@ -660,6 +727,7 @@ mod tests {
             key: key(port),
             config: ServiceConfig::new(AddrFamily::Inet).scheduler(sched.parse().unwrap()),
             dests: dests.iter().map(|&i| rs(i)).collect(),
+            laddrs: Vec::new(),
         }
     }
 
@@ -687,7 +755,9 @@ mod tests {
             .map(|d| {
                 let mut ds: Vec<String> = d.dests.iter().map(|x| format!("{x:?}")).collect();
                 ds.sort();
-                (format!("{:?}{:?}", d.key, d.config), ds)
+                let mut ls = d.laddrs.clone();
+                ls.sort();
+                (format!("{:?}{:?}{ls:?}", d.key, d.config), ds)
             })
             .collect()
     }
@@ -939,6 +1009,7 @@ mod tests {
             key: key(80),
             config: ServiceConfig::new(AddrFamily::Inet),
             dests: Vec::new(),
+            laddrs: Vec::new(),
         };
         let g0 = ctl.generation();
         ctl.replace(std::slice::from_ref(&service)).unwrap();
@@ -987,15 +1058,20 @@ mod tests {
                     Scheduler::Mh,
                 ]),
                 proptest::collection::btree_map(1u8..8, 0u32..4, 0..5),
+                prop::sample::subsequence(vec![1u8, 2, 3, 4], 0..=4).prop_shuffle(),
             ),
             0..5,
         )
         .prop_map(|m| {
             m.into_iter()
-                .map(|(port, (sched, ds))| ServiceDef {
+                .map(|(port, (sched, ds, ls))| ServiceDef {
                     key: key(80 + port),
                     config: ServiceConfig::new(AddrFamily::Inet).scheduler(sched),
                     dests: ds.into_iter().map(|(i, w)| rs(i).weight(w)).collect(),
+                    laddrs: ls
+                        .into_iter()
+                        .map(|i| LocalAddrRange::single(IpAddr::V4(Ipv4Addr::new(10, 9, 0, i))))
+                        .collect(),
                 })
                 .collect()
         })

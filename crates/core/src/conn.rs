@@ -252,6 +252,7 @@ const TAG_REPLY: u8 = 2;
 const TAG_ARMED: u8 = 4;
 const TAG_PENDING: u8 = 8;
 const TAG_PE: u8 = 16;
+const TAG_LOCAL: u8 = 32;
 
 /// A tracked connection or persistence template.
 ///
@@ -472,6 +473,9 @@ pub struct ConnTable {
     fwd: HashTable<u32>,
     reply: HashTable<u32>,
     pe: HashMap<u32, Box<[u8]>>,
+    /// FULLNAT: the local address and port a connection's packets carry
+    /// toward the real server (entries tagged `TAG_LOCAL`).
+    local: HashMap<u32, (Addr, u16)>,
     wheel: Wheel,
 }
 
@@ -572,6 +576,7 @@ impl ConnTable {
             fwd: HashTable::with_capacity(n),
             reply: HashTable::with_capacity(n),
             pe: HashMap::new(),
+            local: HashMap::new(),
             wheel: Wheel::new(),
         }
     }
@@ -751,6 +756,27 @@ impl ConnTable {
         self.pe.get(&id.0).map(|b| &b[..])
     }
 
+    /// Record the FULLNAT local address and port of entry `id` (what its
+    /// packets carry as source toward the real server; `ipvsadm -Lcn`
+    /// shows it). False when there is no such entry.
+    pub fn set_local(&mut self, id: ConnId, addr: Addr, port: u16) -> bool {
+        if self.get(id).is_none() {
+            return false;
+        }
+        self.local.insert(id.0, (addr, port));
+        self.slab[id.0 as usize].tag |= TAG_LOCAL;
+        true
+    }
+
+    /// The FULLNAT local address and port of entry `id`, if it has one.
+    pub fn local(&self, id: ConnId) -> Option<(Addr, u16)> {
+        let c = self.get(id)?;
+        if c.tag & TAG_LOCAL == 0 {
+            return None;
+        }
+        self.local.get(&id.0).copied()
+    }
+
     /// Refresh entry `id`: deadline = `now` + its `timeout_ms`. O(1): the
     /// entry stays in its timer slot unless the deadline moved earlier (or
     /// the entry was detached by [`ConnTable::poll_expired`], which re-arms it).
@@ -809,6 +835,9 @@ impl ConnTable {
         self.unindex(i);
         if self.slab[i as usize].tag & TAG_PE != 0 {
             self.pe.remove(&i);
+        }
+        if self.slab[i as usize].tag & TAG_LOCAL != 0 {
+            self.local.remove(&i);
         }
         let c = &mut self.slab[i as usize];
         let mut out = c.clone();

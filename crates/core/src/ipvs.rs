@@ -26,7 +26,8 @@ use std::time::Duration;
 use crate::conn::{Addr, Conn, ConnFlags, ConnId, ConnKey, ConnTable, ConnTableConfig};
 use crate::dest::{Dest, DestId};
 use crate::model::{
-    AddrFamily, DestConfig, ForwardMethod, PersistenceEngine, Protocol, ServiceConfig, ServiceKey,
+    AddrFamily, DestConfig, ForwardMethod, LocalAddrRange, PersistenceEngine, Protocol,
+    ServiceConfig, ServiceKey,
 };
 use crate::pe_sip;
 use crate::sched::{
@@ -72,6 +73,13 @@ pub enum CtlError {
     /// XDP data plane); the text says why.
     #[error("Not supported by this data plane: {0}")]
     Unsupported(String),
+    /// `--add-laddr` of an address the service's local address pool already
+    /// holds (or a range overlapping one of its entries).
+    #[error("Local address already exists")]
+    LaddrExists,
+    /// `--del-laddr` of an entry the service's pool does not hold.
+    #[error("No such local address")]
+    NoLaddr,
 }
 
 impl From<SchedError> for CtlError {
@@ -270,9 +278,14 @@ pub struct Service {
     sched: Box<dyn Algorithm>,
     stats: Counters,
     est: Estimator,
+    laddrs: Vec<LocalAddrRange>,
 }
 
 impl Service {
+    /// The FULLNAT local address pool, in the order entries were added.
+    pub fn laddrs(&self) -> &[LocalAddrRange] {
+        &self.laddrs
+    }
     /// The service's identity.
     pub fn key(&self) -> &ServiceKey {
         &self.key
@@ -389,6 +402,7 @@ impl Ipvs {
             sched,
             stats: Counters::default(),
             est: Estimator::default(),
+            laddrs: Vec::new(),
         };
         let idx = put_in_free_slot(&mut self.services, svc);
         self.by_key.insert(key, idx as u32);
@@ -557,6 +571,49 @@ impl Ipvs {
         let svc_key = svc.key;
         self.relocate(idx);
         self.trash_dest(dest, svc_key);
+        Ok(())
+    }
+
+    /// Record the FULLNAT local address and port of connection `id`, as
+    /// the data plane that chose them reports it (for `ipvsadm -Lcn`).
+    /// False when there is no such connection.
+    pub fn set_conn_local(&mut self, id: ConnId, local: std::net::SocketAddr) -> bool {
+        self.conns
+            .set_local(id, Addr::from_ip(local.ip()), local.port())
+    }
+
+    /// `--add-laddr -z ADDR`: add an address or range to the service's
+    /// FULLNAT local address pool. The pool is the service's, not its
+    /// options': `-E` leaves it as it is. An entry of the other family, or
+    /// one sharing an address with an entry, is refused.
+    pub fn add_laddr(&mut self, key: &ServiceKey, range: LocalAddrRange) -> Result<(), CtlError> {
+        let idx = self.service_index(key).ok_or(CtlError::NoService)?;
+        let checked = LocalAddrRange::new(range.first, range.last)
+            .map_err(|e| CtlError::Invalid(e.to_string()))?;
+        let svc = self.service_at_mut(idx);
+        if checked.af() != svc.key.af() {
+            return Err(CtlError::Invalid(format!(
+                "local address {checked} is not of the service's family"
+            )));
+        }
+        if svc.laddrs.iter().any(|l| l.overlaps(&checked)) {
+            return Err(CtlError::LaddrExists);
+        }
+        svc.laddrs.push(checked);
+        Ok(())
+    }
+
+    /// `--del-laddr -z ADDR`: remove an entry of the pool, named exactly as
+    /// it was added (a single address or the same range).
+    pub fn del_laddr(&mut self, key: &ServiceKey, range: LocalAddrRange) -> Result<(), CtlError> {
+        let idx = self.service_index(key).ok_or(CtlError::NoService)?;
+        let svc = self.service_at_mut(idx);
+        let pos = svc
+            .laddrs
+            .iter()
+            .position(|l| *l == range)
+            .ok_or(CtlError::NoLaddr)?;
+        svc.laddrs.remove(pos);
         Ok(())
     }
 

@@ -450,3 +450,217 @@ impl ServiceConfig {
         self
     }
 }
+
+/// One entry of a FULLNAT service's local address pool: an inclusive
+/// range of addresses of one family (a single address has `first ==
+/// last`). FULLNAT rewrites a client's source to an address of the pool
+/// (and a port of it), so real servers answer the director without routing
+/// through it; several addresses multiply the 64k ports one address gives
+/// toward one real server (`ipvsadm --add-laddr -z`, keepalived's
+/// `local_address_group`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct LocalAddrRange {
+    /// Lowest address of the range.
+    pub first: IpAddr,
+    /// Highest address of the range (same family, not below `first`).
+    pub last: IpAddr,
+}
+
+/// Why a local address range is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaddrError {
+    /// Not an address, an `A-B` range or an `A-N` last-group range.
+    #[error("`{0}` is not an address or an address range")]
+    Syntax(String),
+    /// The two ends are of different families.
+    #[error("`{0}`: the range mixes IPv4 and IPv6")]
+    Family(String),
+    /// The range ends below where it starts.
+    #[error("`{0}`: the range ends below its first address")]
+    Backwards(String),
+    /// More than [`MAX_LADDR_RANGE`] addresses.
+    #[error("`{0}`: a range holds at most 65536 addresses")]
+    TooLarge(String),
+}
+
+/// Most addresses one range may hold: the XDP program and the proxy pick
+/// from the pool by index, and no director owns more than this.
+pub const MAX_LADDR_RANGE: u128 = 65_536;
+
+impl LocalAddrRange {
+    /// A range of one address.
+    pub const fn single(addr: IpAddr) -> Self {
+        LocalAddrRange {
+            first: addr,
+            last: addr,
+        }
+    }
+
+    /// A checked range: same family, `first <= last`, at most
+    /// [`MAX_LADDR_RANGE`] addresses.
+    pub fn new(first: IpAddr, last: IpAddr) -> Result<Self, LaddrError> {
+        let r = LocalAddrRange { first, last };
+        let text = || r.to_string();
+        match (first, last) {
+            (IpAddr::V4(a), IpAddr::V4(b)) if a > b => Err(LaddrError::Backwards(text())),
+            (IpAddr::V6(a), IpAddr::V6(b)) if a > b => Err(LaddrError::Backwards(text())),
+            (IpAddr::V4(_), IpAddr::V4(_)) | (IpAddr::V6(_), IpAddr::V6(_)) => {
+                if r.len() > MAX_LADDR_RANGE {
+                    Err(LaddrError::TooLarge(text()))
+                } else {
+                    Ok(r)
+                }
+            }
+            _ => Err(LaddrError::Family(text())),
+        }
+    }
+
+    /// Address family of the range.
+    pub const fn af(&self) -> AddrFamily {
+        AddrFamily::of(&self.first)
+    }
+
+    /// How many addresses the range holds (at least 1 for a checked range).
+    pub fn len(&self) -> u128 {
+        match (self.first, self.last) {
+            (IpAddr::V4(a), IpAddr::V4(b)) => {
+                u128::from(u32::from(b).saturating_sub(u32::from(a))) + 1
+            }
+            (IpAddr::V6(a), IpAddr::V6(b)) => u128::from(b)
+                .saturating_sub(u128::from(a))
+                .saturating_add(1),
+            _ => 0,
+        }
+    }
+
+    /// Never true for a checked range (present for clippy's `len` rule).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether `addr` lies in the range.
+    pub fn contains(&self, addr: IpAddr) -> bool {
+        match (self.first, self.last, addr) {
+            (IpAddr::V4(a), IpAddr::V4(b), IpAddr::V4(x)) => a <= x && x <= b,
+            (IpAddr::V6(a), IpAddr::V6(b), IpAddr::V6(x)) => a <= x && x <= b,
+            _ => false,
+        }
+    }
+
+    /// Whether two ranges share an address.
+    pub fn overlaps(&self, other: &LocalAddrRange) -> bool {
+        self.contains(other.first)
+            || self.contains(other.last)
+            || other.contains(self.first)
+            || other.contains(self.last)
+    }
+
+    /// The `i`-th address of the range (`None` past its end).
+    pub fn nth(&self, i: u128) -> Option<IpAddr> {
+        if i >= self.len() {
+            return None;
+        }
+        Some(match self.first {
+            IpAddr::V4(a) => IpAddr::V4(Ipv4Addr::from(u32::from(a) + i as u32)),
+            IpAddr::V6(a) => IpAddr::V6(Ipv6Addr::from(u128::from(a) + i)),
+        })
+    }
+
+    /// Every address of the range, lowest first.
+    pub fn addrs(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        (0..self.len()).filter_map(|i| self.nth(i))
+    }
+
+    /// Parse `ADDR`, `ADDR-ADDR`, or keepalived's `ADDR-N` where `N`
+    /// replaces the last group (decimal octet for IPv4, hex group for IPv6),
+    /// as `local_address_group` and `virtual_server_group` write ranges.
+    pub fn parse(s: &str) -> Result<Self, LaddrError> {
+        let bad = || LaddrError::Syntax(s.to_owned());
+        let Some((a, b)) = s.split_once('-') else {
+            return s.parse().map(LocalAddrRange::single).map_err(|_| bad());
+        };
+        let first: IpAddr = a.parse().map_err(|_| bad())?;
+        let last: IpAddr = match b.parse() {
+            Ok(x) => x,
+            Err(_) => match first {
+                IpAddr::V4(f) => {
+                    let n: u8 = b.parse().map_err(|_| bad())?;
+                    let o = f.octets();
+                    IpAddr::V4(Ipv4Addr::new(o[0], o[1], o[2], n))
+                }
+                IpAddr::V6(f) => {
+                    if b.is_empty() || b.len() > 4 {
+                        return Err(bad());
+                    }
+                    let n = u16::from_str_radix(b, 16).map_err(|_| bad())?;
+                    let mut g = f.segments();
+                    g[7] = n;
+                    IpAddr::V6(Ipv6Addr::from(g))
+                }
+            },
+        };
+        LocalAddrRange::new(first, last)
+    }
+}
+
+impl fmt::Display for LocalAddrRange {
+    /// `ADDR` for one address, `FIRST-LAST` for a range (what `parse` and
+    /// `ipvsadm -S` read back).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.first == self.last {
+            write!(f, "{}", self.first)
+        } else {
+            write!(f, "{}-{}", self.first, self.last)
+        }
+    }
+}
+
+#[cfg(test)]
+mod laddr_tests {
+    use super::*;
+
+    fn r(s: &str) -> LocalAddrRange {
+        LocalAddrRange::parse(s).unwrap()
+    }
+
+    #[test]
+    fn laddr_ranges_parse_in_every_form() {
+        let one = r("10.0.0.1");
+        assert_eq!((one.len(), one.to_string()), (1, "10.0.0.1".into()));
+        let full = r("10.0.0.1-10.0.0.4");
+        assert_eq!(full.len(), 4);
+        assert_eq!(r("10.0.0.1-4"), full);
+        assert_eq!(full.to_string(), "10.0.0.1-10.0.0.4");
+        assert_eq!(r("2001:db8::1-2001:db8::10"), r("2001:db8::1-10"));
+        assert_eq!(r("2001:db8::1-10").len(), 16);
+        assert_eq!(
+            full.addrs().last(),
+            Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 4)))
+        );
+        for bad in [
+            "",
+            "x",
+            "10.0.0.5-3",
+            "10.0.0.1-::1",
+            "10.0.0.1-256",
+            "::1-",
+            "1.2.3.4-",
+            "10.0.0.0-10.2.0.0",
+        ] {
+            assert!(LocalAddrRange::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn laddr_overlap_and_contains() {
+        let a = r("10.0.0.1-10.0.0.4");
+        assert!(a.overlaps(&r("10.0.0.4-10.0.0.9")));
+        assert!(a.overlaps(&r("10.0.0.2")));
+        assert!(r("10.0.0.2").overlaps(&a));
+        assert!(!a.overlaps(&r("10.0.0.5-9")));
+        assert!(!a.overlaps(&r("::1")));
+        assert!(!a.contains("::a00:1".parse().unwrap()));
+    }
+}

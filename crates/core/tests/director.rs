@@ -9,8 +9,8 @@ use rvs_core::ipvs::{
     CtlError, DropReason, Forward, Ipvs, IpvsConfig, L4, Packet, Tunables, Verdict,
 };
 use rvs_core::model::{
-    AddrFamily, DestConfig, ForwardMethod, PersistMask, PersistenceEngine, Protocol, ServiceConfig,
-    ServiceKey,
+    AddrFamily, DestConfig, ForwardMethod, LocalAddrRange, PersistMask, PersistenceEngine,
+    Protocol, ServiceConfig, ServiceKey,
 };
 use rvs_core::sched::Scheduler;
 use rvs_core::state::{TcpFlags, TcpState};
@@ -1153,4 +1153,33 @@ fn mirrored_flows_follow_the_data_plane() {
     flow.dest = rvs_core::dest::DestId(9999);
     assert_eq!(ipvs.mirror_conn(t(103), &flow), None, "unknown server");
     ipvs.audit().unwrap();
+}
+
+#[test]
+fn laddr_pool_is_the_services_and_survives_edit() {
+    let key = tcp_svc(80);
+    let mut ipvs = director("rr", 1, ForwardMethod::FullNat);
+    let a = LocalAddrRange::parse("10.9.0.1-10.9.0.4").unwrap();
+    assert_eq!(ipvs.add_laddr(&tcp_svc(81), a), Err(CtlError::NoService));
+    ipvs.add_laddr(&key, a).unwrap();
+    assert_eq!(
+        ipvs.add_laddr(&key, LocalAddrRange::parse("10.9.0.4").unwrap()),
+        Err(CtlError::LaddrExists)
+    );
+    assert!(matches!(
+        ipvs.add_laddr(&key, LocalAddrRange::parse("2001:db8::1").unwrap()),
+        Err(CtlError::Invalid(_))
+    ));
+    let b = LocalAddrRange::single(v4(10, 9, 0, 9));
+    ipvs.add_laddr(&key, b).unwrap();
+    let cfg = ipvs.service(&key).unwrap().config().clone();
+    ipvs.edit_service(&key, cfg).unwrap();
+    assert_eq!(ipvs.service(&key).unwrap().laddrs(), &[a, b]);
+    // Deleting names an entry exactly as added.
+    assert_eq!(
+        ipvs.del_laddr(&key, LocalAddrRange::single(v4(10, 9, 0, 2))),
+        Err(CtlError::NoLaddr)
+    );
+    ipvs.del_laddr(&key, a).unwrap();
+    assert_eq!(ipvs.service(&key).unwrap().laddrs(), &[b]);
 }

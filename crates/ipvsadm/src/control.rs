@@ -47,6 +47,14 @@ pub fn to_command(cmd: &Ipvsadm) -> Result<Option<Command>, CtlError> {
             udp: t.udp,
         },
         Ipvsadm::Zero(key) => Command::Zero { service: *key },
+        Ipvsadm::AddLaddr(l) => Command::AddLaddr {
+            service: l.service,
+            laddr: l.laddr,
+        },
+        Ipvsadm::DelLaddr(l) => Command::DelLaddr {
+            service: l.service,
+            laddr: l.laddr,
+        },
         _ => return Ok(None),
     }))
 }

@@ -477,6 +477,12 @@ fn print_service(
         }
     }
     out.push('\n');
+    if rule {
+        // The pool before the real servers: FULLNAT ones need it.
+        for l in &s.laddrs {
+            let _ = writeln!(out, "--add-laddr {name} -z {l}");
+        }
+    }
 
     let proto = svc_proto(s);
     for d in ordered_dests(s, o.nosort) {
@@ -567,7 +573,13 @@ fn conn_proto_number(name: &str) -> u8 {
     }
 }
 
-fn print_conn(out: &mut String, c: &ConnSnap, o: &ListOptions, names: &dyn Names) {
+fn print_conn(
+    out: &mut String,
+    c: &ConnSnap,
+    o: &ListOptions,
+    names: &dyn Names,
+    local_column: bool,
+) {
     let proto = conn_proto_number(&c.protocol);
     let cname = addrport(c.caddr, c.cport, proto, o.numeric, names);
     let vname = addrport(c.vaddr, c.vport, proto, o.numeric, names);
@@ -583,6 +595,14 @@ fn print_conn(out: &mut String, c: &ConnSnap, o: &ListOptions, names: &dyn Names
     out.push(' ');
     lpad(out, &vname, 18);
     out.push(' ');
+    if local_column {
+        let lname = match c.local {
+            Some(l) => addrport(l.ip(), l.port(), proto, o.numeric, names),
+            None => "-".to_owned(),
+        };
+        lpad(out, &lname, 18);
+        out.push(' ');
+    }
     match (
         o.persistent_conn,
         c.pe_name.as_deref(),
@@ -618,15 +638,20 @@ pub fn format_list_with(
     match opts.target {
         ListTarget::Connections => {
             out.push_str("IPVS connection entries\n");
+            // FULLNAT connections (rvs, as DPVS lists them) add the local
+            // address column; without one the output is the kernel's.
+            let local = snap.conns.iter().any(|c| c.local.is_some());
             if opts.persistent_conn {
                 out.push_str("pro expire ");
-                for (s, w) in [
-                    ("state", 11),
-                    ("source", 18),
-                    ("virtual", 18),
-                    ("destination", 18),
-                    ("pe name", 16),
-                ] {
+                for (s, w) in [("state", 11), ("source", 18), ("virtual", 18)] {
+                    lpad(&mut out, s, w);
+                    out.push(' ');
+                }
+                if local {
+                    lpad(&mut out, "local", 18);
+                    out.push(' ');
+                }
+                for (s, w) in [("destination", 18), ("pe name", 16)] {
                     lpad(&mut out, s, w);
                     out.push(' ');
                 }
@@ -637,10 +662,14 @@ pub fn format_list_with(
                     lpad(&mut out, s, w);
                     out.push(' ');
                 }
+                if local {
+                    lpad(&mut out, "local", 18);
+                    out.push(' ');
+                }
                 out.push_str("destination\n");
             }
             for c in &snap.conns {
-                print_conn(&mut out, c, opts, names);
+                print_conn(&mut out, c, opts, names, local);
             }
         }
         ListTarget::Timeout => {
@@ -701,6 +730,72 @@ pub fn format_list_with(
         }
     }
     Ok(out)
+}
+
+/// `--get-laddr [SERVICE]` output (rvs-only, in the shape of DPVS's
+/// listing): a title, then per service its name and the number of pool
+/// entries, then one line per entry with the connections that use one of
+/// its addresses as their local address (counted from `snap.conns`, so
+/// the snapshot must include connections).
+pub fn format_laddrs(snap: &Snapshot, only: Option<&ServiceKeySnap>, numeric: bool) -> String {
+    format_laddrs_with(snap, only, numeric, &SystemNames)
+}
+
+/// [`format_laddrs`] with the name resolver given.
+pub fn format_laddrs_with(
+    snap: &Snapshot,
+    only: Option<&ServiceKeySnap>,
+    numeric: bool,
+    names: &dyn Names,
+) -> String {
+    let mut out = String::new();
+    for (s, w) in [("VIP:VPORT", 28), ("TOTAL", 8), ("LADDR", 40)] {
+        lpad(&mut out, s, w);
+        out.push(' ');
+    }
+    out.push_str("CONNS\n");
+    for s in ordered_services(snap, false) {
+        if only.is_some_and(|k| *k != s.key) || s.laddrs.is_empty() {
+            continue;
+        }
+        let name = svc_name(s, false, numeric, names);
+        lpad(&mut out, &name, 28);
+        out.push(' ');
+        let _ = writeln!(out, "{}", s.laddrs.len());
+        for l in &s.laddrs {
+            let range = rvs_core::model::LocalAddrRange::parse(l).ok();
+            let conns = snap
+                .conns
+                .iter()
+                .filter(|c| {
+                    conn_of(c, &s.key)
+                        && c.local
+                            .is_some_and(|a| range.is_some_and(|r| r.contains(a.ip())))
+                })
+                .count();
+            lpad(&mut out, "", 28);
+            out.push(' ');
+            lpad(&mut out, "", 8);
+            out.push(' ');
+            lpad(&mut out, l, 40);
+            out.push(' ');
+            let _ = writeln!(out, "{conns}");
+        }
+    }
+    out
+}
+
+/// Whether connection `c` belongs to service `key` (fwmark services:
+/// never, a connection names no mark).
+fn conn_of(c: &ConnSnap, key: &ServiceKeySnap) -> bool {
+    match key {
+        ServiceKeySnap::Addr {
+            protocol,
+            addr,
+            port,
+        } => conn_proto_number(&c.protocol) == *protocol && c.vaddr == *addr && c.vport == *port,
+        ServiceKeySnap::Fwmark { .. } => false,
+    }
 }
 
 /// `ipvsadm -S [-n]` output (also what `ipvsadm-save` writes), resolving

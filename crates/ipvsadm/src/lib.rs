@@ -33,11 +33,11 @@ mod usage;
 
 pub use error::ParseError;
 pub use format::{
-    IPVS_VERSION, ListError, ListOptions, ListTarget, format_list, format_list_with, format_save,
-    format_save_with, largenum,
+    IPVS_VERSION, ListError, ListOptions, ListTarget, format_laddrs, format_laddrs_with,
+    format_list, format_list_with, format_save, format_save_with, largenum,
 };
 pub use parse::{
-    Command, DaemonConfig, DestSpec, Invocation, ServiceSpec, SyncState, Timeouts, parse_args,
-    parse_args_named, parse_args_with, parse_restore_line, parse_restore_line_with,
+    Command, DaemonConfig, DestSpec, Invocation, LaddrSpec, ServiceSpec, SyncState, Timeouts,
+    parse_args, parse_args_named, parse_args_with, parse_restore_line, parse_restore_line_with,
 };
 pub use usage::{usage_text, version_text};

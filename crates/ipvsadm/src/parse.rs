@@ -24,9 +24,9 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use rvs_core::model::{
-    AddrFamily, DEFAULT_PERSISTENCE_TIMEOUT, DestConfig, ForwardMethod, MAX_PERSISTENCE_TIMEOUT,
-    PersistMask, PersistenceEngine, Protocol, ProxyProtocol, SchedFlags, ServiceConfig, ServiceKey,
-    Tunnel, TunnelCsum, TunnelType,
+    AddrFamily, DEFAULT_PERSISTENCE_TIMEOUT, DestConfig, ForwardMethod, LocalAddrRange,
+    MAX_PERSISTENCE_TIMEOUT, PersistMask, PersistenceEngine, Protocol, ProxyProtocol, SchedFlags,
+    ServiceConfig, ServiceKey, Tunnel, TunnelCsum, TunnelType,
 };
 
 use rvs_core::sched::Scheduler;
@@ -131,6 +131,21 @@ pub enum Command {
     /// rvs `--remove-director`: ask the daemon to detach its XDP program,
     /// unpin its maps and exit.
     RemoveDirector,
+    /// `--add-laddr -t|-u|-f SERVICE -z ADDR[-ADDR]` (rvs-only, DPVS's).
+    AddLaddr(LaddrSpec),
+    /// `--del-laddr -t|-u|-f SERVICE -z ADDR[-ADDR]`.
+    DelLaddr(LaddrSpec),
+    /// `--get-laddr [-t|-u|-f SERVICE]`: list the pools.
+    GetLaddr(Option<ServiceKey>),
+}
+
+/// A pool entry of a service, for `--add-laddr`/`--del-laddr`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LaddrSpec {
+    /// The service.
+    pub service: ServiceKey,
+    /// The address or range.
+    pub laddr: LocalAddrRange,
 }
 
 // ---------------------------------------------------------------------------
@@ -157,6 +172,9 @@ enum Opt {
     StopDaemon,
     Reload,
     RemoveDirector,
+    AddLaddr,
+    DelLaddr,
+    GetLaddr,
     // options
     Tcp,
     Udp,
@@ -203,6 +221,7 @@ enum Opt {
     MhTableSize,
     ProxyProtocol,
     MaxConns,
+    Laddr,
 }
 
 const fn o(long: &'static str, short: Option<char>, kind: ArgKind, id: Opt) -> OptSpec<Opt> {
@@ -283,6 +302,10 @@ static TABLE: &[OptSpec<Opt>] = &[
     o("fullnat", None, N, Opt::FullNat),
     o("proxy-protocol", None, R, Opt::ProxyProtocol),
     o("max-conns", None, R, Opt::MaxConns),
+    o("add-laddr", None, N, Opt::AddLaddr),
+    o("del-laddr", None, N, Opt::DelLaddr),
+    o("get-laddr", None, N, Opt::GetLaddr),
+    o("laddr", Some('z'), R, Opt::Laddr),
 ];
 
 // Option columns of the legality table (ipvsadm's OPTC_* order), plus rvs's.
@@ -323,7 +346,8 @@ const C_TUN_REMCSUM: usize = 33;
 const C_MH_TABLE_SIZE: usize = 34;
 const C_PROXY_PROTOCOL: usize = 35;
 const C_MAX_CONNS: usize = 36;
-const NUM_OPT: usize = 37;
+const C_LADDR: usize = 37;
+const NUM_OPT: usize = 38;
 
 /// `optnames[]`: what the legality errors call each column.
 const OPT_NAMES: [&str; NUM_OPT] = [
@@ -364,6 +388,7 @@ const OPT_NAMES: [&str; NUM_OPT] = [
     "mh-table-size",
     "proxy-protocol",
     "max-conns",
+    "laddr",
 ];
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -384,6 +409,9 @@ enum Cmd {
     Zero,
     Reload,
     RemoveDirector,
+    AddLaddr,
+    DelLaddr,
+    GetLaddr,
 }
 
 impl Cmd {
@@ -406,6 +434,9 @@ impl Cmd {
             Cmd::Zero => "zero",
             Cmd::Reload => "reload",
             Cmd::RemoveDirector => "remove-director",
+            Cmd::AddLaddr => "add-laddr",
+            Cmd::DelLaddr => "del-laddr",
+            Cmd::GetLaddr => "get-laddr",
         }
     }
 
@@ -414,17 +445,19 @@ impl Cmd {
     /// 35-37 are rvs's `--mh-table-size`, `--proxy-protocol`, `--max-conns`.
     fn legality(self) -> &'static [u8; NUM_OPT] {
         match self {
-            Cmd::Add | Cmd::Edit => b"xx+   xxxxxxxxxxxxxxx   xxxxxxxxxx   ",
-            Cmd::Del => b"xx+xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
-            Cmd::List => b" 11xxxxxxxxx11       xxxxxxx xxxxxxxx",
-            Cmd::AddDest | Cmd::EditDest => b"xx+xxx+    xxxxxxxxxxxxxxxxxx     x x",
-            Cmd::DelDest => b"xx+xxx+xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
-            Cmd::StartDaemon => b"xxxxxxxxxxx xxxxxxx xxxx    xxxxxxxxx",
-            Cmd::StopDaemon => b"xxxxxxxxxxxxxxxxxxx xxxxxxxxxxxxxxxxx",
-            Cmd::Save => b" xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
-            Cmd::Zero => b"xx xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            Cmd::Add | Cmd::Edit => b"xx+   xxxxxxxxxxxxxxx   xxxxxxxxxx   x",
+            Cmd::Del => b"xx+xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            Cmd::List => b" 11xxxxxxxxx11       xxxxxxx xxxxxxxxx",
+            Cmd::AddDest | Cmd::EditDest => b"xx+xxx+    xxxxxxxxxxxxxxxxxx     x xx",
+            Cmd::DelDest => b"xx+xxx+xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            Cmd::StartDaemon => b"xxxxxxxxxxx xxxxxxx xxxx    xxxxxxxxxx",
+            Cmd::StopDaemon => b"xxxxxxxxxxxxxxxxxxx xxxxxxxxxxxxxxxxxx",
+            Cmd::Save => b" xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            Cmd::Zero => b"xx xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            Cmd::AddLaddr | Cmd::DelLaddr => b"xx+xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx+",
+            Cmd::GetLaddr => b" x xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
             Cmd::Flush | Cmd::Timeout | Cmd::Restore | Cmd::Reload | Cmd::RemoveDirector => {
-                b"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+                b"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
             }
         }
     }
@@ -477,6 +510,7 @@ struct State {
     mh_table_size: Option<u32>,
     proxy_protocol: Option<ProxyProtocol>,
     max_conns: Option<u32>,
+    laddr: Option<LocalAddrRange>,
     // dest
     dest_addr: IpAddr,
     dest_port: u16,
@@ -518,6 +552,7 @@ impl State {
             mh_table_size: None,
             proxy_protocol: None,
             max_conns: None,
+            laddr: None,
             dest_addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             dest_port: 0,
             fwd: Fwd::Route,
@@ -795,6 +830,9 @@ fn process(
         Opt::Save => Cmd::Save,
         Opt::Reload => Cmd::Reload,
         Opt::RemoveDirector => Cmd::RemoveDirector,
+        Opt::AddLaddr => Cmd::AddLaddr,
+        Opt::DelLaddr => Cmd::DelLaddr,
+        Opt::GetLaddr => Cmd::GetLaddr,
         Opt::StartDaemon | Opt::StopDaemon => {
             let start = first == Opt::StartDaemon;
             st.daemon_state = match first_arg.as_deref() {
@@ -1123,6 +1161,13 @@ fn apply_option(
                 .ok_or_else(|| ParseError::fail("illegal max-conns specified"))?;
             st.max_conns = Some(n);
         }
+        Opt::Laddr => {
+            st.set_option(C_LADDR)?;
+            st.laddr = Some(
+                LocalAddrRange::parse(a)
+                    .map_err(|_| ParseError::fail("illegal local address specified"))?,
+            );
+        }
         // A command, -h or -v after the first option.
         _ => return Err(ParseError::fail(format!("invalid option `{}'", bad()))),
     }
@@ -1379,6 +1424,26 @@ fn finish(
             numeric: st.list.numeric,
         },
         Cmd::Zero => Command::Zero(if st.has(C_SERVICE) { Some(key) } else { None }),
+        Cmd::AddLaddr | Cmd::DelLaddr => {
+            let Some(laddr) = st.laddr else {
+                return Err(ParseError::fail("illegal local address specified"));
+            };
+            if laddr.af() != key.af() {
+                return Err(ParseError::fail(
+                    "local address and virtual service are of different families",
+                ));
+            }
+            let spec = LaddrSpec {
+                service: key,
+                laddr,
+            };
+            if cmd == Cmd::AddLaddr {
+                Command::AddLaddr(spec)
+            } else {
+                Command::DelLaddr(spec)
+            }
+        }
+        Cmd::GetLaddr => Command::GetLaddr(st.has(C_SERVICE).then_some(key)),
     };
     Ok(Invocation { command })
 }
@@ -1412,7 +1477,9 @@ mod tests {
         assert_eq!(Cmd::StopDaemon.legality()[C_MCAST], b'x');
         assert_eq!(Cmd::Save.legality()[C_NUMERIC], b' ');
         assert_eq!(Cmd::Zero.legality()[C_SERVICE], b' ');
-        assert_eq!(C_MAX_CONNS + 1, NUM_OPT);
+        assert_eq!(Cmd::AddLaddr.legality()[C_LADDR], b'+');
+        assert_eq!(Cmd::Add.legality()[C_LADDR], b'x');
+        assert_eq!(C_LADDR + 1, NUM_OPT);
     }
 
     #[test]

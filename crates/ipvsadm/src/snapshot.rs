@@ -170,6 +170,10 @@ pub struct ServiceSnap {
     /// rvs: most simultaneous connections (0 = unlimited).
     #[serde(default)]
     pub max_conns: u32,
+    /// rvs: the FULLNAT local address pool, entries as `ADDR` or
+    /// `FIRST-LAST` (`--add-laddr -z`; `-S` saves them).
+    #[serde(default)]
+    pub laddrs: Vec<String>,
     /// Counters.
     pub stats: StatsSnap,
     /// Rates.
@@ -199,6 +203,7 @@ impl ServiceSnap {
             mh_table_size: config.mh_table_size,
             proxy_protocol: config.proxy_protocol.map(|p| p.name().to_owned()),
             max_conns: config.max_conns,
+            laddrs: Vec::new(),
             stats: StatsSnap::default(),
             rates: RatesSnap::default(),
             dests: Vec::new(),
@@ -350,6 +355,11 @@ pub struct ConnSnap {
     pub pe_name: Option<String>,
     /// Persistence engine data (e.g. a SIP Call-ID).
     pub pe_data: Option<String>,
+    /// FULLNAT: the local address and port the connection's packets carry
+    /// toward the real server (rvs; `-Lcn` adds a `local` column when a
+    /// listed connection has one).
+    #[serde(default)]
+    pub local: Option<std::net::SocketAddr>,
 }
 
 /// A running connection-sync daemon.

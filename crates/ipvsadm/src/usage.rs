@@ -114,6 +114,10 @@ Either long or short options are allowed.\n\
         "rvs Options:\n\
 \x20 --mh-table-size size                Maglev (mh) table size, a prime (default=4093)\n\
 \x20 --fullnat                           full NAT forwarding (source and destination rewritten)\n\
+\x20 --add-laddr|--del-laddr -t|-u|-f service -z addr[-addr]\n\
+\x20                                     (command) add/delete a FULLNAT local address (pool entry)\n\
+\x20 --get-laddr [-t|-u|-f service]      (command) list the FULLNAT local address pools\n\
+\x20 --laddr        -z addr[-addr]       FULLNAT local address or range\n\
 \x20 --reload                            (command) make rvsd re-read its configuration file\n\
 \x20 --remove-director                   (command) make rvsd detach its XDP program, unpin it and exit\n\
 \x20 --checks                            with -L: health checks (state, weight, last failure)\n\

@@ -7,7 +7,9 @@ use rvs_ipvsadm::snapshot::{
     ConnSnap, DaemonSnap, DestSnap, ForwardSnap, NetmaskSnap, RatesSnap, ServiceKeySnap,
     ServiceSnap, Snapshot, StatsSnap, TunCsumSnap, TunKindSnap,
 };
-use rvs_ipvsadm::{ListOptions, ListTarget, format_list_with, format_save_with, largenum};
+use rvs_ipvsadm::{
+    ListOptions, ListTarget, format_laddrs_with, format_list_with, format_save_with, largenum,
+};
 
 struct FakeNames;
 impl Names for FakeNames {
@@ -60,6 +62,7 @@ fn svc(proto: u8, addr: &str, port: u16, sched: &str) -> ServiceSnap {
         mh_table_size: 4093,
         proxy_protocol: None,
         max_conns: 0,
+        laddrs: vec![],
         stats: StatsSnap::default(),
         rates: RatesSnap::default(),
         dests: vec![],
@@ -518,6 +521,7 @@ fn conn(
         dport: d.1,
         pe_name: None,
         pe_data: None,
+        local: None,
     }
 }
 
@@ -774,4 +778,95 @@ fn snapshot_and_list_options_are_serde() {
     assert_serde::<Snapshot>();
     assert_serde::<ListOptions>();
     assert_serde::<ListTarget>();
+}
+
+/// A FULLNAT service with a two-entry pool and two connections through it.
+fn fnat_snapshot() -> Snapshot {
+    let mut s = svc(6, "10.0.0.1", 80, "rr");
+    s.laddrs = vec!["192.168.100.5-192.168.100.6".into(), "192.168.100.9".into()];
+    s.dests = vec![dest("10.1.0.2", 80, ForwardSnap::FullNat, 1)];
+    let mut a = conn(
+        "TCP",
+        895,
+        "ESTABLISHED",
+        ("198.51.100.7", 51922),
+        ("10.0.0.1", 80),
+        ("10.1.0.2", 80),
+    );
+    a.local = Some("192.168.100.6:1029".parse().unwrap());
+    let mut b = a.clone();
+    b.cport = 51923;
+    b.local = Some("192.168.100.9:40000".parse().unwrap());
+    let plain = conn(
+        "UDP",
+        264,
+        "UDP",
+        ("192.168.127.89", 44117),
+        ("192.168.127.89", 514),
+        ("192.168.129.116", 514),
+    );
+    Snapshot {
+        services: vec![s],
+        conns: vec![a, b, plain],
+        ..Snapshot::default()
+    }
+}
+
+#[test]
+fn fullnat_connections_show_their_local_address() {
+    let snap = fnat_snapshot();
+    let o = ListOptions {
+        target: ListTarget::Connections,
+        ..numeric()
+    };
+    assert_eq!(
+        list(&snap, o),
+        "\
+IPVS connection entries
+pro expire state       source             virtual            local              destination
+TCP 14:55  ESTABLISHED 198.51.100.7:51922 10.0.0.1:80        192.168.100.6:1029 10.1.0.2:80
+TCP 14:55  ESTABLISHED 198.51.100.7:51923 10.0.0.1:80        192.168.100.9:40000 10.1.0.2:80
+UDP 04:24  UDP         192.168.127.89:44117 192.168.127.89:514 -                  192.168.129.116:514
+"
+    );
+}
+
+#[test]
+fn get_laddr_lists_pools_with_connections_per_entry() {
+    let snap = fnat_snapshot();
+    let out = format_laddrs_with(&snap, None, true, &FakeNames);
+    assert_eq!(
+        out,
+        "\
+VIP:VPORT                    TOTAL    LADDR                                    CONNS
+TCP  10.0.0.1:80             2
+                                      192.168.100.5-192.168.100.6              1
+                                      192.168.100.9                            1
+"
+    );
+    let other = ServiceKeySnap::Addr {
+        protocol: 17,
+        addr: ip("10.0.0.1"),
+        port: 80,
+    };
+    assert_eq!(
+        format_laddrs_with(&snap, Some(&other), true, &FakeNames)
+            .lines()
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn save_restores_the_pool_before_the_real_servers() {
+    let snap = fnat_snapshot();
+    assert_eq!(
+        format_save_with(&snap, true, &FakeNames),
+        "\
+-A -t 10.0.0.1:80 -s rr
+--add-laddr -t 10.0.0.1:80 -z 192.168.100.5-192.168.100.6
+--add-laddr -t 10.0.0.1:80 -z 192.168.100.9
+-a -t 10.0.0.1:80 -r 10.1.0.2:80 --fullnat -w 1
+"
+    );
 }

@@ -785,3 +785,71 @@ fn rvs_proxy_options() {
         assert_eq!((e.message.as_str(), e.exit_code), (msg, 2), "{args}");
     }
 }
+
+#[test]
+fn laddr_commands_parse_like_dpvs() {
+    use rvs_core::model::LocalAddrRange;
+    use rvs_ipvsadm::LaddrSpec;
+    let key = ServiceKey::Addr {
+        protocol: Protocol::Tcp,
+        addr: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+        port: 80,
+    };
+    let spec = |l: &str| LaddrSpec {
+        service: key,
+        laddr: LocalAddrRange::parse(l).unwrap(),
+    };
+    assert_eq!(
+        cmd("--add-laddr -t 10.0.0.1:80 -z 192.168.100.5"),
+        Command::AddLaddr(spec("192.168.100.5"))
+    );
+    assert_eq!(
+        cmd("--add-laddr -t 10.0.0.1:80 --laddr 192.168.100.5-192.168.100.9"),
+        Command::AddLaddr(spec("192.168.100.5-9"))
+    );
+    assert_eq!(
+        cmd("--del-laddr -z 192.168.100.5 -t 10.0.0.1:80"),
+        Command::DelLaddr(spec("192.168.100.5"))
+    );
+    assert_eq!(cmd("--get-laddr"), Command::GetLaddr(None));
+    assert_eq!(
+        cmd("--get-laddr -t 10.0.0.1:80"),
+        Command::GetLaddr(Some(key))
+    );
+    // A restore line carries the pool, as -S writes it.
+    assert_eq!(
+        parse_restore_line_with(
+            "ipvsadm-restore",
+            "--add-laddr -t 10.0.0.1:80 -z 192.168.100.9",
+            &TestNames
+        )
+        .unwrap()
+        .unwrap()
+        .command,
+        Command::AddLaddr(spec("192.168.100.9"))
+    );
+    e2(
+        "--add-laddr -t 10.0.0.1:80",
+        "You need to supply the 'laddr' option for the 'add-laddr' command",
+    );
+    e2(
+        "--add-laddr -z 192.168.100.5",
+        "You need to supply the 'service-address' option for the 'add-laddr' command",
+    );
+    e2(
+        "--add-laddr -t 10.0.0.1:80 -z 10.9.9.9-10.9.9.1",
+        "illegal local address specified",
+    );
+    e2(
+        "--add-laddr -t 10.0.0.1:80 -z 2001:db8::1",
+        "local address and virtual service are of different families",
+    );
+    e2(
+        "--get-laddr -z 192.168.100.5",
+        "Illegal 'laddr' option with the 'get-laddr' command",
+    );
+    e2(
+        "-A -t 10.0.0.1:80 -z 192.168.100.5",
+        "Illegal 'laddr' option with the 'add-service' command",
+    );
+}

@@ -544,7 +544,12 @@ impl DataPlane for ProxyPlane {
                 }
                 Ok(())
             }
-            Command::EditDest { .. } | Command::Zero { .. } | Command::SetTimeouts { .. } => Ok(()),
+            // Nothing to carry out: a pool lives in the director's model.
+            Command::EditDest { .. }
+            | Command::AddLaddr { .. }
+            | Command::DelLaddr { .. }
+            | Command::Zero { .. }
+            | Command::SetTimeouts { .. } => Ok(()),
         }
     }
 

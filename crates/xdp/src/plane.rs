@@ -222,6 +222,8 @@ struct SvcState {
     dests: Vec<DestState>,
     region: Option<Region>,
     svc: Svc,
+    /// The FULLNAT local address pool, as the core keeps it.
+    laddrs: Vec<rvs_core::model::LocalAddrRange>,
 }
 
 /// A deleted real server whose index flows may still use.

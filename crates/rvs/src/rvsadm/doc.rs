@@ -167,6 +167,27 @@ pub fn command() -> Command {
             value("mcast-port", None, "PORT", "Sync UDP port"),
             value("mcast-ttl", None, "TTL", "Sync multicast TTL"),
             flag(
+                "add-laddr",
+                None,
+                "rvs: add -z ADDR or ADDR-ADDR to the service's FULLNAT local address pool (DPVS's option; a FULLNAT real server on the xdp data plane needs one)",
+            ),
+            flag(
+                "del-laddr",
+                None,
+                "rvs: delete the pool entry -z ADDR[-ADDR], named as it was added",
+            ),
+            flag(
+                "get-laddr",
+                None,
+                "rvs: list the FULLNAT local address pools (of one service with -t/-u/-f) with the connections per entry",
+            ),
+            value(
+                "laddr",
+                Some('z'),
+                "ADDR[-ADDR]",
+                "rvs: FULLNAT local address or range, for --add-laddr/--del-laddr",
+            ),
+            flag(
                 "reload",
                 None,
                 "rvs: make rvsd re-read its configuration file and apply the difference",

@@ -202,6 +202,23 @@ fn run(mut args: Vec<String>, socket: &PathBuf) -> Result<(), Fail> {
             print!("{}", format_save_with(&snap, numeric, &SystemNames));
             Ok(())
         }
+        Ipvsadm::GetLaddr(key) => {
+            let snap = snapshot(socket, true)?;
+            let only = key
+                .as_ref()
+                .map(rvs_ipvsadm::snapshot::ServiceKeySnap::from);
+            if let Some(k) = &only
+                && !snap.services.iter().any(|s| s.key == *k)
+            {
+                return Err(Fail("No such service".into(), 1));
+            }
+            // Numeric always, as DPVS lists its pools.
+            print!(
+                "{}",
+                rvs_ipvsadm::format_laddrs_with(&snap, only.as_ref(), true, &SystemNames)
+            );
+            Ok(())
+        }
         Ipvsadm::Restore => restore(socket),
         Ipvsadm::Reload => match call(socket, &Request::Reload)? {
             Response::Reloaded { summary } => {

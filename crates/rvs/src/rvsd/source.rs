@@ -111,6 +111,7 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
                 key: s.key,
                 config: s.config,
                 dests: s.dests,
+                laddrs: s.laddrs,
             })
             .collect(),
         timeouts: loaded.config.lvs_timeouts(),

@@ -60,6 +60,7 @@ pub fn snapshot(ipvs: &Ipvs, now: Instant, with_conns: bool) -> Snapshot {
         .services()
         .map(|s| {
             let mut snap = ServiceSnap::from_config(s.key(), s.config());
+            snap.laddrs = s.laddrs().iter().map(|l| l.to_string()).collect();
             snap.stats = stats(s.stats());
             snap.rates = rates(&s.rates());
             snap.dests = s
@@ -105,6 +106,9 @@ pub fn snapshot(ipvs: &Ipvs, now: Instant, with_conns: bool) -> Snapshot {
                     dport: c.dport,
                     pe_name: pe.map(|_| "sip".to_owned()),
                     pe_data: pe.map(|p| String::from_utf8_lossy(p).into_owned()),
+                    local: table
+                        .local(id)
+                        .map(|(a, p)| std::net::SocketAddr::new(a.to_ip(c.af), p)),
                 }
             })
             .collect()

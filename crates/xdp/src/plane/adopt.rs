@@ -203,6 +203,7 @@ impl<M: MapOps> Plane<M> {
             dests: Vec::new(),
             region: a.region,
             svc: a.svc,
+            laddrs: Vec::new(),
         };
         let republish = a.dests.is_empty();
         self.services.insert(*key, st);

@@ -33,6 +33,8 @@ impl<M: MapOps> Plane<M> {
                 addr,
                 port,
             } => self.del_dest(service, *addr, *port),
+            Command::AddLaddr { service, laddr } => self.add_laddr(service, *laddr),
+            Command::DelLaddr { service, laddr } => self.del_laddr(service, *laddr),
             // Counters are zeroed on the director's side: reports add growth.
             Command::Zero { .. } => Ok(()),
             Command::SetTimeouts { tcp, tcpfin, udp } => {
@@ -86,6 +88,7 @@ impl<M: MapOps> Plane<M> {
                 dests: Vec::new(),
                 region: None,
                 svc: Svc::default(),
+                laddrs: Vec::new(),
             },
         );
         // Its (empty) scheduling data first, then the key that makes it
@@ -435,6 +438,43 @@ impl<M: MapOps> Plane<M> {
             return Err(e);
         }
         let _ = self.write_config();
+        Ok(())
+    }
+
+    /// A pool entry joins the service's books (a refused service's
+    /// commands are ignored, as for its real servers).
+    pub(super) fn add_laddr(
+        &mut self,
+        service: &ServiceKey,
+        laddr: rvs_core::model::LocalAddrRange,
+    ) -> Result<(), PlaneError> {
+        if self.refused.contains(service) {
+            return Ok(());
+        }
+        let st = self
+            .services
+            .get_mut(service)
+            .ok_or(PlaneError::NoService(*service))?;
+        if !st.laddrs.contains(&laddr) {
+            st.laddrs.push(laddr);
+        }
+        Ok(())
+    }
+
+    /// A pool entry leaves the service's books.
+    pub(super) fn del_laddr(
+        &mut self,
+        service: &ServiceKey,
+        laddr: rvs_core::model::LocalAddrRange,
+    ) -> Result<(), PlaneError> {
+        if self.refused.contains(service) {
+            return Ok(());
+        }
+        let st = self
+            .services
+            .get_mut(service)
+            .ok_or(PlaneError::NoService(*service))?;
+        st.laddrs.retain(|l| *l != laddr);
         Ok(())
     }
 

@@ -257,6 +257,7 @@ impl<M: MapOps> Plane<M> {
                 key: *k,
                 config: s.config.clone(),
                 dests: s.dests.iter().rev().map(|d| d.core.config).collect(),
+                laddrs: s.laddrs.clone(),
             })
             .collect();
         let target: Vec<ServiceDef> = current_defs(ipvs)

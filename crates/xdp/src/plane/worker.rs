@@ -208,6 +208,16 @@ impl<M: MapOps + Send + 'static> DataPlane for PlaneHandle<M> {
         super::admit(command).map_err(|e| e.to_string())
     }
 
+    /// Each command on its own, then the pool rule: a FULLNAT real server
+    /// needs its service's local address pool.
+    fn admit_all(&self, ipvs: &Ipvs, commands: &[Command]) -> Result<(), (usize, String)> {
+        rvs_control::dataplane::check_fullnat_pools(ipvs, commands)?;
+        for (i, c) in commands.iter().enumerate() {
+            self.admit(c).map_err(|m| (i, m))?;
+        }
+        Ok(())
+    }
+
     /// Nothing: the worker reports by itself, outside the caller's lock.
     fn report(&mut self, now: Instant, ipvs: &mut Ipvs) {
         let _ = (now, ipvs);
