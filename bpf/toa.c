@@ -197,6 +197,15 @@ int rvs_toa_sockops(struct bpf_sock_ops *skops)
 	return 1;
 }
 
+/* 32-bit word `i` of the stored address, network order as stored. */
+static __always_inline __u32 word(const struct rvs_toa_addr *a, int i)
+{
+	__u32 w;
+
+	__builtin_memcpy(&w, &a->addr[i * 4], 4);
+	return w;
+}
+
 SEC("cgroup/getpeername4")
 int rvs_toa_getpeername4(struct bpf_sock_addr *ctx)
 {
@@ -209,7 +218,7 @@ int rvs_toa_getpeername4(struct bpf_sock_addr *ctx)
 	if (!st)
 		return 1;
 	if (st->family == AF_INET) {
-		ctx->user_ip4 = st->addr[0];
+		ctx->user_ip4 = word(st, 0);
 		ctx->user_port = st->port;
 	} else if (st->family == AF_INET6) {
 		count(RVS_TOA_V6_ON_V4);
@@ -229,17 +238,17 @@ int rvs_toa_getpeername6(struct bpf_sock_addr *ctx)
 	if (!st)
 		return 1;
 	if (st->family == AF_INET6) {
-		ctx->user_ip6[0] = st->addr[0];
-		ctx->user_ip6[1] = st->addr[1];
-		ctx->user_ip6[2] = st->addr[2];
-		ctx->user_ip6[3] = st->addr[3];
+		ctx->user_ip6[0] = word(st, 0);
+		ctx->user_ip6[1] = word(st, 1);
+		ctx->user_ip6[2] = word(st, 2);
+		ctx->user_ip6[3] = word(st, 3);
 		ctx->user_port = st->port;
 	} else if (st->family == AF_INET) {
 		/* ::ffff:a.b.c.d */
 		ctx->user_ip6[0] = 0;
 		ctx->user_ip6[1] = 0;
 		ctx->user_ip6[2] = bpf_htonl(0xffff);
-		ctx->user_ip6[3] = st->addr[0];
+		ctx->user_ip6[3] = word(st, 0);
 		ctx->user_port = st->port;
 		count(RVS_TOA_MAPPED);
 	}

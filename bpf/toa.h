@@ -20,7 +20,7 @@ struct rvs_toa_addr {
 	__u8 family;    /* AF_INET or AF_INET6; 0: none */
 	__u8 pad0;
 	__be16 port;    /* network order */
-	__u32 addr[4];  /* network order; IPv4 in addr[0] */
+	__u8 addr[16];  /* network order; IPv4 in the first 4 bytes */
 };
 
 /* Indexes of the reader's `toa_stats` counters. */

@@ -8,8 +8,10 @@
  *
  * On connect (TCP_CONNECT_CB) it asks for the header-option callbacks
  * (WRITE_HDR_OPT_CB_FLAG); HDR_OPT_LEN_CB reserves the option's bytes on a
- * SYN and WRITE_HDR_OPT_CB stores it. Nothing is written when the map holds
- * no address (family 0).
+ * SYN and WRITE_HDR_OPT_CB stores it. With `toa_writer_in_ack[0]` set, it
+ * writes the TOA into every segment after the SYN instead (the handshake's
+ * last ACK among them), where the Alibaba LVS and DPVS put it. Nothing is
+ * written when the map holds no address (family 0).
  */
 #include <linux/bpf.h>
 #include <linux/tcp.h>
@@ -34,6 +36,20 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 RVS_MAP(toa_writer_addr, BPF_MAP_TYPE_ARRAY, 1, __u32, struct rvs_toa_addr);
 
+RVS_MAP(toa_writer_in_ack, BPF_MAP_TYPE_ARRAY, 1, __u32, __u32);
+
+/* Whether this segment gets the TOA: the SYN, or (in_ack) every other. */
+static __always_inline int wanted(struct bpf_sock_ops *skops)
+{
+	__u32 zero = 0;
+	__u32 *in_ack = bpf_map_lookup_elem(&toa_writer_in_ack, &zero);
+	__u32 flags = skops->skb_tcp_flags;
+
+	if (in_ack && *in_ack)
+		return !(flags & FLAG_SYN);
+	return (flags & (FLAG_SYN | FLAG_ACK)) == FLAG_SYN;
+}
+
 SEC("sockops")
 int rvs_toa_test_writer(struct bpf_sock_ops *skops)
 {
@@ -50,11 +66,11 @@ int rvs_toa_test_writer(struct bpf_sock_ops *skops)
 							 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
 		break;
 	case BPF_SOCK_OPS_HDR_OPT_LEN_CB:
-		if ((skops->skb_tcp_flags & (FLAG_SYN | FLAG_ACK)) == FLAG_SYN)
+		if (wanted(skops))
 			bpf_reserve_hdr_opt(skops, len, 0);
 		break;
 	case BPF_SOCK_OPS_WRITE_HDR_OPT_CB:
-		if ((skops->skb_tcp_flags & (FLAG_SYN | FLAG_ACK)) == FLAG_SYN) {
+		if (wanted(skops)) {
 			__u8 opt[RVS_TOA_LEN6] = {};
 
 			opt[0] = RVS_TOA_KIND;

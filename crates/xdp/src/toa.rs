@@ -517,6 +517,23 @@ impl ToaTestWriter {
         Ok(me)
     }
 
+    /// Write the TOA into every segment after the SYN (the handshake's last
+    /// ACK among them, where the Alibaba LVS and DPVS put it) rather than
+    /// into the SYN.
+    pub fn set_in_ack(&mut self, in_ack: bool) -> Result<(), XdpError> {
+        let m = self
+            .ebpf
+            .map_mut("toa_writer_in_ack")
+            .ok_or(XdpError::Missing {
+                kind: "map",
+                name: "toa_writer_in_ack",
+            })?;
+        let mut a =
+            crate::maps::typed::TypedArray::<u32>::new(m).map_err(map_err("toa_writer_in_ack"))?;
+        a.set(0, u32::from(in_ack), 0)
+            .map_err(map_err("toa_writer_in_ack"))
+    }
+
     /// Write `client` into the SYNs from now on.
     pub fn set(&mut self, client: SocketAddr) -> Result<(), XdpError> {
         let m = self

@@ -244,9 +244,19 @@ fn toa_getpeername_and_accept_return_the_option_address() {
     // It cannot go through an IPv4 sockaddr: the real source, counted.
     let (accept, _, local) = one_connection(&srv, &cli, "127.0.0.1:0");
     assert_eq!(accept, local);
+    // A TOA in the handshake's last ACK (LVS's and DPVS's place for it).
+    writer.set(toa4).expect("writer address");
+    writer.set_in_ack(true).expect("writer mode");
+    let (accept, peer, _) = one_connection(&srv, &cli, "127.0.0.1:0");
+    assert_eq!(
+        (accept.as_str(), peer.as_str()),
+        ("203.0.113.7:4242", "203.0.113.7:4242")
+    );
+    writer.set_in_ack(false).expect("writer mode");
     let stats = rvs_xdp::toa::pinned_stats(srv.path())
         .expect("stats")
         .expect("a reader pinned");
+    assert_eq!(stats.from_ack, 1, "{stats:?}");
     assert_eq!(stats.from_syn, 4, "{stats:?}");
     assert_eq!(stats.mapped, 2, "{stats:?}");
     assert!(stats.v6_on_v4 >= 1, "{stats:?}");
