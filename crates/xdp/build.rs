@@ -1,7 +1,7 @@
 //! Compiles the BPF programs under `bpf/` with clang into `OUT_DIR`.
 //!
 //! The production objects (the director `xdp_lb`, `clock`, the decapsulator
-//! `decap`) are always built; the benchmark objects (`BENCH_PROGRAMS`)
+//! `decap`, the real servers' TOA reader `toa`) are always built; the benchmark objects (`BENCH_PROGRAMS`)
 //! only with the cargo feature `bench` (which the crate's own tests, benches
 //! and examples turn on through its self dev-dependency), so rvsd neither
 //! compiles nor embeds them.
@@ -24,6 +24,7 @@ const PROGRAMS: &[Build<'static>] = &[
     ("xdp_lb", "xdp_lb", &[]),
     ("clock", "clock", &[]),
     ("decap", "decap", &[]),
+    ("toa", "toa", &[]),
 ];
 
 /// The benchmark objects, built only with the feature `bench`. The director
@@ -63,7 +64,11 @@ fn main() {
     if env::var_os("CARGO_FEATURE_UPGRADE_PROBE").is_some() {
         programs.push(("xdp_lb_probe", "xdp_lb_probe", &[]));
     }
-    let mut headers = vec!["rvs.h", "decap.h", "lib"];
+    // The tests' TOA writer (a fixture, never in rvsd).
+    if env::var_os("CARGO_FEATURE_TEST_FIXTURES").is_some() {
+        programs.push(("toa_test_writer", "toa_test_writer", &[]));
+    }
+    let mut headers = vec!["rvs.h", "decap.h", "toa.h", "lib"];
     if bench {
         programs.extend_from_slice(BENCH_PROGRAMS);
         headers.push("bench_cycle.h");

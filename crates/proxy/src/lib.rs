@@ -17,7 +17,8 @@
 //!
 //! Layout: `plane` holds the [`ProxyPlane`] (the `DataPlane`
 //! implementation, listeners, drain timers), `tcp` the accept loop and
-//! per-connection task, `relay` the byte pump (splice(2) through a pipe per
+//! per-connection task, `pool` the local address pool its connections to
+//! real servers are bound from, `relay` the byte pump (splice(2) through a pipe per
 //! direction, or a buffered copy), `udp` the datagram flows, `sock` the
 //! socket options and system calls.
 
@@ -25,6 +26,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod plane;
+mod pool;
 mod relay;
 mod sock;
 mod tcp;

@@ -76,6 +76,11 @@ pub struct ProxyStats {
     pub accept_errors: AtomicU64,
     /// Failed connection attempts to real servers (each attempt counts).
     pub connect_failures: AtomicU64,
+    /// Connection attempts to a real server refused because no address of
+    /// the service's local address pool had a port left toward it (each
+    /// attempt counts; the kernel never hands out a 4-tuple twice, so this
+    /// is where the excess goes rather than into a collision).
+    pub laddr_exhausted: AtomicU64,
     /// Attempts moved to another real server after a failure.
     pub retries: AtomicU64,
     /// Connections from trusted proxies dropped for a missing, malformed,
@@ -223,6 +228,8 @@ pub(crate) struct SvcState {
     pub(crate) max_conns: AtomicU32,
     /// Connections (TCP) or flows (UDP) open now.
     pub(crate) active: AtomicU32,
+    /// The next local pool address in turn (connections spread over it).
+    pub(crate) next_laddr: AtomicU64,
 }
 
 impl SvcState {
@@ -430,6 +437,7 @@ impl ProxyPlane {
             vip,
             max_conns: AtomicU32::new(max_conns),
             active: AtomicU32::new(0),
+            next_laddr: AtomicU64::new(0),
         });
         let (stop, stopped) = watch::channel(false);
         let bind_err =
@@ -544,7 +552,8 @@ impl DataPlane for ProxyPlane {
                 }
                 Ok(())
             }
-            // Nothing to carry out: a pool lives in the director's model.
+            // Nothing to carry out here: a pool lives in the director's
+            // model, and each connection reads it there (`tcp::plan_of`).
             Command::EditDest { .. }
             | Command::AddLaddr { .. }
             | Command::DelLaddr { .. }

@@ -55,9 +55,15 @@ pub(crate) fn bind_tcp(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
 /// reads the request in one wake-up (HAProxy's `tcp-smart-connect`). Never
 /// set without data to send: a server that speaks first would wait for the
 /// delayed ACK.
+///
+/// `src`: bind to this local address first (`IP_BIND_ADDRESS_NO_PORT`: the
+/// kernel picks the port at connect, unique for the 4-tuple); the connect
+/// then fails with `EADDRNOTAVAIL` at once when no port is left toward
+/// `dst` from it.
 pub(crate) async fn connect(
     dst: SocketAddr,
     data_follows: bool,
+    src: Option<IpAddr>,
 ) -> io::Result<tokio::net::TcpStream> {
     #[cfg(target_os = "linux")]
     let ty = Type::STREAM.nonblocking().cloexec();
@@ -73,6 +79,11 @@ pub(crate) async fn connect(
     }
     #[cfg(not(target_os = "linux"))]
     let _ = data_follows;
+    if let Some(src) = src {
+        #[cfg(target_os = "linux")]
+        rvs_sys::sock::set_bind_address_no_port(s.as_fd(), true)?;
+        s.bind(&SocketAddr::new(src, 0).into())?;
+    }
     match s.connect(&dst.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}

@@ -24,6 +24,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 
 use crate::plane::{Ctx, SvcState};
+use crate::pool::{self, LocalPool};
 use crate::relay;
 use crate::sock;
 
@@ -324,6 +325,8 @@ struct Plan {
     fwd: Forward,
     proxy_protocol: Option<ProxyProtocol>,
     idle: Duration,
+    /// The service's local address pool (of the real server's family).
+    pool: LocalPool,
 }
 
 fn plan_of(ipvs: &Ipvs, key: &ServiceKey, fwd: Forward) -> Plan {
@@ -331,11 +334,48 @@ fn plan_of(ipvs: &Ipvs, key: &ServiceKey, fwd: Forward) -> Plan {
         .dest(fwd.dest)
         .and_then(|d| d.config.proxy_protocol)
         .or_else(|| ipvs.service(key).and_then(|s| s.config().proxy_protocol));
+    let pool = ipvs
+        .service(key)
+        .map(|s| LocalPool::for_dest(s.laddrs(), fwd.daddr))
+        .unwrap_or_default();
     Plan {
         fwd,
         proxy_protocol,
         idle: ipvs.timeouts().tcp(TcpState::Established),
+        pool,
     }
+}
+
+/// Connect to `dst`, from the next addresses of the pool in turn when the
+/// service has one: an address with no port left toward `dst`
+/// (`EADDRNOTAVAIL`) gives way to the next, at most [`pool::MAX_TRIES`];
+/// when none has one the attempt is counted in `laddr_exhausted` and fails.
+async fn connect_pooled(
+    ctx: &Ctx,
+    svc: &SvcState,
+    pool: &LocalPool,
+    dst: SocketAddr,
+    data_follows: bool,
+) -> std::io::Result<TcpStream> {
+    if pool.is_empty() {
+        return sock::connect(dst, data_follows, None).await;
+    }
+    let tries = pool.len().min(pool::MAX_TRIES);
+    for _ in 0..tries {
+        let i = svc.next_laddr.fetch_add(1, Ordering::Relaxed);
+        let Some(src) = pool.nth(u128::from(i)) else {
+            break;
+        };
+        match sock::connect(dst, data_follows, Some(src)).await {
+            Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => continue,
+            other => return other,
+        }
+    }
+    ctx.stats.laddr_exhausted.fetch_add(1, Ordering::Relaxed);
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrNotAvailable,
+        format!("no local pool address has a port left toward {dst}"),
+    ))
 }
 
 const SYNACK: TcpFlags = TcpFlags {
@@ -430,7 +470,13 @@ async fn connection(
         ctx.set_dest(adm.serial, (plan.fwd.daddr, plan.fwd.dport));
         let err = match tokio::time::timeout(
             ctx.config.connect_timeout,
-            sock::connect(dst, !first.is_empty() || plan.proxy_protocol.is_some()),
+            connect_pooled(
+                &ctx,
+                &svc,
+                &plan.pool,
+                dst,
+                !first.is_empty() || plan.proxy_protocol.is_some(),
+            ),
         )
         .await
         {
@@ -465,6 +511,10 @@ async fn connection(
             }
         }
     };
+    // From a pool: `-Lcn` shows the local address and port (FULLNAT).
+    if let (false, Some(id), Ok(local)) = (plan.pool.is_empty(), guard.id, server.local_addr()) {
+        ctx.director.with(|ipvs, _| ipvs.set_conn_local(id, local));
+    }
     guard.event(Direction::Output, L4::Tcp(SYNACK));
     guard.event(Direction::Input, L4::Tcp(ACK));
     // The client socket inherited TCP_NODELAY from the listener (Linux).

@@ -1210,3 +1210,285 @@ fn retired_plane_aborts_what_is_left() {
         drop(keep);
     });
 }
+
+/// The local address pool: connections to real servers bound from it
+/// (`IP_BIND_ADDRESS_NO_PORT`), spread over it, so one real server holds
+/// more connections from the proxy than one address has ports; with the
+/// pool spent the excess is refused and counted. Each test runs in a
+/// network namespace of its own (root): its `ip_local_port_range` and
+/// `somaxconn` are the namespace's, not the machine's.
+mod laddr_pool {
+    use super::*;
+    use std::collections::HashSet;
+    use std::time::Instant as StdInstant;
+
+    use rvs_core::model::LocalAddrRange;
+
+    /// A current-thread runtime (like rvsd's) on the namespace's thread.
+    fn run_in<F: Future<Output = ()>>(limit: Duration, f: F) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            tokio::time::timeout(limit, f)
+                .await
+                .expect("test timed out");
+        });
+    }
+
+    /// Raise RLIMIT_NOFILE to at least `n` (the hard limit too when it is
+    /// lower, which needs CAP_SYS_RESOURCE). Err with why it cannot.
+    fn raise_nofile(n: u64) -> Result<(), String> {
+        use nix::sys::resource::{Resource, getrlimit, setrlimit};
+        let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(|e| e.to_string())?;
+        if soft >= n {
+            return Ok(());
+        }
+        setrlimit(Resource::RLIMIT_NOFILE, n, n.max(hard)).map_err(|e| {
+            format!(
+                "RLIMIT_NOFILE {n} needed, hard limit {hard} and raising it failed ({e}: no CAP_SYS_RESOURCE?)"
+            )
+        })
+    }
+
+    /// The namespace, with `ports` as ip_local_port_range; None (printed
+    /// why) when not root.
+    fn netns(test: &str, ports: &str) -> Option<rvs_testbed::Netns> {
+        if !rvs_testbed::require_root(test, "a network namespace of its own needs root") {
+            return None;
+        }
+        let ns = rvs_testbed::Netns::new("rvspool");
+        ns.sysctl("ipv4/ip_local_port_range", ports);
+        ns.sysctl("core/somaxconn", "65535");
+        Some(ns)
+    }
+
+    /// A real server on `addr` that accepts and keeps every connection,
+    /// reporting each peer address.
+    fn holding_server(addr: SocketAddr) -> tokio::sync::mpsc::UnboundedReceiver<SocketAddr> {
+        let s = socket2::Socket::new(
+            socket2::Domain::IPV4,
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )
+        .expect("socket");
+        s.set_reuse_address(true).expect("reuse");
+        s.bind(&addr.into()).expect("bind the real server");
+        s.listen(65535).expect("listen");
+        s.set_nonblocking(true).expect("nonblocking");
+        let l = TcpListener::from_std(s.into()).expect("listener");
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((c, peer)) = l.accept().await {
+                held.push(c);
+                if tx.send(peer).is_err() {
+                    break;
+                }
+            }
+        });
+        rx
+    }
+
+    /// A FULLNAT service on `vip` to the one real server `rs` with `pool`.
+    fn service(h: &Harness, vip: SocketAddr, rs: SocketAddr, pool: &[&str]) {
+        let key = tcp_key(vip);
+        h.service(key, rr(AddrFamily::Inet), &[rs]);
+        let cmds: Vec<Command> = pool
+            .iter()
+            .map(|a| Command::AddLaddr {
+                service: key,
+                laddr: LocalAddrRange::parse(a).expect("address"),
+            })
+            .collect();
+        h.exec(&cmds).expect("pool");
+    }
+
+    /// `n` clients connected to `vip` from 127.0.1.1-4, kept open; how many
+    /// connects succeeded (a refused one may also succeed, then be reset).
+    async fn clients(vip: SocketAddr, n: usize) -> Vec<TcpStream> {
+        let mut out = Vec::with_capacity(n);
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..n {
+            let src = IpAddr::V4(Ipv4Addr::new(127, 0, 1, 1 + (i % 4) as u8));
+            set.spawn(async move {
+                // The port picked at connect too: a port bound by bind(2)
+                // is closed to every connect-time pick, the proxy's too.
+                let s = socket2::Socket::new(
+                    socket2::Domain::IPV4,
+                    socket2::Type::STREAM,
+                    Some(socket2::Protocol::TCP),
+                )
+                .ok()?;
+                rvs_sys::sock::set_bind_address_no_port(std::os::fd::AsFd::as_fd(&s), true).ok()?;
+                s.bind(&SocketAddr::new(src, 0).into()).ok()?;
+                s.set_nonblocking(true).ok()?;
+                let s = TcpSocket::from_std_stream(s.into());
+                tokio::time::timeout(STEP, s.connect(vip)).await.ok()?.ok()
+            });
+            // At most 2,000 handshakes in flight.
+            while set.len() >= 2000 {
+                if let Some(Ok(Some(c))) = set.join_next().await {
+                    out.push(c);
+                }
+            }
+        }
+        while let Some(r) = set.join_next().await {
+            if let Ok(Some(c)) = r {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// Peers reported by the real server until `n` arrived or `quiet`
+    /// passed without one.
+    async fn gather(
+        rx: &mut tokio::sync::mpsc::UnboundedReceiver<SocketAddr>,
+        n: usize,
+        quiet: Duration,
+    ) -> Vec<SocketAddr> {
+        let mut peers = Vec::with_capacity(n);
+        while peers.len() < n {
+            match tokio::time::timeout(quiet, rx.recv()).await {
+                Ok(Some(p)) => peers.push(p),
+                _ => break,
+            }
+        }
+        peers
+    }
+
+    #[test]
+    fn seventy_thousand_connections_to_one_real_server_from_two_pool_addresses() {
+        let test = "seventy_thousand_connections_to_one_real_server_from_two_pool_addresses";
+        const N: usize = 70_000;
+        // 64,512 ports per (local address, real server): more than one
+        // address holds, well within two.
+        let Some(ns) = netns(test, "1024 65535") else {
+            return;
+        };
+        // Client, proxy (two; it budgets 6 for pipes it may take), real
+        // server: 4 descriptors a connection.
+        if let Err(why) = raise_nofile(4 * N as u64 + 10_000) {
+            rvs_testbed::skip_or_fail(test, why);
+            return;
+        }
+        ns.run(move || {
+            run_in(Duration::from_secs(110), async move {
+                let started = StdInstant::now();
+                let h = Harness::new(ProxyConfig {
+                    fd_budget: 6 * N + 1000,
+                    ..config()
+                });
+                let rs = SocketAddr::new(lo(10), 8080);
+                let mut rx = holding_server(rs);
+                let vip = SocketAddr::new(lo(1), 80);
+                service(&h, vip, rs, &["127.0.0.2", "127.0.0.3"]);
+                let conns = clients(vip, N).await;
+                let peers = gather(&mut rx, N, Duration::from_secs(10)).await;
+                let took = started.elapsed();
+                eprintln!("{test}: {} connections held in {took:?}", peers.len());
+                assert_eq!(conns.len(), N, "every client connected");
+                assert_eq!(peers.len(), N, "the real server holds every connection");
+                let distinct: HashSet<SocketAddr> = peers.iter().copied().collect();
+                assert_eq!(distinct.len(), N, "no 4-tuple twice");
+                for src in [lo(2), lo(3)] {
+                    let from = peers.iter().filter(|p| p.ip() == src).count();
+                    // Spread in turn: about half each.
+                    assert!(
+                        (N / 2 - 1000..=N / 2 + 1000).contains(&from),
+                        "{src}: {from}"
+                    );
+                }
+                assert!(peers.iter().all(|p| p.ip() == lo(2) || p.ip() == lo(3)));
+                assert_eq!(h.stats.laddr_exhausted.load(Ordering::Relaxed), 0);
+                assert_eq!(h.stats.active_tcp.load(Ordering::Relaxed), N as u64);
+                // -Lcn's local column: the pool address of each connection.
+                let with_local = h.ipvs(|ipvs| {
+                    ipvs.conns()
+                        .iter()
+                        .filter(|(id, _)| ipvs.conns().local(*id).is_some())
+                        .count()
+                });
+                assert_eq!(with_local, N);
+                drop(conns);
+            });
+        });
+    }
+
+    /// [`seventy_thousand_connections_to_one_real_server_from_two_pool_addresses`]
+    /// scaled to a machine whose RLIMIT_NOFILE cannot pass 20,000: the port
+    /// range narrowed to 2,000 ports, so one pool address holds 2,000
+    /// connections to the real server; two hold all of 3,500.
+    #[test]
+    fn two_pool_addresses_hold_more_connections_than_one_has_ports() {
+        let test = "two_pool_addresses_hold_more_connections_than_one_has_ports";
+        const N: usize = 3_500;
+        let Some(ns) = netns(test, "60000 61999") else {
+            return;
+        };
+        if let Err(why) = raise_nofile(4 * N as u64 + 1_000) {
+            rvs_testbed::skip_or_fail(test, why);
+            return;
+        }
+        ns.run(move || {
+            run_in(Duration::from_secs(60), async move {
+                let h = Harness::new(ProxyConfig {
+                    fd_budget: 6 * N,
+                    ..config()
+                });
+                let rs = SocketAddr::new(lo(10), 8080);
+                let mut rx = holding_server(rs);
+                let vip = SocketAddr::new(lo(1), 80);
+                service(&h, vip, rs, &["127.0.0.2-127.0.0.3"]);
+                let conns = clients(vip, N).await;
+                let peers = gather(&mut rx, N, Duration::from_secs(5)).await;
+                assert_eq!(conns.len(), N, "every client connected");
+                assert_eq!(peers.len(), N, "the real server holds every connection");
+                let distinct: HashSet<SocketAddr> = peers.iter().copied().collect();
+                assert_eq!(distinct.len(), N, "no 4-tuple twice");
+                for src in [lo(2), lo(3)] {
+                    let from = peers.iter().filter(|p| p.ip() == src).count();
+                    assert!((N / 2 - 100..=N / 2 + 100).contains(&from), "{src}: {from}");
+                }
+                assert_eq!(h.stats.laddr_exhausted.load(Ordering::Relaxed), 0);
+                drop(conns);
+            });
+        });
+    }
+
+    #[test]
+    fn a_pool_of_one_address_refuses_and_counts_the_excess() {
+        let test = "a_pool_of_one_address_refuses_and_counts_the_excess";
+        // 1,000 ports toward the real server from the one pool address.
+        let Some(ns) = netns(test, "40000 40999") else {
+            return;
+        };
+        if let Err(why) = raise_nofile(6_000) {
+            rvs_testbed::skip_or_fail(test, why);
+            return;
+        }
+        ns.run(move || {
+            run_in(Duration::from_secs(60), async move {
+                let h = Harness::new(ProxyConfig {
+                    connect_retries: 0,
+                    ..config()
+                });
+                let rs = SocketAddr::new(lo(10), 8080);
+                let mut rx = holding_server(rs);
+                let vip = SocketAddr::new(lo(1), 80);
+                service(&h, vip, rs, &["127.0.0.2"]);
+                let conns = clients(vip, 1_200).await;
+                let peers = gather(&mut rx, 1_200, Duration::from_secs(3)).await;
+                assert_eq!(peers.len(), 1_000, "as many as the port range");
+                let distinct: HashSet<SocketAddr> = peers.iter().copied().collect();
+                assert_eq!(distinct.len(), 1_000, "no 4-tuple twice");
+                assert!(peers.iter().all(|p| p.ip() == lo(2)));
+                assert_eq!(h.stats.laddr_exhausted.load(Ordering::Relaxed), 200);
+                assert_eq!(h.stats.active_tcp.load(Ordering::Relaxed), 1_000);
+                drop(conns);
+            });
+        });
+    }
+}

@@ -31,6 +31,24 @@ fn setsockopt<T: Copy>(fd: BorrowedFd<'_>, level: i32, name: i32, value: &T) -> 
     }
 }
 
+/// `IP_BIND_ADDRESS_NO_PORT` (Linux 4.2; not in the libc crate).
+const IP_BIND_ADDRESS_NO_PORT: i32 = 24;
+
+/// `IP_BIND_ADDRESS_NO_PORT`: a later `bind(addr, 0)` fixes only the
+/// address and `connect(2)` picks the port, unique per 4-tuple, so one
+/// local address gives a full port range toward every destination (rather
+/// than one range shared by all, as bind-time port picking gives). The
+/// proxy binds its connections to real servers from a local address pool
+/// so. The option is at the IP level for IPv6 sockets too.
+pub fn set_bind_address_no_port(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    setsockopt(
+        fd,
+        libc::IPPROTO_IP,
+        IP_BIND_ADDRESS_NO_PORT,
+        &libc::c_int::from(on),
+    )
+}
+
 /// `IPV6_RECVPKTINFO`: receive each packet's destination address and
 /// interface as ancillary data.
 pub fn set_recv_pktinfo_v6(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {

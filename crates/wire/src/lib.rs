@@ -13,11 +13,14 @@
 //!   with both checksum forms keepalived speaks for v3 over IPv4.
 //! * [`ipvs_sync`] — IPVS connection-sync datagrams (versions 0 and 1), as
 //!   the kernel's sync daemon multicasts them between directors.
+//! * [`toa`] — the TOA TCP option (kind 254) a FULLNAT director adds to the
+//!   handshake to carry the client's address, as toa.ko and DPVS read it.
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
 pub mod ipvs_sync;
 pub mod proxy_protocol;
+pub mod toa;
 pub mod vrrp;
 
 #[cfg(test)]

@@ -5,7 +5,8 @@
 //! mirrors of its maps ([`maps`]), the loader ([`Loaded`]), the data plane
 //! that keeps the maps in step with the control plane ([`plane`]), the
 //! real-server decapsulator ([`decap`]), next-hop resolution ([`neigh`]) and
-//! the scheduling tables copied from rvs-core ([`tables`]).
+//! the scheduling tables copied from rvs-core ([`tables`]), and the real
+//! server's TOA reader ([`toa`]).
 //!
 //! Loading needs root (CAP_BPF + CAP_NET_ADMIN); the layout checks and the
 //! table builders do not. When the crate was built without clang, every
@@ -21,6 +22,7 @@ pub mod own_mac;
 pub mod pin;
 pub mod plane;
 pub mod tables;
+pub mod toa;
 
 use std::time::Duration;
 

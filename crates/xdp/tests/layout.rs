@@ -30,6 +30,7 @@ use rvs_xdp::maps::{
     LocalityKey, Nat, NatKey, NhKey, Persist, PersistKey, Stats, Svc, SvcFlood, SvcKey,
 };
 use rvs_xdp::own_mac::{self, OwnMac, OwnMacTable};
+use rvs_xdp::toa::{self, ToaAddr};
 
 // ------------------------------------------------------------- the types
 
@@ -154,6 +155,7 @@ mirrors! {
     "rvs_locality" => Locality { lastuse, lastmod, count, members, pad0 }
     "rvs_decap_vip" => DecapVip { family, pad0, addr }
     "rvs_decap_config" => DecapConfig { gue_port, pad0, pad1 }
+    "rvs_toa_addr" => ToaAddr { family, pad0, port, addr }
 }
 
 /// Map value types only the program reads and writes (the control side
@@ -176,7 +178,12 @@ fn objects() -> Option<Vec<(&'static str, &'static [u8])>> {
         }
     };
     let decap = decap::object().expect("decap object built with the director");
-    Some(vec![("xdp_lb.o", director), ("decap.o", decap)])
+    let toa = toa::object().expect("TOA reader object built with the director");
+    Some(vec![
+        ("xdp_lb.o", director),
+        ("decap.o", decap),
+        ("toa.o", toa),
+    ])
 }
 
 /// Skip (no BPF toolchain at build time), or fail where a skip must not hide.
@@ -901,6 +908,16 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_DECAP_NOT_VIP", decap::stat::NOT_VIP.into()),
         ("RVS_DECAP_BAD", decap::stat::BAD.into()),
         ("RVS_DECAP_NSTATS", decap::stat::NSTATS.into()),
+        ("RVS_TOA_KIND", rvs_wire::toa::KIND.into()),
+        ("RVS_TOA_LEN4", rvs_wire::toa::LEN_V4.into()),
+        ("RVS_TOA_LEN6", rvs_wire::toa::LEN_V6.into()),
+        ("RVS_TOA_FROM_ACK", toa::stat::FROM_ACK.into()),
+        ("RVS_TOA_FROM_SYN", toa::stat::FROM_SYN.into()),
+        ("RVS_TOA_NONE", toa::stat::NONE.into()),
+        ("RVS_TOA_BAD", toa::stat::BAD.into()),
+        ("RVS_TOA_MAPPED", toa::stat::MAPPED.into()),
+        ("RVS_TOA_V6_ON_V4", toa::stat::V6_ON_V4.into()),
+        ("RVS_TOA_NSTATS", toa::stat::NSTATS.into()),
     ]
     .into_iter()
     .map(|(n, v)| (n.to_owned(), v))

@@ -310,14 +310,18 @@ enum Sub {
     /// the VIPs on lo as /32 (/128), arp_ignore=1 and arp_announce=2 (all
     /// and the interface), and for TUN rp_filter=0 and rvs's XDP
     /// decapsulator on the interface (it stays attached after this command
-    /// exits). Idempotent; `--undo` reverses it.
+    /// exits). With `--toa`, programs in the cgroup see the client address
+    /// a FULLNAT director carries in the TCP option TOA (kind 254) as the
+    /// peer of their connections, with BPF only (no toa.ko). Idempotent;
+    /// `--undo` reverses it.
     Realserver {
-        /// Virtual addresses, comma-separated or repeated.
-        #[arg(long, value_name = "ADDR", value_delimiter = ',', required = true)]
+        /// Virtual addresses, comma-separated or repeated (needed unless
+        /// only `--toa` is asked for).
+        #[arg(long, value_name = "ADDR", value_delimiter = ',')]
         vip: Vec<std::net::IpAddr>,
-        /// How the director forwards to this host.
+        /// How the director forwards to this host (with `--vip`).
         #[arg(long, value_enum)]
-        mode: realserver::Mode,
+        mode: Option<realserver::Mode>,
         /// TUN: the encapsulation the director uses.
         #[arg(long, value_enum, default_value_t = realserver::TunType::Ipip)]
         tun_type: realserver::TunType,
@@ -328,6 +332,19 @@ enum Sub {
         /// ARP sysctls are set too).
         #[arg(long, value_name = "IF")]
         interface: Option<String>,
+        /// Attach the TOA reader (bpf/toa.c) to the cgroup: accept(2) and
+        /// getpeername(2) return the TOA's address for connections whose
+        /// handshake carries one. It stays attached after this command
+        /// exits (links pinned under /sys/fs/bpf/rvs/toa); with `--undo`,
+        /// detach it. Servers must open their listening socket after it is
+        /// attached for a TOA in the SYN (one in the handshake's ACK is seen
+        /// always).
+        #[arg(long)]
+        toa: bool,
+        /// The cgroup v2 directory `--toa` acts on (default: the cgroup v2
+        /// root, /sys/fs/cgroup/unified on a hybrid layout).
+        #[arg(long, value_name = "PATH", requires = "toa")]
+        cgroup: Option<std::path::PathBuf>,
         /// Reverse the preparation.
         #[arg(long)]
         undo: bool,
@@ -357,12 +374,15 @@ fn main() -> ExitCode {
         tun_type,
         gue_port,
         interface,
+        toa,
+        cgroup,
         undo,
     }) = &args.command
     {
         let spec = realserver::Spec {
             vips: vip.clone(),
             mode: *mode,
+            toa: toa.then(|| cgroup.clone()),
             tun_type: *tun_type,
             gue_port: *gue_port,
             interface: interface.clone(),

@@ -454,6 +454,11 @@ pub fn proxy(p: &rvs_proxy::ProxyStats) -> Vec<Family> {
             p.connect_failures.load(Relaxed),
         ),
         (
+            "rvs_proxy_laddr_exhausted_total",
+            "Connections to real servers refused: no local pool address had a port left toward the server.",
+            p.laddr_exhausted.load(Relaxed),
+        ),
+        (
             "rvs_proxy_retries_total",
             "Connections retried on another real server.",
             p.retries.load(Relaxed),

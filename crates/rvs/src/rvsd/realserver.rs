@@ -19,6 +19,16 @@
 //!   address on `lo` (the VIPs), so a second run with more VIPs replaces it
 //!   with one that knows all of them.
 //!
+//! - `--toa`: rvs's TOA reader (`bpf/toa.c`) on a cgroup v2 (the root by
+//!   default): for connections whose handshake carries the TOA option a
+//!   FULLNAT director adds, accept(2) and getpeername(2) return the client's
+//!   address instead of the director's, the job of the out-of-tree toa.ko
+//!   done with BPF only. Its links are pinned under /sys/fs/bpf/rvs/toa, so
+//!   it stays attached after this command exits; a second run keeps the one
+//!   attached (replacing it would lose the addresses of open connections);
+//!   `--toa --undo` detaches it. A kernel without the hooks is refused with
+//!   the reason before anything changes.
+//!
 //! The sysctl values found before the first run are kept in
 //! `/run/rvs/realserver-<netns inode>.json`; `--undo` removes the given VIPs
 //! and, when no VIP is left on `lo`, detaches the decapsulator and restores
@@ -53,7 +63,10 @@ pub(crate) enum TunType {
 #[derive(Clone, Debug)]
 pub(crate) struct Spec {
     pub(crate) vips: Vec<IpAddr>,
-    pub(crate) mode: Mode,
+    /// Needed with `vips`.
+    pub(crate) mode: Option<Mode>,
+    /// `--toa`: `Some(cgroup)` (`None` inside: the default cgroup).
+    pub(crate) toa: Option<Option<PathBuf>>,
     pub(crate) tun_type: TunType,
     pub(crate) gue_port: u16,
     pub(crate) interface: Option<String>,
@@ -62,10 +75,76 @@ pub(crate) struct Spec {
 
 /// Run the preparation (or its undo); returns what was done, one line each.
 pub(crate) fn run(spec: &Spec) -> anyhow::Result<Vec<String>> {
-    if spec.vips.is_empty() {
-        bail!("--vip: at least one address");
+    if spec.vips.is_empty() && spec.toa.is_none() {
+        bail!("--vip ADDR (with --mode dr|tun) or --toa: nothing to do");
     }
-    if spec.mode == Mode::Tun && spec.interface.is_none() {
+    let mode = match (spec.vips.is_empty(), spec.mode) {
+        (false, None) => bail!("--vip needs --mode dr|tun"),
+        (true, Some(_)) => bail!("--mode needs --vip ADDR"),
+        (_, m) => m,
+    };
+    // Everything the TOA part needs is checked before anything changes.
+    let cgroup = match &spec.toa {
+        Some(cg) => {
+            let cg = cg.clone().unwrap_or_else(rvs_xdp::toa::default_cgroup);
+            if !spec.undo {
+                rvs_xdp::toa::probe().context("--toa")?;
+            }
+            rvs_xdp::toa::pin_dir(&cg).with_context(|| format!("--cgroup {}", cg.display()))?;
+            // Loaded (verified) before the VIP part changes anything.
+            let reader = if spec.undo || rvs_xdp::toa::is_pinned(&cg)? {
+                None
+            } else {
+                Some(rvs_xdp::toa::ToaReader::load().context("--toa")?)
+            };
+            Some((cg, reader))
+        }
+        None => None,
+    };
+    let mut done = Vec::new();
+    if let Some(mode) = mode {
+        done = vips(spec, mode)?;
+    }
+    if let Some((cg, reader)) = cgroup {
+        done.push(toa(&cg, reader, spec.undo)?);
+    }
+    Ok(done)
+}
+
+/// Attach `reader` (or with `undo`, detach the pinned one) on `cgroup`;
+/// no reader: one is pinned there already.
+fn toa(
+    cgroup: &std::path::Path,
+    reader: Option<rvs_xdp::toa::ToaReader>,
+    undo: bool,
+) -> anyhow::Result<String> {
+    let shown = cgroup.display();
+    if undo {
+        let was = rvs_xdp::toa::detach_pinned(cgroup)
+            .with_context(|| format!("detaching the TOA reader from {shown}"))?;
+        return Ok(if was {
+            format!("TOA reader detached from cgroup {shown}")
+        } else {
+            format!("absent: no TOA reader on cgroup {shown}")
+        });
+    }
+    let Some(mut r) = reader else {
+        return Ok(format!("kept the TOA reader on cgroup {shown}"));
+    };
+    if !r
+        .attach_pinned(cgroup)
+        .with_context(|| format!("attaching the TOA reader to {shown}"))?
+    {
+        return Ok(format!("kept the TOA reader on cgroup {shown}"));
+    }
+    Ok(format!(
+        "TOA reader on cgroup {shown}: accept/getpeername return the TOA client address"
+    ))
+}
+
+/// The VIP part: `spec.vips` non-empty and `mode` given.
+fn vips(spec: &Spec, mode: Mode) -> anyhow::Result<Vec<String>> {
+    if mode == Mode::Tun && spec.interface.is_none() {
         bail!("--mode tun needs --interface IF (where the decapsulator is attached)");
     }
     if spec.tun_type == TunType::Gue && spec.gue_port == 0 {
@@ -86,7 +165,7 @@ fn sysctls(spec: &Spec) -> Vec<(String, u32)> {
     for i in &ifs {
         out.push((format!("{i}/arp_ignore"), 1));
         out.push((format!("{i}/arp_announce"), 2));
-        if spec.mode == Mode::Tun {
+        if spec.mode == Some(Mode::Tun) {
             out.push((format!("{i}/rp_filter"), 0));
         }
     }
@@ -201,7 +280,7 @@ fn apply(spec: &Spec) -> anyhow::Result<Vec<String>> {
     if changed_state {
         save_state(&state)?;
     }
-    if spec.mode == Mode::Tun {
+    if spec.mode == Some(Mode::Tun) {
         let ifname = spec.interface.as_deref().unwrap_or_default();
         let vips = lo_vips()?;
         let gue = if spec.tun_type == TunType::Gue {
@@ -247,7 +326,7 @@ fn undo(spec: &Spec) -> anyhow::Result<Vec<String>> {
         ));
     }
     let left = lo_vips()?;
-    if let (Mode::Tun, Some(ifname)) = (spec.mode, spec.interface.as_deref()) {
+    if let (Some(Mode::Tun), Some(ifname)) = (spec.mode, spec.interface.as_deref()) {
         if left.is_empty() {
             rvs_xdp::decap::detach_persistent(ifname)?;
             done.push(format!("decapsulator detached from {ifname}"));

@@ -1,0 +1,551 @@
+//! The real server's TOA reader `bpf/toa.c`: unmodified programs see the
+//! client address a FULLNAT director carried in the TCP option TOA (kind
+//! 254, see `rvs_wire::toa`), with no kernel module. Three cgroup (v2)
+//! programs: a sock_ops program that reads the option from the handshake
+//! (the ACK that ends it, or the SYN, which it has the kernel save) into the
+//! socket's storage, and getpeername4/getpeername6 programs that return it
+//! — accept(2)'s peer address comes through the same hook.
+//!
+//! Attached like the decapsulator: [`ToaReader::attach`] through aya links
+//! owned by the value (detached on drop), or [`ToaReader::attach_pinned`],
+//! whose links are pinned under [`PIN_ROOT`] so they outlive the process
+//! (a one-shot `rvsd realserver --toa`); [`detach_pinned`] removes them.
+//!
+//! [`ToaTestWriter`] (feature `test-fixtures`) is the tests' client side: it
+//! writes a TOA into the SYNs of its cgroup's sockets.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use aya::maps::MapError;
+use aya::programs::links::FdLink;
+use aya::programs::{CgroupAttachMode, CgroupSockAddr, ProgramError, SockOps};
+use aya::{Ebpf, EbpfLoader};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::XdpError;
+use crate::maps::typed::TypedPerCpuArray;
+
+/// `struct rvs_toa_addr` of bpf/toa.h: a connection's TOA address (the
+/// reader's sk_storage value) and the test writer's configuration.
+#[repr(C)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ToaAddr {
+    /// `AF_INET` or `AF_INET6`; 0: none.
+    pub family: u8,
+    /// Zero.
+    pub pad0: u8,
+    /// The port, network order.
+    pub port: u16,
+    /// The address, network order; IPv4 in the first 4 bytes.
+    pub addr: [u8; 16],
+}
+
+const _: () = assert!(size_of::<ToaAddr>() == 20);
+
+impl ToaAddr {
+    /// The value for `client`.
+    pub fn new(client: SocketAddr) -> Self {
+        ToaAddr {
+            family: crate::maps::family(client.ip()),
+            pad0: 0,
+            port: client.port().to_be(),
+            addr: crate::maps::addr16(client.ip()),
+        }
+    }
+
+    /// The address it holds (`None` for family 0 or an unknown one).
+    pub fn socket_addr(&self) -> Option<SocketAddr> {
+        let port = u16::from_be(self.port);
+        let ip = match self.family {
+            2 => IpAddr::V4(Ipv4Addr::new(
+                self.addr[0],
+                self.addr[1],
+                self.addr[2],
+                self.addr[3],
+            )),
+            10 => IpAddr::V6(Ipv6Addr::from(self.addr)),
+            _ => return None,
+        };
+        Some(SocketAddr::new(ip, port))
+    }
+}
+
+/// Indexes of the reader's `toa_stats` counters (`RVS_TOA_*` of bpf/toa.h).
+pub mod stat {
+    /// A TOA read from the ACK that ended the handshake.
+    pub const FROM_ACK: u32 = 0;
+    /// A TOA read from the saved SYN.
+    pub const FROM_SYN: u32 = 1;
+    /// A passive connection without a TOA.
+    pub const NONE: u32 = 2;
+    /// Kind 254 of a length other than 8 or 20, or malformed options.
+    pub const BAD: u32 = 3;
+    /// An IPv4 TOA returned v4-mapped on an IPv6 socket.
+    pub const MAPPED: u32 = 4;
+    /// An IPv6 TOA asked for through an IPv4 socket (not returned).
+    pub const V6_ON_V4: u32 = 5;
+    /// Number of counters.
+    pub const NSTATS: u32 = 6;
+}
+
+/// The reader's counters, summed over CPUs.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ToaStats {
+    /// TOAs read from the handshake's final ACK.
+    pub from_ack: u64,
+    /// TOAs read from the saved SYN.
+    pub from_syn: u64,
+    /// Passive connections without a TOA.
+    pub none: u64,
+    /// Malformed options or a bad TOA length.
+    pub bad: u64,
+    /// IPv4 TOAs returned v4-mapped on IPv6 sockets.
+    pub mapped: u64,
+    /// IPv6 TOAs not returned through IPv4 sockets.
+    pub v6_on_v4: u64,
+}
+
+/// Where [`ToaReader::attach_pinned`] pins, one directory per cgroup (named
+/// by the cgroup directory's inode number).
+pub const PIN_ROOT: &str = "/sys/fs/bpf/rvs/toa";
+
+/// The default cgroup: the cgroup v2 root as this machine mounts it (the
+/// hybrid layout's `unified`), else the plain v2 mount.
+pub fn default_cgroup() -> PathBuf {
+    let hybrid = Path::new("/sys/fs/cgroup/unified");
+    if is_cgroup2(hybrid) {
+        hybrid.to_owned()
+    } else {
+        PathBuf::from("/sys/fs/cgroup")
+    }
+}
+
+const SOCKOPS: &str = "rvs_toa_sockops";
+const PEER4: &str = "rvs_toa_getpeername4";
+const PEER6: &str = "rvs_toa_getpeername6";
+/// The pinned links (file names) and the programs behind them.
+const LINKS: [(&str, &str); 3] = [
+    ("sockops", SOCKOPS),
+    ("getpeername4", PEER4),
+    ("getpeername6", PEER6),
+];
+const STATS_PIN: &str = "toa_stats";
+
+/// Errors of the TOA reader.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToaError {
+    /// Loading, a map or a program failed.
+    #[error(transparent)]
+    Bpf(#[from] XdpError),
+    /// This kernel cannot run the reader.
+    #[error("TOA without a kernel module needs {0}")]
+    Unsupported(String),
+    /// The path is not a cgroup v2 directory.
+    #[error("{}: not a cgroup v2 directory (mount cgroup2, or give --cgroup PATH)", .0.display())]
+    NotCgroup2(PathBuf),
+    /// A file operation (the cgroup, bpffs) failed.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// On which path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> ToaError + 'a {
+    move |source| ToaError::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn is_cgroup2(p: &Path) -> bool {
+    nix::sys::statfs::statfs(p)
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
+}
+
+/// The directory the pins of `cgroup` live in.
+pub fn pin_dir(cgroup: &Path) -> Result<PathBuf, ToaError> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(cgroup)
+        .map_err(io("reading", cgroup))?
+        .ino();
+    Ok(Path::new(PIN_ROOT).join(ino.to_string()))
+}
+
+/// Whether the reader is attached to `cgroup` with pinned links (all
+/// three present).
+pub fn is_pinned(cgroup: &Path) -> Result<bool, ToaError> {
+    let dir = pin_dir(cgroup)?;
+    Ok(LINKS.iter().all(|(f, _)| dir.join(f).exists()))
+}
+
+/// Detach the reader attached with [`ToaReader::attach_pinned`] from
+/// `cgroup`: remove its pins (the links go with the last reference).
+/// Returns whether anything was there.
+pub fn detach_pinned(cgroup: &Path) -> Result<bool, ToaError> {
+    let dir = pin_dir(cgroup)?;
+    if !dir.exists() {
+        return Ok(false);
+    }
+    for f in LINKS.iter().map(|(f, _)| *f).chain([STATS_PIN]) {
+        let p = dir.join(f);
+        match std::fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("unpinning", &p)(e)),
+        }
+    }
+    std::fs::remove_dir(&dir).map_err(io("removing", &dir))?;
+    let _ = std::fs::remove_dir(PIN_ROOT);
+    let _ = std::fs::remove_dir(crate::pin::ROOT);
+    Ok(true)
+}
+
+/// The counters of the reader pinned on `cgroup` (`None` when none is).
+pub fn pinned_stats(cgroup: &Path) -> Result<Option<ToaStats>, ToaError> {
+    let p = pin_dir(cgroup)?.join(STATS_PIN);
+    if !p.exists() {
+        return Ok(None);
+    }
+    let data = aya::maps::MapData::from_pin(&p).map_err(|e| XdpError::Map {
+        map: "toa_stats",
+        source: Box::new(e),
+    })?;
+    let mut map = aya::maps::Map::PerCpuArray(data);
+    stats_of(&mut map).map(Some).map_err(ToaError::from)
+}
+
+fn stats_of(map: &mut aya::maps::Map) -> Result<ToaStats, XdpError> {
+    let a = TypedPerCpuArray::<u64>::new(map).map_err(map_err("toa_stats"))?;
+    let sum = |i: u32| -> Result<u64, XdpError> {
+        Ok(a.get(&i, 0).map_err(map_err("toa_stats"))?.iter().sum())
+    };
+    Ok(ToaStats {
+        from_ack: sum(stat::FROM_ACK)?,
+        from_syn: sum(stat::FROM_SYN)?,
+        none: sum(stat::NONE)?,
+        bad: sum(stat::BAD)?,
+        mapped: sum(stat::MAPPED)?,
+        v6_on_v4: sum(stat::V6_ON_V4)?,
+    })
+}
+
+/// The compiled reader object.
+#[cfg(not(rvs_no_bpf))]
+fn object_bytes() -> Result<&'static [u8], XdpError> {
+    Ok(aya::include_bytes_aligned!(concat!(
+        env!("OUT_DIR"),
+        "/toa.o"
+    )))
+}
+
+/// The compiled reader object (this build has none).
+#[cfg(rvs_no_bpf)]
+fn object_bytes() -> Result<&'static [u8], XdpError> {
+    Err(XdpError::NoBpf)
+}
+
+/// The reader object's bytes (for BTF checks).
+pub fn object() -> Result<&'static [u8], XdpError> {
+    object_bytes()
+}
+
+fn map_err(map: &'static str) -> impl Fn(MapError) -> XdpError {
+    move |e| XdpError::Map {
+        map,
+        source: Box::new(e),
+    }
+}
+
+fn prog_err(program: &'static str, what: &'static str) -> impl Fn(ProgramError) -> XdpError {
+    move |e| XdpError::Program {
+        program,
+        what,
+        source: Box::new(e),
+    }
+}
+
+/// What the kernel needs, checked before loading so an old kernel gets the
+/// reason rather than a verifier log: the cgroup getpeername hooks (5.8)
+/// and TCP header options in sock_ops with TCP_BPF_SYN (5.10).
+pub fn probe() -> Result<(), ToaError> {
+    match aya::util::KernelVersion::current() {
+        Ok(v) if v < aya::util::KernelVersion::new(5, 10, 0) => {
+            Err(ToaError::Unsupported(format!(
+                "Linux 5.10 or later (sock_ops TCP header options and TCP_BPF_SYN since 5.10, cgroup getpeername hooks since 5.8); this kernel is {v}"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Turn a load/attach failure on a kernel that lacks a hook into
+/// [`ToaError::Unsupported`] naming it.
+fn unsupported(program: &'static str, what: &'static str) -> impl Fn(ProgramError) -> ToaError {
+    move |e| {
+        let hook = match program {
+            SOCKOPS => "the cgroup sock_ops hook with sk_storage (BPF_PROG_TYPE_SOCK_OPS)",
+            _ => "the cgroup getpeername hooks (BPF_CGROUP_INET4/6_GETPEERNAME)",
+        };
+        let errno = match &e {
+            ProgramError::SyscallError(s) => s.io_error.raw_os_error(),
+            ProgramError::LoadError { io_error, .. } => io_error.raw_os_error(),
+            _ => None,
+        };
+        match errno {
+            Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) => {
+                ToaError::Unsupported(format!("{hook}, which this kernel refused ({what}: {e})"))
+            }
+            _ => ToaError::Bpf(prog_err(program, what)(e)),
+        }
+    }
+}
+
+/// A link that is not a BPF link (the kernel predates them: 5.7).
+fn link_err(program: &'static str, e: aya::programs::links::LinkError) -> ToaError {
+    ToaError::Unsupported(format!(
+        "BPF links (Linux 5.7) to pin `{program}` to the cgroup: {e}"
+    ))
+}
+
+/// The TOA reader loaded into the kernel (verified), not yet attached.
+#[derive(Debug)]
+pub struct ToaReader {
+    ebpf: Ebpf,
+}
+
+impl ToaReader {
+    /// Load the object and its three programs (the verifier runs here).
+    /// Refused with the reason on a kernel without the hooks.
+    pub fn load() -> Result<Self, ToaError> {
+        probe()?;
+        let ebpf = EbpfLoader::new()
+            .load(object_bytes()?)
+            .map_err(|e| XdpError::Load {
+                object: "toa",
+                source: Box::new(e),
+            })?;
+        let mut me = ToaReader { ebpf };
+        me.sockops()?
+            .load()
+            .map_err(unsupported(SOCKOPS, "load (verifier)"))?;
+        for p in [PEER4, PEER6] {
+            me.peer(p)?
+                .load()
+                .map_err(unsupported(p, "load (verifier)"))?;
+        }
+        Ok(me)
+    }
+
+    fn sockops(&mut self) -> Result<&mut SockOps, XdpError> {
+        let p = self.ebpf.program_mut(SOCKOPS).ok_or(XdpError::Missing {
+            kind: "program",
+            name: SOCKOPS,
+        })?;
+        p.try_into()
+            .map_err(prog_err(SOCKOPS, "not a sock_ops program"))
+    }
+
+    fn peer(&mut self, name: &'static str) -> Result<&mut CgroupSockAddr, XdpError> {
+        let p = self.ebpf.program_mut(name).ok_or(XdpError::Missing {
+            kind: "program",
+            name,
+        })?;
+        p.try_into()
+            .map_err(prog_err(name, "not a cgroup sock_addr program"))
+    }
+
+    /// The counters summed over CPUs.
+    pub fn stats(&mut self) -> Result<ToaStats, XdpError> {
+        let m = self.ebpf.map_mut("toa_stats").ok_or(XdpError::Missing {
+            kind: "map",
+            name: "toa_stats",
+        })?;
+        stats_of(m)
+    }
+
+    /// Attach to `cgroup` (a cgroup v2 directory) through aya: the links
+    /// belong to this value and are detached when it is dropped.
+    pub fn attach(&mut self, cgroup: &Path) -> Result<(), ToaError> {
+        self.attach_links(cgroup).map(drop)
+    }
+
+    fn attach_links(&mut self, cgroup: &Path) -> Result<Vec<(&'static str, FdLink)>, ToaError> {
+        if !is_cgroup2(cgroup) {
+            return Err(ToaError::NotCgroup2(cgroup.to_owned()));
+        }
+        let cg = std::fs::File::open(cgroup).map_err(io("opening", cgroup))?;
+        let mut links = Vec::new();
+        let p = self.sockops()?;
+        let id = p
+            .attach(&cg, CgroupAttachMode::Single)
+            .map_err(unsupported(SOCKOPS, "attach"))?;
+        let link = p.take_link(id).map_err(prog_err(SOCKOPS, "take link"))?;
+        links.push((
+            LINKS[0].0,
+            FdLink::try_from(link).map_err(|e| link_err(SOCKOPS, e))?,
+        ));
+        for (file, name) in &LINKS[1..] {
+            let p = self.peer(name)?;
+            let id = p
+                .attach(&cg, CgroupAttachMode::Single)
+                .map_err(unsupported(name, "attach"))?;
+            let link = p.take_link(id).map_err(prog_err(name, "take link"))?;
+            links.push((
+                *file,
+                FdLink::try_from(link).map_err(|e| link_err(name, e))?,
+            ));
+        }
+        Ok(links)
+    }
+
+    /// Attach to `cgroup` with links pinned under [`pin_dir`], so the
+    /// reader stays after this process exits; its counters are pinned
+    /// beside them. Returns `false` (and changes nothing) when a reader is
+    /// already pinned there: replacing it would lose the addresses the
+    /// running one holds for open connections.
+    pub fn attach_pinned(&mut self, cgroup: &Path) -> Result<bool, ToaError> {
+        if is_pinned(cgroup)? {
+            return Ok(false);
+        }
+        // Leftovers of an interrupted run.
+        detach_pinned(cgroup)?;
+        let dir = pin_dir(cgroup)?;
+        std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
+        let links = match self.attach_links(cgroup) {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = detach_pinned(cgroup);
+                return Err(e);
+            }
+        };
+        let pin_all = || -> Result<(), ToaError> {
+            let stats = self.ebpf.map_mut("toa_stats").ok_or(XdpError::Missing {
+                kind: "map",
+                name: "toa_stats",
+            })?;
+            let p = dir.join(STATS_PIN);
+            stats.pin(&p).map_err(|e| ToaError::Io {
+                what: "pinning",
+                path: p.clone(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+            for (file, link) in links {
+                let p = dir.join(file);
+                link.pin(&p).map_err(|e| ToaError::Io {
+                    what: "pinning",
+                    path: p.clone(),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+            }
+            Ok(())
+        };
+        if let Err(e) = pin_all() {
+            let _ = detach_pinned(cgroup);
+            return Err(e);
+        }
+        Ok(true)
+    }
+}
+
+/// The compiled test writer object.
+#[cfg(all(feature = "test-fixtures", not(rvs_no_bpf)))]
+fn writer_bytes() -> Result<&'static [u8], XdpError> {
+    Ok(aya::include_bytes_aligned!(concat!(
+        env!("OUT_DIR"),
+        "/toa_test_writer.o"
+    )))
+}
+
+/// The compiled test writer object (this build has none).
+#[cfg(all(feature = "test-fixtures", rvs_no_bpf))]
+fn writer_bytes() -> Result<&'static [u8], XdpError> {
+    Err(XdpError::NoBpf)
+}
+
+/// TEST FIXTURE (`bpf/toa_test_writer.c`, feature `test-fixtures`): a
+/// sock_ops program that writes a TOA carrying a configured address into
+/// the SYN of every connection its cgroup's sockets open, so tests put a
+/// real option on the wire without a FULLNAT director. Detached on drop.
+#[cfg(feature = "test-fixtures")]
+#[derive(Debug)]
+pub struct ToaTestWriter {
+    ebpf: Ebpf,
+}
+
+#[cfg(feature = "test-fixtures")]
+impl ToaTestWriter {
+    const PROGRAM: &'static str = "rvs_toa_test_writer";
+
+    /// Load the writer, attach it to `cgroup` and make it write `client`.
+    pub fn attach(cgroup: &Path, client: SocketAddr) -> Result<Self, ToaError> {
+        if !is_cgroup2(cgroup) {
+            return Err(ToaError::NotCgroup2(cgroup.to_owned()));
+        }
+        let ebpf = EbpfLoader::new()
+            .load(writer_bytes()?)
+            .map_err(|e| XdpError::Load {
+                object: "toa_test_writer",
+                source: Box::new(e),
+            })?;
+        let mut me = ToaTestWriter { ebpf };
+        me.set(client)?;
+        let cg = std::fs::File::open(cgroup).map_err(io("opening", cgroup))?;
+        let p: &mut SockOps = me
+            .ebpf
+            .program_mut(Self::PROGRAM)
+            .ok_or(XdpError::Missing {
+                kind: "program",
+                name: Self::PROGRAM,
+            })?
+            .try_into()
+            .map_err(prog_err(Self::PROGRAM, "not a sock_ops program"))?;
+        p.load()
+            .map_err(prog_err(Self::PROGRAM, "load (verifier)"))?;
+        p.attach(&cg, CgroupAttachMode::Single)
+            .map_err(prog_err(Self::PROGRAM, "attach"))?;
+        Ok(me)
+    }
+
+    /// Write the TOA into every segment after the SYN (the handshake's last
+    /// ACK among them, where the Alibaba LVS and DPVS put it) rather than
+    /// into the SYN.
+    pub fn set_in_ack(&mut self, in_ack: bool) -> Result<(), XdpError> {
+        let m = self
+            .ebpf
+            .map_mut("toa_writer_in_ack")
+            .ok_or(XdpError::Missing {
+                kind: "map",
+                name: "toa_writer_in_ack",
+            })?;
+        let mut a =
+            crate::maps::typed::TypedArray::<u32>::new(m).map_err(map_err("toa_writer_in_ack"))?;
+        a.set(0, u32::from(in_ack), 0)
+            .map_err(map_err("toa_writer_in_ack"))
+    }
+
+    /// Write `client` into the SYNs from now on.
+    pub fn set(&mut self, client: SocketAddr) -> Result<(), XdpError> {
+        let m = self
+            .ebpf
+            .map_mut("toa_writer_addr")
+            .ok_or(XdpError::Missing {
+                kind: "map",
+                name: "toa_writer_addr",
+            })?;
+        let mut a = crate::maps::typed::TypedArray::<ToaAddr>::new(m)
+            .map_err(map_err("toa_writer_addr"))?;
+        a.set(0, ToaAddr::new(client), 0)
+            .map_err(map_err("toa_writer_addr"))
+    }
+}
