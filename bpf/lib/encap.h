@@ -25,12 +25,13 @@ struct rvs_csum_tmp {
 RVS_MAP(tun_csum_tmp, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct rvs_csum_tmp);
 
 /* The one's complement sum (32-bit partial, words as they lie in memory)
- * of `len` bytes of the packet from offset `off`, added to `seed`; -1 when
- * the packet is longer than RVS_CSUM_CHUNKS chunks or a helper fails. */
-static __always_inline __s64 pkt_sum(struct xdp_md *ctx, __u32 off, __u32 len, __u32 seed)
+ * of `len` bytes of the packet from offset `off`; -1 when the packet is
+ * longer than RVS_CSUM_CHUNKS chunks or a helper fails. A global function:
+ * the verifier checks its loop once, not once per path of the caller. */
+__noinline __s64 tun_pkt_sum(struct xdp_md *ctx, __u32 off, __u32 len)
 {
 	__u32 zero = 0, done = 0, i;
-	__s64 s = seed;
+	__s64 s = 0;
 	__u8 *buf = bpf_map_lookup_elem(&tun_csum_tmp, &zero);
 
 	if (!buf || len > RVS_CSUM_CHUNK * RVS_CSUM_CHUNKS)
@@ -225,19 +226,20 @@ static __always_inline __u32 tun_extra(__u8 method, __u32 csum)
 	}
 }
 
-/* Encapsulate in the tunnel `d->method` names (IPIP, GUE, GRE or Geneve) in
+/* Encapsulate in the tunnel `method` (d->method, a constant at each call
+ * site so the verifier sees one tunnel per copy: IPIP, GUE, GRE or Geneve) in
  * the family of the packet (IPv4 in IPv4, IPv6 in IPv6), then send to the
  * real server / next hop. With RVS_DEST_F_TUN_CSUM the UDP tunnels carry
  * the outer UDP checksum and GRE its checksum (C bit); without it the UDP
  * checksum is zero (allowed for IPv4, and for IPv6 tunnels by RFC 6935) and
  * GRE has no checksum field, as kernel IPVS sends with --tun-nocsum. */
 static __always_inline int encap(struct xdp_md *ctx, const struct pkt *p,
-				 const struct rvs_dest *d, const struct rvs_config *cfg)
+				 const struct rvs_dest *d, const struct rvs_config *cfg,
+				 const __u8 method)
 {
 	__u8 l2[18];
 	__u32 l2len = p->l3off;
 	__u32 csum = d->flags & RVS_DEST_F_TUN_CSUM;
-	__u8 method = d->method;
 	__u32 outer_ip = p->family == RVS_AF_INET ? sizeof(struct iphdr) : sizeof(struct ipv6hdr);
 	__u32 extra = tun_extra(method, csum);
 	__u32 hdrs = outer_ip + extra;
@@ -346,13 +348,9 @@ static __always_inline int encap(struct xdp_md *ctx, const struct pkt *p,
 			/* Checksum over the GRE header and the payload, the
 			 * field itself (and reserved1) zero while summing. */
 			*(__u32 *)(gre + 4) = 0;
-			s = pkt_sum(ctx, (__u32)(gre - (__u8 *)data), inner_len + extra, 0);
+			s = tun_pkt_sum(ctx, (__u32)(gre - (__u8 *)data), inner_len + extra);
+			/* (Reading the packet leaves packet pointers valid.) */
 			if (s < 0)
-				return XDP_DROP;
-			data = (void *)(long)ctx->data;
-			end = (void *)(long)ctx->data_end;
-			gre = data + l2len + outer_ip;
-			if ((void *)(gre + RVS_GRE_HDR_LEN + RVS_GRE_CSUM_LEN) > end)
 				return XDP_DROP;
 			*(__u16 *)(gre + 4) = csum_fold64((__u64)s);
 		}
@@ -407,13 +405,8 @@ static __always_inline int encap(struct xdp_md *ctx, const struct pkt *p,
 				}
 			}
 			ps += bpf_htons(IPPROTO_UDP) + bpf_htons(ulen);
-			s = pkt_sum(ctx, (__u32)((__u8 *)uh - (__u8 *)data), ulen, 0);
+			s = tun_pkt_sum(ctx, (__u32)((__u8 *)uh - (__u8 *)data), ulen);
 			if (s < 0)
-				return XDP_DROP;
-			data = (void *)(long)ctx->data;
-			end = (void *)(long)ctx->data_end;
-			uh = data + l2len + outer_ip;
-			if ((void *)(uh + 1) > end)
 				return XDP_DROP;
 			uh->check = csum_fold64(ps + (__u64)s);
 			if (uh->check == 0)
@@ -421,6 +414,29 @@ static __always_inline int encap(struct xdp_md *ctx, const struct pkt *p,
 		}
 	}
 	return l2_out(ctx, d->mac, d->smac, d->ifindex);
+}
+
+/* TUN forwarding, one global function for every call site: the verifier
+ * checks the four tunnels (times family, VLAN tag and checksum) once, not
+ * once per path of the caller. The pointers are the caller's packet
+ * summary (stack) and map values. */
+__noinline int tun_encap(struct xdp_md *ctx, const struct pkt *p, const struct rvs_dest *d,
+			 const struct rvs_config *cfg)
+{
+	if (!ctx || !p || !d || !cfg)
+		return XDP_DROP;
+	switch (d->method) {
+	case RVS_FWD_TUN_IPIP:
+		return encap(ctx, p, d, cfg, RVS_FWD_TUN_IPIP);
+	case RVS_FWD_TUN_GUE:
+		return encap(ctx, p, d, cfg, RVS_FWD_TUN_GUE);
+	case RVS_FWD_TUN_GRE:
+		return encap(ctx, p, d, cfg, RVS_FWD_TUN_GRE);
+	case RVS_FWD_TUN_GENEVE:
+		return encap(ctx, p, d, cfg, RVS_FWD_TUN_GENEVE);
+	default:
+		return XDP_DROP;
+	}
 }
 
 #endif /* RVS_LIB_ENCAP_H */

@@ -110,7 +110,7 @@ static __always_inline int forward(struct xdp_md *ctx, const struct pkt *p,
 	case RVS_FWD_TUN_GUE:
 	case RVS_FWD_TUN_GRE:
 	case RVS_FWD_TUN_GENEVE:
-		return encap(ctx, p, d, cfg);
+		return tun_encap(ctx, p, d, cfg);
 	case RVS_FWD_NAT:
 		if (d->family != p->family)
 			return XDP_DROP;
