@@ -18,11 +18,11 @@
 /* Per-CPU room the tunnel checksum copies the packet into, one chunk at a
  * time (bpf_csum_diff reads at most 512 bytes, and only from memory whose
  * size the verifier knows). */
-struct rvs_csum_tmp {
+struct csum_scratch {
 	__u8 b[RVS_CSUM_CHUNK];
 };
 
-RVS_MAP(tun_csum_tmp, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct rvs_csum_tmp);
+RVS_MAP(tun_csum_tmp, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct csum_scratch);
 
 /* The one's complement sum (32-bit partial, words as they lie in memory)
  * of `len` bytes of the packet from offset `off`; -1 when the packet is

@@ -158,10 +158,16 @@ mirrors! {
 
 /// Map value types only the program reads and writes (the control side
 /// never touches these maps), with the reason: they need no mirror.
-const PROGRAM_PRIVATE: &[(&str, &str)] = &[(
-    "locality_scratch",
-    "value of the per-CPU scratch map `locality_tmp` (lblc/lblcr working room)",
-)];
+const PROGRAM_PRIVATE: &[(&str, &str)] = &[
+    (
+        "locality_scratch",
+        "value of the per-CPU scratch map `locality_tmp` (lblc/lblcr working room)",
+    ),
+    (
+        "csum_scratch",
+        "value of the per-CPU scratch map `tun_csum_tmp` (the tunnel checksum's copy of a chunk)",
+    ),
+];
 
 // --------------------------------------------------------------- the BTF
 
