@@ -23,6 +23,7 @@ mod socket;
 mod streams;
 mod sync;
 mod synflood;
+mod tunnels;
 mod upgrade;
 mod vrrp;
 mod vrrp_reload;
