@@ -24,8 +24,8 @@ struct rvs_decap_vip {
 
 /* decap_config: ARRAY[0]. */
 struct rvs_decap_config {
-	__be16 gue_port; /* UDP destination port of GUE; 0 = GUE off */
-	__u16 pad0;
+	__be16 gue_port;    /* UDP destination port of GUE; 0 = GUE off */
+	__be16 geneve_port; /* UDP destination port of Geneve; 0 = Geneve off */
 	__u32 pad1;
 };
 
@@ -37,6 +37,8 @@ struct rvs_decap_config {
 #define RVS_DECAP_GUE 1     /* GUE packets stripped */
 #define RVS_DECAP_NOT_VIP 2 /* tunnel packets for another inner address: passed */
 #define RVS_DECAP_BAD 3     /* tunnel packets with a bad inner header: passed */
-#define RVS_DECAP_NSTATS 4
+#define RVS_DECAP_GRE 4     /* GRE packets stripped */
+#define RVS_DECAP_GENEVE 5  /* Geneve packets stripped */
+#define RVS_DECAP_NSTATS 6
 
 #endif /* RVS_DECAP_H */

@@ -89,6 +89,9 @@
 #define RVS_FWD_DR 2       /* -g: MAC rewrite, same L2 segment */
 #define RVS_FWD_TUN_IPIP 3 /* -i --tun-type ipip: IPv4-in-IPv4 / IPv6-in-IPv6 */
 #define RVS_FWD_TUN_GUE 4  /* -i --tun-type gue: outer IP/UDP + 4-byte GUE header */
+/* 5 is left for FULLNAT. */
+#define RVS_FWD_TUN_GRE 6    /* -i --tun-type gre: outer IP + GRE (RFC 2784) */
+#define RVS_FWD_TUN_GENEVE 7 /* -i --tun-type geneve (rvs): outer IP/UDP 6081 + Geneve */
 
 /* ---- service flags (the IPVS IP_VS_SVC_F_* bits) ---- */
 #define RVS_SVC_F_PERSISTENT 0x0001
@@ -101,6 +104,9 @@
 #define RVS_DEST_F_UNAVAILABLE 0x0001 /* deleted: never chosen; existing flows dropped */
 #define RVS_DEST_F_OVERLOADED 0x0002  /* above its upper threshold: not chosen */
 #define RVS_DEST_F_NEXTHOP 0x0004     /* NAT: mac/smac/ifindex hold the resolved next hop */
+/* TUN: checksum the encapsulation (--tun-csum): GUE/Geneve the outer UDP
+ * checksum, GRE the C bit and the GRE checksum (RFC 2784). */
+#define RVS_DEST_F_TUN_CSUM 0x0100
 
 /* Marks an empty bucket in `slots`. */
 #define RVS_SLOT_EMPTY 0xffffffffu
@@ -131,6 +137,18 @@
 /* GUE (draft-ietf-intarea-gue) variant 0 header: ver/C/hlen, proto, flags. */
 #define RVS_GUE_HDR_LEN 4
 #define RVS_TUN_TTL 64
+/* GRE (RFC 2784): flags/version, protocol (the inner ethertype); with the
+ * C bit 4 more bytes (checksum, reserved). */
+#define RVS_GRE_HDR_LEN 4
+#define RVS_GRE_CSUM_LEN 4
+/* Geneve (RFC 8926) without options: ver/optlen, flags, protocol (the inner
+ * ethertype: IP directly, no inner Ethernet), VNI 0, reserved. */
+#define RVS_GENEVE_HDR_LEN 8
+#define RVS_GENEVE_PORT 6081
+/* A tunnel checksum sums the packet in chunks of this many bytes, at most
+ * RVS_CSUM_CHUNKS of them (more than one XDP buffer holds). */
+#define RVS_CSUM_CHUNK 512
+#define RVS_CSUM_CHUNKS 8
 
 /* ---- scheduler hash constants (see rvs-core sched/sh.rs and sched/mh.rs) ---- */
 #define RVS_GOLDEN_RATIO_32 0x61C88647u

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-/* lib/encap.h: TUN forwarding (IPIP, GUE) and the ICMP "too big" answer
- * for packets that do not fit the tunnel. */
+/* lib/encap.h: TUN forwarding (IPIP, GUE, GRE, Geneve), the tunnel
+ * checksums, and the ICMP "too big" answer for packets that do not fit the
+ * tunnel. */
 #ifndef RVS_LIB_ENCAP_H
 #define RVS_LIB_ENCAP_H
 
@@ -8,6 +9,68 @@
 #include "lib/hash.h"
 #include "lib/csum.h"
 #include "lib/l2.h"
+#include "lib/map.h"
+
+#ifndef IPPROTO_GRE
+#define IPPROTO_GRE 47
+#endif
+
+/* Per-CPU room the tunnel checksum copies the packet into, one chunk at a
+ * time (bpf_csum_diff reads at most 512 bytes, and only from memory whose
+ * size the verifier knows). */
+struct csum_scratch {
+	__u8 b[RVS_CSUM_CHUNK];
+};
+
+RVS_MAP(tun_csum_tmp, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct csum_scratch);
+
+/* The one's complement sum (32-bit partial, words as they lie in memory)
+ * of `len` bytes of the packet from offset `off`; -1 when the packet is
+ * longer than RVS_CSUM_CHUNKS chunks or a helper fails. A global function:
+ * the verifier checks its loop once, not once per path of the caller. */
+__noinline __s64 tun_pkt_sum(struct xdp_md *ctx, __u32 off, __u32 len)
+{
+	__u32 zero = 0, done = 0, i;
+	__s64 s = 0;
+	__u8 *buf = bpf_map_lookup_elem(&tun_csum_tmp, &zero);
+
+	if (!buf || len > RVS_CSUM_CHUNK * RVS_CSUM_CHUNKS)
+		return -1;
+	for (i = 0; i < RVS_CSUM_CHUNKS; i++) {
+		__u32 n, n4;
+
+		if (done >= len)
+			break;
+		n = len - done;
+		if (n > RVS_CSUM_CHUNK)
+			n = RVS_CSUM_CHUNK;
+		if (n == 0)
+			break;
+		/* The word the last byte falls in is zero past that byte (an
+		 * odd tail sums as if padded with zeros, RFC 1071). */
+		*(__u32 *)(buf + ((n - 1) & (RVS_CSUM_CHUNK - 4))) = 0;
+		if (bpf_xdp_load_bytes(ctx, off + done, buf, n))
+			return -1;
+		n4 = (n + 3) & ~3u;
+		if (n4 > RVS_CSUM_CHUNK)
+			n4 = RVS_CSUM_CHUNK;
+		s = bpf_csum_diff(0, 0, (__be32 *)buf, n4, (__u32)s);
+		if (s < 0)
+			return -1;
+		done += n;
+	}
+	return s;
+}
+
+/* Fold a sum of 16-bit words to the 16-bit one's complement checksum. */
+static __always_inline __u16 csum_fold64(__u64 s)
+{
+	s = (s & 0xffffffff) + (s >> 32);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)~s;
+}
 
 /* Hash of the flow for the GUE source port (receiver RSS spreads flows). */
 static __always_inline __be16 flow_sport(const struct pkt *p)
@@ -147,22 +210,60 @@ static __always_inline int icmp_too_big(struct xdp_md *ctx, const struct pkt *p,
 	return XDP_TX;
 }
 
-/* Encapsulate: IPIP (udp = 0) or GUE (udp = 1) in the family of the packet
- * (IPv4 in IPv4, IPv6 in IPv6), then send to the real server / next hop. */
+/* Bytes the tunnel `method` (RVS_FWD_TUN_*) puts between the outer IP
+ * header and the inner packet. */
+static __always_inline __u32 tun_extra(__u8 method, __u32 csum)
+{
+	switch (method) {
+	case RVS_FWD_TUN_GUE:
+		return sizeof(struct udphdr) + RVS_GUE_HDR_LEN;
+	case RVS_FWD_TUN_GRE:
+		return RVS_GRE_HDR_LEN + (csum ? RVS_GRE_CSUM_LEN : 0);
+	case RVS_FWD_TUN_GENEVE:
+		return sizeof(struct udphdr) + RVS_GENEVE_HDR_LEN;
+	default:
+		return 0;
+	}
+}
+
+/* Encapsulate in the tunnel `method` (d->method, a constant at each call
+ * site so the verifier sees one tunnel per copy: IPIP, GUE, GRE or Geneve) in
+ * the family of the packet (IPv4 in IPv4, IPv6 in IPv6), then send to the
+ * real server / next hop. With RVS_DEST_F_TUN_CSUM the UDP tunnels carry
+ * the outer UDP checksum and GRE its checksum (C bit); without it the UDP
+ * checksum is zero (allowed for IPv4, and for IPv6 tunnels by RFC 6935) and
+ * GRE has no checksum field, as kernel IPVS sends with --tun-nocsum. */
 static __always_inline int encap(struct xdp_md *ctx, const struct pkt *p,
-				 const struct rvs_dest *d, const struct rvs_config *cfg, int udp)
+				 const struct rvs_dest *d, const struct rvs_config *cfg,
+				 const __u8 method)
 {
 	__u8 l2[18];
 	__u32 l2len = p->l3off;
+	__u32 csum = d->flags & RVS_DEST_F_TUN_CSUM;
 	__u32 outer_ip = p->family == RVS_AF_INET ? sizeof(struct iphdr) : sizeof(struct ipv6hdr);
-	__u32 hdrs = outer_ip + (udp ? sizeof(struct udphdr) + RVS_GUE_HDR_LEN : 0);
+	__u32 extra = tun_extra(method, csum);
+	__u32 hdrs = outer_ip + extra;
 	__u16 inner_len = p->l3len;
+	__be16 ethertype = p->family == RVS_AF_INET ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
+	__u8 oproto;
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	void *ip;
 
 	if (d->family != p->family)
 		return XDP_DROP;
+	switch (method) {
+	case RVS_FWD_TUN_GUE:
+	case RVS_FWD_TUN_GENEVE:
+		oproto = IPPROTO_UDP;
+		break;
+	case RVS_FWD_TUN_GRE:
+		oproto = IPPROTO_GRE;
+		break;
+	default:
+		oproto = p->family == RVS_AF_INET ? IPPROTO_IPIP : IPPROTO_IPV6;
+		break;
+	}
 	if (cfg->tun_mtu && (__u32)inner_len + hdrs > cfg->tun_mtu) {
 		struct iphdr *iph = data + (l2len & 0x1f);
 
@@ -210,7 +311,7 @@ static __always_inline int encap(struct xdp_md *ctx, const struct pkt *p,
 		h.tot_len = bpf_htons(inner_len + hdrs);
 		h.frag_off = inner->frag_off & bpf_htons(0x4000); /* copy DF */
 		h.ttl = RVS_TUN_TTL;
-		h.protocol = udp ? IPPROTO_UDP : IPPROTO_IPIP;
+		h.protocol = oproto;
 		__builtin_memcpy(&h.saddr, cfg->tun_src4, 4);
 		h.saddr = tun_source_word(h.saddr, cfg->tun_vary4 > 16 ? 16 : cfg->tun_vary4, p);
 		__builtin_memcpy(&h.daddr, d->addr, 4);
@@ -225,31 +326,117 @@ static __always_inline int encap(struct xdp_md *ctx, const struct pkt *p,
 		/* version 6 + traffic class + flow label of the inner header */
 		__builtin_memcpy(oh, inner, 4);
 		oh->payload_len = bpf_htons(inner_len + hdrs - sizeof(struct ipv6hdr));
-		oh->nexthdr = udp ? IPPROTO_UDP : IPPROTO_IPV6;
+		oh->nexthdr = oproto;
 		oh->hop_limit = RVS_TUN_TTL;
 		__builtin_memcpy(&oh->saddr, cfg->tun_src6, 16);
 		oh->saddr.in6_u.u6_addr32[3] =
 			tun_source_word(oh->saddr.in6_u.u6_addr32[3], cfg->tun_vary6, p);
 		__builtin_memcpy(&oh->daddr, d->addr, 16);
 	}
-	if (udp) {
-		struct udphdr *uh = ip + outer_ip;
-		__u8 *gue = (void *)(uh + 1);
+	if (method == RVS_FWD_TUN_GRE) {
+		__u8 *gre = ip + outer_ip;
+		__s64 s;
 
-		if ((void *)(gue + RVS_GUE_HDR_LEN) > end)
+		if ((void *)(gre + RVS_GRE_HDR_LEN + RVS_GRE_CSUM_LEN) > end)
+			return XDP_DROP;
+		/* RFC 2784: C bit, reserved0 and version 0; the protocol is the
+		 * inner packet's ethertype. */
+		gre[0] = csum ? 0x80 : 0;
+		gre[1] = 0;
+		*(__be16 *)(gre + 2) = ethertype;
+		if (csum) {
+			/* Checksum over the GRE header and the payload, the
+			 * field itself (and reserved1) zero while summing. */
+			*(__u32 *)(gre + 4) = 0;
+			s = tun_pkt_sum(ctx, (__u32)(gre - (__u8 *)data), inner_len + extra);
+			/* (Reading the packet leaves packet pointers valid.) */
+			if (s < 0)
+				return XDP_DROP;
+			*(__u16 *)(gre + 4) = csum_fold64((__u64)s);
+		}
+	} else if (method == RVS_FWD_TUN_GUE || method == RVS_FWD_TUN_GENEVE) {
+		struct udphdr *uh = ip + outer_ip;
+		__u8 *t = (void *)(uh + 1);
+		__u16 ulen = inner_len + extra;
+		__u64 ps = 0;
+		__s64 s;
+		int i;
+
+		if ((void *)(t + RVS_GENEVE_HDR_LEN) > end)
 			return XDP_DROP;
 		uh->source = flow_sport(p);
-		uh->dest = d->gue_port;
-		uh->len = bpf_htons(inner_len + sizeof(struct udphdr) + RVS_GUE_HDR_LEN);
-		/* Zero checksum: allowed for IPv4, and for IPv6 tunnels by RFC 6935;
-		 * rvs's own decapsulator accepts it. */
+		uh->len = bpf_htons(ulen);
 		uh->check = 0;
-		gue[0] = 0; /* version 0, C = 0, no optional fields */
-		gue[1] = p->family == RVS_AF_INET ? IPPROTO_IPIP : IPPROTO_IPV6;
-		gue[2] = 0;
-		gue[3] = 0;
+		if (method == RVS_FWD_TUN_GUE) {
+			uh->dest = d->gue_port;
+			t[0] = 0; /* version 0, C = 0, no optional fields */
+			t[1] = p->family == RVS_AF_INET ? IPPROTO_IPIP : IPPROTO_IPV6;
+			t[2] = 0;
+			t[3] = 0;
+		} else {
+			/* RFC 8926: version 0, no options, O = C = 0; the
+			 * protocol is the inner ethertype (IP without an inner
+			 * Ethernet header); VNI 0. */
+			uh->dest = bpf_htons(RVS_GENEVE_PORT);
+			*(__u32 *)t = 0;
+			*(__be16 *)(t + 2) = ethertype;
+			*(__u32 *)(t + 4) = 0;
+		}
+		if (csum) {
+			/* Pseudo-header: outer addresses, protocol, UDP length. */
+			if (p->family == RVS_AF_INET) {
+				struct iphdr *oh = ip;
+
+				if ((void *)(oh + 1) > end)
+					return XDP_DROP;
+				ps += (oh->saddr & 0xffff) + (oh->saddr >> 16) +
+				      (oh->daddr & 0xffff) + (oh->daddr >> 16);
+			} else {
+				struct ipv6hdr *oh = ip;
+
+				if ((void *)(oh + 1) > end)
+					return XDP_DROP;
+#pragma unroll
+				for (i = 0; i < 4; i++) {
+					__u32 a = oh->saddr.in6_u.u6_addr32[i];
+					__u32 b = oh->daddr.in6_u.u6_addr32[i];
+
+					ps += (a & 0xffff) + (a >> 16) + (b & 0xffff) + (b >> 16);
+				}
+			}
+			ps += bpf_htons(IPPROTO_UDP) + bpf_htons(ulen);
+			s = tun_pkt_sum(ctx, (__u32)((__u8 *)uh - (__u8 *)data), ulen);
+			if (s < 0)
+				return XDP_DROP;
+			uh->check = csum_fold64(ps + (__u64)s);
+			if (uh->check == 0)
+				uh->check = 0xffff; /* 0 means "no checksum" */
+		}
 	}
 	return l2_out(ctx, d->mac, d->smac, d->ifindex);
+}
+
+/* TUN forwarding, one global function for every call site: the verifier
+ * checks the four tunnels (times family, VLAN tag and checksum) once, not
+ * once per path of the caller. The pointers are the caller's packet
+ * summary (stack) and map values. */
+__noinline int tun_encap(struct xdp_md *ctx, const struct pkt *p, const struct rvs_dest *d,
+			 const struct rvs_config *cfg)
+{
+	if (!ctx || !p || !d || !cfg)
+		return XDP_DROP;
+	switch (d->method) {
+	case RVS_FWD_TUN_IPIP:
+		return encap(ctx, p, d, cfg, RVS_FWD_TUN_IPIP);
+	case RVS_FWD_TUN_GUE:
+		return encap(ctx, p, d, cfg, RVS_FWD_TUN_GUE);
+	case RVS_FWD_TUN_GRE:
+		return encap(ctx, p, d, cfg, RVS_FWD_TUN_GRE);
+	case RVS_FWD_TUN_GENEVE:
+		return encap(ctx, p, d, cfg, RVS_FWD_TUN_GENEVE);
+	default:
+		return XDP_DROP;
+	}
 }
 
 #endif /* RVS_LIB_ENCAP_H */

@@ -107,9 +107,10 @@ static __always_inline int forward(struct xdp_md *ctx, const struct pkt *p,
 	case RVS_FWD_DR:
 		return l2_out(ctx, d->mac, d->smac, d->ifindex);
 	case RVS_FWD_TUN_IPIP:
-		return encap(ctx, p, d, cfg, 0);
 	case RVS_FWD_TUN_GUE:
-		return encap(ctx, p, d, cfg, 1);
+	case RVS_FWD_TUN_GRE:
+	case RVS_FWD_TUN_GENEVE:
+		return tun_encap(ctx, p, d, cfg);
 	case RVS_FWD_NAT:
 		if (d->family != p->family)
 			return XDP_DROP;

@@ -3,11 +3,14 @@
 //! says why and does nothing otherwise).
 //!
 //! The verifier already proves the program reads no memory out of bounds;
-//! this target checks what the verifier cannot: with only DR real servers
-//! configured, every frame either passes to the kernel UNCHANGED, is
-//! dropped, or goes back out (XDP_TX) with nothing changed but the two MAC
-//! addresses, the destination being a configured real server's. The
-//! program never aborts.
+//! this target checks what the verifier cannot: with DR real servers behind
+//! the IPv4 TCP service, Geneve (with the UDP checksum) behind the UDP one
+//! and GRE (with its checksum) behind the IPv6 one, every frame either
+//! passes to the kernel UNCHANGED, is dropped, or goes back out (XDP_TX) to
+//! a configured real server's MAC with nothing changed but the two MAC
+//! addresses (DR) or inside outer headers whose checksums verify, the
+//! frame after its L2 header unchanged (the tunnels). The program never
+//! aborts.
 #![no_main]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -50,10 +53,10 @@ fn configure() -> Result<Loaded, String> {
     l.set_config(&Config::ipvs_defaults())
         .map_err(|e| e.to_string())?;
     let mut svc_index = 0u32;
-    for (vip, proto, port) in [
-        (IpAddr::V4(VIP4), maps::PROTO_TCP, 80u16),
-        (IpAddr::V4(VIP4), maps::PROTO_UDP, 53),
-        (IpAddr::V6(VIP6), maps::PROTO_TCP, 80),
+    for (vip, proto, port, method) in [
+        (IpAddr::V4(VIP4), maps::PROTO_TCP, 80u16, maps::fwd::DR),
+        (IpAddr::V4(VIP4), maps::PROTO_UDP, 53, maps::fwd::TUN_GENEVE),
+        (IpAddr::V6(VIP6), maps::PROTO_TCP, 80, maps::fwd::TUN_GRE),
     ] {
         let rs: Vec<IpAddr> = match vip {
             IpAddr::V4(_) => vec![
@@ -88,8 +91,12 @@ fn configure() -> Result<Loaded, String> {
                 addr: maps::addr16(*a),
                 port: 0,
                 family: maps::family(*a),
-                method: maps::fwd::DR,
-                flags: 0,
+                method,
+                flags: if method == maps::fwd::DR {
+                    0
+                } else {
+                    maps::dest_flags::TUN_CSUM
+                },
                 weight: 1,
                 ifindex: 0,
                 mac: RS_MACS[p],
@@ -240,14 +247,63 @@ fuzz_target!(|data: &[u8]| {
     match r.action {
         action::PASS => assert_eq!(r.data, frame, "a passed frame was changed"),
         action::DROP => {}
-        action::TX => {
-            assert_eq!(r.data.len(), frame.len(), "DR changed the length");
+        action::TX if r.data.len() == frame.len() => {
             assert!(
                 RS_MACS.iter().any(|m| r.data[..6] == m[..]),
                 "TX to an unknown MAC"
             );
             assert_eq!(r.data[12..], frame[12..], "DR changed more than the MACs");
         }
+        action::TX => tunnelled(&frame, &r.data),
         other => panic!("unexpected XDP action {other}"),
     }
 });
+
+/// A frame the director sent into a GRE or Geneve tunnel: to a real
+/// server's MAC, the L2 header (tag included) kept, the original frame after
+/// it unchanged behind the outer headers, and the tunnel checksum valid.
+fn tunnelled(frame: &[u8], out: &[u8]) {
+    assert!(out.len() > frame.len(), "a tunnel shrank the frame");
+    assert!(
+        RS_MACS.iter().any(|m| out[..6] == m[..]),
+        "TX to an unknown MAC"
+    );
+    let l2 = if matches!(frame[12..14], [0x81, 0x00] | [0x88, 0xa8]) {
+        18
+    } else {
+        14
+    };
+    let hdrs = out.len() - frame.len();
+    assert_eq!(out[12..l2], frame[12..l2], "the L2 header changed");
+    assert_eq!(out[l2 + hdrs..], frame[l2..], "the inner packet changed");
+    let ip = &out[l2..];
+    let (proto, src, dst, l4) = match ip[0] >> 4 {
+        4 => {
+            assert_eq!(csum(&ip[..20]), 0, "outer IPv4 header checksum");
+            let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+            (ip[9], &ip[12..16], &ip[16..20], &ip[20..total])
+        }
+        6 => {
+            let total = 40 + usize::from(u16::from_be_bytes([ip[4], ip[5]]));
+            (ip[6], &ip[8..24], &ip[24..40], &ip[40..total])
+        }
+        v => panic!("outer IP version {v}"),
+    };
+    match proto {
+        47 => {
+            assert_eq!(l4[0], 0x80, "GRE with the checksum bit");
+            assert_eq!(csum(l4), 0, "GRE checksum");
+        }
+        17 => {
+            assert_eq!(u16::from_be_bytes([l4[2], l4[3]]), 6081, "Geneve's port");
+            assert_ne!(l4[6..8], [0, 0], "a UDP checksum");
+            let mut ph = src.to_vec();
+            ph.extend_from_slice(dst);
+            ph.extend_from_slice(&[0, 17]);
+            ph.extend_from_slice(&(l4.len() as u16).to_be_bytes());
+            ph.extend_from_slice(l4);
+            assert_eq!(csum(&ph), 0, "UDP checksum of the Geneve packet");
+        }
+        p => panic!("outer protocol {p}"),
+    }
+}

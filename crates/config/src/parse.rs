@@ -228,7 +228,8 @@ fn script(n: &Node) -> R<Script> {
     })
 }
 
-/// `NAT|DR|TUN [type ipip|gue port N|gre [nocsum|csum|remcsum]]|FNAT`.
+/// `NAT|DR|TUN [type ipip|gue port N|gre|geneve [nocsum|csum|remcsum]]|FNAT`
+/// (keepalived 2.2's form; `geneve`, UDP 6081, is rvs's own).
 fn lvs_method(n: &Node) -> R<ForwardMethod> {
     let t = arg(n, 0, "a forwarding method (NAT|DR|TUN|FNAT)")?;
     match t.text.as_str() {
@@ -242,16 +243,17 @@ fn lvs_method(n: &Node) -> R<ForwardMethod> {
                 let a = &n.args[i];
                 match a.text.as_str() {
                     "type" => {
-                        let k = arg(n, i + 1, "a tunnel type (ipip|gue|gre)")?;
+                        let k = arg(n, i + 1, "a tunnel type (ipip|gue|gre|geneve)")?;
                         tun.kind = match k.text.as_str() {
                             "ipip" => TunnelType::Ipip,
                             "gue" => TunnelType::Gue,
                             "gre" => TunnelType::Gre,
+                            "geneve" => TunnelType::Geneve,
                             _ => {
                                 return err(
                                     k,
                                     format!(
-                                        "expected a tunnel type (ipip|gue|gre), found `{}`",
+                                        "expected a tunnel type (ipip|gue|gre|geneve), found `{}`",
                                         k.text
                                     ),
                                 );
@@ -289,10 +291,21 @@ fn lvs_method(n: &Node) -> R<ForwardMethod> {
             if tun.kind == TunnelType::Gue && tun.port == 0 {
                 return err(t, "expected `port N` for a GUE tunnel, found none");
             }
-            if tun.kind == TunnelType::Gre && tun.csum == TunnelCsum::RemCsum {
+            if matches!(tun.kind, TunnelType::Gre | TunnelType::Geneve)
+                && tun.csum == TunnelCsum::RemCsum
+            {
                 return err(
                     t,
-                    "expected `nocsum` or `csum` for a GRE tunnel, found `remcsum`",
+                    format!(
+                        "expected `nocsum` or `csum` for a {} tunnel, found `remcsum`",
+                        tun.kind.name()
+                    ),
+                );
+            }
+            if tun.kind == TunnelType::Geneve && tun.port != 0 {
+                return err(
+                    t,
+                    "expected no `port` for a geneve tunnel (it uses UDP 6081), found one",
                 );
             }
             Ok(ForwardMethod::Tunnel(tun))

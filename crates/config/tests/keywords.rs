@@ -603,6 +603,8 @@ static ROWS: &[Row] = &[
     row("Virtual server(s)", "real_server", VirtualServer, "real_server 192.0.2.21 80 {\n}", Applied("crates/rvs/tests/e2e/health.rs::reload_keeps_a_down_server_out_and_metrics_show_it")),
     row("Virtual server(s)", "weight", RealServer, "weight 1", Applied("crates/rvs/tests/e2e/health.rs::dead_server_is_removed_within_keepalived_formula_and_recovers_with_its_weight")),
     row("Virtual server(s)", "lvs_method", RealServer, "lvs_method NAT", Applied("crates/config/tests/parse.rs::seed_1_loads")),
+    row("Virtual server(s)", "lvs_method", RealServer, "lvs_method TUN type gre csum", Applied("crates/config/tests/parse.rs::tun_types_gre_and_geneve")),
+    row("Virtual server(s)", "lvs_method", RealServer, "lvs_method TUN type geneve nocsum", Applied("crates/config/tests/parse.rs::tun_types_gre_and_geneve")),
     row("Virtual server(s)", "notify_up", RealServer, "notify_up x", Applied("crates/check/src/policy_tests.rs::notify_scripts_run_on_real_server_transitions_only")),
     row("Virtual server(s)", "notify_down", RealServer, "notify_down x", Applied("crates/check/src/build.rs::plan_resolves_targets_timing_and_quorum")),
     row("Virtual server(s)", "uthreshold", RealServer, "uthreshold 1", Applied("")),

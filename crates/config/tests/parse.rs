@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use rvs_config::model::*;
 use rvs_config::{LoadOptions, MemResolver, WarningKind, load, parse_str};
-use rvs_core::model::{AddrFamily, ForwardMethod, Protocol, SchedFlags, ServiceKey, TunnelType};
+use rvs_core::model::{
+    AddrFamily, ForwardMethod, Protocol, SchedFlags, ServiceKey, Tunnel, TunnelCsum, TunnelType,
+};
 
 fn ok(text: &str) -> rvs_config::Loaded {
     match parse_str("t.conf", text, &LoadOptions::default()) {
@@ -289,6 +291,44 @@ fn scheduler_flags_tunnel_and_persistence() {
         fail_at("virtual_server 10.0.0.1 80 {\n mh_table_size 250\n}\n"),
         (2, 16)
     );
+}
+
+/// keepalived 2.2's `lvs_method TUN type gre [nocsum|csum]` and rvs's
+/// `type geneve`, in a virtual_server and in a real_server; what no
+/// tunnel can carry is refused at the method.
+#[test]
+fn tun_types_gre_and_geneve() {
+    let s = first_service(
+        "virtual_server 10.0.0.1 80 {\n protocol TCP\n lvs_method TUN type gre csum\n real_server 10.1.0.1 80 {\n }\n real_server 10.1.0.2 80 {\n  lvs_method TUN type geneve\n }\n real_server 10.1.0.3 80 {\n  lvs_method TUN type geneve csum\n }\n real_server 10.1.0.4 80 {\n  lvs_method TUN type gre\n }\n}\n",
+    );
+    let tun = |kind, csum| {
+        ForwardMethod::Tunnel(Tunnel {
+            kind,
+            port: 0,
+            csum,
+        })
+    };
+    let got: Vec<ForwardMethod> = s.dests.iter().map(|d| d.forward).collect();
+    assert_eq!(
+        got,
+        vec![
+            tun(TunnelType::Gre, TunnelCsum::Csum),
+            tun(TunnelType::Geneve, TunnelCsum::NoCsum),
+            tun(TunnelType::Geneve, TunnelCsum::Csum),
+            tun(TunnelType::Gre, TunnelCsum::NoCsum),
+        ]
+    );
+    for (method, col) in [
+        ("TUN type geneve remcsum", 13),
+        ("TUN type gre remcsum", 13),
+        ("TUN type geneve port 6081", 13),
+        ("TUN type vxlan", 22),
+    ] {
+        let text = format!(
+            "virtual_server 10.0.0.1 80 {{\n protocol TCP\n lvs_method {method}\n real_server 10.1.0.1 80 {{\n }}\n}}\n"
+        );
+        assert_eq!(fail_at(&text), (3, col), "{method}");
+    }
 }
 
 #[test]

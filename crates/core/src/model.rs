@@ -132,20 +132,29 @@ pub enum TunnelType {
     Ipip,
     /// Generic UDP Encapsulation; needs a port.
     Gue,
-    /// GRE.
+    /// GRE (RFC 2784), as kernel IPVS sends it: the inner packet's
+    /// ethertype as the protocol, a checksum with `--tun-csum`.
     Gre,
+    /// Geneve (RFC 8926) to UDP port 6081, rvs-only (kernel IPVS has no
+    /// Geneve): the DSR transport that passes cloud security groups that
+    /// drop IP options or unknown IP protocols.
+    Geneve,
 }
 
 impl TunnelType {
-    /// The name ipvsadm uses for `--tun-type`.
+    /// The name ipvsadm uses for `--tun-type` (`geneve` is rvs's own).
     pub const fn name(self) -> &'static str {
         match self {
             TunnelType::Ipip => "ipip",
             TunnelType::Gue => "gue",
             TunnelType::Gre => "gre",
+            TunnelType::Geneve => "geneve",
         }
     }
 }
+
+/// The UDP destination port of Geneve tunnels (IANA's, RFC 8926).
+pub const GENEVE_PORT: u16 = 6081;
 
 /// Checksum handling of a GUE or GRE tunnel (`--tun-nocsum|--tun-csum|--tun-remcsum`).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]

@@ -246,6 +246,7 @@ fn tun_name(k: TunKindSnap) -> &'static str {
         TunKindSnap::Ipip => "ipip",
         TunKindSnap::Gue => "gue",
         TunKindSnap::Gre => "gre",
+        TunKindSnap::Geneve => "geneve",
     }
 }
 
@@ -265,7 +266,8 @@ fn tun_flag_opt(c: TunCsumSnap) -> &'static str {
     }
 }
 
-/// `fwd_tun_info`: `ipip`, `gue:PORT:FLAG`, `gre:FLAG`, else `n/a`.
+/// `fwd_tun_info`: `ipip`, `gue:PORT:FLAG`, `gre:FLAG`, else `n/a`; rvs's
+/// Geneve prints like GRE, `geneve:FLAG`.
 fn tun_info(f: &ForwardSnap) -> String {
     match f {
         ForwardSnap::Tunnel {
@@ -282,6 +284,11 @@ fn tun_info(f: &ForwardSnap) -> String {
             csum,
             ..
         } => format!("gre:{}", tun_flag_short(*csum)),
+        ForwardSnap::Tunnel {
+            kind: TunKindSnap::Geneve,
+            csum,
+            ..
+        } => format!("geneve:{}", tun_flag_short(*csum)),
         _ => "n/a".to_owned(),
     }
 }
@@ -510,7 +517,7 @@ fn print_service(
                         TunKindSnap::Gue => {
                             let _ = write!(out, " --tun-port {port} {}", tun_flag_opt(csum));
                         }
-                        TunKindSnap::Gre => {
+                        TunKindSnap::Gre | TunKindSnap::Geneve => {
                             let _ = write!(out, " {}", tun_flag_opt(csum));
                         }
                     }

@@ -469,6 +469,8 @@ fn tunnel_legality(t: TunnelType) -> &'static [u8; 4] {
         TunnelType::Ipip => b"xxxx",
         TunnelType::Gue => b"+111",
         TunnelType::Gre => b"x11x",
+        // rvs-only: UDP 6081 always, checksum like GRE's.
+        TunnelType::Geneve => b"x11x",
     }
 }
 const TUN_OPTS: [usize; 4] = [C_TUN_PORT, C_TUN_NOCSUM, C_TUN_CSUM, C_TUN_REMCSUM];
@@ -1116,6 +1118,7 @@ fn apply_option(
                 "ipip" => TunnelType::Ipip,
                 "gue" => TunnelType::Gue,
                 "gre" => TunnelType::Gre,
+                "geneve" => TunnelType::Geneve,
                 _ => return Err(ParseError::fail("illegal tunnel type specified")),
             };
         }

@@ -220,6 +220,8 @@ pub enum TunKindSnap {
     Gue,
     /// GRE.
     Gre,
+    /// Geneve (rvs-only).
+    Geneve,
 }
 
 /// Tunnel checksum option.
@@ -267,6 +269,7 @@ impl From<&ForwardMethod> for ForwardSnap {
                     TunnelType::Ipip => TunKindSnap::Ipip,
                     TunnelType::Gue => TunKindSnap::Gue,
                     TunnelType::Gre => TunKindSnap::Gre,
+                    TunnelType::Geneve => TunKindSnap::Geneve,
                 },
                 port: t.port,
                 csum: match t.csum {

@@ -869,4 +869,70 @@ fn save_restores_the_pool_before_the_real_servers() {
 -a -t 10.0.0.1:80 -r 10.1.0.2:80 --fullnat -w 1
 "
     );
+/// GRE with and without the checksum as kernel IPVS's ipvsadm 1.31 lists
+/// and saves it (`gre:-c` / `gre:+c`, `--tun-type gre --tun-nocsum|--tun-csum`),
+/// and rvs's Geneve in the same form.
+#[test]
+fn gre_and_geneve_tunnel_info_and_save() {
+    let tun = |kind, csum| ForwardSnap::Tunnel {
+        kind,
+        port: 0,
+        csum,
+    };
+    let mut s = svc(6, "10.0.0.1", 80, "rr");
+    s.dests = vec![
+        dest(
+            "10.0.0.21",
+            80,
+            tun(TunKindSnap::Gre, TunCsumSnap::NoCsum),
+            1,
+        ),
+        dest("10.0.0.22", 80, tun(TunKindSnap::Gre, TunCsumSnap::Csum), 2),
+        dest(
+            "10.0.0.23",
+            80,
+            tun(TunKindSnap::Geneve, TunCsumSnap::NoCsum),
+            3,
+        ),
+        dest(
+            "10.0.0.24",
+            80,
+            tun(TunKindSnap::Geneve, TunCsumSnap::Csum),
+            4,
+        ),
+    ];
+    let snap = Snapshot {
+        services: vec![s],
+        conn_tab_size: 4096,
+        ..Snapshot::default()
+    };
+    assert_eq!(
+        list(&snap, numeric_with(|o| o.tun_info = true)),
+        "\
+IP Virtual Server version 1.2.1 (size=4096)
+Prot LocalAddress:Port Scheduler Flags
+  -> RemoteAddress:Port           Forward TunnelInfo    Weight ActiveConn InActConn
+TCP  10.0.0.1:80 rr
+  -> 10.0.0.21:80                 Tunnel  gre:-c        1      0          0         
+  -> 10.0.0.22:80                 Tunnel  gre:+c        2      0          0         
+  -> 10.0.0.23:80                 Tunnel  geneve:-c     3      0          0         
+  -> 10.0.0.24:80                 Tunnel  geneve:+c     4      0          0         
+"
+    );
+    let out = format_save_with(&snap, true, &FakeNames);
+    assert_eq!(
+        out,
+        "\
+-A -t 10.0.0.1:80 -s rr
+-a -t 10.0.0.1:80 -r 10.0.0.21:80 -i -w 1 --tun-type gre --tun-nocsum
+-a -t 10.0.0.1:80 -r 10.0.0.22:80 -i -w 2 --tun-type gre --tun-csum
+-a -t 10.0.0.1:80 -r 10.0.0.23:80 -i -w 3 --tun-type geneve --tun-nocsum
+-a -t 10.0.0.1:80 -r 10.0.0.24:80 -i -w 4 --tun-type geneve --tun-csum
+"
+    );
+    // The saved lines parse back to the same tunnels.
+    for line in out.lines() {
+        let r = rvs_ipvsadm::parse_restore_line_with("ipvsadm", line, &OfflineNames);
+        assert!(matches!(r, Ok(Some(_))), "{line}: {r:?}");
+    }
 }

@@ -383,6 +383,25 @@ fn real_server_defaults_and_port_rules() {
             csum: TunnelCsum::Csum
         })
     );
+    // rvs's Geneve: UDP 6081 always, the checksum like GRE's.
+    let d = dest("-a -t 10.0.0.1:80 -r 192.168.1.2 -i --tun-type geneve --tun-csum");
+    assert_eq!(
+        d.dest.forward,
+        ForwardMethod::Tunnel(Tunnel {
+            kind: TunnelType::Geneve,
+            port: 0,
+            csum: TunnelCsum::Csum
+        })
+    );
+    let d = dest("-a -t 10.0.0.1:80 -r 192.168.1.2 -i --tun-type geneve");
+    assert_eq!(
+        d.dest.forward,
+        ForwardMethod::Tunnel(Tunnel {
+            kind: TunnelType::Geneve,
+            port: 0,
+            csum: TunnelCsum::NoCsum
+        })
+    );
     // IPv6 real server behind an IPv4 service: tunnel only.
     let d = dest("-a -t 10.0.0.1:80 -r [2001:db8::5]:80 -i");
     assert_eq!(
@@ -688,6 +707,18 @@ fn errors_exit_2_with_ipvsadm_texts() {
     e2(
         "-a -t 1.2.3.4:80 -r 1.1.1.1 -i --tun-type gre --tun-remcsum",
         "Illegal 'tun-remcsum' option with the 'gre' tunnel type",
+    );
+    e2(
+        "-a -t 1.2.3.4:80 -r 1.1.1.1 -i --tun-type geneve --tun-remcsum",
+        "Illegal 'tun-remcsum' option with the 'geneve' tunnel type",
+    );
+    e2(
+        "-a -t 1.2.3.4:80 -r 1.1.1.1 -i --tun-type geneve --tun-port 6081",
+        "Illegal 'tun-port' option with the 'geneve' tunnel type",
+    );
+    e2(
+        "-a -t 1.2.3.4:80 -r 1.1.1.1 -i --tun-type gre --tun-nocsum --tun-csum",
+        "The option 'tun-csum' conflicts with the 'tun-nocsum' option in the 'gre' tunnel type",
     );
     e2(
         "-a -t 1.2.3.4:80 -r 1.1.1.1 -i --tun-type gue --tun-port 1 --tun-csum --tun-remcsum",

@@ -1,7 +1,8 @@
 //! The real-server decapsulator `bpf/decap.c`: strips IPIP (IPv4 in IPv4,
-//! IPv6 in IPv6) and GUE from packets whose inner destination is one of the
-//! host's VIPs and passes the inner packet to the kernel. Kernels without
-//! the ipip/fou modules cannot receive the director's TUN method otherwise.
+//! IPv6 in IPv6), GUE, GRE and Geneve from packets whose inner destination
+//! is one of the host's VIPs and passes the inner packet to the kernel.
+//! Kernels without the ipip/fou/ip_gre/geneve modules cannot receive the
+//! director's TUN method otherwise.
 //!
 //! Two ways to attach: [`Decap::attach`] through aya (detached when the
 //! [`Decap`] is dropped: for tests and long-running owners), and
@@ -57,8 +58,8 @@ impl DecapVip {
 pub struct DecapConfig {
     /// GUE's UDP destination port, network order; 0 turns GUE off.
     pub gue_port: u16,
-    /// Zero.
-    pub pad0: u16,
+    /// Geneve's UDP destination port, network order; 0 turns Geneve off.
+    pub geneve_port: u16,
     /// Zero.
     pub pad1: u32,
 }
@@ -79,8 +80,12 @@ pub mod stat {
     pub const NOT_VIP: u32 = 2;
     /// Tunnel packets with a bad inner header (passed).
     pub const BAD: u32 = 3;
+    /// GRE packets stripped.
+    pub const GRE: u32 = 4;
+    /// Geneve packets stripped.
+    pub const GENEVE: u32 = 5;
     /// Number of counters (the map's size).
-    pub const NSTATS: u32 = 4;
+    pub const NSTATS: u32 = 6;
 }
 
 /// The decapsulator's counters, summed over CPUs.
@@ -94,6 +99,10 @@ pub struct DecapStats {
     pub not_vip: u64,
     /// Tunnel packets whose inner header is not IP (passed).
     pub bad: u64,
+    /// GRE packets stripped.
+    pub gre: u64,
+    /// Geneve packets stripped.
+    pub geneve: u64,
 }
 
 const PROGRAM: &str = "rvs_decap";
@@ -210,12 +219,21 @@ impl Decap {
 
     /// Accept GUE on UDP destination port `port` (0: GUE off).
     pub fn set_gue_port(&mut self, port: u16) -> Result<(), XdpError> {
+        self.update_config(|c| c.gue_port = port.to_be())
+    }
+
+    /// Accept Geneve on UDP destination port `port` (0: Geneve off; the
+    /// director sends to [`GENEVE_PORT`](crate::maps::GENEVE_PORT)). IPIP
+    /// and GRE need no switch: they are IP protocols of their own.
+    pub fn set_geneve_port(&mut self, port: u16) -> Result<(), XdpError> {
+        self.update_config(|c| c.geneve_port = port.to_be())
+    }
+
+    fn update_config(&mut self, f: impl FnOnce(&mut DecapConfig)) -> Result<(), XdpError> {
         let mut a = TypedArray::<DecapConfig>::new(self.map("decap_config")?)
             .map_err(map_err("decap_config"))?;
-        let c = DecapConfig {
-            gue_port: port.to_be(),
-            ..DecapConfig::default()
-        };
+        let mut c = a.get(&0, 0).map_err(map_err("decap_config"))?;
+        f(&mut c);
         a.set(0, c, 0).map_err(map_err("decap_config"))
     }
 
@@ -231,6 +249,8 @@ impl Decap {
             gue: sum(stat::GUE)?,
             not_vip: sum(stat::NOT_VIP)?,
             bad: sum(stat::BAD)?,
+            gre: sum(stat::GRE)?,
+            geneve: sum(stat::GENEVE)?,
         })
     }
 

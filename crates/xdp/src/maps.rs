@@ -129,6 +129,10 @@ pub mod fwd {
     pub const TUN_IPIP: u8 = 3;
     /// Tunnel, GUE (outer IP/UDP + 4-byte GUE header).
     pub const TUN_GUE: u8 = 4;
+    /// Tunnel, GRE (outer IP + GRE header, RFC 2784).
+    pub const TUN_GRE: u8 = 6;
+    /// Tunnel, Geneve (outer IP/UDP 6081 + 8-byte Geneve header, RFC 8926).
+    pub const TUN_GENEVE: u8 = 7;
 }
 
 /// Service flags (IPVS's `IP_VS_SVC_F_*` bits).
@@ -154,6 +158,9 @@ pub mod dest_flags {
     /// NAT: `mac`/`smac`/`ifindex` hold the next hop the control plane
     /// resolved (DR/TUN always use them).
     pub const NEXTHOP: u32 = 0x0004;
+    /// TUN with `--tun-csum`: GUE/Geneve carry the outer UDP checksum, GRE
+    /// its checksum (C bit).
+    pub const TUN_CSUM: u32 = 0x0100;
 }
 
 /// Config flag: some real server uses NAT, so the program looks up replies.
@@ -164,6 +171,18 @@ pub const FLOW_F_NOOUTPUT: u8 = 0x01;
 pub const TCP_S_LAST: usize = 11;
 /// Length of the GUE header the program writes.
 pub const GUE_HDR_LEN: usize = 4;
+/// Length of the GRE header without its optional fields.
+pub const GRE_HDR_LEN: usize = 4;
+/// Length of GRE's checksum field and reserved1 (the C bit).
+pub const GRE_CSUM_LEN: usize = 4;
+/// Length of the Geneve header the program writes (no options).
+pub const GENEVE_HDR_LEN: usize = 8;
+/// Geneve's UDP destination port.
+pub const GENEVE_PORT: u16 = rvs_core::model::GENEVE_PORT;
+/// Bytes the tunnel checksum sums per helper call (`RVS_CSUM_CHUNK`).
+pub const CSUM_CHUNK: usize = 512;
+/// Most chunks a tunnel checksum sums (`RVS_CSUM_CHUNKS`).
+pub const CSUM_CHUNKS: usize = 8;
 /// TTL / hop limit of the outer header of tunnelled packets.
 pub const TUN_TTL: u8 = 64;
 /// First client address (IPv4, host order) of the benchmark objects that

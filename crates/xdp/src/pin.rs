@@ -308,7 +308,13 @@ impl MapLayout {
     pub fn is_state(&self) -> bool {
         !matches!(
             self.name,
-            "flow_cache" | "flow6_cache" | "locality_tmp" | "flood" | "flow_epochs" | "nh_missing"
+            "flow_cache"
+                | "flow6_cache"
+                | "locality_tmp"
+                | "flood"
+                | "flow_epochs"
+                | "nh_missing"
+                | "tun_csum_tmp"
         )
     }
 }
@@ -351,6 +357,9 @@ pub fn director_maps(opts: &crate::LoadOptions) -> Vec<MapLayout> {
         },
         MapLayout::of::<u32, OwnMacTable>(OWN_MACS_MAP, MAP_ARRAY, 1),
         MapLayout::of::<u32, u64>("foreign_frames", MAP_PERCPU_ARRAY, 1),
+        // `struct csum_scratch` of bpf/lib/encap.h: the tunnel checksum's
+        // per-CPU copy of one chunk of the packet.
+        MapLayout::of::<u32, [u8; CSUM_CHUNK]>("tun_csum_tmp", MAP_PERCPU_ARRAY, 1),
         MapLayout::of::<NhKey, u32>("nh_missing", MAP_HASH, NH_MISSING_MAX),
         MapLayout::of::<u32, u64>("nh_missing_full", MAP_PERCPU_ARRAY, 1),
     ]

@@ -134,7 +134,8 @@ use rvs_core::conn::ConnId;
 use rvs_core::dest::Dest as CoreDest;
 use rvs_core::ipvs::{Ipvs, MirroredConn};
 use rvs_core::model::{
-    DestConfig, ForwardMethod, PersistMask, Protocol, ServiceConfig, ServiceKey, TunnelType,
+    DestConfig, ForwardMethod, PersistMask, Protocol, ServiceConfig, ServiceKey, TunnelCsum,
+    TunnelType,
 };
 use rvs_core::sched::SchedParams;
 use rvs_core::state::{TcpState, Timeouts};
@@ -335,20 +336,36 @@ fn persist_mask(m: &PersistMask) -> [u8; 16] {
     out
 }
 
-fn method_of(f: &ForwardMethod) -> Result<(u8, u16), PlaneError> {
+/// The program's forwarding method, GUE port and real-server flags of `f`
+/// (`RVS_FWD_*`, host order, `RVS_DEST_F_TUN_CSUM`), or why the program
+/// cannot carry it.
+fn method_of(f: &ForwardMethod) -> Result<(u8, u16, u32), PlaneError> {
     match f {
-        ForwardMethod::Masq => Ok((maps::fwd::NAT, 0)),
-        ForwardMethod::Route => Ok((maps::fwd::DR, 0)),
-        ForwardMethod::Tunnel(t) => match t.kind {
-            TunnelType::Ipip => Ok((maps::fwd::TUN_IPIP, 0)),
-            TunnelType::Gue if t.port != 0 => Ok((maps::fwd::TUN_GUE, t.port)),
-            TunnelType::Gue => Err(PlaneError::Refused(
-                "GUE tunnel without a port (--tun-port)".into(),
-            )),
-            TunnelType::Gre => Err(PlaneError::Refused(
-                "GRE tunnels are not supported by the xdp data plane (use ipip or gue)".into(),
-            )),
-        },
+        ForwardMethod::Masq => Ok((maps::fwd::NAT, 0, 0)),
+        ForwardMethod::Route => Ok((maps::fwd::DR, 0, 0)),
+        ForwardMethod::Tunnel(t) => {
+            let csum = match t.csum {
+                TunnelCsum::NoCsum => 0,
+                TunnelCsum::Csum => maps::dest_flags::TUN_CSUM,
+                TunnelCsum::RemCsum => {
+                    return Err(PlaneError::Refused(format!(
+                        "{} tunnel with remote checksum offload (--tun-remcsum): the xdp data \
+                         plane sends --tun-csum or --tun-nocsum",
+                        t.kind.name()
+                    )));
+                }
+            };
+            match t.kind {
+                // IPIP has no checksum option (ipvsadm refuses one).
+                TunnelType::Ipip => Ok((maps::fwd::TUN_IPIP, 0, 0)),
+                TunnelType::Gue if t.port != 0 => Ok((maps::fwd::TUN_GUE, t.port, csum)),
+                TunnelType::Gue => Err(PlaneError::Refused(
+                    "GUE tunnel without a port (--tun-port)".into(),
+                )),
+                TunnelType::Gre => Ok((maps::fwd::TUN_GRE, 0, csum)),
+                TunnelType::Geneve => Ok((maps::fwd::TUN_GENEVE, 0, csum)),
+            }
+        }
         other => Err(PlaneError::Refused(format!(
             "forwarding method {} is not supported by the xdp data plane",
             other.name()

@@ -1,5 +1,5 @@
 //! The real-server decapsulator (`bpf/decap.c`) through BPF_PROG_TEST_RUN:
-//! the director's own IPIP/GUE output (v4 and v6) decapsulates back to the
+//! the director's own IPIP/GUE/GRE/Geneve output (v4 and v6) decapsulates back to the
 //! client's packet; everything that is not a tunnel packet for a local VIP
 //! passes byte for byte unchanged. Needs root (skips with a message).
 
@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use common::*;
 use rvs_xdp::action;
 use rvs_xdp::decap::{Decap, DecapStats};
-use rvs_xdp::maps::{PROTO_TCP, SvcKey, fwd};
+use rvs_xdp::maps::{self, PROTO_TCP, SvcKey, fwd};
 
 const GUE_PORT: u16 = 6080;
 
@@ -28,9 +28,15 @@ fn decap(test: &str, vips: &[IpAddr]) -> Option<Decap> {
 
 /// What the director sends for a SYN from client 9 with `method`.
 fn encapsulated(v6: bool, method: u8, payload: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    encapsulated_with(v6, method, 0, payload)
+}
+
+/// [`encapsulated`] with real-server `flags` (the tunnel checksum).
+fn encapsulated_with(v6: bool, method: u8, flags: u32, payload: &[u8]) -> (Vec<u8>, Vec<u8>) {
     let mut lb = Lb::new("decap-director").expect("root checked by caller");
     let mut rs = Rs::new(rs_addr(v6, 3), method, rs_mac(3));
     rs.gue_port = GUE_PORT;
+    rs.flags = flags;
     lb.service(0, SvcKey::new(PROTO_TCP, vip(v6), 80), "rr", 0, &[rs]);
     let f = tcp_frame(client(v6, 9), 40001, vip(v6), 80, Flags::Syn, payload);
     let r = lb.run(&f);
@@ -242,4 +248,207 @@ fn decap_keeps_a_vlan_tag() {
     let r = d.run(&tag(&wire), 1).unwrap();
     assert_eq!(r.action, action::PASS);
     assert_eq!(r.data, tag(&with_macs(&original, rs_mac(3), DIR_MAC)));
+}
+
+fn gre_geneve_round_trip(v6: bool, method: u8, flags: u32) {
+    let Some(mut d) = decap("gre_geneve_round_trip", &[vip(v6)]) else {
+        return;
+    };
+    d.set_geneve_port(maps::GENEVE_PORT).expect("geneve port");
+    let (original, wire) = encapsulated_with(v6, method, flags, b"hello");
+    let r = d.run(&wire, 1).expect("run");
+    assert_eq!(r.action, action::PASS);
+    assert_eq!(r.data, with_macs(&original, rs_mac(3), DIR_MAC));
+    let want = if method == fwd::TUN_GRE {
+        DecapStats {
+            gre: 1,
+            ..DecapStats::default()
+        }
+    } else {
+        DecapStats {
+            geneve: 1,
+            ..DecapStats::default()
+        }
+    };
+    assert_eq!(d.stats().expect("stats"), want);
+}
+
+#[test]
+fn decap_gre_v4() {
+    gre_geneve_round_trip(false, fwd::TUN_GRE, 0);
+}
+
+#[test]
+fn decap_gre_v6() {
+    gre_geneve_round_trip(true, fwd::TUN_GRE, 0);
+}
+
+#[test]
+fn decap_gre_csum_v4() {
+    gre_geneve_round_trip(false, fwd::TUN_GRE, maps::dest_flags::TUN_CSUM);
+}
+
+#[test]
+fn decap_gre_csum_v6() {
+    gre_geneve_round_trip(true, fwd::TUN_GRE, maps::dest_flags::TUN_CSUM);
+}
+
+#[test]
+fn decap_geneve_v4() {
+    gre_geneve_round_trip(false, fwd::TUN_GENEVE, 0);
+}
+
+#[test]
+fn decap_geneve_v6() {
+    gre_geneve_round_trip(true, fwd::TUN_GENEVE, 0);
+}
+
+#[test]
+fn decap_geneve_csum_v4() {
+    gre_geneve_round_trip(false, fwd::TUN_GENEVE, maps::dest_flags::TUN_CSUM);
+}
+
+#[test]
+fn decap_geneve_off_passes_geneve() {
+    let Some(mut d) = decap("decap_geneve_off_passes_geneve", &[vip(false)]) else {
+        return;
+    };
+    let (_, wire) = encapsulated(false, fwd::TUN_GENEVE, b"");
+    passes_unchanged(&mut d, &wire);
+    // On another port than the one configured, too.
+    d.set_geneve_port(6082).unwrap();
+    passes_unchanged(&mut d, &wire);
+    assert_eq!(d.stats().unwrap(), DecapStats::default());
+    // Setting Geneve's port keeps GUE's.
+    d.set_geneve_port(maps::GENEVE_PORT).unwrap();
+    let (original, wire) = encapsulated(false, fwd::TUN_GUE, b"");
+    let r = d.run(&wire, 1).unwrap();
+    assert_eq!(r.data, with_macs(&original, rs_mac(3), DIR_MAC));
+}
+
+/// GRE's optional fields (RFC 2890 key and sequence number, the checksum)
+/// are skipped; the routing bit, version 1 (PPTP) and a non-IP protocol
+/// pass; an inner Ethernet header (0x6558, gretap) is stripped too.
+#[test]
+fn decap_gre_optional_fields_versions_and_teb() {
+    let Some(mut d) = decap("decap_gre_optional_fields_versions_and_teb", &[vip(false)]) else {
+        return;
+    };
+    let (original, wire) = encapsulated(false, fwd::TUN_GRE, b"x");
+    let want = with_macs(&original, rs_mac(3), DIR_MAC);
+    let gre = 14 + 20;
+    let with_gre = |hdr: &[u8], rest: &[u8]| {
+        let mut f = wire[..gre].to_vec();
+        f.extend_from_slice(hdr);
+        f.extend_from_slice(rest);
+        let total = (f.len() - 14) as u16;
+        f[16..18].copy_from_slice(&total.to_be_bytes());
+        fix_ip4_csum(&mut f, 14);
+        f
+    };
+    let inner = &wire[gre + 4..];
+    // C + K + S: checksum/reserved1, key, sequence number.
+    let f = with_gre(
+        &[0xb0, 0, 0x08, 0x00, 0, 0, 0, 0, 1, 2, 3, 4, 0, 0, 0, 9],
+        inner,
+    );
+    let r = d.run(&f, 1).unwrap();
+    assert_eq!((r.action, &r.data), (action::PASS, &want));
+    // Key only.
+    let f = with_gre(&[0x20, 0, 0x08, 0x00, 1, 2, 3, 4], inner);
+    let r = d.run(&f, 1).unwrap();
+    assert_eq!((r.action, &r.data), (action::PASS, &want));
+    // Transparent Ethernet bridging: an inner Ethernet header carrying IP.
+    let mut teb = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x08, 0x00];
+    teb.extend_from_slice(inner);
+    let f = with_gre(&[0, 0, 0x65, 0x58], &teb);
+    let r = d.run(&f, 1).unwrap();
+    assert_eq!((r.action, &r.data), (action::PASS, &want));
+    assert_eq!(d.stats().unwrap().gre, 3);
+    // Routing bit, version 1, an unknown protocol: passed untouched.
+    for hdr in [[0x40u8, 0, 0x08, 0x00], [0, 1, 0x08, 0x00]] {
+        passes_unchanged(&mut d, &with_gre(&hdr, inner));
+    }
+    passes_unchanged(&mut d, &with_gre(&[0, 0, 0x88, 0x47], inner));
+    assert_eq!(d.stats().unwrap().bad, 1);
+    assert_eq!(d.stats().unwrap().gre, 3);
+}
+
+/// Geneve options are skipped; OAM frames (O), critical options (C) and
+/// other versions pass; an inner Ethernet header (0x6558, what Linux, OVN
+/// and Cilium Geneve devices send) is stripped too.
+#[test]
+fn decap_geneve_options_flags_and_teb() {
+    let Some(mut d) = decap("decap_geneve_options_flags_and_teb", &[vip(true)]) else {
+        return;
+    };
+    d.set_geneve_port(maps::GENEVE_PORT).unwrap();
+    let (original, wire) = encapsulated(true, fwd::TUN_GENEVE, b"x");
+    let want = with_macs(&original, rs_mac(3), DIR_MAC);
+    let gnv = 14 + 40 + 8;
+    let with_geneve = |hdr: &[u8], rest: &[u8]| {
+        let mut f = wire[..gnv].to_vec();
+        f.extend_from_slice(hdr);
+        f.extend_from_slice(rest);
+        let ulen = (f.len() - 14 - 40) as u16;
+        f[18..20].copy_from_slice(&ulen.to_be_bytes());
+        f[14 + 40 + 4..14 + 40 + 6].copy_from_slice(&ulen.to_be_bytes());
+        f
+    };
+    let inner = &wire[gnv + 8..];
+    // Two 4-byte words of options (class, type, length 1, data).
+    let f = with_geneve(
+        &[
+            2, 0, 0x86, 0xdd, 0, 0, 7, 0, 0x01, 0x4b, 0x01, 0x01, 9, 9, 9, 9,
+        ],
+        inner,
+    );
+    let r = d.run(&f, 1).unwrap();
+    assert_eq!((r.action, &r.data), (action::PASS, &want));
+    let mut teb = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x86, 0xdd];
+    teb.extend_from_slice(inner);
+    let f = with_geneve(&[0, 0, 0x65, 0x58, 0, 0, 1, 0], &teb);
+    let r = d.run(&f, 1).unwrap();
+    assert_eq!((r.action, &r.data), (action::PASS, &want));
+    assert_eq!(d.stats().unwrap().geneve, 2);
+    // O bit, C bit, version 1.
+    for hdr in [
+        [0u8, 0x80, 0x86, 0xdd, 0, 0, 0, 0],
+        [0, 0x40, 0x86, 0xdd, 0, 0, 0, 0],
+        [0x40, 0, 0x86, 0xdd, 0, 0, 0, 0],
+    ] {
+        passes_unchanged(&mut d, &with_geneve(&hdr, inner));
+    }
+    // Inner Ethernet carrying ARP: bad, passed.
+    let mut arp = teb.clone();
+    arp[12..14].copy_from_slice(&[0x08, 0x06]);
+    passes_unchanged(&mut d, &with_geneve(&[0, 0, 0x65, 0x58, 0, 0, 1, 0], &arp));
+    assert_eq!(d.stats().unwrap().bad, 1);
+    assert_eq!(d.stats().unwrap().geneve, 2);
+}
+
+#[test]
+fn decap_gre_geneve_truncated_frames_pass() {
+    let Some(mut d) = decap(
+        "decap_gre_geneve_truncated_frames_pass",
+        &[vip(false), vip(true)],
+    ) else {
+        return;
+    };
+    d.set_geneve_port(maps::GENEVE_PORT).unwrap();
+    for v6 in [false, true] {
+        for (m, flags, extra) in [
+            (fwd::TUN_GRE, 0, 4),
+            (fwd::TUN_GRE, maps::dest_flags::TUN_CSUM, 8),
+            (fwd::TUN_GENEVE, 0, 16),
+        ] {
+            let (_, wire) = encapsulated_with(v6, m, flags, b"");
+            let inner_min = 14 + if v6 { 80 } else { 40 } + extra;
+            for len in 14..inner_min {
+                passes_unchanged(&mut d, &wire[..len]);
+            }
+        }
+    }
+    let st = d.stats().unwrap();
+    assert_eq!((st.gre, st.geneve), (0, 0));
 }

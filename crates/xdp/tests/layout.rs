@@ -154,16 +154,22 @@ mirrors! {
     "rvs_locality_key" => LocalityKey { svc, family, pad0, daddr }
     "rvs_locality" => Locality { lastuse, lastmod, count, members, pad0 }
     "rvs_decap_vip" => DecapVip { family, pad0, addr }
-    "rvs_decap_config" => DecapConfig { gue_port, pad0, pad1 }
+    "rvs_decap_config" => DecapConfig { gue_port, geneve_port, pad1 }
     "rvs_toa_addr" => ToaAddr { family, pad0, port, addr }
 }
 
 /// Map value types only the program reads and writes (the control side
 /// never touches these maps), with the reason: they need no mirror.
-const PROGRAM_PRIVATE: &[(&str, &str)] = &[(
-    "locality_scratch",
-    "value of the per-CPU scratch map `locality_tmp` (lblc/lblcr working room)",
-)];
+const PROGRAM_PRIVATE: &[(&str, &str)] = &[
+    (
+        "locality_scratch",
+        "value of the per-CPU scratch map `locality_tmp` (lblc/lblcr working room)",
+    ),
+    (
+        "csum_scratch",
+        "value of the per-CPU scratch map `tun_csum_tmp` (the tunnel checksum's copy of a chunk)",
+    ),
+];
 
 // --------------------------------------------------------------- the BTF
 
@@ -876,6 +882,8 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_FWD_DR", fwd::DR.into()),
         ("RVS_FWD_TUN_IPIP", fwd::TUN_IPIP.into()),
         ("RVS_FWD_TUN_GUE", fwd::TUN_GUE.into()),
+        ("RVS_FWD_TUN_GRE", fwd::TUN_GRE.into()),
+        ("RVS_FWD_TUN_GENEVE", fwd::TUN_GENEVE.into()),
         ("RVS_SVC_F_PERSISTENT", svc_flags::PERSISTENT.into()),
         ("RVS_SVC_F_HASHED", svc_flags::HASHED.into()),
         ("RVS_SVC_F_ONEPACKET", svc_flags::ONEPACKET.into()),
@@ -884,11 +892,18 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_DEST_F_UNAVAILABLE", dest_flags::UNAVAILABLE.into()),
         ("RVS_DEST_F_OVERLOADED", dest_flags::OVERLOADED.into()),
         ("RVS_DEST_F_NEXTHOP", dest_flags::NEXTHOP.into()),
+        ("RVS_DEST_F_TUN_CSUM", dest_flags::TUN_CSUM.into()),
         ("RVS_CFG_F_NAT", maps::CFG_F_NAT.into()),
         ("RVS_FLOW_F_NOOUTPUT", maps::FLOW_F_NOOUTPUT.into()),
         ("RVS_TCP_S_LAST", maps::TCP_S_LAST as u64),
         ("RVS_UDP_S_NORMAL", UdpState::Normal as u64),
         ("RVS_GUE_HDR_LEN", maps::GUE_HDR_LEN as u64),
+        ("RVS_GRE_HDR_LEN", maps::GRE_HDR_LEN as u64),
+        ("RVS_GRE_CSUM_LEN", maps::GRE_CSUM_LEN as u64),
+        ("RVS_GENEVE_HDR_LEN", maps::GENEVE_HDR_LEN as u64),
+        ("RVS_GENEVE_PORT", maps::GENEVE_PORT.into()),
+        ("RVS_CSUM_CHUNK", maps::CSUM_CHUNK as u64),
+        ("RVS_CSUM_CHUNKS", maps::CSUM_CHUNKS as u64),
         ("RVS_TUN_TTL", maps::TUN_TTL.into()),
         ("RVS_FLOW_CACHE_SIZE", maps::FLOW_CACHE_SIZE.into()),
         ("RVS_FLOW6_CACHE_SIZE", maps::FLOW6_CACHE_SIZE.into()),
@@ -907,6 +922,8 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_DECAP_GUE", decap::stat::GUE.into()),
         ("RVS_DECAP_NOT_VIP", decap::stat::NOT_VIP.into()),
         ("RVS_DECAP_BAD", decap::stat::BAD.into()),
+        ("RVS_DECAP_GRE", decap::stat::GRE.into()),
+        ("RVS_DECAP_GENEVE", decap::stat::GENEVE.into()),
         ("RVS_DECAP_NSTATS", decap::stat::NSTATS.into()),
         ("RVS_TOA_KIND", rvs_wire::toa::KIND.into()),
         ("RVS_TOA_LEN4", rvs_wire::toa::LEN_V4.into()),

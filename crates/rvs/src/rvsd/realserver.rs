@@ -13,7 +13,9 @@
 //! - TUN: `rp_filter=0` on `all` and the interface (a decapsulated packet's
 //!   source is the client, which the reverse path need not lead to), and
 //!   rvs's decapsulator (`bpf/decap.c`) attached to the interface — this
-//!   kernel has no ipip/fou module, and a BPF decap is cheaper anyway. The
+//!   kernel has no ipip/fou/ip_gre/geneve module, and a BPF decap is cheaper
+//!   anyway (IPIP and GRE are always stripped; GUE and Geneve on their UDP
+//!   ports, when `--tun-type` names them). The
 //!   program is attached with netlink, so it stays after this command exits.
 //!   It strips tunnel packets whose inner destination is any non-loopback
 //!   address on `lo` (the VIPs), so a second run with more VIPs replaces it
@@ -46,7 +48,7 @@ use anyhow::{Context, bail};
 pub(crate) enum Mode {
     /// Direct routing: packets arrive with the VIP as destination.
     Dr,
-    /// Tunnelling: packets arrive inside IPIP or GUE.
+    /// Tunnelling: packets arrive inside IPIP, GUE, GRE or Geneve.
     Tun,
 }
 
@@ -57,6 +59,12 @@ pub(crate) enum TunType {
     Ipip,
     /// Generic UDP Encapsulation to `--gue-port`.
     Gue,
+    /// GRE (IPv4 in IPv4, IPv6 in IPv6; optional checksum, key and
+    /// sequence fields skipped).
+    Gre,
+    /// Geneve on UDP port 6081 (rvs's director sends IP directly; an inner
+    /// Ethernet header is accepted too).
+    Geneve,
 }
 
 /// What `rvsd realserver` was asked to do.
@@ -283,17 +291,18 @@ fn apply(spec: &Spec) -> anyhow::Result<Vec<String>> {
     if spec.mode == Some(Mode::Tun) {
         let ifname = spec.interface.as_deref().unwrap_or_default();
         let vips = lo_vips()?;
-        let gue = if spec.tun_type == TunType::Gue {
-            spec.gue_port
-        } else {
-            0
-        };
-        let mode = attach_decap(ifname, &vips, gue)?;
+        let (gue, geneve) = udp_ports(spec);
+        let mode = attach_decap(ifname, &vips, gue, geneve)?;
         done.push(format!(
-            "decapsulator on {ifname} ({mode:?} mode) for {} VIP(s){}",
+            "decapsulator on {ifname} ({mode:?} mode) for {} VIP(s){}{}",
             vips.len(),
             if gue != 0 {
                 format!(", GUE on UDP port {gue}")
+            } else {
+                String::new()
+            },
+            if geneve != 0 {
+                format!(", Geneve on UDP port {geneve}")
             } else {
                 String::new()
             }
@@ -302,12 +311,27 @@ fn apply(spec: &Spec) -> anyhow::Result<Vec<String>> {
     Ok(done)
 }
 
-fn attach_decap(ifname: &str, vips: &[IpAddr], gue_port: u16) -> anyhow::Result<String> {
+/// The UDP ports the decapsulator strips (GUE, Geneve; 0 = off).
+fn udp_ports(spec: &Spec) -> (u16, u16) {
+    match spec.tun_type {
+        TunType::Gue => (spec.gue_port, 0),
+        TunType::Geneve => (0, rvs_xdp::maps::GENEVE_PORT),
+        TunType::Ipip | TunType::Gre => (0, 0),
+    }
+}
+
+fn attach_decap(
+    ifname: &str,
+    vips: &[IpAddr],
+    gue_port: u16,
+    geneve_port: u16,
+) -> anyhow::Result<String> {
     let mut d = rvs_xdp::decap::Decap::load()?;
     for v in vips {
         d.add_vip(*v)?;
     }
     d.set_gue_port(gue_port)?;
+    d.set_geneve_port(geneve_port)?;
     let mode = d.attach_persistent(ifname)?;
     Ok(format!("{mode:?}"))
 }
@@ -331,12 +355,8 @@ fn undo(spec: &Spec) -> anyhow::Result<Vec<String>> {
             rvs_xdp::decap::detach_persistent(ifname)?;
             done.push(format!("decapsulator detached from {ifname}"));
         } else {
-            let gue = if spec.tun_type == TunType::Gue {
-                spec.gue_port
-            } else {
-                0
-            };
-            let mode = attach_decap(ifname, &left, gue)?;
+            let (gue, geneve) = udp_ports(spec);
+            let mode = attach_decap(ifname, &left, gue, geneve)?;
             done.push(format!(
                 "decapsulator on {ifname} ({mode} mode) for the {} VIP(s) left",
                 left.len()

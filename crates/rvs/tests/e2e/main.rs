@@ -24,6 +24,7 @@ mod streams;
 mod sync;
 mod synflood;
 mod toa;
+mod tunnels;
 mod upgrade;
 mod vrrp;
 mod vrrp_reload;

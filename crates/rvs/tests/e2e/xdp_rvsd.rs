@@ -21,14 +21,14 @@ fn vip() -> SocketAddr {
 }
 
 /// rvsd running in the director's namespace; killed by the bed's guard.
-struct Daemon {
+pub(crate) struct Daemon {
     socket: PathBuf,
     adm: PathBuf,
     _dir: TempDir,
 }
 
 impl Daemon {
-    fn start(bed: &mut Bed, dir: &Host, rvsd: &Path, adm: &Path) -> Daemon {
+    pub(crate) fn start(bed: &mut Bed, dir: &Host, rvsd: &Path, adm: &Path) -> Daemon {
         let tmp = TempDir::new("xdp-rvsd");
         let socket = tmp.path().join("rvsd.sock");
         let mut child = Command::new("ip")
@@ -58,7 +58,7 @@ impl Daemon {
         }
     }
 
-    fn adm(&self, args: &str) -> Output {
+    pub(crate) fn adm(&self, args: &str) -> Output {
         Command::new(&self.adm)
             .args(args.split_whitespace())
             .env("RVS_SOCKET", &self.socket)
@@ -66,7 +66,7 @@ impl Daemon {
             .expect("rvsadm")
     }
 
-    fn ok(&self, args: &str) {
+    pub(crate) fn ok(&self, args: &str) {
         let o = self.adm(args);
         assert!(
             o.status.success(),

@@ -103,6 +103,15 @@ fn l2_of(d: &Dest) -> Option<L2> {
     })
 }
 
+/// The checksum option a tunnel element's flags say.
+fn tun_csum(d: &Dest) -> TunnelCsum {
+    if d.flags & maps::dest_flags::TUN_CSUM != 0 {
+        TunnelCsum::Csum
+    } else {
+        TunnelCsum::NoCsum
+    }
+}
+
 /// The configuration an element describes (for a real server no service
 /// claims: only its address and method matter).
 fn config_of(d: &Dest) -> DestConfig {
@@ -116,7 +125,17 @@ fn config_of(d: &Dest) -> DestConfig {
         maps::fwd::TUN_GUE => ForwardMethod::Tunnel(Tunnel {
             kind: TunnelType::Gue,
             port: u16::from_be(d.gue_port),
-            csum: TunnelCsum::default(),
+            csum: tun_csum(d),
+        }),
+        maps::fwd::TUN_GRE => ForwardMethod::Tunnel(Tunnel {
+            kind: TunnelType::Gre,
+            port: 0,
+            csum: tun_csum(d),
+        }),
+        maps::fwd::TUN_GENEVE => ForwardMethod::Tunnel(Tunnel {
+            kind: TunnelType::Geneve,
+            port: 0,
+            csum: tun_csum(d),
         }),
         _ => ForwardMethod::Route,
     };

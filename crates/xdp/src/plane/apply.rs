@@ -262,7 +262,8 @@ impl<M: MapOps> Plane<M> {
             flags |= maps::dest_flags::OVERLOADED;
         }
         let c = &d.core.config;
-        let (method, gue_port) = method_of(&c.forward).unwrap_or((0, 0));
+        let (method, gue_port, tun_flags) = method_of(&c.forward).unwrap_or((0, 0, 0));
+        flags |= tun_flags;
         let l2 = d.l2.unwrap_or_default();
         if d.is_nat() && d.l2.is_some() {
             flags |= maps::dest_flags::NEXTHOP;

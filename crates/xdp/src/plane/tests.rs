@@ -598,6 +598,55 @@ fn config_carries_timeouts_and_tunnel_sources() {
 }
 
 #[test]
+fn gre_and_geneve_tunnels_carry_the_checksum_flag_and_remcsum_is_refused() {
+    let mut bed = Bed::new();
+    bed.svc(80, "rr").unwrap();
+    let tun = |kind, csum| {
+        ForwardMethod::Tunnel(Tunnel {
+            kind,
+            port: 0,
+            csum,
+        })
+    };
+    bed.dest(
+        80,
+        DestConfig::new(rs(3), 80).forward(tun(TunnelType::Gre, TunnelCsum::Csum)),
+    )
+    .unwrap();
+    bed.dest(
+        80,
+        DestConfig::new(rs(4), 80).forward(tun(TunnelType::Geneve, TunnelCsum::NoCsum)),
+    )
+    .unwrap();
+    let (i3, i4) = (bed.index(80, 3), bed.index(80, 4));
+    let d3 = bed.plane.maps().dests[&i3];
+    let d4 = bed.plane.maps().dests[&i4];
+    assert_eq!(
+        (d3.method, d3.flags & maps::dest_flags::TUN_CSUM),
+        (maps::fwd::TUN_GRE, maps::dest_flags::TUN_CSUM)
+    );
+    assert_eq!(
+        (d4.method, d4.flags & maps::dest_flags::TUN_CSUM),
+        (maps::fwd::TUN_GENEVE, 0)
+    );
+    // Remote checksum offload needs the sender's checksum-offload state,
+    // which XDP does not have: refused with the reason, nothing changes.
+    let before = bed.plane.maps().dests.len();
+    let e = bed
+        .dest(
+            80,
+            DestConfig::new(rs(5), 80).forward(ForwardMethod::Tunnel(Tunnel {
+                kind: TunnelType::Gue,
+                port: 6080,
+                csum: TunnelCsum::RemCsum,
+            })),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("--tun-remcsum"), "{e}");
+    assert_eq!(bed.plane.maps().dests.len(), before);
+}
+
+#[test]
 fn a_large_flow_table_is_walked_a_page_per_report() {
     let mut bed = Bed::new();
     bed.plane.set_mirror_page(2);
