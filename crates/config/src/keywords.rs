@@ -38,6 +38,9 @@ pub enum Block {
 /// What rvs does with a keyword it reads but does not apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
+    /// Carried out with keepalived's meaning; the behavioural test that
+    /// shows it (`file::function`).
+    Applied(&'static str),
     /// Read and skipped with a located warning "`KEYWORD` is not applied by
     /// rvs (REASON)"; an error under `--strict`.
     NotApplied(&'static str),

@@ -116,6 +116,12 @@ pub struct GlobalDefs {
     pub script_user: Option<String>,
     /// `checker_log_all_failures`.
     pub checker_log_all_failures: bool,
+    /// `notify_fifo` / `notify_fifo_script`: every VRRP and LVS event.
+    pub notify_fifo: NotifyFifo,
+    /// `vrrp_notify_fifo` / `vrrp_notify_fifo_script`: VRRP events only.
+    pub vrrp_notify_fifo: NotifyFifo,
+    /// `lvs_notify_fifo` / `lvs_notify_fifo_script`: LVS (checker) events only.
+    pub lvs_notify_fifo: NotifyFifo,
     /// Real keepalived keywords rvs accepts but does not act on: (keyword, arguments).
     pub unused: Vec<(String, Vec<String>)>,
 }
@@ -146,9 +152,28 @@ impl Default for GlobalDefs {
             enable_script_security: false,
             script_user: None,
             checker_log_all_failures: false,
+            notify_fifo: NotifyFifo::default(),
+            vrrp_notify_fifo: NotifyFifo::default(),
+            lvs_notify_fifo: NotifyFifo::default(),
             unused: Vec::new(),
         }
     }
+}
+
+/// A notify FIFO of `global_defs` (`notify_fifo PATH [USER [GROUP]]` and
+/// its `*_script SCRIPT [USER [GROUP]]`): keepalived writes one line per
+/// event into it, and starts the script with the FIFO's path as its last
+/// argument so that the script can read it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NotifyFifo {
+    /// The FIFO's path (created if missing).
+    pub path: Option<String>,
+    /// `USER [GROUP]` owning a FIFO rvs creates, as written.
+    pub owner: Option<String>,
+    /// The script reading the FIFO.
+    pub script: Option<Script>,
+    /// Where the keyword was (for warnings).
+    pub loc: Option<Loc>,
 }
 
 /// Global `SSL { password ca certificate key }`.

@@ -58,7 +58,7 @@ impl Ctx<'_> {
     /// keyword is listed (and so known, even if nothing reads it).
     fn audit(&mut self, kind: Block, n: &Node) -> R<bool> {
         match keywords::outcome(kind, &n.key.text) {
-            None => Ok(false),
+            None | Some(Outcome::Applied(_)) => Ok(false),
             Some(Outcome::Quiet(_)) => Ok(true),
             Some(Outcome::NotApplied(why)) => {
                 self.w
@@ -522,6 +522,17 @@ fn global_defs(c: &mut Ctx<'_>, n: &Node, g: &mut GlobalDefs) -> R<()> {
                 )
             }
             "checker_log_all_failures" => g.checker_log_all_failures = flag(k)?,
+            "notify_fifo" | "vrrp_notify_fifo" | "lvs_notify_fifo" => {
+                let f = fifo_slot(g, key);
+                f.path = Some(string(k, "a FIFO path")?);
+                f.owner = words_after(k, 1);
+                f.loc = Some(loc_of(&k.key));
+            }
+            "notify_fifo_script" | "vrrp_notify_fifo_script" | "lvs_notify_fifo_script" => {
+                let f = fifo_slot(g, key.trim_end_matches("_script"));
+                f.script = Some(script(k)?);
+                f.loc.get_or_insert_with(|| loc_of(&k.key));
+            }
             _ if listed => g.unused.push((
                 key.to_owned(),
                 k.args.iter().map(|t| t.text.clone()).collect(),
@@ -530,6 +541,26 @@ fn global_defs(c: &mut Ctx<'_>, n: &Node, g: &mut GlobalDefs) -> R<()> {
         }
     }
     Ok(())
+}
+
+/// The FIFO a `*notify_fifo` keyword sets.
+fn fifo_slot<'g>(g: &'g mut GlobalDefs, key: &str) -> &'g mut NotifyFifo {
+    match key {
+        "vrrp_notify_fifo" => &mut g.vrrp_notify_fifo,
+        "lvs_notify_fifo" => &mut g.lvs_notify_fifo,
+        _ => &mut g.notify_fifo,
+    }
+}
+
+/// The arguments from `from` on, joined by a space (`USER [GROUP]`).
+fn words_after(n: &Node, from: usize) -> Option<String> {
+    (n.args.len() > from).then(|| {
+        n.args[from..]
+            .iter()
+            .map(|t| t.text.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    })
 }
 
 fn sync_daemon(k: &Node) -> R<LvsSyncDaemon> {

@@ -10,6 +10,7 @@ mod daemon;
 mod demo;
 mod http;
 mod metrics;
+mod notify;
 mod realserver;
 mod rules;
 mod server;
@@ -1052,6 +1053,8 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
         if let Ok(mut d) = daemon.lock() {
             d.shutdown_health();
         }
+        // After the instances' STOP lines: FIFOs rvsd created go.
+        notify::close_all();
         if removing {
             // Unpinned, the links go with this process's descriptors of
             // them when it exits a moment later; the maps with the program.

@@ -52,6 +52,7 @@ pub fn load(path: &Path) -> Result<Loaded, String> {
         warnings: Vec::new(),
         health: None,
         vrrp: Vec::new(),
+        fifos: Default::default(),
         sync: None,
     })
 }

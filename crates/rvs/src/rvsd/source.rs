@@ -50,6 +50,8 @@ pub struct Loaded {
     pub health: Option<rvs_check::HealthPlan>,
     /// The VRRP instances to run (keepalived.conf only).
     pub vrrp: Vec<crate::vrrp::Spec>,
+    /// The notify FIFOs (keepalived.conf only).
+    pub fifos: crate::notify::Fifos,
     /// `lvs_sync_daemon` (keepalived.conf only).
     pub sync: Option<rvs_config::model::LvsSyncDaemon>,
 }
@@ -104,6 +106,8 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
     let mut warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
     warnings.extend(health.warnings.iter().cloned());
     warnings.extend(vrrp_warnings);
+    let g = &loaded.config.global;
+    let fifos = crate::notify::Fifos::of(g, g.script_user.as_deref(), &mut warnings);
     Ok(Loaded {
         defs: specs
             .into_iter()
@@ -118,6 +122,7 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
         extra,
         health: Some(health),
         vrrp,
+        fifos,
         sync: loaded.config.global.lvs_sync_daemon.clone(),
     })
 }

@@ -1056,6 +1056,9 @@ fn run_notify(n: &Notify, kind: &str, name: &str, to: State, priority: Option<u8
         State::Stopped => &n.stop,
         State::Init => &None,
     };
+    if to != State::Init {
+        crate::notify::vrrp_event(kind, name, to.name(), priority.unwrap_or(0));
+    }
     let why = format!("{kind} {name} {}", to.name());
     if let Some(script) = one {
         rvs_check::runner::run_script(script.clone(), why.clone());
