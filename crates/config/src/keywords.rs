@@ -51,7 +51,10 @@ pub enum Outcome {
 }
 
 const SMTP: &str = "e-mail alerts are not implemented yet; no mail is sent";
-const FIFO: &str = "notify FIFOs are not implemented yet; use notify scripts";
+const FIFO: &str =
+    "rvsd writes the FIFO lines of transitions only, not the current states again at a reload";
+const FIFO_TEST: &str = "crates/rvs/tests/e2e/notify_fifo.rs::notify_fifo_lines_match_keepalived_s";
+const LVS_FIFO_TEST: &str = "crates/check/src/policy_tests.rs::real_server_and_quorum_changes_write_keepalived_s_fifo_lines";
 const ROUTES: &str =
     "static and virtual routes, rules and addresses are not implemented yet; nothing is installed";
 const TRACK: &str =
@@ -83,7 +86,9 @@ const NAMESPACE: &str = "rvs does not enter network namespaces; run rvsd in the 
 use Block::*;
 use Outcome::*;
 
-/// Every keyword rvs reads but does not carry out: (block, keyword, outcome).
+/// The audited keywords: (block, keyword, outcome) — those rvs reads but
+/// does not carry out, and those it carries out named with the test that
+/// shows it ([`Outcome::Applied`]).
 pub const TABLE: &[(Block, &str, Outcome)] = &[
     // Top level blocks.
     (Top, "static_ipaddress", NotApplied(ROUTES)),
@@ -117,15 +122,21 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Global, "no_email_faults", NotApplied(SMTP)),
     (Global, "no_checker_emails", NotApplied(SMTP)),
     (Global, "email_faults", NotApplied(SMTP)),
-    (Global, "notify_fifo", NotApplied(FIFO)),
-    (Global, "notify_fifo_script", NotApplied(FIFO)),
-    (Global, "vrrp_notify_fifo", NotApplied(FIFO)),
-    (Global, "vrrp_notify_fifo_script", NotApplied(FIFO)),
-    (Global, "lvs_notify_fifo", NotApplied(FIFO)),
-    (Global, "lvs_notify_fifo_script", NotApplied(FIFO)),
+    (Global, "notify_fifo", Applied(FIFO_TEST)),
+    (Global, "notify_fifo_script", Applied(FIFO_TEST)),
+    (Global, "vrrp_notify_fifo", Applied(FIFO_TEST)),
+    (Global, "vrrp_notify_fifo_script", Applied(FIFO_TEST)),
+    (Global, "lvs_notify_fifo", Applied(LVS_FIFO_TEST)),
+    (Global, "lvs_notify_fifo_script", Applied(LVS_FIFO_TEST)),
     (Global, "fifo_write_vrrp_states_on_reload", NotApplied(FIFO)),
     (Global, "rs_init_notifies", NotApplied(NOTIFY)),
-    (Global, "notify_fifo_user", NotApplied(FIFO)),
+    (
+        Global,
+        "notify_fifo_user",
+        NotApplied(
+            "the FIFOs' owner is given after each FIFO's path (`notify_fifo PATH USER [GROUP]`)",
+        ),
+    ),
     // global_defs: scripts.
     (Global, "script_user", NotApplied(SCRIPTS)),
     (Global, "enable_script_security", NotApplied(SCRIPTS)),
@@ -369,8 +380,8 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     ),
 ];
 
-/// What rvs does with `keyword` in `block` when it does not apply it;
-/// `None`: applied (or unknown).
+/// What rvs does with `keyword` in `block`; `None`: applied without an
+/// audit entry (or unknown).
 pub fn outcome(block: Block, keyword: &str) -> Option<Outcome> {
     TABLE
         .iter()
