@@ -47,9 +47,9 @@ pub struct Fifos {
 
 impl Fifos {
     /// The FIFOs `global_defs` names; a script without its FIFO is
-    /// ignored with a located warning (keepalived ignores it too).
-    /// `script_user` is the default user of the scripts.
-    pub fn of(g: &GlobalDefs, script_user: Option<&str>, warnings: &mut Vec<String>) -> Fifos {
+    /// ignored with a located warning (keepalived ignores it too). The
+    /// scripts' users are set by `rvs_check::security::apply`.
+    pub fn of(g: &GlobalDefs, warnings: &mut Vec<String>) -> Fifos {
         let one = |f: &NotifyFifo, key: &str, warnings: &mut Vec<String>| {
             let Some(path) = &f.path else {
                 if f.script.is_some() {
@@ -65,7 +65,7 @@ impl Fifos {
                 owner: f.owner.clone(),
                 script: f.script.as_ref().map(|s| ScriptSpec {
                     command: s.command.clone(),
-                    user: s.user.clone().or_else(|| script_user.map(str::to_owned)),
+                    user: s.user.clone(),
                 }),
             })
         };

@@ -86,7 +86,10 @@ pub fn default_config_id() -> Option<String> {
 fn load_keepalived(path: &Path) -> Result<Loaded, String> {
     let default = rvs_config::LoadOptions::default();
     let opts = KEEPALIVED_OPTIONS.get().unwrap_or(&default);
-    let loaded = rvs_config::load(path, opts).map_err(|e| e.to_string())?;
+    let mut loaded = rvs_config::load(path, opts).map_err(|e| e.to_string())?;
+    // Every script's user, and the insecure ones refused, before anything
+    // plans to run them.
+    let security_warnings = rvs_check::security::apply(&mut loaded.config);
     let specs = loaded.config.lvs_services().map_err(|e| e.to_string())?;
     let checkers: usize = loaded
         .config
@@ -104,10 +107,11 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
         health.jobs.len()
     );
     let mut warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    warnings.extend(security_warnings);
     warnings.extend(health.warnings.iter().cloned());
     warnings.extend(vrrp_warnings);
     let g = &loaded.config.global;
-    let fifos = crate::notify::Fifos::of(g, g.script_user.as_deref(), &mut warnings);
+    let fifos = crate::notify::Fifos::of(g, &mut warnings);
     Ok(Loaded {
         defs: specs
             .into_iter()

@@ -20,6 +20,7 @@ mod proxy;
 mod realserver;
 mod reload;
 mod restart;
+mod script_security;
 mod socket;
 mod streams;
 mod sync;
