@@ -67,6 +67,8 @@ const FIREWALL: &str =
 const SCRIPTS: &str =
     "scripts' paths are checked with their symlinks resolved, as keepalived does by default";
 const SCRIPTS_TEST: &str = "crates/rvs/tests/e2e/script_security.rs::script_user_runs_scripts_as_that_user_and_script_security_refuses_writable_ones";
+const STRICT_TEST: &str =
+    "crates/rvs/src/rvsd/vrrp.rs::vrrp_strict_applies_keepalived_s_checks_and_refusals";
 const RELOAD: &str = "rvs reloads on SIGHUP or `rvsadm reload` only";
 const LINKBEAT: &str = "rvs follows interface state over netlink only";
 const NOTIFY: &str = "this notification is not implemented yet";
@@ -143,11 +145,7 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Global, "enable_script_security", Applied(SCRIPTS_TEST)),
     (Global, "use_symlink_paths", NotApplied(SCRIPTS)),
     // global_defs: VRRP behaviour rvs does not implement.
-    (
-        Global,
-        "vrrp_strict",
-        NotApplied("vrrp_strict's RFC checks and refusals are not implemented yet"),
-    ),
+    (Global, "vrrp_strict", Applied(STRICT_TEST)),
     (Global, "dynamic_interfaces", NotApplied(VRRP)),
     (Global, "vrrp_check_unicast_src", NotApplied(VRRP)),
     (Global, "vrrp_skip_check_adv_addr", NotApplied(VRRP)),
@@ -295,11 +293,7 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (VrrpInstance, "virtual_rules", NotApplied(ROUTES)),
     (VrrpInstance, "smtp_alert", NotApplied(SMTP)),
     (VrrpInstance, "smtp_alert_vrrp", NotApplied(SMTP)),
-    (
-        VrrpInstance,
-        "strict_mode",
-        NotApplied("vrrp_strict's RFC checks and refusals are not implemented yet"),
-    ),
+    (VrrpInstance, "strict_mode", Applied(STRICT_TEST)),
     (VrrpInstance, "notify_deleted", NotApplied(NOTIFY)),
     (
         VrrpInstance,

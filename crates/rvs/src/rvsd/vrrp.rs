@@ -136,6 +136,10 @@ pub struct Spec {
     pub sync_group: Option<String>,
     /// That group's notify scripts (run once per group transition).
     pub group_notify: Notify,
+    /// `vrrp_strict` / `strict_mode`: an advertisement must carry exactly
+    /// this instance's addresses (RFC 5798 §6.4.2/§6.4.3), or it is
+    /// dropped.
+    pub strict: bool,
 }
 
 impl Notify {
@@ -174,9 +178,11 @@ pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
             ));
         }
     }
-    if conf.global.vrrp_strict && !specs.is_empty() {
+    if specs.iter().any(|s| s.strict) {
+        // keepalived's vrrp_strict also installs firewall rules dropping
+        // traffic to the VIPs (no accept mode); rvs installs none.
         warnings.push(
-            "global_defs: vrrp_strict is accepted but its extra RFC checks and filtering are not applied"
+            "vrrp_strict: the firewall rules keepalived adds for it (no accept mode: traffic to the VIPs dropped) are not installed by rvs"
                 .into(),
         );
     }
@@ -236,6 +242,7 @@ pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
 fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<Spec, String> {
     let g = &conf.global;
     let at = |what: &str| format!("{}: vrrp_instance {}: {what}", v.loc, v.name);
+    let strict = v.strict_mode.unwrap_or(g.vrrp_strict);
     let interface = v.interface.clone().ok_or_else(|| at("no `interface`"))?;
     let vrid = v
         .virtual_router_id
@@ -282,8 +289,46 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
             "VRRPv2 carries whole seconds: advert_int must be a whole number",
         ));
     }
+    // keepalived's vrrp_strict checks (vrrp.c, vrrp_complete_instance),
+    // with its messages.
+    let mut preempt_delay = v.preempt_delay.unwrap_or_default();
+    let mut down_adverts = v.down_timer_adverts;
+    let mut initial_master = v.state == Some(VrrpState::Master);
+    if strict {
+        if vips.is_empty() {
+            return Err(at("No VIP specified; at least one is required"));
+        }
+        if !v.unicast_peer.is_empty() {
+            return Err(at("Unicast peers are not supported in strict mode"));
+        }
+        if initial_master != (v.priority == 255) {
+            warnings.push(at("State MASTER must match being address owner"));
+            initial_master = v.priority == 255;
+        }
+        if v.authentication.is_some() {
+            warnings.push(at("Strict mode does not support authentication. Ignoring."));
+        }
+        if !preempt_delay.is_zero() {
+            warnings.push(at(
+                "preempt_delay is incompatible with strict mode - resetting",
+            ));
+            preempt_delay = Duration::ZERO;
+        }
+        if down_adverts != 3 {
+            warnings.push(at(
+                "down_timer_adverts is incompatible with strict mode - resetting",
+            ));
+            down_adverts = 3;
+        }
+        if let Some(IpAddr::V6(first)) = vips.first().map(|x| x.addr)
+            && !first.is_unicast_link_local()
+        {
+            warnings.push(at("the first IPv6 VIP address must be link local"));
+        }
+    }
     let auth = match &v.authentication {
         None => None,
+        Some(_) if strict => None,
         Some(a) if a.ah => return Err(at("auth_type AH is not supported (use PASS, or none)")),
         Some(a) => {
             if version == 3 {
@@ -314,7 +359,7 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
         priority: v.priority,
         advert_int: v.advert_int,
         preempt: !v.nopreempt,
-        preempt_delay: v.preempt_delay.unwrap_or_default(),
+        preempt_delay,
         auth,
         vips,
         excluded,
@@ -338,7 +383,7 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
         track_scripts,
         track_primary: !v.dont_track_primary,
         notify: Notify::of(&v.notify),
-        down_adverts: v.down_timer_adverts,
+        down_adverts,
         garp_master_delay: v.garp_master_delay.unwrap_or(g.vrrp_garp_master_delay),
         garp_repeat: v
             .garp_master_repeat
@@ -349,11 +394,12 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
             .garp_master_refresh_repeat
             .unwrap_or(g.vrrp_garp_master_refresh_repeat)
             .clamp(1, 255),
-        initial_master: v.state == Some(VrrpState::Master),
+        initial_master,
         vmac,
         vmac_xmit_base: v.vmac_xmit_base,
         sync_group: None,
         group_notify: Notify::default(),
+        strict,
         interface,
     })
 }
@@ -940,6 +986,10 @@ impl Driver<'_> {
         if ad.vrid != s.vrid {
             return None;
         }
+        if s.strict && !advertises_ours(s, &ad.addrs) {
+            tracing::info!(target: "rvs::vrrp", "VRRP_Instance({}): ip addresses of the advert from {} do not match ours; dropped (strict mode)", s.name, rx.src);
+            return None;
+        }
         if ad.version != s.version {
             tracing::warn!(target: "rvs::vrrp", "VRRP_Instance({}): VRRPv{} advert from {} (we speak v{})", s.name, ad.version, rx.src, s.version);
             return None;
@@ -1043,6 +1093,13 @@ impl Driver<'_> {
         }
         run_notify(&s.notify, "INSTANCE", &s.name, to, Some(inst.priority()));
     }
+}
+
+/// Strict mode: the advertisement carries exactly this instance's
+/// advertised addresses (the count, and each of ours), as keepalived checks
+/// them.
+fn advertises_ours(s: &Spec, addrs: &[IpAddr]) -> bool {
+    addrs.len() == s.vips.len() && s.vips.iter().all(|v| addrs.contains(&v.addr))
 }
 
 /// Run the notify scripts for `to`: the state's own script, then the
@@ -1226,5 +1283,76 @@ vrrp_instance B {
         ))
         .unwrap_err();
         assert!(e.contains("the same virtual_router_id 1"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod strict_tests {
+    use super::*;
+
+    fn plan_of(text: &str) -> Result<(Vec<Spec>, Vec<String>), String> {
+        let loaded = rvs_config::parse_str("k.conf", text, &rvs_config::LoadOptions::default())
+            .map_err(|e| e.to_string())?;
+        plan(&loaded.config)
+    }
+
+    const BODY: &str = "    interface eth0\n    virtual_router_id 51\n    advert_int 1\n";
+
+    /// keepalived's vrrp_strict (vrrp.c's vrrp_complete_instance): no
+    /// authentication, preempt_delay or other down_timer_adverts, state
+    /// MASTER only for the address owner, and neither unicast peers nor an
+    /// instance without addresses.
+    #[test]
+    fn vrrp_strict_applies_keepalived_s_checks_and_refusals() {
+        let (specs, warnings) = plan_of(&format!(
+            "global_defs {{\n vrrp_strict\n}}\nvrrp_instance VI_1 {{\n{BODY}    state MASTER\n    priority 100\n    preempt_delay 5\n    down_timer_adverts 5\n    authentication {{\n        auth_type PASS\n        auth_pass secret\n    }}\n    virtual_ipaddress {{\n        10.0.0.100/24\n    }}\n}}\n"
+        ))
+        .unwrap();
+        let s = &specs[0];
+        assert!(s.strict);
+        assert_eq!(s.auth, None);
+        assert_eq!(s.preempt_delay, Duration::ZERO);
+        assert_eq!(s.down_adverts, 3);
+        assert!(!s.initial_master, "MASTER only for priority 255");
+        for w in [
+            "State MASTER must match being address owner",
+            "Strict mode does not support authentication. Ignoring.",
+            "preempt_delay is incompatible with strict mode - resetting",
+            "down_timer_adverts is incompatible with strict mode - resetting",
+            "firewall rules",
+        ] {
+            assert!(warnings.iter().any(|x| x.contains(w)), "{w}: {warnings:?}");
+        }
+        // Received adverts must carry exactly our addresses.
+        let ours: IpAddr = "10.0.0.100".parse().unwrap();
+        let other: IpAddr = "10.0.0.101".parse().unwrap();
+        assert!(advertises_ours(s, &[ours]));
+        assert!(!advertises_ours(s, &[other]));
+        assert!(!advertises_ours(s, &[ours, other]));
+
+        let e = plan_of(&format!(
+            "vrrp_instance VI_1 {{\n{BODY}    strict_mode\n    priority 100\n    unicast_peer {{\n        10.0.0.2\n    }}\n    virtual_ipaddress {{\n        10.0.0.100/24\n    }}\n}}\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("Unicast peers are not supported in strict mode"),
+            "{e}"
+        );
+        let e = plan_of(&format!(
+            "global_defs {{\n vrrp_strict\n}}\nvrrp_instance VI_1 {{\n{BODY}    priority 100\n}}\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("No VIP specified; at least one is required"),
+            "{e}"
+        );
+
+        // Without strict mode, none of it.
+        let (specs, _) = plan_of(&format!(
+            "vrrp_instance VI_1 {{\n{BODY}    priority 100\n    preempt_delay 5\n    unicast_peer {{\n        10.0.0.2\n    }}\n    virtual_ipaddress {{\n        10.0.0.100/24\n    }}\n}}\n"
+        ))
+        .unwrap();
+        assert!(!specs[0].strict);
+        assert_eq!(specs[0].preempt_delay, Duration::from_secs(5));
     }
 }
