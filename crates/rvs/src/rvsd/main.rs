@@ -86,8 +86,9 @@ struct Args {
     check: bool,
 
     /// Refuse, as errors at their file:line:column, the keywords rvs reads
-    /// but does not carry out (the "is not applied by rvs" warnings) and
-    /// unknown keywords: with --check, a non-zero exit for CI; at start-up,
+    /// but does not carry out (the "is not applied by rvs" warnings, also
+    /// those of the health checker and VRRP: a checker type or an option
+    /// rvsd does not run) and unknown keywords: with --check, a non-zero exit for CI; at start-up,
     /// rvsd does not start; on a reload, the file is refused and nothing
     /// changes.
     #[arg(long)]

@@ -108,6 +108,20 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
     );
     let mut warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
     warnings.extend(security_warnings);
+    // `--strict`: what the health checker or VRRP would not carry out is
+    // refused like the keywords the reader does not apply.
+    if opts.strict {
+        let refused: Vec<&String> = health
+            .warnings
+            .iter()
+            .chain(&vrrp_warnings)
+            .filter(|w| w.contains(crate::vrrp::NOT_APPLIED))
+            .collect();
+        if !refused.is_empty() {
+            let list: Vec<&str> = refused.iter().map(|w| w.as_str()).collect();
+            return Err(format!("--strict: {}", list.join("\n--strict: ")));
+        }
+    }
     warnings.extend(health.warnings.iter().cloned());
     warnings.extend(vrrp_warnings);
     let g = &loaded.config.global;

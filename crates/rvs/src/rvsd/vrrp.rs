@@ -161,6 +161,10 @@ impl Notify {
     }
 }
 
+/// The words marking a warning about something the file asks for that rvs
+/// does not carry out: `rvsd --strict` refuses such a file.
+pub const NOT_APPLIED: &str = rvs_check::build::NOT_APPLIED;
+
 /// The instances of a file, or the first reason one cannot run (named by
 /// file:line:column). Warnings for what is accepted but not acted on.
 pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
@@ -182,14 +186,14 @@ pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
         // keepalived's vrrp_strict also installs firewall rules dropping
         // traffic to the VIPs (no accept mode); rvs installs none.
         warnings.push(
-            "vrrp_strict: the firewall rules keepalived adds for it (no accept mode: traffic to the VIPs dropped) are not installed by rvs"
+            "vrrp_strict: the firewall rules keepalived adds for it (no accept mode: traffic to the VIPs dropped) are not applied by rvs"
                 .into(),
         );
     }
     for g in &conf.vrrp_sync_groups {
         let at = |what: String| format!("{}: vrrp_sync_group {}: {what}", g.loc, g.name);
         if g.smtp_alert {
-            warnings.push(at("smtp_alert is not supported".into()));
+            warnings.push(at(format!("smtp_alert {NOT_APPLIED}")));
         }
         let group_notify = Notify::of(&g.notify);
         let mut group_scripts = Vec::new();
@@ -256,7 +260,9 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
     // macvlan carrying the virtual MAC.
     let vmac = match &v.use_vmac {
         Some(_) if v6_first => {
-            warnings.push(at("use_vmac is supported for IPv4 instances only; ignored"));
+            warnings.push(at(&format!(
+                "use_vmac on an IPv6 instance {NOT_APPLIED} (IPv4 instances only); ignored"
+            )));
             None
         }
         Some(name) => Some(name.clone().unwrap_or_else(|| format!("vrrp.{vrid}"))),
@@ -429,7 +435,7 @@ fn resolve_script(
     };
     if t.reverse || vs.weight_reverse {
         warnings.push(at(format!(
-            "track_script {}: `reverse` is not supported, the weight applies as written",
+            "track_script {}: `reverse` {NOT_APPLIED}: the weight applies as written",
             t.name
         )));
     }
