@@ -50,7 +50,9 @@ pub enum Outcome {
     Quiet(&'static str),
 }
 
-const SMTP: &str = "e-mail alerts are not implemented yet; no mail is sent";
+const SMTP: &str = "e-mail alerts are sent for VRRP instance transitions only; no mail for groups, virtual or real servers";
+const SMTP_TEST: &str =
+    "crates/rvs/tests/e2e/smtp_alert.rs::smtp_alert_mails_vrrp_transitions_to_a_real_smtp_server";
 const FIFO: &str =
     "rvsd writes the FIFO lines of transitions only, not the current states again at a reload";
 const FIFO_TEST: &str = "crates/rvs/tests/e2e/notify_fifo.rs::notify_fifo_lines_match_keepalived_s";
@@ -114,13 +116,13 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Top, "includea", Refused(INCLUDE)),
     (Top, "namespace_with_ipsets", NotApplied(FIREWALL)),
     // global_defs: mail, FIFOs, notifications.
-    (Global, "notification_email", NotApplied(SMTP)),
-    (Global, "notification_email_from", NotApplied(SMTP)),
-    (Global, "smtp_server", NotApplied(SMTP)),
-    (Global, "smtp_connect_timeout", NotApplied(SMTP)),
-    (Global, "smtp_helo_name", NotApplied(SMTP)),
-    (Global, "smtp_alert", NotApplied(SMTP)),
-    (Global, "smtp_alert_vrrp", NotApplied(SMTP)),
+    (Global, "notification_email", Applied(SMTP_TEST)),
+    (Global, "notification_email_from", Applied(SMTP_TEST)),
+    (Global, "smtp_server", Applied(SMTP_TEST)),
+    (Global, "smtp_connect_timeout", Applied(SMTP_TEST)),
+    (Global, "smtp_helo_name", Applied(SMTP_TEST)),
+    (Global, "smtp_alert", Applied(SMTP_TEST)),
+    (Global, "smtp_alert_vrrp", Applied(SMTP_TEST)),
     (Global, "smtp_alert_checker", NotApplied(SMTP)),
     (Global, "no_email_faults", NotApplied(SMTP)),
     (Global, "no_checker_emails", NotApplied(SMTP)),
@@ -291,7 +293,7 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (VrrpInstance, "track_bfd", NotApplied(TRACK)),
     (VrrpInstance, "virtual_routes", NotApplied(ROUTES)),
     (VrrpInstance, "virtual_rules", NotApplied(ROUTES)),
-    (VrrpInstance, "smtp_alert", NotApplied(SMTP)),
+    (VrrpInstance, "smtp_alert", Applied(SMTP_TEST)),
     (VrrpInstance, "smtp_alert_vrrp", NotApplied(SMTP)),
     (VrrpInstance, "strict_mode", Applied(STRICT_TEST)),
     (VrrpInstance, "notify_deleted", NotApplied(NOTIFY)),

@@ -79,6 +79,12 @@ pub struct GlobalDefs {
     pub smtp_server: Option<(String, Option<u16>)>,
     /// `smtp_connect_timeout`.
     pub smtp_connect_timeout: Option<Duration>,
+    /// `smtp_helo_name` (default: the host name).
+    pub smtp_helo_name: Option<String>,
+    /// `smtp_alert [true|false]`: the default of every object's.
+    pub smtp_alert: Option<bool>,
+    /// `smtp_alert_vrrp`: the default of VRRP instances' (before `smtp_alert`).
+    pub smtp_alert_vrrp: Option<bool>,
     /// `lvs_timeouts`.
     pub lvs_timeouts: Option<LvsTimeouts>,
     /// `lvs_sync_daemon`.
@@ -134,6 +140,9 @@ impl Default for GlobalDefs {
             notification_email_from: None,
             smtp_server: None,
             smtp_connect_timeout: None,
+            smtp_helo_name: None,
+            smtp_alert: None,
+            smtp_alert_vrrp: None,
             lvs_timeouts: None,
             lvs_sync_daemon: None,
             lvs_flush: false,

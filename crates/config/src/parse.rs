@@ -442,6 +442,9 @@ fn global_defs(c: &mut Ctx<'_>, n: &Node, g: &mut GlobalDefs) -> R<()> {
             "smtp_connect_timeout" => {
                 g.smtp_connect_timeout = Some(timer(arg(k, 0, "a time in seconds")?)?)
             }
+            "smtp_helo_name" => g.smtp_helo_name = Some(string(k, "a HELO name")?),
+            "smtp_alert" => g.smtp_alert = Some(flag(k)?),
+            "smtp_alert_vrrp" => g.smtp_alert_vrrp = Some(flag(k)?),
             "lvs_timeouts" => {
                 let mut t = LvsTimeouts::default();
                 let mut i = 0;

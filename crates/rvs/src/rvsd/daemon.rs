@@ -258,9 +258,11 @@ impl Daemon {
         let mut vrrp = None;
         let mut sync_wanted = None;
         let mut fifos = None;
+        let mut mailer = None;
         let result = loaded.and_then(|mut loaded| {
             vrrp = Some(std::mem::take(&mut loaded.vrrp));
             fifos = Some(std::mem::take(&mut loaded.fifos));
+            mailer = Some(loaded.mailer.take());
             sync_wanted = Some(loaded.sync.take());
             for w in &loaded.warnings {
                 tracing::warn!("{w}");
@@ -288,6 +290,9 @@ impl Daemon {
         // The FIFOs first, so the instances' first lines find them.
         if let (Ok(_), Some(f)) = (&result, fifos) {
             crate::notify::configure(&f);
+        }
+        if let (Ok(_), Some(m)) = (&result, mailer) {
+            crate::smtp::configure(m);
         }
         if let (Ok(_), Some(v)) = (&result, vrrp) {
             self.vrrp.send_replace(v);

@@ -14,6 +14,7 @@ mod notify;
 mod realserver;
 mod rules;
 mod server;
+mod smtp;
 mod source;
 mod sync;
 mod table_file;

@@ -53,6 +53,7 @@ pub fn load(path: &Path) -> Result<Loaded, String> {
         health: None,
         vrrp: Vec::new(),
         fifos: Default::default(),
+        mailer: None,
         sync: None,
     })
 }

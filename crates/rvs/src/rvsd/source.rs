@@ -52,6 +52,8 @@ pub struct Loaded {
     pub vrrp: Vec<crate::vrrp::Spec>,
     /// The notify FIFOs (keepalived.conf only).
     pub fifos: crate::notify::Fifos,
+    /// Where `smtp_alert` mail goes (keepalived.conf only).
+    pub mailer: Option<crate::smtp::Mailer>,
     /// `lvs_sync_daemon` (keepalived.conf only).
     pub sync: Option<rvs_config::model::LvsSyncDaemon>,
 }
@@ -108,23 +110,34 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
     );
     let mut warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
     warnings.extend(security_warnings);
-    // `--strict`: what the health checker or VRRP would not carry out is
-    // refused like the keywords the reader does not apply.
-    if opts.strict {
-        let refused: Vec<&String> = health
-            .warnings
-            .iter()
-            .chain(&vrrp_warnings)
-            .filter(|w| w.contains(crate::vrrp::NOT_APPLIED))
-            .collect();
-        if !refused.is_empty() {
-            let list: Vec<&str> = refused.iter().map(|w| w.as_str()).collect();
-            return Err(format!("--strict: {}", list.join("\n--strict: ")));
-        }
-    }
     warnings.extend(health.warnings.iter().cloned());
     warnings.extend(vrrp_warnings);
     let g = &loaded.config.global;
+    if g.smtp_alert == Some(true)
+        && loaded
+            .config
+            .virtual_servers
+            .iter()
+            .any(|vs| !vs.real_servers.is_empty())
+    {
+        warnings.push(format!(
+            "global_defs: smtp_alert for real and virtual servers {}: only VRRP transitions are mailed",
+            crate::vrrp::NOT_APPLIED
+        ));
+    }
+    // `--strict`: what the health checker, VRRP or the mailer would not
+    // carry out is refused like the keywords the reader does not apply
+    // (whose warnings are errors already).
+    if opts.strict {
+        let refused: Vec<&str> = warnings
+            .iter()
+            .filter(|w| w.contains(crate::vrrp::NOT_APPLIED))
+            .map(String::as_str)
+            .collect();
+        if !refused.is_empty() {
+            return Err(format!("--strict: {}", refused.join("\n--strict: ")));
+        }
+    }
     let fifos = crate::notify::Fifos::of(g, &mut warnings);
     Ok(Loaded {
         defs: specs
@@ -141,6 +154,7 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
         health: Some(health),
         vrrp,
         fifos,
+        mailer: crate::smtp::Mailer::of(&loaded.config.global),
         sync: loaded.config.global.lvs_sync_daemon.clone(),
     })
 }

@@ -140,6 +140,9 @@ pub struct Spec {
     /// this instance's addresses (RFC 5798 §6.4.2/§6.4.3), or it is
     /// dropped.
     pub strict: bool,
+    /// `smtp_alert` (else the global `smtp_alert_vrrp`, else `smtp_alert`):
+    /// mail each transition.
+    pub smtp_alert: bool,
 }
 
 impl Notify {
@@ -406,6 +409,7 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
         sync_group: None,
         group_notify: Notify::default(),
         strict,
+        smtp_alert: v.smtp_alert || g.smtp_alert_vrrp.or(g.smtp_alert).unwrap_or(false),
         interface,
     })
 }
@@ -1098,6 +1102,9 @@ impl Driver<'_> {
             }
         }
         run_notify(&s.notify, "INSTANCE", &s.name, to, Some(inst.priority()));
+        if s.smtp_alert {
+            crate::smtp::vrrp_alert(&s.name, to);
+        }
     }
 }
 

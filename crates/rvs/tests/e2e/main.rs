@@ -21,6 +21,7 @@ mod realserver;
 mod reload;
 mod restart;
 mod script_security;
+mod smtp_alert;
 mod socket;
 mod streams;
 mod sync;

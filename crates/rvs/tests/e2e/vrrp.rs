@@ -15,7 +15,7 @@ const VIP: &str = "10.0.5.100";
 const VIP6: &str = "2001:db8:5::100";
 
 /// A daemon in a namespace, killed on drop.
-pub(crate) struct Proc(Option<Child>);
+pub(crate) struct Proc(pub(crate) Option<Child>);
 
 impl Proc {
     pub(crate) fn kill(&mut self, sig: &str) {
