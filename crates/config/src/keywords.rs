@@ -71,6 +71,7 @@ const SCRIPTS: &str =
 const SCRIPTS_TEST: &str = "crates/rvs/tests/e2e/script_security.rs::script_user_runs_scripts_as_that_user_and_script_security_refuses_writable_ones";
 const STRICT_TEST: &str =
     "crates/rvs/src/rvsd/vrrp.rs::vrrp_strict_applies_keepalived_s_checks_and_refusals";
+const SMTP_HOST_TEST: &str = "crates/rvs/tests/e2e/health_probes.rs::smtp_check_hosts_are_each_checked_against_a_real_smtp_server";
 const RELOAD: &str = "rvs reloads on SIGHUP or `rvsadm reload` only";
 const LINKBEAT: &str = "rvs follows interface state over netlink only";
 const NOTIFY: &str = "this notification is not implemented yet";
@@ -368,13 +369,7 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Ssl, "ca", NotApplied(SSL)),
     (Ssl, "certificate", NotApplied(SSL)),
     (Ssl, "key", NotApplied(SSL)),
-    (
-        Checker,
-        "host",
-        NotApplied(
-            "SMTP_CHECK `host` blocks are not implemented yet; only the checker's own connect_ip/connect_port is checked",
-        ),
-    ),
+    (Checker, "host", Applied(SMTP_HOST_TEST)),
 ];
 
 /// What rvs does with `keyword` in `block`; `None`: applied without an

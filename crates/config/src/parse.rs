@@ -1040,7 +1040,7 @@ fn real_server(c: &mut Ctx<'_>, n: &Node) -> R<RealServer> {
             _ if listed => {}
             "HTTP_GET" | "SSL_GET" | "TCP_CHECK" | "SMTP_CHECK" | "DNS_CHECK" | "MISC_CHECK"
             | "UDP_CHECK" | "PING_CHECK" | "FILE_CHECK" | "BFD_CHECK" => {
-                rs.checkers.push(checker(c, k)?);
+                rs.checkers.extend(checker(c, k)?);
                 max = 0;
             }
             _ => {
@@ -1078,9 +1078,14 @@ fn common_opt(c: &mut Ctx<'_>, k: &Node, o: &mut CheckerCommon) -> R<bool> {
     Ok(true)
 }
 
-fn checker(c: &mut Ctx<'_>, n: &Node) -> R<Checker> {
+/// A checker block; an `SMTP_CHECK` with `host { }` blocks is one checker
+/// per host, as keepalived 2 makes them (so the real server is up only
+/// while every host answers), each host's connection options defaulting to
+/// the checker's own given before it.
+fn checker(c: &mut Ctx<'_>, n: &Node) -> R<Vec<Checker>> {
     let name = n.key.text.as_str();
     let mut common = CheckerCommon::default();
+    let mut hosts: Vec<CheckerCommon> = Vec::new();
     let mut kind = match name {
         "HTTP_GET" => CheckerKind::Http(HttpCheck::default()),
         "SSL_GET" => CheckerKind::Ssl(HttpCheck::default()),
@@ -1154,15 +1159,27 @@ fn checker(c: &mut Ctx<'_>, n: &Node) -> R<Checker> {
                 }
                 _ => false,
             },
-            CheckerKind::Smtp { helo_name } => {
-                if key == "helo_name" {
+            CheckerKind::Smtp { helo_name } => match key {
+                "helo_name" => {
                     *helo_name = Some(string(k, "a HELO name")?);
                     true
-                } else {
-                    // Old keepalived allowed `host { }` sub-blocks; skip with a warning below.
-                    false
                 }
-            }
+                "host" => {
+                    let mut h = common.clone();
+                    for hk in block(k)? {
+                        if !common_opt(c, hk, &mut h)? {
+                            c.unknown(hk, "SMTP_CHECK host", Block::Checker);
+                        }
+                    }
+                    hosts.push(h);
+                    c.warn(
+                        &k.key,
+                        "The SMTP_CHECK host block is deprecated. Please define additional checkers.",
+                    );
+                    true
+                }
+                _ => false,
+            },
             CheckerKind::Dns { qtype, name } => match key {
                 "type" => {
                     let t = arg(k, 0, "a DNS query type")?;
@@ -1277,12 +1294,17 @@ fn checker(c: &mut Ctx<'_>, n: &Node) -> R<Checker> {
             c.unknown(k, name, Block::Checker);
         }
     }
-    Ok(Checker {
-        kind,
+    let one = |common: CheckerCommon| Checker {
+        kind: kind.clone(),
         common,
         effective: CheckerTiming::default(),
         loc: loc_of(&n.key),
-    })
+    };
+    if hosts.is_empty() {
+        Ok(vec![one(common)])
+    } else {
+        Ok(hosts.into_iter().map(one).collect())
+    }
 }
 
 /// keepalived's free-format HEX_STR: words of hex digits, an odd-length word
