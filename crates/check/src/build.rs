@@ -42,6 +42,11 @@ pub struct HealthPlan {
     pub warnings: Vec<String>,
 }
 
+/// The words marking a warning about something the file asks for that rvs
+/// does not carry out (as the keyword audit's "`KEYWORD` is not applied by
+/// rvs"): `rvsd --strict` refuses a file with such a warning.
+pub const NOT_APPLIED: &str = "is not applied by rvs";
+
 /// Does this build run checkers of this kind? (All but FILE_CHECK and
 /// BFD_CHECK.)
 pub fn supported(kind: &CheckerKind) -> bool {
@@ -117,7 +122,7 @@ pub fn plan(conf: &KeepalivedConf, specs: &[ServiceSpec]) -> HealthPlan {
                 let j = job(rs, c, vs.virtualhost.as_ref());
                 if !supported(&c.kind) {
                     out.warnings.push(format!(
-                        "{}:{}:{}: {} of real server {} is not run by this build (its other checkers decide)",
+                        "{}:{}:{}: {} of real server {} {NOT_APPLIED}: it is not run (its other checkers decide)",
                         c.loc.file,
                         c.loc.line,
                         c.loc.column,

@@ -60,6 +60,8 @@ pub struct Work {
     pub syncs: Vec<(ServiceKey, Vec<DestConfig>)>,
     /// Scripts to run, with what triggered them.
     pub scripts: Vec<(ScriptSpec, String)>,
+    /// Lines for the LVS notify FIFOs ([`Action::Fifo`]).
+    pub fifo: Vec<String>,
 }
 
 /// Labels of a checker in metrics: (virtual server, real server, checker).
@@ -150,6 +152,7 @@ impl Health {
                 Action::Sync(vs) => work.syncs.extend(self.policy.desired(vs)),
                 Action::Script { script, why } => work.scripts.push((script, why)),
                 Action::Event(e) => self.event(&e),
+                Action::Fifo(line) => work.fifo.push(line),
             }
         }
         work
@@ -181,13 +184,16 @@ impl Health {
         }
     }
 
-    /// Shutting down: the `omega` scripts to run.
-    pub fn shutdown(&mut self) -> Vec<(ScriptSpec, String)> {
+    /// Shutting down: the `omega` scripts to run and FIFO lines to write
+    /// (in [`Work::scripts`] and [`Work::fifo`]).
+    pub fn shutdown(&mut self) -> Work {
         self.policy.shutdown();
-        let mut out = Vec::new();
+        let mut out = Work::default();
         while let Some(a) = self.policy.poll_action() {
-            if let Action::Script { script, why } = a {
-                out.push((script, why));
+            match a {
+                Action::Script { script, why } => out.scripts.push((script, why)),
+                Action::Fifo(line) => out.fifo.push(line),
+                _ => {}
             }
         }
         out

@@ -10,6 +10,8 @@
 //!   daemon holds it;
 //! * [`runner`] — the tokio driver: runs due probes concurrently, feeds
 //!   results back and pushes health changes to the data plane;
+//! * [`security`] — `script_user` and `enable_script_security` over every
+//!   script of a configuration;
 //! * [`probe`] — the probes themselves (TCP, HTTP/SSL, MISC, DNS, UDP, PING);
 //!   `bridge` maps a configured checker to a probe.
 #![forbid(unsafe_code)]
@@ -20,6 +22,7 @@ pub mod health;
 pub mod policy;
 pub mod probe;
 pub mod runner;
+pub mod security;
 
 mod bridge;
 

@@ -302,6 +302,64 @@ pub enum Action {
     },
     /// A transition to log and count.
     Event(Event),
+    /// A line for the LVS notify FIFOs (`notify_fifo`, `lvs_notify_fifo`),
+    /// keepalived's: `RS [10.0.0.2]:tcp:80 [192.0.2.1]:tcp:80 UP` or
+    /// `VS [192.0.2.1]:tcp:80 DOWN`, newline-terminated.
+    Fifo(String),
+}
+
+/// keepalived's `[ADDR]:PROTO:PORT` of an address in a service of
+/// `protocol`.
+fn trio(addr: std::net::IpAddr, protocol: rvs_core::model::Protocol, port: u16) -> String {
+    let proto = match protocol {
+        rvs_core::model::Protocol::Tcp => "tcp",
+        rvs_core::model::Protocol::Udp => "udp",
+        rvs_core::model::Protocol::Sctp => "sctp",
+    };
+    format!("[{addr}]:{proto}:{port}")
+}
+
+/// keepalived's name of a virtual server in its FIFO lines (`FMT_VS`):
+/// `[ADDR]:PROTO:PORT`, `FWM MARK`, or `[GROUP]:0` for a group.
+fn fmt_vs(spec: &VsSpec) -> String {
+    if let Some(group) = spec.name.strip_prefix("group ") {
+        return format!("[{group}]:0");
+    }
+    match spec.services.first().map(|s| s.key) {
+        Some(ServiceKey::Addr {
+            protocol,
+            addr,
+            port,
+        }) => trio(addr, protocol, port),
+        Some(ServiceKey::Fwmark { mark, .. }) => format!("FWM {mark}"),
+        None => spec.name.clone(),
+    }
+}
+
+/// keepalived's name of a real server in its FIFO lines (`FMT_RS`):
+/// `[ADDR]:PROTO:PORT`, the protocol the virtual server's (a fwmark
+/// service has none: `none`).
+fn fmt_rs(spec: &VsSpec, rs: usize) -> String {
+    let Some(slot) = spec.services.first() else {
+        return spec
+            .reals
+            .get(rs)
+            .map_or_else(String::new, |r| r.name.clone());
+    };
+    let Some(d) = slot.dests.get(rs) else {
+        return spec
+            .reals
+            .get(rs)
+            .map_or_else(String::new, |r| r.name.clone());
+    };
+    match slot.key {
+        ServiceKey::Addr { protocol, .. } => trio(d.addr, protocol, d.port),
+        ServiceKey::Fwmark { .. } => format!("[{}]:none:{}", d.addr, d.port),
+    }
+}
+
+fn up_down(up: bool) -> &'static str {
+    if up { "UP" } else { "DOWN" }
 }
 
 #[derive(Clone, Debug)]
@@ -743,6 +801,7 @@ impl Policy {
                     );
                     self.actions.push_back(Action::Script { script, why });
                 }
+                self.push_rs_fifo(vs, rs, alive);
             }
             return;
         }
@@ -802,7 +861,28 @@ impl Policy {
         if let Some(script) = script {
             self.actions.push_back(Action::Script { script, why });
         }
+        self.push_rs_fifo(vs, rs, alive);
         self.update_quorum(vs, false);
+    }
+
+    /// The FIFO line of real server `rs` of `vs` now `alive` (keepalived's
+    /// notify_fifo_rs).
+    fn push_rs_fifo(&mut self, vs: usize, rs: usize, alive: bool) {
+        let spec = &self.config.virtual_servers[vs];
+        let line = format!(
+            "RS {} {} {}\n",
+            fmt_rs(spec, rs),
+            fmt_vs(spec),
+            up_down(alive)
+        );
+        self.actions.push_back(Action::Fifo(line));
+    }
+
+    /// The FIFO line of `vs`'s quorum (keepalived's notify_fifo_vs).
+    fn push_vs_fifo(&mut self, vs: usize, up: bool) {
+        let spec = &self.config.virtual_servers[vs];
+        let line = format!("VS {} {}\n", fmt_vs(spec), up_down(up));
+        self.actions.push_back(Action::Fifo(line));
     }
 
     /// keepalived's update_svr_wgt.
@@ -862,6 +942,7 @@ impl Policy {
                 let why = format!("quorum gained for {}", spec.name);
                 self.actions.push_back(Action::Script { script, why });
             }
+            self.push_vs_fifo(vs, true);
         } else if (q && (sum == 0 || sum < down_threshold)) || (init && !q && self.has_sorry(vs)) {
             self.vs[vs].quorum_up = false;
             self.actions
@@ -870,6 +951,7 @@ impl Policy {
                 let why = format!("quorum lost for {}", spec.name);
                 self.actions.push_back(Action::Script { script, why });
             }
+            self.push_vs_fifo(vs, false);
             if self.has_sorry(vs) {
                 self.mark_dirty(vs);
             }
@@ -945,14 +1027,15 @@ impl Policy {
 
     /// Shutting down: with `omega`, run keepalived's exit notifiers (each
     /// alive real server's `notify_down`, then the virtual server's
-    /// `quorum_down`). Emits [`Action::Script`]s only; the data plane is being torn
-    /// down anyway.
+    /// `quorum_down`, and their FIFO lines). Emits [`Action::Script`]s and
+    /// [`Action::Fifo`]s only; the data plane is being torn down anyway.
     pub fn shutdown(&mut self) {
         for vi in 0..self.vs.len() {
             let spec = &self.config.virtual_servers[vi];
             if !spec.omega {
                 continue;
             }
+            let mut downs = Vec::new();
             for ri in 0..self.vs[vi].rs.len() {
                 if !self.vs[vi].rs[ri].alive {
                     continue;
@@ -963,14 +1046,21 @@ impl Policy {
                     let why = format!("shutdown (omega): {} of {}", rspec.name, spec.name);
                     self.actions.push_back(Action::Script { script, why });
                 }
+                downs.push(ri);
+            }
+            let quorum_down = spec.quorum_down.clone();
+            let name = spec.name.clone();
+            for ri in downs {
+                self.push_rs_fifo(vi, ri, false);
             }
             // keepalived's update_vs_notifies(stopping): the quorum is
             // down once the virtual server is gone.
             self.vs[vi].quorum_up = false;
-            if let Some(script) = spec.quorum_down.clone() {
-                let why = format!("shutdown (omega): {}", spec.name);
+            if let Some(script) = quorum_down {
+                let why = format!("shutdown (omega): {name}");
                 self.actions.push_back(Action::Script { script, why });
             }
+            self.push_vs_fifo(vi, false);
         }
     }
 

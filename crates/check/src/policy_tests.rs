@@ -307,8 +307,14 @@ fn alpha_starts_down_and_first_success_adds() {
     let mut sim = Sim::new(cfg(vs(vec![rs(1, 2, vec![chk("TCP", t)])])));
     assert!(sim.desired().is_empty(), "alpha: not in the pool at start");
     assert_eq!(sim.p.is_alive(0, 0), Some(false));
-    // A failure of a never-run DOWN checker: no retry, delay_loop.
-    assert!(sim.step(Outcome::fail("refused"), ms(0)).is_empty());
+    // A failure of a never-run DOWN checker: no retry, delay_loop; only
+    // keepalived's first-check notifier (its FIFO line).
+    assert_eq!(
+        sim.step(Outcome::fail("refused"), ms(0)),
+        [Action::Fifo(
+            "RS [10.0.0.1]:tcp:80 [192.168.0.1]:tcp:80 DOWN\n".into()
+        )]
+    );
     assert!(
         sim.step(Outcome::ok(), ms(0))
             .iter()
@@ -801,4 +807,37 @@ fn reload_adding_checkers_follows_keepalived_migration() {
     v.reals[1].checkers.clear();
     sim.p.reconfigure(sim.now, cfg(v));
     assert_eq!(sim.desired(), vec![dest(1), dest(2)]);
+}
+
+fn fifo_lines(a: &[Action]) -> Vec<String> {
+    a.iter()
+        .filter_map(|x| match x {
+            Action::Fifo(l) => Some(l.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// keepalived's LVS FIFO lines (ipwrapper.c's notify_fifo_rs/_vs): the
+/// real server's change, then the quorum's it causes.
+#[test]
+fn real_server_and_quorum_changes_write_keepalived_s_fifo_lines() {
+    let mut sim = Sim::new(cfg(vs(vec![rs(1, 1, vec![chk("TCP", timing(5, 0, 1))])])));
+    assert!(fifo_lines(&sim.step(Outcome::ok(), ms(0))).is_empty());
+    let a = sim.step(Outcome::fail("connection refused"), ms(0));
+    assert_eq!(
+        fifo_lines(&a),
+        [
+            "RS [10.0.0.1]:tcp:80 [192.168.0.1]:tcp:80 DOWN\n",
+            "VS [192.168.0.1]:tcp:80 DOWN\n"
+        ]
+    );
+    let a = sim.step(Outcome::ok(), ms(0));
+    assert_eq!(
+        fifo_lines(&a),
+        [
+            "RS [10.0.0.1]:tcp:80 [192.168.0.1]:tcp:80 UP\n",
+            "VS [192.168.0.1]:tcp:80 UP\n"
+        ]
+    );
 }

@@ -27,6 +27,9 @@ pub trait Host: Send + 'static {
     /// Make `key`'s real servers equal `dests` (through the host's atomic
     /// change path; see [`commands_for`]).
     fn apply_health(&mut self, key: ServiceKey, dests: Vec<DestConfig>);
+    /// Write a line to the LVS notify FIFOs (keepalived's `notify_fifo` and
+    /// `lvs_notify_fifo`); must not block.
+    fn notify_fifo(&mut self, _line: &str) {}
 }
 
 /// The commands that turn the live real servers of `key` into `dests`
@@ -109,6 +112,9 @@ pub async fn run<H: Host>(host: Arc<Mutex<H>>, wake: Arc<Notify>) {
                     let due = health.next_due();
                     for (key, dests) in work.syncs {
                         h.apply_health(key, dests);
+                    }
+                    for line in &work.fifo {
+                        h.notify_fifo(line);
                     }
                     Some(((work.probes, work.scripts), due))
                 }

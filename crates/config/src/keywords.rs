@@ -38,6 +38,9 @@ pub enum Block {
 /// What rvs does with a keyword it reads but does not apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
+    /// Carried out with keepalived's meaning; the behavioural test that
+    /// shows it (`file::function`).
+    Applied(&'static str),
     /// Read and skipped with a located warning "`KEYWORD` is not applied by
     /// rvs (REASON)"; an error under `--strict`.
     NotApplied(&'static str),
@@ -47,8 +50,13 @@ pub enum Outcome {
     Quiet(&'static str),
 }
 
-const SMTP: &str = "e-mail alerts are not implemented yet; no mail is sent";
-const FIFO: &str = "notify FIFOs are not implemented yet; use notify scripts";
+const SMTP: &str = "e-mail alerts are sent for VRRP instance transitions only; no mail for groups, virtual or real servers";
+const SMTP_TEST: &str =
+    "crates/rvs/tests/e2e/smtp_alert.rs::smtp_alert_mails_vrrp_transitions_to_a_real_smtp_server";
+const FIFO: &str =
+    "rvsd writes the FIFO lines of transitions only, not the current states again at a reload";
+const FIFO_TEST: &str = "crates/rvs/tests/e2e/notify_fifo.rs::notify_fifo_lines_match_keepalived_s";
+const LVS_FIFO_TEST: &str = "crates/check/src/policy_tests.rs::real_server_and_quorum_changes_write_keepalived_s_fifo_lines";
 const ROUTES: &str =
     "static and virtual routes, rules and addresses are not implemented yet; nothing is installed";
 const TRACK: &str =
@@ -59,7 +67,11 @@ const GARP: &str = "rvs sends gratuitous ARP / NA only as garp_master_* say";
 const FIREWALL: &str =
     "rvs installs no iptables/ipset/nftables rules (keepalived does so for vrrp_strict)";
 const SCRIPTS: &str =
-    "script security is not implemented yet: scripts run as rvsd's user and are not checked";
+    "scripts' paths are checked with their symlinks resolved, as keepalived does by default";
+const SCRIPTS_TEST: &str = "crates/rvs/tests/e2e/script_security.rs::script_user_runs_scripts_as_that_user_and_script_security_refuses_writable_ones";
+const STRICT_TEST: &str =
+    "crates/rvs/src/rvsd/vrrp.rs::vrrp_strict_applies_keepalived_s_checks_and_refusals";
+const SMTP_HOST_TEST: &str = "crates/rvs/tests/e2e/health_probes.rs::smtp_check_hosts_are_each_checked_against_a_real_smtp_server";
 const RELOAD: &str = "rvs reloads on SIGHUP or `rvsadm reload` only";
 const LINKBEAT: &str = "rvs follows interface state over netlink only";
 const NOTIFY: &str = "this notification is not implemented yet";
@@ -80,7 +92,9 @@ const NAMESPACE: &str = "rvs does not enter network namespaces; run rvsd in the 
 use Block::*;
 use Outcome::*;
 
-/// Every keyword rvs reads but does not carry out: (block, keyword, outcome).
+/// The audited keywords: (block, keyword, outcome) — those rvs reads but
+/// does not carry out, and those it carries out named with the test that
+/// shows it ([`Outcome::Applied`]).
 pub const TABLE: &[(Block, &str, Outcome)] = &[
     // Top level blocks.
     (Top, "static_ipaddress", NotApplied(ROUTES)),
@@ -103,36 +117,38 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Top, "includea", Refused(INCLUDE)),
     (Top, "namespace_with_ipsets", NotApplied(FIREWALL)),
     // global_defs: mail, FIFOs, notifications.
-    (Global, "notification_email", NotApplied(SMTP)),
-    (Global, "notification_email_from", NotApplied(SMTP)),
-    (Global, "smtp_server", NotApplied(SMTP)),
-    (Global, "smtp_connect_timeout", NotApplied(SMTP)),
-    (Global, "smtp_helo_name", NotApplied(SMTP)),
-    (Global, "smtp_alert", NotApplied(SMTP)),
-    (Global, "smtp_alert_vrrp", NotApplied(SMTP)),
+    (Global, "notification_email", Applied(SMTP_TEST)),
+    (Global, "notification_email_from", Applied(SMTP_TEST)),
+    (Global, "smtp_server", Applied(SMTP_TEST)),
+    (Global, "smtp_connect_timeout", Applied(SMTP_TEST)),
+    (Global, "smtp_helo_name", Applied(SMTP_TEST)),
+    (Global, "smtp_alert", Applied(SMTP_TEST)),
+    (Global, "smtp_alert_vrrp", Applied(SMTP_TEST)),
     (Global, "smtp_alert_checker", NotApplied(SMTP)),
     (Global, "no_email_faults", NotApplied(SMTP)),
     (Global, "no_checker_emails", NotApplied(SMTP)),
     (Global, "email_faults", NotApplied(SMTP)),
-    (Global, "notify_fifo", NotApplied(FIFO)),
-    (Global, "notify_fifo_script", NotApplied(FIFO)),
-    (Global, "vrrp_notify_fifo", NotApplied(FIFO)),
-    (Global, "vrrp_notify_fifo_script", NotApplied(FIFO)),
-    (Global, "lvs_notify_fifo", NotApplied(FIFO)),
-    (Global, "lvs_notify_fifo_script", NotApplied(FIFO)),
+    (Global, "notify_fifo", Applied(FIFO_TEST)),
+    (Global, "notify_fifo_script", Applied(FIFO_TEST)),
+    (Global, "vrrp_notify_fifo", Applied(FIFO_TEST)),
+    (Global, "vrrp_notify_fifo_script", Applied(FIFO_TEST)),
+    (Global, "lvs_notify_fifo", Applied(LVS_FIFO_TEST)),
+    (Global, "lvs_notify_fifo_script", Applied(LVS_FIFO_TEST)),
     (Global, "fifo_write_vrrp_states_on_reload", NotApplied(FIFO)),
     (Global, "rs_init_notifies", NotApplied(NOTIFY)),
-    (Global, "notify_fifo_user", NotApplied(FIFO)),
-    // global_defs: scripts.
-    (Global, "script_user", NotApplied(SCRIPTS)),
-    (Global, "enable_script_security", NotApplied(SCRIPTS)),
-    (Global, "use_symlink_paths", NotApplied(SCRIPTS)),
-    // global_defs: VRRP behaviour rvs does not implement.
     (
         Global,
-        "vrrp_strict",
-        NotApplied("vrrp_strict's RFC checks and refusals are not implemented yet"),
+        "notify_fifo_user",
+        NotApplied(
+            "the FIFOs' owner is given after each FIFO's path (`notify_fifo PATH USER [GROUP]`)",
+        ),
     ),
+    // global_defs: scripts.
+    (Global, "script_user", Applied(SCRIPTS_TEST)),
+    (Global, "enable_script_security", Applied(SCRIPTS_TEST)),
+    (Global, "use_symlink_paths", NotApplied(SCRIPTS)),
+    // global_defs: VRRP behaviour rvs does not implement.
+    (Global, "vrrp_strict", Applied(STRICT_TEST)),
     (Global, "dynamic_interfaces", NotApplied(VRRP)),
     (Global, "vrrp_check_unicast_src", NotApplied(VRRP)),
     (Global, "vrrp_skip_check_adv_addr", NotApplied(VRRP)),
@@ -278,13 +294,9 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (VrrpInstance, "track_bfd", NotApplied(TRACK)),
     (VrrpInstance, "virtual_routes", NotApplied(ROUTES)),
     (VrrpInstance, "virtual_rules", NotApplied(ROUTES)),
-    (VrrpInstance, "smtp_alert", NotApplied(SMTP)),
+    (VrrpInstance, "smtp_alert", Applied(SMTP_TEST)),
     (VrrpInstance, "smtp_alert_vrrp", NotApplied(SMTP)),
-    (
-        VrrpInstance,
-        "strict_mode",
-        NotApplied("vrrp_strict's RFC checks and refusals are not implemented yet"),
-    ),
+    (VrrpInstance, "strict_mode", Applied(STRICT_TEST)),
     (VrrpInstance, "notify_deleted", NotApplied(NOTIFY)),
     (
         VrrpInstance,
@@ -357,17 +369,11 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Ssl, "ca", NotApplied(SSL)),
     (Ssl, "certificate", NotApplied(SSL)),
     (Ssl, "key", NotApplied(SSL)),
-    (
-        Checker,
-        "host",
-        NotApplied(
-            "SMTP_CHECK `host` blocks are not implemented yet; only the checker's own connect_ip/connect_port is checked",
-        ),
-    ),
+    (Checker, "host", Applied(SMTP_HOST_TEST)),
 ];
 
-/// What rvs does with `keyword` in `block` when it does not apply it;
-/// `None`: applied (or unknown).
+/// What rvs does with `keyword` in `block`; `None`: applied without an
+/// audit entry (or unknown).
 pub fn outcome(block: Block, keyword: &str) -> Option<Outcome> {
     TABLE
         .iter()

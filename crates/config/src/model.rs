@@ -79,6 +79,12 @@ pub struct GlobalDefs {
     pub smtp_server: Option<(String, Option<u16>)>,
     /// `smtp_connect_timeout`.
     pub smtp_connect_timeout: Option<Duration>,
+    /// `smtp_helo_name` (default: the host name).
+    pub smtp_helo_name: Option<String>,
+    /// `smtp_alert [true|false]`: the default of every object's.
+    pub smtp_alert: Option<bool>,
+    /// `smtp_alert_vrrp`: the default of VRRP instances' (before `smtp_alert`).
+    pub smtp_alert_vrrp: Option<bool>,
     /// `lvs_timeouts`.
     pub lvs_timeouts: Option<LvsTimeouts>,
     /// `lvs_sync_daemon`.
@@ -116,6 +122,12 @@ pub struct GlobalDefs {
     pub script_user: Option<String>,
     /// `checker_log_all_failures`.
     pub checker_log_all_failures: bool,
+    /// `notify_fifo` / `notify_fifo_script`: every VRRP and LVS event.
+    pub notify_fifo: NotifyFifo,
+    /// `vrrp_notify_fifo` / `vrrp_notify_fifo_script`: VRRP events only.
+    pub vrrp_notify_fifo: NotifyFifo,
+    /// `lvs_notify_fifo` / `lvs_notify_fifo_script`: LVS (checker) events only.
+    pub lvs_notify_fifo: NotifyFifo,
     /// Real keepalived keywords rvs accepts but does not act on: (keyword, arguments).
     pub unused: Vec<(String, Vec<String>)>,
 }
@@ -128,6 +140,9 @@ impl Default for GlobalDefs {
             notification_email_from: None,
             smtp_server: None,
             smtp_connect_timeout: None,
+            smtp_helo_name: None,
+            smtp_alert: None,
+            smtp_alert_vrrp: None,
             lvs_timeouts: None,
             lvs_sync_daemon: None,
             lvs_flush: false,
@@ -146,9 +161,28 @@ impl Default for GlobalDefs {
             enable_script_security: false,
             script_user: None,
             checker_log_all_failures: false,
+            notify_fifo: NotifyFifo::default(),
+            vrrp_notify_fifo: NotifyFifo::default(),
+            lvs_notify_fifo: NotifyFifo::default(),
             unused: Vec::new(),
         }
     }
+}
+
+/// A notify FIFO of `global_defs` (`notify_fifo PATH [USER [GROUP]]` and
+/// its `*_script SCRIPT [USER [GROUP]]`): keepalived writes one line per
+/// event into it, and starts the script with the FIFO's path as its last
+/// argument so that the script can read it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NotifyFifo {
+    /// The FIFO's path (created if missing).
+    pub path: Option<String>,
+    /// `USER [GROUP]` owning a FIFO rvs creates, as written.
+    pub owner: Option<String>,
+    /// The script reading the FIFO.
+    pub script: Option<Script>,
+    /// Where the keyword was (for warnings).
+    pub loc: Option<Loc>,
 }
 
 /// Global `SSL { password ca certificate key }`.

@@ -58,7 +58,7 @@ impl Ctx<'_> {
     /// keyword is listed (and so known, even if nothing reads it).
     fn audit(&mut self, kind: Block, n: &Node) -> R<bool> {
         match keywords::outcome(kind, &n.key.text) {
-            None => Ok(false),
+            None | Some(Outcome::Applied(_)) => Ok(false),
             Some(Outcome::Quiet(_)) => Ok(true),
             Some(Outcome::NotApplied(why)) => {
                 self.w
@@ -455,6 +455,9 @@ fn global_defs(c: &mut Ctx<'_>, n: &Node, g: &mut GlobalDefs) -> R<()> {
             "smtp_connect_timeout" => {
                 g.smtp_connect_timeout = Some(timer(arg(k, 0, "a time in seconds")?)?)
             }
+            "smtp_helo_name" => g.smtp_helo_name = Some(string(k, "a HELO name")?),
+            "smtp_alert" => g.smtp_alert = Some(flag(k)?),
+            "smtp_alert_vrrp" => g.smtp_alert_vrrp = Some(flag(k)?),
             "lvs_timeouts" => {
                 let mut t = LvsTimeouts::default();
                 let mut i = 0;
@@ -535,6 +538,17 @@ fn global_defs(c: &mut Ctx<'_>, n: &Node, g: &mut GlobalDefs) -> R<()> {
                 )
             }
             "checker_log_all_failures" => g.checker_log_all_failures = flag(k)?,
+            "notify_fifo" | "vrrp_notify_fifo" | "lvs_notify_fifo" => {
+                let f = fifo_slot(g, key);
+                f.path = Some(string(k, "a FIFO path")?);
+                f.owner = words_after(k, 1);
+                f.loc = Some(loc_of(&k.key));
+            }
+            "notify_fifo_script" | "vrrp_notify_fifo_script" | "lvs_notify_fifo_script" => {
+                let f = fifo_slot(g, key.trim_end_matches("_script"));
+                f.script = Some(script(k)?);
+                f.loc.get_or_insert_with(|| loc_of(&k.key));
+            }
             _ if listed => g.unused.push((
                 key.to_owned(),
                 k.args.iter().map(|t| t.text.clone()).collect(),
@@ -543,6 +557,26 @@ fn global_defs(c: &mut Ctx<'_>, n: &Node, g: &mut GlobalDefs) -> R<()> {
         }
     }
     Ok(())
+}
+
+/// The FIFO a `*notify_fifo` keyword sets.
+fn fifo_slot<'g>(g: &'g mut GlobalDefs, key: &str) -> &'g mut NotifyFifo {
+    match key {
+        "vrrp_notify_fifo" => &mut g.vrrp_notify_fifo,
+        "lvs_notify_fifo" => &mut g.lvs_notify_fifo,
+        _ => &mut g.notify_fifo,
+    }
+}
+
+/// The arguments from `from` on, joined by a space (`USER [GROUP]`).
+fn words_after(n: &Node, from: usize) -> Option<String> {
+    (n.args.len() > from).then(|| {
+        n.args[from..]
+            .iter()
+            .map(|t| t.text.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    })
 }
 
 fn sync_daemon(k: &Node) -> R<LvsSyncDaemon> {
@@ -1019,7 +1053,7 @@ fn real_server(c: &mut Ctx<'_>, n: &Node) -> R<RealServer> {
             _ if listed => {}
             "HTTP_GET" | "SSL_GET" | "TCP_CHECK" | "SMTP_CHECK" | "DNS_CHECK" | "MISC_CHECK"
             | "UDP_CHECK" | "PING_CHECK" | "FILE_CHECK" | "BFD_CHECK" => {
-                rs.checkers.push(checker(c, k)?);
+                rs.checkers.extend(checker(c, k)?);
                 max = 0;
             }
             _ => {
@@ -1057,9 +1091,14 @@ fn common_opt(c: &mut Ctx<'_>, k: &Node, o: &mut CheckerCommon) -> R<bool> {
     Ok(true)
 }
 
-fn checker(c: &mut Ctx<'_>, n: &Node) -> R<Checker> {
+/// A checker block; an `SMTP_CHECK` with `host { }` blocks is one checker
+/// per host, as keepalived 2 makes them (so the real server is up only
+/// while every host answers), each host's connection options defaulting to
+/// the checker's own given before it.
+fn checker(c: &mut Ctx<'_>, n: &Node) -> R<Vec<Checker>> {
     let name = n.key.text.as_str();
     let mut common = CheckerCommon::default();
+    let mut hosts: Vec<CheckerCommon> = Vec::new();
     let mut kind = match name {
         "HTTP_GET" => CheckerKind::Http(HttpCheck::default()),
         "SSL_GET" => CheckerKind::Ssl(HttpCheck::default()),
@@ -1133,15 +1172,27 @@ fn checker(c: &mut Ctx<'_>, n: &Node) -> R<Checker> {
                 }
                 _ => false,
             },
-            CheckerKind::Smtp { helo_name } => {
-                if key == "helo_name" {
+            CheckerKind::Smtp { helo_name } => match key {
+                "helo_name" => {
                     *helo_name = Some(string(k, "a HELO name")?);
                     true
-                } else {
-                    // Old keepalived allowed `host { }` sub-blocks; skip with a warning below.
-                    false
                 }
-            }
+                "host" => {
+                    let mut h = common.clone();
+                    for hk in block(k)? {
+                        if !common_opt(c, hk, &mut h)? {
+                            c.unknown(hk, "SMTP_CHECK host", Block::Checker);
+                        }
+                    }
+                    hosts.push(h);
+                    c.warn(
+                        &k.key,
+                        "The SMTP_CHECK host block is deprecated. Please define additional checkers.",
+                    );
+                    true
+                }
+                _ => false,
+            },
             CheckerKind::Dns { qtype, name } => match key {
                 "type" => {
                     let t = arg(k, 0, "a DNS query type")?;
@@ -1256,12 +1307,17 @@ fn checker(c: &mut Ctx<'_>, n: &Node) -> R<Checker> {
             c.unknown(k, name, Block::Checker);
         }
     }
-    Ok(Checker {
-        kind,
+    let one = |common: CheckerCommon| Checker {
+        kind: kind.clone(),
         common,
         effective: CheckerTiming::default(),
         loc: loc_of(&n.key),
-    })
+    };
+    if hosts.is_empty() {
+        Ok(vec![one(common)])
+    } else {
+        Ok(hosts.into_iter().map(one).collect())
+    }
 }
 
 /// keepalived's free-format HEX_STR: words of hex digits, an odd-length word

@@ -142,7 +142,11 @@ impl Daemon {
 
     /// Shutting down: run the `omega` notifiers.
     pub fn shutdown_health(&mut self) {
-        for (script, why) in self.health.shutdown() {
+        let work = self.health.shutdown();
+        for line in &work.fifo {
+            crate::notify::lvs_event(line);
+        }
+        for (script, why) in work.scripts {
             rvs_check::runner::run_script(script, why);
         }
     }
@@ -253,8 +257,12 @@ impl Daemon {
     ) -> Result<DiffSummary, String> {
         let mut vrrp = None;
         let mut sync_wanted = None;
+        let mut fifos = None;
+        let mut mailer = None;
         let result = loaded.and_then(|mut loaded| {
             vrrp = Some(std::mem::take(&mut loaded.vrrp));
+            fifos = Some(std::mem::take(&mut loaded.fifos));
+            mailer = Some(loaded.mailer.take());
             sync_wanted = Some(loaded.sync.take());
             for w in &loaded.warnings {
                 tracing::warn!("{w}");
@@ -279,6 +287,13 @@ impl Daemon {
             }
             Ok(summary)
         });
+        // The FIFOs first, so the instances' first lines find them.
+        if let (Ok(_), Some(f)) = (&result, fifos) {
+            crate::notify::configure(&f);
+        }
+        if let (Ok(_), Some(m)) = (&result, mailer) {
+            crate::smtp::configure(m);
+        }
         if let (Ok(_), Some(v)) = (&result, vrrp) {
             self.vrrp.send_replace(v);
         }
@@ -390,6 +405,10 @@ impl Daemon {
 impl rvs_check::runner::Host for Daemon {
     fn health(&mut self) -> Option<&mut rvs_check::Health> {
         Some(&mut self.health)
+    }
+
+    fn notify_fifo(&mut self, line: &str) {
+        crate::notify::lvs_event(line);
     }
 
     fn apply_health(

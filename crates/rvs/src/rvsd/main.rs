@@ -10,9 +10,11 @@ mod daemon;
 mod demo;
 mod http;
 mod metrics;
+mod notify;
 mod realserver;
 mod rules;
 mod server;
+mod smtp;
 mod source;
 mod sync;
 mod table_file;
@@ -85,8 +87,9 @@ struct Args {
     check: bool,
 
     /// Refuse, as errors at their file:line:column, the keywords rvs reads
-    /// but does not carry out (the "is not applied by rvs" warnings) and
-    /// unknown keywords: with --check, a non-zero exit for CI; at start-up,
+    /// but does not carry out (the "is not applied by rvs" warnings, also
+    /// those of the health checker and VRRP: a checker type or an option
+    /// rvsd does not run) and unknown keywords: with --check, a non-zero exit for CI; at start-up,
     /// rvsd does not start; on a reload, the file is refused and nothing
     /// changes.
     #[arg(long)]
@@ -1072,6 +1075,8 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
         if let Ok(mut d) = daemon.lock() {
             d.shutdown_health();
         }
+        // After the instances' STOP lines: FIFOs rvsd created go.
+        notify::close_all();
         if removing {
             // Unpinned, the links go with this process's descriptors of
             // them when it exits a moment later; the maps with the program.

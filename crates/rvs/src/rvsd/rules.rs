@@ -52,6 +52,8 @@ pub fn load(path: &Path) -> Result<Loaded, String> {
         warnings: Vec::new(),
         health: None,
         vrrp: Vec::new(),
+        fifos: Default::default(),
+        mailer: None,
         sync: None,
     })
 }

@@ -50,6 +50,10 @@ pub struct Loaded {
     pub health: Option<rvs_check::HealthPlan>,
     /// The VRRP instances to run (keepalived.conf only).
     pub vrrp: Vec<crate::vrrp::Spec>,
+    /// The notify FIFOs (keepalived.conf only).
+    pub fifos: crate::notify::Fifos,
+    /// Where `smtp_alert` mail goes (keepalived.conf only).
+    pub mailer: Option<crate::smtp::Mailer>,
     /// `lvs_sync_daemon` (keepalived.conf only).
     pub sync: Option<rvs_config::model::LvsSyncDaemon>,
 }
@@ -84,7 +88,10 @@ pub fn default_config_id() -> Option<String> {
 fn load_keepalived(path: &Path) -> Result<Loaded, String> {
     let default = rvs_config::LoadOptions::default();
     let opts = KEEPALIVED_OPTIONS.get().unwrap_or(&default);
-    let loaded = rvs_config::load(path, opts).map_err(|e| e.to_string())?;
+    let mut loaded = rvs_config::load(path, opts).map_err(|e| e.to_string())?;
+    // Every script's user, and the insecure ones refused, before anything
+    // plans to run them.
+    let security_warnings = rvs_check::security::apply(&mut loaded.config);
     let specs = loaded.config.lvs_services().map_err(|e| e.to_string())?;
     let checkers: usize = loaded
         .config
@@ -102,8 +109,36 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
         health.jobs.len()
     );
     let mut warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    warnings.extend(security_warnings);
     warnings.extend(health.warnings.iter().cloned());
     warnings.extend(vrrp_warnings);
+    let g = &loaded.config.global;
+    if g.smtp_alert == Some(true)
+        && loaded
+            .config
+            .virtual_servers
+            .iter()
+            .any(|vs| !vs.real_servers.is_empty())
+    {
+        warnings.push(format!(
+            "global_defs: smtp_alert for real and virtual servers {}: only VRRP transitions are mailed",
+            crate::vrrp::NOT_APPLIED
+        ));
+    }
+    // `--strict`: what the health checker, VRRP or the mailer would not
+    // carry out is refused like the keywords the reader does not apply
+    // (whose warnings are errors already).
+    if opts.strict {
+        let refused: Vec<&str> = warnings
+            .iter()
+            .filter(|w| w.contains(crate::vrrp::NOT_APPLIED))
+            .map(String::as_str)
+            .collect();
+        if !refused.is_empty() {
+            return Err(format!("--strict: {}", refused.join("\n--strict: ")));
+        }
+    }
+    let fifos = crate::notify::Fifos::of(g, &mut warnings);
     Ok(Loaded {
         defs: specs
             .into_iter()
@@ -119,6 +154,8 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
         extra,
         health: Some(health),
         vrrp,
+        fifos,
+        mailer: crate::smtp::Mailer::of(&loaded.config.global),
         sync: loaded.config.global.lvs_sync_daemon.clone(),
     })
 }

@@ -136,6 +136,13 @@ pub struct Spec {
     pub sync_group: Option<String>,
     /// That group's notify scripts (run once per group transition).
     pub group_notify: Notify,
+    /// `vrrp_strict` / `strict_mode`: an advertisement must carry exactly
+    /// this instance's addresses (RFC 5798 §6.4.2/§6.4.3), or it is
+    /// dropped.
+    pub strict: bool,
+    /// `smtp_alert` (else the global `smtp_alert_vrrp`, else `smtp_alert`):
+    /// mail each transition.
+    pub smtp_alert: bool,
 }
 
 impl Notify {
@@ -157,6 +164,10 @@ impl Notify {
     }
 }
 
+/// The words marking a warning about something the file asks for that rvs
+/// does not carry out: `rvsd --strict` refuses such a file.
+pub const NOT_APPLIED: &str = rvs_check::build::NOT_APPLIED;
+
 /// The instances of a file, or the first reason one cannot run (named by
 /// file:line:column). Warnings for what is accepted but not acted on.
 pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
@@ -174,16 +185,18 @@ pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
             ));
         }
     }
-    if conf.global.vrrp_strict && !specs.is_empty() {
+    if specs.iter().any(|s| s.strict) {
+        // keepalived's vrrp_strict also installs firewall rules dropping
+        // traffic to the VIPs (no accept mode); rvs installs none.
         warnings.push(
-            "global_defs: vrrp_strict is accepted but its extra RFC checks and filtering are not applied"
+            "vrrp_strict: the firewall rules keepalived adds for it (no accept mode: traffic to the VIPs dropped) are not applied by rvs"
                 .into(),
         );
     }
     for g in &conf.vrrp_sync_groups {
         let at = |what: String| format!("{}: vrrp_sync_group {}: {what}", g.loc, g.name);
         if g.smtp_alert {
-            warnings.push(at("smtp_alert is not supported".into()));
+            warnings.push(at(format!("smtp_alert {NOT_APPLIED}")));
         }
         let group_notify = Notify::of(&g.notify);
         let mut group_scripts = Vec::new();
@@ -236,6 +249,7 @@ pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
 fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<Spec, String> {
     let g = &conf.global;
     let at = |what: &str| format!("{}: vrrp_instance {}: {what}", v.loc, v.name);
+    let strict = v.strict_mode.unwrap_or(g.vrrp_strict);
     let interface = v.interface.clone().ok_or_else(|| at("no `interface`"))?;
     let vrid = v
         .virtual_router_id
@@ -249,7 +263,9 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
     // macvlan carrying the virtual MAC.
     let vmac = match &v.use_vmac {
         Some(_) if v6_first => {
-            warnings.push(at("use_vmac is supported for IPv4 instances only; ignored"));
+            warnings.push(at(&format!(
+                "use_vmac on an IPv6 instance {NOT_APPLIED} (IPv4 instances only); ignored"
+            )));
             None
         }
         Some(name) => Some(name.clone().unwrap_or_else(|| format!("vrrp.{vrid}"))),
@@ -282,8 +298,46 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
             "VRRPv2 carries whole seconds: advert_int must be a whole number",
         ));
     }
+    // keepalived's vrrp_strict checks (vrrp.c, vrrp_complete_instance),
+    // with its messages.
+    let mut preempt_delay = v.preempt_delay.unwrap_or_default();
+    let mut down_adverts = v.down_timer_adverts;
+    let mut initial_master = v.state == Some(VrrpState::Master);
+    if strict {
+        if vips.is_empty() {
+            return Err(at("No VIP specified; at least one is required"));
+        }
+        if !v.unicast_peer.is_empty() {
+            return Err(at("Unicast peers are not supported in strict mode"));
+        }
+        if initial_master != (v.priority == 255) {
+            warnings.push(at("State MASTER must match being address owner"));
+            initial_master = v.priority == 255;
+        }
+        if v.authentication.is_some() {
+            warnings.push(at("Strict mode does not support authentication. Ignoring."));
+        }
+        if !preempt_delay.is_zero() {
+            warnings.push(at(
+                "preempt_delay is incompatible with strict mode - resetting",
+            ));
+            preempt_delay = Duration::ZERO;
+        }
+        if down_adverts != 3 {
+            warnings.push(at(
+                "down_timer_adverts is incompatible with strict mode - resetting",
+            ));
+            down_adverts = 3;
+        }
+        if let Some(IpAddr::V6(first)) = vips.first().map(|x| x.addr)
+            && !first.is_unicast_link_local()
+        {
+            warnings.push(at("the first IPv6 VIP address must be link local"));
+        }
+    }
     let auth = match &v.authentication {
         None => None,
+        Some(_) if strict => None,
         Some(a) if a.ah => return Err(at("auth_type AH is not supported (use PASS, or none)")),
         Some(a) => {
             if version == 3 {
@@ -314,7 +368,7 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
         priority: v.priority,
         advert_int: v.advert_int,
         preempt: !v.nopreempt,
-        preempt_delay: v.preempt_delay.unwrap_or_default(),
+        preempt_delay,
         auth,
         vips,
         excluded,
@@ -338,7 +392,7 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
         track_scripts,
         track_primary: !v.dont_track_primary,
         notify: Notify::of(&v.notify),
-        down_adverts: v.down_timer_adverts,
+        down_adverts,
         garp_master_delay: v.garp_master_delay.unwrap_or(g.vrrp_garp_master_delay),
         garp_repeat: v
             .garp_master_repeat
@@ -349,11 +403,13 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
             .garp_master_refresh_repeat
             .unwrap_or(g.vrrp_garp_master_refresh_repeat)
             .clamp(1, 255),
-        initial_master: v.state == Some(VrrpState::Master),
+        initial_master,
         vmac,
         vmac_xmit_base: v.vmac_xmit_base,
         sync_group: None,
         group_notify: Notify::default(),
+        strict,
+        smtp_alert: v.smtp_alert || g.smtp_alert_vrrp.or(g.smtp_alert).unwrap_or(false),
         interface,
     })
 }
@@ -383,7 +439,7 @@ fn resolve_script(
     };
     if t.reverse || vs.weight_reverse {
         warnings.push(at(format!(
-            "track_script {}: `reverse` is not supported, the weight applies as written",
+            "track_script {}: `reverse` {NOT_APPLIED}: the weight applies as written",
             t.name
         )));
     }
@@ -940,6 +996,10 @@ impl Driver<'_> {
         if ad.vrid != s.vrid {
             return None;
         }
+        if s.strict && !advertises_ours(s, &ad.addrs) {
+            tracing::info!(target: "rvs::vrrp", "VRRP_Instance({}): ip addresses of the advert from {} do not match ours; dropped (strict mode)", s.name, rx.src);
+            return None;
+        }
         if ad.version != s.version {
             tracing::warn!(target: "rvs::vrrp", "VRRP_Instance({}): VRRPv{} advert from {} (we speak v{})", s.name, ad.version, rx.src, s.version);
             return None;
@@ -1042,7 +1102,17 @@ impl Driver<'_> {
             }
         }
         run_notify(&s.notify, "INSTANCE", &s.name, to, Some(inst.priority()));
+        if s.smtp_alert {
+            crate::smtp::vrrp_alert(&s.name, to);
+        }
     }
+}
+
+/// Strict mode: the advertisement carries exactly this instance's
+/// advertised addresses (the count, and each of ours), as keepalived checks
+/// them.
+fn advertises_ours(s: &Spec, addrs: &[IpAddr]) -> bool {
+    addrs.len() == s.vips.len() && s.vips.iter().all(|v| addrs.contains(&v.addr))
 }
 
 /// Run the notify scripts for `to`: the state's own script, then the
@@ -1056,6 +1126,9 @@ fn run_notify(n: &Notify, kind: &str, name: &str, to: State, priority: Option<u8
         State::Stopped => &n.stop,
         State::Init => &None,
     };
+    if to != State::Init {
+        crate::notify::vrrp_event(kind, name, to.name(), priority.unwrap_or(0));
+    }
     let why = format!("{kind} {name} {}", to.name());
     if let Some(script) = one {
         rvs_check::runner::run_script(script.clone(), why.clone());
@@ -1223,5 +1296,76 @@ vrrp_instance B {
         ))
         .unwrap_err();
         assert!(e.contains("the same virtual_router_id 1"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod strict_tests {
+    use super::*;
+
+    fn plan_of(text: &str) -> Result<(Vec<Spec>, Vec<String>), String> {
+        let loaded = rvs_config::parse_str("k.conf", text, &rvs_config::LoadOptions::default())
+            .map_err(|e| e.to_string())?;
+        plan(&loaded.config)
+    }
+
+    const BODY: &str = "    interface eth0\n    virtual_router_id 51\n    advert_int 1\n";
+
+    /// keepalived's vrrp_strict (vrrp.c's vrrp_complete_instance): no
+    /// authentication, preempt_delay or other down_timer_adverts, state
+    /// MASTER only for the address owner, and neither unicast peers nor an
+    /// instance without addresses.
+    #[test]
+    fn vrrp_strict_applies_keepalived_s_checks_and_refusals() {
+        let (specs, warnings) = plan_of(&format!(
+            "global_defs {{\n vrrp_strict\n}}\nvrrp_instance VI_1 {{\n{BODY}    state MASTER\n    priority 100\n    preempt_delay 5\n    down_timer_adverts 5\n    authentication {{\n        auth_type PASS\n        auth_pass secret\n    }}\n    virtual_ipaddress {{\n        10.0.0.100/24\n    }}\n}}\n"
+        ))
+        .unwrap();
+        let s = &specs[0];
+        assert!(s.strict);
+        assert_eq!(s.auth, None);
+        assert_eq!(s.preempt_delay, Duration::ZERO);
+        assert_eq!(s.down_adverts, 3);
+        assert!(!s.initial_master, "MASTER only for priority 255");
+        for w in [
+            "State MASTER must match being address owner",
+            "Strict mode does not support authentication. Ignoring.",
+            "preempt_delay is incompatible with strict mode - resetting",
+            "down_timer_adverts is incompatible with strict mode - resetting",
+            "firewall rules",
+        ] {
+            assert!(warnings.iter().any(|x| x.contains(w)), "{w}: {warnings:?}");
+        }
+        // Received adverts must carry exactly our addresses.
+        let ours: IpAddr = "10.0.0.100".parse().unwrap();
+        let other: IpAddr = "10.0.0.101".parse().unwrap();
+        assert!(advertises_ours(s, &[ours]));
+        assert!(!advertises_ours(s, &[other]));
+        assert!(!advertises_ours(s, &[ours, other]));
+
+        let e = plan_of(&format!(
+            "vrrp_instance VI_1 {{\n{BODY}    strict_mode\n    priority 100\n    unicast_peer {{\n        10.0.0.2\n    }}\n    virtual_ipaddress {{\n        10.0.0.100/24\n    }}\n}}\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("Unicast peers are not supported in strict mode"),
+            "{e}"
+        );
+        let e = plan_of(&format!(
+            "global_defs {{\n vrrp_strict\n}}\nvrrp_instance VI_1 {{\n{BODY}    priority 100\n}}\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("No VIP specified; at least one is required"),
+            "{e}"
+        );
+
+        // Without strict mode, none of it.
+        let (specs, _) = plan_of(&format!(
+            "vrrp_instance VI_1 {{\n{BODY}    priority 100\n    preempt_delay 5\n    unicast_peer {{\n        10.0.0.2\n    }}\n    virtual_ipaddress {{\n        10.0.0.100/24\n    }}\n}}\n"
+        ))
+        .unwrap();
+        assert!(!specs[0].strict);
+        assert_eq!(specs[0].preempt_delay, Duration::from_secs(5));
     }
 }

@@ -167,6 +167,47 @@ fn strict_refuses_keywords_that_are_not_applied() {
     assert!(stderr.contains("--strict"), "{stderr}");
 }
 
+/// `--strict` also refuses what rvsd's health checker and VRRP would not
+/// carry out (here a FILE_CHECK and a track_script's `reverse`), not only
+/// the keywords the reader does not apply.
+#[test]
+fn strict_refuses_what_health_and_vrrp_do_not_apply() {
+    let dir = TempDir::new("check-strict-run");
+    let p = dir.write(
+        "r.conf",
+        "vrrp_script chk {\n    script /bin/true\n}\nvrrp_instance VI_1 {\n    interface lo\n    virtual_router_id 9\n    priority 100\n    virtual_ipaddress {\n        10.0.0.100\n    }\n    track_script {\n        chk reverse\n    }\n}\nvirtual_server 10.0.0.1 80 {\n    lb_algo rr\n    protocol TCP\n    real_server 10.0.0.2 80 {\n        FILE_CHECK {\n            track_file f\n        }\n    }\n}\n",
+    );
+    let run = |strict: bool| {
+        let mut c = Command::new(RVSD);
+        c.arg("-f").arg(&p).arg("--check");
+        if strict {
+            c.arg("--strict");
+        }
+        parts(&c.output().expect("rvsd"))
+    };
+    let (stdout, _, code) = run(false);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(
+        stdout.contains("FILE_CHECK of real server 10.0.0.2:80 is not applied by rvs"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("`reverse` is not applied by rvs"),
+        "{stdout}"
+    );
+    let (_, stderr, code) = run(true);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("--strict: "), "{stderr}");
+    assert!(
+        stderr.contains("FILE_CHECK of real server 10.0.0.2:80 is not applied by rvs"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("`reverse` is not applied by rvs"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn check_suggests_the_nearest_keyword() {
     let dir = TempDir::new("check-dym");

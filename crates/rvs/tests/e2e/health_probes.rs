@@ -1,6 +1,7 @@
 //! Health checking with the real probes through rvsd: MISC_CHECK with
 //! misc_dynamic weights, HTTP_GET status and digest failures, DNS_CHECK
-//! against a DNS responder built with hickory-proto.
+//! against a DNS responder built with hickory-proto, SMTP_CHECK with `host`
+//! blocks against real SMTP servers (python3-aiosmtpd).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -279,5 +280,91 @@ fn dns_check_against_a_real_responder() {
     dns.healthy.store(true, Ordering::Relaxed);
     within("back", Duration::from_secs(3), || {
         listed(&d) == vec![(dns.port, 4)]
+    });
+}
+
+/// A real SMTP server (Debian's python3-aiosmtpd) on 127.0.0.1:`port`,
+/// killed on drop; `None` (skipped or failed, as the test bed says) when it
+/// is not installed.
+struct Smtpd(std::process::Child);
+
+impl Smtpd {
+    fn start(test: &str, port: u16) -> Option<Smtpd> {
+        let python = "/usr/bin/python3";
+        let has = std::process::Command::new(python)
+            .args(["-c", "import aiosmtpd"])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !has {
+            rvs_testbed::skip_or_fail(
+                test,
+                "python3-aiosmtpd is not installed (scripts/install-deps)",
+            );
+            return None;
+        }
+        let child = std::process::Command::new(python)
+            .args(["-m", "aiosmtpd", "-n", "-l", &format!("127.0.0.1:{port}")])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn aiosmtpd");
+        within("aiosmtpd listens", Duration::from_secs(10), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        Some(Smtpd(child))
+    }
+}
+
+impl Drop for Smtpd {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `SMTP_CHECK` with `host { }` blocks: one check per host (keepalived 2
+/// makes each a checker of its own), so the real server is in the table
+/// only while every host's SMTP server answers.
+#[test]
+fn smtp_check_hosts_are_each_checked_against_a_real_smtp_server() {
+    let test = "smtp_check_hosts_are_each_checked_against_a_real_smtp_server";
+    let (p1, p2) = (free_port(), free_port());
+    let Some(_s1) = Smtpd::start(test, p1) else {
+        return;
+    };
+    let Some(s2) = Smtpd::start(test, p2) else {
+        return;
+    };
+    let dir = TempDir::new("health-smtp");
+    let (vip, rs) = (free_port(), free_port());
+    let conf = dir.write(
+        "keepalived.conf",
+        &format!(
+            "virtual_server 127.0.0.1 {vip} {{\n  delay_loop 0.5\n  lb_algo rr\n  lb_kind NAT\n  protocol TCP\n\
+             real_server 127.0.0.1 {rs} {{\n    weight 1\n    SMTP_CHECK {{\n      connect_timeout 2\n      retry 0\n      helo_name rvs.example.com\n\
+             host {{\n        connect_ip 127.0.0.1\n        connect_port {p1}\n      }}\n      host {{\n        connect_ip 127.0.0.1\n        connect_port {p2}\n      }}\n    }}\n  }}\n}}\n"
+        ),
+    );
+    let c = conf.to_str().expect("utf-8").to_owned();
+    let d = Rvsd::start_with(TempDir::new("health-smtp-d"), "proxy", None, &["-f", &c]);
+    within(
+        "both hosts answer: in the table",
+        Duration::from_secs(10),
+        || listed(&d) == [(rs, 1)],
+    );
+    // One host's server goes: the real server leaves.
+    drop(s2);
+    within(
+        "one host down: out of the table",
+        Duration::from_secs(10),
+        || listed(&d).is_empty(),
+    );
+    // It comes back: so does the real server.
+    let Some(_s2) = Smtpd::start(test, p2) else {
+        return;
+    };
+    within("both answer again: back", Duration::from_secs(10), || {
+        listed(&d) == [(rs, 1)]
     });
 }

@@ -15,10 +15,10 @@ const VIP: &str = "10.0.5.100";
 const VIP6: &str = "2001:db8:5::100";
 
 /// A daemon in a namespace, killed on drop.
-struct Proc(Option<Child>);
+pub(crate) struct Proc(pub(crate) Option<Child>);
 
 impl Proc {
-    fn kill(&mut self, sig: &str) {
+    pub(crate) fn kill(&mut self, sig: &str) {
         if let Some(c) = &self.0 {
             let _ = Command::new("kill")
                 .args([&format!("-{sig}"), &c.id().to_string()])
@@ -27,7 +27,7 @@ impl Proc {
     }
 
     /// Wait (bounded) for the process to exit after a signal.
-    fn wait_exit(&mut self) {
+    pub(crate) fn wait_exit(&mut self) {
         if let Some(mut c) = self.0.take() {
             wait_exit(&mut c, "the process");
         }
@@ -43,7 +43,7 @@ impl Drop for Proc {
     }
 }
 
-fn rvsd(h: &Host, dir: &Path, name: &str, conf: &str) -> Proc {
+pub(crate) fn rvsd(h: &Host, dir: &Path, name: &str, conf: &str) -> Proc {
     let file = dir.join(format!("{name}.conf"));
     std::fs::write(&file, conf).expect("write conf");
     let file = file.to_string_lossy().into_owned();
@@ -52,7 +52,7 @@ fn rvsd(h: &Host, dir: &Path, name: &str, conf: &str) -> Proc {
     Proc(Some(rvsd_in_ns(&h.ns, "none", &socket, &args)))
 }
 
-fn keepalived(h: &Host, dir: &Path, name: &str, conf: &str) -> Proc {
+pub(crate) fn keepalived(h: &Host, dir: &Path, name: &str, conf: &str) -> Proc {
     let file = dir.join(format!("{name}.conf"));
     std::fs::write(&file, conf).expect("write conf");
     let child = Command::new("ip")
