@@ -50,7 +50,8 @@ pub enum Outcome {
 const SMTP: &str = "e-mail alerts are not implemented yet; no mail is sent";
 const FIFO: &str = "notify FIFOs are not implemented yet; use notify scripts";
 const ROUTES: &str =
-    "static and virtual routes, rules and addresses are not implemented yet; nothing is installed";
+    "rvs does not pick a default interface: each static_ipaddress line names its `dev`";
+const RT_NAMES: &str = "rvs does not read iproute2's rt_tables / rt_protos names: give tables and protocols by number (main, local and default are known)";
 const TRACK: &str =
     "tracking files, processes and BFD is not implemented yet; the priority does not follow it";
 const VRRP: &str =
@@ -83,9 +84,6 @@ use Outcome::*;
 /// Every keyword rvs reads but does not carry out: (block, keyword, outcome).
 pub const TABLE: &[(Block, &str, Outcome)] = &[
     // Top level blocks.
-    (Top, "static_ipaddress", NotApplied(ROUTES)),
-    (Top, "static_routes", NotApplied(ROUTES)),
-    (Top, "static_rules", NotApplied(ROUTES)),
     (Top, "linkbeat_interfaces", NotApplied(LINKBEAT)),
     (Top, "track_file", NotApplied(TRACK)),
     (Top, "vrrp_track_file", NotApplied(TRACK)),
@@ -161,8 +159,8 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Global, "nftables_counters", NotApplied(FIREWALL)),
     (Global, "nftables_ipvs", NotApplied(FIREWALL)),
     (Global, "namespace_with_ipsets", NotApplied(FIREWALL)),
-    (Global, "iproute_usr_dir", NotApplied(ROUTES)),
-    (Global, "iproute_etc_dir", NotApplied(ROUTES)),
+    (Global, "iproute_usr_dir", NotApplied(RT_NAMES)),
+    (Global, "iproute_etc_dir", NotApplied(RT_NAMES)),
     (
         Global,
         "local_name",
@@ -276,8 +274,6 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (VrrpInstance, "track_file", NotApplied(TRACK)),
     (VrrpInstance, "track_process", NotApplied(TRACK)),
     (VrrpInstance, "track_bfd", NotApplied(TRACK)),
-    (VrrpInstance, "virtual_routes", NotApplied(ROUTES)),
-    (VrrpInstance, "virtual_rules", NotApplied(ROUTES)),
     (VrrpInstance, "smtp_alert", NotApplied(SMTP)),
     (VrrpInstance, "smtp_alert_vrrp", NotApplied(SMTP)),
     (
@@ -388,6 +384,9 @@ pub fn known(block: Block) -> Vec<&'static str> {
             "vrrp_script",
             "vrrp_sync_group",
             "vrrp_instance",
+            "static_ipaddress",
+            "static_routes",
+            "static_rules",
         ],
         Global => &[
             "router_id",
@@ -438,6 +437,8 @@ pub fn known(block: Block) -> Vec<&'static str> {
             "down_timer_adverts",
             "lvs_sync_daemon_interface",
             "dont_track_primary",
+            "virtual_routes",
+            "virtual_rules",
             "notify_master",
             "notify_backup",
             "notify_fault",

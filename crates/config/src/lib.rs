@@ -28,6 +28,7 @@
 
 mod convert;
 mod glob;
+mod iproute;
 pub mod keywords;
 mod lexer;
 pub mod model;

@@ -9,6 +9,7 @@ use rvs_core::model::{
     AddrFamily, ForwardMethod, PersistMask, Protocol, SchedFlags, Tunnel, TunnelCsum, TunnelType,
 };
 
+use crate::iproute;
 use crate::keywords::{self, Block, Outcome};
 use crate::lexer::{Kind, Node, Token};
 use crate::model::*;
@@ -413,6 +414,18 @@ pub(crate) fn parse(tree: &[Node], w: &mut Vec<Warning>) -> R<KeepalivedConf> {
             "vrrp_script" => conf.vrrp_scripts.push(vrrp_script(&mut c, n)?),
             "vrrp_sync_group" => conf.vrrp_sync_groups.push(sync_group(&mut c, n)?),
             "vrrp_instance" => conf.vrrp_instances.push(vrrp_instance(&mut c, n)?),
+            "static_ipaddress" => {
+                let v = vips(&mut c, n)?;
+                conf.static_ipaddress.extend(v);
+            }
+            "static_routes" => {
+                let v = routes(&mut c, n)?;
+                conf.static_routes.extend(v);
+            }
+            "static_rules" => {
+                let v = rules(&mut c, n)?;
+                conf.static_rules.extend(v);
+            }
             _ if listed => {}
             _ => c.unknown(n, "the top level", Block::Top),
         }
@@ -1570,6 +1583,30 @@ fn vips(c: &mut Ctx<'_>, n: &Node) -> R<Vec<VirtualIp>> {
     Ok(out)
 }
 
+/// A `static_routes` / `virtual_routes` block.
+fn routes(c: &mut Ctx<'_>, n: &Node) -> R<Vec<IpRoute>> {
+    let out = block(n)?
+        .iter()
+        .map(|k| iproute::route(k, c.w))
+        .collect::<R<Vec<_>>>()?;
+    if out.iter().any(|r| !r.no_track) {
+        c.w.push(iproute::untracked_note(&n.key.loc, &n.key.text));
+    }
+    Ok(out)
+}
+
+/// A `static_rules` / `virtual_rules` block.
+fn rules(c: &mut Ctx<'_>, n: &Node) -> R<Vec<IpRule>> {
+    let out = block(n)?
+        .iter()
+        .map(|k| iproute::rule(k, c.w))
+        .collect::<R<Vec<_>>>()?;
+    if out.iter().any(|r| !r.no_track) {
+        c.w.push(iproute::untracked_note(&n.key.loc, &n.key.text));
+    }
+    Ok(out)
+}
+
 fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
     let mut v = VrrpInstance {
         name: string(n, "an instance name")?,
@@ -1602,6 +1639,8 @@ fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
         smtp_alert: false,
         strict_mode: None,
         dont_track_primary: false,
+        virtual_routes: Vec::new(),
+        virtual_rules: Vec::new(),
         loc: loc_of(&n.key),
     };
     for k in block(n)? {
@@ -1746,6 +1785,8 @@ fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
             "smtp_alert" => v.smtp_alert = flag(k)?,
             "strict_mode" => v.strict_mode = Some(flag(k)?),
             "dont_track_primary" => v.dont_track_primary = true,
+            "virtual_routes" => v.virtual_routes.extend(routes(c, k)?),
+            "virtual_rules" => v.virtual_rules.extend(rules(c, k)?),
             _ if listed => {}
             _ => c.unknown(k, "vrrp_instance", Block::VrrpInstance),
         }
