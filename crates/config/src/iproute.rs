@@ -42,6 +42,8 @@ const ROUTE_UNAPPLIED: &[&str] = &[
     "expires",
     "hoplimit",
     "ttl-propagate",
+    "vrf",
+    "track_group",
 ];
 
 /// Rule options that take one value and that rvs does not install.
@@ -54,6 +56,8 @@ const RULE_UNAPPLIED: &[&str] = &[
     "suppress_ifgroup",
     "tunnel-id",
     "protocol",
+    "ip_proto",
+    "track_group",
 ];
 
 /// The words of one line: keyword then arguments.
@@ -276,9 +280,13 @@ pub(crate) fn route(n: &Node, warn: &mut Vec<Warning>) -> R<IpRoute> {
                 i += 1;
             }
             "no_track" => r.no_track = true,
-            "lock" => unapplied(warn, t, "route"),
+            "lock" | "append" => unapplied(warn, t, "route"),
             k if ROUTE_UNAPPLIED.contains(&k) => {
                 unapplied(warn, t, "route");
+                // `ssthresh lock 107`: a locked metric.
+                if w.get(i + 1).is_some_and(|n| n.text == "lock") {
+                    i += 1;
+                }
                 value(&w, i)?;
                 i += 1;
             }
@@ -405,6 +413,7 @@ pub(crate) fn rule(n: &Node, warn: &mut Vec<Warning>) -> R<IpRule> {
         loc: n.key.loc.clone(),
     };
     let mut action: Option<RuleAction> = None;
+    let mut goto: Option<(&Token, u32)> = None;
     let mut family: Option<bool> = None;
     let mut set_action = |t: &Token, a: RuleAction| -> R<()> {
         if action.is_some() {
@@ -443,12 +452,10 @@ pub(crate) fn rule(n: &Node, warn: &mut Vec<Warning>) -> R<IpRule> {
                 i += 1;
             }
             "goto" => {
-                set_action(
+                goto = Some((
                     t,
-                    RuleAction::Goto(
-                        number(value(&w, i)?, "a rule priority", u64::from(u32::MAX))? as u32,
-                    ),
-                )?;
+                    number(value(&w, i)?, "a rule priority", u64::from(u32::MAX))? as u32,
+                ));
                 i += 1;
             }
             "blackhole" => set_action(t, RuleAction::Blackhole)?,
@@ -511,6 +518,21 @@ pub(crate) fn rule(n: &Node, warn: &mut Vec<Warning>) -> R<IpRule> {
         }
         i += 1;
     }
+    // `goto N` beside `table T` (keepalived's example does it): the rule
+    // jumps; the table is not used.
+    if let Some((t, p)) = goto {
+        match action {
+            Some(RuleAction::Table(_)) => {
+                warn.push(Warning::at(
+                    &t.loc,
+                    "`goto` and `table` in one rule: the rule jumps, its table is not used",
+                ));
+                action = Some(RuleAction::Goto(p));
+            }
+            Some(_) => return err(t, "a second action `goto` in one rule"),
+            None => action = Some(RuleAction::Goto(p)),
+        }
+    }
     let Some(a) = action else {
         return err(
             &n.key,
@@ -535,13 +557,13 @@ pub(crate) fn rule(n: &Node, warn: &mut Vec<Warning>) -> R<IpRule> {
     Ok(r)
 }
 
-/// Whether any of `lines` is tracked (has no `no_track`): keepalived
-/// watches those and rvs does not, which the caller warns about once.
+/// The note for a block with lines that have no `no_track`: keepalived
+/// watches those and rvs does not.
 pub(crate) fn untracked_note(loc: &Loc, keyword: &str) -> Warning {
     Warning::at(
         loc,
         format!(
-            "`{keyword}`: rvs installs these but does not watch them (keepalived puts the instance in FAULT when a tracked one is deleted by hand); add `no_track` to each line to say so"
+            "`{keyword}`: rvs installs these but does not watch them (keepalived takes a master out of MASTER when a tracked one is deleted); add `no_track` to each line to say so"
         ),
     )
 }
@@ -588,6 +610,11 @@ mod tests {
             to.dst,
             "192.168.7.0".parse::<IpAddr>().unwrap(),
             "host bits cleared"
+        );
+        let man = rt("2001:470:69e9:1:2::4 dev p33p1.2 table 6909 tos 0x04 protocol bird scope link priority 12 mtu 1000 hoplimit 100 advmss 101 rtt 102 rttvar 103 reordering 104 window 105 cwnd 106 ssthresh lock 107 rto_min 108 initcwnd 109 append initrwnd 110 features ecn fastopen_no_cookie 1").unwrap();
+        assert_eq!(
+            (man.table, man.proto, man.metric, man.scope),
+            (6909, 12, Some(12), Some(253))
         );
         let host = rt("unreachable 10.9.9.9").unwrap();
         assert_eq!((host.kind, host.dst_len), (RouteType::Unreachable, 32));
@@ -641,6 +668,15 @@ mod tests {
         assert_eq!(v6.action, RuleAction::Blackhole);
         assert!(ru("fwmark 3 lookup main inet6").unwrap().ipv6);
         assert!(!ru("oif eth1 goto 200 pref 50").unwrap().ipv6);
+        let l = lines("static_rules", "from 10.8.0.0/24 to 10.9.0.0/26 table 7 iif p33p1 oif wlan0 tos 22 fwmark 24/12 preference 39 realms 30/20 goto 40").unwrap();
+        assert_eq!(l.config.static_rules[0].action, RuleAction::Goto(40));
+        assert_eq!(l.config.static_rules[0].fwmark, Some((24, Some(12))));
+        assert_eq!(
+            l.warnings.len(),
+            3,
+            "realms, goto beside table, untracked: {:?}",
+            l.warnings
+        );
         for (line, what) in [
             ("from 10.0.0.0/8", "needs an action"),
             ("from 10.0.0.0/8 table 1 blackhole", "second action"),

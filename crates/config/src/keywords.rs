@@ -85,8 +85,6 @@ use Outcome::*;
 pub const TABLE: &[(Block, &str, Outcome)] = &[
     // Top level blocks.
     (Top, "linkbeat_interfaces", NotApplied(LINKBEAT)),
-    (Top, "track_file", NotApplied(TRACK)),
-    (Top, "vrrp_track_file", NotApplied(TRACK)),
     (Top, "track_process", NotApplied(TRACK)),
     (Top, "vrrp_track_process", NotApplied(TRACK)),
     (Top, "track_group", NotApplied(TRACK)),
@@ -271,7 +269,6 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Global, "vrrp_rx_bufs_policy", Quiet(BUFS)),
     (Global, "vrrp_rx_bufs_multiplier", Quiet(BUFS)),
     // vrrp_instance.
-    (VrrpInstance, "track_file", NotApplied(TRACK)),
     (VrrpInstance, "track_process", NotApplied(TRACK)),
     (VrrpInstance, "track_bfd", NotApplied(TRACK)),
     (VrrpInstance, "smtp_alert", NotApplied(SMTP)),
@@ -385,6 +382,8 @@ pub fn known(block: Block) -> Vec<&'static str> {
             "vrrp_sync_group",
             "vrrp_instance",
             "static_ipaddress",
+            "track_file",
+            "vrrp_track_file",
             "static_routes",
             "static_rules",
         ],
@@ -439,6 +438,7 @@ pub fn known(block: Block) -> Vec<&'static str> {
             "dont_track_primary",
             "virtual_routes",
             "virtual_rules",
+            "track_file",
             "notify_master",
             "notify_backup",
             "notify_fault",

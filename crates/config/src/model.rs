@@ -40,6 +40,27 @@ pub struct KeepalivedConf {
     pub static_routes: Vec<IpRoute>,
     /// `static_rules`: policy rules installed while rvsd runs.
     pub static_rules: Vec<IpRule>,
+    /// `track_file NAME { }` / `vrrp_track_file NAME { }` blocks.
+    pub track_files: Vec<TrackFile>,
+}
+
+/// `track_file NAME { file PATH; weight W [reverse]; init_file [VALUE]
+/// [overwrite] }` (`vrrp_track_file` is keepalived's older name).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrackFile {
+    /// Name the instances' `track_file` lists use.
+    pub name: String,
+    /// `file`: the file holding a number.
+    pub file: Option<String>,
+    /// `weight` (default 1).
+    pub weight: i64,
+    /// `reverse`: the number counts negated.
+    pub reverse: bool,
+    /// `init_file [VALUE] [overwrite]`: write VALUE (default 0) at start
+    /// when the file does not exist, or always with `overwrite`.
+    pub init_file: Option<(i64, bool)>,
+    /// Where the block starts.
+    pub loc: Loc,
 }
 
 /// `lvs_timeouts [tcp S] [tcpfin S] [udp S]` (like `ipvsadm --set`).
@@ -807,6 +828,8 @@ pub struct VrrpInstance {
     pub strict_mode: Option<bool>,
     /// `dont_track_primary`.
     pub dont_track_primary: bool,
+    /// `track_file`: the `track_file` blocks this instance follows.
+    pub track_file: Vec<Tracked>,
     /// `virtual_routes`: installed while the instance is MASTER.
     pub virtual_routes: Vec<IpRoute>,
     /// `virtual_rules`: installed while the instance is MASTER.

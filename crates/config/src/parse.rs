@@ -414,6 +414,7 @@ pub(crate) fn parse(tree: &[Node], w: &mut Vec<Warning>) -> R<KeepalivedConf> {
             "vrrp_script" => conf.vrrp_scripts.push(vrrp_script(&mut c, n)?),
             "vrrp_sync_group" => conf.vrrp_sync_groups.push(sync_group(&mut c, n)?),
             "vrrp_instance" => conf.vrrp_instances.push(vrrp_instance(&mut c, n)?),
+            "track_file" | "vrrp_track_file" => conf.track_files.push(track_file(&mut c, n)?),
             "static_ipaddress" => {
                 let v = vips(&mut c, n)?;
                 conf.static_ipaddress.extend(v);
@@ -1402,6 +1403,10 @@ fn tracked_list(n: &Node) -> R<Vec<Tracked>> {
                     t.reverse = true;
                     i += 1;
                 }
+                "noreverse" => {
+                    t.reverse = false;
+                    i += 1;
+                }
                 _ => {
                     return err(
                         &k.args[i],
@@ -1583,6 +1588,58 @@ fn vips(c: &mut Ctx<'_>, n: &Node) -> R<Vec<VirtualIp>> {
     Ok(out)
 }
 
+/// A `track_file NAME { }` block.
+fn track_file(c: &mut Ctx<'_>, n: &Node) -> R<TrackFile> {
+    let mut t = TrackFile {
+        name: string(n, "a track_file name")?,
+        file: None,
+        weight: 1,
+        reverse: false,
+        init_file: None,
+        loc: loc_of(&n.key),
+    };
+    for k in block(n)? {
+        match k.key.text.as_str() {
+            "file" => t.file = Some(string(k, "a file path")?),
+            "weight" => {
+                t.weight = int(
+                    arg(k, 0, "a weight")?,
+                    "a weight",
+                    -2_147_483_647,
+                    2_147_483_647,
+                )?;
+                match k.args.get(1).map(|a| a.text.as_str()) {
+                    Some("reverse") => t.reverse = true,
+                    Some("noreverse") | None => {}
+                    Some(_) => c.max_args(k, 1),
+                }
+            }
+            "init_file" => {
+                let mut value = 0;
+                let mut overwrite = false;
+                for a in &k.args {
+                    if a.text == "overwrite" {
+                        overwrite = true;
+                    } else {
+                        value = int(
+                            a,
+                            "an initial value",
+                            i64::from(i32::MIN),
+                            i64::from(i32::MAX),
+                        )?;
+                    }
+                }
+                t.init_file = Some((value, overwrite));
+            }
+            _ => c.unknown(k, "track_file", Block::Top),
+        }
+    }
+    if t.file.is_none() {
+        return err(&n.key, format!("track_file {}: no `file`", t.name));
+    }
+    Ok(t)
+}
+
 /// A `static_routes` / `virtual_routes` block.
 fn routes(c: &mut Ctx<'_>, n: &Node) -> R<Vec<IpRoute>> {
     let out = block(n)?
@@ -1639,6 +1696,7 @@ fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
         smtp_alert: false,
         strict_mode: None,
         dont_track_primary: false,
+        track_file: Vec::new(),
         virtual_routes: Vec::new(),
         virtual_rules: Vec::new(),
         loc: loc_of(&n.key),
@@ -1785,6 +1843,7 @@ fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
             "smtp_alert" => v.smtp_alert = flag(k)?,
             "strict_mode" => v.strict_mode = Some(flag(k)?),
             "dont_track_primary" => v.dont_track_primary = true,
+            "track_file" => v.track_file = tracked_list(k)?,
             "virtual_routes" => v.virtual_routes.extend(routes(c, k)?),
             "virtual_rules" => v.virtual_rules.extend(rules(c, k)?),
             _ if listed => {}
