@@ -11,6 +11,7 @@ mod demo;
 mod http;
 mod metrics;
 mod realserver;
+mod routes;
 mod rules;
 mod server;
 mod source;
@@ -903,6 +904,12 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
                 .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?;
             vrrp::spawn(d.vrrp_specs(), d.vrrp_status())
         };
+        let (statics_stop, statics_task) = {
+            let d = daemon
+                .lock()
+                .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?;
+            routes::spawn(d.static_routes())
+        };
         // Signal handlers before the socket appears: whoever waits for the
         // socket to talk to rvsd may signal it at once.
         use tokio::signal::unix::{SignalKind, signal};
@@ -1049,6 +1056,8 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
         // Masters resign (priority 0) and give their addresses up first.
         let _ = vrrp_stop.send(true);
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), vrrp_task).await;
+        let _ = statics_stop.send(true);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), statics_task).await;
         if let Ok(mut d) = daemon.lock() {
             d.shutdown_health();
         }

@@ -53,5 +53,6 @@ pub fn load(path: &Path) -> Result<Loaded, String> {
         health: None,
         vrrp: Vec::new(),
         sync: None,
+        statics: Default::default(),
     })
 }

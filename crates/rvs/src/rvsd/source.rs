@@ -52,6 +52,8 @@ pub struct Loaded {
     pub vrrp: Vec<crate::vrrp::Spec>,
     /// `lvs_sync_daemon` (keepalived.conf only).
     pub sync: Option<rvs_config::model::LvsSyncDaemon>,
+    /// `static_ipaddress` / `static_routes` / `static_rules`.
+    pub statics: crate::routes::Set,
 }
 
 /// Read a source. Errors name file:line:column.
@@ -95,6 +97,7 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
         .sum();
     let health = rvs_check::plan(&loaded.config, &specs);
     let (vrrp, vrrp_warnings) = crate::vrrp::plan(&loaded.config)?;
+    let statics = crate::routes::statics(&loaded.config)?;
     let extra = format!(
         "{} vrrp_instance, {} real_server checkers ({} run by this build)",
         vrrp.len(),
@@ -119,6 +122,7 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
         health: Some(health),
         vrrp,
         sync: loaded.config.global.lvs_sync_daemon.clone(),
+        statics,
     })
 }
 
