@@ -213,7 +213,7 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (
         Global,
         "random_seed",
-        Quiet("the seed of keepalived's random numbers; rvsd seeds its own"),
+        Quiet("it seeds ${_RANDOM} from its line on, which is all keepalived does with it"),
     ),
     (
         Global,

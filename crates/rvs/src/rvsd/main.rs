@@ -413,6 +413,11 @@ fn main() -> ExitCode {
             args.config_id.clone()
         },
         strict: args.strict,
+        // `${_RANDOM}`: seeded from the clock, as keepalived seeds it.
+        random_seed: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0),
         ..Default::default()
     });
     let source = match (&args.config, &args.rules) {
