@@ -52,8 +52,11 @@ const FIFO: &str = "notify FIFOs are not implemented yet; use notify scripts";
 const ROUTES: &str =
     "rvs does not pick a default interface: each static_ipaddress line names its `dev`";
 const RT_NAMES: &str = "rvs does not read iproute2's rt_tables / rt_protos names: give tables and protocols by number (main, local and default are known)";
-const TRACK: &str =
-    "tracking files, processes and BFD is not implemented yet; the priority does not follow it";
+const TRACK: &str = "BFD is not in rvs; the priority does not follow it";
+const GROUP_TRACK: &str = "tracking in a vrrp_sync_group (track_file, track_process, global_tracking, sync_group_tracking_weight) is not applied; track in the member instances";
+const TRACK_GROUP: &str =
+    "track_group (static addresses, routes and rules in groups of instances) is not applied";
+const GROUP_TRACK_GLOBAL: &str = "vrrp_track_process belongs at the top level of the file (rvs reads it there), not in global_defs";
 const VRRP: &str =
     "rvs's VRRP does not implement this option; keepalived's default behaviour applies";
 const GARP: &str = "rvs sends gratuitous ARP / NA only as garp_master_* say";
@@ -85,9 +88,7 @@ use Outcome::*;
 pub const TABLE: &[(Block, &str, Outcome)] = &[
     // Top level blocks.
     (Top, "linkbeat_interfaces", NotApplied(LINKBEAT)),
-    (Top, "track_process", NotApplied(TRACK)),
-    (Top, "vrrp_track_process", NotApplied(TRACK)),
-    (Top, "track_group", NotApplied(TRACK)),
+    (Top, "track_group", NotApplied(TRACK_GROUP)),
     (Top, "bfd_instance", NotApplied(TRACK)),
     (Top, "garp_group", NotApplied(GARP)),
     (Top, "interface_up_down_delays", NotApplied(LINKBEAT)),
@@ -146,7 +147,7 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Global, "vrrp_startup_delay", NotApplied(VRRP)),
     (Global, "log_unknown_vrids", NotApplied(VRRP)),
     (Global, "disable_local_igmp", NotApplied(VRRP)),
-    (Global, "vrrp_track_process", NotApplied(TRACK)),
+    (Global, "vrrp_track_process", NotApplied(GROUP_TRACK_GLOBAL)),
     (Global, "linkbeat_use_polling", NotApplied(LINKBEAT)),
     (Global, "linkbeat_interfaces", NotApplied(LINKBEAT)),
     (Global, "vrrp_iptables", NotApplied(FIREWALL)),
@@ -269,7 +270,6 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Global, "vrrp_rx_bufs_policy", Quiet(BUFS)),
     (Global, "vrrp_rx_bufs_multiplier", Quiet(BUFS)),
     // vrrp_instance.
-    (VrrpInstance, "track_process", NotApplied(TRACK)),
     (VrrpInstance, "track_bfd", NotApplied(TRACK)),
     (VrrpInstance, "smtp_alert", NotApplied(SMTP)),
     (VrrpInstance, "smtp_alert_vrrp", NotApplied(SMTP)),
@@ -317,11 +317,15 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (VrrpInstance, "snmp_name", Quiet(SNMP)),
     // vrrp_sync_group.
     (SyncGroup, "smtp_alert", NotApplied(SMTP)),
-    (SyncGroup, "track_file", NotApplied(TRACK)),
-    (SyncGroup, "track_process", NotApplied(TRACK)),
+    (SyncGroup, "track_file", NotApplied(GROUP_TRACK)),
+    (SyncGroup, "track_process", NotApplied(GROUP_TRACK)),
     (SyncGroup, "track_bfd", NotApplied(TRACK)),
-    (SyncGroup, "global_tracking", NotApplied(TRACK)),
-    (SyncGroup, "sync_group_tracking_weight", NotApplied(TRACK)),
+    (SyncGroup, "global_tracking", NotApplied(GROUP_TRACK)),
+    (
+        SyncGroup,
+        "sync_group_tracking_weight",
+        NotApplied(GROUP_TRACK),
+    ),
     (SyncGroup, "notify_deleted", NotApplied(NOTIFY)),
     (SyncGroup, "notify_priority_changes", NotApplied(NOTIFY)),
     // virtual_server / real_server.
@@ -384,6 +388,8 @@ pub fn known(block: Block) -> Vec<&'static str> {
             "static_ipaddress",
             "track_file",
             "vrrp_track_file",
+            "vrrp_track_process",
+            "track_process",
             "static_routes",
             "static_rules",
         ],
@@ -439,6 +445,7 @@ pub fn known(block: Block) -> Vec<&'static str> {
             "virtual_routes",
             "virtual_rules",
             "track_file",
+            "track_process",
             "notify_master",
             "notify_backup",
             "notify_fault",

@@ -42,6 +42,50 @@ pub struct KeepalivedConf {
     pub static_rules: Vec<IpRule>,
     /// `track_file NAME { }` / `vrrp_track_file NAME { }` blocks.
     pub track_files: Vec<TrackFile>,
+    /// `vrrp_track_process NAME { }` blocks.
+    pub track_processes: Vec<TrackProcess>,
+}
+
+/// How a `vrrp_track_process`'s parameters match a command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamMatch {
+    /// The parameters are exactly those given (the default when some
+    /// are given; with none, `param_match` alone means "no parameters").
+    Exact,
+    /// `partial`: the first N parameters are those given.
+    Partial,
+    /// `initial`: like partial, and the last one given may be the start
+    /// of the process's.
+    Initial,
+}
+
+/// `vrrp_track_process NAME { process CMD [PARAMS]; param_match ...;
+/// weight W [reverse]; quorum N; quorum_max N; delay S; fork_delay S;
+/// terminate_delay S; full_command }`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrackProcess {
+    /// Name the instances' `track_process` lists use.
+    pub name: String,
+    /// `process`: the command, then its parameters.
+    pub process: Vec<String>,
+    /// `param_match` (`None`: exact when parameters are given).
+    pub param_match: Option<ParamMatch>,
+    /// `weight` (default 1).
+    pub weight: i32,
+    /// `reverse`.
+    pub reverse: bool,
+    /// `quorum` (default 1).
+    pub quorum: u32,
+    /// `quorum_max` (default none).
+    pub quorum_max: Option<u32>,
+    /// `fork_delay` (or `delay`).
+    pub fork_delay: Duration,
+    /// `terminate_delay` (or `delay`).
+    pub terminate_delay: Duration,
+    /// `full_command`: match the command line, not the process name.
+    pub full_command: bool,
+    /// Where the block starts.
+    pub loc: Loc,
 }
 
 /// `track_file NAME { file PATH; weight W [reverse]; init_file [VALUE]
@@ -830,6 +874,8 @@ pub struct VrrpInstance {
     pub dont_track_primary: bool,
     /// `track_file`: the `track_file` blocks this instance follows.
     pub track_file: Vec<Tracked>,
+    /// `track_process`: the `vrrp_track_process` blocks it follows.
+    pub track_process: Vec<Tracked>,
     /// `virtual_routes`: installed while the instance is MASTER.
     pub virtual_routes: Vec<IpRoute>,
     /// `virtual_rules`: installed while the instance is MASTER.

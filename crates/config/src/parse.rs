@@ -415,6 +415,9 @@ pub(crate) fn parse(tree: &[Node], w: &mut Vec<Warning>) -> R<KeepalivedConf> {
             "vrrp_sync_group" => conf.vrrp_sync_groups.push(sync_group(&mut c, n)?),
             "vrrp_instance" => conf.vrrp_instances.push(vrrp_instance(&mut c, n)?),
             "track_file" | "vrrp_track_file" => conf.track_files.push(track_file(&mut c, n)?),
+            "vrrp_track_process" | "track_process" => {
+                conf.track_processes.push(track_process(&mut c, n)?)
+            }
             "static_ipaddress" => {
                 let v = vips(&mut c, n)?;
                 conf.static_ipaddress.extend(v);
@@ -1640,6 +1643,77 @@ fn track_file(c: &mut Ctx<'_>, n: &Node) -> R<TrackFile> {
     Ok(t)
 }
 
+/// A `vrrp_track_process NAME { }` block.
+fn track_process(c: &mut Ctx<'_>, n: &Node) -> R<TrackProcess> {
+    let mut t = TrackProcess {
+        name: string(n, "a vrrp_track_process name")?,
+        process: Vec::new(),
+        param_match: None,
+        weight: 1,
+        reverse: false,
+        quorum: 1,
+        quorum_max: None,
+        fork_delay: Duration::ZERO,
+        terminate_delay: Duration::ZERO,
+        full_command: false,
+        loc: loc_of(&n.key),
+    };
+    for k in block(n)? {
+        match k.key.text.as_str() {
+            "process" => {
+                arg(k, 0, "a process name")?;
+                t.process = k.args.iter().map(|a| a.text.clone()).collect();
+            }
+            "param_match" => {
+                let a = arg(k, 0, "`initial` or `partial`")?;
+                t.param_match = Some(match a.text.as_str() {
+                    "initial" => ParamMatch::Initial,
+                    "partial" => ParamMatch::Partial,
+                    "exact" => ParamMatch::Exact,
+                    _ => {
+                        return err(
+                            a,
+                            format!("expected `initial` or `partial`, found `{}`", a.text),
+                        );
+                    }
+                });
+            }
+            "weight" => {
+                t.weight = int(arg(k, 0, "a weight")?, "a weight", -254, 254)? as i32;
+                match k.args.get(1).map(|a| a.text.as_str()) {
+                    Some("reverse") => t.reverse = true,
+                    Some("noreverse") | None => {}
+                    Some(_) => c.max_args(k, 1),
+                }
+            }
+            "quorum" => t.quorum = num(arg(k, 0, "a count")?, "a count", 1, 65_535)?,
+            "quorum_max" => t.quorum_max = Some(num(arg(k, 0, "a count")?, "a count", 0, 65_535)?),
+            "delay" => {
+                let d = timer(arg(k, 0, "a delay")?)?;
+                t.fork_delay = d;
+                t.terminate_delay = d;
+            }
+            "fork_delay" => t.fork_delay = timer(arg(k, 0, "a delay")?)?,
+            "terminate_delay" => t.terminate_delay = timer(arg(k, 0, "a delay")?)?,
+            "full_command" => t.full_command = true,
+            _ => c.unknown(k, "vrrp_track_process", Block::Top),
+        }
+    }
+    if t.process.is_empty() {
+        return err(
+            &n.key,
+            format!("vrrp_track_process {}: no `process`", t.name),
+        );
+    }
+    if t.quorum_max.is_some_and(|m| m < t.quorum) {
+        return err(
+            &n.key,
+            format!("vrrp_track_process {}: quorum_max is below quorum", t.name),
+        );
+    }
+    Ok(t)
+}
+
 /// A `static_routes` / `virtual_routes` block.
 fn routes(c: &mut Ctx<'_>, n: &Node) -> R<Vec<IpRoute>> {
     let out = block(n)?
@@ -1697,6 +1771,7 @@ fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
         strict_mode: None,
         dont_track_primary: false,
         track_file: Vec::new(),
+        track_process: Vec::new(),
         virtual_routes: Vec::new(),
         virtual_rules: Vec::new(),
         loc: loc_of(&n.key),
@@ -1844,6 +1919,7 @@ fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
             "strict_mode" => v.strict_mode = Some(flag(k)?),
             "dont_track_primary" => v.dont_track_primary = true,
             "track_file" => v.track_file = tracked_list(k)?,
+            "track_process" => v.track_process = tracked_list(k)?,
             "virtual_routes" => v.virtual_routes.extend(routes(c, k)?),
             "virtual_rules" => v.virtual_rules.extend(rules(c, k)?),
             _ if listed => {}

@@ -18,6 +18,7 @@ mod source;
 mod sync;
 mod table_file;
 mod takeover;
+mod track;
 mod view;
 mod vrrp;
 

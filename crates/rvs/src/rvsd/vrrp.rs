@@ -130,6 +130,8 @@ pub struct Spec {
     pub track_scripts: Vec<TrackScript>,
     /// `track_file`: the files this instance follows.
     pub track_files: Vec<TrackFile>,
+    /// `track_process`: (process, weight, reverse) this instance follows.
+    pub track_processes: Vec<(crate::track::Process, i32, bool)>,
     /// Notify scripts.
     pub notify: Notify,
     /// keepalived's `down_timer_adverts`.
@@ -233,7 +235,8 @@ pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
             // ignores members' weights too).
             let weighted = spec.track_interfaces.iter().any(|(_, w)| *w != 0)
                 || spec.track_scripts.iter().any(|t| t.weight != 0)
-                || spec.track_files.iter().any(|t| t.weight != 0);
+                || spec.track_files.iter().any(|t| t.weight != 0)
+                || spec.track_processes.iter().any(|t| t.1 != 0);
             if weighted {
                 warnings.push(at(format!(
                     "{m}: tracking weights are ignored in a sync group (a failure is a fault)"
@@ -247,6 +250,9 @@ pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
             }
             for t in &mut spec.track_files {
                 t.weight = 0;
+            }
+            for t in &mut spec.track_processes {
+                t.1 = 0;
             }
             spec.track_interfaces
                 .extend(g.track_interface.iter().map(|t| (t.name.clone(), 0)));
@@ -355,6 +361,30 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
             init: tf.init_file,
         });
     }
+    let mut track_processes = Vec::new();
+    for t in &v.track_process {
+        let Some(tp) = conf.track_processes.iter().find(|p| p.name == t.name) else {
+            warnings.push(at(&format!(
+                "track_process {}: no such vrrp_track_process, ignored",
+                t.name
+            )));
+            continue;
+        };
+        let mut weight = t.weight.unwrap_or(tp.weight);
+        let reverse = if t.weight.is_some() {
+            t.reverse
+        } else {
+            tp.reverse || t.reverse
+        };
+        if v.priority == 255 && weight != 0 {
+            warnings.push(at(&format!(
+                "track_process {}: the address owner (priority 255) must use weight 0; weight 0 applies",
+                t.name
+            )));
+            weight = 0;
+        }
+        track_processes.push((crate::track::Process::of(tp), weight, reverse));
+    }
     let src = v.unicast_src_ip.or(v.mcast_src_ip);
     let peers: Vec<IpAddr> = v.unicast_peer.iter().map(|p| p.addr).collect();
     Ok(Spec {
@@ -388,6 +418,7 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
             .collect(),
         track_scripts,
         track_files,
+        track_processes,
         track_primary: !v.dont_track_primary,
         notify: Notify::of(&v.notify),
         down_adverts: v.down_timer_adverts,
@@ -789,12 +820,19 @@ async fn run(
         _script_tasks.push(AbortOnDrop(tokio::spawn(run_track_file(t.clone(), tx))));
         files.push((t.weight, rx));
     }
+    let mut processes = Vec::new();
+    for (p, weight, reverse) in &spec.track_processes {
+        let (tx, rx) = watch::channel(false);
+        _script_tasks.push(AbortOnDrop(tokio::spawn(crate::track::run(p.clone(), tx))));
+        processes.push((*weight, *reverse, rx));
+    }
     let mut drv = Driver {
         spec: spec.clone(),
         sock: &sock,
         local,
         scripts,
         files,
+        processes,
         peer_form: None,
     };
     let mut events = group.as_ref().map(|g| g.events.subscribe());
@@ -910,6 +948,8 @@ struct Driver<'a> {
     scripts: Vec<(i32, watch::Receiver<bool>)>,
     /// Weight and current number of each tracked file.
     files: Vec<(i64, watch::Receiver<i64>)>,
+    /// Weight, `reverse` and current quorum state of each tracked process.
+    processes: Vec<(i32, bool, watch::Receiver<bool>)>,
     /// The v3/IPv4 checksum form the peers use, once heard: answered in
     /// kind, whatever `v3_checksum_as_v2` says (keepalived before 2.3
     /// ignores that keyword, so a mixed pair would otherwise drop each
@@ -1056,6 +1096,19 @@ impl Driver<'_> {
         for (w, good) in &self.scripts {
             let good = *good.borrow();
             match *w {
+                0 if !good => return (true, self.spec.priority),
+                w if w > 0 && good => prio += w,
+                w if w < 0 && !good => prio += w,
+                _ => {}
+            }
+        }
+        for (w, reverse, up) in &self.processes {
+            // `reverse` turns the state and the weight around: a
+            // positive weight lowers the priority while the quorum is
+            // up, `weight 0 reverse` is a fault while it is up.
+            let good = *up.borrow() != *reverse;
+            let w = if *reverse { -*w } else { *w };
+            match w {
                 0 if !good => return (true, self.spec.priority),
                 w if w > 0 && good => prio += w,
                 w if w < 0 && !good => prio += w,

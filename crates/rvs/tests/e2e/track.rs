@@ -130,3 +130,89 @@ fn config_ids_give_two_directors_different_priorities_from_one_file() {
         has_vip(&a) && !has_vip(&b)
     });
 }
+
+/// A process with a name of its own (a copy of `sleep`), killed on drop.
+struct Named(std::process::Child);
+
+impl Named {
+    fn start(dir: &std::path::Path, name: &str) -> Named {
+        let bin = dir.join(name);
+        if !bin.exists() {
+            std::fs::copy("/bin/sleep", &bin).expect("copy sleep");
+        }
+        Named(
+            std::process::Command::new(&bin)
+                .arg("600")
+                .spawn()
+                .expect("start the tracked process"),
+        )
+    }
+}
+
+impl Drop for Named {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn track_process_moves_mastership_and_faults() {
+    let Some(mut bed) = Bed::new("track_process_moves_mastership_and_faults") else {
+        return;
+    };
+    let a = bed.host("a", "10.0.27.1/24");
+    let b = bed.host("b", "10.0.27.2/24");
+    let dir = TempDir::new("trackproc");
+    // Unique names (tests run in parallel; /proc is shared).
+    let id = std::process::id() % 100_000;
+    let (svc, stop) = (format!("rvsup{id}"), format!("rvsdown{id}"));
+    // A: 80, +30 while `svc` runs; FAULT while `stop` runs (weight 0
+    // reverse). B: 100.
+    let a_conf = format!(
+        "vrrp_track_process svc {{
+    process {svc}
+    weight 30
+}}
+vrrp_track_process stop {{
+    process {stop}
+    weight 0 reverse
+}}
+{}",
+        instance(
+            73,
+            "    priority 80",
+            "    track_process {\n        svc\n        stop\n    }\n"
+        )
+    );
+    let _da = Director::start(&a, dir.path(), "a", &a_conf, &[]);
+    let _db = Director::start(
+        &b,
+        dir.path(),
+        "b",
+        &instance(73, "    priority 100", ""),
+        &[],
+    );
+    let wait = Duration::from_secs(12);
+    within(
+        "B (100) is master while A's process is not running",
+        wait,
+        || has_vip(&b) && !has_vip(&a),
+    );
+    let up = Named::start(dir.path(), &svc);
+    within("A (110) takes over once its process runs", wait, || {
+        has_vip(&a) && !has_vip(&b)
+    });
+    let down = Named::start(dir.path(), &stop);
+    within("A is in FAULT while the reverse one runs", wait, || {
+        has_vip(&b) && !has_vip(&a)
+    });
+    drop(down);
+    within("A is back when it stops", wait, || {
+        has_vip(&a) && !has_vip(&b)
+    });
+    drop(up);
+    within("B takes over when A's process stops", wait, || {
+        has_vip(&b) && !has_vip(&a)
+    });
+}
