@@ -58,9 +58,13 @@ const FIFO: &str =
 const FIFO_TEST: &str = "crates/rvs/tests/e2e/notify_fifo.rs::notify_fifo_lines_match_keepalived_s";
 const LVS_FIFO_TEST: &str = "crates/check/src/policy_tests.rs::real_server_and_quorum_changes_write_keepalived_s_fifo_lines";
 const ROUTES: &str =
-    "static and virtual routes, rules and addresses are not implemented yet; nothing is installed";
-const TRACK: &str =
-    "tracking files, processes and BFD is not implemented yet; the priority does not follow it";
+    "rvs does not pick a default interface: each static_ipaddress line names its `dev`";
+const RT_NAMES: &str = "rvs does not read iproute2's rt_tables / rt_protos names: give tables and protocols by number (main, local and default are known)";
+const TRACK: &str = "BFD is not in rvs; the priority does not follow it";
+const GROUP_TRACK: &str = "tracking in a vrrp_sync_group (track_file, track_process, global_tracking, sync_group_tracking_weight) is not applied; track in the member instances";
+const TRACK_GROUP: &str =
+    "track_group (static addresses, routes and rules in groups of instances) is not applied";
+const GROUP_TRACK_GLOBAL: &str = "vrrp_track_process belongs at the top level of the file (rvs reads it there), not in global_defs";
 const VRRP: &str =
     "rvs's VRRP does not implement this option; keepalived's default behaviour applies";
 const GARP: &str = "rvs sends gratuitous ARP / NA only as garp_master_* say";
@@ -97,15 +101,8 @@ use Outcome::*;
 /// shows it ([`Outcome::Applied`]).
 pub const TABLE: &[(Block, &str, Outcome)] = &[
     // Top level blocks.
-    (Top, "static_ipaddress", NotApplied(ROUTES)),
-    (Top, "static_routes", NotApplied(ROUTES)),
-    (Top, "static_rules", NotApplied(ROUTES)),
     (Top, "linkbeat_interfaces", NotApplied(LINKBEAT)),
-    (Top, "track_file", NotApplied(TRACK)),
-    (Top, "vrrp_track_file", NotApplied(TRACK)),
-    (Top, "track_process", NotApplied(TRACK)),
-    (Top, "vrrp_track_process", NotApplied(TRACK)),
-    (Top, "track_group", NotApplied(TRACK)),
+    (Top, "track_group", NotApplied(TRACK_GROUP)),
     (Top, "bfd_instance", NotApplied(TRACK)),
     (Top, "garp_group", NotApplied(GARP)),
     (Top, "interface_up_down_delays", NotApplied(LINKBEAT)),
@@ -166,7 +163,7 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Global, "vrrp_startup_delay", NotApplied(VRRP)),
     (Global, "log_unknown_vrids", NotApplied(VRRP)),
     (Global, "disable_local_igmp", NotApplied(VRRP)),
-    (Global, "vrrp_track_process", NotApplied(TRACK)),
+    (Global, "vrrp_track_process", NotApplied(GROUP_TRACK_GLOBAL)),
     (Global, "linkbeat_use_polling", NotApplied(LINKBEAT)),
     (Global, "linkbeat_interfaces", NotApplied(LINKBEAT)),
     (Global, "vrrp_iptables", NotApplied(FIREWALL)),
@@ -177,8 +174,8 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Global, "nftables_counters", NotApplied(FIREWALL)),
     (Global, "nftables_ipvs", NotApplied(FIREWALL)),
     (Global, "namespace_with_ipsets", NotApplied(FIREWALL)),
-    (Global, "iproute_usr_dir", NotApplied(ROUTES)),
-    (Global, "iproute_etc_dir", NotApplied(ROUTES)),
+    (Global, "iproute_usr_dir", NotApplied(RT_NAMES)),
+    (Global, "iproute_etc_dir", NotApplied(RT_NAMES)),
     (
         Global,
         "local_name",
@@ -233,7 +230,7 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (
         Global,
         "random_seed",
-        Quiet("the seed of keepalived's random numbers; rvsd seeds its own"),
+        Quiet("it seeds ${_RANDOM} from its line on, which is all keepalived does with it"),
     ),
     (
         Global,
@@ -289,11 +286,7 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Global, "vrrp_rx_bufs_policy", Quiet(BUFS)),
     (Global, "vrrp_rx_bufs_multiplier", Quiet(BUFS)),
     // vrrp_instance.
-    (VrrpInstance, "track_file", NotApplied(TRACK)),
-    (VrrpInstance, "track_process", NotApplied(TRACK)),
     (VrrpInstance, "track_bfd", NotApplied(TRACK)),
-    (VrrpInstance, "virtual_routes", NotApplied(ROUTES)),
-    (VrrpInstance, "virtual_rules", NotApplied(ROUTES)),
     (VrrpInstance, "smtp_alert", Applied(SMTP_TEST)),
     (VrrpInstance, "smtp_alert_vrrp", NotApplied(SMTP)),
     (VrrpInstance, "strict_mode", Applied(STRICT_TEST)),
@@ -336,11 +329,15 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (VrrpInstance, "snmp_name", Quiet(SNMP)),
     // vrrp_sync_group.
     (SyncGroup, "smtp_alert", NotApplied(SMTP)),
-    (SyncGroup, "track_file", NotApplied(TRACK)),
-    (SyncGroup, "track_process", NotApplied(TRACK)),
+    (SyncGroup, "track_file", NotApplied(GROUP_TRACK)),
+    (SyncGroup, "track_process", NotApplied(GROUP_TRACK)),
     (SyncGroup, "track_bfd", NotApplied(TRACK)),
-    (SyncGroup, "global_tracking", NotApplied(TRACK)),
-    (SyncGroup, "sync_group_tracking_weight", NotApplied(TRACK)),
+    (SyncGroup, "global_tracking", NotApplied(GROUP_TRACK)),
+    (
+        SyncGroup,
+        "sync_group_tracking_weight",
+        NotApplied(GROUP_TRACK),
+    ),
     (SyncGroup, "notify_deleted", NotApplied(NOTIFY)),
     (SyncGroup, "notify_priority_changes", NotApplied(NOTIFY)),
     // virtual_server / real_server.
@@ -394,6 +391,13 @@ pub fn known(block: Block) -> Vec<&'static str> {
             "vrrp_script",
             "vrrp_sync_group",
             "vrrp_instance",
+            "static_ipaddress",
+            "track_file",
+            "vrrp_track_file",
+            "vrrp_track_process",
+            "track_process",
+            "static_routes",
+            "static_rules",
         ],
         Global => &[
             "router_id",
@@ -444,6 +448,10 @@ pub fn known(block: Block) -> Vec<&'static str> {
             "down_timer_adverts",
             "lvs_sync_daemon_interface",
             "dont_track_primary",
+            "virtual_routes",
+            "virtual_rules",
+            "track_file",
+            "track_process",
             "notify_master",
             "notify_backup",
             "notify_fault",

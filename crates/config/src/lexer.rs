@@ -73,6 +73,44 @@ struct Reader<'a> {
     tokens: Vec<Token>,
     next_line_id: u64,
     warnings: &'a mut Vec<Warning>,
+    /// The state of `${_RANDOM}`'s generator (SplitMix64): seeded by the
+    /// caller, reseeded by a `random_seed N` line, as keepalived does.
+    rng: std::cell::Cell<u64>,
+}
+
+/// The next number of SplitMix64 (Steele, Lea and Flood) from `state`.
+fn splitmix64(state: &std::cell::Cell<u64>) -> u64 {
+    let s = state.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
+    state.set(s);
+    let mut z = s;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// `${_RANDOM [MIN [MAX]]}`: a number in [MIN, MAX] (defaults 0 and
+/// 32767, keepalived's); `None` when the arguments are not non-negative
+/// integers with MIN <= MAX (the text is then left as it is).
+fn random(args: &str, state: &std::cell::Cell<u64>) -> Option<String> {
+    let mut it = args.split_whitespace();
+    let min: u64 = match it.next() {
+        Some(m) => m.parse().ok()?,
+        None => 0,
+    };
+    let max: u64 = match it.next() {
+        Some(m) => m.parse().ok()?,
+        None => 32767,
+    };
+    if it.next().is_some() || min > max {
+        return None;
+    }
+    let span = max - min;
+    let v = if span == u64::MAX {
+        splitmix64(state)
+    } else {
+        min + splitmix64(state) % (span + 1)
+    };
+    Some(v.to_string())
 }
 
 /// Read a file (and its includes) into a flat token list.
@@ -80,13 +118,13 @@ pub(crate) fn read_all(
     path: PathBuf,
     name: &str,
     text: &str,
-    ids: &[String],
+    opts: &crate::LoadOptions,
     resolver: Option<&dyn Resolver>,
     max_depth: usize,
     warnings: &mut Vec<Warning>,
 ) -> Result<Vec<Token>, ConfigError> {
     let mut r = Reader {
-        ids,
+        ids: &opts.config_ids,
         resolver,
         max_depth,
         params: HashMap::new(),
@@ -94,6 +132,7 @@ pub(crate) fn read_all(
         tokens: Vec::new(),
         next_line_id: 0,
         warnings,
+        rng: std::cell::Cell::new(opts.random_seed),
     };
     r.read_file(path, name.to_owned(), text, None)?;
     Ok(r.tokens)
@@ -326,6 +365,14 @@ impl Reader<'_> {
                 t.text = t.text.replace(HASH, "#").replace(BANG, "!");
             }
         }
+        // `random_seed N` (global_defs) seeds the `${_RANDOM}` after it.
+        if let [first, seed, ..] = toks.as_slice()
+            && first.kind == Kind::Word
+            && first.text == "random_seed"
+            && let Ok(n) = seed.text.parse::<u64>()
+        {
+            self.rng.set(n);
+        }
         if let Some(first) = toks.first()
             && first.kind == Kind::Word
             && first.text == "include"
@@ -375,6 +422,13 @@ impl Reader<'_> {
                 || after[consumed..].starts_with(char::is_whitespace);
             let value = if name.is_empty() || !followed_ok {
                 None
+            } else if let Some(args) = name.strip_prefix("_RANDOM")
+                && (args.is_empty() || args.starts_with(char::is_whitespace))
+                && braced
+            {
+                random(args, &self.rng)
+            } else if name == "_RANDOM" {
+                random("", &self.rng)
             } else if name == "_INSTANCE" {
                 Some(self.ids.first().cloned().unwrap_or_default())
             } else if name == "_HASH" {

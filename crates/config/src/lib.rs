@@ -28,6 +28,7 @@
 
 mod convert;
 mod glob;
+mod iproute;
 pub mod keywords;
 mod lexer;
 pub mod model;
@@ -194,6 +195,10 @@ pub struct LoadOptions {
     /// error at its location instead of a warning, so that nothing in the
     /// file is left undone.
     pub strict: bool,
+    /// The seed of `${_RANDOM}` (keepalived seeds it from the clock at
+    /// start; rvsd does the same, tests fix it). A `random_seed N` line in
+    /// the file reseeds it from there on, as in keepalived.
+    pub random_seed: u64,
 }
 
 impl fmt::Debug for LoadOptions {
@@ -203,6 +208,7 @@ impl fmt::Debug for LoadOptions {
             .field("resolver", &self.resolver.is_some())
             .field("max_include_depth", &self.max_include_depth)
             .field("strict", &self.strict)
+            .field("random_seed", &self.random_seed)
             .finish()
     }
 }
@@ -266,7 +272,7 @@ fn run(
         path,
         name,
         text,
-        &opts.config_ids,
+        opts,
         resolver.as_deref(),
         depth,
         &mut warnings,

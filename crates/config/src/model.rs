@@ -34,6 +34,77 @@ pub struct KeepalivedConf {
     pub vrrp_sync_groups: Vec<VrrpSyncGroup>,
     /// `vrrp_instance` blocks.
     pub vrrp_instances: Vec<VrrpInstance>,
+    /// `static_ipaddress`: addresses installed while rvsd runs.
+    pub static_ipaddress: Vec<VirtualIp>,
+    /// `static_routes`: routes installed while rvsd runs.
+    pub static_routes: Vec<IpRoute>,
+    /// `static_rules`: policy rules installed while rvsd runs.
+    pub static_rules: Vec<IpRule>,
+    /// `track_file NAME { }` / `vrrp_track_file NAME { }` blocks.
+    pub track_files: Vec<TrackFile>,
+    /// `vrrp_track_process NAME { }` blocks.
+    pub track_processes: Vec<TrackProcess>,
+}
+
+/// How a `vrrp_track_process`'s parameters match a command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamMatch {
+    /// The parameters are exactly those given (the default when some
+    /// are given; with none, `param_match` alone means "no parameters").
+    Exact,
+    /// `partial`: the first N parameters are those given.
+    Partial,
+    /// `initial`: like partial, and the last one given may be the start
+    /// of the process's.
+    Initial,
+}
+
+/// `vrrp_track_process NAME { process CMD [PARAMS]; param_match ...;
+/// weight W [reverse]; quorum N; quorum_max N; delay S; fork_delay S;
+/// terminate_delay S; full_command }`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrackProcess {
+    /// Name the instances' `track_process` lists use.
+    pub name: String,
+    /// `process`: the command, then its parameters.
+    pub process: Vec<String>,
+    /// `param_match` (`None`: exact when parameters are given).
+    pub param_match: Option<ParamMatch>,
+    /// `weight` (default 1).
+    pub weight: i32,
+    /// `reverse`.
+    pub reverse: bool,
+    /// `quorum` (default 1).
+    pub quorum: u32,
+    /// `quorum_max` (default none).
+    pub quorum_max: Option<u32>,
+    /// `fork_delay` (or `delay`).
+    pub fork_delay: Duration,
+    /// `terminate_delay` (or `delay`).
+    pub terminate_delay: Duration,
+    /// `full_command`: match the command line, not the process name.
+    pub full_command: bool,
+    /// Where the block starts.
+    pub loc: Loc,
+}
+
+/// `track_file NAME { file PATH; weight W [reverse]; init_file [VALUE]
+/// [overwrite] }` (`vrrp_track_file` is keepalived's older name).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrackFile {
+    /// Name the instances' `track_file` lists use.
+    pub name: String,
+    /// `file`: the file holding a number.
+    pub file: Option<String>,
+    /// `weight` (default 1).
+    pub weight: i64,
+    /// `reverse`: the number counts negated.
+    pub reverse: bool,
+    /// `init_file [VALUE] [overwrite]`: write VALUE (default 0) at start
+    /// when the file does not exist, or always with `overwrite`.
+    pub init_file: Option<(i64, bool)>,
+    /// Where the block starts.
+    pub loc: Loc,
 }
 
 /// `lvs_timeouts [tcp S] [tcpfin S] [udp S]` (like `ipvsadm --set`).
@@ -835,6 +906,118 @@ pub struct VrrpInstance {
     pub strict_mode: Option<bool>,
     /// `dont_track_primary`.
     pub dont_track_primary: bool,
+    /// `track_file`: the `track_file` blocks this instance follows.
+    pub track_file: Vec<Tracked>,
+    /// `track_process`: the `vrrp_track_process` blocks it follows.
+    pub track_process: Vec<Tracked>,
+    /// `virtual_routes`: installed while the instance is MASTER.
+    pub virtual_routes: Vec<IpRoute>,
+    /// `virtual_rules`: installed while the instance is MASTER.
+    pub virtual_rules: Vec<IpRule>,
     /// Where the block starts.
+    pub loc: Loc,
+}
+
+/// What a route does with the packets it matches (`ip route`'s type).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RouteType {
+    /// `unicast` (the default): forward them.
+    #[default]
+    Unicast,
+    /// `blackhole`: drop them silently.
+    Blackhole,
+    /// `unreachable`: drop them with ICMP unreachable.
+    Unreachable,
+    /// `prohibit`: drop them with ICMP prohibited.
+    Prohibit,
+    /// `throw`: end the lookup in this table.
+    Throw,
+}
+
+/// One line of `static_routes` / `virtual_routes` (keepalived's
+/// `ip route` syntax: `[TYPE] [src A] [from P] [to] DEST [via|gw A]
+/// [or A] [dev IF] [onlink] [scope S] [table T] [metric M]
+/// [protocol P] [no_track]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IpRoute {
+    /// The route's type.
+    pub kind: RouteType,
+    /// Destination prefix (`default` is the family's /0).
+    pub dst: IpAddr,
+    /// Its length.
+    pub dst_len: u8,
+    /// `from PREFIX`: source prefix (IPv6 source-specific routing).
+    pub from: Option<(IpAddr, u8)>,
+    /// `src ADDR`: preferred source address.
+    pub src: Option<IpAddr>,
+    /// `via`/`gw ADDR` then `or ADDR`: the gateways (two make a
+    /// multipath route).
+    pub via: Vec<IpAddr>,
+    /// `dev`/`oif IF`.
+    pub dev: Option<String>,
+    /// `onlink`.
+    pub onlink: bool,
+    /// `scope` (`RT_SCOPE_*` number); `None` picks as `ip route` does.
+    pub scope: Option<u8>,
+    /// `table` (default 254, main).
+    pub table: u32,
+    /// `metric` / `priority` / `preference`.
+    pub metric: Option<u32>,
+    /// `protocol` / `proto` (default 18, keepalived's `RTPROT_KEEPALIVED`).
+    pub proto: u8,
+    /// `no_track`.
+    pub no_track: bool,
+    /// Where the line starts.
+    pub loc: Loc,
+}
+
+/// What a policy rule does (`ip rule`'s action).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleAction {
+    /// `table T` / `lookup T`.
+    Table(u32),
+    /// `goto PRIORITY`.
+    Goto(u32),
+    /// `nop`.
+    Nop,
+    /// `blackhole`.
+    Blackhole,
+    /// `unreachable`.
+    Unreachable,
+    /// `prohibit`.
+    Prohibit,
+}
+
+/// One line of `static_rules` / `virtual_rules` (keepalived's `ip rule`
+/// syntax: `[from P|all] [to P|all] [not] [priority N] [table T]
+/// [fwmark M[/MASK]] [tos N] [iif IF] [oif IF] [suppress_prefixlength N]
+/// [goto N] [blackhole|unreachable|prohibit|nop] [inet6] [no_track]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IpRule {
+    /// An IPv6 rule (from its addresses, else `inet6`; IPv4 otherwise).
+    pub ipv6: bool,
+    /// `from PREFIX` (`None`: all).
+    pub from: Option<(IpAddr, u8)>,
+    /// `to PREFIX` (`None`: all).
+    pub to: Option<(IpAddr, u8)>,
+    /// `not`.
+    pub invert: bool,
+    /// `priority` / `preference` / `pref`.
+    pub priority: Option<u32>,
+    /// The action.
+    pub action: RuleAction,
+    /// `fwmark MARK[/MASK]`.
+    pub fwmark: Option<(u32, Option<u32>)>,
+    /// `tos` / `dsfield`.
+    pub tos: u8,
+    /// `iif` / `dev`.
+    pub iif: Option<String>,
+    /// `oif`.
+    pub oif: Option<String>,
+    /// `suppress_prefixlength`.
+    pub suppress_prefixlen: Option<u32>,
+    /// `no_track`.
+    pub no_track: bool,
+    /// Where the line starts.
     pub loc: Loc,
 }

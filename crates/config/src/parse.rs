@@ -9,6 +9,7 @@ use rvs_core::model::{
     AddrFamily, ForwardMethod, PersistMask, Protocol, SchedFlags, Tunnel, TunnelCsum, TunnelType,
 };
 
+use crate::iproute;
 use crate::keywords::{self, Block, Outcome};
 use crate::lexer::{Kind, Node, Token};
 use crate::model::*;
@@ -426,6 +427,22 @@ pub(crate) fn parse(tree: &[Node], w: &mut Vec<Warning>) -> R<KeepalivedConf> {
             "vrrp_script" => conf.vrrp_scripts.push(vrrp_script(&mut c, n)?),
             "vrrp_sync_group" => conf.vrrp_sync_groups.push(sync_group(&mut c, n)?),
             "vrrp_instance" => conf.vrrp_instances.push(vrrp_instance(&mut c, n)?),
+            "track_file" | "vrrp_track_file" => conf.track_files.push(track_file(&mut c, n)?),
+            "vrrp_track_process" | "track_process" => {
+                conf.track_processes.push(track_process(&mut c, n)?)
+            }
+            "static_ipaddress" => {
+                let v = vips(&mut c, n)?;
+                conf.static_ipaddress.extend(v);
+            }
+            "static_routes" => {
+                let v = routes(&mut c, n)?;
+                conf.static_routes.extend(v);
+            }
+            "static_rules" => {
+                let v = rules(&mut c, n)?;
+                conf.static_rules.extend(v);
+            }
             _ if listed => {}
             _ => c.unknown(n, "the top level", Block::Top),
         }
@@ -1458,6 +1475,10 @@ fn tracked_list(n: &Node) -> R<Vec<Tracked>> {
                     t.reverse = true;
                     i += 1;
                 }
+                "noreverse" => {
+                    t.reverse = false;
+                    i += 1;
+                }
                 _ => {
                     return err(
                         &k.args[i],
@@ -1639,6 +1660,153 @@ fn vips(c: &mut Ctx<'_>, n: &Node) -> R<Vec<VirtualIp>> {
     Ok(out)
 }
 
+/// A `track_file NAME { }` block.
+fn track_file(c: &mut Ctx<'_>, n: &Node) -> R<TrackFile> {
+    let mut t = TrackFile {
+        name: string(n, "a track_file name")?,
+        file: None,
+        weight: 1,
+        reverse: false,
+        init_file: None,
+        loc: loc_of(&n.key),
+    };
+    for k in block(n)? {
+        match k.key.text.as_str() {
+            "file" => t.file = Some(string(k, "a file path")?),
+            "weight" => {
+                t.weight = int(
+                    arg(k, 0, "a weight")?,
+                    "a weight",
+                    -2_147_483_647,
+                    2_147_483_647,
+                )?;
+                match k.args.get(1).map(|a| a.text.as_str()) {
+                    Some("reverse") => t.reverse = true,
+                    Some("noreverse") | None => {}
+                    Some(_) => c.max_args(k, 1),
+                }
+            }
+            "init_file" => {
+                let mut value = 0;
+                let mut overwrite = false;
+                for a in &k.args {
+                    if a.text == "overwrite" {
+                        overwrite = true;
+                    } else {
+                        value = int(
+                            a,
+                            "an initial value",
+                            i64::from(i32::MIN),
+                            i64::from(i32::MAX),
+                        )?;
+                    }
+                }
+                t.init_file = Some((value, overwrite));
+            }
+            _ => c.unknown(k, "track_file", Block::Top),
+        }
+    }
+    if t.file.is_none() {
+        return err(&n.key, format!("track_file {}: no `file`", t.name));
+    }
+    Ok(t)
+}
+
+/// A `vrrp_track_process NAME { }` block.
+fn track_process(c: &mut Ctx<'_>, n: &Node) -> R<TrackProcess> {
+    let mut t = TrackProcess {
+        name: string(n, "a vrrp_track_process name")?,
+        process: Vec::new(),
+        param_match: None,
+        weight: 1,
+        reverse: false,
+        quorum: 1,
+        quorum_max: None,
+        fork_delay: Duration::ZERO,
+        terminate_delay: Duration::ZERO,
+        full_command: false,
+        loc: loc_of(&n.key),
+    };
+    for k in block(n)? {
+        match k.key.text.as_str() {
+            "process" => {
+                arg(k, 0, "a process name")?;
+                t.process = k.args.iter().map(|a| a.text.clone()).collect();
+            }
+            "param_match" => {
+                let a = arg(k, 0, "`initial` or `partial`")?;
+                t.param_match = Some(match a.text.as_str() {
+                    "initial" => ParamMatch::Initial,
+                    "partial" => ParamMatch::Partial,
+                    "exact" => ParamMatch::Exact,
+                    _ => {
+                        return err(
+                            a,
+                            format!("expected `initial` or `partial`, found `{}`", a.text),
+                        );
+                    }
+                });
+            }
+            "weight" => {
+                t.weight = int(arg(k, 0, "a weight")?, "a weight", -254, 254)? as i32;
+                match k.args.get(1).map(|a| a.text.as_str()) {
+                    Some("reverse") => t.reverse = true,
+                    Some("noreverse") | None => {}
+                    Some(_) => c.max_args(k, 1),
+                }
+            }
+            "quorum" => t.quorum = num(arg(k, 0, "a count")?, "a count", 1, 65_535)?,
+            "quorum_max" => t.quorum_max = Some(num(arg(k, 0, "a count")?, "a count", 0, 65_535)?),
+            "delay" => {
+                let d = timer(arg(k, 0, "a delay")?)?;
+                t.fork_delay = d;
+                t.terminate_delay = d;
+            }
+            "fork_delay" => t.fork_delay = timer(arg(k, 0, "a delay")?)?,
+            "terminate_delay" => t.terminate_delay = timer(arg(k, 0, "a delay")?)?,
+            "full_command" => t.full_command = true,
+            _ => c.unknown(k, "vrrp_track_process", Block::Top),
+        }
+    }
+    if t.process.is_empty() {
+        return err(
+            &n.key,
+            format!("vrrp_track_process {}: no `process`", t.name),
+        );
+    }
+    if t.quorum_max.is_some_and(|m| m < t.quorum) {
+        return err(
+            &n.key,
+            format!("vrrp_track_process {}: quorum_max is below quorum", t.name),
+        );
+    }
+    Ok(t)
+}
+
+/// A `static_routes` / `virtual_routes` block.
+fn routes(c: &mut Ctx<'_>, n: &Node) -> R<Vec<IpRoute>> {
+    let out = block(n)?
+        .iter()
+        .map(|k| iproute::route(k, c.w))
+        .collect::<R<Vec<_>>>()?;
+    if out.iter().any(|r| !r.no_track) {
+        c.w.push(iproute::untracked_note(&n.key.loc, &n.key.text));
+    }
+    Ok(out)
+}
+
+/// A `static_rules` / `virtual_rules` block.
+fn rules(c: &mut Ctx<'_>, n: &Node) -> R<Vec<IpRule>> {
+    let out = block(n)?
+        .iter()
+        .map(|k| iproute::rule(k, c.w))
+        .collect::<R<Vec<_>>>()?;
+    if out.iter().any(|r| !r.no_track) {
+        c.w.push(iproute::untracked_note(&n.key.loc, &n.key.text));
+    }
+    Ok(out)
+}
+
 fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
     let mut v = VrrpInstance {
         name: string(n, "an instance name")?,
@@ -1671,6 +1839,10 @@ fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
         smtp_alert: false,
         strict_mode: None,
         dont_track_primary: false,
+        track_file: Vec::new(),
+        track_process: Vec::new(),
+        virtual_routes: Vec::new(),
+        virtual_rules: Vec::new(),
         loc: loc_of(&n.key),
     };
     for k in block(n)? {
@@ -1815,6 +1987,10 @@ fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
             "smtp_alert" => v.smtp_alert = flag(k)?,
             "strict_mode" => v.strict_mode = Some(flag(k)?),
             "dont_track_primary" => v.dont_track_primary = true,
+            "track_file" => v.track_file = tracked_list(k)?,
+            "track_process" => v.track_process = tracked_list(k)?,
+            "virtual_routes" => v.virtual_routes.extend(routes(c, k)?),
+            "virtual_rules" => v.virtual_rules.extend(rules(c, k)?),
             _ if listed => {}
             _ => c.unknown(k, "vrrp_instance", Block::VrrpInstance),
         }

@@ -756,3 +756,59 @@ fn predefined_definitions() {
     );
     assert_eq!(l.config.vrrp_scripts[1].script.as_deref(), Some("/bin/x#y"));
 }
+
+/// `${_RANDOM [MIN [MAX]]}`: a number in [MIN, MAX] (default 0-32767),
+/// the same for the same seed, reseeded by `random_seed N` from its line
+/// on; malformed arguments leave the text as it is.
+#[test]
+fn random_definitions() {
+    let script = |seed: u64, body: &str| {
+        let text = format!("vrrp_script S {{\n  script \"{body}\"\n}}\n");
+        let opts = LoadOptions {
+            random_seed: seed,
+            ..Default::default()
+        };
+        parse_str("t.conf", &text, &opts)
+            .unwrap()
+            .config
+            .vrrp_scripts[0]
+            .script
+            .clone()
+            .unwrap()
+    };
+    let words = |s: String| -> Vec<u64> {
+        s.split_whitespace()
+            .map(|w| w.parse().unwrap_or_else(|_| panic!("a number: {w} in {s}")))
+            .collect()
+    };
+    let body = "$_RANDOM ${_RANDOM} ${_RANDOM 5} ${_RANDOM 10 12}";
+    let a = words(script(1, body));
+    assert_eq!(a.len(), 4);
+    assert!(a[0] <= 32767 && a[1] <= 32767);
+    assert!((5..=32767).contains(&a[2]) && (10..=12).contains(&a[3]));
+    assert_eq!(a, words(script(1, body)), "the same seed, the same numbers");
+    let many: std::collections::BTreeSet<u64> = (0..64)
+        .map(|seed| words(script(seed, "${_RANDOM 0 1000000}"))[0])
+        .collect();
+    assert!(many.len() > 32, "seeds give different numbers: {many:?}");
+    let all = words(script(7, &["${_RANDOM 3 4}"; 40].join(" ")));
+    assert!(all.iter().all(|v| (3..=4).contains(v)) && all.contains(&3) && all.contains(&4));
+    assert_eq!(
+        script(1, "${_RANDOM 9 2} ${_RANDOM x}"),
+        "${_RANDOM 9 2} ${_RANDOM x}"
+    );
+    // `random_seed` in global_defs: what follows it is the same whatever
+    // rvsd's own seed.
+    let seeded = |seed: u64| {
+        let text =
+            "global_defs {\n  random_seed 42\n}\nvrrp_script S {\n  script \"${_RANDOM}\"\n}\n";
+        let opts = LoadOptions {
+            random_seed: seed,
+            ..Default::default()
+        };
+        let l = parse_str("t.conf", text, &opts).unwrap();
+        assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+        l.config.vrrp_scripts[0].script.clone().unwrap()
+    };
+    assert_eq!(seeded(1), seeded(2));
+}

@@ -869,6 +869,8 @@ fn save_restores_the_pool_before_the_real_servers() {
 -a -t 10.0.0.1:80 -r 10.1.0.2:80 --fullnat -w 1
 "
     );
+}
+
 /// GRE with and without the checksum as kernel IPVS's ipvsadm 1.31 lists
 /// and saves it (`gre:-c` / `gre:+c`, `--tun-type gre --tun-nocsum|--tun-csum`),
 /// and rvs's Geneve in the same form.

@@ -29,6 +29,8 @@ pub struct Daemon {
     health_wake: Arc<tokio::sync::Notify>,
     /// The VRRP instances the configuration asks for (the VRRP task runs them).
     vrrp: tokio::sync::watch::Sender<Vec<crate::vrrp::Spec>>,
+    /// `static_ipaddress` / `static_routes` / `static_rules`.
+    statics: tokio::sync::watch::Sender<crate::routes::Set>,
     /// What the VRRP instances are doing (for metrics).
     vrrp_status: crate::vrrp::Status,
     /// The connection-sync daemons.
@@ -61,6 +63,7 @@ impl Daemon {
             health: rvs_check::Health::new(crate::random_seed()),
             health_wake: Arc::new(tokio::sync::Notify::new()),
             vrrp: tokio::sync::watch::Sender::new(Vec::new()),
+            statics: tokio::sync::watch::Sender::new(crate::routes::Set::default()),
             vrrp_status: crate::vrrp::Status::default(),
             sync: crate::sync::SyncDaemons::default(),
             sync_wanted: None,
@@ -122,6 +125,12 @@ impl Daemon {
     /// The VRRP instances to run, updated by every accepted (re)load.
     pub fn vrrp_specs(&self) -> tokio::sync::watch::Receiver<Vec<crate::vrrp::Spec>> {
         self.vrrp.subscribe()
+    }
+
+    /// The static addresses, routes and rules to keep installed (the
+    /// routes task follows it).
+    pub fn static_routes(&self) -> tokio::sync::watch::Receiver<crate::routes::Set> {
+        self.statics.subscribe()
     }
 
     /// Where the VRRP task reports its instances' states.
@@ -256,6 +265,7 @@ impl Daemon {
         loaded: Result<Loaded, String>,
     ) -> Result<DiffSummary, String> {
         let mut vrrp = None;
+        let mut statics = None;
         let mut sync_wanted = None;
         let mut fifos = None;
         let mut mailer = None;
@@ -263,6 +273,7 @@ impl Daemon {
             vrrp = Some(std::mem::take(&mut loaded.vrrp));
             fifos = Some(std::mem::take(&mut loaded.fifos));
             mailer = Some(loaded.mailer.take());
+            statics = Some(std::mem::take(&mut loaded.statics));
             sync_wanted = Some(loaded.sync.take());
             for w in &loaded.warnings {
                 tracing::warn!("{w}");
@@ -296,6 +307,9 @@ impl Daemon {
         }
         if let (Ok(_), Some(v)) = (&result, vrrp) {
             self.vrrp.send_replace(v);
+        }
+        if let (Ok(_), Some(s)) = (&result, statics) {
+            self.statics.send_replace(s);
         }
         if let (Ok(_), Some(w)) = (&result, sync_wanted) {
             self.sync_wanted = w;

@@ -12,6 +12,7 @@ mod http;
 mod metrics;
 mod notify;
 mod realserver;
+mod routes;
 mod rules;
 mod server;
 mod smtp;
@@ -19,6 +20,7 @@ mod source;
 mod sync;
 mod table_file;
 mod takeover;
+mod track;
 mod view;
 mod vrrp;
 
@@ -435,6 +437,11 @@ fn main() -> ExitCode {
             args.config_id.clone()
         },
         strict: args.strict,
+        // `${_RANDOM}`: seeded from the clock, as keepalived seeds it.
+        random_seed: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0),
         ..Default::default()
     });
     let source = match (&args.config, &args.rules) {
@@ -926,6 +933,12 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
                 .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?;
             vrrp::spawn(d.vrrp_specs(), d.vrrp_status())
         };
+        let (statics_stop, statics_task) = {
+            let d = daemon
+                .lock()
+                .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?;
+            routes::spawn(d.static_routes())
+        };
         // Signal handlers before the socket appears: whoever waits for the
         // socket to talk to rvsd may signal it at once.
         use tokio::signal::unix::{SignalKind, signal};
@@ -1072,6 +1085,8 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
         // Masters resign (priority 0) and give their addresses up first.
         let _ = vrrp_stop.send(true);
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), vrrp_task).await;
+        let _ = statics_stop.send(true);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), statics_task).await;
         if let Ok(mut d) = daemon.lock() {
             d.shutdown_health();
         }

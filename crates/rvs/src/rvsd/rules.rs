@@ -55,5 +55,6 @@ pub fn load(path: &Path) -> Result<Loaded, String> {
         fifos: Default::default(),
         mailer: None,
         sync: None,
+        statics: Default::default(),
     })
 }

@@ -56,6 +56,8 @@ pub struct Loaded {
     pub mailer: Option<crate::smtp::Mailer>,
     /// `lvs_sync_daemon` (keepalived.conf only).
     pub sync: Option<rvs_config::model::LvsSyncDaemon>,
+    /// `static_ipaddress` / `static_routes` / `static_rules`.
+    pub statics: crate::routes::Set,
 }
 
 /// Read a source. Errors name file:line:column.
@@ -102,6 +104,7 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
         .sum();
     let health = rvs_check::plan(&loaded.config, &specs);
     let (vrrp, vrrp_warnings) = crate::vrrp::plan(&loaded.config)?;
+    let statics = crate::routes::statics(&loaded.config)?;
     let extra = format!(
         "{} vrrp_instance, {} real_server checkers ({} run by this build)",
         vrrp.len(),
@@ -157,6 +160,7 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
         fifos,
         mailer: crate::smtp::Mailer::of(&loaded.config.global),
         sync: loaded.config.global.lvs_sync_daemon.clone(),
+        statics,
     })
 }
 

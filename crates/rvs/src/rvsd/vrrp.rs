@@ -70,6 +70,21 @@ pub struct TrackScript {
     pub init_fail: bool,
 }
 
+/// A `track_file` as one instance follows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrackFile {
+    /// The `track_file` block's name (for logs).
+    pub name: String,
+    /// The file holding a number.
+    pub path: String,
+    /// The weight with `reverse` folded in (negated): 0 = a non-zero
+    /// number is a fault; else number × weight is added to the priority,
+    /// and a result below -253 is a fault.
+    pub weight: i64,
+    /// `init_file VALUE [overwrite]`.
+    pub init: Option<(i64, bool)>,
+}
+
 /// One instance, resolved from the file and ready to run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Spec {
@@ -113,6 +128,10 @@ pub struct Spec {
     pub track_primary: bool,
     /// `track_script`: the `vrrp_script`s this instance follows.
     pub track_scripts: Vec<TrackScript>,
+    /// `track_file`: the files this instance follows.
+    pub track_files: Vec<TrackFile>,
+    /// `track_process`: (process, weight, reverse) this instance follows.
+    pub track_processes: Vec<(crate::track::Process, i32, bool)>,
     /// Notify scripts.
     pub notify: Notify,
     /// keepalived's `down_timer_adverts`.
@@ -143,6 +162,8 @@ pub struct Spec {
     /// `smtp_alert` (else the global `smtp_alert_vrrp`, else `smtp_alert`):
     /// mail each transition.
     pub smtp_alert: bool,
+    /// `virtual_routes` and `virtual_rules`: installed while MASTER.
+    pub routes: crate::routes::Set,
 }
 
 impl Notify {
@@ -226,7 +247,9 @@ pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
             // priority: a tracked failure is a fault of the group (keepalived
             // ignores members' weights too).
             let weighted = spec.track_interfaces.iter().any(|(_, w)| *w != 0)
-                || spec.track_scripts.iter().any(|t| t.weight != 0);
+                || spec.track_scripts.iter().any(|t| t.weight != 0)
+                || spec.track_files.iter().any(|t| t.weight != 0)
+                || spec.track_processes.iter().any(|t| t.1 != 0);
             if weighted {
                 warnings.push(at(format!(
                     "{m}: tracking weights are ignored in a sync group (a failure is a fault)"
@@ -237,6 +260,12 @@ pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
             }
             for t in &mut spec.track_scripts {
                 t.weight = 0;
+            }
+            for t in &mut spec.track_files {
+                t.weight = 0;
+            }
+            for t in &mut spec.track_processes {
+                t.1 = 0;
             }
             spec.track_interfaces
                 .extend(g.track_interface.iter().map(|t| (t.name.clone(), 0)));
@@ -358,6 +387,58 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
         .iter()
         .filter_map(|t| resolve_script(conf, t, warnings, &|w| at(&w)))
         .collect();
+    let mut track_files = Vec::new();
+    for t in &v.track_file {
+        let Some(tf) = conf.track_files.iter().find(|f| f.name == t.name) else {
+            // keepalived ignores a reference to a file it does not have.
+            warnings.push(at(&format!(
+                "track_file {}: no such track_file, ignored",
+                t.name
+            )));
+            continue;
+        };
+        let mut weight = t.weight.map(i64::from).unwrap_or(tf.weight);
+        if t.reverse || (t.weight.is_none() && tf.reverse) {
+            weight = -weight;
+        }
+        if v.priority == 255 && weight != 0 {
+            warnings.push(at(&format!(
+                "track_file {}: the address owner (priority 255) must use weight 0; weight 0 applies",
+                t.name
+            )));
+            weight = 0;
+        }
+        track_files.push(TrackFile {
+            name: tf.name.clone(),
+            path: tf.file.clone().unwrap_or_default(),
+            weight,
+            init: tf.init_file,
+        });
+    }
+    let mut track_processes = Vec::new();
+    for t in &v.track_process {
+        let Some(tp) = conf.track_processes.iter().find(|p| p.name == t.name) else {
+            warnings.push(at(&format!(
+                "track_process {}: no such vrrp_track_process, ignored",
+                t.name
+            )));
+            continue;
+        };
+        let mut weight = t.weight.unwrap_or(tp.weight);
+        let reverse = if t.weight.is_some() {
+            t.reverse
+        } else {
+            tp.reverse || t.reverse
+        };
+        if v.priority == 255 && weight != 0 {
+            warnings.push(at(&format!(
+                "track_process {}: the address owner (priority 255) must use weight 0; weight 0 applies",
+                t.name
+            )));
+            weight = 0;
+        }
+        track_processes.push((crate::track::Process::of(tp), weight, reverse));
+    }
     let src = v.unicast_src_ip.or(v.mcast_src_ip);
     let peers: Vec<IpAddr> = v.unicast_peer.iter().map(|p| p.addr).collect();
     Ok(Spec {
@@ -390,6 +471,8 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
             .map(|t| (t.name.clone(), t.weight.unwrap_or(0)))
             .collect(),
         track_scripts,
+        track_files,
+        track_processes,
         track_primary: !v.dont_track_primary,
         notify: Notify::of(&v.notify),
         down_adverts,
@@ -410,6 +493,11 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
         group_notify: Notify::default(),
         strict,
         smtp_alert: v.smtp_alert || g.smtp_alert_vrrp.or(g.smtp_alert).unwrap_or(false),
+        routes: crate::routes::Set {
+            addrs: Vec::new(),
+            routes: v.virtual_routes.iter().map(crate::routes::route).collect(),
+            rules: v.virtual_rules.iter().map(crate::routes::rule).collect(),
+        },
         interface,
     })
 }
@@ -561,8 +649,9 @@ struct Task {
 
 /// Whether `new` differs from `old` only in what a running instance can
 /// take in place (priority, intervals, preemption, tracked interfaces,
-/// notify scripts, announcements): then a reload does not restart it, and
-/// a master keeps its addresses.
+/// notify scripts, announcements, routes and rules): then a reload does
+/// not restart it, and a master keeps its addresses (and reconciles its
+/// routes and rules by difference).
 fn same_identity(old: &Spec, new: &Spec) -> bool {
     let mut soft = old.clone();
     soft.priority = new.priority;
@@ -578,6 +667,7 @@ fn same_identity(old: &Spec, new: &Spec) -> bool {
     soft.garp_refresh = new.garp_refresh;
     soft.garp_refresh_repeat = new.garp_refresh_repeat;
     soft.initial_master = new.initial_master;
+    soft.routes = new.routes.clone();
     soft == *new
 }
 
@@ -780,11 +870,25 @@ async fn run(
         _script_tasks.push(AbortOnDrop(tokio::spawn(run_script(t.clone(), tx))));
         scripts.push((t.weight, rx));
     }
+    let mut files = Vec::new();
+    for t in &spec.track_files {
+        let (tx, rx) = watch::channel(0i64);
+        _script_tasks.push(AbortOnDrop(tokio::spawn(run_track_file(t.clone(), tx))));
+        files.push((t.weight, rx));
+    }
+    let mut processes = Vec::new();
+    for (p, weight, reverse) in &spec.track_processes {
+        let (tx, rx) = watch::channel(false);
+        _script_tasks.push(AbortOnDrop(tokio::spawn(crate::track::run(p.clone(), tx))));
+        processes.push((*weight, *reverse, rx));
+    }
     let mut drv = Driver {
         spec: spec.clone(),
         sock: &sock,
         local,
         scripts,
+        files,
+        processes,
         peer_form: None,
     };
     let mut events = group.as_ref().map(|g| g.events.subscribe());
@@ -863,6 +967,12 @@ async fn run(
             r = updates.changed() => {
                 if r.is_ok() {
                     let new = updates.borrow_and_update().clone();
+                    if inst.state() == State::Master {
+                        // A master keeps what stays, and takes the difference.
+                        let who = format!("VRRP_Instance({})", spec.name);
+                        crate::routes::remove(&drv.spec.routes.minus(&new.routes), &who).await;
+                        crate::routes::install(&new.routes.minus(&drv.spec.routes), &who).await;
+                    }
                     let now = clock.now();
                     acts = inst.reconfigure(now, election(&new, local));
                     drv.spec = new;
@@ -892,6 +1002,10 @@ struct Driver<'a> {
     local: IpAddr,
     /// Weight and current result (true = good) of each tracked script.
     scripts: Vec<(i32, watch::Receiver<bool>)>,
+    /// Weight and current number of each tracked file.
+    files: Vec<(i64, watch::Receiver<i64>)>,
+    /// Weight, `reverse` and current quorum state of each tracked process.
+    processes: Vec<(i32, bool, watch::Receiver<bool>)>,
     /// The v3/IPv4 checksum form the peers use, once heard: answered in
     /// kind, whatever `v3_checksum_as_v2` says (keepalived before 2.3
     /// ignores that keyword, so a mixed pair would otherwise drop each
@@ -944,6 +1058,79 @@ async fn run_script(t: TrackScript, result: watch::Sender<bool>) {
     }
 }
 
+/// How often a tracked file is read (keepalived reads it on inotify
+/// events; reading it this often on the runtime's blocking pool, through
+/// `tokio::fs`, costs as little and never blocks the VRRP driver).
+const TRACK_FILE_POLL: Duration = Duration::from_millis(500);
+
+/// The number in a tracked file's text as keepalived reads it (decimal,
+/// blanks around it; anything else reads as 0), limited to ±254.
+fn track_file_value(text: &str) -> Option<i64> {
+    let v: i64 = text.trim().parse().ok()?;
+    Some(v.clamp(-254, 254))
+}
+
+/// Follow one `track_file`: write its `init_file` value, then publish the
+/// number it holds whenever it changes. A missing or unreadable file, or
+/// one that holds no number, counts as 0 (said once per change).
+async fn run_track_file(t: TrackFile, value: watch::Sender<i64>) {
+    if let Some((v, overwrite)) = t.init {
+        let exists = tokio::fs::try_exists(&t.path).await.unwrap_or(false);
+        if (overwrite || !exists)
+            && let Err(e) = tokio::fs::write(&t.path, format!("{v}\n")).await
+        {
+            tracing::error!(target: "rvs::vrrp", "track_file {}: writing {}: {e}", t.name, t.path);
+        }
+    }
+    let mut every = tokio::time::interval(TRACK_FILE_POLL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut said = None;
+    loop {
+        every.tick().await;
+        let (v, problem) = match tokio::fs::read_to_string(&t.path).await {
+            Ok(text) => match track_file_value(&text) {
+                Some(v) => (v, None),
+                None => (0, Some(format!("{} holds no number", t.path))),
+            },
+            Err(e) => (0, Some(format!("reading {}: {e}", t.path))),
+        };
+        if problem != said {
+            if let Some(p) = &problem {
+                tracing::warn!(target: "rvs::vrrp", "track_file {}: {p}; its value is 0", t.name);
+            }
+            said = problem;
+        }
+        value.send_if_modified(|old| {
+            let changed = *old != v;
+            if changed {
+                tracing::info!(target: "rvs::vrrp", "track_file {}: value {v}", t.name);
+            }
+            *old = v;
+            changed
+        });
+    }
+}
+
+/// `prio` with the tracked files' (weight, number) added as keepalived
+/// adds them; `None` when one puts the instance in FAULT (weight 0 and a
+/// non-zero number, or number × weight below -253).
+fn with_files(mut prio: i64, files: impl Iterator<Item = (i64, i64)>) -> Option<i64> {
+    for (w, v) in files {
+        if w == 0 {
+            if v != 0 {
+                return None;
+            }
+            continue;
+        }
+        let r = v.saturating_mul(w);
+        if r < -253 {
+            return None;
+        }
+        prio += r.min(253);
+    }
+    Some(prio)
+}
+
 impl Driver<'_> {
     /// Fault (own interface or a weight-0 tracked one down) and the
     /// priority the tracked interfaces' weights give.
@@ -971,6 +1158,23 @@ impl Driver<'_> {
                 _ => {}
             }
         }
+        for (w, reverse, up) in &self.processes {
+            // `reverse` turns the state and the weight around: a
+            // positive weight lowers the priority while the quorum is
+            // up, `weight 0 reverse` is a fault while it is up.
+            let good = *up.borrow() != *reverse;
+            let w = if *reverse { -*w } else { *w };
+            match w {
+                0 if !good => return (true, self.spec.priority),
+                w if w > 0 && good => prio += w,
+                w if w < 0 && !good => prio += w,
+                _ => {}
+            }
+        }
+        let files = self.files.iter().map(|(w, v)| (*w, *v.borrow()));
+        let Some(prio) = with_files(i64::from(prio), files) else {
+            return (true, self.spec.priority);
+        };
         if self.spec.priority == 255 {
             return (false, 255);
         }
@@ -1088,7 +1292,11 @@ impl Driver<'_> {
                     tracing::error!(target: "rvs::vrrp", "VRRP_Instance({}): adding {} on {}: {e}", s.name, v.addr, v.dev);
                 }
             }
+            // After the addresses: a route's `src` must be local.
+            crate::routes::install(&s.routes, &format!("VRRP_Instance({})", s.name)).await;
         } else {
+            // Routes and rules first (they may use the addresses).
+            crate::routes::remove(&s.routes, &format!("VRRP_Instance({})", s.name)).await;
             // Not master (a backup, a fault, a stop — and also the start
             // of a backup, whatever state came before): no address of the
             // instance stays. keepalived does the same at start, so
@@ -1162,6 +1370,61 @@ mod tests {
         let loaded = rvs_config::parse_str("k.conf", text, &rvs_config::LoadOptions::default())
             .map_err(|e| e.to_string())?;
         plan(&loaded.config)
+    }
+
+    #[test]
+    fn track_files_are_resolved_with_keepalived_weights() {
+        let (specs, warnings) = plan_of(
+            "track_file up {
+    file /run/rvs-test/up
+    weight 5
+    init_file 2 overwrite
+}
+vrrp_track_file down {
+    file /run/rvs-test/down
+    weight 3 reverse
+}
+vrrp_instance VI_1 {
+    interface eth0
+    virtual_router_id 51
+    virtual_ipaddress {
+        10.0.0.100
+    }
+    track_file {
+        up
+        down
+        up weight -2 reverse
+        gone
+    }
+}",
+        )
+        .unwrap();
+        let t = &specs[0].track_files;
+        assert_eq!(t.len(), 3);
+        assert_eq!(
+            (t[0].path.as_str(), t[0].weight, t[0].init),
+            ("/run/rvs-test/up", 5, Some((2, true)))
+        );
+        assert_eq!((t[1].weight, t[1].init), (-3, None));
+        assert_eq!(t[2].weight, 2, "the instance's reverse weight");
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("track_file gone: no such track_file")),
+            "{warnings:?}"
+        );
+        // keepalived's arithmetic: number × weight added; weight 0 and a
+        // non-zero number, or a result below -253, is a fault.
+        assert_eq!(with_files(100, [(5, 2), (-3, 1)].into_iter()), Some(107));
+        assert_eq!(with_files(100, [(0, 0)].into_iter()), Some(100));
+        assert_eq!(with_files(100, [(0, 1)].into_iter()), None);
+        assert_eq!(with_files(100, [(254, -1)].into_iter()), None);
+        assert_eq!(with_files(100, [(1, -253)].into_iter()), Some(-153));
+        assert_eq!(with_files(100, [(200, 200)].into_iter()), Some(353));
+        assert_eq!(track_file_value(" 12\n"), Some(12));
+        assert_eq!(track_file_value("-999"), Some(-254));
+        assert_eq!(track_file_value("x"), None);
+        assert_eq!(track_file_value(""), None);
     }
 
     #[test]

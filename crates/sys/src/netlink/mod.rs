@@ -70,6 +70,102 @@ pub struct Neighbour {
     pub usable: bool,
 }
 
+/// What a route does with the packets it matches (`ip route`'s type).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RouteKind {
+    /// Forward them (by gateway or on link).
+    #[default]
+    Unicast,
+    /// Drop them silently.
+    Blackhole,
+    /// Drop them, answering ICMP unreachable.
+    Unreachable,
+    /// Drop them, answering ICMP administratively prohibited.
+    Prohibit,
+    /// Leave this table: the rule lookup goes on with the next rule.
+    Throw,
+}
+
+/// A route rvsd installs for keepalived's `static_routes` and
+/// `virtual_routes` (`ip route add` with these options).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RouteSpec {
+    /// What the route does.
+    pub kind: RouteKind,
+    /// Destination prefix (its family is the route's).
+    pub dst: IpAddr,
+    /// Destination prefix length.
+    pub dst_len: u8,
+    /// Source prefix (`from`: IPv6 source-specific routes).
+    pub from: Option<(IpAddr, u8)>,
+    /// Preferred source address (`src`).
+    pub prefsrc: Option<IpAddr>,
+    /// Gateways (`via`, then `or`): two or more make a multipath route.
+    pub gateways: Vec<IpAddr>,
+    /// Egress interface (`dev`).
+    pub oif: Option<u32>,
+    /// `onlink`: the gateway is on the link even without a matching prefix.
+    pub onlink: bool,
+    /// Scope (`RT_SCOPE_*`); `None`: link for an on-link unicast route,
+    /// else universe (what `ip route` picks).
+    pub scope: Option<u8>,
+    /// Routing table (254 = main).
+    pub table: u32,
+    /// Metric (`RTA_PRIORITY`).
+    pub metric: Option<u32>,
+    /// Protocol (`RTPROT_*`).
+    pub proto: u8,
+}
+
+/// What a policy routing rule does with the packets it selects.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RuleKind {
+    /// Look the route up in this table.
+    Table(u32),
+    /// Go on at the rule of this priority.
+    Goto(u32),
+    /// Do nothing (a rule that only counts).
+    Nop,
+    /// Drop silently.
+    Blackhole,
+    /// Drop with ICMP unreachable.
+    Unreachable,
+    /// Drop with ICMP prohibited.
+    Prohibit,
+}
+
+/// A policy routing rule rvsd installs for keepalived's `static_rules`
+/// and `virtual_rules` (`ip rule add` with these options).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleSpec {
+    /// IPv6 rule (else IPv4); `from`/`to` are of this family.
+    pub ipv6: bool,
+    /// Source prefix (`from`); `None` = all.
+    pub from: Option<(IpAddr, u8)>,
+    /// Destination prefix (`to`); `None` = all.
+    pub to: Option<(IpAddr, u8)>,
+    /// `not`: the selector is inverted.
+    pub invert: bool,
+    /// Priority (`priority` / `preference`); `None`: the kernel picks one.
+    pub priority: Option<u32>,
+    /// The action.
+    pub kind: RuleKind,
+    /// Firewall mark to match.
+    pub fwmark: Option<u32>,
+    /// Mask of the firewall mark.
+    pub fwmask: Option<u32>,
+    /// TOS / DS field to match (0 = any).
+    pub tos: u8,
+    /// Incoming interface name (`iif`).
+    pub iif: Option<String>,
+    /// Outgoing interface name (`oif`).
+    pub oif: Option<String>,
+    /// `suppress_prefixlength`.
+    pub suppress_prefixlen: Option<u32>,
+    /// Protocol (`RTPROT_*`) the rule is tagged with.
+    pub proto: u8,
+}
+
 /// How an XDP program is attached through `IFLA_XDP`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum XdpMode {
@@ -514,6 +610,30 @@ impl AsyncNetlink {
                 .await,
             libc::ESRCH,
         )
+    }
+
+    /// Add a route (`ip route add`): `true` when added, `false` when the
+    /// same route was there already.
+    pub async fn add_route(&mut self, r: &RouteSpec) -> Result<bool, NetlinkError> {
+        ok_if(self.exchange(msg::route(true, r)).await, libc::EEXIST)
+    }
+
+    /// Delete a route (`ip route del`): `true` when deleted, `false` when
+    /// it was not there.
+    pub async fn del_route(&mut self, r: &RouteSpec) -> Result<bool, NetlinkError> {
+        ok_if(self.exchange(msg::route(false, r)).await, libc::ESRCH)
+    }
+
+    /// Add a policy routing rule (`ip rule add`): `true` when added,
+    /// `false` when the same rule was there already.
+    pub async fn add_rule(&mut self, r: &RuleSpec) -> Result<bool, NetlinkError> {
+        ok_if(self.exchange(msg::rule(true, r)).await, libc::EEXIST)
+    }
+
+    /// Delete a policy routing rule (`ip rule del`): `true` when deleted,
+    /// `false` when it was not there.
+    pub async fn del_rule(&mut self, r: &RuleSpec) -> Result<bool, NetlinkError> {
+        ok_if(self.exchange(msg::rule(false, r)).await, libc::ENOENT)
     }
 
     /// The destinations of the host routes with protocol `proto` in table

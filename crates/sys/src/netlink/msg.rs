@@ -18,11 +18,15 @@ use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
 };
 use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType,
+    RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteNextHop, RouteNextHopFlags,
+    RouteProtocol, RouteScope, RouteType,
 };
+use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleFlags, RuleMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
-use super::{Link, Neighbour, NetlinkError, Route, XdpMode};
+use super::{
+    Link, Neighbour, NetlinkError, Route, RouteKind, RouteSpec, RuleKind, RuleSpec, XdpMode,
+};
 
 /// One request: the message, its flags and what it is called in errors.
 #[derive(Debug, Clone)]
@@ -348,6 +352,172 @@ pub(super) fn host_route(add: bool, table: u32, proto: u8, addr: IpAddr) -> Requ
     }
 }
 
+fn route_address(a: IpAddr) -> RouteAddress {
+    match a {
+        IpAddr::V4(a) => RouteAddress::Inet(a),
+        IpAddr::V6(a) => RouteAddress::Inet6(a),
+    }
+}
+
+/// `RTM_NEWROUTE` (`add`) or `RTM_DELROUTE` of one configured route (as
+/// `ip route add|del` builds it). A new route is exclusive, so the same
+/// one already there answers `EEXIST`; deleting one that is not there
+/// answers `ESRCH`. Two or more gateways make `RTA_MULTIPATH`.
+pub(super) fn route(add: bool, r: &RouteSpec) -> Request {
+    let mut m = RouteMessage::default();
+    m.header.address_family = family(r.dst);
+    m.header.destination_prefix_length = r.dst_len;
+    m.header.table = u8::try_from(r.table).unwrap_or(RT_TABLE_COMPAT);
+    m.header.protocol = RouteProtocol::from(r.proto);
+    m.header.kind = match r.kind {
+        RouteKind::Unicast => RouteType::Unicast,
+        RouteKind::Blackhole => RouteType::BlackHole,
+        RouteKind::Unreachable => RouteType::Unreachable,
+        RouteKind::Prohibit => RouteType::Prohibit,
+        RouteKind::Throw => RouteType::Throw,
+    };
+    let on_link = r.kind == RouteKind::Unicast && r.gateways.is_empty();
+    m.header.scope = match r.scope {
+        Some(s) => RouteScope::from(s),
+        None if on_link => RouteScope::Link,
+        None => RouteScope::Universe,
+    };
+    if r.onlink && r.gateways.len() < 2 {
+        m.header.flags = RouteFlags::Onlink;
+    }
+    m.attributes
+        .push(RouteAttribute::Destination(route_address(r.dst)));
+    if let Some((src, len)) = r.from {
+        m.header.source_prefix_length = len;
+        m.attributes
+            .push(RouteAttribute::Source(route_address(src)));
+    }
+    m.attributes.push(RouteAttribute::Table(r.table));
+    if let Some(p) = r.prefsrc {
+        m.attributes
+            .push(RouteAttribute::PrefSource(route_address(p)));
+    }
+    if let Some(metric) = r.metric {
+        m.attributes.push(RouteAttribute::Priority(metric));
+    }
+    match r.gateways.as_slice() {
+        [] => {
+            if let Some(oif) = r.oif {
+                m.attributes.push(RouteAttribute::Oif(oif));
+            }
+        }
+        [gw] => {
+            m.attributes
+                .push(RouteAttribute::Gateway(route_address(*gw)));
+            if let Some(oif) = r.oif {
+                m.attributes.push(RouteAttribute::Oif(oif));
+            }
+        }
+        gws => {
+            let hops = gws
+                .iter()
+                .map(|gw| {
+                    let mut h = RouteNextHop::default();
+                    h.interface_index = r.oif.unwrap_or(0);
+                    if r.onlink {
+                        h.flags = RouteNextHopFlags::Onlink;
+                    }
+                    h.attributes
+                        .push(RouteAttribute::Gateway(route_address(*gw)));
+                    h
+                })
+                .collect();
+            m.attributes.push(RouteAttribute::MultiPath(hops));
+        }
+    }
+    if add {
+        Request {
+            msg: RouteNetlinkMessage::NewRoute(m),
+            flags: NLM_F_CREATE | NLM_F_EXCL,
+            op: "add route",
+        }
+    } else {
+        Request {
+            msg: RouteNetlinkMessage::DelRoute(m),
+            flags: 0,
+            op: "delete route",
+        }
+    }
+}
+
+/// `RTM_NEWRULE` (`add`) or `RTM_DELRULE` of one policy routing rule (as
+/// `ip rule add|del` builds it). An existing identical rule answers
+/// `EEXIST` (the request is exclusive); deleting a missing one answers
+/// `ENOENT`.
+pub(super) fn rule(add: bool, r: &RuleSpec) -> Request {
+    let mut m = RuleMessage::default();
+    m.header.family = if r.ipv6 {
+        AddressFamily::Inet6
+    } else {
+        AddressFamily::Inet
+    };
+    m.header.tos = r.tos;
+    if r.invert {
+        m.header.flags = RuleFlags::Invert;
+    }
+    if let Some((a, len)) = r.from {
+        m.header.src_len = len;
+        m.attributes.push(RuleAttribute::Source(a));
+    }
+    if let Some((a, len)) = r.to {
+        m.header.dst_len = len;
+        m.attributes.push(RuleAttribute::Destination(a));
+    }
+    if let Some(p) = r.priority {
+        m.attributes.push(RuleAttribute::Priority(p));
+    }
+    if let Some(mark) = r.fwmark {
+        m.attributes.push(RuleAttribute::FwMark(mark));
+    }
+    if let Some(mask) = r.fwmask {
+        m.attributes.push(RuleAttribute::FwMask(mask));
+    }
+    if let Some(i) = &r.iif {
+        m.attributes.push(RuleAttribute::Iifname(i.clone()));
+    }
+    if let Some(o) = &r.oif {
+        m.attributes.push(RuleAttribute::Oifname(o.clone()));
+    }
+    if let Some(len) = r.suppress_prefixlen {
+        m.attributes.push(RuleAttribute::SuppressPrefixLen(len));
+    }
+    m.attributes
+        .push(RuleAttribute::Protocol(RouteProtocol::from(r.proto)));
+    m.header.action = match r.kind {
+        RuleKind::Table(t) => {
+            m.header.table = u8::try_from(t).unwrap_or(RT_TABLE_COMPAT);
+            m.attributes.push(RuleAttribute::Table(t));
+            RuleAction::ToTable
+        }
+        RuleKind::Goto(p) => {
+            m.attributes.push(RuleAttribute::Goto(p));
+            RuleAction::Goto
+        }
+        RuleKind::Nop => RuleAction::Nop,
+        RuleKind::Blackhole => RuleAction::Blackhole,
+        RuleKind::Unreachable => RuleAction::Unreachable,
+        RuleKind::Prohibit => RuleAction::Prohibit,
+    };
+    if add {
+        Request {
+            msg: RouteNetlinkMessage::NewRule(m),
+            flags: NLM_F_CREATE | NLM_F_EXCL,
+            op: "add rule",
+        }
+    } else {
+        Request {
+            msg: RouteNetlinkMessage::DelRule(m),
+            flags: 0,
+            op: "delete rule",
+        }
+    }
+}
+
 /// `RTM_GETROUTE` dump of one family's routes (every table).
 pub(super) fn dump_routes(ipv6: bool) -> Request {
     let mut m = RouteMessage::default();
@@ -550,6 +720,121 @@ mod tests {
     }
     fn u32_at(b: &[u8], at: usize) -> u32 {
         u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    }
+
+    /// A configured route's `rtmsg` (family, dst_len, src_len, tos, table,
+    /// protocol, scope, type) and attributes: scope link for an on-link
+    /// route, the gateway, two gateways as a multipath route, and the
+    /// message decodes back.
+    #[test]
+    fn configured_route_bytes() {
+        let r = RouteSpec {
+            kind: RouteKind::Unicast,
+            dst: "10.5.0.0".parse().unwrap(),
+            dst_len: 16,
+            from: None,
+            prefsrc: Some("10.0.0.2".parse().unwrap()),
+            gateways: vec![],
+            oif: Some(3),
+            onlink: false,
+            scope: None,
+            table: 100,
+            metric: Some(7),
+            proto: 18,
+        };
+        let b = route(true, &r).encode(1);
+        assert_eq!(u16_at(&b, 4), 24, "RTM_NEWROUTE");
+        assert_eq!(&b[16..24], &[2, 16, 0, 0, 100, 18, 253, 1]);
+        let via = RouteSpec {
+            gateways: vec!["10.0.0.1".parse().unwrap()],
+            ..r.clone()
+        };
+        assert_eq!(
+            &route(true, &via).encode(1)[16..24],
+            &[2, 16, 0, 0, 100, 18, 0, 1]
+        );
+        let hole = RouteSpec {
+            kind: RouteKind::Blackhole,
+            dst: "2001:db8:5::".parse().unwrap(),
+            dst_len: 48,
+            table: 1000,
+            oif: None,
+            prefsrc: None,
+            ..r.clone()
+        };
+        let b = route(false, &hole).encode(2);
+        assert_eq!(u16_at(&b, 4), 25, "RTM_DELROUTE");
+        assert_eq!(&b[16..24], &[10, 48, 0, 0, RT_TABLE_COMPAT, 18, 0, 6]);
+        let multi = RouteSpec {
+            gateways: vec!["10.0.0.1".parse().unwrap(), "10.0.0.9".parse().unwrap()],
+            ..r
+        };
+        let b = route(true, &multi).encode(3);
+        let back = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&b).unwrap();
+        let NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(m)) = back.payload else {
+            panic!("not a route: {back:?}");
+        };
+        let hops = m
+            .attributes
+            .iter()
+            .find_map(|a| match a {
+                RouteAttribute::MultiPath(h) => Some(h.clone()),
+                _ => None,
+            })
+            .expect("multipath");
+        assert_eq!(hops.len(), 2);
+        assert!(hops.iter().all(|h| h.interface_index == 3));
+        assert!(m.attributes.contains(&RouteAttribute::Priority(7)));
+        assert!(m.attributes.contains(&RouteAttribute::Table(100)));
+    }
+
+    /// A rule's `fib_rule_hdr` (family, dst_len, src_len, tos, table,
+    /// res1, res2, action) and its attributes.
+    #[test]
+    fn rule_bytes() {
+        let r = RuleSpec {
+            ipv6: false,
+            from: Some(("10.6.0.0".parse().unwrap(), 24)),
+            to: None,
+            invert: false,
+            priority: Some(100),
+            kind: RuleKind::Table(1000),
+            fwmark: Some(5),
+            fwmask: None,
+            tos: 0,
+            iif: Some("eth0".into()),
+            oif: None,
+            suppress_prefixlen: None,
+            proto: 18,
+        };
+        let b = rule(true, &r).encode(1);
+        assert_eq!(u16_at(&b, 4), 32, "RTM_NEWRULE");
+        assert_eq!(&b[16..24], &[2, 0, 24, 0, RT_TABLE_COMPAT, 0, 0, 1]);
+        let back = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&b).unwrap();
+        let NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRule(m)) = back.payload else {
+            panic!("not a rule: {back:?}");
+        };
+        for a in [
+            RuleAttribute::Table(1000),
+            RuleAttribute::Priority(100),
+            RuleAttribute::FwMark(5),
+            RuleAttribute::Iifname("eth0".into()),
+            RuleAttribute::Source("10.6.0.0".parse().unwrap()),
+        ] {
+            assert!(m.attributes.contains(&a), "{a:?} in {:?}", m.attributes);
+        }
+        let hole = RuleSpec {
+            ipv6: true,
+            from: None,
+            to: Some(("2001:db8:6::".parse().unwrap(), 48)),
+            invert: true,
+            kind: RuleKind::Blackhole,
+            ..r
+        };
+        let b = rule(false, &hole).encode(2);
+        assert_eq!(u16_at(&b, 4), 33, "RTM_DELRULE");
+        assert_eq!(&b[16..24], &[10, 48, 0, 0, 0, 0, 0, 6]);
+        assert_eq!(u32_at(&b, 24), 2, "FIB_RULE_INVERT");
     }
 
     /// The announce route's bytes as the kernel reads them (`rtmsg`:
