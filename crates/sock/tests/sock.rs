@@ -127,6 +127,16 @@ fn child_command(cg: &Cgroup, mode: &str) -> std::process::Command {
     c
 }
 
+/// A child killed when the test ends (also when it fails).
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Loopback backends: TCP servers that write their name, then echo lines;
 /// UDP servers that answer every datagram with their name. Stopped on drop.
 struct Backends {
@@ -452,11 +462,14 @@ fn weight_zero_drains_and_a_deleted_server_is_not_chosen() {
     );
     exec(&mut plane, cmds);
     // An established connection to b0.
-    let mut hold = child_command(&cg, &format!("hold {vip}:83"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let mut hold = KillOnDrop(
+        child_command(&cg, &format!("hold {vip}:83"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn"),
+    );
+    let hold = &mut hold.0;
     let mut out = BufReader::new(hold.stdout.take().expect("stdout"));
     let mut line = String::new();
     while !line.contains("RESULT ") {

@@ -19,6 +19,7 @@ mod proxy;
 mod realserver;
 mod reload;
 mod restart;
+mod sock;
 mod socket;
 mod streams;
 mod sync;
