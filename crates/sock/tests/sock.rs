@@ -506,3 +506,70 @@ fn weight_zero_drains_and_a_deleted_server_is_not_chosen() {
     assert!(hold.wait().expect("wait").success());
     assert_eq!(results(&rest), ["echo again"]);
 }
+
+#[test]
+fn persistence_and_source_hashing_keep_the_host_on_one_server() {
+    let Some((cg, mut plane)) = setup("persistence_and_source_hashing_keep_the_host_on_one_server")
+    else {
+        return;
+    };
+    let b = Backends::tcp("127.0.0.1", 3);
+    let vip = vip4(5);
+    let all = [(b.addrs[0], 1), (b.addrs[1], 1), (b.addrs[2], 1)];
+    let (pkey, mut persistent) = service(Protocol::Tcp, vip, 84, Scheduler::Rr, &all);
+    if let Command::AddService { config, .. } = &mut persistent[0] {
+        config.persistent = Some(60);
+    }
+    let (_, sh) = service(Protocol::Tcp, vip, 85, Scheduler::Sh, &all);
+    exec(&mut plane, persistent);
+    exec(&mut plane, sh);
+    // Unbound sockets: one client (the host), so one server for all.
+    for port in [84, 85] {
+        let lines = run_child(&cg, &format!("tcp {vip}:{port} 12"));
+        let c = counts(&lines, 3);
+        assert_eq!(
+            c.iter().filter(|&&n| n == 12).count(),
+            1,
+            "port {port}: {c:?}"
+        );
+    }
+    // The persistent server deleted: the template no longer holds.
+    let first = run_child(&cg, &format!("tcp {vip}:84 1"));
+    let i: usize = first[0]
+        .split(' ')
+        .nth(1)
+        .and_then(|n| n.strip_prefix('b'))
+        .and_then(|n| n.parse().ok())
+        .expect("backend name");
+    exec(
+        &mut plane,
+        vec![Command::DelDest {
+            service: pkey,
+            addr: b.addrs[i].ip(),
+            port: b.addrs[i].port(),
+        }],
+    );
+    let lines = run_child(&cg, &format!("tcp {vip}:84 6"));
+    let c = counts(&lines, 3);
+    assert_eq!(c[i], 0, "{c:?}");
+    assert_eq!(c.iter().filter(|&&n| n == 6).count(), 1, "{c:?}");
+}
+
+#[test]
+fn unsupported_services_are_refused_before_anything_changes() {
+    // No kernel needed to ask: but the plane only exists with root.
+    let Some((_cg, plane)) = setup("unsupported_services_are_refused_before_anything_changes")
+    else {
+        return;
+    };
+    let fwmark = Command::AddService {
+        key: ServiceKey::Fwmark {
+            mark: 1,
+            af: AddrFamily::Inet,
+        },
+        config: ServiceConfig::new(AddrFamily::Inet),
+    };
+    assert!(plane.admit(&fwmark).unwrap_err().contains("fwmark"));
+    let (_, lblc) = service(Protocol::Tcp, vip4(6), 86, Scheduler::Lblc, &[]);
+    assert!(plane.admit(&lblc[0]).unwrap_err().contains("lblc"));
+}
