@@ -331,6 +331,13 @@ fn tcp_connect_to_vip_reaches_a_backend_and_the_peer_is_the_vip() {
     let e = TcpStream::connect_timeout(&SocketAddr::new(vip, 8080), Duration::from_secs(5))
         .expect_err("a process outside the cgroup reached the VIP");
     assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+    // A dual-stack socket reaching the IPv4 VIP through its v4-mapped form.
+    let mapped = run_child(&cg, &format!("tcp [::ffff:{vip}]:8080 1"));
+    assert_eq!(mapped.len(), 1, "{mapped:?}");
+    assert!(
+        mapped[0].ends_with(&format!(" [::ffff:{vip}]:8080")),
+        "{mapped:?}"
+    );
     // A non-VIP address from inside the cgroup is untouched too.
     let other = run_child(&cg, &format!("tcp {} 1", b.addrs[1]));
     assert_eq!(other, [format!("tcp b1 {}", b.addrs[1])]);
