@@ -85,11 +85,15 @@ struct sock_dest_stats {
 	__u64 total;  /* sockets ever scheduled to it */
 };
 
-/* What a socket was given (for sock_release, a later sendmsg and -Lcn). */
+/* What a socket was given (for sock_release, a later sendmsg and -Lcn).
+ * `client` is the socket's own address once it has one (TCP: at the SYN,
+ * sock_ops; UDP: at its first recvmsg); client_port 0 until then. */
 struct sock_sock {
 	struct sock_svc_key vip;
 	__u32 dest;
-	__u32 pad;
+	__u32 client[4];
+	__u16 client_port; /* network order */
+	__u16 pad;
 };
 
 struct sock_rev_key {
@@ -556,6 +560,45 @@ static __always_inline int do6(struct bpf_sock_addr *ctx, int keep)
 	return 1;
 }
 
+/* Note the socket's own address in its record (for -Lcn), once. */
+static __always_inline void note_client(__u64 cookie, const __u32 *addr, __u16 port_net)
+{
+	struct sock_sock *rec = bpf_map_lookup_elem(&sock_socks, &cookie);
+
+	if (!rec || rec->client_port || !port_net)
+		return;
+	rec->client[0] = addr[0];
+	rec->client[1] = addr[1];
+	rec->client[2] = addr[2];
+	rec->client[3] = addr[3];
+	rec->client_port = port_net;
+}
+
+static __always_inline void note_udp_client4(struct bpf_sock_addr *ctx)
+{
+	struct bpf_sock *sk = ctx->sk;
+	__u32 a[4] = {};
+
+	if (!sk)
+		return;
+	a[0] = sk->src_ip4;
+	note_client(bpf_get_socket_cookie(ctx), a, bpf_htons((__u16)sk->src_port));
+}
+
+static __always_inline void note_udp_client6(struct bpf_sock_addr *ctx)
+{
+	struct bpf_sock *sk = ctx->sk;
+	__u32 a[4] = {};
+
+	if (!sk)
+		return;
+	a[0] = sk->src_ip6[0];
+	a[1] = sk->src_ip6[1];
+	a[2] = sk->src_ip6[2];
+	a[3] = sk->src_ip6[3];
+	note_client(bpf_get_socket_cookie(ctx), a, bpf_htons((__u16)sk->src_port));
+}
+
 /* The peer a socket sees (getpeername, recvmsg's source): a real server
  * this socket was given becomes the VIP again. */
 static __always_inline void rev4(struct bpf_sock_addr *ctx)
@@ -635,6 +678,7 @@ int sock_sendmsg6(struct bpf_sock_addr *ctx)
 SEC("cgroup/recvmsg4")
 int sock_recvmsg4(struct bpf_sock_addr *ctx)
 {
+	note_udp_client4(ctx);
 	rev4(ctx);
 	return 1;
 }
@@ -642,7 +686,32 @@ int sock_recvmsg4(struct bpf_sock_addr *ctx)
 SEC("cgroup/recvmsg6")
 int sock_recvmsg6(struct bpf_sock_addr *ctx)
 {
+	note_udp_client6(ctx);
 	rev6(ctx);
+	return 1;
+}
+
+/* A TCP socket sends its SYN: its own address is known now. */
+SEC("sockops")
+int sock_ops(struct bpf_sock_ops *ctx)
+{
+	__u32 a[4] = {};
+
+	__u16 port;
+
+	if (ctx->op != BPF_SOCK_OPS_TCP_CONNECT_CB)
+		return 1;
+	port = bpf_htons((__u16)ctx->local_port);
+	if (ctx->family == SOCK_AF_INET) {
+		a[0] = ctx->local_ip4;
+		note_client(bpf_get_socket_cookie(ctx), a, port);
+		return 1;
+	}
+	a[0] = ctx->local_ip6[0];
+	a[1] = ctx->local_ip6[1];
+	a[2] = ctx->local_ip6[2];
+	a[3] = ctx->local_ip6[3];
+	note_client(bpf_get_socket_cookie(ctx), a, port);
 	return 1;
 }
 

@@ -41,6 +41,12 @@
 //! * **No real server**: `connect`/`sendmsg` fail with `EPERM`.
 //! * **Counters**: connections per real server (`--stats` Conns) are the
 //!   programs'; packets and bytes are not seen at this level (zero).
+//! * **Connections** (`-Lcn`, ActiveConn/InActConn): every open socket the
+//!   programs gave a real server whose own address is known (TCP from its
+//!   SYN, noted by a sock_ops program; UDP from its first receive) is
+//!   mirrored into the director every report with 3 s to live, so a closed
+//!   socket leaves the view within about 3 s. TCP sockets show as
+//!   ESTABLISHED (the programs see no TCP states).
 //!
 //! # Parts
 //! * [`maps`]: the layouts shared with the programs, and the pure part of
@@ -57,7 +63,7 @@ pub mod plane;
 use std::os::fd::{AsFd as _, BorrowedFd};
 use std::path::{Path, PathBuf};
 
-use aya::programs::{CgroupAttachMode, CgroupSock, CgroupSockAddr};
+use aya::programs::{CgroupAttachMode, CgroupSock, CgroupSockAddr, SockOps};
 use aya::{Ebpf, EbpfLoader};
 
 /// Why the sock data plane could not start or write its maps.
@@ -133,6 +139,8 @@ const ADDR_PROGRAMS: [&str; 8] = [
     "sock_getpeername6",
 ];
 const RELEASE_PROGRAM: &str = "sock_release";
+/// Notes a TCP socket's own address at its SYN (for `-Lcn`).
+const OPS_PROGRAM: &str = "sock_ops";
 
 #[cfg(not(rvs_no_bpf))]
 fn object() -> Result<&'static [u8], SockError> {
@@ -169,6 +177,8 @@ impl Loaded {
         let p: &mut CgroupSock = program(&mut ebpf, RELEASE_PROGRAM)?;
         p.load()
             .map_err(prog_err(RELEASE_PROGRAM, "load (verifier)"))?;
+        let p: &mut SockOps = program(&mut ebpf, OPS_PROGRAM)?;
+        p.load().map_err(prog_err(OPS_PROGRAM, "load (verifier)"))?;
         Ok(Loaded { ebpf, cgroup: None })
     }
 
@@ -197,6 +207,9 @@ impl Loaded {
         let p: &mut CgroupSock = program(&mut self.ebpf, RELEASE_PROGRAM)?;
         p.attach(&dir, CgroupAttachMode::Single)
             .map_err(prog_err(RELEASE_PROGRAM, "attach"))?;
+        let p: &mut SockOps = program(&mut self.ebpf, OPS_PROGRAM)?;
+        p.attach(&dir, CgroupAttachMode::Single)
+            .map_err(prog_err(OPS_PROGRAM, "attach"))?;
         self.cgroup = Some(cgroup.to_path_buf());
         Ok(())
     }

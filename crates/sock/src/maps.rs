@@ -219,8 +219,13 @@ pub struct SockRec {
     pub vip: SvcKey,
     /// The real server's index.
     pub dest: u32,
+    /// The socket's own address, network order, once known.
+    pub client: [u32; 4],
+    /// Its port, network order (0 while not known: TCP before its SYN,
+    /// UDP before its first receive).
+    pub client_port: u16,
     /// Padding.
-    pub pad: u32,
+    pub pad: u16,
 }
 
 /// Why a service cannot be published.

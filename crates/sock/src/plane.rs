@@ -23,8 +23,9 @@ use std::time::Duration;
 
 use rvs_control::dataplane::{Applied, DataPlane, DataPlaneError};
 use rvs_control::protocol::Command;
-use rvs_core::ipvs::Ipvs;
+use rvs_core::ipvs::{Ipvs, MirroredConn};
 use rvs_core::model::{DestConfig, Protocol, ServiceConfig, ServiceKey};
+use rvs_core::state::TcpState;
 use rvs_core::stats::Counters;
 use rvs_core::time::Instant;
 use rvs_sys::bpf::BpfMap;
@@ -50,7 +51,14 @@ pub struct SocketEntry {
     pub vip: std::net::SocketAddr,
     /// The real server it was given.
     pub dest: std::net::SocketAddr,
+    /// The socket's own address, once known (TCP from its SYN, UDP from
+    /// its first receive).
+    pub client: Option<std::net::SocketAddr>,
 }
+
+/// How long a mirrored socket lives in the director without a report
+/// renewing it (three reports).
+pub const MIRROR_TTL: Duration = Duration::from_secs(3);
 
 enum Msg {
     Apply(Command),
@@ -215,7 +223,40 @@ impl DataPlane for SockPlane {
         Some(Applied::new(self.sent, self.processed.clone()))
     }
 
-    fn report(&mut self, _now: Instant, ipvs: &mut Ipvs) {
+    fn report(&mut self, now: Instant, ipvs: &mut Ipvs) {
+        for s in self.sockets() {
+            let Some(client) = s.client else { continue };
+            let key = ServiceKey::Addr {
+                protocol: s.protocol,
+                addr: s.vip.ip(),
+                port: s.vip.port(),
+            };
+            let Some(dest) = ipvs.service(&key).and_then(|svc| {
+                svc.dests()
+                    .iter()
+                    .find(|d| d.config.addr == s.dest.ip() && d.config.port == s.dest.port())
+                    .map(|d| d.id)
+            }) else {
+                continue;
+            };
+            ipvs.mirror_conn(
+                now,
+                &MirroredConn {
+                    protocol: s.protocol,
+                    client,
+                    vip: s.vip,
+                    dest,
+                    state: if s.protocol == Protocol::Tcp {
+                        TcpState::Established as u8
+                    } else {
+                        0
+                    },
+                    output_seen: true,
+                    idle_left: MIRROR_TTL,
+                    template: false,
+                },
+            );
+        }
         let snap = self.snapshot();
         self.reported.retain(|k, _| snap.contains_key(k));
         for (k, st) in &snap {
@@ -668,6 +709,10 @@ impl Tables {
                 protocol,
                 vip: (vip, maps::port_host(rec.vip.port)).into(),
                 dest: (daddr, maps::port_host(d.port)).into(),
+                client: (rec.client_port != 0)
+                    .then(|| maps::words_addr(rec.client, rec.vip.family))
+                    .flatten()
+                    .map(|a| (a, maps::port_host(rec.client_port)).into()),
             });
             if out.len() >= 262_144 {
                 break;

@@ -484,6 +484,24 @@ fn weight_zero_drains_and_a_deleted_server_is_not_chosen() {
         assert!(out.read_line(&mut line).expect("read") > 0, "child ended");
     }
     assert_eq!(results(&line), ["hold b0"]);
+    // The open socket is in the plane's walk, with its own address.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let found = plane.sockets().into_iter().find(|s| s.dest == b.addrs[0]);
+        if let Some(s) = found
+            && s.client
+                .is_some_and(|c| c.ip() == b.addrs[0].ip() && c.port() != 0)
+        {
+            assert_eq!(s.vip, SocketAddr::new(vip, 83));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "socket not listed: {:?}",
+            plane.sockets()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // Drain b0 (weight 0, as a failed health check with inhibit does) and
     // delete b2 (as a failed health check without it does).
     exec(
