@@ -136,8 +136,10 @@ http {{ access_log off; keepalive_requests 1000000;
 
     def nft_add(self, backend):
         rules = f"""table ip {NFT_TABLE} {{
-  chain out {{ type nat hook output priority -100; policy accept;
-    ip daddr {VIP_DNAT} tcp dport 80 dnat to 127.0.0.1:{backend} }}
+  chain out {{
+    type nat hook output priority -100; policy accept;
+    ip daddr {VIP_DNAT} tcp dport 80 dnat to 127.0.0.1:{backend}
+  }}
 }}
 """
         subprocess.run(["nft", "-f", "-"], input=rules.encode(), check=True, timeout=10)
