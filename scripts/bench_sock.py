@@ -267,7 +267,8 @@ http {{ access_log off; keepalive_requests 1000000;
                      f"{os.getloadavg()[0]:.2f} at end.")
         lines.append(f"wrk `-t1 -c{a.connections} -d{a.duration}s --latency` on CPU 1, nginx "
                      f"(1 worker) on CPU 0, rvsd (proxy) on CPU 0; median of {a.reps} "
-                     "repetitions, each on a freshly started rvsd / freshly added nft rule.")
+                     "repetitions, each on a freshly started rvsd / freshly added nft rule; "
+                     f"rvsd binary `{a.rvsd}`.")
         lines.append("")
         head = "| metric | better | " + " | ".join(paths)
         ratios = [p for p in paths if p != "direct"] if "direct" in paths else []
