@@ -11,6 +11,8 @@
 //! * [`netns`] — a network namespace guard with a unique name, deleted on
 //!   drop (also when the test panics), and running code inside a namespace
 //!   on a thread of its own (`setns` applies per thread);
+//! * [`cgroup`] — a child cgroup v2 with a unique name, processes run
+//!   inside it, removed on drop (the sock data plane's tests);
 //! * [`bed`] — a bridged L2 segment: a switch namespace with bridges, one
 //!   namespace per host joined by a veth pair, tiny TCP servers, clients;
 //! * [`sh`] / [`wait_for`] — running a command that must succeed, polling.
@@ -21,10 +23,12 @@
 #![forbid(unsafe_code)]
 
 pub mod bed;
+pub mod cgroup;
 pub mod netns;
 pub mod skip;
 
 pub use bed::{Bed, Conn, Host, connect, spread};
+pub use cgroup::Cgroup;
 pub use netns::{Netns, in_netns_path, in_ns, spawn_in, unique_name};
 pub use skip::{
     is_root, privileged_required, require_root, require_tools, skip_or_fail, tools_missing,

@@ -48,6 +48,9 @@ enum DataPlaneKind {
     Proxy,
     /// XDP packet path (root).
     Xdp,
+    /// Socket-level balancing of local clients: cgroup BPF programs
+    /// choose the real server at connect()/sendmsg() (root; --cgroup).
+    Sock,
 }
 
 /// `--xdp-mode`.
@@ -110,9 +113,19 @@ struct Args {
 
     /// Data plane: `proxy` (userspace TCP/UDP proxy, unprivileged), `none`
     /// (control plane alone), `xdp` (the XDP program on --interface; root;
-    /// no fwmark services: XDP runs before the packet has a mark).
+    /// no fwmark services: XDP runs before the packet has a mark), `sock`
+    /// (local clients of --cgroup connect straight to the real server:
+    /// the programs rewrite connect()/sendmsg(); root; TCP/UDP services,
+    /// no fwmark; `--stats` counts connections only, packets and bytes
+    /// are not seen at the socket).
     #[arg(long, value_enum, default_value_t = DataPlaneKind::Proxy)]
     dataplane: DataPlaneKind,
+
+    /// sock: the cgroup v2 directory whose processes' sockets are balanced
+    /// (with its descendants). Default: the unified hierarchy's root
+    /// (/sys/fs/cgroup/unified on hybrid systems, else /sys/fs/cgroup).
+    #[arg(long, value_name = "PATH")]
+    cgroup: Option<PathBuf>,
 
     /// proxy: accept PROXY protocol headers (v1/v2) from these upstream
     /// balancers (CIDRs or addresses, comma-separated or repeated) and use
@@ -635,6 +648,13 @@ fn data_plane(
         DataPlaneKind::Xdp => {
             let (plane, flood) = xdp_plane(args)?;
             Ok((Box::new(plane), None, Some(flood)))
+        }
+        DataPlaneKind::Sock => {
+            let cgroup = args.cgroup.clone().unwrap_or_else(rvs_sock::default_cgroup);
+            let plane = rvs_sock::plane::SockPlane::start(&cgroup)
+                .map_err(|e| anyhow::anyhow!("--dataplane sock: {e}"))?;
+            tracing::info!(cgroup = %cgroup.display(), "sock data plane attached");
+            Ok((Box::new(plane), None, None))
         }
     }
 }

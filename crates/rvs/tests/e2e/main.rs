@@ -23,6 +23,7 @@ mod restart;
 mod routes;
 mod script_security;
 mod smtp_alert;
+mod sock;
 mod socket;
 mod streams;
 mod sync;

@@ -1,0 +1,748 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+/* sock_lb.c: the socket-level data plane (crates/sock). cgroup v2 programs
+ * that choose a real server when a local process connects to (TCP,
+ * connected UDP) or sends to (unconnected UDP) a virtual service, and put
+ * the real server's address into the socket call itself: the connection is
+ * made to the real server from the start, so no packet is ever rewritten.
+ * getpeername and recvmsg give the application the virtual address back.
+ * sock_release keeps the per-real-server count of open sockets that the
+ * least-connection schedulers read.
+ *
+ * The control side (crates/sock/src/maps.rs) owns every table: the real
+ * servers' list per service holds only the schedulable ones (weight > 0,
+ * available), the sh/dh/mh tables and the wrr cycle are rvs-core's own. */
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+#include "lib/map.h"
+
+#define SOCK_AF_INET 2
+#define SOCK_AF_INET6 10
+
+#define SOCK_SVC_MAX 4096
+#define SOCK_DEST_MAX 65536
+#define SOCK_SLOTS 1048576
+#define SOCK_SOCKS_MAX 262144
+#define SOCK_REV_MAX 262144
+#define SOCK_PERSIST_MAX 65536
+/* The least-connection walk's bound (the control side caps a list here). */
+#define SOCK_LIST_MAX 1024
+#define SOCK_EMPTY 0xffffffffu
+
+/* Schedulers (crates/sock/src/maps.rs `Sched`). */
+#define SOCK_SCHED_RR 0
+#define SOCK_SCHED_WRR 1
+#define SOCK_SCHED_LC 2
+#define SOCK_SCHED_WLC 3
+#define SOCK_SCHED_SED 4
+#define SOCK_SCHED_NQ 5
+#define SOCK_SCHED_SH 6
+#define SOCK_SCHED_DH 7
+#define SOCK_SCHED_MH 8
+
+/* Service flags. */
+#define SOCK_SVC_F_FALLBACK 0x1 /* sh-fallback / mh-fallback */
+#define SOCK_SVC_F_PORT 0x2     /* sh-port / mh-port */
+
+/* Real-server flags. */
+#define SOCK_DEST_F_PRESENT 0x1 /* in its service (cleared when deleted) */
+
+/* The kernel's hash constants the core's sh/dh/mh use (rvs-core sched). */
+#define SOCK_GOLDEN_RATIO_32 0x61C88647u
+#define SOCK_HASH_TAB_BITS 8
+#define SOCK_MH_HASH1_KEY 2654435761ull
+
+struct sock_svc_key {
+	__u32 addr[4]; /* network order; IPv4 in addr[0], the rest zero */
+	__u16 port;    /* network order */
+	__u8 proto;    /* IPPROTO_TCP / IPPROTO_UDP */
+	__u8 family;   /* SOCK_AF_INET / SOCK_AF_INET6 */
+};
+
+struct sock_svc {
+	__u32 id; /* index into `cursor` and the persistence key */
+	__u32 sched;
+	__u32 flags;
+	__u32 list_off; /* schedulable real servers (dest indexes) in `slots` */
+	__u32 list_len;
+	__u32 table_off; /* sh/dh/mh table or wrr cycle in `slots` */
+	__u32 table_len;
+	__u32 persist_secs; /* 0: not persistent */
+};
+
+struct sock_dest {
+	__u32 addr[4];
+	__u16 port;
+	__u8 family;
+	__u8 flags;
+	__u32 weight;
+};
+
+struct sock_dest_stats {
+	__u64 active; /* open sockets connected to it */
+	__u64 total;  /* sockets ever scheduled to it */
+};
+
+/* What a socket was given (for sock_release, a later sendmsg and -Lcn).
+ * `client` is the socket's own address once it has one (TCP: at the SYN,
+ * sock_ops; UDP: at its first recvmsg); client_port 0 until then. */
+struct sock_sock {
+	struct sock_svc_key vip;
+	__u32 dest;
+	__u32 client[4];
+	__u16 client_port; /* network order */
+	__u16 pad;
+};
+
+struct sock_rev_key {
+	__u64 cookie;
+	__u32 addr[4];
+	__u16 port;
+	__u8 family;
+	__u8 pad[5];
+};
+
+struct sock_rev {
+	__u32 addr[4];
+	__u16 port;
+	__u16 pad;
+};
+
+struct sock_persist_key {
+	__u32 svc;
+	__u32 client[4];
+};
+
+struct sock_persist {
+	__u32 dest;
+	__u32 pad;
+	__u64 expires_ns;
+};
+
+RVS_MAP(sock_services, BPF_MAP_TYPE_HASH, SOCK_SVC_MAX, struct sock_svc_key, struct sock_svc);
+RVS_MAP(sock_dests, BPF_MAP_TYPE_ARRAY, SOCK_DEST_MAX, __u32, struct sock_dest);
+RVS_MAP(sock_slots, BPF_MAP_TYPE_ARRAY, SOCK_SLOTS, __u32, __u32);
+RVS_MAP(sock_stats, BPF_MAP_TYPE_ARRAY, SOCK_DEST_MAX, __u32, struct sock_dest_stats);
+RVS_MAP(sock_cursor, BPF_MAP_TYPE_ARRAY, SOCK_SVC_MAX, __u32, __u64);
+RVS_MAP(sock_socks, BPF_MAP_TYPE_LRU_HASH, SOCK_SOCKS_MAX, __u64, struct sock_sock);
+RVS_MAP(sock_rev, BPF_MAP_TYPE_LRU_HASH, SOCK_REV_MAX, struct sock_rev_key, struct sock_rev);
+RVS_MAP(sock_persist, BPF_MAP_TYPE_LRU_HASH, SOCK_PERSIST_MAX, struct sock_persist_key,
+	struct sock_persist);
+
+static __always_inline __u32 hash_32(__u32 v, __u32 bits)
+{
+	return (v * SOCK_GOLDEN_RATIO_32) >> (32 - bits);
+}
+
+/* IPVS's address fold: IPv4 host order, IPv6 XOR of the four words. */
+static __always_inline __u32 addr_fold(const __u32 *a, __u8 family)
+{
+	if (family == SOCK_AF_INET)
+		return bpf_ntohl(a[0]);
+	return bpf_ntohl(a[0] ^ a[1] ^ a[2] ^ a[3]);
+}
+
+#define ROTL64(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                   \
+	do {                                                                       \
+		v0 += v1;                                                          \
+		v1 = ROTL64(v1, 13);                                               \
+		v1 ^= v0;                                                          \
+		v0 = ROTL64(v0, 32);                                               \
+		v2 += v3;                                                          \
+		v3 = ROTL64(v3, 16);                                               \
+		v3 ^= v2;                                                          \
+		v0 += v3;                                                          \
+		v3 = ROTL64(v3, 21);                                               \
+		v3 ^= v0;                                                          \
+		v2 += v1;                                                          \
+		v1 = ROTL64(v1, 17);                                               \
+		v1 ^= v2;                                                          \
+		v2 = ROTL64(v2, 32);                                               \
+	} while (0)
+
+/* hsiphash(&v, 4, {k, k}) (SipHash-1-3, 64-bit kernel), as ip_vs_mh. */
+static __always_inline __u32 hsiphash_u32(__u64 k, __u32 v)
+{
+	__u64 v0 = k ^ 0x736f6d6570736575ULL;
+	__u64 v1 = k ^ 0x646f72616e646f6dULL;
+	__u64 v2 = k ^ 0x6c7967656e657261ULL;
+	__u64 v3 = k ^ 0x7465646279746573ULL;
+	__u64 b = ((__u64)4 << 56) | v;
+
+	v3 ^= b;
+	SIPROUND;
+	v0 ^= b;
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return (__u32)(v0 ^ v1 ^ v2 ^ v3);
+}
+
+static __always_inline __u32 slot_at(__u32 pos)
+{
+	__u32 *v = bpf_map_lookup_elem(&sock_slots, &pos);
+
+	return v ? *v : SOCK_EMPTY;
+}
+
+/* A real server a new socket may be given (weight > 0, in its service). */
+static __always_inline struct sock_dest *eligible(__u32 idx)
+{
+	struct sock_dest *d;
+
+	if (idx == SOCK_EMPTY)
+		return 0;
+	d = bpf_map_lookup_elem(&sock_dests, &idx);
+	if (!d || !(d->flags & SOCK_DEST_F_PRESENT) || d->weight == 0)
+		return 0;
+	return d;
+}
+
+/* rr and wrr: one atomic counter per service, so the n-th socket of all
+ * CPUs together gets position n: exact counts. */
+static __always_inline __u32 cursor_pick(__u32 svc_id, __u32 off, __u32 len)
+{
+	__u64 *c, n;
+
+	if (len == 0)
+		return SOCK_EMPTY;
+	c = bpf_map_lookup_elem(&sock_cursor, &svc_id);
+	if (!c)
+		return SOCK_EMPTY;
+	n = __sync_fetch_and_add(c, 1);
+	return slot_at(off + (__u32)(n % len));
+}
+
+struct least {
+	__u32 off;
+	__u32 len;
+	__u32 sched;
+	__u32 best;
+	__u64 best_active;
+	__u64 best_weight;
+};
+
+/* One step of the least-connection walk: IPVS's comparisons with the
+ * active count only (a socket has no inactive state). */
+static long least_step(__u32 i, void *ctx)
+{
+	struct least *l = ctx;
+	struct sock_dest_stats *st;
+	struct sock_dest *d;
+	__u64 a, w;
+	__u32 idx;
+	int better;
+
+	if (i >= l->len)
+		return 1;
+	idx = slot_at(l->off + i);
+	d = eligible(idx);
+	if (!d)
+		return 0;
+	st = bpf_map_lookup_elem(&sock_stats, &idx);
+	a = st ? st->active : 0;
+	w = d->weight;
+	if (l->best == SOCK_EMPTY) {
+		better = 1;
+	} else if (l->sched == SOCK_SCHED_LC) {
+		better = a < l->best_active;
+	} else if (l->sched == SOCK_SCHED_WLC) {
+		better = a * l->best_weight < l->best_active * w;
+	} else {
+		/* sed and nq: (active + 1) / weight; nq takes an idle one first. */
+		if (l->sched == SOCK_SCHED_NQ && a == 0) {
+			l->best = idx;
+			l->best_active = a;
+			l->best_weight = w;
+			return 1;
+		}
+		better = (a + 1) * l->best_weight < (l->best_active + 1) * w;
+	}
+	if (better) {
+		l->best = idx;
+		l->best_active = a;
+		l->best_weight = w;
+	}
+	return 0;
+}
+
+/* sh/mh fallback: the next schedulable server in the list. */
+static __always_inline __u32 list_from(const struct sock_svc *s, __u32 h)
+{
+	if (s->list_len == 0)
+		return SOCK_EMPTY;
+	return slot_at(s->list_off + h % s->list_len);
+}
+
+static __always_inline __u32 schedule(const struct sock_svc *s, const struct sock_svc_key *k,
+				      const __u32 *saddr, __u16 sport)
+{
+	__u32 idx, fold, port, h;
+
+	switch (s->sched) {
+	case SOCK_SCHED_RR:
+		return cursor_pick(s->id, s->list_off, s->list_len);
+	case SOCK_SCHED_WRR:
+		return cursor_pick(s->id, s->table_off, s->table_len);
+	case SOCK_SCHED_LC:
+	case SOCK_SCHED_WLC:
+	case SOCK_SCHED_SED:
+	case SOCK_SCHED_NQ: {
+		struct least l = {
+			.off = s->list_off,
+			.len = s->list_len,
+			.sched = s->sched,
+			.best = SOCK_EMPTY,
+		};
+
+		bpf_loop(SOCK_LIST_MAX, least_step, &l, 0);
+		return l.best;
+	}
+	case SOCK_SCHED_DH:
+		if (s->table_len != (1u << SOCK_HASH_TAB_BITS))
+			return SOCK_EMPTY;
+		idx = slot_at(s->table_off + hash_32(addr_fold(k->addr, k->family),
+						     SOCK_HASH_TAB_BITS));
+		return eligible(idx) ? idx : SOCK_EMPTY;
+	case SOCK_SCHED_SH:
+	case SOCK_SCHED_MH:
+		if (s->table_len == 0)
+			return SOCK_EMPTY;
+		fold = addr_fold(saddr, k->family);
+		port = (s->flags & SOCK_SVC_F_PORT) ? bpf_ntohs(sport) : 0;
+		if (s->sched == SOCK_SCHED_SH) {
+			if (s->table_len != (1u << SOCK_HASH_TAB_BITS))
+				return SOCK_EMPTY;
+			h = hash_32(port + fold, SOCK_HASH_TAB_BITS);
+		} else {
+			h = hsiphash_u32(SOCK_MH_HASH1_KEY, port + fold) % s->table_len;
+		}
+		idx = slot_at(s->table_off + h);
+		if (eligible(idx))
+			return idx;
+		if (s->flags & SOCK_SVC_F_FALLBACK)
+			return list_from(s, h);
+		return SOCK_EMPTY;
+	default:
+		return SOCK_EMPTY;
+	}
+}
+
+/* Persistence: the client (the socket's bound source address, zero when
+ * unbound: the host) keeps its real server while the template lives and
+ * the server is in the service; every new socket renews it. */
+static __always_inline __u32 schedule_persistent(const struct sock_svc *s,
+						 const struct sock_svc_key *k,
+						 const __u32 *saddr, __u16 sport)
+{
+	struct sock_persist_key pk = { .svc = s->id };
+	struct sock_persist np = {};
+	struct sock_persist *p;
+	struct sock_dest *d;
+	__u64 now = bpf_ktime_get_ns();
+	__u32 idx;
+
+	pk.client[0] = saddr[0];
+	pk.client[1] = saddr[1];
+	pk.client[2] = saddr[2];
+	pk.client[3] = saddr[3];
+	p = bpf_map_lookup_elem(&sock_persist, &pk);
+	if (p && p->expires_ns > now) {
+		idx = p->dest;
+		d = bpf_map_lookup_elem(&sock_dests, &idx);
+		if (d && (d->flags & SOCK_DEST_F_PRESENT)) {
+			p->expires_ns = now + (__u64)s->persist_secs * 1000000000ull;
+			return idx;
+		}
+	}
+	idx = schedule(s, k, saddr, sport);
+	if (idx == SOCK_EMPTY)
+		return idx;
+	np.dest = idx;
+	np.expires_ns = now + (__u64)s->persist_secs * 1000000000ull;
+	bpf_map_update_elem(&sock_persist, &pk, &np, BPF_ANY);
+	return idx;
+}
+
+static __always_inline void count(__u32 idx, __s64 delta_active, __u64 delta_total)
+{
+	struct sock_dest_stats *st = bpf_map_lookup_elem(&sock_stats, &idx);
+
+	if (!st)
+		return;
+	if (delta_active)
+		__sync_fetch_and_add(&st->active, (__u64)delta_active);
+	if (delta_total)
+		__sync_fetch_and_add(&st->total, delta_total);
+}
+
+/* A socket leaves the real server it had (reconnect, release). */
+static __always_inline void forget(__u64 cookie, const struct sock_sock *old)
+{
+	struct sock_rev_key rk = { .cookie = cookie };
+	struct sock_dest *d;
+	__u32 idx = old->dest;
+
+	count(idx, -1, 0);
+	d = bpf_map_lookup_elem(&sock_dests, &idx);
+	if (!d)
+		return;
+	rk.addr[0] = d->addr[0];
+	rk.addr[1] = d->addr[1];
+	rk.addr[2] = d->addr[2];
+	rk.addr[3] = d->addr[3];
+	rk.port = d->port;
+	rk.family = d->family;
+	bpf_map_delete_elem(&sock_rev, &rk);
+}
+
+/* The service for a destination address, or 0 (not a VIP: untouched). */
+static __always_inline const struct sock_svc *service(struct sock_svc_key *k)
+{
+	return bpf_map_lookup_elem(&sock_services, k);
+}
+
+/* Schedule (or, for a UDP socket sending to the same service again, keep)
+ * a real server for socket `cookie` and record it. Returns the dest or 0
+ * when the service has none to give. */
+static __always_inline const struct sock_dest *pick(__u64 cookie, const struct sock_svc *s,
+						    const struct sock_svc_key *k,
+						    const __u32 *saddr, __u16 sport, int keep)
+{
+	struct sock_sock rec = {}, *old;
+	struct sock_rev_key rk = { .cookie = cookie };
+	struct sock_rev rv = {};
+	struct sock_dest *d;
+	__u32 idx;
+
+	old = bpf_map_lookup_elem(&sock_socks, &cookie);
+	if (old && keep && old->vip.port == k->port && old->vip.proto == k->proto &&
+	    old->vip.family == k->family && old->vip.addr[0] == k->addr[0] &&
+	    old->vip.addr[1] == k->addr[1] && old->vip.addr[2] == k->addr[2] &&
+	    old->vip.addr[3] == k->addr[3]) {
+		idx = old->dest;
+		d = bpf_map_lookup_elem(&sock_dests, &idx);
+		/* A drained (weight 0) server keeps its flows; a deleted one
+		 * is left for a new choice, as IPVS reschedules. */
+		if (d && (d->flags & SOCK_DEST_F_PRESENT))
+			return d;
+	}
+	idx = s->persist_secs ? schedule_persistent(s, k, saddr, sport)
+			      : schedule(s, k, saddr, sport);
+	d = eligible(idx);
+	if (!d)
+		return 0;
+	if (old)
+		forget(cookie, old);
+	rec.vip = *k;
+	rec.dest = idx;
+	bpf_map_update_elem(&sock_socks, &cookie, &rec, BPF_ANY);
+	rk.addr[0] = d->addr[0];
+	rk.addr[1] = d->addr[1];
+	rk.addr[2] = d->addr[2];
+	rk.addr[3] = d->addr[3];
+	rk.port = d->port;
+	rk.family = d->family;
+	rv.addr[0] = k->addr[0];
+	rv.addr[1] = k->addr[1];
+	rv.addr[2] = k->addr[2];
+	rv.addr[3] = k->addr[3];
+	rv.port = k->port;
+	bpf_map_update_elem(&sock_rev, &rk, &rv, BPF_ANY);
+	count(idx, 1, 1);
+	return d;
+}
+
+static __always_inline __u8 sock_proto(struct bpf_sock_addr *ctx)
+{
+	return ctx->protocol == IPPROTO_UDP ? IPPROTO_UDP : IPPROTO_TCP;
+}
+
+/* IPv4 connect and sendmsg. Returns 1 (go on) or 0 (EPERM: a VIP without a
+ * real server to give). */
+static __always_inline int do4(struct bpf_sock_addr *ctx, int keep)
+{
+	struct sock_svc_key k = {};
+	const struct sock_svc *s;
+	const struct sock_dest *d;
+	__u32 saddr[4] = {};
+	__u16 sport = 0;
+	struct bpf_sock *sk;
+
+	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
+		return 1;
+	k.addr[0] = ctx->user_ip4;
+	k.port = (__u16)ctx->user_port;
+	k.proto = sock_proto(ctx);
+	k.family = SOCK_AF_INET;
+	s = service(&k);
+	if (!s)
+		return 1;
+	sk = ctx->sk;
+	if (sk) {
+		saddr[0] = sk->src_ip4;
+		sport = bpf_htons((__u16)sk->src_port);
+	}
+	d = pick(bpf_get_socket_cookie(ctx), s, &k, saddr, sport, keep);
+	if (!d)
+		return 0;
+	ctx->user_ip4 = d->addr[0];
+	ctx->user_port = d->port;
+	return 1;
+}
+
+static __always_inline int is_v4_mapped(const __u32 *a)
+{
+	return a[0] == 0 && a[1] == 0 && a[2] == bpf_htonl(0xffff);
+}
+
+static __always_inline int do6(struct bpf_sock_addr *ctx, int keep)
+{
+	struct sock_svc_key k = {};
+	const struct sock_svc *s;
+	const struct sock_dest *d;
+	__u32 saddr[4] = {};
+	__u16 sport = 0;
+	struct bpf_sock *sk;
+	__u32 a[4];
+	int mapped;
+
+	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
+		return 1;
+	a[0] = ctx->user_ip6[0];
+	a[1] = ctx->user_ip6[1];
+	a[2] = ctx->user_ip6[2];
+	a[3] = ctx->user_ip6[3];
+	mapped = is_v4_mapped(a);
+	if (mapped) {
+		/* A dual-stack socket reaching an IPv4 VIP. */
+		k.addr[0] = a[3];
+		k.family = SOCK_AF_INET;
+	} else {
+		k.addr[0] = a[0];
+		k.addr[1] = a[1];
+		k.addr[2] = a[2];
+		k.addr[3] = a[3];
+		k.family = SOCK_AF_INET6;
+	}
+	k.port = (__u16)ctx->user_port;
+	k.proto = sock_proto(ctx);
+	s = service(&k);
+	if (!s)
+		return 1;
+	sk = ctx->sk;
+	if (sk && !mapped) {
+		saddr[0] = sk->src_ip6[0];
+		saddr[1] = sk->src_ip6[1];
+		saddr[2] = sk->src_ip6[2];
+		saddr[3] = sk->src_ip6[3];
+		sport = bpf_htons((__u16)sk->src_port);
+	}
+	d = pick(bpf_get_socket_cookie(ctx), s, &k, saddr, sport, keep);
+	if (!d)
+		return 0;
+	if (mapped) {
+		ctx->user_ip6[0] = 0;
+		ctx->user_ip6[1] = 0;
+		ctx->user_ip6[2] = bpf_htonl(0xffff);
+		ctx->user_ip6[3] = d->addr[0];
+	} else {
+		ctx->user_ip6[0] = d->addr[0];
+		ctx->user_ip6[1] = d->addr[1];
+		ctx->user_ip6[2] = d->addr[2];
+		ctx->user_ip6[3] = d->addr[3];
+	}
+	ctx->user_port = d->port;
+	return 1;
+}
+
+/* Note the socket's own address in its record (for -Lcn), once. */
+static __always_inline void note_client(__u64 cookie, const __u32 *addr, __u16 port_net)
+{
+	struct sock_sock *rec = bpf_map_lookup_elem(&sock_socks, &cookie);
+
+	if (!rec || rec->client_port || !port_net)
+		return;
+	rec->client[0] = addr[0];
+	rec->client[1] = addr[1];
+	rec->client[2] = addr[2];
+	rec->client[3] = addr[3];
+	rec->client_port = port_net;
+}
+
+static __always_inline void note_udp_client4(struct bpf_sock_addr *ctx)
+{
+	struct bpf_sock *sk = ctx->sk;
+	__u32 a[4] = {};
+
+	if (!sk)
+		return;
+	a[0] = sk->src_ip4;
+	note_client(bpf_get_socket_cookie(ctx), a, bpf_htons((__u16)sk->src_port));
+}
+
+static __always_inline void note_udp_client6(struct bpf_sock_addr *ctx)
+{
+	struct bpf_sock *sk = ctx->sk;
+	__u32 a[4] = {};
+
+	if (!sk)
+		return;
+	a[0] = sk->src_ip6[0];
+	a[1] = sk->src_ip6[1];
+	a[2] = sk->src_ip6[2];
+	a[3] = sk->src_ip6[3];
+	note_client(bpf_get_socket_cookie(ctx), a, bpf_htons((__u16)sk->src_port));
+}
+
+/* The peer a socket sees (getpeername, recvmsg's source): a real server
+ * this socket was given becomes the VIP again. */
+static __always_inline void rev4(struct bpf_sock_addr *ctx)
+{
+	struct sock_rev_key rk = { .cookie = bpf_get_socket_cookie(ctx) };
+	struct sock_rev *v;
+
+	rk.addr[0] = ctx->user_ip4;
+	rk.port = (__u16)ctx->user_port;
+	rk.family = SOCK_AF_INET;
+	v = bpf_map_lookup_elem(&sock_rev, &rk);
+	if (!v)
+		return;
+	ctx->user_ip4 = v->addr[0];
+	ctx->user_port = v->port;
+}
+
+static __always_inline void rev6(struct bpf_sock_addr *ctx)
+{
+	struct sock_rev_key rk = { .cookie = bpf_get_socket_cookie(ctx) };
+	struct sock_rev *v;
+	__u32 a[4];
+
+	a[0] = ctx->user_ip6[0];
+	a[1] = ctx->user_ip6[1];
+	a[2] = ctx->user_ip6[2];
+	a[3] = ctx->user_ip6[3];
+	if (is_v4_mapped(a)) {
+		rk.addr[0] = a[3];
+		rk.family = SOCK_AF_INET;
+	} else {
+		rk.addr[0] = a[0];
+		rk.addr[1] = a[1];
+		rk.addr[2] = a[2];
+		rk.addr[3] = a[3];
+		rk.family = SOCK_AF_INET6;
+	}
+	rk.port = (__u16)ctx->user_port;
+	v = bpf_map_lookup_elem(&sock_rev, &rk);
+	if (!v)
+		return;
+	if (rk.family == SOCK_AF_INET) {
+		ctx->user_ip6[3] = v->addr[0];
+	} else {
+		ctx->user_ip6[0] = v->addr[0];
+		ctx->user_ip6[1] = v->addr[1];
+		ctx->user_ip6[2] = v->addr[2];
+		ctx->user_ip6[3] = v->addr[3];
+	}
+	ctx->user_port = v->port;
+}
+
+SEC("cgroup/connect4")
+int sock_connect4(struct bpf_sock_addr *ctx)
+{
+	return do4(ctx, 0);
+}
+
+SEC("cgroup/connect6")
+int sock_connect6(struct bpf_sock_addr *ctx)
+{
+	return do6(ctx, 0);
+}
+
+SEC("cgroup/sendmsg4")
+int sock_sendmsg4(struct bpf_sock_addr *ctx)
+{
+	return do4(ctx, 1);
+}
+
+SEC("cgroup/sendmsg6")
+int sock_sendmsg6(struct bpf_sock_addr *ctx)
+{
+	return do6(ctx, 1);
+}
+
+SEC("cgroup/recvmsg4")
+int sock_recvmsg4(struct bpf_sock_addr *ctx)
+{
+	note_udp_client4(ctx);
+	rev4(ctx);
+	return 1;
+}
+
+SEC("cgroup/recvmsg6")
+int sock_recvmsg6(struct bpf_sock_addr *ctx)
+{
+	note_udp_client6(ctx);
+	rev6(ctx);
+	return 1;
+}
+
+/* A TCP socket sends its SYN: its own address is known now. */
+SEC("sockops")
+int sock_ops(struct bpf_sock_ops *ctx)
+{
+	__u32 a[4] = {};
+
+	__u16 port;
+
+	if (ctx->op != BPF_SOCK_OPS_TCP_CONNECT_CB)
+		return 1;
+	port = bpf_htons((__u16)ctx->local_port);
+	if (ctx->family == SOCK_AF_INET) {
+		a[0] = ctx->local_ip4;
+		note_client(bpf_get_socket_cookie(ctx), a, port);
+		return 1;
+	}
+	a[0] = ctx->local_ip6[0];
+	a[1] = ctx->local_ip6[1];
+	a[2] = ctx->local_ip6[2];
+	a[3] = ctx->local_ip6[3];
+	note_client(bpf_get_socket_cookie(ctx), a, port);
+	return 1;
+}
+
+SEC("cgroup/getpeername4")
+int sock_getpeername4(struct bpf_sock_addr *ctx)
+{
+	rev4(ctx);
+	return 1;
+}
+
+SEC("cgroup/getpeername6")
+int sock_getpeername6(struct bpf_sock_addr *ctx)
+{
+	rev6(ctx);
+	return 1;
+}
+
+/* A socket closes: its real server has one open socket less. */
+SEC("cgroup/sock_release")
+int sock_release(struct bpf_sock *ctx)
+{
+	__u64 cookie = bpf_get_socket_cookie(ctx);
+	struct sock_sock *old = bpf_map_lookup_elem(&sock_socks, &cookie);
+
+	if (old) {
+		struct sock_sock rec = *old;
+
+		forget(cookie, &rec);
+		bpf_map_delete_elem(&sock_socks, &cookie);
+	}
+	return 1;
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

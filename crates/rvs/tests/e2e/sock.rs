@@ -1,0 +1,144 @@
+//! The sock data plane through the real daemon: `rvsd -f keepalived.conf
+//! --dataplane sock --cgroup CG` with TCP_CHECK checkers against backends
+//! on loopback; clients are bash processes inside a cgroup the test made
+//! (`/dev/tcp` connects to the VIP, where nothing listens). A backend that
+//! fails its check is never chosen; `--stats` counts the connections;
+//! stopping rvsd detaches the programs.
+
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rvs_testbed::{Cgroup, skip_or_fail};
+
+use crate::harness::{Rvsd, TempDir, free_port, within};
+
+/// TCP backends on 127.0.0.1 that greet each connection with their name.
+struct Backends {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Backends {
+    fn start(names: &[&str]) -> (Backends, Vec<u16>) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        let mut ports = Vec::new();
+        for name in names {
+            let l = TcpListener::bind("127.0.0.1:0").expect("bind backend");
+            l.set_nonblocking(true).expect("nonblocking");
+            ports.push(l.local_addr().expect("addr").port());
+            let (stop, name) = (stop.clone(), (*name).to_owned());
+            threads.push(std::thread::spawn(move || {
+                let deadline = std::time::Instant::now() + Duration::from_secs(120);
+                while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < deadline {
+                    match l.accept() {
+                        Ok((mut c, _)) => {
+                            let _ = writeln!(c, "{name}");
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                    }
+                }
+            }));
+        }
+        (Backends { stop, threads }, ports)
+    }
+}
+
+impl Drop for Backends {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// `n` connections to `vip:port` from a bash inside `cg`: the greetings
+/// ("refused" for a connection that failed).
+fn connect_from(cg: &Cgroup, vip: &str, port: u16, n: usize) -> Vec<String> {
+    let script = format!(
+        "for i in $(seq {n}); do if exec 3<>/dev/tcp/{vip}/{port}; then head -1 <&3; exec 3<&-; else echo refused; fi; done 2>/dev/null"
+    );
+    let out = cg
+        .command(std::path::Path::new("/bin/bash"), &["-c", &script])
+        .output()
+        .expect("bash");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Conns per real-server port from `rvsadm -L -n --stats`.
+fn conns(d: &Rvsd, port: u16) -> Option<u64> {
+    d.ok("-L -n --stats").lines().find_map(|l| {
+        let l = l.trim_start().strip_prefix("-> ")?;
+        let mut f = l.split_whitespace();
+        let addr: std::net::SocketAddr = f.next()?.parse().ok()?;
+        (addr.port() == port).then(|| f.next()?.parse().ok())?
+    })
+}
+
+#[test]
+fn sock_plane_skips_a_failed_backend_counts_connections_and_detaches_on_stop() {
+    let test = "sock_plane_skips_a_failed_backend_counts_connections_and_detaches_on_stop";
+    if !rvs_testbed::is_root() {
+        return skip_or_fail(test, "needs root (cgroup BPF programs)");
+    }
+    if rvs_testbed::cgroup::unified_root().is_none() {
+        return skip_or_fail(test, "no cgroup v2 hierarchy mounted");
+    }
+    let cg = Cgroup::new("rvse2esock");
+    let (backends, ports) = Backends::start(&["a", "c"]);
+    // b: a port nothing listens on, so its TCP_CHECK fails.
+    let b_port = free_port();
+    let vip = format!("127.78.{}.1", std::process::id() % 250);
+    let vport = 8081;
+    let rs = |port: u16| {
+        format!(
+            "  real_server 127.0.0.1 {port} {{\n    weight 1\n    TCP_CHECK {{\n      connect_timeout 1\n      retry 1\n      delay_before_retry 0.5\n    }}\n  }}\n"
+        )
+    };
+    let text = format!(
+        "virtual_server {vip} {vport} {{\n  delay_loop 1\n  lb_algo rr\n  lb_kind NAT\n  protocol TCP\n{}{}{}}}\n",
+        rs(ports[0]),
+        rs(b_port),
+        rs(ports[1])
+    );
+    let dir = TempDir::new("sock-e2e");
+    let conf = dir.write("keepalived.conf", &text);
+    let cgroup = cg.path().to_str().expect("utf-8").to_owned();
+    let d = Rvsd::start_with(
+        dir,
+        "sock",
+        None,
+        &["-f", conf.to_str().expect("utf-8"), "--cgroup", &cgroup],
+    );
+    within(
+        "b removed by its health check",
+        Duration::from_secs(8),
+        || {
+            let l = d.ok("-L -n");
+            !l.contains(&format!(":{b_port} ")) && l.contains(&format!(":{} ", ports[1]))
+        },
+    );
+    let got = connect_from(&cg, &vip, vport, 20);
+    assert_eq!(got.len(), 20, "{got:?}");
+    let a = got.iter().filter(|g| *g == "a").count();
+    let c = got.iter().filter(|g| *g == "c").count();
+    assert_eq!((a, c), (10, 10), "{got:?}");
+    within(
+        "--stats counts the connections",
+        Duration::from_secs(5),
+        || conns(&d, ports[0]) == Some(10) && conns(&d, ports[1]) == Some(10),
+    );
+    // Stopping rvsd detaches the programs: the VIP is a plain address again.
+    drop(d);
+    within("detached", Duration::from_secs(5), || {
+        connect_from(&cg, &vip, vport, 1) == ["refused"]
+    });
+    drop(backends);
+}

@@ -1,0 +1,730 @@
+//! [`SockPlane`]: the sock data plane's control side.
+//!
+//! The handle rvsd holds only queues commands (no syscall under the daemon
+//! lock); a worker thread owns the [`Loaded`] programs and [`Tables`], the
+//! books of what is installed, applies the commands in order and, every
+//! [`REPORT_EVERY`], reads the per-real-server counters into a snapshot
+//! that [`DataPlane::report`] adds to the director.
+//!
+//! Publishing a service writes a fresh region of `slots` (its schedulable
+//! list, then its table), then its `services` element (one element write,
+//! which the programs see whole), and frees the old region two reports
+//! later, long after any program run that read it. A deleted real server's
+//! element is marked not present at once (no new socket gets it; a UDP
+//! socket that had it re-schedules), and its index is reused only once no
+//! open socket counts on it.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rvs_control::dataplane::{Applied, DataPlane, DataPlaneError};
+use rvs_control::protocol::Command;
+use rvs_core::ipvs::{Ipvs, MirroredConn};
+use rvs_core::model::{DestConfig, Protocol, ServiceConfig, ServiceKey};
+use rvs_core::state::TcpState;
+use rvs_core::stats::Counters;
+use rvs_core::time::Instant;
+use rvs_sys::bpf::BpfMap;
+use zerocopy::{FromBytes, IntoBytes};
+
+use crate::maps::{self, DestStats, SockRec, Svc, SvcKey, cap, name};
+use crate::{Loaded, SockError};
+
+/// How often the worker reads the counters.
+pub const REPORT_EVERY: Duration = Duration::from_secs(1);
+
+/// One real server's counters as last read, by service and address.
+pub type Snapshot = HashMap<(ServiceKey, IpAddr, u16), DestStats>;
+
+/// One open socket the programs gave a real server (`-Lcn`'s material).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SocketEntry {
+    /// The kernel's socket cookie.
+    pub cookie: u64,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// The VIP and port the socket asked for.
+    pub vip: std::net::SocketAddr,
+    /// The real server it was given.
+    pub dest: std::net::SocketAddr,
+    /// The socket's own address, once known (TCP from its SYN, UDP from
+    /// its first receive).
+    pub client: Option<std::net::SocketAddr>,
+}
+
+/// How long a mirrored socket lives in the director without a report
+/// renewing it (three reports).
+pub const MIRROR_TTL: Duration = Duration::from_secs(3);
+
+enum Msg {
+    Apply(Command),
+    Stop,
+}
+
+/// The sock data plane as rvsd drives it.
+pub struct SockPlane {
+    tx: Sender<Msg>,
+    sent: u64,
+    processed: Arc<AtomicU64>,
+    snapshot: Arc<Mutex<Snapshot>>,
+    sockets: Arc<Mutex<Vec<SocketEntry>>>,
+    /// Per admitted service: family is IPv6, number of real servers.
+    admitted: HashMap<ServiceKey, (bool, usize)>,
+    /// Per real server: the `total` last added to the director.
+    reported: HashMap<(ServiceKey, IpAddr, u16), u64>,
+    worker: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for SockPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SockPlane")
+            .field("sent", &self.sent)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SockPlane {
+    /// Load the programs, attach them to `cgroup` and start the worker.
+    /// Fails (nothing left attached) when the kernel or the cgroup lacks
+    /// the hooks.
+    pub fn start(cgroup: &std::path::Path) -> Result<Self, SockError> {
+        let mut loaded = Loaded::load()?;
+        loaded.attach(cgroup)?;
+        let (tx, rx) = channel();
+        let processed = Arc::new(AtomicU64::new(0));
+        let snapshot = Arc::new(Mutex::new(Snapshot::new()));
+        let sockets = Arc::new(Mutex::new(Vec::new()));
+        let mut tables = Tables::new(loaded);
+        let (p, s, k) = (processed.clone(), snapshot.clone(), sockets.clone());
+        let worker = std::thread::Builder::new()
+            .name("rvs-sock".into())
+            .spawn(move || tables.run(&rx, &p, &s, &k))
+            .map_err(|e| SockError::Load(format!("starting the worker thread: {e}")))?;
+        Ok(SockPlane {
+            tx,
+            sent: 0,
+            processed,
+            snapshot,
+            sockets,
+            admitted: HashMap::new(),
+            reported: HashMap::new(),
+            worker: Some(worker),
+        })
+    }
+
+    /// The real servers' counters as last read (every [`REPORT_EVERY`]).
+    pub fn snapshot(&self) -> Snapshot {
+        self.snapshot.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// The open sockets the programs gave a real server, as last read.
+    pub fn sockets(&self) -> Vec<SocketEntry> {
+        self.sockets.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for SockPlane {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Msg::Stop);
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// Why the sock plane cannot carry a command (see [`DataPlane::admit`]).
+fn refuse(what: String) -> Result<(), String> {
+    Err(format!("sock data plane: {what}"))
+}
+
+fn admit_service(key: &ServiceKey, config: &ServiceConfig) -> Result<(), String> {
+    match key {
+        ServiceKey::Fwmark { .. } => {
+            return refuse(
+                "fwmark services cannot be matched at connect() (no packet, no mark)".into(),
+            );
+        }
+        ServiceKey::Addr { protocol, port, .. } => {
+            if *protocol == Protocol::Sctp {
+                return refuse("SCTP services are not handled (TCP and UDP only)".into());
+            }
+            if *port == 0 {
+                return refuse("port-zero (all ports) services are not handled".into());
+            }
+        }
+    }
+    maps::sched_id(config.scheduler)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+impl DataPlane for SockPlane {
+    fn name(&self) -> &'static str {
+        "sock"
+    }
+
+    fn admit(&self, command: &Command) -> Result<(), String> {
+        match command {
+            Command::AddService { key, config } | Command::EditService { key, config } => {
+                admit_service(key, config)
+            }
+            Command::AddDest { service, dest } | Command::EditDest { service, dest } => {
+                let Some(&(v6, n)) = self.admitted.get(service) else {
+                    return Ok(());
+                };
+                if dest.addr.is_ipv6() != v6 {
+                    return refuse("a real server of the other address family than the VIP".into());
+                }
+                if matches!(command, Command::AddDest { .. }) && n >= cap::LIST {
+                    return refuse(format!("more than {} real servers in a service", cap::LIST));
+                }
+                Ok(())
+            }
+            Command::AddLaddr { .. } => refuse(
+                "a local address pool (FULLNAT) has no meaning at connect(): the client's own \
+                 socket connects to the real server, from its own address"
+                    .into(),
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    fn apply(&mut self, command: &Command) -> Result<(), DataPlaneError> {
+        match command {
+            Command::AddService { key, .. } => {
+                self.admitted.insert(*key, (key_is_v6(key), 0));
+            }
+            Command::DelService { key } => {
+                self.admitted.remove(key);
+            }
+            Command::Clear => self.admitted.clear(),
+            Command::AddDest { service, .. } => {
+                if let Some(e) = self.admitted.get_mut(service) {
+                    e.1 += 1;
+                }
+            }
+            Command::DelDest { service, .. } => {
+                if let Some(e) = self.admitted.get_mut(service) {
+                    e.1 = e.1.saturating_sub(1);
+                }
+            }
+            _ => {}
+        }
+        self.tx
+            .send(Msg::Apply(command.clone()))
+            .map_err(|_| DataPlaneError {
+                plane: "sock",
+                message: "the sock worker thread is gone".into(),
+            })?;
+        self.sent += 1;
+        Ok(())
+    }
+
+    fn applied(&self) -> Option<Applied> {
+        Some(Applied::new(self.sent, self.processed.clone()))
+    }
+
+    fn report(&mut self, now: Instant, ipvs: &mut Ipvs) {
+        for s in self.sockets() {
+            let Some(client) = s.client else { continue };
+            let key = ServiceKey::Addr {
+                protocol: s.protocol,
+                addr: s.vip.ip(),
+                port: s.vip.port(),
+            };
+            let Some(dest) = ipvs.service(&key).and_then(|svc| {
+                svc.dests()
+                    .iter()
+                    .find(|d| d.config.addr == s.dest.ip() && d.config.port == s.dest.port())
+                    .map(|d| d.id)
+            }) else {
+                continue;
+            };
+            ipvs.mirror_conn(
+                now,
+                &MirroredConn {
+                    protocol: s.protocol,
+                    client,
+                    vip: s.vip,
+                    dest,
+                    state: if s.protocol == Protocol::Tcp {
+                        TcpState::Established as u8
+                    } else {
+                        0
+                    },
+                    output_seen: true,
+                    idle_left: MIRROR_TTL,
+                    template: false,
+                },
+            );
+        }
+        let snap = self.snapshot();
+        self.reported.retain(|k, _| snap.contains_key(k));
+        for (k, st) in &snap {
+            let last = self.reported.entry(*k).or_insert(0);
+            // A smaller total: the index was reused for a new real server.
+            let delta = st.total.checked_sub(*last).unwrap_or(st.total);
+            *last = st.total;
+            if delta == 0 {
+                continue;
+            }
+            let Some(id) = ipvs.service(&k.0).and_then(|s| {
+                s.dests()
+                    .iter()
+                    .find(|d| d.config.addr == k.1 && d.config.port == k.2)
+                    .map(|d| d.id)
+            }) else {
+                continue;
+            };
+            ipvs.add_counters(
+                id,
+                &Counters {
+                    conns: delta,
+                    ..Counters::default()
+                },
+            );
+        }
+    }
+}
+
+fn key_is_v6(key: &ServiceKey) -> bool {
+    match key {
+        ServiceKey::Addr { addr, .. } => addr.is_ipv6(),
+        ServiceKey::Fwmark { af, .. } => *af == rvs_core::model::AddrFamily::Inet6,
+    }
+}
+
+/// One installed service.
+#[derive(Debug)]
+struct Book {
+    id: u32,
+    key: SvcKey,
+    config: ServiceConfig,
+    /// Real servers in list order, with their `dests` index.
+    dests: Vec<(DestConfig, u32)>,
+    /// Its region of `slots` (offset, length).
+    region: Option<(u32, u32)>,
+}
+
+/// The worker's books: what is installed where.
+struct Tables {
+    loaded: Loaded,
+    services: HashMap<ServiceKey, Book>,
+    free_svc: Vec<u32>,
+    next_svc: u32,
+    free_dest: Vec<u32>,
+    next_dest: u32,
+    /// Deleted real servers' indexes, reused once no socket counts on them.
+    deleted: Vec<u32>,
+    /// Free ranges of `slots` (offset, length).
+    free_slots: Vec<(u32, u32)>,
+    /// Regions and service ids waiting out the grace period: (tick freed).
+    retired_regions: Vec<(u64, u32, u32)>,
+    retired_svc: Vec<(u64, u32)>,
+    tick: u64,
+}
+
+fn map_err(map: &'static str) -> impl FnOnce(std::io::Error) -> SockError {
+    move |source| SockError::Map { map, source }
+}
+
+impl Tables {
+    fn new(loaded: Loaded) -> Self {
+        Tables {
+            loaded,
+            services: HashMap::new(),
+            free_svc: Vec::new(),
+            next_svc: 0,
+            free_dest: Vec::new(),
+            next_dest: 0,
+            deleted: Vec::new(),
+            free_slots: vec![(0, cap::SLOTS)],
+            retired_regions: Vec::new(),
+            retired_svc: Vec::new(),
+            tick: 0,
+        }
+    }
+
+    fn run(
+        &mut self,
+        rx: &Receiver<Msg>,
+        processed: &AtomicU64,
+        snapshot: &Mutex<Snapshot>,
+        sockets: &Mutex<Vec<SocketEntry>>,
+    ) {
+        let mut next = std::time::Instant::now() + REPORT_EVERY;
+        loop {
+            let wait = next.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(Msg::Apply(cmd)) => {
+                    if let Err(e) = self.apply(&cmd) {
+                        tracing::warn!(target: "rvs::sock", command = ?cmd, "sock data plane: {e}");
+                    }
+                    processed.fetch_add(1, Ordering::Release);
+                }
+                Ok(Msg::Stop) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            if std::time::Instant::now() >= next {
+                next = std::time::Instant::now() + REPORT_EVERY;
+                self.tick += 1;
+                self.collect();
+                match self.read_stats() {
+                    Ok(s) => {
+                        if let Ok(mut g) = snapshot.lock() {
+                            *g = s;
+                        }
+                    }
+                    Err(e) => tracing::warn!(target: "rvs::sock", "reading counters: {e}"),
+                }
+                match self.read_sockets() {
+                    Ok(s) => {
+                        if let Ok(mut g) = sockets.lock() {
+                            *g = s;
+                        }
+                    }
+                    Err(e) => tracing::warn!(target: "rvs::sock", "reading sockets: {e}"),
+                }
+            }
+        }
+    }
+
+    fn map(&self, name: &'static str) -> Result<BpfMap<'_>, SockError> {
+        BpfMap::new(self.loaded.map_fd(name)?).map_err(map_err(name))
+    }
+
+    fn put<K: IntoBytes + zerocopy::Immutable, V: IntoBytes + zerocopy::Immutable>(
+        &self,
+        name: &'static str,
+        k: &K,
+        v: &V,
+    ) -> Result<(), SockError> {
+        self.map(name)?
+            .update(k.as_bytes(), v.as_bytes(), 0)
+            .map_err(map_err(name))
+    }
+
+    fn get<K: IntoBytes + zerocopy::Immutable, V: FromBytes + IntoBytes + Default>(
+        &self,
+        name: &'static str,
+        k: &K,
+    ) -> Result<Option<V>, SockError> {
+        let mut v = V::default();
+        let found = self
+            .map(name)?
+            .lookup(k.as_bytes(), v.as_mut_bytes())
+            .map_err(map_err(name))?;
+        Ok(found.then_some(v))
+    }
+
+    fn apply(&mut self, cmd: &Command) -> Result<(), SockError> {
+        match cmd {
+            Command::AddService { key, config } => self.add_service(key, config),
+            Command::EditService { key, config } => {
+                if let Some(b) = self.services.get_mut(key) {
+                    b.config = config.clone();
+                }
+                self.publish(key)
+            }
+            Command::DelService { key } => self.del_service(key),
+            Command::Clear => {
+                let keys: Vec<ServiceKey> = self.services.keys().copied().collect();
+                for k in keys {
+                    self.del_service(&k)?;
+                }
+                Ok(())
+            }
+            Command::AddDest { service, dest } => {
+                if !self.services.contains_key(service) {
+                    return Ok(());
+                }
+                let index = self.alloc_dest()?;
+                self.put(name::STATS, &index, &DestStats::default())?;
+                self.put(name::DESTS, &index, &maps::Dest::of(dest, true))?;
+                if let Some(b) = self.services.get_mut(service) {
+                    b.dests.push((*dest, index));
+                }
+                self.publish(service)
+            }
+            Command::EditDest { service, dest } => {
+                let Some(index) = self.services.get_mut(service).and_then(|b| {
+                    let e = b
+                        .dests
+                        .iter_mut()
+                        .find(|(d, _)| d.addr == dest.addr && d.port == dest.port)?;
+                    e.0 = *dest;
+                    Some(e.1)
+                }) else {
+                    return Ok(());
+                };
+                self.put(name::DESTS, &index, &maps::Dest::of(dest, true))?;
+                self.publish(service)
+            }
+            Command::DelDest {
+                service,
+                addr,
+                port,
+            } => {
+                let Some((cfg, index)) = self.services.get_mut(service).and_then(|b| {
+                    let p = b
+                        .dests
+                        .iter()
+                        .position(|(d, _)| d.addr == *addr && d.port == *port)?;
+                    Some(b.dests.remove(p))
+                }) else {
+                    return Ok(());
+                };
+                self.put(name::DESTS, &index, &maps::Dest::of(&cfg, false))?;
+                self.deleted.push(index);
+                self.publish(service)
+            }
+            // Refused at admit (a pool has nothing to do at connect()).
+            Command::AddLaddr { .. } | Command::DelLaddr { .. } => Ok(()),
+            Command::Zero { .. } | Command::SetTimeouts { .. } => Ok(()),
+        }
+    }
+
+    fn add_service(&mut self, key: &ServiceKey, config: &ServiceConfig) -> Result<(), SockError> {
+        let ServiceKey::Addr {
+            protocol,
+            addr,
+            port,
+        } = *key
+        else {
+            return Ok(());
+        };
+        let id = match self.free_svc.pop() {
+            Some(i) => i,
+            None if self.next_svc < cap::SERVICES => {
+                self.next_svc += 1;
+                self.next_svc - 1
+            }
+            None => return Err(SockError::Full("services")),
+        };
+        self.put(name::CURSOR, &id, &0u64)?;
+        self.services.insert(
+            *key,
+            Book {
+                id,
+                key: SvcKey::new(protocol, addr, port),
+                config: config.clone(),
+                dests: Vec::new(),
+                region: None,
+            },
+        );
+        self.publish(key)
+    }
+
+    fn del_service(&mut self, key: &ServiceKey) -> Result<(), SockError> {
+        let Some(b) = self.services.remove(key) else {
+            return Ok(());
+        };
+        let m = self.map(name::SERVICES)?;
+        m.delete(b.key.as_bytes())
+            .map_err(map_err(name::SERVICES))?;
+        for (cfg, index) in &b.dests {
+            self.put(name::DESTS, index, &maps::Dest::of(cfg, false))?;
+            self.deleted.push(*index);
+        }
+        if let Some((off, len)) = b.region {
+            self.retired_regions.push((self.tick, off, len));
+        }
+        self.retired_svc.push((self.tick, b.id));
+        Ok(())
+    }
+
+    /// Write the service's region and element (see the module doc).
+    fn publish(&mut self, key: &ServiceKey) -> Result<(), SockError> {
+        let Some(b) = self.services.get(key) else {
+            return Ok(());
+        };
+        let layout = maps::layout(&b.config, &b.dests).map_err(|e| SockError::Program {
+            program: "sock_services",
+            what: "publish",
+            message: e.to_string(),
+        })?;
+        let len = (layout.list.len() + layout.table.len()) as u32;
+        let region = if len == 0 {
+            None
+        } else {
+            Some((self.alloc_slots(len)?, len))
+        };
+        let off = region.map_or(0, |r| r.0);
+        let write = |t: &Tables| -> Result<(), SockError> {
+            let slots = t.map(name::SLOTS)?;
+            for (i, v) in layout.list.iter().chain(&layout.table).enumerate() {
+                slots
+                    .update((off + i as u32).as_bytes(), v.as_bytes(), 0)
+                    .map_err(map_err(name::SLOTS))?;
+            }
+            Ok(())
+        };
+        if let Err(e) = write(self) {
+            if let Some((o, l)) = region {
+                self.free_range(o, l);
+            }
+            return Err(e);
+        }
+        let Some(b) = self.services.get(key) else {
+            return Ok(());
+        };
+        let svc = Svc {
+            id: b.id,
+            sched: maps::sched_id(b.config.scheduler).unwrap_or(maps::sched::RR),
+            flags: maps::svc_flags(&b.config),
+            list_off: off,
+            list_len: layout.list.len() as u32,
+            table_off: off + layout.list.len() as u32,
+            table_len: layout.table.len() as u32,
+            persist_secs: b.config.persistent.unwrap_or(0),
+        };
+        let svc_key = b.key;
+        if let Err(e) = self.put(name::SERVICES, &svc_key, &svc) {
+            if let Some((o, l)) = region {
+                self.free_range(o, l);
+            }
+            return Err(e);
+        }
+        let old = match self.services.get_mut(key) {
+            Some(b) => std::mem::replace(&mut b.region, region),
+            None => None,
+        };
+        if let Some((o, l)) = old {
+            self.retired_regions.push((self.tick, o, l));
+        }
+        Ok(())
+    }
+
+    fn alloc_dest(&mut self) -> Result<u32, SockError> {
+        if let Some(i) = self.free_dest.pop() {
+            return Ok(i);
+        }
+        if self.next_dest < cap::DESTS {
+            self.next_dest += 1;
+            return Ok(self.next_dest - 1);
+        }
+        Err(SockError::Full("dests"))
+    }
+
+    /// First fit in the free ranges.
+    fn alloc_slots(&mut self, len: u32) -> Result<u32, SockError> {
+        let pos = self
+            .free_slots
+            .iter()
+            .position(|&(_, l)| l >= len)
+            .ok_or(SockError::Full("slots"))?;
+        let (off, l) = self.free_slots[pos];
+        if l == len {
+            self.free_slots.remove(pos);
+        } else {
+            self.free_slots[pos] = (off + len, l - len);
+        }
+        Ok(off)
+    }
+
+    fn free_range(&mut self, off: u32, len: u32) {
+        self.free_slots.push((off, len));
+        self.free_slots.sort_unstable();
+        let mut merged: Vec<(u32, u32)> = Vec::with_capacity(self.free_slots.len());
+        for &(o, l) in &self.free_slots {
+            match merged.last_mut() {
+                Some(last) if last.0 + last.1 == o => last.1 += l,
+                _ => merged.push((o, l)),
+            }
+        }
+        self.free_slots = merged;
+    }
+
+    /// Free what waited out the grace period (two reports), and deleted
+    /// real servers' indexes no open socket counts on.
+    fn collect(&mut self) {
+        let tick = self.tick;
+        let (ready, keep): (Vec<_>, Vec<_>) = self
+            .retired_regions
+            .drain(..)
+            .partition(|&(t, _, _)| t + 2 <= tick);
+        self.retired_regions = keep;
+        for (_, o, l) in ready {
+            self.free_range(o, l);
+        }
+        let (ready, keep): (Vec<_>, Vec<_>) = self
+            .retired_svc
+            .drain(..)
+            .partition(|&(t, _)| t + 2 <= tick);
+        self.retired_svc = keep;
+        self.free_svc.extend(ready.into_iter().map(|(_, i)| i));
+        let deleted = std::mem::take(&mut self.deleted);
+        for index in deleted {
+            match self.get::<u32, DestStats>(name::STATS, &index) {
+                Ok(Some(st)) if st.active > 0 => self.deleted.push(index),
+                _ => self.free_dest.push(index),
+            }
+        }
+    }
+
+    fn read_stats(&self) -> Result<Snapshot, SockError> {
+        let mut out = Snapshot::new();
+        for (key, b) in &self.services {
+            for (cfg, index) in &b.dests {
+                if let Some(st) = self.get::<u32, DestStats>(name::STATS, index)? {
+                    out.insert((*key, cfg.addr, cfg.port), st);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Walk `sock_socks` (bounded by its capacity).
+    fn read_sockets(&self) -> Result<Vec<SocketEntry>, SockError> {
+        let socks = self.map(name::SOCKS)?;
+        let dests = self.map(name::DESTS)?;
+        let mut out = Vec::new();
+        let mut key: Option<u64> = None;
+        let mut next = 0u64;
+        while socks
+            .next_key(key.as_ref().map(|k| k.as_bytes()), next.as_mut_bytes())
+            .map_err(map_err(name::SOCKS))?
+        {
+            key = Some(next);
+            let mut rec = SockRec::default();
+            if !socks
+                .lookup(next.as_bytes(), rec.as_mut_bytes())
+                .map_err(map_err(name::SOCKS))?
+            {
+                continue;
+            }
+            let mut d = maps::Dest::default();
+            if !dests
+                .lookup(rec.dest.as_bytes(), d.as_mut_bytes())
+                .map_err(map_err(name::DESTS))?
+            {
+                continue;
+            }
+            let (Some(vip), Some(daddr), Some(protocol)) = (
+                maps::words_addr(rec.vip.addr, rec.vip.family),
+                maps::words_addr(d.addr, d.family),
+                Protocol::from_number(rec.vip.proto),
+            ) else {
+                continue;
+            };
+            out.push(SocketEntry {
+                cookie: next,
+                protocol,
+                vip: (vip, maps::port_host(rec.vip.port)).into(),
+                dest: (daddr, maps::port_host(d.port)).into(),
+                client: (rec.client_port != 0)
+                    .then(|| maps::words_addr(rec.client, rec.vip.family))
+                    .flatten()
+                    .map(|a| (a, maps::port_host(rec.client_port)).into()),
+            });
+            if out.len() >= 262_144 {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,600 @@
+//! Root tests of the sock data plane: the programs attached to a cgroup
+//! this test creates (rvs-testbed's [`Cgroup`]); clients are this test
+//! binary re-run inside the cgroup (the `child` entry point below);
+//! backends listen on loopback in this process, which is outside the
+//! cgroup. VIPs are 127.77.x.y / fd00:77::x addresses on which nothing
+//! listens and for which no NAT rule exists.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::process::{Child, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rvs_control::dataplane::DataPlane;
+use rvs_control::protocol::Command;
+use rvs_core::model::{AddrFamily, DestConfig, Protocol, ServiceConfig, ServiceKey};
+use rvs_core::sched::Scheduler;
+use rvs_sock::plane::SockPlane;
+use rvs_testbed::{Cgroup, skip_or_fail};
+
+const CHILD: &str = "RVS_SOCK_CHILD";
+
+/// Not a test: the client side, run by the tests as a child process inside
+/// their cgroup (`RVS_SOCK_CHILD` set); without it this returns at once.
+/// Prints `RESULT ...` lines the tests read.
+#[test]
+fn child() {
+    let Ok(mode) = std::env::var(CHILD) else {
+        return;
+    };
+    let args: Vec<String> = mode.split(' ').map(str::to_owned).collect();
+    let vip: SocketAddr = args[1].parse().expect("vip");
+    let out = &mut std::io::stdout();
+    match args[0].as_str() {
+        "tcp" => {
+            let n: usize = args[2].parse().expect("count");
+            for _ in 0..n {
+                let mut s = TcpStream::connect_timeout(&vip, Duration::from_secs(5))
+                    .expect("connect to the VIP");
+                let peer = s.peer_addr().expect("getpeername");
+                let mut name = String::new();
+                BufReader::new(&mut s)
+                    .read_line(&mut name)
+                    .expect("greeting");
+                writeln!(out, "RESULT tcp {} {peer}", name.trim()).expect("stdout");
+            }
+        }
+        "hold" => {
+            let mut s = TcpStream::connect_timeout(&vip, Duration::from_secs(5))
+                .expect("connect to the VIP");
+            s.set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            let mut r = BufReader::new(s.try_clone().expect("clone"));
+            let mut name = String::new();
+            r.read_line(&mut name).expect("greeting");
+            writeln!(out, "RESULT hold {}", name.trim()).expect("stdout");
+            out.flush().expect("flush");
+            let mut go = String::new();
+            std::io::stdin().read_line(&mut go).expect("stdin");
+            s.write_all(b"again\n").expect("write");
+            let mut echo = String::new();
+            r.read_line(&mut echo).expect("echo");
+            writeln!(out, "RESULT echo {}", echo.trim()).expect("stdout");
+        }
+        "udp" => {
+            // One unconnected socket, two datagrams; then a connected one.
+            let bind: SocketAddr = if vip.is_ipv4() {
+                "0.0.0.0:0".parse().expect("addr")
+            } else {
+                "[::]:0".parse().expect("addr")
+            };
+            let s = UdpSocket::bind(bind).expect("bind");
+            s.set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            for _ in 0..2 {
+                s.send_to(b"ping", vip).expect("sendto");
+                let mut buf = [0u8; 64];
+                let (n, from) = s.recv_from(&mut buf).expect("recvfrom");
+                let name = String::from_utf8_lossy(&buf[..n]);
+                writeln!(out, "RESULT unconnected {name} {from}").expect("stdout");
+            }
+            let c = UdpSocket::bind(bind).expect("bind");
+            c.set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            c.connect(vip).expect("connect");
+            c.send(b"ping").expect("send");
+            let mut buf = [0u8; 64];
+            let (n, from) = c.recv_from(&mut buf).expect("recvfrom");
+            let peer = c.peer_addr().expect("getpeername");
+            let name = String::from_utf8_lossy(&buf[..n]);
+            writeln!(out, "RESULT connected {name} {from} {peer}").expect("stdout");
+        }
+        other => panic!("unknown child mode {other}"),
+    }
+}
+
+/// Run the child in `cg` with `mode`; its `RESULT` lines.
+fn run_child(cg: &Cgroup, mode: &str) -> Vec<String> {
+    let out = child_command(cg, mode)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running the child");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "child {mode} failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    results(&text)
+}
+
+fn results(text: &str) -> Vec<String> {
+    text.lines()
+        // libtest prints `test child ... ` before the first line.
+        .filter_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_owned()))
+        .collect()
+}
+
+fn child_command(cg: &Cgroup, mode: &str) -> std::process::Command {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut c = cg.command(
+        &exe,
+        &["--exact", "child", "--nocapture", "--test-threads=1"],
+    );
+    c.env(CHILD, mode);
+    c
+}
+
+/// A child killed when the test ends (also when it fails).
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Loopback backends: TCP servers that write their name, then echo lines;
+/// UDP servers that answer every datagram with their name. Stopped on drop.
+struct Backends {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    addrs: Vec<SocketAddr>,
+}
+
+impl Backends {
+    fn tcp(ip: &str, n: usize) -> Backends {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        let mut addrs = Vec::new();
+        for i in 0..n {
+            let l = TcpListener::bind((ip, 0)).expect("bind backend");
+            l.set_nonblocking(true).expect("nonblocking");
+            addrs.push(l.local_addr().expect("addr"));
+            let stop = stop.clone();
+            threads.push(std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(120);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    match l.accept() {
+                        Ok((mut s, _)) => {
+                            std::thread::spawn(move || {
+                                let _ = s.set_nonblocking(false);
+                                let _ = s.set_read_timeout(Some(Duration::from_secs(15)));
+                                if s.write_all(format!("b{i}\n").as_bytes()).is_err() {
+                                    return;
+                                }
+                                let mut buf = [0u8; 256];
+                                while let Ok(n) = s.read(&mut buf) {
+                                    if n == 0 || s.write_all(&buf[..n]).is_err() {
+                                        break;
+                                    }
+                                }
+                            });
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                    }
+                }
+            }));
+        }
+        Backends {
+            stop,
+            threads,
+            addrs,
+        }
+    }
+
+    fn udp(ip: &str, n: usize) -> Backends {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        let mut addrs = Vec::new();
+        for i in 0..n {
+            let s = UdpSocket::bind((ip, 0)).expect("bind backend");
+            s.set_read_timeout(Some(Duration::from_millis(50)))
+                .expect("timeout");
+            addrs.push(s.local_addr().expect("addr"));
+            let stop = stop.clone();
+            threads.push(std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(120);
+                let mut buf = [0u8; 64];
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    if let Ok((_, from)) = s.recv_from(&mut buf) {
+                        let _ = s.send_to(format!("b{i}").as_bytes(), from);
+                    }
+                }
+            }));
+        }
+        Backends {
+            stop,
+            threads,
+            addrs,
+        }
+    }
+}
+
+impl Drop for Backends {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A cgroup with the sock plane attached, or `None` (skipped) when not root.
+fn setup(test: &str) -> Option<(Cgroup, SockPlane)> {
+    if !rvs_testbed::is_root() {
+        skip_or_fail(test, "needs root (cgroup BPF programs)");
+        return None;
+    }
+    if rvs_testbed::cgroup::unified_root().is_none() {
+        skip_or_fail(test, "no cgroup v2 hierarchy mounted");
+        return None;
+    }
+    let cg = Cgroup::new("rvssock");
+    let plane = SockPlane::start(cg.path()).expect("starting the sock plane");
+    Some((cg, plane))
+}
+
+fn vip4(n: u8) -> IpAddr {
+    IpAddr::from([127, 77, (std::process::id() % 250) as u8, n])
+}
+
+fn exec(plane: &mut SockPlane, cmds: Vec<Command>) {
+    for c in &cmds {
+        plane.admit(c).expect("admitted");
+        plane.apply(c).expect("applied");
+    }
+    let t = plane.applied().expect("a ticket");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !t.done() {
+        assert!(Instant::now() < deadline, "the sock plane did not apply");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn service(
+    protocol: Protocol,
+    vip: IpAddr,
+    port: u16,
+    sched: Scheduler,
+    backends: &[(SocketAddr, u32)],
+) -> (ServiceKey, Vec<Command>) {
+    let key = ServiceKey::Addr {
+        protocol,
+        addr: vip,
+        port,
+    };
+    let af = if vip.is_ipv4() {
+        AddrFamily::Inet
+    } else {
+        AddrFamily::Inet6
+    };
+    let mut cmds = vec![Command::AddService {
+        key,
+        config: ServiceConfig {
+            scheduler: sched,
+            ..ServiceConfig::new(af)
+        },
+    }];
+    for &(a, w) in backends {
+        cmds.push(Command::AddDest {
+            service: key,
+            dest: DestConfig::new(a.ip(), a.port()).weight(w),
+        });
+    }
+    (key, cmds)
+}
+
+fn counts(lines: &[String], n: usize) -> Vec<usize> {
+    (0..n)
+        .map(|i| {
+            let name = format!("b{i}");
+            lines
+                .iter()
+                .filter(|l| l.split(' ').nth(1) == Some(&name))
+                .count()
+        })
+        .collect()
+}
+
+#[test]
+fn tcp_connect_to_vip_reaches_a_backend_and_the_peer_is_the_vip() {
+    let Some((cg, mut plane)) =
+        setup("tcp_connect_to_vip_reaches_a_backend_and_the_peer_is_the_vip")
+    else {
+        return;
+    };
+    let b = Backends::tcp("127.0.0.1", 2);
+    let vip = vip4(1);
+    let (_, cmds) = service(
+        Protocol::Tcp,
+        vip,
+        8080,
+        Scheduler::Rr,
+        &[(b.addrs[0], 1), (b.addrs[1], 1)],
+    );
+    exec(&mut plane, cmds);
+    let lines = run_child(&cg, &format!("tcp {vip}:8080 4"));
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    for l in &lines {
+        // Port mapping: the backends' ports are not 8080, the peer is.
+        assert!(
+            l.ends_with(&format!(" {vip}:8080")),
+            "peer is not the VIP: {l}"
+        );
+    }
+    assert_eq!(counts(&lines, 2), [2, 2], "{lines:?}");
+    // Outside the cgroup nothing is touched: nothing listens on the VIP.
+    let e = TcpStream::connect_timeout(&SocketAddr::new(vip, 8080), Duration::from_secs(5))
+        .expect_err("a process outside the cgroup reached the VIP");
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+    // A dual-stack socket reaching the IPv4 VIP through its v4-mapped form.
+    let mapped = run_child(&cg, &format!("tcp [::ffff:{vip}]:8080 1"));
+    assert_eq!(mapped.len(), 1, "{mapped:?}");
+    assert!(
+        mapped[0].ends_with(&format!(" [::ffff:{vip}]:8080")),
+        "{mapped:?}"
+    );
+    // A non-VIP address from inside the cgroup is untouched too.
+    let other = run_child(&cg, &format!("tcp {} 1", b.addrs[1]));
+    assert_eq!(other, [format!("tcp b1 {}", b.addrs[1])]);
+}
+
+#[test]
+fn tcp_over_ipv6_and_sockets_are_uncounted_when_closed() {
+    let Some((cg, mut plane)) = setup("tcp_over_ipv6_and_sockets_are_uncounted_when_closed") else {
+        return;
+    };
+    let b = Backends::tcp("::1", 2);
+    let vip: IpAddr = format!("fd00:77::{:x}", std::process::id() % 65000 + 1)
+        .parse()
+        .expect("vip");
+    let (key, cmds) = service(
+        Protocol::Tcp,
+        vip,
+        80,
+        Scheduler::Wlc,
+        &[(b.addrs[0], 1), (b.addrs[1], 1)],
+    );
+    exec(&mut plane, cmds);
+    let lines = run_child(&cg, &format!("tcp [{vip}]:80 6"));
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    for l in &lines {
+        assert!(
+            l.ends_with(&format!(" [{vip}]:80")),
+            "peer is not the VIP: {l}"
+        );
+    }
+    // Sockets closed one after the other: wlc on open sockets sends every
+    // one to the first server (both idle each time).
+    assert_eq!(counts(&lines, 2), [6, 0], "{lines:?}");
+    // Every socket was released: no open socket counted, six in total.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = plane.snapshot();
+        let st = s.get(&(key, b.addrs[0].ip(), b.addrs[0].port())).copied();
+        if st.is_some_and(|st| st.active == 0 && st.total == 6) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "counters {st:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn rr_and_wrr_counts_are_exact_over_300_connections() {
+    let Some((cg, mut plane)) = setup("rr_and_wrr_counts_are_exact_over_300_connections") else {
+        return;
+    };
+    let b = Backends::tcp("127.0.0.1", 3);
+    let vip = vip4(2);
+    let (_, rr) = service(
+        Protocol::Tcp,
+        vip,
+        81,
+        Scheduler::Rr,
+        &[(b.addrs[0], 1), (b.addrs[1], 1), (b.addrs[2], 1)],
+    );
+    let (_, wrr) = service(
+        Protocol::Tcp,
+        vip,
+        82,
+        Scheduler::Wrr,
+        &[(b.addrs[0], 1), (b.addrs[1], 2), (b.addrs[2], 3)],
+    );
+    exec(&mut plane, rr);
+    exec(&mut plane, wrr);
+    // Three clients at once, 100 connections each, on both CPUs.
+    for (port, want) in [(81, [100, 100, 100]), (82, [50, 100, 150])] {
+        let kids: Vec<Child> = (0..3)
+            .map(|_| {
+                child_command(&cg, &format!("tcp {vip}:{port} 100"))
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .expect("spawn")
+            })
+            .collect();
+        let mut lines = Vec::new();
+        for k in kids {
+            let out = k.wait_with_output().expect("child");
+            assert!(out.status.success());
+            lines.extend(results(&String::from_utf8_lossy(&out.stdout)));
+        }
+        assert_eq!(lines.len(), 300);
+        assert_eq!(counts(&lines, 3), want, "port {port}");
+    }
+}
+
+#[test]
+fn udp_replies_come_from_the_vip_connected_or_not() {
+    let Some((cg, mut plane)) = setup("udp_replies_come_from_the_vip_connected_or_not") else {
+        return;
+    };
+    let b = Backends::udp("127.0.0.1", 2);
+    let vip = vip4(3);
+    let (_, cmds) = service(
+        Protocol::Udp,
+        vip,
+        53,
+        Scheduler::Rr,
+        &[(b.addrs[0], 1), (b.addrs[1], 1)],
+    );
+    exec(&mut plane, cmds);
+    let lines = run_child(&cg, &format!("udp {vip}:53"));
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    // The unconnected socket keeps its server for the VIP (one flow).
+    assert_eq!(lines[0], format!("unconnected b0 {vip}:53"));
+    assert_eq!(lines[1], format!("unconnected b0 {vip}:53"));
+    assert_eq!(lines[2], format!("connected b1 {vip}:53 {vip}:53"));
+}
+
+#[test]
+fn weight_zero_drains_and_a_deleted_server_is_not_chosen() {
+    let Some((cg, mut plane)) = setup("weight_zero_drains_and_a_deleted_server_is_not_chosen")
+    else {
+        return;
+    };
+    let b = Backends::tcp("127.0.0.1", 3);
+    let vip = vip4(4);
+    let (key, cmds) = service(
+        Protocol::Tcp,
+        vip,
+        83,
+        Scheduler::Rr,
+        &[(b.addrs[0], 1), (b.addrs[1], 1), (b.addrs[2], 1)],
+    );
+    exec(&mut plane, cmds);
+    // An established connection to b0.
+    let mut hold = KillOnDrop(
+        child_command(&cg, &format!("hold {vip}:83"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn"),
+    );
+    let hold = &mut hold.0;
+    let mut out = BufReader::new(hold.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    while !line.contains("RESULT ") {
+        line.clear();
+        assert!(out.read_line(&mut line).expect("read") > 0, "child ended");
+    }
+    assert_eq!(results(&line), ["hold b0"]);
+    // The open socket is in the plane's walk, with its own address.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let found = plane.sockets().into_iter().find(|s| s.dest == b.addrs[0]);
+        if let Some(s) = found
+            && s.client
+                .is_some_and(|c| c.ip() == b.addrs[0].ip() && c.port() != 0)
+        {
+            assert_eq!(s.vip, SocketAddr::new(vip, 83));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "socket not listed: {:?}",
+            plane.sockets()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Drain b0 (weight 0, as a failed health check with inhibit does) and
+    // delete b2 (as a failed health check without it does).
+    exec(
+        &mut plane,
+        vec![
+            Command::EditDest {
+                service: key,
+                dest: DestConfig::new(b.addrs[0].ip(), b.addrs[0].port()).weight(0),
+            },
+            Command::DelDest {
+                service: key,
+                addr: b.addrs[2].ip(),
+                port: b.addrs[2].port(),
+            },
+        ],
+    );
+    let lines = run_child(&cg, &format!("tcp {vip}:83 30"));
+    assert_eq!(counts(&lines, 3), [0, 30, 0], "{lines:?}");
+    // The drained server's connection still works.
+    hold.stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("write");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).expect("read");
+    assert!(hold.wait().expect("wait").success());
+    assert_eq!(results(&rest), ["echo again"]);
+}
+
+#[test]
+fn persistence_and_source_hashing_keep_the_host_on_one_server() {
+    let Some((cg, mut plane)) = setup("persistence_and_source_hashing_keep_the_host_on_one_server")
+    else {
+        return;
+    };
+    let b = Backends::tcp("127.0.0.1", 3);
+    let vip = vip4(5);
+    let all = [(b.addrs[0], 1), (b.addrs[1], 1), (b.addrs[2], 1)];
+    let (pkey, mut persistent) = service(Protocol::Tcp, vip, 84, Scheduler::Rr, &all);
+    if let Command::AddService { config, .. } = &mut persistent[0] {
+        config.persistent = Some(60);
+    }
+    let (_, sh) = service(Protocol::Tcp, vip, 85, Scheduler::Sh, &all);
+    exec(&mut plane, persistent);
+    exec(&mut plane, sh);
+    // Unbound sockets: one client (the host), so one server for all.
+    for port in [84, 85] {
+        let lines = run_child(&cg, &format!("tcp {vip}:{port} 12"));
+        let c = counts(&lines, 3);
+        assert_eq!(
+            c.iter().filter(|&&n| n == 12).count(),
+            1,
+            "port {port}: {c:?}"
+        );
+    }
+    // The persistent server deleted: the template no longer holds.
+    let first = run_child(&cg, &format!("tcp {vip}:84 1"));
+    let i: usize = first[0]
+        .split(' ')
+        .nth(1)
+        .and_then(|n| n.strip_prefix('b'))
+        .and_then(|n| n.parse().ok())
+        .expect("backend name");
+    exec(
+        &mut plane,
+        vec![Command::DelDest {
+            service: pkey,
+            addr: b.addrs[i].ip(),
+            port: b.addrs[i].port(),
+        }],
+    );
+    let lines = run_child(&cg, &format!("tcp {vip}:84 6"));
+    let c = counts(&lines, 3);
+    assert_eq!(c[i], 0, "{c:?}");
+    assert_eq!(c.iter().filter(|&&n| n == 6).count(), 1, "{c:?}");
+}
+
+#[test]
+fn unsupported_services_are_refused_before_anything_changes() {
+    // No kernel needed to ask: but the plane only exists with root.
+    let Some((_cg, plane)) = setup("unsupported_services_are_refused_before_anything_changes")
+    else {
+        return;
+    };
+    let fwmark = Command::AddService {
+        key: ServiceKey::Fwmark {
+            mark: 1,
+            af: AddrFamily::Inet,
+        },
+        config: ServiceConfig::new(AddrFamily::Inet),
+    };
+    assert!(plane.admit(&fwmark).unwrap_err().contains("fwmark"));
+    let (_, lblc) = service(Protocol::Tcp, vip4(6), 86, Scheduler::Lblc, &[]);
+    assert!(plane.admit(&lblc[0]).unwrap_err().contains("lblc"));
+}
