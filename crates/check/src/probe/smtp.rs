@@ -20,8 +20,10 @@ const MAX_LINE: usize = 4096;
 /// Most lines in one multi-line reply.
 const MAX_LINES: usize = 64;
 
-/// Reads one (possibly multi-line) reply; returns its status code.
-async fn reply<S: AsyncRead + Unpin>(
+/// Reads one (possibly multi-line) reply, each line within `timeout`;
+/// returns its status code. Also what rvsd's `smtp_alert` mailer reads
+/// its server's replies with (fuzzed through [`dialogue`]).
+pub async fn reply<S: AsyncRead + Unpin>(
     r: &mut BufReader<S>,
     timeout: std::time::Duration,
 ) -> Result<u16, Failure> {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use rvs_config::model::GlobalDefs;
 use rvs_core::vrrp::State;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 
 /// Where and how alerts are mailed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -176,9 +176,9 @@ async fn send(m: &Mailer, subject: &str, body: &str) -> Result<(), String> {
     let (r, mut w) = stream.into_split();
     let mut r = BufReader::new(r);
     let mut expect = async |code: u16, what: &'static str| -> Result<(), String> {
-        let got = tokio::time::timeout(t, reply(&mut r))
+        let got = rvs_check::probe::smtp::reply(&mut r, t)
             .await
-            .map_err(step(what))??;
+            .map_err(|e| format!("{what}: {e}"))?;
         if got == code {
             Ok(())
         } else {
@@ -208,28 +208,6 @@ async fn send(m: &Mailer, subject: &str, body: &str) -> Result<(), String> {
     }
     let _ = tokio::time::timeout(t, w.write_all(b"QUIT\r\n")).await;
     Ok(())
-}
-
-/// One (possibly multi-line) reply's status code.
-async fn reply<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> Result<u16, String> {
-    for _ in 0..64 {
-        let mut line = String::new();
-        let n = r
-            .read_line(&mut line)
-            .await
-            .map_err(|e| format!("read: {e}"))?;
-        if n == 0 {
-            return Err("connection closed".into());
-        }
-        let code: u16 = line
-            .get(..3)
-            .and_then(|c| c.parse().ok())
-            .ok_or_else(|| format!("not an SMTP reply: {:?}", line.trim_end()))?;
-        if line.as_bytes().get(3) != Some(&b'-') {
-            return Ok(code);
-        }
-    }
-    Err("SMTP reply too long".into())
 }
 
 #[cfg(test)]
