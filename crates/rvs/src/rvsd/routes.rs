@@ -181,8 +181,10 @@ pub async fn install(set: &Set, who: &str) {
     }
     for r in &set.rules {
         match nl.add_rule(r).await {
-            Ok(_) => tracing::info!(target: "rvs::routes", "{who}: rule {r:?} added"),
-            Err(e) => tracing::error!(target: "rvs::routes", "{who}: adding rule {r:?}: {e}"),
+            Ok(_) => tracing::info!(target: "rvs::routes", "{who}: rule {} added", show_rule(r)),
+            Err(e) => {
+                tracing::error!(target: "rvs::routes", "{who}: adding rule {}: {e}", show_rule(r))
+            }
         }
     }
 }
@@ -197,11 +199,15 @@ pub async fn remove(set: &Set, who: &str) {
         Ok(mut nl) => {
             for r in &set.rules {
                 match nl.del_rule(r).await {
-                    Ok(true) => tracing::info!(target: "rvs::routes", "{who}: rule {r:?} removed"),
-                    Ok(false) => {}
-                    Err(e) => {
-                        tracing::error!(target: "rvs::routes", "{who}: removing rule {r:?}: {e}")
+                    Ok(true) => {
+                        tracing::info!(target: "rvs::routes", "{who}: rule {} removed", show_rule(r))
                     }
+                    Ok(false) => {}
+                    Err(e) => tracing::error!(
+                        target: "rvs::routes",
+                        "{who}: removing rule {}: {e}",
+                        show_rule(r)
+                    ),
                 }
             }
             for r in &set.routes {
@@ -264,6 +270,43 @@ fn show(r: &Route) -> String {
     out
 }
 
+/// A rule as `ip rule` shows it (for logs).
+fn show_rule(r: &RuleSpec) -> String {
+    let prefix = |p: &Option<(IpAddr, u8)>| match p {
+        Some((a, l)) => format!("{a}/{l}"),
+        None => "all".into(),
+    };
+    let mut out = String::new();
+    if let Some(p) = r.priority {
+        out.push_str(&format!("{p}: "));
+    }
+    if r.invert {
+        out.push_str("not ");
+    }
+    out.push_str(&format!("from {}", prefix(&r.from)));
+    if r.to.is_some() {
+        out.push_str(&format!(" to {}", prefix(&r.to)));
+    }
+    if let Some(m) = r.fwmark {
+        out.push_str(&format!(" fwmark {m:#x}"));
+        if let Some(k) = r.fwmask {
+            out.push_str(&format!("/{k:#x}"));
+        }
+    }
+    if let Some(i) = &r.iif {
+        out.push_str(&format!(" iif {i}"));
+    }
+    if let Some(o) = &r.oif {
+        out.push_str(&format!(" oif {o}"));
+    }
+    out.push_str(&match r.kind {
+        RuleKind::Table(t) => format!(" lookup {t}"),
+        RuleKind::Goto(p) => format!(" goto {p}"),
+        k => format!(" {k:?}").to_lowercase(),
+    });
+    out
+}
+
 /// The static set's task: installs what `want` says, follows its changes
 /// (a reload adds and removes the difference) and, when `stop` is set,
 /// removes everything it installed.
@@ -310,6 +353,7 @@ mod tests {
             show(&a.routes[0]),
             "10.8.0.0/16 via 10.7.0.254 dev eth0 table 100"
         );
+        assert_eq!(show_rule(&a.rules[0]), "50: from 10.7.0.0/24 lookup 100");
         let b = set(
             "static_routes {\n 10.8.0.0/16 via 10.7.0.254 dev eth0 table 100\n 10.9.0.0/16 dev eth0\n}\n",
         );
