@@ -1,7 +1,7 @@
 //! [`SockPlane`]: the sock data plane's control side.
 //!
 //! The handle rvsd holds only queues commands (no syscall under the daemon
-//! lock); a worker thread owns the [`Loaded`] programs and [`Tables`], the
+//! lock); a worker thread owns the [`Loaded`] programs and `Tables`, the
 //! books of what is installed, applies the commands in order and, every
 //! [`REPORT_EVERY`], reads the per-real-server counters into a snapshot
 //! that [`DataPlane::report`] adds to the director.
