@@ -350,3 +350,43 @@ TCP  localhost:http rr
     d.ok("-A -t localhost:https -s wlc");
     assert!(d.ok("-Ln").contains("TCP  127.0.0.1:443 wlc\n"));
 }
+
+#[test]
+fn laddr_pools_list_save_and_restore() {
+    let d = Rvsd::start("golden-laddr", &[]);
+    d.ok("-A -t 10.0.0.1:80 -s rr");
+    d.ok("--add-laddr -t 10.0.0.1:80 -z 192.168.100.5-192.168.100.6");
+    d.ok("--add-laddr -t 10.0.0.1:80 -z 192.168.100.9");
+    d.ok("-a -t 10.0.0.1:80 -r 10.1.0.2:80 --fullnat -w 1");
+    let (_, err, code) = parts(&d.adm("--add-laddr -t 10.0.0.1:80 -z 192.168.100.6"));
+    assert_eq!((err.trim(), code), ("Local address already exists", 255));
+    // -E leaves the pool alone.
+    d.ok("-E -t 10.0.0.1:80 -s wlc");
+    assert_eq!(
+        d.ok("--get-laddr"),
+        "\
+VIP:VPORT                    TOTAL    LADDR                                    CONNS
+TCP  10.0.0.1:80             2
+                                      192.168.100.5-192.168.100.6              0
+                                      192.168.100.9                            0
+"
+    );
+    let save = d.ok("-Sn");
+    assert_eq!(
+        save,
+        "\
+-A -t 10.0.0.1:80 -s wlc
+--add-laddr -t 10.0.0.1:80 -z 192.168.100.5-192.168.100.6
+--add-laddr -t 10.0.0.1:80 -z 192.168.100.9
+-a -t 10.0.0.1:80 -r 10.1.0.2:80 --fullnat -w 1
+"
+    );
+    let e = Rvsd::start("golden-laddr-restore", &[]);
+    let (_, err, code) = parts(&e.adm_args(&["-R"], Some(&save)));
+    assert_eq!((err.as_str(), code), ("", 0));
+    assert_eq!(e.ok("-Sn"), save);
+    d.ok("--del-laddr -t 10.0.0.1:80 -z 192.168.100.9");
+    let (_, err, code) = parts(&d.adm("--del-laddr -t 10.0.0.1:80 -z 192.168.100.9"));
+    assert_eq!((err.trim(), code), ("No such local address", 255));
+    assert_eq!(d.ok("--get-laddr -t 10.0.0.1:80").lines().count(), 3);
+}
