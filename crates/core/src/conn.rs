@@ -1220,6 +1220,27 @@ mod tests {
     }
 
     #[test]
+    fn fullnat_local_address_lives_and_dies_with_its_entry() {
+        let mut tb = table(16);
+        let k = key(1, 0);
+        let c = tb
+            .insert(conn(&k, ConnFlags::MASQ, 10), None, t(0))
+            .unwrap();
+        let l = Addr::from_ip("192.168.100.5".parse().unwrap());
+        assert_eq!(tb.local(c), None);
+        assert!(tb.set_local(c, l, 1029));
+        assert_eq!(tb.local(c), Some((l, 1029)));
+        tb.remove(c);
+        assert_eq!(tb.local(c), None);
+        assert!(!tb.set_local(c, l, 1029), "no entry, nothing recorded");
+        // The slot's next entry starts without one.
+        let d = tb
+            .insert(conn(&key(2, 0), ConnFlags::MASQ, 10), None, t(0))
+            .unwrap();
+        assert_eq!(tb.local(d), None);
+    }
+
+    #[test]
     fn invalidated_template_never_matches() {
         let mut tb = table(16);
         let k = key(1, 0);

@@ -83,14 +83,14 @@ pub(crate) struct Spec {
 
 /// Run the preparation (or its undo); returns what was done, one line each.
 pub(crate) fn run(spec: &Spec) -> anyhow::Result<Vec<String>> {
-    if spec.vips.is_empty() && spec.toa.is_none() {
-        bail!("--vip ADDR (with --mode dr|tun) or --toa: nothing to do");
-    }
     let mode = match (spec.vips.is_empty(), spec.mode) {
         (false, None) => bail!("--vip needs --mode dr|tun"),
         (true, Some(_)) => bail!("--mode needs --vip ADDR"),
         (_, m) => m,
     };
+    if spec.vips.is_empty() && spec.toa.is_none() {
+        bail!("--vip ADDR (with --mode dr|tun) or --toa: nothing to do");
+    }
     // Everything the TOA part needs is checked before anything changes.
     let cgroup = match &spec.toa {
         Some(cg) => {

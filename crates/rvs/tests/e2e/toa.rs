@@ -393,3 +393,20 @@ fn toa_nginx_access_log_shows_the_option_address() {
     let off = realserver(&["--toa", "--undo", "--cgroup", srv.arg()]);
     assert!(off.contains("TOA reader detached"), "{off}");
 }
+
+#[test]
+fn realserver_needs_vips_or_toa() {
+    let run = |args: &[&str]| {
+        let o = Command::new(RVSD)
+            .arg("realserver")
+            .args(args)
+            .output()
+            .expect("rvsd runs");
+        assert!(!o.status.success(), "{args:?} succeeded");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    assert!(run(&[]).contains("nothing to do"));
+    assert!(run(&["--mode", "dr"]).contains("--mode needs --vip"));
+    assert!(run(&["--vip", "10.0.0.1"]).contains("--vip needs --mode"));
+    assert!(run(&["--cgroup", "/sys/fs/cgroup"]).contains("--toa"));
+}

@@ -1308,3 +1308,36 @@ fn next_hops_the_program_misses_are_solicited_until_resolved() {
     bed.plane.age_missing_hops();
     assert!(bed.plane.wanted().reply.is_empty(), "given up");
 }
+
+#[test]
+fn laddr_pools_are_booked_and_fullnat_is_refused_with_its_reason() {
+    let mut bed = Bed::new();
+    bed.svc(80, "rr").unwrap();
+    let laddr = rvs_core::model::LocalAddrRange::parse("10.9.0.1-3").unwrap();
+    bed.run(Command::AddLaddr {
+        service: key(80),
+        laddr,
+    })
+    .unwrap();
+    assert_eq!(bed.plane.services[&key(80)].laddrs, [laddr]);
+    bed.run(Command::DelLaddr {
+        service: key(80),
+        laddr,
+    })
+    .unwrap();
+    assert!(bed.plane.services[&key(80)].laddrs.is_empty());
+    assert!(matches!(
+        bed.plane.apply_command(&Command::AddLaddr {
+            service: key(81),
+            laddr,
+        }),
+        Err(PlaneError::NoService(_))
+    ));
+    // The program has no FULLNAT path yet: refused, saying so.
+    let e = admit(&Command::AddDest {
+        service: key(80),
+        dest: dr(1).forward(ForwardMethod::FullNat),
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("FullNat is not supported"), "{e}");
+}

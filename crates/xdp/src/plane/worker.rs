@@ -208,14 +208,14 @@ impl<M: MapOps + Send + 'static> DataPlane for PlaneHandle<M> {
         super::admit(command).map_err(|e| e.to_string())
     }
 
-    /// Each command on its own, then the pool rule: a FULLNAT real server
-    /// needs its service's local address pool.
+    /// Each command on its own (what the program cannot carry at all is
+    /// refused first, with that reason), then the pool rule: a FULLNAT real
+    /// server needs its service's local address pool.
     fn admit_all(&self, ipvs: &Ipvs, commands: &[Command]) -> Result<(), (usize, String)> {
-        rvs_control::dataplane::check_fullnat_pools(ipvs, commands)?;
         for (i, c) in commands.iter().enumerate() {
             self.admit(c).map_err(|m| (i, m))?;
         }
-        Ok(())
+        rvs_control::dataplane::check_fullnat_pools(ipvs, commands)
     }
 
     /// Nothing: the worker reports by itself, outside the caller's lock.
