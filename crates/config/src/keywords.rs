@@ -348,6 +348,16 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
         "ha_suspend",
         NotApplied("services stay in the table whatever the VIPs' state"),
     ),
+    (
+        VirtualServer,
+        "syn_proxy",
+        NotApplied("rvs has no SYN proxy; the XDP plane's SYN-flood guard is `--max-new-flows`"),
+    ),
+    (
+        VirtualServer,
+        "nat_mask",
+        NotApplied("rvs keeps no NAT netmask; every local address of the pool is used as given"),
+    ),
     (RealServer, "smtp_alert", NotApplied(SMTP)),
     (RealServer, "snmp_name", Quiet(SNMP)),
     (

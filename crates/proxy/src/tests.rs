@@ -1359,7 +1359,13 @@ mod laddr_pool {
         peers
     }
 
+    // Needs ~290,000 descriptors in one process: this workplace's machines
+    // (CI's too) cap RLIMIT_NOFILE at 20,000 without CAP_SYS_RESOURCE, so
+    // it runs only on request (`cargo test -p rvs-proxy -- --ignored
+    // seventy_thousand`); the two tests above show the same property with
+    // the namespace's port range narrowed to 2,000 and 1,000.
     #[test]
+    #[ignore = "needs RLIMIT_NOFILE above 290,000 (CAP_SYS_RESOURCE); CI machines cap it at 20,000"]
     fn seventy_thousand_connections_to_one_real_server_from_two_pool_addresses() {
         let test = "seventy_thousand_connections_to_one_real_server_from_two_pool_addresses";
         const N: usize = 70_000;
