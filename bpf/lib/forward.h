@@ -110,6 +110,12 @@ static __always_inline int forward(struct xdp_md *ctx, const struct pkt *p,
 	case RVS_FWD_TUN_GUE:
 	case RVS_FWD_TUN_GRE:
 	case RVS_FWD_TUN_GENEVE:
+		/* What the kernel's ip_rcv drops before IPVS sees it: a total
+		 * length shorter than the IP header or longer than the frame
+		 * (the outer lengths and the tunnel checksum come from it). */
+		if (p->l3len < (p->family == RVS_AF_INET ? 20 : 40) ||
+		    (__u32)p->l3len + p->l3off > (__u32)(ctx->data_end - ctx->data))
+			return XDP_DROP;
 		return tun_encap(ctx, p, d, cfg);
 	case RVS_FWD_NAT:
 		if (d->family != p->family)

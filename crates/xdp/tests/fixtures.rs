@@ -261,6 +261,28 @@ fn tunnel_csum_across_chunks() {
     }
 }
 
+/// An IP total length longer than the frame or shorter than the header
+/// (which the kernel's ip_rcv drops) is dropped, not tunnelled with
+/// lengths and a checksum made from it.
+#[test]
+fn tunnel_drops_a_bad_total_length() {
+    let Some(mut lb) = Lb::new("tunnel_drops_a_bad_total_length") else {
+        return;
+    };
+    for method in [fwd::TUN_GRE, fwd::TUN_GENEVE, fwd::TUN_IPIP] {
+        let mut rs = Rs::new(rs_addr(false, 3), method, rs_mac(3));
+        rs.flags = maps::dest_flags::TUN_CSUM;
+        lb.service(0, SvcKey::new(PROTO_TCP, vip(false), VPORT), "rr", 0, &[rs]);
+        for len in [0xfff7u16, 19] {
+            let mut f = tcp_frame(client(false, 9), 40001, vip(false), VPORT, Flags::Syn, b"x");
+            f[16..18].copy_from_slice(&len.to_be_bytes());
+            fix_ip4_csum(&mut f, 14);
+            let r = lb.run(&f);
+            assert_ne!(r.action, action::TX, "method {method}, length {len}");
+        }
+    }
+}
+
 /// GUE with --tun-csum carries the outer UDP checksum too.
 #[test]
 fn gue_csum() {
