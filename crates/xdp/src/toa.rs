@@ -11,7 +11,7 @@
 //! whose links are pinned under [`PIN_ROOT`] so they outlive the process
 //! (a one-shot `rvsd realserver --toa`); [`detach_pinned`] removes them.
 //!
-//! [`ToaTestWriter`] (feature `test-fixtures`) is the tests' client side: it
+//! `ToaTestWriter` (feature `test-fixtures`) is the tests' client side: it
 //! writes a TOA into the SYNs of its cgroup's sockets.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
