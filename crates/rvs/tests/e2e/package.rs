@@ -692,10 +692,15 @@ fn debian_package_installs_upgrades_under_load_and_removes_cleanly() {
         "/root/rvs-2.deb",
     ]);
     let upgrade = t.elapsed();
-    std::thread::sleep(Duration::from_secs(2));
     // The new rvsd lists the live streams (adopted with the pinned flow
-    // table; mirrored from the program every second).
-    let lcn = root.ok(&["rvsadm", "-L", "-c", "-n"]);
+    // table; mirrored from the program every second, once it has started:
+    // bounded, a loaded machine verifies the program slowly).
+    let mut lcn = String::new();
+    rvs_testbed::wait_for(Duration::from_secs(30), || {
+        let out = root.run(&["rvsadm", "-L", "-c", "-n"]);
+        lcn = String::from_utf8_lossy(&out.stdout).into_owned();
+        lcn.lines().filter(|l| l.contains("10.77.0.100:80")).count() >= 20
+    });
     stop.store(true, Ordering::Relaxed);
     let seen = running.join().expect("load");
     eprintln!("{test}: upgrade took {upgrade:?}; load: {seen:?}");
