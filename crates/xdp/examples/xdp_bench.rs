@@ -550,7 +550,9 @@ fn single_runs(l: &mut Loaded, f: &[u8], calls: u32, want: u32) -> Result<f64, B
 /// `ktime_get_ns` pair around that run), summed over `calls` calls; the
 /// per-run overhead that timing adds (the clock reads, `local_bh_*`, the
 /// dispatcher) is the bare XDP_TX program measured the same way in the
-/// same round and subtracted ("net" columns). Every call's action is
+/// same round and subtracted ("net" columns). A round interleaves the
+/// programs, 500 calls each in turn, so the machine's noise falls on all
+/// rows alike. Every call's action is
 /// checked (XDP_TX), and each row's output once (the outer header's
 /// length). Median of `rounds` rounds taken in turn. The DR row is also
 /// given by the repeated method, for comparison.
@@ -604,10 +606,23 @@ fn tunnels(
     let mut v: Vec<Vec<f64>> = vec![Vec::new(); progs.len()];
     let mut dr_repeat = Vec::new();
     let mut tx_repeat = Vec::new();
+    // Each round interleaves the programs in slices of `SLICE` calls, so
+    // a burst of other work on the machine falls on all rows alike.
+    const SLICE: u32 = 500;
+    let slices = calls.div_ceil(SLICE);
+    let calls = slices * SLICE;
     for _ in 0..rounds {
-        floor_v.push(single_runs(&mut floor, ack, calls, tx)?);
-        for (i, (_, l)) in progs.iter_mut().enumerate() {
-            v[i].push(single_runs(l, ack, calls, tx)?);
+        let mut floor_sum = 0.0;
+        let mut sums = vec![0.0; progs.len()];
+        for _ in 0..slices {
+            floor_sum += single_runs(&mut floor, ack, SLICE, tx)?;
+            for (i, (_, l)) in progs.iter_mut().enumerate() {
+                sums[i] += single_runs(l, ack, SLICE, tx)?;
+            }
+        }
+        floor_v.push(floor_sum / f64::from(slices));
+        for (i, sum) in sums.iter().enumerate() {
+            v[i].push(sum / f64::from(slices));
         }
         tx_repeat.push(ns(&mut floor, ack, calls, tx)?);
         dr_repeat.push(ns(&mut progs[0].1, ack, calls, tx)?);
