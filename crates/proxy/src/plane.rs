@@ -76,10 +76,11 @@ pub struct ProxyStats {
     pub accept_errors: AtomicU64,
     /// Failed connection attempts to real servers (each attempt counts).
     pub connect_failures: AtomicU64,
-    /// Connection attempts to a real server refused because no address of
-    /// the service's local address pool had a port left toward it (each
-    /// attempt counts; the kernel never hands out a 4-tuple twice, so this
-    /// is where the excess goes rather than into a collision).
+    /// Connection attempts (TCP) and new sessions (UDP) to a real server
+    /// refused because no address of the service's local address pool had
+    /// a port left toward it (each attempt counts; a UDP session's first
+    /// datagram is dropped; the kernel never hands out a 4-tuple twice, so
+    /// this is where the excess goes rather than into a collision).
     pub laddr_exhausted: AtomicU64,
     /// Attempts moved to another real server after a failure.
     pub retries: AtomicU64,

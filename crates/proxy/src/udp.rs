@@ -26,6 +26,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::plane::{Ctx, SvcState};
+use crate::pool::{self, LocalPool};
 use crate::tcp::{Admission, ConnGuard, Gauge, RateLimit};
 
 /// Largest datagram relayed.
@@ -56,10 +57,65 @@ fn unspecified_for(addr: IpAddr) -> SocketAddr {
     }
 }
 
-async fn connect_upstream(dst: SocketAddr) -> std::io::Result<UdpSocket> {
-    let s = UdpSocket::bind(unspecified_for(dst.ip())).await?;
-    s.connect(dst).await?;
-    Ok(s)
+/// A UDP socket connected to `dst`, bound to `src` (port picked by the
+/// kernel at the bind) or, without one, to the unspecified address. Binding
+/// a pool address fails with `EADDRINUSE` at once when no port of
+/// `ip_local_port_range` is free on it: unlike TCP's connect-time pick
+/// (`IP_BIND_ADDRESS_NO_PORT`), the kernel gives a UDP socket a port of its
+/// own on its address whatever it connects to, so one pool address carries
+/// as many sessions as the range has ports, over all real servers together.
+fn connect_upstream(dst: SocketAddr, src: Option<IpAddr>) -> std::io::Result<UdpSocket> {
+    use socket2::{Domain, Socket, Type};
+    #[cfg(target_os = "linux")]
+    let ty = Type::DGRAM.nonblocking().cloexec();
+    #[cfg(not(target_os = "linux"))]
+    let ty = Type::DGRAM;
+    let s = Socket::new(Domain::for_address(dst), ty, Some(socket2::Protocol::UDP))?;
+    #[cfg(not(target_os = "linux"))]
+    s.set_nonblocking(true)?;
+    let from = src.map_or_else(|| unspecified_for(dst.ip()), |a| SocketAddr::new(a, 0));
+    s.bind(&from.into())?;
+    s.connect(&dst.into())?;
+    UdpSocket::from_std(s.into())
+}
+
+/// [`connect_upstream`] from the next addresses of the service's pool in
+/// turn (shared with its TCP connections' turn) when it has one: an address
+/// with no port left gives way to the next, at most [`pool::MAX_TRIES`];
+/// when none has one the session is counted in `laddr_exhausted` (as a TCP
+/// connection is) and refused.
+fn connect_pooled(
+    ctx: &Ctx,
+    svc: &SvcState,
+    pool: &LocalPool,
+    dst: SocketAddr,
+) -> std::io::Result<UdpSocket> {
+    if pool.is_empty() {
+        return connect_upstream(dst, None);
+    }
+    let tries = pool.len().min(pool::MAX_TRIES);
+    for _ in 0..tries {
+        let i = svc.next_laddr.fetch_add(1, Ordering::Relaxed);
+        let Some(src) = pool.nth(u128::from(i)) else {
+            break;
+        };
+        match connect_upstream(dst, Some(src)) {
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EADDRINUSE | libc::EADDRNOTAVAIL | libc::EAGAIN)
+                ) =>
+            {
+                continue;
+            }
+            other => return other,
+        }
+    }
+    ctx.stats.laddr_exhausted.fetch_add(1, Ordering::Relaxed);
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrNotAvailable,
+        format!("no local pool address has a UDP port left (toward {dst})"),
+    ))
 }
 
 /// Serve one UDP virtual service until `stop`'s sender is dropped.
@@ -131,10 +187,15 @@ pub(crate) async fn udp_loop(
             continue;
         };
         let opened = ctx.director.with(|ipvs, now| {
-            ipvs.open(now, Protocol::Udp, client, vip)
-                .map(|f| (f, ipvs.timeouts().udp()))
+            ipvs.open(now, Protocol::Udp, client, vip).map(|f| {
+                let pool = ipvs
+                    .service(&svc.key)
+                    .map(|s| LocalPool::for_dest(s.laddrs(), f.daddr))
+                    .unwrap_or_default();
+                (f, ipvs.timeouts().udp(), pool)
+            })
         });
-        let (fwd, timeout) = match opened {
+        let (fwd, timeout, pool) = match opened {
             Some(Ok(x)) => x,
             Some(Err(_)) => {
                 ctx.stats.refused_no_dest.fetch_add(1, Ordering::Relaxed);
@@ -145,7 +206,7 @@ pub(crate) async fn udp_loop(
         let guard = Arc::new(ConnGuard::new(ctx.clone(), fwd.conn));
         let dst = SocketAddr::new(fwd.daddr, fwd.dport);
         ctx.set_dest(adm.serial, (fwd.daddr, fwd.dport));
-        let upstream = match connect_upstream(dst).await {
+        let upstream = match connect_pooled(&ctx, &svc, &pool, dst) {
             Ok(s) => Arc::new(s),
             Err(e) => {
                 ctx.stats.connect_failures.fetch_add(1, Ordering::Relaxed);
@@ -155,6 +216,11 @@ pub(crate) async fn udp_loop(
                 continue;
             }
         };
+        // From a pool: `-Lcn` shows the session's local address and port
+        // (FULLNAT); the session keeps them (its socket) until it ends.
+        if let (false, Some(id), Ok(local)) = (pool.is_empty(), fwd.conn, upstream.local_addr()) {
+            ctx.director.with(|ipvs, _| ipvs.set_conn_local(id, local));
+        }
         let sent = upstream.send(data).await.is_ok();
         if fwd.conn.is_none() {
             // One-packet scheduling: this datagram alone; relay its reply

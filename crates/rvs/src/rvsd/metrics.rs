@@ -455,7 +455,7 @@ pub fn proxy(p: &rvs_proxy::ProxyStats) -> Vec<Family> {
         ),
         (
             "rvs_proxy_laddr_exhausted_total",
-            "Connections to real servers refused: no local pool address had a port left toward the server.",
+            "Connections (TCP) and sessions (UDP) to real servers refused: no local pool address had a port left toward the server.",
             p.laddr_exhausted.load(Relaxed),
         ),
         (
