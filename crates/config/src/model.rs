@@ -156,6 +156,15 @@ pub struct GlobalDefs {
     pub smtp_alert: Option<bool>,
     /// `smtp_alert_vrrp`: the default of VRRP instances' (before `smtp_alert`).
     pub smtp_alert_vrrp: Option<bool>,
+    /// `smtp_alert_checker`: the default of real and virtual servers'
+    /// (before `smtp_alert`).
+    pub smtp_alert_checker: Option<bool>,
+    /// `no_checker_emails`: mail a checker's change only when it changes its
+    /// real server's state.
+    pub no_checker_emails: bool,
+    /// `net_namespace NAME`: rvsd runs inside `/run/netns/NAME` (entered at
+    /// start; a reload cannot change it).
+    pub net_namespace: Option<String>,
     /// `lvs_timeouts`.
     pub lvs_timeouts: Option<LvsTimeouts>,
     /// `lvs_sync_daemon`.
@@ -214,6 +223,9 @@ impl Default for GlobalDefs {
             smtp_helo_name: None,
             smtp_alert: None,
             smtp_alert_vrrp: None,
+            smtp_alert_checker: None,
+            no_checker_emails: false,
+            net_namespace: None,
             lvs_timeouts: None,
             lvs_sync_daemon: None,
             lvs_flush: false,

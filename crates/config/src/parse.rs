@@ -475,6 +475,9 @@ fn global_defs(c: &mut Ctx<'_>, n: &Node, g: &mut GlobalDefs) -> R<()> {
             "smtp_helo_name" => g.smtp_helo_name = Some(string(k, "a HELO name")?),
             "smtp_alert" => g.smtp_alert = Some(flag(k)?),
             "smtp_alert_vrrp" => g.smtp_alert_vrrp = Some(flag(k)?),
+            "smtp_alert_checker" => g.smtp_alert_checker = Some(flag(k)?),
+            "no_checker_emails" => g.no_checker_emails = flag(k)?,
+            "net_namespace" => g.net_namespace = Some(string(k, "a network namespace name")?),
             "lvs_timeouts" => {
                 let mut t = LvsTimeouts::default();
                 let mut i = 0;
@@ -1437,7 +1440,7 @@ fn url(c: &mut Ctx<'_>, n: &Node) -> R<UrlCheck> {
                 max = usize::MAX;
                 u.regex_options = k.args.iter().map(|t| t.text.clone()).collect();
             }
-            "regex_stack" | "regex_min_offset" | "regex_max_offset" | "tls_compliant" => {
+            "regex_stack" | "regex_min_offset" | "regex_max_offset" => {
                 max = usize::MAX;
             }
             _ => {
