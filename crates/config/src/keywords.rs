@@ -50,10 +50,14 @@ pub enum Outcome {
     Quiet(&'static str),
 }
 
-const SMTP: &str = "e-mail alerts are sent for VRRP instance transitions and health-check changes only; no mail for sync groups or VRRP faults' options";
+const SMTP: &str = "e-mail alerts are sent for VRRP instance transitions and health-check changes only; no mail for sync groups";
 const SMTP_TEST: &str =
     "crates/rvs/tests/e2e/smtp_alert.rs::smtp_alert_mails_vrrp_transitions_to_a_real_smtp_server";
 const SMTP_CHECK_TEST: &str = "crates/rvs/tests/e2e/smtp_alert.rs::smtp_alert_mails_checker_and_quorum_changes_to_a_real_smtp_server";
+const NO_EMAIL_FAULTS_TEST: &str =
+    "crates/rvs/src/rvsd/vrrp.rs::no_email_faults_leaves_fault_transitions_unmailed";
+const DOWN_TIMER_TEST: &str =
+    "crates/rvs/src/rvsd/vrrp.rs::vrrp_down_timer_adverts_is_the_instances_default";
 const NO_CHECKER_EMAILS_TEST: &str =
     "crates/check/src/policy_tests.rs::no_checker_emails_mails_only_real_server_changes";
 const FIFO: &str =
@@ -128,9 +132,9 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Global, "smtp_alert", Applied(SMTP_TEST)),
     (Global, "smtp_alert_vrrp", Applied(SMTP_TEST)),
     (Global, "smtp_alert_checker", Applied(SMTP_CHECK_TEST)),
-    (Global, "no_email_faults", NotApplied(SMTP)),
+    (Global, "no_email_faults", Applied(NO_EMAIL_FAULTS_TEST)),
     (Global, "no_checker_emails", Applied(NO_CHECKER_EMAILS_TEST)),
-    (Global, "email_faults", NotApplied(SMTP)),
+    (Global, "email_faults", Applied(NO_EMAIL_FAULTS_TEST)),
     (Global, "notify_fifo", Applied(FIFO_TEST)),
     (Global, "notify_fifo_script", Applied(FIFO_TEST)),
     (Global, "vrrp_notify_fifo", Applied(FIFO_TEST)),
@@ -209,13 +213,7 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Global, "startup_script_timeout", NotApplied(START_STOP)),
     (Global, "shutdown_script", NotApplied(START_STOP)),
     (Global, "shutdown_script_timeout", NotApplied(START_STOP)),
-    (
-        Global,
-        "vrrp_down_timer_adverts",
-        NotApplied(
-            "the global default is not applied; set `down_timer_adverts` in each vrrp_instance",
-        ),
-    ),
+    (Global, "vrrp_down_timer_adverts", Applied(DOWN_TIMER_TEST)),
     (Global, "nftables_ipvs_priority", NotApplied(FIREWALL)),
     (Global, "nftables_ipvs_start_fwmark", NotApplied(FIREWALL)),
     (Global, "vrrp_notify_priority_changes", NotApplied(NOTIFY)),

@@ -162,6 +162,12 @@ pub struct GlobalDefs {
     /// `no_checker_emails`: mail a checker's change only when it changes its
     /// real server's state.
     pub no_checker_emails: bool,
+    /// `no_email_faults` (`email_faults` undoes it): VRRP FAULT transitions
+    /// are not mailed.
+    pub no_email_faults: bool,
+    /// `vrrp_down_timer_adverts`: the default of instances'
+    /// `down_timer_adverts`.
+    pub vrrp_down_timer_adverts: Option<u32>,
     /// `net_namespace NAME`: rvsd runs inside `/run/netns/NAME` (entered at
     /// start; a reload cannot change it).
     pub net_namespace: Option<String>,
@@ -225,6 +231,8 @@ impl Default for GlobalDefs {
             smtp_alert_vrrp: None,
             smtp_alert_checker: None,
             no_checker_emails: false,
+            no_email_faults: false,
+            vrrp_down_timer_adverts: None,
             net_namespace: None,
             lvs_timeouts: None,
             lvs_sync_daemon: None,
@@ -908,8 +916,9 @@ pub struct VrrpInstance {
     pub garp_master_refresh: Option<Duration>,
     /// `garp_master_refresh_repeat`.
     pub garp_master_refresh_repeat: Option<u32>,
-    /// `down_timer_adverts` (default 3).
-    pub down_timer_adverts: u32,
+    /// `down_timer_adverts` as written (default: the global
+    /// `vrrp_down_timer_adverts`, else 3).
+    pub down_timer_adverts: Option<u32>,
     /// `lvs_sync_daemon_interface` (deprecated alias of global lvs_sync_daemon).
     pub lvs_sync_daemon_interface: Option<String>,
     /// `smtp_alert`.

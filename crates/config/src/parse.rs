@@ -477,6 +477,11 @@ fn global_defs(c: &mut Ctx<'_>, n: &Node, g: &mut GlobalDefs) -> R<()> {
             "smtp_alert_vrrp" => g.smtp_alert_vrrp = Some(flag(k)?),
             "smtp_alert_checker" => g.smtp_alert_checker = Some(flag(k)?),
             "no_checker_emails" => g.no_checker_emails = flag(k)?,
+            "no_email_faults" => g.no_email_faults = flag(k)?,
+            "email_faults" => g.no_email_faults = !flag(k)?,
+            "vrrp_down_timer_adverts" => {
+                g.vrrp_down_timer_adverts = Some(num(arg(k, 0, "a count")?, "a count", 1, 100)?)
+            }
             "net_namespace" => g.net_namespace = Some(string(k, "a network namespace name")?),
             "lvs_timeouts" => {
                 let mut t = LvsTimeouts::default();
@@ -1837,7 +1842,7 @@ fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
         garp_master_repeat: None,
         garp_master_refresh: None,
         garp_master_refresh_repeat: None,
-        down_timer_adverts: 3,
+        down_timer_adverts: None,
         lvs_sync_daemon_interface: None,
         smtp_alert: false,
         strict_mode: None,
@@ -1978,7 +1983,7 @@ fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
                 v.garp_master_refresh_repeat = Some(num(arg(k, 0, "a count")?, "a count", 1, 255)?)
             }
             "down_timer_adverts" => {
-                v.down_timer_adverts = num(arg(k, 0, "a count")?, "a count", 1, 100)?
+                v.down_timer_adverts = Some(num(arg(k, 0, "a count")?, "a count", 1, 100)?)
             }
             "lvs_sync_daemon_interface" => {
                 c.warn(
