@@ -113,6 +113,7 @@ fn job(rs: &RealServer, c: &Checker, vhost: Option<&String>) -> ProbeJob {
 pub fn plan(conf: &KeepalivedConf, specs: &[ServiceSpec]) -> HealthPlan {
     let mut out = HealthPlan::default();
     out.config.no_checker_emails = conf.global.no_checker_emails;
+    out.config.rs_init_notifies = conf.global.rs_init_notifies;
     for (vi, vs) in conf.virtual_servers.iter().enumerate() {
         let mine: Vec<&ServiceSpec> = specs.iter().filter(|s| s.vs_index == vi).collect();
         let Some(first) = mine.first() else {

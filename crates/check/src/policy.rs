@@ -249,6 +249,9 @@ pub struct HealthConfig {
     /// `no_checker_emails`: a checker's change is mailed only when it
     /// changes its real server's state.
     pub no_checker_emails: bool,
+    /// `rs_init_notifies`: a real server added alive (at start or by a
+    /// reload) runs its `notify_up` and writes its FIFO line.
+    pub rs_init_notifies: bool,
 }
 
 /// What a probe found.
@@ -629,6 +632,7 @@ impl Policy {
         let mut new_vs = Vec::with_capacity(config.virtual_servers.len());
         let mut checkers = Vec::new();
         let mut next_id = self.next_id;
+        let mut added_alive = Vec::new();
         for (vi, vs) in config.virtual_servers.iter().enumerate() {
             let mut rs_states = Vec::with_capacity(vs.reals.len());
             for (ri, rs) in vs.reals.iter().enumerate() {
@@ -706,7 +710,12 @@ impl Policy {
                         // that made it fail are gone.
                         (old.alive || failed == 0, weight)
                     }
-                    None => (failed == 0, rs.weight),
+                    None => {
+                        if failed == 0 {
+                            added_alive.push((vi, ri));
+                        }
+                        (failed == 0, rs.weight)
+                    }
                 };
                 rs_states.push(Rs {
                     alive,
@@ -756,6 +765,22 @@ impl Policy {
         // scripts stay valid.
         self.actions
             .retain(|a| matches!(a, Action::Probe(_) | Action::Script { .. }));
+        // keepalived's init_service_rs: with `rs_init_notifies`, a server
+        // that starts alive gets its up notifiers.
+        if self.config.rs_init_notifies {
+            for (vi, ri) in added_alive {
+                let spec = &self.config.virtual_servers[vi];
+                let r = &spec.reals[ri];
+                if let Some(script) = r.notify_up.clone() {
+                    let why = format!(
+                        "real server {} of {} up (rs_init_notifies)",
+                        r.name, spec.name
+                    );
+                    self.actions.push_back(Action::Script { script, why });
+                }
+                self.push_rs_fifo(vi, ri, true);
+            }
+        }
         for (vi, fresh) in new_vs.into_iter().enumerate() {
             self.update_quorum(vi, fresh);
         }

@@ -168,6 +168,7 @@ fn cfg(v: VsSpec) -> HealthConfig {
     HealthConfig {
         virtual_servers: vec![v],
         no_checker_emails: false,
+        rs_init_notifies: false,
     }
 }
 
@@ -682,6 +683,7 @@ fn a_flapping_server_touches_only_its_virtual_server() {
     let mut sim = Sim::new(HealthConfig {
         virtual_servers: vec![a, b],
         no_checker_emails: false,
+        rs_init_notifies: false,
     });
     for i in 0..10 {
         let o = if i % 2 == 0 {
@@ -922,6 +924,7 @@ fn no_checker_emails_mails_only_real_server_changes() {
         let mut sim = Sim::new(HealthConfig {
             virtual_servers: vec![v],
             no_checker_emails: quiet,
+            rs_init_notifies: false,
         });
         let ids = sim.next_probes();
         assert_eq!(ids.len(), 2);
@@ -959,4 +962,35 @@ fn mail_texts_are_keepalived_s_per_checker() {
         MailText::of("PING_CHECK").body(true, ""),
         "=> ICMP CHECK succeed on service <="
     );
+}
+
+/// `rs_init_notifies` (keepalived's init_service_rs): a real server that
+/// starts alive runs `notify_up` and writes its FIFO line; one that starts
+/// down (alpha) does not; without the flag, nothing runs at start.
+#[test]
+fn rs_init_notifies_runs_up_notifiers_for_servers_starting_alive() {
+    for on in [false, true] {
+        let mut up = rs(1, 1, vec![chk("TCP", timing(5, 0, 1))]);
+        up.notify_up = script("up.sh");
+        let mut t = timing(5, 0, 1);
+        t.alpha = true;
+        let mut alpha = rs(2, 1, vec![chk("TCP2", t)]);
+        alpha.notify_up = script("alpha_up.sh");
+        let sim = Sim::new(HealthConfig {
+            virtual_servers: vec![vs(vec![up, alpha])],
+            no_checker_emails: false,
+            rs_init_notifies: on,
+        });
+        let want: Vec<String> = if on { vec!["up.sh".into()] } else { vec![] };
+        assert_eq!(sim.scripts(), want, "rs_init_notifies {on}");
+        assert_eq!(
+            fifo_lines(&sim.log),
+            if on {
+                vec!["RS [10.0.0.1]:tcp:80 [192.168.0.1]:tcp:80 UP\n".to_owned()]
+            } else {
+                vec![]
+            },
+            "rs_init_notifies {on}"
+        );
+    }
 }

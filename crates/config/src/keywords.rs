@@ -58,6 +58,7 @@ const NO_EMAIL_FAULTS_TEST: &str =
     "crates/rvs/src/rvsd/vrrp.rs::no_email_faults_leaves_fault_transitions_unmailed";
 const DOWN_TIMER_TEST: &str =
     "crates/rvs/src/rvsd/vrrp.rs::vrrp_down_timer_adverts_is_the_instances_default";
+const RS_INIT_TEST: &str = "crates/check/src/policy_tests.rs::rs_init_notifies_runs_up_notifiers_for_servers_starting_alive";
 const NO_CHECKER_EMAILS_TEST: &str =
     "crates/check/src/policy_tests.rs::no_checker_emails_mails_only_real_server_changes";
 const FIFO: &str =
@@ -142,7 +143,7 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Global, "lvs_notify_fifo", Applied(LVS_FIFO_TEST)),
     (Global, "lvs_notify_fifo_script", Applied(LVS_FIFO_TEST)),
     (Global, "fifo_write_vrrp_states_on_reload", NotApplied(FIFO)),
-    (Global, "rs_init_notifies", NotApplied(NOTIFY)),
+    (Global, "rs_init_notifies", Applied(RS_INIT_TEST)),
     (
         Global,
         "notify_fifo_user",

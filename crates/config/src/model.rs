@@ -165,6 +165,9 @@ pub struct GlobalDefs {
     /// `no_email_faults` (`email_faults` undoes it): VRRP FAULT transitions
     /// are not mailed.
     pub no_email_faults: bool,
+    /// `rs_init_notifies`: real servers starting alive run their up
+    /// notifiers.
+    pub rs_init_notifies: bool,
     /// `vrrp_down_timer_adverts`: the default of instances'
     /// `down_timer_adverts`.
     pub vrrp_down_timer_adverts: Option<u32>,
@@ -232,6 +235,7 @@ impl Default for GlobalDefs {
             smtp_alert_checker: None,
             no_checker_emails: false,
             no_email_faults: false,
+            rs_init_notifies: false,
             vrrp_down_timer_adverts: None,
             net_namespace: None,
             lvs_timeouts: None,

@@ -478,6 +478,7 @@ fn global_defs(c: &mut Ctx<'_>, n: &Node, g: &mut GlobalDefs) -> R<()> {
             "smtp_alert_checker" => g.smtp_alert_checker = Some(flag(k)?),
             "no_checker_emails" => g.no_checker_emails = flag(k)?,
             "no_email_faults" => g.no_email_faults = flag(k)?,
+            "rs_init_notifies" => g.rs_init_notifies = flag(k)?,
             "email_faults" => g.no_email_faults = !flag(k)?,
             "vrrp_down_timer_adverts" => {
                 g.vrrp_down_timer_adverts = Some(num(arg(k, 0, "a count")?, "a count", 1, 100)?)

@@ -540,7 +540,7 @@ static ROWS: &[Row] = &[
     row("Global definitions", "process_monitor_rcv_bufs_force", Global, "process_monitor_rcv_bufs_force", Quiet),
     row("Global definitions", "vrrp_rx_bufs_policy", Global, "vrrp_rx_bufs_policy", Quiet),
     row("Global definitions", "vrrp_rx_bufs_multiplier", Global, "vrrp_rx_bufs_multiplier 1", Quiet),
-    row("Global definitions", "rs_init_notifies", Global, "rs_init_notifies", Warned),
+    row("Global definitions", "rs_init_notifies", Global, "rs_init_notifies", Applied("crates/check/src/policy_tests.rs::rs_init_notifies_runs_up_notifiers_for_servers_starting_alive")),
     row("Global definitions", "no_checker_emails", Global, "no_checker_emails", Applied("crates/check/src/policy_tests.rs::no_checker_emails_mails_only_real_server_changes")),
     row("Global definitions", "umask", Global, "umask", Quiet),
     row("Global definitions", "vrrp_startup_delay", Global, "vrrp_startup_delay 5.5", Warned),
