@@ -7,7 +7,9 @@ use std::time::Duration;
 use rvs_config::ServiceSpec;
 use rvs_config::model::{Checker, CheckerKind, KeepalivedConf, RealServer, Script, VsTarget};
 
-use crate::policy::{CheckerSpec, HealthConfig, RsSpec, ScriptSpec, ServiceSlot, Timing, VsSpec};
+use crate::policy::{
+    CheckerSpec, HealthConfig, MailText, RsSpec, ScriptSpec, ServiceSlot, Timing, VsSpec,
+};
 
 /// What one checker probes: the checker as configured and where it connects.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,6 +112,8 @@ fn job(rs: &RealServer, c: &Checker, vhost: Option<&String>) -> ProbeJob {
 /// block, with one slot per IPVS service it expands to.
 pub fn plan(conf: &KeepalivedConf, specs: &[ServiceSpec]) -> HealthPlan {
     let mut out = HealthPlan::default();
+    out.config.no_checker_emails = conf.global.no_checker_emails;
+    out.config.rs_init_notifies = conf.global.rs_init_notifies;
     for (vi, vs) in conf.virtual_servers.iter().enumerate() {
         let mine: Vec<&ServiceSpec> = specs.iter().filter(|s| s.vs_index == vi).collect();
         let Some(first) = mine.first() else {
@@ -145,6 +149,7 @@ pub fn plan(conf: &KeepalivedConf, specs: &[ServiceSpec]) -> HealthPlan {
                     log_all_failures: e.log_all_failures || conf.global.checker_log_all_failures,
                     misc_dynamic: matches!(&c.kind, CheckerKind::Misc(m) if m.dynamic),
                     interval_from_start: matches!(c.kind, CheckerKind::Misc(_)),
+                    mail: MailText::of(c.kind.keyword()),
                 });
                 out.jobs.push(j);
             }
@@ -154,6 +159,11 @@ pub fn plan(conf: &KeepalivedConf, specs: &[ServiceSpec]) -> HealthPlan {
                 inhibit: rs.effective.inhibit_on_failure,
                 notify_up: script(&rs.notify_up),
                 notify_down: script(&rs.notify_down),
+                smtp_alert: rs
+                    .smtp_alert
+                    .or(conf.global.smtp_alert_checker)
+                    .or(conf.global.smtp_alert)
+                    .unwrap_or(true),
                 checkers,
             });
         }
@@ -173,6 +183,11 @@ pub fn plan(conf: &KeepalivedConf, specs: &[ServiceSpec]) -> HealthPlan {
             quorum_down: script(&vs.quorum_down),
             sorry_inhibit: first.sorry_server_inhibit,
             omega: vs.omega,
+            smtp_alert: vs
+                .smtp_alert
+                .or(conf.global.smtp_alert_checker)
+                .or(conf.global.smtp_alert)
+                .unwrap_or(false),
             reals,
         });
     }

@@ -62,6 +62,9 @@ pub struct Work {
     pub scripts: Vec<(ScriptSpec, String)>,
     /// Lines for the LVS notify FIFOs ([`Action::Fifo`]).
     pub fifo: Vec<String>,
+    /// `smtp_alert` mails to send: (subject after `[ROUTER_ID] `, body)
+    /// ([`Action::Mail`]).
+    pub mail: Vec<(String, String)>,
 }
 
 /// Labels of a checker in metrics: (virtual server, real server, checker).
@@ -153,6 +156,7 @@ impl Health {
                 Action::Script { script, why } => work.scripts.push((script, why)),
                 Action::Event(e) => self.event(&e),
                 Action::Fifo(line) => work.fifo.push(line),
+                Action::Mail { subject, body } => work.mail.push((subject, body)),
             }
         }
         work

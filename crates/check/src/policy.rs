@@ -115,6 +115,72 @@ pub struct CheckerSpec {
     /// `MISC_CHECK` times its next run from the start of the previous one
     /// (keepalived's `last_ran`); the other checkers from its end.
     pub interval_from_start: bool,
+    /// The body of the `smtp_alert` mail this checker's changes send
+    /// (keepalived's words differ by checker).
+    pub mail: MailText,
+}
+
+/// What a checker's `smtp_alert` mail says (keepalived's check_*.c): the
+/// body is `=> UP <=` when the checker succeeds again and `=> DOWN <=`
+/// (with ` : REASON` before the `<=` when `reason`) when it fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MailText {
+    /// e.g. `TCP CHECK succeed on service`.
+    pub up: &'static str,
+    /// e.g. `TCP CHECK failed on service`.
+    pub down: &'static str,
+    /// Whether the failure's reason is part of the body (HTTP_GET, SSL_GET,
+    /// SMTP_CHECK: `=> CHECK failed on service : REASON <=`).
+    pub reason: bool,
+}
+
+impl MailText {
+    /// keepalived's texts for a checker of this `keyword` (`TCP_CHECK`, ...).
+    pub fn of(keyword: &str) -> MailText {
+        let (up, down, reason) = match keyword {
+            "TCP_CHECK" => (
+                "TCP CHECK succeed on service",
+                "TCP CHECK failed on service",
+                false,
+            ),
+            "UDP_CHECK" => (
+                "UDP CHECK succeed on service",
+                "UDP CHECK failed on service",
+                false,
+            ),
+            "PING_CHECK" => (
+                "ICMP CHECK succeed on service",
+                "ICMP CHECK failed on service",
+                false,
+            ),
+            "DNS_CHECK" => (
+                "DNS_CHECK: succeed on service",
+                "DNS_CHECK: failed on service",
+                false,
+            ),
+            "MISC_CHECK" => (
+                "MISC CHECK succeeded on service",
+                "MISC CHECK failed on service",
+                false,
+            ),
+            "HTTP_GET" | "SSL_GET" | "SMTP_CHECK" => {
+                ("CHECK succeed on service", "CHECK failed on service", true)
+            }
+            _ => ("CHECK succeed on service", "CHECK failed on service", false),
+        };
+        MailText { up, down, reason }
+    }
+
+    /// The body for a checker now `up` (else failed with `reason`).
+    pub fn body(&self, up: bool, reason: &str) -> String {
+        if up {
+            format!("=> {} <=", self.up)
+        } else if self.reason && !reason.is_empty() {
+            format!("=> {} : {reason} <=", self.down)
+        } else {
+            format!("=> {} <=", self.down)
+        }
+    }
 }
 
 /// A real server as the policy sees it.
@@ -130,6 +196,9 @@ pub struct RsSpec {
     pub notify_up: Option<ScriptSpec>,
     /// `notify_down`.
     pub notify_down: Option<ScriptSpec>,
+    /// `smtp_alert` (else the global `smtp_alert_checker`, else
+    /// `smtp_alert`, else on, as keepalived): mail its checkers' changes.
+    pub smtp_alert: bool,
     /// Checkers (none = always alive).
     pub checkers: Vec<CheckerSpec>,
 }
@@ -165,6 +234,9 @@ pub struct VsSpec {
     pub sorry_inhibit: bool,
     /// `omega`.
     pub omega: bool,
+    /// `smtp_alert` (else the global `smtp_alert_checker`, else
+    /// `smtp_alert`, else off, as keepalived): mail its quorum changes.
+    pub smtp_alert: bool,
     /// Real servers.
     pub reals: Vec<RsSpec>,
 }
@@ -174,6 +246,12 @@ pub struct VsSpec {
 pub struct HealthConfig {
     /// Virtual servers.
     pub virtual_servers: Vec<VsSpec>,
+    /// `no_checker_emails`: a checker's change is mailed only when it
+    /// changes its real server's state.
+    pub no_checker_emails: bool,
+    /// `rs_init_notifies`: a real server added alive (at start or by a
+    /// reload) runs its `notify_up` and writes its FIFO line.
+    pub rs_init_notifies: bool,
 }
 
 /// What a probe found.
@@ -306,6 +384,15 @@ pub enum Action {
     /// keepalived's: `RS [10.0.0.2]:tcp:80 [192.0.2.1]:tcp:80 UP` or
     /// `VS [192.0.2.1]:tcp:80 DOWN`, newline-terminated.
     Fifo(String),
+    /// keepalived's `smtp_alert` mail: the subject after `[ROUTER_ID] `
+    /// (`Realserver [10.0.0.2]:tcp:80 of virtual server [192.0.2.1]:tcp:80 -
+    /// DOWN`, `Virtualserver [192.0.2.1]:tcp:80 - UP`) and the body.
+    Mail {
+        /// The subject without the `[ROUTER_ID] ` the mailer puts first.
+        subject: String,
+        /// The body (`=> TCP CHECK failed on service <=`).
+        body: String,
+    },
 }
 
 /// keepalived's `[ADDR]:PROTO:PORT` of an address in a service of
@@ -545,6 +632,7 @@ impl Policy {
         let mut new_vs = Vec::with_capacity(config.virtual_servers.len());
         let mut checkers = Vec::new();
         let mut next_id = self.next_id;
+        let mut added_alive = Vec::new();
         for (vi, vs) in config.virtual_servers.iter().enumerate() {
             let mut rs_states = Vec::with_capacity(vs.reals.len());
             for (ri, rs) in vs.reals.iter().enumerate() {
@@ -622,7 +710,12 @@ impl Policy {
                         // that made it fail are gone.
                         (old.alive || failed == 0, weight)
                     }
-                    None => (failed == 0, rs.weight),
+                    None => {
+                        if failed == 0 {
+                            added_alive.push((vi, ri));
+                        }
+                        (failed == 0, rs.weight)
+                    }
                 };
                 rs_states.push(Rs {
                     alive,
@@ -672,6 +765,22 @@ impl Policy {
         // scripts stay valid.
         self.actions
             .retain(|a| matches!(a, Action::Probe(_) | Action::Script { .. }));
+        // keepalived's init_service_rs: with `rs_init_notifies`, a server
+        // that starts alive gets its up notifiers.
+        if self.config.rs_init_notifies {
+            for (vi, ri) in added_alive {
+                let spec = &self.config.virtual_servers[vi];
+                let r = &spec.reals[ri];
+                if let Some(script) = r.notify_up.clone() {
+                    let why = format!(
+                        "real server {} of {} up (rs_init_notifies)",
+                        r.name, spec.name
+                    );
+                    self.actions.push_back(Action::Script { script, why });
+                }
+                self.push_rs_fifo(vi, ri, true);
+            }
+        }
         for (vi, fresh) in new_vs.into_iter().enumerate() {
             self.update_quorum(vi, fresh);
         }
@@ -806,6 +915,8 @@ impl Policy {
             return;
         }
         let label = c.spec.label.clone();
+        let mail = c.spec.mail;
+        let rs_was_alive = self.vs[vs].rs[rs].alive;
         let st = &mut self.vs[vs].rs[rs];
         if up {
             self.actions.push_back(Action::Event(Event::CheckerUp {
@@ -829,6 +940,21 @@ impl Policy {
             if st.failed == 1 {
                 self.rs_state(vs, rs, false, format!("{label}: {reason}"));
             }
+        }
+        // keepalived mails after the real server's notifiers (and any
+        // quorum mail), when the checker changed and either its real
+        // server did too or `no_checker_emails` is off.
+        let spec = &self.config.virtual_servers[vs];
+        let alive = self.vs[vs].rs[rs].alive;
+        if spec.reals[rs].smtp_alert && (rs_was_alive != alive || !self.config.no_checker_emails) {
+            let subject = format!(
+                "Realserver {} of virtual server {} - {}",
+                fmt_rs(spec, rs),
+                fmt_vs(spec),
+                up_down(alive)
+            );
+            let body = mail.body(up, &reason);
+            self.actions.push_back(Action::Mail { subject, body });
         }
     }
 
@@ -931,6 +1057,22 @@ impl Policy {
         let up_threshold = u64::from(spec.quorum) + u64::from(spec.hysteresis);
         let down_threshold = u64::from(spec.quorum).saturating_sub(u64::from(spec.hysteresis));
         let q = self.vs[vs].quorum_up;
+        // keepalived's do_vs_notifies mail: the threshold it compared with
+        // (quorum ± hysteresis, written `Q+H=T` either way).
+        let quorum_mail = |up: bool, threshold: u64| Action::Mail {
+            subject: format!("Virtualserver {} - {}", fmt_vs(&spec), up_down(up)),
+            body: format!(
+                "=> {} {}+{}={threshold} <= {sum} <=",
+                match (up, init) {
+                    (true, true) => "Starting with quorum up",
+                    (true, false) => "Gained quorum",
+                    (false, true) => "Starting with quorum down",
+                    (false, false) => "Lost quorum",
+                },
+                spec.quorum,
+                spec.hysteresis
+            ),
+        };
         if !q && sum >= up_threshold {
             self.vs[vs].quorum_up = true;
             self.actions
@@ -943,6 +1085,9 @@ impl Policy {
                 self.actions.push_back(Action::Script { script, why });
             }
             self.push_vs_fifo(vs, true);
+            if spec.smtp_alert {
+                self.actions.push_back(quorum_mail(true, up_threshold));
+            }
         } else if (q && (sum == 0 || sum < down_threshold)) || (init && !q && self.has_sorry(vs)) {
             self.vs[vs].quorum_up = false;
             self.actions
@@ -952,6 +1097,10 @@ impl Policy {
                 self.actions.push_back(Action::Script { script, why });
             }
             self.push_vs_fifo(vs, false);
+            if spec.smtp_alert {
+                let threshold = if q { down_threshold } else { up_threshold };
+                self.actions.push_back(quorum_mail(false, threshold));
+            }
             if self.has_sorry(vs) {
                 self.mark_dirty(vs);
             }

@@ -30,6 +30,7 @@ fn chk(label: &str, t: Timing) -> CheckerSpec {
         log_all_failures: false,
         misc_dynamic: false,
         interval_from_start: false,
+        mail: MailText::of("TCP_CHECK"),
     }
 }
 
@@ -40,6 +41,7 @@ fn rs(i: u8, weight: u32, checkers: Vec<CheckerSpec>) -> RsSpec {
         inhibit: false,
         notify_up: None,
         notify_down: None,
+        smtp_alert: false,
         checkers,
     }
 }
@@ -75,6 +77,7 @@ fn vs(reals: Vec<RsSpec>) -> VsSpec {
         quorum_down: None,
         sorry_inhibit: false,
         omega: false,
+        smtp_alert: false,
         reals,
     }
 }
@@ -164,6 +167,8 @@ impl Sim {
 fn cfg(v: VsSpec) -> HealthConfig {
     HealthConfig {
         virtual_servers: vec![v],
+        no_checker_emails: false,
+        rs_init_notifies: false,
     }
 }
 
@@ -677,6 +682,8 @@ fn a_flapping_server_touches_only_its_virtual_server() {
     b.name = "B".into();
     let mut sim = Sim::new(HealthConfig {
         virtual_servers: vec![a, b],
+        no_checker_emails: false,
+        rs_init_notifies: false,
     });
     for i in 0..10 {
         let o = if i % 2 == 0 {
@@ -840,4 +847,150 @@ fn real_server_and_quorum_changes_write_keepalived_s_fifo_lines() {
             "VS [192.168.0.1]:tcp:80 UP\n"
         ]
     );
+}
+
+fn mails(a: &[Action]) -> Vec<(String, String)> {
+    a.iter()
+        .filter_map(|x| match x {
+            Action::Mail { subject, body } => Some((subject.clone(), body.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn mail(subject: &str, body: &str) -> (String, String) {
+    (subject.to_owned(), body.to_owned())
+}
+
+/// keepalived's `smtp_alert` mails (check_tcp.c, ipwrapper.c's
+/// do_vs_notifies): the quorum's mail first, then the checker's, each
+/// with keepalived's subject and body; none where `smtp_alert` is off.
+#[test]
+fn checker_and_quorum_changes_mail_keepalived_s_alerts() {
+    let mut v = vs(vec![rs(1, 1, vec![chk("TCP", timing(5, 0, 1))])]);
+    v.reals[0].smtp_alert = true;
+    v.smtp_alert = true;
+    let mut sim = Sim::new(cfg(v.clone()));
+    assert!(mails(&sim.step(Outcome::ok(), ms(0))).is_empty());
+    let a = sim.step(Outcome::fail("connection refused"), ms(0));
+    assert_eq!(
+        mails(&a),
+        [
+            mail(
+                "Virtualserver [192.168.0.1]:tcp:80 - DOWN",
+                "=> Lost quorum 1+0=1 <= 0 <="
+            ),
+            mail(
+                "Realserver [10.0.0.1]:tcp:80 of virtual server [192.168.0.1]:tcp:80 - DOWN",
+                "=> TCP CHECK failed on service <="
+            ),
+        ]
+    );
+    let a = sim.step(Outcome::ok(), ms(0));
+    assert_eq!(
+        mails(&a),
+        [
+            mail(
+                "Virtualserver [192.168.0.1]:tcp:80 - UP",
+                "=> Gained quorum 1+0=1 <= 1 <="
+            ),
+            mail(
+                "Realserver [10.0.0.1]:tcp:80 of virtual server [192.168.0.1]:tcp:80 - UP",
+                "=> TCP CHECK succeed on service <="
+            ),
+        ]
+    );
+    // Off for both: the same changes send nothing.
+    v.reals[0].smtp_alert = false;
+    v.smtp_alert = false;
+    let mut sim = Sim::new(cfg(v));
+    sim.step(Outcome::ok(), ms(0));
+    assert!(mails(&sim.step(Outcome::fail("refused"), ms(0))).is_empty());
+    assert!(mails(&sim.step(Outcome::ok(), ms(0))).is_empty());
+}
+
+/// `no_checker_emails`: a checker whose change leaves its real server's
+/// state alone (another checker still failing) sends no mail; without it,
+/// it does.
+#[test]
+fn no_checker_emails_mails_only_real_server_changes() {
+    for quiet in [false, true] {
+        let mut v = vs(vec![rs(
+            1,
+            1,
+            vec![chk("A", timing(5, 0, 1)), chk("B", timing(5, 0, 1))],
+        )]);
+        v.reals[0].smtp_alert = true;
+        let mut sim = Sim::new(HealthConfig {
+            virtual_servers: vec![v],
+            no_checker_emails: quiet,
+            rs_init_notifies: false,
+        });
+        let ids = sim.next_probes();
+        assert_eq!(ids.len(), 2);
+        // A fails: the real server goes down (mailed either way).
+        sim.p
+            .handle_result(sim.now, ids[0], Outcome::fail("connection refused"));
+        sim.p.handle_result(sim.now, ids[1], Outcome::ok());
+        assert_eq!(mails(&sim.drain()).len(), 1);
+        // B fails too: the server stays down.
+        let ids = sim.next_probes();
+        sim.p
+            .handle_result(sim.now, ids[0], Outcome::fail("refused"));
+        sim.p
+            .handle_result(sim.now, ids[1], Outcome::fail("refused"));
+        let m = mails(&sim.drain());
+        assert_eq!(m.len(), usize::from(!quiet), "no_checker_emails {quiet}");
+    }
+}
+
+#[test]
+fn mail_texts_are_keepalived_s_per_checker() {
+    assert_eq!(
+        MailText::of("HTTP_GET").body(false, "status code 503"),
+        "=> CHECK failed on service : status code 503 <="
+    );
+    assert_eq!(
+        MailText::of("HTTP_GET").body(true, ""),
+        "=> CHECK succeed on service <="
+    );
+    assert_eq!(
+        MailText::of("DNS_CHECK").body(false, "timeout"),
+        "=> DNS_CHECK: failed on service <="
+    );
+    assert_eq!(
+        MailText::of("PING_CHECK").body(true, ""),
+        "=> ICMP CHECK succeed on service <="
+    );
+}
+
+/// `rs_init_notifies` (keepalived's init_service_rs): a real server that
+/// starts alive runs `notify_up` and writes its FIFO line; one that starts
+/// down (alpha) does not; without the flag, nothing runs at start.
+#[test]
+fn rs_init_notifies_runs_up_notifiers_for_servers_starting_alive() {
+    for on in [false, true] {
+        let mut up = rs(1, 1, vec![chk("TCP", timing(5, 0, 1))]);
+        up.notify_up = script("up.sh");
+        let mut t = timing(5, 0, 1);
+        t.alpha = true;
+        let mut alpha = rs(2, 1, vec![chk("TCP2", t)]);
+        alpha.notify_up = script("alpha_up.sh");
+        let sim = Sim::new(HealthConfig {
+            virtual_servers: vec![vs(vec![up, alpha])],
+            no_checker_emails: false,
+            rs_init_notifies: on,
+        });
+        let want: Vec<String> = if on { vec!["up.sh".into()] } else { vec![] };
+        assert_eq!(sim.scripts(), want, "rs_init_notifies {on}");
+        assert_eq!(
+            fifo_lines(&sim.log),
+            if on {
+                vec!["RS [10.0.0.1]:tcp:80 [192.168.0.1]:tcp:80 UP\n".to_owned()]
+            } else {
+                vec![]
+            },
+            "rs_init_notifies {on}"
+        );
+    }
 }

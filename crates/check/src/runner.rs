@@ -30,6 +30,10 @@ pub trait Host: Send + 'static {
     /// Write a line to the LVS notify FIFOs (keepalived's `notify_fifo` and
     /// `lvs_notify_fifo`); must not block.
     fn notify_fifo(&mut self, _line: &str) {}
+    /// Send keepalived's `smtp_alert` mail `[ROUTER_ID] SUBJECT` with
+    /// `body` (a host without a mailer sends nothing, as keepalived without
+    /// `smtp_server`); must not block.
+    fn smtp_alert(&mut self, _subject: &str, _body: &str) {}
 }
 
 /// The commands that turn the live real servers of `key` into `dests`
@@ -115,6 +119,9 @@ pub async fn run<H: Host>(host: Arc<Mutex<H>>, wake: Arc<Notify>) {
                     }
                     for line in &work.fifo {
                         h.notify_fifo(line);
+                    }
+                    for (subject, body) in &work.mail {
+                        h.smtp_alert(subject, body);
                     }
                     Some(((work.probes, work.scripts), due))
                 }

@@ -50,9 +50,17 @@ pub enum Outcome {
     Quiet(&'static str),
 }
 
-const SMTP: &str = "e-mail alerts are sent for VRRP instance transitions only; no mail for groups, virtual or real servers";
+const SMTP: &str = "e-mail alerts are sent for VRRP instance transitions and health-check changes only; no mail for sync groups";
 const SMTP_TEST: &str =
     "crates/rvs/tests/e2e/smtp_alert.rs::smtp_alert_mails_vrrp_transitions_to_a_real_smtp_server";
+const SMTP_CHECK_TEST: &str = "crates/rvs/tests/e2e/smtp_alert.rs::smtp_alert_mails_checker_and_quorum_changes_to_a_real_smtp_server";
+const NO_EMAIL_FAULTS_TEST: &str =
+    "crates/rvs/src/rvsd/vrrp.rs::no_email_faults_leaves_fault_transitions_unmailed";
+const DOWN_TIMER_TEST: &str =
+    "crates/rvs/src/rvsd/vrrp.rs::vrrp_down_timer_adverts_is_the_instances_default";
+const RS_INIT_TEST: &str = "crates/check/src/policy_tests.rs::rs_init_notifies_runs_up_notifiers_for_servers_starting_alive";
+const NO_CHECKER_EMAILS_TEST: &str =
+    "crates/check/src/policy_tests.rs::no_checker_emails_mails_only_real_server_changes";
 const FIFO: &str =
     "rvsd writes the FIFO lines of transitions only, not the current states again at a reload";
 const FIFO_TEST: &str = "crates/rvs/tests/e2e/notify_fifo.rs::notify_fifo_lines_match_keepalived_s";
@@ -91,7 +99,10 @@ const PROCS: &str = "names of keepalived's processes; rvsd is one process";
 const REGEX: &str =
     "HTTP body regular expressions are not checked; only status_code and digest decide";
 const SSL: &str = "the global SSL block's files are not used by rvs's SSL_GET checker";
-const NAMESPACE: &str = "rvs does not enter network namespaces; run rvsd in the namespace instead (`ip netns exec`), never in the wrong one";
+const NAMESPACE: &str = "net_namespace belongs in global_defs";
+const NAMESPACE_IPVS: &str = "rvs runs its data plane and its health checks in one namespace (global_defs' net_namespace); IPVS in another one is not implemented, and running it in the wrong one would be wrong";
+const NETNS_TEST: &str = "crates/rvs/tests/e2e/netns_daemon.rs::net_namespace_runs_the_daemon_inside_the_named_namespace";
+const INSTANCE: &str = "rvsd writes no pid files; its socket, XDP pin directory (`--instance`) and state paths come from its command line";
 
 use Block::*;
 use Outcome::*;
@@ -121,10 +132,10 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Global, "smtp_helo_name", Applied(SMTP_TEST)),
     (Global, "smtp_alert", Applied(SMTP_TEST)),
     (Global, "smtp_alert_vrrp", Applied(SMTP_TEST)),
-    (Global, "smtp_alert_checker", NotApplied(SMTP)),
-    (Global, "no_email_faults", NotApplied(SMTP)),
-    (Global, "no_checker_emails", NotApplied(SMTP)),
-    (Global, "email_faults", NotApplied(SMTP)),
+    (Global, "smtp_alert_checker", Applied(SMTP_CHECK_TEST)),
+    (Global, "no_email_faults", Applied(NO_EMAIL_FAULTS_TEST)),
+    (Global, "no_checker_emails", Applied(NO_CHECKER_EMAILS_TEST)),
+    (Global, "email_faults", Applied(NO_EMAIL_FAULTS_TEST)),
     (Global, "notify_fifo", Applied(FIFO_TEST)),
     (Global, "notify_fifo_script", Applied(FIFO_TEST)),
     (Global, "vrrp_notify_fifo", Applied(FIFO_TEST)),
@@ -132,7 +143,7 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Global, "lvs_notify_fifo", Applied(LVS_FIFO_TEST)),
     (Global, "lvs_notify_fifo_script", Applied(LVS_FIFO_TEST)),
     (Global, "fifo_write_vrrp_states_on_reload", NotApplied(FIFO)),
-    (Global, "rs_init_notifies", NotApplied(NOTIFY)),
+    (Global, "rs_init_notifies", Applied(RS_INIT_TEST)),
     (
         Global,
         "notify_fifo_user",
@@ -190,22 +201,20 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
         NotApplied("rvs keeps no copies of refused configurations"),
     ),
     // global_defs: namespaces (never run in the wrong one).
-    (Global, "instance", Refused(NAMESPACE)),
-    (Global, "network_namespace", Refused(NAMESPACE)),
-    (Global, "net_namespace", Refused(NAMESPACE)),
-    (Global, "net_namespace_ipvs", Refused(NAMESPACE)),
+    (Global, "instance", NotApplied(INSTANCE)),
+    (
+        Global,
+        "network_namespace",
+        Refused("not a keepalived keyword; the namespace is `net_namespace NAME`"),
+    ),
+    (Global, "net_namespace", Applied(NETNS_TEST)),
+    (Global, "net_namespace_ipvs", Refused(NAMESPACE_IPVS)),
     // global_defs: more of keepalived 2.2's keywords.
     (Global, "startup_script", NotApplied(START_STOP)),
     (Global, "startup_script_timeout", NotApplied(START_STOP)),
     (Global, "shutdown_script", NotApplied(START_STOP)),
     (Global, "shutdown_script_timeout", NotApplied(START_STOP)),
-    (
-        Global,
-        "vrrp_down_timer_adverts",
-        NotApplied(
-            "the global default is not applied; set `down_timer_adverts` in each vrrp_instance",
-        ),
-    ),
+    (Global, "vrrp_down_timer_adverts", Applied(DOWN_TIMER_TEST)),
     (Global, "nftables_ipvs_priority", NotApplied(FIREWALL)),
     (Global, "nftables_ipvs_start_fwmark", NotApplied(FIREWALL)),
     (Global, "vrrp_notify_priority_changes", NotApplied(NOTIFY)),
@@ -341,8 +350,13 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (SyncGroup, "notify_deleted", NotApplied(NOTIFY)),
     (SyncGroup, "notify_priority_changes", NotApplied(NOTIFY)),
     // virtual_server / real_server.
-    (VirtualServer, "smtp_alert", NotApplied(SMTP)),
+    (VirtualServer, "smtp_alert", Applied(SMTP_CHECK_TEST)),
     (VirtualServer, "snmp_name", Quiet(SNMP)),
+    (
+        VirtualServer,
+        "hashed",
+        Quiet("IPVS marks every service hashed itself; the flag changes nothing"),
+    ),
     (
         VirtualServer,
         "ha_suspend",
@@ -358,7 +372,7 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
         "nat_mask",
         NotApplied("rvs keeps no NAT netmask; every local address of the pool is used as given"),
     ),
-    (RealServer, "smtp_alert", NotApplied(SMTP)),
+    (RealServer, "smtp_alert", Applied(SMTP_CHECK_TEST)),
     (RealServer, "snmp_name", Quiet(SNMP)),
     (
         Checker,
@@ -442,8 +456,6 @@ pub fn known(block: Block) -> Vec<&'static str> {
             "unicast_src_ip",
             "mcast_src_ip",
             "unicast_peer",
-            "min_ttl",
-            "max_ttl",
             "track_interface",
             "track_script",
             "version",
@@ -587,6 +599,7 @@ pub fn known(block: Block) -> Vec<&'static str> {
             "require_reply",
             "min_reply_length",
             "max_reply_length",
+            "helo_name",
             "track_file",
             "dynamic",
             "weight",
@@ -602,7 +615,6 @@ pub fn known(block: Block) -> Vec<&'static str> {
             "regex_stack",
             "regex_min_offset",
             "regex_max_offset",
-            "tls_compliant",
         ],
         Ssl => &["password", "ca", "certificate", "key"],
     };

@@ -156,6 +156,24 @@ pub struct GlobalDefs {
     pub smtp_alert: Option<bool>,
     /// `smtp_alert_vrrp`: the default of VRRP instances' (before `smtp_alert`).
     pub smtp_alert_vrrp: Option<bool>,
+    /// `smtp_alert_checker`: the default of real and virtual servers'
+    /// (before `smtp_alert`).
+    pub smtp_alert_checker: Option<bool>,
+    /// `no_checker_emails`: mail a checker's change only when it changes its
+    /// real server's state.
+    pub no_checker_emails: bool,
+    /// `no_email_faults` (`email_faults` undoes it): VRRP FAULT transitions
+    /// are not mailed.
+    pub no_email_faults: bool,
+    /// `rs_init_notifies`: real servers starting alive run their up
+    /// notifiers.
+    pub rs_init_notifies: bool,
+    /// `vrrp_down_timer_adverts`: the default of instances'
+    /// `down_timer_adverts`.
+    pub vrrp_down_timer_adverts: Option<u32>,
+    /// `net_namespace NAME`: rvsd runs inside `/run/netns/NAME` (entered at
+    /// start; a reload cannot change it).
+    pub net_namespace: Option<String>,
     /// `lvs_timeouts`.
     pub lvs_timeouts: Option<LvsTimeouts>,
     /// `lvs_sync_daemon`.
@@ -214,6 +232,12 @@ impl Default for GlobalDefs {
             smtp_helo_name: None,
             smtp_alert: None,
             smtp_alert_vrrp: None,
+            smtp_alert_checker: None,
+            no_checker_emails: false,
+            no_email_faults: false,
+            rs_init_notifies: false,
+            vrrp_down_timer_adverts: None,
+            net_namespace: None,
             lvs_timeouts: None,
             lvs_sync_daemon: None,
             lvs_flush: false,
@@ -896,8 +920,9 @@ pub struct VrrpInstance {
     pub garp_master_refresh: Option<Duration>,
     /// `garp_master_refresh_repeat`.
     pub garp_master_refresh_repeat: Option<u32>,
-    /// `down_timer_adverts` (default 3).
-    pub down_timer_adverts: u32,
+    /// `down_timer_adverts` as written (default: the global
+    /// `vrrp_down_timer_adverts`, else 3).
+    pub down_timer_adverts: Option<u32>,
     /// `lvs_sync_daemon_interface` (deprecated alias of global lvs_sync_daemon).
     pub lvs_sync_daemon_interface: Option<String>,
     /// `smtp_alert`.

@@ -475,6 +475,15 @@ fn global_defs(c: &mut Ctx<'_>, n: &Node, g: &mut GlobalDefs) -> R<()> {
             "smtp_helo_name" => g.smtp_helo_name = Some(string(k, "a HELO name")?),
             "smtp_alert" => g.smtp_alert = Some(flag(k)?),
             "smtp_alert_vrrp" => g.smtp_alert_vrrp = Some(flag(k)?),
+            "smtp_alert_checker" => g.smtp_alert_checker = Some(flag(k)?),
+            "no_checker_emails" => g.no_checker_emails = flag(k)?,
+            "no_email_faults" => g.no_email_faults = flag(k)?,
+            "rs_init_notifies" => g.rs_init_notifies = flag(k)?,
+            "email_faults" => g.no_email_faults = !flag(k)?,
+            "vrrp_down_timer_adverts" => {
+                g.vrrp_down_timer_adverts = Some(num(arg(k, 0, "a count")?, "a count", 1, 100)?)
+            }
+            "net_namespace" => g.net_namespace = Some(string(k, "a network namespace name")?),
             "lvs_timeouts" => {
                 let mut t = LvsTimeouts::default();
                 let mut i = 0;
@@ -1437,7 +1446,7 @@ fn url(c: &mut Ctx<'_>, n: &Node) -> R<UrlCheck> {
                 max = usize::MAX;
                 u.regex_options = k.args.iter().map(|t| t.text.clone()).collect();
             }
-            "regex_stack" | "regex_min_offset" | "regex_max_offset" | "tls_compliant" => {
+            "regex_stack" | "regex_min_offset" | "regex_max_offset" => {
                 max = usize::MAX;
             }
             _ => {
@@ -1834,7 +1843,7 @@ fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
         garp_master_repeat: None,
         garp_master_refresh: None,
         garp_master_refresh_repeat: None,
-        down_timer_adverts: 3,
+        down_timer_adverts: None,
         lvs_sync_daemon_interface: None,
         smtp_alert: false,
         strict_mode: None,
@@ -1975,7 +1984,7 @@ fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
                 v.garp_master_refresh_repeat = Some(num(arg(k, 0, "a count")?, "a count", 1, 255)?)
             }
             "down_timer_adverts" => {
-                v.down_timer_adverts = num(arg(k, 0, "a count")?, "a count", 1, 100)?
+                v.down_timer_adverts = Some(num(arg(k, 0, "a count")?, "a count", 1, 100)?)
             }
             "lvs_sync_daemon_interface" => {
                 c.warn(

@@ -1,7 +1,8 @@
 //! The keyword audit, shown: every keyword of keepalived.conf(5) (keepalived
 //! 2.2.7) with its man page section and what rvs does with it, each loaded in
 //! a minimal valid context and its outcome asserted; and a check that the
-//! installed man page has no keyword this table lacks.
+//! installed man page has no keyword this table lacks; and a check that
+//! these rows and `rvs_config::keywords::TABLE` agree entry for entry.
 //!
 //! Outcomes: `Applied(test)` — carried out, `test` (file::function) shows it
 //! (an empty name: carried out, but no behavioural test names it yet; listed
@@ -31,7 +32,7 @@ enum Ctx {
     In(&'static str),
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Outcome {
     Applied(&'static str),
     Warned,
@@ -216,6 +217,119 @@ fn the_doc_lists_every_keyword_not_applied() {
     }
 }
 
+/// Whether a row's expected outcome is the table's.
+fn same(row: Outcome, table: TableOutcome) -> bool {
+    match (row, table) {
+        (Applied(a), TableOutcome::Applied(b)) => a == b,
+        (Warned, TableOutcome::NotApplied(_))
+        | (Quiet, TableOutcome::Quiet(_))
+        | (Refused, TableOutcome::Refused(_)) => true,
+        _ => false,
+    }
+}
+
+/// Keywords keepalived.conf(5) does not have — rvs's own extensions and
+/// Alibaba keepalived's FULLNAT ones — known to the reader, so in no row.
+const RVS_EXTENSIONS: &[(Block, &str)] = &[
+    (Block::Top, "local_address_group"),
+    (Block::VirtualServer, "laddr_group_name"),
+    (Block::VirtualServer, "mh_table_size"),
+    (Block::VirtualServer, "proxy_protocol"),
+    (Block::VirtualServer, "max_conns"),
+    (Block::RealServer, "proxy_protocol"),
+    // keepalived 1.x's, read with a "deprecated; use global_defs
+    // lvs_sync_daemon" warning (crates/config/tests/parse.rs::vrrp_instance_keywords).
+    (Block::VrrpInstance, "lvs_sync_daemon_interface"),
+];
+
+/// Rows for a word of another keyword's syntax, not a keyword of the block:
+/// `virtual_server group NAME`.
+const SYNTAX_WORDS: &[(Option<Block>, &str)] = &[(Some(Block::Top), "group")];
+
+impl Row {
+    fn ctx_block(&self) -> Option<Block> {
+        block_of(self.ctx)
+    }
+}
+
+/// The test's rows and `keywords::TABLE` cannot drift apart: every entry
+/// of the crate's table is a row here with the same outcome (and, when
+/// applied, the same behavioural test), and every row of a block the table
+/// covers is either the table's entry with the same outcome or one of the
+/// block's applied keywords (`keywords::known`); and every keyword the
+/// reader knows is a row (but rvs's own extensions).
+#[test]
+fn the_rows_and_the_crate_s_table_agree() {
+    let mut failures = Vec::new();
+    for (block, kw, outcome) in keywords::TABLE {
+        let rows: Vec<&Row> = ROWS
+            .iter()
+            .filter(|r| block_of(r.ctx) == Some(*block) && r.keyword == *kw)
+            .collect();
+        if rows.is_empty() {
+            failures.push(format!(
+                "TABLE's {block:?} `{kw}` ({outcome:?}) is in no row"
+            ));
+        } else if !rows.iter().any(|r| same(r.outcome, *outcome)) {
+            failures.push(format!(
+                "TABLE's {block:?} `{kw}` is {outcome:?}, its rows say {:?}",
+                rows.iter().map(|r| r.outcome).collect::<Vec<_>>()
+            ));
+        }
+    }
+    for r in ROWS {
+        if SYNTAX_WORDS.contains(&(r.ctx_block(), r.keyword)) {
+            continue;
+        }
+        // `authentication { }`'s keywords are read by their block's
+        // parser; the other contexts without a table block likewise.
+        let Some(block) = block_of(r.ctx).filter(|_| !matches!(r.ctx, Auth)) else {
+            continue;
+        };
+        match (keywords::outcome(block, r.keyword), r.outcome) {
+            (Some(t), o) if !same(o, t) => failures.push(format!(
+                "[{}] {block:?} `{}`: the row says {o:?}, TABLE {t:?}",
+                r.section, r.keyword
+            )),
+            (Some(_), _) => {}
+            (None, Applied(_)) if keywords::known(block).contains(&r.keyword) => {}
+            (None, o) => failures.push(format!(
+                "[{}] {block:?} `{}` ({o:?}) is neither in TABLE nor an applied keyword of keywords::known",
+                r.section, r.keyword
+            )),
+        }
+    }
+    for block in [
+        Block::Top,
+        Block::Global,
+        Block::VrrpInstance,
+        Block::SyncGroup,
+        Block::VrrpScript,
+        Block::VirtualServer,
+        Block::RealServer,
+        Block::Checker,
+        Block::Url,
+        Block::Ssl,
+    ] {
+        for kw in keywords::known(block) {
+            let row = ROWS
+                .iter()
+                .any(|r| block_of(r.ctx) == Some(block) && r.keyword == kw);
+            if !row && !RVS_EXTENSIONS.contains(&(block, kw)) {
+                failures.push(format!(
+                    "{block:?} `{kw}` is known to the reader but in no row"
+                ));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} disagreement(s):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 /// Sections of keepalived.conf(5) that are overviews or examples (their
 /// keywords are the ones the other sections define).
 const EXAMPLE_SECTIONS: &[&str] = &[
@@ -314,10 +428,10 @@ fn no_keyword_of_the_man_page_is_missing() {
 
 #[rustfmt::skip]
 static ROWS: &[Row] = &[
-    row("Global definitions", "net_namespace", Global, "net_namespace x", Refused),
+    row("Global definitions", "net_namespace", Global, "net_namespace x", Applied("crates/rvs/tests/e2e/netns_daemon.rs::net_namespace_runs_the_daemon_inside_the_named_namespace")),
     row("Global definitions", "net_namespace_ipvs", Global, "net_namespace_ipvs x", Refused),
     row("Global definitions", "namespace_with_ipsets", Global, "namespace_with_ipsets", Warned),
-    row("Global definitions", "instance", Global, "instance x", Refused),
+    row("Global definitions", "instance", Global, "instance x", Warned),
     row("Global definitions", "use_pid_dir", Global, "use_pid_dir", Quiet),
     row("Global definitions", "linkbeat_use_polling", Global, "linkbeat_use_polling", Warned),
     row("Global definitions", "child_wait_time", Global, "child_wait_time 1", Quiet),
@@ -340,9 +454,9 @@ static ROWS: &[Row] = &[
     row("Global definitions", "smtp_connect_timeout", Global, "smtp_connect_timeout 30", Applied("crates/rvs/tests/e2e/smtp_alert.rs::smtp_alert_mails_vrrp_transitions_to_a_real_smtp_server")),
     row("Global definitions", "smtp_alert", Global, "smtp_alert", Applied("crates/rvs/tests/e2e/smtp_alert.rs::smtp_alert_mails_vrrp_transitions_to_a_real_smtp_server")),
     row("Global definitions", "smtp_alert_vrrp", Global, "smtp_alert_vrrp", Applied("crates/rvs/tests/e2e/smtp_alert.rs::smtp_alert_mails_vrrp_transitions_to_a_real_smtp_server")),
-    row("Global definitions", "smtp_alert_checker", Global, "smtp_alert_checker", Warned),
+    row("Global definitions", "smtp_alert_checker", Global, "smtp_alert_checker", Applied("crates/rvs/tests/e2e/smtp_alert.rs::smtp_alert_mails_checker_and_quorum_changes_to_a_real_smtp_server")),
     row("Global definitions", "checker_log_all_failures", Global, "checker_log_all_failures", Applied("")),
-    row("Global definitions", "no_email_faults", Global, "no_email_faults", Warned),
+    row("Global definitions", "no_email_faults", Global, "no_email_faults", Applied("crates/rvs/src/rvsd/vrrp.rs::no_email_faults_leaves_fault_transitions_unmailed")),
     row("Global definitions", "router_id", Global, "router_id x", Applied("crates/rvs/tests/e2e/vrrp.rs::vrrp_elects_fails_over_preempts_back_and_resigns_on_stop")),
     row("Global definitions", "vrrp_mcast_group4", Global, "vrrp_mcast_group4 224.0.0.18", Applied("crates/config/tests/parse.rs::global_defs_keywords")),
     row("Global definitions", "vrrp_mcast_group6", Global, "vrrp_mcast_group6 ff02::12", Applied("crates/config/tests/parse.rs::global_defs_keywords")),
@@ -354,7 +468,7 @@ static ROWS: &[Row] = &[
     row("Global definitions", "vrrp_garp_master_delay", Global, "vrrp_garp_master_delay 10", Applied("crates/rvs/src/rvsd/vrrp.rs::an_instance_is_resolved_with_keepalived_defaults")),
     row("Global definitions", "vrrp_garp_master_repeat", Global, "vrrp_garp_master_repeat 1", Applied("")),
     row("Global definitions", "vrrp_garp_lower_prio_delay", Global, "vrrp_garp_lower_prio_delay 10", Warned),
-    row("Global definitions", "vrrp_down_timer_adverts", Global, "vrrp_down_timer_adverts", Warned),
+    row("Global definitions", "vrrp_down_timer_adverts", Global, "vrrp_down_timer_adverts 3", Applied("crates/rvs/src/rvsd/vrrp.rs::vrrp_down_timer_adverts_is_the_instances_default")),
     row("Global definitions", "vrrp_garp_lower_prio_repeat", Global, "vrrp_garp_lower_prio_repeat 1", Warned),
     row("Global definitions", "vrrp_garp_master_refresh", Global, "vrrp_garp_master_refresh 60", Applied("crates/config/tests/parse.rs::global_defs_keywords")),
     row("Global definitions", "vrrp_garp_master_refresh_repeat", Global, "vrrp_garp_master_refresh_repeat 2", Applied("")),
@@ -426,8 +540,8 @@ static ROWS: &[Row] = &[
     row("Global definitions", "process_monitor_rcv_bufs_force", Global, "process_monitor_rcv_bufs_force", Quiet),
     row("Global definitions", "vrrp_rx_bufs_policy", Global, "vrrp_rx_bufs_policy", Quiet),
     row("Global definitions", "vrrp_rx_bufs_multiplier", Global, "vrrp_rx_bufs_multiplier 1", Quiet),
-    row("Global definitions", "rs_init_notifies", Global, "rs_init_notifies", Warned),
-    row("Global definitions", "no_checker_emails", Global, "no_checker_emails", Warned),
+    row("Global definitions", "rs_init_notifies", Global, "rs_init_notifies", Applied("crates/check/src/policy_tests.rs::rs_init_notifies_runs_up_notifiers_for_servers_starting_alive")),
+    row("Global definitions", "no_checker_emails", Global, "no_checker_emails", Applied("crates/check/src/policy_tests.rs::no_checker_emails_mails_only_real_server_changes")),
     row("Global definitions", "umask", Global, "umask", Quiet),
     row("Global definitions", "vrrp_startup_delay", Global, "vrrp_startup_delay 5.5", Warned),
     row("Global definitions", "log_unknown_vrids", Global, "log_unknown_vrids", Warned),
@@ -581,7 +695,7 @@ static ROWS: &[Row] = &[
     row("Virtual server(s)", "persistence_granularity", VirtualServer, "persistence_granularity 255.255.255.0", Applied("crates/config/tests/parse.rs::scheduler_flags_tunnel_and_persistence")),
     row("Virtual server(s)", "protocol", VirtualServer, "protocol TCP", Applied("crates/rvs/tests/e2e/golden.rs::save_clear_restore_reproduces_the_listing")),
     row("Virtual server(s)", "ha_suspend", VirtualServer, "ha_suspend", Warned),
-    row("Virtual server(s)", "smtp_alert", VirtualServer, "smtp_alert", Warned),
+    row("Virtual server(s)", "smtp_alert", VirtualServer, "smtp_alert", Applied("crates/rvs/tests/e2e/smtp_alert.rs::smtp_alert_mails_checker_and_quorum_changes_to_a_real_smtp_server")),
     row("Virtual server(s)", "virtualhost", VirtualServer, "virtualhost x", Applied("crates/check/src/probe/http.rs::head_parsing")),
     row("Virtual server(s)", "snmp_name", VirtualServer, "snmp_name x", Quiet),
     row("Virtual server(s)", "alpha", VirtualServer, "alpha", Applied("crates/check/src/policy_tests.rs::alpha_starts_down_and_first_success_adds")),
@@ -609,7 +723,7 @@ static ROWS: &[Row] = &[
     row("Virtual server(s)", "notify_down", RealServer, "notify_down x", Applied("crates/check/src/build.rs::plan_resolves_targets_timing_and_quorum")),
     row("Virtual server(s)", "uthreshold", RealServer, "uthreshold 1", Applied("")),
     row("Virtual server(s)", "lthreshold", RealServer, "lthreshold 1", Applied("")),
-    row("Virtual server(s)", "smtp_alert", RealServer, "smtp_alert", Warned),
+    row("Virtual server(s)", "smtp_alert", RealServer, "smtp_alert", Applied("crates/rvs/tests/e2e/smtp_alert.rs::smtp_alert_mails_checker_and_quorum_changes_to_a_real_smtp_server")),
     row("Virtual server(s)", "virtualhost", RealServer, "virtualhost x", Applied("crates/check/src/probe/http.rs::head_parsing")),
     row("Virtual server(s)", "snmp_name", RealServer, "snmp_name x", Quiet),
     row("Virtual server(s)", "alpha", RealServer, "alpha", Applied("crates/check/src/policy_tests.rs::alpha_starts_down_and_first_success_adds")),
@@ -673,4 +787,56 @@ static ROWS: &[Row] = &[
     row("Virtual server(s)", "ca", Ssl, "ca x", Warned),
     row("Virtual server(s)", "certificate", Ssl, "certificate x", Warned),
     row("Virtual server(s)", "key", Ssl, "key x", Warned),
+    row("Top level (not in the 2.2.7 man page)", "interface_up_down_delays", Top, "interface_up_down_delays {\n}", Warned),
+    row("Top level (not in the 2.2.7 man page)", "net_namespace", Top, "net_namespace x", Refused),
+    row("Top level (not in the 2.2.7 man page)", "includer", Top, "includer /x", Refused),
+    row("Top level (not in the 2.2.7 man page)", "includem", Top, "includem /x", Refused),
+    row("Top level (not in the 2.2.7 man page)", "includew", Top, "includew /x", Refused),
+    row("Top level (not in the 2.2.7 man page)", "includeb", Top, "includeb /x", Refused),
+    row("Top level (not in the 2.2.7 man page)", "includea", Top, "includea /x", Refused),
+    row("Top level (not in the 2.2.7 man page)", "namespace_with_ipsets", Top, "namespace_with_ipsets", Warned),
+    row("Top level (not in the 2.2.7 man page)", "vrrp_track_file", Top, "vrrp_track_file t {\n file /x\n}", Applied("crates/rvs/tests/e2e/track.rs::track_file_weight_moves_mastership")),
+    row("Top level (not in the 2.2.7 man page)", "track_process", Top, "track_process p {\n process x\n}", Applied("crates/rvs/tests/e2e/track.rs::track_process_moves_mastership_and_faults")),
+    row("Global definitions (not in the 2.2.7 man page)", "email_faults", Global, "email_faults", Applied("crates/rvs/src/rvsd/vrrp.rs::no_email_faults_leaves_fault_transitions_unmailed")),
+    row("Global definitions (not in the 2.2.7 man page)", "notify_fifo_user", Global, "notify_fifo_user x", Warned),
+    row("Global definitions (not in the 2.2.7 man page)", "use_symlink_paths", Global, "use_symlink_paths", Warned),
+    row("Global definitions (not in the 2.2.7 man page)", "vrrp_ipvs_garp", Global, "vrrp_ipvs_garp", Warned),
+    row("Global definitions (not in the 2.2.7 man page)", "vrrp_owner_ignore_adverts", Global, "vrrp_owner_ignore_adverts", Warned),
+    row("Global definitions (not in the 2.2.7 man page)", "disable_local_igmp", Global, "disable_local_igmp", Warned),
+    row("Global definitions (not in the 2.2.7 man page)", "vrrp_track_process", Global, "vrrp_track_process", Warned),
+    row("Global definitions (not in the 2.2.7 man page)", "linkbeat_interfaces", Global, "linkbeat_interfaces {\n}", Warned),
+    row("Global definitions (not in the 2.2.7 man page)", "iproute_usr_dir", Global, "iproute_usr_dir /x", Warned),
+    row("Global definitions (not in the 2.2.7 man page)", "iproute_etc_dir", Global, "iproute_etc_dir /x", Warned),
+    row("Global definitions (not in the 2.2.7 man page)", "local_name", Global, "local_name x", Warned),
+    row("Global definitions (not in the 2.2.7 man page)", "network_namespace", Global, "network_namespace x", Refused),
+    row("Global definitions (not in the 2.2.7 man page)", "vrrp_rlimit_rtime", Global, "vrrp_rlimit_rtime 1", Quiet),
+    row("Global definitions (not in the 2.2.7 man page)", "checker_rlimit_rtime", Global, "checker_rlimit_rtime 1", Quiet),
+    row("Global definitions (not in the 2.2.7 man page)", "bfd_rlimit_rtime", Global, "bfd_rlimit_rtime 1", Quiet),
+    row("Global definitions (not in the 2.2.7 man page)", "enable_snmp_keepalived", Global, "enable_snmp_keepalived", Quiet),
+    row("Global definitions (not in the 2.2.7 man page)", "enable_dbus_instance", Global, "enable_dbus_instance x", Quiet),
+    row("Global definitions (not in the 2.2.7 man page)", "dbus_no_interface_name", Global, "dbus_no_interface_name", Quiet),
+    row("Global definitions (not in the 2.2.7 man page)", "v3_checksum_as_v2", Global, "v3_checksum_as_v2", Applied("crates/config/tests/parse.rs::global_defs_keywords")),
+    row("VRRP instance(s) (not in the 2.2.7 man page)", "smtp_alert_vrrp", VrrpInstance, "smtp_alert_vrrp", Warned),
+    row("VRRP instance(s) (not in the 2.2.7 man page)", "notify_deleted", VrrpInstance, "notify_deleted", Warned),
+    row("VRRP instance(s) (not in the 2.2.7 man page)", "vrrp_skip_check_adv_addr", VrrpInstance, "vrrp_skip_check_adv_addr", Warned),
+    row("VRRP instance(s) (not in the 2.2.7 man page)", "auth_hmac", VrrpInstance, "auth_hmac x", Warned),
+    row("VRRP instance(s) (not in the 2.2.7 man page)", "no_accept_prio", VrrpInstance, "no_accept_prio", Warned),
+    row("VRRP instance(s) (not in the 2.2.7 man page)", "mcast_group", VrrpInstance, "mcast_group 224.0.0.18", Warned),
+    row("VRRP instance(s) (not in the 2.2.7 man page)", "unicast_src_port", VrrpInstance, "unicast_src_port 1", Warned),
+    row("VRRP instance(s) (not in the 2.2.7 man page)", "snmp_name", VrrpInstance, "snmp_name x", Quiet),
+    row("Virtual server(s) (not in the 2.2.7 man page)", "syn_proxy", VirtualServer, "syn_proxy", Warned),
+    row("Virtual server(s) (not in the 2.2.7 man page)", "nat_mask", VirtualServer, "nat_mask 255.255.255.0", Warned),
+    row("Virtual server(s) (not in the 2.2.7 man page)", "hashed", VirtualServer, "hashed", Quiet),
+    row("Virtual server(s) (not in the 2.2.7 man page)", "lb_algo", VirtualServer, "lb_algo rr", Applied("crates/config/tests/parse.rs::seed_1_loads")),
+    row("Virtual server(s) (not in the 2.2.7 man page)", "lb_kind", VirtualServer, "lb_kind NAT", Applied("crates/config/tests/parse.rs::seed_1_loads")),
+    row("Virtual server(s) (not in the 2.2.7 man page)", "nb_get_retry", VirtualServer, "nb_get_retry 1", Applied("crates/rvs/tests/e2e/health.rs::dead_server_is_removed_within_keepalived_formula_and_recovers_with_its_weight")),
+    row("Virtual server(s) (not in the 2.2.7 man page)", "lb_kind", RealServer, "lb_kind NAT", Applied("crates/config/tests/parse.rs::seed_1_loads")),
+    row("Virtual server(s) (not in the 2.2.7 man page)", "nb_get_retry", RealServer, "nb_get_retry 1", Applied("crates/rvs/tests/e2e/health.rs::dead_server_is_removed_within_keepalived_formula_and_recovers_with_its_weight")),
+    row("Virtual server(s) (not in the 2.2.7 man page)", "nb_get_retry", Checker("TCP_CHECK"), "nb_get_retry 1", Applied("crates/rvs/tests/e2e/health.rs::dead_server_is_removed_within_keepalived_formula_and_recovers_with_its_weight")),
+    row("Virtual server(s) (not in the 2.2.7 man page)", "virtualhost", Checker("HTTP_GET"), "virtualhost x", Applied("crates/check/src/probe/http.rs::head_parsing")),
+    row("Virtual server(s) (not in the 2.2.7 man page)", "sni_name", Checker("SSL_GET"), "sni_name x", Applied("crates/config/tests/parse.rs::checker_types")),
+    row("Virtual server(s) (not in the 2.2.7 man page)", "tls_compliant", Checker("HTTP_GET"), "tls_compliant", Applied("crates/config/tests/parse.rs::checker_types")),
+    row("Virtual server(s) (not in the 2.2.7 man page)", "min_reply_length", Checker("UDP_CHECK"), "min_reply_length 1", Applied("crates/config/tests/parse.rs::checker_types")),
+    row("Virtual server(s) (not in the 2.2.7 man page)", "max_reply_length", Checker("UDP_CHECK"), "max_reply_length 10", Applied("crates/config/tests/parse.rs::checker_types")),
+    row("Virtual server(s) (not in the 2.2.7 man page)", "host", Checker("SMTP_CHECK"), "host {\n connect_ip 127.0.0.1\n}", Applied("crates/rvs/tests/e2e/health_probes.rs::smtp_check_hosts_are_each_checked_against_a_real_smtp_server")),
 ];

@@ -13,6 +13,7 @@
 //! - [`iface`]: interface names and indexes;
 //! - [`sock`]: socket options and sends the socket crates do not wrap;
 //! - [`sched`]: CPU affinity and real-time scheduling;
+//! - [`netns`]: entering a named network namespace (`net_namespace`);
 //! - [`bpf`]: bpf(2) commands aya 0.14 does not make.
 
 #![warn(missing_docs)]
@@ -21,5 +22,6 @@
 pub mod bpf;
 pub mod iface;
 pub mod netlink;
+pub mod netns;
 pub mod sched;
 pub mod sock;

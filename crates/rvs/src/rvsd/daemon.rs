@@ -425,6 +425,10 @@ impl rvs_check::runner::Host for Daemon {
         crate::notify::lvs_event(line);
     }
 
+    fn smtp_alert(&mut self, subject: &str, body: &str) {
+        crate::smtp::checker_alert(subject, body);
+    }
+
     fn apply_health(
         &mut self,
         key: rvs_core::model::ServiceKey,

@@ -478,6 +478,15 @@ fn main() -> ExitCode {
             }
         };
     }
+    // keepalived's `net_namespace`: entered here, before the runtime and
+    // any other thread start (they inherit it), and before `--remove`
+    // withdraws announced routes (they are in that namespace too).
+    if let Some(src) = &source
+        && let Err(e) = source::enter_namespace(src)
+    {
+        eprintln!("rvsd: {e}");
+        return ExitCode::FAILURE;
+    }
     if args.remove {
         if let Some(table) = args.announce_table {
             // Withdraw first, keep forwarding for the grace, then remove.

@@ -1,6 +1,8 @@
 //! keepalived's `smtp_alert` e-mail for VRRP transitions: one mail per
 //! transition of an instance whose `smtp_alert` is on (else the global
-//! `smtp_alert_vrrp`, else `smtp_alert`), to every `notification_email`
+//! `smtp_alert_vrrp`, else `smtp_alert`); and for the health checker (a
+//! checker's change of a real server whose `smtp_alert` is on, a virtual
+//! server's quorum change: [`checker_alert`]); to every `notification_email`
 //! address, from `notification_email_from`, through `smtp_server`, with
 //! keepalived's subject (`[ROUTER_ID] VRRP Instance NAME - Entering MASTER
 //! state`), body (`=> VRRP Instance is now owning VRRP VIPs <=`) and
@@ -103,11 +105,28 @@ pub fn vrrp_alert(name: &str, to: State) {
         return;
     };
     let subject = format!("[{}] VRRP Instance {name} - {what}", m.router_id);
+    spawn(m, subject, body.to_owned());
+}
+
+/// Mail a health-check alert (a real server's checker changed, a virtual
+/// server's quorum was lost or gained): `subject` is keepalived's after
+/// `[ROUTER_ID] ` ([`rvs_check::policy::Action::Mail`]).
+pub fn checker_alert(subject: &str, body: &str) {
+    let Some(m) = MAILER.lock().ok().and_then(|m| m.clone()) else {
+        return;
+    };
+    let subject = format!("[{}] {subject}", m.router_id);
+    spawn(m, subject, body.to_owned());
+}
+
+/// Send one mail in its own task: never waits on the mail server.
+fn spawn(m: Mailer, subject: String, body: String) {
     if tokio::runtime::Handle::try_current().is_err() {
+        tracing::warn!(target: "rvs::smtp", "SMTP alert `{subject}` not sent: no runtime");
         return;
     }
     tokio::spawn(async move {
-        match send(&m, &subject, body).await {
+        match send(&m, &subject, &body).await {
             Ok(()) => tracing::info!(target: "rvs::smtp", "SMTP alert successfully sent."),
             Err(e) => {
                 tracing::warn!(target: "rvs::smtp", "SMTP alert to {}:{} not sent: {e}", m.server.0, m.server.1)

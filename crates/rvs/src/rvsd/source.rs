@@ -87,10 +87,58 @@ pub fn default_config_id() -> Option<String> {
     (!first.is_empty()).then(|| first.to_owned())
 }
 
+/// The network namespace rvsd entered at start (keepalived's
+/// `net_namespace`; `None`: the one it was started in). Set once, before
+/// the first load; unset under `--check`, which enters nothing.
+static NAMESPACE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// keepalived's `net_namespace NAME`: enter `/run/netns/NAME` if the file
+/// names one. Called once at start-up, before the runtime or any other
+/// thread exists (setns moves the calling thread only, and the threads it
+/// starts later inherit its namespace), so everything rvsd does — data
+/// plane, VRRP, health checks, routes, the announcements — happens there.
+/// The control socket and other paths are files: they stay where the
+/// command line puts them. A file that does not parse enters nothing (the
+/// first load then reports its error).
+pub fn enter_namespace(src: &Source) -> Result<Option<String>, String> {
+    let ns = match src {
+        Source::Keepalived(path) => {
+            let default = rvs_config::LoadOptions::default();
+            let opts = KEEPALIVED_OPTIONS.get().unwrap_or(&default);
+            rvs_config::load(path, opts)
+                .ok()
+                .and_then(|l| l.config.global.net_namespace)
+        }
+        Source::Rules(_) => None,
+    };
+    if let Some(name) = &ns {
+        rvs_sys::netns::enter(name).map_err(|e| {
+            format!(
+                "{}: net_namespace {name}: {e}; rvsd does not start outside the namespace the file names",
+                src.path().display()
+            )
+        })?;
+    }
+    let _ = NAMESPACE.set(ns.clone());
+    Ok(ns)
+}
+
 fn load_keepalived(path: &Path) -> Result<Loaded, String> {
     let default = rvs_config::LoadOptions::default();
     let opts = KEEPALIVED_OPTIONS.get().unwrap_or(&default);
     let mut loaded = rvs_config::load(path, opts).map_err(|e| e.to_string())?;
+    let ns = loaded.config.global.net_namespace.clone();
+    if let Some(started) = NAMESPACE.get()
+        && *started != ns
+    {
+        let name = |n: &Option<String>| n.clone().unwrap_or_else(|| "(none)".into());
+        return Err(format!(
+            "{}: net_namespace changed from {} to {}: the network namespace cannot change at a reload, as in keepalived; restart rvsd to move it (nothing was changed)",
+            path.display(),
+            name(started),
+            name(&ns)
+        ));
+    }
     // Every script's user, and the insecure ones refused, before anything
     // plans to run them.
     let security_warnings = rvs_check::security::apply(&mut loaded.config);
@@ -105,29 +153,26 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
     let health = rvs_check::plan(&loaded.config, &specs);
     let (vrrp, vrrp_warnings) = crate::vrrp::plan(&loaded.config)?;
     let statics = crate::routes::statics(&loaded.config)?;
-    let extra = format!(
+    let mut extra = format!(
         "{} vrrp_instance, {} real_server checkers ({} run by this build)",
         vrrp.len(),
         checkers,
         health.jobs.len()
     );
+    if let Some(ns) = &ns {
+        // `--check` enters nothing: it says where rvsd would run.
+        extra.push_str(&format!("; runs in net_namespace {ns}"));
+        if !rvs_sys::netns::path(ns).exists() {
+            extra.push_str(&format!(
+                " ({} does not exist here: rvsd would refuse to start)",
+                rvs_sys::netns::path(ns).display()
+            ));
+        }
+    }
     let mut warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
     warnings.extend(security_warnings);
     warnings.extend(health.warnings.iter().cloned());
     warnings.extend(vrrp_warnings);
-    let g = &loaded.config.global;
-    if g.smtp_alert == Some(true)
-        && loaded
-            .config
-            .virtual_servers
-            .iter()
-            .any(|vs| !vs.real_servers.is_empty())
-    {
-        warnings.push(format!(
-            "global_defs: smtp_alert for real and virtual servers {}: only VRRP transitions are mailed",
-            crate::vrrp::NOT_APPLIED
-        ));
-    }
     // `--strict`: what the health checker, VRRP or the mailer would not
     // carry out is refused like the keywords the reader does not apply
     // (whose warnings are errors already).
@@ -141,6 +186,7 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
             return Err(format!("--strict: {}", refused.join("\n--strict: ")));
         }
     }
+    let g = &loaded.config.global;
     let fifos = crate::notify::Fifos::of(g, &mut warnings);
     Ok(Loaded {
         defs: specs

@@ -162,8 +162,18 @@ pub struct Spec {
     /// `smtp_alert` (else the global `smtp_alert_vrrp`, else `smtp_alert`):
     /// mail each transition.
     pub smtp_alert: bool,
+    /// Not `no_email_faults` (global): FAULT transitions are mailed too.
+    pub email_faults: bool,
     /// `virtual_routes` and `virtual_rules`: installed while MASTER.
     pub routes: crate::routes::Set,
+}
+
+impl Spec {
+    /// Whether a transition to `to` is mailed: `smtp_alert`, and a FAULT
+    /// only without the global `no_email_faults` (keepalived's rule).
+    pub fn mails(&self, to: State) -> bool {
+        self.smtp_alert && (to != State::Fault || self.email_faults)
+    }
 }
 
 impl Notify {
@@ -330,7 +340,10 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
     // keepalived's vrrp_strict checks (vrrp.c, vrrp_complete_instance),
     // with its messages.
     let mut preempt_delay = v.preempt_delay.unwrap_or_default();
-    let mut down_adverts = v.down_timer_adverts;
+    let mut down_adverts = v
+        .down_timer_adverts
+        .or(g.vrrp_down_timer_adverts)
+        .unwrap_or(3);
     let mut initial_master = v.state == Some(VrrpState::Master);
     if strict {
         if vips.is_empty() {
@@ -493,6 +506,7 @@ fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<
         group_notify: Notify::default(),
         strict,
         smtp_alert: v.smtp_alert || g.smtp_alert_vrrp.or(g.smtp_alert).unwrap_or(false),
+        email_faults: !g.no_email_faults,
         routes: crate::routes::Set {
             addrs: Vec::new(),
             routes: v.virtual_routes.iter().map(crate::routes::route).collect(),
@@ -1310,7 +1324,7 @@ impl Driver<'_> {
             }
         }
         run_notify(&s.notify, "INSTANCE", &s.name, to, Some(inst.priority()));
-        if s.smtp_alert {
+        if s.mails(to) {
             crate::smtp::vrrp_alert(&s.name, to);
         }
     }
@@ -1370,6 +1384,46 @@ mod tests {
         let loaded = rvs_config::parse_str("k.conf", text, &rvs_config::LoadOptions::default())
             .map_err(|e| e.to_string())?;
         plan(&loaded.config)
+    }
+
+    /// keepalived's `vrrp_down_timer_adverts`: the default of every
+    /// instance's `down_timer_adverts`, which an instance's own overrides.
+    #[test]
+    fn vrrp_down_timer_adverts_is_the_instances_default() {
+        let inst = |extra: &str| {
+            format!(
+                "global_defs {{\n vrrp_down_timer_adverts 7\n}}\nvrrp_instance VI_1 {{\n state BACKUP\n interface lo\n virtual_router_id 9\n priority 100\n{extra}}}\n"
+            )
+        };
+        let (specs, warnings) = plan_of(&inst("")).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(specs[0].down_adverts, 7);
+        let (specs, _) = plan_of(&inst(" down_timer_adverts 4\n")).unwrap();
+        assert_eq!(specs[0].down_adverts, 4);
+        let (specs, _) = plan_of(&inst("").replace(" vrrp_down_timer_adverts 7\n", "")).unwrap();
+        assert_eq!(specs[0].down_adverts, 3);
+    }
+
+    /// keepalived's `no_email_faults`: an instance with `smtp_alert` mails
+    /// every transition but FAULT; `email_faults` after it undoes it.
+    #[test]
+    fn no_email_faults_leaves_fault_transitions_unmailed() {
+        let inst = "vrrp_instance VI_1 {\n state BACKUP\n interface lo\n virtual_router_id 9\n priority 100\n smtp_alert\n}\n";
+        for (global, faults) in [
+            ("", true),
+            ("no_email_faults", false),
+            ("no_email_faults\n email_faults", true),
+        ] {
+            let (specs, _) = plan_of(&format!("global_defs {{\n {global}\n}}\n{inst}")).unwrap();
+            let s = &specs[0];
+            assert_eq!(s.mails(State::Fault), faults, "{global:?}");
+            assert!(
+                s.mails(State::Master) && s.mails(State::Backup),
+                "{global:?}"
+            );
+        }
+        let (specs, _) = plan_of(&inst.replace(" smtp_alert\n", "")).unwrap();
+        assert!(!specs[0].mails(State::Master));
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod health;
 mod health_probes;
 mod http;
 mod netns;
+mod netns_daemon;
 mod notify_fifo;
 mod package;
 mod proxy;

@@ -103,3 +103,145 @@ vrrp_instance VI_1 {
         );
     }
 }
+
+/// `smtp_alert` for the health checker, through the real daemon and a real
+/// SMTP server on loopback: a TCP_CHECK real server that goes down and
+/// comes back sends keepalived's two real-server mails, and the quorum it
+/// takes with it sends keepalived's two virtual-server mails (lost,
+/// gained) — four mails, each with keepalived's subject and body.
+#[test]
+fn smtp_alert_mails_checker_and_quorum_changes_to_a_real_smtp_server() {
+    use crate::harness::{Rvsd, free_port};
+    let test = "smtp_alert_mails_checker_and_quorum_changes_to_a_real_smtp_server";
+    let has_aiosmtpd = Command::new(PYTHON)
+        .args(["-c", "import aiosmtpd"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_aiosmtpd {
+        rvs_testbed::skip_or_fail(
+            test,
+            "python3-aiosmtpd is not installed (scripts/install-deps)",
+        );
+        return;
+    }
+    let dir = TempDir::new("smtp-checker");
+    let mail = dir.path().join("mail.txt");
+    let smtp_port = free_port();
+    let server = Command::new(PYTHON)
+        .args(["-u", "-m", "aiosmtpd", "-n", "-l"])
+        .arg(format!("127.0.0.1:{smtp_port}"))
+        .stdin(Stdio::null())
+        .stdout(
+            std::fs::File::create(&mail)
+                .map(Stdio::from)
+                .expect("mail file"),
+        )
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn aiosmtpd");
+    let _server = Proc(Some(server));
+    within("aiosmtpd listens", Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", smtp_port)).is_ok()
+    });
+
+    // Two real servers, quorum 2: b's death loses the quorum.
+    let a = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a");
+    let b = std::net::TcpListener::bind("127.0.0.1:0").expect("bind b");
+    let (a_port, b_port) = (
+        a.local_addr().expect("a").port(),
+        b.local_addr().expect("b").port(),
+    );
+    let vip = free_port();
+    let rs = |port: u16| {
+        format!(
+            "  real_server 127.0.0.1 {port} {{\n    weight 1\n    TCP_CHECK {{\n      connect_timeout 1\n      retry 0\n    }}\n  }}\n"
+        )
+    };
+    let conf = format!(
+        "global_defs {{
+    router_id LB_CHK
+    notification_email {{
+        ops@example.com
+    }}
+    notification_email_from lb@example.com
+    smtp_server 127.0.0.1 {smtp_port}
+    smtp_connect_timeout 5
+}}
+virtual_server 127.0.0.1 {vip} {{
+  delay_loop 1
+  lb_algo rr
+  lb_kind NAT
+  protocol TCP
+  quorum 2
+  smtp_alert
+{}{}}}
+",
+        rs(a_port),
+        rs(b_port)
+    );
+    let conf_dir = TempDir::new("smtp-checker-daemon");
+    let path = conf_dir.write("keepalived.conf", &conf);
+    let p = path.to_str().expect("utf-8 path").to_owned();
+    let d = Rvsd::start_with(conf_dir, "proxy", None, &["-f", &p]);
+    within("both checkers up", Duration::from_secs(10), || {
+        d.ok("-L -n --checks").matches("last ok").count() == 2
+    });
+    let read = || std::fs::read_to_string(&mail).unwrap_or_default();
+    assert_eq!(
+        read().matches("Subject:").count(),
+        0,
+        "no mail while all is well:\n{}",
+        read()
+    );
+
+    let rs_subject = |state: &str| {
+        format!(
+            "Subject: [LB_CHK] Realserver [127.0.0.1]:tcp:{b_port} of virtual server [127.0.0.1]:tcp:{vip} - {state}"
+        )
+    };
+    let vs_subject =
+        |state: &str| format!("Subject: [LB_CHK] Virtualserver [127.0.0.1]:tcp:{vip} - {state}");
+
+    drop(b);
+    within("the DOWN mails arrive", Duration::from_secs(15), || {
+        read().matches("Subject:").count() >= 2
+    });
+    let text = read();
+    for want in [
+        rs_subject("DOWN"),
+        "=> TCP CHECK failed on service <=".to_owned(),
+        vs_subject("DOWN"),
+        "=> Lost quorum 2+0=2 <= 1 <=".to_owned(),
+        "From: lb@example.com".to_owned(),
+        "To: ops@example.com".to_owned(),
+        "X-Mailer: Keepalived".to_owned(),
+    ] {
+        assert!(
+            text.contains(&want),
+            "{want:?} not in the mail received:\n{text}"
+        );
+    }
+
+    let b = std::net::TcpListener::bind(("127.0.0.1", b_port)).expect("rebind b");
+    within("the UP mails arrive", Duration::from_secs(15), || {
+        read().matches("Subject:").count() >= 4
+    });
+    let text = read();
+    for want in [
+        rs_subject("UP"),
+        "=> TCP CHECK succeed on service <=".to_owned(),
+        vs_subject("UP"),
+        "=> Gained quorum 2+0=2 <= 2 <=".to_owned(),
+    ] {
+        assert!(
+            text.contains(&want),
+            "{want:?} not in the mail received:\n{text}"
+        );
+    }
+    assert_eq!(text.matches("Subject:").count(), 4, "four mails:\n{text}");
+    assert!(
+        !text.contains(&format!("tcp:{a_port} of")),
+        "a never changed:\n{text}"
+    );
+    drop((a, b, d));
+}
