@@ -43,6 +43,10 @@ pub struct MemMaps {
     pub flows: HashMap<FlowKey, Flow>,
     /// `nat_rev`.
     pub nat_rev: HashMap<NatKey, Nat>,
+    /// `fnat_pools` (absent = zero).
+    pub fnat_pools: HashMap<u32, crate::maps::FnatPool>,
+    /// `fnat_laddrs`.
+    pub fnat_laddrs: std::collections::BTreeSet<std::net::IpAddr>,
     /// `dest_conns` (absent = zero).
     pub dest_conns: HashMap<u32, DestConns>,
     /// `persist`.
@@ -225,6 +229,21 @@ impl MapOps for MemMaps {
     fn remove_nat(&mut self, key: &NatKey) -> Result<(), XdpError> {
         self.write("nat_rev")?;
         self.nat_rev.remove(key);
+        Ok(())
+    }
+    fn set_fnat_pool(&mut self, index: u32, pool: &crate::maps::FnatPool) -> Result<(), XdpError> {
+        self.write("fnat_pools")?;
+        Self::bound("fnat_pools", index, super::MAX_SERVICES)?;
+        self.fnat_pools.insert(index, *pool);
+        Ok(())
+    }
+    fn set_fnat_laddr(&mut self, addr: std::net::IpAddr, present: bool) -> Result<(), XdpError> {
+        self.write("fnat_laddrs")?;
+        if present {
+            self.fnat_laddrs.insert(addr);
+        } else {
+            self.fnat_laddrs.remove(&addr);
+        }
         Ok(())
     }
     fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError> {

@@ -71,6 +71,11 @@ pub trait MapOps {
     fn set_nat(&mut self, key: &NatKey, nat: &Nat) -> Result<(), XdpError>;
     /// Delete a NAT reply entry (absent is not an error).
     fn remove_nat(&mut self, key: &NatKey) -> Result<(), XdpError>;
+    /// `fnat_pools[index] = pool` (a service's FULLNAT local addresses).
+    fn set_fnat_pool(&mut self, index: u32, pool: &crate::maps::FnatPool) -> Result<(), XdpError>;
+    /// Add (`present`) or remove a local address in `fnat_laddrs` (absent
+    /// is not an error).
+    fn set_fnat_laddr(&mut self, addr: std::net::IpAddr, present: bool) -> Result<(), XdpError>;
     /// Insert or replace a persistence template.
     fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError>;
     /// Call `f` for about `max` entries of the flow tables from `cursor`
