@@ -820,16 +820,22 @@ impl Loaded {
             family: key.family,
             pad0: 0,
         };
+        self.remove_fnat_of(&flow, key)
+    }
+
+    /// Remove flow `flow`'s FULLNAT translation `rev` both ways (absent is
+    /// not an error).
+    pub fn remove_fnat_of(&mut self, flow: &FlowKey, rev: &maps::FnatKey) -> Result<(), XdpError> {
         match self
             .hash::<FlowKey, maps::FnatKey>("fnat_fwd")?
-            .remove(&flow)
+            .remove(flow)
         {
             Ok(()) | Err(MapError::KeyNotFound) => {}
             Err(e) => return Err(map_err("fnat_fwd")(e)),
         }
         match self
             .hash::<maps::FnatKey, maps::Fnat>("fnat_rev")?
-            .remove(key)
+            .remove(rev)
         {
             Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
             Err(e) => Err(map_err("fnat_rev")(e)),

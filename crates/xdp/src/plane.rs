@@ -662,6 +662,17 @@ impl<M: MapOps> Plane<M> {
             .collect()
     }
 
+    /// The `dests` indexes of FULLNAT real servers (installed or deleted
+    /// but still referenced).
+    fn fnat_dests(&self) -> HashSet<u32> {
+        let installed = self.services.values().flat_map(|s| s.dests.iter());
+        installed
+            .chain(self.trash.iter().map(|t| &t.dest))
+            .filter(|d| matches!(d.core.config.forward, ForwardMethod::FullNat))
+            .map(|d| d.index)
+            .collect()
+    }
+
     /// The `dests` index of an installed (or deleted but still referenced)
     /// real server.
     pub fn dest_index(&self, key: &ServiceKey, addr: IpAddr, port: u16) -> Option<u32> {

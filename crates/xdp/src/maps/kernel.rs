@@ -249,6 +249,15 @@ impl MapOps for KernelMaps {
             self.director.remove_fnat_laddr(addr)
         }
     }
+    fn fnat_of(&mut self, key: &FlowKey) -> Result<Option<crate::maps::FnatKey>, XdpError> {
+        self.director.fnat_of(key)
+    }
+    fn remove_fnat(&mut self, key: &FlowKey, rev: &crate::maps::FnatKey) -> Result<(), XdpError> {
+        self.director.remove_fnat_of(key, rev)
+    }
+    fn fnat_stats(&mut self, index: u32) -> Result<crate::maps::FnatStats, XdpError> {
+        self.director.fnat_stats(index)
+    }
     fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError> {
         self.director
             .hash::<PersistKey, Persist>("persist")?

@@ -1417,3 +1417,57 @@ fn fullnat_pools_the_program_cannot_hold_are_refused_before_anything_changes() {
     assert_eq!(bed.plane.maps().fnat_pools, before.fnat_pools);
     assert_eq!(bed.plane.maps().fnat_laddrs, before.fnat_laddrs);
 }
+
+/// A live FULLNAT flow is mirrored with its local address and port (what
+/// `-Lcn` shows); once expired, its translation goes with it, so the pair
+/// is free again.
+#[test]
+fn fullnat_flows_report_their_local_address_and_free_it_when_expired() {
+    use rvs_core::model::LocalAddrRange;
+    let mut bed = Bed::new();
+    bed.svc(80, "rr").unwrap();
+    bed.run(Command::AddLaddr {
+        service: key(80),
+        laddr: LocalAddrRange::parse("10.9.0.1").unwrap(),
+    })
+    .unwrap();
+    bed.dest(80, dr(1).forward(ForwardMethod::FullNat)).unwrap();
+    let d = bed.index(80, 1);
+    let now = bed.plane.maps().jiffies;
+    let vip: IpAddr = "10.0.0.100".parse().unwrap();
+    let client: IpAddr = "192.0.2.7".parse().unwrap();
+    let fk = FlowKey::new(6, client, 4000, vip, 80);
+    let rev = maps::FnatKey {
+        raddr: maps::addr16(rs(1)),
+        laddr: maps::addr16("10.9.0.1".parse().unwrap()),
+        rport: 80u16.to_be(),
+        lport: 31000u16.to_be(),
+        proto: 6,
+        family: maps::AF_INET,
+        pad0: 0,
+    };
+    let m = bed.plane.maps();
+    m.flows.insert(
+        fk,
+        Flow {
+            last_seen: now,
+            dest: d,
+            state: TcpState::Established as u8,
+            ..Flow::default()
+        },
+    );
+    m.fnat_fwd.insert(fk, rev);
+    m.fnat_rev.insert(rev);
+    bed.report(1);
+    let (id, _) = bed.ipvs.conns().iter().next().expect("mirrored");
+    let (addr, port) = bed.ipvs.conns().local(id).expect("local address reported");
+    assert_eq!(
+        (addr.to_ip(AddrFamily::Inet), port),
+        ("10.9.0.1".parse().unwrap(), 31000)
+    );
+    bed.plane.maps().jiffies = now + 100_000 * 250;
+    bed.report(2);
+    assert!(bed.plane.maps().flows.is_empty());
+    assert!(bed.plane.maps().fnat_fwd.is_empty());
+    assert!(bed.plane.maps().fnat_rev.is_empty(), "the pair is free");
+}
