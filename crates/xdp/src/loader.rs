@@ -94,6 +94,8 @@ impl Loaded {
                 .map_max_entries("embryonic", opts.embryonic_entries())
                 .map_max_entries("embryonic4", opts.embryonic_entries())
                 .map_max_entries("nat_rev", opts.flow_table_size)
+                .map_max_entries("fnat_rev", opts.flow_table_size)
+                .map_max_entries("fnat_fwd", opts.flow_table_size)
                 .map_max_entries("persist", opts.flow_table_size)
                 .map_max_entries("slots", opts.slots);
         }
