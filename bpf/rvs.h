@@ -89,7 +89,7 @@
 #define RVS_FWD_DR 2       /* -g: MAC rewrite, same L2 segment */
 #define RVS_FWD_TUN_IPIP 3 /* -i --tun-type ipip: IPv4-in-IPv4 / IPv6-in-IPv6 */
 #define RVS_FWD_TUN_GUE 4  /* -i --tun-type gue: outer IP/UDP + 4-byte GUE header */
-/* 5 is left for FULLNAT. */
+#define RVS_FWD_FNAT 5     /* FULLNAT: source -> local address:port, destination -> RS */
 #define RVS_FWD_TUN_GRE 6    /* -i --tun-type gre: outer IP + GRE (RFC 2784) */
 #define RVS_FWD_TUN_GENEVE 7 /* -i --tun-type geneve (rvs): outer IP/UDP 6081 + Geneve */
 
@@ -113,6 +113,7 @@
 
 /* ---- config flags ---- */
 #define RVS_CFG_F_NAT 0x0001 /* some real server uses NAT: look up replies */
+#define RVS_CFG_F_FNAT 0x0002 /* some service has local addresses: look replies up in fnat_laddrs */
 
 /* ---- flow flags ---- */
 #define RVS_FLOW_F_NOOUTPUT 0x01 /* no reply seen yet (always set for DR/TUN) */
@@ -434,5 +435,84 @@ struct rvs_nh_key {
 	__u8 family;   /* RVS_AF_INET / RVS_AF_INET6 */
 	__u8 pad0[3];
 };
+
+/* ---- FULLNAT (the xdp_fnat program, reached by tail call) ---- */
+/* Local addresses one service's pool may hold in the program (the plane
+ * expands ranges and refuses a bigger pool before anything changes). */
+#define RVS_FNAT_POOL_MAX 16
+/* (local address, port) candidates a new flow tries before it is counted
+ * as exhausted and dropped. */
+#define RVS_FNAT_PROBES 16
+/* Local ports a pool hands out unless it says otherwise: 1024..65535. */
+#define RVS_FNAT_PORT_MIN 1024
+#define RVS_FNAT_PORT_MAX 65535
+/* fnat_prog's slot of xdp_fnat. */
+#define RVS_FNAT_PROG 0
+/* fnat_tmp's `kind`: what the main program hands the FULLNAT program. */
+#define RVS_FNAT_INBOUND 1 /* a packet of a FULLNAT flow, client -> VIP */
+#define RVS_FNAT_REPLY 2   /* a packet to one of the local addresses */
+
+/* fnat_pools: ARRAY[service index], the service's local addresses (count 0
+ * = no pool: its FULLNAT flows are dropped and counted as exhausted) and
+ * the local port range [port_min, port_max] (host order). */
+struct rvs_fnat_pool {
+	__u32 count;
+	__u16 port_min;
+	__u16 port_max;
+	__u8 family; /* RVS_AF_* of every address */
+	__u8 pad0[3];
+	__u8 addrs[RVS_FNAT_POOL_MAX][16];
+};
+
+/* fnat_rev: LRU_HASH, a FULLNAT flow as its real server sees it (the
+ * reply's source = real server, destination = local address), inserted
+ * with BPF_NOEXIST: two live flows can never share a (local address, port)
+ * toward the same real server port. The value restores the client side. */
+struct rvs_fnat_key {
+	__u8 raddr[16];
+	__u8 laddr[16];
+	__be16 rport;
+	__be16 lport;
+	__u8 proto;
+	__u8 family;
+	__u16 pad0;
+};
+
+struct rvs_fnat {
+	__u8 caddr[16];
+	__u8 vaddr[16];
+	__be16 cport;
+	__be16 vport;
+	__u32 svc;
+	__u32 dest;
+	__u32 pad0;
+};
+
+/* fnat_fwd: LRU_HASH, rvs_flow_key (the client's tuple, any family) -> the
+ * flow's fnat_rev key: the inbound rewrite (source -> laddr:lport,
+ * destination -> raddr:rport). */
+
+/* fnat_laddrs: HASH, rvs_nh_key (a local address and its family) -> u32
+ * (unused, 0): the packets to these addresses that find no flow are handed
+ * to xdp_fnat as replies. */
+#define RVS_FNAT_LADDRS_MAX 4096
+
+/* fnat_tmp: PERCPU_ARRAY[0], what xdp_lb hands xdp_fnat across the tail
+ * call (same CPU, same packet). */
+struct rvs_fnat_tmp {
+	__u32 kind; /* RVS_FNAT_INBOUND / RVS_FNAT_REPLY */
+	__u32 dest;
+	__u32 svc;
+	__u32 pad0;
+};
+
+/* fnat_stats: PERCPU_ARRAY[service index]. */
+struct rvs_fnat_stats {
+	__u64 exhausted; /* new flows dropped: no free (local address, port) */
+	__u64 allocated; /* (local address, port) pairs handed out */
+};
+
+/* fnat_missed: PERCPU_ARRAY[0], packets passed to the kernel because the
+ * tail call into xdp_fnat failed (fnat_prog empty). */
 
 #endif /* RVS_H */

@@ -6,7 +6,9 @@
  * or IPv6 (no extension headers) -> TCP/UDP -> flow lookup (hit: refresh
  * state, count, forward) -> miss: service lookup, schedule, insert ->
  * forward by the real server's method: DR (MAC rewrite), TUN IPIP, TUN GUE,
- * NAT (inbound rewrite; replies rewritten back by the reply path).
+ * NAT (inbound rewrite; replies rewritten back by the reply path),
+ * FULLNAT (source and destination rewrite, in the tail-called xdp_fnat,
+ * lib/fnat.h).
  * IPv4 flows live in flows4 (16-byte key), IPv6 flows in flows; a TCP flow
  * lives in embryonic4 (embryonic) from its SYN to the ACK that completes
  * its handshake, so a SYN flood cannot evict established flows. The most
@@ -67,6 +69,7 @@
 #include "lib/icmp.h"
 #include "lib/fast.h"
 #include "lib/own_mac.h"
+#include "lib/fnat.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
@@ -179,6 +182,8 @@ int xdp_lb(struct xdp_md *ctx)
 		}
 		count(&svc_stats, svc_idx, p.l3len, 0, 0);
 		count(&dest_stats, didx, p.l3len, 0, 0);
+		if (d->method == RVS_FWD_FNAT)
+			return fnat_enter(ctx, RVS_FNAT_INBOUND, didx, svc_idx);
 		return forward(ctx, &p, d, cfg);
 	}
 
@@ -196,8 +201,12 @@ new_flow:
 		svcp = bpf_map_lookup_elem(&services, &sk);
 		CALL_SITE_TAG(25);
 	}
-	if (!svcp)
+	if (!svcp) {
+		/* FULLNAT replies come to a local address (xdp_fnat). */
+		if ((cfg->flags & RVS_CFG_F_FNAT) && fnat_is_laddr(&p))
+			return fnat_enter(ctx, RVS_FNAT_REPLY, 0, 0);
 		return nat_reply(ctx, &p, cfg);
+	}
 	svc_idx = *svcp;
 	svc = bpf_map_lookup_elem(&svc_info, &svc_idx);
 	if (!svc || svc->sched == RVS_SCHED_NONE)
@@ -227,7 +236,8 @@ new_flow:
 	 * server again); its own path, so that the SYN path stays as it was. */
 	if (is_tcp && !syn) {
 		if (!(p.tcpflags & TCPF_RST) &&
-		    !(flood_over(cfg, now) && d->method != RVS_FWD_NAT)) {
+		    !(flood_over(cfg, now) && d->method != RVS_FWD_NAT &&
+			       d->method != RVS_FWD_FNAT)) {
 			nf.last_seen = now;
 			nf.dest = dest_idx;
 			nf.svc = svc_idx;
@@ -249,6 +259,8 @@ new_flow:
 		}
 		count(&svc_stats, svc_idx, p.l3len, 0, 0);
 		count(&dest_stats, dest_idx, p.l3len, 0, 0);
+		if (d->method == RVS_FWD_FNAT)
+			return fnat_enter(ctx, RVS_FNAT_INBOUND, dest_idx, svc_idx);
 		return forward(ctx, &p, d, cfg);
 	}
 	nf.last_seen = now;
@@ -263,7 +275,8 @@ new_flow:
 	 * the embryonic table, unless it replaces an entry of the flow table
 	 * (which would hide it there). */
 	if (is_tcp || !(svc->flags & RVS_SVC_F_ONEPACKET)) {
-		if (flood_over(cfg, now) && hashed && d->method != RVS_FWD_NAT) {
+		if (flood_over(cfg, now) && hashed && d->method != RVS_FWD_NAT &&
+		    d->method != RVS_FWD_FNAT) {
 			flood_count(svc_idx, guarded);
 		} else if (is_tcp && !in_main ? embryo_insert(&p, &nf) == 0
 					      : flow_insert(&p, &nf) == 0) {
@@ -282,5 +295,15 @@ new_flow:
 		nat_rev_add(&p, d, svc_idx, dest_idx);
 	count(&svc_stats, svc_idx, p.l3len, 0, 1);
 	count(&dest_stats, dest_idx, p.l3len, 0, 1);
+	if (d->method == RVS_FWD_FNAT)
+		return fnat_enter(ctx, RVS_FNAT_INBOUND, dest_idx, svc_idx);
 	return forward(ctx, &p, d, cfg);
+}
+
+/* FULLNAT (lib/fnat.h): reached from xdp_lb by a tail call through
+ * fnat_prog, with its own stack and verifier budget. */
+SEC("xdp")
+int xdp_fnat(struct xdp_md *ctx)
+{
+	return fnat_main(ctx);
 }

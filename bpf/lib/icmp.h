@@ -173,6 +173,9 @@ static __always_inline int icmp_error(struct xdp_md *ctx, const struct pkt *p,
 		return XDP_PASS;
 	if (d->method == RVS_FWD_NAT)
 		return icmp_nat_in(ctx, p, f, d);
+	/* Not translated for FULLNAT flows yet: the kernel's. */
+	if (d->method == RVS_FWD_FNAT)
+		return XDP_PASS;
 	count(&svc_stats, f->svc, p->l3len, 0, 0);
 	count(&dest_stats, didx, p->l3len, 0, 0);
 	return forward(ctx, p, d, cfg);

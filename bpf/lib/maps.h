@@ -94,4 +94,22 @@ RVS_MAP(nh_missing, BPF_MAP_TYPE_HASH, RVS_NH_MISSING_MAX, struct rvs_nh_key, __
 /* Next hops not reported because nh_missing was full. */
 RVS_MAP(nh_missing_full, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, __u64);
 
+/* FULLNAT (rvs.h): the tail-called program, its pools and translations. */
+RVS_MAP(fnat_prog, BPF_MAP_TYPE_PROG_ARRAY, 1, __u32, __u32);
+
+RVS_MAP(fnat_pools, BPF_MAP_TYPE_ARRAY, RVS_MAX_SERVICES, __u32, struct rvs_fnat_pool);
+
+RVS_MAP(fnat_rev, BPF_MAP_TYPE_LRU_HASH, RVS_FLOWS_DEFAULT, struct rvs_fnat_key, struct rvs_fnat);
+
+RVS_MAP(fnat_fwd, BPF_MAP_TYPE_LRU_HASH, RVS_FLOWS_DEFAULT, struct rvs_flow_key,
+	struct rvs_fnat_key);
+
+RVS_MAP(fnat_laddrs, BPF_MAP_TYPE_HASH, RVS_FNAT_LADDRS_MAX, struct rvs_nh_key, __u32);
+
+RVS_MAP(fnat_tmp, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct rvs_fnat_tmp);
+
+RVS_MAP(fnat_stats, BPF_MAP_TYPE_PERCPU_ARRAY, RVS_MAX_SERVICES, __u32, struct rvs_fnat_stats);
+
+RVS_MAP(fnat_missed, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, __u64);
+
 #endif /* RVS_LIB_MAPS_H */

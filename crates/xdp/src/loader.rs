@@ -94,6 +94,8 @@ impl Loaded {
                 .map_max_entries("embryonic", opts.embryonic_entries())
                 .map_max_entries("embryonic4", opts.embryonic_entries())
                 .map_max_entries("nat_rev", opts.flow_table_size)
+                .map_max_entries("fnat_rev", opts.flow_table_size)
+                .map_max_entries("fnat_fwd", opts.flow_table_size)
                 .map_max_entries("persist", opts.flow_table_size)
                 .map_max_entries("slots", opts.slots);
         }
@@ -118,7 +120,44 @@ impl Loaded {
             }
         };
         me.program()?.load().map_err(prog_err("load (verifier)"))?;
+        if object.is_director() {
+            me.load_fnat()?;
+        }
         Ok(me)
+    }
+
+    /// Load the director's FULLNAT program `xdp_fnat` (the verifier runs
+    /// here) and put it into `fnat_prog`, the slot xdp_lb tail-calls
+    /// (bpf/lib/fnat.h).
+    fn load_fnat(&mut self) -> Result<(), XdpError> {
+        const NAME: &str = "xdp_fnat";
+        let err = |what| {
+            move |e| XdpError::Program {
+                program: NAME,
+                what,
+                source: Box::new(e),
+            }
+        };
+        let fd = {
+            let p: &mut Xdp = self
+                .ebpf
+                .program_mut(NAME)
+                .ok_or(XdpError::Missing {
+                    kind: "program",
+                    name: NAME,
+                })?
+                .try_into()
+                .map_err(err("not an XDP program"))?;
+            p.load().map_err(err("load (verifier)"))?;
+            p.fd()
+                .map_err(err("fd"))?
+                .try_clone()
+                .map_err(|e| err("fd")(ProgramError::IOError(e)))?
+        };
+        let mut pa = aya::maps::ProgramArray::try_from(self.map("fnat_prog")?)
+            .map_err(map_err("fnat_prog"))?;
+        pa.set(maps::FNAT_PROG, &fd, 0)
+            .map_err(map_err("fnat_prog"))
     }
 
     pub(crate) fn program(&mut self) -> Result<&mut Xdp, XdpError> {
@@ -345,10 +384,28 @@ impl Loaded {
     /// left as calls. Call targets are only given to a caller allowed to see
     /// kernel addresses (root); otherwise they read as zero.
     pub fn translated(&mut self) -> Result<Vec<[u8; 8]>, XdpError> {
+        let name = self.object.name();
+        self.translated_of(name)
+    }
+
+    /// [`Loaded::translated`] of the object's program `name` (the
+    /// director's FULLNAT program is `xdp_fnat`).
+    pub fn translated_of(&mut self, name: &'static str) -> Result<Vec<[u8; 8]>, XdpError> {
         use std::os::fd::AsFd;
 
-        let name = self.object.name();
-        let prog = self.program()?;
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(name)
+            .ok_or(XdpError::Missing {
+                kind: "program",
+                name,
+            })?
+            .try_into()
+            .map_err(|e| XdpError::Program {
+                program: name,
+                what: "not an XDP program",
+                source: Box::new(e),
+            })?;
         let fd = prog.fd().map_err(|e| XdpError::Program {
             program: name,
             what: "program fd",
@@ -677,6 +734,142 @@ impl Loaded {
             Ok(n) => Ok(Some(n)),
             Err(MapError::KeyNotFound) => Ok(None),
             Err(e) => Err(map_err("nat_rev")(e)),
+        }
+    }
+
+    /// Write service `svc`'s FULLNAT pool.
+    pub fn set_fnat_pool(&mut self, svc: u32, pool: &maps::FnatPool) -> Result<(), XdpError> {
+        self.array::<maps::FnatPool>("fnat_pools")?
+            .set(svc, pool, 0)
+            .map_err(map_err("fnat_pools"))
+    }
+
+    /// Make `addr` a local address (packets to it that are no VIP traffic
+    /// go to the FULLNAT reply path).
+    pub fn add_fnat_laddr(&mut self, addr: std::net::IpAddr) -> Result<(), XdpError> {
+        self.hash::<maps::NhKey, u32>("fnat_laddrs")?
+            .insert(maps::NhKey::of(addr), 0, 0)
+            .map_err(map_err("fnat_laddrs"))
+    }
+
+    /// Remove a local address (absent is not an error).
+    pub fn remove_fnat_laddr(&mut self, addr: std::net::IpAddr) -> Result<(), XdpError> {
+        match self
+            .hash::<maps::NhKey, u32>("fnat_laddrs")?
+            .remove(&maps::NhKey::of(addr))
+        {
+            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(map_err("fnat_laddrs")(e)),
+        }
+    }
+
+    /// The local addresses in `fnat_laddrs`.
+    pub fn fnat_laddrs(&mut self) -> Result<Vec<std::net::IpAddr>, XdpError> {
+        let h = self.hash::<maps::NhKey, u32>("fnat_laddrs")?;
+        Ok(h.iter()
+            .filter_map(Result::ok)
+            .filter_map(|(k, _)| k.addr())
+            .collect())
+    }
+
+    /// The FULLNAT translation a real server's packet `key` finds, if any.
+    pub fn fnat(&mut self, key: &maps::FnatKey) -> Result<Option<maps::Fnat>, XdpError> {
+        match self
+            .hash::<maps::FnatKey, maps::Fnat>("fnat_rev")?
+            .get(key, 0)
+        {
+            Ok(n) => Ok(Some(n)),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err("fnat_rev")(e)),
+        }
+    }
+
+    /// The FULLNAT translation of a flow (its `fnat_rev` key), if any.
+    pub fn fnat_of(&mut self, flow: &FlowKey) -> Result<Option<maps::FnatKey>, XdpError> {
+        match self
+            .hash::<FlowKey, maps::FnatKey>("fnat_fwd")?
+            .get(flow, 0)
+        {
+            Ok(n) => Ok(Some(n)),
+            Err(MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err("fnat_fwd")(e)),
+        }
+    }
+
+    /// Every FULLNAT translation (`fnat_rev`; one syscall pair per entry:
+    /// the control side's periodic work).
+    pub fn fnat_entries(&mut self) -> Result<Vec<(maps::FnatKey, maps::Fnat)>, XdpError> {
+        let mut out = Vec::new();
+        for r in self.hash::<maps::FnatKey, maps::Fnat>("fnat_rev")?.iter() {
+            match r {
+                Ok(e) => out.push(e),
+                Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(map_err("fnat_rev")(e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Remove a flow's FULLNAT translation both ways (`fnat_rev` and the
+    /// flow's `fnat_fwd` entry; absent is not an error): its pair is free.
+    pub fn remove_fnat(&mut self, key: &maps::FnatKey, n: &maps::Fnat) -> Result<(), XdpError> {
+        let flow = FlowKey {
+            caddr: n.caddr,
+            vaddr: n.vaddr,
+            cport: n.cport,
+            vport: n.vport,
+            proto: key.proto,
+            family: key.family,
+            pad0: 0,
+        };
+        self.remove_fnat_of(&flow, key)
+    }
+
+    /// Remove flow `flow`'s FULLNAT translation `rev` both ways (absent is
+    /// not an error).
+    pub fn remove_fnat_of(&mut self, flow: &FlowKey, rev: &maps::FnatKey) -> Result<(), XdpError> {
+        match self
+            .hash::<FlowKey, maps::FnatKey>("fnat_fwd")?
+            .remove(flow)
+        {
+            Ok(()) | Err(MapError::KeyNotFound) => {}
+            Err(e) => return Err(map_err("fnat_fwd")(e)),
+        }
+        match self
+            .hash::<maps::FnatKey, maps::Fnat>("fnat_rev")?
+            .remove(rev)
+        {
+            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(map_err("fnat_rev")(e)),
+        }
+    }
+
+    /// Service `svc`'s FULLNAT counters, summed over CPUs.
+    pub fn fnat_stats(&mut self, svc: u32) -> Result<maps::FnatStats, XdpError> {
+        let a = self.per_cpu_array::<maps::FnatStats>("fnat_stats")?;
+        let v = a.get(&svc, 0).map_err(map_err("fnat_stats"))?;
+        Ok(v.iter()
+            .fold(maps::FnatStats::default(), |a, c| maps::FnatStats {
+                exhausted: a.exhausted + c.exhausted,
+                allocated: a.allocated + c.allocated,
+            }))
+    }
+
+    /// Packets passed because the tail call into `xdp_fnat` failed,
+    /// summed over CPUs.
+    pub fn fnat_missed(&mut self) -> Result<u64, XdpError> {
+        let a = self.per_cpu_array::<u64>("fnat_missed")?;
+        let v = a.get(&0, 0).map_err(map_err("fnat_missed"))?;
+        Ok(v.iter().sum())
+    }
+
+    /// Empty `fnat_prog` (tests: the failed tail call).
+    pub fn clear_fnat_prog(&mut self) -> Result<(), XdpError> {
+        let mut pa = aya::maps::ProgramArray::try_from(self.map("fnat_prog")?)
+            .map_err(map_err("fnat_prog"))?;
+        match pa.clear_index(&maps::FNAT_PROG) {
+            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(map_err("fnat_prog")(e)),
         }
     }
 

@@ -129,6 +129,9 @@ pub mod fwd {
     pub const TUN_IPIP: u8 = 3;
     /// Tunnel, GUE (outer IP/UDP + 4-byte GUE header).
     pub const TUN_GUE: u8 = 4;
+    /// FULLNAT: source -> a local address and port of the service's pool,
+    /// destination -> the real server (the tail-called `xdp_fnat`).
+    pub const FNAT: u8 = 5;
     /// Tunnel, GRE (outer IP + GRE header, RFC 2784).
     pub const TUN_GRE: u8 = 6;
     /// Tunnel, Geneve (outer IP/UDP 6081 + 8-byte Geneve header, RFC 8926).
@@ -165,6 +168,9 @@ pub mod dest_flags {
 
 /// Config flag: some real server uses NAT, so the program looks up replies.
 pub const CFG_F_NAT: u32 = 0x0001;
+/// Config flag: some service has local addresses (FULLNAT), so packets to
+/// them are looked up in `fnat_laddrs` and handed to `xdp_fnat`.
+pub const CFG_F_FNAT: u32 = 0x0002;
 /// Flow flag: no reply seen (always set for DR/TUN flows).
 pub const FLOW_F_NOOUTPUT: u8 = 0x01;
 /// Number of IPVS TCP states (`NONE` .. `SYNACK`).
@@ -796,6 +802,15 @@ pub struct NhKey {
 }
 
 impl NhKey {
+    /// The key of `addr` (the form `fnat_laddrs` uses too).
+    pub fn of(addr: std::net::IpAddr) -> Self {
+        NhKey {
+            addr: addr16(addr),
+            family: family(addr),
+            pad0: [0; 3],
+        }
+    }
+
     /// The next hop's address; `None` for an unknown family.
     pub fn addr(&self) -> Option<std::net::IpAddr> {
         match self.family {
@@ -914,3 +929,164 @@ const _: () = assert!(size_of::<PersistKey>() == 36);
 const _: () = assert!(size_of::<Persist>() == 16);
 const _: () = assert!(size_of::<LocalityKey>() == 24);
 const _: () = assert!(size_of::<Locality>() == 56);
+
+// ------------------------------------------------------------- FULLNAT
+
+/// Local addresses one service's pool may hold in the program
+/// (`RVS_FNAT_POOL_MAX`; ranges are expanded, a bigger pool is refused).
+pub const FNAT_POOL_MAX: usize = 16;
+/// Candidates a new FULLNAT flow tries before it counts as exhausted.
+pub const FNAT_PROBES: u32 = 16;
+/// First local port a pool hands out by default.
+pub const FNAT_PORT_MIN: u16 = 1024;
+/// Last local port a pool hands out by default.
+pub const FNAT_PORT_MAX: u16 = 65535;
+/// `fnat_prog`'s slot of `xdp_fnat`.
+pub const FNAT_PROG: u32 = 0;
+/// `fnat_tmp.kind`: a packet of a FULLNAT flow, client -> VIP.
+pub const FNAT_INBOUND: u32 = 1;
+/// `fnat_tmp.kind`: a packet to a local address.
+pub const FNAT_REPLY: u32 = 2;
+/// Entries of `fnat_laddrs` (every service's local addresses together).
+pub const FNAT_LADDRS_MAX: u32 = 4096;
+/// The pool hash's seed (`RVS_FNAT_SEED`, bpf/lib/fnat.h).
+pub const FNAT_SEED: u64 = 0x5256_535f_666e_6174;
+/// The pool hash's multiplier (`RVS_FNAT_MUL`).
+pub const FNAT_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+/// The stride between a flow's candidates (`RVS_FNAT_STRIDE`).
+pub const FNAT_STRIDE: u32 = 0x9e37_79b1;
+
+/// `fnat_pools[service index]`: the service's local addresses and port
+/// range (`struct rvs_fnat_pool`).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct FnatPool {
+    /// Addresses in use, from the first; 0 = no pool.
+    pub count: u32,
+    /// First local port (host order).
+    pub port_min: u16,
+    /// Last local port (host order).
+    pub port_max: u16,
+    /// Family of every address.
+    pub family: u8,
+    /// Zero.
+    pub pad0: [u8; 3],
+    /// The addresses, see [`addr16`].
+    pub addrs: [[u8; 16]; FNAT_POOL_MAX],
+}
+
+impl Default for FnatPool {
+    fn default() -> Self {
+        FnatPool {
+            count: 0,
+            port_min: FNAT_PORT_MIN,
+            port_max: FNAT_PORT_MAX,
+            family: 0,
+            pad0: [0; 3],
+            addrs: [[0; 16]; FNAT_POOL_MAX],
+        }
+    }
+}
+
+/// `fnat_rev` key: a FULLNAT flow as its real server sees it (the reply's
+/// source and destination; `struct rvs_fnat_key`). Also `fnat_fwd`'s value.
+#[repr(C)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct FnatKey {
+    /// Real server address.
+    pub raddr: [u8; 16],
+    /// Local address.
+    pub laddr: [u8; 16],
+    /// Real server port, network order.
+    pub rport: u16,
+    /// Local port, network order.
+    pub lport: u16,
+    /// Protocol.
+    pub proto: u8,
+    /// Family.
+    pub family: u8,
+    /// Zero.
+    pub pad0: u16,
+}
+
+/// `fnat_rev` value: the client side of the flow (`struct rvs_fnat`).
+#[repr(C)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct Fnat {
+    /// Client address.
+    pub caddr: [u8; 16],
+    /// VIP.
+    pub vaddr: [u8; 16],
+    /// Client port, network order.
+    pub cport: u16,
+    /// VIP port, network order.
+    pub vport: u16,
+    /// Service index.
+    pub svc: u32,
+    /// Real-server index.
+    pub dest: u32,
+    /// Zero.
+    pub pad0: u32,
+}
+
+/// `fnat_tmp[0]` (per CPU): what `xdp_lb` hands `xdp_fnat` across the tail
+/// call (`struct rvs_fnat_tmp`).
+#[repr(C)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct FnatTmp {
+    /// [`FNAT_INBOUND`] or [`FNAT_REPLY`].
+    pub kind: u32,
+    /// Real-server index.
+    pub dest: u32,
+    /// Service index.
+    pub svc: u32,
+    /// Zero.
+    pub pad0: u32,
+}
+
+/// `fnat_stats[service index]` (per CPU; `struct rvs_fnat_stats`).
+#[repr(C)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct FnatStats {
+    /// New flows dropped: every candidate (local address, port) was taken.
+    pub exhausted: u64,
+    /// (local address, port) pairs handed out.
+    pub allocated: u64,
+}
+
+/// The `i`-th (local address index, local port) candidate the program
+/// tries for a new FULLNAT flow from `caddr:cport` to port `vport` (host
+/// order ports) with a pool of `count` addresses and ports
+/// `port_min..=port_max`: the formula of bpf/lib/fnat.h (`fnat_hash`,
+/// `fnat_alloc`), so tests can predict and provoke collisions.
+pub fn fnat_candidate(
+    caddr: IpAddr,
+    cport: u16,
+    vport: u16,
+    count: u32,
+    port_min: u16,
+    port_max: u16,
+    i: u32,
+) -> (u32, u16) {
+    let a = addr16(caddr);
+    let word = |j: usize| u32::from_ne_bytes([a[j], a[j + 1], a[j + 2], a[j + 3]]);
+    let w = word(0) ^ word(4) ^ word(8) ^ word(12);
+    let sport = u64::from(u16::from_ne_bytes(cport.to_be_bytes()));
+    let dport = u64::from(u16::from_ne_bytes(vport.to_be_bytes()));
+    let h = ((u64::from(w) << 32) | (sport << 16) | dport) ^ FNAT_SEED;
+    let h = h.wrapping_mul(FNAT_MUL);
+    let h = (h ^ (h >> 32)) as u32;
+    let c = h.wrapping_add(i.wrapping_mul(FNAT_STRIDE));
+    let count = count.max(1);
+    let range = u32::from(port_max) - u32::from(port_min) + 1;
+    let port = u32::from(port_min) + (c / count) % range;
+    (c % count, port as u16)
+}

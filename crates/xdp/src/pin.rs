@@ -315,6 +315,7 @@ impl MapLayout {
                 | "flow_epochs"
                 | "nh_missing"
                 | "tun_csum_tmp"
+                | "fnat_tmp"
         )
     }
 }
@@ -362,6 +363,16 @@ pub fn director_maps(opts: &crate::LoadOptions) -> Vec<MapLayout> {
         MapLayout::of::<u32, [u8; CSUM_CHUNK]>("tun_csum_tmp", MAP_PERCPU_ARRAY, 1),
         MapLayout::of::<NhKey, u32>("nh_missing", MAP_HASH, NH_MISSING_MAX),
         MapLayout::of::<u32, u64>("nh_missing_full", MAP_PERCPU_ARRAY, 1),
+        // FULLNAT (bpf/lib/fnat.h). `fnat_prog` (the tail-call slot) is
+        // not pinned: each loaded director has its own, holding the
+        // xdp_fnat of its object, which uses these pinned maps.
+        MapLayout::of::<u32, FnatPool>("fnat_pools", MAP_ARRAY, MAX_SERVICES),
+        MapLayout::of::<FnatKey, Fnat>("fnat_rev", MAP_LRU_HASH, n),
+        MapLayout::of::<FlowKey, FnatKey>("fnat_fwd", MAP_LRU_HASH, n),
+        MapLayout::of::<NhKey, u32>("fnat_laddrs", MAP_HASH, FNAT_LADDRS_MAX),
+        MapLayout::of::<u32, FnatTmp>("fnat_tmp", MAP_PERCPU_ARRAY, 1),
+        MapLayout::of::<u32, FnatStats>("fnat_stats", MAP_PERCPU_ARRAY, MAX_SERVICES),
+        MapLayout::of::<u32, u64>("fnat_missed", MAP_PERCPU_ARRAY, 1),
     ]
 }
 

@@ -82,7 +82,8 @@
 //!
 //! What the XDP program cannot do is refused with a clear error: fwmark
 //! services (XDP runs before the skb exists, so there is no packet mark),
-//! `Local` and `FullNat` real servers, GRE tunnels.
+//! `Local` real servers, FULLNAT pools the program cannot hold (see
+//! [`admit`]). FULLNAT runs in the tail-called `xdp_fnat` (bpf/lib/fnat.h).
 //! Every scheduler of the core runs in the program.
 //!
 //! # Reporting
@@ -156,6 +157,7 @@ mod adopt;
 mod alloc;
 mod apply;
 mod flood;
+mod fnat;
 mod l2;
 mod report;
 pub mod resolver;
@@ -204,7 +206,7 @@ struct DestState {
 
 impl DestState {
     fn needs_l2(&self) -> bool {
-        !self.is_nat()
+        !self.is_nat() && !matches!(self.core.config.forward, ForwardMethod::FullNat)
     }
     fn is_nat(&self) -> bool {
         matches!(self.core.config.forward, ForwardMethod::Masq)
@@ -343,6 +345,7 @@ fn method_of(f: &ForwardMethod) -> Result<(u8, u16, u32), PlaneError> {
     match f {
         ForwardMethod::Masq => Ok((maps::fwd::NAT, 0, 0)),
         ForwardMethod::Route => Ok((maps::fwd::DR, 0, 0)),
+        ForwardMethod::FullNat => Ok((maps::fwd::FNAT, 0, 0)),
         ForwardMethod::Tunnel(t) => {
             let csum = match t.csum {
                 TunnelCsum::NoCsum => 0,
@@ -659,6 +662,17 @@ impl<M: MapOps> Plane<M> {
             .collect()
     }
 
+    /// The `dests` indexes of FULLNAT real servers (installed or deleted
+    /// but still referenced).
+    fn fnat_dests(&self) -> HashSet<u32> {
+        let installed = self.services.values().flat_map(|s| s.dests.iter());
+        installed
+            .chain(self.trash.iter().map(|t| &t.dest))
+            .filter(|d| matches!(d.core.config.forward, ForwardMethod::FullNat))
+            .map(|d| d.index)
+            .collect()
+    }
+
     /// The `dests` index of an installed (or deleted but still referenced)
     /// real server.
     pub fn dest_index(&self, key: &ServiceKey, addr: IpAddr, port: u16) -> Option<u32> {
@@ -748,19 +762,75 @@ impl SyncedFlow {
 }
 
 /// Refuse, before anything changes, what the program cannot carry: fwmark
-/// and SCTP services, schedulers it does not run (none today), `Local`/`FullNat` real
-/// servers and GRE tunnels.
+/// and SCTP services, schedulers it does not run (none today), `Local` real
+/// servers, FULLNAT real servers or local addresses of the other family
+/// than their service, a local address range larger than one service's
+/// pool may be (the sum of a service's ranges is checked by
+/// [`XdpPlane`]'s `admit_all` and again when applied).
 pub fn admit(command: &Command) -> Result<(), PlaneError> {
     match command {
         Command::AddService { key, config } | Command::EditService { key, config } => {
             svc_key(key)?;
             check_scheduler(config).map(|_| ())
         }
-        Command::AddDest { dest, .. } | Command::EditDest { dest, .. } => {
-            method_of(&dest.forward).map(|_| ())
+        Command::AddDest { service, dest } | Command::EditDest { service, dest } => {
+            method_of(&dest.forward)?;
+            if matches!(dest.forward, ForwardMethod::FullNat)
+                && rvs_core::model::AddrFamily::of(&dest.addr) != service.af()
+            {
+                return Err(PlaneError::Refused(format!(
+                    "FULLNAT real server {} is not of its service's family: the xdp data \
+                     plane's FULLNAT keeps the family",
+                    dest.addr
+                )));
+            }
+            Ok(())
+        }
+        Command::AddLaddr { service, laddr } => {
+            let v6 = service.af() == rvs_core::model::AddrFamily::Inet6;
+            fnat::pool_addrs(std::slice::from_ref(laddr), v6).map(|_| ())
         }
         _ => Ok(()),
     }
+}
+
+/// The pool rule of [`admit`] over a batch: each service's local
+/// addresses (those `ipvs` has plus the batch's additions and removals, in
+/// order) must fit one pool of the program; the index of the first command
+/// that would not fit, with the reason.
+pub fn check_pool_sizes(
+    ipvs: &rvs_core::ipvs::Ipvs,
+    commands: &[Command],
+) -> Result<(), (usize, String)> {
+    let mut pools: HashMap<ServiceKey, Vec<rvs_core::model::LocalAddrRange>> = HashMap::new();
+    for (i, c) in commands.iter().enumerate() {
+        match c {
+            Command::AddLaddr { service, laddr } => {
+                let p = pools.entry(*service).or_insert_with(|| {
+                    ipvs.service(service)
+                        .map(|s| s.laddrs().to_vec())
+                        .unwrap_or_default()
+                });
+                p.push(*laddr);
+                let v6 = service.af() == rvs_core::model::AddrFamily::Inet6;
+                fnat::pool_addrs(p, v6).map_err(|e| (i, e.to_string()))?;
+            }
+            Command::DelLaddr { service, laddr } => {
+                let p = pools.entry(*service).or_insert_with(|| {
+                    ipvs.service(service)
+                        .map(|s| s.laddrs().to_vec())
+                        .unwrap_or_default()
+                });
+                p.retain(|l| l != laddr);
+            }
+            Command::DelService { key } => {
+                pools.insert(*key, Vec::new());
+            }
+            Command::Clear => pools.clear(),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The XDP data plane of rvsd: the program attached to its interfaces,

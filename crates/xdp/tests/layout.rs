@@ -29,6 +29,7 @@ use rvs_xdp::maps::{
     self, Config, Dest, DestConns, Flood, Flow, Flow4Key, Flow6Cache, FlowCache, FlowKey, Locality,
     LocalityKey, Nat, NatKey, NhKey, Persist, PersistKey, Stats, Svc, SvcFlood, SvcKey,
 };
+use rvs_xdp::maps::{Fnat, FnatKey, FnatPool, FnatStats, FnatTmp};
 use rvs_xdp::own_mac::{self, OwnMac, OwnMacTable};
 use rvs_xdp::toa::{self, ToaAddr};
 
@@ -156,6 +157,11 @@ mirrors! {
     "rvs_decap_vip" => DecapVip { family, pad0, addr }
     "rvs_decap_config" => DecapConfig { gue_port, geneve_port, pad1 }
     "rvs_toa_addr" => ToaAddr { family, pad0, port, addr }
+    "rvs_fnat_pool" => FnatPool { count, port_min, port_max, family, pad0, addrs }
+    "rvs_fnat_key" => FnatKey { raddr, laddr, rport, lport, proto, family, pad0 }
+    "rvs_fnat" => Fnat { caddr, vaddr, cport, vport, svc, dest, pad0 }
+    "rvs_fnat_tmp" => FnatTmp { kind, dest, svc, pad0 }
+    "rvs_fnat_stats" => FnatStats { exhausted, allocated }
 }
 
 /// Map value types only the program reads and writes (the control side
@@ -884,6 +890,19 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_FWD_TUN_GUE", fwd::TUN_GUE.into()),
         ("RVS_FWD_TUN_GRE", fwd::TUN_GRE.into()),
         ("RVS_FWD_TUN_GENEVE", fwd::TUN_GENEVE.into()),
+        ("RVS_FWD_FNAT", fwd::FNAT.into()),
+        ("RVS_CFG_F_FNAT", maps::CFG_F_FNAT.into()),
+        ("RVS_FNAT_POOL_MAX", maps::FNAT_POOL_MAX as u64),
+        ("RVS_FNAT_PROBES", maps::FNAT_PROBES.into()),
+        ("RVS_FNAT_PORT_MIN", maps::FNAT_PORT_MIN.into()),
+        ("RVS_FNAT_PORT_MAX", maps::FNAT_PORT_MAX.into()),
+        ("RVS_FNAT_PROG", maps::FNAT_PROG.into()),
+        ("RVS_FNAT_INBOUND", maps::FNAT_INBOUND.into()),
+        ("RVS_FNAT_REPLY", maps::FNAT_REPLY.into()),
+        ("RVS_FNAT_LADDRS_MAX", maps::FNAT_LADDRS_MAX.into()),
+        ("RVS_FNAT_SEED", maps::FNAT_SEED),
+        ("RVS_FNAT_MUL", maps::FNAT_MUL),
+        ("RVS_FNAT_STRIDE", maps::FNAT_STRIDE.into()),
         ("RVS_SVC_F_PERSISTENT", svc_flags::PERSISTENT.into()),
         ("RVS_SVC_F_HASHED", svc_flags::HASHED.into()),
         ("RVS_SVC_F_ONEPACKET", svc_flags::ONEPACKET.into()),

@@ -98,5 +98,19 @@ fn no_map_call_or_loop_is_left_to_the_generic_helper() {
             slow.is_empty(),
             "{object:?}: helper calls the verifier did not inline: {slow:?}"
         );
+        // The FULLNAT program the director tail-calls (loaded with it).
+        let insns = l.translated_of("xdp_fnat").unwrap();
+        assert!(
+            insns.len() > 200,
+            "{object:?} xdp_fnat: {} insns",
+            insns.len()
+        );
+        let all = calls_to(&insns, &syms, &["htab_lru_map_update_elem"]);
+        assert!(!all.is_empty(), "{object:?} xdp_fnat: no call resolved");
+        let slow = calls_to(&insns, &syms, &watch);
+        assert!(
+            slow.is_empty(),
+            "{object:?} xdp_fnat: helper calls the verifier did not inline: {slow:?}"
+        );
     }
 }

@@ -365,6 +365,36 @@ pub fn director(ipvs: &Ipvs, reloads: u64, reload_failures: u64) -> Vec<Family> 
     ]
 }
 
+/// The XDP data plane's FULLNAT counters, per service with a local address
+/// pool: new flows dropped because no (local address, port) was free toward
+/// their real server, and pairs handed out.
+pub fn xdp_fnat(services: &[(ServiceKey, rvs_xdp::maps::FnatStats)]) -> Vec<Family> {
+    type Get = fn(&rvs_xdp::maps::FnatStats) -> u64;
+    let families: [(&'static str, &'static str, Get); 2] = [
+        (
+            "rvs_xdp_fnat_exhausted_total",
+            "New FULLNAT flows dropped: every (local address, port) candidate toward \
+             their real server was held by a live flow (the pool is too small).",
+            |c| c.exhausted,
+        ),
+        (
+            "rvs_xdp_fnat_allocated_total",
+            "(local address, port) pairs handed out to new FULLNAT flows.",
+            |c| c.allocated,
+        ),
+    ];
+    families
+        .iter()
+        .map(|&(name, help, get)| {
+            let mut f = Family::new(name, Kind::Counter, help);
+            for (key, c) in services {
+                f.push(service_labels(key), Value::Int(get(c)));
+            }
+            f
+        })
+        .collect()
+}
+
 /// The XDP data plane's SYN-flood counters, per service (rvs_xdp_*): what
 /// the embryonic tables took and shed, what the guard forwarded without an
 /// entry, what passed for want of a flow, what was adopted mid-stream.
@@ -632,6 +662,7 @@ pub fn families(s: &Sources) -> Vec<Family> {
     }
     if let Some(x) = s.xdp_flood {
         out.extend(xdp_flood(&x.snapshot()));
+        out.extend(xdp_fnat(&x.fnat_snapshot()));
     }
     out.extend(health(s.health));
     out.extend(vrrp(s.vrrp));
@@ -742,6 +773,29 @@ mod tests {
             ("rvs_xdp_guarded_flows_total", 7),
             ("rvs_xdp_unknown_segments_total", 2),
             ("rvs_xdp_adopted_flows_total", 5),
+        ] {
+            let want = format!("{name}{labels} {v}");
+            assert!(lines(&text).contains(&want.as_str()), "{want} in {text}");
+            assert!(text.contains(&format!("# TYPE {name} counter")), "{text}");
+        }
+    }
+
+    #[test]
+    fn xdp_fnat_counters_per_service() {
+        let key = ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: "10.0.0.1".parse().expect("addr"),
+            port: 80,
+        };
+        let c = rvs_xdp::maps::FnatStats {
+            exhausted: 3,
+            allocated: 70,
+        };
+        let text = encode(xdp_fnat(&[(key, c)]));
+        let labels = r#"{local_address="10.0.0.1",local_port="80",proto="TCP",local_mark=""}"#;
+        for (name, v) in [
+            ("rvs_xdp_fnat_exhausted_total", 3),
+            ("rvs_xdp_fnat_allocated_total", 70),
         ] {
             let want = format!("{name}{labels} {v}");
             assert!(lines(&text).contains(&want.as_str()), "{want} in {text}");

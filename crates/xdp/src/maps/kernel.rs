@@ -239,6 +239,25 @@ impl MapOps for KernelMaps {
     fn remove_nat(&mut self, key: &NatKey) -> Result<(), XdpError> {
         self.director.remove_nat(key)
     }
+    fn set_fnat_pool(&mut self, index: u32, pool: &crate::maps::FnatPool) -> Result<(), XdpError> {
+        self.director.set_fnat_pool(index, pool)
+    }
+    fn set_fnat_laddr(&mut self, addr: std::net::IpAddr, present: bool) -> Result<(), XdpError> {
+        if present {
+            self.director.add_fnat_laddr(addr)
+        } else {
+            self.director.remove_fnat_laddr(addr)
+        }
+    }
+    fn fnat_of(&mut self, key: &FlowKey) -> Result<Option<crate::maps::FnatKey>, XdpError> {
+        self.director.fnat_of(key)
+    }
+    fn remove_fnat(&mut self, key: &FlowKey, rev: &crate::maps::FnatKey) -> Result<(), XdpError> {
+        self.director.remove_fnat_of(key, rev)
+    }
+    fn fnat_stats(&mut self, index: u32) -> Result<crate::maps::FnatStats, XdpError> {
+        self.director.fnat_stats(index)
+    }
     fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError> {
         self.director
             .hash::<PersistKey, Persist>("persist")?

@@ -43,6 +43,17 @@ pub struct MemMaps {
     pub flows: HashMap<FlowKey, Flow>,
     /// `nat_rev`.
     pub nat_rev: HashMap<NatKey, Nat>,
+    /// `fnat_pools` (absent = zero).
+    pub fnat_pools: HashMap<u32, crate::maps::FnatPool>,
+    /// `fnat_fwd` (flow -> its `fnat_rev` key; `fnat_rev` itself is the
+    /// program's).
+    pub fnat_fwd: HashMap<FlowKey, crate::maps::FnatKey>,
+    /// `fnat_rev`'s keys (the pairs in use).
+    pub fnat_rev: std::collections::HashSet<crate::maps::FnatKey>,
+    /// `fnat_stats`, already summed.
+    pub fnat_stats: HashMap<u32, crate::maps::FnatStats>,
+    /// `fnat_laddrs`.
+    pub fnat_laddrs: std::collections::BTreeSet<std::net::IpAddr>,
     /// `dest_conns` (absent = zero).
     pub dest_conns: HashMap<u32, DestConns>,
     /// `persist`.
@@ -226,6 +237,33 @@ impl MapOps for MemMaps {
         self.write("nat_rev")?;
         self.nat_rev.remove(key);
         Ok(())
+    }
+    fn set_fnat_pool(&mut self, index: u32, pool: &crate::maps::FnatPool) -> Result<(), XdpError> {
+        self.write("fnat_pools")?;
+        Self::bound("fnat_pools", index, super::MAX_SERVICES)?;
+        self.fnat_pools.insert(index, *pool);
+        Ok(())
+    }
+    fn set_fnat_laddr(&mut self, addr: std::net::IpAddr, present: bool) -> Result<(), XdpError> {
+        self.write("fnat_laddrs")?;
+        if present {
+            self.fnat_laddrs.insert(addr);
+        } else {
+            self.fnat_laddrs.remove(&addr);
+        }
+        Ok(())
+    }
+    fn fnat_of(&mut self, key: &FlowKey) -> Result<Option<crate::maps::FnatKey>, XdpError> {
+        Ok(self.fnat_fwd.get(key).copied())
+    }
+    fn remove_fnat(&mut self, key: &FlowKey, rev: &crate::maps::FnatKey) -> Result<(), XdpError> {
+        self.write("fnat_rev")?;
+        self.fnat_fwd.remove(key);
+        self.fnat_rev.remove(rev);
+        Ok(())
+    }
+    fn fnat_stats(&mut self, index: u32) -> Result<crate::maps::FnatStats, XdpError> {
+        Ok(self.fnat_stats.get(&index).copied().unwrap_or_default())
     }
     fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError> {
         self.write("persist")?;

@@ -71,6 +71,19 @@ pub trait MapOps {
     fn set_nat(&mut self, key: &NatKey, nat: &Nat) -> Result<(), XdpError>;
     /// Delete a NAT reply entry (absent is not an error).
     fn remove_nat(&mut self, key: &NatKey) -> Result<(), XdpError>;
+    /// `fnat_pools[index] = pool` (a service's FULLNAT local addresses).
+    fn set_fnat_pool(&mut self, index: u32, pool: &crate::maps::FnatPool) -> Result<(), XdpError>;
+    /// Add (`present`) or remove a local address in `fnat_laddrs` (absent
+    /// is not an error).
+    fn set_fnat_laddr(&mut self, addr: std::net::IpAddr, present: bool) -> Result<(), XdpError>;
+    /// The FULLNAT translation of flow `key` (`fnat_fwd`: its `fnat_rev`
+    /// key, whose local address and port `-Lcn` shows), if any.
+    fn fnat_of(&mut self, key: &FlowKey) -> Result<Option<crate::maps::FnatKey>, XdpError>;
+    /// Delete flow `key`'s FULLNAT translation both ways (`fnat_fwd[key]`
+    /// and `fnat_rev[rev]`; absent is not an error): its pair is free.
+    fn remove_fnat(&mut self, key: &FlowKey, rev: &crate::maps::FnatKey) -> Result<(), XdpError>;
+    /// Service `index`'s FULLNAT counters summed over CPUs (`fnat_stats`).
+    fn fnat_stats(&mut self, index: u32) -> Result<crate::maps::FnatStats, XdpError>;
     /// Insert or replace a persistence template.
     fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError>;
     /// Call `f` for about `max` entries of the flow tables from `cursor`

@@ -231,6 +231,17 @@ impl<M: MapOps> Plane<M> {
         };
         // Unreachable now; a stale element is harmless if this write fails.
         let _ = self.maps.set_svc(st.index, &Svc::default());
+        if !st.laddrs.is_empty() {
+            let _ = self
+                .maps
+                .set_fnat_pool(st.index, &crate::maps::FnatPool::default());
+            let mut before = self.all_laddrs();
+            before.extend(st.laddrs.iter().flat_map(|r| r.addrs()));
+            if self.sync_laddrs(&before).is_err() {
+                self.dirty = true;
+            }
+            let _ = self.write_config();
+        }
         let g = self.generation;
         self.retired.push((g, Retired::Svc(st.index)));
         if let Some(r) = st.region {
@@ -456,9 +467,27 @@ impl<M: MapOps> Plane<M> {
             .services
             .get_mut(service)
             .ok_or(PlaneError::NoService(*service))?;
-        if !st.laddrs.contains(&laddr) {
+        if st.laddrs.contains(&laddr) {
+            return Ok(());
+        }
+        // Checked before anything is written: the books change only with
+        // the maps.
+        let v6 = service.af() == rvs_core::model::AddrFamily::Inet6;
+        let mut ranges = st.laddrs.clone();
+        ranges.push(laddr);
+        super::fnat::pool_addrs(&ranges, v6)?;
+        let before = self.all_laddrs();
+        if let Some(st) = self.services.get_mut(service) {
             st.laddrs.push(laddr);
         }
+        if let Err(e) = self.write_pool(service, &before) {
+            if let Some(st) = self.services.get_mut(service) {
+                st.laddrs.retain(|l| *l != laddr);
+            }
+            let _ = self.write_pool(service, &self.all_laddrs_with(&before));
+            return Err(e);
+        }
+        let _ = self.write_config();
         Ok(())
     }
 
@@ -475,7 +504,17 @@ impl<M: MapOps> Plane<M> {
             .services
             .get_mut(service)
             .ok_or(PlaneError::NoService(*service))?;
-        st.laddrs.retain(|l| *l != laddr);
+        if !st.laddrs.contains(&laddr) {
+            return Ok(());
+        }
+        let before = self.all_laddrs();
+        if let Some(st) = self.services.get_mut(service) {
+            st.laddrs.retain(|l| *l != laddr);
+        }
+        // Flows already holding one of its addresses keep their
+        // translation (fnat_rev) until they end, as IPVS keeps them.
+        self.write_pool(service, &before)?;
+        let _ = self.write_config();
         Ok(())
     }
 
@@ -524,6 +563,9 @@ impl<M: MapOps> Plane<M> {
         } else {
             0
         };
+        if self.services.values().any(|s| !s.laddrs.is_empty()) {
+            c.flags |= maps::CFG_F_FNAT;
+        }
         let tun = |v6: bool| {
             all().find_map(|d| {
                 let tunnel = matches!(d.core.config.forward, ForwardMethod::Tunnel(_));

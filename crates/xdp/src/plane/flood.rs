@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use rvs_core::model::ServiceKey;
 
 use super::Plane;
-use crate::maps::{MapOps, SvcFlood};
+use crate::maps::{FnatStats, MapOps, SvcFlood};
 
 /// The SYN-flood counters of every installed service as the last report
 /// read them, shared between the plane's worker (which writes them once a
@@ -22,6 +22,8 @@ use crate::maps::{MapOps, SvcFlood};
 #[derive(Debug, Default)]
 pub struct FloodStats {
     services: Mutex<Vec<(ServiceKey, SvcFlood)>>,
+    /// The FULLNAT counters (`fnat_stats`) of services with a pool.
+    fnat: Mutex<Vec<(ServiceKey, FnatStats)>>,
 }
 
 impl FloodStats {
@@ -37,6 +39,19 @@ impl FloodStats {
             .fold(SvcFlood::default(), |a, (_, c)| a.add(c))
     }
 
+    /// A copy of the FULLNAT counters per service with a local address
+    /// pool (`rvs_xdp_fnat_*`), ordered by service, counted from when the
+    /// service was installed.
+    pub fn fnat_snapshot(&self) -> Vec<(ServiceKey, FnatStats)> {
+        self.fnat.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    fn publish_fnat(&self, v: Vec<(ServiceKey, FnatStats)>) {
+        if let Ok(mut g) = self.fnat.lock() {
+            *g = v;
+        }
+    }
+
     fn publish(&self, v: Vec<(ServiceKey, SvcFlood)>) {
         if let Ok(mut g) = self.services.lock() {
             *g = v;
@@ -48,6 +63,7 @@ impl FloodStats {
 #[derive(Debug, Default)]
 pub(super) struct FloodBase {
     base: HashMap<ServiceKey, (u32, SvcFlood)>,
+    fnat: HashMap<ServiceKey, (u32, FnatStats)>,
 }
 
 fn sub(a: &SvcFlood, b: &SvcFlood) -> SvcFlood {
@@ -88,6 +104,39 @@ impl<M: MapOps> Plane<M> {
         self.flood_base.base.retain(|k, _| services.contains_key(k));
         out.sort_by_cached_key(|(k, _)| format!("{k:?}"));
         self.flood.publish(out);
+        self.read_fnat_stats();
+    }
+
+    /// Read `fnat_stats` of every service with a pool and publish it from
+    /// each service's baseline (as [`Plane::read_flood`]).
+    fn read_fnat_stats(&mut self) {
+        let mut out = Vec::new();
+        for (key, st) in &self.services {
+            if st.laddrs.is_empty() {
+                continue;
+            }
+            let Ok(cur) = self.maps.fnat_stats(st.index) else {
+                return;
+            };
+            let base = match self.flood_base.fnat.get(key) {
+                Some((i, b)) if *i == st.index => *b,
+                _ => {
+                    self.flood_base.fnat.insert(*key, (st.index, cur));
+                    cur
+                }
+            };
+            out.push((
+                *key,
+                FnatStats {
+                    exhausted: cur.exhausted.wrapping_sub(base.exhausted),
+                    allocated: cur.allocated.wrapping_sub(base.allocated),
+                },
+            ));
+        }
+        let services = &self.services;
+        self.flood_base.fnat.retain(|k, _| services.contains_key(k));
+        out.sort_by_cached_key(|(k, _)| format!("{k:?}"));
+        self.flood.publish_fnat(out);
     }
 }
 
@@ -142,5 +191,50 @@ mod tests {
         };
         assert_eq!(stats.snapshot(), vec![(key, want)]);
         assert_eq!(stats.total(), want);
+    }
+
+    #[test]
+    fn fnat_counters_are_published_for_services_with_a_pool() {
+        let mut plane = Plane::new(MemMaps::new(1 << 16)).expect("plane");
+        let key = ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: "10.0.0.1".parse().expect("addr"),
+            port: 80,
+        };
+        plane
+            .apply_command(&Command::AddService {
+                key,
+                config: ServiceConfig::new(AddrFamily::Inet),
+            })
+            .expect("add service");
+        let stats = plane.flood_stats();
+        plane.read_flood();
+        assert!(stats.fnat_snapshot().is_empty(), "no pool: not listed");
+        plane
+            .apply_command(&Command::AddLaddr {
+                service: key,
+                laddr: rvs_core::model::LocalAddrRange::parse("10.9.0.1").expect("laddr"),
+            })
+            .expect("laddr");
+        let index = plane.services[&key].index;
+        plane.read_flood();
+        plane.maps().fnat_stats.insert(
+            index,
+            FnatStats {
+                exhausted: 4,
+                allocated: 9,
+            },
+        );
+        plane.read_flood();
+        assert_eq!(
+            stats.fnat_snapshot(),
+            vec![(
+                key,
+                FnatStats {
+                    exhausted: 4,
+                    allocated: 9
+                }
+            )]
+        );
     }
 }

@@ -41,6 +41,11 @@ pub struct ReportRead {
     /// Expired flows of this page (to delete), with the reply entry of
     /// those of NAT real servers.
     expired: Vec<(FlowKey, Option<NatKey>)>,
+    /// The local address and port of this page's live FULLNAT flows.
+    locals: HashMap<FlowKey, SocketAddr>,
+    /// Expired FULLNAT flows of this page with their translation (freed
+    /// with the flow, so the pair comes back).
+    expired_fnat: Vec<(FlowKey, maps::FnatKey)>,
     /// The flow walk completed with this page.
     flows_done: bool,
     /// Report generation the flow walk began at.
@@ -62,6 +67,8 @@ pub struct ReportWrites {
     stale: Vec<PersistKey>,
     /// Expired flows to delete, with their NAT reply entries.
     expired: Vec<(FlowKey, Option<NatKey>)>,
+    /// FULLNAT translations of expired flows to delete.
+    expired_fnat: Vec<(FlowKey, maps::FnatKey)>,
     /// `dest_conns` from a completed flow walk.
     dest_conns: Vec<(u32, DestConns)>,
     /// Real servers whose `OVERLOADED` flag changed (the plane's books
@@ -132,6 +139,23 @@ impl<M: MapOps> Plane<M> {
                     }
                     flows.push((*k, *f, Duration::from_millis((limit - age) * 1000 / hz)));
                 })?;
+        // FULLNAT flows: the pair each live one holds (for -Lcn), and the
+        // translations of expired ones (freed with them).
+        let fnat_dests = self.fnat_dests();
+        if !fnat_dests.is_empty() {
+            for (k, f, _) in &read.flows {
+                if fnat_dests.contains(&f.dest)
+                    && let Some(r) = self.maps.fnat_of(k)?
+                {
+                    read.locals.insert(*k, fnat_local(&r));
+                }
+            }
+            for (k, _) in &read.expired {
+                if let Some(r) = self.maps.fnat_of(k)? {
+                    read.expired_fnat.push((*k, r));
+                }
+            }
+        }
         // Persistence templates: live ones are mirrored (and keep their real
         // server's index from being reused), expired ones go.
         let timeouts: HashMap<u32, u32> = self
@@ -202,6 +226,9 @@ impl<M: MapOps> Plane<M> {
             if let Some(n) = nat {
                 let _ = self.maps.remove_nat(n);
             }
+        }
+        for (k, r) in &w.expired_fnat {
+            let _ = self.maps.remove_fnat(k, r);
         }
         for (i, c) in &w.dest_conns {
             let _ = self.maps.set_dest_conns(*i, c);
@@ -360,10 +387,14 @@ impl<M: MapOps> Plane<M> {
             };
             if let Some(id) = ipvs.mirror_conn(now, &m) {
                 self.flow_walk.seen.insert(id);
+                if let Some(local) = read.locals.get(&k) {
+                    ipvs.set_conn_local(id, *local);
+                }
             }
         }
         w.stale = read.stale;
         w.expired = read.expired;
+        w.expired_fnat = read.expired_fnat;
         // A complete walk: entries the previous walk of that table mirrored
         // and this one did not see are gone.
         if read.persist_done {
@@ -497,4 +528,15 @@ fn template_of(k: &PersistKey, dest: DestId, left: Duration) -> Option<MirroredC
         idle_left: left,
         template: true,
     })
+}
+
+/// The local address and port of a FULLNAT translation.
+fn fnat_local(r: &maps::FnatKey) -> SocketAddr {
+    let ip: IpAddr = if r.family == maps::AF_INET6 {
+        std::net::Ipv6Addr::from(r.laddr).into()
+    } else {
+        let [a, b, c, d, ..] = r.laddr;
+        std::net::Ipv4Addr::new(a, b, c, d).into()
+    };
+    SocketAddr::new(ip, u16::from_be(r.lport))
 }

@@ -1310,34 +1310,164 @@ fn next_hops_the_program_misses_are_solicited_until_resolved() {
 }
 
 #[test]
-fn laddr_pools_are_booked_and_fullnat_is_refused_with_its_reason() {
+fn laddr_pools_are_written_and_fullnat_real_servers_accepted() {
+    use rvs_core::model::LocalAddrRange;
     let mut bed = Bed::new();
     bed.svc(80, "rr").unwrap();
-    let laddr = rvs_core::model::LocalAddrRange::parse("10.9.0.1-3").unwrap();
+    bed.svc(81, "rr").unwrap();
+    let laddr = LocalAddrRange::parse("10.9.0.1-3").unwrap();
+    let idx = bed.plane.services[&key(80)].index;
     bed.run(Command::AddLaddr {
         service: key(80),
         laddr,
     })
     .unwrap();
     assert_eq!(bed.plane.services[&key(80)].laddrs, [laddr]);
+    let pool = bed.plane.maps().fnat_pools[&idx];
+    assert_eq!((pool.count, pool.family), (3, maps::AF_INET));
+    assert_eq!(pool.addrs[2], maps::addr16("10.9.0.3".parse().unwrap()));
+    assert_eq!(
+        (pool.port_min, pool.port_max),
+        (maps::FNAT_PORT_MIN, maps::FNAT_PORT_MAX)
+    );
+    assert_eq!(bed.plane.maps().fnat_laddrs.len(), 3);
+    assert_ne!(bed.plane.maps().config.flags & maps::CFG_F_FNAT, 0);
+    // Another service sharing one address: removing it from one keeps it.
+    let one = LocalAddrRange::parse("10.9.0.2").unwrap();
+    bed.run(Command::AddLaddr {
+        service: key(81),
+        laddr: one,
+    })
+    .unwrap();
+    // A FULLNAT real server is accepted and written with its method.
+    bed.dest(80, dr(1).forward(ForwardMethod::FullNat)).unwrap();
+    let d = bed.plane.services[&key(80)].dests[0].index;
+    assert_eq!(bed.plane.maps().dests[&d].method, maps::fwd::FNAT);
     bed.run(Command::DelLaddr {
         service: key(80),
         laddr,
     })
     .unwrap();
     assert!(bed.plane.services[&key(80)].laddrs.is_empty());
+    assert_eq!(bed.plane.maps().fnat_pools[&idx].count, 0);
+    assert_eq!(
+        bed.plane.maps().fnat_laddrs,
+        ["10.9.0.2".parse().unwrap()].into_iter().collect()
+    );
+    bed.run(Command::DelService { key: key(81) }).unwrap();
+    assert!(bed.plane.maps().fnat_laddrs.is_empty());
+    assert_eq!(bed.plane.maps().config.flags & maps::CFG_F_FNAT, 0);
     assert!(matches!(
         bed.plane.apply_command(&Command::AddLaddr {
-            service: key(81),
+            service: key(82),
             laddr,
         }),
         Err(PlaneError::NoService(_))
     ));
-    // The program has no FULLNAT path yet: refused, saying so.
-    let e = admit(&Command::AddDest {
+}
+
+#[test]
+fn fullnat_pools_the_program_cannot_hold_are_refused_before_anything_changes() {
+    use rvs_core::model::LocalAddrRange;
+    // More addresses than one pool holds, in one range.
+    let big = LocalAddrRange::parse("10.9.0.1-17").unwrap();
+    let e = admit(&Command::AddLaddr {
         service: key(80),
-        dest: dr(1).forward(ForwardMethod::FullNat),
+        laddr: big,
     })
     .unwrap_err();
-    assert!(e.to_string().contains("FullNat is not supported"), "{e}");
+    assert!(e.to_string().contains("at most 16"), "{e}");
+    // The other family than the service's.
+    let v6 = LocalAddrRange::parse("fd00::1").unwrap();
+    let e = admit(&Command::AddLaddr {
+        service: key(80),
+        laddr: v6,
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("family"), "{e}");
+    let e = admit(&Command::AddDest {
+        service: key(80),
+        dest: DestConfig::new("fd00::9".parse().unwrap(), 80).forward(ForwardMethod::FullNat),
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("family"), "{e}");
+    // Ranges that fit one by one but not together: refused by the batch
+    // rule and, when applied anyway, with nothing written.
+    let mut bed = Bed::new();
+    bed.svc(80, "rr").unwrap();
+    let a = LocalAddrRange::parse("10.9.0.1-10").unwrap();
+    let b = LocalAddrRange::parse("10.9.1.1-10").unwrap();
+    let cmds = [
+        Command::AddLaddr {
+            service: key(80),
+            laddr: a,
+        },
+        Command::AddLaddr {
+            service: key(80),
+            laddr: b,
+        },
+    ];
+    let (i, why) = check_pool_sizes(&bed.ipvs, &cmds).unwrap_err();
+    assert_eq!(i, 1, "{why}");
+    bed.run(cmds[0].clone()).unwrap();
+    let before = bed.plane.maps().clone();
+    let e = bed.plane.apply_command(&cmds[1]).unwrap_err();
+    assert!(matches!(e, PlaneError::Refused(_)), "{e}");
+    assert_eq!(bed.plane.services[&key(80)].laddrs, [a]);
+    assert_eq!(bed.plane.maps().fnat_pools, before.fnat_pools);
+    assert_eq!(bed.plane.maps().fnat_laddrs, before.fnat_laddrs);
+}
+
+/// A live FULLNAT flow is mirrored with its local address and port (what
+/// `-Lcn` shows); once expired, its translation goes with it, so the pair
+/// is free again.
+#[test]
+fn fullnat_flows_report_their_local_address_and_free_it_when_expired() {
+    use rvs_core::model::LocalAddrRange;
+    let mut bed = Bed::new();
+    bed.svc(80, "rr").unwrap();
+    bed.run(Command::AddLaddr {
+        service: key(80),
+        laddr: LocalAddrRange::parse("10.9.0.1").unwrap(),
+    })
+    .unwrap();
+    bed.dest(80, dr(1).forward(ForwardMethod::FullNat)).unwrap();
+    let d = bed.index(80, 1);
+    let now = bed.plane.maps().jiffies;
+    let vip: IpAddr = "10.0.0.100".parse().unwrap();
+    let client: IpAddr = "192.0.2.7".parse().unwrap();
+    let fk = FlowKey::new(6, client, 4000, vip, 80);
+    let rev = maps::FnatKey {
+        raddr: maps::addr16(rs(1)),
+        laddr: maps::addr16("10.9.0.1".parse().unwrap()),
+        rport: 80u16.to_be(),
+        lport: 31000u16.to_be(),
+        proto: 6,
+        family: maps::AF_INET,
+        pad0: 0,
+    };
+    let m = bed.plane.maps();
+    m.flows.insert(
+        fk,
+        Flow {
+            last_seen: now,
+            dest: d,
+            state: TcpState::Established as u8,
+            ..Flow::default()
+        },
+    );
+    m.fnat_fwd.insert(fk, rev);
+    m.fnat_rev.insert(rev);
+    bed.report(1);
+    let (id, _) = bed.ipvs.conns().iter().next().expect("mirrored");
+    let (addr, port) = bed.ipvs.conns().local(id).expect("local address reported");
+    assert_eq!(
+        (addr.to_ip(AddrFamily::Inet), port),
+        ("10.9.0.1".parse().unwrap(), 31000)
+    );
+    bed.plane.maps().jiffies = now + 100_000 * 250;
+    bed.report(2);
+    assert!(bed.plane.maps().flows.is_empty());
+    assert!(bed.plane.maps().fnat_fwd.is_empty());
+    assert!(bed.plane.maps().fnat_rev.is_empty(), "the pair is free");
 }

@@ -209,13 +209,15 @@ impl<M: MapOps + Send + 'static> DataPlane for PlaneHandle<M> {
     }
 
     /// Each command on its own (what the program cannot carry at all is
-    /// refused first, with that reason), then the pool rule: a FULLNAT real
-    /// server needs its service's local address pool.
+    /// refused first, with that reason), then the pool rules: a FULLNAT real
+    /// server needs its service's local address pool, and a pool must fit
+    /// the program's ([`crate::maps::FNAT_POOL_MAX`] addresses).
     fn admit_all(&self, ipvs: &Ipvs, commands: &[Command]) -> Result<(), (usize, String)> {
         for (i, c) in commands.iter().enumerate() {
             self.admit(c).map_err(|m| (i, m))?;
         }
-        rvs_control::dataplane::check_fullnat_pools(ipvs, commands)
+        rvs_control::dataplane::check_fullnat_pools(ipvs, commands)?;
+        super::check_pool_sizes(ipvs, commands)
     }
 
     /// Nothing: the worker reports by itself, outside the caller's lock.

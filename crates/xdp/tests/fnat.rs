@@ -1,0 +1,430 @@
+//! FULLNAT fixtures (the tail-called `xdp_fnat`, bpf/lib/fnat.h): inbound
+//! client:cport -> VIP:vport becomes laddr:lport -> RS:rport, the reply
+//! RS:rport -> laddr:lport becomes VIP:vport -> client:cport, exact bytes
+//! both ways against frames etherparse builds (so every checksum is checked
+//! independently of the program's incremental updates), IPv4/IPv6 and
+//! TCP/UDP; the pool's port choice (predicted by
+//! `rvs_xdp::maps::fnat_candidate`), collision avoidance, exhaustion, and a
+//! failed tail call. BPF_PROG_TEST_RUN looks routes up in the namespace of
+//! the calling thread: each test runs in a namespace it creates and deletes
+//! on drop. Needs root.
+
+mod common;
+
+use std::net::IpAddr;
+
+use common::*;
+use rvs_xdp::action;
+use rvs_xdp::maps::{self, FlowKey, FnatKey, FnatPool, PROTO_TCP, PROTO_UDP, SvcKey, fwd};
+
+const VETH_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
+const GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
+const RPORT: u16 = 8080;
+
+/// A namespace with the director's link (`rvsa`, the real servers' subnet
+/// 10.77.0.0/24 / fd77::/64), the clients' gateway and permanent
+/// neighbours; deleted on drop.
+struct Netns(rvs_testbed::Netns);
+
+impl Netns {
+    fn new() -> Netns {
+        let ns = rvs_testbed::Netns::new("rvsxdp-fnat");
+        let mac = |m: [u8; 6]| {
+            m.iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":")
+        };
+        let mut cmds = vec![
+            format!(
+                "link add rvsa address {} type veth peer name rvsb",
+                mac(VETH_MAC)
+            ),
+            "link set rvsa up".to_owned(),
+            "link set rvsb up".to_owned(),
+            "addr add 10.77.0.2/24 dev rvsa".to_owned(),
+            "addr add fd77::2/64 dev rvsa nodad".to_owned(),
+            format!(
+                "neigh add 10.77.0.254 lladdr {} dev rvsa nud permanent",
+                mac(GW_MAC)
+            ),
+            format!(
+                "neigh add fd77::fe lladdr {} dev rvsa nud permanent",
+                mac(GW_MAC)
+            ),
+            "route add 10.78.0.0/16 via 10.77.0.254".to_owned(),
+            "route add fd78::/16 via fd77::fe".to_owned(),
+        ];
+        for i in 0..2u8 {
+            for v6 in [false, true] {
+                cmds.push(format!(
+                    "neigh add {} lladdr {} dev rvsa nud permanent",
+                    rs_addr(v6, i),
+                    mac(rs_mac(i))
+                ));
+            }
+        }
+        for cmd in cmds {
+            let mut args = vec!["ip", "-n", ns.name()];
+            args.extend(cmd.split_whitespace());
+            rvs_testbed::sh(&args);
+        }
+        ns.sysctl("ipv4/ip_forward", "1");
+        ns.sysctl("ipv6/conf/all/forwarding", "1");
+        Netns(ns)
+    }
+
+    fn enter<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        self.0.run(f)
+    }
+}
+
+/// Local address `i` of the pool (10.77.0.(50+i), fd77::(50+i)).
+fn laddr(v6: bool, i: u8) -> IpAddr {
+    if v6 {
+        std::net::Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0x50 + u16::from(i)).into()
+    } else {
+        std::net::Ipv4Addr::new(10, 77, 0, 50 + i).into()
+    }
+}
+
+/// Set the TTL / hop limit of a frame (fixing the IPv4 checksum).
+fn with_ttl(mut f: Vec<u8>, ttl: u8) -> Vec<u8> {
+    if f[12..14] == [0x08, 0x00] {
+        f[22] = ttl;
+        fix_ip4_csum(&mut f, 14);
+    } else {
+        f[21] = ttl;
+    }
+    f
+}
+
+/// A frame `src:sport -> dst:dport` between `smac` and `dmac` (TCP SYN or
+/// UDP).
+#[allow(clippy::too_many_arguments)]
+fn mk(
+    udp: bool,
+    flags: Flags,
+    src: IpAddr,
+    sport: u16,
+    dst: IpAddr,
+    dport: u16,
+    smac: [u8; 6],
+    dmac: [u8; 6],
+    payload: &[u8],
+) -> Vec<u8> {
+    if udp {
+        let mut f = udp_frame(src, sport, dst, dport, payload);
+        f[0..6].copy_from_slice(&dmac);
+        f[6..12].copy_from_slice(&smac);
+        f
+    } else {
+        tcp_frame_macs(smac, dmac, src, sport, dst, dport, flags, payload)
+    }
+}
+
+/// A director in `ns` with service 0 on VIP:80 (`proto`) to FULLNAT real
+/// servers `rs` (port RPORT) and a pool of `n` local addresses with ports
+/// `port_min..=port_max`.
+fn director(v6: bool, proto: u8, rs: &[u8], n: u8, port_min: u16, port_max: u16) -> Lb {
+    let mut lb = Lb::new("fnat").expect("root checked");
+    lb.l.add_own_mac(INGRESS, VETH_MAC).expect("own MAC");
+    let mut cfg = maps::Config::ipvs_defaults();
+    cfg.flags = maps::CFG_F_NAT | maps::CFG_F_FNAT;
+    lb.l.set_config(&cfg).expect("config");
+    let servers: Vec<Rs> = rs
+        .iter()
+        .map(|&i| {
+            let mut r = Rs::new(rs_addr(v6, i), fwd::FNAT, [0; 6]);
+            r.port = RPORT;
+            r
+        })
+        .collect();
+    lb.service(0, SvcKey::new(proto, vip(v6), 80), "rr", 0, &servers);
+    let mut pool = FnatPool {
+        count: u32::from(n),
+        port_min,
+        port_max,
+        family: maps::family(vip(v6)),
+        ..FnatPool::default()
+    };
+    for i in 0..n {
+        pool.addrs[usize::from(i)] = maps::addr16(laddr(v6, i));
+        lb.l.add_fnat_laddr(laddr(v6, i)).expect("laddr");
+    }
+    lb.l.set_fnat_pool(0, &pool).expect("pool");
+    lb
+}
+
+fn rev_key(proto: u8, r: IpAddr, l: IpAddr, lport: u16) -> FnatKey {
+    FnatKey {
+        raddr: maps::addr16(r),
+        laddr: maps::addr16(l),
+        rport: RPORT.to_be(),
+        lport: lport.to_be(),
+        proto,
+        family: maps::family(r),
+        pad0: 0,
+    }
+}
+
+fn fnat(v6: bool, udp: bool) {
+    if !root_or_skip("fnat") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(move || {
+        let proto = if udp { PROTO_UDP } else { PROTO_TCP };
+        let mut lb = director(v6, proto, &[0], 2, 1024, 65535);
+        let (c, v, r) = (client(v6, 0x0102), vip(v6), rs_addr(v6, 0));
+        let (ai, lport) = maps::fnat_candidate(c, 33000, 80, 2, 1024, 65535, 0);
+        let l = laddr(v6, ai as u8);
+        let syn = if udp { Flags::Ack } else { Flags::Syn };
+
+        // Inbound: client:33000 -> VIP:80 becomes laddr:lport -> RS:8080,
+        // routed by the FIB (TTL untouched, as for NAT).
+        let f = mk(udp, syn, c, 33000, v, 80, CLIENT_MAC, DIR_MAC, b"request");
+        let out = lb.run(&f);
+        assert_eq!(out.action, action::REDIRECT);
+        assert_eq!(
+            out.data,
+            mk(
+                udp,
+                syn,
+                l,
+                lport,
+                r,
+                RPORT,
+                VETH_MAC,
+                rs_mac(0),
+                b"request"
+            )
+        );
+        let rk = rev_key(proto, r, l, lport);
+        let n = lb.l.fnat(&rk).unwrap().expect("reverse entry");
+        assert_eq!(
+            (
+                n.caddr,
+                u16::from_be(n.cport),
+                n.vaddr,
+                u16::from_be(n.vport)
+            ),
+            (maps::addr16(c), 33000, maps::addr16(v), 80)
+        );
+        let fk = FlowKey::new(proto, c, 33000, v, 80);
+        assert_eq!(lb.l.fnat_of(&fk).unwrap(), Some(rk));
+
+        // Reply: RS:8080 -> laddr:lport becomes VIP:80 -> client:33000,
+        // TTL decremented, routed to the client's gateway.
+        let ack = Flags::Ack;
+        let f = mk(
+            udp,
+            ack,
+            r,
+            RPORT,
+            l,
+            lport,
+            rs_mac(0),
+            VETH_MAC,
+            b"response!",
+        );
+        let out = lb.run(&f);
+        assert_eq!(out.action, action::REDIRECT);
+        let want = with_ttl(
+            mk(udp, ack, v, 80, c, 33000, VETH_MAC, GW_MAC, b"response!"),
+            63,
+        );
+        assert_eq!(out.data, want);
+        let flow = lb.l.flow(&fk).unwrap().expect("flow");
+        assert_eq!(flow.flags & maps::FLOW_F_NOOUTPUT, 0, "a reply was seen");
+
+        // The flow's next packet keeps its pair.
+        let f = mk(
+            udp,
+            Flags::Ack,
+            c,
+            33000,
+            v,
+            80,
+            CLIENT_MAC,
+            DIR_MAC,
+            b"more",
+        );
+        let out = lb.run(&f);
+        assert_eq!(out.action, action::REDIRECT);
+        assert_eq!(
+            out.data,
+            mk(
+                udp,
+                Flags::Ack,
+                l,
+                lport,
+                r,
+                RPORT,
+                VETH_MAC,
+                rs_mac(0),
+                b"more"
+            )
+        );
+        let st = lb.l.svc_stats(0).unwrap();
+        assert_eq!((st.conns, st.inpkts, st.outpkts), (1, 2, 1));
+        let fs = lb.l.fnat_stats(0).unwrap();
+        assert_eq!((fs.allocated, fs.exhausted), (1, 0));
+        if !udp {
+            // SYN (SYN_RECV), then the server's ACK seen in OUTPUT.
+            assert_eq!(flow.state, 1, "ESTABLISHED after the reply");
+        }
+
+        // A packet to the local address that no flow owns is the kernel's.
+        let f = mk(
+            udp,
+            ack,
+            r,
+            RPORT,
+            l,
+            lport.wrapping_add(1),
+            rs_mac(0),
+            VETH_MAC,
+            b"x",
+        );
+        let out = lb.run(&f);
+        assert_eq!((out.action, out.data), (action::PASS, f));
+    });
+}
+
+#[test]
+fn fnat_tcp_v4() {
+    fnat(false, false);
+}
+
+#[test]
+fn fnat_tcp_v6() {
+    fnat(true, false);
+}
+
+#[test]
+fn fnat_udp_v4() {
+    fnat(false, true);
+}
+
+#[test]
+fn fnat_udp_v6() {
+    fnat(true, true);
+}
+
+/// Two clients whose hash picks the same (laddr, lport) toward the same
+/// real server get different pairs; each one's replies reach its client.
+/// Toward another real server the same pair is free again.
+#[test]
+fn fnat_two_clients_with_the_same_first_choice_get_different_ports() {
+    if !root_or_skip("fnat_two_clients_with_the_same_first_choice_get_different_ports") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(|| {
+        // A narrow range makes a shared first choice easy to find.
+        let (lo, hi) = (20000u16, 20007u16);
+        let mut lb = director(false, PROTO_TCP, &[0], 1, lo, hi);
+        let (v, r, l) = (vip(false), rs_addr(false, 0), laddr(false, 0));
+        let c1 = client(false, 1);
+        let first = maps::fnat_candidate(c1, 40000, 80, 1, lo, hi, 0);
+        let (c2, p2) = (2..5000u32)
+            .flat_map(|i| [(client(false, i), 40000u16), (client(false, i), 40001)])
+            .find(|(c, p)| maps::fnat_candidate(*c, *p, 80, 1, lo, hi, 0) == first)
+            .expect("a client with the same first choice");
+        let out1 = lb.run(&tcp_frame(c1, 40000, v, 80, Flags::Syn, b""));
+        assert_eq!(out1.action, action::REDIRECT);
+        let out2 = lb.run(&tcp_frame(c2, p2, v, 80, Flags::Syn, b""));
+        assert_eq!(out2.action, action::REDIRECT);
+        let port_of = |f: &[u8]| u16::from_be_bytes([f[34], f[35]]);
+        let (lp1, lp2) = (port_of(&out1.data), port_of(&out2.data));
+        assert_eq!(lp1, first.1, "the first client got its first choice");
+        assert_ne!(lp1, lp2, "the second client's pair differs");
+        assert!((lo..=hi).contains(&lp2));
+        assert_eq!(
+            out2.data,
+            tcp_frame_macs(VETH_MAC, rs_mac(0), l, lp2, r, RPORT, Flags::Syn, b"")
+        );
+        for (c, cport, lp) in [(c1, 40000, lp1), (c2, p2, lp2)] {
+            let f = tcp_frame_macs(rs_mac(0), VETH_MAC, r, RPORT, l, lp, Flags::Ack, b"");
+            let out = lb.run(&f);
+            assert_eq!(out.action, action::REDIRECT);
+            assert_eq!(
+                out.data,
+                with_ttl(
+                    tcp_frame_macs(VETH_MAC, GW_MAC, v, 80, c, cport, Flags::Ack, b""),
+                    63
+                )
+            );
+        }
+        assert_eq!(lb.l.fnat_stats(0).unwrap().exhausted, 0);
+    });
+}
+
+/// A pool with one (address, port) pair: the second live flow to the same
+/// real server finds it taken, is dropped and counted; a flow to another
+/// real server may use the same pair (its tuple differs at the server).
+#[test]
+fn fnat_exhaustion_is_counted_and_dropped() {
+    if !root_or_skip("fnat_exhaustion_is_counted_and_dropped") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(|| {
+        let mut lb = director(false, PROTO_TCP, &[0, 1], 1, 5000, 5000);
+        let (v, l) = (vip(false), laddr(false, 0));
+        // rr: the first two flows go to different servers, the third to
+        // the first one's again.
+        let mut first = None;
+        for (i, cport) in [(1u32, 1111u16), (2, 2222)] {
+            let out = lb.run(&tcp_frame(client(false, i), cport, v, 80, Flags::Syn, b""));
+            assert_eq!(out.action, action::REDIRECT);
+            let s = if out.data[0..6] == rs_mac(0) { 0 } else { 1 };
+            first.get_or_insert(s);
+            assert_eq!(
+                out.data,
+                tcp_frame_macs(
+                    VETH_MAC,
+                    rs_mac(s),
+                    l,
+                    5000,
+                    rs_addr(false, s),
+                    RPORT,
+                    Flags::Syn,
+                    b""
+                )
+            );
+        }
+        let first = first.expect("two flows");
+        let f = tcp_frame(client(false, 3), 3333, v, 80, Flags::Syn, b"");
+        let out = lb.run(&f);
+        assert_eq!(out.action, action::DROP);
+        let fs = lb.l.fnat_stats(0).unwrap();
+        assert_eq!((fs.allocated, fs.exhausted), (2, 1));
+        // The first flow still owns the pair.
+        let n =
+            lb.l.fnat(&rev_key(PROTO_TCP, rs_addr(false, first), l, 5000))
+                .unwrap()
+                .expect("entry");
+        assert_eq!(n.caddr, maps::addr16(client(false, 1)));
+    });
+}
+
+/// With `fnat_prog` empty the tail call fails: the packet passes untouched
+/// and is counted.
+#[test]
+fn fnat_failed_tail_call_passes_and_counts() {
+    if !root_or_skip("fnat_failed_tail_call_passes_and_counts") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(|| {
+        let mut lb = director(false, PROTO_TCP, &[0], 1, 1024, 65535);
+        lb.l.clear_fnat_prog().expect("clear");
+        let f = tcp_frame(client(false, 9), 999, vip(false), 80, Flags::Syn, b"");
+        let out = lb.run(&f);
+        assert_eq!((out.action, out.data), (action::PASS, f));
+        assert_eq!(lb.l.fnat_missed().unwrap(), 1);
+        assert_eq!(lb.l.fnat_stats(0).unwrap().allocated, 0);
+    });
+}
