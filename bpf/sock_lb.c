@@ -131,6 +131,23 @@ RVS_MAP(sock_rev, BPF_MAP_TYPE_LRU_HASH, SOCK_REV_MAX, struct sock_rev_key, stru
 RVS_MAP(sock_persist, BPF_MAP_TYPE_LRU_HASH, SOCK_PERSIST_MAX, struct sock_persist_key,
 	struct sock_persist);
 
+/* Per-CPU event counters (crates/sock/src/maps.rs `counter`), read by the
+ * control side for rvsd's metrics: one per-CPU add, no shared cache line. */
+#define SOCK_CNT_TCP 0      /* TCP sockets given a real server (connect) */
+#define SOCK_CNT_UDP 1      /* UDP sockets given a real server (a new session) */
+#define SOCK_CNT_UDP_KEPT 2 /* UDP sends to a VIP that kept the socket's server */
+#define SOCK_CNT_NO_DEST 3  /* connect/sendmsg to a VIP refused: no real server */
+#define SOCK_CNT_MAX 4
+RVS_MAP(sock_counters, BPF_MAP_TYPE_PERCPU_ARRAY, SOCK_CNT_MAX, __u32, __u64);
+
+static __always_inline void bump(__u32 what)
+{
+	__u64 *c = bpf_map_lookup_elem(&sock_counters, &what);
+
+	if (c)
+		*c += 1;
+}
+
 static __always_inline __u32 hash_32(__u32 v, __u32 bits)
 {
 	return (v * SOCK_GOLDEN_RATIO_32) >> (32 - bits);
@@ -428,14 +445,19 @@ static __always_inline const struct sock_dest *pick(__u64 cookie, const struct s
 		d = bpf_map_lookup_elem(&sock_dests, &idx);
 		/* A drained (weight 0) server keeps its flows; a deleted one
 		 * is left for a new choice, as IPVS reschedules. */
-		if (d && (d->flags & SOCK_DEST_F_PRESENT))
+		if (d && (d->flags & SOCK_DEST_F_PRESENT)) {
+			bump(SOCK_CNT_UDP_KEPT);
 			return d;
+		}
 	}
 	idx = s->persist_secs ? schedule_persistent(s, k, saddr, sport)
 			      : schedule(s, k, saddr, sport);
 	d = eligible(idx);
-	if (!d)
+	if (!d) {
+		bump(SOCK_CNT_NO_DEST);
 		return 0;
+	}
+	bump(k->proto == IPPROTO_UDP ? SOCK_CNT_UDP : SOCK_CNT_TCP);
 	if (old)
 		forget(cookie, old);
 	rec.vip = *k;

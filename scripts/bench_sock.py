@@ -14,6 +14,15 @@ Paths:
           beside the backend: the machine has two cores)
   dnat    wrk -> 127.79.0.2:80; an nftables `nat output` rule DNATs to the
           backend
+wrk's latency starts at a request's first write, so it leaves out connect(),
+where the sock plane's programs run, and with `Connection: close` it moves with
+which CPU is the bottleneck (time a connection waits in wrk's own loop before
+its write is not counted; time it waits for nginx is): its p50 is not a
+per-connection cost. So each path is also measured one connection at a time
+by crates/sock/examples/connect_latency (pinned on CPU 1, in the cgroup for
+sock): connect() alone, and the whole cycle connect + request + response +
+close; and the mean latency under load is given as connections / rate
+(Little's law), which counts all of a connection's time.
 Every repetition starts its balancer afresh; figures are medians of --reps.
 Everything started is stopped and the nft table and cgroup removed, also on
 failure or Ctrl-C. Bounded: each wrk run has a -d and a subprocess timeout.
@@ -190,7 +199,20 @@ http {{ access_log off; keepalive_requests 1000000;
             return v * {"us": 1, "ms": 1000, "s": 1e6}[unit]
 
         return {"rate": rate, "p50": pct(50), "p99": pct(99),
+                "mean": a.connections * 1e6 / rate if rate else 0.0,
                 "errors": errs.group(1) if errs else ""}
+
+    def cycle(self, addr, in_cgroup):
+        """One connection at a time (connect_latency): connect() and the
+        whole cycle, p50/p99 in µs."""
+        a = self.args
+        cmd = ["taskset", "-c", "1", a.connect_latency, addr, str(a.cycles), "200"]
+        if in_cgroup:
+            cmd = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && shift && exec "$@"',
+                   self.cgroup, "--"] + cmd
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=150,
+                             check=True).stdout
+        return {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", out)}
 
     def run_path(self, name, backend):
         """One repetition of path `name`: (close, keepalive) figures."""
@@ -219,13 +241,14 @@ http {{ access_log off; keepalive_requests 1000000;
         try:
             close = self.wrk(url, True, in_cg)
             keep = self.wrk(url, False, in_cg)
+            one = self.cycle(url.split("//")[1].rstrip("/"), in_cg) if self.args.cycles else {}
         finally:
             if stop is not None:
                 self.stop(stop)
             if name == "dnat":
                 subprocess.run(["nft", "delete", "table", "ip", NFT_TABLE], timeout=10)
                 self.nft = False
-        return close, keep
+        return close, keep, one
 
     def main(self):
         a = self.args
@@ -238,16 +261,19 @@ http {{ access_log off; keepalive_requests 1000000;
         for rep in range(a.reps):
             for p in paths:
                 res[p].append(self.run_path(p, backend))
-                print(f"rep {rep + 1} {p}: close {res[p][-1][0]} keep {res[p][-1][1]}",
-                      file=sys.stderr)
+                print(f"rep {rep + 1} {p}: close {res[p][-1][0]} keep {res[p][-1][1]} "
+                      f"one {res[p][-1][2]}", file=sys.stderr)
         took = time.time() - t0
         med = {}
         for p in paths:
             med[p] = {
                 (kind, k): statistics.median(r[i][k] for r in res[p])
                 for i, kind in ((0, "close"), (1, "keep"))
-                for k in ("rate", "p50", "p99")
+                for k in ("rate", "p50", "p99", "mean")
             }
+            if a.cycles:
+                for k in ("connect_p50_us", "connect_p99_us", "cycle_p50_us", "cycle_p99_us"):
+                    med[p][("one", k)] = statistics.median(r[2][k] for r in res[p])
         self.report(paths, med, took, load0)
 
     def report(self, paths, med, took, load0):
@@ -256,10 +282,22 @@ http {{ access_log off; keepalive_requests 1000000;
             ("New connections/s (wrk `Connection: close`)", "higher", ("close", "rate"), "{:,.0f}"),
             ("↳ latency p50, new connection (µs)", "lower", ("close", "p50"), "{:,.0f}"),
             ("↳ latency p99, new connection (µs)", "lower", ("close", "p99"), "{:,.0f}"),
+            ("↳ mean latency, new connection (µs, connections / rate)", "lower",
+             ("close", "mean"), "{:,.0f}"),
             ("Keep-alive requests/s (wrk)", "higher", ("keep", "rate"), "{:,.0f}"),
             ("↳ latency p50, keep-alive (µs)", "lower", ("keep", "p50"), "{:,.0f}"),
             ("↳ latency p99, keep-alive (µs)", "lower", ("keep", "p99"), "{:,.0f}"),
         ]
+        if a.cycles:
+            rows += [
+                ("One connection at a time: connect() p50 (µs)", "lower",
+                 ("one", "connect_p50_us"), "{:,.1f}"),
+                ("↳ connect() p99 (µs)", "lower", ("one", "connect_p99_us"), "{:,.1f}"),
+                ("↳ connect + request + response + close, p50 (µs)", "lower",
+                 ("one", "cycle_p50_us"), "{:,.1f}"),
+                ("↳ connect + request + response + close, p99 (µs)", "lower",
+                 ("one", "cycle_p99_us"), "{:,.1f}"),
+            ]
         lines = []
         lines.append(f"Machine: nproc {os.cpu_count()}, kernel {os.uname().release}. "
                      f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; run took "
@@ -268,7 +306,10 @@ http {{ access_log off; keepalive_requests 1000000;
         lines.append(f"wrk `-t1 -c{a.connections} -d{a.duration}s --latency` on CPU 1, nginx "
                      f"(1 worker) on CPU 0, rvsd (proxy) on CPU 0; median of {a.reps} "
                      "repetitions, each on a freshly started rvsd / freshly added nft rule; "
-                     f"rvsd binary `{a.rvsd}`.")
+                     f"rvsd binary `{a.rvsd}`."
+                     + (f" One-at-a-time rows: `connect_latency` on CPU 1, {a.cycles} "
+                        "connections after 200 unmeasured ones, per repetition."
+                        if a.cycles else ""))
         lines.append("")
         head = "| metric | better | " + " | ".join(paths)
         ratios = [p for p in paths if p != "direct"] if "direct" in paths else []
@@ -301,6 +342,11 @@ def main():
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--paths", default="direct,sock,proxy,dnat")
     ap.add_argument("--out")
+    ap.add_argument("--connect-latency", default="target/release/examples/connect_latency",
+                    help="the connect_latency example (cargo build --release -p rvs-sock "
+                         "--example connect_latency)")
+    ap.add_argument("--cycles", type=int, default=2000,
+                    help="connections one at a time per path and repetition (0: none)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench_sock: needs root (cgroup programs, nftables)")

@@ -241,20 +241,33 @@ pub fn check_fullnat_pools(ipvs: &Ipvs, commands: &[Command]) -> Result<(), (usi
 /// commands reaches the count sent when the ticket was taken.
 #[derive(Debug, Clone)]
 pub struct Applied {
-    target: u64,
-    processed: Arc<AtomicU64>,
+    /// (target, the count that must reach it), one per data plane (more
+    /// than one for a [`Composite`]).
+    parts: Vec<(u64, Arc<AtomicU64>)>,
 }
 
 impl Applied {
     /// A ticket for the first `target` commands, done when `processed`
     /// (which the data plane raises as it carries them out) reaches it.
     pub fn new(target: u64, processed: Arc<AtomicU64>) -> Self {
-        Applied { target, processed }
+        Applied {
+            parts: vec![(target, processed)],
+        }
+    }
+
+    /// One ticket for several data planes' (a [`Composite`]'s): done once
+    /// each of them is.
+    pub fn all(tickets: impl IntoIterator<Item = Applied>) -> Self {
+        Applied {
+            parts: tickets.into_iter().flat_map(|t| t.parts).collect(),
+        }
     }
 
     /// Whether every command the ticket covers has been carried out.
     pub fn done(&self) -> bool {
-        self.processed.load(Ordering::Acquire) >= self.target
+        self.parts
+            .iter()
+            .all(|(target, processed)| processed.load(Ordering::Acquire) >= *target)
     }
 }
 
@@ -309,10 +322,161 @@ impl DataPlane for NoDataPlane {
     }
 }
 
+/// Several data planes driven as one (`--dataplane xdp,sock`: external
+/// clients through the XDP program, local ones at the socket, one service
+/// table). Every command goes to every plane, in order. All or nothing: a
+/// command (or request) any plane refuses is refused before anything
+/// changes ([`DataPlane::admit_all`] asks each plane), so the planes never
+/// disagree on the table. Reports, synced flows and the director handle go
+/// to each plane; each adds its own connections and counters to the
+/// director, so `-Ln --stats` and `-Lcn` show the sum of both.
+pub struct Composite {
+    name: &'static str,
+    planes: Vec<Box<dyn DataPlane>>,
+}
+
+impl std::fmt::Debug for Composite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Composite")
+            .field("name", &self.name)
+            .field(
+                "planes",
+                &self.planes.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl Composite {
+    /// `planes` under `name` (what `--dataplane` said, e.g. `xdp,sock`).
+    pub fn new(name: &'static str, planes: Vec<Box<dyn DataPlane>>) -> Self {
+        Composite { name, planes }
+    }
+
+    /// A refusal of one of the planes, naming it (once).
+    fn named(plane: &dyn DataPlane, m: String) -> String {
+        if m.starts_with(plane.name()) || m.contains(&format!("data plane {}", plane.name())) {
+            m
+        } else {
+            format!("{} data plane: {m}", plane.name())
+        }
+    }
+
+    /// The first error of `results`, with the others' messages appended.
+    fn first_error(
+        results: impl Iterator<Item = Result<(), DataPlaneError>>,
+    ) -> Result<(), DataPlaneError> {
+        let mut out: Option<DataPlaneError> = None;
+        for r in results {
+            if let Err(e) = r {
+                match &mut out {
+                    None => out = Some(e),
+                    Some(first) => first.message.push_str(&format!("; {e}")),
+                }
+            }
+        }
+        out.map_or(Ok(()), Err)
+    }
+}
+
+impl DataPlane for Composite {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Every plane, in order (all have admitted the command: see
+    /// [`Composite`]); an error of one does not keep the command from the
+    /// others (each converges on its own, as a single plane does).
+    fn apply(&mut self, command: &Command) -> Result<(), DataPlaneError> {
+        let results: Vec<_> = self.planes.iter_mut().map(|p| p.apply(command)).collect();
+        Self::first_error(results.into_iter())
+    }
+
+    fn admit(&self, command: &Command) -> Result<(), String> {
+        for p in &self.planes {
+            p.admit(command).map_err(|m| Self::named(p.as_ref(), m))?;
+        }
+        Ok(())
+    }
+
+    /// Each plane's own rules over the whole request (the XDP plane's
+    /// FULLNAT pools, the sock plane's per-command refusals): the first
+    /// refusal, naming its plane, refuses the request for all.
+    fn admit_all(&self, ipvs: &Ipvs, commands: &[Command]) -> Result<(), (usize, String)> {
+        for p in &self.planes {
+            p.admit_all(ipvs, commands)
+                .map_err(|(i, m)| (i, Self::named(p.as_ref(), m)))?;
+        }
+        Ok(())
+    }
+
+    fn report(&mut self, now: Instant, ipvs: &mut Ipvs) {
+        for p in &mut self.planes {
+            p.report(now, ipvs);
+        }
+    }
+
+    fn load_synced(
+        &mut self,
+        ipvs: &Ipvs,
+        flow: &rvs_core::ipvs::MirroredConn,
+    ) -> Result<(), DataPlaneError> {
+        let results: Vec<_> = self
+            .planes
+            .iter_mut()
+            .map(|p| p.load_synced(ipvs, flow))
+            .collect();
+        Self::first_error(results.into_iter())
+    }
+
+    fn attach(&mut self, director: DirectorHandle) {
+        for p in &mut self.planes {
+            p.attach(director.clone());
+        }
+    }
+
+    /// Done once every asynchronous plane is.
+    fn applied(&self) -> Option<Applied> {
+        let tickets: Vec<Applied> = self.planes.iter().filter_map(|p| p.applied()).collect();
+        (!tickets.is_empty()).then(|| Applied::all(tickets))
+    }
+
+    fn handover_sockets(&self) -> Result<Vec<(ServiceKey, OwnedFd)>, DataPlaneError> {
+        let mut out = Vec::new();
+        for p in &self.planes {
+            out.extend(p.handover_sockets()?);
+        }
+        Ok(out)
+    }
+
+    fn release_handed(&mut self) -> Vec<ServiceKey> {
+        self.planes
+            .iter_mut()
+            .flat_map(|p| p.release_handed())
+            .collect()
+    }
+
+    fn retire(&mut self) {
+        for p in &mut self.planes {
+            p.retire();
+        }
+    }
+
+    fn live(&self) -> u64 {
+        self.planes.iter().map(|p| p.live()).sum()
+    }
+
+    fn abort_live(&mut self) {
+        for p in &mut self.planes {
+            p.abort_live();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rvs_core::ipvs::IpvsConfig;
+    use rvs_core::ipvs::{CtlError, IpvsConfig};
     use std::sync::{Arc, Mutex};
 
     /// A plane that carries FULLNAT only from a pool.
@@ -332,7 +496,6 @@ mod tests {
     #[test]
     fn fullnat_without_a_pool_is_refused_and_changes_nothing() {
         use crate::state::Controller;
-        use rvs_core::ipvs::CtlError;
         use rvs_core::model::{
             AddrFamily, DestConfig, ForwardMethod, LocalAddrRange, Protocol, ServiceConfig,
         };
@@ -379,6 +542,109 @@ mod tests {
         };
         ctl.exec(&[deldest, del], true).unwrap();
         assert!(ctl.ipvs().service(&key).unwrap().laddrs().is_empty());
+    }
+
+    /// A plane that records what it is given and refuses services on
+    /// `refuse_port`; its commands are carried out when `done` says so.
+    struct Rec {
+        name: &'static str,
+        got: Arc<Mutex<Vec<Command>>>,
+        refuse_port: u16,
+        sent: u64,
+        done: Arc<AtomicU64>,
+    }
+    impl DataPlane for Rec {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn apply(&mut self, c: &Command) -> Result<(), DataPlaneError> {
+            self.got.lock().unwrap().push(c.clone());
+            self.sent += 1;
+            Ok(())
+        }
+        fn admit(&self, c: &Command) -> Result<(), String> {
+            match c {
+                Command::AddService {
+                    key: ServiceKey::Addr { port, .. },
+                    ..
+                } if *port == self.refuse_port => Err(format!("port {port} is not carried")),
+                _ => Ok(()),
+            }
+        }
+        fn applied(&self) -> Option<Applied> {
+            Some(Applied::new(self.sent, self.done.clone()))
+        }
+    }
+
+    fn rec(
+        name: &'static str,
+        refuse_port: u16,
+    ) -> (Rec, Arc<Mutex<Vec<Command>>>, Arc<AtomicU64>) {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let done = Arc::new(AtomicU64::new(0));
+        let r = Rec {
+            name,
+            got: got.clone(),
+            refuse_port,
+            sent: 0,
+            done: done.clone(),
+        };
+        (r, got, done)
+    }
+
+    /// `--dataplane xdp,sock`: a request one plane refuses reaches neither
+    /// plane and leaves the table as it was; the refusal names the plane.
+    /// An admitted one reaches both, in order, and the ticket is done only
+    /// when both planes have carried it out.
+    #[test]
+    fn composite_is_all_or_nothing_and_waits_for_every_plane() {
+        use crate::state::Controller;
+        use rvs_core::model::{AddrFamily, DestConfig, Protocol, ServiceConfig};
+        let svc = |port| ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: "10.0.0.1".parse().unwrap(),
+            port,
+        };
+        let add = |port| Command::AddService {
+            key: svc(port),
+            config: ServiceConfig::new(AddrFamily::Inet),
+        };
+        let dest = Command::AddDest {
+            service: svc(80),
+            dest: DestConfig::new("10.1.0.2".parse().unwrap(), 8080),
+        };
+        let (a, got_a, done_a) = rec("xdp", 81);
+        let (b, got_b, done_b) = rec("sock", 82);
+        let both = Composite::new("xdp,sock", vec![Box::new(a), Box::new(b)]);
+        assert_eq!(both.name(), "xdp,sock");
+        let mut ctl = Controller::new(IpvsConfig::default(), Box::new(both));
+        // The second plane refuses the second command: nothing changes.
+        let e = ctl.exec(&[add(80), add(82)], true).unwrap_err();
+        assert_eq!(e.index, 1);
+        assert!(
+            matches!(&e.error, CtlError::Unsupported(m) if m.starts_with("sock data plane: port 82")),
+            "{e}"
+        );
+        // The first plane refuses: also nothing.
+        let e = ctl.exec(&[add(81)], false).unwrap_err();
+        assert!(
+            matches!(&e.error, CtlError::Unsupported(m) if m.starts_with("xdp data plane: port 81")),
+            "{e}"
+        );
+        assert_eq!(ctl.ipvs().services().count(), 0);
+        assert!(got_a.lock().unwrap().is_empty());
+        assert!(got_b.lock().unwrap().is_empty());
+        // Admitted by both: both get it, in order.
+        ctl.exec(&[add(80), dest.clone()], true).unwrap();
+        assert_eq!(*got_a.lock().unwrap(), vec![add(80), dest.clone()]);
+        assert_eq!(*got_b.lock().unwrap(), vec![add(80), dest]);
+        assert_eq!(ctl.ipvs().services().count(), 1);
+        let ticket = ctl.plane_applied().expect("both planes are asynchronous");
+        assert!(!ticket.done());
+        done_a.store(2, Ordering::Release);
+        assert!(!ticket.done(), "the sock plane has not carried it out yet");
+        done_b.store(2, Ordering::Release);
+        assert!(ticket.done());
     }
 
     #[test]

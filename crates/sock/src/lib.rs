@@ -40,7 +40,11 @@
 //!   is connected to the real server itself.
 //! * **No real server**: `connect`/`sendmsg` fail with `EPERM`.
 //! * **Counters**: connections per real server (`--stats` Conns) are the
-//!   programs'; packets and bytes are not seen at this level (zero).
+//!   programs'; packets and bytes are not seen at this level (zero). The
+//!   programs also keep per-CPU event counters (`sock_counters`: TCP
+//!   sockets and UDP sessions scheduled, UDP sends that kept their real
+//!   server, refusals for want of one), which rvsd exports as metrics
+//!   through [`plane::SockStats`].
 //! * **Connections** (`-Lcn`, ActiveConn/InActConn): every open socket the
 //!   programs gave a real server whose own address is known (TCP from its
 //!   SYN, noted by a sock_ops program; UDP from its first receive) is
@@ -225,7 +229,8 @@ impl Loaded {
             Some(
                 aya::maps::Map::Array(d)
                 | aya::maps::Map::HashMap(d)
-                | aya::maps::Map::LruHashMap(d),
+                | aya::maps::Map::LruHashMap(d)
+                | aya::maps::Map::PerCpuArray(d),
             ) => Ok(d.fd().as_fd()),
             _ => Err(SockError::MissingMap(name)),
         }

@@ -26,6 +26,59 @@ pub mod name {
     pub const CURSOR: &str = "sock_cursor";
     /// Socket cookie → [`super::SockRec`].
     pub const SOCKS: &str = "sock_socks";
+    /// Per-CPU event counters, indexed by [`super::counter`].
+    pub const COUNTERS: &str = "sock_counters";
+}
+
+/// Indexes of `sock_counters`, as in `sock_lb.c` (`SOCK_CNT_*`).
+pub mod counter {
+    /// TCP sockets given a real server at connect().
+    pub const TCP: u32 = 0;
+    /// UDP sockets given a real server (connect or first sendmsg to a
+    /// VIP, or a new one after theirs was deleted): UDP sessions.
+    pub const UDP: u32 = 1;
+    /// UDP sends to a VIP that kept the real server the socket had.
+    pub const UDP_KEPT: u32 = 2;
+    /// connect()/sendmsg() to a VIP refused with EPERM: no real server
+    /// to give (none schedulable).
+    pub const NO_DEST: u32 = 3;
+    /// Number of counters.
+    pub const COUNT: u32 = 4;
+}
+
+/// The programs' event counters, summed over the CPUs (see [`counter`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct EventCounts {
+    /// [`counter::TCP`].
+    pub tcp: u64,
+    /// [`counter::UDP`].
+    pub udp: u64,
+    /// [`counter::UDP_KEPT`].
+    pub udp_kept: u64,
+    /// [`counter::NO_DEST`].
+    pub no_dest: u64,
+}
+
+impl EventCounts {
+    /// Set counter `index` (see [`counter`]); other indexes are ignored.
+    pub fn set(&mut self, index: u32, v: u64) {
+        match index {
+            counter::TCP => self.tcp = v,
+            counter::UDP => self.udp = v,
+            counter::UDP_KEPT => self.udp_kept = v,
+            counter::NO_DEST => self.no_dest = v,
+            _ => {}
+        }
+    }
+}
+
+/// The sum of a per-CPU `u64` value as a lookup returns it (one 8-byte
+/// value per possible CPU).
+pub fn sum_per_cpu(bytes: &[u8]) -> u64 {
+    bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+        .fold(0u64, u64::wrapping_add)
 }
 
 /// Capacities, as in `sock_lb.c`.
@@ -412,5 +465,29 @@ mod tests {
         assert_eq!(k.port.to_ne_bytes(), [0x12, 0x34]);
         assert_eq!(k.addr[0].to_ne_bytes(), [192, 0, 2, 7]);
         assert_eq!(port_host(k.port), 0x1234);
+    }
+
+    #[test]
+    fn per_cpu_values_are_summed_and_counters_set_by_index() {
+        let mut bytes = Vec::new();
+        for v in [3u64, 0, 40, u64::MAX] {
+            bytes.extend_from_slice(&v.to_ne_bytes());
+        }
+        // Wrapping, as the programs' per-CPU adds do.
+        assert_eq!(sum_per_cpu(&bytes), 42);
+        let mut e = EventCounts::default();
+        for i in 0..counter::COUNT {
+            e.set(i, u64::from(i) + 1);
+        }
+        e.set(counter::COUNT, 99);
+        assert_eq!(
+            e,
+            EventCounts {
+                tcp: 1,
+                udp: 2,
+                udp_kept: 3,
+                no_dest: 4
+            }
+        );
     }
 }

@@ -31,7 +31,7 @@ use rvs_core::time::Instant;
 use rvs_sys::bpf::BpfMap;
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::maps::{self, DestStats, SockRec, Svc, SvcKey, cap, name};
+use crate::maps::{self, DestStats, EventCounts, SockRec, Svc, SvcKey, cap, counter, name};
 use crate::{Loaded, SockError};
 
 /// How often the worker reads the counters.
@@ -65,6 +65,42 @@ enum Msg {
     Stop,
 }
 
+/// What the sock plane last read of its maps, for rvsd's metrics: a cheap
+/// clone of the plane's shared snapshots (read every [`REPORT_EVERY`] by
+/// the worker; reading them takes no syscall).
+#[derive(Clone, Debug)]
+pub struct SockStats {
+    snapshot: Arc<Mutex<Snapshot>>,
+    sockets: Arc<Mutex<Vec<SocketEntry>>>,
+    events: Arc<Mutex<EventCounts>>,
+}
+
+impl SockStats {
+    /// Per real server: open sockets and sockets ever given it.
+    pub fn per_dest(&self) -> Snapshot {
+        self.snapshot.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// The programs' event counters (sockets scheduled, UDP sessions,
+    /// refusals for want of a real server).
+    pub fn events(&self) -> EventCounts {
+        self.events.lock().map(|e| *e).unwrap_or_default()
+    }
+
+    /// Open sockets the programs gave a real server, TCP and UDP, as last
+    /// listed (every entry of `sock_socks`, with or without its own
+    /// address known yet).
+    pub fn open_sockets(&self) -> (u64, u64) {
+        self.sockets
+            .lock()
+            .map(|s| {
+                let tcp = s.iter().filter(|e| e.protocol == Protocol::Tcp).count() as u64;
+                (tcp, s.len() as u64 - tcp)
+            })
+            .unwrap_or_default()
+    }
+}
+
 /// The sock data plane as rvsd drives it.
 pub struct SockPlane {
     tx: Sender<Msg>,
@@ -72,6 +108,7 @@ pub struct SockPlane {
     processed: Arc<AtomicU64>,
     snapshot: Arc<Mutex<Snapshot>>,
     sockets: Arc<Mutex<Vec<SocketEntry>>>,
+    events: Arc<Mutex<EventCounts>>,
     /// Per admitted service: family is IPv6, number of real servers.
     admitted: HashMap<ServiceKey, (bool, usize)>,
     /// Per real server: the `total` last added to the director.
@@ -98,11 +135,17 @@ impl SockPlane {
         let processed = Arc::new(AtomicU64::new(0));
         let snapshot = Arc::new(Mutex::new(Snapshot::new()));
         let sockets = Arc::new(Mutex::new(Vec::new()));
+        let events = Arc::new(Mutex::new(EventCounts::default()));
         let mut tables = Tables::new(loaded);
-        let (p, s, k) = (processed.clone(), snapshot.clone(), sockets.clone());
+        let (p, s, k, e) = (
+            processed.clone(),
+            snapshot.clone(),
+            sockets.clone(),
+            events.clone(),
+        );
         let worker = std::thread::Builder::new()
             .name("rvs-sock".into())
-            .spawn(move || tables.run(&rx, &p, &s, &k))
+            .spawn(move || tables.run(&rx, &p, &s, &k, &e))
             .map_err(|e| SockError::Load(format!("starting the worker thread: {e}")))?;
         Ok(SockPlane {
             tx,
@@ -110,6 +153,7 @@ impl SockPlane {
             processed,
             snapshot,
             sockets,
+            events,
             admitted: HashMap::new(),
             reported: HashMap::new(),
             worker: Some(worker),
@@ -124,6 +168,16 @@ impl SockPlane {
     /// The open sockets the programs gave a real server, as last read.
     pub fn sockets(&self) -> Vec<SocketEntry> {
         self.sockets.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// A handle on what the plane reads of its maps (for metrics; it
+    /// outlives being moved into the control plane).
+    pub fn stats(&self) -> SockStats {
+        SockStats {
+            snapshot: self.snapshot.clone(),
+            sockets: self.sockets.clone(),
+            events: self.events.clone(),
+        }
     }
 }
 
@@ -355,6 +409,7 @@ impl Tables {
         processed: &AtomicU64,
         snapshot: &Mutex<Snapshot>,
         sockets: &Mutex<Vec<SocketEntry>>,
+        events: &Mutex<EventCounts>,
     ) {
         let mut next = std::time::Instant::now() + REPORT_EVERY;
         loop {
@@ -388,6 +443,14 @@ impl Tables {
                         }
                     }
                     Err(e) => tracing::warn!(target: "rvs::sock", "reading sockets: {e}"),
+                }
+                match self.read_events() {
+                    Ok(c) => {
+                        if let Ok(mut g) = events.lock() {
+                            *g = c;
+                        }
+                    }
+                    Err(e) => tracing::warn!(target: "rvs::sock", "reading event counters: {e}"),
                 }
             }
         }
@@ -673,6 +736,21 @@ impl Tables {
                 if let Some(st) = self.get::<u32, DestStats>(name::STATS, index)? {
                     out.insert((*key, cfg.addr, cfg.port), st);
                 }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `sock_counters`, summed over the CPUs.
+    fn read_events(&self) -> Result<EventCounts, SockError> {
+        let m = self.map(name::COUNTERS)?;
+        let mut buf = vec![0u8; m.value_len()];
+        let mut out = EventCounts::default();
+        for i in 0..counter::COUNT {
+            if m.lookup(i.as_bytes(), &mut buf)
+                .map_err(map_err(name::COUNTERS))?
+            {
+                out.set(i, maps::sum_per_cpu(&buf));
             }
         }
         Ok(out)

@@ -146,7 +146,13 @@ pub fn command() -> Command {
             flag("connection", Some('c'), "List connections"),
             flag("timeout", None, "List timeouts (tcp tcpfin udp)"),
             flag("daemon", None, "List sync daemons"),
-            flag("stats", None, "List statistics"),
+            flag(
+                "stats",
+                None,
+                "List statistics (rvsd --dataplane sock: Conns only, packets and bytes are not \
+                 seen at the socket; xdp,sock: Conns of both planes, packets and bytes the XDP \
+                 plane's)",
+            ),
             flag("rate", None, "List rates"),
             flag("exact", Some('X'), "Exact numbers"),
             flag("thresholds", None, "List thresholds"),

@@ -21,6 +21,7 @@ pub struct Daemon {
     reload_failures: u64,
     proxy_stats: Option<std::sync::Arc<rvs_proxy::ProxyStats>>,
     xdp_flood: Option<std::sync::Arc<rvs_xdp::plane::FloodStats>>,
+    sock_stats: Option<rvs_sock::plane::SockStats>,
     /// The configuration file has been applied once (later ones are reloads).
     loaded: bool,
     /// The health checkers of the configuration (keepalived.conf).
@@ -59,6 +60,7 @@ impl Daemon {
             reload_failures: 0,
             proxy_stats: None,
             xdp_flood: None,
+            sock_stats: None,
             loaded: false,
             health: rvs_check::Health::new(crate::random_seed()),
             health_wake: Arc::new(tokio::sync::Notify::new()),
@@ -168,6 +170,11 @@ impl Daemon {
     /// The XDP plane's SYN-flood counters, exported as `rvs_xdp_*`.
     pub fn set_xdp_flood(&mut self, stats: Option<std::sync::Arc<rvs_xdp::plane::FloodStats>>) {
         self.xdp_flood = stats;
+    }
+
+    /// The sock data plane's counters, for the metrics.
+    pub fn set_sock_stats(&mut self, stats: Option<rvs_sock::plane::SockStats>) {
+        self.sock_stats = stats;
     }
 
     /// The proxy data plane's counters, exported as `rvs_proxy_*`.
@@ -409,6 +416,7 @@ impl Daemon {
             reload_failures: self.reload_failures,
             proxy: self.proxy_stats.as_deref(),
             xdp_flood: self.xdp_flood.as_deref(),
+            sock: self.sock_stats.as_ref(),
             health: &self.health,
             vrrp: &self.vrrp_status,
             announce: &self.announce,

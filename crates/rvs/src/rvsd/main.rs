@@ -51,6 +51,18 @@ enum DataPlaneKind {
     /// Socket-level balancing of local clients: cgroup BPF programs
     /// choose the real server at connect()/sendmsg() (root; --cgroup).
     Sock,
+    /// Both: external clients through the XDP program (--interface),
+    /// local clients of --cgroup at the socket; one service table, every
+    /// change carried by both or refused for both (root).
+    #[value(name = "xdp,sock", alias = "sock,xdp")]
+    XdpSock,
+}
+
+impl DataPlaneKind {
+    /// Whether the XDP program runs (alone or with the sock plane).
+    fn has_xdp(self) -> bool {
+        matches!(self, DataPlaneKind::Xdp | DataPlaneKind::XdpSock)
+    }
 }
 
 /// `--xdp-mode`.
@@ -117,7 +129,12 @@ struct Args {
     /// (local clients of --cgroup connect straight to the real server:
     /// the programs rewrite connect()/sendmsg(); root; TCP/UDP services,
     /// no fwmark; `--stats` counts connections only, packets and bytes
-    /// are not seen at the socket).
+    /// are not seen at the socket), `xdp,sock` (both in one daemon:
+    /// clients arriving on --interface through XDP, processes of --cgroup
+    /// at the socket, one service table; a change either plane cannot
+    /// carry is refused for both, naming the plane; `--stats` adds both
+    /// planes' connections, packets and bytes are XDP's only; `-Lcn` lists
+    /// both planes' connections).
     #[arg(long, value_enum, default_value_t = DataPlaneKind::Proxy)]
     dataplane: DataPlaneKind,
 
@@ -608,6 +625,7 @@ type PlaneAndStats = (
     Box<dyn DataPlane>,
     Option<Arc<rvs_proxy::ProxyStats>>,
     Option<Arc<rvs_xdp::plane::FloodStats>>,
+    Option<rvs_sock::plane::SockStats>,
 );
 
 /// The data plane and, for the proxy, its counters; `handed` are the
@@ -624,7 +642,7 @@ fn data_plane(
         );
     }
     match args.dataplane {
-        DataPlaneKind::None => Ok((Box::new(NoDataPlane), None, None)),
+        DataPlaneKind::None => Ok((Box::new(NoDataPlane), None, None, None)),
         DataPlaneKind::Proxy => {
             let secs = |x: f64, what: &str| {
                 std::time::Duration::try_from_secs_f64(x)
@@ -652,20 +670,45 @@ fn data_plane(
                     .map_err(|e| anyhow::anyhow!("--takeover: {e}"))?;
             }
             let stats = plane.stats();
-            Ok((Box::new(plane), Some(stats), None))
+            Ok((Box::new(plane), Some(stats), None, None))
         }
         DataPlaneKind::Xdp => {
             let (plane, flood) = xdp_plane(args)?;
-            Ok((Box::new(plane), None, Some(flood)))
+            Ok((Box::new(plane), None, Some(flood), None))
         }
         DataPlaneKind::Sock => {
-            let cgroup = args.cgroup.clone().unwrap_or_else(rvs_sock::default_cgroup);
-            let plane = rvs_sock::plane::SockPlane::start(&cgroup)
-                .map_err(|e| anyhow::anyhow!("--dataplane sock: {e}"))?;
-            tracing::info!(cgroup = %cgroup.display(), "sock data plane attached");
-            Ok((Box::new(plane), None, None))
+            let plane = sock_plane(args)?;
+            let stats = plane.stats();
+            Ok((Box::new(plane), None, None, Some(stats)))
+        }
+        DataPlaneKind::XdpSock => {
+            // The sock plane first: it checks the cgroup and the kernel's
+            // hooks without touching the interfaces, and is detached again
+            // (dropped) when the XDP plane then fails.
+            if args.interface.is_empty() {
+                anyhow::bail!(
+                    "--dataplane xdp,sock: the xdp plane needs --interface IF (where external clients' packets arrive)"
+                );
+            }
+            let sock = sock_plane(args)?;
+            let stats = sock.stats();
+            let (xdp, flood) = xdp_plane(args)?;
+            let both = rvs_control::dataplane::Composite::new(
+                "xdp,sock",
+                vec![Box::new(xdp), Box::new(sock)],
+            );
+            Ok((Box::new(both), None, Some(flood), Some(stats)))
         }
     }
+}
+
+/// Load the sock data plane's programs and attach them to --cgroup.
+fn sock_plane(args: &Args) -> anyhow::Result<rvs_sock::plane::SockPlane> {
+    let cgroup = args.cgroup.clone().unwrap_or_else(rvs_sock::default_cgroup);
+    let plane = rvs_sock::plane::SockPlane::start(&cgroup)
+        .map_err(|e| anyhow::anyhow!("--dataplane sock: {e}"))?;
+    tracing::info!(cgroup = %cgroup.display(), "sock data plane attached");
+    Ok(plane)
 }
 
 /// Load and attach the XDP data plane. What the controller gets is a
@@ -679,7 +722,14 @@ fn xdp_plane(
     use rvs_xdp::AttachMode;
     use rvs_xdp::plane::{XdpOptions, XdpPlane};
     if args.interface.is_empty() {
-        anyhow::bail!("--dataplane xdp needs --interface IF (where clients' packets arrive)");
+        anyhow::bail!(
+            "--dataplane {}: the xdp plane needs --interface IF (where clients' packets arrive)",
+            if args.dataplane == DataPlaneKind::XdpSock {
+                "xdp,sock"
+            } else {
+                "xdp"
+            }
+        );
     }
     if args.flow_table_size == 0 {
         anyhow::bail!("--flow-table-size must be at least 1");
@@ -831,7 +881,7 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
         .unwrap_or_default();
     let http_handed = taken.as_mut().and_then(|t| t.http.take());
     let pins = instance(&args)?;
-    if args.dataplane != DataPlaneKind::Xdp && demo.is_none() && pins.exists() {
+    if !args.dataplane.has_xdp() && demo.is_none() && pins.exists() {
         // An XDP program a previous rvsd of this instance left attached
         // would keep forwarding beside this data plane.
         pins.remove()?;
@@ -843,7 +893,7 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
     // An XDP rvsd without a configuration file keeps its table beside the
     // pins (see table_file); one that adopts a pinned plane loads it first.
     let table_path = table_file::path(&args.state_dir, pins.name());
-    let keeps_table = args.dataplane == DataPlaneKind::Xdp && source.is_none() && demo.is_none();
+    let keeps_table = args.dataplane.has_xdp() && source.is_none() && demo.is_none();
     let saved = if keeps_table && taken.is_none() && pins.exists() {
         table_file::load(&table_path).unwrap_or_else(|e| {
             tracing::warn!("{e}; starting with an empty table");
@@ -852,7 +902,7 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
     } else {
         None
     };
-    let (plane, proxy_stats, xdp_flood) = data_plane(&args, handed)?;
+    let (plane, proxy_stats, xdp_flood, sock_stats) = data_plane(&args, handed)?;
     let mut config = IpvsConfig {
         conn_capacity: args.conn_capacity,
         seed: random_seed(),
@@ -876,6 +926,7 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
     }
     daemon.set_proxy_stats(proxy_stats);
     daemon.set_xdp_flood(xdp_flood);
+    daemon.set_sock_stats(sock_stats);
     if keeps_table {
         match table_file::Saver::spawn(table_path.clone()) {
             Ok(saver) => daemon.set_table_saver(saver),

@@ -119,6 +119,8 @@ pub struct Sources<'a> {
     pub proxy: Option<&'a rvs_proxy::ProxyStats>,
     /// The XDP data plane's SYN-flood counters, when it runs.
     pub xdp_flood: Option<&'a rvs_xdp::plane::FloodStats>,
+    /// The sock data plane's counters, when it runs.
+    pub sock: Option<&'a rvs_sock::plane::SockStats>,
     /// The health checkers.
     pub health: &'a rvs_check::Health,
     /// VRRP instances: state and priority by name.
@@ -448,6 +450,88 @@ pub fn xdp_flood(services: &[(ServiceKey, rvs_xdp::maps::SvcFlood)]) -> Vec<Fami
         .collect()
 }
 
+/// The sock data plane's counters (rvs_sock_*), as its worker last read
+/// them (every second): per real server, the sockets the programs gave it
+/// and those of them still open; the programs' per-CPU event counters
+/// (TCP sockets and UDP sessions scheduled, UDP sends that kept their
+/// real server, connect/sendmsg refused for want of a real server); the
+/// open sockets by protocol. Connections through the XDP plane of an
+/// `xdp,sock` daemon are not in these (they are in `rvs_*` director
+/// families with the sock plane's).
+pub fn sock(s: &rvs_sock::plane::SockStats) -> Vec<Family> {
+    let mut per: Vec<_> = s.per_dest().into_iter().collect();
+    per.sort_by(|a, b| {
+        (service_labels(&a.0.0), a.0.1, a.0.2).cmp(&(service_labels(&b.0.0), b.0.1, b.0.2))
+    });
+    let labels = |(key, addr, port): &(ServiceKey, std::net::IpAddr, u16)| {
+        let mut l = service_labels(key);
+        l.splice(
+            2..2,
+            [
+                ("remote_address", addr.to_string()),
+                ("remote_port", port.to_string()),
+            ],
+        );
+        l
+    };
+    let mut chosen = Family::new(
+        "rvs_sock_backend_connections_total",
+        Kind::Counter,
+        "Sockets the programs gave this real server (TCP connect, UDP session) since it was added.",
+    );
+    let mut open = Family::new(
+        "rvs_sock_backend_open_sockets",
+        Kind::Gauge,
+        "Sockets given this real server and not yet closed (what lc/wlc/sed/nq weigh).",
+    );
+    for (k, st) in &per {
+        chosen.push(labels(k), Value::Int(st.total));
+        open.push(labels(k), Value::Int(st.active));
+    }
+    let e = s.events();
+    let (tcp, udp) = s.open_sockets();
+    vec![
+        chosen,
+        open,
+        Family::scalar(
+            "rvs_sock_tcp_connections_total",
+            Kind::Counter,
+            "TCP connect() calls to a VIP given a real server.",
+            e.tcp,
+        ),
+        Family::scalar(
+            "rvs_sock_udp_sessions_total",
+            Kind::Counter,
+            "UDP sockets given a real server for a VIP (connect, or first sendmsg; again after theirs was deleted).",
+            e.udp,
+        ),
+        Family::scalar(
+            "rvs_sock_udp_kept_total",
+            Kind::Counter,
+            "UDP sendmsg() calls to a VIP that kept the real server the socket had.",
+            e.udp_kept,
+        ),
+        Family::scalar(
+            "rvs_sock_refused_no_dest_total",
+            Kind::Counter,
+            "connect()/sendmsg() calls to a VIP refused with EPERM: no schedulable real server.",
+            e.no_dest,
+        ),
+        Family::scalar(
+            "rvs_sock_open_tcp_sockets",
+            Kind::Gauge,
+            "Open TCP sockets the programs gave a real server.",
+            tcp,
+        ),
+        Family::scalar(
+            "rvs_sock_open_udp_sockets",
+            Kind::Gauge,
+            "Open UDP sockets the programs gave a real server.",
+            udp,
+        ),
+    ]
+}
+
 /// The proxy data plane's own counters.
 pub fn proxy(p: &rvs_proxy::ProxyStats) -> Vec<Family> {
     use std::sync::atomic::Ordering::Relaxed;
@@ -663,6 +747,9 @@ pub fn families(s: &Sources) -> Vec<Family> {
     if let Some(x) = s.xdp_flood {
         out.extend(xdp_flood(&x.snapshot()));
         out.extend(xdp_fnat(&x.fnat_snapshot()));
+    }
+    if let Some(x) = s.sock {
+        out.extend(sock(x));
     }
     out.extend(health(s.health));
     out.extend(vrrp(s.vrrp));

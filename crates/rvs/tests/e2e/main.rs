@@ -37,4 +37,5 @@ mod vrrp;
 mod vrrp_reload;
 mod xdp;
 mod xdp_rvsd;
+mod xdp_sock;
 mod xdpd;
