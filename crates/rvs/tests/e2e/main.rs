@@ -17,6 +17,7 @@ mod netns;
 mod notify_fifo;
 mod package;
 mod proxy;
+mod quic_lb;
 mod realserver;
 mod reload;
 mod restart;
