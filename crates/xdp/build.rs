@@ -67,6 +67,8 @@ fn main() {
     // The tests' TOA writer (a fixture, never in rvsd).
     if env::var_os("CARGO_FEATURE_TEST_FIXTURES").is_some() {
         programs.push(("toa_test_writer", "toa_test_writer", &[]));
+        // The director's TOA insertion (bpf/lib/toa_insert.h) alone.
+        programs.push(("toa_insert_test", "toa_insert_test", &[]));
     }
     let mut headers = vec!["rvs.h", "decap.h", "toa.h", "lib"];
     if bench {

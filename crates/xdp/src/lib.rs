@@ -23,6 +23,8 @@ pub mod pin;
 pub mod plane;
 pub mod tables;
 pub mod toa;
+#[cfg(feature = "test-fixtures")]
+pub mod toa_insert;
 
 use std::time::Duration;
 

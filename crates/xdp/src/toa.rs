@@ -322,6 +322,9 @@ fn link_err(program: &'static str, e: aya::programs::links::LinkError) -> ToaErr
 #[derive(Debug)]
 pub struct ToaReader {
     ebpf: Ebpf,
+    /// The links of [`ToaReader::attach`]: held here, so the programs stay
+    /// attached until this value is dropped.
+    links: Vec<FdLink>,
 }
 
 impl ToaReader {
@@ -335,7 +338,10 @@ impl ToaReader {
                 object: "toa",
                 source: Box::new(e),
             })?;
-        let mut me = ToaReader { ebpf };
+        let mut me = ToaReader {
+            ebpf,
+            links: Vec::new(),
+        };
         me.sockops()?
             .load()
             .map_err(unsupported(SOCKOPS, "load (verifier)"))?;
@@ -377,7 +383,9 @@ impl ToaReader {
     /// Attach to `cgroup` (a cgroup v2 directory) through aya: the links
     /// belong to this value and are detached when it is dropped.
     pub fn attach(&mut self, cgroup: &Path) -> Result<(), ToaError> {
-        self.attach_links(cgroup).map(drop)
+        let links = self.attach_links(cgroup)?;
+        self.links.extend(links.into_iter().map(|(_, l)| l));
+        Ok(())
     }
 
     fn attach_links(&mut self, cgroup: &Path) -> Result<Vec<(&'static str, FdLink)>, ToaError> {

@@ -1,0 +1,244 @@
+//! The director's TOA insertion (`bpf/lib/toa_insert.h` through the fixture
+//! `bpf/toa_insert_test.c`) under arbitrary frames, run in the kernel
+//! through BPF_PROG_TEST_RUN (needs root and a build with clang; it says
+//! why and does nothing otherwise).
+//!
+//! Frames start from TCP segments (IPv4 with and without options, IPv6, a
+//! VLAN tag or not, TCP options, payload) and are mutated and cut; the
+//! client, the MTU and the MSS reduction come from the input too. Either
+//! the frame comes out UNCHANGED with a refusal code, or: for an
+//! insertion, the option (the codec's bytes) sits after the fixed TCP
+//! header with everything behind it unchanged, and checksums that
+//! verified before verify after; for the MSS clamp, only the MSS value and
+//! the TCP checksum changed. The "moved" code (a bounds check failing
+//! after the frame grew) never comes.
+#![no_main]
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Mutex, OnceLock};
+
+use libfuzzer_sys::fuzz_target;
+use rvs_wire::toa::Toa;
+use rvs_xdp::toa_insert::{ToaInsertTest, code};
+
+static FIXTURE: OnceLock<Option<Mutex<ToaInsertTest>>> = OnceLock::new();
+
+fn setup() -> Option<Mutex<ToaInsertTest>> {
+    match ToaInsertTest::load() {
+        Ok(t) => Some(Mutex::new(t)),
+        Err(e) => {
+            eprintln!("toa_insert_frames: not fuzzing the BPF program: {e} (needs root and clang)");
+            None
+        }
+    }
+}
+
+fn csum(b: &[u8]) -> u16 {
+    let mut s: u32 = 0;
+    for c in b.chunks(2) {
+        s += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+/// Where the IP header, the TCP header and the IP packet's end are, if
+/// the frame is a consistent TCP segment.
+fn layout(f: &[u8]) -> Option<(usize, usize, usize)> {
+    let tagged = matches!(f.get(12..14)?, [0x81, 0x00] | [0x88, 0xa8]);
+    let l3 = if tagged { 18 } else { 14 };
+    let et = f.get(l3 - 2..l3)?;
+    let (l4, end) = match et {
+        [0x08, 0x00] => {
+            let ihl = usize::from(f.get(l3)? & 0xf) * 4;
+            (
+                l3 + ihl,
+                l3 + usize::from(u16::from_be_bytes([*f.get(l3 + 2)?, *f.get(l3 + 3)?])),
+            )
+        }
+        [0x86, 0xdd] => (
+            l3 + 40,
+            l3 + 40 + usize::from(u16::from_be_bytes([*f.get(l3 + 4)?, *f.get(l3 + 5)?])),
+        ),
+        _ => return None,
+    };
+    let thl = usize::from(f.get(l4 + 12)? >> 4) * 4;
+    (thl >= 20 && l4 + thl <= end && end <= f.len()).then_some((l3, l4, end))
+}
+
+/// The TCP header's offset, whatever the IP length says (the MSS clamp
+/// needs only the TCP header and its options in the frame).
+fn tcp_offset(f: &[u8]) -> usize {
+    let l3 = if matches!(f[12..14], [0x81, 0x00] | [0x88, 0xa8]) {
+        18
+    } else {
+        14
+    };
+    if f[l3 - 2..l3] == [0x86, 0xdd] {
+        l3 + 40
+    } else {
+        l3 + usize::from(f[l3] & 0xf) * 4
+    }
+}
+
+/// The TCP checksum over the segment, verified: 0 when it is right.
+fn tcp_check(f: &[u8], l3: usize, l4: usize, end: usize) -> u16 {
+    let mut b = Vec::new();
+    if f[l3] >> 4 == 4 {
+        b.extend_from_slice(&f[l3 + 12..l3 + 20]);
+        b.extend_from_slice(&[0, f[l3 + 9]]);
+        b.extend_from_slice(&((end - l4) as u16).to_be_bytes());
+    } else {
+        b.extend_from_slice(&f[l3 + 8..l3 + 40]);
+        b.extend_from_slice(&((end - l4) as u32).to_be_bytes());
+        b.extend_from_slice(&[0, 0, 0, f[l3 + 6]]);
+    }
+    b.extend_from_slice(&f[l4..end]);
+    csum(&b)
+}
+
+/// A TCP segment: family, VLAN, IPv4 options, TCP options, payload.
+fn template(v6: bool, vlan: bool, ip_opts: usize, tcp_opts: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+    if vlan {
+        f.extend_from_slice(&[0x81, 0x00, 0, 42]);
+    }
+    f.extend_from_slice(if v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
+    let l3 = f.len();
+    let l4len = 20 + tcp_opts.len() + payload.len();
+    if v6 {
+        f.extend_from_slice(&[0x60, 0, 0, 0]);
+        f.extend_from_slice(&(l4len as u16).to_be_bytes());
+        f.extend_from_slice(&[6, 64]);
+        f.extend_from_slice(&Ipv6Addr::new(0xfd01, 0, 0, 0, 0, 0, 0, 7).octets());
+        f.extend_from_slice(&Ipv6Addr::new(0xfd02, 0, 0, 0, 0, 0, 0, 9).octets());
+    } else {
+        let ihl = 20 + ip_opts;
+        f.push(0x40 | (ihl / 4) as u8);
+        f.push(0);
+        f.extend_from_slice(&((ihl + l4len) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 1, 0x40, 0, 64, 6, 0, 0, 10, 1, 0, 7, 10, 2, 0, 9]);
+        f.extend(std::iter::repeat_n(1u8, ip_opts));
+        let c = csum(&f[l3..l3 + ihl]);
+        f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+    }
+    let l4 = f.len();
+    f.extend_from_slice(&[0x9c, 0x40, 0x1f, 0x90, 0, 0, 0, 1, 0, 0, 0, 2]);
+    f.push((((20 + tcp_opts.len()) / 4) as u8) << 4);
+    f.extend_from_slice(&[0x12, 0xff, 0xff, 0, 0, 0, 0]);
+    f.extend_from_slice(tcp_opts);
+    f.extend_from_slice(payload);
+    let end = f.len();
+    let c = tcp_check(&f, l3, l4, end);
+    f[l4 + 16..l4 + 18].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
+const SYN_OPTS: [u8; 20] = [
+    2, 4, 5, 0xb4, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 3, 3, 7,
+];
+
+fuzz_target!(|data: &[u8]| {
+    let Some(t) = FIXTURE.get_or_init(setup) else {
+        return;
+    };
+    let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
+    let b = |i: usize| data.get(i).copied().unwrap_or(0);
+    let v6 = b(0) & 1 == 1;
+    let opts: Vec<u8> = match b(1) % 4 {
+        0 => Vec::new(),
+        1 => SYN_OPTS.to_vec(),
+        2 => vec![1; 32],
+        _ => vec![1; 40],
+    };
+    let payload = vec![0x5a; usize::from(b(2) % 64)];
+    let ip_opts = usize::from(b(3) % 11) * 4;
+    let mut f = template(v6, b(0) & 2 == 2, ip_opts, &opts, &payload);
+    // Mutate: (offset, value) pairs, then maybe cut.
+    let mut i = 8;
+    while i + 1 < data.len() && i < 40 {
+        let at = usize::from(data[i]) % f.len();
+        f[at] = data[i + 1];
+        i += 2;
+    }
+    if b(4) & 0x80 != 0 {
+        // BPF_PROG_TEST_RUN wants at least an Ethernet header.
+        f.truncate(usize::from(b(5)).max(14).min(f.len()));
+    }
+    let client = if b(6) & 1 == 0 {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::new(198, 51, 100, b(7))), 51234)
+    } else {
+        SocketAddr::new(
+            IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, u16::from(b(7)))),
+            51235,
+        )
+    };
+    let before = layout(&f);
+
+    if b(6) & 2 == 0 {
+        let mtu = 1000 + u16::from(b(5)) * 2;
+        let r = t.insert(&f, client, mtu).expect("test run");
+        let out = &r.data;
+        match r.action {
+            code::OK => {
+                let (l3, l4, end) = before.expect("inserted into an inconsistent frame");
+                let opt = Toa::new(client).to_bytes();
+                let n = opt.len();
+                assert_eq!(out.len(), f.len() + n);
+                assert!(end + n <= usize::from(mtu) + l3);
+                assert_eq!(out[..l3], f[..l3], "link header");
+                assert_eq!(out[l4..l4 + 12], f[l4..l4 + 12], "ports, sequence numbers");
+                assert_eq!(out[l4 + 20..l4 + 20 + n], opt[..], "the codec's bytes");
+                assert_eq!(out[l4 + 20 + n..], f[l4 + 20..], "the rest unchanged");
+                assert_eq!(layout(out), Some((l3, l4, end + n)), "lengths grew");
+                if f[l3] >> 4 == 4 && csum(&f[l3..l4]) == 0 {
+                    assert_eq!(csum(&out[l3..l4]), 0, "IPv4 checksum still verifies");
+                }
+                if tcp_check(&f, l3, l4, end) == 0 {
+                    assert_eq!(
+                        tcp_check(out, l3, l4, end + n),
+                        0,
+                        "TCP checksum still verifies"
+                    );
+                }
+            }
+            code::NOROOM | code::MTU | code::PKT | code::NOT_PARSED => {
+                assert_eq!(out[..], f[..], "a refused frame is unchanged");
+            }
+            c => panic!("unexpected code {c}"),
+        }
+    } else {
+        let reduce = u16::from(b(5) % 32);
+        let r = t.mss_clamp(&f, reduce).expect("test run");
+        let out = &r.data;
+        match r.action {
+            code::OK => {
+                let l4 = tcp_offset(&f);
+                assert_eq!(out.len(), f.len());
+                let diff: Vec<usize> = (0..f.len()).filter(|&i| out[i] != f[i]).collect();
+                // The checksum and at most two MSS bytes in the options.
+                assert!(
+                    diff.iter().all(|&i| i == l4 + 16
+                        || i == l4 + 17
+                        || (i >= l4 + 20 && i < l4 + usize::from(f[l4 + 12] >> 4) * 4)),
+                    "changed {diff:?}"
+                );
+                if let Some((l3, _, end)) = before
+                    && tcp_check(&f, l3, l4, end) == 0
+                {
+                    assert_eq!(
+                        tcp_check(out, l3, l4, end),
+                        0,
+                        "TCP checksum still verifies"
+                    );
+                }
+            }
+            code::NOROOM | code::MSS_NONE | code::PKT | code::NOT_PARSED => {
+                assert_eq!(out[..], f[..], "an unclamped frame is unchanged");
+            }
+            c => panic!("unexpected code {c}"),
+        }
+    }
+});
