@@ -9,6 +9,7 @@ mod check;
 mod failover;
 mod fleet;
 mod fleet_flows;
+mod fullnat;
 mod golden;
 mod health;
 mod health_probes;

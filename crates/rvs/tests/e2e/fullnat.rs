@@ -1,0 +1,476 @@
+//! FULLNAT end to end through a live `rvsd --dataplane xdp --interface
+//! eth0,eth1`, configured with rvsadm (`--fullnat`, `--add-laddr -z`):
+//!
+//! ```text
+//!  client ── br0 (subnet A) ── eth0 [director, VIP] eth1 ── br1 (subnet B) ── rs0, rs1
+//! ```
+//!
+//! The real servers have no route to subnet A at all (only their connected
+//! subnet B), so a reply can reach the client only if the director
+//! rewrote the client's packets to come from one of its local addresses
+//! (on eth1) and rewrites the replies back: a control check in each test
+//! shows the real server cannot reach the client directly. The XDP
+//! program is attached on both director interfaces: client packets arrive
+//! on eth0, the real servers' replies on eth1.
+//!
+//! Shown for IPv4 and IPv6: byte-checked TCP echo over several connections,
+//! UDP request/reply, the real server sees a local address (never the
+//! client) as the source, and `rvsadm -Lcn` lists each connection's local
+//! address:port — the one the real server saw.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::harness::{RVSADM, RVSD, TempDir};
+use crate::netns::{Bed, Host};
+
+const T: Duration = Duration::from_secs(3);
+const PORT: u16 = 80;
+
+/// The addresses of one family's run.
+struct Plan {
+    client: &'static str,
+    dir_a: &'static str,
+    vip: &'static str,
+    dir_b: &'static str,
+    laddrs: [&'static str; 2],
+    rs: [&'static str; 2],
+    /// Prefix lengths of the two subnets and of the VIP / local addresses.
+    len: u8,
+    host_len: u8,
+    v6: bool,
+}
+
+const V4: Plan = Plan {
+    client: "10.79.0.10",
+    dir_a: "10.79.0.2",
+    vip: "10.79.0.100",
+    dir_b: "10.80.0.1",
+    laddrs: ["10.80.0.200", "10.80.0.201"],
+    rs: ["10.80.0.11", "10.80.0.12"],
+    len: 24,
+    host_len: 32,
+    v6: false,
+};
+
+const V6: Plan = Plan {
+    client: "fd79:a::10",
+    dir_a: "fd79:a::2",
+    vip: "fd79:a::100",
+    dir_b: "fd79:b::1",
+    laddrs: ["fd79:b::200", "fd79:b::201"],
+    rs: ["fd79:b::11", "fd79:b::12"],
+    len: 64,
+    host_len: 128,
+    v6: true,
+};
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("address")
+}
+
+/// A service/real-server address as rvsadm takes it (`[v6]:port`).
+fn sa(s: &str, port: u16) -> String {
+    SocketAddr::new(ip(s), port).to_string()
+}
+
+/// Add `addr/len` on `dev` in `h` (IPv6 without DAD, usable at once).
+fn addr_add(h: &Host, addr: &str, len: u8, dev: &str) {
+    let cidr = format!("{addr}/{len}");
+    let mut a = vec!["ip", "addr", "add", &cidr, "dev", dev];
+    if addr.contains(':') {
+        a.push("nodad");
+    }
+    h.exec(&a);
+}
+
+/// rvsd in the director's namespace, killed by the bed's guard.
+struct Daemon {
+    socket: PathBuf,
+    _dir: TempDir,
+}
+
+impl Daemon {
+    fn start(bed: &mut Bed, dir: &Host) -> Daemon {
+        let tmp = TempDir::new("fullnat");
+        let socket = tmp.path().join("rvsd.sock");
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &dir.ns, RVSD])
+            .args(["--dataplane", "xdp", "--interface", "eth0,eth1"])
+            .args(["--log-level", "warn", "--socket"])
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn rvsd");
+        crate::harness::wait_for_socket(&socket, &mut child);
+        bed.adopt(child);
+        Daemon { socket, _dir: tmp }
+    }
+
+    fn adm(&self, args: &str) -> Output {
+        Command::new(RVSADM)
+            .args(args.split_whitespace())
+            .env("RVS_SOCKET", &self.socket)
+            .output()
+            .expect("rvsadm")
+    }
+
+    fn ok(&self, args: &str) -> String {
+        let o = self.adm(args);
+        assert!(
+            o.status.success(),
+            "rvsadm {args}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+}
+
+/// Servers in a real server's namespace that tell each peer what source
+/// address they saw: TCP sends `NAME PEER\n` then echoes until EOF; UDP
+/// answers each datagram with `NAME PEER PAYLOAD`. Stopped on drop.
+struct PeerServers {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl PeerServers {
+    fn start(h: &Host, addr: IpAddr, name: &str) -> PeerServers {
+        let at = SocketAddr::new(addr, PORT);
+        let (tcp, udp) = h.run(move || {
+            (
+                TcpListener::bind(at).expect("tcp bind"),
+                UdpSocket::bind(at).expect("udp bind"),
+            )
+        });
+        tcp.set_nonblocking(true).expect("nonblocking");
+        udp.set_read_timeout(Some(Duration::from_millis(50)))
+            .expect("udp timeout");
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s1, n1) = (stop.clone(), name.to_owned());
+        let t1 = std::thread::spawn(move || {
+            while !s1.load(Ordering::Relaxed) {
+                match tcp.accept() {
+                    Ok((mut s, peer)) => {
+                        let n = n1.clone();
+                        std::thread::spawn(move || {
+                            let _ = s.set_nonblocking(false);
+                            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+                            if s.write_all(format!("{n} {peer}\n").as_bytes()).is_err() {
+                                return;
+                            }
+                            let mut buf = [0u8; 4096];
+                            while let Ok(k) = s.read(&mut buf) {
+                                if k == 0 || s.write_all(&buf[..k]).is_err() {
+                                    break;
+                                }
+                            }
+                        });
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        let (s2, n2) = (stop.clone(), name.to_owned());
+        let t2 = std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            while !s2.load(Ordering::Relaxed) {
+                if let Ok((k, peer)) = udp.recv_from(&mut buf) {
+                    let mut reply = format!("{n2} {peer} ").into_bytes();
+                    reply.extend_from_slice(&buf[..k]);
+                    let _ = udp.send_to(&reply, peer);
+                }
+            }
+        });
+        PeerServers {
+            stop,
+            threads: vec![t1, t2],
+        }
+    }
+}
+
+impl Drop for PeerServers {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A TCP connection from the client to the VIP: the stream, and the
+/// server's name and the source address it saw.
+struct Conn {
+    stream: TcpStream,
+    server: String,
+    seen: SocketAddr,
+}
+
+fn connect(client: &Host, vip: SocketAddr, timeout: Duration) -> std::io::Result<Conn> {
+    let mut stream = client.run(move || TcpStream::connect_timeout(&vip, timeout))?;
+    stream.set_read_timeout(Some(timeout))?;
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    loop {
+        match stream.read(&mut b)? {
+            0 => break,
+            _ if b[0] == b'\n' => break,
+            _ => line.push(b[0]),
+        }
+        if line.len() > 200 {
+            break;
+        }
+    }
+    let line = String::from_utf8_lossy(&line).into_owned();
+    let mut w = line.split_whitespace();
+    let (Some(server), Some(seen)) = (w.next(), w.next().and_then(|s| s.parse().ok())) else {
+        return Err(std::io::Error::other(format!("bad greeting {line:?}")));
+    };
+    Ok(Conn {
+        stream,
+        server: server.to_owned(),
+        seen,
+    })
+}
+
+/// Send `len` bytes of a pattern and read exactly them back.
+fn echo(c: &mut Conn, seed: u8, len: usize) {
+    let msg: Vec<u8> = (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect();
+    c.stream.write_all(&msg).expect("send");
+    let mut got = vec![0u8; len];
+    c.stream.read_exact(&mut got).expect("echo back");
+    assert!(got == msg, "echo of {len} bytes differs");
+}
+
+/// The real server cannot reach the client by itself: its kernel has no
+/// route to it, and a TCP connect from its namespace fails.
+fn assert_unreachable(rs: &Host, client: IpAddr) {
+    let c = client.to_string();
+    let o = Command::new("ip")
+        .args(["netns", "exec", &rs.ns, "ip", "route", "get", &c])
+        .output()
+        .expect("ip route get");
+    assert!(
+        !o.status.success(),
+        "{} has a route to the client: {}",
+        rs.ns,
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let to = SocketAddr::new(client, PORT);
+    let r = rs.run(move || TcpStream::connect_timeout(&to, Duration::from_secs(1)));
+    assert!(r.is_err(), "{} connects to the client directly", rs.ns);
+}
+
+fn fullnat(test: &str, p: &Plan) {
+    let Some(mut bed) = Bed::new(test) else {
+        return;
+    };
+    // Subnet A: the client and the director's eth0 on br0; subnet B: the
+    // director's eth1 and the real servers on br1. IPv4 hosts get their
+    // address from the bed; IPv6 hosts an IPv4 one of the same subnet
+    // (unused) plus the IPv6 address.
+    let v4 = |s: &str, d: &str| if p.v6 { d.to_owned() } else { s.to_owned() };
+    let client = bed.host("c", &format!("{}/24", v4(p.client, "10.79.0.10")));
+    let dir = bed.host("dir", &format!("{}/24", v4(p.dir_a, "10.79.0.2")));
+    bed.bridge("br1");
+    let dir_ns = dir.ns.clone();
+    let dir_b = bed.link(
+        &dir_ns,
+        "br1",
+        "eth1",
+        &format!("{}/24", v4(p.dir_b, "10.80.0.1")),
+    );
+    if p.v6 {
+        addr_add(&client, p.client, p.len, "eth0");
+        addr_add(&dir, p.dir_a, p.len, "eth0");
+        addr_add(&dir, p.dir_b, p.len, "eth1");
+    }
+    addr_add(&dir, p.vip, p.host_len, "eth0");
+    for l in p.laddrs {
+        addr_add(&dir, l, p.host_len, "eth1");
+    }
+    // The client reaches the VIP on its own subnet; nothing else.
+    dir.exec(&["sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"]);
+    dir.exec(&["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
+    // Frames the director redirects out of eth0/eth1 reach the bridge only
+    // when the bridge ports have an XDP program (TESTBED.md).
+    bed.xdp_pass_on_port(&dir);
+    bed.xdp_pass_on_port(&dir_b);
+    let mut rs = Vec::new();
+    let mut servers = Vec::new();
+    for (i, a) in p.rs.iter().enumerate() {
+        let h = bed.host_on(
+            &format!("r{i}"),
+            "br1",
+            &format!("{}/24", v4(a, &format!("10.80.0.{}", 11 + i))),
+        );
+        if p.v6 {
+            addr_add(&h, a, p.len, "eth0");
+        }
+        servers.push(PeerServers::start(&h, ip(a), &format!("rs{i}")));
+        rs.push(h);
+    }
+    let client_ip = ip(p.client);
+    for h in &rs {
+        let o = h.exec(&["ip", "route", "show", "default"]);
+        assert!(o.stdout.is_empty(), "{}: has a default route", h.ns);
+        if p.v6 {
+            let o = h.exec(&["ip", "-6", "route", "show", "default"]);
+            assert!(o.stdout.is_empty(), "{}: has a default route", h.ns);
+        }
+        assert_unreachable(h, client_ip);
+    }
+    // Resolve the director's neighbours before traffic (the program
+    // passes a packet whose next hop is unresolved to the kernel).
+    // A TCP connect from the director (refused by the client, accepted
+    // by the real servers) does it; its outcome does not matter.
+    for a in std::iter::once(p.client).chain(p.rs) {
+        let to = SocketAddr::new(ip(a), PORT);
+        let _ = dir.run(move || TcpStream::connect_timeout(&to, T));
+    }
+
+    let d = Daemon::start(&mut bed, &dir);
+    let vip = sa(p.vip, PORT);
+    for proto in ["-t", "-u"] {
+        d.ok(&format!("-A {proto} {vip} -s rr"));
+        // The pool first: a FULLNAT real server needs one.
+        for l in p.laddrs {
+            d.ok(&format!("--add-laddr {proto} {vip} -z {l}"));
+        }
+        for a in p.rs {
+            d.ok(&format!("-a {proto} {vip} -r {} --fullnat", sa(a, PORT)));
+        }
+    }
+    let laddrs: BTreeSet<IpAddr> = p.laddrs.iter().map(|a| ip(a)).collect();
+    let vip_sa = SocketAddr::new(ip(p.vip), PORT);
+
+    // TCP: wait (bounded) for the first connection, then several more
+    // held open together, each echoing a byte-checked pattern.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let first = loop {
+        match connect(&client, vip_sa, Duration::from_millis(1500)) {
+            Ok(c) => break c,
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "no TCP connection through FULLNAT: {e}"
+            ),
+        }
+    };
+    let mut conns = vec![first];
+    for _ in 0..5 {
+        conns.push(connect(&client, vip_sa, T).expect("TCP connection through FULLNAT"));
+    }
+    let mut names = BTreeSet::new();
+    for (i, c) in conns.iter_mut().enumerate() {
+        assert!(
+            laddrs.contains(&c.seen.ip()),
+            "{} saw source {} (client {}), not a local address",
+            c.server,
+            c.seen,
+            c.stream.local_addr().expect("local")
+        );
+        assert_ne!(c.seen.ip(), client_ip);
+        echo(c, i as u8, 1 + i * 3000);
+        names.insert(c.server.clone());
+    }
+    assert_eq!(names.len(), 2, "rr over both real servers: {names:?}");
+    let seen: BTreeSet<SocketAddr> = conns.iter().map(|c| c.seen).collect();
+    assert_eq!(seen.len(), conns.len(), "local address:port pairs differ");
+
+    // -Lcn: every open connection listed with its client address:port and
+    // the local address:port its real server saw (mirrored by the report,
+    // about every second).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = d.ok("-L -c -n");
+        let missing: Vec<String> = conns
+            .iter()
+            .filter_map(|c| {
+                let me = c.stream.local_addr().expect("local").to_string();
+                let local = c.seen.to_string();
+                let listed = out.lines().any(|l| {
+                    let w: Vec<&str> = l.split_whitespace().collect();
+                    w.contains(&me.as_str()) && w.contains(&local.as_str())
+                });
+                (!listed).then(|| format!("{me} via {local}"))
+            })
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "-Lcn lacks {missing:?}:\n{out}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The connections still carry data after the listing.
+    for (i, c) in conns.iter_mut().enumerate() {
+        echo(c, 100 + i as u8, 777);
+    }
+    drop(conns);
+
+    // UDP: request/reply from a few client sockets (each its own flow).
+    let mut udp_names = BTreeSet::new();
+    for k in 0..4u8 {
+        let sock = client.run(move || {
+            let any = if client_ip.is_ipv6() {
+                "[::]:0"
+            } else {
+                "0.0.0.0:0"
+            };
+            UdpSocket::bind(any).expect("udp bind")
+        });
+        sock.set_read_timeout(Some(Duration::from_millis(700)))
+            .expect("timeout");
+        let payload = format!("datagram {k} {}", "x".repeat(100 * k as usize));
+        let mut buf = [0u8; 2048];
+        let mut reply = None;
+        for _ in 0..10 {
+            sock.send_to(payload.as_bytes(), vip_sa).expect("send");
+            if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                assert_eq!(from, vip_sa, "the reply comes from the VIP");
+                reply = Some(String::from_utf8_lossy(&buf[..n]).into_owned());
+                break;
+            }
+        }
+        let reply = reply.unwrap_or_else(|| panic!("no UDP reply through FULLNAT ({k})"));
+        let mut w = reply.splitn(3, ' ');
+        let (name, peer, rest) = (
+            w.next().unwrap_or(""),
+            w.next().unwrap_or(""),
+            w.next().unwrap_or(""),
+        );
+        let peer: SocketAddr = peer.parse().expect("peer in the reply");
+        assert!(
+            laddrs.contains(&peer.ip()),
+            "{name} saw UDP source {peer}, not a local address"
+        );
+        assert_eq!(rest, payload, "UDP payload round trip");
+        udp_names.insert(name.to_owned());
+    }
+    assert_eq!(udp_names.len(), 2, "rr over both: {udp_names:?}");
+
+    // Still no direct path: only FULLNAT carried the traffic.
+    for h in &rs {
+        assert_unreachable(h, client_ip);
+    }
+    drop(servers);
+}
+
+#[test]
+fn fullnat_xdp_rvsd_v4() {
+    fullnat("fullnat_xdp_rvsd_v4", &V4);
+}
+
+#[test]
+fn fullnat_xdp_rvsd_v6() {
+    fullnat("fullnat_xdp_rvsd_v6", &V6);
+}
