@@ -178,6 +178,7 @@ impl KeepalivedConf {
                 }
                 cfg.proxy_protocol = vs.proxy_protocol;
                 cfg.max_conns = vs.max_conns;
+                cfg.quic_lb = vs.quic_lb.clone();
                 let vport = key.port();
                 let fix_port = |fwd: rvs_core::model::ForwardMethod, p: u16| -> u16 {
                     if !matches!(vs.target, VsTarget::Group(_)) {
@@ -198,6 +199,7 @@ impl KeepalivedConf {
                             .forward(r.forward)
                             .thresholds(r.uthreshold, r.lthreshold);
                         d.proxy_protocol = r.proxy_protocol;
+                        d.quic_server_id = r.quic_server_id;
                         d
                     })
                     .collect();

@@ -33,6 +33,8 @@ pub enum Block {
     Url,
     /// Global `SSL { }`.
     Ssl,
+    /// rvs `quic_lb { }` in a `virtual_server`.
+    QuicLb,
 }
 
 /// What rvs does with a keyword it reads but does not apply.
@@ -534,6 +536,7 @@ pub fn known(block: Block) -> Vec<&'static str> {
             "mh_table_size",
             "proxy_protocol",
             "max_conns",
+            "quic_lb",
             "real_server",
             "hashed",
             "ops",
@@ -545,6 +548,7 @@ pub fn known(block: Block) -> Vec<&'static str> {
             "notify_up",
             "notify_down",
             "proxy_protocol",
+            "quic_server_id",
             "uthreshold",
             "lthreshold",
             "inhibit_on_failure",
@@ -617,6 +621,7 @@ pub fn known(block: Block) -> Vec<&'static str> {
             "regex_max_offset",
         ],
         Ssl => &["password", "ca", "certificate", "key"],
+        QuicLb => &["rotation", "server_id_len", "nonce_len", "key"],
     };
     let mut v: Vec<&'static str> = applied.to_vec();
     v.extend(

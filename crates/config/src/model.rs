@@ -455,6 +455,9 @@ pub struct VirtualServer {
     pub proxy_protocol: Option<rvs_core::model::ProxyProtocol>,
     /// rvs extension `max_conns N` (proxy data plane; 0 = unlimited).
     pub max_conns: u32,
+    /// rvs extension `quic_lb { rotation N server_id_len N nonce_len N
+    /// [key HEX32] }` (repeatable, one per config rotation codepoint).
+    pub quic_lb: Vec<rvs_core::model::QuicLbConfig>,
     /// Real servers.
     pub real_servers: Vec<RealServer>,
 }
@@ -480,6 +483,8 @@ pub struct RealServer {
     pub notify_down: Option<Script>,
     /// rvs extension `proxy_protocol v1|v2`, overriding the virtual server's.
     pub proxy_protocol: Option<rvs_core::model::ProxyProtocol>,
+    /// rvs extension `quic_server_id HEX`: the QUIC-LB server ID.
+    pub quic_server_id: Option<rvs_core::model::QuicServerId>,
     /// `uthreshold`.
     pub uthreshold: u32,
     /// `lthreshold`.

@@ -778,6 +778,7 @@ fn virtual_server(c: &mut Ctx<'_>, n: &Node) -> R<VirtualServer> {
         mh_table_size: None,
         proxy_protocol: None,
         max_conns: 0,
+        quic_lb: Vec::new(),
         real_servers: Vec::new(),
     };
     let mut sorry_inhibit = false;
@@ -944,6 +945,30 @@ fn virtual_server(c: &mut Ctx<'_>, n: &Node) -> R<VirtualServer> {
                     u64::from(u32::MAX),
                 )?
             }
+            "quic_lb" => {
+                let q = quic_lb(c, k)?;
+                if vs.quic_lb.iter().any(|p| p.rotation == q.rotation) {
+                    return err(
+                        &k.key,
+                        format!(
+                            "a second `quic_lb` with config rotation codepoint {}",
+                            q.rotation
+                        ),
+                    );
+                }
+                if let Some(p) = vs.quic_lb.first()
+                    && p.server_id_len != q.server_id_len
+                {
+                    return err(
+                        &k.key,
+                        format!(
+                            "`quic_lb` blocks of a virtual server must share one server_id_len ({} and {}): rotation changes the key or nonce length, not the servers' IDs",
+                            p.server_id_len, q.server_id_len
+                        ),
+                    );
+                }
+                vs.quic_lb.push(q);
+            }
             "real_server" => vs.real_servers.push(real_server(c, k)?),
             _ if listed => {}
             _ => c.unknown(k, "virtual_server", Block::VirtualServer),
@@ -1002,6 +1027,73 @@ fn proxy_protocol(k: &Node) -> R<rvs_core::model::ProxyProtocol> {
     }
 }
 
+/// rvs extension: `quic_lb { rotation N server_id_len N nonce_len N [key
+/// HEX32] }`, one QUIC-LB configuration of the virtual server.
+fn quic_lb(c: &mut Ctx<'_>, n: &Node) -> R<rvs_core::model::QuicLbConfig> {
+    c.max_args(n, 0);
+    let (mut rotation, mut sid, mut nonce, mut key) = (None, None, None, None);
+    for k in block(n)? {
+        let listed = c.audit(Block::QuicLb, k)?;
+        match k.key.text.as_str() {
+            "rotation" => {
+                rotation = Some(num(
+                    arg(k, 0, "a config rotation codepoint")?,
+                    "a config rotation codepoint (0..=6)",
+                    0,
+                    6,
+                )?)
+            }
+            "server_id_len" => {
+                sid = Some(num(
+                    arg(k, 0, "a server ID length")?,
+                    "a server ID length in bytes (1..=15)",
+                    1,
+                    15,
+                )?)
+            }
+            "nonce_len" => {
+                nonce = Some(num(
+                    arg(k, 0, "a nonce length")?,
+                    "a nonce length in bytes (4..=18)",
+                    4,
+                    18,
+                )?)
+            }
+            "key" => {
+                let t = arg(k, 0, "a key")?;
+                key = Some(
+                    rvs_core::model::QuicLbConfig::parse_key(&t.text).map_or_else(
+                        || {
+                            err(
+                                t,
+                                "expected a 16-byte AES-128 key as 32 hex digits".to_owned(),
+                            )
+                        },
+                        Ok,
+                    )?,
+                );
+            }
+            _ if listed => {}
+            _ => c.unknown(k, "quic_lb", Block::QuicLb),
+        }
+        c.max_args(k, 1);
+    }
+    let (Some(rotation), Some(server_id_len), Some(nonce_len)) = (rotation, sid, nonce) else {
+        return err(
+            &n.key,
+            "`quic_lb` needs `rotation`, `server_id_len` and `nonce_len`",
+        );
+    };
+    let q = rvs_core::model::QuicLbConfig {
+        rotation,
+        server_id_len,
+        nonce_len,
+        key,
+    };
+    q.validate()
+        .map_or_else(|e| err(&n.key, e.to_string()), |()| Ok(q))
+}
+
 fn real_server(c: &mut Ctx<'_>, n: &Node) -> R<RealServer> {
     let addr = ip(arg(n, 0, "an IP address")?)?;
     let p = n.args.get(1).map(port).transpose()?.unwrap_or(0);
@@ -1016,6 +1108,7 @@ fn real_server(c: &mut Ctx<'_>, n: &Node) -> R<RealServer> {
         notify_up: None,
         notify_down: None,
         proxy_protocol: None,
+        quic_server_id: None,
         uthreshold: 0,
         lthreshold: 0,
         inhibit_on_failure: None,
@@ -1049,6 +1142,18 @@ fn real_server(c: &mut Ctx<'_>, n: &Node) -> R<RealServer> {
                 max = 3;
             }
             "proxy_protocol" => rs.proxy_protocol = Some(proxy_protocol(k)?),
+            "quic_server_id" => {
+                let t = arg(k, 0, "a QUIC server ID")?;
+                rs.quic_server_id = Some(t.text.parse().or_else(|_| {
+                    err(
+                        t,
+                        format!(
+                            "expected a QUIC server ID of 1 to 15 bytes in hex, found `{}`",
+                            t.text
+                        ),
+                    )
+                })?);
+            }
             "uthreshold" => {
                 rs.uthreshold = num(
                     arg(k, 0, "a connection count")?,

@@ -823,3 +823,81 @@ fn random_definitions() {
     };
     assert_eq!(seeded(1), seeded(2));
 }
+
+/// rvs's QUIC-LB keywords: repeatable `quic_lb { }` blocks in a
+/// virtual_server, `quic_server_id` in real_server; mistakes are located.
+#[test]
+fn rvs_quic_lb_keywords() {
+    let l = ok(
+        "virtual_server 10.0.0.1 443 {\n  lb_algo rr\n  lb_kind NAT\n  protocol UDP\n  quic_lb {\n    rotation 0\n    server_id_len 3\n    nonce_len 6\n  }\n  quic_lb {\n    rotation 1\n    server_id_len 3\n    nonce_len 13\n    key 8f95f09245765f80256934e50c66207f\n  }\n  real_server 10.1.0.1 4433 {\n    quic_server_id 0a0001\n  }\n  real_server 10.1.0.2 4433 {\n  }\n}\n",
+    );
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    let s = &l.config.lvs_services().unwrap()[0];
+    assert_eq!(
+        s.config.quic_lb,
+        vec![
+            rvs_core::model::QuicLbConfig::parse_spec("cr=0,sid=3,nonce=6").unwrap(),
+            rvs_core::model::QuicLbConfig::parse_spec(
+                "cr=1,sid=3,nonce=13,key=8f95f09245765f80256934e50c66207f"
+            )
+            .unwrap(),
+        ]
+    );
+    assert_eq!(
+        s.dests[0].quic_server_id.map(|x| x.to_string()),
+        Some("0a0001".to_owned())
+    );
+    assert_eq!(s.dests[1].quic_server_id, None);
+    let vs = |body: &str| format!("virtual_server 10.0.0.1 443 {{\n  protocol UDP\n{body}}}\n");
+    for (body, at, text) in [
+        (
+            "  quic_lb {\n    rotation 7\n    server_id_len 3\n    nonce_len 6\n  }\n",
+            (4, 14),
+            "rotation",
+        ),
+        (
+            "  quic_lb {\n    rotation 0\n    server_id_len 3\n  }\n",
+            (3, 3),
+            "needs `rotation`, `server_id_len` and `nonce_len`",
+        ),
+        (
+            "  quic_lb {\n    rotation 0\n    server_id_len 10\n    nonce_len 10\n  }\n",
+            (3, 3),
+            "exceeds 19",
+        ),
+        (
+            "  quic_lb {\n    rotation 0\n    server_id_len 3\n    nonce_len 6\n    key 00\n  }\n",
+            (7, 9),
+            "32 hex digits",
+        ),
+        (
+            "  quic_lb {\n    rotation 0\n    server_id_len 3\n    nonce_len 6\n  }\n  quic_lb {\n    rotation 0\n    server_id_len 3\n    nonce_len 8\n  }\n",
+            (8, 3),
+            "second `quic_lb` with config rotation codepoint 0",
+        ),
+        (
+            "  quic_lb {\n    rotation 0\n    server_id_len 3\n    nonce_len 6\n  }\n  quic_lb {\n    rotation 1\n    server_id_len 4\n    nonce_len 6\n  }\n",
+            (8, 3),
+            "share one server_id_len",
+        ),
+        (
+            "  real_server 10.1.0.1 4433 {\n    quic_server_id 0g\n  }\n",
+            (4, 20),
+            "expected a QUIC server ID",
+        ),
+    ] {
+        let e = fail(&vs(body));
+        assert_eq!((e.line, e.column), at, "{body}: {e}");
+        assert!(e.message.contains(text), "{body}: {e}");
+    }
+    let l = ok(&vs(
+        "  quic_lb {\n    rotation 0\n    server_id_len 3\n    nonce_len 6\n    nonce 6\n  }\n",
+    ));
+    assert!(
+        l.warnings
+            .iter()
+            .any(|w| w.to_string().contains("unknown keyword `nonce` in quic_lb")),
+        "{:?}",
+        l.warnings
+    );
+}

@@ -34,7 +34,7 @@ use crate::sched::{
     Algorithm, ListChange, SchedError, SchedInput, SchedParams, Scheduler, new_scheduler,
 };
 use crate::state::{Direction, SctpEvent, SctpState, TcpFlags, TcpState, Timeouts};
-use crate::stats::{Counters, Estimator, Rates};
+use crate::stats::{Counters, Estimator, QuicLbCounters, Rates};
 use crate::time::Instant;
 
 /// Sentinel for "no dest" / "no controlling template" in [`Conn`].
@@ -279,6 +279,7 @@ pub struct Service {
     stats: Counters,
     est: Estimator,
     laddrs: Vec<LocalAddrRange>,
+    quic_lb: QuicLbCounters,
 }
 
 impl Service {
@@ -305,6 +306,10 @@ impl Service {
     /// Estimated rates.
     pub fn rates(&self) -> Rates {
         self.est.rates()
+    }
+    /// How its datagrams were routed by QUIC-LB (zero without configs).
+    pub fn quic_lb_counters(&self) -> &QuicLbCounters {
+        &self.quic_lb
     }
     fn find_dest(&self, addr: IpAddr, port: u16) -> Option<usize> {
         self.dests
@@ -394,6 +399,7 @@ impl Ipvs {
         if self.by_key.contains_key(&key) {
             return Err(CtlError::ServiceExists);
         }
+        config.check_quic_lb(&key).map_err(quic_err)?;
         let sched = self.make_scheduler(&config)?;
         let svc = Service {
             key,
@@ -403,6 +409,7 @@ impl Ipvs {
             stats: Counters::default(),
             est: Estimator::default(),
             laddrs: Vec::new(),
+            quic_lb: QuicLbCounters::default(),
         };
         let idx = put_in_free_slot(&mut self.services, svc);
         self.by_key.insert(key, idx as u32);
@@ -435,6 +442,8 @@ impl Ipvs {
             }
         }
         check_dest_count(&config, dests.len())?;
+        config.check_quic_lb(&key).map_err(quic_err)?;
+        config.check_quic_server_ids(dests).map_err(quic_err)?;
         // Nothing below can fail once the service itself is accepted.
         self.add_service(key, config)?;
         let list: Vec<Dest> = dests
@@ -460,6 +469,10 @@ impl Ipvs {
         config: ServiceConfig,
     ) -> Result<(), CtlError> {
         let idx = self.service_index(key).ok_or(CtlError::NoService)?;
+        config.check_quic_lb(key).map_err(quic_err)?;
+        config
+            .check_quic_server_ids(self.service_at(idx).dests.iter().map(|d| &d.config))
+            .map_err(quic_err)?;
         let new_sched = {
             let svc = self.service_at(idx);
             if svc.config.scheduler != config.scheduler
@@ -518,6 +531,9 @@ impl Ipvs {
             return Err(CtlError::DestExists);
         }
         check_dest_count(&svc.config, svc.dests.len() + 1)?;
+        svc.config
+            .check_quic_server_ids(svc.dests.iter().map(|d| &d.config).chain([&config]))
+            .map_err(quic_err)?;
         let resurrect = self.trash.iter().position(|t| {
             t.as_ref().is_some_and(|t| {
                 t.svc_key == *key
@@ -555,6 +571,15 @@ impl Ipvs {
         let pos = svc
             .find_dest(config.addr, config.port)
             .ok_or(CtlError::NoDest)?;
+        svc.config
+            .check_quic_server_ids(
+                svc.dests.iter().enumerate().map(
+                    |(i, d)| {
+                        if i == pos { &config } else { &d.config }
+                    },
+                ),
+            )
+            .map_err(quic_err)?;
         svc.dests[pos].apply_edit(config);
         svc.sched.update(&svc.dests, ListChange::Edited(pos));
         Ok(())
@@ -630,6 +655,7 @@ impl Ipvs {
             };
             svc.stats = Counters::default();
             svc.est.reset(&svc.stats);
+            svc.quic_lb = QuicLbCounters::default();
             for d in &mut svc.dests {
                 d.stats = Counters::default();
                 self.dest_est[d.id.0 as usize].reset(&d.stats);
@@ -1232,10 +1258,24 @@ impl Ipvs {
             len: 0,
             payload: &[],
         };
-        // A stale entry with the same tuple (a socket the proxy already
-        // closed but whose entry lingers) is not ours to reuse.
+        self.clear_stale(&pkt)?;
+        match self.process_new(now, &pkt) {
+            Verdict::Forward(f) => {
+                if let Some(c) = f.conn.and_then(|id| self.conns.get_mut(id)) {
+                    c.flags.insert(ConnFlags::HELD);
+                }
+                Ok(f)
+            }
+            other => Err(other),
+        }
+    }
+
+    /// A stale entry with the packet's tuple (a socket the proxy already
+    /// closed but whose entry lingers) is not ours to reuse: expire it. A
+    /// held one (a live socket of the proxy) refuses the new one.
+    fn clear_stale(&mut self, pkt: &Packet<'_>) -> Result<(), Verdict> {
         let key = ConnKey {
-            protocol: protocol.number(),
+            protocol: pkt.l4.protocol().number(),
             af: AddrFamily::of(&pkt.src),
             caddr: Addr::from_ip(pkt.src),
             cport: pkt.sport,
@@ -1252,15 +1292,55 @@ impl Ipvs {
             }
             self.expire_now(old);
         }
-        match self.process_new(now, &pkt) {
-            Verdict::Forward(f) => {
-                if let Some(c) = f.conn.and_then(|id| self.conns.get_mut(id)) {
-                    c.flags.insert(ConnFlags::HELD);
-                }
-                Ok(f)
-            }
-            other => Err(other),
+        Ok(())
+    }
+
+    /// Like [`Ipvs::open`] for a UDP flow whose real server the data plane
+    /// chose itself (QUIC-LB: the server ID in the connection ID names it):
+    /// the held entry is bound to the service's real server `daddr:dport`
+    /// without asking the scheduler or persistence. Its weight is not
+    /// looked at (a quiesced server keeps the connections it has; choosing
+    /// it is the caller's decision). `Err` as for [`Ipvs::open`]: no such
+    /// service `Pass`, no such real server `Reject`, the client's tuple
+    /// held by another live flow `Drop`.
+    pub fn open_to(
+        &mut self,
+        now: Instant,
+        client: std::net::SocketAddr,
+        vip: std::net::SocketAddr,
+        daddr: IpAddr,
+        dport: u16,
+    ) -> Result<Forward, Verdict> {
+        let key = ServiceKey::Addr {
+            protocol: Protocol::Udp,
+            addr: vip.ip(),
+            port: vip.port(),
+        };
+        let svc_idx = self.service_index(&key).ok_or(Verdict::Pass)?;
+        let svc = self.service_at(svc_idx);
+        let dest = svc
+            .find_dest(daddr, dport)
+            .map(|pos| svc.dests[pos].id)
+            .ok_or(Verdict::Reject)?;
+        let pkt = Packet {
+            src: client.ip(),
+            sport: client.port(),
+            dst: vip.ip(),
+            dport: vip.port(),
+            l4: L4::Udp,
+            fwmark: 0,
+            len: 0,
+            payload: &[],
+        };
+        self.clear_stale(&pkt)?;
+        let port = if dport != 0 { dport } else { vip.port() };
+        let f = self
+            .new_conn(now, svc_idx, &pkt, dest, NONE, port)
+            .map_err(Verdict::Drop)?;
+        if let Some(c) = f.conn.and_then(|id| self.conns.get_mut(id)) {
+            c.flags.insert(ConnFlags::HELD);
         }
+        Ok(f)
     }
 
     /// Something happened on a held connection: `dir` is `Input` for the
@@ -1478,6 +1558,17 @@ impl Ipvs {
     /// and the director total, as the packet path counts its own.
     pub fn add_counters(&mut self, dest: DestId, delta: &Counters) {
         self.count(dest, |c| c.add(delta));
+    }
+
+    /// Add the QUIC-LB routing counts a data plane made for a service since
+    /// its last report. False when there is no such service (it was
+    /// deleted meanwhile; the counts go with it).
+    pub fn add_quic_lb_counters(&mut self, key: &ServiceKey, delta: &QuicLbCounters) -> bool {
+        let Some(idx) = self.service_index(key) else {
+            return false;
+        };
+        self.service_at_mut(idx).quic_lb.add(delta);
+        true
     }
 
     // ------------------------------------------------------------------
@@ -1865,6 +1956,10 @@ fn validate_dest(key: &ServiceKey, d: &DestConfig) -> Result<(), CtlError> {
         ));
     }
     Ok(())
+}
+
+fn quic_err(e: crate::model::QuicLbError) -> CtlError {
+    CtlError::Invalid(e.to_string())
 }
 
 fn check_dest_count(config: &ServiceConfig, n: usize) -> Result<(), CtlError> {

@@ -43,6 +43,35 @@ impl Counters {
     }
 }
 
+/// How a QUIC-LB service's datagrams were routed (per service; all zero for
+/// a service without QUIC-LB configs). A data plane counts them and reports
+/// them to the director with [`crate::ipvs::Ipvs::add_quic_lb_counters`];
+/// `rvsadm -Ln --quic-lb` and the metric
+/// `rvs_service_quic_lb_packets_total{route=...}` show them.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct QuicLbCounters {
+    /// Datagrams routed by the server ID decoded from their connection ID
+    /// to the real server that has it.
+    pub by_cid: u64,
+    /// QUIC datagrams routed by the consistent hash of their DCID: the
+    /// connection ID did not decode to a live real server's ID (a
+    /// client-chosen Initial DCID, an unknown config rotation, a server ID
+    /// no available real server has).
+    pub by_fallback: u64,
+    /// Datagrams whose QUIC header did not parse (too short, not QUIC):
+    /// what the data plane does with them is its own (documented) choice.
+    pub undecodable: u64,
+}
+
+impl QuicLbCounters {
+    /// Add another set of counters (e.g. a data plane's delta).
+    pub fn add(&mut self, other: &QuicLbCounters) {
+        self.by_cid = self.by_cid.wrapping_add(other.by_cid);
+        self.by_fallback = self.by_fallback.wrapping_add(other.by_fallback);
+        self.undecodable = self.undecodable.wrapping_add(other.undecodable);
+    }
+}
+
 /// Rates as `ipvsadm --rate` prints them: per second, rounded like the kernel.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Rates {

@@ -69,6 +69,10 @@ pub struct ListOptions {
     pub nosort: bool,
     /// `--exact`/`-X`: no K/M/G/T abbreviation.
     pub exact: bool,
+    /// rvs `--quic-lb`: show QUIC-LB services' configs (keys as
+    /// fingerprints), each real server's server ID, and the routing
+    /// counters.
+    pub quic_lb: bool,
 }
 
 /// A listing that fails the way ipvsadm's does.
@@ -301,6 +305,7 @@ enum Mode {
     Thresholds,
     PersistentConn,
     TunInfo,
+    QuicLb,
     Plain,
 }
 
@@ -315,6 +320,8 @@ fn mode_of(o: &ListOptions) -> Mode {
         Mode::PersistentConn
     } else if o.tun_info {
         Mode::TunInfo
+    } else if o.quic_lb {
+        Mode::QuicLb
     } else {
         Mode::Plain
     }
@@ -365,6 +372,12 @@ fn print_title(out: &mut String, mode: Mode) {
         Mode::Plain => out.push_str(
             "Prot LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn\n",
         ),
+        Mode::QuicLb => {
+            lpad(out, "Prot LocalAddress:Port", 33);
+            out.push_str("    ByCID Fallback Undecodable\n");
+            out.push_str("  => QUIC-LB config (key: fingerprint)\n");
+            out.push_str("  -> RemoteAddress:Port           ServerID\n");
+        }
         Mode::Rule => {}
     }
 }
@@ -452,6 +465,21 @@ fn print_service(
             if s.max_conns != 0 {
                 let _ = write!(out, " --max-conns {}", s.max_conns);
             }
+            for q in &s.quic_lb {
+                let _ = write!(out, " --quic-lb {q}");
+            }
+        }
+        Mode::QuicLb => {
+            lpad(out, &name, 33);
+            let q = &s.quic_lb_counters;
+            largenum(out, q.by_cid, o.exact);
+            largenum(out, q.by_fallback, o.exact);
+            out.push(' ');
+            let _ = write!(out, "{:>11}", q.undecodable);
+            for spec in &s.quic_lb {
+                out.push_str("\n  => ");
+                out.push_str(&quic_lb_text(spec));
+            }
         }
         Mode::Stats | Mode::Rate => {
             lpad(out, &name, 33);
@@ -525,7 +553,13 @@ fn print_service(
                 if let Some(pp) = &d.proxy_protocol {
                     let _ = write!(out, " --proxy-protocol {pp}");
                 }
+                if let Some(sid) = &d.quic_server_id {
+                    let _ = write!(out, " --quic-sid {sid}");
+                }
                 out.push('\n');
+            }
+            Mode::QuicLb => {
+                let _ = writeln!(out, " {}", d.quic_server_id.as_deref().unwrap_or("-"));
             }
             Mode::Stats => {
                 let st = &d.stats;
@@ -568,6 +602,28 @@ fn print_service(
                 let _ = writeln!(out, " {:<6} {:<10} {:<10}", d.weight, d.active, d.inactive);
             }
         }
+    }
+}
+
+/// A QUIC-LB config for `-L --quic-lb`: `cr=0 sid=3 nonce=6 plaintext`,
+/// or with a key its mode and a fingerprint (`single-pass key=fp:1a2b3c4d`),
+/// never the key itself.
+fn quic_lb_text(spec: &str) -> String {
+    match rvs_core::model::QuicLbConfig::parse_spec(spec) {
+        Ok(c) => {
+            let mut t = format!(
+                "cr={} sid={} nonce={} {}",
+                c.rotation,
+                c.server_id_len,
+                c.nonce_len,
+                c.mode().name()
+            );
+            if let Some(fp) = c.key_fingerprint() {
+                let _ = write!(t, " key=fp:{fp}");
+            }
+            t
+        }
+        Err(_) => "(unreadable config)".to_owned(),
     }
 }
 
@@ -732,6 +788,10 @@ pub fn format_list_with(
             let mode = mode_of(opts);
             print_title(&mut out, mode);
             for s in ordered_services(snap, opts.nosort) {
+                // `--quic-lb` lists the QUIC-LB services only.
+                if mode == Mode::QuicLb && s.quic_lb.is_empty() {
+                    continue;
+                }
                 print_service(&mut out, s, mode, opts, names);
             }
         }

@@ -19,14 +19,16 @@
 //!
 //! rvs additions are extra long options only: `--mh-table-size N` (Maglev
 //! table size, a prime), `--fullnat` (forwarding method, so that a saved
-//! FULLNAT real server can be restored) and the command `--reload`.
+//! FULLNAT real server can be restored), `--quic-lb SPEC` (repeatable, on
+//! `-A/-E`; a flag on `-L`), `--quic-sid HEX` (on `-a/-e`) and the command
+//! `--reload`.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use rvs_core::model::{
     AddrFamily, DEFAULT_PERSISTENCE_TIMEOUT, DestConfig, ForwardMethod, LocalAddrRange,
-    MAX_PERSISTENCE_TIMEOUT, PersistMask, PersistenceEngine, Protocol, ProxyProtocol, SchedFlags,
-    ServiceConfig, ServiceKey, Tunnel, TunnelCsum, TunnelType,
+    MAX_PERSISTENCE_TIMEOUT, PersistMask, PersistenceEngine, Protocol, ProxyProtocol, QuicLbConfig,
+    QuicServerId, SchedFlags, ServiceConfig, ServiceKey, Tunnel, TunnelCsum, TunnelType,
 };
 
 use rvs_core::sched::Scheduler;
@@ -222,6 +224,8 @@ enum Opt {
     ProxyProtocol,
     MaxConns,
     Laddr,
+    QuicLb,
+    QuicSid,
 }
 
 const fn o(long: &'static str, short: Option<char>, kind: ArgKind, id: Opt) -> OptSpec<Opt> {
@@ -306,6 +310,8 @@ static TABLE: &[OptSpec<Opt>] = &[
     o("del-laddr", None, N, Opt::DelLaddr),
     o("get-laddr", None, N, Opt::GetLaddr),
     o("laddr", Some('z'), R, Opt::Laddr),
+    o("quic-lb", None, Op, Opt::QuicLb),
+    o("quic-sid", None, R, Opt::QuicSid),
 ];
 
 // Option columns of the legality table (ipvsadm's OPTC_* order), plus rvs's.
@@ -347,7 +353,9 @@ const C_MH_TABLE_SIZE: usize = 34;
 const C_PROXY_PROTOCOL: usize = 35;
 const C_MAX_CONNS: usize = 36;
 const C_LADDR: usize = 37;
-const NUM_OPT: usize = 38;
+const C_QUIC_LB: usize = 38;
+const C_QUIC_SID: usize = 39;
+const NUM_OPT: usize = 40;
 
 /// `optnames[]`: what the legality errors call each column.
 const OPT_NAMES: [&str; NUM_OPT] = [
@@ -389,6 +397,8 @@ const OPT_NAMES: [&str; NUM_OPT] = [
     "proxy-protocol",
     "max-conns",
     "laddr",
+    "quic-lb",
+    "quic-sid",
 ];
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -442,22 +452,23 @@ impl Cmd {
 
     /// The command's row of `commands_v_options`: `+` compulsory, `x`
     /// illegal, `1` at most one of the `1` columns, space optional. Columns
-    /// 35-37 are rvs's `--mh-table-size`, `--proxy-protocol`, `--max-conns`.
+    /// 34-39 are rvs's `--mh-table-size`, `--proxy-protocol`, `--max-conns`,
+    /// `--laddr`, `--quic-lb`, `--quic-sid`.
     fn legality(self) -> &'static [u8; NUM_OPT] {
         match self {
-            Cmd::Add | Cmd::Edit => b"xx+   xxxxxxxxxxxxxxx   xxxxxxxxxx   x",
-            Cmd::Del => b"xx+xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
-            Cmd::List => b" 11xxxxxxxxx11       xxxxxxx xxxxxxxxx",
-            Cmd::AddDest | Cmd::EditDest => b"xx+xxx+    xxxxxxxxxxxxxxxxxx     x xx",
-            Cmd::DelDest => b"xx+xxx+xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
-            Cmd::StartDaemon => b"xxxxxxxxxxx xxxxxxx xxxx    xxxxxxxxxx",
-            Cmd::StopDaemon => b"xxxxxxxxxxxxxxxxxxx xxxxxxxxxxxxxxxxxx",
-            Cmd::Save => b" xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
-            Cmd::Zero => b"xx xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
-            Cmd::AddLaddr | Cmd::DelLaddr => b"xx+xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx+",
-            Cmd::GetLaddr => b" x xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            Cmd::Add | Cmd::Edit => b"xx+   xxxxxxxxxxxxxxx   xxxxxxxxxx   x x",
+            Cmd::Del => b"xx+xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            Cmd::List => b" 11xxxxxxxxx11       xxxxxxx xxxxxxxxx x",
+            Cmd::AddDest | Cmd::EditDest => b"xx+xxx+    xxxxxxxxxxxxxxxxxx     x xxx ",
+            Cmd::DelDest => b"xx+xxx+xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            Cmd::StartDaemon => b"xxxxxxxxxxx xxxxxxx xxxx    xxxxxxxxxxxx",
+            Cmd::StopDaemon => b"xxxxxxxxxxxxxxxxxxx xxxxxxxxxxxxxxxxxxxx",
+            Cmd::Save => b" xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            Cmd::Zero => b"xx xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            Cmd::AddLaddr | Cmd::DelLaddr => b"xx+xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx+xx",
+            Cmd::GetLaddr => b" x xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
             Cmd::Flush | Cmd::Timeout | Cmd::Restore | Cmd::Reload | Cmd::RemoveDirector => {
-                b"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+                b"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
             }
         }
     }
@@ -513,6 +524,11 @@ struct State {
     proxy_protocol: Option<ProxyProtocol>,
     max_conns: Option<u32>,
     laddr: Option<LocalAddrRange>,
+    /// `--quic-lb SPEC`, in the order given (repeatable).
+    quic_lb: Vec<QuicLbConfig>,
+    /// `--quic-lb` without a SPEC (the `-L` flag).
+    quic_lb_flag: bool,
+    quic_sid: Option<QuicServerId>,
     // dest
     dest_addr: IpAddr,
     dest_port: u16,
@@ -555,6 +571,9 @@ impl State {
             proxy_protocol: None,
             max_conns: None,
             laddr: None,
+            quic_lb: Vec::new(),
+            quic_lb_flag: false,
+            quic_sid: None,
             dest_addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             dest_port: 0,
             fwd: Fwd::Route,
@@ -1171,6 +1190,24 @@ fn apply_option(
                     .map_err(|_| ParseError::fail("illegal local address specified"))?,
             );
         }
+        Opt::QuicLb => {
+            // Repeatable: one per live config (key rotation).
+            st.options |= 1u64 << C_QUIC_LB;
+            match arg {
+                Some(spec) => st.quic_lb.push(
+                    QuicLbConfig::parse_spec(spec)
+                        .map_err(|e| ParseError::fail(format!("illegal quic-lb: {e}")))?,
+                ),
+                None => st.quic_lb_flag = true,
+            }
+        }
+        Opt::QuicSid => {
+            st.set_option(C_QUIC_SID)?;
+            st.quic_sid = Some(
+                a.parse()
+                    .map_err(|e| ParseError::fail(format!("illegal quic-sid: {e}")))?,
+            );
+        }
         // A command, -h or -v after the first option.
         _ => return Err(ParseError::fail(format!("invalid option `{}'", bad()))),
     }
@@ -1306,6 +1343,12 @@ fn finish(
             }
             config.proxy_protocol = st.proxy_protocol;
             config.max_conns = st.max_conns.unwrap_or(0);
+            if st.quic_lb_flag {
+                return Err(ParseError::fail(
+                    "--quic-lb needs a SPEC with -A/-E (cr=N,sid=N,nonce=N[,key=HEX32])",
+                ));
+            }
+            config.quic_lb = std::mem::take(&mut st.quic_lb);
             let spec = ServiceSpec {
                 key,
                 config,
@@ -1366,6 +1409,7 @@ fn finish(
                 .forward(forward)
                 .thresholds(st.u_threshold, st.l_threshold);
             dest.proxy_protocol = st.proxy_protocol;
+            dest.quic_server_id = st.quic_sid;
             let spec = DestSpec { service: key, dest };
             match cmd {
                 Cmd::AddDest => Command::AddServer(spec),
@@ -1382,7 +1426,11 @@ fn finish(
             {
                 return Err(ParseError::fail("options conflicts in the list command"));
             }
+            if !st.quic_lb.is_empty() {
+                return Err(ParseError::fail("--quic-lb takes no SPEC with -L"));
+            }
             let mut list = st.list;
+            list.quic_lb = bit(C_QUIC_LB);
             list.target = if bit(C_CONNECTION) {
                 ListTarget::Connections
             } else if bit(C_SERVICE) {
@@ -1482,7 +1530,12 @@ mod tests {
         assert_eq!(Cmd::Zero.legality()[C_SERVICE], b' ');
         assert_eq!(Cmd::AddLaddr.legality()[C_LADDR], b'+');
         assert_eq!(Cmd::Add.legality()[C_LADDR], b'x');
-        assert_eq!(C_LADDR + 1, NUM_OPT);
+        assert_eq!(Cmd::Add.legality()[C_QUIC_LB], b' ');
+        assert_eq!(Cmd::List.legality()[C_QUIC_LB], b' ');
+        assert_eq!(Cmd::AddDest.legality()[C_QUIC_LB], b'x');
+        assert_eq!(Cmd::AddDest.legality()[C_QUIC_SID], b' ');
+        assert_eq!(Cmd::Edit.legality()[C_QUIC_SID], b'x');
+        assert_eq!(C_QUIC_SID + 1, NUM_OPT);
     }
 
     #[test]

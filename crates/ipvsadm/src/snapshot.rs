@@ -129,6 +129,17 @@ pub struct StatsSnap {
     pub outbytes: u64,
 }
 
+/// QUIC-LB routing counters of a service (`-L --quic-lb`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuicLbCountersSnap {
+    /// Datagrams routed by the decoded server ID.
+    pub by_cid: u64,
+    /// Datagrams routed by the DCID hash.
+    pub by_fallback: u64,
+    /// Datagrams whose QUIC header did not parse.
+    pub undecodable: u64,
+}
+
 /// Rate estimates (`--rate`), per second.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RatesSnap {
@@ -174,6 +185,14 @@ pub struct ServiceSnap {
     /// `FIRST-LAST` (`--add-laddr -z`; `-S` saves them).
     #[serde(default)]
     pub laddrs: Vec<String>,
+    /// rvs: QUIC-LB configs as `--quic-lb` specs
+    /// ([`rvs_core::model::QuicLbConfig::to_spec`], the key in clear so
+    /// `-S` saves what `-R` restores; `-L --quic-lb` shows a fingerprint).
+    #[serde(default)]
+    pub quic_lb: Vec<String>,
+    /// rvs: how the service's datagrams were routed by QUIC-LB.
+    #[serde(default)]
+    pub quic_lb_counters: QuicLbCountersSnap,
     /// Counters.
     pub stats: StatsSnap,
     /// Rates.
@@ -204,6 +223,8 @@ impl ServiceSnap {
             proxy_protocol: config.proxy_protocol.map(|p| p.name().to_owned()),
             max_conns: config.max_conns,
             laddrs: Vec::new(),
+            quic_lb: config.quic_lb.iter().map(|c| c.to_spec()).collect(),
+            quic_lb_counters: QuicLbCountersSnap::default(),
             stats: StatsSnap::default(),
             rates: RatesSnap::default(),
             dests: Vec::new(),
@@ -311,6 +332,9 @@ pub struct DestSnap {
     /// the service's.
     #[serde(default)]
     pub proxy_protocol: Option<String>,
+    /// rvs: the real server's QUIC-LB server ID, in hex.
+    #[serde(default)]
+    pub quic_server_id: Option<String>,
 }
 
 impl DestSnap {
@@ -329,6 +353,7 @@ impl DestSnap {
             stats: StatsSnap::default(),
             rates: RatesSnap::default(),
             proxy_protocol: d.proxy_protocol.map(|p| p.name().to_owned()),
+            quic_server_id: d.quic_server_id.map(|s| s.to_string()),
         }
     }
 }

@@ -118,6 +118,12 @@ Either long or short options are allowed.\n\
 \x20                                     (command) add/delete a FULLNAT local address (pool entry)\n\
 \x20 --get-laddr [-t|-u|-f service]      (command) list the FULLNAT local address pools\n\
 \x20 --laddr        -z addr[-addr]       FULLNAT local address or range\n\
+\x20 --quic-lb      cr=N,sid=N,nonce=N[,key=HEX32]\n\
+\x20                                     with -A|-E (UDP, repeatable: one per rotation codepoint):\n\
+\x20                                     route QUIC by the server ID in its connection IDs;\n\
+\x20                                     with -L: list QUIC-LB configs (key fingerprint only),\n\
+\x20                                     server IDs and routing counters\n\
+\x20 --quic-sid     hex                 with -a|-e: the real server's QUIC-LB server ID\n\
 \x20 --reload                            (command) make rvsd re-read its configuration file\n\
 \x20 --remove-director                   (command) make rvsd detach its XDP program, unpin it and exit\n\
 \x20 --checks                            with -L: health checks (state, weight, last failure)\n\

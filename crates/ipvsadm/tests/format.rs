@@ -63,6 +63,8 @@ fn svc(proto: u8, addr: &str, port: u16, sched: &str) -> ServiceSnap {
         proxy_protocol: None,
         max_conns: 0,
         laddrs: vec![],
+        quic_lb: vec![],
+        quic_lb_counters: Default::default(),
         stats: StatsSnap::default(),
         rates: RatesSnap::default(),
         dests: vec![],
@@ -83,6 +85,7 @@ fn dest(addr: &str, port: u16, fwd: ForwardSnap, weight: i32) -> DestSnap {
         stats: StatsSnap::default(),
         rates: RatesSnap::default(),
         proxy_protocol: None,
+        quic_server_id: None,
     }
 }
 
@@ -936,5 +939,65 @@ TCP  10.0.0.1:80 rr
     for line in out.lines() {
         let r = rvs_ipvsadm::parse_restore_line_with("ipvsadm", line, &OfflineNames);
         assert!(matches!(r, Ok(Some(_))), "{line}: {r:?}");
+    }
+}
+
+/// `-Ln --quic-lb`: QUIC-LB services only, their configs with the key as a
+/// fingerprint, the counters, each real server's server ID; `-S` saves the
+/// configs (key included, for `-R`) and server IDs.
+#[test]
+fn quic_lb_listing_and_save() {
+    let mut q = svc(17, "10.0.0.1", 443, "rr");
+    q.quic_lb = vec![
+        "cr=0,sid=3,nonce=6".into(),
+        "cr=1,sid=3,nonce=13,key=8f95f09245765f80256934e50c66207f".into(),
+    ];
+    q.quic_lb_counters = rvs_ipvsadm::snapshot::QuicLbCountersSnap {
+        by_cid: 1200,
+        by_fallback: 7,
+        undecodable: 1,
+    };
+    let mut a = dest("10.0.1.1", 4433, ForwardSnap::Masq, 1);
+    a.quic_server_id = Some("0a0001".into());
+    let b = dest("10.0.1.2", 4433, ForwardSnap::Masq, 1);
+    q.dests = vec![a, b];
+    let plain = svc(17, "10.0.0.2", 53, "rr");
+    let snap = Snapshot {
+        services: vec![q, plain],
+        conn_tab_size: 4096,
+        ..Snapshot::default()
+    };
+    let fp = rvs_core::model::QuicLbConfig::parse_spec(
+        "cr=1,sid=3,nonce=13,key=8f95f09245765f80256934e50c66207f",
+    )
+    .unwrap()
+    .key_fingerprint()
+    .unwrap();
+    let expected = format!(
+        "\
+IP Virtual Server version 1.2.1 (size=4096)
+Prot LocalAddress:Port               ByCID Fallback Undecodable
+  => QUIC-LB config (key: fingerprint)
+  -> RemoteAddress:Port           ServerID
+UDP  10.0.0.1:443                     1200        7           1
+  => cr=0 sid=3 nonce=6 plaintext
+  => cr=1 sid=3 nonce=13 single-pass key=fp:{fp}
+  -> 10.0.1.1:4433                0a0001
+  -> 10.0.1.2:4433                -
+"
+    );
+    assert_eq!(list(&snap, numeric_with(|o| o.quic_lb = true)), expected);
+    let saved = format_save_with(&snap, true, &FakeNames);
+    assert!(
+        saved.contains("-A -u 10.0.0.1:443 -s rr --quic-lb cr=0,sid=3,nonce=6 --quic-lb cr=1,sid=3,nonce=13,key=8f95f09245765f80256934e50c66207f\n"),
+        "{saved}"
+    );
+    assert!(
+        saved.contains("-a -u 10.0.0.1:443 -r 10.0.1.1:4433 -m -w 1 --quic-sid 0a0001\n"),
+        "{saved}"
+    );
+    // What -S writes, -R reads back.
+    for line in saved.lines() {
+        rvs_ipvsadm::parse_restore_line_with("ipvsadm", line, &FakeNames).expect(line);
     }
 }

@@ -884,3 +884,77 @@ fn laddr_commands_parse_like_dpvs() {
         "Illegal 'laddr' option with the 'add-service' command",
     );
 }
+
+#[test]
+fn rvs_quic_lb_options() {
+    use rvs_core::model::{QuicLbConfig, QuicServerId};
+    let line = "-A -u 10.0.0.1:443 -s rr --quic-lb cr=0,sid=3,nonce=6 --quic-lb cr=1,sid=3,nonce=13,key=8f95f09245765f80256934e50c66207f";
+    let Command::AddService(s) = cmd(line) else {
+        panic!("{line}")
+    };
+    assert_eq!(
+        s.config.quic_lb,
+        vec![
+            QuicLbConfig::parse_spec("cr=0,sid=3,nonce=6").unwrap(),
+            QuicLbConfig::parse_spec("cr=1,sid=3,nonce=13,key=8f95f09245765f80256934e50c66207f")
+                .unwrap(),
+        ]
+    );
+    let line = "-e -u 10.0.0.1:443 -r 10.0.0.2:4433 -m --quic-sid 0a0b0c";
+    let Command::EditServer(d) = cmd(line) else {
+        panic!("{line}")
+    };
+    assert_eq!(
+        d.dest.quic_server_id,
+        Some("0a0b0c".parse::<QuicServerId>().unwrap())
+    );
+    let Command::List(o) = cmd("-Ln --quic-lb") else {
+        panic!("-Ln --quic-lb")
+    };
+    assert!(o.quic_lb && o.numeric);
+    let Command::List(o) = cmd("-L --quic-lb -n") else {
+        panic!("-L --quic-lb -n")
+    };
+    assert!(o.quic_lb && o.numeric);
+    for (args, msg) in [
+        (
+            "-A -u 10.0.0.1:443 --quic-lb cr=9,sid=3,nonce=6",
+            "illegal quic-lb: QUIC-LB config rotation codepoint 9 is not 0..=6 (7 marks unroutable connection IDs)",
+        ),
+        (
+            "-A -u 10.0.0.1:443 --quic-lb cr=0,sid=3",
+            "illegal quic-lb: QUIC-LB spec `cr=0,sid=3`: cr, sid and nonce are all required (expected cr=N,sid=N,nonce=N[,key=32 hex digits])",
+        ),
+        (
+            "-A -u 10.0.0.1:443 --quic-lb cr=0,sid=3,nonce=6,key=abc",
+            "illegal quic-lb: QUIC-LB spec `cr=0,sid=3,nonce=6,key=abc`: the key is not 32 hex digits (16 bytes) (expected cr=N,sid=N,nonce=N[,key=32 hex digits])",
+        ),
+        (
+            "-A -u 10.0.0.1:443 --quic-lb",
+            "--quic-lb needs a SPEC with -A/-E (cr=N,sid=N,nonce=N[,key=HEX32])",
+        ),
+        (
+            "-L --quic-lb cr=0,sid=3,nonce=6",
+            "--quic-lb takes no SPEC with -L",
+        ),
+        (
+            "-a -u 10.0.0.1:443 -r 10.0.0.2 --quic-sid xyz",
+            "illegal quic-sid: QUIC server ID `xyz` is not 1 to 15 bytes in hex (2 to 30 hex digits)",
+        ),
+        (
+            "-a -u 10.0.0.1:443 -r 10.0.0.2 --quic-lb cr=0,sid=3,nonce=6",
+            "Illegal 'quic-lb' option with the 'add-server' command",
+        ),
+        (
+            "-A -u 10.0.0.1:443 --quic-sid 01",
+            "Illegal 'quic-sid' option with the 'add-service' command",
+        ),
+        (
+            "-a -u 10.0.0.1:443 -r 10.0.0.2 --quic-sid 01 --quic-sid 02",
+            "multiple 'quic-sid' options specified",
+        ),
+    ] {
+        let e = rvs_ipvsadm::parse_args(args.split(' ').map(String::from)).unwrap_err();
+        assert_eq!((e.message.as_str(), e.exit_code), (msg, 2), "{args}");
+    }
+}

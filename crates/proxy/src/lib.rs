@@ -27,6 +27,7 @@
 
 mod plane;
 mod pool;
+mod quic;
 mod relay;
 mod sock;
 mod tcp;

@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use rvs_control::dataplane::{DataPlane, DataPlaneError, DirectorHandle};
 use rvs_control::protocol::Command;
-use rvs_core::model::{Protocol, ServiceKey};
+use rvs_core::ipvs::Ipvs;
+use rvs_core::model::{DestConfig, Protocol, QuicLbConfig, ServiceKey};
+use rvs_core::time::Instant;
 use tokio::sync::{Notify, watch};
 
 use crate::sock;
@@ -231,9 +233,22 @@ pub(crate) struct SvcState {
     pub(crate) active: AtomicU32,
     /// The next local pool address in turn (connections spread over it).
     pub(crate) next_laddr: AtomicU64,
+    /// QUIC-LB routing of a UDP service with `--quic-lb` configs (`None`:
+    /// plain scheduling); replaced whole on every change.
+    pub(crate) quic: std::sync::RwLock<Option<Arc<crate::quic::QuicRoutes>>>,
+    /// QUIC-LB routing counts since the last report.
+    pub(crate) quic_counts: crate::quic::QuicCounts,
 }
 
 impl SvcState {
+    /// The QUIC-LB routing table now (`None`: not a QUIC-LB service).
+    pub(crate) fn quic_routes(&self) -> Option<Arc<crate::quic::QuicRoutes>> {
+        self.quic
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// Take a slot unless the service is at `max_conns`.
     pub(crate) fn try_take(&self) -> bool {
         let max = self.max_conns.load(Ordering::Relaxed);
@@ -307,6 +322,9 @@ pub struct ProxyPlane {
     retired: Vec<watch::Sender<bool>>,
     /// This rvsd handed its sockets over and takes no new traffic.
     retiring: bool,
+    /// Each service's QUIC-LB configs and real servers as the commands
+    /// left them, to rebuild its routing table from.
+    quic_model: HashMap<ServiceKey, (Vec<QuicLbConfig>, Vec<DestConfig>)>,
 }
 
 impl ProxyPlane {
@@ -321,6 +339,7 @@ impl ProxyPlane {
             handed: HashMap::new(),
             retired: Vec::new(),
             retiring: false,
+            quic_model: HashMap::new(),
         }
     }
 
@@ -439,6 +458,8 @@ impl ProxyPlane {
             max_conns: AtomicU32::new(max_conns),
             active: AtomicU32::new(0),
             next_laddr: AtomicU64::new(0),
+            quic: std::sync::RwLock::new(None),
+            quic_counts: crate::quic::QuicCounts::default(),
         });
         let (stop, stopped) = watch::channel(false);
         let bind_err =
@@ -487,30 +508,8 @@ impl ProxyPlane {
         Ok(())
     }
 
-    fn drain_service(&self, key: Option<ServiceKey>) {
-        let (Some(ctx), Some(grace)) = (&self.ctx, self.config.drain_grace) else {
-            return;
-        };
-        ctx.drain_later(grace, move |c| key.is_none_or(|k| c.service == k), |_| true);
-    }
-}
-
-impl DataPlane for ProxyPlane {
-    fn name(&self) -> &'static str {
-        "proxy"
-    }
-
-    fn attach(&mut self, director: DirectorHandle) {
-        self.ctx = Some(Arc::new(Ctx {
-            config: self.config.clone(),
-            director,
-            stats: self.stats.clone(),
-            pipes: crate::relay::PipePool::default(),
-            registry: Mutex::new(Registry::default()),
-        }));
-    }
-
-    fn apply(&mut self, command: &Command) -> Result<(), DataPlaneError> {
+    /// Carry out one command (the QUIC-LB model aside).
+    fn apply_command(&mut self, command: &Command) -> Result<(), DataPlaneError> {
         match command {
             Command::AddService { key, config } => self.add_service(*key, config.max_conns),
             Command::EditService { key, config } => {
@@ -560,6 +559,107 @@ impl DataPlane for ProxyPlane {
             | Command::DelLaddr { .. }
             | Command::Zero { .. }
             | Command::SetTimeouts { .. } => Ok(()),
+        }
+    }
+
+    /// Rebuild `key`'s QUIC-LB routing table from the commands' model.
+    fn refresh_quic(&self, key: &ServiceKey) -> Result<(), DataPlaneError> {
+        let Some(l) = self.listeners.get(key) else {
+            return Ok(());
+        };
+        let routes = match self.quic_model.get(key) {
+            Some((configs, dests)) if !configs.is_empty() => Some(Arc::new(
+                crate::quic::QuicRoutes::build(configs, dests, l.svc.vip.port())
+                    .map_err(|e| Self::err(format!("{}: {e}", l.svc.vip)))?,
+            )),
+            _ => None,
+        };
+        *l.svc
+            .quic
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = routes;
+        Ok(())
+    }
+
+    /// Keep the QUIC-LB model in step with a command (before the command
+    /// is carried out; [`ProxyPlane::refresh_quic`] after).
+    fn track_quic(&mut self, command: &Command) -> Option<ServiceKey> {
+        match command {
+            Command::AddService { key, config } => {
+                self.quic_model
+                    .insert(*key, (config.quic_lb.clone(), Vec::new()));
+                Some(*key)
+            }
+            Command::EditService { key, config } => {
+                let m = self.quic_model.entry(*key).or_default();
+                m.0 = config.quic_lb.clone();
+                Some(*key)
+            }
+            Command::DelService { key } => {
+                self.quic_model.remove(key);
+                None
+            }
+            Command::Clear => {
+                self.quic_model.clear();
+                None
+            }
+            Command::AddDest { service, dest } | Command::EditDest { service, dest } => {
+                let m = self.quic_model.entry(*service).or_default();
+                m.1.retain(|d| !(d.addr == dest.addr && d.port == dest.port));
+                m.1.push(*dest);
+                Some(*service)
+            }
+            Command::DelDest {
+                service,
+                addr,
+                port,
+            } => {
+                let m = self.quic_model.entry(*service).or_default();
+                m.1.retain(|d| !(d.addr == *addr && d.port == *port));
+                Some(*service)
+            }
+            _ => None,
+        }
+    }
+
+    fn drain_service(&self, key: Option<ServiceKey>) {
+        let (Some(ctx), Some(grace)) = (&self.ctx, self.config.drain_grace) else {
+            return;
+        };
+        ctx.drain_later(grace, move |c| key.is_none_or(|k| c.service == k), |_| true);
+    }
+}
+
+impl DataPlane for ProxyPlane {
+    fn name(&self) -> &'static str {
+        "proxy"
+    }
+
+    fn attach(&mut self, director: DirectorHandle) {
+        self.ctx = Some(Arc::new(Ctx {
+            config: self.config.clone(),
+            director,
+            stats: self.stats.clone(),
+            pipes: crate::relay::PipePool::default(),
+            registry: Mutex::new(Registry::default()),
+        }));
+    }
+
+    fn apply(&mut self, command: &Command) -> Result<(), DataPlaneError> {
+        let quic = self.track_quic(command);
+        self.apply_command(command)?;
+        match quic {
+            Some(key) => self.refresh_quic(&key),
+            None => Ok(()),
+        }
+    }
+
+    fn report(&mut self, _now: Instant, ipvs: &mut Ipvs) {
+        for (key, l) in &self.listeners {
+            let delta = l.svc.quic_counts.take();
+            if delta != rvs_core::stats::QuicLbCounters::default() {
+                ipvs.add_quic_lb_counters(key, &delta);
+            }
         }
     }
 

@@ -9,6 +9,10 @@
 //! scheduled alone and sent from a fresh socket that relays the first
 //! reply (or waits one UDP timeout for it) and is closed.
 //!
+//! A QUIC-LB service (`--quic-lb`) routes each datagram by its connection
+//! ID instead ([`crate::quic`]): its flows are keyed by client address and
+//! the real server the datagram is routed to.
+//!
 //! Deleting the service ends its flows with the socket (there is no
 //! connection to drain: datagrams of a deleted UDP service are not
 //! accepted by IPVS either).
@@ -132,6 +136,8 @@ pub(crate) async fn udp_loop(
     let vip = svc.vip;
     let start = Instant::now();
     let mut flows: HashMap<SocketAddr, Flow> = HashMap::new();
+    // QUIC-LB flows: (client, real server).
+    let mut qflows: HashMap<(SocketAddr, SocketAddr), Flow> = HashMap::new();
     let mut buf = vec![0u8; MAX_DATAGRAM];
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let mut log = RateLimit::default();
@@ -150,12 +156,14 @@ pub(crate) async fn udp_loop(
             }
             _ = tick.tick() => {
                 let now = start.elapsed().as_millis() as u64;
-                flows.retain(|_, f| {
+                let keep = |f: &mut Flow| {
                     f.guard.flush();
                     let quiet = now.saturating_sub(f.last.load(Ordering::Relaxed));
                     Duration::from_millis(quiet) < f.timeout
-                });
-                if retired && flows.is_empty() {
+                };
+                flows.retain(|_, f| keep(f));
+                qflows.retain(|_, f| keep(f));
+                if retired && flows.is_empty() && qflows.is_empty() {
                     break;
                 }
                 continue;
@@ -172,6 +180,29 @@ pub(crate) async fn udp_loop(
         };
         let data = &buf[..n];
         let now_ms = start.elapsed().as_millis() as u64;
+        if let Some(routes) = svc.quic_routes() {
+            let route = routes.route(data);
+            svc.quic_counts.count(route);
+            let dst = match route {
+                crate::quic::Route::Cid(d) | crate::quic::Route::Fallback(d) => d,
+                crate::quic::Route::NoServer => {
+                    ctx.stats.refused_no_dest.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                // Not QUIC: dropped (counted `undecodable`).
+                crate::quic::Route::Undecodable => continue,
+            };
+            if let Some(f) = qflows.get(&(client, dst)) {
+                f.send(data, now_ms).await;
+                continue;
+            }
+            if let Some(f) =
+                open_quic_flow(&sock, &svc, &ctx, client, dst, data, start, &mut log).await
+            {
+                qflows.insert((client, dst), f);
+            }
+            continue;
+        }
         if let Some(f) = flows.get(&client) {
             if f.upstream.send(data).await.is_ok() {
                 f.guard.meter.in_pkts.fetch_add(1, Ordering::Relaxed);
@@ -270,6 +301,93 @@ pub(crate) async fn udp_loop(
         );
     }
     tracing::info!("proxy: stopped listening on UDP {vip}");
+}
+
+impl Flow {
+    /// Relay one client datagram on the flow.
+    async fn send(&self, data: &[u8], now_ms: u64) {
+        if self.upstream.send(data).await.is_ok() {
+            self.guard.meter.in_pkts.fetch_add(1, Ordering::Relaxed);
+            self.guard
+                .meter
+                .in_bytes
+                .fetch_add(data.len() as u64, Ordering::Relaxed);
+            self.last.store(now_ms, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A new QUIC-LB flow from `client` to the real server `dst` the datagram
+/// was routed to, with `data` sent on it. Its director entry is bound to
+/// that server ([`rvs_core::ipvs::Ipvs::open_to`]). A client address that
+/// already has a live entry (one client socket with connections to two
+/// real servers) gets a flow without an entry of its own: it is relayed,
+/// but `-Lcn` and the counters show the first one only.
+#[allow(clippy::too_many_arguments)]
+async fn open_quic_flow(
+    sock: &Arc<UdpSocket>,
+    svc: &Arc<SvcState>,
+    ctx: &Arc<Ctx>,
+    client: SocketAddr,
+    dst: SocketAddr,
+    data: &[u8],
+    start: Instant,
+    log: &mut RateLimit,
+) -> Option<Flow> {
+    let vip = svc.vip;
+    let adm = Admission::take(ctx, svc, 1, Gauge::Udp)?;
+    let opened = ctx.director.with(|ipvs, now| {
+        (
+            ipvs.open_to(now, client, vip, dst.ip(), dst.port()),
+            ipvs.timeouts().udp(),
+        )
+    })?;
+    let (conn, timeout) = match opened {
+        (Ok(f), t) => (f.conn, t),
+        (Err(rvs_core::ipvs::Verdict::Drop(_)), t) => (None, t),
+        (Err(_), _) => {
+            // The real server went away between the table and the director.
+            ctx.stats.refused_no_dest.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+    };
+    let guard = Arc::new(ConnGuard::new(ctx.clone(), conn));
+    ctx.set_dest(adm.serial, (dst.ip(), dst.port()));
+    let upstream = match connect_upstream(dst).await {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            ctx.stats.connect_failures.fetch_add(1, Ordering::Relaxed);
+            if log.ready() {
+                tracing::warn!("proxy: udp {vip} -> {dst}: {e}");
+            }
+            return None;
+        }
+    };
+    let now_ms = start.elapsed().as_millis() as u64;
+    if upstream.send(data).await.is_ok() {
+        // `open_to` counted this datagram as a packet (of no length).
+        guard
+            .meter
+            .in_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+    }
+    let last = Arc::new(AtomicU64::new(now_ms));
+    let reply = tokio::spawn(replies(
+        upstream.clone(),
+        sock.clone(),
+        client,
+        guard.clone(),
+        last.clone(),
+        start,
+    ));
+    Some(Flow {
+        upstream,
+        guard,
+        last,
+        timeout,
+        reply,
+        _adm: adm,
+    })
 }
 
 /// Relay the real server's datagrams of one flow back to its client.

@@ -186,6 +186,31 @@ fn per_backend(
     f
 }
 
+/// `rvs_service_quic_lb_packets_total{<service labels>, route}`: how the
+/// datagrams of each QUIC-LB service (one with `--quic-lb` configs; others
+/// have no samples) were routed — `cid` by decoded server ID, `fallback` by
+/// the DCID hash, `undecodable` not QUIC.
+fn quic_lb(ipvs: &Ipvs) -> Family {
+    let mut f = Family::new(
+        "rvs_service_quic_lb_packets_total",
+        Kind::Counter,
+        "Datagrams of a QUIC-LB service by how they were routed: by connection ID, by fallback hash, or undecodable.",
+    );
+    for svc in ipvs.services().filter(|s| !s.config().quic_lb.is_empty()) {
+        let q = svc.quic_lb_counters();
+        for (route, v) in [
+            ("cid", q.by_cid),
+            ("fallback", q.by_fallback),
+            ("undecodable", q.undecodable),
+        ] {
+            let mut labels = service_labels(svc.key());
+            labels.push(("route", route.to_owned()));
+            f.push(labels, Value::Int(v));
+        }
+    }
+    f
+}
+
 fn gauge(name: &'static str, help: &'static str) -> (&'static str, Kind, &'static str) {
     (name, Kind::Gauge, help)
 }
@@ -294,6 +319,7 @@ pub fn director(ipvs: &Ipvs, reloads: u64, reload_failures: u64) -> Vec<Family> 
             ),
             |s| s.stats().outbytes,
         ),
+        quic_lb(ipvs),
         per_backend(
             ipvs,
             counter(
@@ -947,6 +973,60 @@ mod tests {
             !text
                 .iter()
                 .any(|l| l.contains("_total_total") || l.contains("EOF"))
+        );
+    }
+
+    /// A QUIC-LB service has one sample per route, with the service
+    /// labels; a service without QUIC-LB has none.
+    #[test]
+    fn quic_lb_counters_per_service_and_route() {
+        let mut ipvs = Ipvs::new(IpvsConfig::default());
+        let key = ServiceKey::Addr {
+            protocol: Protocol::Udp,
+            addr: "10.0.0.1".parse().unwrap(),
+            port: 443,
+        };
+        let mut cfg = ServiceConfig::new(AddrFamily::Inet);
+        cfg.quic_lb = vec![rvs_core::model::QuicLbConfig {
+            rotation: 0,
+            server_id_len: 3,
+            nonce_len: 6,
+            key: None,
+        }];
+        ipvs.add_service(key, cfg).unwrap();
+        let plain = ServiceKey::Addr {
+            protocol: Protocol::Udp,
+            addr: "10.0.0.2".parse().unwrap(),
+            port: 443,
+        };
+        ipvs.add_service(plain, ServiceConfig::new(AddrFamily::Inet))
+            .unwrap();
+        assert!(ipvs.add_quic_lb_counters(
+            &key,
+            &rvs_core::stats::QuicLbCounters {
+                by_cid: 5,
+                by_fallback: 2,
+                undecodable: 1,
+            },
+        ));
+        let text = encode(director(&ipvs, 0, 0));
+        let text = lines(&text);
+        for want in [
+            "# TYPE rvs_service_quic_lb_packets_total counter",
+            r#"rvs_service_quic_lb_packets_total{local_address="10.0.0.1",local_port="443",proto="UDP",local_mark="",route="cid"} 5"#,
+            r#"rvs_service_quic_lb_packets_total{local_address="10.0.0.1",local_port="443",proto="UDP",local_mark="",route="fallback"} 2"#,
+            r#"rvs_service_quic_lb_packets_total{local_address="10.0.0.1",local_port="443",proto="UDP",local_mark="",route="undecodable"} 1"#,
+        ] {
+            assert!(
+                text.contains(&want),
+                "missing `{want}` in\n{}",
+                text.join("\n")
+            );
+        }
+        assert!(
+            !text
+                .iter()
+                .any(|l| l.starts_with("rvs_service_quic_lb") && l.contains("10.0.0.2"))
         );
     }
 

@@ -61,6 +61,12 @@ pub fn snapshot(ipvs: &Ipvs, now: Instant, with_conns: bool) -> Snapshot {
         .map(|s| {
             let mut snap = ServiceSnap::from_config(s.key(), s.config());
             snap.laddrs = s.laddrs().iter().map(|l| l.to_string()).collect();
+            let q = s.quic_lb_counters();
+            snap.quic_lb_counters = rvs_ipvsadm::snapshot::QuicLbCountersSnap {
+                by_cid: q.by_cid,
+                by_fallback: q.by_fallback,
+                undecodable: q.undecodable,
+            };
             snap.stats = stats(s.stats());
             snap.rates = rates(&s.rates());
             snap.dests = s

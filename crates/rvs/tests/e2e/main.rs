@@ -18,6 +18,7 @@ mod netns_daemon;
 mod notify_fifo;
 mod package;
 mod proxy;
+mod quic_lb;
 mod realserver;
 mod reload;
 mod restart;
