@@ -118,7 +118,104 @@ impl Loaded {
             }
         };
         me.program()?.load().map_err(prog_err("load (verifier)"))?;
+        if object.is_director() {
+            me.load_quic()?;
+        }
         Ok(me)
+    }
+
+    /// Load the director's QUIC-LB program `xdp_quic` (the verifier runs
+    /// here) and put it into `quic_prog`, the slot xdp_lb tail-calls for
+    /// the datagrams of QUIC-LB services (bpf/lib/quic_lb.h).
+    fn load_quic(&mut self) -> Result<(), XdpError> {
+        const NAME: &str = "xdp_quic";
+        let err = |what| {
+            move |e| XdpError::Program {
+                program: NAME,
+                what,
+                source: Box::new(e),
+            }
+        };
+        let fd = {
+            let p: &mut Xdp = self
+                .ebpf
+                .program_mut(NAME)
+                .ok_or(XdpError::Missing {
+                    kind: "program",
+                    name: NAME,
+                })?
+                .try_into()
+                .map_err(err("not an XDP program"))?;
+            p.load().map_err(err("load (verifier)"))?;
+            p.fd()
+                .map_err(err("fd"))?
+                .try_clone()
+                .map_err(|e| err("fd")(ProgramError::IOError(e)))?
+        };
+        let mut pa = aya::maps::ProgramArray::try_from(self.map("quic_prog")?)
+            .map_err(map_err("quic_prog"))?;
+        pa.set(crate::quic_lb::QUIC_PROG, &fd, 0)
+            .map_err(map_err("quic_prog"))
+    }
+
+    /// Map a QUIC-LB service to its index in `svc_info` (in
+    /// `quic_services`; it must not also be in `services`).
+    pub fn set_quic_service(&mut self, key: &SvcKey, index: u32) -> Result<(), XdpError> {
+        self.hash::<SvcKey, u32>("quic_services")?
+            .insert(key, index, 0)
+            .map_err(map_err("quic_services"))
+    }
+
+    /// Remove a QUIC-LB service from `quic_services`.
+    pub fn remove_quic_service(&mut self, key: &SvcKey) -> Result<(), XdpError> {
+        self.hash::<SvcKey, u32>("quic_services")?
+            .remove(key)
+            .map_err(map_err("quic_services"))
+    }
+
+    /// Write service `svc`'s QUIC-LB configurations (`quic_lb`).
+    pub fn set_quic_lb(
+        &mut self,
+        svc: u32,
+        value: &crate::quic_lb::QuicSvc,
+    ) -> Result<(), XdpError> {
+        self.hash::<u32, crate::quic_lb::QuicSvc>("quic_lb")?
+            .insert(svc, value, 0)
+            .map_err(map_err("quic_lb"))
+    }
+
+    /// Name the real server (dest index) of a server ID (`quic_sids`).
+    pub fn set_quic_sid(
+        &mut self,
+        key: &crate::quic_lb::QuicSidKey,
+        dest: u32,
+    ) -> Result<(), XdpError> {
+        self.hash::<crate::quic_lb::QuicSidKey, u32>("quic_sids")?
+            .insert(key, dest, 0)
+            .map_err(map_err("quic_sids"))
+    }
+
+    /// Forget a server ID (`quic_sids`).
+    pub fn remove_quic_sid(&mut self, key: &crate::quic_lb::QuicSidKey) -> Result<(), XdpError> {
+        self.hash::<crate::quic_lb::QuicSidKey, u32>("quic_sids")?
+            .remove(key)
+            .map_err(map_err("quic_sids"))
+    }
+
+    /// Service `svc`'s QUIC-LB counters, summed over CPUs.
+    pub fn quic_stats(&mut self, svc: u32) -> Result<crate::quic_lb::QuicStats, XdpError> {
+        let a = self.per_cpu_array::<crate::quic_lb::QuicStats>("quic_stats")?;
+        let v = a.get(&svc, 0).map_err(map_err("quic_stats"))?;
+        Ok(v.iter()
+            .fold(crate::quic_lb::QuicStats::default(), |a, c| a.add(c)))
+    }
+
+    /// Datagrams passed because the tail call into `xdp_quic` failed,
+    /// summed over CPUs.
+    pub fn quic_missed(&mut self) -> Result<u64, XdpError> {
+        let a = self.per_cpu_array::<u64>("quic_missed")?;
+        let v = a.get(&0, 0).map_err(map_err("quic_missed"))?;
+        Ok(v.iter().sum())
     }
 
     pub(crate) fn program(&mut self) -> Result<&mut Xdp, XdpError> {
