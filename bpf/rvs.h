@@ -515,4 +515,68 @@ struct rvs_fnat_stats {
 /* fnat_missed: PERCPU_ARRAY[0], packets passed to the kernel because the
  * tail call into xdp_fnat failed (fnat_prog empty). */
 
+/* ---- QUIC-LB (draft-ietf-quic-load-balancers-21) ---- */
+/* Configurations per service: one per config rotation codepoint 0..6 (7 is
+ * the draft's reserved "no configuration" codepoint). */
+#define RVS_QUIC_CONFIGS 7
+/* Longest server ID (octets) and longest DCID a v1/v2 header carries. */
+#define RVS_QUIC_SID_MAX 15
+#define RVS_QUIC_DCID_MAX 20
+/* Services with QUIC-LB configurations (quic_lb entries) and server IDs
+ * of all services (quic_sids entries). */
+#define RVS_QUIC_SVCS_MAX 1024
+#define RVS_QUIC_SIDS_MAX 65536
+/* xdp_quic's index in the prog array quic_prog. */
+#define RVS_QUIC_PROG 0
+/* rvs_quic_cfg.mode: how a codepoint's CIDs are decoded here. */
+#define RVS_QUIC_MODE_NONE 0   /* no configuration at this codepoint */
+#define RVS_QUIC_MODE_PLAIN 1  /* server ID in clear: CID octets 1..1+sid_len */
+#define RVS_QUIC_MODE_SINGLE 2 /* single-pass AES-128-ECB (sid_len + nonce_len == 16) */
+/* Four-pass (the other keyed lengths): not decoded by the XDP program; its
+ * CIDs are undecodable here and routed by the fallback hash. */
+#define RVS_QUIC_MODE_FOUR 3
+/* The fallback's hash of the DCID (up to RVS_QUIC_DCID_MAX octets, zero
+ * padded to three little-endian 64-bit words w0..w2, n its length): h =
+ * ((w0 ^ SEED ^ n) * MUL); then for w1, w2 h = ((h ^ (h >> 32) ^ wi) * MUL);
+ * h ^= h >> 32; the low 32 bits (rvs_xdp::quic_lb::dcid_hash agrees). */
+#define RVS_QUIC_HASH_SEED 0x5256535f7175696cull
+
+/* One QUIC-LB configuration as the program decodes it. */
+struct rvs_quic_cfg {
+	__u8 mode;      /* RVS_QUIC_MODE_* */
+	__u8 sid_len;   /* server ID octets (1..15) */
+	__u8 nonce_len; /* nonce octets (4..18) */
+	__u8 pad0;
+	/* RVS_QUIC_MODE_SINGLE: the AES-128 decryption round keys of the
+	 * equivalent inverse cipher (FIPS-197 5.3.5), 11 rounds of four
+	 * big-endian column words, written by the plane from the key. */
+	__u32 dk[44];
+};
+
+/* quic_lb: HASH[service index] (the services of quic_services). */
+struct rvs_quic_svc {
+	/* Short-header DCID length assumed when the first DCID octet names a
+	 * codepoint without configuration (the CID length of the service's
+	 * lowest-numbered configuration, as rvs-quiclb's Router does). */
+	__u8 fallback_len;
+	__u8 pad0[3];
+	struct rvs_quic_cfg cfg[RVS_QUIC_CONFIGS];
+};
+
+/* quic_sids: HASH, (service, server ID) -> real-server index. */
+struct rvs_quic_sid_key {
+	__u32 svc;
+	__u8 len; /* server ID octets */
+	__u8 sid[RVS_QUIC_SID_MAX]; /* the rest zero */
+};
+
+/* quic_stats: PERCPU_ARRAY[service index], QUIC-LB routing counters. */
+struct rvs_quic_stats {
+	__u64 by_cid;      /* routed to the real server its CID's server ID names */
+	__u64 by_fallback; /* routed by the DCID hash (undecodable, or a server ID
+			    * with no live real server) */
+	__u64 undecodable; /* of those: the DCID did not decode (no config at its
+			    * codepoint, too short, four-pass, not QUIC) */
+};
+
 #endif /* RVS_H */

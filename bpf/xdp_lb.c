@@ -52,6 +52,8 @@
  *    without an entry like a new flow; a RST is forwarded without one;
  *  - no real server available: the kernel answers (RST / port unreachable)
  *    as IPVS's ip_vs_leave does.
+ * UDP services with QUIC-LB configurations route every datagram by its QUIC
+ * connection ID and make no flow entries (lib/quic_lb.h).
  */
 #include "lib/common.h"
 #include "lib/maps.h"
@@ -70,6 +72,7 @@
 #include "lib/fast.h"
 #include "lib/own_mac.h"
 #include "lib/fnat.h"
+#include "lib/quic_lb.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
@@ -205,6 +208,15 @@ new_flow:
 		/* FULLNAT replies come to a local address (xdp_fnat). */
 		if ((cfg->flags & RVS_CFG_F_FNAT) && fnat_is_laddr(&p))
 			return fnat_enter(ctx, RVS_FNAT_REPLY, 0, 0);
+		/* A QUIC-LB service (quic_services, not in services): every
+		 * datagram by its connection ID, no flow entry (lib/quic_lb.h,
+		 * the program xdp_quic). Looked up on this exit only: the main
+		 * path's verification stays as it was. */
+		sk.port = p.dport;
+		svcp = bpf_map_lookup_elem(&quic_services, &sk);
+		CALL_SITE_TAG(46);
+		if (svcp)
+			return quic_enter(ctx, *svcp);
 		return nat_reply(ctx, &p, cfg);
 	}
 	svc_idx = *svcp;
@@ -306,4 +318,47 @@ SEC("xdp")
 int xdp_fnat(struct xdp_md *ctx)
 {
 	return fnat_main(ctx);
+}
+
+/* ------------------------------------------------------------ xdp_quic */
+
+/* The datagrams of QUIC-LB services (tail-called by xdp_lb through
+ * quic_prog with the service index in quic_tmp): routed by connection ID
+ * (lib/quic_lb.h) and forwarded by the real server's method, without a flow
+ * entry. A program of its own: the director's main program is at the
+ * verifier's stack limit and near its instruction budget. */
+SEC("xdp")
+int xdp_quic(struct xdp_md *ctx)
+{
+	struct pkt p = {};
+	struct quic_scratch *t;
+	struct rvs_config *cfg;
+	struct rvs_svc *svc;
+	struct rvs_dest *d;
+	__u32 zero = 0, svc_idx, dest_idx;
+
+	if (parse(ctx, &p) || p.icmp || p.proto != IPPROTO_UDP)
+		return XDP_PASS;
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	t = bpf_map_lookup_elem(&quic_tmp, &zero);
+	if (!cfg || !t)
+		return XDP_PASS;
+	svc_idx = t->svc;
+	svc = bpf_map_lookup_elem(&svc_info, &svc_idx);
+	CALL_SITE_TAG(45);
+	if (!svc || svc->sched == RVS_SCHED_NONE)
+		return XDP_PASS;
+	dest_idx = quic_route(ctx, svc, svc_idx, p.l4off + sizeof(struct udphdr));
+	if (dest_idx == RVS_SLOT_EMPTY)
+		return XDP_PASS;
+	d = bpf_map_lookup_elem(&dests, &dest_idx);
+	if (!d)
+		return XDP_PASS;
+	/* NAT: the reply entry of this 4-tuple (a migrated client's new one
+	 * included), refreshed by every datagram. */
+	if (d->method == RVS_FWD_NAT)
+		nat_rev_add(&p, d, svc_idx, dest_idx);
+	count(&svc_stats, svc_idx, p.l3len, 0, 0);
+	count(&dest_stats, dest_idx, p.l3len, 0, 0);
+	return forward(ctx, &p, d, cfg);
 }

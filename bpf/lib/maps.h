@@ -111,5 +111,37 @@ RVS_MAP(fnat_tmp, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct rvs_fnat_tmp);
 RVS_MAP(fnat_stats, BPF_MAP_TYPE_PERCPU_ARRAY, RVS_MAX_SERVICES, __u32, struct rvs_fnat_stats);
 
 RVS_MAP(fnat_missed, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, __u64);
+/* QUIC-LB (lib/quic_lb.h): per service its configurations, the server IDs
+ * of its real servers, its counters. */
+/* quic_services: like services, for the UDP services with QUIC-LB
+ * configurations, which are not in services (xdp_lb looks here when
+ * services has no entry, and hands the datagram to xdp_quic). */
+RVS_MAP(quic_services, BPF_MAP_TYPE_HASH, RVS_QUIC_SVCS_MAX, struct rvs_svc_key, __u32);
+
+RVS_MAP(quic_lb, BPF_MAP_TYPE_HASH, RVS_QUIC_SVCS_MAX, __u32, struct rvs_quic_svc);
+
+RVS_MAP(quic_sids, BPF_MAP_TYPE_HASH, RVS_QUIC_SIDS_MAX, struct rvs_quic_sid_key, __u32);
+
+RVS_MAP(quic_stats, BPF_MAP_TYPE_PERCPU_ARRAY, RVS_MAX_SERVICES, __u32, struct rvs_quic_stats);
+
+/* Per-CPU room for quic_route's DCID and server-ID key, and the service
+ * xdp_lb hands to xdp_quic. */
+struct quic_scratch {
+	__u8 dcid[24];  /* the DCID octets read (at most 20), zero after */
+	__u8 plain[16]; /* CID octets 1..17 in plaintext */
+	struct rvs_quic_sid_key k;
+	__u8 hdr[8]; /* the first header octets */
+	__u32 svc;   /* the service index, from xdp_lb */
+	__u32 pad0;
+};
+
+RVS_MAP(quic_tmp, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct quic_scratch);
+
+/* The QUIC-LB program xdp_quic at RVS_QUIC_PROG, tail-called by xdp_lb for
+ * the datagrams of QUIC-LB services (its own stack and verifier budget);
+ * datagrams passed because the slot was empty are counted in quic_missed. */
+RVS_MAP(quic_prog, BPF_MAP_TYPE_PROG_ARRAY, 1, __u32, __u32);
+
+RVS_MAP(quic_missed, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, __u64);
 
 #endif /* RVS_LIB_MAPS_H */

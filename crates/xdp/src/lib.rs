@@ -21,6 +21,7 @@ pub mod neigh;
 pub mod own_mac;
 pub mod pin;
 pub mod plane;
+pub mod quic_lb;
 pub mod tables;
 pub mod toa;
 #[cfg(feature = "test-fixtures")]

@@ -121,19 +121,27 @@ impl Loaded {
         };
         me.program()?.load().map_err(prog_err("load (verifier)"))?;
         if object.is_director() {
-            me.load_fnat()?;
+            // FULLNAT (bpf/lib/fnat.h) and QUIC-LB (bpf/lib/quic_lb.h):
+            // each its own program, tail-called by xdp_lb.
+            me.load_tail("xdp_fnat", "fnat_prog", maps::FNAT_PROG)?;
+            me.load_tail("xdp_quic", "quic_prog", crate::quic_lb::QUIC_PROG)?;
         }
         Ok(me)
     }
 
-    /// Load the director's FULLNAT program `xdp_fnat` (the verifier runs
-    /// here) and put it into `fnat_prog`, the slot xdp_lb tail-calls
-    /// (bpf/lib/fnat.h).
-    fn load_fnat(&mut self) -> Result<(), XdpError> {
-        const NAME: &str = "xdp_fnat";
+    /// Load one of the director's tail-called programs (`xdp_fnat`, the
+    /// FULLNAT program; `xdp_quic`, the QUIC-LB program; the verifier runs
+    /// here) and put it into `slot` of the prog array `array`, the slot
+    /// xdp_lb tail-calls.
+    fn load_tail(
+        &mut self,
+        name: &'static str,
+        array: &'static str,
+        slot: u32,
+    ) -> Result<(), XdpError> {
         let err = |what| {
             move |e| XdpError::Program {
-                program: NAME,
+                program: name,
                 what,
                 source: Box::new(e),
             }
@@ -141,10 +149,10 @@ impl Loaded {
         let fd = {
             let p: &mut Xdp = self
                 .ebpf
-                .program_mut(NAME)
+                .program_mut(name)
                 .ok_or(XdpError::Missing {
                     kind: "program",
-                    name: NAME,
+                    name,
                 })?
                 .try_into()
                 .map_err(err("not an XDP program"))?;
@@ -154,10 +162,68 @@ impl Loaded {
                 .try_clone()
                 .map_err(|e| err("fd")(ProgramError::IOError(e)))?
         };
-        let mut pa = aya::maps::ProgramArray::try_from(self.map("fnat_prog")?)
-            .map_err(map_err("fnat_prog"))?;
-        pa.set(maps::FNAT_PROG, &fd, 0)
-            .map_err(map_err("fnat_prog"))
+        let mut pa = aya::maps::ProgramArray::try_from(self.map(array)?).map_err(map_err(array))?;
+        pa.set(slot, &fd, 0).map_err(map_err(array))
+    }
+
+    /// Map a QUIC-LB service to its index in `svc_info` (in
+    /// `quic_services`; it must not also be in `services`).
+    pub fn set_quic_service(&mut self, key: &SvcKey, index: u32) -> Result<(), XdpError> {
+        self.hash::<SvcKey, u32>("quic_services")?
+            .insert(key, index, 0)
+            .map_err(map_err("quic_services"))
+    }
+
+    /// Remove a QUIC-LB service from `quic_services`.
+    pub fn remove_quic_service(&mut self, key: &SvcKey) -> Result<(), XdpError> {
+        self.hash::<SvcKey, u32>("quic_services")?
+            .remove(key)
+            .map_err(map_err("quic_services"))
+    }
+
+    /// Write service `svc`'s QUIC-LB configurations (`quic_lb`).
+    pub fn set_quic_lb(
+        &mut self,
+        svc: u32,
+        value: &crate::quic_lb::QuicSvc,
+    ) -> Result<(), XdpError> {
+        self.hash::<u32, crate::quic_lb::QuicSvc>("quic_lb")?
+            .insert(svc, value, 0)
+            .map_err(map_err("quic_lb"))
+    }
+
+    /// Name the real server (dest index) of a server ID (`quic_sids`).
+    pub fn set_quic_sid(
+        &mut self,
+        key: &crate::quic_lb::QuicSidKey,
+        dest: u32,
+    ) -> Result<(), XdpError> {
+        self.hash::<crate::quic_lb::QuicSidKey, u32>("quic_sids")?
+            .insert(key, dest, 0)
+            .map_err(map_err("quic_sids"))
+    }
+
+    /// Forget a server ID (`quic_sids`).
+    pub fn remove_quic_sid(&mut self, key: &crate::quic_lb::QuicSidKey) -> Result<(), XdpError> {
+        self.hash::<crate::quic_lb::QuicSidKey, u32>("quic_sids")?
+            .remove(key)
+            .map_err(map_err("quic_sids"))
+    }
+
+    /// Service `svc`'s QUIC-LB counters, summed over CPUs.
+    pub fn quic_stats(&mut self, svc: u32) -> Result<crate::quic_lb::QuicStats, XdpError> {
+        let a = self.per_cpu_array::<crate::quic_lb::QuicStats>("quic_stats")?;
+        let v = a.get(&svc, 0).map_err(map_err("quic_stats"))?;
+        Ok(v.iter()
+            .fold(crate::quic_lb::QuicStats::default(), |a, c| a.add(c)))
+    }
+
+    /// Datagrams passed because the tail call into `xdp_quic` failed,
+    /// summed over CPUs.
+    pub fn quic_missed(&mut self) -> Result<u64, XdpError> {
+        let a = self.per_cpu_array::<u64>("quic_missed")?;
+        let v = a.get(&0, 0).map_err(map_err("quic_missed"))?;
+        Ok(v.iter().sum())
     }
 
     pub(crate) fn program(&mut self) -> Result<&mut Xdp, XdpError> {

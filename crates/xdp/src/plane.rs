@@ -408,6 +408,16 @@ fn sched_params(c: &ServiceConfig) -> SchedParams {
 
 /// Refuse schedulers the program does not run (yet).
 fn check_scheduler(c: &ServiceConfig) -> Result<u8, PlaneError> {
+    // QUIC-LB: the program can route by CID (xdp_quic), but this plane does
+    // not yet write quic_services/quic_lb/quic_sids; refused with the reason
+    // rather than run as a plain UDP service that breaks migrations.
+    if !c.quic_lb.is_empty() {
+        return Err(PlaneError::Refused(
+            "QUIC-LB (quic_lb / --quic-lb) is not wired into the xdp data plane yet; \
+             use the proxy data plane for this service"
+                .into(),
+        ));
+    }
     let id = maps::sched::id(c.scheduler);
     scheduling_table(c.scheduler, &sched_params(c), &[], &[]).map_err(|e| match e {
         TableError::Unsupported(_) => PlaneError::Refused(format!(

@@ -31,6 +31,7 @@ use rvs_xdp::maps::{
 };
 use rvs_xdp::maps::{Fnat, FnatKey, FnatPool, FnatStats, FnatTmp};
 use rvs_xdp::own_mac::{self, OwnMac, OwnMacTable};
+use rvs_xdp::quic_lb::{self, QuicCfg, QuicSidKey, QuicStats, QuicSvc};
 use rvs_xdp::toa::{self, ToaAddr};
 
 // ------------------------------------------------------------- the types
@@ -162,6 +163,10 @@ mirrors! {
     "rvs_fnat" => Fnat { caddr, vaddr, cport, vport, svc, dest, pad0 }
     "rvs_fnat_tmp" => FnatTmp { kind, dest, svc, pad0 }
     "rvs_fnat_stats" => FnatStats { exhausted, allocated }
+    "rvs_quic_cfg" => QuicCfg { mode, sid_len, nonce_len, pad0, dk }
+    "rvs_quic_svc" => QuicSvc { fallback_len, pad0, cfg }
+    "rvs_quic_sid_key" => QuicSidKey { svc, len, sid }
+    "rvs_quic_stats" => QuicStats { by_cid, by_fallback, undecodable }
 }
 
 /// Map value types only the program reads and writes (the control side
@@ -170,6 +175,10 @@ const PROGRAM_PRIVATE: &[(&str, &str)] = &[
     (
         "locality_scratch",
         "value of the per-CPU scratch map `locality_tmp` (lblc/lblcr working room)",
+    ),
+    (
+        "quic_scratch",
+        "value of the per-CPU scratch map `quic_tmp` (QUIC-LB decoding room, the service xdp_lb hands to xdp_quic)",
     ),
     (
         "csum_scratch",
@@ -954,6 +963,17 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_TOA_MAPPED", toa::stat::MAPPED.into()),
         ("RVS_TOA_V6_ON_V4", toa::stat::V6_ON_V4.into()),
         ("RVS_TOA_NSTATS", toa::stat::NSTATS.into()),
+        ("RVS_QUIC_CONFIGS", quic_lb::QUIC_CONFIGS as u64),
+        ("RVS_QUIC_SID_MAX", quic_lb::QUIC_SID_MAX as u64),
+        ("RVS_QUIC_DCID_MAX", quic_lb::QUIC_DCID_MAX.into()),
+        ("RVS_QUIC_SVCS_MAX", quic_lb::QUIC_SVCS_MAX.into()),
+        ("RVS_QUIC_SIDS_MAX", quic_lb::QUIC_SIDS_MAX.into()),
+        ("RVS_QUIC_PROG", quic_lb::QUIC_PROG.into()),
+        ("RVS_QUIC_MODE_NONE", quic_lb::QUIC_MODE_NONE.into()),
+        ("RVS_QUIC_MODE_PLAIN", quic_lb::QUIC_MODE_PLAIN.into()),
+        ("RVS_QUIC_MODE_SINGLE", quic_lb::QUIC_MODE_SINGLE.into()),
+        ("RVS_QUIC_MODE_FOUR", quic_lb::QUIC_MODE_FOUR.into()),
+        ("RVS_QUIC_HASH_SEED", quic_lb::QUIC_HASH_SEED),
     ]
     .into_iter()
     .map(|(n, v)| (n.to_owned(), v))

@@ -112,5 +112,20 @@ fn no_map_call_or_loop_is_left_to_the_generic_helper() {
             slow.is_empty(),
             "{object:?} xdp_fnat: helper calls the verifier did not inline: {slow:?}"
         );
+        // The QUIC-LB program the director tail-calls (loaded with it): its
+        // NAT reply entry is an LRU update, its lookups stay inlined.
+        let insns = l.translated_of("xdp_quic").unwrap();
+        assert!(
+            insns.len() > 200,
+            "{object:?} xdp_quic: {} insns",
+            insns.len()
+        );
+        let all = calls_to(&insns, &syms, &["htab_lru_map_update_elem"]);
+        assert!(!all.is_empty(), "{object:?} xdp_quic: no call resolved");
+        let slow = calls_to(&insns, &syms, &watch);
+        assert!(
+            slow.is_empty(),
+            "{object:?} xdp_quic: helper calls the verifier did not inline: {slow:?}"
+        );
     }
 }

@@ -1471,3 +1471,21 @@ fn fullnat_flows_report_their_local_address_and_free_it_when_expired() {
     assert!(bed.plane.maps().fnat_fwd.is_empty());
     assert!(bed.plane.maps().fnat_rev.is_empty(), "the pair is free");
 }
+
+#[test]
+fn quic_lb_service_is_refused_with_the_reason_and_nothing_written() {
+    let mut bed = Bed::new();
+    let k = ServiceKey::Addr {
+        protocol: Protocol::Udp,
+        addr: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)),
+        port: 443,
+    };
+    let mut config = ServiceConfig::new(AddrFamily::Inet).scheduler("rr".parse().unwrap());
+    config.quic_lb = vec![rvs_core::model::QuicLbConfig::parse_spec("cr=0,sid=2,nonce=6").unwrap()];
+    let before = bed.plane.maps().clone();
+    let e = bed.run(Command::AddService { key: k, config }).unwrap_err();
+    assert!(matches!(e, PlaneError::Refused(_)), "{e}");
+    assert!(e.to_string().contains("QUIC-LB"), "{e}");
+    assert!(bed.plane.service_index(&k).is_none());
+    assert_eq!(bed.plane.maps().services, before.services);
+}
