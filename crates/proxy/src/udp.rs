@@ -337,15 +337,20 @@ async fn open_quic_flow(
     let vip = svc.vip;
     let adm = Admission::take(ctx, svc, 1, Gauge::Udp)?;
     let opened = ctx.director.with(|ipvs, now| {
+        let pool = ipvs
+            .service(&svc.key)
+            .map(|s| LocalPool::for_dest(s.laddrs(), dst.ip()))
+            .unwrap_or_default();
         (
             ipvs.open_to(now, client, vip, dst.ip(), dst.port()),
             ipvs.timeouts().udp(),
+            pool,
         )
     })?;
-    let (conn, timeout) = match opened {
-        (Ok(f), t) => (f.conn, t),
-        (Err(rvs_core::ipvs::Verdict::Drop(_)), t) => (None, t),
-        (Err(_), _) => {
+    let (conn, timeout, pool) = match opened {
+        (Ok(f), t, pool) => (f.conn, t, pool),
+        (Err(rvs_core::ipvs::Verdict::Drop(_)), t, pool) => (None, t, pool),
+        (Err(_), _, _) => {
             // The real server went away between the table and the director.
             ctx.stats.refused_no_dest.fetch_add(1, Ordering::Relaxed);
             return None;
@@ -353,7 +358,8 @@ async fn open_quic_flow(
     };
     let guard = Arc::new(ConnGuard::new(ctx.clone(), conn));
     ctx.set_dest(adm.serial, (dst.ip(), dst.port()));
-    let upstream = match connect_upstream(dst).await {
+    // A FULLNAT pool binds the session's source like any UDP session's.
+    let upstream = match connect_pooled(ctx, svc, &pool, dst) {
         Ok(s) => Arc::new(s),
         Err(e) => {
             ctx.stats.connect_failures.fetch_add(1, Ordering::Relaxed);
@@ -363,6 +369,9 @@ async fn open_quic_flow(
             return None;
         }
     };
+    if let (false, Some(id), Ok(local)) = (pool.is_empty(), conn, upstream.local_addr()) {
+        ctx.director.with(|ipvs, _| ipvs.set_conn_local(id, local));
+    }
     let now_ms = start.elapsed().as_millis() as u64;
     if upstream.send(data).await.is_ok() {
         // `open_to` counted this datagram as a packet (of no length).
