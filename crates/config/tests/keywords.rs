@@ -237,6 +237,8 @@ const RVS_EXTENSIONS: &[(Block, &str)] = &[
     (Block::VirtualServer, "proxy_protocol"),
     (Block::VirtualServer, "max_conns"),
     (Block::RealServer, "proxy_protocol"),
+    (Block::VirtualServer, "quic_lb"),
+    (Block::RealServer, "quic_server_id"),
     // keepalived 1.x's, read with a "deprecated; use global_defs
     // lvs_sync_daemon" warning (crates/config/tests/parse.rs::vrrp_instance_keywords).
     (Block::VrrpInstance, "lvs_sync_daemon_interface"),
