@@ -2,7 +2,8 @@
 //! accept(2) and getpeername(2), the client address a TOA option (kind 254)
 //! in the connection's SYN carries, and without `--toa` the real source.
 //!
-//! Until a FULLNAT director inserts the option, the client runs in a cgroup
+//! Here without a director (fullnat.rs's `fullnat_xdp_toa_nginx_*` show
+//! the XDP FULLNAT director inserting it), the client runs in a cgroup
 //! of its own with the test fixture `bpf/toa_test_writer.c`
 //! ([`ToaTestWriter`]), which writes a real TOA into its SYNs; the reader
 //! (`bpf/toa.c`) parses it off the wire. Both ends are on loopback; both
