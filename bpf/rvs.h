@@ -485,7 +485,11 @@ struct rvs_fnat {
 	__be16 vport;
 	__u32 svc;
 	__u32 dest;
-	__u32 pad0;
+	/* TOA (lib/fnat.h): the acknowledgment number (network order) of the
+	 * client's segments that get the TOA: the real server's SYN-ACK
+	 * sequence + 1, set when that SYN-ACK passes; 0 = none (no SYN-ACK
+	 * yet, or the real server has sent past its handshake). */
+	__u32 toa_ack;
 };
 
 /* fnat_fwd: LRU_HASH, rvs_flow_key (the client's tuple, any family) -> the
@@ -510,6 +514,16 @@ struct rvs_fnat_tmp {
 struct rvs_fnat_stats {
 	__u64 exhausted; /* new flows dropped: no free (local address, port) */
 	__u64 allocated; /* (local address, port) pairs handed out */
+	/* TOA (lib/fnat.h, lib/toa_insert.h): client segments of the
+	 * handshake that got the option, that had no room for it (40 option
+	 * bytes), that it would have pushed past the MTU, that it failed on
+	 * otherwise (malformed, no headroom); real servers' SYN-ACKs whose MSS
+	 * was lowered by the option's length. */
+	__u64 toa_inserted;
+	__u64 toa_noroom;
+	__u64 toa_mtu;
+	__u64 toa_error;
+	__u64 mss_clamped;
 };
 
 /* fnat_missed: PERCPU_ARRAY[0], packets passed to the kernel because the

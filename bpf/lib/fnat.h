@@ -17,7 +17,24 @@
  * need no route back through the director.
  *
  * ICMP errors about FULLNAT flows are passed to the kernel (not translated
- * yet). */
+ * yet).
+ *
+ * TOA (the client's address for the real server, lib/toa_insert.h). The
+ * real server's reader (bpf/toa.c, toa.ko) takes it from the ACK that
+ * completes the handshake. As DPVS (tcp_in_add_toa on the segments whose
+ * acknowledgment is the SYN-ACK's sequence + 1): when the real server's
+ * SYN-ACK passes (fnat_reply), its sequence + 1 is kept in the flow's
+ * fnat_rev entry (toa_ack) and its MSS option lowered by the TOA's length
+ * (toa_mss_clamp), so a client data segment that carries the option still
+ * fits the path; every client segment without SYN/RST that acknowledges
+ * exactly that number gets the TOA: the handshake's ACK, and the data sent
+ * before the real server answered (which completes the handshake if the
+ * ACK was lost). The first segment of the real server after its SYN-ACK
+ * ends it (toa_ack = 0). A SYN-ACK whose sequence + 1 is 0 (one in 2^32)
+ * gets no TOA. The MTU limit is the config's tun_mtu (the path MTU toward
+ * the real servers, the interface's by default), none when 0. Outcomes
+ * counted per service in fnat_stats; the segment goes on without the option
+ * when it does not fit (no room, MTU), as DPVS does. */
 #ifndef RVS_LIB_FNAT_H
 #define RVS_LIB_FNAT_H
 
@@ -28,6 +45,7 @@
 #include "lib/tcp_state.h"
 #include "lib/csum.h"
 #include "lib/forward.h"
+#include "lib/toa_insert.h"
 
 /* The pool hash of a client tuple and the odd stride between candidates
  * (rvs_xdp::maps::fnat_candidate mirrors both: the tests predict ports). */
@@ -137,22 +155,89 @@ exhausted:
 	return -1;
 }
 
-/* Whether fnat_rev's entry `rk` is this packet's flow (client side). */
-static __always_inline int fnat_rev_is(const struct rvs_fnat_key *rk, const struct pkt *p)
+/* fnat_rev's entry `rk` if it is this packet's flow (client side), else
+ * NULL. */
+static __always_inline struct rvs_fnat *fnat_rev_get(const struct rvs_fnat_key *rk,
+						     const struct pkt *p)
 {
 	struct rvs_fnat *n = bpf_map_lookup_elem(&fnat_rev, rk);
 
-	return n && addr16_eq(n->caddr, (const __u8 *)p->saddr) &&
-	       addr16_eq(n->vaddr, (const __u8 *)p->daddr) && n->cport == p->sport &&
-	       n->vport == p->dport;
+	if (n && addr16_eq(n->caddr, (const __u8 *)p->saddr) &&
+	    addr16_eq(n->vaddr, (const __u8 *)p->daddr) && n->cport == p->sport &&
+	    n->vport == p->dport)
+		return n;
+	return NULL;
 }
 
-static __always_inline int fnat_inbound(struct xdp_md *ctx, const struct pkt *p,
-					__u32 dest, __u32 svc)
+static __always_inline int fnat_rev_is(const struct rvs_fnat_key *rk, const struct pkt *p)
+{
+	return fnat_rev_get(rk, p) != NULL;
+}
+
+/* The TCP header's 32-bit word `w` (1: sequence, 2: acknowledgment) as it
+ * lies on the wire; 0 when the frame is too short. */
+static __always_inline __u32 fnat_tcp_word(struct xdp_md *ctx, const struct pkt *p, __u32 w)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 l4 = p->l4off;
+	__u32 *th;
+
+	if (l4 > 18 + 60)
+		return 0;
+	barrier_var(l4);
+	th = data + (l4 & 0x7f);
+	if ((void *)(th + 5) > end)
+		return 0;
+	return w == 1 ? th[1] : th[2];
+}
+
+/* Count a TOA outcome (toa_insert's code, or TOA_OK) for service `svc`. */
+static __always_inline void fnat_toa_count(__u32 svc, int rc)
+{
+	struct rvs_fnat_stats *st = bpf_map_lookup_elem(&fnat_stats, &svc);
+
+	if (!st)
+		return;
+	if (rc == TOA_OK)
+		st->toa_inserted++;
+	else if (rc == TOA_ERR_NOROOM)
+		st->toa_noroom++;
+	else if (rc == TOA_ERR_MTU)
+		st->toa_mtu++;
+	else
+		st->toa_error++;
+}
+
+/* The TOA on a client segment of flow `n` that acknowledges the real
+ * server's SYN-ACK (see the head of this file). 0: go on (with or without
+ * the option), -1: the frame is broken (drop). */
+static __always_inline int fnat_toa(struct xdp_md *ctx, struct pkt *p, const struct rvs_fnat *n,
+				    __u32 svc)
+{
+	struct rvs_config *cfg;
+	__u32 zero = 0, caddr[4];
+	__u16 mtu = 0xffff;
+	int rc;
+
+	if (p->proto != IPPROTO_TCP || !n->toa_ack || (p->tcpflags & (TCPF_SYN | TCPF_RST)) ||
+	    !(p->tcpflags & TCPF_ACK) || fnat_tcp_word(ctx, p, 2) != n->toa_ack)
+		return 0;
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	if (cfg && cfg->tun_mtu && cfg->tun_mtu < 0xffff)
+		mtu = cfg->tun_mtu;
+	__builtin_memcpy(caddr, n->caddr, 16);
+	rc = toa_insert(ctx, p, p->family, caddr, n->cport, mtu);
+	fnat_toa_count(svc, rc);
+	return rc == TOA_ERR_MOVED ? -1 : 0;
+}
+
+static __always_inline int fnat_inbound(struct xdp_md *ctx, struct pkt *p, __u32 dest, __u32 svc)
 {
 	struct rvs_flow_key fk = {};
 	struct rvs_fnat_key nk = {};
 	struct rvs_fnat_key *rk;
+	struct rvs_fnat *n = NULL;
 	struct rvs_dest *d;
 	__be16 rport;
 
@@ -167,8 +252,11 @@ static __always_inline int fnat_inbound(struct xdp_md *ctx, const struct pkt *p,
 	fk.proto = p->proto;
 	fk.family = p->family;
 	rk = bpf_map_lookup_elem(&fnat_fwd, &fk);
-	if (rk && addr16_eq(rk->raddr, d->addr) && rk->rport == rport && fnat_rev_is(rk, p)) {
+	if (rk && addr16_eq(rk->raddr, d->addr) && rk->rport == rport &&
+	    (n = fnat_rev_get(rk, p))) {
 		__builtin_memcpy(&nk, rk, sizeof(nk));
+		if (fnat_toa(ctx, p, n, svc))
+			return XDP_DROP;
 	} else {
 		/* A new flow, or one rescheduled to another real server (its
 		 * old pair is given back), or one whose pair was lost. */
@@ -190,6 +278,30 @@ static __always_inline int fnat_inbound(struct xdp_md *ctx, const struct pkt *p,
 	}
 }
 
+/* On the real server's segments: a SYN-ACK arms the TOA for the client's
+ * segments that acknowledge it and gets its MSS lowered by the TOA's length;
+ * any later segment disarms it (see the head of this file). */
+static __always_inline void fnat_toa_reply(struct xdp_md *ctx, const struct pkt *p,
+					   struct rvs_fnat *n)
+{
+	struct rvs_fnat_stats *st;
+	__u32 svc = n->svc;
+
+	if (p->proto != IPPROTO_TCP)
+		return;
+	if ((p->tcpflags & (TCPF_SYN | TCPF_ACK)) != (TCPF_SYN | TCPF_ACK)) {
+		if (n->toa_ack)
+			n->toa_ack = 0;
+		return;
+	}
+	n->toa_ack = bpf_htonl(bpf_ntohl(fnat_tcp_word(ctx, p, 1)) + 1);
+	if (toa_mss_clamp(ctx, p, p->family == RVS_AF_INET ? TOA_LEN4 : TOA_LEN6) == TOA_OK) {
+		st = bpf_map_lookup_elem(&fnat_stats, &svc);
+		if (st)
+			st->mss_clamped++;
+	}
+}
+
 static __always_inline int fnat_reply(struct xdp_md *ctx, const struct pkt *p)
 {
 	struct rvs_fnat_key rk = {};
@@ -207,6 +319,7 @@ static __always_inline int fnat_reply(struct xdp_md *ctx, const struct pkt *p)
 	n = bpf_map_lookup_elem(&fnat_rev, &rk);
 	if (!n)
 		return XDP_PASS;
+	fnat_toa_reply(ctx, p, n);
 	__builtin_memcpy(caddr, n->caddr, 16);
 	__builtin_memcpy(vaddr, n->vaddr, 16);
 	cport = n->cport;

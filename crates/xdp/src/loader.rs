@@ -914,11 +914,7 @@ impl Loaded {
     pub fn fnat_stats(&mut self, svc: u32) -> Result<maps::FnatStats, XdpError> {
         let a = self.per_cpu_array::<maps::FnatStats>("fnat_stats")?;
         let v = a.get(&svc, 0).map_err(map_err("fnat_stats"))?;
-        Ok(v.iter()
-            .fold(maps::FnatStats::default(), |a, c| maps::FnatStats {
-                exhausted: a.exhausted + c.exhausted,
-                allocated: a.allocated + c.allocated,
-            }))
+        Ok(v.iter().fold(maps::FnatStats::default(), |a, c| a.plus(c)))
     }
 
     /// Packets passed because the tail call into `xdp_fnat` failed,

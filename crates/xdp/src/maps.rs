@@ -1029,8 +1029,11 @@ pub struct Fnat {
     pub svc: u32,
     /// Real-server index.
     pub dest: u32,
-    /// Zero.
-    pub pad0: u32,
+    /// TOA: the acknowledgment number (network order) of the client
+    /// segments that get the client's address as a TCP option (the real
+    /// server's SYN-ACK sequence + 1); 0 = none. Set and cleared by the
+    /// program (bpf/lib/fnat.h); userspace writes 0.
+    pub toa_ack: u32,
 }
 
 /// `fnat_tmp[0]` (per CPU): what `xdp_lb` hands `xdp_fnat` across the tail
@@ -1060,6 +1063,49 @@ pub struct FnatStats {
     pub exhausted: u64,
     /// (local address, port) pairs handed out.
     pub allocated: u64,
+    /// Client handshake segments that got the TOA (the client's address).
+    pub toa_inserted: u64,
+    /// Client handshake segments sent on without the TOA: their TCP
+    /// options left no room for it (40 bytes).
+    pub toa_noroom: u64,
+    /// Client handshake segments sent on without the TOA: it would have
+    /// pushed them past the MTU toward the real servers.
+    pub toa_mtu: u64,
+    /// Client handshake segments the TOA failed on otherwise (malformed
+    /// header, no headroom in the frame).
+    pub toa_error: u64,
+    /// Real servers' SYN-ACKs whose MSS option was lowered by the TOA's
+    /// length (so client data carrying it still fits the path).
+    pub mss_clamped: u64,
+}
+
+impl FnatStats {
+    /// The counters of `self` minus those of `base` (wrapping), for the
+    /// per-service baseline a rebuilt service starts from.
+    pub fn since(&self, base: &FnatStats) -> FnatStats {
+        FnatStats {
+            exhausted: self.exhausted.wrapping_sub(base.exhausted),
+            allocated: self.allocated.wrapping_sub(base.allocated),
+            toa_inserted: self.toa_inserted.wrapping_sub(base.toa_inserted),
+            toa_noroom: self.toa_noroom.wrapping_sub(base.toa_noroom),
+            toa_mtu: self.toa_mtu.wrapping_sub(base.toa_mtu),
+            toa_error: self.toa_error.wrapping_sub(base.toa_error),
+            mss_clamped: self.mss_clamped.wrapping_sub(base.mss_clamped),
+        }
+    }
+
+    /// The sum of two CPUs' counters.
+    pub fn plus(&self, o: &FnatStats) -> FnatStats {
+        FnatStats {
+            exhausted: self.exhausted + o.exhausted,
+            allocated: self.allocated + o.allocated,
+            toa_inserted: self.toa_inserted + o.toa_inserted,
+            toa_noroom: self.toa_noroom + o.toa_noroom,
+            toa_mtu: self.toa_mtu + o.toa_mtu,
+            toa_error: self.toa_error + o.toa_error,
+            mss_clamped: self.mss_clamped + o.mss_clamped,
+        }
+    }
 }
 
 /// The `i`-th (local address index, local port) candidate the program

@@ -428,3 +428,240 @@ fn fnat_failed_tail_call_passes_and_counts() {
         assert_eq!(lb.l.fnat_stats(0).unwrap().allocated, 0);
     });
 }
+
+/// A TCP frame `src:sport -> dst:dport` between `smac` and `dmac` with
+/// sequence `seq`, acknowledgment `ack` (None: no ACK flag), SYN or not, the
+/// raw TCP `options` (a multiple of 4 bytes) and `payload`; etherparse
+/// computes both checksums.
+#[allow(clippy::too_many_arguments)]
+fn seg(
+    (smac, dmac): ([u8; 6], [u8; 6]),
+    src: IpAddr,
+    sport: u16,
+    dst: IpAddr,
+    dport: u16,
+    (seq, ack, syn): (u32, Option<u32>, bool),
+    options: &[u8],
+    payload: &[u8],
+) -> Vec<u8> {
+    let b = etherparse::PacketBuilder::ethernet2(smac, dmac);
+    let b = match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => b.ipv4(s.octets(), d.octets(), 64),
+        (IpAddr::V6(s), IpAddr::V6(d)) => b.ipv6(s.octets(), d.octets(), 64),
+        _ => panic!("mixed families"),
+    };
+    let mut t = b.tcp(sport, dport, seq, 65535);
+    if syn {
+        t = t.syn();
+    }
+    if let Some(a) = ack {
+        t = t.ack(a);
+    }
+    let t = t.options_raw(options).expect("options");
+    let mut out = Vec::new();
+    t.write(&mut out, payload).expect("frame");
+    out
+}
+
+/// The TOA the director inserts for client `c:cport` (kind 254; the IPv4
+/// form, 8 bytes, or the IPv6 form, 20 bytes).
+fn toa_opt(c: IpAddr, cport: u16) -> Vec<u8> {
+    let a = match c {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    };
+    let mut o = vec![254, (4 + a.len()) as u8];
+    o.extend_from_slice(&cport.to_be_bytes());
+    o.extend_from_slice(&a);
+    o
+}
+
+/// A SYN's options: MSS `mss`, SACK-permitted, three NOPs, window scale 7
+/// (12 bytes).
+fn syn_opts(mss: u16) -> Vec<u8> {
+    let m = mss.to_be_bytes();
+    vec![2, 4, m[0], m[1], 4, 2, 1, 1, 1, 3, 3, 7]
+}
+
+/// The TOA on a FULLNAT TCP handshake: the real server's SYN-ACK gets its
+/// MSS lowered by the TOA's length (counted) and arms the TOA; the client's
+/// handshake ACK and its data sent before the server answered get the
+/// option (right after the fixed header, lengths and both checksums as
+/// etherparse computes them for the expected frame); the server's next
+/// segment disarms it; a flow whose ACK has 36 bytes of options already is
+/// forwarded without it and counted as no room.
+fn fnat_toa(v6: bool) {
+    if !root_or_skip("fnat_toa") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(move || {
+        let mut lb = director(v6, PROTO_TCP, &[0], 2, 1024, 65535);
+        let (c, v, r) = (client(v6, 0x0304), vip(v6), rs_addr(v6, 0));
+        let cport = 34000;
+        let (ai, lport) = maps::fnat_candidate(c, cport, 80, 2, 1024, 65535, 0);
+        let l = laddr(v6, ai as u8);
+        let toa_len: u16 = if v6 { 20 } else { 8 };
+        let cin = (CLIENT_MAC, DIR_MAC);
+        let rsout = (VETH_MAC, rs_mac(0));
+        let rsin = (rs_mac(0), VETH_MAC);
+        let cout = (VETH_MAC, GW_MAC);
+
+        // The client's SYN: translated, its MSS untouched, no TOA.
+        let opts = syn_opts(1460);
+        let f = seg(cin, c, cport, v, 80, (1000, None, true), &opts, b"");
+        let out = lb.run(&f);
+        assert_eq!(out.action, action::REDIRECT);
+        let want = seg(rsout, l, lport, r, RPORT, (1000, None, true), &opts, b"");
+        assert_eq!(out.data, want);
+        let rk = rev_key(PROTO_TCP, r, l, lport);
+        assert_eq!(lb.l.fnat(&rk).unwrap().expect("entry").toa_ack, 0);
+
+        // The server's SYN-ACK: MSS 1460 becomes 1460 - the TOA's length.
+        let f = seg(
+            rsin,
+            r,
+            RPORT,
+            l,
+            lport,
+            (7000, Some(1001), true),
+            &opts,
+            b"",
+        );
+        let out = lb.run(&f);
+        assert_eq!(out.action, action::REDIRECT);
+        let want = with_ttl(
+            seg(
+                cout,
+                v,
+                80,
+                c,
+                cport,
+                (7000, Some(1001), true),
+                &syn_opts(1460 - toa_len),
+                b"",
+            ),
+            63,
+        );
+        assert_eq!(out.data, want);
+        assert_eq!(
+            lb.l.fnat(&rk).unwrap().expect("entry").toa_ack,
+            7001u32.to_be()
+        );
+        let fs = lb.l.fnat_stats(0).unwrap();
+        assert_eq!((fs.mss_clamped, fs.toa_inserted), (1, 0));
+
+        // The handshake's ACK gets the TOA; so does data sent before the
+        // server answered; both carry the timestamps behind it.
+        let ts = [1u8, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2];
+        let mut with_toa = toa_opt(c, cport);
+        with_toa.extend_from_slice(&ts);
+        for (i, payload) in [&b""[..], &b"GET / HTTP/1.0\r\n\r\n"[..]]
+            .iter()
+            .enumerate()
+        {
+            let f = seg(
+                cin,
+                c,
+                cport,
+                v,
+                80,
+                (1001, Some(7001), false),
+                &ts,
+                payload,
+            );
+            let out = lb.run(&f);
+            assert_eq!(out.action, action::REDIRECT);
+            let want = seg(
+                rsout,
+                l,
+                lport,
+                r,
+                RPORT,
+                (1001, Some(7001), false),
+                &with_toa,
+                payload,
+            );
+            assert_eq!(out.data, want, "segment {i} gains the TOA");
+            assert_eq!(lb.l.fnat_stats(0).unwrap().toa_inserted, i as u64 + 1);
+        }
+
+        // The server answers: the TOA is disarmed; a later client segment
+        // that still acknowledges 7001 goes without it.
+        let f = seg(
+            rsin,
+            r,
+            RPORT,
+            l,
+            lport,
+            (7001, Some(1019), false),
+            &ts,
+            b"",
+        );
+        assert_eq!(lb.run(&f).action, action::REDIRECT);
+        assert_eq!(lb.l.fnat(&rk).unwrap().expect("entry").toa_ack, 0);
+        let f = seg(cin, c, cport, v, 80, (1019, Some(7001), false), &ts, b"x");
+        let out = lb.run(&f);
+        let want = seg(
+            rsout,
+            l,
+            lport,
+            r,
+            RPORT,
+            (1019, Some(7001), false),
+            &ts,
+            b"x",
+        );
+        assert_eq!((out.action, out.data), (action::REDIRECT, want));
+        let fs = lb.l.fnat_stats(0).unwrap();
+        assert_eq!(
+            (fs.toa_inserted, fs.toa_noroom, fs.toa_mtu, fs.toa_error),
+            (2, 0, 0, 0)
+        );
+
+        // Another flow whose ACK has 36 bytes of options: no room for the
+        // TOA (40 at most): forwarded without it, counted.
+        let cport2 = 34001;
+        let (ai2, lport2) = maps::fnat_candidate(c, cport2, 80, 2, 1024, 65535, 0);
+        let l2 = laddr(v6, ai2 as u8);
+        let f = seg(cin, c, cport2, v, 80, (500, None, true), &opts, b"");
+        assert_eq!(lb.run(&f).action, action::REDIRECT);
+        let f = seg(
+            rsin,
+            r,
+            RPORT,
+            l2,
+            lport2,
+            (9000, Some(501), true),
+            &opts,
+            b"",
+        );
+        assert_eq!(lb.run(&f).action, action::REDIRECT);
+        let full = [1u8; 36];
+        let f = seg(cin, c, cport2, v, 80, (501, Some(9001), false), &full, b"");
+        let out = lb.run(&f);
+        let want = seg(
+            rsout,
+            l2,
+            lport2,
+            r,
+            RPORT,
+            (501, Some(9001), false),
+            &full,
+            b"",
+        );
+        assert_eq!((out.action, out.data), (action::REDIRECT, want));
+        let fs = lb.l.fnat_stats(0).unwrap();
+        assert_eq!((fs.toa_inserted, fs.toa_noroom, fs.mss_clamped), (2, 1, 2));
+    });
+}
+
+#[test]
+fn fnat_toa_v4() {
+    fnat_toa(false);
+}
+
+#[test]
+fn fnat_toa_v6() {
+    fnat_toa(true);
+}

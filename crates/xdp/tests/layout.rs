@@ -160,9 +160,11 @@ mirrors! {
     "rvs_toa_addr" => ToaAddr { family, pad0, port, addr }
     "rvs_fnat_pool" => FnatPool { count, port_min, port_max, family, pad0, addrs }
     "rvs_fnat_key" => FnatKey { raddr, laddr, rport, lport, proto, family, pad0 }
-    "rvs_fnat" => Fnat { caddr, vaddr, cport, vport, svc, dest, pad0 }
+    "rvs_fnat" => Fnat { caddr, vaddr, cport, vport, svc, dest, toa_ack }
     "rvs_fnat_tmp" => FnatTmp { kind, dest, svc, pad0 }
-    "rvs_fnat_stats" => FnatStats { exhausted, allocated }
+    "rvs_fnat_stats" => FnatStats {
+        exhausted, allocated, toa_inserted, toa_noroom, toa_mtu, toa_error, mss_clamped
+    }
     "rvs_quic_cfg" => QuicCfg { mode, sid_len, nonce_len, pad0, dk }
     "rvs_quic_svc" => QuicSvc { fallback_len, pad0, cfg }
     "rvs_quic_sid_key" => QuicSidKey { svc, len, sid }

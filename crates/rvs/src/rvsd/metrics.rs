@@ -398,7 +398,7 @@ pub fn director(ipvs: &Ipvs, reloads: u64, reload_failures: u64) -> Vec<Family> 
 /// their real server, and pairs handed out.
 pub fn xdp_fnat(services: &[(ServiceKey, rvs_xdp::maps::FnatStats)]) -> Vec<Family> {
     type Get = fn(&rvs_xdp::maps::FnatStats) -> u64;
-    let families: [(&'static str, &'static str, Get); 2] = [
+    let families: [(&'static str, &'static str, Get); 7] = [
         (
             "rvs_xdp_fnat_exhausted_total",
             "New FULLNAT flows dropped: every (local address, port) candidate toward \
@@ -409,6 +409,36 @@ pub fn xdp_fnat(services: &[(ServiceKey, rvs_xdp::maps::FnatStats)]) -> Vec<Fami
             "rvs_xdp_fnat_allocated_total",
             "(local address, port) pairs handed out to new FULLNAT flows.",
             |c| c.allocated,
+        ),
+        (
+            "rvs_xdp_fnat_toa_inserted_total",
+            "Client handshake segments of FULLNAT TCP flows that got the TOA option \
+             (the client's address for the real server).",
+            |c| c.toa_inserted,
+        ),
+        (
+            "rvs_xdp_fnat_toa_noroom_total",
+            "Client handshake segments sent on without the TOA: their TCP options left \
+             no room for it (40 bytes).",
+            |c| c.toa_noroom,
+        ),
+        (
+            "rvs_xdp_fnat_toa_mtu_total",
+            "Client handshake segments sent on without the TOA: it would have pushed \
+             them past the MTU toward the real servers.",
+            |c| c.toa_mtu,
+        ),
+        (
+            "rvs_xdp_fnat_toa_errors_total",
+            "Client handshake segments the TOA failed on otherwise (malformed header, \
+             no headroom in the frame).",
+            |c| c.toa_error,
+        ),
+        (
+            "rvs_xdp_fnat_mss_clamped_total",
+            "Real servers' SYN-ACKs whose MSS option the director lowered by the TOA's \
+             length.",
+            |c| c.mss_clamped,
         ),
     ];
     families
@@ -903,12 +933,22 @@ mod tests {
         let c = rvs_xdp::maps::FnatStats {
             exhausted: 3,
             allocated: 70,
+            toa_inserted: 5,
+            toa_noroom: 1,
+            toa_mtu: 2,
+            toa_error: 4,
+            mss_clamped: 6,
         };
         let text = encode(xdp_fnat(&[(key, c)]));
         let labels = r#"{local_address="10.0.0.1",local_port="80",proto="TCP",local_mark=""}"#;
         for (name, v) in [
             ("rvs_xdp_fnat_exhausted_total", 3),
             ("rvs_xdp_fnat_allocated_total", 70),
+            ("rvs_xdp_fnat_toa_inserted_total", 5),
+            ("rvs_xdp_fnat_toa_noroom_total", 1),
+            ("rvs_xdp_fnat_toa_mtu_total", 2),
+            ("rvs_xdp_fnat_toa_errors_total", 4),
+            ("rvs_xdp_fnat_mss_clamped_total", 6),
         ] {
             let want = format!("{name}{labels} {v}");
             assert!(lines(&text).contains(&want.as_str()), "{want} in {text}");

@@ -17,6 +17,14 @@
 //! UDP request/reply, the real server sees a local address (never the
 //! client) as the source, and `rvsadm -Lcn` lists each connection's local
 //! address:port — the one the real server saw.
+//!
+//! TOA (`fullnat_xdp_toa_nginx_v4/_v6`, after the same checks): nginx on a
+//! real server, in a cgroup of the test's: without `rvsd realserver --toa`
+//! its access log's `$remote_addr:$remote_port` is a local address of the
+//! pool; with it, the true client's address and port, which only the TOA
+//! the director inserted into the handshake can have carried (the real
+//! server has no path to the client). The same through accept(2) and
+//! getpeername(2) of the toa tests' child program (`toa::toa_child`).
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -271,7 +279,7 @@ fn assert_unreachable(rs: &Host, client: IpAddr) {
     assert!(r.is_err(), "{} connects to the client directly", rs.ns);
 }
 
-fn fullnat(test: &str, p: &Plan) {
+fn fullnat(test: &str, p: &Plan, nginx: bool) {
     let Some(mut bed) = Bed::new(test) else {
         return;
     };
@@ -463,14 +471,227 @@ fn fullnat(test: &str, p: &Plan) {
         assert_unreachable(h, client_ip);
     }
     drop(servers);
+    if nginx {
+        toa_nginx(test, &d, &client, &rs[0], p, &laddrs);
+    }
+}
+
+/// nginx on `rs` (in its namespace and in a cgroup of this test's), port
+/// 8080, logging `$remote_addr:$remote_port`; killed on drop.
+struct RsNginx {
+    _child: crate::toa::Reap,
+    log: PathBuf,
+}
+
+impl RsNginx {
+    fn start(cg: &crate::toa::Cgroup, rs: &Host, at: SocketAddr, dir: &TempDir) -> RsNginx {
+        let log = dir.path().join("access.log");
+        let _ = std::fs::remove_file(&log);
+        let conf = dir.write(
+            "nginx.conf",
+            &format!(
+                "daemon off;\nmaster_process off;\nworker_processes 1;\nuser root;\n\
+                 pid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+                 events {{ worker_connections 64; }}\n\
+                 http {{\n  log_format toa '$remote_addr:$remote_port';\n\
+                   access_log {log} toa;\n\
+                   client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
+                   fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
+                   server {{ listen {at}; location / {{ return 200 \"ok\\n\"; }} }}\n}}\n",
+                d = dir.path().display(),
+                log = log.display(),
+            ),
+        );
+        let conf = conf.to_str().expect("UTF-8").to_owned();
+        let prefix = format!("{}/", dir.path().display());
+        let child = crate::toa::Reap(cg.spawn(
+            "ip",
+            &[
+                "netns", "exec", &rs.ns, "nginx", "-e", "stderr", "-p", &prefix, "-c", &conf,
+            ],
+            &[],
+        ));
+        let up = rvs_testbed::wait_for(Duration::from_secs(10), || {
+            rs.run(move || TcpStream::connect_timeout(&at, Duration::from_millis(300)))
+                .is_ok()
+        });
+        assert!(up, "nginx did not start listening on {at}");
+        RsNginx { _child: child, log }
+    }
+
+    /// The access log's last line once there are more than `before`.
+    fn line_after(&self, before: usize) -> String {
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let l: Vec<&str> = text.lines().collect();
+            if l.len() > before {
+                return l[l.len() - 1].to_owned();
+            }
+            assert!(Instant::now() < end, "nginx logged nothing");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn lines(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    }
+}
+
+/// One HTTP/1.0 GET from the client to `vip`: the client's own address.
+fn http_get(client: &Host, vip: SocketAddr) -> SocketAddr {
+    let mut s = client
+        .run(move || TcpStream::connect_timeout(&vip, T))
+        .expect("HTTP connection through FULLNAT");
+    s.set_read_timeout(Some(T)).expect("timeout");
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("request");
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).expect("response");
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    s.local_addr().expect("local")
+}
+
+/// One connection from the client to `vip` accepted by the toa tests'
+/// child (`toa::toa_child`, run in `rs`'s namespace and in `cg`) listening
+/// on `at`: (accept's peer, getpeername's peer, the client's own address).
+fn peer_via_child(
+    cg: &crate::toa::Cgroup,
+    rs: &Host,
+    client: &Host,
+    at: SocketAddr,
+    vip: SocketAddr,
+) -> (SocketAddr, SocketAddr, SocketAddr) {
+    let me = std::env::current_exe().expect("the test binary's path");
+    let me = me.to_str().expect("a UTF-8 path").to_owned();
+    let mut srv = crate::toa::Reap(cg.spawn(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &rs.ns,
+            &me,
+            "--ignored",
+            "--exact",
+            "toa::toa_child",
+            "--nocapture",
+            "--test-threads=1",
+        ],
+        &[("RVS_TOA_CHILD", format!("server {at}"))],
+    ));
+    let mut lines = crate::toa::Lines::of(&mut srv.0);
+    assert_eq!(lines.next(), format!("listen {at}"));
+    let s = client
+        .run(move || TcpStream::connect_timeout(&vip, T))
+        .expect("connection through FULLNAT");
+    let local = s.local_addr().expect("local");
+    let seen = lines.next();
+    let w: Vec<&str> = seen.split(' ').collect();
+    assert!(
+        w.len() == 4 && w[0] == "accept" && w[2] == "getpeername",
+        "{seen}"
+    );
+    let parse = |a: &str| a.parse::<SocketAddr>().expect("an address");
+    (parse(w[1]), parse(w[3]), local)
+}
+
+/// `addr` as nginx's `$remote_addr:$remote_port` writes it (no brackets).
+fn logged(addr: SocketAddr) -> String {
+    format!("{}:{}", addr.ip(), addr.port())
+}
+
+/// nginx as the real server behind the XDP FULLNAT director: without
+/// `rvsd realserver --toa` its access log shows a local address of the
+/// pool; with it, the true client address and port (the TOA the director
+/// inserted into the handshake's ACK).
+fn toa_nginx(
+    test: &str,
+    d: &Daemon,
+    client: &Host,
+    rs: &Host,
+    p: &Plan,
+    laddrs: &BTreeSet<IpAddr>,
+) {
+    if !crate::toa::can_run(test) || !rvs_testbed::require_tools(test, &["nginx"]) {
+        return;
+    }
+    let vip = sa(p.vip, 8080);
+    d.ok(&format!("-A -t {vip} -s rr"));
+    for l in p.laddrs {
+        d.ok(&format!("--add-laddr -t {vip} -z {l}"));
+    }
+    d.ok(&format!("-a -t {vip} -r {} --fullnat", sa(p.rs[0], 8080)));
+    let vip_sa = SocketAddr::new(ip(p.vip), 8080);
+    let at = SocketAddr::new(ip(p.rs[0]), 8080);
+    // A second service for the getpeername() program.
+    let gvip = sa(p.vip, 8081);
+    d.ok(&format!("-A -t {gvip} -s rr"));
+    for l in p.laddrs {
+        d.ok(&format!("--add-laddr -t {gvip} -z {l}"));
+    }
+    d.ok(&format!("-a -t {gvip} -r {} --fullnat", sa(p.rs[0], 8081)));
+    let gvip_sa = SocketAddr::new(ip(p.vip), 8081);
+    let gat = SocketAddr::new(ip(p.rs[0]), 8081);
+    let cg = crate::toa::Cgroup::new("fnat");
+    let dir = TempDir::new("fullnat-nginx");
+
+    // Without --toa: a local address of the pool.
+    let nginx = RsNginx::start(&cg, rs, at, &dir);
+    let me = http_get(client, vip_sa);
+    let line = nginx.line_after(0);
+    assert_ne!(line, logged(me), "the client's address without --toa");
+    let seen: SocketAddr = if p.v6 {
+        let (a, port) = line.rsplit_once(':').expect("addr:port");
+        SocketAddr::new(ip(a), port.parse().expect("port"))
+    } else {
+        line.parse().expect("addr:port")
+    };
+    assert!(laddrs.contains(&seen.ip()), "nginx logged {line}");
+    drop(nginx);
+    let (acc, peer, me) = peer_via_child(&cg, rs, client, gat, gvip_sa);
+    assert!(
+        laddrs.contains(&acc.ip()) && acc == peer,
+        "{acc} {peer} (client {me})"
+    );
+
+    // With it (nginx restarted: its listener must be opened after).
+    let out = crate::toa::realserver(&["--toa", "--cgroup", cg.arg()]);
+    assert!(out.contains("TOA reader on cgroup"), "{out}");
+    let nginx = RsNginx::start(&cg, rs, at, &dir);
+    for _ in 0..3 {
+        let before = nginx.lines();
+        let me = http_get(client, vip_sa);
+        assert_eq!(nginx.line_after(before), logged(me), "the true client");
+    }
+    drop(nginx);
+    // accept(2) and getpeername(2) of a program's accepted socket: the same.
+    let (acc, peer, me) = peer_via_child(&cg, rs, client, gat, gvip_sa);
+    assert_eq!((acc, peer), (me, me), "accept and getpeername");
+    let off = crate::toa::realserver(&["--toa", "--undo", "--cgroup", cg.arg()]);
+    assert!(off.contains("TOA reader detached"), "{off}");
 }
 
 #[test]
 fn fullnat_xdp_rvsd_v4() {
-    fullnat("fullnat_xdp_rvsd_v4", &V4);
+    fullnat("fullnat_xdp_rvsd_v4", &V4, false);
 }
 
 #[test]
 fn fullnat_xdp_rvsd_v6() {
-    fullnat("fullnat_xdp_rvsd_v6", &V6);
+    fullnat("fullnat_xdp_rvsd_v6", &V6, false);
+}
+
+/// nginx behind the XDP FULLNAT director (after the FULLNAT checks):
+/// `$remote_addr` is a local address without `rvsd realserver --toa`, the
+/// true client with it.
+#[test]
+fn fullnat_xdp_toa_nginx_v4() {
+    fullnat("fullnat_xdp_toa_nginx_v4", &V4, true);
+}
+
+#[test]
+fn fullnat_xdp_toa_nginx_v6() {
+    fullnat("fullnat_xdp_toa_nginx_v6", &V6, true);
 }

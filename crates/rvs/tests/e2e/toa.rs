@@ -2,7 +2,8 @@
 //! accept(2) and getpeername(2), the client address a TOA option (kind 254)
 //! in the connection's SYN carries, and without `--toa` the real source.
 //!
-//! Until a FULLNAT director inserts the option, the client runs in a cgroup
+//! Here without a director (fullnat.rs's `fullnat_xdp_toa_nginx_*` show
+//! the XDP FULLNAT director inserting it), the client runs in a cgroup
 //! of its own with the test fixture `bpf/toa_test_writer.c`
 //! ([`ToaTestWriter`]), which writes a real TOA into its SYNs; the reader
 //! (`bpf/toa.c`) parses it off the wire. Both ends are on loopback; both
@@ -26,10 +27,10 @@ const MARK: &str = "RVS_TOA ";
 
 /// A cgroup v2 directory of this test's, removed on drop (with a TOA
 /// reader pinned on it).
-struct Cgroup(PathBuf);
+pub(crate) struct Cgroup(PathBuf);
 
 impl Cgroup {
-    fn new(tag: &str) -> Cgroup {
+    pub(crate) fn new(tag: &str) -> Cgroup {
         let root = rvs_xdp::toa::default_cgroup();
         let p = root.join(rvs_testbed::unique_name(&format!("rvs-toa-{tag}-")));
         std::fs::create_dir(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
@@ -40,12 +41,12 @@ impl Cgroup {
         &self.0
     }
 
-    fn arg(&self) -> &str {
+    pub(crate) fn arg(&self) -> &str {
         self.0.to_str().expect("a UTF-8 cgroup path")
     }
 
     /// `cmd args…` started inside this cgroup (moved in before it runs).
-    fn spawn(&self, cmd: &str, args: &[&str], envs: &[(&str, String)]) -> Child {
+    pub(crate) fn spawn(&self, cmd: &str, args: &[&str], envs: &[(&str, String)]) -> Child {
         let mut c = Command::new("sh");
         c.arg("-c")
             .arg(r#"echo $$ > "$0/cgroup.procs" && exec "$@""#)
@@ -90,7 +91,7 @@ impl Drop for Cgroup {
 }
 
 /// Kills and reaps a child on drop (also when the test fails).
-struct Reap(Child);
+pub(crate) struct Reap(pub(crate) Child);
 
 impl Drop for Reap {
     fn drop(&mut self) {
@@ -100,15 +101,15 @@ impl Drop for Reap {
 }
 
 /// The report lines of a child, each without the marker.
-struct Lines(std::io::Lines<BufReader<std::process::ChildStdout>>);
+pub(crate) struct Lines(std::io::Lines<BufReader<std::process::ChildStdout>>);
 
 impl Lines {
-    fn of(c: &mut Child) -> Lines {
+    pub(crate) fn of(c: &mut Child) -> Lines {
         Lines(BufReader::new(c.stdout.take().expect("piped stdout")).lines())
     }
 
     /// The next report line (panics when the child ends first).
-    fn next(&mut self) -> String {
+    pub(crate) fn next(&mut self) -> String {
         for l in self.0.by_ref() {
             let l = l.expect("reading a child's stdout");
             // libtest's "test NAME ... " may precede it on the line.
@@ -186,7 +187,7 @@ fn toa_child() {
     }
 }
 
-fn can_run(test: &str) -> bool {
+pub(crate) fn can_run(test: &str) -> bool {
     if !rvs_testbed::require_root(test, "cgroup BPF programs need root") {
         return false;
     }
@@ -198,7 +199,7 @@ fn can_run(test: &str) -> bool {
     true
 }
 
-fn realserver(args: &[&str]) -> String {
+pub(crate) fn realserver(args: &[&str]) -> String {
     let o = rvs_testbed::sh(&[&[RVSD, "realserver"], args].concat());
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

@@ -125,13 +125,7 @@ impl<M: MapOps> Plane<M> {
                     cur
                 }
             };
-            out.push((
-                *key,
-                FnatStats {
-                    exhausted: cur.exhausted.wrapping_sub(base.exhausted),
-                    allocated: cur.allocated.wrapping_sub(base.allocated),
-                },
-            ));
+            out.push((*key, cur.since(&base)));
         }
         let services = &self.services;
         self.flood_base.fnat.retain(|k, _| services.contains_key(k));
@@ -223,6 +217,8 @@ mod tests {
             FnatStats {
                 exhausted: 4,
                 allocated: 9,
+                toa_inserted: 2,
+                ..FnatStats::default()
             },
         );
         plane.read_flood();
@@ -232,7 +228,9 @@ mod tests {
                 key,
                 FnatStats {
                     exhausted: 4,
-                    allocated: 9
+                    allocated: 9,
+                    toa_inserted: 2,
+                    ..FnatStats::default()
                 }
             )]
         );
