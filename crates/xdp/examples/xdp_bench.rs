@@ -18,7 +18,9 @@
 //! bench-only cycling builds (bpf/bench_cycle.h), with the flow cache as it
 //! is and with every packet missing it, and the bare parse + LRU hit floor
 //! over the same N keys (see [`many_flows`]).
-//! `established` stops after them. Then the "tunnels" table (see
+//! `established` stops after them. `quic` as the fourth argument runs the
+//! QUIC-LB table alone (see [`quic`]), `fnat` the FULLNAT table (see
+//! [`fnat`]; REPEAT being its calls per round). Then the "tunnels" table (see
 //! [`tunnels`]; `tunnels` as the fourth argument runs it alone, REPEAT
 //! being its calls per round). New-flow figures are given twice:
 //! while the table fills (empty -> REPEAT entries) and when it is full
@@ -33,6 +35,12 @@ use rvs_core::model::DestConfig;
 use rvs_core::sched::SchedParams;
 use rvs_xdp::maps::{self, Config, Dest, Flow4Key, FlowKey, PROTO_TCP, Svc, SvcKey};
 use rvs_xdp::{LoadOptions, Loaded, Object, tables};
+
+/// The frame tests' fixtures: frame builders, the service installer
+/// (`Lb::service`) and the QUIC-LB codecs, server IDs and datagrams.
+#[path = "../tests/common/mod.rs"]
+mod common;
+use common::quic as quic_frames;
 
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
 const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0x100);
@@ -171,6 +179,12 @@ fn main() -> Result<(), Box<dyn Error>> {
     let (syn, ack) = (frame(true), frame(false));
     if mode.as_deref() == Some("tunnels") {
         return tunnels(&syn, &ack, repeat, table, rounds);
+    }
+    if mode.as_deref() == Some("quic") {
+        return quic(repeat, table, rounds);
+    }
+    if mode.as_deref() == Some("fnat") {
+        return fnat(repeat, rounds);
     }
     let (syn6, ack6) = (frame_of(true, true), frame_of(false, true));
     let tx = rvs_xdp::action::TX;
@@ -657,5 +671,431 @@ fn tunnels(
         "| (DR by the repeated method: {calls} runs on one buffer) | {drr:.0} | {:.0} (minus XDP_TX repeated, {txr:.0}) | |",
         drr - txr
     );
+    Ok(())
+}
+
+/// The QUIC-LB service's port.
+const QUIC_PORT: u16 = 443;
+
+/// A UDP datagram client:`CPORT` -> `VIP`:[`QUIC_PORT`] with `payload`,
+/// sent to the director's MAC.
+fn udp_to_vip(payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], DIR_MAC)
+        .ipv4([10, 78, 0, 1], VIP.octets(), 64)
+        .udp(CPORT, QUIC_PORT)
+        .write(&mut out, payload)
+        .expect("frame");
+    out
+}
+
+/// [`director`] (mh, `SERVERS` DR real servers) with its service also on
+/// UDP `VIP`:[`QUIC_PORT`]: a plain UDP service (`services`, scheduled
+/// once per flow, then the flow table) or, with `quic_lb`, a QUIC-LB one
+/// (`quic_services`, the tail-called `xdp_quic`) with the frame tests'
+/// three configurations (plaintext, single-pass, four-pass) and server
+/// IDs `SIDS` on the first three real servers.
+fn quic_director(table: u32, quic_lb: bool) -> Result<Loaded, Box<dyn Error>> {
+    use rvs_xdp::quic_lb::{QuicCfg, QuicSidKey, QuicSvc};
+    let mut l = director(Object::Director, "mh", table)?;
+    let key = SvcKey::new(maps::PROTO_UDP, VIP.into(), QUIC_PORT);
+    if !quic_lb {
+        l.set_service(&key, 0)?;
+        return Ok(l);
+    }
+    l.set_quic_service(&key, 0)?;
+    let k = &quic_frames::KEY;
+    l.set_quic_lb(
+        0,
+        &QuicSvc::new(&[
+            (0, QuicCfg::new(3, 5, None)),
+            (1, QuicCfg::new(3, 13, Some(k))),
+            (2, QuicCfg::new(3, 6, Some(k))),
+        ]),
+    )?;
+    for (i, sid) in quic_frames::SIDS.iter().enumerate() {
+        let sk = QuicSidKey::new(0, sid).ok_or("server ID key")?;
+        l.set_quic_sid(&sk, i as u32)?;
+    }
+    Ok(l)
+}
+
+/// The QUIC-LB table: a 1-RTT (short header) datagram to a QUIC-LB service
+/// routed by a plaintext CID, by a single-pass AES-128 CID, and one whose
+/// DCID does not decode (codepoint 7: no configuration) routed by the DCID
+/// hash, beside a plain UDP flow of the same size to the same VIP (flow
+/// table and flow cache), all DR with `SERVERS` real servers, in one run.
+///
+/// DR leaves the frame as it found it but for the destination MAC, which is
+/// the director's own here ([`DIR_MAC`]), so the repeated method measures
+/// it (each run sees the same datagram); QUIC-LB keeps no flow state, so
+/// each run decodes the CID again. Each figure is the median of `rounds`
+/// runs of `repeat` packets taken in turn; the QUIC-LB counters must
+/// account for every packet on the path its row names.
+fn quic(repeat: u32, table: u32, rounds: usize) -> Result<(), Box<dyn Error>> {
+    use rvs_xdp::quic_lb::QuicStats;
+    let tx = rvs_xdp::action::TX;
+    let codecs = quic_frames::codecs();
+    let sid = &quic_frames::SIDS[1];
+    let plain = codecs[0].encode(sid, &[1, 2, 3, 4, 5], 0)?;
+    let single = codecs[1].encode(sid, &[7; 13], 0)?;
+    // The plaintext and single-pass CIDs are 9 and 17 octets: the fallback
+    // row's undecodable DCID is 17 like the single-pass one.
+    let mut undecodable = [0u8; 17];
+    undecodable[0] = 0xe0;
+    let plain_p = quic_frames::short(plain.as_bytes());
+    let single_p = quic_frames::short(single.as_bytes());
+    let undec_p = quic_frames::short(&undecodable);
+    // The plain UDP flow carries the longest of the datagrams.
+    let udp_p = vec![0x40; single_p.len()];
+    let rows: [(&str, Vec<u8>, bool); 4] = [
+        (
+            "plain UDP flow (no QUIC-LB), established",
+            udp_to_vip(&udp_p),
+            false,
+        ),
+        (
+            "QUIC-LB, plaintext CID (9 octets)",
+            udp_to_vip(&plain_p),
+            true,
+        ),
+        (
+            "QUIC-LB, single-pass AES CID (17 octets)",
+            udp_to_vip(&single_p),
+            true,
+        ),
+        (
+            "QUIC-LB, undecodable DCID -> DCID-hash fallback",
+            udp_to_vip(&undec_p),
+            true,
+        ),
+    ];
+    let mut tx_prog = Loaded::load(Object::BenchTx, &LoadOptions::default())?;
+    let mut progs = Vec::new();
+    for (name, f, q) in &rows {
+        let mut l = quic_director(table, *q)?;
+        // The plain flow's first packet creates it (unmeasured).
+        ns(&mut l, f, 1, tx)?;
+        progs.push((*name, l, f));
+    }
+    let mut floor = Vec::new();
+    let mut v: Vec<Vec<f64>> = vec![Vec::new(); progs.len()];
+    for _ in 0..rounds {
+        floor.push(ns(&mut tx_prog, &rows[0].1, repeat, tx)?);
+        for (i, (_, l, f)) in progs.iter_mut().enumerate() {
+            v[i].push(ns(l, f, repeat, tx)?);
+        }
+    }
+    let n = 1 + rounds as u64 * u64::from(repeat);
+    let want = [
+        QuicStats::default(),
+        QuicStats {
+            by_cid: n,
+            ..QuicStats::default()
+        },
+        QuicStats {
+            by_cid: n,
+            ..QuicStats::default()
+        },
+        QuicStats {
+            by_cid: 0,
+            by_fallback: n,
+            undecodable: n,
+        },
+    ];
+    for ((name, l, _), w) in progs.iter_mut().zip(want) {
+        let got = l.quic_stats(0)?;
+        if got != w {
+            return Err(format!("{name}: QUIC-LB counters {got:?}, not {w:?}").into());
+        }
+    }
+    let floor = median(&mut floor);
+    let got: Vec<(&str, f64)> = progs
+        .iter()
+        .map(|p| p.0)
+        .zip(v.iter_mut().map(|x| median(x)))
+        .collect();
+    let base = got[0].1;
+    println!();
+    println!(
+        "QUIC-LB: a {}-byte short-header datagram to UDP VIP:{QUIC_PORT}, DR, {SERVERS} real servers, mh, flow table {table}; repeat {repeat}, median of {rounds} rounds",
+        rows[2].1.len()
+    );
+    println!("| path | ns/packet | ratio to the plain UDP flow | minus XDP_TX, ratio |");
+    println!("|---|---|---|---|");
+    println!("| floor: XDP_TX only | {floor:.0} | | |");
+    for (name, t) in &got {
+        println!(
+            "| {name} | {t:.0} | {:.2} × | {:.2} × |",
+            t / base,
+            (t - floor) / (base - floor)
+        );
+    }
+    Ok(())
+}
+
+/// The MAC of the FULLNAT/NAT bed's director link (`rvsa`).
+const BED_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
+/// The MAC of the clients' gateway in that bed.
+const BED_GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
+/// The real servers' port in the FULLNAT/NAT rows.
+const BED_RPORT: u16 = 8080;
+
+/// The namespace of the NAT and FULLNAT rows (BPF_PROG_TEST_RUN looks
+/// routes up in the caller's namespace): the director's link `rvsa`
+/// (10.77.0.2/24, the real servers' subnet, with permanent neighbours for
+/// real servers 0 and 1 of [`common::rs_addr`]) and a route to the clients
+/// (10.78.0.0/16) via a gateway with a permanent neighbour, as
+/// tests/fnat.rs sets up. Deleted on drop.
+fn nat_bed_netns() -> rvs_testbed::Netns {
+    let ns = rvs_testbed::Netns::new("rvsxdp-bench");
+    let mac = |m: [u8; 6]| {
+        m.iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    let mut cmds = vec![
+        format!(
+            "link add rvsa address {} type veth peer name rvsb",
+            mac(BED_MAC)
+        ),
+        "link set rvsa up".to_owned(),
+        "link set rvsb up".to_owned(),
+        "addr add 10.77.0.2/24 dev rvsa".to_owned(),
+        format!(
+            "neigh add 10.77.0.254 lladdr {} dev rvsa nud permanent",
+            mac(BED_GW_MAC)
+        ),
+        "route add 10.78.0.0/16 via 10.77.0.254".to_owned(),
+    ];
+    for i in 0..2u8 {
+        cmds.push(format!(
+            "neigh add {} lladdr {} dev rvsa nud permanent",
+            common::rs_addr(false, i),
+            mac(common::rs_mac(i))
+        ));
+    }
+    for cmd in cmds {
+        let mut args = vec!["ip", "-n", ns.name()];
+        args.extend(cmd.split_whitespace());
+        rvs_testbed::sh(&args);
+    }
+    ns.sysctl("ipv4/ip_forward", "1");
+    ns
+}
+
+/// FULLNAT local address `i` of the bench's pool (10.77.0.(50+i)).
+fn bench_laddr(i: u8) -> IpAddr {
+    Ipv4Addr::new(10, 77, 0, 50 + i).into()
+}
+
+/// A director (run it inside [`nat_bed_netns`]) with service 0 on TCP
+/// `VIP`:80, rr, to one real server (0) on port [`BED_RPORT`] by `method`
+/// ([`maps::fwd::NAT`] or [`maps::fwd::FNAT`]; FULLNAT with a pool of two
+/// local addresses, ports 1024-65535), flow table `table`. Reusable for
+/// any FULLNAT or NAT row.
+fn nat_bed_director(method: u8, table: u32) -> Result<common::Lb, Box<dyn Error>> {
+    let mut l = Loaded::load(
+        Object::Director,
+        &LoadOptions {
+            flow_table_size: table,
+            slots: 8 * common::SLOT_REGION,
+            embryonic_table_size: table,
+        },
+    )?;
+    let mut cfg = Config::ipvs_defaults();
+    cfg.flags = maps::CFG_F_NAT | maps::CFG_F_FNAT;
+    l.set_config(&cfg)?;
+    l.add_own_mac(INGRESS, DIR_MAC)?;
+    l.add_own_mac(INGRESS, BED_MAC)?;
+    let mut lb = common::Lb {
+        l,
+        core: Vec::new(),
+    };
+    let mut rs = common::Rs::new(common::rs_addr(false, 0), method, [0; 6]);
+    rs.port = BED_RPORT;
+    lb.service(0, SvcKey::new(PROTO_TCP, VIP.into(), 80), "rr", 0, &[rs]);
+    if method == maps::fwd::FNAT {
+        let mut pool = maps::FnatPool {
+            count: 2,
+            port_min: 1024,
+            port_max: 65535,
+            family: maps::AF_INET,
+            ..maps::FnatPool::default()
+        };
+        for i in 0..2u8 {
+            pool.addrs[usize::from(i)] = maps::addr16(bench_laddr(i));
+            lb.l.add_fnat_laddr(bench_laddr(i))?;
+        }
+        lb.l.set_fnat_pool(0, &pool)?;
+    }
+    Ok(lb)
+}
+
+/// One established flow client 10.78.0.1:`cport` -> `VIP`:80 through
+/// `lb` (SYN, the real server's SYN-ACK, the client's ACK: ESTABLISHED):
+/// returns the client's next data packet and the real server's reply as
+/// they reach the director (the reply from RS:[`BED_RPORT`] to what the
+/// SYN's output frame was addressed from: the client, or FULLNAT's local
+/// address and port).
+fn nat_bed_flow(lb: &mut common::Lb, cport: u16) -> Result<(Vec<u8>, Vec<u8>), Box<dyn Error>> {
+    use common::{Flags, tcp_frame_macs};
+    let redirect = rvs_xdp::action::REDIRECT;
+    let c: IpAddr = Ipv4Addr::new(10, 78, 0, 1).into();
+    let (v, r) = (IpAddr::from(VIP), common::rs_addr(false, 0));
+    let to_vip = |flags| {
+        tcp_frame_macs(
+            common::CLIENT_MAC,
+            DIR_MAC,
+            c,
+            cport,
+            v,
+            80,
+            flags,
+            b"0123456789",
+        )
+    };
+    let out = lb.l.run_on(&to_vip(Flags::Syn), 1, INGRESS)?;
+    if out.action != redirect || out.data.len() < 38 {
+        return Err(format!("SYN: action {} ({} bytes)", out.action, out.data.len()).into());
+    }
+    let d = &out.data;
+    let src = IpAddr::from([d[26], d[27], d[28], d[29]]);
+    let sport = u16::from_be_bytes([d[34], d[35]]);
+    let reply = tcp_frame_macs(
+        common::rs_mac(0),
+        BED_MAC,
+        r,
+        BED_RPORT,
+        src,
+        sport,
+        Flags::Ack,
+        b"0123456789",
+    );
+    ns(&mut lb.l, &reply, 1, redirect)?;
+    let ack = to_vip(Flags::Ack);
+    ns(&mut lb.l, &ack, 1, redirect)?;
+    let k = FlowKey::new(PROTO_TCP, c, cport, v, 80);
+    match lb.l.flow(&k)? {
+        Some(f) if f.state == TCP_ESTABLISHED => Ok((ack, reply)),
+        other => Err(format!("flow after the handshake: {other:?}").into()),
+    }
+}
+
+/// The FULLNAT table: an established FULLNAT flow's client packet (to the
+/// VIP, tail-called `xdp_fnat`) and its reply (RS to the local address),
+/// beside the NAT path's established packet and reply, and a new flow's
+/// SYN both ways (FULLNAT: the pool's port allocation), TCP over IPv4, in
+/// one run inside a namespace with the routes the FIB lookups need.
+///
+/// NAT and FULLNAT rewrite the frame, so, as in [`tunnels`], each figure
+/// is one run per BPF_PROG_TEST_RUN call (a fresh frame each), the
+/// kernel's timing summed over `calls` calls, minus the bare XDP_TX
+/// program timed the same way; the rows interleave in slices of 500 calls;
+/// median of `rounds` rounds. Every call's action is checked (REDIRECT).
+/// The SYN rows send each call a SYN of a new client port (`calls` x
+/// `rounds` distinct flows, so each is a new flow); `calls` is at most
+/// 12000 / `rounds`.
+fn fnat(calls: u32, rounds: usize) -> Result<(), Box<dyn Error>> {
+    use common::{Flags, tcp_frame_macs};
+    // At most 12000 new flows in all: the pool (2 addresses x 64512 ports
+    // toward the one real server) stays below 10 % use, so the port
+    // allocation's bounded probing finds a free pair at once, as on a
+    // director whose pool is sized for its load (a fuller pool makes it
+    // probe longer and then refuse: tests/fnat.rs shows exhaustion).
+    let calls = calls.clamp(500, 12_000 / rounds.max(1) as u32);
+    const SLICE: u32 = 500;
+    let slices = calls.div_ceil(SLICE);
+    let calls = slices * SLICE;
+    let table = 1 << 18;
+    let netns = nat_bed_netns();
+    netns.run(move || -> Result<(), String> {
+        let e = |e: Box<dyn Error>| e.to_string();
+        let tx = rvs_xdp::action::TX;
+        let redirect = rvs_xdp::action::REDIRECT;
+        let mut floor = Loaded::load(Object::BenchTx, &LoadOptions::default()).map_err(|e| e.to_string())?;
+        let mut est = Vec::new();
+        for (name, method) in [("NAT", maps::fwd::NAT), ("FULLNAT", maps::fwd::FNAT)] {
+            let mut lb = nat_bed_director(method, table).map_err(e)?;
+            let (ack, reply) = nat_bed_flow(&mut lb, 1000).map_err(e)?;
+            est.push((name, lb, ack, reply));
+        }
+        // New flows: their own directors (so the established rows' tables
+        // stay small), client ports 2000.. one per call.
+        let c: IpAddr = Ipv4Addr::new(10, 78, 0, 2).into();
+        let syns: Vec<Vec<u8>> = (0..calls * rounds as u32)
+            .map(|i| {
+                let (addr, port) = (i / 60000, 2000 + (i % 60000) as u16);
+                let c = match c {
+                    IpAddr::V4(a) => IpAddr::V4(Ipv4Addr::from(u32::from(a) + addr)),
+                    x => x,
+                };
+                tcp_frame_macs(common::CLIENT_MAC, DIR_MAC, c, port, VIP.into(), 80, Flags::Syn, b"")
+            })
+            .collect();
+        let mut newf = Vec::new();
+        for (name, method) in [("NAT", maps::fwd::NAT), ("FULLNAT", maps::fwd::FNAT)] {
+            newf.push((name, nat_bed_director(method, table).map_err(e)?));
+        }
+        // floor, 4 established rows, 2 new-flow rows.
+        let mut v: Vec<Vec<f64>> = vec![Vec::new(); 7];
+        let mut next_syn = 0usize;
+        for _ in 0..rounds {
+            let mut sums = [0.0f64; 7];
+            for _ in 0..slices {
+                sums[0] += single_runs(&mut floor, &est[0].2, SLICE, tx).map_err(e)?;
+                for (i, (name, lb, ack, reply)) in est.iter_mut().enumerate() {
+                    sums[1 + 2 * i] += single_runs(&mut lb.l, ack, SLICE, redirect)
+                        .map_err(|x| format!("{name} established: {x}"))?;
+                    sums[2 + 2 * i] += single_runs(&mut lb.l, reply, SLICE, redirect)
+                        .map_err(|x| format!("{name} reply: {x}"))?;
+                }
+                for (i, (name, lb)) in newf.iter_mut().enumerate() {
+                    let mut sum = 0.0;
+                    for f in &syns[next_syn..next_syn + SLICE as usize] {
+                        sum += ns(&mut lb.l, f, 1, redirect)
+                            .map_err(|x| format!("{name} new flow: {x}"))?;
+                    }
+                    sums[5 + i] += sum / f64::from(SLICE);
+                }
+                next_syn += SLICE as usize;
+            }
+            for (i, s) in sums.iter().enumerate() {
+                v[i].push(s / f64::from(slices));
+            }
+        }
+        for (name, lb) in &mut newf {
+            let st = lb.l.svc_stats(0).map_err(|e| e.to_string())?;
+            if st.conns != syns.len() as u64 {
+                return Err(format!("{name} new flows: {} connections, not {}", st.conns, syns.len()));
+            }
+        }
+        if let Some((_, lb)) = newf.get_mut(1) {
+            let fs = lb.l.fnat_stats(0).map_err(|e| e.to_string())?;
+            if fs.allocated != syns.len() as u64 || fs.exhausted != 0 {
+                return Err(format!("FULLNAT new flows: pool stats {fs:?}"));
+            }
+        }
+        let m: Vec<f64> = v.iter_mut().map(|x| median(x)).collect();
+        let net = |i: usize| m[i] - m[0];
+        println!();
+        println!(
+            "FULLNAT and NAT: TCP over IPv4, one real server, rr, flow table {table}; one run per BPF_PROG_TEST_RUN call (repeat 1, a fresh frame each), {calls} calls per row per round, median of {rounds} rounds; net = minus the bare XDP_TX program timed the same way"
+        );
+        println!("| path | ns/packet as timed | net ns/packet | net ratio FULLNAT / NAT |");
+        println!("|---|---|---|---|");
+        println!("| floor: XDP_TX only, one run per call | {:.0} | 0 | |", m[0]);
+        let rows = [
+            ("established, client -> VIP", 1, 3),
+            ("established, reply RS -> client / local address", 2, 4),
+            ("new flow SYN (FULLNAT: port allocation)", 5, 6),
+        ];
+        for (what, n, f) in rows {
+            println!("| NAT {what} | {:.0} | {:.0} | |", m[n], net(n));
+            println!("| FULLNAT {what} | {:.0} | {:.0} | {:.2} × NAT |", m[f], net(f), net(f) / net(n));
+        }
+        Ok(())
+    })?;
     Ok(())
 }

@@ -430,3 +430,4 @@ pub fn flow_cache_window() -> std::time::Duration {
 pub fn pin_to_cpu(cpu: usize) -> bool {
     rvs_sys::sched::pin_to_cpu(cpu).is_ok()
 }
+pub mod quic;
