@@ -20,6 +20,7 @@ mod notify_fifo;
 mod package;
 mod proxy;
 mod quic_lb;
+mod quic_rotation;
 mod realserver;
 mod reload;
 mod restart;
