@@ -133,7 +133,7 @@ impl QuicSvc {
 /// `quic_sids` key: a service's server ID (`struct rvs_quic_sid_key`).
 #[repr(C)]
 #[derive(
-    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+    Copy, Clone, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct QuicSidKey {
     /// Service index.
