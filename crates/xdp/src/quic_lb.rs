@@ -169,9 +169,11 @@ impl QuicSidKey {
 pub struct QuicStats {
     /// Routed to the real server of the decoded server ID.
     pub by_cid: u64,
-    /// Routed by the DCID hash.
+    /// A QUIC header that parsed, routed by the DCID hash (its DCID did
+    /// not decode to a live real server's server ID).
     pub by_fallback: u64,
-    /// Of those, the DCID did not decode.
+    /// A header that did not parse (empty, truncated: not QUIC), as the
+    /// proxy plane counts it; forwarded by the hash of what is there.
     pub undecodable: u64,
 }
 
