@@ -680,7 +680,8 @@ impl<M: MapOps> Plane<M> {
     /// `persist` — bound to the same real server, stamped as seen now: its
     /// packets then go where they went before the failover, whatever a new
     /// scheduling decision here would say. Skipped (Ok) when the real
-    /// server is not one this plane carries.
+    /// server is not one this plane carries, and for QUIC-LB services
+    /// (routed by connection ID, without flows).
     pub fn load_synced_flow(&mut self, ipvs: &Ipvs, flow: &MirroredConn) -> Result<(), PlaneError> {
         match SyncedFlow::resolve(ipvs, flow) {
             Some(s) => self.load_synced(&s),
@@ -693,7 +694,9 @@ impl<M: MapOps> Plane<M> {
     pub fn load_synced(&mut self, synced: &SyncedFlow) -> Result<(), PlaneError> {
         let (flow, cfg) = (&synced.flow, &synced.dest);
         let found = self.services.iter().find_map(|(key, st)| {
-            if !synced.services.contains(key) {
+            // A QUIC-LB service keeps no flows: its datagrams go by their
+            // connection ID, and a flow entry would override that.
+            if !synced.services.contains(key) || is_quic(&st.config) {
                 return None;
             }
             let d = st.dests.iter().find(|x| same(&x.core.config, cfg))?;

@@ -1627,6 +1627,38 @@ fn quic_lb_service_maps_are_written_and_follow_the_real_servers() {
     assert_eq!(got(&bed, &ukey(444)), counters(3, 1, 0));
 }
 
+/// A connection another director synced for a QUIC-LB service makes no
+/// flow entry: the flow table is looked up first and would override the
+/// routing by connection ID.
+#[test]
+fn synced_connections_of_quic_lb_services_make_no_flow() {
+    let mut bed = Bed::new();
+    let k = ukey(443);
+    bed.run(Command::AddService {
+        key: k,
+        config: quic_config(&["cr=0,sid=2,nonce=6"]),
+    })
+    .unwrap();
+    bed.run(Command::AddDest {
+        service: k,
+        dest: quic_dest(1, Some("0a01")),
+    })
+    .unwrap();
+    let id = bed.ipvs.service(&k).unwrap().dests()[0].id;
+    let flow = MirroredConn {
+        protocol: Protocol::Udp,
+        client: "192.0.2.7:5000".parse().unwrap(),
+        vip: "10.0.0.100:443".parse().unwrap(),
+        dest: id,
+        state: 0,
+        output_seen: true,
+        idle_left: Duration::from_secs(60),
+        template: false,
+    };
+    bed.plane.load_synced_flow(&bed.ipvs, &flow).unwrap();
+    assert!(bed.plane.maps().flows.is_empty());
+}
+
 /// `-E` turning QUIC-LB on or off moves the key between `services` and
 /// `quic_services`, adding it to the new map before removing it from the
 /// old: whichever write fails, the key is in one of them, and the next
