@@ -251,9 +251,11 @@ pub(crate) fn broken(what: &str, outcomes: &[Outcome]) -> usize {
 /// The QUIC-LB counters (routed by CID, by fallback, undecodable) of the
 /// service `vip` in `rvsadm -Ln --quic-lb`'s output, if listed.
 pub(crate) fn counters(listing: &str, vip: SocketAddr) -> Option<[u64; 3]> {
-    let line = listing
-        .lines()
-        .find(|l| l.starts_with("UDP") && l.contains(&vip.to_string()))?;
+    let vip = vip.to_string();
+    let line = listing.lines().find(|l| {
+        let mut w = l.split_whitespace();
+        w.next() == Some("UDP") && w.next() == Some(vip.as_str())
+    })?;
     let n: Vec<u64> = line
         .split_whitespace()
         .skip(2)
