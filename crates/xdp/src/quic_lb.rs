@@ -21,6 +21,9 @@ pub const QUIC_CONFIGS: usize = 7;
 pub const QUIC_SID_MAX: usize = 15;
 /// Longest DCID of QUIC versions 1 and 2.
 pub const QUIC_DCID_MAX: u32 = 20;
+/// QUIC version 2 (RFC 9369; version 1 is 1): its long headers' CIDs are
+/// at most [`QUIC_DCID_MAX`] octets, as version 1's.
+pub const QUIC_VERSION_2: u32 = 0x6b33_43cf;
 /// Entries of `quic_services` and `quic_lb`.
 pub const QUIC_SVCS_MAX: u32 = 1024;
 /// Entries of `quic_sids`.
