@@ -536,6 +536,8 @@ struct rvs_fnat_stats {
 /* Longest server ID (octets) and longest DCID a v1/v2 header carries. */
 #define RVS_QUIC_SID_MAX 15
 #define RVS_QUIC_DCID_MAX 20
+/* QUIC version 2 (RFC 9369); version 1 is 1. */
+#define RVS_QUIC_VERSION_2 0x6b3343cfu
 /* Services with QUIC-LB configurations (quic_lb entries) and server IDs
  * of all services (quic_sids entries). */
 #define RVS_QUIC_SVCS_MAX 1024
@@ -587,10 +589,12 @@ struct rvs_quic_sid_key {
 /* quic_stats: PERCPU_ARRAY[service index], QUIC-LB routing counters. */
 struct rvs_quic_stats {
 	__u64 by_cid;      /* routed to the real server its CID's server ID names */
-	__u64 by_fallback; /* routed by the DCID hash (undecodable, or a server ID
-			    * with no live real server) */
-	__u64 undecodable; /* of those: the DCID did not decode (no config at its
-			    * codepoint, too short, four-pass, not QUIC) */
+	__u64 by_fallback; /* a QUIC header that parsed, routed by the DCID hash
+			    * (no config at its codepoint, a DCID too short for
+			    * its config, four-pass, a server ID with no live
+			    * real server) */
+	__u64 undecodable; /* a header that did not parse (empty, truncated: not
+			    * QUIC), forwarded by the hash of what is there */
 };
 
 #endif /* RVS_H */

@@ -38,15 +38,25 @@
  *    is not deleted takes the packet, even quiesced (weight 0) or over its
  *    threshold: its connections live there.
  * Everything else (a codepoint without configuration, a DCID too short for
- * its configuration, a truncated or empty header, a datagram that is not
- * QUIC at all, a server ID with no live real server) is routed by the
- * fallback: a hash of the DCID octets present (at most 20) over the
+ * its configuration, four-pass, a truncated or empty header, a datagram
+ * that is not QUIC at all, a server ID with no live real server) is routed
+ * by the fallback: a hash of the DCID octets present (at most 20) over the
  * service's bucket table (mh/sh/dh, wrr's sequence) or else its real-server
  * list, stepping over ineligible servers; the same DCID gives the same real
  * server as long as the service's servers do not change, so a client's
- * Initial packets (client-chosen DCID) and its 0-RTT packets agree. Where
- * rvs-quiclb's Router calls a short header shorter than its
- * configuration's CID "not QUIC", this falls back over the octets present. */
+ * Initial packets (client-chosen DCID) and its 0-RTT packets agree.
+ *
+ * Counters (quic_stats), with the proxy plane's meaning: by_cid, routed by
+ * the server ID; by_fallback, a QUIC header that parsed, routed by the hash;
+ * undecodable, a header that did not parse (empty, truncated: rvs-quiclb's
+ * header::parse fails). A long header parses with its DCID, SCID length and
+ * SCID present (at most 20 octets each for v1/v2); a short header with as
+ * many DCID octets as its codepoint's configuration says, or whatever
+ * follows when its codepoint has none. Every datagram counts in exactly
+ * one. The proxy drops undecodable datagrams; this program still forwards
+ * them by the hash of the DCID octets present (the real server's QUIC
+ * stack discards them; XDP_PASS would hand them to the director's own
+ * stack, which has no use for them either). */
 #ifndef RVS_LIB_QUIC_LB_H
 #define RVS_LIB_QUIC_LB_H
 
@@ -180,7 +190,10 @@ static __noinline __u32 quic_route(struct xdp_md *ctx, const struct rvs_svc *svc
 	struct quic_scratch *t;
 	struct rvs_dest *d;
 	__u32 *dp;
-	int undecodable = 1;
+	/* The header parsed as rvs-quiclb's Router parses it (header::parse):
+	 * what the proxy plane calls QUIC; the rest counts `undecodable`. */
+	int parsed = 0;
+	__u32 version, slen;
 
 	t = bpf_map_lookup_elem(&quic_tmp, &zero);
 	if (!t)
@@ -194,19 +207,39 @@ static __noinline __u32 quic_route(struct xdp_md *ctx, const struct rvs_svc *svc
 
 	if (q < total && bpf_xdp_load_bytes(ctx, q, t->hdr, 1) == 0) {
 		if (t->hdr[0] & 0x80) {
-			/* Long header: first octet, version, DCID length. */
+			/* Long header: first octet, version, DCID length; it
+			 * parses when the DCID, the SCID length and the SCID
+			 * are all there (at most 20 octets each for v1/v2). */
 			off = q + 6;
-			if (off <= total && bpf_xdp_load_bytes(ctx, q, t->hdr, 6) == 0)
+			if (off <= total && bpf_xdp_load_bytes(ctx, q, t->hdr, 6) == 0) {
 				dlen = t->hdr[5];
+				version = be32_at(t->hdr + 1);
+				if (!((version == 1 || version == RVS_QUIC_VERSION_2) &&
+				      dlen > RVS_QUIC_DCID_MAX) &&
+				    off + dlen < total &&
+				    bpf_xdp_load_bytes(ctx, off + (dlen & 0xff), t->hdr + 6, 1) == 0) {
+					slen = t->hdr[6];
+					parsed = !((version == 1 || version == RVS_QUIC_VERSION_2) &&
+						   slen > RVS_QUIC_DCID_MAX) &&
+						 off + dlen + 1 + slen <= total;
+				}
+			}
 		} else {
 			/* Short header: the length from the configuration its
-			 * first DCID octet names. */
+			 * first DCID octet names (it parses when that many
+			 * octets follow), else the fallback length over what
+			 * is there (it parses). */
 			off = q + 1;
-			if (qs && off < total && bpf_xdp_load_bytes(ctx, off, t->hdr + 1, 1) == 0) {
+			if (off >= total) {
+				parsed = 1;
+			} else if (qs && bpf_xdp_load_bytes(ctx, off, t->hdr + 1, 1) == 0) {
 				rot = t->hdr[1] >> 5;
 				dlen = qs->fallback_len;
-				if (rot < RVS_QUIC_CONFIGS && qs->cfg[rot].mode != RVS_QUIC_MODE_NONE)
+				parsed = 1;
+				if (rot < RVS_QUIC_CONFIGS && qs->cfg[rot].mode != RVS_QUIC_MODE_NONE) {
 					dlen = 1 + qs->cfg[rot].sid_len + qs->cfg[rot].nonce_len;
+					parsed = off + dlen <= total;
+				}
 			}
 		}
 		n = dlen < RVS_QUIC_DCID_MAX ? dlen : RVS_QUIC_DCID_MAX;
@@ -237,7 +270,6 @@ static __noinline __u32 quic_route(struct xdp_md *ctx, const struct rvs_svc *svc
 		} else {
 			goto fallback;
 		}
-		undecodable = 0;
 		t->k.svc = svc_idx;
 		t->k.len = c->sid_len;
 #pragma unroll
@@ -259,8 +291,10 @@ static __noinline __u32 quic_route(struct xdp_md *ctx, const struct rvs_svc *svc
 
 fallback:
 	if (st) {
-		st->by_fallback++;
-		st->undecodable += undecodable;
+		if (parsed)
+			st->by_fallback++;
+		else
+			st->undecodable++;
 	}
 	return quic_fallback(svc, quic_dcid_hash(t->dcid, n));
 }

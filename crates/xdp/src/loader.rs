@@ -192,6 +192,15 @@ impl Loaded {
             .map_err(map_err("quic_lb"))
     }
 
+    /// Forget service `svc`'s QUIC-LB configurations (`quic_lb`; absent
+    /// is not an error).
+    pub fn remove_quic_lb(&mut self, svc: u32) -> Result<(), XdpError> {
+        let r = self
+            .hash::<u32, crate::quic_lb::QuicSvc>("quic_lb")?
+            .remove(&svc);
+        absent_ok(r).map_err(map_err("quic_lb"))
+    }
+
     /// Name the real server (dest index) of a server ID (`quic_sids`).
     pub fn set_quic_sid(
         &mut self,
@@ -203,11 +212,12 @@ impl Loaded {
             .map_err(map_err("quic_sids"))
     }
 
-    /// Forget a server ID (`quic_sids`).
+    /// Forget a server ID (`quic_sids`; absent is not an error).
     pub fn remove_quic_sid(&mut self, key: &crate::quic_lb::QuicSidKey) -> Result<(), XdpError> {
-        self.hash::<crate::quic_lb::QuicSidKey, u32>("quic_sids")?
-            .remove(key)
-            .map_err(map_err("quic_sids"))
+        let r = self
+            .hash::<crate::quic_lb::QuicSidKey, u32>("quic_sids")?
+            .remove(key);
+        absent_ok(r).map_err(map_err("quic_sids"))
     }
 
     /// Service `svc`'s QUIC-LB counters, summed over CPUs.
@@ -994,5 +1004,15 @@ impl Loaded {
     /// A real server's counters summed over CPUs.
     pub fn dest_stats(&mut self, index: u32) -> Result<Stats, XdpError> {
         self.stats("dest_stats", index)
+    }
+}
+
+/// A deletion whose key was absent (aya's `KeyNotFound` or the kernel's
+/// `ENOENT`) as done.
+fn absent_ok(r: Result<(), MapError>) -> Result<(), MapError> {
+    match r {
+        Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+        Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        Err(e) => Err(e),
     }
 }

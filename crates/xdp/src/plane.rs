@@ -75,6 +75,20 @@
 //!   removed here between this side's read and its delete that the program
 //!   had just renewed (a race as old as the sweep).
 //!
+//! * A QUIC-LB service (`--quic-lb`, see [`crate::quic_lb`]) has its key in
+//!   `quic_services` instead of `services`, its configurations in `quic_lb`
+//!   (every live one: during a key rotation two codepoints, written in one
+//!   element), and its real servers' server IDs in `quic_sids`, synced
+//!   whenever its real servers change (added, edited, deleted, resolved):
+//!   every installed, ready real server with a server ID is there whatever
+//!   its weight (weight 0 drains: its QUIC connections stay, as in the
+//!   proxy plane); a deleted one's ID goes, so its datagrams take the
+//!   fallback hash. An edit turning QUIC-LB on or off adds the key to its
+//!   new map before removing it from the old one (`xdp_lb` looks
+//!   `services` up first, so no packet finds neither). Its counters
+//!   (`quic_stats`) reach the director from a baseline taken when it
+//!   became a QUIC-LB service at its index.
+//!
 //! A control operation that fails leaves the maps and this side's books as
 //! they were (each step undoes the previous ones). The control plane keeps
 //! the change in its model; the next report compares the model with what
@@ -82,8 +96,10 @@
 //!
 //! What the XDP program cannot do is refused with a clear error: fwmark
 //! services (XDP runs before the skb exists, so there is no packet mark),
-//! `Local` real servers, FULLNAT pools the program cannot hold (see
-//! [`admit`]). FULLNAT runs in the tail-called `xdp_fnat` (bpf/lib/fnat.h).
+//! `Local` real servers, FULLNAT pools the program cannot hold, QUIC-LB on
+//! a port-zero service or with four-pass configurations (the program
+//! decodes plaintext and single-pass CIDs), FULLNAT real servers under
+//! QUIC-LB (see [`admit`], [`check_quic_dests`]). FULLNAT runs in the tail-called `xdp_fnat` (bpf/lib/fnat.h).
 //! Every scheduler of the core runs in the program.
 //!
 //! # Reporting
@@ -151,6 +167,7 @@ use crate::maps::{
 };
 pub use crate::maps::{MapOps, WalkCursor};
 use crate::neigh::L2;
+use crate::quic_lb::{QuicCfg, QuicSidKey, QuicStats, QuicSvc};
 use crate::tables::{TableError, scheduling_table};
 
 mod adopt;
@@ -227,6 +244,9 @@ struct SvcState {
     svc: Svc,
     /// The FULLNAT local address pool, as the core keeps it.
     laddrs: Vec<rvs_core::model::LocalAddrRange>,
+    /// QUIC-LB: the server IDs `quic_sids` holds for this service, with
+    /// their real server's dest index (what the last sync wrote).
+    sids: HashMap<QuicSidKey, u32>,
 }
 
 /// A deleted real server whose index flows may still use.
@@ -298,6 +318,17 @@ pub struct Plane<M: MapOps> {
     reply_hops: std::collections::BTreeMap<std::net::IpAddr, u32>,
     /// `nh_missing_full` at the last report.
     missing_full: u64,
+    /// QUIC-LB counters (`quic_stats`) of each QUIC-LB service as last
+    /// read, with the index they were read at: a service's counts start
+    /// from what its index held when it became a QUIC-LB service there.
+    quic_base: HashMap<ServiceKey, (u32, QuicStats)>,
+    /// A `quic_sids` write failed: the next report syncs every QUIC-LB
+    /// service's server IDs again.
+    quic_resync: bool,
+    /// Server IDs of deleted services (or services no longer QUIC-LB)
+    /// whose removal from `quic_sids` failed: retried by every report (a
+    /// reused service index must not inherit them).
+    quic_stale: Vec<QuicSidKey>,
 }
 
 /// Flows (and templates) mirrored per report by default: a report holds the
@@ -406,18 +437,88 @@ fn sched_params(c: &ServiceConfig) -> SchedParams {
     }
 }
 
-/// Refuse schedulers the program does not run (yet).
-fn check_scheduler(c: &ServiceConfig) -> Result<u8, PlaneError> {
-    // QUIC-LB: the program can route by CID (xdp_quic), but this plane does
-    // not yet write quic_services/quic_lb/quic_sids; refused with the reason
-    // rather than run as a plain UDP service that breaks migrations.
-    if !c.quic_lb.is_empty() {
+/// Whether a service routes by QUIC-LB connection ID: its key goes in
+/// `quic_services` (not `services`), its configurations in `quic_lb`, its
+/// real servers' server IDs in `quic_sids`.
+fn is_quic(c: &ServiceConfig) -> bool {
+    !c.quic_lb.is_empty()
+}
+
+/// The program's form of a service's QUIC-LB configurations (`quic_lb`).
+fn quic_value(c: &ServiceConfig) -> QuicSvc {
+    let cfgs: Vec<(u8, QuicCfg)> = c
+        .quic_lb
+        .iter()
+        .map(|q| {
+            (
+                q.rotation,
+                QuicCfg::new(q.server_id_len, q.nonce_len, q.key.as_ref()),
+            )
+        })
+        .collect();
+    QuicSvc::new(&cfgs)
+}
+
+/// Refuse, before anything changes, the QUIC-LB services the program
+/// cannot carry: a port-zero one (`xdp_lb` looks `quic_services` up by
+/// the packet's exact port only) and four-pass configurations (the program
+/// decodes plaintext and single-pass CIDs only: every four-pass CID would
+/// take the fallback hash, and a migrated connection would break).
+fn check_quic(key: &ServiceKey, c: &ServiceConfig) -> Result<(), PlaneError> {
+    if !is_quic(c) {
+        return Ok(());
+    }
+    if let ServiceKey::Addr { port: 0, .. } = key {
         return Err(PlaneError::Refused(
-            "QUIC-LB (quic_lb / --quic-lb) is not wired into the xdp data plane yet; \
-             use the proxy data plane for this service"
+            "QUIC-LB on a port-zero service: the xdp data plane routes QUIC-LB services by \
+             their exact port only; give the service its port, or use the proxy data plane"
                 .into(),
         ));
     }
+    if let Some(q) = c
+        .quic_lb
+        .iter()
+        .find(|q| q.mode() == rvs_core::model::QuicLbMode::FourPass)
+    {
+        return Err(PlaneError::Refused(format!(
+            "QUIC-LB config {}: four-pass connection IDs (sid + nonce != 16 with a key) \
+             are not decoded by the xdp data plane (plaintext and single-pass are); use \
+             sid + nonce = 16, or the proxy data plane",
+            redacted_spec(q)
+        )));
+    }
+    Ok(())
+}
+
+/// A QUIC-LB config's spec without its key (for messages).
+fn redacted_spec(q: &rvs_core::model::QuicLbConfig) -> String {
+    let mut s = format!(
+        "cr={},sid={},nonce={}",
+        q.rotation, q.server_id_len, q.nonce_len
+    );
+    if let Some(fp) = q.key_fingerprint() {
+        s.push_str(&format!(",key=fp:{fp}"));
+    }
+    s
+}
+
+/// Refuse a FULLNAT real server under a QUIC-LB service: `xdp_quic`
+/// forwards by DR, TUN and NAT only (FULLNAT's translation is per flow,
+/// and QUIC-LB routing keeps no flow).
+fn check_quic_dest(service: &ServiceKey, dest: &DestConfig) -> Result<(), PlaneError> {
+    if matches!(dest.forward, ForwardMethod::FullNat) {
+        return Err(PlaneError::Refused(format!(
+            "FULLNAT real server {} under the QUIC-LB service {service:?}: the xdp data \
+             plane's QUIC-LB routing forwards by DR, TUN or NAT (it keeps no flow for \
+             FULLNAT's translation)",
+            dest.addr
+        )));
+    }
+    Ok(())
+}
+
+/// Refuse schedulers the program does not run (yet).
+fn check_scheduler(c: &ServiceConfig) -> Result<u8, PlaneError> {
     let id = maps::sched::id(c.scheduler);
     scheduling_table(c.scheduler, &sched_params(c), &[], &[]).map_err(|e| match e {
         TableError::Unsupported(_) => PlaneError::Refused(format!(
@@ -489,6 +590,9 @@ impl<M: MapOps> Plane<M> {
             flood_base: flood::FloodBase::default(),
             reply_hops: std::collections::BTreeMap::new(),
             missing_full: 0,
+            quic_base: HashMap::new(),
+            quic_resync: false,
+            quic_stale: Vec::new(),
         }
     }
 
@@ -576,7 +680,8 @@ impl<M: MapOps> Plane<M> {
     /// `persist` — bound to the same real server, stamped as seen now: its
     /// packets then go where they went before the failover, whatever a new
     /// scheduling decision here would say. Skipped (Ok) when the real
-    /// server is not one this plane carries.
+    /// server is not one this plane carries, and for QUIC-LB services
+    /// (routed by connection ID, without flows).
     pub fn load_synced_flow(&mut self, ipvs: &Ipvs, flow: &MirroredConn) -> Result<(), PlaneError> {
         match SyncedFlow::resolve(ipvs, flow) {
             Some(s) => self.load_synced(&s),
@@ -589,7 +694,9 @@ impl<M: MapOps> Plane<M> {
     pub fn load_synced(&mut self, synced: &SyncedFlow) -> Result<(), PlaneError> {
         let (flow, cfg) = (&synced.flow, &synced.dest);
         let found = self.services.iter().find_map(|(key, st)| {
-            if !synced.services.contains(key) {
+            // A QUIC-LB service keeps no flows: its datagrams go by their
+            // connection ID, and a flow entry would override that.
+            if !synced.services.contains(key) || is_quic(&st.config) {
                 return None;
             }
             let d = st.dests.iter().find(|x| same(&x.core.config, cfg))?;
@@ -781,6 +888,7 @@ pub fn admit(command: &Command) -> Result<(), PlaneError> {
     match command {
         Command::AddService { key, config } | Command::EditService { key, config } => {
             svc_key(key)?;
+            check_quic(key, config)?;
             check_scheduler(config).map(|_| ())
         }
         Command::AddDest { service, dest } | Command::EditDest { service, dest } => {
@@ -837,6 +945,85 @@ pub fn check_pool_sizes(
                 pools.insert(*key, Vec::new());
             }
             Command::Clear => pools.clear(),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The QUIC-LB rule of [`admit`] over a batch: no FULLNAT real server
+/// under a QUIC-LB service (one `ipvs` has, or the batch makes, in
+/// order); the index of the first command that would break it, with the
+/// reason.
+pub fn check_quic_dests(
+    ipvs: &rvs_core::ipvs::Ipvs,
+    commands: &[Command],
+) -> Result<(), (usize, String)> {
+    // Per service touched: QUIC-LB or not, and its FULLNAT real servers.
+    let mut books: HashMap<ServiceKey, (bool, Vec<DestConfig>)> = HashMap::new();
+    let entry = |books: &mut HashMap<ServiceKey, (bool, Vec<DestConfig>)>, key: &ServiceKey| {
+        books
+            .entry(*key)
+            .or_insert_with(|| match ipvs.service(key) {
+                Some(s) => (
+                    is_quic(s.config()),
+                    s.dests()
+                        .iter()
+                        .map(|d| d.config)
+                        .filter(|d| matches!(d.forward, ForwardMethod::FullNat))
+                        .collect(),
+                ),
+                None => (false, Vec::new()),
+            })
+            .clone()
+    };
+    for (i, c) in commands.iter().enumerate() {
+        match c {
+            Command::AddService { key, config } | Command::EditService { key, config } => {
+                // A new service has no real servers yet.
+                let fnat = match c {
+                    Command::AddService { .. } => Vec::new(),
+                    _ => entry(&mut books, key).1,
+                };
+                if is_quic(config)
+                    && let Some(d) = fnat.first()
+                {
+                    check_quic_dest(key, d).map_err(|e| (i, e.to_string()))?;
+                }
+                books.insert(*key, (is_quic(config), fnat));
+            }
+            Command::AddDest { service, dest } | Command::EditDest { service, dest } => {
+                let (quic, mut fnat) = entry(&mut books, service);
+                if quic {
+                    check_quic_dest(service, dest).map_err(|e| (i, e.to_string()))?;
+                }
+                fnat.retain(|d| !same(d, dest));
+                if matches!(dest.forward, ForwardMethod::FullNat) {
+                    fnat.push(*dest);
+                }
+                books.insert(*service, (quic, fnat));
+            }
+            Command::DelDest {
+                service,
+                addr,
+                port,
+            } => {
+                let (quic, mut fnat) = entry(&mut books, service);
+                fnat.retain(|d| !(d.addr == *addr && d.port == *port));
+                books.insert(*service, (quic, fnat));
+            }
+            Command::DelService { key } => {
+                books.insert(*key, (false, Vec::new()));
+            }
+            Command::Clear => {
+                for v in books.values_mut() {
+                    *v = (false, Vec::new());
+                }
+                // Services not touched yet are gone too.
+                for s in ipvs.services() {
+                    books.insert(*s.key(), (false, Vec::new()));
+                }
+            }
             _ => {}
         }
     }

@@ -21,6 +21,9 @@ pub const QUIC_CONFIGS: usize = 7;
 pub const QUIC_SID_MAX: usize = 15;
 /// Longest DCID of QUIC versions 1 and 2.
 pub const QUIC_DCID_MAX: u32 = 20;
+/// QUIC version 2 (RFC 9369; version 1 is 1): its long headers' CIDs are
+/// at most [`QUIC_DCID_MAX`] octets, as version 1's.
+pub const QUIC_VERSION_2: u32 = 0x6b33_43cf;
 /// Entries of `quic_services` and `quic_lb`.
 pub const QUIC_SVCS_MAX: u32 = 1024;
 /// Entries of `quic_sids`.
@@ -133,7 +136,7 @@ impl QuicSvc {
 /// `quic_sids` key: a service's server ID (`struct rvs_quic_sid_key`).
 #[repr(C)]
 #[derive(
-    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+    Copy, Clone, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct QuicSidKey {
     /// Service index.
@@ -169,9 +172,11 @@ impl QuicSidKey {
 pub struct QuicStats {
     /// Routed to the real server of the decoded server ID.
     pub by_cid: u64,
-    /// Routed by the DCID hash.
+    /// A QUIC header that parsed, routed by the DCID hash (its DCID did
+    /// not decode to a live real server's server ID).
     pub by_fallback: u64,
-    /// Of those, the DCID did not decode.
+    /// A header that did not parse (empty, truncated: not QUIC), as the
+    /// proxy plane counts it; forwarded by the hash of what is there.
     pub undecodable: u64,
 }
 

@@ -968,6 +968,7 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_QUIC_CONFIGS", quic_lb::QUIC_CONFIGS as u64),
         ("RVS_QUIC_SID_MAX", quic_lb::QUIC_SID_MAX as u64),
         ("RVS_QUIC_DCID_MAX", quic_lb::QUIC_DCID_MAX.into()),
+        ("RVS_QUIC_VERSION_2", quic_lb::QUIC_VERSION_2.into()),
         ("RVS_QUIC_SVCS_MAX", quic_lb::QUIC_SVCS_MAX.into()),
         ("RVS_QUIC_SIDS_MAX", quic_lb::QUIC_SIDS_MAX.into()),
         ("RVS_QUIC_PROG", quic_lb::QUIC_PROG.into()),

@@ -2,10 +2,11 @@
 //! by BPF_PROG_TEST_RUN: QUIC long (v1, v2) and short headers whose CIDs
 //! rvs-quiclb's codec made (plaintext and single-pass AES-128-ECB) reach
 //! the real server of their server ID from any client address and port (a
-//! migration); undecodable DCIDs (unknown codepoint, too short, four-pass,
-//! a truncated datagram) and server IDs without a live real server go by
-//! the DCID hash, the same DCID always to the same server; the counters
-//! say which. Needs root; skips otherwise.
+//! migration); DCIDs that do not decode (unknown codepoint, too short,
+//! four-pass), headers that do not parse (truncated, empty: counted
+//! `undecodable`, as the proxy plane counts them) and server IDs without a
+//! live real server go by the DCID hash, the same DCID always to the same
+//! server; the counters say which. Needs root; skips otherwise.
 
 mod common;
 
@@ -148,7 +149,7 @@ fn quic_lb_fallback_is_a_consistent_hash_of_the_dcid() {
         let mut unknown = dcid;
         unknown[0] = 0xa0 | i;
         same_for_all(&mut lb, &short(&unknown), "unknown codepoint");
-        undecodable += 16;
+        fallback += 16;
     }
     assert_eq!(seen, [true; 3], "the hash spreads DCIDs over the servers");
     // A DCID too short for its configuration (long header, 4 octets).
@@ -156,15 +157,33 @@ fn quic_lb_fallback_is_a_consistent_hash_of_the_dcid() {
     // A four-pass CID: not decoded here.
     let four = codecs[2].encode(&SIDS[1], &[1, 2, 3, 4, 5, 6], 0).unwrap();
     same_for_all(&mut lb, &short(four.as_bytes()), "four-pass");
-    // A truncated short header and an empty datagram.
+    // All of those are QUIC headers that parse: the fallback.
+    fallback += 16;
+    assert_eq!(
+        stats(&mut lb),
+        QuicStats {
+            by_cid: 0,
+            by_fallback: fallback,
+            undecodable: 0
+        },
+    );
+    // Headers that do not parse (what the proxy plane counts
+    // `undecodable`): a short header shorter than its codepoint's CID, a
+    // long header without its SCID, a v1 long header with a 21-octet
+    // DCID, an empty datagram. Forwarded by the hash all the same.
     same_for_all(&mut lb, &[0x40, 0x01, 0x02], "truncated");
+    same_for_all(&mut lb, &[0xc0, 0, 0, 0, 1, 4, 1, 2, 3, 4], "no SCID");
+    let mut long21 = vec![0xc0, 0, 0, 0, 1, 21];
+    long21.extend_from_slice(&[7; 21]);
+    long21.extend_from_slice(&[0; 30]);
+    same_for_all(&mut lb, &long21, "DCID too long");
     same_for_all(&mut lb, &[], "empty");
     undecodable += 32;
     assert_eq!(
         stats(&mut lb),
         QuicStats {
             by_cid: 0,
-            by_fallback: undecodable,
+            by_fallback: fallback,
             undecodable
         },
     );
@@ -176,7 +195,7 @@ fn quic_lb_fallback_is_a_consistent_hash_of_the_dcid() {
         stats(&mut lb),
         QuicStats {
             by_cid: 0,
-            by_fallback: undecodable + fallback,
+            by_fallback: fallback,
             undecodable
         },
     );

@@ -35,7 +35,7 @@ async fn metrics(State(d): State<Shared>) -> Response {
 
 async fn state(State(d): State<Shared>, Query(q): Query<StateQuery>) -> Response {
     match d.lock() {
-        Ok(d) => axum::Json(crate::view::state(&d, q.conns.unwrap_or(0) != 0)).into_response(),
+        Ok(d) => axum::Json(crate::view::api_state(&d, q.conns.unwrap_or(0) != 0)).into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }

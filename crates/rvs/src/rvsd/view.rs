@@ -130,13 +130,101 @@ pub fn snapshot(ipvs: &Ipvs, now: Instant, with_conns: bool) -> Snapshot {
     }
 }
 
-/// The JSON state view.
+/// The JSON state view the control socket serves (`rvsadm -L/-S`: QUIC-LB
+/// keys in clear, as `-S` must save them).
 pub fn state(d: &Daemon, with_conns: bool) -> serde_json::Value {
+    state_of(d, with_conns, false)
+}
+
+/// [`state`] as `/api/v1/state` serves it: QUIC-LB keys as fingerprints
+/// (see [`redact_quic_keys`]); the control socket's (what `rvsadm -S`
+/// saves from) keeps them.
+pub fn api_state(d: &Daemon, with_conns: bool) -> serde_json::Value {
+    state_of(d, with_conns, true)
+}
+
+fn state_of(d: &Daemon, with_conns: bool, redact: bool) -> serde_json::Value {
     let mut snap = snapshot(d.controller().ipvs(), d.now(), with_conns);
+    if redact {
+        redact_quic_keys(&mut snap);
+    }
     snap.daemons = d.daemon_snaps();
     let mut v = serde_json::to_value(&snap).unwrap_or(serde_json::Value::Null);
     if let Some(o) = v.as_object_mut() {
         o.insert("announce".into(), d.announce().view());
     }
     v
+}
+
+/// `/api/v1/state` is a read-only view for monitoring, usually reachable
+/// by more people than the control socket: a QUIC-LB key (which lets
+/// anyone decode the server IDs in the connection IDs and so map clients
+/// to servers) is shown as the fingerprint `-L --quic-lb` shows
+/// (`key=fp:1a2b3c4d`). `rvsadm -S` keeps the key: it is a save format,
+/// and `-R` must restore what it saved.
+fn redact_quic_keys(snap: &mut Snapshot) {
+    for s in &mut snap.services {
+        for spec in &mut s.quic_lb {
+            *spec = redacted(spec);
+        }
+    }
+}
+
+/// A `--quic-lb` spec with its key as a fingerprint (or withheld, should
+/// the spec not parse).
+fn redacted(spec: &str) -> String {
+    match rvs_core::model::QuicLbConfig::parse_spec(spec) {
+        Ok(c) => {
+            let mut out = format!(
+                "cr={},sid={},nonce={}",
+                c.rotation, c.server_id_len, c.nonce_len
+            );
+            if let Some(fp) = c.key_fingerprint() {
+                out.push_str(&format!(",key=fp:{fp}"));
+            }
+            out
+        }
+        Err(_) => spec
+            .split(',')
+            .map(|p| {
+                if p.trim_start().starts_with("key=") {
+                    "key=<withheld>"
+                } else {
+                    p
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(","),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quic_lb_keys_are_fingerprints_in_the_state_view() {
+        let key = "8f95f09245765f80256934e50c66207f";
+        let spec = format!("cr=1,sid=3,nonce=13,key={key}");
+        let c = rvs_core::model::QuicLbConfig::parse_spec(&spec).unwrap();
+        let fp = c.key_fingerprint().unwrap();
+        assert_eq!(redacted(&spec), format!("cr=1,sid=3,nonce=13,key=fp:{fp}"));
+        assert_eq!(redacted("cr=0,sid=3,nonce=6"), "cr=0,sid=3,nonce=6");
+        let odd = redacted(&format!("cr=9,key={key}"));
+        assert!(!odd.contains(key), "{odd}");
+        let key_ = rvs_core::model::ServiceKey::Addr {
+            protocol: Protocol::Udp,
+            addr: "192.0.2.10".parse().unwrap(),
+            port: 443,
+        };
+        let mut config = rvs_core::model::ServiceConfig::new(rvs_core::model::AddrFamily::Inet);
+        config.quic_lb = vec![c];
+        let mut snap = Snapshot::default();
+        snap.services.push(ServiceSnap::from_config(&key_, &config));
+        assert!(serde_json::to_string(&snap).unwrap().contains(key));
+        redact_quic_keys(&mut snap);
+        let json = serde_json::to_string(&snap).unwrap();
+        assert!(!json.contains(key), "{json}");
+        assert!(json.contains(&format!("key=fp:{fp}")), "{json}");
+    }
 }

@@ -1,4 +1,5 @@
-//! The HTTP endpoint: Prometheus metrics with node_exporter's names, JSON view.
+//! The HTTP endpoint: Prometheus metrics with node_exporter's names, JSON view
+//! (QUIC-LB keys as fingerprints).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -56,6 +57,15 @@ fn metrics_and_json_view() {
     assert_eq!(services.len(), 2);
     assert!(body.contains("\"192.168.1.5\""), "{body}");
     let (head, _) = get(port, "/healthz");
+    // A QUIC-LB key is a fingerprint in the JSON view; `-S` keeps it.
+    let key = "8f95f09245765f80256934e50c66207f";
+    d.ok(&format!(
+        "-A -u 10.0.0.1:443 -s rr --quic-lb cr=1,sid=3,nonce=13,key={key}"
+    ));
+    let (_, body) = get(port, "/api/v1/state");
+    assert!(!body.contains(key), "the key in /api/v1/state: {body}");
+    assert!(body.contains("cr=1,sid=3,nonce=13,key=fp:"), "{body}");
+    assert!(d.ok("-Sn").contains(key), "-S saves the key");
     assert!(head.starts_with("HTTP/1.1 200"));
     let (head, _) = get(port, "/nope");
     assert!(head.starts_with("HTTP/1.1 404"), "{head}");

@@ -258,6 +258,31 @@ impl MapOps for KernelMaps {
     fn fnat_stats(&mut self, index: u32) -> Result<crate::maps::FnatStats, XdpError> {
         self.director.fnat_stats(index)
     }
+    fn set_quic_service(&mut self, key: &SvcKey, index: u32) -> Result<(), XdpError> {
+        self.director.set_quic_service(key, index)
+    }
+    fn remove_quic_service(&mut self, key: &SvcKey) -> Result<(), XdpError> {
+        self.director.remove_quic_service(key)
+    }
+    fn set_quic_lb(&mut self, index: u32, value: &crate::quic_lb::QuicSvc) -> Result<(), XdpError> {
+        self.director.set_quic_lb(index, value)
+    }
+    fn remove_quic_lb(&mut self, index: u32) -> Result<(), XdpError> {
+        self.director.remove_quic_lb(index)
+    }
+    fn set_quic_sid(
+        &mut self,
+        key: &crate::quic_lb::QuicSidKey,
+        dest: u32,
+    ) -> Result<(), XdpError> {
+        self.director.set_quic_sid(key, dest)
+    }
+    fn remove_quic_sid(&mut self, key: &crate::quic_lb::QuicSidKey) -> Result<(), XdpError> {
+        self.director.remove_quic_sid(key)
+    }
+    fn quic_stats(&mut self, index: u32) -> Result<crate::quic_lb::QuicStats, XdpError> {
+        self.director.quic_stats(index)
+    }
     fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError> {
         self.director
             .hash::<PersistKey, Persist>("persist")?

@@ -58,6 +58,14 @@ pub struct MemMaps {
     pub dest_conns: HashMap<u32, DestConns>,
     /// `persist`.
     pub persist: HashMap<PersistKey, Persist>,
+    /// `quic_services`.
+    pub quic_services: HashMap<SvcKey, u32>,
+    /// `quic_lb`.
+    pub quic_lb: HashMap<u32, crate::quic_lb::QuicSvc>,
+    /// `quic_sids`.
+    pub quic_sids: HashMap<crate::quic_lb::QuicSidKey, u32>,
+    /// `quic_stats`, already summed.
+    pub quic_stats: HashMap<u32, crate::quic_lb::QuicStats>,
     /// The own-MAC table.
     pub own_macs: crate::own_mac::OwnMacs,
     /// The jiffies clock.
@@ -265,6 +273,61 @@ impl MapOps for MemMaps {
     fn fnat_stats(&mut self, index: u32) -> Result<crate::maps::FnatStats, XdpError> {
         Ok(self.fnat_stats.get(&index).copied().unwrap_or_default())
     }
+    fn set_quic_service(&mut self, key: &SvcKey, index: u32) -> Result<(), XdpError> {
+        self.write("quic_services")?;
+        if !self.quic_services.contains_key(key)
+            && self.quic_services.len() >= crate::quic_lb::QUIC_SVCS_MAX as usize
+        {
+            return Err(map_error("quic_services", full()));
+        }
+        self.quic_services.insert(*key, index);
+        Ok(())
+    }
+    fn remove_quic_service(&mut self, key: &SvcKey) -> Result<(), XdpError> {
+        self.write("quic_services")?;
+        self.quic_services
+            .remove(key)
+            .map(|_| ())
+            .ok_or_else(|| map_error("quic_services", MapError::KeyNotFound))
+    }
+    fn set_quic_lb(&mut self, index: u32, value: &crate::quic_lb::QuicSvc) -> Result<(), XdpError> {
+        self.write("quic_lb")?;
+        if !self.quic_lb.contains_key(&index)
+            && self.quic_lb.len() >= crate::quic_lb::QUIC_SVCS_MAX as usize
+        {
+            return Err(map_error("quic_lb", full()));
+        }
+        self.quic_lb.insert(index, *value);
+        Ok(())
+    }
+    fn remove_quic_lb(&mut self, index: u32) -> Result<(), XdpError> {
+        self.write("quic_lb")?;
+        self.quic_lb.remove(&index);
+        Ok(())
+    }
+    fn set_quic_sid(
+        &mut self,
+        key: &crate::quic_lb::QuicSidKey,
+        dest: u32,
+    ) -> Result<(), XdpError> {
+        self.write("quic_sids")?;
+        if !self.quic_sids.contains_key(key)
+            && self.quic_sids.len() >= crate::quic_lb::QUIC_SIDS_MAX as usize
+        {
+            return Err(map_error("quic_sids", full()));
+        }
+        self.quic_sids.insert(*key, dest);
+        Ok(())
+    }
+    fn remove_quic_sid(&mut self, key: &crate::quic_lb::QuicSidKey) -> Result<(), XdpError> {
+        self.write("quic_sids")?;
+        self.quic_sids.remove(key);
+        Ok(())
+    }
+    fn quic_stats(&mut self, index: u32) -> Result<crate::quic_lb::QuicStats, XdpError> {
+        Self::bound("quic_stats", index, maps::MAX_SERVICES)?;
+        Ok(self.quic_stats.get(&index).copied().unwrap_or_default())
+    }
     fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError> {
         self.write("persist")?;
         self.persist.insert(*key, *value);
@@ -337,4 +400,12 @@ fn mem_page<K: Ord + std::hash::Hash, V>(
     }
     cursor.pos = end;
     false
+}
+
+/// The kernel's answer to an insert into a full hash map (`E2BIG`).
+fn full() -> MapError {
+    MapError::SyscallError(aya::sys::SyscallError {
+        call: "bpf_map_update_elem",
+        io_error: std::io::Error::from_raw_os_error(7),
+    })
 }

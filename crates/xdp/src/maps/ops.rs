@@ -84,6 +84,23 @@ pub trait MapOps {
     fn remove_fnat(&mut self, key: &FlowKey, rev: &crate::maps::FnatKey) -> Result<(), XdpError>;
     /// Service `index`'s FULLNAT counters summed over CPUs (`fnat_stats`).
     fn fnat_stats(&mut self, index: u32) -> Result<crate::maps::FnatStats, XdpError>;
+    /// `quic_services[key] = index`: a QUIC-LB service's key (the program
+    /// looks it up when `services` has none for the packet).
+    fn set_quic_service(&mut self, key: &SvcKey, index: u32) -> Result<(), XdpError>;
+    /// Delete `quic_services[key]` (an error when absent, as the kernel
+    /// says).
+    fn remove_quic_service(&mut self, key: &SvcKey) -> Result<(), XdpError>;
+    /// `quic_lb[index] = value`: service `index`'s QUIC-LB configurations.
+    fn set_quic_lb(&mut self, index: u32, value: &crate::quic_lb::QuicSvc) -> Result<(), XdpError>;
+    /// Delete `quic_lb[index]` (absent is not an error).
+    fn remove_quic_lb(&mut self, index: u32) -> Result<(), XdpError>;
+    /// `quic_sids[key] = dest`: the real server (dest index) of a server ID.
+    fn set_quic_sid(&mut self, key: &crate::quic_lb::QuicSidKey, dest: u32)
+    -> Result<(), XdpError>;
+    /// Delete `quic_sids[key]` (absent is not an error).
+    fn remove_quic_sid(&mut self, key: &crate::quic_lb::QuicSidKey) -> Result<(), XdpError>;
+    /// Service `index`'s QUIC-LB counters summed over CPUs (`quic_stats`).
+    fn quic_stats(&mut self, index: u32) -> Result<crate::quic_lb::QuicStats, XdpError>;
     /// Insert or replace a persistence template.
     fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError>;
     /// Call `f` for about `max` entries of the flow tables from `cursor`

@@ -223,6 +223,7 @@ impl<M: MapOps> Plane<M> {
             region: a.region,
             svc: a.svc,
             laddrs: Vec::new(),
+            sids: HashMap::new(),
         };
         let republish = a.dests.is_empty();
         self.services.insert(*key, st);

@@ -8,11 +8,14 @@ use std::net::IpAddr;
 
 use super::alloc::{Region, Retired};
 use super::{
-    DestState, Plane, PlaneError, SvcState, Trashed, check_scheduler, edit_core, fill_timeouts,
-    method_of, persist_mask, same, sched_params, svc_key,
+    DestState, Plane, PlaneError, SvcState, Trashed, check_quic, check_quic_dest, check_scheduler,
+    edit_core, fill_timeouts, is_quic, method_of, persist_mask, quic_value, same, sched_params,
+    svc_key,
 };
 use crate::maps::{self, Dest, DestConns, MapOps, Svc};
+use crate::quic_lb::QuicSidKey;
 use crate::tables::scheduling_table;
+use std::collections::HashMap;
 
 impl<M: MapOps> Plane<M> {
     /// Apply one command (see the module doc). On error nothing changed.
@@ -64,6 +67,9 @@ impl<M: MapOps> Plane<M> {
             Ok(k) => k,
             Err(e) => return refuse(self, e),
         };
+        if let Err(e) = check_quic(key, config) {
+            return refuse(self, e);
+        }
         match check_scheduler(config) {
             Ok(_) => {}
             Err(e) => return refuse(self, e),
@@ -72,7 +78,9 @@ impl<M: MapOps> Plane<M> {
             return Ok(());
         }
         self.refused.remove(key);
-        if self.claim_service(key, config) {
+        // QUIC-LB services are never adopted: their key is not in
+        // `services` (see `claim_service`).
+        if !is_quic(config) && self.claim_service(key, config) {
             return Ok(());
         }
         let index = self.svc_idx.alloc().ok_or(PlaneError::Full("svc_info"))?;
@@ -89,6 +97,7 @@ impl<M: MapOps> Plane<M> {
                 region: None,
                 svc: Svc::default(),
                 laddrs: Vec::new(),
+                sids: HashMap::new(),
             },
         );
         // Its (empty) scheduling data first, then the key that makes it
@@ -107,11 +116,116 @@ impl<M: MapOps> Plane<M> {
             undo(self);
             return Err(e);
         }
-        if let Err(e) = self.maps.set_service(&skey, index) {
+        if !is_quic(config) {
+            if let Err(e) = self.maps.set_service(&skey, index) {
+                undo(self);
+                return Err(e.into());
+            }
+            return Ok(());
+        }
+        // QUIC-LB: its configurations, then the key (in `quic_services`)
+        // that makes it reachable.
+        if let Err(e) = self.maps.set_quic_lb(index, &quic_value(config)) {
+            undo(self);
+            return Err(e.into());
+        }
+        self.quic_baseline(key, index);
+        if let Err(e) = self.maps.set_quic_service(&skey, index) {
+            let _ = self.maps.remove_quic_lb(index);
+            self.quic_base.remove(key);
             undo(self);
             return Err(e.into());
         }
         Ok(())
+    }
+
+    /// Start `key`'s QUIC-LB counts from what `quic_stats[index]` holds now
+    /// (an earlier user of the index counted the rest). A failed read
+    /// leaves it to the next report, which starts from what it reads.
+    fn quic_baseline(&mut self, key: &ServiceKey, index: u32) {
+        match self.maps.quic_stats(index) {
+            Ok(s) => {
+                self.quic_base.insert(*key, (index, s));
+            }
+            Err(_) => {
+                self.quic_base.remove(key);
+            }
+        }
+    }
+
+    /// Bring `quic_sids` to what `key` has: the server ID of every real
+    /// server of a QUIC-LB service that is installed and ready (its next
+    /// hop known), whatever its weight — a quiesced (weight 0) real server
+    /// keeps its QUIC connections, as the proxy plane does — and nothing
+    /// for a service without QUIC-LB. A deleted real server's ID goes, so
+    /// its datagrams take the fallback hash. A failed write leaves the
+    /// books saying what the map holds and has the next report sync again.
+    pub(super) fn sync_quic_sids(&mut self, key: &ServiceKey) {
+        let Some(st) = self.services.get(key) else {
+            return;
+        };
+        let want: HashMap<QuicSidKey, u32> = if is_quic(&st.config) {
+            st.dests
+                .iter()
+                .filter(|d| d.ready())
+                .filter_map(|d| {
+                    let sid = d.core.config.quic_server_id?;
+                    Some((QuicSidKey::new(st.index, sid.as_bytes())?, d.index))
+                })
+                .collect()
+        } else {
+            HashMap::new()
+        };
+        let mut have = st.sids.clone();
+        let mut ok = true;
+        for (k, d) in &want {
+            if have.get(k) == Some(d) {
+                continue;
+            }
+            match self.maps.set_quic_sid(k, *d) {
+                Ok(()) => {
+                    have.insert(*k, *d);
+                }
+                Err(_) => ok = false,
+            }
+        }
+        let gone: Vec<QuicSidKey> = have
+            .keys()
+            .filter(|k| !want.contains_key(k))
+            .copied()
+            .collect();
+        for k in gone {
+            match self.maps.remove_quic_sid(&k) {
+                Ok(()) => {
+                    have.remove(&k);
+                }
+                Err(_) => ok = false,
+            }
+        }
+        if let Some(st) = self.services.get_mut(key) {
+            st.sids = have;
+        }
+        if !ok {
+            self.quic_resync = true;
+        }
+    }
+
+    /// Retry what failed of the QUIC-LB server-ID syncs (part of a
+    /// report's writes).
+    pub(super) fn resync_quic(&mut self) {
+        let stale = std::mem::take(&mut self.quic_stale);
+        for k in stale {
+            if self.maps.remove_quic_sid(&k).is_err() {
+                self.quic_stale.push(k);
+            }
+        }
+        if !std::mem::take(&mut self.quic_resync) {
+            return;
+        }
+        let keys: Vec<ServiceKey> = self.services.keys().copied().collect();
+        for k in keys {
+            self.sync_quic_sids(&k);
+        }
     }
 
     pub(super) fn svc_value(
@@ -186,6 +300,9 @@ impl<M: MapOps> Plane<M> {
                 self.retired.push((generation, Retired::Region(old)));
             }
         }
+        // Its real servers' server IDs follow every change of them
+        // (added, deleted, ready); a failure is retried by the reports.
+        self.sync_quic_sids(key);
         Ok(())
     }
 
@@ -203,7 +320,18 @@ impl<M: MapOps> Plane<M> {
             }
             return Err(PlaneError::NoService(*key));
         }
+        check_quic(key, config)?;
         check_scheduler(config)?;
+        let skey = svc_key(key)?;
+        if is_quic(config)
+            && let Some(st) = self.services.get(key)
+            && let Some(d) = st
+                .dests
+                .iter()
+                .find(|d| matches!(d.core.config.forward, ForwardMethod::FullNat))
+        {
+            check_quic_dest(key, &d.core.config)?;
+        }
         let old = match self.services.get_mut(key) {
             Some(st) => std::mem::replace(&mut st.config, config.clone()),
             None => return Err(PlaneError::NoService(*key)),
@@ -213,8 +341,81 @@ impl<M: MapOps> Plane<M> {
             && let Some(st) = self.services.get_mut(key)
         {
             st.config = old;
+            return r;
         }
-        r
+        if let Err(e) = self.edit_quic(key, &skey, &old, config) {
+            // Back to the old configuration (best effort: a failure here
+            // is converged by the next report).
+            if let Some(st) = self.services.get_mut(key) {
+                st.config = old;
+            }
+            if self.publish(key).is_err() {
+                self.dirty = true;
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The QUIC-LB side of an edit of `key` (already published) from `old`
+    /// to `new`: the new configurations in one element write (a key
+    /// rotation's two configurations arrive together); turned on or off,
+    /// the key is added to its new map before it leaves the old one, so
+    /// every packet finds one of them (`xdp_lb` looks `services` up first:
+    /// the switch happens at the removal). On error nothing changed.
+    fn edit_quic(
+        &mut self,
+        key: &ServiceKey,
+        skey: &crate::maps::SvcKey,
+        old: &rvs_core::model::ServiceConfig,
+        new: &rvs_core::model::ServiceConfig,
+    ) -> Result<(), PlaneError> {
+        let Some(index) = self.services.get(key).map(|s| s.index) else {
+            return Err(PlaneError::NoService(*key));
+        };
+        let (was, now) = (is_quic(old), is_quic(new));
+        let restore_lb = |me: &mut Self| {
+            let _ = if was {
+                me.maps.set_quic_lb(index, &quic_value(old))
+            } else {
+                me.maps.remove_quic_lb(index)
+            };
+        };
+        if now && (!was || old.quic_lb != new.quic_lb) {
+            self.maps.set_quic_lb(index, &quic_value(new))?;
+        }
+        if now && !was {
+            let base = self.quic_base.get(key).copied();
+            self.quic_baseline(key, index);
+            let undo = |me: &mut Self| {
+                restore_lb(me);
+                match base {
+                    Some(b) => me.quic_base.insert(*key, b),
+                    None => me.quic_base.remove(key),
+                };
+            };
+            if let Err(e) = self.maps.set_quic_service(skey, index) {
+                undo(self);
+                return Err(e.into());
+            }
+            if let Err(e) = self.maps.remove_service(skey) {
+                let _ = self.maps.remove_quic_service(skey);
+                undo(self);
+                return Err(e.into());
+            }
+        }
+        if was && !now {
+            self.maps.set_service(skey, index)?;
+            if let Err(e) = self.maps.remove_quic_service(skey) {
+                let _ = self.maps.remove_service(skey);
+                return Err(e.into());
+            }
+            // Unreachable now (a leftover is never read: the program looks
+            // `quic_lb` up only for services in `quic_services`).
+            let _ = self.maps.remove_quic_lb(index);
+            self.quic_base.remove(key);
+        }
+        Ok(())
     }
 
     pub(super) fn del_service(&mut self, key: &ServiceKey) -> Result<(), PlaneError> {
@@ -222,13 +423,29 @@ impl<M: MapOps> Plane<M> {
             return Ok(());
         }
         let skey = svc_key(key)?;
-        if !self.services.contains_key(key) {
-            return Err(PlaneError::NoService(*key));
+        let quic = match self.services.get(key) {
+            Some(st) => is_quic(&st.config),
+            None => return Err(PlaneError::NoService(*key)),
+        };
+        if quic {
+            self.maps.remove_quic_service(&skey)?;
+        } else {
+            self.maps.remove_service(&skey)?;
         }
-        self.maps.remove_service(&skey)?;
         let Some(st) = self.services.remove(key) else {
             return Ok(());
         };
+        // QUIC-LB: unreachable now; its server IDs must go before the index
+        // is reused (retried by the reports when a removal fails).
+        self.quic_base.remove(key);
+        if quic {
+            let _ = self.maps.remove_quic_lb(st.index);
+        }
+        for k in st.sids.keys() {
+            if self.maps.remove_quic_sid(k).is_err() {
+                self.quic_stale.push(*k);
+            }
+        }
         // Unreachable now; a stale element is harmless if this write fails.
         let _ = self.maps.set_svc(st.index, &Svc::default());
         if !st.laddrs.is_empty() {
@@ -302,8 +519,11 @@ impl<M: MapOps> Plane<M> {
         if self.refused.contains(service) {
             return Ok(());
         }
-        if !self.services.contains_key(service) {
+        let Some(st) = self.services.get(service) else {
             return Err(PlaneError::NoService(*service));
+        };
+        if is_quic(&st.config) {
+            check_quic_dest(service, cfg)?;
         }
         method_of(&cfg.forward)?;
         if self
@@ -430,6 +650,9 @@ impl<M: MapOps> Plane<M> {
             return self.add_dest(service, cfg);
         };
         method_of(&cfg.forward)?;
+        if is_quic(&st.config) {
+            check_quic_dest(service, cfg)?;
+        }
         let prev = st.dests[pos].clone();
         let mut d = prev.clone();
         edit_core(&mut d.core, cfg);

@@ -58,6 +58,8 @@ pub struct ReportRead {
     persist_done: bool,
     /// Report generation the template walk began at.
     persist_start: u64,
+    /// QUIC-LB services' counters (`quic_stats`) with their index.
+    quic: Vec<(rvs_core::model::ServiceKey, u32, crate::quic_lb::QuicStats)>,
 }
 
 /// The writes phase 2 of a report decided on, for phase 3.
@@ -110,6 +112,12 @@ impl<M: MapOps> Plane<M> {
         let mut read = ReportRead::default();
         for index in self.indexes() {
             read.stats.push((index, self.maps.dest_stats(index)?));
+        }
+        for (key, st) in &self.services {
+            if super::is_quic(&st.config) {
+                read.quic
+                    .push((*key, st.index, self.maps.quic_stats(st.index)?));
+            }
         }
         let (jiffies, hz) = self.maps.clock()?;
         let hz = u64::from(hz.max(1));
@@ -208,6 +216,7 @@ impl<M: MapOps> Plane<M> {
             w.converge = self.converge(ipvs);
         }
         self.count(&read.stats, ipvs);
+        self.count_quic(&read.quic, ipvs);
         self.mirror(read, now, ipvs, &mut w);
         w.overload = self.sync_overload(ipvs);
         w
@@ -261,6 +270,33 @@ impl<M: MapOps> Plane<M> {
         for c in &w.converge {
             // Errors set `dirty` again: the next report retries.
             let _ = self.apply_command(c);
+        }
+        self.resync_quic();
+    }
+
+    /// The growth of each QUIC-LB service's counters since the last read
+    /// (or since it became a QUIC-LB service at its index) goes to the
+    /// director, as the proxy plane reports its own: `rvsadm -Ln
+    /// --quic-lb` and the metrics show it.
+    fn count_quic(
+        &mut self,
+        read: &[(rvs_core::model::ServiceKey, u32, crate::quic_lb::QuicStats)],
+        ipvs: &mut Ipvs,
+    ) {
+        for (key, index, cur) in read {
+            let base = match self.quic_base.insert(*key, (*index, *cur)) {
+                Some((i, b)) if i == *index => b,
+                // First read at this index: counting starts here.
+                _ => *cur,
+            };
+            let delta = rvs_core::stats::QuicLbCounters {
+                by_cid: cur.by_cid.wrapping_sub(base.by_cid),
+                by_fallback: cur.by_fallback.wrapping_sub(base.by_fallback),
+                undecodable: cur.undecodable.wrapping_sub(base.undecodable),
+            };
+            if delta != rvs_core::stats::QuicLbCounters::default() {
+                ipvs.add_quic_lb_counters(key, &delta);
+            }
         }
     }
 

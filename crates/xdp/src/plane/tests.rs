@@ -1472,20 +1472,428 @@ fn fullnat_flows_report_their_local_address_and_free_it_when_expired() {
     assert!(bed.plane.maps().fnat_rev.is_empty(), "the pair is free");
 }
 
-#[test]
-fn quic_lb_service_is_refused_with_the_reason_and_nothing_written() {
-    let mut bed = Bed::new();
-    let k = ServiceKey::Addr {
+fn ukey(port: u16) -> ServiceKey {
+    ServiceKey::Addr {
         protocol: Protocol::Udp,
         addr: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)),
-        port: 443,
+        port,
+    }
+}
+
+fn quic_config(specs: &[&str]) -> ServiceConfig {
+    let mut c = ServiceConfig::new(AddrFamily::Inet).scheduler("rr".parse().unwrap());
+    c.quic_lb = specs
+        .iter()
+        .map(|s| rvs_core::model::QuicLbConfig::parse_spec(s).unwrap())
+        .collect();
+    c
+}
+
+/// DR real server `i` with server ID `0a0i` (none for `None`).
+fn quic_dest(i: u8, sid: Option<&str>) -> DestConfig {
+    let mut d = dr(i);
+    d.quic_server_id = sid.map(|s| s.parse().unwrap());
+    d
+}
+
+fn sid_key(svc: u32, sid: &str) -> crate::quic_lb::QuicSidKey {
+    let id: rvs_core::model::QuicServerId = sid.parse().unwrap();
+    crate::quic_lb::QuicSidKey::new(svc, id.as_bytes()).unwrap()
+}
+
+const KEY1: &str = "8f95f09245765f80256934e50c66207f";
+const KEY2: &str = "000102030405060708090a0b0c0d0e0f";
+
+/// A QUIC-LB service: its key in `quic_services` (not `services`), its
+/// configuration in `quic_lb`, every ready real server's server ID in
+/// `quic_sids` — a quiesced one's too — and a deleted one's gone; its
+/// counters reach the director from a baseline, so a service that reuses
+/// an index starts at zero; deleting it leaves nothing behind.
+#[test]
+fn quic_lb_service_maps_are_written_and_follow_the_real_servers() {
+    let mut bed = Bed::new();
+    let k = ukey(443);
+    let skey = svc_key(&k).unwrap();
+    bed.run(Command::AddService {
+        key: k,
+        config: quic_config(&["cr=0,sid=2,nonce=6"]),
+    })
+    .unwrap();
+    let idx = bed.plane.service_index(&k).unwrap();
+    assert!(!bed.plane.maps().services.contains_key(&skey));
+    assert_eq!(bed.plane.maps().quic_services.get(&skey), Some(&idx));
+    let want = QuicSvc::new(&[(0, QuicCfg::new(2, 6, None))]);
+    assert_eq!(bed.plane.maps().quic_lb.get(&idx), Some(&want));
+    for i in 1..=3 {
+        bed.run(Command::AddDest {
+            service: k,
+            dest: quic_dest(i, Some(&format!("0a0{i}"))),
+        })
+        .unwrap();
+    }
+    // A real server without a server ID takes fallback traffic only.
+    bed.run(Command::AddDest {
+        service: k,
+        dest: quic_dest(4, None),
+    })
+    .unwrap();
+    let dest = |bed: &Bed, i: u8| bed.plane.dest_index(&k, rs(i), 80).unwrap();
+    let sids = |bed: &mut Bed| {
+        let mut v: Vec<_> = bed.plane.maps().quic_sids.clone().into_iter().collect();
+        v.sort_by_key(|(_, d)| *d);
+        v
     };
-    let mut config = ServiceConfig::new(AddrFamily::Inet).scheduler("rr".parse().unwrap());
-    config.quic_lb = vec![rvs_core::model::QuicLbConfig::parse_spec("cr=0,sid=2,nonce=6").unwrap()];
+    let mut all: Vec<_> = (1..=3)
+        .map(|i| (sid_key(idx, &format!("0a0{i}")), dest(&bed, i)))
+        .collect();
+    all.sort_by_key(|(_, d)| *d);
+    assert_eq!(sids(&mut bed), all);
+    // Weight 0 drains: its QUIC connections stay (its ID stays).
+    bed.run(Command::EditDest {
+        service: k,
+        dest: quic_dest(2, Some("0a02")).weight(0),
+    })
+    .unwrap();
+    assert_eq!(sids(&mut bed), all);
+    // Deleted: its ID goes (its datagrams take the fallback hash).
+    bed.run(Command::DelDest {
+        service: k,
+        addr: rs(3),
+        port: 80,
+    })
+    .unwrap();
+    let three = sid_key(idx, "0a03");
+    all.retain(|(s, _)| *s != three);
+    assert_eq!(sids(&mut bed), all);
+    // A changed server ID replaces the old one.
+    bed.run(Command::EditDest {
+        service: k,
+        dest: quic_dest(1, Some("0b01")),
+    })
+    .unwrap();
+    assert!(
+        !bed.plane
+            .maps()
+            .quic_sids
+            .contains_key(&sid_key(idx, "0a01"))
+    );
+    let one = dest(&bed, 1);
+    assert_eq!(
+        bed.plane.maps().quic_sids.get(&sid_key(idx, "0b01")),
+        Some(&one)
+    );
+
+    // Counters: the growth reaches the director.
+    let stats = |c, f, u| crate::quic_lb::QuicStats {
+        by_cid: c,
+        by_fallback: f,
+        undecodable: u,
+    };
+    bed.plane.maps().quic_stats.insert(idx, stats(5, 2, 1));
+    bed.report(1);
+    let got = |bed: &Bed, k: &ServiceKey| *bed.ipvs.service(k).unwrap().quic_lb_counters();
+    let counters = |c, f, u| rvs_core::stats::QuicLbCounters {
+        by_cid: c,
+        by_fallback: f,
+        undecodable: u,
+    };
+    assert_eq!(got(&bed, &k), counters(5, 2, 1));
+    bed.plane.maps().quic_stats.insert(idx, stats(9, 2, 1));
+    bed.report(2);
+    assert_eq!(got(&bed, &k), counters(9, 2, 1));
+
+    // Deleted: nothing of it stays in the QUIC maps.
+    bed.run(Command::DelService { key: k }).unwrap();
+    let m = bed.plane.maps();
+    assert!(m.quic_services.is_empty() && m.quic_lb.is_empty() && m.quic_sids.is_empty());
+    // A new QUIC-LB service at the same index (after the grace period)
+    // does not inherit the old counts.
+    bed.report(3);
+    bed.report(4);
+    bed.run(Command::AddService {
+        key: ukey(444),
+        config: quic_config(&["cr=0,sid=2,nonce=6"]),
+    })
+    .unwrap();
+    assert_eq!(
+        bed.plane.service_index(&ukey(444)),
+        Some(idx),
+        "index reused"
+    );
+    bed.report(5);
+    assert_eq!(got(&bed, &ukey(444)), counters(0, 0, 0));
+    bed.plane.maps().quic_stats.insert(idx, stats(12, 3, 1));
+    bed.report(6);
+    assert_eq!(got(&bed, &ukey(444)), counters(3, 1, 0));
+}
+
+/// A connection another director synced for a QUIC-LB service makes no
+/// flow entry: the flow table is looked up first and would override the
+/// routing by connection ID.
+#[test]
+fn synced_connections_of_quic_lb_services_make_no_flow() {
+    let mut bed = Bed::new();
+    let k = ukey(443);
+    bed.run(Command::AddService {
+        key: k,
+        config: quic_config(&["cr=0,sid=2,nonce=6"]),
+    })
+    .unwrap();
+    bed.run(Command::AddDest {
+        service: k,
+        dest: quic_dest(1, Some("0a01")),
+    })
+    .unwrap();
+    let id = bed.ipvs.service(&k).unwrap().dests()[0].id;
+    let flow = MirroredConn {
+        protocol: Protocol::Udp,
+        client: "192.0.2.7:5000".parse().unwrap(),
+        vip: "10.0.0.100:443".parse().unwrap(),
+        dest: id,
+        state: 0,
+        output_seen: true,
+        idle_left: Duration::from_secs(60),
+        template: false,
+    };
+    bed.plane.load_synced_flow(&bed.ipvs, &flow).unwrap();
+    assert!(bed.plane.maps().flows.is_empty());
+}
+
+/// `-E` turning QUIC-LB on or off moves the key between `services` and
+/// `quic_services`, adding it to the new map before removing it from the
+/// old: whichever write fails, the key is in one of them, and the next
+/// reports converge.
+#[test]
+fn an_edit_turns_quic_lb_on_and_off_and_no_packet_finds_neither_map() {
+    let k = ukey(443);
+    let skey = svc_key(&k).unwrap();
+    let plain = ServiceConfig::new(AddrFamily::Inet).scheduler("rr".parse().unwrap());
+    let quic = quic_config(&["cr=0,sid=2,nonce=6"]);
+    for (from, to) in [(&plain, &quic), (&quic, &plain)] {
+        let mut n = 0;
+        loop {
+            let mut bed = Bed::new();
+            bed.run(Command::AddService {
+                key: k,
+                config: from.clone(),
+            })
+            .unwrap();
+            bed.run(Command::AddDest {
+                service: k,
+                dest: quic_dest(1, None),
+            })
+            .unwrap();
+            let at = bed.plane.maps().writes + n;
+            bed.plane.maps().fail_at = Some(at);
+            let r = bed.run(Command::EditService {
+                key: k,
+                config: to.clone(),
+            });
+            let m = bed.plane.maps().clone();
+            assert!(
+                m.services.contains_key(&skey) || m.quic_services.contains_key(&skey),
+                "failing at write {n}: the service is in neither map"
+            );
+            assert!(
+                !(m.services.contains_key(&skey) && m.quic_services.contains_key(&skey)),
+                "failing at write {n}: left in both maps"
+            );
+            let done = bed.plane.maps().writes <= at;
+            if r.is_err() {
+                bed.report(1);
+                bed.report(2);
+            }
+            let idx = bed.plane.service_index(&k).unwrap();
+            let m = bed.plane.maps().clone();
+            if is_quic(to) {
+                assert_eq!(m.quic_services.get(&skey), Some(&idx), "at {n}");
+                assert!(!m.services.contains_key(&skey), "at {n}");
+                assert!(m.quic_lb.contains_key(&idx), "at {n}");
+            } else {
+                assert_eq!(m.services.get(&skey), Some(&idx), "at {n}");
+                assert!(!m.quic_services.contains_key(&skey), "at {n}");
+                // A leftover element (its removal failed) is never read.
+                if done {
+                    assert!(!m.quic_lb.contains_key(&idx), "at {n}");
+                }
+            }
+            if done {
+                assert!(r.is_ok());
+                break;
+            }
+            n += 1;
+        }
+        assert!(n > 1, "the edit made several writes");
+    }
+}
+
+/// Key rotation: both configurations live at once (two codepoints in one
+/// `quic_lb` element), then the old one retired.
+#[test]
+fn key_rotation_keeps_two_configurations_live() {
+    use crate::quic_lb::{QUIC_MODE_NONE, QUIC_MODE_PLAIN, QUIC_MODE_SINGLE};
+    let mut bed = Bed::new();
+    let k = ukey(443);
+    let old = format!("cr=0,sid=3,nonce=13,key={KEY1}");
+    let new = format!("cr=1,sid=3,nonce=13,key={KEY2}");
+    bed.run(Command::AddService {
+        key: k,
+        config: quic_config(&[&old]),
+    })
+    .unwrap();
+    bed.run(Command::AddDest {
+        service: k,
+        dest: quic_dest(1, Some("0a0001")),
+    })
+    .unwrap();
+    let idx = bed.plane.service_index(&k).unwrap();
+    bed.run(Command::EditService {
+        key: k,
+        config: quic_config(&[&old, &new]),
+    })
+    .unwrap();
+    let v = bed.plane.maps().quic_lb[&idx];
+    let key2 = rvs_core::model::QuicLbConfig::parse_key(KEY2).unwrap();
+    assert_eq!(
+        (v.cfg[0].mode, v.cfg[1].mode),
+        (QUIC_MODE_SINGLE, QUIC_MODE_SINGLE)
+    );
+    assert_eq!(v.cfg[1].dk, crate::quic_lb::decrypt_round_keys(&key2));
+    assert_ne!(v.cfg[0].dk, v.cfg[1].dk);
+    assert_eq!(v.fallback_len, 17);
+    // The real server's ID stays through the rotation.
+    assert_eq!(bed.plane.maps().quic_sids.len(), 1);
+    bed.run(Command::EditService {
+        key: k,
+        config: quic_config(&[&new]),
+    })
+    .unwrap();
+    let v = bed.plane.maps().quic_lb[&idx];
+    assert_eq!(
+        (v.cfg[0].mode, v.cfg[1].mode),
+        (QUIC_MODE_NONE, QUIC_MODE_SINGLE)
+    );
+    // And to plaintext.
+    bed.run(Command::EditService {
+        key: k,
+        config: quic_config(&["cr=2,sid=3,nonce=6"]),
+    })
+    .unwrap();
+    let v = bed.plane.maps().quic_lb[&idx];
+    assert_eq!(v.cfg[2].mode, QUIC_MODE_PLAIN);
+    assert_eq!(v.fallback_len, 10);
+    assert_eq!(bed.plane.maps().quic_sids.len(), 1);
+}
+
+/// What the program cannot carry is refused with the reason before
+/// anything changes: a port-zero QUIC-LB service, four-pass
+/// configurations, a FULLNAT real server under QUIC-LB (added, or already
+/// there when QUIC-LB is turned on).
+#[test]
+fn quic_lb_refusals_leave_the_maps_unchanged() {
+    let mut bed = Bed::new();
+    let four = format!("cr=0,sid=3,nonce=8,key={KEY1}");
+    let refused = [
+        (ukey(0), quic_config(&["cr=0,sid=2,nonce=6"]), "port-zero"),
+        (ukey(443), quic_config(&[&four]), "four-pass"),
+    ];
+    for (k, config, why) in refused {
+        let c = Command::AddService { key: k, config };
+        let e = admit(&c).unwrap_err();
+        assert!(e.to_string().contains(why), "{e}");
+        let before = bed.plane.maps().clone();
+        let e = bed.plane.apply_command(&c).unwrap_err();
+        assert!(matches!(e, PlaneError::Refused(_)), "{e}");
+        let after = bed.plane.maps().clone();
+        assert_eq!(after.quic_services, before.quic_services);
+        assert_eq!(after.quic_lb, before.quic_lb);
+        assert_eq!(after.services, before.services);
+        assert_eq!(after.writes, before.writes, "nothing written");
+        assert!(bed.plane.service_index(&k).is_none());
+    }
+    // The secret key is not in the message.
+    let e = admit(&Command::AddService {
+        key: ukey(443),
+        config: quic_config(&[&four]),
+    })
+    .unwrap_err();
+    assert!(!e.to_string().contains(KEY1), "{e}");
+
+    // FULLNAT under a QUIC-LB service.
+    let k = ukey(443);
+    bed.run(Command::AddService {
+        key: k,
+        config: quic_config(&["cr=0,sid=2,nonce=6"]),
+    })
+    .unwrap();
+    let fnat = dr(5).forward(ForwardMethod::FullNat);
+    let add = Command::AddDest {
+        service: k,
+        dest: fnat,
+    };
+    let (i, why) = check_quic_dests(&bed.ipvs, std::slice::from_ref(&add)).unwrap_err();
+    assert_eq!(i, 0);
+    assert!(why.contains("FULLNAT"), "{why}");
     let before = bed.plane.maps().clone();
-    let e = bed.run(Command::AddService { key: k, config }).unwrap_err();
+    let e = bed.plane.apply_command(&add).unwrap_err();
     assert!(matches!(e, PlaneError::Refused(_)), "{e}");
-    assert!(e.to_string().contains("QUIC-LB"), "{e}");
-    assert!(bed.plane.service_index(&k).is_none());
-    assert_eq!(bed.plane.maps().services, before.services);
+    assert_eq!(bed.plane.maps().writes, before.writes, "nothing written");
+    // A plain service with a FULLNAT real server cannot turn QUIC-LB on.
+    let p = ukey(8443);
+    bed.run(Command::AddService {
+        key: p,
+        config: ServiceConfig::new(AddrFamily::Inet).scheduler("rr".parse().unwrap()),
+    })
+    .unwrap();
+    bed.run(Command::AddLaddr {
+        service: p,
+        laddr: rvs_core::model::LocalAddrRange::parse("10.9.0.1").unwrap(),
+    })
+    .unwrap();
+    bed.run(Command::AddDest {
+        service: p,
+        dest: fnat,
+    })
+    .unwrap();
+    let on = Command::EditService {
+        key: p,
+        config: quic_config(&["cr=0,sid=2,nonce=6"]),
+    };
+    let (i, why) = check_quic_dests(&bed.ipvs, std::slice::from_ref(&on)).unwrap_err();
+    assert_eq!(i, 0);
+    assert!(why.contains("FULLNAT"), "{why}");
+    let before = bed.plane.maps().clone();
+    let e = bed.plane.apply_command(&on).unwrap_err();
+    assert!(matches!(e, PlaneError::Refused(_)), "{e}");
+    assert_eq!(bed.plane.maps().writes, before.writes, "nothing written");
+    assert!(
+        bed.plane
+            .maps()
+            .services
+            .contains_key(&svc_key(&p).unwrap())
+    );
+    // A batch that adds the service and its FULLNAT real server together.
+    let batch = [
+        Command::AddService {
+            key: ukey(9443),
+            config: quic_config(&["cr=0,sid=2,nonce=6"]),
+        },
+        Command::AddDest {
+            service: ukey(9443),
+            dest: fnat,
+        },
+    ];
+    assert_eq!(check_quic_dests(&bed.ipvs, &batch).unwrap_err().0, 1);
+    // DR, TUN and NAT real servers are fine.
+    let ok = [
+        Command::AddDest {
+            service: k,
+            dest: dr(6),
+        },
+        Command::AddDest {
+            service: k,
+            dest: dr(7).forward(ForwardMethod::Masq),
+        },
+    ];
+    check_quic_dests(&bed.ipvs, &ok).unwrap();
 }

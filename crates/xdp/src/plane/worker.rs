@@ -217,6 +217,7 @@ impl<M: MapOps + Send + 'static> DataPlane for PlaneHandle<M> {
             self.admit(c).map_err(|m| (i, m))?;
         }
         rvs_control::dataplane::check_fullnat_pools(ipvs, commands)?;
+        super::check_quic_dests(ipvs, commands)?;
         super::check_pool_sizes(ipvs, commands)
     }
 
