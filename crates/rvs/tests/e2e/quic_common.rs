@@ -51,6 +51,14 @@ pub(crate) fn codec(cr: u8, sid: u8, nonce: u8, key: Option<[u8; 16]>) -> Codec 
     )
 }
 
+/// The server ID written as hex octets (`0a0001`).
+pub(crate) fn server_id(sid: &str) -> ServerId {
+    let bytes: Vec<u8> = (0..sid.len() / 2)
+        .map(|i| u8::from_str_radix(&sid[2 * i..2 * i + 2], 16).expect("hex"))
+        .collect();
+    ServerId::from_slice(&bytes).expect("server id")
+}
+
 /// A quinn server on `socket` issuing QUIC-LB CIDs for `sid`; it records
 /// every stream's payload with its connection and answers `SID:payload`.
 /// Needs a tokio runtime entered.
@@ -61,11 +69,18 @@ pub(crate) fn server(
     socket: StdUdpSocket,
     served: Served,
 ) -> quinn::Endpoint {
-    let bytes: Vec<u8> = (0..sid.len() / 2)
-        .map(|i| u8::from_str_radix(&sid[2 * i..2 * i + 2], 16).expect("hex"))
-        .collect();
-    let id = ServerId::from_slice(&bytes).expect("server id");
-    let generator = QuicLbCidGenerator::new(codec.clone(), id).expect("generator");
+    let generator = QuicLbCidGenerator::new(codec.clone(), server_id(sid)).expect("generator");
+    server_with(generator, sid, cert, socket, served)
+}
+
+/// [`server`] with its own CID generator (a rotating one, a CID lifetime).
+pub(crate) fn server_with(
+    generator: QuicLbCidGenerator,
+    sid: &str,
+    cert: &Cert,
+    socket: StdUdpSocket,
+    served: Served,
+) -> quinn::Endpoint {
     let mut endpoint_config = quinn::EndpointConfig::default();
     endpoint_config.cid_generator(move || Box::new(generator.clone()));
     let server_config =

@@ -23,16 +23,16 @@
 //! prevents. Loopback only; every wait is bounded.
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket as StdUdpSocket};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rvs_quiclb::quinn::{CidRotation, QuicLbCidGenerator};
-use rvs_quiclb::{Codec, ConfigId, LbConfig, ServerId};
+use rvs_quiclb::{Codec, ConfigId};
 use tokio::time::timeout;
 
 use crate::harness::Rvsd;
+use crate::quic_common::{self, Cert, STEP, Served, cert, exchange, server_id, server_with};
 
-const STEP: Duration = Duration::from_secs(10);
 const SIDS: [&str; 3] = ["0b0001", "0b0002", "0b0003"];
 /// Clients per phase (A before the rotation, B during it).
 const CLIENTS: usize = 4;
@@ -41,35 +41,17 @@ const K1: &str = "0123456789abcdef0123456789abcdef";
 /// How long a server CID lives before quinn retires it.
 const LIFETIME: Duration = Duration::from_millis(600);
 
-/// (server ID, connection stable id, payload) as the servers saw them.
-type Served = Arc<Mutex<Vec<(String, usize, String)>>>;
-
 fn codec(cr: u8, key: &str) -> Codec {
     let key = rvs_quiclb::config::parse_key(key).expect("key");
-    Codec::new(
-        LbConfig::new(ConfigId::new(cr).expect("cr"), 3, 13, Some(key), false).expect("config"),
-    )
+    quic_common::codec(cr, 3, 13, Some(key))
 }
 
 fn spec(cr: u8, key: &str) -> String {
     format!("cr={cr},sid=3,nonce=13,key={key}")
 }
 
-type Cert = (
-    rustls::pki_types::CertificateDer<'static>,
-    rustls::pki_types::PrivateKeyDer<'static>,
-);
-
-fn cert() -> Cert {
-    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("cert");
-    let key =
-        rustls::pki_types::PrivateKeyDer::try_from(ck.signing_key.serialize_der()).expect("key");
-    (ck.cert.der().clone(), key)
-}
-
-/// A quinn server issuing CIDs for `sid` under `rotation`; it records each
-/// stream's payload with its connection and answers `SID:payload`.
-/// `lifetime`: retire CIDs after it (None: never).
+/// A quinn server for `sid` under `rotation` on a loopback port; `lifetime`:
+/// retire CIDs after it (None: never).
 fn server(
     sid: &str,
     rotation: CidRotation,
@@ -81,66 +63,8 @@ fn server(
     if let Some(l) = lifetime {
         generator = generator.with_lifetime(l);
     }
-    let mut endpoint_config = quinn::EndpointConfig::default();
-    endpoint_config.cid_generator(move || Box::new(generator.clone()));
-    let server_config =
-        quinn::ServerConfig::with_single_cert(vec![cert.0.clone()], cert.1.clone_key())
-            .expect("server config");
     let socket = StdUdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind server");
-    let endpoint = quinn::Endpoint::new(
-        endpoint_config,
-        Some(server_config),
-        socket,
-        Arc::new(quinn::TokioRuntime),
-    )
-    .expect("server endpoint");
-    let ep = endpoint.clone();
-    let sid = sid.to_owned();
-    tokio::spawn(async move {
-        while let Some(incoming) = ep.accept().await {
-            let (sid, served) = (sid.clone(), served.clone());
-            tokio::spawn(async move {
-                let Ok(conn) = incoming.await else { return };
-                while let Ok((mut send, mut recv)) = conn.accept_bi().await {
-                    let Ok(data) = recv.read_to_end(1 << 16).await else {
-                        return;
-                    };
-                    let text = String::from_utf8_lossy(&data).into_owned();
-                    served
-                        .lock()
-                        .expect("served")
-                        .push((sid.clone(), conn.stable_id(), text));
-                    let mut reply = format!("{sid}:").into_bytes();
-                    reply.extend_from_slice(&data);
-                    let _ = send.write_all(&reply).await;
-                    let _ = send.finish();
-                }
-            });
-        }
-    });
-    endpoint
-}
-
-/// One request on a new stream: the answering server's ID, or why not.
-async fn exchange(conn: &quinn::Connection, payload: &str) -> Result<String, String> {
-    let (mut send, mut recv) = timeout(STEP, conn.open_bi())
-        .await
-        .map_err(|_| "open timed out".to_owned())?
-        .map_err(|e| e.to_string())?;
-    send.write_all(payload.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    send.finish().map_err(|e| e.to_string())?;
-    let reply = timeout(STEP, recv.read_to_end(1 << 16))
-        .await
-        .map_err(|_| "reply timed out".to_owned())?
-        .map_err(|e| e.to_string())?;
-    let text = String::from_utf8(reply).map_err(|e| e.to_string())?;
-    let (sid, echoed) = text.split_once(':').ok_or("no colon")?;
-    if echoed != payload {
-        return Err(format!("echo {echoed:?} for {payload:?}"));
-    }
-    Ok(sid.to_owned())
+    server_with(generator, sid, cert, socket, served)
 }
 
 struct Client {
@@ -194,14 +118,12 @@ impl Client {
 }
 
 fn client_config(cert: &Cert) -> quinn::ClientConfig {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert.0.clone()).expect("root");
-    let mut config =
-        quinn::ClientConfig::with_root_certificates(Arc::new(roots)).expect("client config");
+    let mut config = quic_common::client_config(cert);
     let mut transport = quinn::TransportConfig::default();
-    // A broken connection ends in bounded time.
-    transport.max_idle_timeout(Some(Duration::from_secs(3).try_into().expect("idle")));
-    // ... and a healthy one stays up while another client waits that out.
+    transport.max_idle_timeout(Some(quic_common::IDLE.try_into().expect("idle")));
+    transport.enable_segmentation_offload(false);
+    // A healthy connection stays up while another client waits out a broken
+    // one's idle timeout.
     transport.keep_alive_interval(Some(Duration::from_millis(500)));
     config.transport_config(Arc::new(transport));
     config
@@ -212,15 +134,9 @@ fn client_config(cert: &Cert) -> quinn::ClientConfig {
 /// 2 does not wait, so clients A still use config-0 CIDs when the balancer
 /// drops config 0. The clients, after the final migration.
 async fn rotate(d: &Rvsd, tag: &str, cert: &Cert, served: &Served, wait: bool) -> Vec<Client> {
-    let sid = |s: &str| {
-        let b: Vec<u8> = (0..3)
-            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-            .collect();
-        ServerId::from_slice(&b).expect("sid")
-    };
     let rotations: Vec<CidRotation> = SIDS
         .iter()
-        .map(|s| CidRotation::new(codec(0, K0), sid(s)).expect("rotation"))
+        .map(|s| CidRotation::new(codec(0, K0), server_id(s)).expect("rotation"))
         .collect();
     let servers: Vec<quinn::Endpoint> = SIDS
         .iter()
