@@ -894,13 +894,23 @@ impl Loaded {
     /// Remove flow `flow`'s FULLNAT translation `rev` both ways (absent is
     /// not an error).
     pub fn remove_fnat_of(&mut self, flow: &FlowKey, rev: &maps::FnatKey) -> Result<(), XdpError> {
+        self.remove_fnat_fwd(flow)?;
+        self.remove_fnat_rev(rev)
+    }
+
+    /// Remove `fnat_fwd[flow]` (absent is not an error).
+    pub fn remove_fnat_fwd(&mut self, flow: &FlowKey) -> Result<(), XdpError> {
         match self
             .hash::<FlowKey, maps::FnatKey>("fnat_fwd")?
             .remove(flow)
         {
-            Ok(()) | Err(MapError::KeyNotFound) => {}
-            Err(e) => return Err(map_err("fnat_fwd")(e)),
+            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(map_err("fnat_fwd")(e)),
         }
+    }
+
+    /// Remove `fnat_rev[rev]` (absent is not an error): the pair is free.
+    pub fn remove_fnat_rev(&mut self, rev: &maps::FnatKey) -> Result<(), XdpError> {
         match self
             .hash::<maps::FnatKey, maps::Fnat>("fnat_rev")?
             .remove(rev)
