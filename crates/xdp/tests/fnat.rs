@@ -727,3 +727,97 @@ fn fnat_walk_hands_out_every_pair_and_only_free_ones() {
         assert!(fs.probes >= 65, "probes {}", fs.probes);
     });
 }
+
+/// The pool walk of `xdp_fnat` by itself (the director's maps, only the
+/// FULLNAT program loaded, what `xdp_lb` hands it written into
+/// `fnat_tmp` before each run): 64 connections take the 64 pairs of a
+/// pool of 2 addresses x 32 ports toward one real server, all different;
+/// the 65th is refused and counted once over four SYNs; when one pair is
+/// freed the 65th's next SYN gets exactly that pair. Runs where the
+/// kernel's verifier refuses `xdp_lb` too.
+#[test]
+fn fnat_alone_walk_hands_out_every_pair_and_counts_refusals_once() {
+    if !root_or_skip("fnat_alone_walk_hands_out_every_pair_and_counts_refusals_once") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(|| {
+        let (lo, hi) = (20000u16, 20031u16);
+        let mut l = rvs_xdp::Loaded::load_fnat_alone(&rvs_xdp::LoadOptions {
+            flow_table_size: 4096,
+            slots: 4096,
+            ..rvs_xdp::LoadOptions::default()
+        })
+        .expect("xdp_fnat loads");
+        let (v, r) = (vip(false), rs_addr(false, 0));
+        let dest = maps::Dest {
+            addr: maps::addr16(r),
+            port: RPORT.to_be(),
+            family: maps::AF_INET,
+            method: fwd::FNAT,
+            ..maps::Dest::default()
+        };
+        l.set_dest(0, &dest).expect("dest");
+        let mut pool = FnatPool {
+            count: 2,
+            port_min: lo,
+            port_max: hi,
+            family: maps::AF_INET,
+            ..FnatPool::default()
+        };
+        for i in 0..2u8 {
+            pool.addrs[usize::from(i)] = maps::addr16(laddr(false, i));
+        }
+        l.set_fnat_pool(0, &pool).expect("pool");
+        let syn = |l: &mut rvs_xdp::Loaded, c: IpAddr| {
+            l.set_fnat_tmp(&maps::FnatTmp {
+                kind: maps::FNAT_INBOUND,
+                dest: 0,
+                svc: 0,
+                pad0: 0,
+            })
+            .expect("fnat_tmp");
+            l.run_on(&tcp_frame(c, 5555, v, 80, Flags::Syn, b""), 1, INGRESS)
+                .expect("test run")
+        };
+        let pair_of = |f: &[u8]| {
+            let a: [u8; 4] = f[26..30].try_into().expect("source");
+            (IpAddr::from(a), u16::from_be_bytes([f[34], f[35]]))
+        };
+        let mut held = std::collections::BTreeMap::new();
+        for i in 0..64u32 {
+            let c = client(false, 100 + i);
+            let out = syn(&mut l, c);
+            assert_eq!(out.action, action::REDIRECT, "connection {i}");
+            let (la, lp) = pair_of(&out.data);
+            assert!(la == laddr(false, 0) || la == laddr(false, 1), "{la}");
+            assert!((lo..=hi).contains(&lp), "{lp}");
+            assert!(held.insert((la, lp), c).is_none(), "pair {la}:{lp} twice");
+            if i == 0 {
+                // The first pair is the one the mirror predicts.
+                let (ai, p) = maps::fnat_candidate(c, 5555, 80, 2, lo, hi, 0);
+                assert_eq!((laddr(false, ai as u8), p), (la, lp));
+            }
+        }
+        let fs = l.fnat_stats(0).unwrap();
+        assert_eq!((fs.allocated, fs.exhausted), (64, 0));
+        let late = client(false, 999);
+        for _ in 0..4 {
+            assert_eq!(syn(&mut l, late).action, action::DROP);
+        }
+        let fs = l.fnat_stats(0).unwrap();
+        assert_eq!((fs.allocated, fs.exhausted), (64, 1), "refused once");
+        let ((la, lp), c) = held.iter().nth(17).map(|(k, c)| (*k, *c)).expect("a pair");
+        l.remove_fnat_of(
+            &FlowKey::new(PROTO_TCP, c, 5555, v, 80),
+            &rev_key(PROTO_TCP, r, la, lp),
+        )
+        .expect("free");
+        let out = syn(&mut l, late);
+        assert_eq!(out.action, action::REDIRECT);
+        assert_eq!(pair_of(&out.data), (la, lp), "the freed pair");
+        let fs = l.fnat_stats(0).unwrap();
+        assert_eq!((fs.allocated, fs.exhausted), (65, 1));
+        eprintln!("probes for 65 pairs of 64: {}", fs.probes);
+    });
+}
