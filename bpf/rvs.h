@@ -440,9 +440,6 @@ struct rvs_nh_key {
 /* Local addresses one service's pool may hold in the program (the plane
  * expands ranges and refuses a bigger pool before anything changes). */
 #define RVS_FNAT_POOL_MAX 16
-/* (local address, port) candidates a new flow tries before it is counted
- * as exhausted and dropped. */
-#define RVS_FNAT_PROBES 16
 /* Local ports a pool hands out unless it says otherwise: 1024..65535. */
 #define RVS_FNAT_PORT_MIN 1024
 #define RVS_FNAT_PORT_MAX 65535
@@ -454,7 +451,8 @@ struct rvs_nh_key {
 
 /* fnat_pools: ARRAY[service index], the service's local addresses (count 0
  * = no pool: its FULLNAT flows are dropped and counted as exhausted) and
- * the local port range [port_min, port_max] (host order). */
+ * the local port range [port_min, port_max] (host order, port_min >= 1:
+ * port 0 marks a refused connection in fnat_fwd). */
 struct rvs_fnat_pool {
 	__u32 count;
 	__u16 port_min;
@@ -464,10 +462,14 @@ struct rvs_fnat_pool {
 	__u8 addrs[RVS_FNAT_POOL_MAX][16];
 };
 
-/* fnat_rev: LRU_HASH, a FULLNAT flow as its real server sees it (the
- * reply's source = real server, destination = local address), inserted
- * with BPF_NOEXIST: two live flows can never share a (local address, port)
- * toward the same real server port. The value restores the client side. */
+/* fnat_rev: HASH (never LRU: an eviction would free a live flow's pair
+ * for another flow), a FULLNAT flow as its real server sees it (the reply's
+ * source = real server, destination = local address), inserted with
+ * BPF_NOEXIST: two live flows can never share a (local address, port)
+ * toward the same real server port; a full table refuses new flows
+ * (counted as exhausted). Entries go when their flow expires or is gone
+ * from the flow tables (rvsd's report, crates/xdp/src/plane/report.rs).
+ * The value restores the client side. */
 struct rvs_fnat_key {
 	__u8 raddr[16];
 	__u8 laddr[16];
@@ -492,9 +494,14 @@ struct rvs_fnat {
 	__u32 toa_ack;
 };
 
-/* fnat_fwd: LRU_HASH, rvs_flow_key (the client's tuple, any family) -> the
+/* fnat_fwd: HASH, rvs_flow_key (the client's tuple, any family) -> the
  * flow's fnat_rev key: the inbound rewrite (source -> laddr:lport,
- * destination -> raddr:rport). */
+ * destination -> raddr:rport); lport 0 (laddr zero) marks a connection
+ * refused for want of a pair (its retransmitted SYNs try again but are not
+ * counted again). A plain hash like fnat_rev: an LRU eviction would cut a
+ * live flow from its pair (its next packet would take another and break
+ * the connection, and the old pair would stay held); a full table refuses
+ * new flows (counted). Freed with fnat_rev. */
 
 /* fnat_laddrs: HASH, rvs_nh_key (a local address and its family) -> u32
  * (unused, 0): the packets to these addresses that find no flow are handed
@@ -512,7 +519,10 @@ struct rvs_fnat_tmp {
 
 /* fnat_stats: PERCPU_ARRAY[service index]. */
 struct rvs_fnat_stats {
-	__u64 exhausted; /* new flows dropped: no free (local address, port) */
+	/* Connections refused: no free (local address, port) toward their
+	 * real server, or fnat_rev/fnat_fwd full; each once, whatever number
+	 * of SYNs (or datagrams) it sends while refused (see fnat_fwd). */
+	__u64 exhausted;
 	__u64 allocated; /* (local address, port) pairs handed out */
 	/* TOA (lib/fnat.h, lib/toa_insert.h): client segments of the
 	 * handshake that got the option, that had no room for it (40 option
@@ -524,6 +534,9 @@ struct rvs_fnat_stats {
 	__u64 toa_mtu;
 	__u64 toa_error;
 	__u64 mss_clamped;
+	/* Pairs looked at by the pool walk (lib/fnat.h fnat_alloc), claimed
+	 * or not: probes / allocated is the search's mean length. */
+	__u64 probes;
 };
 
 /* fnat_missed: PERCPU_ARRAY[0], packets passed to the kernel because the

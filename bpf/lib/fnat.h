@@ -47,11 +47,14 @@
 #include "lib/forward.h"
 #include "lib/toa_insert.h"
 
-/* The pool hash of a client tuple and the odd stride between candidates
- * (rvs_xdp::maps::fnat_candidate mirrors both: the tests predict ports). */
+/* The pool hash of a client tuple and the prime whose residue steps the
+ * walk over a pool's pairs (rvs_xdp::maps::fnat_candidate mirrors both:
+ * the tests predict ports). The prime is above any pool's size (at most
+ * RVS_FNAT_POOL_MAX * 65536 = 2^20 pairs), so its residue is coprime to
+ * the size and the walk visits every pair once. */
 #define RVS_FNAT_SEED 0x5256535f666e6174ull
 #define RVS_FNAT_MUL 0x9e3779b97f4a7c15ull
-#define RVS_FNAT_STRIDE 0x9e3779b1u
+#define RVS_FNAT_STEP_PRIME 2654435761u
 
 /* ------------------------------------------------------- in xdp_lb */
 
@@ -107,51 +110,113 @@ static __always_inline __u32 fnat_hash(const struct pkt *p)
 	return (__u32)h;
 }
 
+/* The walk over a pool's (laddr, lport) pairs for one new flow, one
+ * candidate per bpf_loop step (verified once; a pool of 16 addresses has
+ * 2^20 pairs). Pair j (0 <= j < size = count * range) is address
+ * j % count, port port_min + j / count; the walk starts at the client
+ * tuple's hash modulo size and steps by RVS_FNAT_STEP_PRIME modulo size
+ * (coprime to it), so `size` steps visit every pair exactly once. */
+struct fnat_walk {
+	struct rvs_fnat_key rk; /* the candidate; the claimed pair at the end */
+	struct rvs_fnat rv;     /* fnat_rev's value for the new flow */
+	__u32 svc;
+	__u32 j;    /* the current pair */
+	__u32 step; /* RVS_FNAT_STEP_PRIME % size */
+	__u32 size;
+	__u32 count;
+	__u32 port_min;
+	__u32 probes; /* candidates looked at */
+	int rc;       /* 0: claimed; -1: none free (or fnat_rev full) */
+};
+
+static long fnat_walk_step(__u32 i, void *arg)
+{
+	struct fnat_walk *w = arg;
+	struct rvs_fnat_pool *pool;
+	__u32 j = w->j, count = w->count, a;
+	long err;
+
+	if (!count || j >= w->size)
+		return 1;
+	pool = bpf_map_lookup_elem(&fnat_pools, &w->svc);
+	if (!pool)
+		return 1;
+	w->probes++;
+	a = (j % count) & (RVS_FNAT_POOL_MAX - 1);
+	__builtin_memcpy(w->rk.laddr, pool->addrs[a], 16);
+	w->rk.lport = bpf_htons((__u16)(w->port_min + j / count));
+	j += w->step;
+	if (j >= w->size)
+		j -= w->size;
+	w->j = j;
+	/* Taken: the next pair (a lookup costs less than a refused insert). */
+	if (bpf_map_lookup_elem(&fnat_rev, &w->rk))
+		return 0;
+	err = bpf_map_update_elem(&fnat_rev, &w->rk, &w->rv, BPF_NOEXIST);
+	if (err == 0) {
+		w->rc = 0;
+		return 1;
+	}
+	/* Claimed on another CPU meanwhile: go on. Anything else (fnat_rev
+	 * full: -E2BIG) ends the walk: no pair can be claimed now. */
+	return err == -17 /* EEXIST */ ? 0 : 1;
+}
+
 /* Pick a (laddr, lport) for a new flow to real server `d` and claim it in
- * fnat_rev (BPF_NOEXIST: a pair a live flow to the same (RS, rport, proto)
- * holds is never handed out). Candidate i = hash + i * stride: address
- * index candidate % count, port min + (candidate / count) % range. 0 and
- * `rk` filled, or -1 (counted as exhausted). */
+ * fnat_rev (a plain hash inserted with BPF_NOEXIST: a pair a live flow to
+ * the same (RS, rport, proto) holds is never handed out, and nothing is
+ * evicted). The walk (struct fnat_walk) tries every pair of the pool in
+ * the worst case, so a new flow is refused only when every pair toward
+ * this real server is held (or fnat_rev is full). 0 and `rk` filled, or
+ * -1: refused, counted as exhausted when `count_it` (the first refusal of
+ * this connection, see fnat_inbound). */
 static __always_inline int fnat_alloc(const struct pkt *p, const struct rvs_dest *d, __u32 svc,
-				      __u32 dest, __be16 rport, struct rvs_fnat_key *rk)
+				      __u32 dest, __be16 rport, struct rvs_fnat_key *rk,
+				      int count_it)
 {
 	struct rvs_fnat_stats *st = bpf_map_lookup_elem(&fnat_stats, &svc);
 	struct rvs_fnat_pool *pool = bpf_map_lookup_elem(&fnat_pools, &svc);
-	struct rvs_fnat rv = {};
-	__u32 h, count, range, i;
+	struct fnat_walk w = {};
+	__u32 range;
 
-	if (!pool || !pool->count || pool->count > RVS_FNAT_POOL_MAX ||
-	    pool->family != p->family || pool->port_max < pool->port_min)
-		goto exhausted;
-	count = pool->count;
-	range = (__u32)pool->port_max - pool->port_min + 1;
-	__builtin_memcpy(rv.caddr, p->saddr, 16);
-	__builtin_memcpy(rv.vaddr, p->daddr, 16);
-	rv.cport = p->sport;
-	rv.vport = p->dport;
-	rv.svc = svc;
-	rv.dest = dest;
+	w.rc = -1;
 	__builtin_memcpy(rk->raddr, d->addr, 16);
 	rk->rport = rport;
 	rk->proto = p->proto;
 	rk->family = p->family;
-	h = fnat_hash(p);
-	for (i = 0; i < RVS_FNAT_PROBES; i++) {
-		__u32 c = h + i * RVS_FNAT_STRIDE;
-		__u32 a = (c % count) & (RVS_FNAT_POOL_MAX - 1);
-		__u32 port = pool->port_min + (c / count) % range;
-
-		__builtin_memcpy(rk->laddr, pool->addrs[a], 16);
-		rk->lport = bpf_htons((__u16)port);
-		if (bpf_map_update_elem(&fnat_rev, rk, &rv, BPF_NOEXIST) == 0) {
-			if (st)
-				st->allocated++;
-			return 0;
+	if (!pool || !pool->count || pool->count > RVS_FNAT_POOL_MAX ||
+	    pool->family != p->family || pool->port_max < pool->port_min || !pool->port_min)
+		goto exhausted;
+	w.count = pool->count;
+	w.port_min = pool->port_min;
+	range = (__u32)pool->port_max - pool->port_min + 1;
+	w.size = w.count * range;
+	w.step = RVS_FNAT_STEP_PRIME % w.size;
+	w.j = fnat_hash(p) % w.size;
+	w.svc = svc;
+	__builtin_memcpy(w.rv.caddr, p->saddr, 16);
+	__builtin_memcpy(w.rv.vaddr, p->daddr, 16);
+	w.rv.cport = p->sport;
+	w.rv.vport = p->dport;
+	w.rv.svc = svc;
+	w.rv.dest = dest;
+	__builtin_memcpy(&w.rk, rk, sizeof(w.rk));
+	bpf_loop(w.size, fnat_walk_step, &w, 0);
+	CALL_SITE_TAG(61);
+	if (w.rc == 0) {
+		__builtin_memcpy(rk, &w.rk, sizeof(*rk));
+		if (st) {
+			st->allocated++;
+			st->probes += w.probes;
 		}
+		return 0;
 	}
 exhausted:
-	if (st)
-		st->exhausted++;
+	if (st) {
+		st->probes += w.probes;
+		if (count_it)
+			st->exhausted++;
+	}
 	return -1;
 }
 
@@ -232,6 +297,21 @@ static __always_inline int fnat_toa(struct xdp_md *ctx, struct pkt *p, const str
 	return rc == TOA_ERR_MOVED ? -1 : 0;
 }
 
+/* Give pair `rk` back (fnat_rev's entry deleted). */
+static __always_inline void fnat_free(const struct rvs_fnat_key *rk)
+{
+	bpf_map_delete_elem(&fnat_rev, rk);
+}
+
+/* A flow refused because fnat_fwd is full: counted as exhausted. */
+static __always_inline void fnat_count_full(__u32 svc)
+{
+	struct rvs_fnat_stats *st = bpf_map_lookup_elem(&fnat_stats, &svc);
+
+	if (st)
+		st->exhausted++;
+}
+
 static __always_inline int fnat_inbound(struct xdp_md *ctx, struct pkt *p, __u32 dest, __u32 svc)
 {
 	struct rvs_flow_key fk = {};
@@ -240,6 +320,7 @@ static __always_inline int fnat_inbound(struct xdp_md *ctx, struct pkt *p, __u32
 	struct rvs_fnat *n = NULL;
 	struct rvs_dest *d;
 	__be16 rport;
+	int same_rs;
 
 	d = bpf_map_lookup_elem(&dests, &dest);
 	if (!d || d->method != RVS_FWD_FNAT || d->family != p->family)
@@ -252,19 +333,41 @@ static __always_inline int fnat_inbound(struct xdp_md *ctx, struct pkt *p, __u32
 	fk.proto = p->proto;
 	fk.family = p->family;
 	rk = bpf_map_lookup_elem(&fnat_fwd, &fk);
-	if (rk && addr16_eq(rk->raddr, d->addr) && rk->rport == rport &&
-	    (n = fnat_rev_get(rk, p))) {
+	same_rs = rk && addr16_eq(rk->raddr, d->addr) && rk->rport == rport &&
+		  rk->proto == p->proto;
+	if (same_rs && rk->lport && (n = fnat_rev_get(rk, p))) {
 		__builtin_memcpy(&nk, rk, sizeof(nk));
 		if (fnat_toa(ctx, p, n, svc))
 			return XDP_DROP;
 	} else {
 		/* A new flow, or one rescheduled to another real server (its
-		 * old pair is given back), or one whose pair was lost. */
-		if (fnat_alloc(p, d, svc, dest, rport, &nk))
+		 * old pair is given back), or one refused before (fnat_fwd
+		 * holds its mark: lport 0, which no pool hands out), or one
+		 * whose pair was lost. A connection is counted as exhausted
+		 * once, not per retransmitted SYN. */
+		int refused_before = same_rs && !rk->lport;
+
+		if (fnat_alloc(p, d, svc, dest, rport, &nk, !refused_before)) {
+			if (rk && rk->lport && fnat_rev_is(rk, p))
+				fnat_free(rk);
+			if (!refused_before) {
+				__builtin_memset(nk.laddr, 0, 16);
+				nk.lport = 0;
+				/* Fails only with fnat_fwd full: the next SYN
+				 * is counted again. */
+				bpf_map_update_elem(&fnat_fwd, &fk, &nk, BPF_ANY);
+			}
 			return XDP_DROP;
-		if (rk && fnat_rev_is(rk, p))
-			bpf_map_delete_elem(&fnat_rev, rk);
-		bpf_map_update_elem(&fnat_fwd, &fk, &nk, BPF_ANY);
+		}
+		if (rk && rk->lport && fnat_rev_is(rk, p))
+			fnat_free(rk);
+		if (bpf_map_update_elem(&fnat_fwd, &fk, &nk, BPF_ANY)) {
+			/* fnat_fwd full: the pair is given back, the flow
+			 * refused (and counted: a full table is exhaustion). */
+			fnat_free(&nk);
+			fnat_count_full(svc);
+			return XDP_DROP;
+		}
 	}
 	{
 		__u32 laddr[4], raddr[4];

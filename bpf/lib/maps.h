@@ -99,9 +99,9 @@ RVS_MAP(fnat_prog, BPF_MAP_TYPE_PROG_ARRAY, 1, __u32, __u32);
 
 RVS_MAP(fnat_pools, BPF_MAP_TYPE_ARRAY, RVS_MAX_SERVICES, __u32, struct rvs_fnat_pool);
 
-RVS_MAP(fnat_rev, BPF_MAP_TYPE_LRU_HASH, RVS_FLOWS_DEFAULT, struct rvs_fnat_key, struct rvs_fnat);
+RVS_MAP(fnat_rev, BPF_MAP_TYPE_HASH, RVS_FLOWS_DEFAULT, struct rvs_fnat_key, struct rvs_fnat);
 
-RVS_MAP(fnat_fwd, BPF_MAP_TYPE_LRU_HASH, RVS_FLOWS_DEFAULT, struct rvs_flow_key,
+RVS_MAP(fnat_fwd, BPF_MAP_TYPE_HASH, RVS_FLOWS_DEFAULT, struct rvs_flow_key,
 	struct rvs_fnat_key);
 
 RVS_MAP(fnat_laddrs, BPF_MAP_TYPE_HASH, RVS_FNAT_LADDRS_MAX, struct rvs_nh_key, __u32);

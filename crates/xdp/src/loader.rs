@@ -57,6 +57,9 @@ fn running_tag(id: u32) -> Option<[u8; 8]> {
 pub struct Loaded {
     ebpf: Ebpf,
     pub(crate) object: Object,
+    /// The program test runs run (the object's main program unless
+    /// [`Loaded::load_fnat_alone`] chose another).
+    entry: &'static str,
 }
 
 impl Loaded {
@@ -110,7 +113,11 @@ impl Loaded {
             object: object.name(),
             source: Box::new(e),
         })?;
-        let mut me = Loaded { ebpf, object };
+        let mut me = Loaded {
+            ebpf,
+            object,
+            entry: object.name(),
+        };
         let prog_err = |what| {
             let program = object.name();
             move |e| XdpError::Program {
@@ -127,6 +134,51 @@ impl Loaded {
             me.load_tail("xdp_quic", "quic_prog", crate::quic_lb::QUIC_PROG)?;
         }
         Ok(me)
+    }
+
+    /// Tests: the director's maps with only its FULLNAT program `xdp_fnat`
+    /// loaded, the program test runs run; what `xdp_lb` would hand it
+    /// across the tail call is written with [`Loaded::set_fnat_tmp`]. For
+    /// checking the FULLNAT program by itself (on a kernel whose verifier
+    /// refuses `xdp_lb`, too).
+    #[cfg(feature = "test-fixtures")]
+    pub fn load_fnat_alone(opts: &LoadOptions) -> Result<Self, XdpError> {
+        let object = Object::Director;
+        let ebpf = EbpfLoader::new()
+            .map_max_entries("flows", opts.flow_table_size)
+            .map_max_entries("flows4", opts.flow_table_size)
+            .map_max_entries("embryonic", opts.embryonic_entries())
+            .map_max_entries("embryonic4", opts.embryonic_entries())
+            .map_max_entries("nat_rev", opts.flow_table_size)
+            .map_max_entries("fnat_rev", opts.flow_table_size)
+            .map_max_entries("fnat_fwd", opts.flow_table_size)
+            .map_max_entries("persist", opts.flow_table_size)
+            .map_max_entries("slots", opts.slots)
+            .load(object.bytes()?)
+            .map_err(|e| XdpError::Load {
+                object: object.name(),
+                source: Box::new(e),
+            })?;
+        let mut me = Loaded {
+            ebpf,
+            object,
+            entry: "xdp_fnat",
+        };
+        me.program()?.load().map_err(|e| XdpError::Program {
+            program: "xdp_fnat",
+            what: "load (verifier)",
+            source: Box::new(e),
+        })?;
+        Ok(me)
+    }
+
+    /// Tests: `fnat_tmp[0]` on every CPU, what `xdp_lb` hands `xdp_fnat`
+    /// (see [`Loaded::load_fnat_alone`]).
+    #[cfg(feature = "test-fixtures")]
+    pub fn set_fnat_tmp(&mut self, tmp: &maps::FnatTmp) -> Result<(), XdpError> {
+        self.per_cpu_array::<maps::FnatTmp>("fnat_tmp")?
+            .set_all(&0, tmp)
+            .map_err(map_err("fnat_tmp"))
     }
 
     /// Load one of the director's tail-called programs (`xdp_fnat`, the
@@ -237,7 +289,7 @@ impl Loaded {
     }
 
     pub(crate) fn program(&mut self) -> Result<&mut Xdp, XdpError> {
-        let name = self.object.name();
+        let name = self.entry;
         let p = self.ebpf.program_mut(name).ok_or(XdpError::Missing {
             kind: "program",
             name,
@@ -432,7 +484,7 @@ impl Loaded {
         repeat: u32,
         ctx: Option<&[u8]>,
     ) -> Result<RunResult, XdpError> {
-        let name = self.object.name();
+        let name = self.entry;
         let prog = self.program()?;
         // Room for the largest encapsulation the program pushes.
         let mut out = vec![0u8; frame.len() + 256];
@@ -904,13 +956,23 @@ impl Loaded {
     /// Remove flow `flow`'s FULLNAT translation `rev` both ways (absent is
     /// not an error).
     pub fn remove_fnat_of(&mut self, flow: &FlowKey, rev: &maps::FnatKey) -> Result<(), XdpError> {
+        self.remove_fnat_fwd(flow)?;
+        self.remove_fnat_rev(rev)
+    }
+
+    /// Remove `fnat_fwd[flow]` (absent is not an error).
+    pub fn remove_fnat_fwd(&mut self, flow: &FlowKey) -> Result<(), XdpError> {
         match self
             .hash::<FlowKey, maps::FnatKey>("fnat_fwd")?
             .remove(flow)
         {
-            Ok(()) | Err(MapError::KeyNotFound) => {}
-            Err(e) => return Err(map_err("fnat_fwd")(e)),
+            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(map_err("fnat_fwd")(e)),
         }
+    }
+
+    /// Remove `fnat_rev[rev]` (absent is not an error): the pair is free.
+    pub fn remove_fnat_rev(&mut self, rev: &maps::FnatKey) -> Result<(), XdpError> {
         match self
             .hash::<maps::FnatKey, maps::Fnat>("fnat_rev")?
             .remove(rev)

@@ -30,7 +30,7 @@ pub mod typed;
 pub use kernel::KernelMaps;
 #[cfg(any(test, feature = "mem-maps"))]
 pub use mem::MemMaps;
-pub use ops::{Installed, MapOps, WalkCursor};
+pub use ops::{FnatEntry, Installed, MapOps, WalkCursor};
 
 /// Size of the services map (and of `svc_info`, `rr_cursor`, `svc_stats`).
 pub const MAX_SERVICES: u32 = 4096;
@@ -935,8 +935,6 @@ const _: () = assert!(size_of::<Locality>() == 56);
 /// Local addresses one service's pool may hold in the program
 /// (`RVS_FNAT_POOL_MAX`; ranges are expanded, a bigger pool is refused).
 pub const FNAT_POOL_MAX: usize = 16;
-/// Candidates a new FULLNAT flow tries before it counts as exhausted.
-pub const FNAT_PROBES: u32 = 16;
 /// First local port a pool hands out by default.
 pub const FNAT_PORT_MIN: u16 = 1024;
 /// Last local port a pool hands out by default.
@@ -953,8 +951,10 @@ pub const FNAT_LADDRS_MAX: u32 = 4096;
 pub const FNAT_SEED: u64 = 0x5256_535f_666e_6174;
 /// The pool hash's multiplier (`RVS_FNAT_MUL`).
 pub const FNAT_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
-/// The stride between a flow's candidates (`RVS_FNAT_STRIDE`).
-pub const FNAT_STRIDE: u32 = 0x9e37_79b1;
+/// The prime whose residue modulo a pool's size steps the walk over its
+/// pairs (`RVS_FNAT_STEP_PRIME`): above any pool's size, so the residue is
+/// coprime to it and the walk visits every pair once.
+pub const FNAT_STEP_PRIME: u32 = 2_654_435_761;
 
 /// `fnat_pools[service index]`: the service's local addresses and port
 /// range (`struct rvs_fnat_pool`).
@@ -992,7 +992,19 @@ impl Default for FnatPool {
 /// source and destination; `struct rvs_fnat_key`). Also `fnat_fwd`'s value.
 #[repr(C)]
 #[derive(
-    Copy, Clone, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout,
+    Copy,
+    Clone,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
 )]
 pub struct FnatKey {
     /// Real server address.
@@ -1059,7 +1071,9 @@ pub struct FnatTmp {
     Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct FnatStats {
-    /// New flows dropped: every candidate (local address, port) was taken.
+    /// Connections refused: every (local address, port) toward their real
+    /// server was taken, or `fnat_rev`/`fnat_fwd` was full. Each connection
+    /// once, whatever the number of SYNs it sends while refused.
     pub exhausted: u64,
     /// (local address, port) pairs handed out.
     pub allocated: u64,
@@ -1077,6 +1091,9 @@ pub struct FnatStats {
     /// Real servers' SYN-ACKs whose MSS option was lowered by the TOA's
     /// length (so client data carrying it still fits the path).
     pub mss_clamped: u64,
+    /// Pairs the pool walk looked at, claimed or not (`probes /
+    /// allocated`: the search's mean length).
+    pub probes: u64,
 }
 
 impl FnatStats {
@@ -1091,6 +1108,7 @@ impl FnatStats {
             toa_mtu: self.toa_mtu.wrapping_sub(base.toa_mtu),
             toa_error: self.toa_error.wrapping_sub(base.toa_error),
             mss_clamped: self.mss_clamped.wrapping_sub(base.mss_clamped),
+            probes: self.probes.wrapping_sub(base.probes),
         }
     }
 
@@ -1104,15 +1122,20 @@ impl FnatStats {
             toa_mtu: self.toa_mtu + o.toa_mtu,
             toa_error: self.toa_error + o.toa_error,
             mss_clamped: self.mss_clamped + o.mss_clamped,
+            probes: self.probes + o.probes,
         }
     }
 }
 
-/// The `i`-th (local address index, local port) candidate the program
-/// tries for a new FULLNAT flow from `caddr:cport` to port `vport` (host
-/// order ports) with a pool of `count` addresses and ports
+/// The `i`-th (local address index, local port) pair the program's pool
+/// walk tries for a new FULLNAT flow from `caddr:cport` to port `vport`
+/// (host order ports) with a pool of `count` addresses and ports
 /// `port_min..=port_max`: the formula of bpf/lib/fnat.h (`fnat_hash`,
-/// `fnat_alloc`), so tests can predict and provoke collisions.
+/// `struct fnat_walk`), so tests can predict and provoke collisions. Pair
+/// `j` of the pool's `count * range` is address `j % count`, port
+/// `port_min + j / count`; the walk starts at the hash modulo the size and
+/// steps by [`FNAT_STEP_PRIME`] modulo the size: `i` in `0..size` visits
+/// every pair once.
 pub fn fnat_candidate(
     caddr: IpAddr,
     cport: u16,
@@ -1130,9 +1153,10 @@ pub fn fnat_candidate(
     let h = ((u64::from(w) << 32) | (sport << 16) | dport) ^ FNAT_SEED;
     let h = h.wrapping_mul(FNAT_MUL);
     let h = (h ^ (h >> 32)) as u32;
-    let c = h.wrapping_add(i.wrapping_mul(FNAT_STRIDE));
     let count = count.max(1);
-    let range = u32::from(port_max) - u32::from(port_min) + 1;
-    let port = u32::from(port_min) + (c / count) % range;
-    (c % count, port as u16)
+    let range = (u32::from(port_max).saturating_sub(u32::from(port_min)) + 1).max(1);
+    let size = u64::from(count * range);
+    let step = u64::from(FNAT_STEP_PRIME) % size;
+    let j = ((u64::from(h) % size + u64::from(i) * step) % size) as u32;
+    (j % count, (u32::from(port_min) + j / count) as u16)
 }

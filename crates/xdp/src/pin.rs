@@ -297,10 +297,11 @@ impl MapLayout {
     }
 
     /// Whether the state of a map with `info` can be copied into this one
-    /// (same type and key; values are cut or zero-extended: a struct only
-    /// ever grows at its end).
+    /// (same type, or a hash into a hash of the other kind — LRU or plain,
+    /// as `fnat_rev` became plain —, and the same key; values are cut or
+    /// zero-extended: a struct only ever grows at its end).
     pub fn can_take(&self, info: &rvs_sys::bpf::MapInfo) -> bool {
-        info.map_type == self.map_type && info.key_size == self.key_size
+        same_kind(info.map_type, self.map_type) && info.key_size == self.key_size
     }
 
     /// Whether this map's entries are carried across a migration (state);
@@ -318,6 +319,14 @@ impl MapLayout {
                 | "fnat_tmp"
         )
     }
+}
+
+/// Whether entries of a map of type `a` can be written into one of type
+/// `b`: the same type, or hash and LRU hash either way (the same key and
+/// value layout, only the eviction differs).
+fn same_kind(a: u32, b: u32) -> bool {
+    let hash = |t| t == MAP_HASH || t == MAP_LRU_HASH;
+    a == b || (hash(a) && hash(b))
 }
 
 /// Every map of the director loaded with `opts`, as the Rust mirrors of
@@ -367,8 +376,10 @@ pub fn director_maps(opts: &crate::LoadOptions) -> Vec<MapLayout> {
         // not pinned: each loaded director has its own, holding the
         // xdp_fnat of its object, which uses these pinned maps.
         MapLayout::of::<u32, FnatPool>("fnat_pools", MAP_ARRAY, MAX_SERVICES),
-        MapLayout::of::<FnatKey, Fnat>("fnat_rev", MAP_LRU_HASH, n),
-        MapLayout::of::<FlowKey, FnatKey>("fnat_fwd", MAP_LRU_HASH, n),
+        // Plain hashes (no eviction: a pair is never taken from a live
+        // flow); an older build's LRU ones are migrated into them.
+        MapLayout::of::<FnatKey, Fnat>("fnat_rev", MAP_HASH, n),
+        MapLayout::of::<FlowKey, FnatKey>("fnat_fwd", MAP_HASH, n),
         MapLayout::of::<NhKey, u32>("fnat_laddrs", MAP_HASH, FNAT_LADDRS_MAX),
         MapLayout::of::<u32, FnatTmp>("fnat_tmp", MAP_PERCPU_ARRAY, 1),
         MapLayout::of::<u32, FnatStats>("fnat_stats", MAP_PERCPU_ARRAY, MAX_SERVICES),
@@ -397,8 +408,9 @@ const BPF_NOEXIST: u64 = 1;
 
 /// Copy the entries of map `from` into map `to` (same type and key size;
 /// each value cut or zero-extended to `to`'s size, per CPU for per-CPU
-/// maps; array indexes beyond `to`'s end are dropped, and a full hash
-/// map evicts as the program's inserts would). With `only_absent`, keys
+/// maps; array indexes beyond `to`'s end are dropped, a full LRU hash
+/// evicts as the program's inserts would, a full plain hash takes no more:
+/// warned). With `only_absent`, keys
 /// `to` has already are left alone (the second pass of a migration: the
 /// new program's own updates win). Returns the entries written.
 pub fn copy_map(
@@ -411,7 +423,7 @@ pub fn copy_map(
     let src = rvs_sys::bpf::BpfMap::new(from).map_err(|e| err(e.to_string()))?;
     let dst = rvs_sys::bpf::BpfMap::new(to).map_err(|e| err(e.to_string()))?;
     let (si, di) = (*src.info(), *dst.info());
-    if si.map_type != di.map_type || si.key_size != di.key_size {
+    if !same_kind(si.map_type, di.map_type) || si.key_size != di.key_size {
         return Err(err(format!(
             "type {} key {} bytes into type {} key {} bytes",
             si.map_type, si.key_size, di.map_type, di.key_size
@@ -457,6 +469,7 @@ pub fn copy_map(
     let mut key: Option<Vec<u8>> = None;
     let mut next = vec![0u8; src.key_len()];
     let flags = if only_absent { BPF_NOEXIST } else { 0 };
+    let mut dropped = 0usize;
     loop {
         match src.next_key(key.as_deref(), &mut next) {
             Ok(true) => {}
@@ -469,10 +482,20 @@ pub fn copy_map(
             match dst.update(&next, &convert(&value), flags) {
                 Ok(()) => written += 1,
                 Err(e) if only_absent && e.raw_os_error() == Some(libc::EEXIST) => {}
+                // A plain hash that is full (a smaller table): the rest
+                // cannot be carried.
+                Err(e) if e.raw_os_error() == Some(libc::E2BIG) => dropped += 1,
                 Err(e) => return Err(err(e.to_string())),
             }
         }
         key = Some(next.clone());
+    }
+    if dropped > 0 {
+        tracing::warn!(
+            map = name,
+            dropped,
+            "the new map is full: entries of the pinned one were not carried over"
+        );
     }
     Ok(written)
 }
@@ -591,4 +614,43 @@ pub fn finish_migration(
         director.pin_map(name, &inst.map_path(name))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(map_type: u32, layout: &MapLayout) -> rvs_sys::bpf::MapInfo {
+        rvs_sys::bpf::MapInfo {
+            map_type,
+            id: 1,
+            key_size: layout.key_size,
+            value_size: layout.value_size,
+            max_entries: layout.max_entries,
+            map_flags: 0,
+        }
+    }
+
+    /// `fnat_rev` and `fnat_fwd` are plain hashes now: an older build's
+    /// pinned LRU ones are migrated (their entries copied), not reused;
+    /// a map of another kind is not taken.
+    #[test]
+    fn fnat_translations_pinned_as_lru_are_migrated_into_plain_hashes() {
+        let maps = director_maps(&crate::LoadOptions::default());
+        for name in ["fnat_rev", "fnat_fwd"] {
+            let want = maps.iter().find(|m| m.name == name).expect(name);
+            assert_eq!(want.map_type, MAP_HASH, "{name}");
+            let old = info(MAP_LRU_HASH, want);
+            assert!(
+                !want.matches(&old),
+                "{name}: an LRU pin is not reused as is"
+            );
+            assert!(
+                want.is_state() && want.can_take(&old),
+                "{name}: entries carried"
+            );
+            assert!(!want.can_take(&info(MAP_ARRAY, want)), "{name}");
+            assert!(want.matches(&info(MAP_HASH, want)));
+        }
+    }
 }

@@ -329,6 +329,10 @@ pub struct Plane<M: MapOps> {
     /// whose removal from `quic_sids` failed: retried by every report (a
     /// reused service index must not inherit them).
     quic_stale: Vec<QuicSidKey>,
+    /// The sweep of FULLNAT translations whose flow is gone.
+    fnat_sweep: fnat::FnatSweep,
+    /// The local ports FULLNAT pools hand out (first, last).
+    fnat_ports: (u16, u16),
 }
 
 /// Flows (and templates) mirrored per report by default: a report holds the
@@ -593,6 +597,8 @@ impl<M: MapOps> Plane<M> {
             quic_base: HashMap::new(),
             quic_resync: false,
             quic_stale: Vec::new(),
+            fnat_sweep: fnat::FnatSweep::default(),
+            fnat_ports: (maps::FNAT_PORT_MIN, maps::FNAT_PORT_MAX),
         }
     }
 
@@ -667,6 +673,31 @@ impl<M: MapOps> Plane<M> {
         c.max_new_flows = max_new_flows;
         self.maps.set_config(&c)?;
         self.config = c;
+        Ok(())
+    }
+
+    /// The local ports every FULLNAT pool hands out, `first..=last`
+    /// (refused unless 1 <= first <= last; default
+    /// [`maps::FNAT_PORT_MIN`]..=[`maps::FNAT_PORT_MAX`]): the pools
+    /// already installed are rewritten. A narrower range leaves the pairs
+    /// live flows hold outside it alone (they end with their flows).
+    pub fn set_fnat_ports(&mut self, first: u16, last: u16) -> Result<(), PlaneError> {
+        if first == 0 || first > last {
+            return Err(PlaneError::Refused(format!(
+                "FULLNAT local ports {first}-{last}: expected FIRST-LAST with 1 <= FIRST <= LAST"
+            )));
+        }
+        self.fnat_ports = (first, last);
+        let laddrs = self.all_laddrs();
+        let keys: Vec<ServiceKey> = self
+            .services
+            .iter()
+            .filter(|(_, s)| !s.laddrs.is_empty())
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            self.write_pool(&k, &laddrs)?;
+        }
         Ok(())
     }
 
@@ -1062,6 +1093,9 @@ pub struct XdpOptions {
     /// SYN-flood guard: new flows per CPU per second above which
     /// hash-scheduled DR/TUN flows get no flow entry; 0 = off.
     pub max_new_flows: u32,
+    /// The local ports FULLNAT pools hand out (first, last; default
+    /// [`maps::FNAT_PORT_MIN`]..=[`maps::FNAT_PORT_MAX`]).
+    pub fnat_ports: Option<(u16, u16)>,
     /// Pin the program's links and maps in this instance's directory (see
     /// [`crate::pin`]), adopting what a previous rvsd left there: the
     /// program then outlives this process. `None`: nothing pinned, the
@@ -1168,6 +1202,9 @@ impl Plane<KernelMaps> {
             Plane::new(maps)?
         };
         plane.set_limits(tun_mtu, opts.max_new_flows)?;
+        if let Some((first, last)) = opts.fnat_ports {
+            plane.set_fnat_ports(first, last)?;
+        }
         plane.set_tunnel_sources(opts.tun_src4, opts.tun_src6)?;
         if opts.tun_src_prefix4.is_some() || opts.tun_src_prefix6.is_some() {
             plane.set_tunnel_source_prefixes(opts.tun_src_prefix4, opts.tun_src_prefix6)?;

@@ -362,8 +362,9 @@ fn fnat_two_clients_with_the_same_first_choice_get_different_ports() {
 }
 
 /// A pool with one (address, port) pair: the second live flow to the same
-/// real server finds it taken, is dropped and counted; a flow to another
-/// real server may use the same pair (its tuple differs at the server).
+/// real server finds it taken, is dropped and counted (once, whatever the
+/// number of SYNs it sends); a flow to another real server may use the
+/// same pair (its tuple differs at the server).
 #[test]
 fn fnat_exhaustion_is_counted_and_dropped() {
     if !root_or_skip("fnat_exhaustion_is_counted_and_dropped") {
@@ -399,6 +400,13 @@ fn fnat_exhaustion_is_counted_and_dropped() {
         let f = tcp_frame(client(false, 3), 3333, v, 80, Flags::Syn, b"");
         let out = lb.run(&f);
         assert_eq!(out.action, action::DROP);
+        let fs = lb.l.fnat_stats(0).unwrap();
+        assert_eq!((fs.allocated, fs.exhausted), (2, 1));
+        // Its retransmitted SYNs are refused too, the connection counted
+        // once.
+        for _ in 0..3 {
+            assert_eq!(lb.run(&f).action, action::DROP);
+        }
         let fs = lb.l.fnat_stats(0).unwrap();
         assert_eq!((fs.allocated, fs.exhausted), (2, 1));
         // The first flow still owns the pair.
@@ -664,4 +672,152 @@ fn fnat_toa_v4() {
 #[test]
 fn fnat_toa_v6() {
     fnat_toa(true);
+}
+
+/// The pool walk finds the last free pair: a pool of 2 addresses x 32
+/// ports (64 pairs) toward one real server takes 64 connections, each on
+/// its own pair; the 65th is refused and counted once however often it
+/// resends its SYN; when one pair comes free, the 65th's next SYN gets
+/// exactly that pair. (16 random candidates, the allocator before, refuse
+/// connections long before the pool is full.)
+#[test]
+fn fnat_walk_hands_out_every_pair_and_only_free_ones() {
+    if !root_or_skip("fnat_walk_hands_out_every_pair_and_only_free_ones") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(|| {
+        let (lo, hi) = (20000u16, 20031u16);
+        let mut lb = director(false, PROTO_TCP, &[0], 2, lo, hi);
+        let (v, r) = (vip(false), rs_addr(false, 0));
+        let pair_of = |f: &[u8]| {
+            let a: [u8; 4] = f[26..30].try_into().expect("source");
+            (IpAddr::from(a), u16::from_be_bytes([f[34], f[35]]))
+        };
+        let mut held = std::collections::BTreeMap::new();
+        for i in 0..64u32 {
+            let c = client(false, 100 + i);
+            let out = lb.run(&tcp_frame(c, 5555, v, 80, Flags::Syn, b""));
+            assert_eq!(out.action, action::REDIRECT, "connection {i}");
+            let (l, lp) = pair_of(&out.data);
+            assert!(l == laddr(false, 0) || l == laddr(false, 1), "{l}");
+            assert!((lo..=hi).contains(&lp), "{lp}");
+            assert!(held.insert((l, lp), c).is_none(), "pair {l}:{lp} twice");
+        }
+        assert_eq!(held.len(), 64);
+        let fs = lb.l.fnat_stats(0).unwrap();
+        assert_eq!((fs.allocated, fs.exhausted), (64, 0));
+        let late = tcp_frame(client(false, 999), 5555, v, 80, Flags::Syn, b"");
+        for _ in 0..4 {
+            assert_eq!(lb.run(&late).action, action::DROP);
+        }
+        let fs = lb.l.fnat_stats(0).unwrap();
+        assert_eq!((fs.allocated, fs.exhausted), (64, 1), "refused once");
+        // One connection ends (its translation freed as rvsd's report
+        // does): the refused one's next SYN takes exactly its pair.
+        let ((l, lp), c) = held.iter().nth(17).map(|(k, c)| (*k, *c)).expect("a pair");
+        let rk = rev_key(PROTO_TCP, r, l, lp);
+        lb.l.remove_fnat_of(&FlowKey::new(PROTO_TCP, c, 5555, v, 80), &rk)
+            .expect("free");
+        let out = lb.run(&late);
+        assert_eq!(out.action, action::REDIRECT);
+        assert_eq!(pair_of(&out.data), (l, lp));
+        let fs = lb.l.fnat_stats(0).unwrap();
+        assert_eq!((fs.allocated, fs.exhausted), (65, 1));
+        assert!(fs.probes >= 65, "probes {}", fs.probes);
+    });
+}
+
+/// The pool walk of `xdp_fnat` by itself (the director's maps, only the
+/// FULLNAT program loaded, what `xdp_lb` hands it written into
+/// `fnat_tmp` before each run): 64 connections take the 64 pairs of a
+/// pool of 2 addresses x 32 ports toward one real server, all different;
+/// the 65th is refused and counted once over four SYNs; when one pair is
+/// freed the 65th's next SYN gets exactly that pair. Runs where the
+/// kernel's verifier refuses `xdp_lb` too.
+#[test]
+fn fnat_alone_walk_hands_out_every_pair_and_counts_refusals_once() {
+    if !root_or_skip("fnat_alone_walk_hands_out_every_pair_and_counts_refusals_once") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(|| {
+        let (lo, hi) = (20000u16, 20031u16);
+        let mut l = rvs_xdp::Loaded::load_fnat_alone(&rvs_xdp::LoadOptions {
+            flow_table_size: 4096,
+            slots: 4096,
+            ..rvs_xdp::LoadOptions::default()
+        })
+        .expect("xdp_fnat loads");
+        let (v, r) = (vip(false), rs_addr(false, 0));
+        let dest = maps::Dest {
+            addr: maps::addr16(r),
+            port: RPORT.to_be(),
+            family: maps::AF_INET,
+            method: fwd::FNAT,
+            ..maps::Dest::default()
+        };
+        l.set_dest(0, &dest).expect("dest");
+        let mut pool = FnatPool {
+            count: 2,
+            port_min: lo,
+            port_max: hi,
+            family: maps::AF_INET,
+            ..FnatPool::default()
+        };
+        for i in 0..2u8 {
+            pool.addrs[usize::from(i)] = maps::addr16(laddr(false, i));
+        }
+        l.set_fnat_pool(0, &pool).expect("pool");
+        let syn = |l: &mut rvs_xdp::Loaded, c: IpAddr| {
+            l.set_fnat_tmp(&maps::FnatTmp {
+                kind: maps::FNAT_INBOUND,
+                dest: 0,
+                svc: 0,
+                pad0: 0,
+            })
+            .expect("fnat_tmp");
+            l.run_on(&tcp_frame(c, 5555, v, 80, Flags::Syn, b""), 1, INGRESS)
+                .expect("test run")
+        };
+        let pair_of = |f: &[u8]| {
+            let a: [u8; 4] = f[26..30].try_into().expect("source");
+            (IpAddr::from(a), u16::from_be_bytes([f[34], f[35]]))
+        };
+        let mut held = std::collections::BTreeMap::new();
+        for i in 0..64u32 {
+            let c = client(false, 100 + i);
+            let out = syn(&mut l, c);
+            assert_eq!(out.action, action::REDIRECT, "connection {i}");
+            let (la, lp) = pair_of(&out.data);
+            assert!(la == laddr(false, 0) || la == laddr(false, 1), "{la}");
+            assert!((lo..=hi).contains(&lp), "{lp}");
+            assert!(held.insert((la, lp), c).is_none(), "pair {la}:{lp} twice");
+            if i == 0 {
+                // The first pair is the one the mirror predicts.
+                let (ai, p) = maps::fnat_candidate(c, 5555, 80, 2, lo, hi, 0);
+                assert_eq!((laddr(false, ai as u8), p), (la, lp));
+            }
+        }
+        let fs = l.fnat_stats(0).unwrap();
+        assert_eq!((fs.allocated, fs.exhausted), (64, 0));
+        let late = client(false, 999);
+        for _ in 0..4 {
+            assert_eq!(syn(&mut l, late).action, action::DROP);
+        }
+        let fs = l.fnat_stats(0).unwrap();
+        assert_eq!((fs.allocated, fs.exhausted), (64, 1), "refused once");
+        let ((la, lp), c) = held.iter().nth(17).map(|(k, c)| (*k, *c)).expect("a pair");
+        l.remove_fnat_of(
+            &FlowKey::new(PROTO_TCP, c, 5555, v, 80),
+            &rev_key(PROTO_TCP, r, la, lp),
+        )
+        .expect("free");
+        let out = syn(&mut l, late);
+        assert_eq!(out.action, action::REDIRECT);
+        assert_eq!(pair_of(&out.data), (la, lp), "the freed pair");
+        let fs = l.fnat_stats(0).unwrap();
+        assert_eq!((fs.allocated, fs.exhausted), (65, 1));
+        eprintln!("probes for 65 pairs of 64: {}", fs.probes);
+    });
 }

@@ -163,7 +163,8 @@ mirrors! {
     "rvs_fnat" => Fnat { caddr, vaddr, cport, vport, svc, dest, toa_ack }
     "rvs_fnat_tmp" => FnatTmp { kind, dest, svc, pad0 }
     "rvs_fnat_stats" => FnatStats {
-        exhausted, allocated, toa_inserted, toa_noroom, toa_mtu, toa_error, mss_clamped
+        exhausted, allocated, toa_inserted, toa_noroom, toa_mtu, toa_error, mss_clamped,
+        probes
     }
     "rvs_quic_cfg" => QuicCfg { mode, sid_len, nonce_len, pad0, dk }
     "rvs_quic_svc" => QuicSvc { fallback_len, pad0, cfg }
@@ -904,7 +905,6 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_FWD_FNAT", fwd::FNAT.into()),
         ("RVS_CFG_F_FNAT", maps::CFG_F_FNAT.into()),
         ("RVS_FNAT_POOL_MAX", maps::FNAT_POOL_MAX as u64),
-        ("RVS_FNAT_PROBES", maps::FNAT_PROBES.into()),
         ("RVS_FNAT_PORT_MIN", maps::FNAT_PORT_MIN.into()),
         ("RVS_FNAT_PORT_MAX", maps::FNAT_PORT_MAX.into()),
         ("RVS_FNAT_PROG", maps::FNAT_PROG.into()),
@@ -913,7 +913,7 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_FNAT_LADDRS_MAX", maps::FNAT_LADDRS_MAX.into()),
         ("RVS_FNAT_SEED", maps::FNAT_SEED),
         ("RVS_FNAT_MUL", maps::FNAT_MUL),
-        ("RVS_FNAT_STRIDE", maps::FNAT_STRIDE.into()),
+        ("RVS_FNAT_STEP_PRIME", maps::FNAT_STEP_PRIME.into()),
         ("RVS_SVC_F_PERSISTENT", svc_flags::PERSISTENT.into()),
         ("RVS_SVC_F_HASHED", svc_flags::HASHED.into()),
         ("RVS_SVC_F_ONEPACKET", svc_flags::ONEPACKET.into()),

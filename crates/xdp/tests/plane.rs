@@ -133,6 +133,7 @@ fn options(
         tun_src_prefix6: None,
         tun_mtu: None,
         max_new_flows: 0,
+        fnat_ports: None,
         pin: None,
         object: rvs_xdp::Object::Director,
     }

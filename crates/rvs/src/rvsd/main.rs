@@ -259,6 +259,12 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 0)]
     max_new_flows: u32,
 
+    /// xdp: the local ports FULLNAT local address pools hand out,
+    /// FIRST-LAST (default 1024-65535): each local address carries this
+    /// many connections to each real server port.
+    #[arg(long, value_name = "FIRST-LAST")]
+    fullnat_ports: Option<String>,
+
     /// xdp: outer source address of tunnelled packets, one per family
     /// (default: the preferred source of the route to the real server).
     #[arg(long, value_name = "ADDR")]
@@ -791,6 +797,10 @@ fn xdp_plane(
         tun_src_prefix6: prefix6,
         tun_mtu: args.tunnel_mtu,
         max_new_flows: args.max_new_flows,
+        fnat_ports: match &args.fullnat_ports {
+            None => None,
+            Some(r) => Some(fullnat_ports(r)?),
+        },
         pin: Some(instance(args)?),
         object: if args.xdp_upgrade_probe {
             rvs_xdp::Object::upgrade_probe().ok_or_else(|| {
@@ -817,6 +827,19 @@ fn xdp_plane(
         }
     }
     Ok((plane, flood))
+}
+
+/// `--fullnat-ports FIRST-LAST`.
+fn fullnat_ports(r: &str) -> anyhow::Result<(u16, u16)> {
+    let bad =
+        || anyhow::anyhow!("--fullnat-ports {r}: expected FIRST-LAST, 1 <= FIRST <= LAST <= 65535");
+    let (a, b) = r.split_once('-').ok_or_else(bad)?;
+    let first: u16 = a.trim().parse().map_err(|_| bad())?;
+    let last: u16 = b.trim().parse().map_err(|_| bad())?;
+    if first == 0 || first > last {
+        return Err(bad());
+    }
+    Ok((first, last))
 }
 
 /// `rvsd demo`'s settings.

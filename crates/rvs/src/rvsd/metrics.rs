@@ -398,11 +398,13 @@ pub fn director(ipvs: &Ipvs, reloads: u64, reload_failures: u64) -> Vec<Family> 
 /// their real server, and pairs handed out.
 pub fn xdp_fnat(services: &[(ServiceKey, rvs_xdp::maps::FnatStats)]) -> Vec<Family> {
     type Get = fn(&rvs_xdp::maps::FnatStats) -> u64;
-    let families: [(&'static str, &'static str, Get); 7] = [
+    let families: [(&'static str, &'static str, Get); 8] = [
         (
             "rvs_xdp_fnat_exhausted_total",
-            "New FULLNAT flows dropped: every (local address, port) candidate toward \
-             their real server was held by a live flow (the pool is too small).",
+            "FULLNAT connections refused: every (local address, port) pair toward \
+             their real server was held by a live flow (the pool is too small), or the \
+             translation tables were full. Each connection once, however many SYNs it \
+             sends while refused.",
             |c| c.exhausted,
         ),
         (
@@ -439,6 +441,12 @@ pub fn xdp_fnat(services: &[(ServiceKey, rvs_xdp::maps::FnatStats)]) -> Vec<Fami
             "Real servers' SYN-ACKs whose MSS option the director lowered by the TOA's \
              length.",
             |c| c.mss_clamped,
+        ),
+        (
+            "rvs_xdp_fnat_probes_total",
+            "(local address, port) pairs the pool walk looked at for new FULLNAT flows, \
+             taken or free (divided by the pairs handed out: the search's mean length).",
+            |c| c.probes,
         ),
     ];
     families
@@ -938,12 +946,14 @@ mod tests {
             toa_mtu: 2,
             toa_error: 4,
             mss_clamped: 6,
+            probes: 90,
         };
         let text = encode(xdp_fnat(&[(key, c)]));
         let labels = r#"{local_address="10.0.0.1",local_port="80",proto="TCP",local_mark=""}"#;
         for (name, v) in [
             ("rvs_xdp_fnat_exhausted_total", 3),
             ("rvs_xdp_fnat_allocated_total", 70),
+            ("rvs_xdp_fnat_probes_total", 90),
             ("rvs_xdp_fnat_toa_inserted_total", 5),
             ("rvs_xdp_fnat_toa_noroom_total", 1),
             ("rvs_xdp_fnat_toa_mtu_total", 2),

@@ -89,7 +89,7 @@ fn sa(s: &str, port: u16) -> String {
 }
 
 /// Add `addr/len` on `dev` in `h` (IPv6 without DAD, usable at once).
-fn addr_add(h: &Host, addr: &str, len: u8, dev: &str) {
+pub(crate) fn addr_add(h: &Host, addr: &str, len: u8, dev: &str) {
     let cidr = format!("{addr}/{len}");
     let mut a = vec!["ip", "addr", "add", &cidr, "dev", dev];
     if addr.contains(':') {
@@ -99,18 +99,24 @@ fn addr_add(h: &Host, addr: &str, len: u8, dev: &str) {
 }
 
 /// rvsd in the director's namespace, killed by the bed's guard.
-struct Daemon {
+pub(crate) struct Daemon {
     socket: PathBuf,
     _dir: TempDir,
 }
 
 impl Daemon {
     fn start(bed: &mut Bed, dir: &Host) -> Daemon {
+        Daemon::start_with(bed, dir, &[])
+    }
+
+    /// [`Daemon::start`] with more rvsd arguments.
+    pub(crate) fn start_with(bed: &mut Bed, dir: &Host, extra: &[&str]) -> Daemon {
         let tmp = TempDir::new("fullnat");
         let socket = tmp.path().join("rvsd.sock");
         let mut child = Command::new("ip")
             .args(["netns", "exec", &dir.ns, RVSD])
             .args(["--dataplane", "xdp", "--interface", "eth0,eth1"])
+            .args(extra)
             .args(["--log-level", "warn", "--socket"])
             .arg(&socket)
             .stdin(Stdio::null())
@@ -131,7 +137,7 @@ impl Daemon {
             .expect("rvsadm")
     }
 
-    fn ok(&self, args: &str) -> String {
+    pub(crate) fn ok(&self, args: &str) -> String {
         let o = self.adm(args);
         assert!(
             o.status.success(),

@@ -10,6 +10,7 @@ mod failover;
 mod fleet;
 mod fleet_flows;
 mod fullnat;
+mod fullnat_pool;
 mod golden;
 mod health;
 mod health_probes;

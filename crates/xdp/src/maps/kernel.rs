@@ -283,6 +283,55 @@ impl MapOps for KernelMaps {
     fn quic_stats(&mut self, index: u32) -> Result<crate::quic_lb::QuicStats, XdpError> {
         self.director.quic_stats(index)
     }
+    fn fnat_page(
+        &mut self,
+        cursor: &mut WalkCursor,
+        max: usize,
+        f: &mut dyn FnMut(super::ops::FnatEntry),
+    ) -> Result<bool, XdpError> {
+        use super::ops::FnatEntry;
+        use crate::maps::{Fnat, FnatKey};
+        let mut given = 0usize;
+        while cursor.table < 2 {
+            let left = max.saturating_sub(given);
+            let next = if cursor.table == 0 {
+                self.page_in::<FnatKey, Fnat>("fnat_rev", cursor.token, left, &mut |k, v| {
+                    given += 1;
+                    f(FnatEntry::Rev(*k, *v))
+                })?
+            } else {
+                self.page_in::<FlowKey, FnatKey>("fnat_fwd", cursor.token, left, &mut |k, v| {
+                    given += 1;
+                    f(FnatEntry::Fwd(*k, *v))
+                })?
+            };
+            cursor.token = next;
+            if next.is_some() {
+                return Ok(false);
+            }
+            cursor.table += 1;
+            if given >= max && cursor.table < 2 {
+                return Ok(false);
+            }
+        }
+        *cursor = WalkCursor::default();
+        Ok(true)
+    }
+    fn fnat_rev(
+        &mut self,
+        key: &crate::maps::FnatKey,
+    ) -> Result<Option<crate::maps::Fnat>, XdpError> {
+        self.director.fnat(key)
+    }
+    fn remove_fnat_rev(&mut self, key: &crate::maps::FnatKey) -> Result<(), XdpError> {
+        self.director.remove_fnat_rev(key)
+    }
+    fn remove_fnat_fwd(&mut self, flow: &FlowKey) -> Result<(), XdpError> {
+        self.director.remove_fnat_fwd(flow)
+    }
+    fn has_flow(&mut self, key: &FlowKey) -> Result<bool, XdpError> {
+        Ok(self.director.flow(key)?.is_some())
+    }
     fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError> {
         self.director
             .hash::<PersistKey, Persist>("persist")?

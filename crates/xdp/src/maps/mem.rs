@@ -48,8 +48,8 @@ pub struct MemMaps {
     /// `fnat_fwd` (flow -> its `fnat_rev` key; `fnat_rev` itself is the
     /// program's).
     pub fnat_fwd: HashMap<FlowKey, crate::maps::FnatKey>,
-    /// `fnat_rev`'s keys (the pairs in use).
-    pub fnat_rev: std::collections::HashSet<crate::maps::FnatKey>,
+    /// `fnat_rev` (the pairs in use, and the client side of each).
+    pub fnat_rev: HashMap<crate::maps::FnatKey, crate::maps::Fnat>,
     /// `fnat_stats`, already summed.
     pub fnat_stats: HashMap<u32, crate::maps::FnatStats>,
     /// `fnat_laddrs`.
@@ -327,6 +327,55 @@ impl MapOps for MemMaps {
     fn quic_stats(&mut self, index: u32) -> Result<crate::quic_lb::QuicStats, XdpError> {
         Self::bound("quic_stats", index, maps::MAX_SERVICES)?;
         Ok(self.quic_stats.get(&index).copied().unwrap_or_default())
+    }
+    fn fnat_page(
+        &mut self,
+        cursor: &mut WalkCursor,
+        max: usize,
+        f: &mut dyn FnMut(super::ops::FnatEntry),
+    ) -> Result<bool, XdpError> {
+        use super::ops::FnatEntry;
+        let mut given = 0usize;
+        if cursor.table == 0 {
+            let done = mem_page(&self.fnat_rev, cursor, max, &mut |k, v| {
+                given += 1;
+                f(FnatEntry::Rev(*k, *v))
+            });
+            if !done {
+                return Ok(false);
+            }
+            // mem_page reset the cursor: the fwd table next.
+            cursor.table = 1;
+            if given >= max {
+                return Ok(false);
+            }
+        }
+        let done = mem_page(&self.fnat_fwd, cursor, max - given, &mut |k, v| {
+            f(FnatEntry::Fwd(*k, *v))
+        });
+        if !done {
+            cursor.table = 1;
+        }
+        Ok(done)
+    }
+    fn fnat_rev(
+        &mut self,
+        key: &crate::maps::FnatKey,
+    ) -> Result<Option<crate::maps::Fnat>, XdpError> {
+        Ok(self.fnat_rev.get(key).copied())
+    }
+    fn remove_fnat_rev(&mut self, key: &crate::maps::FnatKey) -> Result<(), XdpError> {
+        self.write("fnat_rev")?;
+        self.fnat_rev.remove(key);
+        Ok(())
+    }
+    fn remove_fnat_fwd(&mut self, flow: &FlowKey) -> Result<(), XdpError> {
+        self.write("fnat_fwd")?;
+        self.fnat_fwd.remove(flow);
+        Ok(())
+    }
+    fn has_flow(&mut self, key: &FlowKey) -> Result<bool, XdpError> {
+        Ok(self.flows.contains_key(key))
     }
     fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError> {
         self.write("persist")?;

@@ -101,6 +101,27 @@ pub trait MapOps {
     fn remove_quic_sid(&mut self, key: &crate::quic_lb::QuicSidKey) -> Result<(), XdpError>;
     /// Service `index`'s QUIC-LB counters summed over CPUs (`quic_stats`).
     fn quic_stats(&mut self, index: u32) -> Result<crate::quic_lb::QuicStats, XdpError>;
+    /// Call `f` for about `max` FULLNAT translations from `cursor` on
+    /// (`fnat_rev`, then `fnat_fwd`; as [`MapOps::flows_page`]). Returns
+    /// true when the walk reached the end: `cursor` then starts over.
+    fn fnat_page(
+        &mut self,
+        cursor: &mut WalkCursor,
+        max: usize,
+        f: &mut dyn FnMut(FnatEntry),
+    ) -> Result<bool, XdpError>;
+    /// `fnat_rev[key]`, if present.
+    fn fnat_rev(
+        &mut self,
+        key: &crate::maps::FnatKey,
+    ) -> Result<Option<crate::maps::Fnat>, XdpError>;
+    /// Delete `fnat_rev[key]` (absent is not an error): the pair is free.
+    fn remove_fnat_rev(&mut self, key: &crate::maps::FnatKey) -> Result<(), XdpError>;
+    /// Delete `fnat_fwd[flow]` (absent is not an error).
+    fn remove_fnat_fwd(&mut self, flow: &FlowKey) -> Result<(), XdpError>;
+    /// Whether flow `key` is in a flow table (established or embryonic,
+    /// of its family), expired or not.
+    fn has_flow(&mut self, key: &FlowKey) -> Result<bool, XdpError>;
     /// Insert or replace a persistence template.
     fn set_persist(&mut self, key: &PersistKey, value: &Persist) -> Result<(), XdpError>;
     /// Call `f` for about `max` entries of the flow tables from `cursor`
@@ -132,6 +153,17 @@ pub trait MapOps {
     fn read_installed(&mut self) -> Result<Installed, XdpError>;
 }
 
+/// One FULLNAT translation met by [`MapOps::fnat_page`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FnatEntry {
+    /// `fnat_rev[key] = value`: a pair held, and the client side of the
+    /// flow holding it.
+    Rev(crate::maps::FnatKey, crate::maps::Fnat),
+    /// `fnat_fwd[flow] = key`: a flow's pair (`lport` 0: the flow was
+    /// refused, no pair).
+    Fwd(FlowKey, crate::maps::FnatKey),
+}
+
 /// The control side's tables as [`MapOps::read_installed`] found them.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Installed {
@@ -148,7 +180,8 @@ pub struct Installed {
 /// that spans several reports stands.
 #[derive(Clone, Debug, Default)]
 pub struct WalkCursor {
-    /// 0: `flows4`, 1: `flows`, 2: `embryonic4`, 3: `embryonic`.
+    /// 0: `flows4`, 1: `flows`, 2: `embryonic4`, 3: `embryonic` (the
+    /// FULLNAT walk: 0 `fnat_rev`, 1 `fnat_fwd`).
     pub(crate) table: u8,
     /// The kernel's batch token to resume `table` from (`None`: its start).
     pub(crate) token: Option<[u8; 64]>,

@@ -158,6 +158,17 @@ impl<'a, V: Plain> TypedPerCpuArray<'a, V> {
             .map(|c| read(&c[..size_of::<V>()]))
             .collect()
     }
+    /// Set `map[index]` to `value` on every CPU.
+    pub fn set_all(&self, index: &u32, value: &V) -> Result<(), MapError> {
+        let stride = size_of::<V>().next_multiple_of(8);
+        let mut v = vec![0u8; self.map.value_len()];
+        for c in v.chunks_exact_mut(stride) {
+            c[..size_of::<V>()].copy_from_slice(value.as_bytes());
+        }
+        self.map
+            .update(index.as_bytes(), &v, 0)
+            .map_err(syscall("bpf_map_update_elem"))
+    }
 }
 
 /// A hash (or LRU hash) map from `K` to `V`.

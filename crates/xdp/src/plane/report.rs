@@ -46,6 +46,8 @@ pub struct ReportRead {
     /// Expired FULLNAT flows of this page with their translation (freed
     /// with the flow, so the pair comes back).
     expired_fnat: Vec<(FlowKey, maps::FnatKey)>,
+    /// FULLNAT translations whose flow is gone (the orphan sweep).
+    fnat_orphans: Vec<super::fnat::FnatOrphan>,
     /// The flow walk completed with this page.
     flows_done: bool,
     /// Report generation the flow walk began at.
@@ -71,6 +73,8 @@ pub struct ReportWrites {
     expired: Vec<(FlowKey, Option<NatKey>)>,
     /// FULLNAT translations of expired flows to delete.
     expired_fnat: Vec<(FlowKey, maps::FnatKey)>,
+    /// FULLNAT translations whose flow is gone, to free.
+    fnat_orphans: Vec<super::fnat::FnatOrphan>,
     /// `dest_conns` from a completed flow walk.
     dest_conns: Vec<(u32, DestConns)>,
     /// Real servers whose `OVERLOADED` flag changed (the plane's books
@@ -164,6 +168,13 @@ impl<M: MapOps> Plane<M> {
                 }
             }
         }
+        // Translations whose flow is gone (fnat_rev and fnat_fwd are plain
+        // hashes: nothing else frees them). A failed read skips this
+        // report's page, no more.
+        match self.fnat_sweep_read() {
+            Ok(o) => read.fnat_orphans = o,
+            Err(e) => tracing::warn!(error = %e, "FULLNAT sweep: reading the translations"),
+        }
         // Persistence templates: live ones are mirrored (and keep their real
         // server's index from being reused), expired ones go.
         let timeouts: HashMap<u32, u32> = self
@@ -239,6 +250,7 @@ impl<M: MapOps> Plane<M> {
         for (k, r) in &w.expired_fnat {
             let _ = self.maps.remove_fnat(k, r);
         }
+        self.fnat_sweep_write(&w.fnat_orphans);
         for (i, c) in &w.dest_conns {
             let _ = self.maps.set_dest_conns(*i, c);
         }
@@ -431,6 +443,7 @@ impl<M: MapOps> Plane<M> {
         w.stale = read.stale;
         w.expired = read.expired;
         w.expired_fnat = read.expired_fnat;
+        w.fnat_orphans = read.fnat_orphans;
         // A complete walk: entries the previous walk of that table mirrored
         // and this one did not see are gone.
         if read.persist_done {

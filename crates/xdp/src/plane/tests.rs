@@ -1457,7 +1457,7 @@ fn fullnat_flows_report_their_local_address_and_free_it_when_expired() {
         },
     );
     m.fnat_fwd.insert(fk, rev);
-    m.fnat_rev.insert(rev);
+    m.fnat_rev.insert(rev, fnat_of_flow(&fk, d));
     bed.report(1);
     let (id, _) = bed.ipvs.conns().iter().next().expect("mirrored");
     let (addr, port) = bed.ipvs.conns().local(id).expect("local address reported");
@@ -1896,4 +1896,92 @@ fn quic_lb_refusals_leave_the_maps_unchanged() {
         },
     ];
     check_quic_dests(&bed.ipvs, &ok).unwrap();
+}
+
+/// The `fnat_rev` value of a flow `fk` of real server index `d`.
+fn fnat_of_flow(fk: &FlowKey, d: u32) -> maps::Fnat {
+    maps::Fnat {
+        caddr: fk.caddr,
+        vaddr: fk.vaddr,
+        cport: fk.cport,
+        vport: fk.vport,
+        svc: 0,
+        dest: d,
+        toa_ack: 0,
+    }
+}
+
+/// The orphan sweep: translations whose flow is gone from the flow tables
+/// (the LRU evicted it), a pair its flow's `fnat_fwd` no longer names, and
+/// the mark of a refused connection whose flow is gone are freed — two
+/// reports after they were first seen orphaned, never at the first; a
+/// live flow's translation stays.
+#[test]
+fn fullnat_sweep_frees_translations_whose_flow_is_gone() {
+    use rvs_core::model::LocalAddrRange;
+    let mut bed = Bed::new();
+    bed.svc(80, "rr").unwrap();
+    bed.run(Command::AddLaddr {
+        service: key(80),
+        laddr: LocalAddrRange::parse("10.9.0.1").unwrap(),
+    })
+    .unwrap();
+    bed.dest(80, dr(1).forward(ForwardMethod::FullNat)).unwrap();
+    let d = bed.index(80, 1);
+    let now = bed.plane.maps().jiffies;
+    let vip: IpAddr = "10.0.0.100".parse().unwrap();
+    let pair = |lport: u16| maps::FnatKey {
+        raddr: maps::addr16(rs(1)),
+        laddr: maps::addr16("10.9.0.1".parse().unwrap()),
+        rport: 80u16.to_be(),
+        lport: lport.to_be(),
+        proto: 6,
+        family: maps::AF_INET,
+        pad0: 0,
+    };
+    let flow = |i: u16| FlowKey::new(6, "192.0.2.7".parse().unwrap(), 4000 + i, vip, 80);
+    let m = bed.plane.maps();
+    // 0: live. 1: its flow evicted. 2: a pair its flow no longer names
+    // (the flow holds pair 3). 4: a refused connection's mark, flow gone.
+    let live = Flow {
+        last_seen: now,
+        dest: d,
+        state: TcpState::Established as u8,
+        ..Flow::default()
+    };
+    m.flows.insert(flow(0), live);
+    m.fnat_fwd.insert(flow(0), pair(31000));
+    m.fnat_rev.insert(pair(31000), fnat_of_flow(&flow(0), d));
+    m.fnat_fwd.insert(flow(1), pair(31001));
+    m.fnat_rev.insert(pair(31001), fnat_of_flow(&flow(1), d));
+    m.flows.insert(flow(2), live);
+    m.fnat_fwd.insert(flow(2), pair(31003));
+    m.fnat_rev.insert(pair(31003), fnat_of_flow(&flow(2), d));
+    m.fnat_rev.insert(pair(31002), fnat_of_flow(&flow(2), d));
+    let mark = maps::FnatKey {
+        laddr: [0; 16],
+        lport: 0,
+        ..pair(1)
+    };
+    m.fnat_fwd.insert(flow(4), mark);
+    bed.report(1);
+    // Seen orphaned once: nothing freed yet.
+    assert_eq!(bed.plane.maps().fnat_rev.len(), 4);
+    assert_eq!(bed.plane.maps().fnat_fwd.len(), 4);
+    bed.report(2);
+    let m = bed.plane.maps();
+    let mut rev: Vec<u16> = m.fnat_rev.keys().map(|k| u16::from_be(k.lport)).collect();
+    rev.sort();
+    assert_eq!(rev, [31000, 31003], "the orphaned pairs are free");
+    let mut fwd: Vec<FlowKey> = m.fnat_fwd.keys().copied().collect();
+    fwd.sort();
+    assert_eq!(fwd, [flow(0), flow(2)], "the live flows keep theirs");
+    // A live flow is never swept, however many reports pass.
+    for t in 3..6 {
+        bed.plane.maps().flows.get_mut(&flow(0)).unwrap().last_seen = now;
+        bed.plane.maps().flows.get_mut(&flow(2)).unwrap().last_seen = now;
+        bed.report(t);
+    }
+    assert_eq!(bed.plane.maps().fnat_rev.len(), 2);
+    assert_eq!(bed.plane.maps().fnat_fwd.len(), 2);
 }

@@ -1,0 +1,460 @@
+//! FULLNAT local address pools at scale, through a live `rvsd --dataplane
+//! xdp --interface eth0,eth1` (the topology of [`crate::fullnat`], IPv4):
+//!
+//! ```text
+//!  client (5 addresses) ── br0 ── eth0 [director, VIP] eth1 ── br1 ── rs
+//! ```
+//!
+//! - `fullnat_xdp_pool_70000_connections_to_one_real_server`: with two
+//!   local addresses (64,512 ports each), 70,000 TCP connections from the
+//!   clients to ONE real server port all complete and are all established
+//!   at once; the real server (whose connections wait in its accept queue:
+//!   it holds no descriptor for them) sees 70,000 distinct (local address,
+//!   port) peers, from both addresses; nothing is counted as exhausted. One
+//!   local address could not carry them (64,512 pairs).
+//! - `fullnat_xdp_pool_too_small_refuses_and_counts_the_excess`: with
+//!   `--fullnat-ports 40000-40999` (1,000 ports per local address), two
+//!   addresses carry 1,800 connections to one real server; a service with
+//!   one address takes 1,000 of 1,200 and refuses the other 200 (their
+//!   connects time out), `rvs_xdp_fnat_exhausted_total` counts exactly 200
+//!   (each refused connection once, whatever the number of SYNs it sent),
+//!   and no two live connections share a pair at the real server.
+//!
+//! RLIMIT_NOFILE is 20,000 per process here and cannot be raised: the
+//! client side is opened by child processes (this test binary's
+//! `fullnat_pool::pool_child`), each holding at most 14,000 sockets, each
+//! from its own client address; the established connections are counted
+//! in the real server's /proc/net/tcp.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::fullnat::{Daemon, addr_add};
+use crate::netns::{Bed, Host};
+
+const VIP: &str = "10.79.0.100";
+const RS: &str = "10.80.0.11";
+const LADDRS: [&str; 2] = ["10.80.0.200", "10.80.0.201"];
+/// The HTTP address of rvsd's /metrics in the director's namespace.
+const HTTP: &str = "127.0.0.1:9181";
+/// The marker of a child's report lines.
+const MARK: &str = "@@fnatpool ";
+
+/// Client address `i` (10.79.0.10 + i).
+fn client_addr(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 79, 0, 10 + i as u8)
+}
+
+/// The bed: client (with `clients` addresses), director (rvsd with
+/// `extra` arguments and /metrics on [`HTTP`]), one real server with no
+/// route back to the clients, whose listen backlog takes `backlog`
+/// connections; listening on each port of `ports`.
+struct Pool {
+    bed: Bed,
+    d: Daemon,
+    client: Host,
+    dir: Host,
+    rs: Host,
+    _listeners: Vec<socket2::Socket>,
+}
+
+fn pool(test: &str, clients: usize, extra: &[&str], ports: &[u16], backlog: u32) -> Option<Pool> {
+    let mut bed = Bed::new(test)?;
+    let client = bed.host("c", &format!("{}/24", client_addr(0)));
+    for i in 1..clients {
+        addr_add(&client, &client_addr(i).to_string(), 24, "eth0");
+    }
+    let dir = bed.host("dir", "10.79.0.2/24");
+    bed.bridge("br1");
+    let dir_ns = dir.ns.clone();
+    let dir_b = bed.link(&dir_ns, "br1", "eth1", "10.80.0.1/24");
+    addr_add(&dir, VIP, 32, "eth0");
+    for l in LADDRS {
+        addr_add(&dir, l, 32, "eth1");
+    }
+    dir.exec(&["sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"]);
+    bed.xdp_pass_on_port(&dir);
+    bed.xdp_pass_on_port(&dir_b);
+    let rs = bed.host_on("r0", "br1", &format!("{RS}/24"));
+    let o = rs.exec(&["ip", "route", "show", "default"]);
+    assert!(o.stdout.is_empty(), "the real server has a default route");
+    // Every connection waits in the listener's accept queue (the real
+    // server holds no descriptor for it): room for all of them.
+    let b = backlog.to_string();
+    rs.exec(&["sysctl", "-qw", &format!("net.core.somaxconn={b}")]);
+    rs.exec(&[
+        "sysctl",
+        "-qw",
+        &format!("net.ipv4.tcp_max_syn_backlog={b}"),
+    ]);
+    let mut listeners = Vec::new();
+    for &port in ports {
+        let at = SocketAddr::new(RS.parse().expect("address"), port);
+        let backlog = backlog as i32;
+        listeners.push(rs.run(move || {
+            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                .expect("socket");
+            s.set_reuse_address(true).expect("SO_REUSEADDR");
+            s.bind(&at.into()).expect("bind");
+            s.listen(backlog).expect("listen");
+            s
+        }));
+    }
+    // The director's neighbours resolved before traffic (a connect to a
+    // closed port: refused, nothing left in the real server's tables).
+    for a in [client_addr(0).to_string().as_str(), RS] {
+        let to = SocketAddr::new(a.parse().expect("address"), 9);
+        let _ = dir.run(move || TcpStream::connect_timeout(&to, Duration::from_secs(2)));
+    }
+    let mut args = vec!["--http", HTTP];
+    args.extend_from_slice(extra);
+    let d = Daemon::start_with(&mut bed, &dir, &args);
+    Some(Pool {
+        bed,
+        d,
+        client,
+        dir,
+        rs,
+        _listeners: listeners,
+    })
+}
+
+impl Pool {
+    /// A TCP service VIP:`port` -> RS:`port`, FULLNAT, pool `laddrs`.
+    fn service(&self, port: u16, laddrs: &[&str]) {
+        let vip = format!("{VIP}:{port}");
+        self.d.ok(&format!("-A -t {vip} -s rr"));
+        for l in laddrs {
+            self.d.ok(&format!("--add-laddr -t {vip} -z {l}"));
+        }
+        self.d.ok(&format!("-a -t {vip} -r {RS}:{port} --fullnat"));
+        // The FULLNAT counters count from the report that first lists the
+        // service (its baseline): wait for it before any traffic.
+        let want =
+            format!("rvs_xdp_fnat_allocated_total{{local_address=\"{VIP}\",local_port=\"{port}\"");
+        wait_until("the service in /metrics", Duration::from_secs(20), || {
+            self.dir.run(|| http_get(HTTP, "/metrics")).contains(&want)
+        });
+    }
+
+    /// A child opening `n` connections from client address `src` to
+    /// VIP:`port` (adopted by the bed: killed if the test fails).
+    fn clients(&mut self, src: Ipv4Addr, port: u16, n: usize, wait: Duration) -> Clients {
+        let me = std::env::current_exe().expect("the test binary's path");
+        let me = me.to_str().expect("a UTF-8 path").to_owned();
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.client.ns, &me])
+            .args(["--ignored", "--exact", "fullnat_pool::pool_child"])
+            .args(["--nocapture", "--test-threads=1"])
+            .env(
+                "RVS_FNATPOOL_CHILD",
+                format!("{src} {VIP}:{port} {n} {}", wait.as_secs()),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn a client child");
+        let stdin = child.stdin.take();
+        let out = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let pid = child.id();
+        self.bed.adopt(child);
+        Clients { pid, stdin, out }
+    }
+
+    /// The established connections to RS:`port` in the real server's
+    /// namespace: each peer (local address, port) with how many times it
+    /// appears.
+    fn established(&self, port: u16) -> BTreeMap<SocketAddr, usize> {
+        let rs: Ipv4Addr = RS.parse().expect("address");
+        let me = SocketAddr::new(rs.into(), port);
+        let text = self.rs.run(|| {
+            std::fs::read_to_string("/proc/thread-self/net/tcp").expect("/proc/thread-self/net/tcp")
+        });
+        let mut out = BTreeMap::new();
+        for l in text.lines().skip(1) {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            if w.len() < 4 || w[3] != "01" {
+                continue;
+            }
+            let (Some(local), Some(peer)) = (proc_addr(w[1]), proc_addr(w[2])) else {
+                continue;
+            };
+            if local == me {
+                *out.entry(peer).or_insert(0) += 1;
+            }
+        }
+        out
+    }
+
+    /// `rvs_xdp_fnat_<name>_total` of service VIP:`port` from /metrics.
+    fn fnat_metric(&self, name: &str, port: u16) -> u64 {
+        let text = self.dir.run(|| http_get(HTTP, "/metrics"));
+        let family = format!("rvs_xdp_fnat_{name}_total");
+        let want = format!("local_port=\"{port}\"");
+        text.lines()
+            .filter(|l| l.starts_with(&family) && l.contains(&want))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+}
+
+/// `0B50000A:0050` of /proc/net/tcp (address as the kernel's u32 in host
+/// order, port in hex).
+fn proc_addr(s: &str) -> Option<SocketAddr> {
+    let (a, p) = s.split_once(':')?;
+    let a = u32::from_str_radix(a, 16).ok()?;
+    let p = u16::from_str_radix(p, 16).ok()?;
+    Some(SocketAddr::new(Ipv4Addr::from(a.to_ne_bytes()).into(), p))
+}
+
+/// A plain HTTP/1.0 GET: the body.
+fn http_get(addr: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect to rvsd's HTTP");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").expect("request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("response");
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default()
+}
+
+/// A client child: its report, and its stdin (closing it ends the child,
+/// which closes its connections).
+struct Clients {
+    pid: u32,
+    stdin: Option<std::process::ChildStdin>,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Clients {
+    /// The child's report: (connections established, connections failed).
+    fn report(&mut self) -> (usize, usize) {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self.out.read_line(&mut line).expect("reading a child");
+            assert!(n > 0, "client child {} exited without reporting", self.pid);
+            if let Some(at) = line.find(MARK) {
+                let w: Vec<usize> = line[at + MARK.len()..]
+                    .split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
+                assert_eq!(w.len(), 2, "report {line:?}");
+                return (w[0], w[1]);
+            }
+        }
+    }
+
+    /// Let the child close its connections and exit.
+    fn release(&mut self) {
+        self.stdin.take();
+    }
+}
+
+/// Not a test: the client child of the tests above, by
+/// `RVS_FNATPOOL_CHILD="SRC VIP:PORT N SECS"`: opens N TCP connections from
+/// SRC (port from the kernel) to VIP:PORT, at most 500 handshakes at a
+/// time, each given SECS seconds; reports `OK FAILED`, holds the
+/// established ones until its stdin closes.
+#[test]
+#[ignore = "the child process of the fullnat_pool tests, which run it with --ignored --exact"]
+fn pool_child() {
+    let Ok(spec) = std::env::var("RVS_FNATPOOL_CHILD") else {
+        panic!("run by the fullnat_pool tests only (RVS_FNATPOOL_CHILD unset)");
+    };
+    let w: Vec<&str> = spec.split_whitespace().collect();
+    assert_eq!(w.len(), 4, "SRC VIP:PORT N SECS");
+    let src: IpAddr = w[0].parse().expect("SRC");
+    let dst: SocketAddr = w[1].parse().expect("VIP:PORT");
+    let n: usize = w[2].parse().expect("N");
+    let wait = Duration::from_secs(w[3].parse().expect("SECS"));
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).expect("setrlimit to the hard limit");
+    assert!(
+        (n as u64) + 100 <= hard,
+        "{n} sockets need more than RLIMIT_NOFILE {hard}"
+    );
+    const WINDOW: usize = 500;
+    let mut established: Vec<socket2::Socket> = Vec::with_capacity(n);
+    let mut failed = 0usize;
+    let mut pending: Vec<(socket2::Socket, Instant)> = Vec::new();
+    let mut started = 0usize;
+    while established.len() + failed < n {
+        while pending.len() < WINDOW && started < n {
+            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                .expect("socket");
+            s.set_nonblocking(true).expect("nonblocking");
+            s.bind(&SocketAddr::new(src, 0).into()).expect("bind SRC:0");
+            match s.connect(&dst.into()) {
+                Ok(()) => established.push(s),
+                Err(e) if e.raw_os_error() == Some(nix::libc::EINPROGRESS) => {
+                    pending.push((s, Instant::now()))
+                }
+                Err(e) => panic!("connect: {e}"),
+            }
+            started += 1;
+        }
+        let ready: Vec<bool> = {
+            use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+            use std::os::fd::AsFd;
+            let mut fds: Vec<PollFd> = pending
+                .iter()
+                .map(|(s, _)| PollFd::new(s.as_fd(), PollFlags::POLLOUT))
+                .collect();
+            poll(&mut fds, PollTimeout::from(100u16)).expect("poll");
+            fds.iter()
+                .map(|p| p.revents().is_some_and(|r| !r.is_empty()))
+                .collect()
+        };
+        let now = Instant::now();
+        let mut keep = Vec::with_capacity(pending.len());
+        for ((s, at), ready) in pending.into_iter().zip(ready) {
+            if ready {
+                match s.take_error() {
+                    Ok(None) => established.push(s),
+                    _ => failed += 1,
+                }
+            } else if now.duration_since(at) > wait {
+                failed += 1;
+            } else {
+                keep.push((s, at));
+            }
+        }
+        pending = keep;
+    }
+    println!("{MARK}{} {failed}", established.len());
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    drop(established);
+}
+
+/// Wait (bounded) until `f` holds.
+fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < end, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn fullnat_xdp_pool_70000_connections_to_one_real_server() {
+    const PER_CHILD: usize = 14_000;
+    const CHILDREN: usize = 5;
+    const N: usize = PER_CHILD * CHILDREN;
+    let Some(mut p) = pool(
+        "fullnat_xdp_pool_70000_connections_to_one_real_server",
+        CHILDREN,
+        &[],
+        &[80],
+        N as u32 + 10_000,
+    ) else {
+        return;
+    };
+    p.service(80, &LADDRS);
+    let started = Instant::now();
+    let mut kids: Vec<Clients> = (0..CHILDREN)
+        .map(|i| p.clients(client_addr(i), 80, PER_CHILD, Duration::from_secs(60)))
+        .collect();
+    for (i, k) in kids.iter_mut().enumerate() {
+        assert_eq!(k.report(), (PER_CHILD, 0), "child {i}: every connection");
+    }
+    eprintln!("{N} connections established in {:?}", started.elapsed());
+    let mut peers = BTreeMap::new();
+    wait_until(
+        "the real server holds every connection",
+        Duration::from_secs(30),
+        || {
+            peers = p.established(80);
+            peers.len() >= N
+        },
+    );
+    assert_eq!(peers.len(), N, "distinct (local address, port) peers");
+    assert!(peers.values().all(|&c| c == 1), "a pair used twice");
+    let laddrs: HashSet<IpAddr> = LADDRS.iter().map(|a| a.parse().expect("address")).collect();
+    let mut per = BTreeMap::new();
+    for a in peers.keys() {
+        assert!(laddrs.contains(&a.ip()), "peer {a} is no local address");
+        *per.entry(a.ip()).or_insert(0usize) += 1;
+    }
+    eprintln!("peers per local address: {per:?}");
+    assert_eq!(per.len(), 2, "both local addresses");
+    // More than one address's 64,512 ports: both were needed.
+    assert!(N > usize::from(u16::MAX - 1024 + 1));
+    // The counters as the next reports publish them.
+    wait_until("allocated in /metrics", Duration::from_secs(20), || {
+        p.fnat_metric("allocated", 80) >= N as u64
+    });
+    assert_eq!(p.fnat_metric("allocated", 80), N as u64);
+    assert_eq!(p.fnat_metric("exhausted", 80), 0);
+    for k in &mut kids {
+        k.release();
+    }
+}
+
+#[test]
+fn fullnat_xdp_pool_too_small_refuses_and_counts_the_excess() {
+    let Some(mut p) = pool(
+        "fullnat_xdp_pool_too_small_refuses_and_counts_the_excess",
+        2,
+        &["--fullnat-ports", "40000-40999"],
+        &[80, 81],
+        5_000,
+    ) else {
+        return;
+    };
+    p.service(80, &LADDRS);
+    p.service(81, &LADDRS[..1]);
+    let laddrs: HashSet<IpAddr> = LADDRS.iter().map(|a| a.parse().expect("address")).collect();
+
+    // Two addresses of 1,000 ports: 1,800 connections, more than one has.
+    let mut two = p.clients(client_addr(0), 80, 1_800, Duration::from_secs(30));
+    assert_eq!(two.report(), (1_800, 0), "two addresses carry 1,800");
+    let mut peers = BTreeMap::new();
+    wait_until("1,800 at the real server", Duration::from_secs(30), || {
+        peers = p.established(80);
+        peers.len() >= 1_800
+    });
+    assert_eq!(peers.len(), 1_800);
+    assert!(peers.values().all(|&c| c == 1), "a pair used twice");
+    for a in peers.keys() {
+        assert!(laddrs.contains(&a.ip()), "{a}");
+        assert!((40_000..=40_999).contains(&a.port()), "{a}");
+    }
+    wait_until("allocated in /metrics", Duration::from_secs(20), || {
+        p.fnat_metric("allocated", 80) >= 1_800
+    });
+    assert_eq!(p.fnat_metric("exhausted", 80), 0);
+
+    // One address: 1,000 of 1,200; the other 200 time out (their SYNs,
+    // resent, are dropped), each counted once.
+    let mut one = p.clients(client_addr(1), 81, 1_200, Duration::from_secs(8));
+    assert_eq!(one.report(), (1_000, 200), "one address carries 1,000");
+    let peers = p.established(81);
+    assert_eq!(peers.len(), 1_000);
+    assert!(peers.values().all(|&c| c == 1), "a pair used twice");
+    let l0: IpAddr = LADDRS[0].parse().expect("address");
+    assert!(
+        peers
+            .keys()
+            .all(|a| a.ip() == l0 && (40_000..=40_999).contains(&a.port()))
+    );
+    wait_until("the metrics", Duration::from_secs(10), || {
+        p.fnat_metric("exhausted", 81) >= 200
+    });
+    assert_eq!(
+        p.fnat_metric("exhausted", 81),
+        200,
+        "each refused connection once"
+    );
+    assert_eq!(p.fnat_metric("allocated", 81), 1_000);
+    two.release();
+    one.release();
+}
