@@ -13,6 +13,7 @@
  * available), the sh/dh/mh tables and the wrr cycle are rvs-core's own. */
 
 #include <linux/bpf.h>
+#include <linux/errno.h>
 #include <linux/in.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
@@ -25,7 +26,6 @@
 #define SOCK_DEST_MAX 65536
 #define SOCK_SLOTS 1048576
 #define SOCK_SOCKS_MAX 262144
-#define SOCK_REV_MAX 262144
 #define SOCK_PERSIST_MAX 65536
 /* The least-connection walk's bound (the control side caps a list here). */
 #define SOCK_LIST_MAX 1024
@@ -96,20 +96,6 @@ struct sock_sock {
 	__u16 pad;
 };
 
-struct sock_rev_key {
-	__u64 cookie;
-	__u32 addr[4];
-	__u16 port;
-	__u8 family;
-	__u8 pad[5];
-};
-
-struct sock_rev {
-	__u32 addr[4];
-	__u16 port;
-	__u16 pad;
-};
-
 struct sock_persist_key {
 	__u32 svc;
 	__u32 client[4];
@@ -127,7 +113,6 @@ RVS_MAP(sock_slots, BPF_MAP_TYPE_ARRAY, SOCK_SLOTS, __u32, __u32);
 RVS_MAP(sock_stats, BPF_MAP_TYPE_ARRAY, SOCK_DEST_MAX, __u32, struct sock_dest_stats);
 RVS_MAP(sock_cursor, BPF_MAP_TYPE_ARRAY, SOCK_SVC_MAX, __u32, __u64);
 RVS_MAP(sock_socks, BPF_MAP_TYPE_LRU_HASH, SOCK_SOCKS_MAX, __u64, struct sock_sock);
-RVS_MAP(sock_rev, BPF_MAP_TYPE_LRU_HASH, SOCK_REV_MAX, struct sock_rev_key, struct sock_rev);
 RVS_MAP(sock_persist, BPF_MAP_TYPE_LRU_HASH, SOCK_PERSIST_MAX, struct sock_persist_key,
 	struct sock_persist);
 
@@ -398,23 +383,9 @@ static __always_inline void count(__u32 idx, __s64 delta_active, __u64 delta_tot
 }
 
 /* A socket leaves the real server it had (reconnect, release). */
-static __always_inline void forget(__u64 cookie, const struct sock_sock *old)
+static __always_inline void forget(const struct sock_sock *old)
 {
-	struct sock_rev_key rk = { .cookie = cookie };
-	struct sock_dest *d;
-	__u32 idx = old->dest;
-
-	count(idx, -1, 0);
-	d = bpf_map_lookup_elem(&sock_dests, &idx);
-	if (!d)
-		return;
-	rk.addr[0] = d->addr[0];
-	rk.addr[1] = d->addr[1];
-	rk.addr[2] = d->addr[2];
-	rk.addr[3] = d->addr[3];
-	rk.port = d->port;
-	rk.family = d->family;
-	bpf_map_delete_elem(&sock_rev, &rk);
+	count(old->dest, -1, 0);
 }
 
 /* The service for a destination address, or 0 (not a VIP: untouched). */
@@ -423,31 +394,43 @@ static __always_inline const struct sock_svc *service(struct sock_svc_key *k)
 	return bpf_map_lookup_elem(&sock_services, k);
 }
 
+static __always_inline int same_vip(const struct sock_svc_key *a, const struct sock_svc_key *b)
+{
+	return a->port == b->port && a->proto == b->proto && a->family == b->family &&
+	       a->addr[0] == b->addr[0] && a->addr[1] == b->addr[1] && a->addr[2] == b->addr[2] &&
+	       a->addr[3] == b->addr[3];
+}
+
 /* Schedule (or, for a UDP socket sending to the same service again, keep)
  * a real server for socket `cookie` and record it. Returns the dest or 0
- * when the service has none to give. */
+ * when the service has none to give.
+ *
+ * The record is the socket's only entry: getpeername and recvmsg find the
+ * VIP from it by the socket's cookie. connect (keep == 0) does not look for
+ * an earlier record first: it inserts with BPF_NOEXIST and only when the
+ * socket had one (a connect again after a failed one, a UDP socket
+ * connected after sending elsewhere) reads it to uncount its server. */
 static __always_inline const struct sock_dest *pick(__u64 cookie, const struct sock_svc *s,
 						    const struct sock_svc_key *k,
 						    const __u32 *saddr, __u16 sport, int keep)
 {
 	struct sock_sock rec = {}, *old;
-	struct sock_rev_key rk = { .cookie = cookie };
-	struct sock_rev rv = {};
 	struct sock_dest *d;
 	__u32 idx;
+	long err;
 
-	old = bpf_map_lookup_elem(&sock_socks, &cookie);
-	if (old && keep && old->vip.port == k->port && old->vip.proto == k->proto &&
-	    old->vip.family == k->family && old->vip.addr[0] == k->addr[0] &&
-	    old->vip.addr[1] == k->addr[1] && old->vip.addr[2] == k->addr[2] &&
-	    old->vip.addr[3] == k->addr[3]) {
-		idx = old->dest;
-		d = bpf_map_lookup_elem(&sock_dests, &idx);
-		/* A drained (weight 0) server keeps its flows; a deleted one
-		 * is left for a new choice, as IPVS reschedules. */
-		if (d && (d->flags & SOCK_DEST_F_PRESENT)) {
-			bump(SOCK_CNT_UDP_KEPT);
-			return d;
+	if (keep) {
+		old = bpf_map_lookup_elem(&sock_socks, &cookie);
+		if (old && same_vip(&old->vip, k)) {
+			idx = old->dest;
+			d = bpf_map_lookup_elem(&sock_dests, &idx);
+			/* A drained (weight 0) server keeps its flows; a
+			 * deleted one is left for a new choice, as IPVS
+			 * reschedules. */
+			if (d && (d->flags & SOCK_DEST_F_PRESENT)) {
+				bump(SOCK_CNT_UDP_KEPT);
+				return d;
+			}
 		}
 	}
 	idx = s->persist_secs ? schedule_persistent(s, k, saddr, sport)
@@ -458,24 +441,18 @@ static __always_inline const struct sock_dest *pick(__u64 cookie, const struct s
 		return 0;
 	}
 	bump(k->proto == IPPROTO_UDP ? SOCK_CNT_UDP : SOCK_CNT_TCP);
-	if (old)
-		forget(cookie, old);
 	rec.vip = *k;
 	rec.dest = idx;
-	bpf_map_update_elem(&sock_socks, &cookie, &rec, BPF_ANY);
-	rk.addr[0] = d->addr[0];
-	rk.addr[1] = d->addr[1];
-	rk.addr[2] = d->addr[2];
-	rk.addr[3] = d->addr[3];
-	rk.port = d->port;
-	rk.family = d->family;
-	rv.addr[0] = k->addr[0];
-	rv.addr[1] = k->addr[1];
-	rv.addr[2] = k->addr[2];
-	rv.addr[3] = k->addr[3];
-	rv.port = k->port;
-	bpf_map_update_elem(&sock_rev, &rk, &rv, BPF_ANY);
-	count(idx, 1, 1);
+	err = bpf_map_update_elem(&sock_socks, &cookie, &rec, BPF_NOEXIST);
+	if (err == -EEXIST) {
+		old = bpf_map_lookup_elem(&sock_socks, &cookie);
+		if (old)
+			forget(old);
+		err = bpf_map_update_elem(&sock_socks, &cookie, &rec, BPF_ANY);
+	}
+	/* Counted only when recorded: sock_release uncounts what it finds. */
+	if (err == 0)
+		count(idx, 1, 1);
 	return d;
 }
 
@@ -583,11 +560,9 @@ static __always_inline int do6(struct bpf_sock_addr *ctx, int keep)
 }
 
 /* Note the socket's own address in its record (for -Lcn), once. */
-static __always_inline void note_client(__u64 cookie, const __u32 *addr, __u16 port_net)
+static __always_inline void note_client(struct sock_sock *rec, const __u32 *addr, __u16 port_net)
 {
-	struct sock_sock *rec = bpf_map_lookup_elem(&sock_socks, &cookie);
-
-	if (!rec || rec->client_port || !port_net)
+	if (rec->client_port || !port_net)
 		return;
 	rec->client[0] = addr[0];
 	rec->client[1] = addr[1];
@@ -596,7 +571,7 @@ static __always_inline void note_client(__u64 cookie, const __u32 *addr, __u16 p
 	rec->client_port = port_net;
 }
 
-static __always_inline void note_udp_client4(struct bpf_sock_addr *ctx)
+static __always_inline void note_udp_client4(struct bpf_sock_addr *ctx, struct sock_sock *rec)
 {
 	struct bpf_sock *sk = ctx->sk;
 	__u32 a[4] = {};
@@ -604,10 +579,10 @@ static __always_inline void note_udp_client4(struct bpf_sock_addr *ctx)
 	if (!sk)
 		return;
 	a[0] = sk->src_ip4;
-	note_client(bpf_get_socket_cookie(ctx), a, bpf_htons((__u16)sk->src_port));
+	note_client(rec, a, bpf_htons((__u16)sk->src_port));
 }
 
-static __always_inline void note_udp_client6(struct bpf_sock_addr *ctx)
+static __always_inline void note_udp_client6(struct bpf_sock_addr *ctx, struct sock_sock *rec)
 {
 	struct bpf_sock *sk = ctx->sk;
 	__u32 a[4] = {};
@@ -618,59 +593,67 @@ static __always_inline void note_udp_client6(struct bpf_sock_addr *ctx)
 	a[1] = sk->src_ip6[1];
 	a[2] = sk->src_ip6[2];
 	a[3] = sk->src_ip6[3];
-	note_client(bpf_get_socket_cookie(ctx), a, bpf_htons((__u16)sk->src_port));
+	note_client(rec, a, bpf_htons((__u16)sk->src_port));
 }
 
-/* The peer a socket sees (getpeername, recvmsg's source): a real server
+/* Whether `a`/`family`/`port` (a peer the kernel reports) is the real
+ * server `rec` was given. Its `sock_dests` element holds that server while
+ * the record lives: an index is reused only once no socket counts on it. */
+static __always_inline int is_given(const struct sock_sock *rec, const __u32 *a, __u8 family,
+				    __u16 port)
+{
+	__u32 idx = rec->dest;
+	struct sock_dest *d = bpf_map_lookup_elem(&sock_dests, &idx);
+
+	return d && d->port == port && d->family == family && d->addr[0] == a[0] &&
+	       d->addr[1] == a[1] && d->addr[2] == a[2] && d->addr[3] == a[3];
+}
+
+/* The peer a socket sees (getpeername, recvmsg's source): the real server
  * this socket was given becomes the VIP again. */
-static __always_inline void rev4(struct bpf_sock_addr *ctx)
+static __always_inline void rev4(struct bpf_sock_addr *ctx, const struct sock_sock *rec)
 {
-	struct sock_rev_key rk = { .cookie = bpf_get_socket_cookie(ctx) };
-	struct sock_rev *v;
+	__u32 a[4] = {};
 
-	rk.addr[0] = ctx->user_ip4;
-	rk.port = (__u16)ctx->user_port;
-	rk.family = SOCK_AF_INET;
-	v = bpf_map_lookup_elem(&sock_rev, &rk);
-	if (!v)
+	a[0] = ctx->user_ip4;
+	if (!is_given(rec, a, SOCK_AF_INET, (__u16)ctx->user_port))
 		return;
-	ctx->user_ip4 = v->addr[0];
-	ctx->user_port = v->port;
+	ctx->user_ip4 = rec->vip.addr[0];
+	ctx->user_port = rec->vip.port;
 }
 
-static __always_inline void rev6(struct bpf_sock_addr *ctx)
+static __always_inline void rev6(struct bpf_sock_addr *ctx, const struct sock_sock *rec)
 {
-	struct sock_rev_key rk = { .cookie = bpf_get_socket_cookie(ctx) };
-	struct sock_rev *v;
 	__u32 a[4];
+	__u8 family = SOCK_AF_INET6;
 
 	a[0] = ctx->user_ip6[0];
 	a[1] = ctx->user_ip6[1];
 	a[2] = ctx->user_ip6[2];
 	a[3] = ctx->user_ip6[3];
 	if (is_v4_mapped(a)) {
-		rk.addr[0] = a[3];
-		rk.family = SOCK_AF_INET;
-	} else {
-		rk.addr[0] = a[0];
-		rk.addr[1] = a[1];
-		rk.addr[2] = a[2];
-		rk.addr[3] = a[3];
-		rk.family = SOCK_AF_INET6;
+		a[0] = a[3];
+		a[1] = 0;
+		a[2] = 0;
+		a[3] = 0;
+		family = SOCK_AF_INET;
 	}
-	rk.port = (__u16)ctx->user_port;
-	v = bpf_map_lookup_elem(&sock_rev, &rk);
-	if (!v)
+	if (!is_given(rec, a, family, (__u16)ctx->user_port))
 		return;
-	if (rk.family == SOCK_AF_INET) {
-		ctx->user_ip6[3] = v->addr[0];
+	if (family == SOCK_AF_INET) {
+		ctx->user_ip6[3] = rec->vip.addr[0];
 	} else {
-		ctx->user_ip6[0] = v->addr[0];
-		ctx->user_ip6[1] = v->addr[1];
-		ctx->user_ip6[2] = v->addr[2];
-		ctx->user_ip6[3] = v->addr[3];
+		ctx->user_ip6[0] = rec->vip.addr[0];
+		ctx->user_ip6[1] = rec->vip.addr[1];
+		ctx->user_ip6[2] = rec->vip.addr[2];
+		ctx->user_ip6[3] = rec->vip.addr[3];
 	}
-	ctx->user_port = v->port;
+	ctx->user_port = rec->vip.port;
+}
+
+static __always_inline struct sock_sock *record(__u64 cookie)
+{
+	return bpf_map_lookup_elem(&sock_socks, &cookie);
 }
 
 SEC("cgroup/connect4")
@@ -700,25 +683,42 @@ int sock_sendmsg6(struct bpf_sock_addr *ctx)
 SEC("cgroup/recvmsg4")
 int sock_recvmsg4(struct bpf_sock_addr *ctx)
 {
-	note_udp_client4(ctx);
-	rev4(ctx);
+	struct sock_sock *rec = record(bpf_get_socket_cookie(ctx));
+
+	if (rec) {
+		note_udp_client4(ctx, rec);
+		rev4(ctx, rec);
+	}
 	return 1;
 }
 
 SEC("cgroup/recvmsg6")
 int sock_recvmsg6(struct bpf_sock_addr *ctx)
 {
-	note_udp_client6(ctx);
-	rev6(ctx);
+	struct sock_sock *rec = record(bpf_get_socket_cookie(ctx));
+
+	if (rec) {
+		note_udp_client6(ctx, rec);
+		rev6(ctx, rec);
+	}
 	return 1;
 }
 
-/* A TCP socket sends its SYN: its own address is known now. */
+static __always_inline void note_tcp_client(__u64 cookie, const __u32 *addr, __u16 port_net)
+{
+	struct sock_sock *rec = record(cookie);
+
+	if (rec)
+		note_client(rec, addr, port_net);
+}
+
+/* A TCP socket sends its SYN: its own address is known now. (One call per
+ * branch: with the reads after a join, clang offsets the context pointer,
+ * which the verifier refuses.) */
 SEC("sockops")
 int sock_ops(struct bpf_sock_ops *ctx)
 {
 	__u32 a[4] = {};
-
 	__u16 port;
 
 	if (ctx->op != BPF_SOCK_OPS_TCP_CONNECT_CB)
@@ -726,28 +726,34 @@ int sock_ops(struct bpf_sock_ops *ctx)
 	port = bpf_htons((__u16)ctx->local_port);
 	if (ctx->family == SOCK_AF_INET) {
 		a[0] = ctx->local_ip4;
-		note_client(bpf_get_socket_cookie(ctx), a, port);
+		note_tcp_client(bpf_get_socket_cookie(ctx), a, port);
 		return 1;
 	}
 	a[0] = ctx->local_ip6[0];
 	a[1] = ctx->local_ip6[1];
 	a[2] = ctx->local_ip6[2];
 	a[3] = ctx->local_ip6[3];
-	note_client(bpf_get_socket_cookie(ctx), a, port);
+	note_tcp_client(bpf_get_socket_cookie(ctx), a, port);
 	return 1;
 }
 
 SEC("cgroup/getpeername4")
 int sock_getpeername4(struct bpf_sock_addr *ctx)
 {
-	rev4(ctx);
+	struct sock_sock *rec = record(bpf_get_socket_cookie(ctx));
+
+	if (rec)
+		rev4(ctx, rec);
 	return 1;
 }
 
 SEC("cgroup/getpeername6")
 int sock_getpeername6(struct bpf_sock_addr *ctx)
 {
-	rev6(ctx);
+	struct sock_sock *rec = record(bpf_get_socket_cookie(ctx));
+
+	if (rec)
+		rev6(ctx, rec);
 	return 1;
 }
 
@@ -759,9 +765,7 @@ int sock_release(struct bpf_sock *ctx)
 	struct sock_sock *old = bpf_map_lookup_elem(&sock_socks, &cookie);
 
 	if (old) {
-		struct sock_sock rec = *old;
-
-		forget(cookie, &rec);
+		forget(old);
 		bpf_map_delete_elem(&sock_socks, &cookie);
 	}
 	return 1;

@@ -91,6 +91,39 @@ fn child() {
             let name = String::from_utf8_lossy(&buf[..n]);
             writeln!(out, "RESULT connected {name} {from} {peer}").expect("stdout");
         }
+        "retry" => {
+            // One socket, connect() twice to the VIP: the first server
+            // refuses, the same socket then reaches the next one.
+            use nix::sys::socket::{
+                AddressFamily, SockFlag, SockType, SockaddrIn, connect, getpeername, socket,
+            };
+            use std::os::fd::AsRawFd as _;
+            let SocketAddr::V4(v4) = vip else {
+                panic!("retry needs an IPv4 VIP")
+            };
+            let addr = SockaddrIn::from(v4);
+            let fd = socket(
+                AddressFamily::Inet,
+                SockType::Stream,
+                SockFlag::empty(),
+                None,
+            )
+            .expect("socket");
+            let first = match connect(fd.as_raw_fd(), &addr) {
+                Ok(()) => "connected".to_owned(),
+                Err(e) => format!("{e:?}"),
+            };
+            connect(fd.as_raw_fd(), &addr).expect("connect again");
+            let peer: SockaddrIn = getpeername(fd.as_raw_fd()).expect("getpeername");
+            let mut s = TcpStream::from(fd);
+            s.set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            let mut name = String::new();
+            BufReader::new(&mut s)
+                .read_line(&mut name)
+                .expect("greeting");
+            writeln!(out, "RESULT retry {first} {} {peer}", name.trim()).expect("stdout");
+        }
         other => panic!("unknown child mode {other}"),
     }
 }
@@ -380,6 +413,52 @@ fn tcp_over_ipv6_and_sockets_are_uncounted_when_closed() {
             break;
         }
         assert!(Instant::now() < deadline, "counters {st:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_socket_connected_again_after_a_refusal_moves_its_count_and_its_peer() {
+    let Some((cg, mut plane)) =
+        setup("a_socket_connected_again_after_a_refusal_moves_its_count_and_its_peer")
+    else {
+        return;
+    };
+    // The first real server refuses: its port was free a moment ago.
+    let refusing = TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let b = Backends::tcp("127.0.0.1", 1);
+    let vip = vip4(9);
+    let (key, cmds) = service(
+        Protocol::Tcp,
+        vip,
+        80,
+        Scheduler::Rr,
+        &[(refusing, 1), (b.addrs[0], 1)],
+    );
+    exec(&mut plane, cmds);
+    let lines = run_child(&cg, &format!("retry {vip}:80"));
+    // rr: the first connect() went to the refusing server, the second,
+    // on the same socket, to b0; getpeername() is the VIP's.
+    assert_eq!(
+        lines,
+        [format!("retry ECONNREFUSED b0 {vip}:80")],
+        "{lines:?}"
+    );
+    // The refused attempt was uncounted when the socket moved on; the
+    // socket was uncounted from b0 when it closed.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = plane.snapshot();
+        let st = |a: SocketAddr| s.get(&(key, a.ip(), a.port())).copied();
+        let (r, k) = (st(refusing), st(b.addrs[0]));
+        let done =
+            |x: Option<rvs_sock::maps::DestStats>| x.is_some_and(|x| x.active == 0 && x.total == 1);
+        if done(r) && done(k) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "counters {r:?} {k:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
 }
