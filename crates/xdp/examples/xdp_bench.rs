@@ -1165,6 +1165,15 @@ fn fnat(calls: u32, rounds: usize) -> Result<(), Box<dyn Error>> {
                 return Err(format!("FULLNAT new flows: pool stats {fs:?}"));
             }
         }
+        // The established FULLNAT row took xdp_lb's own rewrite: its flow
+        // has its pair recorded (bpf/lib/fnat.h, fnat_established).
+        if let Some((_, lb, _, _)) = est.get_mut(1) {
+            let k = FlowKey::new(PROTO_TCP, Ipv4Addr::new(10, 78, 0, 1).into(), 1000, VIP.into(), 80);
+            let f = lb.l.flow(&k).map_err(|e| e.to_string())?;
+            if f.is_none_or(|f| f.fnat_lport == 0 || f.flags & maps::FLOW_F_TOA != 0) {
+                return Err(format!("FULLNAT established flow without its pair recorded: {f:?}"));
+            }
+        }
         // Every handshake made a connection and completed it (ESTABLISHED,
         // moved out of the embryonic table); every FULLNAT one had its
         // SYN-ACK's MSS lowered and its ACK got the TOA.
