@@ -20,7 +20,9 @@
  * once xdp_fnat has found an IPv4 flow's pair in fnat_fwd and fnat_rev (or
  * allocated it) on a packet that is not the flow's first, it records the
  * pair in the flow entry (rvs_flow's fnat_laddr/fnat_lport, fnat_record),
- * and xdp_lb rewrites that flow's later packets itself with one checksum
+ * (the SYN-ACK that arms the TOA records it first; the handshake's ACK,
+ * which takes xdp_fnat's path, checks it), and xdp_lb rewrites that flow's
+ * later packets itself with one checksum
  * pass (fnat_out4): no tail call, no second parse, no fnat_fwd/fnat_rev
  * look-up. fnat_fwd/fnat_rev stay the truth the allocator and the reply
  * path use; the record only mirrors them, and a flow entry written anew (a
@@ -501,10 +503,18 @@ static __always_inline int fnat_reply(struct xdp_md *ctx, const struct pkt *p)
 		/* The flow's client segments take xdp_fnat's full path while
 		 * the TOA is armed (fnat_established); disarmed, the flag goes
 		 * only from the entry that recorded this pair (xdp_fnat also
-		 * clears it when it finds the TOA disarmed). */
-		if (toa > 0 && f->dest == n->dest)
+		 * clears it when it finds the TOA disarmed). The SYN-ACK also
+		 * records its pair in an IPv4 entry that has none, which saves
+		 * xdp_fnat the flow look-up on the handshake's ACK: that ACK
+		 * takes xdp_fnat's path (armed), which checks the pair against
+		 * fnat_fwd/fnat_rev and records the right one if it differs. */
+		if (toa > 0 && f->dest == n->dest) {
 			f->flags |= RVS_FLOW_F_TOA;
-		else if (toa < 0 && (f->flags & RVS_FLOW_F_TOA) && p->family == RVS_AF_INET &&
+			if (p->family == RVS_AF_INET && !f->fnat_lport) {
+				*(volatile __be32 *)&f->fnat_laddr = p->daddr[0];
+				*(volatile __be16 *)&f->fnat_lport = p->dport;
+			}
+		} else if (toa < 0 && (f->flags & RVS_FLOW_F_TOA) && p->family == RVS_AF_INET &&
 			 f->fnat_lport == p->dport && f->fnat_laddr == p->daddr[0])
 			f->flags &= ~RVS_FLOW_F_TOA;
 	}

@@ -605,6 +605,9 @@ fn fnat_toa(v6: bool) {
         let fk = FlowKey::new(PROTO_TCP, c, cport, v, 80);
         let flow = lb.l.flow(&fk).unwrap().expect("flow");
         assert_ne!(flow.flags & maps::FLOW_F_TOA, 0, "TOA armed in the flow");
+        // ... and an IPv4 flow has its pair recorded by that SYN-ACK.
+        let rec = if v6 { 0 } else { lport.to_be() };
+        assert_eq!(flow.fnat_lport, rec);
 
         // The handshake's ACK gets the TOA; so does data sent before the
         // server answered; both carry the timestamps behind it.
