@@ -17,13 +17,13 @@
  * need no route back through the director.
  *
  * The established client packet without the tail call (fnat_established):
- * once xdp_fnat has found an IPv4 flow's pair in fnat_fwd and fnat_rev (or
- * allocated it) on a packet that is not the flow's first, it records the
- * pair in the flow entry (rvs_flow's fnat_laddr/fnat_lport, fnat_record),
- * (the SYN-ACK that arms the TOA records it first; the handshake's ACK,
- * which takes xdp_fnat's path, checks it), and xdp_lb rewrites that flow's
- * later packets itself with one checksum
- * pass (fnat_out4): no tail call, no second parse, no fnat_fwd/fnat_rev
+ * an IPv4 flow's pair is recorded in its flow entry (rvs_flow's
+ * fnat_laddr/fnat_lport) by xdp_fnat once it has found it in fnat_fwd and
+ * fnat_rev (or allocated it) on a packet that is not the flow's first
+ * (fnat_record), or before that by the SYN-ACK that arms the TOA (the
+ * handshake's ACK then takes xdp_fnat's path and checks it); xdp_lb
+ * rewrites the flow's later packets itself with one checksum pass
+ * (fnat_out4): no tail call, no second parse, no fnat_fwd/fnat_rev
  * look-up. fnat_fwd/fnat_rev stay the truth the allocator and the reply
  * path use; the record only mirrors them, and a flow entry written anew (a
  * new or rescheduled flow, the control side's sync) has none until xdp_fnat
