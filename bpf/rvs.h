@@ -117,6 +117,10 @@
 
 /* ---- flow flags ---- */
 #define RVS_FLOW_F_NOOUTPUT 0x01 /* no reply seen yet (always set for DR/TUN) */
+/* FULLNAT: the real server's SYN-ACK armed the TOA (lib/fnat.h): the client's
+ * segments take xdp_fnat's full path, which inserts it, until it is
+ * disarmed. */
+#define RVS_FLOW_F_TOA 0x02
 
 /* ---- IPVS TCP states (the numbering of ip_vs_proto_tcp.c / the sync protocol) ---- */
 #define RVS_TCP_S_NONE 0
@@ -237,8 +241,15 @@ struct rvs_flow {
 	__u32 svc;          /* service index */
 	__u8 state;         /* RVS_TCP_S_* or RVS_UDP_S_NORMAL */
 	__u8 flags;         /* RVS_FLOW_F_* */
-	__u16 pad0;
-	__u32 pad1;
+	/* FULLNAT over IPv4 (lib/fnat.h): the flow's (local address, local
+	 * port) as xdp_fnat last found or allocated it in fnat_fwd/fnat_rev
+	 * (which stay the truth the allocator and the reply path use), so
+	 * that its established client packets are rewritten in xdp_lb without
+	 * the tail call and both look-ups. Network order; fnat_lport 0 = none
+	 * recorded (IPv6 flows, a flow's first packets, flows written by the
+	 * control side): the full path then. */
+	__be16 fnat_lport;
+	__be32 fnat_laddr;
 };
 
 /* flow_cache: PERCPU_ARRAY[hash & (RVS_FLOW_CACHE_SIZE - 1)], a
@@ -508,12 +519,25 @@ struct rvs_fnat {
  * to xdp_fnat as replies. */
 #define RVS_FNAT_LADDRS_MAX 4096
 
+/* fnat_tmp's `table`: where xdp_fnat records an inbound flow's pair and TOA
+ * flag in the flow entry (rvs_flow's fnat_lport/fnat_laddr, RVS_FLOW_F_TOA)
+ * when they differ from what xdp_lb found there. */
+#define RVS_FNAT_REC_NONE 0      /* nowhere (a new flow's first packet) */
+#define RVS_FNAT_REC_FLOWS 1     /* flows4 */
+#define RVS_FNAT_REC_EMBRYONIC 2 /* embryonic4 */
+
 /* fnat_tmp: PERCPU_ARRAY[0], what xdp_lb hands xdp_fnat across the tail
  * call (same CPU, same packet). */
 struct rvs_fnat_tmp {
 	__u32 kind; /* RVS_FNAT_INBOUND / RVS_FNAT_REPLY */
 	__u32 dest;
 	__u32 svc;
+	/* RVS_FNAT_INBOUND: the flow entry's fnat_laddr, fnat_lport and
+	 * RVS_FLOW_F_TOA as xdp_lb read them, and where to record (RVS_FNAT_REC_*). */
+	__be32 laddr;
+	__be16 lport;
+	__u8 table;
+	__u8 flags;
 	__u32 pad0;
 };
 

@@ -8,7 +8,8 @@
  * forward by the real server's method: DR (MAC rewrite), TUN IPIP, TUN GUE,
  * NAT (inbound rewrite; replies rewritten back by the reply path),
  * FULLNAT (source and destination rewrite, in the tail-called xdp_fnat,
- * lib/fnat.h).
+ * lib/fnat.h; an established IPv4 flow whose pair xdp_fnat recorded in its
+ * entry is rewritten here, without the tail call).
  * IPv4 flows live in flows4 (16-byte key), IPv6 flows in flows; a TCP flow
  * lives in embryonic4 (embryonic) from its SYN to the ACK that completes
  * its handshake, so a SYN flood cannot evict established flows. The most
@@ -152,6 +153,11 @@ int xdp_lb(struct xdp_md *ctx)
 		int expired = now - f->last_seen > flow_timeout(cfg, f, p.proto);
 		int closed = f->state == RVS_TCP_S_TIME_WAIT || f->state == RVS_TCP_S_CLOSE;
 		__u32 didx = f->dest;
+		/* FULLNAT's recorded pair (lib/fnat.h), read before a
+		 * promotion may free the entry; lport first (fnat_record). */
+		__be16 rec_lport = *(volatile __be16 *)&f->fnat_lport;
+		__be32 rec_laddr = *(volatile __be32 *)&f->fnat_laddr;
+		__u8 rec_flags = f->flags, rec_table = RVS_FNAT_REC_FLOWS;
 
 		d = bpf_map_lookup_elem(&dests, &didx);
 		if (!d)
@@ -179,6 +185,8 @@ int xdp_lb(struct xdp_md *ctx)
 			/* (`f` is not read after a promotion deleted it.) */
 			if (embryo && st == RVS_TCP_S_ESTABLISHED && embryo_promote(&p, f) == 0)
 				flood_count(svc_idx, promoted);
+			else if (embryo)
+				rec_table = RVS_FNAT_REC_EMBRYONIC;
 			/* Cached ESTABLISHED entries of this flow must go. */
 			if (st != old)
 				flow_epoch_bump(&p);
@@ -186,7 +194,8 @@ int xdp_lb(struct xdp_md *ctx)
 		count(&svc_stats, svc_idx, p.l3len, 0, 0);
 		count(&dest_stats, didx, p.l3len, 0, 0);
 		if (d->method == RVS_FWD_FNAT)
-			return fnat_enter(ctx, RVS_FNAT_INBOUND, didx, svc_idx);
+			return fnat_established(ctx, &p, d, didx, svc_idx, rec_table, rec_laddr,
+						rec_lport, rec_flags);
 		return forward(ctx, &p, d, cfg);
 	}
 

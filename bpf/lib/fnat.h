@@ -16,6 +16,28 @@
  * Both leave by the kernel's FIB (fib_out, like NAT). The real servers
  * need no route back through the director.
  *
+ * The established client packet without the tail call (fnat_established):
+ * an IPv4 flow's pair is recorded in its flow entry (rvs_flow's
+ * fnat_laddr/fnat_lport) by xdp_fnat once it has found it in fnat_fwd and
+ * fnat_rev (or allocated it) on a packet that is not the flow's first
+ * (fnat_record), or before that by the SYN-ACK that arms the TOA (the
+ * handshake's ACK then takes xdp_fnat's path and checks it); xdp_lb
+ * rewrites the flow's later packets itself with one checksum pass
+ * (fnat_out4): no tail call, no second parse, no fnat_fwd/fnat_rev
+ * look-up. fnat_fwd/fnat_rev stay the truth the allocator and the reply
+ * path use; the record only mirrors them, and a flow entry written anew (a
+ * new or rescheduled flow, the control side's sync) has none until xdp_fnat
+ * records it again. While the TOA is armed the flow carries RVS_FLOW_F_TOA
+ * (set by the SYN-ACK in fnat_reply; cleared by the real server's next
+ * segment, or by xdp_fnat when it finds toa_ack 0) and its client segments
+ * take xdp_fnat's path, which inserts the TOA. IPv6 flows always take it
+ * (no room in the flow entry for a 16-byte local address). What the
+ * record does not cover: a pair dropped from fnat_rev while its flow
+ * lives (the LRU evicting it under pressure; the flow's inbound packets no
+ * longer refresh it) stays in use by the flow's client packets, where
+ * xdp_fnat would have allocated a new pair (and broken the connection
+ * either way); fnat_rev as a plain hash (no eviction) closes that.
+ *
  * ICMP errors about FULLNAT flows are passed to the kernel (not translated
  * yet).
  *
@@ -58,9 +80,12 @@
 
 /* ------------------------------------------------------- in xdp_lb */
 
-/* Hand the packet to xdp_fnat; returns only when the tail call failed
+/* Hand the packet to xdp_fnat with what xdp_lb found in the flow entry
+ * (rec_*: see struct rvs_fnat_tmp); returns only when the tail call failed
  * (fnat_prog empty): the packet is passed and counted in fnat_missed. */
-static __always_inline int fnat_enter(struct xdp_md *ctx, __u32 kind, __u32 dest, __u32 svc)
+static __always_inline int fnat_enter_rec(struct xdp_md *ctx, __u32 kind, __u32 dest, __u32 svc,
+					  __u8 rec_table, __be32 rec_laddr, __be16 rec_lport,
+					  __u8 rec_flags)
 {
 	__u32 zero = 0;
 	struct rvs_fnat_tmp *t = bpf_map_lookup_elem(&fnat_tmp, &zero);
@@ -71,11 +96,95 @@ static __always_inline int fnat_enter(struct xdp_md *ctx, __u32 kind, __u32 dest
 	t->kind = kind;
 	t->dest = dest;
 	t->svc = svc;
+	t->laddr = rec_laddr;
+	t->lport = rec_lport;
+	t->table = rec_table;
+	t->flags = rec_flags;
 	bpf_tail_call(ctx, &fnat_prog, RVS_FNAT_PROG);
 	missed = bpf_map_lookup_elem(&fnat_missed, &zero);
 	if (missed)
 		*missed += 1;
 	return XDP_PASS;
+}
+
+/* fnat_enter_rec for a packet whose pair xdp_fnat does not record (a new
+ * flow's first packet, a reply). */
+static __always_inline int fnat_enter(struct xdp_md *ctx, __u32 kind, __u32 dest, __u32 svc)
+{
+	return fnat_enter_rec(ctx, kind, dest, svc, RVS_FNAT_REC_NONE, 0, 0, 0);
+}
+
+/* Rewrite an IPv4 packet client:cport -> VIP:vport to laddr:lport ->
+ * raddr:rport (one checksum pass for both pairs) and route it by the FIB:
+ * what fnat_inbound does, for a flow whose pair is known. */
+static __always_inline int fnat_out4(struct xdp_md *ctx, const struct pkt *p, __be32 laddr,
+				     __be16 lport, __be32 raddr, __be16 rport)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 l3 = p->l3off & 0xff, l4 = p->l4off & 0x1ff;
+	__u32 src[4] = {}, dst[4] = {};
+	struct iphdr *ip = data + l3;
+	__be16 *ports;
+	__u32 acc;
+
+	if ((void *)(ip + 1) > end)
+		return XDP_DROP;
+	acc = csum_acc32(0, ip->saddr, laddr);
+	acc = csum_acc32(acc, ip->daddr, raddr);
+	ip->check = csum_apply(ip->check, acc);
+	ip->saddr = laddr;
+	ip->daddr = raddr;
+	if (p->proto == IPPROTO_TCP) {
+		struct tcphdr *th = data + l4;
+
+		if ((void *)(th + 1) > end)
+			return XDP_DROP;
+		ports = &th->source;
+		acc = csum_acc16(acc, ports[0], lport);
+		acc = csum_acc16(acc, ports[1], rport);
+		th->check = csum_apply(th->check, acc);
+	} else {
+		struct udphdr *uh = data + l4;
+
+		if ((void *)(uh + 1) > end)
+			return XDP_DROP;
+		ports = &uh->source;
+		acc = csum_acc16(acc, ports[0], lport);
+		acc = csum_acc16(acc, ports[1], rport);
+		/* IPv4 UDP without checksum stays without one. */
+		if (uh->check) {
+			uh->check = csum_apply(uh->check, acc);
+			if (uh->check == 0)
+				uh->check = 0xffff;
+		}
+	}
+	ports[0] = lport;
+	ports[1] = rport;
+	src[0] = laddr;
+	dst[0] = raddr;
+	return fib_out(ctx, p, dst, src);
+}
+
+/* A packet of an existing FULLNAT flow (its state and inbound stats done)
+ * in xdp_lb: with its pair recorded in the flow entry (`laddr`, `lport`,
+ * read from it before anything could free it; IPv4) and no TOA armed
+ * (`flags`), rewritten and routed here, without the tail call and the
+ * fnat_fwd and fnat_rev look-ups (the pair is the flow's until its entry
+ * goes: xdp_fnat records it only after finding it in both, and a flow
+ * rescheduled or written by the control side starts without one). Else
+ * handed to xdp_fnat, which records the pair in the flow entry (in
+ * `table`). */
+static __always_inline int fnat_established(struct xdp_md *ctx, const struct pkt *p,
+					    const struct rvs_dest *d, __u32 dest, __u32 svc,
+					    __u8 table, __be32 laddr, __be16 lport, __u8 flags)
+{
+	if (lport && laddr && !(flags & RVS_FLOW_F_TOA) && p->family == RVS_AF_INET &&
+	    d->family == RVS_AF_INET)
+		return fnat_out4(ctx, p, laddr, lport, *(const __be32 *)d->addr,
+				 d->port ? d->port : p->dport);
+	return fnat_enter_rec(ctx, RVS_FNAT_INBOUND, dest, svc, table, laddr, lport,
+			      flags & RVS_FLOW_F_TOA);
 }
 
 /* Whether the packet's destination is one of the local addresses. */
@@ -312,7 +421,44 @@ static __always_inline void fnat_count_full(__u32 svc)
 		st->exhausted++;
 }
 
-static __always_inline int fnat_inbound(struct xdp_md *ctx, struct pkt *p, __u32 dest, __u32 svc)
+/* Record an IPv4 inbound flow's pair and TOA flag (`toa`: RVS_FLOW_F_TOA or
+ * 0) in its flow entry (flows4 or embryonic4 as `table` says; only if it
+ * still goes to `dest`), for fnat_established. lport is cleared first and
+ * set last, so that a reader that finds it set finds the address written
+ * with it (a reader racing a change of a recorded pair, which only a lost
+ * pair causes, may mix the two for that one packet). */
+static __always_inline void fnat_record(const struct pkt *p, __u8 table, __u32 dest,
+					__be32 laddr, __be16 lport, __u8 toa)
+{
+	struct rvs_flow4_key k = {};
+	struct rvs_flow *f;
+	__u8 fl;
+
+	flow4_key(&k, p->saddr, p->daddr, p->sport, p->dport, p->proto);
+	if (table == RVS_FNAT_REC_EMBRYONIC) {
+		f = bpf_map_lookup_elem(&embryonic4, &k);
+		CALL_SITE_TAG(70);
+	} else {
+		f = bpf_map_lookup_elem(&flows4, &k);
+		CALL_SITE_TAG(71);
+	}
+	if (!f || f->dest != dest)
+		return;
+	fl = f->flags;
+	if ((fl & RVS_FLOW_F_TOA) != toa)
+		f->flags = (fl & ~RVS_FLOW_F_TOA) | toa;
+	if (f->fnat_lport == lport && f->fnat_laddr == laddr)
+		return;
+	*(volatile __be16 *)&f->fnat_lport = 0;
+	*(volatile __be32 *)&f->fnat_laddr = laddr;
+	*(volatile __be16 *)&f->fnat_lport = lport;
+}
+
+/* `rec_*`: what xdp_lb found in the flow entry and where to record
+ * (struct rvs_fnat_tmp). */
+static __always_inline int fnat_inbound(struct xdp_md *ctx, struct pkt *p, __u32 dest, __u32 svc,
+					__u8 rec_table, __be32 rec_laddr, __be16 rec_lport,
+					__u8 rec_flags)
 {
 	struct rvs_flow_key fk = {};
 	struct rvs_fnat_key nk = {};
@@ -321,6 +467,7 @@ static __always_inline int fnat_inbound(struct xdp_md *ctx, struct pkt *p, __u32
 	struct rvs_dest *d;
 	__be16 rport;
 	int same_rs;
+	__u8 toa = 0;
 
 	d = bpf_map_lookup_elem(&dests, &dest);
 	if (!d || d->method != RVS_FWD_FNAT || d->family != p->family)
@@ -337,6 +484,8 @@ static __always_inline int fnat_inbound(struct xdp_md *ctx, struct pkt *p, __u32
 		  rk->proto == p->proto;
 	if (same_rs && rk->lport && (n = fnat_rev_get(rk, p))) {
 		__builtin_memcpy(&nk, rk, sizeof(nk));
+		if (n->toa_ack)
+			toa = RVS_FLOW_F_TOA;
 		if (fnat_toa(ctx, p, n, svc))
 			return XDP_DROP;
 	} else {
@@ -369,6 +518,16 @@ static __always_inline int fnat_inbound(struct xdp_md *ctx, struct pkt *p, __u32
 			return XDP_DROP;
 		}
 	}
+	/* Not from a SYN: its client has not seen the SYN-ACK that arms the
+	 * TOA, and must not clear the flag that SYN-ACK may be setting. */
+	if (rec_table != RVS_FNAT_REC_NONE && p->family == RVS_AF_INET &&
+	    !(p->tcpflags & TCPF_SYN)) {
+		__be32 la;
+
+		__builtin_memcpy(&la, nk.laddr, 4);
+		if (la != rec_laddr || nk.lport != rec_lport || toa != rec_flags)
+			fnat_record(p, rec_table, dest, la, nk.lport, toa);
+	}
 	{
 		__u32 laddr[4], raddr[4];
 
@@ -383,19 +542,20 @@ static __always_inline int fnat_inbound(struct xdp_md *ctx, struct pkt *p, __u32
 
 /* On the real server's segments: a SYN-ACK arms the TOA for the client's
  * segments that acknowledge it and gets its MSS lowered by the TOA's length;
- * any later segment disarms it (see the head of this file). */
-static __always_inline void fnat_toa_reply(struct xdp_md *ctx, const struct pkt *p,
-					   struct rvs_fnat *n)
+ * any later segment disarms it (see the head of this file). 1: armed, -1:
+ * not a SYN-ACK (disarmed if it was armed), 0: not TCP. */
+static __always_inline int fnat_toa_reply(struct xdp_md *ctx, const struct pkt *p,
+					  struct rvs_fnat *n)
 {
 	struct rvs_fnat_stats *st;
 	__u32 svc = n->svc;
 
 	if (p->proto != IPPROTO_TCP)
-		return;
+		return 0;
 	if ((p->tcpflags & (TCPF_SYN | TCPF_ACK)) != (TCPF_SYN | TCPF_ACK)) {
 		if (n->toa_ack)
 			n->toa_ack = 0;
-		return;
+		return -1;
 	}
 	n->toa_ack = bpf_htonl(bpf_ntohl(fnat_tcp_word(ctx, p, 1)) + 1);
 	if (toa_mss_clamp(ctx, p, p->family == RVS_AF_INET ? TOA_LEN4 : TOA_LEN6) == TOA_OK) {
@@ -403,6 +563,7 @@ static __always_inline void fnat_toa_reply(struct xdp_md *ctx, const struct pkt 
 		if (st)
 			st->mss_clamped++;
 	}
+	return n->toa_ack ? 1 : -1;
 }
 
 static __always_inline int fnat_reply(struct xdp_md *ctx, const struct pkt *p)
@@ -412,6 +573,7 @@ static __always_inline int fnat_reply(struct xdp_md *ctx, const struct pkt *p)
 	struct rvs_flow *f;
 	__u32 caddr[4], vaddr[4];
 	__be16 cport, vport;
+	int toa;
 
 	__builtin_memcpy(rk.raddr, p->saddr, 16);
 	__builtin_memcpy(rk.laddr, p->daddr, 16);
@@ -422,7 +584,7 @@ static __always_inline int fnat_reply(struct xdp_md *ctx, const struct pkt *p)
 	n = bpf_map_lookup_elem(&fnat_rev, &rk);
 	if (!n)
 		return XDP_PASS;
-	fnat_toa_reply(ctx, p, n);
+	toa = fnat_toa_reply(ctx, p, n);
 	__builtin_memcpy(caddr, n->caddr, 16);
 	__builtin_memcpy(vaddr, n->vaddr, 16);
 	cport = n->cport;
@@ -441,6 +603,23 @@ static __always_inline int fnat_reply(struct xdp_md *ctx, const struct pkt *p)
 			conns_move(f->dest, p->proto, old, f->state);
 		}
 		f->flags &= ~RVS_FLOW_F_NOOUTPUT;
+		/* The flow's client segments take xdp_fnat's full path while
+		 * the TOA is armed (fnat_established); disarmed, the flag goes
+		 * only from the entry that recorded this pair (xdp_fnat also
+		 * clears it when it finds the TOA disarmed). The SYN-ACK also
+		 * records its pair in an IPv4 entry that has none, which saves
+		 * xdp_fnat the flow look-up on the handshake's ACK: that ACK
+		 * takes xdp_fnat's path (armed), which checks the pair against
+		 * fnat_fwd/fnat_rev and records the right one if it differs. */
+		if (toa > 0 && f->dest == n->dest) {
+			f->flags |= RVS_FLOW_F_TOA;
+			if (p->family == RVS_AF_INET && !f->fnat_lport) {
+				*(volatile __be32 *)&f->fnat_laddr = p->daddr[0];
+				*(volatile __be16 *)&f->fnat_lport = p->dport;
+			}
+		} else if (toa < 0 && (f->flags & RVS_FLOW_F_TOA) && p->family == RVS_AF_INET &&
+			 f->fnat_lport == p->dport && f->fnat_laddr == p->daddr[0])
+			f->flags &= ~RVS_FLOW_F_TOA;
 	}
 	count(&svc_stats, n->svc, p->l3len, 1, 0);
 	count(&dest_stats, n->dest, p->l3len, 1, 0);
@@ -460,6 +639,9 @@ static __always_inline int fnat_main(struct xdp_md *ctx)
 	struct rvs_fnat_tmp *t;
 	struct pkt p = {};
 	__u32 zero = 0, kind, dest, svc;
+	__be32 rec_laddr;
+	__be16 rec_lport;
+	__u8 rec_table, rec_flags;
 
 	t = bpf_map_lookup_elem(&fnat_tmp, &zero);
 	if (!t)
@@ -467,12 +649,17 @@ static __always_inline int fnat_main(struct xdp_md *ctx)
 	kind = t->kind;
 	dest = t->dest;
 	svc = t->svc;
+	rec_laddr = t->laddr;
+	rec_lport = t->lport;
+	rec_table = t->table;
+	rec_flags = t->flags;
 	/* Consumed: a run not entered from xdp_lb finds nothing to do. */
 	t->kind = 0;
 	if (parse(ctx, &p) || p.icmp)
 		return XDP_PASS;
 	if (kind == RVS_FNAT_INBOUND)
-		return fnat_inbound(ctx, &p, dest, svc);
+		return fnat_inbound(ctx, &p, dest, svc, rec_table, rec_laddr, rec_lport,
+				    rec_flags);
 	if (kind == RVS_FNAT_REPLY)
 		return fnat_reply(ctx, &p);
 	return XDP_PASS;

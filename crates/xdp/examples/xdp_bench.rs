@@ -985,11 +985,73 @@ fn nat_bed_flow(lb: &mut common::Lb, cport: u16) -> Result<(Vec<u8>, Vec<u8>), B
     }
 }
 
+/// A TCP segment `src:sport -> dst:dport` between `macs`, sequence `seq`,
+/// acknowledgment `ack` (None: no ACK flag), SYN or not; a SYN carries
+/// the MSS option (1460), which FULLNAT's SYN-ACK path lowers by the TOA's
+/// length.
+fn hs_seg(
+    macs: ([u8; 6], [u8; 6]),
+    (src, sport): (IpAddr, u16),
+    (dst, dport): (IpAddr, u16),
+    (seq, ack, syn): (u32, Option<u32>, bool),
+) -> Result<Vec<u8>, Box<dyn Error>> {
+    let b = PacketBuilder::ethernet2(macs.0, macs.1);
+    let b = match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => b.ipv4(s.octets(), d.octets(), 64),
+        (IpAddr::V6(s), IpAddr::V6(d)) => b.ipv6(s.octets(), d.octets(), 64),
+        _ => return Err("mixed families".into()),
+    };
+    let mut t = b.tcp(sport, dport, seq, 65535);
+    if syn {
+        t = t.syn().options_raw(&[2, 4, 0x05, 0xb4])?;
+    }
+    if let Some(a) = ack {
+        t = t.ack(a);
+    }
+    let mut out = Vec::new();
+    t.write(&mut out, &[])?;
+    Ok(out)
+}
+
+/// The handshake of a new flow client `c:cport` -> `VIP`:80 through `lb`:
+/// its SYN and the real server's SYN-ACK (with MSS, sequence 7000) run
+/// unmeasured; returns the client's ACK that completes it (sequence 1001,
+/// acknowledging 7001: for FULLNAT the segment the armed TOA goes into),
+/// not yet run.
+fn nat_bed_handshake(
+    lb: &mut common::Lb,
+    c: IpAddr,
+    cport: u16,
+) -> Result<Vec<u8>, Box<dyn Error>> {
+    let redirect = rvs_xdp::action::REDIRECT;
+    let (v, r) = (IpAddr::from(VIP), common::rs_addr(false, 0));
+    let cin = (common::CLIENT_MAC, DIR_MAC);
+    let syn = hs_seg(cin, (c, cport), (v, 80), (1000, None, true))?;
+    let out = lb.l.run_on(&syn, 1, INGRESS)?;
+    if out.action != redirect || out.data.len() < 38 {
+        return Err(format!("SYN: action {} ({} bytes)", out.action, out.data.len()).into());
+    }
+    let d = &out.data;
+    let src = IpAddr::from([d[26], d[27], d[28], d[29]]);
+    let sport = u16::from_be_bytes([d[34], d[35]]);
+    let synack = hs_seg(
+        (common::rs_mac(0), BED_MAC),
+        (r, BED_RPORT),
+        (src, sport),
+        (7000, Some(1001), true),
+    )?;
+    ns(&mut lb.l, &synack, 1, redirect)?;
+    hs_seg(cin, (c, cport), (v, 80), (1001, Some(7001), false))
+}
+
 /// The FULLNAT table: an established FULLNAT flow's client packet (to the
-/// VIP, tail-called `xdp_fnat`) and its reply (RS to the local address),
-/// beside the NAT path's established packet and reply, and a new flow's
-/// SYN both ways (FULLNAT: the pool's port allocation), TCP over IPv4, in
-/// one run inside a namespace with the routes the FIB lookups need.
+/// VIP; its pair recorded in the flow entry, so `xdp_lb` rewrites it
+/// without the tail call into `xdp_fnat`) and its reply (RS to the local
+/// address), beside the NAT path's established packet and reply, a new
+/// flow's SYN both ways (FULLNAT: the pool's port allocation) and the ACK
+/// that completes a new flow's handshake both ways (FULLNAT: the TOA
+/// inserted), TCP over IPv4, in one run inside a namespace with the routes
+/// the FIB lookups need.
 ///
 /// NAT and FULLNAT rewrite the frame, so, as in [`tunnels`], each figure
 /// is one run per BPF_PROG_TEST_RUN call (a fresh frame each), the
@@ -998,7 +1060,12 @@ fn nat_bed_flow(lb: &mut common::Lb, cport: u16) -> Result<(Vec<u8>, Vec<u8>), B
 /// median of `rounds` rounds. Every call's action is checked (REDIRECT).
 /// The SYN rows send each call a SYN of a new client port (`calls` x
 /// `rounds` distinct flows, so each is a new flow); `calls` is at most
-/// 12000 / `rounds`.
+/// 12000 / `rounds`. The handshake rows do the same with the ACK that
+/// completes a new flow's handshake (its SYN and the real server's SYN-ACK
+/// run unmeasured before each call: [`nat_bed_handshake`]): for FULLNAT the
+/// segment that gets the TOA (checked: every one counted in
+/// `toa_inserted`), for NAT the same segment rewritten as usual; both
+/// promote the flow from the embryonic table.
 fn fnat(calls: u32, rounds: usize) -> Result<(), Box<dyn Error>> {
     use common::{Flags, tcp_frame_macs};
     // At most 12000 new flows in all: the pool (2 addresses x 64512 ports
@@ -1040,11 +1107,21 @@ fn fnat(calls: u32, rounds: usize) -> Result<(), Box<dyn Error>> {
         for (name, method) in [("NAT", maps::fwd::NAT), ("FULLNAT", maps::fwd::FNAT)] {
             newf.push((name, nat_bed_director(method, table).map_err(e)?));
         }
-        // floor, 4 established rows, 2 new-flow rows.
-        let mut v: Vec<Vec<f64>> = vec![Vec::new(); 7];
+        // Handshakes: their own directors too, clients 10.78.1.0.. (one
+        // flow per call, as for the SYN rows).
+        let mut hs = Vec::new();
+        for (name, method) in [("NAT", maps::fwd::NAT), ("FULLNAT", maps::fwd::FNAT)] {
+            hs.push((name, nat_bed_director(method, table).map_err(e)?));
+        }
+        let hs_client = |i: u32| -> (IpAddr, u16) {
+            let a = u32::from(Ipv4Addr::new(10, 78, 1, 0)) + i / 60000;
+            (Ipv4Addr::from(a).into(), 2000 + (i % 60000) as u16)
+        };
+        // floor, 4 established rows, 2 new-flow rows, 2 handshake rows.
+        let mut v: Vec<Vec<f64>> = vec![Vec::new(); 9];
         let mut next_syn = 0usize;
         for _ in 0..rounds {
-            let mut sums = [0.0f64; 7];
+            let mut sums = [0.0f64; 9];
             for _ in 0..slices {
                 sums[0] += single_runs(&mut floor, &est[0].2, SLICE, tx).map_err(e)?;
                 for (i, (name, lb, ack, reply)) in est.iter_mut().enumerate() {
@@ -1060,6 +1137,17 @@ fn fnat(calls: u32, rounds: usize) -> Result<(), Box<dyn Error>> {
                             .map_err(|x| format!("{name} new flow: {x}"))?;
                     }
                     sums[5 + i] += sum / f64::from(SLICE);
+                }
+                for (i, (name, lb)) in hs.iter_mut().enumerate() {
+                    let mut sum = 0.0;
+                    for k in next_syn..next_syn + SLICE as usize {
+                        let (c, cport) = hs_client(k as u32);
+                        let ack = nat_bed_handshake(lb, c, cport)
+                            .map_err(|x| format!("{name} handshake: {x}"))?;
+                        sum += ns(&mut lb.l, &ack, 1, redirect)
+                            .map_err(|x| format!("{name} handshake ACK: {x}"))?;
+                    }
+                    sums[7 + i] += sum / f64::from(SLICE);
                 }
                 next_syn += SLICE as usize;
             }
@@ -1079,6 +1167,37 @@ fn fnat(calls: u32, rounds: usize) -> Result<(), Box<dyn Error>> {
                 return Err(format!("FULLNAT new flows: pool stats {fs:?}"));
             }
         }
+        // The established FULLNAT row took xdp_lb's own rewrite: its flow
+        // has its pair recorded (bpf/lib/fnat.h, fnat_established).
+        if let Some((_, lb, _, _)) = est.get_mut(1) {
+            let k = FlowKey::new(PROTO_TCP, Ipv4Addr::new(10, 78, 0, 1).into(), 1000, VIP.into(), 80);
+            let f = lb.l.flow(&k).map_err(|e| e.to_string())?;
+            if f.is_none_or(|f| f.fnat_lport == 0 || f.flags & maps::FLOW_F_TOA != 0) {
+                return Err(format!("FULLNAT established flow without its pair recorded: {f:?}"));
+            }
+        }
+        // Every handshake made a connection and completed it (ESTABLISHED,
+        // moved out of the embryonic table); every FULLNAT one had its
+        // SYN-ACK's MSS lowered and its ACK got the TOA.
+        let n = syns.len() as u64;
+        for (name, lb) in &mut hs {
+            let st = lb.l.svc_stats(0).map_err(|e| e.to_string())?;
+            let (c, cport) = hs_client(0);
+            let k = FlowKey::new(PROTO_TCP, c, cport, VIP.into(), 80);
+            let state = lb.l.flow(&k).map_err(|e| e.to_string())?.map(|f| f.state);
+            if st.conns != n || state != Some(TCP_ESTABLISHED) {
+                return Err(format!(
+                    "{name} handshakes: {} connections, not {n}; first flow's state {state:?}",
+                    st.conns
+                ));
+            }
+        }
+        if let Some((_, lb)) = hs.get_mut(1) {
+            let fs = lb.l.fnat_stats(0).map_err(|e| e.to_string())?;
+            if fs.toa_inserted != n || fs.mss_clamped != n || fs.toa_noroom + fs.toa_mtu + fs.toa_error != 0 {
+                return Err(format!("FULLNAT handshakes: TOA counters {fs:?}, not {n} inserted"));
+            }
+        }
         let m: Vec<f64> = v.iter_mut().map(|x| median(x)).collect();
         let net = |i: usize| m[i] - m[0];
         println!();
@@ -1092,6 +1211,7 @@ fn fnat(calls: u32, rounds: usize) -> Result<(), Box<dyn Error>> {
             ("established, client -> VIP", 1, 3),
             ("established, reply RS -> client / local address", 2, 4),
             ("new flow SYN (FULLNAT: port allocation)", 5, 6),
+            ("handshake-completing ACK (FULLNAT: TOA inserted)", 7, 8),
         ];
         for (what, n, f) in rows {
             println!("| NAT {what} | {:.0} | {:.0} | |", m[n], net(n));

@@ -173,6 +173,9 @@ pub const CFG_F_NAT: u32 = 0x0001;
 pub const CFG_F_FNAT: u32 = 0x0002;
 /// Flow flag: no reply seen (always set for DR/TUN flows).
 pub const FLOW_F_NOOUTPUT: u8 = 0x01;
+/// Flow flag (FULLNAT): the real server's SYN-ACK armed the TOA, so the
+/// client's segments take `xdp_fnat`'s full path (which inserts it).
+pub const FLOW_F_TOA: u8 = 0x02;
 /// Number of IPVS TCP states (`NONE` .. `SYNACK`).
 pub const TCP_S_LAST: usize = 11;
 /// Length of the GUE header the program writes.
@@ -434,12 +437,16 @@ pub struct Flow {
     pub svc: u32,
     /// IPVS TCP state (or 0 for UDP).
     pub state: u8,
-    /// [`FLOW_F_NOOUTPUT`].
+    /// [`FLOW_F_NOOUTPUT`], [`FLOW_F_TOA`].
     pub flags: u8,
-    /// Padding, zero.
-    pub pad0: u16,
-    /// Padding, zero.
-    pub pad1: u32,
+    /// FULLNAT over IPv4: the local port of the flow's pair as the program
+    /// recorded it from `fnat_fwd`/`fnat_rev` (network order), so that its
+    /// established packets skip both look-ups; 0 = none recorded (what the
+    /// control side writes: the program then finds the pair itself).
+    pub fnat_lport: u16,
+    /// FULLNAT over IPv4: the local address of that pair (network order,
+    /// as it lies in memory); meaningful only with `fnat_lport` set.
+    pub fnat_laddr: u32,
 }
 
 /// Entries of the per-CPU flow cache (`flow_cache`) on each CPU.
@@ -945,6 +952,13 @@ pub const FNAT_PROG: u32 = 0;
 pub const FNAT_INBOUND: u32 = 1;
 /// `fnat_tmp.kind`: a packet to a local address.
 pub const FNAT_REPLY: u32 = 2;
+/// `fnat_tmp.table`: the flow's pair is not recorded (a new flow's first
+/// packet).
+pub const FNAT_REC_NONE: u8 = 0;
+/// `fnat_tmp.table`: the flow's pair is recorded in its `flows4` entry.
+pub const FNAT_REC_FLOWS: u8 = 1;
+/// `fnat_tmp.table`: the flow's pair is recorded in its `embryonic4` entry.
+pub const FNAT_REC_EMBRYONIC: u8 = 2;
 /// Entries of `fnat_laddrs` (every service's local addresses together).
 pub const FNAT_LADDRS_MAX: u32 = 4096;
 /// The pool hash's seed (`RVS_FNAT_SEED`, bpf/lib/fnat.h).
@@ -1061,6 +1075,15 @@ pub struct FnatTmp {
     pub dest: u32,
     /// Service index.
     pub svc: u32,
+    /// [`FNAT_INBOUND`]: the flow entry's `fnat_laddr` as `xdp_lb` read it.
+    pub laddr: u32,
+    /// [`FNAT_INBOUND`]: the flow entry's `fnat_lport`.
+    pub lport: u16,
+    /// [`FNAT_INBOUND`]: where `xdp_fnat` records the flow's pair
+    /// ([`FNAT_REC_NONE`], [`FNAT_REC_FLOWS`], [`FNAT_REC_EMBRYONIC`]).
+    pub table: u8,
+    /// [`FNAT_INBOUND`]: the flow entry's [`FLOW_F_TOA`].
+    pub flags: u8,
     /// Zero.
     pub pad0: u32,
 }

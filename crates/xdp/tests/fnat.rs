@@ -289,6 +289,57 @@ fn fnat(v6: bool, udp: bool) {
         );
         let out = lb.run(&f);
         assert_eq!((out.action, out.data), (action::PASS, f));
+
+        // The established packet above recorded the pair in the flow
+        // entry (IPv4; an IPv6 flow keeps taking xdp_fnat's path), so the
+        // next ones are rewritten by xdp_lb alone: with fnat_prog emptied
+        // an IPv4 one still leaves translated and nothing is counted
+        // missed; an IPv6 one is passed untouched and counted.
+        let flow = lb.l.flow(&fk).unwrap().expect("flow");
+        let la = maps::addr16(l);
+        let want_rec = if v6 {
+            (0, 0)
+        } else {
+            (
+                lport.to_be(),
+                u32::from_ne_bytes([la[0], la[1], la[2], la[3]]),
+            )
+        };
+        assert_eq!((flow.fnat_lport, flow.fnat_laddr), want_rec);
+        lb.l.clear_fnat_prog().expect("clear");
+        let f = mk(
+            udp,
+            Flags::Ack,
+            c,
+            33000,
+            v,
+            80,
+            CLIENT_MAC,
+            DIR_MAC,
+            b"again",
+        );
+        let out = lb.run(&f);
+        if v6 {
+            assert_eq!((out.action, out.data), (action::PASS, f));
+            assert_eq!(lb.l.fnat_missed().unwrap(), 1);
+        } else {
+            assert_eq!(out.action, action::REDIRECT);
+            assert_eq!(
+                out.data,
+                mk(
+                    udp,
+                    Flags::Ack,
+                    l,
+                    lport,
+                    r,
+                    RPORT,
+                    VETH_MAC,
+                    rs_mac(0),
+                    b"again"
+                )
+            );
+            assert_eq!(lb.l.fnat_missed().unwrap(), 0);
+        }
     });
 }
 
@@ -558,6 +609,13 @@ fn fnat_toa(v6: bool) {
         );
         let fs = lb.l.fnat_stats(0).unwrap();
         assert_eq!((fs.mss_clamped, fs.toa_inserted), (1, 0));
+        // Armed: the flow's client segments take xdp_fnat's path.
+        let fk = FlowKey::new(PROTO_TCP, c, cport, v, 80);
+        let flow = lb.l.flow(&fk).unwrap().expect("flow");
+        assert_ne!(flow.flags & maps::FLOW_F_TOA, 0, "TOA armed in the flow");
+        // ... and an IPv4 flow has its pair recorded by that SYN-ACK.
+        let rec = if v6 { 0 } else { lport.to_be() };
+        assert_eq!(flow.fnat_lport, rec);
 
         // The handshake's ACK gets the TOA; so does data sent before the
         // server answered; both carry the timestamps behind it.
@@ -608,6 +666,13 @@ fn fnat_toa(v6: bool) {
         );
         assert_eq!(lb.run(&f).action, action::REDIRECT);
         assert_eq!(lb.l.fnat(&rk).unwrap().expect("entry").toa_ack, 0);
+        // Disarmed in the IPv4 flow that recorded this pair (an IPv6 flow
+        // records none and keeps taking xdp_fnat's path).
+        if !v6 {
+            let flow = lb.l.flow(&fk).unwrap().expect("flow");
+            assert_eq!(flow.flags & maps::FLOW_F_TOA, 0, "TOA disarmed in the flow");
+            assert_eq!(flow.fnat_lport, lport.to_be());
+        }
         let f = seg(cin, c, cport, v, 80, (1019, Some(7001), false), &ts, b"x");
         let out = lb.run(&f);
         let want = seg(
@@ -774,6 +839,10 @@ fn fnat_alone_walk_hands_out_every_pair_and_counts_refusals_once() {
                 kind: maps::FNAT_INBOUND,
                 dest: 0,
                 svc: 0,
+                laddr: 0,
+                lport: 0,
+                table: maps::FNAT_REC_NONE,
+                flags: 0,
                 pad0: 0,
             })
             .expect("fnat_tmp");

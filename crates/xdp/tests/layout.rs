@@ -137,7 +137,7 @@ mirrors! {
     }
     "rvs_flow_key" => FlowKey { caddr, vaddr, cport, vport, proto, family, pad0 }
     "rvs_flow4_key" => Flow4Key { caddr, vaddr, cport, vport, proto, pad0, pad1 }
-    "rvs_flow" => Flow { last_seen, dest, svc, state, flags, pad0, pad1 }
+    "rvs_flow" => Flow { last_seen, dest, svc, state, flags, fnat_lport, fnat_laddr }
     "rvs_flow_cache" => FlowCache { key, stamp, dest, svc, epoch, pad0 }
     "rvs_flow6_cache" => Flow6Cache { key, stamp, dest, svc, epoch, pad0 }
     "rvs_nat_key" => NatKey { raddr, caddr, rport, cport, proto, family, pad0 }
@@ -161,7 +161,7 @@ mirrors! {
     "rvs_fnat_pool" => FnatPool { count, port_min, port_max, family, pad0, addrs }
     "rvs_fnat_key" => FnatKey { raddr, laddr, rport, lport, proto, family, pad0 }
     "rvs_fnat" => Fnat { caddr, vaddr, cport, vport, svc, dest, toa_ack }
-    "rvs_fnat_tmp" => FnatTmp { kind, dest, svc, pad0 }
+    "rvs_fnat_tmp" => FnatTmp { kind, dest, svc, laddr, lport, table, flags, pad0 }
     "rvs_fnat_stats" => FnatStats {
         exhausted, allocated, toa_inserted, toa_noroom, toa_mtu, toa_error, mss_clamped,
         probes
@@ -910,6 +910,9 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_FNAT_PROG", maps::FNAT_PROG.into()),
         ("RVS_FNAT_INBOUND", maps::FNAT_INBOUND.into()),
         ("RVS_FNAT_REPLY", maps::FNAT_REPLY.into()),
+        ("RVS_FNAT_REC_NONE", maps::FNAT_REC_NONE.into()),
+        ("RVS_FNAT_REC_FLOWS", maps::FNAT_REC_FLOWS.into()),
+        ("RVS_FNAT_REC_EMBRYONIC", maps::FNAT_REC_EMBRYONIC.into()),
         ("RVS_FNAT_LADDRS_MAX", maps::FNAT_LADDRS_MAX.into()),
         ("RVS_FNAT_SEED", maps::FNAT_SEED),
         ("RVS_FNAT_MUL", maps::FNAT_MUL),
@@ -925,6 +928,7 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_DEST_F_TUN_CSUM", dest_flags::TUN_CSUM.into()),
         ("RVS_CFG_F_NAT", maps::CFG_F_NAT.into()),
         ("RVS_FLOW_F_NOOUTPUT", maps::FLOW_F_NOOUTPUT.into()),
+        ("RVS_FLOW_F_TOA", maps::FLOW_F_TOA.into()),
         ("RVS_TCP_S_LAST", maps::TCP_S_LAST as u64),
         ("RVS_UDP_S_NORMAL", UdpState::Normal as u64),
         ("RVS_GUE_HDR_LEN", maps::GUE_HDR_LEN as u64),
