@@ -189,16 +189,20 @@ static long least_step(__u32 i, void *ctx)
 	return 0;
 }
 
-static __always_inline __u32 sched_least(const struct rvs_svc *s)
+/* A global function, like twos, lblc and lblcr below (see there): the
+ * verifier checks least_step's loop once here instead of once per caller
+ * state; inlined, its callback's iterations took most of xdp_lb's 1M
+ * instruction budget (Linux 6.18.44 refused the program). */
+__noinline __u32 sched_least(const struct rvs_svc *s)
 {
 	struct least x = {
-		.off = s->dests_off,
-		.sched = s->sched,
 		.best = RVS_SLOT_EMPTY,
 	};
 
-	if (s->dests_len > RVS_MAX_SVC_DESTS)
+	if (!s || s->dests_len > RVS_MAX_SVC_DESTS)
 		return RVS_SLOT_EMPTY;
+	x.off = s->dests_off;
+	x.sched = s->sched;
 	bpf_loop(s->dests_len, least_step, &x, 0);
 	CALL_SITE_TAG(11);
 	return x.best;
