@@ -163,7 +163,8 @@ mirrors! {
     "rvs_fnat" => Fnat { caddr, vaddr, cport, vport, svc, dest, toa_ack }
     "rvs_fnat_tmp" => FnatTmp { kind, dest, svc, pad0 }
     "rvs_fnat_stats" => FnatStats {
-        exhausted, allocated, toa_inserted, toa_noroom, toa_mtu, toa_error, mss_clamped
+        exhausted, allocated, toa_inserted, toa_noroom, toa_mtu, toa_error, mss_clamped,
+        icmp_to_rs, icmp_to_client, icmp_mtu_lowered
     }
     "rvs_quic_cfg" => QuicCfg { mode, sid_len, nonce_len, pad0, dk }
     "rvs_quic_svc" => QuicSvc { fallback_len, pad0, cfg }
@@ -910,6 +911,8 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_FNAT_PROG", maps::FNAT_PROG.into()),
         ("RVS_FNAT_INBOUND", maps::FNAT_INBOUND.into()),
         ("RVS_FNAT_REPLY", maps::FNAT_REPLY.into()),
+        ("RVS_FNAT_ICMP_IN", maps::FNAT_ICMP_IN.into()),
+        ("RVS_FNAT_ICMP_OUT", maps::FNAT_ICMP_OUT.into()),
         ("RVS_FNAT_LADDRS_MAX", maps::FNAT_LADDRS_MAX.into()),
         ("RVS_FNAT_SEED", maps::FNAT_SEED),
         ("RVS_FNAT_MUL", maps::FNAT_MUL),
