@@ -79,7 +79,8 @@ fn configure() -> Result<Loaded, String> {
         Object::Director,
         &LoadOptions {
             flow_table_size: 4096,
-            slots: 1 << 20,
+            // Five services, a region of 1 << 18 slots each.
+            slots: 1 << 21,
             ..LoadOptions::default()
         },
     )
