@@ -459,6 +459,11 @@ struct rvs_nh_key {
 /* fnat_tmp's `kind`: what the main program hands the FULLNAT program. */
 #define RVS_FNAT_INBOUND 1 /* a packet of a FULLNAT flow, client -> VIP */
 #define RVS_FNAT_REPLY 2   /* a packet to one of the local addresses */
+/* ICMP errors about a FULLNAT flow (lib/fnat.h): from the client's side
+ * about a reply VIP -> client (to the real server), and from the real
+ * server's side about a packet laddr -> RS (to the client). */
+#define RVS_FNAT_ICMP_IN 3
+#define RVS_FNAT_ICMP_OUT 4
 
 /* fnat_pools: ARRAY[service index], the service's local addresses (count 0
  * = no pool: its FULLNAT flows are dropped and counted as exhausted) and
@@ -529,7 +534,7 @@ struct rvs_fnat {
 /* fnat_tmp: PERCPU_ARRAY[0], what xdp_lb hands xdp_fnat across the tail
  * call (same CPU, same packet). */
 struct rvs_fnat_tmp {
-	__u32 kind; /* RVS_FNAT_INBOUND / RVS_FNAT_REPLY */
+	__u32 kind; /* RVS_FNAT_INBOUND / _REPLY / _ICMP_IN / _ICMP_OUT */
 	__u32 dest;
 	__u32 svc;
 	/* RVS_FNAT_INBOUND: the flow entry's fnat_laddr, fnat_lport and
@@ -561,6 +566,13 @@ struct rvs_fnat_stats {
 	/* Pairs looked at by the pool walk (lib/fnat.h fnat_alloc), claimed
 	 * or not: probes / allocated is the search's mean length. */
 	__u64 probes;
+	/* ICMP errors about the service's FULLNAT flows translated (lib/fnat.h):
+	 * from the client's side to the real server, from the real server's
+	 * side to the client; frag-needed / packet-too-big MTUs lowered by the
+	 * TOA's length (toward the client, while the flow's TOA is armed). */
+	__u64 icmp_to_rs;
+	__u64 icmp_to_client;
+	__u64 icmp_mtu_lowered;
 };
 
 /* fnat_missed: PERCPU_ARRAY[0], packets passed to the kernel because the

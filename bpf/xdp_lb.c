@@ -32,7 +32,8 @@
  *    (bridge flooding, a promiscuous NIC; counted in foreign_frames),
  *    multicast, broadcast (lib/own_mac.h, the own_macs table);
  *  - non-IP, non-TCP/UDP, non-VIP traffic (ICMP errors about a flow
- *    excepted: they go where the flow goes, rewritten for NAT flows);
+ *    excepted: they go where the flow goes, rewritten for NAT flows and,
+ *    in xdp_fnat, for FULLNAT flows);
  *  - truncated or malformed headers (never read out of bounds; the kernel
  *    drops and counts them in its own statistics);
  *  - IPv4 fragments: only the first fragment carries ports, so a flow lookup

@@ -32,14 +32,30 @@
  * segment, or by xdp_fnat when it finds toa_ack 0) and its client segments
  * take xdp_fnat's path, which inserts the TOA. IPv6 flows always take it
  * (no room in the flow entry for a 16-byte local address). What the
- * record does not cover: a pair dropped from fnat_rev while its flow
- * lives (the LRU evicting it under pressure; the flow's inbound packets no
- * longer refresh it) stays in use by the flow's client packets, where
- * xdp_fnat would have allocated a new pair (and broken the connection
- * either way); fnat_rev as a plain hash (no eviction) closes that.
+ * record relies on: fnat_rev is a plain hash (no eviction), so a live
+ * flow's pair is only dropped with its flow (rvsd's report and sweep).
  *
- * ICMP errors about FULLNAT flows are passed to the kernel (not translated
- * yet).
+ * ICMP errors about FULLNAT flows (destination unreachable, incl.
+ * fragmentation needed / packet too big, time exceeded; quoting TCP or
+ * UDP) are translated both ways, every checksum fixed incrementally
+ * (outer IPv4 header, quoted IPv4 header, quoted TCP/UDP when the quote
+ * holds it, ICMP / ICMPv6 with its pseudo-header):
+ *  - RVS_FNAT_ICMP_OUT: an error to a local address quoting laddr:lport ->
+ *    RS:rport (from the real server or a router on its side), found in
+ *    fnat_rev, becomes VIP -> client quoting client:cport -> VIP:vport
+ *    (the outer source is the VIP, as for NAT; TTL decremented);
+ *  - RVS_FNAT_ICMP_IN: an error to the VIP quoting VIP:vport ->
+ *    client:cport (from the client's side about a reply), found by the
+ *    flow (fnat_fwd, checked against fnat_rev), becomes laddr -> RS quoting
+ *    RS:rport -> laddr:lport.
+ * Both leave by the FIB and are counted in the flow's service and real
+ * server stats and in fnat_stats (icmp_to_client, icmp_to_rs). FULLNAT
+ * adds no bytes, so MTUs pass unchanged, with one exception: a
+ * frag-needed / packet-too-big toward the client about a TCP flow whose TOA
+ * is armed (see below) has its MTU lowered by the TOA's length (8 / 20
+ * bytes; not below 68 / 1280; counted as icmp_mtu_lowered), since the
+ * client's segments that get the TOA grow by that much on the real
+ * server's path. Errors that match no flow are the kernel's.
  *
  * TOA (the client's address for the real server, lib/toa_insert.h). The
  * real server's reader (bpf/toa.c, toa.ko) takes it from the ACK that
@@ -633,35 +649,283 @@ static __always_inline int fnat_reply(struct xdp_md *ctx, const struct pkt *p)
 	return fib_out(ctx, p, caddr, vaddr);
 }
 
+/* ------------------------------------------- ICMP errors (xdp_fnat) */
+
+/* The smallest MTUs a lowered one stays at (RFC 791, RFC 8200). */
+#define FNAT_MTU_MIN4 68
+#define FNAT_MTU_MIN6 1280
+
+/* Set the IPv6 address at `a` to `n`; `acc` plus the checksum change. */
+static __always_inline __u32 fnat_addr6_set(__u32 *a, const __u32 *n, __u32 acc)
+{
+	int i;
+
+#pragma unroll
+	for (i = 0; i < 4; i++) {
+		acc = csum_acc32(acc, a[i], n[i]);
+		a[i] = n[i];
+	}
+	return acc;
+}
+
+/* Rewrite the ICMP error `p` (its quote parsed by parse_icmp_error): the
+ * outer source and destination become `osrc`, `odst`, the quoted packet's
+ * source and destination `qsrc`:`qsport`, `qdst`:`qdport` (addresses 16
+ * bytes, IPv4 in the first word), a frag-needed / packet-too-big MTU is
+ * lowered by `mtu_less` (0: kept); every checksum fixed incrementally: the outer IPv4 header's,
+ * the quoted IPv4 header's, the quoted TCP/UDP checksum when the quote
+ * holds it (a zero IPv4 UDP checksum stays zero), the ICMP checksum
+ * (ICMPv6: with the outer addresses in its pseudo-header). Every bound is
+ * checked before the first write. 0: done, 1: done and the MTU lowered,
+ * -1: not rewritten (too short). */
+static __always_inline int fnat_icmp_rewrite(struct xdp_md *ctx, const struct pkt *p,
+					     const __u32 *osrc, const __u32 *odst,
+					     const __u32 *qsrc, __be16 qsport, const __u32 *qdst,
+					     __be16 qdport, __u32 mtu_less)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 l3 = p->l3off & 0xff, l4 = p->l4off & 0x1ff, il3 = (l4 + 8) & 0x3ff, il4;
+	__u32 acc_in = 0;   /* quoted addresses: pseudo-header of the quoted L4 */
+	__u32 acc_port = 0; /* the quoted ports */
+	__u32 acc_icmp = 0; /* every word changed that the ICMP checksum covers */
+	__u16 *l4check = NULL, *ports;
+	__u8 *icmp = data + l4;
+	int lowered = 0;
+
+	if ((void *)(icmp + 8) > end)
+		return -1;
+	if (p->family == RVS_AF_INET) {
+		struct iphdr *ip = data + l3;
+		struct iphdr *iip = data + il3;
+		__u32 acc_out;
+		__u16 oldc;
+
+		if ((void *)(ip + 1) > end || (void *)(iip + 1) > end)
+			return -1;
+		il4 = (il3 + (iip->ihl & 0xf) * 4) & 0x3ff;
+		ports = data + il4;
+		if ((void *)(ports + 2) > end)
+			return -1;
+		acc_out = csum_acc32(0, ip->saddr, osrc[0]);
+		acc_out = csum_acc32(acc_out, ip->daddr, odst[0]);
+		ip->check = csum_apply(ip->check, acc_out);
+		ip->saddr = osrc[0];
+		ip->daddr = odst[0];
+		acc_in = csum_acc32(0, iip->saddr, qsrc[0]);
+		acc_in = csum_acc32(acc_in, iip->daddr, qdst[0]);
+		iip->saddr = qsrc[0];
+		iip->daddr = qdst[0];
+		oldc = iip->check;
+		iip->check = csum_apply(oldc, acc_in);
+		acc_icmp = acc_in + (__u16)~oldc + iip->check;
+	} else {
+		struct ipv6hdr *ip6 = data + l3;
+		struct ipv6hdr *iip = data + il3;
+
+		if ((void *)(ip6 + 1) > end || (void *)(iip + 1) > end)
+			return -1;
+		ports = (void *)(iip + 1);
+		if ((void *)(ports + 2) > end)
+			return -1;
+		/* The outer addresses are in ICMPv6's pseudo-header. */
+		acc_icmp = fnat_addr6_set((__u32 *)&ip6->saddr, osrc, 0);
+		acc_icmp = fnat_addr6_set((__u32 *)&ip6->daddr, odst, acc_icmp);
+		acc_in = fnat_addr6_set((__u32 *)&iip->saddr, qsrc, 0);
+		acc_in = fnat_addr6_set((__u32 *)&iip->daddr, qdst, acc_in);
+		acc_icmp += acc_in;
+	}
+	acc_port = csum_acc16(0, ports[0], qsport);
+	acc_port = csum_acc16(acc_port, ports[1], qdport);
+	ports[0] = qsport;
+	ports[1] = qdport;
+	if (p->proto == IPPROTO_TCP) {
+		struct tcphdr *th = (void *)ports;
+
+		if ((void *)(th + 1) <= end)
+			l4check = &th->check;
+	} else {
+		struct udphdr *uh = (void *)ports;
+
+		if ((void *)(uh + 1) <= end && (uh->check || p->family == RVS_AF_INET6))
+			l4check = &uh->check;
+	}
+	acc_icmp += acc_port;
+	if (l4check) {
+		__u16 oldc = *l4check, newc = csum_apply(oldc, acc_in + acc_port);
+
+		if (newc == 0 && p->proto == IPPROTO_UDP)
+			newc = 0xffff;
+		acc_icmp += (__u16)~oldc + newc;
+		*l4check = newc;
+	}
+	if (mtu_less) {
+		__u32 less = mtu_less;
+
+		if (p->family == RVS_AF_INET && icmp[0] == 3 && icmp[1] == 4) {
+			/* Fragmentation needed: the next-hop MTU (0 from a router
+			 * older than RFC 1191: left alone). */
+			__u16 *m = (__u16 *)(icmp + 6);
+			__u16 old = *m;
+			__u32 mtu = bpf_ntohs(old), nm;
+
+			nm = mtu > FNAT_MTU_MIN4 + less ? mtu - less : FNAT_MTU_MIN4;
+			if (mtu && nm < mtu) {
+				*m = bpf_htons((__u16)nm);
+				acc_icmp = csum_acc16(acc_icmp, old, *m);
+				lowered = 1;
+			}
+		} else if (p->family == RVS_AF_INET6 && icmp[0] == 2) {
+			/* Packet too big. */
+			__u32 *m = (__u32 *)(icmp + 4);
+			__u32 old = *m;
+			__u32 mtu = bpf_ntohl(old), nm;
+
+			nm = mtu > FNAT_MTU_MIN6 + less ? mtu - less : FNAT_MTU_MIN6;
+			if (nm < mtu) {
+				*m = bpf_htonl(nm);
+				acc_icmp = csum_acc32(acc_icmp, old, *m);
+				lowered = 1;
+			}
+		}
+	}
+	{
+		__u16 *icheck = (__u16 *)(icmp + 2);
+
+		*icheck = csum_apply(*icheck, acc_icmp);
+	}
+	return lowered;
+}
+
+/* RVS_FNAT_ICMP_IN: an error from the client's side about a reply
+ * VIP:vport -> client:cport (`p` describes the flow as the client sends
+ * it): to the real server from the local address, quoting RS:rport ->
+ * laddr:lport as the real server sent it. Not inlined (like fnat_icmp_out;
+ * see fnat_inbound_call). */
+static __noinline int fnat_icmp_in(struct xdp_md *ctx, const struct pkt *p)
+{
+	struct rvs_flow_key fk = {};
+	struct rvs_fnat_stats *st;
+	struct rvs_fnat_key *rk;
+	struct rvs_fnat *n;
+	const __u32 *laddr, *raddr;
+	__u32 svc, dest;
+
+	__builtin_memcpy(fk.caddr, p->saddr, 16);
+	__builtin_memcpy(fk.vaddr, p->daddr, 16);
+	fk.cport = p->sport;
+	fk.vport = p->dport;
+	fk.proto = p->proto;
+	fk.family = p->family;
+	rk = bpf_map_lookup_elem(&fnat_fwd, &fk);
+	if (!rk)
+		return XDP_PASS;
+	n = fnat_rev_get(rk, p);
+	if (!n)
+		return XDP_PASS;
+	svc = n->svc;
+	dest = n->dest;
+	laddr = (const __u32 *)rk->laddr;
+	raddr = (const __u32 *)rk->raddr;
+	if (fnat_icmp_rewrite(ctx, p, laddr, raddr, raddr, rk->rport, laddr, rk->lport, 0) < 0)
+		return XDP_PASS;
+	count(&svc_stats, svc, p->l3len, 0, 0);
+	count(&dest_stats, dest, p->l3len, 0, 0);
+	st = bpf_map_lookup_elem(&fnat_stats, &svc);
+	if (st)
+		st->icmp_to_rs++;
+	return fib_out(ctx, p, raddr, laddr);
+}
+
+/* RVS_FNAT_ICMP_OUT: an error to a local address about a packet laddr:lport
+ * -> RS:rport (`p` describes it as the real server's reply would: RS ->
+ * laddr): to the client from the VIP, quoting client:cport -> VIP:vport as
+ * the client sent it; the MTU lowered while the flow's TOA is armed (see
+ * the head of this file). */
+static __noinline int fnat_icmp_out(struct xdp_md *ctx, const struct pkt *p)
+{
+	struct rvs_fnat_key rk = {};
+	struct rvs_fnat_stats *st;
+	const __u32 *caddr, *vaddr;
+	struct rvs_fnat *n;
+	__u32 svc, dest, less = 0;
+	int rc;
+
+	__builtin_memcpy(rk.raddr, p->saddr, 16);
+	__builtin_memcpy(rk.laddr, p->daddr, 16);
+	rk.rport = p->sport;
+	rk.lport = p->dport;
+	rk.proto = p->proto;
+	rk.family = p->family;
+	n = bpf_map_lookup_elem(&fnat_rev, &rk);
+	if (!n)
+		return XDP_PASS;
+	svc = n->svc;
+	dest = n->dest;
+	caddr = (const __u32 *)n->caddr;
+	vaddr = (const __u32 *)n->vaddr;
+	if (p->proto == IPPROTO_TCP && n->toa_ack)
+		less = p->family == RVS_AF_INET ? TOA_LEN4 : TOA_LEN6;
+	if (dec_ttl(ctx, p))
+		return XDP_PASS;
+	rc = fnat_icmp_rewrite(ctx, p, vaddr, caddr, caddr, n->cport, vaddr, n->vport, less);
+	if (rc < 0)
+		return XDP_PASS;
+	count(&svc_stats, svc, p->l3len, 1, 0);
+	count(&dest_stats, dest, p->l3len, 1, 0);
+	st = bpf_map_lookup_elem(&fnat_stats, &svc);
+	if (st) {
+		st->icmp_to_client++;
+		if (rc > 0)
+			st->icmp_mtu_lowered++;
+	}
+	return fib_out(ctx, p, caddr, vaddr);
+}
+
 /* The body of xdp_fnat. */
+/* xdp_fnat's paths as functions of their own (not inlined): each has its
+ * own stack frame, so the program's deepest chain is fnat_main's small frame
+ * plus one path's (the verifier sums the frames of a call chain against 512
+ * bytes; inlined together they did not fit). `t` is fnat_tmp's entry, read
+ * before fnat_main consumed its kind. */
+static __noinline int fnat_inbound_call(struct xdp_md *ctx, struct pkt *p,
+					const struct rvs_fnat_tmp *t)
+{
+	if (!t)
+		return XDP_PASS;
+	return fnat_inbound(ctx, p, t->dest, t->svc, t->table, t->laddr, t->lport, t->flags);
+}
+
+static __noinline int fnat_reply_call(struct xdp_md *ctx, const struct pkt *p)
+{
+	return fnat_reply(ctx, p);
+}
+
 static __always_inline int fnat_main(struct xdp_md *ctx)
 {
 	struct rvs_fnat_tmp *t;
 	struct pkt p = {};
-	__u32 zero = 0, kind, dest, svc;
-	__be32 rec_laddr;
-	__be16 rec_lport;
-	__u8 rec_table, rec_flags;
+	__u32 zero = 0, kind;
 
 	t = bpf_map_lookup_elem(&fnat_tmp, &zero);
 	if (!t)
 		return XDP_PASS;
 	kind = t->kind;
-	dest = t->dest;
-	svc = t->svc;
-	rec_laddr = t->laddr;
-	rec_lport = t->lport;
-	rec_table = t->table;
-	rec_flags = t->flags;
 	/* Consumed: a run not entered from xdp_lb finds nothing to do. */
 	t->kind = 0;
-	if (parse(ctx, &p) || p.icmp)
+	if (parse(ctx, &p))
 		return XDP_PASS;
+	if (p.icmp) {
+		if (kind == RVS_FNAT_ICMP_IN)
+			return fnat_icmp_in(ctx, &p);
+		if (kind == RVS_FNAT_ICMP_OUT)
+			return fnat_icmp_out(ctx, &p);
+		return XDP_PASS;
+	}
 	if (kind == RVS_FNAT_INBOUND)
-		return fnat_inbound(ctx, &p, dest, svc, rec_table, rec_laddr, rec_lport,
-				    rec_flags);
+		return fnat_inbound_call(ctx, &p, t);
 	if (kind == RVS_FNAT_REPLY)
-		return fnat_reply(ctx, &p);
+		return fnat_reply_call(ctx, &p);
 	return XDP_PASS;
 }
 

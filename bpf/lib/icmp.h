@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 /* lib/icmp.h: ICMP errors about a flow: to its real server, rewritten
- * for NAT flows. */
+ * for NAT flows; those about FULLNAT flows are handed to xdp_fnat
+ * (lib/fnat.h). */
 #ifndef RVS_LIB_ICMP_H
 #define RVS_LIB_ICMP_H
 
 #include "lib/flow.h"
 #include "lib/stats.h"
 #include "lib/nat.h"
+#include "lib/fnat.h"
 
 /* ------------------------------------------------- ICMP errors of NAT flows */
 
@@ -154,7 +156,9 @@ static __always_inline int icmp_nat_out(struct xdp_md *ctx, const struct pkt *p,
 /* An ICMP error about a known DR/TUN flow goes to that flow's real server,
  * unchanged (TUN: encapsulated); about a NAT flow it is rewritten to match
  * the flow and goes where the flow goes (icmp_nat_in / icmp_nat_out);
- * anything else is the kernel's. */
+ * about a FULLNAT flow (a reply VIP -> client, or a packet laddr -> RS
+ * quoted by an error to a local address) xdp_fnat translates it
+ * (lib/fnat.h); anything else is the kernel's. */
 static __always_inline int icmp_error(struct xdp_md *ctx, const struct pkt *p,
 				      const struct rvs_config *cfg)
 {
@@ -165,17 +169,21 @@ static __always_inline int icmp_error(struct xdp_md *ctx, const struct pkt *p,
 	f = flow_lookup(p->family, p->saddr, p->daddr, p->sport, p->dport, p->proto);
 	if (!f && p->proto == IPPROTO_TCP)
 		f = embryo_lookup(p);
-	if (!f)
+	if (!f) {
+		/* Not a NAT flow's: quoting laddr:lport -> RS:rport, maybe
+		 * (xdp_fnat looks in fnat_rev). */
+		if ((cfg->flags & RVS_CFG_F_FNAT) && !nat_rev_lookup(p, cfg))
+			return fnat_enter(ctx, RVS_FNAT_ICMP_OUT, 0, 0);
 		return icmp_nat_out(ctx, p, cfg);
+	}
 	didx = f->dest;
 	d = bpf_map_lookup_elem(&dests, &didx);
 	if (!d || (d->flags & RVS_DEST_F_UNAVAILABLE))
 		return XDP_PASS;
 	if (d->method == RVS_FWD_NAT)
 		return icmp_nat_in(ctx, p, f, d);
-	/* Not translated for FULLNAT flows yet: the kernel's. */
 	if (d->method == RVS_FWD_FNAT)
-		return XDP_PASS;
+		return fnat_enter(ctx, RVS_FNAT_ICMP_IN, didx, f->svc);
 	count(&svc_stats, f->svc, p->l3len, 0, 0);
 	count(&dest_stats, didx, p->l3len, 0, 0);
 	return forward(ctx, p, d, cfg);

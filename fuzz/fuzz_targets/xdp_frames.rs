@@ -11,6 +11,16 @@
 //! addresses (DR) or inside outer headers whose checksums verify, the
 //! frame after its L2 header unchanged (the tunnels). The program never
 //! aborts.
+//!
+//! FULLNAT (the tail-called xdp_fnat) behind IPv4 and IPv6 UDP services,
+//! with one flow of each made at setup, so that the templates include ICMP
+//! errors about those flows from both sides (to the local address quoting
+//! laddr:lport -> RS:rport; to the VIP quoting VIP:vport -> client:cport)
+//! and their mutations: a frame FULLNAT rewrote may pass (the FIB of the
+//! fuzzing host has no route for it) or be redirected; it keeps its length
+//! and its L2 header, and every checksum that verified in the input
+//! verifies in the output (IPv4 header and TCP/UDP; for an ICMP error, every
+//! checksum rvs-wire's ICMP reader checks, quoted ones included).
 #![no_main]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -28,10 +38,34 @@ const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 0x100);
 const DIR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const RS_MACS: [[u8; 6]; 2] = [[2, 0, 0, 0, 0, 0x11], [2, 0, 0, 0, 0, 0x12]];
 
-static LB: OnceLock<Option<Mutex<Loaded>>> = OnceLock::new();
+/// The FULLNAT services' port (IPv4 and IPv6 UDP).
+const FNAT_PORT: u16 = 5353;
+/// The client port of the FULLNAT flows made at setup.
+const FNAT_CPORT: u16 = 41000;
 
-fn setup() -> Option<Mutex<Loaded>> {
-    match configure() {
+/// One family's FULLNAT flow made at setup: the client, the local address
+/// and port the director gave it, the real server.
+#[derive(Clone, Copy)]
+struct FnatFlow {
+    client: IpAddr,
+    laddr: IpAddr,
+    lport: u16,
+    rs: IpAddr,
+}
+
+struct Fuzz {
+    l: Loaded,
+    /// IPv4 and IPv6 FULLNAT flows.
+    fnat: [FnatFlow; 2],
+}
+
+static LB: OnceLock<Option<Mutex<Fuzz>>> = OnceLock::new();
+
+fn setup() -> Option<Mutex<Fuzz>> {
+    match configure().and_then(|mut l| {
+        let fnat = [fnat_flow(&mut l, false)?, fnat_flow(&mut l, true)?];
+        Ok(Fuzz { l, fnat })
+    }) {
         Ok(l) => Some(Mutex::new(l)),
         Err(e) => {
             eprintln!("xdp_frames: not fuzzing the BPF program: {e} (needs root and clang)");
@@ -45,18 +79,22 @@ fn configure() -> Result<Loaded, String> {
         Object::Director,
         &LoadOptions {
             flow_table_size: 4096,
-            slots: 1 << 20,
+            // Five services, a region of 1 << 18 slots each.
+            slots: 1 << 21,
             ..LoadOptions::default()
         },
     )
     .map_err(|e| e.to_string())?;
-    l.set_config(&Config::ipvs_defaults())
-        .map_err(|e| e.to_string())?;
+    let mut cfg = Config::ipvs_defaults();
+    cfg.flags |= maps::CFG_F_FNAT;
+    l.set_config(&cfg).map_err(|e| e.to_string())?;
     let mut svc_index = 0u32;
     for (vip, proto, port, method) in [
         (IpAddr::V4(VIP4), maps::PROTO_TCP, 80u16, maps::fwd::DR),
         (IpAddr::V4(VIP4), maps::PROTO_UDP, 53, maps::fwd::TUN_GENEVE),
         (IpAddr::V6(VIP6), maps::PROTO_TCP, 80, maps::fwd::TUN_GRE),
+        (IpAddr::V4(VIP4), maps::PROTO_UDP, FNAT_PORT, maps::fwd::FNAT),
+        (IpAddr::V6(VIP6), maps::PROTO_UDP, FNAT_PORT, maps::fwd::FNAT),
     ] {
         let rs: Vec<IpAddr> = match vip {
             IpAddr::V4(_) => vec![
@@ -134,9 +172,64 @@ fn configure() -> Result<Loaded, String> {
             svc_index,
         )
         .map_err(|e| e.to_string())?;
+        if method == maps::fwd::FNAT {
+            let la = laddr(vip.is_ipv6());
+            let mut pool = maps::FnatPool {
+                count: 1,
+                port_min: 1024,
+                port_max: 65535,
+                family: maps::family(vip),
+                ..maps::FnatPool::default()
+            };
+            pool.addrs[0] = maps::addr16(la);
+            l.set_fnat_pool(svc_index, &pool)
+                .map_err(|e| e.to_string())?;
+            l.add_fnat_laddr(la).map_err(|e| e.to_string())?;
+        }
         svc_index += 1;
     }
     Ok(l)
+}
+
+/// The FULLNAT services' local address.
+fn laddr(v6: bool) -> IpAddr {
+    if v6 {
+        IpAddr::V6(Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 0x50))
+    } else {
+        IpAddr::V4(Ipv4Addr::new(10, 77, 0, 50))
+    }
+}
+
+/// Make the family's FULLNAT flow (a datagram of the FULLNAT template) and
+/// read the translation the director chose from its output.
+fn fnat_flow(l: &mut Loaded, v6: bool) -> Result<FnatFlow, String> {
+    let f = template(if v6 { 8 } else { 5 }, None);
+    let r = l.run(&f, 1).map_err(|e| e.to_string())?;
+    let d = &r.data;
+    let (src, dst, sport) = if v6 {
+        (22..38, 38..54, 54)
+    } else {
+        (26..30, 30..34, 34)
+    };
+    if d.len() < sport + 2 || r.action == action::DROP {
+        return Err(format!("the FULLNAT flow was not made (action {})", r.action));
+    }
+    let ip = |b: &[u8]| -> IpAddr {
+        match <[u8; 16]>::try_from(b) {
+            Ok(a) => IpAddr::V6(a.into()),
+            Err(_) => IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3])),
+        }
+    };
+    let flow = FnatFlow {
+        client: ip(&f[src.clone()]),
+        laddr: ip(&d[src]),
+        lport: u16::from_be_bytes([d[sport], d[sport + 1]]),
+        rs: ip(&d[dst]),
+    };
+    if flow.laddr != laddr(v6) {
+        return Err(format!("the FULLNAT flow's source is {}", flow.laddr));
+    }
+    Ok(flow)
 }
 
 fn csum(b: &[u8]) -> u16 {
@@ -150,10 +243,141 @@ fn csum(b: &[u8]) -> u16 {
     !(s as u16)
 }
 
-/// A well-formed frame to a VIP for template `t` (0, 1: IPv4 TCP SYN /
-/// ACK; 2: IPv4 UDP; 3, 4: IPv6 TCP SYN / ACK), so mutations start from
-/// inside the paths worth exploring.
-fn template(t: u8) -> Vec<u8> {
+/// An Ethernet + IP header (no options) from `src` to `dst` carrying
+/// `proto` with `l4len` bytes after it (IPv4 checksum computed).
+fn ip_hdr(src: IpAddr, dst: IpAddr, proto: u8, l4len: usize) -> Vec<u8> {
+    let mut f = Vec::with_capacity(128);
+    f.extend_from_slice(&DIR_MAC);
+    f.extend_from_slice(&[2, 0, 0, 0, 0, 0x99]);
+    match (src, dst) {
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+            f.extend_from_slice(&(l4len as u16).to_be_bytes());
+            f.extend_from_slice(&[proto, 64]);
+            f.extend_from_slice(&s.octets());
+            f.extend_from_slice(&d.octets());
+        }
+        (s, d) => {
+            let v4 = |a: IpAddr| match a {
+                IpAddr::V4(a) => a.octets(),
+                IpAddr::V6(_) => [0; 4],
+            };
+            f.extend_from_slice(&[0x08, 0x00, 0x45, 0]);
+            f.extend_from_slice(&((20 + l4len) as u16).to_be_bytes());
+            f.extend_from_slice(&[0, 1, 0x40, 0, 64, proto, 0, 0]);
+            f.extend_from_slice(&v4(s));
+            f.extend_from_slice(&v4(d));
+            let c = csum(&f[14..34]);
+            f[24..26].copy_from_slice(&c.to_be_bytes());
+        }
+    }
+    f
+}
+
+/// The IP packet (no L2) of a UDP datagram `src:sport -> dst:dport` with its
+/// checksum.
+fn udp_packet(src: IpAddr, sport: u16, dst: IpAddr, dport: u16, data: &[u8]) -> Vec<u8> {
+    let mut u = sport.to_be_bytes().to_vec();
+    u.extend_from_slice(&dport.to_be_bytes());
+    u.extend_from_slice(&((8 + data.len()) as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(data);
+    let mut f = ip_hdr(src, dst, 17, u.len()).split_off(14);
+    let l3 = f.len();
+    f.extend_from_slice(&u);
+    let c = l4_csum(&f[..l3], &f[l3..], 17);
+    f[l3 + 6..l3 + 8].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
+/// The TCP/UDP checksum of `l4` under the IP header `ip` (as computed: 0 in
+/// the checksum field; as verified: 0 when right).
+fn l4_csum(ip: &[u8], l4: &[u8], proto: u8) -> u16 {
+    let mut ph = if ip[0] >> 4 == 6 {
+        ip[8..40].to_vec()
+    } else {
+        ip[12..20].to_vec()
+    };
+    ph.extend_from_slice(&[0, proto]);
+    ph.extend_from_slice(&(l4.len() as u16).to_be_bytes());
+    ph.extend_from_slice(l4);
+    csum(&ph)
+}
+
+/// An ICMP(v6) port unreachable from `src` to `dst` quoting `quoted`.
+fn icmp_unreach(src: IpAddr, dst: IpAddr, quoted: &[u8]) -> Vec<u8> {
+    let v6 = src.is_ipv6();
+    let mut m = if v6 {
+        vec![1, 4, 0, 0, 0, 0, 0, 0]
+    } else {
+        vec![3, 3, 0, 0, 0, 0, 0, 0]
+    };
+    m.extend_from_slice(quoted);
+    let mut f = ip_hdr(src, dst, if v6 { 58 } else { 1 }, m.len());
+    let c = if v6 {
+        let mut ph = f[22..54].to_vec();
+        ph.extend_from_slice(&(m.len() as u32).to_be_bytes());
+        ph.extend_from_slice(&[0, 0, 0, 58]);
+        ph.extend_from_slice(&m);
+        csum(&ph)
+    } else {
+        csum(&m)
+    };
+    m[2..4].copy_from_slice(&c.to_be_bytes());
+    f.extend_from_slice(&m);
+    f
+}
+
+/// A well-formed frame for template `t` (0, 1: IPv4 TCP SYN / ACK to the
+/// VIP; 2: IPv4 UDP; 3, 4: IPv6 TCP SYN / ACK; 5, 8: IPv4 / IPv6 UDP to
+/// the FULLNAT service from the setup flow's client; 6, 9: the real
+/// server's port unreachable about that flow, to the local address; 7,
+/// 10: a port unreachable from the client's side about its reply, to the
+/// VIP), so mutations start from inside the paths worth exploring. The
+/// ICMP templates need the setup's flows (`fnat`).
+fn template(t: u8, fnat: Option<&[FnatFlow; 2]>) -> Vec<u8> {
+    if (5..=10).contains(&t) {
+        let v6 = t >= 8;
+        let (vip, client, router) = if v6 {
+            (
+                IpAddr::V6(VIP6),
+                IpAddr::V6(Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 0x10)),
+                IpAddr::V6(Ipv6Addr::new(0xfd00, 0x78, 0, 0, 0, 0, 0, 1)),
+            )
+        } else {
+            (
+                IpAddr::V4(VIP4),
+                IpAddr::V4(Ipv4Addr::new(10, 77, 0, 10)),
+                IpAddr::V4(Ipv4Addr::new(10, 78, 0, 1)),
+            )
+        };
+        let flow = fnat.map(|f| f[usize::from(v6)]);
+        // The L2 header of every template.
+        let mut f = ip_hdr(vip, vip, 0, 0);
+        f.truncate(14);
+        let ip = match (t - if v6 { 8 } else { 5 }, flow) {
+            (1, Some(fl)) => icmp_unreach(
+                fl.rs,
+                fl.laddr,
+                &udp_packet(fl.laddr, fl.lport, fl.rs, FNAT_PORT, b"query"),
+            )
+            .split_off(14),
+            (2, Some(fl)) => icmp_unreach(
+                router,
+                vip,
+                &udp_packet(vip, FNAT_PORT, fl.client, FNAT_CPORT, b"answer"),
+            )
+            .split_off(14),
+            _ => udp_packet(client, FNAT_CPORT, vip, FNAT_PORT, b"query"),
+        };
+        f.extend_from_slice(&ip);
+        return f;
+    }
+    template_vip(t)
+}
+
+/// Templates 0 to 4 (see [`template`]).
+fn template_vip(t: u8) -> Vec<u8> {
     let mut f = Vec::with_capacity(128);
     f.extend_from_slice(&DIR_MAC);
     f.extend_from_slice(&[2, 0, 0, 0, 0, 0x99]);
@@ -213,12 +437,13 @@ fuzz_target!(|data: &[u8]| {
         x ^= x << 17;
         x
     };
-    let pick = rng() % 6;
-    let mut frame = if pick == 5 {
+    let Ok(mut lb) = lb.lock() else { return };
+    let pick = rng() % 12;
+    let mut frame = if pick == 11 {
         let n = (rng() % 160) as usize;
         (0..n).map(|_| rng() as u8).collect()
     } else {
-        template(pick as u8)
+        template(pick as u8, Some(&lb.fnat))
     };
     if !frame.is_empty() {
         for _ in 0..rng() % 6 {
@@ -237,15 +462,15 @@ fuzz_target!(|data: &[u8]| {
     if frame.is_empty() {
         return;
     }
-    let Ok(mut l) = lb.lock() else { return };
-    let r = match l.run(&frame, 1) {
+    let r = match lb.l.run(&frame, 1) {
         Ok(r) => r,
         // The kernel refuses frames below an Ethernet header's length.
         Err(_) if frame.len() < 14 => return,
         Err(e) => panic!("test run failed on a {}-byte frame: {e}", frame.len()),
     };
     match r.action {
-        action::PASS => assert_eq!(r.data, frame, "a passed frame was changed"),
+        action::PASS if r.data == frame => {}
+        action::PASS | action::REDIRECT => translated(&frame, &r.data),
         action::DROP => {}
         action::TX if r.data.len() == frame.len() => {
             assert!(
@@ -258,6 +483,59 @@ fuzz_target!(|data: &[u8]| {
         other => panic!("unexpected XDP action {other}"),
     }
 });
+
+/// Which checksums of the IP packet `ip` verify: the IPv4 header's, then
+/// the TCP/UDP checksum (IPv4 UDP without one counts as right) or, for an
+/// ICMP error, all those rvs-wire's reader checks. `None`: not such a
+/// packet (or not whole).
+fn checksums_ok(ip: &[u8]) -> Option<bool> {
+    let v = ip.first()? >> 4;
+    let (hlen, total, proto) = match v {
+        4 => {
+            let hl = usize::from(ip.get(0)? & 0xf) * 4;
+            (hl, usize::from(u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?])), *ip.get(9)?)
+        }
+        6 => (
+            40,
+            40 + usize::from(u16::from_be_bytes([*ip.get(4)?, *ip.get(5)?])),
+            *ip.get(6)?,
+        ),
+        _ => return None,
+    };
+    if hlen < 20 || total < hlen || ip.len() < total {
+        return None;
+    }
+    let hdr_ok = v == 6 || csum(&ip[..hlen]) == 0;
+    let l4 = &ip[hlen..total];
+    match proto {
+        1 | 58 => Some(rvs_wire::icmp::parse(&ip[..total]).ok()?.checksums.all_valid() && hdr_ok),
+        6 if l4.len() >= 20 => Some(hdr_ok && l4_csum(&ip[..hlen], l4, 6) == 0),
+        17 if l4.len() >= 8 => Some(
+            hdr_ok && ((v == 4 && l4[6..8] == [0, 0]) || l4_csum(&ip[..hlen], l4, 17) == 0),
+        ),
+        _ => None,
+    }
+}
+
+/// A frame FULLNAT rewrote (passed: the fuzzing host's FIB had no route;
+/// or redirected): the same length and L2 header, and every checksum that
+/// verified in the input verifies in the output.
+fn translated(frame: &[u8], out: &[u8]) {
+    assert_eq!(out.len(), frame.len(), "a translated frame changed its length");
+    let l2 = if matches!(frame[12..14], [0x81, 0x00] | [0x88, 0xa8]) {
+        18
+    } else {
+        14
+    };
+    assert_eq!(out[12..l2], frame[12..l2], "the L2 header changed");
+    if checksums_ok(&frame[l2..]) == Some(true) {
+        assert_eq!(
+            checksums_ok(&out[l2..]),
+            Some(true),
+            "a checksum the input had right is wrong in the output"
+        );
+    }
+}
 
 /// A frame the director sent into a GRE or Geneve tunnel: to a real
 /// server's MAC, the L2 header (tag included) kept, the original frame after

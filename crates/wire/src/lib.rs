@@ -13,11 +13,15 @@
 //!   with both checksum forms keepalived speaks for v3 over IPv4.
 //! * [`ipvs_sync`] — IPVS connection-sync datagrams (versions 0 and 1), as
 //!   the kernel's sync daemon multicasts them between directors.
+//! * [`icmp`] — ICMP / ICMPv6 error messages and the packet they quote,
+//!   with every checksum they hold verified (what a NAT or FULLNAT rewrite
+//!   of an error must keep right).
 //! * [`toa`] — the TOA TCP option (kind 254) a FULLNAT director adds to the
 //!   handshake to carry the client's address, as toa.ko and DPVS read it.
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+pub mod icmp;
 pub mod ipvs_sync;
 pub mod proxy_protocol;
 pub mod toa;

@@ -959,6 +959,13 @@ pub const FNAT_REC_NONE: u8 = 0;
 pub const FNAT_REC_FLOWS: u8 = 1;
 /// `fnat_tmp.table`: the flow's pair is recorded in its `embryonic4` entry.
 pub const FNAT_REC_EMBRYONIC: u8 = 2;
+/// `fnat_tmp.kind`: an ICMP error from the client's side about a reply of a
+/// FULLNAT flow (VIP -> client), translated toward the real server.
+pub const FNAT_ICMP_IN: u32 = 3;
+/// `fnat_tmp.kind`: an ICMP error to a local address about a packet of a
+/// FULLNAT flow (local address -> real server), translated toward the
+/// client.
+pub const FNAT_ICMP_OUT: u32 = 4;
 /// Entries of `fnat_laddrs` (every service's local addresses together).
 pub const FNAT_LADDRS_MAX: u32 = 4096;
 /// The pool hash's seed (`RVS_FNAT_SEED`, bpf/lib/fnat.h).
@@ -1069,7 +1076,8 @@ pub struct Fnat {
     Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 pub struct FnatTmp {
-    /// [`FNAT_INBOUND`] or [`FNAT_REPLY`].
+    /// [`FNAT_INBOUND`], [`FNAT_REPLY`], [`FNAT_ICMP_IN`] or
+    /// [`FNAT_ICMP_OUT`].
     pub kind: u32,
     /// Real-server index.
     pub dest: u32,
@@ -1117,6 +1125,15 @@ pub struct FnatStats {
     /// Pairs the pool walk looked at, claimed or not (`probes /
     /// allocated`: the search's mean length).
     pub probes: u64,
+    /// ICMP errors from the client's side about the service's FULLNAT
+    /// flows, translated and sent to the real server.
+    pub icmp_to_rs: u64,
+    /// ICMP errors from the real servers' side about the service's FULLNAT
+    /// flows, translated and sent to the client.
+    pub icmp_to_client: u64,
+    /// Of those, frag-needed / packet-too-big errors whose MTU was lowered
+    /// by the TOA's length (the flow's TOA was armed).
+    pub icmp_mtu_lowered: u64,
 }
 
 impl FnatStats {
@@ -1132,6 +1149,9 @@ impl FnatStats {
             toa_error: self.toa_error.wrapping_sub(base.toa_error),
             mss_clamped: self.mss_clamped.wrapping_sub(base.mss_clamped),
             probes: self.probes.wrapping_sub(base.probes),
+            icmp_to_rs: self.icmp_to_rs.wrapping_sub(base.icmp_to_rs),
+            icmp_to_client: self.icmp_to_client.wrapping_sub(base.icmp_to_client),
+            icmp_mtu_lowered: self.icmp_mtu_lowered.wrapping_sub(base.icmp_mtu_lowered),
         }
     }
 
@@ -1146,6 +1166,9 @@ impl FnatStats {
             toa_error: self.toa_error + o.toa_error,
             mss_clamped: self.mss_clamped + o.mss_clamped,
             probes: self.probes + o.probes,
+            icmp_to_rs: self.icmp_to_rs + o.icmp_to_rs,
+            icmp_to_client: self.icmp_to_client + o.icmp_to_client,
+            icmp_mtu_lowered: self.icmp_mtu_lowered + o.icmp_mtu_lowered,
         }
     }
 }

@@ -890,3 +890,331 @@ fn fnat_alone_walk_hands_out_every_pair_and_counts_refusals_once() {
         eprintln!("probes for 65 pairs of 64: {}", fs.probes);
     });
 }
+/// The ICMP errors the FULLNAT tests send: IPv4 / ICMPv6 port unreachable,
+/// fragmentation needed / packet too big with an MTU, time exceeded.
+#[derive(Clone, Copy, Debug)]
+enum IcmpKind {
+    PortUnreachable,
+    TooBig(u16),
+    TimeExceeded,
+}
+
+/// An ICMP error `kind` from `src` to `dst` with TTL `ttl` between `smac`
+/// and `dmac`, quoting `quoted`; etherparse computes every checksum of the
+/// outer packet (the quote's are those of the packet quoted).
+fn icmp_frame(
+    kind: IcmpKind,
+    (smac, dmac): ([u8; 6], [u8; 6]),
+    src: IpAddr,
+    dst: IpAddr,
+    ttl: u8,
+    quoted: &[u8],
+) -> Vec<u8> {
+    use etherparse::{
+        Icmpv4Type, Icmpv6Type,
+        icmpv4::{DestUnreachableHeader, TimeExceededCode},
+        icmpv6::{DestUnreachableCode, TimeExceededCode as Te6},
+    };
+    let b = etherparse::PacketBuilder::ethernet2(smac, dmac);
+    let mut out = Vec::new();
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let t =
+                match kind {
+                    IcmpKind::PortUnreachable => {
+                        Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::Port)
+                    }
+                    IcmpKind::TooBig(mtu) => Icmpv4Type::DestinationUnreachable(
+                        DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: mtu },
+                    ),
+                    IcmpKind::TimeExceeded => {
+                        Icmpv4Type::TimeExceeded(TimeExceededCode::TtlExceededInTransit)
+                    }
+                };
+            b.ipv4(s.octets(), d.octets(), ttl)
+                .icmpv4(t)
+                .write(&mut out, quoted)
+                .expect("frame")
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let t = match kind {
+                IcmpKind::PortUnreachable => {
+                    Icmpv6Type::DestinationUnreachable(DestUnreachableCode::Port)
+                }
+                IcmpKind::TooBig(mtu) => Icmpv6Type::PacketTooBig {
+                    mtu: u32::from(mtu),
+                },
+                IcmpKind::TimeExceeded => Icmpv6Type::TimeExceeded(Te6::HopLimitExceeded),
+            };
+            b.ipv6(s.octets(), d.octets(), ttl)
+                .icmpv6(t)
+                .write(&mut out, quoted)
+                .expect("frame")
+        }
+        _ => panic!("mixed families"),
+    }
+    out
+}
+
+/// Check a produced frame with rvs-wire's ICMP reader (independent of both
+/// the program and etherparse): every checksum present verifies, and the
+/// outer and quoted addresses are the expected ones.
+fn wire_check(frame: &[u8], src: IpAddr, dst: IpAddr, qsrc: (IpAddr, u16), qdst: (IpAddr, u16)) {
+    let m = rvs_wire::icmp::parse(&frame[14..]).expect("rvs-wire parses the error");
+    assert!(m.checksums.all_valid(), "checksums {:?}", m.checksums);
+    assert_eq!((m.src, m.dst), (src, dst), "outer addresses");
+    assert_eq!(
+        (m.quoted_src, m.quoted_dst),
+        (qsrc.into(), qdst.into()),
+        "quoted addresses and ports"
+    );
+}
+
+/// ICMP errors about FULLNAT flows, translated both ways (bpf/lib/fnat.h):
+/// - from the real server's side (the real server itself, or a router on
+///   its side) to the local address, quoting laddr:lport -> RS:rport: to
+///   the client from the VIP, quoting client:cport -> VIP:vport, TTL
+///   decremented;
+/// - from the client's side to the VIP, quoting VIP:vport -> client:cport:
+///   to the real server from the local address, quoting RS:rport ->
+///   laddr:lport.
+///
+/// Whole frames compared byte for byte with frames etherparse builds (every
+/// checksum computed from scratch), and read back by rvs-wire's ICMP parser
+/// (every checksum verified); for port unreachable, frag-needed / packet too
+/// big and time exceeded, whole and cut quotes. Counted per service; errors
+/// about unknown flows pass untouched. TCP: a too-big error toward the
+/// client while the flow's TOA is armed has its MTU lowered by the TOA's
+/// length.
+fn fnat_icmp(v6: bool, udp: bool) {
+    if !root_or_skip("fnat_icmp") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(move || {
+        let proto = if udp { PROTO_UDP } else { PROTO_TCP };
+        let mut lb = director(v6, proto, &[0], 2, 1024, 65535);
+        let (c, v, r) = (client(v6, 0x0506), vip(v6), rs_addr(v6, 0));
+        let cport = 35000;
+        let (ai, lport) = maps::fnat_candidate(c, cport, 80, 2, 1024, 65535, 0);
+        let l = laddr(v6, ai as u8);
+        // The client's first packet makes the flow.
+        let first = mk(udp, Flags::Syn, c, cport, v, 80, CLIENT_MAC, DIR_MAC, b"");
+        assert_eq!(lb.run(&first).action, action::REDIRECT);
+        // A whole packet as IP carries it (quoted in full, or cut).
+        let ip = |src: IpAddr, sport: u16, dst: IpAddr, dport: u16| {
+            if udp {
+                udp_frame(src, sport, dst, dport, b"data")[14..].to_vec()
+            } else {
+                tcp_frame(src, sport, dst, dport, Flags::Ack, b"data")[14..].to_vec()
+            }
+        };
+        let router: IpAddr = if v6 {
+            "fd77::fe".parse().unwrap()
+        } else {
+            "10.77.0.254".parse().unwrap()
+        };
+        let far: IpAddr = if v6 {
+            "fd78::1".parse().unwrap()
+        } else {
+            "10.78.200.1".parse().unwrap()
+        };
+        let cut = if v6 { 40 + 4 } else { 20 + 4 };
+        let kinds = [
+            IcmpKind::PortUnreachable,
+            IcmpKind::TooBig(1400),
+            IcmpKind::TimeExceeded,
+        ];
+        let mut to_client = 0;
+        let mut to_rs = 0;
+        for kind in kinds {
+            for whole in [true, false] {
+                let n = if whole { usize::MAX } else { cut };
+                let q = |b: Vec<u8>| b[..n.min(b.len())].to_vec();
+                // The real server's side (the real server, a router).
+                for from in [r, router] {
+                    let f = icmp_frame(
+                        kind,
+                        (rs_mac(0), VETH_MAC),
+                        from,
+                        l,
+                        64,
+                        &q(ip(l, lport, r, RPORT)),
+                    );
+                    let out = lb.run(&f);
+                    assert_eq!(out.action, action::REDIRECT, "{kind:?} from {from}");
+                    let want =
+                        icmp_frame(kind, (VETH_MAC, GW_MAC), v, c, 63, &q(ip(c, cport, v, 80)));
+                    assert_eq!(
+                        out.data, want,
+                        "to the client: {kind:?} from {from}, whole {whole}"
+                    );
+                    wire_check(&out.data, v, c, (c, cport), (v, 80));
+                    to_client += 1;
+                }
+                // The client's side, about a reply VIP -> client.
+                let f = icmp_frame(
+                    kind,
+                    (CLIENT_MAC, DIR_MAC),
+                    far,
+                    v,
+                    64,
+                    &q(ip(v, 80, c, cport)),
+                );
+                let out = lb.run(&f);
+                assert_eq!(
+                    out.action,
+                    action::REDIRECT,
+                    "{kind:?} from the client's side"
+                );
+                let want = icmp_frame(
+                    kind,
+                    (VETH_MAC, rs_mac(0)),
+                    l,
+                    r,
+                    64,
+                    &q(ip(r, RPORT, l, lport)),
+                );
+                assert_eq!(
+                    out.data, want,
+                    "to the real server: {kind:?}, whole {whole}"
+                );
+                wire_check(&out.data, l, r, (r, RPORT), (l, lport));
+                to_rs += 1;
+            }
+        }
+        let fs = lb.l.fnat_stats(0).unwrap();
+        assert_eq!(
+            (fs.icmp_to_client, fs.icmp_to_rs, fs.icmp_mtu_lowered),
+            (to_client, to_rs, 0)
+        );
+        let st = lb.l.svc_stats(0).unwrap();
+        assert_eq!((st.inpkts, st.outpkts), (1 + to_rs, to_client));
+
+        // About packets of no flow: the kernel's, untouched.
+        for f in [
+            icmp_frame(
+                IcmpKind::PortUnreachable,
+                (rs_mac(0), VETH_MAC),
+                r,
+                l,
+                64,
+                &ip(l, lport.wrapping_add(1), r, RPORT),
+            ),
+            icmp_frame(
+                IcmpKind::PortUnreachable,
+                (CLIENT_MAC, DIR_MAC),
+                far,
+                v,
+                64,
+                &ip(v, 80, c, cport + 1),
+            ),
+        ] {
+            let out = lb.run(&f);
+            assert_eq!((out.action, out.data), (action::PASS, f));
+        }
+        assert_eq!(lb.l.fnat_stats(0).unwrap().icmp_to_client, to_client);
+
+        if udp {
+            return;
+        }
+        // TCP: the real server's SYN-ACK arms the flow's TOA; a too-big
+        // error toward the client then says the MTU less the TOA's length
+        // (the client's segments that get it grow by that much); any other
+        // error is unchanged.
+        let toa_len: u16 = if v6 { 20 } else { 8 };
+        let synack = seg(
+            (rs_mac(0), VETH_MAC),
+            r,
+            RPORT,
+            l,
+            lport,
+            (7000, Some(1), true),
+            &syn_opts(1460),
+            b"",
+        );
+        assert_eq!(lb.run(&synack).action, action::REDIRECT);
+        let mtu = 1400;
+        let f = icmp_frame(
+            IcmpKind::TooBig(mtu),
+            (rs_mac(0), VETH_MAC),
+            router,
+            l,
+            64,
+            &ip(l, lport, r, RPORT),
+        );
+        let out = lb.run(&f);
+        assert_eq!(out.action, action::REDIRECT);
+        let want = icmp_frame(
+            IcmpKind::TooBig(mtu - toa_len),
+            (VETH_MAC, GW_MAC),
+            v,
+            c,
+            63,
+            &ip(c, cport, v, 80),
+        );
+        assert_eq!(out.data, want, "the MTU less the TOA");
+        wire_check(&out.data, v, c, (c, cport), (v, 80));
+        let fs = lb.l.fnat_stats(0).unwrap();
+        assert_eq!(fs.icmp_mtu_lowered, 1);
+        // Never below the family's minimum MTU.
+        let floor = if v6 { 1280 } else { 68 };
+        let f = icmp_frame(
+            IcmpKind::TooBig(floor + 1),
+            (rs_mac(0), VETH_MAC),
+            router,
+            l,
+            64,
+            &ip(l, lport, r, RPORT),
+        );
+        let out = lb.run(&f);
+        let want = icmp_frame(
+            IcmpKind::TooBig(floor),
+            (VETH_MAC, GW_MAC),
+            v,
+            c,
+            63,
+            &ip(c, cport, v, 80),
+        );
+        assert_eq!((out.action, out.data), (action::REDIRECT, want));
+        let f = icmp_frame(
+            IcmpKind::PortUnreachable,
+            (rs_mac(0), VETH_MAC),
+            r,
+            l,
+            64,
+            &ip(l, lport, r, RPORT),
+        );
+        let out = lb.run(&f);
+        let want = icmp_frame(
+            IcmpKind::PortUnreachable,
+            (VETH_MAC, GW_MAC),
+            v,
+            c,
+            63,
+            &ip(c, cport, v, 80),
+        );
+        assert_eq!((out.action, out.data), (action::REDIRECT, want));
+        assert_eq!(lb.l.fnat_stats(0).unwrap().icmp_mtu_lowered, 2);
+    });
+}
+
+#[test]
+fn fnat_icmp_tcp_v4() {
+    fnat_icmp(false, false);
+}
+
+#[test]
+fn fnat_icmp_tcp_v6() {
+    fnat_icmp(true, false);
+}
+
+#[test]
+fn fnat_icmp_udp_v4() {
+    fnat_icmp(false, true);
+}
+
+#[test]
+fn fnat_icmp_udp_v6() {
+    fnat_icmp(true, true);
+}

@@ -164,7 +164,7 @@ mirrors! {
     "rvs_fnat_tmp" => FnatTmp { kind, dest, svc, laddr, lport, table, flags, pad0 }
     "rvs_fnat_stats" => FnatStats {
         exhausted, allocated, toa_inserted, toa_noroom, toa_mtu, toa_error, mss_clamped,
-        probes
+        probes, icmp_to_rs, icmp_to_client, icmp_mtu_lowered
     }
     "rvs_quic_cfg" => QuicCfg { mode, sid_len, nonce_len, pad0, dk }
     "rvs_quic_svc" => QuicSvc { fallback_len, pad0, cfg }
@@ -913,6 +913,8 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_FNAT_REC_NONE", maps::FNAT_REC_NONE.into()),
         ("RVS_FNAT_REC_FLOWS", maps::FNAT_REC_FLOWS.into()),
         ("RVS_FNAT_REC_EMBRYONIC", maps::FNAT_REC_EMBRYONIC.into()),
+        ("RVS_FNAT_ICMP_IN", maps::FNAT_ICMP_IN.into()),
+        ("RVS_FNAT_ICMP_OUT", maps::FNAT_ICMP_OUT.into()),
         ("RVS_FNAT_LADDRS_MAX", maps::FNAT_LADDRS_MAX.into()),
         ("RVS_FNAT_SEED", maps::FNAT_SEED),
         ("RVS_FNAT_MUL", maps::FNAT_MUL),

@@ -398,7 +398,7 @@ pub fn director(ipvs: &Ipvs, reloads: u64, reload_failures: u64) -> Vec<Family> 
 /// their real server, and pairs handed out.
 pub fn xdp_fnat(services: &[(ServiceKey, rvs_xdp::maps::FnatStats)]) -> Vec<Family> {
     type Get = fn(&rvs_xdp::maps::FnatStats) -> u64;
-    let families: [(&'static str, &'static str, Get); 8] = [
+    let families: [(&'static str, &'static str, Get); 11] = [
         (
             "rvs_xdp_fnat_exhausted_total",
             "FULLNAT connections refused: every (local address, port) pair toward \
@@ -447,6 +447,24 @@ pub fn xdp_fnat(services: &[(ServiceKey, rvs_xdp::maps::FnatStats)]) -> Vec<Fami
             "(local address, port) pairs the pool walk looked at for new FULLNAT flows, \
              taken or free (divided by the pairs handed out: the search's mean length).",
             |c| c.probes,
+        ),
+        (
+            "rvs_xdp_fnat_icmp_to_rs_total",
+            "ICMP errors from the client's side about FULLNAT flows, translated \
+             (local address -> real server) and sent to the real server.",
+            |c| c.icmp_to_rs,
+        ),
+        (
+            "rvs_xdp_fnat_icmp_to_client_total",
+            "ICMP errors from the real servers' side about FULLNAT flows, translated \
+             (VIP -> client) and sent to the client.",
+            |c| c.icmp_to_client,
+        ),
+        (
+            "rvs_xdp_fnat_icmp_mtu_lowered_total",
+            "Fragmentation-needed / packet-too-big errors sent to clients of FULLNAT \
+             flows with their MTU lowered by the TOA's length.",
+            |c| c.icmp_mtu_lowered,
         ),
     ];
     families
@@ -947,6 +965,9 @@ mod tests {
             toa_error: 4,
             mss_clamped: 6,
             probes: 90,
+            icmp_to_rs: 7,
+            icmp_to_client: 8,
+            icmp_mtu_lowered: 9,
         };
         let text = encode(xdp_fnat(&[(key, c)]));
         let labels = r#"{local_address="10.0.0.1",local_port="80",proto="TCP",local_mark=""}"#;
@@ -959,6 +980,9 @@ mod tests {
             ("rvs_xdp_fnat_toa_mtu_total", 2),
             ("rvs_xdp_fnat_toa_errors_total", 4),
             ("rvs_xdp_fnat_mss_clamped_total", 6),
+            ("rvs_xdp_fnat_icmp_to_rs_total", 7),
+            ("rvs_xdp_fnat_icmp_to_client_total", 8),
+            ("rvs_xdp_fnat_icmp_mtu_lowered_total", 9),
         ] {
             let want = format!("{name}{labels} {v}");
             assert!(lines(&text).contains(&want.as_str()), "{want} in {text}");

@@ -285,7 +285,17 @@ fn assert_unreachable(rs: &Host, client: IpAddr) {
     assert!(r.is_err(), "{} connects to the client directly", rs.ns);
 }
 
-fn fullnat(test: &str, p: &Plan, nginx: bool) {
+/// What a test runs after the FULLNAT checks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Then {
+    Nothing,
+    /// nginx behind the director, with and without the TOA reader.
+    Nginx,
+    /// ICMP errors about FULLNAT flows, both ways.
+    Icmp,
+}
+
+fn fullnat(test: &str, p: &Plan, then: Then) {
     let Some(mut bed) = Bed::new(test) else {
         return;
     };
@@ -477,9 +487,136 @@ fn fullnat(test: &str, p: &Plan, nginx: bool) {
         assert_unreachable(h, client_ip);
     }
     drop(servers);
-    if nginx {
-        toa_nginx(test, &d, &client, &rs[0], p, &laddrs);
+    match then {
+        Then::Nothing => {}
+        Then::Nginx => toa_nginx(test, &d, &client, &rs[0], p, &laddrs),
+        Then::Icmp => icmp_errors(&d, &client, &rs[0], p),
     }
+}
+
+/// Whether `e` is ECONNREFUSED (the pending error a port unreachable left
+/// on a connected UDP socket).
+fn refused(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::ConnectionRefused
+}
+
+/// ICMP errors about FULLNAT flows, end to end (the director translates
+/// them in XDP; the real servers have no route to the client, and the
+/// director's kernel would drop both errors: they are addressed to its
+/// local address and its VIP, where no socket has the quoted ports):
+/// - a client's connected UDP socket sends to a FULLNAT service whose real
+///   server port has no listener: the real server's port unreachable (to
+///   the local address, quoting laddr:lport -> RS:rport) reaches the client
+///   as one from the VIP about its own datagram: ECONNREFUSED;
+/// - a real server's connected UDP socket answers a client whose socket has
+///   closed: the client's port unreachable (to the VIP, quoting VIP:vport
+///   -> client:cport) reaches the real server as one from the local address
+///   about its own datagram: ECONNREFUSED.
+///
+/// Each waits a bounded number of tries (the errors are rate-limited by the
+/// kernels that send them).
+fn icmp_errors(d: &Daemon, client: &Host, rs: &Host, p: &Plan) {
+    let (closed, open) = (9999u16, 9998u16);
+    for port in [closed, open] {
+        let vip = sa(p.vip, port);
+        d.ok(&format!("-A -u {vip} -s rr"));
+        for l in p.laddrs {
+            d.ok(&format!("--add-laddr -u {vip} -z {l}"));
+        }
+        d.ok(&format!("-a -u {vip} -r {} --fullnat", sa(p.rs[0], port)));
+    }
+    let any: SocketAddr = if p.v6 {
+        "[::]:0".parse().expect("any")
+    } else {
+        "0.0.0.0:0".parse().expect("any")
+    };
+
+    // The real server's port unreachable, to the client.
+    let to = SocketAddr::new(ip(p.vip), closed);
+    let sock = client.run(move || {
+        let s = UdpSocket::bind(any).expect("udp bind");
+        s.connect(to).expect("udp connect");
+        s
+    });
+    sock.set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    let mut buf = [0u8; 512];
+    let mut got = None;
+    for _ in 0..20 {
+        if let Err(e) = sock.send(b"anyone there?") {
+            got = Some(e);
+            break;
+        }
+        match sock.recv(&mut buf) {
+            Ok(n) => panic!("a reply from a port with no listener: {n} bytes"),
+            Err(e) if refused(&e) => {
+                got = Some(e);
+                break;
+            }
+            Err(_) => {}
+        }
+    }
+    let e = got.expect("no ICMP port unreachable reached the client");
+    assert!(refused(&e), "the client's socket got {e}, not ECONNREFUSED");
+
+    // The client's port unreachable, to the real server.
+    let at = SocketAddr::new(ip(p.rs[0]), open);
+    let server = rs.run(move || UdpSocket::bind(at).expect("udp bind on the real server"));
+    server
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    let to = SocketAddr::new(ip(p.vip), open);
+    let csock = client.run(move || {
+        let s = UdpSocket::bind(any).expect("udp bind");
+        s.connect(to).expect("udp connect");
+        s
+    });
+    csock
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    let mut peer = None;
+    for _ in 0..20 {
+        csock.send(b"hello").expect("send");
+        if let Ok((_, from)) = server.recv_from(&mut buf) {
+            peer = Some(from);
+            break;
+        }
+    }
+    let peer = peer.expect("the client's datagram never reached the real server");
+    let laddrs: Vec<IpAddr> = p.laddrs.iter().map(|a| ip(a)).collect();
+    assert!(
+        laddrs.contains(&peer.ip()),
+        "from {peer}, not a local address"
+    );
+    server
+        .connect(peer)
+        .expect("connect to the client's local address");
+    // The server's reply reaches the client's socket (the path works) ...
+    server.send(b"first").expect("send");
+    let n = csock.recv(&mut buf).expect("the real server's reply");
+    assert_eq!(&buf[..n], b"first");
+    // ... then the client's socket closes: its port is unreachable.
+    drop(csock);
+    let mut got = None;
+    for _ in 0..20 {
+        if let Err(e) = server.send(b"late") {
+            got = Some(e);
+            break;
+        }
+        match server.recv(&mut buf) {
+            Ok(n) => panic!("a datagram to the real server: {n} bytes"),
+            Err(e) if refused(&e) => {
+                got = Some(e);
+                break;
+            }
+            Err(_) => {}
+        }
+    }
+    let e = got.expect("no ICMP port unreachable reached the real server");
+    assert!(
+        refused(&e),
+        "the real server's socket got {e}, not ECONNREFUSED"
+    );
 }
 
 /// nginx on `rs` (in its namespace and in a cgroup of this test's), port
@@ -681,12 +818,12 @@ fn toa_nginx(
 
 #[test]
 fn fullnat_xdp_rvsd_v4() {
-    fullnat("fullnat_xdp_rvsd_v4", &V4, false);
+    fullnat("fullnat_xdp_rvsd_v4", &V4, Then::Nothing);
 }
 
 #[test]
 fn fullnat_xdp_rvsd_v6() {
-    fullnat("fullnat_xdp_rvsd_v6", &V6, false);
+    fullnat("fullnat_xdp_rvsd_v6", &V6, Then::Nothing);
 }
 
 /// nginx behind the XDP FULLNAT director (after the FULLNAT checks):
@@ -694,10 +831,23 @@ fn fullnat_xdp_rvsd_v6() {
 /// true client with it.
 #[test]
 fn fullnat_xdp_toa_nginx_v4() {
-    fullnat("fullnat_xdp_toa_nginx_v4", &V4, true);
+    fullnat("fullnat_xdp_toa_nginx_v4", &V4, Then::Nginx);
 }
 
 #[test]
 fn fullnat_xdp_toa_nginx_v6() {
-    fullnat("fullnat_xdp_toa_nginx_v6", &V6, true);
+    fullnat("fullnat_xdp_toa_nginx_v6", &V6, Then::Nginx);
+}
+
+/// ICMP errors about FULLNAT flows both ways (after the FULLNAT checks): a
+/// client's connected UDP socket gets ECONNREFUSED from a real server port
+/// with no listener, and a real server's from a client's closed port.
+#[test]
+fn fullnat_xdp_icmp_v4() {
+    fullnat("fullnat_xdp_icmp_v4", &V4, Then::Icmp);
+}
+
+#[test]
+fn fullnat_xdp_icmp_v6() {
+    fullnat("fullnat_xdp_icmp_v6", &V6, Then::Icmp);
 }
