@@ -4,8 +4,10 @@
 //!
 //! The verifier already proves the program reads no memory out of bounds;
 //! this target checks what the verifier cannot: with DR real servers behind
-//! the IPv4 TCP service, Geneve (with the UDP checksum) behind the UDP one
-//! and GRE (with its checksum) behind the IPv6 one, every frame either
+//! the IPv4 TCP service, Geneve (with the UDP checksum) behind the UDP one,
+//! GRE (with its checksum) behind the IPv6 one and DR behind a QUIC-LB
+//! service (UDP 443: plaintext and single-pass configs, xdp_quic; QUIC
+//! short- and long-header templates), every frame either
 //! passes to the kernel UNCHANGED, is dropped, or goes back out (XDP_TX) to
 //! a configured real server's MAC with nothing changed but the two MAC
 //! addresses (DR) or inside outer headers whose checksums verify, the
@@ -31,12 +33,19 @@ use rvs_core::dest::{Dest as CoreDest, DestId};
 use rvs_core::model::DestConfig;
 use rvs_core::sched::SchedParams;
 use rvs_xdp::maps::{self, Config, Dest, Svc, SvcKey};
+use rvs_xdp::quic_lb::{QuicCfg, QuicSidKey, QuicSvc};
 use rvs_xdp::{LoadOptions, Loaded, Object, action, tables};
 
 const VIP4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
 const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 0x100);
 const DIR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const RS_MACS: [[u8; 6]; 2] = [[2, 0, 0, 0, 0, 0x11], [2, 0, 0, 0, 0, 0x12]];
+/// The QUIC-LB service's port and its real servers' server IDs.
+const QUIC_PORT: u16 = 443;
+const SIDS: [[u8; 3]; 2] = [[0x0a, 0, 1], [0x0a, 0, 2]];
+const QUIC_KEY: [u8; 16] = [
+    0x8f, 0x95, 0xf0, 0x92, 0x45, 0x76, 0x5f, 0x80, 0x25, 0x69, 0x34, 0xe5, 0x0c, 0x66, 0x20, 0x7f,
+];
 
 /// The FULLNAT services' port (IPv4 and IPv6 UDP).
 const FNAT_PORT: u16 = 5353;
@@ -79,7 +88,7 @@ fn configure() -> Result<Loaded, String> {
         Object::Director,
         &LoadOptions {
             flow_table_size: 4096,
-            // Five services, a region of 1 << 18 slots each.
+            // Six services, a region of 1 << 18 slots each.
             slots: 1 << 21,
             ..LoadOptions::default()
         },
@@ -95,6 +104,7 @@ fn configure() -> Result<Loaded, String> {
         (IpAddr::V6(VIP6), maps::PROTO_TCP, 80, maps::fwd::TUN_GRE),
         (IpAddr::V4(VIP4), maps::PROTO_UDP, FNAT_PORT, maps::fwd::FNAT),
         (IpAddr::V6(VIP6), maps::PROTO_UDP, FNAT_PORT, maps::fwd::FNAT),
+        (IpAddr::V4(VIP4), maps::PROTO_UDP, QUIC_PORT, maps::fwd::DR),
     ] {
         let rs: Vec<IpAddr> = match vip {
             IpAddr::V4(_) => vec![
@@ -162,16 +172,29 @@ fn configure() -> Result<Loaded, String> {
             },
         )
         .map_err(|e| e.to_string())?;
-        l.set_service(
-            &SvcKey {
-                proto,
-                family: maps::family(vip),
-                port: port.to_be(),
-                vip: maps::addr16(vip),
-            },
-            svc_index,
-        )
-        .map_err(|e| e.to_string())?;
+        let key = SvcKey {
+            proto,
+            family: maps::family(vip),
+            port: port.to_be(),
+            vip: maps::addr16(vip),
+        };
+        if port == QUIC_PORT {
+            // A QUIC-LB service lives in quic_services, not services.
+            l.set_quic_service(&key, svc_index)
+                .map_err(|e| e.to_string())?;
+            let q = QuicSvc::new(&[
+                (0, QuicCfg::new(3, 5, None)),
+                (1, QuicCfg::new(3, 13, Some(&QUIC_KEY))),
+            ]);
+            l.set_quic_lb(svc_index, &q).map_err(|e| e.to_string())?;
+            for (p, sid) in SIDS.iter().enumerate() {
+                let k = QuicSidKey::new(svc_index, sid).ok_or("server ID")?;
+                l.set_quic_sid(&k, index_of[p])
+                    .map_err(|e| e.to_string())?;
+            }
+        } else {
+            l.set_service(&key, svc_index).map_err(|e| e.to_string())?;
+        }
         if method == maps::fwd::FNAT {
             let la = laddr(vip.is_ipv6());
             let mut pool = maps::FnatPool {
@@ -419,6 +442,44 @@ fn template_vip(t: u8) -> Vec<u8> {
     f
 }
 
+/// A QUIC datagram to the QUIC-LB service: a short header whose DCID is a
+/// plaintext config-0 CID of the first real server (`long` false), or a
+/// version-1 Initial with a client-chosen DCID.
+fn quic_template(long: bool) -> Vec<u8> {
+    let mut quic = Vec::new();
+    if long {
+        quic.extend_from_slice(&[0xc0, 0, 0, 0, 1, 8]);
+        quic.extend_from_slice(&[0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]);
+        quic.extend_from_slice(&[0, 0, 0x41, 0]);
+        quic.resize(64, 0);
+    } else {
+        quic.push(0x40);
+        // Config 0 (first octet 0b000xxxxx), server ID, 5-octet nonce.
+        quic.push(0x08);
+        quic.extend_from_slice(&SIDS[0]);
+        quic.extend_from_slice(&[1, 2, 3, 4, 5]);
+        quic.extend_from_slice(&[0x5a; 24]);
+    }
+    let mut f = Vec::with_capacity(128);
+    f.extend_from_slice(&DIR_MAC);
+    f.extend_from_slice(&[2, 0, 0, 0, 0, 0x99, 0x08, 0x00]);
+    let l3 = f.len();
+    let udp_len = 8 + quic.len();
+    f.extend_from_slice(&[0x45, 0]);
+    f.extend_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 1, 0x40, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&[10, 77, 0, 10]);
+    f.extend_from_slice(&VIP4.octets());
+    let c = csum(&f[l3..l3 + 20]);
+    f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+    f.extend_from_slice(&[0x9c, 0x41]);
+    f.extend_from_slice(&QUIC_PORT.to_be_bytes());
+    f.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(&quic);
+    f
+}
+
 fuzz_target!(|data: &[u8]| {
     let Some(lb) = LB.get_or_init(setup) else {
         return;
@@ -438,12 +499,14 @@ fuzz_target!(|data: &[u8]| {
         x
     };
     let Ok(mut lb) = lb.lock() else { return };
-    let pick = rng() % 12;
-    let mut frame = if pick == 11 {
-        let n = (rng() % 160) as usize;
-        (0..n).map(|_| rng() as u8).collect()
-    } else {
-        template(pick as u8, Some(&lb.fnat))
+    let pick = rng() % 14;
+    let mut frame = match pick {
+        11 => {
+            let n = (rng() % 160) as usize;
+            (0..n).map(|_| rng() as u8).collect()
+        }
+        12 | 13 => quic_template(pick == 13),
+        _ => template(pick as u8, Some(&lb.fnat)),
     };
     if !frame.is_empty() {
         for _ in 0..rng() % 6 {
