@@ -556,6 +556,20 @@ static __always_inline int fnat_inbound(struct xdp_md *ctx, struct pkt *p, __u32
 	}
 }
 
+/* fnat_rev's entry for a packet the real server sent to a local address
+ * (RS:rport -> laddr:lport), its key left in `rk`; NULL if none. */
+static __always_inline struct rvs_fnat *fnat_rev_of_reply(const struct pkt *p,
+							 struct rvs_fnat_key *rk)
+{
+	__builtin_memcpy(rk->raddr, p->saddr, 16);
+	__builtin_memcpy(rk->laddr, p->daddr, 16);
+	rk->rport = p->sport;
+	rk->lport = p->dport;
+	rk->proto = p->proto;
+	rk->family = p->family;
+	return bpf_map_lookup_elem(&fnat_rev, rk);
+}
+
 /* On the real server's segments: a SYN-ACK arms the TOA for the client's
  * segments that acknowledge it and gets its MSS lowered by the TOA's length;
  * any later segment disarms it (see the head of this file). 1: armed, -1:
@@ -591,13 +605,7 @@ static __always_inline int fnat_reply(struct xdp_md *ctx, const struct pkt *p)
 	__be16 cport, vport;
 	int toa;
 
-	__builtin_memcpy(rk.raddr, p->saddr, 16);
-	__builtin_memcpy(rk.laddr, p->daddr, 16);
-	rk.rport = p->sport;
-	rk.lport = p->dport;
-	rk.proto = p->proto;
-	rk.family = p->family;
-	n = bpf_map_lookup_elem(&fnat_rev, &rk);
+	n = fnat_rev_of_reply(p, &rk);
 	if (!n)
 		return XDP_PASS;
 	toa = fnat_toa_reply(ctx, p, n);
@@ -851,13 +859,7 @@ static __noinline int fnat_icmp_out(struct xdp_md *ctx, const struct pkt *p)
 	__u32 svc, dest, less = 0;
 	int rc;
 
-	__builtin_memcpy(rk.raddr, p->saddr, 16);
-	__builtin_memcpy(rk.laddr, p->daddr, 16);
-	rk.rport = p->sport;
-	rk.lport = p->dport;
-	rk.proto = p->proto;
-	rk.family = p->family;
-	n = bpf_map_lookup_elem(&fnat_rev, &rk);
+	n = fnat_rev_of_reply(p, &rk);
 	if (!n)
 		return XDP_PASS;
 	svc = n->svc;

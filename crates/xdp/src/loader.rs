@@ -91,16 +91,7 @@ impl Loaded {
             loader.override_global("own_macs", own.as_slice(), true);
         }
         if object.is_director() {
-            loader
-                .map_max_entries("flows", opts.flow_table_size)
-                .map_max_entries("flows4", opts.flow_table_size)
-                .map_max_entries("embryonic", opts.embryonic_entries())
-                .map_max_entries("embryonic4", opts.embryonic_entries())
-                .map_max_entries("nat_rev", opts.flow_table_size)
-                .map_max_entries("fnat_rev", opts.flow_table_size)
-                .map_max_entries("fnat_fwd", opts.flow_table_size)
-                .map_max_entries("persist", opts.flow_table_size)
-                .map_max_entries("slots", opts.slots);
+            size_director_maps(&mut loader, opts);
         }
         #[cfg(feature = "bench")]
         if matches!(
@@ -144,21 +135,12 @@ impl Loaded {
     #[cfg(feature = "test-fixtures")]
     pub fn load_fnat_alone(opts: &LoadOptions) -> Result<Self, XdpError> {
         let object = Object::Director;
-        let ebpf = EbpfLoader::new()
-            .map_max_entries("flows", opts.flow_table_size)
-            .map_max_entries("flows4", opts.flow_table_size)
-            .map_max_entries("embryonic", opts.embryonic_entries())
-            .map_max_entries("embryonic4", opts.embryonic_entries())
-            .map_max_entries("nat_rev", opts.flow_table_size)
-            .map_max_entries("fnat_rev", opts.flow_table_size)
-            .map_max_entries("fnat_fwd", opts.flow_table_size)
-            .map_max_entries("persist", opts.flow_table_size)
-            .map_max_entries("slots", opts.slots)
-            .load(object.bytes()?)
-            .map_err(|e| XdpError::Load {
-                object: object.name(),
-                source: Box::new(e),
-            })?;
+        let mut loader = EbpfLoader::new();
+        size_director_maps(&mut loader, opts);
+        let ebpf = loader.load(object.bytes()?).map_err(|e| XdpError::Load {
+            object: object.name(),
+            source: Box::new(e),
+        })?;
         let mut me = Loaded {
             ebpf,
             object,
@@ -1077,4 +1059,19 @@ fn absent_ok(r: Result<(), MapError>) -> Result<(), MapError> {
         Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// The director's table sizes from `opts` (flow tables, translations,
+/// persistence, scheduling slots), for every way the director is loaded.
+fn size_director_maps(loader: &mut EbpfLoader<'_>, opts: &LoadOptions) {
+    loader
+        .map_max_entries("flows", opts.flow_table_size)
+        .map_max_entries("flows4", opts.flow_table_size)
+        .map_max_entries("embryonic", opts.embryonic_entries())
+        .map_max_entries("embryonic4", opts.embryonic_entries())
+        .map_max_entries("nat_rev", opts.flow_table_size)
+        .map_max_entries("fnat_rev", opts.flow_table_size)
+        .map_max_entries("fnat_fwd", opts.flow_table_size)
+        .map_max_entries("persist", opts.flow_table_size)
+        .map_max_entries("slots", opts.slots);
 }
