@@ -507,16 +507,23 @@ static __always_inline int fnat_inbound(struct xdp_md *ctx, struct pkt *p, __u32
 	} else {
 		/* A new flow, or one rescheduled to another real server (its
 		 * old pair is given back), or one refused before (fnat_fwd
-		 * holds its mark: lport 0, which no pool hands out), or one
-		 * whose pair was lost. A connection is counted as exhausted
-		 * once, not per retransmitted SYN. */
-		int refused_before = same_rs && !rk->lport;
+		 * holds its mark: lport 0, which no pool hands out, and the
+		 * SYN's sequence number in laddr), or one whose pair was lost.
+		 * A connection is counted as exhausted once, not per
+		 * retransmitted SYN; a new connection on the same tuple (the
+		 * client gave up and its port was chosen again) has another
+		 * initial sequence number and is counted again. */
+		int syn = p->proto == IPPROTO_TCP && (p->tcpflags & TCPF_SYN);
+		__u32 tag = syn ? fnat_tcp_word(ctx, p, 1) : 0;
+		int refused_before = same_rs && !rk->lport &&
+				     (!syn || *(__u32 *)rk->laddr == tag);
 
 		if (fnat_alloc(p, d, svc, dest, rport, &nk, !refused_before)) {
 			if (rk && rk->lport && fnat_rev_is(rk, p))
 				fnat_free(rk);
 			if (!refused_before) {
 				__builtin_memset(nk.laddr, 0, 16);
+				__builtin_memcpy(nk.laddr, &tag, 4);
 				nk.lport = 0;
 				/* Fails only with fnat_fwd full: the next SYN
 				 * is counted again. */

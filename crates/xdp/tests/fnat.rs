@@ -778,6 +778,15 @@ fn fnat_walk_hands_out_every_pair_and_only_free_ones() {
         }
         let fs = lb.l.fnat_stats(0).unwrap();
         assert_eq!((fs.allocated, fs.exhausted), (64, 1), "refused once");
+        // The client gives up; a new connection from the same port (its
+        // own initial sequence number) is refused and counted again, once
+        // over its resent SYNs too.
+        let again = syn_with_seq(client(false, 999), 5555, v, 80, 77_777);
+        for _ in 0..3 {
+            assert_eq!(lb.run(&again).action, action::DROP);
+        }
+        let fs = lb.l.fnat_stats(0).unwrap();
+        assert_eq!((fs.allocated, fs.exhausted), (64, 2), "a new connection");
         // One connection ends (its translation freed as rvsd's report
         // does): the refused one's next SYN takes exactly its pair.
         let ((l, lp), c) = held.iter().nth(17).map(|(k, c)| (*k, *c)).expect("a pair");
@@ -788,9 +797,25 @@ fn fnat_walk_hands_out_every_pair_and_only_free_ones() {
         assert_eq!(out.action, action::REDIRECT);
         assert_eq!(pair_of(&out.data), (l, lp));
         let fs = lb.l.fnat_stats(0).unwrap();
-        assert_eq!((fs.allocated, fs.exhausted), (65, 1));
+        assert_eq!((fs.allocated, fs.exhausted), (65, 2));
         assert!(fs.probes >= 65, "probes {}", fs.probes);
     });
+}
+
+/// A client's IPv4 SYN with initial sequence number `seq` (tcp_frame's is
+/// 1000).
+fn syn_with_seq(c: IpAddr, cport: u16, v: IpAddr, vport: u16, seq: u32) -> Vec<u8> {
+    let (IpAddr::V4(c), IpAddr::V4(v)) = (c, v) else {
+        panic!("IPv4 only");
+    };
+    let mut out = Vec::new();
+    etherparse::PacketBuilder::ethernet2(CLIENT_MAC, DIR_MAC)
+        .ipv4(c.octets(), v.octets(), 64)
+        .tcp(cport, vport, seq, 65535)
+        .syn()
+        .write(&mut out, b"")
+        .expect("frame");
+    out
 }
 
 /// The pool walk of `xdp_fnat` by itself (the director's maps, only the
