@@ -48,6 +48,15 @@ pub struct ProxyConfig {
     /// Relay with splice(2) through pipes (zero copy) instead of copying
     /// through a buffer. Linux only.
     pub splice: bool,
+    /// Bind the virtual services' sockets with `SO_REUSEPORT`, so that
+    /// several rvsd processes on one host serve the same services, the
+    /// kernel spreading new connections (and UDP flows, by their 4-tuple)
+    /// over them: nginx's `reuseport` workers, HAProxy's processes. Each
+    /// process holds, counts and lists only its own connections; one
+    /// process's descriptors (RLIMIT_NOFILE) bound only its share. Off by
+    /// default, so that a second rvsd started by mistake fails to bind
+    /// (EADDRINUSE) instead of quietly taking half the traffic.
+    pub reuse_port: bool,
 }
 
 impl Default for ProxyConfig {
@@ -60,6 +69,7 @@ impl Default for ProxyConfig {
             trusted_proxies: Vec::new(),
             proxy_header_timeout: Duration::from_secs(3),
             splice: cfg!(target_os = "linux"),
+            reuse_port: false,
         }
     }
 }
@@ -464,6 +474,7 @@ impl ProxyPlane {
         let (stop, stopped) = watch::channel(false);
         let bind_err =
             |e: std::io::Error| Self::err(format!("cannot bind {} {vip}: {e}", protocol.name()));
+        let reuse_port = ctx.config.reuse_port;
         let handed = self.handed.remove(&key);
         let from = if handed.is_some() {
             "handed over"
@@ -474,7 +485,7 @@ impl ProxyPlane {
             Protocol::Tcp => {
                 let std_l = match handed {
                     Some(s) => s.into(),
-                    None => sock::bind_tcp(vip).map_err(bind_err)?,
+                    None => sock::bind_tcp(vip, reuse_port).map_err(bind_err)?,
                 };
                 let l = Arc::new(tokio::net::TcpListener::from_std(std_l).map_err(bind_err)?);
                 rt.spawn(crate::tcp::accept_loop(
@@ -488,7 +499,7 @@ impl ProxyPlane {
             _ => {
                 let std_s = match handed {
                     Some(s) => s.into(),
-                    None => sock::bind_udp(vip).map_err(bind_err)?,
+                    None => sock::bind_udp(vip, reuse_port).map_err(bind_err)?,
                 };
                 let s = Arc::new(tokio::net::UdpSocket::from_std(std_s).map_err(bind_err)?);
                 rt.spawn(crate::udp::udp_loop(s.clone(), svc.clone(), ctx, stopped));

@@ -15,9 +15,17 @@ use socket2::{Domain, SockRef, Socket, Type};
 /// kernel's `somaxconn` cap too; the kernel clamps it).
 const BACKLOG: i32 = 4096;
 
-fn base_socket(addr: SocketAddr, ty: Type, proto: socket2::Protocol) -> io::Result<Socket> {
+fn base_socket(
+    addr: SocketAddr,
+    ty: Type,
+    proto: socket2::Protocol,
+    reuse_port: bool,
+) -> io::Result<Socket> {
     let s = Socket::new(Domain::for_address(addr), ty, Some(proto))?;
     s.set_reuse_address(true)?;
+    if reuse_port {
+        s.set_reuse_port(true)?;
+    }
     match addr {
         SocketAddr::V4(_) => s.set_freebind_v4(true)?,
         SocketAddr::V6(_) => {
@@ -32,9 +40,11 @@ fn base_socket(addr: SocketAddr, ty: Type, proto: socket2::Protocol) -> io::Resu
     Ok(s)
 }
 
-/// A non-blocking TCP listener on `addr` with `SO_REUSEADDR` and freebind.
-pub(crate) fn bind_tcp(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
-    let s = base_socket(addr, Type::STREAM, socket2::Protocol::TCP)?;
+/// A non-blocking TCP listener on `addr` with `SO_REUSEADDR` and freebind
+/// (and `SO_REUSEPORT` when `reuse_port`: see
+/// [`crate::ProxyConfig::reuse_port`]).
+pub(crate) fn bind_tcp(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::TcpListener> {
+    let s = base_socket(addr, Type::STREAM, socket2::Protocol::TCP, reuse_port)?;
     // Accepted sockets inherit TCP_NODELAY from the listener on Linux: one
     // setsockopt per service instead of one per connection.
     s.set_tcp_nodelay(true)?;
@@ -100,8 +110,8 @@ pub(crate) async fn connect(
 }
 
 /// A non-blocking UDP socket on `addr` with `SO_REUSEADDR` and freebind.
-pub(crate) fn bind_udp(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
-    Ok(base_socket(addr, Type::DGRAM, socket2::Protocol::UDP)?.into())
+pub(crate) fn bind_udp(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::UdpSocket> {
+    Ok(base_socket(addr, Type::DGRAM, socket2::Protocol::UDP, reuse_port)?.into())
 }
 
 /// Make the next close of this socket send a RST instead of a FIN (used to

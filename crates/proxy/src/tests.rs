@@ -238,6 +238,45 @@ fn rr_distributes_over_three_backends() {
     });
 }
 
+/// `reuse_port`: two proxies (two rvsd processes) serve one service, the
+/// kernel spreading the connections over them, each counting its own; a
+/// third without it cannot bind the service and says so.
+#[test]
+fn reuse_port_lets_two_proxies_share_a_service() {
+    run(async {
+        let shared = ProxyConfig {
+            reuse_port: true,
+            ..config()
+        };
+        let (h1, h2) = (Harness::new(shared.clone()), Harness::new(shared));
+        let b = backend(lo(1), 4).await;
+        let vip = free_tcp(lo(102));
+        h1.service(tcp_key(vip), rr(AddrFamily::Inet), &[b]);
+        h2.service(tcp_key(vip), rr(AddrFamily::Inet), &[b]);
+        const N: u64 = 40;
+        for i in 0..N {
+            let mut c = client(lo(30 + i as u8), vip).await;
+            assert_eq!(read_id(&mut c).await, 4);
+            echo_ok(&mut c, b"ping").await;
+        }
+        let (a1, a2) = (
+            h1.stats.accepted.load(Ordering::Relaxed),
+            h2.stats.accepted.load(Ordering::Relaxed),
+        );
+        assert_eq!(a1 + a2, N);
+        // By the 4-tuple's hash: all 40 on one socket has odds of 2^-39.
+        assert!(a1 > 0 && a2 > 0, "{a1} + {a2}");
+        let alone = Harness::new(config());
+        let err = alone
+            .exec(&[Command::AddService {
+                key: tcp_key(vip),
+                config: rr(AddrFamily::Inet),
+            }])
+            .expect_err("a third proxy without reuse_port binds the service");
+        assert!(err.contains("cannot bind"), "{err}");
+    });
+}
+
 #[test]
 fn entry_is_established_while_open_and_released_after_close() {
     run(async {
@@ -1369,8 +1408,11 @@ mod laddr_pool {
     // cleared), setrlimit(300,000) refused (EPERM), fs.nr_open 1,048,576.
     // Moving the clients and the real server into other processes does not
     // help: the proxy alone holds 2 descriptors per connection, 140,000
-    // for 70,000, seven times what one process may have here. The XDP
-    // plane's FULLNAT holds none per connection (the fnat branch tries it there).
+    // for 70,000, seven times what one process may have here. The e2e
+    // `fullnat_proxy_pool_70000_connections_to_one_real_server` shows it
+    // with ten rvsd processes sharing the service (`--reuse-port`), and
+    // `fullnat_xdp_pool_70000_...` through the XDP plane, which holds no
+    // descriptor per connection.
     #[test]
     #[ignore = "needs RLIMIT_NOFILE above 290,000 (CAP_SYS_RESOURCE); CI machines cap it at 20,000"]
     fn seventy_thousand_connections_to_one_real_server_from_two_pool_addresses() {

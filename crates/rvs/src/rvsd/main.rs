@@ -218,6 +218,15 @@ struct Args {
     #[arg(long)]
     no_splice: bool,
 
+    /// proxy: bind the services' sockets with SO_REUSEPORT, so that several
+    /// rvsd processes on this host (each with its own --socket, same
+    /// services) share them and the kernel spreads new connections and UDP
+    /// flows over the processes, as nginx's `reuseport` workers do. Each
+    /// process holds, lists and counts its own connections. Without it a
+    /// second rvsd on the same services fails to bind.
+    #[arg(long)]
+    reuse_port: bool,
+
     /// xdp: the interfaces to attach the program to (comma-separated or
     /// repeated; required with `--dataplane xdp`): where clients' packets
     /// arrive and, for NAT real servers on another segment, where their
@@ -647,6 +656,19 @@ fn data_plane(
             args.dataplane
         );
     }
+    if args.dataplane != DataPlaneKind::Proxy {
+        for (set, flag) in [
+            (args.no_splice, "--no-splice"),
+            (args.reuse_port, "--reuse-port"),
+        ] {
+            if set {
+                tracing::warn!(
+                    "{flag}: a proxy option, ignored with --dataplane {:?}",
+                    args.dataplane
+                );
+            }
+        }
+    }
     match args.dataplane {
         DataPlaneKind::None => Ok((Box::new(NoDataPlane), None, None, None)),
         DataPlaneKind::Proxy => {
@@ -667,6 +689,7 @@ fn data_plane(
                     .map(|c| parse_cidr(c))
                     .collect::<anyhow::Result<_>>()?,
                 splice: !args.no_splice && rvs_proxy::ProxyConfig::default().splice,
+                reuse_port: args.reuse_port,
                 ..rvs_proxy::ProxyConfig::default()
             };
             let mut plane = rvs_proxy::ProxyPlane::new(config);
