@@ -883,7 +883,29 @@ fn demo_vip(port: u16) -> std::net::SocketAddr {
         .unwrap_or(want)
 }
 
+/// Raise the soft RLIMIT_NOFILE to the hard limit, as HAProxy and Go
+/// programs do: each proxied connection holds descriptors, and the proxy's
+/// fd budget (the soft limit less a reserve) bounds its connections. A
+/// service manager's soft default (1,024) would refuse connections long
+/// before the hard limit allows. Best effort: what it could not do is logged.
+fn raise_nofile_soft() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => tracing::debug!(soft, hard, "RLIMIT_NOFILE: soft limit raised to the hard"),
+            Err(e) => tracing::warn!(
+                soft,
+                hard,
+                "RLIMIT_NOFILE: cannot raise the soft limit: {e}"
+            ),
+        },
+        Ok(_) => {}
+        Err(e) => tracing::warn!("RLIMIT_NOFILE: cannot read it: {e}"),
+    }
+}
+
 fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Result<()> {
+    raise_nofile_soft();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
