@@ -111,11 +111,22 @@ impl Daemon {
 
     /// [`Daemon::start`] with more rvsd arguments.
     pub(crate) fn start_with(bed: &mut Bed, dir: &Host, extra: &[&str]) -> Daemon {
+        Daemon::start_plane(
+            bed,
+            dir,
+            &["--dataplane", "xdp", "--interface", "eth0,eth1"],
+            extra,
+        )
+    }
+
+    /// An rvsd in `dir`'s namespace with data plane arguments `plane` and
+    /// more arguments `extra`.
+    pub(crate) fn start_plane(bed: &mut Bed, dir: &Host, plane: &[&str], extra: &[&str]) -> Daemon {
         let tmp = TempDir::new("fullnat");
         let socket = tmp.path().join("rvsd.sock");
         let mut child = Command::new("ip")
             .args(["netns", "exec", &dir.ns, RVSD])
-            .args(["--dataplane", "xdp", "--interface", "eth0,eth1"])
+            .args(plane)
             .args(extra)
             .args(["--log-level", "warn", "--socket"])
             .arg(&socket)
