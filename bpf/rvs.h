@@ -524,6 +524,11 @@ struct rvs_fnat {
  * to xdp_fnat as replies. */
 #define RVS_FNAT_LADDRS_MAX 4096
 
+/* fnat_full (lib/maps.h): (service, real server) pairs whose last pool walk
+ * found every pair taken; a new flow toward one within a quarter second of
+ * that walk is refused without walking again. */
+#define RVS_FNAT_FULL_MAX 4096
+
 /* fnat_tmp's `table`: where xdp_fnat records an inbound flow's pair and TOA
  * flag in the flow entry (rvs_flow's fnat_lport/fnat_laddr, RVS_FLOW_F_TOA)
  * when they differ from what xdp_lb found there. */

@@ -292,7 +292,8 @@ static long fnat_walk_step(__u32 i, void *arg)
  * the same (RS, rport, proto) holds is never handed out, and nothing is
  * evicted). The walk (struct fnat_walk) tries every pair of the pool in
  * the worst case, so a new flow is refused only when every pair toward
- * this real server is held (or fnat_rev is full). 0 and `rk` filled, or
+ * this real server is held (or fnat_rev is full), or when a walk found
+ * that less than a quarter second ago (fnat_full). 0 and `rk` filled, or
  * -1: refused, counted as exhausted when `count_it` (the first refusal of
  * this connection, see fnat_inbound). */
 static __always_inline int fnat_alloc(const struct pkt *p, const struct rvs_dest *d, __u32 svc,
@@ -302,7 +303,10 @@ static __always_inline int fnat_alloc(const struct pkt *p, const struct rvs_dest
 	struct rvs_fnat_stats *st = bpf_map_lookup_elem(&fnat_stats, &svc);
 	struct rvs_fnat_pool *pool = bpf_map_lookup_elem(&fnat_pools, &svc);
 	struct fnat_walk w = {};
-	__u32 range;
+	struct rvs_config *cfg;
+	__u64 now, hold, *full;
+	__u32 range, zero = 0;
+	int held;
 
 	w.rc = -1;
 	__builtin_memcpy(rk->raddr, d->addr, 16);
@@ -326,8 +330,34 @@ static __always_inline int fnat_alloc(const struct pkt *p, const struct rvs_dest
 	w.rv.svc = svc;
 	w.rv.dest = dest;
 	__builtin_memcpy(&w.rk, rk, sizeof(w.rk));
-	bpf_loop(w.size, fnat_walk_step, &w, 0);
+	/* The first candidate (free in a pool that is not nearly full: the
+	 * common case costs no more than this), then the rest of the walk. */
+	bpf_loop(1, fnat_walk_step, &w, 0);
 	CALL_SITE_TAG(61);
+	if (w.rc != 0 && w.size > 1) {
+		/* A walk that found no free pair toward this real server is
+		 * not repeated for a quarter second (fnat_full): new flows to
+		 * it are refused at once meanwhile, as a full pool refuses them
+		 * anyway. A full walk looks at every pair (up to 16 x 64,512),
+		 * so this bounds what a SYN flood toward a full pool costs to
+		 * one walk per quarter second per (service, real server); a
+		 * client's resent SYN (after 1 s) walks again. `rk` (no local
+		 * address or port yet) is the key, with the service in pad0. */
+		now = bpf_jiffies64();
+		cfg = bpf_map_lookup_elem(&config, &zero);
+		hold = cfg && cfg->hz ? cfg->hz / 4 : 25;
+		rk->pad0 = (__u16)svc;
+		full = bpf_map_lookup_elem(&fnat_full, rk);
+		CALL_SITE_TAG(77);
+		held = full && now - *full < hold;
+		if (!held) {
+			bpf_loop(w.size - 1, fnat_walk_step, &w, 0);
+			CALL_SITE_TAG(78);
+			if (w.rc != 0)
+				bpf_map_update_elem(&fnat_full, rk, &now, BPF_ANY);
+		}
+		rk->pad0 = 0;
+	}
 	if (w.rc == 0) {
 		__builtin_memcpy(rk, &w.rk, sizeof(*rk));
 		if (st) {

@@ -111,6 +111,10 @@ RVS_MAP(fnat_tmp, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct rvs_fnat_tmp);
 RVS_MAP(fnat_stats, BPF_MAP_TYPE_PERCPU_ARRAY, RVS_MAX_SERVICES, __u32, struct rvs_fnat_stats);
 
 RVS_MAP(fnat_missed, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, __u64);
+/* fnat_full: LRU_HASH, (real server, rport, proto, family; pad0 = the
+ * service) -> jiffies of the last pool walk that found no free pair toward
+ * that real server (lib/fnat.h fnat_alloc). */
+RVS_MAP(fnat_full, BPF_MAP_TYPE_LRU_HASH, RVS_FNAT_FULL_MAX, struct rvs_fnat_key, __u64);
 /* QUIC-LB (lib/quic_lb.h): per service its configurations, the server IDs
  * of its real servers, its counters. */
 /* quic_services: like services, for the UDP services with QUIC-LB

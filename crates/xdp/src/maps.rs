@@ -968,6 +968,11 @@ pub const FNAT_ICMP_IN: u32 = 3;
 pub const FNAT_ICMP_OUT: u32 = 4;
 /// Entries of `fnat_laddrs` (every service's local addresses together).
 pub const FNAT_LADDRS_MAX: u32 = 4096;
+/// Entries of `fnat_full` (`RVS_FNAT_FULL_MAX`): the (service, real server)
+/// pairs whose last pool walk found every pair taken, each with the
+/// jiffies of that walk; a new flow toward one within a quarter second is
+/// refused without another walk (an LRU: the oldest go first).
+pub const FNAT_FULL_MAX: u32 = 4096;
 /// The pool hash's seed (`RVS_FNAT_SEED`, bpf/lib/fnat.h).
 pub const FNAT_SEED: u64 = 0x5256_535f_666e_6174;
 /// The pool hash's multiplier (`RVS_FNAT_MUL`).

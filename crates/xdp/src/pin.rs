@@ -384,6 +384,7 @@ pub fn director_maps(opts: &crate::LoadOptions) -> Vec<MapLayout> {
         MapLayout::of::<u32, FnatTmp>("fnat_tmp", MAP_PERCPU_ARRAY, 1),
         MapLayout::of::<u32, FnatStats>("fnat_stats", MAP_PERCPU_ARRAY, MAX_SERVICES),
         MapLayout::of::<u32, u64>("fnat_missed", MAP_PERCPU_ARRAY, 1),
+        MapLayout::of::<FnatKey, u64>("fnat_full", MAP_LRU_HASH, FNAT_FULL_MAX),
     ]
 }
 

@@ -772,6 +772,7 @@ fn fnat_walk_hands_out_every_pair_and_only_free_ones() {
         assert_eq!(held.len(), 64);
         let fs = lb.l.fnat_stats(0).unwrap();
         assert_eq!((fs.allocated, fs.exhausted), (64, 0));
+        let probes = fs.probes;
         let late = tcp_frame(client(false, 999), 5555, v, 80, Flags::Syn, b"");
         for _ in 0..4 {
             assert_eq!(lb.run(&late).action, action::DROP);
@@ -787,8 +788,18 @@ fn fnat_walk_hands_out_every_pair_and_only_free_ones() {
         }
         let fs = lb.l.fnat_stats(0).unwrap();
         assert_eq!((fs.allocated, fs.exhausted), (64, 2), "a new connection");
+        // A walk that found the pool full is not repeated for a quarter
+        // second (fnat_full): these seven SYNs, sent within microseconds
+        // of each other, walked the 64 pairs far fewer than seven times.
+        assert!(
+            fs.probes - probes < 7 * 64,
+            "seven refused SYNs looked at {} pairs",
+            fs.probes - probes
+        );
         // One connection ends (its translation freed as rvsd's report
-        // does): the refused one's next SYN takes exactly its pair.
+        // does): the refused one's next SYN, once the quarter second has
+        // passed, takes exactly its pair.
+        std::thread::sleep(std::time::Duration::from_millis(300));
         let ((l, lp), c) = held.iter().nth(17).map(|(k, c)| (*k, *c)).expect("a pair");
         let rk = rev_key(PROTO_TCP, r, l, lp);
         lb.l.remove_fnat_of(&FlowKey::new(PROTO_TCP, c, 5555, v, 80), &rk)
@@ -907,6 +918,8 @@ fn fnat_alone_walk_hands_out_every_pair_and_counts_refusals_once() {
             &rev_key(PROTO_TCP, r, la, lp),
         )
         .expect("free");
+        // After fnat_full's quarter second.
+        std::thread::sleep(std::time::Duration::from_millis(300));
         let out = syn(&mut l, late);
         assert_eq!(out.action, action::REDIRECT);
         assert_eq!(pair_of(&out.data), (la, lp), "the freed pair");

@@ -916,6 +916,7 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_FNAT_ICMP_IN", maps::FNAT_ICMP_IN.into()),
         ("RVS_FNAT_ICMP_OUT", maps::FNAT_ICMP_OUT.into()),
         ("RVS_FNAT_LADDRS_MAX", maps::FNAT_LADDRS_MAX.into()),
+        ("RVS_FNAT_FULL_MAX", maps::FNAT_FULL_MAX.into()),
         ("RVS_FNAT_SEED", maps::FNAT_SEED),
         ("RVS_FNAT_MUL", maps::FNAT_MUL),
         ("RVS_FNAT_STEP_PRIME", maps::FNAT_STEP_PRIME.into()),
