@@ -791,6 +791,7 @@ fn fnat_walk_hands_out_every_pair_and_only_free_ones() {
         // A walk that found the pool full is not repeated for a quarter
         // second (fnat_full): these seven SYNs, sent within microseconds
         // of each other, walked the 64 pairs far fewer than seven times.
+        eprintln!("seven refused SYNs: {} pairs looked at", fs.probes - probes);
         assert!(
             fs.probes - probes < 7 * 64,
             "seven refused SYNs looked at {} pairs",
