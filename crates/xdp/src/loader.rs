@@ -453,6 +453,17 @@ impl Loaded {
         })
     }
 
+    /// Pin this director's tail-call arrays ([`crate::pin::TAIL_ARRAYS`])
+    /// in `inst`, in place of what is pinned there: once the links run
+    /// this director's program, so that its FULLNAT program stays in its
+    /// slot after this process ends.
+    pub(crate) fn pin_tails(&mut self, inst: &crate::pin::Instance) -> Result<(), XdpError> {
+        for (name, _) in crate::pin::TAIL_ARRAYS {
+            self.pin_map(name, &inst.map_path(name))?;
+        }
+        Ok(())
+    }
+
     /// Run the program once per `repeat` on `frame` with BPF_PROG_TEST_RUN.
     pub fn run(&mut self, frame: &[u8], repeat: u32) -> Result<RunResult, XdpError> {
         self.test_run(frame, repeat, None)
