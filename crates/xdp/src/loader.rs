@@ -741,6 +741,13 @@ impl Loaded {
         Ok(v.iter().fold(maps::SvcFlood::default(), |a, c| a.add(c)))
     }
 
+    /// Zero service `svc`'s SYN-flood counters on every CPU.
+    pub fn reset_svc_flood(&mut self, svc: u32) -> Result<(), XdpError> {
+        self.per_cpu_array::<maps::SvcFlood>("svc_flood")?
+            .set_all(&svc, &maps::SvcFlood::default())
+            .map_err(map_err("svc_flood"))
+    }
+
     /// Insert or replace a flow entry. The flow's epoch slot is bumped
     /// after the write, so no CPU's flow cache (IPv4 or IPv6) keeps serving
     /// the flow's previous real server.
@@ -980,6 +987,13 @@ impl Loaded {
         let a = self.per_cpu_array::<maps::FnatStats>("fnat_stats")?;
         let v = a.get(&svc, 0).map_err(map_err("fnat_stats"))?;
         Ok(v.iter().fold(maps::FnatStats::default(), |a, c| a.plus(c)))
+    }
+
+    /// Zero service `svc`'s FULLNAT counters on every CPU.
+    pub fn reset_fnat_stats(&mut self, svc: u32) -> Result<(), XdpError> {
+        self.per_cpu_array::<maps::FnatStats>("fnat_stats")?
+            .set_all(&svc, &maps::FnatStats::default())
+            .map_err(map_err("fnat_stats"))
     }
 
     /// Packets passed because the tail call into `xdp_fnat` failed,

@@ -88,6 +88,7 @@ impl<M: MapOps> Plane<M> {
             self.svc_idx.release(index);
             return Err(e.into());
         }
+        self.start_counters(key, index);
         self.services.insert(
             *key,
             SvcState {
