@@ -453,6 +453,17 @@ impl Loaded {
         })
     }
 
+    /// Pin this director's tail-call arrays ([`crate::pin::TAIL_ARRAYS`])
+    /// in `inst`, in place of what is pinned there: once the links run
+    /// this director's program, so that its FULLNAT program stays in its
+    /// slot after this process ends.
+    pub(crate) fn pin_tails(&mut self, inst: &crate::pin::Instance) -> Result<(), XdpError> {
+        for (name, _) in crate::pin::TAIL_ARRAYS {
+            self.pin_map(name, &inst.map_path(name))?;
+        }
+        Ok(())
+    }
+
     /// Run the program once per `repeat` on `frame` with BPF_PROG_TEST_RUN.
     pub fn run(&mut self, frame: &[u8], repeat: u32) -> Result<RunResult, XdpError> {
         self.test_run(frame, repeat, None)
@@ -730,6 +741,13 @@ impl Loaded {
         Ok(v.iter().fold(maps::SvcFlood::default(), |a, c| a.add(c)))
     }
 
+    /// Zero service `svc`'s SYN-flood counters on every CPU.
+    pub fn reset_svc_flood(&mut self, svc: u32) -> Result<(), XdpError> {
+        self.per_cpu_array::<maps::SvcFlood>("svc_flood")?
+            .set_all(&svc, &maps::SvcFlood::default())
+            .map_err(map_err("svc_flood"))
+    }
+
     /// Insert or replace a flow entry. The flow's epoch slot is bumped
     /// after the write, so no CPU's flow cache (IPv4 or IPv6) keeps serving
     /// the flow's previous real server.
@@ -969,6 +987,13 @@ impl Loaded {
         let a = self.per_cpu_array::<maps::FnatStats>("fnat_stats")?;
         let v = a.get(&svc, 0).map_err(map_err("fnat_stats"))?;
         Ok(v.iter().fold(maps::FnatStats::default(), |a, c| a.plus(c)))
+    }
+
+    /// Zero service `svc`'s FULLNAT counters on every CPU.
+    pub fn reset_fnat_stats(&mut self, svc: u32) -> Result<(), XdpError> {
+        self.per_cpu_array::<maps::FnatStats>("fnat_stats")?
+            .set_all(&svc, &maps::FnatStats::default())
+            .map_err(map_err("fnat_stats"))
     }
 
     /// Packets passed because the tail call into `xdp_fnat` failed,

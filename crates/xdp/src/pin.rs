@@ -17,6 +17,19 @@
 //! differs (another `--flow-table-size`, a struct grown in a newer build)
 //! is replaced by a fresh map its entries are copied into ([`copy_map`]),
 //! before and after the link update that swaps the program.
+//!
+//! The FULLNAT tail-call slot, the prog array `fnat_prog` ([`TAIL_ARRAYS`]),
+//! is not shared that way: each loaded director fills its own with its own
+//! `xdp_fnat`. The running program's is pinned too (`maps/fnat_prog`): the
+//! kernel empties a prog array when the last file descriptor or pin of it
+//! goes (a program referring to it does not count), so without the pin the
+//! running program's FULLNAT would stop the moment the rvsd that loaded it
+//! exits (replies and new flows passed to the kernel, `fnat_missed`). A
+//! starting rvsd keeps the running program only when its array is pinned
+//! and filled; otherwise it swaps in its own (a link update) and pins its
+//! array ([`Instance::tails_pinned`], [`crate::Loaded::pin_tails`]).
+//! (`quic_prog` is left out: the QUIC-LB maps are not pinned, so a kept
+//! program's `xdp_quic` could only go on with a table no rvsd can change.)
 
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
@@ -158,6 +171,15 @@ impl Instance {
         self.links_dir().join(interface.replace('.', ":"))
     }
 
+    /// Whether the tail-call arrays ([`TAIL_ARRAYS`]) of the running
+    /// program are pinned and hold their programs: a later rvsd can leave
+    /// that program running (else it swaps its own in, see the module doc).
+    pub fn tails_pinned(&self) -> bool {
+        TAIL_ARRAYS
+            .iter()
+            .all(|(name, slot)| tail_filled(&self.map_path(name), *slot))
+    }
+
     /// Whether the directory exists.
     pub fn exists(&self) -> bool {
         self.dir.exists()
@@ -248,6 +270,22 @@ impl Instance {
     }
 }
 
+/// Whether a prog array is pinned at `path` with a program in `slot`.
+fn tail_filled(path: &Path, slot: u32) -> bool {
+    use std::os::fd::AsFd as _;
+    let Ok(fd) = rvs_sys::bpf::obj_get(path) else {
+        return false;
+    };
+    let Ok(m) = rvs_sys::bpf::BpfMap::new(fd.as_fd()) else {
+        return false;
+    };
+    // A prog array's value, read from user space, is the program's id.
+    let mut id = [0u8; 4];
+    m.info().map_type == MAP_PROG_ARRAY
+        && m.value_len() == id.len()
+        && m.lookup(&slot.to_ne_bytes(), &mut id).unwrap_or(false)
+}
+
 fn is_bpffs(p: &Path) -> bool {
     nix::sys::statfs::statfs(p).is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::BPF_FS_MAGIC)
 }
@@ -256,6 +294,8 @@ fn is_bpffs(p: &Path) -> bool {
 pub const MAP_HASH: u32 = 1;
 /// `BPF_MAP_TYPE_ARRAY`.
 pub const MAP_ARRAY: u32 = 2;
+/// `BPF_MAP_TYPE_PROG_ARRAY`.
+pub const MAP_PROG_ARRAY: u32 = 3;
 /// `BPF_MAP_TYPE_PERCPU_ARRAY`.
 pub const MAP_PERCPU_ARRAY: u32 = 6;
 /// `BPF_MAP_TYPE_LRU_HASH`.
@@ -329,6 +369,11 @@ fn same_kind(a: u32, b: u32) -> bool {
     a == b || (hash(a) && hash(b))
 }
 
+/// The director's prog arrays pinned beside the maps, and the slot
+/// `xdp_lb` tail-calls in each: never shared with another load, pinned for
+/// the program the links run (see the module doc).
+pub const TAIL_ARRAYS: [(&str, u32); 1] = [("fnat_prog", maps::FNAT_PROG)];
+
 /// Every map of the director loaded with `opts`, as the Rust mirrors of
 /// `bpf/rvs.h` and `bpf/lib/maps.h` describe them (the `director_maps_are_the_object_s`
 /// test checks the list against a loaded director).
@@ -373,8 +418,9 @@ pub fn director_maps(opts: &crate::LoadOptions) -> Vec<MapLayout> {
         MapLayout::of::<NhKey, u32>("nh_missing", MAP_HASH, NH_MISSING_MAX),
         MapLayout::of::<u32, u64>("nh_missing_full", MAP_PERCPU_ARRAY, 1),
         // FULLNAT (bpf/lib/fnat.h). `fnat_prog` (the tail-call slot) is
-        // not pinned: each loaded director has its own, holding the
-        // xdp_fnat of its object, which uses these pinned maps.
+        // not shared: each loaded director has its own, holding the
+        // xdp_fnat of its object, which uses these pinned maps (it is
+        // pinned apart, see TAIL_ARRAYS).
         MapLayout::of::<u32, FnatPool>("fnat_pools", MAP_ARRAY, MAX_SERVICES),
         // Plain hashes (no eviction: a pair is never taken from a live
         // flow); an older build's LRU ones are migrated into them.

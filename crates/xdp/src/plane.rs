@@ -1209,16 +1209,19 @@ impl Plane<KernelMaps> {
         if opts.tun_src_prefix4.is_some() || opts.tun_src_prefix6.is_some() {
             plane.set_tunnel_source_prefixes(opts.tun_src_prefix4, opts.tun_src_prefix6)?;
         }
+        // The running program is kept only when its tail-call arrays are
+        // pinned and filled and it runs on every interface: else every
+        // interface gets this director's program, whose arrays are pinned
+        // after (see crate::pin).
+        let keep = opts.pin.as_ref().is_some_and(|i| {
+            i.tails_pinned() && opts.interfaces.iter().all(|f| i.link_path(f).exists())
+        });
+        let swap = !migrating.is_empty() || !keep;
         let mut modes = Vec::new();
         for name in &opts.interfaces {
             let d = plane.maps.director();
             let r = match &opts.pin {
-                Some(inst) => d.attach_pinned(
-                    name,
-                    opts.mode,
-                    &inst.link_path(name),
-                    !migrating.is_empty(),
-                ),
+                Some(inst) => d.attach_pinned(name, opts.mode, &inst.link_path(name), swap),
                 None => d.attach(name, opts.mode).map(crate::Attached::New),
             };
             let mode = r.map_err(|e| {
@@ -1228,6 +1231,9 @@ impl Plane<KernelMaps> {
         }
         if let Some(inst) = &opts.pin {
             crate::pin::finish_migration(inst, plane.maps.director(), migrating, &opts.load)?;
+            if modes.iter().any(|m| *m != crate::Attached::Kept) {
+                plane.maps.director().pin_tails(inst)?;
+            }
             // Links of interfaces no longer configured go (detached).
             for ifname in inst.linked_interfaces() {
                 if !opts.interfaces.contains(&ifname) {

@@ -892,12 +892,15 @@ fn xdp_prog(ifname: &str) -> String {
 /// flows, same indexes); a third with another flow-table size migrates
 /// the flow tables into new maps and swaps the program by a link update;
 /// removing the instance detaches it. Also checks `director_maps` against
-/// the maps the kernel created from the object.
+/// the maps the kernel created from the object, and that the tail-call
+/// arrays of the program the links run stay pinned and filled once the
+/// plane that loaded it is gone (the kernel empties a prog array no file
+/// descriptor or pin holds: FULLNAT would stop).
 #[test]
 fn pinned_plane_outlives_the_process_and_is_adopted_then_migrated() {
     use rvs_xdp::Attached;
     use rvs_xdp::maps::{Flow, FlowKey};
-    use rvs_xdp::pin::{Instance, director_maps, pinned_map_info};
+    use rvs_xdp::pin::{Instance, TAIL_ARRAYS, director_maps, pinned_map_info};
     if !root_or_skip("pinned_plane_outlives_the_process_and_is_adopted_then_migrated") {
         return;
     }
@@ -929,8 +932,8 @@ fn pinned_plane_outlives_the_process_and_is_adopted_then_migrated() {
         let pinned = std::fs::read_dir(inst.maps_dir()).map_or(0, |rd| rd.count());
         assert_eq!(
             pinned,
-            director_maps(&opts.load).len(),
-            "every map pinned, no other"
+            director_maps(&opts.load).len() + TAIL_ARRAYS.len(),
+            "every map and the tail-call arrays pinned, no other"
         );
         for want in director_maps(&opts.load) {
             let info = pinned_map_info(&inst.map_path(want.name))
@@ -956,6 +959,10 @@ fn pinned_plane_outlives_the_process_and_is_adopted_then_migrated() {
         let first = xdp_prog("xd0");
         drop(a);
         assert_eq!(xdp_prog("xd0"), first, "still attached without a plane");
+        assert!(
+            inst.tails_pinned(),
+            "the tail-call arrays outlive the plane"
+        );
 
         // Same build, same sizes: adopted, the program kept.
         let (mut b, _, modes) = Plane::start(&opts).expect("adopt");
@@ -975,12 +982,28 @@ fn pinned_plane_outlives_the_process_and_is_adopted_then_migrated() {
             maps::CFG_F_NAT
         );
         drop(b);
+        assert_eq!(xdp_prog("xd0"), first, "the same program still runs");
+        assert!(inst.tails_pinned(), "its tail-call arrays still pinned");
+
+        // A program whose tail-call arrays are not pinned (left by a build
+        // that did not pin them: they emptied when its rvsd exited) is
+        // swapped for this plane's, whose arrays are pinned.
+        for (name, _) in TAIL_ARRAYS {
+            std::fs::remove_file(inst.map_path(name)).expect("unpin");
+        }
+        assert!(!inst.tails_pinned());
+        let (healed, _, modes) = Plane::start(&opts).expect("heal");
+        assert_eq!(modes, vec![Attached::Updated]);
+        drop(healed);
+        assert!(inst.tails_pinned(), "pinned again");
+        assert_ne!(xdp_prog("xd0"), first, "another program on the link");
 
         // Another flow-table size: the flow tables migrate, the program
         // is swapped, the pins are the new maps.
         opts.load.flow_table_size = 8192;
         let (mut c, _, modes) = Plane::start(&opts).expect("migrate");
         assert_eq!(modes, vec![Attached::Updated]);
+        assert!(inst.tails_pinned());
         assert_eq!(c.maps().director().flow(&fk).expect("read"), Some(flow));
         let info = pinned_map_info(&inst.map_path("flows4")).expect("flows4");
         assert_eq!(info.max_entries, 8192);
@@ -988,15 +1011,19 @@ fn pinned_plane_outlives_the_process_and_is_adopted_then_migrated() {
         assert_ne!(xdp_prog("xd0"), "");
         drop(c);
         // One more interface, then fewer: the link of the interface no
-        // longer configured is removed (detached).
+        // longer configured is removed (detached). The new interface gets
+        // this plane's program and so does the other one (one program
+        // runs on all: the pinned tail-call arrays are one program's).
         opts.interfaces = vec!["xd0".into(), "xd1".into()];
         let (d, _, modes) = Plane::start(&opts).expect("two interfaces");
         assert!(
-            matches!(modes[..], [Attached::Kept, Attached::New(_)]),
+            matches!(modes[..], [Attached::Updated, Attached::New(_)]),
             "{modes:?}"
         );
         drop(d);
         assert_ne!(xdp_prog("xd1"), "");
+        assert_eq!(xdp_prog("xd0"), xdp_prog("xd1"), "one program on both");
+        assert!(inst.tails_pinned());
         opts.interfaces = vec!["xd0".into()];
         let (e, _, _) = Plane::start(&opts).expect("one interface");
         assert_eq!(xdp_prog("xd1"), "", "xd1's link removed");

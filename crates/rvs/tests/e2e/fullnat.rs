@@ -42,20 +42,20 @@ const T: Duration = Duration::from_secs(3);
 const PORT: u16 = 80;
 
 /// The addresses of one family's run.
-struct Plan {
-    client: &'static str,
+pub(crate) struct Plan {
+    pub(crate) client: &'static str,
     dir_a: &'static str,
-    vip: &'static str,
+    pub(crate) vip: &'static str,
     dir_b: &'static str,
-    laddrs: [&'static str; 2],
-    rs: [&'static str; 2],
+    pub(crate) laddrs: [&'static str; 2],
+    pub(crate) rs: [&'static str; 2],
     /// Prefix lengths of the two subnets and of the VIP / local addresses.
     len: u8,
     host_len: u8,
-    v6: bool,
+    pub(crate) v6: bool,
 }
 
-const V4: Plan = Plan {
+pub(crate) const V4: Plan = Plan {
     client: "10.79.0.10",
     dir_a: "10.79.0.2",
     vip: "10.79.0.100",
@@ -67,7 +67,7 @@ const V4: Plan = Plan {
     v6: false,
 };
 
-const V6: Plan = Plan {
+pub(crate) const V6: Plan = Plan {
     client: "fd79:a::10",
     dir_a: "fd79:a::2",
     vip: "fd79:a::100",
@@ -79,12 +79,12 @@ const V6: Plan = Plan {
     v6: true,
 };
 
-fn ip(s: &str) -> IpAddr {
+pub(crate) fn ip(s: &str) -> IpAddr {
     s.parse().expect("address")
 }
 
 /// A service/real-server address as rvsadm takes it (`[v6]:port`).
-fn sa(s: &str, port: u16) -> String {
+pub(crate) fn sa(s: &str, port: u16) -> String {
     SocketAddr::new(ip(s), port).to_string()
 }
 
@@ -102,6 +102,13 @@ pub(crate) fn addr_add(h: &Host, addr: &str, len: u8, dev: &str) {
 pub(crate) struct Daemon {
     socket: PathBuf,
     _dir: TempDir,
+}
+
+/// Its pins and saved table go with it (the bed kills the process).
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        crate::harness::remove_pins(&self.socket);
+    }
 }
 
 impl Daemon {
@@ -162,13 +169,13 @@ impl Daemon {
 /// Servers in a real server's namespace that tell each peer what source
 /// address they saw: TCP sends `NAME PEER\n` then echoes until EOF; UDP
 /// answers each datagram with `NAME PEER PAYLOAD`. Stopped on drop.
-struct PeerServers {
+pub(crate) struct PeerServers {
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl PeerServers {
-    fn start(h: &Host, addr: IpAddr, name: &str) -> PeerServers {
+    pub(crate) fn start(h: &Host, addr: IpAddr, name: &str) -> PeerServers {
         let at = SocketAddr::new(addr, PORT);
         let (tcp, udp) = h.run(move || {
             (
@@ -233,13 +240,13 @@ impl Drop for PeerServers {
 
 /// A TCP connection from the client to the VIP: the stream, and the
 /// server's name and the source address it saw.
-struct Conn {
-    stream: TcpStream,
-    server: String,
-    seen: SocketAddr,
+pub(crate) struct Conn {
+    pub(crate) stream: TcpStream,
+    pub(crate) server: String,
+    pub(crate) seen: SocketAddr,
 }
 
-fn connect(client: &Host, vip: SocketAddr, timeout: Duration) -> std::io::Result<Conn> {
+pub(crate) fn connect(client: &Host, vip: SocketAddr, timeout: Duration) -> std::io::Result<Conn> {
     let mut stream = client.run(move || TcpStream::connect_timeout(&vip, timeout))?;
     stream.set_read_timeout(Some(timeout))?;
     let mut line = Vec::new();
@@ -306,10 +313,21 @@ enum Then {
     Icmp,
 }
 
-fn fullnat(test: &str, p: &Plan, then: Then) {
-    let Some(mut bed) = Bed::new(test) else {
-        return;
-    };
+/// The FULLNAT bed of one family's run (see the module doc), the peer
+/// servers running on the real servers, the director's neighbours
+/// resolved, no rvsd yet. Fields drop in order: servers, then the bed
+/// (its namespaces).
+pub(crate) struct Topo {
+    pub(crate) servers: Vec<PeerServers>,
+    pub(crate) client: Host,
+    pub(crate) dir: Host,
+    pub(crate) rs: Vec<Host>,
+    pub(crate) bed: Bed,
+}
+
+/// Build [`Topo`] for `p`, or None (printed why) when the bed cannot run.
+pub(crate) fn topology(test: &str, p: &Plan) -> Option<Topo> {
+    let mut bed = Bed::new(test)?;
     // Subnet A: the client and the director's eth0 on br0; subnet B: the
     // director's eth1 and the real servers on br1. IPv4 hosts get their
     // address from the bed; IPv6 hosts an IPv4 one of the same subnet
@@ -373,6 +391,28 @@ fn fullnat(test: &str, p: &Plan, then: Then) {
         let to = SocketAddr::new(ip(a), PORT);
         let _ = dir.run(move || TcpStream::connect_timeout(&to, T));
     }
+
+    Some(Topo {
+        servers,
+        client,
+        dir,
+        rs,
+        bed,
+    })
+}
+
+fn fullnat(test: &str, p: &Plan, then: Then) {
+    let Some(Topo {
+        servers,
+        client,
+        dir,
+        rs,
+        mut bed,
+    }) = topology(test, p)
+    else {
+        return;
+    };
+    let client_ip = ip(p.client);
 
     let d = Daemon::start(&mut bed, &dir);
     let vip = sa(p.vip, PORT);

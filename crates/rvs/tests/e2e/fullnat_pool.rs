@@ -196,8 +196,8 @@ impl Pool {
         if self.plane != Plane::Xdp {
             return;
         }
-        // The FULLNAT counters count from the report that first lists the
-        // service (its baseline): wait for it before any traffic.
+        // The FULLNAT counters are published from the report that first
+        // lists the service: wait for it before any traffic.
         let want =
             format!("rvs_xdp_fnat_allocated_total{{local_address=\"{VIP}\",local_port=\"{port}\"");
         wait_until("the service in /metrics", Duration::from_secs(20), || {

@@ -238,12 +238,15 @@ impl Drop for PinGuard {
 /// Remove the XDP pins (`/sys/fs/bpf/rvs/<instance>`) an rvsd serving
 /// `socket` under its default instance name may have left (an xdp rvsd
 /// started outside a private mount namespace keeps its program attached
-/// after it is killed).
+/// after it is killed), and the service table an xdp rvsd without `-f`
+/// keeps beside them in its default `--state-dir` (`/run/rvs/<instance>.table`,
+/// outside any namespace a test makes: left there, one per test run).
 pub fn remove_pins(socket: &Path) {
     let name = rvs_xdp::pin::Instance::default_name(socket);
     if let Ok(i) = rvs_xdp::pin::Instance::new(&name) {
         let _ = i.remove();
     }
+    let _ = std::fs::remove_file(Path::new("/run/rvs").join(format!("{name}.table")));
 }
 
 /// stdout, stderr, exit code.

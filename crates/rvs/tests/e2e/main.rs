@@ -11,6 +11,7 @@ mod fleet;
 mod fleet_flows;
 mod fullnat;
 mod fullnat_pool;
+mod fullnat_restart;
 mod golden;
 mod health;
 mod health_probes;

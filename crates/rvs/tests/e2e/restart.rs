@@ -34,13 +34,15 @@ fn vip() -> SocketAddr {
 
 /// rvsd in the director's namespace, restartable; its pins are removed
 /// and it is killed on drop.
-struct Director {
+pub(crate) struct Director {
     ns: String,
-    instance: String,
+    pub(crate) instance: String,
     socket: PathBuf,
     /// `-f FILE`, or none: a table made with rvsadm.
     conf: Option<PathBuf>,
-    state: PathBuf,
+    pub(crate) state: PathBuf,
+    /// More arguments for every start (`--interface eth1`, `--http ...`).
+    pub(crate) args: Vec<String>,
     child: Option<Child>,
     _dir: TempDir,
 }
@@ -52,7 +54,7 @@ impl Rvsadm for Director {
 }
 
 impl Director {
-    fn new(ns: &str, tag: &str, conf: &str) -> Director {
+    pub(crate) fn new(ns: &str, tag: &str, conf: &str) -> Director {
         let dir = TempDir::new(tag);
         let conf = (!conf.is_empty()).then(|| dir.write("keepalived.conf", conf));
         Director {
@@ -61,12 +63,13 @@ impl Director {
             socket: dir.path().join("rvsd.sock"),
             conf,
             state: dir.path().join("state"),
+            args: Vec::new(),
             child: None,
             _dir: dir,
         }
     }
 
-    fn start(&mut self, upgrade: bool) {
+    pub(crate) fn start(&mut self, upgrade: bool) {
         self.start_plane("xdp", upgrade);
     }
 
@@ -79,7 +82,8 @@ impl Director {
                     .flat_map(|c| [std::ffi::OsStr::new("-f"), c.as_os_str()]),
             )
             .arg("--state-dir")
-            .arg(&self.state);
+            .arg(&self.state)
+            .args(&self.args);
         if upgrade {
             cmd.arg("--xdp-upgrade-probe");
         }
@@ -89,7 +93,7 @@ impl Director {
     }
 
     /// Stop rvsd with `sig` and wait for it.
-    fn stop(&mut self, sig: &str) {
+    pub(crate) fn stop(&mut self, sig: &str) {
         if let Some(mut c) = self.child.take() {
             let _ = Command::new("kill")
                 .args([sig, &c.id().to_string()])
@@ -128,7 +132,7 @@ impl Director {
     }
 
     /// `prog/xdp id N ... tag T` of the director's eth0.
-    fn program(&self) -> String {
+    pub(crate) fn program(&self) -> String {
         let o = rvs_testbed::sh(&["ip", "-n", &self.ns, "link", "show", "eth0"]);
         let text = String::from_utf8_lossy(&o.stdout).into_owned();
         text.split("prog/xdp")
@@ -164,7 +168,11 @@ impl Prng {
 /// One long-lived stream: chunks of its pseudo-random bytes out, the
 /// echo checked against them, until `stop`. Returns the bytes checked, or
 /// what went wrong.
-fn stream(mut s: std::net::TcpStream, seed: u64, stop: Arc<AtomicBool>) -> Result<u64, String> {
+pub(crate) fn stream(
+    mut s: std::net::TcpStream,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+) -> Result<u64, String> {
     let mut rng = Prng(seed | 1);
     let (mut out, mut back) = ([0u8; CHUNK], [0u8; CHUNK]);
     let mut total = 0u64;

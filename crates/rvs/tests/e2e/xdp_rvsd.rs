@@ -27,6 +27,13 @@ pub(crate) struct Daemon {
     _dir: TempDir,
 }
 
+/// Its pins and saved table go with it (the bed kills the process).
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        crate::harness::remove_pins(&self.socket);
+    }
+}
+
 impl Daemon {
     pub(crate) fn start(bed: &mut Bed, dir: &Host, rvsd: &Path, adm: &Path) -> Daemon {
         let tmp = TempDir::new("xdp-rvsd");

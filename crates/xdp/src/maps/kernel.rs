@@ -207,6 +207,9 @@ impl MapOps for KernelMaps {
     fn svc_flood(&mut self, index: u32) -> Result<crate::maps::SvcFlood, XdpError> {
         self.director.svc_flood(index)
     }
+    fn reset_svc_flood(&mut self, index: u32) -> Result<(), XdpError> {
+        self.director.reset_svc_flood(index)
+    }
     fn take_missing_hops(&mut self, max: usize) -> Result<Vec<std::net::IpAddr>, XdpError> {
         self.director.take_missing_hops(max)
     }
@@ -257,6 +260,9 @@ impl MapOps for KernelMaps {
     }
     fn fnat_stats(&mut self, index: u32) -> Result<crate::maps::FnatStats, XdpError> {
         self.director.fnat_stats(index)
+    }
+    fn reset_fnat_stats(&mut self, index: u32) -> Result<(), XdpError> {
+        self.director.reset_fnat_stats(index)
     }
     fn set_quic_service(&mut self, key: &SvcKey, index: u32) -> Result<(), XdpError> {
         self.director.set_quic_service(key, index)

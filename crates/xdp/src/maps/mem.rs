@@ -206,6 +206,12 @@ impl MapOps for MemMaps {
         Self::bound("svc_flood", index, maps::MAX_SERVICES)?;
         Ok(self.svc_flood.get(&index).copied().unwrap_or_default())
     }
+    fn reset_svc_flood(&mut self, index: u32) -> Result<(), XdpError> {
+        Self::bound("svc_flood", index, maps::MAX_SERVICES)?;
+        self.write("svc_flood")?;
+        self.svc_flood.remove(&index);
+        Ok(())
+    }
     fn take_missing_hops(&mut self, max: usize) -> Result<Vec<std::net::IpAddr>, XdpError> {
         let n = max.min(self.missing_hops.len());
         Ok(self.missing_hops.drain(..n).collect())
@@ -272,6 +278,12 @@ impl MapOps for MemMaps {
     }
     fn fnat_stats(&mut self, index: u32) -> Result<crate::maps::FnatStats, XdpError> {
         Ok(self.fnat_stats.get(&index).copied().unwrap_or_default())
+    }
+    fn reset_fnat_stats(&mut self, index: u32) -> Result<(), XdpError> {
+        Self::bound("fnat_stats", index, maps::MAX_SERVICES)?;
+        self.write("fnat_stats")?;
+        self.fnat_stats.remove(&index);
+        Ok(())
     }
     fn set_quic_service(&mut self, key: &SvcKey, index: u32) -> Result<(), XdpError> {
         self.write("quic_services")?;

@@ -32,6 +32,8 @@ pub trait MapOps {
     fn dest_stats(&mut self, index: u32) -> Result<Stats, XdpError>;
     /// A service's SYN-flood counters summed over CPUs (`svc_flood`).
     fn svc_flood(&mut self, index: u32) -> Result<SvcFlood, XdpError>;
+    /// Zero a service's SYN-flood counters on every CPU (`svc_flood`).
+    fn reset_svc_flood(&mut self, index: u32) -> Result<(), XdpError>;
     /// Take (read and delete) up to `max` next hops the program found
     /// without a neighbour entry (`nh_missing`).
     fn take_missing_hops(&mut self, max: usize) -> Result<Vec<std::net::IpAddr>, XdpError>;
@@ -84,6 +86,8 @@ pub trait MapOps {
     fn remove_fnat(&mut self, key: &FlowKey, rev: &crate::maps::FnatKey) -> Result<(), XdpError>;
     /// Service `index`'s FULLNAT counters summed over CPUs (`fnat_stats`).
     fn fnat_stats(&mut self, index: u32) -> Result<crate::maps::FnatStats, XdpError>;
+    /// Zero service `index`'s FULLNAT counters on every CPU (`fnat_stats`).
+    fn reset_fnat_stats(&mut self, index: u32) -> Result<(), XdpError>;
     /// `quic_services[key] = index`: a QUIC-LB service's key (the program
     /// looks it up when `services` has none for the packet).
     fn set_quic_service(&mut self, key: &SvcKey, index: u32) -> Result<(), XdpError>;

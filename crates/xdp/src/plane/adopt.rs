@@ -216,6 +216,8 @@ impl<M: MapOps> Plane<M> {
             return false;
         }
         a.claimed = true;
+        // Its counters continue from what the program counted.
+        self.flood_base.continue_from_maps(key, a.index);
         let st = SvcState {
             index: a.index,
             config: config.clone(),

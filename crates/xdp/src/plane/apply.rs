@@ -88,6 +88,7 @@ impl<M: MapOps> Plane<M> {
             self.svc_idx.release(index);
             return Err(e.into());
         }
+        self.start_counters(key, index);
         self.services.insert(
             *key,
             SvcState {
@@ -786,7 +787,12 @@ impl<M: MapOps> Plane<M> {
         } else {
             0
         };
-        if self.services.values().any(|s| !s.laddrs.is_empty()) {
+        // While adopting, FULLNAT stays on as the maps had it: the adopted
+        // flows' replies (to a local address) must reach xdp_fnat before
+        // the configuration has given the pools back, else they go to the
+        // kernel, which resets them (the real server's connection dies).
+        let adopted_fnat = self.adopted.is_some() && self.config.flags & maps::CFG_F_FNAT != 0;
+        if adopted_fnat || self.services.values().any(|s| !s.laddrs.is_empty()) {
             c.flags |= maps::CFG_F_FNAT;
         }
         let tun = |v6: bool| {

@@ -59,11 +59,25 @@ impl FloodStats {
     }
 }
 
-/// The counters' values when a service was first seen at its index.
+/// The counters' values a service's counts start from, per service and
+/// index: zero for a service installed by this plane (its counters were
+/// zeroed in the maps first, [`Plane::start_counters`]) and for one adopted
+/// from a previous rvsd (they continue: the maps count from its
+/// installation); what the maps held when it was first seen otherwise (a
+/// failed reset).
 #[derive(Debug, Default)]
 pub(super) struct FloodBase {
     base: HashMap<ServiceKey, (u32, SvcFlood)>,
     fnat: HashMap<ServiceKey, (u32, FnatStats)>,
+}
+
+impl FloodBase {
+    /// `key`'s counters at `index` are the maps' (zeroed at its
+    /// installation, by this rvsd or the one whose maps were adopted).
+    pub(super) fn continue_from_maps(&mut self, key: &ServiceKey, index: u32) {
+        self.base.insert(*key, (index, SvcFlood::default()));
+        self.fnat.insert(*key, (index, FnatStats::default()));
+    }
 }
 
 fn sub(a: &SvcFlood, b: &SvcFlood) -> SvcFlood {
@@ -77,14 +91,40 @@ fn sub(a: &SvcFlood, b: &SvcFlood) -> SvcFlood {
 }
 
 impl<M: MapOps> Plane<M> {
+    /// A service new at `index` (not reachable yet): its SYN-flood and
+    /// FULLNAT counters are zeroed in the maps (an earlier user of the
+    /// index left its counts there), so that they count from its
+    /// installation, from the first packet on, and a later rvsd that adopts
+    /// the service continues them. A reset that fails is warned and leaves
+    /// a baseline of what the map holds now (or, that read failing too, of
+    /// what the first report reads).
+    pub(super) fn start_counters(&mut self, key: &ServiceKey, index: u32) {
+        self.flood_base.continue_from_maps(key, index);
+        if let Err(e) = self.maps.reset_svc_flood(index) {
+            tracing::warn!(error = %e, service = ?key, index, "zeroing a new service's SYN-flood counters");
+            match self.maps.svc_flood(index) {
+                Ok(cur) => self.flood_base.base.insert(*key, (index, cur)),
+                Err(_) => self.flood_base.base.remove(key),
+            };
+        }
+        if let Err(e) = self.maps.reset_fnat_stats(index) {
+            tracing::warn!(error = %e, service = ?key, index, "zeroing a new service's FULLNAT counters");
+            match self.maps.fnat_stats(index) {
+                Ok(cur) => self.flood_base.fnat.insert(*key, (index, cur)),
+                Err(_) => self.flood_base.fnat.remove(key),
+            };
+        }
+    }
+
     /// The SYN-flood counters these reports publish.
     pub fn flood_stats(&self) -> Arc<FloodStats> {
         self.flood.clone()
     }
 
     /// Read `svc_flood` for every installed service and publish it, from
-    /// each service's baseline (part of a report's first phase). A failed
-    /// read publishes nothing: the next report tries again.
+    /// each service's baseline ([`FloodBase`]; none: what this report
+    /// reads). Part of a report's first phase. A failed read publishes
+    /// nothing: the next report tries again.
     pub(super) fn read_flood(&mut self) {
         let mut out = Vec::with_capacity(self.services.len());
         for (key, st) in &self.services {
@@ -141,41 +181,50 @@ mod tests {
     use rvs_control::protocol::Command;
     use rvs_core::model::{AddrFamily, Protocol, ServiceConfig};
 
-    #[test]
-    fn counters_are_published_per_service_from_installation() {
-        let mut plane = Plane::new(MemMaps::new(1 << 16)).expect("plane");
-        let key = ServiceKey::Addr {
+    fn key() -> ServiceKey {
+        ServiceKey::Addr {
             protocol: Protocol::Tcp,
             addr: "10.0.0.1".parse().expect("addr"),
             port: 80,
-        };
+        }
+    }
+
+    fn add(plane: &mut Plane<MemMaps>) -> u32 {
         plane
             .apply_command(&Command::AddService {
-                key,
+                key: key(),
                 config: ServiceConfig::new(AddrFamily::Inet),
             })
             .expect("add service");
-        let index = plane.services[&key].index;
-        // What an earlier service at this index left.
+        plane.services[&key()].index
+    }
+
+    /// The index the first service of a new plane gets.
+    fn first_index() -> u32 {
+        add(&mut Plane::new(MemMaps::new(1 << 16)).expect("plane"))
+    }
+
+    #[test]
+    fn counters_are_published_per_service_from_installation() {
+        let key = key();
+        // What an earlier service at the index left in the maps.
+        let index = first_index();
+        let mut maps = MemMaps::new(1 << 16);
         let old = SvcFlood {
             embryonic: 7,
             ..SvcFlood::default()
         };
-        plane.maps().svc_flood.insert(index, old);
+        maps.svc_flood.insert(index, old);
+        let mut plane = Plane::new(maps).expect("plane");
+        assert_eq!(add(&mut plane), index);
+        assert_eq!(
+            plane.maps().svc_flood.get(&index),
+            None,
+            "zeroed in the map at installation"
+        );
         let stats = plane.flood_stats();
         plane.read_flood();
         assert_eq!(stats.snapshot(), vec![(key, SvcFlood::default())]);
-        plane.maps().svc_flood.insert(
-            index,
-            SvcFlood {
-                embryonic: 107,
-                promoted: 40,
-                guarded: 5,
-                unknown: 2,
-                adopted: 9,
-            },
-        );
-        plane.read_flood();
         let want = SvcFlood {
             embryonic: 100,
             promoted: 40,
@@ -183,8 +232,99 @@ mod tests {
             unknown: 2,
             adopted: 9,
         };
+        plane.maps().svc_flood.insert(index, want);
+        plane.read_flood();
         assert_eq!(stats.snapshot(), vec![(key, want)]);
         assert_eq!(stats.total(), want);
+    }
+
+    /// A reset that fails leaves a baseline: what an earlier user of the
+    /// index counted is still not this service's.
+    #[test]
+    fn a_failed_reset_leaves_a_baseline() {
+        let index = first_index();
+        let mut maps = MemMaps::new(1 << 16);
+        let old = SvcFlood {
+            embryonic: 7,
+            ..SvcFlood::default()
+        };
+        maps.svc_flood.insert(index, old);
+        let mut plane = Plane::new(maps).expect("plane");
+        // Writes: the round-robin cursor, then the SYN-flood counters.
+        let m = plane.maps();
+        m.fail_at = Some(m.writes + 1);
+        assert_eq!(add(&mut plane), index);
+        assert_eq!(plane.maps().svc_flood.get(&index), Some(&old), "not zeroed");
+        let stats = plane.flood_stats();
+        plane.read_flood();
+        assert_eq!(stats.snapshot(), vec![(key(), SvcFlood::default())]);
+        plane.maps().svc_flood.insert(
+            index,
+            SvcFlood {
+                embryonic: 10,
+                ..SvcFlood::default()
+            },
+        );
+        plane.read_flood();
+        assert_eq!(stats.total().embryonic, 3);
+    }
+
+    /// A restarted rvsd's plane adopts the maps: the counters of a service
+    /// the configuration claims continue from what the program counted
+    /// (no new baseline: a counter that went back to zero at every restart
+    /// would be a reset to Prometheus, and the flows between the start and
+    /// the first report would go uncounted).
+    #[test]
+    fn counters_of_an_adopted_service_continue() {
+        let key = key();
+        let laddr = rvs_core::model::LocalAddrRange::parse("10.9.0.1").expect("laddr");
+        let mut a = Plane::new(MemMaps::new(1 << 16)).expect("plane");
+        let index = add(&mut a);
+        a.apply_command(&Command::AddLaddr {
+            service: key,
+            laddr,
+        })
+        .expect("laddr");
+        let counted = FnatStats {
+            allocated: 70,
+            probes: 75,
+            ..FnatStats::default()
+        };
+        let flood = SvcFlood {
+            embryonic: 70,
+            promoted: 70,
+            ..SvcFlood::default()
+        };
+        a.maps().fnat_stats.insert(index, counted);
+        a.maps().svc_flood.insert(index, flood);
+        let stats = a.flood_stats();
+        a.read_flood();
+        assert_eq!(stats.fnat_snapshot(), vec![(key, counted)]);
+        // rvsd restarts; its configuration claims the service.
+        let maps = a.maps().clone();
+        let mut b = Plane::adopt(maps).expect("adopt");
+        assert_eq!(add(&mut b), index, "claimed at its index");
+        b.apply_command(&Command::AddLaddr {
+            service: key,
+            laddr,
+        })
+        .expect("laddr");
+        let stats = b.flood_stats();
+        b.read_flood();
+        assert_eq!(stats.fnat_snapshot(), vec![(key, counted)], "continued");
+        assert_eq!(stats.snapshot(), vec![(key, flood)]);
+        let more = FnatStats {
+            allocated: 72,
+            probes: 77,
+            ..FnatStats::default()
+        };
+        b.maps().fnat_stats.insert(index, more);
+        b.read_flood();
+        assert_eq!(
+            stats.fnat_snapshot(),
+            vec![(key, more)],
+            "the new flows once"
+        );
     }
 
     #[test]

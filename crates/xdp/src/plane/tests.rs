@@ -1309,6 +1309,74 @@ fn next_hops_the_program_misses_are_solicited_until_resolved() {
     assert!(bed.plane.wanted().reply.is_empty(), "given up");
 }
 
+/// rvsd restarts over a FULLNAT director: FULLNAT stays on in `config`
+/// (the program hands replies to local addresses to `xdp_fnat`) from the
+/// adoption until the configuration has given the pools back, whatever it
+/// writes before (timeouts, the service without its pool yet); once the
+/// adoption settles, the configuration decides.
+#[test]
+fn fullnat_stays_on_while_an_adopting_plane_waits_for_the_pools() {
+    use rvs_core::model::LocalAddrRange;
+    let fnat = |bed: &mut Bed| bed.plane.maps().config.flags & maps::CFG_F_FNAT != 0;
+    let laddr = LocalAddrRange::parse("10.9.0.1-2").unwrap();
+    let mut bed = Bed::new();
+    bed.svc(80, "rr").unwrap();
+    bed.run(Command::AddLaddr {
+        service: key(80),
+        laddr,
+    })
+    .unwrap();
+    bed.dest(80, dr(1).forward(ForwardMethod::FullNat)).unwrap();
+    assert!(fnat(&mut bed));
+    // rvsd restarts: a new plane over the same maps.
+    let maps = bed.plane.maps().clone();
+    let mut b = Bed::new();
+    b.plane = Plane::adopt(maps).unwrap();
+    assert!(fnat(&mut b), "as the maps had it");
+    // A saved table's first command, then the service before its pool.
+    b.run(Command::SetTimeouts {
+        tcp: 900,
+        tcpfin: 120,
+        udp: 300,
+    })
+    .unwrap();
+    assert!(fnat(&mut b), "kept across the timeouts' write");
+    b.svc(80, "rr").unwrap();
+    b.report(1);
+    assert!(fnat(&mut b), "kept while the service has no pool yet");
+    b.run(Command::AddLaddr {
+        service: key(80),
+        laddr,
+    })
+    .unwrap();
+    b.dest(80, dr(1).forward(ForwardMethod::FullNat)).unwrap();
+    for t in 2..=5 {
+        b.report(t);
+    }
+    assert!(!b.plane.adopting());
+    assert!(fnat(&mut b), "the configuration has the pool");
+    // Settled, the configuration decides: without a pool, off.
+    b.run(Command::DelLaddr {
+        service: key(80),
+        laddr,
+    })
+    .unwrap();
+    assert!(!fnat(&mut b));
+    // An adoption whose configuration never gives the pool back: off once
+    // it settles.
+    let maps = bed.plane.maps().clone();
+    let mut c = Bed::new();
+    c.plane = Plane::adopt(maps).unwrap();
+    c.svc(80, "rr").unwrap();
+    c.report(1);
+    assert!(fnat(&mut c));
+    for t in 2..=5 {
+        c.report(t);
+    }
+    assert!(!c.plane.adopting());
+    assert!(!fnat(&mut c), "off once the adoption settled");
+}
+
 #[test]
 fn laddr_pools_are_written_and_fullnat_real_servers_accepted() {
     use rvs_core::model::LocalAddrRange;
