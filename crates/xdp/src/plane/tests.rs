@@ -885,6 +885,7 @@ fn synced_connections_and_templates_are_loaded_for_the_same_real_server() {
         output_seen: false,
         idle_left: Duration::from_secs(900),
         template: false,
+        local: None,
     };
     bed.plane.load_synced_flow(&bed.ipvs, &conn).unwrap();
     let template = MirroredConn {
@@ -948,6 +949,7 @@ fn synced_nat_connections_get_their_reply_entry_and_lose_it_with_the_flow() {
         output_seen: true,
         idle_left: Duration::from_secs(900),
         template: false,
+        local: None,
     };
     let (a, b, c) = (id_of(&bed, 21), id_of(&bed, 22), id_of(&bed, 11));
     for (d, p) in [(a, 4000), (b, 4001), (c, 4002)] {
@@ -1654,6 +1656,7 @@ fn synced_connections_of_quic_lb_services_make_no_flow() {
         output_seen: true,
         idle_left: Duration::from_secs(60),
         template: false,
+        local: None,
     };
     bed.plane.load_synced_flow(&bed.ipvs, &flow).unwrap();
     assert!(bed.plane.maps().flows.is_empty());
