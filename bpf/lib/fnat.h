@@ -26,8 +26,10 @@
  * (fnat_out4): no tail call, no second parse, no fnat_fwd/fnat_rev
  * look-up. fnat_fwd/fnat_rev stay the truth the allocator and the reply
  * path use; the record only mirrors them, and a flow entry written anew (a
- * new or rescheduled flow, the control side's sync) has none until xdp_fnat
- * records it again. While the TOA is armed the flow carries RVS_FLOW_F_TOA
+ * new or rescheduled flow) has none until xdp_fnat records it again. The
+ * control side's sync writes a synced flow's pair as this file would:
+ * fnat_rev (only if free), fnat_fwd, then the record (plane.rs
+ * load_synced). While the TOA is armed the flow carries RVS_FLOW_F_TOA
  * (set by the SYN-ACK in fnat_reply; cleared by the real server's next
  * segment, or by xdp_fnat when it finds toa_ack 0) and its client segments
  * take xdp_fnat's path, which inserts the TOA. IPv6 flows always take it

@@ -10,8 +10,11 @@
 //! Input layout: byte 0 chooses fix-ups so the fuzzer reaches the record
 //! rules behind the header checks (bit 0: write the real length into the
 //! `size` field; bit 1: write a valid v1 header's reserved/version/spare);
-//! byte 1 chooses the rebuild limit (381 + 8 × byte: 381 bytes hold the
-//! largest record with its header); the rest is the datagram.
+//! byte 1 chooses the rebuild limit (401 + 8 × byte: 401 bytes hold the
+//! largest record — every option, rvs's local address included — with its
+//! header); the rest is the datagram. A v1 record may carry rvs's
+//! local-address option (`OPT_RVS_LOCAL`, 0x72): it takes part in the
+//! round trip like the kernel's options.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -37,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
     let [mode, limit, rest @ ..] = data else {
         return;
     };
-    let maxlen = 381 + 8 * usize::from(*limit);
+    let maxlen = 401 + 8 * usize::from(*limit);
     let mut msg = rest.to_vec();
     if mode & 2 != 0 && msg.len() >= 8 {
         msg[0] = 0;

@@ -240,6 +240,11 @@ pub struct MirroredConn {
     /// A persistence template (`client` is the masked client network with
     /// port 0; `vip`'s port is 0 for a port-zero service).
     pub template: bool,
+    /// FULLNAT: the local address and port the flow reaches its real
+    /// server from, when known (a synced flow carries its master's pair,
+    /// which the backup keeps: `-Lcn` shows it, the data plane reuses it).
+    /// `None` leaves an entry's recorded pair as it is.
+    pub local: Option<std::net::SocketAddr>,
 }
 
 /// Why a packet was dropped.
@@ -1450,10 +1455,22 @@ impl Ipvs {
     /// server), its state is set — moving it between the real server's
     /// active and inactive counts as a state change does — and its timer is
     /// set to `flow.idle_left`. Counters are not touched (the data plane
-    /// reports traffic with [`Ipvs::add_counters`]). `None` when `flow.dest`
+    /// reports traffic with [`Ipvs::add_counters`]). A connection's
+    /// `flow.local`, when given, is recorded as its FULLNAT local address
+    /// and port ([`Ipvs::set_conn_local`]). `None` when `flow.dest`
     /// is not a known real server or the table is full of entries that
     /// cannot be evicted.
     pub fn mirror_conn(&mut self, now: Instant, flow: &MirroredConn) -> Option<ConnId> {
+        let id = self.mirror_conn_entry(now, flow)?;
+        if let Some(local) = flow.local
+            && !flow.template
+        {
+            self.set_conn_local(id, local);
+        }
+        Some(id)
+    }
+
+    fn mirror_conn_entry(&mut self, now: Instant, flow: &MirroredConn) -> Option<ConnId> {
         let dcfg = self.dest(flow.dest)?.config;
         let key = ConnKey {
             protocol: flow.protocol.number(),

@@ -1106,6 +1106,7 @@ fn mirrored_flows_follow_the_data_plane() {
         output_seen: false,
         idle_left: Duration::from_secs(50),
         template: false,
+        local: None,
     };
     let id = ipvs.mirror_conn(t(0), &flow).unwrap();
     let of = |ipvs: &Ipvs| counts(ipvs, &key).into_iter().find(|c| c.0 == daddr);
@@ -1152,6 +1153,54 @@ fn mirrored_flows_follow_the_data_plane() {
     assert_eq!(persist(&ipvs), 0);
     flow.dest = rvs_core::dest::DestId(9999);
     assert_eq!(ipvs.mirror_conn(t(103), &flow), None, "unknown server");
+    ipvs.audit().unwrap();
+}
+
+/// A mirrored (or synced) FULLNAT flow's local address and port is
+/// recorded on its entry (what `-Lcn` shows); a later report without one
+/// leaves it; a template never gets one.
+#[test]
+fn mirrored_flows_keep_their_fullnat_local_pair() {
+    use rvs_core::ipvs::MirroredConn;
+    use std::time::Duration;
+    let mut ipvs = director("rr", 2, ForwardMethod::FullNat);
+    let key = tcp_svc(80);
+    let dest = ipvs.service(&key).unwrap().dests()[0].id;
+    let local: std::net::SocketAddr = "10.3.0.1:40000".parse().unwrap();
+    let mut flow = MirroredConn {
+        protocol: Protocol::Tcp,
+        client: "1.2.3.4:5555".parse().unwrap(),
+        vip: std::net::SocketAddr::new(IpAddr::V4(VIP), 80),
+        dest,
+        state: TcpState::Established as u8,
+        output_seen: true,
+        idle_left: Duration::from_secs(50),
+        template: false,
+        local: Some(local),
+    };
+    let id = ipvs.mirror_conn(t(0), &flow).unwrap();
+    let pair = |ipvs: &Ipvs, id| {
+        ipvs.conns()
+            .local(id)
+            .map(|(a, p)| std::net::SocketAddr::new(a.to_ip(AddrFamily::Inet), p))
+    };
+    assert_eq!(pair(&ipvs, id), Some(local));
+    flow.local = None;
+    assert_eq!(ipvs.mirror_conn(t(1), &flow), Some(id));
+    assert_eq!(pair(&ipvs, id), Some(local), "kept without a new one");
+    let moved: std::net::SocketAddr = "10.3.0.2:40001".parse().unwrap();
+    flow.local = Some(moved);
+    assert_eq!(ipvs.mirror_conn(t(2), &flow), Some(id));
+    assert_eq!(pair(&ipvs, id), Some(moved), "a new pair replaces it");
+    let tpl = MirroredConn {
+        client: "1.2.3.0:0".parse().unwrap(),
+        template: true,
+        state: 0,
+        local: Some(local),
+        ..flow
+    };
+    let tid = ipvs.mirror_conn(t(2), &tpl).unwrap();
+    assert_eq!(pair(&ipvs, tid), None);
     ipvs.audit().unwrap();
 }
 

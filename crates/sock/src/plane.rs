@@ -313,6 +313,7 @@ impl DataPlane for SockPlane {
                     output_seen: true,
                     idle_left: MIRROR_TTL,
                     template: false,
+                    local: None,
                 },
             );
         }

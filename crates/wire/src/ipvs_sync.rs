@@ -70,6 +70,25 @@
 //! big-endian sender's v0 sequence data would come out byte-swapped, as it
 //! does between such kernels.
 //!
+//! # FULLNAT local address and port (an rvs option)
+//! A FULLNAT connection reaches its real server from a (local address,
+//! local port) pair the director chose; a backup that takes the connection
+//! over must keep that pair, or the real server sees a new 4-tuple
+//! mid-connection (DPVS syncs it for this reason). rvs carries it in v1
+//! records as an *optional* option, type [`OPT_RVS_LOCAL`] (`0x72`: the
+//! optional bit `0x40` with `0x32`, a low part the kernel does not use —
+//! it knows 1, 2, 3 and keeps 7 for `IPVS_OPT_PARAM`):
+//! ```text
+//! type=0x72 u8 | length=6 or 18 u8 | laddr (4 or 16 bytes) | lport be16
+//! ```
+//! written after the kernel's options. A kernel backup ignores it
+//! (`ip_vs_proc_sync_conn`: an unknown option with `IPVS_OPT_F_PARAM` set
+//! is skipped) and applies the record. The length says the address's
+//! family (it need not be the record's). [`parse`] reads it into
+//! [`SyncConn::local`]; one of another length, or a second one, is
+//! ignored as a kernel would ignore it (the record is applied; the first
+//! well-formed one is kept). v0 has no options: [`build_v0`] drops it.
+//!
 //! # Timeouts
 //! v1 carries the connection's remaining timeout in seconds; 0 means "use the
 //! protocol's default for the state" on the receiver (`if (timeout)` in
@@ -141,6 +160,10 @@ pub const OPT_SEQ_DATA: u8 = 1;
 pub const OPT_PE_DATA: u8 = 2;
 /// v1 option: persistence-engine name (e.g. `sip`), ≤ 16 bytes.
 pub const OPT_PE_NAME: u8 = 3;
+/// v1 option (an rvs extension, optional: kernel backups ignore it): the
+/// FULLNAT local address and port of the connection (see the module
+/// documentation).
+pub const OPT_RVS_LOCAL: u8 = OPT_F_OPTIONAL | 0x32;
 /// v1 option type bit marking an option the receiver may ignore when it
 /// does not know it (`IPVS_OPT_F_PARAM` = 1 << (`IPVS_OPT_PARAM` 7 − 1)).
 /// An unknown option without it is mandatory: the record is dropped.
@@ -287,6 +310,9 @@ pub struct SyncConn {
     pub pe_name: Option<String>,
     /// Persistence-engine data (v1 option 2), present only with `pe_name`.
     pub pe_data: Option<Vec<u8>>,
+    /// FULLNAT local address and port (v1 rvs option [`OPT_RVS_LOCAL`];
+    /// `None` in v0 and from senders that do not write it).
+    pub local: Option<SocketAddr>,
 }
 
 impl SyncConn {
@@ -310,7 +336,8 @@ impl SyncConn {
         };
         let data = self.pe_data.as_ref().map_or(0, |d| 2 + d.len());
         let name = self.pe_name.as_ref().map_or(0, |n| 2 + n.len());
-        Some(fixed + seq + data + name)
+        let local = self.local.map_or(0, |l| 2 + local_len(&l));
+        Some(fixed + seq + data + name + local)
     }
 }
 
@@ -469,7 +496,29 @@ fn triple(b: &[u8], at: usize, read: fn(&[u8], usize) -> Option<u32>) -> Option<
     Some([read(b, at)?, read(b, at + 4)?, read(b, at + 8)?])
 }
 
+/// Length of the [`OPT_RVS_LOCAL`] option's data for `local`.
+fn local_len(local: &SocketAddr) -> usize {
+    match local {
+        SocketAddr::V4(_) => 4 + 2,
+        SocketAddr::V6(_) => 16 + 2,
+    }
+}
+
+/// The [`OPT_RVS_LOCAL`] option's data, or `None` when its length is
+/// neither 6 nor 18.
+fn parse_local(data: &[u8]) -> Option<SocketAddr> {
+    match data.len() {
+        6 => Some(SocketAddr::new(ipv4(data, 0)?, be16(data, 4)?)),
+        18 => Some(SocketAddr::new(ipv6(data, 0)?, be16(data, 16)?)),
+        _ => None,
+    }
+}
+
 /// What became of one record.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "returned once per record and moved into the list: a box would cost an allocation per record"
+)]
 enum Outcome {
     /// Applied: here it is.
     Conn(SyncConn),
@@ -569,6 +618,7 @@ fn parse_v0_record(buf: &[u8], p: &mut usize) -> Outcome {
         seq,
         pe_name: None,
         pe_data: None,
+        local: None,
     })
 }
 
@@ -617,6 +667,7 @@ fn parse_v1_record(rec: &[u8]) -> Outcome {
     let mut seq = None;
     let mut pe_data: Option<&[u8]> = None;
     let mut pe_name: Option<&[u8]> = None;
+    let mut local: Option<SocketAddr> = None;
     let mut q = fixed;
     while q < rec.len() {
         let (Some(&ptype), Some(&plen)) = (rec.get(q), rec.get(q + 1)) else {
@@ -627,6 +678,15 @@ fn parse_v1_record(rec: &[u8]) -> Outcome {
         let Some(data) = rec.get(q..q + plen).filter(|d| !d.is_empty()) else {
             return Outcome::Abort;
         };
+        // rvs's own option (optional: a malformed or second one is ignored,
+        // as a kernel ignores it).
+        if ptype == OPT_RVS_LOCAL {
+            if local.is_none() {
+                local = parse_local(data);
+            }
+            q += plen;
+            continue;
+        }
         match ptype & !OPT_F_OPTIONAL {
             OPT_SEQ_DATA => {
                 if plen != V0_SEQ_LEN || seq.is_some() {
@@ -704,6 +764,7 @@ fn parse_v1_record(rec: &[u8]) -> Outcome {
         seq,
         pe_name,
         pe_data,
+        local,
     })
 }
 
@@ -773,7 +834,8 @@ where
 /// records 4-byte aligned, zero padding inserted *before* the next record
 /// as the kernel does (so no padding after the last), at most 255 records
 /// per datagram (`nr_conns` is one byte). Options are written in the
-/// kernel's order: sequence data (when `seq` is `Some`), PE data, PE name.
+/// kernel's order: sequence data (when `seq` is `Some`), PE data, PE name;
+/// then rvs's [`OPT_RVS_LOCAL`] when `local` is `Some`.
 /// Connections are not checked against the receive rules (protocol, state):
 /// the builder writes what it is given. An empty list gives no datagrams.
 ///
@@ -839,7 +901,17 @@ fn encode_v1(index: usize, c: &SyncConn, rec: &mut Vec<u8>) -> Result<(), SyncEr
         rec.extend_from_slice(&[OPT_PE_NAME, name.len() as u8]);
         rec.extend_from_slice(name);
     }
-    // At most 72 + 26 + 257 + 18 = 373 bytes: fits the 12 bits, version 0.
+    if let Some(local) = &c.local {
+        // 6 or 18: fits the byte.
+        rec.extend_from_slice(&[OPT_RVS_LOCAL, local_len(local) as u8]);
+        match local.ip() {
+            IpAddr::V4(a) => rec.extend_from_slice(&a.octets()),
+            IpAddr::V6(a) => rec.extend_from_slice(&a.octets()),
+        }
+        rec.extend_from_slice(&local.port().to_be_bytes());
+    }
+    // At most 72 + 26 + 257 + 18 + 20 = 393 bytes: fits the 12 bits,
+    // version 0.
     let len = u16::try_from(rec.len()).unwrap_or(u16::MAX) & V1_RECORD_MAXLEN as u16;
     rec[2..4].copy_from_slice(&len.to_be_bytes());
     Ok(())
@@ -849,8 +921,8 @@ fn encode_v1(index: usize, c: &SyncConn, rec: &mut Vec<u8>) -> Result<(), SyncEr
 /// 65535), at most 255 records each: the 4-byte header, then 24-byte records,
 /// each followed by the 24-byte sequence block iff its flags have
 /// IN_SEQ/OUT_SEQ. v0 carries what the kernel's v0 sender writes and no
-/// more: IPv4 only; the low 16 bits of the flags; no fwmark, timeout or PE
-/// (ignored here, as the kernel's v0 sender ignores them); the sequence
+/// more: IPv4 only; the low 16 bits of the flags; no fwmark, timeout, PE or
+/// local address (ignored here, as the kernel's v0 sender ignores them); the sequence
 /// block is `seq` in little-endian order (see the module documentation), or
 /// zeros when `seq` is `None`, and is not written when the flags lack the
 /// sequence bits even if `seq` is `Some`.

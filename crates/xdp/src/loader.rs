@@ -971,6 +971,31 @@ impl Loaded {
         }
     }
 
+    /// Claim pair `rev` for the flow `n` names: `fnat_rev[rev] = n` with
+    /// `BPF_NOEXIST`, as the program claims one. False (nothing written)
+    /// when a flow already holds the pair.
+    pub fn claim_fnat(&mut self, rev: &maps::FnatKey, n: &maps::Fnat) -> Result<bool, XdpError> {
+        /// `bpf_map_update_elem`'s "only if absent" flag.
+        const BPF_NOEXIST: u64 = 1;
+        match self
+            .hash::<maps::FnatKey, maps::Fnat>("fnat_rev")?
+            .insert(rev, n, BPF_NOEXIST)
+        {
+            Ok(()) => Ok(true),
+            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EEXIST) => {
+                Ok(false)
+            }
+            Err(e) => Err(map_err("fnat_rev")(e)),
+        }
+    }
+
+    /// `fnat_fwd[flow] = rev` (the flow's translation; claim `rev` first).
+    pub fn set_fnat_fwd(&mut self, flow: &FlowKey, rev: &maps::FnatKey) -> Result<(), XdpError> {
+        self.hash::<FlowKey, maps::FnatKey>("fnat_fwd")?
+            .insert(flow, rev, 0)
+            .map_err(map_err("fnat_fwd"))
+    }
+
     /// Remove `fnat_rev[rev]` (absent is not an error): the pair is free.
     pub fn remove_fnat_rev(&mut self, rev: &maps::FnatKey) -> Result<(), XdpError> {
         match self

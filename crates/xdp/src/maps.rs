@@ -441,8 +441,10 @@ pub struct Flow {
     pub flags: u8,
     /// FULLNAT over IPv4: the local port of the flow's pair as the program
     /// recorded it from `fnat_fwd`/`fnat_rev` (network order), so that its
-    /// established packets skip both look-ups; 0 = none recorded (what the
-    /// control side writes: the program then finds the pair itself).
+    /// established packets skip both look-ups; 0 = none recorded (the
+    /// program then finds the pair itself). The control side writes one
+    /// only for a synced flow whose pair it claimed in `fnat_rev` and
+    /// `fnat_fwd` first (`Plane::load_synced`).
     pub fnat_lport: u16,
     /// FULLNAT over IPv4: the local address of that pair (network order,
     /// as it lies in memory); meaningful only with `fnat_lport` set.

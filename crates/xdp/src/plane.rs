@@ -163,7 +163,8 @@ pub use crate::maps::KernelMaps;
 #[cfg(any(test, feature = "mem-maps"))]
 pub use crate::maps::MemMaps;
 use crate::maps::{
-    self, Config, DestConns, Flow, FlowKey, Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcKey,
+    self, Config, DestConns, Flow, FlowKey, Fnat, FnatKey, Nat, NatKey, Persist, PersistKey, Stats,
+    Svc, SvcKey,
 };
 pub use crate::maps::{MapOps, WalkCursor};
 use crate::neigh::L2;
@@ -333,6 +334,9 @@ pub struct Plane<M: MapOps> {
     fnat_sweep: fnat::FnatSweep,
     /// The local ports FULLNAT pools hand out (first, last).
     fnat_ports: (u16, u16),
+    /// Synced FULLNAT flows whose local address and port another live
+    /// flow held here: not loaded (see [`Plane::load_synced`]).
+    synced_pairs_taken: u64,
 }
 
 /// Flows (and templates) mirrored per report by default: a report holds the
@@ -599,6 +603,7 @@ impl<M: MapOps> Plane<M> {
             quic_stale: Vec::new(),
             fnat_sweep: fnat::FnatSweep::default(),
             fnat_ports: (maps::FNAT_PORT_MIN, maps::FNAT_PORT_MAX),
+            synced_pairs_taken: 0,
         }
     }
 
@@ -720,8 +725,25 @@ impl<M: MapOps> Plane<M> {
         }
     }
 
+    /// Synced FULLNAT flows not loaded because their local address and
+    /// port was held here by another live flow (since the plane started).
+    pub fn synced_pairs_taken(&self) -> u64 {
+        self.synced_pairs_taken
+    }
+
     /// [`Plane::load_synced_flow`] with what it needs of the director
     /// already taken ([`SyncedFlow::resolve`]).
+    ///
+    /// A connection of a FULLNAT real server that comes with its master's
+    /// local address and port (`MirroredConn::local`) gets that pair here
+    /// as the program would have given it: claimed in `fnat_rev` (never
+    /// over another live flow's claim), then `fnat_fwd`, then the flow
+    /// entry with the pair recorded (IPv4), so its packets leave from the
+    /// same laddr:lport and the real server's replies to it find the
+    /// client. If another live flow holds the pair here, the synced flow is
+    /// not loaded (counted in [`Plane::synced_pairs_taken`], logged): its
+    /// next packet is scheduled anew. Without a pair the flow is loaded
+    /// without one (the program then gives it a new pair).
     pub fn load_synced(&mut self, synced: &SyncedFlow) -> Result<(), PlaneError> {
         let (flow, cfg) = (&synced.flow, &synced.dest);
         let found = self.services.iter().find_map(|(key, st)| {
@@ -731,9 +753,10 @@ impl<M: MapOps> Plane<M> {
                 return None;
             }
             let d = st.dests.iter().find(|x| same(&x.core.config, cfg))?;
-            Some((st.index, d.index, d.is_nat()))
+            let fnat = matches!(d.core.config.forward, ForwardMethod::FullNat);
+            Some((st.index, d.index, d.is_nat(), fnat))
         });
-        let Some((svc, dest, nat)) = found else {
+        let Some((svc, dest, nat, fnat)) = found else {
             return Ok(());
         };
         let (jiffies, _) = self.maps.clock()?;
@@ -767,7 +790,7 @@ impl<M: MapOps> Plane<M> {
                 family,
                 ..FlowKey::default()
             };
-            let value = Flow {
+            let mut value = Flow {
                 last_seen: jiffies,
                 dest,
                 svc,
@@ -779,6 +802,32 @@ impl<M: MapOps> Plane<M> {
                 },
                 ..Flow::default()
             };
+            if fnat && let Some(local) = flow.local {
+                match self.claim_synced_pair(&key, local, cfg, svc, dest)? {
+                    SyncedPair::Claimed(rk) => {
+                        // Recorded in the entry as xdp_fnat records it
+                        // (IPv4 only: no room for an IPv6 address).
+                        if family == maps::AF_INET {
+                            let [a, b, c, d, ..] = rk.laddr;
+                            value.fnat_laddr = u32::from_ne_bytes([a, b, c, d]);
+                            value.fnat_lport = rk.lport;
+                        }
+                    }
+                    SyncedPair::Without => {}
+                    SyncedPair::Taken => {
+                        self.synced_pairs_taken += 1;
+                        tracing::warn!(
+                            client = %flow.client,
+                            vip = %flow.vip,
+                            local = %local,
+                            real_server = %cfg.addr,
+                            "synced FULLNAT flow not loaded: its local address and port is \
+                             held here by another live flow (its next packet is scheduled anew)"
+                        );
+                        return Ok(());
+                    }
+                }
+            }
             self.maps.set_flow(&key, &value)?;
             // A NAT flow also needs its reply entry, or the real server's
             // replies would leave with its own address (the program writes
@@ -796,6 +845,91 @@ impl<M: MapOps> Plane<M> {
             }
         }
         Ok(())
+    }
+
+    /// FULLNAT: give synced flow `fk` (to real server `cfg`, service and
+    /// real-server indexes `svc`, `dest`) the pair `local` its master used:
+    /// claimed in `fnat_rev` as the program claims (a pair another live
+    /// flow holds is never taken; one an orphaned translation holds — its
+    /// flow is gone — is), the flow's previous pair here given back, then
+    /// `fnat_fwd`. The flow entry itself is the caller's.
+    fn claim_synced_pair(
+        &mut self,
+        fk: &FlowKey,
+        local: std::net::SocketAddr,
+        cfg: &DestConfig,
+        svc: u32,
+        dest: u32,
+    ) -> Result<SyncedPair, PlaneError> {
+        if maps::family(local.ip()) != fk.family {
+            // The program keeps the family (admit refuses the rest): a
+            // pair of the other family cannot be this flow's here.
+            tracing::warn!(
+                local = %local,
+                "synced FULLNAT flow's local address is not of its family: loaded without it"
+            );
+            return Ok(SyncedPair::Without);
+        }
+        let rk = FnatKey {
+            raddr: maps::addr16(cfg.addr),
+            laddr: maps::addr16(local.ip()),
+            rport: if cfg.port == 0 {
+                fk.vport
+            } else {
+                cfg.port.to_be()
+            },
+            lport: local.port().to_be(),
+            proto: fk.proto,
+            family: fk.family,
+            pad0: 0,
+        };
+        let n = Fnat {
+            caddr: fk.caddr,
+            vaddr: fk.vaddr,
+            cport: fk.cport,
+            vport: fk.vport,
+            svc,
+            dest,
+            toa_ack: 0,
+        };
+        match self.maps.fnat_rev(&rk)? {
+            // Already this flow's (a refresh): the program's entry stays.
+            Some(held) if fnat::flow_of(&rk, &held) == *fk => {}
+            Some(held) => {
+                let holder = fnat::flow_of(&rk, &held);
+                let live =
+                    self.maps.fnat_of(&holder)? == Some(rk) && self.maps.has_flow(&holder)?;
+                if live {
+                    return Ok(SyncedPair::Taken);
+                }
+                // An orphan the sweep has not freed yet: free it now.
+                if self.maps.fnat_of(&holder)? == Some(rk) {
+                    self.maps.remove_fnat_fwd(&holder)?;
+                }
+                self.maps.remove_fnat_rev(&rk)?;
+                if !self.maps.claim_fnat(&rk, &n)? {
+                    return Ok(SyncedPair::Taken);
+                }
+            }
+            None => {
+                if !self.maps.claim_fnat(&rk, &n)? {
+                    return Ok(SyncedPair::Taken);
+                }
+            }
+        }
+        // The flow's previous pair here (another one), given back.
+        if let Some(old) = self.maps.fnat_of(fk)?
+            && old != rk
+            && old.lport != 0
+            && self
+                .maps
+                .fnat_rev(&old)?
+                .is_some_and(|h| fnat::flow_of(&old, &h) == *fk)
+        {
+            self.maps.remove_fnat_rev(&old)?;
+        }
+        self.maps.set_fnat_fwd(fk, &rk)?;
+        Ok(SyncedPair::Claimed(rk))
     }
 
     /// The real-server address and port of every NAT real server by its
@@ -840,6 +974,16 @@ impl<M: MapOps> Plane<M> {
     pub fn free_slots(&self) -> u64 {
         self.slots.free_total()
     }
+}
+
+/// What [`Plane::claim_synced_pair`] did.
+enum SyncedPair {
+    /// The flow holds this pair here now.
+    Claimed(FnatKey),
+    /// Another live flow holds it here: the flow is not loaded.
+    Taken,
+    /// No pair for it (one this plane cannot carry): loaded without.
+    Without,
 }
 
 /// The `nat_rev` key of the replies of flow `k` forwarded to the real

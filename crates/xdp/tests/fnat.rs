@@ -1257,3 +1257,210 @@ fn fnat_icmp_udp_v4() {
 fn fnat_icmp_udp_v6() {
     fnat_icmp(true, true);
 }
+
+/// A FULLNAT connection synced from another director
+/// (`Plane::load_synced_flow` with its master's pair, not one this pool
+/// would choose first): its client segments leave from that laddr:lport —
+/// IPv4 by xdp_lb alone from the pair recorded in the flow entry, IPv6 by
+/// xdp_fnat from `fnat_fwd`/`fnat_rev` — with nothing allocated, and the
+/// real server's replies to that pair go back to the client.
+fn synced(v6: bool) {
+    use rvs_control::protocol::Command;
+    use rvs_core::ipvs::{Ipvs, IpvsConfig, MirroredConn};
+    use rvs_core::model::{
+        AddrFamily, DestConfig, ForwardMethod, LocalAddrRange, Protocol, ServiceConfig, ServiceKey,
+    };
+    use rvs_xdp::plane::{KernelMaps, Plane};
+    if !root_or_skip("fnat_synced") {
+        return;
+    }
+    let ns = Netns::new();
+    ns.enter(move || {
+        let maps = KernelMaps::load(&rvs_xdp::LoadOptions {
+            flow_table_size: 4096,
+            slots: 1 << 16,
+            ..rvs_xdp::LoadOptions::default()
+        })
+        .expect("load");
+        let mut plane = Plane::new(maps).expect("plane");
+        for m in [VETH_MAC, DIR_MAC] {
+            plane
+                .maps()
+                .director()
+                .add_own_mac(INGRESS, m)
+                .expect("own MAC");
+        }
+        let mut ipvs = Ipvs::new(IpvsConfig::default());
+        let (c, v, r, l) = (client(v6, 0x0102), vip(v6), rs_addr(v6, 0), laddr(v6, 0));
+        let key = ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: v,
+            port: 80,
+        };
+        let af = if v6 {
+            AddrFamily::Inet6
+        } else {
+            AddrFamily::Inet
+        };
+        for cmd in [
+            Command::AddService {
+                key,
+                config: ServiceConfig::new(af),
+            },
+            Command::AddLaddr {
+                service: key,
+                laddr: LocalAddrRange::parse(&l.to_string()).expect("range"),
+            },
+            Command::AddDest {
+                service: key,
+                dest: DestConfig::new(r, RPORT).forward(ForwardMethod::FullNat),
+            },
+        ] {
+            rvs_control::state::apply(&mut ipvs, &cmd).expect("model");
+            plane.apply_command(&cmd).expect("plane");
+        }
+        let dest = ipvs.service(&key).expect("service").dests()[0].id;
+        // Not the pool's first candidate for this client tuple.
+        let first =
+            maps::fnat_candidate(c, 33000, 80, 1, maps::FNAT_PORT_MIN, maps::FNAT_PORT_MAX, 0).1;
+        let lport = if first == 40000 { 40001 } else { 40000 };
+        let synced = MirroredConn {
+            protocol: Protocol::Tcp,
+            client: std::net::SocketAddr::new(c, 33000),
+            vip: std::net::SocketAddr::new(v, 80),
+            dest,
+            state: rvs_core::state::TcpState::Established as u8,
+            output_seen: true,
+            idle_left: std::time::Duration::from_secs(900),
+            template: false,
+            local: Some(std::net::SocketAddr::new(l, lport)),
+        };
+        plane.load_synced_flow(&ipvs, &synced).expect("load synced");
+        // IPv4: recorded in the flow entry, as xdp_fnat records it.
+        let fk = FlowKey::new(PROTO_TCP, c, 33000, v, 80);
+        let flow = plane
+            .maps()
+            .director()
+            .flow(&fk)
+            .expect("flow read")
+            .expect("flow loaded");
+        let la = maps::addr16(l);
+        let want = if v6 {
+            (0, 0)
+        } else {
+            (
+                lport.to_be(),
+                u32::from_ne_bytes([la[0], la[1], la[2], la[3]]),
+            )
+        };
+        assert_eq!((flow.fnat_lport, flow.fnat_laddr), want);
+        let run = |plane: &mut Plane<KernelMaps>, f: &[u8]| {
+            plane
+                .maps()
+                .director()
+                .run_on(f, 1, INGRESS)
+                .expect("test run")
+        };
+
+        // The client's next segment leaves from the synced pair.
+        let f = mk(
+            false,
+            Flags::Ack,
+            c,
+            33000,
+            v,
+            80,
+            CLIENT_MAC,
+            DIR_MAC,
+            b"after failover",
+        );
+        let out = run(&mut plane, &f);
+        assert_eq!(out.action, action::REDIRECT);
+        assert_eq!(
+            out.data,
+            mk(
+                false,
+                Flags::Ack,
+                l,
+                lport,
+                r,
+                RPORT,
+                VETH_MAC,
+                rs_mac(0),
+                b"after failover"
+            )
+        );
+        // The real server's reply to it reaches the client.
+        let f = mk(
+            false,
+            Flags::Ack,
+            r,
+            RPORT,
+            l,
+            lport,
+            rs_mac(0),
+            VETH_MAC,
+            b"reply",
+        );
+        let out = run(&mut plane, &f);
+        assert_eq!(out.action, action::REDIRECT);
+        assert_eq!(
+            out.data,
+            with_ttl(
+                mk(
+                    false,
+                    Flags::Ack,
+                    v,
+                    80,
+                    c,
+                    33000,
+                    VETH_MAC,
+                    GW_MAC,
+                    b"reply"
+                ),
+                63
+            )
+        );
+        // And again, the pair kept; nothing was allocated here.
+        let f = mk(
+            false,
+            Flags::Ack,
+            c,
+            33000,
+            v,
+            80,
+            CLIENT_MAC,
+            DIR_MAC,
+            b"more",
+        );
+        let out = run(&mut plane, &f);
+        assert_eq!(
+            out.data,
+            mk(
+                false,
+                Flags::Ack,
+                l,
+                lport,
+                r,
+                RPORT,
+                VETH_MAC,
+                rs_mac(0),
+                b"more"
+            )
+        );
+        let svc = plane.service_index(&key).expect("index");
+        let fs = plane.maps().director().fnat_stats(svc).expect("stats");
+        assert_eq!((fs.allocated, fs.exhausted), (0, 0));
+        assert_eq!(plane.synced_pairs_taken(), 0);
+    });
+}
+
+#[test]
+fn fnat_synced_v4() {
+    synced(false);
+}
+
+#[test]
+fn fnat_synced_v6() {
+    synced(true);
+}

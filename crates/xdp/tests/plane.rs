@@ -368,6 +368,7 @@ fn xdp_plane_drives_the_attached_program() {
             output_seen: false,
             idle_left: Duration::from_secs(900),
             template: false,
+            local: None,
         };
         plane.load_synced_flow(&ipvs, &synced).expect("load synced");
         let after = plane

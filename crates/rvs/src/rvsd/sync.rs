@@ -62,7 +62,7 @@ use std::time::Duration;
 
 use rvs_core::conn::{Conn, ConnFlags};
 use rvs_core::ipvs::{Ipvs, MirroredConn};
-use rvs_core::model::{AddrFamily, Protocol, ServiceKey};
+use rvs_core::model::{AddrFamily, ForwardMethod, Protocol, ServiceKey};
 use rvs_core::state::TcpState;
 use rvs_core::time::Instant;
 use rvs_ipvsadm::{DaemonConfig, SyncState};
@@ -151,6 +151,9 @@ struct Sent {
     state: u8,
     dest: SocketAddr,
     inactive: bool,
+    /// The FULLNAT local address and port (a pair learnt after the entry
+    /// was first sent goes out at once).
+    local: Option<SocketAddr>,
     at: Instant,
     /// The sweep that last saw the entry (older ones are gone at a sweep's end).
     sweep: u32,
@@ -503,7 +506,18 @@ fn own_addresses(ifname: &str) -> Vec<IpAddr> {
         })
 }
 
-fn to_wire(c: &Conn) -> wire::SyncConn {
+/// Entry `c`'s FULLNAT local address and port (`id` is its table id).
+fn local_pair(ipvs: &Ipvs, id: rvs_core::conn::ConnId, c: &Conn) -> Option<SocketAddr> {
+    ipvs.conns()
+        .local(id)
+        .map(|(a, p)| SocketAddr::new(a.to_ip(c.af), p))
+}
+
+/// Entry `c` as a sync record; `local`: its FULLNAT local address and
+/// port, carried in rvs's optional record option (kernel backups ignore
+/// it; an rvs backup keeps the pair so the real server sees the same peer
+/// after a failover).
+fn to_wire(c: &Conn, local: Option<SocketAddr>) -> wire::SyncConn {
     let t = tuple(c);
     wire::SyncConn {
         protocol: c.protocol,
@@ -518,6 +532,7 @@ fn to_wire(c: &Conn) -> wire::SyncConn {
         seq: None,
         pe_name: None,
         pe_data: None,
+        local: local.filter(|_| !t.template),
     }
 }
 
@@ -563,27 +578,30 @@ fn changes(
             }
             received.remove(&t);
         }
+        let local = local_pair(ipvs, id, c);
         let now_sent = Sent {
             state: c.state,
             dest: SocketAddr::new(c.daddr.to_ip(c.af), c.dport),
             inactive: c.flags.contains(ConnFlags::INACTIVE),
+            local,
             at: now,
             sweep,
         };
         match walk.sent.entry(t) {
             std::collections::hash_map::Entry::Vacant(v) => {
                 v.insert(now_sent);
-                out.push(to_wire(c));
+                out.push(to_wire(c, local));
             }
             std::collections::hash_map::Entry::Occupied(mut o) => {
                 let s = o.get_mut();
                 let due = s.state != now_sent.state
                     || s.dest != now_sent.dest
                     || s.inactive != now_sent.inactive
+                    || s.local != now_sent.local
                     || now.saturating_since(s.at) >= REFRESH;
                 if due {
                     *s = now_sent;
-                    out.push(to_wire(c));
+                    out.push(to_wire(c, local));
                 } else {
                     s.sweep = sweep;
                 }
@@ -653,7 +671,7 @@ fn bulk_page(ipvs: &Ipvs, b: &mut Bulk) -> Vec<wire::SyncConn> {
     let out = table
         .iter_slots(b.next, b.next + n)
         .filter(|(_, c)| eligible(c))
-        .map(|(_, c)| to_wire(c))
+        .map(|(id, c)| to_wire(c, local_pair(ipvs, id, c)))
         .collect();
     b.next += n;
     b.todo -= n;
@@ -944,6 +962,13 @@ fn resolve(ipvs: &Ipvs, c: &wire::SyncConn) -> Option<MirroredConn> {
         output_seen: c.flags & u32::from(ConnFlags::NOOUTPUT.0) == 0,
         idle_left,
         template,
+        // A FULLNAT pair for a connection of a FULLNAT real server only.
+        local: c.local.filter(|_| {
+            !template
+                && ipvs
+                    .dest(dest)
+                    .is_some_and(|d| matches!(d.config.forward, ForwardMethod::FullNat))
+        }),
     })
 }
 
@@ -1079,6 +1104,7 @@ mod tests {
             output_seen: false,
             idle_left: Duration::from_secs(900),
             template: false,
+            local: None,
         }
     }
 
@@ -1244,6 +1270,7 @@ mod tests {
             seq: None,
             pe_name: None,
             pe_data: None,
+            local: None,
         };
         let now = Instant::from_secs(1);
         let mut enter = |c: &wire::SyncConn| {
@@ -1271,6 +1298,80 @@ mod tests {
         assert_eq!(ipvs.conns().len(), 2);
     }
 
+    /// A FULLNAT connection's local address and port goes out with it
+    /// (and again when it changes), and a backup keeps it for a FULLNAT
+    /// real server of its own (`-Lcn` shows it); not for another method.
+    #[test]
+    fn the_fullnat_local_pair_is_sent_and_kept() {
+        let (mut master, dest) = director();
+        let key = ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: "10.0.0.1".parse().unwrap(),
+            port: 80,
+        };
+        let fnat = master
+            .add_dest(
+                &key,
+                DestConfig::new("10.0.1.2".parse().unwrap(), 80).forward(ForwardMethod::FullNat),
+            )
+            .unwrap();
+        let t0 = Instant::from_secs(10);
+        let local: SocketAddr = "10.3.0.1:40000".parse().unwrap();
+        let mut f = flow(fnat, TcpState::Established);
+        f.local = Some(local);
+        master.mirror_conn(t0, &f).unwrap();
+        let mut walk = Walk::default();
+        let mut none = FastMap::default();
+        let out = changes(&master, t0, &mut walk, &mut none);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].local, Some(local));
+        assert_eq!(
+            bulk_page(
+                &master,
+                &mut Bulk {
+                    restart: true,
+                    ..Bulk::default()
+                }
+            )[0]
+            .local,
+            Some(local)
+        );
+        // A new pair (the flow's pair changed on the master) goes out at once.
+        let moved: SocketAddr = "10.3.0.2:40001".parse().unwrap();
+        f.local = Some(moved);
+        master.mirror_conn(t0, &f).unwrap();
+        let out = changes(&master, t0 + Duration::from_secs(1), &mut walk, &mut none);
+        assert_eq!(
+            out.iter().map(|c| c.local).collect::<Vec<_>>(),
+            vec![Some(moved)]
+        );
+        // Through the wire to a backup with the same configuration.
+        let dgrams = wire::build_v1(0, &out, 1472).unwrap();
+        let got = wire::parse(&dgrams[0]).unwrap().conns;
+        let (mut backup, _) = director();
+        backup
+            .add_dest(
+                &key,
+                DestConfig::new("10.0.1.2".parse().unwrap(), 80).forward(ForwardMethod::FullNat),
+            )
+            .unwrap();
+        let m = resolve(&backup, &got[0]).unwrap();
+        assert_eq!(m.local, Some(moved));
+        backup.mirror_conn(t0, &m).unwrap();
+        // What `-Lcn` lists.
+        let snap = crate::view::snapshot(&backup, t0, true);
+        assert_eq!(
+            snap.conns.iter().map(|c| c.local).collect::<Vec<_>>(),
+            vec![Some(moved)]
+        );
+        // A pair sent for a real server that is not FULLNAT here is not kept.
+        let mut direct = got[0].clone();
+        direct.dest = "10.0.1.1:80".parse().unwrap();
+        assert_eq!(resolve(&backup, &direct).unwrap().local, None);
+        // The master's other (direct-routing) real server is untouched.
+        assert!(master.dest(dest).is_some());
+    }
+
     fn peer_entry(dest: &str, state: TcpState, idle_left_s: u32) -> wire::SyncConn {
         wire::SyncConn {
             protocol: 6,
@@ -1284,6 +1385,7 @@ mod tests {
             seq: None,
             pe_name: None,
             pe_data: None,
+            local: None,
         }
     }
 

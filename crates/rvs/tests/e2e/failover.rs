@@ -1,12 +1,21 @@
 //! Failover proven with data: two `rvsd --dataplane xdp` directors running
 //! keepalived.conf's VRRP and `lvs_sync_daemon` on one segment, real
 //! servers behind them (DR, or one-arm NAT whose default gateway is a
-//! second virtual address), and a client streaming checksummed data
+//! second virtual address, or FULLNAT on the same segment whose local
+//! address is a second virtual address, so the real servers' replies to it
+//! reach whichever director is master), and a client streaming checksummed data
 //! through the VIP to an echo server at a bounded rate. Halfway through,
 //! the master fails (its link goes down, or it is SIGKILLed); the backup
 //! takes over with the synced flow, and the stream must complete
 //! byte-identical without a reset. The longest gap in the echoed stream is
 //! printed (BENCHMARKS.md).
+//!
+//! FULLNAT: the real server must see the same peer (local address and
+//! port) before and after the failover, or the connection breaks there:
+//! the sync carries the pair (rvs's optional record option) and the backup
+//! loads the flow with it. Checked: B lists the pair A chose before the
+//! failure, the real server accepted exactly one connection from the local
+//! address, from that pair, and the stream completes.
 //!
 //! The SIGKILL variants need the XDP program and its maps to outlive rvsd
 //! (pinned, one `--instance` per director): without them the dead master's
@@ -21,8 +30,8 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::harness::{RVSD, Rvsadm, TempDir, nsenter_rvsd, wait_exit, wait_for_socket, within};
@@ -47,7 +56,12 @@ fn vip() -> SocketAddr {
 enum Mode {
     Dr,
     Nat,
+    /// FULLNAT (`lb_kind FNAT`), the local address a virtual address.
+    Fnat,
 }
+
+/// FULLNAT's local address: a second virtual address of the instance.
+const LADDR: &str = "10.77.0.200";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Failure {
@@ -118,6 +132,21 @@ impl Director {
         String::from_utf8_lossy(&o.stdout).contains(&format!("{VIP}/32"))
     }
 
+    /// The local address:port `rvsadm -Lcn` lists for the ESTABLISHED
+    /// connection from `client` to the VIP, if it lists one with a pair.
+    fn listed_local(&self, client: SocketAddr) -> Option<SocketAddr> {
+        let out = self.out("-Lcn");
+        let line = out.lines().find(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            l.contains("ESTABLISHED")
+                && w.contains(&client.to_string().as_str())
+                && w.contains(&format!("{VIP}:80").as_str())
+        })?;
+        // pro expire state source virtual local destination
+        let w: Vec<&str> = line.split_whitespace().collect();
+        (w.len() == 7).then(|| w[5].parse().ok()).flatten()
+    }
+
     /// ESTABLISHED entries to the VIP in `rvsadm -Lcn`.
     fn established(&self) -> usize {
         self.out("-Lcn")
@@ -142,12 +171,24 @@ impl Drop for Director {
 
 fn conf(mode: Mode, prio: u8) -> String {
     let (kind, servers, gateway) = match mode {
-        Mode::Dr => ("DR", ["10.77.0.11", "10.77.0.12"], ""),
+        Mode::Dr => ("DR", &["10.77.0.11", "10.77.0.12"][..], ""),
         Mode::Nat => (
             "NAT",
-            ["10.78.0.11", "10.78.0.12"],
+            &["10.78.0.11", "10.78.0.12"][..],
             "        10.78.0.1/32\n",
         ),
+        // One real server: pairs are per real server, and the test makes
+        // two connections collide on one (see `colliding_ports`).
+        Mode::Fnat => ("FNAT", &["10.77.0.11"][..], ""),
+    };
+    let (group, laddr_vip, pool) = if mode == Mode::Fnat {
+        (
+            format!("local_address_group lg {{\n    {LADDR}\n}}\n"),
+            format!("        {LADDR}/32\n"),
+            "    laddr_group_name lg\n",
+        )
+    } else {
+        (String::new(), String::new(), "")
     };
     let rs: String = servers
         .iter()
@@ -157,33 +198,37 @@ fn conf(mode: Mode, prio: u8) -> String {
         "global_defs {{
     lvs_sync_daemon eth0 VI_1
 }}
-vrrp_instance VI_1 {{
+{group}vrrp_instance VI_1 {{
     interface eth0
     virtual_router_id 51
     priority {prio}
     advert_int 1
     virtual_ipaddress {{
         {VIP}/32
-{gateway}    }}
+{gateway}{laddr_vip}    }}
 }}
 virtual_server {VIP} 80 {{
     lb_algo rr
     lb_kind {kind}
     protocol TCP
-{rs}}}
+{pool}{rs}}}
 "
     )
 }
 
 /// An echo server without an idle limit shorter than a test (60 s), on
-/// `host`:80, until `stop`.
-fn echo_server(host: &Host, stop: Arc<AtomicBool>) {
+/// `host`:80, until `stop`; the peer of every connection it accepts is
+/// added to `peers`.
+fn echo_server(host: &Host, stop: Arc<AtomicBool>, peers: Arc<Mutex<Vec<SocketAddr>>>) {
     let listener = host.run(|| TcpListener::bind("0.0.0.0:80").expect("bind :80"));
     listener.set_nonblocking(true).expect("nonblocking");
     std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
             match listener.accept() {
-                Ok((mut s, _)) => {
+                Ok((mut s, peer)) => {
+                    if let Ok(mut p) = peers.lock() {
+                        p.push(peer);
+                    }
                     std::thread::spawn(move || {
                         let _ = s.set_nonblocking(false);
                         let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
@@ -209,6 +254,8 @@ struct Pair {
     a: Director,
     b: Director,
     stop: Arc<AtomicBool>,
+    /// The peers the real servers' echo servers accepted.
+    peers: Arc<Mutex<Vec<SocketAddr>>>,
     _dir: TempDir,
 }
 
@@ -227,6 +274,9 @@ fn pair(test: &str, mode: Mode) -> Option<Pair> {
     let mut director = |name: &str, addr: &str, nat_addr: &str, prio: u8| {
         let h = bed.host(name, addr);
         bed.xdp_pass_on_port(&h);
+        if mode == Mode::Fnat {
+            h.exec(&["sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"]);
+        }
         if mode == Mode::Nat {
             h.exec(&["ip", "addr", "add", nat_addr, "dev", "eth0"]);
             h.exec(&["sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"]);
@@ -257,8 +307,10 @@ fn pair(test: &str, mode: Mode) -> Option<Pair> {
     let a = director("a", "10.77.0.2/24", "10.78.0.2/24", 150);
     let b = director("b", "10.77.0.3/24", "10.78.0.3/24", 100);
     let stop = Arc::new(AtomicBool::new(false));
+    let peers = Arc::new(Mutex::new(Vec::new()));
     for i in 0..2u8 {
         let h = match mode {
+            Mode::Fnat => bed.host(&format!("r{i}"), &format!("10.77.0.{}/24", 11 + i)),
             Mode::Dr => {
                 let h = bed.host(&format!("r{i}"), &format!("10.77.0.{}/24", 11 + i));
                 crate::netns::realserver(&h, VIP, &["--mode", "dr"]);
@@ -270,7 +322,23 @@ fn pair(test: &str, mode: Mode) -> Option<Pair> {
                 h
             }
         };
-        echo_server(&h, stop.clone());
+        echo_server(&h, stop.clone(), peers.clone());
+        if mode == Mode::Fnat {
+            // Resolve both directors' neighbour entries for the real
+            // server before traffic (the program passes a packet whose
+            // next hop is unresolved to the kernel, which drops one from a
+            // local address): a connection from each, accepted by the
+            // echo server (from the director's own address: not counted).
+            // The client's too (refused by it; only the ARP matters).
+            for d in [&a, &b] {
+                for to in [format!("10.77.0.{}:80", 11 + i), "10.77.0.10:80".to_owned()] {
+                    let to: SocketAddr = to.parse().expect("address");
+                    let _ = d
+                        .host
+                        .run(move || TcpStream::connect_timeout(&to, Duration::from_secs(3)));
+                }
+            }
+        }
     }
     Some(Pair {
         bed,
@@ -278,6 +346,7 @@ fn pair(test: &str, mode: Mode) -> Option<Pair> {
         a,
         b,
         stop,
+        peers,
         _dir: dir,
     })
 }
@@ -312,7 +381,47 @@ struct Outcome {
 
 /// Stream [`TOTAL`] bytes at [`RATE`] through the VIP from `client` and
 /// read them echoed back; `written` follows the writer's progress.
-fn stream(client: &Host, written: Arc<AtomicU64>) -> std::thread::JoinHandle<Outcome> {
+/// A connection from `client` to the VIP, from client port `cport` (any
+/// when 0).
+fn connect_vip(client: &Host, cport: u16) -> std::io::Result<TcpStream> {
+    let vip = vip();
+    client.run(move || {
+        use socket2::{Domain, Socket, Type};
+        let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+        let from = SocketAddr::new("0.0.0.0".parse().expect("any"), cport);
+        s.bind(&from.into())?;
+        s.connect_timeout(&vip.into(), Duration::from_secs(5))?;
+        Ok(s.into())
+    })
+}
+
+/// FULLNAT: two client ports whose connections' first candidate pair in
+/// the one-address pool (the program's pool walk, predicted by
+/// `fnat_candidate`) is the same, so the second one's pair is not the one
+/// a fresh allocation (a backup without the synced pair) would give it.
+fn colliding_ports() -> (u16, u16) {
+    let client = "10.77.0.10".parse().expect("client");
+    let first = |port| {
+        rvs_xdp::maps::fnat_candidate(
+            client,
+            port,
+            80,
+            1,
+            rvs_xdp::maps::FNAT_PORT_MIN,
+            rvs_xdp::maps::FNAT_PORT_MAX,
+            0,
+        )
+    };
+    let mut seen = std::collections::HashMap::new();
+    for port in 20000..=60000u16 {
+        if let Some(other) = seen.insert(first(port), port) {
+            return (other, port);
+        }
+    }
+    panic!("no two client ports with the same first candidate pair");
+}
+
+fn stream(client: &Host, cport: u16, written: Arc<AtomicU64>) -> std::thread::JoinHandle<Outcome> {
     let client = client.clone();
     std::thread::spawn(move || {
         let start = Instant::now();
@@ -322,8 +431,7 @@ fn stream(client: &Host, written: Arc<AtomicU64>) -> std::thread::JoinHandle<Out
             error: Some(e),
             took: start.elapsed(),
         };
-        let vip = vip();
-        let s = match client.run(move || TcpStream::connect_timeout(&vip, Duration::from_secs(5))) {
+        let s = match connect_vip(&client, cport) {
             Ok(s) => s,
             Err(e) => return fail(format!("connect: {e}")),
         };
@@ -413,11 +521,40 @@ fn failover(test: &str, mode: Mode, failure: Failure) {
         return;
     };
     p.start();
+    // FULLNAT: first an idle connection that takes, on A, the pair the
+    // stream's would otherwise get (the first candidate of both): the
+    // stream's pair on A is then one B would not choose by itself.
+    let (blocker_port, cport) = if mode == Mode::Fnat {
+        colliding_ports()
+    } else {
+        (0, 0)
+    };
+    let _blocker = (mode == Mode::Fnat).then(|| {
+        let c = connect_vip(&p.client, blocker_port).expect("the idle connection");
+        within("B has the idle connection", Duration::from_secs(10), || {
+            p.b.established() >= 1
+        });
+        c
+    });
+    let flows = if mode == Mode::Fnat { 2 } else { 1 };
     let written = Arc::new(AtomicU64::new(0));
-    let t = stream(&p.client, written.clone());
+    let t = stream(&p.client, cport, written.clone());
     // The backup knows the flow (synced) before the master fails.
     within("B has the synced flow", Duration::from_secs(10), || {
-        p.b.established() >= 1
+        p.b.established() >= flows
+    });
+    // FULLNAT: with the pair A gave it (rvs's sync option); checked after
+    // the stream, whose fate is the first thing to report.
+    let pairs = (mode == Mode::Fnat).then(|| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let me = SocketAddr::new("10.77.0.10".parse().expect("client"), cport);
+            let (a, b) = (p.a.listed_local(me), p.b.listed_local(me));
+            if (a.is_some() && a == b) || Instant::now() >= deadline {
+                break (a, b);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     });
     within("the stream is halfway", Duration::from_secs(30), || {
         written.load(Ordering::Relaxed) >= TOTAL / 2
@@ -450,6 +587,37 @@ fn failover(test: &str, mode: Mode, failure: Failure) {
     );
     assert_eq!(o.error, None, "{o:?}");
     assert_eq!(o.good, TOTAL);
+    if let Some((a_pair, b_pair)) = pairs {
+        let pair = a_pair.expect("A lists the connection's local pair");
+        assert_eq!(b_pair, Some(pair), "B lists the pair A chose");
+        let fresh = rvs_xdp::maps::fnat_candidate(
+            "10.77.0.10".parse().expect("client"),
+            cport,
+            80,
+            1,
+            rvs_xdp::maps::FNAT_PORT_MIN,
+            rvs_xdp::maps::FNAT_PORT_MAX,
+            0,
+        )
+        .1;
+        assert_ne!(
+            pair.port(),
+            fresh,
+            "the idle connection held the stream's first candidate on A"
+        );
+        // The real servers saw one connection from the local address, from
+        // the pair A chose: the same peer all along.
+        let peers = p.peers.lock().map(|v| v.clone()).unwrap_or_default();
+        let from_laddr: Vec<&SocketAddr> = peers
+            .iter()
+            .filter(|a| a.ip().to_string() == LADDR)
+            .collect();
+        println!(
+            "failover {mode:?} {failure:?}: local pair {pair}, real servers accepted {from_laddr:?}"
+        );
+        assert_eq!(from_laddr.len(), 2, "accepted: {peers:?}");
+        assert!(from_laddr.contains(&&pair), "accepted: {peers:?}");
+    }
 }
 
 #[test]
@@ -466,6 +634,15 @@ fn failover_nat_master_link_down_loses_no_byte() {
     failover(
         "failover_nat_master_link_down_loses_no_byte",
         Mode::Nat,
+        Failure::LinkDown,
+    );
+}
+
+#[test]
+fn failover_fullnat_master_link_down_keeps_the_local_pair() {
+    failover(
+        "failover_fullnat_master_link_down_keeps_the_local_pair",
+        Mode::Fnat,
         Failure::LinkDown,
     );
 }

@@ -76,6 +76,7 @@ fn conn(protocol: u8, client: &str, vip: &str, dest: &str) -> SyncConn {
         seq: None,
         pe_name: None,
         pe_data: None,
+        local: None,
     }
 }
 
@@ -615,6 +616,138 @@ fn unknown_optional_option_is_ignored() {
     assert_eq!(m.conns[1], conn4(1001));
 }
 
+/// The rvs local-address option of `local` (type 0x72, then the address
+/// and the port in network order).
+fn local_opt(local: SocketAddr) -> Vec<u8> {
+    let mut o = vec![0x72];
+    match local.ip() {
+        IpAddr::V4(a) => {
+            o.push(6);
+            o.extend_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            o.push(18);
+            o.extend_from_slice(&a.octets());
+        }
+    }
+    o.extend_from_slice(&local.port().to_be_bytes());
+    o
+}
+
+#[test]
+fn local_option_is_optional_and_outside_the_kernels_types() {
+    assert_eq!(OPT_RVS_LOCAL, 0x72);
+    assert_ne!(OPT_RVS_LOCAL & OPT_F_OPTIONAL, 0, "kernel backups skip it");
+    // The kernel switches on `type & ~IPVS_OPT_F_PARAM`: 1, 2, 3 are its
+    // options and 7 is IPVS_OPT_PARAM; ours must be none of them.
+    assert!(![1, 2, 3, 7].contains(&(OPT_RVS_LOCAL & !OPT_F_OPTIONAL)));
+}
+
+/// v1, one IPv4 record of [`rec4`]'s connection with rvs's local-address
+/// option.
+const V1_V4_LOCAL: &str = "
+    00 00 0038 01 01 0000       syncid 0, size 56, 1 conn
+    00 06 0030                  type IPv4, TCP, length 36 + 12 = 48
+    00000003                    flags DROUTE
+    0001                        state ESTABLISHED
+    03e8 0050 0050              cport 1000, vport 80, dport 80
+    00000000                    fwmark 0
+    00000384                    timeout 900 s
+    0a000001 0a010001 0a020001  caddr, vaddr, daddr
+    72 06 0a030001 9c40         rvs local (optional): 10.3.0.1:40000
+    45 02 abcd                  (not in the built one; see the test)";
+
+#[test]
+fn v1_ipv4_record_with_the_local_address_byte_by_byte() {
+    let expected = SyncConn {
+        local: Some(sa("10.3.0.1:40000")),
+        ..conn4(1000)
+    };
+    assert_eq!(expected.v1_len(), Some(44));
+    // With an unknown optional option after it: read, that one ignored.
+    let m = parse(&table(V1_V4_LOCAL)).unwrap();
+    assert_eq!((m.version, m.skipped), (1, 0));
+    assert_eq!(m.conns, vec![expected.clone()]);
+    // The builder writes exactly the record without that option.
+    let mut bytes = table(V1_V4_LOCAL);
+    bytes.truncate(bytes.len() - 4);
+    bytes[3] = 0x34; // size 52
+    bytes[11] = 0x2c; // length 44
+    one_record_round_trip(bytes, 1, 0, expected);
+}
+
+#[test]
+fn local_option_round_trips_v4_and_v6_after_the_kernels_options() {
+    let v6 = SyncConn {
+        local: Some(sa("[fd00::3:1]:1025")),
+        seq: Some(SeqData {
+            in_seq: [1, 2, 3],
+            out_seq: [4, 5, 6],
+        }),
+        pe_name: Some("sip".into()),
+        pe_data: Some(b"call".to_vec()),
+        ..conn(
+            IPPROTO_UDP,
+            "[fd00::1]:5060",
+            "[fd00::2]:5060",
+            "[fd00::9]:5060",
+        )
+    };
+    let v4 = SyncConn {
+        local: Some(sa("10.3.0.2:65535")),
+        ..conn4(1001)
+    };
+    // A local address of the other family than the record's is carried as
+    // such (the length says which).
+    let mixed = SyncConn {
+        local: Some(sa("[fd00::3:2]:2000")),
+        ..conn4(1002)
+    };
+    let conns = vec![v6.clone(), v4, mixed];
+    let d = build_v1(7, &conns, 1472).unwrap();
+    assert_eq!(d.len(), 1);
+    let m = parse(&d[0]).unwrap();
+    assert_eq!((m.skipped, &m.conns), (0, &conns));
+    // The option comes last, after the kernel's (seq, PE data, PE name).
+    let rec = &d[0][8..8 + v6.v1_len().unwrap()];
+    assert_eq!(
+        &rec[rec.len() - 20..],
+        &local_opt(sa("[fd00::3:1]:1025"))[..]
+    );
+}
+
+#[test]
+fn local_option_is_read_by_the_path_that_skips_unknown_optional_options() {
+    // Between other options, with an unknown optional one before it: the
+    // record is applied with its local address.
+    let mut opts = vec![0x45, 3, 1, 2, 3];
+    opts.extend(local_opt(sa("10.3.0.1:40000")));
+    opts.extend(seq_opt(1));
+    let m = parse(&three_with(&rec4(1001, &opts))).unwrap();
+    assert_eq!((ports(&m), m.skipped), (vec![1000, 1001, 1002], 0));
+    assert_eq!(m.conns[1].local, Some(sa("10.3.0.1:40000")));
+    assert!(m.conns[1].seq.is_some());
+    // A kernel ignores it whatever it holds: a length that is neither 6
+    // nor 18 leaves the record without a local address (not skipped), and
+    // a second one is ignored (the first is kept).
+    let m = parse(&three_with(&rec4(1001, &[0x72, 5, 1, 2, 3, 4, 5]))).unwrap();
+    assert_eq!((ports(&m), m.skipped), (vec![1000, 1001, 1002], 0));
+    assert_eq!(m.conns[1], conn4(1001));
+    let mut twice = local_opt(sa("10.3.0.1:40000"));
+    twice.extend(local_opt(sa("10.3.0.9:9")));
+    let m = parse(&three_with(&rec4(1001, &twice))).unwrap();
+    assert_eq!((ports(&m), m.skipped), (vec![1000, 1001, 1002], 0));
+    assert_eq!(m.conns[1].local, Some(sa("10.3.0.1:40000")));
+    // Its body still obeys the option framing every option does.
+    assert_rest_dropped(&rec4(1001, &[0x72, 0]));
+    assert_rest_dropped(&rec4(1001, &[0x72, 6, 10, 3, 0, 1]));
+    // Without the optional bit the same number is an unknown mandatory
+    // option: what a kernel does with it (the record is dropped).
+    let mut mandatory = local_opt(sa("10.3.0.1:40000"));
+    mandatory[0] &= !OPT_F_OPTIONAL;
+    assert_skipped_alone(&rec4(1001, &mandatory));
+}
+
 #[test]
 fn optional_bit_on_a_known_option_still_means_that_option() {
     let m = parse(&three_with(&rec4(1001, &seq_opt(0x41)))).unwrap();
@@ -850,6 +983,12 @@ fn build_v0_writes_only_what_v0_carries() {
     );
     assert_eq!((&got.pe_name, &got.pe_data), (&None, &None));
     assert_eq!(got.seq, Some(SeqData::default()));
+    // Nor the FULLNAT local address (an option: v1 only).
+    let mut c = conn4(1);
+    c.local = Some(sa("10.3.0.1:40000"));
+    let d = build_v0(3, &[c], 1472).unwrap();
+    assert_eq!(d[0].len(), 4 + 24);
+    assert_eq!(parse(&d[0]).unwrap().conns[0].local, None);
     // seq without the flags is not sent.
     let mut c = conn4(1);
     c.seq = Some(SeqData {
@@ -935,9 +1074,13 @@ fn arb_conn_v1() -> impl Strategy<Value = SyncConn> {
         prop::option::of(1u32..),
         prop::option::of(arb_seq()),
         prop::option::of(("[a-z_]{1,16}", prop::collection::vec(any::<u8>(), 1..=255))),
+        prop::option::of(
+            (any::<bool>().prop_flat_map(arb_ip), any::<u16>())
+                .prop_map(|(a, p)| SocketAddr::new(a, p)),
+        ),
     )
         .prop_map(
-            |((client, vip, dest), (protocol, state, flags), fwmark, timeout_s, seq, pe)| {
+            |((client, vip, dest), (protocol, state, flags), fwmark, timeout_s, seq, pe, local)| {
                 SyncConn {
                     protocol,
                     client,
@@ -950,6 +1093,7 @@ fn arb_conn_v1() -> impl Strategy<Value = SyncConn> {
                     seq,
                     pe_name: pe.as_ref().map(|p| p.0.clone()),
                     pe_data: pe.map(|p| p.1),
+                    local,
                 }
             },
         )
@@ -971,6 +1115,7 @@ fn arb_conn_v0() -> impl Strategy<Value = SyncConn> {
                 seq: (flags & FLAG_SEQ_MASK != 0).then_some(seq),
                 pe_name: None,
                 pe_data: None,
+                local: None,
             }
         },
     )
@@ -999,7 +1144,7 @@ proptest! {
     #[test]
     fn v1_round_trip(
         conns in prop::collection::vec(arb_conn_v1(), 0..40),
-        maxlen in 381usize..3000,
+        maxlen in 401usize..3000,
         syncid in any::<u8>(),
     ) {
         let dgrams = build_v1(syncid, &conns, maxlen).unwrap();

@@ -329,6 +329,16 @@ impl MapOps for KernelMaps {
     ) -> Result<Option<crate::maps::Fnat>, XdpError> {
         self.director.fnat(key)
     }
+    fn claim_fnat(
+        &mut self,
+        key: &crate::maps::FnatKey,
+        value: &crate::maps::Fnat,
+    ) -> Result<bool, XdpError> {
+        self.director.claim_fnat(key, value)
+    }
+    fn set_fnat_fwd(&mut self, flow: &FlowKey, rev: &crate::maps::FnatKey) -> Result<(), XdpError> {
+        self.director.set_fnat_fwd(flow, rev)
+    }
     fn remove_fnat_rev(&mut self, key: &crate::maps::FnatKey) -> Result<(), XdpError> {
         self.director.remove_fnat_rev(key)
     }

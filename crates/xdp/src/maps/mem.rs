@@ -376,6 +376,23 @@ impl MapOps for MemMaps {
     ) -> Result<Option<crate::maps::Fnat>, XdpError> {
         Ok(self.fnat_rev.get(key).copied())
     }
+    fn claim_fnat(
+        &mut self,
+        key: &crate::maps::FnatKey,
+        value: &crate::maps::Fnat,
+    ) -> Result<bool, XdpError> {
+        self.write("fnat_rev")?;
+        if self.fnat_rev.contains_key(key) {
+            return Ok(false);
+        }
+        self.fnat_rev.insert(*key, *value);
+        Ok(true)
+    }
+    fn set_fnat_fwd(&mut self, flow: &FlowKey, rev: &crate::maps::FnatKey) -> Result<(), XdpError> {
+        self.write("fnat_fwd")?;
+        self.fnat_fwd.insert(*flow, *rev);
+        Ok(())
+    }
     fn remove_fnat_rev(&mut self, key: &crate::maps::FnatKey) -> Result<(), XdpError> {
         self.write("fnat_rev")?;
         self.fnat_rev.remove(key);

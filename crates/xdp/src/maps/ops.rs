@@ -119,6 +119,17 @@ pub trait MapOps {
         &mut self,
         key: &crate::maps::FnatKey,
     ) -> Result<Option<crate::maps::Fnat>, XdpError>;
+    /// Claim pair `key` for the flow `value` names (`fnat_rev[key] =
+    /// value` only if absent, `BPF_NOEXIST`, as the program claims one):
+    /// false, nothing written, when a flow already holds it.
+    fn claim_fnat(
+        &mut self,
+        key: &crate::maps::FnatKey,
+        value: &crate::maps::Fnat,
+    ) -> Result<bool, XdpError>;
+    /// `fnat_fwd[flow] = rev`: flow `flow`'s FULLNAT translation is pair
+    /// `rev` (claimed in `fnat_rev` first).
+    fn set_fnat_fwd(&mut self, flow: &FlowKey, rev: &crate::maps::FnatKey) -> Result<(), XdpError>;
     /// Delete `fnat_rev[key]` (absent is not an error): the pair is free.
     fn remove_fnat_rev(&mut self, key: &crate::maps::FnatKey) -> Result<(), XdpError>;
     /// Delete `fnat_fwd[flow]` (absent is not an error).

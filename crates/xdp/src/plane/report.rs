@@ -555,6 +555,8 @@ fn mirrored_of(k: &FlowKey, f: &Flow, dest: DestId, left: Duration) -> Option<Mi
         output_seen: f.flags & maps::FLOW_F_NOOUTPUT == 0,
         idle_left: left,
         template: false,
+        // Recorded by the caller from `fnat_fwd` (`set_conn_local`).
+        local: None,
     })
 }
 
@@ -576,6 +578,7 @@ fn template_of(k: &PersistKey, dest: DestId, left: Duration) -> Option<MirroredC
         output_seen: false,
         idle_left: left,
         template: true,
+        local: None,
     })
 }
 

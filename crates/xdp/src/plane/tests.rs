@@ -885,6 +885,7 @@ fn synced_connections_and_templates_are_loaded_for_the_same_real_server() {
         output_seen: false,
         idle_left: Duration::from_secs(900),
         template: false,
+        local: None,
     };
     bed.plane.load_synced_flow(&bed.ipvs, &conn).unwrap();
     let template = MirroredConn {
@@ -948,6 +949,7 @@ fn synced_nat_connections_get_their_reply_entry_and_lose_it_with_the_flow() {
         output_seen: true,
         idle_left: Duration::from_secs(900),
         template: false,
+        local: None,
     };
     let (a, b, c) = (id_of(&bed, 21), id_of(&bed, 22), id_of(&bed, 11));
     for (d, p) in [(a, 4000), (b, 4001), (c, 4002)] {
@@ -1722,6 +1724,7 @@ fn synced_connections_of_quic_lb_services_make_no_flow() {
         output_seen: true,
         idle_left: Duration::from_secs(60),
         template: false,
+        local: None,
     };
     bed.plane.load_synced_flow(&bed.ipvs, &flow).unwrap();
     assert!(bed.plane.maps().flows.is_empty());
@@ -2052,4 +2055,128 @@ fn fullnat_sweep_frees_translations_whose_flow_is_gone() {
     }
     assert_eq!(bed.plane.maps().fnat_rev.len(), 2);
     assert_eq!(bed.plane.maps().fnat_fwd.len(), 2);
+}
+
+/// A synced FULLNAT connection with its master's local address and port
+/// gets that pair here as the program would have given it: `fnat_rev`
+/// (the client side), `fnat_fwd`, and the pair recorded in its IPv4 flow
+/// entry. A refresh keeps the program's `fnat_rev` entry; a new pair gives
+/// the old one back. A pair another live flow holds here is not taken: the
+/// synced flow is not loaded (counted). One an orphan holds is.
+#[test]
+fn synced_fullnat_flows_keep_their_masters_pair() {
+    use rvs_core::model::LocalAddrRange;
+    let mut bed = Bed::new();
+    bed.svc(80, "rr").unwrap();
+    bed.run(Command::AddLaddr {
+        service: key(80),
+        laddr: LocalAddrRange::parse("10.9.0.1-2").unwrap(),
+    })
+    .unwrap();
+    bed.dest(80, dr(1).forward(ForwardMethod::FullNat)).unwrap();
+    let d = bed.index(80, 1);
+    let svc = bed.plane.service_index(&key(80)).unwrap();
+    let dest = bed.ipvs.service(&key(80)).unwrap().dests()[0].id;
+    let vip: IpAddr = "10.0.0.100".parse().unwrap();
+    let client: IpAddr = "192.0.2.7".parse().unwrap();
+    let local: SocketAddr = "10.9.0.2:40000".parse().unwrap();
+    let conn = |cport: u16, local: SocketAddr| MirroredConn {
+        protocol: Protocol::Tcp,
+        client: SocketAddr::new(client, cport),
+        vip: SocketAddr::new(vip, 80),
+        dest,
+        state: TcpState::Established as u8,
+        output_seen: true,
+        idle_left: Duration::from_secs(900),
+        template: false,
+        local: Some(local),
+    };
+    let rev = |local: SocketAddr| maps::FnatKey {
+        raddr: maps::addr16(rs(1)),
+        laddr: maps::addr16(local.ip()),
+        rport: 80u16.to_be(),
+        lport: local.port().to_be(),
+        proto: 6,
+        family: maps::AF_INET,
+        pad0: 0,
+    };
+    let fk = FlowKey::new(6, client, 4000, vip, 80);
+    bed.plane
+        .load_synced_flow(&bed.ipvs, &conn(4000, local))
+        .unwrap();
+    let m = bed.plane.maps();
+    assert_eq!(m.fnat_fwd.get(&fk), Some(&rev(local)));
+    let want = maps::Fnat {
+        svc,
+        ..fnat_of_flow(&fk, d)
+    };
+    assert_eq!(m.fnat_rev.get(&rev(local)), Some(&want));
+    let f = m.flows[&fk];
+    assert_eq!((f.dest, f.svc), (d, svc));
+    assert_eq!(
+        (f.fnat_lport, f.fnat_laddr),
+        (40000u16.to_be(), u32::from_ne_bytes([10, 9, 0, 2]))
+    );
+    // A refresh: the program's TOA state in fnat_rev is left alone.
+    m.fnat_rev.get_mut(&rev(local)).unwrap().toa_ack = 77;
+    bed.plane
+        .load_synced_flow(&bed.ipvs, &conn(4000, local))
+        .unwrap();
+    assert_eq!(bed.plane.maps().fnat_rev[&rev(local)].toa_ack, 77);
+    assert_eq!(bed.plane.maps().fnat_rev.len(), 1);
+    // The master gave the flow a new pair: the old one is free here.
+    let moved: SocketAddr = "10.9.0.1:40001".parse().unwrap();
+    bed.plane
+        .load_synced_flow(&bed.ipvs, &conn(4000, moved))
+        .unwrap();
+    let m = bed.plane.maps();
+    assert_eq!(m.fnat_fwd.get(&fk), Some(&rev(moved)));
+    assert_eq!(
+        m.fnat_rev.keys().copied().collect::<Vec<_>>(),
+        vec![rev(moved)]
+    );
+    assert_eq!(m.flows[&fk].fnat_lport, 40001u16.to_be());
+    // Another client's synced flow with the same pair: not loaded, the
+    // pair stays the live flow's.
+    let fk2 = FlowKey::new(6, client, 4002, vip, 80);
+    bed.plane
+        .load_synced_flow(&bed.ipvs, &conn(4002, moved))
+        .unwrap();
+    let m = bed.plane.maps();
+    assert!(!m.flows.contains_key(&fk2));
+    assert!(!m.fnat_fwd.contains_key(&fk2));
+    assert_eq!(
+        m.fnat_rev[&rev(moved)],
+        maps::Fnat {
+            svc,
+            ..fnat_of_flow(&fk, d)
+        }
+    );
+    assert_eq!(bed.plane.synced_pairs_taken(), 1);
+    // Once that flow is gone (an orphaned translation the sweep has not
+    // freed yet), the pair can be claimed.
+    bed.plane.maps().flows.remove(&fk);
+    bed.plane
+        .load_synced_flow(&bed.ipvs, &conn(4002, moved))
+        .unwrap();
+    let m = bed.plane.maps();
+    assert_eq!(m.fnat_fwd.get(&fk2), Some(&rev(moved)));
+    assert!(!m.fnat_fwd.contains_key(&fk), "the orphan's fnat_fwd goes");
+    assert_eq!(
+        m.fnat_rev[&rev(moved)],
+        maps::Fnat {
+            svc,
+            ..fnat_of_flow(&fk2, d)
+        }
+    );
+    assert_eq!(m.flows[&fk2].fnat_lport, 40001u16.to_be());
+    assert_eq!(bed.plane.synced_pairs_taken(), 1);
+    // Without a pair (an older master): loaded without one, as before.
+    let fk3 = FlowKey::new(6, client, 4003, vip, 80);
+    let mut plain = conn(4003, moved);
+    plain.local = None;
+    bed.plane.load_synced_flow(&bed.ipvs, &plain).unwrap();
+    let m = bed.plane.maps();
+    assert_eq!(m.flows[&fk3].fnat_lport, 0);
+    assert!(!m.fnat_fwd.contains_key(&fk3));
 }
