@@ -28,8 +28,9 @@
 //! starting rvsd keeps the running program only when its array is pinned
 //! and filled; otherwise it swaps in its own (a link update) and pins its
 //! array ([`Instance::tails_pinned`], [`crate::Loaded::pin_tails`]).
-//! (`quic_prog` is left out: the QUIC-LB maps are not pinned, so a kept
-//! program's `xdp_quic` could only go on with a table no rvsd can change.)
+//! The QUIC-LB program's slot, `quic_prog`, is pinned the same way, with
+//! the QUIC-LB maps: a restarted rvsd adopts the QUIC-LB services as it
+//! adopts the others (plane/adopt.rs).
 
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
@@ -372,7 +373,10 @@ fn same_kind(a: u32, b: u32) -> bool {
 /// The director's prog arrays pinned beside the maps, and the slot
 /// `xdp_lb` tail-calls in each: never shared with another load, pinned for
 /// the program the links run (see the module doc).
-pub const TAIL_ARRAYS: [(&str, u32); 1] = [("fnat_prog", maps::FNAT_PROG)];
+pub const TAIL_ARRAYS: [(&str, u32); 2] = [
+    ("fnat_prog", maps::FNAT_PROG),
+    ("quic_prog", crate::quic_lb::QUIC_PROG),
+];
 
 /// Every map of the director loaded with `opts`, as the Rust mirrors of
 /// `bpf/rvs.h` and `bpf/lib/maps.h` describe them (the `director_maps_are_the_object_s`
@@ -380,6 +384,7 @@ pub const TAIL_ARRAYS: [(&str, u32); 1] = [("fnat_prog", maps::FNAT_PROG)];
 pub fn director_maps(opts: &crate::LoadOptions) -> Vec<MapLayout> {
     use crate::maps::*;
     use crate::own_mac::{OWN_MACS_MAP, OwnMacTable};
+    use crate::quic_lb::{QUIC_SIDS_MAX, QUIC_SVCS_MAX, QuicSidKey, QuicStats, QuicSvc};
     let n = opts.flow_table_size;
     vec![
         MapLayout::of::<SvcKey, u32>("services", MAP_HASH, MAX_SERVICES),
@@ -431,6 +436,14 @@ pub fn director_maps(opts: &crate::LoadOptions) -> Vec<MapLayout> {
         MapLayout::of::<u32, FnatStats>("fnat_stats", MAP_PERCPU_ARRAY, MAX_SERVICES),
         MapLayout::of::<u32, u64>("fnat_missed", MAP_PERCPU_ARRAY, 1),
         MapLayout::of::<FnatKey, u64>("fnat_full", MAP_LRU_HASH, FNAT_FULL_MAX),
+        // QUIC-LB (bpf/lib/quic_lb.h): a restarted rvsd adopts its services
+        // (plane/adopt.rs), so the running program's xdp_quic, its slot
+        // pinned too (TAIL_ARRAYS), goes on routing with them meanwhile.
+        MapLayout::of::<SvcKey, u32>("quic_services", MAP_HASH, QUIC_SVCS_MAX),
+        MapLayout::of::<u32, QuicSvc>("quic_lb", MAP_HASH, QUIC_SVCS_MAX),
+        MapLayout::of::<QuicSidKey, u32>("quic_sids", MAP_HASH, QUIC_SIDS_MAX),
+        MapLayout::of::<u32, QuicStats>("quic_stats", MAP_PERCPU_ARRAY, MAX_SERVICES),
+        MapLayout::of::<u32, u64>("quic_missed", MAP_PERCPU_ARRAY, 1),
     ]
 }
 

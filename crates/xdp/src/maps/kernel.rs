@@ -413,21 +413,39 @@ impl MapOps for KernelMaps {
         self.slots
     }
     fn read_installed(&mut self) -> Result<super::ops::Installed, XdpError> {
-        let mut keys = Vec::new();
-        for r in self.director.hash::<SvcKey, u32>("services")?.iter() {
+        let mut lists = Vec::new();
+        for name in ["services", "quic_services"] {
+            let mut keys = Vec::new();
+            for r in self.director.hash::<SvcKey, u32>(name)?.iter() {
+                match r {
+                    Ok(kv) => keys.push(kv),
+                    Err(MapError::KeyNotFound) => {}
+                    Err(e) => return Err(map_error(name, e)),
+                }
+            }
+            let mut services = Vec::with_capacity(keys.len());
+            for (k, i) in keys {
+                let svc = self.read_svc(i)?;
+                let list = self.read_slots(svc.dests_off, svc.dests_len)?;
+                services.push((k, i, svc, list));
+            }
+            services.sort_by_key(|s| s.1);
+            lists.push(services);
+        }
+        let quic_services = lists.pop().unwrap_or_default();
+        let services = lists.pop().unwrap_or_default();
+        let mut quic_sids = Vec::new();
+        for r in self
+            .director
+            .hash::<crate::quic_lb::QuicSidKey, u32>("quic_sids")?
+            .iter()
+        {
             match r {
-                Ok(kv) => keys.push(kv),
+                Ok(kv) => quic_sids.push(kv),
                 Err(MapError::KeyNotFound) => {}
-                Err(e) => return Err(map_error("services", e)),
+                Err(e) => return Err(map_error("quic_sids", e)),
             }
         }
-        let mut services = Vec::with_capacity(keys.len());
-        for (k, i) in keys {
-            let svc = self.read_svc(i)?;
-            let list = self.read_slots(svc.dests_off, svc.dests_len)?;
-            services.push((k, i, svc, list));
-        }
-        services.sort_by_key(|s| s.1);
         let mut dests = Vec::new();
         {
             let a = self.director.array::<Dest>("dests")?;
@@ -440,6 +458,8 @@ impl MapOps for KernelMaps {
         }
         Ok(super::ops::Installed {
             services,
+            quic_services,
+            quic_sids,
             dests,
             config: self.read_config()?,
         })

@@ -431,15 +431,21 @@ impl MapOps for MemMaps {
         Ok((self.jiffies, self.hz))
     }
     fn read_installed(&mut self) -> Result<super::ops::Installed, XdpError> {
-        let mut services: Vec<_> = self
-            .services
-            .iter()
-            .map(|(k, &i)| {
-                let svc = self.svc_info.get(&i).copied().unwrap_or_default();
-                (*k, i, svc, self.svc_data(i).0)
-            })
-            .collect();
-        services.sort_by_key(|s| s.1);
+        let list = |table: &HashMap<SvcKey, u32>| {
+            let mut services: Vec<_> = table
+                .iter()
+                .map(|(k, &i)| {
+                    let svc = self.svc_info.get(&i).copied().unwrap_or_default();
+                    (*k, i, svc, self.svc_data(i).0)
+                })
+                .collect();
+            services.sort_by_key(|s| s.1);
+            services
+        };
+        let services = list(&self.services);
+        let quic_services = list(&self.quic_services);
+        let mut quic_sids: Vec<_> = self.quic_sids.iter().map(|(k, d)| (*k, *d)).collect();
+        quic_sids.sort_by_key(|(k, _)| (k.svc, k.len, k.sid));
         let mut dests: Vec<(u32, Dest)> = self
             .dests
             .iter()
@@ -449,6 +455,8 @@ impl MapOps for MemMaps {
         dests.sort_by_key(|d| d.0);
         Ok(super::ops::Installed {
             services,
+            quic_services,
+            quic_sids,
             dests,
             config: self.config,
         })

@@ -185,6 +185,11 @@ pub struct Installed {
     /// `services` with each one's `svc_info` element and real-server
     /// list (the dest indexes its scheduling region starts with).
     pub services: Vec<(SvcKey, u32, Svc, Vec<u32>)>,
+    /// `quic_services` (the QUIC-LB services), each as `services` is given.
+    pub quic_services: Vec<(SvcKey, u32, Svc, Vec<u32>)>,
+    /// Every `quic_sids` entry: a service index's server ID and its real
+    /// server's dest index.
+    pub quic_sids: Vec<(crate::quic_lb::QuicSidKey, u32)>,
     /// Every non-zero `dests` element.
     pub dests: Vec<(u32, Dest)>,
     /// `config[0]`.

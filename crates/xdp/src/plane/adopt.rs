@@ -5,9 +5,12 @@
 //! depends on (its real server's element, the service's scheduling data,
 //! the round-robin cursor, the counters) is reset.
 //!
-//! * Every service in `services` keeps its `svc_info` index and its
-//!   scheduling region (both taken out of the allocators); every real
-//!   server in its list keeps its `dests` index.
+//! * Every service in `services` and every QUIC-LB service in
+//!   `quic_services` keeps its `svc_info` index and its scheduling region
+//!   (both taken out of the allocators); every real server in its list
+//!   keeps its `dests` index. A QUIC-LB service's server IDs (`quic_sids`)
+//!   are taken as this side's books, so the first sync after its real
+//!   servers are claimed changes only what the configuration changed.
 //! * The configuration then claims them: an `AddService` for an adopted
 //!   service takes its index and region without writing anything (the
 //!   program keeps scheduling with the old region); an `AddDest` for one
@@ -35,6 +38,7 @@ use super::alloc::{Region, Retired};
 use super::{DestState, Plane, PlaneError, SvcState, edit_core};
 use crate::maps::{self, Dest, MapOps, Svc, SvcKey};
 use crate::neigh::L2;
+use crate::quic_lb::QuicSidKey;
 
 /// Reports after the start before unclaimed adopted state is removed.
 pub(super) const SETTLE: u64 = 3;
@@ -55,6 +59,10 @@ struct AdoptedSvc {
     /// Its real servers not claimed yet: index and element.
     dests: Vec<(u32, Dest)>,
     claimed: bool,
+    /// A QUIC-LB service: its key is in `quic_services`, not `services`.
+    quic: bool,
+    /// QUIC-LB: the server IDs `quic_sids` holds for it.
+    sids: HashMap<QuicSidKey, u32>,
 }
 
 /// A dest index held for flows only (no service claims it).
@@ -156,7 +164,9 @@ impl<M: MapOps> Plane<M> {
         let mut adopted = Adopted::default();
         let mut listed = std::collections::HashSet::new();
         let elements: HashMap<u32, Dest> = found.dests.iter().copied().collect();
-        for (skey, index, svc, list) in &found.services {
+        let plain = found.services.iter().map(|s| (s, false));
+        let quic = found.quic_services.iter().map(|s| (s, true));
+        for ((skey, index, svc, list), is_quic) in plain.chain(quic) {
             let Some(key) = service_key(skey) else {
                 continue;
             };
@@ -177,6 +187,12 @@ impl<M: MapOps> Plane<M> {
                     dests.push((i, *d));
                 }
             }
+            let sids = found
+                .quic_sids
+                .iter()
+                .filter(|(k, _)| is_quic && k.svc == *index)
+                .copied()
+                .collect();
             adopted.services.insert(
                 key,
                 AdoptedSvc {
@@ -185,6 +201,8 @@ impl<M: MapOps> Plane<M> {
                     region,
                     dests,
                     claimed: false,
+                    quic: is_quic,
+                    sids,
                 },
             );
         }
@@ -207,27 +225,49 @@ impl<M: MapOps> Plane<M> {
     }
 
     /// `AddService` of an adopted service: it takes its old index and
-    /// region, nothing is written. `None` when `key` was not adopted.
+    /// region, nothing is written (a QUIC-LB service's configurations are
+    /// rewritten as this configuration has them: the same, or a rotation
+    /// that moved on; its key and server IDs stay until its real servers
+    /// are claimed and synced). `false` when `key` was not adopted, or was
+    /// adopted as the other kind (QUIC-LB or not): that one goes at the
+    /// settling, and this configuration installs `key` afresh.
     pub(super) fn claim_service(&mut self, key: &ServiceKey, config: &ServiceConfig) -> bool {
         let Some(a) = self.adopted.as_mut().and_then(|a| a.services.get_mut(key)) else {
             return false;
         };
-        if a.claimed {
+        if a.claimed || a.quic != super::is_quic(config) {
             return false;
         }
         a.claimed = true;
+        let (index, quic, region, svc) = (a.index, a.quic, a.region, a.svc);
+        let sids = std::mem::take(&mut a.sids);
         // Its counters continue from what the program counted.
-        self.flood_base.continue_from_maps(key, a.index);
+        self.flood_base.continue_from_maps(key, index);
+        if quic {
+            if self
+                .maps
+                .set_quic_lb(index, &super::quic_value(config))
+                .is_err()
+            {
+                self.dirty = true;
+            }
+            self.quic_base
+                .insert(*key, (index, crate::quic_lb::QuicStats::default()));
+        }
+        let republish = self
+            .adopted
+            .as_ref()
+            .and_then(|a| a.services.get(key))
+            .is_none_or(|a| a.dests.is_empty());
         let st = SvcState {
-            index: a.index,
+            index,
             config: config.clone(),
             dests: Vec::new(),
-            region: a.region,
-            svc: a.svc,
+            region,
+            svc,
             laddrs: Vec::new(),
-            sids: HashMap::new(),
+            sids,
         };
-        let republish = a.dests.is_empty();
         self.services.insert(*key, st);
         if republish {
             // No real server to wait for: its own data now.
@@ -309,10 +349,23 @@ impl<M: MapOps> Plane<M> {
                 continue;
             }
             // Not in the configuration: removed as a deletion removes it.
-            if let Some(sk) = super::svc_key(&key).ok()
-                && self.maps.remove_service(&sk).is_err()
-            {
-                self.dirty = true;
+            if let Ok(sk) = super::svc_key(&key) {
+                let r = if s.quic {
+                    self.maps.remove_quic_service(&sk)
+                } else {
+                    self.maps.remove_service(&sk)
+                };
+                if r.is_err() {
+                    self.dirty = true;
+                }
+            }
+            if s.quic {
+                let _ = self.maps.remove_quic_lb(s.index);
+                for k in s.sids.keys() {
+                    if self.maps.remove_quic_sid(k).is_err() {
+                        self.quic_stale.push(*k);
+                    }
+                }
             }
             let _ = self.maps.set_svc(s.index, &Svc::default());
             self.retired.push((g, Retired::Svc(s.index)));

@@ -78,9 +78,7 @@ impl<M: MapOps> Plane<M> {
             return Ok(());
         }
         self.refused.remove(key);
-        // QUIC-LB services are never adopted: their key is not in
-        // `services` (see `claim_service`).
-        if !is_quic(config) && self.claim_service(key, config) {
+        if self.claim_service(key, config) {
             return Ok(());
         }
         let index = self.svc_idx.alloc().ok_or(PlaneError::Full("svc_info"))?;

@@ -1697,6 +1697,103 @@ fn quic_lb_service_maps_are_written_and_follow_the_real_servers() {
     assert_eq!(got(&bed, &ukey(444)), counters(3, 1, 0));
 }
 
+/// rvsd restarts over pinned maps with QUIC-LB services: the new plane
+/// adopts them (the running program goes on routing by their keys,
+/// configurations and server IDs, which adopting does not write); the
+/// configuration's service and real servers claim the same index and leave
+/// the maps as they were; the counters continue from what the program
+/// counted; a QUIC-LB service the configuration no longer has goes at the
+/// settling, with its configurations and server IDs.
+#[test]
+fn an_adopting_plane_keeps_quic_lb_services() {
+    let mut bed = Bed::new();
+    let (k, gone) = (ukey(443), ukey(444));
+    let cfg = quic_config(&["cr=0,sid=2,nonce=6"]);
+    for key in [k, gone] {
+        bed.run(Command::AddService {
+            key,
+            config: cfg.clone(),
+        })
+        .unwrap();
+    }
+    for i in 1..=2 {
+        bed.run(Command::AddDest {
+            service: k,
+            dest: quic_dest(i, Some(&format!("0a0{i}"))),
+        })
+        .unwrap();
+    }
+    bed.run(Command::AddDest {
+        service: gone,
+        dest: quic_dest(3, Some("0a03")),
+    })
+    .unwrap();
+    bed.report(1);
+    let (idx, gidx) = (
+        bed.plane.service_index(&k).unwrap(),
+        bed.plane.service_index(&gone).unwrap(),
+    );
+    let counted = crate::quic_lb::QuicStats {
+        by_cid: 5,
+        by_fallback: 2,
+        undecodable: 1,
+    };
+    bed.plane.maps().quic_stats.insert(idx, counted);
+    // rvsd restarts: a new plane over the same maps, a new director.
+    let before = bed.plane.maps().clone();
+    assert_eq!(before.quic_sids.len(), 3);
+    let mut b = Bed::new();
+    b.plane = Plane::adopt(before.clone()).unwrap();
+    assert!(b.plane.adopting());
+    assert_eq!(
+        b.plane.maps().writes,
+        before.writes,
+        "adopting writes nothing"
+    );
+    // The configuration, without service 444.
+    b.run(Command::AddService {
+        key: k,
+        config: cfg.clone(),
+    })
+    .unwrap();
+    assert_eq!(b.plane.service_index(&k), Some(idx), "its index");
+    for i in 1..=2 {
+        b.run(Command::AddDest {
+            service: k,
+            dest: quic_dest(i, Some(&format!("0a0{i}"))),
+        })
+        .unwrap();
+    }
+    {
+        let m = b.plane.maps();
+        assert_eq!(m.quic_services, before.quic_services);
+        assert_eq!(m.quic_lb, before.quic_lb);
+        assert_eq!(
+            m.quic_sids, before.quic_sids,
+            "the same server IDs, same dests"
+        );
+    }
+    for t in 2..=6 {
+        b.report(t);
+    }
+    assert!(!b.plane.adopting());
+    let m = b.plane.maps();
+    assert_eq!(m.quic_services.len(), 1, "444 went at the settling");
+    assert!(!m.quic_services.contains_key(&svc_key(&gone).unwrap()));
+    assert!(!m.quic_lb.contains_key(&gidx));
+    assert_eq!(m.quic_sids.len(), 2);
+    assert!(m.quic_sids.keys().all(|s| s.svc == idx));
+    assert_eq!(
+        *b.ipvs.service(&k).unwrap().quic_lb_counters(),
+        rvs_core::stats::QuicLbCounters {
+            by_cid: 5,
+            by_fallback: 2,
+            undecodable: 1,
+        },
+        "the counters continue"
+    );
+}
+
 /// A connection another director synced for a QUIC-LB service makes no
 /// flow entry: the flow table is looked up first and would override the
 /// routing by connection ID.
