@@ -146,12 +146,20 @@ pub(crate) async fn exchange(conn: &quinn::Connection, payload: &str) -> Result<
 /// broken migration ends in bounded time), no segmentation offload (one
 /// datagram per packet through the balancer).
 pub(crate) fn client_config(cert: &Cert) -> quinn::ClientConfig {
+    client_config_with(cert, None)
+}
+
+/// [`client_config`] sending a keep-alive every `keep_alive` (so a
+/// connection outlives a pause of the test longer than [`IDLE`] as long as
+/// its packets get through).
+pub(crate) fn client_config_with(cert: &Cert, keep_alive: Option<Duration>) -> quinn::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert.0.clone()).expect("root");
     let mut config =
         quinn::ClientConfig::with_root_certificates(Arc::new(roots)).expect("client config");
     let mut transport = quinn::TransportConfig::default();
     transport.max_idle_timeout(Some(IDLE.try_into().expect("idle")));
+    transport.keep_alive_interval(keep_alive);
     transport.enable_segmentation_offload(false);
     config.transport_config(Arc::new(transport));
     config
@@ -180,7 +188,18 @@ pub(crate) async fn clients(
     migrations: usize,
     socket: &dyn Fn(usize, usize) -> StdUdpSocket,
 ) -> Vec<Outcome> {
-    let client_config = client_config(cert);
+    clients_with(vip, tag, client_config(cert), n, migrations, socket).await
+}
+
+/// [`clients`] with the clients' configuration `client_config`.
+pub(crate) async fn clients_with(
+    vip: SocketAddr,
+    tag: &str,
+    client_config: quinn::ClientConfig,
+    n: usize,
+    migrations: usize,
+    socket: &dyn Fn(usize, usize) -> StdUdpSocket,
+) -> Vec<Outcome> {
     let mut open = Vec::new();
     for i in 0..n {
         let mut ep = quinn::Endpoint::new(

@@ -44,8 +44,8 @@ use tokio::time::timeout;
 use crate::harness::{RVSADM, RVSD};
 use crate::netns::{Bed, Host, in_ns};
 use crate::quic_common::{
-    Cert, KEY, SIDS, Served, assert_kept, broken, cert, client_config, clients, codec, counters,
-    exchange, server,
+    Cert, KEY, SIDS, Served, assert_kept, broken, cert, client_config, client_config_with, clients,
+    clients_with, codec, counters, exchange, server,
 };
 use crate::xdp_rvsd::Daemon;
 
@@ -102,7 +102,81 @@ async fn reachable(client: &Host, cert: &Cert) -> BTreeSet<String> {
     seen
 }
 
+/// The director's rvsd: started by `ip netns exec`, or (the restart test)
+/// by nsenter under a pinned `--instance` that outlives it.
+enum Dir {
+    Plain(Daemon),
+    Pinned(std::sync::Mutex<crate::restart::Director>),
+}
+
+impl Dir {
+    fn adm(&self, args: &str) -> std::process::Output {
+        use crate::harness::Rvsadm as _;
+        match self {
+            Dir::Plain(d) => d.adm(args),
+            Dir::Pinned(d) => d.lock().expect("director").adm(args),
+        }
+    }
+
+    fn ok(&self, args: &str) {
+        let o = self.adm(args);
+        assert!(
+            o.status.success(),
+            "rvsadm {args}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    /// Restart the pinned rvsd: SIGTERM, a pause with no rvsd at all
+    /// (the attached program goes on alone), then this build again, which
+    /// keeps the running program and adopts its maps; back when its table
+    /// (saved by the first, restored from --state-dir) lists the QUIC-LB
+    /// service again.
+    fn restart(&self, quic: SocketAddr) {
+        let Dir::Pinned(d) = self else {
+            return;
+        };
+        let mut d = d.lock().expect("director");
+        // The table the restarted rvsd comes back with (no -f): its file
+        // must hold the QUIC-LB service's server IDs first.
+        let table = d.state.join(format!("{}.table", d.instance));
+        let end = Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(&table).is_ok_and(|t| SIDS.iter().all(|s| t.contains(s))) {
+            assert!(Instant::now() < end, "{} never written", table.display());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let before = d.program();
+        d.stop("-TERM");
+        std::thread::sleep(Duration::from_secs(2));
+        d.start(false);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            use crate::harness::Rvsadm as _;
+            let out = d.out("-Ln --quic-lb");
+            if out.contains(&quic.to_string()) && SIDS.iter().all(|s| out.contains(s)) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the restarted rvsd did not restore its table: {out}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(d.program(), before, "the running program is kept");
+        eprintln!("rvsd restarted; the program kept: {before}");
+    }
+}
+
 fn run(test: &str, spec: &str, codec: Codec) {
+    run_with(test, spec, codec, false);
+}
+
+/// `restart`: rvsd runs under a pinned instance and is restarted (SIGTERM,
+/// two seconds without rvsd, started again) after every client connected
+/// and before the first migration; the clients send keep-alives meanwhile
+/// (their packets go through the program left running); every QUIC-LB
+/// connection must then still migrate and stay on its server.
+fn run_with(test: &str, spec: &str, codec: Codec, restart: bool) {
     let Some(mut bed) = Bed::new(test) else {
         return;
     };
@@ -118,9 +192,24 @@ fn run(test: &str, spec: &str, codec: Codec) {
             h
         })
         .collect();
-    let d = Daemon::start(&mut bed, &dir, Path::new(RVSD), Path::new(RVSADM));
+    let d = if restart {
+        let mut d = crate::restart::Director::new(&dir.ns, "quicrst", "");
+        d.start(false);
+        Dir::Pinned(std::sync::Mutex::new(d))
+    } else {
+        Dir::Plain(Daemon::start(
+            &mut bed,
+            &dir,
+            Path::new(RVSD),
+            Path::new(RVSADM),
+        ))
+    };
 
-    let rt = tokio::runtime::Builder::new_current_thread()
+    // Two workers: the restart blocks the thread that drives the clients'
+    // steps, while quinn's endpoint and connection tasks (keep-alives) go
+    // on on the workers.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
@@ -150,13 +239,30 @@ fn run(test: &str, spec: &str, codec: Codec) {
 
     // Migration 1: a new port on the same address; 2: the second address.
     let ns = client.ns.clone();
-    let socket = move |_: usize, m: usize| {
+    let socket = |i: usize, m: usize| {
+        if restart && (i, m) == (0, 1) {
+            d.restart(q);
+        }
         let ip: IpAddr = if m == 2 { CLIENT2 } else { CLIENT }
             .parse()
             .expect("client address");
         bind_in(&ns, SocketAddr::new(ip, 0))
     };
-    let quic = rt.block_on(clients(q, "q", &cert, CLIENTS, 2, &socket));
+    let keep_alive = restart.then_some(Duration::from_millis(500));
+    let quic = rt.block_on(clients_with(
+        q,
+        "q",
+        client_config_with(&cert, keep_alive),
+        CLIENTS,
+        2,
+        &socket,
+    ));
+    let socket = |_: usize, m: usize| {
+        let ip: IpAddr = if m == 2 { CLIENT2 } else { CLIENT }
+            .parse()
+            .expect("client address");
+        bind_in(&ns, SocketAddr::new(ip, 0))
+    };
     let plain = rt.block_on(clients(p, "p", &cert, CLIENTS, 2, &socket));
     for ep in &endpoints {
         ep.close(0u32.into(), b"");
@@ -204,6 +310,20 @@ fn quic_xdp_dr_plaintext_keeps_migrated_connections_on_their_servers() {
         "quic_xdp_dr_plaintext_keeps_migrated_connections_on_their_servers",
         "cr=0,sid=3,nonce=6",
         codec(0, 3, 6, None),
+    );
+}
+
+/// An rvsd restart under live QUIC-LB connections: the program left
+/// running routes them by CID while no rvsd runs (its QUIC-LB maps and
+/// `quic_prog` slot are pinned), the restarted rvsd adopts the services,
+/// and every connection then migrates and stays on its server.
+#[test]
+fn quic_xdp_dr_restart_keeps_connections_on_their_servers() {
+    run_with(
+        "quic_xdp_dr_restart_keeps_connections_on_their_servers",
+        "cr=0,sid=3,nonce=6",
+        codec(0, 3, 6, None),
+        true,
     );
 }
 
