@@ -456,10 +456,21 @@ impl MapOps for KernelMaps {
                 }
             }
         }
+        let mut fnat_pools = Vec::new();
+        {
+            let a = self.director.array::<crate::maps::FnatPool>("fnat_pools")?;
+            for (_, i, _, _) in services.iter().chain(&quic_services) {
+                let p = a.get(i, 0).map_err(|e| map_error("fnat_pools", e))?;
+                if p.count > 0 {
+                    fnat_pools.push((*i, p));
+                }
+            }
+        }
         Ok(super::ops::Installed {
             services,
             quic_services,
             quic_sids,
+            fnat_pools,
             dests,
             config: self.read_config()?,
         })

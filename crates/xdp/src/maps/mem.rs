@@ -453,10 +453,19 @@ impl MapOps for MemMaps {
             .map(|(i, d)| (*i, *d))
             .collect();
         dests.sort_by_key(|d| d.0);
+        let fnat_pools = services
+            .iter()
+            .chain(&quic_services)
+            .filter_map(|(_, i, _, _)| {
+                let p = self.fnat_pools.get(i).filter(|p| p.count > 0)?;
+                Some((*i, *p))
+            })
+            .collect();
         Ok(super::ops::Installed {
             services,
             quic_services,
             quic_sids,
+            fnat_pools,
             dests,
             config: self.config,
         })

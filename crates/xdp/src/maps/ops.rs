@@ -190,6 +190,8 @@ pub struct Installed {
     /// Every `quic_sids` entry: a service index's server ID and its real
     /// server's dest index.
     pub quic_sids: Vec<(crate::quic_lb::QuicSidKey, u32)>,
+    /// The FULLNAT pool (`fnat_pools`) of every service above that has one.
+    pub fnat_pools: Vec<(u32, crate::maps::FnatPool)>,
     /// Every non-zero `dests` element.
     pub dests: Vec<(u32, Dest)>,
     /// `config[0]`.

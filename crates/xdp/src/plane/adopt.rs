@@ -63,6 +63,9 @@ struct AdoptedSvc {
     quic: bool,
     /// QUIC-LB: the server IDs `quic_sids` holds for it.
     sids: HashMap<QuicSidKey, u32>,
+    /// FULLNAT: its pool's local addresses (`fnat_pools`), cleared with
+    /// it if the configuration does not claim it.
+    laddrs: Vec<IpAddr>,
 }
 
 /// A dest index held for flows only (no service claims it).
@@ -193,6 +196,15 @@ impl<M: MapOps> Plane<M> {
                 .filter(|(k, _)| is_quic && k.svc == *index)
                 .copied()
                 .collect();
+            let laddrs = found
+                .fnat_pools
+                .iter()
+                .find(|(i, _)| i == index)
+                .map(|(_, p)| {
+                    let n = (p.count as usize).min(maps::FNAT_POOL_MAX);
+                    p.addrs[..n].iter().map(|a| addr_of(p.family, a)).collect()
+                })
+                .unwrap_or_default();
             adopted.services.insert(
                 key,
                 AdoptedSvc {
@@ -203,6 +215,7 @@ impl<M: MapOps> Plane<M> {
                     claimed: false,
                     quic: is_quic,
                     sids,
+                    laddrs,
                 },
             );
         }
@@ -329,6 +342,9 @@ impl<M: MapOps> Plane<M> {
             return;
         };
         let g = self.generation;
+        // Local addresses of unclaimed FULLNAT pools: out of `fnat_laddrs`
+        // unless a claimed service has them too.
+        let mut stale = std::collections::BTreeSet::new();
         for (key, s) in a.services {
             for (index, d) in &s.dests {
                 // Not claimed: unavailable, held while flows use it.
@@ -367,10 +383,20 @@ impl<M: MapOps> Plane<M> {
                     }
                 }
             }
+            if !s.laddrs.is_empty() {
+                let _ = self.maps.set_fnat_pool(s.index, &maps::FnatPool::default());
+                stale.extend(s.laddrs.iter().copied());
+            }
             let _ = self.maps.set_svc(s.index, &Svc::default());
             self.retired.push((g, Retired::Svc(s.index)));
             if let Some(r) = s.region {
                 self.retired.push((g, Retired::Region(r)));
+            }
+        }
+        if !stale.is_empty() {
+            let before = self.all_laddrs_with(&stale);
+            if self.sync_laddrs(&before).is_err() {
+                self.dirty = true;
             }
         }
         let _ = self.write_config();

@@ -1311,6 +1311,52 @@ fn next_hops_the_program_misses_are_solicited_until_resolved() {
     assert!(bed.plane.wanted().reply.is_empty(), "given up");
 }
 
+/// rvsd restarts over a FULLNAT director whose configuration no longer
+/// has one of its services: once the adoption settles, that service's pool
+/// is cleared from `fnat_pools` and its local addresses leave
+/// `fnat_laddrs` (the program would hand packets to them to `xdp_fnat`,
+/// and a later service at the index would find the old pool); the claimed
+/// service's pool and addresses stay.
+#[test]
+fn an_unclaimed_fullnat_service_leaves_no_pool_behind() {
+    use rvs_core::model::LocalAddrRange;
+    let (kept, gone) = (
+        LocalAddrRange::parse("10.9.0.1").unwrap(),
+        LocalAddrRange::parse("10.9.0.7-8").unwrap(),
+    );
+    let mut bed = Bed::new();
+    for (port, laddr, rs) in [(80, kept, 1), (81, gone, 2)] {
+        bed.svc(port, "rr").unwrap();
+        bed.run(Command::AddLaddr {
+            service: key(port),
+            laddr,
+        })
+        .unwrap();
+        bed.dest(port, dr(rs).forward(ForwardMethod::FullNat))
+            .unwrap();
+    }
+    let g = bed.plane.service_index(&key(81)).unwrap();
+    assert_eq!(bed.plane.maps().fnat_laddrs.len(), 3);
+    let maps = bed.plane.maps().clone();
+    let mut b = Bed::new();
+    b.plane = Plane::adopt(maps).unwrap();
+    b.svc(80, "rr").unwrap();
+    b.run(Command::AddLaddr {
+        service: key(80),
+        laddr: kept,
+    })
+    .unwrap();
+    b.dest(80, dr(1).forward(ForwardMethod::FullNat)).unwrap();
+    for t in 1..=5 {
+        b.report(t);
+    }
+    assert!(!b.plane.adopting());
+    let m = b.plane.maps();
+    assert_eq!(m.fnat_pools.get(&g).map_or(0, |p| p.count), 0, "81's pool");
+    let left: Vec<IpAddr> = m.fnat_laddrs.iter().copied().collect();
+    assert_eq!(left, vec!["10.9.0.1".parse::<IpAddr>().unwrap()]);
+}
+
 /// rvsd restarts over a FULLNAT director: FULLNAT stays on in `config`
 /// (the program hands replies to local addresses to `xdp_fnat`) from the
 /// adoption until the configuration has given the pools back, whatever it
