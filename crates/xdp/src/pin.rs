@@ -27,7 +27,7 @@
 //! exits (replies and new flows passed to the kernel, `fnat_missed`). A
 //! starting rvsd keeps the running program only when its array is pinned
 //! and filled; otherwise it swaps in its own (a link update) and pins its
-//! array ([`Instance::tails_pinned`], [`crate::Loaded::pin_tails`]).
+//! array ([`Instance::tails_pinned`], `Loaded::pin_tails`).
 //! The QUIC-LB program's slot, `quic_prog`, is pinned the same way, with
 //! the QUIC-LB maps: a restarted rvsd adopts the QUIC-LB services as it
 //! adopts the others (plane/adopt.rs).
