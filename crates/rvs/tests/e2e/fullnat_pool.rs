@@ -212,15 +212,11 @@ impl Pool {
     fn metric_sum(&self, name: &str) -> u64 {
         (0..self.ds.len())
             .map(|i| {
-                let text = self.dir.run(move || http_get(&http(i), "/metrics"));
-                text.lines()
-                    .filter(|l| {
-                        l.strip_prefix(name)
-                            .is_some_and(|r| r.starts_with([' ', '{']))
-                    })
-                    .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                    .map(|v| v as u64)
-                    .sum::<u64>()
+                sample_sum(
+                    &self.dir.run(move || http_get(&http(i), "/metrics")),
+                    name,
+                    "",
+                )
             })
             .sum()
     }
@@ -373,12 +369,22 @@ impl Pool {
     fn fnat_metric(&self, name: &str, port: u16) -> u64 {
         let text = self.dir.run(|| http_get(&http(0), "/metrics"));
         let family = format!("rvs_xdp_fnat_{name}_total");
-        let want = format!("local_port=\"{port}\"");
-        text.lines()
-            .filter(|l| l.starts_with(&family) && l.contains(&want))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum()
+        sample_sum(&text, &family, &format!("local_port=\"{port}\""))
     }
+}
+
+/// The sum of the samples of family `name` in Prometheus text `text` whose
+/// line contains `label` (every sample for "").
+fn sample_sum(text: &str, name: &str, label: &str) -> u64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with([' ', '{']))
+                && l.contains(label)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
 }
 
 /// A plain HTTP/1.0 GET: the body.
