@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use rvs_check::Health;
 use rvs_check::runner::{Host, commands_for};
 use rvs_control::dataplane::NoDataPlane;
+use rvs_control::owner::{Change, Owner};
 use rvs_control::state::{Controller, ServiceDef};
 use rvs_core::ipvs::IpvsConfig;
 use rvs_core::model::{DestConfig, ServiceKey};
@@ -36,7 +37,11 @@ impl Host for Bench {
         if let Some(c) = commands_for(self.ctl.ipvs(), key, dests)
             && !c.is_empty()
         {
-            let _ = self.ctl.exec(&c, true);
+            let change = Change::Commands {
+                commands: c,
+                atomic: true,
+            };
+            let _ = self.ctl.submit(Owner::File, change);
         }
     }
 }
@@ -144,7 +149,11 @@ fn main() {
         health.reconfigure(Instant::now(), plan);
         health.overlay(&mut defs);
         let mut ctl = Controller::new(IpvsConfig::default(), Box::new(NoDataPlane));
-        ctl.replace(&defs).expect("table");
+        let change = Change::Replace {
+            services: defs,
+            partial: false,
+        };
+        ctl.submit(Owner::File, change).expect("table");
         let host = Arc::new(Mutex::new(Bench { ctl, health }));
         let task = tokio::spawn(rvs_check::runner::run(
             host.clone(),

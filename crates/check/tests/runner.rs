@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use rvs_check::Health;
 use rvs_check::runner::{Host, commands_for};
 use rvs_control::dataplane::{DataPlane, DataPlaneError};
+use rvs_control::owner::{Change, Owner};
 use rvs_control::protocol::Command;
 use rvs_control::state::{Controller, ServiceDef};
 use rvs_core::ipvs::IpvsConfig;
@@ -42,7 +43,13 @@ impl Host for TestHost {
         if let Some(cmds) = commands_for(self.ctl.ipvs(), key, dests)
             && !cmds.is_empty()
         {
-            self.ctl.exec(&cmds, true).expect("health change applies");
+            let change = Change::Commands {
+                commands: cmds,
+                atomic: true,
+            };
+            self.ctl
+                .submit(Owner::File, change)
+                .expect("health change applies");
         }
     }
 }
@@ -106,7 +113,11 @@ async fn a_flapping_server_changes_only_itself_in_the_data_plane() {
     let mut health = Health::new(7);
     health.reconfigure(Instant::now(), plan);
     health.overlay(&mut defs);
-    ctl.replace(&defs).expect("initial table");
+    let change = Change::Replace {
+        services: defs,
+        partial: false,
+    };
+    ctl.submit(Owner::File, change).expect("initial table");
     log.lock().expect("log").clear();
     let host = Arc::new(Mutex::new(TestHost { ctl, health }));
     let wake = Arc::new(tokio::sync::Notify::new());

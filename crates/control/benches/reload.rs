@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use rvs_control::dataplane::NoDataPlane;
+use rvs_control::owner::{Change, Owner};
 use rvs_control::protocol::Command;
 use rvs_control::state::{Controller, ServiceDef, build};
 use rvs_core::ipvs::IpvsConfig;
@@ -57,6 +58,16 @@ fn config() -> IpvsConfig {
     }
 }
 
+/// A reload through the control plane's entry point (the table is cloned
+/// for it, as a file's freshly parsed table would be moved in).
+fn replace(ctl: &mut Controller, defs: &[ServiceDef]) -> bool {
+    let change = Change::Replace {
+        services: defs.to_vec(),
+        partial: false,
+    };
+    ctl.submit(Owner::File, change).is_ok()
+}
+
 fn bench(c: &mut Criterion) {
     let defs = table();
     let mut g = c.benchmark_group("control_10k_x_10");
@@ -67,7 +78,7 @@ fn bench(c: &mut Criterion) {
         b.iter_batched(
             || Controller::new(config(), Box::new(NoDataPlane)),
             |mut ctl| {
-                ctl.replace(black_box(&defs)).ok();
+                replace(&mut ctl, black_box(&defs));
                 ctl
             },
             BatchSize::PerIteration,
@@ -79,7 +90,7 @@ fn bench(c: &mut Criterion) {
     });
 
     let mut ctl = Controller::new(config(), Box::new(NoDataPlane));
-    ctl.replace(&defs).ok();
+    replace(&mut ctl, &defs);
     let mut changed = defs.clone();
     changed[5000].dests[3].weight = 7;
     let mut flip = false;
@@ -87,7 +98,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             flip = !flip;
             let t = if flip { &changed } else { &defs };
-            black_box(ctl.replace(black_box(t)).ok())
+            black_box(replace(&mut ctl, black_box(t)))
         })
     });
 
@@ -98,8 +109,14 @@ fn bench(c: &mut Criterion) {
             w = 3 - w;
             let dest = defs[5000].dests[3].weight(w);
             black_box(
-                ctl.exec(&[Command::EditDest { service: svc, dest }], false)
-                    .ok(),
+                ctl.submit(
+                    Owner::Rvsadm,
+                    Change::Commands {
+                        commands: vec![Command::EditDest { service: svc, dest }],
+                        atomic: false,
+                    },
+                )
+                .ok(),
             )
         })
     });
@@ -155,18 +172,18 @@ fn bench_files(c: &mut Criterion) {
     g.bench_function("file_load", |bch| {
         bch.iter(|| {
             let mut ctl = Controller::new(config(), Box::new(NoDataPlane));
-            ctl.replace(&parse(&a)).ok();
+            replace(&mut ctl, &parse(&a));
             ctl
         })
     });
     let mut ctl = Controller::new(config(), Box::new(NoDataPlane));
-    ctl.replace(&parse(&a)).ok();
+    replace(&mut ctl, &parse(&a));
     let mut flip = false;
     g.bench_function("file_reload_one_change", |bch| {
         bch.iter(|| {
             flip = !flip;
             let defs = parse(if flip { &b } else { &a });
-            black_box(ctl.replace(&defs).ok())
+            black_box(replace(&mut ctl, &defs))
         })
     });
     g.finish();

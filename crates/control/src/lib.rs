@@ -6,6 +6,10 @@
 //! * [`bgp`] — what rvsd reads from BIRD's control socket and FRR's vtysh;
 //! * [`protocol`] — what `rvsadm` and `rvsd` say to each other (JSON lines);
 //! * [`dataplane`] — the one trait every data plane implements;
+//! * [`owner`] — the one entry point for desired state: every source
+//!   (rvsadm, a configuration file, Kubernetes, the HTTP API) submits its
+//!   changes through [`state::Controller::submit`], and each service has
+//!   one owner that alone may change it;
 //! * [`state`] — the desired service table as definitions, the difference
 //!   between two tables, and applying it atomically to the core director so
 //!   a reload touches only what changed and a bad request changes nothing.
@@ -15,5 +19,6 @@
 pub mod announce;
 pub mod bgp;
 pub mod dataplane;
+pub mod owner;
 pub mod protocol;
 pub mod state;

@@ -383,6 +383,8 @@ pub struct Controller {
     /// Bumped by every change to what [`Controller::table_commands`]
     /// returns ([`Controller::generation`]).
     generation: u64,
+    /// Which source states each service ([`crate::owner`]).
+    pub(crate) owners: HashMap<ServiceKey, crate::owner::Owner>,
 }
 
 impl fmt::Debug for Controller {
@@ -428,6 +430,7 @@ impl Controller {
             config,
             plane_errors: Vec::new(),
             generation: 0,
+            owners: HashMap::new(),
         }
     }
 
@@ -482,7 +485,7 @@ impl Controller {
     /// command `i` leaves the live state untouched. Without `atomic`, a
     /// single command is applied directly: the core's operations are
     /// themselves all-or-nothing.
-    pub fn exec(&mut self, cmds: &[Command], atomic: bool) -> Result<(), ExecError> {
+    pub(crate) fn exec(&mut self, cmds: &[Command], atomic: bool) -> Result<(), ExecError> {
         self.plane
             .admit_all(&self.ipvs, cmds)
             .map_err(|(index, m)| ExecError {
@@ -512,7 +515,7 @@ impl Controller {
 
     /// Make the live table equal `target` (a reload): validate `target` as a
     /// whole first, then apply only the difference. On error nothing changed.
-    pub fn replace(&mut self, target: &[ServiceDef]) -> Result<DiffSummary, ExecError> {
+    pub(crate) fn replace(&mut self, target: &[ServiceDef]) -> Result<DiffSummary, ExecError> {
         let Plan {
             cmds,
             summary,

@@ -80,6 +80,11 @@ pub enum CtlError {
     /// `--del-laddr` of an entry the service's pool does not hold.
     #[error("No such local address")]
     NoLaddr,
+    /// The service belongs to another source of desired state (a
+    /// configuration file, the Kubernetes watcher, the HTTP API), which
+    /// alone changes it; the text names the service and its owner.
+    #[error("{0}")]
+    Owned(String),
 }
 
 impl From<SchedError> for CtlError {

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rvs_control::dataplane::DirectorHandle;
+use rvs_control::owner::{Change, Owner};
 use rvs_control::protocol::Command;
 use rvs_control::state::Controller;
 use rvs_core::ipvs::{Ipvs, IpvsConfig};
@@ -79,7 +80,12 @@ impl Harness {
     /// Apply commands; Err with the data plane's errors, if any.
     fn exec(&self, cmds: &[Command]) -> Result<(), String> {
         let mut c = self.ctl.lock().expect("lock");
-        c.exec(cmds, false).map_err(|e| format!("{e:?}"))?;
+        let change = Change::Commands {
+            commands: cmds.to_vec(),
+            atomic: false,
+        };
+        c.submit(Owner::Rvsadm, change)
+            .map_err(|e| format!("{e:?}"))?;
         let errs = c.take_plane_errors();
         if errs.is_empty() {
             Ok(())
@@ -1002,19 +1008,22 @@ fn unproxiable_services_and_bind_errors_are_reported() {
         assert_eq!(read_id(&mut c).await, 4);
         {
             let mut ctl = h.ctl.lock().expect("lock");
-            ctl.exec(
-                &[
-                    Command::DelService { key: tcp_key(vip) },
-                    Command::AddService {
-                        key: tcp_key(vip),
-                        config: rr(AddrFamily::Inet),
-                    },
-                    Command::AddDest {
-                        service: tcp_key(vip),
-                        dest: DestConfig::new(b.ip(), b.port()).forward(ForwardMethod::FullNat),
-                    },
-                ],
-                true,
+            ctl.submit(
+                Owner::Rvsadm,
+                Change::Commands {
+                    commands: vec![
+                        Command::DelService { key: tcp_key(vip) },
+                        Command::AddService {
+                            key: tcp_key(vip),
+                            config: rr(AddrFamily::Inet),
+                        },
+                        Command::AddDest {
+                            service: tcp_key(vip),
+                            dest: DestConfig::new(b.ip(), b.port()).forward(ForwardMethod::FullNat),
+                        },
+                    ],
+                    atomic: true,
+                },
             )
             .expect("reload");
             assert_eq!(ctl.take_plane_errors(), Vec::<String>::new());

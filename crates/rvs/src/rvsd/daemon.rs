@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant as StdInstant;
 
+use rvs_control::owner::{Change, Owner};
 use rvs_control::protocol::{Request, Response};
 use rvs_control::state::{Controller, DiffSummary};
 use rvs_core::time::Instant;
@@ -295,8 +296,15 @@ impl Daemon {
             health.overlay(&mut loaded.defs);
             let summary = self
                 .ctl
-                .replace(&loaded.defs)
-                .map_err(|e| src.service_error(&e))?;
+                .submit(
+                    Owner::File,
+                    Change::Replace {
+                        services: std::mem::take(&mut loaded.defs),
+                        partial: false,
+                    },
+                )
+                .map_err(|e| src.service_error(&e))?
+                .summary;
             self.health = health;
             self.health_wake.notify_one();
             self.announce.wake().notify_one();
@@ -390,10 +398,13 @@ impl Daemon {
                 index: None,
                 ctl: None,
             },
-            Request::Exec { commands, atomic } => match self.ctl.exec(&commands, atomic) {
-                Ok(()) => {
+            Request::Exec { commands, atomic } => match self
+                .ctl
+                .submit(Owner::Rvsadm, Change::Commands { commands, atomic })
+            {
+                Ok(_) => {
                     self.announce.wake().notify_one();
-                    tracing::debug!(n = commands.len(), "applied");
+                    tracing::debug!("applied");
                     for e in self.ctl.take_plane_errors() {
                         tracing::warn!("{e}");
                     }
@@ -451,7 +462,11 @@ impl rvs_check::runner::Host for Daemon {
         // A single change applies directly (the core's operations are all
         // or nothing); several (a sorry-server swap) are tried on a scratch
         // copy first. Either way a failure changes nothing.
-        if let Err(e) = self.ctl.exec(&cmds, false) {
+        let change = Change::Commands {
+            commands: cmds,
+            atomic: false,
+        };
+        if let Err(e) = self.ctl.submit(Owner::File, change) {
             tracing::error!(target: "rvs::check", "applying a health change: {}", e.error);
         }
         self.announce.wake().notify_one();

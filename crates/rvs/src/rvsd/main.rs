@@ -1026,7 +1026,13 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
                 .lock()
                 .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?;
             d.controller_mut()
-                .exec(&t.table, true)
+                .submit(
+                    rvs_control::owner::Owner::Rvsadm,
+                    rvs_control::owner::Change::Commands {
+                        commands: t.table.clone(),
+                        atomic: true,
+                    },
+                )
                 .map_err(|e| anyhow::anyhow!("--takeover: the old daemon's table: {}", e.error))?;
             for e in d.controller_mut().take_plane_errors() {
                 tracing::warn!("{e}");
@@ -1038,8 +1044,15 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
             let mut d = daemon
                 .lock()
                 .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?;
-            match d.controller_mut().exec(table, true) {
-                Ok(()) => tracing::info!(
+            let change = rvs_control::owner::Change::Commands {
+                commands: table.clone(),
+                atomic: true,
+            };
+            match d
+                .controller_mut()
+                .submit(rvs_control::owner::Owner::Rvsadm, change)
+            {
+                Ok(_) => tracing::info!(
                     file = %table_path.display(),
                     commands = table.len(),
                     "service table of the previous rvsd restored"
