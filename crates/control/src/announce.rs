@@ -3,7 +3,7 @@
 //! the kernel table match it.
 //!
 //! rvsd announces a VIP by keeping a host route for it in a routing table
-//! of its own that the BGP daemon exports (README "ECMP fleet over BGP").
+//! of its own that the BGP daemon exports (docs/fleet.md).
 //! A VIP is announced while this director serves it (a service with that
 //! address exists and the director is not drained) and at least one of its
 //! services holds its quorum. Until the health checkers of a service have

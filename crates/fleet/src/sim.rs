@@ -38,7 +38,7 @@
 //! hold 100 million connections, and the table's timers and state machines
 //! do not change whether a flow breaks.
 //!
-//! Deliberate simplifications (stated in BENCHMARKS.md too): one service;
+//! Deliberate simplifications (stated in docs/benchmarks-history.md too): one service;
 //! equal director and (but for the weight event) real-server weights; a
 //! flow younger than the sync delay breaks at its first moved packet (TCP
 //! would retransmit, and might find the copy arrived by then); a synced

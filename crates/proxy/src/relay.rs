@@ -7,7 +7,7 @@
 //! `splice-auto`. Pipes come from a bounded pool of empty pipes, because
 //! making one costs pipe2(2) plus two close(2) per direction.
 //!
-//! Measured with `scripts/bench-proxy` (see BENCHMARKS.md): per new
+//! Measured with `scripts/bench-proxy` (see docs/benchmarks-history.md): per new
 //! connection ~90 % of the proxy's CPU time is the kernel's (accept, connect,
 //! TCP processing, close), so what this module saves is system calls.
 //!

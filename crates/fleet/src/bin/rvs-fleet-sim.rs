@@ -54,7 +54,7 @@ struct Args {
 
 /// rvsd's userspace copy of a flow (its rvs-core connection and the
 /// report's bookkeeping): about 120 bytes, as measured for the SYN-flood
-/// figures in BENCHMARKS.md.
+/// figures in docs/benchmarks-history.md.
 const USERSPACE_CONN_BYTES: u64 = 120;
 
 fn pct(n: u32, of: u32) -> String {

@@ -175,8 +175,7 @@ struct Args {
     /// }`) or FRR (`ip import-table N`) to export. A VIP is announced while
     /// a service has it and holds its quorum, and the director is not
     /// drained (`rvsadm --drain`). The routes stay when rvsd stops (a
-    /// restart is not a drain). Off by default. See the README, "ECMP
-    /// fleet over BGP".
+    /// restart is not a drain). Off by default. See docs/fleet.md.
     #[arg(long, value_name = "N")]
     announce_table: Option<u32>,
 
@@ -291,7 +290,7 @@ struct Args {
     /// xdp: name of this rvsd's pin directory /sys/fs/bpf/rvs/NAME: the
     /// program's links (links/IF) and maps (maps/MAP) are pinned there, so
     /// the XDP program keeps forwarding, with its flows, while rvsd stops
-    /// or restarts, and a starting rvsd adopts them (see the README).
+    /// or restarts, and a starting rvsd adopts them (see docs/operations.md).
     /// Default: `default` with the default --socket, else a name derived
     /// from the socket path (two rvsds with different sockets never share
     /// pins).

@@ -91,7 +91,7 @@ const REQUEST_AGAIN: Duration = Duration::from_secs(2);
 /// IPv4 + UDP headers: a master's default message size is 1500 minus them.
 const HEADERS_V4: u16 = 28;
 /// A starting backup daemon "warms up" (the announcer holds a first
-/// announcement, README "ECMP fleet over BGP") at most this long...
+/// announcement, docs/fleet.md) at most this long...
 const WARM_MAX: Duration = Duration::from_secs(5);
 /// ...or until the peers' bulk answers have gone quiet this long.
 const WARM_QUIET: Duration = Duration::from_secs(1);

@@ -82,7 +82,7 @@ struct Director {
 }
 
 /// The rvsd the directors run: this build's, or RVS_FAILOVER_RVSD (another
-/// build, for the before/after figures in BENCHMARKS.md).
+/// build, for the before/after figures in docs/benchmarks-history.md).
 fn rvsd() -> String {
     std::env::var("RVS_FAILOVER_RVSD").unwrap_or_else(|_| RVSD.to_owned())
 }
@@ -287,7 +287,7 @@ fn pair(test: &str, mode: Mode) -> Option<Pair> {
             // reports the missing next hop and the plane's resolver makes
             // the kernel resolve it, so no accept_local is needed (issue
             // 13). RVS_FAILOVER_ACCEPT_LOCAL=1 sets it anyway, for the
-            // comparison in BENCHMARKS.md (the kernel then forwards those
+            // comparison in docs/benchmarks-history.md (the kernel then forwards those
             // replies and resolves the client itself).
             if std::env::var_os("RVS_FAILOVER_ACCEPT_LOCAL").is_some() {
                 h.exec(&["sysctl", "-qw", "net.ipv4.conf.all.accept_local=1"]);

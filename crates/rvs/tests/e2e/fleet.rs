@@ -483,7 +483,7 @@ fn start_frr(host: &Host, dir: &Path) -> (Proc, Proc) {
     (zebra, bgpd)
 }
 
-/// FRR as a director's BGP daemon (README "ECMP fleet over BGP"): zebra
+/// FRR as a director's BGP daemon (docs/fleet.md): zebra
 /// imports rvsd's table, bgpd redistributes it to the router.
 pub fn director_frr_conf(addr: IpAddr) -> (String, String) {
     (

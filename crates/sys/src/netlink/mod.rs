@@ -583,7 +583,7 @@ impl AsyncNetlink {
     /// Add the blackhole host route of `addr` (`/32`, `/128`) with
     /// protocol `proto` to table `table`: `true` when added, `false` when
     /// it was there already. What rvsd announces a VIP with: a BGP daemon
-    /// exports the table (README "ECMP fleet over BGP").
+    /// exports the table (docs/fleet.md).
     pub async fn add_host_route(
         &mut self,
         table: u32,
