@@ -389,9 +389,9 @@ pub struct Desired {
     pub services: Vec<K8sService>,
     /// Health check servers, sorted by port.
     pub health_checks: Vec<HealthCheck>,
-    /// What rvs refuses to carry out, in the order found.
+    /// What rvs refuses to carry out, sorted by object and reason.
     pub refused: Vec<Refusal>,
-    /// Warnings, in the order found.
+    /// Warnings, sorted by object and message.
     pub warnings: Vec<Warning>,
 }
 
@@ -608,6 +608,9 @@ pub fn translate(input: &Snapshot<'_>, opts: &Options) -> Desired {
         v.sort_by(|a, b| {
             (a.metadata.name.as_deref(), a.metadata.uid.as_deref())
                 .cmp(&(b.metadata.name.as_deref(), b.metadata.uid.as_deref()))
+                // Only malformed input ties (two slices of one name): any
+                // total order keeps the output independent of input order.
+                .then_with(|| format!("{a:?}").cmp(&format!("{b:?}")))
         });
     }
 
@@ -630,6 +633,7 @@ pub fn translate(input: &Snapshot<'_>, opts: &Options) -> Desired {
             b.metadata.uid.as_deref(),
         );
         ka.cmp(&kb)
+            .then_with(|| format!("{a:?}").cmp(&format!("{b:?}")))
     });
 
     let mut owners: HashMap<ServiceKey, (String, Kind)> = HashMap::new();
@@ -654,6 +658,10 @@ pub fn translate(input: &Snapshot<'_>, opts: &Options) -> Desired {
         };
         k(a).cmp(&k(b))
     });
+    out.refused
+        .sort_by(|a, b| (&a.object, a.reason.to_string()).cmp(&(&b.object, b.reason.to_string())));
+    out.warnings
+        .sort_by(|a, b| (&a.object, &a.message).cmp(&(&b.object, &b.message)));
     out.health_checks
         .sort_by(|a, b| (a.port, &a.namespace, &a.name).cmp(&(b.port, &b.namespace, &b.name)));
     out

@@ -496,8 +496,8 @@ fn external_ips_and_load_balancers() {
             )],
             want: "TCP 172.30.0.41:80 rr ClusterIP ns1/svc1:p80",
             refused: &[
-                "externalIP `bogus` is not an IP address",
                 "externalIP 2012::51 is IPv6, and this node has no IPv6 address",
+                "externalIP `bogus` is not an IP address",
             ],
             ..Case::new("an external IP of a family the node lacks, or not an address, is refused")
         },
