@@ -1199,3 +1199,40 @@ fn defs_are_valid_for_the_director() {
         assert_eq!(ipvs.services().count(), d.services.len());
     }
 }
+
+/// What is ignored is said: slice ports kube-proxy ignores, bad source
+/// ranges, a Node that is not ours.
+#[test]
+fn warnings_name_the_object() {
+    let s = svc(
+        "ns1/svc1",
+        json!({ "type": "LoadBalancer", "clusterIP": "172.30.0.41", "ports": p80(),
+        "loadBalancerSourceRanges": ["junk"] }),
+    );
+    let sl = slice(
+        "ns1/svc1",
+        "svc1-abc",
+        "IPv4",
+        json!([{ "port": 80 }, { "name": "p80", "port": 0 }, sport("p80", 80, "TCP")]),
+        json!([ep("10.180.0.1", "h"), ep("fd00::1", "h")]),
+    );
+    let mut node = node_v4();
+    node["metadata"]["name"] = json!("someone-else");
+    let d = run_json(&[s], &[sl], &node, &Options::new(NODE));
+    let w: Vec<String> = d.warnings.iter().map(|w| w.to_string()).collect();
+    let want = [
+        "Service ns1/svc1: loadBalancerSourceRanges: `junk` is not a CIDR block",
+        "EndpointSlice ns1/svc1-abc: a port without a name is ignored",
+        "EndpointSlice ns1/svc1-abc: endpoint address fd00::1 is not of the slice's address type IPv4; ignored",
+        "EndpointSlice ns1/svc1-abc: port `p80`: 0 is not a valid port; ignored",
+        "Node someone-else: the Node given is not this node (test-node)",
+    ];
+    assert_eq!(w.len(), want.len(), "{w:#?}");
+    for (g, x) in w.iter().zip(want) {
+        assert!(g.starts_with(x), "{g} / {x}");
+    }
+    assert!(
+        d.render().contains("-> 10.180.0.1:80 Masq w1"),
+        "the good port still counts"
+    );
+}
