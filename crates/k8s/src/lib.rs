@@ -29,6 +29,8 @@
 mod cidr;
 mod endpoints;
 mod health;
+#[cfg(feature = "runtime")]
+pub mod runtime;
 
 use core::fmt;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
