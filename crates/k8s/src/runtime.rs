@@ -1,0 +1,232 @@
+//! The I/O half: watch Services, EndpointSlices and this node's Node with
+//! kube-rs reflectors, and hand each new [`Desired`] to a channel.
+//!
+//! Like kube-proxy, it waits until the three initial lists are in before
+//! the first translation (an early, partial table would delete services
+//! that are merely not listed yet), then coalesces bursts of changes (a
+//! rollout touches many slices within milliseconds) into one translation.
+//! It never blocks on the sink: when the channel is full, the table is
+//! recomputed and offered again a little later, so the receiver always gets
+//! the latest state and the watches never stall behind a slow consumer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinHandle;
+
+use crate::{
+    Desired, LABEL_HEADLESS, LABEL_SERVICE_NAME, LABEL_SERVICE_PROXY_NAME, Options, Snapshot,
+    translate,
+};
+
+/// How the runtime paces itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    /// How long to wait after a change for more changes before
+    /// translating (default 20 ms).
+    pub coalesce: Duration,
+    /// How long to wait before offering a table again when the sink was
+    /// full (default 100 ms).
+    pub retry_full: Duration,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            coalesce: Duration::from_millis(20),
+            retry_full: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Why the runtime stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// A watch ended before its initial list was in (its store's writer was
+    /// dropped).
+    #[error("the {0} watch stopped before its initial list arrived")]
+    NotReady(&'static str),
+}
+
+/// The label selector Services (and their EndpointSlices) are watched
+/// with: not headless, and ours by `service.kubernetes.io/service-proxy-name`
+/// (kube-proxy's `noProxyName`/`noHeadlessEndpoints` requirements). The
+/// EndpointSlice controller copies a Service's labels to its slices, so the
+/// same selector filters both.
+pub fn service_selector(opts: &Options) -> String {
+    match &opts.service_proxy_name {
+        None => format!("!{LABEL_SERVICE_PROXY_NAME},!{LABEL_HEADLESS}"),
+        Some(name) => format!("{LABEL_SERVICE_PROXY_NAME}={name},!{LABEL_HEADLESS}"),
+    }
+}
+
+/// The label selector of EndpointSlices: [`service_selector`] and a
+/// `kubernetes.io/service-name` label (slices without it belong to no
+/// Service).
+pub fn slice_selector(opts: &Options) -> String {
+    format!("{},{LABEL_SERVICE_NAME}", service_selector(opts))
+}
+
+/// The field selector of this node's Node.
+pub fn node_selector(opts: &Options) -> String {
+    format!("metadata.name={}", opts.node_name)
+}
+
+/// Aborts the watch tasks when the runtime returns or is dropped.
+struct Tasks(Vec<JoinHandle<()>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// Start a reflector for `api` and a task that drives it, waking `changed`
+/// on every event.
+fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    changed: Arc<Notify>,
+    what: &'static str,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
+    let task = tokio::spawn(drive(stream, changed, what));
+    (store, task)
+}
+
+async fn drive<S, K>(stream: S, changed: Arc<Notify>, what: &'static str)
+where
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+{
+    let mut stream = std::pin::pin!(stream);
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(_) => changed.notify_one(),
+            // The backoff retries; the store keeps the last good state.
+            Err(e) => tracing::warn!(watch = what, error = %e, "Kubernetes watch failed; retrying"),
+        }
+    }
+}
+
+/// Watch the API through `client` and send a [`Desired`] to `sink` after
+/// the initial lists and after every change that alters it. Returns `Ok`
+/// when the receiver is dropped; runs until then.
+pub async fn run(
+    client: Client,
+    opts: Options,
+    config: RuntimeConfig,
+    sink: mpsc::Sender<Desired>,
+) -> Result<(), RuntimeError> {
+    let changed = Arc::new(Notify::new());
+    let (services, t1) = watch(
+        Api::<Service>::all(client.clone()),
+        watcher::Config::default().labels(&service_selector(&opts)),
+        changed.clone(),
+        "Service",
+    );
+    let (slices, t2) = watch(
+        Api::<EndpointSlice>::all(client.clone()),
+        watcher::Config::default().labels(&slice_selector(&opts)),
+        changed.clone(),
+        "EndpointSlice",
+    );
+    let (nodes, t3) = watch(
+        Api::<Node>::all(client),
+        watcher::Config::default().fields(&node_selector(&opts)),
+        changed.clone(),
+        "Node",
+    );
+    let _tasks = Tasks(vec![t1, t2, t3]);
+    services
+        .wait_until_ready()
+        .await
+        .map_err(|_| RuntimeError::NotReady("Service"))?;
+    slices
+        .wait_until_ready()
+        .await
+        .map_err(|_| RuntimeError::NotReady("EndpointSlice"))?;
+    nodes
+        .wait_until_ready()
+        .await
+        .map_err(|_| RuntimeError::NotReady("Node"))?;
+
+    let mut last: Option<Desired> = None;
+    loop {
+        tokio::time::sleep(config.coalesce).await;
+        let svcs = services.state();
+        let sls = slices.state();
+        let node = nodes
+            .state()
+            .into_iter()
+            .find(|n| n.metadata.name.as_deref() == Some(opts.node_name.as_str()));
+        let snap = Snapshot {
+            services: svcs.iter().map(|s| &**s).collect(),
+            endpoint_slices: sls.iter().map(|s| &**s).collect(),
+            node: node.as_deref(),
+        };
+        let desired = translate(&snap, &opts);
+        let mut retry = false;
+        if last.as_ref() != Some(&desired) {
+            match sink.try_send(desired.clone()) {
+                Ok(()) => last = Some(desired),
+                Err(mpsc::error::TrySendError::Full(_)) => retry = true,
+                Err(mpsc::error::TrySendError::Closed(_)) => return Ok(()),
+            }
+        }
+        if retry {
+            tokio::select! {
+                _ = changed.notified() => {}
+                _ = tokio::time::sleep(config.retry_full) => {}
+            }
+        } else {
+            tokio::select! {
+                _ = changed.notified() => {}
+                _ = sink.closed() => return Ok(()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selectors_are_kube_proxys() {
+        let mut o = Options::new("node-1");
+        assert_eq!(
+            service_selector(&o),
+            "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"
+        );
+        assert_eq!(
+            slice_selector(&o),
+            "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless,kubernetes.io/service-name"
+        );
+        assert_eq!(node_selector(&o), "metadata.name=node-1");
+        o.service_proxy_name = Some("rvs".into());
+        assert_eq!(
+            service_selector(&o),
+            "service.kubernetes.io/service-proxy-name=rvs,!service.kubernetes.io/headless"
+        );
+    }
+}
