@@ -43,7 +43,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use rvs_control::state::ServiceDef;
 use rvs_core::model::{
     AddrFamily, DestConfig, ForwardMethod, GENEVE_PORT, LocalAddrRange, MAX_PERSISTENCE_TIMEOUT,
-    PersistMask, Protocol, ServiceConfig, ServiceKey, Tunnel, TunnelCsum, TunnelType,
+    PersistMask, Protocol, SchedFlags, ServiceConfig, ServiceKey, Tunnel, TunnelCsum, TunnelType,
 };
 use rvs_core::sched::Scheduler;
 
@@ -131,6 +131,12 @@ pub struct Options {
     /// `mh`, Maglev: every node picks the same endpoint for a flow, so a
     /// flow that moves between nodes — ECMP rehash — keeps its endpoint).
     pub external_scheduler: Scheduler,
+    /// Flags of the external scheduler (default `mh-port`: Maglev hashes
+    /// the client's port too, as Cilium's Maglev hashes the 5-tuple, so
+    /// many connections from one address — a cloud load balancer's or a
+    /// NAT gateway's — spread over the endpoints; session affinity, where
+    /// asked, is persistence). Ignored for schedulers without flags.
+    pub external_flags: SchedFlags,
 }
 
 impl Options {
@@ -150,6 +156,7 @@ impl Options {
             },
             cluster_scheduler: Scheduler::Rr,
             external_scheduler: Scheduler::Mh,
+            external_flags: SchedFlags::MH_PORT,
         }
     }
 }
@@ -424,6 +431,7 @@ fn sock(addr: IpAddr, port: u16) -> String {
 
 impl fmt::Display for K8sService {
     /// `TCP 10.96.0.10:80 rr ClusterIP ns/name:port [persistent T]
+    /// [mask M]
     /// [laddr A] [from CIDR,...]`, then one `  -> ADDR:PORT Method wN` line
     /// per real server.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -436,10 +444,21 @@ impl fmt::Display for K8sService {
             } => write!(f, "{protocol} {}", sock(addr, port))?,
             ServiceKey::Fwmark { mark, .. } => write!(f, "FWM {mark}")?,
         }
+        write!(f, " {}", d.config.scheduler)?;
+        // ipvsadm's flag names (`-b`), joined to the scheduler: mh+port.
+        for (bit, name) in [
+            (SchedFlags::FLAG1, "fallback"),
+            (SchedFlags::FLAG2, "port"),
+            (SchedFlags::FLAG3, "flag-3"),
+        ] {
+            if d.config.scheduler.takes_flags() && d.config.flags.contains(bit) {
+                write!(f, "+{name}")?;
+            }
+        }
         write!(
             f,
-            " {} {} {}/{}",
-            d.config.scheduler, self.kind, self.origin.namespace, self.origin.name
+            " {} {}/{}",
+            self.kind, self.origin.namespace, self.origin.name
         )?;
         if !self.origin.port_name.is_empty() {
             write!(f, ":{}", self.origin.port_name)?;
@@ -967,6 +986,9 @@ fn translate_service(
             opts.cluster_scheduler
         };
         let mut c = ServiceConfig::new(af).scheduler(sched);
+        if kind.is_external() && sched.takes_flags() {
+            c = c.flags(opts.external_flags);
+        }
         if spec.session_affinity.as_deref() == Some("ClientIP") {
             c = c
                 .persistent(affinity_timeout(spec))
