@@ -419,6 +419,25 @@ impl Daemon {
         }
     }
 
+    /// Apply a change of desired state from `owner` through the control
+    /// plane's one entry point ([`Controller::submit`]); what the data plane
+    /// reports is logged and the table file kept up to date.
+    pub fn submit(
+        &mut self,
+        owner: Owner,
+        change: Change,
+    ) -> Result<rvs_control::owner::Submitted, rvs_control::state::ExecError> {
+        let r = self.ctl.submit(owner, change);
+        if r.is_ok() {
+            self.announce.wake().notify_one();
+        }
+        for e in self.ctl.take_plane_errors() {
+            tracing::warn!("{e}");
+        }
+        self.save_table();
+        r
+    }
+
     /// Prometheus metrics.
     pub fn metrics(&self) -> String {
         crate::metrics::render(&crate::metrics::Sources {

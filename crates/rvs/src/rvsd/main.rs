@@ -9,6 +9,7 @@ mod bgpwatch;
 mod daemon;
 mod demo;
 mod http;
+mod kubernetes;
 mod metrics;
 mod notify;
 mod realserver;
@@ -337,6 +338,9 @@ struct Args {
     /// Print the man page (roff) and exit.
     #[arg(long)]
     man: bool,
+
+    #[command(flatten)]
+    k8s: kubernetes::Args,
 
     #[command(subcommand)]
     command: Option<Sub>,
@@ -1083,6 +1087,9 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
         tokio::spawn(rvs_check::runner::run(daemon.clone(), wake));
         tokio::spawn(sync::follow_config(Arc::downgrade(&daemon)));
         tokio::spawn(announce::run(daemon.clone()));
+        if args.k8s.kubernetes {
+            kubernetes::spawn(daemon.clone(), &args.k8s)?;
+        }
         if let Some(spec) = &args.bgp_daemon {
             let spec = bgpwatch::Spec::parse(spec).map_err(anyhow::Error::msg)?;
             tokio::spawn(bgpwatch::run(daemon.clone(), spec));
