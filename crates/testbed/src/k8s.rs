@@ -353,9 +353,17 @@ impl ControlPlane {
         })?;
         self.server = format!("https://127.0.0.1:{port}");
         write(&self.kubeconfig, &self.kubeconfig_yaml())?;
+        // Ready, and its system namespaces made (a post-start hook that
+        // /readyz does not wait for).
         self.wait_until("kube-apiserver", |cp| {
             cp.kubectl(&["get", "--raw=/readyz"], None)
                 .is_ok_and(|o| o.trim() == "ok")
+                && cp
+                    .kubectl(
+                        &["get", "namespace", "default", "kube-system", "-o", "name"],
+                        None,
+                    )
+                    .is_ok()
         })
     }
 
@@ -507,12 +515,19 @@ impl ControlPlane {
         &self.dir
     }
 
+    /// The process ids of the running servers, in start order (etcd,
+    /// kube-apiserver, kube-controller-manager).
+    pub fn pids(&self) -> Vec<u32> {
+        self.procs.iter().map(|p| p.child.id()).collect()
+    }
+
     /// The directory of the binaries in use (kube-proxy is there too).
     pub fn bin(&self) -> &Path {
         &self.bin
     }
 
-    /// Run `kubectl --kubeconfig KUBECONFIG --request-timeout=30s ARGS`,
+    /// Run `kubectl --kubeconfig KUBECONFIG --request-timeout=30s
+    /// --cache-dir=DIR/kubectl-cache ARGS`,
     /// with `stdin` on its standard input: its standard output, or
     /// [`Error::Kubectl`] with what it printed when it fails.
     pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<String> {
@@ -520,6 +535,11 @@ impl ControlPlane {
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .arg(KUBECTL_TIMEOUT)
+            // Its discovery cache in the temp dir, not in ~/.kube/cache.
+            .arg(format!(
+                "--cache-dir={}",
+                self.dir.join("kubectl-cache").display()
+            ))
             .args(args)
             .stdin(if stdin.is_some() {
                 Stdio::piped()

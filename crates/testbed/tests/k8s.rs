@@ -268,3 +268,29 @@ spec:
     families.sort();
     assert_eq!(families, ["IPv4", "IPv6"]);
 }
+
+#[test]
+fn a_panicking_test_leaves_no_server_nor_directory() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let result = std::panic::catch_unwind(move || {
+        let Some(cp) =
+            ControlPlane::start_or_skip("a_panicking_test_leaves_no_server_nor_directory")
+        else {
+            return;
+        };
+        tx.send((cp.dir().to_owned(), cp.pids())).unwrap();
+        panic!("a test fails with the control plane up");
+    });
+    let Ok((dir, pids)) = rx.try_recv() else {
+        return; // skipped
+    };
+    assert!(result.is_err());
+    assert_eq!(pids.len(), 3);
+    assert!(!dir.exists(), "{} removed", dir.display());
+    for pid in pids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "server {pid} killed and reaped"
+        );
+    }
+}
