@@ -15,6 +15,10 @@
 //!   inside it, removed on drop (the sock data plane's tests);
 //! * [`bed`] — a bridged L2 segment: a switch namespace with bridges, one
 //!   namespace per host joined by a veth pair, tiny TCP servers, clients;
+//! * [`k8s`] — a real Kubernetes control plane (etcd, kube-apiserver,
+//!   kube-controller-manager with the EndpointSlice controllers) built by
+//!   `scripts/k8s-binaries`, with kubectl helpers for Nodes, Pods and
+//!   their status, Services and EndpointSlices;
 //! * [`sh`] / [`wait_for`] — running a command that must succeed, polling.
 //!
 //! The namespaces are made with iproute2 (`ip netns add`), as an operator
@@ -24,6 +28,7 @@
 
 pub mod bed;
 pub mod cgroup;
+pub mod k8s;
 pub mod netns;
 pub mod skip;
 
