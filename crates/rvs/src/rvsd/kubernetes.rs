@@ -26,6 +26,8 @@ use crate::daemon::Daemon;
 
 /// The command-line options of the Kubernetes source.
 #[derive(clap::Args, Clone, Debug, Default)]
+#[group(id = "kubernetes-source")]
+#[command(next_help_heading = "Kubernetes (rvsd --kubernetes)")]
 pub struct Args {
     /// Be this node's Kubernetes service proxy (in place of kube-proxy):
     /// watch Services, EndpointSlices and the Node, and program their
@@ -87,10 +89,12 @@ impl Args {
                 .to_owned(),
         };
         let mut opts = Options::new(node);
-        let (a, b) = self
-            .node_port_range
-            .split_once('-')
-            .ok_or_else(|| format!("--node-port-range {}: expected FIRST-LAST", self.node_port_range))?;
+        let (a, b) = self.node_port_range.split_once('-').ok_or_else(|| {
+            format!(
+                "--node-port-range {}: expected FIRST-LAST",
+                self.node_port_range
+            )
+        })?;
         let (a, b): (u16, u16) = match (a.trim().parse(), b.trim().parse()) {
             (Ok(a), Ok(b)) if a <= b && a > 0 => (a, b),
             _ => {
@@ -146,7 +150,13 @@ pub fn spawn(daemon: Arc<Mutex<Daemon>>, args: &Args) -> anyhow::Result<Arc<Stat
         stats.clone(),
         client_slot.clone(),
     ));
-    tokio::spawn(apply_loop(daemon, rx, stats.clone(), client_slot, opts.node_name));
+    tokio::spawn(apply_loop(
+        daemon,
+        rx,
+        stats.clone(),
+        client_slot,
+        opts.node_name,
+    ));
     Ok(stats)
 }
 
@@ -155,10 +165,11 @@ async fn client(kubeconfig: Option<PathBuf>) -> Result<kube::Client, String> {
     let config = match kubeconfig {
         Some(path) => {
             let read = path.clone();
-            let kc = tokio::task::spawn_blocking(move || kube::config::Kubeconfig::read_from(&read))
-                .await
-                .map_err(|e| format!("reading {}: {e}", path.display()))?
-                .map_err(|e| format!("reading the kubeconfig {}: {e}", path.display()))?;
+            let kc =
+                tokio::task::spawn_blocking(move || kube::config::Kubeconfig::read_from(&read))
+                    .await
+                    .map_err(|e| format!("reading {}: {e}", path.display()))?
+                    .map_err(|e| format!("reading the kubeconfig {}: {e}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
                 .map_err(|e| format!("the kubeconfig {}: {e}", path.display()))?
@@ -256,19 +267,26 @@ async fn apply_loop(
                         ));
                     }
                 }
-                stats
-                    .services
-                    .store(u64::try_from(n - s.refused.len()).unwrap_or(0), Ordering::Relaxed);
-                tracing::info!(services = n, refused = refusals.len(), "Kubernetes: applied {}", s.summary);
+                stats.services.store(
+                    u64::try_from(n - s.refused.len()).unwrap_or(0),
+                    Ordering::Relaxed,
+                );
+                tracing::info!(
+                    services = n,
+                    refused = refusals.len(),
+                    "Kubernetes: applied {}",
+                    s.summary
+                );
             }
             Err(e) => tracing::error!("Kubernetes: the table was not applied: {}", e.error),
         }
         for w in &desired.warnings {
             tracing::warn!(object = %object_name(&w.object), "Kubernetes: {}", w.message);
         }
-        stats
-            .refused
-            .store(u64::try_from(refusals.len()).unwrap_or(0), Ordering::Relaxed);
+        stats.refused.store(
+            u64::try_from(refusals.len()).unwrap_or(0),
+            Ordering::Relaxed,
+        );
         let now: BTreeSet<(ObjectRef, String)> = refusals.into_iter().collect();
         let fresh: Vec<(ObjectRef, String)> = now.difference(&reported).cloned().collect();
         for (o, why) in &fresh {
@@ -417,7 +435,10 @@ mod tests {
             ..Default::default()
         };
         let o = a.options().unwrap();
-        assert_eq!((o.node_name.as_str(), o.node_port_range), ("n1", 30000..=32767));
+        assert_eq!(
+            (o.node_name.as_str(), o.node_port_range),
+            ("n1", 30000..=32767)
+        );
         a.node_port_range = "40000-3000".into();
         assert!(a.options().unwrap_err().contains("--node-port-range"));
         a.node_port_range = "x".into();

@@ -125,6 +125,23 @@ impl Rvsd {
         }
     }
 
+    /// Spawn `cmd` (an rvsd command line, perhaps behind `nsenter`) with
+    /// `--socket DIR/rvsd.sock` added, and wait for its socket.
+    pub fn spawn_in(dir: TempDir, mut cmd: Command) -> Rvsd {
+        let socket = dir.path().join("rvsd.sock");
+        let mut child = cmd
+            .arg("--socket")
+            .arg(&socket)
+            .spawn()
+            .expect("spawn rvsd");
+        wait_for_socket(&socket, &mut child);
+        Rvsd {
+            child,
+            socket,
+            _dir: dir,
+        }
+    }
+
     /// Run rvsadm with `args` (whitespace-split) against this daemon.
     pub fn adm(&self, args: &str) -> Output {
         Rvsadm::adm(self, args)

@@ -1,0 +1,277 @@
+//! `rvsd --kubernetes` against a real control plane (etcd, kube-apiserver
+//! and the real EndpointSlice controller of kube-controller-manager, built
+//! from the Go modules: `rvs_testbed::k8s`). A node is a network namespace
+//! running rvsd; pods are namespaces with real servers; Pod objects are
+//! created with `nodeName` and their status patched Ready (there is no
+//! kubelet), so the controller writes the EndpointSlices rvsd watches.
+//!
+//! The API server listens on the host's loopback; a relay made inside the
+//! node's namespace (its listening socket belongs to that namespace, its
+//! upstream sockets to the host's) gives rvsd `https://127.0.0.1:PORT`
+//! there, as a node reaches its API server.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rvs_testbed::k8s::ControlPlane;
+use rvs_testbed::{Bed, Host, connect, spread};
+
+use crate::harness::{RVSD, Rvsd, TempDir, within};
+
+/// The bound on every wait for the cluster to reach rvsd.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Copies bytes both ways between a listener inside a namespace and the
+/// API server on the host's loopback; stops on drop.
+struct Relay {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Relay {
+    fn start(host: &Host, upstream: SocketAddr) -> Relay {
+        let listener = host.run(|| TcpListener::bind("127.0.0.1:0").expect("relay bind"));
+        let port = listener.local_addr().expect("relay addr").port();
+        listener.set_nonblocking(true).expect("nonblocking");
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !stop2.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((down, _)) => {
+                        let _ = down.set_nonblocking(false);
+                        let Ok(up) = TcpStream::connect(upstream) else {
+                            continue;
+                        };
+                        for (mut from, mut to) in [
+                            (down.try_clone(), up.try_clone()),
+                            (up.try_clone(), down.try_clone()),
+                        ]
+                        .into_iter()
+                        .filter_map(|(a, b)| Some((a.ok()?, b.ok()?)))
+                        {
+                            let stop = stop2.clone();
+                            std::thread::spawn(move || {
+                                let _ = from.set_read_timeout(Some(Duration::from_millis(500)));
+                                let mut buf = [0u8; 16384];
+                                loop {
+                                    match from.read(&mut buf) {
+                                        Ok(0) => break,
+                                        Ok(n) => {
+                                            if to.write_all(&buf[..n]).is_err() {
+                                                break;
+                                            }
+                                        }
+                                        Err(e)
+                                            if e.kind() == std::io::ErrorKind::WouldBlock
+                                                || e.kind() == std::io::ErrorKind::TimedOut =>
+                                        {
+                                            if stop.load(Ordering::Relaxed) {
+                                                break;
+                                            }
+                                        }
+                                        Err(_) => break,
+                                    }
+                                }
+                                let _ = to.shutdown(std::net::Shutdown::Write);
+                            });
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Relay {
+            port,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A node of the cluster: its namespace on the bed, the relay to the API
+/// server, and `rvsd --kubernetes` running inside it.
+struct Node {
+    rvsd: Rvsd,
+    _relay: Relay,
+}
+
+impl Node {
+    /// Start `rvsd --dataplane PLANE --kubernetes` in `host`'s namespace as
+    /// node `name`, plus `args`.
+    fn start(cp: &ControlPlane, host: &Host, name: &str, plane: &str, args: &[&str]) -> Node {
+        let upstream: SocketAddr = cp
+            .server()
+            .trim_start_matches("https://")
+            .parse()
+            .expect("the API server's address");
+        let relay = Relay::start(host, upstream);
+        let dir = TempDir::new("rvs-k8s-node");
+        let text = std::fs::read_to_string(cp.kubeconfig()).expect("kubeconfig");
+        let kubeconfig = dir.write(
+            "kubeconfig",
+            &text.replace(cp.server(), &format!("https://127.0.0.1:{}", relay.port)),
+        );
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/var/run/netns/{}", host.ns))
+            .arg(RVSD)
+            .args(["--dataplane", plane, "--log-level", "info", "--kubernetes"])
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--node-name", name])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        Node {
+            rvsd: Rvsd::spawn_in(dir, cmd),
+            _relay: relay,
+        }
+    }
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("an IP literal")
+}
+
+/// The Service's ClusterIP and its NodePort for port `port_name`.
+fn service_addrs(cp: &ControlPlane, ns: &str, name: &str) -> (IpAddr, Option<u16>) {
+    let v = cp
+        .get_json(&["get", "service", name, "-n", ns])
+        .expect("get service");
+    let cip = v["spec"]["clusterIP"].as_str().expect("clusterIP");
+    let node_port = v["spec"]["ports"][0]["nodePort"]
+        .as_u64()
+        .and_then(|p| u16::try_from(p).ok());
+    (ip(cip), node_port)
+}
+
+/// The real servers `rvsadm -Ln` lists under `vip:port`, with weights.
+fn real_servers(d: &Rvsd, vip: SocketAddr) -> Vec<(String, u32)> {
+    let out = d.ok("-Ln");
+    let mut lines = out.lines().skip_while(|l| !l.contains(&format!(" {vip} ")));
+    if lines.next().is_none() {
+        return Vec::new();
+    }
+    lines
+        .take_while(|l| l.trim_start().starts_with("->"))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((f.get(1)?.to_string(), f.get(3)?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn pod(cp: &ControlPlane, name: &str, node: &str, addr: &str) {
+    cp.create_pod("default", name, node, &[("app", "echo")], 8080)
+        .expect("create pod");
+    cp.set_pod_ready("default", name, &[ip(addr)])
+        .expect("pod ready");
+}
+
+const SERVICE: &str = r#"{"apiVersion": "v1", "kind": "Service",
+ "metadata": {"name": "echo", "namespace": "default"},
+ "spec": {"type": "NodePort", "selector": {"app": "echo"},
+          "ports": [{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}}"#;
+
+/// A Service with two ready pods is programmed from the real API server:
+/// its ClusterIP on the node and its NodePort from another host reach both
+/// pods; rvsadm lists the services and refuses to change them, naming the
+/// owner; a pod that turns Terminating drains (weight 0: no new connection
+/// reaches it while a ready pod exists, its open connection keeps working);
+/// a Service that goes away is removed.
+#[test]
+fn kubernetes_service_through_rvsd() {
+    let test = "kubernetes_service_through_rvsd";
+    if !rvs_testbed::require_root(test, "network namespaces need root")
+        || !rvs_testbed::require_tools(test, &["ip", "nsenter", "ethtool"])
+    {
+        return;
+    }
+    let Some(cp) = ControlPlane::start_or_skip(test) else {
+        return;
+    };
+    let mut bed = Bed::new("k8s");
+    let node = bed.host("node", "10.81.0.1/24");
+    let client = bed.host("client", "10.81.0.50/24");
+    let pods = [("pod1", "10.81.0.11"), ("pod2", "10.81.0.12")];
+    for (name, addr) in pods {
+        let h = bed.host(name, &format!("{addr}/24"));
+        bed.server(&h, ip(addr), 8080, name);
+    }
+    // ClusterIPs are local to the node (kube-proxy's IPVS mode puts them on
+    // the dummy kube-ipvs0; a local route does the same here).
+    node.exec(&["ip", "route", "add", "local", "10.96.0.0/16", "dev", "lo"]);
+
+    cp.create_node("node1", ip("10.81.0.1"), None)
+        .expect("create node");
+    for (name, addr) in pods {
+        pod(&cp, name, "node1", addr);
+    }
+    cp.apply(SERVICE).expect("create service");
+    let (cip, node_port) = service_addrs(&cp, "default", "echo");
+    let node_port = node_port.expect("a NodePort");
+    let cluster = SocketAddr::new(cip, 80);
+    let external = SocketAddr::new(ip("10.81.0.1"), node_port);
+
+    let n = Node::start(&cp, &node, "node1", "proxy", &[]);
+    let d = &n.rvsd;
+    within("the Service's two endpoints in rvsadm -Ln", WAIT, || {
+        real_servers(d, cluster).len() == 2 && real_servers(d, external).len() == 2
+    });
+
+    // The ClusterIP from the node, the NodePort from another host.
+    for (from, to) in [(&node, cluster), (&client, external)] {
+        let (seen, failed) = spread(from, to, 20, Duration::from_secs(3));
+        assert_eq!(failed, 0, "{to}: {seen:?}");
+        assert_eq!(
+            seen.keys().map(String::as_str).collect::<Vec<_>>(),
+            vec!["pod1", "pod2"],
+            "{to}: both pods answer"
+        );
+    }
+
+    // Owned by Kubernetes: listed, and refused to rvsadm with the owner named.
+    let out = d.adm(&format!("-d -t {cluster} -r 10.81.0.11:8080"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "rvsadm changed a Kubernetes service");
+    assert!(err.contains("owned by kubernetes"), "{err}");
+    assert_eq!(real_servers(d, cluster).len(), 2);
+
+    // pod1 turns Terminating with a connection open to it.
+    let mut open = loop {
+        let c = connect(&node, cluster, Duration::from_secs(3)).expect("connect");
+        if c.server == "pod1" {
+            break c;
+        }
+    };
+    cp.delete_pod("default", "pod1", 300).expect("delete pod1");
+    within("pod1 at weight 0", WAIT, || {
+        real_servers(d, cluster).contains(&("10.81.0.11:8080".to_owned(), 0))
+    });
+    let (seen, failed) = spread(&node, cluster, 20, Duration::from_secs(3));
+    assert_eq!((failed, seen.get("pod1")), (0, None), "{seen:?}");
+    open.echo("still served", Duration::from_secs(3))
+        .expect("the terminating pod's connection goes on");
+
+    // The Service goes: rvsd removes it.
+    cp.kubectl(&["delete", "service", "echo", "-n", "default"], None)
+        .expect("delete service");
+    within("the Service gone from rvsadm -Ln", WAIT, || {
+        !d.ok("-Ln").contains(&cluster.to_string())
+    });
+}
