@@ -6,6 +6,8 @@
 //! * [`bgp`] — what rvsd reads from BIRD's control socket and FRR's vtysh;
 //! * [`protocol`] — what `rvsadm` and `rvsd` say to each other (JSON lines);
 //! * [`dataplane`] — the one trait every data plane implements;
+//! * [`sync`] — connection sync between directors (IPVS's sync daemons)
+//!   as a sans-IO endpoint: rvsd only holds its sockets and timers;
 //! * [`state`] — the desired service table as definitions, the difference
 //!   between two tables, and applying it atomically to the core director so
 //!   a reload touches only what changed and a bad request changes nothing.
@@ -17,3 +19,4 @@ pub mod bgp;
 pub mod dataplane;
 pub mod protocol;
 pub mod state;
+pub mod sync;
