@@ -112,8 +112,21 @@ fn maxlen(cfg: &DaemonConfig) -> u16 {
 
 /// Start a daemon (`ipvsadm --start-daemon`): ipvsadm's texts for one that
 /// already runs and for settings that cannot work.
-pub fn start(daemon: &Arc<Mutex<Daemon>>, cfg: DaemonConfig) -> Result<(), String> {
-    start_as(daemon, cfg, false)
+pub async fn start(daemon: &Arc<Mutex<Daemon>>, cfg: DaemonConfig) -> Result<(), String> {
+    start_blocking(daemon, cfg, false).await
+}
+
+/// [`start_as`] off the runtime's threads: opening the sockets reads the
+/// interface's addresses (a netlink dump), which may block.
+async fn start_blocking(
+    daemon: &Arc<Mutex<Daemon>>,
+    cfg: DaemonConfig,
+    managed: bool,
+) -> Result<(), String> {
+    let d = daemon.clone();
+    tokio::task::spawn_blocking(move || start_as(&d, cfg, managed))
+        .await
+        .unwrap_or_else(|e| Err(format!("sync daemon: {e}")))
 }
 
 fn start_as(daemon: &Arc<Mutex<Daemon>>, cfg: DaemonConfig, managed: bool) -> Result<(), String> {
@@ -486,13 +499,13 @@ pub async fn follow_config(daemon: std::sync::Weak<Mutex<Daemon>>) {
                         let _ = g.sync_daemons().stop(master);
                     }
                     if let Some(want) = desired
-                        && let Err(e) = start_as(&d, want.clone(), true)
+                        && let Err(e) = start_blocking(&d, want.clone(), true).await
                     {
                         tracing::error!(target: "rvs::sync", "lvs_sync_daemon: {e}");
                     }
                 }
                 (None, Some(want)) => {
-                    if let Err(e) = start_as(&d, want.clone(), true) {
+                    if let Err(e) = start_blocking(&d, want.clone(), true).await {
                         tracing::error!(target: "rvs::sync", "lvs_sync_daemon: {e}");
                     }
                 }
