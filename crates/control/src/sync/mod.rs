@@ -52,7 +52,8 @@
 //! addresses is ignored; a flow entered from a peer ([`Received`]) is not
 //! sent as our own until this director sees its traffic (ECMP moved it
 //! here); an entry never replaces one this director holds itself unless it
-//! is fresher (the peer saw the flow's traffic later than we did).
+//! is fresher (the peer saw the flow's traffic later than we did); and a
+//! template of ours that a peer's bulk answer echoes back stays ours.
 
 mod table;
 #[cfg(test)]

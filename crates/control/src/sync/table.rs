@@ -422,9 +422,37 @@ pub(crate) fn verdict(
         }
     }
     match resolve(ipvs, c) {
+        // Our own template to the same real server, echoed back in a
+        // peer's bulk answer: kept ours (entered, it would count as the
+        // peer's and this director would stop sending it).
+        Some(m)
+            if t.template
+                && !received.is_some_and(|rx| rx.contains_key(&t))
+                && own_template(ipvs, c, &m) =>
+        {
+            Verdict::Keep
+        }
         Some(m) => Verdict::Enter(m),
         None => Verdict::Unresolved,
     }
+}
+
+/// Whether the director holds the template `c` names going to `m`'s real
+/// server.
+fn own_template(ipvs: &Ipvs, c: &wire::SyncConn, m: &MirroredConn) -> bool {
+    let key = rvs_core::conn::ConnKey {
+        protocol: c.protocol,
+        af: AddrFamily::of(&c.client.ip()),
+        caddr: rvs_core::conn::Addr::from_ip(c.client.ip()),
+        cport: c.client.port(),
+        vaddr: rvs_core::conn::Addr::from_ip(c.vip.ip()),
+        vport: c.vip.port(),
+    };
+    let table = ipvs.conns();
+    table
+        .lookup_template(&key, None)
+        .and_then(|id| table.get(id))
+        .is_some_and(|own| own.dest == m.dest.0)
 }
 
 /// What of a peer's entry `c` to enter at `now`: `None` when this
@@ -964,6 +992,60 @@ mod tests {
         assert!(receive(&mut ipvs, &fresh, later, &mut rx));
         let mut walk = Walk::default();
         assert!(changes(&ipvs, later, &mut walk, &mut rx).is_empty());
+    }
+
+    /// A template of ours that a peer's bulk answer echoes back stays ours
+    /// (still sent by our master, not remembered as the peer's); one to
+    /// another real server replaces ours, as the kernel's backup does.
+    #[test]
+    fn an_own_template_echoed_back_stays_ours() {
+        let (mut ipvs, dest) = director();
+        let key = ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: "10.0.0.1".parse().unwrap(),
+            port: 80,
+        };
+        let other = ipvs
+            .add_dest(&key, DestConfig::new("10.0.1.2".parse().unwrap(), 80))
+            .unwrap();
+        let t0 = Instant::from_secs(1000);
+        let mut template = flow(dest, TcpState::Established);
+        template.client = "10.9.0.0:0".parse().unwrap();
+        template.template = true;
+        template.state = 0;
+        ipvs.mirror_conn(t0, &template).unwrap();
+        let mut walk = Walk::default();
+        let mut rx = FastMap::default();
+        let mine = changes(&ipvs, t0, &mut walk, &mut rx);
+        assert_eq!(mine.len(), 1);
+        // The echo: kept, not received.
+        let echo = mine[0].clone();
+        assert!(!receive(
+            &mut ipvs,
+            &echo,
+            t0 + Duration::from_secs(5),
+            &mut rx
+        ));
+        assert!(rx.is_empty());
+        assert_eq!(
+            changes(&ipvs, t0 + REFRESH, &mut walk, &mut rx).len(),
+            1,
+            "still ours"
+        );
+        // A peer's template to another real server: entered, the peer's.
+        let moved = wire::SyncConn {
+            dest: "10.0.1.2:80".parse().unwrap(),
+            ..echo
+        };
+        assert!(receive(
+            &mut ipvs,
+            &moved,
+            t0 + Duration::from_secs(6),
+            &mut rx
+        ));
+        assert_eq!(rx.len(), 1);
+        let (_, c) = ipvs.conns().iter().next().unwrap();
+        assert_eq!(c.dest, other.0);
     }
 
     #[test]
