@@ -292,7 +292,10 @@ impl Endpoint {
         });
     }
 
-    /// A datagram from `from` on the sync group at `now`.
+    /// A datagram from `from` on the sync group at `now` (bulk requests
+    /// and peers' entries; what needs the director waits for
+    /// [`Self::process`]). No rule reads `now` here yet: it is in the
+    /// signature so the driver's calls do not change when one does.
     pub fn handle(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
         let _ = now;
         if table::from_self(from.ip(), &self.cfg.own) {
@@ -424,7 +427,8 @@ impl Endpoint {
         }
     }
 
-    /// The next datagram to send.
+    /// The next datagram to send (in the order they were queued; `now`
+    /// is not read yet, as in [`Self::handle`]).
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
         let _ = now;
         self.transmits.pop_front()
