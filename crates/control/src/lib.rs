@@ -10,6 +10,8 @@
 //!   (rvsadm, a configuration file, Kubernetes, the HTTP API) submits its
 //!   changes through [`state::Controller::submit`], and each service has
 //!   one owner that alone may change it;
+//! * [`sync`] — connection sync between directors (IPVS's sync daemons)
+//!   as a sans-IO endpoint: rvsd only holds its sockets and timers;
 //! * [`state`] — the desired service table as definitions, the difference
 //!   between two tables, and applying it atomically to the core director so
 //!   a reload touches only what changed and a bad request changes nothing.
@@ -22,3 +24,4 @@ pub mod dataplane;
 pub mod owner;
 pub mod protocol;
 pub mod state;
+pub mod sync;

@@ -526,7 +526,7 @@ pub async fn answer(daemon: &Arc<Mutex<Daemon>>, req: Request) -> Response {
         ctl: None,
     };
     match req {
-        Request::StartDaemon(cfg) => match crate::sync::start(daemon, cfg) {
+        Request::StartDaemon(cfg) => match crate::sync::start(daemon, cfg).await {
             Ok(()) => Response::Ok,
             Err(message) => error(message),
         },
