@@ -48,6 +48,8 @@ pub struct Daemon {
     table_saved: Option<u64>,
     /// VIP announcement through a BGP daemon ([`crate::announce`]).
     announce: crate::announce::Announce,
+    /// The Kubernetes source's counters (`--kubernetes`).
+    kubernetes: Option<Arc<crate::kubernetes::Stats>>,
 }
 
 impl Daemon {
@@ -74,6 +76,7 @@ impl Daemon {
             table_saver: None,
             table_saved: None,
             announce: crate::announce::Announce::new(None, false),
+            kubernetes: None,
         }
     }
 
@@ -176,6 +179,11 @@ impl Daemon {
     /// The sock data plane's counters, for the metrics.
     pub fn set_sock_stats(&mut self, stats: Option<rvs_sock::plane::SockStats>) {
         self.sock_stats = stats;
+    }
+
+    /// The Kubernetes source's counters, exported as `rvs_kubernetes_*`.
+    pub fn set_kubernetes_stats(&mut self, stats: Arc<crate::kubernetes::Stats>) {
+        self.kubernetes = Some(stats);
     }
 
     /// The proxy data plane's counters, exported as `rvs_proxy_*`.
@@ -450,6 +458,7 @@ impl Daemon {
             health: &self.health,
             vrrp: &self.vrrp_status,
             announce: &self.announce,
+            kubernetes: self.kubernetes.as_deref(),
         })
     }
 }

@@ -136,6 +136,52 @@ pub struct Stats {
     pub services: AtomicU64,
 }
 
+impl Stats {
+    /// The `rvs_kubernetes_*` metric families.
+    pub fn families(&self) -> Vec<crate::metrics::Family> {
+        use crate::metrics::{Family, Kind};
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            Family::scalar(
+                "rvs_kubernetes_syncs_total",
+                Kind::Counter,
+                "Tables from the Kubernetes API applied.",
+                get(&self.syncs),
+            ),
+            Family::scalar(
+                "rvs_kubernetes_sync_apply_microseconds_total",
+                Kind::Counter,
+                "Time spent applying them under the daemon's lock (with syncs_total, the mean).",
+                get(&self.apply_us_total),
+            ),
+            Family::scalar(
+                "rvs_kubernetes_last_sync_apply_microseconds",
+                Kind::Gauge,
+                "Time the last table took to apply.",
+                get(&self.last_apply_us),
+            ),
+            Family::scalar(
+                "rvs_kubernetes_watch_restarts_total",
+                Kind::Counter,
+                "Times the watch started again (API server unreachable, kubeconfig unreadable).",
+                get(&self.restarts),
+            ),
+            Family::scalar(
+                "rvs_kubernetes_objects_refused",
+                Kind::Gauge,
+                "Objects of the last table rvs could not carry out (each has a Warning Event).",
+                get(&self.refused),
+            ),
+            Family::scalar(
+                "rvs_kubernetes_services",
+                Kind::Gauge,
+                "rvs services the Kubernetes source programs.",
+                get(&self.services),
+            ),
+        ]
+    }
+}
+
 /// Start the Kubernetes source on the current runtime.
 pub fn spawn(daemon: Arc<Mutex<Daemon>>, args: &Args) -> anyhow::Result<Arc<Stats>> {
     let opts = args.options().map_err(anyhow::Error::msg)?;
@@ -150,6 +196,9 @@ pub fn spawn(daemon: Arc<Mutex<Daemon>>, args: &Args) -> anyhow::Result<Arc<Stat
         stats.clone(),
         client_slot.clone(),
     ));
+    if let Ok(mut d) = daemon.lock() {
+        d.set_kubernetes_stats(stats.clone());
+    }
     tokio::spawn(apply_loop(
         daemon,
         rx,

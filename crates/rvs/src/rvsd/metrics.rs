@@ -96,7 +96,7 @@ impl Family {
     }
 
     /// A family of one unlabelled sample.
-    fn scalar(name: &'static str, kind: Kind, help: &'static str, v: u64) -> Self {
+    pub(crate) fn scalar(name: &'static str, kind: Kind, help: &'static str, v: u64) -> Self {
         let mut f = Family::new(name, kind, help);
         f.push(Vec::new(), Value::Int(v));
         f
@@ -127,6 +127,8 @@ pub struct Sources<'a> {
     pub vrrp: &'a crate::vrrp::Status,
     /// The VIP announcement (`--announce-table`).
     pub announce: &'a crate::announce::Announce,
+    /// The Kubernetes source (`--kubernetes`), when it runs.
+    pub kubernetes: Option<&'a crate::kubernetes::Stats>,
 }
 
 /// A service's labels as node_exporter writes them, in its order:
@@ -836,6 +838,9 @@ pub fn families(s: &Sources) -> Vec<Family> {
     out.extend(health(s.health));
     out.extend(vrrp(s.vrrp));
     out.extend(announce(s.announce));
+    if let Some(k) = s.kubernetes {
+        out.extend(k.families());
+    }
     out
 }
 

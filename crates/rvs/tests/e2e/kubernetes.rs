@@ -30,6 +30,11 @@ const WAIT: Duration = Duration::from_secs(30);
 struct Relay {
     port: u16,
     stop: Arc<AtomicBool>,
+    /// While set, connections are closed and new ones dropped (the API
+    /// server is unreachable from the node).
+    cut: Arc<AtomicBool>,
+    /// Copying threads running (two per connection).
+    active: Arc<std::sync::atomic::AtomicUsize>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -39,10 +44,13 @@ impl Relay {
         let port = listener.local_addr().expect("relay addr").port();
         listener.set_nonblocking(true).expect("nonblocking");
         let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
+        let cut = Arc::new(AtomicBool::new(false));
+        let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (stop2, cut2, active2) = (stop.clone(), cut.clone(), active.clone());
         let thread = std::thread::spawn(move || {
             while !stop2.load(Ordering::Relaxed) {
                 match listener.accept() {
+                    Ok(_) if cut2.load(Ordering::Relaxed) => {}
                     Ok((down, _)) => {
                         let _ = down.set_nonblocking(false);
                         let Ok(up) = TcpStream::connect(upstream) else {
@@ -55,11 +63,13 @@ impl Relay {
                         .into_iter()
                         .filter_map(|(a, b)| Some((a.ok()?, b.ok()?)))
                         {
-                            let stop = stop2.clone();
+                            let (stop, cut, active) =
+                                (stop2.clone(), cut2.clone(), active2.clone());
+                            active.fetch_add(1, Ordering::SeqCst);
                             std::thread::spawn(move || {
                                 let _ = from.set_read_timeout(Some(Duration::from_millis(500)));
                                 let mut buf = [0u8; 16384];
-                                loop {
+                                while !cut.load(Ordering::Relaxed) {
                                     match from.read(&mut buf) {
                                         Ok(0) => break,
                                         Ok(n) => {
@@ -78,7 +88,9 @@ impl Relay {
                                         Err(_) => break,
                                     }
                                 }
-                                let _ = to.shutdown(std::net::Shutdown::Write);
+                                let _ = to.shutdown(std::net::Shutdown::Both);
+                                let _ = from.shutdown(std::net::Shutdown::Both);
+                                active.fetch_sub(1, Ordering::SeqCst);
                             });
                         }
                     }
@@ -89,7 +101,19 @@ impl Relay {
         Relay {
             port,
             stop,
+            cut,
+            active,
             thread: Some(thread),
+        }
+    }
+
+    /// Cut the node off the API server (`true`) or let it back (`false`).
+    fn cut(&self, cut: bool) {
+        self.cut.store(cut, Ordering::Relaxed);
+        if cut {
+            within("the relay's connections closed", WAIT, || {
+                self.active.load(Ordering::SeqCst) == 0
+            });
         }
     }
 }
@@ -107,7 +131,7 @@ impl Drop for Relay {
 /// server, and `rvsd --kubernetes` running inside it.
 struct Node {
     rvsd: Rvsd,
-    _relay: Relay,
+    relay: Relay,
 }
 
 impl Node {
@@ -139,7 +163,7 @@ impl Node {
             .stderr(Stdio::inherit());
         Node {
             rvsd: Rvsd::spawn_in(dir, cmd),
-            _relay: relay,
+            relay,
         }
     }
 }
@@ -274,4 +298,101 @@ fn kubernetes_service_through_rvsd() {
     within("the Service gone from rvsadm -Ln", WAIT, || {
         !d.ok("-Ln").contains(&cluster.to_string())
     });
+}
+
+/// `/metrics` from inside `host`'s namespace.
+fn scrape(host: &Host, addr: SocketAddr) -> String {
+    host.run(move || {
+        let mut s = TcpStream::connect(addr).expect("connect /metrics");
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            .expect("request");
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    })
+}
+
+/// A metric's value in a scrape.
+fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The API server out of reach: what is programmed keeps serving and stays
+/// in the table (no flap while the watch is down, none when it comes back
+/// and re-lists), and the change made meanwhile arrives once it is back;
+/// `/metrics` counts the syncs and the services.
+#[test]
+fn kubernetes_api_server_lost_and_back_without_a_flap() {
+    let test = "kubernetes_api_server_lost_and_back_without_a_flap";
+    if !rvs_testbed::require_root(test, "network namespaces need root")
+        || !rvs_testbed::require_tools(test, &["ip", "nsenter", "ethtool"])
+    {
+        return;
+    }
+    let Some(cp) = ControlPlane::start_or_skip(test) else {
+        return;
+    };
+    let mut bed = Bed::new("k8sapi");
+    let node = bed.host("node", "10.82.0.1/24");
+    let pods = [("pod1", "10.82.0.11"), ("pod2", "10.82.0.12")];
+    for (name, addr) in pods {
+        let h = bed.host(name, &format!("{addr}/24"));
+        bed.server(&h, ip(addr), 8080, name);
+    }
+    node.exec(&["ip", "route", "add", "local", "10.96.0.0/16", "dev", "lo"]);
+    cp.create_node("node1", ip("10.82.0.1"), None)
+        .expect("create node");
+    pod(&cp, "pod1", "node1", "10.82.0.11");
+    cp.apply(SERVICE).expect("create service");
+    let (cip, _) = service_addrs(&cp, "default", "echo");
+    let cluster = SocketAddr::new(cip, 80);
+    let http = SocketAddr::new(ip("127.0.0.1"), 9180);
+    let n = Node::start(&cp, &node, "node1", "proxy", &["--http", "127.0.0.1:9180"]);
+    let d = &n.rvsd;
+    within("pod1 programmed", WAIT, || {
+        real_servers(d, cluster).len() == 1
+    });
+    let m = scrape(&node, http);
+    assert!(
+        metric(&m, "rvs_kubernetes_syncs_total").unwrap_or(0) >= 1,
+        "{m}"
+    );
+    assert!(
+        metric(&m, "rvs_kubernetes_services").unwrap_or(0) >= 1,
+        "{m}"
+    );
+
+    n.relay.cut(true);
+    // A change while the node cannot see it.
+    pod(&cp, "pod2", "node1", "10.82.0.12");
+    let deadline = std::time::Instant::now() + Duration::from_secs(4);
+    while std::time::Instant::now() < deadline {
+        assert_eq!(
+            real_servers(d, cluster),
+            vec![("10.82.0.11:8080".to_owned(), 1)],
+            "the table holds while the API server is away"
+        );
+        let (seen, failed) = spread(&node, cluster, 2, Duration::from_secs(3));
+        assert_eq!((failed, seen.get("pod1")), (0, Some(&2)), "{seen:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    n.relay.cut(false);
+    // Back: pod2 arrives; pod1 is never taken out on the way.
+    within(
+        "pod2 programmed after the API server is back",
+        Duration::from_secs(60),
+        || {
+            let rs = real_servers(d, cluster);
+            assert!(
+                rs.contains(&("10.82.0.11:8080".to_owned(), 1)),
+                "pod1 flapped out while the watch re-listed: {rs:?}"
+            );
+            rs.len() == 2
+        },
+    );
+    let (seen, failed) = spread(&node, cluster, 20, Duration::from_secs(3));
+    assert_eq!(failed, 0, "{seen:?}");
+    assert_eq!(seen.len(), 2, "{seen:?}");
 }
