@@ -193,6 +193,12 @@ pub struct ServiceSnap {
     /// rvs: how the service's datagrams were routed by QUIC-LB.
     #[serde(default)]
     pub quic_lb_counters: QuicLbCountersSnap,
+    /// rvs: the source of desired state that owns the service (`rvsadm`,
+    /// `the configuration file`, `kubernetes`, `the HTTP API`): only it may
+    /// change the service (`rvs_control::owner`). Not printed by the
+    /// ipvsadm formats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// Counters.
     pub stats: StatsSnap,
     /// Rates.
@@ -225,6 +231,7 @@ impl ServiceSnap {
             laddrs: Vec::new(),
             quic_lb: config.quic_lb.iter().map(|c| c.to_spec()).collect(),
             quic_lb_counters: QuicLbCountersSnap::default(),
+            owner: None,
             stats: StatsSnap::default(),
             rates: RatesSnap::default(),
             dests: Vec::new(),

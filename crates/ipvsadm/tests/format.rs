@@ -65,6 +65,7 @@ fn svc(proto: u8, addr: &str, port: u16, sched: &str) -> ServiceSnap {
         laddrs: vec![],
         quic_lb: vec![],
         quic_lb_counters: Default::default(),
+        owner: None,
         stats: StatsSnap::default(),
         rates: RatesSnap::default(),
         dests: vec![],

@@ -149,6 +149,12 @@ fn state_of(d: &Daemon, with_conns: bool, redact: bool) -> serde_json::Value {
         redact_quic_keys(&mut snap);
     }
     snap.daemons = d.daemon_snaps();
+    for s in &mut snap.services {
+        let key = s.key.to_key();
+        s.owner = key
+            .and_then(|k| d.controller().owner_of(&k))
+            .map(|o| o.name().to_owned());
+    }
     let mut v = serde_json::to_value(&snap).unwrap_or(serde_json::Value::Null);
     if let Some(o) = v.as_object_mut() {
         o.insert("announce".into(), d.announce().view());
