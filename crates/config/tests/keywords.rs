@@ -688,11 +688,11 @@ fn man_keywords(roff: &str) -> Vec<(String, String)> {
 fn no_keyword_of_the_man_page_is_missing() {
     let path = "/usr/share/man/man5/keepalived.conf.5.gz";
     if !std::path::Path::new(path).exists() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{path} is missing under CI (scripts/install-deps installs keepalived)"
+        // A failure under CI (set to anything) or RVS_REQUIRE_PRIVILEGED=1.
+        rvs_testbed::skip_or_fail(
+            "no_keyword_of_the_man_page_is_missing",
+            format!("{path} is not installed (scripts/install-deps installs keepalived)"),
         );
-        eprintln!("skipping: {path} not installed (keepalived's man page)");
         return;
     }
     let out = std::process::Command::new("zcat")
