@@ -1,6 +1,7 @@
 //! The XDP director's packet parser under arbitrary frames, run in the
 //! kernel through BPF_PROG_TEST_RUN (needs root and a build with clang; it
-//! says why and does nothing otherwise).
+//! says why and does nothing otherwise — but under CI, or with
+//! RVS_REQUIRE_PRIVILEGED=1, it fails: bpf_setup.rs).
 //!
 //! The verifier already proves the program reads no memory out of bounds;
 //! this target checks what the verifier cannot: with DR real servers behind
@@ -35,6 +36,9 @@ use rvs_core::sched::SchedParams;
 use rvs_xdp::maps::{self, Config, Dest, Svc, SvcKey};
 use rvs_xdp::quic_lb::{QuicCfg, QuicSidKey, QuicSvc};
 use rvs_xdp::{LoadOptions, Loaded, Object, action, tables};
+
+#[path = "bpf_setup.rs"]
+mod bpf_setup;
 
 const VIP4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
 const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 0x100);
@@ -71,13 +75,13 @@ struct Fuzz {
 static LB: OnceLock<Option<Mutex<Fuzz>>> = OnceLock::new();
 
 fn setup() -> Option<Mutex<Fuzz>> {
-    match configure().and_then(|mut l| {
+    match bpf_setup::forced_refusal().and_then(|()| configure()).and_then(|mut l| {
         let fnat = [fnat_flow(&mut l, false)?, fnat_flow(&mut l, true)?];
         Ok(Fuzz { l, fnat })
     }) {
         Ok(l) => Some(Mutex::new(l)),
         Err(e) => {
-            eprintln!("xdp_frames: not fuzzing the BPF program: {e} (needs root and clang)");
+            bpf_setup::setup_failed("xdp_frames", &e);
             None
         }
     }
@@ -480,7 +484,10 @@ fn quic_template(long: bool) -> Vec<u8> {
     f
 }
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(init: {
+    // Before fuzzing: under CI a program that cannot load ends the run.
+    LB.get_or_init(setup);
+}, |data: &[u8]| {
     let Some(lb) = LB.get_or_init(setup) else {
         return;
     };
