@@ -82,6 +82,8 @@ const VRRP: &str =
 const GARP: &str = "rvs sends gratuitous ARP / NA only as garp_master_* say";
 const FIREWALL: &str =
     "rvs installs no iptables/ipset/nftables rules (keepalived does so for vrrp_strict)";
+const ACCEPT: &str = "rvs installs no firewall rules: traffic to the virtual addresses is always accepted, which is what `accept` asks";
+const NO_ACCEPT: &str = "rvs installs no firewall rules: a master that does not own the addresses accepts traffic to them all the same (keepalived drops it)";
 const SCRIPTS: &str =
     "scripts' paths are checked with their symlinks resolved, as keepalived does by default";
 const SCRIPTS_TEST: &str = "crates/rvs/tests/e2e/script_security.rs::script_user_runs_scripts_as_that_user_and_script_security_refuses_writable_ones";
@@ -326,6 +328,8 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (VrrpInstance, "vrrp_skip_check_adv_addr", NotApplied(VRRP)),
     (VrrpInstance, "auth_hmac", NotApplied(VRRP)),
     (VrrpInstance, "no_accept_prio", NotApplied(VRRP)),
+    (VrrpInstance, "accept", Quiet(ACCEPT)),
+    (VrrpInstance, "no_accept", NotApplied(NO_ACCEPT)),
     (VrrpInstance, "mcast_group", NotApplied(VRRP)),
     (VrrpInstance, "unicast_src_port", NotApplied(VRRP)),
     (VrrpInstance, "vrf", NotApplied(VRRP)),
