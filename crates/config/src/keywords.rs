@@ -56,6 +56,8 @@ pub enum Outcome {
 const SMTP: &str = "e-mail alerts are sent for VRRP instance transitions and health-check changes only; no mail for sync groups";
 const SMTP_TEST: &str =
     "crates/rvs/tests/e2e/smtp_alert.rs::smtp_alert_mails_vrrp_transitions_to_a_real_smtp_server";
+const INSTANCE_KEYWORDS_TEST: &str =
+    "crates/rvs/src/rvsd/vrrp.rs::instance_keywords_reach_the_running_instance";
 const CHECKER_KEYWORDS_TEST: &str =
     "crates/check/src/build.rs::checker_keywords_reach_the_probes_and_the_policy";
 const SMTP_CHECK_TEST: &str = "crates/rvs/tests/e2e/smtp_alert.rs::smtp_alert_mails_checker_and_quorum_changes_to_a_real_smtp_server";
@@ -137,7 +139,7 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Global, "smtp_connect_timeout", Applied(SMTP_TEST)),
     (Global, "smtp_helo_name", Applied(SMTP_TEST)),
     (Global, "smtp_alert", Applied(SMTP_TEST)),
-    (Global, "smtp_alert_vrrp", Applied("")),
+    (Global, "smtp_alert_vrrp", Applied(INSTANCE_KEYWORDS_TEST)),
     (Global, "smtp_alert_checker", Applied(CHECKER_KEYWORDS_TEST)),
     (Global, "no_email_faults", Applied(NO_EMAIL_FAULTS_TEST)),
     (Global, "no_checker_emails", Applied(NO_CHECKER_EMAILS_TEST)),
