@@ -1416,10 +1416,10 @@ mod tests {
             "global_defs {\n vrrp_garp_master_repeat 3\n vrrp_garp_master_refresh_repeat 2\n smtp_alert_vrrp\n}\n\
              vrrp_script S {\n script /bin/true\n init_fail\n}\n\
              vrrp_instance VI_1 {\n state BACKUP\n interface lo\n virtual_router_id 9\n priority 100\n\
-             mcast_src_ip 127.0.0.2\n dont_track_primary\n garp_master_refresh 10\n garp_master_refresh_repeat 4\n\
+             mcast_src_ip 127.0.0.2\n dont_track_primary\n nopreempt\n garp_master_delay 2\n garp_master_refresh 10\n garp_master_refresh_repeat 4\n\
              use_vmac\n vmac_xmit_base\n track_script {\n  S\n }\n\
              notify_master /bin/m\n notify_backup /bin/b\n notify_fault /bin/f\n notify_stop /bin/s\n}\n\
-             vrrp_instance VI_2 {\n state BACKUP\n interface lo\n virtual_router_id 10\n priority 100\n}\n\
+             vrrp_instance VI_2 {\n state BACKUP\n interface lo\n virtual_router_id 10\n priority 100\n nopreempt\n preempt\n}\n\
              vrrp_sync_group G {\n group {\n  VI_2\n }\n\
              notify_master /bin/gm\n notify_backup /bin/gb\n notify_fault /bin/gf\n notify_stop /bin/gs\n}\n",
         )
@@ -1431,6 +1431,10 @@ mod tests {
         assert_eq!(b.src, None);
         // dont_track_primary.
         assert!(!a.track_primary && b.track_primary);
+        // nopreempt, and preempt after it.
+        assert!(!a.preempt && b.preempt);
+        // garp_master_delay.
+        assert_eq!(a.garp_master_delay, Duration::from_secs(2));
         // garp_master_refresh(_repeat), else vrrp_garp_master_*_repeat.
         assert_eq!(
             (a.garp_refresh, a.garp_refresh_repeat, a.garp_repeat),
