@@ -321,77 +321,83 @@ fn doc() -> String {
     .expect("docs/keepalived-keywords.md")
 }
 
+/// The failures of one row: its outcome when loaded in its context, and
+/// for `Applied(test)` that `test` exercises the keyword ([`shows`]).
+fn check_row(r: &Row, doc: &str, root: &str) -> Vec<String> {
+    let mut failures = Vec::new();
+    let text = wrap(r.ctx, r.line);
+    let got = parse_str("k.conf", &text, &LoadOptions::default());
+    let what = format!("[{}] `{}` in {:?}", r.section, r.keyword, r.ctx);
+    match (r.outcome, &got) {
+        (Refused, Err(e)) if names(&e.message, r.keyword) && e.line > 0 => {}
+        (Refused, _) => failures.push(format!("{what}: expected an error naming it, got {got:?}")),
+        (_, Err(e)) => failures.push(format!("{what}: {e}\n{text}")),
+        (Applied(test), Ok(l)) => {
+            if let Some(w) = l.warnings.iter().find(|w| names(&w.message, r.keyword)) {
+                failures.push(format!("{what}: applied, but warned: {w}"));
+            }
+            if let Err(e) = shows(root, r.keyword, test) {
+                failures.push(format!("{what}: {e}"));
+            }
+        }
+        (Untested, Ok(l)) => {
+            if let Some(w) = l.warnings.iter().find(|w| names(&w.message, r.keyword)) {
+                failures.push(format!("{what}: applied, but warned: {w}"));
+            }
+        }
+        (Warned, Ok(l)) => {
+            let ok = l.warnings.iter().any(|w| {
+                w.kind == WarningKind::NotApplied
+                    && w.message
+                        .starts_with(&format!("`{}` is not applied by rvs (", r.keyword))
+                    && w.line > 0
+            });
+            if !ok {
+                failures.push(format!(
+                    "{what}: expected a not-applied warning, got {:?}",
+                    l.warnings
+                ));
+            }
+        }
+        (Quiet, Ok(l)) => {
+            if let Some(w) = l.warnings.iter().find(|w| names(&w.message, r.keyword)) {
+                failures.push(format!("{what}: quiet, but warned: {w}"));
+            }
+            let listed = block_of(r.ctx)
+                .and_then(|b| keywords::outcome(b, r.keyword))
+                .is_some_and(|o| matches!(o, TableOutcome::Quiet(_)));
+            if !listed || !doc.contains(&format!("`{}`", r.keyword)) {
+                failures.push(format!(
+                    "{what}: quiet without a reason in keywords::TABLE and the doc"
+                ));
+            }
+        }
+        (InBlock, Ok(l)) => {
+            let In(block) = r.ctx else {
+                unreachable!("InBlock rows are In(..)")
+            };
+            if !l
+                .warnings
+                .iter()
+                .any(|w| w.kind == WarningKind::NotApplied && names(&w.message, block))
+            {
+                failures.push(format!(
+                    "{what}: expected `{block}` warned, got {:?}",
+                    l.warnings
+                ));
+            }
+        }
+    }
+    failures
+}
+
 #[test]
 fn every_keyword_has_its_outcome() {
     let doc = doc();
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let mut failures = Vec::new();
     for r in ROWS {
-        let text = wrap(r.ctx, r.line);
-        let got = parse_str("k.conf", &text, &LoadOptions::default());
-        let what = format!("[{}] `{}` in {:?}", r.section, r.keyword, r.ctx);
-        match (r.outcome, &got) {
-            (Refused, Err(e)) if names(&e.message, r.keyword) && e.line > 0 => {}
-            (Refused, _) => {
-                failures.push(format!("{what}: expected an error naming it, got {got:?}"))
-            }
-            (_, Err(e)) => failures.push(format!("{what}: {e}\n{text}")),
-            (Applied(test), Ok(l)) => {
-                if let Some(w) = l.warnings.iter().find(|w| names(&w.message, r.keyword)) {
-                    failures.push(format!("{what}: applied, but warned: {w}"));
-                }
-                if let Err(e) = shows(root, r.keyword, test) {
-                    failures.push(format!("{what}: {e}"));
-                }
-            }
-            (Untested, Ok(l)) => {
-                if let Some(w) = l.warnings.iter().find(|w| names(&w.message, r.keyword)) {
-                    failures.push(format!("{what}: applied, but warned: {w}"));
-                }
-            }
-            (Warned, Ok(l)) => {
-                let ok = l.warnings.iter().any(|w| {
-                    w.kind == WarningKind::NotApplied
-                        && w.message
-                            .starts_with(&format!("`{}` is not applied by rvs (", r.keyword))
-                        && w.line > 0
-                });
-                if !ok {
-                    failures.push(format!(
-                        "{what}: expected a not-applied warning, got {:?}",
-                        l.warnings
-                    ));
-                }
-            }
-            (Quiet, Ok(l)) => {
-                if let Some(w) = l.warnings.iter().find(|w| names(&w.message, r.keyword)) {
-                    failures.push(format!("{what}: quiet, but warned: {w}"));
-                }
-                let listed = block_of(r.ctx)
-                    .and_then(|b| keywords::outcome(b, r.keyword))
-                    .is_some_and(|o| matches!(o, TableOutcome::Quiet(_)));
-                if !listed || !doc.contains(&format!("`{}`", r.keyword)) {
-                    failures.push(format!(
-                        "{what}: quiet without a reason in keywords::TABLE and the doc"
-                    ));
-                }
-            }
-            (InBlock, Ok(l)) => {
-                let In(block) = r.ctx else {
-                    unreachable!("InBlock rows are In(..)")
-                };
-                if !l
-                    .warnings
-                    .iter()
-                    .any(|w| w.kind == WarningKind::NotApplied && names(&w.message, block))
-                {
-                    failures.push(format!(
-                        "{what}: expected `{block}` warned, got {:?}",
-                        l.warnings
-                    ));
-                }
-            }
-        }
+        failures.extend(check_row(r, &doc, root));
     }
     assert!(
         failures.is_empty(),
@@ -407,6 +413,30 @@ fn every_keyword_has_its_outcome() {
 #[test]
 fn a_wrong_test_reference_is_reported() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let doc = doc();
+    // Crafted rows through the table test's own check: the reference the
+    // DNS_CHECK `name` row had (a test of `rvsadm -h`) fails it; the right
+    // one passes.
+    let wrong_row = row(
+        "Virtual server(s)",
+        "name",
+        Checker("DNS_CHECK"),
+        "name x",
+        Applied("crates/rvs/tests/e2e/golden.rs::help_and_version"),
+    );
+    let failures = check_row(&wrong_row, &doc, root);
+    assert!(
+        failures.len() == 1 && failures[0].contains("does not exercise it"),
+        "{failures:?}"
+    );
+    let right_row = row(
+        "Virtual server(s)",
+        "name",
+        Checker("DNS_CHECK"),
+        "name x",
+        Applied("crates/rvs/tests/e2e/health_probes.rs::dns_check_against_a_real_responder"),
+    );
+    assert_eq!(check_row(&right_row, &doc, root), Vec::<String>::new());
     // A test of `rvsadm -h`, not of DNS_CHECK's `name` (the row's old reference).
     let wrong = shows(
         root,
