@@ -1,6 +1,7 @@
 //! The real-server decapsulator (`bpf/decap.c`) under arbitrary frames, run
 //! in the kernel through BPF_PROG_TEST_RUN (needs root and a build with
-//! clang; it says why and does nothing otherwise).
+//! clang; it says why and does nothing otherwise — but under CI, or with
+//! RVS_REQUIRE_PRIVILEGED=1, it fails: bpf_setup.rs).
 //!
 //! Frames start from IPIP, GUE, GRE (with and without its checksum, key
 //! and sequence fields, and with an inner Ethernet header) and Geneve
@@ -18,6 +19,9 @@ use libfuzzer_sys::fuzz_target;
 use rvs_xdp::action;
 use rvs_xdp::decap::Decap;
 
+#[path = "bpf_setup.rs"]
+mod bpf_setup;
+
 const VIP4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
 const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 0x100);
 const GUE_PORT: u16 = 6080;
@@ -27,6 +31,7 @@ static DECAP: OnceLock<Option<Mutex<Decap>>> = OnceLock::new();
 
 fn setup() -> Option<Mutex<Decap>> {
     let r = (|| -> Result<Decap, String> {
+        bpf_setup::forced_refusal()?;
         let mut d = Decap::load().map_err(|e| e.to_string())?;
         for v in [IpAddr::V4(VIP4), IpAddr::V6(VIP6)] {
             d.add_vip(v).map_err(|e| e.to_string())?;
@@ -38,7 +43,7 @@ fn setup() -> Option<Mutex<Decap>> {
     match r {
         Ok(d) => Some(Mutex::new(d)),
         Err(e) => {
-            eprintln!("decap_frames: not fuzzing the BPF program: {e} (needs root and clang)");
+            bpf_setup::setup_failed("decap_frames", &e);
             None
         }
     }
@@ -131,7 +136,10 @@ fn udp(port: u16, payload: usize) -> Vec<u8> {
     u
 }
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(init: {
+    // Before fuzzing: under CI a program that cannot load ends the run.
+    DECAP.get_or_init(setup);
+}, |data: &[u8]| {
     let Some(d) = DECAP.get_or_init(setup) else {
         return;
     };

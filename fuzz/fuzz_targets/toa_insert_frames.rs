@@ -1,7 +1,8 @@
 //! The director's TOA insertion (`bpf/lib/toa_insert.h` through the fixture
 //! `bpf/toa_insert_test.c`) under arbitrary frames, run in the kernel
 //! through BPF_PROG_TEST_RUN (needs root and a build with clang; it says
-//! why and does nothing otherwise).
+//! why and does nothing otherwise — but under CI, or with
+//! RVS_REQUIRE_PRIVILEGED=1, it fails: bpf_setup.rs).
 //!
 //! Frames start from TCP segments (IPv4 with and without options, IPv6, a
 //! VLAN tag or not, TCP options, payload) and are mutated and cut; the
@@ -21,13 +22,18 @@ use libfuzzer_sys::fuzz_target;
 use rvs_wire::toa::Toa;
 use rvs_xdp::toa_insert::{ToaInsertTest, code};
 
+#[path = "bpf_setup.rs"]
+mod bpf_setup;
+
 static FIXTURE: OnceLock<Option<Mutex<ToaInsertTest>>> = OnceLock::new();
 
 fn setup() -> Option<Mutex<ToaInsertTest>> {
-    match ToaInsertTest::load() {
+    match bpf_setup::forced_refusal()
+        .and_then(|()| ToaInsertTest::load().map_err(|e| e.to_string()))
+    {
         Ok(t) => Some(Mutex::new(t)),
         Err(e) => {
-            eprintln!("toa_insert_frames: not fuzzing the BPF program: {e} (needs root and clang)");
+            bpf_setup::setup_failed("toa_insert_frames", &e);
             None
         }
     }
@@ -140,7 +146,10 @@ const SYN_OPTS: [u8; 20] = [
     2, 4, 5, 0xb4, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 3, 3, 7,
 ];
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(init: {
+    // Before fuzzing: under CI a program that cannot load ends the run.
+    FIXTURE.get_or_init(setup);
+}, |data: &[u8]| {
     let Some(t) = FIXTURE.get_or_init(setup) else {
         return;
     };

@@ -1,6 +1,7 @@
 //! The XDP director's packet parser under arbitrary frames, run in the
 //! kernel through BPF_PROG_TEST_RUN (needs root and a build with clang; it
-//! says why and does nothing otherwise).
+//! says why and does nothing otherwise — but under CI, or with
+//! RVS_REQUIRE_PRIVILEGED=1, it fails: bpf_setup.rs).
 //!
 //! The verifier already proves the program reads no memory out of bounds;
 //! this target checks what the verifier cannot: with DR real servers behind
@@ -23,6 +24,18 @@
 //! and its L2 header, and every checksum that verified in the input
 //! verifies in the output (IPv4 header and TCP/UDP; for an ICMP error, every
 //! checksum rvs-wire's ICMP reader checks, quoted ones included).
+//!
+//! FULLNAT over TCP too, behind IPv4 and IPv6 services whose pools have two
+//! local addresses and a narrow port range (the pool walk, and its
+//! exhaustion once the fuzzer's SYNs have taken every pair): one flow of
+//! each family is made at setup, its real server's SYN-ACK clamped (MSS
+//! lowered by the TOA's length, which setup checks) and the TOA armed.
+//! Templates: a client's SYN (a new flow: the pool walk), the setup flow's
+//! client ACK with data (the TOA inserted) and its real server's SYN-ACK
+//! (the MSS clamp, re-arming the TOA). A frame that grew is a TCP segment
+//! that grew by exactly the TOA (8 bytes IPv4, 20 IPv6), which sits right
+//! after the fixed TCP header and carries the client's port and address,
+//! with the input's options and payload after it unchanged.
 #![no_main]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -35,6 +48,9 @@ use rvs_core::sched::SchedParams;
 use rvs_xdp::maps::{self, Config, Dest, Svc, SvcKey};
 use rvs_xdp::quic_lb::{QuicCfg, QuicSidKey, QuicSvc};
 use rvs_xdp::{LoadOptions, Loaded, Object, action, tables};
+
+#[path = "bpf_setup.rs"]
+mod bpf_setup;
 
 const VIP4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
 const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 0x100);
@@ -51,6 +67,15 @@ const QUIC_KEY: [u8; 16] = [
 const FNAT_PORT: u16 = 5353;
 /// The client port of the FULLNAT flows made at setup.
 const FNAT_CPORT: u16 = 41000;
+/// The TCP FULLNAT services' port (IPv4 and IPv6).
+const FNAT_TCP_PORT: u16 = 8443;
+/// The TCP FULLNAT pools' ports: two addresses times these, so that the
+/// fuzzer's new flows walk the pool and exhaust it.
+const FNAT_TCP_PORTS: (u16, u16) = (20000, 20063);
+/// The sequence numbers of the TCP flows made at setup: the client's SYN
+/// and the real server's SYN-ACK.
+const CLIENT_ISN: u32 = 1000;
+const SERVER_ISN: u32 = 7000;
 
 /// One family's FULLNAT flow made at setup: the client, the local address
 /// and port the director gave it, the real server.
@@ -66,18 +91,21 @@ struct Fuzz {
     l: Loaded,
     /// IPv4 and IPv6 FULLNAT flows.
     fnat: [FnatFlow; 2],
+    /// IPv4 and IPv6 TCP FULLNAT flows (TOA armed at setup).
+    tcp: [FnatFlow; 2],
 }
 
 static LB: OnceLock<Option<Mutex<Fuzz>>> = OnceLock::new();
 
 fn setup() -> Option<Mutex<Fuzz>> {
-    match configure().and_then(|mut l| {
+    match bpf_setup::forced_refusal().and_then(|()| configure()).and_then(|mut l| {
         let fnat = [fnat_flow(&mut l, false)?, fnat_flow(&mut l, true)?];
-        Ok(Fuzz { l, fnat })
+        let tcp = [tcp_flow(&mut l, false)?, tcp_flow(&mut l, true)?];
+        Ok(Fuzz { l, fnat, tcp })
     }) {
         Ok(l) => Some(Mutex::new(l)),
         Err(e) => {
-            eprintln!("xdp_frames: not fuzzing the BPF program: {e} (needs root and clang)");
+            bpf_setup::setup_failed("xdp_frames", &e);
             None
         }
     }
@@ -88,7 +116,7 @@ fn configure() -> Result<Loaded, String> {
         Object::Director,
         &LoadOptions {
             flow_table_size: 4096,
-            // Six services, a region of 1 << 18 slots each.
+            // Eight services, a region of 1 << 18 slots each.
             slots: 1 << 21,
             ..LoadOptions::default()
         },
@@ -105,6 +133,8 @@ fn configure() -> Result<Loaded, String> {
         (IpAddr::V4(VIP4), maps::PROTO_UDP, FNAT_PORT, maps::fwd::FNAT),
         (IpAddr::V6(VIP6), maps::PROTO_UDP, FNAT_PORT, maps::fwd::FNAT),
         (IpAddr::V4(VIP4), maps::PROTO_UDP, QUIC_PORT, maps::fwd::DR),
+        (IpAddr::V4(VIP4), maps::PROTO_TCP, FNAT_TCP_PORT, maps::fwd::FNAT),
+        (IpAddr::V6(VIP6), maps::PROTO_TCP, FNAT_TCP_PORT, maps::fwd::FNAT),
     ] {
         let rs: Vec<IpAddr> = match vip {
             IpAddr::V4(_) => vec![
@@ -196,18 +226,25 @@ fn configure() -> Result<Loaded, String> {
             l.set_service(&key, svc_index).map_err(|e| e.to_string())?;
         }
         if method == maps::fwd::FNAT {
-            let la = laddr(vip.is_ipv6());
+            let v6 = vip.is_ipv6();
+            let (addrs, (port_min, port_max)) = if proto == maps::PROTO_TCP {
+                (tcp_laddrs(v6).to_vec(), FNAT_TCP_PORTS)
+            } else {
+                (vec![laddr(v6)], (1024, 65535))
+            };
             let mut pool = maps::FnatPool {
-                count: 1,
-                port_min: 1024,
-                port_max: 65535,
+                count: addrs.len() as u32,
+                port_min,
+                port_max,
                 family: maps::family(vip),
                 ..maps::FnatPool::default()
             };
-            pool.addrs[0] = maps::addr16(la);
+            for (i, la) in addrs.iter().enumerate() {
+                pool.addrs[i] = maps::addr16(*la);
+                l.add_fnat_laddr(*la).map_err(|e| e.to_string())?;
+            }
             l.set_fnat_pool(svc_index, &pool)
                 .map_err(|e| e.to_string())?;
-            l.add_fnat_laddr(la).map_err(|e| e.to_string())?;
         }
         svc_index += 1;
     }
@@ -223,11 +260,62 @@ fn laddr(v6: bool) -> IpAddr {
     }
 }
 
+/// The TCP FULLNAT services' two local addresses.
+fn tcp_laddrs(v6: bool) -> [IpAddr; 2] {
+    if v6 {
+        [
+            IpAddr::V6(Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 0x60)),
+            IpAddr::V6(Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 0x61)),
+        ]
+    } else {
+        [
+            IpAddr::V4(Ipv4Addr::new(10, 77, 0, 60)),
+            IpAddr::V4(Ipv4Addr::new(10, 77, 0, 61)),
+        ]
+    }
+}
+
 /// Make the family's FULLNAT flow (a datagram of the FULLNAT template) and
 /// read the translation the director chose from its output.
 fn fnat_flow(l: &mut Loaded, v6: bool) -> Result<FnatFlow, String> {
-    let f = template(if v6 { 8 } else { 5 }, None);
-    let r = l.run(&f, 1).map_err(|e| e.to_string())?;
+    let flow = translation(l, v6, &template(if v6 { 8 } else { 5 }, None))?;
+    if flow.laddr != laddr(v6) {
+        return Err(format!("the FULLNAT flow's source is {}", flow.laddr));
+    }
+    Ok(flow)
+}
+
+/// Make the family's TCP FULLNAT flow: the client's SYN, then its real
+/// server's SYN-ACK, whose MSS must come out lowered by the TOA's length
+/// (the clamp, which arms the TOA).
+fn tcp_flow(l: &mut Loaded, v6: bool) -> Result<FnatFlow, String> {
+    let flow = translation(l, v6, &tcp_template(v6, 0, None))?;
+    if !tcp_laddrs(v6).contains(&flow.laddr) {
+        return Err(format!("the TCP FULLNAT flow's source is {}", flow.laddr));
+    }
+    let syn_ack = tcp_template(v6, 2, Some(&flow));
+    let r = l.run(&syn_ack, 1).map_err(|e| e.to_string())?;
+    let l4 = if v6 { 54 } else { 34 };
+    let want = 1460 - toa_len(v6);
+    let mss = r.data.get(l4 + 20..l4 + 24);
+    if r.action == action::DROP || mss != Some(&[2, 4, (want >> 8) as u8, want as u8][..]) {
+        return Err(format!(
+            "the TCP FULLNAT SYN-ACK was not clamped to MSS {want} (action {}, options {mss:?})",
+            r.action
+        ));
+    }
+    Ok(flow)
+}
+
+/// The TOA's length: kind, length, port and the client's address.
+fn toa_len(v6: bool) -> u16 {
+    if v6 { 20 } else { 8 }
+}
+
+/// Run `f`, a FULLNAT flow's first packet, and read the translation the
+/// director chose from its output.
+fn translation(l: &mut Loaded, v6: bool, f: &[u8]) -> Result<FnatFlow, String> {
+    let r = l.run(f, 1).map_err(|e| e.to_string())?;
     let d = &r.data;
     let (src, dst, sport) = if v6 {
         (22..38, 38..54, 54)
@@ -243,16 +331,101 @@ fn fnat_flow(l: &mut Loaded, v6: bool) -> Result<FnatFlow, String> {
             Err(_) => IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3])),
         }
     };
-    let flow = FnatFlow {
+    Ok(FnatFlow {
         client: ip(&f[src.clone()]),
         laddr: ip(&d[src]),
         lport: u16::from_be_bytes([d[sport], d[sport + 1]]),
         rs: ip(&d[dst]),
+    })
+}
+
+/// The IP packet (no L2) of a TCP segment `src:sport -> dst:dport` with
+/// sequence number `seq`, `ack` (the ACK flag when given), SYN when `syn`,
+/// the options `opts` (a multiple of 4 bytes) and its checksum.
+#[allow(clippy::too_many_arguments)]
+fn tcp_packet(
+    src: IpAddr,
+    sport: u16,
+    dst: IpAddr,
+    dport: u16,
+    seq: u32,
+    ack: Option<u32>,
+    syn: bool,
+    opts: &[u8],
+    data: &[u8],
+) -> Vec<u8> {
+    let mut t = sport.to_be_bytes().to_vec();
+    t.extend_from_slice(&dport.to_be_bytes());
+    t.extend_from_slice(&seq.to_be_bytes());
+    t.extend_from_slice(&ack.unwrap_or(0).to_be_bytes());
+    let flags = u8::from(syn) * 0x02 | u8::from(ack.is_some()) * 0x10 | 0x08 * u8::from(!data.is_empty());
+    t.extend_from_slice(&[((20 + opts.len()) as u8 / 4) << 4, flags, 0xff, 0xff, 0, 0, 0, 0]);
+    t.extend_from_slice(opts);
+    t.extend_from_slice(data);
+    let mut f = ip_hdr(src, dst, 6, t.len()).split_off(14);
+    let l3 = f.len();
+    f.extend_from_slice(&t);
+    let c = l4_csum(&f[..l3], &f[l3..], 6);
+    f[l3 + 16..l3 + 18].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
+/// A SYN's options: MSS 1460, SACK-permitted, NOPs, window scale 7.
+const SYN_OPTS: [u8; 12] = [2, 4, 0x05, 0xb4, 4, 2, 1, 1, 1, 3, 3, 7];
+/// Timestamps (with two NOPs), the options of the segments after the SYN.
+const TS_OPTS: [u8; 12] = [1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2];
+
+/// A TCP FULLNAT frame of the family: `t` 0, the client's SYN to the VIP
+/// (a new flow; the setup flow's when `flow` is `None`, else another
+/// client port); 1, the client's ACK with data of the setup flow (the TOA
+/// is armed: it gets it); 2, the real server's SYN-ACK to the local address
+/// of the setup flow (the MSS clamp).
+fn tcp_template(v6: bool, t: u8, flow: Option<&FnatFlow>) -> Vec<u8> {
+    let vip = if v6 { IpAddr::V6(VIP6) } else { IpAddr::V4(VIP4) };
+    let client = if v6 {
+        IpAddr::V6(Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 0x20))
+    } else {
+        IpAddr::V4(Ipv4Addr::new(10, 77, 0, 20))
     };
-    if flow.laddr != laddr(v6) {
-        return Err(format!("the FULLNAT flow's source is {}", flow.laddr));
-    }
-    Ok(flow)
+    let mut f = ip_hdr(vip, vip, 0, 0);
+    f.truncate(14);
+    let ip = match (t, flow) {
+        (1, Some(fl)) => tcp_packet(
+            fl.client,
+            FNAT_CPORT,
+            vip,
+            FNAT_TCP_PORT,
+            CLIENT_ISN + 1,
+            Some(SERVER_ISN + 1),
+            false,
+            &TS_OPTS,
+            b"GET / HTTP/1.0\r\n\r\n",
+        ),
+        (2, Some(fl)) => tcp_packet(
+            fl.rs,
+            FNAT_TCP_PORT,
+            fl.laddr,
+            fl.lport,
+            SERVER_ISN,
+            Some(CLIENT_ISN + 1),
+            true,
+            &SYN_OPTS,
+            b"",
+        ),
+        (_, fl) => tcp_packet(
+            client,
+            FNAT_CPORT + u16::from(fl.is_some()),
+            vip,
+            FNAT_TCP_PORT,
+            CLIENT_ISN,
+            None,
+            true,
+            &SYN_OPTS,
+            b"",
+        ),
+    };
+    f.extend_from_slice(&ip);
+    f
 }
 
 fn csum(b: &[u8]) -> u16 {
@@ -480,7 +653,10 @@ fn quic_template(long: bool) -> Vec<u8> {
     f
 }
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(init: {
+    // Before fuzzing: under CI a program that cannot load ends the run.
+    LB.get_or_init(setup);
+}, |data: &[u8]| {
     let Some(lb) = LB.get_or_init(setup) else {
         return;
     };
@@ -499,13 +675,17 @@ fuzz_target!(|data: &[u8]| {
         x
     };
     let Ok(mut lb) = lb.lock() else { return };
-    let pick = rng() % 14;
+    let pick = rng() % 20;
     let mut frame = match pick {
         11 => {
             let n = (rng() % 160) as usize;
             (0..n).map(|_| rng() as u8).collect()
         }
         12 | 13 => quic_template(pick == 13),
+        14..=19 => {
+            let v6 = pick >= 17;
+            tcp_template(v6, (pick - 14) as u8 % 3, Some(&lb.tcp[usize::from(v6)]))
+        }
         _ => template(pick as u8, Some(&lb.fnat)),
     };
     if !frame.is_empty() {
@@ -581,15 +761,18 @@ fn checksums_ok(ip: &[u8]) -> Option<bool> {
 }
 
 /// A frame FULLNAT rewrote (passed: the fuzzing host's FIB had no route;
-/// or redirected): the same length and L2 header, and every checksum that
-/// verified in the input verifies in the output.
+/// or redirected): the same length (or a TCP segment grown by the TOA,
+/// see [`toa_inserted`]) and L2 header, and every checksum that verified
+/// in the input verifies in the output.
 fn translated(frame: &[u8], out: &[u8]) {
-    assert_eq!(out.len(), frame.len(), "a translated frame changed its length");
     let l2 = if matches!(frame[12..14], [0x81, 0x00] | [0x88, 0xa8]) {
         18
     } else {
         14
     };
+    if out.len() != frame.len() {
+        toa_inserted(&frame[l2..], &out[l2..]);
+    }
     assert_eq!(out[12..l2], frame[12..l2], "the L2 header changed");
     if checksums_ok(&frame[l2..]) == Some(true) {
         assert_eq!(
@@ -598,6 +781,50 @@ fn translated(frame: &[u8], out: &[u8]) {
             "a checksum the input had right is wrong in the output"
         );
     }
+}
+
+/// The IP packets `ip` (in) and `out` of a frame that changed its length:
+/// a TCP segment grown by exactly the TOA, which sits right after the
+/// fixed TCP header with the input's source port and address, the input's
+/// options and payload after it.
+fn toa_inserted(ip: &[u8], out: &[u8]) {
+    let v6 = ip[0] >> 4 == 6;
+    let grown = out.len().checked_sub(ip.len());
+    assert_eq!(
+        grown,
+        Some(usize::from(toa_len(v6))),
+        "a translated frame changed its length by other than a TOA"
+    );
+    let grown = usize::from(toa_len(v6));
+    let (hl_in, hl_out, proto, src) = if v6 {
+        (40, 40, ip[6], &ip[8..24])
+    } else {
+        (
+            usize::from(ip[0] & 0xf) * 4,
+            usize::from(out[0] & 0xf) * 4,
+            ip[9],
+            &ip[12..16],
+        )
+    };
+    assert_eq!(proto, 6, "a translated non-TCP packet grew");
+    let total = |p: &[u8]| {
+        if v6 {
+            40 + usize::from(u16::from_be_bytes([p[4], p[5]]))
+        } else {
+            usize::from(u16::from_be_bytes([p[2], p[3]]))
+        }
+    };
+    assert_eq!(total(out), total(ip) + grown, "the IP length grew by the TOA");
+    let (t_in, t_out) = (&ip[hl_in..total(ip)], &out[hl_out..total(out)]);
+    let mut toa = vec![254, grown as u8, t_in[0], t_in[1]];
+    toa.extend_from_slice(src);
+    assert_eq!(t_out[20..20 + grown], toa[..], "the TOA after the fixed header");
+    assert_eq!(
+        t_out[12] >> 4,
+        (t_in[12] >> 4) + grown as u8 / 4,
+        "the data offset grew by the TOA"
+    );
+    assert_eq!(t_out[20 + grown..], t_in[20..], "the options and payload after the TOA");
 }
 
 /// A frame the director sent into a GRE or Geneve tunnel: to a real

@@ -251,4 +251,62 @@ mod tests {
         }
         assert!(vs.reals[1].checkers.is_empty());
     }
+
+    /// What the checker keywords without a test of their own do: where the
+    /// probes bind, how long and how they run, how often they retry, what
+    /// the policy logs and mails, and the sorry server's inhibition.
+    #[test]
+    fn checker_keywords_reach_the_probes_and_the_policy() {
+        let (conf, specs) = load(
+            "global_defs {\n  checker_log_all_failures\n  smtp_alert_checker\n}\n\
+             virtual_server 10.0.0.1 80 {\n  delay_loop 7\n  lb_algo rr\n  protocol TCP\n\
+             sorry_server 10.0.0.9 8080\n  sorry_server_inhibit\n\
+             real_server 10.0.0.2 80 {\n\
+             TCP_CHECK {\n      bindto 10.0.0.100\n      bind_port 4000\n      nb_get_retry 5\n    }\n\
+             HTTP_GET {\n      http_protocol 1.1\n      url {\n        path /\n      }\n    }\n\
+             MISC_CHECK {\n      misc_path /bin/true\n      misc_timeout 3\n    }\n\
+             UDP_CHECK {\n      require_reply 6f6b\n      min_reply_length 2\n      max_reply_length 9\n    }\n\
+             }\n}\n",
+        );
+        let p = plan(&conf, &specs);
+        assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+        let vs = &p.config.virtual_servers[0];
+        // sorry_server_inhibit; smtp_alert_checker mails the virtual
+        // server's quorum changes (off by default) and its real servers'.
+        assert!(vs.sorry_inhibit);
+        assert!(vs.smtp_alert);
+        let rs = &vs.reals[0];
+        assert!(rs.smtp_alert);
+        // checker_log_all_failures: every checker logs its retried failures.
+        assert_eq!(rs.checkers.len(), 4);
+        assert!(rs.checkers.iter().all(|c| c.log_all_failures));
+        // nb_get_retry is retry.
+        assert_eq!(rs.checkers[0].timing.retry, 5);
+        // bindto + bind_port: the probe's source.
+        assert_eq!(p.jobs[0].bind, Some("10.0.0.100:4000".parse().unwrap()));
+        match crate::bridge::spec(&p.jobs[1]) {
+            Ok(crate::probe::ProbeSpec::Http { http_protocol, .. }) => {
+                assert_eq!(http_protocol, crate::probe::HttpVersion::Http11);
+            }
+            other => panic!("{other:?}"),
+        }
+        match crate::bridge::spec(&p.jobs[2]) {
+            Ok(crate::probe::ProbeSpec::Misc { timeout, .. }) => {
+                assert_eq!(
+                    timeout,
+                    Duration::from_secs(3),
+                    "misc_timeout, not delay_loop"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        match crate::bridge::spec(&p.jobs[3]) {
+            Ok(crate::probe::ProbeSpec::Udp {
+                min_reply,
+                max_reply,
+                ..
+            }) => assert_eq!((min_reply, max_reply), (2, 9)),
+            other => panic!("{other:?}"),
+        }
+    }
 }

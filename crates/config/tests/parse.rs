@@ -901,3 +901,46 @@ fn rvs_quic_lb_keywords() {
         l.warnings
     );
 }
+
+/// What the services handed to the data plane take from `ip_family` (a
+/// fwmark service's family when no real server's tells it: a tunnel's
+/// does not),
+/// `sorry_server_lvs_method` (the sorry server's forwarding method) and
+/// `uthreshold` / `lthreshold` (a real server's connection thresholds).
+#[test]
+fn services_carry_the_family_the_sorry_method_and_thresholds() {
+    let l = ok(
+        "virtual_server fwmark 7 {\n ip_family inet6\n lb_algo rr\n lb_kind NAT\n\
+         sorry_server fd00::9 80\n sorry_server_lvs_method DR\n\
+         real_server 10.0.0.3 80 {\n  lvs_method TUN\n }\n}\n\
+         virtual_server 10.0.0.1 80 {\n protocol TCP\n\
+         real_server 10.0.0.2 80 {\n  uthreshold 100\n  lthreshold 10\n }\n}\n",
+    );
+    let specs = l.config.lvs_services().unwrap();
+    assert_eq!(
+        specs[0].key,
+        ServiceKey::Fwmark {
+            mark: 7,
+            af: AddrFamily::Inet6
+        }
+    );
+    let sorry = specs[0].sorry_server.as_ref().expect("the sorry server");
+    assert_eq!(
+        sorry.forward,
+        ForwardMethod::Route,
+        "sorry_server_lvs_method DR"
+    );
+    let d = &specs[1].dests[0];
+    assert_eq!((d.u_threshold, d.l_threshold), (100, 10));
+    let l = ok(
+        "virtual_server fwmark 7 {\n lb_algo rr\n real_server 10.0.0.3 80 {\n  lvs_method TUN\n }\n}\n",
+    );
+    assert_eq!(
+        l.config.lvs_services().unwrap()[0].key,
+        ServiceKey::Fwmark {
+            mark: 7,
+            af: AddrFamily::Inet
+        },
+        "without ip_family"
+    );
+}

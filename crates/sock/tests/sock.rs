@@ -22,12 +22,14 @@ use rvs_testbed::{Cgroup, skip_or_fail};
 const CHILD: &str = "RVS_SOCK_CHILD";
 
 /// Not a test: the client side, run by the tests as a child process inside
-/// their cgroup (`RVS_SOCK_CHILD` set); without it this returns at once.
+/// their cgroup (`RVS_SOCK_CHILD` set, `--ignored --exact child`); run
+/// alone it is ignored, and run by hand without the variable it fails.
 /// Prints `RESULT ...` lines the tests read.
 #[test]
+#[ignore = "the child process of the sock tests, which run it with --ignored --exact"]
 fn child() {
     let Ok(mode) = std::env::var(CHILD) else {
-        return;
+        panic!("run by the sock tests only ({CHILD} unset)");
     };
     let args: Vec<String> = mode.split(' ').map(str::to_owned).collect();
     let vip: SocketAddr = args[1].parse().expect("vip");
@@ -154,7 +156,13 @@ fn child_command(cg: &Cgroup, mode: &str) -> std::process::Command {
     let exe = std::env::current_exe().expect("current_exe");
     let mut c = cg.command(
         &exe,
-        &["--exact", "child", "--nocapture", "--test-threads=1"],
+        &[
+            "--ignored",
+            "--exact",
+            "child",
+            "--nocapture",
+            "--test-threads=1",
+        ],
     );
     c.env(CHILD, mode);
     c

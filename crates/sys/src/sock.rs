@@ -346,7 +346,10 @@ mod tests {
         let tx = match packet_sender(lo) {
             Ok(s) => s,
             Err(e) => {
-                println!("skipping: AF_PACKET needs CAP_NET_RAW ({e})");
+                rvs_testbed::skip_or_fail(
+                    "frames_go_out_on_a_packet_socket",
+                    format!("AF_PACKET needs CAP_NET_RAW ({e})"),
+                );
                 return;
             }
         };

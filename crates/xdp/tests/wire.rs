@@ -215,11 +215,8 @@ fn a_frame_replayed_on_the_attached_program_gives_what_the_wire_saw() {
     if !root_or_skip(test) {
         return;
     }
-    for tool in ["ip", "ethtool"] {
-        if Command::new(tool).arg("-V").output().is_err() {
-            eprintln!("skipping {test}: `{tool}` not found");
-            return;
-        }
+    if !rvs_testbed::require_tools(test, &["ip", "ethtool"]) {
+        return;
     }
     let mut bed = Bed::new(&format!("rvsw{}", std::process::id()));
     let (c_ns, c_mac, _) = bed.host("c", "10.88.0.10/24");

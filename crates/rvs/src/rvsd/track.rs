@@ -241,6 +241,12 @@ mod tests {
         assert!(!q.quorate(1) && q.quorate(2) && q.quorate(3) && !q.quorate(4));
         assert_eq!(q.fork_delay, Duration::from_millis(1500));
         assert_eq!(q.terminate_delay, Duration::from_millis(1500));
+        let d =
+            proc_of("vrrp_track_process p {\n process x\n fork_delay 2\n terminate_delay 3\n}\n");
+        assert_eq!(
+            (d.fork_delay, d.terminate_delay),
+            (Duration::from_secs(2), Duration::from_secs(3))
+        );
     }
 
     /// Needs no privilege: this test's own process is in `/proc`.

@@ -1404,6 +1404,67 @@ mod tests {
         assert_eq!(specs[0].down_adverts, 3);
     }
 
+    /// The instance, script, sync group and global keywords no other test
+    /// exercises, as the running instance takes them: its source address,
+    /// whether its own interface is tracked, how its gratuitous ARPs repeat
+    /// (the instance's, else the global defaults), its and its group's
+    /// notify scripts, the VMAC's transmit interface, a script that starts
+    /// failed, VRRP mail.
+    #[test]
+    fn instance_keywords_reach_the_running_instance() {
+        let (specs, warnings) = plan_of(
+            "global_defs {\n vrrp_garp_master_repeat 3\n vrrp_garp_master_refresh_repeat 2\n smtp_alert_vrrp\n}\n\
+             vrrp_script S {\n script /bin/true\n init_fail\n}\n\
+             vrrp_instance VI_1 {\n state BACKUP\n interface lo\n virtual_router_id 9\n priority 100\n\
+             mcast_src_ip 127.0.0.2\n dont_track_primary\n nopreempt\n garp_master_delay 2\n garp_master_refresh 10\n garp_master_refresh_repeat 4\n\
+             use_vmac\n vmac_xmit_base\n track_script {\n  S\n }\n\
+             notify_master /bin/m\n notify_backup /bin/b\n notify_fault /bin/f\n notify_stop /bin/s\n}\n\
+             vrrp_instance VI_2 {\n state BACKUP\n interface lo\n virtual_router_id 10\n priority 100\n nopreempt\n preempt\n}\n\
+             vrrp_sync_group G {\n group {\n  VI_2\n }\n\
+             notify_master /bin/gm\n notify_backup /bin/gb\n notify_fault /bin/gf\n notify_stop /bin/gs\n}\n",
+        )
+        .unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let (a, b) = (&specs[0], &specs[1]);
+        // mcast_src_ip: the advertisements' source.
+        assert_eq!(a.src, Some("127.0.0.2".parse().unwrap()));
+        assert_eq!(b.src, None);
+        // dont_track_primary.
+        assert!(!a.track_primary && b.track_primary);
+        // nopreempt, and preempt after it.
+        assert!(!a.preempt && b.preempt);
+        // garp_master_delay.
+        assert_eq!(a.garp_master_delay, Duration::from_secs(2));
+        // garp_master_refresh(_repeat), else vrrp_garp_master_*_repeat.
+        assert_eq!(
+            (a.garp_refresh, a.garp_refresh_repeat, a.garp_repeat),
+            (Duration::from_secs(10), 4, 3)
+        );
+        assert_eq!((b.garp_refresh_repeat, b.garp_repeat), (2, 3));
+        // use_vmac + vmac_xmit_base.
+        assert_eq!(a.vmac.as_deref(), Some("vrrp.9"));
+        assert!(a.vmac_xmit_base && !b.vmac_xmit_base);
+        // init_fail: the tracked script starts as failed.
+        assert!(a.track_scripts[0].init_fail);
+        // smtp_alert_vrrp: transitions are mailed without smtp_alert.
+        assert!(a.mails(State::Master) && b.mails(State::Backup));
+        let cmd = |s: &Option<ScriptSpec>| s.as_ref().map(|s| s.command.clone());
+        let scripts = |n: &Notify| [cmd(&n.master), cmd(&n.backup), cmd(&n.fault), cmd(&n.stop)];
+        let some = |v: [&str; 4]| v.map(|c| Some(c.to_owned()));
+        // The instance's notify_* ...
+        assert_eq!(
+            scripts(&a.notify),
+            some(["/bin/m", "/bin/b", "/bin/f", "/bin/s"])
+        );
+        // ... and the sync group's, run for its member's group.
+        assert_eq!(b.sync_group.as_deref(), Some("G"));
+        assert_eq!(
+            scripts(&b.group_notify),
+            some(["/bin/gm", "/bin/gb", "/bin/gf", "/bin/gs"])
+        );
+        assert_eq!(scripts(&a.group_notify), [None, None, None, None]);
+    }
+
     /// keepalived's `no_email_faults`: an instance with `smtp_alert` mails
     /// every transition but FAULT; `email_faults` after it undoes it.
     #[test]

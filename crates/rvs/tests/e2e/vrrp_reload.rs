@@ -194,12 +194,7 @@ fn vrrp_adverts_keep_their_rhythm_while_the_xdp_plane_reloads() {
     let Some(mut bed) = Bed::new(test) else {
         return;
     };
-    if Command::new("keepalived")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipping {test}: keepalived is not installed (scripts/install-deps)");
+    if !rvs_testbed::require_tools(test, &["keepalived"]) {
         return;
     }
     let a = bed.host("a", "10.0.6.1/24");

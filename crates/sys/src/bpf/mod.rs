@@ -557,8 +557,15 @@ mod tests {
         assert!(prog_xlated_insns(f.as_fd()).is_err());
     }
 
-    /// `BPF_MAP_CREATE` for the tests (production maps come from aya).
-    fn create(map_type: u32, key: u32, value: u32, max: u32) -> Option<std::os::fd::OwnedFd> {
+    /// `BPF_MAP_CREATE` for the tests (production maps come from aya);
+    /// `None` after [`rvs_testbed::skip_or_fail`] for `test` when refused.
+    fn create(
+        test: &str,
+        map_type: u32,
+        key: u32,
+        value: u32,
+        max: u32,
+    ) -> Option<std::os::fd::OwnedFd> {
         use std::os::fd::FromRawFd;
         #[repr(C)]
         #[derive(Default)]
@@ -581,7 +588,10 @@ mod tests {
             // SAFETY: a fresh descriptor the kernel returned, owned by no one else.
             Ok(fd) => Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) }),
             Err(e) => {
-                println!("skipping: BPF_MAP_CREATE failed ({e}): needs root / CAP_BPF");
+                rvs_testbed::skip_or_fail(
+                    test,
+                    format!("BPF_MAP_CREATE failed ({e}): needs root / CAP_BPF"),
+                );
                 None
             }
         }
@@ -591,7 +601,7 @@ mod tests {
     fn hash_elements_keys_and_batches() {
         use std::os::fd::AsFd;
         const HASH: u32 = 1;
-        let Some(fd) = create(HASH, 4, 8, 1024) else {
+        let Some(fd) = create("hash_elements_keys_and_batches", HASH, 4, 8, 1024) else {
             return;
         };
         let m = BpfMap::new(fd.as_fd()).unwrap();
@@ -642,7 +652,10 @@ mod tests {
             ) {
                 Ok(b) => b,
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    println!("skipping batch part: kernel without batch lookups");
+                    rvs_testbed::skip_or_fail(
+                        "hash_elements_keys_and_batches",
+                        "the kernel has no batch lookups (BPF_MAP_LOOKUP_BATCH: EINVAL)",
+                    );
                     return;
                 }
                 Err(e) => panic!("{e}"),
@@ -666,7 +679,13 @@ mod tests {
     fn per_cpu_values_are_one_per_possible_cpu() {
         use std::os::fd::AsFd;
         const PERCPU_ARRAY: u32 = 6;
-        let Some(fd) = create(PERCPU_ARRAY, 4, 12, 4) else {
+        let Some(fd) = create(
+            "per_cpu_values_are_one_per_possible_cpu",
+            PERCPU_ARRAY,
+            4,
+            12,
+            4,
+        ) else {
             return;
         };
         let m = BpfMap::new(fd.as_fd()).unwrap();
