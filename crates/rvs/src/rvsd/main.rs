@@ -1014,6 +1014,15 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
         // configuration is applied (inside the runtime: a data plane may
         // bind sockets as services appear). A bad file stops the start.
         Daemon::attach_director(&daemon);
+        // A table handed over or saved by the previous rvsd was made by
+        // rvsadm, or, on a Kubernetes node, by the Kubernetes source, whose
+        // first table then reconciles it (an rvsd with --kubernetes keeps
+        // no services of its own: docs/kubernetes.md).
+        let restored_owner = if args.k8s.kubernetes {
+            rvs_control::owner::Owner::Kubernetes
+        } else {
+            rvs_control::owner::Owner::Rvsadm
+        };
         if let Some(src) = &source {
             let loaded = source::load(src);
             let n = loaded.as_ref().map(|l| l.defs.len()).unwrap_or(0);
@@ -1030,7 +1039,7 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
                 .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?;
             d.controller_mut()
                 .submit(
-                    rvs_control::owner::Owner::Rvsadm,
+                    restored_owner,
                     rvs_control::owner::Change::Commands {
                         commands: t.table.clone(),
                         atomic: true,
@@ -1053,7 +1062,7 @@ fn run(args: Args, source: Option<Source>, demo: Option<DemoSpec>) -> anyhow::Re
             };
             match d
                 .controller_mut()
-                .submit(rvs_control::owner::Owner::Rvsadm, change)
+                .submit(restored_owner, change)
             {
                 Ok(_) => tracing::info!(
                     file = %table_path.display(),
