@@ -75,29 +75,9 @@
 #include "lib/own_mac.h"
 #include "lib/fnat.h"
 #include "lib/quic_lb.h"
+#include "lib/adopt.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
-
-/* The reply entry of a new NAT flow (nat_rev: real server and client ->
- * VIP), so that the reply path rewrites its source back. */
-static __always_inline void nat_rev_add(const struct pkt *p, const struct rvs_dest *d,
-					__u32 svc_idx, __u32 dest_idx)
-{
-	struct rvs_nat_key nk = {};
-	struct rvs_nat nv = {};
-
-	__builtin_memcpy(nk.raddr, d->addr, 16);
-	__builtin_memcpy(nk.caddr, p->saddr, 16);
-	nk.rport = d->port ? d->port : p->dport;
-	nk.cport = p->sport;
-	nk.proto = p->proto;
-	nk.family = p->family;
-	__builtin_memcpy(nv.vaddr, p->daddr, 16);
-	nv.vport = p->dport;
-	nv.svc = svc_idx;
-	nv.dest = dest_idx;
-	bpf_map_update_elem(&nat_rev, &nk, &nv, BPF_ANY);
-}
 
 /* -------------------------------------------------------------- program */
 
@@ -252,39 +232,11 @@ new_flow:
 	d = bpf_map_lookup_elem(&dests, &dest_idx);
 	if (!d)
 		return XDP_PASS;
-	/* Mid-flow (hashed only, above): adopted into the flow table (its
-	 * handshake is long done: never the embryonic table), unless it is a
-	 * RST or the guard is over its limit (DR/TUN: the hash finds the
-	 * server again); its own path, so that the SYN path stays as it was. */
-	if (is_tcp && !syn) {
-		if (!(p.tcpflags & TCPF_RST) &&
-		    !(flood_over(cfg, now) && d->method != RVS_FWD_NAT &&
-			       d->method != RVS_FWD_FNAT)) {
-			nf.last_seen = now;
-			nf.dest = dest_idx;
-			nf.svc = svc_idx;
-			nf.flags = RVS_FLOW_F_NOOUTPUT;
-			nf.state = tcp_next_state(RVS_TCP_S_NONE, p.tcpflags, DIR_INPUT_ONLY);
-			if (flow_insert(&p, &nf) == 0) {
-				flood_count(svc_idx, adopted);
-				/* An expired entry it replaced (one of the
-				 * embryonic table stays, for the sweep). */
-				if (in_main)
-					conns_add(old_dest, state_active(p.proto, old_state), -1);
-				conns_add(dest_idx, state_active(p.proto, nf.state), 1);
-				if (d->method == RVS_FWD_NAT)
-					nat_rev_add(&p, d, svc_idx, dest_idx);
-			}
-			flow_epoch_bump(&p);
-		} else if (!(p.tcpflags & TCPF_RST)) {
-			flood_count(svc_idx, guarded);
-		}
-		count(&svc_stats, svc_idx, p.l3len, 0, 0);
-		count(&dest_stats, dest_idx, p.l3len, 0, 0);
-		if (d->method == RVS_FWD_FNAT)
-			return fnat_enter(ctx, RVS_FNAT_INBOUND, dest_idx, svc_idx);
-		return forward(ctx, &p, d, cfg);
-	}
+	/* Mid-flow (hashed only, above): adopted into the flow table
+	 * (lib/adopt.h). */
+	if (is_tcp && !syn)
+		return adopt_midflow(ctx, &p, &nf, d, cfg, svc_idx, dest_idx, now, in_main, old_dest,
+				     old_state);
 	nf.last_seen = now;
 	nf.dest = dest_idx;
 	nf.svc = svc_idx;
@@ -340,35 +292,5 @@ int xdp_fnat(struct xdp_md *ctx)
 SEC("xdp")
 int xdp_quic(struct xdp_md *ctx)
 {
-	struct pkt p = {};
-	struct quic_scratch *t;
-	struct rvs_config *cfg;
-	struct rvs_svc *svc;
-	struct rvs_dest *d;
-	__u32 zero = 0, svc_idx, dest_idx;
-
-	if (parse(ctx, &p) || p.icmp || p.proto != IPPROTO_UDP)
-		return XDP_PASS;
-	cfg = bpf_map_lookup_elem(&config, &zero);
-	t = bpf_map_lookup_elem(&quic_tmp, &zero);
-	if (!cfg || !t)
-		return XDP_PASS;
-	svc_idx = t->svc;
-	svc = bpf_map_lookup_elem(&svc_info, &svc_idx);
-	CALL_SITE_TAG(45);
-	if (!svc || svc->sched == RVS_SCHED_NONE)
-		return XDP_PASS;
-	dest_idx = quic_route(ctx, svc, svc_idx, p.l4off + sizeof(struct udphdr));
-	if (dest_idx == RVS_SLOT_EMPTY)
-		return XDP_PASS;
-	d = bpf_map_lookup_elem(&dests, &dest_idx);
-	if (!d)
-		return XDP_PASS;
-	/* NAT: the reply entry of this 4-tuple (a migrated client's new one
-	 * included), refreshed by every datagram. */
-	if (d->method == RVS_FWD_NAT)
-		nat_rev_add(&p, d, svc_idx, dest_idx);
-	count(&svc_stats, svc_idx, p.l3len, 0, 0);
-	count(&dest_stats, dest_idx, p.l3len, 0, 0);
-	return forward(ctx, &p, d, cfg);
+	return quic_main(ctx);
 }

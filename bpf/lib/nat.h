@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 /* lib/nat.h: the NAT reply path (real server -> client, rewritten back to
- * the VIP). */
+ * the VIP), and the reply entry a new NAT flow makes for it (nat_rev_add). */
 #ifndef RVS_LIB_NAT_H
 #define RVS_LIB_NAT_H
 
@@ -69,6 +69,29 @@ static __always_inline int nat_reply(struct xdp_md *ctx, const struct pkt *p,
 			return XDP_DROP;
 		return fib_out(ctx, p, p->daddr, vaddr);
 	}
+}
+
+/* ------------------------------------------------ NAT reply entries */
+
+/* The reply entry of a new NAT flow (nat_rev: real server and client ->
+ * VIP), so that the reply path rewrites its source back. */
+static __always_inline void nat_rev_add(const struct pkt *p, const struct rvs_dest *d,
+					__u32 svc_idx, __u32 dest_idx)
+{
+	struct rvs_nat_key nk = {};
+	struct rvs_nat nv = {};
+
+	__builtin_memcpy(nk.raddr, d->addr, 16);
+	__builtin_memcpy(nk.caddr, p->saddr, 16);
+	nk.rport = d->port ? d->port : p->dport;
+	nk.cport = p->sport;
+	nk.proto = p->proto;
+	nk.family = p->family;
+	__builtin_memcpy(nv.vaddr, p->daddr, 16);
+	nv.vport = p->dport;
+	nv.svc = svc_idx;
+	nv.dest = dest_idx;
+	bpf_map_update_elem(&nat_rev, &nk, &nv, BPF_ANY);
 }
 
 #endif /* RVS_LIB_NAT_H */

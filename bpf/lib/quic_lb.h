@@ -61,7 +61,11 @@
 #define RVS_LIB_QUIC_LB_H
 
 #include "lib/maps.h"
+#include "lib/parse.h"
 #include "lib/sched.h"
+#include "lib/stats.h"
+#include "lib/forward.h"
+#include "lib/nat.h"
 #include "lib/aes_tables.h"
 
 /* ---------------------------------------------------------- AES-128 */
@@ -318,6 +322,47 @@ static __always_inline int quic_enter(struct xdp_md *ctx, __u32 svc_idx)
 	if (missed)
 		*missed += 1;
 	return XDP_PASS;
+}
+
+/* ------------------------------------------------------- in xdp_quic */
+
+/* The body of xdp_quic (xdp_lb.c): parse the datagram handed over by
+ * quic_enter (service index in quic_tmp), route it by connection ID
+ * (quic_route) and forward it by the real server's method, without a flow
+ * entry. */
+static __always_inline int quic_main(struct xdp_md *ctx)
+{
+	struct pkt p = {};
+	struct quic_scratch *t;
+	struct rvs_config *cfg;
+	struct rvs_svc *svc;
+	struct rvs_dest *d;
+	__u32 zero = 0, svc_idx, dest_idx;
+
+	if (parse(ctx, &p) || p.icmp || p.proto != IPPROTO_UDP)
+		return XDP_PASS;
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	t = bpf_map_lookup_elem(&quic_tmp, &zero);
+	if (!cfg || !t)
+		return XDP_PASS;
+	svc_idx = t->svc;
+	svc = bpf_map_lookup_elem(&svc_info, &svc_idx);
+	CALL_SITE_TAG(45);
+	if (!svc || svc->sched == RVS_SCHED_NONE)
+		return XDP_PASS;
+	dest_idx = quic_route(ctx, svc, svc_idx, p.l4off + sizeof(struct udphdr));
+	if (dest_idx == RVS_SLOT_EMPTY)
+		return XDP_PASS;
+	d = bpf_map_lookup_elem(&dests, &dest_idx);
+	if (!d)
+		return XDP_PASS;
+	/* NAT: the reply entry of this 4-tuple (a migrated client's new one
+	 * included), refreshed by every datagram. */
+	if (d->method == RVS_FWD_NAT)
+		nat_rev_add(&p, d, svc_idx, dest_idx);
+	count(&svc_stats, svc_idx, p.l3len, 0, 0);
+	count(&dest_stats, dest_idx, p.l3len, 0, 0);
+	return forward(ctx, &p, d, cfg);
 }
 
 #endif /* RVS_LIB_QUIC_LB_H */

@@ -1,0 +1,147 @@
+//! Mirrored connections, for packet data planes that schedule themselves
+//! (the XDP plane): their flows and templates mirrored into the connection
+//! table ([`Ipvs::mirror_conn`]) and their counters added to the director's.
+
+use super::*;
+
+impl Ipvs {
+    /// A packet data plane that schedules and tracks flows itself (the XDP
+    /// program) reports one of its flows, so `-Lcn`, ActiveConn/InActConn
+    /// and expiry see it: the entry for the flow's tuple is created bound to
+    /// `flow.dest` when absent (re-created when it names another real
+    /// server), its state is set — moving it between the real server's
+    /// active and inactive counts as a state change does — and its timer is
+    /// set to `flow.idle_left`. Counters are not touched (the data plane
+    /// reports traffic with [`Ipvs::add_counters`]). A connection's
+    /// `flow.local`, when given, is recorded as its FULLNAT local address
+    /// and port ([`Ipvs::set_conn_local`]). `None` when `flow.dest`
+    /// is not a known real server or the table is full of entries that
+    /// cannot be evicted.
+    pub fn mirror_conn(&mut self, now: Instant, flow: &MirroredConn) -> Option<ConnId> {
+        let id = self.mirror_conn_entry(now, flow)?;
+        if let Some(local) = flow.local
+            && !flow.template
+        {
+            self.set_conn_local(id, local);
+        }
+        Some(id)
+    }
+
+    fn mirror_conn_entry(&mut self, now: Instant, flow: &MirroredConn) -> Option<ConnId> {
+        let dcfg = self.dest(flow.dest)?.config;
+        let key = ConnKey {
+            protocol: flow.protocol.number(),
+            af: AddrFamily::of(&flow.client.ip()),
+            caddr: Addr::from_ip(flow.client.ip()),
+            cport: flow.client.port(),
+            vaddr: Addr::from_ip(flow.vip.ip()),
+            vport: flow.vip.port(),
+        };
+        if flow.template {
+            return self.mirror_template(now, flow, key, dcfg);
+        }
+        let active = match flow.protocol {
+            Protocol::Tcp => TcpState::from_u8(flow.state).is_some_and(TcpState::is_active),
+            Protocol::Sctp => SctpState::from_u8(flow.state).is_some_and(SctpState::is_active),
+            Protocol::Udp => false,
+        };
+        if let Some(id) = self.conns.lookup(&key) {
+            let same = self.conns.get(id).is_some_and(|c| c.dest == flow.dest.0);
+            if same {
+                let mut was_inactive = false;
+                if let Some(c) = self.conns.get_mut(id) {
+                    was_inactive = c.flags.contains(ConnFlags::INACTIVE);
+                    c.state = flow.state;
+                    if active {
+                        c.flags.remove(ConnFlags::INACTIVE);
+                    } else {
+                        c.flags.insert(ConnFlags::INACTIVE);
+                    }
+                    if flow.output_seen {
+                        c.flags.remove(ConnFlags::NOOUTPUT);
+                    }
+                }
+                if was_inactive == active {
+                    self.with_dest(flow.dest, |d| {
+                        if active {
+                            d.inactive = d.inactive.saturating_sub(1);
+                            d.active += 1;
+                        } else {
+                            d.active = d.active.saturating_sub(1);
+                            d.inactive += 1;
+                        }
+                    });
+                }
+                self.conns.set_timeout(id, flow.idle_left, now);
+                return Some(id);
+            }
+            self.remove_conn(id, true);
+        }
+        let mut flags = conn_flags_of(&dcfg.forward);
+        if !active {
+            flags = flags.union(ConnFlags::INACTIVE);
+        }
+        if !flow.output_seen {
+            flags = flags.union(ConnFlags::NOOUTPUT);
+        }
+        let dport = if dcfg.port == 0 {
+            flow.vip.port()
+        } else {
+            dcfg.port
+        };
+        let mut conn = Conn::new(&key, Addr::from_ip(dcfg.addr), dport, flags, flow.idle_left);
+        conn.dest = flow.dest.0;
+        conn.state = flow.state;
+        let id = self.insert_conn(conn, None, now).ok()?;
+        self.bind(flow.dest, flags);
+        self.conns.set_timeout(id, flow.idle_left, now);
+        Some(id)
+    }
+
+    fn mirror_template(
+        &mut self,
+        now: Instant,
+        flow: &MirroredConn,
+        key: ConnKey,
+        dcfg: DestConfig,
+    ) -> Option<ConnId> {
+        if let Some(id) = self.conns.lookup_template(&key, None) {
+            if self.conns.get(id).is_some_and(|c| c.dest == flow.dest.0) {
+                self.conns.set_timeout(id, flow.idle_left, now);
+                return Some(id);
+            }
+            self.remove_conn(id, true);
+        }
+        let dport = if key.vport == 0 { 0 } else { dcfg.port };
+        let mut conn = Conn::new(
+            &key,
+            Addr::from_ip(dcfg.addr),
+            dport,
+            ConnFlags::TEMPLATE,
+            flow.idle_left,
+        );
+        conn.dest = flow.dest.0;
+        let id = self.insert_conn(conn, None, now).ok()?;
+        self.bind(flow.dest, ConnFlags::TEMPLATE);
+        self.conns.set_timeout(id, flow.idle_left, now);
+        Some(id)
+    }
+
+    /// Add traffic a packet data plane counted (e.g. the per-CPU counters of
+    /// the XDP program since its last report) to a real server, its service
+    /// and the director total, as the packet path counts its own.
+    pub fn add_counters(&mut self, dest: DestId, delta: &Counters) {
+        self.count(dest, |c| c.add(delta));
+    }
+
+    /// Add the QUIC-LB routing counts a data plane made for a service since
+    /// its last report. False when there is no such service (it was
+    /// deleted meanwhile; the counts go with it).
+    pub fn add_quic_lb_counters(&mut self, key: &ServiceKey, delta: &QuicLbCounters) -> bool {
+        let Some(idx) = self.service_index(key) else {
+            return false;
+        };
+        self.service_at_mut(idx).quic_lb.add(delta);
+        true
+    }
+}

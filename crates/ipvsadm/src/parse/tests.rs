@@ -1,0 +1,48 @@
+//! Unit tests of the command-line parser.
+
+use super::apply::is_prime;
+use super::options::NUM_OPT;
+use super::*;
+
+#[test]
+fn legality_rows_match_ipvsadm_columns() {
+    // Spot checks against commands_v_options in ipvsadm.c.
+    assert_eq!(&Cmd::List.legality()[..3], b" 11");
+    assert_eq!(Cmd::List.legality()[C_TIMEOUT], b'1');
+    assert_eq!(Cmd::List.legality()[C_DAEMON], b'1');
+    assert_eq!(Cmd::List.legality()[C_TUN_INFO], b' ');
+    assert_eq!(Cmd::List.legality()[C_ONEPACKET], b'x');
+    assert_eq!(Cmd::Add.legality()[C_SCHED_FLAGS], b' ');
+    assert_eq!(Cmd::Add.legality()[C_MCAST_GROUP], b'x');
+    assert_eq!(Cmd::Add.legality()[C_MH_TABLE_SIZE], b' ');
+    assert_eq!(Cmd::AddDest.legality()[C_LTHRESHOLD], b' ');
+    assert_eq!(Cmd::AddDest.legality()[C_MCAST], b'x');
+    assert_eq!(Cmd::AddDest.legality()[C_TUN_INFO], b'x');
+    assert_eq!(Cmd::AddDest.legality()[C_TUN_TYPE], b' ');
+    assert_eq!(Cmd::AddDest.legality()[C_TUN_REMCSUM], b' ');
+    assert_eq!(Cmd::StartDaemon.legality()[C_MCAST], b' ');
+    assert_eq!(Cmd::StartDaemon.legality()[C_SYNCID], b' ');
+    assert_eq!(Cmd::StartDaemon.legality()[C_EXACT], b'x');
+    assert_eq!(Cmd::StartDaemon.legality()[C_SYNC_MAXLEN], b' ');
+    assert_eq!(Cmd::StartDaemon.legality()[C_TUN_INFO], b'x');
+    assert_eq!(Cmd::StopDaemon.legality()[C_SYNCID], b' ');
+    assert_eq!(Cmd::StopDaemon.legality()[C_MCAST], b'x');
+    assert_eq!(Cmd::Save.legality()[C_NUMERIC], b' ');
+    assert_eq!(Cmd::Zero.legality()[C_SERVICE], b' ');
+    assert_eq!(Cmd::AddLaddr.legality()[C_LADDR], b'+');
+    assert_eq!(Cmd::Add.legality()[C_LADDR], b'x');
+    assert_eq!(Cmd::Add.legality()[C_QUIC_LB], b' ');
+    assert_eq!(Cmd::List.legality()[C_QUIC_LB], b' ');
+    assert_eq!(Cmd::AddDest.legality()[C_QUIC_LB], b'x');
+    assert_eq!(Cmd::AddDest.legality()[C_QUIC_SID], b' ');
+    assert_eq!(Cmd::Edit.legality()[C_QUIC_SID], b'x');
+    assert_eq!(C_QUIC_SID + 1, NUM_OPT);
+}
+
+#[test]
+fn primes() {
+    assert!(is_prime(4093));
+    assert!(is_prime(2));
+    assert!(!is_prime(4095));
+    assert!(!is_prime(1));
+}

@@ -1,0 +1,361 @@
+//! Unit tests of the metrics: every family rendered from a director, the
+//! data planes, health checks and VRRP, in the Prometheus text format.
+
+use super::*;
+use rvs_core::ipvs::IpvsConfig;
+use rvs_core::model::{AddrFamily, DestConfig, Protocol, ServiceConfig};
+
+fn lines(text: &str) -> Vec<&str> {
+    text.lines().collect()
+}
+
+#[test]
+fn xdp_flood_counters_per_service_with_shed_derived() {
+    let key = ServiceKey::Addr {
+        protocol: Protocol::Tcp,
+        addr: "10.0.0.1".parse().expect("addr"),
+        port: 80,
+    };
+    let c = rvs_xdp::maps::SvcFlood {
+        embryonic: 1000,
+        promoted: 30,
+        guarded: 7,
+        unknown: 2,
+        adopted: 5,
+    };
+    let text = encode(xdp_flood(&[(key, c)]));
+    let labels = r#"{local_address="10.0.0.1",local_port="80",proto="TCP",local_mark=""}"#;
+    for (name, v) in [
+        ("rvs_xdp_embryonic_flows_total", 1000),
+        ("rvs_xdp_promoted_flows_total", 30),
+        ("rvs_xdp_shed_flows_total", 970),
+        ("rvs_xdp_guarded_flows_total", 7),
+        ("rvs_xdp_unknown_segments_total", 2),
+        ("rvs_xdp_adopted_flows_total", 5),
+    ] {
+        let want = format!("{name}{labels} {v}");
+        assert!(lines(&text).contains(&want.as_str()), "{want} in {text}");
+        assert!(text.contains(&format!("# TYPE {name} counter")), "{text}");
+    }
+}
+
+#[test]
+fn xdp_fnat_counters_per_service() {
+    let key = ServiceKey::Addr {
+        protocol: Protocol::Tcp,
+        addr: "10.0.0.1".parse().expect("addr"),
+        port: 80,
+    };
+    let c = rvs_xdp::maps::FnatStats {
+        exhausted: 3,
+        allocated: 70,
+        toa_inserted: 5,
+        toa_noroom: 1,
+        toa_mtu: 2,
+        toa_error: 4,
+        mss_clamped: 6,
+        probes: 90,
+        icmp_to_rs: 7,
+        icmp_to_client: 8,
+        icmp_mtu_lowered: 9,
+    };
+    let text = encode(xdp_fnat(&[(key, c)]));
+    let labels = r#"{local_address="10.0.0.1",local_port="80",proto="TCP",local_mark=""}"#;
+    for (name, v) in [
+        ("rvs_xdp_fnat_exhausted_total", 3),
+        ("rvs_xdp_fnat_allocated_total", 70),
+        ("rvs_xdp_fnat_probes_total", 90),
+        ("rvs_xdp_fnat_toa_inserted_total", 5),
+        ("rvs_xdp_fnat_toa_noroom_total", 1),
+        ("rvs_xdp_fnat_toa_mtu_total", 2),
+        ("rvs_xdp_fnat_toa_errors_total", 4),
+        ("rvs_xdp_fnat_mss_clamped_total", 6),
+        ("rvs_xdp_fnat_icmp_to_rs_total", 7),
+        ("rvs_xdp_fnat_icmp_to_client_total", 8),
+        ("rvs_xdp_fnat_icmp_mtu_lowered_total", 9),
+    ] {
+        let want = format!("{name}{labels} {v}");
+        assert!(lines(&text).contains(&want.as_str()), "{want} in {text}");
+        assert!(text.contains(&format!("# TYPE {name} counter")), "{text}");
+    }
+}
+
+/// The crate's text is the format the hand-written exposition had:
+/// counters keep their `_total` name in HELP, TYPE and samples, label
+/// values are escaped, no labels means no braces, histograms have
+/// cumulative buckets with `+Inf`, `_sum`, `_count`, and there is no
+/// OpenMetrics `# EOF`.
+#[test]
+fn exposition_text_is_prometheus_0_0_4() {
+    let mut c = Family::new("x_requests_total", Kind::Counter, "Requests.");
+    c.push(vec![("name", "a\"b\\c\nd".into())], Value::Int(3));
+    let g = Family::scalar("x_up", Kind::Gauge, "Up.", 1);
+    let mut h = Family::new("x_seconds", Kind::Histogram, "Latency.");
+    let mut cumulative = vec![0; LATENCY_BUCKETS.len()];
+    cumulative[2..].fill(1);
+    cumulative[7..].fill(3);
+    h.push(
+        vec![("vs", "v".into())],
+        Value::Histogram {
+            cumulative,
+            count: 4,
+            sum: 0.75,
+        },
+    );
+    let text = encode(vec![c, g, h]);
+    let want = [
+        "# HELP x_requests_total Requests.",
+        "# TYPE x_requests_total counter",
+        r#"x_requests_total{name="a\"b\\c\nd"} 3"#,
+        "# HELP x_up Up.",
+        "# TYPE x_up gauge",
+        "x_up 1",
+        "# HELP x_seconds Latency.",
+        "# TYPE x_seconds histogram",
+        r#"x_seconds_bucket{vs="v",le="0.0005"} 0"#,
+        r#"x_seconds_bucket{vs="v",le="0.001"} 0"#,
+        r#"x_seconds_bucket{vs="v",le="0.0025"} 1"#,
+        r#"x_seconds_bucket{vs="v",le="0.005"} 1"#,
+        r#"x_seconds_bucket{vs="v",le="0.01"} 1"#,
+        r#"x_seconds_bucket{vs="v",le="0.05"} 1"#,
+        r#"x_seconds_bucket{vs="v",le="0.1"} 1"#,
+        r#"x_seconds_bucket{vs="v",le="0.5"} 3"#,
+        r#"x_seconds_bucket{vs="v",le="1"} 3"#,
+        r#"x_seconds_bucket{vs="v",le="5"} 3"#,
+        r#"x_seconds_bucket{vs="v",le="+Inf"} 4"#,
+        r#"x_seconds_sum{vs="v"} 0.75"#,
+        r#"x_seconds_count{vs="v"} 4"#,
+    ];
+    assert_eq!(lines(&text), want, "{text}");
+}
+
+/// The one difference the crate makes: a float sum is written by `dtoa`,
+/// so an empty histogram's sum reads `0.0` (the hand-written text had
+/// `0`); both parse as the same value.
+#[test]
+fn an_empty_histogram_sums_to_zero_point_zero() {
+    let mut h = Family::new("x_seconds", Kind::Histogram, "Latency.");
+    h.push(
+        Vec::new(),
+        Value::Histogram {
+            cumulative: vec![0; LATENCY_BUCKETS.len()],
+            count: 0,
+            sum: 0.0,
+        },
+    );
+    let text = encode(vec![h]);
+    assert!(
+        text.contains("\nx_seconds_bucket{le=\"+Inf\"} 0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nx_seconds_sum 0.0\nx_seconds_count 0\n"),
+        "{text}"
+    );
+}
+
+/// A counter without `_total` would be renamed by the encoder: refused.
+#[test]
+fn a_counter_without_total_is_not_renamed() {
+    let text = encode(vec![Family::scalar("x_requests", Kind::Counter, "R.", 1)]);
+    assert!(!text.contains("x_requests_total"), "{text}");
+}
+
+/// node_exporter's names, types and labels for a director with an
+/// address service and a fwmark service.
+#[test]
+fn director_families_keep_node_exporter_names_and_types() {
+    let mut ipvs = Ipvs::new(IpvsConfig::default());
+    let key = ServiceKey::Addr {
+        protocol: Protocol::Tcp,
+        addr: "10.0.0.1".parse().unwrap(),
+        port: 80,
+    };
+    ipvs.add_service(
+        key,
+        ServiceConfig::new(AddrFamily::Inet).scheduler(rvs_core::sched::Scheduler::Wrr),
+    )
+    .unwrap();
+    ipvs.add_dest(
+        &key,
+        DestConfig::new("192.168.1.5".parse().unwrap(), 8080).weight(3),
+    )
+    .unwrap();
+    let fw = ServiceKey::Fwmark {
+        mark: 7,
+        af: AddrFamily::Inet,
+    };
+    ipvs.add_service(
+        fw,
+        ServiceConfig::new(AddrFamily::Inet).scheduler(rvs_core::sched::Scheduler::Rr),
+    )
+    .unwrap();
+    ipvs.add_dest(&fw, DestConfig::new("192.168.1.6".parse().unwrap(), 0))
+        .unwrap();
+    let text = encode(director(&ipvs, 2, 1));
+    let text = lines(&text);
+    for want in [
+        "# HELP node_ipvs_connections_total The total number of connections made.",
+        "# TYPE node_ipvs_connections_total counter",
+        "node_ipvs_connections_total 0",
+        "# TYPE node_ipvs_incoming_packets_total counter",
+        "# TYPE node_ipvs_outgoing_packets_total counter",
+        "# TYPE node_ipvs_incoming_bytes_total counter",
+        "# TYPE node_ipvs_outgoing_bytes_total counter",
+        "# TYPE node_ipvs_backend_connections_active gauge",
+        "# TYPE node_ipvs_backend_connections_inactive gauge",
+        "# TYPE node_ipvs_backend_weight gauge",
+        r#"node_ipvs_backend_weight{local_address="10.0.0.1",local_port="80",remote_address="192.168.1.5",remote_port="8080",proto="TCP",local_mark=""} 3"#,
+        r#"node_ipvs_backend_weight{local_address="",local_port="0",remote_address="192.168.1.6",remote_port="0",proto="FWM",local_mark="7"} 1"#,
+        r#"rvs_service_connections_total{local_address="",local_port="0",proto="FWM",local_mark="7"} 0"#,
+        "# TYPE rvs_backend_persistent_connections gauge",
+        "# TYPE rvs_conn_table_evictions_total counter",
+        "rvs_services 2",
+        "rvs_config_reloads_total 2",
+        "rvs_config_reload_failures_total 1",
+    ] {
+        assert!(
+            text.contains(&want),
+            "missing `{want}` in\n{}",
+            text.join("\n")
+        );
+    }
+    assert!(
+        !text
+            .iter()
+            .any(|l| l.contains("_total_total") || l.contains("EOF"))
+    );
+}
+
+/// A QUIC-LB service has one sample per route, with the service
+/// labels; a service without QUIC-LB has none.
+#[test]
+fn quic_lb_counters_per_service_and_route() {
+    let mut ipvs = Ipvs::new(IpvsConfig::default());
+    let key = ServiceKey::Addr {
+        protocol: Protocol::Udp,
+        addr: "10.0.0.1".parse().unwrap(),
+        port: 443,
+    };
+    let mut cfg = ServiceConfig::new(AddrFamily::Inet);
+    cfg.quic_lb = vec![rvs_core::model::QuicLbConfig {
+        rotation: 0,
+        server_id_len: 3,
+        nonce_len: 6,
+        key: None,
+    }];
+    ipvs.add_service(key, cfg).unwrap();
+    let plain = ServiceKey::Addr {
+        protocol: Protocol::Udp,
+        addr: "10.0.0.2".parse().unwrap(),
+        port: 443,
+    };
+    ipvs.add_service(plain, ServiceConfig::new(AddrFamily::Inet))
+        .unwrap();
+    assert!(ipvs.add_quic_lb_counters(
+        &key,
+        &rvs_core::stats::QuicLbCounters {
+            by_cid: 5,
+            by_fallback: 2,
+            undecodable: 1,
+        },
+    ));
+    let text = encode(director(&ipvs, 0, 0));
+    let text = lines(&text);
+    for want in [
+        "# TYPE rvs_service_quic_lb_packets_total counter",
+        r#"rvs_service_quic_lb_packets_total{local_address="10.0.0.1",local_port="443",proto="UDP",local_mark="",route="cid"} 5"#,
+        r#"rvs_service_quic_lb_packets_total{local_address="10.0.0.1",local_port="443",proto="UDP",local_mark="",route="fallback"} 2"#,
+        r#"rvs_service_quic_lb_packets_total{local_address="10.0.0.1",local_port="443",proto="UDP",local_mark="",route="undecodable"} 1"#,
+    ] {
+        assert!(
+            text.contains(&want),
+            "missing `{want}` in\n{}",
+            text.join("\n")
+        );
+    }
+    assert!(
+        !text
+            .iter()
+            .any(|l| l.starts_with("rvs_service_quic_lb") && l.contains("10.0.0.2"))
+    );
+}
+
+/// VRRP's gauges per instance (names escaped), none without instances.
+#[test]
+fn announce_families_only_with_announce_table() {
+    let off = crate::announce::Announce::new(None, false);
+    assert!(announce(&off).is_empty());
+    let settings = crate::announce::Settings {
+        table: 100,
+        proto: crate::announce::PROTO,
+        drained_file: "/nonexistent/x.drained".into(),
+    };
+    let mut on = crate::announce::Announce::new(Some(settings), false);
+    let text = encode(announce(&on));
+    assert!(
+        text.lines().any(|l| l == "rvs_director_drained 0"),
+        "{text}"
+    );
+    assert!(text.contains("# TYPE rvs_vip_announced gauge"), "{text}");
+    on.drain(std::time::Instant::now(), std::time::Duration::ZERO)
+        .unwrap();
+    let text = encode(announce(&on));
+    assert!(
+        text.lines().any(|l| l == "rvs_director_drained 1"),
+        "{text}"
+    );
+}
+
+#[test]
+fn vrrp_state_and_priority_per_instance() {
+    let status = crate::vrrp::Status::default();
+    assert!(vrrp(&status).is_empty());
+    status
+        .lock()
+        .unwrap()
+        .insert("VI_1".into(), (State::Master, 150));
+    status
+        .lock()
+        .unwrap()
+        .insert("odd\"name".into(), (State::Fault, 0));
+    let text = encode(vrrp(&status));
+    assert_eq!(
+        lines(&text),
+        [
+            "# HELP rvs_vrrp_state VRRP instance state (0 init, 1 backup, 2 master, 3 fault, 4 stopped).",
+            "# TYPE rvs_vrrp_state gauge",
+            r#"rvs_vrrp_state{instance="VI_1"} 2"#,
+            r#"rvs_vrrp_state{instance="odd\"name"} 3"#,
+            "# HELP rvs_vrrp_priority VRRP instance effective priority.",
+            "# TYPE rvs_vrrp_priority gauge",
+            r#"rvs_vrrp_priority{instance="VI_1"} 150"#,
+            r#"rvs_vrrp_priority{instance="odd\"name"} 0"#,
+        ],
+        "{text}"
+    );
+}
+
+/// The health checker's families exist (with their types) before any
+/// checker runs, as they did.
+#[test]
+fn health_families_before_any_check() {
+    let text = encode(health(&rvs_check::Health::new(1)));
+    let text = lines(&text);
+    for want in [
+        "# TYPE rvs_realserver_up gauge",
+        "# TYPE rvs_quorum_up gauge",
+        "# TYPE rvs_check_latency_seconds histogram",
+        "# TYPE rvs_check_lateness_seconds histogram",
+        r#"rvs_check_lateness_seconds_bucket{le="+Inf"} 0"#,
+        "rvs_check_lateness_seconds_count 0",
+        "# HELP rvs_check_transitions_total Health checker state changes.",
+        "# TYPE rvs_check_transitions_total counter",
+    ] {
+        assert!(
+            text.contains(&want),
+            "missing `{want}` in\n{}",
+            text.join("\n")
+        );
+    }
+}
