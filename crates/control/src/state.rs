@@ -437,8 +437,7 @@ impl Controller {
     /// A counter that moves whenever the service table may have changed
     /// (what [`Controller::table_commands`] returns): a service, a real
     /// server or the timeouts added, edited or removed through
-    /// [`Controller::exec`], [`Controller::replace`] or
-    /// [`Controller::set_timeouts`]. A request that changes nothing (a
+    /// [`Controller::submit`] or [`Controller::set_timeouts`]. A request that changes nothing (a
     /// failed command, `-Z`, a reload without a difference, timeouts set to
     /// what they are) leaves it where it was, so a caller that keeps a copy
     /// of the table compares two numbers instead of two tables.
@@ -456,8 +455,8 @@ impl Controller {
         }
     }
 
-    /// The live director (read-only: changes go through [`Controller::exec`]
-    /// so the data plane sees them).
+    /// The live director (read-only: changes go through
+    /// [`Controller::submit`] so the data plane sees them).
     pub fn ipvs(&self) -> &Ipvs {
         &self.ipvs
     }
