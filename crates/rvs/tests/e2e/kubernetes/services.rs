@@ -1,0 +1,147 @@
+//! Upstream sig-network Service behaviours (test/e2e/network/service.go)
+//! through `rvsd --dataplane proxy --kubernetes`: multiple ports, TCP and
+//! UDP on one port number, session affinity, terminating endpoints, UDP
+//! across a scale to zero.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rvs_testbed::k8s::ControlPlane;
+use rvs_testbed::{Bed, Host, connect, spread, udp_ask, udp_socket};
+
+use super::{Node, WAIT, app_pod, ip, real_servers, real_servers_of, service_addrs, service_json};
+use crate::harness::within;
+
+const T: Duration = Duration::from_secs(3);
+
+/// Root, tools and a control plane, or a skip.
+fn setup(test: &str) -> Option<ControlPlane> {
+    if !rvs_testbed::require_root(test, "network namespaces need root")
+        || !rvs_testbed::require_tools(test, &["ip", "nsenter", "ethtool"])
+    {
+        return None;
+    }
+    ControlPlane::start_or_skip(test)
+}
+
+/// A bed with the node (10.81.0.1, ClusterIPs local to it) and a client
+/// (10.81.0.50).
+fn bed_with_node(tag: &str) -> (Bed, Host, Host) {
+    let mut bed = Bed::new(tag);
+    let node = bed.host("node", "10.81.0.1/24");
+    let client = bed.host("client", "10.81.0.50/24");
+    node.exec(&["ip", "route", "add", "local", "10.96.0.0/16", "dev", "lo"]);
+    (bed, node, client)
+}
+
+/// The names `n` connections from `from` to `to` reached (none failing).
+fn servers(from: &Host, to: SocketAddr, n: usize) -> BTreeSet<String> {
+    let (seen, failed) = spread(from, to, n, T);
+    assert_eq!(failed, 0, "{to}: {seen:?}");
+    seen.into_keys().collect()
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The names `n` questions from fresh UDP sockets of `from` to `to` got
+/// (none unanswered).
+fn udp_servers(from: &Host, to: SocketAddr, n: usize) -> BTreeSet<String> {
+    (0..n)
+        .map(|i| {
+            let s = udp_socket(from, ip("0.0.0.0")).expect("udp socket");
+            udp_ask(&s, to, &format!("q{i}"), T).unwrap_or_else(|e| panic!("{to} UDP: {e}"))
+        })
+        .collect()
+}
+
+const MULTIPORT: &str = r#"{"apiVersion": "v1", "kind": "Service",
+ "metadata": {"name": "multi", "namespace": "default"},
+ "spec": {"type": "NodePort", "selector": {"app": "echo"},
+          "ports": [{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"},
+                    {"name": "alt", "port": 81, "targetPort": 8081, "protocol": "TCP"},
+                    {"name": "dns-tcp", "port": 53, "targetPort": 5353, "protocol": "TCP"},
+                    {"name": "dns-udp", "port": 53, "targetPort": 5353, "protocol": "UDP"}]}}"#;
+
+/// service.go "should serve multiport endpoints from pods" and "should
+/// serve a basic endpoint from pods" with TCP and UDP on one port number:
+/// each named port of the ClusterIP (from the node) and of its NodePort
+/// (from another host) reaches the matching target port of both pods, and
+/// port 53 answers over TCP and over UDP from the pods' TCP and UDP
+/// servers.
+#[test]
+fn kubernetes_multiport_and_tcp_udp_on_one_port() {
+    let test = "kubernetes_multiport_and_tcp_udp_on_one_port";
+    let Some(cp) = setup(test) else { return };
+    let (mut bed, node, client) = bed_with_node("k8smp");
+    let pods = [("pod1", "10.81.0.11"), ("pod2", "10.81.0.12")];
+    for (name, addr) in pods {
+        let h = bed.host(name, &format!("{addr}/24"));
+        bed.server(&h, ip(addr), 8080, &format!("{name}-web"));
+        bed.server(&h, ip(addr), 8081, &format!("{name}-alt"));
+        bed.server(&h, ip(addr), 5353, &format!("{name}-dnstcp"));
+        bed.udp_server(&h, ip(addr), 5353, &format!("{name}-dnsudp"));
+    }
+    cp.create_node("node1", ip("10.81.0.1"), None)
+        .expect("create node");
+    for (name, addr) in pods {
+        app_pod(&cp, name, "node1", addr, "echo");
+    }
+    cp.apply(MULTIPORT).expect("create service");
+    let (cip, _) = service_addrs(&cp, "default", "multi");
+    let v = service_json(&cp, "multi");
+    let node_port = |name: &str| -> u16 {
+        let p = v["spec"]["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .find(|p| p["name"] == name)
+            .expect("the port");
+        u16::try_from(p["nodePort"].as_u64().expect("nodePort")).expect("a port")
+    };
+    let n = Node::start(&cp, &node, "node1", "proxy", &[]);
+    let d = &n.rvsd;
+    let ports = [
+        ("TCP", 80, "web", "web"),
+        ("TCP", 81, "alt", "alt"),
+        ("TCP", 53, "dns-tcp", "dnstcp"),
+        ("UDP", 53, "dns-udp", "dnsudp"),
+    ];
+    within("every port's two endpoints in rvsadm -Ln", WAIT, || {
+        ports.iter().all(|(proto, port, pname, _)| {
+            real_servers_of(d, proto, SocketAddr::new(cip, *port)).len() == 2
+                && real_servers_of(d, proto, SocketAddr::new(ip("10.81.0.1"), node_port(pname)))
+                    .len()
+                    == 2
+        })
+    });
+    let target = |port: u16| if port == 53 { 5353 } else { port + 8000 };
+    for (proto, port, _, _) in &ports {
+        let rs = real_servers_of(d, proto, SocketAddr::new(cip, *port));
+        let want: Vec<String> = pods
+            .iter()
+            .map(|(_, a)| format!("{a}:{}", target(*port)))
+            .collect();
+        assert_eq!(
+            rs.iter().map(|(a, _)| a.clone()).collect::<Vec<_>>(),
+            want,
+            "{proto} {cip}:{port}: the port's targetPort"
+        );
+    }
+    for (proto, port, pname, tag) in ports {
+        let want = set(&[&format!("pod1-{tag}"), &format!("pod2-{tag}")]);
+        let cluster = SocketAddr::new(cip, port);
+        let external = SocketAddr::new(ip("10.81.0.1"), node_port(pname));
+        for (from, to) in [(&node, cluster), (&client, external)] {
+            let got = if proto == "TCP" {
+                servers(from, to, 12)
+            } else {
+                udp_servers(from, to, 12)
+            };
+            assert_eq!(got, want, "{proto} {to} ({pname})");
+        }
+    }
+}
+
