@@ -145,3 +145,93 @@ fn kubernetes_multiport_and_tcp_udp_on_one_port() {
     }
 }
 
+const STICKY: &str = r#"{"apiVersion": "v1", "kind": "Service",
+ "metadata": {"name": "sticky", "namespace": "default"},
+ "spec": {"selector": {"app": "echo"}, "sessionAffinity": "ClientIP",
+          "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 2}},
+          "ports": [{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}}"#;
+
+/// service.go "should have session affinity work for service" / "...
+/// timeout work": with `sessionAffinity: ClientIP` every connection of one
+/// client reaches one pod; once `timeoutSeconds` (2) pass without a
+/// connection the affinity is gone and a new connection may go to the
+/// other pod; "should be able to switch session affinity": patched to
+/// `None` connections spread over both pods, patched back to `ClientIP`
+/// they stick to one again.
+#[test]
+fn kubernetes_session_affinity_client_ip() {
+    let test = "kubernetes_session_affinity_client_ip";
+    let Some(cp) = setup(test) else { return };
+    let (mut bed, node, _client) = bed_with_node("k8saf");
+    let pods = [("pod1", "10.81.0.11"), ("pod2", "10.81.0.12")];
+    for (name, addr) in pods {
+        let h = bed.host(name, &format!("{addr}/24"));
+        bed.server(&h, ip(addr), 8080, name);
+    }
+    cp.create_node("node1", ip("10.81.0.1"), None)
+        .expect("create node");
+    for (name, addr) in pods {
+        app_pod(&cp, name, "node1", addr, "echo");
+    }
+    cp.apply(STICKY).expect("create service");
+    let (cip, _) = service_addrs(&cp, "default", "sticky");
+    let vip = SocketAddr::new(cip, 80);
+    let n = Node::start(&cp, &node, "node1", "proxy", &[]);
+    let d = &n.rvsd;
+    within("the two endpoints in rvsadm -Ln", WAIT, || {
+        real_servers(d, vip).len() == 2
+    });
+
+    // Affinity: 20 connections, one pod.
+    let first = servers(&node, vip, 20);
+    assert_eq!(first.len(), 1, "ClientIP affinity: one pod, got {first:?}");
+    let pinned = first.into_iter().next().expect("a pod");
+
+    // Timeout: after 2 s without a connection, the choice is made afresh
+    // (rr: the other pod comes next).
+    within("the affinity timing out", WAIT, || {
+        std::thread::sleep(Duration::from_secs(3));
+        connect(&node, vip, T).expect("connect").server != pinned
+    });
+
+    // Switched off: both pods.
+    cp.kubectl(
+        &[
+            "patch",
+            "service",
+            "sticky",
+            "-n",
+            "default",
+            "--type=merge",
+            "-p",
+            r#"{"spec": {"sessionAffinity": "None", "sessionAffinityConfig": null}}"#,
+        ],
+        None,
+    )
+    .expect("affinity off");
+    within("affinity off: connections spread", WAIT, || {
+        servers(&node, vip, 10).len() == 2
+    });
+
+    // Switched on again: one pod.
+    cp.kubectl(
+        &[
+            "patch",
+            "service",
+            "sticky",
+            "-n",
+            "default",
+            "--type=merge",
+            "-p",
+            r#"{"spec": {"sessionAffinity": "ClientIP"}}"#,
+        ],
+        None,
+    )
+    .expect("affinity on");
+    within("affinity on: connections stick", WAIT, || {
+        servers(&node, vip, 10).len() == 1
+    });
+    let again = servers(&node, vip, 20);
+    assert_eq!(again.len(), 1, "ClientIP affinity again: {again:?}");
+}
+
