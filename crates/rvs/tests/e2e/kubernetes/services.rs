@@ -235,3 +235,90 @@ fn kubernetes_session_affinity_client_ip() {
     assert_eq!(again.len(), 1, "ClientIP affinity again: {again:?}");
 }
 
+/// KEP-1669, service.go "should fallback to terminating endpoints when
+/// there are no ready endpoints with {internal,external}TrafficPolicy=
+/// {Cluster,Local}": two Services, one with both policies `Local`, one with
+/// both `Cluster`, over two pods of this node; both pods are deleted with a
+/// grace period (no kubelet ends them: they stay serving and terminating,
+/// no endpoint is ready), and connections to every ClusterIP (from the
+/// node) and NodePort (from another host) still reach them.
+#[test]
+fn kubernetes_terminating_endpoints_fallback() {
+    let test = "kubernetes_terminating_endpoints_fallback";
+    let Some(cp) = setup(test) else { return };
+    let (mut bed, node, client) = bed_with_node("k8ste");
+    let pods = [("pod1", "10.81.0.11"), ("pod2", "10.81.0.12")];
+    for (name, addr) in pods {
+        let h = bed.host(name, &format!("{addr}/24"));
+        bed.server(&h, ip(addr), 8080, name);
+    }
+    cp.create_node("node1", ip("10.81.0.1"), None)
+        .expect("create node");
+    for (name, addr) in pods {
+        app_pod(&cp, name, "node1", addr, "echo");
+    }
+    for (name, policy) in [("local", "Local"), ("cluster", "Cluster")] {
+        cp.apply(&format!(
+            r#"{{"apiVersion": "v1", "kind": "Service",
+ "metadata": {{"name": "{name}", "namespace": "default"}},
+ "spec": {{"type": "NodePort", "selector": {{"app": "echo"}},
+          "externalTrafficPolicy": "{policy}", "internalTrafficPolicy": "{policy}",
+          "ports": [{{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}}]}}}}"#
+        ))
+        .expect("create service");
+    }
+    let mut targets = Vec::new();
+    for name in ["local", "cluster"] {
+        let (cip, np) = service_addrs(&cp, "default", name);
+        targets.push((name, &node, SocketAddr::new(cip, 80)));
+        targets.push((
+            name,
+            &client,
+            SocketAddr::new(ip("10.81.0.1"), np.expect("a NodePort")),
+        ));
+    }
+    let n = Node::start(&cp, &node, "node1", "proxy", &[]);
+    let d = &n.rvsd;
+    within("every entry's two endpoints in rvsadm -Ln", WAIT, || {
+        targets
+            .iter()
+            .all(|(_, _, t)| real_servers(d, *t).len() == 2)
+    });
+    for (name, from, to) in &targets {
+        assert_eq!(
+            servers(from, *to, 10),
+            set(&["pod1", "pod2"]),
+            "{name} {to}"
+        );
+    }
+
+    for (name, _) in pods {
+        cp.delete_pod("default", name, 300).expect("delete pod");
+    }
+    for name in ["local", "cluster"] {
+        cp.wait_endpoints("default", name, WAIT, |eps| {
+            eps.len() == 2
+                && eps.iter().all(|e| {
+                    e.conditions.ready == Some(false)
+                        && e.conditions.serving == Some(true)
+                        && e.conditions.terminating == Some(true)
+                })
+        })
+        .expect("both endpoints serving and terminating");
+    }
+    // The terminating pods are used: weight > 0 where nothing is ready.
+    within("the terminating endpoints in use", WAIT, || {
+        targets.iter().all(|(_, _, t)| {
+            let rs = real_servers(d, *t);
+            rs.len() == 2 && rs.iter().all(|(_, w)| *w > 0)
+        })
+    });
+    for (name, from, to) in &targets {
+        assert_eq!(
+            servers(from, *to, 10),
+            set(&["pod1", "pod2"]),
+            "{name} {to}: the terminating endpoints serve"
+        );
+    }
+}
+
