@@ -22,6 +22,7 @@ use rvs_testbed::{Bed, Host, connect, spread};
 
 use crate::harness::{RVSD, Rvsd, TempDir, within};
 
+mod policy;
 mod services;
 
 /// The bound on every wait for the cluster to reach rvsd.

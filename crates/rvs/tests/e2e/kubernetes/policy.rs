@@ -1,0 +1,144 @@
+//! Upstream sig-network Service behaviours (test/e2e/network/service.go
+//! and loadbalancer.go) about which endpoints and which Services a node
+//! serves: traffic policies `Local`, the `healthCheckNodePort`, headless
+//! Services and other proxies' Services, external IPs, and refused objects
+//! reported as Events.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rvs_testbed::k8s::ControlPlane;
+use rvs_testbed::{Bed, Host, spread};
+
+use super::{Node, WAIT, app_pod, http_get, ip, real_servers, service_addrs, service_json};
+use crate::harness::within;
+
+const T: Duration = Duration::from_secs(3);
+
+fn setup(test: &str) -> Option<ControlPlane> {
+    if !rvs_testbed::require_root(test, "network namespaces need root")
+        || !rvs_testbed::require_tools(test, &["ip", "nsenter", "ethtool"])
+    {
+        return None;
+    }
+    ControlPlane::start_or_skip(test)
+}
+
+fn bed_with_node(tag: &str) -> (Bed, Host, Host) {
+    let mut bed = Bed::new(tag);
+    let node = bed.host("node", "10.81.0.1/24");
+    let client = bed.host("client", "10.81.0.50/24");
+    node.exec(&["ip", "route", "add", "local", "10.96.0.0/16", "dev", "lo"]);
+    (bed, node, client)
+}
+
+fn servers(from: &Host, to: SocketAddr, n: usize) -> BTreeSet<String> {
+    let (seen, failed) = spread(from, to, n, T);
+    assert_eq!(failed, 0, "{to}: {seen:?}");
+    seen.into_keys().collect()
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// loadbalancer.go "should only target nodes with endpoints" /
+/// "should work for type=LoadBalancer" with `externalTrafficPolicy:
+/// Local`: the NodePort reaches only this node's pod (pod2 runs on node2),
+/// the ClusterIP (internal policy Cluster) both; the `healthCheckNodePort`
+/// answers 200 with kube-proxy's JSON body and `"localEndpoints": 1`, and
+/// 503 with 0 for a Service whose only pod is on node2; once the local pod
+/// is terminating the check answers 503 (the load balancer drains the
+/// node) while the NodePort still reaches the terminating pod (KEP-1669).
+#[test]
+fn kubernetes_external_traffic_policy_local_and_health_check() {
+    let test = "kubernetes_external_traffic_policy_local_and_health_check";
+    let Some(cp) = setup(test) else { return };
+    let (mut bed, node, client) = bed_with_node("k8set");
+    let pods = [
+        ("pod1", "10.81.0.11", "node1"),
+        ("pod2", "10.81.0.12", "node2"),
+    ];
+    for (name, addr, _) in pods {
+        let h = bed.host(name, &format!("{addr}/24"));
+        bed.server(&h, ip(addr), 8080, name);
+    }
+    cp.create_node("node1", ip("10.81.0.1"), None)
+        .expect("create node");
+    cp.create_node("node2", ip("10.81.0.2"), None)
+        .expect("create node");
+    for (name, addr, on) in pods {
+        app_pod(&cp, name, on, addr, "echo");
+    }
+    app_pod(&cp, "remote", "node2", "10.81.0.13", "remote");
+    for (name, app) in [("lb", "echo"), ("far", "remote")] {
+        cp.apply(&format!(
+            r#"{{"apiVersion": "v1", "kind": "Service",
+ "metadata": {{"name": "{name}", "namespace": "default"}},
+ "spec": {{"type": "LoadBalancer", "selector": {{"app": "{app}"}},
+          "externalTrafficPolicy": "Local",
+          "ports": [{{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}}]}}}}"#
+        ))
+        .expect("create service");
+    }
+    let (cip, np) = service_addrs(&cp, "default", "lb");
+    let cluster = SocketAddr::new(cip, 80);
+    let external = SocketAddr::new(ip("10.81.0.1"), np.expect("a NodePort"));
+    let hc = |name: &str| {
+        let v = service_json(&cp, name);
+        let p = v["spec"]["healthCheckNodePort"]
+            .as_u64()
+            .expect("a healthCheckNodePort");
+        SocketAddr::new(ip("10.81.0.1"), u16::try_from(p).expect("a port"))
+    };
+    let (hc_lb, hc_far) = (hc("lb"), hc("far"));
+    let n = Node::start(&cp, &node, "node1", "proxy", &[]);
+    let d = &n.rvsd;
+    within("the Service in rvsadm -Ln", WAIT, || {
+        real_servers(d, cluster).len() == 2 && real_servers(d, external).len() == 1
+    });
+    assert_eq!(
+        real_servers(d, external),
+        vec![("10.81.0.11:8080".to_owned(), 1)],
+        "the NodePort: only the local endpoint"
+    );
+    assert_eq!(servers(&client, external, 20), set(&["pod1"]), "NodePort");
+    assert_eq!(
+        servers(&node, cluster, 10),
+        set(&["pod1", "pod2"]),
+        "ClusterIP"
+    );
+
+    let body = |n: usize, name: &str| {
+        format!(
+            "{{\n\t\"service\": {{\n\t\t\"namespace\": \"default\",\n\t\t\"name\": \"{name}\"\n\t}},\n\t\"localEndpoints\": {n},\n\t\"serviceProxyHealthy\": true\n}}"
+        )
+    };
+    let mut last = None;
+    within("the health checks answering", WAIT, || {
+        last = http_get(&client, hc_lb)
+            .ok()
+            .zip(http_get(&client, hc_far).ok());
+        last.is_some()
+    });
+    assert_eq!(
+        last,
+        Some(((200, body(1, "lb")), (503, body(0, "far")))),
+        "200 with the local endpoint, 503 with none"
+    );
+
+    cp.delete_pod("default", "pod1", 300).expect("delete pod1");
+    let mut got = None;
+    within("503 once the local endpoint is terminating", WAIT, || {
+        got = http_get(&client, hc_lb).ok();
+        got.as_ref().is_some_and(|(s, _)| *s == 503)
+    });
+    assert_eq!(got, Some((503, body(0, "lb"))));
+    assert_eq!(
+        servers(&client, external, 10),
+        set(&["pod1"]),
+        "the NodePort falls back to the terminating local endpoint"
+    );
+}
+
