@@ -142,3 +142,92 @@ fn kubernetes_external_traffic_policy_local_and_health_check() {
     );
 }
 
+/// service.go "should respect internalTrafficPolicy=Local Pod to Pod",
+/// "should implement service.kubernetes.io/headless" and
+/// "service-proxy-name", and "should be able to create a functioning
+/// external IP service": a ClusterIP with `internalTrafficPolicy: Local`
+/// reaches only this node's pod; a headless Service and a Service labelled
+/// for another proxy are not programmed (their pod's address is nowhere in
+/// `rvsadm -Ln`, the labelled one's ClusterIP neither); an external IP
+/// routed to the node reaches both pods from another host.
+#[test]
+fn kubernetes_internal_policy_headless_proxy_name_external_ip() {
+    let test = "kubernetes_internal_policy_headless_proxy_name_external_ip";
+    let Some(cp) = setup(test) else { return };
+    let (mut bed, node, client) = bed_with_node("k8sit");
+    let pods = [
+        ("pod1", "10.81.0.11", "node1", "echo"),
+        ("pod2", "10.81.0.12", "node2", "echo"),
+        ("pod3", "10.81.0.13", "node1", "other"),
+    ];
+    for (name, addr, _, _) in pods {
+        let h = bed.host(name, &format!("{addr}/24"));
+        bed.server(&h, ip(addr), 8080, name);
+    }
+    // The external IP is routed to the node, which takes it as local.
+    node.exec(&["ip", "route", "add", "local", "10.81.1.100/32", "dev", "lo"]);
+    client.exec(&["ip", "route", "add", "10.81.1.100/32", "via", "10.81.0.1"]);
+    cp.create_node("node1", ip("10.81.0.1"), None)
+        .expect("create node");
+    cp.create_node("node2", ip("10.81.0.2"), None)
+        .expect("create node");
+    for (name, addr, on, app) in pods {
+        app_pod(&cp, name, on, addr, app);
+    }
+    let port = r#"[{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}]"#;
+    cp.apply(&format!(
+        r#"{{"apiVersion": "v1", "kind": "Service",
+ "metadata": {{"name": "headless", "namespace": "default"}},
+ "spec": {{"clusterIP": "None", "selector": {{"app": "other"}}, "ports": {port}}}}}"#
+    ))
+    .expect("headless");
+    cp.apply(&format!(
+        r#"{{"apiVersion": "v1", "kind": "Service",
+ "metadata": {{"name": "elsewhere", "namespace": "default",
+              "labels": {{"service.kubernetes.io/service-proxy-name": "someone-else"}}}},
+ "spec": {{"selector": {{"app": "other"}}, "ports": {port}}}}}"#
+    ))
+    .expect("labelled");
+    cp.apply(&format!(
+        r#"{{"apiVersion": "v1", "kind": "Service",
+ "metadata": {{"name": "itp", "namespace": "default"}},
+ "spec": {{"selector": {{"app": "echo"}}, "internalTrafficPolicy": "Local", "ports": {port}}}}}"#
+    ))
+    .expect("itp");
+    cp.apply(&format!(
+        r#"{{"apiVersion": "v1", "kind": "Service",
+ "metadata": {{"name": "ext", "namespace": "default"}},
+ "spec": {{"selector": {{"app": "echo"}}, "externalIPs": ["10.81.1.100"], "ports": {port}}}}}"#
+    ))
+    .expect("ext");
+    for svc in ["headless", "elsewhere", "itp", "ext"] {
+        cp.wait_endpoints("default", svc, WAIT, |eps| !eps.is_empty())
+            .expect("endpoints");
+    }
+    let (itp, _) = service_addrs(&cp, "default", "itp");
+    let (elsewhere, _) = service_addrs(&cp, "default", "elsewhere");
+    let itp = SocketAddr::new(itp, 80);
+    let external = SocketAddr::new(ip("10.81.1.100"), 80);
+    let n = Node::start(&cp, &node, "node1", "proxy", &[]);
+    let d = &n.rvsd;
+    within("itp and ext in rvsadm -Ln", WAIT, || {
+        real_servers(d, itp).len() == 1 && real_servers(d, external).len() == 2
+    });
+    assert_eq!(
+        real_servers(d, itp),
+        vec![("10.81.0.11:8080".to_owned(), 1)],
+        "internalTrafficPolicy Local: only the local endpoint"
+    );
+    assert_eq!(servers(&node, itp, 20), set(&["pod1"]), "iTP Local");
+    assert_eq!(
+        servers(&client, external, 12),
+        set(&["pod1", "pod2"]),
+        "the external IP"
+    );
+    let table = d.ok("-Ln");
+    assert!(
+        !table.contains("10.81.0.13") && !table.contains(&format!("{elsewhere}:")),
+        "the headless and the other proxy's Services are not programmed:\n{table}"
+    );
+}
+
