@@ -231,3 +231,77 @@ fn kubernetes_internal_policy_headless_proxy_name_external_ip() {
     );
 }
 
+/// A refused object gets a Warning Event (as kube-proxy records the
+/// problems it finds): two Services claim external IP 10.81.1.100 port 80;
+/// the newer one's claim is refused: `kubectl get events` shows a Warning
+/// on it naming the clash, rvsd logs it, and the older one's external IP
+/// still reaches its own pod only.
+#[test]
+fn kubernetes_refused_service_gets_a_warning_event() {
+    let test = "kubernetes_refused_service_gets_a_warning_event";
+    let Some(cp) = setup(test) else { return };
+    let (mut bed, node, client) = bed_with_node("k8sev");
+    for (name, addr) in [("pod1", "10.81.0.11"), ("pod2", "10.81.0.12")] {
+        let h = bed.host(name, &format!("{addr}/24"));
+        bed.server(&h, ip(addr), 8080, name);
+    }
+    node.exec(&["ip", "route", "add", "local", "10.81.1.100/32", "dev", "lo"]);
+    client.exec(&["ip", "route", "add", "10.81.1.100/32", "via", "10.81.0.1"]);
+    cp.create_node("node1", ip("10.81.0.1"), None)
+        .expect("create node");
+    app_pod(&cp, "pod1", "node1", "10.81.0.11", "first");
+    app_pod(&cp, "pod2", "node1", "10.81.0.12", "second");
+    for (name, app) in [("first", "first"), ("second", "second")] {
+        cp.apply(&format!(
+            r#"{{"apiVersion": "v1", "kind": "Service",
+ "metadata": {{"name": "{name}", "namespace": "default"}},
+ "spec": {{"selector": {{"app": "{app}"}}, "externalIPs": ["10.81.1.100"],
+          "ports": [{{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}}]}}}}"#
+        ))
+        .expect("create service");
+        // Creation order decides which is older.
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+    let (first, _) = service_addrs(&cp, "default", "first");
+    let first = SocketAddr::new(first, 80);
+    let external = SocketAddr::new(ip("10.81.1.100"), 80);
+    let n = Node::start(&cp, &node, "node1", "proxy", &[]);
+    let d = &n.rvsd;
+    within("the older Service in rvsadm -Ln", WAIT, || {
+        real_servers(d, first).len() == 1 && real_servers(d, external).len() == 1
+    });
+    let mut events = serde_json::Value::Null;
+    within("a Warning Event on the newer Service", WAIT, || {
+        events = cp
+            .get_json(&[
+                "get",
+                "events",
+                "-n",
+                "default",
+                "--field-selector",
+                "involvedObject.kind=Service,involvedObject.name=second",
+            ])
+            .unwrap_or_default();
+        events["items"].as_array().is_some_and(|a| !a.is_empty())
+    });
+    let ev = &events["items"][0];
+    assert_eq!(ev["type"], "Warning", "{ev}");
+    assert_eq!(ev["reason"], "NotProgrammed", "{ev}");
+    let msg = ev["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("10.81.1.100") && msg.contains("default/first"),
+        "the Event names the clash: {msg}"
+    );
+    let log = n.log();
+    assert!(
+        log.contains("not carried out") && log.contains("default/second"),
+        "rvsd logs the refusal:\n{log}"
+    );
+    // Nothing else changes: the older Service keeps the address.
+    assert_eq!(
+        real_servers(d, external),
+        vec![("10.81.0.11:8080".to_owned(), 1)]
+    );
+    assert_eq!(servers(&client, external, 10), set(&["pod1"]));
+    assert_eq!(servers(&node, first, 10), set(&["pod1"]));
+}
