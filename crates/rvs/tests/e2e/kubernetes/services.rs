@@ -322,3 +322,101 @@ fn kubernetes_terminating_endpoints_fallback() {
     }
 }
 
+/// service.go "should be able to preserve UDP traffic when server pod
+/// cycles for a ClusterIP/NodePort service": a client keeps one UDP socket
+/// (one source port) talking to the ClusterIP (from the node) and to the
+/// NodePort (from another host); the one pod is deleted (the Service has no
+/// endpoint), a new pod with another address comes, and the client's next
+/// datagrams reach the new pod: no stale session to the old one.
+#[test]
+fn kubernetes_udp_after_scale_to_zero() {
+    let test = "kubernetes_udp_after_scale_to_zero";
+    let Some(cp) = setup(test) else { return };
+    let (mut bed, node, client) = bed_with_node("k8sud");
+    for (name, addr) in [("pod1", "10.81.0.11"), ("pod2", "10.81.0.12")] {
+        let h = bed.host(name, &format!("{addr}/24"));
+        bed.udp_server(&h, ip(addr), 5353, name);
+    }
+    cp.create_node("node1", ip("10.81.0.1"), None)
+        .expect("create node");
+    app_pod(&cp, "pod1", "node1", "10.81.0.11", "dns");
+    cp.apply(
+        r#"{"apiVersion": "v1", "kind": "Service",
+ "metadata": {"name": "dns", "namespace": "default"},
+ "spec": {"type": "NodePort", "selector": {"app": "dns"},
+          "ports": [{"name": "dns", "port": 53, "targetPort": 5353, "protocol": "UDP"}]}}"#,
+    )
+    .expect("create service");
+    let (cip, np) = service_addrs(&cp, "default", "dns");
+    let cluster = SocketAddr::new(cip, 53);
+    let external = SocketAddr::new(ip("10.81.0.1"), np.expect("a NodePort"));
+    let n = Node::start(&cp, &node, "node1", "proxy", &[]);
+    let d = &n.rvsd;
+    within("the endpoint in rvsadm -Ln", WAIT, || {
+        real_servers_of(d, "UDP", cluster).len() == 1
+            && real_servers_of(d, "UDP", external).len() == 1
+    });
+    let socks = [
+        (cluster, udp_socket(&node, ip("0.0.0.0")).expect("socket")),
+        (
+            external,
+            udp_socket(&client, ip("0.0.0.0")).expect("socket"),
+        ),
+    ];
+    for (to, s) in &socks {
+        assert_eq!(udp_ask(s, *to, "before", T).expect("pod1 answers"), "pod1");
+    }
+
+    // Scale to zero: the pod goes at once.
+    cp.kubectl(
+        &[
+            "delete",
+            "pod",
+            "pod1",
+            "-n",
+            "default",
+            "--grace-period=0",
+            "--force",
+        ],
+        None,
+    )
+    .expect("delete pod1");
+    within("no endpoint left in rvsadm -Ln", WAIT, || {
+        real_servers_of(d, "UDP", cluster).is_empty()
+            && real_servers_of(d, "UDP", external).is_empty()
+    });
+    // Datagrams meanwhile go nowhere (a stale session would hold them).
+    for (to, s) in &socks {
+        let _ = udp_ask(s, *to, "nobody", Duration::from_millis(300));
+    }
+
+    // Back to one, at another address.
+    app_pod(&cp, "pod2", "node1", "10.81.0.12", "dns");
+    within("the new pod in rvsadm -Ln", WAIT, || {
+        real_servers_of(d, "UDP", cluster).len() == 1
+            && real_servers_of(d, "UDP", external).len() == 1
+    });
+    let mut i = 0;
+    let mut last = Vec::new();
+    let reached = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        within("the same sockets reach the new pod", WAIT, || {
+            i += 1;
+            last = socks
+                .iter()
+                .map(|(to, s)| {
+                    (
+                        *to,
+                        udp_ask(s, *to, &format!("after{i}"), Duration::from_millis(500))
+                            .map_err(|e| e.to_string()),
+                    )
+                })
+                .collect();
+            last.iter().all(|(_, r)| r.as_deref() == Ok("pod2"))
+        })
+    }));
+    assert!(
+        reached.is_ok(),
+        "a client's new datagrams reach the new pod; last answers: {last:?}\n{}",
+        d.ok("-Lnc")
+    );
+}
