@@ -420,3 +420,116 @@ fn kubernetes_udp_after_scale_to_zero() {
         d.ok("-Lnc")
     );
 }
+
+/// service.go / dual_stack.go "should be able to reach pod on ipv4 and ipv6
+/// ip" / "should create service with ipv4,v6 cluster ip": a
+/// `RequireDualStack` Service over pods with an IPv4 and an IPv6 address
+/// gets a ClusterIP of each family, each reaching both pods over its own
+/// family (from the node), and its NodePort answers on the node's IPv4 and
+/// IPv6 addresses (from another host), the IPv6 ones with the pods' IPv6
+/// endpoints.
+#[test]
+fn kubernetes_dual_stack_service() {
+    let test = "kubernetes_dual_stack_service";
+    let Some(cp) = setup(test) else { return };
+    let (mut bed, node, client) = bed_with_node("k8sds");
+    let pods = [
+        ("pod1", "10.81.0.11", "fd81::11"),
+        ("pod2", "10.81.0.12", "fd81::12"),
+    ];
+    for (name, v4, v6) in pods {
+        let h = bed.host(name, &format!("{v4}/24"));
+        h.exec(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{v6}/64"),
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
+        bed.server(&h, ip(v4), 8080, name);
+        bed.server(&h, ip(v6), 8080, name);
+    }
+    node.exec(&["ip", "addr", "add", "fd81::1/64", "dev", "eth0", "nodad"]);
+    node.exec(&[
+        "ip",
+        "-6",
+        "route",
+        "add",
+        "local",
+        "fd00:96::/112",
+        "dev",
+        "lo",
+    ]);
+    client.exec(&["ip", "addr", "add", "fd81::50/64", "dev", "eth0", "nodad"]);
+    cp.create_node("node1", ip("10.81.0.1"), None)
+        .expect("create node");
+    cp.kubectl(
+        &[
+            "patch",
+            "node",
+            "node1",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status": {"addresses": [{"type": "InternalIP", "address": "10.81.0.1"},
+                                        {"type": "InternalIP", "address": "fd81::1"},
+                                        {"type": "Hostname", "address": "node1"}]}}"#,
+        ],
+        None,
+    )
+    .expect("the node's IPv6 address");
+    for (name, v4, v6) in pods {
+        cp.create_pod("default", name, "node1", &[("app", "echo")], 8080)
+            .expect("create pod");
+        cp.set_pod_ready("default", name, &[ip(v4), ip(v6)])
+            .expect("pod ready");
+    }
+    cp.apply(
+        r#"{"apiVersion": "v1", "kind": "Service",
+ "metadata": {"name": "dual", "namespace": "default"},
+ "spec": {"type": "NodePort", "selector": {"app": "echo"},
+          "ipFamilyPolicy": "RequireDualStack", "ipFamilies": ["IPv4", "IPv6"],
+          "ports": [{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}}"#,
+    )
+    .expect("create service");
+    let v = service_json(&cp, "dual");
+    let cips: Vec<std::net::IpAddr> = v["spec"]["clusterIPs"]
+        .as_array()
+        .expect("clusterIPs")
+        .iter()
+        .map(|a| ip(a.as_str().expect("an address")))
+        .collect();
+    assert!(
+        cips.len() == 2 && cips[0].is_ipv4() && cips[1].is_ipv6(),
+        "{cips:?}"
+    );
+    let np = u16::try_from(
+        v["spec"]["ports"][0]["nodePort"]
+            .as_u64()
+            .expect("nodePort"),
+    )
+    .expect("a port");
+    let targets = [
+        (&node, SocketAddr::new(cips[0], 80), "10.81.0."),
+        (&node, SocketAddr::new(cips[1], 80), "[fd81::"),
+        (&client, SocketAddr::new(ip("10.81.0.1"), np), "10.81.0."),
+        (&client, SocketAddr::new(ip("fd81::1"), np), "[fd81::"),
+    ];
+    let n = Node::start(&cp, &node, "node1", "proxy", &[]);
+    let d = &n.rvsd;
+    within("both families' entries in rvsadm -Ln", WAIT, || {
+        targets
+            .iter()
+            .all(|(_, t, _)| real_servers(d, *t).len() == 2)
+    });
+    for (from, to, family) in targets {
+        let rs = real_servers(d, to);
+        assert!(
+            rs.iter().all(|(a, _)| a.starts_with(family)),
+            "{to}: endpoints of its own family: {rs:?}"
+        );
+        assert_eq!(servers(from, to, 12), set(&["pod1", "pod2"]), "{to}");
+    }
+}
