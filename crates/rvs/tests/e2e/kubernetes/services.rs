@@ -533,3 +533,65 @@ fn kubernetes_dual_stack_service() {
         assert_eq!(servers(from, to, 12), set(&["pod1", "pod2"]), "{to}");
     }
 }
+
+/// The sock plane as the node's service proxy (`rvsd --dataplane sock
+/// --cgroup CG --kubernetes`): a client process in the node's cgroup
+/// reaches both pods through the ClusterIP (its `connect()` rewritten to a
+/// pod, nothing listening on the ClusterIP and no route to it).
+#[test]
+fn kubernetes_sock_plane_cluster_ip_from_the_node_cgroup() {
+    let test = "kubernetes_sock_plane_cluster_ip_from_the_node_cgroup";
+    if rvs_testbed::is_root() && rvs_testbed::cgroup::unified_root().is_none() {
+        return rvs_testbed::skip_or_fail(test, "no cgroup v2 hierarchy mounted");
+    }
+    let Some(cp) = setup(test) else { return };
+    let mut bed = Bed::new("k8ssk");
+    let node = bed.host("node", "10.81.0.1/24");
+    let pods = [("pod1", "10.81.0.11"), ("pod2", "10.81.0.12")];
+    for (name, addr) in pods {
+        let h = bed.host(name, &format!("{addr}/24"));
+        bed.server(&h, ip(addr), 8080, name);
+    }
+    cp.create_node("node1", ip("10.81.0.1"), None)
+        .expect("create node");
+    for (name, addr) in pods {
+        app_pod(&cp, name, "node1", addr, "echo");
+    }
+    cp.apply(super::SERVICE).expect("create service");
+    let (cip, _) = service_addrs(&cp, "default", "echo");
+    let cluster = SocketAddr::new(cip, 80);
+    let cg = rvs_testbed::Cgroup::new("rvsk8ssock");
+    let cgroup = cg.path().to_str().expect("utf-8").to_owned();
+    let n = Node::start(&cp, &node, "node1", "sock", &["--cgroup", &cgroup]);
+    let d = &n.rvsd;
+    within("the ClusterIP's two endpoints in rvsadm -Ln", WAIT, || {
+        real_servers(d, cluster).len() == 2
+    });
+    // bash in the node's namespace and cgroup, 20 connections.
+    let script = format!(
+        "for i in $(seq 20); do if exec 3<>/dev/tcp/{cip}/80; then head -1 <&3; exec 3<&-; else echo refused; fi; done 2>/dev/null"
+    );
+    let out = std::process::Command::new("nsenter")
+        .arg(format!("--net=/var/run/netns/{}", node.ns))
+        .args([
+            "sh",
+            "-c",
+            r#"echo $$ > "$0/cgroup.procs" && exec bash -c "$1""#,
+        ])
+        .arg(&cgroup)
+        .arg(&script)
+        .output()
+        .expect("bash");
+    let got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let pod1 = got.iter().filter(|g| *g == "pod1").count();
+    let pod2 = got.iter().filter(|g| *g == "pod2").count();
+    assert_eq!((pod1, pod2), (10, 10), "{got:?}");
+    // What the sock plane does not carry (the NodePort's SNAT pool), as
+    // rvsd reports it.
+    for l in n.log().lines().filter(|l| l.contains("not carried out")) {
+        eprintln!("sock plane refusal: {l}");
+    }
+}
