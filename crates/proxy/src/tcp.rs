@@ -140,6 +140,22 @@ impl ConnGuard {
     }
 }
 
+impl ConnGuard {
+    /// Whether the connection's real server has been deleted (its entry
+    /// points at a server no longer available).
+    pub(crate) fn dest_deleted(&self, ipvs: &rvs_core::ipvs::Ipvs) -> bool {
+        let Some(id) = self.id else {
+            return false;
+        };
+        let Some(c) = ipvs.conns().get(id) else {
+            return false;
+        };
+        !ipvs
+            .dest(rvs_core::dest::DestId(c.dest))
+            .is_some_and(|d| d.available)
+    }
+}
+
 impl Drop for ConnGuard {
     fn drop(&mut self) {
         if let Some(id) = self.id.take() {

@@ -767,6 +767,54 @@ fn udp_flows_echo_keep_affinity_and_expire() {
     });
 }
 
+/// A client that keeps its socket reaches the other server once its
+/// server is deleted, even with `drain_deleted` (rvsd's proxy default):
+/// the flow of a deleted server ends, the next datagram is scheduled anew.
+#[test]
+fn udp_flow_of_a_deleted_server_is_scheduled_afresh() {
+    run(async {
+        let h = Harness::new(config());
+        h.ipvs(|ipvs| {
+            let mut tun = *ipvs.tunables();
+            tun.drain_deleted = true;
+            ipvs.set_tunables(tun);
+        });
+        let b1 = udp_backend(lo(1), 1).await;
+        let b2 = udp_backend(lo(1), 2).await;
+        let vip = free_udp(lo(113));
+        let key = udp_key(vip);
+        h.service(key, rr(AddrFamily::Inet), &[b1, b2]);
+        let a = UdpSocket::bind(SocketAddr::new(lo(92), 0))
+            .await
+            .expect("a");
+        let first = udp_ask(&a, vip, b"one").await[0];
+        let (gone, other) = if first == 1 { (b1, 2) } else { (b2, 1) };
+        h.exec(&[Command::DelDest {
+            service: key,
+            addr: gone.ip(),
+            port: gone.port(),
+        }])
+        .expect("del");
+        // A datagram may be lost while the old flow lets go of its entry.
+        let mut got = 0;
+        let mut buf = vec![0u8; 64];
+        for i in 0..40u8 {
+            t(a.send_to(&[i], vip)).await.expect("send");
+            let r = tokio::time::timeout(Duration::from_millis(200), a.recv(&mut buf)).await;
+            if let Ok(Ok(n)) = r
+                && n == 2
+                && buf[1] == i
+            {
+                got = buf[0];
+                if got == other {
+                    break;
+                }
+            }
+        }
+        assert_eq!(got, other, "the deleted server's flow ended");
+    });
+}
+
 #[test]
 fn udp_one_packet_scheduling_schedules_every_datagram() {
     run(async {

@@ -13,6 +13,14 @@
 //! ID instead ([`crate::quic`]): its flows are keyed by client address and
 //! the real server the datagram is routed to.
 //!
+//! A flow whose real server is deleted ends at the next tick (250 ms),
+//! even though the proxy lets TCP connections of a deleted server finish
+//! (`drain_deleted`, `--drain-grace`): a UDP flow has no end to wait for
+//! but quiet, and a client that keeps its source port and talks on would
+//! reach the deleted server for good (kube-proxy's IPVS mode sets
+//! `expire_nodest_conn` and clears the conntrack entries of removed UDP
+//! endpoints for this). Its next datagram is scheduled afresh.
+//!
 //! Deleting the service ends its flows with the socket (there is no
 //! connection to drain: datagrams of a deleted UDP service are not
 //! accepted by IPVS either).
@@ -161,6 +169,23 @@ pub(crate) async fn udp_loop(
                     let quiet = now.saturating_sub(f.last.load(Ordering::Relaxed));
                     Duration::from_millis(quiet) < f.timeout
                 };
+                // Flows of deleted real servers end (module doc).
+                let deleted: Vec<SocketAddr> = if flows.is_empty() {
+                    Vec::new()
+                } else {
+                    ctx.director
+                        .with(|ipvs, _| {
+                            flows
+                                .iter()
+                                .filter(|(_, f)| f.guard.dest_deleted(ipvs))
+                                .map(|(c, _)| *c)
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                };
+                for c in deleted {
+                    flows.remove(&c);
+                }
                 flows.retain(|_, f| keep(f));
                 qflows.retain(|_, f| keep(f));
                 if retired && flows.is_empty() && qflows.is_empty() {

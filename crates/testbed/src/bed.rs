@@ -6,7 +6,7 @@
 //! (servers stopped, adopted processes killed), even when the test fails.
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Output};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -192,6 +192,29 @@ impl Bed {
         self.servers.push((stop, Some(t)));
     }
 
+    /// Serve UDP on `addr:port` inside `host`: every datagram is answered,
+    /// to its sender, with `name` then a space then the datagram itself
+    /// (so a client tells which server answered which question).
+    pub fn udp_server(&mut self, host: &Host, addr: IpAddr, port: u16, name: &str) {
+        let sock =
+            host.run(move || UdpSocket::bind(SocketAddr::new(addr, port)).expect("udp bind"));
+        sock.set_read_timeout(Some(Duration::from_millis(50)))
+            .expect("read timeout");
+        let stop = Arc::new(AtomicBool::new(false));
+        let (stop2, name) = (stop.clone(), name.to_owned());
+        let t = std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            while !stop2.load(Ordering::Relaxed) {
+                if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                    let mut reply = format!("{name} ").into_bytes();
+                    reply.extend_from_slice(&buf[..n]);
+                    let _ = sock.send_to(&reply, from);
+                }
+            }
+        });
+        self.servers.push((stop, Some(t)));
+    }
+
     /// Keep `child` until the bed is dropped (then it is killed).
     pub fn adopt(&mut self, child: Child) {
         self.children.push(child);
@@ -277,4 +300,39 @@ pub fn spread(
         }
     }
     (seen, failed)
+}
+
+/// A UDP socket of `client`'s namespace on an ephemeral port of `bind`'s
+/// family (one source address and port for every [`udp_ask`] through it).
+pub fn udp_socket(client: &Host, bind: IpAddr) -> std::io::Result<UdpSocket> {
+    client.run(move || UdpSocket::bind(SocketAddr::new(bind, 0)))
+}
+
+/// Send `msg` from `sock` to `to` and wait (up to `timeout`) for a
+/// [`Bed::udp_server`] answer to it: the name of the server that answered.
+/// Answers to earlier questions are skipped, so give each question its own
+/// text.
+pub fn udp_ask(
+    sock: &UdpSocket,
+    to: SocketAddr,
+    msg: &str,
+    timeout: Duration,
+) -> std::io::Result<String> {
+    sock.send_to(msg.as_bytes(), to)?;
+    let deadline = Instant::now() + timeout;
+    let mut buf = [0u8; 2048];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        sock.set_read_timeout(Some(left))?;
+        let n = sock.recv(&mut buf)?;
+        let text = String::from_utf8_lossy(&buf[..n]);
+        if let Some((name, echoed)) = text.split_once(' ')
+            && echoed == msg
+        {
+            return Ok(name.to_owned());
+        }
+    }
 }

@@ -32,7 +32,7 @@ pub mod k8s;
 pub mod netns;
 pub mod skip;
 
-pub use bed::{Bed, Conn, Host, connect, spread};
+pub use bed::{Bed, Conn, Host, connect, spread, udp_ask, udp_socket};
 pub use cgroup::Cgroup;
 pub use netns::{Netns, in_netns_path, in_ns, spawn_in, unique_name};
 pub use skip::{

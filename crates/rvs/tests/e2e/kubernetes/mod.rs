@@ -22,6 +22,9 @@ use rvs_testbed::{Bed, Host, connect, spread};
 
 use crate::harness::{RVSD, Rvsd, TempDir, within};
 
+mod policy;
+mod services;
+
 /// The bound on every wait for the cluster to reach rvsd.
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -131,6 +134,8 @@ impl Drop for Relay {
 /// server, and `rvsd --kubernetes` running inside it.
 struct Node {
     rvsd: Rvsd,
+    /// rvsd's standard error (its log).
+    log: std::path::PathBuf,
     relay: Relay,
 }
 
@@ -150,6 +155,14 @@ impl Node {
             "kubeconfig",
             &text.replace(cp.server(), &format!("https://127.0.0.1:{}", relay.port)),
         );
+        let log = std::env::temp_dir().join(format!(
+            "{}.log",
+            dir.path()
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("rvsd")
+        ));
+        let log_file = std::fs::File::create(&log).expect("rvsd log");
         let mut cmd = Command::new("nsenter");
         cmd.arg(format!("--net=/var/run/netns/{}", host.ns))
             .arg(RVSD)
@@ -160,11 +173,27 @@ impl Node {
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .stderr(log_file);
         Node {
             rvsd: Rvsd::spawn_in(dir, cmd),
+            log,
             relay,
         }
+    }
+
+    /// What rvsd has logged so far.
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // The log goes with the node; a failing test shows it first.
+        if std::thread::panicking() {
+            eprintln!("--- rvsd log ---\n{}", self.log());
+        }
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 
@@ -186,8 +215,16 @@ fn service_addrs(cp: &ControlPlane, ns: &str, name: &str) -> (IpAddr, Option<u16
 
 /// The real servers `rvsadm -Ln` lists under `vip:port`, with weights.
 fn real_servers(d: &Rvsd, vip: SocketAddr) -> Vec<(String, u32)> {
+    real_servers_of(d, "", vip)
+}
+
+/// [`real_servers`] of the `proto` (`TCP`, `UDP`; empty = the first)
+/// service at `vip`.
+fn real_servers_of(d: &Rvsd, proto: &str, vip: SocketAddr) -> Vec<(String, u32)> {
     let out = d.ok("-Ln");
-    let mut lines = out.lines().skip_while(|l| !l.contains(&format!(" {vip} ")));
+    let mut lines = out
+        .lines()
+        .skip_while(|l| !(l.starts_with(proto) && l.contains(&format!(" {vip} "))));
     if lines.next().is_none() {
         return Vec::new();
     }
@@ -205,6 +242,36 @@ fn pod(cp: &ControlPlane, name: &str, node: &str, addr: &str) {
         .expect("create pod");
     cp.set_pod_ready("default", name, &[ip(addr)])
         .expect("pod ready");
+}
+
+/// Pod `name` on `node` labelled `app=APP`, Ready with `addr`.
+fn app_pod(cp: &ControlPlane, name: &str, node: &str, addr: &str, app: &str) {
+    cp.create_pod("default", name, node, &[("app", app)], 8080)
+        .expect("create pod");
+    cp.set_pod_ready("default", name, &[ip(addr)])
+        .expect("pod ready");
+}
+
+/// A GET of `/` from `from` to `to`: the status and the body.
+fn http_get(from: &Host, to: SocketAddr) -> std::io::Result<(u16, String)> {
+    let mut s = from.run(move || TcpStream::connect_timeout(&to, Duration::from_secs(3)))?;
+    s.set_read_timeout(Some(Duration::from_secs(3)))?;
+    s.write_all(format!("GET / HTTP/1.1\r\nHost: {to}\r\nConnection: close\r\n\r\n").as_bytes())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not HTTP: {text:?}")))?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    Ok((status, body.to_owned()))
+}
+
+/// Service `name` of namespace `default`, as JSON.
+fn service_json(cp: &ControlPlane, name: &str) -> serde_json::Value {
+    cp.get_json(&["get", "service", name, "-n", "default"])
+        .expect("get service")
 }
 
 const SERVICE: &str = r#"{"apiVersion": "v1", "kind": "Service",

@@ -1,0 +1,307 @@
+//! Upstream sig-network Service behaviours (test/e2e/network/service.go
+//! and loadbalancer.go) about which endpoints and which Services a node
+//! serves: traffic policies `Local`, the `healthCheckNodePort`, headless
+//! Services and other proxies' Services, external IPs, and refused objects
+//! reported as Events.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rvs_testbed::k8s::ControlPlane;
+use rvs_testbed::{Bed, Host, spread};
+
+use super::{Node, WAIT, app_pod, http_get, ip, real_servers, service_addrs, service_json};
+use crate::harness::within;
+
+const T: Duration = Duration::from_secs(3);
+
+fn setup(test: &str) -> Option<ControlPlane> {
+    if !rvs_testbed::require_root(test, "network namespaces need root")
+        || !rvs_testbed::require_tools(test, &["ip", "nsenter", "ethtool"])
+    {
+        return None;
+    }
+    ControlPlane::start_or_skip(test)
+}
+
+fn bed_with_node(tag: &str) -> (Bed, Host, Host) {
+    let mut bed = Bed::new(tag);
+    let node = bed.host("node", "10.81.0.1/24");
+    let client = bed.host("client", "10.81.0.50/24");
+    node.exec(&["ip", "route", "add", "local", "10.96.0.0/16", "dev", "lo"]);
+    (bed, node, client)
+}
+
+fn servers(from: &Host, to: SocketAddr, n: usize) -> BTreeSet<String> {
+    let (seen, failed) = spread(from, to, n, T);
+    assert_eq!(failed, 0, "{to}: {seen:?}");
+    seen.into_keys().collect()
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// loadbalancer.go "should only target nodes with endpoints" /
+/// "should work for type=LoadBalancer" with `externalTrafficPolicy:
+/// Local`: the NodePort reaches only this node's pod (pod2 runs on node2),
+/// the ClusterIP (internal policy Cluster) both; the `healthCheckNodePort`
+/// answers 200 with kube-proxy's JSON body and `"localEndpoints": 1`, and
+/// 503 with 0 for a Service whose only pod is on node2; once the local pod
+/// is terminating the check answers 503 (the load balancer drains the
+/// node) while the NodePort still reaches the terminating pod (KEP-1669).
+#[test]
+fn kubernetes_external_traffic_policy_local_and_health_check() {
+    let test = "kubernetes_external_traffic_policy_local_and_health_check";
+    let Some(cp) = setup(test) else { return };
+    let (mut bed, node, client) = bed_with_node("k8set");
+    let pods = [
+        ("pod1", "10.81.0.11", "node1"),
+        ("pod2", "10.81.0.12", "node2"),
+    ];
+    for (name, addr, _) in pods {
+        let h = bed.host(name, &format!("{addr}/24"));
+        bed.server(&h, ip(addr), 8080, name);
+    }
+    cp.create_node("node1", ip("10.81.0.1"), None)
+        .expect("create node");
+    cp.create_node("node2", ip("10.81.0.2"), None)
+        .expect("create node");
+    for (name, addr, on) in pods {
+        app_pod(&cp, name, on, addr, "echo");
+    }
+    app_pod(&cp, "remote", "node2", "10.81.0.13", "remote");
+    for (name, app) in [("lb", "echo"), ("far", "remote")] {
+        cp.apply(&format!(
+            r#"{{"apiVersion": "v1", "kind": "Service",
+ "metadata": {{"name": "{name}", "namespace": "default"}},
+ "spec": {{"type": "LoadBalancer", "selector": {{"app": "{app}"}},
+          "externalTrafficPolicy": "Local",
+          "ports": [{{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}}]}}}}"#
+        ))
+        .expect("create service");
+    }
+    let (cip, np) = service_addrs(&cp, "default", "lb");
+    let cluster = SocketAddr::new(cip, 80);
+    let external = SocketAddr::new(ip("10.81.0.1"), np.expect("a NodePort"));
+    let hc = |name: &str| {
+        let v = service_json(&cp, name);
+        let p = v["spec"]["healthCheckNodePort"]
+            .as_u64()
+            .expect("a healthCheckNodePort");
+        SocketAddr::new(ip("10.81.0.1"), u16::try_from(p).expect("a port"))
+    };
+    let (hc_lb, hc_far) = (hc("lb"), hc("far"));
+    let n = Node::start(&cp, &node, "node1", "proxy", &[]);
+    let d = &n.rvsd;
+    within("the Service in rvsadm -Ln", WAIT, || {
+        real_servers(d, cluster).len() == 2 && real_servers(d, external).len() == 1
+    });
+    assert_eq!(
+        real_servers(d, external),
+        vec![("10.81.0.11:8080".to_owned(), 1)],
+        "the NodePort: only the local endpoint"
+    );
+    assert_eq!(servers(&client, external, 20), set(&["pod1"]), "NodePort");
+    assert_eq!(
+        servers(&node, cluster, 10),
+        set(&["pod1", "pod2"]),
+        "ClusterIP"
+    );
+
+    let body = |n: usize, name: &str| {
+        format!(
+            "{{\n\t\"service\": {{\n\t\t\"namespace\": \"default\",\n\t\t\"name\": \"{name}\"\n\t}},\n\t\"localEndpoints\": {n},\n\t\"serviceProxyHealthy\": true\n}}"
+        )
+    };
+    let mut last = None;
+    within("the health checks answering", WAIT, || {
+        last = http_get(&client, hc_lb)
+            .ok()
+            .zip(http_get(&client, hc_far).ok());
+        last.is_some()
+    });
+    assert_eq!(
+        last,
+        Some(((200, body(1, "lb")), (503, body(0, "far")))),
+        "200 with the local endpoint, 503 with none"
+    );
+
+    cp.delete_pod("default", "pod1", 300).expect("delete pod1");
+    let mut got = None;
+    within("503 once the local endpoint is terminating", WAIT, || {
+        got = http_get(&client, hc_lb).ok();
+        got.as_ref().is_some_and(|(s, _)| *s == 503)
+    });
+    assert_eq!(got, Some((503, body(0, "lb"))));
+    assert_eq!(
+        servers(&client, external, 10),
+        set(&["pod1"]),
+        "the NodePort falls back to the terminating local endpoint"
+    );
+}
+
+/// service.go "should respect internalTrafficPolicy=Local Pod to Pod",
+/// "should implement service.kubernetes.io/headless" and
+/// "service-proxy-name", and "should be able to create a functioning
+/// external IP service": a ClusterIP with `internalTrafficPolicy: Local`
+/// reaches only this node's pod; a headless Service and a Service labelled
+/// for another proxy are not programmed (their pod's address is nowhere in
+/// `rvsadm -Ln`, the labelled one's ClusterIP neither); an external IP
+/// routed to the node reaches both pods from another host.
+#[test]
+fn kubernetes_internal_policy_headless_proxy_name_external_ip() {
+    let test = "kubernetes_internal_policy_headless_proxy_name_external_ip";
+    let Some(cp) = setup(test) else { return };
+    let (mut bed, node, client) = bed_with_node("k8sit");
+    let pods = [
+        ("pod1", "10.81.0.11", "node1", "echo"),
+        ("pod2", "10.81.0.12", "node2", "echo"),
+        ("pod3", "10.81.0.13", "node1", "other"),
+    ];
+    for (name, addr, _, _) in pods {
+        let h = bed.host(name, &format!("{addr}/24"));
+        bed.server(&h, ip(addr), 8080, name);
+    }
+    // The external IP is routed to the node, which takes it as local.
+    node.exec(&["ip", "route", "add", "local", "10.81.1.100/32", "dev", "lo"]);
+    client.exec(&["ip", "route", "add", "10.81.1.100/32", "via", "10.81.0.1"]);
+    cp.create_node("node1", ip("10.81.0.1"), None)
+        .expect("create node");
+    cp.create_node("node2", ip("10.81.0.2"), None)
+        .expect("create node");
+    for (name, addr, on, app) in pods {
+        app_pod(&cp, name, on, addr, app);
+    }
+    let port = r#"[{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}]"#;
+    cp.apply(&format!(
+        r#"{{"apiVersion": "v1", "kind": "Service",
+ "metadata": {{"name": "headless", "namespace": "default"}},
+ "spec": {{"clusterIP": "None", "selector": {{"app": "other"}}, "ports": {port}}}}}"#
+    ))
+    .expect("headless");
+    cp.apply(&format!(
+        r#"{{"apiVersion": "v1", "kind": "Service",
+ "metadata": {{"name": "elsewhere", "namespace": "default",
+              "labels": {{"service.kubernetes.io/service-proxy-name": "someone-else"}}}},
+ "spec": {{"selector": {{"app": "other"}}, "ports": {port}}}}}"#
+    ))
+    .expect("labelled");
+    cp.apply(&format!(
+        r#"{{"apiVersion": "v1", "kind": "Service",
+ "metadata": {{"name": "itp", "namespace": "default"}},
+ "spec": {{"selector": {{"app": "echo"}}, "internalTrafficPolicy": "Local", "ports": {port}}}}}"#
+    ))
+    .expect("itp");
+    cp.apply(&format!(
+        r#"{{"apiVersion": "v1", "kind": "Service",
+ "metadata": {{"name": "ext", "namespace": "default"}},
+ "spec": {{"selector": {{"app": "echo"}}, "externalIPs": ["10.81.1.100"], "ports": {port}}}}}"#
+    ))
+    .expect("ext");
+    for svc in ["headless", "elsewhere", "itp", "ext"] {
+        cp.wait_endpoints("default", svc, WAIT, |eps| !eps.is_empty())
+            .expect("endpoints");
+    }
+    let (itp, _) = service_addrs(&cp, "default", "itp");
+    let (elsewhere, _) = service_addrs(&cp, "default", "elsewhere");
+    let itp = SocketAddr::new(itp, 80);
+    let external = SocketAddr::new(ip("10.81.1.100"), 80);
+    let n = Node::start(&cp, &node, "node1", "proxy", &[]);
+    let d = &n.rvsd;
+    within("itp and ext in rvsadm -Ln", WAIT, || {
+        real_servers(d, itp).len() == 1 && real_servers(d, external).len() == 2
+    });
+    assert_eq!(
+        real_servers(d, itp),
+        vec![("10.81.0.11:8080".to_owned(), 1)],
+        "internalTrafficPolicy Local: only the local endpoint"
+    );
+    assert_eq!(servers(&node, itp, 20), set(&["pod1"]), "iTP Local");
+    assert_eq!(
+        servers(&client, external, 12),
+        set(&["pod1", "pod2"]),
+        "the external IP"
+    );
+    let table = d.ok("-Ln");
+    assert!(
+        !table.contains("10.81.0.13") && !table.contains(&format!("{elsewhere}:")),
+        "the headless and the other proxy's Services are not programmed:\n{table}"
+    );
+}
+
+/// A refused object gets a Warning Event (as kube-proxy records the
+/// problems it finds): two Services claim external IP 10.81.1.100 port 80;
+/// the newer one's claim is refused: `kubectl get events` shows a Warning
+/// on it naming the clash, rvsd logs it, and the older one's external IP
+/// still reaches its own pod only.
+#[test]
+fn kubernetes_refused_service_gets_a_warning_event() {
+    let test = "kubernetes_refused_service_gets_a_warning_event";
+    let Some(cp) = setup(test) else { return };
+    let (mut bed, node, client) = bed_with_node("k8sev");
+    for (name, addr) in [("pod1", "10.81.0.11"), ("pod2", "10.81.0.12")] {
+        let h = bed.host(name, &format!("{addr}/24"));
+        bed.server(&h, ip(addr), 8080, name);
+    }
+    node.exec(&["ip", "route", "add", "local", "10.81.1.100/32", "dev", "lo"]);
+    client.exec(&["ip", "route", "add", "10.81.1.100/32", "via", "10.81.0.1"]);
+    cp.create_node("node1", ip("10.81.0.1"), None)
+        .expect("create node");
+    app_pod(&cp, "pod1", "node1", "10.81.0.11", "first");
+    app_pod(&cp, "pod2", "node1", "10.81.0.12", "second");
+    for (name, app) in [("first", "first"), ("second", "second")] {
+        cp.apply(&format!(
+            r#"{{"apiVersion": "v1", "kind": "Service",
+ "metadata": {{"name": "{name}", "namespace": "default"}},
+ "spec": {{"selector": {{"app": "{app}"}}, "externalIPs": ["10.81.1.100"],
+          "ports": [{{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}}]}}}}"#
+        ))
+        .expect("create service");
+        // Creation order decides which is older.
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+    let (first, _) = service_addrs(&cp, "default", "first");
+    let first = SocketAddr::new(first, 80);
+    let external = SocketAddr::new(ip("10.81.1.100"), 80);
+    let n = Node::start(&cp, &node, "node1", "proxy", &[]);
+    let d = &n.rvsd;
+    within("the older Service in rvsadm -Ln", WAIT, || {
+        real_servers(d, first).len() == 1 && real_servers(d, external).len() == 1
+    });
+    let mut events = serde_json::Value::Null;
+    within("a Warning Event on the newer Service", WAIT, || {
+        events = cp
+            .get_json(&[
+                "get",
+                "events",
+                "-n",
+                "default",
+                "--field-selector",
+                "involvedObject.kind=Service,involvedObject.name=second",
+            ])
+            .unwrap_or_default();
+        events["items"].as_array().is_some_and(|a| !a.is_empty())
+    });
+    let ev = &events["items"][0];
+    assert_eq!(ev["type"], "Warning", "{ev}");
+    assert_eq!(ev["reason"], "NotProgrammed", "{ev}");
+    let msg = ev["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("10.81.1.100") && msg.contains("default/first"),
+        "the Event names the clash: {msg}"
+    );
+    let log = n.log();
+    assert!(
+        log.contains("not carried out") && log.contains("default/second"),
+        "rvsd logs the refusal:\n{log}"
+    );
+    // Nothing else changes: the older Service keeps the address.
+    assert_eq!(
+        real_servers(d, external),
+        vec![("10.81.0.11:8080".to_owned(), 1)]
+    );
+    assert_eq!(servers(&client, external, 10), set(&["pod1"]));
+    assert_eq!(servers(&node, first, 10), set(&["pod1"]));
+}
