@@ -29,9 +29,10 @@ mod services;
 const WAIT: Duration = Duration::from_secs(30);
 
 /// Copies bytes both ways between a listener inside a namespace and the
-/// API server on the host's loopback; stops on drop.
-struct Relay {
-    port: u16,
+/// API server on the host's loopback; stops on drop. (Also the node relay
+/// of the `kube_bench` benchmark.)
+pub(crate) struct Relay {
+    pub(crate) port: u16,
     stop: Arc<AtomicBool>,
     /// While set, connections are closed and new ones dropped (the API
     /// server is unreachable from the node).
@@ -42,7 +43,7 @@ struct Relay {
 }
 
 impl Relay {
-    fn start(host: &Host, upstream: SocketAddr) -> Relay {
+    pub(crate) fn start(host: &Host, upstream: SocketAddr) -> Relay {
         let listener = host.run(|| TcpListener::bind("127.0.0.1:0").expect("relay bind"));
         let port = listener.local_addr().expect("relay addr").port();
         listener.set_nonblocking(true).expect("nonblocking");
