@@ -16,6 +16,7 @@ mod golden;
 mod health;
 mod health_probes;
 mod http;
+mod ipvs_parity;
 mod kubernetes;
 mod netns;
 mod netns_daemon;
