@@ -487,7 +487,24 @@ fn restore(socket: &PathBuf) -> Result<(), Fail> {
                         status = code;
                     }
                 },
-                Ok(None) => status = 0,
+                // A listing, -Z, ... on its own line: run it as a command
+                // line (ipvsadm does), its output and status.
+                Ok(None) => {
+                    let args: Vec<String> = line
+                        .split([' ', '\t', '\r', '\n'])
+                        .filter(|t| !t.is_empty() && *t != "ipvsadm")
+                        .map(str::to_owned)
+                        .collect();
+                    status = match run(args, socket) {
+                        Ok(()) => 0,
+                        Err(Fail(msg, code)) => {
+                            if !msg.is_empty() {
+                                eprintln!("{msg}");
+                            }
+                            code
+                        }
+                    };
+                }
                 Err(e) => {
                     eprintln!("{}", error_text(&Command::Clear, &e));
                     status = KERNEL_ERROR_EXIT;
