@@ -596,9 +596,9 @@ impl IpvsVm {
         // Drain what an aborted push may have left in the port (reads end
         // at once while no host end is connected).
         self.call(
-            "cat /dev/ipvsvm-data >/dev/null 2>&1; true",
+            "timeout -s KILL 2 cat /dev/ipvsvm-data >/dev/null 2>&1; true",
             10,
-            Duration::from_secs(20),
+            Duration::from_secs(40),
         )?;
         let ds = UnixStream::connect(self.dir.join("data.sock"))
             .map_err(|e| format!("data socket: {e}"))?;

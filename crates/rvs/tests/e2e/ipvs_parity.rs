@@ -669,9 +669,11 @@ fn ipvsadm_parity_with_the_kernel() {
             rvs(ns.name(), &d, r);
         }
         let file = format!("/tmp/restore{n}");
-        vm.push(&file, input.as_bytes()).expect("push");
         let k = vm
-            .run(&format!("ipvsadm -R <{file}"))
+            .run(&format!(
+                "printf %s {} >{file}; ipvsadm -R <{file}",
+                shell_quote(input)
+            ))
             .expect("ipvsadm -R in the VM");
         let k = (k.stdout_text(), k.stderr_text(), k.status);
         let r = rvs_stdin(ns.name(), &d, "-R", input);
