@@ -181,7 +181,7 @@ fn sched_flags_text(s: &ServiceSnap) -> String {
         .join(",")
 }
 
-fn svc_sort_key(k: &ServiceKeySnap) -> (u32, u8, u8, u128, u16) {
+fn svc_sort_key(k: &ServiceKeySnap) -> (i32, u8, u8, u128, u16) {
     let addr_key = |a: &IpAddr| match a {
         IpAddr::V4(v) => u128::from(u32::from(*v)),
         IpAddr::V6(v) => u128::from(*v),
@@ -198,7 +198,11 @@ fn svc_sort_key(k: &ServiceKeySnap) -> (u32, u8, u8, u128, u16) {
             addr_key(addr),
             *port,
         ),
-        ServiceKeySnap::Fwmark { mark, ipv6 } => (*mark, if *ipv6 { 10 } else { 2 }, 0, 0, 0),
+        // libipvs compares `fwmark` by an int difference and ipvsadm prints
+        // it with `%d`: marks from 2^31 up sort first and print negative.
+        ServiceKeySnap::Fwmark { mark, ipv6 } => {
+            (*mark as i32, if *ipv6 { 10 } else { 2 }, 0, 0, 0)
+        }
     }
 }
 
@@ -387,10 +391,10 @@ fn print_title(out: &mut String, mode: Mode) {
 fn svc_name(s: &ServiceSnap, rule: bool, numeric: bool, names: &dyn Names) -> String {
     match s.key {
         ServiceKeySnap::Fwmark { mark, ipv6 } => match (rule, ipv6) {
-            (true, true) => format!("-f {mark} -6"),
-            (true, false) => format!("-f {mark}"),
-            (false, true) => format!("FWM  {mark} IPv6"),
-            (false, false) => format!("FWM  {mark}"),
+            (true, true) => format!("-f {} -6", mark as i32),
+            (true, false) => format!("-f {}", mark as i32),
+            (false, true) => format!("FWM  {} IPv6", mark as i32),
+            (false, false) => format!("FWM  {}", mark as i32),
         },
         ServiceKeySnap::Addr {
             protocol,

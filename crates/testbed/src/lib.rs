@@ -19,6 +19,9 @@
 //!   kube-controller-manager with the EndpointSlice controllers) built by
 //!   `scripts/k8s-binaries`, with kubectl helpers for Nodes, Pods and
 //!   their status, Services and EndpointSlices;
+//! * [`ipvs_vm`] — a real kernel IPVS: a QEMU guest (Debian's kernel,
+//!   ipvsadm 1.31) built by `scripts/ipvs-vm-image`, attached to the test's
+//!   namespaces through taps, commands and files over serial channels;
 //! * [`sh`] / [`wait_for`] — running a command that must succeed, polling.
 //!
 //! The namespaces are made with iproute2 (`ip netns add`), as an operator
@@ -28,12 +31,14 @@
 
 pub mod bed;
 pub mod cgroup;
+pub mod ipvs_vm;
 pub mod k8s;
 pub mod netns;
 pub mod skip;
 
 pub use bed::{Bed, Conn, Host, connect, spread, udp_ask, udp_socket};
 pub use cgroup::Cgroup;
+pub use ipvs_vm::{IpvsVm, IpvsVmOpts, VmOutput};
 pub use netns::{Netns, in_netns_path, in_ns, spawn_in, unique_name};
 pub use skip::{
     is_root, privileged_required, require_root, require_tools, skip_or_fail, tools_missing,

@@ -37,8 +37,8 @@ pub fn command() -> Command {
         .long_about(
             "rvsadm takes ipvsadm 1.31's command line and prints ipvsadm's formats, \
              talking to the rvsd daemon over its control socket instead of the kernel. \
-             Existing ipvsadm scripts work unchanged. -R applies the whole batch \
-             atomically. rvs-only features are extra long options.",
+             Existing ipvsadm scripts work unchanged, -R included \
+             (line by line, going on past refused lines). rvs-only features are extra long options.",
         )
         .disable_help_flag(true)
         .disable_version_flag(true)
@@ -54,7 +54,7 @@ pub fn command() -> Command {
             flag(
                 "restore",
                 Some('R'),
-                "Restore rules from stdin (atomically)",
+                "Restore rules from stdin (line by line, like ipvsadm)",
             ),
             flag("save", Some('S'), "Save rules to stdout"),
             flag("add-server", Some('a'), "Add a real server"),

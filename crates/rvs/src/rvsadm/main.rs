@@ -463,28 +463,65 @@ fn format_checks(v: &serde_json::Value) -> String {
 /// `-R`: read ipvsadm commands from stdin and apply them as ONE atomic batch
 /// (ipvsadm applies them one by one and leaves a half-applied table on the
 /// first error; rvs applies all or nothing).
+/// `-R` as ipvsadm 1.31 does it (config_stream.c and its callers): line
+/// by line, each applied on its own. A rule the daemon refuses prints its
+/// error and the restore goes on; a command line ipvsadm would exit on
+/// (any parse error but a popt syntax error after the command option)
+/// ends it there, the lines before it applied. The exit status is the
+/// last line's (0, or 255 when the daemon refused it). Users' scripts
+/// today see this behaviour from the kernel's ipvsadm.
 fn restore(socket: &PathBuf) -> Result<(), Fail> {
     let mut text = String::new();
     std::io::stdin()
         .read_to_string(&mut text)
         .map_err(|e| Fail(format!("rvsadm: reading stdin: {e}"), 1))?;
-    let mut commands = Vec::new();
+    let mut status = 0;
     for line in text.lines() {
         match parse_restore_line(line) {
             Ok(None) => {}
             Ok(Some(inv)) => match to_command(&inv.command) {
-                Ok(Some(c)) => commands.push(c),
-                Ok(None) => {}
-                Err(e) => return Err(Fail(error_text(&Command::Clear, &e), KERNEL_ERROR_EXIT)),
+                Ok(Some(c)) => match exec(socket, vec![c], false) {
+                    Ok(()) => status = 0,
+                    Err(Fail(msg, code)) => {
+                        eprintln!("{msg}");
+                        status = code;
+                    }
+                },
+                // A listing, -Z, ... on its own line: run it as a command
+                // line (ipvsadm does), its output and status.
+                Ok(None) => {
+                    let args: Vec<String> = line
+                        .split([' ', '\t', '\r', '\n'])
+                        .filter(|t| !t.is_empty() && *t != "ipvsadm")
+                        .map(str::to_owned)
+                        .collect();
+                    status = match run(args, socket) {
+                        Ok(()) => 0,
+                        Err(Fail(msg, code)) => {
+                            if !msg.is_empty() {
+                                eprintln!("{msg}");
+                            }
+                            code
+                        }
+                    };
+                }
+                Err(e) => {
+                    eprintln!("{}", error_text(&Command::Clear, &e));
+                    status = KERNEL_ERROR_EXIT;
+                }
             },
             Err(e) if e.aborts_restore => return Err(Fail(e.to_string(), e.exit_code)),
-            Err(e) => eprintln!("{e}"),
+            Err(e) => {
+                eprintln!("{e}");
+                status = e.exit_code;
+            }
         }
     }
-    if commands.is_empty() {
-        return Ok(());
+    if status == 0 {
+        Ok(())
+    } else {
+        Err(Fail(String::new(), status))
     }
-    exec(socket, commands, true)
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ mod golden;
 mod health;
 mod health_probes;
 mod http;
+mod ipvs_parity;
 mod kube_bench;
 mod kubernetes;
 mod netns;
