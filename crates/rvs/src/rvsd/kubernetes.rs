@@ -257,14 +257,14 @@ async fn watch(
     }
 }
 
-/// One refused object, as logs and Events name it.
-fn object_name(o: &ObjectRef) -> String {
-    let kind = match o.kind {
-        ObjectKind::Service => "Service",
-        ObjectKind::EndpointSlice => "EndpointSlice",
-        ObjectKind::Node => "Node",
-    };
-    format!("{kind} {}/{}", o.namespace, o.name)
+/// The Service an rvs service of the Kubernetes source came from.
+fn service_object(k: &rvs_k8s::K8sService) -> ObjectRef {
+    ObjectRef {
+        kind: ObjectKind::Service,
+        namespace: k.origin.namespace.clone(),
+        name: k.origin.name.clone(),
+        uid: k.origin.uid.clone(),
+    }
 }
 
 /// Apply each table the watcher sends; serve the health-check ports.
@@ -307,15 +307,8 @@ async fn apply_loop(
             Ok(s) => {
                 for e in &s.refused {
                     if let Some(k) = desired.services.get(e.index) {
-                        refusals.push((
-                            ObjectRef {
-                                kind: ObjectKind::Service,
-                                namespace: k.origin.namespace.clone(),
-                                name: k.origin.name.clone(),
-                                uid: k.origin.uid.clone(),
-                            },
-                            format!("{}: {}", k.kind.name(), e.error),
-                        ));
+                        refusals
+                            .push((service_object(k), format!("{}: {}", k.kind.name(), e.error)));
                     }
                 }
                 stats.services.store(
@@ -332,7 +325,7 @@ async fn apply_loop(
             Err(e) => tracing::error!("Kubernetes: the table was not applied: {}", e.error),
         }
         for w in &desired.warnings {
-            tracing::warn!(object = %object_name(&w.object), "Kubernetes: {}", w.message);
+            tracing::warn!(object = %w.object, "Kubernetes: {}", w.message);
         }
         stats.refused.store(
             u64::try_from(refusals.len()).unwrap_or(0),
@@ -341,7 +334,7 @@ async fn apply_loop(
         let now: BTreeSet<(ObjectRef, String)> = refusals.into_iter().collect();
         let fresh: Vec<(ObjectRef, String)> = now.difference(&reported).cloned().collect();
         for (o, why) in &fresh {
-            tracing::warn!(object = %object_name(o), "Kubernetes: not carried out: {why}");
+            tracing::warn!(object = %o, "Kubernetes: not carried out: {why}");
         }
         reported = now;
         if !fresh.is_empty() {
@@ -365,12 +358,7 @@ fn fail_closed(desired: &mut Desired) -> Vec<(ObjectRef, String)> {
         let open = k.kind != rvs_k8s::Kind::LoadBalancer || k.source_ranges.is_empty();
         if !open {
             refused.push((
-                ObjectRef {
-                    kind: ObjectKind::Service,
-                    namespace: k.origin.namespace.clone(),
-                    name: k.origin.name.clone(),
-                    uid: k.origin.uid.clone(),
-                },
+                service_object(k),
                 format!(
                     "load-balancer address {} not programmed: loadBalancerSourceRanges are not enforced by rvs's data planes yet (fail closed)",
                     rvs_control::owner::service_name(&k.def.key)
@@ -418,7 +406,7 @@ async fn publish_events(client: kube::Client, node: String, refused: Vec<(Object
             secondary: None,
         };
         if let Err(e) = recorder.publish(&ev, &reference).await {
-            tracing::warn!(object = %object_name(&o), "Kubernetes: recording the Event: {e}");
+            tracing::warn!(object = %o, "Kubernetes: recording the Event: {e}");
         }
     }
 }
