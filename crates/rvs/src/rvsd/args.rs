@@ -4,47 +4,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use rvs_control::protocol::DEFAULT_SOCKET;
-
-use crate::{kubernetes, realserver};
-
-/// Which data plane carries the traffic.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum DataPlaneKind {
-    /// The control plane alone: state, rvsadm and metrics, no traffic.
-    None,
-    /// Userspace TCP/UDP proxy (unprivileged).
-    Proxy,
-    /// XDP packet path (root).
-    Xdp,
-    /// Socket-level balancing of local clients: cgroup BPF programs
-    /// choose the real server at connect()/sendmsg() (root; --cgroup).
-    Sock,
-    /// Both: external clients through the XDP program (--interface),
-    /// local clients of --cgroup at the socket; one service table, every
-    /// change carried by both or refused for both (root).
-    #[value(name = "xdp,sock", alias = "sock,xdp")]
-    XdpSock,
-}
-
-impl DataPlaneKind {
-    /// Whether the XDP program runs (alone or with the sock plane).
-    pub(crate) fn has_xdp(self) -> bool {
-        matches!(self, DataPlaneKind::Xdp | DataPlaneKind::XdpSock)
-    }
-}
-
-/// `--xdp-mode`.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum XdpModeArg {
-    /// Native (driver) mode, else generic.
-    Auto,
-    /// Native (driver) mode only.
-    Native,
-    /// Generic (skb) mode only.
-    Skb,
-}
+use rvs_daemon::{DataPlaneKind, KubernetesArgs, XdpMode, realserver};
 
 /// rvs daemon: an IPVS-class layer-4 load balancer.
 ///
@@ -205,8 +167,8 @@ pub(crate) struct Args {
 
     /// xdp: attach mode: `native` (driver), `skb` (generic) or `auto`
     /// (native, else generic).
-    #[arg(long, value_enum, value_name = "MODE", default_value_t = XdpModeArg::Auto)]
-    pub(crate) xdp_mode: XdpModeArg,
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = XdpMode::Auto)]
+    pub(crate) xdp_mode: XdpMode,
 
     /// xdp: entries of the flow table, for each family (IPv4 and IPv6
     /// flows have a table each), and of the NAT reply table; the least
@@ -309,7 +271,7 @@ pub(crate) struct Args {
     pub(crate) man: bool,
 
     #[command(flatten)]
-    pub(crate) k8s: kubernetes::Args,
+    pub(crate) k8s: KubernetesArgs,
 
     #[command(subcommand)]
     pub(crate) command: Option<Sub>,

@@ -45,7 +45,7 @@ use anyhow::{Context, bail};
 
 /// The forwarding method the real server receives.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Mode {
+pub enum Mode {
     /// Direct routing: packets arrive with the VIP as destination.
     Dr,
     /// Tunnelling: packets arrive inside IPIP, GUE, GRE or Geneve.
@@ -54,7 +54,7 @@ pub(crate) enum Mode {
 
 /// The tunnel the director uses (TUN mode).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum TunType {
+pub enum TunType {
     /// IPv4-in-IPv4 / IPv6-in-IPv6.
     Ipip,
     /// Generic UDP Encapsulation to `--gue-port`.
@@ -69,20 +69,25 @@ pub(crate) enum TunType {
 
 /// What `rvsd realserver` was asked to do.
 #[derive(Clone, Debug)]
-pub(crate) struct Spec {
-    pub(crate) vips: Vec<IpAddr>,
+pub struct Spec {
+    /// `--vip`: the virtual addresses.
+    pub vips: Vec<IpAddr>,
     /// Needed with `vips`.
-    pub(crate) mode: Option<Mode>,
+    pub mode: Option<Mode>,
     /// `--toa`: `Some(cgroup)` (`None` inside: the default cgroup).
-    pub(crate) toa: Option<Option<PathBuf>>,
-    pub(crate) tun_type: TunType,
-    pub(crate) gue_port: u16,
-    pub(crate) interface: Option<String>,
-    pub(crate) undo: bool,
+    pub toa: Option<Option<PathBuf>>,
+    /// `--tun-type`: the tunnel the director uses.
+    pub tun_type: TunType,
+    /// `--gue-port`: GUE's UDP destination port.
+    pub gue_port: u16,
+    /// `--interface`: the interface facing the director.
+    pub interface: Option<String>,
+    /// `--undo`: reverse the preparation.
+    pub undo: bool,
 }
 
 /// Run the preparation (or its undo); returns what was done, one line each.
-pub(crate) fn run(spec: &Spec) -> anyhow::Result<Vec<String>> {
+pub fn run(spec: &Spec) -> anyhow::Result<Vec<String>> {
     let mode = match (spec.vips.is_empty(), spec.mode) {
         (false, None) => bail!("--vip needs --mode dr|tun"),
         (true, Some(_)) => bail!("--mode needs --vip ADDR"),
