@@ -406,24 +406,19 @@ impl Daemon {
                 index: None,
                 ctl: None,
             },
-            Request::Exec { commands, atomic } => match self
-                .ctl
-                .submit(Owner::Rvsadm, Change::Commands { commands, atomic })
-            {
-                Ok(_) => {
-                    self.announce.wake().notify_one();
-                    tracing::debug!("applied");
-                    for e in self.ctl.take_plane_errors() {
-                        tracing::warn!("{e}");
+            Request::Exec { commands, atomic } => {
+                match self.submit(Owner::Rvsadm, Change::Commands { commands, atomic }) {
+                    Ok(_) => {
+                        tracing::debug!("applied");
+                        Response::Ok
                     }
-                    Response::Ok
+                    Err(e) => Response::Error {
+                        message: e.error.to_string(),
+                        index: Some(e.index),
+                        ctl: Some(e.error),
+                    },
                 }
-                Err(e) => Response::Error {
-                    message: e.error.to_string(),
-                    index: Some(e.index),
-                    ctl: Some(e.error),
-                },
-            },
+            }
         }
     }
 
@@ -494,12 +489,8 @@ impl rvs_check::runner::Host for Daemon {
             commands: cmds,
             atomic: false,
         };
-        if let Err(e) = self.ctl.submit(Owner::File, change) {
+        if let Err(e) = self.submit(Owner::File, change) {
             tracing::error!(target: "rvs::check", "applying a health change: {}", e.error);
-        }
-        self.announce.wake().notify_one();
-        for e in self.ctl.take_plane_errors() {
-            tracing::warn!("{e}");
         }
     }
 }
