@@ -47,22 +47,32 @@ pub struct Args {
     pub node_name: Option<String>,
 
     /// The NodePort range (kube-apiserver's --service-node-port-range).
-    #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767")]
+    #[arg(
+        long,
+        value_name = "FIRST-LAST",
+        default_value = "30000-32767",
+        requires = "kubernetes"
+    )]
     pub node_port_range: String,
 
     /// Addresses NodePorts are served on (default: the Node's InternalIP
     /// and ExternalIP addresses, plus 127.0.0.1).
-    #[arg(long, value_name = "ADDR", value_delimiter = ',')]
+    #[arg(
+        long,
+        value_name = "ADDR",
+        value_delimiter = ',',
+        requires = "kubernetes"
+    )]
     pub node_port_addresses: Vec<IpAddr>,
 
     /// How NodePort, external and load-balancer traffic with
     /// `externalTrafficPolicy: Cluster` reaches another node's endpoint.
-    #[arg(long, value_enum, default_value_t = NodePortMode::Snat)]
+    #[arg(long, value_enum, default_value_t = NodePortMode::Snat, requires = "kubernetes")]
     pub node_port_mode: NodePortMode,
 
     /// Serve only Services labelled `service.kubernetes.io/service-proxy-name`
     /// with this name (default: only Services without the label).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", requires = "kubernetes")]
     pub service_proxy_name: Option<String>,
 }
 

@@ -142,6 +142,9 @@ fn data_plane(
             }
         }
     }
+    if let Some(w) = node_port_mode_warning(args) {
+        tracing::warn!("{w}");
+    }
     match args.dataplane {
         DataPlaneKind::None => Ok((Box::new(NoDataPlane), None, None, None)),
         DataPlaneKind::Proxy => {
@@ -202,6 +205,24 @@ fn data_plane(
             Ok((Box::new(both), None, Some(flood), Some(stats)))
         }
     }
+}
+
+/// The warning `--node-port-mode dsr|hybrid` gets with the proxy plane: a
+/// proxy opens its own connection to the endpoint whatever the forwarding
+/// method, so the replies come back through it (SNAT in effect).
+fn node_port_mode_warning(args: &Options) -> Option<String> {
+    use clap::ValueEnum;
+    let mode = args.k8s.node_port_mode;
+    if !args.k8s.kubernetes
+        || args.dataplane != DataPlaneKind::Proxy
+        || mode == crate::NodePortMode::Snat
+    {
+        return None;
+    }
+    let name = mode.to_possible_value()?.get_name().to_owned();
+    Some(format!(
+        "--node-port-mode {name}: the proxy data plane proxies every connection whatever the forwarding method, so endpoints answer through it (no direct server return); DSR needs the XDP plane"
+    ))
 }
 
 /// Load the sock data plane's programs and attach them to --cgroup.
@@ -792,4 +813,69 @@ pub(crate) fn random_seed() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0x5EED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Options as rvsd's defaults give them, with `--kubernetes`.
+    fn kubernetes_options(dataplane: DataPlaneKind, mode: crate::NodePortMode) -> Options {
+        Options {
+            socket: PathBuf::from("/run/rvs/test.sock"),
+            dataplane,
+            cgroup: None,
+            proxy_protocol_from: Vec::new(),
+            connect_timeout: 3.0,
+            connect_retries: 2,
+            drain_grace: None,
+            announce_table: None,
+            bgp_daemon: None,
+            takeover: None,
+            or_start: false,
+            no_splice: false,
+            reuse_port: false,
+            interface: Vec::new(),
+            xdp_mode: XdpMode::Auto,
+            flow_table_size: 1 << 20,
+            embryonic_table_size: 0,
+            tunnel_mtu: None,
+            max_new_flows: 0,
+            fullnat_ports: None,
+            tunnel_source: Vec::new(),
+            tunnel_source_prefix: Vec::new(),
+            instance: None,
+            state_dir: PathBuf::from("/run/rvs"),
+            xdp_upgrade_probe: false,
+            http: None,
+            conn_capacity: 1 << 20,
+            k8s: crate::KubernetesArgs {
+                kubernetes: true,
+                node_port_mode: mode,
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn node_port_dsr_with_the_proxy_plane_is_warned_naming_the_option() {
+        use crate::NodePortMode::{Dsr, Hybrid, Snat};
+        for (mode, name) in [(Dsr, "dsr"), (Hybrid, "hybrid")] {
+            let w = node_port_mode_warning(&kubernetes_options(DataPlaneKind::Proxy, mode))
+                .expect("a warning");
+            assert!(w.starts_with(&format!("--node-port-mode {name}: ")), "{w}");
+        }
+        // SNAT, or a plane that forwards packets: nothing to say.
+        assert_eq!(
+            node_port_mode_warning(&kubernetes_options(DataPlaneKind::Proxy, Snat)),
+            None
+        );
+        assert_eq!(
+            node_port_mode_warning(&kubernetes_options(DataPlaneKind::Xdp, Dsr)),
+            None
+        );
+        let mut no_k8s = kubernetes_options(DataPlaneKind::Proxy, Dsr);
+        no_k8s.k8s.kubernetes = false;
+        assert_eq!(node_port_mode_warning(&no_k8s), None);
+    }
 }

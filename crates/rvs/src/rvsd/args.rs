@@ -334,3 +334,33 @@ pub(crate) enum Sub {
         undo: bool,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use clap::error::ErrorKind;
+
+    use super::Args;
+
+    #[test]
+    fn the_kubernetes_source_options_require_kubernetes() {
+        for [opt, value] in [
+            ["--kubeconfig", "/etc/rvs/kubeconfig"],
+            ["--node-name", "node-1"],
+            ["--node-port-range", "30000-30100"],
+            ["--node-port-addresses", "192.0.2.1"],
+            ["--node-port-mode", "dsr"],
+            ["--service-proxy-name", "rvs"],
+        ] {
+            let e = Args::try_parse_from(["rvsd", opt, value]).expect_err(opt);
+            assert_eq!(e.kind(), ErrorKind::MissingRequiredArgument, "{opt}: {e}");
+            assert!(e.to_string().contains("--kubernetes"), "{opt}: {e}");
+            let args = Args::try_parse_from(["rvsd", "--kubernetes", opt, value])
+                .unwrap_or_else(|e| panic!("{opt} with --kubernetes: {e}"));
+            assert!(args.k8s.kubernetes);
+        }
+        // Their defaults alone ask for nothing.
+        let args = Args::try_parse_from(["rvsd"]).expect("no option");
+        assert!(!args.k8s.kubernetes);
+    }
+}
