@@ -55,14 +55,7 @@ impl Ipvs {
     /// closed but whose entry lingers) is not ours to reuse: expire it. A
     /// held one (a live socket of the proxy) refuses the new one.
     fn clear_stale(&mut self, pkt: &Packet<'_>) -> Result<(), Verdict> {
-        let key = ConnKey {
-            protocol: pkt.l4.protocol().number(),
-            af: AddrFamily::of(&pkt.src),
-            caddr: Addr::from_ip(pkt.src),
-            cport: pkt.sport,
-            vaddr: Addr::from_ip(pkt.dst),
-            vport: pkt.dport,
-        };
+        let key = pkt.conn_key();
         if let Some(old) = self.conns.lookup(&key) {
             if self
                 .conns
