@@ -94,6 +94,25 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// The service this command is about: `None` for a table-wide one
+    /// (clear, timeouts, zeroing every counter).
+    pub fn service_key(&self) -> Option<&ServiceKey> {
+        match self {
+            Command::AddService { key, .. }
+            | Command::EditService { key, .. }
+            | Command::DelService { key } => Some(key),
+            Command::AddDest { service, .. }
+            | Command::EditDest { service, .. }
+            | Command::DelDest { service, .. }
+            | Command::AddLaddr { service, .. }
+            | Command::DelLaddr { service, .. } => Some(service),
+            Command::Zero { service } => service.as_ref(),
+            Command::Clear | Command::SetTimeouts { .. } => None,
+        }
+    }
+}
+
 /// A request to the daemon.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
