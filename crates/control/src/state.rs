@@ -757,12 +757,7 @@ mod tests {
             sport: 1000,
             dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
             dport: port,
-            l4: L4::Tcp(TcpFlags {
-                syn: true,
-                fin: false,
-                ack: false,
-                rst: false,
-            }),
+            l4: L4::Tcp(TcpFlags::SYN),
             fwmark: 0,
             len: 60,
             payload: b"",

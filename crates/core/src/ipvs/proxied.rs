@@ -20,12 +20,7 @@ impl Ipvs {
         vip: std::net::SocketAddr,
     ) -> Result<Forward, Verdict> {
         let l4 = match protocol {
-            Protocol::Tcp => L4::Tcp(TcpFlags {
-                syn: true,
-                fin: false,
-                ack: false,
-                rst: false,
-            }),
+            Protocol::Tcp => L4::Tcp(TcpFlags::SYN),
             Protocol::Udp => L4::Udp,
             Protocol::Sctp => L4::Sctp(SctpEvent::Init),
         };
