@@ -13,38 +13,14 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rvs_check::Health;
-use rvs_check::runner::{Host, commands_for};
 use rvs_control::dataplane::NoDataPlane;
-use rvs_control::owner::{Change, Owner};
-use rvs_control::state::{Controller, ServiceDef};
-use rvs_core::ipvs::IpvsConfig;
-use rvs_core::model::{DestConfig, ServiceKey};
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::{ControllerHost, load, start};
 
 /// Real servers per virtual server (each listener serves one per VS).
 const PER_VS: usize = 500;
-
-struct Bench {
-    ctl: Controller,
-    health: Health,
-}
-
-impl Host for Bench {
-    fn health(&mut self) -> Option<&mut Health> {
-        Some(&mut self.health)
-    }
-    fn apply_health(&mut self, key: ServiceKey, dests: Vec<DestConfig>) {
-        if let Some(c) = commands_for(self.ctl.ipvs(), key, dests)
-            && !c.is_empty()
-        {
-            let change = Change::Commands {
-                commands: c,
-                atomic: true,
-            };
-            let _ = self.ctl.submit(Owner::File, change);
-        }
-    }
-}
 
 /// utime + stime of this process, seconds.
 fn cpu_seconds() -> f64 {
@@ -123,21 +99,7 @@ fn main() {
         }
         text.push_str("}\n");
     }
-    let path = std::env::temp_dir().join(format!("rvs-runner-scale-{}.conf", std::process::id()));
-    std::fs::write(&path, text).expect("write config");
-    let loaded = rvs_config::load(&path, &rvs_config::LoadOptions::default()).expect("config");
-    let _ = std::fs::remove_file(&path);
-    let specs = loaded.config.lvs_services().expect("services");
-    let plan = rvs_check::plan(&loaded.config, &specs);
-    let mut defs: Vec<ServiceDef> = specs
-        .into_iter()
-        .map(|s| ServiceDef {
-            key: s.key,
-            config: s.config,
-            dests: s.dests,
-            laddrs: s.laddrs,
-        })
-        .collect();
+    let (defs, plan) = load(&text, "runner-scale");
     let checkers = plan.jobs.len();
 
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -145,16 +107,7 @@ fn main() {
         .build()
         .expect("runtime");
     let result = rt.block_on(async move {
-        let mut health = Health::new(1);
-        health.reconfigure(Instant::now(), plan);
-        health.overlay(&mut defs);
-        let mut ctl = Controller::new(IpvsConfig::default(), Box::new(NoDataPlane));
-        let change = Change::Replace {
-            services: defs,
-            partial: false,
-        };
-        ctl.submit(Owner::File, change).expect("table");
-        let host = Arc::new(Mutex::new(Bench { ctl, health }));
+        let host = Arc::new(Mutex::new(start(defs, plan, 1, Box::new(NoDataPlane))));
         let task = tokio::spawn(rvs_check::runner::run(
             host.clone(),
             Arc::new(tokio::sync::Notify::new()),
@@ -208,7 +161,7 @@ fn main() {
 
 /// The lateness histogram's cumulative buckets (`le`, count; `+Inf` last)
 /// and how many real servers are down.
-fn metrics(host: &Arc<Mutex<Bench>>) -> (Vec<(String, f64)>, usize) {
+fn metrics(host: &Arc<Mutex<ControllerHost>>) -> (Vec<(String, f64)>, usize) {
     let Ok(h) = host.lock() else {
         return (Vec::new(), 0);
     };

@@ -58,6 +58,14 @@ pub fn supported(kind: &CheckerKind) -> bool {
 fn sock(addr: IpAddr, port: u16) -> String {
     SocketAddr::new(addr, port).to_string()
 }
+/// Whether a checker's or virtual server's changes are mailed: its own
+/// `smtp_alert`, else the global `smtp_alert_checker`, else `smtp_alert`,
+/// else `default`.
+fn smtp_alert(conf: &KeepalivedConf, own: Option<bool>, default: bool) -> bool {
+    own.or(conf.global.smtp_alert_checker)
+        .or(conf.global.smtp_alert)
+        .unwrap_or(default)
+}
 
 fn vs_name(conf: &KeepalivedConf, spec: &ServiceSpec) -> String {
     let vs = &conf.virtual_servers[spec.vs_index];
@@ -159,11 +167,7 @@ pub fn plan(conf: &KeepalivedConf, specs: &[ServiceSpec]) -> HealthPlan {
                 inhibit: rs.effective.inhibit_on_failure,
                 notify_up: script(&rs.notify_up),
                 notify_down: script(&rs.notify_down),
-                smtp_alert: rs
-                    .smtp_alert
-                    .or(conf.global.smtp_alert_checker)
-                    .or(conf.global.smtp_alert)
-                    .unwrap_or(true),
+                smtp_alert: smtp_alert(conf, rs.smtp_alert, true),
                 checkers,
             });
         }
@@ -183,11 +187,7 @@ pub fn plan(conf: &KeepalivedConf, specs: &[ServiceSpec]) -> HealthPlan {
             quorum_down: script(&vs.quorum_down),
             sorry_inhibit: first.sorry_server_inhibit,
             omega: vs.omega,
-            smtp_alert: vs
-                .smtp_alert
-                .or(conf.global.smtp_alert_checker)
-                .or(conf.global.smtp_alert)
-                .unwrap_or(false),
+            smtp_alert: smtp_alert(conf, vs.smtp_alert, false),
             reals,
         });
     }

@@ -5,14 +5,11 @@ use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rvs_check::Health;
-use rvs_check::runner::{Host, commands_for};
 use rvs_control::dataplane::{DataPlane, DataPlaneError};
-use rvs_control::owner::{Change, Owner};
 use rvs_control::protocol::Command;
-use rvs_control::state::{Controller, ServiceDef};
-use rvs_core::ipvs::IpvsConfig;
-use rvs_core::model::{DestConfig, ServiceKey};
+
+mod support;
+use support::{load, start};
 
 /// A data plane that keeps every command it is given, to show what a
 /// health change costs the data plane.
@@ -30,55 +27,10 @@ impl DataPlane for Recorder {
     }
 }
 
-struct TestHost {
-    ctl: Controller,
-    health: Health,
-}
-
-impl Host for TestHost {
-    fn health(&mut self) -> Option<&mut Health> {
-        Some(&mut self.health)
-    }
-    fn apply_health(&mut self, key: ServiceKey, dests: Vec<DestConfig>) {
-        if let Some(cmds) = commands_for(self.ctl.ipvs(), key, dests)
-            && !cmds.is_empty()
-        {
-            let change = Change::Commands {
-                commands: cmds,
-                atomic: true,
-            };
-            self.ctl
-                .submit(Owner::File, change)
-                .expect("health change applies");
-        }
-    }
-}
-
 fn listener() -> (TcpListener, u16) {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     let p = l.local_addr().expect("addr").port();
     (l, p)
-}
-
-fn load(text: &str) -> (Vec<ServiceDef>, rvs_check::HealthPlan) {
-    let dir = std::env::temp_dir().join(format!("rvs-check-runner-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let p = dir.join("k.conf");
-    std::fs::write(&p, text).expect("write");
-    let l = rvs_config::load(&p, &rvs_config::LoadOptions::default()).expect("config");
-    let _ = std::fs::remove_dir_all(&dir);
-    let specs = l.config.lvs_services().expect("services");
-    let plan = rvs_check::plan(&l.config, &specs);
-    let defs = specs
-        .into_iter()
-        .map(|s| ServiceDef {
-            key: s.key,
-            config: s.config,
-            dests: s.dests,
-            laddrs: s.laddrs,
-        })
-        .collect();
-    (defs, plan)
 }
 
 async fn wait(what: &str, f: impl Fn() -> bool) {
@@ -107,19 +59,11 @@ async fn a_flapping_server_changes_only_itself_in_the_data_plane() {
         rs(a_port),
         rs(b_port)
     );
-    let (mut defs, plan) = load(&text);
+    let (defs, plan) = load(&text, "runner");
     let log = Arc::new(Mutex::new(Vec::new()));
-    let mut ctl = Controller::new(IpvsConfig::default(), Box::new(Recorder(log.clone())));
-    let mut health = Health::new(7);
-    health.reconfigure(Instant::now(), plan);
-    health.overlay(&mut defs);
-    let change = Change::Replace {
-        services: defs,
-        partial: false,
-    };
-    ctl.submit(Owner::File, change).expect("initial table");
+    let host = start(defs, plan, 7, Box::new(Recorder(log.clone())));
     log.lock().expect("log").clear();
-    let host = Arc::new(Mutex::new(TestHost { ctl, health }));
+    let host = Arc::new(Mutex::new(host));
     let wake = Arc::new(tokio::sync::Notify::new());
     let task = tokio::spawn(rvs_check::runner::run(host.clone(), wake));
 

@@ -9,6 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::lexer::{Node, Token};
 use crate::model::{IpRoute, IpRule, RouteType, RuleAction};
+use crate::parse::{err, expected};
 use crate::{ConfigError, Loc, Warning};
 
 type R<T> = Result<T, ConfigError>;
@@ -65,10 +66,6 @@ fn words(n: &Node) -> Vec<&Token> {
     std::iter::once(&n.key).chain(n.args.iter()).collect()
 }
 
-fn err<T>(t: &Token, msg: impl Into<String>) -> R<T> {
-    Err(ConfigError::at(&t.loc, msg))
-}
-
 /// The value after word `i`, or an error naming the option.
 fn value<'a>(w: &[&'a Token], i: usize) -> R<&'a Token> {
     match w.get(i + 1) {
@@ -99,10 +96,7 @@ fn prefix(t: &Token) -> R<(IpAddr, u8)> {
         None => (t.text.as_str(), None),
     };
     let Ok(addr) = a.parse::<IpAddr>() else {
-        return err(
-            t,
-            format!("expected an IP address[/prefix], found `{}`", t.text),
-        );
+        return expected(t, "an IP address[/prefix]");
     };
     let max = if addr.is_ipv4() { 32 } else { 128 };
     match len {
@@ -118,9 +112,7 @@ fn prefix(t: &Token) -> R<(IpAddr, u8)> {
 }
 
 fn address(t: &Token) -> R<IpAddr> {
-    t.text
-        .parse()
-        .or_else(|_| err(t, format!("expected an IP address, found `{}`", t.text)))
+    t.text.parse().or_else(|_| expected(t, "an IP address"))
 }
 
 /// A routing table by number or by iproute2's built-in names.

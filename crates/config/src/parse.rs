@@ -39,8 +39,20 @@ fn loc_of(t: &Token) -> Loc {
     t.loc.clone()
 }
 
-fn err<T>(t: &Token, msg: impl Into<String>) -> R<T> {
+/// An error at token `t`.
+pub(crate) fn err<T>(t: &Token, msg: impl Into<String>) -> R<T> {
     Err(ConfigError::at(&t.loc, msg))
+}
+
+/// The first argument of `n` parsed as a `T` (`what`, for the error).
+fn parsed<T: std::str::FromStr>(n: &Node, what: &str) -> R<T> {
+    let t = arg(n, 0, what)?;
+    t.text.parse().or_else(|_| expected(t, what))
+}
+
+/// The error for token `t` that is not `what`: "expected WHAT, found `T`".
+pub(crate) fn expected<T>(t: &Token, what: &str) -> R<T> {
+    err(t, format!("expected {what}, found `{}`", t.text))
 }
 
 struct Ctx<'a> {
@@ -220,26 +232,30 @@ fn flag(n: &Node) -> R<bool> {
 pub(crate) fn ip(t: &Token) -> R<IpAddr> {
     t.text
         .parse::<IpAddr>()
-        .or_else(|_| err(t, format!("expected an IP address, found `{}`", t.text)))
+        .or_else(|_| expected(t, "an IP address"))
 }
 
 fn string(n: &Node, what: &str) -> R<String> {
     Ok(arg(n, 0, what)?.text.clone())
 }
 
+/// The arguments from `from` on, joined by a space (`USER [GROUP]`).
+fn words(n: &Node, from: usize) -> String {
+    let args = n.args.get(from..).unwrap_or_default();
+    args.iter()
+        .map(|t| t.text.as_str())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// [`words`], or `None` when there are none.
+fn words_after(n: &Node, from: usize) -> Option<String> {
+    (n.args.len() > from).then(|| words(n, from))
+}
+
 fn script(n: &Node) -> R<Script> {
     let cmd = arg(n, 0, "a script")?;
-    let user = if n.args.len() > 1 {
-        Some(
-            n.args[1..]
-                .iter()
-                .map(|t| t.text.as_str())
-                .collect::<Vec<_>>()
-                .join(" "),
-        )
-    } else {
-        None
-    };
+    let user = words_after(n, 1);
     Ok(Script {
         command: cmd.text.clone(),
         user,
@@ -334,7 +350,7 @@ fn family(t: &Token) -> R<AddrFamily> {
     match t.text.as_str() {
         "inet" => Ok(AddrFamily::Inet),
         "inet6" => Ok(AddrFamily::Inet6),
-        _ => err(t, format!("expected `inet` or `inet6`, found `{}`", t.text)),
+        _ => expected(t, "`inet` or `inet6`"),
     }
 }
 

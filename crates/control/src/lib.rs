@@ -25,3 +25,5 @@ pub mod owner;
 pub mod protocol;
 pub mod state;
 pub mod sync;
+#[cfg(test)]
+mod testutil;

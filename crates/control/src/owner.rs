@@ -150,22 +150,6 @@ fn owned_error(key: &ServiceKey, holder: Owner) -> CtlError {
     ))
 }
 
-/// The service a command is about, if any.
-fn command_key(cmd: &Command) -> Option<&ServiceKey> {
-    match cmd {
-        Command::AddService { key, .. }
-        | Command::EditService { key, .. }
-        | Command::DelService { key } => Some(key),
-        Command::AddDest { service, .. }
-        | Command::EditDest { service, .. }
-        | Command::DelDest { service, .. }
-        | Command::AddLaddr { service, .. }
-        | Command::DelLaddr { service, .. } => Some(service),
-        Command::Zero { service } => service.as_ref(),
-        Command::Clear | Command::SetTimeouts { .. } => None,
-    }
-}
-
 impl Controller {
     /// The one entry point for desired state: apply `change` from `owner`.
     /// A change that touches a service another source owns is refused
@@ -223,7 +207,7 @@ impl Controller {
                 }
                 continue;
             }
-            if let Some(key) = command_key(c)
+            if let Some(key) = c.service_key()
                 && let Some(holder) = self.owners.get(key)
                 && !owner.may_change(*holder)
                 && !matches!(c, Command::Zero { .. })
@@ -340,17 +324,14 @@ impl Controller {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataplane::{DataPlane, DataPlaneError, NoDataPlane};
+    use crate::dataplane::NoDataPlane;
+    use crate::testutil::{Picky, tcp_key};
     use rvs_core::ipvs::IpvsConfig;
-    use rvs_core::model::{AddrFamily, DestConfig, Protocol, ServiceConfig};
+    use rvs_core::model::{AddrFamily, DestConfig, ServiceConfig};
     use std::net::Ipv4Addr;
 
     fn key(port: u16) -> ServiceKey {
-        ServiceKey::Addr {
-            protocol: Protocol::Tcp,
-            addr: IpAddr::V4(Ipv4Addr::new(10, 96, 0, 1)),
-            port,
-        }
+        tcp_key(Ipv4Addr::new(10, 96, 0, 1), port)
     }
 
     fn def(port: u16, dests: &[u8]) -> ServiceDef {
@@ -535,32 +516,6 @@ mod tests {
         c.submit(Owner::Rvsadm, cmds(vec![Command::Clear])).unwrap();
         assert!(table(&c).is_empty());
         assert!(c.owned_by(Owner::File).is_empty());
-    }
-
-    /// A data plane that cannot carry port 99.
-    struct Picky;
-    impl DataPlane for Picky {
-        fn name(&self) -> &'static str {
-            "picky"
-        }
-        fn apply(&mut self, _: &Command) -> Result<(), DataPlaneError> {
-            Ok(())
-        }
-        fn admit(&self, c: &Command) -> Result<(), String> {
-            match c {
-                Command::AddService { key, .. } | Command::EditService { key, .. }
-                    if key.port() == 99 =>
-                {
-                    Err("not 99".into())
-                }
-                Command::AddDest { dest, .. } | Command::EditDest { dest, .. }
-                    if dest.addr == IpAddr::V4(Ipv4Addr::new(10, 0, 0, 99)) =>
-                {
-                    Err("not .99".into())
-                }
-                _ => Ok(()),
-            }
-        }
     }
 
     #[test]

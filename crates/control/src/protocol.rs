@@ -94,6 +94,25 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// The service this command is about: `None` for a table-wide one
+    /// (clear, timeouts, zeroing every counter).
+    pub fn service_key(&self) -> Option<&ServiceKey> {
+        match self {
+            Command::AddService { key, .. }
+            | Command::EditService { key, .. }
+            | Command::DelService { key } => Some(key),
+            Command::AddDest { service, .. }
+            | Command::EditDest { service, .. }
+            | Command::DelDest { service, .. }
+            | Command::AddLaddr { service, .. }
+            | Command::DelLaddr { service, .. } => Some(service),
+            Command::Zero { service } => service.as_ref(),
+            Command::Clear | Command::SetTimeouts { .. } => None,
+        }
+    }
+}
+
 /// A request to the daemon.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
@@ -339,12 +358,7 @@ pub fn parse_handover(line: &[u8], received: usize) -> Result<HandOver, HandOver
         let bad = |why: String| HandOverError::Socket { index, why };
         match s {
             HandedSocket::Service { key, socket } => {
-                let ServiceKey::Addr {
-                    protocol,
-                    addr,
-                    port,
-                } = key
-                else {
+                let Some((protocol, vip)) = key.socket_addr() else {
                     return Err(bad("a firewall-mark service has no socket".into()));
                 };
                 let want = match protocol {
@@ -352,22 +366,17 @@ pub fn parse_handover(line: &[u8], received: usize) -> Result<HandOver, HandOver
                     rvs_core::model::Protocol::Udp => SocketKind::Udp,
                     other => return Err(bad(format!("{} services have no socket", other.name()))),
                 };
-                if *port == 0 {
+                if vip.port() == 0 {
+                    let addr = vip.ip();
                     return Err(bad(format!("{addr}:0: a port-zero service has no socket")));
                 }
                 if *socket != want {
-                    return Err(bad(format!(
-                        "{} {}: described as {socket:?}",
-                        protocol.name(),
-                        SocketAddr::new(*addr, *port)
-                    )));
+                    let name = protocol.name();
+                    return Err(bad(format!("{name} {vip}: described as {socket:?}")));
                 }
                 if !seen.insert(*key) {
-                    return Err(bad(format!(
-                        "{} {} handed twice",
-                        protocol.name(),
-                        SocketAddr::new(*addr, *port)
-                    )));
+                    let name = protocol.name();
+                    return Err(bad(format!("{name} {vip} handed twice")));
                 }
             }
             HandedSocket::Http { addr } => {

@@ -521,17 +521,7 @@ impl Controller {
             changed,
         } = plan(&self.ipvs, target)?;
         if let Err((i, m)) = self.plane.admit_all(&self.ipvs, &cmds) {
-            let key = match &cmds[i] {
-                Command::AddService { key, .. }
-                | Command::EditService { key, .. }
-                | Command::DelService { key } => Some(key),
-                Command::AddDest { service, .. }
-                | Command::EditDest { service, .. }
-                | Command::DelDest { service, .. }
-                | Command::AddLaddr { service, .. }
-                | Command::DelLaddr { service, .. } => Some(service),
-                _ => None,
-            };
+            let key = cmds[i].service_key();
             return Err(ExecError {
                 index: key
                     .and_then(|k| target.iter().position(|t| t.key == *k))
@@ -703,9 +693,10 @@ impl Controller {
 mod tests {
     use super::*;
     use crate::dataplane::{DataPlaneError, NoDataPlane};
+    use crate::testutil::{Picky, tcp_key};
     use proptest::prelude::*;
     use rvs_core::ipvs::{L4, Packet, Verdict};
-    use rvs_core::model::{AddrFamily, Protocol};
+    use rvs_core::model::AddrFamily;
     use rvs_core::sched::Scheduler;
     use rvs_core::state::TcpFlags;
     use rvs_core::time::Instant;
@@ -713,11 +704,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     fn key(port: u16) -> ServiceKey {
-        ServiceKey::Addr {
-            protocol: Protocol::Tcp,
-            addr: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-            port,
-        }
+        tcp_key(Ipv4Addr::new(10, 0, 0, 1), port)
     }
 
     fn rs(i: u8) -> DestConfig {
@@ -770,12 +757,7 @@ mod tests {
             sport: 1000,
             dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
             dport: port,
-            l4: L4::Tcp(TcpFlags {
-                syn: true,
-                fin: false,
-                ack: false,
-                rst: false,
-            }),
+            l4: L4::Tcp(TcpFlags::SYN),
             fwmark: 0,
             len: 60,
             payload: b"",
@@ -928,23 +910,6 @@ mod tests {
         assert_eq!((e.index, e.error), (2, CtlError::NoService));
         assert_eq!(normalized(current_defs(ctl.ipvs())), snapshot);
         assert!(log.lock().unwrap().is_empty(), "the data plane saw nothing");
-    }
-
-    /// A data plane that cannot carry port 99.
-    struct Picky;
-    impl DataPlane for Picky {
-        fn name(&self) -> &'static str {
-            "picky"
-        }
-        fn apply(&mut self, _: &Command) -> Result<(), DataPlaneError> {
-            Ok(())
-        }
-        fn admit(&self, c: &Command) -> Result<(), String> {
-            match c {
-                Command::AddService { key, .. } if key.port() == 99 => Err("not 99".into()),
-                _ => Ok(()),
-            }
-        }
     }
 
     #[test]

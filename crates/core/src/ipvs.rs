@@ -209,6 +209,21 @@ pub struct Packet<'a> {
     pub payload: &'a [u8],
 }
 
+impl Packet<'_> {
+    /// The forward lookup key of the connection this packet would belong to
+    /// if it came from a client.
+    pub(crate) fn conn_key(&self) -> ConnKey {
+        ConnKey {
+            protocol: self.l4.protocol().number(),
+            af: AddrFamily::of(&self.src),
+            caddr: Addr::from_ip(self.src),
+            cport: self.sport,
+            vaddr: Addr::from_ip(self.dst),
+            vport: self.dport,
+        }
+    }
+}
+
 /// Where to send a packet and how.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Forward {
@@ -573,6 +588,20 @@ impl Ipvs {
         self.locator[id.0 as usize] = DestLoc::Free;
         self.dest_est[id.0 as usize] = Estimator::default();
         self.free_ids.push(id.0);
+    }
+
+    /// A connection to `id` turned active (`active`) or inactive: move it
+    /// from one of the server's counters to the other.
+    fn move_between_counts(&mut self, id: DestId, active: bool) {
+        self.with_dest(id, |d| {
+            if active {
+                d.inactive = d.inactive.saturating_sub(1);
+                d.active += 1;
+            } else {
+                d.active = d.active.saturating_sub(1);
+                d.inactive += 1;
+            }
+        });
     }
 
     /// Mutate a dest wherever it lives, then let its scheduler re-index it;

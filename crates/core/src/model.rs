@@ -127,6 +127,19 @@ impl ServiceKey {
     pub const fn is_fwmark(&self) -> bool {
         matches!(self, ServiceKey::Fwmark { .. })
     }
+
+    /// The protocol and virtual address:port of an address service (what a
+    /// socket for it is bound to); `None` for a firewall-mark service.
+    pub fn socket_addr(&self) -> Option<(Protocol, std::net::SocketAddr)> {
+        match *self {
+            ServiceKey::Addr {
+                protocol,
+                addr,
+                port,
+            } => Some((protocol, std::net::SocketAddr::new(addr, port))),
+            ServiceKey::Fwmark { .. } => None,
+        }
+    }
 }
 
 /// Tunnel encapsulation of a `-i` (tunnel) real server.

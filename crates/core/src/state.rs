@@ -155,6 +155,17 @@ impl TcpFlags {
     /// ACK bit.
     pub const ACK_BIT: u8 = 0x10;
 
+    /// A bare SYN: a client opening a connection.
+    pub const SYN: TcpFlags = TcpFlags::from_bits(Self::SYN_BIT);
+    /// SYN+ACK: a server accepting one.
+    pub const SYN_ACK: TcpFlags = TcpFlags::from_bits(Self::SYN_BIT | Self::ACK_BIT);
+    /// A bare ACK.
+    pub const ACK: TcpFlags = TcpFlags::from_bits(Self::ACK_BIT);
+    /// FIN+ACK: one side closing.
+    pub const FIN_ACK: TcpFlags = TcpFlags::from_bits(Self::FIN_BIT | Self::ACK_BIT);
+    /// A bare RST.
+    pub const RST: TcpFlags = TcpFlags::from_bits(Self::RST_BIT);
+
     /// Decode byte 13 of a TCP header.
     pub const fn from_bits(bits: u8) -> TcpFlags {
         TcpFlags {
@@ -853,6 +864,21 @@ mod tests {
                 ack: true,
                 rst: true
             }
+        );
+        let fin_ack = TcpFlags {
+            fin: true,
+            ack: true,
+            ..TcpFlags::default()
+        };
+        assert_eq!(TcpFlags::FIN_ACK, fin_ack);
+        let syn_ack = TcpFlags {
+            ack: true,
+            ..TcpFlags::SYN
+        };
+        assert_eq!(TcpFlags::SYN_ACK, syn_ack);
+        assert_eq!(
+            [TcpFlags::SYN, TcpFlags::ACK, TcpFlags::RST].map(|f| f.row()),
+            [Some(0), Some(2), Some(3)]
         );
     }
 

@@ -42,36 +42,11 @@ fn rs(i: u8) -> IpAddr {
     v4(192, 168, 1, i)
 }
 
-const SYN: TcpFlags = TcpFlags {
-    syn: true,
-    fin: false,
-    ack: false,
-    rst: false,
-};
-const ACK: TcpFlags = TcpFlags {
-    syn: false,
-    fin: false,
-    ack: true,
-    rst: false,
-};
-const SYNACK: TcpFlags = TcpFlags {
-    syn: true,
-    fin: false,
-    ack: true,
-    rst: false,
-};
-const FIN: TcpFlags = TcpFlags {
-    syn: false,
-    fin: true,
-    ack: true,
-    rst: false,
-};
-const RST: TcpFlags = TcpFlags {
-    syn: false,
-    fin: false,
-    ack: false,
-    rst: true,
-};
+const SYN: TcpFlags = TcpFlags::SYN;
+const ACK: TcpFlags = TcpFlags::ACK;
+const SYNACK: TcpFlags = TcpFlags::SYN_ACK;
+const FIN: TcpFlags = TcpFlags::FIN_ACK;
+const RST: TcpFlags = TcpFlags::RST;
 
 fn pkt(src: IpAddr, sport: u16, dst: IpAddr, dport: u16, l4: L4) -> Packet<'static> {
     Packet {

@@ -359,18 +359,12 @@ impl ProxyPlane {
     /// service a datagram socket, bound to the service's address and port.
     pub fn adopt(&mut self, key: ServiceKey, fd: std::os::fd::OwnedFd) -> Result<(), AdoptError> {
         let s = socket2::Socket::from(fd);
-        let ServiceKey::Addr {
-            protocol,
-            addr,
-            port,
-        } = key
-        else {
+        let Some((protocol, vip)) = key.socket_addr() else {
             return Err(AdoptError {
                 service: format!("{key:?}"),
                 why: "not an address service".into(),
             });
         };
-        let vip = SocketAddr::new(addr, port);
         let bad = |why: String| AdoptError {
             service: format!("{} {vip}", protocol.name()),
             why,
@@ -397,7 +391,7 @@ impl ProxyPlane {
             .map_err(|e| io("getsockname", e))?
             .as_socket()
             .ok_or_else(|| bad("not an IP socket".into()))?;
-        if local.ip() != addr || local.port() != port {
+        if local.ip() != vip.ip() || local.port() != vip.port() {
             return Err(bad(format!("bound to {local}, not {vip}")));
         }
         s.set_nonblocking(true).map_err(|e| io("O_NONBLOCK", e))?;

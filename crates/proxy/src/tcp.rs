@@ -394,30 +394,10 @@ async fn connect_pooled(
     ))
 }
 
-const SYNACK: TcpFlags = TcpFlags {
-    syn: true,
-    ack: true,
-    fin: false,
-    rst: false,
-};
-const ACK: TcpFlags = TcpFlags {
-    syn: false,
-    ack: true,
-    fin: false,
-    rst: false,
-};
-pub(crate) const FIN: TcpFlags = TcpFlags {
-    syn: false,
-    ack: true,
-    fin: true,
-    rst: false,
-};
-pub(crate) const RST: TcpFlags = TcpFlags {
-    syn: false,
-    ack: false,
-    fin: false,
-    rst: true,
-};
+const SYNACK: TcpFlags = TcpFlags::SYN_ACK;
+const ACK: TcpFlags = TcpFlags::ACK;
+pub(crate) const FIN: TcpFlags = TcpFlags::FIN_ACK;
+pub(crate) const RST: TcpFlags = TcpFlags::RST;
 
 /// One proxied TCP connection, from accept to close.
 async fn connection(

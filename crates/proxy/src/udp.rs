@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use rvs_core::conn::ConnId;
 use rvs_core::model::Protocol;
 use tokio::net::UdpSocket;
 use tokio::sync::watch;
@@ -229,14 +230,7 @@ pub(crate) async fn udp_loop(
             continue;
         }
         if let Some(f) = flows.get(&client) {
-            if f.upstream.send(data).await.is_ok() {
-                f.guard.meter.in_pkts.fetch_add(1, Ordering::Relaxed);
-                f.guard
-                    .meter
-                    .in_bytes
-                    .fetch_add(n as u64, Ordering::Relaxed);
-                f.last.store(now_ms, Ordering::Relaxed);
-            }
+            f.send(data, now_ms).await;
             continue;
         }
         let Some(adm) = Admission::take(&ctx, &svc, 1, Gauge::Udp) else {
@@ -262,21 +256,9 @@ pub(crate) async fn udp_loop(
         let guard = Arc::new(ConnGuard::new(ctx.clone(), fwd.conn));
         let dst = SocketAddr::new(fwd.daddr, fwd.dport);
         ctx.set_dest(adm.serial, (fwd.daddr, fwd.dport));
-        let upstream = match connect_pooled(&ctx, &svc, &pool, dst) {
-            Ok(s) => Arc::new(s),
-            Err(e) => {
-                ctx.stats.connect_failures.fetch_add(1, Ordering::Relaxed);
-                if log.ready() {
-                    tracing::warn!("proxy: udp {vip} -> {dst}: {e}");
-                }
-                continue;
-            }
+        let Some(upstream) = open_upstream(&ctx, &svc, &pool, dst, fwd.conn, &mut log) else {
+            continue;
         };
-        // From a pool: `-Lcn` shows the session's local address and port
-        // (FULLNAT); the session keeps them (its socket) until it ends.
-        if let (false, Some(id), Ok(local)) = (pool.is_empty(), fwd.conn, upstream.local_addr()) {
-            ctx.director.with(|ipvs, _| ipvs.set_conn_local(id, local));
-        }
         let sent = upstream.send(data).await.is_ok();
         if fwd.conn.is_none() {
             // One-packet scheduling: this datagram alone; relay its reply
@@ -304,6 +286,34 @@ pub(crate) async fn udp_loop(
             // `open` counted this datagram as a packet (of no length).
             guard.meter.in_bytes.fetch_add(n as u64, Ordering::Relaxed);
         }
+        let flow = Flow::start(
+            upstream,
+            guard,
+            &sock,
+            client,
+            timeout,
+            (start, now_ms),
+            adm,
+        );
+        flows.insert(client, flow);
+    }
+    tracing::info!("proxy: stopped listening on UDP {vip}");
+}
+
+impl Flow {
+    /// A flow of `client` over `upstream`, relaying the real server's
+    /// datagrams back through `sock`; `times` is the loop's start and the
+    /// milliseconds since then of the datagram that opened it.
+    fn start(
+        upstream: Arc<UdpSocket>,
+        guard: Arc<ConnGuard>,
+        sock: &Arc<UdpSocket>,
+        client: SocketAddr,
+        timeout: Duration,
+        times: (Instant, u64),
+        adm: Admission,
+    ) -> Flow {
+        let (start, now_ms) = times;
         let last = Arc::new(AtomicU64::new(now_ms));
         let reply = tokio::spawn(replies(
             upstream.clone(),
@@ -313,22 +323,16 @@ pub(crate) async fn udp_loop(
             last.clone(),
             start,
         ));
-        flows.insert(
-            client,
-            Flow {
-                upstream,
-                guard,
-                last,
-                timeout,
-                reply,
-                _adm: adm,
-            },
-        );
+        Flow {
+            upstream,
+            guard,
+            last,
+            timeout,
+            reply,
+            _adm: adm,
+        }
     }
-    tracing::info!("proxy: stopped listening on UDP {vip}");
-}
 
-impl Flow {
     /// Relay one client datagram on the flow.
     async fn send(&self, data: &[u8], now_ms: u64) {
         if self.upstream.send(data).await.is_ok() {
@@ -384,19 +388,7 @@ async fn open_quic_flow(
     let guard = Arc::new(ConnGuard::new(ctx.clone(), conn));
     ctx.set_dest(adm.serial, (dst.ip(), dst.port()));
     // A FULLNAT pool binds the session's source like any UDP session's.
-    let upstream = match connect_pooled(ctx, svc, &pool, dst) {
-        Ok(s) => Arc::new(s),
-        Err(e) => {
-            ctx.stats.connect_failures.fetch_add(1, Ordering::Relaxed);
-            if log.ready() {
-                tracing::warn!("proxy: udp {vip} -> {dst}: {e}");
-            }
-            return None;
-        }
-    };
-    if let (false, Some(id), Ok(local)) = (pool.is_empty(), conn, upstream.local_addr()) {
-        ctx.director.with(|ipvs, _| ipvs.set_conn_local(id, local));
-    }
+    let upstream = open_upstream(ctx, svc, &pool, dst, conn, log)?;
     let now_ms = start.elapsed().as_millis() as u64;
     if upstream.send(data).await.is_ok() {
         // `open_to` counted this datagram as a packet (of no length).
@@ -405,23 +397,38 @@ async fn open_quic_flow(
             .in_bytes
             .fetch_add(data.len() as u64, Ordering::Relaxed);
     }
-    let last = Arc::new(AtomicU64::new(now_ms));
-    let reply = tokio::spawn(replies(
-        upstream.clone(),
-        sock.clone(),
-        client,
-        guard.clone(),
-        last.clone(),
-        start,
-    ));
-    Some(Flow {
-        upstream,
-        guard,
-        last,
-        timeout,
-        reply,
-        _adm: adm,
-    })
+    let times = (start, now_ms);
+    Some(Flow::start(
+        upstream, guard, sock, client, timeout, times, adm,
+    ))
+}
+
+/// The socket of a new session to `dst`, connected from the FULLNAT `pool`
+/// when it has addresses: then `-Lcn` shows the session's local address and
+/// port for `conn`, which the session keeps (its socket) until it ends.
+/// `None` (counted, logged at a limited rate) when it cannot connect.
+fn open_upstream(
+    ctx: &Ctx,
+    svc: &SvcState,
+    pool: &LocalPool,
+    dst: SocketAddr,
+    conn: Option<ConnId>,
+    log: &mut RateLimit,
+) -> Option<Arc<UdpSocket>> {
+    let upstream = match connect_pooled(ctx, svc, pool, dst) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            ctx.stats.connect_failures.fetch_add(1, Ordering::Relaxed);
+            if log.ready() {
+                tracing::warn!("proxy: udp {} -> {dst}: {e}", svc.vip);
+            }
+            return None;
+        }
+    };
+    if let (false, Some(id), Ok(local)) = (pool.is_empty(), conn, upstream.local_addr()) {
+        ctx.director.with(|ipvs, _| ipvs.set_conn_local(id, local));
+    }
+    Some(upstream)
 }
 
 /// Relay the real server's datagrams of one flow back to its client.

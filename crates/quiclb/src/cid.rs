@@ -315,6 +315,22 @@ fn pass_round(aes: &Aes128, len: usize, pass: u8, input: &[u8], target: &mut [u8
     }
 }
 
+/// A pass that changes the right half: `right ^= truncate(AES(expand(len,
+/// pass, left)))`, then the first bits it does not own cleared.
+fn right_pass(aes: &Aes128, len: usize, pass: u8, left: &Half, right: &mut Half) {
+    let half = len.div_ceil(2);
+    pass_round(aes, len, pass, &left[..half], &mut right[..half]);
+    clear_first_bits(right, len % 2 == 1);
+}
+
+/// A pass that changes the left half: `left ^= truncate(AES(expand(len,
+/// pass, right)))`, then the last bits it does not own cleared.
+fn left_pass(aes: &Aes128, len: usize, pass: u8, right: &Half, left: &mut Half) {
+    let half = len.div_ceil(2);
+    pass_round(aes, len, pass, &right[..half], &mut left[..half]);
+    clear_last_bits(left, half, len % 2 == 1);
+}
+
 /// Step 2: split into `left` and `right` of `half_len` octets each; for an
 /// odd length the middle octet's high nibble goes left, its low nibble right.
 fn split(block: &Block, len: usize) -> (Half, Half, usize) {
@@ -354,21 +370,16 @@ fn join(left: &Half, right: &Half, half: usize, len: usize) -> Block {
 }
 
 fn four_pass_encrypt(aes: &Aes128, block: &Block, len: usize) -> Block {
-    let odd = len % 2 == 1;
     // Steps 1-2.
     let (mut left, mut right, half) = split(block, len);
     // Steps 3-5: right_1 = right_0 ^ truncate(AES(expand(len, 1, left_0))).
-    pass_round(aes, len, 1, &left[..half], &mut right[..half]);
-    clear_first_bits(&mut right, odd);
+    right_pass(aes, len, 1, &left, &mut right);
     // Steps 6-7: left_1 = left_0 ^ truncate(AES(expand(len, 2, right_1))).
-    pass_round(aes, len, 2, &right[..half], &mut left[..half]);
-    clear_last_bits(&mut left, half, odd);
+    left_pass(aes, len, 2, &right, &mut left);
     // Steps 8-9: right_2 = right_1 ^ truncate(AES(expand(len, 3, left_1))).
-    pass_round(aes, len, 3, &left[..half], &mut right[..half]);
-    clear_first_bits(&mut right, odd);
+    right_pass(aes, len, 3, &left, &mut right);
     // Steps 10-11: left_2 = left_1 ^ truncate(AES(expand(len, 4, right_2))).
-    pass_round(aes, len, 4, &right[..half], &mut left[..half]);
-    clear_last_bits(&mut left, half, odd);
+    left_pass(aes, len, 4, &right, &mut left);
     // Step 12.
     join(&left, &right, half, len)
 }
@@ -378,21 +389,16 @@ fn four_pass_encrypt(aes: &Aes128, block: &Block, len: usize) -> Block {
 /// it means `right_1` (the encryption's step 9 mirrored), which is what the
 /// test vectors need.
 fn four_pass_decrypt(aes: &Aes128, block: &Block, len: usize, fourth: bool) -> Block {
-    let odd = len % 2 == 1;
     let (mut left, mut right, half) = split(block, len);
     // left_1 = left_2 ^ truncate(AES(expand(len, 4, right_2)))
-    pass_round(aes, len, 4, &right[..half], &mut left[..half]);
-    clear_last_bits(&mut left, half, odd);
+    left_pass(aes, len, 4, &right, &mut left);
     // right_1 = right_2 ^ truncate(AES(expand(len, 3, left_1)))
-    pass_round(aes, len, 3, &left[..half], &mut right[..half]);
-    clear_first_bits(&mut right, odd);
+    right_pass(aes, len, 3, &left, &mut right);
     // left_0 = left_1 ^ truncate(AES(expand(len, 2, right_1)))
-    pass_round(aes, len, 2, &right[..half], &mut left[..half]);
-    clear_last_bits(&mut left, half, odd);
+    left_pass(aes, len, 2, &right, &mut left);
     if fourth {
         // right_0 = right_1 ^ truncate(AES(expand(len, 1, left_0)))
-        pass_round(aes, len, 1, &left[..half], &mut right[..half]);
-        clear_first_bits(&mut right, odd);
+        right_pass(aes, len, 1, &left, &mut right);
     }
     join(&left, &right, half, len)
 }

@@ -155,25 +155,23 @@ fn vrrp_socket_rejects_mixed_families_and_unknown_interfaces() {
     let Some(pair) = Pair::new("vrrp_socket_rejects_mixed_families_and_unknown_interfaces") else {
         return;
     };
-    pair.run_in(&pair.a, || {
-        block_on(async {
-            let e = VrrpSocket::open("eth0", true, GROUP4.into(), None).expect_err("mixed");
-            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
-            let e = VrrpSocket::open("nope0", false, GROUP4.into(), None).expect_err("no iface");
-            assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
-            assert!(e.to_string().contains("nope0"), "{e}");
-            // A source address the host does not have fails at send.
-            let sock = VrrpSocket::open("eth0", false, GROUP4.into(), Some([10, 0, 0, 9].into()))
-                .expect("opens");
-            let e = sock.send(b"x", GROUP4.into()).await.expect_err("not ours");
-            assert!(
-                e.to_string()
-                    .starts_with("VRRP send to 224.0.0.18 from 10.0.0.9 on eth0: "),
-                "{e}"
-            );
-            let e = sock.send(b"x", GROUP6.into()).await.expect_err("family");
-            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
-        })
+    pair.block_in(&pair.a, async {
+        let e = VrrpSocket::open("eth0", true, GROUP4.into(), None).expect_err("mixed");
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        let e = VrrpSocket::open("nope0", false, GROUP4.into(), None).expect_err("no iface");
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("nope0"), "{e}");
+        // A source address the host does not have fails at send.
+        let sock = VrrpSocket::open("eth0", false, GROUP4.into(), Some([10, 0, 0, 9].into()))
+            .expect("opens");
+        let e = sock.send(b"x", GROUP4.into()).await.expect_err("not ours");
+        assert!(
+            e.to_string()
+                .starts_with("VRRP send to 224.0.0.18 from 10.0.0.9 on eth0: "),
+            "{e}"
+        );
+        let e = sock.send(b"x", GROUP6.into()).await.expect_err("family");
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
     });
 }
 
@@ -190,36 +188,34 @@ fn add_and_del_address_are_idempotent() {
     };
     let ns = pair.a.clone();
     pair.sysctl(&pair.a, "ipv6/conf/eth0/accept_dad", "1");
-    pair.run_in(&pair.a, move || {
-        block_on(async move {
-            for (addr, prefix, cidr) in [
-                ("10.0.0.100", None, "10.0.0.100/32"),
-                ("10.0.1.1", Some(24), "10.0.1.1/24"),
-                ("fd00::100", None, "fd00::100/128"),
-                ("fd01::1", Some(64), "fd01::1/64"),
-            ] {
-                let addr: IpAddr = addr.parse().expect("addr");
-                assert!(!addr_listed(&ns, cidr), "{cidr} not there before");
-                add_address("eth0", addr, prefix).await.expect("add");
-                assert!(addr_listed(&ns, cidr), "{cidr} added");
-                add_address("eth0", addr, prefix)
-                    .await
-                    .expect("adding again is Ok");
-                del_address("eth0", addr, prefix).await.expect("del");
-                assert!(!addr_listed(&ns, cidr), "{cidr} removed");
-                del_address("eth0", addr, prefix)
-                    .await
-                    .expect("deleting again is Ok");
-            }
-            // An IPv6 virtual address is usable at once: no DAD, which the
-            // test turned back on for this interface.
-            let vip: IpAddr = "fd00::200".parse().expect("addr");
-            add_address("eth0", vip, None).await.expect("add");
-            let out = sh(&["ip", "-n", &ns, "-6", "addr", "show", "dev", "eth0"]);
-            assert!(out.contains("fd00::200/128"), "{out}");
-            assert!(!out.contains("tentative"), "{out}");
-            del_address("eth0", vip, None).await.expect("del");
-        })
+    pair.block_in(&pair.a, async move {
+        for (addr, prefix, cidr) in [
+            ("10.0.0.100", None, "10.0.0.100/32"),
+            ("10.0.1.1", Some(24), "10.0.1.1/24"),
+            ("fd00::100", None, "fd00::100/128"),
+            ("fd01::1", Some(64), "fd01::1/64"),
+        ] {
+            let addr: IpAddr = addr.parse().expect("addr");
+            assert!(!addr_listed(&ns, cidr), "{cidr} not there before");
+            add_address("eth0", addr, prefix).await.expect("add");
+            assert!(addr_listed(&ns, cidr), "{cidr} added");
+            add_address("eth0", addr, prefix)
+                .await
+                .expect("adding again is Ok");
+            del_address("eth0", addr, prefix).await.expect("del");
+            assert!(!addr_listed(&ns, cidr), "{cidr} removed");
+            del_address("eth0", addr, prefix)
+                .await
+                .expect("deleting again is Ok");
+        }
+        // An IPv6 virtual address is usable at once: no DAD, which the
+        // test turned back on for this interface.
+        let vip: IpAddr = "fd00::200".parse().expect("addr");
+        add_address("eth0", vip, None).await.expect("add");
+        let out = sh(&["ip", "-n", &ns, "-6", "addr", "show", "dev", "eth0"]);
+        assert!(out.contains("fd00::200/128"), "{out}");
+        assert!(!out.contains("tentative"), "{out}");
+        del_address("eth0", vip, None).await.expect("del");
     });
 }
 
@@ -228,37 +224,35 @@ fn address_errors_are_clear() {
     let Some(pair) = Pair::new("address_errors_are_clear") else {
         return;
     };
-    pair.run_in(&pair.a, || {
-        block_on(async {
-            let vip: IpAddr = "10.0.0.100".parse().expect("addr");
-            let e = add_address("nope0", vip, None).await.expect_err("unknown");
-            assert!(
-                matches!(&e, NetError::InterfaceNotFound { ifname } if ifname == "nope0"),
-                "{e:?}"
-            );
-            assert_eq!(e.to_string(), "interface \"nope0\" not found");
-            let e = del_address("nope0", vip, None).await.expect_err("unknown");
-            assert!(matches!(e, NetError::InterfaceNotFound { .. }), "{e:?}");
-            let e = add_address("eth0", vip, Some(33))
-                .await
-                .expect_err("prefix");
-            assert!(matches!(e, NetError::BadPrefix { prefix: 33, .. }), "{e:?}");
-            // The kernel's refusal carries its errno: an IPv6 multicast
-            // address cannot be an interface address.
-            let e = add_address("eth0", GROUP6.into(), None)
-                .await
-                .expect_err("kernel refuses");
-            assert!(
-                matches!(e, NetError::Netlink { errno, op: "add address", .. } if errno > 0),
-                "{e:?}"
-            );
-            let text = e.to_string();
-            assert!(
-                text.starts_with("netlink add address ff02::12/128 on eth0: "),
-                "{text}"
-            );
-            assert!(text.contains("(errno "), "{text}");
-        })
+    pair.block_in(&pair.a, async {
+        let vip: IpAddr = "10.0.0.100".parse().expect("addr");
+        let e = add_address("nope0", vip, None).await.expect_err("unknown");
+        assert!(
+            matches!(&e, NetError::InterfaceNotFound { ifname } if ifname == "nope0"),
+            "{e:?}"
+        );
+        assert_eq!(e.to_string(), "interface \"nope0\" not found");
+        let e = del_address("nope0", vip, None).await.expect_err("unknown");
+        assert!(matches!(e, NetError::InterfaceNotFound { .. }), "{e:?}");
+        let e = add_address("eth0", vip, Some(33))
+            .await
+            .expect_err("prefix");
+        assert!(matches!(e, NetError::BadPrefix { prefix: 33, .. }), "{e:?}");
+        // The kernel's refusal carries its errno: an IPv6 multicast
+        // address cannot be an interface address.
+        let e = add_address("eth0", GROUP6.into(), None)
+            .await
+            .expect_err("kernel refuses");
+        assert!(
+            matches!(e, NetError::Netlink { errno, op: "add address", .. } if errno > 0),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.starts_with("netlink add address ff02::12/128 on eth0: "),
+            "{text}"
+        );
+        assert!(text.contains("(errno "), "{text}");
     });
 }
 
@@ -285,12 +279,10 @@ fn announce_ipv4_gratuitous_arp_teaches_the_peer() {
         ])
     };
     assert!(!neigh().contains(MAC_A), "B knows nothing of the VIP yet");
-    pair.run_in(&pair.a, || {
-        block_on(async {
-            let vip: IpAddr = "10.0.0.100".parse().expect("addr");
-            add_address("eth0", vip, None).await.expect("add VIP");
-            announce("eth0", vip).expect("announce");
-        })
+    pair.block_in(&pair.a, async {
+        let vip: IpAddr = "10.0.0.100".parse().expect("addr");
+        add_address("eth0", vip, None).await.expect("add VIP");
+        announce("eth0", vip).expect("announce");
     });
     assert!(
         wait_for(Duration::from_secs(3), || neigh().contains(MAC_A)),
@@ -353,28 +345,13 @@ fn announce_ipv6_unsolicited_na_overrides_the_peer_entry() {
         return;
     };
     let vip: Ipv6Addr = "fd00::100".parse().expect("addr");
-    let neigh = || {
-        sh(&[
-            "ip",
-            "-n",
-            &pair.b,
-            "-6",
-            "neigh",
-            "show",
-            "fd00::100",
-            "dev",
-            "eth0",
-        ])
-    };
+    // `ip -n B -6 neigh ARGS...`
+    let neigh_b = |args: &[&str]| sh(&[&["ip", "-n", &pair.b, "-6", "neigh"], args].concat());
+    let neigh = || neigh_b(&["show", "fd00::100", "dev", "eth0"]);
     // B still has the VIP at the old master's MAC: the NA's override flag
     // must replace it (hosts ignore unsolicited NAs for addresses they have
     // no entry for).
-    sh(&[
-        "ip",
-        "-n",
-        &pair.b,
-        "-6",
-        "neigh",
+    let old = [
         "replace",
         "fd00::100",
         "lladdr",
@@ -383,19 +360,18 @@ fn announce_ipv6_unsolicited_na_overrides_the_peer_entry() {
         "eth0",
         "nud",
         "stale",
-    ]);
+    ];
+    neigh_b(&old);
     assert!(neigh().contains(OLD_MAC), "{}", neigh());
     let (tx, rx) = mpsc::channel();
     let capture = pair.spawn_in(&pair.b, move || capture_na(vip, Duration::from_secs(3), tx));
     rx.recv_timeout(Duration::from_secs(5))
         .expect("capture ready");
-    pair.run_in(&pair.a, move || {
-        block_on(async move {
-            add_address("eth0", vip.into(), None)
-                .await
-                .expect("add VIP");
-            announce("eth0", vip.into()).expect("announce");
-        })
+    pair.block_in(&pair.a, async move {
+        add_address("eth0", vip.into(), None)
+            .await
+            .expect("add VIP");
+        announce("eth0", vip.into()).expect("announce");
     });
     let (na, hop_limit, dst) = match capture.join() {
         Ok(v) => v,
@@ -449,37 +425,35 @@ fn vmac_is_created_owned_and_removed() {
         return;
     };
     let vmac = [0, 0, 0x5e, 0, 1, 51];
-    pair.run_in(&pair.a, move || {
-        block_on(async move {
-            add_vmac("eth0", "vrrp.51", vmac).await.expect("add");
-            add_vmac("eth0", "vrrp.51", vmac)
-                .await
-                .expect("again: kept");
-            let e = add_vmac("nope0", "vrrp.52", vmac)
-                .await
-                .expect_err("no base");
-            assert!(matches!(e, NetError::InterfaceNotFound { .. }), "{e:?}");
-            let eth0 = rvs_sys::iface::ifindex("eth0").expect("eth0");
-            let mut nl = rvs_sys::netlink::Netlink::open().expect("netlink");
-            let owned = nl.owned_macs(eth0).expect("owned MACs");
-            assert_eq!(
-                owned,
-                vec![MAC_A_BYTES, vmac],
-                "eth0's own MAC, then the vmac"
-            );
-            let link = nl.link_by_name("vrrp.51").expect("link").expect("exists");
-            assert!(link.up, "created up");
-            assert_eq!(link.parent, Some(eth0));
-            assert_eq!(link.kind.as_deref(), Some("macvlan"));
-            assert_eq!(
-                primary_v4("eth0").expect("addresses"),
-                Some(Ipv4Addr::new(10, 0, 0, 1))
-            );
-            assert_eq!(primary_v4("nope0").expect("missing is none"), None);
-            del_link("vrrp.51").await.expect("delete");
-            del_link("vrrp.51").await.expect("again: gone is fine");
-            assert!(nl.link_by_name("vrrp.51").expect("link").is_none());
-            assert_eq!(nl.owned_macs(eth0).expect("owned"), vec![MAC_A_BYTES]);
-        })
+    pair.block_in(&pair.a, async move {
+        add_vmac("eth0", "vrrp.51", vmac).await.expect("add");
+        add_vmac("eth0", "vrrp.51", vmac)
+            .await
+            .expect("again: kept");
+        let e = add_vmac("nope0", "vrrp.52", vmac)
+            .await
+            .expect_err("no base");
+        assert!(matches!(e, NetError::InterfaceNotFound { .. }), "{e:?}");
+        let eth0 = rvs_sys::iface::ifindex("eth0").expect("eth0");
+        let mut nl = rvs_sys::netlink::Netlink::open().expect("netlink");
+        let owned = nl.owned_macs(eth0).expect("owned MACs");
+        assert_eq!(
+            owned,
+            vec![MAC_A_BYTES, vmac],
+            "eth0's own MAC, then the vmac"
+        );
+        let link = nl.link_by_name("vrrp.51").expect("link").expect("exists");
+        assert!(link.up, "created up");
+        assert_eq!(link.parent, Some(eth0));
+        assert_eq!(link.kind.as_deref(), Some("macvlan"));
+        assert_eq!(
+            primary_v4("eth0").expect("addresses"),
+            Some(Ipv4Addr::new(10, 0, 0, 1))
+        );
+        assert_eq!(primary_v4("nope0").expect("missing is none"), None);
+        del_link("vrrp.51").await.expect("delete");
+        del_link("vrrp.51").await.expect("again: gone is fine");
+        assert!(nl.link_by_name("vrrp.51").expect("link").is_none());
+        assert_eq!(nl.owned_macs(eth0).expect("owned"), vec![MAC_A_BYTES]);
     });
 }

@@ -120,11 +120,24 @@ impl Policy {
 
     /// Name of real server `rs` of virtual server `vs`.
     pub fn rs_name(&self, vs: usize, rs: usize) -> &str {
-        self.config
-            .virtual_servers
-            .get(vs)
-            .and_then(|v| v.reals.get(rs))
-            .map_or("?", |r| r.name.as_str())
+        self.real(vs, rs).map_or("?", |r| r.name.as_str())
+    }
+
+    /// "Adding real server X to VS" as keepalived logs it: `verbs` are the
+    /// verb for a server that is added or removed and the one for a server
+    /// with `inhibit_on_failure`, which is only given weight 0 or back.
+    fn rs_change(&self, vs: usize, rs: usize, verbs: [&str; 2], preposition: &str) -> String {
+        let inhibit = self.real(vs, rs).is_some_and(|r| r.inhibit);
+        format!(
+            "{} real server {} {preposition} {}",
+            verbs[usize::from(inhibit)],
+            self.rs_name(vs, rs),
+            self.vs_name(vs)
+        )
+    }
+
+    fn real(&self, vs: usize, rs: usize) -> Option<&RsSpec> {
+        self.config.virtual_servers.get(vs)?.reals.get(rs)
     }
 
     /// Label of a checker.
@@ -191,33 +204,12 @@ impl Policy {
                 self.checker_label(*checker)
             ),
             Event::RealServerUp { vs, rs } => {
-                let inhibit = self
-                    .config
-                    .virtual_servers
-                    .get(*vs)
-                    .and_then(|v| v.reals.get(*rs))
-                    .is_some_and(|r| r.inhibit);
-                format!(
-                    "{} real server {} to {}",
-                    if inhibit { "Enabling" } else { "Adding" },
-                    self.rs_name(*vs, *rs),
-                    self.vs_name(*vs)
-                )
+                self.rs_change(*vs, *rs, ["Adding", "Enabling"], "to")
             }
-            Event::RealServerDown { vs, rs, reason } => {
-                let inhibit = self
-                    .config
-                    .virtual_servers
-                    .get(*vs)
-                    .and_then(|v| v.reals.get(*rs))
-                    .is_some_and(|r| r.inhibit);
-                format!(
-                    "{} real server {} from {} ({reason})",
-                    if inhibit { "Disabling" } else { "Removing" },
-                    self.rs_name(*vs, *rs),
-                    self.vs_name(*vs)
-                )
-            }
+            Event::RealServerDown { vs, rs, reason } => format!(
+                "{} ({reason})",
+                self.rs_change(*vs, *rs, ["Removing", "Disabling"], "from")
+            ),
             Event::Weight { vs, rs, from, to } => format!(
                 "Changing weight from {from} to {to} for real server {} of {}",
                 self.rs_name(*vs, *rs),

@@ -183,13 +183,7 @@ pub(super) fn checker(c: &mut Ctx<'_>, n: &Node) -> R<Vec<Checker>> {
                     true
                 }
                 "user" => {
-                    m.user = Some(
-                        k.args
-                            .iter()
-                            .map(|t| t.text.as_str())
-                            .collect::<Vec<_>>()
-                            .join(" "),
-                    );
+                    m.user = Some(words(k, 0));
                     true
                 }
                 _ => false,
@@ -283,10 +277,7 @@ fn hex_bytes(k: &Node, wild: bool) -> R<Vec<Option<u8>>> {
                 Some(d) => Some(u8::try_from(d).unwrap_or(0)),
                 None if wild && (ch == 'x' || ch == 'X') => None,
                 None => {
-                    return err(
-                        t,
-                        format!("expected hexadecimal digits, found `{}`", t.text),
-                    );
+                    return expected(t, "hexadecimal digits");
                 }
             };
             nibbles.push(v);
@@ -323,10 +314,7 @@ fn url(c: &mut Ctx<'_>, n: &Node) -> R<UrlCheck> {
             "digest" => {
                 let t = arg(k, 0, "an MD5 digest")?;
                 if t.text.len() != 32 || !t.text.chars().all(|ch| ch.is_ascii_hexdigit()) {
-                    return err(
-                        t,
-                        format!("expected an MD5 digest (32 hex digits), found `{}`", t.text),
-                    );
+                    return expected(t, "an MD5 digest (32 hex digits)");
                 }
                 u.digest = Some(t.text.to_ascii_lowercase());
             }

@@ -76,22 +76,10 @@ pub(super) fn global_defs(c: &mut Ctx<'_>, n: &Node, g: &mut GlobalDefs) -> R<()
             }
             "vrrp_strict" => g.vrrp_strict = true,
             "vrrp_mcast_group4" => {
-                let t = arg(k, 0, "an IPv4 multicast address")?;
-                g.vrrp_mcast_group4 = t.text.parse().or_else(|_| {
-                    err(
-                        t,
-                        format!("expected an IPv4 multicast address, found `{}`", t.text),
-                    )
-                })?;
+                g.vrrp_mcast_group4 = parsed(k, "an IPv4 multicast address")?;
             }
             "vrrp_mcast_group6" => {
-                let t = arg(k, 0, "an IPv6 multicast address")?;
-                g.vrrp_mcast_group6 = t.text.parse().or_else(|_| {
-                    err(
-                        t,
-                        format!("expected an IPv6 multicast address, found `{}`", t.text),
-                    )
-                })?;
+                g.vrrp_mcast_group6 = parsed(k, "an IPv6 multicast address")?;
             }
             "vrrp_garp_master_delay" => g.vrrp_garp_master_delay = timer(arg(k, 0, "a delay")?)?,
             "vrrp_garp_master_repeat" => {
@@ -107,15 +95,7 @@ pub(super) fn global_defs(c: &mut Ctx<'_>, n: &Node, g: &mut GlobalDefs) -> R<()
             "vrrp_check_unicast_src" => g.vrrp_check_unicast_src = true,
             "v3_checksum_as_v2" => g.v3_checksum_as_v2 = true,
             "enable_script_security" => g.enable_script_security = true,
-            "script_user" => {
-                g.script_user = Some(
-                    k.args
-                        .iter()
-                        .map(|t| t.text.as_str())
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                )
-            }
+            "script_user" => g.script_user = Some(words(k, 0)),
             "checker_log_all_failures" => g.checker_log_all_failures = flag(k)?,
             "notify_fifo" | "vrrp_notify_fifo" | "lvs_notify_fifo" => {
                 let f = fifo_slot(g, key);
@@ -145,17 +125,6 @@ fn fifo_slot<'g>(g: &'g mut GlobalDefs, key: &str) -> &'g mut NotifyFifo {
         "lvs_notify_fifo" => &mut g.lvs_notify_fifo,
         _ => &mut g.notify_fifo,
     }
-}
-
-/// The arguments from `from` on, joined by a space (`USER [GROUP]`).
-fn words_after(n: &Node, from: usize) -> Option<String> {
-    (n.args.len() > from).then(|| {
-        n.args[from..]
-            .iter()
-            .map(|t| t.text.as_str())
-            .collect::<Vec<_>>()
-            .join(" ")
-    })
 }
 
 fn sync_daemon(k: &Node) -> R<LvsSyncDaemon> {

@@ -257,10 +257,7 @@ pub(super) fn virtual_server(c: &mut Ctx<'_>, n: &Node) -> R<VirtualServer> {
             "persistence_engine" => {
                 let t = arg(k, 0, "a persistence engine")?;
                 if t.text != "sip" {
-                    return err(
-                        t,
-                        format!("expected a persistence engine (sip), found `{}`", t.text),
-                    );
+                    return expected(t, "a persistence engine (sip)");
                 }
                 vs.persistence_engine = Some(t.text.clone());
             }
@@ -278,15 +275,10 @@ pub(super) fn virtual_server(c: &mut Ctx<'_>, n: &Node) -> R<VirtualServer> {
             "persistence_granularity" => {
                 let t = arg(k, 0, "a netmask or IPv6 prefix length")?;
                 let mask = if t.text.contains('.') {
-                    let m: Ipv4Addr = t.text.parse().or_else(|_| {
-                        err(t, format!("expected an IPv4 netmask, found `{}`", t.text))
-                    })?;
+                    let m: Ipv4Addr = t.text.parse().or_else(|_| expected(t, "an IPv4 netmask"))?;
                     let v = u32::from(m);
                     if v.leading_ones() + v.trailing_zeros() != 32 {
-                        return err(
-                            t,
-                            format!("expected a contiguous IPv4 netmask, found `{}`", t.text),
-                        );
+                        return expected(t, "a contiguous IPv4 netmask");
                     }
                     PersistMask::V4(m)
                 } else {
@@ -304,10 +296,7 @@ pub(super) fn virtual_server(c: &mut Ctx<'_>, n: &Node) -> R<VirtualServer> {
                     "UDP" => Protocol::Udp,
                     "SCTP" => Protocol::Sctp,
                     _ => {
-                        return err(
-                            t,
-                            format!("expected a protocol (TCP|UDP|SCTP), found `{}`", t.text),
-                        );
+                        return expected(t, "a protocol (TCP|UDP|SCTP)");
                     }
                 });
             }
@@ -362,9 +351,7 @@ pub(super) fn virtual_server(c: &mut Ctx<'_>, n: &Node) -> R<VirtualServer> {
             "syn_proxy" => vs.syn_proxy = flag(k)?,
             "nat_mask" => {
                 let t = arg(k, 0, "a netmask")?;
-                vs.nat_mask = Some(t.text.parse().or_else(|_| {
-                    err(t, format!("expected an IPv4 netmask, found `{}`", t.text))
-                })?);
+                vs.nat_mask = Some(t.text.parse().or_else(|_| expected(t, "an IPv4 netmask"))?);
             }
             "mh_table_size" => {
                 let t = arg(k, 0, "a table size")?;

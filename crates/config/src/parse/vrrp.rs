@@ -98,15 +98,7 @@ pub(super) fn vrrp_script(c: &mut Ctx<'_>, n: &Node) -> R<VrrpScript> {
                     u64::from(u32::MAX),
                 )?)
             }
-            "user" => {
-                s.user = Some(
-                    k.args
-                        .iter()
-                        .map(|t| t.text.as_str())
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                )
-            }
+            "user" => s.user = Some(words(k, 0)),
             "init_fail" => s.init_fail = true,
             _ => c.unknown(k, "vrrp_script", Block::VrrpScript),
         }
@@ -290,10 +282,7 @@ pub(super) fn track_process(c: &mut Ctx<'_>, n: &Node) -> R<TrackProcess> {
                     "partial" => ParamMatch::Partial,
                     "exact" => ParamMatch::Exact,
                     _ => {
-                        return err(
-                            a,
-                            format!("expected `initial` or `partial`, found `{}`", a.text),
-                        );
+                        return expected(a, "`initial` or `partial`");
                     }
                 });
             }
@@ -407,7 +396,7 @@ pub(super) fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
                 v.state = Some(match t.text.as_str() {
                     "MASTER" => VrrpState::Master,
                     "BACKUP" => VrrpState::Backup,
-                    _ => return err(t, format!("expected MASTER or BACKUP, found `{}`", t.text)),
+                    _ => return expected(t, "MASTER or BACKUP"),
                 });
             }
             "interface" => v.interface = Some(string(k, "an interface name")?),
@@ -440,10 +429,7 @@ pub(super) fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
                 let t = arg(k, 0, "a delay")?;
                 let d = timer(t)?;
                 if d > Duration::from_secs(1000) {
-                    return err(
-                        t,
-                        format!("expected a preempt delay (0-1000 s), found `{}`", t.text),
-                    );
+                    return expected(t, "a preempt delay (0-1000 s)");
                 }
                 v.preempt_delay = Some(d);
             }
@@ -460,10 +446,7 @@ pub(super) fn vrrp_instance(c: &mut Ctx<'_>, n: &Node) -> R<VrrpInstance> {
                                 "PASS" => false,
                                 "AH" => true,
                                 _ => {
-                                    return err(
-                                        t,
-                                        format!("expected PASS or AH, found `{}`", t.text),
-                                    );
+                                    return expected(t, "PASS or AH");
                                 }
                             };
                         }

@@ -569,17 +569,24 @@ mod tests {
             conn_capacity: capacity,
             ..IpvsConfig::default()
         });
-        let key = ServiceKey::Addr {
+        ipvs.add_service(vs(), ServiceConfig::new(AddrFamily::Inet))
+            .unwrap();
+        let dest = add_real(&mut ipvs, DestConfig::new("10.0.1.1".parse().unwrap(), 80));
+        (ipvs, dest)
+    }
+
+    /// The virtual service of [`director`]: TCP 10.0.0.1:80.
+    fn vs() -> ServiceKey {
+        ServiceKey::Addr {
             protocol: Protocol::Tcp,
             addr: "10.0.0.1".parse().unwrap(),
             port: 80,
-        };
-        ipvs.add_service(key, ServiceConfig::new(AddrFamily::Inet))
-            .unwrap();
-        let dest = ipvs
-            .add_dest(&key, DestConfig::new("10.0.1.1".parse().unwrap(), 80))
-            .unwrap();
-        (ipvs, dest)
+        }
+    }
+
+    /// Add a real server to [`vs`].
+    fn add_real(ipvs: &mut Ipvs, cfg: DestConfig) -> rvs_core::dest::DestId {
+        ipvs.add_dest(&vs(), cfg).unwrap()
     }
 
     fn flow(dest: rvs_core::dest::DestId, state: TcpState) -> MirroredConn {
@@ -792,17 +799,9 @@ mod tests {
     #[test]
     fn the_fullnat_local_pair_is_sent_and_kept() {
         let (mut master, dest) = director();
-        let key = ServiceKey::Addr {
-            protocol: Protocol::Tcp,
-            addr: "10.0.0.1".parse().unwrap(),
-            port: 80,
-        };
-        let fnat = master
-            .add_dest(
-                &key,
-                DestConfig::new("10.0.1.2".parse().unwrap(), 80).forward(ForwardMethod::FullNat),
-            )
-            .unwrap();
+        let fnat_real =
+            || DestConfig::new("10.0.1.2".parse().unwrap(), 80).forward(ForwardMethod::FullNat);
+        let fnat = add_real(&mut master, fnat_real());
         let t0 = Instant::from_secs(10);
         let local: SocketAddr = "10.3.0.1:40000".parse().unwrap();
         let mut f = flow(fnat, TcpState::Established);
@@ -837,12 +836,7 @@ mod tests {
         let dgrams = wire::build_v1(0, &out, 1472).unwrap();
         let got = wire::parse(&dgrams[0]).unwrap().conns;
         let (mut backup, _) = director();
-        backup
-            .add_dest(
-                &key,
-                DestConfig::new("10.0.1.2".parse().unwrap(), 80).forward(ForwardMethod::FullNat),
-            )
-            .unwrap();
+        add_real(&mut backup, fnat_real());
         let m = resolve(&backup, &got[0]).unwrap();
         assert_eq!(m.local, Some(moved));
         backup.mirror_conn(t0, &m).unwrap();
@@ -948,14 +942,7 @@ mod tests {
     #[test]
     fn a_peer_never_overwrites_a_flow_this_director_carries() {
         let (mut ipvs, dest) = director();
-        let key = ServiceKey::Addr {
-            protocol: Protocol::Tcp,
-            addr: "10.0.0.1".parse().unwrap(),
-            port: 80,
-        };
-        let other = ipvs
-            .add_dest(&key, DestConfig::new("10.0.1.2".parse().unwrap(), 80))
-            .unwrap();
+        let other = add_real(&mut ipvs, DestConfig::new("10.0.1.2".parse().unwrap(), 80));
         let full = ipvs.timeouts().tcp(TcpState::Established);
         let t0 = Instant::from_secs(1000);
         // Our own flow to 10.0.1.1, seen at t0.
@@ -1000,14 +987,7 @@ mod tests {
     #[test]
     fn an_own_template_echoed_back_stays_ours() {
         let (mut ipvs, dest) = director();
-        let key = ServiceKey::Addr {
-            protocol: Protocol::Tcp,
-            addr: "10.0.0.1".parse().unwrap(),
-            port: 80,
-        };
-        let other = ipvs
-            .add_dest(&key, DestConfig::new("10.0.1.2".parse().unwrap(), 80))
-            .unwrap();
+        let other = add_real(&mut ipvs, DestConfig::new("10.0.1.2".parse().unwrap(), 80));
         let t0 = Instant::from_secs(1000);
         let mut template = flow(dest, TcpState::Established);
         template.client = "10.9.0.0:0".parse().unwrap();

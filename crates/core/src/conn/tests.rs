@@ -37,6 +37,12 @@ fn conn(k: &ConnKey, fwd: u16, secs: u64) -> Conn {
     )
 }
 
+/// Insert a connection of `k` with forwarding `fwd` and a `secs` timeout at
+/// time 0, which the table must have room for.
+fn add(tb: &mut ConnTable, k: &ConnKey, fwd: u16, secs: u64) -> ConnId {
+    tb.insert(conn(k, fwd, secs), None, t(0)).unwrap()
+}
+
 fn t(ms: u64) -> Instant {
     Instant::from_millis(ms)
 }
@@ -69,9 +75,7 @@ fn addr_roundtrip() {
 fn insert_lookup_remove() {
     let mut tb = table(16);
     let k = key(1, 1000);
-    let id = tb
-        .insert(conn(&k, ConnFlags::DROUTE, 10), None, t(0))
-        .unwrap();
+    let id = add(&mut tb, &k, ConnFlags::DROUTE, 10);
     assert_eq!(tb.len(), 1);
     assert_eq!(tb.lookup(&k), Some(id));
     assert_eq!(tb.lookup(&key(1, 1001)), None);
@@ -91,12 +95,8 @@ fn reply_lookup_only_for_masq() {
     let mut tb = table(16);
     let k1 = key(1, 1000);
     let k2 = key(2, 1000);
-    let nat = tb
-        .insert(conn(&k1, ConnFlags::MASQ, 10), None, t(0))
-        .unwrap();
-    let _dr = tb
-        .insert(conn(&k2, ConnFlags::DROUTE, 10), None, t(0))
-        .unwrap();
+    let nat = add(&mut tb, &k1, ConnFlags::MASQ, 10);
+    let _dr = add(&mut tb, &k2, ConnFlags::DROUTE, 10);
     let d = v4(192, 168, 0, 2);
     assert_eq!(
         tb.lookup_reply(6, AddrFamily::Inet, d, 8080, k1.caddr, 1000),
@@ -135,9 +135,7 @@ fn reply_lookup_only_for_masq() {
 fn templates_and_conns_do_not_collide_and_pe_data_matches() {
     let mut tb = table(16);
     let k = key(1, 0);
-    let c = tb
-        .insert(conn(&k, ConnFlags::DROUTE, 10), None, t(0))
-        .unwrap();
+    let c = add(&mut tb, &k, ConnFlags::DROUTE, 10);
     let mut tpl = conn(&k, ConnFlags::DROUTE, 360);
     tpl.flags.insert(ConnFlags::TEMPLATE);
     let tp = tb.insert(tpl.clone(), None, t(0)).unwrap();
@@ -160,9 +158,7 @@ fn templates_and_conns_do_not_collide_and_pe_data_matches() {
 fn fullnat_local_address_lives_and_dies_with_its_entry() {
     let mut tb = table(16);
     let k = key(1, 0);
-    let c = tb
-        .insert(conn(&k, ConnFlags::MASQ, 10), None, t(0))
-        .unwrap();
+    let c = add(&mut tb, &k, ConnFlags::MASQ, 10);
     let l = Addr::from_ip("192.168.100.5".parse().unwrap());
     assert_eq!(tb.local(c), None);
     assert!(tb.set_local(c, l, 1029));
@@ -171,9 +167,7 @@ fn fullnat_local_address_lives_and_dies_with_its_entry() {
     assert_eq!(tb.local(c), None);
     assert!(!tb.set_local(c, l, 1029), "no entry, nothing recorded");
     // The slot's next entry starts without one.
-    let d = tb
-        .insert(conn(&key(2, 0), ConnFlags::MASQ, 10), None, t(0))
-        .unwrap();
+    let d = add(&mut tb, &key(2, 0), ConnFlags::MASQ, 10);
     assert_eq!(tb.local(d), None);
 }
 
@@ -297,16 +291,16 @@ fn expiry_at_most_one_ms_late_when_polled_every_ms() {
 #[test]
 fn capacity_bound_and_slot_reuse() {
     let mut tb = table(3);
-    let a = tb.insert(conn(&key(1, 1), 0, 1), None, t(0)).unwrap();
-    let b = tb.insert(conn(&key(2, 1), 0, 1), None, t(0)).unwrap();
-    let _c = tb.insert(conn(&key(3, 1), 0, 1), None, t(0)).unwrap();
+    let a = add(&mut tb, &key(1, 1), 0, 1);
+    let b = add(&mut tb, &key(2, 1), 0, 1);
+    let _c = add(&mut tb, &key(3, 1), 0, 1);
     assert_eq!(
         tb.insert(conn(&key(4, 1), 0, 1), None, t(0)),
         Err(TableFull)
     );
     assert_eq!(TableFull.to_string(), "connection table full");
     tb.remove(b);
-    let d = tb.insert(conn(&key(4, 1), 0, 1), None, t(0)).unwrap();
+    let d = add(&mut tb, &key(4, 1), 0, 1);
     assert_eq!(d, b, "freed slot reused");
     assert_eq!(tb.lookup(&key(4, 1)), Some(d));
     assert_eq!(tb.lookup(&key(2, 1)), None);
@@ -318,9 +312,9 @@ fn capacity_bound_and_slot_reuse() {
 #[test]
 fn eviction_candidate_is_earliest_deadline() {
     let mut tb = table(16);
-    let est = tb.insert(conn(&key(1, 1), 3, 900), None, t(0)).unwrap();
+    let est = add(&mut tb, &key(1, 1), 3, 900);
     let half1 = tb.insert(conn(&key(2, 1), 3, 60), None, t(1000)).unwrap();
-    let half2 = tb.insert(conn(&key(3, 1), 3, 60), None, t(0)).unwrap();
+    let half2 = add(&mut tb, &key(3, 1), 3, 60);
     let mut tpl = conn(&key(4, 0), 3, 10);
     tpl.flags.insert(ConnFlags::TEMPLATE);
     tpl.n_control = 1;

@@ -62,15 +62,7 @@ impl Ipvs {
                     }
                 }
                 if was_inactive == active {
-                    self.with_dest(flow.dest, |d| {
-                        if active {
-                            d.inactive = d.inactive.saturating_sub(1);
-                            d.active += 1;
-                        } else {
-                            d.active = d.active.saturating_sub(1);
-                            d.inactive += 1;
-                        }
-                    });
+                    self.move_between_counts(flow.dest, active);
                 }
                 self.conns.set_timeout(id, flow.idle_left, now);
                 return Some(id);

@@ -9,23 +9,15 @@ impl Ipvs {
     /// Decide what to do with one packet: a client packet of a known or new
     /// connection, a NAT reply, or neither.
     pub fn process(&mut self, now: Instant, pkt: &Packet<'_>) -> Verdict {
-        let af = AddrFamily::of(&pkt.src);
-        let proto = pkt.l4.protocol().number();
-        let key = ConnKey {
-            protocol: proto,
-            af,
-            caddr: Addr::from_ip(pkt.src),
-            cport: pkt.sport,
-            vaddr: Addr::from_ip(pkt.dst),
-            vport: pkt.dport,
-        };
+        let key = pkt.conn_key();
         if let Some(id) = self.conns.lookup(&key) {
             return self.process_known(now, pkt, id);
         }
-        let (src, dst) = (Addr::from_ip(pkt.src), Addr::from_ip(pkt.dst));
+        // A reply comes from a real server (`caddr:cport` here) to a client.
+        let (src, sport, dst, dport) = (key.caddr, key.cport, key.vaddr, key.vport);
         if let Some(id) = self
             .conns
-            .lookup_reply(proto, af, src, pkt.sport, dst, pkt.dport)
+            .lookup_reply(key.protocol, key.af, src, sport, dst, dport)
         {
             return self.process_reply(now, pkt, id);
         }
@@ -302,14 +294,7 @@ impl Ipvs {
                 new: true,
             });
         }
-        let key = ConnKey {
-            protocol: pkt.l4.protocol().number(),
-            af: AddrFamily::of(&pkt.src),
-            caddr: Addr::from_ip(pkt.src),
-            cport: pkt.sport,
-            vaddr: Addr::from_ip(pkt.dst),
-            vport: pkt.dport,
-        };
+        let key = pkt.conn_key();
         let initial = match pkt.l4 {
             L4::Tcp(_) => self.timeouts.tcp(TcpState::None),
             L4::Udp => self.timeouts.udp(),
@@ -441,15 +426,7 @@ impl Ipvs {
         }
         self.conns.set_timeout(id, timeout, now);
         if was_inactive == active {
-            self.with_dest(dest, |d| {
-                if active {
-                    d.inactive = d.inactive.saturating_sub(1);
-                    d.active += 1;
-                } else {
-                    d.active = d.active.saturating_sub(1);
-                    d.inactive += 1;
-                }
-            });
+            self.move_between_counts(dest, active);
         }
         let established = match pkt.l4 {
             L4::Tcp(_) => new_state == TcpState::Established as u8,

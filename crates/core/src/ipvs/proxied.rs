@@ -20,12 +20,7 @@ impl Ipvs {
         vip: std::net::SocketAddr,
     ) -> Result<Forward, Verdict> {
         let l4 = match protocol {
-            Protocol::Tcp => L4::Tcp(TcpFlags {
-                syn: true,
-                fin: false,
-                ack: false,
-                rst: false,
-            }),
+            Protocol::Tcp => L4::Tcp(TcpFlags::SYN),
             Protocol::Udp => L4::Udp,
             Protocol::Sctp => L4::Sctp(SctpEvent::Init),
         };
@@ -55,14 +50,7 @@ impl Ipvs {
     /// closed but whose entry lingers) is not ours to reuse: expire it. A
     /// held one (a live socket of the proxy) refuses the new one.
     fn clear_stale(&mut self, pkt: &Packet<'_>) -> Result<(), Verdict> {
-        let key = ConnKey {
-            protocol: pkt.l4.protocol().number(),
-            af: AddrFamily::of(&pkt.src),
-            caddr: Addr::from_ip(pkt.src),
-            cport: pkt.sport,
-            vaddr: Addr::from_ip(pkt.dst),
-            vport: pkt.dport,
-        };
+        let key = pkt.conn_key();
         if let Some(old) = self.conns.lookup(&key) {
             if self
                 .conns

@@ -83,15 +83,14 @@ impl Algorithm for DestHash {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{dests, input};
+    use super::super::testutil::{dests, input, reset};
     use super::*;
     use std::net::{IpAddr, Ipv4Addr};
 
     #[test]
     fn one_bucket_per_dest_weights_ignored() {
         let d = dests(&[5, 1, 3]);
-        let mut s = DestHash::new();
-        s.update(&d, ListChange::Reset);
+        let s = reset(DestHash::new(), &d);
         let b = s.buckets();
         for (i, x) in b.iter().enumerate() {
             assert_eq!(*x, Some((i % 3) as u32));
@@ -101,8 +100,7 @@ mod tests {
     #[test]
     fn keyed_by_destination_address_only() {
         let d = dests(&[1; 10]);
-        let mut s = DestHash::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(DestHash::new(), &d);
         // Different clients, same VIP: same server.
         let first = s.schedule(&d, &input(0, 1), Instant::ZERO);
         for c in 1..100 {
@@ -121,8 +119,7 @@ mod tests {
     #[test]
     fn ineligible_gives_none() {
         let mut d = dests(&[1; 10]);
-        let mut s = DestHash::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(DestHash::new(), &d);
         let p = s.schedule(&d, &input(0, 1), Instant::ZERO).unwrap_or(0);
         d[p].config.weight = 0;
         s.update(&d, ListChange::Edited(p));

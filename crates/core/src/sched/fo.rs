@@ -20,7 +20,7 @@ pub(crate) type WeightedFailover = TreeScheduler<FoOrder>;
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{dests, run};
+    use super::super::testutil::{counts, dests, reset, run};
     use super::super::{Algorithm, ListChange};
     use super::*;
 
@@ -28,11 +28,9 @@ mod tests {
     fn highest_weight_ties_earliest_fails_over_on_overload() {
         let mut d = dests(&[2, 5, 5, 3]);
         d[1].active = 1000;
-        let mut s = WeightedFailover::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(WeightedFailover::new(), &d);
         assert_eq!(run(&mut s, &d, 3), vec![Some(1), Some(1), Some(1)]);
-        d[1].overloaded = true;
-        s.counts_changed(&d, 1);
+        counts(&mut s, &mut d, 1, |x| x.overloaded = true);
         assert_eq!(run(&mut s, &d, 1), vec![Some(2)]);
         d[2].config.weight = 0;
         s.update(&d, ListChange::Edited(2));

@@ -22,124 +22,86 @@
 
 use core::time::Duration;
 
-use super::locality::{DEFAULT_EXPIRATION, LoadIndex, LocalityTable};
-use super::{Algorithm, ListChange, SchedInput};
-use crate::dest::{Dest, DestId};
-use crate::time::Instant;
+use super::locality::{Decision, Locality, LocalityRule};
+use crate::dest::DestId;
+
+/// lblc's rule: one server per destination address.
+#[derive(Debug)]
+pub(crate) struct LblcRule;
 
 /// lblc state: the destination-address table and the load index.
-#[derive(Debug)]
-pub(crate) struct Lblc {
-    table: LocalityTable<DestId>,
-    load: LoadIndex,
-}
+pub(crate) type Lblc = Locality<LblcRule>;
 
-impl Lblc {
-    pub(crate) fn new() -> Self {
-        Lblc::with_expiration(DEFAULT_EXPIRATION)
+impl LocalityRule for LblcRule {
+    type Value = DestId;
+    const SCHEDULER: super::Scheduler = super::Scheduler::Lblc;
+
+    fn new(_expiration: Duration) -> Self {
+        LblcRule
     }
 
-    /// With another `lblc_expiration` (the sysctl; default 24 h).
-    pub(crate) fn with_expiration(expiration: Duration) -> Self {
-        Lblc {
-            table: LocalityTable::new(expiration),
-            load: LoadIndex::default(),
-        }
-    }
-}
-
-impl Algorithm for Lblc {
-    fn scheduler(&self) -> super::Scheduler {
-        super::Scheduler::Lblc
-    }
-
-    fn update(&mut self, dests: &[Dest], change: ListChange) {
-        self.load.list_changed(dests, change);
-    }
-
-    fn counts_changed(&mut self, dests: &[Dest], pos: usize) {
-        self.load.changed(dests, pos);
-    }
-
-    fn schedule(&mut self, dests: &[Dest], input: &SchedInput, now: Instant) -> Option<usize> {
-        self.table.collect(now);
-        self.load.sync(dests);
-        if let Some(en) = self.table.get_mut(&input.daddr) {
-            en.lastuse = now;
-            if let Some(p) = self.load.position(dests, en.value) {
-                let d = &dests[p];
-                if d.is_eligible() && !self.load.is_overloaded(d) {
+    fn choose(&self, cx: Decision<'_, Self::Value>) -> Option<usize> {
+        if let Some(en) = cx.table.get_mut(&cx.daddr) {
+            en.lastuse = cx.now;
+            if let Some(p) = cx.load.position(cx.dests, en.value) {
+                let d = &cx.dests[p];
+                if d.is_eligible() && !cx.load.is_overloaded(d) {
                     return Some(p);
                 }
             }
         }
-        let p = self.load.wlc(dests)?;
-        self.table.insert(input.daddr, dests[p].id, now);
+        let p = cx.load.wlc(cx.dests)?;
+        cx.table.insert(cx.daddr, cx.dests[p].id, cx.now);
         Some(p)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{dests, input};
+    use super::super::testutil::{counts, dests, reset, set_active, to};
+    use super::super::{Algorithm, ListChange};
     use super::*;
-    use std::net::{IpAddr, Ipv4Addr};
-
-    fn to(daddr: u8) -> SchedInput {
-        SchedInput {
-            daddr: IpAddr::V4(Ipv4Addr::new(192, 0, 2, daddr)),
-            ..input(1, 1000)
-        }
-    }
-
-    fn bind(s: &mut Lblc, d: &mut [Dest], p: usize, active: u32) {
-        d[p].active = active;
-        s.counts_changed(d, p);
-    }
+    use crate::time::Instant;
 
     #[test]
     fn sticks_to_cached_server_until_overloaded_rule() {
         let mut d = dests(&[2, 2]);
-        let mut s = Lblc::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(Lblc::new(), &d);
         let t = Instant::ZERO;
         assert_eq!(s.schedule(&d, &to(1), t), Some(0));
         // WLC would now say 1 for a new address, but address 1 sticks to 0.
-        bind(&mut s, &mut d, 0, 2);
+        set_active(&mut s, &mut d, 0, 2);
         assert_eq!(s.schedule(&d, &to(2), t), Some(1));
         assert_eq!(s.schedule(&d, &to(1), t), Some(0));
         // active 3 > weight 2, and server 1 has 0*2 < 2: overloaded → WLC.
-        bind(&mut s, &mut d, 0, 3);
+        set_active(&mut s, &mut d, 0, 3);
         assert_eq!(s.schedule(&d, &to(1), t), Some(1));
         // The entry now points at 1.
-        bind(&mut s, &mut d, 0, 0);
+        set_active(&mut s, &mut d, 0, 0);
         assert_eq!(s.schedule(&d, &to(1), t), Some(1));
     }
 
     #[test]
     fn over_weight_is_fine_when_nobody_is_half_idle() {
         let mut d = dests(&[2, 2]);
-        let mut s = Lblc::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(Lblc::new(), &d);
         let t = Instant::ZERO;
         assert_eq!(s.schedule(&d, &to(1), t), Some(0));
-        bind(&mut s, &mut d, 0, 5);
+        set_active(&mut s, &mut d, 0, 5);
         // Server 1: 1*2 < 2 is false, so no server is half idle.
-        bind(&mut s, &mut d, 1, 1);
+        set_active(&mut s, &mut d, 1, 1);
         assert_eq!(s.schedule(&d, &to(1), t), Some(0));
-        bind(&mut s, &mut d, 1, 0);
+        set_active(&mut s, &mut d, 1, 0);
         assert_eq!(s.schedule(&d, &to(1), t), Some(1));
     }
 
     #[test]
     fn cached_server_quiesced_overloaded_or_removed_is_replaced() {
         let mut d = dests(&[1, 1, 1]);
-        let mut s = Lblc::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(Lblc::new(), &d);
         let t = Instant::ZERO;
         assert_eq!(s.schedule(&d, &to(1), t), Some(0));
-        d[0].overloaded = true;
-        s.counts_changed(&d, 0);
+        counts(&mut s, &mut d, 0, |x| x.overloaded = true);
         assert_eq!(s.schedule(&d, &to(1), t), Some(1));
         d[1].config.weight = 0;
         s.update(&d, ListChange::Edited(1));
@@ -152,14 +114,12 @@ mod tests {
     #[test]
     fn entries_expire() {
         let mut d = dests(&[1, 1]);
-        let mut s = Lblc::with_expiration(Duration::from_secs(60));
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(Lblc::with_expiration(Duration::from_secs(60)), &d);
         assert_eq!(s.schedule(&d, &to(1), Instant::ZERO), Some(0));
-        bind(&mut s, &mut d, 0, 1);
-        bind(&mut s, &mut d, 1, 1);
+        set_active(&mut s, &mut d, 0, 1);
+        set_active(&mut s, &mut d, 1, 1);
         // Still cached (ties would otherwise also give 0: make 0 worse).
-        d[0].inactive = 1;
-        s.counts_changed(&d, 0);
+        counts(&mut s, &mut d, 0, |x| x.inactive = 1);
         assert_eq!(s.schedule(&d, &to(1), Instant::from_secs(10)), Some(0));
         // The full check at 30 min deletes the entry; WLC picks 1.
         assert_eq!(s.schedule(&d, &to(1), Instant::from_secs(1800)), Some(1));

@@ -22,15 +22,14 @@
 
 use core::time::Duration;
 
-use super::locality::{DEFAULT_EXPIRATION, LoadIndex, LocalityTable};
+use super::locality::{Decision, LoadIndex, Locality, LocalityRule};
 use super::wlc::wlc_better;
-use super::{Algorithm, ListChange, SchedInput};
 use crate::dest::{Dest, DestId};
 use crate::time::Instant;
 
 /// A destination address's server set.
 #[derive(Debug, Clone)]
-struct DestSet {
+pub(crate) struct DestSet {
     /// Members, newest first.
     members: Vec<DestId>,
     /// Last time a member was added or removed.
@@ -87,94 +86,62 @@ impl DestSet {
     }
 }
 
-/// lblcr state: the destination-address table of server sets and the load
-/// index.
+/// lblcr's rule: a server set per destination address, shrunk after
+/// `expiration` without change.
 #[derive(Debug)]
-pub(crate) struct Lblcr {
-    table: LocalityTable<DestSet>,
-    load: LoadIndex,
+pub(crate) struct LblcrRule {
     expiration: Duration,
 }
 
-impl Lblcr {
-    pub(crate) fn new() -> Self {
-        Lblcr::with_expiration(DEFAULT_EXPIRATION)
+/// lblcr state: the destination-address table of server sets and the load
+/// index.
+pub(crate) type Lblcr = Locality<LblcrRule>;
+
+impl LocalityRule for LblcrRule {
+    type Value = DestSet;
+    const SCHEDULER: super::Scheduler = super::Scheduler::Lblcr;
+
+    /// `expiration` also paces the shrinking of sets.
+    fn new(expiration: Duration) -> Self {
+        LblcrRule { expiration }
     }
 
-    /// With another `lblcr_expiration` (the sysctl; default 24 h). It both
-    /// expires unused entries and paces the shrinking of sets.
-    pub(crate) fn with_expiration(expiration: Duration) -> Self {
-        Lblcr {
-            table: LocalityTable::new(expiration),
-            load: LoadIndex::default(),
-            expiration,
-        }
-    }
-}
-
-impl Algorithm for Lblcr {
-    fn scheduler(&self) -> super::Scheduler {
-        super::Scheduler::Lblcr
-    }
-
-    fn update(&mut self, dests: &[Dest], change: ListChange) {
-        self.load.list_changed(dests, change);
-    }
-
-    fn counts_changed(&mut self, dests: &[Dest], pos: usize) {
-        self.load.changed(dests, pos);
-    }
-
-    fn schedule(&mut self, dests: &[Dest], input: &SchedInput, now: Instant) -> Option<usize> {
-        self.table.collect(now);
-        self.load.sync(dests);
-        let Some(en) = self.table.get_mut(&input.daddr) else {
-            let p = self.load.wlc(dests)?;
+    fn choose(&self, cx: Decision<'_, Self::Value>) -> Option<usize> {
+        let Some(en) = cx.table.get_mut(&cx.daddr) else {
+            let p = cx.load.wlc(cx.dests)?;
             let set = DestSet {
-                members: vec![dests[p].id],
-                lastmod: now,
+                members: vec![cx.dests[p].id],
+                lastmod: cx.now,
             };
-            self.table.insert(input.daddr, set, now);
+            cx.table.insert(cx.daddr, set, cx.now);
             return Some(p);
         };
-        en.lastuse = now;
+        en.lastuse = cx.now;
         let set = &mut en.value;
-        let least = set.min(&self.load, dests);
+        let least = set.min(cx.load, cx.dests);
         if set.members.len() > 1
-            && now > set.lastmod + self.expiration
-            && let Some(i) = set.max(&self.load, dests)
+            && cx.now > set.lastmod + self.expiration
+            && let Some(i) = set.max(cx.load, cx.dests)
         {
             set.members.remove(i);
-            set.lastmod = now;
+            set.lastmod = cx.now;
         }
         if let Some(p) = least
-            && !self.load.is_overloaded(&dests[p])
+            && !cx.load.is_overloaded(&cx.dests[p])
         {
             return Some(p);
         }
-        let p = self.load.wlc(dests)?;
-        set.insert(dests[p].id, now);
+        let p = cx.load.wlc(cx.dests)?;
+        set.insert(cx.dests[p].id, cx.now);
         Some(p)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{dests, input};
+    use super::super::testutil::{counts, dests, reset, set_active, to};
+    use super::super::{Algorithm, ListChange};
     use super::*;
-    use std::net::{IpAddr, Ipv4Addr};
-
-    fn to(daddr: u8) -> SchedInput {
-        SchedInput {
-            daddr: IpAddr::V4(Ipv4Addr::new(192, 0, 2, daddr)),
-            ..input(1, 1000)
-        }
-    }
-
-    fn set_active(s: &mut Lblcr, d: &mut [Dest], p: usize, active: u32) {
-        d[p].active = active;
-        s.counts_changed(d, p);
-    }
 
     fn members(s: &mut Lblcr, daddr: u8) -> Vec<u32> {
         let addr = to(daddr).daddr;
@@ -187,8 +154,7 @@ mod tests {
     #[test]
     fn set_grows_under_overload_and_shrinks_after_expiration() {
         let mut d = dests(&[2, 2, 2]);
-        let mut s = Lblcr::with_expiration(Duration::from_secs(100));
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(Lblcr::with_expiration(Duration::from_secs(100)), &d);
         let t0 = Instant::ZERO;
         assert_eq!(s.schedule(&d, &to(1), t0), Some(0));
         assert_eq!(members(&mut s, 1), vec![0]);
@@ -215,20 +181,17 @@ mod tests {
     #[test]
     fn unusable_set_falls_back_to_wlc_and_joins() {
         let mut d = dests(&[1, 1]);
-        let mut s = Lblcr::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(Lblcr::new(), &d);
         let t = Instant::ZERO;
         assert_eq!(s.schedule(&d, &to(1), t), Some(0));
-        d[0].overloaded = true;
-        s.counts_changed(&d, 0);
+        counts(&mut s, &mut d, 0, |x| x.overloaded = true);
         assert_eq!(s.schedule(&d, &to(1), t), Some(1));
         assert_eq!(members(&mut s, 1), vec![1, 0]);
         d[1].config.weight = 0;
         s.update(&d, ListChange::Edited(1));
         assert_eq!(s.schedule(&d, &to(1), t), None);
         // Other addresses have their own sets.
-        d[0].overloaded = false;
-        s.counts_changed(&d, 0);
+        counts(&mut s, &mut d, 0, |x| x.overloaded = false);
         assert_eq!(s.schedule(&d, &to(2), t), Some(0));
         assert_eq!(members(&mut s, 2), vec![0]);
     }

@@ -20,30 +20,24 @@ pub(crate) type LeastConn = TreeScheduler<LcOrder>;
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{dests, run};
-    use super::super::{Algorithm, ListChange};
+    use super::super::testutil::{counts, dests, reset, run};
+
     use super::*;
 
     #[test]
     fn least_overhead_wins_ties_earliest_weight_ignored() {
         let mut d = dests(&[1, 5, 1, 0]);
-        let mut s = LeastConn::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(LeastConn::new(), &d);
         assert_eq!(run(&mut s, &d, 1), vec![Some(0)]);
         // 1 active = 256 > 255 inactive.
-        d[0].active = 1;
-        s.counts_changed(&d, 0);
-        d[1].inactive = 255;
-        s.counts_changed(&d, 1);
-        d[2].inactive = 255;
-        s.counts_changed(&d, 2);
+        counts(&mut s, &mut d, 0, |x| x.active = 1);
+        counts(&mut s, &mut d, 1, |x| x.inactive = 255);
+        counts(&mut s, &mut d, 2, |x| x.inactive = 255);
         assert_eq!(run(&mut s, &d, 1), vec![Some(1)]);
-        d[1].inactive = 256;
-        s.counts_changed(&d, 1);
+        counts(&mut s, &mut d, 1, |x| x.inactive = 256);
         assert_eq!(run(&mut s, &d, 1), vec![Some(2)]);
         // The weight-0 server with no connections is never picked.
-        d[2].overloaded = true;
-        s.counts_changed(&d, 2);
+        counts(&mut s, &mut d, 2, |x| x.overloaded = true);
         assert_eq!(run(&mut s, &d, 1), vec![Some(0)]);
     }
 }

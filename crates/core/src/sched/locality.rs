@@ -27,9 +27,9 @@ use std::net::IpAddr;
 
 use hashbrown::HashMap;
 
-use super::ListChange;
 use super::argmin::ArgminTree;
 use super::wlc::WlcOrder;
+use super::{Algorithm, ListChange, SchedInput, Scheduler};
 use crate::dest::{Dest, DestId};
 use crate::time::Instant;
 
@@ -47,6 +47,84 @@ const ENTRY_TIMEOUT_MS: u64 = 6 * 60_000;
 const COUNT_FOR_FULL: u32 = 30;
 /// Default of the `lblc_expiration` / `lblcr_expiration` sysctls.
 pub(crate) const DEFAULT_EXPIRATION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// What sets lblc and lblcr apart: what a destination address maps to and
+/// how a decision uses the table. The table, the load index and their upkeep
+/// are the same for both and live in [`Locality`].
+pub(crate) trait LocalityRule: Send + core::fmt::Debug {
+    /// What the table keeps per destination address.
+    type Value: Send + core::fmt::Debug;
+    /// The scheduler this rule is.
+    const SCHEDULER: Scheduler;
+
+    /// The rule for a table whose entries expire after `expiration` unused.
+    fn new(expiration: Duration) -> Self;
+
+    /// Pick a server for the decision `cx`.
+    fn choose(&self, cx: Decision<'_, Self::Value>) -> Option<usize>;
+}
+
+/// One decision of a locality scheduler: its table, already collected, and
+/// its load index, in sync with `dests`.
+pub(crate) struct Decision<'a, V> {
+    pub(crate) table: &'a mut LocalityTable<V>,
+    pub(crate) load: &'a mut LoadIndex,
+    pub(crate) dests: &'a [Dest],
+    /// The new connection's destination address: the table's key.
+    pub(crate) daddr: IpAddr,
+    pub(crate) now: Instant,
+}
+
+/// A locality-based scheduler: the destination-address table and the load
+/// index, kept up to date for `R`, which decides.
+#[derive(Debug)]
+pub(crate) struct Locality<R: LocalityRule> {
+    pub(super) table: LocalityTable<R::Value>,
+    load: LoadIndex,
+    rule: R,
+}
+
+impl<R: LocalityRule> Locality<R> {
+    pub(crate) fn new() -> Self {
+        Self::with_expiration(DEFAULT_EXPIRATION)
+    }
+
+    /// With another expiration (the `lblc_expiration` / `lblcr_expiration`
+    /// sysctl; default 24 h).
+    pub(crate) fn with_expiration(expiration: Duration) -> Self {
+        Locality {
+            table: LocalityTable::new(expiration),
+            load: LoadIndex::default(),
+            rule: R::new(expiration),
+        }
+    }
+}
+
+impl<R: LocalityRule> Algorithm for Locality<R> {
+    fn scheduler(&self) -> Scheduler {
+        R::SCHEDULER
+    }
+
+    fn update(&mut self, dests: &[Dest], change: ListChange) {
+        self.load.list_changed(dests, change);
+    }
+
+    fn counts_changed(&mut self, dests: &[Dest], pos: usize) {
+        self.load.changed(dests, pos);
+    }
+
+    fn schedule(&mut self, dests: &[Dest], input: &SchedInput, now: Instant) -> Option<usize> {
+        self.table.collect(now);
+        self.load.sync(dests);
+        self.rule.choose(Decision {
+            table: &mut self.table,
+            load: &mut self.load,
+            dests,
+            daddr: input.daddr,
+            now,
+        })
+    }
+}
 
 /// The kernel's bucket for a destination address.
 pub(crate) fn bucket_of(addr: &IpAddr) -> u32 {

@@ -345,6 +345,38 @@ pub(crate) mod testutil {
             .map(|i| s.schedule(d, &input(i as u32, 1000), Instant::ZERO))
             .collect()
     }
+
+    /// A decision input from client 1 to destination address 192.0.2.`daddr`
+    /// (the key of the locality schedulers' tables).
+    pub(crate) fn to(daddr: u8) -> SchedInput {
+        SchedInput {
+            daddr: IpAddr::V4(Ipv4Addr::new(192, 0, 2, daddr)),
+            ..input(1, 1000)
+        }
+    }
+
+    /// `s` after a [`ListChange::Reset`] to `d`: how a scheduler starts on a list.
+    pub(crate) fn reset<A: Algorithm>(mut s: A, d: &[Dest]) -> A {
+        s.update(d, ListChange::Reset);
+        s
+    }
+
+    /// Change server `p`'s counters or flags with `f` and tell `s`, as the
+    /// director does after a connection changes state.
+    pub(crate) fn counts(
+        s: &mut dyn Algorithm,
+        d: &mut [Dest],
+        p: usize,
+        f: impl FnOnce(&mut Dest),
+    ) {
+        f(&mut d[p]);
+        s.counts_changed(d, p);
+    }
+
+    /// Set server `p`'s active connection count (see [`counts`]).
+    pub(crate) fn set_active(s: &mut dyn Algorithm, d: &mut [Dest], p: usize, active: u32) {
+        counts(s, d, p, |x| x.active = active);
+    }
 }
 
 #[cfg(test)]

@@ -33,8 +33,8 @@ pub(crate) type NeverQueue = TreeScheduler<NqOrder>;
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{dests, run};
-    use super::super::{Algorithm, ListChange};
+    use super::super::Algorithm;
+    use super::super::testutil::{counts, dests, reset, run};
     use super::*;
 
     #[test]
@@ -43,15 +43,12 @@ mod tests {
         d[0].active = 1;
         // Inactive connections do not make a server busy.
         d[1].inactive = 500;
-        let mut s = NeverQueue::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(NeverQueue::new(), &d);
         assert_eq!(run(&mut s, &d, 1), vec![Some(1)]);
-        d[1].active = 1;
-        s.counts_changed(&d, 1);
+        counts(&mut s, &mut d, 1, |x| x.active = 1);
         assert_eq!(run(&mut s, &d, 1), vec![Some(2)]);
         // Everyone busy: SED. (1+1)/100 < (1+1)/1, (3+1)/50.
-        d[2].active = 3;
-        s.counts_changed(&d, 2);
+        counts(&mut s, &mut d, 2, |x| x.active = 3);
         assert_eq!(run(&mut s, &d, 1), vec![Some(0)]);
         // (3+1)/100 = 0.04 vs (1+1)/50 = 0.04: tie, earliest.
         d[0].active = 3;
@@ -66,8 +63,7 @@ mod tests {
         let mut d = dests(&[0, 1, 1, 1]);
         d[1].overloaded = true;
         d[2].active = 5;
-        let mut s = NeverQueue::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(NeverQueue::new(), &d);
         assert_eq!(run(&mut s, &d, 1), vec![Some(3)]);
     }
 }

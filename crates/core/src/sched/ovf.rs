@@ -23,22 +23,19 @@ pub(crate) type WeightedOverflow = TreeScheduler<OvfOrder>;
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{dests, run};
-    use super::super::{Algorithm, ListChange};
+    use super::super::Algorithm;
+    use super::super::testutil::{counts, dests, reset, run};
     use super::*;
 
     #[test]
     fn overflows_when_active_exceeds_weight_ties_earliest() {
         let mut d = dests(&[1, 3, 3]);
-        let mut s = WeightedOverflow::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(WeightedOverflow::new(), &d);
         assert_eq!(run(&mut s, &d, 1), vec![Some(1)]);
         // active == weight is still fine.
-        d[1].active = 3;
-        s.counts_changed(&d, 1);
+        counts(&mut s, &mut d, 1, |x| x.active = 3);
         assert_eq!(run(&mut s, &d, 1), vec![Some(1)]);
-        d[1].active = 4;
-        s.counts_changed(&d, 1);
+        counts(&mut s, &mut d, 1, |x| x.active = 4);
         assert_eq!(run(&mut s, &d, 1), vec![Some(2)]);
         d[2].active = 4;
         // Inactive connections do not count.
@@ -46,8 +43,7 @@ mod tests {
         s.counts_changed(&d, 2);
         s.counts_changed(&d, 0);
         assert_eq!(run(&mut s, &d, 1), vec![Some(0)]);
-        d[0].active = 2;
-        s.counts_changed(&d, 0);
+        counts(&mut s, &mut d, 0, |x| x.active = 2);
         assert_eq!(run(&mut s, &d, 1), vec![None]);
     }
 }

@@ -62,14 +62,13 @@ impl Algorithm for RoundRobin {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{dests, run};
+    use super::super::testutil::{dests, reset, run};
     use super::*;
 
     #[test]
     fn cycles_in_list_order_and_skips_weight_zero() {
         let d = dests(&[1, 0, 5]);
-        let mut s = RoundRobin::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(RoundRobin::new(), &d);
         let got = run(&mut s, &d, 4);
         assert_eq!(got, vec![Some(0), Some(2), Some(0), Some(2)]);
     }
@@ -77,8 +76,7 @@ mod tests {
     #[test]
     fn deleting_cursor_moves_it_back() {
         let mut d = dests(&[1, 1, 1]);
-        let mut s = RoundRobin::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(RoundRobin::new(), &d);
         assert_eq!(run(&mut s, &d, 2), vec![Some(0), Some(1)]);
         // cursor at 1; delete it: cursor becomes 0, so next is old #2 (now 1).
         d.remove(1);

@@ -28,15 +28,14 @@ pub(crate) type ShortestExpectedDelay = TreeScheduler<SedOrder>;
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{dests, run};
-    use super::super::{Algorithm, ListChange};
+    use super::super::Algorithm;
+    use super::super::testutil::{counts, dests, reset, run};
     use super::*;
 
     #[test]
     fn active_plus_one_over_weight_inactive_ignored() {
         let mut d = dests(&[1, 3]);
-        let mut s = ShortestExpectedDelay::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(ShortestExpectedDelay::new(), &d);
         // (0+1)/1 = 1 vs (0+1)/3: the heavier server wins even when idle.
         assert_eq!(run(&mut s, &d, 1), vec![Some(1)]);
         // (0+1)/1 = 1 vs (2+1)/3 = 1: tie, earliest.
@@ -45,8 +44,7 @@ mod tests {
         s.counts_changed(&d, 1);
         s.counts_changed(&d, 0);
         assert_eq!(run(&mut s, &d, 1), vec![Some(0)]);
-        d[0].active = 1;
-        s.counts_changed(&d, 0);
+        counts(&mut s, &mut d, 0, |x| x.active = 1);
         assert_eq!(run(&mut s, &d, 1), vec![Some(1)]);
     }
 }

@@ -192,7 +192,7 @@ impl Algorithm for SourceHash {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{dests, input};
+    use super::super::testutil::{dests, input, reset};
     use super::*;
     use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -226,8 +226,7 @@ mod tests {
     #[test]
     fn weighted_fill_in_list_order() {
         let d = dests(&[3, 1, 2]);
-        let mut s = SourceHash::new(SchedFlags::default());
-        s.update(&d, ListChange::Reset);
+        let s = reset(SourceHash::new(SchedFlags::default()), &d);
         let b = s.buckets();
         let expect: Vec<Option<u32>> = [0, 0, 0, 1, 2, 2, 0, 0, 0, 1, 2, 2]
             .iter()
@@ -242,8 +241,7 @@ mod tests {
     #[test]
     fn weight_zero_gets_one_bucket_and_is_never_returned() {
         let d = dests(&[2, 0, 1]);
-        let mut s = SourceHash::new(SchedFlags::default());
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(SourceHash::new(SchedFlags::default()), &d);
         let b = s.buckets();
         assert_eq!(
             &b[..8],
@@ -276,8 +274,7 @@ mod tests {
         assert_eq!(sh_hashkey(0x0a01_0005, 0, 0), v as usize);
         assert_eq!(v, 0x35); // computed independently in Python
         let d = dests(&[1; 7]);
-        let mut s = SourceHash::new(SchedFlags::default());
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(SourceHash::new(SchedFlags::default()), &d);
         // One bucket per server: bucket b -> server b % 7.
         assert_eq!(
             s.schedule(&d, &input(5, 1234), Instant::ZERO),
@@ -343,8 +340,7 @@ mod tests {
     #[test]
     fn empty_list_gives_none() {
         let d = dests(&[]);
-        let mut s = SourceHash::new(SchedFlags::SH_FALLBACK);
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(SourceHash::new(SchedFlags::SH_FALLBACK), &d);
         assert_eq!(s.schedule(&d, &input(1, 1), Instant::ZERO), None);
     }
 }

@@ -170,7 +170,7 @@ impl Algorithm for TwoChoices {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{dests, run};
+    use super::super::testutil::{counts, dests, reset, run};
     use super::*;
 
     /// The kernel's walk, for comparison with the Fenwick descent.
@@ -192,8 +192,7 @@ mod tests {
     fn descent_equals_the_kernel_walk_for_every_draw() {
         let mut d = dests(&[0, 3, 1, 0, 2, 5, 0]);
         d[4].overloaded = true;
-        let mut s = TwoChoices::new(1);
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(TwoChoices::new(1), &d);
         // total = 3 + 1 + 5 = 9; draws are 0..=9.
         assert_eq!(s.weights.total, 9);
         for r in 0..=9 {
@@ -202,8 +201,7 @@ mod tests {
         assert_eq!(s.pick(0), 1);
         assert_eq!(s.pick(4), 2);
         assert_eq!(s.pick(5), 5);
-        d[4].overloaded = false;
-        s.counts_changed(&d, 4);
+        counts(&mut s, &mut d, 4, |x| x.overloaded = false);
         for r in 0..=11 {
             assert_eq!(Some(s.pick(r)), walk(&d, r), "r = {r}");
         }
@@ -213,8 +211,7 @@ mod tests {
     fn picks_less_loaded_of_two_and_never_ineligible() {
         let mut d = dests(&[1, 0, 1]);
         d[0].active = 10;
-        let mut s = TwoChoices::new(42);
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(TwoChoices::new(42), &d);
         let got = run(&mut s, &d, 200);
         assert!(got.iter().all(|p| matches!(p, Some(0) | Some(2))));
         // Server 2 is idle, so whenever it is drawn it wins: it must get the

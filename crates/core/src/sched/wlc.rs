@@ -31,15 +31,14 @@ pub(crate) type WeightedLeastConn = TreeScheduler<WlcOrder>;
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{dests, run};
-    use super::super::{Algorithm, ListChange};
+    use super::super::Algorithm;
+    use super::super::testutil::{counts, dests, reset, run};
     use super::*;
 
     #[test]
     fn ratio_wins_ties_earliest() {
         let mut d = dests(&[1, 3, 2]);
-        let mut s = WeightedLeastConn::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(WeightedLeastConn::new(), &d);
         // All zero: tie, earliest.
         assert_eq!(run(&mut s, &d, 1), vec![Some(0)]);
         // overheads 256/1, 600/3=200, 400/2=200: 1 and 2 tie, 1 is earlier.
@@ -50,8 +49,7 @@ mod tests {
             s.counts_changed(&d, p);
         }
         assert_eq!(run(&mut s, &d, 1), vec![Some(1)]);
-        d[1].inactive = 601;
-        s.counts_changed(&d, 1);
+        counts(&mut s, &mut d, 1, |x| x.inactive = 601);
         assert_eq!(run(&mut s, &d, 1), vec![Some(2)]);
     }
 
@@ -59,11 +57,9 @@ mod tests {
     fn weight_zero_never_wins_even_when_idle() {
         let mut d = dests(&[0, 1]);
         d[1].active = 1000;
-        let mut s = WeightedLeastConn::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(WeightedLeastConn::new(), &d);
         assert_eq!(run(&mut s, &d, 1), vec![Some(1)]);
-        d[1].overloaded = true;
-        s.counts_changed(&d, 1);
+        counts(&mut s, &mut d, 1, |x| x.overloaded = true);
         assert_eq!(run(&mut s, &d, 1), vec![None]);
     }
 
@@ -73,8 +69,7 @@ mod tests {
         d[0].active = u32::MAX;
         d[0].inactive = u32::MAX;
         d[1].active = u32::MAX - 1;
-        let mut s = WeightedLeastConn::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(WeightedLeastConn::new(), &d);
         assert_eq!(run(&mut s, &d, 1), vec![Some(1)]);
     }
 }

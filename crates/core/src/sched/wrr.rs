@@ -155,7 +155,7 @@ pub(super) fn cycle(dests: &[Dest]) -> Vec<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{dests, run};
+    use super::super::testutil::{dests, reset, run};
     use super::*;
 
     #[test]
@@ -169,8 +169,7 @@ mod tests {
         ] {
             let d = dests(w);
             let c = cycle(&d);
-            let mut s = WeightedRoundRobin::new();
-            s.update(&d, ListChange::Reset);
+            let mut s = reset(WeightedRoundRobin::new(), &d);
             let walk = run(&mut s, &d, c.len() * 3);
             let want: Vec<Option<usize>> = c
                 .iter()
@@ -192,8 +191,7 @@ mod tests {
     #[test]
     fn weights_4_3_2_give_aababcabc() {
         let d = dests(&[4, 3, 2]);
-        let mut s = WeightedRoundRobin::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(WeightedRoundRobin::new(), &d);
         assert_eq!(names(&run(&mut s, &d, 18)), "AABABCABCAABABCABC");
     }
 
@@ -201,21 +199,18 @@ mod tests {
     fn gcd_weights_step_by_gcd() {
         // gcd 2: di = 2, mw = 8 - 1 = 7, passes cw = 7, 5, 3, 1.
         let d = dests(&[8, 6, 4]);
-        let mut s = WeightedRoundRobin::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(WeightedRoundRobin::new(), &d);
         assert_eq!(names(&run(&mut s, &d, 18)), "AABABCABCAABABCABC");
         // gcd 3 with a weight-0 server in the middle.
         let d = dests(&[3, 0, 9]);
-        let mut s = WeightedRoundRobin::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(WeightedRoundRobin::new(), &d);
         assert_eq!(names(&run(&mut s, &d, 8)), "CCACCCAC");
     }
 
     #[test]
     fn update_keeps_threshold_rounded_to_the_new_step() {
         let mut d = dests(&[4, 3, 2]);
-        let mut s = WeightedRoundRobin::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(WeightedRoundRobin::new(), &d);
         assert_eq!(names(&run(&mut s, &d, 4)), "AABA");
         assert_eq!(s.cw, 2);
         // New weights 6, 4, 2: di = 2, mw = 5, cw = (2/2)*2 + 1 = 3.
@@ -238,8 +233,7 @@ mod tests {
     fn overloaded_and_all_zero() {
         let mut d = dests(&[2, 1]);
         d[0].overloaded = true;
-        let mut s = WeightedRoundRobin::new();
-        s.update(&d, ListChange::Reset);
+        let mut s = reset(WeightedRoundRobin::new(), &d);
         assert_eq!(names(&run(&mut s, &d, 3)), "BBB");
         d[1].overloaded = true;
         assert_eq!(names(&run(&mut s, &d, 2)), "--");

@@ -11,6 +11,13 @@ fn cfg(priority: u8) -> Config {
     Config::new(priority, SEC, addr(1))
 }
 
+/// An instance of `c`, started at 0 (its start's actions dropped).
+fn started(c: Config) -> Instance {
+    let mut i = Instance::new(c);
+    i.start(at(0));
+    i
+}
+
 fn at(ms: u64) -> Instant {
     Instant::from_millis(ms)
 }
@@ -68,8 +75,7 @@ fn the_owner_is_master_at_once_and_everyone_else_waits_master_down_interval() {
 
 #[test]
 fn a_backup_that_hears_its_master_stays_backup() {
-    let mut b = Instance::new(cfg(100));
-    b.start(at(0));
+    let mut b = started(cfg(100));
     for s in 1..20u64 {
         let a = b.on_advert(at(s * 1000), heard(150, 2)).unwrap();
         assert!(a.is_empty());
@@ -81,8 +87,7 @@ fn a_backup_that_hears_its_master_stays_backup() {
 
 #[test]
 fn a_master_sends_every_interval_and_announces_again_after_the_garp_delay() {
-    let mut m = Instance::new(cfg(255));
-    m.start(at(0));
+    let mut m = started(cfg(255));
     let acts = run_until(&mut m, at(6000));
     let sends: Vec<_> = acts
         .iter()
@@ -100,15 +105,13 @@ fn a_master_sends_every_interval_and_announces_again_after_the_garp_delay() {
 
 #[test]
 fn a_master_yields_to_a_higher_priority_and_to_an_equal_one_from_a_higher_address() {
-    let mut m = Instance::new(cfg(255));
-    m.start(at(0));
+    let mut m = started(cfg(255));
     // Lower priority: assert ourselves at once (RFC 9568), stay master.
     let a = m.on_advert(at(100), heard(50, 9)).unwrap();
     assert_eq!(a, [Action::Send { priority: 255 }]);
     assert_eq!(m.state(), State::Master);
 
-    let mut m = Instance::new(cfg(100));
-    m.start(at(0));
+    let mut m = started(cfg(100));
     run_until(&mut m, at(4000));
     assert_eq!(m.state(), State::Master);
     // Equal priority from a lower address: we win.
@@ -119,8 +122,7 @@ fn a_master_yields_to_a_higher_priority_and_to_an_equal_one_from_a_higher_addres
     assert_eq!(transitions(&a), [(State::Master, State::Backup)]);
     assert_eq!(m.poll_timeout(), Some(at(4200 + 3609)));
 
-    let mut m = Instance::new(cfg(100));
-    m.start(at(0));
+    let mut m = started(cfg(100));
     run_until(&mut m, at(4000));
     let a = m.on_advert(at(4100), heard(101, 0)).unwrap();
     assert_eq!(transitions(&a), [(State::Master, State::Backup)]);
@@ -129,8 +131,7 @@ fn a_master_yields_to_a_higher_priority_and_to_an_equal_one_from_a_higher_addres
 #[test]
 fn preemption_takes_over_from_a_lower_master_and_nopreempt_does_not() {
     // preempt (default): a lower master's adverts do not reset the timer.
-    let mut b = Instance::new(cfg(100));
-    b.start(at(0));
+    let mut b = started(cfg(100));
     for s in 1..4u64 {
         b.on_advert(at(s * 1000), heard(50, 2)).unwrap();
     }
@@ -140,8 +141,7 @@ fn preemption_takes_over_from_a_lower_master_and_nopreempt_does_not() {
     // nopreempt: a lower master is kept as long as it speaks.
     let mut c = cfg(100);
     c.preempt = false;
-    let mut b = Instance::new(c);
-    b.start(at(0));
+    let mut b = started(c);
     for s in 1..30u64 {
         b.on_advert(at(s * 1000), heard(50, 2)).unwrap();
         run_until(&mut b, at(s * 1000 + 999));
@@ -153,8 +153,7 @@ fn preemption_takes_over_from_a_lower_master_and_nopreempt_does_not() {
 fn preempt_delay_waits_before_taking_over_from_a_lower_master() {
     let mut c = cfg(100);
     c.preempt_delay = Duration::from_secs(10);
-    let mut b = Instance::new(c);
-    b.start(at(0));
+    let mut b = started(c);
     let mut became = None;
     for s in 1..30u64 {
         if b.state() == State::Backup {
@@ -176,8 +175,7 @@ fn preempt_delay_waits_before_taking_over_from_a_lower_master() {
 
 #[test]
 fn a_resigning_master_is_replaced_after_the_skew_time_only() {
-    let mut b = Instance::new(cfg(100));
-    b.start(at(0));
+    let mut b = started(cfg(100));
     b.on_advert(at(1000), heard(150, 2)).unwrap();
     b.on_advert(at(1500), heard(0, 2)).unwrap();
     // Skew (256 − 100) / 256 s = 609 ms.
@@ -188,23 +186,20 @@ fn a_resigning_master_is_replaced_after_the_skew_time_only() {
 
 #[test]
 fn a_stopping_master_resigns_with_priority_zero() {
-    let mut m = Instance::new(cfg(255));
-    m.start(at(0));
+    let mut m = started(cfg(255));
     let a = m.shutdown();
     assert_eq!(a[0], Action::Send { priority: 0 });
     assert_eq!(transitions(&a), [(State::Master, State::Stopped)]);
     assert_eq!(m.poll_timeout(), None);
     // A stopped backup sends nothing.
-    let mut b = Instance::new(cfg(100));
-    b.start(at(0));
+    let mut b = started(cfg(100));
     let a = b.shutdown();
     assert!(!a.iter().any(|a| matches!(a, Action::Send { .. })));
 }
 
 #[test]
 fn a_master_answers_a_resigning_peer_at_once() {
-    let mut m = Instance::new(cfg(255));
-    m.start(at(0));
+    let mut m = started(cfg(255));
     let a = m.on_advert(at(300), heard(0, 2)).unwrap();
     assert_eq!(a, [Action::Send { priority: 255 }]);
     assert_eq!(m.poll_timeout(), Some(at(1300)));
@@ -212,8 +207,7 @@ fn a_master_answers_a_resigning_peer_at_once() {
 
 #[test]
 fn v2_drops_a_different_interval_and_v3_learns_the_masters() {
-    let mut b = Instance::new(cfg(100));
-    b.start(at(0));
+    let mut b = started(cfg(100));
     let h = Heard {
         interval: Duration::from_secs(2),
         ..heard(150, 2)
@@ -225,8 +219,7 @@ fn v2_drops_a_different_interval_and_v3_learns_the_masters() {
 
     let mut c = cfg(100);
     c.version = 3;
-    let mut b = Instance::new(c);
-    b.start(at(0));
+    let mut b = started(c);
     b.on_advert(at(1000), h).unwrap();
     assert_eq!(b.master_adver_int(), Duration::from_secs(2));
     // v3: 3 × 2 s + (156 × 2 s) / 256 = 6000 + 1218.75 ms.
@@ -235,8 +228,7 @@ fn v2_drops_a_different_interval_and_v3_learns_the_masters() {
 
 #[test]
 fn a_fault_gives_the_addresses_up_and_recovery_starts_over() {
-    let mut m = Instance::new(cfg(100));
-    m.start(at(0));
+    let mut m = started(cfg(100));
     run_until(&mut m, at(4000));
     assert_eq!(m.state(), State::Master);
     let a = m.set_fault(at(4100), true);
@@ -254,11 +246,9 @@ fn a_fault_gives_the_addresses_up_and_recovery_starts_over() {
 
 #[test]
 fn a_master_whose_priority_drops_says_so_at_once_and_a_higher_backup_takes_over() {
-    let mut m = Instance::new(cfg(150));
-    m.start(at(0));
+    let mut m = started(cfg(150));
     run_until(&mut m, at(4000));
-    let mut b = Instance::new(Config::new(100, SEC, addr(2)));
-    b.start(at(0));
+    let mut b = started(Config::new(100, SEC, addr(2)));
     b.on_advert(at(3500), heard(150, 1)).unwrap();
     // A tracked script fails: 150 − 60 = 90.
     let a = m.set_priority(at(4100), 90);
@@ -322,8 +312,7 @@ fn state_master_starts_as_master_and_still_yields_to_a_higher_priority() {
 
 #[test]
 fn a_sync_group_member_follows_master_and_backup_but_not_out_of_fault() {
-    let mut m = Instance::new(cfg(100));
-    m.start(at(0));
+    let mut m = started(cfg(100));
     let a = m.follow(at(10), State::Master);
     assert_eq!(transitions(&a), [(State::Backup, State::Master)]);
     assert!(a.contains(&Action::Send { priority: 100 }));
@@ -339,8 +328,7 @@ fn a_sync_group_member_follows_master_and_backup_but_not_out_of_fault() {
 
 #[test]
 fn reconfiguring_keeps_the_state_and_announces_a_new_priority() {
-    let mut m = Instance::new(cfg(100));
-    m.start(at(0));
+    let mut m = started(cfg(100));
     run_until(&mut m, at(4000));
     assert_eq!(m.state(), State::Master);
     let a = m.reconfigure(at(4100), cfg(120));
@@ -348,8 +336,7 @@ fn reconfiguring_keeps_the_state_and_announces_a_new_priority() {
     assert_eq!(m.state(), State::Master);
     assert!(m.reconfigure(at(4200), cfg(120)).is_empty());
     // A backup raised above its master stops resetting its timer on it.
-    let mut b = Instance::new(cfg(100));
-    b.start(at(0));
+    let mut b = started(cfg(100));
     b.on_advert(at(1000), heard(150, 2)).unwrap();
     assert!(b.reconfigure(at(1500), cfg(200)).is_empty());
     b.on_advert(at(2000), heard(150, 2)).unwrap();
@@ -360,8 +347,7 @@ fn reconfiguring_keeps_the_state_and_announces_a_new_priority() {
 fn a_master_refreshes_its_announcements_after_the_delayed_round() {
     let mut c = cfg(255);
     c.garp_refresh = Duration::from_secs(60);
-    let mut m = Instance::new(c);
-    m.start(at(0));
+    let mut m = started(c);
     let acts = run_until(&mut m, at(130_000));
     let rounds: Vec<_> = acts
         .iter()

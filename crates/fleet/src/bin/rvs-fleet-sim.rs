@@ -10,7 +10,7 @@ use clap::Parser;
 use rvs_core::sched::Scheduler;
 use rvs_fleet::cost::{CostInput, cost, records_per_datagram};
 use rvs_fleet::ecmp::{Ecmp, EcmpKind};
-use rvs_fleet::sim::{Event, FleetConfig, Policy, flows_per_director, run_event};
+use rvs_fleet::sim::{Event, FleetConfig, Outcome, Policy, flows_per_director, run_event};
 
 /// Simulate a fleet of rvs directors behind ECMP: flows broken per event and
 /// policy, memory and sync traffic per policy.
@@ -113,28 +113,13 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
                     100.0 * f64::from(max) / f64::from(a.flows.max(1)),
                     100.0 / f64::from(d)
                 );
-                print!("| event | sched | moved |");
-                for p in Policy::ALL {
-                    print!(" {} |", p.label());
-                }
-                println!(" director without state |");
+                print_header("| event | sched | moved |");
                 println!("|---|---|---|---|---|---|---|---|---|");
                 for ev in Event::ALL.into_iter().filter(|e| e.is_director_event()) {
                     for &s in &a.schedulers {
-                        let cfg = FleetConfig {
-                            scheduler: s,
-                            ecmp: kind,
-                            new_flow_rate: a.rate,
-                            sync_delay_s: a.sync_delay,
-                            seed: a.seed,
-                            mh_table_size: a.mh_table_size,
-                            ..FleetConfig::new(d, r, a.flows)
-                        };
-                        let o = run_event(&cfg, ev)?;
+                        let o = run_event(&a.config(d, r, s, kind), ev)?;
                         print!("| {} | {s} | {} |", ev.label(), pct(o.moved, o.live));
-                        for p in Policy::ALL {
-                            print!(" {} |", pct(o.broken(p), o.live));
-                        }
+                        print_broken(&o);
                         println!(" – |");
                     }
                 }
@@ -149,33 +134,52 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+impl Args {
+    /// The fleet of `d` directors and `r` real servers under scheduler `s`
+    /// behind ECMP `ecmp`, with the rest from the command line.
+    fn config(&self, d: u16, r: u32, s: Scheduler, ecmp: EcmpKind) -> FleetConfig {
+        FleetConfig {
+            scheduler: s,
+            ecmp,
+            new_flow_rate: self.rate,
+            sync_delay_s: self.sync_delay,
+            seed: self.seed,
+            mh_table_size: self.mh_table_size,
+            ..FleetConfig::new(d, r, self.flows)
+        }
+    }
+}
+
+/// A table's header: `first` columns, one per policy, then the stateless
+/// director's.
+fn print_header(first: &str) {
+    print!("{first}");
+    for p in Policy::ALL {
+        print!(" {} |", p.label());
+    }
+    println!(" director without state |");
+}
+
+/// The broken flows of each policy, % of live flows, as table cells.
+fn print_broken(o: &Outcome) {
+    for p in Policy::ALL {
+        print!(" {} |", pct(o.broken(p), o.live));
+    }
+}
+
 /// Real-server events leave the ECMP group alone: one table per fleet.
 fn real_server_table(a: &Args, d: u16, r: u32) -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "Real-server events (the ECMP group does not change). Broken flows, % of live flows; \
          the last column is what a director holding no state would break:\n"
     );
-    print!("| event | sched |");
-    for p in Policy::ALL {
-        print!(" {} |", p.label());
-    }
-    println!(" director without state |");
+    print_header("| event | sched |");
     println!("|---|---|---|---|---|---|---|---|");
     for ev in Event::ALL.into_iter().filter(|e| !e.is_director_event()) {
         for &s in &a.schedulers {
-            let cfg = FleetConfig {
-                scheduler: s,
-                new_flow_rate: a.rate,
-                sync_delay_s: a.sync_delay,
-                seed: a.seed,
-                mh_table_size: a.mh_table_size,
-                ..FleetConfig::new(d, r, a.flows)
-            };
-            let o = run_event(&cfg, ev)?;
+            let o = run_event(&a.config(d, r, s, EcmpKind::HashThreshold), ev)?;
             print!("| {} | {s} |", ev.label());
-            for p in Policy::ALL {
-                print!(" {} |", pct(o.broken(p), o.live));
-            }
+            print_broken(&o);
             println!(" {} |", pct(o.stateless, o.live));
         }
     }

@@ -6,66 +6,43 @@ use super::*;
 
 /// `generic_opt_check`: the legality table, scanned in column order.
 pub(super) fn generic_opt_check(cmd: Cmd, options: u64) -> Result<(), ParseError> {
-    let row = cmd.legality();
-    let mut last: Option<usize> = None;
-    for (j, &rule) in row.iter().enumerate() {
-        let given = options & (1u64 << j) != 0;
-        if !given {
-            if rule == b'+' {
-                return Err(ParseError::fail(format!(
-                    "You need to supply the '{}' option for the '{}' command",
-                    OPT_NAMES[j],
-                    cmd.name()
-                )));
-            }
-            continue;
-        }
-        if rule == b'x' {
-            return Err(ParseError::fail(format!(
-                "Illegal '{}' option with the '{}' command",
-                OPT_NAMES[j],
-                cmd.name()
-            )));
-        }
-        if rule == b'1' {
-            match last {
-                None => last = Some(j),
-                Some(l) => {
-                    return Err(ParseError::fail(format!(
-                        "The option '{}' conflicts with the '{}' option in the '{}' command",
-                        OPT_NAMES[j],
-                        OPT_NAMES[l],
-                        cmd.name()
-                    )));
-                }
-            }
-        }
-    }
-    Ok(())
+    let what = format!("'{}' command", cmd.name());
+    legality_check(cmd.legality(), |j| j, options, &what)
 }
 
 /// `tunnel_opt_check`.
 fn tunnel_opt_check(t: TunnelType, options: u64) -> Result<(), ParseError> {
-    let row = tunnel_legality(t);
+    let what = format!("'{}' tunnel type", t.name());
+    legality_check(tunnel_legality(t), |j| TUN_OPTS[j], options, &what)
+}
+
+/// The scan both checks share: column `j` of `row` is option
+/// `option_of(j)`, which must be given (`+`), must not be (`x`), or is one
+/// of a set of which at most one may be (`1`); `what` names the command or
+/// tunnel type in the messages.
+fn legality_check(
+    row: &[u8],
+    option_of: impl Fn(usize) -> usize,
+    options: u64,
+    what: &str,
+) -> Result<(), ParseError> {
     let mut last: Option<usize> = None;
     for (j, &rule) in row.iter().enumerate() {
-        let k = TUN_OPTS[j];
+        let k = option_of(j);
         let given = options & (1u64 << k) != 0;
         if !given {
             if rule == b'+' {
                 return Err(ParseError::fail(format!(
-                    "You need to supply the '{}' option for the '{}' tunnel type",
-                    OPT_NAMES[k],
-                    t.name()
+                    "You need to supply the '{}' option for the {what}",
+                    OPT_NAMES[k]
                 )));
             }
             continue;
         }
         if rule == b'x' {
             return Err(ParseError::fail(format!(
-                "Illegal '{}' option with the '{}' tunnel type",
-                OPT_NAMES[k],
-                t.name()
+                "Illegal '{}' option with the {what}",
+                OPT_NAMES[k]
             )));
         }
         if rule == b'1' {
@@ -73,10 +50,8 @@ fn tunnel_opt_check(t: TunnelType, options: u64) -> Result<(), ParseError> {
                 None => last = Some(k),
                 Some(l) => {
                     return Err(ParseError::fail(format!(
-                        "The option '{}' conflicts with the '{}' option in the '{}' tunnel type",
-                        OPT_NAMES[k],
-                        OPT_NAMES[l],
-                        t.name()
+                        "The option '{}' conflicts with the '{}' option in the {what}",
+                        OPT_NAMES[k], OPT_NAMES[l]
                     )));
                 }
             }

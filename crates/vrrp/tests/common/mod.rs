@@ -119,4 +119,14 @@ impl Pair {
             Err(panic) => std::panic::resume_unwind(panic),
         }
     }
+
+    /// Run `test` to completion on a runtime in namespace `ns` (see
+    /// [`Pair::run_in`]): the body of most tests here.
+    pub fn block_in<T: Send + 'static>(
+        &self,
+        ns: &str,
+        test: impl Future<Output = T> + Send + 'static,
+    ) -> T {
+        self.run_in(ns, move || block_on(test))
+    }
 }
