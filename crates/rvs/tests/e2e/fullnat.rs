@@ -30,13 +30,12 @@ use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSADM, RVSD, TempDir};
+use crate::harness::{Adopted, Launch, Rvsadm, TempDir};
 use crate::netns::{Bed, Host};
+use rvs_testbed::Server;
 
 const T: Duration = Duration::from_secs(3);
 const PORT: u16 = 80;
@@ -99,143 +98,59 @@ pub(crate) fn addr_add(h: &Host, addr: &str, len: u8, dev: &str) {
 }
 
 /// rvsd in the director's namespace, killed by the bed's guard.
-pub(crate) struct Daemon {
-    socket: PathBuf,
-    _dir: TempDir,
+pub(crate) type Daemon = Adopted;
+
+/// rvsd (XDP on eth0 and eth1) in `dir`'s namespace.
+fn start(bed: &mut Bed, dir: &Host) -> Daemon {
+    start_plane(
+        bed,
+        dir,
+        &["--dataplane", "xdp", "--interface", "eth0,eth1"],
+        &[],
+    )
 }
 
-/// Its pins and saved table go with it (the bed kills the process).
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        crate::harness::remove_pins(&self.socket);
-    }
-}
-
-impl Daemon {
-    fn start(bed: &mut Bed, dir: &Host) -> Daemon {
-        Daemon::start_with(bed, dir, &[])
-    }
-
-    /// [`Daemon::start`] with more rvsd arguments.
-    pub(crate) fn start_with(bed: &mut Bed, dir: &Host, extra: &[&str]) -> Daemon {
-        Daemon::start_plane(
-            bed,
-            dir,
-            &["--dataplane", "xdp", "--interface", "eth0,eth1"],
-            extra,
-        )
-    }
-
-    /// An rvsd in `dir`'s namespace with data plane arguments `plane` and
-    /// more arguments `extra`.
-    pub(crate) fn start_plane(bed: &mut Bed, dir: &Host, plane: &[&str], extra: &[&str]) -> Daemon {
-        let tmp = TempDir::new("fullnat");
-        let socket = tmp.path().join("rvsd.sock");
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &dir.ns, RVSD])
-            .args(plane)
-            .args(extra)
-            .args(["--log-level", "warn", "--socket"])
-            .arg(&socket)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn rvsd");
-        crate::harness::wait_for_socket(&socket, &mut child);
-        bed.adopt(child);
-        Daemon { socket, _dir: tmp }
-    }
-
-    fn adm(&self, args: &str) -> Output {
-        Command::new(RVSADM)
-            .args(args.split_whitespace())
-            .env("RVS_SOCKET", &self.socket)
-            .output()
-            .expect("rvsadm")
-    }
-
-    pub(crate) fn ok(&self, args: &str) -> String {
-        let o = self.adm(args);
-        assert!(
-            o.status.success(),
-            "rvsadm {args}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
+/// An rvsd in `dir`'s namespace with data plane arguments `plane` and
+/// more arguments `extra`.
+pub(crate) fn start_plane(bed: &mut Bed, dir: &Host, plane: &[&str], extra: &[&str]) -> Daemon {
+    Launch::new("fullnat")
+        .netns(&dir.ns)
+        .args(plane)
+        .args(extra)
+        .adopt(bed)
 }
 
 /// Servers in a real server's namespace that tell each peer what source
 /// address they saw: TCP sends `NAME PEER\n` then echoes until EOF; UDP
 /// answers each datagram with `NAME PEER PAYLOAD`. Stopped on drop.
 pub(crate) struct PeerServers {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    _servers: [Server; 2],
 }
 
 impl PeerServers {
     pub(crate) fn start(h: &Host, addr: IpAddr, name: &str) -> PeerServers {
         let at = SocketAddr::new(addr, PORT);
-        let (tcp, udp) = h.run(move || {
-            (
-                TcpListener::bind(at).expect("tcp bind"),
-                UdpSocket::bind(at).expect("udp bind"),
-            )
-        });
-        tcp.set_nonblocking(true).expect("nonblocking");
-        udp.set_read_timeout(Some(Duration::from_millis(50)))
-            .expect("udp timeout");
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s1, n1) = (stop.clone(), name.to_owned());
-        let t1 = std::thread::spawn(move || {
-            while !s1.load(Ordering::Relaxed) {
-                match tcp.accept() {
-                    Ok((mut s, peer)) => {
-                        let n = n1.clone();
-                        std::thread::spawn(move || {
-                            let _ = s.set_nonblocking(false);
-                            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-                            if s.write_all(format!("{n} {peer}\n").as_bytes()).is_err() {
-                                return;
-                            }
-                            let mut buf = [0u8; 4096];
-                            while let Ok(k) = s.read(&mut buf) {
-                                if k == 0 || s.write_all(&buf[..k]).is_err() {
-                                    break;
-                                }
-                            }
-                        });
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-        });
-        let (s2, n2) = (stop.clone(), name.to_owned());
-        let t2 = std::thread::spawn(move || {
-            let mut buf = [0u8; 2048];
-            while !s2.load(Ordering::Relaxed) {
-                if let Ok((k, peer)) = udp.recv_from(&mut buf) {
-                    let mut reply = format!("{n2} {peer} ").into_bytes();
-                    reply.extend_from_slice(&buf[..k]);
-                    let _ = udp.send_to(&reply, peer);
-                }
-            }
-        });
+        let udp = h.run(move || UdpSocket::bind(at).expect("udp bind"));
+        let n = name.to_owned();
         PeerServers {
-            stop,
-            threads: vec![t1, t2],
+            _servers: [
+                peer_tcp(h, at, name),
+                Server::udp(udp, move |data, peer| {
+                    Some([format!("{n} {peer} ").as_bytes(), data].concat())
+                }),
+            ],
         }
     }
 }
 
-impl Drop for PeerServers {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
+/// A TCP server on `at` in `h`'s namespace that sends each peer `NAME
+/// PEER\n`, then echoes until EOF.
+pub(crate) fn peer_tcp(h: &Host, at: SocketAddr, name: &str) -> Server {
+    let tcp = h.run(move || TcpListener::bind(at).expect("tcp bind"));
+    let name = name.to_owned();
+    Server::tcp(tcp, move |s, peer| {
+        rvs_testbed::echo(s, &format!("{name} {peer}\n"), Duration::from_secs(10))
+    })
 }
 
 /// A TCP connection from the client to the VIP: the stream, and the
@@ -414,7 +329,7 @@ fn fullnat(test: &str, p: &Plan, then: Then) {
     };
     let client_ip = ip(p.client);
 
-    let d = Daemon::start(&mut bed, &dir);
+    let d = start(&mut bed, &dir);
     let vip = sa(p.vip, PORT);
     for proto in ["-t", "-u"] {
         d.ok(&format!("-A {proto} {vip} -s rr"));

@@ -23,7 +23,7 @@
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -40,39 +40,18 @@ const HTTP: &str = "127.0.0.1:9191";
 
 /// rvsd's /metrics (empty when it does not answer yet).
 fn metrics(dir: &Host) -> String {
-    dir.run(|| {
-        let Ok(mut s) =
-            TcpStream::connect_timeout(&HTTP.parse().expect("address"), Duration::from_secs(2))
-        else {
-            return String::new();
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-        if s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-            .is_err()
-        {
-            return String::new();
-        }
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        out.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default()
-    })
+    dir.run(|| crate::harness::try_http_get(HTTP, "/metrics").unwrap_or_default())
 }
 
 /// `rvs_xdp_fnat_<name>_total` of the `proto` service on port 80, or None
 /// when /metrics does not list it (yet).
 fn fnat_metric(text: &str, name: &str, proto: &str) -> Option<u64> {
-    let family = format!("rvs_xdp_fnat_{name}_total{{");
-    let want = [
+    let family = format!("rvs_xdp_fnat_{name}_total");
+    let (port, proto) = (
         format!("local_port=\"{PORT}\""),
         format!("proto=\"{proto}\""),
-    ];
-    let v: Vec<u64> = text
-        .lines()
-        .filter(|l| l.starts_with(&family) && want.iter().all(|w| l.contains(w.as_str())))
-        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
-        .collect();
+    );
+    let v: Vec<u64> = crate::harness::samples(text, &family, &[&port, &proto]).collect();
     (!v.is_empty()).then(|| v.iter().sum())
 }
 

@@ -12,13 +12,13 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::harness::{Rvsd, TempDir, free_port, within};
+use rvs_testbed::Server;
 
 /// A TCP backend on 127.0.0.1 that greets each connection with its name.
 /// Killing it (drop) closes the listening socket: the port refuses.
 struct Backend {
     port: u16,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _server: Server,
 }
 
 impl Backend {
@@ -28,34 +28,15 @@ impl Backend {
 
     fn start_on(name: &str, port: u16) -> Backend {
         let l = TcpListener::bind(("127.0.0.1", port)).expect("bind backend");
-        l.set_nonblocking(true).expect("nonblocking");
         let port = l.local_addr().expect("addr").port();
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s2, name) = (stop.clone(), name.to_owned());
-        let thread = std::thread::spawn(move || {
+        let name = name.to_owned();
+        let server = Server::tcp(l, move |mut c, _| {
             use std::io::Write;
-            while !s2.load(Ordering::Relaxed) {
-                match l.accept() {
-                    Ok((mut c, _)) => {
-                        let _ = writeln!(c, "{name}");
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
+            let _ = writeln!(c, "{name}");
         });
         Backend {
             port,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            _server: server,
         }
     }
 }

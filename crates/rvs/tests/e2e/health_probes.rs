@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::harness::{Rvsd, TempDir, free_port};
+use rvs_testbed::Server;
 
 /// Real servers listed by `rvsadm -Ln` as (port, weight).
 fn listed(d: &Rvsd) -> Vec<(u16, u32)> {
@@ -189,8 +190,7 @@ fn http_status_and_digest_failures_are_detected() {
 struct Dns {
     port: u16,
     healthy: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _server: Server,
 }
 
 impl Dns {
@@ -199,54 +199,29 @@ impl Dns {
         use hickory_proto::rr::rdata::A;
         use hickory_proto::rr::{RData, Record};
         let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind dns");
-        sock.set_read_timeout(Some(Duration::from_millis(20)))
-            .expect("timeout");
         let port = sock.local_addr().expect("addr").port();
         let healthy = Arc::new(AtomicBool::new(true));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (h2, s2) = (healthy.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let mut buf = [0u8; 1500];
-            while !s2.load(Ordering::Relaxed) {
-                let Ok((n, peer)) = sock.recv_from(&mut buf) else {
-                    continue;
-                };
-                let Ok(q) = Message::from_vec(&buf[..n]) else {
-                    continue;
-                };
-                let Some(query) = q.queries.first().cloned() else {
-                    continue;
-                };
-                let mut resp = Message::response(q.metadata.id, OpCode::Query);
-                resp.add_query(query.clone());
-                if h2.load(Ordering::Relaxed) {
-                    resp.add_answer(Record::from_rdata(
-                        query.name().clone(),
-                        60,
-                        RData::A(A(std::net::Ipv4Addr::new(192, 0, 2, 7))),
-                    ));
-                } else {
-                    resp.metadata.response_code = ResponseCode::ServFail;
-                }
-                if let Ok(b) = resp.to_vec() {
-                    let _ = sock.send_to(&b, peer);
-                }
+        let h2 = healthy.clone();
+        let server = Server::udp(sock, move |data, _| {
+            let q = Message::from_vec(data).ok()?;
+            let query = q.queries.first().cloned()?;
+            let mut resp = Message::response(q.metadata.id, OpCode::Query);
+            resp.add_query(query.clone());
+            if h2.load(Ordering::Relaxed) {
+                resp.add_answer(Record::from_rdata(
+                    query.name().clone(),
+                    60,
+                    RData::A(A(std::net::Ipv4Addr::new(192, 0, 2, 7))),
+                ));
+            } else {
+                resp.metadata.response_code = ResponseCode::ServFail;
             }
+            resp.to_vec().ok()
         });
         Dns {
             port,
             healthy,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Dns {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            _server: server,
         }
     }
 }

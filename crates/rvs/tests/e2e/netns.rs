@@ -104,3 +104,11 @@ impl Drop for Bed {
         }
     }
 }
+
+/// Whether `h` holds `addr` (IPv4 or IPv6) on its eth0: the VRRP master's
+/// virtual address.
+pub fn has_addr(h: &Host, addr: &str) -> bool {
+    let out = h.exec(&["ip", "-o", "addr", "show", "dev", "eth0"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.contains(&format!("inet {addr}/")) || text.contains(&format!("inet6 {addr}/"))
+}

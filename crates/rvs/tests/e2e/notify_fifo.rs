@@ -10,9 +10,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::harness::TempDir;
+use crate::harness::{Proc, TempDir};
 use crate::netns::{Bed, Host};
-use crate::vrrp::{Proc, keepalived, rvsd};
+use crate::vrrp::{keepalived, rvsd};
 
 /// `h` has `addr` on eth0.
 fn has_addr(h: &Host, addr: &str) -> bool {
@@ -173,10 +173,10 @@ fn notify_fifo_lines_match_keepalived_s() {
     );
 
     // Stopped: STOP, and the FIFO each created is removed.
-    pka.kill("TERM");
-    prv.kill("TERM");
-    pka.wait_exit();
-    prv.wait_exit();
+    pka.signal("TERM");
+    prv.signal("TERM");
+    pka.wait_exit("the process");
+    prv.wait_exit("the process");
     let stop = "INSTANCE \"VI_1\" STOP 100";
     within(
         dir.path(),

@@ -5,9 +5,9 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::harness::{TempDir, within};
+use crate::harness::{Proc, TempDir, within};
 use crate::netns::Bed;
-use crate::vrrp::{Proc, rvsd};
+use crate::vrrp::rvsd;
 
 const PYTHON: &str = "/usr/bin/python3";
 

@@ -13,8 +13,7 @@ use crate::routes::Director;
 const VIP: &str = "10.0.27.100";
 
 fn has_vip(h: &Host) -> bool {
-    let out = h.exec(&["ip", "-o", "addr", "show", "dev", "eth0"]);
-    String::from_utf8_lossy(&out.stdout).contains(&format!("inet {VIP}/"))
+    crate::netns::has_addr(h, VIP)
 }
 
 fn instance(vrid: u8, priority: &str, extra: &str) -> String {

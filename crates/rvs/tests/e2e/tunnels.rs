@@ -9,72 +9,13 @@
 //! path-MTU answer and the checksum of full-size tunnel packets. IPv4 and
 //! IPv6 (IPv6 in IPv6 outer headers).
 
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener};
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSADM, RVSD};
-use crate::netns::{Bed, Host, connect};
-use crate::xdp_rvsd::Daemon;
+use crate::harness::Rvsadm;
+use crate::netns::{Bed, connect};
 
 const T: Duration = Duration::from_secs(3);
-
-/// A TCP server in `host` on `addr:80` that answers every connection with
-/// `NAME PEER\n` (PEER: the address accept() returned) and then echoes
-/// (bounded: 10 s idle per connection); stopped and joined on drop.
-struct PeerServer {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl PeerServer {
-    fn start(host: &Host, addr: IpAddr, name: &str) -> PeerServer {
-        let listener =
-            host.run(move || TcpListener::bind(SocketAddr::new(addr, 80)).expect("server bind"));
-        listener.set_nonblocking(true).expect("nonblocking");
-        let stop = Arc::new(AtomicBool::new(false));
-        let (stop2, name) = (stop.clone(), name.to_owned());
-        let thread = std::thread::spawn(move || {
-            while !stop2.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((mut s, peer)) => {
-                        let name = name.clone();
-                        std::thread::spawn(move || {
-                            let _ = s.set_nonblocking(false);
-                            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-                            if s.write_all(format!("{name} {peer}\n").as_bytes()).is_err() {
-                                return;
-                            }
-                            let mut buf = [0u8; 4096];
-                            while let Ok(n) = s.read(&mut buf) {
-                                if n == 0 || s.write_all(&buf[..n]).is_err() {
-                                    break;
-                                }
-                            }
-                        });
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-        });
-        PeerServer {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for PeerServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
 
 /// Two real servers behind `rvsd` over `tun` (`gre` or `geneve`), IPv4 or
 /// IPv6; every connection reaches a server that saw the client's address
@@ -121,10 +62,14 @@ fn tunnel(test: &str, tun: &str, csum: &str, v6: bool) {
             h.addr
         };
         crate::netns::realserver(&h, &vip.to_string(), &["--mode", "tun", "--tun-type", tun]);
-        servers.push(PeerServer::start(&h, vip, &format!("rs{i}")));
+        servers.push(crate::fullnat::peer_tcp(
+            &h,
+            SocketAddr::new(vip, 80),
+            &format!("rs{i}"),
+        ));
         rs.push((h, addr));
     }
-    let d = Daemon::start(&mut bed, &dir, &PathBuf::from(RVSD), &PathBuf::from(RVSADM));
+    let d = crate::xdp_rvsd::start(&mut bed, &dir);
     let svc = SocketAddr::new(vip, 80);
     let bracket = |a: IpAddr| match a {
         IpAddr::V4(a) => a.to_string(),

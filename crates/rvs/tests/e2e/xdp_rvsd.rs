@@ -7,11 +7,9 @@
 //! The daemon is this build's rvsd.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSADM, RVSD, TempDir};
+use crate::harness::{Adopted, Launch, Rvsadm};
 use crate::netns::{Bed, Host, connect, spread};
 
 const T: Duration = Duration::from_secs(3);
@@ -20,67 +18,13 @@ fn vip() -> SocketAddr {
     "10.77.0.100:80".parse().expect("vip")
 }
 
-/// rvsd running in the director's namespace; killed by the bed's guard.
-pub(crate) struct Daemon {
-    socket: PathBuf,
-    adm: PathBuf,
-    _dir: TempDir,
-}
-
-/// Its pins and saved table go with it (the bed kills the process).
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        crate::harness::remove_pins(&self.socket);
-    }
-}
-
-impl Daemon {
-    pub(crate) fn start(bed: &mut Bed, dir: &Host, rvsd: &Path, adm: &Path) -> Daemon {
-        let tmp = TempDir::new("xdp-rvsd");
-        let socket = tmp.path().join("rvsd.sock");
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &dir.ns])
-            .arg(rvsd)
-            .args([
-                "--dataplane",
-                "xdp",
-                "--interface",
-                "eth0",
-                "--log-level",
-                "warn",
-                "--socket",
-            ])
-            .arg(&socket)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn rvsd");
-        crate::harness::wait_for_socket(&socket, &mut child);
-        bed.adopt(child);
-        Daemon {
-            socket,
-            adm: adm.to_owned(),
-            _dir: tmp,
-        }
-    }
-
-    pub(crate) fn adm(&self, args: &str) -> Output {
-        Command::new(&self.adm)
-            .args(args.split_whitespace())
-            .env("RVS_SOCKET", &self.socket)
-            .output()
-            .expect("rvsadm")
-    }
-
-    pub(crate) fn ok(&self, args: &str) {
-        let o = self.adm(args);
-        assert!(
-            o.status.success(),
-            "rvsadm {args}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
+/// rvsd (XDP on eth0) in the director's namespace; killed by the bed.
+pub(crate) fn start(bed: &mut Bed, dir: &Host) -> Adopted {
+    Launch::new("xdp-rvsd")
+        .netns(&dir.ns)
+        .plane("xdp")
+        .args(["--interface", "eth0"])
+        .adopt(bed)
 }
 
 enum Kind {
@@ -91,8 +35,11 @@ enum Kind {
 }
 
 /// Client, director (rvsd) and `n` real servers answering `rsN`.
-fn setup(test: &str, kind: Kind, n: usize) -> Option<(Bed, Host, Daemon, Vec<Host>, &'static str)> {
-    let (rvsd, adm) = (PathBuf::from(RVSD), PathBuf::from(RVSADM));
+fn setup(
+    test: &str,
+    kind: Kind,
+    n: usize,
+) -> Option<(Bed, Host, Adopted, Vec<Host>, &'static str)> {
     let mut bed = Bed::new(test)?;
     let client = bed.host("c", "10.77.0.10/24");
     let dir = bed.host("dir", "10.77.0.2/24");
@@ -122,7 +69,7 @@ fn setup(test: &str, kind: Kind, n: usize) -> Option<(Bed, Host, Daemon, Vec<Hos
         bed.server(&h, "0.0.0.0".parse().expect("any"), 80, &format!("rs{i}"));
         rs.push(h);
     }
-    let d = Daemon::start(&mut bed, &dir, &rvsd, &adm);
+    let d = start(&mut bed, &dir);
     let flag = match kind {
         Kind::Dr => "-g",
         Kind::Ipip => "-i",
