@@ -33,7 +33,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::harness::{Adopted, Launch, Rvsadm, TempDir};
+use crate::harness::{Adopted, Launch, Rvsadm, TempDir, scenarios};
 use crate::netns::{Bed, Host};
 use rvs_testbed::Server;
 
@@ -782,38 +782,18 @@ fn toa_nginx(
     assert!(off.contains("TOA reader detached"), "{off}");
 }
 
-#[test]
-fn fullnat_xdp_rvsd_v4() {
-    fullnat("fullnat_xdp_rvsd_v4", &V4, Then::Nothing);
-}
-
-#[test]
-fn fullnat_xdp_rvsd_v6() {
-    fullnat("fullnat_xdp_rvsd_v6", &V6, Then::Nothing);
-}
-
-/// nginx behind the XDP FULLNAT director (after the FULLNAT checks):
-/// `$remote_addr` is a local address without `rvsd realserver --toa`, the
-/// true client with it.
-#[test]
-fn fullnat_xdp_toa_nginx_v4() {
-    fullnat("fullnat_xdp_toa_nginx_v4", &V4, Then::Nginx);
-}
-
-#[test]
-fn fullnat_xdp_toa_nginx_v6() {
-    fullnat("fullnat_xdp_toa_nginx_v6", &V6, Then::Nginx);
-}
-
-/// ICMP errors about FULLNAT flows both ways (after the FULLNAT checks): a
-/// client's connected UDP socket gets ECONNREFUSED from a real server port
-/// with no listener, and a real server's from a client's closed port.
-#[test]
-fn fullnat_xdp_icmp_v4() {
-    fullnat("fullnat_xdp_icmp_v4", &V4, Then::Icmp);
-}
-
-#[test]
-fn fullnat_xdp_icmp_v6() {
-    fullnat("fullnat_xdp_icmp_v6", &V6, Then::Icmp);
+scenarios! {
+    fullnat:
+    fullnat_xdp_rvsd_v4(&V4, Then::Nothing),
+    fullnat_xdp_rvsd_v6(&V6, Then::Nothing),
+    /// nginx behind the XDP FULLNAT director (after the FULLNAT checks):
+    /// `$remote_addr` is a local address without `rvsd realserver --toa`, the
+    /// true client with it.
+    fullnat_xdp_toa_nginx_v4(&V4, Then::Nginx),
+    fullnat_xdp_toa_nginx_v6(&V6, Then::Nginx),
+    /// ICMP errors about FULLNAT flows both ways (after the FULLNAT checks): a
+    /// client's connected UDP socket gets ECONNREFUSED from a real server port
+    /// with no listener, and a real server's from a client's closed port.
+    fullnat_xdp_icmp_v4(&V4, Then::Icmp),
+    fullnat_xdp_icmp_v6(&V6, Then::Icmp),
 }

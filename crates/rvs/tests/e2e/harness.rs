@@ -679,3 +679,20 @@ pub fn samples<'a>(
         Some(v as u64)
     })
 }
+
+/// One `#[test]` per entry, each running scenario `$run` under the test's
+/// own name (written once) with the entry's arguments:
+/// `scenarios! { rr_over: xdp_dr_rr(fwd::DR), xdp_nat_rr(fwd::NAT) }`.
+/// Doc comments and attributes before an entry go to its test.
+macro_rules! scenarios {
+    ($run:path: $($(#[$attr:meta])* $name:ident($($arg:expr),* $(,)?)),* $(,)?) => {
+        $(
+            $(#[$attr])*
+            #[test]
+            fn $name() {
+                $run(stringify!($name), $($arg),*)
+            }
+        )*
+    };
+}
+pub(crate) use scenarios;

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::harness::{Launch, RVSD, Rvsadm, http_get, samples};
+use crate::harness::{Launch, RVSD, Rvsadm, http_get, samples, scenarios};
 use crate::netns::{Bed, Host, connect};
 
 const VIP: [u8; 4] = [10, 77, 0, 100];
@@ -460,13 +460,9 @@ fn check(test: &str, sched: &str) {
     }
 }
 
-#[test]
-fn synflood_mh_dr_guarded() {
-    check("synflood_mh_dr_guarded", "mh");
-}
-
-#[test]
-fn synflood_wlc_dr() {
-    check("synflood_wlc_dr", "wlc");
+scenarios! {
+    check:
+    synflood_mh_dr_guarded("mh"),
+    synflood_wlc_dr("wlc"),
 }
 const ECHO_EVERY: u64 = 6;

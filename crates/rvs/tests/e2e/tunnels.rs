@@ -12,7 +12,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use crate::harness::Rvsadm;
+use crate::harness::{Rvsadm, scenarios};
 use crate::netns::{Bed, connect};
 
 const T: Duration = Duration::from_secs(3);
@@ -130,32 +130,12 @@ fn tunnel(test: &str, tun: &str, csum: &str, v6: bool) {
     drop(servers);
 }
 
-#[test]
-fn tunnels_gre_v4() {
-    tunnel("tunnels_gre_v4", "gre", "--tun-nocsum", false);
-}
-
-#[test]
-fn tunnels_gre_csum_v4() {
-    tunnel("tunnels_gre_csum_v4", "gre", "--tun-csum", false);
-}
-
-#[test]
-fn tunnels_gre_csum_v6() {
-    tunnel("tunnels_gre_csum_v6", "gre", "--tun-csum", true);
-}
-
-#[test]
-fn tunnels_geneve_v4() {
-    tunnel("tunnels_geneve_v4", "geneve", "--tun-nocsum", false);
-}
-
-#[test]
-fn tunnels_geneve_csum_v4() {
-    tunnel("tunnels_geneve_csum_v4", "geneve", "--tun-csum", false);
-}
-
-#[test]
-fn tunnels_geneve_v6() {
-    tunnel("tunnels_geneve_v6", "geneve", "--tun-nocsum", true);
+scenarios! {
+    tunnel:
+    tunnels_gre_v4("gre", "--tun-nocsum", false),
+    tunnels_gre_csum_v4("gre", "--tun-csum", false),
+    tunnels_gre_csum_v6("gre", "--tun-csum", true),
+    tunnels_geneve_v4("geneve", "--tun-nocsum", false),
+    tunnels_geneve_csum_v4("geneve", "--tun-csum", false),
+    tunnels_geneve_v6("geneve", "--tun-nocsum", true),
 }

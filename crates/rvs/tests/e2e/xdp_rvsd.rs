@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::harness::{Adopted, Launch, Rvsadm};
+use crate::harness::{Adopted, Launch, Rvsadm, scenarios};
 use crate::netns::{Bed, Host, connect, spread};
 
 const T: Duration = Duration::from_secs(3);
@@ -114,24 +114,12 @@ fn rr(test: &str, kind: Kind) {
     assert!(counts.iter().all(|&c| c == 10), "rr over 3: {seen:?}");
 }
 
-#[test]
-fn xdp_rvsd_dr_rr() {
-    rr("xdp_rvsd_dr_rr", Kind::Dr);
-}
-
-#[test]
-fn xdp_rvsd_tun_ipip_rr() {
-    rr("xdp_rvsd_tun_ipip_rr", Kind::Ipip);
-}
-
-#[test]
-fn xdp_rvsd_tun_gue_rr() {
-    rr("xdp_rvsd_tun_gue_rr", Kind::Gue);
-}
-
-#[test]
-fn xdp_rvsd_nat_rr() {
-    rr("xdp_rvsd_nat_rr", Kind::Nat);
+scenarios! {
+    rr:
+    xdp_rvsd_dr_rr(Kind::Dr),
+    xdp_rvsd_tun_ipip_rr(Kind::Ipip),
+    xdp_rvsd_tun_gue_rr(Kind::Gue),
+    xdp_rvsd_nat_rr(Kind::Nat),
 }
 
 #[test]
@@ -241,14 +229,10 @@ fn hashed_via_rvsd(test: &str, sched: &str) {
     assert!(seen.len() > 1, "{seen:?}");
 }
 
-#[test]
-fn xdp_rvsd_dr_mh_port_matches_core() {
-    hashed_via_rvsd("xdp_rvsd_dr_mh_port_matches_core", "mh");
-}
-
-#[test]
-fn xdp_rvsd_dr_sh_port_matches_core() {
-    hashed_via_rvsd("xdp_rvsd_dr_sh_port_matches_core", "sh");
+scenarios! {
+    hashed_via_rvsd:
+    xdp_rvsd_dr_mh_port_matches_core("mh"),
+    xdp_rvsd_dr_sh_port_matches_core("sh"),
 }
 
 /// A persistent port-zero service (`-A -t VIP:0 -p`, as keepalived's
