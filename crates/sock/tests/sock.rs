@@ -15,7 +15,7 @@ use rvs_control::protocol::Command;
 use rvs_core::model::{AddrFamily, DestConfig, Protocol, ServiceConfig, ServiceKey};
 use rvs_core::sched::Scheduler;
 use rvs_sock::plane::SockPlane;
-use rvs_testbed::{Cgroup, Server, skip_or_fail};
+use rvs_testbed::{Cgroup, Server};
 
 const CHILD: &str = "RVS_SOCK_CHILD";
 
@@ -220,12 +220,9 @@ impl Backends {
 
 /// A cgroup with the sock plane attached, or `None` (skipped) when not root.
 fn setup(test: &str) -> Option<(Cgroup, SockPlane)> {
-    if !rvs_testbed::is_root() {
-        skip_or_fail(test, "needs root (cgroup BPF programs)");
-        return None;
-    }
-    if rvs_testbed::cgroup::unified_root().is_none() {
-        skip_or_fail(test, "no cgroup v2 hierarchy mounted");
+    if !rvs_testbed::require_root(test, "needs root (cgroup BPF programs)")
+        || !rvs_testbed::require_cgroup2(test)
+    {
         return None;
     }
     let cg = Cgroup::new("rvssock");

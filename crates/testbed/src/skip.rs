@@ -70,6 +70,17 @@ pub fn require_root(test: &str, why: &str) -> bool {
     false
 }
 
+/// True when a cgroup v2 hierarchy is mounted (the sock data plane's
+/// programs attach to a cgroup v2); otherwise skips (or fails under CI)
+/// saying so.
+pub fn require_cgroup2(test: &str) -> bool {
+    if crate::cgroup::unified_root().is_some() {
+        return true;
+    }
+    skip_or_fail(test, "no cgroup v2 hierarchy mounted");
+    false
+}
+
 /// The first of `tools` that is not an executable file on `PATH`.
 pub fn tools_missing(tools: &[&str]) -> Option<String> {
     let path = std::env::var_os("PATH").unwrap_or_default();

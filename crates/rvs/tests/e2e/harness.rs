@@ -696,3 +696,13 @@ macro_rules! scenarios {
     };
 }
 pub(crate) use scenarios;
+
+/// The real servers of an `rvsadm -L` listing: the fields of each `->`
+/// line after the arrow (address, forward, weight, active, inactive; with
+/// `--stats` address, conns, packets, ...). The one parser of those lines.
+pub fn real_server_fields(listing: &str) -> impl Iterator<Item = Vec<&str>> + '_ {
+    listing.lines().filter_map(|l| {
+        let rest = l.trim_start().strip_prefix("-> ")?;
+        Some(rest.split_whitespace().collect())
+    })
+}

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::harness::{Rvsd, TempDir, free_port, within};
+use crate::harness::{Rvsd, TempDir, free_port, real_server_fields, within};
 use rvs_testbed::Server;
 
 /// A TCP backend on 127.0.0.1 that greets each connection with its name.
@@ -53,16 +53,11 @@ fn who(vip: SocketAddr) -> String {
 }
 
 /// Real servers listed by `rvsadm -Ln` as (port, weight).
-fn listed(d: &Rvsd) -> Vec<(u16, u32)> {
-    d.ok("-L -n")
-        .lines()
-        .filter_map(|l| {
-            let l = l.trim_start().strip_prefix("-> ")?;
-            let mut f = l.split_whitespace();
-            let addr: SocketAddr = f.next()?.parse().ok()?;
-            let _fwd = f.next()?;
-            let w: u32 = f.next()?.parse().ok()?;
-            Some((addr.port(), w))
+pub(crate) fn listed(d: &Rvsd) -> Vec<(u16, u32)> {
+    real_server_fields(&d.ok("-L -n"))
+        .filter_map(|f| {
+            let addr: SocketAddr = f.first()?.parse().ok()?;
+            Some((addr.port(), f.get(2)?.parse().ok()?))
         })
         .collect()
 }

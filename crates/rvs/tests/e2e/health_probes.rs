@@ -12,21 +12,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::harness::{Rvsd, TempDir, free_port};
+use crate::health::listed;
 use rvs_testbed::Server;
-
-/// Real servers listed by `rvsadm -Ln` as (port, weight).
-fn listed(d: &Rvsd) -> Vec<(u16, u32)> {
-    d.ok("-L -n")
-        .lines()
-        .filter_map(|l| {
-            let l = l.trim_start().strip_prefix("-> ")?;
-            let mut f = l.split_whitespace();
-            let addr: std::net::SocketAddr = f.next()?.parse().ok()?;
-            let _fwd = f.next()?;
-            Some((addr.port(), f.next()?.parse().ok()?))
-        })
-        .collect()
-}
 
 fn within(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     let start = Instant::now();

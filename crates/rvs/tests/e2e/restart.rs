@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::harness::{Pinned, RVSD, Rvsadm, TempDir};
-use crate::netns::{Bed, Host, connect};
+use crate::netns::{Bed, connect};
 
 const VIP: &str = "10.77.0.100";
 const STREAMS: usize = 50;
@@ -183,31 +183,14 @@ pub(crate) fn stream(
 }
 
 fn run(test: &str, nat: bool) {
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((mut bed, client, dir)) = crate::netns::director_bed(test) else {
         return;
     };
-    let client = bed.host("c", "10.77.0.10/24");
-    let dir = bed.host("dir", "10.77.0.2/24");
-    dir.exec(&["ip", "addr", "add", &format!("{VIP}/32"), "dev", "eth0"]);
-    bed.xdp_pass_on_port(&dir);
-    if nat {
-        dir.exec(&["ip", "addr", "add", "10.78.0.1/24", "dev", "eth0"]);
-        dir.exec(&["sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"]);
-    }
-    let mut rs: Vec<Host> = Vec::new();
-    for i in 0..2 {
-        let h = if nat {
-            let h = bed.host(&format!("r{i}"), &format!("10.78.0.{}/24", 11 + i));
-            h.exec(&["ip", "route", "add", "default", "via", "10.78.0.1"]);
-            h
-        } else {
-            let h = bed.host(&format!("r{i}"), &format!("10.77.0.{}/24", 11 + i));
-            crate::netns::realserver(&h, VIP, &["--mode", "dr"]);
-            h
-        };
-        bed.server(&h, "0.0.0.0".parse().expect("any"), 80, &format!("rs{i}"));
-        rs.push(h);
-    }
+    let rs = if nat {
+        bed.nat_servers(&dir, 2)
+    } else {
+        bed.real_servers(2, &["--mode", "dr"])
+    };
     let kind = if nat { "NAT" } else { "DR" };
     let reals: String = rs
         .iter()
@@ -420,16 +403,10 @@ fn xdp_restart_with_another_dataplane_detaches() {
 #[test]
 fn xdp_restart_keeps_a_table_made_with_rvsadm() {
     let test = "xdp_restart_rvsadm";
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((mut bed, client, dir)) = crate::netns::director_bed(test) else {
         return;
     };
-    let client = bed.host("c", "10.77.0.10/24");
-    let dir = bed.host("dir", "10.77.0.2/24");
-    dir.exec(&["ip", "addr", "add", &format!("{VIP}/32"), "dev", "eth0"]);
-    bed.xdp_pass_on_port(&dir);
-    let rs = bed.host("r0", "10.77.0.11/24");
-    crate::netns::realserver(&rs, VIP, &["--mode", "dr"]);
-    bed.server(&rs, "0.0.0.0".parse().expect("any"), 80, "rs0");
+    let rs = bed.real_servers(1, &["--mode", "dr"]).remove(0);
     let mut d = Director::new(&dir.ns, test, "");
     d.start(false);
     d.ok(&format!("-A -t {VIP}:80 -s rr"));

@@ -131,11 +131,11 @@ const STATIC: &[&str] = &[
 #[test]
 fn virtual_routes_and_rules_follow_the_master() {
     let test = "virtual_routes_and_rules_follow_the_master";
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((_bed, [a, b])) =
+        Bed::with_hosts(test, [("a", "10.0.25.1/24"), ("b", "10.0.25.2/24")])
+    else {
         return;
     };
-    let a = bed.host("a", "10.0.25.1/24");
-    let b = bed.host("b", "10.0.25.2/24");
     let dir = TempDir::new("routes");
     let first = "10.50.0.0/16 via 10.0.25.254 dev eth0";
     let mut da = Director::start(&a, dir.path(), "a", &conf("1", 150, first), &[]);

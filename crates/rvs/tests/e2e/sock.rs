@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use rvs_testbed::{Cgroup, skip_or_fail};
+use rvs_testbed::Cgroup;
 
-use crate::harness::{Rvsd, TempDir, free_port, within};
+use crate::harness::{Rvsd, TempDir, free_port, real_server_fields, within};
 
 /// TCP backends on 127.0.0.1 that greet each connection with their name.
 struct Backends {
@@ -74,22 +74,19 @@ fn connect_from(cg: &Cgroup, vip: &str, port: u16, n: usize) -> Vec<String> {
 
 /// Conns per real-server port from `rvsadm -L -n --stats`.
 fn conns(d: &Rvsd, port: u16) -> Option<u64> {
-    d.ok("-L -n --stats").lines().find_map(|l| {
-        let l = l.trim_start().strip_prefix("-> ")?;
-        let mut f = l.split_whitespace();
-        let addr: std::net::SocketAddr = f.next()?.parse().ok()?;
-        (addr.port() == port).then(|| f.next()?.parse().ok())?
+    real_server_fields(&d.ok("-L -n --stats")).find_map(|f| {
+        let addr: std::net::SocketAddr = f.first()?.parse().ok()?;
+        (addr.port() == port).then(|| f.get(1)?.parse().ok())?
     })
 }
 
 #[test]
 fn sock_plane_skips_a_failed_backend_counts_connections_and_detaches_on_stop() {
     let test = "sock_plane_skips_a_failed_backend_counts_connections_and_detaches_on_stop";
-    if !rvs_testbed::is_root() {
-        return skip_or_fail(test, "needs root (cgroup BPF programs)");
-    }
-    if rvs_testbed::cgroup::unified_root().is_none() {
-        return skip_or_fail(test, "no cgroup v2 hierarchy mounted");
+    if !rvs_testbed::require_root(test, "needs root (cgroup BPF programs)")
+        || !rvs_testbed::require_cgroup2(test)
+    {
+        return;
     }
     let cg = Cgroup::new("rvse2esock");
     let (backends, ports) = Backends::start(&["a", "c"]);

@@ -23,12 +23,16 @@ fn start(h: &Host, dir: &Path, name: &str, plane: &str, args: &[&str]) -> Rvsd {
 #[test]
 fn sync_daemon_carries_connections_and_templates_to_the_backup() {
     let test = "sync_daemon_carries_connections_and_templates_to_the_backup";
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((mut bed, [a, b, c])) = Bed::with_hosts(
+        test,
+        [
+            ("a", "10.0.5.1/24"),
+            ("b", "10.0.5.2/24"),
+            ("c", "10.0.5.3/24"),
+        ],
+    ) else {
         return;
     };
-    let a = bed.host("a", "10.0.5.1/24");
-    let b = bed.host("b", "10.0.5.2/24");
-    let c = bed.host("c", "10.0.5.3/24");
     bed.server(&a, "10.0.5.1".parse().unwrap(), 8081, "rs1");
     let dir = TempDir::new("sync");
     let master = start(&a, dir.path(), "master", "proxy", &[]);
@@ -107,11 +111,10 @@ fn sync_daemon_carries_connections_and_templates_to_the_backup() {
 #[test]
 fn lvs_sync_daemon_follows_the_vrrp_state() {
     let test = "lvs_sync_daemon_follows_the_vrrp_state";
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((_bed, [a, b])) = Bed::with_hosts(test, [("a", "10.0.5.1/24"), ("b", "10.0.5.2/24")])
+    else {
         return;
     };
-    let a = bed.host("a", "10.0.5.1/24");
-    let b = bed.host("b", "10.0.5.2/24");
     let dir = TempDir::new("sync-ka");
     let conf = |prio: u8| {
         format!(

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::harness::{Launch, RVSD, Rvsadm, http_get, samples, scenarios};
-use crate::netns::{Bed, Host, connect};
+use crate::netns::{Host, connect};
 
 const VIP: [u8; 4] = [10, 77, 0, 100];
 /// The spoofed sources: 10.99.0.0/16.
@@ -249,23 +249,15 @@ struct Figures {
 }
 
 fn scenario(test: &str, sched: &str) -> Option<Figures> {
-    let mut bed = Bed::new(test)?;
-    let client = bed.host("c", "10.77.0.10/24");
-    let dir = bed.host("dir", "10.77.0.2/24");
+    let (mut bed, client, dir) = crate::netns::director_bed(test)?;
     let flooder = bed.host("f", "10.77.0.20/24");
-    dir.exec(&["ip", "addr", "add", "10.77.0.100/32", "dev", "eth0"]);
     // The spoofed prefix is routed to the flooding host (what the director's
     // kernel answers to a passed packet goes there).
     dir.exec(&["ip", "route", "add", "10.99.0.0/16", "via", "10.77.0.20"]);
-    bed.xdp_pass_on_port(&dir);
-    let mut rs = Vec::new();
-    for i in 0..2 {
-        let h = bed.host(&format!("r{i}"), &format!("10.77.0.{}/24", 11 + i));
-        crate::netns::realserver(&h, "10.77.0.100", &["--mode", "dr"]);
+    let rs = bed.real_servers(2, &["--mode", "dr"]);
+    for h in &rs {
         // The real servers' SYN-ACKs to spoofed sources go nowhere.
         h.exec(&["ip", "route", "add", "blackhole", "10.99.0.0/16"]);
-        bed.server(&h, "0.0.0.0".parse().expect("any"), 80, &format!("rs{i}"));
-        rs.push(h);
     }
     // The bench may compare another build (RVS_SYNFLOOD_RVSD).
     let rvsd = std::env::var("RVS_SYNFLOOD_RVSD")

@@ -21,11 +21,11 @@ const T: Duration = Duration::from_secs(3);
 /// IPv6; every connection reaches a server that saw the client's address
 /// and port, both servers are used, and a 16 KiB request gets through.
 fn tunnel(test: &str, tun: &str, csum: &str, v6: bool) {
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((mut bed, [client, dir])) =
+        Bed::with_hosts(test, [("c", "10.77.0.10/24"), ("dir", "10.77.0.2/24")])
+    else {
         return;
     };
-    let client = bed.host("c", "10.77.0.10/24");
-    let dir = bed.host("dir", "10.77.0.2/24");
     let (vip, client_ip): (IpAddr, IpAddr) = if v6 {
         client.exec(&["ip", "addr", "add", "fd77::10/64", "dev", "eth0", "nodad"]);
         dir.exec(&["ip", "addr", "add", "fd77::2/64", "dev", "eth0", "nodad"]);

@@ -367,11 +367,11 @@ fn has_addr(h: &Host, dev: &str, addr: &str) -> bool {
 #[test]
 fn vrrp_sync_group_moves_its_members_together() {
     let test = "vrrp_sync_group_moves_its_members_together";
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((mut bed, [a, b])) =
+        Bed::with_hosts(test, [("a", "10.0.5.1/24"), ("b", "10.0.5.2/24")])
+    else {
         return;
     };
-    let a = bed.host("a", "10.0.5.1/24");
-    let b = bed.host("b", "10.0.5.2/24");
     bed.bridge("br1");
     bed.link(&a.ns, "br1", "eth1", "10.0.6.1/24");
     bed.link(&b.ns, "br1", "eth1", "10.0.6.2/24");

@@ -40,35 +40,16 @@ fn setup(
     kind: Kind,
     n: usize,
 ) -> Option<(Bed, Host, Adopted, Vec<Host>, &'static str)> {
-    let mut bed = Bed::new(test)?;
-    let client = bed.host("c", "10.77.0.10/24");
-    let dir = bed.host("dir", "10.77.0.2/24");
-    dir.exec(&["ip", "addr", "add", "10.77.0.100/32", "dev", "eth0"]);
-    bed.xdp_pass_on_port(&dir);
-    let nat = matches!(kind, Kind::Nat);
-    if nat {
-        dir.exec(&["ip", "addr", "add", "10.78.0.1/24", "dev", "eth0"]);
-        dir.exec(&["sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"]);
-    }
-    let mut rs = Vec::new();
-    for i in 0..n {
-        let h = if nat {
-            let h = bed.host(&format!("r{i}"), &format!("10.78.0.{}/24", 11 + i));
-            h.exec(&["ip", "route", "add", "default", "via", "10.78.0.1"]);
-            h
-        } else {
-            let h = bed.host(&format!("r{i}"), &format!("10.77.0.{}/24", 11 + i));
-            let mode: &[&str] = match kind {
-                Kind::Dr => &["--mode", "dr"],
-                Kind::Ipip => &["--mode", "tun"],
-                _ => &["--mode", "tun", "--tun-type", "gue", "--gue-port", "6080"],
-            };
-            crate::netns::realserver(&h, "10.77.0.100", mode);
-            h
-        };
-        bed.server(&h, "0.0.0.0".parse().expect("any"), 80, &format!("rs{i}"));
-        rs.push(h);
-    }
+    let (mut bed, client, dir) = crate::netns::director_bed(test)?;
+    let rs = match kind {
+        Kind::Nat => bed.nat_servers(&dir, n),
+        Kind::Dr => bed.real_servers(n, &["--mode", "dr"]),
+        Kind::Ipip => bed.real_servers(n, &["--mode", "tun"]),
+        Kind::Gue => bed.real_servers(
+            n,
+            &["--mode", "tun", "--tun-type", "gue", "--gue-port", "6080"],
+        ),
+    };
     let d = start(&mut bed, &dir);
     let flag = match kind {
         Kind::Dr => "-g",

@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use rvs_testbed::{Cgroup, skip_or_fail};
 
-use crate::harness::{Adopted, Launch, Rvsadm, TempDir, http_get, samples, within};
+use crate::harness::{
+    Adopted, Launch, Rvsadm, TempDir, http_get, real_server_fields, samples, within,
+};
 use crate::netns::{Bed, Host, connect, spread};
 
 const T: Duration = Duration::from_secs(3);
@@ -243,43 +245,26 @@ fn sample(text: &str, family: &str, labels: &[&str]) -> Option<u64> {
 
 /// Conns per real server from `-L -n --stats`, by address.
 fn conns(d: &Daemon) -> std::collections::BTreeMap<String, u64> {
-    d.ok("-L -n --stats")
-        .lines()
-        .filter_map(|l| {
-            let l = l.trim_start().strip_prefix("-> ")?;
-            let mut f = l.split_whitespace();
-            let addr = f.next()?.to_owned();
-            Some((addr, f.next()?.parse().ok()?))
-        })
+    real_server_fields(&d.ok("-L -n --stats"))
+        .filter_map(|f| Some((f.first()?.to_string(), f.get(1)?.parse().ok()?)))
         .collect()
 }
 
 #[test]
 fn xdp_sock_one_table_external_through_xdp_local_at_the_socket() {
     let test = "xdp_sock_one_table_external_through_xdp_local_at_the_socket";
-    if !rvs_testbed::is_root() {
-        return skip_or_fail(test, "needs root (namespaces, XDP, cgroup BPF programs)");
-    }
-    if rvs_testbed::cgroup::unified_root().is_none() {
-        return skip_or_fail(test, "no cgroup v2 hierarchy mounted");
+    if !rvs_testbed::require_root(test, "needs root (namespaces, XDP, cgroup BPF programs)")
+        || !rvs_testbed::require_cgroup2(test)
+    {
+        return;
     }
     // Before the bed: dropped after it (the bed kills rvsd and the
     // clients, then the cgroup is empty and goes).
     let cg = Cgroup::new("rvse2exdpsock");
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((mut bed, client, dir)) = crate::netns::director_bed(test) else {
         return;
     };
-    let client = bed.host("c", "10.77.0.10/24");
-    let dir = bed.host("dir", "10.77.0.2/24");
-    dir.exec(&["ip", "addr", "add", "10.77.0.100/32", "dev", "eth0"]);
-    bed.xdp_pass_on_port(&dir);
-    let mut rs = Vec::new();
-    for i in 0..2 {
-        let h = bed.host(&format!("r{i}"), &format!("10.77.0.{}/24", 11 + i));
-        crate::netns::realserver(&h, "10.77.0.100", &["--mode", "dr"]);
-        bed.server(&h, "0.0.0.0".parse().expect("any"), 80, &format!("rs{i}"));
-        rs.push(h);
-    }
+    let rs = bed.real_servers(2, &["--mode", "dr"]);
     let d = Daemon::start(&mut bed, &dir, &cg);
     d.ok("-A -t 10.77.0.100:80 -s rr");
     for h in &rs {

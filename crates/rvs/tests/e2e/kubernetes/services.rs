@@ -493,8 +493,8 @@ fn kubernetes_dual_stack_service() {
 #[test]
 fn kubernetes_sock_plane_cluster_ip_from_the_node_cgroup() {
     let test = "kubernetes_sock_plane_cluster_ip_from_the_node_cgroup";
-    if rvs_testbed::is_root() && rvs_testbed::cgroup::unified_root().is_none() {
-        return rvs_testbed::skip_or_fail(test, "no cgroup v2 hierarchy mounted");
+    if rvs_testbed::is_root() && !rvs_testbed::require_cgroup2(test) {
+        return;
     }
     let Some(cp) = setup(test) else { return };
     let mut bed = Bed::new("k8ssk");
