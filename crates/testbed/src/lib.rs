@@ -43,7 +43,7 @@ pub use bed::{Bed, Conn, Host, connect, spread, udp_ask, udp_socket};
 pub use cgroup::Cgroup;
 pub use ipvs_vm::{IpvsVm, IpvsVmOpts, VmOutput};
 pub use netns::{Netns, in_netns_path, in_ns, spawn_in, unique_name};
-pub use server::{Server, accept_loop, echo};
+pub use server::{Server, Worker, accept_loop, echo};
 pub use skip::{
     is_root, privileged_required, require_cgroup2, require_root, require_tools, skip_or_fail,
     tools_missing,

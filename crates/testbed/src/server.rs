@@ -13,10 +13,37 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// A server thread, stopped and joined on drop (also when the test fails).
-pub struct Server {
+/// A thread that runs until the stop flag it is given is set: by
+/// [`Worker::finish`] (which returns what the thread returned) or on drop
+/// (also when the test fails), which joins it.
+pub struct Worker<T> {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<T>>,
+}
+
+/// A server thread ([`Server::tcp`], [`Server::udp`]), stopped and joined
+/// on drop.
+pub type Server = Worker<()>;
+
+impl<T: Send + 'static> Worker<T> {
+    /// Run `work` on a thread of its own; it is to return once its flag
+    /// is set.
+    pub fn spawn(work: impl FnOnce(&AtomicBool) -> T + Send + 'static) -> Worker<T> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        Worker {
+            stop,
+            thread: Some(std::thread::spawn(move || work(&flag))),
+        }
+    }
+
+    /// Set the flag and wait for the thread: what it returned (panics when
+    /// the thread panicked).
+    pub fn finish(mut self) -> T {
+        self.stop.store(true, Ordering::Relaxed);
+        let t = self.thread.take().expect("a worker runs until finished");
+        t.join().expect("worker thread")
+    }
 }
 
 impl Server {
@@ -29,7 +56,7 @@ impl Server {
     ) -> Server {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = accept_loop(listener, stop.clone(), serve);
-        Server {
+        Worker {
             stop,
             thread: Some(thread),
         }
@@ -44,26 +71,20 @@ impl Server {
         // The read timeout is what lets the loop see the stop flag.
         sock.set_read_timeout(Some(Duration::from_millis(50)))
             .expect("udp read timeout");
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
-        let thread = std::thread::spawn(move || {
+        Worker::spawn(move |stop| {
             let mut buf = [0u8; 2048];
-            while !stop2.load(Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 if let Ok((n, from)) = sock.recv_from(&mut buf)
                     && let Some(reply) = answer(&buf[..n], from)
                 {
                     let _ = sock.send_to(&reply, from);
                 }
             }
-        });
-        Server {
-            stop,
-            thread: Some(thread),
-        }
+        })
     }
 }
 
-impl Drop for Server {
+impl<T> Drop for Worker<T> {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {

@@ -849,16 +849,12 @@ fn fleet_a_director_whose_real_servers_all_fail_withdraws_the_vip_and_returns() 
 /// Polls the router (and optionally a director's table) every 50 ms until
 /// stopped: whether `must` stayed among the next hops every time, and
 /// whether the director kept its route.
-struct Watch {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<(usize, Vec<String>)>>,
-}
+struct Watch(rvs_testbed::Worker<(usize, Vec<String>)>);
 
 impl Watch {
     fn start(router: &Host, must: BTreeSet<IpAddr>, table_of: Option<Host>) -> Watch {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s, router) = (stop.clone(), router.clone());
-        let thread = std::thread::spawn(move || {
+        let router = router.clone();
+        Watch(rvs_testbed::Worker::spawn(move |s| {
             let mut polls = 0;
             let mut missing = Vec::new();
             while !s.load(Ordering::Relaxed) && polls < 2000 {
@@ -877,22 +873,12 @@ impl Watch {
                 std::thread::sleep(Duration::from_millis(50));
             }
             (polls, missing)
-        });
-        Watch {
-            stop,
-            thread: Some(thread),
-        }
+        }))
     }
 
     /// Stop; panic when something was missing in a poll.
-    fn check(mut self, what: &str) {
-        self.stop.store(true, Ordering::Relaxed);
-        let (polls, missing) = self
-            .thread
-            .take()
-            .expect("running")
-            .join()
-            .expect("watch thread");
+    fn check(self, what: &str) {
+        let (polls, missing) = self.0.finish();
         assert!(polls > 0);
         assert!(
             missing.is_empty(),
@@ -900,15 +886,6 @@ impl Watch {
             missing.len(),
             missing.first()
         );
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

@@ -232,6 +232,23 @@ enum Then {
 /// servers running on the real servers, the director's neighbours
 /// resolved, no rvsd yet. Fields drop in order: servers, then the bed
 /// (its namespaces).
+/// The plan's TCP and UDP services (rr) with their local address pool and
+/// FULLNAT real servers, through rvsadm; the pool's addresses.
+pub(crate) fn services(d: &impl Rvsadm, p: &Plan) -> BTreeSet<IpAddr> {
+    let vip = sa(p.vip, PORT);
+    for proto in ["-t", "-u"] {
+        d.ok(&format!("-A {proto} {vip} -s rr"));
+        // The pool first: a FULLNAT real server needs one.
+        for l in p.laddrs {
+            d.ok(&format!("--add-laddr {proto} {vip} -z {l}"));
+        }
+        for a in p.rs {
+            d.ok(&format!("-a {proto} {vip} -r {} --fullnat", sa(a, PORT)));
+        }
+    }
+    p.laddrs.iter().map(|a| ip(a)).collect()
+}
+
 pub(crate) struct Topo {
     pub(crate) servers: Vec<PeerServers>,
     pub(crate) client: Host,
@@ -330,18 +347,7 @@ fn fullnat(test: &str, p: &Plan, then: Then) {
     let client_ip = ip(p.client);
 
     let d = start(&mut bed, &dir);
-    let vip = sa(p.vip, PORT);
-    for proto in ["-t", "-u"] {
-        d.ok(&format!("-A {proto} {vip} -s rr"));
-        // The pool first: a FULLNAT real server needs one.
-        for l in p.laddrs {
-            d.ok(&format!("--add-laddr {proto} {vip} -z {l}"));
-        }
-        for a in p.rs {
-            d.ok(&format!("-a {proto} {vip} -r {} --fullnat", sa(a, PORT)));
-        }
-    }
-    let laddrs: BTreeSet<IpAddr> = p.laddrs.iter().map(|a| ip(a)).collect();
+    let laddrs = services(&d, p);
     let vip_sa = SocketAddr::new(ip(p.vip), PORT);
 
     // TCP: wait (bounded) for the first connection, then several more
@@ -594,23 +600,7 @@ struct RsNginx {
 
 impl RsNginx {
     fn start(cg: &crate::toa::Cgroup, rs: &Host, at: SocketAddr, dir: &TempDir) -> RsNginx {
-        let log = dir.path().join("access.log");
-        let _ = std::fs::remove_file(&log);
-        let conf = dir.write(
-            "nginx.conf",
-            &format!(
-                "daemon off;\nmaster_process off;\nworker_processes 1;\nuser root;\n\
-                 pid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
-                 events {{ worker_connections 64; }}\n\
-                 http {{\n  log_format toa '$remote_addr:$remote_port';\n\
-                   access_log {log} toa;\n\
-                   client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
-                   fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
-                   server {{ listen {at}; location / {{ return 200 \"ok\\n\"; }} }}\n}}\n",
-                d = dir.path().display(),
-                log = log.display(),
-            ),
-        );
+        let (conf, log) = crate::toa::nginx_conf(dir, &at.to_string());
         let conf = conf.to_str().expect("UTF-8").to_owned();
         let prefix = format!("{}/", dir.path().display());
         let child = crate::toa::Reap(cg.spawn(
@@ -673,23 +663,7 @@ fn peer_via_child(
     at: SocketAddr,
     vip: SocketAddr,
 ) -> (SocketAddr, SocketAddr, SocketAddr) {
-    let me = std::env::current_exe().expect("the test binary's path");
-    let me = me.to_str().expect("a UTF-8 path").to_owned();
-    let mut srv = crate::toa::Reap(cg.spawn(
-        "ip",
-        &[
-            "netns",
-            "exec",
-            &rs.ns,
-            &me,
-            "--ignored",
-            "--exact",
-            "toa::toa_child",
-            "--nocapture",
-            "--test-threads=1",
-        ],
-        &[("RVS_TOA_CHILD", format!("server {at}"))],
-    ));
+    let mut srv = crate::toa::Reap(cg.child_in(Some(&rs.ns), format!("server {at}")));
     let mut lines = crate::toa::Lines::of(&mut srv.0);
     assert_eq!(lines.next(), format!("listen {at}"));
     let s = client

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::fullnat::{Plan, V4, V6, connect, ip, sa, topology};
+use crate::fullnat::{Plan, V4, V6, connect, ip, topology};
 use crate::harness::Rvsadm;
 use crate::netns::Host;
 use crate::restart::{Director, stream};
@@ -155,17 +155,7 @@ fn run(test: &str, p: &Plan) {
         .map(String::from)
         .to_vec();
     d.start(false);
-    let vip = sa(p.vip, PORT);
-    for proto in ["-t", "-u"] {
-        d.ok(&format!("-A {proto} {vip} -s rr"));
-        for l in p.laddrs {
-            d.ok(&format!("--add-laddr {proto} {vip} -z {l}"));
-        }
-        for a in p.rs {
-            d.ok(&format!("-a {proto} {vip} -r {} --fullnat", sa(a, PORT)));
-        }
-    }
-    let laddrs: BTreeSet<IpAddr> = p.laddrs.iter().map(|a| ip(a)).collect();
+    let laddrs = crate::fullnat::services(&*d, p);
     let vip_sa = SocketAddr::new(ip(p.vip), PORT);
     // The table a restarted rvsd comes back with (no -f): wait for its
     // file to hold the pool and the real servers.

@@ -8,10 +8,9 @@ use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::harness::{Rvsd, TempDir, free_port, real_server_fields, within};
+use crate::harness::{Rvsd, TempDir, free_port, http_get, real_server_fields, within};
 use rvs_testbed::Server;
 
 /// A TCP backend on 127.0.0.1 that greets each connection with its name.
@@ -255,7 +254,7 @@ fn reload_keeps_a_down_server_out_and_metrics_show_it() {
         "a down server stays out after a reload: {l:?}"
     );
 
-    let metrics = http_get(http_port, "/metrics");
+    let metrics = http_get(&format!("127.0.0.1:{http_port}"), "/metrics");
     let line = |rs: u16| {
         format!(
             "rvs_realserver_up{{virtual_server=\"TCP 127.0.0.1:{vip_port}\",real_server=\"127.0.0.1:{rs}\"}}"
@@ -275,20 +274,11 @@ fn reload_keeps_a_down_server_out_and_metrics_show_it() {
     );
     assert!(metrics.contains("rvs_check_latency_seconds_count{"));
     assert!(metrics.contains("to=\"down\"} 1"), "{metrics}");
-    let checks = http_get(http_port, "/api/v1/checks");
+    let checks = http_get(&format!("127.0.0.1:{http_port}"), "/api/v1/checks");
     assert!(
         checks.contains("\"last_failure\":\"connection refused\""),
         "{checks}"
     );
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect http");
-    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").expect("write");
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("read");
-    out
 }
 
 /// A listener that stops accepting when told: with a backlog of 0 and its
@@ -297,8 +287,7 @@ fn http_get(port: u16, path: &str) -> String {
 struct Hanging {
     port: u16,
     hang: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _server: Server,
 }
 
 impl Hanging {
@@ -312,10 +301,9 @@ impl Hanging {
         l.set_nonblocking(true).expect("nonblocking");
         let port = l.local_addr().expect("addr").port();
         let hang = Arc::new(AtomicBool::new(false));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (h2, s2) = (hang.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            while !s2.load(Ordering::Relaxed) {
+        let h2 = hang.clone();
+        let server = Server::spawn(move |stop| {
+            while !stop.load(Ordering::Relaxed) {
                 if !h2.load(Ordering::Relaxed) {
                     let _ = l.accept();
                 }
@@ -325,8 +313,7 @@ impl Hanging {
         Hanging {
             port,
             hang,
-            stop,
-            thread: Some(thread),
+            _server: server,
         }
     }
 
@@ -346,15 +333,6 @@ impl Hanging {
             fill.push(s);
         }
         fill
-    }
-}
-
-impl Drop for Hanging {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

@@ -8,7 +8,6 @@ use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::harness::{Rvsd, TempDir, free_port};
@@ -71,8 +70,7 @@ fn misc_dynamic_exit_codes_set_weights_and_state() {
 struct Web {
     port: u16,
     state: Arc<Mutex<(u16, String)>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _server: Server,
 }
 
 impl Web {
@@ -81,49 +79,31 @@ impl Web {
         l.set_nonblocking(true).expect("nonblocking");
         let port = l.local_addr().expect("addr").port();
         let state = Arc::new(Mutex::new((200u16, "healthy\n".to_owned())));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (st, s2) = (state.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            while !s2.load(Ordering::Relaxed) {
-                let Ok((c, _)) = l.accept() else {
-                    std::thread::sleep(Duration::from_millis(2));
-                    continue;
-                };
-                let _ = c.set_nonblocking(false);
-                let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
-                let mut r = BufReader::new(c.try_clone().expect("clone"));
-                let mut line = String::new();
-                while r.read_line(&mut line).is_ok_and(|n| n > 2) {
-                    line.clear();
-                }
-                let (status, body) = st.lock().expect("state").clone();
-                let mut w = c;
-                let _ = write!(
-                    w,
-                    "HTTP/1.0 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
+        let st = state.clone();
+        let server = Server::tcp(l, move |c, _| {
+            let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut r = BufReader::new(c.try_clone().expect("clone"));
+            let mut line = String::new();
+            while r.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
             }
+            let (status, body) = st.lock().expect("state").clone();
+            let mut w = c;
+            let _ = write!(
+                w,
+                "HTTP/1.0 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
         });
         Web {
             port,
             state,
-            stop,
-            thread: Some(thread),
+            _server: server,
         }
     }
 
     fn set(&self, status: u16, body: &str) {
         *self.state.lock().expect("state") = (status, body.to_owned());
-    }
-}
-
-impl Drop for Web {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

@@ -7,52 +7,32 @@
 
 use std::io::Write as _;
 use std::net::TcpListener;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use rvs_testbed::Cgroup;
+use rvs_testbed::{Cgroup, Server};
 
 use crate::harness::{Rvsd, TempDir, free_port, real_server_fields, within};
 
 /// TCP backends on 127.0.0.1 that greet each connection with their name.
 struct Backends {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    _servers: Vec<Server>,
 }
 
 impl Backends {
     fn start(names: &[&str]) -> (Backends, Vec<u16>) {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
         let mut ports = Vec::new();
-        for name in names {
-            let l = TcpListener::bind("127.0.0.1:0").expect("bind backend");
-            l.set_nonblocking(true).expect("nonblocking");
-            ports.push(l.local_addr().expect("addr").port());
-            let (stop, name) = (stop.clone(), (*name).to_owned());
-            threads.push(std::thread::spawn(move || {
-                let deadline = std::time::Instant::now() + Duration::from_secs(120);
-                while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < deadline {
-                    match l.accept() {
-                        Ok((mut c, _)) => {
-                            let _ = writeln!(c, "{name}");
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                    }
-                }
-            }));
-        }
-        (Backends { stop, threads }, ports)
-    }
-}
-
-impl Drop for Backends {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        let servers = names
+            .iter()
+            .map(|name| {
+                let l = TcpListener::bind("127.0.0.1:0").expect("bind backend");
+                ports.push(l.local_addr().expect("addr").port());
+                let name = (*name).to_owned();
+                Server::tcp(l, move |mut c, _| {
+                    let _ = writeln!(c, "{name}");
+                })
+            })
+            .collect();
+        (Backends { _servers: servers }, ports)
     }
 }
 
