@@ -220,9 +220,7 @@ impl Backends {
 
 /// A cgroup with the sock plane attached, or `None` (skipped) when not root.
 fn setup(test: &str) -> Option<(Cgroup, SockPlane)> {
-    if !rvs_testbed::require_root(test, "needs root (cgroup BPF programs)")
-        || !rvs_testbed::require_cgroup2(test)
-    {
+    if !rvs_testbed::require_root_and_cgroup2(test, "needs root (cgroup BPF programs)") {
         return None;
     }
     let cg = Cgroup::new("rvssock");

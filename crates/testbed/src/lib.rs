@@ -45,8 +45,8 @@ pub use ipvs_vm::{IpvsVm, IpvsVmOpts, VmOutput};
 pub use netns::{Netns, in_netns_path, in_ns, spawn_in, unique_name};
 pub use server::{Server, Worker, accept_loop, echo};
 pub use skip::{
-    is_root, privileged_required, require_cgroup2, require_root, require_tools, skip_or_fail,
-    tools_missing,
+    is_root, privileged_required, require_cgroup2, require_root, require_root_and_cgroup2,
+    require_tools, skip_or_fail, tools_missing,
 };
 
 use std::process::{Command, Output};

@@ -81,6 +81,12 @@ pub fn require_cgroup2(test: &str) -> bool {
     false
 }
 
+/// [`require_root`] (`why` says what needs it) and [`require_cgroup2`]:
+/// what the sock data plane's tests need.
+pub fn require_root_and_cgroup2(test: &str, why: &str) -> bool {
+    require_root(test, why) && require_cgroup2(test)
+}
+
 /// The first of `tools` that is not an executable file on `PATH`.
 pub fn tools_missing(tools: &[&str]) -> Option<String> {
     let path = std::env::var_os("PATH").unwrap_or_default();

@@ -249,6 +249,22 @@ pub(crate) fn services(d: &impl Rvsadm, p: &Plan) -> BTreeSet<IpAddr> {
     p.laddrs.iter().map(|a| ip(a)).collect()
 }
 
+/// The first TCP connection through FULLNAT from `client` to `vip`
+/// (bounded: 15 s of attempts, `before` called before each).
+pub(crate) fn first_connection(client: &Host, vip: SocketAddr, mut before: impl FnMut()) -> Conn {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        before();
+        match connect(client, vip, Duration::from_millis(1500)) {
+            Ok(c) => return c,
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "no TCP connection through FULLNAT: {e}"
+            ),
+        }
+    }
+}
+
 pub(crate) struct Topo {
     pub(crate) servers: Vec<PeerServers>,
     pub(crate) client: Host,
@@ -352,16 +368,7 @@ fn fullnat(test: &str, p: &Plan, then: Then) {
 
     // TCP: wait (bounded) for the first connection, then several more
     // held open together, each echoing a byte-checked pattern.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let first = loop {
-        match connect(&client, vip_sa, Duration::from_millis(1500)) {
-            Ok(c) => break c,
-            Err(e) => assert!(
-                Instant::now() < deadline,
-                "no TCP connection through FULLNAT: {e}"
-            ),
-        }
-    };
+    let first = first_connection(&client, vip_sa, || {});
     let mut conns = vec![first];
     for _ in 0..5 {
         conns.push(connect(&client, vip_sa, T).expect("TCP connection through FULLNAT"));

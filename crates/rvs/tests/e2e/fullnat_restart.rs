@@ -172,19 +172,9 @@ fn run(test: &str, p: &Plan) {
 
     // TCP connections made (each allocates one pair).
     let attempts = Arc::new(AtomicU64::new(0));
-    let first = {
-        let end = Instant::now() + Duration::from_secs(15);
-        loop {
-            attempts.fetch_add(1, Ordering::Relaxed);
-            match connect(&client, vip_sa, Duration::from_millis(1500)) {
-                Ok(c) => break c,
-                Err(e) => assert!(
-                    Instant::now() < end,
-                    "no TCP connection through FULLNAT: {e}"
-                ),
-            }
-        }
-    };
+    let first = crate::fullnat::first_connection(&client, vip_sa, || {
+        attempts.fetch_add(1, Ordering::Relaxed);
+    });
     let mut conns = vec![first];
     for i in 1..STREAMS {
         attempts.fetch_add(1, Ordering::Relaxed);

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::harness::{Rvsd, TempDir, free_port};
+use crate::harness::{Proc, Rvsd, TempDir, free_port};
 use crate::health::listed;
 use rvs_testbed::Server;
 
@@ -228,23 +228,16 @@ fn dns_check_against_a_real_responder() {
 /// A real SMTP server (Debian's python3-aiosmtpd) on 127.0.0.1:`port`,
 /// killed on drop; `None` (skipped or failed, as the test bed says) when it
 /// is not installed.
-struct Smtpd(std::process::Child);
+struct Smtpd {
+    _proc: Proc,
+}
 
 impl Smtpd {
     fn start(test: &str, port: u16) -> Option<Smtpd> {
-        let python = "/usr/bin/python3";
-        let has = std::process::Command::new(python)
-            .args(["-c", "import aiosmtpd"])
-            .status()
-            .is_ok_and(|s| s.success());
-        if !has {
-            rvs_testbed::skip_or_fail(
-                test,
-                "python3-aiosmtpd is not installed (scripts/install-deps)",
-            );
+        if !crate::smtp_alert::has_aiosmtpd(test) {
             return None;
         }
-        let child = std::process::Command::new(python)
+        let child = std::process::Command::new("/usr/bin/python3")
             .args(["-m", "aiosmtpd", "-n", "-l", &format!("127.0.0.1:{port}")])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -254,14 +247,9 @@ impl Smtpd {
         within("aiosmtpd listens", Duration::from_secs(10), || {
             std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
         });
-        Some(Smtpd(child))
-    }
-}
-
-impl Drop for Smtpd {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        Some(Smtpd {
+            _proc: Proc(Some(child)),
+        })
     }
 }
 

@@ -63,9 +63,7 @@ fn conns(d: &Rvsd, port: u16) -> Option<u64> {
 #[test]
 fn sock_plane_skips_a_failed_backend_counts_connections_and_detaches_on_stop() {
     let test = "sock_plane_skips_a_failed_backend_counts_connections_and_detaches_on_stop";
-    if !rvs_testbed::require_root(test, "needs root (cgroup BPF programs)")
-        || !rvs_testbed::require_cgroup2(test)
-    {
+    if !rvs_testbed::require_root_and_cgroup2(test, "needs root (cgroup BPF programs)") {
         return;
     }
     let cg = Cgroup::new("rvse2esock");

@@ -275,6 +275,24 @@ fn spawn_rvsd(dir: &Path, socket: &Path, rules: &Path, n: usize, takeover: bool)
         .expect("spawn rvsd")
 }
 
+/// Wait (bounded: 20 s) for the old rvsd (the first of `d`) to exit after
+/// a takeover, calling `tick` between polls; its exit status.
+fn old_retires(d: &mut Daemons, dir: &Path, mut tick: impl FnMut()) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Ok(Some(s)) = d.0[0].try_wait() {
+            return s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the old rvsd did not retire\n{}",
+            logs(dir, 2)
+        );
+        tick();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn inode(p: &Path) -> Option<u64> {
     std::fs::metadata(p).ok().map(|m| m.ino())
 }
@@ -568,17 +586,8 @@ fn takeover_without_a_file_takes_the_table() {
 
     let old_inode = inode(&socket);
     d.0.push(spawn(1, true));
-    let t0 = Instant::now();
     let mut ended = false;
-    let status = loop {
-        if let Ok(Some(s)) = d.0[0].try_wait() {
-            break s;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the old rvsd did not retire\n{}",
-            logs(dir.path(), 2)
-        );
+    let status = old_retires(&mut d, dir.path(), || {
         // It waits for the open connection; end it after the handover.
         if !ended && inode(&socket) != old_inode && listing(&socket).is_some() {
             ended = true;
@@ -586,8 +595,7 @@ fn takeover_without_a_file_takes_the_table() {
             assert!(!read_response(&mut r).expect("second response, through the old daemon"));
             let _ = open.shutdown(std::net::Shutdown::Both);
         }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    });
     assert!(
         status.success(),
         "old rvsd: {status}\n{}",
@@ -634,18 +642,7 @@ fn takeover_hands_over_hundreds_of_sockets() {
     wait_for_socket(&socket, &mut d.0[0]);
     let before = listing(&socket).expect("listing");
     d.0.push(spawn_rvsd(dir.path(), &socket, &rules, 1, true));
-    let t0 = Instant::now();
-    let status = loop {
-        if let Ok(Some(s)) = d.0[0].try_wait() {
-            break s;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the old rvsd did not retire\n{}",
-            logs(dir.path(), 2)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = old_retires(&mut d, dir.path(), || {});
     assert!(
         status.success(),
         "old rvsd: {status}\n{}",

@@ -253,9 +253,10 @@ fn conns(d: &Daemon) -> std::collections::BTreeMap<String, u64> {
 #[test]
 fn xdp_sock_one_table_external_through_xdp_local_at_the_socket() {
     let test = "xdp_sock_one_table_external_through_xdp_local_at_the_socket";
-    if !rvs_testbed::require_root(test, "needs root (namespaces, XDP, cgroup BPF programs)")
-        || !rvs_testbed::require_cgroup2(test)
-    {
+    if !rvs_testbed::require_root_and_cgroup2(
+        test,
+        "needs root (namespaces, XDP, cgroup BPF programs)",
+    ) {
         return;
     }
     // Before the bed: dropped after it (the bed kills rvsd and the
