@@ -357,18 +357,16 @@ impl Rvsd {
     }
 
     pub fn adm_args(&self, args: &[&str], stdin: Option<&str>) -> Output {
-        let mut child = Command::new(RVSADM)
-            .args(args)
+        let mut cmd = Command::new(RVSADM);
+        cmd.args(args)
             .env("RVS_SOCKET", &self.socket)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
+            .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn rvsadm");
+            .stderr(Stdio::piped());
+        if stdin.is_some() {
+            cmd.stdin(Stdio::piped());
+        }
+        let mut child = cmd.spawn().expect("spawn rvsadm");
         if let Some(input) = stdin {
             let mut s = child.stdin.take().expect("stdin");
             s.write_all(input.as_bytes()).expect("write stdin");
