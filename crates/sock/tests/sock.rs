@@ -8,8 +8,6 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rvs_control::dataplane::DataPlane;
@@ -17,7 +15,7 @@ use rvs_control::protocol::Command;
 use rvs_core::model::{AddrFamily, DestConfig, Protocol, ServiceConfig, ServiceKey};
 use rvs_core::sched::Scheduler;
 use rvs_sock::plane::SockPlane;
-use rvs_testbed::{Cgroup, skip_or_fail};
+use rvs_testbed::{Cgroup, Server};
 
 const CHILD: &str = "RVS_SOCK_CHILD";
 
@@ -181,97 +179,48 @@ impl Drop for KillOnDrop {
 /// Loopback backends: TCP servers that write their name, then echo lines;
 /// UDP servers that answer every datagram with their name. Stopped on drop.
 struct Backends {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    _servers: Vec<Server>,
     addrs: Vec<SocketAddr>,
 }
 
 impl Backends {
     fn tcp(ip: &str, n: usize) -> Backends {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
-        let mut addrs = Vec::new();
-        for i in 0..n {
-            let l = TcpListener::bind((ip, 0)).expect("bind backend");
-            l.set_nonblocking(true).expect("nonblocking");
-            addrs.push(l.local_addr().expect("addr"));
-            let stop = stop.clone();
-            threads.push(std::thread::spawn(move || {
-                let deadline = Instant::now() + Duration::from_secs(120);
-                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                    match l.accept() {
-                        Ok((mut s, _)) => {
-                            std::thread::spawn(move || {
-                                let _ = s.set_nonblocking(false);
-                                let _ = s.set_read_timeout(Some(Duration::from_secs(15)));
-                                if s.write_all(format!("b{i}\n").as_bytes()).is_err() {
-                                    return;
-                                }
-                                let mut buf = [0u8; 256];
-                                while let Ok(n) = s.read(&mut buf) {
-                                    if n == 0 || s.write_all(&buf[..n]).is_err() {
-                                        break;
-                                    }
-                                }
-                            });
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                    }
-                }
-            }));
-        }
+        let (servers, addrs) = (0..n)
+            .map(|i| {
+                let l = TcpListener::bind((ip, 0)).expect("bind backend");
+                let addr = l.local_addr().expect("addr");
+                let greeting = format!("b{i}\n");
+                let server = Server::tcp(l, move |s, _| {
+                    rvs_testbed::echo(s, &greeting, Duration::from_secs(15))
+                });
+                (server, addr)
+            })
+            .unzip();
         Backends {
-            stop,
-            threads,
+            _servers: servers,
             addrs,
         }
     }
 
     fn udp(ip: &str, n: usize) -> Backends {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
-        let mut addrs = Vec::new();
-        for i in 0..n {
-            let s = UdpSocket::bind((ip, 0)).expect("bind backend");
-            s.set_read_timeout(Some(Duration::from_millis(50)))
-                .expect("timeout");
-            addrs.push(s.local_addr().expect("addr"));
-            let stop = stop.clone();
-            threads.push(std::thread::spawn(move || {
-                let deadline = Instant::now() + Duration::from_secs(120);
-                let mut buf = [0u8; 64];
-                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                    if let Ok((_, from)) = s.recv_from(&mut buf) {
-                        let _ = s.send_to(format!("b{i}").as_bytes(), from);
-                    }
-                }
-            }));
-        }
+        let (servers, addrs) = (0..n)
+            .map(|i| {
+                let s = UdpSocket::bind((ip, 0)).expect("bind backend");
+                let addr = s.local_addr().expect("addr");
+                let name = format!("b{i}").into_bytes();
+                (Server::udp(s, move |_, _| Some(name.clone())), addr)
+            })
+            .unzip();
         Backends {
-            stop,
-            threads,
+            _servers: servers,
             addrs,
-        }
-    }
-}
-
-impl Drop for Backends {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
         }
     }
 }
 
 /// A cgroup with the sock plane attached, or `None` (skipped) when not root.
 fn setup(test: &str) -> Option<(Cgroup, SockPlane)> {
-    if !rvs_testbed::is_root() {
-        skip_or_fail(test, "needs root (cgroup BPF programs)");
-        return None;
-    }
-    if rvs_testbed::cgroup::unified_root().is_none() {
-        skip_or_fail(test, "no cgroup v2 hierarchy mounted");
+    if !rvs_testbed::require_root_and_cgroup2(test, "needs root (cgroup BPF programs)") {
         return None;
     }
     let cg = Cgroup::new("rvssock");

@@ -8,12 +8,10 @@
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Output};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::netns::{Netns, in_ns, unique_name};
+use crate::server::{Server, echo};
 use crate::sh;
 
 /// One host of the bed: a namespace with an interface on a bridge.
@@ -50,7 +48,7 @@ pub struct Bed {
     pub sw: String,
     namespaces: Vec<Netns>,
     children: Vec<Child>,
-    servers: Vec<(Arc<AtomicBool>, Option<JoinHandle<()>>)>,
+    servers: Vec<Server>,
     hosts: usize,
 }
 
@@ -163,33 +161,10 @@ impl Bed {
     pub fn server(&mut self, host: &Host, addr: IpAddr, port: u16, name: &str) {
         let listener =
             host.run(move || TcpListener::bind(SocketAddr::new(addr, port)).expect("server bind"));
-        listener.set_nonblocking(true).expect("nonblocking");
-        let stop = Arc::new(AtomicBool::new(false));
-        let (stop2, name) = (stop.clone(), name.to_owned());
-        let t = std::thread::spawn(move || {
-            while !stop2.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((mut s, _)) => {
-                        let name = name.clone();
-                        std::thread::spawn(move || {
-                            let _ = s.set_nonblocking(false);
-                            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-                            if s.write_all(format!("{name}\n").as_bytes()).is_err() {
-                                return;
-                            }
-                            let mut buf = [0u8; 4096];
-                            while let Ok(n) = s.read(&mut buf) {
-                                if n == 0 || s.write_all(&buf[..n]).is_err() {
-                                    break;
-                                }
-                            }
-                        });
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-        });
-        self.servers.push((stop, Some(t)));
+        let greeting = format!("{name}\n");
+        self.servers.push(Server::tcp(listener, move |s, _| {
+            echo(s, &greeting, Duration::from_secs(10))
+        }));
     }
 
     /// Serve UDP on `addr:port` inside `host`: every datagram is answered,
@@ -198,21 +173,10 @@ impl Bed {
     pub fn udp_server(&mut self, host: &Host, addr: IpAddr, port: u16, name: &str) {
         let sock =
             host.run(move || UdpSocket::bind(SocketAddr::new(addr, port)).expect("udp bind"));
-        sock.set_read_timeout(Some(Duration::from_millis(50)))
-            .expect("read timeout");
-        let stop = Arc::new(AtomicBool::new(false));
-        let (stop2, name) = (stop.clone(), name.to_owned());
-        let t = std::thread::spawn(move || {
-            let mut buf = [0u8; 2048];
-            while !stop2.load(Ordering::Relaxed) {
-                if let Ok((n, from)) = sock.recv_from(&mut buf) {
-                    let mut reply = format!("{name} ").into_bytes();
-                    reply.extend_from_slice(&buf[..n]);
-                    let _ = sock.send_to(&reply, from);
-                }
-            }
-        });
-        self.servers.push((stop, Some(t)));
+        let prefix = format!("{name} ").into_bytes();
+        self.servers.push(Server::udp(sock, move |data, _| {
+            Some([&prefix[..], data].concat())
+        }));
     }
 
     /// Keep `child` until the bed is dropped (then it is killed).
@@ -227,12 +191,7 @@ impl Drop for Bed {
             let _ = c.kill();
             let _ = c.wait();
         }
-        for (stop, t) in &mut self.servers {
-            stop.store(true, Ordering::Relaxed);
-            if let Some(t) = t.take() {
-                let _ = t.join();
-            }
-        }
+        self.servers.clear();
         // Hosts first, the switch last.
         while let Some(ns) = self.namespaces.pop() {
             drop(ns);

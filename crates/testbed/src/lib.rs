@@ -15,6 +15,8 @@
 //!   inside it, removed on drop (the sock data plane's tests);
 //! * [`bed`] — a bridged L2 segment: a switch namespace with bridges, one
 //!   namespace per host joined by a veth pair, tiny TCP servers, clients;
+//! * [`server`] — the tiny servers themselves (TCP accept loop, UDP
+//!   answers, the echo/stream server), for beds and tests alike;
 //! * [`k8s`] — a real Kubernetes control plane (etcd, kube-apiserver,
 //!   kube-controller-manager with the EndpointSlice controllers) built by
 //!   `scripts/k8s-binaries`, with kubectl helpers for Nodes, Pods and
@@ -34,14 +36,17 @@ pub mod cgroup;
 pub mod ipvs_vm;
 pub mod k8s;
 pub mod netns;
+pub mod server;
 pub mod skip;
 
 pub use bed::{Bed, Conn, Host, connect, spread, udp_ask, udp_socket};
 pub use cgroup::Cgroup;
 pub use ipvs_vm::{IpvsVm, IpvsVmOpts, VmOutput};
 pub use netns::{Netns, in_netns_path, in_ns, spawn_in, unique_name};
+pub use server::{Server, Worker, accept_loop, echo};
 pub use skip::{
-    is_root, privileged_required, require_root, require_tools, skip_or_fail, tools_missing,
+    is_root, privileged_required, require_cgroup2, require_root, require_root_and_cgroup2,
+    require_tools, skip_or_fail, tools_missing,
 };
 
 use std::process::{Command, Output};

@@ -70,6 +70,23 @@ pub fn require_root(test: &str, why: &str) -> bool {
     false
 }
 
+/// True when a cgroup v2 hierarchy is mounted (the sock data plane's
+/// programs attach to a cgroup v2); otherwise skips (or fails under CI)
+/// saying so.
+pub fn require_cgroup2(test: &str) -> bool {
+    if crate::cgroup::unified_root().is_some() {
+        return true;
+    }
+    skip_or_fail(test, "no cgroup v2 hierarchy mounted");
+    false
+}
+
+/// [`require_root`] (`why` says what needs it) and [`require_cgroup2`]:
+/// what the sock data plane's tests need.
+pub fn require_root_and_cgroup2(test: &str, why: &str) -> bool {
+    require_root(test, why) && require_cgroup2(test)
+}
+
 /// The first of `tools` that is not an executable file on `PATH`.
 pub fn tools_missing(tools: &[&str]) -> Option<String> {
     let path = std::env::var_os("PATH").unwrap_or_default();

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::harness::{RVSADM, RVSD, TempDir, parts};
+use crate::harness::{Launch, RVSADM, RVSD, TempDir, parts};
 
 fn fixture(name: &str) -> String {
     format!(
@@ -265,48 +265,14 @@ fn config_id_selects_conditional_lines() {
 /// refused and the running table stays.
 #[test]
 fn strict_is_honoured_at_start_and_on_reload() {
-    use std::process::Stdio;
-    use std::time::{Duration, Instant};
-
     let dir = TempDir::new("strict-load");
     let bad = dir.write("bad.conf", &strict_conf("    vrrp_garp_interval 1\n"));
-    let socket = dir.path().join("bad.sock");
-    let mut child = Command::new(RVSD)
-        .args([
-            "--dataplane",
-            "none",
-            "--log-level",
-            "warn",
-            "--strict",
-            "--socket",
-        ])
-        .arg(&socket)
+    let err = Launch::at(&dir.path().join("bad.sock"))
+        .plane("none")
+        .arg("--strict")
         .arg("-f")
         .arg(&bad)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rvsd");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break Some(s);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let status = status.expect("rvsd --strict with a refused keyword must exit");
-    assert!(!status.success());
-    let mut err = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        use std::io::Read;
-        let _ = e.read_to_string(&mut err);
-    }
+        .refused();
     assert!(err.contains("is not applied by rvs"), "{err}");
 
     let dir = TempDir::new("strict-reload");

@@ -28,13 +28,13 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSD, Rvsadm, TempDir, nsenter_rvsd, wait_exit, wait_for_socket, within};
+use crate::harness::{Pinned, RVSD, Rvsadm, TempDir, within};
 use crate::netns::{Bed, Host};
 use crate::streams::Pattern;
 
@@ -75,10 +75,8 @@ enum Failure {
 /// test) under a unique `--instance`, whose pins are removed on drop.
 struct Director {
     host: Host,
-    instance: String,
     conf: PathBuf,
-    socket: PathBuf,
-    child: Option<Child>,
+    rvsd: Pinned,
 }
 
 /// The rvsd the directors run: this build's, or RVS_FAILOVER_RVSD (another
@@ -88,54 +86,30 @@ fn rvsd() -> String {
 }
 
 impl Director {
-    /// rvsd in the director's namespace ([`nsenter_rvsd`]).
+    /// rvsd (XDP) in the director's namespace ([`Pinned`]).
     fn start(&mut self) {
-        let child = nsenter_rvsd(&self.host.ns, &rvsd(), "xdp", &self.instance, &self.socket)
+        let launch = self
+            .rvsd
+            .launch("xdp")
+            .bin(rvsd())
             .arg("-f")
-            .arg(&self.conf)
-            .spawn()
-            .expect("spawn rvsd");
-        // Kept before the wait: a test that fails there still kills it.
-        let child = self.child.insert(child);
-        wait_for_socket(&self.socket, child);
-    }
-
-    /// Detach and unpin the instance's XDP plane (rvsd not running).
-    fn remove_pins(&self) {
-        if let Ok(i) = rvs_xdp::pin::Instance::new(&self.instance) {
-            let _ = i.remove();
-        }
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+            .arg(&self.conf);
+        self.rvsd.start(launch);
     }
 
     /// SIGTERM, and wait (bounded) for rvsd to exit.
     fn term(&mut self) {
-        let Some(mut c) = self.child.take() else {
-            return;
-        };
-        let _ = Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status();
-        wait_exit(&mut c, "rvsd (SIGTERM)");
+        self.rvsd.stop("-TERM");
     }
 
     fn has_vip(&self) -> bool {
-        let o = self
-            .host
-            .exec(&["ip", "-4", "-o", "addr", "show", "dev", "eth0"]);
-        String::from_utf8_lossy(&o.stdout).contains(&format!("{VIP}/32"))
+        crate::netns::has_addr(&self.host, VIP)
     }
 
     /// The local address:port `rvsadm -Lcn` lists for the ESTABLISHED
     /// connection from `client` to the VIP, if it lists one with a pair.
     fn listed_local(&self, client: SocketAddr) -> Option<SocketAddr> {
-        let out = self.out("-Lcn");
+        let out = self.rvsd.out("-Lcn");
         let line = out.lines().find(|l| {
             let w: Vec<&str> = l.split_whitespace().collect();
             l.contains("ESTABLISHED")
@@ -149,23 +123,11 @@ impl Director {
 
     /// ESTABLISHED entries to the VIP in `rvsadm -Lcn`.
     fn established(&self) -> usize {
-        self.out("-Lcn")
+        self.rvsd
+            .out("-Lcn")
             .lines()
             .filter(|l| l.contains("ESTABLISHED") && l.contains(&format!("{VIP}:80")))
             .count()
-    }
-}
-
-impl Rvsadm for Director {
-    fn socket(&self) -> &Path {
-        &self.socket
-    }
-}
-
-impl Drop for Director {
-    fn drop(&mut self) {
-        self.kill();
-        self.remove_pins();
     }
 }
 
@@ -262,8 +224,8 @@ struct Pair {
 impl Drop for Pair {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        self.a.kill();
-        self.b.kill();
+        self.a.rvsd.kill();
+        self.b.rvsd.kill();
     }
 }
 
@@ -297,11 +259,13 @@ fn pair(test: &str, mode: Mode) -> Option<Pair> {
             }
         }
         Director {
+            rvsd: Pinned::new(
+                &h.ns,
+                rvs_testbed::unique_name(&format!("fo{name}")),
+                dir.path().join(format!("{name}.sock")),
+            ),
             host: h,
-            instance: rvs_testbed::unique_name(&format!("fo{name}")),
             conf: dir.write(&format!("{name}.conf"), &conf(mode, prio)),
-            socket: dir.path().join(format!("{name}.sock")),
-            child: None,
         }
     };
     let a = director("a", "10.77.0.2/24", "10.78.0.2/24", 150);
@@ -360,8 +324,16 @@ impl Pair {
         within("A is master, B backup", Duration::from_secs(15), || {
             self.a.has_vip()
                 && !self.b.has_vip()
-                && self.a.out("-L --daemon").starts_with("master sync daemon")
-                && self.b.out("-L --daemon").starts_with("backup sync daemon")
+                && self
+                    .a
+                    .rvsd
+                    .out("-L --daemon")
+                    .starts_with("master sync daemon")
+                && self
+                    .b
+                    .rvsd
+                    .out("-L --daemon")
+                    .starts_with("backup sync daemon")
         });
     }
 }
@@ -561,7 +533,7 @@ fn failover(test: &str, mode: Mode, failure: Failure) {
     });
     let failed_at = Instant::now();
     match failure {
-        Failure::Kill => p.a.kill(),
+        Failure::Kill => p.a.rvsd.kill(),
         Failure::LinkDown => {
             let port = p.a.host.port.clone();
             crate::netns::sh(&["ip", "-n", &p.bed.sw, "link", "set", &port, "down"]);
@@ -686,7 +658,7 @@ fn bulk_resync_gives_a_restarted_master_the_live_connections() {
     // A stops (resigns); B takes over. Its XDP plane outlives it
     // (pinned): removed, so A comes back with empty tables.
     p.a.term();
-    p.a.remove_pins();
+    p.a.rvsd.remove_pins();
     within("B takes over", Duration::from_secs(10), || p.b.has_vip());
     let mut conns = Vec::with_capacity(N);
     for i in 0..N {
@@ -707,7 +679,11 @@ fn bulk_resync_gives_a_restarted_master_the_live_connections() {
     });
     let listed = p.a.established();
     println!("bulk resync: A master again after {took:?}, lists {listed} of {N} connections");
-    assert!(listed >= N, "A lists {listed} of {N}:\n{}", p.a.out("-Lcn"));
+    assert!(
+        listed >= N,
+        "A lists {listed} of {N}:\n{}",
+        p.a.rvsd.out("-Lcn")
+    );
     // And they keep working through A.
     let mut failed = Vec::new();
     for (i, c) in conns.iter_mut().enumerate() {

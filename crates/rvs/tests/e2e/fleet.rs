@@ -30,15 +30,15 @@
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::harness::{RVSD, Rvsadm, TempDir, nsenter_rvsd, wait_exit, within};
+use crate::harness::{Pinned, Proc, Rvsadm, TempDir, within};
 use crate::netns::{Bed, Host};
 use rvs_testbed::Conn;
 
@@ -173,57 +173,19 @@ router bgp 65000
     .into()
 }
 
-/// A child process killed (and reaped) on drop.
-struct Proc(Option<Child>);
-
-impl Proc {
-    fn kill(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// SIGTERM, then wait (bounded: 10 s, then SIGKILL and panic).
-    fn term(&mut self, what: &str) {
-        let Some(mut c) = self.0.take() else {
-            return;
-        };
-        let _ = Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status();
-        wait_exit(&mut c, &format!("{what} (SIGTERM)"));
-    }
-
-    fn running(&mut self) -> bool {
-        self.0
-            .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// One director: its namespace, its rvsd (XDP, DR, own `--instance`,
 /// pins removed on drop) and its BIRD.
 pub struct Director {
     /// Its namespace and address on the segment.
     pub host: Host,
-    /// The rvsd `--instance` (pin directory name).
-    pub instance: String,
     /// Its keepalived.conf (rewrite it and [`Director::reload`]).
     pub conf: PathBuf,
-    /// rvsd's control socket.
-    pub socket: PathBuf,
     /// BIRD's control socket.
     pub bird_ctl: PathBuf,
     dir: PathBuf,
     rvsd_args: Vec<String>,
-    rvsd: Proc,
+    /// Its rvsd (XDP, `--instance`, socket, process).
+    pub rvsd: Pinned,
     bird: Proc,
 }
 
@@ -233,30 +195,16 @@ impl Director {
     /// would give it a bpffs of its own that vanishes with it, and the
     /// pins with it: failover.rs).
     pub fn start_rvsd(&mut self) {
-        assert!(!self.rvsd.running(), "rvsd already running");
-        let child = nsenter_rvsd(&self.host.ns, RVSD, "xdp", &self.instance, &self.socket)
+        let launch = self
+            .rvsd
+            .launch("xdp")
             .arg("-f")
             .arg(&self.conf)
             .arg("--state-dir")
             .arg(self.dir.join("state"))
             .args(["--announce-table", &TABLE.to_string()])
-            .args(&self.rvsd_args)
-            .spawn()
-            .expect("spawn rvsd");
-        // Kept before the wait: a test that fails here still kills it.
-        self.rvsd = Proc(Some(child));
-        let (socket, child) = (&self.socket, self.rvsd.0.as_mut().expect("just started"));
-        // Loading the XDP program takes a while on a busy machine.
-        let up = rvs_testbed::wait_for(CONVERGE, || {
-            std::os::unix::net::UnixStream::connect(socket).is_ok()
-                || matches!(child.try_wait(), Ok(Some(_)))
-        });
-        assert!(
-            up && matches!(child.try_wait(), Ok(None)),
-            "rvsd of {} did not open {} within {CONVERGE:?} (or exited)",
-            self.host.ns,
-            socket.display()
-        );
+            .args(&self.rvsd_args);
+        self.rvsd.start(launch);
     }
 
     /// The VIP routes of rvs in [`TABLE`] (`ip route show table 100 proto
@@ -284,7 +232,7 @@ impl Director {
 
     /// SIGTERM rvsd and wait for it to exit (a restart, not a drain).
     pub fn stop_rvsd(&mut self) {
-        self.rvsd.term("rvsd");
+        self.rvsd.stop("-TERM");
     }
 
     /// Replace the extra rvsd arguments of this director (the next
@@ -326,7 +274,8 @@ impl Director {
 
     /// SIGTERM BIRD and wait for it to exit.
     pub fn stop_bird(&mut self) {
-        self.bird.term("bird");
+        self.bird.signal("TERM");
+        self.bird.wait_exit("bird (SIGTERM)");
     }
 
     /// `birdc -s CTL ARGS...` (its output; panics when birdc fails).
@@ -340,7 +289,7 @@ impl Director {
     /// Reload rvsd's configuration (SIGHUP), e.g. after rewriting
     /// [`Director::conf`].
     pub fn reload(&mut self) {
-        let pid = self.rvsd.0.as_ref().expect("rvsd running").id();
+        let pid = self.rvsd.child.id().expect("rvsd running");
         let _ = Command::new("kill")
             .args(["-HUP", &pid.to_string()])
             .status();
@@ -385,29 +334,20 @@ impl Director {
         self.host.exec(&["ip", "link", "set", "eth0", "down"]);
         self.bird.kill();
         self.rvsd.kill();
-        self.remove_pins();
-    }
-
-    /// Detach and unpin the instance's XDP plane (rvsd not running).
-    fn remove_pins(&self) {
-        if let Ok(i) = rvs_xdp::pin::Instance::new(&self.instance) {
-            let _ = i.remove();
-        }
+        self.rvsd.remove_pins();
     }
 }
 
 /// rvsadm against this director (`adm`, `ok`, `out`).
 impl Rvsadm for Director {
     fn socket(&self) -> &Path {
-        &self.socket
+        &self.rvsd.socket
     }
 }
 
 impl Drop for Director {
     fn drop(&mut self) {
         self.bird.kill();
-        self.rvsd.kill();
-        self.remove_pins();
     }
 }
 
@@ -663,14 +603,16 @@ impl Fleet {
         )
         .expect("bird.conf");
         let mut d = Director {
+            rvsd: Pinned::new(
+                &h.ns,
+                rvs_testbed::unique_name(&format!("fl{n}")),
+                ddir.join("rvsd.sock"),
+            ),
             host: h,
-            instance: rvs_testbed::unique_name(&format!("fl{n}")),
             conf,
-            socket: ddir.join("rvsd.sock"),
             bird_ctl: ddir.join("bird.ctl"),
             dir: ddir,
             rvsd_args: self.opts.rvsd_args.clone(),
-            rvsd: Proc(None),
             bird: Proc(None),
         };
         d.start_rvsd();
@@ -793,30 +735,9 @@ pub fn connect_from(
 /// survive a test's pauses).
 pub fn serve(host: &Host, name: &str, stop: Arc<AtomicBool>) {
     let listener = host.run(|| TcpListener::bind("0.0.0.0:80").expect("bind :80"));
-    listener.set_nonblocking(true).expect("nonblocking");
-    let name = name.to_owned();
-    std::thread::spawn(move || {
-        while !stop.load(Ordering::Relaxed) {
-            match listener.accept() {
-                Ok((mut s, _)) => {
-                    let name = name.clone();
-                    std::thread::spawn(move || {
-                        let _ = s.set_nonblocking(false);
-                        let _ = s.set_read_timeout(Some(Duration::from_secs(120)));
-                        if s.write_all(format!("{name}\n").as_bytes()).is_err() {
-                            return;
-                        }
-                        let mut buf = vec![0u8; 64 << 10];
-                        while let Ok(n) = s.read(&mut buf) {
-                            if n == 0 || s.write_all(&buf[..n]).is_err() {
-                                break;
-                            }
-                        }
-                    });
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(2)),
-            }
-        }
+    let greeting = format!("{name}\n");
+    rvs_testbed::accept_loop(listener, stop, move |s, _| {
+        rvs_testbed::echo(s, &greeting, Duration::from_secs(120))
     });
 }
 
@@ -928,16 +849,12 @@ fn fleet_a_director_whose_real_servers_all_fail_withdraws_the_vip_and_returns() 
 /// Polls the router (and optionally a director's table) every 50 ms until
 /// stopped: whether `must` stayed among the next hops every time, and
 /// whether the director kept its route.
-struct Watch {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<(usize, Vec<String>)>>,
-}
+struct Watch(rvs_testbed::Worker<(usize, Vec<String>)>);
 
 impl Watch {
     fn start(router: &Host, must: BTreeSet<IpAddr>, table_of: Option<Host>) -> Watch {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s, router) = (stop.clone(), router.clone());
-        let thread = std::thread::spawn(move || {
+        let router = router.clone();
+        Watch(rvs_testbed::Worker::spawn(move |s| {
             let mut polls = 0;
             let mut missing = Vec::new();
             while !s.load(Ordering::Relaxed) && polls < 2000 {
@@ -956,22 +873,12 @@ impl Watch {
                 std::thread::sleep(Duration::from_millis(50));
             }
             (polls, missing)
-        });
-        Watch {
-            stop,
-            thread: Some(thread),
-        }
+        }))
     }
 
     /// Stop; panic when something was missing in a poll.
-    fn check(mut self, what: &str) {
-        self.stop.store(true, Ordering::Relaxed);
-        let (polls, missing) = self
-            .thread
-            .take()
-            .expect("running")
-            .join()
-            .expect("watch thread");
+    fn check(self, what: &str) {
+        let (polls, missing) = self.0.finish();
         assert!(polls > 0);
         assert!(
             missing.is_empty(),
@@ -979,15 +886,6 @@ impl Watch {
             missing.len(),
             missing.first()
         );
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -1163,7 +1061,7 @@ fn fleet_remove_director_withdraws_first_then_removes_the_plane() {
     within("rvsd exits after the grace", CONVERGE, || {
         !d1.rvsd_running()
     });
-    let pins = rvs_xdp::pin::Instance::new(&d1.instance).expect("instance");
+    let pins = rvs_xdp::pin::Instance::new(&d1.rvsd.instance).expect("instance");
     assert!(!pins.exists(), "the XDP plane is removed");
 }
 

@@ -30,13 +30,12 @@ use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSADM, RVSD, TempDir};
+use crate::harness::{Adopted, Launch, Rvsadm, TempDir, scenarios};
 use crate::netns::{Bed, Host};
+use rvs_testbed::Server;
 
 const T: Duration = Duration::from_secs(3);
 const PORT: u16 = 80;
@@ -99,143 +98,59 @@ pub(crate) fn addr_add(h: &Host, addr: &str, len: u8, dev: &str) {
 }
 
 /// rvsd in the director's namespace, killed by the bed's guard.
-pub(crate) struct Daemon {
-    socket: PathBuf,
-    _dir: TempDir,
+pub(crate) type Daemon = Adopted;
+
+/// rvsd (XDP on eth0 and eth1) in `dir`'s namespace.
+fn start(bed: &mut Bed, dir: &Host) -> Daemon {
+    start_plane(
+        bed,
+        dir,
+        &["--dataplane", "xdp", "--interface", "eth0,eth1"],
+        &[],
+    )
 }
 
-/// Its pins and saved table go with it (the bed kills the process).
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        crate::harness::remove_pins(&self.socket);
-    }
-}
-
-impl Daemon {
-    fn start(bed: &mut Bed, dir: &Host) -> Daemon {
-        Daemon::start_with(bed, dir, &[])
-    }
-
-    /// [`Daemon::start`] with more rvsd arguments.
-    pub(crate) fn start_with(bed: &mut Bed, dir: &Host, extra: &[&str]) -> Daemon {
-        Daemon::start_plane(
-            bed,
-            dir,
-            &["--dataplane", "xdp", "--interface", "eth0,eth1"],
-            extra,
-        )
-    }
-
-    /// An rvsd in `dir`'s namespace with data plane arguments `plane` and
-    /// more arguments `extra`.
-    pub(crate) fn start_plane(bed: &mut Bed, dir: &Host, plane: &[&str], extra: &[&str]) -> Daemon {
-        let tmp = TempDir::new("fullnat");
-        let socket = tmp.path().join("rvsd.sock");
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &dir.ns, RVSD])
-            .args(plane)
-            .args(extra)
-            .args(["--log-level", "warn", "--socket"])
-            .arg(&socket)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn rvsd");
-        crate::harness::wait_for_socket(&socket, &mut child);
-        bed.adopt(child);
-        Daemon { socket, _dir: tmp }
-    }
-
-    fn adm(&self, args: &str) -> Output {
-        Command::new(RVSADM)
-            .args(args.split_whitespace())
-            .env("RVS_SOCKET", &self.socket)
-            .output()
-            .expect("rvsadm")
-    }
-
-    pub(crate) fn ok(&self, args: &str) -> String {
-        let o = self.adm(args);
-        assert!(
-            o.status.success(),
-            "rvsadm {args}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
+/// An rvsd in `dir`'s namespace with data plane arguments `plane` and
+/// more arguments `extra`.
+pub(crate) fn start_plane(bed: &mut Bed, dir: &Host, plane: &[&str], extra: &[&str]) -> Daemon {
+    Launch::new("fullnat")
+        .netns(&dir.ns)
+        .args(plane)
+        .args(extra)
+        .adopt(bed)
 }
 
 /// Servers in a real server's namespace that tell each peer what source
 /// address they saw: TCP sends `NAME PEER\n` then echoes until EOF; UDP
 /// answers each datagram with `NAME PEER PAYLOAD`. Stopped on drop.
 pub(crate) struct PeerServers {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    _servers: [Server; 2],
 }
 
 impl PeerServers {
     pub(crate) fn start(h: &Host, addr: IpAddr, name: &str) -> PeerServers {
         let at = SocketAddr::new(addr, PORT);
-        let (tcp, udp) = h.run(move || {
-            (
-                TcpListener::bind(at).expect("tcp bind"),
-                UdpSocket::bind(at).expect("udp bind"),
-            )
-        });
-        tcp.set_nonblocking(true).expect("nonblocking");
-        udp.set_read_timeout(Some(Duration::from_millis(50)))
-            .expect("udp timeout");
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s1, n1) = (stop.clone(), name.to_owned());
-        let t1 = std::thread::spawn(move || {
-            while !s1.load(Ordering::Relaxed) {
-                match tcp.accept() {
-                    Ok((mut s, peer)) => {
-                        let n = n1.clone();
-                        std::thread::spawn(move || {
-                            let _ = s.set_nonblocking(false);
-                            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-                            if s.write_all(format!("{n} {peer}\n").as_bytes()).is_err() {
-                                return;
-                            }
-                            let mut buf = [0u8; 4096];
-                            while let Ok(k) = s.read(&mut buf) {
-                                if k == 0 || s.write_all(&buf[..k]).is_err() {
-                                    break;
-                                }
-                            }
-                        });
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-        });
-        let (s2, n2) = (stop.clone(), name.to_owned());
-        let t2 = std::thread::spawn(move || {
-            let mut buf = [0u8; 2048];
-            while !s2.load(Ordering::Relaxed) {
-                if let Ok((k, peer)) = udp.recv_from(&mut buf) {
-                    let mut reply = format!("{n2} {peer} ").into_bytes();
-                    reply.extend_from_slice(&buf[..k]);
-                    let _ = udp.send_to(&reply, peer);
-                }
-            }
-        });
+        let udp = h.run(move || UdpSocket::bind(at).expect("udp bind"));
+        let n = name.to_owned();
         PeerServers {
-            stop,
-            threads: vec![t1, t2],
+            _servers: [
+                peer_tcp(h, at, name),
+                Server::udp(udp, move |data, peer| {
+                    Some([format!("{n} {peer} ").as_bytes(), data].concat())
+                }),
+            ],
         }
     }
 }
 
-impl Drop for PeerServers {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
+/// A TCP server on `at` in `h`'s namespace that sends each peer `NAME
+/// PEER\n`, then echoes until EOF.
+pub(crate) fn peer_tcp(h: &Host, at: SocketAddr, name: &str) -> Server {
+    let tcp = h.run(move || TcpListener::bind(at).expect("tcp bind"));
+    let name = name.to_owned();
+    Server::tcp(tcp, move |s, peer| {
+        rvs_testbed::echo(s, &format!("{name} {peer}\n"), Duration::from_secs(10))
+    })
 }
 
 /// A TCP connection from the client to the VIP: the stream, and the
@@ -317,6 +232,39 @@ enum Then {
 /// servers running on the real servers, the director's neighbours
 /// resolved, no rvsd yet. Fields drop in order: servers, then the bed
 /// (its namespaces).
+/// The plan's TCP and UDP services (rr) with their local address pool and
+/// FULLNAT real servers, through rvsadm; the pool's addresses.
+pub(crate) fn services(d: &impl Rvsadm, p: &Plan) -> BTreeSet<IpAddr> {
+    let vip = sa(p.vip, PORT);
+    for proto in ["-t", "-u"] {
+        d.ok(&format!("-A {proto} {vip} -s rr"));
+        // The pool first: a FULLNAT real server needs one.
+        for l in p.laddrs {
+            d.ok(&format!("--add-laddr {proto} {vip} -z {l}"));
+        }
+        for a in p.rs {
+            d.ok(&format!("-a {proto} {vip} -r {} --fullnat", sa(a, PORT)));
+        }
+    }
+    p.laddrs.iter().map(|a| ip(a)).collect()
+}
+
+/// The first TCP connection through FULLNAT from `client` to `vip`
+/// (bounded: 15 s of attempts, `before` called before each).
+pub(crate) fn first_connection(client: &Host, vip: SocketAddr, mut before: impl FnMut()) -> Conn {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        before();
+        match connect(client, vip, Duration::from_millis(1500)) {
+            Ok(c) => return c,
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "no TCP connection through FULLNAT: {e}"
+            ),
+        }
+    }
+}
+
 pub(crate) struct Topo {
     pub(crate) servers: Vec<PeerServers>,
     pub(crate) client: Host,
@@ -414,33 +362,13 @@ fn fullnat(test: &str, p: &Plan, then: Then) {
     };
     let client_ip = ip(p.client);
 
-    let d = Daemon::start(&mut bed, &dir);
-    let vip = sa(p.vip, PORT);
-    for proto in ["-t", "-u"] {
-        d.ok(&format!("-A {proto} {vip} -s rr"));
-        // The pool first: a FULLNAT real server needs one.
-        for l in p.laddrs {
-            d.ok(&format!("--add-laddr {proto} {vip} -z {l}"));
-        }
-        for a in p.rs {
-            d.ok(&format!("-a {proto} {vip} -r {} --fullnat", sa(a, PORT)));
-        }
-    }
-    let laddrs: BTreeSet<IpAddr> = p.laddrs.iter().map(|a| ip(a)).collect();
+    let d = start(&mut bed, &dir);
+    let laddrs = services(&d, p);
     let vip_sa = SocketAddr::new(ip(p.vip), PORT);
 
     // TCP: wait (bounded) for the first connection, then several more
     // held open together, each echoing a byte-checked pattern.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let first = loop {
-        match connect(&client, vip_sa, Duration::from_millis(1500)) {
-            Ok(c) => break c,
-            Err(e) => assert!(
-                Instant::now() < deadline,
-                "no TCP connection through FULLNAT: {e}"
-            ),
-        }
-    };
+    let first = first_connection(&client, vip_sa, || {});
     let mut conns = vec![first];
     for _ in 0..5 {
         conns.push(connect(&client, vip_sa, T).expect("TCP connection through FULLNAT"));
@@ -679,23 +607,7 @@ struct RsNginx {
 
 impl RsNginx {
     fn start(cg: &crate::toa::Cgroup, rs: &Host, at: SocketAddr, dir: &TempDir) -> RsNginx {
-        let log = dir.path().join("access.log");
-        let _ = std::fs::remove_file(&log);
-        let conf = dir.write(
-            "nginx.conf",
-            &format!(
-                "daemon off;\nmaster_process off;\nworker_processes 1;\nuser root;\n\
-                 pid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
-                 events {{ worker_connections 64; }}\n\
-                 http {{\n  log_format toa '$remote_addr:$remote_port';\n\
-                   access_log {log} toa;\n\
-                   client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
-                   fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
-                   server {{ listen {at}; location / {{ return 200 \"ok\\n\"; }} }}\n}}\n",
-                d = dir.path().display(),
-                log = log.display(),
-            ),
-        );
+        let (conf, log) = crate::toa::nginx_conf(dir, &at.to_string());
         let conf = conf.to_str().expect("UTF-8").to_owned();
         let prefix = format!("{}/", dir.path().display());
         let child = crate::toa::Reap(cg.spawn(
@@ -758,23 +670,7 @@ fn peer_via_child(
     at: SocketAddr,
     vip: SocketAddr,
 ) -> (SocketAddr, SocketAddr, SocketAddr) {
-    let me = std::env::current_exe().expect("the test binary's path");
-    let me = me.to_str().expect("a UTF-8 path").to_owned();
-    let mut srv = crate::toa::Reap(cg.spawn(
-        "ip",
-        &[
-            "netns",
-            "exec",
-            &rs.ns,
-            &me,
-            "--ignored",
-            "--exact",
-            "toa::toa_child",
-            "--nocapture",
-            "--test-threads=1",
-        ],
-        &[("RVS_TOA_CHILD", format!("server {at}"))],
-    ));
+    let mut srv = crate::toa::Reap(cg.child_in(Some(&rs.ns), format!("server {at}")));
     let mut lines = crate::toa::Lines::of(&mut srv.0);
     assert_eq!(lines.next(), format!("listen {at}"));
     let s = client
@@ -867,38 +763,18 @@ fn toa_nginx(
     assert!(off.contains("TOA reader detached"), "{off}");
 }
 
-#[test]
-fn fullnat_xdp_rvsd_v4() {
-    fullnat("fullnat_xdp_rvsd_v4", &V4, Then::Nothing);
-}
-
-#[test]
-fn fullnat_xdp_rvsd_v6() {
-    fullnat("fullnat_xdp_rvsd_v6", &V6, Then::Nothing);
-}
-
-/// nginx behind the XDP FULLNAT director (after the FULLNAT checks):
-/// `$remote_addr` is a local address without `rvsd realserver --toa`, the
-/// true client with it.
-#[test]
-fn fullnat_xdp_toa_nginx_v4() {
-    fullnat("fullnat_xdp_toa_nginx_v4", &V4, Then::Nginx);
-}
-
-#[test]
-fn fullnat_xdp_toa_nginx_v6() {
-    fullnat("fullnat_xdp_toa_nginx_v6", &V6, Then::Nginx);
-}
-
-/// ICMP errors about FULLNAT flows both ways (after the FULLNAT checks): a
-/// client's connected UDP socket gets ECONNREFUSED from a real server port
-/// with no listener, and a real server's from a client's closed port.
-#[test]
-fn fullnat_xdp_icmp_v4() {
-    fullnat("fullnat_xdp_icmp_v4", &V4, Then::Icmp);
-}
-
-#[test]
-fn fullnat_xdp_icmp_v6() {
-    fullnat("fullnat_xdp_icmp_v6", &V6, Then::Icmp);
+scenarios! {
+    fullnat:
+    fullnat_xdp_rvsd_v4(&V4, Then::Nothing),
+    fullnat_xdp_rvsd_v6(&V6, Then::Nothing),
+    /// nginx behind the XDP FULLNAT director (after the FULLNAT checks):
+    /// `$remote_addr` is a local address without `rvsd realserver --toa`, the
+    /// true client with it.
+    fullnat_xdp_toa_nginx_v4(&V4, Then::Nginx),
+    fullnat_xdp_toa_nginx_v6(&V6, Then::Nginx),
+    /// ICMP errors about FULLNAT flows both ways (after the FULLNAT checks): a
+    /// client's connected UDP socket gets ECONNREFUSED from a real server port
+    /// with no listener, and a real server's from a client's closed port.
+    fullnat_xdp_icmp_v4(&V4, Then::Icmp),
+    fullnat_xdp_icmp_v6(&V6, Then::Icmp),
 }

@@ -34,12 +34,13 @@
 //! at the real server with `ss`.
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::fullnat::{Daemon, addr_add};
+use crate::harness::{Rvsadm, http_get, samples};
 use crate::netns::{Bed, Host};
 
 const VIP: &str = "10.79.0.100";
@@ -168,7 +169,7 @@ fn pool(
             let h = http(i);
             let mut args = vec!["--http", h.as_str()];
             args.extend_from_slice(extra);
-            Daemon::start_plane(&mut bed, &dir, plane_args, &args)
+            crate::fullnat::start_plane(&mut bed, &dir, plane_args, &args)
         })
         .collect();
     Some(Pool {
@@ -376,28 +377,7 @@ impl Pool {
 /// The sum of the samples of family `name` in Prometheus text `text` whose
 /// line contains `label` (every sample for "").
 fn sample_sum(text: &str, name: &str, label: &str) -> u64 {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|r| r.starts_with([' ', '{']))
-                && l.contains(label)
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|v| v as u64)
-        .sum()
-}
-
-/// A plain HTTP/1.0 GET: the body.
-fn http_get(addr: &str, path: &str) -> String {
-    let mut s = TcpStream::connect(addr).expect("connect to rvsd's HTTP");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").expect("request");
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("response");
-    out.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default()
+    samples(text, name, &[label]).sum()
 }
 
 /// A client child: its report, and its stdin (closing it ends the child,

@@ -23,12 +23,12 @@
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::fullnat::{Plan, V4, V6, connect, ip, sa, topology};
+use crate::fullnat::{Plan, V4, V6, connect, ip, topology};
 use crate::harness::Rvsadm;
 use crate::netns::Host;
 use crate::restart::{Director, stream};
@@ -40,39 +40,18 @@ const HTTP: &str = "127.0.0.1:9191";
 
 /// rvsd's /metrics (empty when it does not answer yet).
 fn metrics(dir: &Host) -> String {
-    dir.run(|| {
-        let Ok(mut s) =
-            TcpStream::connect_timeout(&HTTP.parse().expect("address"), Duration::from_secs(2))
-        else {
-            return String::new();
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-        if s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-            .is_err()
-        {
-            return String::new();
-        }
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        out.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default()
-    })
+    dir.run(|| crate::harness::try_http_get(HTTP, "/metrics").unwrap_or_default())
 }
 
 /// `rvs_xdp_fnat_<name>_total` of the `proto` service on port 80, or None
 /// when /metrics does not list it (yet).
 fn fnat_metric(text: &str, name: &str, proto: &str) -> Option<u64> {
-    let family = format!("rvs_xdp_fnat_{name}_total{{");
-    let want = [
+    let family = format!("rvs_xdp_fnat_{name}_total");
+    let (port, proto) = (
         format!("local_port=\"{PORT}\""),
         format!("proto=\"{proto}\""),
-    ];
-    let v: Vec<u64> = text
-        .lines()
-        .filter(|l| l.starts_with(&family) && want.iter().all(|w| l.contains(w.as_str())))
-        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
-        .collect();
+    );
+    let v: Vec<u64> = crate::harness::samples(text, &family, &[&port, &proto]).collect();
     (!v.is_empty()).then(|| v.iter().sum())
 }
 
@@ -176,17 +155,7 @@ fn run(test: &str, p: &Plan) {
         .map(String::from)
         .to_vec();
     d.start(false);
-    let vip = sa(p.vip, PORT);
-    for proto in ["-t", "-u"] {
-        d.ok(&format!("-A {proto} {vip} -s rr"));
-        for l in p.laddrs {
-            d.ok(&format!("--add-laddr {proto} {vip} -z {l}"));
-        }
-        for a in p.rs {
-            d.ok(&format!("-a {proto} {vip} -r {} --fullnat", sa(a, PORT)));
-        }
-    }
-    let laddrs: BTreeSet<IpAddr> = p.laddrs.iter().map(|a| ip(a)).collect();
+    let laddrs = crate::fullnat::services(&*d, p);
     let vip_sa = SocketAddr::new(ip(p.vip), PORT);
     // The table a restarted rvsd comes back with (no -f): wait for its
     // file to hold the pool and the real servers.
@@ -203,19 +172,9 @@ fn run(test: &str, p: &Plan) {
 
     // TCP connections made (each allocates one pair).
     let attempts = Arc::new(AtomicU64::new(0));
-    let first = {
-        let end = Instant::now() + Duration::from_secs(15);
-        loop {
-            attempts.fetch_add(1, Ordering::Relaxed);
-            match connect(&client, vip_sa, Duration::from_millis(1500)) {
-                Ok(c) => break c,
-                Err(e) => assert!(
-                    Instant::now() < end,
-                    "no TCP connection through FULLNAT: {e}"
-                ),
-            }
-        }
-    };
+    let first = crate::fullnat::first_connection(&client, vip_sa, || {
+        attempts.fetch_add(1, Ordering::Relaxed);
+    });
     let mut conns = vec![first];
     for i in 1..STREAMS {
         attempts.fetch_add(1, Ordering::Relaxed);

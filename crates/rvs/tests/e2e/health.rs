@@ -8,17 +8,16 @@ use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::harness::{Rvsd, TempDir, free_port, within};
+use crate::harness::{Rvsd, TempDir, free_port, http_get, real_server_fields, within};
+use rvs_testbed::Server;
 
 /// A TCP backend on 127.0.0.1 that greets each connection with its name.
 /// Killing it (drop) closes the listening socket: the port refuses.
 struct Backend {
     port: u16,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _server: Server,
 }
 
 impl Backend {
@@ -28,34 +27,15 @@ impl Backend {
 
     fn start_on(name: &str, port: u16) -> Backend {
         let l = TcpListener::bind(("127.0.0.1", port)).expect("bind backend");
-        l.set_nonblocking(true).expect("nonblocking");
         let port = l.local_addr().expect("addr").port();
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s2, name) = (stop.clone(), name.to_owned());
-        let thread = std::thread::spawn(move || {
+        let name = name.to_owned();
+        let server = Server::tcp(l, move |mut c, _| {
             use std::io::Write;
-            while !s2.load(Ordering::Relaxed) {
-                match l.accept() {
-                    Ok((mut c, _)) => {
-                        let _ = writeln!(c, "{name}");
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
+            let _ = writeln!(c, "{name}");
         });
         Backend {
             port,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            _server: server,
         }
     }
 }
@@ -72,16 +52,11 @@ fn who(vip: SocketAddr) -> String {
 }
 
 /// Real servers listed by `rvsadm -Ln` as (port, weight).
-fn listed(d: &Rvsd) -> Vec<(u16, u32)> {
-    d.ok("-L -n")
-        .lines()
-        .filter_map(|l| {
-            let l = l.trim_start().strip_prefix("-> ")?;
-            let mut f = l.split_whitespace();
-            let addr: SocketAddr = f.next()?.parse().ok()?;
-            let _fwd = f.next()?;
-            let w: u32 = f.next()?.parse().ok()?;
-            Some((addr.port(), w))
+pub(crate) fn listed(d: &Rvsd) -> Vec<(u16, u32)> {
+    real_server_fields(&d.ok("-L -n"))
+        .filter_map(|f| {
+            let addr: SocketAddr = f.first()?.parse().ok()?;
+            Some((addr.port(), f.get(2)?.parse().ok()?))
         })
         .collect()
 }
@@ -279,7 +254,7 @@ fn reload_keeps_a_down_server_out_and_metrics_show_it() {
         "a down server stays out after a reload: {l:?}"
     );
 
-    let metrics = http_get(http_port, "/metrics");
+    let metrics = http_get(&format!("127.0.0.1:{http_port}"), "/metrics");
     let line = |rs: u16| {
         format!(
             "rvs_realserver_up{{virtual_server=\"TCP 127.0.0.1:{vip_port}\",real_server=\"127.0.0.1:{rs}\"}}"
@@ -299,20 +274,11 @@ fn reload_keeps_a_down_server_out_and_metrics_show_it() {
     );
     assert!(metrics.contains("rvs_check_latency_seconds_count{"));
     assert!(metrics.contains("to=\"down\"} 1"), "{metrics}");
-    let checks = http_get(http_port, "/api/v1/checks");
+    let checks = http_get(&format!("127.0.0.1:{http_port}"), "/api/v1/checks");
     assert!(
         checks.contains("\"last_failure\":\"connection refused\""),
         "{checks}"
     );
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect http");
-    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").expect("write");
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("read");
-    out
 }
 
 /// A listener that stops accepting when told: with a backlog of 0 and its
@@ -321,8 +287,7 @@ fn http_get(port: u16, path: &str) -> String {
 struct Hanging {
     port: u16,
     hang: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _server: Server,
 }
 
 impl Hanging {
@@ -336,10 +301,9 @@ impl Hanging {
         l.set_nonblocking(true).expect("nonblocking");
         let port = l.local_addr().expect("addr").port();
         let hang = Arc::new(AtomicBool::new(false));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (h2, s2) = (hang.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            while !s2.load(Ordering::Relaxed) {
+        let h2 = hang.clone();
+        let server = Server::spawn(move |stop| {
+            while !stop.load(Ordering::Relaxed) {
                 if !h2.load(Ordering::Relaxed) {
                     let _ = l.accept();
                 }
@@ -349,8 +313,7 @@ impl Hanging {
         Hanging {
             port,
             hang,
-            stop,
-            thread: Some(thread),
+            _server: server,
         }
     }
 
@@ -370,15 +333,6 @@ impl Hanging {
             fill.push(s);
         }
         fill
-    }
-}
-
-impl Drop for Hanging {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

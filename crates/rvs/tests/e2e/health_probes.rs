@@ -8,24 +8,11 @@ use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::harness::{Rvsd, TempDir, free_port};
-
-/// Real servers listed by `rvsadm -Ln` as (port, weight).
-fn listed(d: &Rvsd) -> Vec<(u16, u32)> {
-    d.ok("-L -n")
-        .lines()
-        .filter_map(|l| {
-            let l = l.trim_start().strip_prefix("-> ")?;
-            let mut f = l.split_whitespace();
-            let addr: std::net::SocketAddr = f.next()?.parse().ok()?;
-            let _fwd = f.next()?;
-            Some((addr.port(), f.next()?.parse().ok()?))
-        })
-        .collect()
-}
+use crate::harness::{Proc, Rvsd, TempDir, free_port};
+use crate::health::listed;
+use rvs_testbed::Server;
 
 fn within(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
@@ -83,8 +70,7 @@ fn misc_dynamic_exit_codes_set_weights_and_state() {
 struct Web {
     port: u16,
     state: Arc<Mutex<(u16, String)>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _server: Server,
 }
 
 impl Web {
@@ -93,49 +79,31 @@ impl Web {
         l.set_nonblocking(true).expect("nonblocking");
         let port = l.local_addr().expect("addr").port();
         let state = Arc::new(Mutex::new((200u16, "healthy\n".to_owned())));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (st, s2) = (state.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            while !s2.load(Ordering::Relaxed) {
-                let Ok((c, _)) = l.accept() else {
-                    std::thread::sleep(Duration::from_millis(2));
-                    continue;
-                };
-                let _ = c.set_nonblocking(false);
-                let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
-                let mut r = BufReader::new(c.try_clone().expect("clone"));
-                let mut line = String::new();
-                while r.read_line(&mut line).is_ok_and(|n| n > 2) {
-                    line.clear();
-                }
-                let (status, body) = st.lock().expect("state").clone();
-                let mut w = c;
-                let _ = write!(
-                    w,
-                    "HTTP/1.0 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
+        let st = state.clone();
+        let server = Server::tcp(l, move |c, _| {
+            let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut r = BufReader::new(c.try_clone().expect("clone"));
+            let mut line = String::new();
+            while r.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
             }
+            let (status, body) = st.lock().expect("state").clone();
+            let mut w = c;
+            let _ = write!(
+                w,
+                "HTTP/1.0 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
         });
         Web {
             port,
             state,
-            stop,
-            thread: Some(thread),
+            _server: server,
         }
     }
 
     fn set(&self, status: u16, body: &str) {
         *self.state.lock().expect("state") = (status, body.to_owned());
-    }
-}
-
-impl Drop for Web {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -189,8 +157,7 @@ fn http_status_and_digest_failures_are_detected() {
 struct Dns {
     port: u16,
     healthy: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _server: Server,
 }
 
 impl Dns {
@@ -199,54 +166,29 @@ impl Dns {
         use hickory_proto::rr::rdata::A;
         use hickory_proto::rr::{RData, Record};
         let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind dns");
-        sock.set_read_timeout(Some(Duration::from_millis(20)))
-            .expect("timeout");
         let port = sock.local_addr().expect("addr").port();
         let healthy = Arc::new(AtomicBool::new(true));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (h2, s2) = (healthy.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let mut buf = [0u8; 1500];
-            while !s2.load(Ordering::Relaxed) {
-                let Ok((n, peer)) = sock.recv_from(&mut buf) else {
-                    continue;
-                };
-                let Ok(q) = Message::from_vec(&buf[..n]) else {
-                    continue;
-                };
-                let Some(query) = q.queries.first().cloned() else {
-                    continue;
-                };
-                let mut resp = Message::response(q.metadata.id, OpCode::Query);
-                resp.add_query(query.clone());
-                if h2.load(Ordering::Relaxed) {
-                    resp.add_answer(Record::from_rdata(
-                        query.name().clone(),
-                        60,
-                        RData::A(A(std::net::Ipv4Addr::new(192, 0, 2, 7))),
-                    ));
-                } else {
-                    resp.metadata.response_code = ResponseCode::ServFail;
-                }
-                if let Ok(b) = resp.to_vec() {
-                    let _ = sock.send_to(&b, peer);
-                }
+        let h2 = healthy.clone();
+        let server = Server::udp(sock, move |data, _| {
+            let q = Message::from_vec(data).ok()?;
+            let query = q.queries.first().cloned()?;
+            let mut resp = Message::response(q.metadata.id, OpCode::Query);
+            resp.add_query(query.clone());
+            if h2.load(Ordering::Relaxed) {
+                resp.add_answer(Record::from_rdata(
+                    query.name().clone(),
+                    60,
+                    RData::A(A(std::net::Ipv4Addr::new(192, 0, 2, 7))),
+                ));
+            } else {
+                resp.metadata.response_code = ResponseCode::ServFail;
             }
+            resp.to_vec().ok()
         });
         Dns {
             port,
             healthy,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Dns {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            _server: server,
         }
     }
 }
@@ -286,23 +228,16 @@ fn dns_check_against_a_real_responder() {
 /// A real SMTP server (Debian's python3-aiosmtpd) on 127.0.0.1:`port`,
 /// killed on drop; `None` (skipped or failed, as the test bed says) when it
 /// is not installed.
-struct Smtpd(std::process::Child);
+struct Smtpd {
+    _proc: Proc,
+}
 
 impl Smtpd {
     fn start(test: &str, port: u16) -> Option<Smtpd> {
-        let python = "/usr/bin/python3";
-        let has = std::process::Command::new(python)
-            .args(["-c", "import aiosmtpd"])
-            .status()
-            .is_ok_and(|s| s.success());
-        if !has {
-            rvs_testbed::skip_or_fail(
-                test,
-                "python3-aiosmtpd is not installed (scripts/install-deps)",
-            );
+        if !crate::smtp_alert::has_aiosmtpd(test) {
             return None;
         }
-        let child = std::process::Command::new(python)
+        let child = std::process::Command::new("/usr/bin/python3")
             .args(["-m", "aiosmtpd", "-n", "-l", &format!("127.0.0.1:{port}")])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -312,14 +247,9 @@ impl Smtpd {
         within("aiosmtpd listens", Duration::from_secs(10), || {
             std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
         });
-        Some(Smtpd(child))
-    }
-}
-
-impl Drop for Smtpd {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        Some(Smtpd {
+            _proc: Proc(Some(child)),
+        })
     }
 }
 

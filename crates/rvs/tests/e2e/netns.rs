@@ -64,6 +64,47 @@ impl Bed {
         can_run(test).then(|| Bed(rvs_testbed::Bed::new("rvs")))
     }
 
+    /// A bed for `test` with hosts `(role, cidr)` on its segment `br0`, or
+    /// None (printed why) when it cannot run.
+    pub fn with_hosts<const N: usize>(
+        test: &str,
+        hosts: [(&str, &str); N],
+    ) -> Option<(Bed, [Host; N])> {
+        let mut bed = Bed::new(test)?;
+        let hosts = hosts.map(|(role, cidr)| bed.host(role, cidr));
+        Some((bed, hosts))
+    }
+
+    /// `n` real servers `r0`, `r1`, ... (10.77.0.11 up) of the VIP
+    /// 10.77.0.100, prepared by `rvsd realserver` with `mode` (`--mode dr`,
+    /// `--mode tun ...`), each serving `rsI` on :80.
+    pub fn real_servers(&mut self, n: usize, mode: &[&str]) -> Vec<Host> {
+        (0..n)
+            .map(|i| {
+                let h = self.host(&format!("r{i}"), &format!("10.77.0.{}/24", 11 + i));
+                realserver(&h, "10.77.0.100", mode);
+                self.server(&h, "0.0.0.0".parse().expect("any"), 80, &format!("rs{i}"));
+                h
+            })
+            .collect()
+    }
+
+    /// One-arm NAT: director `dir` also on 10.78.0.1/24 and forwarding;
+    /// `n` real servers `r0`, `r1`, ... (10.78.0.11 up) whose default route
+    /// is the director, each serving `rsI` on :80.
+    pub fn nat_servers(&mut self, dir: &Host, n: usize) -> Vec<Host> {
+        dir.exec(&["ip", "addr", "add", "10.78.0.1/24", "dev", "eth0"]);
+        dir.exec(&["sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"]);
+        (0..n)
+            .map(|i| {
+                let h = self.host(&format!("r{i}"), &format!("10.78.0.{}/24", 11 + i));
+                h.exec(&["ip", "route", "add", "default", "via", "10.78.0.1"]);
+                self.server(&h, "0.0.0.0".parse().expect("any"), 80, &format!("rs{i}"));
+                h
+            })
+            .collect()
+    }
+
     /// Attach an XDP program that passes everything to `host`'s bridge
     /// port: a veth only delivers what its peer sends with XDP_TX/redirect
     /// when it has an XDP program itself (TESTBED.md). The decapsulator
@@ -103,4 +144,23 @@ impl Drop for Bed {
             }
         }
     }
+}
+
+/// A bed for `test` with client `c` (10.77.0.10) and director `dir`
+/// (10.77.0.2) holding the VIP 10.77.0.100/32 on its eth0, XDP_PASS on the
+/// director's bridge port; or None (printed why) when it cannot run.
+pub fn director_bed(test: &str) -> Option<(Bed, Host, Host)> {
+    let (mut bed, [client, dir]) =
+        Bed::with_hosts(test, [("c", "10.77.0.10/24"), ("dir", "10.77.0.2/24")])?;
+    dir.exec(&["ip", "addr", "add", "10.77.0.100/32", "dev", "eth0"]);
+    bed.xdp_pass_on_port(&dir);
+    Some((bed, client, dir))
+}
+
+/// Whether `h` holds `addr` (IPv4 or IPv6) on its eth0: the VRRP master's
+/// virtual address.
+pub fn has_addr(h: &Host, addr: &str) -> bool {
+    let out = h.exec(&["ip", "-o", "addr", "show", "dev", "eth0"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.contains(&format!("inet {addr}/")) || text.contains(&format!("inet6 {addr}/"))
 }

@@ -6,10 +6,10 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use crate::harness::{RVSD, Rvsd, TempDir, parts, within};
+use crate::harness::{Launch, RVSD, Rvsd, TempDir, parts, within};
 
 const VIP: &str = "10.77.0.1";
 
@@ -131,24 +131,11 @@ fn a_missing_net_namespace_is_refused_at_start_with_its_name() {
     let dir = TempDir::new("netns-missing");
     let name = format!("rvs-ns-missing-{}", std::process::id());
     let path = dir.write("keepalived.conf", &conf(&name, 80, 8080));
-    let mut child = Command::new(RVSD)
-        .args(["--dataplane", "proxy", "--log-level", "warn", "--socket"])
-        .arg(dir.path().join("rvsd.sock"))
+    let err = Launch::at(&dir.path().join("rvsd.sock"))
+        .plane("proxy")
         .arg("-f")
         .arg(&path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rvsd");
-    let mut status = None;
-    within("rvsd exits", Duration::from_secs(10), || {
-        status = child.try_wait().expect("wait");
-        status.is_some()
-    });
-    let out = child.wait_with_output().expect("output");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "rvsd started without its namespace");
+        .refused();
     assert!(
         err.contains(&format!("net_namespace {name}"))
             && err.contains(&format!("ip netns add {name}")),

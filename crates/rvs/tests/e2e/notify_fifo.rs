@@ -10,9 +10,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::harness::TempDir;
+use crate::harness::{Proc, TempDir};
 use crate::netns::{Bed, Host};
-use crate::vrrp::{Proc, keepalived, rvsd};
+use crate::vrrp::{keepalived, rvsd};
 
 /// `h` has `addr` on eth0.
 fn has_addr(h: &Host, addr: &str) -> bool {
@@ -143,12 +143,13 @@ fn notify_fifo_lines_match_keepalived_s() {
     );
     let backup = "INSTANCE \"VI_1\" BACKUP 100";
     let count = |log: &Path, line: &str| lines(log).iter().filter(|l| *l == line).count();
-    within(
-        dir.path(),
-        "both logged BACKUP again",
-        Duration::from_secs(5),
-        || count(&ka_log, backup) >= 2 && count(&rv_log, backup) >= 2,
-    );
+    // Both FIFOs logged `line` a number of times that is `ok`, within `limit`.
+    let both_logged = |what: &str, line: &str, limit: Duration, ok: fn(usize) -> bool| {
+        within(dir.path(), &format!("both logged {what}"), limit, || {
+            ok(count(&ka_log, line)) && ok(count(&rv_log, line))
+        });
+    };
+    both_logged("BACKUP again", backup, Duration::from_secs(5), |c| c >= 2);
 
     // Their interface goes down: FAULT; up again: BACKUP (the peer is
     // still master).
@@ -156,34 +157,21 @@ fn notify_fifo_lines_match_keepalived_s() {
         h.exec(&["ip", "link", "set", "eth0", "down"]);
     }
     let fault = "INSTANCE \"VI_1\" FAULT 100";
-    within(
-        dir.path(),
-        "both logged FAULT",
-        Duration::from_secs(10),
-        || count(&ka_log, fault) == 1 && count(&rv_log, fault) == 1,
-    );
+    both_logged("FAULT", fault, Duration::from_secs(10), |c| c == 1);
     for h in [&ka, &rv] {
         h.exec(&["ip", "link", "set", "eth0", "up"]);
     }
-    within(
-        dir.path(),
-        "both logged BACKUP after FAULT",
-        Duration::from_secs(10),
-        || count(&ka_log, backup) >= 3 && count(&rv_log, backup) >= 3,
-    );
+    both_logged("BACKUP after FAULT", backup, Duration::from_secs(10), |c| {
+        c >= 3
+    });
 
     // Stopped: STOP, and the FIFO each created is removed.
-    pka.kill("TERM");
-    prv.kill("TERM");
-    pka.wait_exit();
-    prv.wait_exit();
+    pka.signal("TERM");
+    prv.signal("TERM");
+    pka.wait_exit("the process");
+    prv.wait_exit("the process");
     let stop = "INSTANCE \"VI_1\" STOP 100";
-    within(
-        dir.path(),
-        "both logged STOP",
-        Duration::from_secs(5),
-        || count(&ka_log, stop) == 1 && count(&rv_log, stop) == 1,
-    );
+    both_logged("STOP", stop, Duration::from_secs(5), |c| c == 1);
     assert!(!ka_fifo.exists(), "keepalived removes the FIFO it created");
     assert!(!rv_fifo.exists(), "rvsd removes the FIFO it created");
 

@@ -598,13 +598,17 @@ fn debian_package_installs_upgrades_under_load_and_removes_cleanly() {
     assert_eq!(String::from_utf8_lossy(&version.stdout).trim(), V2);
 
     // The bed: client, director (VIP on eth0), two DR real servers.
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((mut bed, [c, d, r1, r2])) = Bed::with_hosts(
+        test,
+        [
+            ("c", "10.77.0.10/24"),
+            ("d", "10.77.0.2/24"),
+            ("r1", "10.77.0.11/24"),
+            ("r2", "10.77.0.12/24"),
+        ],
+    ) else {
         return;
     };
-    let c = bed.host("c", "10.77.0.10/24");
-    let d = bed.host("d", "10.77.0.2/24");
-    let r1 = bed.host("r1", "10.77.0.11/24");
-    let r2 = bed.host("r2", "10.77.0.12/24");
     d.exec(&["ip", "addr", "add", "10.77.0.100/32", "dev", "eth0"]);
     for (r, name) in [(&r1, "r1"), (&r2, "r2")] {
         realserver(r, "10.77.0.100", &["--mode", "dr"]);
@@ -866,13 +870,17 @@ fn proxy_upgrade(test: &str, systemd: bool) {
 
     // The bed: client, director (the VIP on eth0), two real servers
     // listening on their own addresses.
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((mut bed, [c, d, r1, r2])) = Bed::with_hosts(
+        test,
+        [
+            ("c", "10.77.0.10/24"),
+            ("d", "10.77.0.2/24"),
+            ("r1", "10.77.0.11/24"),
+            ("r2", "10.77.0.12/24"),
+        ],
+    ) else {
         return;
     };
-    let c = bed.host("c", "10.77.0.10/24");
-    let d = bed.host("d", "10.77.0.2/24");
-    let r1 = bed.host("r1", "10.77.0.11/24");
-    let r2 = bed.host("r2", "10.77.0.12/24");
     d.exec(&["ip", "addr", "add", "10.77.0.100/32", "dev", "eth0"]);
     for (r, name) in [(&r1, "r1"), (&r2, "r2")] {
         let addr = r.addr;

@@ -6,9 +6,6 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::Command;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::harness::{RVSD, Rvsd, free_port, parts};
@@ -20,8 +17,7 @@ const T: Duration = Duration::from_secs(10);
 /// echoes whatever it reads until EOF. Stopped (and joined) on drop.
 struct Backend {
     addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _server: rvs_testbed::Server,
 }
 
 impl Backend {
@@ -29,23 +25,12 @@ impl Backend {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind backend");
         l.set_nonblocking(true).expect("nonblocking");
         let addr = l.local_addr().expect("addr");
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s2, name) = (stop.clone(), name.to_owned());
-        let thread = std::thread::spawn(move || {
-            while !s2.load(Ordering::Relaxed) {
-                match l.accept() {
-                    Ok((c, peer)) => {
-                        let name = name.clone();
-                        std::thread::spawn(move || serve(c, peer, &name, expect_proxy));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-        });
+        let name = name.to_owned();
         Backend {
             addr,
-            stop,
-            thread: Some(thread),
+            _server: rvs_testbed::Server::tcp(l, move |c, peer| {
+                serve(c, peer, &name, expect_proxy)
+            }),
         }
     }
 }
@@ -69,15 +54,6 @@ fn serve(c: TcpStream, peer: SocketAddr, name: &str, expect_proxy: bool) {
                     return;
                 }
             }
-        }
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
         }
     }
 }
@@ -454,14 +430,7 @@ fn fd_exhaustion_refuses_then_recovers() {
     d.eventually("recovery", || {
         std::panic::catch_unwind(|| connect_from(Ipv4Addr::new(127, 0, 6, 250), vip)).is_ok()
     });
-    let mut m = TcpStream::connect(("127.0.0.1", port)).expect("metrics");
-    write!(
-        m,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .expect("get");
-    let mut body = String::new();
-    m.read_to_string(&mut body).expect("read");
+    let body = crate::harness::http_get(&format!("127.0.0.1:{port}"), "/metrics");
     let refused_metric = body
         .lines()
         .filter(|l| {

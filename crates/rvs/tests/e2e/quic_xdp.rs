@@ -34,20 +34,18 @@
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr, UdpSocket as StdUdpSocket};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rvs_quiclb::Codec;
 use tokio::time::timeout;
 
-use crate::harness::{RVSADM, RVSD};
+use crate::harness::Adopted;
 use crate::netns::{Bed, Host, in_ns};
 use crate::quic_common::{
     Cert, KEY, SIDS, Served, assert_kept, broken, cert, client_config, client_config_with, clients,
     clients_with, codec, counters, exchange, server,
 };
-use crate::xdp_rvsd::Daemon;
 
 const VIP: &str = "10.77.0.100";
 const CLIENT: &str = "10.77.0.10";
@@ -105,7 +103,7 @@ async fn reachable(client: &Host, cert: &Cert) -> BTreeSet<String> {
 /// The director's rvsd: started by `ip netns exec`, or (the restart test)
 /// by nsenter under a pinned `--instance` that outlives it.
 enum Dir {
-    Plain(Daemon),
+    Plain(Adopted),
     Pinned(std::sync::Mutex<crate::restart::Director>),
 }
 
@@ -197,12 +195,7 @@ fn run_with(test: &str, spec: &str, codec: Codec, restart: bool) {
         d.start(false);
         Dir::Pinned(std::sync::Mutex::new(d))
     } else {
-        Dir::Plain(Daemon::start(
-            &mut bed,
-            &dir,
-            Path::new(RVSD),
-            Path::new(RVSADM),
-        ))
+        Dir::Plain(crate::xdp_rvsd::start(&mut bed, &dir))
     };
 
     // Two workers: the restart blocks the thread that drives the clients'

@@ -15,14 +15,15 @@
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::ops::{Deref, DerefMut};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSD, Rvsadm, TempDir, nsenter_rvsd, wait_for_socket};
-use crate::netns::{Bed, Host, connect};
+use crate::harness::{Pinned, RVSD, Rvsadm, TempDir};
+use crate::netns::{Bed, connect};
 
 const VIP: &str = "10.77.0.100";
 const STREAMS: usize = 50;
@@ -35,21 +36,27 @@ fn vip() -> SocketAddr {
 /// rvsd in the director's namespace, restartable; its pins are removed
 /// and it is killed on drop.
 pub(crate) struct Director {
-    ns: String,
-    pub(crate) instance: String,
-    socket: PathBuf,
+    /// Its rvsd (`--instance`, socket, process).
+    rvsd: Pinned,
     /// `-f FILE`, or none: a table made with rvsadm.
     conf: Option<PathBuf>,
     pub(crate) state: PathBuf,
     /// More arguments for every start (`--interface eth1`, `--http ...`).
     pub(crate) args: Vec<String>,
-    child: Option<Child>,
     _dir: TempDir,
 }
 
-impl Rvsadm for Director {
-    fn socket(&self) -> &Path {
-        &self.socket
+/// Its rvsd: `instance`, `child`, `stop`, `kill`, rvsadm.
+impl Deref for Director {
+    type Target = Pinned;
+    fn deref(&self) -> &Pinned {
+        &self.rvsd
+    }
+}
+
+impl DerefMut for Director {
+    fn deref_mut(&mut self) -> &mut Pinned {
+        &mut self.rvsd
     }
 }
 
@@ -58,13 +65,14 @@ impl Director {
         let dir = TempDir::new(tag);
         let conf = (!conf.is_empty()).then(|| dir.write("keepalived.conf", conf));
         Director {
-            ns: ns.to_owned(),
-            instance: rvs_testbed::unique_name(tag),
-            socket: dir.path().join("rvsd.sock"),
+            rvsd: Pinned::new(
+                ns,
+                rvs_testbed::unique_name(tag),
+                dir.path().join("rvsd.sock"),
+            ),
             conf,
             state: dir.path().join("state"),
             args: Vec::new(),
-            child: None,
             _dir: dir,
         }
     }
@@ -74,8 +82,10 @@ impl Director {
     }
 
     fn start_plane(&mut self, plane: &str, upgrade: bool) {
-        let mut cmd = nsenter_rvsd(&self.ns, RVSD, plane, &self.instance, &self.socket);
-        cmd.args(["--xdp-mode", "skb"])
+        let launch = self
+            .rvsd
+            .launch(plane)
+            .args(["--xdp-mode", "skb"])
             .args(
                 self.conf
                     .iter()
@@ -83,23 +93,9 @@ impl Director {
             )
             .arg("--state-dir")
             .arg(&self.state)
-            .args(&self.args);
-        if upgrade {
-            cmd.arg("--xdp-upgrade-probe");
-        }
-        let mut child = cmd.spawn().expect("spawn rvsd");
-        wait_for_socket(&self.socket, &mut child);
-        self.child = Some(child);
-    }
-
-    /// Stop rvsd with `sig` and wait for it.
-    pub(crate) fn stop(&mut self, sig: &str) {
-        if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill")
-                .args([sig, &c.id().to_string()])
-                .status();
-            let _ = c.wait();
-        }
+            .args(&self.args)
+            .args(upgrade.then_some("--xdp-upgrade-probe"));
+        self.rvsd.start(launch);
     }
 
     /// Established flows from `client` to the VIP that `-Lcn` lists.
@@ -139,15 +135,6 @@ impl Director {
             .nth(1)
             .map(|t| t.split_whitespace().take(6).collect::<Vec<_>>().join(" "))
             .unwrap_or_default()
-    }
-}
-
-impl Drop for Director {
-    fn drop(&mut self) {
-        self.stop("-KILL");
-        if let Ok(i) = rvs_xdp::pin::Instance::new(&self.instance) {
-            let _ = i.remove();
-        }
     }
 }
 
@@ -196,31 +183,14 @@ pub(crate) fn stream(
 }
 
 fn run(test: &str, nat: bool) {
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((mut bed, client, dir)) = crate::netns::director_bed(test) else {
         return;
     };
-    let client = bed.host("c", "10.77.0.10/24");
-    let dir = bed.host("dir", "10.77.0.2/24");
-    dir.exec(&["ip", "addr", "add", &format!("{VIP}/32"), "dev", "eth0"]);
-    bed.xdp_pass_on_port(&dir);
-    if nat {
-        dir.exec(&["ip", "addr", "add", "10.78.0.1/24", "dev", "eth0"]);
-        dir.exec(&["sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"]);
-    }
-    let mut rs: Vec<Host> = Vec::new();
-    for i in 0..2 {
-        let h = if nat {
-            let h = bed.host(&format!("r{i}"), &format!("10.78.0.{}/24", 11 + i));
-            h.exec(&["ip", "route", "add", "default", "via", "10.78.0.1"]);
-            h
-        } else {
-            let h = bed.host(&format!("r{i}"), &format!("10.77.0.{}/24", 11 + i));
-            crate::netns::realserver(&h, VIP, &["--mode", "dr"]);
-            h
-        };
-        bed.server(&h, "0.0.0.0".parse().expect("any"), 80, &format!("rs{i}"));
-        rs.push(h);
-    }
+    let rs = if nat {
+        bed.nat_servers(&dir, 2)
+    } else {
+        bed.real_servers(2, &["--mode", "dr"])
+    };
     let kind = if nat { "NAT" } else { "DR" };
     let reals: String = rs
         .iter()
@@ -377,7 +347,7 @@ fn run(test: &str, nat: bool) {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     } else {
         d.ok("--remove-director");
-        if let Some(mut c) = d.child.take() {
+        if let Some(mut c) = d.child.0.take() {
             let _ = c.wait();
         }
     }
@@ -433,16 +403,10 @@ fn xdp_restart_with_another_dataplane_detaches() {
 #[test]
 fn xdp_restart_keeps_a_table_made_with_rvsadm() {
     let test = "xdp_restart_rvsadm";
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((mut bed, client, dir)) = crate::netns::director_bed(test) else {
         return;
     };
-    let client = bed.host("c", "10.77.0.10/24");
-    let dir = bed.host("dir", "10.77.0.2/24");
-    dir.exec(&["ip", "addr", "add", &format!("{VIP}/32"), "dev", "eth0"]);
-    bed.xdp_pass_on_port(&dir);
-    let rs = bed.host("r0", "10.77.0.11/24");
-    crate::netns::realserver(&rs, VIP, &["--mode", "dr"]);
-    bed.server(&rs, "0.0.0.0".parse().expect("any"), 80, "rs0");
+    let rs = bed.real_servers(1, &["--mode", "dr"]).remove(0);
     let mut d = Director::new(&dir.ns, test, "");
     d.start(false);
     d.ok(&format!("-A -t {VIP}:80 -s rr"));
@@ -493,7 +457,7 @@ fn xdp_restart_keeps_a_table_made_with_rvsadm() {
     while pins.exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    if let Some(mut c) = d.child.take() {
+    if let Some(mut c) = d.child.0.take() {
         let _ = c.wait();
     }
     assert!(!pins.exists(), "pins removed");

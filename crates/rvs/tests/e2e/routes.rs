@@ -6,14 +6,13 @@
 //! is checked is what an operator checks: `ip route` and `ip rule`.
 
 use std::path::Path;
-use std::process::Child;
 use std::time::Duration;
 
-use crate::harness::{TempDir, rvsd_in_ns, wait_exit, within};
+use crate::harness::{Proc, TempDir, within};
 use crate::netns::{Bed, Host};
 
 /// A director, killed on drop.
-pub(crate) struct Director(Option<Child>);
+pub(crate) struct Director(Proc);
 
 impl Director {
     /// rvsd (control plane only) in `h`'s namespace with `conf` and `extra`
@@ -33,37 +32,18 @@ impl Director {
         name: &str,
         extra: &[&str],
     ) -> Self {
-        let file = file.to_string_lossy().into_owned();
-        let socket = dir.join(format!("{name}.sock"));
-        let mut args = vec!["-f", &file, "--log-level", "info"];
-        args.extend_from_slice(extra);
-        Director(Some(rvsd_in_ns(&h.ns, "none", &socket, &args)))
+        Director(crate::vrrp::rvsd_file(h, dir, file, name, extra))
     }
 
     /// Send `sig` (`HUP`, `TERM`).
     pub(crate) fn signal(&self, sig: &str) {
-        if let Some(c) = &self.0 {
-            let _ = std::process::Command::new("kill")
-                .args([&format!("-{sig}"), &c.id().to_string()])
-                .status();
-        }
+        self.0.signal(sig);
     }
 
     /// Stop with SIGTERM and wait (bounded) for the exit.
     pub(crate) fn stop(&mut self) {
-        self.signal("TERM");
-        if let Some(mut c) = self.0.take() {
-            wait_exit(&mut c, "rvsd");
-        }
-    }
-}
-
-impl Drop for Director {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.0.signal("TERM");
+        self.0.wait_exit("rvsd");
     }
 }
 
@@ -151,11 +131,11 @@ const STATIC: &[&str] = &[
 #[test]
 fn virtual_routes_and_rules_follow_the_master() {
     let test = "virtual_routes_and_rules_follow_the_master";
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((_bed, [a, b])) =
+        Bed::with_hosts(test, [("a", "10.0.25.1/24"), ("b", "10.0.25.2/24")])
+    else {
         return;
     };
-    let a = bed.host("a", "10.0.25.1/24");
-    let b = bed.host("b", "10.0.25.2/24");
     let dir = TempDir::new("routes");
     let first = "10.50.0.0/16 via 10.0.25.254 dev eth0";
     let mut da = Director::start(&a, dir.path(), "a", &conf("1", 150, first), &[]);

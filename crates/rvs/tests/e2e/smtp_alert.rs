@@ -5,11 +5,27 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::harness::{TempDir, within};
+use crate::harness::{Proc, TempDir, within};
 use crate::netns::Bed;
-use crate::vrrp::{Proc, rvsd};
+use crate::vrrp::rvsd;
 
 const PYTHON: &str = "/usr/bin/python3";
+
+/// Whether python3's aiosmtpd (a real SMTP server) is installed; otherwise
+/// skips (or fails under CI) saying so.
+pub(crate) fn has_aiosmtpd(test: &str) -> bool {
+    let has = Command::new(PYTHON)
+        .args(["-c", "import aiosmtpd"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has {
+        rvs_testbed::skip_or_fail(
+            test,
+            "python3-aiosmtpd is not installed (scripts/install-deps)",
+        );
+    }
+    has
+}
 
 #[test]
 fn smtp_alert_mails_vrrp_transitions_to_a_real_smtp_server() {
@@ -17,15 +33,7 @@ fn smtp_alert_mails_vrrp_transitions_to_a_real_smtp_server() {
     let Some(mut bed) = Bed::new(test) else {
         return;
     };
-    let has_aiosmtpd = Command::new(PYTHON)
-        .args(["-c", "import aiosmtpd"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !has_aiosmtpd {
-        rvs_testbed::skip_or_fail(
-            test,
-            "python3-aiosmtpd is not installed (scripts/install-deps)",
-        );
+    if !has_aiosmtpd(test) {
         return;
     }
     let a = bed.host("a", "10.0.8.1/24");
@@ -113,15 +121,7 @@ vrrp_instance VI_1 {
 fn smtp_alert_mails_checker_and_quorum_changes_to_a_real_smtp_server() {
     use crate::harness::{Rvsd, free_port};
     let test = "smtp_alert_mails_checker_and_quorum_changes_to_a_real_smtp_server";
-    let has_aiosmtpd = Command::new(PYTHON)
-        .args(["-c", "import aiosmtpd"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !has_aiosmtpd {
-        rvs_testbed::skip_or_fail(
-            test,
-            "python3-aiosmtpd is not installed (scripts/install-deps)",
-        );
+    if !has_aiosmtpd(test) {
         return;
     }
     let dir = TempDir::new("smtp-checker");

@@ -7,52 +7,32 @@
 
 use std::io::Write as _;
 use std::net::TcpListener;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use rvs_testbed::{Cgroup, skip_or_fail};
+use rvs_testbed::{Cgroup, Server};
 
-use crate::harness::{Rvsd, TempDir, free_port, within};
+use crate::harness::{Rvsd, TempDir, free_port, real_server_fields, within};
 
 /// TCP backends on 127.0.0.1 that greet each connection with their name.
 struct Backends {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    _servers: Vec<Server>,
 }
 
 impl Backends {
     fn start(names: &[&str]) -> (Backends, Vec<u16>) {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
         let mut ports = Vec::new();
-        for name in names {
-            let l = TcpListener::bind("127.0.0.1:0").expect("bind backend");
-            l.set_nonblocking(true).expect("nonblocking");
-            ports.push(l.local_addr().expect("addr").port());
-            let (stop, name) = (stop.clone(), (*name).to_owned());
-            threads.push(std::thread::spawn(move || {
-                let deadline = std::time::Instant::now() + Duration::from_secs(120);
-                while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < deadline {
-                    match l.accept() {
-                        Ok((mut c, _)) => {
-                            let _ = writeln!(c, "{name}");
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                    }
-                }
-            }));
-        }
-        (Backends { stop, threads }, ports)
-    }
-}
-
-impl Drop for Backends {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        let servers = names
+            .iter()
+            .map(|name| {
+                let l = TcpListener::bind("127.0.0.1:0").expect("bind backend");
+                ports.push(l.local_addr().expect("addr").port());
+                let name = (*name).to_owned();
+                Server::tcp(l, move |mut c, _| {
+                    let _ = writeln!(c, "{name}");
+                })
+            })
+            .collect();
+        (Backends { _servers: servers }, ports)
     }
 }
 
@@ -74,22 +54,17 @@ fn connect_from(cg: &Cgroup, vip: &str, port: u16, n: usize) -> Vec<String> {
 
 /// Conns per real-server port from `rvsadm -L -n --stats`.
 fn conns(d: &Rvsd, port: u16) -> Option<u64> {
-    d.ok("-L -n --stats").lines().find_map(|l| {
-        let l = l.trim_start().strip_prefix("-> ")?;
-        let mut f = l.split_whitespace();
-        let addr: std::net::SocketAddr = f.next()?.parse().ok()?;
-        (addr.port() == port).then(|| f.next()?.parse().ok())?
+    real_server_fields(&d.ok("-L -n --stats")).find_map(|f| {
+        let addr: std::net::SocketAddr = f.first()?.parse().ok()?;
+        (addr.port() == port).then(|| f.get(1)?.parse().ok())?
     })
 }
 
 #[test]
 fn sock_plane_skips_a_failed_backend_counts_connections_and_detaches_on_stop() {
     let test = "sock_plane_skips_a_failed_backend_counts_connections_and_detaches_on_stop";
-    if !rvs_testbed::is_root() {
-        return skip_or_fail(test, "needs root (cgroup BPF programs)");
-    }
-    if rvs_testbed::cgroup::unified_root().is_none() {
-        return skip_or_fail(test, "no cgroup v2 hierarchy mounted");
+    if !rvs_testbed::require_root_and_cgroup2(test, "needs root (cgroup BPF programs)") {
+        return;
     }
     let cg = Cgroup::new("rvse2esock");
     let (backends, ports) = Backends::start(&["a", "c"]);

@@ -5,52 +5,38 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Child;
 use std::time::Duration;
 
-use crate::harness::{Rvsadm, TempDir, rvsd_in_ns, wait_for_socket, within};
+use crate::harness::{Launch, Rvsd, TempDir, within};
 use crate::netns::{Bed, Host, connect};
 
-struct Daemon {
-    child: Child,
-    socket: std::path::PathBuf,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Rvsadm for Daemon {
-    fn socket(&self) -> &Path {
-        &self.socket
-    }
-}
-
-impl Daemon {
-    fn start(h: &Host, dir: &Path, name: &str, plane: &str) -> Daemon {
-        let socket = dir.join(format!("{name}.sock"));
-        let mut child = rvsd_in_ns(&h.ns, plane, &socket, &["--log-level", "warn"]);
-        wait_for_socket(&socket, &mut child);
-        Daemon { child, socket }
-    }
+/// rvsd in `h`'s namespace with data plane `plane`, on `DIR/NAME.sock`
+/// (killed on drop).
+fn start(h: &Host, dir: &Path, name: &str, plane: &str, args: &[&str]) -> Rvsd {
+    Launch::at(&dir.join(format!("{name}.sock")))
+        .netns(&h.ns)
+        .plane(plane)
+        .args(args)
+        .spawn()
 }
 
 #[test]
 fn sync_daemon_carries_connections_and_templates_to_the_backup() {
     let test = "sync_daemon_carries_connections_and_templates_to_the_backup";
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((mut bed, [a, b, c])) = Bed::with_hosts(
+        test,
+        [
+            ("a", "10.0.5.1/24"),
+            ("b", "10.0.5.2/24"),
+            ("c", "10.0.5.3/24"),
+        ],
+    ) else {
         return;
     };
-    let a = bed.host("a", "10.0.5.1/24");
-    let b = bed.host("b", "10.0.5.2/24");
-    let c = bed.host("c", "10.0.5.3/24");
     bed.server(&a, "10.0.5.1".parse().unwrap(), 8081, "rs1");
     let dir = TempDir::new("sync");
-    let master = Daemon::start(&a, dir.path(), "master", "proxy");
-    let backup = Daemon::start(&b, dir.path(), "backup", "none");
+    let master = start(&a, dir.path(), "master", "proxy", &[]);
+    let backup = start(&b, dir.path(), "backup", "none", &[]);
     for d in [&master, &backup] {
         d.ok("-A -t 10.0.5.1:80 -s rr -p 300");
         d.ok("-a -t 10.0.5.1:80 -r 10.0.5.1:8081 -m");
@@ -125,11 +111,10 @@ fn sync_daemon_carries_connections_and_templates_to_the_backup() {
 #[test]
 fn lvs_sync_daemon_follows_the_vrrp_state() {
     let test = "lvs_sync_daemon_follows_the_vrrp_state";
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((_bed, [a, b])) = Bed::with_hosts(test, [("a", "10.0.5.1/24"), ("b", "10.0.5.2/24")])
+    else {
         return;
     };
-    let a = bed.host("a", "10.0.5.1/24");
-    let b = bed.host("b", "10.0.5.2/24");
     let dir = TempDir::new("sync-ka");
     let conf = |prio: u8| {
         format!(
@@ -158,12 +143,8 @@ virtual_server 10.0.5.100 80 {{
     };
     let start = |h: &Host, name: &str, prio: u8| {
         let file = dir.write(&format!("{name}.conf"), &conf(prio));
-        let socket = dir.path().join(format!("{name}.sock"));
         let file = file.to_string_lossy().into_owned();
-        let args = ["-f", &file, "--log-level", "warn"];
-        let mut child = rvsd_in_ns(&h.ns, "none", &socket, &args);
-        wait_for_socket(&socket, &mut child);
-        Daemon { child, socket }
+        start(h, dir.path(), name, "none", &["-f", &file])
     };
     let pa = start(&a, "a", 150);
     let pb = start(&b, "b", 100);

@@ -15,14 +15,12 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSD, Rvsadm, TempDir};
-use crate::netns::{Bed, Host, connect};
+use crate::harness::{Launch, RVSD, Rvsadm, http_get, samples, scenarios};
+use crate::netns::{Host, connect};
 
 const VIP: [u8; 4] = [10, 77, 0, 100];
 /// The spoofed sources: 10.99.0.0/16.
@@ -195,18 +193,6 @@ fn rss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// rvsd in the director's namespace (killed by the bed).
-struct Daemon {
-    socket: PathBuf,
-    _dir: TempDir,
-}
-
-impl Rvsadm for Daemon {
-    fn socket(&self) -> &Path {
-        &self.socket
-    }
-}
-
 /// The scenario's bounds, from the environment (the bench runs longer).
 struct Bounds {
     seconds: f64,
@@ -263,26 +249,16 @@ struct Figures {
 }
 
 fn scenario(test: &str, sched: &str) -> Option<Figures> {
-    let mut bed = Bed::new(test)?;
-    let client = bed.host("c", "10.77.0.10/24");
-    let dir = bed.host("dir", "10.77.0.2/24");
+    let (mut bed, client, dir) = crate::netns::director_bed(test)?;
     let flooder = bed.host("f", "10.77.0.20/24");
-    dir.exec(&["ip", "addr", "add", "10.77.0.100/32", "dev", "eth0"]);
     // The spoofed prefix is routed to the flooding host (what the director's
     // kernel answers to a passed packet goes there).
     dir.exec(&["ip", "route", "add", "10.99.0.0/16", "via", "10.77.0.20"]);
-    bed.xdp_pass_on_port(&dir);
-    let mut rs = Vec::new();
-    for i in 0..2 {
-        let h = bed.host(&format!("r{i}"), &format!("10.77.0.{}/24", 11 + i));
-        crate::netns::realserver(&h, "10.77.0.100", &["--mode", "dr"]);
+    let rs = bed.real_servers(2, &["--mode", "dr"]);
+    for h in &rs {
         // The real servers' SYN-ACKs to spoofed sources go nowhere.
         h.exec(&["ip", "route", "add", "blackhole", "10.99.0.0/16"]);
-        bed.server(&h, "0.0.0.0".parse().expect("any"), 80, &format!("rs{i}"));
-        rs.push(h);
     }
-    let tmp = TempDir::new("synflood");
-    let socket = tmp.path().join("rvsd.sock");
     // The bench may compare another build (RVS_SYNFLOOD_RVSD).
     let rvsd = std::env::var("RVS_SYNFLOOD_RVSD")
         .ok()
@@ -295,9 +271,11 @@ fn scenario(test: &str, sched: &str) -> Option<Figures> {
         let n = env_or("RVS_SYNFLOOD_ET", EMBRYONIC_TABLE.into());
         vec!["--embryonic-table-size".to_owned(), n.to_string()]
     };
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &dir.ns, &rvsd, "--dataplane", "xdp"])
-        .args(["--interface", "eth0", "--log-level", "warn"])
+    let d = Launch::new("synflood")
+        .netns(&dir.ns)
+        .bin(&rvsd)
+        .plane("xdp")
+        .args(["--interface", "eth0"])
         .args([
             "--flow-table-size",
             &env_or("RVS_SYNFLOOD_FT", FLOW_TABLE.into()).to_string(),
@@ -309,17 +287,8 @@ fn scenario(test: &str, sched: &str) -> Option<Figures> {
             "--conn-capacity",
             &env_or("RVS_SYNFLOOD_CC", CONN_CAPACITY).to_string(),
         ])
-        .arg("--socket")
-        .arg(&socket)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn rvsd");
-    crate::harness::wait_for_socket(&socket, &mut child);
-    let pid = child.id();
-    bed.adopt(child);
-    let d = Daemon { socket, _dir: tmp };
+        .adopt(&mut bed);
+    let pid = d.pid;
     // mh by port too: one client's connections spread over both servers.
     let flags = if sched == "mh" { "-b mh-port" } else { "" };
     d.ok(&format!("-A -t 10.77.0.100:80 -s {sched} {flags}"));
@@ -423,25 +392,9 @@ fn scenario(test: &str, sched: &str) -> Option<Figures> {
     })
 }
 
-/// A plain HTTP/1.0 GET: the body.
-fn http_get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).expect("connect to rvsd's HTTP");
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").expect("request");
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default()
-}
-
 /// The value of metric `name` for the VIP's service (0 when absent).
 fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .filter(|l| l.starts_with(name) && l.contains("local_address=\"10.77.0.100\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    samples(text, name, &["local_address=\"10.77.0.100\""]).sum()
 }
 
 fn check(test: &str, sched: &str) {
@@ -499,13 +452,9 @@ fn check(test: &str, sched: &str) {
     }
 }
 
-#[test]
-fn synflood_mh_dr_guarded() {
-    check("synflood_mh_dr_guarded", "mh");
-}
-
-#[test]
-fn synflood_wlc_dr() {
-    check("synflood_wlc_dr", "wlc");
+scenarios! {
+    check:
+    synflood_mh_dr_guarded("mh"),
+    synflood_wlc_dr("wlc"),
 }
 const ECHO_EVERY: u64 = 6;

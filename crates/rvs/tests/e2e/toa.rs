@@ -64,19 +64,26 @@ impl Cgroup {
 
     /// This test binary as a TOA child (`role` for [`toa_child`]).
     fn child(&self, role: String) -> Child {
+        self.child_in(None, role)
+    }
+
+    /// [`Cgroup::child`] inside network namespace `ns` (`ip netns exec`)
+    /// when given.
+    pub(crate) fn child_in(&self, ns: Option<&str>, role: String) -> Child {
         let me = std::env::current_exe().expect("the test binary's path");
-        let me = me.to_str().expect("a UTF-8 path").to_owned();
-        self.spawn(
-            &me,
-            &[
-                "--ignored",
-                "--exact",
-                "toa::toa_child",
-                "--nocapture",
-                "--test-threads=1",
-            ],
-            &[("RVS_TOA_CHILD", role)],
-        )
+        let me = me.to_str().expect("a UTF-8 path");
+        let (cmd, mut args) = match ns {
+            Some(ns) => ("ip", vec!["netns", "exec", ns, me]),
+            None => (me, Vec::new()),
+        };
+        args.extend([
+            "--ignored",
+            "--exact",
+            "toa::toa_child",
+            "--nocapture",
+            "--test-threads=1",
+        ]);
+        self.spawn(cmd, &args, &[("RVS_TOA_CHILD", role)])
     }
 }
 
@@ -299,24 +306,33 @@ struct Nginx {
     log: PathBuf,
 }
 
+/// An nginx.conf in `dir` for a server on `listen` that logs each client
+/// as `ADDR:PORT` (its `$remote_addr`, the TOA address where the option is
+/// read) to `DIR/access.log`: the file and the log's path.
+pub(crate) fn nginx_conf(dir: &TempDir, listen: &str) -> (PathBuf, PathBuf) {
+    let log = dir.path().join("access.log");
+    let _ = std::fs::remove_file(&log);
+    let conf = dir.write(
+        "nginx.conf",
+        &format!(
+            "daemon off;\nmaster_process off;\nworker_processes 1;\nuser root;\n\
+             pid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+             events {{ worker_connections 64; }}\n\
+             http {{\n  log_format toa '$remote_addr:$remote_port';\n\
+               access_log {log} toa;\n\
+               client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
+               fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
+               server {{ listen {listen}; location / {{ return 200 \"ok\\n\"; }} }}\n}}\n",
+            d = dir.path().display(),
+            log = log.display(),
+        ),
+    );
+    (conf, log)
+}
+
 impl Nginx {
     fn start(cg: &Cgroup, dir: &TempDir, port: u16) -> Nginx {
-        let log = dir.path().join("access.log");
-        let conf = dir.write(
-            "nginx.conf",
-            &format!(
-                "daemon off;\nmaster_process off;\nworker_processes 1;\nuser root;\n\
-                 pid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
-                 events {{ worker_connections 64; }}\n\
-                 http {{\n  log_format toa '$remote_addr:$remote_port';\n\
-                   access_log {log} toa;\n\
-                   client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
-                   fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
-                   server {{ listen 127.0.0.1:{port}; location / {{ return 200 \"ok\\n\"; }} }}\n}}\n",
-                d = dir.path().display(),
-                log = log.display(),
-            ),
-        );
+        let (conf, log) = nginx_conf(dir, &format!("127.0.0.1:{port}"));
         let conf = conf.to_str().expect("UTF-8").to_owned();
         let prefix = format!("{}/", dir.path().display());
         let child = Reap(cg.spawn("nginx", &["-e", "stderr", "-p", &prefix, "-c", &conf], &[]));

@@ -6,15 +6,14 @@
 
 use std::time::Duration;
 
-use crate::harness::{TempDir, within};
+use crate::harness::{Proc, TempDir, within};
 use crate::netns::{Bed, Host};
 use crate::routes::Director;
 
 const VIP: &str = "10.0.27.100";
 
 fn has_vip(h: &Host) -> bool {
-    let out = h.exec(&["ip", "-o", "addr", "show", "dev", "eth0"]);
-    String::from_utf8_lossy(&out.stdout).contains(&format!("inet {VIP}/"))
+    crate::netns::has_addr(h, VIP)
 }
 
 fn instance(vrid: u8, priority: &str, extra: &str) -> String {
@@ -132,28 +131,17 @@ fn config_ids_give_two_directors_different_priorities_from_one_file() {
 }
 
 /// A process with a name of its own (a copy of `sleep`), killed on drop.
-struct Named(std::process::Child);
-
-impl Named {
-    fn start(dir: &std::path::Path, name: &str) -> Named {
-        let bin = dir.join(name);
-        if !bin.exists() {
-            std::fs::copy("/bin/sleep", &bin).expect("copy sleep");
-        }
-        Named(
-            std::process::Command::new(&bin)
-                .arg("600")
-                .spawn()
-                .expect("start the tracked process"),
-        )
+fn named(dir: &std::path::Path, name: &str) -> Proc {
+    let bin = dir.join(name);
+    if !bin.exists() {
+        std::fs::copy("/bin/sleep", &bin).expect("copy sleep");
     }
-}
-
-impl Drop for Named {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    Proc(Some(
+        std::process::Command::new(&bin)
+            .arg("600")
+            .spawn()
+            .expect("start the tracked process"),
+    ))
 }
 
 #[test]
@@ -199,11 +187,11 @@ vrrp_track_process stop {{
         wait,
         || has_vip(&b) && !has_vip(&a),
     );
-    let up = Named::start(dir.path(), &svc);
+    let up = named(dir.path(), &svc);
     within("A (110) takes over once its process runs", wait, || {
         has_vip(&a) && !has_vip(&b)
     });
-    let down = Named::start(dir.path(), &stop);
+    let down = named(dir.path(), &stop);
     within("A is in FAULT while the reverse one runs", wait, || {
         has_vip(&b) && !has_vip(&a)
     });

@@ -9,82 +9,23 @@
 //! path-MTU answer and the checksum of full-size tunnel packets. IPv4 and
 //! IPv6 (IPv6 in IPv6 outer headers).
 
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener};
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSADM, RVSD};
-use crate::netns::{Bed, Host, connect};
-use crate::xdp_rvsd::Daemon;
+use crate::harness::{Rvsadm, scenarios};
+use crate::netns::{Bed, connect};
 
 const T: Duration = Duration::from_secs(3);
-
-/// A TCP server in `host` on `addr:80` that answers every connection with
-/// `NAME PEER\n` (PEER: the address accept() returned) and then echoes
-/// (bounded: 10 s idle per connection); stopped and joined on drop.
-struct PeerServer {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl PeerServer {
-    fn start(host: &Host, addr: IpAddr, name: &str) -> PeerServer {
-        let listener =
-            host.run(move || TcpListener::bind(SocketAddr::new(addr, 80)).expect("server bind"));
-        listener.set_nonblocking(true).expect("nonblocking");
-        let stop = Arc::new(AtomicBool::new(false));
-        let (stop2, name) = (stop.clone(), name.to_owned());
-        let thread = std::thread::spawn(move || {
-            while !stop2.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((mut s, peer)) => {
-                        let name = name.clone();
-                        std::thread::spawn(move || {
-                            let _ = s.set_nonblocking(false);
-                            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-                            if s.write_all(format!("{name} {peer}\n").as_bytes()).is_err() {
-                                return;
-                            }
-                            let mut buf = [0u8; 4096];
-                            while let Ok(n) = s.read(&mut buf) {
-                                if n == 0 || s.write_all(&buf[..n]).is_err() {
-                                    break;
-                                }
-                            }
-                        });
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-        });
-        PeerServer {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for PeerServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
 
 /// Two real servers behind `rvsd` over `tun` (`gre` or `geneve`), IPv4 or
 /// IPv6; every connection reaches a server that saw the client's address
 /// and port, both servers are used, and a 16 KiB request gets through.
 fn tunnel(test: &str, tun: &str, csum: &str, v6: bool) {
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((mut bed, [client, dir])) =
+        Bed::with_hosts(test, [("c", "10.77.0.10/24"), ("dir", "10.77.0.2/24")])
+    else {
         return;
     };
-    let client = bed.host("c", "10.77.0.10/24");
-    let dir = bed.host("dir", "10.77.0.2/24");
     let (vip, client_ip): (IpAddr, IpAddr) = if v6 {
         client.exec(&["ip", "addr", "add", "fd77::10/64", "dev", "eth0", "nodad"]);
         dir.exec(&["ip", "addr", "add", "fd77::2/64", "dev", "eth0", "nodad"]);
@@ -121,10 +62,14 @@ fn tunnel(test: &str, tun: &str, csum: &str, v6: bool) {
             h.addr
         };
         crate::netns::realserver(&h, &vip.to_string(), &["--mode", "tun", "--tun-type", tun]);
-        servers.push(PeerServer::start(&h, vip, &format!("rs{i}")));
+        servers.push(crate::fullnat::peer_tcp(
+            &h,
+            SocketAddr::new(vip, 80),
+            &format!("rs{i}"),
+        ));
         rs.push((h, addr));
     }
-    let d = Daemon::start(&mut bed, &dir, &PathBuf::from(RVSD), &PathBuf::from(RVSADM));
+    let d = crate::xdp_rvsd::start(&mut bed, &dir);
     let svc = SocketAddr::new(vip, 80);
     let bracket = |a: IpAddr| match a {
         IpAddr::V4(a) => a.to_string(),
@@ -185,32 +130,12 @@ fn tunnel(test: &str, tun: &str, csum: &str, v6: bool) {
     drop(servers);
 }
 
-#[test]
-fn tunnels_gre_v4() {
-    tunnel("tunnels_gre_v4", "gre", "--tun-nocsum", false);
-}
-
-#[test]
-fn tunnels_gre_csum_v4() {
-    tunnel("tunnels_gre_csum_v4", "gre", "--tun-csum", false);
-}
-
-#[test]
-fn tunnels_gre_csum_v6() {
-    tunnel("tunnels_gre_csum_v6", "gre", "--tun-csum", true);
-}
-
-#[test]
-fn tunnels_geneve_v4() {
-    tunnel("tunnels_geneve_v4", "geneve", "--tun-nocsum", false);
-}
-
-#[test]
-fn tunnels_geneve_csum_v4() {
-    tunnel("tunnels_geneve_csum_v4", "geneve", "--tun-csum", false);
-}
-
-#[test]
-fn tunnels_geneve_v6() {
-    tunnel("tunnels_geneve_v6", "geneve", "--tun-nocsum", true);
+scenarios! {
+    tunnel:
+    tunnels_gre_v4("gre", "--tun-nocsum", false),
+    tunnels_gre_csum_v4("gre", "--tun-csum", false),
+    tunnels_gre_csum_v6("gre", "--tun-csum", true),
+    tunnels_geneve_v4("geneve", "--tun-nocsum", false),
+    tunnels_geneve_csum_v4("geneve", "--tun-csum", false),
+    tunnels_geneve_v6("geneve", "--tun-nocsum", true),
 }

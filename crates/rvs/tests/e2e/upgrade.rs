@@ -14,10 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSADM, RVSD, TempDir, free_port, wait_for_socket};
+use crate::harness::{Launch, RVSADM, RVSD, TempDir, free_port, wait_for_socket};
 
 /// Requests a real server answers on one connection before it closes it
 /// with `Connection: close` (nginx's `keepalive_requests`, made small so
@@ -33,40 +32,16 @@ const UPGRADES: usize = 3;
 /// A minimal HTTP/1.1 server on 127.0.0.1 (a thread per connection).
 struct Server {
     addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _server: rvs_testbed::Server,
 }
 
 impl Server {
     fn start(name: &'static str) -> Server {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind server");
-        l.set_nonblocking(true).expect("nonblocking");
         let addr = l.local_addr().expect("addr");
-        let stop = Arc::new(AtomicBool::new(false));
-        let s2 = stop.clone();
-        let thread = std::thread::spawn(move || {
-            while !s2.load(Ordering::Relaxed) {
-                match l.accept() {
-                    Ok((c, _)) => {
-                        std::thread::spawn(move || serve_http(c, name));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-        });
         Server {
             addr,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            _server: rvs_testbed::Server::tcp(l, move |c, _| serve_http(c, name)),
         }
     }
 }
@@ -277,22 +252,45 @@ impl Drop for Daemons {
     }
 }
 
-fn spawn_rvsd(dir: &Path, socket: &Path, rules: &Path, n: usize, takeover: bool) -> Child {
+/// rvsd number `n` on `socket` (proxy plane, `--log-level info`, stderr to
+/// `DIR/rvsd-N.log`), taking over from the running one when `takeover`;
+/// the caller adds its arguments.
+fn rvsd_cmd(dir: &Path, socket: &Path, n: usize, takeover: bool) -> Command {
     let log = std::fs::File::create(dir.join(format!("rvsd-{n}.log"))).expect("log file");
-    let mut cmd = Command::new(RVSD);
-    cmd.args(["--dataplane", "proxy", "--log-level", "info", "--socket"])
-        .arg(socket)
+    let mut c = Launch::at(socket)
+        .plane("proxy")
+        .log_level("info")
+        .args(takeover.then_some("--takeover"))
+        .command();
+    c.stderr(log);
+    c
+}
+
+fn spawn_rvsd(dir: &Path, socket: &Path, rules: &Path, n: usize, takeover: bool) -> Child {
+    rvsd_cmd(dir, socket, n, takeover)
         .arg("--rules")
         .arg(rules)
-        .args(["--drain-grace", &DRAIN_GRACE.as_secs().to_string()]);
-    if takeover {
-        cmd.arg("--takeover");
-    }
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
+        .args(["--drain-grace", &DRAIN_GRACE.as_secs().to_string()])
         .spawn()
         .expect("spawn rvsd")
+}
+
+/// Wait (bounded: 20 s) for the old rvsd (the first of `d`) to exit after
+/// a takeover, calling `tick` between polls; its exit status.
+fn old_retires(d: &mut Daemons, dir: &Path, mut tick: impl FnMut()) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Ok(Some(s)) = d.0[0].try_wait() {
+            return s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the old rvsd did not retire\n{}",
+            logs(dir, 2)
+        );
+        tick();
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn inode(p: &Path) -> Option<u64> {
@@ -540,14 +538,9 @@ fn takeover_without_a_file_takes_the_table() {
     let server = Server::start("rs1");
     let vip = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let spawn = |n: usize, takeover: bool| {
-        let log = std::fs::File::create(dir.path().join(format!("rvsd-{n}.log"))).expect("log");
-        let mut c = Command::new(RVSD);
-        c.args(["--dataplane", "proxy", "--log-level", "info", "--socket"])
-            .arg(&socket);
-        if takeover {
-            c.arg("--takeover");
-        }
-        c.stdin(Stdio::null()).stderr(log).spawn().expect("rvsd")
+        rvsd_cmd(dir.path(), &socket, n, takeover)
+            .spawn()
+            .expect("rvsd")
     };
     let mut d = Daemons(vec![spawn(0, false)]);
     wait_for_socket(&socket, &mut d.0[0]);
@@ -593,17 +586,8 @@ fn takeover_without_a_file_takes_the_table() {
 
     let old_inode = inode(&socket);
     d.0.push(spawn(1, true));
-    let t0 = Instant::now();
     let mut ended = false;
-    let status = loop {
-        if let Ok(Some(s)) = d.0[0].try_wait() {
-            break s;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the old rvsd did not retire\n{}",
-            logs(dir.path(), 2)
-        );
+    let status = old_retires(&mut d, dir.path(), || {
         // It waits for the open connection; end it after the handover.
         if !ended && inode(&socket) != old_inode && listing(&socket).is_some() {
             ended = true;
@@ -611,8 +595,7 @@ fn takeover_without_a_file_takes_the_table() {
             assert!(!read_response(&mut r).expect("second response, through the old daemon"));
             let _ = open.shutdown(std::net::Shutdown::Both);
         }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    });
     assert!(
         status.success(),
         "old rvsd: {status}\n{}",
@@ -659,18 +642,7 @@ fn takeover_hands_over_hundreds_of_sockets() {
     wait_for_socket(&socket, &mut d.0[0]);
     let before = listing(&socket).expect("listing");
     d.0.push(spawn_rvsd(dir.path(), &socket, &rules, 1, true));
-    let t0 = Instant::now();
-    let status = loop {
-        if let Ok(Some(s)) = d.0[0].try_wait() {
-            break s;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the old rvsd did not retire\n{}",
-            logs(dir.path(), 2)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = old_retires(&mut d, dir.path(), || {});
     assert!(
         status.success(),
         "old rvsd: {status}\n{}",

@@ -5,51 +5,36 @@
 //! script saw.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{TempDir, rvsd_in_ns, wait_exit, within};
+use crate::harness::{Launch, Proc, TempDir, within};
 use crate::netns::{Bed, Host};
 
 const VIP: &str = "10.0.5.100";
 const VIP6: &str = "2001:db8:5::100";
 
-/// A daemon in a namespace, killed on drop.
-pub(crate) struct Proc(pub(crate) Option<Child>);
-
-impl Proc {
-    pub(crate) fn kill(&mut self, sig: &str) {
-        if let Some(c) = &self.0 {
-            let _ = Command::new("kill")
-                .args([&format!("-{sig}"), &c.id().to_string()])
-                .status();
-        }
-    }
-
-    /// Wait (bounded) for the process to exit after a signal.
-    pub(crate) fn wait_exit(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            wait_exit(&mut c, "the process");
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 pub(crate) fn rvsd(h: &Host, dir: &Path, name: &str, conf: &str) -> Proc {
     let file = dir.join(format!("{name}.conf"));
     std::fs::write(&file, conf).expect("write conf");
-    let file = file.to_string_lossy().into_owned();
-    let socket = dir.join(format!("{name}.sock"));
-    let args = ["-f", &file, "--log-level", "info"];
-    Proc(Some(rvsd_in_ns(&h.ns, "none", &socket, &args)))
+    rvsd_file(h, dir, &file, name, &[])
+}
+
+/// rvsd (control plane only, `--log-level info`) in `h`'s namespace with
+/// configuration `file`, socket `DIR/NAME.sock` and `extra` arguments; not
+/// waited for.
+pub(crate) fn rvsd_file(h: &Host, dir: &Path, file: &Path, name: &str, extra: &[&str]) -> Proc {
+    let child = Launch::at(&dir.join(format!("{name}.sock")))
+        .netns(&h.ns)
+        .plane("none")
+        .arg("-f")
+        .arg(file)
+        .log_level("info")
+        .args(extra)
+        .command()
+        .spawn()
+        .expect("spawn rvsd");
+    Proc(Some(child))
 }
 
 pub(crate) fn keepalived(h: &Host, dir: &Path, name: &str, conf: &str) -> Proc {
@@ -77,9 +62,7 @@ pub(crate) fn keepalived(h: &Host, dir: &Path, name: &str, conf: &str) -> Proc {
 
 /// The host has the IPv4 or the IPv6 virtual address (each test uses one).
 fn has_vip(h: &Host) -> bool {
-    let out = h.exec(&["ip", "-o", "addr", "show", "dev", "eth0"]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.contains(&format!("inet {VIP}/")) || text.contains(&format!("inet6 {VIP6}/"))
+    crate::netns::has_addr(h, VIP) || crate::netns::has_addr(h, VIP6)
 }
 
 /// `f` stays true for all of `span`.
@@ -154,8 +137,8 @@ fn vrrp_elects_fails_over_preempts_back_and_resigns_on_stop() {
 
     // A dies without a word: B (100) takes over after its
     // Master_Down_Interval (3 × 1 s + 156/256 s) from A's last advert.
-    pa.kill("KILL");
-    pa.wait_exit();
+    pa.signal("KILL");
+    pa.wait_exit("the process");
     // A's address stays configured in its namespace (nobody removed it);
     // take it away as the host's reboot would.
     a.exec(&[
@@ -184,14 +167,14 @@ fn vrrp_elects_fails_over_preempts_back_and_resigns_on_stop() {
     // A stops cleanly: it resigns with priority 0, so B takes over after
     // its skew time (~0.6 s), not Master_Down_Interval, and A removes
     // the address itself.
-    pa.kill("TERM");
+    pa.signal("TERM");
     let took = within(
         "B takes over from a resigning A",
         Duration::from_secs(3),
         || has_vip(&b),
     );
     assert!(took < Duration::from_millis(2500), "took {took:?}");
-    pa.wait_exit();
+    pa.wait_exit("the process");
     assert!(!has_vip(&a), "A left its address behind");
 
     // The notify script saw A's transitions with keepalived's arguments
@@ -254,9 +237,9 @@ fn interop(test: &str, global: &str, auth: bool, vip: &str) {
     );
 
     // keepalived stops (it resigns with priority 0): rvsd takes over.
-    ka.kill("TERM");
+    ka.signal("TERM");
     within("rvsd takes the VIP", Duration::from_secs(5), || has_vip(&b));
-    ka.wait_exit();
+    ka.wait_exit("the process");
 
     // keepalived back with a lower priority: it must hear rvsd's adverts
     // and stay backup.
@@ -331,9 +314,9 @@ fn vrrp_unicast_peers_elect_and_fail_over() {
     holds("only A holds the VIP", Duration::from_secs(3), || {
         has_vip(&a) && !has_vip(&b)
     });
-    pa.kill("TERM");
+    pa.signal("TERM");
     within("B takes over", Duration::from_secs(3), || has_vip(&b));
-    pa.wait_exit();
+    pa.wait_exit("the process");
     assert!(!has_vip(&a));
 }
 
@@ -384,11 +367,11 @@ fn has_addr(h: &Host, dev: &str, addr: &str) -> bool {
 #[test]
 fn vrrp_sync_group_moves_its_members_together() {
     let test = "vrrp_sync_group_moves_its_members_together";
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((mut bed, [a, b])) =
+        Bed::with_hosts(test, [("a", "10.0.5.1/24"), ("b", "10.0.5.2/24")])
+    else {
         return;
     };
-    let a = bed.host("a", "10.0.5.1/24");
-    let b = bed.host("b", "10.0.5.2/24");
     bed.bridge("br1");
     bed.link(&a.ns, "br1", "eth1", "10.0.6.1/24");
     bed.link(&b.ns, "br1", "eth1", "10.0.6.2/24");
@@ -479,12 +462,12 @@ fn vrrp_reload_changes_priorities_without_a_flap() {
         return;
     };
     let dir = TempDir::new("vrrp-reload");
-    let mut pa = rvsd(&a, dir.path(), "a", &instance(150, true, ""));
-    let mut pb = rvsd(&b, dir.path(), "b", &instance(100, true, ""));
+    let pa = rvsd(&a, dir.path(), "a", &instance(150, true, ""));
+    let pb = rvsd(&b, dir.path(), "b", &instance(100, true, ""));
     within("A holds the VIP", Duration::from_secs(8), || has_vip(&a));
     // A 150 → 160: no restart, no resignation.
     std::fs::write(dir.path().join("a.conf"), instance(160, true, "")).expect("write");
-    pa.kill("HUP");
+    pa.signal("HUP");
     holds(
         "A keeps the VIP across its reload",
         Duration::from_secs(5),
@@ -492,7 +475,7 @@ fn vrrp_reload_changes_priorities_without_a_flap() {
     );
     // B 100 → 200: it preempts A.
     std::fs::write(dir.path().join("b.conf"), instance(200, true, "")).expect("write");
-    pb.kill("HUP");
+    pb.signal("HUP");
     within("B preempts A", Duration::from_secs(8), || {
         has_vip(&b) && !has_vip(&a)
     });
@@ -541,9 +524,9 @@ fn vrrp_use_vmac_announces_the_virtual_mac() {
         },
     );
     // A stops: B takes over, and A's macvlan is gone.
-    pa.kill("TERM");
+    pa.signal("TERM");
     within("B takes over", Duration::from_secs(5), || has_vip(&b));
-    pa.wait_exit();
+    pa.wait_exit("the process");
     let links = String::from_utf8_lossy(&a.exec(&["ip", "-o", "link"]).stdout).into_owned();
     assert!(!links.contains("vrrp.51"), "{links}");
 }
@@ -632,8 +615,8 @@ fn vrrp_no_host_but_the_master_answers_arp_after_kill_restart_and_stop() {
 
     // SIGKILL: the address stays on A (nobody removed it) while
     // keepalived takes over: two hosts answer until rvsd starts again.
-    pa.kill("KILL");
-    pa.wait_exit();
+    pa.signal("KILL");
+    pa.wait_exit("the process");
     within("keepalived takes over", Duration::from_secs(8), || {
         has_vip(&b)
     });
@@ -664,8 +647,8 @@ fn vrrp_no_host_but_the_master_answers_arp_after_kill_restart_and_stop() {
     // A leftover appears on the backup (as a predecessor's would); rvsd
     // stopped with SIGTERM while BACKUP takes it away too.
     a.exec(&["ip", "addr", "add", &vip32, "dev", "eth0"]);
-    pa.kill("TERM");
-    pa.wait_exit();
+    pa.signal("TERM");
+    pa.wait_exit("the process");
     assert!(
         !has_vip(&a),
         "rvsd stopped as BACKUP left the address behind"

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSADM, RVSD, TempDir, wait_for_socket, within};
+use crate::harness::{Launch, RVSD, Rvsadm, TempDir, within};
 use crate::netns::{Bed, Host};
 
 const VIP: &str = "10.0.6.100";
@@ -161,8 +161,7 @@ vrrp_instance VI_1 {
 ";
 
 fn has_vip(h: &Host) -> bool {
-    let out = h.exec(&["ip", "-o", "addr", "show", "dev", "eth0"]);
-    String::from_utf8_lossy(&out.stdout).contains(&format!("inet {VIP}/"))
+    crate::netns::has_addr(h, VIP)
 }
 
 /// The largest gap between successive adverts from `from` in
@@ -209,38 +208,15 @@ fn vrrp_adverts_keep_their_rhythm_while_the_xdp_plane_reloads() {
     // which answers ARP).
     let conf = dir.path().join("rvsd.conf");
     std::fs::write(&conf, rvsd_conf(&["10.0.6.3".to_owned()])).expect("write conf");
-    let socket = dir.path().join("rvsd.sock");
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &a.ns])
-        .arg(&rvsd)
-        .args([
-            "--dataplane",
-            "xdp",
-            "--interface",
-            "eth0",
-            "--log-level",
-            "warn",
-        ])
-        .arg("--socket")
-        .arg(&socket)
-        .arg("-f")
+    let d = Launch::at(&dir.path().join("rvsd.sock"))
+        .netns(&a.ns)
+        .bin(&rvsd)
+        .plane("xdp")
+        .args(["--interface", "eth0", "-f"])
         .arg(&conf)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn rvsd");
-    let pid = child.id().to_string();
-    wait_for_socket(&socket, &mut child);
-    bed.adopt(child);
-    let adm = |args: &[&str]| {
-        let o = Command::new(RVSADM)
-            .args(args)
-            .env("RVS_SOCKET", &socket)
-            .output()
-            .expect("rvsadm");
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
+        .adopt(&mut bed);
+    let pid = d.pid.to_string();
+    let adm = |args: &[&str]| d.out(&args.join(" "));
     within("rvsd is master", Duration::from_secs(10), || has_vip(&a));
 
     let capture = Capture::start(&obs);

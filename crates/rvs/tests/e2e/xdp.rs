@@ -19,6 +19,7 @@ use rvs_core::time::Instant as CoreInstant;
 use rvs_xdp::maps::{self, Config, Dest, Svc, SvcKey, fwd};
 use rvs_xdp::{LoadOptions, Loaded, Object, tables};
 
+use crate::harness::scenarios;
 use crate::netns::{Bed, Host, connect, in_ns, spread};
 
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
@@ -264,24 +265,12 @@ fn rr_over(test: &str, method: u8) {
     }
 }
 
-#[test]
-fn xdp_dr_rr_real_connections() {
-    rr_over("xdp_dr_rr_real_connections", fwd::DR);
-}
-
-#[test]
-fn xdp_tun_ipip_rr_with_decapsulator() {
-    rr_over("xdp_tun_ipip_rr_with_decapsulator", fwd::TUN_IPIP);
-}
-
-#[test]
-fn xdp_tun_gue_rr_with_decapsulator() {
-    rr_over("xdp_tun_gue_rr_with_decapsulator", fwd::TUN_GUE);
-}
-
-#[test]
-fn xdp_nat_rr_real_servers_route_via_the_director() {
-    rr_over("xdp_nat_rr_real_servers_route_via_the_director", fwd::NAT);
+scenarios! {
+    rr_over:
+    xdp_dr_rr_real_connections(fwd::DR),
+    xdp_tun_ipip_rr_with_decapsulator(fwd::TUN_IPIP),
+    xdp_tun_gue_rr_with_decapsulator(fwd::TUN_GUE),
+    xdp_nat_rr_real_servers_route_via_the_director(fwd::NAT),
 }
 
 #[test]
@@ -335,14 +324,10 @@ fn hashed(test: &str, sched: &str) {
     assert!(seen.len() > 1, "30 client ports all hashed to {seen:?}");
 }
 
-#[test]
-fn xdp_dr_sh_port_matches_core() {
-    hashed("xdp_dr_sh_port_matches_core", "sh");
-}
-
-#[test]
-fn xdp_dr_mh_port_matches_core() {
-    hashed("xdp_dr_mh_port_matches_core", "mh");
+scenarios! {
+    hashed:
+    xdp_dr_sh_port_matches_core("sh"),
+    xdp_dr_mh_port_matches_core("mh"),
 }
 
 #[test]
@@ -522,17 +507,9 @@ fn xdp_tun_pmtu_v4() {
     }
 }
 
-#[test]
-fn xdp_v6_dr() {
-    v6("xdp_v6_dr", fwd::DR);
-}
-
-#[test]
-fn xdp_v6_tun_ip6ip6() {
-    v6("xdp_v6_tun_ip6ip6", fwd::TUN_IPIP);
-}
-
-#[test]
-fn xdp_v6_tun_gue() {
-    v6("xdp_v6_tun_gue", fwd::TUN_GUE);
+scenarios! {
+    v6:
+    xdp_v6_dr(fwd::DR),
+    xdp_v6_tun_ip6ip6(fwd::TUN_IPIP),
+    xdp_v6_tun_gue(fwd::TUN_GUE),
 }

@@ -7,11 +7,9 @@
 //! The daemon is this build's rvsd.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSADM, RVSD, TempDir};
+use crate::harness::{Adopted, Launch, Rvsadm, scenarios};
 use crate::netns::{Bed, Host, connect, spread};
 
 const T: Duration = Duration::from_secs(3);
@@ -20,67 +18,13 @@ fn vip() -> SocketAddr {
     "10.77.0.100:80".parse().expect("vip")
 }
 
-/// rvsd running in the director's namespace; killed by the bed's guard.
-pub(crate) struct Daemon {
-    socket: PathBuf,
-    adm: PathBuf,
-    _dir: TempDir,
-}
-
-/// Its pins and saved table go with it (the bed kills the process).
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        crate::harness::remove_pins(&self.socket);
-    }
-}
-
-impl Daemon {
-    pub(crate) fn start(bed: &mut Bed, dir: &Host, rvsd: &Path, adm: &Path) -> Daemon {
-        let tmp = TempDir::new("xdp-rvsd");
-        let socket = tmp.path().join("rvsd.sock");
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &dir.ns])
-            .arg(rvsd)
-            .args([
-                "--dataplane",
-                "xdp",
-                "--interface",
-                "eth0",
-                "--log-level",
-                "warn",
-                "--socket",
-            ])
-            .arg(&socket)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn rvsd");
-        crate::harness::wait_for_socket(&socket, &mut child);
-        bed.adopt(child);
-        Daemon {
-            socket,
-            adm: adm.to_owned(),
-            _dir: tmp,
-        }
-    }
-
-    pub(crate) fn adm(&self, args: &str) -> Output {
-        Command::new(&self.adm)
-            .args(args.split_whitespace())
-            .env("RVS_SOCKET", &self.socket)
-            .output()
-            .expect("rvsadm")
-    }
-
-    pub(crate) fn ok(&self, args: &str) {
-        let o = self.adm(args);
-        assert!(
-            o.status.success(),
-            "rvsadm {args}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
+/// rvsd (XDP on eth0) in the director's namespace; killed by the bed.
+pub(crate) fn start(bed: &mut Bed, dir: &Host) -> Adopted {
+    Launch::new("xdp-rvsd")
+        .netns(&dir.ns)
+        .plane("xdp")
+        .args(["--interface", "eth0"])
+        .adopt(bed)
 }
 
 enum Kind {
@@ -91,38 +35,22 @@ enum Kind {
 }
 
 /// Client, director (rvsd) and `n` real servers answering `rsN`.
-fn setup(test: &str, kind: Kind, n: usize) -> Option<(Bed, Host, Daemon, Vec<Host>, &'static str)> {
-    let (rvsd, adm) = (PathBuf::from(RVSD), PathBuf::from(RVSADM));
-    let mut bed = Bed::new(test)?;
-    let client = bed.host("c", "10.77.0.10/24");
-    let dir = bed.host("dir", "10.77.0.2/24");
-    dir.exec(&["ip", "addr", "add", "10.77.0.100/32", "dev", "eth0"]);
-    bed.xdp_pass_on_port(&dir);
-    let nat = matches!(kind, Kind::Nat);
-    if nat {
-        dir.exec(&["ip", "addr", "add", "10.78.0.1/24", "dev", "eth0"]);
-        dir.exec(&["sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"]);
-    }
-    let mut rs = Vec::new();
-    for i in 0..n {
-        let h = if nat {
-            let h = bed.host(&format!("r{i}"), &format!("10.78.0.{}/24", 11 + i));
-            h.exec(&["ip", "route", "add", "default", "via", "10.78.0.1"]);
-            h
-        } else {
-            let h = bed.host(&format!("r{i}"), &format!("10.77.0.{}/24", 11 + i));
-            let mode: &[&str] = match kind {
-                Kind::Dr => &["--mode", "dr"],
-                Kind::Ipip => &["--mode", "tun"],
-                _ => &["--mode", "tun", "--tun-type", "gue", "--gue-port", "6080"],
-            };
-            crate::netns::realserver(&h, "10.77.0.100", mode);
-            h
-        };
-        bed.server(&h, "0.0.0.0".parse().expect("any"), 80, &format!("rs{i}"));
-        rs.push(h);
-    }
-    let d = Daemon::start(&mut bed, &dir, &rvsd, &adm);
+fn setup(
+    test: &str,
+    kind: Kind,
+    n: usize,
+) -> Option<(Bed, Host, Adopted, Vec<Host>, &'static str)> {
+    let (mut bed, client, dir) = crate::netns::director_bed(test)?;
+    let rs = match kind {
+        Kind::Nat => bed.nat_servers(&dir, n),
+        Kind::Dr => bed.real_servers(n, &["--mode", "dr"]),
+        Kind::Ipip => bed.real_servers(n, &["--mode", "tun"]),
+        Kind::Gue => bed.real_servers(
+            n,
+            &["--mode", "tun", "--tun-type", "gue", "--gue-port", "6080"],
+        ),
+    };
+    let d = start(&mut bed, &dir);
     let flag = match kind {
         Kind::Dr => "-g",
         Kind::Ipip => "-i",
@@ -167,24 +95,12 @@ fn rr(test: &str, kind: Kind) {
     assert!(counts.iter().all(|&c| c == 10), "rr over 3: {seen:?}");
 }
 
-#[test]
-fn xdp_rvsd_dr_rr() {
-    rr("xdp_rvsd_dr_rr", Kind::Dr);
-}
-
-#[test]
-fn xdp_rvsd_tun_ipip_rr() {
-    rr("xdp_rvsd_tun_ipip_rr", Kind::Ipip);
-}
-
-#[test]
-fn xdp_rvsd_tun_gue_rr() {
-    rr("xdp_rvsd_tun_gue_rr", Kind::Gue);
-}
-
-#[test]
-fn xdp_rvsd_nat_rr() {
-    rr("xdp_rvsd_nat_rr", Kind::Nat);
+scenarios! {
+    rr:
+    xdp_rvsd_dr_rr(Kind::Dr),
+    xdp_rvsd_tun_ipip_rr(Kind::Ipip),
+    xdp_rvsd_tun_gue_rr(Kind::Gue),
+    xdp_rvsd_nat_rr(Kind::Nat),
 }
 
 #[test]
@@ -294,14 +210,10 @@ fn hashed_via_rvsd(test: &str, sched: &str) {
     assert!(seen.len() > 1, "{seen:?}");
 }
 
-#[test]
-fn xdp_rvsd_dr_mh_port_matches_core() {
-    hashed_via_rvsd("xdp_rvsd_dr_mh_port_matches_core", "mh");
-}
-
-#[test]
-fn xdp_rvsd_dr_sh_port_matches_core() {
-    hashed_via_rvsd("xdp_rvsd_dr_sh_port_matches_core", "sh");
+scenarios! {
+    hashed_via_rvsd:
+    xdp_rvsd_dr_mh_port_matches_core("mh"),
+    xdp_rvsd_dr_sh_port_matches_core("sh"),
 }
 
 /// A persistent port-zero service (`-A -t VIP:0 -p`, as keepalived's

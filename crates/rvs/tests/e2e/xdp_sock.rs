@@ -12,15 +12,17 @@
 //! the (empty) /sys/fs/cgroup of that private mount namespace, so
 //! `--cgroup` names the test's cgroup there.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rvs_testbed::{Cgroup, skip_or_fail};
 
-use crate::harness::{RVSADM, RVSD, TempDir};
+use crate::harness::{
+    Adopted, Launch, Rvsadm, TempDir, http_get, real_server_fields, samples, within,
+};
 use crate::netns::{Bed, Host, connect, spread};
 
 const T: Duration = Duration::from_secs(3);
@@ -189,148 +191,81 @@ impl Drop for Held {
 
 /// rvsd with both planes in the director's namespace (killed by the bed).
 struct Daemon {
-    socket: PathBuf,
-    http: SocketAddr,
+    rvsd: Adopted,
+    http: &'static str,
     ns: String,
-    _dir: TempDir,
 }
 
 impl Daemon {
     fn start(bed: &mut Bed, dir: &Host, cg: &Cgroup) -> Daemon {
-        let tmp = TempDir::new("xdp-sock");
-        let socket = tmp.path().join("rvsd.sock");
-        let http: SocketAddr = "127.0.0.1:9180".parse().expect("addr");
+        let http = "127.0.0.1:9180";
         let root = rvs_testbed::cgroup::unified_root().expect("cgroup v2");
         let rel = cg.path().strip_prefix(&root).expect("under the root");
         let inner = Path::new("/sys/fs/cgroup").join(rel);
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &dir.ns, "sh", "-c"])
-            .arg(r#"mount -t cgroup2 none /sys/fs/cgroup && exec "$@""#)
-            .arg("sh")
-            .arg(RVSD)
-            .args([
-                "--dataplane",
-                "xdp,sock",
-                "--interface",
-                "eth0",
-                "--cgroup",
-                inner.to_str().expect("utf-8"),
-                "--http",
-                &http.to_string(),
-                "--log-level",
-                "warn",
-                "--socket",
+        let rvsd = Launch::new("xdp-sock")
+            .wrapped(&[
+                "ip",
+                "netns",
+                "exec",
+                &dir.ns,
+                "sh",
+                "-c",
+                r#"mount -t cgroup2 none /sys/fs/cgroup && exec "$@""#,
+                "sh",
             ])
-            .arg(&socket)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn rvsd");
-        crate::harness::wait_for_socket(&socket, &mut child);
-        bed.adopt(child);
+            .plane("xdp,sock")
+            .args(["--interface", "eth0", "--cgroup"])
+            .arg(&inner)
+            .args(["--http", http])
+            .adopt(bed);
         Daemon {
-            socket,
+            rvsd,
             http,
             ns: dir.ns.clone(),
-            _dir: tmp,
         }
-    }
-
-    fn adm(&self, args: &str) -> Output {
-        Command::new(RVSADM)
-            .args(args.split_whitespace())
-            .env("RVS_SOCKET", &self.socket)
-            .output()
-            .expect("rvsadm")
-    }
-
-    fn ok(&self, args: &str) -> String {
-        let o = self.adm(args);
-        assert!(
-            o.status.success(),
-            "rvsadm {args}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
     /// GET /metrics (from inside the director's namespace).
     fn metrics(&self) -> String {
         let addr = self.http;
-        rvs_testbed::in_ns(&self.ns, move || {
-            let mut s = TcpStream::connect_timeout(&addr, T).expect("connect --http");
-            s.set_read_timeout(Some(T)).expect("timeout");
-            s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-                .expect("request");
-            let mut text = String::new();
-            s.read_to_string(&mut text).expect("response");
-            text
-        })
+        rvs_testbed::in_ns(&self.ns, move || http_get(addr, "/metrics"))
+    }
+}
+
+impl Rvsadm for Daemon {
+    fn socket(&self) -> &Path {
+        &self.rvsd.socket
     }
 }
 
 /// The value of the sample of `family` whose line contains every `label`.
 fn sample(text: &str, family: &str, labels: &[&str]) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let rest = l.strip_prefix(family)?;
-        if !(rest.starts_with(' ') || rest.starts_with('{')) {
-            return None;
-        }
-        if !labels.iter().all(|x| rest.contains(x)) {
-            return None;
-        }
-        rest.rsplit(' ').next()?.parse().ok()
-    })
+    samples(text, family, labels).next()
 }
 
 /// Conns per real server from `-L -n --stats`, by address.
 fn conns(d: &Daemon) -> std::collections::BTreeMap<String, u64> {
-    d.ok("-L -n --stats")
-        .lines()
-        .filter_map(|l| {
-            let l = l.trim_start().strip_prefix("-> ")?;
-            let mut f = l.split_whitespace();
-            let addr = f.next()?.to_owned();
-            Some((addr, f.next()?.parse().ok()?))
-        })
+    real_server_fields(&d.ok("-L -n --stats"))
+        .filter_map(|f| Some((f.first()?.to_string(), f.get(1)?.parse().ok()?)))
         .collect()
-}
-
-fn within(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 #[test]
 fn xdp_sock_one_table_external_through_xdp_local_at_the_socket() {
     let test = "xdp_sock_one_table_external_through_xdp_local_at_the_socket";
-    if !rvs_testbed::is_root() {
-        return skip_or_fail(test, "needs root (namespaces, XDP, cgroup BPF programs)");
-    }
-    if rvs_testbed::cgroup::unified_root().is_none() {
-        return skip_or_fail(test, "no cgroup v2 hierarchy mounted");
+    if !rvs_testbed::require_root_and_cgroup2(
+        test,
+        "needs root (namespaces, XDP, cgroup BPF programs)",
+    ) {
+        return;
     }
     // Before the bed: dropped after it (the bed kills rvsd and the
     // clients, then the cgroup is empty and goes).
     let cg = Cgroup::new("rvse2exdpsock");
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((mut bed, client, dir)) = crate::netns::director_bed(test) else {
         return;
     };
-    let client = bed.host("c", "10.77.0.10/24");
-    let dir = bed.host("dir", "10.77.0.2/24");
-    dir.exec(&["ip", "addr", "add", "10.77.0.100/32", "dev", "eth0"]);
-    bed.xdp_pass_on_port(&dir);
-    let mut rs = Vec::new();
-    for i in 0..2 {
-        let h = bed.host(&format!("r{i}"), &format!("10.77.0.{}/24", 11 + i));
-        crate::netns::realserver(&h, "10.77.0.100", &["--mode", "dr"]);
-        bed.server(&h, "0.0.0.0".parse().expect("any"), 80, &format!("rs{i}"));
-        rs.push(h);
-    }
+    let rs = bed.real_servers(2, &["--mode", "dr"]);
     let d = Daemon::start(&mut bed, &dir, &cg);
     d.ok("-A -t 10.77.0.100:80 -s rr");
     for h in &rs {
@@ -483,15 +418,10 @@ fn xdp_sock_start_refusals_name_the_plane() {
     }
     let tmp = TempDir::new("xdp-sock-refusals");
     let run = |args: &[&str]| {
-        let o = Command::new(RVSD)
-            .args(["--dataplane", "xdp,sock", "--socket"])
-            .arg(tmp.path().join("rvsd.sock"))
+        Launch::at(&tmp.path().join("rvsd.sock"))
+            .plane("xdp,sock")
             .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("rvsd");
-        assert!(!o.status.success());
-        String::from_utf8_lossy(&o.stderr).into_owned()
+            .refused()
     };
     let e = run(&[]);
     assert!(e.contains("the xdp plane needs --interface"), "{e}");

@@ -8,12 +8,12 @@
 
 use std::io::Read;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::harness::{RVSADM, RVSD, TempDir, wait_for_socket};
+use crate::harness::{Launch, TempDir, parts};
 
 fn root_and_tools(test: &str) -> bool {
     crate::netns::can_run(test)
@@ -165,40 +165,6 @@ impl Drop for Bed {
     }
 }
 
-/// rvsd in the director namespace, killed on drop.
-struct Daemon {
-    child: Child,
-    dir: TempDir,
-}
-
-impl Daemon {
-    fn adm(&self, args: &str) -> (bool, String, String) {
-        let out = Command::new(RVSADM)
-            .args(args.split_whitespace())
-            .env("RVS_SOCKET", self.dir.path().join("rvsd.sock"))
-            .output()
-            .expect("rvsadm");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    fn ok(&self, args: &str) -> String {
-        let (ok, out, err) = self.adm(args);
-        assert!(ok, "rvsadm {args}: {err}");
-        out
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn xdp_attached(bed: &Bed) -> bool {
     let out = Command::new("ip")
         .args(["-n", &bed.ns("d"), "link", "show", "eth0"])
@@ -216,32 +182,17 @@ fn rvsd_xdp_dataplane_carries_dr_and_reports_it() {
     let bed = Bed::new();
     bed.server("r1");
     bed.server("r2");
-    let dir = TempDir::new("xdpd");
-    let socket = dir.path().join("rvsd.sock");
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &bed.ns("d"), RVSD, "--dataplane", "xdp"])
-        .args([
-            "--interface",
-            "eth0",
-            "--xdp-mode",
-            "skb",
-            "--flow-table-size",
-            "65536",
-        ])
-        .args(["--log-level", "warn", "--socket"])
-        .arg(&socket)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn rvsd");
-    wait_for_socket(&socket, &mut child);
-    let d = Daemon { child, dir };
+    let d = Launch::new("xdpd")
+        .netns(&bed.ns("d"))
+        .plane("xdp")
+        .args(["--interface", "eth0", "--xdp-mode", "skb"])
+        .args(["--flow-table-size", "65536"])
+        .spawn();
     assert!(xdp_attached(&bed), "program attached");
 
     // What XDP cannot do is refused with the reason, and nothing changes.
-    let (ok, _, err) = d.adm("-A -f 7 -s rr");
-    assert!(!ok && err.contains("firewall marks"), "{err}");
+    let (_, err, code) = parts(&d.adm("-A -f 7 -s rr"));
+    assert!(code != 0 && err.contains("firewall marks"), "{err}");
 
     d.ok("-A -t 10.77.0.100:80 -s rr");
     d.ok("-a -t 10.77.0.100:80 -r 10.77.0.11:80 -g");
@@ -327,19 +278,13 @@ fn rvsd_xdp_start_errors_are_clear() {
     let socket = dir.path().join("rvsd.sock");
     let _pins = crate::harness::PinGuard(socket.clone());
     let run = |pre: &[&str], args: &[&str]| {
-        let mut c = Command::new(pre.first().copied().unwrap_or(RVSD));
-        if !pre.is_empty() {
-            c.args(&pre[1..]).arg(RVSD);
+        let launch = Launch::at(&socket).plane("xdp").args(args);
+        if pre.is_empty() {
+            launch
+        } else {
+            launch.wrapped(pre)
         }
-        let out = c
-            .args(["--dataplane", "xdp", "--socket"])
-            .arg(&socket)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("rvsd");
-        assert!(!out.status.success());
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        .refused()
     };
     let err = run(&[], &[]);
     assert!(err.contains("needs --interface"), "{err}");

@@ -10,6 +10,7 @@
 //! upstream sockets to the host's) gives rvsd `https://127.0.0.1:PORT`
 //! there, as a node reaches its API server.
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
@@ -198,6 +199,70 @@ impl Drop for Node {
     }
 }
 
+/// Root, tools and a control plane, or a skip.
+fn setup(test: &str) -> Option<ControlPlane> {
+    if !rvs_testbed::require_root(test, "network namespaces need root")
+        || !rvs_testbed::require_tools(test, &["ip", "nsenter", "ethtool"])
+    {
+        return None;
+    }
+    ControlPlane::start_or_skip(test)
+}
+
+/// A bed with the node (`NET.1`, ClusterIPs local to it: kube-proxy's IPVS
+/// mode puts them on the dummy kube-ipvs0, a local route does the same
+/// here) and a client (`NET.50`); `net` is the /24's first three bytes.
+fn bed_with_node_on(tag: &str, net: &str) -> (Bed, Host, Host) {
+    let mut bed = Bed::new(tag);
+    let node = bed.host("node", &format!("{net}.1/24"));
+    let client = bed.host("client", &format!("{net}.50/24"));
+    node.exec(&["ip", "route", "add", "local", "10.96.0.0/16", "dev", "lo"]);
+    (bed, node, client)
+}
+
+/// [`bed_with_node_on`] 10.81.0.
+fn bed_with_node(tag: &str) -> (Bed, Host, Host) {
+    bed_with_node_on(tag, "10.81.0")
+}
+
+/// A host per pod `(name, address)` serving its name on `address:8080`.
+fn pod_servers(bed: &mut Bed, pods: &[(&str, &str)]) {
+    for &(name, addr) in pods {
+        let h = bed.host(name, &format!("{addr}/24"));
+        bed.server(&h, ip(addr), 8080, name);
+    }
+}
+
+/// Pods `(name, address)` of app `app` on node `node`: a host each serving
+/// its name on `address:8080`, and Ready Pod objects.
+fn app_pods(cp: &ControlPlane, bed: &mut Bed, node: &str, app: &str, pods: &[(&str, &str)]) {
+    pod_servers(bed, pods);
+    for &(name, addr) in pods {
+        app_pod(cp, name, node, addr, app);
+    }
+}
+
+/// Node objects `(name, address)`.
+fn nodes(cp: &ControlPlane, nodes: &[(&str, &str)]) {
+    for &(name, addr) in nodes {
+        cp.create_node(name, ip(addr), None).expect("create node");
+    }
+}
+
+/// The names `n` connections from `from` to `to` reached (none failing).
+fn servers(from: &Host, to: SocketAddr, n: usize) -> BTreeSet<String> {
+    let (seen, failed) = spread(from, to, n, T);
+    assert_eq!(failed, 0, "{to}: {seen:?}");
+    seen.into_keys().collect()
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// Every test's bound on one connection or question.
+const T: Duration = Duration::from_secs(3);
+
 fn ip(s: &str) -> IpAddr {
     s.parse().expect("an IP literal")
 }
@@ -289,28 +354,11 @@ const SERVICE: &str = r#"{"apiVersion": "v1", "kind": "Service",
 #[test]
 fn kubernetes_service_through_rvsd() {
     let test = "kubernetes_service_through_rvsd";
-    if !rvs_testbed::require_root(test, "network namespaces need root")
-        || !rvs_testbed::require_tools(test, &["ip", "nsenter", "ethtool"])
-    {
-        return;
-    }
-    let Some(cp) = ControlPlane::start_or_skip(test) else {
-        return;
-    };
-    let mut bed = Bed::new("k8s");
-    let node = bed.host("node", "10.81.0.1/24");
-    let client = bed.host("client", "10.81.0.50/24");
+    let Some(cp) = setup(test) else { return };
+    let (mut bed, node, client) = bed_with_node("k8s");
     let pods = [("pod1", "10.81.0.11"), ("pod2", "10.81.0.12")];
-    for (name, addr) in pods {
-        let h = bed.host(name, &format!("{addr}/24"));
-        bed.server(&h, ip(addr), 8080, name);
-    }
-    // ClusterIPs are local to the node (kube-proxy's IPVS mode puts them on
-    // the dummy kube-ipvs0; a local route does the same here).
-    node.exec(&["ip", "route", "add", "local", "10.96.0.0/16", "dev", "lo"]);
-
-    cp.create_node("node1", ip("10.81.0.1"), None)
-        .expect("create node");
+    pod_servers(&mut bed, &pods);
+    nodes(&cp, &[("node1", "10.81.0.1")]);
     for (name, addr) in pods {
         pod(&cp, name, "node1", addr);
     }
@@ -394,24 +442,10 @@ fn metric(text: &str, name: &str) -> Option<u64> {
 #[test]
 fn kubernetes_api_server_lost_and_back_without_a_flap() {
     let test = "kubernetes_api_server_lost_and_back_without_a_flap";
-    if !rvs_testbed::require_root(test, "network namespaces need root")
-        || !rvs_testbed::require_tools(test, &["ip", "nsenter", "ethtool"])
-    {
-        return;
-    }
-    let Some(cp) = ControlPlane::start_or_skip(test) else {
-        return;
-    };
-    let mut bed = Bed::new("k8sapi");
-    let node = bed.host("node", "10.82.0.1/24");
-    let pods = [("pod1", "10.82.0.11"), ("pod2", "10.82.0.12")];
-    for (name, addr) in pods {
-        let h = bed.host(name, &format!("{addr}/24"));
-        bed.server(&h, ip(addr), 8080, name);
-    }
-    node.exec(&["ip", "route", "add", "local", "10.96.0.0/16", "dev", "lo"]);
-    cp.create_node("node1", ip("10.82.0.1"), None)
-        .expect("create node");
+    let Some(cp) = setup(test) else { return };
+    let (mut bed, node, _client) = bed_with_node_on("k8sapi", "10.82.0");
+    pod_servers(&mut bed, &[("pod1", "10.82.0.11"), ("pod2", "10.82.0.12")]);
+    nodes(&cp, &[("node1", "10.82.0.1")]);
     pod(&cp, "pod1", "node1", "10.82.0.11");
     cp.apply(SERVICE).expect("create service");
     let (cip, _) = service_addrs(&cp, "default", "echo");

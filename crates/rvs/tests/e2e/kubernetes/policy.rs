@@ -4,44 +4,14 @@
 //! Services and other proxies' Services, external IPs, and refused objects
 //! reported as Events.
 
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use rvs_testbed::k8s::ControlPlane;
-use rvs_testbed::{Bed, Host, spread};
-
-use super::{Node, WAIT, app_pod, http_get, ip, real_servers, service_addrs, service_json};
+use super::{
+    Node, WAIT, app_pod, app_pods, bed_with_node, http_get, ip, nodes, pod_servers, real_servers,
+    servers, service_addrs, service_json, set, setup,
+};
 use crate::harness::within;
-
-const T: Duration = Duration::from_secs(3);
-
-fn setup(test: &str) -> Option<ControlPlane> {
-    if !rvs_testbed::require_root(test, "network namespaces need root")
-        || !rvs_testbed::require_tools(test, &["ip", "nsenter", "ethtool"])
-    {
-        return None;
-    }
-    ControlPlane::start_or_skip(test)
-}
-
-fn bed_with_node(tag: &str) -> (Bed, Host, Host) {
-    let mut bed = Bed::new(tag);
-    let node = bed.host("node", "10.81.0.1/24");
-    let client = bed.host("client", "10.81.0.50/24");
-    node.exec(&["ip", "route", "add", "local", "10.96.0.0/16", "dev", "lo"]);
-    (bed, node, client)
-}
-
-fn servers(from: &Host, to: SocketAddr, n: usize) -> BTreeSet<String> {
-    let (seen, failed) = spread(from, to, n, T);
-    assert_eq!(failed, 0, "{to}: {seen:?}");
-    seen.into_keys().collect()
-}
-
-fn set(names: &[&str]) -> BTreeSet<String> {
-    names.iter().map(|s| (*s).to_owned()).collect()
-}
 
 /// loadbalancer.go "should only target nodes with endpoints" /
 /// "should work for type=LoadBalancer" with `externalTrafficPolicy:
@@ -56,21 +26,9 @@ fn kubernetes_external_traffic_policy_local_and_health_check() {
     let test = "kubernetes_external_traffic_policy_local_and_health_check";
     let Some(cp) = setup(test) else { return };
     let (mut bed, node, client) = bed_with_node("k8set");
-    let pods = [
-        ("pod1", "10.81.0.11", "node1"),
-        ("pod2", "10.81.0.12", "node2"),
-    ];
-    for (name, addr, _) in pods {
-        let h = bed.host(name, &format!("{addr}/24"));
-        bed.server(&h, ip(addr), 8080, name);
-    }
-    cp.create_node("node1", ip("10.81.0.1"), None)
-        .expect("create node");
-    cp.create_node("node2", ip("10.81.0.2"), None)
-        .expect("create node");
-    for (name, addr, on) in pods {
-        app_pod(&cp, name, on, addr, "echo");
-    }
+    nodes(&cp, &[("node1", "10.81.0.1"), ("node2", "10.81.0.2")]);
+    app_pods(&cp, &mut bed, "node1", "echo", &[("pod1", "10.81.0.11")]);
+    app_pods(&cp, &mut bed, "node2", "echo", &[("pod2", "10.81.0.12")]);
     app_pod(&cp, "remote", "node2", "10.81.0.13", "remote");
     for (name, app) in [("lb", "echo"), ("far", "remote")] {
         cp.apply(&format!(
@@ -155,25 +113,13 @@ fn kubernetes_internal_policy_headless_proxy_name_external_ip() {
     let test = "kubernetes_internal_policy_headless_proxy_name_external_ip";
     let Some(cp) = setup(test) else { return };
     let (mut bed, node, client) = bed_with_node("k8sit");
-    let pods = [
-        ("pod1", "10.81.0.11", "node1", "echo"),
-        ("pod2", "10.81.0.12", "node2", "echo"),
-        ("pod3", "10.81.0.13", "node1", "other"),
-    ];
-    for (name, addr, _, _) in pods {
-        let h = bed.host(name, &format!("{addr}/24"));
-        bed.server(&h, ip(addr), 8080, name);
-    }
+    nodes(&cp, &[("node1", "10.81.0.1"), ("node2", "10.81.0.2")]);
+    app_pods(&cp, &mut bed, "node1", "echo", &[("pod1", "10.81.0.11")]);
+    app_pods(&cp, &mut bed, "node2", "echo", &[("pod2", "10.81.0.12")]);
+    app_pods(&cp, &mut bed, "node1", "other", &[("pod3", "10.81.0.13")]);
     // The external IP is routed to the node, which takes it as local.
     node.exec(&["ip", "route", "add", "local", "10.81.1.100/32", "dev", "lo"]);
     client.exec(&["ip", "route", "add", "10.81.1.100/32", "via", "10.81.0.1"]);
-    cp.create_node("node1", ip("10.81.0.1"), None)
-        .expect("create node");
-    cp.create_node("node2", ip("10.81.0.2"), None)
-        .expect("create node");
-    for (name, addr, on, app) in pods {
-        app_pod(&cp, name, on, addr, app);
-    }
     let port = r#"[{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}]"#;
     cp.apply(&format!(
         r#"{{"apiVersion": "v1", "kind": "Service",
@@ -241,14 +187,10 @@ fn kubernetes_refused_service_gets_a_warning_event() {
     let test = "kubernetes_refused_service_gets_a_warning_event";
     let Some(cp) = setup(test) else { return };
     let (mut bed, node, client) = bed_with_node("k8sev");
-    for (name, addr) in [("pod1", "10.81.0.11"), ("pod2", "10.81.0.12")] {
-        let h = bed.host(name, &format!("{addr}/24"));
-        bed.server(&h, ip(addr), 8080, name);
-    }
+    pod_servers(&mut bed, &[("pod1", "10.81.0.11"), ("pod2", "10.81.0.12")]);
     node.exec(&["ip", "route", "add", "local", "10.81.1.100/32", "dev", "lo"]);
     client.exec(&["ip", "route", "add", "10.81.1.100/32", "via", "10.81.0.1"]);
-    cp.create_node("node1", ip("10.81.0.1"), None)
-        .expect("create node");
+    nodes(&cp, &[("node1", "10.81.0.1")]);
     app_pod(&cp, "pod1", "node1", "10.81.0.11", "first");
     app_pod(&cp, "pod2", "node1", "10.81.0.12", "second");
     for (name, app) in [("first", "first"), ("second", "second")] {

@@ -7,44 +7,13 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use rvs_testbed::k8s::ControlPlane;
-use rvs_testbed::{Bed, Host, connect, spread, udp_ask, udp_socket};
+use rvs_testbed::{Bed, Host, connect, udp_ask, udp_socket};
 
-use super::{Node, WAIT, app_pod, ip, real_servers, real_servers_of, service_addrs, service_json};
+use super::{
+    Node, T, WAIT, app_pod, app_pods, bed_with_node, ip, nodes, real_servers, real_servers_of,
+    servers, service_addrs, service_json, set, setup,
+};
 use crate::harness::within;
-
-const T: Duration = Duration::from_secs(3);
-
-/// Root, tools and a control plane, or a skip.
-fn setup(test: &str) -> Option<ControlPlane> {
-    if !rvs_testbed::require_root(test, "network namespaces need root")
-        || !rvs_testbed::require_tools(test, &["ip", "nsenter", "ethtool"])
-    {
-        return None;
-    }
-    ControlPlane::start_or_skip(test)
-}
-
-/// A bed with the node (10.81.0.1, ClusterIPs local to it) and a client
-/// (10.81.0.50).
-fn bed_with_node(tag: &str) -> (Bed, Host, Host) {
-    let mut bed = Bed::new(tag);
-    let node = bed.host("node", "10.81.0.1/24");
-    let client = bed.host("client", "10.81.0.50/24");
-    node.exec(&["ip", "route", "add", "local", "10.96.0.0/16", "dev", "lo"]);
-    (bed, node, client)
-}
-
-/// The names `n` connections from `from` to `to` reached (none failing).
-fn servers(from: &Host, to: SocketAddr, n: usize) -> BTreeSet<String> {
-    let (seen, failed) = spread(from, to, n, T);
-    assert_eq!(failed, 0, "{to}: {seen:?}");
-    seen.into_keys().collect()
-}
-
-fn set(names: &[&str]) -> BTreeSet<String> {
-    names.iter().map(|s| (*s).to_owned()).collect()
-}
 
 /// The names `n` questions from fresh UDP sockets of `from` to `to` got
 /// (none unanswered).
@@ -84,8 +53,7 @@ fn kubernetes_multiport_and_tcp_udp_on_one_port() {
         bed.server(&h, ip(addr), 5353, &format!("{name}-dnstcp"));
         bed.udp_server(&h, ip(addr), 5353, &format!("{name}-dnsudp"));
     }
-    cp.create_node("node1", ip("10.81.0.1"), None)
-        .expect("create node");
+    nodes(&cp, &[("node1", "10.81.0.1")]);
     for (name, addr) in pods {
         app_pod(&cp, name, "node1", addr, "echo");
     }
@@ -164,15 +132,8 @@ fn kubernetes_session_affinity_client_ip() {
     let Some(cp) = setup(test) else { return };
     let (mut bed, node, _client) = bed_with_node("k8saf");
     let pods = [("pod1", "10.81.0.11"), ("pod2", "10.81.0.12")];
-    for (name, addr) in pods {
-        let h = bed.host(name, &format!("{addr}/24"));
-        bed.server(&h, ip(addr), 8080, name);
-    }
-    cp.create_node("node1", ip("10.81.0.1"), None)
-        .expect("create node");
-    for (name, addr) in pods {
-        app_pod(&cp, name, "node1", addr, "echo");
-    }
+    nodes(&cp, &[("node1", "10.81.0.1")]);
+    app_pods(&cp, &mut bed, "node1", "echo", &pods);
     cp.apply(STICKY).expect("create service");
     let (cip, _) = service_addrs(&cp, "default", "sticky");
     let vip = SocketAddr::new(cip, 80);
@@ -248,15 +209,8 @@ fn kubernetes_terminating_endpoints_fallback() {
     let Some(cp) = setup(test) else { return };
     let (mut bed, node, client) = bed_with_node("k8ste");
     let pods = [("pod1", "10.81.0.11"), ("pod2", "10.81.0.12")];
-    for (name, addr) in pods {
-        let h = bed.host(name, &format!("{addr}/24"));
-        bed.server(&h, ip(addr), 8080, name);
-    }
-    cp.create_node("node1", ip("10.81.0.1"), None)
-        .expect("create node");
-    for (name, addr) in pods {
-        app_pod(&cp, name, "node1", addr, "echo");
-    }
+    nodes(&cp, &[("node1", "10.81.0.1")]);
+    app_pods(&cp, &mut bed, "node1", "echo", &pods);
     for (name, policy) in [("local", "Local"), ("cluster", "Cluster")] {
         cp.apply(&format!(
             r#"{{"apiVersion": "v1", "kind": "Service",
@@ -337,8 +291,7 @@ fn kubernetes_udp_after_scale_to_zero() {
         let h = bed.host(name, &format!("{addr}/24"));
         bed.udp_server(&h, ip(addr), 5353, name);
     }
-    cp.create_node("node1", ip("10.81.0.1"), None)
-        .expect("create node");
+    nodes(&cp, &[("node1", "10.81.0.1")]);
     app_pod(&cp, "pod1", "node1", "10.81.0.11", "dns");
     cp.apply(
         r#"{"apiVersion": "v1", "kind": "Service",
@@ -463,8 +416,7 @@ fn kubernetes_dual_stack_service() {
         "lo",
     ]);
     client.exec(&["ip", "addr", "add", "fd81::50/64", "dev", "eth0", "nodad"]);
-    cp.create_node("node1", ip("10.81.0.1"), None)
-        .expect("create node");
+    nodes(&cp, &[("node1", "10.81.0.1")]);
     cp.kubectl(
         &[
             "patch",
@@ -541,22 +493,15 @@ fn kubernetes_dual_stack_service() {
 #[test]
 fn kubernetes_sock_plane_cluster_ip_from_the_node_cgroup() {
     let test = "kubernetes_sock_plane_cluster_ip_from_the_node_cgroup";
-    if rvs_testbed::is_root() && rvs_testbed::cgroup::unified_root().is_none() {
-        return rvs_testbed::skip_or_fail(test, "no cgroup v2 hierarchy mounted");
+    if rvs_testbed::is_root() && !rvs_testbed::require_cgroup2(test) {
+        return;
     }
     let Some(cp) = setup(test) else { return };
     let mut bed = Bed::new("k8ssk");
     let node = bed.host("node", "10.81.0.1/24");
     let pods = [("pod1", "10.81.0.11"), ("pod2", "10.81.0.12")];
-    for (name, addr) in pods {
-        let h = bed.host(name, &format!("{addr}/24"));
-        bed.server(&h, ip(addr), 8080, name);
-    }
-    cp.create_node("node1", ip("10.81.0.1"), None)
-        .expect("create node");
-    for (name, addr) in pods {
-        app_pod(&cp, name, "node1", addr, "echo");
-    }
+    nodes(&cp, &[("node1", "10.81.0.1")]);
+    app_pods(&cp, &mut bed, "node1", "echo", &pods);
     cp.apply(super::SERVICE).expect("create service");
     let (cip, _) = service_addrs(&cp, "default", "echo");
     let cluster = SocketAddr::new(cip, 80);
