@@ -6,6 +6,8 @@
 //! owns no policy: a change the control plane rejected never reaches it.
 //! `--dataplane none` is [`NoDataPlane`]: the control plane alone.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -135,6 +137,30 @@ pub trait DataPlane: Send {
 
     /// A retiring daemon's drain bound was reached: end what is left.
     fn abort_live(&mut self) {}
+
+    /// What the data plane did that the operator should know of but that
+    /// is no error, since the last call (a [`Composite`] reports each
+    /// service one of its planes skips, once): the daemon logs them as
+    /// warnings. The default has none.
+    fn take_notices(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// For a [`Composite`]: each plane's name and how many live services it
+    /// skips (carried by the other planes only). The default: none.
+    fn services_skipped(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+}
+
+/// The refusal of a command no plane of a [`Composite`] admits: the one
+/// reason, or each plane's.
+fn refusal(why: Vec<String>) -> String {
+    if why.len() == 1 {
+        why.into_iter().next().unwrap_or_default()
+    } else {
+        format!("no data plane can carry it: {}", why.join("; "))
+    }
 }
 
 /// The rule of a data plane that carries FULLNAT only from a local address
@@ -324,15 +350,41 @@ impl DataPlane for NoDataPlane {
 
 /// Several data planes driven as one (`--dataplane xdp,sock`: external
 /// clients through the XDP program, local ones at the socket, one service
-/// table). Every command goes to every plane, in order. All or nothing: a
-/// command (or request) any plane refuses is refused before anything
-/// changes ([`DataPlane::admit_all`] asks each plane), so the planes never
-/// disagree on the table. Reports, synced flows and the director handle go
-/// to each plane; each adds its own connections and counters to the
-/// director, so `-Ln --stats` and `-Lcn` show the sum of both.
+/// table). Each service goes to every plane that admits it — its service
+/// command, real servers and local addresses together, as
+/// [`DataPlane::admit_all`] judges them — and is refused only when no plane
+/// does (the refusal gives each plane's reason). So a service one plane
+/// cannot carry (the sock plane has no FULLNAT pools, so no SNAT NodePort)
+/// is carried by the others, as Cilium carries ClusterIP at the socket and
+/// NodePort in XDP. A plane that skips a service is reported once
+/// ([`DataPlane::take_notices`]) and counted ([`DataPlane::services_skipped`]).
+/// A later change of a service one of its planes refuses takes the service
+/// off that plane (while another carries it); it comes back to the plane
+/// only when the service is added again. Real-server, local-address and
+/// delete commands go to the service's planes; commands of no service
+/// (`-C`, timeouts, `-Z` of all) go to every plane. Reports, synced flows
+/// and the director handle go to each plane; each adds its own connections
+/// and counters to the director, so `-Ln --stats` and `-Lcn` show the sum.
 pub struct Composite {
     name: &'static str,
     planes: Vec<Box<dyn DataPlane>>,
+    /// The planes carrying each service (bit `i`: `planes[i]`).
+    routes: HashMap<ServiceKey, u64>,
+    /// The planes skipping each service, with their reasons.
+    skipped: HashMap<ServiceKey, Vec<(usize, String)>>,
+    /// What the last [`DataPlane::admit_all`] decided for the services of
+    /// its request, for the [`DataPlane::apply`] calls that follow it.
+    plan: RefCell<HashMap<ServiceKey, Route>>,
+    /// Skips not yet reported.
+    notices: Vec<String>,
+}
+
+/// The planes a request's service goes to, and why the others do not
+/// take it.
+#[derive(Debug, Clone)]
+struct Route {
+    planes: u64,
+    skipped: Vec<(usize, String)>,
 }
 
 impl std::fmt::Debug for Composite {
@@ -347,10 +399,38 @@ impl std::fmt::Debug for Composite {
     }
 }
 
+/// The service a command changes (`None`: a command of the whole table).
+fn service_of(c: &Command) -> Option<ServiceKey> {
+    match c {
+        Command::AddService { key, .. }
+        | Command::EditService { key, .. }
+        | Command::DelService { key } => Some(*key),
+        Command::AddDest { service, .. }
+        | Command::EditDest { service, .. }
+        | Command::DelDest { service, .. }
+        | Command::AddLaddr { service, .. }
+        | Command::DelLaddr { service, .. } => Some(*service),
+        Command::Zero { service } => *service,
+        Command::Clear | Command::SetTimeouts { .. } => None,
+    }
+}
+
 impl Composite {
     /// `planes` under `name` (what `--dataplane` said, e.g. `xdp,sock`).
     pub fn new(name: &'static str, planes: Vec<Box<dyn DataPlane>>) -> Self {
-        Composite { name, planes }
+        Composite {
+            name,
+            planes,
+            routes: HashMap::new(),
+            skipped: HashMap::new(),
+            plan: RefCell::new(HashMap::new()),
+            notices: Vec::new(),
+        }
+    }
+
+    /// Every plane.
+    fn all(&self) -> u64 {
+        (1u64 << self.planes.len()) - 1
     }
 
     /// A refusal of one of the planes, naming it (once).
@@ -377,6 +457,43 @@ impl Composite {
         }
         out.map_or(Ok(()), Err)
     }
+
+    /// Send `command` to the planes of `mask`.
+    fn send(&mut self, mask: u64, command: &Command) -> Result<(), DataPlaneError> {
+        let results: Vec<_> = self
+            .planes
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) != 0)
+            .map(|(_, p)| p.apply(command))
+            .collect();
+        Self::first_error(results.into_iter())
+    }
+
+    /// Record that the planes of `route.skipped` do not carry `key`, with a
+    /// notice for each that did not skip it already.
+    fn note_skips(&mut self, key: ServiceKey, route: &Route) {
+        let known = self.skipped.entry(key).or_default();
+        for (i, why) in &route.skipped {
+            if known.iter().any(|(k, _)| k == i) {
+                continue;
+            }
+            known.push((*i, why.clone()));
+            let carried: Vec<&str> = self
+                .planes
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| route.planes & (1 << j) != 0)
+                .map(|(_, p)| p.name())
+                .collect();
+            self.notices.push(format!(
+                "service {} is not carried by the {} data plane, only by {}: {why}",
+                crate::owner::service_name(&key),
+                self.planes[*i].name(),
+                carried.join(",")
+            ));
+        }
+    }
 }
 
 impl DataPlane for Composite {
@@ -384,30 +501,166 @@ impl DataPlane for Composite {
         self.name
     }
 
-    /// Every plane, in order (all have admitted the command: see
-    /// [`Composite`]); an error of one does not keep the command from the
-    /// others (each converges on its own, as a single plane does).
+    /// The command goes to its service's planes (see [`Composite`]); an
+    /// error of one does not keep it from the others (each converges on
+    /// its own, as a single plane does).
     fn apply(&mut self, command: &Command) -> Result<(), DataPlaneError> {
-        let results: Vec<_> = self.planes.iter_mut().map(|p| p.apply(command)).collect();
-        Self::first_error(results.into_iter())
+        let Some(key) = service_of(command) else {
+            if matches!(command, Command::Clear) {
+                self.routes.clear();
+                self.skipped.clear();
+            }
+            return self.send(self.all(), command);
+        };
+        let planned = self.plan.borrow().get(&key).cloned();
+        match command {
+            Command::AddService { .. } => {
+                // Planned by admit_all; else (not asked first) whichever
+                // planes admit the command itself.
+                let route = planned.unwrap_or_else(|| {
+                    let mut r = Route {
+                        planes: 0,
+                        skipped: Vec::new(),
+                    };
+                    for (i, p) in self.planes.iter().enumerate() {
+                        match p.admit(command) {
+                            Ok(()) => r.planes |= 1 << i,
+                            Err(m) => r.skipped.push((i, Self::named(p.as_ref(), m))),
+                        }
+                    }
+                    r
+                });
+                self.routes.insert(key, route.planes);
+                self.skipped.remove(&key);
+                self.note_skips(key, &route);
+                self.send(route.planes, command)
+            }
+            Command::DelService { .. } => {
+                let mask = self.routes.remove(&key).unwrap_or(self.all());
+                self.skipped.remove(&key);
+                self.send(mask, command)
+            }
+            _ => {
+                let mut mask = self.routes.get(&key).copied().unwrap_or(self.all());
+                let mut out = Ok(());
+                if let Some(route) = planned {
+                    let off = mask & !route.planes;
+                    if off != 0 {
+                        // A change this plane refuses: off it, before the
+                        // change reaches the others.
+                        out = self.send(off, &Command::DelService { key });
+                        mask &= route.planes;
+                        self.routes.insert(key, mask);
+                        self.note_skips(key, &route);
+                    }
+                }
+                Self::first_error([out, self.send(mask, command)].into_iter())
+            }
+        }
     }
 
+    /// Admitted when any plane admits it (the routing is
+    /// [`Composite::admit_all`]'s): otherwise each plane's reason.
     fn admit(&self, command: &Command) -> Result<(), String> {
+        let mut why = Vec::new();
         for p in &self.planes {
-            p.admit(command).map_err(|m| Self::named(p.as_ref(), m))?;
+            match p.admit(command) {
+                Ok(()) => return Ok(()),
+                Err(m) => why.push(Self::named(p.as_ref(), m)),
+            }
         }
+        Err(refusal(why))
+    }
+
+    /// Each service's commands (with any `-C` of the request) are put to
+    /// each plane that may carry it (every plane for a new service, its
+    /// planes for a live one): the planes that admit them carry it. A
+    /// service no plane admits refuses the request, with every plane's
+    /// reason; so does a command of no service that any plane refuses.
+    fn admit_all(&self, ipvs: &Ipvs, commands: &[Command]) -> Result<(), (usize, String)> {
+        let mut order: Vec<ServiceKey> = Vec::new();
+        let mut groups: HashMap<ServiceKey, Vec<usize>> = HashMap::new();
+        let mut global = Vec::new();
+        let mut clears = Vec::new();
+        for (i, c) in commands.iter().enumerate() {
+            match service_of(c) {
+                Some(k) => groups
+                    .entry(k)
+                    .or_insert_with(|| {
+                        order.push(k);
+                        Vec::new()
+                    })
+                    .push(i),
+                None => {
+                    global.push(i);
+                    if matches!(c, Command::Clear) {
+                        clears.push(i);
+                    }
+                }
+            }
+        }
+        let pick =
+            |idx: &[usize]| -> Vec<Command> { idx.iter().map(|&i| commands[i].clone()).collect() };
+        let globals = pick(&global);
+        for p in &self.planes {
+            p.admit_all(ipvs, &globals)
+                .map_err(|(j, m)| (global[j], Self::named(p.as_ref(), m)))?;
+        }
+        let mut plan = HashMap::new();
+        for key in order {
+            let mut idx = groups.remove(&key).unwrap_or_default();
+            let fresh = !clears.is_empty()
+                || idx
+                    .iter()
+                    .any(|&i| matches!(commands[i], Command::DelService { .. }));
+            if !clears.is_empty() {
+                idx.extend(&clears);
+                idx.sort_unstable();
+            }
+            let candidates = match self.routes.get(&key) {
+                Some(&mask) if !fresh => mask,
+                _ => self.all(),
+            };
+            let sub = pick(&idx);
+            let mut route = Route {
+                planes: 0,
+                skipped: Vec::new(),
+            };
+            let mut first = usize::MAX;
+            for (i, p) in self.planes.iter().enumerate() {
+                if candidates & (1 << i) == 0 {
+                    continue;
+                }
+                match p.admit_all(ipvs, &sub) {
+                    Ok(()) => route.planes |= 1 << i,
+                    Err((j, m)) => {
+                        first = first.min(idx[j]);
+                        route.skipped.push((i, Self::named(p.as_ref(), m)));
+                    }
+                }
+            }
+            if route.planes == 0 {
+                let why = route.skipped.into_iter().map(|(_, m)| m).collect();
+                return Err((first, refusal(why)));
+            }
+            plan.insert(key, route);
+        }
+        *self.plan.borrow_mut() = plan;
         Ok(())
     }
 
-    /// Each plane's own rules over the whole request (the XDP plane's
-    /// FULLNAT pools, the sock plane's per-command refusals): the first
-    /// refusal, naming its plane, refuses the request for all.
-    fn admit_all(&self, ipvs: &Ipvs, commands: &[Command]) -> Result<(), (usize, String)> {
-        for p in &self.planes {
-            p.admit_all(ipvs, commands)
-                .map_err(|(i, m)| (i, Self::named(p.as_ref(), m)))?;
+    fn take_notices(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notices)
+    }
+
+    fn services_skipped(&self) -> Vec<(&'static str, u64)> {
+        let mut n = vec![0u64; self.planes.len()];
+        for skips in self.skipped.values() {
+            for (i, _) in skips {
+                n[*i] += 1;
+            }
         }
-        Ok(())
+        self.planes.iter().map(|p| p.name()).zip(n).collect()
     }
 
     fn report(&mut self, now: Instant, ipvs: &mut Ipvs) {
@@ -544,12 +797,14 @@ mod tests {
         assert!(ctl.ipvs().service(&key).unwrap().laddrs().is_empty());
     }
 
-    /// A plane that records what it is given and refuses services on
-    /// `refuse_port`; its commands are carried out when `done` says so.
+    /// A plane that records what it is given and refuses services on the
+    /// ports of `refuse` (and, with `no_pools`, local addresses, as the sock
+    /// plane does); its commands are carried out when `done` says so.
     struct Rec {
         name: &'static str,
         got: Arc<Mutex<Vec<Command>>>,
-        refuse_port: u16,
+        refuse: &'static [u16],
+        no_pools: bool,
         sent: u64,
         done: Arc<AtomicU64>,
     }
@@ -567,7 +822,8 @@ mod tests {
                 Command::AddService {
                     key: ServiceKey::Addr { port, .. },
                     ..
-                } if *port == self.refuse_port => Err(format!("port {port} is not carried")),
+                } if self.refuse.contains(port) => Err(format!("port {port} is not carried")),
+                Command::AddLaddr { .. } if self.no_pools => Err("no pools here".into()),
                 _ => Ok(()),
             }
         }
@@ -576,75 +832,167 @@ mod tests {
         }
     }
 
+    type Got = Arc<Mutex<Vec<Command>>>;
+
     fn rec(
         name: &'static str,
-        refuse_port: u16,
-    ) -> (Rec, Arc<Mutex<Vec<Command>>>, Arc<AtomicU64>) {
+        refuse: &'static [u16],
+        no_pools: bool,
+    ) -> (Rec, Got, Arc<AtomicU64>) {
         let got = Arc::new(Mutex::new(Vec::new()));
         let done = Arc::new(AtomicU64::new(0));
         let r = Rec {
             name,
             got: got.clone(),
-            refuse_port,
+            refuse,
+            no_pools,
             sent: 0,
             done: done.clone(),
         };
         (r, got, done)
     }
 
-    /// `--dataplane xdp,sock`: a request one plane refuses reaches neither
-    /// plane and leaves the table as it was; the refusal names the plane.
-    /// An admitted one reaches both, in order, and the ticket is done only
-    /// when both planes have carried it out.
-    #[test]
-    fn composite_is_all_or_nothing_and_waits_for_every_plane() {
-        use crate::state::Controller;
-        use rvs_core::model::{AddrFamily, DestConfig, Protocol, ServiceConfig};
-        let svc = |port| ServiceKey::Addr {
+    fn svc(port: u16) -> ServiceKey {
+        use rvs_core::model::Protocol;
+        ServiceKey::Addr {
             protocol: Protocol::Tcp,
             addr: "10.0.0.1".parse().unwrap(),
             port,
-        };
-        let add = |port| Command::AddService {
+        }
+    }
+
+    fn add(port: u16) -> Command {
+        use rvs_core::model::{AddrFamily, ServiceConfig};
+        Command::AddService {
             key: svc(port),
             config: ServiceConfig::new(AddrFamily::Inet),
-        };
-        let dest = Command::AddDest {
-            service: svc(80),
+        }
+    }
+
+    fn dest(port: u16) -> Command {
+        use rvs_core::model::DestConfig;
+        Command::AddDest {
+            service: svc(port),
             dest: DestConfig::new("10.1.0.2".parse().unwrap(), 8080),
-        };
-        let (a, got_a, done_a) = rec("xdp", 81);
-        let (b, got_b, done_b) = rec("sock", 82);
+        }
+    }
+
+    /// `--dataplane xdp,sock`: a service goes to the planes that admit it,
+    /// its real servers with it; a service no plane admits is refused with
+    /// each plane's reason and changes nothing; a skip is reported once and
+    /// counted; the ticket is done only when every plane has carried out
+    /// what it was given.
+    #[test]
+    fn composite_routes_each_service_to_the_planes_that_admit_it() {
+        use crate::state::Controller;
+        let (a, got_a, done_a) = rec("xdp", &[81, 83], false);
+        let (b, got_b, done_b) = rec("sock", &[82, 83], true);
         let both = Composite::new("xdp,sock", vec![Box::new(a), Box::new(b)]);
         assert_eq!(both.name(), "xdp,sock");
         let mut ctl = Controller::new(IpvsConfig::default(), Box::new(both));
-        // The second plane refuses the second command: nothing changes.
-        let e = ctl.exec(&[add(80), add(82)], true).unwrap_err();
+        // Neither plane admits the second service: nothing changes.
+        let e = ctl.exec(&[add(80), add(83)], true).unwrap_err();
         assert_eq!(e.index, 1);
         assert!(
-            matches!(&e.error, CtlError::Unsupported(m) if m.starts_with("sock data plane: port 82")),
-            "{e}"
-        );
-        // The first plane refuses: also nothing.
-        let e = ctl.exec(&[add(81)], false).unwrap_err();
-        assert!(
-            matches!(&e.error, CtlError::Unsupported(m) if m.starts_with("xdp data plane: port 81")),
+            matches!(&e.error, CtlError::Unsupported(m) if m == "no data plane can carry it: \
+                xdp data plane: port 83 is not carried; sock data plane: port 83 is not carried"),
             "{e}"
         );
         assert_eq!(ctl.ipvs().services().count(), 0);
         assert!(got_a.lock().unwrap().is_empty());
         assert!(got_b.lock().unwrap().is_empty());
-        // Admitted by both: both get it, in order.
-        ctl.exec(&[add(80), dest.clone()], true).unwrap();
-        assert_eq!(*got_a.lock().unwrap(), vec![add(80), dest.clone()]);
-        assert_eq!(*got_b.lock().unwrap(), vec![add(80), dest]);
-        assert_eq!(ctl.ipvs().services().count(), 1);
+        // One plane each skips 81 and 82: the other carries it, with its
+        // real servers; 80 goes to both, in order.
+        ctl.exec(
+            &[add(80), dest(80), add(81), dest(81), add(82), dest(82)],
+            true,
+        )
+        .unwrap();
+        assert_eq!(ctl.ipvs().services().count(), 3);
+        assert_eq!(
+            *got_a.lock().unwrap(),
+            vec![add(80), dest(80), add(82), dest(82)]
+        );
+        assert_eq!(
+            *got_b.lock().unwrap(),
+            vec![add(80), dest(80), add(81), dest(81)]
+        );
+        let notices = ctl.take_plane_errors();
+        assert_eq!(
+            notices,
+            vec![
+                "service TCP 10.0.0.1:81 is not carried by the xdp data plane, only by sock: \
+                 xdp data plane: port 81 is not carried"
+                    .to_owned(),
+                "service TCP 10.0.0.1:82 is not carried by the sock data plane, only by xdp: \
+                 sock data plane: port 82 is not carried"
+                    .to_owned(),
+            ]
+        );
+        assert!(ctl.take_plane_errors().is_empty(), "reported once");
+        assert_eq!(ctl.plane_services_skipped(), vec![("xdp", 1), ("sock", 1)]);
         let ticket = ctl.plane_applied().expect("both planes are asynchronous");
         assert!(!ticket.done());
-        done_a.store(2, Ordering::Release);
+        done_a.store(4, Ordering::Release);
         assert!(!ticket.done(), "the sock plane has not carried it out yet");
-        done_b.store(2, Ordering::Release);
+        done_b.store(4, Ordering::Release);
         assert!(ticket.done());
+        // A delete follows the service's planes.
+        got_a.lock().unwrap().clear();
+        got_b.lock().unwrap().clear();
+        let del = Command::DelService { key: svc(82) };
+        ctl.exec(std::slice::from_ref(&del), false).unwrap();
+        assert_eq!(*got_a.lock().unwrap(), vec![del]);
+        assert!(got_b.lock().unwrap().is_empty());
+        assert_eq!(ctl.plane_services_skipped(), vec![("xdp", 1), ("sock", 0)]);
+    }
+
+    /// A change of a live service that one of its planes refuses takes it
+    /// off that plane (reported), and later commands go to the others only;
+    /// when no plane of the service admits the change, it is refused.
+    #[test]
+    fn composite_takes_a_service_off_a_plane_that_refuses_its_change() {
+        use crate::state::Controller;
+        use rvs_core::model::LocalAddrRange;
+        let (a, got_a, _) = rec("xdp", &[], false);
+        let (b, got_b, _) = rec("sock", &[], true);
+        let mut ctl = Controller::new(
+            IpvsConfig::default(),
+            Box::new(Composite::new("xdp,sock", vec![Box::new(a), Box::new(b)])),
+        );
+        ctl.exec(&[add(80), add(81)], true).unwrap();
+        got_a.lock().unwrap().clear();
+        got_b.lock().unwrap().clear();
+        let pool = Command::AddLaddr {
+            service: svc(80),
+            laddr: LocalAddrRange::parse("10.2.0.1").unwrap(),
+        };
+        ctl.exec(&[pool.clone(), dest(80), dest(81)], true).unwrap();
+        assert_eq!(*got_a.lock().unwrap(), vec![pool, dest(80), dest(81)]);
+        assert_eq!(
+            *got_b.lock().unwrap(),
+            vec![Command::DelService { key: svc(80) }, dest(81)]
+        );
+        assert_eq!(ctl.take_plane_errors().len(), 1);
+        assert_eq!(ctl.plane_services_skipped(), vec![("xdp", 0), ("sock", 1)]);
+    }
+
+    /// A single plane's refusal still refuses: the composite of one plane
+    /// that refuses is that plane's refusal, word for word.
+    #[test]
+    fn composite_refusal_of_one_plane_keeps_its_words() {
+        use crate::state::Controller;
+        let (a, got_a, _) = rec("xdp", &[81], false);
+        let mut ctl = Controller::new(
+            IpvsConfig::default(),
+            Box::new(Composite::new("xdp", vec![Box::new(a)])),
+        );
+        let e = ctl.exec(&[add(81)], false).unwrap_err();
+        assert!(
+            matches!(&e.error, CtlError::Unsupported(m) if m == "xdp data plane: port 81 is not carried"),
+            "{e}"
+        );
+        assert!(got_a.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -675,9 +675,19 @@ impl Controller {
         out
     }
 
-    /// Data plane errors since the last call (for the daemon to log).
+    /// Data plane errors since the last call, and the data plane's notices
+    /// ([`DataPlane::take_notices`]: a service a plane skips), for the daemon
+    /// to log as warnings.
     pub fn take_plane_errors(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.plane_errors)
+        let mut out = std::mem::take(&mut self.plane_errors);
+        out.extend(self.plane.take_notices());
+        out
+    }
+
+    /// Each plane's count of the live services it skips
+    /// ([`DataPlane::services_skipped`]; empty for a single plane).
+    pub fn plane_services_skipped(&self) -> Vec<(&'static str, u64)> {
+        self.plane.services_skipped()
     }
 
     fn notify(&mut self, cmd: &Command) {

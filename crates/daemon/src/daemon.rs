@@ -454,6 +454,7 @@ impl Daemon {
             vrrp: &self.vrrp_status,
             announce: &self.announce,
             kubernetes: self.kubernetes.as_deref(),
+            planes_skipped: self.ctl.plane_services_skipped(),
         })
     }
 }

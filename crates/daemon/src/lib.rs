@@ -60,8 +60,8 @@ pub enum DataPlaneKind {
     /// choose the real server at connect()/sendmsg() (root; --cgroup).
     Sock,
     /// Both: external clients through the XDP program (--interface),
-    /// local clients of --cgroup at the socket; one service table, every
-    /// change carried by both or refused for both (root).
+    /// local clients of --cgroup at the socket; one service table, each
+    /// service on the planes that can carry it (root).
     #[value(name = "xdp,sock", alias = "sock,xdp")]
     XdpSock,
 }

@@ -132,6 +132,25 @@ pub struct Sources<'a> {
     pub announce: &'a crate::announce::Announce,
     /// The Kubernetes source (`--kubernetes`), when it runs.
     pub kubernetes: Option<&'a crate::kubernetes::Stats>,
+    /// With several data planes (`xdp,sock`): each plane's count of the
+    /// live services it skips (the others carry them).
+    pub planes_skipped: Vec<(&'static str, u64)>,
+}
+
+/// `rvs_dataplane_services_skipped{plane}`, with several data planes.
+fn planes_skipped(skipped: &[(&'static str, u64)]) -> Vec<Family> {
+    if skipped.is_empty() {
+        return Vec::new();
+    }
+    let mut f = Family::new(
+        "rvs_dataplane_services_skipped",
+        Kind::Gauge,
+        "Services this data plane does not carry because it cannot (the other planes carry them; the reason is logged once per service).",
+    );
+    for (plane, n) in skipped {
+        f.push(vec![("plane", (*plane).to_owned())], Value::Int(*n));
+    }
+    vec![f]
 }
 
 /// A service's labels as node_exporter writes them, in its order:
@@ -542,6 +561,7 @@ pub fn families(s: &Sources) -> Vec<Family> {
     if let Some(x) = s.sock {
         out.extend(sock(x));
     }
+    out.extend(planes_skipped(&s.planes_skipped));
     out.extend(health(s.health));
     out.extend(vrrp(s.vrrp));
     out.extend(announce(s.announce));

@@ -359,3 +359,19 @@ fn health_families_before_any_check() {
         );
     }
 }
+
+#[test]
+fn services_skipped_per_plane_only_with_several_planes() {
+    assert!(planes_skipped(&[]).is_empty());
+    let text = encode(planes_skipped(&[("xdp", 0), ("sock", 2)]));
+    assert!(
+        text.contains("# TYPE rvs_dataplane_services_skipped gauge"),
+        "{text}"
+    );
+    for want in [
+        r#"rvs_dataplane_services_skipped{plane="xdp"} 0"#,
+        r#"rvs_dataplane_services_skipped{plane="sock"} 2"#,
+    ] {
+        assert!(lines(&text).contains(&want), "{want} in {text}");
+    }
+}

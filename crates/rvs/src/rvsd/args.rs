@@ -63,8 +63,9 @@ pub(crate) struct Args {
     /// no fwmark; `--stats` counts connections only, packets and bytes
     /// are not seen at the socket), `xdp,sock` (both in one daemon:
     /// clients arriving on --interface through XDP, processes of --cgroup
-    /// at the socket, one service table; a change either plane cannot
-    /// carry is refused for both, naming the plane; `--stats` adds both
+    /// at the socket, one service table; each service goes to the planes
+    /// that can carry it, refused only when neither can, with each plane's
+    /// reason; a plane's skip is logged once; `--stats` adds both
     /// planes' connections, packets and bytes are XDP's only; `-Lcn` lists
     /// both planes' connections).
     #[arg(long, value_enum, default_value_t = DataPlaneKind::Proxy)]

@@ -272,12 +272,26 @@ fn xdp_sock_one_table_external_through_xdp_local_at_the_socket() {
         d.ok(&format!("-a -t 10.77.0.100:80 -r {}:80 -g", h.addr));
     }
 
-    // A change one plane cannot carry changes neither: the sock plane
-    // refuses a port-zero service (the XDP plane would take it).
-    let o = d.adm("-A -t 10.77.0.100:0 -s rr -p 300");
+    // A service one plane cannot carry goes to the other: the sock plane
+    // skips a port-zero service, the XDP plane takes it (and the skip is
+    // counted); one neither can carry (fwmark) is refused with both reasons.
+    d.ok("-A -t 10.77.0.100:0 -s rr -p 300");
+    assert_eq!(
+        sample(
+            &d.metrics(),
+            "rvs_dataplane_services_skipped",
+            &[r#"plane="sock""#]
+        ),
+        Some(1)
+    );
+    d.ok("-D -t 10.77.0.100:0");
+    let o = d.adm("-A -f 7 -s rr");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        !o.status.success() && err.contains("sock data plane"),
+        !o.status.success()
+            && err.contains("no data plane can carry it")
+            && err.contains("xdp data plane")
+            && err.contains("sock data plane"),
         "{err}"
     );
     let table = d.ok("-L -n");

@@ -25,6 +25,7 @@ use crate::harness::{RVSD, Rvsd, TempDir, within};
 
 mod policy;
 mod services;
+mod xdp;
 
 /// The bound on every wait for the cluster to reach rvsd.
 const WAIT: Duration = Duration::from_secs(30);
