@@ -337,22 +337,9 @@ pub fn udp_frame(c: IpAddr, cport: u16, v: IpAddr, vport: u16, payload: &[u8]) -
     out
 }
 
-/// The Internet checksum of `b` (independent of the program's code).
-pub fn inet_csum(b: &[u8]) -> u16 {
-    let mut s: u32 = 0;
-    for c in b.chunks(2) {
-        let w = if c.len() == 2 {
-            u16::from_be_bytes([c[0], c[1]])
-        } else {
-            u16::from_be_bytes([c[0], 0])
-        };
-        s += u32::from(w);
-    }
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
-}
+/// The Internet checksum of `b` (rvs-wire's, independent of the program's
+/// code).
+pub use rvs_wire::checksum::checksum as inet_csum;
 
 /// Recompute the IPv4 header checksum of a frame whose IP header starts at `l3`.
 pub fn fix_ip4_csum(f: &mut [u8], l3: usize) {
