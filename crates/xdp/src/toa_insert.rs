@@ -16,6 +16,7 @@ use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+use crate::bpf::{self, embedded_object, map_err};
 use crate::maps::typed::{TypedArray, TypedPerCpuArray};
 use crate::{RunResult, XdpError};
 
@@ -79,19 +80,6 @@ fn family_addr(ip: IpAddr) -> (u8, [u8; 16]) {
     }
 }
 
-#[cfg(not(rvs_no_bpf))]
-fn object_bytes() -> Result<&'static [u8], XdpError> {
-    Ok(aya::include_bytes_aligned!(concat!(
-        env!("OUT_DIR"),
-        "/toa_insert_test.o"
-    )))
-}
-
-#[cfg(rvs_no_bpf)]
-fn object_bytes() -> Result<&'static [u8], XdpError> {
-    Err(XdpError::NoBpf)
-}
-
 /// The loaded fixture program.
 #[derive(Debug)]
 pub struct ToaInsertTest {
@@ -101,30 +89,22 @@ pub struct ToaInsertTest {
 impl ToaInsertTest {
     /// Load the program (through the verifier).
     pub fn load() -> Result<Self, XdpError> {
-        let ebpf = EbpfLoader::new()
-            .load(object_bytes()?)
-            .map_err(|e| XdpError::Load {
-                object: "toa_insert_test",
-                source: Box::new(e),
-            })?;
+        let ebpf = bpf::load(
+            "toa_insert_test",
+            &mut EbpfLoader::new(),
+            embedded_object!("toa_insert_test.o")?,
+        )?;
         let mut me = ToaInsertTest { ebpf };
         me.program()?.load().map_err(prog_err("load (verifier)"))?;
         Ok(me)
     }
 
     fn program(&mut self) -> Result<&mut Xdp, XdpError> {
-        let p = self.ebpf.program_mut(PROGRAM).ok_or(XdpError::Missing {
-            kind: "program",
-            name: PROGRAM,
-        })?;
-        p.try_into().map_err(prog_err("not an XDP program"))
+        bpf::program_mut(&mut self.ebpf, PROGRAM, "not an XDP program")
     }
 
     fn configure(&mut self, cfg: Cfg) -> Result<(), XdpError> {
-        let m = self.ebpf.map_mut(CFG).ok_or(XdpError::Missing {
-            kind: "map",
-            name: CFG,
-        })?;
+        let m = bpf::map_mut(&mut self.ebpf, CFG)?;
         let mut a = TypedArray::<Cfg>::new(m).map_err(map_err(CFG))?;
         a.set(0, cfg, 0).map_err(map_err(CFG))
     }
@@ -180,10 +160,7 @@ impl ToaInsertTest {
     /// How many segments the attached program gave each [`code`] (index =
     /// code), summed over CPUs.
     pub fn live_codes(&mut self) -> Result<Vec<u64>, XdpError> {
-        let m = self.ebpf.map_mut(CODES).ok_or(XdpError::Missing {
-            kind: "map",
-            name: CODES,
-        })?;
+        let m = bpf::map_mut(&mut self.ebpf, CODES)?;
         let a = TypedPerCpuArray::<u64>::new(m).map_err(map_err(CODES))?;
         (0..NCODES)
             .map(|i| Ok(a.get(&i, 0).map_err(map_err(CODES))?.iter().sum()))
@@ -217,16 +194,5 @@ impl ToaInsertTest {
 }
 
 fn prog_err(what: &'static str) -> impl Fn(aya::programs::ProgramError) -> XdpError {
-    move |e| XdpError::Program {
-        program: PROGRAM,
-        what,
-        source: Box::new(e),
-    }
-}
-
-fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> XdpError {
-    move |e| XdpError::Map {
-        map,
-        source: Box::new(e),
-    }
+    bpf::prog_err(PROGRAM, what)
 }
