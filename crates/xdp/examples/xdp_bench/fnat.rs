@@ -127,13 +127,7 @@ fn nat_bed_flow(lb: &mut common::Lb, cport: u16) -> Result<(Vec<u8>, Vec<u8>), B
             b"0123456789",
         )
     };
-    let out = lb.l.run_on(&to_vip(Flags::Syn), 1, INGRESS)?;
-    if out.action != redirect || out.data.len() < 38 {
-        return Err(format!("SYN: action {} ({} bytes)", out.action, out.data.len()).into());
-    }
-    let d = &out.data;
-    let src = IpAddr::from([d[26], d[27], d[28], d[29]]);
-    let sport = u16::from_be_bytes([d[34], d[35]]);
+    let (src, sport) = syn_source(lb, &to_vip(Flags::Syn))?;
     let reply = tcp_frame_macs(
         common::rs_mac(0),
         BED_MAC,
@@ -182,6 +176,19 @@ fn hs_seg(
     Ok(out)
 }
 
+/// Run a client's SYN (IPv4) through `lb`, which must redirect it: the
+/// source address and port of its output (the client's, or FULLNAT's local
+/// address and port), where the real server's reply goes.
+fn syn_source(lb: &mut common::Lb, syn: &[u8]) -> Result<(IpAddr, u16), Box<dyn Error>> {
+    let out = lb.l.run_on(syn, 1, INGRESS)?;
+    if out.action != rvs_xdp::action::REDIRECT || out.data.len() < 38 {
+        return Err(format!("SYN: action {} ({} bytes)", out.action, out.data.len()).into());
+    }
+    let d = &out.data;
+    let src = IpAddr::from([d[26], d[27], d[28], d[29]]);
+    Ok((src, u16::from_be_bytes([d[34], d[35]])))
+}
+
 /// The handshake of a new flow client `c:cport` -> `VIP`:80 through `lb`:
 /// its SYN and the real server's SYN-ACK (with MSS, sequence 7000) run
 /// unmeasured; returns the client's ACK that completes it (sequence 1001,
@@ -196,13 +203,7 @@ fn nat_bed_handshake(
     let (v, r) = (IpAddr::from(VIP), common::rs_addr(false, 0));
     let cin = (common::CLIENT_MAC, DIR_MAC);
     let syn = hs_seg(cin, (c, cport), (v, 80), (1000, None, true))?;
-    let out = lb.l.run_on(&syn, 1, INGRESS)?;
-    if out.action != redirect || out.data.len() < 38 {
-        return Err(format!("SYN: action {} ({} bytes)", out.action, out.data.len()).into());
-    }
-    let d = &out.data;
-    let src = IpAddr::from([d[26], d[27], d[28], d[29]]);
-    let sport = u16::from_be_bytes([d[34], d[35]]);
+    let (src, sport) = syn_source(lb, &syn)?;
     let synack = hs_seg(
         (common::rs_mac(0), BED_MAC),
         (r, BED_RPORT),

@@ -167,6 +167,17 @@ fn ns(l: &mut Loaded, f: &[u8], repeat: u32, want: u32) -> Result<f64, Box<dyn E
     Ok(r.duration.as_nanos() as f64)
 }
 
+/// A bare LRU floor program (`BenchLru`, `BenchLruHit`, `BenchLruCycle`)
+/// with a flow table of `table` entries.
+fn bench_lru(object: Object, table: u32) -> Result<Loaded, Box<dyn Error>> {
+    let opts = LoadOptions {
+        flow_table_size: table,
+        slots: 1,
+        ..LoadOptions::default()
+    };
+    Ok(Loaded::load(object, &opts)?)
+}
+
 /// The median of `v` (sorted in place).
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -198,14 +209,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     // once, then measured `rounds` times in turn (a noisy neighbour hits
     // all of them alike), medians reported.
     let mut tx_prog = Loaded::load(Object::BenchTx, &LoadOptions::default())?;
-    let mut hit_prog = Loaded::load(
-        Object::BenchLruHit,
-        &LoadOptions {
-            flow_table_size: table,
-            slots: 1,
-            ..LoadOptions::default()
-        },
-    )?;
+    let mut hit_prog = bench_lru(Object::BenchLruHit, table)?;
     // (row, program, IPv6 frames).
     let mut est_progs = Vec::new();
     for sched in ["mh", "rr"] {
@@ -293,14 +297,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     tunnels::tunnels(&syn, &ack, repeat.min(tunnels::TUNNEL_CALLS), table, rounds)?;
 
-    let mut lru = Loaded::load(
-        Object::BenchLru,
-        &LoadOptions {
-            flow_table_size: table,
-            slots: 1,
-            ..LoadOptions::default()
-        },
-    )?;
+    let mut lru = bench_lru(Object::BenchLru, table)?;
     let lru_fill = ns(&mut lru, &syn, repeat, tx)?;
     let lru_full = ns(&mut lru, &syn, repeat, tx)?;
     drop(lru);

@@ -106,14 +106,7 @@ pub(crate) fn many_flows(
             populate(&mut l, syn, ack, n)?;
             progs.push(l);
         }
-        let mut lru = Loaded::load(
-            Object::BenchLruCycle,
-            &LoadOptions {
-                flow_table_size: table,
-                slots: 1,
-                ..LoadOptions::default()
-            },
-        )?;
+        let mut lru = bench_lru(Object::BenchLruCycle, table)?;
         lru.set_bench_cycle(n, u32::from(n > 1))?;
         ns(&mut lru, ack, n, tx)?;
         progs.push(lru);
