@@ -4,7 +4,7 @@
 //! (an operator's first question), and a build without clang says so.
 
 use aya::maps::{Map, MapError};
-use aya::programs::{Program, ProgramError};
+use aya::programs::{Program, ProgramError, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 
 use crate::XdpError;
@@ -80,4 +80,29 @@ where
 pub(crate) fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Map, XdpError> {
     ebpf.map_mut(name)
         .ok_or(XdpError::Missing { kind: "map", name })
+}
+
+/// Attach the XDP program `prog` (called `program` in errors) to
+/// `interface`: native (driver) mode first, generic (skb) mode when the
+/// driver has no XDP support; `mode` forces one. The mode it got.
+pub(crate) fn attach_xdp(
+    prog: &mut Xdp,
+    program: &'static str,
+    interface: &str,
+    mode: Option<XdpMode>,
+) -> Result<XdpMode, XdpError> {
+    let modes: &[XdpMode] = match mode {
+        Some(ref m) => std::slice::from_ref(m),
+        None => &[XdpMode::Driver, XdpMode::Skb],
+    };
+    let mut last = None;
+    for &m in modes {
+        match prog.attach(interface, m) {
+            Ok(_) => return Ok(m),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(prog_err(program, "attach")(
+        last.unwrap_or(ProgramError::AlreadyLoaded),
+    ))
 }

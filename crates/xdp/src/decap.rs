@@ -222,21 +222,7 @@ impl Decap {
     /// [`Decap`] detaches). Native mode first, generic when the driver has
     /// no XDP; `mode` forces one.
     pub fn attach(&mut self, interface: &str, mode: Option<XdpMode>) -> Result<XdpMode, XdpError> {
-        let prog = self.program()?;
-        let modes: &[XdpMode] = match mode {
-            Some(ref m) => std::slice::from_ref(m),
-            None => &[XdpMode::Driver, XdpMode::Skb],
-        };
-        let mut last = None;
-        for &m in modes {
-            match prog.attach(interface, m) {
-                Ok(_) => return Ok(m),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(prog_err("attach")(
-            last.unwrap_or(ProgramError::AlreadyLoaded),
-        ))
+        bpf::attach_xdp(self.program()?, PROGRAM, interface, mode)
     }
 
     /// Attach to `interface` with netlink so the attachment outlives this

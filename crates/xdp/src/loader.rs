@@ -252,23 +252,7 @@ impl Loaded {
     pub fn attach(&mut self, interface: &str, mode: Option<XdpMode>) -> Result<XdpMode, XdpError> {
         let name = self.object.name();
         self.own_before_attach(interface)?;
-        let prog = self.program()?;
-        let modes: &[XdpMode] = match mode {
-            Some(ref m) => std::slice::from_ref(m),
-            None => &[XdpMode::Driver, XdpMode::Skb],
-        };
-        let mut last = None;
-        for &m in modes {
-            match prog.attach(interface, m) {
-                Ok(_) => return Ok(m),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(XdpError::Program {
-            program: name,
-            what: "attach",
-            source: Box::new(last.unwrap_or(ProgramError::AlreadyLoaded)),
-        })
+        bpf::attach_xdp(self.program()?, name, interface, mode)
     }
 
     /// Attach to `interface` through the BPF link pinned at `link` (see
