@@ -32,7 +32,7 @@
 #![forbid(unsafe_code)]
 
 use std::error::Error;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -157,20 +157,18 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
     Ok(args)
 }
 
-/// An Ethernet/IPv4/UDP frame with correct IPv4 and UDP checksums (DF,
-/// TTL 64, id 0; the payload a-z repeated).
+/// An Ethernet/IPv4/UDP frame between `macs` (source, destination) from
+/// `from` to `to` with `payload` bytes (a-z repeated), with correct IPv4
+/// and UDP checksums (DF, TTL 64, id 0).
 fn frame(
-    src_mac: [u8; 6],
-    dst_mac: [u8; 6],
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    sport: u16,
-    dport: u16,
+    macs: ([u8; 6], [u8; 6]),
+    from: SocketAddrV4,
+    to: SocketAddrV4,
     payload: usize,
 ) -> Vec<u8> {
     let data: Vec<u8> = (0..payload).map(|i| b'a' + (i % 26) as u8).collect();
-    let packet = Ip::new(src.into(), dst.into()).udp(sport, dport, &data);
-    ethernet(dst_mac, src_mac, None, &packet)
+    let packet = Ip::new((*from.ip()).into(), (*to.ip()).into()).udp(from.port(), to.port(), &data);
+    ethernet(macs.1, macs.0, None, &packet)
 }
 
 /// An AF_PACKET raw socket bound to one interface, for sending only.
@@ -215,12 +213,9 @@ fn main() -> Result<(), Box<dyn Error>> {
             let addr = Ipv4Addr::from(u32::from(args.src).wrapping_add(i / PORTS_PER_ADDR));
             let sport = (1024 + i % PORTS_PER_ADDR) as u16;
             frame(
-                src_mac,
-                args.dst_mac,
-                addr,
-                args.dst,
-                sport,
-                args.dport,
+                (src_mac, args.dst_mac),
+                SocketAddrV4::new(addr, sport),
+                SocketAddrV4::new(args.dst, args.dport),
                 args.payload,
             )
         })
@@ -488,12 +483,9 @@ mod tests {
         let dst = Ipv4Addr::new(10, 76, 0, 100);
         for (sport, payload) in [(1024u16, 18usize), (65535, 0), (4321, 1)] {
             let f = frame(
-                [2, 0, 0, 0, 0, 1],
-                [2, 0, 0, 0, 0, 2],
-                src,
-                dst,
-                sport,
-                9,
+                ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]),
+                SocketAddrV4::new(src, sport),
+                SocketAddrV4::new(dst, 9),
                 payload,
             );
             assert_eq!(f.len(), HEADERS + payload);
