@@ -69,14 +69,26 @@ struct Cfg {
 
 const _: () = assert!(size_of::<Cfg>() == 28);
 
-fn family_addr(ip: IpAddr) -> (u8, [u8; 16]) {
-    match ip {
-        IpAddr::V4(a) => {
-            let mut b = [0u8; 16];
-            b[..4].copy_from_slice(&a.octets());
-            (2, b)
+impl Cfg {
+    /// Operation `op` for `client` (its family picks the form: a v4-mapped
+    /// IPv6 address gives the IPv6 form of an IPv4 client) within `mtu`.
+    fn client(op: u8, client: SocketAddr, mtu: u16) -> Cfg {
+        let (family, addr) = match client.ip() {
+            IpAddr::V4(a) => {
+                let mut b = [0u8; 16];
+                b[..4].copy_from_slice(&a.octets());
+                (2, b)
+            }
+            IpAddr::V6(a) => (10, a.octets()),
+        };
+        Cfg {
+            op,
+            family,
+            port: client.port().to_be(),
+            addr,
+            mtu,
+            ..Cfg::default()
         }
-        IpAddr::V6(a) => (10, a.octets()),
     }
 }
 
@@ -118,15 +130,7 @@ impl ToaInsertTest {
         client: SocketAddr,
         mtu: u16,
     ) -> Result<RunResult, XdpError> {
-        let (family, addr) = family_addr(client.ip());
-        self.configure(Cfg {
-            op: OP_INSERT,
-            family,
-            port: client.port().to_be(),
-            addr,
-            mtu,
-            ..Cfg::default()
-        })?;
+        self.configure(Cfg::client(OP_INSERT, client, mtu))?;
         self.run(frame)
     }
 
@@ -141,15 +145,9 @@ impl ToaInsertTest {
         mtu: u16,
         dport: u16,
     ) -> Result<(), XdpError> {
-        let (family, addr) = family_addr(client.ip());
         self.configure(Cfg {
-            op: OP_LIVE,
-            family,
-            port: client.port().to_be(),
-            addr,
-            mtu,
             dport: dport.to_be(),
-            ..Cfg::default()
+            ..Cfg::client(OP_LIVE, client, mtu)
         })?;
         self.program()?
             .attach(interface, XdpMode::Skb)
