@@ -18,6 +18,9 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 #include "lib/map.h"
+/* hash_32, addr_fold and hsiphash_u32: the director's, so both data
+ * planes schedule alike. */
+#include "lib/hash.h"
 
 #define SOCK_AF_INET 2
 #define SOCK_AF_INET6 10
@@ -50,7 +53,6 @@
 #define SOCK_DEST_F_PRESENT 0x1 /* in its service (cleared when deleted) */
 
 /* The kernel's hash constants the core's sh/dh/mh use (rvs-core sched). */
-#define SOCK_GOLDEN_RATIO_32 0x61C88647u
 #define SOCK_HASH_TAB_BITS 8
 #define SOCK_MH_HASH1_KEY 2654435761ull
 
@@ -131,57 +133,6 @@ static __always_inline void bump(__u32 what)
 
 	if (c)
 		*c += 1;
-}
-
-static __always_inline __u32 hash_32(__u32 v, __u32 bits)
-{
-	return (v * SOCK_GOLDEN_RATIO_32) >> (32 - bits);
-}
-
-/* IPVS's address fold: IPv4 host order, IPv6 XOR of the four words. */
-static __always_inline __u32 addr_fold(const __u32 *a, __u8 family)
-{
-	if (family == SOCK_AF_INET)
-		return bpf_ntohl(a[0]);
-	return bpf_ntohl(a[0] ^ a[1] ^ a[2] ^ a[3]);
-}
-
-#define ROTL64(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
-#define SIPROUND                                                                   \
-	do {                                                                       \
-		v0 += v1;                                                          \
-		v1 = ROTL64(v1, 13);                                               \
-		v1 ^= v0;                                                          \
-		v0 = ROTL64(v0, 32);                                               \
-		v2 += v3;                                                          \
-		v3 = ROTL64(v3, 16);                                               \
-		v3 ^= v2;                                                          \
-		v0 += v3;                                                          \
-		v3 = ROTL64(v3, 21);                                               \
-		v3 ^= v0;                                                          \
-		v2 += v1;                                                          \
-		v1 = ROTL64(v1, 17);                                               \
-		v1 ^= v2;                                                          \
-		v2 = ROTL64(v2, 32);                                               \
-	} while (0)
-
-/* hsiphash(&v, 4, {k, k}) (SipHash-1-3, 64-bit kernel), as ip_vs_mh. */
-static __always_inline __u32 hsiphash_u32(__u64 k, __u32 v)
-{
-	__u64 v0 = k ^ 0x736f6d6570736575ULL;
-	__u64 v1 = k ^ 0x646f72616e646f6dULL;
-	__u64 v2 = k ^ 0x6c7967656e657261ULL;
-	__u64 v3 = k ^ 0x7465646279746573ULL;
-	__u64 b = ((__u64)4 << 56) | v;
-
-	v3 ^= b;
-	SIPROUND;
-	v0 ^= b;
-	v2 ^= 0xff;
-	SIPROUND;
-	SIPROUND;
-	SIPROUND;
-	return (__u32)(v0 ^ v1 ^ v2 ^ v3);
 }
 
 static __always_inline __u32 slot_at(__u32 pos)

@@ -16,11 +16,15 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Mutex, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
+use rvs_wire::frame::{Ip, Tcp, ethernet, tcp_flags};
 use rvs_xdp::action;
 use rvs_xdp::decap::Decap;
 
 #[path = "bpf_setup.rs"]
 mod bpf_setup;
+#[path = "input_rng.rs"]
+mod input_rng;
+use input_rng::{input_rng, mutate};
 
 const VIP4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
 const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 0x100);
@@ -49,21 +53,23 @@ fn setup() -> Option<Mutex<Decap>> {
     }
 }
 
-/// An inner packet to the VIP: a 20-byte TCP header after the IP header.
+/// An inner packet to the VIP: a TCP SYN (a 20-byte header, no payload).
 fn inner(v6: bool) -> Vec<u8> {
-    let mut p = Vec::new();
-    if v6 {
-        p.extend_from_slice(&[0x60, 0, 0, 0, 0, 20, 6, 64]);
-        p.extend_from_slice(&Ipv6Addr::new(0xfd00, 0x78, 0, 0, 0, 0, 0, 1).octets());
-        p.extend_from_slice(&VIP6.octets());
+    let ip = if v6 {
+        Ip::new(
+            Ipv6Addr::new(0xfd00, 0x78, 0, 0, 0, 0, 0, 1).into(),
+            VIP6.into(),
+        )
     } else {
-        p.extend_from_slice(&[0x45, 0, 0, 40, 0, 1, 0x40, 0, 64, 6, 0, 0]);
-        p.extend_from_slice(&[10, 78, 0, 1]);
-        p.extend_from_slice(&VIP4.octets());
-    }
-    p.extend_from_slice(&[0x9c, 0x40, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 2, 0xff, 0xff]);
-    p.extend_from_slice(&[0, 0, 0, 0]);
-    p
+        Ip::new(Ipv4Addr::new(10, 78, 0, 1).into(), VIP4.into())
+    };
+    ip.tcp(
+        &Tcp {
+            seq: 1,
+            ..Tcp::new(40000, 80, tcp_flags::SYN)
+        },
+        b"",
+    )
 }
 
 /// Template `t`: the tunnel (IPIP, GUE, GRE, GRE with C+K+S, GRE with
@@ -89,15 +95,28 @@ fn template(t: u8, v6: bool, tagged: bool) -> Vec<u8> {
         2 => (47, [&[0u8, 0][..], &ethertype, &inner].concat()),
         3 => (
             47,
-            [&[0xb0u8, 0][..], &ethertype, &[0; 4], &[1, 2, 3, 4], &[0, 0, 0, 7], &inner].concat(),
+            [
+                &[0xb0u8, 0][..],
+                &ethertype,
+                &[0; 4],
+                &[1, 2, 3, 4],
+                &[0, 0, 0, 7],
+                &inner,
+            ]
+            .concat(),
         ),
         4 => (47, [&[0u8, 0, 0x65, 0x58][..], &teb(&inner)].concat()),
         t => {
             let (hdr, body): (Vec<u8>, Vec<u8>) = match t {
                 5 => ([&[0u8, 0][..], &ethertype, &[0, 0, 1, 0]].concat(), inner),
                 6 => (
-                    [&[2u8, 0][..], &ethertype, &[0, 0, 1, 0], &[1, 0x4b, 1, 1, 9, 9, 9, 9]]
-                        .concat(),
+                    [
+                        &[2u8, 0][..],
+                        &ethertype,
+                        &[0, 0, 1, 0],
+                        &[1, 0x4b, 1, 1, 9, 9, 9, 9],
+                    ]
+                    .concat(),
                     inner,
                 ),
                 _ => (vec![0, 0, 0x65, 0x58, 0, 0, 1, 0], teb(&inner)),
@@ -108,26 +127,26 @@ fn template(t: u8, v6: bool, tagged: bool) -> Vec<u8> {
             (17, u)
         }
     };
-    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
-    if tagged {
-        f.extend_from_slice(&[0x81, 0x00, 0, 42]);
-    }
-    f.extend_from_slice(&ethertype);
-    if v6 {
-        f.extend_from_slice(&[0x60, 0, 0, 0]);
-        f.extend_from_slice(&(tun.len() as u16).to_be_bytes());
-        f.extend_from_slice(&[proto, 64]);
-        f.extend_from_slice(&Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 2).octets());
-        f.extend_from_slice(&Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 0x11).octets());
+    let outer = if v6 {
+        Ip::new(
+            Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 2).into(),
+            Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 0x11).into(),
+        )
     } else {
-        f.extend_from_slice(&[0x45, 0]);
-        f.extend_from_slice(&((20 + tun.len()) as u16).to_be_bytes());
-        f.extend_from_slice(&[0, 0, 0x40, 0, 64, proto, 0, 0, 10, 77, 0, 2, 10, 77, 0, 11]);
-    }
-    f.extend_from_slice(&tun);
-    f
+        Ip::new(
+            Ipv4Addr::new(10, 77, 0, 2).into(),
+            Ipv4Addr::new(10, 77, 0, 11).into(),
+        )
+    };
+    ethernet(
+        [2, 0, 0, 0, 0, 1],
+        [2, 0, 0, 0, 0, 2],
+        tagged.then_some(42),
+        &outer.packet(proto, &tun),
+    )
 }
 
+/// A UDP header (no checksum) to `port` for `payload` bytes after it.
 fn udp(port: u16, payload: usize) -> Vec<u8> {
     let mut u = vec![0x80, 0x01];
     u.extend_from_slice(&port.to_be_bytes());
@@ -143,30 +162,11 @@ fuzz_target!(init: {
     let Some(d) = DECAP.get_or_init(setup) else {
         return;
     };
-    let mut x: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in data {
-        x = (x ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    let mut rng = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = input_rng(data);
     let r0 = rng();
     let mut frame = template(r0 as u8, r0 & 0x100 != 0, r0 & 0x200 != 0);
-    for _ in 0..rng() % 4 {
-        let at = (rng() as usize) % frame.len();
-        frame[at] ^= (rng() >> 8) as u8;
-    }
-    for pair in data.chunks_exact(2) {
-        let at = usize::from(pair[0]) % frame.len();
-        frame[at] ^= pair[1];
-    }
-    if rng() % 4 == 0 {
-        let keep = 14 + (rng() as usize) % (frame.len() - 14);
-        frame.truncate(keep);
-    }
+    // A cut keeps the Ethernet header (BPF_PROG_TEST_RUN wants one).
+    mutate(&mut frame, data, &mut rng, 4, 14);
     let Ok(mut d) = d.lock() else { return };
     let r = match d.run(&frame, 1) {
         Ok(r) => r,

@@ -19,6 +19,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Mutex, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
+use rvs_wire::checksum::{checksum, l4_checksum_under};
+use rvs_wire::frame::{Ip, Tcp, ethernet, tcp_flags};
 use rvs_wire::toa::Toa;
 use rvs_xdp::toa_insert::{ToaInsertTest, code};
 
@@ -37,17 +39,6 @@ fn setup() -> Option<Mutex<ToaInsertTest>> {
             None
         }
     }
-}
-
-fn csum(b: &[u8]) -> u16 {
-    let mut s: u32 = 0;
-    for c in b.chunks(2) {
-        s += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-    }
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
 }
 
 /// Where the IP header, the TCP header and the IP packet's end are, if
@@ -91,55 +82,39 @@ fn tcp_offset(f: &[u8]) -> usize {
 
 /// The TCP checksum over the segment, verified: 0 when it is right.
 fn tcp_check(f: &[u8], l3: usize, l4: usize, end: usize) -> u16 {
-    let mut b = Vec::new();
-    if f[l3] >> 4 == 4 {
-        b.extend_from_slice(&f[l3 + 12..l3 + 20]);
-        b.extend_from_slice(&[0, f[l3 + 9]]);
-        b.extend_from_slice(&((end - l4) as u16).to_be_bytes());
-    } else {
-        b.extend_from_slice(&f[l3 + 8..l3 + 40]);
-        b.extend_from_slice(&((end - l4) as u32).to_be_bytes());
-        b.extend_from_slice(&[0, 0, 0, f[l3 + 6]]);
-    }
-    b.extend_from_slice(&f[l4..end]);
-    csum(&b)
+    l4_checksum_under(&f[l3..l4], 6, &f[l4..end]).unwrap_or(1)
 }
 
 /// A TCP segment: family, VLAN, IPv4 options, TCP options, payload.
 fn template(v6: bool, vlan: bool, ip_opts: usize, tcp_opts: &[u8], payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
-    if vlan {
-        f.extend_from_slice(&[0x81, 0x00, 0, 42]);
-    }
-    f.extend_from_slice(if v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
-    let l3 = f.len();
-    let l4len = 20 + tcp_opts.len() + payload.len();
-    if v6 {
-        f.extend_from_slice(&[0x60, 0, 0, 0]);
-        f.extend_from_slice(&(l4len as u16).to_be_bytes());
-        f.extend_from_slice(&[6, 64]);
-        f.extend_from_slice(&Ipv6Addr::new(0xfd01, 0, 0, 0, 0, 0, 0, 7).octets());
-        f.extend_from_slice(&Ipv6Addr::new(0xfd02, 0, 0, 0, 0, 0, 0, 9).octets());
+    let ip = if v6 {
+        Ip::new(
+            Ipv6Addr::new(0xfd01, 0, 0, 0, 0, 0, 0, 7).into(),
+            Ipv6Addr::new(0xfd02, 0, 0, 0, 0, 0, 0, 9).into(),
+        )
     } else {
-        let ihl = 20 + ip_opts;
-        f.push(0x40 | (ihl / 4) as u8);
-        f.push(0);
-        f.extend_from_slice(&((ihl + l4len) as u16).to_be_bytes());
-        f.extend_from_slice(&[0, 1, 0x40, 0, 64, 6, 0, 0, 10, 1, 0, 7, 10, 2, 0, 9]);
-        f.extend(std::iter::repeat_n(1u8, ip_opts));
-        let c = csum(&f[l3..l3 + ihl]);
-        f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
-    }
-    let l4 = f.len();
-    f.extend_from_slice(&[0x9c, 0x40, 0x1f, 0x90, 0, 0, 0, 1, 0, 0, 0, 2]);
-    f.push((((20 + tcp_opts.len()) / 4) as u8) << 4);
-    f.extend_from_slice(&[0x12, 0xff, 0xff, 0, 0, 0, 0]);
-    f.extend_from_slice(tcp_opts);
-    f.extend_from_slice(payload);
-    let end = f.len();
-    let c = tcp_check(&f, l3, l4, end);
-    f[l4 + 16..l4 + 18].copy_from_slice(&c.to_be_bytes());
-    f
+        Ip {
+            id: 1,
+            options: vec![1; ip_opts],
+            ..Ip::new(
+                Ipv4Addr::new(10, 1, 0, 7).into(),
+                Ipv4Addr::new(10, 2, 0, 9).into(),
+            )
+        }
+    };
+    let tcp = Tcp {
+        seq: 1,
+        ack: 2,
+        options: tcp_opts.to_vec(),
+        ..Tcp::new(40000, 8080, tcp_flags::SYN | tcp_flags::ACK)
+    };
+    let packet = ip.tcp(&tcp, payload);
+    ethernet(
+        [2, 0, 0, 0, 0, 2],
+        [2, 0, 0, 0, 0, 1],
+        vlan.then_some(42),
+        &packet,
+    )
 }
 
 const SYN_OPTS: [u8; 20] = [
@@ -202,8 +177,8 @@ fuzz_target!(init: {
                 assert_eq!(out[l4 + 20..l4 + 20 + n], opt[..], "the codec's bytes");
                 assert_eq!(out[l4 + 20 + n..], f[l4 + 20..], "the rest unchanged");
                 assert_eq!(layout(out), Some((l3, l4, end + n)), "lengths grew");
-                if f[l3] >> 4 == 4 && csum(&f[l3..l4]) == 0 {
-                    assert_eq!(csum(&out[l3..l4]), 0, "IPv4 checksum still verifies");
+                if f[l3] >> 4 == 4 && checksum(&f[l3..l4]) == 0 {
+                    assert_eq!(checksum(&out[l3..l4]), 0, "IPv4 checksum still verifies");
                 }
                 if tcp_check(&f, l3, l4, end) == 0 {
                     assert_eq!(

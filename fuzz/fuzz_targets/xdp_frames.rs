@@ -45,16 +45,23 @@ use libfuzzer_sys::fuzz_target;
 use rvs_core::dest::{Dest as CoreDest, DestId};
 use rvs_core::model::DestConfig;
 use rvs_core::sched::SchedParams;
+use rvs_wire::checksum::{checksum, l4_checksum, l4_checksum_under};
+use rvs_wire::frame::{Ip, Tcp, ethernet, tcp_flags};
 use rvs_xdp::maps::{self, Config, Dest, Svc, SvcKey};
 use rvs_xdp::quic_lb::{QuicCfg, QuicSidKey, QuicSvc};
 use rvs_xdp::{LoadOptions, Loaded, Object, action, tables};
 
 #[path = "bpf_setup.rs"]
 mod bpf_setup;
+#[path = "input_rng.rs"]
+mod input_rng;
+use input_rng::{input_rng, mutate};
 
 const VIP4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
 const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 0x100);
 const DIR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+/// The source MAC of the templates.
+const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x99];
 const RS_MACS: [[u8; 6]; 2] = [[2, 0, 0, 0, 0, 0x11], [2, 0, 0, 0, 0, 0x12]];
 /// The QUIC-LB service's port and its real servers' server IDs.
 const QUIC_PORT: u16 = 443;
@@ -98,11 +105,13 @@ struct Fuzz {
 static LB: OnceLock<Option<Mutex<Fuzz>>> = OnceLock::new();
 
 fn setup() -> Option<Mutex<Fuzz>> {
-    match bpf_setup::forced_refusal().and_then(|()| configure()).and_then(|mut l| {
-        let fnat = [fnat_flow(&mut l, false)?, fnat_flow(&mut l, true)?];
-        let tcp = [tcp_flow(&mut l, false)?, tcp_flow(&mut l, true)?];
-        Ok(Fuzz { l, fnat, tcp })
-    }) {
+    match bpf_setup::forced_refusal()
+        .and_then(|()| configure())
+        .and_then(|mut l| {
+            let fnat = [fnat_flow(&mut l, false)?, fnat_flow(&mut l, true)?];
+            let tcp = [tcp_flow(&mut l, false)?, tcp_flow(&mut l, true)?];
+            Ok(Fuzz { l, fnat, tcp })
+        }) {
         Ok(l) => Some(Mutex::new(l)),
         Err(e) => {
             bpf_setup::setup_failed("xdp_frames", &e);
@@ -126,15 +135,18 @@ fn configure() -> Result<Loaded, String> {
     cfg.flags |= maps::CFG_F_FNAT;
     l.set_config(&cfg).map_err(|e| e.to_string())?;
     let mut svc_index = 0u32;
+    let (v4, v6) = (IpAddr::V4(VIP4), IpAddr::V6(VIP6));
+    let (tcp, udp) = (maps::PROTO_TCP, maps::PROTO_UDP);
+    use maps::fwd::{DR, FNAT, TUN_GENEVE, TUN_GRE};
     for (vip, proto, port, method) in [
-        (IpAddr::V4(VIP4), maps::PROTO_TCP, 80u16, maps::fwd::DR),
-        (IpAddr::V4(VIP4), maps::PROTO_UDP, 53, maps::fwd::TUN_GENEVE),
-        (IpAddr::V6(VIP6), maps::PROTO_TCP, 80, maps::fwd::TUN_GRE),
-        (IpAddr::V4(VIP4), maps::PROTO_UDP, FNAT_PORT, maps::fwd::FNAT),
-        (IpAddr::V6(VIP6), maps::PROTO_UDP, FNAT_PORT, maps::fwd::FNAT),
-        (IpAddr::V4(VIP4), maps::PROTO_UDP, QUIC_PORT, maps::fwd::DR),
-        (IpAddr::V4(VIP4), maps::PROTO_TCP, FNAT_TCP_PORT, maps::fwd::FNAT),
-        (IpAddr::V6(VIP6), maps::PROTO_TCP, FNAT_TCP_PORT, maps::fwd::FNAT),
+        (v4, tcp, 80u16, DR),
+        (v4, udp, 53, TUN_GENEVE),
+        (v6, tcp, 80, TUN_GRE),
+        (v4, udp, FNAT_PORT, FNAT),
+        (v6, udp, FNAT_PORT, FNAT),
+        (v4, udp, QUIC_PORT, DR),
+        (v4, tcp, FNAT_TCP_PORT, FNAT),
+        (v6, tcp, FNAT_TCP_PORT, FNAT),
     ] {
         let rs: Vec<IpAddr> = match vip {
             IpAddr::V4(_) => vec![
@@ -219,8 +231,7 @@ fn configure() -> Result<Loaded, String> {
             l.set_quic_lb(svc_index, &q).map_err(|e| e.to_string())?;
             for (p, sid) in SIDS.iter().enumerate() {
                 let k = QuicSidKey::new(svc_index, sid).ok_or("server ID")?;
-                l.set_quic_sid(&k, index_of[p])
-                    .map_err(|e| e.to_string())?;
+                l.set_quic_sid(&k, index_of[p]).map_err(|e| e.to_string())?;
             }
         } else {
             l.set_service(&key, svc_index).map_err(|e| e.to_string())?;
@@ -323,7 +334,10 @@ fn translation(l: &mut Loaded, v6: bool, f: &[u8]) -> Result<FnatFlow, String> {
         (26..30, 30..34, 34)
     };
     if d.len() < sport + 2 || r.action == action::DROP {
-        return Err(format!("the FULLNAT flow was not made (action {})", r.action));
+        return Err(format!(
+            "the FULLNAT flow was not made (action {})",
+            r.action
+        ));
     }
     let ip = |b: &[u8]| -> IpAddr {
         match <[u8; 16]>::try_from(b) {
@@ -354,20 +368,16 @@ fn tcp_packet(
     opts: &[u8],
     data: &[u8],
 ) -> Vec<u8> {
-    let mut t = sport.to_be_bytes().to_vec();
-    t.extend_from_slice(&dport.to_be_bytes());
-    t.extend_from_slice(&seq.to_be_bytes());
-    t.extend_from_slice(&ack.unwrap_or(0).to_be_bytes());
-    let flags = u8::from(syn) * 0x02 | u8::from(ack.is_some()) * 0x10 | 0x08 * u8::from(!data.is_empty());
-    t.extend_from_slice(&[((20 + opts.len()) as u8 / 4) << 4, flags, 0xff, 0xff, 0, 0, 0, 0]);
-    t.extend_from_slice(opts);
-    t.extend_from_slice(data);
-    let mut f = ip_hdr(src, dst, 6, t.len()).split_off(14);
-    let l3 = f.len();
-    f.extend_from_slice(&t);
-    let c = l4_csum(&f[..l3], &f[l3..], 6);
-    f[l3 + 16..l3 + 18].copy_from_slice(&c.to_be_bytes());
-    f
+    let flags = if syn { tcp_flags::SYN } else { 0 }
+        | if ack.is_some() { tcp_flags::ACK } else { 0 }
+        | if data.is_empty() { 0 } else { tcp_flags::PSH };
+    let tcp = Tcp {
+        seq,
+        ack: ack.unwrap_or(0),
+        options: opts.to_vec(),
+        ..Tcp::new(sport, dport, flags)
+    };
+    ip_fields(src, dst).tcp(&tcp, data)
 }
 
 /// A SYN's options: MSS 1460, SACK-permitted, NOPs, window scale 7.
@@ -381,14 +391,16 @@ const TS_OPTS: [u8; 12] = [1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2];
 /// is armed: it gets it); 2, the real server's SYN-ACK to the local address
 /// of the setup flow (the MSS clamp).
 fn tcp_template(v6: bool, t: u8, flow: Option<&FnatFlow>) -> Vec<u8> {
-    let vip = if v6 { IpAddr::V6(VIP6) } else { IpAddr::V4(VIP4) };
+    let vip = if v6 {
+        IpAddr::V6(VIP6)
+    } else {
+        IpAddr::V4(VIP4)
+    };
     let client = if v6 {
         IpAddr::V6(Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 0x20))
     } else {
         IpAddr::V4(Ipv4Addr::new(10, 77, 0, 20))
     };
-    let mut f = ip_hdr(vip, vip, 0, 0);
-    f.truncate(14);
     let ip = match (t, flow) {
         (1, Some(fl)) => tcp_packet(
             fl.client,
@@ -424,104 +436,32 @@ fn tcp_template(v6: bool, t: u8, flow: Option<&FnatFlow>) -> Vec<u8> {
             b"",
         ),
     };
-    f.extend_from_slice(&ip);
-    f
+    l2(&ip)
 }
 
-fn csum(b: &[u8]) -> u16 {
-    let mut s: u32 = 0;
-    for c in b.chunks(2) {
-        s += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-    }
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
+/// The frame of the IP packet `ip` to the director.
+fn l2(ip: &[u8]) -> Vec<u8> {
+    ethernet(DIR_MAC, CLIENT_MAC, None, ip)
 }
 
-/// An Ethernet + IP header (no options) from `src` to `dst` carrying
-/// `proto` with `l4len` bytes after it (IPv4 checksum computed).
-fn ip_hdr(src: IpAddr, dst: IpAddr, proto: u8, l4len: usize) -> Vec<u8> {
-    let mut f = Vec::with_capacity(128);
-    f.extend_from_slice(&DIR_MAC);
-    f.extend_from_slice(&[2, 0, 0, 0, 0, 0x99]);
-    match (src, dst) {
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
-            f.extend_from_slice(&(l4len as u16).to_be_bytes());
-            f.extend_from_slice(&[proto, 64]);
-            f.extend_from_slice(&s.octets());
-            f.extend_from_slice(&d.octets());
-        }
-        (s, d) => {
-            let v4 = |a: IpAddr| match a {
-                IpAddr::V4(a) => a.octets(),
-                IpAddr::V6(_) => [0; 4],
-            };
-            f.extend_from_slice(&[0x08, 0x00, 0x45, 0]);
-            f.extend_from_slice(&((20 + l4len) as u16).to_be_bytes());
-            f.extend_from_slice(&[0, 1, 0x40, 0, 64, proto, 0, 0]);
-            f.extend_from_slice(&v4(s));
-            f.extend_from_slice(&v4(d));
-            let c = csum(&f[14..34]);
-            f[24..26].copy_from_slice(&c.to_be_bytes());
-        }
+/// The templates' IP header fields from `src` to `dst` (identification 1).
+fn ip_fields(src: IpAddr, dst: IpAddr) -> Ip {
+    Ip {
+        id: 1,
+        ..Ip::new(src, dst)
     }
-    f
 }
 
 /// The IP packet (no L2) of a UDP datagram `src:sport -> dst:dport` with its
 /// checksum.
 fn udp_packet(src: IpAddr, sport: u16, dst: IpAddr, dport: u16, data: &[u8]) -> Vec<u8> {
-    let mut u = sport.to_be_bytes().to_vec();
-    u.extend_from_slice(&dport.to_be_bytes());
-    u.extend_from_slice(&((8 + data.len()) as u16).to_be_bytes());
-    u.extend_from_slice(&[0, 0]);
-    u.extend_from_slice(data);
-    let mut f = ip_hdr(src, dst, 17, u.len()).split_off(14);
-    let l3 = f.len();
-    f.extend_from_slice(&u);
-    let c = l4_csum(&f[..l3], &f[l3..], 17);
-    f[l3 + 6..l3 + 8].copy_from_slice(&c.to_be_bytes());
-    f
+    ip_fields(src, dst).udp(sport, dport, data)
 }
 
-/// The TCP/UDP checksum of `l4` under the IP header `ip` (as computed: 0 in
-/// the checksum field; as verified: 0 when right).
-fn l4_csum(ip: &[u8], l4: &[u8], proto: u8) -> u16 {
-    let mut ph = if ip[0] >> 4 == 6 {
-        ip[8..40].to_vec()
-    } else {
-        ip[12..20].to_vec()
-    };
-    ph.extend_from_slice(&[0, proto]);
-    ph.extend_from_slice(&(l4.len() as u16).to_be_bytes());
-    ph.extend_from_slice(l4);
-    csum(&ph)
-}
-
-/// An ICMP(v6) port unreachable from `src` to `dst` quoting `quoted`.
+/// An ICMP(v6) port unreachable (no L2) from `src` to `dst` quoting `quoted`.
 fn icmp_unreach(src: IpAddr, dst: IpAddr, quoted: &[u8]) -> Vec<u8> {
-    let v6 = src.is_ipv6();
-    let mut m = if v6 {
-        vec![1, 4, 0, 0, 0, 0, 0, 0]
-    } else {
-        vec![3, 3, 0, 0, 0, 0, 0, 0]
-    };
-    m.extend_from_slice(quoted);
-    let mut f = ip_hdr(src, dst, if v6 { 58 } else { 1 }, m.len());
-    let c = if v6 {
-        let mut ph = f[22..54].to_vec();
-        ph.extend_from_slice(&(m.len() as u32).to_be_bytes());
-        ph.extend_from_slice(&[0, 0, 0, 58]);
-        ph.extend_from_slice(&m);
-        csum(&ph)
-    } else {
-        csum(&m)
-    };
-    m[2..4].copy_from_slice(&c.to_be_bytes());
-    f.extend_from_slice(&m);
-    f
+    let (kind, code) = if src.is_ipv6() { (1, 4) } else { (3, 3) };
+    ip_fields(src, dst).icmp(kind, code, [0; 4], quoted)
 }
 
 /// A well-formed frame for template `t` (0, 1: IPv4 TCP SYN / ACK to the
@@ -548,71 +488,54 @@ fn template(t: u8, fnat: Option<&[FnatFlow; 2]>) -> Vec<u8> {
             )
         };
         let flow = fnat.map(|f| f[usize::from(v6)]);
-        // The L2 header of every template.
-        let mut f = ip_hdr(vip, vip, 0, 0);
-        f.truncate(14);
         let ip = match (t - if v6 { 8 } else { 5 }, flow) {
             (1, Some(fl)) => icmp_unreach(
                 fl.rs,
                 fl.laddr,
                 &udp_packet(fl.laddr, fl.lport, fl.rs, FNAT_PORT, b"query"),
-            )
-            .split_off(14),
+            ),
             (2, Some(fl)) => icmp_unreach(
                 router,
                 vip,
                 &udp_packet(vip, FNAT_PORT, fl.client, FNAT_CPORT, b"answer"),
-            )
-            .split_off(14),
+            ),
             _ => udp_packet(client, FNAT_CPORT, vip, FNAT_PORT, b"query"),
         };
-        f.extend_from_slice(&ip);
-        return f;
+        return l2(&ip);
     }
     template_vip(t)
 }
 
 /// Templates 0 to 4 (see [`template`]).
 fn template_vip(t: u8) -> Vec<u8> {
-    let mut f = Vec::with_capacity(128);
-    f.extend_from_slice(&DIR_MAC);
-    f.extend_from_slice(&[2, 0, 0, 0, 0, 0x99]);
     let v6 = t % 5 >= 3;
-    let udp = t % 5 == 2;
-    let l4len = if udp { 8 + 4 } else { 20 };
-    if v6 {
-        f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
-        f.extend_from_slice(&(l4len as u16).to_be_bytes());
-        f.push(6);
-        f.push(64);
-        f.extend_from_slice(
-            &"fd00:77::10"
-                .parse::<Ipv6Addr>()
-                .map(|a| a.octets())
-                .unwrap_or([0; 16]),
-        );
-        f.extend_from_slice(&VIP6.octets());
+    let ip = if v6 {
+        ip_fields(
+            Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 0x10).into(),
+            VIP6.into(),
+        )
     } else {
-        f.extend_from_slice(&[0x08, 0x00]);
-        let l3 = f.len();
-        f.extend_from_slice(&[0x45, 0]);
-        f.extend_from_slice(&((20 + l4len) as u16).to_be_bytes());
-        f.extend_from_slice(&[0, 1, 0x40, 0, 64, if udp { 17 } else { 6 }, 0, 0]);
-        f.extend_from_slice(&[10, 77, 0, 10]);
-        f.extend_from_slice(&VIP4.octets());
-        let c = csum(&f[l3..l3 + 20]);
-        f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
-    }
-    if udp {
-        f.extend_from_slice(&[0x9c, 0x40, 0, 53, 0, 12, 0, 0, b'r', b'v', b's', b'!']);
+        ip_fields(Ipv4Addr::new(10, 77, 0, 10).into(), VIP4.into())
+    };
+    let packet = if t % 5 == 2 {
+        ip.udp(40000, 53, b"rvs!")
     } else {
         // SYN for t = 0 and 3, ACK for t = 1 and 4 (an established-flow
         // packet once a SYN of the same flow has been seen).
-        let flags = if t % 5 == 1 || t % 5 == 4 { 0x10 } else { 0x02 };
-        f.extend_from_slice(&[0x9c, 0x40, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags]);
-        f.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
-    }
-    f
+        let flags = if t % 5 == 1 || t % 5 == 4 {
+            tcp_flags::ACK
+        } else {
+            tcp_flags::SYN
+        };
+        ip.tcp(
+            &Tcp {
+                seq: 1,
+                ..Tcp::new(40000, 80, flags)
+            },
+            b"",
+        )
+    };
+    l2(&packet)
 }
 
 /// A QUIC datagram to the QUIC-LB service: a short header whose DCID is a
@@ -633,24 +556,13 @@ fn quic_template(long: bool) -> Vec<u8> {
         quic.extend_from_slice(&[1, 2, 3, 4, 5]);
         quic.extend_from_slice(&[0x5a; 24]);
     }
-    let mut f = Vec::with_capacity(128);
-    f.extend_from_slice(&DIR_MAC);
-    f.extend_from_slice(&[2, 0, 0, 0, 0, 0x99, 0x08, 0x00]);
-    let l3 = f.len();
-    let udp_len = 8 + quic.len();
-    f.extend_from_slice(&[0x45, 0]);
-    f.extend_from_slice(&((20 + udp_len) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 1, 0x40, 0, 64, 17, 0, 0]);
-    f.extend_from_slice(&[10, 77, 0, 10]);
-    f.extend_from_slice(&VIP4.octets());
-    let c = csum(&f[l3..l3 + 20]);
-    f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
-    f.extend_from_slice(&[0x9c, 0x41]);
-    f.extend_from_slice(&QUIC_PORT.to_be_bytes());
-    f.extend_from_slice(&(udp_len as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(&quic);
-    f
+    l2(&udp_packet(
+        Ipv4Addr::new(10, 77, 0, 10).into(),
+        40001,
+        VIP4.into(),
+        QUIC_PORT,
+        &quic,
+    ))
 }
 
 fuzz_target!(init: {
@@ -664,16 +576,7 @@ fuzz_target!(init: {
     // little guidance from it: each input seeds a generator that makes a
     // frame — a template to the VIP (or random bytes) with random flips and
     // a random cut — and the input's own bytes are flipped in as well.
-    let mut x: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in data {
-        x = (x ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    let mut rng = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = input_rng(data);
     let Ok(mut lb) = lb.lock() else { return };
     let pick = rng() % 20;
     let mut frame = match pick {
@@ -689,18 +592,7 @@ fuzz_target!(init: {
         _ => template(pick as u8, Some(&lb.fnat)),
     };
     if !frame.is_empty() {
-        for _ in 0..rng() % 6 {
-            let at = (rng() as usize) % frame.len();
-            frame[at] ^= (rng() >> 8) as u8;
-        }
-        for pair in data.chunks_exact(2) {
-            let at = usize::from(pair[0]) % frame.len();
-            frame[at] ^= pair[1];
-        }
-        if rng() % 4 == 0 {
-            let keep = (rng() as usize) % frame.len();
-            frame.truncate(keep);
-        }
+        mutate(&mut frame, data, &mut rng, 6, 0);
     }
     if frame.is_empty() {
         return;
@@ -736,7 +628,11 @@ fn checksums_ok(ip: &[u8]) -> Option<bool> {
     let (hlen, total, proto) = match v {
         4 => {
             let hl = usize::from(ip.get(0)? & 0xf) * 4;
-            (hl, usize::from(u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?])), *ip.get(9)?)
+            (
+                hl,
+                usize::from(u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?])),
+                *ip.get(9)?,
+            )
         }
         6 => (
             40,
@@ -748,13 +644,21 @@ fn checksums_ok(ip: &[u8]) -> Option<bool> {
     if hlen < 20 || total < hlen || ip.len() < total {
         return None;
     }
-    let hdr_ok = v == 6 || csum(&ip[..hlen]) == 0;
+    let hdr_ok = v == 6 || checksum(&ip[..hlen]) == 0;
     let l4 = &ip[hlen..total];
     match proto {
-        1 | 58 => Some(rvs_wire::icmp::parse(&ip[..total]).ok()?.checksums.all_valid() && hdr_ok),
-        6 if l4.len() >= 20 => Some(hdr_ok && l4_csum(&ip[..hlen], l4, 6) == 0),
+        1 | 58 => Some(
+            rvs_wire::icmp::parse(&ip[..total])
+                .ok()?
+                .checksums
+                .all_valid()
+                && hdr_ok,
+        ),
+        6 if l4.len() >= 20 => Some(hdr_ok && l4_checksum_under(&ip[..hlen], 6, l4) == Some(0)),
         17 if l4.len() >= 8 => Some(
-            hdr_ok && ((v == 4 && l4[6..8] == [0, 0]) || l4_csum(&ip[..hlen], l4, 17) == 0),
+            hdr_ok
+                && ((v == 4 && l4[6..8] == [0, 0])
+                    || l4_checksum_under(&ip[..hlen], 17, l4) == Some(0)),
         ),
         _ => None,
     }
@@ -814,17 +718,29 @@ fn toa_inserted(ip: &[u8], out: &[u8]) {
             usize::from(u16::from_be_bytes([p[2], p[3]]))
         }
     };
-    assert_eq!(total(out), total(ip) + grown, "the IP length grew by the TOA");
+    assert_eq!(
+        total(out),
+        total(ip) + grown,
+        "the IP length grew by the TOA"
+    );
     let (t_in, t_out) = (&ip[hl_in..total(ip)], &out[hl_out..total(out)]);
     let mut toa = vec![254, grown as u8, t_in[0], t_in[1]];
     toa.extend_from_slice(src);
-    assert_eq!(t_out[20..20 + grown], toa[..], "the TOA after the fixed header");
+    assert_eq!(
+        t_out[20..20 + grown],
+        toa[..],
+        "the TOA after the fixed header"
+    );
     assert_eq!(
         t_out[12] >> 4,
         (t_in[12] >> 4) + grown as u8 / 4,
         "the data offset grew by the TOA"
     );
-    assert_eq!(t_out[20 + grown..], t_in[20..], "the options and payload after the TOA");
+    assert_eq!(
+        t_out[20 + grown..],
+        t_in[20..],
+        "the options and payload after the TOA"
+    );
 }
 
 /// A frame the director sent into a GRE or Geneve tunnel: to a real
@@ -847,7 +763,7 @@ fn tunnelled(frame: &[u8], out: &[u8]) {
     let ip = &out[l2..];
     let (proto, src, dst, l4) = match ip[0] >> 4 {
         4 => {
-            assert_eq!(csum(&ip[..20]), 0, "outer IPv4 header checksum");
+            assert_eq!(checksum(&ip[..20]), 0, "outer IPv4 header checksum");
             let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
             (ip[9], &ip[12..16], &ip[16..20], &ip[20..total])
         }
@@ -860,17 +776,16 @@ fn tunnelled(frame: &[u8], out: &[u8]) {
     match proto {
         47 => {
             assert_eq!(l4[0], 0x80, "GRE with the checksum bit");
-            assert_eq!(csum(l4), 0, "GRE checksum");
+            assert_eq!(checksum(l4), 0, "GRE checksum");
         }
         17 => {
             assert_eq!(u16::from_be_bytes([l4[2], l4[3]]), 6081, "Geneve's port");
             assert_ne!(l4[6..8], [0, 0], "a UDP checksum");
-            let mut ph = src.to_vec();
-            ph.extend_from_slice(dst);
-            ph.extend_from_slice(&[0, 17]);
-            ph.extend_from_slice(&(l4.len() as u16).to_be_bytes());
-            ph.extend_from_slice(l4);
-            assert_eq!(csum(&ph), 0, "UDP checksum of the Geneve packet");
+            assert_eq!(
+                l4_checksum(src, dst, 17, l4),
+                0,
+                "UDP checksum of the Geneve packet"
+            );
         }
         p => panic!("outer protocol {p}"),
     }

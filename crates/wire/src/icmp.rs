@@ -19,6 +19,7 @@
 //! TCP or UDP. Nothing here does I/O; malformed input is an error, never a
 //! panic.
 
+use crate::checksum::{pseudo_sum, sum, verifies};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// IP protocol number of TCP.
@@ -118,29 +119,6 @@ fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
 
-/// The one's complement sum of `b` (big-endian 16-bit words, an odd byte
-/// padded with zero), not yet folded.
-fn sum(b: &[u8]) -> u64 {
-    b.chunks(2)
-        .map(|c| u64::from(u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)])))
-        .sum()
-}
-
-/// Whether `s` (a one's complement sum including the checksum field) folds
-/// to 0xffff: the checksum verifies.
-fn verifies(mut s: u64) -> bool {
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    s == 0xffff
-}
-
-/// The pseudo-header sum of `src`, `dst`, `proto` and `len` (RFC 793 /
-/// RFC 8200 §8.1: the same words in one's complement arithmetic).
-fn pseudo(src: &[u8], dst: &[u8], proto: u8, len: usize) -> u64 {
-    sum(src) + sum(dst) + u64::from(proto) + (len as u64 & 0xffff) + ((len as u64) >> 16)
-}
-
 fn addr(b: &[u8]) -> IpAddr {
     match b.len() {
         4 => IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3])),
@@ -236,7 +214,7 @@ pub fn parse(ip: &[u8]) -> Result<IcmpMessage, IcmpError> {
         _ => None,
     };
     let icmp_sum = if v6 {
-        sum(msg) + pseudo(outer.src, outer.dst, PROTO_ICMPV6, msg.len())
+        sum(msg) + pseudo_sum(outer.src, outer.dst, PROTO_ICMPV6, msg.len())
     } else {
         sum(msg)
     };
@@ -261,7 +239,7 @@ pub fn parse(ip: &[u8]) -> Result<IcmpMessage, IcmpError> {
                 None
             } else {
                 Some(verifies(
-                    sum(seg) + pseudo(inner.src, inner.dst, inner.proto, seg.len()),
+                    sum(seg) + pseudo_sum(inner.src, inner.dst, inner.proto, seg.len()),
                 ))
             }
         }

@@ -18,9 +18,15 @@
 //!   of an error must keep right).
 //! * [`toa`] — the TOA TCP option (kind 254) a FULLNAT director adds to the
 //!   handshake to carry the client's address, as toa.ko and DPVS read it.
+//! * [`checksum`] — the Internet checksum (RFC 1071) and the TCP/UDP
+//!   pseudo-header, for the codecs and every frame builder.
+//! * [`frame`] — Ethernet/IP/TCP/UDP/ICMP frames with every checksum right,
+//!   for the data plane's tests, fuzz targets and benchmarks.
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+pub mod checksum;
+pub mod frame;
 pub mod icmp;
 pub mod ipvs_sync;
 pub mod proxy_protocol;

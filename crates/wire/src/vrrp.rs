@@ -39,6 +39,7 @@
 //! input, never panic; fuzzed by `fuzz/fuzz_targets/vrrp.rs`, which also
 //! checks that everything parsed builds back to the same [`Advert`].
 
+use crate::checksum as csum;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 #[cfg(test)]
@@ -274,29 +275,6 @@ fn family(src: IpAddr, dst: IpAddr) -> Result<bool, VrrpError> {
     }
 }
 
-/// Adds `data` as big-endian 16-bit words (odd length: last byte padded with
-/// zero, RFC 1071) to a running sum. u64 cannot overflow for any buffer a
-/// packet can be.
-fn sum_words(data: &[u8], mut acc: u64) -> u64 {
-    let mut chunks = data.chunks_exact(2);
-    for w in &mut chunks {
-        acc += u64::from(u16::from_be_bytes([w[0], w[1]]));
-    }
-    if let [last] = chunks.remainder() {
-        acc += u64::from(*last) << 8;
-    }
-    acc
-}
-
-/// Folds a running sum to 16 bits with end-around carry.
-fn fold(mut acc: u64) -> u16 {
-    while acc > 0xffff {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    // The loop leaves acc <= 0xffff.
-    acc as u16
-}
-
 /// Sum of the pseudo-header for `src`/`dst` and a message of `len` bytes:
 /// IPv6 (RFC 8200 §8.1): source, destination, 32-bit length, three zero
 /// bytes, next header 112; IPv4 (keepalived's v3 form): source,
@@ -305,19 +283,8 @@ fn fold(mut acc: u64) -> u16 {
 /// passed) sums to zero.
 fn pseudo_sum(src: IpAddr, dst: IpAddr, len: usize) -> u64 {
     match (src, dst) {
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            let acc = sum_words(&s.octets(), 0);
-            let acc = sum_words(&d.octets(), acc);
-            let acc = sum_words(&(len as u32).to_be_bytes(), acc);
-            sum_words(&[0, 0, 0, PROTO], acc)
-        }
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let acc = sum_words(&s.octets(), 0);
-            let acc = sum_words(&d.octets(), acc);
-            let acc = sum_words(&[0, PROTO], acc);
-            // A message is at most 8 + 255×16 bytes: the length fits 16 bits.
-            sum_words(&(len as u16).to_be_bytes(), acc)
-        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => csum::pseudo_sum(&s.octets(), &d.octets(), PROTO, len),
+        (IpAddr::V4(s), IpAddr::V4(d)) => csum::pseudo_sum(&s.octets(), &d.octets(), PROTO, len),
         _ => 0,
     }
 }
@@ -325,7 +292,7 @@ fn pseudo_sum(src: IpAddr, dst: IpAddr, len: usize) -> u64 {
 /// The value for the checksum field of `msg`, whose checksum bytes must be
 /// zero, plus a pseudo-header sum (0 for none).
 fn checksum(msg: &[u8], pseudo: u64) -> u16 {
-    !fold(sum_words(msg, pseudo))
+    csum::finish(csum::sum(msg) + pseudo)
 }
 
 /// Decodes one advertisement from `buf` (the IP payload), received from
@@ -428,10 +395,10 @@ fn verify_checksum(
     found: u16,
 ) -> Result<ChecksumForm, VrrpError> {
     // A correct message sums (checksum included) to 0xffff.
-    let good = |pseudo: u64| fold(sum_words(msg, pseudo)) == 0xffff;
+    let good = |pseudo: u64| csum::verifies(csum::sum(msg) + pseudo);
     // What the field should hold: the checksum over the message with the
     // field itself zeroed, i.e. the sum without it.
-    let expected = |pseudo: u64| !fold(sum_words(msg, pseudo) + u64::from(!found));
+    let expected = |pseudo: u64| csum::finish(csum::sum(msg) + pseudo + u64::from(!found));
     let pseudo = pseudo_sum(src, dst, msg.len());
     if version == 2 {
         return if good(0) {

@@ -32,11 +32,13 @@
 #![forbid(unsafe_code)]
 
 use std::error::Error;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+
+use rvs_wire::frame::{Ip, ethernet};
 
 /// Source ports per source address (1024..=65535).
 const PORTS_PER_ADDR: u32 = 64512;
@@ -155,67 +157,18 @@ fn parse_args() -> Result<Args, Box<dyn Error>> {
     Ok(args)
 }
 
-/// One's-complement sum of `data` (big-endian 16-bit words) added to `acc`.
-fn sum16(mut acc: u32, data: &[u8]) -> u32 {
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        acc += u32::from(u16::from_be_bytes([c[0], c[1]]));
-    }
-    if let [last] = chunks.remainder() {
-        acc += u32::from(*last) << 8;
-    }
-    acc
-}
-
-fn fold(mut acc: u32) -> u16 {
-    while acc > 0xffff {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    !(acc as u16)
-}
-
-/// An Ethernet/IPv4/UDP frame with correct IPv4 and UDP checksums.
+/// An Ethernet/IPv4/UDP frame between `macs` (source, destination) from
+/// `from` to `to` with `payload` bytes (a-z repeated), with correct IPv4
+/// and UDP checksums (DF, TTL 64, id 0).
 fn frame(
-    src_mac: [u8; 6],
-    dst_mac: [u8; 6],
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    sport: u16,
-    dport: u16,
+    macs: ([u8; 6], [u8; 6]),
+    from: SocketAddrV4,
+    to: SocketAddrV4,
     payload: usize,
 ) -> Vec<u8> {
-    let udp_len = 8 + payload;
-    let ip_len = 20 + udp_len;
-    let mut f = Vec::with_capacity(14 + ip_len);
-    f.extend_from_slice(&dst_mac);
-    f.extend_from_slice(&src_mac);
-    f.extend_from_slice(&0x0800u16.to_be_bytes());
-    // IPv4: version 4, IHL 5, DSCP 0, length, id 0, DF, TTL 64, UDP.
-    let ip_start = f.len();
-    f.extend_from_slice(&[0x45, 0]);
-    f.extend_from_slice(&(ip_len as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
-    f.extend_from_slice(&src.octets());
-    f.extend_from_slice(&dst.octets());
-    let ip_sum = fold(sum16(0, &f[ip_start..]));
-    f[ip_start + 10..ip_start + 12].copy_from_slice(&ip_sum.to_be_bytes());
-    // UDP, checksum over the pseudo-header.
-    let udp_start = f.len();
-    f.extend_from_slice(&sport.to_be_bytes());
-    f.extend_from_slice(&dport.to_be_bytes());
-    f.extend_from_slice(&(udp_len as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend((0..payload).map(|i| b'a' + (i % 26) as u8));
-    let mut acc = sum16(0, &src.octets());
-    acc = sum16(acc, &dst.octets());
-    acc += 17 + udp_len as u32;
-    acc = sum16(acc, &f[udp_start..]);
-    let mut udp_sum = fold(acc);
-    if udp_sum == 0 {
-        udp_sum = 0xffff;
-    }
-    f[udp_start + 6..udp_start + 8].copy_from_slice(&udp_sum.to_be_bytes());
-    f
+    let data: Vec<u8> = (0..payload).map(|i| b'a' + (i % 26) as u8).collect();
+    let packet = Ip::new((*from.ip()).into(), (*to.ip()).into()).udp(from.port(), to.port(), &data);
+    ethernet(macs.1, macs.0, None, &packet)
 }
 
 /// An AF_PACKET raw socket bound to one interface, for sending only.
@@ -260,12 +213,9 @@ fn main() -> Result<(), Box<dyn Error>> {
             let addr = Ipv4Addr::from(u32::from(args.src).wrapping_add(i / PORTS_PER_ADDR));
             let sport = (1024 + i % PORTS_PER_ADDR) as u16;
             frame(
-                src_mac,
-                args.dst_mac,
-                addr,
-                args.dst,
-                sport,
-                args.dport,
+                (src_mac, args.dst_mac),
+                SocketAddrV4::new(addr, sport),
+                SocketAddrV4::new(args.dst, args.dport),
                 args.payload,
             )
         })
@@ -533,12 +483,9 @@ mod tests {
         let dst = Ipv4Addr::new(10, 76, 0, 100);
         for (sport, payload) in [(1024u16, 18usize), (65535, 0), (4321, 1)] {
             let f = frame(
-                [2, 0, 0, 0, 0, 1],
-                [2, 0, 0, 0, 0, 2],
-                src,
-                dst,
-                sport,
-                9,
+                ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]),
+                SocketAddrV4::new(src, sport),
+                SocketAddrV4::new(dst, 9),
                 payload,
             );
             assert_eq!(f.len(), HEADERS + payload);

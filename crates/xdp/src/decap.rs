@@ -21,6 +21,7 @@ use rvs_sys::netlink::{Netlink, NetlinkError, XdpMode as NlXdpMode};
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+use crate::bpf::{self, embedded_object, map_err};
 use crate::maps::typed::{TypedArray, TypedHash, TypedPerCpuArray};
 use crate::maps::{addr16, family};
 use crate::{RunResult, XdpError};
@@ -127,39 +128,13 @@ pub enum DecapError {
     },
 }
 
-/// The compiled decap object.
-#[cfg(not(rvs_no_bpf))]
-fn object_bytes() -> Result<&'static [u8], XdpError> {
-    Ok(aya::include_bytes_aligned!(concat!(
-        env!("OUT_DIR"),
-        "/decap.o"
-    )))
-}
-
-/// The compiled decap object (this build has none).
-#[cfg(rvs_no_bpf)]
-fn object_bytes() -> Result<&'static [u8], XdpError> {
-    Err(XdpError::NoBpf)
-}
-
 /// The decap object's bytes (for BTF checks).
 pub fn object() -> Result<&'static [u8], XdpError> {
-    object_bytes()
-}
-
-fn map_err(map: &'static str) -> impl Fn(MapError) -> XdpError {
-    move |e| XdpError::Map {
-        map,
-        source: Box::new(e),
-    }
+    embedded_object!("decap.o")
 }
 
 fn prog_err(what: &'static str) -> impl Fn(ProgramError) -> XdpError {
-    move |e| XdpError::Program {
-        program: PROGRAM,
-        what,
-        source: Box::new(e),
-    }
+    bpf::prog_err(PROGRAM, what)
 }
 
 /// The decapsulator loaded into the kernel (verified), not yet attached.
@@ -171,29 +146,18 @@ pub struct Decap {
 impl Decap {
     /// Load the object and its program (the verifier runs here).
     pub fn load() -> Result<Self, XdpError> {
-        let ebpf = EbpfLoader::new()
-            .load(object_bytes()?)
-            .map_err(|e| XdpError::Load {
-                object: PROGRAM,
-                source: Box::new(e),
-            })?;
+        let ebpf = bpf::load(PROGRAM, &mut EbpfLoader::new(), object()?)?;
         let mut me = Decap { ebpf };
         me.program()?.load().map_err(prog_err("load (verifier)"))?;
         Ok(me)
     }
 
     fn program(&mut self) -> Result<&mut Xdp, XdpError> {
-        let p = self.ebpf.program_mut(PROGRAM).ok_or(XdpError::Missing {
-            kind: "program",
-            name: PROGRAM,
-        })?;
-        p.try_into().map_err(prog_err("not an XDP program"))
+        bpf::program_mut(&mut self.ebpf, PROGRAM, "not an XDP program")
     }
 
     fn map(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, XdpError> {
-        self.ebpf
-            .map_mut(name)
-            .ok_or(XdpError::Missing { kind: "map", name })
+        bpf::map_mut(&mut self.ebpf, name)
     }
 
     /// Decapsulate traffic for `vip` (no error when already present).
@@ -258,21 +222,7 @@ impl Decap {
     /// [`Decap`] detaches). Native mode first, generic when the driver has
     /// no XDP; `mode` forces one.
     pub fn attach(&mut self, interface: &str, mode: Option<XdpMode>) -> Result<XdpMode, XdpError> {
-        let prog = self.program()?;
-        let modes: &[XdpMode] = match mode {
-            Some(ref m) => std::slice::from_ref(m),
-            None => &[XdpMode::Driver, XdpMode::Skb],
-        };
-        let mut last = None;
-        for &m in modes {
-            match prog.attach(interface, m) {
-                Ok(_) => return Ok(m),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(prog_err("attach")(
-            last.unwrap_or(ProgramError::AlreadyLoaded),
-        ))
+        bpf::attach_xdp(self.program()?, PROGRAM, interface, mode)
     }
 
     /// Attach to `interface` with netlink so the attachment outlives this

@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod bpf;
 pub mod decap;
 mod loader;
 pub mod maps;
@@ -93,12 +94,7 @@ pub enum XdpError {
     },
 }
 
-fn map_err(map: &'static str) -> impl Fn(MapError) -> XdpError {
-    move |e| XdpError::Map {
-        map,
-        source: Box::new(e),
-    }
-}
+use bpf::map_err;
 
 /// The BPF objects this crate embeds. The benchmark objects exist only with
 /// the feature `bench` (rvsd never loads them).
@@ -190,54 +186,27 @@ impl Object {
     }
 
     /// The compiled ELF object.
-    #[cfg(not(rvs_no_bpf))]
     pub fn bytes(self) -> Result<&'static [u8], XdpError> {
-        Ok(match self {
-            Object::Director => {
-                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb.o"))
-            }
+        match self {
+            Object::Director => bpf::embedded_object!("xdp_lb.o"),
             #[cfg(feature = "upgrade-probe")]
-            Object::DirectorProbe => {
-                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_probe.o"))
-            }
+            Object::DirectorProbe => bpf::embedded_object!("xdp_lb_probe.o"),
             #[cfg(feature = "bench")]
-            Object::DirectorBench => {
-                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_bench.o"))
-            }
+            Object::DirectorBench => bpf::embedded_object!("xdp_lb_bench.o"),
             #[cfg(feature = "bench")]
-            Object::DirectorCycle => {
-                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_cycle.o"))
-            }
+            Object::DirectorCycle => bpf::embedded_object!("xdp_lb_cycle.o"),
             #[cfg(feature = "bench")]
-            Object::DirectorCycleMiss => {
-                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_cycle_miss.o"))
-            }
+            Object::DirectorCycleMiss => bpf::embedded_object!("xdp_lb_cycle_miss.o"),
             #[cfg(feature = "bench")]
-            Object::BenchTx => {
-                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_tx.o"))
-            }
+            Object::BenchTx => bpf::embedded_object!("bench_tx.o"),
             #[cfg(feature = "bench")]
-            Object::BenchLru => {
-                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_lru.o"))
-            }
+            Object::BenchLru => bpf::embedded_object!("bench_lru.o"),
             #[cfg(feature = "bench")]
-            Object::BenchLruHit => {
-                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_lru_hit.o"))
-            }
+            Object::BenchLruHit => bpf::embedded_object!("bench_lru_hit.o"),
             #[cfg(feature = "bench")]
-            Object::BenchLruCycle => {
-                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_lru_cycle.o"))
-            }
-            Object::Clock => {
-                aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/clock.o"))
-            }
-        })
-    }
-
-    /// The compiled ELF object (this build has none).
-    #[cfg(rvs_no_bpf)]
-    pub fn bytes(self) -> Result<&'static [u8], XdpError> {
-        Err(XdpError::NoBpf)
+            Object::BenchLruCycle => bpf::embedded_object!("bench_lru_cycle.o"),
+            Object::Clock => bpf::embedded_object!("clock.o"),
+        }
     }
 }
 

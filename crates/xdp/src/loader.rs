@@ -5,12 +5,13 @@ use aya::maps::MapError;
 use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 
+use crate::bpf::{self, map_err};
 use crate::maps::typed::{Plain, TypedArray, TypedHash, TypedPerCpuArray};
 use crate::maps::{
     self, Config, Dest, DestConns, Flow, Flow4Key, Flow6Cache, FlowCache, FlowKey, Locality,
     LocalityKey, Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcKey,
 };
-use crate::{LoadOptions, Object, RunResult, XdpError, kernel_hz, map_err};
+use crate::{LoadOptions, Object, RunResult, XdpError, kernel_hz};
 
 /// The flow table holding `key`: `flows4` for IPv4, `flows` for IPv6.
 pub fn flows_map(key: &FlowKey) -> &'static str {
@@ -100,24 +101,15 @@ impl Loaded {
         ) {
             loader.map_max_entries("bench_flows", opts.flow_table_size);
         }
-        let ebpf = loader.load(bytes).map_err(|e| XdpError::Load {
-            object: object.name(),
-            source: Box::new(e),
-        })?;
+        let ebpf = bpf::load(object.name(), &mut loader, bytes)?;
         let mut me = Loaded {
             ebpf,
             object,
             entry: object.name(),
         };
-        let prog_err = |what| {
-            let program = object.name();
-            move |e| XdpError::Program {
-                program,
-                what,
-                source: Box::new(e),
-            }
-        };
-        me.program()?.load().map_err(prog_err("load (verifier)"))?;
+        me.program()?
+            .load()
+            .map_err(bpf::prog_err(object.name(), "load (verifier)"))?;
         if object.is_director() {
             // FULLNAT (bpf/lib/fnat.h) and QUIC-LB (bpf/lib/quic_lb.h):
             // each its own program, tail-called by xdp_lb.
@@ -137,20 +129,15 @@ impl Loaded {
         let object = Object::Director;
         let mut loader = EbpfLoader::new();
         size_director_maps(&mut loader, opts);
-        let ebpf = loader.load(object.bytes()?).map_err(|e| XdpError::Load {
-            object: object.name(),
-            source: Box::new(e),
-        })?;
+        let ebpf = bpf::load(object.name(), &mut loader, object.bytes()?)?;
         let mut me = Loaded {
             ebpf,
             object,
             entry: "xdp_fnat",
         };
-        me.program()?.load().map_err(|e| XdpError::Program {
-            program: "xdp_fnat",
-            what: "load (verifier)",
-            source: Box::new(e),
-        })?;
+        me.program()?
+            .load()
+            .map_err(bpf::prog_err("xdp_fnat", "load (verifier)"))?;
         Ok(me)
     }
 
@@ -173,23 +160,9 @@ impl Loaded {
         array: &'static str,
         slot: u32,
     ) -> Result<(), XdpError> {
-        let err = |what| {
-            move |e| XdpError::Program {
-                program: name,
-                what,
-                source: Box::new(e),
-            }
-        };
+        let err = |what| bpf::prog_err(name, what);
         let fd = {
-            let p: &mut Xdp = self
-                .ebpf
-                .program_mut(name)
-                .ok_or(XdpError::Missing {
-                    kind: "program",
-                    name,
-                })?
-                .try_into()
-                .map_err(err("not an XDP program"))?;
+            let p: &mut Xdp = bpf::program_mut(&mut self.ebpf, name, "not an XDP program")?;
             p.load().map_err(err("load (verifier)"))?;
             p.fd()
                 .map_err(err("fd"))?
@@ -271,16 +244,7 @@ impl Loaded {
     }
 
     pub(crate) fn program(&mut self) -> Result<&mut Xdp, XdpError> {
-        let name = self.entry;
-        let p = self.ebpf.program_mut(name).ok_or(XdpError::Missing {
-            kind: "program",
-            name,
-        })?;
-        p.try_into().map_err(|e| XdpError::Program {
-            program: name,
-            what: "not an XDP program",
-            source: Box::new(e),
-        })
+        bpf::program_mut(&mut self.ebpf, self.entry, "not an XDP program")
     }
 
     /// Attach to `interface`: native (driver) mode first, generic (skb)
@@ -288,23 +252,7 @@ impl Loaded {
     pub fn attach(&mut self, interface: &str, mode: Option<XdpMode>) -> Result<XdpMode, XdpError> {
         let name = self.object.name();
         self.own_before_attach(interface)?;
-        let prog = self.program()?;
-        let modes: &[XdpMode] = match mode {
-            Some(ref m) => std::slice::from_ref(m),
-            None => &[XdpMode::Driver, XdpMode::Skb],
-        };
-        let mut last = None;
-        for &m in modes {
-            match prog.attach(interface, m) {
-                Ok(_) => return Ok(m),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(XdpError::Program {
-            program: name,
-            what: "attach",
-            source: Box::new(last.unwrap_or(ProgramError::AlreadyLoaded)),
-        })
+        bpf::attach_xdp(self.program()?, name, interface, mode)
     }
 
     /// Attach to `interface` through the BPF link pinned at `link` (see
@@ -543,9 +491,7 @@ impl Loaded {
     }
 
     pub(crate) fn map(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, XdpError> {
-        self.ebpf
-            .map_mut(name)
-            .ok_or(XdpError::Missing { kind: "map", name })
+        bpf::map_mut(&mut self.ebpf, name)
     }
 
     pub(crate) fn array<V: Plain>(

@@ -17,13 +17,13 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-use aya::maps::MapError;
 use aya::programs::links::FdLink;
 use aya::programs::{CgroupAttachMode, CgroupSockAddr, ProgramError, SockOps};
 use aya::{Ebpf, EbpfLoader};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::XdpError;
+use crate::bpf::{self, embedded_object, map_err, prog_err};
 use crate::maps::typed::TypedPerCpuArray;
 
 /// `struct rvs_toa_addr` of bpf/toa.h: a connection's TOA address (the
@@ -240,39 +240,9 @@ fn stats_of(map: &mut aya::maps::Map) -> Result<ToaStats, XdpError> {
     })
 }
 
-/// The compiled reader object.
-#[cfg(not(rvs_no_bpf))]
-fn object_bytes() -> Result<&'static [u8], XdpError> {
-    Ok(aya::include_bytes_aligned!(concat!(
-        env!("OUT_DIR"),
-        "/toa.o"
-    )))
-}
-
-/// The compiled reader object (this build has none).
-#[cfg(rvs_no_bpf)]
-fn object_bytes() -> Result<&'static [u8], XdpError> {
-    Err(XdpError::NoBpf)
-}
-
 /// The reader object's bytes (for BTF checks).
 pub fn object() -> Result<&'static [u8], XdpError> {
-    object_bytes()
-}
-
-fn map_err(map: &'static str) -> impl Fn(MapError) -> XdpError {
-    move |e| XdpError::Map {
-        map,
-        source: Box::new(e),
-    }
-}
-
-fn prog_err(program: &'static str, what: &'static str) -> impl Fn(ProgramError) -> XdpError {
-    move |e| XdpError::Program {
-        program,
-        what,
-        source: Box::new(e),
-    }
+    embedded_object!("toa.o")
 }
 
 /// What the kernel needs, checked before loading so an old kernel gets the
@@ -332,12 +302,7 @@ impl ToaReader {
     /// Refused with the reason on a kernel without the hooks.
     pub fn load() -> Result<Self, ToaError> {
         probe()?;
-        let ebpf = EbpfLoader::new()
-            .load(object_bytes()?)
-            .map_err(|e| XdpError::Load {
-                object: "toa",
-                source: Box::new(e),
-            })?;
+        let ebpf = bpf::load("toa", &mut EbpfLoader::new(), object()?)?;
         let mut me = ToaReader {
             ebpf,
             links: Vec::new(),
@@ -354,30 +319,16 @@ impl ToaReader {
     }
 
     fn sockops(&mut self) -> Result<&mut SockOps, XdpError> {
-        let p = self.ebpf.program_mut(SOCKOPS).ok_or(XdpError::Missing {
-            kind: "program",
-            name: SOCKOPS,
-        })?;
-        p.try_into()
-            .map_err(prog_err(SOCKOPS, "not a sock_ops program"))
+        bpf::program_mut(&mut self.ebpf, SOCKOPS, "not a sock_ops program")
     }
 
     fn peer(&mut self, name: &'static str) -> Result<&mut CgroupSockAddr, XdpError> {
-        let p = self.ebpf.program_mut(name).ok_or(XdpError::Missing {
-            kind: "program",
-            name,
-        })?;
-        p.try_into()
-            .map_err(prog_err(name, "not a cgroup sock_addr program"))
+        bpf::program_mut(&mut self.ebpf, name, "not a cgroup sock_addr program")
     }
 
     /// The counters summed over CPUs.
     pub fn stats(&mut self) -> Result<ToaStats, XdpError> {
-        let m = self.ebpf.map_mut("toa_stats").ok_or(XdpError::Missing {
-            kind: "map",
-            name: "toa_stats",
-        })?;
-        stats_of(m)
+        stats_of(bpf::map_mut(&mut self.ebpf, "toa_stats")?)
     }
 
     /// Attach to `cgroup` (a cgroup v2 directory) through aya: the links
@@ -438,10 +389,7 @@ impl ToaReader {
             }
         };
         let pin_all = || -> Result<(), ToaError> {
-            let stats = self.ebpf.map_mut("toa_stats").ok_or(XdpError::Missing {
-                kind: "map",
-                name: "toa_stats",
-            })?;
+            let stats = bpf::map_mut(&mut self.ebpf, "toa_stats")?;
             let p = dir.join(STATS_PIN);
             stats.pin(&p).map_err(|e| ToaError::Io {
                 what: "pinning",
@@ -466,21 +414,6 @@ impl ToaReader {
     }
 }
 
-/// The compiled test writer object.
-#[cfg(all(feature = "test-fixtures", not(rvs_no_bpf)))]
-fn writer_bytes() -> Result<&'static [u8], XdpError> {
-    Ok(aya::include_bytes_aligned!(concat!(
-        env!("OUT_DIR"),
-        "/toa_test_writer.o"
-    )))
-}
-
-/// The compiled test writer object (this build has none).
-#[cfg(all(feature = "test-fixtures", rvs_no_bpf))]
-fn writer_bytes() -> Result<&'static [u8], XdpError> {
-    Err(XdpError::NoBpf)
-}
-
 /// TEST FIXTURE (`bpf/toa_test_writer.c`, feature `test-fixtures`): a
 /// sock_ops program that writes a TOA carrying a configured address into
 /// the SYN of every connection its cgroup's sockets open, so tests put a
@@ -500,24 +433,16 @@ impl ToaTestWriter {
         if !is_cgroup2(cgroup) {
             return Err(ToaError::NotCgroup2(cgroup.to_owned()));
         }
-        let ebpf = EbpfLoader::new()
-            .load(writer_bytes()?)
-            .map_err(|e| XdpError::Load {
-                object: "toa_test_writer",
-                source: Box::new(e),
-            })?;
+        let ebpf = bpf::load(
+            "toa_test_writer",
+            &mut EbpfLoader::new(),
+            embedded_object!("toa_test_writer.o")?,
+        )?;
         let mut me = ToaTestWriter { ebpf };
         me.set(client)?;
         let cg = std::fs::File::open(cgroup).map_err(io("opening", cgroup))?;
-        let p: &mut SockOps = me
-            .ebpf
-            .program_mut(Self::PROGRAM)
-            .ok_or(XdpError::Missing {
-                kind: "program",
-                name: Self::PROGRAM,
-            })?
-            .try_into()
-            .map_err(prog_err(Self::PROGRAM, "not a sock_ops program"))?;
+        let p: &mut SockOps =
+            bpf::program_mut(&mut me.ebpf, Self::PROGRAM, "not a sock_ops program")?;
         p.load()
             .map_err(prog_err(Self::PROGRAM, "load (verifier)"))?;
         p.attach(&cg, CgroupAttachMode::Single)
@@ -529,13 +454,7 @@ impl ToaTestWriter {
     /// ACK among them, where the Alibaba LVS and DPVS put it) rather than
     /// into the SYN.
     pub fn set_in_ack(&mut self, in_ack: bool) -> Result<(), XdpError> {
-        let m = self
-            .ebpf
-            .map_mut("toa_writer_in_ack")
-            .ok_or(XdpError::Missing {
-                kind: "map",
-                name: "toa_writer_in_ack",
-            })?;
+        let m = bpf::map_mut(&mut self.ebpf, "toa_writer_in_ack")?;
         let mut a =
             crate::maps::typed::TypedArray::<u32>::new(m).map_err(map_err("toa_writer_in_ack"))?;
         a.set(0, u32::from(in_ack), 0)
@@ -544,13 +463,7 @@ impl ToaTestWriter {
 
     /// Write `client` into the SYNs from now on.
     pub fn set(&mut self, client: SocketAddr) -> Result<(), XdpError> {
-        let m = self
-            .ebpf
-            .map_mut("toa_writer_addr")
-            .ok_or(XdpError::Missing {
-                kind: "map",
-                name: "toa_writer_addr",
-            })?;
+        let m = bpf::map_mut(&mut self.ebpf, "toa_writer_addr")?;
         let mut a = crate::maps::typed::TypedArray::<ToaAddr>::new(m)
             .map_err(map_err("toa_writer_addr"))?;
         a.set(0, ToaAddr::new(client), 0)

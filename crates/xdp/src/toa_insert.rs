@@ -16,6 +16,7 @@ use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+use crate::bpf::{self, embedded_object, map_err};
 use crate::maps::typed::{TypedArray, TypedPerCpuArray};
 use crate::{RunResult, XdpError};
 
@@ -68,28 +69,27 @@ struct Cfg {
 
 const _: () = assert!(size_of::<Cfg>() == 28);
 
-fn family_addr(ip: IpAddr) -> (u8, [u8; 16]) {
-    match ip {
-        IpAddr::V4(a) => {
-            let mut b = [0u8; 16];
-            b[..4].copy_from_slice(&a.octets());
-            (2, b)
+impl Cfg {
+    /// Operation `op` for `client` (its family picks the form: a v4-mapped
+    /// IPv6 address gives the IPv6 form of an IPv4 client) within `mtu`.
+    fn client(op: u8, client: SocketAddr, mtu: u16) -> Cfg {
+        let (family, addr) = match client.ip() {
+            IpAddr::V4(a) => {
+                let mut b = [0u8; 16];
+                b[..4].copy_from_slice(&a.octets());
+                (2, b)
+            }
+            IpAddr::V6(a) => (10, a.octets()),
+        };
+        Cfg {
+            op,
+            family,
+            port: client.port().to_be(),
+            addr,
+            mtu,
+            ..Cfg::default()
         }
-        IpAddr::V6(a) => (10, a.octets()),
     }
-}
-
-#[cfg(not(rvs_no_bpf))]
-fn object_bytes() -> Result<&'static [u8], XdpError> {
-    Ok(aya::include_bytes_aligned!(concat!(
-        env!("OUT_DIR"),
-        "/toa_insert_test.o"
-    )))
-}
-
-#[cfg(rvs_no_bpf)]
-fn object_bytes() -> Result<&'static [u8], XdpError> {
-    Err(XdpError::NoBpf)
 }
 
 /// The loaded fixture program.
@@ -101,30 +101,22 @@ pub struct ToaInsertTest {
 impl ToaInsertTest {
     /// Load the program (through the verifier).
     pub fn load() -> Result<Self, XdpError> {
-        let ebpf = EbpfLoader::new()
-            .load(object_bytes()?)
-            .map_err(|e| XdpError::Load {
-                object: "toa_insert_test",
-                source: Box::new(e),
-            })?;
+        let ebpf = bpf::load(
+            "toa_insert_test",
+            &mut EbpfLoader::new(),
+            embedded_object!("toa_insert_test.o")?,
+        )?;
         let mut me = ToaInsertTest { ebpf };
         me.program()?.load().map_err(prog_err("load (verifier)"))?;
         Ok(me)
     }
 
     fn program(&mut self) -> Result<&mut Xdp, XdpError> {
-        let p = self.ebpf.program_mut(PROGRAM).ok_or(XdpError::Missing {
-            kind: "program",
-            name: PROGRAM,
-        })?;
-        p.try_into().map_err(prog_err("not an XDP program"))
+        bpf::program_mut(&mut self.ebpf, PROGRAM, "not an XDP program")
     }
 
     fn configure(&mut self, cfg: Cfg) -> Result<(), XdpError> {
-        let m = self.ebpf.map_mut(CFG).ok_or(XdpError::Missing {
-            kind: "map",
-            name: CFG,
-        })?;
+        let m = bpf::map_mut(&mut self.ebpf, CFG)?;
         let mut a = TypedArray::<Cfg>::new(m).map_err(map_err(CFG))?;
         a.set(0, cfg, 0).map_err(map_err(CFG))
     }
@@ -138,15 +130,7 @@ impl ToaInsertTest {
         client: SocketAddr,
         mtu: u16,
     ) -> Result<RunResult, XdpError> {
-        let (family, addr) = family_addr(client.ip());
-        self.configure(Cfg {
-            op: OP_INSERT,
-            family,
-            port: client.port().to_be(),
-            addr,
-            mtu,
-            ..Cfg::default()
-        })?;
+        self.configure(Cfg::client(OP_INSERT, client, mtu))?;
         self.run(frame)
     }
 
@@ -161,15 +145,9 @@ impl ToaInsertTest {
         mtu: u16,
         dport: u16,
     ) -> Result<(), XdpError> {
-        let (family, addr) = family_addr(client.ip());
         self.configure(Cfg {
-            op: OP_LIVE,
-            family,
-            port: client.port().to_be(),
-            addr,
-            mtu,
             dport: dport.to_be(),
-            ..Cfg::default()
+            ..Cfg::client(OP_LIVE, client, mtu)
         })?;
         self.program()?
             .attach(interface, XdpMode::Skb)
@@ -180,10 +158,7 @@ impl ToaInsertTest {
     /// How many segments the attached program gave each [`code`] (index =
     /// code), summed over CPUs.
     pub fn live_codes(&mut self) -> Result<Vec<u64>, XdpError> {
-        let m = self.ebpf.map_mut(CODES).ok_or(XdpError::Missing {
-            kind: "map",
-            name: CODES,
-        })?;
+        let m = bpf::map_mut(&mut self.ebpf, CODES)?;
         let a = TypedPerCpuArray::<u64>::new(m).map_err(map_err(CODES))?;
         (0..NCODES)
             .map(|i| Ok(a.get(&i, 0).map_err(map_err(CODES))?.iter().sum()))
@@ -217,16 +192,5 @@ impl ToaInsertTest {
 }
 
 fn prog_err(what: &'static str) -> impl Fn(aya::programs::ProgramError) -> XdpError {
-    move |e| XdpError::Program {
-        program: PROGRAM,
-        what,
-        source: Box::new(e),
-    }
-}
-
-fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> XdpError {
-    move |e| XdpError::Map {
-        map,
-        source: Box::new(e),
-    }
+    bpf::prog_err(PROGRAM, what)
 }

@@ -1200,20 +1200,6 @@ fn tunnel_too_big_answers_packet_too_big_v6() {
     too_big(true);
 }
 
-/// The flow hash behind the GUE source port and the varied tunnel source
-/// (xdp_lb.c: `hash_32(fold(caddr) ^ (cport << 16 | vport) ^ proto, 32)`).
-fn flow_hash(c: IpAddr, cport: u16, vport: u16, proto: u8) -> u32 {
-    let fold = match c {
-        IpAddr::V4(a) => u32::from(a),
-        IpAddr::V6(a) => {
-            let x = u128::from(a);
-            (x as u32) ^ ((x >> 32) as u32) ^ ((x >> 64) as u32) ^ ((x >> 96) as u32)
-        }
-    };
-    let h = fold ^ ((u32::from(cport) << 16) | u32::from(vport));
-    (h ^ u32::from(proto)).wrapping_mul(0x61C8_8647)
-}
-
 /// `--tunnel-source-prefix`: the outer source is the prefix with its host
 /// bits from the flow hash (top bits), the same for every packet of a flow,
 /// spread over flows; the rest of the frame is the IPIP / GUE fixture's.

@@ -12,6 +12,8 @@ mod common;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use common::{inet_csum, root_or_skip};
+use rvs_wire::checksum::l4_checksum;
+use rvs_wire::frame::{Ip, Tcp, ethernet, octets};
 use rvs_wire::toa::{self, Toa};
 use rvs_xdp::toa_insert::{ToaInsertTest, code};
 
@@ -75,24 +77,7 @@ struct Layout {
 /// The TCP checksum of the segment `seg` between `src` and `dst`,
 /// computed from scratch (pseudo-header of RFC 793 / RFC 8200 § 8.1).
 fn tcp_csum(src: IpAddr, dst: IpAddr, seg: &[u8]) -> u16 {
-    let mut b = Vec::new();
-    match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            b.extend_from_slice(&s.octets());
-            b.extend_from_slice(&d.octets());
-            b.extend_from_slice(&[0, 6]);
-            b.extend_from_slice(&(seg.len() as u16).to_be_bytes());
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            b.extend_from_slice(&s.octets());
-            b.extend_from_slice(&d.octets());
-            b.extend_from_slice(&(seg.len() as u32).to_be_bytes());
-            b.extend_from_slice(&[0, 0, 0, 6]);
-        }
-        _ => panic!("mixed families"),
-    }
-    b.extend_from_slice(seg);
-    inet_csum(&b)
+    l4_checksum(&octets(src), &octets(dst), 6, seg)
 }
 
 fn addrs(v6: bool) -> (IpAddr, IpAddr) {
@@ -107,51 +92,26 @@ fn addrs(v6: bool) -> (IpAddr, IpAddr) {
 /// (+ options, a multiple of 4 bytes), payload, padding; both checksums
 /// right.
 fn frame(s: &Spec) -> Vec<u8> {
-    assert_eq!(s.ip_opts.len() % 4, 0);
-    assert_eq!(s.tcp_opts.len() % 4, 0);
     let (src, dst) = addrs(s.v6);
-    let mut f = vec![0x02, 0, 0, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0x01];
-    if s.vlan {
-        f.extend_from_slice(&[0x81, 0x00, 0x00, 42]);
-    }
-    f.extend_from_slice(if s.v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
-    let l3 = f.len();
-    let thl = 20 + s.tcp_opts.len();
-    let l4len = thl + s.payload.len();
-    match (src, dst) {
-        (IpAddr::V4(a), IpAddr::V4(b)) => {
-            let ihl = 20 + s.ip_opts.len();
-            f.push(0x40 | (ihl / 4) as u8);
-            f.push(0);
-            f.extend_from_slice(&((ihl + l4len) as u16).to_be_bytes());
-            f.extend_from_slice(&[0x12, 0x34, 0x40, 0x00, 64, 6, 0, 0]);
-            f.extend_from_slice(&a.octets());
-            f.extend_from_slice(&b.octets());
-            f.extend_from_slice(&s.ip_opts);
-            let c = inet_csum(&f[l3..l3 + ihl]);
-            f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
-        }
-        (IpAddr::V6(a), IpAddr::V6(b)) => {
-            f.extend_from_slice(&[0x60, 0x01, 0x23, 0x45]);
-            f.extend_from_slice(&(l4len as u16).to_be_bytes());
-            f.extend_from_slice(&[6, 64]);
-            f.extend_from_slice(&a.octets());
-            f.extend_from_slice(&b.octets());
-        }
-        _ => unreachable!(),
-    }
-    let l4 = f.len();
-    f.extend_from_slice(&40000u16.to_be_bytes());
-    f.extend_from_slice(&8080u16.to_be_bytes());
-    f.extend_from_slice(&0x0102_0304u32.to_be_bytes());
-    f.extend_from_slice(&0x0a0b_0c0du32.to_be_bytes());
-    f.push(((thl / 4) as u8) << 4);
-    f.push(s.flags);
-    f.extend_from_slice(&[0xfa, 0xf0, 0, 0, 0, 0]);
-    f.extend_from_slice(&s.tcp_opts);
-    f.extend_from_slice(&s.payload);
-    let c = tcp_csum(src, dst, &f[l4..]);
-    f[l4 + 16..l4 + 18].copy_from_slice(&c.to_be_bytes());
+    let ip = Ip {
+        id: 0x1234,
+        flow_label: 0x1_2345,
+        options: s.ip_opts.clone(),
+        ..Ip::new(src, dst)
+    };
+    let tcp = Tcp {
+        seq: 0x0102_0304,
+        ack: 0x0a0b_0c0d,
+        window: 0xfaf0,
+        options: s.tcp_opts.clone(),
+        ..Tcp::new(40000, 8080, s.flags)
+    };
+    let mut f = ethernet(
+        [0x02, 0, 0, 0, 0, 0x02],
+        [0x02, 0, 0, 0, 0, 0x01],
+        s.vlan.then_some(42),
+        &ip.tcp(&tcp, &s.payload),
+    );
     f.extend(std::iter::repeat_n(0u8, s.pad));
     f
 }

@@ -19,6 +19,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use rvs_wire::checksum::{checksum, l4_checksum};
+
 use crate::harness::{Launch, RVSD, Rvsadm, http_get, samples, scenarios};
 use crate::netns::{Host, connect};
 
@@ -47,25 +49,6 @@ impl Rng {
         self.0 = x;
         x
     }
-}
-
-fn sum16(mut acc: u32, data: &[u8]) -> u32 {
-    for c in data.chunks(2) {
-        let w = if c.len() == 2 {
-            u16::from_be_bytes([c[0], c[1]])
-        } else {
-            u16::from_be_bytes([c[0], 0])
-        };
-        acc += u32::from(w);
-    }
-    acc
-}
-
-fn fold(mut acc: u32) -> u16 {
-    while acc > 0xffff {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    !(acc as u16)
 }
 
 /// Ethernet + IPv4 + TCP SYN (MSS option) from `src:sport` to `dst:dport`,
@@ -102,7 +85,7 @@ fn syn_frame(out: &mut [u8; 58], macs: ([u8; 6], [u8; 6]), dst: [u8; 4], seg: &S
     ip[9] = 6;
     ip[12..16].copy_from_slice(&src.to_be_bytes());
     ip[16..20].copy_from_slice(&dst);
-    let c = fold(sum16(0, ip));
+    let c = checksum(ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     let tcp = &mut out[34..58];
     tcp[0..2].copy_from_slice(&sport.to_be_bytes());
@@ -112,12 +95,7 @@ fn syn_frame(out: &mut [u8; 58], macs: ([u8; 6], [u8; 6]), dst: [u8; 4], seg: &S
     tcp[13] = flags;
     tcp[14..16].copy_from_slice(&64240u16.to_be_bytes());
     tcp[20..24].copy_from_slice(&[2, 4, 0x05, 0xb4]); // MSS 1460
-    let mut pseudo = [0u8; 12];
-    pseudo[0..4].copy_from_slice(&src.to_be_bytes());
-    pseudo[4..8].copy_from_slice(&dst);
-    pseudo[9] = 6;
-    pseudo[10..12].copy_from_slice(&24u16.to_be_bytes());
-    let c = fold(sum16(sum16(0, &pseudo), tcp));
+    let c = l4_checksum(&src.to_be_bytes(), &dst, 6, tcp);
     tcp[16..18].copy_from_slice(&c.to_be_bytes());
 }
 

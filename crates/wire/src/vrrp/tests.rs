@@ -411,11 +411,9 @@ fn keepalived_corrupted_bytes_fail_the_checksum() {
 fn rfc1071_example_sum() {
     // RFC 1071 §3: the words 0001 f203 f4f5 f6f7 sum to ddf2 (folded).
     let data = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
-    assert_eq!(fold(sum_words(&data, 0)), 0xddf2);
+    // (The sum itself and odd lengths: crate::checksum's tests.)
     assert_eq!(checksum(&data, 0), !0xddf2);
     assert_eq!(ref_checksum(&[&data]), !0xddf2);
-    // Odd length: the last byte is the high half of a zero-padded word.
-    assert_eq!(fold(sum_words(&[0x12, 0x34, 0x56], 0)), 0x6834);
 }
 
 #[test]

@@ -337,22 +337,9 @@ pub fn udp_frame(c: IpAddr, cport: u16, v: IpAddr, vport: u16, payload: &[u8]) -
     out
 }
 
-/// The Internet checksum of `b` (independent of the program's code).
-pub fn inet_csum(b: &[u8]) -> u16 {
-    let mut s: u32 = 0;
-    for c in b.chunks(2) {
-        let w = if c.len() == 2 {
-            u16::from_be_bytes([c[0], c[1]])
-        } else {
-            u16::from_be_bytes([c[0], 0])
-        };
-        s += u32::from(w);
-    }
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
-}
+/// The Internet checksum of `b` (rvs-wire's, independent of the program's
+/// code).
+pub use rvs_wire::checksum::checksum as inet_csum;
 
 /// Recompute the IPv4 header checksum of a frame whose IP header starts at `l3`.
 pub fn fix_ip4_csum(f: &mut [u8], l3: usize) {
@@ -395,9 +382,9 @@ pub fn outer6(inner: &[u8], next: u8, extra: usize, dst: Ipv6Addr) -> Vec<u8> {
     h
 }
 
-/// The GUE source port the program derives from the client tuple (the
-/// formula documented in xdp_lb.c's `flow_sport`).
-pub fn gue_sport(c: IpAddr, cport: u16, vport: u16, proto: u8) -> u16 {
+/// The flow hash behind the GUE source port and the varied tunnel source
+/// (xdp_lb.c: `hash_32(fold(caddr) ^ (cport << 16 | vport) ^ proto, 32)`).
+pub fn flow_hash(c: IpAddr, cport: u16, vport: u16, proto: u8) -> u32 {
     let fold = match c {
         IpAddr::V4(a) => u32::from(a),
         IpAddr::V6(a) => {
@@ -406,8 +393,13 @@ pub fn gue_sport(c: IpAddr, cport: u16, vport: u16, proto: u8) -> u16 {
         }
     };
     let h = fold ^ ((u32::from(cport) << 16) | u32::from(vport));
-    let h = (h ^ u32::from(proto)).wrapping_mul(0x61C8_8647);
-    0x8000 | (h >> 17) as u16
+    (h ^ u32::from(proto)).wrapping_mul(0x61C8_8647)
+}
+
+/// The GUE source port the program derives from the client tuple (the
+/// formula documented in xdp_lb.c's `flow_sport`).
+pub fn gue_sport(c: IpAddr, cport: u16, vport: u16, proto: u8) -> u16 {
+    0x8000 | (flow_hash(c, cport, vport, proto) >> 17) as u16
 }
 
 /// Run `f` on a thread of its own inside the network namespace at `path`
