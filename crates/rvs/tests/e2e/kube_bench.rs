@@ -1,39 +1,57 @@
 //! `kube_bench` (ignored: run by `scripts/bench-k8s`, never by the suite):
-//! `rvsd --dataplane proxy --kubernetes` beside the real kube-proxy of the
-//! same release (`--proxy-mode nftables` and `--proxy-mode iptables`), each
-//! in a node namespace of its own on one bed, all on the same real API
-//! server (`rvs_testbed::k8s`), alternated in a fixed order.
+//! `rvsd --kubernetes` with two data planes, `--dataplane proxy` (the
+//! kernel's sockets, two handshakes in userspace) and `--dataplane sock`
+//! (connect-time balancing for the clients in its `--cgroup`, Cilium's
+//! shape for clients on the node: no per-packet work), beside the real
+//! kube-proxy of the same release (`--proxy-mode nftables` and
+//! `--proxy-mode iptables`), each in a node namespace of its own on one
+//! bed, all on the same real API server (`rvs_testbed::k8s`), alternated
+//! in a fixed order (rvs, rvs-sock, nft, ipt; `KBENCH_KINDS` picks some).
 //!
-//! 1. Time from a change (a new Service selecting a ready pod, POSTed to the
-//!    API server) to the first connection from the node to its ClusterIP
-//!    that reaches the pod. All three proxies run; each change is measured
-//!    on one of them in turn (rvs, nftables, iptables, rvs, …); changes are
-//!    1.5 s apart (after the previous Service's deletion), so kube-proxy's
-//!    default minimum sync period (1 s between the end of one sync and the
-//!    start of the next, both modes) has passed, as on a node that is not
-//!    churning; under churn kube-proxy adds up to 1 s, rvs up to 20 ms.
+//! Every connection measured is made by the same code ([`hello`]) in a
+//! client process of the same kind ([`kbench_client`], this test binary
+//! again) in the node's namespace; the sock plane's node runs it in the
+//! cgroup rvsd is attached to, the others in the test's own.
+//!
+//! 1. Time from a change to the first connection from the node that
+//!    reaches the pod it concerns, two kinds of change: (a) a new Service
+//!    selecting a ready pod, POSTed to the API server, to its ClusterIP;
+//!    (b) a new endpoint: a Pod of an existing Service (whose one pod
+//!    stays) made ready (its status PATCHed as a kubelet would; the clock
+//!    starts there), the real EndpointSlice controller adding it to the
+//!    slice, to the first connection the new pod answers (connections the
+//!    old pod answers are followed by the next at once). All proxies run;
+//!    each change is measured on one of them in turn (rvs, rvs-sock, nft,
+//!    ipt, rvs, …); changes are 1.5 s apart (after the previous Service's
+//!    or pod's deletion), so kube-proxy's default minimum sync period (1 s
+//!    between the end of one sync and the start of the next, both modes)
+//!    has passed, as on a node that is not churning; under churn
+//!    kube-proxy adds up to 1 s, rvs up to 20 ms.
 //! 2. Initial sync at scale: `KBENCH_SERVICES` Services with
 //!    `KBENCH_ENDPOINTS` endpoints each (EndpointSlices created directly,
-//!    `endpointslice.kubernetes.io/managed-by: bench`) plus one probe
-//!    Service on the real pod; each proxy is started alone on a flushed
-//!    node and timed from its start to the probe's first answer (both wait
-//!    for their initial lists before the first table, so the probe answering
-//!    means the whole set is programmed); its CPU seconds (with waited-for
-//!    children: kube-proxy's `iptables-restore`/`nft`) then, and its peak
-//!    RSS (VmHWM) after the latency phase.
+//!    `endpointslice.kubernetes.io/managed-by: bench`, 2 POSTs per Service
+//!    over 4 connections: linear) plus one probe Service on the real pod;
+//!    each proxy is started alone on a flushed node and timed from its
+//!    start to the probe's first answer (all wait for their initial lists
+//!    before the first table, so the probe answering means the whole set
+//!    is programmed); its CPU seconds (with waited-for children:
+//!    kube-proxy's `iptables-restore`/`nft`) then, and its peak RSS
+//!    (VmHWM) after the latency phase.
 //! 3. With that set in place, connect + request + response latency to the
 //!    probe Service over `KBENCH_CONNS` connections from the node.
 //!
-//! Environment: `KBENCH_CHANGES` (per proxy, default 100),
-//! `KBENCH_SERVICES` (2000), `KBENCH_ENDPOINTS` (4), `KBENCH_ROUNDS` (sync +
-//! latency rounds per proxy, 3), `KBENCH_CONNS` (2000), `KBENCH_RVSD` (an
-//! rvsd binary, e.g. a release build; default the test's debug build),
-//! `KBENCH_CPU` (a `taskset` CPU list for the proxies; default none).
+//! Environment: `KBENCH_CHANGES` (of each kind per proxy, default 100),
+//! `KBENCH_SERVICES` (2000), `KBENCH_ENDPOINTS` (4; services × endpoints
+//! at most 64,000), `KBENCH_ROUNDS` (sync + latency rounds per proxy, 3),
+//! `KBENCH_CONNS` (2000), `KBENCH_KINDS` (`rvs,rvs-sock,nft,ipt`, default
+//! all), `KBENCH_RVSD` (an rvsd binary, e.g. a release build; default the
+//! test's debug build), `KBENCH_CPU` (a `taskset` CPU list for the
+//! proxies; default none).
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -50,16 +68,18 @@ use crate::kubernetes::Relay;
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 enum Kind {
     Rvs,
+    Sock,
     Nft,
     Ipt,
 }
 
-const KINDS: [Kind; 3] = [Kind::Rvs, Kind::Nft, Kind::Ipt];
+const ALL_KINDS: [Kind; 4] = [Kind::Rvs, Kind::Sock, Kind::Nft, Kind::Ipt];
 
 impl Kind {
     fn label(self) -> &'static str {
         match self {
             Kind::Rvs => "rvsd --dataplane proxy",
+            Kind::Sock => "rvsd --dataplane sock",
             Kind::Nft => "kube-proxy nftables",
             Kind::Ipt => "kube-proxy iptables",
         }
@@ -67,6 +87,7 @@ impl Kind {
     fn short(self) -> &'static str {
         match self {
             Kind::Rvs => "rvs",
+            Kind::Sock => "rvs-sock",
             Kind::Nft => "nft",
             Kind::Ipt => "ipt",
         }
@@ -76,7 +97,11 @@ impl Kind {
             Kind::Rvs => "10.83.0.1",
             Kind::Nft => "10.83.0.2",
             Kind::Ipt => "10.83.0.3",
+            Kind::Sock => "10.83.0.4",
         }
+    }
+    fn is_rvs(self) -> bool {
+        matches!(self, Kind::Rvs | Kind::Sock)
     }
     fn node(self) -> String {
         format!("node-{}", self.short())
@@ -84,6 +109,33 @@ impl Kind {
 }
 
 const POD: &str = "10.83.0.11";
+/// The new pods of the new-endpoint changes take turns on these addresses
+/// (10.83.0.20 + i % 200), all on one host whose server answers with the
+/// address the connection reached.
+const NEW_PODS: usize = 200;
+
+fn new_pod_ip(i: usize) -> String {
+    format!("10.83.0.{}", 20 + i % NEW_PODS)
+}
+
+/// The kinds to run: `KBENCH_KINDS` (`rvs,rvs-sock,nft,ipt`, any subset,
+/// run in that fixed order), default all.
+fn kinds() -> Vec<Kind> {
+    let Ok(list) = std::env::var("KBENCH_KINDS") else {
+        return ALL_KINDS.to_vec();
+    };
+    let want: Vec<&str> = list.split(',').map(str::trim).collect();
+    for w in &want {
+        assert!(
+            ALL_KINDS.iter().any(|k| k.short() == *w),
+            "KBENCH_KINDS: unknown kind {w} (rvs, rvs-sock, nft, ipt)"
+        );
+    }
+    ALL_KINDS
+        .into_iter()
+        .filter(|k| want.contains(&k.short()))
+        .collect()
+}
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -186,12 +238,23 @@ impl Api {
 
 /// One HTTP/1.0 request to the kubectl proxy: status and parsed body.
 fn call(port: u16, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    call_as(port, method, path, "application/json", body)
+}
+
+/// [`call`] with the body's content type (a PATCH's patch type).
+fn call_as(
+    port: u16,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect kubectl proxy");
     s.set_read_timeout(Some(Duration::from_secs(30))).ok();
     let body = body.map(Value::to_string).unwrap_or_default();
     write!(
         s,
-        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n\
          Content-Length: {}\r\n\r\n{body}",
         body.len()
     )
@@ -257,7 +320,8 @@ fn delete_service(port: u16, name: &str) {
 /// response written at once (`NAME\n` + the request), TCP_NODELAY, a
 /// blocking accept (the bed's `Bed::server` polls its accept every 2 ms and
 /// writes twice, which would hide the per-packet costs measured here).
-/// Stops on drop.
+/// An empty `name` answers with the local address the connection reached
+/// instead (one server for the new pods' addresses). Stops on drop.
 struct Server {
     stop: Arc<AtomicBool>,
     host: Host,
@@ -275,7 +339,13 @@ impl Server {
                     break;
                 }
                 let Ok(mut s) = s else { continue };
-                let name = name.clone();
+                let name = if name.is_empty() {
+                    s.local_addr()
+                        .map(|a| a.ip().to_string())
+                        .unwrap_or_default()
+                } else {
+                    name.clone()
+                };
                 std::thread::spawn(move || {
                     let _ = s.set_nodelay(true);
                     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
@@ -332,26 +402,175 @@ fn hello(to: SocketAddr, timeout: Duration) -> Option<String> {
     (rest == "ping\n").then(|| name.to_owned())
 }
 
-/// Poll `to` from `host` every `every` until the pod `want` answers (bounded
-/// by `limit`): the time since `t0`.
-fn poll(
-    host: &Host,
-    to: SocketAddr,
-    want: &str,
-    t0: Instant,
-    every: Duration,
-    limit: Duration,
-) -> Option<Duration> {
-    let want = want.to_owned();
-    host.run(move || {
-        while t0.elapsed() < limit {
-            if hello(to, Duration::from_millis(500)).as_deref() == Some(want.as_str()) {
-                return Some(t0.elapsed());
-            }
-            std::thread::sleep(every);
+/// Poll `to` every `every` until the pod `want` answers, bounded by
+/// `limit`: whether it did. A connection that another pod answered is
+/// followed by the next one at once (the new endpoint is balanced among
+/// the old ones).
+fn poll(to: SocketAddr, want: &str, every: Duration, limit: Duration) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        match hello(to, Duration::from_millis(500)) {
+            Some(name) if name == want => return true,
+            Some(_) => {}
+            None => std::thread::sleep(every),
         }
-        None
-    })
+    }
+    false
+}
+
+/// `conns` connections to `to`, one at a time, after 50 unmeasured ones:
+/// the microseconds of each that succeeded, and how many failed.
+fn latency(to: SocketAddr, conns: usize) -> (Vec<f64>, usize) {
+    for _ in 0..50 {
+        let _ = hello(to, Duration::from_secs(2));
+    }
+    let mut v = Vec::with_capacity(conns);
+    let mut failed = 0;
+    for _ in 0..conns {
+        let t = Instant::now();
+        match hello(to, Duration::from_secs(2)) {
+            Some(_) => v.push(t.elapsed().as_secs_f64() * 1e6),
+            None => failed += 1,
+        }
+    }
+    (v, failed)
+}
+
+/// The bench's client: not a test, the process that [`Client`] starts in
+/// a node's namespace (and, for the sock plane, in the cgroup it is
+/// attached to, which a thread cannot join alone). Reads commands on stdin
+/// (`poll ADDR WANT EVERY_MS LIMIT_MS`, `lat ADDR CONNS`) and answers each
+/// with one line starting `KB ` on stdout. Does nothing without
+/// `KBENCH_CLIENT` (its name keeps it out of `kube_bench`'s filter).
+#[test]
+#[ignore = "the client process of kube_bench, started by it"]
+fn kbench_client() {
+    use std::io::BufRead;
+    if std::env::var_os("KBENCH_CLIENT").is_none() {
+        return;
+    }
+    let ms = |v: &str| Duration::from_millis(v.parse().expect("milliseconds"));
+    let addr = |v: &str| -> SocketAddr { v.parse().expect("address") };
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let reply = match w.as_slice() {
+            ["poll", to, want, every, limit] => {
+                if poll(addr(to), want, ms(every), ms(limit)) {
+                    "KB ok".to_owned()
+                } else {
+                    "KB timeout".to_owned()
+                }
+            }
+            ["lat", to, conns] => {
+                let (v, failed) = latency(addr(to), conns.parse().expect("count"));
+                let v: Vec<String> = v.iter().map(|x| format!("{x:.1}")).collect();
+                format!("KB {failed} {}", v.join(" "))
+            }
+            _ => format!("KB error: {line}"),
+        };
+        println!("{reply}");
+        let _ = std::io::stdout().flush();
+    }
+}
+
+/// A [`kbench_client`] process in a node's namespace (and `cgroup`, when
+/// given): every kind's connections are made by the same code in the same
+/// kind of process. Killed on drop.
+struct Client {
+    proc: Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Client {
+    fn start(host: &Host, cgroup: Option<&Path>) -> Client {
+        let exe = std::env::current_exe().expect("the test binary");
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--pdeathsig", "KILL", "--", "nsenter"])
+            .arg(format!("--net=/var/run/netns/{}", host.ns));
+        if let Some(cg) = cgroup {
+            cmd.args([
+                "sh",
+                "-c",
+                r#"echo $$ > "$0/cgroup.procs" && shift && exec "$@""#,
+            ])
+            .arg(cg)
+            .arg("--");
+        }
+        cmd.arg(exe)
+            .args([
+                "kbench_client",
+                "--ignored",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env("KBENCH_CLIENT", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut proc = cmd.spawn().expect("spawn the bench client");
+        let stdin = proc.stdin.take().expect("client stdin");
+        let stdout = std::io::BufReader::new(proc.stdout.take().expect("client stdout"));
+        Client {
+            proc,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Send one command; its `KB ` answer (the rest of the line).
+    fn ask(&mut self, cmd: &str) -> String {
+        use std::io::BufRead;
+        writeln!(self.stdin, "{cmd}").expect("write to the bench client");
+        self.stdin.flush().expect("flush the bench client");
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self
+                .stdout
+                .read_line(&mut line)
+                .expect("read the bench client");
+            assert!(n > 0, "the bench client exited");
+            if let Some((_, rest)) = line.split_once("KB ") {
+                return rest.trim_end().to_owned();
+            }
+        }
+    }
+
+    /// Poll `to` until `want` answers (see [`poll`]): the time since `t0`
+    /// when it did.
+    fn poll(
+        &mut self,
+        to: SocketAddr,
+        want: &str,
+        t0: Instant,
+        every: Duration,
+        limit: Duration,
+    ) -> Option<Duration> {
+        let got = self.ask(&format!(
+            "poll {to} {want} {} {}",
+            every.as_millis(),
+            limit.saturating_sub(t0.elapsed()).as_millis()
+        ));
+        (got == "ok").then(|| t0.elapsed())
+    }
+
+    /// See [`latency`].
+    fn latency(&mut self, to: SocketAddr, conns: usize) -> (Vec<f64>, usize) {
+        let got = self.ask(&format!("lat {to} {conns}"));
+        let mut w = got.split_whitespace();
+        let failed = w.next().and_then(|f| f.parse().ok()).unwrap_or(conns);
+        (w.filter_map(|x| x.parse().ok()).collect(), failed)
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.proc.kill();
+        let _ = self.proc.wait();
+    }
 }
 
 /// A node: its namespace, its relay to the API server, its kubeconfig, and
@@ -359,6 +578,10 @@ fn poll(
 struct Node {
     kind: Kind,
     host: Host,
+    /// Before `cgroup`: its process leaves the cgroup before it is removed.
+    client: Client,
+    /// The sock plane's cgroup (its clients run in it).
+    cgroup: Option<rvs_testbed::Cgroup>,
     relay: Relay,
     dir: TempDir,
     kubeconfig: PathBuf,
@@ -380,9 +603,13 @@ impl Node {
             "kubeconfig",
             &text.replace(cp.server(), &format!("https://127.0.0.1:{}", relay.port)),
         );
+        let cgroup = (kind == Kind::Sock).then(|| rvs_testbed::Cgroup::new("rvskbench"));
+        let client = Client::start(&host, cgroup.as_ref().map(|c| c.path()));
         Node {
             kind,
             host,
+            client,
+            cgroup,
             relay,
             dir,
             kubeconfig,
@@ -404,14 +631,19 @@ impl Node {
         args.extend(["nsenter".into(), ns.into()]);
         let node = self.kind.node();
         match self.kind {
-            Kind::Rvs => {
+            Kind::Rvs | Kind::Sock => {
                 let rvsd = std::env::var("KBENCH_RVSD").unwrap_or_else(|_| RVSD.to_owned());
                 let sock = self.dir.path().join("rvsd.sock");
                 let _ = std::fs::remove_file(&sock);
+                let plane = if self.kind == Kind::Sock {
+                    "sock"
+                } else {
+                    "proxy"
+                };
                 args.extend([
                     rvsd.into(),
                     "--dataplane".into(),
-                    "proxy".into(),
+                    plane.into(),
                     "--log-level".into(),
                     "warn".into(),
                     "--kubernetes".into(),
@@ -422,6 +654,9 @@ impl Node {
                     "--socket".into(),
                     sock.into(),
                 ]);
+                if let Some(cg) = &self.cgroup {
+                    args.extend(["--cgroup".into(), cg.path().into()]);
+                }
             }
             Kind::Nft | Kind::Ipt => {
                 let mode = if self.kind == Kind::Nft {
@@ -489,6 +724,52 @@ fn loadavg() -> String {
         .join(" ")
 }
 
+/// Every (rvs kind, kube-proxy kind) pair among `kinds`, for the ratios.
+fn pairs(kinds: &[Kind]) -> Vec<(Kind, Kind)> {
+    let rvs = kinds.iter().filter(|k| k.is_rvs());
+    rvs.flat_map(|r| kinds.iter().filter(|k| !k.is_rvs()).map(move |k| (*r, *k)))
+        .collect()
+}
+
+/// A change table: per proxy, the times of its `changes` changes.
+fn print_changes(
+    title: &str,
+    kinds: &[Kind],
+    changes: usize,
+    mut lat: BTreeMap<Kind, Vec<f64>>,
+    raw: &str,
+) {
+    println!("\n## {title}");
+    println!("load average {}", loadavg());
+    println!("| proxy | n | median | p90 | p99 | max | failed |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut med = BTreeMap::new();
+    for &kind in kinds {
+        let v = sorted(lat.remove(&kind).unwrap_or_default());
+        med.insert(kind, (pct(&v, 50.0), pct(&v, 99.0)));
+        println!(
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+            kind.label(),
+            v.len(),
+            pct(&v, 50.0),
+            pct(&v, 90.0),
+            pct(&v, 99.0),
+            v.last().copied().unwrap_or(f64::NAN),
+            changes - v.len()
+        );
+    }
+    for (rk, kind) in pairs(kinds) {
+        println!(
+            "{} / {}: median {:.2}x, p99 {:.2}x",
+            rk.short(),
+            kind.label(),
+            med[&rk].0 / med[&kind].0,
+            med[&rk].1 / med[&kind].1
+        );
+    }
+    println!("raw (proxy ms, in order):\n{raw}");
+}
+
 /// Create `n` Services without selectors, each with one EndpointSlice of
 /// `e` ready endpoints (addresses in 10.85.0.0/16, never connected to),
 /// over four connections in parallel.
@@ -548,10 +829,18 @@ fn kube_bench() {
     let n_ep = env_usize("KBENCH_ENDPOINTS", 4);
     let rounds = env_usize("KBENCH_ROUNDS", 3);
     let conns = env_usize("KBENCH_CONNS", 2000);
+    let kinds = kinds();
+    let names: Vec<&str> = kinds.iter().map(|k| k.short()).collect();
     println!(
-        "kube_bench: {changes} changes per proxy, {n_svc} services x {n_ep} endpoints, \
-         {rounds} rounds, {conns} connections; load average {}",
+        "kube_bench: {} | {changes} changes of each kind per proxy, {n_svc} services x \
+         {n_ep} endpoints, {rounds} rounds, {conns} connections; load average {}",
+        names.join(", "),
         loadavg()
+    );
+    // The scale set's endpoint addresses are 10.85.X.Y with X < 256.
+    assert!(
+        n_svc * n_ep <= 250 * 256,
+        "at most 64,000 endpoints (10.85.0.0/16)"
     );
     let work = TempDir::new("rvs-kbench");
     let api = Api::start(&cp, work.path());
@@ -563,12 +852,30 @@ fn kube_bench() {
         SocketAddr::new(POD.parse().unwrap(), 8080),
         "target",
     );
+    // The new pods' addresses, on one host.
+    let pods_host = bed.host("pods", &format!("{}/24", new_pod_ip(0)));
+    for i in 1..NEW_PODS.min(changes * kinds.len()) {
+        pods_host.exec(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{}/32", new_pod_ip(i)),
+            "dev",
+            "eth0",
+        ]);
+    }
+    let _new_pods = Server::start(
+        &pods_host,
+        SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 8080),
+        "",
+    );
     let mut nodes: BTreeMap<Kind, Node> = BTreeMap::new();
-    for kind in KINDS {
+    for &kind in &kinds {
         let host = bed.host(kind.short(), &format!("{}/24", kind.addr()));
-        // The ClusterIP range is local on every node (rvs accepts there;
-        // kube-proxy DNATs in OUTPUT and the route is looked up again), with
-        // the node's address as the source.
+        // The ClusterIP range is local on every node (rvs's proxy plane
+        // accepts there; kube-proxy DNATs in OUTPUT and the route is looked
+        // up again; the sock plane rewrites connect() before any route),
+        // with the node's address as the source.
         host.exec(&[
             "ip",
             "route",
@@ -584,19 +891,19 @@ fn kube_bench() {
             .expect("create node");
         nodes.insert(kind, Node::new(kind, &cp, host));
     }
-    cp.create_pod("default", "target", "node-rvs", &[("app", "target")], 8080)
+    let pod_node = kinds[0].node();
+    cp.create_pod("default", "target", &pod_node, &[("app", "target")], 8080)
         .expect("create pod");
     cp.set_pod_ready("default", "target", &[POD.parse().unwrap()])
         .expect("pod ready");
 
-    // ---- 1. change -> first connection, all three running.
+    // ---- 1. change -> first connection, all running.
     for n in nodes.values_mut() {
         n.start(&cp);
     }
     let cip = create_service(api.port, "warm", Some("target"));
-    for n in nodes.values() {
-        let t = poll(
-            &n.host,
+    for n in nodes.values_mut() {
+        let t = n.client.poll(
             SocketAddr::new(cip, 80),
             "target",
             Instant::now(),
@@ -613,13 +920,12 @@ fn kube_bench() {
     std::thread::sleep(Duration::from_millis(1500));
     let mut lat: BTreeMap<Kind, Vec<f64>> = BTreeMap::new();
     let mut raw1 = String::new();
-    for i in 0..changes * KINDS.len() {
-        let kind = KINDS[i % KINDS.len()];
+    for i in 0..changes * kinds.len() {
+        let kind = kinds[i % kinds.len()];
         let name = format!("lat-{i}");
         let t0 = Instant::now();
         let cip = create_service(api.port, &name, Some("target"));
-        let t = poll(
-            &nodes[&kind].host,
+        let t = nodes.get_mut(&kind).unwrap().client.poll(
             SocketAddr::new(cip, 80),
             "target",
             t0,
@@ -634,34 +940,94 @@ fn kube_bench() {
         delete_service(api.port, &name);
         std::thread::sleep(Duration::from_millis(1500));
     }
-    println!("\n## 1. Service created -> first connection reaching its pod (ms)");
-    println!("load average {}", loadavg());
-    println!("| proxy | n | median | p90 | p99 | max | failed |");
-    println!("|---|---|---|---|---|---|---|");
-    let mut med1 = BTreeMap::new();
-    for kind in KINDS {
-        let v = sorted(lat.remove(&kind).unwrap_or_default());
-        med1.insert(kind, (pct(&v, 50.0), pct(&v, 99.0)));
-        println!(
-            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
-            kind.label(),
-            v.len(),
-            pct(&v, 50.0),
-            pct(&v, 90.0),
-            pct(&v, 99.0),
-            v.last().copied().unwrap_or(f64::NAN),
-            changes - v.len()
+    print_changes(
+        "1. Service created -> first connection reaching its pod (ms)",
+        &kinds,
+        changes,
+        lat,
+        &raw1,
+    );
+
+    // ---- 1b. new endpoint -> first connection reaching it, all running.
+    // Service "grow" keeps the target pod; each change makes a new pod of
+    // it ready (created Pending before the clock starts; the clock runs
+    // from the status PATCH, as a kubelet's readiness report), the real
+    // EndpointSlice controller adds it to the slice, and the node's client
+    // connects until the new pod answers. The pod is then deleted at once
+    // (grace 0) and the next change waits 1.5 s.
+    let grow = SocketAddr::new(create_service(api.port, "grow", Some("target")), 80);
+    for n in nodes.values_mut() {
+        let t = n.client.poll(
+            grow,
+            "target",
+            Instant::now(),
+            Duration::from_millis(50),
+            Duration::from_secs(60),
         );
+        assert!(t.is_some(), "{} never served Service grow", n.kind.label());
     }
-    for kind in [Kind::Nft, Kind::Ipt] {
-        println!(
-            "rvs / {}: median {:.2}x, p99 {:.2}x",
-            kind.label(),
-            med1[&Kind::Rvs].0 / med1[&kind].0,
-            med1[&Kind::Rvs].1 / med1[&kind].1
+    let mut lat: BTreeMap<Kind, Vec<f64>> = BTreeMap::new();
+    let mut raw1 = String::new();
+    for i in 0..changes * kinds.len() {
+        let kind = kinds[i % kinds.len()];
+        let name = format!("ep-{i}");
+        let ip = new_pod_ip(i);
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": "target"}},
+            "spec": {"nodeName": pod_node, "containers": [{
+                "name": "app", "image": "rvs-testbed.invalid/none",
+                "ports": [{"name": "p8080", "containerPort": 8080, "protocol": "TCP"}]}]},
+        });
+        let (status, body) = call(
+            api.port,
+            "POST",
+            "/api/v1/namespaces/default/pods",
+            Some(&pod),
         );
+        assert_eq!(status, 201, "create pod {name}: {body}");
+        let ready = json!({"status": {
+            "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+            "conditions": [{"type": "Ready", "status": "True"},
+                           {"type": "ContainersReady", "status": "True"}],
+        }});
+        let t0 = Instant::now();
+        let (status, body) = call_as(
+            api.port,
+            "PATCH",
+            &format!("/api/v1/namespaces/default/pods/{name}/status"),
+            "application/merge-patch+json",
+            Some(&ready),
+        );
+        assert_eq!(status, 200, "pod {name} ready: {body}");
+        let t = nodes.get_mut(&kind).unwrap().client.poll(
+            grow,
+            &ip,
+            t0,
+            Duration::from_millis(2),
+            Duration::from_secs(20),
+        );
+        let ms = t.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
+        raw1.push_str(&format!("{} {ms:.1}\n", kind.short()));
+        if let Some(d) = t {
+            lat.entry(kind).or_default().push(d.as_secs_f64() * 1e3);
+        }
+        call(
+            api.port,
+            "DELETE",
+            &format!("/api/v1/namespaces/default/pods/{name}?gracePeriodSeconds=0"),
+            None,
+        );
+        std::thread::sleep(Duration::from_millis(1500));
     }
-    println!("raw (proxy ms, in order):\n{raw1}");
+    delete_service(api.port, "grow");
+    print_changes(
+        "1b. Endpoint added (pod ready) -> first connection reaching it (ms)",
+        &kinds,
+        changes,
+        lat,
+        &raw1,
+    );
     for n in nodes.values_mut() {
         n.stop();
     }
@@ -692,12 +1058,11 @@ fn kube_bench() {
     let mut res: BTreeMap<Kind, Round> = BTreeMap::new();
     let mut raw2 = String::new();
     for round in 0..rounds {
-        for kind in KINDS {
+        for &kind in &kinds {
             let node = nodes.get_mut(&kind).unwrap();
             let t0 = Instant::now();
             node.start(&cp);
-            let synced = poll(
-                &node.host,
+            let synced = node.client.poll(
                 probe,
                 "target",
                 t0,
@@ -708,23 +1073,8 @@ fn kube_bench() {
             let cpu = cpu_secs(pid);
             let sync_s = synced.map_or(f64::NAN, |d| d.as_secs_f64());
             // Latency: warm-up, then `conns` connections, one at a time.
-            let v = node.host.run(move || {
-                for _ in 0..50 {
-                    let _ = hello(probe, Duration::from_secs(2));
-                }
-                let mut v = Vec::with_capacity(conns);
-                let mut failed = 0;
-                for _ in 0..conns {
-                    let t = Instant::now();
-                    match hello(probe, Duration::from_secs(2)) {
-                        Some(_) => v.push(t.elapsed().as_secs_f64() * 1e6),
-                        None => failed += 1,
-                    }
-                }
-                (v, failed)
-            });
+            let (v, failed) = node.client.latency(probe, conns);
             let hwm = status_kib(pid, "VmHWM") as f64 / 1024.0;
-            let (v, failed) = v;
             let v = sorted(v);
             let r = res.entry(kind).or_default();
             r.sync_s.push(sync_s);
@@ -754,8 +1104,8 @@ fn kube_bench() {
     );
     println!("| proxy | start -> probe answers (s) | CPU s then | peak RSS (MiB) |");
     println!("|---|---|---|---|");
-    for kind in KINDS {
-        let r = &res[&kind];
+    for kind in &kinds {
+        let r = &res[kind];
         println!(
             "| {} | {:.2} | {:.2} | {:.1} |",
             kind.label(),
@@ -769,8 +1119,8 @@ fn kube_bench() {
     );
     println!("| proxy | n | p50 | p90 | p99 | per-round p50 | per-round p99 | failed |");
     println!("|---|---|---|---|---|---|---|---|");
-    for kind in KINDS {
-        let r = &res[&kind];
+    for kind in &kinds {
+        let r = &res[kind];
         let v = sorted(r.lat_us.clone());
         println!(
             "| {} | {} | {:.0} | {:.0} | {:.0} | {:?} | {:?} | {} |",
@@ -784,13 +1134,14 @@ fn kube_bench() {
             r.failed
         );
     }
-    let rv = &res[&Kind::Rvs];
-    let rl = sorted(rv.lat_us.clone());
-    for kind in [Kind::Nft, Kind::Ipt] {
+    for (rk, kind) in pairs(&kinds) {
+        let rv = &res[&rk];
+        let rl = sorted(rv.lat_us.clone());
         let k = &res[&kind];
         let kl = sorted(k.lat_us.clone());
         println!(
-            "rvs / {}: sync {:.2}x, CPU {:.2}x, RSS {:.2}x, latency p50 {:.2}x, p99 {:.2}x",
+            "{} / {}: sync {:.2}x, CPU {:.2}x, RSS {:.2}x, latency p50 {:.2}x, p99 {:.2}x",
+            rk.short(),
             kind.label(),
             med(&rv.sync_s) / med(&k.sync_s),
             med(&rv.cpu_s) / med(&k.cpu_s),
