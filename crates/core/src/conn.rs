@@ -353,6 +353,17 @@ impl Conn {
         self.flags.contains(ConnFlags::TEMPLATE)
     }
 
+    /// A template's state as `ipvsadm -Lcn` names it: `ASSURED` once a
+    /// connection it controls was established (the kernel's
+    /// `IP_VS_CTPL_S_ASSURED`), `NONE` before.
+    pub fn template_state_name(&self) -> &'static str {
+        if self.flags.contains(ConnFlags::ASSURED) {
+            "ASSURED"
+        } else {
+            "NONE"
+        }
+    }
+
     fn live(&self) -> bool {
         self.tag & TAG_LIVE != 0
     }

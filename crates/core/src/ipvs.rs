@@ -257,7 +257,9 @@ pub struct MirroredConn {
     pub vip: std::net::SocketAddr,
     /// The real server the data plane chose.
     pub dest: DestId,
-    /// Protocol state (`TcpState`/`SctpState` as u8; 0 for UDP).
+    /// Protocol state (`TcpState`/`SctpState` as u8; 0 for UDP); for a
+    /// template, 1 when it is assured (the kernel's template state
+    /// `IP_VS_CTPL_S_ASSURED`), else 0.
     pub state: u8,
     /// A reply was seen (NAT): the connection leaves the INPUT-ONLY table.
     pub output_seen: bool,

@@ -334,6 +334,51 @@ fn persistence_netmask_groups_a_subnet() {
     );
 }
 
+/// A template turns ASSURED (the kernel's `IP_VS_CTPL_S_ASSURED`, listed
+/// by `-Lcn`) when a TCP connection it controls is established, and when a
+/// UDP flow it controls gets a reply, as `ip_vs_control_assure_ct`.
+#[test]
+fn templates_are_assured_by_an_established_tcp_conn_and_a_udp_reply() {
+    let template_state = |ipvs: &Ipvs| -> Vec<&'static str> {
+        ipvs.conns()
+            .iter()
+            .filter(|(_, c)| c.is_template())
+            .map(|(_, c)| c.template_state_name())
+            .collect()
+    };
+    for udp in [false, true] {
+        let mut ipvs = Ipvs::new(IpvsConfig::default());
+        let key = if udp { udp_svc(80) } else { tcp_svc(80) };
+        ipvs.add_service(
+            key,
+            ServiceConfig::new(AddrFamily::Inet)
+                .scheduler(Scheduler::Rr)
+                .persistent(360),
+        )
+        .unwrap();
+        ipvs.add_dest(
+            &key,
+            DestConfig::new(rs(1), 80).forward(ForwardMethod::Masq),
+        )
+        .unwrap();
+        let c = v4(1, 1, 1, 1);
+        let (first, reply) = if udp {
+            (L4::Udp, L4::Udp)
+        } else {
+            (L4::Tcp(SYN), L4::Tcp(SYNACK))
+        };
+        fwd(ipvs.process(t(0), &pkt(c, 5000, IpAddr::V4(VIP), 80, first)));
+        assert_eq!(template_state(&ipvs), ["NONE"], "udp={udp}");
+        let r = ipvs.process(t(0), &pkt(rs(1), 80, c, 5000, reply));
+        assert!(matches!(r, Verdict::Reply(_)), "{r:?}");
+        if !udp {
+            assert_eq!(template_state(&ipvs), ["NONE"], "SYN_RECV does not assure");
+            ipvs.process(t(0), &tcp_in(c, 5000, 80, ACK));
+        }
+        assert_eq!(template_state(&ipvs), ["ASSURED"], "udp={udp}");
+    }
+}
+
 #[test]
 fn port_zero_persistent_service_spans_ports() {
     let mut ipvs = Ipvs::new(IpvsConfig::default());
@@ -891,6 +936,46 @@ mod proxy_api {
 
     fn sa(ip: IpAddr, port: u16) -> SocketAddr {
         SocketAddr::new(ip, port)
+    }
+
+    /// Issue 29: a closed connection of the proxy plane lingers in its
+    /// closing state as the kernel's does (listed, inactive, and so sent by
+    /// a sync master), instead of vanishing at once; one closed while still
+    /// established goes at once.
+    #[test]
+    fn a_released_connection_stays_in_its_closing_state_until_its_timer() {
+        let mut ipvs = director("rr", 1, ForwardMethod::FullNat);
+        let vip = sa(IpAddr::V4(VIP), 80);
+        let f = ipvs
+            .open(t(0), Protocol::Tcp, sa(v4(1, 1, 1, 1), 5000), vip)
+            .unwrap();
+        let id = f.conn.unwrap();
+        ipvs.conn_event(t(0), id, Direction::Output, L4::Tcp(SYNACK), 0);
+        ipvs.conn_event(t(0), id, Direction::Input, L4::Tcp(ACK), 0);
+        ipvs.conn_event(t(1), id, Direction::Input, L4::Tcp(FIN), 0);
+        ipvs.conn_event(t(1), id, Direction::Output, L4::Tcp(FIN), 0);
+        let closing = ipvs.conns().get(id).unwrap().state;
+        assert_ne!(closing, TcpState::Established as u8);
+        ipvs.release(id);
+        let c = ipvs.conns().get(id).expect("listed after the close");
+        assert_eq!(c.state, closing);
+        let d = ipvs.dest(f.dest).unwrap();
+        assert_eq!((d.active, d.inactive), (0, 1));
+        // No longer held: its state's timer ends it.
+        ipvs.expire(t(3600));
+        assert!(ipvs.conns().is_empty());
+        let d = ipvs.dest(f.dest).unwrap();
+        assert_eq!((d.active, d.inactive), (0, 0));
+        // Released while established (no FIN seen): removed now.
+        let f = ipvs
+            .open(t(4000), Protocol::Tcp, sa(v4(1, 1, 1, 1), 5001), vip)
+            .unwrap();
+        let id = f.conn.unwrap();
+        ipvs.conn_event(t(4000), id, Direction::Output, L4::Tcp(SYNACK), 0);
+        ipvs.conn_event(t(4000), id, Direction::Input, L4::Tcp(ACK), 0);
+        ipvs.release(id);
+        assert!(ipvs.conns().is_empty());
+        ipvs.audit().unwrap();
     }
 
     #[test]

@@ -26,9 +26,6 @@ use tokio::sync::watch;
 
 use crate::daemon::Daemon;
 
-/// IPv4 + UDP headers: a master's default message size is 1500 minus them.
-const HEADERS_V4: u16 = 28;
-
 /// The running daemons of one rvsd.
 #[derive(Default)]
 pub struct SyncDaemons {
@@ -43,6 +40,9 @@ pub struct SyncDaemons {
 
 struct Running {
     cfg: DaemonConfig,
+    /// Its message size, as the kernel settles it
+    /// ([`DaemonConfig::effective_maxlen`]).
+    maxlen: u16,
     /// When it started (daemon time).
     started: Instant,
     stop: watch::Sender<bool>,
@@ -67,7 +67,7 @@ impl SyncDaemons {
                 master: is_master(&r.cfg),
                 mcast_ifn: r.cfg.mcast_ifn.clone(),
                 syncid: r.cfg.syncid,
-                sync_maxlen: maxlen(&r.cfg),
+                sync_maxlen: r.maxlen,
                 mcast_group: Some(group(&r.cfg)),
                 mcast_port: r.cfg.mcast_port.unwrap_or(wire::SYNC_PORT),
                 mcast_ttl: r.cfg.mcast_ttl.unwrap_or(1),
@@ -106,8 +106,15 @@ fn group(cfg: &DaemonConfig) -> IpAddr {
     cfg.mcast_group.unwrap_or(IpAddr::V4(wire::SYNC_GROUP_V4))
 }
 
+/// `cfg`'s message size, as the kernel settles it (a backup's default is
+/// its interface's MTU less the headers).
 fn maxlen(cfg: &DaemonConfig) -> u16 {
-    cfg.sync_maxlen.unwrap_or(1500 - HEADERS_V4)
+    let mtu = rvs_sys::netlink::Netlink::open()
+        .and_then(|mut nl| nl.link_by_name(&cfg.mcast_ifn))
+        .ok()
+        .flatten()
+        .and_then(|l| l.mtu);
+    cfg.effective_maxlen(mtu)
 }
 
 /// Start a daemon (`ipvsadm --start-daemon`): ipvsadm's texts for one that
@@ -136,6 +143,7 @@ fn start_as(daemon: &Arc<Mutex<Daemon>>, cfg: DaemonConfig, managed: bool) -> Re
     if !grp.is_multicast() {
         return Err(format!("{grp} is not a multicast address"));
     }
+    let maxlen = maxlen(&cfg);
     let sock = if is_master(&cfg) {
         master_socket(&cfg, grp)
     } else {
@@ -168,6 +176,7 @@ fn start_as(daemon: &Arc<Mutex<Daemon>>, cfg: DaemonConfig, managed: bool) -> Re
     let task = Task {
         daemon: weak,
         cfg: cfg.clone(),
+        maxlen,
         sock,
         other,
         stop: stopped,
@@ -187,6 +196,7 @@ fn start_as(daemon: &Arc<Mutex<Daemon>>, cfg: DaemonConfig, managed: bool) -> Re
     };
     *slot = Some(Running {
         cfg,
+        maxlen,
         started,
         stop,
         managed,
@@ -260,6 +270,8 @@ struct Task {
     /// The daemon, weak so that a task never keeps it alive.
     daemon: std::sync::Weak<Mutex<Daemon>>,
     cfg: DaemonConfig,
+    /// The message size ([`DaemonConfig::effective_maxlen`]).
+    maxlen: u16,
     /// The master's sending socket, or the backup's group socket.
     sock: tokio::net::UdpSocket,
     /// The other one: the master's group socket (requests, and answers to
@@ -351,7 +363,7 @@ async fn run(mut task: Task) {
         endpoint::Config {
             master,
             syncid: task.cfg.syncid,
-            maxlen: maxlen(&task.cfg),
+            maxlen: task.maxlen,
             group: group_addr(&task.cfg, grp),
             nonce,
             own,

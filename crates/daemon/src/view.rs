@@ -43,7 +43,7 @@ fn names(c: &Conn) -> (String, String) {
         None => "IP".to_owned(),
     };
     let state = if c.is_template() {
-        TcpState::None.name()
+        c.template_state_name()
     } else {
         match Protocol::from_number(c.protocol) {
             Some(Protocol::Tcp) => TcpState::from_u8(c.state).map_or("ERR!", TcpState::name),

@@ -162,7 +162,9 @@ impl Drop for ConnGuard {
             let [ip, ib, op, ob] = self.meter.take_delta();
             self.ctx.director.with(|ipvs, _| {
                 ipvs.conn_traffic(id, ip, ib, op, ob);
-                ipvs.close(id);
+                // A closed connection lingers in its closing state, as
+                // in the kernel (and a sync master sends that state).
+                ipvs.release(id);
             });
         }
     }

@@ -1,6 +1,7 @@
 //! A real kernel IPVS beside the test bed: a QEMU guest running Debian's
 //! cloud kernel (every `ip_vs` module) with busybox and ipvsadm 1.31,
-//! attached to namespaces the test gives, driven over a serial channel.
+//! attached to namespaces the test gives, driven over a virtio-serial
+//! channel.
 //!
 //! `scripts/ipvs-vm-image` (run by `scripts/install-deps`) builds the
 //! guest once into a cache outside the repository ([`cache_dir`]); this
@@ -15,8 +16,13 @@
 //! * [`IpvsVm::push`] copies bytes to a file in the guest over a
 //!   virtio-serial port;
 //! * dropping the [`IpvsVm`] kills QEMU and removes its taps and its run
-//!   directory — also when the test panics. Every VM has a unique name, so
-//!   several run side by side.
+//!   directory — also when the test panics. QEMU runs in the foreground
+//!   under a watchdog shell that kills it once the test process is gone
+//!   (an abort, a harness timeout, SIGKILL), and a boot first reaps the
+//!   guests of test processes that are gone. Every VM has a unique name,
+//!   so several run side by side; their boots take a machine-wide lock
+//!   (`/run/lock/rvs-ipvs-vm.boot`), one at a time, so parallel test
+//!   binaries do not starve each other's emulated guests.
 //!
 //! `/dev/kvm` on the development and CI machines is a nested PVM device
 //! that only boots PVM kernels, so QEMU runs under TCG (software
@@ -26,7 +32,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -53,6 +59,16 @@ pub fn unavailable() -> Option<String> {
         return Some("the kernel-IPVS guest needs root (taps, namespaces)".into());
     }
     let c = cache_dir();
+    // An image whose agent speaks over the emulated UART (older
+    // scripts/ipvs-vm-image) does not answer on the virtio port.
+    if c.join("ready").exists()
+        && !std::fs::read_to_string(c.join("ready")).is_ok_and(|r| r.contains("agent=virtio"))
+    {
+        return Some(format!(
+            "{} is an older image (agent on the UART): scripts/ipvs-vm-image rebuilds it",
+            c.display()
+        ));
+    }
     for f in [
         "ready",
         "vmlinuz",
@@ -155,14 +171,31 @@ pub struct IpvsVm {
     dir: PathBuf,
     taps: Vec<(String, String)>,
     pid: Option<u32>,
+    /// The shell that runs QEMU and kills it when this process is gone.
+    watchdog: Option<Child>,
     agent: Mutex<Option<BufReader<UnixStream>>>,
 }
 
+/// Runs `$3…` (QEMU) with its output in `$2` and kills it once process
+/// `$1` (the test) is gone; polls once a second. QEMU runs at nice -10:
+/// an emulated guest that the scheduler starves (a loaded CI machine runs
+/// builds and other tests beside it) answers too late for any bound.
+const WATCHDOG: &str = r#"p=$1; log=$2; shift 2
+nice -n -10 "$@" </dev/null >"$log" 2>&1 &
+q=$!
+while kill -0 "$p" 2>/dev/null && kill -0 "$q" 2>/dev/null; do sleep 1; done
+kill -KILL "$q" 2>/dev/null
+wait"#;
+
+/// The lock file that serializes boots ([`IpvsVm::boot`]).
+const BOOT_LOCK: &str = "/run/lock/rvs-ipvs-vm.boot";
+
 static REQ: AtomicU64 = AtomicU64::new(0);
 
-/// The longest script sent inline on the serial line (base64 makes it a
-/// third longer; the guest tty's line buffer holds 4095 bytes).
-const MAX_INLINE: usize = 2048;
+/// The longest script sent inline on the agent port (base64 makes it a
+/// third longer; the agent's shell reads the line a byte at a time, so a
+/// longer one goes over the data port first).
+const MAX_INLINE: usize = 16 * 1024;
 
 fn ip(args: &[&str]) -> Result<(), String> {
     let out = Command::new("ip")
@@ -198,6 +231,7 @@ impl IpvsVm {
         if let Some(why) = unavailable() {
             return Err(why);
         }
+        reap_stale();
         let cache = cache_dir();
         let name = unique_name("iv");
         let dir = std::env::temp_dir().join(format!("rvs-ipvsvm-{name}"));
@@ -208,6 +242,7 @@ impl IpvsVm {
             dir: dir.clone(),
             taps: Vec::new(),
             pid: None,
+            watchdog: None,
             agent: Mutex::new(None),
         };
         let n = REQ.fetch_add(1, Ordering::SeqCst);
@@ -281,74 +316,96 @@ impl IpvsVm {
             root.join("lib/x86_64-linux-gnu").display()
         );
         let d = |f: &str| dir.join(f).display().to_string();
-        let out = Command::new("ip")
-            .args(["netns", "exec", &opts.netns, "env"])
-            .arg(format!("LD_LIBRARY_PATH={libs}"))
-            .arg(format!(
-                "QEMU_MODULE_DIR={}",
-                root.join("usr/lib/x86_64-linux-gnu/qemu").display()
-            ))
-            .arg(root.join("usr/bin/qemu-system-x86_64"))
-            .arg("-L")
-            .arg(root.join("usr/share/qemu"))
-            .arg("-L")
-            .arg(root.join("usr/share/seabios"))
-            .args(["-name", &format!("ipvsvm-{name}")])
-            .args(["-machine", "pc,accel=tcg", "-cpu", "max", "-smp", "1"])
-            .args(["-m", &opts.mem_mb.to_string()])
-            .args([
-                "-nodefaults",
-                "-no-user-config",
-                "-display",
-                "none",
-                "-vga",
-                "none",
-            ])
-            .arg("-no-reboot")
-            .arg("-kernel")
-            .arg(cache.join("vmlinuz"))
-            .arg("-initrd")
-            .arg(cache.join("initrd.img"))
-            .args(["-append", &append])
-            .args([
-                "-chardev",
-                &format!("file,id=con,path={}", d("console.log")),
-            ])
-            .args(["-serial", "chardev:con"])
-            .args([
-                "-chardev",
-                &format!(
-                    "socket,id=agent,path={},server=on,wait=off",
-                    d("agent.sock")
-                ),
-            ])
-            .args(["-serial", "chardev:agent"])
-            .args(["-device", "virtio-serial-pci,romfile="])
-            .args([
-                "-chardev",
-                &format!("socket,id=data,path={},server=on,wait=off", d("data.sock")),
-            ])
-            .args(["-device", "virtserialport,chardev=data,name=ipvsvm.data"])
-            .args(net)
-            .args(["-pidfile", &d("qemu.pid"), "-daemonize"])
-            .output()
-            .map_err(|e| format!("qemu: {e}"))?;
-        if let Ok(p) = std::fs::read_to_string(dir.join("qemu.pid")) {
-            vm.pid = p.trim().parse().ok();
-        }
-        if !out.status.success() {
-            return Err(format!(
-                "qemu failed to start: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
+        // QEMU runs in the foreground under a watchdog shell that kills it
+        // as soon as this process is gone, whatever ended it (a panic that
+        // aborts, a harness timeout, SIGKILL): no guest outlives its test.
+        let mut cmd = Command::new("ip");
+        cmd.args([
+            "netns",
+            "exec",
+            &opts.netns,
+            "sh",
+            "-c",
+            WATCHDOG,
+            "ipvsvm-watch",
+        ])
+        .arg(std::process::id().to_string())
+        .arg(d("qemu.log"))
+        .arg("env")
+        .arg(format!("LD_LIBRARY_PATH={libs}"))
+        .arg(format!(
+            "QEMU_MODULE_DIR={}",
+            root.join("usr/lib/x86_64-linux-gnu/qemu").display()
+        ))
+        .arg(root.join("usr/bin/qemu-system-x86_64"))
+        .arg("-L")
+        .arg(root.join("usr/share/qemu"))
+        .arg("-L")
+        .arg(root.join("usr/share/seabios"))
+        .args(["-name", &format!("ipvsvm-{name}")])
+        .args(["-machine", "pc,accel=tcg", "-cpu", "max", "-smp", "1"])
+        .args(["-m", &opts.mem_mb.to_string()])
+        .args([
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-vga",
+            "none",
+        ])
+        .arg("-no-reboot")
+        .arg("-kernel")
+        .arg(cache.join("vmlinuz"))
+        .arg("-initrd")
+        .arg(cache.join("initrd.img"))
+        .args(["-append", &append])
+        .args([
+            "-chardev",
+            &format!("file,id=con,path={}", d("console.log")),
+        ])
+        .args(["-serial", "chardev:con"])
+        .args([
+            "-chardev",
+            &format!(
+                "socket,id=agent,path={},server=on,wait=off",
+                d("agent.sock")
+            ),
+        ])
+        .args(["-device", "virtio-serial-pci,romfile="])
+        .args(["-device", "virtserialport,chardev=agent,name=ipvsvm.agent"])
+        .args([
+            "-chardev",
+            &format!("socket,id=data,path={},server=on,wait=off", d("data.sock")),
+        ])
+        .args(["-device", "virtserialport,chardev=data,name=ipvsvm.data"])
+        .args(net)
+        .args(["-pidfile", &d("qemu.pid")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        // Boots take the CPU for seconds under TCG: one at a time across
+        // every test process of the machine, so parallel tests do not
+        // starve each other's guests into their timeouts.
+        let lock_wait = Instant::now();
+        let boot_lock = boot_lock()?;
+        let lock_wait = lock_wait.elapsed();
+        let started = Instant::now();
+        vm.watchdog = Some(cmd.spawn().map_err(|e| format!("qemu: {e}"))?);
+        vm.pid = vm.wait_pidfile()?;
+        vm.wait_agent(opts.boot_timeout)?;
+        drop(boot_lock);
+        // QEMU holds tap1 by now (it opens its taps before the guest runs).
         if let Some((ns2, _, _)) = &opts.nic2 {
             ip(&["-n", &opts.netns, "link", "set", &tap1, "netns", ns2])?;
             vm.taps[1].0 = ns2.clone();
             ip(&["-n", ns2, "link", "set", &tap1, "master", &opts.bridge])?;
             ip(&["-n", ns2, "link", "set", &tap1, "up"])?;
         }
-        vm.wait_agent(opts.boot_timeout)?;
+
+        eprintln!(
+            "ipvs_vm: {name} up in {:?} (waited {lock_wait:?} for the boot lock)",
+            started.elapsed()
+        );
         Ok(vm)
     }
 
@@ -376,6 +433,32 @@ impl IpvsVm {
         let c = self.console();
         let lines: Vec<&str> = c.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// QEMU's pid, once it wrote its pidfile; an error with its output
+    /// when it exited first.
+    fn wait_pidfile(&mut self) -> Result<Option<u32>, String> {
+        let end = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(p) = std::fs::read_to_string(self.dir.join("qemu.pid"))
+                && let Ok(pid) = p.trim().parse::<u32>()
+            {
+                return Ok(Some(pid));
+            }
+            let exited = self
+                .watchdog
+                .as_mut()
+                .is_none_or(|c| c.try_wait().ok().flatten().is_some());
+            if exited || Instant::now() >= end {
+                return Err(format!(
+                    "qemu failed to start: {}",
+                    std::fs::read_to_string(self.dir.join("qemu.log"))
+                        .unwrap_or_default()
+                        .trim()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn wait_agent(&self, limit: Duration) -> Result<(), String> {
@@ -416,8 +499,7 @@ impl IpvsVm {
     pub fn run_timeout(&self, script: &str, limit: Duration) -> Result<VmOutput, String> {
         let secs = limit.as_secs().max(1);
         if script.len() > MAX_INLINE {
-            // The guest's serial line takes a few KB a line at most: a
-            // longer script goes over the data port first.
+            // A long script goes over the data port first.
             let n = REQ.fetch_add(1, Ordering::SeqCst);
             let path = format!("/tmp/script{n}.sh");
             self.push(&path, script.as_bytes())?;
@@ -675,6 +757,55 @@ fn ensure_bridge(ns: &str, br: &str, host_ip: Option<&str>) -> Result<(), String
     ip(&["-n", ns, "link", "set", br, "up"])
 }
 
+/// Hold the machine-wide boot lock (released on drop).
+fn boot_lock() -> Result<std::fs::File, String> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(BOOT_LOCK)
+        .map_err(|e| format!("{BOOT_LOCK}: {e}"))?;
+    f.lock().map_err(|e| format!("{BOOT_LOCK}: {e}"))?;
+    Ok(f)
+}
+
+/// Kill the guests and remove the run directories of test processes that
+/// are gone (a run killed before this module had its watchdog, or one
+/// whose watchdog was killed with it). A VM's name carries its test's pid
+/// ([`unique_name`]: `iv<pid>x<n>`).
+fn reap_stale() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let file = e.file_name();
+        let Some(name) = file.to_str().and_then(|n| n.strip_prefix("rvs-ipvsvm-")) else {
+            continue;
+        };
+        let owner = name
+            .strip_prefix("iv")
+            .and_then(|r| r.split('x').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        let Some(owner) = owner else { continue };
+        if Path::new(&format!("/proc/{owner}")).exists() {
+            continue;
+        }
+        if let Ok(p) = std::fs::read_to_string(e.path().join("qemu.pid"))
+            && let Ok(pid) = p.trim().parse::<u32>()
+            && std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&format!("ipvsvm-{name}")))
+        {
+            eprintln!(
+                "ipvs_vm: killing the guest {name} of a test process that is gone (pid {pid})"
+            );
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .output();
+        }
+        let _ = std::fs::remove_dir_all(e.path());
+    }
+}
+
 impl Drop for IpvsVm {
     fn drop(&mut self) {
         *self.agent.lock().unwrap_or_else(|p| p.into_inner()) = None;
@@ -686,6 +817,10 @@ impl Drop for IpvsVm {
             while self.alive() && Instant::now() < end {
                 std::thread::sleep(Duration::from_millis(20));
             }
+        }
+        if let Some(mut w) = self.watchdog.take() {
+            let _ = w.kill();
+            let _ = w.wait();
         }
         for (ns, tap) in &self.taps {
             let _ = Command::new("ip")

@@ -87,3 +87,61 @@ fn ipvs_vm_boots_runs_pushes_and_cleans_up() {
     assert_eq!(taps_in(&b), 0);
     eprintln!("whole test {:?}", t0.elapsed());
 }
+
+/// Run by [`a_killed_test_leaves_no_guest`] as a child process: boots a
+/// guest in the namespace it is given, prints QEMU's pid and waits to be
+/// killed (at most 120 s).
+#[test]
+#[ignore = "a helper: a_killed_test_leaves_no_guest runs it"]
+fn helper_boot_and_wait_to_be_killed() {
+    let Ok(ns) = std::env::var("RVS_IVM_HELPER_NS") else {
+        return;
+    };
+    let opts = IpvsVmOpts::new(&ns, "10.250.0.2/24", Some("10.250.0.1/24"));
+    let vm = IpvsVm::boot(&opts).expect("boot");
+    println!("QEMU-PID {}", vm.pid().expect("pid"));
+    std::thread::sleep(std::time::Duration::from_secs(120));
+}
+
+/// A test process killed with SIGKILL (no unwinding, no Drop: what a
+/// harness timeout or a killed CI run does) leaves no QEMU behind.
+#[test]
+fn a_killed_test_leaves_no_guest() {
+    use std::io::BufRead as _;
+    if !ipvs_vm::available_or_skip("a_killed_test_leaves_no_guest") {
+        return;
+    }
+    let ns = Netns::new("ivk");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "helper_boot_and_wait_to_be_killed",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("RVS_IVM_HELPER_NS", ns.name())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let pid: u32 = out
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.strip_prefix("QEMU-PID ")
+                .map(|p| p.trim().parse().unwrap())
+        })
+        .expect("the helper booted a guest");
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The watchdog polls once a second; 30 s only bounds a hang.
+    let end = Instant::now() + std::time::Duration::from_secs(30);
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < end {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "QEMU {pid} outlived its killed test process"
+    );
+}

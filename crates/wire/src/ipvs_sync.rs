@@ -223,6 +223,23 @@ pub const FLAG_TEMPLATE: u32 = 0x1000;
 /// Forward only one packet (`IP_VS_CONN_F_ONE_PACKET`); never synced.
 pub const FLAG_ONE_PACKET: u32 = 0x2000;
 
+/// A template's state when a connection it controls was established
+/// (`IP_VS_CTPL_S_ASSURED`; `ipvsadm -Lcn` lists it as `ASSURED`): the
+/// kernel keeps such a template until its own timer ends, while a template
+/// still in state 0 (`NONE`) goes with its last connection.
+pub const TPL_STATE_ASSURED: u16 = 0x0001;
+
+/// The connection flags the kernel defines in a record (forwarding method,
+/// NOOUTPUT, INACTIVE, the sequence bits, NO_CPORT, TEMPLATE, ONE_PACKET):
+/// what an rvs master may put on the wire, never its own bits above them.
+pub const KERNEL_FLAGS: u32 = FLAG_FWD_MASK
+    | FLAG_NOOUTPUT
+    | FLAG_INACTIVE
+    | FLAG_SEQ_MASK
+    | FLAG_NO_CPORT
+    | FLAG_TEMPLATE
+    | FLAG_ONE_PACKET;
+
 /// The flags a backup keeps from a v1 record (`IP_VS_CONN_F_BACKUP_MASK`):
 /// FWD_MASK | NOOUTPUT | INACTIVE | SEQ_MASK | NO_CPORT | TEMPLATE.
 pub const BACKUP_MASK: u32 =

@@ -245,9 +245,20 @@ fn to_wire(c: &Conn, local: Option<SocketAddr>) -> wire::SyncConn {
         client: t.client,
         vip: t.vip,
         dest: SocketAddr::new(c.daddr.to_ip(c.af), c.dport),
-        // The kernel sends its flags minus HASHED; ours never carry it.
-        flags: u32::from(c.flags.0) & !u32::from(ConnFlags::SYNC.0),
-        state: u16::from(c.state),
+        // The kernel sends its flags minus HASHED; ours never carry it, and
+        // rvs's own bits (ASSURED, HELD) and SYNC stay here.
+        flags: u32::from(c.flags.0) & wire::KERNEL_FLAGS,
+        // A template's state is the kernel's NONE or ASSURED (rvs keeps
+        // the latter as a flag).
+        state: if t.template {
+            if c.flags.contains(ConnFlags::ASSURED) {
+                wire::TPL_STATE_ASSURED
+            } else {
+                0
+            }
+        } else {
+            u16::from(c.state)
+        },
         fwmark: c.fwmark,
         timeout_s: Some(c.timeout_ms / 1000),
         seq: None,
@@ -409,10 +420,14 @@ pub(crate) fn verdict(
     let t = Tuple::of_wire(c);
     if !t.template {
         let was = received.as_ref().and_then(|rx| rx.get(&t).copied());
+        let full = full_timeout(ipvs, c.protocol, u8::try_from(c.state).unwrap_or(u8::MAX));
+        // A v0 record carries no timeout: its sender saw the flow just now
+        // (the kernel arms the state's full timeout for it).
         let peer_last = last_seen(
             now,
-            Duration::from_secs(u64::from(c.timeout_s.unwrap_or(0))),
-            full_timeout(ipvs, c.protocol, u8::try_from(c.state).unwrap_or(u8::MAX)),
+            c.timeout_s
+                .map_or(full, |s| Duration::from_secs(u64::from(s))),
+            full,
         );
         if let Decision::KeepOwn { took_over } = decide(local_of(ipvs, c, was), peer_last) {
             if took_over && let Some(rx) = received {
@@ -513,11 +528,14 @@ fn resolve(ipvs: &Ipvs, c: &wire::SyncConn) -> Option<MirroredConn> {
         })
     })?;
     let state = u8::try_from(c.state).ok()?;
-    let idle_left = Duration::from_secs(u64::from(c.timeout_s.unwrap_or(if template {
-        180
-    } else {
-        300
-    })));
+    // Without a timeout (a v0 record) the kernel arms the state's own
+    // timeout (180 s for a template); 300 s here once made a v0 entry look
+    // seen in the future, so its next state change was refused as staler.
+    let idle_left = match c.timeout_s {
+        Some(s) => Duration::from_secs(u64::from(s)),
+        None if template => Duration::from_secs(180),
+        None => full_timeout(ipvs, c.protocol, state),
+    };
     Some(MirroredConn {
         protocol,
         client: c.client,
@@ -615,6 +633,48 @@ mod tests {
             ipvs.mirror_conn(now, &f).unwrap();
         }
         ipvs
+    }
+
+    /// Issue 29: a record carries the kernel's flags only (never rvs's
+    /// HELD 0x8000 or ASSURED 0x4000), and an assured template goes out in
+    /// the kernel's template state ASSURED (1), which also assures the
+    /// template a backup enters.
+    #[test]
+    fn records_carry_kernel_flags_only_and_the_template_state() {
+        let (mut ipvs, dest) = director_of(16);
+        let t0 = Instant::from_secs(10);
+        // A held connection of the proxy API (rvs's HELD bit).
+        let f = ipvs
+            .open(
+                t0,
+                Protocol::Tcp,
+                "10.9.0.2:4000".parse().unwrap(),
+                "10.0.0.1:80".parse().unwrap(),
+            )
+            .unwrap();
+        // A peer's assured template, as its record would enter it.
+        let mut tpl = flow(dest, TcpState::None);
+        tpl.template = true;
+        tpl.client = "10.9.0.0:0".parse().unwrap();
+        tpl.state = wire::TPL_STATE_ASSURED as u8;
+        ipvs.mirror_conn(t0, &tpl).unwrap();
+        let mut seen = 0;
+        for (id, c) in ipvs.conns().iter() {
+            let w = to_wire(c, None);
+            assert_eq!(w.flags & !wire::KERNEL_FLAGS, 0, "{:#x}", w.flags);
+            if c.is_template() {
+                assert!(c.flags.contains(ConnFlags::ASSURED));
+                assert_eq!(c.template_state_name(), "ASSURED");
+                assert_eq!(w.state, wire::TPL_STATE_ASSURED);
+                assert_eq!(w.flags & wire::FLAG_TEMPLATE, wire::FLAG_TEMPLATE);
+            } else {
+                assert_eq!(Some(id), f.conn);
+                assert!(c.flags.contains(ConnFlags::HELD));
+                assert_eq!(w.state, u16::from(c.state));
+            }
+            seen += 1;
+        }
+        assert_eq!(seen, 2);
     }
 
     #[test]
@@ -897,6 +957,30 @@ mod tests {
             rx.insert(tuple_of(c), now);
         }
         ok
+    }
+
+    /// Issue 29 (found against the kernel's sync v0): records without a
+    /// timeout carry a peer's state changes onto the entry they made, as
+    /// v1 records do (the kernel's CLOSE_WAIT then TIME_WAIT).
+    #[test]
+    fn v0_records_without_a_timeout_update_the_peer_s_entry() {
+        let (mut ipvs, _) = director_of(16);
+        let mut rx = FastMap::default();
+        let mut c = peer_entry("10.0.1.1:80", TcpState::Established, 0);
+        c.timeout_s = None;
+        let t0 = Instant::from_secs(100);
+        assert!(receive(&mut ipvs, &c, t0, &mut rx));
+        c.state = TcpState::CloseWait as u16;
+        assert!(receive(&mut ipvs, &c, t0 + Duration::from_secs(1), &mut rx));
+        c.state = TcpState::TimeWait as u16;
+        assert!(receive(&mut ipvs, &c, t0 + Duration::from_secs(2), &mut rx));
+        let (id, conn) = ipvs.conns().iter().next().expect("entered");
+        assert_eq!(conn.state, TcpState::TimeWait as u8);
+        // Armed with the state's own timeout (TIME_WAIT: 120 s).
+        assert_eq!(
+            ipvs.conns().deadline(id),
+            Some(t0 + Duration::from_secs(2 + 120))
+        );
     }
 
     #[test]

@@ -97,8 +97,17 @@ impl Ipvs {
         key: ConnKey,
         dcfg: DestConfig,
     ) -> Option<ConnId> {
+        // A peer's assured template (state 1, the kernel's
+        // IP_VS_CTPL_S_ASSURED) is assured here too; one already assured
+        // stays so.
+        let assured = flow.state & 1 != 0;
         if let Some(id) = self.conns.lookup_template(&key, None) {
-            if self.conns.get(id).is_some_and(|c| c.dest == flow.dest.0) {
+            if let Some(c) = self.conns.get_mut(id)
+                && c.dest == flow.dest.0
+            {
+                if assured {
+                    c.flags.insert(ConnFlags::ASSURED);
+                }
                 self.conns.set_timeout(id, flow.idle_left, now);
                 return Some(id);
             }
@@ -113,6 +122,9 @@ impl Ipvs {
             flow.idle_left,
         );
         conn.dest = flow.dest.0;
+        if assured {
+            conn.flags.insert(ConnFlags::ASSURED);
+        }
         let id = self.insert_conn(conn, None, now).ok()?;
         self.bind(flow.dest, ConnFlags::TEMPLATE);
         self.conns.set_timeout(id, flow.idle_left, now);

@@ -428,12 +428,14 @@ impl Ipvs {
         if was_inactive == active {
             self.move_between_counts(dest, active);
         }
-        let established = match pkt.l4 {
+        // The kernel's ip_vs_control_assure_ct: TCP and SCTP assure the
+        // controlling template on ESTABLISHED, UDP on a reply.
+        let assures = match pkt.l4 {
             L4::Tcp(_) => new_state == TcpState::Established as u8,
             L4::Sctp(_) => new_state == SctpState::Established as u8,
-            L4::Udp => false,
+            L4::Udp => dir == Direction::Output,
         };
-        if established
+        if assures
             && control != NONE
             && let Some(t) = self.conns.get_mut(ConnId(control))
         {

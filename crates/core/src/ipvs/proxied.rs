@@ -200,6 +200,38 @@ impl Ipvs {
         result
     }
 
+    /// The proxy's sockets of a connection are closed: a TCP entry the
+    /// close moved into a closing state (FIN_WAIT, TIME_WAIT, CLOSE,
+    /// CLOSE_WAIT, LAST_ACK: the FIN or RST events [`Ipvs::conn_event`]
+    /// reported) is no longer held and stays until that state's timer ends,
+    /// as the kernel keeps it: `-Lcn` lists it, it counts as inactive, and
+    /// a sync master sends the closing state, so a backup does not keep the
+    /// connection ESTABLISHED for the full established timeout. Any other
+    /// entry is removed now, as by [`Ipvs::close`]. A new connection of
+    /// the same client tuple replaces a lingering entry.
+    pub fn release(&mut self, id: ConnId) {
+        let closing = self.conns.get(id).is_some_and(|c| {
+            c.protocol == Protocol::Tcp.number()
+                && TcpState::from_u8(c.state).is_some_and(|s| {
+                    matches!(
+                        s,
+                        TcpState::FinWait
+                            | TcpState::TimeWait
+                            | TcpState::Close
+                            | TcpState::CloseWait
+                            | TcpState::LastAck
+                    )
+                })
+        });
+        if !closing {
+            self.close(id);
+            return;
+        }
+        if let Some(c) = self.conns.get_mut(id) {
+            c.flags.remove(ConnFlags::HELD);
+        }
+    }
+
     /// The proxy's socket is gone: remove the entry now (counters follow).
     pub fn close(&mut self, id: ConnId) {
         if let Some(c) = self.conns.get_mut(id) {

@@ -43,11 +43,6 @@ const EXCEPTIONS: &[(&str, &str)] = &[
     ),
     ("-A -u [2001:db8::42]:80 -s twos", "as above"),
     (
-        "--start-daemon backup --mcast-interface eth0 --sync-maxlen 10",
-        "RVS BUG (not fixed yet): the kernel raises a backup's sync_maxlen below its \
-         minimum (lists maxlen=1024), rvsd keeps 10",
-    ),
-    (
         "-a -t 10.0.40.1:80 -r 192.168.40.1 -m -w 70000",
         "weight above 65535: the kernel takes any int weight (ip_vs_ctl.c checks only < 0); \
          rvs refuses > 65535 (its schedulers keep weights in 16 bits)",
@@ -570,7 +565,6 @@ fn exception(line: &str) -> Option<&'static str> {
 }
 
 #[test]
-#[ignore = "the emulated guest's agent timed out in a full-suite CI run and once alone after it (issue 29: make it reliable); run: cargo test -p rvs --test e2e -- --ignored ipvs_parity"]
 fn ipvsadm_parity_with_the_kernel() {
     let test = "ipvsadm_parity_with_the_kernel";
     if !ipvs_vm::available_or_skip(test) {

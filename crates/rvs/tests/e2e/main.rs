@@ -17,6 +17,7 @@ mod health;
 mod health_probes;
 mod http;
 mod ipvs_parity;
+mod ipvs_sync;
 mod kube_bench;
 mod kubernetes;
 mod netns;
