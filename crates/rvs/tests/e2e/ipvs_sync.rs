@@ -25,40 +25,22 @@
 
 use std::collections::BTreeSet;
 use std::net::{SocketAddr, UdpSocket};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use rvs_testbed::ipvs_vm::{self, IpvsVm, IpvsVmOpts};
 use rvs_wire::ipvs_sync as wire;
 
-use crate::harness::{Rvsadm, TempDir, rvsd_in_ns, wait_for_socket};
+use crate::harness::{Launch, Rvsd, TempDir};
 use crate::netns::{Bed, Host, connect, sh};
 use rvs_testbed::Conn;
 use rvs_testbed::{udp_ask, udp_socket};
 
-struct Daemon {
-    child: Child,
-    socket: std::path::PathBuf,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Rvsadm for Daemon {
-    fn socket(&self) -> &std::path::Path {
-        &self.socket
-    }
-}
-
-fn daemon(h: &Host, dir: &TempDir, name: &str, plane: &str) -> Daemon {
-    let socket = dir.path().join(format!("{name}.sock"));
-    let mut child = rvsd_in_ns(&h.ns, plane, &socket, &["--log-level", "warn"]);
-    wait_for_socket(&socket, &mut child);
-    Daemon { child, socket }
+/// rvsd in `h`'s namespace on `DIR/NAME.sock`, killed on drop.
+fn daemon(h: &Host, dir: &TempDir, name: &str, plane: &str) -> Rvsd {
+    Launch::at(&dir.path().join(format!("{name}.sock")))
+        .netns(&h.ns)
+        .plane(plane)
+        .spawn()
 }
 
 /// One `-Lcn` entry without its expiry: protocol, state, client, virtual
