@@ -131,11 +131,15 @@ pub struct Options {
     /// `mh`, Maglev: every node picks the same endpoint for a flow, so a
     /// flow that moves between nodes — ECMP rehash — keeps its endpoint).
     pub external_scheduler: Scheduler,
-    /// Flags of the external scheduler (default `mh-port`: Maglev hashes
-    /// the client's port too, as Cilium's Maglev hashes the 5-tuple, so
-    /// many connections from one address — a cloud load balancer's or a
-    /// NAT gateway's — spread over the endpoints; session affinity, where
-    /// asked, is persistence). Ignored for schedulers without flags.
+    /// Flags of the external scheduler (default `mh-port` and
+    /// `mh-fallback`. `mh-port`: Maglev hashes the client's port too, as
+    /// Cilium's Maglev hashes the 5-tuple, so many connections from one
+    /// address — a cloud load balancer's or a NAT gateway's — spread over
+    /// the endpoints; session affinity, where asked, is persistence.
+    /// `mh-fallback`: a terminating endpoint draining at weight 0 keeps its
+    /// Maglev slots, so without it a new connection hashed to one would be
+    /// refused; with it, it goes to the next ready endpoint.) Ignored for
+    /// schedulers without flags.
     pub external_flags: SchedFlags,
 }
 
@@ -156,7 +160,7 @@ impl Options {
             },
             cluster_scheduler: Scheduler::Rr,
             external_scheduler: Scheduler::Mh,
-            external_flags: SchedFlags::MH_PORT,
+            external_flags: SchedFlags::MH_PORT.union(SchedFlags::MH_FALLBACK),
         }
     }
 }

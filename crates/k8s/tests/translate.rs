@@ -281,11 +281,11 @@ fn node_port() {
         Case {
             services: vec![np()],
             slices: one_ep("host-1"),
-            want: "TCP 127.0.0.1:30001 mh+port NodePort ns1/svc1:p80 laddr 192.168.0.2
+            want: "TCP 127.0.0.1:30001 mh+fallback+port NodePort ns1/svc1:p80 laddr 192.168.0.2
                    -> 10.180.0.1:80 FullNat w1
                    TCP 172.30.0.41:80 rr ClusterIP ns1/svc1:p80
                    -> 10.180.0.1:80 Masq w1
-                   TCP 192.168.0.2:30001 mh+port NodePort ns1/svc1:p80 laddr 192.168.0.2
+                   TCP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1:p80 laddr 192.168.0.2
                    -> 10.180.0.1:80 FullNat w1",
             ..Case::new(
                 "TestNodePort: eTP Cluster, SNAT to the node address, Maglev, also on 127.0.0.1",
@@ -293,20 +293,20 @@ fn node_port() {
         },
         Case {
             services: vec![np()],
-            want: "TCP 127.0.0.1:30001 mh+port NodePort ns1/svc1:p80 laddr 192.168.0.2
+            want: "TCP 127.0.0.1:30001 mh+fallback+port NodePort ns1/svc1:p80 laddr 192.168.0.2
                    TCP 172.30.0.41:80 rr ClusterIP ns1/svc1:p80
-                   TCP 192.168.0.2:30001 mh+port NodePort ns1/svc1:p80 laddr 192.168.0.2",
+                   TCP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1:p80 laddr 192.168.0.2",
             ..Case::new("TestNodePortNoEndpoint")
         },
         Case {
             services: vec![np_local()],
             slices: two_eps(),
-            want: "TCP 127.0.0.1:30001 mh+port NodePort ns1/svc1:p80
+            want: "TCP 127.0.0.1:30001 mh+fallback+port NodePort ns1/svc1:p80
                    -> 10.180.0.1:80 Masq w1
                    TCP 172.30.0.41:80 rr ClusterIP ns1/svc1:p80
                    -> 10.180.0.1:80 Masq w1
                    -> 10.180.2.1:80 Masq w1
-                   TCP 192.168.0.2:30001 mh+port NodePort ns1/svc1:p80
+                   TCP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1:p80
                    -> 10.180.0.1:80 Masq w1",
             ..Case::new(
                 "TestOnlyLocalNodePorts: eTP Local, local endpoints, no SNAT; ClusterIP keeps all",
@@ -322,7 +322,7 @@ fn node_port() {
             want: "TCP 172.30.0.41:80 rr ClusterIP ns1/svc1:p80
                    -> 10.180.0.1:80 Masq w1
                    -> 10.180.2.1:80 Masq w1
-                   TCP 192.168.0.2:30001 mh+port NodePort ns1/svc1:p80
+                   TCP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1:p80
                    -> 10.180.0.1:80 Tunnel/geneve w1
                    -> 10.180.2.1:80 Tunnel/geneve w1",
             ..Case::new("DSR mode: tunnelled real servers, no SNAT pool; loopback NodePort off")
@@ -349,9 +349,9 @@ fn node_port() {
                    -> 10.180.0.1:80 Masq w1
                    UDP 172.30.0.41:80 rr ClusterIP ns1/svc1:u
                    -> 10.180.0.1:80 Masq w1
-                   TCP 192.168.0.2:30001 mh+port NodePort ns1/svc1:t
+                   TCP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1:t
                    -> 10.180.0.1:80 Tunnel/geneve w1
-                   UDP 192.168.0.2:30001 mh+port NodePort ns1/svc1:u laddr 192.168.0.2
+                   UDP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1:u laddr 192.168.0.2
                    -> 10.180.0.1:80 FullNat w1",
             ..Case::new("hybrid mode: DSR for TCP, SNAT for UDP; nodePortAddresses given")
         },
@@ -382,9 +382,9 @@ fn node_port() {
             opts: |o| o.node_port_loopback = false,
             want: "TCP 172.30.0.41:80 rr ClusterIP ns1/svc1:p80
                    -> 10.180.0.1:80 Masq w1
-                   TCP 192.168.0.2:30001 mh+port NodePort ns1/svc1:p80 laddr 192.168.0.2
+                   TCP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1:p80 laddr 192.168.0.2
                    -> 10.180.0.1:80 FullNat w1
-                   TCP [2001:db8::1]:30001 mh+port NodePort ns1/svc1:p80 laddr 2001:db8::1
+                   TCP [2001:db8::1]:30001 mh+fallback+port NodePort ns1/svc1:p80 laddr 2001:db8::1
                    -> [fd00:180::1]:80 FullNat w1
                    TCP [fd00:30::41]:80 rr ClusterIP ns1/svc1:p80
                    -> [fd00:180::1]:80 Masq w1",
@@ -401,7 +401,7 @@ fn node_port() {
             node: node_dual(),
             opts: |o| o.node_port_loopback = false,
             want: "TCP 172.30.0.41:80 rr ClusterIP ns1/svc1:p80
-                   TCP 192.168.0.2:30001 mh+port NodePort ns1/svc1:p80 laddr 192.168.0.2",
+                   TCP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1:p80 laddr 192.168.0.2",
             ..Case::new("single-stack IPv4 Service on a dual-stack node: no IPv6 NodePort")
         },
         Case {
@@ -427,7 +427,7 @@ fn node_port() {
                 o.node_port_loopback = false;
             },
             want: "TCP 172.30.0.41:80 rr ClusterIP ns1/svc1:p80
-                   TCP 192.168.0.2:3001 mh+port NodePort ns1/svc1:p80 laddr 192.168.0.2",
+                   TCP 192.168.0.2:3001 mh+fallback+port NodePort ns1/svc1:p80 laddr 192.168.0.2",
             ..Case::new("the node port range is configurable")
         },
         Case {
@@ -492,7 +492,7 @@ fn external_ips_and_load_balancers() {
                 json!({ "clusterIP": "172.30.0.41", "externalIPs": ["192.168.99.11"], "ports": p80() }),
             )],
             want: "TCP 172.30.0.41:80 rr ClusterIP ns1/svc1:p80
-                   TCP 192.168.99.11:80 mh+port ExternalIP ns1/svc1:p80 laddr 192.168.0.2",
+                   TCP 192.168.99.11:80 mh+fallback+port ExternalIP ns1/svc1:p80 laddr 192.168.0.2",
             ..Case::new("TestExternalIPsNoEndpoint")
         },
         Case {
@@ -505,7 +505,7 @@ fn external_ips_and_load_balancers() {
             node: node_dual(),
             want: "TCP 172.30.0.41:80 rr ClusterIP ns1/svc1:p80
                    -> 10.180.0.1:80 Masq w1
-                   TCP 192.168.99.11:80 mh+port ExternalIP ns1/svc1:p80 laddr 192.168.0.2
+                   TCP 192.168.99.11:80 mh+fallback+port ExternalIP ns1/svc1:p80 laddr 192.168.0.2
                    -> 10.180.0.1:80 FullNat w1",
             ..Case::new("TestExternalIPs: an external IP of a family the Service lacks is ignored")
         },
@@ -529,11 +529,11 @@ fn external_ips_and_load_balancers() {
             slices: one_ep("host-1"),
             opts: |o| o.node_port_loopback = false,
             want:
-                "TCP 1.2.3.4:80 mh+port LoadBalancer ns1/svc1:p80 laddr 192.168.0.2 from 10.0.0.0/8
+                "TCP 1.2.3.4:80 mh+fallback+port LoadBalancer ns1/svc1:p80 laddr 192.168.0.2 from 10.0.0.0/8
                    -> 10.180.0.1:80 FullNat w1
                    TCP 172.30.0.41:80 rr ClusterIP ns1/svc1:p80
                    -> 10.180.0.1:80 Masq w1
-                   TCP 192.168.0.2:30001 mh+port NodePort ns1/svc1:p80 laddr 192.168.0.2
+                   TCP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1:p80 laddr 192.168.0.2
                    -> 10.180.0.1:80 FullNat w1",
             ..Case::new(
                 "TestLoadBalanceSourceRanges + TestLoadBalancer: ingress IPs (not ipMode Proxy, not hostnames) with source ranges of their family",
@@ -551,12 +551,12 @@ fn external_ips_and_load_balancers() {
                 json!([ep("10.180.0.1", NODE), ep("10.180.2.1", "host-2")]),
             )],
             opts: |o| o.node_port_loopback = false,
-            want: "TCP 1.2.3.4:80 mh+port LoadBalancer ns1/svc1:p80
+            want: "TCP 1.2.3.4:80 mh+fallback+port LoadBalancer ns1/svc1:p80
                    -> 10.180.0.1:80 Masq w1
                    TCP 172.30.0.41:80 rr ClusterIP ns1/svc1:p80
                    -> 10.180.0.1:80 Masq w1
                    -> 10.180.2.1:80 Masq w1
-                   TCP 192.168.0.2:30001 mh+port NodePort ns1/svc1:p80
+                   TCP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1:p80
                    -> 10.180.0.1:80 Masq w1",
             ..Case::new("TestOnlyLocalLoadBalancing")
         },
@@ -566,7 +566,7 @@ fn external_ips_and_load_balancers() {
                 "ports": [{ "name": "p80", "port": 80, "protocol": "TCP" }] }),
             )],
             want:
-                "TCP 1.2.3.4:80 mh+port LoadBalancer ns1/svc1:p80 persistent 10800 laddr 192.168.0.2
+                "TCP 1.2.3.4:80 mh+fallback+port LoadBalancer ns1/svc1:p80 persistent 10800 laddr 192.168.0.2
                    TCP 172.30.0.41:80 rr ClusterIP ns1/svc1:p80 persistent 10800",
             ..Case::new("a LoadBalancer without node ports, with session affinity on every entry")
         },
@@ -664,7 +664,7 @@ fn refusals() {
             ],
             want: "TCP 172.30.0.1:80 rr ClusterIP ns1/old:p80
                    TCP 172.30.0.2:80 rr ClusterIP ns1/young:p80
-                   TCP 192.168.99.11:80 mh+port ExternalIP ns1/old:p80 laddr 192.168.0.2",
+                   TCP 192.168.99.11:80 mh+fallback+port ExternalIP ns1/old:p80 laddr 192.168.0.2",
             refused: &[
                 "Service ns1/young: TCP 192.168.99.11 port 80 (ExternalIP) is already taken by the older Service ns1/old (ExternalIP)",
             ],
@@ -687,7 +687,7 @@ fn refusals() {
             opts: |o| o.node_port_loopback = false,
             want: "TCP 172.30.0.1:80 rr ClusterIP ns1/a:p80
                    TCP 172.30.0.2:30001 rr ClusterIP ns1/b:x
-                   TCP 192.168.0.2:30001 mh+port NodePort ns1/a:p80 laddr 192.168.0.2",
+                   TCP 192.168.0.2:30001 mh+fallback+port NodePort ns1/a:p80 laddr 192.168.0.2",
             refused: &[
                 "Service ns1/b: TCP 192.168.0.2 port 30001 (ExternalIP) is already taken by the older Service ns1/a (NodePort)",
             ],
@@ -708,8 +708,8 @@ fn refusals() {
             )],
             want: "TCP 172.30.0.41:80 rr ClusterIP ns1/svc1:a
                    SCTP 172.30.0.41:82 rr ClusterIP ns1/svc1:d
-                   TCP 192.168.99.11:80 mh+port ExternalIP ns1/svc1:a laddr 192.168.0.2
-                   SCTP 192.168.99.11:82 mh+port ExternalIP ns1/svc1:d laddr 192.168.0.2",
+                   TCP 192.168.99.11:80 mh+fallback+port ExternalIP ns1/svc1:a laddr 192.168.0.2
+                   SCTP 192.168.99.11:82 mh+fallback+port ExternalIP ns1/svc1:d laddr 192.168.0.2",
             refused: &[
                 "port `b`: port 70000 is not a port number",
                 "port `c`: protocol `ICMP` is not TCP, UDP or SCTP",
@@ -835,7 +835,7 @@ fn terminating_endpoints() {
                    -> 10.0.1.2:80 Masq w1
                    -> 10.0.1.3:80 Masq w0
                    -> 10.0.1.5:80 Masq w1
-                   TCP 192.168.0.2:30001 mh+port NodePort ns1/svc1
+                   TCP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1
                    -> 10.0.1.1:80 Masq w1
                    -> 10.0.1.2:80 Masq w1
                    -> 10.0.1.3:80 Masq w0",
@@ -865,7 +865,7 @@ fn terminating_endpoints() {
                    -> 10.0.1.2:80 Masq w0
                    -> 10.0.1.4:80 Masq w0
                    -> 10.0.1.5:80 Masq w1
-                   TCP 192.168.0.2:30001 mh+port NodePort ns1/svc1
+                   TCP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1
                    -> 10.0.1.1:80 Masq w1
                    -> 10.0.1.2:80 Masq w1",
             ..Case::new(
@@ -1002,7 +1002,7 @@ fn topology_hints() {
             opts: |o| o.node_port_loopback = false,
             want: "TCP 172.30.0.41:80 rr ClusterIP ns1/svc1:p80
                    -> 10.180.0.2:80 Masq w1
-                   TCP 192.168.0.2:30001 mh+port NodePort ns1/svc1:p80
+                   TCP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1:p80
                    -> 10.180.0.1:80 Masq w1",
             ..Case::new("externalTrafficPolicy: Local, topology ignored for Local endpoints")
         },
@@ -1063,7 +1063,7 @@ fn health_checks() {
     assert_eq!(d.health_checks[0].response().0, 503);
     // ...though they still carry traffic (KEP-1669).
     assert!(d.render().contains(
-        "TCP 192.168.0.2:30001 mh+port NodePort ns1/svc1:a\n  -> 10.180.0.1:8080 Masq w1"
+        "TCP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1:a\n  -> 10.180.0.1:8080 Masq w1"
     ));
 
     let d = run_json(&[lb("Local", Some(32000))], &[], &node_v4(), &opts);
@@ -1129,7 +1129,7 @@ fn deterministic_whatever_the_input_order() {
     assert_eq!(base, other);
     assert!(
         base.render()
-            .contains("192.168.99.11:80 mh+port ExternalIP ns1/b:p80"),
+            .contains("192.168.99.11:80 mh+fallback+port ExternalIP ns1/b:p80"),
         "{}",
         base.render()
     );

@@ -23,6 +23,7 @@ use rvs_testbed::{Bed, Host, connect, spread};
 
 use crate::harness::{RVSD, Rvsd, TempDir, within};
 
+mod graceful;
 mod policy;
 mod services;
 mod xdp;
