@@ -942,6 +942,45 @@ mod proxy_api {
     /// closing state as the kernel's does (listed, inactive, and so sent by
     /// a sync master), instead of vanishing at once; one closed while still
     /// established goes at once.
+    /// A lingering closed connection does not hold its persistence
+    /// template: the template ends at its own timeout (what Kubernetes'
+    /// `sessionAffinity.clientIP.timeoutSeconds` needs), while the closed
+    /// entry stays listed until its closing state's timer.
+    #[test]
+    fn a_released_connection_does_not_hold_its_template() {
+        let mut ipvs = Ipvs::new(IpvsConfig::default());
+        ipvs.add_service(
+            tcp_svc(80),
+            ServiceConfig::new(AddrFamily::Inet)
+                .scheduler(Scheduler::Rr)
+                .persistent(10),
+        )
+        .unwrap();
+        ipvs.add_dest(
+            &tcp_svc(80),
+            DestConfig::new(rs(1), 80).forward(ForwardMethod::FullNat),
+        )
+        .unwrap();
+        let vip = sa(IpAddr::V4(VIP), 80);
+        let f = ipvs
+            .open(t(0), Protocol::Tcp, sa(v4(1, 1, 1, 1), 5000), vip)
+            .unwrap();
+        let id = f.conn.unwrap();
+        ipvs.conn_event(t(0), id, Direction::Output, L4::Tcp(SYNACK), 0);
+        ipvs.conn_event(t(0), id, Direction::Input, L4::Tcp(ACK), 0);
+        ipvs.conn_event(t(1), id, Direction::Input, L4::Tcp(FIN), 0);
+        ipvs.conn_event(t(1), id, Direction::Output, L4::Tcp(FIN), 0);
+        ipvs.release(id);
+        ipvs.audit().unwrap();
+        let templates = |ipvs: &Ipvs| ipvs.conns().iter().filter(|(_, c)| c.is_template()).count();
+        assert_eq!(templates(&ipvs), 1);
+        // Past the template's 10 s, within TIME_WAIT's 2 minutes.
+        ipvs.expire(t(30));
+        assert_eq!(templates(&ipvs), 0, "the template timed out");
+        assert!(ipvs.conns().get(id).is_some(), "the closed entry lingers");
+        ipvs.audit().unwrap();
+    }
+
     #[test]
     fn a_released_connection_stays_in_its_closing_state_until_its_timer() {
         let mut ipvs = director("rr", 1, ForwardMethod::FullNat);

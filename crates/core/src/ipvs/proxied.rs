@@ -209,6 +209,13 @@ impl Ipvs {
     /// connection ESTABLISHED for the full established timeout. Any other
     /// entry is removed now, as by [`Ipvs::close`]. A new connection of
     /// the same client tuple replaces a lingering entry.
+    ///
+    /// Unlike the kernel's, a lingering entry no longer holds its
+    /// persistence template: the sockets are gone, and the template's own
+    /// timer runs from the last live connection. In the kernel a closed
+    /// connection in TIME_WAIT keeps its template for up to two more
+    /// minutes, so `-p 10` (or Kubernetes' `sessionAffinity` with
+    /// `timeoutSeconds: 10`) would not time out for two minutes.
     pub fn release(&mut self, id: ConnId) {
         let closing = self.conns.get(id).is_some_and(|c| {
             c.protocol == Protocol::Tcp.number()
@@ -227,8 +234,17 @@ impl Ipvs {
             self.close(id);
             return;
         }
-        if let Some(c) = self.conns.get_mut(id) {
-            c.flags.remove(ConnFlags::HELD);
+        let control = match self.conns.get_mut(id) {
+            Some(c) => {
+                c.flags.remove(ConnFlags::HELD);
+                std::mem::replace(&mut c.control, NONE)
+            }
+            None => return,
+        };
+        if control != NONE
+            && let Some(t) = self.conns.get_mut(ConnId(control))
+        {
+            t.n_control = t.n_control.saturating_sub(1);
         }
     }
 
