@@ -17,68 +17,6 @@ use common::*;
 use rvs_xdp::action;
 use rvs_xdp::maps::{self, FlowKey, FnatKey, FnatPool, PROTO_TCP, PROTO_UDP, SvcKey, fwd};
 
-const VETH_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
-const GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
-const RPORT: u16 = 8080;
-
-/// A namespace with the director's link (`rvsa`, the real servers' subnet
-/// 10.77.0.0/24 / fd77::/64), the clients' gateway and permanent
-/// neighbours; deleted on drop.
-struct Netns(rvs_testbed::Netns);
-
-impl Netns {
-    fn new() -> Netns {
-        let ns = rvs_testbed::Netns::new("rvsxdp-fnat");
-        let mac = |m: [u8; 6]| {
-            m.iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<Vec<_>>()
-                .join(":")
-        };
-        let mut cmds = vec![
-            format!(
-                "link add rvsa address {} type veth peer name rvsb",
-                mac(VETH_MAC)
-            ),
-            "link set rvsa up".to_owned(),
-            "link set rvsb up".to_owned(),
-            "addr add 10.77.0.2/24 dev rvsa".to_owned(),
-            "addr add fd77::2/64 dev rvsa nodad".to_owned(),
-            format!(
-                "neigh add 10.77.0.254 lladdr {} dev rvsa nud permanent",
-                mac(GW_MAC)
-            ),
-            format!(
-                "neigh add fd77::fe lladdr {} dev rvsa nud permanent",
-                mac(GW_MAC)
-            ),
-            "route add 10.78.0.0/16 via 10.77.0.254".to_owned(),
-            "route add fd78::/16 via fd77::fe".to_owned(),
-        ];
-        for i in 0..2u8 {
-            for v6 in [false, true] {
-                cmds.push(format!(
-                    "neigh add {} lladdr {} dev rvsa nud permanent",
-                    rs_addr(v6, i),
-                    mac(rs_mac(i))
-                ));
-            }
-        }
-        for cmd in cmds {
-            let mut args = vec!["ip", "-n", ns.name()];
-            args.extend(cmd.split_whitespace());
-            rvs_testbed::sh(&args);
-        }
-        ns.sysctl("ipv4/ip_forward", "1");
-        ns.sysctl("ipv6/conf/all/forwarding", "1");
-        Netns(ns)
-    }
-
-    fn enter<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        self.0.run(f)
-    }
-}
-
 /// Local address `i` of the pool (10.77.0.(50+i), fd77::(50+i)).
 fn laddr(v6: bool, i: u8) -> IpAddr {
     if v6 {
@@ -86,17 +24,6 @@ fn laddr(v6: bool, i: u8) -> IpAddr {
     } else {
         std::net::Ipv4Addr::new(10, 77, 0, 50 + i).into()
     }
-}
-
-/// Set the TTL / hop limit of a frame (fixing the IPv4 checksum).
-fn with_ttl(mut f: Vec<u8>, ttl: u8) -> Vec<u8> {
-    if f[12..14] == [0x08, 0x00] {
-        f[22] = ttl;
-        fix_ip4_csum(&mut f, 14);
-    } else {
-        f[21] = ttl;
-    }
-    f
 }
 
 /// A frame `src:sport -> dst:dport` between `smac` and `dmac` (TCP SYN or
@@ -172,8 +99,8 @@ fn fnat(v6: bool, udp: bool) {
     if !root_or_skip("fnat") {
         return;
     }
-    let ns = Netns::new();
-    ns.enter(move || {
+    let ns = nat_bed("rvsxdp-fnat", 2);
+    ns.run(move || {
         let proto = if udp { PROTO_UDP } else { PROTO_TCP };
         let mut lb = director(v6, proto, &[0], 2, 1024, 65535);
         let (c, v, r) = (client(v6, 0x0102), vip(v6), rs_addr(v6, 0));
@@ -371,8 +298,8 @@ fn fnat_two_clients_with_the_same_first_choice_get_different_ports() {
     if !root_or_skip("fnat_two_clients_with_the_same_first_choice_get_different_ports") {
         return;
     }
-    let ns = Netns::new();
-    ns.enter(|| {
+    let ns = nat_bed("rvsxdp-fnat", 2);
+    ns.run(|| {
         // A narrow range makes a shared first choice easy to find.
         let (lo, hi) = (20000u16, 20007u16);
         let mut lb = director(false, PROTO_TCP, &[0], 1, lo, hi);
@@ -421,8 +348,8 @@ fn fnat_exhaustion_is_counted_and_dropped() {
     if !root_or_skip("fnat_exhaustion_is_counted_and_dropped") {
         return;
     }
-    let ns = Netns::new();
-    ns.enter(|| {
+    let ns = nat_bed("rvsxdp-fnat", 2);
+    ns.run(|| {
         let mut lb = director(false, PROTO_TCP, &[0, 1], 1, 5000, 5000);
         let (v, l) = (vip(false), laddr(false, 0));
         // rr: the first two flows go to different servers, the third to
@@ -476,8 +403,8 @@ fn fnat_failed_tail_call_passes_and_counts() {
     if !root_or_skip("fnat_failed_tail_call_passes_and_counts") {
         return;
     }
-    let ns = Netns::new();
-    ns.enter(|| {
+    let ns = nat_bed("rvsxdp-fnat", 2);
+    ns.run(|| {
         let mut lb = director(false, PROTO_TCP, &[0], 1, 1024, 65535);
         lb.l.clear_fnat_prog().expect("clear");
         let f = tcp_frame(client(false, 9), 999, vip(false), 80, Flags::Syn, b"");
@@ -553,8 +480,8 @@ fn fnat_toa(v6: bool) {
     if !root_or_skip("fnat_toa") {
         return;
     }
-    let ns = Netns::new();
-    ns.enter(move || {
+    let ns = nat_bed("rvsxdp-fnat", 2);
+    ns.run(move || {
         let mut lb = director(v6, PROTO_TCP, &[0], 2, 1024, 65535);
         let (c, v, r) = (client(v6, 0x0304), vip(v6), rs_addr(v6, 0));
         let cport = 34000;
@@ -750,8 +677,8 @@ fn fnat_walk_hands_out_every_pair_and_only_free_ones() {
     if !root_or_skip("fnat_walk_hands_out_every_pair_and_only_free_ones") {
         return;
     }
-    let ns = Netns::new();
-    ns.enter(|| {
+    let ns = nat_bed("rvsxdp-fnat", 2);
+    ns.run(|| {
         let (lo, hi) = (20000u16, 20031u16);
         let mut lb = director(false, PROTO_TCP, &[0], 2, lo, hi);
         let (v, r) = (vip(false), rs_addr(false, 0));
@@ -842,8 +769,8 @@ fn fnat_alone_walk_hands_out_every_pair_and_counts_refusals_once() {
     if !root_or_skip("fnat_alone_walk_hands_out_every_pair_and_counts_refusals_once") {
         return;
     }
-    let ns = Netns::new();
-    ns.enter(|| {
+    let ns = nat_bed("rvsxdp-fnat", 2);
+    ns.run(|| {
         let (lo, hi) = (20000u16, 20031u16);
         let mut l = rvs_xdp::Loaded::load_fnat_alone(&rvs_xdp::LoadOptions {
             flow_table_size: 4096,
@@ -1029,8 +956,8 @@ fn fnat_icmp(v6: bool, udp: bool) {
     if !root_or_skip("fnat_icmp") {
         return;
     }
-    let ns = Netns::new();
-    ns.enter(move || {
+    let ns = nat_bed("rvsxdp-fnat", 2);
+    ns.run(move || {
         let proto = if udp { PROTO_UDP } else { PROTO_TCP };
         let mut lb = director(v6, proto, &[0], 2, 1024, 65535);
         let (c, v, r) = (client(v6, 0x0506), vip(v6), rs_addr(v6, 0));
@@ -1274,8 +1201,8 @@ fn synced(v6: bool) {
     if !root_or_skip("fnat_synced") {
         return;
     }
-    let ns = Netns::new();
-    ns.enter(move || {
+    let ns = nat_bed("rvsxdp-fnat", 2);
+    ns.run(move || {
         let maps = KernelMaps::load(&rvs_xdp::LoadOptions {
             flow_table_size: 4096,
             slots: 1 << 16,

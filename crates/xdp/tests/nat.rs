@@ -13,83 +13,12 @@ use common::*;
 use rvs_xdp::action;
 use rvs_xdp::maps::{self, FlowKey, NatKey, PROTO_TCP, PROTO_UDP, SvcKey, fwd};
 
-const VETH_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
-const GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
-const RPORT: u16 = 8080;
-
-/// A namespace with the director's link (`rvsa`), next hops and permanent
-/// neighbours; deleted on drop (an [`rvs_testbed::Netns`]).
-struct Netns(rvs_testbed::Netns);
-
-impl Netns {
-    fn new() -> Netns {
-        let ns = rvs_testbed::Netns::new("rvsxdp-nat");
-        let mac = |m: [u8; 6]| {
-            m.iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<Vec<_>>()
-                .join(":")
-        };
-        for cmd in [
-            format!(
-                "link add rvsa address {} type veth peer name rvsb",
-                mac(VETH_MAC)
-            ),
-            "link set rvsa up".to_owned(),
-            "link set rvsb up".to_owned(),
-            "addr add 10.77.0.2/24 dev rvsa".to_owned(),
-            "addr add fd77::2/64 dev rvsa nodad".to_owned(),
-            format!(
-                "neigh add 10.77.0.11 lladdr {} dev rvsa nud permanent",
-                mac(rs_mac(0))
-            ),
-            format!(
-                "neigh add fd77::11 lladdr {} dev rvsa nud permanent",
-                mac(rs_mac(0))
-            ),
-            format!(
-                "neigh add 10.77.0.254 lladdr {} dev rvsa nud permanent",
-                mac(GW_MAC)
-            ),
-            format!(
-                "neigh add fd77::fe lladdr {} dev rvsa nud permanent",
-                mac(GW_MAC)
-            ),
-            "route add 10.78.0.0/16 via 10.77.0.254".to_owned(),
-            "route add fd78::/16 via fd77::fe".to_owned(),
-        ] {
-            let mut args = vec!["ip", "-n", ns.name()];
-            args.extend(cmd.split_whitespace());
-            rvs_testbed::sh(&args);
-        }
-        ns.sysctl("ipv4/ip_forward", "1");
-        ns.sysctl("ipv6/conf/all/forwarding", "1");
-        Netns(ns)
-    }
-
-    /// Run `f` on a thread inside the namespace.
-    fn enter<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        self.0.run(f)
-    }
-}
-
-/// Set the TTL / hop limit of a frame (fixing the IPv4 checksum).
-fn with_ttl(mut f: Vec<u8>, ttl: u8) -> Vec<u8> {
-    if f[12..14] == [0x08, 0x00] {
-        f[22] = ttl;
-        fix_ip4_csum(&mut f, 14);
-    } else {
-        f[21] = ttl;
-    }
-    f
-}
-
 fn nat(v6: bool, udp: bool) {
     if !root_or_skip("nat") {
         return;
     }
-    let ns = Netns::new();
-    ns.enter(move || {
+    let ns = nat_bed("rvsxdp-nat", 1);
+    ns.run(move || {
         let mut lb = Lb::new("nat").expect("root checked");
         // The director's interface here is rvsa: the real servers' replies are
         // sent to its MAC, owned as attach owns it.
@@ -186,8 +115,8 @@ fn nat_uses_the_resolved_next_hop_on_the_same_link() {
     if !root_or_skip("nat_uses_the_resolved_next_hop_on_the_same_link") {
         return;
     }
-    let ns = Netns::new();
-    ns.enter(|| {
+    let ns = nat_bed("rvsxdp-nat", 1);
+    ns.run(|| {
         let mut lb = Lb::new("nat").expect("root checked");
         // The director's interface here is rvsa: the real servers' replies are
         // sent to its MAC, owned as attach owns it.
@@ -239,8 +168,8 @@ fn nat_without_a_resolved_neighbour_passes_the_rewritten_packet() {
     if !root_or_skip("nat_without_a_resolved_neighbour_passes_the_rewritten_packet") {
         return;
     }
-    let ns = Netns::new();
-    ns.enter(|| {
+    let ns = nat_bed("rvsxdp-nat", 1);
+    ns.run(|| {
         let mut lb = Lb::new("nat").expect("root checked");
         // The director's interface here is rvsa: the real servers' replies are
         // sent to its MAC, owned as attach owns it.
@@ -273,8 +202,8 @@ fn nat_tracks_tcp_state_in_both_directions() {
     if !root_or_skip("nat_tracks_tcp_state_in_both_directions") {
         return;
     }
-    let ns = Netns::new();
-    ns.enter(|| {
+    let ns = nat_bed("rvsxdp-nat", 1);
+    ns.run(|| {
         let mut lb = Lb::new("nat").expect("root checked");
         // The director's interface here is rvsa: the real servers' replies are
         // sent to its MAC, owned as attach owns it.
@@ -313,8 +242,8 @@ fn nat_adopts_a_hashed_flow_mid_stream_with_its_reply_entry() {
     if !root_or_skip("nat_adopts_a_hashed_flow_mid_stream_with_its_reply_entry") {
         return;
     }
-    let ns = Netns::new();
-    ns.enter(|| {
+    let ns = nat_bed("rvsxdp-nat", 1);
+    ns.run(|| {
         let mut lb = Lb::new("nat").expect("root checked");
         lb.l.add_own_mac(INGRESS, VETH_MAC).expect("own MAC");
         let mut rs = Rs::new(rs_addr(false, 0), fwd::NAT, [0; 6]);
@@ -356,8 +285,8 @@ fn attach_prefers_native_mode_and_falls_back_to_generic() {
     if !root_or_skip("attach_prefers_native_mode_and_falls_back_to_generic") {
         return;
     }
-    let ns = Netns::new();
-    ns.enter(|| {
+    let ns = nat_bed("rvsxdp-nat", 1);
+    ns.run(|| {
         let mut lb = Lb::new("attach").expect("root checked");
         // veth has native XDP; loopback has not (generic/skb mode).
         assert_eq!(
@@ -422,8 +351,8 @@ fn nat_icmp(v6: bool, udp: bool) {
     if !root_or_skip("nat_icmp") {
         return;
     }
-    let ns = Netns::new();
-    ns.enter(move || {
+    let ns = nat_bed("rvsxdp-nat", 1);
+    ns.run(move || {
         let mut lb = Lb::new("nat_icmp").expect("root checked");
         // The director's interface here is rvsa: the real servers' replies are
         // sent to its MAC, owned as attach owns it.
