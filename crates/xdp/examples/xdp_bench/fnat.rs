@@ -197,7 +197,7 @@ pub(crate) fn fnat(calls: u32, rounds: usize) -> Result<(), Box<dyn Error>> {
     let slices = calls.div_ceil(SLICE);
     let calls = slices * SLICE;
     let table = 1 << 18;
-    let netns = common::nat_bed("rvsxdp-bench", 2);
+    let netns = common::nat_bed("rvsxdp-bench");
     netns.run(move || -> Result<(), String> {
         let e = |e: Box<dyn Error>| e.to_string();
         let tx = rvs_xdp::action::TX;

@@ -360,10 +360,10 @@ pub const RPORT: u16 = 8080;
 /// The namespace NAT and FULLNAT run in (BPF_PROG_TEST_RUN looks routes up
 /// in the caller's namespace, so no traffic leaves it): the director's link
 /// `rvsa` (10.77.0.2/24 and fd77::2/64, the real servers' subnet, with
-/// permanent neighbours for real servers `0..servers` of [`rs_addr`]) and
+/// permanent neighbours for real servers 0 and 1 of [`rs_addr`]) and
 /// routes to the clients (10.78.0.0/16, fd78::/16) via a gateway with a
 /// permanent neighbour; forwarding on. Deleted on drop.
-pub fn nat_bed(tag: &str, servers: u8) -> rvs_testbed::Netns {
+pub fn nat_bed(tag: &str) -> rvs_testbed::Netns {
     let ns = rvs_testbed::Netns::new(tag);
     let mac = |m: [u8; 6]| {
         m.iter()
@@ -388,7 +388,7 @@ pub fn nat_bed(tag: &str, servers: u8) -> rvs_testbed::Netns {
         "route add 10.78.0.0/16 via 10.77.0.254".to_owned(),
         "route add fd78::/16 via fd77::fe".to_owned(),
     ];
-    for i in 0..servers {
+    for i in 0..2 {
         for v6 in [false, true] {
             cmds.push(neigh(&rs_addr(v6, i).to_string(), rs_mac(i)));
         }
@@ -401,6 +401,14 @@ pub fn nat_bed(tag: &str, servers: u8) -> rvs_testbed::Netns {
     ns.sysctl("ipv4/ip_forward", "1");
     ns.sysctl("ipv6/conf/all/forwarding", "1");
     ns
+}
+
+/// Runs `f` inside a fresh [`nat_bed`], unless `test` is skipped for want
+/// of root.
+pub fn in_nat_bed(test: &str, f: impl FnOnce() + Send + 'static) {
+    if root_or_skip(test) {
+        nat_bed(&format!("rvsxdp-{test}")).run(f);
+    }
 }
 
 /// Set the TTL / hop limit of a frame (fixing the IPv4 checksum).
