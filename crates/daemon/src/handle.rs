@@ -390,10 +390,12 @@ fn serve(d: &mut Daemon, msg: Msg, answers: &mut Vec<Answer>) -> bool {
         // Handled by [`run`].
         Msg::StartTicking => false,
         Msg::Control { req, reply } => {
+            // Queries (rvsadm -L, --checks, ping) change nothing shown.
+            let changes = !matches!(req, Request::Ping | Request::State { .. } | Request::Checks);
             let resp = d.handle(req);
             let applied = d.controller().plane_applied();
             later(answers, reply, (resp, applied));
-            true
+            changes
         }
         Msg::Load { src, loaded, reply } => {
             let r = d.apply_loaded(&src, *loaded);
