@@ -183,7 +183,7 @@ pub async fn run(daemon: DaemonHandle, spec: Spec, table: u32, proto: u8) {
     let mut backoff = Duration::from_secs(1);
     let mut last: Option<Look> = None;
     loop {
-        let announced = daemon.snapshot().announced;
+        let announced = daemon.fresh().await.announced;
         let look = match &spec {
             Spec::Bird(path) => {
                 match tokio::time::timeout(TIMEOUT, look_bird(path, table, proto, announced)).await

@@ -1,9 +1,11 @@
 //! The daemon as a task of its own: one owner task holds the [`Daemon`]
 //! and serves typed requests ([`Msg`]) that the other tasks send through a
 //! cloneable [`DaemonHandle`]; what the read-mostly tasks look at (the
-//! HTTP endpoint, the BGP-daemon watch) the owner publishes as a
-//! [`Snapshot`] after each burst of changes and each tick, so a scrape
-//! never waits for a reload. Nothing slow runs in the owner: files are read
+//! HTTP endpoint, the BGP-daemon watch) the owner renders as a
+//! [`Snapshot`] when a reader asks for it and something changed since the
+//! last one ([`DaemonHandle::fresh`]): never per change (a script of N
+//! `rvsadm` commands would render the whole table N times), and a reader
+//! never waits long behind a reload (it takes the last snapshot then). Nothing slow runs in the owner: files are read
 //! and sockets opened by the tasks that ask, netlink calls stay in their
 //! tasks, the table file is written by its own thread.
 //!
@@ -14,7 +16,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rvs_control::dataplane::{Applied, DirectorHandle};
 use rvs_control::owner::{Change, Owner, Submitted};
@@ -30,6 +34,10 @@ use crate::daemon::Daemon;
 use crate::metrics::Family;
 use crate::source::{Loaded, Source};
 use rvs_control::announce::VipState;
+
+/// How long a reader waits for a fresh snapshot before it takes the last
+/// one (the owner is busy, say with a large reload).
+const FRESH_WAIT: Duration = Duration::from_millis(500);
 
 /// How many requests may wait for the owner; senders wait beyond it.
 const QUEUE: usize = 256;
@@ -72,6 +80,12 @@ pub enum Msg {
         change: Change,
         /// The outcome.
         reply: oneshot::Sender<Result<Submitted, ExecError>>,
+    },
+    /// Render and publish the snapshot if it is behind (a reader wants
+    /// it fresh).
+    Refresh {
+        /// Done.
+        reply: oneshot::Sender<()>,
     },
     /// `--takeover`: close the handed sockets no service claims.
     ReleaseHanded {
@@ -193,6 +207,8 @@ pub struct Snapshot {
     pub announced: usize,
     /// Counters other tasks keep (atomics), read at scrape time.
     pub live: Live,
+    /// The owner's change count it was rendered at.
+    pub generation: u64,
 }
 
 /// The metric families the owner renders, in exposition order around the
@@ -230,6 +246,8 @@ pub struct Live {
 pub struct DaemonHandle {
     tx: mpsc::Sender<Msg>,
     snapshot: watch::Receiver<Snapshot>,
+    /// The owner's change count (a snapshot of a lower one is behind).
+    generation: Arc<AtomicU64>,
     source: Option<Source>,
 }
 
@@ -249,9 +267,22 @@ impl DaemonHandle {
         rx.await.ok()
     }
 
-    /// The latest snapshot.
+    /// The latest snapshot, as rendered (it may be behind the owner's
+    /// last changes: [`Self::fresh`] for one that is not).
     pub fn snapshot(&self) -> Snapshot {
         self.snapshot.borrow().clone()
+    }
+
+    /// A snapshot that shows every change the owner made before the call:
+    /// the owner renders it if the last one is behind; the last one when
+    /// the owner does not answer within [`FRESH_WAIT`] (busy) or is gone.
+    pub async fn fresh(&self) -> Snapshot {
+        let wanted = self.generation.load(Ordering::Acquire);
+        if self.snapshot.borrow().generation < wanted {
+            let _ =
+                tokio::time::timeout(FRESH_WAIT, self.ask(|reply| Msg::Refresh { reply })).await;
+        }
+        self.snapshot()
     }
 
     /// The configuration source, if rvsd was started with one (fixed for
@@ -282,17 +313,19 @@ impl DaemonHandle {
 pub fn spawn(daemon: Daemon) -> DaemonHandle {
     let source = daemon.source();
     let (tx, rx) = mpsc::channel(QUEUE);
-    let (publish, snapshot) = watch::channel(snapshot(&daemon));
+    let (publish, snapshot) = watch::channel(snapshot(&daemon, 0));
+    let generation = Arc::new(AtomicU64::new(0));
     // The cell first: a data plane may borrow the director as soon as it
     // is attached (the XDP plane adopting a pinned flow table does).
     let cell = Arc::new(Mutex::new(daemon));
     if let Ok(mut d) = cell.lock() {
         d.attach_director(director(Arc::downgrade(&cell)));
     }
-    tokio::spawn(run(cell, rx, publish));
+    tokio::spawn(run(cell, rx, publish, generation.clone()));
     DaemonHandle {
         tx,
         snapshot,
+        generation,
         source,
     }
 }
@@ -311,12 +344,15 @@ fn director(weak: std::sync::Weak<Mutex<Daemon>>) -> DirectorHandle {
     })
 }
 
-/// The owner: serve requests in bursts, tick every second, publish.
+/// The owner: serve requests in bursts, tick every second, count the
+/// changes, render the snapshot when a reader asks and it is behind.
 async fn run(
     cell: Arc<Mutex<Daemon>>,
     mut rx: mpsc::Receiver<Msg>,
     publish: watch::Sender<Snapshot>,
+    generation: Arc<AtomicU64>,
 ) {
+    let mut gen_now = 0u64;
     let mut every: Option<tokio::time::Interval> = None;
     loop {
         let tick = async {
@@ -337,6 +373,7 @@ async fn run(
         let mut answers: Vec<Answer> = Vec::new();
         let Ok(mut d) = cell.lock() else { return };
         let mut changed = false;
+        let mut refresh = false;
         let mut next = first;
         let mut served = 0;
         loop {
@@ -346,6 +383,10 @@ async fn run(
                     changed = true;
                 }
                 Some(Msg::StartTicking) => every = Some(ticker()),
+                Some(Msg::Refresh { reply }) => {
+                    refresh = true;
+                    later(&mut answers, reply, ());
+                }
                 Some(m) => changed |= serve(&mut d, m, &mut answers),
             }
             served += 1;
@@ -358,10 +399,15 @@ async fn run(
             }
         }
         if changed {
-            publish.send_replace(snapshot(&d));
+            gen_now += 1;
+            generation.store(gen_now, Ordering::Release);
+        }
+        if refresh && publish.borrow().generation < gen_now {
+            publish.send_replace(snapshot(&d, gen_now));
         }
         drop(d);
-        // Answered once the snapshot shows what they changed.
+        // Answered once the change is counted (a reader asking after it
+        // gets a snapshot that shows it).
         for a in answers {
             a();
         }
@@ -388,7 +434,7 @@ fn later<T: Send + 'static>(answers: &mut Vec<Answer>, reply: oneshot::Sender<T>
 fn serve(d: &mut Daemon, msg: Msg, answers: &mut Vec<Answer>) -> bool {
     match msg {
         // Handled by [`run`].
-        Msg::StartTicking => false,
+        Msg::StartTicking | Msg::Refresh { .. } => false,
         Msg::Control { req, reply } => {
             // Queries (rvsadm -L, --checks, ping) change nothing shown.
             let changes = !matches!(req, Request::Ping | Request::State { .. } | Request::Checks);
@@ -524,9 +570,11 @@ fn json(v: &serde_json::Value) -> Arc<str> {
     Arc::from(v.to_string())
 }
 
-/// What the owner publishes, from the daemon as it is.
-fn snapshot(d: &Daemon) -> Snapshot {
+/// What the owner publishes, from the daemon as it is at change count
+/// `generation`.
+fn snapshot(d: &Daemon, generation: u64) -> Snapshot {
     Snapshot {
+        generation,
         families: Arc::new(d.families()),
         api_state: json(&crate::view::api_state(d, false)),
         checks: json(&d.checks().unwrap_or(serde_json::Value::Null)),

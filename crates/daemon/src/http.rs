@@ -21,7 +21,7 @@ struct StateQuery {
 }
 
 async fn metrics(State(d): State<DaemonHandle>) -> Response {
-    let snap = d.snapshot();
+    let snap = d.fresh().await;
     (
         [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         crate::metrics::render(&snap),
@@ -31,7 +31,7 @@ async fn metrics(State(d): State<DaemonHandle>) -> Response {
 
 async fn state(State(d): State<DaemonHandle>, Query(q): Query<StateQuery>) -> Response {
     if q.conns.unwrap_or(0) == 0 {
-        return json(d.snapshot().api_state.to_string());
+        return json(d.fresh().await.api_state.to_string());
     }
     match d.ask(|reply| Msg::ApiState { reply }).await {
         Some(v) => axum::Json(v).into_response(),
@@ -40,7 +40,7 @@ async fn state(State(d): State<DaemonHandle>, Query(q): Query<StateQuery>) -> Re
 }
 
 async fn checks(State(d): State<DaemonHandle>) -> Response {
-    json(d.snapshot().checks.to_string())
+    json(d.fresh().await.checks.to_string())
 }
 
 /// JSON text as `axum::Json` would answer it.
