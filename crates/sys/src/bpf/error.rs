@@ -153,3 +153,31 @@ impl From<aya::programs::links::LinkError> for Error {
         Error::Other(Box::new(e))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aya_errors_keep_their_messages_and_errnos() {
+        let e = Error::from(aya::maps::MapError::KeyNotFound);
+        assert!(matches!(e, Error::KeyNotFound));
+        let e = Error::from(aya::programs::ProgramError::SyscallError(
+            aya::sys::SyscallError {
+                call: "bpf_link_create",
+                io_error: io::Error::from_raw_os_error(libc::EINVAL),
+            },
+        ));
+        assert_eq!(e.to_string(), "`bpf_link_create` failed");
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+        assert!(!e.is_absent());
+        let e = Error::from(aya::programs::ProgramError::UnknownInterface {
+            name: "nope0".into(),
+        });
+        assert_eq!(e.to_string(), "unknown network interface nope0");
+        // Anything else keeps aya's message.
+        let e = Error::from(aya::programs::ProgramError::AlreadyAttached);
+        assert_eq!(e.to_string(), "the program was already attached");
+        assert_eq!(e.raw_os_error(), None);
+    }
+}

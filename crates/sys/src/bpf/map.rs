@@ -349,3 +349,70 @@ impl<'a> ProgramArray<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A map created for a test, held as a pinned map is (root only).
+    fn created(test: &str, map_type: u32, key: u32, value: u32, max: u32) -> Option<PinnedMap> {
+        let fd = super::super::tests::create(test, map_type, key, value, max)?;
+        Some(PinnedMap {
+            data: aya::maps::MapData::from_fd(fd).expect("a map the kernel just created"),
+        })
+    }
+
+    #[test]
+    fn typed_views_check_sizes_and_name_absent_keys() {
+        const HASH: u32 = 1;
+        const ARRAY: u32 = 2;
+        const PERCPU_ARRAY: u32 = 6;
+        let test = "typed_views_check_sizes_and_name_absent_keys";
+        let Some(h) = created(test, HASH, 4, 8, 16) else {
+            return;
+        };
+        let mut hash = h.map().hash::<u32, u64>().unwrap();
+        hash.insert(1, 10, 0).unwrap();
+        hash.insert(2u32, 20u64, 0).unwrap();
+        assert_eq!(hash.get(&1, 0).unwrap(), 10);
+        let e = hash.get(&3, 0).unwrap_err();
+        assert!(matches!(e, Error::KeyNotFound) && e.is_absent(), "{e:?}");
+        assert_eq!(e.to_string(), "key not found");
+        hash.remove(&1).unwrap();
+        let e = hash.remove(&1).unwrap_err();
+        assert!(e.is_absent(), "{e:?}");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+        let all: Vec<_> = hash.iter().collect::<Result<_, _>>().unwrap();
+        assert_eq!(all, vec![(2, 20)]);
+        let e = h.map().hash::<u64, u64>().unwrap_err();
+        assert_eq!(e.to_string(), "invalid key size 8, expected 4");
+        let e = h.map().hash::<u32, u32>().unwrap_err();
+        assert_eq!(e.to_string(), "invalid value size 4, expected 8");
+
+        let Some(a) = created(test, ARRAY, 4, 8, 4) else {
+            return;
+        };
+        let mut array = a.map().array::<u64>().unwrap();
+        array.set(3, 7, 0).unwrap();
+        assert_eq!(array.get(&3, 0).unwrap(), 7);
+        assert_eq!(array.get(&0, 0).unwrap(), 0);
+        let e = array.set(4, 1, 0).unwrap_err();
+        assert_eq!(e.to_string(), "the index is 4 but `max_entries` is 4");
+
+        let Some(p) = created(test, PERCPU_ARRAY, 4, 4, 2) else {
+            return;
+        };
+        let per_cpu = p.map().per_cpu_array::<u32>().unwrap();
+        per_cpu.set_all(&1, &5).unwrap();
+        let v = per_cpu.get(&1, 0).unwrap();
+        assert_eq!(v.len(), super::super::possible_cpus().unwrap());
+        assert!(v.iter().all(|&x| x == 5), "{v:?}");
+        assert!(matches!(
+            per_cpu.get(&2, 0),
+            Err(Error::OutOfBounds {
+                index: 2,
+                max_entries: 2
+            })
+        ));
+    }
+}

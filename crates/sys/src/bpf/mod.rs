@@ -579,9 +579,10 @@ mod tests {
         assert!(prog_xlated_insns(f.as_fd()).is_err());
     }
 
-    /// `BPF_MAP_CREATE` for the tests (production maps come from aya);
-    /// `None` after [`rvs_testbed::skip_or_fail`] for `test` when refused.
-    fn create(
+    /// `BPF_MAP_CREATE` for the tests (production maps come from an
+    /// [`Object`]); `None` after [`rvs_testbed::skip_or_fail`] for `test`
+    /// when refused.
+    pub(super) fn create(
         test: &str,
         map_type: u32,
         key: u32,
