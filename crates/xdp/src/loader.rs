@@ -1,7 +1,7 @@
 //! [`Loaded`]: one BPF object of this crate loaded into the kernel, with
 //! typed access to its maps and `BPF_PROG_TEST_RUN`.
 
-use rvs_sys::bpf::{Error as MapError, Loader, Object as BpfObject, Xdp, XdpMode};
+use rvs_sys::bpf::{Error as BpfError, Loader, Object as BpfObject, Xdp, XdpMode};
 
 use crate::bpf::{self, map_err};
 use crate::maps::typed::{Plain, TypedArray, TypedHash, TypedPerCpuArray};
@@ -261,7 +261,7 @@ impl Loaded {
         use std::os::fd::AsFd as _;
         let name = self.object.name();
         let perr = |what: &'static str| {
-            move |e: MapError| XdpError::Program {
+            move |e: BpfError| XdpError::Program {
                 program: name,
                 what,
                 source: Box::new(e),
@@ -278,7 +278,7 @@ impl Loaded {
         let ifindex = rvs_sys::iface::ifindex(interface).map_err(|_| XdpError::Program {
             program: name,
             what: "attach",
-            source: Box::new(MapError::UnknownInterface {
+            source: Box::new(BpfError::UnknownInterface {
                 name: interface.to_owned(),
             }),
         })?;
@@ -316,12 +316,12 @@ impl Loaded {
                     })?;
                     return Ok(Attached::New(m));
                 }
-                Err(MapError::NoLink(e)) => {
+                Err(BpfError::NoLink(e)) => {
                     return Err(XdpError::Program {
                         program: name,
                         what: "the kernel attached without a BPF link (needs Linux 5.9+), so \
                                the program could not outlive rvsd",
-                        source: Box::new(MapError::Syscall {
+                        source: Box::new(BpfError::Syscall {
                             call: "bpf_link_create",
                             source: std::io::Error::other(e),
                         }),
@@ -333,7 +333,7 @@ impl Loaded {
         Err(XdpError::Program {
             program: name,
             what: "attach",
-            source: Box::new(last.unwrap_or(MapError::UnknownInterface {
+            source: Box::new(last.unwrap_or(BpfError::UnknownInterface {
                 name: interface.to_owned(),
             })),
         })
@@ -516,14 +516,14 @@ impl Loaded {
             match r {
                 Ok((k, f)) => out.push((k.widen(), f)),
                 // Deleted by the program between the key walk and the read.
-                Err(MapError::KeyNotFound) => {}
+                Err(BpfError::KeyNotFound) => {}
                 Err(e) => return Err(map_err("flows4")(e)),
             }
         }
         for r in self.hash::<FlowKey, Flow>("flows")?.iter() {
             match r {
                 Ok(kv) => out.push(kv),
-                Err(MapError::KeyNotFound) => {}
+                Err(BpfError::KeyNotFound) => {}
                 Err(e) => return Err(map_err("flows")(e)),
             }
         }
@@ -585,7 +585,7 @@ impl Loaded {
         };
         match r {
             Ok(f) => Ok(Some(f)),
-            Err(MapError::KeyNotFound) => Ok(None),
+            Err(BpfError::KeyNotFound) => Ok(None),
             Err(e) => Err(map_err(name)(e)),
         }
     }
@@ -712,7 +712,7 @@ impl Loaded {
                 None => (self.hash::<FlowKey, Flow>(m6)?.remove(key), m6),
             };
             match r {
-                Ok(()) | Err(MapError::KeyNotFound) => {}
+                Ok(()) | Err(BpfError::KeyNotFound) => {}
                 // The kernel's "no such entry" (the key is in the other table).
                 Err(e) if e.is_absent() => {}
                 Err(e) => return Err(map_err(name)(e)),
@@ -733,7 +733,7 @@ impl Loaded {
     /// is not an error).
     pub fn remove_nat(&mut self, key: &NatKey) -> Result<(), XdpError> {
         match self.hash::<NatKey, Nat>("nat_rev")?.remove(key) {
-            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Ok(()) | Err(BpfError::KeyNotFound) => Ok(()),
             Err(e) => Err(map_err("nat_rev")(e)),
         }
     }
@@ -742,7 +742,7 @@ impl Loaded {
     pub fn nat(&mut self, key: &NatKey) -> Result<Option<Nat>, XdpError> {
         match self.hash::<NatKey, Nat>("nat_rev")?.get(key, 0) {
             Ok(n) => Ok(Some(n)),
-            Err(MapError::KeyNotFound) => Ok(None),
+            Err(BpfError::KeyNotFound) => Ok(None),
             Err(e) => Err(map_err("nat_rev")(e)),
         }
     }
@@ -768,7 +768,7 @@ impl Loaded {
             .hash::<maps::NhKey, u32>("fnat_laddrs")?
             .remove(&maps::NhKey::of(addr))
         {
-            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Ok(()) | Err(BpfError::KeyNotFound) => Ok(()),
             Err(e) => Err(map_err("fnat_laddrs")(e)),
         }
     }
@@ -789,7 +789,7 @@ impl Loaded {
             .get(key, 0)
         {
             Ok(n) => Ok(Some(n)),
-            Err(MapError::KeyNotFound) => Ok(None),
+            Err(BpfError::KeyNotFound) => Ok(None),
             Err(e) => Err(map_err("fnat_rev")(e)),
         }
     }
@@ -801,7 +801,7 @@ impl Loaded {
             .get(flow, 0)
         {
             Ok(n) => Ok(Some(n)),
-            Err(MapError::KeyNotFound) => Ok(None),
+            Err(BpfError::KeyNotFound) => Ok(None),
             Err(e) => Err(map_err("fnat_fwd")(e)),
         }
     }
@@ -813,7 +813,7 @@ impl Loaded {
         for r in self.hash::<maps::FnatKey, maps::Fnat>("fnat_rev")?.iter() {
             match r {
                 Ok(e) => out.push(e),
-                Err(MapError::KeyNotFound) => {}
+                Err(BpfError::KeyNotFound) => {}
                 Err(e) => return Err(map_err("fnat_rev")(e)),
             }
         }
@@ -848,7 +848,7 @@ impl Loaded {
             .hash::<FlowKey, maps::FnatKey>("fnat_fwd")?
             .remove(flow)
         {
-            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Ok(()) | Err(BpfError::KeyNotFound) => Ok(()),
             Err(e) => Err(map_err("fnat_fwd")(e)),
         }
     }
@@ -882,7 +882,7 @@ impl Loaded {
             .hash::<maps::FnatKey, maps::Fnat>("fnat_rev")?
             .remove(rev)
         {
-            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Ok(()) | Err(BpfError::KeyNotFound) => Ok(()),
             Err(e) => Err(map_err("fnat_rev")(e)),
         }
     }
@@ -916,7 +916,7 @@ impl Loaded {
             .program_array()
             .map_err(map_err("fnat_prog"))?;
         match pa.clear_index(&maps::FNAT_PROG) {
-            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Ok(()) | Err(BpfError::KeyNotFound) => Ok(()),
             Err(e) => Err(map_err("fnat_prog")(e)),
         }
     }
@@ -925,7 +925,7 @@ impl Loaded {
     pub fn persist(&mut self, key: &PersistKey) -> Result<Option<Persist>, XdpError> {
         match self.hash::<PersistKey, Persist>("persist")?.get(key, 0) {
             Ok(t) => Ok(Some(t)),
-            Err(MapError::KeyNotFound) => Ok(None),
+            Err(BpfError::KeyNotFound) => Ok(None),
             Err(e) => Err(map_err("persist")(e)),
         }
     }
@@ -934,7 +934,7 @@ impl Loaded {
     pub fn locality(&mut self, key: &LocalityKey) -> Result<Option<Locality>, XdpError> {
         match self.hash::<LocalityKey, Locality>("locality")?.get(key, 0) {
             Ok(t) => Ok(Some(t)),
-            Err(MapError::KeyNotFound) => Ok(None),
+            Err(BpfError::KeyNotFound) => Ok(None),
             Err(e) => Err(map_err("locality")(e)),
         }
     }
@@ -985,7 +985,7 @@ impl Loaded {
 
 /// A deletion whose key was absent (`KeyNotFound` or the kernel's
 /// `ENOENT`) as done.
-fn absent_ok(r: Result<(), MapError>) -> Result<(), MapError> {
+fn absent_ok(r: Result<(), BpfError>) -> Result<(), BpfError> {
     match r {
         Err(e) if e.is_absent() => Ok(()),
         r => r,
