@@ -14,7 +14,8 @@
 //! - [`sock`]: socket options and sends the socket crates do not wrap;
 //! - [`sched`]: CPU affinity and real-time scheduling;
 //! - [`netns`]: entering a named network namespace (`net_namespace`);
-//! - [`bpf`]: bpf(2) commands aya 0.14 does not make.
+//! - [`bpf`]: BPF objects, programs and maps (aya inside, none of its types
+//!   outside) and the bpf(2) commands aya 0.14 does not make.
 
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
