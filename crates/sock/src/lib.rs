@@ -60,6 +60,8 @@
 //!   are connected to the real servers).
 //! * [`plane::SockPlane`]: the [`DataPlane`](rvs_control::dataplane::DataPlane);
 //!   map writes happen on its own worker thread, never under rvsd's lock.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod maps;
 pub mod plane;
