@@ -148,16 +148,20 @@ const RELEASE_PROGRAM: &str = "sock_release";
 /// Notes a TCP socket's own address at its SYN (for `-Lcn`).
 const OPS_PROGRAM: &str = "sock_ops";
 
+/// The compiled `sock_lb.o` as embedded in this crate (for the layout test,
+/// which checks [`maps`]' mirrors against its BTF); [`SockError::NotBuilt`]
+/// when the crate was built without the BPF toolchain.
 #[cfg(not(rvs_no_bpf))]
-fn object() -> Result<&'static [u8], SockError> {
+pub fn object() -> Result<&'static [u8], SockError> {
     Ok(aya::include_bytes_aligned!(concat!(
         env!("OUT_DIR"),
         "/sock_lb.o"
     )))
 }
 
+/// See the other `object`: this build has no BPF object.
 #[cfg(rvs_no_bpf)]
-fn object() -> Result<&'static [u8], SockError> {
+pub fn object() -> Result<&'static [u8], SockError> {
     Err(SockError::NotBuilt)
 }
 

@@ -800,7 +800,7 @@ impl Tables {
                     .flatten()
                     .map(|a| (a, maps::port_host(rec.client_port)).into()),
             });
-            if out.len() >= 262_144 {
+            if out.len() >= cap::SOCKS as usize {
                 break;
             }
         }
