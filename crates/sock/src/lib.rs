@@ -34,7 +34,11 @@
 //!   the timeout after the last new socket. The netmask is not applied.
 //! * **UDP**: an unconnected socket keeps the real server it was given for
 //!   a VIP (one socket is one flow, as its source port is fixed) until that
-//!   real server is deleted; each new VIP re-schedules.
+//!   real server is deleted; each new VIP re-schedules. A connected socket
+//!   whose real server is deleted is destroyed (sock_diag `SOCK_DESTROY`,
+//!   from the plane's worker): its `recv` fails with `ECONNABORTED` and a
+//!   new `connect` gets a live real server (sockets of rvsd's own network
+//!   namespace only).
 //! * **Port mapping**: the real server's port replaces the VIP's.
 //! * **Forwarding methods** (`-g`/`-m`/`-i`) mean nothing here: the socket
 //!   is connected to the real server itself.
