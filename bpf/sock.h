@@ -21,17 +21,6 @@
 /* The least-connection walk's bound (the control side caps a list here). */
 #define RVS_SOCK_LIST_MAX 1024
 
-/* ---- schedulers (crates/sock/src/maps.rs `sched`) ---- */
-#define RVS_SOCK_SCHED_RR 0
-#define RVS_SOCK_SCHED_WRR 1
-#define RVS_SOCK_SCHED_LC 2
-#define RVS_SOCK_SCHED_WLC 3
-#define RVS_SOCK_SCHED_SED 4
-#define RVS_SOCK_SCHED_NQ 5
-#define RVS_SOCK_SCHED_SH 6
-#define RVS_SOCK_SCHED_DH 7
-#define RVS_SOCK_SCHED_MH 8
-
 /* ---- service flags ---- */
 #define RVS_SOCK_SVC_F_FALLBACK 0x1 /* sh-fallback / mh-fallback */
 #define RVS_SOCK_SVC_F_PORT 0x2     /* sh-port / mh-port */
@@ -57,7 +46,7 @@ struct rvs_sock_svc_key {
 /* `sock_services` value. */
 struct rvs_sock_svc {
 	__u32 id; /* index into `sock_cursor` and the persistence key */
-	__u32 sched; /* RVS_SOCK_SCHED_* */
+	__u32 sched; /* RVS_SCHED_* (rvs.h; rr, wrr, lc, wlc, sed, nq, sh, dh, mh) */
 	__u32 flags; /* RVS_SOCK_SVC_F_* */
 	__u32 list_off; /* schedulable real servers (dest indexes) in `slots` */
 	__u32 list_len;

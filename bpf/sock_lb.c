@@ -10,7 +10,9 @@
  *
  * The control side (crates/sock/src/maps.rs) owns every table: the real
  * servers' list per service holds only the schedulable ones (weight > 0,
- * available), the sh/dh/mh tables and the wrr cycle are rvs-core's own. */
+ * available), the sh/dh/mh tables and the wrr cycle are rvs-core's own.
+ * The schedulers are the director's (lib/sched_pick.h); the layouts are
+ * in sock.h. */
 
 #include <linux/bpf.h>
 #include <linux/errno.h>
@@ -19,8 +21,8 @@
 #include <bpf/bpf_helpers.h>
 #include "lib/map.h"
 #include "sock.h"
-/* hash_32, addr_fold and hsiphash_u32: the director's, so both data
- * planes schedule alike. */
+/* The kernel headers, CALL_SITE_TAG and the hashes (lib/sched_pick.h
+ * includes it too). */
 #include "lib/hash.h"
 
 RVS_MAP(sock_services, BPF_MAP_TYPE_HASH, RVS_SOCK_SVC_MAX, struct rvs_sock_svc_key,
@@ -46,6 +48,11 @@ static __always_inline void bump(__u32 what)
 		*c += 1;
 }
 
+/* What lib/sched_pick.h (the director's schedulers, shared) reads, over
+ * this plane's maps. */
+#define SCHED_DEST struct rvs_sock_dest
+#define SCHED_LIST_MAX RVS_SOCK_LIST_MAX
+
 static __always_inline __u32 slot_at(__u32 pos)
 {
 	__u32 *v = bpf_map_lookup_elem(&sock_slots, &pos);
@@ -68,129 +75,50 @@ static __always_inline struct rvs_sock_dest *eligible(__u32 idx)
 
 /* rr and wrr: one atomic counter per service, so the n-th socket of all
  * CPUs together gets position n: exact counts. */
-static __always_inline __u32 cursor_pick(__u32 svc_id, __u32 off, __u32 len)
+static __always_inline __u64 *sched_cursor_of(__u32 svc_id)
 {
-	__u64 *c, n;
-
-	if (len == 0)
-		return RVS_SLOT_EMPTY;
-	c = bpf_map_lookup_elem(&sock_cursor, &svc_id);
-	if (!c)
-		return RVS_SLOT_EMPTY;
-	n = __sync_fetch_and_add(c, 1);
-	return slot_at(off + (__u32)(n % len));
+	return bpf_map_lookup_elem(&sock_cursor, &svc_id);
 }
 
-struct least {
-	__u32 off;
-	__u32 len;
-	__u32 sched;
-	__u32 best;
-	__u64 best_active;
-	__u64 best_weight;
-};
-
-/* One step of the least-connection walk: IPVS's comparisons with the
- * active count only (a socket has no inactive state). */
-static long least_step(__u32 i, void *ctx)
+/* The least-connection schedulers count open sockets (a socket has no
+ * inactive state). */
+static __always_inline void dest_load(__u32 idx, __u64 *active, __u64 *inactive)
 {
-	struct least *l = ctx;
-	struct rvs_sock_dest_stats *st;
-	struct rvs_sock_dest *d;
-	__u64 a, w;
-	__u32 idx;
-	int better;
+	struct rvs_sock_dest_stats *st = bpf_map_lookup_elem(&sock_stats, &idx);
 
-	if (i >= l->len)
-		return 1;
-	idx = slot_at(l->off + i);
-	d = eligible(idx);
-	if (!d)
-		return 0;
-	st = bpf_map_lookup_elem(&sock_stats, &idx);
-	a = st ? st->active : 0;
-	w = d->weight;
-	if (l->best == RVS_SLOT_EMPTY) {
-		better = 1;
-	} else if (l->sched == RVS_SOCK_SCHED_LC) {
-		better = a < l->best_active;
-	} else if (l->sched == RVS_SOCK_SCHED_WLC) {
-		better = a * l->best_weight < l->best_active * w;
-	} else {
-		/* sed and nq: (active + 1) / weight; nq takes an idle one first. */
-		if (l->sched == RVS_SOCK_SCHED_NQ && a == 0) {
-			l->best = idx;
-			l->best_active = a;
-			l->best_weight = w;
-			return 1;
-		}
-		better = (a + 1) * l->best_weight < (l->best_active + 1) * w;
-	}
-	if (better) {
-		l->best = idx;
-		l->best_active = a;
-		l->best_weight = w;
-	}
-	return 0;
+	if (st)
+		*active = st->active;
+	*inactive = 0;
 }
 
-/* sh/mh fallback: the next schedulable server in the list. */
-static __always_inline __u32 list_from(const struct rvs_sock_svc *s, __u32 h)
-{
-	if (s->list_len == 0)
-		return RVS_SLOT_EMPTY;
-	return slot_at(s->list_off + h % s->list_len);
-}
+#include "lib/sched_pick.h"
 
-static __always_inline __u32 schedule(const struct rvs_sock_svc *s, const struct rvs_sock_svc_key *k,
-				      const __u32 *saddr, __u16 sport)
+/* The real server for a new socket: sh/mh hash the socket's bound source
+ * address (and port with sh-port/mh-port), dh the VIP. */
+static __always_inline __u32 schedule(const struct rvs_sock_svc *s,
+				      const struct rvs_sock_svc_key *k, const __u32 *saddr,
+				      __u16 sport)
 {
-	__u32 idx, fold, port, h;
+	int fallback = s->flags & RVS_SOCK_SVC_F_FALLBACK;
+	int with_port = s->flags & RVS_SOCK_SVC_F_PORT;
 
 	switch (s->sched) {
-	case RVS_SOCK_SCHED_RR:
-		return cursor_pick(s->id, s->list_off, s->list_len);
-	case RVS_SOCK_SCHED_WRR:
-		return cursor_pick(s->id, s->table_off, s->table_len);
-	case RVS_SOCK_SCHED_LC:
-	case RVS_SOCK_SCHED_WLC:
-	case RVS_SOCK_SCHED_SED:
-	case RVS_SOCK_SCHED_NQ: {
-		struct least l = {
-			.off = s->list_off,
-			.len = s->list_len,
-			.sched = s->sched,
-			.best = RVS_SLOT_EMPTY,
-		};
-
-		bpf_loop(RVS_SOCK_LIST_MAX, least_step, &l, 0);
-		return l.best;
-	}
-	case RVS_SOCK_SCHED_DH:
-		if (s->table_len != (1u << RVS_SH_TAB_BITS))
-			return RVS_SLOT_EMPTY;
-		idx = slot_at(s->table_off + hash_32(addr_fold(k->addr, k->family),
-						     RVS_SH_TAB_BITS));
-		return eligible(idx) ? idx : RVS_SLOT_EMPTY;
-	case RVS_SOCK_SCHED_SH:
-	case RVS_SOCK_SCHED_MH:
-		if (s->table_len == 0)
-			return RVS_SLOT_EMPTY;
-		fold = addr_fold(saddr, k->family);
-		port = (s->flags & RVS_SOCK_SVC_F_PORT) ? bpf_ntohs(sport) : 0;
-		if (s->sched == RVS_SOCK_SCHED_SH) {
-			if (s->table_len != (1u << RVS_SH_TAB_BITS))
-				return RVS_SLOT_EMPTY;
-			h = hash_32(port + fold, RVS_SH_TAB_BITS);
-		} else {
-			h = hsiphash_u32(RVS_MH_HASH1_KEY, port + fold) % s->table_len;
-		}
-		idx = slot_at(s->table_off + h);
-		if (eligible(idx))
-			return idx;
-		if (s->flags & RVS_SOCK_SVC_F_FALLBACK)
-			return list_from(s, h);
-		return RVS_SLOT_EMPTY;
+	case RVS_SCHED_RR:
+		return sched_cursor(s->id, s->list_off, s->list_len);
+	case RVS_SCHED_WRR:
+		return sched_cursor(s->id, s->table_off, s->table_len);
+	case RVS_SCHED_LC:
+	case RVS_SCHED_WLC:
+	case RVS_SCHED_SED:
+	case RVS_SCHED_NQ:
+		return sched_least(s->list_off, s->list_len, s->sched);
+	case RVS_SCHED_DH:
+		return sched_dh(s->table_off, s->table_len, k->addr, k->family);
+	case RVS_SCHED_SH:
+		return sched_sh(s->table_off, s->table_len, fallback, with_port, saddr, k->family,
+				sport);
+	case RVS_SCHED_MH:
+		return sched_mh(&s->table_off, fallback, with_port, saddr, k->family, sport);
 	default:
 		return RVS_SLOT_EMPTY;
 	}

@@ -7,14 +7,7 @@ use rvs_bpf_build::{Toolchain, bpf_dir, rerun_if_changed};
 
 fn main() {
     let bpf = bpf_dir();
-    for f in [
-        "sock_lb.c",
-        "sock.h",
-        "rvs.h",
-        "lib/map.h",
-        "lib/hash.h",
-        "lib/common.h",
-    ] {
+    for f in ["sock_lb.c", "sock.h", "rvs.h", "lib"] {
         rerun_if_changed(&bpf.join(f));
     }
     if let Some(clang) = Toolchain::find("rvs-sock", "the sock data plane") {

@@ -20,9 +20,10 @@
 //!   tables). sh/mh hash the *socket's bound source address* (and port with
 //!   sh-port/mh-port): an unbound socket has none yet at connect time, so
 //!   every unbound local socket is one client — the host, as a director
-//!   would see it. With sh-fallback/mh-fallback an unavailable bucket falls
-//!   back to the schedulable list (not IPVS's bucket walk). ovf, twos, lblc
-//!   and lblcr are refused.
+//!   would see it. With sh-fallback/mh-fallback an unavailable bucket's
+//!   server is replaced by IPVS's bucket walk. The schedulers are the XDP
+//!   director's own code (`bpf/lib/sched_pick.h`). ovf, twos, lblc and
+//!   lblcr are refused.
 //! * **Weights and drain**: only real servers of weight > 0 are in a
 //!   service's schedulable list; weight 0 takes no new sockets, and sockets
 //!   already connected are untouched (they never pass the director again).

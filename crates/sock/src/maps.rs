@@ -102,26 +102,29 @@ pub mod cap {
 /// `slots` value for an empty table slot.
 pub const EMPTY: u32 = u32::MAX;
 
-/// Schedulers as the program numbers them (`RVS_SOCK_SCHED_*`).
+/// Schedulers as the program numbers them: the director's ids (`bpf/rvs.h`
+/// `RVS_SCHED_*`, 1 + the index in rvs-core's scheduler names), since the
+/// programs run the director's schedulers (`bpf/lib/sched_pick.h`);
+/// crates/xdp/tests/layout.rs checks them against rvs-xdp's.
 pub mod sched {
     /// rr.
-    pub const RR: u32 = 0;
+    pub const RR: u32 = 1;
     /// wrr.
-    pub const WRR: u32 = 1;
+    pub const WRR: u32 = 2;
     /// lc.
-    pub const LC: u32 = 2;
+    pub const LC: u32 = 3;
     /// wlc.
-    pub const WLC: u32 = 3;
-    /// sed.
-    pub const SED: u32 = 4;
-    /// nq.
-    pub const NQ: u32 = 5;
-    /// sh.
-    pub const SH: u32 = 6;
+    pub const WLC: u32 = 4;
     /// dh.
     pub const DH: u32 = 7;
+    /// sh.
+    pub const SH: u32 = 8;
+    /// sed.
+    pub const SED: u32 = 9;
+    /// nq.
+    pub const NQ: u32 = 10;
     /// mh.
-    pub const MH: u32 = 8;
+    pub const MH: u32 = 13;
 }
 
 /// Service flag: sh-fallback / mh-fallback.

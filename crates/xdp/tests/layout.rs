@@ -1008,15 +1008,6 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_SOCK_SOCKS_MAX", sock::cap::SOCKS.into()),
         ("RVS_SOCK_PERSIST_MAX", sock::cap::PERSIST.into()),
         ("RVS_SOCK_LIST_MAX", sock::cap::LIST as u64),
-        ("RVS_SOCK_SCHED_RR", sock::sched::RR.into()),
-        ("RVS_SOCK_SCHED_WRR", sock::sched::WRR.into()),
-        ("RVS_SOCK_SCHED_LC", sock::sched::LC.into()),
-        ("RVS_SOCK_SCHED_WLC", sock::sched::WLC.into()),
-        ("RVS_SOCK_SCHED_SED", sock::sched::SED.into()),
-        ("RVS_SOCK_SCHED_NQ", sock::sched::NQ.into()),
-        ("RVS_SOCK_SCHED_SH", sock::sched::SH.into()),
-        ("RVS_SOCK_SCHED_DH", sock::sched::DH.into()),
-        ("RVS_SOCK_SCHED_MH", sock::sched::MH.into()),
         ("RVS_SOCK_SVC_F_FALLBACK", sock::SVC_F_FALLBACK.into()),
         ("RVS_SOCK_SVC_F_PORT", sock::SVC_F_PORT.into()),
         ("RVS_SOCK_DEST_F_PRESENT", sock::DEST_F_PRESENT.into()),
@@ -1075,11 +1066,21 @@ fn every_rvs_constant_has_a_rust_counterpart_with_its_value() {
     let errs = constant_errors(&c, &rust_constants());
     assert!(errs.is_empty(), "RVS_* constants:\n{}", errs.join("\n"));
     assert_eq!(maps::TCP_S_LAST, TcpState::COUNT);
-    // rvs-sock's own copies of the families (it does not depend on rvs-xdp).
+    // rvs-sock's own copies of the families and of the scheduler ids (it
+    // does not depend on rvs-xdp; its programs run the director's
+    // schedulers, lib/sched_pick.h, on RVS_SCHED_* ids). fo runs as rr over
+    // its one highest-weight server.
     assert_eq!(
         (sock::AF_INET, sock::AF_INET6),
         (maps::AF_INET, maps::AF_INET6)
     );
+    for s in Scheduler::all() {
+        if let Ok(id) = sock::sched_id(s)
+            && s != Scheduler::Fo
+        {
+            assert_eq!(id, u32::from(maps::sched::id(s)), "{s:?}");
+        }
+    }
 }
 
 #[test]
