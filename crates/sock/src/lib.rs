@@ -20,9 +20,10 @@
 //!   tables). sh/mh hash the *socket's bound source address* (and port with
 //!   sh-port/mh-port): an unbound socket has none yet at connect time, so
 //!   every unbound local socket is one client — the host, as a director
-//!   would see it. With sh-fallback/mh-fallback an unavailable bucket falls
-//!   back to the schedulable list (not IPVS's bucket walk). ovf, twos, lblc
-//!   and lblcr are refused.
+//!   would see it. With sh-fallback/mh-fallback an unavailable bucket's
+//!   server is replaced by IPVS's bucket walk. The schedulers are the XDP
+//!   director's own code (`bpf/lib/sched_pick.h`). ovf, twos, lblc and
+//!   lblcr are refused.
 //! * **Weights and drain**: only real servers of weight > 0 are in a
 //!   service's schedulable list; weight 0 takes no new sockets, and sockets
 //!   already connected are untouched (they never pass the director again).
@@ -34,7 +35,11 @@
 //!   the timeout after the last new socket. The netmask is not applied.
 //! * **UDP**: an unconnected socket keeps the real server it was given for
 //!   a VIP (one socket is one flow, as its source port is fixed) until that
-//!   real server is deleted; each new VIP re-schedules.
+//!   real server is deleted; each new VIP re-schedules. A connected socket
+//!   whose real server is deleted is destroyed (sock_diag `SOCK_DESTROY`,
+//!   from the plane's worker): its `recv` fails with `ECONNABORTED` and a
+//!   new `connect` gets a live real server (sockets of rvsd's own network
+//!   namespace only).
 //! * **Port mapping**: the real server's port replaces the VIP's.
 //! * **Forwarding methods** (`-g`/`-m`/`-i`) mean nothing here: the socket
 //!   is connected to the real server itself.
@@ -60,6 +65,8 @@
 //!   are connected to the real servers).
 //! * [`plane::SockPlane`]: the [`DataPlane`](rvs_control::dataplane::DataPlane);
 //!   map writes happen on its own worker thread, never under rvsd's lock.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod maps;
 pub mod plane;
@@ -145,16 +152,20 @@ const RELEASE_PROGRAM: &str = "sock_release";
 /// Notes a TCP socket's own address at its SYN (for `-Lcn`).
 const OPS_PROGRAM: &str = "sock_ops";
 
+/// The compiled `sock_lb.o` as embedded in this crate (for the layout test,
+/// which checks [`maps`]' mirrors against its BTF); [`SockError::NotBuilt`]
+/// when the crate was built without the BPF toolchain.
 #[cfg(not(rvs_no_bpf))]
-fn object() -> Result<&'static [u8], SockError> {
+pub fn object() -> Result<&'static [u8], SockError> {
     Ok(rvs_sys::include_bytes_aligned!(concat!(
         env!("OUT_DIR"),
         "/sock_lb.o"
     )))
 }
 
+/// See the other `object`: this build has no BPF object.
 #[cfg(rvs_no_bpf)]
-fn object() -> Result<&'static [u8], SockError> {
+pub fn object() -> Result<&'static [u8], SockError> {
     Err(SockError::NotBuilt)
 }
 
