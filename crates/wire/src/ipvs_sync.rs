@@ -433,27 +433,15 @@ pub struct BulkRequest {
 
 /// The datagram of a bulk-resync request.
 pub fn build_bulk_request(req: &BulkRequest) -> [u8; BULK_REQUEST_LEN] {
-    let mut b = [0u8; BULK_REQUEST_LEN];
-    b[1] = req.syncid;
-    b[2..4].copy_from_slice(&(BULK_REQUEST_LEN as u16).to_be_bytes());
-    b[5] = BULK_REQUEST_VER;
-    b[8..12].copy_from_slice(&BULK_REQUEST_MAGIC);
-    b[12..16].copy_from_slice(&req.nonce.to_be_bytes());
-    b
+    rvs_datagram(req.syncid, BULK_REQUEST_MAGIC, [req.nonce])
 }
 
 /// The bulk-resync request `buf` is, or `None` when it is not exactly one
 /// (any other length, size field, version, magic, or a non-zero reserved,
 /// count or spare field).
 pub fn parse_bulk_request(buf: &[u8]) -> Option<BulkRequest> {
-    let b: &[u8; BULK_REQUEST_LEN] = buf.try_into().ok()?;
-    if !rvs_header_ok(b, BULK_REQUEST_LEN) || b[8..12] != BULK_REQUEST_MAGIC {
-        return None;
-    }
-    Some(BulkRequest {
-        syncid: b[1],
-        nonce: be32(b, 12)?,
-    })
+    let (syncid, [nonce]) = parse_rvs_datagram(buf, BULK_REQUEST_MAGIC)?;
+    Some(BulkRequest { syncid, nonce })
 }
 
 /// The end of a bulk answer: how many records it had (see the module
@@ -470,40 +458,59 @@ pub struct BulkDone {
 
 /// The datagram that ends a bulk answer.
 pub fn build_bulk_done(done: &BulkDone) -> [u8; BULK_DONE_LEN] {
-    let mut b = [0u8; BULK_DONE_LEN];
-    b[1] = done.syncid;
-    b[2..4].copy_from_slice(&(BULK_DONE_LEN as u16).to_be_bytes());
-    b[5] = BULK_REQUEST_VER;
-    b[8..12].copy_from_slice(&BULK_DONE_MAGIC);
-    b[12..16].copy_from_slice(&done.answer.to_be_bytes());
-    b[16..20].copy_from_slice(&done.entries.to_be_bytes());
-    b
+    rvs_datagram(done.syncid, BULK_DONE_MAGIC, [done.answer, done.entries])
 }
 
 /// The end of a bulk answer `buf` is, or `None` when it is not exactly one
 /// (the same checks as [`parse_bulk_request`]).
 pub fn parse_bulk_done(buf: &[u8]) -> Option<BulkDone> {
-    let b: &[u8; BULK_DONE_LEN] = buf.try_into().ok()?;
-    if !rvs_header_ok(b, BULK_DONE_LEN) || b[8..12] != BULK_DONE_MAGIC {
-        return None;
-    }
+    let (syncid, [answer, entries]) = parse_rvs_datagram(buf, BULK_DONE_MAGIC)?;
     Some(BulkDone {
-        syncid: b[1],
-        answer: be32(b, 12)?,
-        entries: be32(b, 16)?,
+        syncid,
+        answer,
+        entries,
     })
 }
 
-/// The header of an rvs extension datagram of `len` bytes: zero reserved,
-/// count and spare, the size field right, version [`BULK_REQUEST_VER`].
-fn rvs_header_ok(b: &[u8], len: usize) -> bool {
-    b.len() == len
-        && b[0] == 0
-        && be16(b, 2) == u16::try_from(len).ok()
-        && b[4] == 0
-        && b[5] == BULK_REQUEST_VER
-        && b[6] == 0
-        && b[7] == 0
+/// An rvs extension datagram of `W` big-endian words after `magic`:
+/// reserved, count and spare zero, version [`BULK_REQUEST_VER`], the size
+/// field its length (the shape a kernel backup reads as an empty v0
+/// message). `N` is `12 + 4 * W`.
+fn rvs_datagram<const N: usize, const W: usize>(
+    syncid: u8,
+    magic: [u8; 4],
+    words: [u32; W],
+) -> [u8; N] {
+    let mut b = [0u8; N];
+    b[1] = syncid;
+    b[2..4].copy_from_slice(&u16::try_from(N).unwrap_or(u16::MAX).to_be_bytes());
+    b[5] = BULK_REQUEST_VER;
+    b[8..12].copy_from_slice(&magic);
+    for (i, w) in words.iter().enumerate() {
+        b[12 + 4 * i..16 + 4 * i].copy_from_slice(&w.to_be_bytes());
+    }
+    b
+}
+
+/// The syncid and words of the rvs extension datagram `buf` is, if it is
+/// exactly one with `magic` and `W` words ([`rvs_datagram`]'s shape).
+fn parse_rvs_datagram<const W: usize>(buf: &[u8], magic: [u8; 4]) -> Option<(u8, [u32; W])> {
+    let len = 12 + 4 * W;
+    let header_ok = buf.len() == len
+        && buf[0] == 0
+        && be16(buf, 2) == u16::try_from(len).ok()
+        && buf[4] == 0
+        && buf[5] == BULK_REQUEST_VER
+        && buf[6] == 0
+        && buf[7] == 0;
+    if !header_ok || buf[8..12] != magic {
+        return None;
+    }
+    let mut words = [0u32; W];
+    for (i, w) in words.iter_mut().enumerate() {
+        *w = be32(buf, 12 + 4 * i)?;
+    }
+    Some((buf[1], words))
 }
 
 /// Why bytes are not a sync message, or connections cannot be encoded.
