@@ -10,7 +10,9 @@
  *
  * The control side (crates/sock/src/maps.rs) owns every table: the real
  * servers' list per service holds only the schedulable ones (weight > 0,
- * available), the sh/dh/mh tables and the wrr cycle are rvs-core's own. */
+ * available), the sh/dh/mh tables and the wrr cycle are rvs-core's own.
+ * The schedulers are the director's (lib/sched_pick.h); the layouts are
+ * in sock.h. */
 
 #include <linux/bpf.h>
 #include <linux/errno.h>
@@ -18,114 +20,25 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 #include "lib/map.h"
-/* hash_32, addr_fold and hsiphash_u32: the director's, so both data
- * planes schedule alike. */
+#include "sock.h"
+/* The kernel headers, CALL_SITE_TAG and the hashes (lib/sched_pick.h
+ * includes it too). */
 #include "lib/hash.h"
 
-#define SOCK_AF_INET 2
-#define SOCK_AF_INET6 10
+RVS_MAP(sock_services, BPF_MAP_TYPE_HASH, RVS_SOCK_SVC_MAX, struct rvs_sock_svc_key,
+	struct rvs_sock_svc);
+RVS_MAP(sock_dests, BPF_MAP_TYPE_ARRAY, RVS_SOCK_DEST_MAX, __u32, struct rvs_sock_dest);
+RVS_MAP(sock_slots, BPF_MAP_TYPE_ARRAY, RVS_SOCK_SLOTS, __u32, __u32);
+RVS_MAP(sock_stats, BPF_MAP_TYPE_ARRAY, RVS_SOCK_DEST_MAX, __u32,
+	struct rvs_sock_dest_stats);
+RVS_MAP(sock_cursor, BPF_MAP_TYPE_ARRAY, RVS_SOCK_SVC_MAX, __u32, __u64);
+RVS_MAP(sock_socks, BPF_MAP_TYPE_LRU_HASH, RVS_SOCK_SOCKS_MAX, __u64, struct rvs_sock_rec);
+RVS_MAP(sock_persist, BPF_MAP_TYPE_LRU_HASH, RVS_SOCK_PERSIST_MAX,
+	struct rvs_sock_persist_key, struct rvs_sock_persist);
 
-#define SOCK_SVC_MAX 4096
-#define SOCK_DEST_MAX 65536
-#define SOCK_SLOTS 1048576
-#define SOCK_SOCKS_MAX 262144
-#define SOCK_PERSIST_MAX 65536
-/* The least-connection walk's bound (the control side caps a list here). */
-#define SOCK_LIST_MAX 1024
-#define SOCK_EMPTY 0xffffffffu
-
-/* Schedulers (crates/sock/src/maps.rs `Sched`). */
-#define SOCK_SCHED_RR 0
-#define SOCK_SCHED_WRR 1
-#define SOCK_SCHED_LC 2
-#define SOCK_SCHED_WLC 3
-#define SOCK_SCHED_SED 4
-#define SOCK_SCHED_NQ 5
-#define SOCK_SCHED_SH 6
-#define SOCK_SCHED_DH 7
-#define SOCK_SCHED_MH 8
-
-/* Service flags. */
-#define SOCK_SVC_F_FALLBACK 0x1 /* sh-fallback / mh-fallback */
-#define SOCK_SVC_F_PORT 0x2     /* sh-port / mh-port */
-
-/* Real-server flags. */
-#define SOCK_DEST_F_PRESENT 0x1 /* in its service (cleared when deleted) */
-
-/* The kernel's hash constants the core's sh/dh/mh use (rvs-core sched). */
-#define SOCK_HASH_TAB_BITS 8
-#define SOCK_MH_HASH1_KEY 2654435761ull
-
-struct sock_svc_key {
-	__u32 addr[4]; /* network order; IPv4 in addr[0], the rest zero */
-	__u16 port;    /* network order */
-	__u8 proto;    /* IPPROTO_TCP / IPPROTO_UDP */
-	__u8 family;   /* SOCK_AF_INET / SOCK_AF_INET6 */
-};
-
-struct sock_svc {
-	__u32 id; /* index into `cursor` and the persistence key */
-	__u32 sched;
-	__u32 flags;
-	__u32 list_off; /* schedulable real servers (dest indexes) in `slots` */
-	__u32 list_len;
-	__u32 table_off; /* sh/dh/mh table or wrr cycle in `slots` */
-	__u32 table_len;
-	__u32 persist_secs; /* 0: not persistent */
-};
-
-struct sock_dest {
-	__u32 addr[4];
-	__u16 port;
-	__u8 family;
-	__u8 flags;
-	__u32 weight;
-};
-
-struct sock_dest_stats {
-	__u64 active; /* open sockets connected to it */
-	__u64 total;  /* sockets ever scheduled to it */
-};
-
-/* What a socket was given (for sock_release, a later sendmsg and -Lcn).
- * `client` is the socket's own address once it has one (TCP: at the SYN,
- * sock_ops; UDP: at its first recvmsg); client_port 0 until then. */
-struct sock_sock {
-	struct sock_svc_key vip;
-	__u32 dest;
-	__u32 client[4];
-	__u16 client_port; /* network order */
-	__u16 pad;
-};
-
-struct sock_persist_key {
-	__u32 svc;
-	__u32 client[4];
-};
-
-struct sock_persist {
-	__u32 dest;
-	__u32 pad;
-	__u64 expires_ns;
-};
-
-RVS_MAP(sock_services, BPF_MAP_TYPE_HASH, SOCK_SVC_MAX, struct sock_svc_key, struct sock_svc);
-RVS_MAP(sock_dests, BPF_MAP_TYPE_ARRAY, SOCK_DEST_MAX, __u32, struct sock_dest);
-RVS_MAP(sock_slots, BPF_MAP_TYPE_ARRAY, SOCK_SLOTS, __u32, __u32);
-RVS_MAP(sock_stats, BPF_MAP_TYPE_ARRAY, SOCK_DEST_MAX, __u32, struct sock_dest_stats);
-RVS_MAP(sock_cursor, BPF_MAP_TYPE_ARRAY, SOCK_SVC_MAX, __u32, __u64);
-RVS_MAP(sock_socks, BPF_MAP_TYPE_LRU_HASH, SOCK_SOCKS_MAX, __u64, struct sock_sock);
-RVS_MAP(sock_persist, BPF_MAP_TYPE_LRU_HASH, SOCK_PERSIST_MAX, struct sock_persist_key,
-	struct sock_persist);
-
-/* Per-CPU event counters (crates/sock/src/maps.rs `counter`), read by the
- * control side for rvsd's metrics: one per-CPU add, no shared cache line. */
-#define SOCK_CNT_TCP 0      /* TCP sockets given a real server (connect) */
-#define SOCK_CNT_UDP 1      /* UDP sockets given a real server (a new session) */
-#define SOCK_CNT_UDP_KEPT 2 /* UDP sends to a VIP that kept the socket's server */
-#define SOCK_CNT_NO_DEST 3  /* connect/sendmsg to a VIP refused: no real server */
-#define SOCK_CNT_MAX 4
-RVS_MAP(sock_counters, BPF_MAP_TYPE_PERCPU_ARRAY, SOCK_CNT_MAX, __u32, __u64);
+/* Per-CPU event counters (RVS_SOCK_CNT_*), read by the control side for
+ * rvsd's metrics: one per-CPU add, no shared cache line. */
+RVS_MAP(sock_counters, BPF_MAP_TYPE_PERCPU_ARRAY, RVS_SOCK_CNT_MAX, __u32, __u64);
 
 static __always_inline void bump(__u32 what)
 {
@@ -135,167 +48,93 @@ static __always_inline void bump(__u32 what)
 		*c += 1;
 }
 
+/* What lib/sched_pick.h (the director's schedulers, shared) reads, over
+ * this plane's maps. */
+#define SCHED_DEST struct rvs_sock_dest
+#define SCHED_LIST_MAX RVS_SOCK_LIST_MAX
+
 static __always_inline __u32 slot_at(__u32 pos)
 {
 	__u32 *v = bpf_map_lookup_elem(&sock_slots, &pos);
 
-	return v ? *v : SOCK_EMPTY;
+	return v ? *v : RVS_SLOT_EMPTY;
 }
 
 /* A real server a new socket may be given (weight > 0, in its service). */
-static __always_inline struct sock_dest *eligible(__u32 idx)
+static __always_inline struct rvs_sock_dest *eligible(__u32 idx)
 {
-	struct sock_dest *d;
+	struct rvs_sock_dest *d;
 
-	if (idx == SOCK_EMPTY)
+	if (idx == RVS_SLOT_EMPTY)
 		return 0;
 	d = bpf_map_lookup_elem(&sock_dests, &idx);
-	if (!d || !(d->flags & SOCK_DEST_F_PRESENT) || d->weight == 0)
+	if (!d || !(d->flags & RVS_SOCK_DEST_F_PRESENT) || d->weight == 0)
 		return 0;
 	return d;
 }
 
 /* rr and wrr: one atomic counter per service, so the n-th socket of all
  * CPUs together gets position n: exact counts. */
-static __always_inline __u32 cursor_pick(__u32 svc_id, __u32 off, __u32 len)
+static __always_inline __u64 *sched_cursor_of(__u32 svc_id)
 {
-	__u64 *c, n;
-
-	if (len == 0)
-		return SOCK_EMPTY;
-	c = bpf_map_lookup_elem(&sock_cursor, &svc_id);
-	if (!c)
-		return SOCK_EMPTY;
-	n = __sync_fetch_and_add(c, 1);
-	return slot_at(off + (__u32)(n % len));
+	return bpf_map_lookup_elem(&sock_cursor, &svc_id);
 }
 
-struct least {
-	__u32 off;
-	__u32 len;
-	__u32 sched;
-	__u32 best;
-	__u64 best_active;
-	__u64 best_weight;
-};
-
-/* One step of the least-connection walk: IPVS's comparisons with the
- * active count only (a socket has no inactive state). */
-static long least_step(__u32 i, void *ctx)
+/* The least-connection schedulers count open sockets (a socket has no
+ * inactive state). */
+static __always_inline void dest_load(__u32 idx, __u64 *active, __u64 *inactive)
 {
-	struct least *l = ctx;
-	struct sock_dest_stats *st;
-	struct sock_dest *d;
-	__u64 a, w;
-	__u32 idx;
-	int better;
+	struct rvs_sock_dest_stats *st = bpf_map_lookup_elem(&sock_stats, &idx);
 
-	if (i >= l->len)
-		return 1;
-	idx = slot_at(l->off + i);
-	d = eligible(idx);
-	if (!d)
-		return 0;
-	st = bpf_map_lookup_elem(&sock_stats, &idx);
-	a = st ? st->active : 0;
-	w = d->weight;
-	if (l->best == SOCK_EMPTY) {
-		better = 1;
-	} else if (l->sched == SOCK_SCHED_LC) {
-		better = a < l->best_active;
-	} else if (l->sched == SOCK_SCHED_WLC) {
-		better = a * l->best_weight < l->best_active * w;
-	} else {
-		/* sed and nq: (active + 1) / weight; nq takes an idle one first. */
-		if (l->sched == SOCK_SCHED_NQ && a == 0) {
-			l->best = idx;
-			l->best_active = a;
-			l->best_weight = w;
-			return 1;
-		}
-		better = (a + 1) * l->best_weight < (l->best_active + 1) * w;
-	}
-	if (better) {
-		l->best = idx;
-		l->best_active = a;
-		l->best_weight = w;
-	}
-	return 0;
+	if (st)
+		*active = st->active;
+	*inactive = 0;
 }
 
-/* sh/mh fallback: the next schedulable server in the list. */
-static __always_inline __u32 list_from(const struct sock_svc *s, __u32 h)
-{
-	if (s->list_len == 0)
-		return SOCK_EMPTY;
-	return slot_at(s->list_off + h % s->list_len);
-}
+#include "lib/sched_pick.h"
 
-static __always_inline __u32 schedule(const struct sock_svc *s, const struct sock_svc_key *k,
-				      const __u32 *saddr, __u16 sport)
+/* The real server for a new socket: sh/mh hash the socket's bound source
+ * address (and port with sh-port/mh-port), dh the VIP. */
+static __always_inline __u32 schedule(const struct rvs_sock_svc *s,
+				      const struct rvs_sock_svc_key *k, const __u32 *saddr,
+				      __u16 sport)
 {
-	__u32 idx, fold, port, h;
+	int fallback = s->flags & RVS_SOCK_SVC_F_FALLBACK;
+	int with_port = s->flags & RVS_SOCK_SVC_F_PORT;
 
 	switch (s->sched) {
-	case SOCK_SCHED_RR:
-		return cursor_pick(s->id, s->list_off, s->list_len);
-	case SOCK_SCHED_WRR:
-		return cursor_pick(s->id, s->table_off, s->table_len);
-	case SOCK_SCHED_LC:
-	case SOCK_SCHED_WLC:
-	case SOCK_SCHED_SED:
-	case SOCK_SCHED_NQ: {
-		struct least l = {
-			.off = s->list_off,
-			.len = s->list_len,
-			.sched = s->sched,
-			.best = SOCK_EMPTY,
-		};
-
-		bpf_loop(SOCK_LIST_MAX, least_step, &l, 0);
-		return l.best;
-	}
-	case SOCK_SCHED_DH:
-		if (s->table_len != (1u << SOCK_HASH_TAB_BITS))
-			return SOCK_EMPTY;
-		idx = slot_at(s->table_off + hash_32(addr_fold(k->addr, k->family),
-						     SOCK_HASH_TAB_BITS));
-		return eligible(idx) ? idx : SOCK_EMPTY;
-	case SOCK_SCHED_SH:
-	case SOCK_SCHED_MH:
-		if (s->table_len == 0)
-			return SOCK_EMPTY;
-		fold = addr_fold(saddr, k->family);
-		port = (s->flags & SOCK_SVC_F_PORT) ? bpf_ntohs(sport) : 0;
-		if (s->sched == SOCK_SCHED_SH) {
-			if (s->table_len != (1u << SOCK_HASH_TAB_BITS))
-				return SOCK_EMPTY;
-			h = hash_32(port + fold, SOCK_HASH_TAB_BITS);
-		} else {
-			h = hsiphash_u32(SOCK_MH_HASH1_KEY, port + fold) % s->table_len;
-		}
-		idx = slot_at(s->table_off + h);
-		if (eligible(idx))
-			return idx;
-		if (s->flags & SOCK_SVC_F_FALLBACK)
-			return list_from(s, h);
-		return SOCK_EMPTY;
+	case RVS_SCHED_RR:
+		return sched_cursor(s->id, s->list_off, s->list_len);
+	case RVS_SCHED_WRR:
+		return sched_cursor(s->id, s->table_off, s->table_len);
+	case RVS_SCHED_LC:
+	case RVS_SCHED_WLC:
+	case RVS_SCHED_SED:
+	case RVS_SCHED_NQ:
+		return sched_least(s->list_off, s->list_len, s->sched);
+	case RVS_SCHED_DH:
+		return sched_dh(s->table_off, s->table_len, k->addr, k->family);
+	case RVS_SCHED_SH:
+		return sched_sh(s->table_off, s->table_len, fallback, with_port, saddr, k->family,
+				sport);
+	case RVS_SCHED_MH:
+		return sched_mh(&s->table_off, fallback, with_port, saddr, k->family, sport);
 	default:
-		return SOCK_EMPTY;
+		return RVS_SLOT_EMPTY;
 	}
 }
 
 /* Persistence: the client (the socket's bound source address, zero when
  * unbound: the host) keeps its real server while the template lives and
  * the server is in the service; every new socket renews it. */
-static __always_inline __u32 schedule_persistent(const struct sock_svc *s,
-						 const struct sock_svc_key *k,
+static __always_inline __u32 schedule_persistent(const struct rvs_sock_svc *s,
+						 const struct rvs_sock_svc_key *k,
 						 const __u32 *saddr, __u16 sport)
 {
-	struct sock_persist_key pk = { .svc = s->id };
-	struct sock_persist np = {};
-	struct sock_persist *p;
-	struct sock_dest *d;
+	struct rvs_sock_persist_key pk = { .svc = s->id };
+	struct rvs_sock_persist np = {};
+	struct rvs_sock_persist *p;
+	struct rvs_sock_dest *d;
 	__u64 now = bpf_ktime_get_ns();
 	__u32 idx;
 
@@ -307,13 +146,13 @@ static __always_inline __u32 schedule_persistent(const struct sock_svc *s,
 	if (p && p->expires_ns > now) {
 		idx = p->dest;
 		d = bpf_map_lookup_elem(&sock_dests, &idx);
-		if (d && (d->flags & SOCK_DEST_F_PRESENT)) {
+		if (d && (d->flags & RVS_SOCK_DEST_F_PRESENT)) {
 			p->expires_ns = now + (__u64)s->persist_secs * 1000000000ull;
 			return idx;
 		}
 	}
 	idx = schedule(s, k, saddr, sport);
-	if (idx == SOCK_EMPTY)
+	if (idx == RVS_SLOT_EMPTY)
 		return idx;
 	np.dest = idx;
 	np.expires_ns = now + (__u64)s->persist_secs * 1000000000ull;
@@ -323,7 +162,7 @@ static __always_inline __u32 schedule_persistent(const struct sock_svc *s,
 
 static __always_inline void count(__u32 idx, __s64 delta_active, __u64 delta_total)
 {
-	struct sock_dest_stats *st = bpf_map_lookup_elem(&sock_stats, &idx);
+	struct rvs_sock_dest_stats *st = bpf_map_lookup_elem(&sock_stats, &idx);
 
 	if (!st)
 		return;
@@ -334,18 +173,18 @@ static __always_inline void count(__u32 idx, __s64 delta_active, __u64 delta_tot
 }
 
 /* A socket leaves the real server it had (reconnect, release). */
-static __always_inline void forget(const struct sock_sock *old)
+static __always_inline void forget(const struct rvs_sock_rec *old)
 {
 	count(old->dest, -1, 0);
 }
 
 /* The service for a destination address, or 0 (not a VIP: untouched). */
-static __always_inline const struct sock_svc *service(struct sock_svc_key *k)
+static __always_inline const struct rvs_sock_svc *service(struct rvs_sock_svc_key *k)
 {
 	return bpf_map_lookup_elem(&sock_services, k);
 }
 
-static __always_inline int same_vip(const struct sock_svc_key *a, const struct sock_svc_key *b)
+static __always_inline int same_vip(const struct rvs_sock_svc_key *a, const struct rvs_sock_svc_key *b)
 {
 	return a->port == b->port && a->proto == b->proto && a->family == b->family &&
 	       a->addr[0] == b->addr[0] && a->addr[1] == b->addr[1] && a->addr[2] == b->addr[2] &&
@@ -361,12 +200,12 @@ static __always_inline int same_vip(const struct sock_svc_key *a, const struct s
  * an earlier record first: it inserts with BPF_NOEXIST and only when the
  * socket had one (a connect again after a failed one, a UDP socket
  * connected after sending elsewhere) reads it to uncount its server. */
-static __always_inline const struct sock_dest *pick(__u64 cookie, const struct sock_svc *s,
-						    const struct sock_svc_key *k,
+static __always_inline const struct rvs_sock_dest *pick(__u64 cookie, const struct rvs_sock_svc *s,
+						    const struct rvs_sock_svc_key *k,
 						    const __u32 *saddr, __u16 sport, int keep)
 {
-	struct sock_sock rec = {}, *old;
-	struct sock_dest *d;
+	struct rvs_sock_rec rec = {}, *old;
+	struct rvs_sock_dest *d;
 	__u32 idx;
 	long err;
 
@@ -378,8 +217,8 @@ static __always_inline const struct sock_dest *pick(__u64 cookie, const struct s
 			/* A drained (weight 0) server keeps its flows; a
 			 * deleted one is left for a new choice, as IPVS
 			 * reschedules. */
-			if (d && (d->flags & SOCK_DEST_F_PRESENT)) {
-				bump(SOCK_CNT_UDP_KEPT);
+			if (d && (d->flags & RVS_SOCK_DEST_F_PRESENT)) {
+				bump(RVS_SOCK_CNT_UDP_KEPT);
 				return d;
 			}
 		}
@@ -388,10 +227,10 @@ static __always_inline const struct sock_dest *pick(__u64 cookie, const struct s
 			      : schedule(s, k, saddr, sport);
 	d = eligible(idx);
 	if (!d) {
-		bump(SOCK_CNT_NO_DEST);
+		bump(RVS_SOCK_CNT_NO_DEST);
 		return 0;
 	}
-	bump(k->proto == IPPROTO_UDP ? SOCK_CNT_UDP : SOCK_CNT_TCP);
+	bump(k->proto == IPPROTO_UDP ? RVS_SOCK_CNT_UDP : RVS_SOCK_CNT_TCP);
 	rec.vip = *k;
 	rec.dest = idx;
 	err = bpf_map_update_elem(&sock_socks, &cookie, &rec, BPF_NOEXIST);
@@ -416,9 +255,9 @@ static __always_inline __u8 sock_proto(struct bpf_sock_addr *ctx)
  * real server to give). */
 static __always_inline int do4(struct bpf_sock_addr *ctx, int keep)
 {
-	struct sock_svc_key k = {};
-	const struct sock_svc *s;
-	const struct sock_dest *d;
+	struct rvs_sock_svc_key k = {};
+	const struct rvs_sock_svc *s;
+	const struct rvs_sock_dest *d;
 	__u32 saddr[4] = {};
 	__u16 sport = 0;
 	struct bpf_sock *sk;
@@ -428,7 +267,7 @@ static __always_inline int do4(struct bpf_sock_addr *ctx, int keep)
 	k.addr[0] = ctx->user_ip4;
 	k.port = (__u16)ctx->user_port;
 	k.proto = sock_proto(ctx);
-	k.family = SOCK_AF_INET;
+	k.family = RVS_AF_INET;
 	s = service(&k);
 	if (!s)
 		return 1;
@@ -452,9 +291,9 @@ static __always_inline int is_v4_mapped(const __u32 *a)
 
 static __always_inline int do6(struct bpf_sock_addr *ctx, int keep)
 {
-	struct sock_svc_key k = {};
-	const struct sock_svc *s;
-	const struct sock_dest *d;
+	struct rvs_sock_svc_key k = {};
+	const struct rvs_sock_svc *s;
+	const struct rvs_sock_dest *d;
 	__u32 saddr[4] = {};
 	__u16 sport = 0;
 	struct bpf_sock *sk;
@@ -471,13 +310,13 @@ static __always_inline int do6(struct bpf_sock_addr *ctx, int keep)
 	if (mapped) {
 		/* A dual-stack socket reaching an IPv4 VIP. */
 		k.addr[0] = a[3];
-		k.family = SOCK_AF_INET;
+		k.family = RVS_AF_INET;
 	} else {
 		k.addr[0] = a[0];
 		k.addr[1] = a[1];
 		k.addr[2] = a[2];
 		k.addr[3] = a[3];
-		k.family = SOCK_AF_INET6;
+		k.family = RVS_AF_INET6;
 	}
 	k.port = (__u16)ctx->user_port;
 	k.proto = sock_proto(ctx);
@@ -511,7 +350,7 @@ static __always_inline int do6(struct bpf_sock_addr *ctx, int keep)
 }
 
 /* Note the socket's own address in its record (for -Lcn), once. */
-static __always_inline void note_client(struct sock_sock *rec, const __u32 *addr, __u16 port_net)
+static __always_inline void note_client(struct rvs_sock_rec *rec, const __u32 *addr, __u16 port_net)
 {
 	if (rec->client_port || !port_net)
 		return;
@@ -522,7 +361,7 @@ static __always_inline void note_client(struct sock_sock *rec, const __u32 *addr
 	rec->client_port = port_net;
 }
 
-static __always_inline void note_udp_client4(struct bpf_sock_addr *ctx, struct sock_sock *rec)
+static __always_inline void note_udp_client4(struct bpf_sock_addr *ctx, struct rvs_sock_rec *rec)
 {
 	struct bpf_sock *sk = ctx->sk;
 	__u32 a[4] = {};
@@ -533,7 +372,7 @@ static __always_inline void note_udp_client4(struct bpf_sock_addr *ctx, struct s
 	note_client(rec, a, bpf_htons((__u16)sk->src_port));
 }
 
-static __always_inline void note_udp_client6(struct bpf_sock_addr *ctx, struct sock_sock *rec)
+static __always_inline void note_udp_client6(struct bpf_sock_addr *ctx, struct rvs_sock_rec *rec)
 {
 	struct bpf_sock *sk = ctx->sk;
 	__u32 a[4] = {};
@@ -550,11 +389,11 @@ static __always_inline void note_udp_client6(struct bpf_sock_addr *ctx, struct s
 /* Whether `a`/`family`/`port` (a peer the kernel reports) is the real
  * server `rec` was given. Its `sock_dests` element holds that server while
  * the record lives: an index is reused only once no socket counts on it. */
-static __always_inline int is_given(const struct sock_sock *rec, const __u32 *a, __u8 family,
+static __always_inline int is_given(const struct rvs_sock_rec *rec, const __u32 *a, __u8 family,
 				    __u16 port)
 {
 	__u32 idx = rec->dest;
-	struct sock_dest *d = bpf_map_lookup_elem(&sock_dests, &idx);
+	struct rvs_sock_dest *d = bpf_map_lookup_elem(&sock_dests, &idx);
 
 	return d && d->port == port && d->family == family && d->addr[0] == a[0] &&
 	       d->addr[1] == a[1] && d->addr[2] == a[2] && d->addr[3] == a[3];
@@ -562,21 +401,21 @@ static __always_inline int is_given(const struct sock_sock *rec, const __u32 *a,
 
 /* The peer a socket sees (getpeername, recvmsg's source): the real server
  * this socket was given becomes the VIP again. */
-static __always_inline void rev4(struct bpf_sock_addr *ctx, const struct sock_sock *rec)
+static __always_inline void rev4(struct bpf_sock_addr *ctx, const struct rvs_sock_rec *rec)
 {
 	__u32 a[4] = {};
 
 	a[0] = ctx->user_ip4;
-	if (!is_given(rec, a, SOCK_AF_INET, (__u16)ctx->user_port))
+	if (!is_given(rec, a, RVS_AF_INET, (__u16)ctx->user_port))
 		return;
 	ctx->user_ip4 = rec->vip.addr[0];
 	ctx->user_port = rec->vip.port;
 }
 
-static __always_inline void rev6(struct bpf_sock_addr *ctx, const struct sock_sock *rec)
+static __always_inline void rev6(struct bpf_sock_addr *ctx, const struct rvs_sock_rec *rec)
 {
 	__u32 a[4];
-	__u8 family = SOCK_AF_INET6;
+	__u8 family = RVS_AF_INET6;
 
 	a[0] = ctx->user_ip6[0];
 	a[1] = ctx->user_ip6[1];
@@ -587,11 +426,11 @@ static __always_inline void rev6(struct bpf_sock_addr *ctx, const struct sock_so
 		a[1] = 0;
 		a[2] = 0;
 		a[3] = 0;
-		family = SOCK_AF_INET;
+		family = RVS_AF_INET;
 	}
 	if (!is_given(rec, a, family, (__u16)ctx->user_port))
 		return;
-	if (family == SOCK_AF_INET) {
+	if (family == RVS_AF_INET) {
 		ctx->user_ip6[3] = rec->vip.addr[0];
 	} else {
 		ctx->user_ip6[0] = rec->vip.addr[0];
@@ -602,7 +441,7 @@ static __always_inline void rev6(struct bpf_sock_addr *ctx, const struct sock_so
 	ctx->user_port = rec->vip.port;
 }
 
-static __always_inline struct sock_sock *record(__u64 cookie)
+static __always_inline struct rvs_sock_rec *record(__u64 cookie)
 {
 	return bpf_map_lookup_elem(&sock_socks, &cookie);
 }
@@ -634,7 +473,7 @@ int sock_sendmsg6(struct bpf_sock_addr *ctx)
 SEC("cgroup/recvmsg4")
 int sock_recvmsg4(struct bpf_sock_addr *ctx)
 {
-	struct sock_sock *rec = record(bpf_get_socket_cookie(ctx));
+	struct rvs_sock_rec *rec = record(bpf_get_socket_cookie(ctx));
 
 	if (rec) {
 		note_udp_client4(ctx, rec);
@@ -646,7 +485,7 @@ int sock_recvmsg4(struct bpf_sock_addr *ctx)
 SEC("cgroup/recvmsg6")
 int sock_recvmsg6(struct bpf_sock_addr *ctx)
 {
-	struct sock_sock *rec = record(bpf_get_socket_cookie(ctx));
+	struct rvs_sock_rec *rec = record(bpf_get_socket_cookie(ctx));
 
 	if (rec) {
 		note_udp_client6(ctx, rec);
@@ -657,7 +496,7 @@ int sock_recvmsg6(struct bpf_sock_addr *ctx)
 
 static __always_inline void note_tcp_client(__u64 cookie, const __u32 *addr, __u16 port_net)
 {
-	struct sock_sock *rec = record(cookie);
+	struct rvs_sock_rec *rec = record(cookie);
 
 	if (rec)
 		note_client(rec, addr, port_net);
@@ -675,7 +514,7 @@ int sock_ops(struct bpf_sock_ops *ctx)
 	if (ctx->op != BPF_SOCK_OPS_TCP_CONNECT_CB)
 		return 1;
 	port = bpf_htons((__u16)ctx->local_port);
-	if (ctx->family == SOCK_AF_INET) {
+	if (ctx->family == RVS_AF_INET) {
 		a[0] = ctx->local_ip4;
 		note_tcp_client(bpf_get_socket_cookie(ctx), a, port);
 		return 1;
@@ -691,7 +530,7 @@ int sock_ops(struct bpf_sock_ops *ctx)
 SEC("cgroup/getpeername4")
 int sock_getpeername4(struct bpf_sock_addr *ctx)
 {
-	struct sock_sock *rec = record(bpf_get_socket_cookie(ctx));
+	struct rvs_sock_rec *rec = record(bpf_get_socket_cookie(ctx));
 
 	if (rec)
 		rev4(ctx, rec);
@@ -701,7 +540,7 @@ int sock_getpeername4(struct bpf_sock_addr *ctx)
 SEC("cgroup/getpeername6")
 int sock_getpeername6(struct bpf_sock_addr *ctx)
 {
-	struct sock_sock *rec = record(bpf_get_socket_cookie(ctx));
+	struct rvs_sock_rec *rec = record(bpf_get_socket_cookie(ctx));
 
 	if (rec)
 		rev6(ctx, rec);
@@ -713,7 +552,7 @@ SEC("cgroup/sock_release")
 int sock_release(struct bpf_sock *ctx)
 {
 	__u64 cookie = bpf_get_socket_cookie(ctx);
-	struct sock_sock *old = bpf_map_lookup_elem(&sock_socks, &cookie);
+	struct rvs_sock_rec *old = bpf_map_lookup_elem(&sock_socks, &cookie);
 
 	if (old) {
 		forget(old);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-/* lib/sched.h: the schedulers (rr, wrr, lc, wlc, sed, nq, fo, ovf, sh, dh,
- * mh, twos, lblc, lblcr) and persistence. */
+/* lib/sched.h: the director's schedulers and persistence: rr, wrr, lc,
+ * wlc, sed, nq, fo, ovf, sh, dh and mh from lib/sched_pick.h (over the
+ * director's maps; the sock plane runs the same code over its own), twos,
+ * lblc and lblcr here. */
 #ifndef RVS_LIB_SCHED_H
 #define RVS_LIB_SCHED_H
 
@@ -10,6 +12,10 @@
 #include "lib/tcp_state.h"
 
 /* ----------------------------------------------------------- scheduling */
+
+/* What lib/sched_pick.h reads, over the director's maps. */
+#define SCHED_DEST struct rvs_dest
+#define SCHED_LIST_MAX RVS_MAX_SVC_DESTS
 
 static __always_inline struct rvs_dest *eligible(__u32 idx)
 {
@@ -31,182 +37,22 @@ static __always_inline __u32 slot_at(__u32 pos)
 	return v ? *v : RVS_SLOT_EMPTY;
 }
 
-/* rr over the real-server list, wrr over its precomputed sequence: a shared
- * cursor advanced atomically; ineligible entries are stepped over. */
-struct walk {
-	__u64 start;
-	__u32 off;
-	__u32 len;
-	__u32 result;
-	__u32 pad;
-};
-
-static long walk_step(__u32 i, void *ctx)
+static __always_inline __u64 *sched_cursor_of(__u32 svc_idx)
 {
-	struct walk *x = ctx;
-	__u32 idx;
-
-	if (x->len == 0)
-		return 1;
-	idx = slot_at(x->off + (__u32)((x->start + i) % x->len));
-	if (eligible(idx)) {
-		x->result = idx;
-		return 1;
-	}
-	return 0;
+	return bpf_map_lookup_elem(&rr_cursor, &svc_idx);
 }
 
-static __always_inline __u32 sched_cursor(__u32 svc_idx, __u32 off, __u32 len)
+static __always_inline void dest_load(__u32 idx, __u64 *active, __u64 *inactive)
 {
-	__u64 *cur = bpf_map_lookup_elem(&rr_cursor, &svc_idx);
-	struct walk x = { .off = off, .len = len, .result = RVS_SLOT_EMPTY };
-	__u32 idx;
+	struct rvs_dest_conns *c = bpf_map_lookup_elem(&dest_conns, &idx);
 
-	if (!cur || len == 0)
-		return RVS_SLOT_EMPTY;
-	x.start = __sync_fetch_and_add(cur, 1);
-	/* The common case: the first candidate is eligible. */
-	idx = slot_at(off + (__u32)(x.start % len));
-	if (eligible(idx))
-		return idx;
-	bpf_loop(len < RVS_MAX_SVC_DESTS ? len : RVS_MAX_SVC_DESTS, walk_step, &x, 0);
-	CALL_SITE_TAG(10);
-	return x.result;
-}
-
-/* sh-fallback: bucket (roff + ihash) & 255 for roff = off + ihash. */
-struct sh_fallback {
-	__u32 table_off;
-	__u32 ihash;
-	__u32 result;
-	__u32 pad;
-};
-
-static long sh_fallback_step(__u32 off, void *ctx)
-{
-	struct sh_fallback *x = ctx;
-	__u32 roff = (off + x->ihash) & 0xff;
-	__u32 idx = slot_at(x->table_off + ((roff + x->ihash) & 0xff));
-
-	if (idx == RVS_SLOT_EMPTY)
-		return 1;
-	if (eligible(idx)) {
-		x->result = idx;
-		return 1;
-	}
-	return 0;
-}
-
-struct mh_fallback {
-	__u32 fold_port; /* ntohs(port) + fold */
-	__u32 ihash;
-	__u32 m;
-	__u32 table_off;
-	__u32 result;
-};
-
-static long mh_fallback_step(__u32 off, void *c)
-{
-	struct mh_fallback *x = c;
-	__u32 roff, idx;
-
-	if (x->m == 0)
-		return 1;
-	roff = (off + x->ihash) % x->m;
-	idx = slot_at(x->table_off +
-		      hsiphash_u32(RVS_MH_HASH1_KEY, roff + x->fold_port) % x->m);
-	if (idx == RVS_SLOT_EMPTY)
-		return 1;
-	if (eligible(idx)) {
-		x->result = idx;
-		return 1;
-	}
-	return 0;
-}
-
-/* lc, wlc, sed, nq, fo, ovf: one pass over the real-server list with the kernel's
- * comparisons (ties to the earliest server). Products are u64: exact while
- * active*256+inactive < 2^40 and weights < 2^24. The walk runs in bpf_loop
- * so the verifier checks the body once, not once per server. */
-struct least {
-	__u32 off;
-	__u8 sched;
-	__u8 pad[3];
-	__u32 best;
-	__u64 best_cost;
-	__u64 best_w;
-};
-
-static long least_step(__u32 i, void *ctx)
-{
-	struct least *x = ctx;
-	struct rvs_dest_conns *c;
-	struct rvs_dest *d;
-	__u64 a = 0, in = 0, cost, w;
-	__u32 idx = slot_at(x->off + i);
-
-	d = eligible(idx);
-	if (!d)
-		return 0;
-	c = bpf_map_lookup_elem(&dest_conns, &idx);
 	if (c) {
-		a = c->active;
-		in = c->inactive;
+		*active = c->active;
+		*inactive = c->inactive;
 	}
-	w = d->weight;
-	if (x->sched == RVS_SCHED_FO || x->sched == RVS_SCHED_OVF) {
-		/* Highest weight wins, ties to the earliest; ovf only takes
-		 * servers whose active connections do not exceed their weight. */
-		if (x->sched == RVS_SCHED_OVF && a > w)
-			return 0;
-		if (x->best == RVS_SLOT_EMPTY || w > x->best_w) {
-			x->best = idx;
-			x->best_w = w;
-		}
-		return 0;
-	}
-	if (x->sched == RVS_SCHED_LC) {
-		cost = (a << 8) + in;
-		if (x->best == RVS_SLOT_EMPTY || cost < x->best_cost) {
-			x->best = idx;
-			x->best_cost = cost;
-		}
-		return 0;
-	}
-	if (x->sched == RVS_SCHED_NQ && a == 0) {
-		x->best = idx;
-		return 1;
-	}
-	if (x->sched == RVS_SCHED_WLC)
-		cost = (a << 8) + in;
-	else /* sed, nq */
-		cost = a + 1;
-	if (x->best == RVS_SLOT_EMPTY || x->best_cost * w > cost * x->best_w) {
-		x->best = idx;
-		x->best_cost = cost;
-		x->best_w = w;
-	}
-	return 0;
 }
 
-/* A global function, like twos, lblc and lblcr below (see there): the
- * verifier checks least_step's loop once here instead of once per caller
- * state; inlined, its callback's iterations took most of xdp_lb's 1M
- * instruction budget (Linux 6.18.44 refused the program). */
-__noinline __u32 sched_least(const struct rvs_svc *s)
-{
-	struct least x = {
-		.best = RVS_SLOT_EMPTY,
-	};
-
-	if (!s || s->dests_len > RVS_MAX_SVC_DESTS)
-		return RVS_SLOT_EMPTY;
-	x.off = s->dests_off;
-	x.sched = s->sched;
-	bpf_loop(s->dests_len, least_step, &x, 0);
-	CALL_SITE_TAG(11);
-	return x.best;
-}
+#include "lib/sched_pick.h"
 
 /* ------------------------------------------- twos, lblc, lblcr (counters) */
 
@@ -517,8 +363,6 @@ __noinline __u32 sched_lblcr(const struct rvs_svc *s, __u32 svc_idx,
 static __always_inline __u32 schedule(const struct rvs_svc *s, __u32 svc_idx,
 				      const struct pkt *p)
 {
-	__u32 idx, fold, port, ihash;
-
 	switch (s->sched) {
 	case RVS_SCHED_RR:
 		return sched_cursor(svc_idx, s->dests_off, s->dests_len);
@@ -530,55 +374,15 @@ static __always_inline __u32 schedule(const struct rvs_svc *s, __u32 svc_idx,
 	case RVS_SCHED_NQ:
 	case RVS_SCHED_FO:
 	case RVS_SCHED_OVF:
-		return sched_least(s);
+		return sched_least(s->dests_off, s->dests_len, s->sched);
 	case RVS_SCHED_DH:
-		if (s->table_len != (1u << RVS_DH_TAB_BITS))
-			return RVS_SLOT_EMPTY;
-		idx = slot_at(s->table_off +
-			      hash_32(addr_fold(p->daddr, p->family), RVS_DH_TAB_BITS));
-		return eligible(idx) ? idx : RVS_SLOT_EMPTY;
+		return sched_dh(s->table_off, s->table_len, p->daddr, p->family);
 	case RVS_SCHED_SH:
-		if (s->table_len != (1u << RVS_SH_TAB_BITS))
-			return RVS_SLOT_EMPTY;
-		fold = addr_fold(p->saddr, p->family);
-		port = (s->flags & RVS_SVC_F_SCHED2) ? bpf_ntohs(p->sport) : 0;
-		ihash = hash_32(port + fold, RVS_SH_TAB_BITS);
-		idx = slot_at(s->table_off + ihash);
-		if (idx == RVS_SLOT_EMPTY || eligible(idx) ||
-		    !(s->flags & RVS_SVC_F_SCHED1))
-			return eligible(idx) ? idx : RVS_SLOT_EMPTY;
-		{
-			struct sh_fallback x = {
-				.table_off = s->table_off,
-				.ihash = ihash,
-				.result = RVS_SLOT_EMPTY,
-			};
-
-			bpf_loop(1u << RVS_SH_TAB_BITS, sh_fallback_step, &x, 0);
-			CALL_SITE_TAG(12);
-			return x.result;
-		}
-	case RVS_SCHED_MH: {
-		struct mh_fallback x;
-
-		if (s->table_len == 0)
-			return RVS_SLOT_EMPTY;
-		fold = addr_fold(p->saddr, p->family);
-		port = (s->flags & RVS_SVC_F_SCHED2) ? bpf_ntohs(p->sport) : 0;
-		ihash = hsiphash_u32(RVS_MH_HASH1_KEY, port + fold) % s->table_len;
-		idx = slot_at(s->table_off + ihash);
-		if (idx == RVS_SLOT_EMPTY || eligible(idx) ||
-		    !(s->flags & RVS_SVC_F_SCHED1))
-			return eligible(idx) ? idx : RVS_SLOT_EMPTY;
-		x.fold_port = port + fold;
-		x.ihash = ihash;
-		x.m = s->table_len;
-		x.table_off = s->table_off;
-		x.result = RVS_SLOT_EMPTY;
-		bpf_loop(s->table_len, mh_fallback_step, &x, 0);
-		CALL_SITE_TAG(13);
-		return x.result;
-	}
+		return sched_sh(s->table_off, s->table_len, s->flags & RVS_SVC_F_SCHED1,
+				s->flags & RVS_SVC_F_SCHED2, p->saddr, p->family, p->sport);
+	case RVS_SCHED_MH:
+		return sched_mh(&s->table_off, s->flags & RVS_SVC_F_SCHED1,
+				s->flags & RVS_SVC_F_SCHED2, p->saddr, p->family, p->sport);
 	case RVS_SCHED_TWOS:
 		return sched_twos(s);
 	case RVS_SCHED_LBLC:

@@ -7,8 +7,9 @@ use rvs_bpf_build::{Toolchain, bpf_dir, rerun_if_changed};
 
 fn main() {
     let bpf = bpf_dir();
-    rerun_if_changed(&bpf.join("sock_lb.c"));
-    rerun_if_changed(&bpf.join("lib/map.h"));
+    for f in ["sock_lb.c", "sock.h", "rvs.h", "lib"] {
+        rerun_if_changed(&bpf.join(f));
+    }
     if let Some(clang) = Toolchain::find("rvs-sock", "the sock data plane") {
         clang.compile("sock_lb", "sock_lb", &[]);
     }

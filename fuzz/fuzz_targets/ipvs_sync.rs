@@ -60,6 +60,14 @@ fuzz_target!(|data: &[u8]| {
             "a request applies nothing"
         );
     }
+    if let Some(done) = ipvs_sync::parse_bulk_done(&msg) {
+        assert_eq!(ipvs_sync::build_bulk_done(&done)[..], msg[..]);
+        let m = ipvs_sync::parse(&msg).expect("an answer's end is a sync message");
+        assert!(
+            m.conns.is_empty() && m.skipped == 0,
+            "an answer's end applies nothing"
+        );
+    }
     let Ok(m) = ipvs_sync::parse(&msg) else {
         return;
     };

@@ -98,40 +98,82 @@ pub fn run_script(script: ScriptSpec, why: String) {
     }
 }
 
+/// What one step of the schedule leaves to do outside the host: probes to
+/// start, scripts to run, and when the next probe is due.
+#[derive(Debug)]
+pub struct Stepped {
+    /// Probes to start now, each as its own task.
+    pub probes: Vec<(CheckerId, crate::build::ProbeJob)>,
+    /// Notify and quorum scripts to run.
+    pub scripts: Vec<(ScriptSpec, String)>,
+    /// When the next probe is due (`None`: nothing scheduled).
+    pub due: Option<Instant>,
+}
+
+/// One step of the schedule on the host (which owns its [`Health`]): feed
+/// `results`, push health changes to the data plane, write the FIFO lines
+/// and mails; `None` when the host runs no checker. Never blocks: the
+/// probes and scripts it returns are started by the caller.
+pub fn step<H: Host + ?Sized>(h: &mut H, results: Vec<(CheckerId, Outcome)>) -> Option<Stepped> {
+    let now = Instant::now();
+    let health = h.health()?;
+    let work = health.step(now, results);
+    let due = health.next_due();
+    for (key, dests) in work.syncs {
+        h.apply_health(key, dests);
+    }
+    for line in &work.fifo {
+        h.notify_fifo(line);
+    }
+    for (subject, body) in &work.mail {
+        h.smtp_alert(subject, body);
+    }
+    Some(Stepped {
+        probes: work.probes,
+        scripts: work.scripts,
+        due,
+    })
+}
+
 /// Drive the host's health checker forever. `wake` is notified by the host
 /// after it reconfigures the checker (start, reload).
 pub async fn run<H: Host>(host: Arc<Mutex<H>>, wake: Arc<Notify>) {
+    drive(
+        move |results| {
+            let stepped = host.lock().ok().map(|mut h| step(&mut *h, results));
+            std::future::ready(stepped)
+        },
+        wake,
+    )
+    .await;
+}
+
+/// Drive a health checker whose host is reached through `step_on` (a host
+/// owned by another task answers through a channel): `step_on(results)`
+/// runs [`step`] on the host and resolves to its answer, or to `None` when
+/// the host is gone (then the driver ends). Probes run as tasks of their
+/// own; the driver sleeps until the next is due, a result arrives or
+/// `wake` is notified.
+pub async fn drive<F, Fut>(mut step_on: F, wake: Arc<Notify>)
+where
+    F: FnMut(Vec<(CheckerId, Outcome)>) -> Fut,
+    Fut: std::future::Future<Output = Option<Option<Stepped>>>,
+{
     let (tx, mut rx) = mpsc::unbounded_channel::<(CheckerId, Outcome)>();
     let mut results: Vec<(CheckerId, Outcome)> = Vec::new();
     loop {
-        let step = {
-            let Ok(mut h) = host.lock() else {
-                return;
-            };
-            let now = Instant::now();
-            match h.health() {
-                None => None,
-                Some(health) => {
-                    let work = health.step(now, std::mem::take(&mut results));
-                    let due = health.next_due();
-                    for (key, dests) in work.syncs {
-                        h.apply_health(key, dests);
-                    }
-                    for line in &work.fifo {
-                        h.notify_fifo(line);
-                    }
-                    for (subject, body) in &work.mail {
-                        h.smtp_alert(subject, body);
-                    }
-                    Some(((work.probes, work.scripts), due))
-                }
-            }
+        let Some(stepped) = step_on(std::mem::take(&mut results)).await else {
+            return;
         };
-        let Some((work, due)) = step else {
+        let Some(Stepped {
+            probes,
+            scripts,
+            due,
+        }) = stepped
+        else {
             wake.notified().await;
             continue;
         };
-        let (probes, scripts) = work;
         for (id, job) in probes {
             let tx = tx.clone();
             tokio::spawn(async move {

@@ -107,7 +107,6 @@ const PROCS: &str = "names of keepalived's processes; rvsd is one process";
 const REGEX: &str =
     "HTTP body regular expressions are not checked; only status_code and digest decide";
 const SSL: &str = "the global SSL block's files are not used by rvs's SSL_GET checker";
-const NAMESPACE: &str = "net_namespace belongs in global_defs";
 const NAMESPACE_IPVS: &str = "rvs runs its data plane and its health checks in one namespace (global_defs' net_namespace); IPVS in another one is not implemented, and running it in the wrong one would be wrong";
 const NETNS_TEST: &str = "crates/rvs/tests/e2e/netns_daemon.rs::net_namespace_runs_the_daemon_inside_the_named_namespace";
 const INSTANCE: &str = "rvsd writes no pid files; its socket, XDP pin directory (`--instance`) and state paths come from its command line";
@@ -125,13 +124,11 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Top, "bfd_instance", NotApplied(TRACK)),
     (Top, "garp_group", NotApplied(GARP)),
     (Top, "interface_up_down_delays", NotApplied(LINKBEAT)),
-    (Top, "net_namespace", Refused(NAMESPACE)),
     (Top, "includer", Refused(INCLUDE)),
     (Top, "includem", Refused(INCLUDE)),
     (Top, "includew", Refused(INCLUDE)),
     (Top, "includeb", Refused(INCLUDE)),
     (Top, "includea", Refused(INCLUDE)),
-    (Top, "namespace_with_ipsets", NotApplied(FIREWALL)),
     // global_defs: mail, FIFOs, notifications.
     (Global, "notification_email", Applied(SMTP_TEST)),
     (Global, "notification_email_from", Applied(SMTP_TEST)),
@@ -403,9 +400,28 @@ pub const TABLE: &[(Block, &str, Outcome)] = &[
     (Checker, "host", Applied(SMTP_HOST_TEST)),
 ];
 
+/// The global keywords keepalived takes at the top level of the file
+/// (`install_keyword_root` in its `global_parser.c`: `net_namespace`,
+/// `instance` and the others are not `global_defs` keywords there). rvs
+/// reads each there as in `global_defs`, with the same outcome.
+pub const ROOT_GLOBALS: &[&str] = &[
+    "linkbeat_use_polling",
+    "net_namespace",
+    "net_namespace_ipvs",
+    "namespace_with_ipsets",
+    "use_pid_dir",
+    "instance",
+    "child_wait_time",
+];
+
 /// What rvs does with `keyword` in `block`; `None`: applied without an
 /// audit entry (or unknown).
 pub fn outcome(block: Block, keyword: &str) -> Option<Outcome> {
+    let block = if block == Top && ROOT_GLOBALS.contains(&keyword) {
+        Global
+    } else {
+        block
+    };
     TABLE
         .iter()
         .find(|(b, k, _)| *b == block && *k == keyword)
@@ -638,6 +654,9 @@ pub fn known(block: Block) -> Vec<&'static str> {
             .filter(|(b, _, _)| *b == block)
             .map(|(_, k, _)| *k),
     );
+    if block == Top {
+        v.extend(ROOT_GLOBALS);
+    }
     v
 }
 

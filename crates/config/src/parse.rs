@@ -27,7 +27,7 @@ mod global_defs;
 mod virtual_server;
 mod vrrp;
 use checkers::{checker, ssl};
-use global_defs::global_defs;
+use global_defs::{global_def, global_defs};
 use virtual_server::{laddr_group, retry, virtual_server, vsg};
 use vrrp::{
     routes, rules, sync_group, track_file, track_process, vips, vrrp_instance, vrrp_script,
@@ -358,6 +358,10 @@ pub(crate) fn parse(tree: &[Node], w: &mut Vec<Warning>) -> R<KeepalivedConf> {
     let mut c = Ctx { w };
     let mut conf = KeepalivedConf::default();
     for n in tree {
+        if keywords::ROOT_GLOBALS.contains(&n.key.text.as_str()) {
+            global_def(&mut c, n, &mut conf.global)?;
+            continue;
+        }
         let listed = c.audit(Block::Top, n)?;
         match n.key.text.as_str() {
             "global_defs" => global_defs(&mut c, n, &mut conf.global)?,

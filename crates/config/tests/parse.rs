@@ -944,3 +944,26 @@ fn services_carry_the_family_the_sorry_method_and_thresholds() {
         "without ip_family"
     );
 }
+
+/// keepalived takes `net_namespace`, `net_namespace_ipvs`,
+/// `namespace_with_ipsets`, `instance`, `use_pid_dir`, `child_wait_time`
+/// and `linkbeat_use_polling` at the top level of the file (its
+/// `install_keyword_root`): rvs reads them there, each as it reads it in
+/// `global_defs` (applied, warned, quiet or refused alike).
+#[test]
+fn root_level_global_keywords_are_read_as_keepalived_reads_them() {
+    let l = ok(
+        "net_namespace blue\ninstance east\nuse_pid_dir\nchild_wait_time 5\nlinkbeat_use_polling\nglobal_defs {\n  router_id R1\n}\n",
+    );
+    assert_eq!(l.config.global.net_namespace.as_deref(), Some("blue"));
+    assert_eq!(l.config.global.router_id.as_deref(), Some("R1"));
+    assert_eq!(not_applied(&l), vec!["instance", "linkbeat_use_polling"]);
+    // Located where it stands, like any global keyword.
+    assert_eq!(fail_at("\n  net_namespace_ipvs other\n"), (2, 3));
+    assert!(
+        fail("net_namespace_ipvs other\n")
+            .to_string()
+            .contains("`net_namespace_ipvs` is refused")
+    );
+    assert_eq!(fail_at("net_namespace\n"), (1, 1));
+}

@@ -150,12 +150,7 @@ fn parse(path: &std::path::Path) -> Vec<ServiceDef> {
         .lvs_services()
         .expect("valid services")
         .into_iter()
-        .map(|s| ServiceDef {
-            key: s.key,
-            config: s.config,
-            dests: s.dests,
-            laddrs: s.laddrs,
-        })
+        .map(ServiceDef::from)
         .collect()
 }
 

@@ -35,6 +35,20 @@ pub struct ServiceDef {
     pub laddrs: Vec<LocalAddrRange>,
 }
 
+/// A `virtual_server` of keepalived.conf as a definition: its key,
+/// options, every configured real server and its local address pool (the
+/// spec's health-check and sorry-server parts are not the table's).
+impl From<rvs_config::ServiceSpec> for ServiceDef {
+    fn from(s: rvs_config::ServiceSpec) -> ServiceDef {
+        ServiceDef {
+            key: s.key,
+            config: s.config,
+            dests: s.dests,
+            laddrs: s.laddrs,
+        }
+    }
+}
+
 /// The service table the live director holds now, as definitions (real
 /// servers in add order), sorted by nothing in particular.
 pub fn current_defs(ipvs: &Ipvs) -> Vec<ServiceDef> {

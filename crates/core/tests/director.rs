@@ -2,11 +2,13 @@
 //! connection state and accounting, persistence, expiry and eviction.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
 
 use proptest::prelude::*;
+use rvs_core::conn::{Conn, ConnId};
 use rvs_core::dest::DestId;
 use rvs_core::ipvs::{
-    CtlError, DropReason, Forward, Ipvs, IpvsConfig, L4, Packet, Tunables, Verdict,
+    CtlError, DropReason, Forward, Ipvs, IpvsConfig, L4, MirroredConn, Packet, Tunables, Verdict,
 };
 use rvs_core::model::{
     AddrFamily, DestConfig, ForwardMethod, LocalAddrRange, PersistMask, PersistenceEngine,
@@ -68,17 +70,54 @@ fn tcp_in(client: IpAddr, sport: u16, dport: u16, f: TcpFlags) -> Packet<'static
 /// A director with one TCP service on VIP:80 and real servers .1..=n
 /// (added in that order, so list order is .n first).
 fn director(sched: &str, n: u8, method: ForwardMethod) -> Ipvs {
-    let mut ipvs = Ipvs::new(IpvsConfig::default());
-    ipvs.add_service(
-        tcp_svc(80),
-        ServiceConfig::new(AddrFamily::Inet).scheduler(sched.parse().expect("scheduler")),
-    )
-    .unwrap();
-    for i in 1..=n {
-        ipvs.add_dest(&tcp_svc(80), DestConfig::new(rs(i), 80).forward(method))
-            .unwrap();
+    let dests = (1..=n).map(|i| DestConfig::new(rs(i), 80).forward(method));
+    let cfg = svc_cfg(sched.parse().expect("scheduler"));
+    with_service(IpvsConfig::default(), tcp_svc(80), cfg, dests)
+}
+
+/// A director (table settings `table`) with the one service `key` (`cfg`)
+/// and the real servers `dests`, added one by one in that order.
+fn with_service(
+    table: IpvsConfig,
+    key: ServiceKey,
+    cfg: ServiceConfig,
+    dests: impl IntoIterator<Item = DestConfig>,
+) -> Ipvs {
+    let mut ipvs = Ipvs::new(table);
+    ipvs.add_service(key, cfg).unwrap();
+    for d in dests {
+        ipvs.add_dest(&key, d).unwrap();
     }
     ipvs
+}
+
+/// An IPv4 service scheduled by `sched`.
+fn svc_cfg(sched: Scheduler) -> ServiceConfig {
+    ServiceConfig::new(AddrFamily::Inet).scheduler(sched)
+}
+
+/// A table of `capacity` entries with an rr TCP service on VIP:80 and
+/// the one real server .1.
+fn one_server_table(capacity: usize) -> Ipvs {
+    let table = IpvsConfig {
+        conn_capacity: capacity,
+        ..IpvsConfig::default()
+    };
+    let dest = DestConfig::new(rs(1), 80);
+    with_service(table, tcp_svc(80), svc_cfg(Scheduler::Rr), [dest])
+}
+
+/// The persistence templates in the table.
+fn templates(ipvs: &Ipvs) -> Vec<&Conn> {
+    let all = ipvs.conns().iter();
+    all.filter(|(_, c)| c.is_template())
+        .map(|(_, c)| c)
+        .collect()
+}
+
+/// A SYN from `client`:`sport` to VIP:`dport` at `at`, which must be forwarded.
+fn syn(ipvs: &mut Ipvs, at: Instant, client: IpAddr, sport: u16, dport: u16) -> Forward {
+    fwd(ipvs.process(at, &tcp_in(client, sport, dport, SYN)))
 }
 
 fn fwd(v: Verdict) -> Forward {
@@ -116,7 +155,7 @@ fn list_order_is_newest_first_and_rr_follows_it() {
         .collect();
     assert_eq!(order, vec![rs(3), rs(2), rs(1)]);
     let picks: Vec<IpAddr> = (0..6)
-        .map(|i| fwd(ipvs.process(t(0), &tcp_in(v4(1, 1, 1, i), 1000, 80, SYN))).daddr)
+        .map(|i| syn(&mut ipvs, t(0), v4(1, 1, 1, i), 1000, 80).daddr)
         .collect();
     assert_eq!(picks, vec![rs(3), rs(2), rs(1), rs(3), rs(2), rs(1)]);
     ipvs.audit().unwrap();
@@ -126,7 +165,7 @@ fn list_order_is_newest_first_and_rr_follows_it() {
 fn nat_connection_lifecycle_moves_counters_and_expires() {
     let mut ipvs = director("wlc", 1, ForwardMethod::Masq);
     let c = v4(1, 1, 1, 1);
-    let f = fwd(ipvs.process(t(0), &tcp_in(c, 5000, 80, SYN)));
+    let f = syn(&mut ipvs, t(0), c, 5000, 80);
     assert!(f.new);
     assert_eq!(
         (f.daddr, f.dport, f.method),
@@ -175,9 +214,7 @@ fn nat_connection_lifecycle_moves_counters_and_expires() {
 fn direct_routing_uses_input_only_table() {
     let mut ipvs = director("rr", 1, ForwardMethod::Route);
     let c = v4(1, 1, 1, 1);
-    let id = fwd(ipvs.process(t(0), &tcp_in(c, 5000, 80, SYN)))
-        .conn
-        .unwrap();
+    let id = syn(&mut ipvs, t(0), c, 5000, 80).conn.unwrap();
     ipvs.process(t(0), &tcp_in(c, 5000, 80, ACK));
     ipvs.process(t(0), &tcp_in(c, 5000, 80, FIN));
     // INPUT_ONLY: client FIN in ESTABLISHED -> FIN_WAIT.
@@ -222,7 +259,7 @@ fn no_destination_rejects_and_unknown_vip_passes() {
 fn reused_port_after_time_wait_is_rescheduled_at_once() {
     let mut ipvs = director("rr", 2, ForwardMethod::Route);
     let c = v4(1, 1, 1, 1);
-    let first = fwd(ipvs.process(t(0), &tcp_in(c, 7, 80, SYN)));
+    let first = syn(&mut ipvs, t(0), c, 7, 80);
     ipvs.process(t(0), &tcp_in(c, 7, 80, ACK));
     ipvs.process(t(0), &tcp_in(c, 7, 80, FIN));
     ipvs.process(t(0), &tcp_in(c, 7, 80, RST)); // FIN_WAIT + RST -> CLOSE
@@ -232,7 +269,7 @@ fn reused_port_after_time_wait_is_rescheduled_at_once() {
         Some(TcpState::Close as u8)
     );
     // No one-second SYN drop: the new SYN gets a fresh connection now.
-    let second = fwd(ipvs.process(t(1), &tcp_in(c, 7, 80, SYN)));
+    let second = syn(&mut ipvs, t(1), c, 7, 80);
     assert!(second.new);
     assert_ne!(second.daddr, first.daddr, "rr moved on");
     assert_eq!(ipvs.conns().len(), 1);
@@ -241,43 +278,27 @@ fn reused_port_after_time_wait_is_rescheduled_at_once() {
 
 #[test]
 fn persistence_spans_client_ports_and_outlives_connections() {
-    let mut ipvs = Ipvs::new(IpvsConfig::default());
     let key = tcp_svc(443);
-    ipvs.add_service(
-        key,
-        ServiceConfig::new(AddrFamily::Inet)
-            .scheduler(Scheduler::Rr)
-            .persistent(360),
-    )
-    .unwrap();
-    for i in 1..=3 {
-        ipvs.add_dest(&key, DestConfig::new(rs(i), 8443)).unwrap();
-    }
+    let dests = (1..=3).map(|i| DestConfig::new(rs(i), 8443));
+    let cfg = svc_cfg(Scheduler::Rr).persistent(360);
+    let mut ipvs = with_service(IpvsConfig::default(), key, cfg, dests);
     let c = v4(1, 1, 1, 1);
-    let a = fwd(ipvs.process(t(0), &tcp_in(c, 1000, 443, SYN)));
+    let a = syn(&mut ipvs, t(0), c, 1000, 443);
     assert_eq!(a.dport, 8443);
     for p in 1001..1010 {
-        assert_eq!(
-            fwd(ipvs.process(t(0), &tcp_in(c, p, 443, SYN))).daddr,
-            a.daddr
-        );
+        assert_eq!(syn(&mut ipvs, t(0), c, p, 443).daddr, a.daddr);
     }
     // Another client is scheduled afresh (rr moves on).
     assert_ne!(
-        fwd(ipvs.process(t(0), &tcp_in(v4(1, 1, 1, 2), 1000, 443, SYN))).daddr,
+        syn(&mut ipvs, t(0), v4(1, 1, 1, 2), 1000, 443).daddr,
         a.daddr
     );
     // The template is listed like ipvsadm -Lcn shows it: client port 0, NONE.
-    let templates: Vec<_> = ipvs
-        .conns()
-        .iter()
-        .filter(|(_, c)| c.is_template())
-        .collect();
-    assert_eq!(templates.len(), 2);
+    let tpl = templates(&ipvs);
+    assert_eq!(tpl.len(), 2);
     assert!(
-        templates
-            .iter()
-            .all(|(_, c)| c.cport == 0 && c.vport == 443 && c.dport == 8443)
+        tpl.iter()
+            .all(|c| c.cport == 0 && c.vport == 443 && c.dport == 8443)
     );
     assert_eq!(ipvs.dest(a.dest).unwrap().persist, 1);
 
@@ -291,19 +312,13 @@ fn persistence_spans_client_ports_and_outlives_connections() {
             .count(),
         0
     );
-    assert_eq!(
-        fwd(ipvs.process(t(300), &tcp_in(c, 2000, 443, SYN))).daddr,
-        a.daddr
-    );
+    assert_eq!(syn(&mut ipvs, t(300), c, 2000, 443).daddr, a.daddr);
     ipvs.audit().unwrap();
     // After the template's 360 s (restarted at t=300 by its use) and the
     // connection's expiry, the template goes too.
     ipvs.expire(t(300 + 359));
     // The other client's template (last used at t=0) is gone; ours remains.
-    assert_eq!(
-        ipvs.conns().iter().filter(|(_, c)| c.is_template()).count(),
-        1
-    );
+    assert_eq!(templates(&ipvs).len(), 1);
     ipvs.expire(t(300 + 360));
     assert!(ipvs.conns().is_empty());
     assert_eq!(ipvs.dest(a.dest).unwrap().persist, 0);
@@ -311,27 +326,16 @@ fn persistence_spans_client_ports_and_outlives_connections() {
 
 #[test]
 fn persistence_netmask_groups_a_subnet() {
-    let mut ipvs = Ipvs::new(IpvsConfig::default());
-    let key = tcp_svc(80);
-    let cfg = ServiceConfig::new(AddrFamily::Inet)
-        .scheduler(Scheduler::Rr)
+    let cfg = svc_cfg(Scheduler::Rr)
         .persistent(60)
         .netmask(PersistMask::V4(Ipv4Addr::new(255, 255, 255, 0)));
-    ipvs.add_service(key, cfg).unwrap();
-    for i in 1..=4 {
-        ipvs.add_dest(&key, DestConfig::new(rs(i), 80)).unwrap();
-    }
-    let first = fwd(ipvs.process(t(0), &tcp_in(v4(7, 7, 7, 1), 1, 80, SYN))).daddr;
+    let dests = (1..=4).map(|i| DestConfig::new(rs(i), 80));
+    let mut ipvs = with_service(IpvsConfig::default(), tcp_svc(80), cfg, dests);
+    let first = syn(&mut ipvs, t(0), v4(7, 7, 7, 1), 1, 80).daddr;
     for h in 2..=254 {
-        assert_eq!(
-            fwd(ipvs.process(t(0), &tcp_in(v4(7, 7, 7, h), 1, 80, SYN))).daddr,
-            first
-        );
+        assert_eq!(syn(&mut ipvs, t(0), v4(7, 7, 7, h), 1, 80).daddr, first);
     }
-    assert_ne!(
-        fwd(ipvs.process(t(0), &tcp_in(v4(7, 7, 8, 1), 1, 80, SYN))).daddr,
-        first
-    );
+    assert_ne!(syn(&mut ipvs, t(0), v4(7, 7, 8, 1), 1, 80).daddr, first);
 }
 
 /// A template turns ASSURED (the kernel's `IP_VS_CTPL_S_ASSURED`, listed
@@ -340,27 +344,14 @@ fn persistence_netmask_groups_a_subnet() {
 #[test]
 fn templates_are_assured_by_an_established_tcp_conn_and_a_udp_reply() {
     let template_state = |ipvs: &Ipvs| -> Vec<&'static str> {
-        ipvs.conns()
-            .iter()
-            .filter(|(_, c)| c.is_template())
-            .map(|(_, c)| c.template_state_name())
-            .collect()
+        let tpl = templates(ipvs);
+        tpl.iter().map(|c| c.template_state_name()).collect()
     };
     for udp in [false, true] {
-        let mut ipvs = Ipvs::new(IpvsConfig::default());
         let key = if udp { udp_svc(80) } else { tcp_svc(80) };
-        ipvs.add_service(
-            key,
-            ServiceConfig::new(AddrFamily::Inet)
-                .scheduler(Scheduler::Rr)
-                .persistent(360),
-        )
-        .unwrap();
-        ipvs.add_dest(
-            &key,
-            DestConfig::new(rs(1), 80).forward(ForwardMethod::Masq),
-        )
-        .unwrap();
+        let cfg = svc_cfg(Scheduler::Rr).persistent(360);
+        let dest = DestConfig::new(rs(1), 80).forward(ForwardMethod::Masq);
+        let mut ipvs = with_service(IpvsConfig::default(), key, cfg, [dest]);
         let c = v4(1, 1, 1, 1);
         let (first, reply) = if udp {
             (L4::Udp, L4::Udp)
@@ -381,62 +372,39 @@ fn templates_are_assured_by_an_established_tcp_conn_and_a_udp_reply() {
 
 #[test]
 fn port_zero_persistent_service_spans_ports() {
-    let mut ipvs = Ipvs::new(IpvsConfig::default());
     let key = tcp_svc(0);
     // Without persistence a port-zero service refuses to schedule.
-    ipvs.add_service(
-        key,
-        ServiceConfig::new(AddrFamily::Inet).scheduler(Scheduler::Rr),
-    )
-    .unwrap();
-    ipvs.add_dest(&key, DestConfig::new(rs(1), 0)).unwrap();
-    ipvs.add_dest(&key, DestConfig::new(rs(2), 0)).unwrap();
+    let dests = [DestConfig::new(rs(1), 0), DestConfig::new(rs(2), 0)];
+    let mut ipvs = with_service(IpvsConfig::default(), key, svc_cfg(Scheduler::Rr), dests);
     assert_eq!(
         ipvs.process(t(0), &tcp_in(v4(1, 1, 1, 1), 1, 80, SYN)),
         Verdict::Reject
     );
-    ipvs.edit_service(
-        &key,
-        ServiceConfig::new(AddrFamily::Inet)
-            .scheduler(Scheduler::Rr)
-            .persistent(60),
-    )
-    .unwrap();
+    ipvs.edit_service(&key, svc_cfg(Scheduler::Rr).persistent(60))
+        .unwrap();
     let c = v4(1, 1, 1, 1);
-    let a = fwd(ipvs.process(t(0), &tcp_in(c, 1, 80, SYN)));
-    let b = fwd(ipvs.process(t(0), &tcp_in(c, 2, 443, SYN)));
+    let a = syn(&mut ipvs, t(0), c, 1, 80);
+    let b = syn(&mut ipvs, t(0), c, 2, 443);
     assert_eq!(a.daddr, b.daddr);
     assert_eq!(
         (a.dport, b.dport),
         (80, 443),
         "dest port 0 keeps the packet's port"
     );
-    let tpl: Vec<_> = ipvs
-        .conns()
-        .iter()
-        .filter(|(_, c)| c.is_template())
-        .collect();
+    let tpl = templates(&ipvs);
     assert_eq!(tpl.len(), 1);
-    assert_eq!((tpl[0].1.vport, tpl[0].1.dport), (0, 0));
+    assert_eq!((tpl[0].vport, tpl[0].dport), (0, 0));
 }
 
 #[test]
 fn fwmark_persistence_spans_protocols() {
-    let mut ipvs = Ipvs::new(IpvsConfig::default());
     let key = ServiceKey::Fwmark {
         mark: 7,
         af: AddrFamily::Inet,
     };
-    ipvs.add_service(
-        key,
-        ServiceConfig::new(AddrFamily::Inet)
-            .scheduler(Scheduler::Rr)
-            .persistent(60),
-    )
-    .unwrap();
-    for i in 1..=3 {
-        ipvs.add_dest(&key, DestConfig::new(rs(i), 0)).unwrap();
-    }
+    let cfg = svc_cfg(Scheduler::Rr).persistent(60);
+    let dests = (1..=3).map(|i| DestConfig::new(rs(i), 0));
+    let mut ipvs = with_service(IpvsConfig::default(), key, cfg, dests);
     let c = v4(1, 1, 1, 1);
     let mut p = tcp_in(c, 1, 80, SYN);
     p.fwmark = 7;
@@ -445,39 +413,28 @@ fn fwmark_persistence_spans_protocols() {
     u.fwmark = 7;
     let b = fwd(ipvs.process(t(0), &u));
     assert_eq!(a.daddr, b.daddr);
-    let tpl: Vec<_> = ipvs
-        .conns()
-        .iter()
-        .filter(|(_, c)| c.is_template())
-        .collect();
+    let tpl = templates(&ipvs);
     assert_eq!(tpl.len(), 1);
-    assert_eq!(tpl[0].1.protocol, 0, "fwmark templates use IPPROTO_IP");
+    assert_eq!(tpl[0].protocol, 0, "fwmark templates use IPPROTO_IP");
     // Unmarked traffic to the same address is not the service's.
     assert_eq!(ipvs.process(t(0), &tcp_in(c, 9, 80, SYN)), Verdict::Pass);
 }
 
 #[test]
 fn quiescent_template_kept_by_default_broken_by_sysctl() {
-    let mut ipvs = Ipvs::new(IpvsConfig::default());
     let key = tcp_svc(80);
-    ipvs.add_service(
-        key,
-        ServiceConfig::new(AddrFamily::Inet)
-            .scheduler(Scheduler::Rr)
-            .persistent(60),
-    )
-    .unwrap();
-    ipvs.add_dest(&key, DestConfig::new(rs(1), 80)).unwrap();
-    ipvs.add_dest(&key, DestConfig::new(rs(2), 80)).unwrap();
+    let cfg = svc_cfg(Scheduler::Rr).persistent(60);
+    let dests = [DestConfig::new(rs(1), 80), DestConfig::new(rs(2), 80)];
+    let mut ipvs = with_service(IpvsConfig::default(), key, cfg, dests);
     let c = v4(1, 1, 1, 1);
-    let a = fwd(ipvs.process(t(0), &tcp_in(c, 1, 80, SYN))).daddr;
+    let a = syn(&mut ipvs, t(0), c, 1, 80).daddr;
     ipvs.edit_dest(&key, DestConfig::new(a, 80).weight(0))
         .unwrap();
-    assert_eq!(fwd(ipvs.process(t(0), &tcp_in(c, 2, 80, SYN))).daddr, a);
+    assert_eq!(syn(&mut ipvs, t(0), c, 2, 80).daddr, a);
     let mut tun = *ipvs.tunables();
     tun.expire_quiescent_template = true;
     ipvs.set_tunables(tun);
-    assert_ne!(fwd(ipvs.process(t(0), &tcp_in(c, 3, 80, SYN))).daddr, a);
+    assert_ne!(syn(&mut ipvs, t(0), c, 3, 80).daddr, a);
     ipvs.audit().unwrap();
 }
 
@@ -503,7 +460,7 @@ fn deleted_dest_drops_by_default_reschedules_or_drains_by_choice() {
         let mut ipvs = director("rr", 2, ForwardMethod::Masq);
         ipvs.set_tunables(tun);
         let c = v4(1, 1, 1, 1);
-        let a = fwd(ipvs.process(t(0), &tcp_in(c, 1, 80, SYN)));
+        let a = syn(&mut ipvs, t(0), c, 1, 80);
         ipvs.process(t(0), &tcp_in(c, 1, 80, ACK));
         ipvs.del_dest(&tcp_svc(80), a.daddr, 80).unwrap();
         ipvs.audit().unwrap();
@@ -529,7 +486,7 @@ fn deleted_dest_drops_by_default_reschedules_or_drains_by_choice() {
 fn re_adding_a_deleted_dest_resurrects_it() {
     let mut ipvs = director("rr", 1, ForwardMethod::Masq);
     let c = v4(1, 1, 1, 1);
-    let a = fwd(ipvs.process(t(0), &tcp_in(c, 1, 80, SYN)));
+    let a = syn(&mut ipvs, t(0), c, 1, 80);
     ipvs.del_dest(&tcp_svc(80), rs(1), 80).unwrap();
     let id = ipvs
         .add_dest(
@@ -545,22 +502,14 @@ fn re_adding_a_deleted_dest_resurrects_it() {
 
 #[test]
 fn thresholds_overload_and_recover() {
-    let mut ipvs = Ipvs::new(IpvsConfig::default());
     let key = tcp_svc(80);
-    ipvs.add_service(
-        key,
-        ServiceConfig::new(AddrFamily::Inet).scheduler(Scheduler::Wlc),
-    )
-    .unwrap();
-    ipvs.add_dest(
-        &key,
+    let dests = [
         DestConfig::new(rs(1), 80).weight(100).thresholds(2, 1),
-    )
-    .unwrap();
-    ipvs.add_dest(&key, DestConfig::new(rs(2), 80).weight(1))
-        .unwrap();
+        DestConfig::new(rs(2), 80).weight(1),
+    ];
+    let mut ipvs = with_service(IpvsConfig::default(), key, svc_cfg(Scheduler::Wlc), dests);
     let picks: Vec<IpAddr> = (0..4)
-        .map(|i| fwd(ipvs.process(t(0), &tcp_in(v4(1, 1, 1, i), 1, 80, SYN))).daddr)
+        .map(|i| syn(&mut ipvs, t(0), v4(1, 1, 1, i), 1, 80).daddr)
         .collect();
     // rs1 (weight 100) takes two, then is overloaded; rs2 gets the rest.
     assert_eq!(picks.iter().filter(|&&a| a == rs(1)).count(), 2);
@@ -584,18 +533,9 @@ fn thresholds_overload_and_recover() {
 
 #[test]
 fn udp_is_always_inactive_and_one_packet_keeps_no_entry() {
-    let mut ipvs = Ipvs::new(IpvsConfig::default());
     let key = udp_svc(53);
-    ipvs.add_service(
-        key,
-        ServiceConfig::new(AddrFamily::Inet).scheduler(Scheduler::Rr),
-    )
-    .unwrap();
-    ipvs.add_dest(
-        &key,
-        DestConfig::new(rs(1), 53).forward(ForwardMethod::Masq),
-    )
-    .unwrap();
+    let dest = DestConfig::new(rs(1), 53).forward(ForwardMethod::Masq);
+    let mut ipvs = with_service(IpvsConfig::default(), key, svc_cfg(Scheduler::Rr), [dest]);
     let p = pkt(v4(1, 1, 1, 1), 999, IpAddr::V4(VIP), 53, L4::Udp);
     let f = fwd(ipvs.process(t(0), &p));
     assert!(f.new);
@@ -606,7 +546,7 @@ fn udp_is_always_inactive_and_one_packet_keeps_no_entry() {
     ipvs.process(t(2), &p);
     assert_eq!(ipvs.conns().deadline(f.conn.unwrap()), Some(t(32)));
 
-    let mut cfg = ServiceConfig::new(AddrFamily::Inet).scheduler(Scheduler::Rr);
+    let mut cfg = svc_cfg(Scheduler::Rr);
     cfg.one_packet = true;
     ipvs.edit_service(&key, cfg).unwrap();
     let q = pkt(v4(1, 1, 1, 2), 999, IpAddr::V4(VIP), 53, L4::Udp);
@@ -618,16 +558,10 @@ fn udp_is_always_inactive_and_one_packet_keeps_no_entry() {
 
 #[test]
 fn sip_call_id_persistence() {
-    let mut ipvs = Ipvs::new(IpvsConfig::default());
-    let key = udp_svc(5060);
-    let mut cfg = ServiceConfig::new(AddrFamily::Inet)
-        .scheduler(Scheduler::Rr)
-        .persistent(60);
+    let mut cfg = svc_cfg(Scheduler::Rr).persistent(60);
     cfg.pe = Some(PersistenceEngine::Sip);
-    ipvs.add_service(key, cfg).unwrap();
-    for i in 1..=3 {
-        ipvs.add_dest(&key, DestConfig::new(rs(i), 5060)).unwrap();
-    }
+    let dests = (1..=3).map(|i| DestConfig::new(rs(i), 5060));
+    let mut ipvs = with_service(IpvsConfig::default(), udp_svc(5060), cfg, dests);
     let msg =
         |call: &str| format!("INVITE sip:a@b SIP/2.0\r\nCall-ID: {call}\r\n\r\n").into_bytes();
     let (m1, m2) = (msg("call-one"), msg("call-two"));
@@ -654,25 +588,11 @@ fn sip_call_id_persistence() {
 
 #[test]
 fn full_table_evicts_half_open_before_established() {
-    let mut ipvs = Ipvs::new(IpvsConfig {
-        conn_capacity: 50,
-        ..IpvsConfig::default()
-    });
-    ipvs.add_service(
-        tcp_svc(80),
-        ServiceConfig::new(AddrFamily::Inet).scheduler(Scheduler::Rr),
-    )
-    .unwrap();
-    ipvs.add_dest(&tcp_svc(80), DestConfig::new(rs(1), 80))
-        .unwrap();
+    let mut ipvs = one_server_table(50);
     let mut established = Vec::new();
     for i in 0..10 {
         let c = v4(1, 1, 1, i);
-        established.push(
-            fwd(ipvs.process(t(0), &tcp_in(c, 1, 80, SYN)))
-                .conn
-                .unwrap(),
-        );
+        established.push(syn(&mut ipvs, t(0), c, 1, 80).conn.unwrap());
         ipvs.process(t(0), &tcp_in(c, 1, 80, ACK));
     }
     // A SYN flood from 1000 sources.
@@ -837,9 +757,7 @@ fn timeouts_set_like_ipvsadm() {
     ipvs.set_timeouts(10, 0, 0);
     assert_eq!(ipvs.timeouts().ipvsadm(), (10, 120, 300));
     let c = v4(1, 1, 1, 1);
-    let id = fwd(ipvs.process(t(0), &tcp_in(c, 1, 80, SYN)))
-        .conn
-        .unwrap();
+    let id = syn(&mut ipvs, t(0), c, 1, 80).conn.unwrap();
     ipvs.process(t(0), &tcp_in(c, 1, 80, ACK));
     assert_eq!(ipvs.expire(t(9)), 0);
     assert_eq!(ipvs.expire(t(10)), 1);
@@ -903,19 +821,12 @@ fn add_service_with_equals_one_by_one_and_is_all_or_nothing() {
 /// connection under an existing template must not evict that template.
 #[test]
 fn full_table_never_evicts_the_template_in_use() {
-    let mut ipvs = Ipvs::new(IpvsConfig {
+    let table = IpvsConfig {
         conn_capacity: 2,
         ..IpvsConfig::default()
-    });
-    let key = udp_svc(53);
-    ipvs.add_service(
-        key,
-        ServiceConfig::new(AddrFamily::Inet)
-            .scheduler(Scheduler::Rr)
-            .persistent(1),
-    )
-    .unwrap();
-    ipvs.add_dest(&key, DestConfig::new(rs(1), 53)).unwrap();
+    };
+    let cfg = svc_cfg(Scheduler::Rr).persistent(1);
+    let mut ipvs = with_service(table, udp_svc(53), cfg, [DestConfig::new(rs(1), 53)]);
     let c = v4(1, 1, 1, 1);
     // Template (1 s) + connection (300 s) fill the table.
     fwd(ipvs.process(t(0), &pkt(c, 1, IpAddr::V4(VIP), 53, L4::Udp)));
@@ -938,6 +849,30 @@ mod proxy_api {
         SocketAddr::new(ip, port)
     }
 
+    /// The proxy's socket accepted at `at` from 1.1.1.1:`port` to VIP:80,
+    /// and its connection.
+    fn open(ipvs: &mut Ipvs, at: Instant, port: u16) -> (Forward, ConnId) {
+        let vip = sa(IpAddr::V4(VIP), 80);
+        let f = ipvs
+            .open(at, Protocol::Tcp, sa(v4(1, 1, 1, 1), port), vip)
+            .unwrap();
+        (f, f.conn.expect("a TCP connection has an entry"))
+    }
+
+    /// The connection `id` connected at `at`: the server's SYN+ACK, then
+    /// the client's ACK.
+    fn connect(ipvs: &mut Ipvs, at: Instant, id: ConnId) {
+        ipvs.conn_event(at, id, Direction::Output, L4::Tcp(SYNACK), 0);
+        ipvs.conn_event(at, id, Direction::Input, L4::Tcp(ACK), 0);
+    }
+
+    /// The connection `id` closed from both sides at `at`: the client's
+    /// FIN, then the server's.
+    fn close_both(ipvs: &mut Ipvs, at: Instant, id: ConnId) {
+        ipvs.conn_event(at, id, Direction::Input, L4::Tcp(FIN), 0);
+        ipvs.conn_event(at, id, Direction::Output, L4::Tcp(FIN), 0);
+    }
+
     /// Issue 29: a closed connection of the proxy plane lingers in its
     /// closing state as the kernel's does (listed, inactive, and so sent by
     /// a sync master), instead of vanishing at once; one closed while still
@@ -948,35 +883,18 @@ mod proxy_api {
     /// entry stays listed until its closing state's timer.
     #[test]
     fn a_released_connection_does_not_hold_its_template() {
-        let mut ipvs = Ipvs::new(IpvsConfig::default());
-        ipvs.add_service(
-            tcp_svc(80),
-            ServiceConfig::new(AddrFamily::Inet)
-                .scheduler(Scheduler::Rr)
-                .persistent(10),
-        )
-        .unwrap();
-        ipvs.add_dest(
-            &tcp_svc(80),
-            DestConfig::new(rs(1), 80).forward(ForwardMethod::FullNat),
-        )
-        .unwrap();
-        let vip = sa(IpAddr::V4(VIP), 80);
-        let f = ipvs
-            .open(t(0), Protocol::Tcp, sa(v4(1, 1, 1, 1), 5000), vip)
-            .unwrap();
-        let id = f.conn.unwrap();
-        ipvs.conn_event(t(0), id, Direction::Output, L4::Tcp(SYNACK), 0);
-        ipvs.conn_event(t(0), id, Direction::Input, L4::Tcp(ACK), 0);
-        ipvs.conn_event(t(1), id, Direction::Input, L4::Tcp(FIN), 0);
-        ipvs.conn_event(t(1), id, Direction::Output, L4::Tcp(FIN), 0);
+        let cfg = svc_cfg(Scheduler::Rr).persistent(10);
+        let dest = DestConfig::new(rs(1), 80).forward(ForwardMethod::FullNat);
+        let mut ipvs = with_service(IpvsConfig::default(), tcp_svc(80), cfg, [dest]);
+        let (_, id) = open(&mut ipvs, t(0), 5000);
+        connect(&mut ipvs, t(0), id);
+        close_both(&mut ipvs, t(1), id);
         ipvs.release(id);
         ipvs.audit().unwrap();
-        let templates = |ipvs: &Ipvs| ipvs.conns().iter().filter(|(_, c)| c.is_template()).count();
-        assert_eq!(templates(&ipvs), 1);
+        assert_eq!(templates(&ipvs).len(), 1);
         // Past the template's 10 s, within TIME_WAIT's 2 minutes.
         ipvs.expire(t(30));
-        assert_eq!(templates(&ipvs), 0, "the template timed out");
+        assert_eq!(templates(&ipvs).len(), 0, "the template timed out");
         assert!(ipvs.conns().get(id).is_some(), "the closed entry lingers");
         ipvs.audit().unwrap();
     }
@@ -984,15 +902,9 @@ mod proxy_api {
     #[test]
     fn a_released_connection_stays_in_its_closing_state_until_its_timer() {
         let mut ipvs = director("rr", 1, ForwardMethod::FullNat);
-        let vip = sa(IpAddr::V4(VIP), 80);
-        let f = ipvs
-            .open(t(0), Protocol::Tcp, sa(v4(1, 1, 1, 1), 5000), vip)
-            .unwrap();
-        let id = f.conn.unwrap();
-        ipvs.conn_event(t(0), id, Direction::Output, L4::Tcp(SYNACK), 0);
-        ipvs.conn_event(t(0), id, Direction::Input, L4::Tcp(ACK), 0);
-        ipvs.conn_event(t(1), id, Direction::Input, L4::Tcp(FIN), 0);
-        ipvs.conn_event(t(1), id, Direction::Output, L4::Tcp(FIN), 0);
+        let (f, id) = open(&mut ipvs, t(0), 5000);
+        connect(&mut ipvs, t(0), id);
+        close_both(&mut ipvs, t(1), id);
         let closing = ipvs.conns().get(id).unwrap().state;
         assert_ne!(closing, TcpState::Established as u8);
         ipvs.release(id);
@@ -1006,12 +918,8 @@ mod proxy_api {
         let d = ipvs.dest(f.dest).unwrap();
         assert_eq!((d.active, d.inactive), (0, 0));
         // Released while established (no FIN seen): removed now.
-        let f = ipvs
-            .open(t(4000), Protocol::Tcp, sa(v4(1, 1, 1, 1), 5001), vip)
-            .unwrap();
-        let id = f.conn.unwrap();
-        ipvs.conn_event(t(4000), id, Direction::Output, L4::Tcp(SYNACK), 0);
-        ipvs.conn_event(t(4000), id, Direction::Input, L4::Tcp(ACK), 0);
+        let (_, id) = open(&mut ipvs, t(4000), 5001);
+        connect(&mut ipvs, t(4000), id);
         ipvs.release(id);
         assert!(ipvs.conns().is_empty());
         ipvs.audit().unwrap();
@@ -1020,15 +928,9 @@ mod proxy_api {
     #[test]
     fn open_event_close_follow_the_socket() {
         let mut ipvs = director("rr", 2, ForwardMethod::FullNat);
-        let vip = sa(IpAddr::V4(VIP), 80);
-        let f = ipvs
-            .open(t(0), Protocol::Tcp, sa(v4(1, 1, 1, 1), 5000), vip)
-            .unwrap();
-        let id = f.conn.unwrap();
+        let (f, id) = open(&mut ipvs, t(0), 5000);
         assert_eq!(ipvs.conns().get(id).unwrap().state, TcpState::SynRecv as u8);
-        // connected: the server's SYN+ACK, then the client's ACK
-        ipvs.conn_event(t(0), id, Direction::Output, L4::Tcp(SYNACK), 0);
-        ipvs.conn_event(t(0), id, Direction::Input, L4::Tcp(ACK), 0);
+        connect(&mut ipvs, t(0), id);
         assert_eq!(
             ipvs.conns().get(id).unwrap().state,
             TcpState::Established as u8
@@ -1060,22 +962,10 @@ mod proxy_api {
 
     #[test]
     fn retry_elsewhere_skips_the_failed_server_and_its_template() {
-        let mut ipvs = Ipvs::new(IpvsConfig::default());
         let key = tcp_svc(80);
-        ipvs.add_service(
-            key,
-            ServiceConfig::new(AddrFamily::Inet)
-                .scheduler(Scheduler::Wlc)
-                .persistent(60),
-        )
-        .unwrap();
-        for i in 1..=3 {
-            ipvs.add_dest(
-                &key,
-                DestConfig::new(rs(i), 80).forward(ForwardMethod::FullNat),
-            )
-            .unwrap();
-        }
+        let cfg = svc_cfg(Scheduler::Wlc).persistent(60);
+        let dests = (1..=3).map(|i| DestConfig::new(rs(i), 80).forward(ForwardMethod::FullNat));
+        let mut ipvs = with_service(IpvsConfig::default(), key, cfg, dests);
         let (client, vip) = (sa(v4(1, 1, 1, 1), 5000), sa(IpAddr::V4(VIP), 80));
         let first = ipvs.open(t(0), Protocol::Tcp, client, vip).unwrap();
         let second = ipvs
@@ -1094,9 +984,7 @@ mod proxy_api {
             .unwrap();
         assert!(third.daddr != first.daddr && third.daddr != second.daddr);
         // The new template now pins the client to the third server.
-        let again = ipvs
-            .open(t(1), Protocol::Tcp, sa(v4(1, 1, 1, 1), 5001), vip)
-            .unwrap();
+        let (again, _) = open(&mut ipvs, t(1), 5001);
         assert_eq!(again.daddr, third.daddr);
         // Overload marks used for the retries are gone.
         assert!(
@@ -1111,17 +999,7 @@ mod proxy_api {
 
     #[test]
     fn a_table_full_of_held_sockets_refuses_instead_of_evicting() {
-        let mut ipvs = Ipvs::new(IpvsConfig {
-            conn_capacity: 4,
-            ..IpvsConfig::default()
-        });
-        ipvs.add_service(
-            tcp_svc(80),
-            ServiceConfig::new(AddrFamily::Inet).scheduler(Scheduler::Rr),
-        )
-        .unwrap();
-        ipvs.add_dest(&tcp_svc(80), DestConfig::new(rs(1), 80))
-            .unwrap();
+        let mut ipvs = one_server_table(4);
         let vip = sa(IpAddr::V4(VIP), 80);
         let held: Vec<_> = (0..4)
             .map(|i| {
@@ -1163,11 +1041,7 @@ mod proxy_api {
         let mut tun = *ipvs.tunables();
         tun.drain_deleted = true;
         ipvs.set_tunables(tun);
-        let vip = sa(IpAddr::V4(VIP), 80);
-        let f = ipvs
-            .open(t(0), Protocol::Tcp, sa(v4(1, 1, 1, 1), 1), vip)
-            .unwrap();
-        let id = f.conn.unwrap();
+        let (f, id) = open(&mut ipvs, t(0), 1);
         ipvs.conn_event(t(0), id, Direction::Input, L4::Tcp(ACK), 0);
         ipvs.del_dest(&tcp_svc(80), rs(1), 80).unwrap();
         // The deleted server's connection keeps working and counting.
@@ -1184,29 +1058,33 @@ mod proxy_api {
     }
 }
 
+/// A data plane's TCP flow 1.2.3.4:5555 -> VIP:80 on `dest` in `state`,
+/// idle for 50 s more, as it reports it to be mirrored.
+fn mirrored(dest: DestId, state: TcpState) -> MirroredConn {
+    MirroredConn {
+        protocol: Protocol::Tcp,
+        client: "1.2.3.4:5555".parse().unwrap(),
+        vip: std::net::SocketAddr::new(IpAddr::V4(VIP), 80),
+        dest,
+        state: state as u8,
+        output_seen: false,
+        idle_left: Duration::from_secs(50),
+        template: false,
+        local: None,
+    }
+}
+
 /// A packet data plane's flows mirrored into the table: created bound to
 /// the chosen server, moved between active and inactive as their state
 /// changes, expired by the table's timer, counters added separately.
 #[test]
 fn mirrored_flows_follow_the_data_plane() {
-    use rvs_core::ipvs::MirroredConn;
     use rvs_core::stats::Counters;
-    use std::time::Duration;
     let mut ipvs = director("rr", 2, ForwardMethod::Route);
     let key = tcp_svc(80);
     let dest = ipvs.service(&key).unwrap().dests()[0].id;
     let daddr = ipvs.service(&key).unwrap().dests()[0].config.addr;
-    let mut flow = MirroredConn {
-        protocol: Protocol::Tcp,
-        client: "1.2.3.4:5555".parse().unwrap(),
-        vip: std::net::SocketAddr::new(IpAddr::V4(VIP), 80),
-        dest,
-        state: TcpState::SynRecv as u8,
-        output_seen: false,
-        idle_left: Duration::from_secs(50),
-        template: false,
-        local: None,
-    };
+    let mut flow = mirrored(dest, TcpState::SynRecv);
     let id = ipvs.mirror_conn(t(0), &flow).unwrap();
     let of = |ipvs: &Ipvs| counts(ipvs, &key).into_iter().find(|c| c.0 == daddr);
     assert_eq!(of(&ipvs), Some((daddr, 1, 0)), "SYN_RECV is active");
@@ -1260,22 +1138,13 @@ fn mirrored_flows_follow_the_data_plane() {
 /// leaves it; a template never gets one.
 #[test]
 fn mirrored_flows_keep_their_fullnat_local_pair() {
-    use rvs_core::ipvs::MirroredConn;
-    use std::time::Duration;
     let mut ipvs = director("rr", 2, ForwardMethod::FullNat);
-    let key = tcp_svc(80);
-    let dest = ipvs.service(&key).unwrap().dests()[0].id;
+    let dest = ipvs.service(&tcp_svc(80)).unwrap().dests()[0].id;
     let local: std::net::SocketAddr = "10.3.0.1:40000".parse().unwrap();
     let mut flow = MirroredConn {
-        protocol: Protocol::Tcp,
-        client: "1.2.3.4:5555".parse().unwrap(),
-        vip: std::net::SocketAddr::new(IpAddr::V4(VIP), 80),
-        dest,
-        state: TcpState::Established as u8,
         output_seen: true,
-        idle_left: Duration::from_secs(50),
-        template: false,
         local: Some(local),
+        ..mirrored(dest, TcpState::Established)
     };
     let id = ipvs.mirror_conn(t(0), &flow).unwrap();
     let pair = |ipvs: &Ipvs, id| {

@@ -24,13 +24,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rvs_control::announce::{self, Quorum, ServiceInput, VipState};
 use serde::Serialize;
 
 use crate::daemon::Daemon;
+use crate::handle::{DaemonHandle, Msg};
 
 /// The route protocol number of rvs's announce routes (`rvs` in
 /// `/etc/iproute2/rt_protos.d/rvs.conf`; unused by the kernel and by the
@@ -198,7 +199,7 @@ impl Announce {
     }
 
     /// Record what a round did.
-    fn record(&mut self, routes: Option<BTreeSet<IpAddr>>, error: Option<String>) {
+    pub(crate) fn record(&mut self, routes: Option<BTreeSet<IpAddr>>, error: Option<String>) {
         if let Some(r) = routes {
             self.routes = r;
         }
@@ -323,15 +324,22 @@ fn describe(s: &Settings, vip: IpAddr) -> String {
     format!("blackhole {vip}/{len} table {} proto {}", s.table, s.proto)
 }
 
+/// One round's decision on the daemon (served by its owner): each VIP's
+/// state given the routes read, and whether the director is drained.
+pub fn round(
+    d: &mut Daemon,
+    current: Option<&BTreeSet<IpAddr>>,
+) -> (BTreeMap<IpAddr, VipState>, bool) {
+    let services = inputs(d);
+    let states = d.announce_mut().decide(Instant::now(), &services, current);
+    (states, d.announce().drained())
+}
+
 /// The announcer: reconcile the table with the decision every [`ROUND`]
-/// and when woken, the netlink work with the daemon's lock released.
-pub async fn run(daemon: Arc<Mutex<Daemon>>) {
-    let Some((settings, wake)) = daemon.lock().ok().and_then(|d| {
-        let a = d.announce();
-        Some((a.settings()?.clone(), a.wake()))
-    }) else {
-        return;
-    };
+/// and when woken; the netlink work is this task's, the decision the
+/// daemon's owner's. `settings` and `wake`: the daemon's
+/// ([`Announce::settings`], [`Announce::wake`]).
+pub async fn run(daemon: DaemonHandle, settings: Settings, wake: Arc<tokio::sync::Notify>) {
     let mut nl: Option<rvs_sys::netlink::AsyncNetlink> = None;
     let mut persisted: Option<bool> = None;
     loop {
@@ -355,12 +363,10 @@ pub async fn run(daemon: Arc<Mutex<Daemon>>) {
                 }
             }
         }
-        let decided = daemon.lock().ok().map(|mut d| {
-            let services = inputs(&d);
-            let now = Instant::now();
-            let states = d.announce_mut().decide(now, &services, current.as_ref());
-            (states, d.announce().drained())
-        });
+        let c = current.clone();
+        let decided = daemon
+            .ask(|reply| Msg::AnnounceDecide { current: c, reply })
+            .await;
         let Some((states, drained)) = decided else {
             return;
         };
@@ -402,8 +408,8 @@ pub async fn run(daemon: Arc<Mutex<Daemon>>) {
             }
         }
         let error = (!errors.is_empty()).then(|| errors.join("; "));
-        if let Ok(mut d) = daemon.lock() {
-            d.announce_mut().record(routes, error);
+        if !daemon.send(Msg::AnnounceRecord { routes, error }).await {
+            return;
         }
         let _ = tokio::time::timeout(ROUND, wake.notified()).await;
     }

@@ -11,13 +11,12 @@
 //! * FRR: `vtysh -c 'show bgp summary json'` (default `vtysh`), run
 //!   asynchronously with a timeout.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rvs_control::bgp;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::daemon::Daemon;
+use crate::handle::{DaemonHandle, Msg};
 
 /// The default BIRD control socket (Debian's bird2 package).
 pub const BIRD_SOCKET: &str = "/run/bird/bird.ctl";
@@ -179,17 +178,12 @@ async fn look_frr(vtysh: &str) -> Look {
 }
 
 /// Watch the daemon until rvsd exits.
-pub async fn run(daemon: Arc<Mutex<Daemon>>, spec: Spec) {
+/// `table` and `proto`: the announcement's ([`crate::announce::Settings`]).
+pub async fn run(daemon: DaemonHandle, spec: Spec, table: u32, proto: u8) {
     let mut backoff = Duration::from_secs(1);
     let mut last: Option<Look> = None;
     loop {
-        let Some((table, proto, announced)) = daemon.lock().ok().and_then(|d| {
-            let a = d.announce();
-            let s = a.settings()?;
-            Some((s.table, s.proto, a.vips().filter(|(_, on)| *on).count()))
-        }) else {
-            return;
-        };
+        let announced = daemon.fresh().await.announced;
         let look = match &spec {
             Spec::Bird(path) => {
                 match tokio::time::timeout(TIMEOUT, look_bird(path, table, proto, announced)).await
@@ -233,8 +227,8 @@ pub async fn run(daemon: Arc<Mutex<Daemon>>, spec: Spec) {
             "ok": look.is_ok(),
             "summary": match &look { Ok(s) => s.clone(), Err(e) => format!("error: {e}") },
         });
-        if let Ok(mut d) = daemon.lock() {
-            d.announce_mut().set_bgp(view);
+        if !daemon.send(Msg::SetBgp(view)).await {
+            return;
         }
         last = Some(look);
         tokio::time::sleep(wait).await;

@@ -1,7 +1,8 @@
 //! The daemon's state: the controller (desired state + data plane), where
-//! the configuration came from, and the request handlers.
+//! the configuration came from, and the request handlers. One task owns it
+//! ([`crate::handle`]); the others ask through a handle.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant as StdInstant;
 
 use rvs_control::owner::{Change, Owner};
@@ -9,11 +10,11 @@ use rvs_control::protocol::{Request, Response};
 use rvs_control::state::{Controller, DiffSummary};
 use rvs_core::time::Instant;
 
-use crate::source::{self, Loaded, Source};
+use crate::source::{Loaded, Source};
 use crate::view;
 
-/// Everything the daemon's tasks share (behind one mutex: control requests
-/// are rare and short; the packet path of a data plane does not go through it).
+/// Everything the daemon's tasks ask about or change, owned by one task
+/// ([`crate::handle::spawn`]).
 pub struct Daemon {
     ctl: Controller,
     source: Option<Source>,
@@ -101,10 +102,10 @@ impl Daemon {
         &self.health
     }
 
-    /// Queue the table for its file if it changed (after every control
-    /// request and every tick): the controller's generation compared under
-    /// the lock, the table built only when it moved, written on the saver's
-    /// thread.
+    /// Queue the table for its file if it changed (every tick, and when
+    /// rvsd stops; not per request: a restore of N commands would build the
+    /// table N times): the controller's generation compared, the table
+    /// built only when it moved, written on the saver's thread.
     pub fn save_table(&mut self) {
         let generation = self.ctl.generation();
         if let Some(s) = &mut self.table_saver
@@ -113,6 +114,13 @@ impl Daemon {
             s.update(self.ctl.table_commands());
             self.table_saved = Some(generation);
         }
+    }
+
+    /// rvsd stops: queue the table as it is and stop saving; the writer
+    /// thread to join, if there is one.
+    pub fn close_table(&mut self) -> Option<std::thread::JoinHandle<()>> {
+        self.save_table();
+        self.table_saver.take().map(crate::table_file::Saver::close)
     }
 
     /// Keep the service table in a file from now on (an XDP rvsd without
@@ -237,23 +245,37 @@ impl Daemon {
         &self.ctl
     }
 
-    /// Give the data plane its way back to the director: a handle that
-    /// locks this daemon (through a weak reference, so the data plane does
-    /// not keep the daemon alive) and lends the director with the daemon's
-    /// clock.
-    pub fn attach_director(daemon: &Arc<Mutex<Daemon>>) {
-        let weak = Arc::downgrade(daemon);
-        let handle = rvs_control::dataplane::DirectorHandle::new(move |f| {
-            if let Some(d) = weak.upgrade()
-                && let Ok(mut d) = d.lock()
-            {
-                let now = d.now();
-                f(d.ctl.ipvs_mut(), now);
-            }
-        });
-        if let Ok(mut d) = daemon.lock() {
-            d.ctl.attach_director(handle);
+    /// Give the data plane its way back to the director
+    /// ([`crate::handle`] builds the handle).
+    pub fn attach_director(&mut self, handle: rvs_control::dataplane::DirectorHandle) {
+        self.ctl.attach_director(handle);
+    }
+
+    /// Lend the director and the daemon's clock to `f` (a data plane's
+    /// [`rvs_control::dataplane::DirectorHandle`] call).
+    pub fn lend_director(&mut self, f: &mut dyn FnMut(&mut rvs_core::ipvs::Ipvs, Instant)) {
+        let now = self.now();
+        f(self.ctl.ipvs_mut(), now);
+    }
+
+    /// The counters other tasks keep, for the metrics.
+    pub fn live(&self) -> crate::handle::Live {
+        crate::handle::Live {
+            proxy: self.proxy_stats.clone(),
+            xdp_flood: self.xdp_flood.clone(),
+            sock: self.sock_stats.clone(),
+            vrrp: self.vrrp_status.clone(),
+            kubernetes: self.kubernetes.clone(),
         }
+    }
+
+    /// Record what an announcer round did.
+    pub fn announce_record(
+        &mut self,
+        routes: Option<std::collections::BTreeSet<std::net::IpAddr>>,
+        error: Option<String>,
+    ) {
+        self.announce.record(routes, error);
     }
 
     /// Periodic work: expire connections, run the rate estimators, log data
@@ -272,8 +294,8 @@ impl Daemon {
         self.source.clone()
     }
 
-    /// Apply a freshly read configuration (read outside the lock by
-    /// [`reload`]): only the difference; on error the running state is
+    /// Apply a freshly read configuration (read by the asking task,
+    /// [`crate::handle::reload`]): only the difference; on error the running state is
     /// untouched.
     pub fn apply_loaded(
         &mut self,
@@ -354,8 +376,8 @@ impl Daemon {
         result
     }
 
-    /// Answer one control request under the lock. Reloads come through
-    /// [`answer`], which reads the file before taking the lock.
+    /// Answer one control request. Reloads, sync daemons and handovers come
+    /// through [`crate::handle::answer`], which does their slow parts first.
     pub fn handle(&mut self, req: Request) -> Response {
         match req {
             Request::Ping => Response::Ok,
@@ -402,7 +424,7 @@ impl Daemon {
             | Request::StopDaemon { .. }
             | Request::HandOver
             | Request::Retire => Response::Error {
-                message: "this request must go through daemon::answer".into(),
+                message: "this request must go through handle::answer".into(),
                 index: None,
                 ctl: None,
             },
@@ -424,7 +446,7 @@ impl Daemon {
 
     /// Apply a change of desired state from `owner` through the control
     /// plane's one entry point ([`Controller::submit`]); what the data plane
-    /// reports is logged and the table file kept up to date.
+    /// reports is logged. The table file follows at the next tick.
     pub fn submit(
         &mut self,
         owner: Owner,
@@ -437,25 +459,18 @@ impl Daemon {
         for e in self.ctl.take_plane_errors() {
             tracing::warn!("{e}");
         }
-        self.save_table();
         r
     }
 
-    /// Prometheus metrics.
-    pub fn metrics(&self) -> String {
-        crate::metrics::render(&crate::metrics::Sources {
-            ipvs: self.ctl.ipvs(),
-            reloads: self.reloads,
-            reload_failures: self.reload_failures,
-            proxy: self.proxy_stats.as_deref(),
-            xdp_flood: self.xdp_flood.as_deref(),
-            sock: self.sock_stats.as_ref(),
-            health: &self.health,
-            vrrp: &self.vrrp_status,
-            announce: &self.announce,
-            kubernetes: self.kubernetes.as_deref(),
-            planes_skipped: self.ctl.plane_services_skipped(),
-        })
+    /// The metric families this daemon renders itself (the counters other
+    /// tasks keep are read at scrape time: [`crate::handle::Live`]).
+    pub fn families(&self) -> crate::handle::Families {
+        crate::handle::Families {
+            director: crate::metrics::director(self.ctl.ipvs(), self.reloads, self.reload_failures),
+            planes_skipped: crate::metrics::planes_skipped(&self.ctl.plane_services_skipped()),
+            health: crate::metrics::health(&self.health),
+            announce: crate::metrics::announce(&self.announce),
+        }
     }
 }
 
@@ -493,105 +508,5 @@ impl rvs_check::runner::Host for Daemon {
         if let Err(e) = self.submit(Owner::File, change) {
             tracing::error!(target: "rvs::check", "applying a health change: {}", e.error);
         }
-    }
-}
-
-/// Re-read the configuration file and apply the difference. The file is
-/// read and parsed on a blocking thread without holding the daemon lock
-/// (a 10,000-service file takes a good part of a second); only the
-/// comparison and the application hold it.
-pub async fn reload(daemon: &Arc<Mutex<Daemon>>) -> Result<DiffSummary, String> {
-    let src = daemon
-        .lock()
-        .map_err(|_| "daemon state poisoned".to_owned())?
-        .source();
-    let Some(src) = src else {
-        return Err("no configuration file to reload (rvsd was started without -f/--rules)".into());
-    };
-    let read_src = src.clone();
-    let loaded = tokio::task::spawn_blocking(move || source::load(&read_src))
-        .await
-        .unwrap_or_else(|e| Err(format!("reading the configuration: {e}")));
-    let mut d = daemon
-        .lock()
-        .map_err(|_| "daemon state poisoned".to_owned())?;
-    d.apply_loaded(&src, loaded)
-}
-
-/// Answer one control request: a reload reads its file outside the lock
-/// ([`reload`]); everything else is served under it ([`Daemon::handle`]).
-pub async fn answer(daemon: &Arc<Mutex<Daemon>>, req: Request) -> Response {
-    let error = |message: String| Response::Error {
-        message,
-        index: None,
-        ctl: None,
-    };
-    match req {
-        Request::StartDaemon(cfg) => match crate::sync::start(daemon, cfg).await {
-            Ok(()) => Response::Ok,
-            Err(message) => error(message),
-        },
-        Request::StopDaemon { master } => match daemon.lock() {
-            Ok(mut d) => match d.sync_daemons().stop(master) {
-                Ok(()) => Response::Ok,
-                Err(message) => error(message),
-            },
-            Err(_) => error("daemon state poisoned".into()),
-        },
-        Request::Reload => {
-            let r = reload(daemon).await;
-            applied(daemon).await;
-            match r {
-                Ok(s) => Response::Reloaded {
-                    summary: s.to_string(),
-                },
-                Err(message) => error(message),
-            }
-        }
-        other => {
-            let r = match daemon.lock() {
-                Ok(mut d) => {
-                    let r = d.handle(other);
-                    d.save_table();
-                    r
-                }
-                Err(_) => error("daemon state poisoned".into()),
-            };
-            applied(daemon).await;
-            r
-        }
-    }
-}
-
-/// The longest a control request waits for the data plane to carry out
-/// its change (a reload adding thousands of real servers takes the XDP
-/// plane's worker a moment); past it, the answer goes out anyway and the
-/// change lands shortly after.
-const APPLIED_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Wait, outside the daemon's lock and without blocking the runtime, until
-/// the data plane has carried out every change made so far
-/// ([`rvs_control::dataplane::DataPlane::applied`]), so a request is
-/// answered once its change is in effect, as `ipvsadm` returns once the
-/// kernel has it. Bounded by [`APPLIED_WAIT`].
-async fn applied(daemon: &Arc<Mutex<Daemon>>) {
-    let Some(ticket) = daemon
-        .lock()
-        .ok()
-        .and_then(|d| d.controller().plane_applied())
-    else {
-        return;
-    };
-    let start = std::time::Instant::now();
-    let mut pause = std::time::Duration::from_micros(200);
-    while !ticket.done() {
-        if start.elapsed() >= APPLIED_WAIT {
-            tracing::warn!(
-                "the data plane has not carried out the last change after {APPLIED_WAIT:?}; answering anyway"
-            );
-            return;
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(std::time::Duration::from_millis(10));
     }
 }

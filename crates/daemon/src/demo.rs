@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rvs_control::protocol::{Command, Request, Response};
@@ -15,7 +14,7 @@ use rvs_core::model::{AddrFamily, DestConfig, ForwardMethod, Protocol, ServiceCo
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::daemon::Daemon;
+use crate::handle::DaemonHandle;
 
 /// A backend that answers every HTTP request with its own name.
 async fn backend(name: String) -> anyhow::Result<SocketAddr> {
@@ -68,7 +67,7 @@ async fn get(vip: SocketAddr) -> anyhow::Result<String> {
 
 /// Configure the demo service, show the spread, print what to try.
 pub async fn run(
-    daemon: Arc<Mutex<Daemon>>,
+    daemon: DaemonHandle,
     vip: SocketAddr,
     socket: &std::path::Path,
     once: bool,
@@ -92,13 +91,14 @@ pub async fn run(
             dest: DestConfig::new(b.ip(), b.port()).forward(ForwardMethod::Masq),
         });
     }
-    let resp = daemon
-        .lock()
-        .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?
-        .handle(Request::Exec {
+    let resp = crate::handle::answer(
+        &daemon,
+        Request::Exec {
             commands,
             atomic: true,
-        });
+        },
+    )
+    .await;
     if let Response::Error { message, .. } = resp {
         anyhow::bail!("configuring the demo service: {message}");
     }
@@ -111,11 +111,9 @@ pub async fn run(
     for (name, n) in &seen {
         println!("  {name}: {n}");
     }
-    let snap = {
-        let d = daemon
-            .lock()
-            .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?;
-        crate::view::snapshot(d.controller().ipvs(), d.now(), false)
+    let snap = match crate::handle::answer(&daemon, Request::State { conns: false }).await {
+        Response::State(v) => serde_json::from_value::<rvs_ipvsadm::snapshot::Snapshot>(v)?,
+        other => anyhow::bail!("listing the demo service: {other:?}"),
     };
     let opts = rvs_ipvsadm::ListOptions {
         numeric: true,

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use rvs_control::owner::{Change, Owner};
 use rvs_k8s::{Desired, ExternalMode, HealthCheck, ObjectKind, ObjectRef, Options};
 
-use crate::daemon::Daemon;
+use crate::handle::{DaemonHandle, Msg};
 
 /// The command-line options of the Kubernetes source.
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -214,7 +214,7 @@ impl Stats {
 }
 
 /// Start the Kubernetes source on the current runtime.
-pub fn spawn(daemon: Arc<Mutex<Daemon>>, args: &Args) -> anyhow::Result<Arc<Stats>> {
+pub fn spawn(daemon: DaemonHandle, args: &Args) -> anyhow::Result<Arc<Stats>> {
     let opts = args.options().map_err(anyhow::Error::msg)?;
     let stats = Arc::new(Stats::default());
     let (tx, rx) = tokio::sync::mpsc::channel::<Desired>(4);
@@ -227,9 +227,9 @@ pub fn spawn(daemon: Arc<Mutex<Daemon>>, args: &Args) -> anyhow::Result<Arc<Stat
         stats.clone(),
         client_slot.clone(),
     ));
-    if let Ok(mut d) = daemon.lock() {
-        d.set_kubernetes_stats(stats.clone());
-    }
+    let d = daemon.clone();
+    let s = stats.clone();
+    tokio::spawn(async move { d.send(Msg::KubernetesStats(s)).await });
     tokio::spawn(apply_loop(
         daemon,
         rx,
@@ -300,7 +300,7 @@ fn service_object(k: &rvs_k8s::K8sService) -> ObjectRef {
 
 /// Apply each table the watcher sends; serve the health-check ports.
 async fn apply_loop(
-    daemon: Arc<Mutex<Daemon>>,
+    daemon: DaemonHandle,
     mut rx: tokio::sync::mpsc::Receiver<Desired>,
     stats: Arc<Stats>,
     client_slot: Arc<tokio::sync::Mutex<Option<kube::Client>>>,
@@ -313,15 +313,12 @@ async fn apply_loop(
         let services: Vec<_> = desired.defs().cloned().collect();
         let n = services.len();
         let start = Instant::now();
-        let result = match daemon.lock() {
-            Ok(mut d) => d.submit(
-                Owner::Kubernetes,
-                Change::Replace {
-                    services,
-                    partial: true,
-                },
-            ),
-            Err(_) => return,
+        let change = Change::Replace {
+            services,
+            partial: true,
+        };
+        let Some(result) = daemon.submit(Owner::Kubernetes, change).await else {
+            return;
         };
         let took = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
         stats.last_apply_us.store(took, Ordering::Relaxed);

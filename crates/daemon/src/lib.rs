@@ -1,11 +1,13 @@
 //! The control plane's driver: the tasks that run `rvs-control`'s decisions
 //! on tokio, as quinn is to quinn-proto. `rvs-control` decides (owners and
 //! their changes, the sync endpoint, the state); this crate does the I/O
-//! around it: the daemon state under its lock, the control socket rvsadm
-//! talks to, reloads, VRRP, health-check wiring, sync sockets, route
-//! announcement and BGP-daemon watch, takeover, the Kubernetes source,
-//! notify scripts and FIFOs, SMTP alerts, static addresses and routes,
-//! Prometheus and the JSON view over HTTP.
+//! around it: the daemon state, owned by one task that the others reach
+//! through a handle (`handle.rs`: requests over a channel, snapshots
+//! through a watch), the control socket rvsadm talks to, reloads, VRRP,
+//! health-check wiring, sync sockets, route announcement and BGP-daemon
+//! watch, takeover, the Kubernetes source, notify scripts and FIFOs, SMTP
+//! alerts, static addresses and routes, Prometheus and the JSON view over
+//! HTTP.
 //!
 //! `rvsd` only parses its arguments into [`Options`] and calls [`run`] (or
 //! [`remove`], [`check`], [`realserver::run`]); the crate is a library so
@@ -18,6 +20,7 @@ mod announce;
 mod bgpwatch;
 mod daemon;
 mod demo;
+mod handle;
 mod http;
 mod kubernetes;
 mod metrics;

@@ -110,35 +110,8 @@ impl Family {
     }
 }
 
-/// What a scrape reads.
-pub struct Sources<'a> {
-    /// The director.
-    pub ipvs: &'a Ipvs,
-    /// Configuration reloads applied.
-    pub reloads: u64,
-    /// Configuration reloads rejected.
-    pub reload_failures: u64,
-    /// The proxy data plane's counters, when it runs.
-    pub proxy: Option<&'a rvs_proxy::ProxyStats>,
-    /// The XDP data plane's SYN-flood counters, when it runs.
-    pub xdp_flood: Option<&'a rvs_xdp::plane::FloodStats>,
-    /// The sock data plane's counters, when it runs.
-    pub sock: Option<&'a rvs_sock::plane::SockStats>,
-    /// The health checkers.
-    pub health: &'a rvs_check::Health,
-    /// VRRP instances: state and priority by name.
-    pub vrrp: &'a crate::vrrp::Status,
-    /// The VIP announcement (`--announce-table`).
-    pub announce: &'a crate::announce::Announce,
-    /// The Kubernetes source (`--kubernetes`), when it runs.
-    pub kubernetes: Option<&'a crate::kubernetes::Stats>,
-    /// With several data planes (`xdp,sock`): each plane's count of the
-    /// live services it skips (the others carry them).
-    pub planes_skipped: Vec<(&'static str, u64)>,
-}
-
 /// `rvs_dataplane_services_skipped{plane}`, with several data planes.
-fn planes_skipped(skipped: &[(&'static str, u64)]) -> Vec<Family> {
+pub(crate) fn planes_skipped(skipped: &[(&'static str, u64)]) -> Vec<Family> {
     if skipped.is_empty() {
         return Vec::new();
     }
@@ -548,24 +521,26 @@ pub fn announce(a: &crate::announce::Announce) -> Vec<Family> {
     vec![vips, drained]
 }
 
-/// Every family of one scrape, in exposition order.
-pub fn families(s: &Sources) -> Vec<Family> {
-    let mut out = director(s.ipvs, s.reloads, s.reload_failures);
-    if let Some(p) = s.proxy {
+/// Every family of one scrape, in exposition order: the daemon's as its
+/// owner published them, the counters other tasks keep as they are now.
+pub fn families(s: &crate::handle::Snapshot) -> Vec<Family> {
+    let own = &s.families;
+    let mut out = own.director.clone();
+    if let Some(p) = &s.live.proxy {
         out.extend(proxy(p));
     }
-    if let Some(x) = s.xdp_flood {
+    if let Some(x) = &s.live.xdp_flood {
         out.extend(xdp_flood(&x.snapshot()));
         out.extend(xdp_fnat(&x.fnat_snapshot()));
     }
-    if let Some(x) = s.sock {
+    if let Some(x) = &s.live.sock {
         out.extend(sock(x));
     }
-    out.extend(planes_skipped(&s.planes_skipped));
-    out.extend(health(s.health));
-    out.extend(vrrp(s.vrrp));
-    out.extend(announce(s.announce));
-    if let Some(k) = s.kubernetes {
+    out.extend(own.planes_skipped.iter().cloned());
+    out.extend(own.health.iter().cloned());
+    out.extend(vrrp(&s.live.vrrp));
+    out.extend(own.announce.iter().cloned());
+    if let Some(k) = &s.live.kubernetes {
         out.extend(k.families());
     }
     out
@@ -637,7 +612,7 @@ pub fn encode(families: Vec<Family>) -> String {
 }
 
 /// Every metric of one scrape as Prometheus text.
-pub fn render(s: &Sources) -> String {
+pub fn render(s: &crate::handle::Snapshot) -> String {
     encode(families(s))
 }
 

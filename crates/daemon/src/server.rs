@@ -3,14 +3,14 @@
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use rvs_control::protocol::{MAX_LINE, Request, Response, parse_request};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
-use crate::daemon::Daemon;
+use crate::handle::DaemonHandle;
 use crate::takeover::{self, ConnState, Handover};
 
 /// Bind the control socket at `path`: create its directory, replace a stale
@@ -73,7 +73,7 @@ impl Drop for SocketGuard {
 }
 
 /// Accept control connections forever.
-pub async fn serve(listener: UnixListener, daemon: Arc<Mutex<Daemon>>, handover: Arc<Handover>) {
+pub async fn serve(listener: UnixListener, daemon: DaemonHandle, handover: Arc<Handover>) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
@@ -96,7 +96,7 @@ pub async fn serve(listener: UnixListener, daemon: Arc<Mutex<Daemon>>, handover:
 
 async fn connection(
     stream: UnixStream,
-    daemon: Arc<Mutex<Daemon>>,
+    daemon: DaemonHandle,
     handover: &Handover,
 ) -> anyhow::Result<()> {
     let mut st = ConnState::default();
@@ -107,7 +107,7 @@ async fn connection(
 
 async fn requests(
     stream: UnixStream,
-    daemon: &Arc<Mutex<Daemon>>,
+    daemon: &DaemonHandle,
     handover: &Handover,
     st: &mut ConnState,
 ) -> anyhow::Result<()> {
@@ -140,7 +140,7 @@ async fn requests(
                     takeover::retire(&mut w, handover, st).await?;
                     continue;
                 }
-                Ok(req) => crate::daemon::answer(daemon, req).await,
+                Ok(req) => crate::handle::answer(daemon, req).await,
                 Err(e) => Response::Error {
                     message: format!("bad request: {e}"),
                     index: None,

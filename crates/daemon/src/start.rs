@@ -3,7 +3,7 @@
 //! signal loop, and the orderly stop (resign, withdraw, drain, remove).
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::Context;
 use rvs_control::dataplane::{DataPlane, NoDataPlane};
@@ -12,10 +12,10 @@ use rvs_core::ipvs::IpvsConfig;
 
 use crate::daemon::Daemon;
 use crate::source::Source;
-use crate::{DataPlaneKind, Options, XdpMode};
+use crate::{DataPlaneKind, Options, XdpMode, handle};
 use crate::{
-    announce, bgpwatch, daemon, demo, http, kubernetes, notify, routes, server, source, sync,
-    table_file, takeover, vrrp,
+    announce, bgpwatch, demo, http, kubernetes, notify, routes, server, source, sync, table_file,
+    takeover, vrrp,
 };
 
 /// `rvsd --remove`: withdraw the announced VIPs (`--announce-table`) and
@@ -526,13 +526,25 @@ pub fn run(args: Options, source: Option<Source>, demo: Option<Demo>) -> anyhow:
             ),
         }
     }
-    let daemon = Arc::new(Mutex::new(daemon));
+    // What the other tasks get from the daemon once, before its owner
+    // task takes it.
+    let health_wake = daemon.health_wake();
+    let vrrp_specs = daemon.vrrp_specs();
+    let vrrp_status = daemon.vrrp_status();
+    let static_routes = daemon.static_routes();
+    let remove = daemon.remove_requested();
+    let announcing = daemon
+        .announce()
+        .settings()
+        .cloned()
+        .map(|s| (s, daemon.announce().wake()));
 
     rt.block_on(async move {
-        // The data plane gets its way back to the director first, then the
-        // configuration is applied (inside the runtime: a data plane may
-        // bind sockets as services appear). A bad file stops the start.
-        Daemon::attach_director(&daemon);
+        // The owner task takes the daemon; the data plane gets its way back
+        // to the director first, then the configuration is applied (inside
+        // the runtime: a data plane may bind sockets as services appear).
+        // A bad file stops the start.
+        let daemon = handle::spawn(daemon);
         // A table handed over or saved by the previous rvsd was made by
         // rvsadm, or, on a Kubernetes node, by the Kubernetes source, whose
         // first table then reconciles it (an rvsd with --kubernetes keeps
@@ -545,43 +557,33 @@ pub fn run(args: Options, source: Option<Source>, demo: Option<Demo>) -> anyhow:
         if let Some(src) = &source {
             let loaded = source::load(src);
             let n = loaded.as_ref().map(|l| l.defs.len()).unwrap_or(0);
-            daemon
-                .lock()
-                .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?
-                .apply_loaded(src, loaded)
+            handle::load(&daemon, src.clone(), loaded)
+                .await
                 .map_err(anyhow::Error::msg)?;
             tracing::info!(source = %src.path().display(), services = n, "configuration loaded");
         } else if let Some(t) = &taken {
             // Started without a file: the old daemon's table, as it is.
-            let mut d = daemon
-                .lock()
-                .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?;
-            d.controller_mut()
-                .submit(
-                    restored_owner,
-                    rvs_control::owner::Change::Commands {
-                        commands: t.table.clone(),
-                        atomic: true,
-                    },
-                )
+            let change = rvs_control::owner::Change::Commands {
+                commands: t.table.clone(),
+                atomic: true,
+            };
+            daemon
+                .submit(restored_owner, change)
+                .await
+                .ok_or_else(|| anyhow::anyhow!("the daemon stopped"))?
                 .map_err(|e| anyhow::anyhow!("--takeover: the old daemon's table: {}", e.error))?;
-            for e in d.controller_mut().take_plane_errors() {
-                tracing::warn!("{e}");
-            }
             tracing::info!(commands = t.table.len(), "took the old daemon's service table");
         } else if let Some(table) = &saved {
             // The table the previous rvsd had (made with rvsadm), which the
             // adopted program has been forwarding by.
-            let mut d = daemon
-                .lock()
-                .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?;
             let change = rvs_control::owner::Change::Commands {
                 commands: table.clone(),
                 atomic: true,
             };
-            match d
-                .controller_mut()
+            match daemon
                 .submit(restored_owner, change)
+                .await
+                .ok_or_else(|| anyhow::anyhow!("the daemon stopped"))?
             {
                 Ok(_) => tracing::info!(
                     file = %table_path.display(),
@@ -594,46 +596,43 @@ pub fn run(args: Options, source: Option<Source>, demo: Option<Demo>) -> anyhow:
                     e.error
                 ),
             }
-            for e in d.controller_mut().take_plane_errors() {
-                tracing::warn!("{e}");
-            }
         }
         if taken.is_some() {
             let unused = daemon
-                .lock()
-                .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?
-                .controller_mut()
-                .release_handed();
+                .ask(|reply| handle::Msg::ReleaseHanded { reply })
+                .await
+                .unwrap_or_default();
             for key in unused {
                 tracing::info!(service = ?key, "--takeover: not in this configuration; its socket closes when the old daemon exits");
             }
         }
-        let wake = daemon
-            .lock()
-            .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?
-            .health_wake();
-        tokio::spawn(rvs_check::runner::run(daemon.clone(), wake));
-        tokio::spawn(sync::follow_config(Arc::downgrade(&daemon)));
-        tokio::spawn(announce::run(daemon.clone()));
+        let checker = daemon.clone();
+        tokio::spawn(rvs_check::runner::drive(
+            move |results| {
+                let checker = checker.clone();
+                async move {
+                    checker
+                        .ask(|reply| handle::Msg::Health { results, reply })
+                        .await
+                }
+            },
+            health_wake,
+        ));
+        tokio::spawn(sync::follow_config(daemon.clone()));
+        if let Some((settings, wake)) = announcing.clone() {
+            tokio::spawn(announce::run(daemon.clone(), settings, wake));
+        }
         if args.k8s.kubernetes {
             kubernetes::spawn(daemon.clone(), &args.k8s)?;
         }
         if let Some(spec) = &args.bgp_daemon {
             let spec = bgpwatch::Spec::parse(spec).map_err(anyhow::Error::msg)?;
-            tokio::spawn(bgpwatch::run(daemon.clone(), spec));
+            if let Some((s, _)) = &announcing {
+                tokio::spawn(bgpwatch::run(daemon.clone(), spec, s.table, s.proto));
+            }
         }
-        let (vrrp_stop, vrrp_task) = {
-            let d = daemon
-                .lock()
-                .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?;
-            vrrp::spawn(d.vrrp_specs(), d.vrrp_status())
-        };
-        let (statics_stop, statics_task) = {
-            let d = daemon
-                .lock()
-                .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?;
-            routes::spawn(d.static_routes())
-        };
+        let (vrrp_stop, vrrp_task) = vrrp::spawn(vrrp_specs, vrrp_status);
+        let (statics_stop, statics_task) = routes::spawn(static_routes);
         // Signal handlers before the socket appears: whoever waits for the
         // socket to talk to rvsd may signal it at once.
         use tokio::signal::unix::{SignalKind, signal};
@@ -687,20 +686,8 @@ pub fn run(args: Options, source: Option<Source>, demo: Option<Demo>) -> anyhow:
                 ),
             }
         }
-        let ticker = daemon.clone();
-        tokio::spawn(async move {
-            let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
-            loop {
-                every.tick().await;
-                if let Ok(mut d) = ticker.lock() {
-                    d.tick();
-                }
-            }
-        });
-        let remove = daemon
-            .lock()
-            .map_err(|_| anyhow::anyhow!("daemon state poisoned"))?
-            .remove_requested();
+        // The owner ticks every second from now on ([`handle`]).
+        daemon.send(handle::Msg::StartTicking).await;
         let mut removing = false;
         let mut demo_task = demo.map(|d| {
             let once = d.once;
@@ -716,7 +703,7 @@ pub fn run(args: Options, source: Option<Source>, demo: Option<Demo>) -> anyhow:
                 }
                 _ = hup.recv() => {
                     // Errors are logged (and counted) by the daemon.
-                    let _ = daemon::reload(&daemon).await;
+                    let _ = handle::reload(&daemon).await;
                 }
                 _ = term.recv() => break,
                 _ = int.recv() => break,
@@ -743,9 +730,7 @@ pub fn run(args: Options, source: Option<Source>, demo: Option<Demo>) -> anyhow:
         if retiring {
             // Taken over: stop accepting (the sockets stay open in the new
             // daemon), let the established connections finish.
-            if let Ok(mut d) = daemon.lock() {
-                d.controller_mut().retire_plane();
-            }
+            daemon.send(handle::Msg::RetirePlane).await;
             let bound = match args.drain_grace {
                 Some(g) => std::time::Duration::try_from_secs_f64(g)
                     .unwrap_or(takeover::DEFAULT_RETIRE_BOUND),
@@ -759,13 +744,10 @@ pub fn run(args: Options, source: Option<Source>, demo: Option<Demo>) -> anyhow:
             // Withdraw first and keep forwarding for the grace (the BGP
             // daemon's routers move the flows elsewhere meanwhile).
             let settings = daemon
-                .lock()
-                .ok()
-                .and_then(|d| d.announce().settings().cloned());
+                .ask(|reply| handle::Msg::DrainForRemoval { reply })
+                .await
+                .flatten();
             if let Some(s) = settings {
-                if let Ok(mut d) = daemon.lock() {
-                    let _ = d.announce_mut().drain(std::time::Instant::now(), std::time::Duration::ZERO);
-                }
                 match announce::withdraw_all(&s).await {
                     Ok(n) => tracing::info!(routes = n, table = s.table, "VIPs withdrawn before the removal"),
                     Err(e) => tracing::error!("withdrawing the VIPs before the removal: {e}"),
@@ -782,8 +764,9 @@ pub fn run(args: Options, source: Option<Source>, demo: Option<Demo>) -> anyhow:
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), vrrp_task).await;
         let _ = statics_stop.send(true);
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), statics_task).await;
-        if let Ok(mut d) = daemon.lock() {
-            d.shutdown_health();
+        // The `omega` notifiers; the table file saved as it is now.
+        if let Some(Some(writer)) = daemon.ask(|reply| handle::Msg::Shutdown { reply }).await {
+            let _ = tokio::task::spawn_blocking(move || writer.join()).await;
         }
         // After the instances' STOP lines: FIFOs rvsd created go.
         notify::close_all();

@@ -6,8 +6,9 @@
 //! module doc for the protocol and the N-director rules). Here are only the
 //! sockets (the master's sending socket and a socket joined to the sync
 //! group, for each daemon), the timer the endpoint asks for, and the
-//! daemon's lock, taken to lend the endpoint the director
-//! ([`Endpoint::process`]) and to record that peers were heard.
+//! requests to the daemon's owner task that lend the endpoint the director
+//! ([`Endpoint::process`], through [`Msg::SyncStep`]) and record that peers
+//! were heard.
 //!
 //! Both daemons can run at once on one rvsd (N directors behind ECMP:
 //! keepalived.conf's `lvs_sync_daemon IFACE` without an instance); the
@@ -25,6 +26,7 @@ use rvs_wire::ipvs_sync as wire;
 use tokio::sync::watch;
 
 use crate::daemon::Daemon;
+use crate::handle::{DaemonHandle, Msg};
 
 /// The running daemons of one rvsd.
 #[derive(Default)]
@@ -96,6 +98,101 @@ impl SyncDaemons {
             None => Err("No daemon is running".into()),
         }
     }
+
+    /// Record a daemon whose sockets are open, unless one of its kind
+    /// runs already (ipvsadm's text then); its start is `now`.
+    pub fn record_started(
+        &mut self,
+        cfg: DaemonConfig,
+        maxlen: u16,
+        managed: bool,
+        stop: watch::Sender<bool>,
+        now: Instant,
+    ) -> Result<Instant, String> {
+        let master = is_master(&cfg);
+        if (if master { &self.master } else { &self.backup }).is_some() {
+            return Err("Daemon has already run".into());
+        }
+        if !master {
+            self.heard = None;
+        }
+        let slot = if master {
+            &mut self.master
+        } else {
+            &mut self.backup
+        };
+        *slot = Some(Running {
+            cfg,
+            maxlen,
+            started: now,
+            stop,
+            managed,
+        });
+        Ok(now)
+    }
+
+    /// The backup heard its peers at `at`.
+    pub fn set_heard(&mut self, at: Instant) {
+        self.heard = Some(at);
+    }
+
+    /// The running daemon of each kind (master, backup): whether it was
+    /// started for `lvs_sync_daemon`, and its configuration.
+    fn running(&self) -> [Option<(bool, DaemonConfig)>; 2] {
+        [&self.master, &self.backup].map(|r| r.as_ref().map(|r| (r.managed, r.cfg.clone())))
+    }
+}
+
+/// What `lvs_sync_daemon` asks for and what runs, for [`follow_config`].
+pub struct Wanted {
+    /// keepalived.conf's `lvs_sync_daemon`.
+    wanted: Option<rvs_config::model::LvsSyncDaemon>,
+    /// Its VRRP instance's state.
+    state: Option<rvs_core::vrrp::State>,
+    /// Its VRRP instance's VRID.
+    vrid: Option<u8>,
+    /// The running daemons (master, backup).
+    running: [Option<(bool, DaemonConfig)>; 2],
+}
+
+/// [`Wanted`] as the daemon has it now (served by its owner).
+pub fn wanted(d: &mut Daemon) -> Wanted {
+    let wanted = d.sync_wanted();
+    let inst = wanted.as_ref().and_then(|w| w.instance.clone());
+    let state = inst.as_ref().and_then(|i| d.vrrp_state(i));
+    let vrid = inst.as_ref().and_then(|i| d.vrrp_vrid(i));
+    Wanted {
+        wanted,
+        state,
+        vrid,
+        running: d.sync_daemons().running(),
+    }
+}
+
+/// One step of a sync task's endpoint with the director (served by the
+/// daemon's owner, [`Msg::SyncStep`]): whether the other daemon runs, the
+/// datagram, and the endpoint's work on the table.
+pub fn step(
+    d: &mut Daemon,
+    ep: &mut Endpoint,
+    master: bool,
+    input: Option<(Vec<u8>, SocketAddr)>,
+    now: Instant,
+) {
+    let daemons = d.sync_daemons();
+    ep.set_sibling(if master {
+        daemons.backup.is_some()
+    } else {
+        daemons.master.is_some()
+    });
+    let received = daemons.received.clone();
+    if let Some((buf, src)) = input {
+        ep.handle(now, src, &buf);
+    }
+    if ep.needs_director() {
+        let Ok(mut rx) = received.lock() else { return };
+        ep.process(now, d.controller_mut(), &mut rx);
+    }
 }
 
 fn is_master(cfg: &DaemonConfig) -> bool {
@@ -119,89 +216,74 @@ fn maxlen(cfg: &DaemonConfig) -> u16 {
 
 /// Start a daemon (`ipvsadm --start-daemon`): ipvsadm's texts for one that
 /// already runs and for settings that cannot work.
-pub async fn start(daemon: &Arc<Mutex<Daemon>>, cfg: DaemonConfig) -> Result<(), String> {
-    start_blocking(daemon, cfg, false).await
+pub async fn start(daemon: &DaemonHandle, cfg: DaemonConfig) -> Result<(), String> {
+    start_as(daemon, cfg, false).await
 }
 
-/// [`start_as`] off the runtime's threads: opening the sockets reads the
-/// interface's addresses (a netlink dump), which may block.
-async fn start_blocking(
-    daemon: &Arc<Mutex<Daemon>>,
-    cfg: DaemonConfig,
-    managed: bool,
-) -> Result<(), String> {
-    let d = daemon.clone();
-    tokio::task::spawn_blocking(move || start_as(&d, cfg, managed))
+/// Open the daemon's sockets off the runtime's threads (they read the
+/// interface's addresses, a netlink dump, which may block), have the owner
+/// record it, start its task.
+async fn start_as(daemon: &DaemonHandle, cfg: DaemonConfig, managed: bool) -> Result<(), String> {
+    let c = cfg.clone();
+    let (maxlen, sock, other) = tokio::task::spawn_blocking(move || open(&c))
         .await
-        .unwrap_or_else(|e| Err(format!("sync daemon: {e}")))
+        .unwrap_or_else(|e| Err(format!("sync daemon: {e}")))?;
+    let (stop, stopped) = watch::channel(false);
+    let started = daemon
+        .ask(|reply| Msg::SyncStarted {
+            cfg: cfg.clone(),
+            maxlen,
+            managed,
+            stop,
+            reply,
+        })
+        .await
+        .ok_or_else(|| "rvsd is stopping".to_owned())??;
+    let master = is_master(&cfg);
+    tracing::info!(target: "rvs::sync", "sync daemon started: {} on {}, syncid {}", if master { "master" } else { "backup" }, cfg.mcast_ifn, cfg.syncid);
+    let task = Task {
+        daemon: daemon.clone(),
+        clock: Clock {
+            at: std::time::Instant::now(),
+            base: started,
+        },
+        cfg,
+        maxlen,
+        sock,
+        other,
+        stop: stopped,
+    };
+    tokio::spawn(run(task));
+    Ok(())
 }
 
-fn start_as(daemon: &Arc<Mutex<Daemon>>, cfg: DaemonConfig, managed: bool) -> Result<(), String> {
-    let IpAddr::V4(grp) = group(&cfg) else {
+/// The sockets of a daemon: its own, and the other one (`None` when it
+/// cannot be opened, said in the log); its message size.
+type Sockets = (u16, tokio::net::UdpSocket, Option<tokio::net::UdpSocket>);
+
+fn open(cfg: &DaemonConfig) -> Result<Sockets, String> {
+    let IpAddr::V4(grp) = group(cfg) else {
         return Err("IPv6 sync groups are not supported by rvsd yet".into());
     };
     if !grp.is_multicast() {
         return Err(format!("{grp} is not a multicast address"));
     }
-    let maxlen = maxlen(&cfg);
-    let sock = if is_master(&cfg) {
-        master_socket(&cfg, grp)
+    let maxlen = maxlen(cfg);
+    let sock = if is_master(cfg) {
+        master_socket(cfg, grp)
     } else {
-        backup_socket(&cfg, grp)
+        backup_socket(cfg, grp)
     }
     .map_err(|e| format!("sync daemon on {}: {e}", cfg.mcast_ifn))?;
-    let mut d = daemon
-        .lock()
-        .map_err(|_| "daemon state poisoned".to_owned())?;
-    let daemons = d.sync_daemons();
-    let slot = if is_master(&cfg) {
-        &mut daemons.master
+    let other = if is_master(cfg) {
+        backup_socket(cfg, grp)
     } else {
-        &mut daemons.backup
-    };
-    if slot.is_some() {
-        return Err("Daemon has already run".into());
-    }
-    let (stop, stopped) = watch::channel(false);
-    let received = daemons.received.clone();
-    let weak = Arc::downgrade(daemon);
-    let other = if is_master(&cfg) {
-        backup_socket(&cfg, grp)
-    } else {
-        master_socket(&cfg, grp)
+        master_socket(cfg, grp)
     };
     let other = other
         .map_err(|e| tracing::warn!(target: "rvs::sync", "sync daemon on {}: no bulk resync: {e}", cfg.mcast_ifn))
         .ok();
-    let task = Task {
-        daemon: weak,
-        cfg: cfg.clone(),
-        maxlen,
-        sock,
-        other,
-        stop: stopped,
-        received,
-    };
-    tokio::spawn(run(task));
-    tracing::info!(target: "rvs::sync", "sync daemon started: {} on {}, syncid {}", if is_master(&cfg) { "master" } else { "backup" }, cfg.mcast_ifn, cfg.syncid);
-    let started = d.now();
-    let daemons = d.sync_daemons();
-    if !is_master(&cfg) {
-        daemons.heard = None;
-    }
-    let slot = if is_master(&cfg) {
-        &mut daemons.master
-    } else {
-        &mut daemons.backup
-    };
-    *slot = Some(Running {
-        cfg,
-        maxlen,
-        started,
-        stop,
-        managed,
-    });
-    Ok(())
+    Ok((maxlen, sock, other))
 }
 
 /// The interface's index.
@@ -267,8 +349,10 @@ fn own_addresses(ifname: &str) -> Vec<IpAddr> {
 
 /// What a sync task (master or backup) runs with.
 struct Task {
-    /// The daemon, weak so that a task never keeps it alive.
-    daemon: std::sync::Weak<Mutex<Daemon>>,
+    /// The daemon.
+    daemon: DaemonHandle,
+    /// The daemon's time.
+    clock: Clock,
     cfg: DaemonConfig,
     /// The message size ([`DaemonConfig::effective_maxlen`]).
     maxlen: u16,
@@ -280,11 +364,9 @@ struct Task {
     other: Option<tokio::net::UdpSocket>,
     /// Turns true (or closes) when the task is to end.
     stop: watch::Receiver<bool>,
-    /// Entries the backup entered, which the master does not send back.
-    received: Arc<Mutex<Received>>,
 }
 
-/// The daemon's time (`Daemon::now`) without its lock: `at` was `base`.
+/// The daemon's time (`Daemon::now`) without asking it: `at` was `base`.
 #[derive(Clone, Copy)]
 struct Clock {
     at: std::time::Instant,
@@ -335,9 +417,9 @@ fn log_event(cfg: &DaemonConfig, ev: Event) -> bool {
 }
 
 /// A master or backup daemon: the endpoint's timer, the group's messages,
-/// the endpoint's datagrams out. The daemon's lock is taken for a datagram
-/// (whether the other daemon runs, entering entries) and when the endpoint
-/// needs the director (the master's period, a bulk answer's page).
+/// the endpoint's datagrams out. The endpoint goes to the daemon's owner
+/// for a datagram (whether the other daemon runs, entering entries) and
+/// when it needs the director (the master's period, a bulk answer's page).
 async fn run(mut task: Task) {
     let master = is_master(&task.cfg);
     let IpAddr::V4(grp) = group(&task.cfg) else {
@@ -348,18 +430,9 @@ async fn run(mut task: Task) {
     let own = tokio::task::spawn_blocking(move || own_addresses(&ifname))
         .await
         .unwrap_or_default();
-    let clock = {
-        let Some(d) = task.daemon.upgrade() else {
-            return;
-        };
-        let Ok(d) = d.lock() else { return };
-        Clock {
-            at: std::time::Instant::now(),
-            base: d.now(),
-        }
-    };
+    let clock = task.clock;
     let nonce = std::process::id() ^ (u32::from(task.cfg.syncid) << 24) ^ u32::from(master);
-    let mut ep = Endpoint::new(
+    let mut ep = Box::new(Endpoint::new(
         endpoint::Config {
             master,
             syncid: task.cfg.syncid,
@@ -369,7 +442,7 @@ async fn run(mut task: Task) {
             own,
         },
         clock.now(),
-    );
+    ));
     let mut buf = vec![0u8; 65536];
     loop {
         while let Some(ev) = ep.poll_event() {
@@ -419,32 +492,28 @@ async fn run(mut task: Task) {
         if input.is_none() && !ep.needs_director() {
             continue;
         }
-        let Some(d) = task.daemon.upgrade() else {
+        let now = clock.now();
+        let input = input.and_then(|(n, src)| Some((buf.get(..n)?.to_vec(), src)));
+        let Some(back) = task
+            .daemon
+            .ask(|reply| Msg::SyncStep {
+                ep,
+                master,
+                input,
+                now,
+                reply,
+            })
+            .await
+        else {
             return;
         };
-        let Ok(mut d) = d.lock() else { return };
-        let now = clock.now();
-        let daemons = d.sync_daemons();
-        ep.set_sibling(if master {
-            daemons.backup.is_some()
-        } else {
-            daemons.master.is_some()
-        });
-        if let Some((n, src)) = input {
-            ep.handle(now, src, &buf[..n]);
-        }
-        if ep.needs_director() {
-            // Same order everywhere: the daemon's lock, then this one.
-            let received = task.received.clone();
-            let Ok(mut rx) = received.lock() else { return };
-            ep.process(now, d.controller_mut(), &mut rx);
-        }
+        ep = back;
         let mut heard = false;
         while let Some(ev) = ep.poll_event() {
             heard |= log_event(&task.cfg, ev);
         }
-        if heard {
-            d.sync_daemons().heard = Some(now);
+        if heard && !task.daemon.send(Msg::SyncHeard(now)).await {
+            return;
         }
     }
 }
@@ -454,18 +523,18 @@ async fn run(mut task: Task) {
 /// while that instance is MASTER and the backup daemon otherwise (the sync
 /// id defaults to the instance's VRID). Checked every second and after
 /// each reload; daemons started by rvsadm are left alone.
-pub async fn follow_config(daemon: std::sync::Weak<Mutex<Daemon>>) {
+pub async fn follow_config(d: DaemonHandle) {
     let mut every = tokio::time::interval(Duration::from_secs(1));
     loop {
         every.tick().await;
-        let Some(d) = daemon.upgrade() else { return };
-        let (wanted, state, vrid) = {
-            let Ok(g) = d.lock() else { return };
-            let wanted = g.sync_wanted();
-            let inst = wanted.as_ref().and_then(|w| w.instance.clone());
-            let state = inst.as_ref().and_then(|i| g.vrrp_state(i));
-            let vrid = inst.as_ref().and_then(|i| g.vrrp_vrid(i));
-            (wanted, state, vrid)
+        let Some(Wanted {
+            wanted,
+            state,
+            vrid,
+            running,
+        }) = d.ask(|reply| Msg::SyncWanted { reply }).await
+        else {
+            return;
         };
         let want: Vec<DaemonConfig> = match &wanted {
             None => Vec::new(),
@@ -491,33 +560,22 @@ pub async fn follow_config(daemon: std::sync::Weak<Mutex<Daemon>>) {
                     .collect()
             }
         };
-        for master in [true, false] {
+        for (master, running) in [true, false].into_iter().zip(running) {
             let desired = want.iter().find(|c| is_master(c) == master);
-            let running = d.lock().ok().and_then(|mut g| {
-                let daemons = g.sync_daemons();
-                let slot = if master {
-                    &daemons.master
-                } else {
-                    &daemons.backup
-                };
-                slot.as_ref().map(|r| (r.managed, r.cfg.clone()))
-            });
             match (running, desired) {
                 // rvsadm's daemon: not ours to manage.
                 (Some((false, _)), _) => {}
                 (Some((true, cfg)), Some(want)) if cfg == *want => {}
                 (Some((true, _)), _) => {
-                    if let Ok(mut g) = d.lock() {
-                        let _ = g.sync_daemons().stop(master);
-                    }
+                    let _ = d.ask(|reply| Msg::SyncStop { master, reply }).await;
                     if let Some(want) = desired
-                        && let Err(e) = start_blocking(&d, want.clone(), true).await
+                        && let Err(e) = start_as(&d, want.clone(), true).await
                     {
                         tracing::error!(target: "rvs::sync", "lvs_sync_daemon: {e}");
                     }
                 }
                 (None, Some(want)) => {
-                    if let Err(e) = start_blocking(&d, want.clone(), true).await {
+                    if let Err(e) = start_as(&d, want.clone(), true).await {
                         tracing::error!(target: "rvs::sync", "lvs_sync_daemon: {e}");
                     }
                 }

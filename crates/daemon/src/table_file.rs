@@ -59,6 +59,7 @@ pub fn remove(path: &Path) -> std::io::Result<()> {
 pub struct Saver {
     last: Option<Vec<Command>>,
     tx: Sender<String>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 impl Saver {
@@ -68,7 +69,7 @@ impl Saver {
             std::fs::create_dir_all(dir)?;
         }
         let (tx, rx) = channel::<String>();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("rvsd-table-file".into())
             .spawn(move || {
                 while let Ok(mut text) = rx.recv() {
@@ -81,7 +82,20 @@ impl Saver {
                     }
                 }
             })?;
-        Ok(Saver { last: None, tx })
+        Ok(Saver {
+            last: None,
+            tx,
+            thread,
+        })
+    }
+
+    /// No more updates: the writer thread ends once it has written what
+    /// was queued (join it to know the file is on disk, as rvsd does when
+    /// it stops).
+    pub fn close(self) -> std::thread::JoinHandle<()> {
+        let Saver { tx, thread, .. } = self;
+        drop(tx);
+        thread
     }
 
     /// The table as it is now (`None` when loading it at start: it is

@@ -15,8 +15,8 @@
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -27,7 +27,7 @@ use rvs_core::model::ServiceKey;
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::UnixStream;
 
-use crate::daemon::Daemon;
+use crate::handle::{DaemonHandle, Msg};
 
 /// How long a retiring rvsd lets its connections run when `--drain-grace`
 /// is not given; what is left then is reset, and it exits.
@@ -303,7 +303,7 @@ fn error(message: String) -> Response {
 /// Answer `HandOver`: write the answer line with the descriptors attached.
 pub async fn hand_over(
     w: &mut tokio::net::unix::OwnedWriteHalf,
-    daemon: &Arc<Mutex<Daemon>>,
+    daemon: &DaemonHandle,
     h: &Handover,
     st: &mut ConnState,
 ) -> anyhow::Result<()> {
@@ -318,15 +318,11 @@ pub async fn hand_over(
         return write_resp(w, &error("another rvsd is taking this one over".into())).await;
     }
     st.took = true;
-    // Only duplicating descriptors and copying the table under the lock.
-    let listed = match daemon.lock() {
-        Ok(d) => d
-            .controller()
-            .handover_sockets()
-            .map(|s| (s, d.controller().table_commands()))
-            .map_err(|e| e.to_string()),
-        Err(_) => Err("daemon state poisoned".into()),
-    };
+    // Only duplicating descriptors and copying the table in the owner.
+    let listed = daemon
+        .ask(|reply| Msg::HandOver { reply })
+        .await
+        .unwrap_or_else(|| Err("rvsd is stopping".into()));
     let (socks, table) = match listed {
         Ok(x) => x,
         Err(m) => {
@@ -440,18 +436,18 @@ pub fn bind_over(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
 /// The retiring daemon's drain: wait until its data plane carries nothing,
 /// or the bound passes (then end what is left). Returns (connections left
 /// when retiring, connections cut at the bound).
-pub async fn drain(daemon: &Arc<Mutex<Daemon>>, bound: Duration) -> (u64, u64) {
-    let live = || {
+pub async fn drain(daemon: &DaemonHandle, bound: Duration) -> (u64, u64) {
+    let live = || async {
         daemon
-            .lock()
-            .map(|d| d.controller().plane_live())
+            .ask(|reply| Msg::PlaneLive { reply })
+            .await
             .unwrap_or(0)
     };
-    let at_start = live();
+    let at_start = live().await;
     let deadline = tokio::time::Instant::now() + bound;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     loop {
-        if live() == 0 {
+        if live().await == 0 {
             return (at_start, 0);
         }
         let stop = async {
@@ -468,13 +464,11 @@ pub async fn drain(daemon: &Arc<Mutex<Daemon>>, bound: Duration) -> (u64, u64) {
             _ = stop => break,
         }
     }
-    let cut = live();
-    if let Ok(mut d) = daemon.lock() {
-        d.controller_mut().abort_plane();
-    }
+    let cut = live().await;
+    daemon.send(Msg::AbortPlane).await;
     // The connections' tasks close their sockets on their next poll.
     for _ in 0..40 {
-        if live() == 0 {
+        if live().await == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

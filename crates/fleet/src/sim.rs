@@ -603,13 +603,16 @@ mod tests {
         assert!(near(o.moved, F, b.share_of(10), 5.0));
     }
 
+    /// The events that change the ECMP group of directors.
+    const DIRECTOR_EVENTS: [Event; 3] = [
+        Event::DirectorAdded,
+        Event::DirectorDrained,
+        Event::DirectorCrashed,
+    ];
+
     #[test]
     fn no_state_breaks_exactly_the_moved_flows() {
-        for ev in [
-            Event::DirectorAdded,
-            Event::DirectorDrained,
-            Event::DirectorCrashed,
-        ] {
+        for ev in DIRECTOR_EVENTS {
             let o = run_event(&cfg(4, 10, Scheduler::Rr, EcmpKind::HashThreshold), ev).unwrap();
             assert!(o.moved > 0);
             assert_eq!(o.broken(Policy::NoState), o.moved, "{ev:?}");
@@ -618,11 +621,7 @@ mod tests {
 
     #[test]
     fn hash_only_keeps_every_mh_flow_and_few_wlc_or_rr_flows() {
-        for ev in [
-            Event::DirectorAdded,
-            Event::DirectorDrained,
-            Event::DirectorCrashed,
-        ] {
+        for ev in DIRECTOR_EVENTS {
             let o = run_event(&cfg(5, 10, Scheduler::Mh, EcmpKind::HashThreshold), ev).unwrap();
             assert!(o.moved > 0);
             assert_eq!(o.broken(Policy::HashOnly), 0, "{ev:?}");
@@ -644,11 +643,7 @@ mod tests {
         c.new_flow_rate = 1000.0;
         c.sync_delay_s = 0.5;
         assert_eq!(c.young_flows(), 500);
-        for ev in [
-            Event::DirectorAdded,
-            Event::DirectorDrained,
-            Event::DirectorCrashed,
-        ] {
+        for ev in DIRECTOR_EVENTS {
             let (a, b) = groups(&c, ev);
             let young_moved = (F - 500..F)
                 .filter(|&i| {

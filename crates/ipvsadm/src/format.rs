@@ -713,33 +713,24 @@ pub fn format_list_with(
             // FULLNAT connections (rvs, as DPVS lists them) add the local
             // address column; without one the output is the kernel's.
             let local = snap.conns.iter().any(|c| c.local.is_some());
-            if opts.persistent_conn {
-                out.push_str("pro expire ");
-                for (s, w) in [("state", 11), ("source", 18), ("virtual", 18)] {
-                    lpad(&mut out, s, w);
-                    out.push(' ');
-                }
-                if local {
-                    lpad(&mut out, "local", 18);
-                    out.push(' ');
-                }
-                for (s, w) in [("destination", 18), ("pe name", 16)] {
-                    lpad(&mut out, s, w);
-                    out.push(' ');
-                }
-                out.push_str("pe_data\n");
-            } else {
-                out.push_str("pro expire ");
-                for (s, w) in [("state", 11), ("source", 18), ("virtual", 18)] {
-                    lpad(&mut out, s, w);
-                    out.push(' ');
-                }
-                if local {
-                    lpad(&mut out, "local", 18);
-                    out.push(' ');
-                }
-                out.push_str("destination\n");
+            // The padded columns, then the last one as it is.
+            let mut cols = vec![("state", 11), ("source", 18), ("virtual", 18)];
+            if local {
+                cols.push(("local", 18));
             }
+            let last = if opts.persistent_conn {
+                cols.extend([("destination", 18), ("pe name", 16)]);
+                "pe_data"
+            } else {
+                "destination"
+            };
+            out.push_str("pro expire ");
+            for (s, w) in cols {
+                lpad(&mut out, s, w);
+                out.push(' ');
+            }
+            out.push_str(last);
+            out.push('\n');
             for c in &snap.conns {
                 print_conn(&mut out, c, opts, names, local);
             }

@@ -52,6 +52,21 @@ pub(crate) fn bind_tcp(addr: SocketAddr, reuse_port: bool) -> io::Result<std::ne
     Ok(s.into())
 }
 
+/// A non-blocking socket of type `ty` and `protocol` for `dst`'s family:
+/// made so at once on Linux (close-on-exec too), set so after elsewhere.
+pub(crate) fn nonblocking_socket(
+    dst: SocketAddr,
+    ty: Type,
+    protocol: socket2::Protocol,
+) -> io::Result<Socket> {
+    #[cfg(target_os = "linux")]
+    let ty = ty.nonblocking().cloexec();
+    let s = Socket::new(Domain::for_address(dst), ty, Some(protocol))?;
+    #[cfg(not(target_os = "linux"))]
+    s.set_nonblocking(true)?;
+    Ok(s)
+}
+
 /// Connect to a real server: TCP_NODELAY set before the connect, and
 /// success read off the readiness event (EPOLLOUT without a hang-up) rather
 /// than with a `getsockopt(SO_ERROR)`, which is asked only when the event
@@ -75,13 +90,7 @@ pub(crate) async fn connect(
     data_follows: bool,
     src: Option<IpAddr>,
 ) -> io::Result<tokio::net::TcpStream> {
-    #[cfg(target_os = "linux")]
-    let ty = Type::STREAM.nonblocking().cloexec();
-    #[cfg(not(target_os = "linux"))]
-    let ty = Type::STREAM;
-    let s = Socket::new(Domain::for_address(dst), ty, Some(socket2::Protocol::TCP))?;
-    #[cfg(not(target_os = "linux"))]
-    s.set_nonblocking(true)?;
+    let s = nonblocking_socket(dst, Type::STREAM, socket2::Protocol::TCP)?;
     s.set_tcp_nodelay(true)?;
     #[cfg(target_os = "linux")]
     if data_follows {

@@ -78,14 +78,7 @@ fn unspecified_for(addr: IpAddr) -> SocketAddr {
 /// own on its address whatever it connects to, so one pool address carries
 /// as many sessions as the range has ports, over all real servers together.
 fn connect_upstream(dst: SocketAddr, src: Option<IpAddr>) -> std::io::Result<UdpSocket> {
-    use socket2::{Domain, Socket, Type};
-    #[cfg(target_os = "linux")]
-    let ty = Type::DGRAM.nonblocking().cloexec();
-    #[cfg(not(target_os = "linux"))]
-    let ty = Type::DGRAM;
-    let s = Socket::new(Domain::for_address(dst), ty, Some(socket2::Protocol::UDP))?;
-    #[cfg(not(target_os = "linux"))]
-    s.set_nonblocking(true)?;
+    let s = crate::sock::nonblocking_socket(dst, socket2::Type::DGRAM, socket2::Protocol::UDP)?;
     let from = src.map_or_else(|| unspecified_for(dst.ip()), |a| SocketAddr::new(a, 0));
     s.bind(&from.into())?;
     s.connect(&dst.into())?;

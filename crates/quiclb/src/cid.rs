@@ -199,9 +199,7 @@ impl Codec {
         block[sid_len..len].copy_from_slice(nonce);
         if let Some(aes) = &self.cipher {
             if len == 16 {
-                let mut b = Array::from(first16(&block));
-                aes.encrypt_block(&mut b);
-                block[..16].copy_from_slice(&b);
+                single_pass(&mut block, |b| aes.encrypt_block(b));
             } else {
                 block = four_pass_encrypt(aes, &block, len);
             }
@@ -272,9 +270,7 @@ impl Codec {
         block[..len].copy_from_slice(&cid[1..need]);
         if let Some(aes) = &self.cipher {
             if len == 16 {
-                let mut b = Array::from(first16(&block));
-                aes.decrypt_block(&mut b);
-                block[..16].copy_from_slice(&b);
+                single_pass(&mut block, |b| aes.decrypt_block(b));
             } else {
                 let four = full || 2 * self.config.server_id_len() > len;
                 block = four_pass_decrypt(aes, &block, len, four);
@@ -284,10 +280,13 @@ impl Codec {
     }
 }
 
-fn first16(block: &Block) -> [u8; 16] {
-    let mut b = [0u8; 16];
+/// `op`, one AES block encryption or decryption, on `block`'s first 16
+/// bytes in place: the single-pass algorithm of a 16-byte plaintext.
+fn single_pass(block: &mut Block, op: impl FnOnce(&mut aes::Block)) {
+    let mut b = aes::Block::default();
     b.copy_from_slice(&block[..16]);
-    b
+    op(&mut b);
+    block[..16].copy_from_slice(&b);
 }
 
 /// One half of the four-pass block: at most 10 octets (half of 19, rounded

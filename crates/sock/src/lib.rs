@@ -20,9 +20,10 @@
 //!   tables). sh/mh hash the *socket's bound source address* (and port with
 //!   sh-port/mh-port): an unbound socket has none yet at connect time, so
 //!   every unbound local socket is one client — the host, as a director
-//!   would see it. With sh-fallback/mh-fallback an unavailable bucket falls
-//!   back to the schedulable list (not IPVS's bucket walk). ovf, twos, lblc
-//!   and lblcr are refused.
+//!   would see it. With sh-fallback/mh-fallback an unavailable bucket's
+//!   server is replaced by IPVS's bucket walk. The schedulers are the XDP
+//!   director's own code (`bpf/lib/sched_pick.h`). ovf, twos, lblc and
+//!   lblcr are refused.
 //! * **Weights and drain**: only real servers of weight > 0 are in a
 //!   service's schedulable list; weight 0 takes no new sockets, and sockets
 //!   already connected are untouched (they never pass the director again).
@@ -34,7 +35,11 @@
 //!   the timeout after the last new socket. The netmask is not applied.
 //! * **UDP**: an unconnected socket keeps the real server it was given for
 //!   a VIP (one socket is one flow, as its source port is fixed) until that
-//!   real server is deleted; each new VIP re-schedules.
+//!   real server is deleted; each new VIP re-schedules. A connected socket
+//!   whose real server is deleted is destroyed (sock_diag `SOCK_DESTROY`,
+//!   from the plane's worker): its `recv` fails with `ECONNABORTED` and a
+//!   new `connect` gets a live real server (sockets of rvsd's own network
+//!   namespace only).
 //! * **Port mapping**: the real server's port replaces the VIP's.
 //! * **Forwarding methods** (`-g`/`-m`/`-i`) mean nothing here: the socket
 //!   is connected to the real server itself.
@@ -60,15 +65,16 @@
 //!   are connected to the real servers).
 //! * [`plane::SockPlane`]: the [`DataPlane`](rvs_control::dataplane::DataPlane);
 //!   map writes happen on its own worker thread, never under rvsd's lock.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod maps;
 pub mod plane;
 
-use std::os::fd::{AsFd as _, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 
-use aya::programs::{CgroupAttachMode, CgroupSock, CgroupSockAddr, SockOps};
-use aya::{Ebpf, EbpfLoader};
+use rvs_sys::bpf::{Cgroup, Object};
 
 /// Why the sock data plane could not start or write its maps.
 #[derive(Debug, thiserror::Error)]
@@ -87,7 +93,7 @@ pub enum SockError {
         program: &'static str,
         /// What was being done.
         what: &'static str,
-        /// The kernel's or aya's message.
+        /// The kernel's or the loader's message.
         message: String,
     },
     /// The cgroup path is unusable.
@@ -146,16 +152,20 @@ const RELEASE_PROGRAM: &str = "sock_release";
 /// Notes a TCP socket's own address at its SYN (for `-Lcn`).
 const OPS_PROGRAM: &str = "sock_ops";
 
+/// The compiled `sock_lb.o` as embedded in this crate (for the layout test,
+/// which checks [`maps`]' mirrors against its BTF); [`SockError::NotBuilt`]
+/// when the crate was built without the BPF toolchain.
 #[cfg(not(rvs_no_bpf))]
-fn object() -> Result<&'static [u8], SockError> {
-    Ok(aya::include_bytes_aligned!(concat!(
+pub fn object() -> Result<&'static [u8], SockError> {
+    Ok(rvs_sys::include_bytes_aligned!(concat!(
         env!("OUT_DIR"),
         "/sock_lb.o"
     )))
 }
 
+/// See the other `object`: this build has no BPF object.
 #[cfg(rvs_no_bpf)]
-fn object() -> Result<&'static [u8], SockError> {
+pub fn object() -> Result<&'static [u8], SockError> {
     Err(SockError::NotBuilt)
 }
 
@@ -163,7 +173,7 @@ fn object() -> Result<&'static [u8], SockError> {
 /// attached to one cgroup. Dropping it detaches them and frees the maps.
 #[derive(Debug)]
 pub struct Loaded {
-    ebpf: Ebpf,
+    ebpf: Object,
     cgroup: Option<PathBuf>,
 }
 
@@ -171,26 +181,19 @@ impl Loaded {
     /// Parse the object, create the maps and load every program (the
     /// verifier runs here: a kernel without a hook refuses its program).
     pub fn load() -> Result<Self, SockError> {
-        let mut ebpf = EbpfLoader::new()
-            .load(object()?)
-            .map_err(|e| SockError::Load(e.to_string()))?;
-        for name in ADDR_PROGRAMS {
-            let p: &mut CgroupSockAddr = program(&mut ebpf, name)?;
-            p.load().map_err(prog_err(name, "load (verifier)"))?;
+        let mut ebpf = Object::load(object()?).map_err(|e| SockError::Load(e.to_string()))?;
+        for (name, kind) in programs() {
+            program(&mut ebpf, name, kind)?
+                .load()
+                .map_err(prog_err(name, "load (verifier)"))?;
         }
-        let p: &mut CgroupSock = program(&mut ebpf, RELEASE_PROGRAM)?;
-        p.load()
-            .map_err(prog_err(RELEASE_PROGRAM, "load (verifier)"))?;
-        let p: &mut SockOps = program(&mut ebpf, OPS_PROGRAM)?;
-        p.load().map_err(prog_err(OPS_PROGRAM, "load (verifier)"))?;
         Ok(Loaded { ebpf, cgroup: None })
     }
 
     /// Attach every program to the cgroup v2 directory `cgroup` (sockets of
     /// its processes and of its descendants'). The attachments are BPF links
-    /// (kernel 5.7+), which never replace other programs attached there;
-    /// `CgroupAttachMode::Single` is aya's way to ask for a link without
-    /// flags (the kernel refuses flags on cgroup links).
+    /// (kernel 5.7+) without flags (the kernel refuses flags on cgroup
+    /// links), which never replace other programs attached there.
     pub fn attach(&mut self, cgroup: &Path) -> Result<(), SockError> {
         let bad = |message: String| SockError::Cgroup {
             path: cgroup.to_path_buf(),
@@ -203,17 +206,11 @@ impl Loaded {
             ));
         }
         let dir = std::fs::File::open(cgroup).map_err(|e| bad(e.to_string()))?;
-        for name in ADDR_PROGRAMS {
-            let p: &mut CgroupSockAddr = program(&mut self.ebpf, name)?;
-            p.attach(&dir, CgroupAttachMode::Single)
+        for (name, kind) in programs() {
+            program(&mut self.ebpf, name, kind)?
+                .attach(&dir)
                 .map_err(prog_err(name, "attach"))?;
         }
-        let p: &mut CgroupSock = program(&mut self.ebpf, RELEASE_PROGRAM)?;
-        p.attach(&dir, CgroupAttachMode::Single)
-            .map_err(prog_err(RELEASE_PROGRAM, "attach"))?;
-        let p: &mut SockOps = program(&mut self.ebpf, OPS_PROGRAM)?;
-        p.attach(&dir, CgroupAttachMode::Single)
-            .map_err(prog_err(OPS_PROGRAM, "attach"))?;
         self.cgroup = Some(cgroup.to_path_buf());
         Ok(())
     }
@@ -226,33 +223,53 @@ impl Loaded {
     /// The file descriptor of map `name`.
     pub fn map_fd(&self, name: &'static str) -> Result<BorrowedFd<'_>, SockError> {
         match self.ebpf.map(name) {
-            Some(
-                aya::maps::Map::Array(d)
-                | aya::maps::Map::HashMap(d)
-                | aya::maps::Map::LruHashMap(d)
-                | aya::maps::Map::PerCpuArray(d),
-            ) => Ok(d.fd().as_fd()),
+            Some(Ok(m)) => Ok(m.fd()),
             _ => Err(SockError::MissingMap(name)),
         }
     }
 }
 
-fn program<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T, SockError>
-where
-    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
-{
-    let p = ebpf.program_mut(name).ok_or(SockError::Program {
+/// The kinds of cgroup program `sock_lb.o` holds.
+#[derive(Copy, Clone)]
+enum Kind {
+    /// connect, sendmsg, recvmsg, getpeername.
+    SockAddr,
+    /// Socket release.
+    Sock,
+    /// sock_ops.
+    SockOps,
+}
+
+/// Every program of the object with its kind, in attach order.
+fn programs() -> impl Iterator<Item = (&'static str, Kind)> {
+    ADDR_PROGRAMS
+        .into_iter()
+        .map(|n| (n, Kind::SockAddr))
+        .chain([(RELEASE_PROGRAM, Kind::Sock), (OPS_PROGRAM, Kind::SockOps)])
+}
+
+fn program<'a>(
+    ebpf: &'a mut Object,
+    name: &'static str,
+    kind: Kind,
+) -> Result<Cgroup<'a>, SockError> {
+    let p = ebpf.program(name).ok_or(SockError::Program {
         program: name,
         what: "find",
         message: "not in sock_lb.o".into(),
     })?;
-    p.try_into().map_err(prog_err(name, "type"))
+    match kind {
+        Kind::SockAddr => p.sock_addr(),
+        Kind::Sock => p.sock(),
+        Kind::SockOps => p.sock_ops(),
+    }
+    .map_err(prog_err(name, "type"))
 }
 
 fn prog_err(
     program: &'static str,
     what: &'static str,
-) -> impl FnOnce(aya::programs::ProgramError) -> SockError {
+) -> impl FnOnce(rvs_sys::bpf::Error) -> SockError {
     move |e| {
         let mut message = e.to_string();
         let mut src = std::error::Error::source(&e);

@@ -1,4 +1,6 @@
-//! The layouts `bpf/sock_lb.c` shares with this side, and the pure part of
+//! The layouts `bpf/sock_lb.c` shares with this side (`bpf/sock.h` is their
+//! one definition; crates/xdp/tests/layout.rs checks every mirror here and
+//! every `RVS_SOCK_*` constant against the object's BTF and the header), and the pure part of
 //! publishing a service: which real servers may be chosen and the
 //! scheduling table, as `slots` values.
 //!
@@ -30,7 +32,7 @@ pub mod name {
     pub const COUNTERS: &str = "sock_counters";
 }
 
-/// Indexes of `sock_counters`, as in `sock_lb.c` (`SOCK_CNT_*`).
+/// Indexes of `sock_counters`, as in `bpf/sock.h` (`RVS_SOCK_CNT_*`).
 pub mod counter {
     /// TCP sockets given a real server at connect().
     pub const TCP: u32 = 0;
@@ -81,8 +83,12 @@ pub fn sum_per_cpu(bytes: &[u8]) -> u64 {
         .fold(0u64, u64::wrapping_add)
 }
 
-/// Capacities, as in `sock_lb.c`.
+/// Capacities, as in `bpf/sock.h`.
 pub mod cap {
+    /// Open sockets the programs remember (`sock_socks`, LRU).
+    pub const SOCKS: u32 = 262_144;
+    /// Persistence templates (`sock_persist`, LRU).
+    pub const PERSIST: u32 = 65_536;
     /// Services.
     pub const SERVICES: u32 = 4096;
     /// Real servers (all services).
@@ -96,26 +102,29 @@ pub mod cap {
 /// `slots` value for an empty table slot.
 pub const EMPTY: u32 = u32::MAX;
 
-/// Schedulers as the program numbers them.
+/// Schedulers as the program numbers them: the director's ids (`bpf/rvs.h`
+/// `RVS_SCHED_*`, 1 + the index in rvs-core's scheduler names), since the
+/// programs run the director's schedulers (`bpf/lib/sched_pick.h`);
+/// crates/xdp/tests/layout.rs checks them against rvs-xdp's.
 pub mod sched {
     /// rr.
-    pub const RR: u32 = 0;
+    pub const RR: u32 = 1;
     /// wrr.
-    pub const WRR: u32 = 1;
+    pub const WRR: u32 = 2;
     /// lc.
-    pub const LC: u32 = 2;
+    pub const LC: u32 = 3;
     /// wlc.
-    pub const WLC: u32 = 3;
-    /// sed.
-    pub const SED: u32 = 4;
-    /// nq.
-    pub const NQ: u32 = 5;
-    /// sh.
-    pub const SH: u32 = 6;
+    pub const WLC: u32 = 4;
     /// dh.
     pub const DH: u32 = 7;
+    /// sh.
+    pub const SH: u32 = 8;
+    /// sed.
+    pub const SED: u32 = 9;
+    /// nq.
+    pub const NQ: u32 = 10;
     /// mh.
-    pub const MH: u32 = 8;
+    pub const MH: u32 = 13;
 }
 
 /// Service flag: sh-fallback / mh-fallback.
@@ -125,10 +134,12 @@ pub const SVC_F_PORT: u32 = 0x2;
 /// Real-server flag: in its service (cleared when deleted).
 pub const DEST_F_PRESENT: u8 = 0x1;
 
-const AF_INET: u8 = 2;
-const AF_INET6: u8 = 10;
+/// `RVS_AF_INET`.
+pub const AF_INET: u8 = 2;
+/// `RVS_AF_INET6`.
+pub const AF_INET6: u8 = 10;
 
-/// `struct sock_svc_key`.
+/// `struct rvs_sock_svc_key`.
 #[derive(
     Copy, Clone, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
@@ -194,7 +205,7 @@ impl SvcKey {
     }
 }
 
-/// `struct sock_svc`.
+/// `struct rvs_sock_svc`.
 #[derive(
     Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
@@ -218,7 +229,7 @@ pub struct Svc {
     pub persist_secs: u32,
 }
 
-/// `struct sock_dest`.
+/// `struct rvs_sock_dest`.
 #[derive(
     Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
@@ -250,7 +261,7 @@ impl Dest {
     }
 }
 
-/// `struct sock_dest_stats`.
+/// `struct rvs_sock_dest_stats`.
 #[derive(
     Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
@@ -262,7 +273,7 @@ pub struct DestStats {
     pub total: u64,
 }
 
-/// `struct sock_sock`: what one socket was given.
+/// `struct rvs_sock_rec`: what one socket was given.
 #[derive(
     Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
@@ -279,6 +290,33 @@ pub struct SockRec {
     pub client_port: u16,
     /// Padding.
     pub pad: u16,
+}
+
+/// `struct rvs_sock_persist_key`: a client of a service in `sock_persist`
+/// (only the programs write that map; mirrored so its layout is checked).
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct PersistKey {
+    /// The service's id ([`Svc::id`]).
+    pub svc: u32,
+    /// The client's bound source address, network order (zero: unbound).
+    pub client: [u32; 4],
+}
+
+/// `struct rvs_sock_persist`: the real server a client keeps.
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct Persist {
+    /// The real server's index.
+    pub dest: u32,
+    /// Padding.
+    pub pad: u32,
+    /// When the template ends (`bpf_ktime_get_ns`).
+    pub expires_ns: u64,
 }
 
 /// Why a service cannot be published.

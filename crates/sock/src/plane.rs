@@ -10,12 +10,15 @@
 //! list, then its table), then its `services` element (one element write,
 //! which the programs see whole), and frees the old region two reports
 //! later, long after any program run that read it. A deleted real server's
-//! element is marked not present at once (no new socket gets it; a UDP
-//! socket that had it re-schedules), and its index is reused only once no
-//! open socket counts on it.
+//! element is marked not present at once (no new socket gets it; an
+//! unconnected UDP socket that had it re-schedules at its next send), and
+//! its index is reused only once no open socket counts on it. The connected
+//! UDP sockets the programs gave it are destroyed right then, on the worker
+//! (see `Tables::abort_udp`): their owners see `ECONNABORTED` and connect
+//! again, to a live real server.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
@@ -29,6 +32,7 @@ use rvs_core::state::TcpState;
 use rvs_core::stats::Counters;
 use rvs_core::time::Instant;
 use rvs_sys::bpf::BpfMap;
+use rvs_sys::sockdiag::SockDiag;
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::maps::{self, DestStats, EventCounts, SockRec, Svc, SvcKey, cap, counter, name};
@@ -346,6 +350,16 @@ impl DataPlane for SockPlane {
     }
 }
 
+fn is_udp(key: &ServiceKey) -> bool {
+    matches!(
+        key,
+        ServiceKey::Addr {
+            protocol: Protocol::Udp,
+            ..
+        }
+    )
+}
+
 fn key_is_v6(key: &ServiceKey) -> bool {
     match key {
         ServiceKey::Addr { addr, .. } => addr.is_ipv6(),
@@ -381,6 +395,9 @@ struct Tables {
     retired_regions: Vec<(u64, u32, u32)>,
     retired_svc: Vec<(u64, u32)>,
     tick: u64,
+    /// The sock_diag socket that destroys connected UDP sockets (opened at
+    /// the first deletion that needs it).
+    diag: Option<SockDiag>,
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(std::io::Error) -> SockError {
@@ -401,6 +418,7 @@ impl Tables {
             retired_regions: Vec::new(),
             retired_svc: Vec::new(),
             tick: 0,
+            diag: None,
         }
     }
 
@@ -544,7 +562,11 @@ impl Tables {
                 };
                 self.put(name::DESTS, &index, &maps::Dest::of(&cfg, false))?;
                 self.deleted.push(index);
-                self.publish(service)
+                let published = self.publish(service);
+                if is_udp(service) {
+                    self.abort_udp(index, &cfg);
+                }
+                published
             }
             // Refused at admit (a pool has nothing to do at connect()).
             Command::AddLaddr { .. } | Command::DelLaddr { .. } => Ok(()),
@@ -593,6 +615,11 @@ impl Tables {
         for (cfg, index) in &b.dests {
             self.put(name::DESTS, index, &maps::Dest::of(cfg, false))?;
             self.deleted.push(*index);
+        }
+        if is_udp(key) {
+            for (cfg, index) in &b.dests {
+                self.abort_udp(*index, cfg);
+            }
         }
         if let Some((off, len)) = b.region {
             self.retired_regions.push((self.tick, off, len));
@@ -661,6 +688,104 @@ impl Tables {
             self.retired_regions.push((self.tick, o, l));
         }
         Ok(())
+    }
+
+    /// Destroy the connected UDP sockets the programs gave real server
+    /// `index` (just deleted, `dest` its configuration): Cilium leaves them
+    /// on the deleted backend (cilium#48096), where an application that
+    /// connected once waits for answers that never come. Only the sockets
+    /// `sock_socks` records on that index are touched (the programs
+    /// translated their connect), so a socket that connected to the real
+    /// server's address itself is left alone. Each is destroyed through
+    /// sock_diag (`SOCK_DESTROY`): its next receive fails with
+    /// `ECONNABORTED` and the socket is disconnected; connecting it again
+    /// schedules it anew. Sockets of other network namespaces than rvsd's
+    /// are not seen by sock_diag and stay (a limit). Failures are logged:
+    /// the deletion itself is done.
+    fn abort_udp(&mut self, index: u32, dest: &DestConfig) {
+        let cookies = match self.udp_cookies(index) {
+            Ok(c) if c.is_empty() => return,
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(target: "rvs::sock", "connected UDP sockets of a deleted real server: {e}");
+                return;
+            }
+        };
+        if self.diag.is_none() {
+            match SockDiag::open() {
+                Ok(d) => self.diag = Some(d),
+                Err(e) => {
+                    tracing::warn!(target: "rvs::sock", "sock_diag: {e}: connected UDP sockets stay on deleted real servers");
+                    return;
+                }
+            }
+        }
+        let Some(diag) = self.diag.as_mut() else {
+            return;
+        };
+        let peer = SocketAddr::new(dest.addr, dest.port);
+        // An IPv4 real server may be reached by dual-stack IPv6 sockets too.
+        let families: &[bool] = if peer.is_ipv4() {
+            &[false, true]
+        } else {
+            &[true]
+        };
+        let mut destroyed = 0usize;
+        for &ipv6 in families {
+            let listed = match diag.connected_udp(ipv6) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(target: "rvs::sock", "sock_diag: listing UDP sockets: {e}");
+                    continue;
+                }
+            };
+            for s in listed {
+                if s.peer_unmapped() != peer || !cookies.contains(&s.cookie) {
+                    continue;
+                }
+                match diag.destroy_udp(&s) {
+                    Ok(true) => destroyed += 1,
+                    // Closed or connected elsewhere meanwhile.
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(target: "rvs::sock", socket = %s.local, "sock_diag: destroying a UDP socket: {e}");
+                    }
+                }
+            }
+        }
+        if destroyed > 0 {
+            tracing::info!(target: "rvs::sock", real_server = %peer, destroyed, "connected UDP sockets of a deleted real server destroyed");
+        }
+    }
+
+    /// The cookies of the UDP sockets `sock_socks` records on real server
+    /// `index` (a walk bounded by the map's capacity).
+    fn udp_cookies(&self, index: u32) -> Result<HashSet<u64>, SockError> {
+        let socks = self.map(name::SOCKS)?;
+        let mut out = HashSet::new();
+        let mut key: Option<u64> = None;
+        let mut next = 0u64;
+        let mut seen = 0usize;
+        while socks
+            .next_key(key.as_ref().map(|k| k.as_bytes()), next.as_mut_bytes())
+            .map_err(map_err(name::SOCKS))?
+        {
+            key = Some(next);
+            seen += 1;
+            let mut rec = SockRec::default();
+            if socks
+                .lookup(next.as_bytes(), rec.as_mut_bytes())
+                .map_err(map_err(name::SOCKS))?
+                && rec.dest == index
+                && rec.vip.proto == Protocol::Udp.number()
+            {
+                out.insert(next);
+            }
+            if seen >= cap::SOCKS as usize {
+                break;
+            }
+        }
+        Ok(out)
     }
 
     fn alloc_dest(&mut self) -> Result<u32, SockError> {
@@ -800,7 +925,7 @@ impl Tables {
                     .flatten()
                     .map(|a| (a, maps::port_host(rec.client_port)).into()),
             });
-            if out.len() >= 262_144 {
+            if out.len() >= cap::SOCKS as usize {
                 break;
             }
         }

@@ -124,6 +124,57 @@ fn child() {
                 .expect("greeting");
             writeln!(out, "RESULT retry {first} {} {peer}", name.trim()).expect("stdout");
         }
+        "follow" => {
+            // Three connected UDP sockets: two to the VIP (rr: b0, then
+            // b1), one to b0's own address. Then, once told (the parent
+            // deleted b0), the first one's receive, a reconnect, and the
+            // other two asked again.
+            let direct: SocketAddr = args[2].parse().expect("direct address");
+            let bind: SocketAddr = if vip.is_ipv4() {
+                "0.0.0.0:0".parse().expect("addr")
+            } else {
+                "[::]:0".parse().expect("addr")
+            };
+            let err = |e: std::io::Error| match e.raw_os_error() {
+                Some(n) => format!("{:?}", nix::errno::Errno::from_raw(n)),
+                None => format!("{e}"),
+            };
+            let ask = |s: &UdpSocket| -> String {
+                if let Err(e) = s.send(b"ping") {
+                    return err(e);
+                }
+                let mut buf = [0u8; 64];
+                match s.recv(&mut buf) {
+                    Ok(n) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+                    Err(e) => err(e),
+                }
+            };
+            let socks: Vec<UdpSocket> = [vip, vip, direct]
+                .iter()
+                .map(|to| {
+                    let s = UdpSocket::bind(bind).expect("bind");
+                    s.set_read_timeout(Some(Duration::from_secs(3)))
+                        .expect("timeout");
+                    s.connect(to).expect("connect");
+                    s
+                })
+                .collect();
+            let before: Vec<String> = socks.iter().map(ask).collect();
+            writeln!(out, "RESULT before {}", before.join(" ")).expect("stdout");
+            out.flush().expect("flush");
+            let mut go = String::new();
+            std::io::stdin().read_line(&mut go).expect("stdin");
+            // Nothing was sent: a receive fails at once when the socket was
+            // destroyed, and times out (EAGAIN) when it was not.
+            let mut buf = [0u8; 64];
+            let first = match socks[0].recv(&mut buf) {
+                Ok(n) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+                Err(e) => err(e),
+            };
+            socks[0].connect(vip).expect("connect again");
+            let after: Vec<String> = socks.iter().map(ask).collect();
+            writeln!(out, "RESULT after {first} {}", after.join(" ")).expect("stdout");
+        }
         other => panic!("unknown child mode {other}"),
     }
 }
@@ -633,4 +684,73 @@ fn unsupported_services_are_refused_before_anything_changes() {
     assert!(plane.admit(&fwmark).unwrap_err().contains("fwmark"));
     let (_, lblc) = service(Protocol::Tcp, vip4(6), 86, Scheduler::Lblc, &[]);
     assert!(plane.admit(&lblc[0]).unwrap_err().contains("lblc"));
+}
+
+/// Issue 28 (Cilium keeps connected UDP sockets on deleted backends,
+/// cilium#48096): a connected UDP socket whose real server is deleted is
+/// destroyed, its receive fails with ECONNABORTED and, connected again, it
+/// reaches a live server. A socket on a server that stays, and a socket
+/// connected to the deleted server's address itself (not through the VIP),
+/// are untouched. IPv4 and IPv6.
+#[test]
+fn a_connected_udp_socket_follows_its_backends_deletion() {
+    let Some((cg, mut plane)) = setup("a_connected_udp_socket_follows_its_backends_deletion")
+    else {
+        return;
+    };
+    let vip6: IpAddr = format!("fd00:77:1::{:x}", std::process::id() % 65000 + 1)
+        .parse()
+        .expect("vip");
+    for (ip, vip) in [("127.0.0.1", vip4(7)), ("::1", vip6)] {
+        let b = Backends::udp(ip, 2);
+        let (key, cmds) = service(
+            Protocol::Udp,
+            vip,
+            5353,
+            Scheduler::Rr,
+            &[(b.addrs[0], 1), (b.addrs[1], 1)],
+        );
+        exec(&mut plane, cmds);
+        let mut kid = KillOnDrop(
+            child_command(
+                &cg,
+                &format!("follow {} {}", SocketAddr::new(vip, 5353), b.addrs[0]),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn"),
+        );
+        let kid = &mut kid.0;
+        let mut out = BufReader::new(kid.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        while !line.contains("RESULT ") {
+            line.clear();
+            assert!(out.read_line(&mut line).expect("read") > 0, "child ended");
+        }
+        assert_eq!(results(&line), ["before b0 b1 b0"], "{vip}");
+        // b0 leaves the service (its server keeps running: a socket left
+        // on it would still get answers from it).
+        exec(
+            &mut plane,
+            vec![Command::DelDest {
+                service: key,
+                addr: b.addrs[0].ip(),
+                port: b.addrs[0].port(),
+            }],
+        );
+        kid.stdin
+            .take()
+            .expect("stdin")
+            .write_all(b"go\n")
+            .expect("write");
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).expect("read");
+        assert!(kid.wait().expect("wait").success(), "{rest}");
+        assert_eq!(
+            results(&rest),
+            ["after ECONNABORTED b1 b1 b0"],
+            "{vip}: the first socket's receive, then all three asked again"
+        );
+    }
 }

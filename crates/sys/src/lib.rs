@@ -12,9 +12,11 @@
 //!   on tokio;
 //! - [`iface`]: interface names and indexes;
 //! - [`sock`]: socket options and sends the socket crates do not wrap;
+//! - [`sockdiag`]: sock_diag: connected UDP sockets listed and destroyed;
 //! - [`sched`]: CPU affinity and real-time scheduling;
 //! - [`netns`]: entering a named network namespace (`net_namespace`);
-//! - [`bpf`]: bpf(2) commands aya 0.14 does not make.
+//! - [`bpf`]: BPF objects, programs and maps (aya inside, none of its types
+//!   outside) and the bpf(2) commands aya 0.14 does not make.
 
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
@@ -25,3 +27,4 @@ pub mod netlink;
 pub mod netns;
 pub mod sched;
 pub mod sock;
+pub mod sockdiag;

@@ -10,7 +10,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
-use crate::netns::{Netns, in_ns, unique_name};
+use crate::netns::{Netns, exec_in, in_ns, unique_name};
 use crate::server::{Server, echo};
 use crate::sh;
 
@@ -30,9 +30,7 @@ pub struct Host {
 impl Host {
     /// `ip netns exec NS args...`, panicking on failure.
     pub fn exec(&self, args: &[&str]) -> Output {
-        let mut a = vec!["ip", "netns", "exec", &self.ns];
-        a.extend_from_slice(args);
-        sh(&a)
+        exec_in(&self.ns, args)
     }
 
     /// Run `f` on a thread inside this host's namespace.

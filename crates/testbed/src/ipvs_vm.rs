@@ -249,18 +249,29 @@ impl IpvsVm {
         // Interface names: at most 15 bytes.
         let tap0 = format!("t0{name}").chars().take(15).collect::<String>();
         let tap1 = format!("t1{name}").chars().take(15).collect::<String>();
+        // Tap `tap` in the VM's namespace (removed with the VM), and the
+        // QEMU arguments of NIC `nic` on it.
+        let add_nic = |vm: &mut IpvsVm, nic: u8, tap: &str| -> Result<[String; 4], String> {
+            ip(&[
+                "-n",
+                &opts.netns,
+                "tuntap",
+                "add",
+                "dev",
+                tap,
+                "mode",
+                "tap",
+            ])?;
+            vm.taps.push((opts.netns.clone(), tap.to_owned()));
+            Ok([
+                "-netdev".to_owned(),
+                format!("tap,id=n{nic},ifname={tap},script=no,downscript=no"),
+                "-device".to_owned(),
+                format!("virtio-net-pci,netdev=n{nic},mac={},romfile=", mac(n, nic)),
+            ])
+        };
         ensure_bridge(&opts.netns, &opts.bridge, opts.host_ip.as_deref())?;
-        ip(&[
-            "-n",
-            &opts.netns,
-            "tuntap",
-            "add",
-            "dev",
-            &tap0,
-            "mode",
-            "tap",
-        ])?;
-        vm.taps.push((opts.netns.clone(), tap0.clone()));
+        let mut net = add_nic(&mut vm, 0, &tap0)?.to_vec();
         ip(&[
             "-n",
             &opts.netns,
@@ -271,12 +282,6 @@ impl IpvsVm {
             &opts.bridge,
         ])?;
         ip(&["-n", &opts.netns, "link", "set", &tap0, "up"])?;
-        let mut net = vec![
-            "-netdev".to_owned(),
-            format!("tap,id=n0,ifname={tap0},script=no,downscript=no"),
-            "-device".to_owned(),
-            format!("virtio-net-pci,netdev=n0,mac={},romfile=", mac(n, 0)),
-        ];
         let mods = if opts.modules.is_empty() {
             "none".to_owned()
         } else {
@@ -290,23 +295,7 @@ impl IpvsVm {
             ensure_bridge(ns2, &opts.bridge, hip2.as_deref())?;
             // QEMU opens taps by name in its own namespace: make tap1 there
             // and move it once QEMU holds it.
-            ip(&[
-                "-n",
-                &opts.netns,
-                "tuntap",
-                "add",
-                "dev",
-                &tap1,
-                "mode",
-                "tap",
-            ])?;
-            vm.taps.push((opts.netns.clone(), tap1.clone()));
-            net.extend([
-                "-netdev".to_owned(),
-                format!("tap,id=n1,ifname={tap1},script=no,downscript=no"),
-                "-device".to_owned(),
-                format!("virtio-net-pci,netdev=n1,mac={},romfile=", mac(n, 1)),
-            ]);
+            net.extend(add_nic(&mut vm, 1, &tap1)?);
             append.push_str(&format!(" ipvsvm.ip2={ip2}"));
         }
         let root = cache.join("root");

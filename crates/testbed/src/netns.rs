@@ -60,9 +60,7 @@ impl Netns {
 
     /// `ip netns exec NAME args...`, panicking on failure.
     pub fn exec(&self, args: &[&str]) -> Output {
-        let mut a = vec!["ip", "netns", "exec", &self.name];
-        a.extend_from_slice(args);
-        sh(&a)
+        exec_in(&self.name, args)
     }
 
     /// Run `f` on a fresh thread inside the namespace; its result, or its
@@ -126,6 +124,14 @@ fn spawn_in_path<T: Send + 'static>(
             .unwrap_or_else(|e| panic!("setns {path}: {e}"));
         f()
     })
+}
+
+/// `ip netns exec NS args...` for namespace `ns` (by name), panicking on
+/// failure.
+pub fn exec_in(ns: &str, args: &[&str]) -> Output {
+    let mut a = vec!["ip", "netns", "exec", ns];
+    a.extend_from_slice(args);
+    sh(&a)
 }
 
 /// Run `f` on a fresh thread inside namespace `ns` (by name): its result,

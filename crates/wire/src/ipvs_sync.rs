@@ -116,8 +116,25 @@
 //! refresh round would send anyway, so kernel backups on the group take
 //! it as such.
 //!
+//! A datagram of the answer can be lost. So that the requester can tell,
+//! each record of an answer carries an optional option [`OPT_RVS_BULK`]
+//! (`0x73`, ignored by kernel backups like [`OPT_RVS_LOCAL`]):
+//! ```text
+//! type=0x73 u8 | length=8 u8 | answer be32 | index be32
+//! ```
+//! and the answer ends with a 20-byte datagram of the request's shape
+//! ([`build_bulk_done`], [`parse_bulk_done`]), which kernel backups ignore
+//! for the same reason as the request:
+//! ```text
+//! reserved=0 u8 | syncid u8 | size=20 be16 | nr_conns=0 u8
+//! | version=0x52 u8 | spare=0 be16
+//! | magic "rvsD" 4 bytes | answer be32 | entries be32
+//! ```
+//! A requester that misses an index below `entries` (or the end) asks
+//! again.
+//!
 //! # No-panic contract
-//! [`parse`], [`parse_bulk_request`], [`build_v1`] and [`build_v0`] return
+//! [`parse`], [`parse_bulk_request`], [`parse_bulk_done`], [`build_v1`] and [`build_v0`] return
 //! errors (or `None`) for every input,
 //! never panic; fuzzed by `fuzz/fuzz_targets/ipvs_sync.rs`, which also checks
 //! that every parsed message rebuilds as v1 into datagrams that parse back
@@ -164,6 +181,12 @@ pub const OPT_PE_NAME: u8 = 3;
 /// FULLNAT local address and port of the connection (see the module
 /// documentation).
 pub const OPT_RVS_LOCAL: u8 = OPT_F_OPTIONAL | 0x32;
+/// v1 option (an rvs extension, optional: kernel backups ignore it): the
+/// record is entry `index` of bulk answer `answer` (see the module
+/// documentation, "Bulk resync").
+pub const OPT_RVS_BULK: u8 = OPT_F_OPTIONAL | 0x33;
+/// Length of the [`OPT_RVS_BULK`] option's data: answer and index, be32 each.
+const BULK_MARK_LEN: usize = 8;
 /// v1 option type bit marking an option the receiver may ignore when it
 /// does not know it (`IPVS_OPT_F_PARAM` = 1 << (`IPVS_OPT_PARAM` 7 − 1)).
 /// An unknown option without it is mandatory: the record is dropped.
@@ -177,6 +200,10 @@ pub const BULK_REQUEST_VER: u8 = 0x52;
 pub const BULK_REQUEST_MAGIC: [u8; 4] = *b"rvsB";
 /// Length of a bulk-resync request.
 pub const BULK_REQUEST_LEN: usize = 16;
+/// Magic after the header of the end of a bulk answer.
+pub const BULK_DONE_MAGIC: [u8; 4] = *b"rvsD";
+/// Length of the end of a bulk answer.
+pub const BULK_DONE_LEN: usize = 20;
 
 /// Longest persistence-engine name (`IP_VS_PENAME_MAXLEN`).
 pub const PE_NAME_MAXLEN: usize = 16;
@@ -330,6 +357,20 @@ pub struct SyncConn {
     /// FULLNAT local address and port (v1 rvs option [`OPT_RVS_LOCAL`];
     /// `None` in v0 and from senders that do not write it).
     pub local: Option<SocketAddr>,
+    /// Which bulk answer this record belongs to, and its place in it (v1
+    /// rvs option [`OPT_RVS_BULK`]; `None` outside bulk answers, in v0 and
+    /// from senders that do not write it).
+    pub bulk: Option<BulkMark>,
+}
+
+/// A record's place in a bulk answer: the requester checks that it got
+/// every index below the answer's [`BulkDone::entries`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BulkMark {
+    /// The answer (a number the answering daemon picks per walk).
+    pub answer: u32,
+    /// The record's index in the answer, from 0.
+    pub index: u32,
 }
 
 impl SyncConn {
@@ -354,7 +395,12 @@ impl SyncConn {
         let data = self.pe_data.as_ref().map_or(0, |d| 2 + d.len());
         let name = self.pe_name.as_ref().map_or(0, |n| 2 + n.len());
         let local = self.local.map_or(0, |l| 2 + local_len(&l));
-        Some(fixed + seq + data + name + local)
+        let bulk = if self.bulk.is_some() {
+            2 + BULK_MARK_LEN
+        } else {
+            0
+        };
+        Some(fixed + seq + data + name + local + bulk)
     }
 }
 
@@ -401,19 +447,63 @@ pub fn build_bulk_request(req: &BulkRequest) -> [u8; BULK_REQUEST_LEN] {
 /// count or spare field).
 pub fn parse_bulk_request(buf: &[u8]) -> Option<BulkRequest> {
     let b: &[u8; BULK_REQUEST_LEN] = buf.try_into().ok()?;
-    let header_ok = b[0] == 0
-        && be16(b, 2) == Some(BULK_REQUEST_LEN as u16)
-        && b[4] == 0
-        && b[5] == BULK_REQUEST_VER
-        && b[6] == 0
-        && b[7] == 0;
-    if !header_ok || b[8..12] != BULK_REQUEST_MAGIC {
+    if !rvs_header_ok(b, BULK_REQUEST_LEN) || b[8..12] != BULK_REQUEST_MAGIC {
         return None;
     }
     Some(BulkRequest {
         syncid: b[1],
         nonce: be32(b, 12)?,
     })
+}
+
+/// The end of a bulk answer: how many records it had (see the module
+/// documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BulkDone {
+    /// Sync ID of the answering daemon.
+    pub syncid: u8,
+    /// The answer ([`BulkMark::answer`] of its records).
+    pub answer: u32,
+    /// How many records it had: indices `0..entries`.
+    pub entries: u32,
+}
+
+/// The datagram that ends a bulk answer.
+pub fn build_bulk_done(done: &BulkDone) -> [u8; BULK_DONE_LEN] {
+    let mut b = [0u8; BULK_DONE_LEN];
+    b[1] = done.syncid;
+    b[2..4].copy_from_slice(&(BULK_DONE_LEN as u16).to_be_bytes());
+    b[5] = BULK_REQUEST_VER;
+    b[8..12].copy_from_slice(&BULK_DONE_MAGIC);
+    b[12..16].copy_from_slice(&done.answer.to_be_bytes());
+    b[16..20].copy_from_slice(&done.entries.to_be_bytes());
+    b
+}
+
+/// The end of a bulk answer `buf` is, or `None` when it is not exactly one
+/// (the same checks as [`parse_bulk_request`]).
+pub fn parse_bulk_done(buf: &[u8]) -> Option<BulkDone> {
+    let b: &[u8; BULK_DONE_LEN] = buf.try_into().ok()?;
+    if !rvs_header_ok(b, BULK_DONE_LEN) || b[8..12] != BULK_DONE_MAGIC {
+        return None;
+    }
+    Some(BulkDone {
+        syncid: b[1],
+        answer: be32(b, 12)?,
+        entries: be32(b, 16)?,
+    })
+}
+
+/// The header of an rvs extension datagram of `len` bytes: zero reserved,
+/// count and spare, the size field right, version [`BULK_REQUEST_VER`].
+fn rvs_header_ok(b: &[u8], len: usize) -> bool {
+    b.len() == len
+        && b[0] == 0
+        && be16(b, 2) == u16::try_from(len).ok()
+        && b[4] == 0
+        && b[5] == BULK_REQUEST_VER
+        && b[6] == 0
+        && b[7] == 0
 }
 
 /// Why bytes are not a sync message, or connections cannot be encoded.
@@ -636,6 +726,7 @@ fn parse_v0_record(buf: &[u8], p: &mut usize) -> Outcome {
         pe_name: None,
         pe_data: None,
         local: None,
+        bulk: None,
     })
 }
 
@@ -685,6 +776,7 @@ fn parse_v1_record(rec: &[u8]) -> Outcome {
     let mut pe_data: Option<&[u8]> = None;
     let mut pe_name: Option<&[u8]> = None;
     let mut local: Option<SocketAddr> = None;
+    let mut bulk: Option<BulkMark> = None;
     let mut q = fixed;
     while q < rec.len() {
         let (Some(&ptype), Some(&plen)) = (rec.get(q), rec.get(q + 1)) else {
@@ -700,6 +792,16 @@ fn parse_v1_record(rec: &[u8]) -> Outcome {
         if ptype == OPT_RVS_LOCAL {
             if local.is_none() {
                 local = parse_local(data);
+            }
+            q += plen;
+            continue;
+        }
+        if ptype == OPT_RVS_BULK {
+            if bulk.is_none()
+                && data.len() == BULK_MARK_LEN
+                && let (Some(answer), Some(index)) = (be32(data, 0), be32(data, 4))
+            {
+                bulk = Some(BulkMark { answer, index });
             }
             q += plen;
             continue;
@@ -782,6 +884,7 @@ fn parse_v1_record(rec: &[u8]) -> Outcome {
         pe_name,
         pe_data,
         local,
+        bulk,
     })
 }
 
@@ -852,7 +955,8 @@ where
 /// as the kernel does (so no padding after the last), at most 255 records
 /// per datagram (`nr_conns` is one byte). Options are written in the
 /// kernel's order: sequence data (when `seq` is `Some`), PE data, PE name;
-/// then rvs's [`OPT_RVS_LOCAL`] when `local` is `Some`.
+/// then rvs's [`OPT_RVS_LOCAL`] when `local` is `Some` and
+/// [`OPT_RVS_BULK`] when `bulk` is `Some`.
 /// Connections are not checked against the receive rules (protocol, state):
 /// the builder writes what it is given. An empty list gives no datagrams.
 ///
@@ -927,7 +1031,12 @@ fn encode_v1(index: usize, c: &SyncConn, rec: &mut Vec<u8>) -> Result<(), SyncEr
         }
         rec.extend_from_slice(&local.port().to_be_bytes());
     }
-    // At most 72 + 26 + 257 + 18 + 20 = 393 bytes: fits the 12 bits,
+    if let Some(mark) = &c.bulk {
+        rec.extend_from_slice(&[OPT_RVS_BULK, BULK_MARK_LEN as u8]);
+        rec.extend_from_slice(&mark.answer.to_be_bytes());
+        rec.extend_from_slice(&mark.index.to_be_bytes());
+    }
+    // At most 72 + 26 + 257 + 18 + 20 + 10 = 403 bytes: fits the 12 bits,
     // version 0.
     let len = u16::try_from(rec.len()).unwrap_or(u16::MAX) & V1_RECORD_MAXLEN as u16;
     rec[2..4].copy_from_slice(&len.to_be_bytes());

@@ -1,21 +1,20 @@
 //! Loading an embedded BPF object and naming what failed, in one place for
 //! the director's loader, the decapsulator, the TOA reader and writer and
 //! the TOA insertion fixture: each error says which object, program or map
-//! (an operator's first question), and a build without clang says so.
+//! (an operator's first question), and a build without clang says so. The
+//! BPF calls themselves are rvs-sys's ([`rvs_sys::bpf`]).
 
-use aya::maps::{Map, MapError};
-use aya::programs::{Program, ProgramError, Xdp, XdpMode};
-use aya::{Ebpf, EbpfLoader};
+use rvs_sys::bpf::{Error, Loader, Map, Object, Program, Xdp, XdpMode};
 
 use crate::XdpError;
 
 /// The compiled object `$file` in OUT_DIR (built by build.rs), aligned for
-/// aya, as a `Result<&'static [u8], XdpError>`: [`XdpError::NoBpf`] in a
-/// build without clang (`rvs_no_bpf`).
+/// the loader, as a `Result<&'static [u8], XdpError>`: [`XdpError::NoBpf`]
+/// in a build without clang (`rvs_no_bpf`).
 macro_rules! embedded_object {
     ($file:literal) => {{
         #[cfg(not(rvs_no_bpf))]
-        let bytes: Result<&'static [u8], $crate::XdpError> = Ok(aya::include_bytes_aligned!(
+        let bytes: Result<&'static [u8], $crate::XdpError> = Ok(rvs_sys::include_bytes_aligned!(
             concat!(env!("OUT_DIR"), "/", $file)
         ));
         #[cfg(rvs_no_bpf)]
@@ -28,9 +27,9 @@ pub(crate) use embedded_object;
 /// Load `bytes` (the object called `object` in errors) with `loader`.
 pub(crate) fn load(
     object: &'static str,
-    loader: &mut EbpfLoader,
+    loader: &mut Loader<'_>,
     bytes: &[u8],
-) -> Result<Ebpf, XdpError> {
+) -> Result<Object, XdpError> {
     loader.load(bytes).map_err(|e| XdpError::Load {
         object,
         source: Box::new(e),
@@ -38,7 +37,7 @@ pub(crate) fn load(
 }
 
 /// The error of an operation on map `map`.
-pub(crate) fn map_err(map: &'static str) -> impl Fn(MapError) -> XdpError {
+pub(crate) fn map_err(map: &'static str) -> impl Fn(Error) -> XdpError {
     move |e| XdpError::Map {
         map,
         source: Box::new(e),
@@ -46,10 +45,7 @@ pub(crate) fn map_err(map: &'static str) -> impl Fn(MapError) -> XdpError {
 }
 
 /// The error of doing `what` with program `program`.
-pub(crate) fn prog_err(
-    program: &'static str,
-    what: &'static str,
-) -> impl Fn(ProgramError) -> XdpError {
+pub(crate) fn prog_err(program: &'static str, what: &'static str) -> impl Fn(Error) -> XdpError {
     move |e| XdpError::Program {
         program,
         what,
@@ -57,36 +53,37 @@ pub(crate) fn prog_err(
     }
 }
 
-/// Program `name` of `ebpf` as its type `P` (`Xdp`, `SockOps`, …); `what`
-/// names the type for the error ("not an XDP program").
-pub(crate) fn program_mut<'a, P>(
-    ebpf: &'a mut Ebpf,
+/// Program `name` of `object`.
+pub(crate) fn program<'a>(
+    object: &'a mut Object,
     name: &'static str,
-    what: &'static str,
-) -> Result<&'a mut P, XdpError>
-where
-    &'a mut P: TryFrom<&'a mut Program, Error = ProgramError>,
-{
-    ebpf.program_mut(name)
-        .ok_or(XdpError::Missing {
-            kind: "program",
-            name,
-        })?
-        .try_into()
-        .map_err(prog_err(name, what))
+) -> Result<Program<'a>, XdpError> {
+    object.program(name).ok_or(XdpError::Missing {
+        kind: "program",
+        name,
+    })
 }
 
-/// Map `name` of `ebpf`.
-pub(crate) fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Map, XdpError> {
-    ebpf.map_mut(name)
-        .ok_or(XdpError::Missing { kind: "map", name })
+/// Program `name` of `object` as an XDP program.
+pub(crate) fn xdp<'a>(object: &'a mut Object, name: &'static str) -> Result<Xdp<'a>, XdpError> {
+    program(object, name)?
+        .xdp()
+        .map_err(prog_err(name, "not an XDP program"))
+}
+
+/// Map `name` of `object`.
+pub(crate) fn map<'a>(object: &'a Object, name: &'static str) -> Result<Map<'a>, XdpError> {
+    object
+        .map(name)
+        .ok_or(XdpError::Missing { kind: "map", name })?
+        .map_err(map_err(name))
 }
 
 /// Attach the XDP program `prog` (called `program` in errors) to
 /// `interface`: native (driver) mode first, generic (skb) mode when the
 /// driver has no XDP support; `mode` forces one. The mode it got.
 pub(crate) fn attach_xdp(
-    prog: &mut Xdp,
+    prog: &mut Xdp<'_>,
     program: &'static str,
     interface: &str,
     mode: Option<XdpMode>,
@@ -98,11 +95,13 @@ pub(crate) fn attach_xdp(
     let mut last = None;
     for &m in modes {
         match prog.attach(interface, m) {
-            Ok(_) => return Ok(m),
+            Ok(()) => return Ok(m),
             Err(e) => last = Some(e),
         }
     }
-    Err(prog_err(program, "attach")(
-        last.unwrap_or(ProgramError::AlreadyLoaded),
-    ))
+    Err(prog_err(program, "attach")(last.unwrap_or(
+        Error::UnknownInterface {
+            name: interface.to_owned(),
+        },
+    )))
 }

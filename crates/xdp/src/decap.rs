@@ -4,7 +4,7 @@
 //! Kernels without the ipip/fou/ip_gre/geneve modules cannot receive the
 //! director's TUN method otherwise.
 //!
-//! Two ways to attach: [`Decap::attach`] through aya (detached when the
+//! Two ways to attach: [`Decap::attach`] through rvs-sys (detached when the
 //! [`Decap`] is dropped: for tests and long-running owners), and
 //! [`Decap::attach_persistent`] through a netlink link change (`IFLA_XDP`,
 //! rvs-sys), which the kernel keeps after the process exits, so a
@@ -12,12 +12,9 @@
 //! long as the attached program.
 
 use std::net::IpAddr;
-use std::os::fd::AsFd;
 
-use aya::maps::MapError;
-use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
-use aya::{Ebpf, EbpfLoader};
-use rvs_sys::netlink::{Netlink, NetlinkError, XdpMode as NlXdpMode};
+use rvs_sys::bpf::{Error as BpfError, Loader, Map, Object, Xdp, XdpMode};
+use rvs_sys::netlink::{Netlink, NetlinkError};
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -133,31 +130,31 @@ pub fn object() -> Result<&'static [u8], XdpError> {
     embedded_object!("decap.o")
 }
 
-fn prog_err(what: &'static str) -> impl Fn(ProgramError) -> XdpError {
+fn prog_err(what: &'static str) -> impl Fn(BpfError) -> XdpError {
     bpf::prog_err(PROGRAM, what)
 }
 
 /// The decapsulator loaded into the kernel (verified), not yet attached.
 #[derive(Debug)]
 pub struct Decap {
-    ebpf: Ebpf,
+    ebpf: Object,
 }
 
 impl Decap {
     /// Load the object and its program (the verifier runs here).
     pub fn load() -> Result<Self, XdpError> {
-        let ebpf = bpf::load(PROGRAM, &mut EbpfLoader::new(), object()?)?;
+        let ebpf = bpf::load(PROGRAM, &mut Loader::new(), object()?)?;
         let mut me = Decap { ebpf };
         me.program()?.load().map_err(prog_err("load (verifier)"))?;
         Ok(me)
     }
 
-    fn program(&mut self) -> Result<&mut Xdp, XdpError> {
-        bpf::program_mut(&mut self.ebpf, PROGRAM, "not an XDP program")
+    fn program(&mut self) -> Result<Xdp<'_>, XdpError> {
+        bpf::xdp(&mut self.ebpf, PROGRAM)
     }
 
-    fn map(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, XdpError> {
-        bpf::map_mut(&mut self.ebpf, name)
+    fn map(&mut self, name: &'static str) -> Result<Map<'_>, XdpError> {
+        bpf::map(&self.ebpf, name)
     }
 
     /// Decapsulate traffic for `vip` (no error when already present).
@@ -173,10 +170,8 @@ impl Decap {
         let mut m = TypedHash::<DecapVip, u8>::new(self.map("decap_vips")?)
             .map_err(map_err("decap_vips"))?;
         match m.remove(&DecapVip::new(vip)) {
-            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
-            Err(MapError::SyscallError(e)) if e.io_error.kind() == std::io::ErrorKind::NotFound => {
-                Ok(())
-            }
+            Ok(()) => Ok(()),
+            Err(e) if e.is_absent() => Ok(()),
             Err(e) => Err(map_err("decap_vips")(e)),
         }
     }
@@ -218,11 +213,11 @@ impl Decap {
         })
     }
 
-    /// Attach through aya (a BPF link owned by this value: dropping the
+    /// Attach through rvs-sys, owned by this value (dropping the
     /// [`Decap`] detaches). Native mode first, generic when the driver has
     /// no XDP; `mode` forces one.
     pub fn attach(&mut self, interface: &str, mode: Option<XdpMode>) -> Result<XdpMode, XdpError> {
-        bpf::attach_xdp(self.program()?, PROGRAM, interface, mode)
+        bpf::attach_xdp(&mut self.program()?, PROGRAM, interface, mode)
     }
 
     /// Attach to `interface` with netlink so the attachment outlives this
@@ -234,11 +229,8 @@ impl Decap {
         let fd = prog.fd().map_err(prog_err("program fd"))?;
         let mut nl = netlink(interface, "attach")?;
         let mut last = None;
-        for (mode, how) in [
-            (XdpMode::Driver, NlXdpMode::Driver),
-            (XdpMode::Skb, NlXdpMode::Skb),
-        ] {
-            match nl.attach_xdp(ifindex, fd.as_fd(), how) {
+        for mode in [XdpMode::Driver, XdpMode::Skb] {
+            match nl.attach_xdp(ifindex, fd, mode) {
                 Ok(()) => return Ok(mode),
                 Err(e) => last = Some(e),
             }
@@ -255,13 +247,11 @@ impl Decap {
 
     /// Run the program on `frame` with BPF_PROG_TEST_RUN.
     pub fn run(&mut self, frame: &[u8], repeat: u32) -> Result<RunResult, XdpError> {
-        let prog = self.program()?;
+        let mut prog = self.program()?;
         let mut out = vec![0u8; frame.len() + 64];
-        let mut opts = TestRunOptions::new();
-        opts.data_in = Some(frame);
-        opts.data_out = Some(&mut out);
-        opts.repeat = repeat.max(1);
-        let r = prog.test_run(opts).map_err(prog_err("test run"))?;
+        let r = prog
+            .test_run(frame, &mut out, None, repeat)
+            .map_err(prog_err("test run"))?;
         out.truncate(r.data_size_out as usize);
         Ok(RunResult {
             action: r.return_value,
@@ -276,7 +266,7 @@ impl Decap {
 pub fn detach_persistent(interface: &str) -> Result<(), DecapError> {
     let ifindex = ifindex(interface)?;
     let mut nl = netlink(interface, "detach")?;
-    for mode in [NlXdpMode::Driver, NlXdpMode::Skb] {
+    for mode in [XdpMode::Driver, XdpMode::Skb] {
         nl.detach_xdp(ifindex, mode)
             .map_err(|e| DecapError::Netlink {
                 what: "detach",

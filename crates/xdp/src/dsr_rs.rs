@@ -16,9 +16,7 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use aya::programs::links::FdLink;
-use aya::programs::{ProgramError, SchedClassifier, TcAttachType, TestRun, TestRunOptions};
-use aya::{Ebpf, EbpfLoader};
+use rvs_sys::bpf::{Error as BpfError, Loader, Map, Object, PinnedMap, SchedClassifier, TcHook};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::bpf::{self, embedded_object, map_err, prog_err};
@@ -136,9 +134,9 @@ pub struct DsrStats {
 const INGRESS: &str = "rvs_dsr_ingress";
 const EGRESS: &str = "rvs_dsr_egress";
 /// The pinned links (file names), the programs and their hooks.
-const LINKS: [(&str, &str, TcAttachType); 2] = [
-    ("ingress", INGRESS, TcAttachType::Ingress),
-    ("egress", EGRESS, TcAttachType::Egress),
+const LINKS: [(&str, &str, TcHook); 2] = [
+    ("ingress", INGRESS, TcHook::Ingress),
+    ("egress", EGRESS, TcHook::Egress),
 ];
 const FLOWS_PIN: &str = "dsr_flows";
 const STATS_PIN: &str = "dsr_stats";
@@ -227,15 +225,11 @@ pub fn pinned_stats(interface: &str) -> Result<Option<DsrStats>, DsrError> {
     if !p.exists() {
         return Ok(None);
     }
-    let data = aya::maps::MapData::from_pin(&p).map_err(|e| XdpError::Map {
-        map: "dsr_stats",
-        source: Box::new(e),
-    })?;
-    let mut map = aya::maps::Map::PerCpuArray(data);
-    Ok(Some(stats_of(&mut map)?))
+    let pinned = PinnedMap::open(&p).map_err(map_err("dsr_stats"))?;
+    Ok(Some(stats_of(pinned.map())?))
 }
 
-fn stats_of(map: &mut aya::maps::Map) -> Result<DsrStats, XdpError> {
+fn stats_of(map: Map<'_>) -> Result<DsrStats, XdpError> {
     let a = TypedPerCpuArray::<u64>::new(map).map_err(map_err("dsr_stats"))?;
     let sum = |i: u32| -> Result<u64, XdpError> {
         Ok(a.get(&i, 0).map_err(map_err("dsr_stats"))?.iter().sum())
@@ -248,24 +242,16 @@ fn stats_of(map: &mut aya::maps::Map) -> Result<DsrStats, XdpError> {
     })
 }
 
-fn link_err(program: &'static str, e: aya::programs::links::LinkError) -> XdpError {
-    XdpError::Program {
-        program,
-        what: "a TCX link (Linux 6.6) to pin",
-        source: Box::new(ProgramError::IOError(std::io::Error::other(e.to_string()))),
-    }
-}
-
 /// The two programs loaded into the kernel (verified), not yet attached.
 #[derive(Debug)]
 pub struct DsrRealServer {
-    ebpf: Ebpf,
+    ebpf: Object,
 }
 
 impl DsrRealServer {
     /// Load the object and both programs (the verifier runs here).
     pub fn load() -> Result<Self, XdpError> {
-        let ebpf = bpf::load("dsr_rs", &mut EbpfLoader::new(), object()?)?;
+        let ebpf = bpf::load("dsr_rs", &mut Loader::new(), object()?)?;
         let mut me = DsrRealServer { ebpf };
         for p in [INGRESS, EGRESS] {
             me.program(p)?
@@ -275,29 +261,31 @@ impl DsrRealServer {
         Ok(me)
     }
 
-    fn program(&mut self, name: &'static str) -> Result<&mut SchedClassifier, XdpError> {
-        bpf::program_mut(&mut self.ebpf, name, "not a tc (sched_cls) program")
+    fn program(&mut self, name: &'static str) -> Result<SchedClassifier<'_>, XdpError> {
+        bpf::program(&mut self.ebpf, name)?
+            .sched_cls()
+            .map_err(prog_err(name, "not a tc (sched_cls) program"))
     }
 
     /// The counters summed over CPUs.
     pub fn stats(&mut self) -> Result<DsrStats, XdpError> {
-        stats_of(bpf::map_mut(&mut self.ebpf, "dsr_stats")?)
+        stats_of(bpf::map(&self.ebpf, "dsr_stats")?)
     }
 
     /// The service recorded for `key`, if any.
     pub fn flow(&mut self, key: &DsrKey) -> Result<Option<DsrSvc>, XdpError> {
-        let m = TypedHash::<DsrKey, DsrSvc>::new(bpf::map_mut(&mut self.ebpf, "dsr_flows")?)
+        let m = TypedHash::<DsrKey, DsrSvc>::new(bpf::map(&self.ebpf, "dsr_flows")?)
             .map_err(map_err("dsr_flows"))?;
         match m.get(key, 0) {
             Ok(v) => Ok(Some(v)),
-            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(BpfError::KeyNotFound) => Ok(None),
             Err(e) => Err(map_err("dsr_flows")(e)),
         }
     }
 
     /// Record `svc` for `key` (as the ingress program does).
     pub fn insert_flow(&mut self, key: DsrKey, svc: DsrSvc) -> Result<(), XdpError> {
-        let mut m = TypedHash::<DsrKey, DsrSvc>::new(bpf::map_mut(&mut self.ebpf, "dsr_flows")?)
+        let mut m = TypedHash::<DsrKey, DsrSvc>::new(bpf::map(&self.ebpf, "dsr_flows")?)
             .map_err(map_err("dsr_flows"))?;
         m.insert(key, svc, 0).map_err(map_err("dsr_flows"))
     }
@@ -324,7 +312,7 @@ impl DsrRealServer {
 
     fn attach_and_pin(&mut self, interface: &str, dir: &Path) -> Result<(), DsrError> {
         let pin_err = |p: PathBuf| {
-            move |e: aya::pin::PinError| DsrError::Io {
+            move |e: BpfError| DsrError::Io {
                 what: "pinning",
                 path: p,
                 source: std::io::Error::other(e.to_string()),
@@ -332,17 +320,15 @@ impl DsrRealServer {
         };
         for m in [FLOWS_PIN, STATS_PIN] {
             let p = dir.join(m);
-            bpf::map_mut(&mut self.ebpf, m)?
+            bpf::map(&self.ebpf, m)?
                 .pin(&p)
                 .map_err(pin_err(p.clone()))?;
         }
         for (file, name, hook) in LINKS {
-            let prog = self.program(name)?;
-            let id = prog
-                .attach(interface, hook)
-                .map_err(prog_err(name, "attach (tcx)"))?;
-            let link = prog.take_link(id).map_err(prog_err(name, "take link"))?;
-            let link = FdLink::try_from(link).map_err(|e| link_err(name, e))?;
+            let link = self
+                .program(name)?
+                .attach_link(interface, hook)
+                .map_err(prog_err(name, "attach through a TCX link (Linux 6.6)"))?;
             let p = dir.join(file);
             link.pin(&p).map_err(pin_err(p.clone()))?;
         }
@@ -360,13 +346,11 @@ impl DsrRealServer {
     }
 
     fn run(&mut self, name: &'static str, frame: &[u8]) -> Result<RunResult, XdpError> {
-        let prog = self.program(name)?;
         let mut out = vec![0u8; frame.len() + 64];
-        let mut opts = TestRunOptions::new();
-        opts.data_in = Some(frame);
-        opts.data_out = Some(&mut out);
-        opts.repeat = 1;
-        let r = prog.test_run(opts).map_err(prog_err(name, "test run"))?;
+        let r = self
+            .program(name)?
+            .test_run(frame, &mut out, None, 1)
+            .map_err(prog_err(name, "test run"))?;
         out.truncate(r.data_size_out as usize);
         Ok(RunResult {
             action: r.return_value,

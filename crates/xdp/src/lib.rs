@@ -31,13 +31,9 @@ pub mod toa_insert;
 
 use std::time::Duration;
 
-use aya::EbpfError;
-use aya::maps::MapError;
-use aya::programs::ProgramError;
-
-/// XDP attach modes (aya's), re-exported for [`Loaded::attach`].
-pub use aya::programs::XdpMode as AttachMode;
 pub use loader::{Attached, Loaded, PinPlan, flows_map};
+/// XDP attach modes (native or generic), rvs-sys's, for [`Loaded::attach`].
+pub use rvs_sys::bpf::XdpMode as AttachMode;
 
 /// Errors of loading, attaching and driving the BPF programs.
 #[derive(Debug, thiserror::Error)]
@@ -52,14 +48,15 @@ pub enum XdpError {
     /// The director's own-MAC table (see [`own_mac`]).
     #[error(transparent)]
     OwnMac(#[from] own_mac::OwnMacError),
-    /// The kernel or aya refused the object (parse, map creation, BTF).
+    /// The kernel or the loader refused the object (parse, map creation,
+    /// BTF).
     #[error("loading BPF object `{object}`: {source}")]
     Load {
         /// Which object.
         object: &'static str,
         /// Why.
         #[source]
-        source: Box<EbpfError>,
+        source: Box<rvs_sys::bpf::Error>,
     },
     /// A program operation failed (verifier, attach, test run).
     #[error("BPF program `{program}`: {what}: {source}")]
@@ -70,7 +67,7 @@ pub enum XdpError {
         what: &'static str,
         /// Why.
         #[source]
-        source: Box<ProgramError>,
+        source: Box<rvs_sys::bpf::Error>,
     },
     /// A map operation failed.
     #[error("BPF map `{map}`: {source}")]
@@ -79,7 +76,7 @@ pub enum XdpError {
         map: &'static str,
         /// Why.
         #[source]
-        source: Box<MapError>,
+        source: Box<rvs_sys::bpf::Error>,
     },
     /// [`Loaded::set_bench_cycle`] was given a cycle it cannot walk.
     #[cfg(feature = "bench")]

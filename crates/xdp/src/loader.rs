@@ -1,9 +1,7 @@
 //! [`Loaded`]: one BPF object of this crate loaded into the kernel, with
 //! typed access to its maps and `BPF_PROG_TEST_RUN`.
 
-use aya::maps::MapError;
-use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
-use aya::{Ebpf, EbpfLoader};
+use rvs_sys::bpf::{Error as BpfError, Loader, Object as BpfObject, Xdp, XdpMode};
 
 use crate::bpf::{self, map_err};
 use crate::maps::typed::{Plain, TypedArray, TypedHash, TypedPerCpuArray};
@@ -44,19 +42,11 @@ pub enum Attached {
     Kept,
 }
 
-/// The tag of the loaded program with id `id`.
-fn running_tag(id: u32) -> Option<[u8; 8]> {
-    aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .find(|p| p.id() == id)
-        .map(|p| p.tag().to_be_bytes())
-}
-
 /// One loaded BPF object with its (single) XDP program loaded into the
 /// kernel, not attached.
 #[derive(Debug)]
 pub struct Loaded {
-    ebpf: Ebpf,
+    ebpf: BpfObject,
     pub(crate) object: Object,
     /// The program test runs run (the object's main program unless
     /// [`Loaded::load_fnat_alone`] chose another).
@@ -72,10 +62,10 @@ impl Loaded {
 
     /// [`Loaded::load`] reusing or creating pinned maps as `plan` says:
     /// a map given a path is opened there if something is pinned there
-    /// (aya checks nothing: the caller compared its layout first), else
-    /// created and pinned there; the own-MAC table starts as
-    /// `plan.own_macs` (aya rewrites a data section's initial bytes into
-    /// its map at every load, pinned or not).
+    /// (the loader checks nothing: the caller compared its layout first),
+    /// else created and pinned there; the own-MAC table starts as
+    /// `plan.own_macs` (the loader rewrites a data section's initial bytes
+    /// into its map at every load, pinned or not).
     pub fn load_pinned(
         object: Object,
         opts: &LoadOptions,
@@ -83,7 +73,7 @@ impl Loaded {
     ) -> Result<Self, XdpError> {
         use zerocopy::IntoBytes as _;
         let bytes = object.bytes()?;
-        let mut loader = EbpfLoader::new();
+        let mut loader = Loader::new();
         for (name, path) in &plan.maps {
             loader.map_pin_path(name, path.as_path());
         }
@@ -129,7 +119,7 @@ impl Loaded {
     #[cfg(feature = "test-fixtures")]
     pub fn load_fnat_alone(opts: &LoadOptions) -> Result<Self, XdpError> {
         let object = Object::Director;
-        let mut loader = EbpfLoader::new();
+        let mut loader = Loader::new();
         size_director_maps(&mut loader, opts);
         let ebpf = bpf::load(object.name(), &mut loader, object.bytes()?)?;
         let mut me = Loaded {
@@ -164,15 +154,13 @@ impl Loaded {
     ) -> Result<(), XdpError> {
         let err = |what| bpf::prog_err(name, what);
         let fd = {
-            let p: &mut Xdp = bpf::program_mut(&mut self.ebpf, name, "not an XDP program")?;
+            let mut p = bpf::xdp(&mut self.ebpf, name)?;
             p.load().map_err(err("load (verifier)"))?;
-            p.fd()
-                .map_err(err("fd"))?
-                .try_clone()
-                .map_err(|e| err("fd")(ProgramError::IOError(e)))?
+            p.fd_owned().map_err(err("fd"))?
         };
-        let mut pa = aya::maps::ProgramArray::try_from(self.map(array)?).map_err(map_err(array))?;
-        pa.set(slot, &fd, 0).map_err(map_err(array))
+        let mut pa = self.map(array)?.program_array().map_err(map_err(array))?;
+        use std::os::fd::AsFd as _;
+        pa.set(slot, fd.as_fd(), 0).map_err(map_err(array))
     }
 
     /// Map a QUIC-LB service to its index in `svc_info` (in
@@ -245,8 +233,8 @@ impl Loaded {
         Ok(v.iter().sum())
     }
 
-    pub(crate) fn program(&mut self) -> Result<&mut Xdp, XdpError> {
-        bpf::program_mut(&mut self.ebpf, self.entry, "not an XDP program")
+    pub(crate) fn program(&mut self) -> Result<Xdp<'_>, XdpError> {
+        bpf::xdp(&mut self.ebpf, self.entry)
     }
 
     /// Attach to `interface`: native (driver) mode first, generic (skb)
@@ -254,7 +242,7 @@ impl Loaded {
     pub fn attach(&mut self, interface: &str, mode: Option<XdpMode>) -> Result<XdpMode, XdpError> {
         let name = self.object.name();
         self.own_before_attach(interface)?;
-        bpf::attach_xdp(self.program()?, name, interface, mode)
+        bpf::attach_xdp(&mut self.program()?, name, interface, mode)
     }
 
     /// Attach to `interface` through the BPF link pinned at `link` (see
@@ -272,12 +260,10 @@ impl Loaded {
         link: &std::path::Path,
         swap: bool,
     ) -> Result<Attached, XdpError> {
-        use aya::programs::links::{FdLink, PinnedLink};
-        use aya::programs::xdp::XdpLink;
         use std::os::fd::AsFd as _;
         let name = self.object.name();
         let perr = |what: &'static str| {
-            move |e: ProgramError| XdpError::Program {
+            move |e: BpfError| XdpError::Program {
                 program: name,
                 what,
                 source: Box::new(e),
@@ -294,7 +280,7 @@ impl Loaded {
         let ifindex = rvs_sys::iface::ifindex(interface).map_err(|_| XdpError::Program {
             program: name,
             what: "attach",
-            source: Box::new(ProgramError::UnknownInterface {
+            source: Box::new(BpfError::UnknownInterface {
                 name: interface.to_owned(),
             }),
         })?;
@@ -305,59 +291,43 @@ impl Loaded {
             if live {
                 let running = rvs_sys::bpf::link_info(fd.as_fd())
                     .ok()
-                    .and_then(|i| running_tag(i.prog_id));
-                let prog = self.program()?;
-                let mine = prog
-                    .fd()
-                    .ok()
-                    .and_then(|f| rvs_sys::bpf::prog_tag(f.as_fd()).ok());
+                    .and_then(|i| rvs_sys::bpf::loaded_program_tag(i.prog_id));
+                let mut prog = self.program()?;
+                let mine = prog.tag().ok();
                 if !swap && running.is_some() && running == mine {
                     return Ok(Attached::Kept);
                 }
-                let pinned = PinnedLink::from_pin(link).map_err(|e| {
-                    pin_err(
-                        "opening the link pinned at",
-                        std::io::Error::other(e.to_string()),
-                    )
-                })?;
-                let xdp_link = XdpLink::try_from(FdLink::from(pinned)).map_err(|e| {
-                    pin_err("not an XDP link:", std::io::Error::other(e.to_string()))
-                })?;
-                let id = prog
-                    .attach_to_link(xdp_link)
+                prog.update_link(link)
                     .map_err(perr("link update (BPF_LINK_UPDATE)"))?;
-                // The pin keeps the link; this program's copy of it must
-                // not detach it when dropped.
-                let owned = prog.take_link(id).map_err(perr("take link"))?;
-                drop(owned);
                 return Ok(Attached::Updated);
             }
             // Defunct (its interface went away) or another kind: replace.
             std::fs::remove_file(link).map_err(|e| pin_err("unpinning", e))?;
         }
-        let prog = self.program()?;
+        let mut prog = self.program()?;
         let modes: &[XdpMode] = match mode {
             Some(ref m) => std::slice::from_ref(m),
             None => &[XdpMode::Driver, XdpMode::Skb],
         };
         let mut last = None;
         for &m in modes {
-            match prog.attach(interface, m) {
-                Ok(id) => {
-                    let owned = prog.take_link(id).map_err(perr("take link"))?;
-                    let fd_link = FdLink::try_from(owned).map_err(|e| XdpError::Program {
-                        program: name,
-                        what: "the kernel attached without a BPF link (needs Linux 5.9+), so \
-                               the program could not outlive rvsd",
-                        source: Box::new(ProgramError::SyscallError(aya::sys::SyscallError {
-                            call: "bpf_link_create",
-                            io_error: std::io::Error::other(e.to_string()),
-                        })),
-                    })?;
-                    fd_link.pin(link).map_err(|e| {
+            match prog.attach_link(interface, m) {
+                Ok(owned) => {
+                    owned.pin(link).map_err(|e| {
                         pin_err("pinning the link at", std::io::Error::other(e.to_string()))
                     })?;
                     return Ok(Attached::New(m));
+                }
+                Err(BpfError::NoLink(e)) => {
+                    return Err(XdpError::Program {
+                        program: name,
+                        what: "the kernel attached without a BPF link (needs Linux 5.9+), so \
+                               the program could not outlive rvsd",
+                        source: Box::new(BpfError::Syscall {
+                            call: "bpf_link_create",
+                            source: std::io::Error::other(e),
+                        }),
+                    });
                 }
                 Err(e) => last = Some(e),
             }
@@ -365,7 +335,9 @@ impl Loaded {
         Err(XdpError::Program {
             program: name,
             what: "attach",
-            source: Box::new(last.unwrap_or(ProgramError::AlreadyLoaded)),
+            source: Box::new(last.unwrap_or(BpfError::UnknownInterface {
+                name: interface.to_owned(),
+            })),
         })
     }
 
@@ -374,17 +346,7 @@ impl Loaded {
         &mut self,
         name: &'static str,
     ) -> Result<std::os::fd::BorrowedFd<'_>, XdpError> {
-        use std::os::fd::AsFd as _;
-        match self.map(name)? {
-            aya::maps::Map::Array(d)
-            | aya::maps::Map::PerCpuArray(d)
-            | aya::maps::Map::HashMap(d)
-            | aya::maps::Map::LruHashMap(d) => Ok(d.fd().as_fd()),
-            _ => Err(XdpError::Missing {
-                kind: "map of a known type",
-                name,
-            }),
-        }
+        Ok(self.map(name)?.fd())
     }
 
     /// Pin map `name` at `path` (replacing what was pinned there).
@@ -428,19 +390,16 @@ impl Loaded {
         ctx: Option<&[u8]>,
     ) -> Result<RunResult, XdpError> {
         let name = self.entry;
-        let prog = self.program()?;
+        let mut prog = self.program()?;
         // Room for the largest encapsulation the program pushes.
         let mut out = vec![0u8; frame.len() + 256];
-        let mut opts = TestRunOptions::new();
-        opts.data_in = Some(frame);
-        opts.data_out = Some(&mut out);
-        opts.ctx_in = ctx;
-        opts.repeat = repeat.max(1);
-        let r = prog.test_run(opts).map_err(|e| XdpError::Program {
-            program: name,
-            what: "test run",
-            source: Box::new(e),
-        })?;
+        let r = prog
+            .test_run(frame, &mut out, ctx, repeat)
+            .map_err(|e| XdpError::Program {
+                program: name,
+                what: "test run",
+                source: Box::new(e),
+            })?;
         out.truncate(r.data_size_out as usize);
         Ok(RunResult {
             action: r.return_value,
@@ -450,8 +409,7 @@ impl Loaded {
     }
 
     /// The program as the verifier rewrote it (its "xlated" instructions,
-    /// 8 bytes each, read with `BPF_OBJ_GET_INFO_BY_FD`; aya 0.14 has no
-    /// wrapper): shows which helper calls the verifier inlined and which it
+    /// 8 bytes each, read with `BPF_OBJ_GET_INFO_BY_FD`): shows which helper calls the verifier inlined and which it
     /// left as calls. Call targets are only given to a caller allowed to see
     /// kernel addresses (root); otherwise they read as zero.
     pub fn translated(&mut self) -> Result<Vec<[u8; 8]>, XdpError> {
@@ -462,38 +420,16 @@ impl Loaded {
     /// [`Loaded::translated`] of the object's program `name` (the
     /// director's FULLNAT program is `xdp_fnat`).
     pub fn translated_of(&mut self, name: &'static str) -> Result<Vec<[u8; 8]>, XdpError> {
-        use std::os::fd::AsFd;
-
-        let prog: &mut Xdp = self
-            .ebpf
-            .program_mut(name)
-            .ok_or(XdpError::Missing {
-                kind: "program",
-                name,
-            })?
-            .try_into()
-            .map_err(|e| XdpError::Program {
-                program: name,
-                what: "not an XDP program",
-                source: Box::new(e),
-            })?;
-        let fd = prog.fd().map_err(|e| XdpError::Program {
-            program: name,
-            what: "program fd",
-            source: Box::new(e),
-        })?;
-        rvs_sys::bpf::prog_xlated_insns(fd.as_fd()).map_err(|io_error| XdpError::Program {
+        let prog = bpf::xdp(&mut self.ebpf, name)?;
+        prog.translated().map_err(|e| XdpError::Program {
             program: name,
             what: "BPF_OBJ_GET_INFO_BY_FD",
-            source: Box::new(ProgramError::SyscallError(aya::sys::SyscallError {
-                call: "bpf_obj_get_info_by_fd",
-                io_error,
-            })),
+            source: Box::new(e),
         })
     }
 
-    pub(crate) fn map(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, XdpError> {
-        bpf::map_mut(&mut self.ebpf, name)
+    pub(crate) fn map(&mut self, name: &'static str) -> Result<rvs_sys::bpf::Map<'_>, XdpError> {
+        bpf::map(&self.ebpf, name)
     }
 
     pub(crate) fn array<V: Plain>(
@@ -582,14 +518,14 @@ impl Loaded {
             match r {
                 Ok((k, f)) => out.push((k.widen(), f)),
                 // Deleted by the program between the key walk and the read.
-                Err(MapError::KeyNotFound) => {}
+                Err(BpfError::KeyNotFound) => {}
                 Err(e) => return Err(map_err("flows4")(e)),
             }
         }
         for r in self.hash::<FlowKey, Flow>("flows")?.iter() {
             match r {
                 Ok(kv) => out.push(kv),
-                Err(MapError::KeyNotFound) => {}
+                Err(BpfError::KeyNotFound) => {}
                 Err(e) => return Err(map_err("flows")(e)),
             }
         }
@@ -651,7 +587,7 @@ impl Loaded {
         };
         match r {
             Ok(f) => Ok(Some(f)),
-            Err(MapError::KeyNotFound) => Ok(None),
+            Err(BpfError::KeyNotFound) => Ok(None),
             Err(e) => Err(map_err(name)(e)),
         }
     }
@@ -778,9 +714,9 @@ impl Loaded {
                 None => (self.hash::<FlowKey, Flow>(m6)?.remove(key), m6),
             };
             match r {
-                Ok(()) | Err(MapError::KeyNotFound) => {}
+                Ok(()) | Err(BpfError::KeyNotFound) => {}
                 // The kernel's "no such entry" (the key is in the other table).
-                Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(2) => {}
+                Err(e) if e.is_absent() => {}
                 Err(e) => return Err(map_err(name)(e)),
             }
         }
@@ -799,7 +735,7 @@ impl Loaded {
     /// is not an error).
     pub fn remove_nat(&mut self, key: &NatKey) -> Result<(), XdpError> {
         match self.hash::<NatKey, Nat>("nat_rev")?.remove(key) {
-            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Ok(()) | Err(BpfError::KeyNotFound) => Ok(()),
             Err(e) => Err(map_err("nat_rev")(e)),
         }
     }
@@ -808,7 +744,7 @@ impl Loaded {
     pub fn nat(&mut self, key: &NatKey) -> Result<Option<Nat>, XdpError> {
         match self.hash::<NatKey, Nat>("nat_rev")?.get(key, 0) {
             Ok(n) => Ok(Some(n)),
-            Err(MapError::KeyNotFound) => Ok(None),
+            Err(BpfError::KeyNotFound) => Ok(None),
             Err(e) => Err(map_err("nat_rev")(e)),
         }
     }
@@ -834,7 +770,7 @@ impl Loaded {
             .hash::<maps::NhKey, u32>("fnat_laddrs")?
             .remove(&maps::NhKey::of(addr))
         {
-            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Ok(()) | Err(BpfError::KeyNotFound) => Ok(()),
             Err(e) => Err(map_err("fnat_laddrs")(e)),
         }
     }
@@ -855,7 +791,7 @@ impl Loaded {
             .get(key, 0)
         {
             Ok(n) => Ok(Some(n)),
-            Err(MapError::KeyNotFound) => Ok(None),
+            Err(BpfError::KeyNotFound) => Ok(None),
             Err(e) => Err(map_err("fnat_rev")(e)),
         }
     }
@@ -867,7 +803,7 @@ impl Loaded {
             .get(flow, 0)
         {
             Ok(n) => Ok(Some(n)),
-            Err(MapError::KeyNotFound) => Ok(None),
+            Err(BpfError::KeyNotFound) => Ok(None),
             Err(e) => Err(map_err("fnat_fwd")(e)),
         }
     }
@@ -879,7 +815,7 @@ impl Loaded {
         for r in self.hash::<maps::FnatKey, maps::Fnat>("fnat_rev")?.iter() {
             match r {
                 Ok(e) => out.push(e),
-                Err(MapError::KeyNotFound) => {}
+                Err(BpfError::KeyNotFound) => {}
                 Err(e) => return Err(map_err("fnat_rev")(e)),
             }
         }
@@ -914,7 +850,7 @@ impl Loaded {
             .hash::<FlowKey, maps::FnatKey>("fnat_fwd")?
             .remove(flow)
         {
-            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Ok(()) | Err(BpfError::KeyNotFound) => Ok(()),
             Err(e) => Err(map_err("fnat_fwd")(e)),
         }
     }
@@ -930,9 +866,7 @@ impl Loaded {
             .insert(rev, n, BPF_NOEXIST)
         {
             Ok(()) => Ok(true),
-            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EEXIST) => {
-                Ok(false)
-            }
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
             Err(e) => Err(map_err("fnat_rev")(e)),
         }
     }
@@ -950,7 +884,7 @@ impl Loaded {
             .hash::<maps::FnatKey, maps::Fnat>("fnat_rev")?
             .remove(rev)
         {
-            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Ok(()) | Err(BpfError::KeyNotFound) => Ok(()),
             Err(e) => Err(map_err("fnat_rev")(e)),
         }
     }
@@ -979,10 +913,12 @@ impl Loaded {
 
     /// Empty `fnat_prog` (tests: the failed tail call).
     pub fn clear_fnat_prog(&mut self) -> Result<(), XdpError> {
-        let mut pa = aya::maps::ProgramArray::try_from(self.map("fnat_prog")?)
+        let mut pa = self
+            .map("fnat_prog")?
+            .program_array()
             .map_err(map_err("fnat_prog"))?;
         match pa.clear_index(&maps::FNAT_PROG) {
-            Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+            Ok(()) | Err(BpfError::KeyNotFound) => Ok(()),
             Err(e) => Err(map_err("fnat_prog")(e)),
         }
     }
@@ -991,7 +927,7 @@ impl Loaded {
     pub fn persist(&mut self, key: &PersistKey) -> Result<Option<Persist>, XdpError> {
         match self.hash::<PersistKey, Persist>("persist")?.get(key, 0) {
             Ok(t) => Ok(Some(t)),
-            Err(MapError::KeyNotFound) => Ok(None),
+            Err(BpfError::KeyNotFound) => Ok(None),
             Err(e) => Err(map_err("persist")(e)),
         }
     }
@@ -1000,7 +936,7 @@ impl Loaded {
     pub fn locality(&mut self, key: &LocalityKey) -> Result<Option<Locality>, XdpError> {
         match self.hash::<LocalityKey, Locality>("locality")?.get(key, 0) {
             Ok(t) => Ok(Some(t)),
-            Err(MapError::KeyNotFound) => Ok(None),
+            Err(BpfError::KeyNotFound) => Ok(None),
             Err(e) => Err(map_err("locality")(e)),
         }
     }
@@ -1049,19 +985,18 @@ impl Loaded {
     }
 }
 
-/// A deletion whose key was absent (aya's `KeyNotFound` or the kernel's
+/// A deletion whose key was absent (`KeyNotFound` or the kernel's
 /// `ENOENT`) as done.
-fn absent_ok(r: Result<(), MapError>) -> Result<(), MapError> {
+fn absent_ok(r: Result<(), BpfError>) -> Result<(), BpfError> {
     match r {
-        Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
-        Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-        Err(e) => Err(e),
+        Err(e) if e.is_absent() => Ok(()),
+        r => r,
     }
 }
 
 /// The director's table sizes from `opts` (flow tables, translations,
 /// persistence, scheduling slots), for every way the director is loaded.
-fn size_director_maps(loader: &mut EbpfLoader<'_>, opts: &LoadOptions) {
+fn size_director_maps(loader: &mut Loader<'_>, opts: &LoadOptions) {
     loader
         .map_max_entries("flows", opts.flow_table_size)
         .map_max_entries("flows4", opts.flow_table_size)

@@ -265,7 +265,9 @@ impl Loaded {
     /// Unicast frames passed because they were sent to another host's MAC,
     /// summed over CPUs.
     pub fn foreign_frames(&mut self) -> Result<u64, XdpError> {
-        let m = aya::maps::PerCpuArray::<_, u64>::try_from(self.map("foreign_frames")?)
+        let m = self
+            .map("foreign_frames")?
+            .per_cpu_array::<u64>()
             .map_err(crate::map_err("foreign_frames"))?;
         let v = m.get(&0, 0).map_err(crate::map_err("foreign_frames"))?;
         Ok(v.iter().sum())

@@ -6,7 +6,7 @@
 //! socket's storage, and getpeername4/getpeername6 programs that return it
 //! — accept(2)'s peer address comes through the same hook.
 //!
-//! Attached like the decapsulator: [`ToaReader::attach`] through aya links
+//! Attached like the decapsulator: [`ToaReader::attach`] through BPF links
 //! owned by the value (detached on drop), or [`ToaReader::attach_pinned`],
 //! whose links are pinned under [`PIN_ROOT`] so they outlive the process
 //! (a one-shot `rvsd realserver --toa`); [`detach_pinned`] removes them.
@@ -17,9 +17,9 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-use aya::programs::links::FdLink;
-use aya::programs::{CgroupAttachMode, CgroupSockAddr, ProgramError, SockOps};
-use aya::{Ebpf, EbpfLoader};
+use rvs_sys::bpf::{
+    Cgroup, Error as BpfError, KernelVersion, Link, Loader, Map, Object, PinnedMap,
+};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::XdpError;
@@ -217,15 +217,11 @@ pub fn pinned_stats(cgroup: &Path) -> Result<Option<ToaStats>, ToaError> {
     if !p.exists() {
         return Ok(None);
     }
-    let data = aya::maps::MapData::from_pin(&p).map_err(|e| XdpError::Map {
-        map: "toa_stats",
-        source: Box::new(e),
-    })?;
-    let mut map = aya::maps::Map::PerCpuArray(data);
-    stats_of(&mut map).map(Some).map_err(ToaError::from)
+    let pinned = PinnedMap::open(&p).map_err(map_err("toa_stats"))?;
+    stats_of(pinned.map()).map(Some).map_err(ToaError::from)
 }
 
-fn stats_of(map: &mut aya::maps::Map) -> Result<ToaStats, XdpError> {
+fn stats_of(map: Map<'_>) -> Result<ToaStats, XdpError> {
     let a = TypedPerCpuArray::<u64>::new(map).map_err(map_err("toa_stats"))?;
     let sum = |i: u32| -> Result<u64, XdpError> {
         Ok(a.get(&i, 0).map_err(map_err("toa_stats"))?.iter().sum())
@@ -249,30 +245,23 @@ pub fn object() -> Result<&'static [u8], XdpError> {
 /// reason rather than a verifier log: the cgroup getpeername hooks (5.8)
 /// and TCP header options in sock_ops with TCP_BPF_SYN (5.10).
 pub fn probe() -> Result<(), ToaError> {
-    match aya::util::KernelVersion::current() {
-        Ok(v) if v < aya::util::KernelVersion::new(5, 10, 0) => {
-            Err(ToaError::Unsupported(format!(
-                "Linux 5.10 or later (sock_ops TCP header options and TCP_BPF_SYN since 5.10, cgroup getpeername hooks since 5.8); this kernel is {v}"
-            )))
-        }
+    match KernelVersion::current() {
+        Ok(v) if v < KernelVersion::new(5, 10, 0) => Err(ToaError::Unsupported(format!(
+            "Linux 5.10 or later (sock_ops TCP header options and TCP_BPF_SYN since 5.10, cgroup getpeername hooks since 5.8); this kernel is {v}"
+        ))),
         _ => Ok(()),
     }
 }
 
 /// Turn a load/attach failure on a kernel that lacks a hook into
 /// [`ToaError::Unsupported`] naming it.
-fn unsupported(program: &'static str, what: &'static str) -> impl Fn(ProgramError) -> ToaError {
+fn unsupported(program: &'static str, what: &'static str) -> impl Fn(BpfError) -> ToaError {
     move |e| {
         let hook = match program {
             SOCKOPS => "the cgroup sock_ops hook with sk_storage (BPF_PROG_TYPE_SOCK_OPS)",
             _ => "the cgroup getpeername hooks (BPF_CGROUP_INET4/6_GETPEERNAME)",
         };
-        let errno = match &e {
-            ProgramError::SyscallError(s) => s.io_error.raw_os_error(),
-            ProgramError::LoadError { io_error, .. } => io_error.raw_os_error(),
-            _ => None,
-        };
-        match errno {
+        match e.raw_os_error() {
             Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) => {
                 ToaError::Unsupported(format!("{hook}, which this kernel refused ({what}: {e})"))
             }
@@ -282,7 +271,7 @@ fn unsupported(program: &'static str, what: &'static str) -> impl Fn(ProgramErro
 }
 
 /// A link that is not a BPF link (the kernel predates them: 5.7).
-fn link_err(program: &'static str, e: aya::programs::links::LinkError) -> ToaError {
+fn link_err(program: &'static str, e: String) -> ToaError {
     ToaError::Unsupported(format!(
         "BPF links (Linux 5.7) to pin `{program}` to the cgroup: {e}"
     ))
@@ -291,10 +280,10 @@ fn link_err(program: &'static str, e: aya::programs::links::LinkError) -> ToaErr
 /// The TOA reader loaded into the kernel (verified), not yet attached.
 #[derive(Debug)]
 pub struct ToaReader {
-    ebpf: Ebpf,
+    ebpf: Object,
     /// The links of [`ToaReader::attach`]: held here, so the programs stay
     /// attached until this value is dropped.
-    links: Vec<FdLink>,
+    links: Vec<Link>,
 }
 
 impl ToaReader {
@@ -302,7 +291,7 @@ impl ToaReader {
     /// Refused with the reason on a kernel without the hooks.
     pub fn load() -> Result<Self, ToaError> {
         probe()?;
-        let ebpf = bpf::load("toa", &mut EbpfLoader::new(), object()?)?;
+        let ebpf = bpf::load("toa", &mut Loader::new(), object()?)?;
         let mut me = ToaReader {
             ebpf,
             links: Vec::new(),
@@ -318,20 +307,24 @@ impl ToaReader {
         Ok(me)
     }
 
-    fn sockops(&mut self) -> Result<&mut SockOps, XdpError> {
-        bpf::program_mut(&mut self.ebpf, SOCKOPS, "not a sock_ops program")
+    fn sockops(&mut self) -> Result<Cgroup<'_>, XdpError> {
+        bpf::program(&mut self.ebpf, SOCKOPS)?
+            .sock_ops()
+            .map_err(prog_err(SOCKOPS, "not a sock_ops program"))
     }
 
-    fn peer(&mut self, name: &'static str) -> Result<&mut CgroupSockAddr, XdpError> {
-        bpf::program_mut(&mut self.ebpf, name, "not a cgroup sock_addr program")
+    fn peer(&mut self, name: &'static str) -> Result<Cgroup<'_>, XdpError> {
+        bpf::program(&mut self.ebpf, name)?
+            .sock_addr()
+            .map_err(prog_err(name, "not a cgroup sock_addr program"))
     }
 
     /// The counters summed over CPUs.
     pub fn stats(&mut self) -> Result<ToaStats, XdpError> {
-        stats_of(bpf::map_mut(&mut self.ebpf, "toa_stats")?)
+        stats_of(bpf::map(&self.ebpf, "toa_stats")?)
     }
 
-    /// Attach to `cgroup` (a cgroup v2 directory) through aya: the links
+    /// Attach to `cgroup` (a cgroup v2 directory) through BPF links: the links
     /// belong to this value and are detached when it is dropped.
     pub fn attach(&mut self, cgroup: &Path) -> Result<(), ToaError> {
         let links = self.attach_links(cgroup)?;
@@ -339,31 +332,20 @@ impl ToaReader {
         Ok(())
     }
 
-    fn attach_links(&mut self, cgroup: &Path) -> Result<Vec<(&'static str, FdLink)>, ToaError> {
+    fn attach_links(&mut self, cgroup: &Path) -> Result<Vec<(&'static str, Link)>, ToaError> {
         if !is_cgroup2(cgroup) {
             return Err(ToaError::NotCgroup2(cgroup.to_owned()));
         }
         let cg = std::fs::File::open(cgroup).map_err(io("opening", cgroup))?;
         let mut links = Vec::new();
-        let p = self.sockops()?;
-        let id = p
-            .attach(&cg, CgroupAttachMode::Single)
-            .map_err(unsupported(SOCKOPS, "attach"))?;
-        let link = p.take_link(id).map_err(prog_err(SOCKOPS, "take link"))?;
-        links.push((
-            LINKS[0].0,
-            FdLink::try_from(link).map_err(|e| link_err(SOCKOPS, e))?,
-        ));
+        let attach = |p: &mut Cgroup<'_>, name: &'static str| match p.attach_link(&cg) {
+            Ok(l) => Ok(l),
+            Err(BpfError::NoLink(e)) => Err(link_err(name, e)),
+            Err(e) => Err(unsupported(name, "attach")(e)),
+        };
+        links.push((LINKS[0].0, attach(&mut self.sockops()?, SOCKOPS)?));
         for (file, name) in &LINKS[1..] {
-            let p = self.peer(name)?;
-            let id = p
-                .attach(&cg, CgroupAttachMode::Single)
-                .map_err(unsupported(name, "attach"))?;
-            let link = p.take_link(id).map_err(prog_err(name, "take link"))?;
-            links.push((
-                *file,
-                FdLink::try_from(link).map_err(|e| link_err(name, e))?,
-            ));
+            links.push((*file, attach(&mut self.peer(name)?, name)?));
         }
         Ok(links)
     }
@@ -389,7 +371,7 @@ impl ToaReader {
             }
         };
         let pin_all = || -> Result<(), ToaError> {
-            let stats = bpf::map_mut(&mut self.ebpf, "toa_stats")?;
+            let stats = bpf::map(&self.ebpf, "toa_stats")?;
             let p = dir.join(STATS_PIN);
             stats.pin(&p).map_err(|e| ToaError::Io {
                 what: "pinning",
@@ -421,7 +403,7 @@ impl ToaReader {
 #[cfg(feature = "test-fixtures")]
 #[derive(Debug)]
 pub struct ToaTestWriter {
-    ebpf: Ebpf,
+    ebpf: Object,
 }
 
 #[cfg(feature = "test-fixtures")]
@@ -435,18 +417,18 @@ impl ToaTestWriter {
         }
         let ebpf = bpf::load(
             "toa_test_writer",
-            &mut EbpfLoader::new(),
+            &mut Loader::new(),
             embedded_object!("toa_test_writer.o")?,
         )?;
         let mut me = ToaTestWriter { ebpf };
         me.set(client)?;
         let cg = std::fs::File::open(cgroup).map_err(io("opening", cgroup))?;
-        let p: &mut SockOps =
-            bpf::program_mut(&mut me.ebpf, Self::PROGRAM, "not a sock_ops program")?;
+        let mut p = bpf::program(&mut me.ebpf, Self::PROGRAM)?
+            .sock_ops()
+            .map_err(prog_err(Self::PROGRAM, "not a sock_ops program"))?;
         p.load()
             .map_err(prog_err(Self::PROGRAM, "load (verifier)"))?;
-        p.attach(&cg, CgroupAttachMode::Single)
-            .map_err(prog_err(Self::PROGRAM, "attach"))?;
+        p.attach(&cg).map_err(prog_err(Self::PROGRAM, "attach"))?;
         Ok(me)
     }
 
@@ -454,7 +436,7 @@ impl ToaTestWriter {
     /// ACK among them, where the Alibaba LVS and DPVS put it) rather than
     /// into the SYN.
     pub fn set_in_ack(&mut self, in_ack: bool) -> Result<(), XdpError> {
-        let m = bpf::map_mut(&mut self.ebpf, "toa_writer_in_ack")?;
+        let m = bpf::map(&self.ebpf, "toa_writer_in_ack")?;
         let mut a =
             crate::maps::typed::TypedArray::<u32>::new(m).map_err(map_err("toa_writer_in_ack"))?;
         a.set(0, u32::from(in_ack), 0)
@@ -463,7 +445,7 @@ impl ToaTestWriter {
 
     /// Write `client` into the SYNs from now on.
     pub fn set(&mut self, client: SocketAddr) -> Result<(), XdpError> {
-        let m = bpf::map_mut(&mut self.ebpf, "toa_writer_addr")?;
+        let m = bpf::map(&self.ebpf, "toa_writer_addr")?;
         let mut a = crate::maps::typed::TypedArray::<ToaAddr>::new(m)
             .map_err(map_err("toa_writer_addr"))?;
         a.set(0, ToaAddr::new(client), 0)

@@ -12,8 +12,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
-use aya::{Ebpf, EbpfLoader};
+use rvs_sys::bpf::{Error as BpfError, Loader, Object, Xdp, XdpMode};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::bpf::{self, embedded_object, map_err};
@@ -95,7 +94,7 @@ impl Cfg {
 /// The loaded fixture program.
 #[derive(Debug)]
 pub struct ToaInsertTest {
-    ebpf: Ebpf,
+    ebpf: Object,
 }
 
 impl ToaInsertTest {
@@ -103,7 +102,7 @@ impl ToaInsertTest {
     pub fn load() -> Result<Self, XdpError> {
         let ebpf = bpf::load(
             "toa_insert_test",
-            &mut EbpfLoader::new(),
+            &mut Loader::new(),
             embedded_object!("toa_insert_test.o")?,
         )?;
         let mut me = ToaInsertTest { ebpf };
@@ -111,12 +110,12 @@ impl ToaInsertTest {
         Ok(me)
     }
 
-    fn program(&mut self) -> Result<&mut Xdp, XdpError> {
-        bpf::program_mut(&mut self.ebpf, PROGRAM, "not an XDP program")
+    fn program(&mut self) -> Result<Xdp<'_>, XdpError> {
+        bpf::xdp(&mut self.ebpf, PROGRAM)
     }
 
     fn configure(&mut self, cfg: Cfg) -> Result<(), XdpError> {
-        let m = bpf::map_mut(&mut self.ebpf, CFG)?;
+        let m = bpf::map(&self.ebpf, CFG)?;
         let mut a = TypedArray::<Cfg>::new(m).map_err(map_err(CFG))?;
         a.set(0, cfg, 0).map_err(map_err(CFG))
     }
@@ -158,7 +157,7 @@ impl ToaInsertTest {
     /// How many segments the attached program gave each [`code`] (index =
     /// code), summed over CPUs.
     pub fn live_codes(&mut self) -> Result<Vec<u64>, XdpError> {
-        let m = bpf::map_mut(&mut self.ebpf, CODES)?;
+        let m = bpf::map(&self.ebpf, CODES)?;
         let a = TypedPerCpuArray::<u64>::new(m).map_err(map_err(CODES))?;
         (0..NCODES)
             .map(|i| Ok(a.get(&i, 0).map_err(map_err(CODES))?.iter().sum()))
@@ -176,12 +175,11 @@ impl ToaInsertTest {
     }
 
     fn run(&mut self, frame: &[u8]) -> Result<RunResult, XdpError> {
-        let prog = self.program()?;
+        let mut prog = self.program()?;
         let mut out = vec![0u8; frame.len() + 64];
-        let mut opts = TestRunOptions::new();
-        opts.data_in = Some(frame);
-        opts.data_out = Some(&mut out);
-        let r = prog.test_run(opts).map_err(prog_err("test run"))?;
+        let r = prog
+            .test_run(frame, &mut out, None, 1)
+            .map_err(prog_err("test run"))?;
         out.truncate(r.data_size_out as usize);
         Ok(RunResult {
             action: r.return_value,
@@ -191,6 +189,6 @@ impl ToaInsertTest {
     }
 }
 
-fn prog_err(what: &'static str) -> impl Fn(aya::programs::ProgramError) -> XdpError {
+fn prog_err(what: &'static str) -> impl Fn(BpfError) -> XdpError {
     bpf::prog_err(PROGRAM, what)
 }

@@ -17,68 +17,6 @@ use common::*;
 use rvs_xdp::action;
 use rvs_xdp::maps::{self, FlowKey, FnatKey, FnatPool, PROTO_TCP, PROTO_UDP, SvcKey, fwd};
 
-const VETH_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
-const GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
-const RPORT: u16 = 8080;
-
-/// A namespace with the director's link (`rvsa`, the real servers' subnet
-/// 10.77.0.0/24 / fd77::/64), the clients' gateway and permanent
-/// neighbours; deleted on drop.
-struct Netns(rvs_testbed::Netns);
-
-impl Netns {
-    fn new() -> Netns {
-        let ns = rvs_testbed::Netns::new("rvsxdp-fnat");
-        let mac = |m: [u8; 6]| {
-            m.iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<Vec<_>>()
-                .join(":")
-        };
-        let mut cmds = vec![
-            format!(
-                "link add rvsa address {} type veth peer name rvsb",
-                mac(VETH_MAC)
-            ),
-            "link set rvsa up".to_owned(),
-            "link set rvsb up".to_owned(),
-            "addr add 10.77.0.2/24 dev rvsa".to_owned(),
-            "addr add fd77::2/64 dev rvsa nodad".to_owned(),
-            format!(
-                "neigh add 10.77.0.254 lladdr {} dev rvsa nud permanent",
-                mac(GW_MAC)
-            ),
-            format!(
-                "neigh add fd77::fe lladdr {} dev rvsa nud permanent",
-                mac(GW_MAC)
-            ),
-            "route add 10.78.0.0/16 via 10.77.0.254".to_owned(),
-            "route add fd78::/16 via fd77::fe".to_owned(),
-        ];
-        for i in 0..2u8 {
-            for v6 in [false, true] {
-                cmds.push(format!(
-                    "neigh add {} lladdr {} dev rvsa nud permanent",
-                    rs_addr(v6, i),
-                    mac(rs_mac(i))
-                ));
-            }
-        }
-        for cmd in cmds {
-            let mut args = vec!["ip", "-n", ns.name()];
-            args.extend(cmd.split_whitespace());
-            rvs_testbed::sh(&args);
-        }
-        ns.sysctl("ipv4/ip_forward", "1");
-        ns.sysctl("ipv6/conf/all/forwarding", "1");
-        Netns(ns)
-    }
-
-    fn enter<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        self.0.run(f)
-    }
-}
-
 /// Local address `i` of the pool (10.77.0.(50+i), fd77::(50+i)).
 fn laddr(v6: bool, i: u8) -> IpAddr {
     if v6 {
@@ -86,17 +24,6 @@ fn laddr(v6: bool, i: u8) -> IpAddr {
     } else {
         std::net::Ipv4Addr::new(10, 77, 0, 50 + i).into()
     }
-}
-
-/// Set the TTL / hop limit of a frame (fixing the IPv4 checksum).
-fn with_ttl(mut f: Vec<u8>, ttl: u8) -> Vec<u8> {
-    if f[12..14] == [0x08, 0x00] {
-        f[22] = ttl;
-        fix_ip4_csum(&mut f, 14);
-    } else {
-        f[21] = ttl;
-    }
-    f
 }
 
 /// A frame `src:sport -> dst:dport` between `smac` and `dmac` (TCP SYN or
@@ -169,11 +96,7 @@ fn rev_key(proto: u8, r: IpAddr, l: IpAddr, lport: u16) -> FnatKey {
 }
 
 fn fnat(v6: bool, udp: bool) {
-    if !root_or_skip("fnat") {
-        return;
-    }
-    let ns = Netns::new();
-    ns.enter(move || {
+    in_nat_bed("fnat", move || {
         let proto = if udp { PROTO_UDP } else { PROTO_TCP };
         let mut lb = director(v6, proto, &[0], 2, 1024, 65535);
         let (c, v, r) = (client(v6, 0x0102), vip(v6), rs_addr(v6, 0));
@@ -368,48 +291,47 @@ fn fnat_udp_v6() {
 /// Toward another real server the same pair is free again.
 #[test]
 fn fnat_two_clients_with_the_same_first_choice_get_different_ports() {
-    if !root_or_skip("fnat_two_clients_with_the_same_first_choice_get_different_ports") {
-        return;
-    }
-    let ns = Netns::new();
-    ns.enter(|| {
-        // A narrow range makes a shared first choice easy to find.
-        let (lo, hi) = (20000u16, 20007u16);
-        let mut lb = director(false, PROTO_TCP, &[0], 1, lo, hi);
-        let (v, r, l) = (vip(false), rs_addr(false, 0), laddr(false, 0));
-        let c1 = client(false, 1);
-        let first = maps::fnat_candidate(c1, 40000, 80, 1, lo, hi, 0);
-        let (c2, p2) = (2..5000u32)
-            .flat_map(|i| [(client(false, i), 40000u16), (client(false, i), 40001)])
-            .find(|(c, p)| maps::fnat_candidate(*c, *p, 80, 1, lo, hi, 0) == first)
-            .expect("a client with the same first choice");
-        let out1 = lb.run(&tcp_frame(c1, 40000, v, 80, Flags::Syn, b""));
-        assert_eq!(out1.action, action::REDIRECT);
-        let out2 = lb.run(&tcp_frame(c2, p2, v, 80, Flags::Syn, b""));
-        assert_eq!(out2.action, action::REDIRECT);
-        let port_of = |f: &[u8]| u16::from_be_bytes([f[34], f[35]]);
-        let (lp1, lp2) = (port_of(&out1.data), port_of(&out2.data));
-        assert_eq!(lp1, first.1, "the first client got its first choice");
-        assert_ne!(lp1, lp2, "the second client's pair differs");
-        assert!((lo..=hi).contains(&lp2));
-        assert_eq!(
-            out2.data,
-            tcp_frame_macs(VETH_MAC, rs_mac(0), l, lp2, r, RPORT, Flags::Syn, b"")
-        );
-        for (c, cport, lp) in [(c1, 40000, lp1), (c2, p2, lp2)] {
-            let f = tcp_frame_macs(rs_mac(0), VETH_MAC, r, RPORT, l, lp, Flags::Ack, b"");
-            let out = lb.run(&f);
-            assert_eq!(out.action, action::REDIRECT);
+    in_nat_bed(
+        "fnat_two_clients_with_the_same_first_choice_get_different_ports",
+        || {
+            // A narrow range makes a shared first choice easy to find.
+            let (lo, hi) = (20000u16, 20007u16);
+            let mut lb = director(false, PROTO_TCP, &[0], 1, lo, hi);
+            let (v, r, l) = (vip(false), rs_addr(false, 0), laddr(false, 0));
+            let c1 = client(false, 1);
+            let first = maps::fnat_candidate(c1, 40000, 80, 1, lo, hi, 0);
+            let (c2, p2) = (2..5000u32)
+                .flat_map(|i| [(client(false, i), 40000u16), (client(false, i), 40001)])
+                .find(|(c, p)| maps::fnat_candidate(*c, *p, 80, 1, lo, hi, 0) == first)
+                .expect("a client with the same first choice");
+            let out1 = lb.run(&tcp_frame(c1, 40000, v, 80, Flags::Syn, b""));
+            assert_eq!(out1.action, action::REDIRECT);
+            let out2 = lb.run(&tcp_frame(c2, p2, v, 80, Flags::Syn, b""));
+            assert_eq!(out2.action, action::REDIRECT);
+            let port_of = |f: &[u8]| u16::from_be_bytes([f[34], f[35]]);
+            let (lp1, lp2) = (port_of(&out1.data), port_of(&out2.data));
+            assert_eq!(lp1, first.1, "the first client got its first choice");
+            assert_ne!(lp1, lp2, "the second client's pair differs");
+            assert!((lo..=hi).contains(&lp2));
             assert_eq!(
-                out.data,
-                with_ttl(
-                    tcp_frame_macs(VETH_MAC, GW_MAC, v, 80, c, cport, Flags::Ack, b""),
-                    63
-                )
+                out2.data,
+                tcp_frame_macs(VETH_MAC, rs_mac(0), l, lp2, r, RPORT, Flags::Syn, b"")
             );
-        }
-        assert_eq!(lb.l.fnat_stats(0).unwrap().exhausted, 0);
-    });
+            for (c, cport, lp) in [(c1, 40000, lp1), (c2, p2, lp2)] {
+                let f = tcp_frame_macs(rs_mac(0), VETH_MAC, r, RPORT, l, lp, Flags::Ack, b"");
+                let out = lb.run(&f);
+                assert_eq!(out.action, action::REDIRECT);
+                assert_eq!(
+                    out.data,
+                    with_ttl(
+                        tcp_frame_macs(VETH_MAC, GW_MAC, v, 80, c, cport, Flags::Ack, b""),
+                        63
+                    )
+                );
+            }
+            assert_eq!(lb.l.fnat_stats(0).unwrap().exhausted, 0);
+        },
+    );
 }
 
 /// A pool with one (address, port) pair: the second live flow to the same
@@ -418,11 +340,7 @@ fn fnat_two_clients_with_the_same_first_choice_get_different_ports() {
 /// same pair (its tuple differs at the server).
 #[test]
 fn fnat_exhaustion_is_counted_and_dropped() {
-    if !root_or_skip("fnat_exhaustion_is_counted_and_dropped") {
-        return;
-    }
-    let ns = Netns::new();
-    ns.enter(|| {
+    in_nat_bed("fnat_exhaustion_is_counted_and_dropped", || {
         let mut lb = director(false, PROTO_TCP, &[0, 1], 1, 5000, 5000);
         let (v, l) = (vip(false), laddr(false, 0));
         // rr: the first two flows go to different servers, the third to
@@ -473,11 +391,7 @@ fn fnat_exhaustion_is_counted_and_dropped() {
 /// and is counted.
 #[test]
 fn fnat_failed_tail_call_passes_and_counts() {
-    if !root_or_skip("fnat_failed_tail_call_passes_and_counts") {
-        return;
-    }
-    let ns = Netns::new();
-    ns.enter(|| {
+    in_nat_bed("fnat_failed_tail_call_passes_and_counts", || {
         let mut lb = director(false, PROTO_TCP, &[0], 1, 1024, 65535);
         lb.l.clear_fnat_prog().expect("clear");
         let f = tcp_frame(client(false, 9), 999, vip(false), 80, Flags::Syn, b"");
@@ -550,11 +464,7 @@ fn syn_opts(mss: u16) -> Vec<u8> {
 /// segment disarms it; a flow whose ACK has 36 bytes of options already is
 /// forwarded without it and counted as no room.
 fn fnat_toa(v6: bool) {
-    if !root_or_skip("fnat_toa") {
-        return;
-    }
-    let ns = Netns::new();
-    ns.enter(move || {
+    in_nat_bed("fnat_toa", move || {
         let mut lb = director(v6, PROTO_TCP, &[0], 2, 1024, 65535);
         let (c, v, r) = (client(v6, 0x0304), vip(v6), rs_addr(v6, 0));
         let cport = 34000;
@@ -747,11 +657,7 @@ fn fnat_toa_v6() {
 /// connections long before the pool is full.)
 #[test]
 fn fnat_walk_hands_out_every_pair_and_only_free_ones() {
-    if !root_or_skip("fnat_walk_hands_out_every_pair_and_only_free_ones") {
-        return;
-    }
-    let ns = Netns::new();
-    ns.enter(|| {
+    in_nat_bed("fnat_walk_hands_out_every_pair_and_only_free_ones", || {
         let (lo, hi) = (20000u16, 20031u16);
         let mut lb = director(false, PROTO_TCP, &[0], 2, lo, hi);
         let (v, r) = (vip(false), rs_addr(false, 0));
@@ -839,95 +745,94 @@ fn syn_with_seq(c: IpAddr, cport: u16, v: IpAddr, vport: u16, seq: u32) -> Vec<u
 /// kernel's verifier refuses `xdp_lb` too.
 #[test]
 fn fnat_alone_walk_hands_out_every_pair_and_counts_refusals_once() {
-    if !root_or_skip("fnat_alone_walk_hands_out_every_pair_and_counts_refusals_once") {
-        return;
-    }
-    let ns = Netns::new();
-    ns.enter(|| {
-        let (lo, hi) = (20000u16, 20031u16);
-        let mut l = rvs_xdp::Loaded::load_fnat_alone(&rvs_xdp::LoadOptions {
-            flow_table_size: 4096,
-            slots: 4096,
-            ..rvs_xdp::LoadOptions::default()
-        })
-        .expect("xdp_fnat loads");
-        let (v, r) = (vip(false), rs_addr(false, 0));
-        let dest = maps::Dest {
-            addr: maps::addr16(r),
-            port: RPORT.to_be(),
-            family: maps::AF_INET,
-            method: fwd::FNAT,
-            ..maps::Dest::default()
-        };
-        l.set_dest(0, &dest).expect("dest");
-        let mut pool = FnatPool {
-            count: 2,
-            port_min: lo,
-            port_max: hi,
-            family: maps::AF_INET,
-            ..FnatPool::default()
-        };
-        for i in 0..2u8 {
-            pool.addrs[usize::from(i)] = maps::addr16(laddr(false, i));
-        }
-        l.set_fnat_pool(0, &pool).expect("pool");
-        let syn = |l: &mut rvs_xdp::Loaded, c: IpAddr| {
-            l.set_fnat_tmp(&maps::FnatTmp {
-                kind: maps::FNAT_INBOUND,
-                dest: 0,
-                svc: 0,
-                laddr: 0,
-                lport: 0,
-                table: maps::FNAT_REC_NONE,
-                flags: 0,
-                pad0: 0,
+    in_nat_bed(
+        "fnat_alone_walk_hands_out_every_pair_and_counts_refusals_once",
+        || {
+            let (lo, hi) = (20000u16, 20031u16);
+            let mut l = rvs_xdp::Loaded::load_fnat_alone(&rvs_xdp::LoadOptions {
+                flow_table_size: 4096,
+                slots: 4096,
+                ..rvs_xdp::LoadOptions::default()
             })
-            .expect("fnat_tmp");
-            l.run_on(&tcp_frame(c, 5555, v, 80, Flags::Syn, b""), 1, INGRESS)
-                .expect("test run")
-        };
-        let pair_of = |f: &[u8]| {
-            let a: [u8; 4] = f[26..30].try_into().expect("source");
-            (IpAddr::from(a), u16::from_be_bytes([f[34], f[35]]))
-        };
-        let mut held = std::collections::BTreeMap::new();
-        for i in 0..64u32 {
-            let c = client(false, 100 + i);
-            let out = syn(&mut l, c);
-            assert_eq!(out.action, action::REDIRECT, "connection {i}");
-            let (la, lp) = pair_of(&out.data);
-            assert!(la == laddr(false, 0) || la == laddr(false, 1), "{la}");
-            assert!((lo..=hi).contains(&lp), "{lp}");
-            assert!(held.insert((la, lp), c).is_none(), "pair {la}:{lp} twice");
-            if i == 0 {
-                // The first pair is the one the mirror predicts.
-                let (ai, p) = maps::fnat_candidate(c, 5555, 80, 2, lo, hi, 0);
-                assert_eq!((laddr(false, ai as u8), p), (la, lp));
+            .expect("xdp_fnat loads");
+            let (v, r) = (vip(false), rs_addr(false, 0));
+            let dest = maps::Dest {
+                addr: maps::addr16(r),
+                port: RPORT.to_be(),
+                family: maps::AF_INET,
+                method: fwd::FNAT,
+                ..maps::Dest::default()
+            };
+            l.set_dest(0, &dest).expect("dest");
+            let mut pool = FnatPool {
+                count: 2,
+                port_min: lo,
+                port_max: hi,
+                family: maps::AF_INET,
+                ..FnatPool::default()
+            };
+            for i in 0..2u8 {
+                pool.addrs[usize::from(i)] = maps::addr16(laddr(false, i));
             }
-        }
-        let fs = l.fnat_stats(0).unwrap();
-        assert_eq!((fs.allocated, fs.exhausted), (64, 0));
-        let late = client(false, 999);
-        for _ in 0..4 {
-            assert_eq!(syn(&mut l, late).action, action::DROP);
-        }
-        let fs = l.fnat_stats(0).unwrap();
-        assert_eq!((fs.allocated, fs.exhausted), (64, 1), "refused once");
-        let ((la, lp), c) = held.iter().nth(17).map(|(k, c)| (*k, *c)).expect("a pair");
-        l.remove_fnat_of(
-            &FlowKey::new(PROTO_TCP, c, 5555, v, 80),
-            &rev_key(PROTO_TCP, r, la, lp),
-        )
-        .expect("free");
-        // After fnat_full's quarter second.
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        let out = syn(&mut l, late);
-        assert_eq!(out.action, action::REDIRECT);
-        assert_eq!(pair_of(&out.data), (la, lp), "the freed pair");
-        let fs = l.fnat_stats(0).unwrap();
-        assert_eq!((fs.allocated, fs.exhausted), (65, 1));
-        eprintln!("probes for 65 pairs of 64: {}", fs.probes);
-    });
+            l.set_fnat_pool(0, &pool).expect("pool");
+            let syn = |l: &mut rvs_xdp::Loaded, c: IpAddr| {
+                l.set_fnat_tmp(&maps::FnatTmp {
+                    kind: maps::FNAT_INBOUND,
+                    dest: 0,
+                    svc: 0,
+                    laddr: 0,
+                    lport: 0,
+                    table: maps::FNAT_REC_NONE,
+                    flags: 0,
+                    pad0: 0,
+                })
+                .expect("fnat_tmp");
+                l.run_on(&tcp_frame(c, 5555, v, 80, Flags::Syn, b""), 1, INGRESS)
+                    .expect("test run")
+            };
+            let pair_of = |f: &[u8]| {
+                let a: [u8; 4] = f[26..30].try_into().expect("source");
+                (IpAddr::from(a), u16::from_be_bytes([f[34], f[35]]))
+            };
+            let mut held = std::collections::BTreeMap::new();
+            for i in 0..64u32 {
+                let c = client(false, 100 + i);
+                let out = syn(&mut l, c);
+                assert_eq!(out.action, action::REDIRECT, "connection {i}");
+                let (la, lp) = pair_of(&out.data);
+                assert!(la == laddr(false, 0) || la == laddr(false, 1), "{la}");
+                assert!((lo..=hi).contains(&lp), "{lp}");
+                assert!(held.insert((la, lp), c).is_none(), "pair {la}:{lp} twice");
+                if i == 0 {
+                    // The first pair is the one the mirror predicts.
+                    let (ai, p) = maps::fnat_candidate(c, 5555, 80, 2, lo, hi, 0);
+                    assert_eq!((laddr(false, ai as u8), p), (la, lp));
+                }
+            }
+            let fs = l.fnat_stats(0).unwrap();
+            assert_eq!((fs.allocated, fs.exhausted), (64, 0));
+            let late = client(false, 999);
+            for _ in 0..4 {
+                assert_eq!(syn(&mut l, late).action, action::DROP);
+            }
+            let fs = l.fnat_stats(0).unwrap();
+            assert_eq!((fs.allocated, fs.exhausted), (64, 1), "refused once");
+            let ((la, lp), c) = held.iter().nth(17).map(|(k, c)| (*k, *c)).expect("a pair");
+            l.remove_fnat_of(
+                &FlowKey::new(PROTO_TCP, c, 5555, v, 80),
+                &rev_key(PROTO_TCP, r, la, lp),
+            )
+            .expect("free");
+            // After fnat_full's quarter second.
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let out = syn(&mut l, late);
+            assert_eq!(out.action, action::REDIRECT);
+            assert_eq!(pair_of(&out.data), (la, lp), "the freed pair");
+            let fs = l.fnat_stats(0).unwrap();
+            assert_eq!((fs.allocated, fs.exhausted), (65, 1));
+            eprintln!("probes for 65 pairs of 64: {}", fs.probes);
+        },
+    );
 }
 /// The ICMP errors the FULLNAT tests send: IPv4 / ICMPv6 port unreachable,
 /// fragmentation needed / packet too big with an MTU, time exceeded.
@@ -1026,11 +931,7 @@ fn wire_check(frame: &[u8], src: IpAddr, dst: IpAddr, qsrc: (IpAddr, u16), qdst:
 /// client while the flow's TOA is armed has its MTU lowered by the TOA's
 /// length.
 fn fnat_icmp(v6: bool, udp: bool) {
-    if !root_or_skip("fnat_icmp") {
-        return;
-    }
-    let ns = Netns::new();
-    ns.enter(move || {
+    in_nat_bed("fnat_icmp", move || {
         let proto = if udp { PROTO_UDP } else { PROTO_TCP };
         let mut lb = director(v6, proto, &[0], 2, 1024, 65535);
         let (c, v, r) = (client(v6, 0x0506), vip(v6), rs_addr(v6, 0));
@@ -1271,11 +1172,7 @@ fn synced(v6: bool) {
         AddrFamily, DestConfig, ForwardMethod, LocalAddrRange, Protocol, ServiceConfig, ServiceKey,
     };
     use rvs_xdp::plane::{KernelMaps, Plane};
-    if !root_or_skip("fnat_synced") {
-        return;
-    }
-    let ns = Netns::new();
-    ns.enter(move || {
+    in_nat_bed("fnat_synced", move || {
         let maps = KernelMaps::load(&rvs_xdp::LoadOptions {
             flow_table_size: 4096,
             slots: 1 << 16,

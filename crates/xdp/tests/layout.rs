@@ -1,7 +1,8 @@
 //! The C/Rust ABI, checked from the C side's truth (no root needed):
 //!
-//! - every struct of the compiled objects' BTF (the director `xdp_lb.o` and
-//!   the decapsulator `decap.o`) named `rvs_*`, used as a map key or value,
+//! - every struct of the compiled objects' BTF (the director `xdp_lb.o`,
+//!   the decapsulator `decap.o`, the TOA reader `toa.o` and the sock plane's
+//!   `sock_lb.o`, whose mirrors are in rvs-sock) named `rvs_*`, used as a map key or value,
 //!   or nested in one of those, has a Rust mirror with the same size and, for
 //!   every member in order, the same name, offset, width and signedness
 //!   (arrays: element type and length; nested structs: the mirror's name);
@@ -34,6 +35,12 @@ use rvs_xdp::maps::{Fnat, FnatKey, FnatPool, FnatStats, FnatTmp};
 use rvs_xdp::own_mac::{self, OwnMac, OwnMacTable};
 use rvs_xdp::quic_lb::{self, QuicCfg, QuicSidKey, QuicStats, QuicSvc};
 use rvs_xdp::toa::{self, ToaAddr};
+
+use rvs_sock::maps as sock;
+use rvs_sock::maps::{
+    Dest as SockDest, DestStats as SockDestStats, Persist as SockPersist,
+    PersistKey as SockPersistKey, SockRec, Svc as SockSvc, SvcKey as SockSvcKey,
+};
 
 // ------------------------------------------------------------- the types
 
@@ -173,6 +180,15 @@ mirrors! {
     "rvs_quic_svc" => QuicSvc { fallback_len, pad0, cfg }
     "rvs_quic_sid_key" => QuicSidKey { svc, len, sid }
     "rvs_quic_stats" => QuicStats { by_cid, by_fallback, undecodable }
+    "rvs_sock_svc_key" => SockSvcKey { addr, port, proto, family }
+    "rvs_sock_svc" => SockSvc {
+        id, sched, flags, list_off, list_len, table_off, table_len, persist_secs,
+    }
+    "rvs_sock_dest" => SockDest { addr, port, family, flags, weight }
+    "rvs_sock_dest_stats" => SockDestStats { active, total }
+    "rvs_sock_rec" => SockRec { vip, dest, client, client_port, pad }
+    "rvs_sock_persist_key" => SockPersistKey { svc, client }
+    "rvs_sock_persist" => SockPersist { dest, pad, expires_ns }
 }
 
 /// Map value types only the program reads and writes (the control side
@@ -206,6 +222,7 @@ fn objects() -> Option<Vec<(&'static str, &'static [u8])>> {
     };
     let decap = decap::object().expect("decap object built with the director");
     let toa = toa::object().expect("TOA reader object built with the director");
+    let sock = rvs_sock::object().expect("sock_lb.o built with the director");
     Some(vec![
         ("xdp_lb.o", director),
         ("decap.o", decap),
@@ -214,6 +231,7 @@ fn objects() -> Option<Vec<(&'static str, &'static [u8])>> {
             "dsr_rs.o",
             dsr_rs::object().expect("DSR real-server object built with the director"),
         ),
+        ("sock_lb.o", sock),
     ])
 }
 
@@ -1004,6 +1022,20 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_QUIC_MODE_SINGLE", quic_lb::QUIC_MODE_SINGLE.into()),
         ("RVS_QUIC_MODE_FOUR", quic_lb::QUIC_MODE_FOUR.into()),
         ("RVS_QUIC_HASH_SEED", quic_lb::QUIC_HASH_SEED),
+        ("RVS_SOCK_SVC_MAX", sock::cap::SERVICES.into()),
+        ("RVS_SOCK_DEST_MAX", sock::cap::DESTS.into()),
+        ("RVS_SOCK_SLOTS", sock::cap::SLOTS.into()),
+        ("RVS_SOCK_SOCKS_MAX", sock::cap::SOCKS.into()),
+        ("RVS_SOCK_PERSIST_MAX", sock::cap::PERSIST.into()),
+        ("RVS_SOCK_LIST_MAX", sock::cap::LIST as u64),
+        ("RVS_SOCK_SVC_F_FALLBACK", sock::SVC_F_FALLBACK.into()),
+        ("RVS_SOCK_SVC_F_PORT", sock::SVC_F_PORT.into()),
+        ("RVS_SOCK_DEST_F_PRESENT", sock::DEST_F_PRESENT.into()),
+        ("RVS_SOCK_CNT_TCP", sock::counter::TCP.into()),
+        ("RVS_SOCK_CNT_UDP", sock::counter::UDP.into()),
+        ("RVS_SOCK_CNT_UDP_KEPT", sock::counter::UDP_KEPT.into()),
+        ("RVS_SOCK_CNT_NO_DEST", sock::counter::NO_DEST.into()),
+        ("RVS_SOCK_CNT_MAX", sock::counter::COUNT.into()),
     ]
     .into_iter()
     .map(|(n, v)| (n.to_owned(), v))
@@ -1054,6 +1086,21 @@ fn every_rvs_constant_has_a_rust_counterpart_with_its_value() {
     let errs = constant_errors(&c, &rust_constants());
     assert!(errs.is_empty(), "RVS_* constants:\n{}", errs.join("\n"));
     assert_eq!(maps::TCP_S_LAST, TcpState::COUNT);
+    // rvs-sock's own copies of the families and of the scheduler ids (it
+    // does not depend on rvs-xdp; its programs run the director's
+    // schedulers, lib/sched_pick.h, on RVS_SCHED_* ids). fo runs as rr over
+    // its one highest-weight server.
+    assert_eq!(
+        (sock::AF_INET, sock::AF_INET6),
+        (maps::AF_INET, maps::AF_INET6)
+    );
+    for s in Scheduler::all() {
+        if let Ok(id) = sock::sched_id(s)
+            && s != Scheduler::Fo
+        {
+            assert_eq!(id, u32::from(maps::sched::id(s)), "{s:?}");
+        }
+    }
 }
 
 #[test]

@@ -13,91 +13,22 @@ use common::*;
 use rvs_xdp::action;
 use rvs_xdp::maps::{self, FlowKey, NatKey, PROTO_TCP, PROTO_UDP, SvcKey, fwd};
 
-const VETH_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
-const GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
-const RPORT: u16 = 8080;
-
-/// A namespace with the director's link (`rvsa`), next hops and permanent
-/// neighbours; deleted on drop (an [`rvs_testbed::Netns`]).
-struct Netns(rvs_testbed::Netns);
-
-impl Netns {
-    fn new() -> Netns {
-        let ns = rvs_testbed::Netns::new("rvsxdp-nat");
-        let mac = |m: [u8; 6]| {
-            m.iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<Vec<_>>()
-                .join(":")
-        };
-        for cmd in [
-            format!(
-                "link add rvsa address {} type veth peer name rvsb",
-                mac(VETH_MAC)
-            ),
-            "link set rvsa up".to_owned(),
-            "link set rvsb up".to_owned(),
-            "addr add 10.77.0.2/24 dev rvsa".to_owned(),
-            "addr add fd77::2/64 dev rvsa nodad".to_owned(),
-            format!(
-                "neigh add 10.77.0.11 lladdr {} dev rvsa nud permanent",
-                mac(rs_mac(0))
-            ),
-            format!(
-                "neigh add fd77::11 lladdr {} dev rvsa nud permanent",
-                mac(rs_mac(0))
-            ),
-            format!(
-                "neigh add 10.77.0.254 lladdr {} dev rvsa nud permanent",
-                mac(GW_MAC)
-            ),
-            format!(
-                "neigh add fd77::fe lladdr {} dev rvsa nud permanent",
-                mac(GW_MAC)
-            ),
-            "route add 10.78.0.0/16 via 10.77.0.254".to_owned(),
-            "route add fd78::/16 via fd77::fe".to_owned(),
-        ] {
-            let mut args = vec!["ip", "-n", ns.name()];
-            args.extend(cmd.split_whitespace());
-            rvs_testbed::sh(&args);
-        }
-        ns.sysctl("ipv4/ip_forward", "1");
-        ns.sysctl("ipv6/conf/all/forwarding", "1");
-        Netns(ns)
-    }
-
-    /// Run `f` on a thread inside the namespace.
-    fn enter<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        self.0.run(f)
-    }
-}
-
-/// Set the TTL / hop limit of a frame (fixing the IPv4 checksum).
-fn with_ttl(mut f: Vec<u8>, ttl: u8) -> Vec<u8> {
-    if f[12..14] == [0x08, 0x00] {
-        f[22] = ttl;
-        fix_ip4_csum(&mut f, 14);
-    } else {
-        f[21] = ttl;
-    }
-    f
+/// A NAT director on the bed's link `rvsa`, whose MAC it owns as attach
+/// does (the real servers' replies are sent to it), with service 0 on
+/// `proto` VIP:80 scheduled by `sched` to real server `rs` on [`RPORT`].
+fn nat_director(name: &str, v6: bool, proto: u8, sched: &str, rs: u8) -> Lb {
+    let mut lb = Lb::new(name).expect("root checked");
+    lb.l.add_own_mac(INGRESS, VETH_MAC).expect("own MAC");
+    let mut dest = Rs::new(rs_addr(v6, rs), fwd::NAT, [0; 6]);
+    dest.port = RPORT;
+    lb.service(0, SvcKey::new(proto, vip(v6), 80), sched, 0, &[dest]);
+    lb
 }
 
 fn nat(v6: bool, udp: bool) {
-    if !root_or_skip("nat") {
-        return;
-    }
-    let ns = Netns::new();
-    ns.enter(move || {
-        let mut lb = Lb::new("nat").expect("root checked");
-        // The director's interface here is rvsa: the real servers' replies are
-        // sent to its MAC, owned as attach owns it.
-        lb.l.add_own_mac(INGRESS, VETH_MAC).expect("own MAC");
+    in_nat_bed("nat", move || {
         let proto = if udp { PROTO_UDP } else { PROTO_TCP };
-        let mut rs = Rs::new(rs_addr(v6, 0), fwd::NAT, [0; 6]);
-        rs.port = RPORT;
-        lb.service(0, SvcKey::new(proto, vip(v6), 80), "rr", 0, &[rs]);
+        let mut lb = nat_director("nat", v6, proto, "rr", 0);
         let (c, v, r) = (client(v6, 0x0102), vip(v6), rs_addr(v6, 0));
         let mk = |src: IpAddr,
                   sport: u16,
@@ -183,18 +114,8 @@ fn nat_udp_v6() {
 /// the link the packet came in on; on another link the FIB decides.
 #[test]
 fn nat_uses_the_resolved_next_hop_on_the_same_link() {
-    if !root_or_skip("nat_uses_the_resolved_next_hop_on_the_same_link") {
-        return;
-    }
-    let ns = Netns::new();
-    ns.enter(|| {
-        let mut lb = Lb::new("nat").expect("root checked");
-        // The director's interface here is rvsa: the real servers' replies are
-        // sent to its MAC, owned as attach owns it.
-        lb.l.add_own_mac(INGRESS, VETH_MAC).expect("own MAC");
-        let mut rs = Rs::new(rs_addr(false, 0), fwd::NAT, [0; 6]);
-        rs.port = RPORT;
-        lb.service(0, SvcKey::new(PROTO_TCP, vip(false), 80), "rr", 0, &[rs]);
+    in_nat_bed("nat_uses_the_resolved_next_hop_on_the_same_link", || {
+        let mut lb = nat_director("nat", false, PROTO_TCP, "rr", 0);
         let idx = Lb::dest_index(0, 0);
         // Test runs come in on the namespace's lo (ifindex 1); a MAC the
         // FIB would not give, to tell the two paths apart.
@@ -214,74 +135,52 @@ fn nat_uses_the_resolved_next_hop_on_the_same_link() {
         lb.l.set_dest(idx, &d).unwrap();
         let c = client(false, 0x0203);
         let (v, r) = (vip(false), rs_addr(false, 0));
-        let f = tcp_frame_macs(CLIENT_MAC, DIR_MAC, c, 33000, v, 80, Flags::Syn, b"");
-        let out = lb.run(&f);
-        assert_eq!(out.action, action::TX);
-        assert_eq!(
-            out.data,
-            tcp_frame_macs(DIR_MAC, rs_mac(7), c, 33000, r, RPORT, Flags::Syn, b"")
-        );
+        // A SYN from `cport` leaves by `action` from `smac` to `dmac`.
+        let syn_leaves = |lb: &mut Lb, cport: u16, action: u32, smac, dmac| {
+            let out = lb.run(&tcp_frame(c, cport, v, 80, Flags::Syn, b""));
+            assert_eq!(out.action, action);
+            let want = tcp_frame_macs(smac, dmac, c, cport, r, RPORT, Flags::Syn, b"");
+            assert_eq!(out.data, want);
+        };
+        syn_leaves(&mut lb, 33000, action::TX, DIR_MAC, rs_mac(7));
         // The resolved next hop on another link: the FIB's answer.
         d.ifindex = 2;
         lb.l.set_dest(idx, &d).unwrap();
-        let f = tcp_frame_macs(CLIENT_MAC, DIR_MAC, c, 33001, v, 80, Flags::Syn, b"");
-        let out = lb.run(&f);
-        assert_eq!(out.action, action::REDIRECT);
-        assert_eq!(
-            out.data,
-            tcp_frame_macs(VETH_MAC, rs_mac(0), c, 33001, r, RPORT, Flags::Syn, b"")
-        );
+        syn_leaves(&mut lb, 33001, action::REDIRECT, VETH_MAC, rs_mac(0));
     });
 }
 
 #[test]
 fn nat_without_a_resolved_neighbour_passes_the_rewritten_packet() {
-    if !root_or_skip("nat_without_a_resolved_neighbour_passes_the_rewritten_packet") {
-        return;
-    }
-    let ns = Netns::new();
-    ns.enter(|| {
-        let mut lb = Lb::new("nat").expect("root checked");
-        // The director's interface here is rvsa: the real servers' replies are
-        // sent to its MAC, owned as attach owns it.
-        lb.l.add_own_mac(INGRESS, VETH_MAC).expect("own MAC");
-        // Real server 5 (10.77.0.16) has no neighbour entry.
-        let mut rs = Rs::new(rs_addr(false, 5), fwd::NAT, [0; 6]);
-        rs.port = RPORT;
-        lb.service(0, SvcKey::new(PROTO_TCP, vip(false), 80), "rr", 0, &[rs]);
-        let c = client(false, 9);
-        let f = tcp_frame(c, 1234, vip(false), 80, Flags::Syn, b"");
-        let out = lb.run(&f);
-        assert_eq!(out.action, action::PASS);
-        assert_eq!(
-            out.data,
-            tcp_frame(c, 1234, rs_addr(false, 5), RPORT, Flags::Syn, b"")
-        );
-        // The missing next hop is reported once for the control plane to
-        // resolve (issue 13), and gone once taken.
-        let again = lb.run(&f);
-        assert_eq!(again.action, action::PASS);
-        let hops = lb.l.take_missing_hops(16).expect("nh_missing");
-        assert_eq!(hops, vec![rs_addr(false, 5)]);
-        assert!(lb.l.take_missing_hops(16).expect("nh_missing").is_empty());
-        assert_eq!(lb.l.missing_hops_full().expect("nh_missing_full"), 0);
-    });
+    in_nat_bed(
+        "nat_without_a_resolved_neighbour_passes_the_rewritten_packet",
+        || {
+            // Real server 5 (10.77.0.16) has no neighbour entry.
+            let mut lb = nat_director("nat", false, PROTO_TCP, "rr", 5);
+            let c = client(false, 9);
+            let f = tcp_frame(c, 1234, vip(false), 80, Flags::Syn, b"");
+            let out = lb.run(&f);
+            assert_eq!(out.action, action::PASS);
+            assert_eq!(
+                out.data,
+                tcp_frame(c, 1234, rs_addr(false, 5), RPORT, Flags::Syn, b"")
+            );
+            // The missing next hop is reported once for the control plane to
+            // resolve (issue 13), and gone once taken.
+            let again = lb.run(&f);
+            assert_eq!(again.action, action::PASS);
+            let hops = lb.l.take_missing_hops(16).expect("nh_missing");
+            assert_eq!(hops, vec![rs_addr(false, 5)]);
+            assert!(lb.l.take_missing_hops(16).expect("nh_missing").is_empty());
+            assert_eq!(lb.l.missing_hops_full().expect("nh_missing_full"), 0);
+        },
+    );
 }
 
 #[test]
 fn nat_tracks_tcp_state_in_both_directions() {
-    if !root_or_skip("nat_tracks_tcp_state_in_both_directions") {
-        return;
-    }
-    let ns = Netns::new();
-    ns.enter(|| {
-        let mut lb = Lb::new("nat").expect("root checked");
-        // The director's interface here is rvsa: the real servers' replies are
-        // sent to its MAC, owned as attach owns it.
-        lb.l.add_own_mac(INGRESS, VETH_MAC).expect("own MAC");
-        let mut rs = Rs::new(rs_addr(false, 0), fwd::NAT, [0; 6]);
-        rs.port = RPORT;
-        lb.service(0, SvcKey::new(PROTO_TCP, vip(false), 80), "wlc", 0, &[rs]);
+    in_nat_bed("nat_tracks_tcp_state_in_both_directions", || {
+        let mut lb = nat_director("nat", false, PROTO_TCP, "wlc", 0);
         let (c, v, r) = (client(false, 77), vip(false), rs_addr(false, 0));
         let key = FlowKey::new(PROTO_TCP, c, 5555, v, 80);
         let inb = |f| tcp_frame(c, 5555, v, 80, f, b"");
@@ -310,73 +209,67 @@ fn nat_tracks_tcp_state_in_both_directions() {
 /// choice, so the real server's replies are rewritten back to the VIP.
 #[test]
 fn nat_adopts_a_hashed_flow_mid_stream_with_its_reply_entry() {
-    if !root_or_skip("nat_adopts_a_hashed_flow_mid_stream_with_its_reply_entry") {
-        return;
-    }
-    let ns = Netns::new();
-    ns.enter(|| {
-        let mut lb = Lb::new("nat").expect("root checked");
-        lb.l.add_own_mac(INGRESS, VETH_MAC).expect("own MAC");
-        let mut rs = Rs::new(rs_addr(false, 0), fwd::NAT, [0; 6]);
-        rs.port = RPORT;
-        lb.service(0, SvcKey::new(PROTO_TCP, vip(false), 80), "mh", 0, &[rs]);
-        let (c, v, r) = (client(false, 78), vip(false), rs_addr(false, 0));
-        let key = FlowKey::new(PROTO_TCP, c, 5556, v, 80);
-        let r1 = lb.run(&tcp_frame(c, 5556, v, 80, Flags::Ack, b"mid"));
-        assert_eq!(r1.action, action::REDIRECT, "forwarded by the hash");
-        let fl = lb.l.flow(&key).unwrap().expect("adopted");
-        assert_eq!(fl.state, 1); // ESTABLISHED
-        let nk = NatKey {
-            raddr: maps::addr16(r),
-            caddr: maps::addr16(c),
-            rport: RPORT.to_be(),
-            cport: 5556u16.to_be(),
-            proto: PROTO_TCP,
-            family: maps::family(r),
-            pad0: 0,
-        };
-        let nat = lb.l.nat(&nk).unwrap().expect("reply entry");
-        assert_eq!((nat.vaddr, u16::from_be(nat.vport)), (maps::addr16(v), 80));
-        assert_eq!(lb.l.svc_flood(0).unwrap().adopted, 1);
-        // The real server's reply leaves with the VIP as its source.
-        let reply = tcp_frame_macs(rs_mac(0), VETH_MAC, r, RPORT, c, 5556, Flags::Ack, b"ok");
-        let out = lb.run(&reply);
-        assert_eq!(out.action, action::REDIRECT);
-        assert_eq!(&out.data[26..30], &maps::addr16(v)[..4], "source rewritten");
-        assert_eq!(
-            &out.data[34..36],
-            &80u16.to_be_bytes(),
-            "source port rewritten"
-        );
-    });
+    in_nat_bed(
+        "nat_adopts_a_hashed_flow_mid_stream_with_its_reply_entry",
+        || {
+            let mut lb = nat_director("nat", false, PROTO_TCP, "mh", 0);
+            let (c, v, r) = (client(false, 78), vip(false), rs_addr(false, 0));
+            let key = FlowKey::new(PROTO_TCP, c, 5556, v, 80);
+            let r1 = lb.run(&tcp_frame(c, 5556, v, 80, Flags::Ack, b"mid"));
+            assert_eq!(r1.action, action::REDIRECT, "forwarded by the hash");
+            let fl = lb.l.flow(&key).unwrap().expect("adopted");
+            assert_eq!(fl.state, 1); // ESTABLISHED
+            let nk = NatKey {
+                raddr: maps::addr16(r),
+                caddr: maps::addr16(c),
+                rport: RPORT.to_be(),
+                cport: 5556u16.to_be(),
+                proto: PROTO_TCP,
+                family: maps::family(r),
+                pad0: 0,
+            };
+            let nat = lb.l.nat(&nk).unwrap().expect("reply entry");
+            assert_eq!((nat.vaddr, u16::from_be(nat.vport)), (maps::addr16(v), 80));
+            assert_eq!(lb.l.svc_flood(0).unwrap().adopted, 1);
+            // The real server's reply leaves with the VIP as its source.
+            let reply = tcp_frame_macs(rs_mac(0), VETH_MAC, r, RPORT, c, 5556, Flags::Ack, b"ok");
+            let out = lb.run(&reply);
+            assert_eq!(out.action, action::REDIRECT);
+            assert_eq!(&out.data[26..30], &maps::addr16(v)[..4], "source rewritten");
+            assert_eq!(
+                &out.data[34..36],
+                &80u16.to_be_bytes(),
+                "source port rewritten"
+            );
+        },
+    );
 }
 
 #[test]
 fn attach_prefers_native_mode_and_falls_back_to_generic() {
-    if !root_or_skip("attach_prefers_native_mode_and_falls_back_to_generic") {
-        return;
-    }
-    let ns = Netns::new();
-    ns.enter(|| {
-        let mut lb = Lb::new("attach").expect("root checked");
-        // veth has native XDP; loopback has not (generic/skb mode).
-        assert_eq!(
-            lb.l.attach("rvsa", None).unwrap(),
-            rvs_xdp::AttachMode::Driver
-        );
-        let mut other = Lb::new("attach").expect("root checked");
-        assert_eq!(
-            other.l.attach("lo", None).unwrap(),
-            rvs_xdp::AttachMode::Skb
-        );
-        // A forced mode that the device cannot do is an error naming it.
-        let mut third = Lb::new("attach").expect("root checked");
-        let err = third
-            .l
-            .attach("lo", Some(rvs_xdp::AttachMode::Driver))
-            .unwrap_err();
-        assert!(err.to_string().contains("attach"), "{err}");
-    });
+    in_nat_bed(
+        "attach_prefers_native_mode_and_falls_back_to_generic",
+        || {
+            let mut lb = Lb::new("attach").expect("root checked");
+            // veth has native XDP; loopback has not (generic/skb mode).
+            assert_eq!(
+                lb.l.attach("rvsa", None).unwrap(),
+                rvs_xdp::AttachMode::Driver
+            );
+            let mut other = Lb::new("attach").expect("root checked");
+            assert_eq!(
+                other.l.attach("lo", None).unwrap(),
+                rvs_xdp::AttachMode::Skb
+            );
+            // A forced mode that the device cannot do is an error naming it.
+            let mut third = Lb::new("attach").expect("root checked");
+            let err = third
+                .l
+                .attach("lo", Some(rvs_xdp::AttachMode::Driver))
+                .unwrap_err();
+            assert!(err.to_string().contains("attach"), "{err}");
+        },
+    );
 }
 
 /// An ICMP error frame (IPv4 "fragmentation needed" / IPv6 "packet too
@@ -419,19 +312,9 @@ fn icmp_error(
 /// ICMP / ICMPv6 with its pseudo-header) equals a from-scratch computation
 /// of the expected frame.
 fn nat_icmp(v6: bool, udp: bool) {
-    if !root_or_skip("nat_icmp") {
-        return;
-    }
-    let ns = Netns::new();
-    ns.enter(move || {
-        let mut lb = Lb::new("nat_icmp").expect("root checked");
-        // The director's interface here is rvsa: the real servers' replies are
-        // sent to its MAC, owned as attach owns it.
-        lb.l.add_own_mac(INGRESS, VETH_MAC).expect("own MAC");
+    in_nat_bed("nat_icmp", move || {
         let proto = if udp { PROTO_UDP } else { PROTO_TCP };
-        let mut rs = Rs::new(rs_addr(v6, 0), fwd::NAT, [0; 6]);
-        rs.port = RPORT;
-        lb.service(0, SvcKey::new(proto, vip(v6), 80), "rr", 0, &[rs]);
+        let mut lb = nat_director("nat_icmp", v6, proto, "rr", 0);
         let (c, v, r) = (client(v6, 0x0203), vip(v6), rs_addr(v6, 0));
         // A whole packet as IP would carry it (quoted in full).
         let ip = |src: IpAddr, sport: u16, dst: IpAddr, dport: u16| {

@@ -92,45 +92,29 @@ fn no_map_call_or_loop_is_left_to_the_generic_helper() {
             Ok(l) => l,
             Err(e) => panic!("{object:?}: {e}"),
         };
-        let insns = l.translated().unwrap();
-        assert!(insns.len() > 1000, "{object:?}: {} insns", insns.len());
-        // The check sees calls: the flow-table update stays a direct call.
-        let all = calls_to(&insns, &syms, &["htab_lru_map_update_elem"]);
-        assert!(!all.is_empty(), "{object:?}: no call resolved");
-        let slow = calls_to(&insns, &syms, &watch);
-        assert!(
-            slow.is_empty(),
-            "{object:?}: helper calls the verifier did not inline: {slow:?}"
-        );
-        // The FULLNAT program the director tail-calls (loaded with it).
-        let insns = l.translated_of("xdp_fnat").unwrap();
-        assert!(
-            insns.len() > 200,
-            "{object:?} xdp_fnat: {} insns",
-            insns.len()
-        );
-        // Its translations are plain hashes (fnat_rev, fnat_fwd).
-        let all = calls_to(&insns, &syms, &["htab_map_update_elem"]);
-        assert!(!all.is_empty(), "{object:?} xdp_fnat: no call resolved");
-        let slow = calls_to(&insns, &syms, &watch);
-        assert!(
-            slow.is_empty(),
-            "{object:?} xdp_fnat: helper calls the verifier did not inline: {slow:?}"
-        );
-        // The QUIC-LB program the director tail-calls (loaded with it): its
-        // NAT reply entry is an LRU update, its lookups stay inlined.
-        let insns = l.translated_of("xdp_quic").unwrap();
-        assert!(
-            insns.len() > 200,
-            "{object:?} xdp_quic: {} insns",
-            insns.len()
-        );
-        let all = calls_to(&insns, &syms, &["htab_lru_map_update_elem"]);
-        assert!(!all.is_empty(), "{object:?} xdp_quic: no call resolved");
-        let slow = calls_to(&insns, &syms, &watch);
-        assert!(
-            slow.is_empty(),
-            "{object:?} xdp_quic: helper calls the verifier did not inline: {slow:?}"
-        );
+        // The director, then the programs it tail-calls (loaded with it):
+        // FULLNAT's translations are plain hashes (fnat_rev, fnat_fwd);
+        // QUIC-LB's NAT reply entry is an LRU update. The check sees calls:
+        // each one's update stays a direct call, its lookups inlined.
+        for (prog, min_insns, update) in [
+            (None, 1000, "htab_lru_map_update_elem"),
+            (Some("xdp_fnat"), 200, "htab_map_update_elem"),
+            (Some("xdp_quic"), 200, "htab_lru_map_update_elem"),
+        ] {
+            let insns = match prog {
+                None => l.translated(),
+                Some(p) => l.translated_of(p),
+            }
+            .unwrap();
+            let what = format!("{object:?} {}", prog.unwrap_or("director"));
+            assert!(insns.len() > min_insns, "{what}: {} insns", insns.len());
+            let all = calls_to(&insns, &syms, &[update]);
+            assert!(!all.is_empty(), "{what}: no call resolved");
+            let slow = calls_to(&insns, &syms, &watch);
+            assert!(
+                slow.is_empty(),
+                "{what}: helper calls the verifier did not inline: {slow:?}"
+            );
+        }
     }
 }

@@ -410,23 +410,23 @@ mod tests {
         assert_eq!(judge(ok, &u(body)).await, Ok(()));
         let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
         assert_eq!(judge(chunked, &u(body)).await, Ok(()));
-        let bad_size =
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n";
-        assert_eq!(
-            judge(bad_size, &u(body)).await,
-            Err(Failure::BadResponse("bad chunk size".into()))
-        );
-        let truncated = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nff\r\nhello";
-        assert_eq!(
-            judge(truncated, &u(body)).await,
-            Err(Failure::BadResponse("truncated chunk".into()))
-        );
-        let no_crlf =
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX\r\n0\r\n\r\n";
-        assert_eq!(
-            judge(no_crlf, &u(None)).await,
-            Err(Failure::BadResponse("bad chunk end".into()))
-        );
+        // Broken chunked bodies: the chunk after the header, the failure.
+        for (chunks, url, failure) in [
+            (&b"zz\r\nhello\r\n0\r\n\r\n"[..], u(body), "bad chunk size"),
+            (b"ff\r\nhello", u(body), "truncated chunk"),
+            (b"5\r\nhelloXX\r\n0\r\n\r\n", u(None), "bad chunk end"),
+        ] {
+            let raw = [
+                &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
+                chunks,
+            ]
+            .concat();
+            assert_eq!(
+                judge(&raw, &url).await,
+                Err(Failure::BadResponse(failure.into())),
+                "{failure}"
+            );
+        }
         // 204 has no body even if bytes follow; the digest is of the empty body.
         let no_content = b"HTTP/1.1 204 No Content\r\n\r\nignored";
         assert_eq!(judge(no_content, &u(Some(b""))).await, Ok(()));

@@ -48,15 +48,7 @@ pub fn load(text: &str, tag: &str) -> (Vec<ServiceDef>, HealthPlan) {
     let loaded = loaded.expect("config");
     let specs = loaded.config.lvs_services().expect("services");
     let plan = rvs_check::plan(&loaded.config, &specs);
-    let defs = specs
-        .into_iter()
-        .map(|s| ServiceDef {
-            key: s.key,
-            config: s.config,
-            dests: s.dests,
-            laddrs: s.laddrs,
-        })
-        .collect();
+    let defs = specs.into_iter().map(ServiceDef::from).collect();
     (defs, plan)
 }
 

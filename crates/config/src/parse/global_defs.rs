@@ -5,115 +5,119 @@ use super::*;
 
 pub(super) fn global_defs(c: &mut Ctx<'_>, n: &Node, g: &mut GlobalDefs) -> R<()> {
     for k in block(n)? {
-        let listed = c.audit(Block::Global, k)?;
-        let key = k.key.text.as_str();
-        match key {
-            "router_id" => g.router_id = Some(string(k, "a router id")?),
-            "notification_email" => {
-                for e in k.block.as_deref().unwrap_or(&[]) {
-                    g.notification_email.push(e.key.text.clone());
-                }
+        global_def(c, k, g)?;
+    }
+    Ok(())
+}
+
+/// One keyword of `global_defs`, or one of the global keywords keepalived
+/// reads at the top level ([`keywords::ROOT_GLOBALS`]).
+pub(super) fn global_def(c: &mut Ctx<'_>, k: &Node, g: &mut GlobalDefs) -> R<()> {
+    let listed = c.audit(Block::Global, k)?;
+    let key = k.key.text.as_str();
+    match key {
+        "router_id" => g.router_id = Some(string(k, "a router id")?),
+        "notification_email" => {
+            for e in k.block.as_deref().unwrap_or(&[]) {
+                g.notification_email.push(e.key.text.clone());
             }
-            "notification_email_from" => {
-                g.notification_email_from = Some(string(k, "an e-mail address")?)
-            }
-            "smtp_server" => {
-                let host = string(k, "an SMTP server")?;
-                let p = k.args.get(1).map(port).transpose()?;
-                g.smtp_server = Some((host, p));
-            }
-            "smtp_connect_timeout" => {
-                g.smtp_connect_timeout = Some(timer(arg(k, 0, "a time in seconds")?)?)
-            }
-            "smtp_helo_name" => g.smtp_helo_name = Some(string(k, "a HELO name")?),
-            "smtp_alert" => g.smtp_alert = Some(flag(k)?),
-            "smtp_alert_vrrp" => g.smtp_alert_vrrp = Some(flag(k)?),
-            "smtp_alert_checker" => g.smtp_alert_checker = Some(flag(k)?),
-            "no_checker_emails" => g.no_checker_emails = flag(k)?,
-            "no_email_faults" => g.no_email_faults = flag(k)?,
-            "rs_init_notifies" => g.rs_init_notifies = flag(k)?,
-            "email_faults" => g.no_email_faults = !flag(k)?,
-            "vrrp_down_timer_adverts" => {
-                g.vrrp_down_timer_adverts = Some(num(arg(k, 0, "a count")?, "a count", 1, 100)?)
-            }
-            "net_namespace" => g.net_namespace = Some(string(k, "a network namespace name")?),
-            "lvs_timeouts" => {
-                let mut t = LvsTimeouts::default();
-                let mut i = 0;
-                while i < k.args.len() {
-                    let which = &k.args[i];
-                    let v: u32 = num(
-                        arg(k, i + 1, "a timeout in seconds")?,
-                        "a timeout in seconds",
-                        0,
-                        u64::from(u32::MAX),
-                    )?;
-                    match which.text.as_str() {
-                        "tcp" => t.tcp = Some(v),
-                        "tcpfin" => t.tcpfin = Some(v),
-                        "udp" => t.udp = Some(v),
-                        _ => {
-                            return err(
-                                which,
-                                format!(
-                                    "expected `tcp`, `tcpfin` or `udp`, found `{}`",
-                                    which.text
-                                ),
-                            );
-                        }
-                    }
-                    i += 2;
-                }
-                g.lvs_timeouts = Some(t);
-            }
-            "lvs_sync_daemon" => g.lvs_sync_daemon = Some(sync_daemon(k)?),
-            "lvs_flush" => g.lvs_flush = true,
-            "lvs_flush_on_stop" => {
-                g.lvs_flush_on_stop = Some(matches!(k.args.first(), Some(t) if t.text == "VS"))
-            }
-            "vrrp_version" => {
-                g.vrrp_version = num(arg(k, 0, "a VRRP version")?, "a VRRP version", 2, 3)?
-            }
-            "vrrp_strict" => g.vrrp_strict = true,
-            "vrrp_mcast_group4" => {
-                g.vrrp_mcast_group4 = parsed(k, "an IPv4 multicast address")?;
-            }
-            "vrrp_mcast_group6" => {
-                g.vrrp_mcast_group6 = parsed(k, "an IPv6 multicast address")?;
-            }
-            "vrrp_garp_master_delay" => g.vrrp_garp_master_delay = timer(arg(k, 0, "a delay")?)?,
-            "vrrp_garp_master_repeat" => {
-                g.vrrp_garp_master_repeat = num(arg(k, 0, "a count")?, "a count", 1, 255)?
-            }
-            "vrrp_garp_master_refresh" => {
-                g.vrrp_garp_master_refresh = timer(arg(k, 0, "a refresh interval")?)?
-            }
-            "vrrp_garp_master_refresh_repeat" => {
-                g.vrrp_garp_master_refresh_repeat = num(arg(k, 0, "a count")?, "a count", 1, 255)?
-            }
-            "vrrp_skip_check_adv_addr" => g.vrrp_skip_check_adv_addr = flag(k)?,
-            "vrrp_check_unicast_src" => g.vrrp_check_unicast_src = true,
-            "v3_checksum_as_v2" => g.v3_checksum_as_v2 = true,
-            "enable_script_security" => g.enable_script_security = true,
-            "script_user" => g.script_user = Some(words(k, 0)),
-            "checker_log_all_failures" => g.checker_log_all_failures = flag(k)?,
-            "notify_fifo" | "vrrp_notify_fifo" | "lvs_notify_fifo" => {
-                let f = fifo_slot(g, key);
-                f.path = Some(string(k, "a FIFO path")?);
-                f.owner = words_after(k, 1);
-                f.loc = Some(loc_of(&k.key));
-            }
-            "notify_fifo_script" | "vrrp_notify_fifo_script" | "lvs_notify_fifo_script" => {
-                let f = fifo_slot(g, key.trim_end_matches("_script"));
-                f.script = Some(script(k)?);
-                f.loc.get_or_insert_with(|| loc_of(&k.key));
-            }
-            _ if listed => g.unused.push((
-                key.to_owned(),
-                k.args.iter().map(|t| t.text.clone()).collect(),
-            )),
-            _ => c.unknown(k, "global_defs", Block::Global),
         }
+        "notification_email_from" => {
+            g.notification_email_from = Some(string(k, "an e-mail address")?)
+        }
+        "smtp_server" => {
+            let host = string(k, "an SMTP server")?;
+            let p = k.args.get(1).map(port).transpose()?;
+            g.smtp_server = Some((host, p));
+        }
+        "smtp_connect_timeout" => {
+            g.smtp_connect_timeout = Some(timer(arg(k, 0, "a time in seconds")?)?)
+        }
+        "smtp_helo_name" => g.smtp_helo_name = Some(string(k, "a HELO name")?),
+        "smtp_alert" => g.smtp_alert = Some(flag(k)?),
+        "smtp_alert_vrrp" => g.smtp_alert_vrrp = Some(flag(k)?),
+        "smtp_alert_checker" => g.smtp_alert_checker = Some(flag(k)?),
+        "no_checker_emails" => g.no_checker_emails = flag(k)?,
+        "no_email_faults" => g.no_email_faults = flag(k)?,
+        "rs_init_notifies" => g.rs_init_notifies = flag(k)?,
+        "email_faults" => g.no_email_faults = !flag(k)?,
+        "vrrp_down_timer_adverts" => {
+            g.vrrp_down_timer_adverts = Some(num(arg(k, 0, "a count")?, "a count", 1, 100)?)
+        }
+        "net_namespace" => g.net_namespace = Some(string(k, "a network namespace name")?),
+        "lvs_timeouts" => {
+            let mut t = LvsTimeouts::default();
+            let mut i = 0;
+            while i < k.args.len() {
+                let which = &k.args[i];
+                let v: u32 = num(
+                    arg(k, i + 1, "a timeout in seconds")?,
+                    "a timeout in seconds",
+                    0,
+                    u64::from(u32::MAX),
+                )?;
+                match which.text.as_str() {
+                    "tcp" => t.tcp = Some(v),
+                    "tcpfin" => t.tcpfin = Some(v),
+                    "udp" => t.udp = Some(v),
+                    _ => {
+                        return err(
+                            which,
+                            format!("expected `tcp`, `tcpfin` or `udp`, found `{}`", which.text),
+                        );
+                    }
+                }
+                i += 2;
+            }
+            g.lvs_timeouts = Some(t);
+        }
+        "lvs_sync_daemon" => g.lvs_sync_daemon = Some(sync_daemon(k)?),
+        "lvs_flush" => g.lvs_flush = true,
+        "lvs_flush_on_stop" => {
+            g.lvs_flush_on_stop = Some(matches!(k.args.first(), Some(t) if t.text == "VS"))
+        }
+        "vrrp_version" => {
+            g.vrrp_version = num(arg(k, 0, "a VRRP version")?, "a VRRP version", 2, 3)?
+        }
+        "vrrp_strict" => g.vrrp_strict = true,
+        "vrrp_mcast_group4" => {
+            g.vrrp_mcast_group4 = parsed(k, "an IPv4 multicast address")?;
+        }
+        "vrrp_mcast_group6" => {
+            g.vrrp_mcast_group6 = parsed(k, "an IPv6 multicast address")?;
+        }
+        "vrrp_garp_master_delay" => g.vrrp_garp_master_delay = timer(arg(k, 0, "a delay")?)?,
+        "vrrp_garp_master_repeat" => {
+            g.vrrp_garp_master_repeat = num(arg(k, 0, "a count")?, "a count", 1, 255)?
+        }
+        "vrrp_garp_master_refresh" => {
+            g.vrrp_garp_master_refresh = timer(arg(k, 0, "a refresh interval")?)?
+        }
+        "vrrp_garp_master_refresh_repeat" => {
+            g.vrrp_garp_master_refresh_repeat = num(arg(k, 0, "a count")?, "a count", 1, 255)?
+        }
+        "vrrp_skip_check_adv_addr" => g.vrrp_skip_check_adv_addr = flag(k)?,
+        "vrrp_check_unicast_src" => g.vrrp_check_unicast_src = true,
+        "v3_checksum_as_v2" => g.v3_checksum_as_v2 = true,
+        "enable_script_security" => g.enable_script_security = true,
+        "script_user" => g.script_user = Some(words(k, 0)),
+        "checker_log_all_failures" => g.checker_log_all_failures = flag(k)?,
+        "notify_fifo" | "vrrp_notify_fifo" | "lvs_notify_fifo" => {
+            let f = fifo_slot(g, key);
+            f.path = Some(string(k, "a FIFO path")?);
+            f.owner = words_after(k, 1);
+            f.loc = Some(loc_of(&k.key));
+        }
+        "notify_fifo_script" | "vrrp_notify_fifo_script" | "lvs_notify_fifo_script" => {
+            let f = fifo_slot(g, key.trim_end_matches("_script"));
+            f.script = Some(script(k)?);
+            f.loc.get_or_insert_with(|| loc_of(&k.key));
+        }
+        _ if listed => g.unused.push((
+            key.to_owned(),
+            k.args.iter().map(|t| t.text.clone()).collect(),
+        )),
+        _ => c.unknown(k, "global_defs", Block::Global),
     }
     Ok(())
 }

@@ -36,14 +36,16 @@
 //! A daemon that starts asks for the whole table at once instead of waiting
 //! up to [`REFRESH`] for the peer's refresh round: it sends a bulk-resync
 //! request (`rvs_wire::ipvs_sync::build_bulk_request`, 16 bytes that kernel
-//! backups ignore) to the sync group, and again after [`REQUEST_AGAIN`]
-//! unless entries came in meanwhile. A peer answers requests of its syncid
+//! backups ignore) to the sync group, and again when an answer came with a
+//! hole or none came whole within [`REQUEST_AGAIN`] (at most
+//! [`ask::MAX_ASKS`] requests; see [`ask`]). A peer answers requests of its syncid
 //! (either side 0: any) from its master daemon, or from its backup daemon
 //! when it runs no master daemon ([`Endpoint::set_sibling`]), so one
 //! director answers once: it walks its whole table [`BULK_PAGE`] slab
 //! positions per [`BULK_TICK`] and sends every entry a master would sync
 //! as ordinary v1 messages to the group. A request during a walk extends it
-//! to cover the whole table again from where it is. A master endpoint
+//! to cover the whole table again from where it is (a new answer, its
+//! records numbered from 0 again); the answer ends with its count. A master endpoint
 //! enters what it hears only when no backup daemon runs beside it.
 //!
 //! # N directors (a fleet behind ECMP)
@@ -55,6 +57,7 @@
 //! is fresher (the peer saw the flow's traffic later than we did); and a
 //! template of ours that a peer's bulk answer echoes back stays ours.
 
+pub mod ask;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -225,10 +228,11 @@ pub struct Endpoint {
     /// When the bulk answer's next page is due (while it is active).
     bulk_at: Instant,
     bulk_due: bool,
-    /// When the bulk request goes out again, if it is still to.
-    again: Option<Instant>,
-    /// Whether entries came in since the start.
-    heard: bool,
+    /// This daemon's own bulk requests: whether the answers came whole.
+    asking: ask::Asking,
+    /// The bulk answer being sent: its number, and the next record's index.
+    answer: u32,
+    answer_index: u32,
     /// When `Received` was last pruned.
     pruned: Instant,
     /// Peers' entries waiting for the director.
@@ -241,6 +245,7 @@ impl Endpoint {
     /// A daemon starting at `now`: its bulk request is the first datagram
     /// to send.
     pub fn new(cfg: Config, now: Instant) -> Self {
+        let answer = cfg.nonce;
         let mut ep = Endpoint {
             cfg,
             sibling: false,
@@ -250,8 +255,9 @@ impl Endpoint {
             bulk: Bulk::default(),
             bulk_at: now,
             bulk_due: false,
-            again: Some(now + REQUEST_AGAIN),
-            heard: false,
+            asking: ask::Asking::new(now),
+            answer,
+            answer_index: 0,
             pruned: Instant::ZERO,
             inbox: Vec::new(),
             transmits: VecDeque::new(),
@@ -297,7 +303,6 @@ impl Endpoint {
     /// [`Self::process`]). No rule reads `now` here yet: it is in the
     /// signature so the driver's calls do not change when one does.
     pub fn handle(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
-        let _ = now;
         if table::from_self(from.ip(), &self.cfg.own) {
             return;
         }
@@ -312,6 +317,12 @@ impl Endpoint {
             }
             return;
         }
+        if let Some(d) = wire::parse_bulk_done(data) {
+            if table::syncid_matches(self.cfg.syncid, d.syncid) {
+                self.asking.done(now, from.ip(), d);
+            }
+            return;
+        }
         let msg = match wire::parse(data) {
             Ok(m) => m,
             Err(e) => {
@@ -322,13 +333,15 @@ impl Endpoint {
         if self.cfg.syncid != 0 && msg.syncid != self.cfg.syncid {
             return;
         }
+        for m in msg.conns.iter().filter_map(|c| c.bulk) {
+            self.asking.mark(from.ip(), m);
+        }
         // A master enters what it hears only when no backup daemon runs
         // beside it (which then does).
         if self.cfg.master && self.sibling {
             return;
         }
         if !msg.conns.is_empty() {
-            self.heard = true;
             self.events.push_back(Event::Heard);
         }
         self.inbox.extend(msg.conns);
@@ -339,7 +352,10 @@ impl Endpoint {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let walk = (self.cfg.master && !self.walk_due).then_some(self.walk_at);
         let bulk = (self.bulk.active() && !self.bulk_due).then_some(self.bulk_at);
-        [walk, bulk, self.again].into_iter().flatten().min()
+        [walk, bulk, self.asking.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Time passed to `now`: what is due is done (a request sent again) or
@@ -352,14 +368,8 @@ impl Endpoint {
         if self.bulk.active() && !self.bulk_due && now >= self.bulk_at {
             self.bulk_due = true;
         }
-        if let Some(at) = self.again
-            && now >= at
-        {
-            self.again = None;
-            // Entries came since the first request: a peer answers.
-            if !self.heard {
-                self.ask();
-            }
+        if self.asking.handle_timeout(now) {
+            self.ask();
         }
     }
 
@@ -402,10 +412,31 @@ impl Endpoint {
             self.send(&batch);
         }
         if std::mem::take(&mut self.bulk_due) {
-            let page = table::bulk_page(director.ipvs(), &mut self.bulk);
+            if self.bulk.restart {
+                // A new answer: numbered apart from the last, from 0.
+                self.answer = self.answer.wrapping_add(1);
+                self.answer_index = 0;
+            }
+            let mut page = table::bulk_page(director.ipvs(), &mut self.bulk);
+            for c in &mut page {
+                c.bulk = Some(wire::BulkMark {
+                    answer: self.answer,
+                    index: self.answer_index,
+                });
+                self.answer_index = self.answer_index.wrapping_add(1);
+            }
             self.send(&page);
             self.bulk_at = now + BULK_TICK;
             if !self.bulk.active() {
+                let done = wire::build_bulk_done(&wire::BulkDone {
+                    syncid: self.cfg.syncid,
+                    answer: self.answer,
+                    entries: self.answer_index,
+                });
+                self.transmits.push_back(Transmit {
+                    dest: self.cfg.group,
+                    contents: done.to_vec(),
+                });
                 self.events.push_back(Event::BulkAnswered);
             }
         }

@@ -265,6 +265,7 @@ fn to_wire(c: &Conn, local: Option<SocketAddr>) -> wire::SyncConn {
         pe_name: None,
         pe_data: None,
         local: local.filter(|_| !t.template),
+        bulk: None,
     }
 }
 
@@ -826,6 +827,7 @@ mod tests {
             pe_name: None,
             pe_data: None,
             local: None,
+            bulk: None,
         };
         let now = Instant::from_secs(1);
         let mut enter = |c: &wire::SyncConn| {
@@ -929,6 +931,7 @@ mod tests {
             pe_name: None,
             pe_data: None,
             local: None,
+            bulk: None,
         }
     }
 

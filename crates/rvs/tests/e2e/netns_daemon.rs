@@ -1,5 +1,5 @@
-//! keepalived's `net_namespace NAME`: rvsd, started from the root
-//! namespace, enters `/run/netns/NAME` before anything else and serves
+//! keepalived's `net_namespace NAME`, at the top level of the file where
+//! keepalived reads it: rvsd, started from the root namespace, enters `/run/netns/NAME` before anything else and serves
 //! there (observed from inside the namespace); a missing namespace is
 //! refused at start with its name; a reload that changes it is refused and
 //! changes nothing. The control socket stays at its path.
@@ -15,9 +15,7 @@ const VIP: &str = "10.77.0.1";
 
 fn conf(ns: &str, vip_port: u16, rs_port: u16) -> String {
     format!(
-        "global_defs {{
-    net_namespace {ns}
-}}
+        "net_namespace {ns}
 virtual_server {VIP} {vip_port} {{
     lb_algo rr
     lb_kind NAT

@@ -1,12 +1,36 @@
-//! bpf(2) calls on the file descriptors of programs and maps aya loaded:
-//! map element operations by bytes (lookup, update, delete, key walk),
-//! `BPF_MAP_LOOKUP_BATCH`, per-CPU value sizes and `BPF_OBJ_GET_INFO_BY_FD`
-//! (aya 0.14 wraps neither the batch nor the program's translated
-//! instructions, and its typed maps need an `unsafe impl Pod` per type).
+//! BPF: loading objects, programs and maps, the one place of rvs that does.
 //!
-//! Every buffer passed in is checked against the sizes the kernel reports
-//! for the map ([`BpfMap::new`] asks it), so a wrong length is an
-//! `InvalidInput` error, never an out-of-bounds kernel write.
+//! - [`Loader`] / [`Object`]: an ELF object parsed, its maps created
+//!   (pinned where asked, sized, globals set); its [`Program`]s as
+//!   [`Xdp`] (attach in a [`XdpMode`], through a pinnable [`Link`], link
+//!   update, `BPF_PROG_TEST_RUN`), tc [`SchedClassifier`]s (a pinnable
+//!   TCX [`Link`] on a [`TcHook`], `BPF_PROG_TEST_RUN`) or [`Cgroup`]
+//!   programs; its [`Map`]s as
+//!   typed [`Array`], [`PerCpuArray`], [`HashMap`] and [`ProgramArray`]
+//!   views over [`Pod`] keys and values; [`PinnedMap`] for a map another
+//!   process pinned; [`KernelVersion`]; one [`Error`].
+//! - byte-level bpf(2) calls on the file descriptors of programs and maps:
+//!   map element operations (lookup, update, delete, key walk),
+//!   `BPF_MAP_LOOKUP_BATCH`, per-CPU value sizes and
+//!   `BPF_OBJ_GET_INFO_BY_FD` (aya 0.14 wraps neither the batch nor the
+//!   program's translated instructions, and its typed maps need an
+//!   `unsafe impl Pod` per type).
+//!
+//! aya does the ELF, BTF, relocation and attach work inside this module; no
+//! aya type appears in its API, so the crates above depend on rvs-sys only.
+//! Every buffer passed to the byte-level calls is checked against the sizes
+//! the kernel reports for the map ([`BpfMap::new`] asks it), so a wrong
+//! length is an `InvalidInput` error, never an out-of-bounds kernel write.
+
+mod error;
+mod map;
+mod object;
+mod program;
+
+pub use error::Error;
+pub use map::{Array, HashMap, Map, PerCpuArray, PinnedMap, Pod, ProgramArray};
+pub use object::{KernelVersion, Loader, Object, loaded_program_tag};
+pub use program::{Cgroup, Link, Program, SchedClassifier, TcHook, TestRunOutput, Xdp, XdpMode};
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -557,9 +581,10 @@ mod tests {
         assert!(prog_xlated_insns(f.as_fd()).is_err());
     }
 
-    /// `BPF_MAP_CREATE` for the tests (production maps come from aya);
-    /// `None` after [`rvs_testbed::skip_or_fail`] for `test` when refused.
-    fn create(
+    /// `BPF_MAP_CREATE` for the tests (production maps come from an
+    /// [`Object`]); `None` after [`rvs_testbed::skip_or_fail`] for `test`
+    /// when refused.
+    pub(super) fn create(
         test: &str,
         map_type: u32,
         key: u32,

@@ -77,6 +77,7 @@ fn conn(protocol: u8, client: &str, vip: &str, dest: &str) -> SyncConn {
         pe_name: None,
         pe_data: None,
         local: None,
+        bulk: None,
     }
 }
 
@@ -157,6 +158,58 @@ fn a_bulk_request_is_16_bytes_that_a_kernel_backup_reads_as_an_empty_v0_message(
         x[at] = v;
         assert_eq!(parse_bulk_request(&x), None, "byte {at} = {v}");
     }
+}
+
+#[test]
+fn a_bulk_answer_marks_its_records_and_ends_with_20_bytes_a_kernel_reads_as_empty() {
+    let done = BulkDone {
+        syncid: 7,
+        answer: 0x0a0b_0c0d,
+        entries: 3,
+    };
+    let b = build_bulk_done(&done);
+    assert_eq!(b.to_vec(), hex("0007001400520000727673440a0b0c0d00000003"));
+    assert_eq!(parse_bulk_done(&b), Some(done));
+    assert_eq!(parse_bulk_request(&b), None);
+    let m = parse(&b).unwrap();
+    assert_eq!(
+        (m.version, m.syncid, m.conns.len(), m.skipped),
+        (0, 7, 0, 0)
+    );
+    for (at, v) in [(0, 1), (3, 19), (4, 1), (5, 1), (6, 1), (7, 1), (8, b'R')] {
+        let mut x = b;
+        x[at] = v;
+        assert_eq!(parse_bulk_done(&x), None, "byte {at} = {v}");
+    }
+    assert_eq!(parse_bulk_done(&b[..19]), None);
+    // A marked record: the option after the kernel's, 10 bytes more, and
+    // back as it went; a kernel skips it as an unknown optional option.
+    let mut c = conn4(1000);
+    let plain = build_v1(7, std::slice::from_ref(&c), 1472).unwrap();
+    c.bulk = Some(BulkMark {
+        answer: 0x0a0b_0c0d,
+        index: 41,
+    });
+    let marked = build_v1(7, std::slice::from_ref(&c), 1472).unwrap();
+    assert_eq!(marked[0].len(), plain[0].len() + 10);
+    assert_eq!(
+        &marked[0][plain[0].len()..],
+        &hex("73080a0b0c0d00000029")[..]
+    );
+    assert_eq!(parse(&marked[0]).unwrap().conns, vec![c.clone()]);
+    // A mark of another length is ignored, the record applied.
+    let mut short = marked[0].clone();
+    let at = plain[0].len() + 1;
+    short[at] = 4;
+    short.truncate(at + 5);
+    let n = u16::try_from(short.len()).unwrap();
+    short[2..4].copy_from_slice(&n.to_be_bytes());
+    let rec = 8;
+    let rl = u16::try_from(short.len() - rec).unwrap();
+    short[rec + 2..rec + 4].copy_from_slice(&rl.to_be_bytes());
+    let got = parse(&short).unwrap();
+    assert_eq!(got.conns.len(), 1);
+    assert_eq!(got.conns[0].bulk, None);
 }
 
 #[test]
@@ -1078,9 +1131,21 @@ fn arb_conn_v1() -> impl Strategy<Value = SyncConn> {
             (any::<bool>().prop_flat_map(arb_ip), any::<u16>())
                 .prop_map(|(a, p)| SocketAddr::new(a, p)),
         ),
+        prop::option::of(
+            (any::<u32>(), any::<u32>()).prop_map(|(answer, index)| BulkMark { answer, index }),
+        ),
     )
         .prop_map(
-            |((client, vip, dest), (protocol, state, flags), fwmark, timeout_s, seq, pe, local)| {
+            |(
+                (client, vip, dest),
+                (protocol, state, flags),
+                fwmark,
+                timeout_s,
+                seq,
+                pe,
+                local,
+                bulk,
+            )| {
                 SyncConn {
                     protocol,
                     client,
@@ -1094,6 +1159,7 @@ fn arb_conn_v1() -> impl Strategy<Value = SyncConn> {
                     pe_name: pe.as_ref().map(|p| p.0.clone()),
                     pe_data: pe.map(|p| p.1),
                     local,
+                    bulk,
                 }
             },
         )
@@ -1116,6 +1182,7 @@ fn arb_conn_v0() -> impl Strategy<Value = SyncConn> {
                 pe_name: None,
                 pe_data: None,
                 local: None,
+                bulk: None,
             }
         },
     )

@@ -5,64 +5,13 @@
 use super::tunnels::single_runs;
 use super::*;
 
-/// The MAC of the FULLNAT/NAT bed's director link (`rvsa`).
-const BED_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
-/// The MAC of the clients' gateway in that bed.
-const BED_GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
-/// The real servers' port in the FULLNAT/NAT rows.
-const BED_RPORT: u16 = 8080;
-
-/// The namespace of the NAT and FULLNAT rows (BPF_PROG_TEST_RUN looks
-/// routes up in the caller's namespace): the director's link `rvsa`
-/// (10.77.0.2/24, the real servers' subnet, with permanent neighbours for
-/// real servers 0 and 1 of [`common::rs_addr`]) and a route to the clients
-/// (10.78.0.0/16) via a gateway with a permanent neighbour, as
-/// tests/fnat.rs sets up. Deleted on drop.
-fn nat_bed_netns() -> rvs_testbed::Netns {
-    let ns = rvs_testbed::Netns::new("rvsxdp-bench");
-    let mac = |m: [u8; 6]| {
-        m.iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<Vec<_>>()
-            .join(":")
-    };
-    let mut cmds = vec![
-        format!(
-            "link add rvsa address {} type veth peer name rvsb",
-            mac(BED_MAC)
-        ),
-        "link set rvsa up".to_owned(),
-        "link set rvsb up".to_owned(),
-        "addr add 10.77.0.2/24 dev rvsa".to_owned(),
-        format!(
-            "neigh add 10.77.0.254 lladdr {} dev rvsa nud permanent",
-            mac(BED_GW_MAC)
-        ),
-        "route add 10.78.0.0/16 via 10.77.0.254".to_owned(),
-    ];
-    for i in 0..2u8 {
-        cmds.push(format!(
-            "neigh add {} lladdr {} dev rvsa nud permanent",
-            common::rs_addr(false, i),
-            mac(common::rs_mac(i))
-        ));
-    }
-    for cmd in cmds {
-        let mut args = vec!["ip", "-n", ns.name()];
-        args.extend(cmd.split_whitespace());
-        rvs_testbed::sh(&args);
-    }
-    ns.sysctl("ipv4/ip_forward", "1");
-    ns
-}
-
 /// FULLNAT local address `i` of the bench's pool (10.77.0.(50+i)).
 fn bench_laddr(i: u8) -> IpAddr {
     Ipv4Addr::new(10, 77, 0, 50 + i).into()
 }
 
-/// A director (run it inside [`nat_bed_netns`]) with service 0 on TCP
-/// `VIP`:80, rr, to one real server (0) on port [`BED_RPORT`] by `method`
+/// A director (run it inside [`common::nat_bed`]) with service 0 on TCP
+/// `VIP`:80, rr, to one real server (0) on port [`common::RPORT`] by `method`
 /// ([`maps::fwd::NAT`] or [`maps::fwd::FNAT`]; FULLNAT with a pool of two
 /// local addresses, ports 1024-65535), flow table `table`. Reusable for
 /// any FULLNAT or NAT row.
@@ -79,13 +28,13 @@ fn nat_bed_director(method: u8, table: u32) -> Result<common::Lb, Box<dyn Error>
     cfg.flags = maps::CFG_F_NAT | maps::CFG_F_FNAT;
     l.set_config(&cfg)?;
     l.add_own_mac(INGRESS, DIR_MAC)?;
-    l.add_own_mac(INGRESS, BED_MAC)?;
+    l.add_own_mac(INGRESS, common::VETH_MAC)?;
     let mut lb = common::Lb {
         l,
         core: Vec::new(),
     };
     let mut rs = common::Rs::new(common::rs_addr(false, 0), method, [0; 6]);
-    rs.port = BED_RPORT;
+    rs.port = common::RPORT;
     lb.service(0, SvcKey::new(PROTO_TCP, VIP.into(), 80), "rr", 0, &[rs]);
     if method == maps::fwd::FNAT {
         let mut pool = maps::FnatPool {
@@ -107,7 +56,7 @@ fn nat_bed_director(method: u8, table: u32) -> Result<common::Lb, Box<dyn Error>
 /// One established flow client 10.78.0.1:`cport` -> `VIP`:80 through
 /// `lb` (SYN, the real server's SYN-ACK, the client's ACK: ESTABLISHED):
 /// returns the client's next data packet and the real server's reply as
-/// they reach the director (the reply from RS:[`BED_RPORT`] to what the
+/// they reach the director (the reply from RS:[`common::RPORT`] to what the
 /// SYN's output frame was addressed from: the client, or FULLNAT's local
 /// address and port).
 fn nat_bed_flow(lb: &mut common::Lb, cport: u16) -> Result<(Vec<u8>, Vec<u8>), Box<dyn Error>> {
@@ -130,9 +79,9 @@ fn nat_bed_flow(lb: &mut common::Lb, cport: u16) -> Result<(Vec<u8>, Vec<u8>), B
     let (src, sport) = syn_source(lb, &to_vip(Flags::Syn))?;
     let reply = tcp_frame_macs(
         common::rs_mac(0),
-        BED_MAC,
+        common::VETH_MAC,
         r,
-        BED_RPORT,
+        common::RPORT,
         src,
         sport,
         Flags::Ack,
@@ -205,8 +154,8 @@ fn nat_bed_handshake(
     let syn = hs_seg(cin, (c, cport), (v, 80), (1000, None, true))?;
     let (src, sport) = syn_source(lb, &syn)?;
     let synack = hs_seg(
-        (common::rs_mac(0), BED_MAC),
-        (r, BED_RPORT),
+        (common::rs_mac(0), common::VETH_MAC),
+        (r, common::RPORT),
         (src, sport),
         (7000, Some(1001), true),
     )?;
@@ -248,7 +197,7 @@ pub(crate) fn fnat(calls: u32, rounds: usize) -> Result<(), Box<dyn Error>> {
     let slices = calls.div_ceil(SLICE);
     let calls = slices * SLICE;
     let table = 1 << 18;
-    let netns = nat_bed_netns();
+    let netns = common::nat_bed("rvsxdp-bench");
     netns.run(move || -> Result<(), String> {
         let e = |e: Box<dyn Error>| e.to_string();
         let tx = rvs_xdp::action::TX;

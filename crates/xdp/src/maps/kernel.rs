@@ -1,6 +1,6 @@
 //! [`KernelMaps`]: the loaded director program behind [`MapOps`].
 
-use aya::maps::MapError;
+use rvs_sys::bpf::Error as MapError;
 
 use rvs_sys::bpf::{BATCH_TOKEN, BatchToken};
 
@@ -91,7 +91,7 @@ impl KernelMaps {
 impl KernelMaps {
     /// One hash table (`flows4` with [`Flow4Key`], `flows` with
     /// [`FlowKey`], `persist`) in batches of up to 4096 entries per syscall
-    /// (`BPF_MAP_LOOKUP_BATCH` through rvs-sys; aya 0.14 has no wrapper): a
+    /// (`BPF_MAP_LOOKUP_BATCH` through rvs-sys): a
     /// report reads a large table in a few hundred syscalls instead of two
     /// per entry. Resumes from `token` (`None`: the start) and stops after
     /// about `max` entries: `Ok(Some(next token))`, or `Ok(None)` at the end.
@@ -155,10 +155,10 @@ impl KernelMaps {
             Err(e) => {
                 return Err(map_error(
                     name,
-                    MapError::SyscallError(aya::sys::SyscallError {
+                    MapError::Syscall {
                         call: "bpf_map_lookup_batch",
-                        io_error: e,
-                    }),
+                        source: e,
+                    },
                 ));
             }
         }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use aya::maps::MapError;
+use rvs_sys::bpf::Error as MapError;
 
 use super::ops::{MapOps, WalkCursor, map_error};
 use crate::XdpError;
@@ -97,10 +97,10 @@ impl MemMaps {
         if self.fail_at == Some(n) {
             return Err(map_error(
                 map,
-                MapError::SyscallError(aya::sys::SyscallError {
+                MapError::Syscall {
                     call: "bpf_map_update_elem",
-                    io_error: std::io::Error::from_raw_os_error(12),
-                }),
+                    source: std::io::Error::from_raw_os_error(12),
+                },
             ));
         }
         Ok(())
@@ -146,10 +146,10 @@ impl MapOps for MemMaps {
         if !self.services.contains_key(key) && self.services.len() >= maps::MAX_SERVICES as usize {
             return Err(map_error(
                 "services",
-                MapError::SyscallError(aya::sys::SyscallError {
+                MapError::Syscall {
                     call: "bpf_map_update_elem",
-                    io_error: std::io::Error::from_raw_os_error(7),
-                }),
+                    source: std::io::Error::from_raw_os_error(7),
+                },
             ));
         }
         self.services.insert(*key, index);
@@ -499,8 +499,8 @@ fn mem_page<K: Ord + std::hash::Hash, V>(
 
 /// The kernel's answer to an insert into a full hash map (`E2BIG`).
 fn full() -> MapError {
-    MapError::SyscallError(aya::sys::SyscallError {
+    MapError::Syscall {
         call: "bpf_map_update_elem",
-        io_error: std::io::Error::from_raw_os_error(7),
-    })
+        source: std::io::Error::from_raw_os_error(7),
+    }
 }

@@ -1,7 +1,7 @@
 //! The seam between the control side's sync logic and the kernel: every
 //! map operation [`crate::plane::Plane`] performs goes through [`MapOps`].
 
-use aya::maps::MapError;
+use rvs_sys::bpf::Error as MapError;
 
 use crate::XdpError;
 use crate::maps::{

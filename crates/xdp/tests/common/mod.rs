@@ -350,6 +350,78 @@ pub fn fix_ip4_csum(f: &mut [u8], l3: usize) {
     f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
 }
 
+/// The MAC of the director's link (`rvsa`) in the NAT/FULLNAT bed ([`nat_bed`]).
+pub const VETH_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
+/// The MAC of the clients' gateway in that bed.
+pub const GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xfe];
+/// The real servers' port in the NAT and FULLNAT fixtures.
+pub const RPORT: u16 = 8080;
+
+/// The namespace NAT and FULLNAT run in (BPF_PROG_TEST_RUN looks routes up
+/// in the caller's namespace, so no traffic leaves it): the director's link
+/// `rvsa` (10.77.0.2/24 and fd77::2/64, the real servers' subnet, with
+/// permanent neighbours for real servers 0 and 1 of [`rs_addr`]) and
+/// routes to the clients (10.78.0.0/16, fd78::/16) via a gateway with a
+/// permanent neighbour; forwarding on. Deleted on drop.
+pub fn nat_bed(tag: &str) -> rvs_testbed::Netns {
+    let ns = rvs_testbed::Netns::new(tag);
+    let mac = |m: [u8; 6]| {
+        m.iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    let neigh = |addr: &str, m: [u8; 6]| {
+        format!("neigh add {addr} lladdr {} dev rvsa nud permanent", mac(m))
+    };
+    let mut cmds = vec![
+        format!(
+            "link add rvsa address {} type veth peer name rvsb",
+            mac(VETH_MAC)
+        ),
+        "link set rvsa up".to_owned(),
+        "link set rvsb up".to_owned(),
+        "addr add 10.77.0.2/24 dev rvsa".to_owned(),
+        "addr add fd77::2/64 dev rvsa nodad".to_owned(),
+        neigh("10.77.0.254", GW_MAC),
+        neigh("fd77::fe", GW_MAC),
+        "route add 10.78.0.0/16 via 10.77.0.254".to_owned(),
+        "route add fd78::/16 via fd77::fe".to_owned(),
+    ];
+    for i in 0..2 {
+        for v6 in [false, true] {
+            cmds.push(neigh(&rs_addr(v6, i).to_string(), rs_mac(i)));
+        }
+    }
+    for cmd in cmds {
+        let mut args = vec!["ip", "-n", ns.name()];
+        args.extend(cmd.split_whitespace());
+        rvs_testbed::sh(&args);
+    }
+    ns.sysctl("ipv4/ip_forward", "1");
+    ns.sysctl("ipv6/conf/all/forwarding", "1");
+    ns
+}
+
+/// Runs `f` inside a fresh [`nat_bed`], unless `test` is skipped for want
+/// of root.
+pub fn in_nat_bed(test: &str, f: impl FnOnce() + Send + 'static) {
+    if root_or_skip(test) {
+        nat_bed(&format!("rvsxdp-{test}")).run(f);
+    }
+}
+
+/// Set the TTL / hop limit of a frame (fixing the IPv4 checksum).
+pub fn with_ttl(mut f: Vec<u8>, ttl: u8) -> Vec<u8> {
+    if f[12..14] == [0x08, 0x00] {
+        f[22] = ttl;
+        fix_ip4_csum(&mut f, 14);
+    } else {
+        f[21] = ttl;
+    }
+    f
+}
+
 /// `frame` with its Ethernet addresses replaced.
 pub fn with_macs(frame: &[u8], dst: [u8; 6], src: [u8; 6]) -> Vec<u8> {
     let mut f = frame.to_vec();

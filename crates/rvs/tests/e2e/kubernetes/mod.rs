@@ -26,6 +26,7 @@ use crate::harness::{RVSD, Rvsd, TempDir, within};
 mod graceful;
 mod policy;
 mod services;
+mod udp;
 mod xdp;
 
 /// The bound on every wait for the cluster to reach rvsd.
