@@ -92,6 +92,11 @@
 #define RVS_FWD_FNAT 5     /* FULLNAT: source -> local address:port, destination -> RS */
 #define RVS_FWD_TUN_GRE 6    /* -i --tun-type gre: outer IP + GRE (RFC 2784) */
 #define RVS_FWD_TUN_GENEVE 7 /* -i --tun-type geneve (rvs): outer IP/UDP 6081 + Geneve */
+/* -i --tun-type opt (rvs): DSR without a tunnel. The destination becomes the
+ * real server's address:port and the service's address:port rides in an
+ * IPv4 option / IPv6 Destination Options header (lib/dsr_opt.h); the real
+ * server's node takes it out and answers from the service (bpf/dsr_rs.c). */
+#define RVS_FWD_TUN_OPT 8
 
 /* ---- service flags (the IPVS IP_VS_SVC_F_* bits) ---- */
 #define RVS_SVC_F_PERSISTENT 0x0001
@@ -146,6 +151,35 @@
  * C bit 4 more bytes (checksum, reserved). */
 #define RVS_GRE_HDR_LEN 4
 #define RVS_GRE_CSUM_LEN 4
+/* DSR by IP option (RVS_FWD_TUN_OPT), the wire format Cilium's NodePort DSR
+ * uses: IPv4 option type 0x9a (copied, class 0, number 26), 8 bytes: type,
+ * length, service port, service address; IPv6 Destination Options header of
+ * 24 bytes: next header, length 2 (3 x 8 bytes), option type 0x1b (skipped
+ * by a node that does not know it), option length 20, service address,
+ * service port, two Pad1. Inserted right after the fixed IP header. */
+#define RVS_DSR_OPT4_TYPE 0x9a
+#define RVS_DSR_OPT4_LEN 8
+#define RVS_DSR_OPT6_TYPE 0x1b
+#define RVS_DSR_OPT6_LEN 24
+#define RVS_DSR_OPT6_OPTLEN 20
+
+/* The two option layouts (wire formats, no map uses them). */
+struct dsr_opt4 {
+	__u8 type; /* RVS_DSR_OPT4_TYPE */
+	__u8 len;  /* RVS_DSR_OPT4_LEN */
+	__be16 port;
+	__be32 addr;
+};
+
+struct dsr_opt6 {
+	__u8 nexthdr; /* the upper-layer protocol (TCP, UDP) */
+	__u8 hdrlen;  /* (RVS_DSR_OPT6_LEN / 8) - 1 */
+	__u8 type;    /* RVS_DSR_OPT6_TYPE */
+	__u8 len;     /* RVS_DSR_OPT6_OPTLEN */
+	__u8 addr[16];
+	__be16 port;
+	__u8 pad[2]; /* two Pad1 options (zero) */
+};
 /* Geneve (RFC 8926) without options: ver/optlen, flags, protocol (the inner
  * ethertype: IP directly, no inner Ethernet), VNI 0, reserved. */
 #define RVS_GENEVE_HDR_LEN 8
@@ -596,6 +630,8 @@ struct rvs_fnat_stats {
  * of all services (quic_sids entries). */
 #define RVS_QUIC_SVCS_MAX 1024
 #define RVS_QUIC_SIDS_MAX 65536
+/* xdp_dsr_opt's index in the prog array dsr_prog. */
+#define RVS_DSR_PROG 0
 /* xdp_quic's index in the prog array quic_prog. */
 #define RVS_QUIC_PROG 0
 /* rvs_quic_cfg.mode: how a codepoint's CIDs are decoded here. */

@@ -5,7 +5,8 @@
  * Packet path: Ethernet (+ one 802.1Q/802.1ad tag) -> IPv4 (options honoured)
  * or IPv6 (no extension headers) -> TCP/UDP -> flow lookup (hit: refresh
  * state, count, forward) -> miss: service lookup, schedule, insert ->
- * forward by the real server's method: DR (MAC rewrite), TUN IPIP, TUN GUE,
+ * forward by the real server's method: DR (MAC rewrite), TUN IPIP/GUE/GRE/
+ * Geneve, DSR by IP option (lib/dsr_opt.h, in the tail-called xdp_dsr_opt),
  * NAT (inbound rewrite; replies rewritten back by the reply path),
  * FULLNAT (source and destination rewrite, in the tail-called xdp_fnat,
  * lib/fnat.h; an established IPv4 flow whose pair xdp_fnat recorded in its
@@ -78,8 +79,6 @@
 #include "lib/adopt.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
-
-/* -------------------------------------------------------------- program */
 
 SEC("xdp")
 int xdp_lb(struct xdp_md *ctx)
@@ -274,23 +273,27 @@ new_flow:
 	return forward(ctx, &p, d, cfg);
 }
 
-/* FULLNAT (lib/fnat.h): reached from xdp_lb by a tail call through
- * fnat_prog, with its own stack and verifier budget. */
+/* FULLNAT (lib/fnat.h), tail-called through fnat_prog. */
 SEC("xdp")
 int xdp_fnat(struct xdp_md *ctx)
 {
 	return fnat_main(ctx);
 }
 
-/* ------------------------------------------------------------ xdp_quic */
-
-/* The datagrams of QUIC-LB services (tail-called by xdp_lb through
- * quic_prog with the service index in quic_tmp): routed by connection ID
- * (lib/quic_lb.h) and forwarded by the real server's method, without a flow
- * entry. A program of its own: the director's main program is at the
+/* The datagrams of QUIC-LB services (tail-called through quic_prog with the
+ * service index in quic_tmp): routed by connection ID (lib/quic_lb.h),
+ * forwarded by the real server's method, without a flow entry. Like
+ * xdp_fnat and xdp_dsr_opt a program of its own: xdp_lb is at the
  * verifier's stack limit and near its instruction budget. */
 SEC("xdp")
 int xdp_quic(struct xdp_md *ctx)
 {
 	return quic_main(ctx);
+}
+
+/* DSR by IP option (lib/dsr_opt.h), tail-called by forward() (dsr_prog). */
+SEC("xdp")
+int xdp_dsr_opt(struct xdp_md *ctx)
+{
+	return dsr_opt_main(ctx);
 }

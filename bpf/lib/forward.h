@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
-/* lib/forward.h: forwarding by the real server's method (DR, TUN, NAT),
- * FIB routing and TTL decrement. */
+/* lib/forward.h: forwarding by the real server's method (DR, TUN, DSR by
+ * IP option, NAT), FIB routing and TTL decrement. */
 #ifndef RVS_LIB_FORWARD_H
 #define RVS_LIB_FORWARD_H
 
@@ -9,6 +9,7 @@
 #include "lib/l2.h"
 #include "lib/encap.h"
 #include "lib/maps.h"
+#include "lib/dsr_opt.h"
 
 #ifndef E2BIG
 #define E2BIG 7
@@ -117,6 +118,11 @@ static __always_inline int forward(struct xdp_md *ctx, const struct pkt *p,
 		    (__u32)p->l3len + p->l3off > (__u32)(ctx->data_end - ctx->data))
 			return XDP_DROP;
 		return tun_encap(ctx, p, d, cfg);
+	case RVS_FWD_TUN_OPT:
+		/* Errors about the flow: the kernel's (lib/dsr_opt.h). */
+		if (p->icmp)
+			return XDP_PASS;
+		return dsr_opt_enter(ctx, d);
 	case RVS_FWD_NAT:
 		if (d->family != p->family)
 			return XDP_DROP;

@@ -148,4 +148,12 @@ RVS_MAP(quic_prog, BPF_MAP_TYPE_PROG_ARRAY, 1, __u32, __u32);
 
 RVS_MAP(quic_missed, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, __u64);
 
+/* DSR by IP option (lib/dsr_opt.h): the program xdp_dsr_opt at
+ * RVS_DSR_PROG, tail-called by forward() with the real server copied into
+ * dsr_tmp (its own stack and verifier budget: the director has none to
+ * spare). */
+RVS_MAP(dsr_tmp, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct rvs_dest);
+
+RVS_MAP(dsr_prog, BPF_MAP_TYPE_PROG_ARRAY, 1, __u32, __u32);
+
 #endif /* RVS_LIB_MAPS_H */

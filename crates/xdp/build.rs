@@ -1,7 +1,8 @@
 //! Compiles the BPF programs under `bpf/` with clang into `OUT_DIR`.
 //!
 //! The production objects (the director `xdp_lb`, `clock`, the decapsulator
-//! `decap`, the real servers' TOA reader `toa`) are always built; the benchmark objects (`BENCH_PROGRAMS`)
+//! `decap`, the real servers' TOA reader `toa`, the real servers' DSR
+//! option programs `dsr_rs`) are always built; the benchmark objects (`BENCH_PROGRAMS`)
 //! only with the cargo feature `bench` (which the crate's own tests, benches
 //! and examples turn on through its self dev-dependency), so rvsd neither
 //! compiles nor embeds them.
@@ -22,6 +23,7 @@ const PROGRAMS: &[Build<'static>] = &[
     ("clock", "clock", &[]),
     ("decap", "decap", &[]),
     ("toa", "toa", &[]),
+    ("dsr_rs", "dsr_rs", &[]),
 ];
 
 /// The benchmark objects, built only with the feature `bench`. The director
@@ -62,7 +64,7 @@ fn main() {
         // The director's TOA insertion (bpf/lib/toa_insert.h) alone.
         programs.push(("toa_insert_test", "toa_insert_test", &[]));
     }
-    let mut headers = vec!["rvs.h", "decap.h", "toa.h", "lib"];
+    let mut headers = vec!["rvs.h", "decap.h", "toa.h", "dsr_rs.h", "lib"];
     if bench {
         programs.extend_from_slice(BENCH_PROGRAMS);
         headers.push("bench_cycle.h");

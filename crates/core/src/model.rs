@@ -158,16 +158,25 @@ pub enum TunnelType {
     /// Geneve): the DSR transport that passes cloud security groups that
     /// drop IP options or unknown IP protocols.
     Geneve,
+    /// No encapsulation, rvs-only: the packet's destination becomes the
+    /// real server's address:port and the service's address:port rides in
+    /// an IPv4 option / IPv6 Destination Options header; `rvsd realserver
+    /// --mode dsr-opt` on the real server's node takes it out and sends the
+    /// replies from the service address (Kubernetes NodePort DSR, Cilium's
+    /// `bpf-lb-dsr-dispatch=opt`). XDP data plane only.
+    Opt,
 }
 
 impl TunnelType {
-    /// The name ipvsadm uses for `--tun-type` (`geneve` is rvs's own).
+    /// The name ipvsadm uses for `--tun-type` (`geneve` and `opt` are rvs's
+    /// own).
     pub const fn name(self) -> &'static str {
         match self {
             TunnelType::Ipip => "ipip",
             TunnelType::Gue => "gue",
             TunnelType::Gre => "gre",
             TunnelType::Geneve => "geneve",
+            TunnelType::Opt => "opt",
         }
     }
 }

@@ -70,6 +70,14 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = NodePortMode::Snat, requires = "kubernetes")]
     pub node_port_mode: NodePortMode,
 
+    /// How `--node-port-mode dsr|hybrid` carries the service address to
+    /// the endpoint's node (Cilium's `bpf-lb-dsr-dispatch`): `opt` in an
+    /// IPv4 option / IPv6 destination option (that node runs `rvsd
+    /// realserver --mode dsr-opt`), `geneve` in Geneve (where the network
+    /// drops IP options; `rvsd realserver --mode tun --tun-type geneve`).
+    #[arg(long, value_enum, default_value_t = DsrDispatch::Opt, requires = "kubernetes")]
+    pub dsr_dispatch: DsrDispatch,
+
     /// Serve only Services labelled `service.kubernetes.io/service-proxy-name`
     /// with this name (default: only Services without the label).
     #[arg(long, value_name = "NAME", requires = "kubernetes")]
@@ -86,6 +94,16 @@ pub enum NodePortMode {
     Dsr,
     /// DSR for TCP, SNAT for UDP.
     Hybrid,
+}
+
+/// `--dsr-dispatch`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DsrDispatch {
+    /// The service address in an IP option / IPv6 destination option.
+    #[default]
+    Opt,
+    /// Geneve to UDP port 6081.
+    Geneve,
 }
 
 impl Args {
@@ -124,6 +142,9 @@ impl Args {
             NodePortMode::Dsr => ExternalMode::Dsr,
             NodePortMode::Hybrid => ExternalMode::Hybrid,
         };
+        if self.dsr_dispatch == DsrDispatch::Geneve {
+            opts.dsr_tunnel = rvs_k8s::DSR_GENEVE;
+        }
         Ok(opts)
     }
 }

@@ -21,6 +21,18 @@
 //!   address on `lo` (the VIPs), so a second run with more VIPs replaces it
 //!   with one that knows all of them.
 //!
+//! - `--mode dsr-opt --interface IF` (no `--vip`): the node of real
+//!   servers (pods, or the node's own processes) that a director reaches
+//!   with `--tun-type opt`. rvs's tc programs (`bpf/dsr_rs.c`) on IF record
+//!   each flow's service from the IP option (IPv4) / destination option
+//!   (IPv6), remove the option before the server sees the packet, and
+//!   rewrite the replies' source to the service address:port on their way
+//!   out of IF, straight to the client. Their TCX links and flow map are
+//!   pinned under /sys/fs/bpf/rvs/dsr, so they stay after this command
+//!   exits; a second run keeps the attached ones (replacing them would
+//!   forget the open flows); `--undo` detaches them. Nothing else changes
+//!   (no address, no sysctl).
+//!
 //! - `--toa`: rvs's TOA reader (`bpf/toa.c`) on a cgroup v2 (the root by
 //!   default): for connections whose handshake carries the TOA option a
 //!   FULLNAT director adds, accept(2) and getpeername(2) return the client's
@@ -50,6 +62,12 @@ pub enum Mode {
     Dr,
     /// Tunnelling: packets arrive inside IPIP, GUE, GRE or Geneve.
     Tun,
+    /// DSR by IP option (the director's `--tun-type opt`): packets arrive
+    /// addressed to the real server (a pod, or this host) with the service
+    /// address:port in an IPv4 option / IPv6 destination option. No VIP:
+    /// tc programs on `--interface` record and remove the option and send
+    /// the replies from the service address.
+    DsrOpt,
 }
 
 /// The tunnel the director uses (TUN mode).
@@ -88,6 +106,9 @@ pub struct Spec {
 
 /// Run the preparation (or its undo); returns what was done, one line each.
 pub fn run(spec: &Spec) -> anyhow::Result<Vec<String>> {
+    if spec.mode == Some(Mode::DsrOpt) {
+        return dsr_opt(spec);
+    }
     let mode = match (spec.vips.is_empty(), spec.mode) {
         (false, None) => bail!("--vip needs --mode dr|tun"),
         (true, Some(_)) => bail!("--mode needs --vip ADDR"),
@@ -153,6 +174,47 @@ fn toa(
     Ok(format!(
         "TOA reader on cgroup {shown}: accept/getpeername return the TOA client address"
     ))
+}
+
+/// `--mode dsr-opt`: attach (or detach) the DSR option programs on
+/// `--interface`, then the TOA part if asked for too.
+fn dsr_opt(spec: &Spec) -> anyhow::Result<Vec<String>> {
+    if !spec.vips.is_empty() {
+        bail!(
+            "--mode dsr-opt takes no --vip: packets arrive addressed to the real server, the service address rides in the IP option"
+        );
+    }
+    let Some(ifname) = spec.interface.as_deref() else {
+        bail!("--mode dsr-opt needs --interface IF (where the tc programs are attached)");
+    };
+    rvs_sys::iface::ifindex(ifname).with_context(|| format!("--interface {ifname}"))?;
+    let mut done = Vec::new();
+    if spec.undo {
+        let was = rvs_xdp::dsr_rs::detach_pinned(ifname)
+            .with_context(|| format!("detaching the DSR option programs from {ifname}"))?;
+        done.push(if was {
+            format!("DSR option programs detached from {ifname}")
+        } else {
+            format!("absent: no DSR option programs on {ifname}")
+        });
+    } else if rvs_xdp::dsr_rs::is_pinned(ifname)? {
+        done.push(format!("kept the DSR option programs on {ifname}"));
+    } else {
+        let mut p = rvs_xdp::dsr_rs::DsrRealServer::load().context("--mode dsr-opt")?;
+        p.attach_pinned(ifname)
+            .with_context(|| format!("attaching the DSR option programs to {ifname}"))?;
+        done.push(format!(
+            "DSR option programs on {ifname} (tc ingress and egress): options recorded and removed, replies sent from the service"
+        ));
+    }
+    if spec.toa.is_some() {
+        let toa_only = Spec {
+            mode: None,
+            ..spec.clone()
+        };
+        done.extend(run(&toa_only)?);
+    }
+    Ok(done)
 }
 
 /// The VIP part: `spec.vips` non-empty and `mode` given.

@@ -255,6 +255,7 @@ fn tun_name(k: TunKindSnap) -> &'static str {
         TunKindSnap::Gue => "gue",
         TunKindSnap::Gre => "gre",
         TunKindSnap::Geneve => "geneve",
+        TunKindSnap::Opt => "opt",
     }
 }
 
@@ -275,7 +276,7 @@ fn tun_flag_opt(c: TunCsumSnap) -> &'static str {
 }
 
 /// `fwd_tun_info`: `ipip`, `gue:PORT:FLAG`, `gre:FLAG`, else `n/a`; rvs's
-/// Geneve prints like GRE, `geneve:FLAG`.
+/// Geneve prints like GRE, `geneve:FLAG`; DSR by IP option as `opt`.
 fn tun_info(f: &ForwardSnap) -> String {
     match f {
         ForwardSnap::Tunnel {
@@ -297,6 +298,10 @@ fn tun_info(f: &ForwardSnap) -> String {
             csum,
             ..
         } => format!("geneve:{}", tun_flag_short(*csum)),
+        ForwardSnap::Tunnel {
+            kind: TunKindSnap::Opt,
+            ..
+        } => "opt".to_owned(),
         _ => "n/a".to_owned(),
     }
 }
@@ -545,7 +550,7 @@ fn print_service(
                 if let ForwardSnap::Tunnel { kind, port, csum } = d.forward {
                     let _ = write!(out, " --tun-type {}", tun_name(kind));
                     match kind {
-                        TunKindSnap::Ipip => {}
+                        TunKindSnap::Ipip | TunKindSnap::Opt => {}
                         TunKindSnap::Gue => {
                             let _ = write!(out, " --tun-port {port} {}", tun_flag_opt(csum));
                         }

@@ -250,6 +250,8 @@ pub enum TunKindSnap {
     Gre,
     /// Geneve (rvs-only).
     Geneve,
+    /// DSR by IP option (rvs-only).
+    Opt,
 }
 
 /// Tunnel checksum option.
@@ -298,6 +300,7 @@ impl From<&ForwardMethod> for ForwardSnap {
                     TunnelType::Gue => TunKindSnap::Gue,
                     TunnelType::Gre => TunKindSnap::Gre,
                     TunnelType::Geneve => TunKindSnap::Geneve,
+                    TunnelType::Opt => TunKindSnap::Opt,
                 },
                 port: t.port,
                 csum: match t.csum {

@@ -122,7 +122,9 @@ pub struct Options {
     pub service_proxy_name: Option<String>,
     /// SNAT, DSR or hybrid for external traffic of `Cluster` policy.
     pub external_mode: ExternalMode,
-    /// The tunnel DSR real servers use (default Geneve to port 6081).
+    /// How DSR reaches the endpoint's node (`--dsr-dispatch`): by default
+    /// the service address in an IP option (`opt`, Cilium's default
+    /// dispatch), else Geneve to port 6081 (where a cloud drops IP options).
     pub dsr_tunnel: Tunnel,
     /// Scheduler of ClusterIP services (default `rr`, as kube-proxy's IPVS
     /// mode).
@@ -143,6 +145,14 @@ pub struct Options {
     pub external_flags: SchedFlags,
 }
 
+/// The DSR dispatch over Geneve (`--dsr-dispatch geneve`): UDP port 6081,
+/// for networks that drop IP options; the default is [`TunnelType::Opt`].
+pub const DSR_GENEVE: Tunnel = Tunnel {
+    kind: TunnelType::Geneve,
+    port: GENEVE_PORT,
+    csum: TunnelCsum::NoCsum,
+};
+
 impl Options {
     /// The defaults for a node of this name.
     pub fn new(node_name: impl Into<String>) -> Self {
@@ -154,8 +164,8 @@ impl Options {
             service_proxy_name: None,
             external_mode: ExternalMode::Snat,
             dsr_tunnel: Tunnel {
-                kind: TunnelType::Geneve,
-                port: GENEVE_PORT,
+                kind: TunnelType::Opt,
+                port: 0,
                 csum: TunnelCsum::NoCsum,
             },
             cluster_scheduler: Scheduler::Rr,
@@ -1048,11 +1058,11 @@ fn translate_service(
                 ExternalMode::Hybrid => e.protocol == Protocol::Tcp,
             };
             if dsr {
-                // TODO(dsr): the planes must carry the service address to
-                // the endpoint's node (a Geneve option, like Cilium's DSR
-                // dispatch) and that node must reverse-translate the reply
-                // to the VIP at the pod's egress; ServiceDef cannot name the
-                // endpoint's node, so the plane finds it by pod CIDR.
+                // The XDP plane carries the service address to the
+                // endpoint's node (an IP option, or Geneve); there `rvsd
+                // realserver --mode dsr-opt` (opt) translates the replies
+                // back to the service address. The next hop toward the pod
+                // (its node) comes from the route to the pod CIDR.
                 ForwardMethod::Tunnel(opts.dsr_tunnel)
             } else {
                 let Some(snat) = node.snat(af) else {

@@ -323,8 +323,8 @@ fn node_port() {
                    -> 10.180.0.1:80 Masq w1
                    -> 10.180.2.1:80 Masq w1
                    TCP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1:p80
-                   -> 10.180.0.1:80 Tunnel/geneve w1
-                   -> 10.180.2.1:80 Tunnel/geneve w1",
+                   -> 10.180.0.1:80 Tunnel/opt w1
+                   -> 10.180.2.1:80 Tunnel/opt w1",
             ..Case::new("DSR mode: tunnelled real servers, no SNAT pool; loopback NodePort off")
         },
         Case {
@@ -350,7 +350,7 @@ fn node_port() {
                    UDP 172.30.0.41:80 rr ClusterIP ns1/svc1:u
                    -> 10.180.0.1:80 Masq w1
                    TCP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1:t
-                   -> 10.180.0.1:80 Tunnel/geneve w1
+                   -> 10.180.0.1:80 Tunnel/opt w1
                    UDP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1:u laddr 192.168.0.2
                    -> 10.180.0.1:80 FullNat w1",
             ..Case::new("hybrid mode: DSR for TCP, SNAT for UDP; nodePortAddresses given")

@@ -16,6 +16,7 @@
 
 mod bpf;
 pub mod decap;
+pub mod dsr_rs;
 mod loader;
 pub mod maps;
 pub mod neigh;

@@ -105,6 +105,8 @@ impl Loaded {
             // each its own program, tail-called by xdp_lb.
             me.load_tail("xdp_fnat", "fnat_prog", maps::FNAT_PROG)?;
             me.load_tail("xdp_quic", "quic_prog", crate::quic_lb::QUIC_PROG)?;
+            // DSR by IP option (bpf/lib/dsr_opt.h).
+            me.load_tail("xdp_dsr_opt", "dsr_prog", maps::dsr_opt::PROG)?;
         }
         Ok(me)
     }

@@ -143,6 +143,27 @@ pub mod fwd {
     pub const TUN_GRE: u8 = 6;
     /// Tunnel, Geneve (outer IP/UDP 6081 + 8-byte Geneve header, RFC 8926).
     pub const TUN_GENEVE: u8 = 7;
+    /// DSR by IP option: destination -> the real server, the service in an
+    /// IPv4 option / IPv6 Destination Options header (bpf/lib/dsr_opt.h).
+    pub const TUN_OPT: u8 = 8;
+}
+
+/// The option [`fwd::TUN_OPT`] inserts (`RVS_DSR_OPT*` of bpf/rvs.h; the
+/// wire format of Cilium's NodePort DSR).
+pub mod dsr_opt {
+    /// IPv4 option type (copied, class 0, number 26).
+    pub const TYPE4: u8 = 0x9a;
+    /// IPv4 option length: type, length, port, address.
+    pub const LEN4: u8 = 8;
+    /// IPv6 Destination Options option type (skipped when unknown).
+    pub const TYPE6: u8 = 0x1b;
+    /// The whole IPv6 Destination Options header.
+    pub const LEN6: u8 = 24;
+    /// The IPv6 option's data length: address, port, two Pad1.
+    pub const OPTLEN6: u8 = 20;
+    /// `dsr_prog`'s slot of `xdp_dsr_opt`, the program that inserts it
+    /// (tail-called by the director for such real servers).
+    pub const PROG: u32 = 0;
 }
 
 /// Service flags (IPVS's `IP_VS_SVC_F_*` bits).

@@ -358,6 +358,7 @@ impl MapLayout {
                 | "nh_missing"
                 | "tun_csum_tmp"
                 | "fnat_tmp"
+                | "dsr_tmp"
         )
     }
 }
@@ -373,9 +374,10 @@ fn same_kind(a: u32, b: u32) -> bool {
 /// The director's prog arrays pinned beside the maps, and the slot
 /// `xdp_lb` tail-calls in each: never shared with another load, pinned for
 /// the program the links run (see the module doc).
-pub const TAIL_ARRAYS: [(&str, u32); 2] = [
+pub const TAIL_ARRAYS: [(&str, u32); 3] = [
     ("fnat_prog", maps::FNAT_PROG),
     ("quic_prog", crate::quic_lb::QUIC_PROG),
+    ("dsr_prog", maps::dsr_opt::PROG),
 ];
 
 /// Every map of the director loaded with `opts`, as the Rust mirrors of
@@ -444,6 +446,10 @@ pub fn director_maps(opts: &crate::LoadOptions) -> Vec<MapLayout> {
         MapLayout::of::<QuicSidKey, u32>("quic_sids", MAP_HASH, QUIC_SIDS_MAX),
         MapLayout::of::<u32, QuicStats>("quic_stats", MAP_PERCPU_ARRAY, MAX_SERVICES),
         MapLayout::of::<u32, u64>("quic_missed", MAP_PERCPU_ARRAY, 1),
+        // DSR by IP option (bpf/lib/dsr_opt.h): the real server handed to
+        // the tail-called xdp_dsr_opt (per-CPU scratch; its slot
+        // `dsr_prog` is pinned apart, TAIL_ARRAYS).
+        MapLayout::of::<u32, Dest>("dsr_tmp", MAP_PERCPU_ARRAY, 1),
     ]
 }
 

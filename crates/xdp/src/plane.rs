@@ -413,6 +413,8 @@ fn method_of(f: &ForwardMethod) -> Result<(u8, u16, u32), PlaneError> {
                 )),
                 TunnelType::Gre => Ok((maps::fwd::TUN_GRE, 0, csum)),
                 TunnelType::Geneve => Ok((maps::fwd::TUN_GENEVE, 0, csum)),
+                // No outer header: nothing to checksum.
+                TunnelType::Opt => Ok((maps::fwd::TUN_OPT, 0, 0)),
             }
         }
         other => Err(PlaneError::Refused(format!(

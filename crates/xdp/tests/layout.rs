@@ -26,6 +26,7 @@ use object::{Object as _, ObjectSection, ObjectSymbol};
 use rvs_core::sched::Scheduler;
 use rvs_core::state::{Direction, TcpFlags, TcpState, UdpState, tcp_next};
 use rvs_xdp::decap::{self, DecapConfig, DecapVip};
+use rvs_xdp::dsr_rs::{self, DsrKey, DsrSvc};
 use rvs_xdp::maps::{
     self, Config, Dest, DestConns, Flood, Flow, Flow4Key, Flow6Cache, FlowCache, FlowKey, Locality,
     LocalityKey, Nat, NatKey, NhKey, Persist, PersistKey, Stats, Svc, SvcFlood, SvcKey,
@@ -164,6 +165,8 @@ mirrors! {
     "rvs_locality" => Locality { lastuse, lastmod, count, members, pad0 }
     "rvs_decap_vip" => DecapVip { family, pad0, addr }
     "rvs_decap_config" => DecapConfig { gue_port, geneve_port, pad1 }
+    "rvs_dsr_key" => DsrKey { caddr, baddr, cport, bport, proto, family, pad0 }
+    "rvs_dsr_svc" => DsrSvc { addr, port, pad0 }
     "rvs_toa_addr" => ToaAddr { family, pad0, port, addr }
     "rvs_fnat_pool" => FnatPool { count, port_min, port_max, family, pad0, addrs }
     "rvs_fnat_key" => FnatKey { raddr, laddr, rport, lport, proto, family, pad0 }
@@ -224,6 +227,10 @@ fn objects() -> Option<Vec<(&'static str, &'static [u8])>> {
         ("xdp_lb.o", director),
         ("decap.o", decap),
         ("toa.o", toa),
+        (
+            "dsr_rs.o",
+            dsr_rs::object().expect("DSR real-server object built with the director"),
+        ),
         ("sock_lb.o", sock),
     ])
 }
@@ -980,6 +987,19 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_DECAP_GRE", decap::stat::GRE.into()),
         ("RVS_DECAP_GENEVE", decap::stat::GENEVE.into()),
         ("RVS_DECAP_NSTATS", decap::stat::NSTATS.into()),
+        ("RVS_FWD_TUN_OPT", fwd::TUN_OPT.into()),
+        ("RVS_DSR_OPT4_TYPE", maps::dsr_opt::TYPE4.into()),
+        ("RVS_DSR_OPT4_LEN", maps::dsr_opt::LEN4.into()),
+        ("RVS_DSR_OPT6_TYPE", maps::dsr_opt::TYPE6.into()),
+        ("RVS_DSR_OPT6_LEN", maps::dsr_opt::LEN6.into()),
+        ("RVS_DSR_OPT6_OPTLEN", maps::dsr_opt::OPTLEN6.into()),
+        ("RVS_DSR_PROG", maps::dsr_opt::PROG.into()),
+        ("RVS_DSR_RS_MAX_FLOWS", dsr_rs::MAX_FLOWS.into()),
+        ("RVS_DSR_RS_STRIPPED", dsr_rs::stat::STRIPPED.into()),
+        ("RVS_DSR_RS_REPLIED", dsr_rs::stat::REPLIED.into()),
+        ("RVS_DSR_RS_MSS", dsr_rs::stat::MSS.into()),
+        ("RVS_DSR_RS_FAILED", dsr_rs::stat::FAILED.into()),
+        ("RVS_DSR_RS_NSTATS", dsr_rs::stat::NSTATS.into()),
         ("RVS_TOA_KIND", rvs_wire::toa::KIND.into()),
         ("RVS_TOA_LEN4", rvs_wire::toa::LEN_V4.into()),
         ("RVS_TOA_LEN6", rvs_wire::toa::LEN_V6.into()),

@@ -20,17 +20,18 @@ fn lvs_method(n: &Node) -> R<ForwardMethod> {
                 let a = &n.args[i];
                 match a.text.as_str() {
                     "type" => {
-                        let k = arg(n, i + 1, "a tunnel type (ipip|gue|gre|geneve)")?;
+                        let k = arg(n, i + 1, "a tunnel type (ipip|gue|gre|geneve|opt)")?;
                         tun.kind = match k.text.as_str() {
                             "ipip" => TunnelType::Ipip,
                             "gue" => TunnelType::Gue,
                             "gre" => TunnelType::Gre,
                             "geneve" => TunnelType::Geneve,
+                            "opt" => TunnelType::Opt,
                             _ => {
                                 return err(
                                     k,
                                     format!(
-                                        "expected a tunnel type (ipip|gue|gre|geneve), found `{}`",
+                                        "expected a tunnel type (ipip|gue|gre|geneve|opt), found `{}`",
                                         k.text
                                     ),
                                 );

@@ -349,6 +349,7 @@ pub(super) fn apply_option(
                 "gue" => TunnelType::Gue,
                 "gre" => TunnelType::Gre,
                 "geneve" => TunnelType::Geneve,
+                "opt" => TunnelType::Opt,
                 _ => return Err(ParseError::fail("illegal tunnel type specified")),
             };
         }

@@ -132,9 +132,17 @@ pub(super) fn finish(
         Cmd::RemoveDirector => Command::RemoveDirector,
         Cmd::AddDest | Cmd::EditDest | Cmd::DelDest => {
             if cmd != Cmd::DelDest {
-                // DR and tunnel servers must use the service port.
-                if st.fwmark == 0 && matches!(st.fwd, Fwd::Tunnel | Fwd::Route) {
+                // DR and tunnel servers must use the service port; rvs's
+                // `--tun-type opt` rewrites the destination like NAT, so
+                // its real server keeps its own port (a NodePort's pod).
+                let opt = st.fwd == Fwd::Tunnel && st.tun_type == TunnelType::Opt;
+                if st.fwmark == 0 && matches!(st.fwd, Fwd::Tunnel | Fwd::Route) && !opt {
                     st.dest_port = st.svc_port;
+                }
+                if opt && AddrFamily::of(&st.dest_addr) != st.svc_af {
+                    return Err(ParseError::fail(
+                        "Different address family is not allowed for --tun-type opt (the packet is rewritten, not encapsulated)",
+                    ));
                 }
                 if AddrFamily::of(&st.dest_addr) != st.svc_af && st.fwd != Fwd::Tunnel {
                     return Err(ParseError::fail(

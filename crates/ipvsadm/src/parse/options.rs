@@ -374,6 +374,8 @@ pub(super) fn tunnel_legality(t: TunnelType) -> &'static [u8; 4] {
         TunnelType::Gre => b"x11x",
         // rvs-only: UDP 6081 always, checksum like GRE's.
         TunnelType::Geneve => b"x11x",
+        // rvs-only: no encapsulation, so no port and no checksum.
+        TunnelType::Opt => b"xxxx",
     }
 }
 

@@ -135,7 +135,7 @@ pub fn command() -> Command {
             flag("gatewaying", Some('g'), "Direct routing (default)"),
             flag("ipip", Some('i'), "Tunnelling"),
             flag("masquerading", Some('m'), "NAT"),
-            value("tun-type", None, "TYPE", "ipip|gue|gre|geneve (rvs)"),
+            value("tun-type", None, "TYPE", "ipip|gue|gre|geneve|opt (rvs)"),
             value("tun-port", None, "PORT", "Tunnel destination port (gue)"),
             flag("tun-nocsum", None, "Tunnel without checksum"),
             flag("tun-csum", None, "Tunnel with checksum"),

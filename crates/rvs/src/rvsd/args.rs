@@ -297,14 +297,19 @@ pub(crate) enum Sub {
     /// decapsulator on the interface (it stays attached after this command
     /// exits). With `--toa`, programs in the cgroup see the client address
     /// a FULLNAT director carries in the TCP option TOA (kind 254) as the
-    /// peer of their connections, with BPF only (no toa.ko). Idempotent;
-    /// `--undo` reverses it.
+    /// peer of their connections, with BPF only (no toa.ko). With `--mode
+    /// dsr-opt --interface IF` (no VIP), the node of real servers a
+    /// director reaches with `--tun-type opt` (Kubernetes NodePort DSR):
+    /// tc programs on IF take the service address out of the IP option and
+    /// send the replies from it (they stay attached after this command
+    /// exits). Idempotent; `--undo` reverses it.
     Realserver {
         /// Virtual addresses, comma-separated or repeated (needed unless
         /// only `--toa` is asked for).
         #[arg(long, value_name = "ADDR", value_delimiter = ',')]
         vip: Vec<std::net::IpAddr>,
-        /// How the director forwards to this host (with `--vip`).
+        /// How the director forwards to this host (with `--vip`; `dsr-opt`
+        /// without).
         #[arg(long, value_enum)]
         mode: Option<realserver::Mode>,
         /// TUN: the encapsulation the director uses.

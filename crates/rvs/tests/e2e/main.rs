@@ -6,6 +6,7 @@
 mod harness;
 
 mod check;
+mod dsr_opt;
 mod failover;
 mod fleet;
 mod fleet_flows;

@@ -3,7 +3,9 @@
 //! - [`Loader`] / [`Object`]: an ELF object parsed, its maps created
 //!   (pinned where asked, sized, globals set); its [`Program`]s as
 //!   [`Xdp`] (attach in a [`XdpMode`], through a pinnable [`Link`], link
-//!   update, `BPF_PROG_TEST_RUN`) or [`Cgroup`] programs; its [`Map`]s as
+//!   update, `BPF_PROG_TEST_RUN`), tc [`SchedClassifier`]s (a pinnable
+//!   TCX [`Link`] on a [`TcHook`], `BPF_PROG_TEST_RUN`) or [`Cgroup`]
+//!   programs; its [`Map`]s as
 //!   typed [`Array`], [`PerCpuArray`], [`HashMap`] and [`ProgramArray`]
 //!   views over [`Pod`] keys and values; [`PinnedMap`] for a map another
 //!   process pinned; [`KernelVersion`]; one [`Error`].
@@ -28,7 +30,7 @@ mod program;
 pub use error::Error;
 pub use map::{Array, HashMap, Map, PerCpuArray, PinnedMap, Pod, ProgramArray};
 pub use object::{KernelVersion, Loader, Object, loaded_program_tag};
-pub use program::{Cgroup, Link, Program, TestRunOutput, Xdp, XdpMode};
+pub use program::{Cgroup, Link, Program, SchedClassifier, TcHook, TestRunOutput, Xdp, XdpMode};
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};

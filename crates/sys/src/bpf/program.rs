@@ -1,15 +1,18 @@
 //! Program handles of a loaded [`Object`](super::Object): XDP programs
 //! (load, attach in a mode, attach through a BPF link that can be pinned,
-//! update a pinned link, `BPF_PROG_TEST_RUN`) and cgroup programs (sock_ops,
-//! sock_addr, sock: load, attach, attach through a link).
+//! update a pinned link, `BPF_PROG_TEST_RUN`), tc programs (sched_cls: load,
+//! attach through a TCX link that can be pinned, `BPF_PROG_TEST_RUN`) and
+//! cgroup programs (sock_ops, sock_addr, sock: load, attach, attach through
+//! a link).
 
 use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::time::Duration;
 
 use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::tc::TcAttachOptions;
 use aya::programs::xdp::XdpLink;
-use aya::programs::{CgroupAttachMode, TestRun as _, TestRunOptions};
+use aya::programs::{CgroupAttachMode, LinkOrder, TcAttachType, TestRun, TestRunOptions};
 
 use super::Error;
 pub use crate::netlink::XdpMode;
@@ -36,6 +39,13 @@ impl<'a> Program<'a> {
     /// when it is not one).
     pub fn xdp(self) -> Result<Xdp<'a>, Error> {
         Ok(Xdp {
+            inner: self.inner.try_into()?,
+        })
+    }
+
+    /// The program as a tc classifier (`BPF_PROG_TYPE_SCHED_CLS`).
+    pub fn sched_cls(self) -> Result<SchedClassifier<'a>, Error> {
+        Ok(SchedClassifier {
             inner: self.inner.try_into()?,
         })
     }
@@ -164,17 +174,91 @@ impl Xdp<'_> {
         ctx_in: Option<&[u8]>,
         repeat: u32,
     ) -> Result<TestRunOutput, Error> {
-        let mut opts = TestRunOptions::new();
-        opts.data_in = Some(data_in);
-        opts.data_out = Some(data_out);
-        opts.ctx_in = ctx_in;
-        opts.repeat = repeat.max(1);
-        let r = self.inner.test_run(opts)?;
-        Ok(TestRunOutput {
-            return_value: r.return_value,
-            data_size_out: r.data_size_out,
-            duration: r.duration,
-        })
+        test_run(&*self.inner, data_in, data_out, ctx_in, repeat)
+    }
+}
+
+/// `BPF_PROG_TEST_RUN` of `prog`, the one way both program types run it.
+fn test_run<P>(
+    prog: &P,
+    data_in: &[u8],
+    data_out: &mut [u8],
+    ctx_in: Option<&[u8]>,
+    repeat: u32,
+) -> Result<TestRunOutput, Error>
+where
+    P: for<'o> TestRun<Opts<'o> = TestRunOptions<'o>, Result = aya::TestRunResult>,
+{
+    let mut opts = TestRunOptions::new();
+    opts.data_in = Some(data_in);
+    opts.data_out = Some(data_out);
+    opts.ctx_in = ctx_in;
+    opts.repeat = repeat.max(1);
+    let r = prog.test_run(opts)?;
+    Ok(TestRunOutput {
+        return_value: r.return_value,
+        data_size_out: r.data_size_out,
+        duration: r.duration,
+    })
+}
+
+/// The side of an interface a tc program runs on.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum TcHook {
+    /// Packets the interface receives.
+    Ingress,
+    /// Packets the interface sends.
+    Egress,
+}
+
+/// A tc classifier (sched_cls) program.
+#[derive(Debug)]
+pub struct SchedClassifier<'a> {
+    inner: &'a mut aya::programs::SchedClassifier,
+}
+
+impl SchedClassifier<'_> {
+    /// Load the program into the kernel (the verifier runs here).
+    pub fn load(&mut self) -> Result<(), Error> {
+        self.inner.load().map_err(Error::from)
+    }
+
+    /// The loaded program's file descriptor.
+    pub fn fd(&self) -> Result<BorrowedFd<'_>, Error> {
+        Ok(self.inner.fd()?.as_fd())
+    }
+
+    /// Attach to `hook` of `interface` through a TCX link (Linux 6.6+; no
+    /// qdisc, and other programs there are kept, this one run after them)
+    /// and take the link, to pin it. An older kernel refuses the link
+    /// (the error's errno; nothing is attached).
+    pub fn attach_link(&mut self, interface: &str, hook: TcHook) -> Result<Link, Error> {
+        let hook = match hook {
+            TcHook::Ingress => TcAttachType::Ingress,
+            TcHook::Egress => TcAttachType::Egress,
+        };
+        let id = self.inner.attach_with_options(
+            interface,
+            hook,
+            TcAttachOptions::TcxOrder(LinkOrder::default()),
+        )?;
+        let owned = self.inner.take_link(id)?;
+        let inner = FdLink::try_from(owned).map_err(|e| Error::NoLink(e.to_string()))?;
+        Ok(Link { inner })
+    }
+
+    /// Run the program `repeat` times (at least once) on the frame
+    /// `data_in` with `BPF_PROG_TEST_RUN` (an skb built from it), the
+    /// frame it leaves written into `data_out`; `ctx_in` is a
+    /// `struct __sk_buff` when given.
+    pub fn test_run(
+        &mut self,
+        data_in: &[u8],
+        data_out: &mut [u8],
+        ctx_in: Option<&[u8]>,
+        repeat: u32,
+    ) -> Result<TestRunOutput, Error> {
+        test_run(&*self.inner, data_in, data_out, ctx_in, repeat)
     }
 }
 

@@ -148,6 +148,11 @@ fn config_of(d: &Dest) -> DestConfig {
             port: 0,
             csum: tun_csum(d),
         }),
+        maps::fwd::TUN_OPT => ForwardMethod::Tunnel(Tunnel {
+            kind: TunnelType::Opt,
+            port: 0,
+            csum: TunnelCsum::default(),
+        }),
         _ => ForwardMethod::Route,
     };
     let mut c = DestConfig::new(addr_of(d.family, &d.addr), u16::from_be(d.port));
