@@ -49,6 +49,15 @@ pub trait DataPlane: Send {
         Ok(())
     }
 
+    /// Whether this data plane refuses the clients outside a service's
+    /// [`rvs_core::model::ServiceConfig::source_ranges`]. The default is no:
+    /// the control plane then refuses such a service on this plane
+    /// ([`admit_checked`]), so a plane that does not filter never carries
+    /// one open to every client (fail closed).
+    fn enforces_source_ranges(&self) -> bool {
+        false
+    }
+
     /// Whether this data plane can carry `commands`, applied in order to
     /// the table `ipvs` holds now: what the control plane asks before it
     /// changes anything (a refusal names the command's index and why). The
@@ -161,6 +170,49 @@ fn refusal(why: Vec<String>) -> String {
     } else {
         format!("no data plane can carry it: {}", why.join("; "))
     }
+}
+
+/// Why `plane` may not carry `command` for want of source filtering: a
+/// service with source ranges on a plane that does not enforce them.
+fn source_ranges_refused(plane: &dyn DataPlane, command: &Command) -> Result<(), String> {
+    match command {
+        Command::AddService { config, .. } | Command::EditService { config, .. }
+            if !config.source_ranges.is_empty() && !plane.enforces_source_ranges() =>
+        {
+            Err(format!(
+                "client source ranges ({}) are not enforced by the {} data plane: refused rather than open to every client",
+                config
+                    .source_ranges
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                plane.name()
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// [`DataPlane::admit`], after refusing a service with source ranges on a
+/// plane that does not enforce them: how the control plane (and
+/// [`Composite`], for each of its planes) asks.
+pub fn admit_checked(plane: &dyn DataPlane, command: &Command) -> Result<(), String> {
+    source_ranges_refused(plane, command)?;
+    plane.admit(command)
+}
+
+/// [`DataPlane::admit_all`], after [`admit_checked`]'s source-range rule
+/// for each command.
+pub fn admit_all_checked(
+    plane: &dyn DataPlane,
+    ipvs: &Ipvs,
+    commands: &[Command],
+) -> Result<(), (usize, String)> {
+    for (i, c) in commands.iter().enumerate() {
+        source_ranges_refused(plane, c).map_err(|m| (i, m))?;
+    }
+    plane.admit_all(ipvs, commands)
 }
 
 /// The rule of a data plane that carries FULLNAT only from a local address
@@ -501,6 +553,12 @@ impl DataPlane for Composite {
         self.name
     }
 
+    /// Yes: each of its planes is asked with [`admit_checked`], so a
+    /// service with source ranges goes only to the planes that enforce them.
+    fn enforces_source_ranges(&self) -> bool {
+        true
+    }
+
     /// The command goes to its service's planes (see [`Composite`]); an
     /// error of one does not keep it from the others (each converges on
     /// its own, as a single plane does).
@@ -523,7 +581,7 @@ impl DataPlane for Composite {
                         skipped: Vec::new(),
                     };
                     for (i, p) in self.planes.iter().enumerate() {
-                        match p.admit(command) {
+                        match admit_checked(p.as_ref(), command) {
                             Ok(()) => r.planes |= 1 << i,
                             Err(m) => r.skipped.push((i, Self::named(p.as_ref(), m))),
                         }
@@ -564,7 +622,7 @@ impl DataPlane for Composite {
     fn admit(&self, command: &Command) -> Result<(), String> {
         let mut why = Vec::new();
         for p in &self.planes {
-            match p.admit(command) {
+            match admit_checked(p.as_ref(), command) {
                 Ok(()) => return Ok(()),
                 Err(m) => why.push(Self::named(p.as_ref(), m)),
             }
@@ -631,7 +689,7 @@ impl DataPlane for Composite {
                 if candidates & (1 << i) == 0 {
                     continue;
                 }
-                match p.admit_all(ipvs, &sub) {
+                match admit_all_checked(p.as_ref(), ipvs, &sub) {
                     Ok(()) => route.planes |= 1 << i,
                     Err((j, m)) => {
                         first = first.min(idx[j]);
@@ -805,12 +863,17 @@ mod tests {
         got: Arc<Mutex<Vec<Command>>>,
         refuse: &'static [u16],
         no_pools: bool,
+        /// Whether it enforces source ranges.
+        enforces: bool,
         sent: u64,
         done: Arc<AtomicU64>,
     }
     impl DataPlane for Rec {
         fn name(&self) -> &'static str {
             self.name
+        }
+        fn enforces_source_ranges(&self) -> bool {
+            self.enforces
         }
         fn apply(&mut self, c: &Command) -> Result<(), DataPlaneError> {
             self.got.lock().unwrap().push(c.clone());
@@ -846,6 +909,7 @@ mod tests {
             got: got.clone(),
             refuse,
             no_pools,
+            enforces: false,
             sent: 0,
             done: done.clone(),
         };
@@ -875,6 +939,54 @@ mod tests {
             service: svc(port),
             dest: DestConfig::new("10.1.0.2".parse().unwrap(), 8080),
         }
+    }
+
+    /// Source ranges fail closed: a plane that does not enforce them
+    /// refuses a service that has them (and nothing changes); in a
+    /// Composite the service goes to the plane that enforces them only.
+    #[test]
+    fn source_ranges_go_only_to_planes_that_enforce_them() {
+        use crate::state::Controller;
+        use rvs_core::model::{AddrFamily, ServiceConfig, SourceRange};
+        let ranged = |port| Command::AddService {
+            key: svc(port),
+            config: ServiceConfig {
+                source_ranges: vec![SourceRange::new("10.81.0.0".parse().unwrap(), 24).unwrap()],
+                ..ServiceConfig::new(AddrFamily::Inet)
+            },
+        };
+        let (open, got, _) = rec("xdp", &[], false);
+        let mut ctl = Controller::new(IpvsConfig::default(), Box::new(open));
+        let e = ctl.exec(&[ranged(80), dest(80)], true).unwrap_err();
+        assert!(
+            matches!(&e.error, CtlError::Unsupported(m)
+                if m.contains("10.81.0.0/24") && m.contains("not enforced by the xdp data plane")),
+            "{e}"
+        );
+        assert_eq!(ctl.ipvs().services().count(), 0);
+        assert!(got.lock().unwrap().is_empty());
+        ctl.exec(&[add(80)], true).unwrap();
+
+        let (x, got_x, _) = rec("xdp", &[], false);
+        let (mut p, got_p, _) = rec("proxy", &[], false);
+        p.enforces = true;
+        let both = Composite::new("xdp,proxy", vec![Box::new(x), Box::new(p)]);
+        assert!(both.enforces_source_ranges());
+        let mut ctl = Controller::new(IpvsConfig::default(), Box::new(both));
+        ctl.exec(&[ranged(80), dest(80), add(81)], true).unwrap();
+        let ports = |g: &Got| -> Vec<u16> {
+            g.lock()
+                .unwrap()
+                .iter()
+                .filter_map(|c| match c {
+                    Command::AddService { key, .. } => Some(key.port()),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(ports(&got_x), vec![81], "the ranged service kept off xdp");
+        assert_eq!(ports(&got_p), vec![80, 81]);
+        assert_eq!(got_p.lock().unwrap().len(), 3, "its real server with it");
     }
 
     /// `--dataplane xdp,sock`: a service goes to the planes that admit it,

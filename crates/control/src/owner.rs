@@ -290,6 +290,7 @@ impl Controller {
                     if partial && e.index < index.len() && !kept.contains(&full[e.index].key) =>
                 {
                     let key = full[e.index].key;
+                    let ranges = full[e.index].config.source_ranges.clone();
                     refused.push(ExecError {
                         index: index[e.index],
                         error: e.error,
@@ -300,11 +301,15 @@ impl Controller {
                         .then(|| current_defs(self.ipvs()).into_iter().find(|d| d.key == key))
                         .flatten();
                     match running {
-                        Some(r) => {
+                        // Kept as it runs, unless the refused table
+                        // restricts its clients and the running one does
+                        // not as much: then it goes (fail closed), rather
+                        // than stay open to clients it should refuse.
+                        Some(r) if ranges.is_empty() || r.config.source_ranges == ranges => {
                             kept.insert(key);
                             full[e.index] = r;
                         }
-                        None => {
+                        _ => {
                             full.remove(e.index);
                             index.remove(e.index);
                         }
@@ -539,6 +544,33 @@ mod tests {
             "80 kept as it ran"
         );
         assert_eq!(c.owned_by(Owner::Kubernetes), vec![key(80), key(81)]);
+        // A refused change that restricts a running service's clients
+        // takes the service out rather than keep it open.
+        let mut ranged = def(80, &[1]);
+        ranged.config.source_ranges =
+            vec![rvs_core::model::SourceRange::new("10.9.0.0".parse().unwrap(), 16).unwrap()];
+        let s = c
+            .submit(
+                Owner::Kubernetes,
+                replace(vec![ranged, def(81, &[3])], true),
+            )
+            .unwrap();
+        assert_eq!(s.refused.len(), 1);
+        assert!(
+            s.refused[0].error.to_string().contains("not enforced"),
+            "{}",
+            s.refused[0].error
+        );
+        assert_eq!(
+            table(&c),
+            vec![(81, vec![3])],
+            "80 taken out, not kept open"
+        );
+        c.submit(
+            Owner::Kubernetes,
+            replace(vec![def(80, &[1]), def(81, &[3])], true),
+        )
+        .unwrap();
         // Not partial: all or nothing.
         let e = c
             .submit(

@@ -499,12 +499,12 @@ impl Controller {
     /// single command is applied directly: the core's operations are
     /// themselves all-or-nothing.
     pub(crate) fn exec(&mut self, cmds: &[Command], atomic: bool) -> Result<(), ExecError> {
-        self.plane
-            .admit_all(&self.ipvs, cmds)
-            .map_err(|(index, m)| ExecError {
+        crate::dataplane::admit_all_checked(self.plane.as_ref(), &self.ipvs, cmds).map_err(
+            |(index, m)| ExecError {
                 index,
                 error: CtlError::Unsupported(m),
-            })?;
+            },
+        )?;
         if atomic || cmds.len() > 1 {
             let defs = current_defs(&self.ipvs);
             let mut scratch = build(&defs, scratch_config(self.config)).map_err(|e| ExecError {
@@ -534,7 +534,9 @@ impl Controller {
             summary,
             changed,
         } = plan(&self.ipvs, target)?;
-        if let Err((i, m)) = self.plane.admit_all(&self.ipvs, &cmds) {
+        if let Err((i, m)) =
+            crate::dataplane::admit_all_checked(self.plane.as_ref(), &self.ipvs, &cmds)
+        {
             let key = cmds[i].service_key();
             return Err(ExecError {
                 index: key

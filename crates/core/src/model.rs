@@ -14,6 +14,77 @@ pub use quic_lb::{
     QuicServerId,
 };
 
+/// A block of client addresses (`10.0.0.0/8`, `2001:db8::/32`) a service
+/// admits: see [`ServiceConfig::source_ranges`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct SourceRange {
+    /// The first address of the block (host bits zero).
+    addr: IpAddr,
+    /// The prefix length (at most 32 for IPv4, 128 for IPv6).
+    prefix: u8,
+}
+
+impl SourceRange {
+    /// The block of `addr/prefix` (host bits cleared); `None` when the
+    /// prefix is longer than the family's address.
+    pub fn new(addr: IpAddr, prefix: u8) -> Option<SourceRange> {
+        let bits = match addr {
+            IpAddr::V4(_) => 32,
+            IpAddr::V6(_) => 128,
+        };
+        (prefix <= bits).then(|| SourceRange {
+            addr: masked(addr, prefix),
+            prefix,
+        })
+    }
+
+    /// The block's first address.
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// The prefix length.
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    /// Whether `ip` lies in the block (never for the other family).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        ip.is_ipv4() == self.addr.is_ipv4() && masked(ip, self.prefix) == self.addr
+    }
+
+    /// Whether a client at `ip` may use a service with `ranges` (every
+    /// client when there are none).
+    pub fn admits(ranges: &[SourceRange], ip: IpAddr) -> bool {
+        ranges.is_empty() || ranges.iter().any(|r| r.contains(ip))
+    }
+}
+
+impl fmt::Display for SourceRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// `addr` with all but its first `prefix` bits cleared.
+fn masked(addr: IpAddr, prefix: u8) -> IpAddr {
+    match addr {
+        IpAddr::V4(a) => {
+            let m = u32::MAX
+                .checked_shl(32 - u32::from(prefix.min(32)))
+                .unwrap_or(0);
+            IpAddr::V4(Ipv4Addr::from(u32::from(a) & m))
+        }
+        IpAddr::V6(a) => {
+            let m = u128::MAX
+                .checked_shl(128 - u32::from(prefix.min(128)))
+                .unwrap_or(0);
+            IpAddr::V6(Ipv6Addr::from(u128::from(a) & m))
+        }
+    }
+}
+
 /// Transport protocol of a virtual service.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -465,6 +536,17 @@ pub struct ServiceConfig {
     /// server IDs and only the key or nonce length changes. UDP services
     /// only. See [`ServiceConfig::check_quic_lb`].
     pub quic_lb: Vec<QuicLbConfig>,
+    /// The client address blocks the service admits (empty = every
+    /// client): a connection or datagram from elsewhere is refused before
+    /// a real server is chosen (Kubernetes `loadBalancerSourceRanges`). A
+    /// data plane that cannot enforce them refuses the service rather than
+    /// carry it open to everyone (`DataPlane::enforces_source_ranges` in
+    /// rvs-control). rvs extension.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Vec::is_empty")
+    )]
+    pub source_ranges: Vec<SourceRange>,
 }
 
 impl ServiceConfig {
@@ -481,6 +563,7 @@ impl ServiceConfig {
             proxy_protocol: None,
             max_conns: 0,
             quic_lb: Vec::new(),
+            source_ranges: Vec::new(),
         }
     }
 
@@ -797,6 +880,33 @@ mod quic_lb_tests {
             cfg.check_quic_server_ids(&[d(1, "010101")]),
             Err(QuicLbError::NoConfig(_))
         ));
+    }
+}
+
+#[cfg(test)]
+mod source_range_tests {
+    use super::*;
+
+    fn r(a: &str, p: u8) -> SourceRange {
+        SourceRange::new(a.parse().unwrap(), p).unwrap()
+    }
+
+    #[test]
+    fn blocks_contain_their_family_and_prefix_only() {
+        let b = r("10.81.0.77", 24);
+        assert_eq!(b.to_string(), "10.81.0.0/24", "host bits cleared");
+        assert!(b.contains("10.81.0.1".parse().unwrap()));
+        assert!(!b.contains("10.81.1.1".parse().unwrap()));
+        assert!(!b.contains("::ffff:10.81.0.1".parse().unwrap()));
+        assert!(r("0.0.0.0", 0).contains("192.0.2.1".parse().unwrap()));
+        assert!(r("192.0.2.1", 32).contains("192.0.2.1".parse().unwrap()));
+        assert!(!r("192.0.2.1", 32).contains("192.0.2.2".parse().unwrap()));
+        assert!(r("2001:db8::", 32).contains("2001:db8:1::1".parse().unwrap()));
+        assert!(!r("2001:db8::", 32).contains("10.0.0.1".parse().unwrap()));
+        assert_eq!(SourceRange::new("10.0.0.0".parse().unwrap(), 33), None);
+        assert_eq!(SourceRange::new("::".parse().unwrap(), 129), None);
+        assert!(SourceRange::admits(&[], "10.0.0.1".parse().unwrap()));
+        assert!(!SourceRange::admits(&[b], "10.0.0.1".parse().unwrap()));
     }
 }
 

@@ -308,8 +308,7 @@ async fn apply_loop(
 ) {
     let health = HealthServers::default();
     let mut reported: BTreeSet<(ObjectRef, String)> = BTreeSet::new();
-    while let Some(mut desired) = rx.recv().await {
-        let unenforced = fail_closed(&mut desired);
+    while let Some(desired) = rx.recv().await {
         let services: Vec<_> = desired.defs().cloned().collect();
         let n = services.len();
         let start = Instant::now();
@@ -329,7 +328,6 @@ async fn apply_loop(
             .refused
             .iter()
             .map(|r| (r.object.clone(), r.reason.to_string()))
-            .chain(unenforced)
             .collect();
         match result {
             Ok(s) => {
@@ -373,29 +371,6 @@ async fn apply_loop(
         }
         health.set(&desired.health_checks);
     }
-}
-
-/// Take out the load-balancer addresses whose Service restricts its
-/// clients with `loadBalancerSourceRanges`: no data plane of rvs filters
-/// sources yet, and an address open to everyone where the Service asked
-/// for a few is worse than one not served (kube-proxy drops the others).
-/// Each is refused, so it is logged and gets an Event.
-fn fail_closed(desired: &mut Desired) -> Vec<(ObjectRef, String)> {
-    let mut refused = Vec::new();
-    desired.services.retain(|k| {
-        let open = k.kind != rvs_k8s::Kind::LoadBalancer || k.source_ranges.is_empty();
-        if !open {
-            refused.push((
-                service_object(k),
-                format!(
-                    "load-balancer address {} not programmed: loadBalancerSourceRanges are not enforced by rvs's data planes yet (fail closed)",
-                    rvs_control::owner::service_name(&k.def.key)
-                ),
-            ));
-        }
-        open
-    });
-    refused
 }
 
 /// Record a Warning Event on each refused object (what `kubectl describe`
@@ -521,51 +496,6 @@ async fn serve_health(port: u16, checks: Arc<Mutex<HashMap<u16, HealthCheck>>>) 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn entry(port: u16, kind: rvs_k8s::Kind, ranges: &[&str]) -> rvs_k8s::K8sService {
-        rvs_k8s::K8sService {
-            def: rvs_control::state::ServiceDef {
-                key: rvs_core::model::ServiceKey::Addr {
-                    protocol: rvs_core::model::Protocol::Tcp,
-                    addr: IpAddr::V4(Ipv4Addr::new(1, 2, 3, 4)),
-                    port,
-                },
-                config: rvs_core::model::ServiceConfig::new(rvs_core::model::AddrFamily::Inet),
-                dests: Vec::new(),
-                laddrs: Vec::new(),
-            },
-            origin: rvs_k8s::Origin {
-                namespace: "ns".into(),
-                name: format!("svc{port}"),
-                uid: None,
-                port_name: String::new(),
-            },
-            kind,
-            source_ranges: ranges
-                .iter()
-                .map(|r| rvs_k8s::Cidr::parse(r).unwrap())
-                .collect(),
-        }
-    }
-
-    #[test]
-    fn source_ranges_fail_closed() {
-        use rvs_k8s::Kind::{ClusterIp, LoadBalancer};
-        let mut d = Desired {
-            services: vec![
-                entry(80, LoadBalancer, &["10.0.0.0/8"]),
-                entry(81, LoadBalancer, &[]),
-                entry(82, ClusterIp, &[]),
-            ],
-            ..Default::default()
-        };
-        let refused = fail_closed(&mut d);
-        let ports: Vec<u16> = d.services.iter().map(|k| k.def.key.port()).collect();
-        assert_eq!(ports, vec![81, 82]);
-        assert_eq!(refused.len(), 1);
-        assert_eq!(refused[0].0.name, "svc80");
-        assert!(refused[0].1.contains("TCP 1.2.3.4:80"), "{}", refused[0].1);
-    }
 
     #[test]
     fn options_name_the_bad_option() {

@@ -43,7 +43,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use rvs_control::state::ServiceDef;
 use rvs_core::model::{
     AddrFamily, DestConfig, ForwardMethod, GENEVE_PORT, LocalAddrRange, MAX_PERSISTENCE_TIMEOUT,
-    PersistMask, Protocol, SchedFlags, ServiceConfig, ServiceKey, Tunnel, TunnelCsum, TunnelType,
+    PersistMask, Protocol, SchedFlags, ServiceConfig, ServiceKey, SourceRange, Tunnel, TunnelCsum,
+    TunnelType,
 };
 use rvs_core::sched::Scheduler;
 
@@ -235,8 +236,9 @@ pub struct K8sService {
     /// Which address of the Service it serves.
     pub kind: Kind,
     /// `spec.loadBalancerSourceRanges` of the entry's family, parsed, for
-    /// [`Kind::LoadBalancer`] entries (empty = every client; ServiceDef has
-    /// no place for a client filter, so the plane gets it here).
+    /// [`Kind::LoadBalancer`] entries (empty = every client); the same
+    /// blocks are the def's `config.source_ranges`, which the data planes
+    /// enforce (or refuse the service).
     pub source_ranges: Vec<Cidr>,
 }
 
@@ -1108,10 +1110,19 @@ fn translate_service(
             .collect();
         dests.sort_by_key(|d| (d.addr, d.port));
 
+        let mut config = config_for(e.kind, af);
+        // Only a load-balancer address filters its clients (kube-proxy).
+        if e.kind == Kind::LoadBalancer {
+            config.source_ranges = e
+                .source_ranges
+                .iter()
+                .filter_map(|c| SourceRange::new(c.addr, c.prefix))
+                .collect();
+        }
         out.services.push(K8sService {
             def: ServiceDef {
                 key,
-                config: config_for(e.kind, af),
+                config,
                 dests,
                 laddrs,
             },

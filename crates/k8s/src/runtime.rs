@@ -3,8 +3,9 @@
 //!
 //! Like kube-proxy, it waits until the three initial lists are in before
 //! the first translation (an early, partial table would delete services
-//! that are merely not listed yet), then coalesces bursts of changes (a
-//! rollout touches many slices within milliseconds) into one translation.
+//! that are merely not listed yet), then translates an isolated change at
+//! once and coalesces the bursts of changes that follow (a rollout touches
+//! many slices within milliseconds) into one translation per window.
 //! It never blocks on the sink: when the channel is full, the table is
 //! recomputed and offered again a little later, so the receiver always gets
 //! the latest state and the watches never stall behind a slow consumer.
@@ -12,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{Stream, StreamExt};
+use futures_util::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::{self, Store};
@@ -29,8 +30,9 @@ use crate::{
 /// How the runtime paces itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeConfig {
-    /// How long to wait after a change for more changes before
-    /// translating (default 20 ms).
+    /// The coalescing window (default 20 ms): a change after a quiet window
+    /// is translated at once, the changes that follow it within the window
+    /// together at its end.
     pub coalesce: Duration,
     /// How long to wait before offering a table again when the sink was
     /// full (default 100 ms).
@@ -170,9 +172,7 @@ pub async fn run(
         .await
         .map_err(|_| RuntimeError::NotReady("Node"))?;
 
-    let mut last: Option<Desired> = None;
-    loop {
-        tokio::time::sleep(config.coalesce).await;
+    pace(&changed, &config, &sink, || {
         let svcs = services.state();
         let sls = slices.state();
         let node = nodes
@@ -184,13 +184,47 @@ pub async fn run(
             endpoint_slices: sls.iter().map(|s| &**s).collect(),
             node: node.as_deref(),
         };
-        let desired = translate(&snap, &opts);
+        translate(&snap, &opts)
+    })
+    .await;
+    Ok(())
+}
+
+/// Translate (with `translate`) and offer the result to `sink` at once, then
+/// again after each wake-up of `changed`, until the receiver is dropped.
+///
+/// At most one translation starts per `config.coalesce` window: a change
+/// that arrives when the previous translation is older than the window (an
+/// isolated change: a new endpoint, a new Service) is translated at once
+/// (leading edge), and the changes that follow within the window are
+/// coalesced into one translation at its end (trailing edge), so a burst of
+/// thousands of changes costs one translation per window while a lone
+/// change waits for nothing.
+async fn pace<F>(
+    changed: &Notify,
+    config: &RuntimeConfig,
+    sink: &mpsc::Sender<Desired>,
+    mut translate: F,
+) where
+    F: FnMut() -> Desired,
+{
+    let mut last: Option<Desired> = None;
+    let mut started: Option<tokio::time::Instant> = None;
+    loop {
+        if let Some(t) = started {
+            tokio::time::sleep_until(t + config.coalesce).await;
+        }
+        started = Some(tokio::time::Instant::now());
+        // The translation below sees every change notified so far: drop the
+        // stored wake-up so that only changes after it wake the next round.
+        let _ = changed.notified().now_or_never();
+        let desired = translate();
         let mut retry = false;
         if last.as_ref() != Some(&desired) {
             match sink.try_send(desired.clone()) {
                 Ok(()) => last = Some(desired),
                 Err(mpsc::error::TrySendError::Full(_)) => retry = true,
-                Err(mpsc::error::TrySendError::Closed(_)) => return Ok(()),
+                Err(mpsc::error::TrySendError::Closed(_)) => return,
             }
         }
         if retry {
@@ -201,7 +235,7 @@ pub async fn run(
         } else {
             tokio::select! {
                 _ = changed.notified() => {}
-                _ = sink.closed() => return Ok(()),
+                _ = sink.closed() => return,
             }
         }
     }
@@ -210,6 +244,109 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{ObjectKind, ObjectRef, Warning};
+    use std::cell::{Cell, RefCell};
+    use tokio::time::Instant;
+
+    /// A table that names the generation of the (fake) cluster state it
+    /// was translated from.
+    fn table(generation: u64) -> Desired {
+        Desired {
+            warnings: vec![Warning {
+                object: ObjectRef {
+                    kind: ObjectKind::Service,
+                    namespace: "ns".into(),
+                    name: "svc".into(),
+                    uid: None,
+                },
+                message: generation.to_string(),
+            }],
+            ..Desired::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_isolated_change_is_translated_at_once() {
+        let config = RuntimeConfig::default();
+        let changed = Notify::new();
+        let (tx, mut rx) = mpsc::channel(16);
+        let generation = Cell::new(0);
+        let driver = pace(&changed, &config, &tx, || table(generation.get()));
+        let test = async {
+            assert_eq!(rx.recv().await, Some(table(0)), "the initial table");
+            for g in 1..=3 {
+                // Quiet for longer than the window, then one change.
+                tokio::time::sleep(config.coalesce * 5).await;
+                generation.set(g);
+                changed.notify_one();
+                let at = Instant::now();
+                assert_eq!(rx.recv().await, Some(table(g)));
+                assert_eq!(Instant::now(), at, "change {g} waited for the window");
+            }
+            drop(rx);
+        };
+        tokio::join!(driver, test);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_is_coalesced_one_translation_per_window() {
+        let config = RuntimeConfig::default();
+        let changed = Notify::new();
+        let (tx, mut rx) = mpsc::channel(4096);
+        let generation = Cell::new(0);
+        let translations = RefCell::new(Vec::new());
+        let driver = pace(&changed, &config, &tx, || {
+            translations.borrow_mut().push(Instant::now());
+            table(generation.get())
+        });
+        let burst = Duration::from_secs(1);
+        let test = async {
+            assert_eq!(rx.recv().await, Some(table(0)));
+            tokio::time::sleep(config.coalesce * 5).await;
+            let start = Instant::now();
+            // 10,000 changes, ten per millisecond, for a second.
+            for g in 1..=10_000 {
+                generation.set(g);
+                changed.notify_one();
+                if g % 10 == 0 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+            // The last change arrives within one window.
+            tokio::time::sleep(config.coalesce * 2).await;
+            let mut got = Vec::new();
+            while let Ok(d) = rx.try_recv() {
+                got.push(d);
+            }
+            assert_eq!(
+                got.last(),
+                Some(&table(10_000)),
+                "the last state is applied"
+            );
+            let times: Vec<Instant> = translations
+                .borrow()
+                .iter()
+                .copied()
+                .filter(|t| *t >= start)
+                .collect();
+            // The first change of the burst at once, then one per window.
+            assert_eq!(times.first(), Some(&start));
+            let most = (burst.as_millis() / config.coalesce.as_millis()) as usize + 2;
+            assert!(
+                times.len() <= most,
+                "{} translations for a burst of 10,000 changes over {burst:?} (at most {most})",
+                times.len()
+            );
+            for w in times.windows(2) {
+                assert!(
+                    w[1] - w[0] >= config.coalesce,
+                    "two translations within one window"
+                );
+            }
+            drop(rx);
+        };
+        tokio::join!(driver, test);
+    }
 
     #[test]
     fn selectors_are_kube_proxys() {

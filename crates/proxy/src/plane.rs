@@ -16,7 +16,7 @@ use std::time::Duration;
 use rvs_control::dataplane::{DataPlane, DataPlaneError, DirectorHandle};
 use rvs_control::protocol::Command;
 use rvs_core::ipvs::Ipvs;
-use rvs_core::model::{DestConfig, Protocol, QuicLbConfig, ServiceKey};
+use rvs_core::model::{DestConfig, Protocol, QuicLbConfig, ServiceKey, SourceRange};
 use rvs_core::time::Instant;
 use tokio::sync::{Notify, watch};
 
@@ -82,6 +82,9 @@ pub struct ProxyStats {
     pub accepted: AtomicU64,
     /// Connections refused because the service reached `max_conns`.
     pub refused_max_conns: AtomicU64,
+    /// Connections refused and datagrams dropped because their client is
+    /// outside the service's `source_ranges`.
+    pub refused_source: AtomicU64,
     /// Connections refused because the fd budget was spent.
     pub refused_fd_budget: AtomicU64,
     /// `accept(2)` failures (EMFILE, ENFILE, ENOBUFS, ...).
@@ -239,6 +242,8 @@ pub(crate) struct SvcState {
     pub(crate) vip: SocketAddr,
     /// `max_conns` of the service (0 = unlimited); follows `-E`.
     pub(crate) max_conns: AtomicU32,
+    /// The client blocks the service admits (empty = all); follows `-E`.
+    pub(crate) sources: std::sync::RwLock<Arc<[SourceRange]>>,
     /// Connections (TCP) or flows (UDP) open now.
     pub(crate) active: AtomicU32,
     /// The next local pool address in turn (connections spread over it).
@@ -257,6 +262,22 @@ impl SvcState {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// Whether a client at `ip` may use the service (its `source_ranges`);
+    /// a refusal is counted.
+    pub(crate) fn admits(&self, ip: IpAddr, stats: &ProxyStats) -> bool {
+        let ok = SourceRange::admits(
+            &self
+                .sources
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            ip,
+        );
+        if !ok {
+            stats.refused_source.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
     }
 
     /// Take a slot unless the service is at `max_conns`.
@@ -416,7 +437,12 @@ impl ProxyPlane {
         }
     }
 
-    fn add_service(&mut self, key: ServiceKey, max_conns: u32) -> Result<(), DataPlaneError> {
+    fn add_service(
+        &mut self,
+        key: ServiceKey,
+        max_conns: u32,
+        sources: &[SourceRange],
+    ) -> Result<(), DataPlaneError> {
         let (protocol, vip) = match key {
             ServiceKey::Addr { port: 0, addr, .. } => {
                 return Err(Self::err(format!(
@@ -460,6 +486,7 @@ impl ProxyPlane {
             key,
             vip,
             max_conns: AtomicU32::new(max_conns),
+            sources: std::sync::RwLock::new(sources.into()),
             active: AtomicU32::new(0),
             next_laddr: AtomicU64::new(0),
             quic: std::sync::RwLock::new(None),
@@ -516,10 +543,17 @@ impl ProxyPlane {
     /// Carry out one command (the QUIC-LB model aside).
     fn apply_command(&mut self, command: &Command) -> Result<(), DataPlaneError> {
         match command {
-            Command::AddService { key, config } => self.add_service(*key, config.max_conns),
+            Command::AddService { key, config } => {
+                self.add_service(*key, config.max_conns, &config.source_ranges)
+            }
             Command::EditService { key, config } => {
                 if let Some(l) = self.listeners.get(key) {
                     l.svc.max_conns.store(config.max_conns, Ordering::Relaxed);
+                    *l.svc
+                        .sources
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                        config.source_ranges.as_slice().into();
                 }
                 Ok(())
             }
@@ -638,6 +672,13 @@ impl ProxyPlane {
 impl DataPlane for ProxyPlane {
     fn name(&self) -> &'static str {
         "proxy"
+    }
+
+    /// Yes: a connection from outside a service's source ranges is reset
+    /// when accepted, before any real server is chosen; such a datagram is
+    /// dropped.
+    fn enforces_source_ranges(&self) -> bool {
+        true
     }
 
     fn attach(&mut self, director: DirectorHandle) {

@@ -278,6 +278,12 @@ pub(crate) async fn accept_loop(
             Ok((client, peer)) => {
                 backoff = Duration::from_millis(10);
                 ctx.stats.accepted.fetch_add(1, Ordering::Relaxed);
+                if !svc.admits(peer.ip(), &ctx.stats) {
+                    // Outside the service's source ranges: reset, no real
+                    // server asked.
+                    sock::abort_on_close(&client);
+                    continue;
+                }
                 let cost = tcp_fd_cost(ctx.config.splice);
                 let Some(adm) = Admission::take(&ctx, &svc, cost, Gauge::Tcp) else {
                     sock::abort_on_close(&client);

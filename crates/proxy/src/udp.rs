@@ -197,6 +197,10 @@ pub(crate) async fn udp_loop(
                 }
             },
         };
+        if !svc.admits(client.ip(), &ctx.stats) {
+            // Outside the service's source ranges: dropped.
+            continue;
+        }
         let data = &buf[..n];
         let now_ms = start.elapsed().as_millis() as u64;
         if let Some(routes) = svc.quic_routes() {

@@ -731,6 +731,17 @@ fn pairs(kinds: &[Kind]) -> Vec<(Kind, Kind)> {
         .collect()
 }
 
+/// Record one change's latency `t` (`None`: it never connected) for
+/// `kind`: a line `KIND MS` in `raw` (NaN when it never connected) and, when
+/// it did, the milliseconds in `lat`.
+fn record(lat: &mut BTreeMap<Kind, Vec<f64>>, raw: &mut String, kind: Kind, t: Option<Duration>) {
+    let ms = t.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
+    raw.push_str(&format!("{} {ms:.1}\n", kind.short()));
+    if t.is_some() {
+        lat.entry(kind).or_default().push(ms);
+    }
+}
+
 /// A change table: per proxy, the times of its `changes` changes.
 fn print_changes(
     title: &str,
@@ -932,11 +943,7 @@ fn kube_bench() {
             Duration::from_millis(2),
             Duration::from_secs(20),
         );
-        let ms = t.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
-        raw1.push_str(&format!("{} {ms:.1}\n", kind.short()));
-        if let Some(d) = t {
-            lat.entry(kind).or_default().push(d.as_secs_f64() * 1e3);
-        }
+        record(&mut lat, &mut raw1, kind, t);
         delete_service(api.port, &name);
         std::thread::sleep(Duration::from_millis(1500));
     }
@@ -1007,11 +1014,7 @@ fn kube_bench() {
             Duration::from_millis(2),
             Duration::from_secs(20),
         );
-        let ms = t.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
-        raw1.push_str(&format!("{} {ms:.1}\n", kind.short()));
-        if let Some(d) = t {
-            lat.entry(kind).or_default().push(d.as_secs_f64() * 1e3);
-        }
+        record(&mut lat, &mut raw1, kind, t);
         call(
             api.port,
             "DELETE",

@@ -24,6 +24,7 @@ use rvs_testbed::{Bed, Host, connect, spread};
 use crate::harness::{RVSD, Rvsd, TempDir, within};
 
 mod graceful;
+mod hairpin;
 mod policy;
 mod services;
 mod udp;
@@ -261,6 +262,32 @@ fn servers(from: &Host, to: SocketAddr, n: usize) -> BTreeSet<String> {
 
 fn set(names: &[&str]) -> BTreeSet<String> {
     names.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The first line each of `n` connections to `to` got, made one after
+/// another by bash in `host`'s namespace and in the cgroup `cgroup` (where
+/// the sock plane rewrites its `connect()`); `refused` for one that failed.
+fn in_cgroup_connections(host: &Host, cgroup: &str, to: SocketAddr, n: usize) -> Vec<String> {
+    let script = format!(
+        "for i in $(seq {n}); do if exec 3<>/dev/tcp/{}/{}; then head -1 <&3; exec 3<&-; else echo refused; fi; done 2>/dev/null",
+        to.ip(),
+        to.port()
+    );
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/var/run/netns/{}", host.ns))
+        .args([
+            "sh",
+            "-c",
+            r#"echo $$ > "$0/cgroup.procs" && exec bash -c "$1""#,
+        ])
+        .arg(cgroup)
+        .arg(&script)
+        .output()
+        .expect("bash");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Every test's bound on one connection or question.

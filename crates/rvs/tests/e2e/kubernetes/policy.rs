@@ -247,3 +247,73 @@ fn kubernetes_refused_service_gets_a_warning_event() {
     assert_eq!(servers(&client, external, 10), set(&["pod1"]));
     assert_eq!(servers(&node, first, 10), set(&["pod1"]));
 }
+
+/// loadbalancer.go "should only allow access from service
+/// loadbalancer source ranges": a LoadBalancer Service whose
+/// `loadBalancerSourceRanges` hold one client and not another is programmed
+/// (not refused) and enforced on the proxy plane: the client inside the
+/// range reaches the pod through the load-balancer address, the one outside
+/// is reset before any pod is asked; the Service's NodePort stays open to
+/// both (kube-proxy filters only the load-balancer address).
+#[test]
+fn kubernetes_load_balancer_source_ranges_enforced() {
+    let test = "kubernetes_load_balancer_source_ranges_enforced";
+    let Some(cp) = setup(test) else { return };
+    let (mut bed, node, inside) = bed_with_node("k8ssr");
+    let outside = bed.host("outside", "10.81.0.60/24");
+    nodes(&cp, &[("node1", "10.81.0.1")]);
+    app_pods(&cp, &mut bed, "node1", "echo", &[("pod1", "10.81.0.11")]);
+    // The load-balancer address is routed to the node, which takes it as
+    // local.
+    node.exec(&["ip", "route", "add", "local", "10.81.1.101/32", "dev", "lo"]);
+    for h in [&inside, &outside] {
+        h.exec(&["ip", "route", "add", "10.81.1.101/32", "via", "10.81.0.1"]);
+    }
+    cp.apply(
+        r#"{"apiVersion": "v1", "kind": "Service",
+ "metadata": {"name": "ranged", "namespace": "default"},
+ "spec": {"type": "LoadBalancer", "selector": {"app": "echo"},
+          "loadBalancerSourceRanges": ["10.81.0.48/29"],
+          "ports": [{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}}"#,
+    )
+    .expect("create service");
+    cp.kubectl(
+        &[
+            "patch",
+            "service",
+            "ranged",
+            "-n",
+            "default",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status": {"loadBalancer": {"ingress": [{"ip": "10.81.1.101"}]}}}"#,
+        ],
+        None,
+    )
+    .expect("the load balancer's address");
+    let (_, np) = service_addrs(&cp, "default", "ranged");
+    let node_port = SocketAddr::new(ip("10.81.0.1"), np.expect("a NodePort"));
+    let lb = SocketAddr::new(ip("10.81.1.101"), 80);
+    let n = Node::start(&cp, &node, "node1", "proxy", &[]);
+    let d = &n.rvsd;
+    within("the load-balancer address in rvsadm -Ln", WAIT, || {
+        real_servers(d, lb).len() == 1
+    });
+    assert_eq!(servers(&inside, lb, 5), set(&["pod1"]), "inside the range");
+    for i in 0..5 {
+        // Reset: the connect fails, or the first read does.
+        if let Ok(c) = rvs_testbed::connect(&outside, lb, Duration::from_secs(3)) {
+            assert!(
+                c.server.is_empty(),
+                "outside the range, connection {i} reached {}",
+                c.server
+            );
+        }
+    }
+    for from in [&inside, &outside] {
+        assert_eq!(servers(from, node_port, 3), set(&["pod1"]), "the NodePort");
+    }
+    let log = n.log();
+    assert!(!log.contains("not carried out"), "nothing refused: {log}");
+}

@@ -512,25 +512,8 @@ fn kubernetes_sock_plane_cluster_ip_from_the_node_cgroup() {
     within("the ClusterIP's two endpoints in rvsadm -Ln", WAIT, || {
         real_servers(d, cluster).len() == 2
     });
-    // bash in the node's namespace and cgroup, 20 connections.
-    let script = format!(
-        "for i in $(seq 20); do if exec 3<>/dev/tcp/{cip}/80; then head -1 <&3; exec 3<&-; else echo refused; fi; done 2>/dev/null"
-    );
-    let out = std::process::Command::new("nsenter")
-        .arg(format!("--net=/var/run/netns/{}", node.ns))
-        .args([
-            "sh",
-            "-c",
-            r#"echo $$ > "$0/cgroup.procs" && exec bash -c "$1""#,
-        ])
-        .arg(&cgroup)
-        .arg(&script)
-        .output()
-        .expect("bash");
-    let got: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect();
+    // 20 connections from the node's namespace and cgroup.
+    let got = super::in_cgroup_connections(&node, &cgroup, cluster, 20);
     let pod1 = got.iter().filter(|g| *g == "pod1").count();
     let pod2 = got.iter().filter(|g| *g == "pod2").count();
     assert_eq!((pod1, pod2), (10, 10), "{got:?}");

@@ -45,13 +45,13 @@ impl Drop for Pins {
 /// A TCP server in `host` on `addr:port` that answers every connection
 /// with `NAME from PEER-ADDRESS\n` (whom the pod's socket sees), then echoes
 /// its input until EOF (idle bound 60 s); stops on drop.
-struct PeerServer {
+pub(super) struct PeerServer {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl PeerServer {
-    fn start(host: &Host, addr: IpAddr, port: u16, name: &str) -> PeerServer {
+    pub(super) fn start(host: &Host, addr: IpAddr, port: u16, name: &str) -> PeerServer {
         let listener =
             host.run(move || TcpListener::bind(SocketAddr::new(addr, port)).expect("server bind"));
         listener.set_nonblocking(true).expect("nonblocking");
@@ -150,6 +150,42 @@ fn bed(test: &str) -> Option<(Bed, Host, Host, Vec<PeerServer>)> {
     Some((bed, node, client, servers))
 }
 
+/// A control plane and the [`bed`] with node1, its two pods and the
+/// NodePort Service `echo` with `externalTrafficPolicy: POLICY`.
+struct Echo {
+    cp: ControlPlane,
+    _bed: Bed,
+    node: Host,
+    client: Host,
+    _servers: Vec<PeerServer>,
+    /// The ClusterIP's port 80.
+    cluster: SocketAddr,
+    /// The NodePort on the node's address.
+    external: SocketAddr,
+}
+
+/// [`Echo`] for `test`, or `None` when it is skipped.
+fn echo(test: &str, policy: &str) -> Option<Echo> {
+    let cp = ControlPlane::start_or_skip(test)?;
+    let (bed, node, client, servers) = bed(test)?;
+    cp.create_node("node1", ip(NODE), None)
+        .expect("create node");
+    app_pod(&cp, "pod1", "node1", "10.83.0.11", "echo");
+    app_pod(&cp, "pod2", "node1", "10.83.0.12", "echo");
+    cp.apply(&node_port_service("echo", policy))
+        .expect("create service");
+    let (cip, np) = service_addrs(&cp, "default", "echo");
+    Some(Echo {
+        cp,
+        _bed: bed,
+        node,
+        client,
+        _servers: servers,
+        cluster: SocketAddr::new(cip, 80),
+        external: SocketAddr::new(ip(NODE), np.expect("a NodePort")),
+    })
+}
+
 /// loadbalancer.go "should work for type=NodePort" with
 /// `externalTrafficPolicy: Local` ("should preserve source IP") on the XDP
 /// plane, then rvsd killed and restarted under load:
@@ -169,20 +205,18 @@ fn kubernetes_xdp_node_port_local_keeps_the_client_and_survives_a_restart() {
     {
         return;
     }
-    let Some(cp) = ControlPlane::start_or_skip(test) else {
+    let Some(Echo {
+        cp,
+        _bed,
+        node,
+        client,
+        _servers,
+        cluster: _,
+        external,
+    }) = echo(test, "Local")
+    else {
         return;
     };
-    let Some((_bed, node, client, _servers)) = bed(test) else {
-        return;
-    };
-    cp.create_node("node1", ip(NODE), None)
-        .expect("create node");
-    app_pod(&cp, "pod1", "node1", "10.83.0.11", "echo");
-    app_pod(&cp, "pod2", "node1", "10.83.0.12", "echo");
-    cp.apply(&node_port_service("echo", "Local"))
-        .expect("create service");
-    let (_, np) = service_addrs(&cp, "default", "echo");
-    let external = SocketAddr::new(ip(NODE), np.expect("a NodePort"));
 
     let instance = format!("k8sxdp{}", std::process::id());
     let _pins = Pins(instance.clone());
@@ -266,21 +300,18 @@ fn kubernetes_xdp_sock_snat_node_port_and_cluster_ip_at_the_socket() {
     if rvs_testbed::cgroup::unified_root().is_none() {
         return rvs_testbed::skip_or_fail(test, "no cgroup v2 hierarchy mounted");
     }
-    let Some(cp) = ControlPlane::start_or_skip(test) else {
+    let Some(Echo {
+        cp,
+        _bed,
+        node,
+        client,
+        _servers,
+        cluster,
+        external,
+    }) = echo(test, "Cluster")
+    else {
         return;
     };
-    let Some((_bed, node, client, _servers)) = bed(test) else {
-        return;
-    };
-    cp.create_node("node1", ip(NODE), None)
-        .expect("create node");
-    app_pod(&cp, "pod1", "node1", "10.83.0.11", "echo");
-    app_pod(&cp, "pod2", "node1", "10.83.0.12", "echo");
-    cp.apply(&node_port_service("echo", "Cluster"))
-        .expect("create service");
-    let (cip, np) = service_addrs(&cp, "default", "echo");
-    let cluster = SocketAddr::new(cip, 80);
-    let external = SocketAddr::new(ip(NODE), np.expect("a NodePort"));
 
     let instance = format!("k8sxs{}", std::process::id());
     let _pins = Pins(instance.clone());
@@ -340,24 +371,8 @@ fn kubernetes_xdp_sock_snat_node_port_and_cluster_ip_at_the_socket() {
     assert_eq!(skipped, 2, "{m}");
 
     // The ClusterIP from the node's cgroup: at the socket.
-    let script = format!(
-        "for i in $(seq 20); do if exec 3<>/dev/tcp/{cip}/80; then head -1 <&3; exec 3<&-; else echo refused; fi; done 2>/dev/null"
-    );
-    let out = std::process::Command::new("nsenter")
-        .arg(format!("--net=/var/run/netns/{}", node.ns))
-        .args([
-            "sh",
-            "-c",
-            r#"echo $$ > "$0/cgroup.procs" && exec bash -c "$1""#,
-        ])
-        .arg(&cgroup)
-        .arg(&script)
-        .output()
-        .expect("bash");
-    let got: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect();
+    // 20 connections from the node's namespace and cgroup.
+    let got = super::in_cgroup_connections(&node, &cgroup, cluster, 20);
     let pod1 = got.iter().filter(|g| g.starts_with("pod1 ")).count();
     let pod2 = got.iter().filter(|g| g.starts_with("pod2 ")).count();
     assert_eq!((pod1, pod2), (10, 10), "{got:?}");
