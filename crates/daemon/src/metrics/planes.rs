@@ -240,6 +240,11 @@ pub fn proxy(p: &rvs_proxy::ProxyStats) -> Vec<Family> {
             p.refused_max_conns.load(Relaxed),
         ),
         (
+            "rvs_proxy_refused_source_total",
+            "Connections refused and datagrams dropped: the client is outside the service's source ranges (loadBalancerSourceRanges).",
+            p.refused_source.load(Relaxed),
+        ),
+        (
             "rvs_proxy_refused_fd_budget_total",
             "Connections refused: the file-descriptor budget was spent.",
             p.refused_fd_budget.load(Relaxed),

@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::{
-    Node, WAIT, app_pod, app_pods, bed_with_node, http_get, ip, nodes, pod_servers, real_servers,
-    servers, service_addrs, service_json, set, setup,
+    Node, WAIT, app_pod, app_pods, bed_with_node, http_get, ip, metric, nodes, pod_servers,
+    real_servers, scrape, servers, service_addrs, service_json, set, setup,
 };
 use crate::harness::within;
 
@@ -295,7 +295,8 @@ fn kubernetes_load_balancer_source_ranges_enforced() {
     let (_, np) = service_addrs(&cp, "default", "ranged");
     let node_port = SocketAddr::new(ip("10.81.0.1"), np.expect("a NodePort"));
     let lb = SocketAddr::new(ip("10.81.1.101"), 80);
-    let n = Node::start(&cp, &node, "node1", "proxy", &[]);
+    let http = SocketAddr::new(ip("127.0.0.1"), 9181);
+    let n = Node::start(&cp, &node, "node1", "proxy", &["--http", "127.0.0.1:9181"]);
     let d = &n.rvsd;
     within("the load-balancer address in rvsadm -Ln", WAIT, || {
         real_servers(d, lb).len() == 1
@@ -311,6 +312,9 @@ fn kubernetes_load_balancer_source_ranges_enforced() {
             );
         }
     }
+    // Each refused connection is counted, nothing else is.
+    let m = scrape(&node, http);
+    assert_eq!(metric(&m, "rvs_proxy_refused_source_total"), Some(5), "{m}");
     for from in [&inside, &outside] {
         assert_eq!(servers(from, node_port, 3), set(&["pod1"]), "the NodePort");
     }
