@@ -216,6 +216,11 @@ impl Daemon {
         self.sync.warming(self.now())
     }
 
+    /// The sync daemons' state for the dashboard ([`crate::sync::SyncDaemons::view`]).
+    pub fn sync_view(&self) -> serde_json::Value {
+        self.sync.view(self.now())
+    }
+
     /// keepalived.conf's `lvs_sync_daemon`.
     pub fn sync_wanted(&self) -> Option<rvs_config::model::LvsSyncDaemon> {
         self.sync_wanted.clone()

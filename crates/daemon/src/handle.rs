@@ -16,7 +16,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -207,6 +206,10 @@ pub struct Snapshot {
     pub announced: usize,
     /// Counters other tasks keep (atomics), read at scrape time.
     pub live: Live,
+    /// The sync daemons' state beyond `-L --daemon` (how long ago the
+    /// backup last entered its peers' entries, whether it still gathers
+    /// their tables), as JSON text ([`crate::sync::SyncDaemons::view`]).
+    pub sync: Arc<str>,
     /// The owner's change count it was rendered at.
     pub generation: u64,
 }
@@ -246,8 +249,9 @@ pub struct Live {
 pub struct DaemonHandle {
     tx: mpsc::Sender<Msg>,
     snapshot: watch::Receiver<Snapshot>,
-    /// The owner's change count (a snapshot of a lower one is behind).
-    generation: Arc<AtomicU64>,
+    /// The owner's change count (a snapshot of a lower one is behind);
+    /// a watch, so a reader can wait for the next change ([`Self::changes`]).
+    generation: watch::Receiver<u64>,
     source: Option<Source>,
 }
 
@@ -277,12 +281,18 @@ impl DaemonHandle {
     /// the owner renders it if the last one is behind; the last one when
     /// the owner does not answer within [`FRESH_WAIT`] (busy) or is gone.
     pub async fn fresh(&self) -> Snapshot {
-        let wanted = self.generation.load(Ordering::Acquire);
+        let wanted = *self.generation.borrow();
         if self.snapshot.borrow().generation < wanted {
             let _ =
                 tokio::time::timeout(FRESH_WAIT, self.ask(|reply| Msg::Refresh { reply })).await;
         }
         self.snapshot()
+    }
+
+    /// The owner's change count, to wait for its next change (the
+    /// dashboard's event stream: an event per change, not a poll).
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.generation.clone()
     }
 
     /// The configuration source, if rvsd was started with one (fixed for
@@ -314,14 +324,14 @@ pub fn spawn(daemon: Daemon) -> DaemonHandle {
     let source = daemon.source();
     let (tx, rx) = mpsc::channel(QUEUE);
     let (publish, snapshot) = watch::channel(snapshot(&daemon, 0));
-    let generation = Arc::new(AtomicU64::new(0));
+    let (counted, generation) = watch::channel(0u64);
     // The cell first: a data plane may borrow the director as soon as it
     // is attached (the XDP plane adopting a pinned flow table does).
     let cell = Arc::new(Mutex::new(daemon));
     if let Ok(mut d) = cell.lock() {
         d.attach_director(director(Arc::downgrade(&cell)));
     }
-    tokio::spawn(run(cell, rx, publish, generation.clone()));
+    tokio::spawn(run(cell, rx, publish, counted));
     DaemonHandle {
         tx,
         snapshot,
@@ -350,7 +360,7 @@ async fn run(
     cell: Arc<Mutex<Daemon>>,
     mut rx: mpsc::Receiver<Msg>,
     publish: watch::Sender<Snapshot>,
-    generation: Arc<AtomicU64>,
+    generation: watch::Sender<u64>,
 ) {
     let mut gen_now = 0u64;
     let mut every: Option<tokio::time::Interval> = None;
@@ -400,7 +410,7 @@ async fn run(
         }
         if changed {
             gen_now += 1;
-            generation.store(gen_now, Ordering::Release);
+            generation.send_replace(gen_now);
         }
         if refresh && publish.borrow().generation < gen_now {
             publish.send_replace(snapshot(&d, gen_now));
@@ -580,6 +590,7 @@ fn snapshot(d: &Daemon, generation: u64) -> Snapshot {
         checks: json(&d.checks().unwrap_or(serde_json::Value::Null)),
         announced: d.announce().vips().filter(|(_, on)| *on).count(),
         live: d.live(),
+        sync: Arc::from(d.sync_view().to_string()),
     }
 }
 

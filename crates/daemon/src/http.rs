@@ -1,7 +1,8 @@
 //! The optional HTTP endpoint (`--http 127.0.0.1:PORT`, off by default):
 //! Prometheus `/metrics`, a read-only JSON view at `/api/v1/state`
 //! (`?conns=1` adds the connection table), the health checks at
-//! `/api/v1/checks`, and `/healthz`. Served from the snapshot the daemon's
+//! `/api/v1/checks`, `/healthz`, and the live dashboard at `/`
+//! ([`crate::dash`]). Served from the snapshot the daemon's
 //! owner publishes ([`crate::handle::Snapshot`]): a scrape never waits for
 //! a reload. Only the connection table is asked of the owner.
 
@@ -55,5 +56,6 @@ pub fn router(d: DaemonHandle) -> Router {
         .route("/api/v1/state", get(state))
         .route("/api/v1/checks", get(checks))
         .route("/healthz", get(|| async { "ok\n" }))
+        .merge(crate::dash::router(&d))
         .with_state(d)
 }

@@ -6,8 +6,8 @@
 //! through a watch), the control socket rvsadm talks to, reloads, VRRP,
 //! health-check wiring, sync sockets, route announcement and BGP-daemon
 //! watch, takeover, the Kubernetes source, notify scripts and FIFOs, SMTP
-//! alerts, static addresses and routes, Prometheus and the JSON view over
-//! HTTP.
+//! alerts, static addresses and routes, Prometheus, the JSON view and the
+//! live dashboard over HTTP.
 //!
 //! `rvsd` only parses its arguments into [`Options`] and calls [`run`] (or
 //! [`remove`], [`check`], [`realserver::run`]); the crate is a library so
@@ -19,6 +19,7 @@
 mod announce;
 mod bgpwatch;
 mod daemon;
+mod dash;
 mod demo;
 mod handle;
 mod http;

@@ -521,21 +521,30 @@ pub fn announce(a: &crate::announce::Announce) -> Vec<Family> {
     vec![vips, drained]
 }
 
+/// The counters the data planes keep themselves, as they are now: the
+/// proxy's, the XDP plane's SYN-flood guard and FULLNAT, the sock plane's
+/// (the dashboard shows them too).
+pub fn planes(live: &crate::handle::Live) -> Vec<Family> {
+    let mut out = Vec::new();
+    if let Some(p) = &live.proxy {
+        out.extend(proxy(p));
+    }
+    if let Some(x) = &live.xdp_flood {
+        out.extend(xdp_flood(&x.snapshot()));
+        out.extend(xdp_fnat(&x.fnat_snapshot()));
+    }
+    if let Some(x) = &live.sock {
+        out.extend(sock(x));
+    }
+    out
+}
+
 /// Every family of one scrape, in exposition order: the daemon's as its
 /// owner published them, the counters other tasks keep as they are now.
 pub fn families(s: &crate::handle::Snapshot) -> Vec<Family> {
     let own = &s.families;
     let mut out = own.director.clone();
-    if let Some(p) = &s.live.proxy {
-        out.extend(proxy(p));
-    }
-    if let Some(x) = &s.live.xdp_flood {
-        out.extend(xdp_flood(&x.snapshot()));
-        out.extend(xdp_fnat(&x.fnat_snapshot()));
-    }
-    if let Some(x) = &s.live.sock {
-        out.extend(sock(x));
-    }
+    out.extend(planes(&s.live));
     out.extend(own.planes_skipped.iter().cloned());
     out.extend(own.health.iter().cloned());
     out.extend(vrrp(&s.live.vrrp));

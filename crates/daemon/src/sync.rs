@@ -86,6 +86,25 @@ impl SyncDaemons {
         endpoint::warming(self.backup.as_ref().map(|r| r.started), self.heard, now)
     }
 
+    /// What the dashboard shows of the daemons at `now` beyond `-L
+    /// --daemon`: whether each kind runs, how long ago (milliseconds) the
+    /// backup last entered its peers' entries (its lag behind them: `null`
+    /// before it heard any), whether it still gathers their tables, and
+    /// how many entries it holds from them.
+    pub fn view(&self, now: Instant) -> serde_json::Value {
+        let heard_ms_ago = self
+            .heard
+            .map(|h| u64::try_from(now.saturating_since(h).as_millis()).unwrap_or(u64::MAX));
+        let received = self.received.lock().map_or(0, |r| r.len());
+        serde_json::json!({
+            "master": self.master.is_some(),
+            "backup": self.backup.is_some(),
+            "heard_ms_ago": heard_ms_ago,
+            "warming": self.warming(now),
+            "received": received,
+        })
+    }
+
     /// Stop one daemon; ipvsadm's text when none runs.
     pub fn stop(&mut self, master: bool) -> Result<(), String> {
         let slot = if master {
