@@ -6,6 +6,7 @@
 mod harness;
 
 mod check;
+mod dashboard;
 mod dsr_opt;
 mod failover;
 mod fleet;
