@@ -155,14 +155,19 @@ fn bed(test: &str) -> Option<Bed> {
     })
 }
 
-fn start(tag: &str, text: &str, extra: &[&str]) -> (Rvsd, u16) {
+/// `rvsd --dataplane proxy --http 127.0.0.1:PORT`, with `-f` of a
+/// keepalived.conf of `text` if given, and `extra`; the daemon and PORT.
+fn start(tag: &str, text: Option<&str>, extra: &[&str]) -> (Rvsd, u16) {
     let dir = TempDir::new(tag);
-    let path = dir.write("keepalived.conf", text);
-    let p = path.to_str().expect("utf-8 path").to_owned();
     let http = free_port();
-    let addr = format!("127.0.0.1:{http}");
-    let mut args = vec!["-f", p.as_str(), "--http", addr.as_str()];
-    args.extend_from_slice(extra);
+    let mut args = vec!["--http".to_owned(), format!("127.0.0.1:{http}")];
+    if let Some(text) = text {
+        let path = dir.write("keepalived.conf", text);
+        args.push("-f".into());
+        args.push(path.to_str().expect("utf-8 path").to_owned());
+    }
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     (Rvsd::start_with(dir, "proxy", None, &args), http)
 }
 
@@ -173,7 +178,7 @@ fn dashboard_lists_the_service_and_a_failing_real_server_turns_red() {
         return;
     };
     let (vip, up_port, (down_port, down)) = (bed.vip, bed.a.0, bed.b);
-    let (_d, http) = start("dash", &conf(vip, &[up_port, down_port]), &[]);
+    let (_d, http) = start("dash", Some(&conf(vip, &[up_port, down_port])), &[]);
     let mut page = Page::open(
         &bed.playwright,
         &format!("http://127.0.0.1:{http}/"),
@@ -232,7 +237,7 @@ fn next_data(r: &mut BufReader<TcpStream>) -> String {
 fn event_streams_carry_the_state_and_are_bounded() {
     let (port, _rs) = backend();
     let vip = free_port();
-    let (d, http) = start("dash-events", &conf(vip, &[port]), &[]);
+    let (d, http) = start("dash-events", Some(&conf(vip, &[port])), &[]);
     let (status, mut first) = open_events(http);
     assert!(status.starts_with("HTTP/1.1 200"), "{status}");
     let v: serde_json::Value = serde_json::from_str(&next_data(&mut first)).expect("JSON");
@@ -281,6 +286,24 @@ fn weights(d: &Rvsd) -> Vec<(u16, u32)> {
         .collect()
 }
 
+/// `POST PATH` with JSON `body` and the bearer `token` to rvsd's API;
+/// fails the test unless it answers 2xx.
+fn api_post(http: u16, token: &str, path: &str, body: &str) {
+    let mut s = TcpStream::connect(("127.0.0.1", http)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    let mut resp = String::new();
+    std::io::Read::read_to_string(&mut s, &mut resp).expect("read");
+    assert!(resp.starts_with("HTTP/1.1 2"), "POST {path}: {resp}");
+}
+
 #[test]
 #[ignore = "needs the API routes (branch api)"]
 fn dashboard_drain_click_sets_the_weight_rvsadm_prints_to_zero() {
@@ -295,9 +318,26 @@ fn dashboard_drain_click_sets_the_weight_rvsadm_prints_to_zero() {
     let tf = token_file.to_str().expect("utf-8 path").to_owned();
     let (d, http) = start(
         "dash-drain",
-        &conf(vip, &[a_port, b_port]),
+        None,
         &["--api-writes", "--api-token-file", &tf],
     );
+    // Made through the API: it changes only the services it owns (not
+    // keepalived.conf's, not rvsadm's).
+    let svc = format!("tcp-127.0.0.1-{vip}");
+    api_post(
+        http,
+        token,
+        "/api/v1/services",
+        &format!(r#"{{"protocol":"tcp","address":"127.0.0.1","port":{vip},"scheduler":"rr"}}"#),
+    );
+    for (port, w) in [(a_port, 1), (b_port, 2)] {
+        api_post(
+            http,
+            token,
+            &format!("/api/v1/services/{svc}/reals"),
+            &format!(r#"{{"address":"127.0.0.1","port":{port},"weight":{w},"forward":"masq"}}"#),
+        );
+    }
     assert!(weights(&d).contains(&(b_port, 2)), "{:?}", weights(&d));
     let mut page = Page::open(
         &bed.playwright,
