@@ -266,6 +266,7 @@ impl Daemon {
             sock: self.sock_stats.clone(),
             vrrp: self.vrrp_status.clone(),
             kubernetes: self.kubernetes.clone(),
+            sync: self.sync.stats(),
         }
     }
 
@@ -470,6 +471,7 @@ impl Daemon {
             planes_skipped: crate::metrics::planes_skipped(&self.ctl.plane_services_skipped()),
             health: crate::metrics::health(&self.health),
             announce: crate::metrics::announce(&self.announce),
+            sync: crate::metrics::sync_running(&self.sync.running_at(self.now())),
         }
     }
 }

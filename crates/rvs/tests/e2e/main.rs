@@ -6,6 +6,7 @@
 mod harness;
 
 mod check;
+mod dashboards;
 mod dsr_opt;
 mod failover;
 mod fleet;
