@@ -271,6 +271,7 @@ impl Daemon {
             sock: self.sock_stats.clone(),
             vrrp: self.vrrp_status.clone(),
             kubernetes: self.kubernetes.clone(),
+            sync: self.sync.stats(),
         }
     }
 
@@ -475,6 +476,7 @@ impl Daemon {
             planes_skipped: crate::metrics::planes_skipped(&self.ctl.plane_services_skipped()),
             health: crate::metrics::health(&self.health),
             announce: crate::metrics::announce(&self.announce),
+            sync: crate::metrics::sync_running(&self.sync.running_at(self.now())),
         }
     }
 }

@@ -226,6 +226,8 @@ pub struct Families {
     pub health: Vec<Family>,
     /// The announcement's.
     pub announce: Vec<Family>,
+    /// The running connection-sync daemons'.
+    pub sync: Vec<Family>,
 }
 
 /// Counters kept by other tasks, shared with the daemon at start.
@@ -241,6 +243,8 @@ pub struct Live {
     pub vrrp: crate::vrrp::Status,
     /// The Kubernetes source's.
     pub kubernetes: Option<Arc<crate::kubernetes::Stats>>,
+    /// The connection-sync daemons' traffic.
+    pub sync: Arc<crate::sync::SyncStats>,
 }
 
 /// A task's way to the daemon: requests over a bounded channel, the

@@ -463,7 +463,7 @@ pub fn health(h: &rvs_check::Health) -> Vec<Family> {
     vec![up, quorum, latency, lateness, transitions]
 }
 
-/// `rvs_vrrp_state{instance}` (keepalived_exporter's encoding: 0 init,
+/// `rvs_vrrp_state{iname}` (keepalived_exporter's label and encoding: 0 init,
 /// 1 backup, 2 master, 3 fault; 4 stopped) and `rvs_vrrp_priority`; none
 /// when no instance runs.
 pub fn vrrp(status: &crate::vrrp::Status) -> Vec<Family> {
@@ -491,8 +491,8 @@ pub fn vrrp(status: &crate::vrrp::Status) -> Vec<Family> {
             State::Fault => 3,
             State::Stopped => 4,
         };
-        state.push(vec![("instance", name.clone())], Value::Int(v));
-        prio.push(vec![("instance", name.clone())], Value::Int(u64::from(*p)));
+        state.push(vec![("iname", name.clone())], Value::Int(v));
+        prio.push(vec![("iname", name.clone())], Value::Int(u64::from(*p)));
     }
     vec![state, prio]
 }
@@ -539,6 +539,82 @@ pub fn planes(live: &crate::handle::Live) -> Vec<Family> {
     out
 }
 
+/// `rvs_sync_daemon_running{role}` (1 for each running daemon: `master`,
+/// `backup`) and `rvs_sync_backup_heard_age_seconds` (how long ago the
+/// backup last entered its peers' entries; absent until it has). None when
+/// no sync daemon runs.
+pub fn sync_running(running: &[crate::sync::RunningSnap]) -> Vec<Family> {
+    if running.is_empty() {
+        return Vec::new();
+    }
+    let mut up = Family::new(
+        "rvs_sync_daemon_running",
+        Kind::Gauge,
+        "Whether a connection-sync daemon of this role runs (ipvsadm --start-daemon, lvs_sync_daemon).",
+    );
+    let mut age = Family::new(
+        "rvs_sync_backup_heard_age_seconds",
+        Kind::Gauge,
+        "Seconds since the backup sync daemon last entered its peers' entries (absent until it has).",
+    );
+    for r in running {
+        let role = if r.master { "master" } else { "backup" };
+        up.push(vec![("role", role.to_owned())], Value::Int(1));
+        if let Some(ms) = r.heard_ago_ms {
+            age.push(Vec::new(), Value::Int(ms / 1000));
+        }
+    }
+    let mut out = vec![up];
+    if !age.samples.is_empty() {
+        out.push(age);
+    }
+    out
+}
+
+/// `rvs_sync_{sent,received}_{messages,bytes}_total{role}` and
+/// `rvs_sync_send_errors_total{role}`: the sync daemons' traffic since
+/// rvsd started, while a daemon `runs` or once either has counted (samples
+/// for both roles, so a rate can be taken across a restart of one daemon).
+pub fn sync_traffic(s: &crate::sync::SyncStats, runs: bool) -> Vec<Family> {
+    // In the order of `RoleStats::values`.
+    const ROWS: [(&str, &str); 5] = [
+        (
+            "rvs_sync_sent_messages_total",
+            "Datagrams the sync daemon sent (sync messages, bulk requests and answers).",
+        ),
+        (
+            "rvs_sync_sent_bytes_total",
+            "Bytes of the datagrams the sync daemon sent.",
+        ),
+        (
+            "rvs_sync_send_errors_total",
+            "Datagrams the sync daemon could not send.",
+        ),
+        (
+            "rvs_sync_received_messages_total",
+            "Datagrams the sync daemon received on its group.",
+        ),
+        (
+            "rvs_sync_received_bytes_total",
+            "Bytes of the datagrams the sync daemon received on its group.",
+        ),
+    ];
+    let roles = [("master", s.master.values()), ("backup", s.backup.values())];
+    if !runs && roles.iter().all(|(_, v)| v.iter().all(|&n| n == 0)) {
+        return Vec::new();
+    }
+    ROWS.iter()
+        .enumerate()
+        .map(|(i, &(name, help))| {
+            let mut f = Family::new(name, Kind::Counter, help);
+            for (role, v) in &roles {
+                f.push(vec![("role", (*role).to_owned())], Value::Int(v[i]));
+            }
+            f
+        })
+        .collect()
+}
+
 /// Every family of one scrape, in exposition order: the daemon's as its
 /// owner published them, the counters other tasks keep as they are now.
 pub fn families(s: &crate::handle::Snapshot) -> Vec<Family> {
@@ -549,6 +625,8 @@ pub fn families(s: &crate::handle::Snapshot) -> Vec<Family> {
     out.extend(own.health.iter().cloned());
     out.extend(vrrp(&s.live.vrrp));
     out.extend(own.announce.iter().cloned());
+    out.extend(own.sync.iter().cloned());
+    out.extend(sync_traffic(&s.live.sync, !own.sync.is_empty()));
     if let Some(k) = &s.live.kubernetes {
         out.extend(k.families());
     }

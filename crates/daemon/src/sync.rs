@@ -16,6 +16,7 @@
 //! master does not send its peers' flows back.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,6 +39,71 @@ pub struct SyncDaemons {
     received: Arc<Mutex<Received>>,
     /// When the backup daemon last entered peers' entries.
     heard: Option<Instant>,
+    /// What the daemons' tasks sent and received (read by the metrics).
+    stats: Arc<SyncStats>,
+}
+
+/// One sync daemon's traffic, counted by its task as it goes.
+#[derive(Default, Debug)]
+pub struct RoleStats {
+    /// Datagrams sent (sync messages, requests and bulk answers).
+    pub sent: AtomicU64,
+    /// Their bytes.
+    pub sent_bytes: AtomicU64,
+    /// Datagrams that could not be sent.
+    pub send_errors: AtomicU64,
+    /// Datagrams received on the group.
+    pub received: AtomicU64,
+    /// Their bytes.
+    pub received_bytes: AtomicU64,
+}
+
+/// The master's and the backup's traffic, shared by the daemon with its
+/// sync tasks and the metrics ([`crate::handle::Live::sync`]).
+#[derive(Default, Debug)]
+pub struct SyncStats {
+    /// The master daemon's.
+    pub master: RoleStats,
+    /// The backup daemon's.
+    pub backup: RoleStats,
+}
+
+impl RoleStats {
+    /// Sent, sent bytes, send errors, received, received bytes.
+    pub fn values(&self) -> [u64; 5] {
+        [
+            &self.sent,
+            &self.sent_bytes,
+            &self.send_errors,
+            &self.received,
+            &self.received_bytes,
+        ]
+        .map(|n| n.load(Ordering::Relaxed))
+    }
+}
+
+impl SyncStats {
+    /// The counters of the master (`true`) or the backup.
+    pub fn role(&self, master: bool) -> &RoleStats {
+        if master { &self.master } else { &self.backup }
+    }
+}
+
+/// A sync daemon as the metrics show it: its role, and for a backup how
+/// long ago it last entered its peers' entries.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RunningSnap {
+    /// The master (else the backup).
+    pub master: bool,
+    /// Milliseconds since the backup last entered peers' entries (`None`:
+    /// a master, or a backup that has not heard a peer since its start).
+    pub heard_ago_ms: Option<u64>,
+}
+
+/// Count one datagram of `len` bytes.
+fn count(n: &AtomicU64, bytes: &AtomicU64, len: usize) {
+    n.fetch_add(1, Ordering::Relaxed);
+    bytes.fetch_add(len as u64, Ordering::Relaxed);
 }
 
 struct Running {
@@ -86,22 +152,45 @@ impl SyncDaemons {
         endpoint::warming(self.backup.as_ref().map(|r| r.started), self.heard, now)
     }
 
+    /// The counters the daemons' tasks keep.
+    pub fn stats(&self) -> Arc<SyncStats> {
+        self.stats.clone()
+    }
+
+    /// The running daemons (master first) at `now`, for the metrics.
+    pub fn running_at(&self, now: Instant) -> Vec<RunningSnap> {
+        let heard_ago_ms = self
+            .heard
+            .map(|h| u64::try_from(now.saturating_since(h).as_millis()).unwrap_or(u64::MAX));
+        [(&self.master, true), (&self.backup, false)]
+            .into_iter()
+            .filter(|(r, _)| r.is_some())
+            .map(|(_, master)| RunningSnap {
+                master,
+                heard_ago_ms: if master { None } else { heard_ago_ms },
+            })
+            .collect()
+    }
+
     /// What the dashboard shows of the daemons at `now` beyond `-L
     /// --daemon`: whether each kind runs, how long ago (milliseconds) the
     /// backup last entered its peers' entries (its lag behind them: `null`
-    /// before it heard any), whether it still gathers their tables, and
-    /// how many entries it holds from them.
+    /// before it heard any), whether it still gathers their tables, how
+    /// many entries it holds from them, and each role's traffic
+    /// (`[sent, sent bytes, send errors, received, received bytes]`).
     pub fn view(&self, now: Instant) -> serde_json::Value {
-        let heard_ms_ago = self
-            .heard
-            .map(|h| u64::try_from(now.saturating_since(h).as_millis()).unwrap_or(u64::MAX));
-        let received = self.received.lock().map_or(0, |r| r.len());
+        let running = self.running_at(now);
+        let backup = running.iter().find(|r| !r.master);
         serde_json::json!({
-            "master": self.master.is_some(),
-            "backup": self.backup.is_some(),
-            "heard_ms_ago": heard_ms_ago,
+            "master": running.iter().any(|r| r.master),
+            "backup": backup.is_some(),
+            "heard_ms_ago": backup.and_then(|b| b.heard_ago_ms),
             "warming": self.warming(now),
-            "received": received,
+            "received": self.received.lock().map_or(0, |r| r.len()),
+            "traffic": {
+                "master": self.stats.master.values(),
+                "backup": self.stats.backup.values(),
+            },
         })
     }
 
@@ -462,6 +551,8 @@ async fn run(mut task: Task) {
         },
         clock.now(),
     ));
+    let stats = task.daemon.snapshot().live.sync.clone();
+    let stats = stats.role(master);
     let mut buf = vec![0u8; 65536];
     loop {
         while let Some(ev) = ep.poll_event() {
@@ -474,10 +565,13 @@ async fn run(mut task: Task) {
             task.other.as_ref()
         };
         while let Some(t) = ep.poll_transmit(clock.now()) {
-            if let Some(s) = send
-                && let Err(e) = s.send(&t.contents).await
-            {
-                tracing::warn!(target: "rvs::sync", "sync daemon on {}: send: {e}", task.cfg.mcast_ifn);
+            let Some(s) = send else { continue };
+            match s.send(&t.contents).await {
+                Ok(n) => count(&stats.sent, &stats.sent_bytes, n),
+                Err(e) => {
+                    stats.send_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(target: "rvs::sync", "sync daemon on {}: send: {e}", task.cfg.mcast_ifn);
+                }
             }
         }
         // The socket bound to the group: the backup's own, the master's other.
@@ -499,7 +593,10 @@ async fn run(mut task: Task) {
                 None
             }
             r = recv_on(group, &mut buf) => match r {
-                Ok((n, src)) => Some((n, src)),
+                Ok((n, src)) => {
+                    count(&stats.received, &stats.received_bytes, n);
+                    Some((n, src))
+                }
                 Err(e) => {
                     tracing::warn!(target: "rvs::sync", "sync daemon on {}: receive: {e}", task.cfg.mcast_ifn);
                     tokio::time::sleep(Duration::from_millis(100)).await;

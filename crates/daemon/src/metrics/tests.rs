@@ -325,12 +325,12 @@ fn vrrp_state_and_priority_per_instance() {
         [
             "# HELP rvs_vrrp_state VRRP instance state (0 init, 1 backup, 2 master, 3 fault, 4 stopped).",
             "# TYPE rvs_vrrp_state gauge",
-            r#"rvs_vrrp_state{instance="VI_1"} 2"#,
-            r#"rvs_vrrp_state{instance="odd\"name"} 3"#,
+            r#"rvs_vrrp_state{iname="VI_1"} 2"#,
+            r#"rvs_vrrp_state{iname="odd\"name"} 3"#,
             "# HELP rvs_vrrp_priority VRRP instance effective priority.",
             "# TYPE rvs_vrrp_priority gauge",
-            r#"rvs_vrrp_priority{instance="VI_1"} 150"#,
-            r#"rvs_vrrp_priority{instance="odd\"name"} 0"#,
+            r#"rvs_vrrp_priority{iname="VI_1"} 150"#,
+            r#"rvs_vrrp_priority{iname="odd\"name"} 0"#,
         ],
         "{text}"
     );
@@ -374,4 +374,60 @@ fn services_skipped_per_plane_only_with_several_planes() {
     ] {
         assert!(lines(&text).contains(&want), "{want} in {text}");
     }
+}
+
+#[test]
+fn sync_families_follow_the_running_daemons_and_their_traffic() {
+    use crate::sync::{RunningSnap, SyncStats};
+    use std::sync::atomic::Ordering::Relaxed;
+    // No daemon ran: nothing.
+    assert!(sync_running(&[]).is_empty());
+    let stats = SyncStats::default();
+    assert!(sync_traffic(&stats, false).is_empty());
+    // A master and a backup that heard its peers 2.5 s ago.
+    let running = [
+        RunningSnap {
+            master: true,
+            heard_ago_ms: None,
+        },
+        RunningSnap {
+            master: false,
+            heard_ago_ms: Some(2500),
+        },
+    ];
+    stats.master.sent.store(7, Relaxed);
+    stats.master.sent_bytes.store(700, Relaxed);
+    stats.backup.received.store(3, Relaxed);
+    let mut fams = sync_running(&running);
+    fams.extend(sync_traffic(&stats, true));
+    let text = encode(fams);
+    for want in [
+        r#"rvs_sync_daemon_running{role="master"} 1"#,
+        r#"rvs_sync_daemon_running{role="backup"} 1"#,
+        "rvs_sync_backup_heard_age_seconds 2",
+        r#"rvs_sync_sent_messages_total{role="master"} 7"#,
+        r#"rvs_sync_sent_bytes_total{role="master"} 700"#,
+        r#"rvs_sync_sent_messages_total{role="backup"} 0"#,
+        r#"rvs_sync_received_messages_total{role="backup"} 3"#,
+        r#"rvs_sync_send_errors_total{role="master"} 0"#,
+        "# TYPE rvs_sync_received_bytes_total counter",
+    ] {
+        assert!(lines(&text).contains(&want), "{want} in {text}");
+    }
+    // A backup that has not heard a peer: no age; the counters stay once
+    // the daemons stopped.
+    let text = encode(sync_running(
+        &running[1..]
+            .iter()
+            .map(|r| RunningSnap {
+                heard_ago_ms: None,
+                ..*r
+            })
+            .collect::<Vec<_>>(),
+    ));
+    assert!(
+        !text.contains("rvs_sync_backup_heard_age_seconds"),
+        "{text}"
+    );
+    assert_eq!(sync_traffic(&stats, false).len(), 5);
 }

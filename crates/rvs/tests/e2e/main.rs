@@ -7,6 +7,7 @@ mod harness;
 
 mod check;
 mod dashboard;
+mod dashboards;
 mod dsr_opt;
 mod failover;
 mod fleet;

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::harness::{Launch, Rvsd, TempDir, within};
+use crate::harness::{Launch, Rvsd, TempDir, http_get, samples, within};
 use crate::netns::{Bed, Host, connect};
 
 /// rvsd in `h`'s namespace with data plane `plane`, on `DIR/NAME.sock`
@@ -35,8 +35,9 @@ fn sync_daemon_carries_connections_and_templates_to_the_backup() {
     };
     bed.server(&a, "10.0.5.1".parse().unwrap(), 8081, "rs1");
     let dir = TempDir::new("sync");
-    let master = start(&a, dir.path(), "master", "proxy", &[]);
-    let backup = start(&b, dir.path(), "backup", "none", &[]);
+    let http = "127.0.0.1:9182";
+    let master = start(&a, dir.path(), "master", "proxy", &["--http", http]);
+    let backup = start(&b, dir.path(), "backup", "none", &["--http", http]);
     for d in [&master, &backup] {
         d.ok("-A -t 10.0.5.1:80 -s rr -p 300");
         d.ok("-a -t 10.0.5.1:80 -r 10.0.5.1:8081 -m");
@@ -93,6 +94,40 @@ fn sync_daemon_carries_connections_and_templates_to_the_backup() {
             .lines()
             .any(|x| x.contains("10.0.5.1:8081") && x.split_whitespace().nth(4) == Some("1")),
         "{stats}"
+    );
+    // Each daemon counts its datagrams (`rvs_sync_*`, dist/grafana's sync
+    // panels and the sync-lag alert).
+    let scrape = |h: &Host| rvs_testbed::in_ns(&h.ns, move || http_get(http, "/metrics"));
+    let (m, b_text) = (scrape(&a), scrape(&b));
+    let first = |text: &str, family: &str, role: &str| {
+        samples(text, family, &[&format!("role=\"{role}\"")]).next()
+    };
+    assert_eq!(
+        first(&m, "rvs_sync_daemon_running", "master"),
+        Some(1),
+        "{m}"
+    );
+    assert!(
+        first(&m, "rvs_sync_sent_messages_total", "master") > Some(0),
+        "{m}"
+    );
+    assert!(
+        first(&m, "rvs_sync_sent_bytes_total", "master") > Some(0),
+        "{m}"
+    );
+    assert_eq!(
+        first(&b_text, "rvs_sync_daemon_running", "backup"),
+        Some(1),
+        "{b_text}"
+    );
+    assert!(
+        first(&b_text, "rvs_sync_received_messages_total", "backup") > Some(0),
+        "{b_text}"
+    );
+    assert_eq!(
+        first(&b_text, "rvs_sync_sent_messages_total", "master"),
+        Some(0),
+        "{b_text}"
     );
     drop(conn);
 

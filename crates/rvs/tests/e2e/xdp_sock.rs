@@ -196,26 +196,33 @@ struct Daemon {
     ns: String,
 }
 
+/// `rvsd --dataplane xdp,sock --interface eth0 --cgroup CG` in `dir`'s
+/// namespace, behind the shell that mounts the cgroup v2 hierarchy there
+/// (see the module doc); more arguments may follow.
+pub(crate) fn launch(tag: &str, dir: &Host, cg: &Cgroup) -> Launch {
+    let root = rvs_testbed::cgroup::unified_root().expect("cgroup v2");
+    let rel = cg.path().strip_prefix(&root).expect("under the root");
+    let inner = Path::new("/sys/fs/cgroup").join(rel);
+    Launch::new(tag)
+        .wrapped(&[
+            "ip",
+            "netns",
+            "exec",
+            &dir.ns,
+            "sh",
+            "-c",
+            r#"mount -t cgroup2 none /sys/fs/cgroup && exec "$@""#,
+            "sh",
+        ])
+        .plane("xdp,sock")
+        .args(["--interface", "eth0", "--cgroup"])
+        .arg(&inner)
+}
+
 impl Daemon {
     fn start(bed: &mut Bed, dir: &Host, cg: &Cgroup) -> Daemon {
         let http = "127.0.0.1:9180";
-        let root = rvs_testbed::cgroup::unified_root().expect("cgroup v2");
-        let rel = cg.path().strip_prefix(&root).expect("under the root");
-        let inner = Path::new("/sys/fs/cgroup").join(rel);
-        let rvsd = Launch::new("xdp-sock")
-            .wrapped(&[
-                "ip",
-                "netns",
-                "exec",
-                &dir.ns,
-                "sh",
-                "-c",
-                r#"mount -t cgroup2 none /sys/fs/cgroup && exec "$@""#,
-                "sh",
-            ])
-            .plane("xdp,sock")
-            .args(["--interface", "eth0", "--cgroup"])
-            .arg(&inner)
+        let rvsd = launch("xdp-sock", dir, cg)
             .args(["--http", http])
             .adopt(bed);
         Daemon {

@@ -324,12 +324,17 @@
     fill('sync', daemons.length ? daemons.map((d) => [d.master ? 'master' : 'backup', d.mcast_ifn,
       d.syncid, d.mcast_group ? `${d.mcast_group}:${d.mcast_port}` : '']) : [['none running', '', '', '']]);
     const lag = $('sync-lag');
+    const parts = [];
+    const t = (sync && sync.traffic) || {};
+    if (sync && sync.master && t.master) {
+      parts.push(`master: ${human(t.master[0])} datagrams sent${t.master[2] ? `, ${human(t.master[2])} send errors` : ''}`);
+    }
     if (sync && sync.backup) {
       const heard = sync.heard_ms_ago == null ? 'peers not heard yet' : `peers last heard ${(sync.heard_ms_ago / 1000).toFixed(1)} s ago`;
-      lag.textContent = `backup: ${heard}; ${sync.received} entries from peers${sync.warming ? '; still gathering their tables' : ''}`;
-    } else {
-      lag.textContent = '';
+      const got = t.backup ? `, ${human(t.backup[3])} datagrams received` : '';
+      parts.push(`backup: ${heard}; ${sync.received} entries from peers${got}${sync.warming ? '; still gathering their tables' : ''}`);
     }
+    lag.textContent = parts.join(' — ');
   }
 
   function renderPlane(plane) {
