@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use rvs_config::ServiceSpec;
-use rvs_config::model::{Checker, CheckerKind, KeepalivedConf, RealServer, Script, VsTarget};
+use rvs_config::model::{Checker, CheckerKind, KeepalivedConf, RealServer, VsTarget};
 
 use crate::policy::{
     CheckerSpec, HealthConfig, MailText, RsSpec, ScriptSpec, ServiceSlot, Timing, VsSpec,
@@ -45,9 +45,8 @@ pub struct HealthPlan {
 }
 
 /// The words marking a warning about something the file asks for that rvs
-/// does not carry out (as the keyword audit's "`KEYWORD` is not applied by
-/// rvs"): `rvsd --strict` refuses a file with such a warning.
-pub const NOT_APPLIED: &str = "is not applied by rvs";
+/// does not carry out (the control plane's, re-exported).
+pub use rvs_control::script::NOT_APPLIED;
 
 /// Does this build run checkers of this kind? (All but FILE_CHECK and
 /// BFD_CHECK.)
@@ -75,13 +74,6 @@ fn vs_name(conf: &KeepalivedConf, spec: &ServiceSpec) -> String {
         VsTarget::Fwmark(m) => format!("FWM {m}"),
         VsTarget::Group(g) => format!("group {g}"),
     }
-}
-
-fn script(s: &Option<Script>) -> Option<ScriptSpec> {
-    s.as_ref().map(|s| ScriptSpec {
-        command: s.command.clone(),
-        user: s.user.clone(),
-    })
 }
 
 fn job(rs: &RealServer, c: &Checker, vhost: Option<&String>) -> ProbeJob {
@@ -165,8 +157,8 @@ pub fn plan(conf: &KeepalivedConf, specs: &[ServiceSpec]) -> HealthPlan {
                 name: sock(rs.addr, rs.port),
                 weight: rs.weight,
                 inhibit: rs.effective.inhibit_on_failure,
-                notify_up: script(&rs.notify_up),
-                notify_down: script(&rs.notify_down),
+                notify_up: ScriptSpec::of(&rs.notify_up),
+                notify_down: ScriptSpec::of(&rs.notify_down),
                 smtp_alert: smtp_alert(conf, rs.smtp_alert, true),
                 checkers,
             });
@@ -183,8 +175,8 @@ pub fn plan(conf: &KeepalivedConf, specs: &[ServiceSpec]) -> HealthPlan {
                 .collect(),
             quorum: first.quorum,
             hysteresis: first.hysteresis,
-            quorum_up: script(&vs.quorum_up),
-            quorum_down: script(&vs.quorum_down),
+            quorum_up: ScriptSpec::of(&vs.quorum_up),
+            quorum_down: ScriptSpec::of(&vs.quorum_down),
             sorry_inhibit: first.sorry_server_inhibit,
             omega: vs.omega,
             smtp_alert: smtp_alert(conf, vs.smtp_alert, false),

@@ -91,14 +91,9 @@ pub struct Timing {
     pub alpha: bool,
 }
 
-/// A script to run (notify_up/down, quorum_up/down).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct ScriptSpec {
-    /// The command line as written.
-    pub command: String,
-    /// `user [group]` as written, if any.
-    pub user: Option<String>,
-}
+/// A script to run (notify_up/down, quorum_up/down): the control plane's
+/// type, re-exported for the callers that name it here.
+pub use rvs_control::script::ScriptSpec;
 
 /// One checker of a real server.
 #[derive(Clone, Debug, PartialEq, Eq)]

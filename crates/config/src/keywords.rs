@@ -57,14 +57,14 @@ const SMTP: &str = "e-mail alerts are sent for VRRP instance transitions and hea
 const SMTP_TEST: &str =
     "crates/rvs/tests/e2e/smtp_alert.rs::smtp_alert_mails_vrrp_transitions_to_a_real_smtp_server";
 const INSTANCE_KEYWORDS_TEST: &str =
-    "crates/daemon/src/vrrp/tests.rs::instance_keywords_reach_the_running_instance";
+    "crates/control/src/vrrp/tests.rs::instance_keywords_reach_the_running_instance";
 const CHECKER_KEYWORDS_TEST: &str =
     "crates/check/src/build.rs::checker_keywords_reach_the_probes_and_the_policy";
 const SMTP_CHECK_TEST: &str = "crates/rvs/tests/e2e/smtp_alert.rs::smtp_alert_mails_checker_and_quorum_changes_to_a_real_smtp_server";
 const NO_EMAIL_FAULTS_TEST: &str =
-    "crates/daemon/src/vrrp/tests.rs::no_email_faults_leaves_fault_transitions_unmailed";
+    "crates/control/src/vrrp/tests.rs::no_email_faults_leaves_fault_transitions_unmailed";
 const DOWN_TIMER_TEST: &str =
-    "crates/daemon/src/vrrp/tests.rs::vrrp_down_timer_adverts_is_the_instances_default";
+    "crates/control/src/vrrp/tests.rs::vrrp_down_timer_adverts_is_the_instances_default";
 const RS_INIT_TEST: &str = "crates/check/src/policy_tests.rs::rs_init_notifies_runs_up_notifiers_for_servers_starting_alive";
 const NO_CHECKER_EMAILS_TEST: &str =
     "crates/check/src/policy_tests.rs::no_checker_emails_mails_only_real_server_changes";
@@ -90,7 +90,7 @@ const SCRIPTS: &str =
     "scripts' paths are checked with their symlinks resolved, as keepalived does by default";
 const SCRIPTS_TEST: &str = "crates/rvs/tests/e2e/script_security.rs::script_user_runs_scripts_as_that_user_and_script_security_refuses_writable_ones";
 const STRICT_TEST: &str =
-    "crates/daemon/src/vrrp/strict_tests.rs::vrrp_strict_applies_keepalived_s_checks_and_refusals";
+    "crates/control/src/vrrp/strict_tests.rs::vrrp_strict_applies_keepalived_s_checks_and_refusals";
 const SMTP_HOST_TEST: &str = "crates/rvs/tests/e2e/health_probes.rs::smtp_check_hosts_are_each_checked_against_a_real_smtp_server";
 const RELOAD: &str = "rvs reloads on SIGHUP or `rvsadm reload` only";
 const LINKBEAT: &str = "rvs follows interface state over netlink only";

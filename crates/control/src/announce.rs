@@ -13,6 +13,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::time::Duration;
+
+use rvs_core::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -143,6 +146,125 @@ pub fn reconcile(
     )
 }
 
+/// The director's drain state.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Drain {
+    /// VIPs are announced as their quorum says.
+    Serving,
+    /// Withdrawn, within the grace given to `--drain`.
+    Draining,
+    /// Withdrawn, grace over.
+    Drained,
+}
+
+impl Drain {
+    /// Its name in listings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Drain::Serving => "serving",
+            Drain::Draining => "draining",
+            Drain::Drained => "drained",
+        }
+    }
+}
+
+/// The announcement decisions over time, sans-IO: the drain state, the
+/// routes found in the table at start (kept until the first verdicts) and
+/// each VIP's state from the last round. Time is an argument; reading and
+/// writing the routing table is the daemon's.
+#[derive(Clone, Debug)]
+pub struct Announcer {
+    drain: Drain,
+    drain_until: Option<Instant>,
+    /// Routes of ours found in the table at start, kept while their
+    /// services have no verdict; `None` until the table was read once.
+    found: Option<BTreeSet<IpAddr>>,
+    states: BTreeMap<IpAddr, VipState>,
+}
+
+impl Announcer {
+    /// Serving, or drained when the drained file said so at start.
+    pub fn new(drained: bool) -> Self {
+        Announcer {
+            drain: if drained {
+                Drain::Drained
+            } else {
+                Drain::Serving
+            },
+            drain_until: None,
+            found: None,
+            states: BTreeMap::new(),
+        }
+    }
+
+    /// `rvsadm --drain` at `now`: withdraw everything, drained after
+    /// `grace` (already drained stays drained).
+    pub fn drain(&mut self, now: Instant, grace: Duration) {
+        if self.drain != Drain::Drained {
+            self.drain = Drain::Draining;
+            self.drain_until = Some(now + grace);
+        }
+    }
+
+    /// `rvsadm --undrain`: announce again.
+    pub fn undrain(&mut self) {
+        self.drain = Drain::Serving;
+        self.drain_until = None;
+    }
+
+    /// The drain state at `now` (draining turns drained when its grace is
+    /// over).
+    pub fn drain_state(&mut self, now: Instant) -> Drain {
+        if self.drain == Drain::Draining && self.drain_until.is_some_and(|u| now >= u) {
+            self.drain = Drain::Drained;
+            self.drain_until = None;
+        }
+        self.drain
+    }
+
+    /// The drain state as last computed.
+    pub fn drain_now(&self) -> Drain {
+        self.drain
+    }
+
+    /// One round at `now`: the state of every VIP given the services and
+    /// the routes read from the table (`None`: the read failed), and the
+    /// VIPs whose state changed since the last round.
+    pub fn decide(
+        &mut self,
+        now: Instant,
+        services: &[ServiceInput],
+        current: Option<&BTreeSet<IpAddr>>,
+    ) -> (BTreeMap<IpAddr, VipState>, Vec<(IpAddr, VipState)>) {
+        if self.found.is_none()
+            && let Some(c) = current
+        {
+            self.found = Some(c.clone());
+        }
+        if settled(services) {
+            // The first verdicts are in: nothing found at start is kept
+            // for its own sake any more.
+            self.found = Some(BTreeSet::new());
+        }
+        let drained = self.drain_state(now) != Drain::Serving;
+        let empty = BTreeSet::new();
+        let states = decide(services, drained, self.found.as_ref().unwrap_or(&empty));
+        let changed = states
+            .iter()
+            .filter(|(vip, st)| self.states.get(vip) != Some(st))
+            .map(|(vip, st)| (*vip, *st))
+            .collect();
+        self.states = states.clone();
+        (states, changed)
+    }
+
+    /// Each VIP's state from the last round.
+    pub fn states(&self) -> &BTreeMap<IpAddr, VipState> {
+        &self.states
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,5 +354,41 @@ mod tests {
         let j = serde_json::to_value(VipState::Announced).unwrap();
         assert_eq!(j, serde_json::json!({"state": "announced"}));
         assert_eq!(Reason::NotServed.as_str(), "not served");
+    }
+
+    #[test]
+    fn drain_withdraws_then_turns_drained_after_the_grace() {
+        let mut a = Announcer::new(false);
+        let t0 = Instant::from_secs(100);
+        let s = [svc("10.0.0.1", Quorum::Up)];
+        let cur = BTreeSet::new();
+        let (st, changed) = a.decide(t0, &s, Some(&cur));
+        assert!(st[&ip("10.0.0.1")].announced());
+        assert_eq!(changed, [(ip("10.0.0.1"), VipState::Announced)]);
+        assert!(a.decide(t0, &s, Some(&cur)).1.is_empty(), "no change");
+        a.drain(t0, Duration::from_secs(5));
+        assert_eq!(a.drain_state(t0), Drain::Draining);
+        assert!(!a.decide(t0, &s, Some(&cur)).0[&ip("10.0.0.1")].announced());
+        assert_eq!(a.drain_state(t0 + Duration::from_secs(5)), Drain::Drained);
+        a.drain(t0, Duration::from_secs(5));
+        assert_eq!(a.drain_state(t0), Drain::Drained, "drained stays drained");
+        a.undrain();
+        assert!(a.decide(t0, &s, Some(&cur)).0[&ip("10.0.0.1")].announced());
+        assert_eq!(a.drain_now(), Drain::Serving);
+        assert_eq!(Announcer::new(true).drain_state(t0), Drain::Drained);
+    }
+
+    #[test]
+    fn found_routes_are_kept_only_until_the_first_verdict() {
+        let mut a = Announcer::new(false);
+        let t = Instant::from_secs(100);
+        let cur = BTreeSet::from([ip("10.0.0.1")]);
+        let pending = [svc("10.0.0.1", Quorum::Pending)];
+        assert!(a.decide(t, &pending, Some(&cur)).0[&ip("10.0.0.1")].announced());
+        let down = [svc("10.0.0.1", Quorum::Down)];
+        assert!(!a.decide(t, &down, Some(&cur)).0[&ip("10.0.0.1")].announced());
+        // Pending again later (a reload adds a checker): not kept now.
+        assert!(!a.decide(t, &pending, Some(&cur)).0[&ip("10.0.0.1")].announced());
+        assert_eq!(a.states().len(), 1);
     }
 }

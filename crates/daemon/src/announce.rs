@@ -7,8 +7,8 @@
 //! those routes to the routers. A blackhole route in a table no rule
 //! consults has no forwarding effect.
 //!
-//! Which VIPs are wanted is [`rvs_control::announce::decide`] over the
-//! service table, the health checkers' quorum and the drain state; the
+//! Which VIPs are wanted is [`rvs_control::announce::Announcer`]'s
+//! decision (sans-IO, time an argument) over the service table, the health checkers' quorum and the drain state; the
 //! decision is made under the daemon's lock (plain data, no I/O), the
 //! netlink work by [`run`] on the runtime with the lock released, once a
 //! second and at once after a change ([`Announce::wake`]). A failure is
@@ -27,8 +27,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rvs_control::announce::{self, Quorum, ServiceInput, VipState};
-use serde::Serialize;
+use rvs_control::announce::{self, Announcer, Quorum, ServiceInput, VipState};
 
 use crate::daemon::Daemon;
 use crate::handle::{DaemonHandle, Msg};
@@ -52,40 +51,19 @@ pub struct Settings {
     pub drained_file: PathBuf,
 }
 
-/// The director's drain state.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Drain {
-    /// VIPs are announced as their quorum says.
-    Serving,
-    /// Withdrawn, within the grace given to `--drain`.
-    Draining,
-    /// Withdrawn, grace over.
-    Drained,
-}
+/// The director's drain state (rvs-control's).
+pub use rvs_control::announce::Drain;
 
-impl Drain {
-    /// Its name in listings.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Drain::Serving => "serving",
-            Drain::Draining => "draining",
-            Drain::Drained => "drained",
-        }
-    }
-}
-
-/// The announcement state, inside the daemon (plain data: the netlink
-/// work is [`run`]'s).
+/// The announcement state, inside the daemon: the decisions are
+/// [`Announcer`]'s (rvs-control, sans-IO); this adds the settings, what
+/// the last round found in the table, its error and the wake-up (the
+/// netlink work is [`run`]'s).
 #[derive(Debug)]
 pub struct Announce {
     settings: Option<Settings>,
-    drain: Drain,
-    drain_until: Option<Instant>,
-    /// Routes of ours found in the table at start, kept while their
-    /// services have no verdict; `None` until the table was read once.
-    found: Option<BTreeSet<IpAddr>>,
-    states: BTreeMap<IpAddr, VipState>,
+    core: Announcer,
+    /// The epoch of the instants [`Announcer`] is given.
+    epoch: Instant,
     routes: BTreeSet<IpAddr>,
     error: Option<String>,
     bgp: Option<serde_json::Value>,
@@ -98,19 +76,19 @@ impl Announce {
     pub fn new(settings: Option<Settings>, drained: bool) -> Self {
         Announce {
             settings,
-            drain: if drained {
-                Drain::Drained
-            } else {
-                Drain::Serving
-            },
-            drain_until: None,
-            found: None,
-            states: BTreeMap::new(),
+            core: Announcer::new(drained),
+            epoch: Instant::now(),
             routes: BTreeSet::new(),
             error: None,
             bgp: None,
             wake: Arc::new(tokio::sync::Notify::new()),
         }
+    }
+
+    /// `now` as the decisions count time (milliseconds since `epoch`).
+    fn at(&self, now: Instant) -> rvs_core::time::Instant {
+        let ms = now.saturating_duration_since(self.epoch).as_millis();
+        rvs_core::time::Instant::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
     }
 
     /// The settings, when announcing is on.
@@ -126,10 +104,8 @@ impl Announce {
     /// `rvsadm --drain`: withdraw everything now, `drained` after `grace`.
     pub fn drain(&mut self, now: Instant, grace: Duration) -> Result<(), String> {
         self.require()?;
-        if self.drain != Drain::Drained {
-            self.drain = Drain::Draining;
-            self.drain_until = Some(now + grace);
-        }
+        let at = self.at(now);
+        self.core.drain(at, grace);
         tracing::info!(?grace, "drain requested: withdrawing every VIP");
         self.wake.notify_one();
         Ok(())
@@ -138,8 +114,7 @@ impl Announce {
     /// `rvsadm --undrain`: announce again.
     pub fn undrain(&mut self) -> Result<(), String> {
         self.require()?;
-        self.drain = Drain::Serving;
-        self.drain_until = None;
+        self.core.undrain();
         tracing::info!("undrain requested: announcing the VIPs again");
         self.wake.notify_one();
         Ok(())
@@ -155,12 +130,13 @@ impl Announce {
     /// The drain state at `now` (draining turns drained when its grace is
     /// over).
     pub fn drain_state(&mut self, now: Instant) -> Drain {
-        if self.drain == Drain::Draining && self.drain_until.is_some_and(|u| now >= u) {
-            self.drain = Drain::Drained;
-            self.drain_until = None;
+        let before = self.core.drain_now();
+        let at = self.at(now);
+        let after = self.core.drain_state(at);
+        if before != after {
             tracing::info!("drained");
         }
-        self.drain
+        after
     }
 
     /// One round's decision: the state of every VIP given the services
@@ -171,30 +147,20 @@ impl Announce {
         services: &[ServiceInput],
         current: Option<&BTreeSet<IpAddr>>,
     ) -> BTreeMap<IpAddr, VipState> {
-        if self.found.is_none()
-            && let Some(c) = current
-        {
-            self.found = Some(c.clone());
+        let before = self.core.drain_now();
+        let at = self.at(now);
+        let (states, changed) = self.core.decide(at, services, current);
+        if before == Drain::Draining && self.core.drain_now() == Drain::Drained {
+            tracing::info!("drained");
         }
-        if announce::settled(services) {
-            // The first verdicts are in: nothing found at start is kept
-            // for its own sake any more.
-            self.found = Some(BTreeSet::new());
-        }
-        let drained = self.drain_state(now) != Drain::Serving;
-        let empty = BTreeSet::new();
-        let states = announce::decide(services, drained, self.found.as_ref().unwrap_or(&empty));
-        for (vip, st) in &states {
-            if self.states.get(vip) != Some(st) {
-                match st {
-                    VipState::Announced => tracing::info!(%vip, "VIP announced"),
-                    VipState::Withdrawn(r) => {
-                        tracing::info!(%vip, reason = r.as_str(), "VIP withdrawn")
-                    }
+        for (vip, st) in changed {
+            match st {
+                VipState::Announced => tracing::info!(%vip, "VIP announced"),
+                VipState::Withdrawn(r) => {
+                    tracing::info!(%vip, reason = r.as_str(), "VIP withdrawn")
                 }
             }
         }
-        self.states = states.clone();
         states
     }
 
@@ -222,12 +188,12 @@ impl Announce {
 
     /// The VIPs and whether each is announced (for metrics).
     pub fn vips(&self) -> impl Iterator<Item = (IpAddr, bool)> + '_ {
-        self.states.iter().map(|(v, s)| (*v, s.announced()))
+        self.core.states().iter().map(|(v, s)| (*v, s.announced()))
     }
 
     /// Whether the director is draining or drained.
     pub fn drained(&self) -> bool {
-        self.drain != Drain::Serving
+        self.core.drain_now() != Drain::Serving
     }
 
     /// The `announce` object of `/api/v1/state` and `rvsadm -L
@@ -237,7 +203,8 @@ impl Announce {
             return serde_json::json!({ "enabled": false });
         };
         let vips: Vec<serde_json::Value> = self
-            .states
+            .core
+            .states()
             .iter()
             .map(|(vip, st)| {
                 let (state, reason) = match st {
@@ -256,7 +223,7 @@ impl Announce {
             "enabled": true,
             "table": s.table,
             "proto": s.proto,
-            "director": self.drain.as_str(),
+            "director": self.core.drain_now().as_str(),
             "vips": vips,
             "error": self.error,
             "bgp_daemon": self.bgp,
@@ -487,50 +454,23 @@ mod tests {
     }
 
     #[test]
-    fn drain_withdraws_then_turns_drained_after_the_grace() {
-        let mut a = Announce::new(Some(settings()), false);
+    fn drained_at_start_stays_drained_and_off_refuses_drain() {
+        let mut a = Announce::new(Some(settings()), true);
+        assert_eq!(a.drain_state(Instant::now()), Drain::Drained);
+        assert_eq!(a.view()["director"], "drained");
+        a.undrain().unwrap();
         let t0 = Instant::now();
         let s = [ServiceInput {
             vip: ip("10.0.0.1"),
             quorum: Quorum::Up,
         }];
-        let cur = BTreeSet::new();
-        assert!(a.decide(t0, &s, Some(&cur))[&ip("10.0.0.1")].announced());
+        assert!(a.decide(t0, &s, Some(&BTreeSet::new()))[&ip("10.0.0.1")].announced());
         a.drain(t0, Duration::from_secs(5)).unwrap();
-        assert_eq!(a.drain_state(t0), Drain::Draining);
-        assert!(!a.decide(t0, &s, Some(&cur))[&ip("10.0.0.1")].announced());
         assert_eq!(a.drain_state(t0 + Duration::from_secs(5)), Drain::Drained);
-        a.undrain().unwrap();
-        assert!(a.decide(t0, &s, Some(&cur))[&ip("10.0.0.1")].announced());
-        assert_eq!(a.view()["director"], "serving");
-    }
-
-    #[test]
-    fn drained_at_start_stays_drained_and_off_refuses_drain() {
-        let mut a = Announce::new(Some(settings()), true);
-        assert_eq!(a.drain_state(Instant::now()), Drain::Drained);
+        assert_eq!(a.vips().collect::<Vec<_>>(), [(ip("10.0.0.1"), true)]);
         let mut off = Announce::new(None, false);
         assert!(off.drain(Instant::now(), Duration::ZERO).is_err());
         assert!(off.undrain().is_err());
         assert_eq!(off.view()["enabled"], false);
-    }
-
-    #[test]
-    fn found_routes_are_kept_only_until_the_first_verdict() {
-        let mut a = Announce::new(Some(settings()), false);
-        let t = Instant::now();
-        let cur = BTreeSet::from([ip("10.0.0.1")]);
-        let pending = [ServiceInput {
-            vip: ip("10.0.0.1"),
-            quorum: Quorum::Pending,
-        }];
-        assert!(a.decide(t, &pending, Some(&cur))[&ip("10.0.0.1")].announced());
-        let down = [ServiceInput {
-            vip: ip("10.0.0.1"),
-            quorum: Quorum::Down,
-        }];
-        assert!(!a.decide(t, &down, Some(&cur))[&ip("10.0.0.1")].announced());
-        // Pending again later (a reload adds a checker): not kept now.
-        assert!(!a.decide(t, &pending, Some(&cur))[&ip("10.0.0.1")].announced());
     }
 }

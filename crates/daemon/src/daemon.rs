@@ -33,7 +33,7 @@ pub struct Daemon {
     /// The VRRP instances the configuration asks for (the VRRP task runs them).
     vrrp: tokio::sync::watch::Sender<Vec<crate::vrrp::Spec>>,
     /// `static_ipaddress` / `static_routes` / `static_rules`.
-    statics: tokio::sync::watch::Sender<crate::routes::Set>,
+    statics: tokio::sync::watch::Sender<rvs_control::routes::Set>,
     /// What the VRRP instances are doing (for metrics).
     vrrp_status: crate::vrrp::Status,
     /// The connection-sync daemons.
@@ -69,7 +69,7 @@ impl Daemon {
             health: rvs_check::Health::new(crate::random_seed()),
             health_wake: Arc::new(tokio::sync::Notify::new()),
             vrrp: tokio::sync::watch::Sender::new(Vec::new()),
-            statics: tokio::sync::watch::Sender::new(crate::routes::Set::default()),
+            statics: tokio::sync::watch::Sender::new(rvs_control::routes::Set::default()),
             vrrp_status: crate::vrrp::Status::default(),
             sync: crate::sync::SyncDaemons::default(),
             sync_wanted: None,
@@ -143,7 +143,7 @@ impl Daemon {
 
     /// The static addresses, routes and rules to keep installed (the
     /// routes task follows it).
-    pub fn static_routes(&self) -> tokio::sync::watch::Receiver<crate::routes::Set> {
+    pub fn static_routes(&self) -> tokio::sync::watch::Receiver<rvs_control::routes::Set> {
         self.statics.subscribe()
     }
 

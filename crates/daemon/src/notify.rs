@@ -1,7 +1,8 @@
 //! keepalived's notify FIFOs: `notify_fifo`, `vrrp_notify_fifo` and
 //! `lvs_notify_fifo` (global_defs), with their `*_script` forms.
 //!
-//! As keepalived does: a FIFO that does not exist is created (mode 0644,
+//! Which FIFOs is [`rvs_control::notify`]'s plan ([`Fifos::of`]); as
+//! keepalived does, a FIFO that does not exist is created (mode 0644,
 //! owned by the keyword's `USER [GROUP]` if given) and removed again when
 //! rvsd stops or the keyword goes away; one that exists is used as it is.
 //! The script, if any, is started with the FIFO's path as its last
@@ -20,62 +21,7 @@ use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::sync::Mutex;
 
-use rvs_check::policy::ScriptSpec;
-use rvs_config::model::{GlobalDefs, NotifyFifo};
-
-/// One FIFO as configured.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FifoSpec {
-    /// Its path.
-    pub path: String,
-    /// `USER [GROUP]` owning the FIFO when rvsd creates it.
-    pub owner: Option<String>,
-    /// The script started with the path as its last argument.
-    pub script: Option<ScriptSpec>,
-}
-
-/// The three FIFOs of a configuration.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Fifos {
-    /// `notify_fifo`: VRRP and LVS events.
-    pub all: Option<FifoSpec>,
-    /// `vrrp_notify_fifo`: VRRP events.
-    pub vrrp: Option<FifoSpec>,
-    /// `lvs_notify_fifo`: LVS events.
-    pub lvs: Option<FifoSpec>,
-}
-
-impl Fifos {
-    /// The FIFOs `global_defs` names; a script without its FIFO is
-    /// ignored with a located warning (keepalived ignores it too). The
-    /// scripts' users are set by `rvs_check::security::apply`.
-    pub fn of(g: &GlobalDefs, warnings: &mut Vec<String>) -> Fifos {
-        let one = |f: &NotifyFifo, key: &str, warnings: &mut Vec<String>| {
-            let Some(path) = &f.path else {
-                if f.script.is_some() {
-                    let at = f.loc.as_ref().map(|l| format!("{l}: ")).unwrap_or_default();
-                    warnings.push(format!(
-                        "{at}`{key}_script` without `{key}`: no FIFO, the script is not run"
-                    ));
-                }
-                return None;
-            };
-            Some(FifoSpec {
-                path: path.clone(),
-                owner: f.owner.clone(),
-                script: f.script.as_ref().map(|s| ScriptSpec {
-                    command: s.command.clone(),
-                    user: s.user.clone(),
-                }),
-            })
-        };
-        Fifos {
-            all: one(&g.notify_fifo, "notify_fifo", warnings),
-            vrrp: one(&g.vrrp_notify_fifo, "vrrp_notify_fifo", warnings),
-            lvs: one(&g.lvs_notify_fifo, "lvs_notify_fifo", warnings),
-        }
-    }
-}
+pub use rvs_control::notify::{FifoSpec, Fifos};
 
 /// An open FIFO.
 struct Open {

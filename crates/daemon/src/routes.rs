@@ -6,7 +6,8 @@
 //! when it becomes MASTER (after its addresses, so a route's `src` is
 //! local) and removed when it leaves MASTER (BACKUP, FAULT, stop).
 //!
-//! Everything here is netlink over [`rvs_sys::netlink::AsyncNetlink`],
+//! What to install is decided in [`rvs_control::routes`] (plain data from
+//! the file); everything here is netlink over [`rvs_sys::netlink::AsyncNetlink`],
 //! awaited on the runtime that runs the VRRP instances (as their
 //! addresses are), never under the daemon lock. Each route and rule is
 //! added exclusively and deleted by its exact attributes with keepalived's
@@ -16,92 +17,38 @@
 
 use std::net::IpAddr;
 
-use rvs_config::model::{IpRoute, IpRule, RouteType, RuleAction, VirtualIp};
+use rvs_config::model::{RouteType, RuleAction};
+use rvs_control::routes::{Route, Rule, Set};
 use rvs_sys::netlink::{AsyncNetlink, RouteKind, RouteSpec, RuleKind, RuleSpec};
 use tokio::sync::watch;
 
-/// One route: the netlink request without its interface, and the
-/// interface by name (resolved when it is installed: it may appear later).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Route {
-    /// The route (`oif` unset).
-    pub spec: RouteSpec,
-    /// `dev IF`.
-    pub dev: Option<String>,
-}
-
-/// An address of `static_ipaddress`.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Address {
-    /// The address.
-    pub addr: IpAddr,
-    /// Its prefix length (default /32, /128).
-    pub prefix: Option<u8>,
-    /// Its interface.
-    pub dev: String,
-}
-
-/// Addresses, routes and rules installed together.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Set {
-    /// Addresses (static only; an instance's are its VIPs).
-    pub addrs: Vec<Address>,
-    /// Routes.
-    pub routes: Vec<Route>,
-    /// Policy rules.
-    pub rules: Vec<RuleSpec>,
-}
-
-impl Set {
-    /// Nothing to install.
-    pub fn is_empty(&self) -> bool {
-        self.addrs.is_empty() && self.routes.is_empty() && self.rules.is_empty()
-    }
-
-    /// What is in `self` and not in `other`.
-    pub fn minus(&self, other: &Set) -> Set {
-        Set {
-            addrs: without(&self.addrs, &other.addrs),
-            routes: without(&self.routes, &other.routes),
-            rules: without(&self.rules, &other.rules),
-        }
-    }
-}
-
-fn without<T: Clone + PartialEq>(a: &[T], b: &[T]) -> Vec<T> {
-    a.iter().filter(|x| !b.contains(x)).cloned().collect()
-}
-
-/// A configured route as rvsd installs it.
-pub fn route(r: &IpRoute) -> Route {
-    Route {
-        spec: RouteSpec {
-            kind: match r.kind {
-                RouteType::Unicast => RouteKind::Unicast,
-                RouteType::Blackhole => RouteKind::Blackhole,
-                RouteType::Unreachable => RouteKind::Unreachable,
-                RouteType::Prohibit => RouteKind::Prohibit,
-                RouteType::Throw => RouteKind::Throw,
-            },
-            dst: r.dst,
-            dst_len: r.dst_len,
-            from: r.from,
-            prefsrc: r.src,
-            gateways: r.via.clone(),
-            oif: None,
-            onlink: r.onlink,
-            scope: r.scope,
-            table: r.table,
-            metric: r.metric,
-            proto: r.proto,
+/// The netlink request for `r` with its interface index `oif` (resolved
+/// by the caller: the interface may appear after the file is read).
+pub fn route_spec(r: &Route, oif: Option<u32>) -> RouteSpec {
+    RouteSpec {
+        kind: match r.kind {
+            RouteType::Unicast => RouteKind::Unicast,
+            RouteType::Blackhole => RouteKind::Blackhole,
+            RouteType::Unreachable => RouteKind::Unreachable,
+            RouteType::Prohibit => RouteKind::Prohibit,
+            RouteType::Throw => RouteKind::Throw,
         },
-        dev: r.dev.clone(),
+        dst: r.dst,
+        dst_len: r.dst_len,
+        from: r.from,
+        prefsrc: r.src,
+        gateways: r.via.clone(),
+        oif,
+        onlink: r.onlink,
+        scope: r.scope,
+        table: r.table,
+        metric: r.metric,
+        proto: r.proto,
     }
 }
 
-/// A configured rule as rvsd installs it (tagged with keepalived's
-/// protocol, as keepalived tags its rules).
-pub fn rule(r: &IpRule) -> RuleSpec {
+/// The netlink request for rule `r` (tagged with keepalived's protocol).
+pub fn rule_spec(r: &Rule) -> RuleSpec {
     RuleSpec {
         ipv6: r.ipv6,
         from: r.from,
@@ -122,32 +69,8 @@ pub fn rule(r: &IpRule) -> RuleSpec {
         iif: r.iif.clone(),
         oif: r.oif.clone(),
         suppress_prefixlen: r.suppress_prefixlen,
-        proto: 18,
+        proto: rvs_control::routes::PROTO_KEEPALIVED,
     }
-}
-
-/// The `static_*` blocks of a file, or the first line that cannot run.
-pub fn statics(conf: &rvs_config::model::KeepalivedConf) -> Result<Set, String> {
-    let addrs = conf
-        .static_ipaddress
-        .iter()
-        .map(|a: &VirtualIp| match &a.dev {
-            Some(dev) => Ok(Address {
-                addr: a.addr,
-                prefix: a.prefix,
-                dev: dev.clone(),
-            }),
-            None => Err(format!(
-                "static_ipaddress {}: no `dev` (rvs does not pick a default interface)",
-                a.addr
-            )),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Set {
-        addrs,
-        routes: conf.static_routes.iter().map(route).collect(),
-        rules: conf.static_rules.iter().map(rule).collect(),
-    })
 }
 
 /// Install `set` (addresses, then routes, then rules); failures are logged
@@ -180,7 +103,7 @@ pub async fn install(set: &Set, who: &str) {
         }
     }
     for r in &set.rules {
-        match nl.add_rule(r).await {
+        match nl.add_rule(&rule_spec(r)).await {
             Ok(_) => tracing::info!(target: "rvs::routes", "{who}: rule {} added", show_rule(r)),
             Err(e) => {
                 tracing::error!(target: "rvs::routes", "{who}: adding rule {}: {e}", show_rule(r))
@@ -198,7 +121,7 @@ pub async fn remove(set: &Set, who: &str) {
     match AsyncNetlink::open() {
         Ok(mut nl) => {
             for r in &set.rules {
-                match nl.del_rule(r).await {
+                match nl.del_rule(&rule_spec(r)).await {
                     Ok(true) => {
                         tracing::info!(target: "rvs::routes", "{who}: rule {} removed", show_rule(r))
                     }
@@ -239,28 +162,28 @@ pub async fn remove(set: &Set, who: &str) {
 /// The route with its interface index, `None` (logged) when the
 /// interface does not exist.
 fn resolved(r: &Route, who: &str) -> Option<RouteSpec> {
-    let mut spec = r.spec.clone();
-    if let Some(dev) = &r.dev {
-        match rvs_sys::iface::ifindex(dev) {
-            Ok(i) => spec.oif = Some(i),
+    let oif = match &r.dev {
+        None => None,
+        Some(dev) => match rvs_sys::iface::ifindex(dev) {
+            Ok(i) => Some(i),
             Err(e) => {
                 tracing::error!(target: "rvs::routes", "{who}: route {}: interface {dev}: {e}", show(r));
                 return None;
             }
-        }
-    }
-    Some(spec)
+        },
+    };
+    Some(route_spec(r, oif))
 }
 
 /// A route as `ip route` shows it (for logs).
 fn show(r: &Route) -> String {
-    let s = &r.spec;
+    let s = r;
     let mut out = match s.kind {
-        RouteKind::Unicast => String::new(),
+        RouteType::Unicast => String::new(),
         k => format!("{k:?} ").to_lowercase(),
     };
     out.push_str(&format!("{}/{}", s.dst, s.dst_len));
-    for (i, g) in s.gateways.iter().enumerate() {
+    for (i, g) in s.via.iter().enumerate() {
         out.push_str(&format!(" {} {g}", if i == 0 { "via" } else { "or" }));
     }
     if let Some(d) = &r.dev {
@@ -271,7 +194,7 @@ fn show(r: &Route) -> String {
 }
 
 /// A rule as `ip rule` shows it (for logs).
-fn show_rule(r: &RuleSpec) -> String {
+fn show_rule(r: &Rule) -> String {
     let prefix = |p: &Option<(IpAddr, u8)>| match p {
         Some((a, l)) => format!("{a}/{l}"),
         None => "all".into(),
@@ -287,9 +210,9 @@ fn show_rule(r: &RuleSpec) -> String {
     if r.to.is_some() {
         out.push_str(&format!(" to {}", prefix(&r.to)));
     }
-    if let Some(m) = r.fwmark {
+    if let Some((m, mask)) = r.fwmark {
         out.push_str(&format!(" fwmark {m:#x}"));
-        if let Some(k) = r.fwmask {
+        if let Some(k) = mask {
             out.push_str(&format!("/{k:#x}"));
         }
     }
@@ -299,9 +222,9 @@ fn show_rule(r: &RuleSpec) -> String {
     if let Some(o) = &r.oif {
         out.push_str(&format!(" oif {o}"));
     }
-    out.push_str(&match r.kind {
-        RuleKind::Table(t) => format!(" lookup {t}"),
-        RuleKind::Goto(p) => format!(" goto {p}"),
+    out.push_str(&match r.action {
+        RuleAction::Table(t) => format!(" lookup {t}"),
+        RuleAction::Goto(p) => format!(" goto {p}"),
         k => format!(" {k:?}").to_lowercase(),
     });
     out
@@ -333,46 +256,39 @@ pub fn spawn(mut want: watch::Receiver<Set>) -> (watch::Sender<bool>, tokio::tas
 mod tests {
     use super::*;
 
-    fn set(text: &str) -> Set {
-        let l = rvs_config::parse_str("t.conf", text, &Default::default()).unwrap();
-        statics(&l.config).unwrap()
-    }
-
+    /// The plan's routes and rules become the netlink requests and log
+    /// lines they were before the plan moved to rvs-control.
     #[test]
-    fn statics_convert_and_differences_are_what_a_reload_changes() {
-        let a = set(
-            "static_ipaddress {\n 10.7.0.1/24 dev eth0\n}\nstatic_routes {\n 10.8.0.0/16 via 10.7.0.254 dev eth0 table 100\n blackhole 2001:db8:8::/48\n}\nstatic_rules {\n from 10.7.0.0/24 table 100 priority 50\n}\n",
+    fn planned_routes_and_rules_convert_to_netlink_and_logs() {
+        let l = rvs_config::parse_str(
+            "t.conf",
+            "static_routes {\n 10.8.0.0/16 via 10.7.0.254 dev eth0 table 100\n blackhole 2001:db8:8::/48\n}\nstatic_rules {\n from 10.7.0.0/24 table 100 priority 50\n fwmark 3/0xff goto 60 not\n}\n",
+            &Default::default(),
+        )
+        .unwrap();
+        let a = rvs_control::routes::statics(&l.config).unwrap();
+        let r0 = route_spec(&a.routes[0], Some(7));
+        assert_eq!(
+            (r0.kind, r0.table, r0.proto, r0.oif),
+            (RouteKind::Unicast, 100, 18, Some(7))
         );
-        assert_eq!(a.addrs.len(), 1);
-        assert_eq!(a.routes[0].dev.as_deref(), Some("eth0"));
-        assert_eq!(a.routes[0].spec.table, 100);
-        assert_eq!(a.routes[0].spec.proto, 18);
-        assert_eq!(a.routes[1].spec.kind, RouteKind::Blackhole);
-        assert_eq!(a.rules[0].kind, RuleKind::Table(100));
+        assert_eq!(r0.gateways, ["10.7.0.254".parse::<IpAddr>().unwrap()]);
+        assert_eq!(route_spec(&a.routes[1], None).kind, RouteKind::Blackhole);
+        let q0 = rule_spec(&a.rules[0]);
+        assert_eq!(
+            (q0.kind, q0.priority, q0.proto),
+            (RuleKind::Table(100), Some(50), 18)
+        );
+        let q1 = rule_spec(&a.rules[1]);
+        assert_eq!(
+            (q1.kind, q1.fwmark, q1.fwmask, q1.invert),
+            (RuleKind::Goto(60), Some(3), Some(0xff), true)
+        );
         assert_eq!(
             show(&a.routes[0]),
             "10.8.0.0/16 via 10.7.0.254 dev eth0 table 100"
         );
+        assert_eq!(show(&a.routes[1]), "blackhole 2001:db8:8::/48 table 254");
         assert_eq!(show_rule(&a.rules[0]), "50: from 10.7.0.0/24 lookup 100");
-        let b = set(
-            "static_routes {\n 10.8.0.0/16 via 10.7.0.254 dev eth0 table 100\n 10.9.0.0/16 dev eth0\n}\n",
-        );
-        let gone = a.minus(&b);
-        assert_eq!(
-            (gone.addrs.len(), gone.routes.len(), gone.rules.len()),
-            (1, 1, 1)
-        );
-        assert_eq!(gone.routes[0].spec.kind, RouteKind::Blackhole);
-        let added = b.minus(&a);
-        assert_eq!(added.routes.len(), 1);
-        assert_eq!(added.routes[0].spec.dst_len, 16);
-        assert!(b.minus(&b).is_empty());
-        let l = rvs_config::parse_str(
-            "t.conf",
-            "static_ipaddress {\n 10.7.0.1/24\n}\n",
-            &Default::default(),
-        )
-        .unwrap();
-        assert!(statics(&l.config).unwrap_err().contains("no `dev`"));
     }
 }

@@ -8,62 +8,33 @@
 //! state`), body (`=> VRRP Instance is now owning VRRP VIPs <=`) and
 //! headers (`X-Mailer: Keepalived`).
 //!
-//! Each mail is its own tokio task speaking SMTP (HELO, MAIL FROM, RCPT TO
+//! Which server and addresses is [`rvs_control::mail`]'s plan; each mail
+//! is its own tokio task speaking SMTP (HELO, MAIL FROM, RCPT TO
 //! for each address, DATA, QUIT) with `smtp_connect_timeout` (default 30 s)
 //! bounding every step: a slow or dead mail server never delays an
 //! advertisement.
 
 use std::sync::Mutex;
-use std::time::Duration;
 
 use rvs_config::model::GlobalDefs;
 use rvs_core::vrrp::State;
 use tokio::io::{AsyncWriteExt, BufReader};
 
-/// Where and how alerts are mailed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mailer {
-    /// `smtp_server HOST [PORT]` (port 25 by default).
-    pub server: (String, u16),
-    /// `smtp_helo_name`, else the host name.
-    pub helo: String,
-    /// `notification_email_from`, else `USER@HOST`.
-    pub from: String,
-    /// `notification_email { }`.
-    pub to: Vec<String>,
-    /// `smtp_connect_timeout`.
-    pub timeout: Duration,
-    /// `router_id`, else the host name: the subject's `[...]`.
-    pub router_id: String,
-}
+pub use rvs_control::mail::Mailer;
 
-impl Mailer {
-    /// The mailer `global_defs` describes; `None` without recipients or a
-    /// server (keepalived then sends nothing either).
-    pub fn of(g: &GlobalDefs) -> Option<Mailer> {
-        let (host, port) = g.smtp_server.clone()?;
-        if g.notification_email.is_empty() {
-            return None;
-        }
-        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_owned())
-            .unwrap_or_else(|_| "localhost".into());
-        let user = nix::unistd::User::from_uid(nix::unistd::geteuid())
-            .ok()
-            .flatten()
-            .map_or_else(|| "root".to_owned(), |u| u.name);
-        Some(Mailer {
-            server: (host, port.unwrap_or(25)),
-            helo: g.smtp_helo_name.clone().unwrap_or_else(|| hostname.clone()),
-            from: g
-                .notification_email_from
-                .clone()
-                .unwrap_or_else(|| format!("{user}@{hostname}")),
-            to: g.notification_email.clone(),
-            timeout: g.smtp_connect_timeout.unwrap_or(Duration::from_secs(30)),
-            router_id: g.router_id.clone().unwrap_or(hostname),
-        })
-    }
+/// The mailer `global_defs` describes ([`Mailer::of`]) on this host, as
+/// rvsd's effective user.
+pub fn mailer(g: &GlobalDefs) -> Option<Mailer> {
+    // Without a server nothing is mailed: the host and user are not read.
+    g.smtp_server.as_ref()?;
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into());
+    let user = nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .ok()
+        .flatten()
+        .map_or_else(|| "root".to_owned(), |u| u.name);
+    Mailer::of(g, &hostname, &user)
 }
 
 /// The mailer of the running configuration.
@@ -231,6 +202,8 @@ async fn send(m: &Mailer, subject: &str, body: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

@@ -57,7 +57,7 @@ pub struct Loaded {
     /// `lvs_sync_daemon` (keepalived.conf only).
     pub sync: Option<rvs_config::model::LvsSyncDaemon>,
     /// `static_ipaddress` / `static_routes` / `static_rules`.
-    pub statics: crate::routes::Set,
+    pub statics: rvs_control::routes::Set,
 }
 
 /// Read a source. Errors name file:line:column.
@@ -152,7 +152,7 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
         .sum();
     let health = rvs_check::plan(&loaded.config, &specs);
     let (vrrp, vrrp_warnings) = crate::vrrp::plan(&loaded.config)?;
-    let statics = crate::routes::statics(&loaded.config)?;
+    let statics = rvs_control::routes::statics(&loaded.config)?;
     let mut extra = format!(
         "{} vrrp_instance, {} real_server checkers ({} run by this build)",
         vrrp.len(),
@@ -204,7 +204,7 @@ fn load_keepalived(path: &Path) -> Result<Loaded, String> {
         health: Some(health),
         vrrp,
         fifos,
-        mailer: crate::smtp::Mailer::of(&loaded.config.global),
+        mailer: crate::smtp::mailer(&loaded.config.global),
         sync: loaded.config.global.lvs_sync_daemon.clone(),
         statics,
     })

@@ -11,7 +11,7 @@
 //! change running untouched (no flap); changed ones are stopped (a master
 //! resigns with priority 0) and started again.
 //!
-//! Layout: the `plan` submodule ([`plan()`]) turns the configuration into
+//! Layout: [`rvs_control::vrrp::plan()`] turns the configuration into
 //! one [`Spec`] per instance (sans-IO decisions only); this file holds the
 //! running side (sync groups, the instance tasks, the async driver of the
 //! election); `scripts` runs notify scripts, tracked scripts and track
@@ -22,18 +22,16 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rvs_check::policy::ScriptSpec;
-use rvs_config::model::{KeepalivedConf as KaConfig, Script, VrrpInstance, VrrpState};
 use rvs_core::time::Instant;
 use rvs_core::vrrp::{Action, Config as Election, Heard, Instance, State};
 use rvs_vrrp::net;
 use rvs_wire::vrrp as wire;
 use tokio::sync::watch;
 
-mod plan;
 mod scripts;
 
-pub use plan::{NOT_APPLIED, Notify, Spec, TrackFile, TrackScript, plan};
+use rvs_control::vrrp::with_files;
+pub use rvs_control::vrrp::{NOT_APPLIED, Notify, Spec, TrackFile, TrackScript, plan};
 use scripts::{AbortOnDrop, run_notify, run_script, run_track_file};
 
 /// The members of one `vrrp_sync_group`, running: each announces its own
@@ -502,26 +500,6 @@ struct Driver<'a> {
     peer_form: Option<wire::ChecksumForm>,
 }
 
-/// `prio` with the tracked files' (weight, number) added as keepalived
-/// adds them; `None` when one puts the instance in FAULT (weight 0 and a
-/// non-zero number, or number × weight below -253).
-fn with_files(mut prio: i64, files: impl Iterator<Item = (i64, i64)>) -> Option<i64> {
-    for (w, v) in files {
-        if w == 0 {
-            if v != 0 {
-                return None;
-            }
-            continue;
-        }
-        let r = v.saturating_mul(w);
-        if r < -253 {
-            return None;
-        }
-        prio += r.min(253);
-    }
-    Some(prio)
-}
-
 impl Driver<'_> {
     /// Fault (own interface or a weight-0 tracked one down) and the
     /// priority the tracked interfaces' weights give.
@@ -591,7 +569,7 @@ impl Driver<'_> {
         if ad.vrid != s.vrid {
             return None;
         }
-        if s.strict && !advertises_ours(s, &ad.addrs) {
+        if s.strict && !s.advertises_ours(&ad.addrs) {
             tracing::info!(target: "rvs::vrrp", "VRRP_Instance({}): ip addresses of the advert from {} do not match ours; dropped (strict mode)", s.name, rx.src);
             return None;
         }
@@ -706,16 +684,3 @@ impl Driver<'_> {
         }
     }
 }
-
-/// Strict mode: the advertisement carries exactly this instance's
-/// advertised addresses (the count, and each of ours), as keepalived checks
-/// them.
-fn advertises_ours(s: &Spec, addrs: &[IpAddr]) -> bool {
-    addrs.len() == s.vips.len() && s.vips.iter().all(|v| addrs.contains(&v.addr))
-}
-
-#[cfg(test)]
-mod tests;
-
-#[cfg(test)]
-mod strict_tests;

@@ -140,3 +140,16 @@ fn quote(w: &str) -> String {
         w.to_string()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn track_file_numbers_are_read_as_keepalived_reads_them() {
+        assert_eq!(track_file_value(" 12\n"), Some(12));
+        assert_eq!(track_file_value("-999"), Some(-254));
+        assert_eq!(track_file_value("x"), None);
+        assert_eq!(track_file_value(""), None);
+    }
+}

@@ -1,8 +1,13 @@
 //! Unit tests of the VRRP planning (configuration to per-instance plans)
-//! and of the track-file and script helpers.
+//! and of the track files' priority arithmetic.
 
-use super::scripts::track_file_value;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use rvs_core::vrrp::State;
+
 use super::*;
+use crate::script::ScriptSpec;
 
 fn plan_of(text: &str) -> Result<(Vec<Spec>, Vec<String>), String> {
     let loaded = rvs_config::parse_str("k.conf", text, &rvs_config::LoadOptions::default())
@@ -99,10 +104,6 @@ vrrp_instance VI_1 {
     assert_eq!(with_files(100, [(254, -1)].into_iter()), None);
     assert_eq!(with_files(100, [(1, -253)].into_iter()), Some(-153));
     assert_eq!(with_files(100, [(200, 200)].into_iter()), Some(353));
-    assert_eq!(track_file_value(" 12\n"), Some(12));
-    assert_eq!(track_file_value("-999"), Some(-254));
-    assert_eq!(track_file_value("x"), None);
-    assert_eq!(track_file_value(""), None);
 }
 
 #[test]

@@ -1,9 +1,21 @@
 //! VRRP planning, sans-IO: keepalived.conf's `vrrp_instance` blocks (with
 //! their sync groups, tracked scripts, files and processes, virtual
 //! addresses, routes and rules) turned into one [`Spec`] per instance, the
-//! plan the tasks run. No sockets, no tasks, no clock: the decisions only.
+//! plan the tasks run (rvsd's VRRP driver). No sockets, no tasks, no
+//! clock: the decisions only.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use rvs_config::model::{KeepalivedConf as KaConfig, VrrpInstance, VrrpState};
+use rvs_core::vrrp::State;
+use rvs_wire::vrrp as wire;
+
+use super::Process;
+use crate::routes;
+pub use crate::script::NOT_APPLIED;
+use crate::script::ScriptSpec;
 
 /// One virtual address and where it lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,11 +31,16 @@ pub struct Vip {
 /// Notify scripts of an instance.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Notify {
-    pub(super) master: Option<ScriptSpec>,
-    pub(super) backup: Option<ScriptSpec>,
-    pub(super) fault: Option<ScriptSpec>,
-    pub(super) stop: Option<ScriptSpec>,
-    pub(super) any: Option<ScriptSpec>,
+    /// `notify_master`.
+    pub master: Option<ScriptSpec>,
+    /// `notify_backup`.
+    pub backup: Option<ScriptSpec>,
+    /// `notify_fault`.
+    pub fault: Option<ScriptSpec>,
+    /// `notify_stop`.
+    pub stop: Option<ScriptSpec>,
+    /// `notify`: every transition, with keepalived's arguments.
+    pub any: Option<ScriptSpec>,
 }
 
 /// A `vrrp_script` as one instance tracks it.
@@ -112,7 +129,7 @@ pub struct Spec {
     /// `track_file`: the files this instance follows.
     pub track_files: Vec<TrackFile>,
     /// `track_process`: (process, weight, reverse) this instance follows.
-    pub track_processes: Vec<(crate::track::Process, i32, bool)>,
+    pub track_processes: Vec<(Process, i32, bool)>,
     /// Notify scripts.
     pub notify: Notify,
     /// keepalived's `down_timer_adverts`.
@@ -146,7 +163,7 @@ pub struct Spec {
     /// Not `no_email_faults` (global): FAULT transitions are mailed too.
     pub email_faults: bool,
     /// `virtual_routes` and `virtual_rules`: installed while MASTER.
-    pub routes: crate::routes::Set,
+    pub routes: routes::Set,
 }
 
 impl Spec {
@@ -155,30 +172,27 @@ impl Spec {
     pub fn mails(&self, to: State) -> bool {
         self.smtp_alert && (to != State::Fault || self.email_faults)
     }
+
+    /// Strict mode: whether an advertisement carrying `addrs` carries
+    /// exactly this instance's advertised addresses (the count, and each
+    /// of ours), as keepalived checks them.
+    pub fn advertises_ours(&self, addrs: &[IpAddr]) -> bool {
+        addrs.len() == self.vips.len() && self.vips.iter().all(|v| addrs.contains(&v.addr))
+    }
 }
 
 impl Notify {
     /// The scripts of an instance's or a group's `notify*` keywords.
     fn of(n: &rvs_config::model::Notify) -> Self {
-        let script = |s: &Option<Script>| {
-            s.as_ref().map(|s| ScriptSpec {
-                command: s.command.clone(),
-                user: s.user.clone(),
-            })
-        };
         Notify {
-            master: script(&n.master),
-            backup: script(&n.backup),
-            fault: script(&n.fault),
-            stop: script(&n.stop),
-            any: script(&n.any),
+            master: ScriptSpec::of(&n.master),
+            backup: ScriptSpec::of(&n.backup),
+            fault: ScriptSpec::of(&n.fault),
+            stop: ScriptSpec::of(&n.stop),
+            any: ScriptSpec::of(&n.any),
         }
     }
 }
-
-/// The words marking a warning about something the file asks for that rvs
-/// does not carry out: `rvsd --strict` refuses such a file.
-pub const NOT_APPLIED: &str = rvs_check::build::NOT_APPLIED;
 
 /// The instances of a file, or the first reason one cannot run (named by
 /// file:line:column). Warnings for what is accepted but not acted on.
@@ -266,11 +280,7 @@ pub fn plan(conf: &KaConfig) -> Result<(Vec<Spec>, Vec<String>), String> {
     Ok((specs, warnings))
 }
 
-pub(super) fn one(
-    conf: &KaConfig,
-    v: &VrrpInstance,
-    warnings: &mut Vec<String>,
-) -> Result<Spec, String> {
+fn one(conf: &KaConfig, v: &VrrpInstance, warnings: &mut Vec<String>) -> Result<Spec, String> {
     let g = &conf.global;
     let at = |what: &str| format!("{}: vrrp_instance {}: {what}", v.loc, v.name);
     let strict = v.strict_mode.unwrap_or(g.vrrp_strict);
@@ -435,7 +445,7 @@ pub(super) fn one(
             )));
             weight = 0;
         }
-        track_processes.push((crate::track::Process::of(tp), weight, reverse));
+        track_processes.push((Process::of(tp), weight, reverse));
     }
     let src = v.unicast_src_ip.or(v.mcast_src_ip);
     let peers: Vec<IpAddr> = v.unicast_peer.iter().map(|p| p.addr).collect();
@@ -492,10 +502,10 @@ pub(super) fn one(
         strict,
         smtp_alert: v.smtp_alert || g.smtp_alert_vrrp.or(g.smtp_alert).unwrap_or(false),
         email_faults: !g.no_email_faults,
-        routes: crate::routes::Set {
+        routes: routes::Set {
             addrs: Vec::new(),
-            routes: v.virtual_routes.iter().map(crate::routes::route).collect(),
-            rules: v.virtual_rules.iter().map(crate::routes::rule).collect(),
+            routes: v.virtual_routes.iter().map(routes::route).collect(),
+            rules: v.virtual_rules.iter().map(routes::rule).collect(),
         },
         interface,
     })

@@ -1,6 +1,9 @@
 //! Unit tests of the planning with strict checks on: what a stricter
 //! reading of keepalived.conf refuses.
 
+use std::net::IpAddr;
+use std::time::Duration;
+
 use super::*;
 
 fn plan_of(text: &str) -> Result<(Vec<Spec>, Vec<String>), String> {
@@ -39,9 +42,9 @@ fn vrrp_strict_applies_keepalived_s_checks_and_refusals() {
     // Received adverts must carry exactly our addresses.
     let ours: IpAddr = "10.0.0.100".parse().unwrap();
     let other: IpAddr = "10.0.0.101".parse().unwrap();
-    assert!(advertises_ours(s, &[ours]));
-    assert!(!advertises_ours(s, &[other]));
-    assert!(!advertises_ours(s, &[ours, other]));
+    assert!(s.advertises_ours(&[ours]));
+    assert!(!s.advertises_ours(&[other]));
+    assert!(!s.advertises_ours(&[ours, other]));
 
     let e = plan_of(&format!(
             "vrrp_instance VI_1 {{\n{BODY}    strict_mode\n    priority 100\n    unicast_peer {{\n        10.0.0.2\n    }}\n    virtual_ipaddress {{\n        10.0.0.100/24\n    }}\n}}\n"
