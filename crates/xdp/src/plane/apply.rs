@@ -311,8 +311,10 @@ impl<M: MapOps> Plane<M> {
             .and_then(|()| self.maps.set_svc(index, &svc))
         {
             // The region was never visible to the program; the ranges
-            // added are left (a wider set than the flag-less service's
-            // nothing), written again by the next publish.
+            // added go again (an edit's old flag may have shown them for a
+            // moment; best effort: a leftover only widens a later service
+            // of this index that has ranges of its own).
+            let _ = self.set_ranges(index, &added, false);
             self.slots.release(region);
             return Err(e.into());
         }
