@@ -30,6 +30,8 @@
 #define RVS_MAX_SVC_DESTS 256
 /* lblc/lblcr destination-address entries (all services; LRU). */
 #define RVS_LOCALITY_MAX 65536
+/* Client source ranges of all services (src_ranges). */
+#define RVS_SRC_RANGES_MAX 16384
 /* Per-CPU flow cache in front of flows4 (entries per CPU) and the shared
  * epochs that invalidate it (both powers of two: indexes are hash bits). */
 #define RVS_FLOW_CACHE_SIZE (1u << 16)
@@ -104,6 +106,9 @@
 #define RVS_SVC_F_ONEPACKET 0x0004
 #define RVS_SVC_F_SCHED1 0x0008 /* sh-fallback / mh-fallback */
 #define RVS_SVC_F_SCHED2 0x0010 /* sh-port / mh-port */
+/* rvs: new flows only from the service's client source ranges (src_ranges;
+ * Kubernetes' loadBalancerSourceRanges, lib/src_range.h) */
+#define RVS_SVC_F_SRC_RANGES 0x0020
 
 /* ---- real-server flags ---- */
 #define RVS_DEST_F_UNAVAILABLE 0x0001 /* deleted: never chosen; existing flows dropped */
@@ -115,6 +120,9 @@
 
 /* Marks an empty bucket in `slots`. */
 #define RVS_SLOT_EMPTY 0xffffffffu
+/* Scheduling's answer for a client outside the service's source ranges
+ * (lib/src_range.h): the packet is dropped. */
+#define RVS_SLOT_REFUSED 0xfffffffeu
 
 /* ---- config flags ---- */
 #define RVS_CFG_F_NAT 0x0001 /* some real server uses NAT: look up replies */
@@ -409,6 +417,18 @@ struct rvs_svc_flood {
 	__u64 adopted;   /* TCP segments without SYN of no known flow of a
 			  * hash-scheduled service that got a flow entry (a
 			  * flow ECMP moved here from another director) */
+	__u64 refused;   /* new flows dropped: the client is outside the
+			  * service's source ranges (RVS_SVC_F_SRC_RANGES) */
+};
+
+/* src_ranges: LPM_TRIE of the client source ranges of the services flagged
+ * RVS_SVC_F_SRC_RANGES (lib/src_range.h). The prefix covers the service
+ * index (32 bits, always whole) and then `addr` (an IPv4 address in its
+ * first 4 bytes): prefixlen = 32 + the range's prefix length. */
+struct rvs_src_key {
+	__u32 prefixlen;
+	__u32 svc;
+	__u8 addr[16];
 };
 
 /* flood: PERCPU_ARRAY[0], the guard's window. */

@@ -64,6 +64,7 @@
 #include "lib/flow.h"
 #include "lib/hash.h"
 #include "lib/sched.h"
+#include "lib/src_range.h"
 #include "lib/tcp_state.h"
 #include "lib/stats.h"
 #include "lib/csum.h"
@@ -222,12 +223,10 @@ new_flow:
 		flood_count(svc_idx, unknown);
 		return XDP_PASS;
 	}
-	if (svc->flags & RVS_SVC_F_PERSISTENT)
-		dest_idx = schedule_persistent(svc, svc_idx, &p, sk.port, cfg, now);
-	else
-		dest_idx = schedule(svc, svc_idx, &p);
-	if (dest_idx == RVS_SLOT_EMPTY)
-		return XDP_PASS;
+	/* Behind the service's source ranges (lib/src_range.h). */
+	dest_idx = schedule_new(svc, svc_idx, &p, sk.port, cfg, now);
+	if (dest_idx >= RVS_SLOT_REFUSED)
+		return dest_idx == RVS_SLOT_REFUSED ? XDP_DROP : XDP_PASS;
 	d = bpf_map_lookup_elem(&dests, &dest_idx);
 	if (!d)
 		return XDP_PASS;

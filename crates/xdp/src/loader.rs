@@ -775,6 +775,24 @@ impl Loaded {
         }
     }
 
+    /// Add (`present`) or remove one client source range of a service in
+    /// `src_ranges` (absent is not an error).
+    pub fn set_src_range(&mut self, key: &maps::SrcKey, present: bool) -> Result<(), XdpError> {
+        let mut t = self
+            .map("src_ranges")?
+            .lpm_trie::<maps::SrcKey, u8>()
+            .map_err(map_err("src_ranges"))?;
+        let r = if present {
+            t.insert(key, &1)
+        } else {
+            t.remove(key)
+        };
+        match r {
+            Ok(()) | Err(BpfError::KeyNotFound) => Ok(()),
+            Err(e) => Err(map_err("src_ranges")(e)),
+        }
+    }
+
     /// The local addresses in `fnat_laddrs`.
     pub fn fnat_laddrs(&mut self) -> Result<Vec<std::net::IpAddr>, XdpError> {
         let h = self.hash::<maps::NhKey, u32>("fnat_laddrs")?;

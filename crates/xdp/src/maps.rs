@@ -58,6 +58,12 @@ pub const LOCALITY_MAX: u32 = 65536;
 pub const LBLCR_SET_MAX: usize = 8;
 /// Marks an empty bucket in `slots`.
 pub const SLOT_EMPTY: u32 = 0xffff_ffff;
+/// Scheduling's answer (inside the program) for a client outside the
+/// service's source ranges: the packet is dropped.
+pub const SLOT_REFUSED: u32 = 0xffff_fffe;
+/// Entries of the `src_ranges` trie (the client source ranges of all
+/// services).
+pub const SRC_RANGES_MAX: u32 = 16384;
 
 /// Address family IPv4 (`AF_INET`).
 pub const AF_INET: u8 = 2;
@@ -178,6 +184,9 @@ pub mod svc_flags {
     pub const SCHED1: u32 = 0x0008;
     /// `sh-port` / `mh-port`.
     pub const SCHED2: u32 = 0x0010;
+    /// New flows only from the service's client source ranges
+    /// (`src_ranges`; Kubernetes' `loadBalancerSourceRanges`).
+    pub const SRC_RANGES: u32 = 0x0020;
 }
 
 /// Real-server flags.
@@ -709,6 +718,35 @@ pub struct Config {
     pub locality_expiration: u32,
 }
 
+/// `src_ranges` key (an LPM trie): one client source range of a service.
+/// The prefix covers `svc` (always whole) and then `addr`.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct SrcKey {
+    /// 32 (the service index) + the range's prefix length.
+    pub prefixlen: u32,
+    /// The service's index (`svc_info`).
+    pub svc: u32,
+    /// The range's address, network order (IPv4 in the first 4 bytes).
+    pub addr: [u8; 16],
+}
+
+impl SrcKey {
+    /// The key of `range` of service `svc`.
+    pub fn of(svc: u32, range: &rvs_core::model::SourceRange) -> SrcKey {
+        let mut addr = [0u8; 16];
+        match range.addr() {
+            std::net::IpAddr::V4(a) => addr[..4].copy_from_slice(&a.octets()),
+            std::net::IpAddr::V6(a) => addr = a.octets(),
+        }
+        SrcKey {
+            prefixlen: 32 + u32::from(range.prefix()),
+            svc,
+            addr,
+        }
+    }
+}
+
 /// `persist` key: a persistence template's client network and service.
 #[repr(C)]
 #[derive(
@@ -906,6 +944,9 @@ pub struct SvcFlood {
     /// them here from another director of the fleet, or their entry was
     /// lost), forwarded to the real server the hash names.
     pub adopted: u64,
+    /// New flows dropped: the client was outside the service's source
+    /// ranges ([`svc_flags::SRC_RANGES`]).
+    pub refused: u64,
 }
 
 impl SvcFlood {
@@ -917,6 +958,7 @@ impl SvcFlood {
             guarded: self.guarded.wrapping_add(o.guarded),
             unknown: self.unknown.wrapping_add(o.unknown),
             adopted: self.adopted.wrapping_add(o.adopted),
+            refused: self.refused.wrapping_add(o.refused),
         }
     }
 }
@@ -960,7 +1002,8 @@ const _: () = assert!(size_of::<Nat>() == 28);
 const _: () = assert!(size_of::<Stats>() == 40);
 const _: () = assert!(size_of::<Config>() == 92);
 const _: () = assert!(size_of::<Flood>() == 16);
-const _: () = assert!(size_of::<SvcFlood>() == 40);
+const _: () = assert!(size_of::<SvcFlood>() == 48);
+const _: () = assert!(size_of::<SrcKey>() == 24);
 const _: () = assert!(size_of::<DestConns>() == 8);
 const _: () = assert!(size_of::<PersistKey>() == 36);
 const _: () = assert!(size_of::<Persist>() == 16);

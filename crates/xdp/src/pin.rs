@@ -301,6 +301,8 @@ pub const MAP_PROG_ARRAY: u32 = 3;
 pub const MAP_PERCPU_ARRAY: u32 = 6;
 /// `BPF_MAP_TYPE_LRU_HASH`.
 pub const MAP_LRU_HASH: u32 = 9;
+/// `BPF_MAP_TYPE_LPM_TRIE`.
+pub const MAP_LPM_TRIE: u32 = 11;
 
 /// What the director expects of one of its maps: the kernel's
 /// `bpf_map_info` fields a pinned map must match to be reused.
@@ -450,6 +452,10 @@ pub fn director_maps(opts: &crate::LoadOptions) -> Vec<MapLayout> {
         // the tail-called xdp_dsr_opt (per-CPU scratch; its slot
         // `dsr_prog` is pinned apart, TAIL_ARRAYS).
         MapLayout::of::<u32, Dest>("dsr_tmp", MAP_PERCPU_ARRAY, 1),
+        // Client source ranges (bpf/lib/src_range.h) and the per-CPU room
+        // for the trie's key.
+        MapLayout::of::<SrcKey, u8>("src_ranges", MAP_LPM_TRIE, SRC_RANGES_MAX),
+        MapLayout::of::<u32, SrcKey>("src_key_tmp", MAP_PERCPU_ARRAY, 1),
     ]
 }
 

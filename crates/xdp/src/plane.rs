@@ -255,6 +255,9 @@ struct SvcState {
     /// QUIC-LB: the server IDs `quic_sids` holds for this service, with
     /// their real server's dest index (what the last sync wrote).
     sids: HashMap<QuicSidKey, u32>,
+    /// The client source ranges `src_ranges` holds for this service (what
+    /// the last sync wrote).
+    ranges: Vec<rvs_core::model::SourceRange>,
 }
 
 /// A deleted real server whose index flows may still use.

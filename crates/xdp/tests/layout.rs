@@ -29,7 +29,7 @@ use rvs_xdp::decap::{self, DecapConfig, DecapVip};
 use rvs_xdp::dsr_rs::{self, DsrKey, DsrSvc};
 use rvs_xdp::maps::{
     self, Config, Dest, DestConns, Flood, Flow, Flow4Key, Flow6Cache, FlowCache, FlowKey, Locality,
-    LocalityKey, Nat, NatKey, NhKey, Persist, PersistKey, Stats, Svc, SvcFlood, SvcKey,
+    LocalityKey, Nat, NatKey, NhKey, Persist, PersistKey, SrcKey, Stats, Svc, SvcFlood, SvcKey,
 };
 use rvs_xdp::maps::{Fnat, FnatKey, FnatPool, FnatStats, FnatTmp};
 use rvs_xdp::own_mac::{self, OwnMac, OwnMacTable};
@@ -156,7 +156,8 @@ mirrors! {
         tun_vary4, tun_vary6, pad0, locality_expiration,
     }
     "rvs_flood" => Flood { second, count }
-    "rvs_svc_flood" => SvcFlood { embryonic, promoted, guarded, unknown, adopted }
+    "rvs_svc_flood" => SvcFlood { embryonic, promoted, guarded, unknown, adopted, refused }
+    "rvs_src_key" => SrcKey { prefixlen, svc, addr }
     "rvs_dest_conns" => DestConns { active, inactive }
     "rvs_nh_key" => NhKey { addr, family, pad0 }
     "rvs_persist_key" => PersistKey { caddr, vaddr, vport, proto, family }
@@ -913,9 +914,11 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_EMBRYONIC_DEFAULT", maps::EMBRYONIC_DEFAULT.into()),
         ("RVS_MAX_SVC_DESTS", maps::MAX_SVC_DESTS.into()),
         ("RVS_LOCALITY_MAX", maps::LOCALITY_MAX.into()),
+        ("RVS_SRC_RANGES_MAX", maps::SRC_RANGES_MAX.into()),
         ("RVS_NH_MISSING_MAX", maps::NH_MISSING_MAX.into()),
         ("RVS_LBLCR_SET_MAX", maps::LBLCR_SET_MAX as u64),
         ("RVS_SLOT_EMPTY", maps::SLOT_EMPTY.into()),
+        ("RVS_SLOT_REFUSED", maps::SLOT_REFUSED.into()),
         ("RVS_AF_INET", maps::AF_INET.into()),
         ("RVS_AF_INET6", maps::AF_INET6.into()),
         ("RVS_PROTO_TCP", maps::PROTO_TCP.into()),
@@ -950,6 +953,7 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_SVC_F_ONEPACKET", svc_flags::ONEPACKET.into()),
         ("RVS_SVC_F_SCHED1", svc_flags::SCHED1.into()),
         ("RVS_SVC_F_SCHED2", svc_flags::SCHED2.into()),
+        ("RVS_SVC_F_SRC_RANGES", svc_flags::SRC_RANGES.into()),
         ("RVS_DEST_F_UNAVAILABLE", dest_flags::UNAVAILABLE.into()),
         ("RVS_DEST_F_OVERLOADED", dest_flags::OVERLOADED.into()),
         ("RVS_DEST_F_NEXTHOP", dest_flags::NEXTHOP.into()),

@@ -94,7 +94,7 @@ pub fn xdp_fnat(services: &[(ServiceKey, rvs_xdp::maps::FnatStats)]) -> Vec<Fami
 /// entry, what passed for want of a flow, what was adopted mid-stream.
 pub fn xdp_flood(services: &[(ServiceKey, rvs_xdp::maps::SvcFlood)]) -> Vec<Family> {
     type Get = fn(&rvs_xdp::maps::SvcFlood) -> u64;
-    let families: [(&'static str, &'static str, Get); 6] = [
+    let families: [(&'static str, &'static str, Get); 7] = [
         (
             "rvs_xdp_embryonic_flows_total",
             "TCP flows that got an embryonic entry (a SYN was scheduled).",
@@ -128,6 +128,12 @@ pub fn xdp_flood(services: &[(ServiceKey, rvs_xdp::maps::SvcFlood)]) -> Vec<Fami
              SYN of no known flow got a flow entry on the real server the hash names \
              (a flow another director of the fleet had, moved here by ECMP).",
             |c| c.adopted,
+        ),
+        (
+            "rvs_xdp_refused_source_total",
+            "New flows dropped because the client is outside the service's source \
+             ranges (Kubernetes' loadBalancerSourceRanges).",
+            |c| c.refused,
         ),
     ];
     families

@@ -22,6 +22,7 @@ fn xdp_flood_counters_per_service_with_shed_derived() {
         guarded: 7,
         unknown: 2,
         adopted: 5,
+        refused: 4,
     };
     let text = encode(xdp_flood(&[(key, c)]));
     let labels = r#"{local_address="10.0.0.1",local_port="80",proto="TCP",local_mark=""}"#;
@@ -32,6 +33,7 @@ fn xdp_flood_counters_per_service_with_shed_derived() {
         ("rvs_xdp_guarded_flows_total", 7),
         ("rvs_xdp_unknown_segments_total", 2),
         ("rvs_xdp_adopted_flows_total", 5),
+        ("rvs_xdp_refused_source_total", 4),
     ] {
         let want = format!("{name}{labels} {v}");
         assert!(lines(&text).contains(&want.as_str()), "{want} in {text}");

@@ -119,6 +119,13 @@ impl Bed {
     }
 }
 
+impl From<rvs_testbed::Bed> for Bed {
+    /// A bed made elsewhere, given the XDP_PASS helper and the cleanup.
+    fn from(bed: rvs_testbed::Bed) -> Bed {
+        Bed(bed)
+    }
+}
+
 impl Deref for Bed {
     type Target = rvs_testbed::Bed;
     fn deref(&self) -> &rvs_testbed::Bed {

@@ -40,7 +40,8 @@ impl<'a> Map<'a> {
             | M::PerCpuLruHashMap(d)
             | M::DevMap(d)
             | M::DevMapHash(d)
-            | M::ProgramArray(d) => d,
+            | M::ProgramArray(d)
+            | M::LpmTrie(d) => d,
             _ => {
                 return Err(Error::Other(Box::new(std::io::Error::new(
                     std::io::ErrorKind::Unsupported,
@@ -80,6 +81,11 @@ impl<'a> Map<'a> {
     /// The map as a program array (tail-call slots).
     pub fn program_array(self) -> Result<ProgramArray<'a>, Error> {
         ProgramArray::new(self)
+    }
+
+    /// The map as a longest-prefix-match trie from `K` to `V`.
+    pub fn lpm_trie<K: Pod, V: Pod>(self) -> Result<LpmTrie<'a, K, V>, Error> {
+        LpmTrie::new(self)
     }
 }
 
@@ -347,6 +353,39 @@ impl<'a> ProgramArray<'a> {
             Ok(false) => Err(Error::KeyNotFound),
             Err(e) => Err(Error::syscall("bpf_map_delete_elem")(e)),
         }
+    }
+}
+
+/// A longest-prefix-match trie (`BPF_MAP_TYPE_LPM_TRIE`) from `K` to `V`.
+/// `K` is the kernel's `struct bpf_lpm_trie_key`: a `u32` prefix length
+/// in bits, then the data the prefix covers. The byte-level calls are a
+/// hash map's; a lookup finds the longest prefix that covers the key.
+#[derive(Debug)]
+pub struct LpmTrie<'a, K, V>(HashMap<'a, K, V>);
+
+impl<'a, K: Pod, V: Pod> LpmTrie<'a, K, V> {
+    /// A view of `map`.
+    pub fn new(map: Map<'a>) -> Result<Self, Error> {
+        HashMap::new(map).map(LpmTrie)
+    }
+
+    /// The value of the longest prefix that covers `key` (given with the
+    /// full prefix length); [`Error::KeyNotFound`] when none does.
+    pub fn get(&self, key: &K) -> Result<V, Error> {
+        self.0.get(key, 0)
+    }
+
+    /// Add or replace the prefix `key`.
+    pub fn insert(&mut self, key: &K, value: &V) -> Result<(), Error> {
+        self.0.insert(key, value, 0)
+    }
+
+    /// Delete the prefix `key` (exactly that prefix); an absent one is
+    /// [`Error::KeyNotFound`].
+    pub fn remove(&mut self, key: &K) -> Result<(), Error> {
+        self.0
+            .remove(key)
+            .map_err(|e| if e.is_absent() { Error::KeyNotFound } else { e })
     }
 }
 

@@ -28,7 +28,7 @@ mod object;
 mod program;
 
 pub use error::Error;
-pub use map::{Array, HashMap, Map, PerCpuArray, PinnedMap, Pod, ProgramArray};
+pub use map::{Array, HashMap, LpmTrie, Map, PerCpuArray, PinnedMap, Pod, ProgramArray};
 pub use object::{KernelVersion, Loader, Object, loaded_program_tag};
 pub use program::{Cgroup, Link, Program, SchedClassifier, TcHook, TestRunOutput, Xdp, XdpMode};
 

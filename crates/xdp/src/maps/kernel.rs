@@ -252,6 +252,9 @@ impl MapOps for KernelMaps {
             self.director.remove_fnat_laddr(addr)
         }
     }
+    fn set_src_range(&mut self, key: &crate::maps::SrcKey, present: bool) -> Result<(), XdpError> {
+        self.director.set_src_range(key, present)
+    }
     fn fnat_of(&mut self, key: &FlowKey) -> Result<Option<crate::maps::FnatKey>, XdpError> {
         self.director.fnat_of(key)
     }

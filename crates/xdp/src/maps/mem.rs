@@ -54,6 +54,8 @@ pub struct MemMaps {
     pub fnat_stats: HashMap<u32, crate::maps::FnatStats>,
     /// `fnat_laddrs`.
     pub fnat_laddrs: std::collections::BTreeSet<std::net::IpAddr>,
+    /// `src_ranges`.
+    pub src_ranges: std::collections::HashSet<crate::maps::SrcKey>,
     /// `dest_conns` (absent = zero).
     pub dest_conns: HashMap<u32, DestConns>,
     /// `persist`.
@@ -264,6 +266,15 @@ impl MapOps for MemMaps {
             self.fnat_laddrs.insert(addr);
         } else {
             self.fnat_laddrs.remove(&addr);
+        }
+        Ok(())
+    }
+    fn set_src_range(&mut self, key: &crate::maps::SrcKey, present: bool) -> Result<(), XdpError> {
+        self.write("src_ranges")?;
+        if present {
+            self.src_ranges.insert(*key);
+        } else {
+            self.src_ranges.remove(key);
         }
         Ok(())
     }

@@ -78,6 +78,9 @@ pub trait MapOps {
     /// Add (`present`) or remove a local address in `fnat_laddrs` (absent
     /// is not an error).
     fn set_fnat_laddr(&mut self, addr: std::net::IpAddr, present: bool) -> Result<(), XdpError>;
+    /// Add (`present`) or remove one client source range of a service in
+    /// `src_ranges` (absent is not an error).
+    fn set_src_range(&mut self, key: &crate::maps::SrcKey, present: bool) -> Result<(), XdpError>;
     /// The FULLNAT translation of flow `key` (`fnat_fwd`: its `fnat_rev`
     /// key, whose local address and port `-Lcn` shows), if any.
     fn fnat_of(&mut self, key: &FlowKey) -> Result<Option<crate::maps::FnatKey>, XdpError>;

@@ -15,6 +15,13 @@ pub fn admit(command: &Command) -> Result<(), PlaneError> {
         Command::AddService { key, config } | Command::EditService { key, config } => {
             svc_key(key)?;
             check_quic(key, config)?;
+            if is_quic(config) && !config.source_ranges.is_empty() {
+                return Err(PlaneError::Refused(
+                    "a QUIC-LB service's client source ranges: the xdp data plane enforces them \
+                     only for services it schedules per flow"
+                        .to_owned(),
+                ));
+            }
             check_scheduler(config).map(|_| ())
         }
         Command::AddDest { service, dest } | Command::EditDest { service, dest } => {

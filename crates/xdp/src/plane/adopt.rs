@@ -285,6 +285,8 @@ impl<M: MapOps> Plane<M> {
             svc,
             laddrs: Vec::new(),
             sids,
+            // Written again by the next publish (inserts are idempotent).
+            ranges: Vec::new(),
         };
         self.services.insert(*key, st);
         if republish {

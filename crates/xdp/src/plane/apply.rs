@@ -3,7 +3,9 @@
 
 use rvs_control::protocol::Command;
 use rvs_core::dest::{Dest as CoreDest, DestId};
-use rvs_core::model::{DestConfig, ForwardMethod, SchedFlags, ServiceConfig, ServiceKey};
+use rvs_core::model::{
+    DestConfig, ForwardMethod, SchedFlags, ServiceConfig, ServiceKey, SourceRange,
+};
 use std::net::IpAddr;
 
 use super::alloc::{Region, Retired};
@@ -12,7 +14,8 @@ use super::{
     edit_core, fill_timeouts, is_quic, method_of, persist_mask, quic_value, same, sched_params,
     svc_key,
 };
-use crate::maps::{self, Dest, DestConns, MapOps, Svc};
+use crate::XdpError;
+use crate::maps::{self, Dest, DestConns, MapOps, SrcKey, Svc};
 use crate::quic_lb::QuicSidKey;
 use crate::tables::scheduling_table;
 use std::collections::HashMap;
@@ -97,6 +100,7 @@ impl<M: MapOps> Plane<M> {
                 svc: Svc::default(),
                 laddrs: Vec::new(),
                 sids: HashMap::new(),
+                ranges: Vec::new(),
             },
         );
         // Its (empty) scheduling data first, then the key that makes it
@@ -249,6 +253,9 @@ impl<M: MapOps> Plane<M> {
         if c.flags.contains(SchedFlags::FLAG2) {
             flags |= maps::svc_flags::SCHED2;
         }
+        if !c.source_ranges.is_empty() {
+            flags |= maps::svc_flags::SRC_RANGES;
+        }
         Svc {
             sched,
             family: match key.af() {
@@ -283,18 +290,50 @@ impl<M: MapOps> Plane<M> {
         let region = self.slots.alloc(len).ok_or(PlaneError::Full("slots"))?;
         let svc = self.svc_value(key, st, sched, region, list_len);
         let index = st.index;
+        // Source ranges: the new ones before the flag that makes the
+        // program look them up, the old ones out after it.
+        let want = st.config.source_ranges.clone();
+        let added: Vec<SourceRange> = want
+            .iter()
+            .filter(|r| !st.ranges.contains(r))
+            .copied()
+            .collect();
+        let gone: Vec<SourceRange> = st
+            .ranges
+            .iter()
+            .filter(|r| !want.contains(r))
+            .copied()
+            .collect();
         if let Err(e) = self
             .maps
             .set_slots(region.off, &data)
+            .and_then(|()| self.set_ranges(index, &added, true))
             .and_then(|()| self.maps.set_svc(index, &svc))
         {
-            // The region was never visible to the program.
+            // The region was never visible to the program; the ranges
+            // added go again (an edit's old flag may have shown them for a
+            // moment; best effort: a leftover only widens a later service
+            // of this index that has ranges of its own).
+            let _ = self.set_ranges(index, &added, false);
             self.slots.release(region);
             return Err(e.into());
+        }
+        // A range that cannot be removed stays listed, removed later.
+        let kept: Vec<SourceRange> = gone
+            .into_iter()
+            .filter(|r| {
+                self.set_ranges(index, std::slice::from_ref(r), false)
+                    .is_err()
+            })
+            .collect();
+        if !kept.is_empty() {
+            self.dirty = true;
         }
         let generation = self.generation;
         if let Some(st) = self.services.get_mut(key) {
             st.svc = svc;
+            st.ranges = want;
+            st.ranges.extend(kept);
             if let Some(old) = st.region.replace(region) {
                 self.retired.push((generation, Retired::Region(old)));
             }
@@ -302,6 +341,20 @@ impl<M: MapOps> Plane<M> {
         // Its real servers' server IDs follow every change of them
         // (added, deleted, ready); a failure is retried by the reports.
         self.sync_quic_sids(key);
+        Ok(())
+    }
+
+    /// Add (`present`) or remove `ranges` of service `index` in
+    /// `src_ranges`.
+    fn set_ranges(
+        &mut self,
+        index: u32,
+        ranges: &[SourceRange],
+        present: bool,
+    ) -> Result<(), XdpError> {
+        for r in ranges {
+            self.maps.set_src_range(&SrcKey::of(index, r), present)?;
+        }
         Ok(())
     }
 
@@ -447,6 +500,10 @@ impl<M: MapOps> Plane<M> {
         }
         // Unreachable now; a stale element is harmless if this write fails.
         let _ = self.maps.set_svc(st.index, &Svc::default());
+        // Its source ranges, before the index is reused (best effort: a
+        // leftover only widens a later service of this index that has
+        // ranges of its own).
+        let _ = self.set_ranges(st.index, &st.ranges, false);
         if !st.laddrs.is_empty() {
             let _ = self
                 .maps

@@ -87,6 +87,7 @@ fn sub(a: &SvcFlood, b: &SvcFlood) -> SvcFlood {
         guarded: a.guarded.wrapping_sub(b.guarded),
         unknown: a.unknown.wrapping_sub(b.unknown),
         adopted: a.adopted.wrapping_sub(b.adopted),
+        refused: a.refused.wrapping_sub(b.refused),
     }
 }
 
@@ -231,6 +232,7 @@ mod tests {
             guarded: 5,
             unknown: 2,
             adopted: 9,
+            refused: 3,
         };
         plane.maps().svc_flood.insert(index, want);
         plane.read_flood();

@@ -2323,3 +2323,68 @@ fn synced_fullnat_flows_keep_their_masters_pair() {
     assert_eq!(m.flows[&fk3].fnat_lport, 0);
     assert!(!m.fnat_fwd.contains_key(&fk3));
 }
+
+#[test]
+fn source_ranges_follow_the_service_into_the_trie() {
+    use crate::maps::SrcKey;
+    use rvs_core::model::SourceRange;
+    let range = |a: &str, p| SourceRange::new(a.parse().unwrap(), p).unwrap();
+    let config = |ranges: Vec<SourceRange>| {
+        let mut c = ServiceConfig::new(AddrFamily::Inet).scheduler("rr".parse().unwrap());
+        c.source_ranges = ranges;
+        c
+    };
+    let (a, b) = (range("10.81.0.0", 24), range("192.0.2.7", 32));
+    let mut bed = Bed::new();
+    bed.run(Command::AddService {
+        key: key(80),
+        config: config(vec![a, b]),
+    })
+    .unwrap();
+    bed.svc(81, "rr").unwrap();
+    let (i, j) = (
+        bed.plane.service_index(&key(80)).unwrap(),
+        bed.plane.service_index(&key(81)).unwrap(),
+    );
+    let flag = |bed: &mut Bed, i| bed.plane.maps().svc_info[&i].flags & maps::svc_flags::SRC_RANGES;
+    let trie = |bed: &mut Bed| bed.plane.maps().src_ranges.clone();
+    assert_eq!(flag(&mut bed, i), maps::svc_flags::SRC_RANGES);
+    assert_eq!(
+        flag(&mut bed, j),
+        0,
+        "a service without ranges is not flagged"
+    );
+    assert_eq!(
+        trie(&mut bed),
+        [SrcKey::of(i, &a), SrcKey::of(i, &b)].into_iter().collect()
+    );
+    let k = SrcKey::of(i, &a);
+    assert_eq!(
+        (k.prefixlen, k.svc, &k.addr[..4]),
+        (56, i, &[10, 81, 0, 0][..])
+    );
+    // Edited: the range that went is removed, the one that stays kept.
+    bed.run(Command::EditService {
+        key: key(80),
+        config: config(vec![b]),
+    })
+    .unwrap();
+    assert_eq!(trie(&mut bed), [SrcKey::of(i, &b)].into_iter().collect());
+    // No ranges: open to everyone, the flag off, the trie empty.
+    bed.run(Command::EditService {
+        key: key(80),
+        config: config(vec![]),
+    })
+    .unwrap();
+    assert_eq!(flag(&mut bed, i), 0);
+    assert!(trie(&mut bed).is_empty());
+    // Ranges again, then the service deleted: they go with it.
+    bed.run(Command::EditService {
+        key: key(80),
+        config: config(vec![a]),
+    })
+    .unwrap();
+    assert_eq!(trie(&mut bed).len(), 1);
+    bed.run(Command::DelService { key: key(80) }).unwrap();
+    assert!(trie(&mut bed).is_empty());
+}

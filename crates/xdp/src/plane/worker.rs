@@ -208,6 +208,13 @@ impl<M: MapOps + Send + 'static> DataPlane for PlaneHandle<M> {
         super::admit(command).map_err(|e| e.to_string())
     }
 
+    /// Yes: a new flow of a service with source ranges is scheduled only
+    /// for a client inside one of them (`bpf/lib/src_range.h`); any other
+    /// is dropped and counted (`rvs_xdp_refused_source_total`).
+    fn enforces_source_ranges(&self) -> bool {
+        true
+    }
+
     /// Each command on its own (what the program cannot carry at all is
     /// refused first, with that reason), then the pool rules: a FULLNAT real
     /// server needs its service's local address pool, and a pool must fit

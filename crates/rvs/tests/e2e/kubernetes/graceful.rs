@@ -2,7 +2,9 @@
 //! streams through a NodePort to four pods, two of which turn Terminating
 //! (the real EndpointSlice controller marks them serving and terminating);
 //! every stream keeps moving data both ways, none breaks, and no new
-//! connection reaches a terminating pod while ready ones exist.
+//! connection reaches a terminating pod while ready ones exist; on the
+//! proxy plane and on the XDP plane (`--dataplane xdp --interface eth0`,
+//! SNAT: the pods answer the node, through the program).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -14,6 +16,7 @@ use std::time::{Duration, Instant};
 use rvs_testbed::server::Worker;
 use rvs_testbed::{Conn, connect};
 
+use super::xdp::{on_plane, pods_behind};
 use super::{
     Node, SERVICE, WAIT, app_pods, bed_with_node_on, ip, nodes, real_servers, service_addrs, setup,
 };
@@ -86,9 +89,28 @@ impl Stream {
 /// no stream broke and those on the terminating pods finish cleanly.
 #[test]
 fn kubernetes_graceful_termination_50_streams() {
-    let test = "kubernetes_graceful_termination_50_streams";
+    graceful("kubernetes_graceful_termination_50_streams", "proxy");
+}
+
+/// [`kubernetes_graceful_termination_50_streams`] with rvsd on the XDP
+/// plane: the terminating pods' flows stay in the flow table (weight 0
+/// stops only new ones).
+#[test]
+fn kubernetes_xdp_graceful_termination_50_streams() {
+    graceful("kubernetes_xdp_graceful_termination_50_streams", "xdp");
+}
+
+/// The graceful-termination scenario for `test` with rvsd on `plane`
+/// (`proxy` or `xdp`).
+fn graceful(test: &str, plane: &str) {
     let Some(cp) = setup(test) else { return };
-    let (mut bed, node, client) = bed_with_node_on("k8sgr", "10.83.0");
+    // On the XDP plane the pods sit on a subnet of their own behind the
+    // node (as in xdp.rs); on the proxy plane beside the client.
+    let net = if plane == "xdp" { "10.85.0" } else { "10.83.0" };
+    let node_ip = format!("{net}.1");
+    let (bed, node, client) = bed_with_node_on("k8sgr", net);
+    let (mut bed, _pins, args) = on_plane(bed, &node, plane, "k8sgr");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let pods = [
         ("pod1", "10.83.0.11"),
         ("pod2", "10.83.0.12"),
@@ -96,16 +118,39 @@ fn kubernetes_graceful_termination_50_streams() {
         ("pod4", "10.83.0.14"),
     ];
     let terminating = ["pod1", "pod2"];
-    nodes(&cp, &[("node1", "10.83.0.1")]);
+    nodes(&cp, &[("node1", node_ip.as_str())]);
     app_pods(&cp, &mut bed, "node1", "echo", &pods);
+    if plane == "xdp" {
+        pods_behind(&bed, &node, "10.83.0.1/24", &pods);
+    }
     cp.apply(SERVICE).expect("create service");
     let (_, node_port) = service_addrs(&cp, "default", "echo");
-    let external = SocketAddr::new(ip("10.83.0.1"), node_port.expect("a NodePort"));
-    let n = Node::start(&cp, &node, "node1", "proxy", &[]);
+    let external = SocketAddr::new(ip(&node_ip), node_port.expect("a NodePort"));
+    let n = Node::start(&cp, &node, "node1", plane, &args);
     let d = &n.rvsd;
     within("the four endpoints in rvsadm -Ln", WAIT, || {
         real_servers(d, external).len() == 4
     });
+    // The XDP plane schedules a real server once it has resolved its MAC.
+    let mut seen = BTreeMap::new();
+    let until = Instant::now() + WAIT;
+    while seen
+        .keys()
+        .filter(|k: &&String| !k.starts_with("error"))
+        .count()
+        < pods.len()
+    {
+        assert!(
+            Instant::now() < until,
+            "every pod reachable through the NodePort: {seen:?}\n{}",
+            d.ok("-Ln")
+        );
+        let got = match connect(&client, external, Duration::from_millis(500)) {
+            Ok(c) => c.server,
+            Err(e) => format!("error {e}"),
+        };
+        *seen.entry(got).or_insert(0) += 1;
+    }
 
     // The streams, each checked once before anything changes.
     let mut streams: Vec<Stream> = (0..STREAMS)
@@ -185,7 +230,7 @@ fn kubernetes_graceful_termination_50_streams() {
     cp.apply(&SERVICE.replace(r#""name": "echo""#, r#""name": "marker""#))
         .expect("create the marker service");
     let (_, marker_port) = service_addrs(&cp, "default", "marker");
-    let marker = SocketAddr::new(ip("10.83.0.1"), marker_port.expect("a NodePort"));
+    let marker = SocketAddr::new(ip(&node_ip), marker_port.expect("a NodePort"));
     within("the marker service in rvsadm -Ln", WAIT, || {
         !real_servers(d, marker).is_empty()
     });

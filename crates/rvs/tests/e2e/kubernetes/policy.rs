@@ -257,12 +257,37 @@ fn kubernetes_refused_service_gets_a_warning_event() {
 /// both (kube-proxy filters only the load-balancer address).
 #[test]
 fn kubernetes_load_balancer_source_ranges_enforced() {
-    let test = "kubernetes_load_balancer_source_ranges_enforced";
+    source_ranges("kubernetes_load_balancer_source_ranges_enforced", "proxy");
+}
+
+/// [`kubernetes_load_balancer_source_ranges_enforced`] on the XDP plane:
+/// the program drops the new flows from outside the ranges (the
+/// connections time out) and counts them.
+#[test]
+fn kubernetes_xdp_load_balancer_source_ranges_enforced() {
+    source_ranges("kubernetes_xdp_load_balancer_source_ranges_enforced", "xdp");
+}
+
+/// The source-ranges scenario for `test` with rvsd on `plane`.
+fn source_ranges(test: &str, plane: &str) {
     let Some(cp) = setup(test) else { return };
-    let (mut bed, node, inside) = bed_with_node("k8ssr");
+    let (bed, node, inside) = bed_with_node("k8ssr");
+    let (mut bed, _pins, mut args) = super::xdp::on_plane(bed, &node, plane, "k8ssr");
     let outside = bed.host("outside", "10.81.0.60/24");
     nodes(&cp, &[("node1", "10.81.0.1")]);
-    app_pods(&cp, &mut bed, "node1", "echo", &[("pod1", "10.81.0.11")]);
+    // On the XDP plane the pod sits behind the node (as in xdp.rs).
+    let pod = [(
+        "pod1",
+        if plane == "xdp" {
+            "10.83.0.11"
+        } else {
+            "10.81.0.11"
+        },
+    )];
+    app_pods(&cp, &mut bed, "node1", "echo", &pod);
+    if plane == "xdp" {
+        super::xdp::pods_behind(&bed, &node, "10.83.0.1/24", &pod);
+    }
     // The load-balancer address is routed to the node, which takes it as
     // local.
     node.exec(&["ip", "route", "add", "local", "10.81.1.101/32", "dev", "lo"]);
@@ -296,15 +321,23 @@ fn kubernetes_load_balancer_source_ranges_enforced() {
     let node_port = SocketAddr::new(ip("10.81.0.1"), np.expect("a NodePort"));
     let lb = SocketAddr::new(ip("10.81.1.101"), 80);
     let http = SocketAddr::new(ip("127.0.0.1"), 9181);
-    let n = Node::start(&cp, &node, "node1", "proxy", &["--http", "127.0.0.1:9181"]);
+    args.extend(["--http", "127.0.0.1:9181"].map(str::to_owned));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let n = Node::start(&cp, &node, "node1", plane, &args);
     let d = &n.rvsd;
     within("the load-balancer address in rvsadm -Ln", WAIT, || {
         real_servers(d, lb).len() == 1
     });
+    // (The XDP plane forwards once it has the pod's MAC.)
+    within("the pod through the load-balancer address", WAIT, || {
+        rvs_testbed::connect(&inside, lb, Duration::from_millis(500))
+            .is_ok_and(|c| !c.server.is_empty())
+    });
     assert_eq!(servers(&inside, lb, 5), set(&["pod1"]), "inside the range");
     for i in 0..5 {
-        // Reset: the connect fails, or the first read does.
-        if let Ok(c) = rvs_testbed::connect(&outside, lb, Duration::from_secs(3)) {
+        // Reset (proxy) or dropped (XDP): the connect fails, or the first
+        // read does.
+        if let Ok(c) = rvs_testbed::connect(&outside, lb, Duration::from_secs(2)) {
             assert!(
                 c.server.is_empty(),
                 "outside the range, connection {i} reached {}",
@@ -312,9 +345,24 @@ fn kubernetes_load_balancer_source_ranges_enforced() {
             );
         }
     }
-    // Each refused connection is counted, nothing else is.
+    // Each refused connection is counted (the XDP plane counts every SYN
+    // it drops: a connection's retransmissions too), nothing else is.
     let m = scrape(&node, http);
-    assert_eq!(metric(&m, "rvs_proxy_refused_source_total"), Some(5), "{m}");
+    if plane == "xdp" {
+        let refused: u64 = m
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("rvs_xdp_refused_source_total{")?
+                    .rsplit_once(' ')?
+                    .1
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum();
+        assert!(refused >= 5, "5 connections' SYNs dropped: {m}");
+    } else {
+        assert_eq!(metric(&m, "rvs_proxy_refused_source_total"), Some(5), "{m}");
+    }
     for from in [&inside, &outside] {
         assert_eq!(servers(from, node_port, 3), set(&["pod1"]), "the NodePort");
     }

@@ -31,7 +31,7 @@ const NODE_PODS: &str = "10.83.0.1";
 
 /// Removes the XDP pins and the saved table of rvsd `--instance NAME` on
 /// drop.
-struct Pins(String);
+pub(super) struct Pins(String);
 
 impl Drop for Pins {
     fn drop(&mut self) {
@@ -39,6 +39,49 @@ impl Drop for Pins {
             let _ = i.remove();
         }
         let _ = std::fs::remove_file(format!("/run/rvs/{}.table", self.0));
+    }
+}
+
+/// What a node needs on `plane`, for a test tagged `tag`: the bed (as
+/// [`crate::netns::Bed`]), and on the XDP plane an XDP_PASS program on the
+/// node's bridge port (XDP_TX back out of its veth needs a program on the
+/// peer), a unique `--instance` whose pins are removed on drop, and rvsd's
+/// arguments (`--interface eth0 --instance NAME`); nothing on the others.
+pub(super) fn on_plane(
+    bed: rvs_testbed::Bed,
+    node: &Host,
+    plane: &str,
+    tag: &str,
+) -> (Bed, Option<Pins>, Vec<String>) {
+    let mut bed = Bed::from(bed);
+    if plane != "xdp" {
+        return (bed, None, Vec::new());
+    }
+    bed.xdp_pass_on_port(node);
+    let instance = format!("{tag}{}", std::process::id());
+    let args = ["--interface", "eth0", "--instance", &instance]
+        .map(str::to_owned)
+        .to_vec();
+    (bed, Some(Pins(instance)), args)
+}
+
+/// The shape of [`bed`] for pods `(name, address)` made by
+/// [`super::app_pods`] on `bed`: the node also on their subnet at `gw`
+/// (`ADDR/LEN`) and forwarding, each pod's default route via it (NAT's
+/// one-arm shape: the pods' answers come back through the program).
+pub(super) fn pods_behind(bed: &rvs_testbed::Bed, node: &Host, gw: &str, pods: &[(&str, &str)]) {
+    node.exec(&["ip", "addr", "add", gw, "dev", "eth0"]);
+    node.exec(&["sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"]);
+    let via = gw.split('/').next().unwrap_or(gw);
+    for (name, _) in pods {
+        let ns = format!("{}-{name}", bed.prefix());
+        let out = std::process::Command::new("ip")
+            .args([
+                "netns", "exec", &ns, "ip", "route", "add", "default", "via", via,
+            ])
+            .output()
+            .expect("ip netns exec");
+        assert!(out.status.success(), "{ns}: {out:?}");
     }
 }
 
