@@ -793,6 +793,20 @@ impl Loaded {
         }
     }
 
+    /// The client source ranges `src_ranges` holds for service `svc`
+    /// (what a previous rvsd, or a service that held the index before,
+    /// left there).
+    pub fn src_ranges_of(&mut self, svc: u32) -> Result<Vec<maps::SrcKey>, XdpError> {
+        let t = self
+            .map("src_ranges")?
+            .lpm_trie::<maps::SrcKey, u8>()
+            .map_err(map_err("src_ranges"))?;
+        t.keys()
+            .filter(|k| !matches!(k, Ok(k) if k.svc != svc))
+            .collect::<Result<_, _>>()
+            .map_err(map_err("src_ranges"))
+    }
+
     /// The local addresses in `fnat_laddrs`.
     pub fn fnat_laddrs(&mut self) -> Result<Vec<std::net::IpAddr>, XdpError> {
         let h = self.hash::<maps::NhKey, u32>("fnat_laddrs")?;

@@ -387,6 +387,11 @@ impl<'a, K: Pod, V: Pod> LpmTrie<'a, K, V> {
             .remove(key)
             .map_err(|e| if e.is_absent() { Error::KeyNotFound } else { e })
     }
+
+    /// Every prefix in the trie, by a key walk.
+    pub fn keys(&self) -> impl Iterator<Item = Result<K, Error>> + '_ {
+        self.0.iter().map(|r| r.map(|(k, _)| k))
+    }
 }
 
 #[cfg(test)]

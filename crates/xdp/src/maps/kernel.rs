@@ -255,6 +255,9 @@ impl MapOps for KernelMaps {
     fn set_src_range(&mut self, key: &crate::maps::SrcKey, present: bool) -> Result<(), XdpError> {
         self.director.set_src_range(key, present)
     }
+    fn src_ranges_of(&mut self, svc: u32) -> Result<Vec<crate::maps::SrcKey>, XdpError> {
+        self.director.src_ranges_of(svc)
+    }
     fn fnat_of(&mut self, key: &FlowKey) -> Result<Option<crate::maps::FnatKey>, XdpError> {
         self.director.fnat_of(key)
     }

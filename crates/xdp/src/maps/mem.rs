@@ -278,6 +278,14 @@ impl MapOps for MemMaps {
         }
         Ok(())
     }
+    fn src_ranges_of(&mut self, svc: u32) -> Result<Vec<crate::maps::SrcKey>, XdpError> {
+        Ok(self
+            .src_ranges
+            .iter()
+            .filter(|k| k.svc == svc)
+            .copied()
+            .collect())
+    }
     fn fnat_of(&mut self, key: &FlowKey) -> Result<Option<crate::maps::FnatKey>, XdpError> {
         Ok(self.fnat_fwd.get(key).copied())
     }

@@ -81,6 +81,8 @@ pub trait MapOps {
     /// Add (`present`) or remove one client source range of a service in
     /// `src_ranges` (absent is not an error).
     fn set_src_range(&mut self, key: &crate::maps::SrcKey, present: bool) -> Result<(), XdpError>;
+    /// The client source ranges `src_ranges` holds for service `svc`.
+    fn src_ranges_of(&mut self, svc: u32) -> Result<Vec<crate::maps::SrcKey>, XdpError>;
     /// The FULLNAT translation of flow `key` (`fnat_fwd`: its `fnat_rev`
     /// key, whose local address and port `-Lcn` shows), if any.
     fn fnat_of(&mut self, key: &FlowKey) -> Result<Option<crate::maps::FnatKey>, XdpError>;

@@ -304,9 +304,21 @@ impl<M: MapOps> Plane<M> {
             .filter(|r| !want.contains(r))
             .copied()
             .collect();
+        // The first ranges at this index: what an earlier service of the
+        // index or an earlier rvsd (adopted maps) left there goes before
+        // the flag is set, or it would widen this service's clients.
+        let first = st.ranges.is_empty() && !want.is_empty();
+        let wanted: Vec<SrcKey> = want.iter().map(|r| SrcKey::of(index, r)).collect();
         if let Err(e) = self
             .maps
             .set_slots(region.off, &data)
+            .and_then(|()| {
+                if first {
+                    self.clear_stale_ranges(index, &wanted)
+                } else {
+                    Ok(())
+                }
+            })
             .and_then(|()| self.set_ranges(index, &added, true))
             .and_then(|()| self.maps.set_svc(index, &svc))
         {
@@ -341,6 +353,16 @@ impl<M: MapOps> Plane<M> {
         // Its real servers' server IDs follow every change of them
         // (added, deleted, ready); a failure is retried by the reports.
         self.sync_quic_sids(key);
+        Ok(())
+    }
+
+    /// Remove every range of service `index` in `src_ranges` but `keep`.
+    fn clear_stale_ranges(&mut self, index: u32, keep: &[SrcKey]) -> Result<(), XdpError> {
+        for k in self.maps.src_ranges_of(index)? {
+            if !keep.contains(&k) {
+                self.maps.set_src_range(&k, false)?;
+            }
+        }
         Ok(())
     }
 

@@ -2387,4 +2387,17 @@ fn source_ranges_follow_the_service_into_the_trie() {
     assert_eq!(trie(&mut bed).len(), 1);
     bed.run(Command::DelService { key: key(80) }).unwrap();
     assert!(trie(&mut bed).is_empty());
+    // A range left at an index (a removal that failed, an earlier rvsd's
+    // adopted maps) goes when a service with ranges takes the index: it
+    // would widen that service's clients.
+    bed.svc(82, "rr").unwrap();
+    let at = bed.plane.service_index(&key(82)).unwrap();
+    let stale = SrcKey::of(at, &range("198.51.100.0", 24));
+    bed.plane.maps().src_ranges.insert(stale);
+    bed.run(Command::EditService {
+        key: key(82),
+        config: config(vec![b]),
+    })
+    .unwrap();
+    assert_eq!(trie(&mut bed), [SrcKey::of(at, &b)].into_iter().collect());
 }
