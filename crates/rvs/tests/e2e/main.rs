@@ -5,6 +5,7 @@
 
 mod harness;
 
+mod api;
 mod check;
 mod dsr_opt;
 mod failover;
