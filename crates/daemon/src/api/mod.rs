@@ -67,11 +67,16 @@ pub(crate) struct Api {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "rvs REST API", version = "1", description = "rvsd's REST API v1: services, real servers, the table, pools, sync daemons, the director's drain, and reads. Writes need `--api-writes` and, when rvsd has `--api-token-file`, `Authorization: Bearer TOKEN`."),
-    modifiers(&Bearer)
+    info(
+        title = "rvs REST API",
+        version = "1",
+        description = "rvsd's REST API v1: services, real servers, the table, pools, sync daemons, the director's drain, and reads. Writes need `--api-writes` and, when rvsd has `--api-token-file`, `Authorization: Bearer TOKEN`."
+    ),
+    components(schemas(error::ErrorBody))
 )]
 struct Doc;
 
+/// The bearer token scheme, required by every write.
 struct Bearer;
 
 impl utoipa::Modify for Bearer {
@@ -84,10 +89,28 @@ impl utoipa::Modify for Bearer {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+        // Reads: the token when rvsd asks for it (--api-reads token);
+        // writes: always, when rvsd has one.
         openapi.security = Some(vec![
             SecurityRequirement::new("bearer", Vec::<String>::new()),
             SecurityRequirement::default(),
         ]);
+        for item in openapi.paths.paths.values_mut() {
+            for op in [
+                &mut item.post,
+                &mut item.put,
+                &mut item.patch,
+                &mut item.delete,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                op.security = Some(vec![SecurityRequirement::new(
+                    "bearer",
+                    Vec::<String>::new(),
+                )]);
+            }
+        }
     }
 }
 
@@ -119,7 +142,9 @@ fn api_routes() -> OpenApiRouter<Api> {
 
 /// The API's router (state applied), for `http.rs` to merge.
 pub(crate) fn router(d: DaemonHandle, policy: Policy, rate: u32) -> axum::Router {
-    let (router, doc) = api_routes().split_for_parts();
+    let (router, mut doc) = api_routes().split_for_parts();
+    // After the routes are in: the writes' security is set per operation.
+    utoipa::Modify::modify(&Bearer, &mut doc);
     let text = doc.to_json().unwrap_or_default();
     let api = Api {
         d,

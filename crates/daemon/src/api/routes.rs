@@ -272,6 +272,7 @@ impl Api {
 #[into_params(parameter_in = Path)]
 pub(crate) struct SvcPath {
     /// `tcp-10.0.0.1-80`, `udp-2001:db8::1-53`, `sctp-…`, `fwm-5`, `fwm6-5`.
+    #[param(example = "tcp-10.0.0.1-80")]
     pub svc: String,
 }
 
@@ -280,8 +281,10 @@ pub(crate) struct SvcPath {
 #[into_params(parameter_in = Path)]
 pub(crate) struct RealPath {
     /// The service.
+    #[param(example = "tcp-10.0.0.1-80")]
     pub svc: String,
     /// `10.0.0.2-80`, `2001:db8::2-80`.
+    #[param(example = "10.0.0.2-80")]
     pub rs: String,
 }
 
@@ -611,7 +614,7 @@ fn same_as_running(d: &Daemon, def: &rvs_control::state::ServiceDef) -> bool {
 }
 
 /// Zero counters (`rvsadm -Z`), of one service or all.
-#[utoipa::path(post, path = "/api/v1/zero", tag = "table", request_body = ZeroBody,
+#[utoipa::path(post, path = "/api/v1/zero", tag = "table", request_body = Option<ZeroBody>,
     responses((status = 200, body = Done), Failures))]
 pub(crate) async fn zero(State(api): State<Api>, raw: RawBody) -> Result<Response, ApiError> {
     let b: ZeroBody = body(&raw, true)?;
@@ -672,8 +675,10 @@ pub(crate) async fn add_laddr(
 #[into_params(parameter_in = Path)]
 pub(crate) struct LaddrPath {
     /// The service.
+    #[param(example = "tcp-10.0.0.1-80")]
     pub svc: String,
     /// `ADDR` or `ADDR-ADDR`, as added.
+    #[param(example = "10.0.1.1-10.0.1.4")]
     pub laddr: String,
 }
 
@@ -712,6 +717,7 @@ pub(crate) async fn list_sync(State(api): State<Api>) -> Result<Response, ApiErr
 #[into_params(parameter_in = Path)]
 pub(crate) struct RolePath {
     /// `master` or `backup`.
+    #[param(pattern = "^(master|backup)$", example = "backup")]
     pub role: String,
 }
 
@@ -798,7 +804,7 @@ pub(crate) async fn stop_sync(
 }
 
 /// Withdraw every VIP from the BGP daemon and keep forwarding (`rvsadm --drain`).
-#[utoipa::path(post, path = "/api/v1/drain", tag = "director", request_body = DrainBody,
+#[utoipa::path(post, path = "/api/v1/drain", tag = "director", request_body = Option<DrainBody>,
     responses((status = 200, body = Done), Failures))]
 pub(crate) async fn drain(State(api): State<Api>, raw: RawBody) -> Result<Response, ApiError> {
     let b: DrainBody = body(&raw, true)?;
@@ -926,7 +932,7 @@ pub(crate) async fn vrrp(State(api): State<Api>) -> Result<Response, ApiError> {
 
 /// The VIP announcement (`rvsadm -L --announce`).
 #[utoipa::path(get, path = "/api/v1/announce", tag = "reads",
-    responses((status = 200, body = Object), Failures))]
+    responses((status = 200, body = serde_json::Value), Failures))]
 pub(crate) async fn announce(State(api): State<Api>) -> Result<Response, ApiError> {
     let snap = api.d.fresh().await;
     let v: serde_json::Value = serde_json::from_str(&snap.api_state).unwrap_or_default();
@@ -935,7 +941,7 @@ pub(crate) async fn announce(State(api): State<Api>) -> Result<Response, ApiErro
 
 /// The health checkers' state (`rvsadm -L --checks`).
 #[utoipa::path(get, path = "/api/v1/checks", tag = "reads",
-    responses((status = 200, body = Object), Failures))]
+    responses((status = 200, body = serde_json::Value), Failures))]
 pub(crate) async fn checks(State(api): State<Api>) -> Result<Response, ApiError> {
     let snap = api.d.fresh().await;
     Ok(json(snap.checks.to_string()))
@@ -951,7 +957,7 @@ pub(crate) struct StateQuery {
 
 /// The whole state as `rvsadm -L` reads it (QUIC-LB keys as fingerprints).
 #[utoipa::path(get, path = "/api/v1/state", tag = "reads", params(StateQuery),
-    responses((status = 200, body = Object), Failures))]
+    responses((status = 200, body = serde_json::Value), Failures))]
 pub(crate) async fn state(State(api): State<Api>, uri: Uri) -> Result<Response, ApiError> {
     let q: StateQuery = query(&uri)?;
     let conns = q
@@ -971,7 +977,7 @@ pub(crate) async fn state(State(api): State<Api>, uri: Uri) -> Result<Response, 
 
 /// This document.
 #[utoipa::path(get, path = "/api/v1/openapi.json", tag = "reads",
-    responses((status = 200, body = Object), Failures))]
+    responses((status = 200, body = serde_json::Value), Failures))]
 pub(crate) async fn openapi(State(api): State<Api>) -> Response {
     json(api.doc.get().cloned().unwrap_or_default())
 }
