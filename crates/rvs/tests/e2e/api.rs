@@ -71,6 +71,24 @@ fn backend() -> (u16, rvs_testbed::Server) {
     (port, server)
 }
 
+/// rvsd on `plane` with writes on, the token `token`, and `extra`
+/// arguments: the daemon and its HTTP port.
+fn start_api(dir: TempDir, plane: &str, token: &str, extra: &[&str]) -> (Rvsd, u16) {
+    let token = dir.write("token", &format!("{token}\n"));
+    let http = free_port();
+    let http_s = format!("127.0.0.1:{http}");
+    let token_s = token.to_string_lossy();
+    let mut args = vec![
+        "--http",
+        &http_s,
+        "--api-writes",
+        "--api-token-file",
+        &token_s,
+    ];
+    args.extend_from_slice(extra);
+    (Rvsd::start_with(dir, plane, None, &args), http)
+}
+
 #[test]
 fn api_writes_reach_rvsadm_and_traffic() {
     let dir = TempDir::new("api");
@@ -81,23 +99,8 @@ fn api_writes_reach_rvsadm_and_traffic() {
             "virtual_server 127.0.0.1 {kept_port} {{\n    lb_algo rr\n    lb_kind NAT\n    protocol TCP\n    real_server 127.0.0.1 {kept_port} {{\n        weight 1\n    }}\n}}\n"
         ),
     );
-    let token = dir.write("token", "e2e-secret\n");
-    let http = free_port();
-    let http_s = format!("127.0.0.1:{http}");
-    let d = Rvsd::start_with(
-        dir,
-        "proxy",
-        None,
-        &[
-            "-f",
-            &conf.to_string_lossy(),
-            "--http",
-            &http_s,
-            "--api-writes",
-            "--api-token-file",
-            &token.to_string_lossy(),
-        ],
-    );
+    let conf_s = conf.to_string_lossy().into_owned();
+    let (d, http) = start_api(dir, "proxy", "e2e-secret", &["-f", &conf_s]);
     let auth = ("Authorization", "Bearer e2e-secret");
     let (code, _, doc) = request(http, "GET", "/api/v1/openapi.json", &[], None);
     assert_eq!(code, 200);
@@ -219,21 +222,8 @@ fn api_schemathesis() {
         return;
     }
     let dir = TempDir::new("api-st");
-    let token = dir.write("token", "st-secret\n");
-    let http = free_port();
+    let (_d, http) = start_api(dir, "none", "st-secret", &["--api-rate", "1000000"]);
     let http_s = format!("127.0.0.1:{http}");
-    let _d = Rvsd::start_in(
-        dir,
-        &[
-            "--http",
-            &http_s,
-            "--api-writes",
-            "--api-token-file",
-            &token.to_string_lossy(),
-            "--api-rate",
-            "1000000",
-        ],
-    );
     let out = std::process::Command::new(&bin)
         .args([
             "run",
