@@ -224,7 +224,10 @@ fn api_schemathesis() {
     let dir = TempDir::new("api-st");
     let (_d, http) = start_api(dir, "none", "st-secret", &["--api-rate", "1000000"]);
     let http_s = format!("127.0.0.1:{http}");
+    // Its caches (.schemathesis, .hypothesis) go in a directory of its own.
+    let work = TempDir::new("api-st-work");
     let out = std::process::Command::new(&bin)
+        .current_dir(work.path())
         .args([
             "run",
             &format!("http://{http_s}/api/v1/openapi.json"),
