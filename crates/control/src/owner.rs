@@ -16,7 +16,9 @@
 //! keepalived's services in the kernel (draining a real server by hand with
 //! `-e ... -w 0`); the file's next reload puts its own state back. For the
 //! same reason a reload of the file takes over a service that `rvsadm`
-//! created with the same key.
+//! created with the same key. `rvsadm` and the HTTP API are both an
+//! operator's hands and may change each other's services; the API may not
+//! change the file's or Kubernetes'.
 //!
 //! A source that states its whole table ([`Change::Replace`]) changes only
 //! its own services: those of other owners are left as they are, and its
@@ -67,10 +69,10 @@ impl Owner {
     pub const fn may_change(self, holder: Owner) -> bool {
         matches!(
             (self, holder),
-            (Owner::Rvsadm, Owner::Rvsadm | Owner::File)
+            (Owner::Rvsadm, Owner::Rvsadm | Owner::File | Owner::Api)
                 | (Owner::File, Owner::File)
                 | (Owner::Kubernetes, Owner::Kubernetes)
-                | (Owner::Api, Owner::Api)
+                | (Owner::Api, Owner::Api | Owner::Rvsadm)
         )
     }
 
@@ -385,6 +387,23 @@ mod tests {
 
     fn ctl() -> Controller {
         Controller::new(IpvsConfig::default(), Box::new(NoDataPlane))
+    }
+
+    #[test]
+    fn operators_hands_change_each_other_declarative_sources_stay_their_own() {
+        use Owner::*;
+        for (who, holder, may) in [
+            (Api, Rvsadm, true),
+            (Rvsadm, Api, true),
+            (Api, File, false),
+            (Api, Kubernetes, false),
+            (Rvsadm, File, true),
+            (Rvsadm, Kubernetes, false),
+            (File, Api, false),
+            (Kubernetes, Api, false),
+        ] {
+            assert_eq!(who.may_change(holder), may, "{who:?} on {holder:?}");
+        }
     }
 
     #[test]

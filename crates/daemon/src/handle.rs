@@ -80,6 +80,15 @@ pub enum Msg {
         /// The outcome.
         reply: oneshot::Sender<Result<Submitted, ExecError>>,
     },
+    /// A write of the HTTP API ([`crate::api::write`]): its plan checks
+    /// the request against the table as it is and states the change,
+    /// submitted as the API's in the same turn.
+    ApiWrite {
+        /// The plan.
+        plan: crate::api::Plan,
+        /// The outcome, and the data plane's ticket for the change.
+        reply: oneshot::Sender<(Result<Submitted, crate::api::ApiError>, Option<Applied>)>,
+    },
     /// Render and publish the snapshot if it is behind (a reader wants
     /// it fresh).
     Refresh {
@@ -471,6 +480,12 @@ fn serve(d: &mut Daemon, msg: Msg, answers: &mut Vec<Answer>) -> bool {
             later(answers, reply, r);
             true
         }
+        Msg::ApiWrite { plan, reply } => {
+            let r = crate::api::write(d, plan);
+            let applied = d.controller().plane_applied();
+            later(answers, reply, (r, applied));
+            true
+        }
         Msg::ReleaseHanded { reply } => {
             let _ = reply.send(d.controller_mut().release_handed());
             true
@@ -693,7 +708,7 @@ const APPLIED_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// ([`rvs_control::dataplane::DataPlane::applied`]), so a request is
 /// answered once its change is in effect, as `ipvsadm` returns once the
 /// kernel has it. Bounded by [`APPLIED_WAIT`].
-async fn applied(ticket: Option<Applied>) {
+pub(crate) async fn applied(ticket: Option<Applied>) {
     let Some(ticket) = ticket else {
         return;
     };

@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 mod announce;
+mod api;
 mod bgpwatch;
 mod daemon;
 mod dash;
@@ -45,6 +46,7 @@ use std::path::PathBuf;
 
 use clap::ValueEnum;
 
+pub use api::{ApiOptions, Reads as ApiReads};
 pub use kubernetes::{Args as KubernetesArgs, NodePortMode};
 pub use source::{Source, check, default_config_id, enter_namespace, set_keepalived_options};
 pub use start::{Demo, remove, run};
@@ -148,6 +150,9 @@ pub struct Options {
     pub xdp_upgrade_probe: bool,
     /// `--http`: the Prometheus and JSON endpoint's address.
     pub http: Option<SocketAddr>,
+    /// The REST API's options (`--api-token-file`, `--api-writes`,
+    /// `--api-reads`, `--api-rate`).
+    pub api: ApiOptions,
     /// `--conn-capacity`: tracked connections at most.
     pub conn_capacity: usize,
     /// The Kubernetes source's options (`--kubernetes` and the rest).

@@ -427,6 +427,8 @@ fn raise_nofile_soft() {
 /// a bad file stops the start), `demo` the demonstration to run inside it.
 /// Builds its own (current-thread) tokio runtime.
 pub fn run(args: Options, source: Option<Source>, demo: Option<Demo>) -> anyhow::Result<()> {
+    // Before anything starts: writes on a public address need a token.
+    let api_policy = crate::api::Policy::load(&args.api, args.http).map_err(anyhow::Error::msg)?;
     raise_nofile_soft();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -662,8 +664,10 @@ pub fn run(args: Options, source: Option<Source>, demo: Option<Demo>) -> anyhow:
             let listener = tokio::net::TcpListener::from_std(std_l)?;
             tracing::info!(%addr, "HTTP endpoint listening");
             let h = handover.clone();
+            let app = http::router(d, api_policy, args.api.rate)
+                .into_make_service_with_connect_info::<std::net::SocketAddr>();
             tokio::spawn(async move {
-                let served = axum::serve(listener, http::router(d))
+                let served = axum::serve(listener, app)
                     .with_graceful_shutdown(async move { h.retired().await });
                 if let Err(e) = served.await {
                     tracing::error!("HTTP endpoint: {e}");
@@ -831,6 +835,7 @@ mod tests {
             state_dir: PathBuf::from("/run/rvs"),
             xdp_upgrade_probe: false,
             http: None,
+            api: Default::default(),
             conn_capacity: 1 << 20,
             k8s: crate::KubernetesArgs {
                 kubernetes: true,

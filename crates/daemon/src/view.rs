@@ -178,7 +178,7 @@ fn redact_quic_keys(snap: &mut Snapshot) {
 
 /// A `--quic-lb` spec with its key as a fingerprint (or withheld, should
 /// the spec not parse).
-fn redacted(spec: &str) -> String {
+pub(crate) fn redacted(spec: &str) -> String {
     match rvs_core::model::QuicLbConfig::parse_spec(spec) {
         Ok(c) => {
             let mut out = format!(

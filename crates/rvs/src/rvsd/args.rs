@@ -255,9 +255,30 @@ pub(crate) struct Args {
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     pub(crate) log_level: String,
 
-    /// Serve Prometheus /metrics and a JSON view on this address (off by default).
+    /// Serve Prometheus /metrics and REST API v1 (/api/v1/..., its OpenAPI
+    /// document at /api/v1/openapi.json) on this address (off by default).
     #[arg(long, value_name = "ADDR")]
     pub(crate) http: Option<SocketAddr>,
+
+    /// The REST API's bearer token: a file holding it (surrounding white
+    /// space ignored). Writes then need `Authorization: Bearer TOKEN`.
+    #[arg(long, value_name = "PATH", requires = "http")]
+    pub(crate) api_token_file: Option<PathBuf>,
+
+    /// Enable the REST API's writes (off by default). On a non-loopback
+    /// --http address rvsd refuses to start without --api-token-file.
+    #[arg(long, requires = "http")]
+    pub(crate) api_writes: bool,
+
+    /// Who may read the REST API: open (anyone who reaches --http) or
+    /// token (the bearer token of --api-token-file).
+    #[arg(long, value_name = "WHO", default_value = "open")]
+    pub(crate) api_reads: rvs_daemon::ApiReads,
+
+    /// Requests per second each client address may make to the HTTP
+    /// endpoint's API (bursts of twice as many); beyond, 429.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub(crate) api_rate: u32,
 
     /// Maximum tracked connections; when full, the entry closest to expiry is evicted.
     #[arg(long, value_name = "N", default_value_t = 1 << 20)]

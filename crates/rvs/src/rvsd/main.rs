@@ -182,6 +182,12 @@ fn options(args: &Args) -> Options {
         state_dir: args.state_dir.clone(),
         xdp_upgrade_probe: args.xdp_upgrade_probe,
         http: args.http,
+        api: rvs_daemon::ApiOptions {
+            token_file: args.api_token_file.clone(),
+            writes: args.api_writes,
+            reads: args.api_reads,
+            rate: args.api_rate,
+        },
         conn_capacity: args.conn_capacity,
         k8s: args.k8s.clone(),
     }

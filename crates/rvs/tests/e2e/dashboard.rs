@@ -305,7 +305,6 @@ fn api_post(http: u16, token: &str, path: &str, body: &str) {
 }
 
 #[test]
-#[ignore = "needs the API routes (branch api)"]
 fn dashboard_drain_click_sets_the_weight_rvsadm_prints_to_zero() {
     let test = "dashboard_drain_click_sets_the_weight_rvsadm_prints_to_zero";
     let Some(bed) = bed(test) else {

@@ -5,6 +5,7 @@
 
 mod harness;
 
+mod api;
 mod check;
 mod dashboard;
 mod dashboards;
