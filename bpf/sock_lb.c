@@ -446,6 +446,20 @@ static __always_inline struct rvs_sock_rec *record(__u64 cookie)
 	return bpf_map_lookup_elem(&sock_socks, &cookie);
 }
 
+/* The cgroup sock_addr program `name` (section `sec`) that translates
+ * the call's address: `fn` (do4/do6) with its `keep` (1 for sendmsg). */
+#define SOCK_ADDR_DO(sec, name, fn, keep)                                          \
+	SEC(sec)                                                                   \
+	int name(struct bpf_sock_addr *ctx)                                        \
+	{                                                                          \
+		return fn(ctx, keep);                                              \
+	}
+
+SOCK_ADDR_DO("cgroup/connect4", sock_connect4, do4, 0)
+SOCK_ADDR_DO("cgroup/connect6", sock_connect6, do6, 0)
+SOCK_ADDR_DO("cgroup/sendmsg4", sock_sendmsg4, do4, 1)
+SOCK_ADDR_DO("cgroup/sendmsg6", sock_sendmsg6, do6, 1)
+
 /* The cgroup sock_addr program `name` (section `sec`) for the sockets the
  * plane translated: `note` learns from the call (the UDP client), then
  * `rev` (rev4/rev6) shows the service's address, not the real server's. */
@@ -467,29 +481,6 @@ static __always_inline void no_note(struct bpf_sock_addr *ctx, struct rvs_sock_r
 {
 }
 
-SEC("cgroup/connect4")
-int sock_connect4(struct bpf_sock_addr *ctx)
-{
-	return do4(ctx, 0);
-}
-
-SEC("cgroup/connect6")
-int sock_connect6(struct bpf_sock_addr *ctx)
-{
-	return do6(ctx, 0);
-}
-
-SEC("cgroup/sendmsg4")
-int sock_sendmsg4(struct bpf_sock_addr *ctx)
-{
-	return do4(ctx, 1);
-}
-
-SEC("cgroup/sendmsg6")
-int sock_sendmsg6(struct bpf_sock_addr *ctx)
-{
-	return do6(ctx, 1);
-}
 
 SOCK_ADDR_REV("cgroup/recvmsg4", sock_recvmsg4, note_udp_client4, rev4)
 
