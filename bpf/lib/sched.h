@@ -233,6 +233,21 @@ locality_begin(const struct rvs_svc *s, __u32 svc_idx, const struct pkt *p, __u6
 	return sc;
 }
 
+/* A new locality entry naming the WLC choice (sc->x.best), which it
+ * returns: what a miss, or lblc's unusable server, leads to.
+ * RVS_SLOT_EMPTY (and no entry) when there is no choice. */
+static __always_inline __u32 locality_new(struct locality_scratch *sc, __u64 now)
+{
+	if (sc->x.best == RVS_SLOT_EMPTY)
+		return RVS_SLOT_EMPTY;
+	sc->ne.lastuse = now;
+	sc->ne.lastmod = now;
+	sc->ne.count = 1;
+	sc->ne.members[0] = sc->x.best;
+	bpf_map_update_elem(&locality, &sc->k, &sc->ne, BPF_ANY);
+	return sc->x.best;
+}
+
 /* lblc (ip_vs_lblc.c): the cached server unless it is not eligible or
  * overloaded in lblc's sense; then, and on a miss, WLC over the service,
  * and the entry names that server. */
@@ -261,14 +276,7 @@ __noinline __u32 sched_lblc(const struct rvs_svc *s, __u32 svc_idx,
 		if (sc->found[0] && d && !locality_overloaded(m, d, sc->x.half))
 			return m;
 	}
-	if (sc->x.best == RVS_SLOT_EMPTY)
-		return RVS_SLOT_EMPTY;
-	sc->ne.lastuse = now;
-	sc->ne.lastmod = now;
-	sc->ne.count = 1;
-	sc->ne.members[0] = sc->x.best;
-	bpf_map_update_elem(&locality, &sc->k, &sc->ne, BPF_ANY);
-	return sc->x.best;
+	return locality_new(sc, now);
 }
 
 /* lblcr (ip_vs_lblcr.c): the WLC minimum of the set's eligible members
@@ -298,16 +306,8 @@ __noinline __u32 sched_lblcr(const struct rvs_svc *s, __u32 svc_idx,
 		__builtin_memcpy(sc->members, e->members, sizeof(sc->members));
 	}
 	bpf_loop(s->dests_len, locality_step, NULL, 0);
-	if (!e) {
-		if (sc->x.best == RVS_SLOT_EMPTY)
-			return RVS_SLOT_EMPTY;
-		sc->ne.lastuse = now;
-		sc->ne.lastmod = now;
-		sc->ne.count = 1;
-		sc->ne.members[0] = sc->x.best;
-		bpf_map_update_elem(&locality, &sc->k, &sc->ne, BPF_ANY);
-		return sc->x.best;
-	}
+	if (!e)
+		return locality_new(sc, now);
 	e->lastuse = now;
 	/* Minimum over eligible members, maximum over members of weight > 0
 	 * (ip_vs_dest_set_min / _max), both in set order. */
