@@ -44,6 +44,7 @@
 #include "lib/map.h"
 
 #include "rvs.h"
+#include "lib/csum.h"
 #include "dsr_rs.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
@@ -59,6 +60,19 @@ RVS_MAP(dsr_stats, BPF_MAP_TYPE_PERCPU_ARRAY, RVS_DSR_RS_NSTATS, __u32, __u64);
 #define NEXT TC_ACT_UNSPEC
 /* The kernel's TCP_MIN_MSS: an MSS is never lowered below it. */
 #define MSS_MIN 88
+
+/* The tc program `name`: IPv4 packets to `fn4`, IPv6 ones to `fn6`, the
+ * rest on. */
+#define BY_FAMILY(name, fn4, fn6)                                                  \
+	SEC("classifier")                                                          \
+	int name(struct __sk_buff *skb)                                            \
+	{                                                                          \
+		if (skb->protocol == bpf_htons(ETH_P_IP))                          \
+			return fn4(skb);                                           \
+		if (skb->protocol == bpf_htons(ETH_P_IPV6))                        \
+			return fn6(skb);                                           \
+		return NEXT;                                                       \
+	}
 
 static __always_inline void count(__u32 which)
 {
@@ -93,18 +107,54 @@ static __always_inline void record(const struct rvs_dsr_key *k, const struct rvs
 	bpf_map_update_elem(&dsr_flows, k, v, BPF_ANY);
 }
 
-static __always_inline __u16 csum20(const struct iphdr *ip)
+/* Make the L3 header at L2 (`*l3`), the `hlen` bytes of L3 headers and the
+ * 4 bytes of ports after them (`*ports`) direct-readable; -1 when the
+ * packet is shorter. */
+static __always_inline int l3_hdr(struct __sk_buff *skb, __u32 hlen, void **l3, __be16 **ports)
 {
-	const __u16 *w = (const __u16 *)ip;
-	__u32 s = 0;
-	int i;
+	void *data, *end;
 
-#pragma unroll
-	for (i = 0; i < 10; i++)
-		s += w[i];
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	return (__u16)~s;
+	if (pull(skb, L2 + hlen + 4))
+		return -1;
+	data = (void *)(long)skb->data;
+	end = (void *)(long)skb->data_end;
+	*l3 = data + L2;
+	*ports = data + L2 + hlen;
+	if ((void *)(*ports + 2) > end)
+		return -1;
+	return 0;
+}
+
+/* The flow's key: client `c`:`cport`, real server `b`:`bport`, addresses of
+ * `alen` bytes (4 or 16). */
+static __always_inline void fill_key(struct rvs_dsr_key *k, __u8 family, __u8 proto,
+				     const __u32 *c, const __u32 *b, __u32 alen, __be16 cport,
+				     __be16 bport)
+{
+	k->family = family;
+	k->proto = proto;
+	__builtin_memcpy(k->caddr, c, alen);
+	__builtin_memcpy(k->baddr, b, alen);
+	k->cport = cport;
+	k->bport = bport;
+}
+
+/* Record the flow, remove the option (the `optlen` bytes right after the
+ * fixed L3 header) and write the header's changed `n` bytes `hdr` at
+ * offset `off`. */
+static __always_inline int strip(struct __sk_buff *skb, const struct rvs_dsr_key *k,
+				 const struct rvs_dsr_svc *v, __s32 optlen, __u32 off,
+				 const void *hdr, __u32 n)
+{
+	record(k, v);
+	if (bpf_skb_adjust_room(skb, -optlen, BPF_ADJ_ROOM_NET, 0)) {
+		count(RVS_DSR_RS_FAILED);
+		return NEXT;
+	}
+	if (bpf_skb_store_bytes(skb, off, hdr, n, BPF_F_RECOMPUTE_CSUM))
+		return TC_ACT_SHOT;
+	count(RVS_DSR_RS_STRIPPED);
+	return NEXT;
 }
 
 static __always_inline int ingress4(struct __sk_buff *skb)
@@ -114,45 +164,26 @@ static __always_inline int ingress4(struct __sk_buff *skb)
 	struct iphdr *ip, h;
 	struct dsr_opt4 *o;
 	__be16 *ports;
-	void *data, *end;
+	void *l3;
 
-	if (pull(skb, L2 + sizeof(*ip) + RVS_DSR_OPT4_LEN + 4))
+	if (l3_hdr(skb, sizeof(*ip) + RVS_DSR_OPT4_LEN, &l3, &ports))
 		return NEXT;
-	data = (void *)(long)skb->data;
-	end = (void *)(long)skb->data_end;
-	ip = data + L2;
+	ip = l3;
 	o = (void *)(ip + 1);
-	ports = (void *)(o + 1);
-	if ((void *)(ports + 2) > end)
-		return NEXT;
 	if (ip->version != 4 || ip->ihl != (sizeof(*ip) + RVS_DSR_OPT4_LEN) / 4 ||
 	    (ip->frag_off & bpf_htons(0x3fff)) || o->type != RVS_DSR_OPT4_TYPE ||
 	    o->len != RVS_DSR_OPT4_LEN ||
 	    (ip->protocol != IPPROTO_TCP && ip->protocol != IPPROTO_UDP))
 		return NEXT;
-	k.family = RVS_AF_INET;
-	k.proto = ip->protocol;
-	__builtin_memcpy(k.caddr, &ip->saddr, 4);
-	__builtin_memcpy(k.baddr, &ip->daddr, 4);
-	k.cport = ports[0];
-	k.bport = ports[1];
+	fill_key(&k, RVS_AF_INET, ip->protocol, &ip->saddr, &ip->daddr, 4, ports[0], ports[1]);
 	__builtin_memcpy(v.addr, &o->addr, 4);
 	v.port = o->port;
 	h = *ip;
 	h.ihl = 5;
 	h.tot_len = bpf_htons(bpf_ntohs(ip->tot_len) - RVS_DSR_OPT4_LEN);
 	h.check = 0;
-	h.check = csum20(&h);
-	record(&k, &v);
-	/* Removes the bytes right after the 20-byte header: the option. */
-	if (bpf_skb_adjust_room(skb, -RVS_DSR_OPT4_LEN, BPF_ADJ_ROOM_NET, 0)) {
-		count(RVS_DSR_RS_FAILED);
-		return NEXT;
-	}
-	if (bpf_skb_store_bytes(skb, L2, &h, sizeof(h), BPF_F_RECOMPUTE_CSUM))
-		return TC_ACT_SHOT;
-	count(RVS_DSR_RS_STRIPPED);
-	return NEXT;
+	h.check = ip4_csum(&h);
+	return strip(skb, &k, &v, RVS_DSR_OPT4_LEN, L2, &h, sizeof(h));
 }
 
 static __always_inline int ingress6(struct __sk_buff *skb)
@@ -162,55 +193,29 @@ static __always_inline int ingress6(struct __sk_buff *skb)
 	struct ipv6hdr *ip6;
 	struct dsr_opt6 *o;
 	__be16 *ports;
-	void *data, *end;
+	void *l3;
 	__u8 w[4]; /* payload length, next header, hop limit */
 
-	if (pull(skb, L2 + sizeof(*ip6) + RVS_DSR_OPT6_LEN + 4))
+	if (l3_hdr(skb, sizeof(*ip6) + RVS_DSR_OPT6_LEN, &l3, &ports))
 		return NEXT;
-	data = (void *)(long)skb->data;
-	end = (void *)(long)skb->data_end;
-	ip6 = data + L2;
+	ip6 = l3;
 	o = (void *)(ip6 + 1);
-	ports = (void *)(o + 1);
-	if ((void *)(ports + 2) > end)
-		return NEXT;
 	if (ip6->version != 6 || ip6->nexthdr != IPPROTO_DSTOPTS ||
 	    o->hdrlen != RVS_DSR_OPT6_LEN / 8 - 1 || o->type != RVS_DSR_OPT6_TYPE ||
 	    o->len != RVS_DSR_OPT6_OPTLEN ||
 	    (o->nexthdr != IPPROTO_TCP && o->nexthdr != IPPROTO_UDP))
 		return NEXT;
-	k.family = RVS_AF_INET6;
-	k.proto = o->nexthdr;
-	__builtin_memcpy(k.caddr, &ip6->saddr, 16);
-	__builtin_memcpy(k.baddr, &ip6->daddr, 16);
-	k.cport = ports[0];
-	k.bport = ports[1];
+	fill_key(&k, RVS_AF_INET6, o->nexthdr, ip6->saddr.in6_u.u6_addr32,
+		 ip6->daddr.in6_u.u6_addr32, 16, ports[0], ports[1]);
 	__builtin_memcpy(v.addr, o->addr, 16);
 	v.port = o->port;
 	*(__be16 *)w = bpf_htons(bpf_ntohs(ip6->payload_len) - RVS_DSR_OPT6_LEN);
 	w[2] = o->nexthdr;
 	w[3] = ip6->hop_limit;
-	record(&k, &v);
-	/* Removes the bytes right after the 40-byte header: the option. */
-	if (bpf_skb_adjust_room(skb, -RVS_DSR_OPT6_LEN, BPF_ADJ_ROOM_NET, 0)) {
-		count(RVS_DSR_RS_FAILED);
-		return NEXT;
-	}
-	if (bpf_skb_store_bytes(skb, L2 + 4, w, sizeof(w), BPF_F_RECOMPUTE_CSUM))
-		return TC_ACT_SHOT;
-	count(RVS_DSR_RS_STRIPPED);
-	return NEXT;
+	return strip(skb, &k, &v, RVS_DSR_OPT6_LEN, L2 + 4, w, sizeof(w));
 }
 
-SEC("classifier")
-int rvs_dsr_ingress(struct __sk_buff *skb)
-{
-	if (skb->protocol == bpf_htons(ETH_P_IP))
-		return ingress4(skb);
-	if (skb->protocol == bpf_htons(ETH_P_IPV6))
-		return ingress6(skb);
-	return NEXT;
-}
+BY_FAMILY(rvs_dsr_ingress, ingress4, ingress6)
 
 /* Lower the MSS option of the SYN-ACK whose TCP header is at `l4` (its
  * checksum at `csum_off`) by `reduce`. */
@@ -259,57 +264,62 @@ static __always_inline void mss_clamp(struct __sk_buff *skb, __u32 l4, __u32 csu
 	}
 }
 
+/* The offset of the L4 checksum of a `proto` packet whose L4 header is at
+ * `l4`, and in `*flags` the bpf_l4_csum_replace flags it wants (a UDP
+ * checksum 0 stays 0). */
+static __always_inline __u32 l4_csum_at(__u8 proto, __u32 l4, __u32 *flags)
+{
+	if (proto == IPPROTO_TCP) {
+		*flags = 0;
+		return l4 + offsetof(struct tcphdr, check);
+	}
+	*flags = BPF_F_MARK_MANGLED_0;
+	return l4 + offsetof(struct udphdr, check);
+}
+
+/* The end of a rewritten reply: a SYN-ACK's MSS lowered by the option's
+ * `reduce` bytes, the reply counted. */
+static __always_inline int replied(struct __sk_buff *skb, __u8 proto, __u32 l4, __u32 csum_off,
+				   __u16 reduce)
+{
+	if (proto == IPPROTO_TCP)
+		mss_clamp(skb, l4, csum_off, reduce);
+	count(RVS_DSR_RS_REPLIED);
+	return NEXT;
+}
+
 static __always_inline int egress4(struct __sk_buff *skb)
 {
 	struct rvs_dsr_key k = {};
 	struct rvs_dsr_svc *v;
 	struct iphdr *ip;
 	__be16 *ports;
+	void *l3;
 	__be32 old, new;
 	__be16 oldp;
 	__u32 l4 = L2 + sizeof(*ip), csum_off, flags;
-	void *data, *end;
 
-	if (pull(skb, L2 + sizeof(*ip) + 4))
+	if (l3_hdr(skb, sizeof(*ip), &l3, &ports))
 		return NEXT;
-	data = (void *)(long)skb->data;
-	end = (void *)(long)skb->data_end;
-	ip = data + L2;
-	ports = (void *)(ip + 1);
-	if ((void *)(ports + 2) > end)
-		return NEXT;
+	ip = l3;
 	if (ip->version != 4 || ip->ihl != 5 || (ip->frag_off & bpf_htons(0x1fff)) ||
 	    (ip->protocol != IPPROTO_TCP && ip->protocol != IPPROTO_UDP))
 		return NEXT;
-	k.family = RVS_AF_INET;
-	k.proto = ip->protocol;
-	__builtin_memcpy(k.caddr, &ip->daddr, 4);
-	__builtin_memcpy(k.baddr, &ip->saddr, 4);
-	k.cport = ports[1];
-	k.bport = ports[0];
+	fill_key(&k, RVS_AF_INET, ip->protocol, &ip->daddr, &ip->saddr, 4, ports[1], ports[0]);
 	v = bpf_map_lookup_elem(&dsr_flows, &k);
 	if (!v)
 		return NEXT;
 	old = ip->saddr;
 	oldp = ports[0];
 	__builtin_memcpy(&new, v->addr, 4);
-	if (k.proto == IPPROTO_TCP) {
-		csum_off = l4 + offsetof(struct tcphdr, check);
-		flags = 0;
-	} else {
-		csum_off = l4 + offsetof(struct udphdr, check);
-		flags = BPF_F_MARK_MANGLED_0;
-	}
+	csum_off = l4_csum_at(k.proto, l4, &flags);
 	if (bpf_l4_csum_replace(skb, csum_off, old, new, flags | BPF_F_PSEUDO_HDR | 4) ||
 	    bpf_l4_csum_replace(skb, csum_off, oldp, v->port, flags | 2) ||
 	    bpf_l3_csum_replace(skb, L2 + offsetof(struct iphdr, check), old, new, 4) ||
 	    bpf_skb_store_bytes(skb, L2 + offsetof(struct iphdr, saddr), &new, 4, 0) ||
 	    bpf_skb_store_bytes(skb, l4, &v->port, 2, 0))
 		return TC_ACT_SHOT;
-	if (k.proto == IPPROTO_TCP)
-		mss_clamp(skb, l4, csum_off, RVS_DSR_OPT4_LEN);
-	count(RVS_DSR_RS_REPLIED);
-	return NEXT;
+	return replied(skb, k.proto, l4, csum_off, RVS_DSR_OPT4_LEN);
 }
 
 static __always_inline int egress6(struct __sk_buff *skb)
@@ -319,27 +329,18 @@ static __always_inline int egress6(struct __sk_buff *skb)
 	struct rvs_dsr_svc sv;
 	struct ipv6hdr *ip6;
 	__be16 *ports;
+	void *l3;
 	__u8 old[16];
 	__u32 l4 = L2 + sizeof(*ip6), csum_off, flags;
 	__s64 diff;
-	void *data, *end;
 
-	if (pull(skb, L2 + sizeof(*ip6) + 4))
+	if (l3_hdr(skb, sizeof(*ip6), &l3, &ports))
 		return NEXT;
-	data = (void *)(long)skb->data;
-	end = (void *)(long)skb->data_end;
-	ip6 = data + L2;
-	ports = (void *)(ip6 + 1);
-	if ((void *)(ports + 2) > end)
-		return NEXT;
+	ip6 = l3;
 	if (ip6->version != 6 || (ip6->nexthdr != IPPROTO_TCP && ip6->nexthdr != IPPROTO_UDP))
 		return NEXT;
-	k.family = RVS_AF_INET6;
-	k.proto = ip6->nexthdr;
-	__builtin_memcpy(k.caddr, &ip6->daddr, 16);
-	__builtin_memcpy(k.baddr, &ip6->saddr, 16);
-	k.cport = ports[1];
-	k.bport = ports[0];
+	fill_key(&k, RVS_AF_INET6, ip6->nexthdr, ip6->daddr.in6_u.u6_addr32,
+		 ip6->saddr.in6_u.u6_addr32, 16, ports[1], ports[0]);
 	v = bpf_map_lookup_elem(&dsr_flows, &k);
 	if (!v)
 		return NEXT;
@@ -348,30 +349,13 @@ static __always_inline int egress6(struct __sk_buff *skb)
 	diff = bpf_csum_diff((__be32 *)old, 16, (__be32 *)sv.addr, 16, 0);
 	if (diff < 0)
 		return TC_ACT_SHOT;
-	if (k.proto == IPPROTO_TCP) {
-		csum_off = l4 + offsetof(struct tcphdr, check);
-		flags = 0;
-	} else {
-		csum_off = l4 + offsetof(struct udphdr, check);
-		flags = BPF_F_MARK_MANGLED_0;
-	}
+	csum_off = l4_csum_at(k.proto, l4, &flags);
 	if (bpf_l4_csum_replace(skb, csum_off, 0, diff, flags | BPF_F_PSEUDO_HDR) ||
 	    bpf_l4_csum_replace(skb, csum_off, k.bport, sv.port, flags | 2) ||
 	    bpf_skb_store_bytes(skb, L2 + offsetof(struct ipv6hdr, saddr), sv.addr, 16, 0) ||
 	    bpf_skb_store_bytes(skb, l4, &sv.port, 2, 0))
 		return TC_ACT_SHOT;
-	if (k.proto == IPPROTO_TCP)
-		mss_clamp(skb, l4, csum_off, RVS_DSR_OPT6_LEN);
-	count(RVS_DSR_RS_REPLIED);
-	return NEXT;
+	return replied(skb, k.proto, l4, csum_off, RVS_DSR_OPT6_LEN);
 }
 
-SEC("classifier")
-int rvs_dsr_egress(struct __sk_buff *skb)
-{
-	if (skb->protocol == bpf_htons(ETH_P_IP))
-		return egress4(skb);
-	if (skb->protocol == bpf_htons(ETH_P_IPV6))
-		return egress6(skb);
-	return NEXT;
-}
+BY_FAMILY(rvs_dsr_egress, egress4, egress6)

@@ -446,53 +446,45 @@ static __always_inline struct rvs_sock_rec *record(__u64 cookie)
 	return bpf_map_lookup_elem(&sock_socks, &cookie);
 }
 
-SEC("cgroup/connect4")
-int sock_connect4(struct bpf_sock_addr *ctx)
-{
-	return do4(ctx, 0);
-}
-
-SEC("cgroup/connect6")
-int sock_connect6(struct bpf_sock_addr *ctx)
-{
-	return do6(ctx, 0);
-}
-
-SEC("cgroup/sendmsg4")
-int sock_sendmsg4(struct bpf_sock_addr *ctx)
-{
-	return do4(ctx, 1);
-}
-
-SEC("cgroup/sendmsg6")
-int sock_sendmsg6(struct bpf_sock_addr *ctx)
-{
-	return do6(ctx, 1);
-}
-
-SEC("cgroup/recvmsg4")
-int sock_recvmsg4(struct bpf_sock_addr *ctx)
-{
-	struct rvs_sock_rec *rec = record(bpf_get_socket_cookie(ctx));
-
-	if (rec) {
-		note_udp_client4(ctx, rec);
-		rev4(ctx, rec);
+/* The cgroup sock_addr program `name` (section `sec`) that translates
+ * the call's address: `fn` (do4/do6) with its `keep` (1 for sendmsg). */
+#define SOCK_ADDR_DO(sec, name, fn, keep)                                          \
+	SEC(sec)                                                                   \
+	int name(struct bpf_sock_addr *ctx)                                        \
+	{                                                                          \
+		return fn(ctx, keep);                                              \
 	}
-	return 1;
-}
 
-SEC("cgroup/recvmsg6")
-int sock_recvmsg6(struct bpf_sock_addr *ctx)
-{
-	struct rvs_sock_rec *rec = record(bpf_get_socket_cookie(ctx));
+SOCK_ADDR_DO("cgroup/connect4", sock_connect4, do4, 0)
+SOCK_ADDR_DO("cgroup/connect6", sock_connect6, do6, 0)
+SOCK_ADDR_DO("cgroup/sendmsg4", sock_sendmsg4, do4, 1)
+SOCK_ADDR_DO("cgroup/sendmsg6", sock_sendmsg6, do6, 1)
 
-	if (rec) {
-		note_udp_client6(ctx, rec);
-		rev6(ctx, rec);
+/* The cgroup sock_addr program `name` (section `sec`) for the sockets the
+ * plane translated: `note` learns from the call (the UDP client), then
+ * `rev` (rev4/rev6) shows the service's address, not the real server's. */
+#define SOCK_ADDR_REV(sec, name, note, rev)                                        \
+	SEC(sec)                                                                   \
+	int name(struct bpf_sock_addr *ctx)                                        \
+	{                                                                          \
+		struct rvs_sock_rec *rec = record(bpf_get_socket_cookie(ctx));     \
+                                                                                   \
+		if (rec) {                                                         \
+			note(ctx, rec);                                            \
+			rev(ctx, rec);                                             \
+		}                                                                  \
+		return 1;                                                          \
 	}
-	return 1;
+
+/* getpeername(2) learns nothing. */
+static __always_inline void no_note(struct bpf_sock_addr *ctx, struct rvs_sock_rec *rec)
+{
 }
+
+
+SOCK_ADDR_REV("cgroup/recvmsg4", sock_recvmsg4, note_udp_client4, rev4)
+
+SOCK_ADDR_REV("cgroup/recvmsg6", sock_recvmsg6, note_udp_client6, rev6)
 
 static __always_inline void note_tcp_client(__u64 cookie, const __u32 *addr, __u16 port_net)
 {
@@ -527,25 +519,9 @@ int sock_ops(struct bpf_sock_ops *ctx)
 	return 1;
 }
 
-SEC("cgroup/getpeername4")
-int sock_getpeername4(struct bpf_sock_addr *ctx)
-{
-	struct rvs_sock_rec *rec = record(bpf_get_socket_cookie(ctx));
+SOCK_ADDR_REV("cgroup/getpeername4", sock_getpeername4, no_note, rev4)
 
-	if (rec)
-		rev4(ctx, rec);
-	return 1;
-}
-
-SEC("cgroup/getpeername6")
-int sock_getpeername6(struct bpf_sock_addr *ctx)
-{
-	struct rvs_sock_rec *rec = record(bpf_get_socket_cookie(ctx));
-
-	if (rec)
-		rev6(ctx, rec);
-	return 1;
-}
+SOCK_ADDR_REV("cgroup/getpeername6", sock_getpeername6, no_note, rev6)
 
 /* A socket closes: its real server has one open socket less. */
 SEC("cgroup/sock_release")

@@ -43,12 +43,6 @@
 
 #include "toa.h"
 
-#ifndef AF_INET
-#define AF_INET 2
-#endif
-#ifndef AF_INET6
-#define AF_INET6 10
-#endif
 #ifndef SOL_TCP
 #define SOL_TCP 6
 #endif
@@ -206,14 +200,21 @@ static __always_inline __u32 word(const struct rvs_toa_addr *a, int i)
 	return w;
 }
 
-SEC("cgroup/getpeername4")
-int rvs_toa_getpeername4(struct bpf_sock_addr *ctx)
+/* The address stored for the socket of a getpeername(2) or accept(2):
+ * NULL when there is none (no TOA, or not a TCP socket the reader saw). */
+static __always_inline struct rvs_toa_addr *stored(struct bpf_sock_addr *ctx)
 {
 	struct bpf_sock *sk = ctx->sk;
 
 	if (!sk)
-		return 1;
-	struct rvs_toa_addr *st = bpf_sk_storage_get(&toa_peers, sk, 0, 0);
+		return NULL;
+	return bpf_sk_storage_get(&toa_peers, sk, 0, 0);
+}
+
+SEC("cgroup/getpeername4")
+int rvs_toa_getpeername4(struct bpf_sock_addr *ctx)
+{
+	struct rvs_toa_addr *st = stored(ctx);
 
 	if (!st)
 		return 1;
@@ -229,11 +230,7 @@ int rvs_toa_getpeername4(struct bpf_sock_addr *ctx)
 SEC("cgroup/getpeername6")
 int rvs_toa_getpeername6(struct bpf_sock_addr *ctx)
 {
-	struct bpf_sock *sk = ctx->sk;
-
-	if (!sk)
-		return 1;
-	struct rvs_toa_addr *st = bpf_sk_storage_get(&toa_peers, sk, 0, 0);
+	struct rvs_toa_addr *st = stored(ctx);
 
 	if (!st)
 		return 1;

@@ -9,6 +9,15 @@
 
 #include <linux/types.h>
 
+/* The address families of struct rvs_toa_addr (and of the socket
+ * programs' contexts): the BPF programs include no libc header. */
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+
 /* TOA: TCP option kind 254, IPv4 form 8 bytes, IPv6 form 20 bytes. */
 #define RVS_TOA_KIND 254
 #define RVS_TOA_LEN4 8

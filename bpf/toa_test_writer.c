@@ -21,13 +21,6 @@
 
 #include "toa.h"
 
-#ifndef AF_INET
-#define AF_INET 2
-#endif
-#ifndef AF_INET6
-#define AF_INET6 10
-#endif
-
 /* TCPHDR_SYN / TCPHDR_ACK of skb_tcp_flags. */
 #define FLAG_SYN 0x02
 #define FLAG_ACK 0x10

@@ -46,6 +46,39 @@ static __always_inline __u16 ip4_csum(const struct iphdr *ip)
 	return (__u16)~s;
 }
 
+/* Fix the L4 checksum of the packet an ICMP error quotes (its L4 header
+ * at `l4`) for the quoted addresses' change `acc_in` and ports' change
+ * `acc_port`. Returns `acc_icmp` (the words changed that the ICMP checksum
+ * covers) with both changes added: the ports' and the checksum's. A
+ * checksum the quote cuts off, or an IPv4 UDP checksum 0, is left as it is. */
+static __always_inline __u32 quoted_l4_fix(const struct pkt *p, void *l4, void *end, __u32 acc_in,
+					   __u32 acc_port, __u32 acc_icmp)
+{
+	__u16 *l4check = NULL;
+
+	if (p->proto == IPPROTO_TCP) {
+		struct tcphdr *th = l4;
+
+		if ((void *)(th + 1) <= end)
+			l4check = &th->check;
+	} else {
+		struct udphdr *uh = l4;
+
+		if ((void *)(uh + 1) <= end && (uh->check || p->family == RVS_AF_INET6))
+			l4check = &uh->check;
+	}
+	acc_icmp += acc_port;
+	if (l4check) {
+		__u16 oldc = *l4check, newc = csum_apply(oldc, acc_in + acc_port);
+
+		if (newc == 0 && p->proto == IPPROTO_UDP)
+			newc = 0xffff;
+		acc_icmp += (__u16)~oldc + newc;
+		*l4check = newc;
+	}
+	return acc_icmp;
+}
+
 /* Rewrite one address (4 or 16 bytes at `a`) and the port `port` of the
  * packet, fixing the IPv4 header checksum and the L4 checksum. */
 static __always_inline int rewrite_addr_port(struct xdp_md *ctx, const struct pkt *p, int dst,

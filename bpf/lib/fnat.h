@@ -652,20 +652,8 @@ static __always_inline int fnat_reply(struct xdp_md *ctx, const struct pkt *p)
 	__builtin_memcpy(vaddr, n->vaddr, 16);
 	cport = n->cport;
 	vport = n->vport;
-	f = flow_lookup(p->family, caddr, vaddr, cport, vport, p->proto);
-	/* The SYN-ACK of a flow still in the embryonic table. */
-	if (!f && p->proto == IPPROTO_TCP)
-		f = table_lookup(&embryonic4, &embryonic, p->family, caddr, vaddr, cport, vport,
-				 p->proto);
+	f = reply_flow(p, caddr, vaddr, cport, vport);
 	if (f) {
-		f->last_seen = bpf_jiffies64();
-		if (p->proto == IPPROTO_TCP) {
-			__u8 old = f->state;
-
-			f->state = tcp_next_state(old, p->tcpflags, DIR_OUTPUT);
-			conns_move(f->dest, p->proto, old, f->state);
-		}
-		f->flags &= ~RVS_FLOW_F_NOOUTPUT;
 		/* The flow's client segments take xdp_fnat's full path while
 		 * the TOA is armed (fnat_established); disarmed, the flag goes
 		 * only from the entry that recorded this pair (xdp_fnat also
@@ -736,7 +724,7 @@ static __always_inline int fnat_icmp_rewrite(struct xdp_md *ctx, const struct pk
 	__u32 acc_in = 0;   /* quoted addresses: pseudo-header of the quoted L4 */
 	__u32 acc_port = 0; /* the quoted ports */
 	__u32 acc_icmp = 0; /* every word changed that the ICMP checksum covers */
-	__u16 *l4check = NULL, *ports;
+	__u16 *ports;
 	__u8 *icmp = data + l4;
 	int lowered = 0;
 
@@ -786,26 +774,7 @@ static __always_inline int fnat_icmp_rewrite(struct xdp_md *ctx, const struct pk
 	acc_port = csum_acc16(acc_port, ports[1], qdport);
 	ports[0] = qsport;
 	ports[1] = qdport;
-	if (p->proto == IPPROTO_TCP) {
-		struct tcphdr *th = (void *)ports;
-
-		if ((void *)(th + 1) <= end)
-			l4check = &th->check;
-	} else {
-		struct udphdr *uh = (void *)ports;
-
-		if ((void *)(uh + 1) <= end && (uh->check || p->family == RVS_AF_INET6))
-			l4check = &uh->check;
-	}
-	acc_icmp += acc_port;
-	if (l4check) {
-		__u16 oldc = *l4check, newc = csum_apply(oldc, acc_in + acc_port);
-
-		if (newc == 0 && p->proto == IPPROTO_UDP)
-			newc = 0xffff;
-		acc_icmp += (__u16)~oldc + newc;
-		*l4check = newc;
-	}
+	acc_icmp = quoted_l4_fix(p, (void *)ports, end, acc_in, acc_port, acc_icmp);
 	if (mtu_less) {
 		__u32 less = mtu_less;
 

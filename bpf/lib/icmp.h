@@ -32,7 +32,7 @@ static __noinline int icmp_nat_rewrite(struct xdp_md *ctx, const struct pkt *p, 
 	__u32 acc_in = 0;   /* quoted addresses: pseudo-header of the quoted L4 */
 	__u32 acc_port = 0; /* the quoted port */
 	__u32 acc_icmp = 0; /* every word changed inside the ICMP message */
-	__u16 *icheck, *l4check = NULL, *ports;
+	__u16 *icheck, *ports;
 	__u8 *icmp = data + l4;
 	int i;
 
@@ -86,26 +86,7 @@ static __noinline int icmp_nat_rewrite(struct xdp_md *ctx, const struct pkt *p, 
 		acc_port = csum_acc16(0, *pp, nport);
 		*pp = nport;
 	}
-	if (p->proto == IPPROTO_TCP) {
-		struct tcphdr *th = data + il4;
-
-		if ((void *)(th + 1) <= end)
-			l4check = &th->check;
-	} else {
-		struct udphdr *uh = data + il4;
-
-		if ((void *)(uh + 1) <= end && (uh->check || p->family == RVS_AF_INET6))
-			l4check = &uh->check;
-	}
-	acc_icmp += acc_port;
-	if (l4check) {
-		__u16 oldc = *l4check, newc = csum_apply(oldc, acc_in + acc_port);
-
-		if (newc == 0 && p->proto == IPPROTO_UDP)
-			newc = 0xffff;
-		acc_icmp += (__u16)~oldc + newc;
-		*l4check = newc;
-	}
+	acc_icmp = quoted_l4_fix(p, data + il4, end, acc_in, acc_port, acc_icmp);
 	icheck = (__u16 *)(icmp + 2);
 	*icheck = csum_apply(*icheck, acc_icmp);
 	return 0;

@@ -35,28 +35,12 @@ static __always_inline int nat_reply(struct xdp_md *ctx, const struct pkt *p,
 				     const struct rvs_config *cfg)
 {
 	struct rvs_nat *n;
-	struct rvs_flow *f;
 
 	n = nat_rev_lookup(p, cfg);
 	if (!n)
 		return XDP_PASS;
 
-	f = flow_lookup(p->family, p->daddr, (const __u32 *)n->vaddr, p->dport, n->vport,
-			p->proto);
-	/* The SYN-ACK of a flow still in the embryonic table. */
-	if (!f && p->proto == IPPROTO_TCP)
-		f = table_lookup(&embryonic4, &embryonic, p->family, p->daddr,
-				 (const __u32 *)n->vaddr, p->dport, n->vport, p->proto);
-	if (f) {
-		f->last_seen = bpf_jiffies64();
-		if (p->proto == IPPROTO_TCP) {
-			__u8 old = f->state;
-
-			f->state = tcp_next_state(old, p->tcpflags, DIR_OUTPUT);
-			conns_move(f->dest, p->proto, old, f->state);
-		}
-		f->flags &= ~RVS_FLOW_F_NOOUTPUT;
-	}
+	reply_flow(p, p->daddr, (const __u32 *)n->vaddr, p->dport, n->vport);
 	count(&svc_stats, n->svc, p->l3len, 1, 0);
 	count(&dest_stats, n->dest, p->l3len, 1, 0);
 	if (dec_ttl(ctx, p))

@@ -209,6 +209,45 @@ locality_entry(struct rvs_locality_key *k, __u32 svc_idx, const struct pkt *p,
 	return e;
 }
 
+/* What lblc and lblcr start with: the scratch, zeroed and set to walk
+ * service `s`'s servers, the configuration in `*cfg` and the packet's live
+ * locality entry in `*e` (locality_entry). NULL when the maps or the
+ * service cannot be used. */
+static __always_inline struct locality_scratch *
+locality_begin(const struct rvs_svc *s, __u32 svc_idx, const struct pkt *p, __u64 now,
+	       struct rvs_config **cfg, struct rvs_locality **e)
+{
+	struct locality_scratch *sc;
+	__u32 zero = 0;
+
+	if (!s || !p)
+		return NULL;
+	*cfg = bpf_map_lookup_elem(&config, &zero);
+	sc = bpf_map_lookup_elem(&locality_tmp, &zero);
+	if (!*cfg || !sc || s->dests_len > RVS_MAX_SVC_DESTS)
+		return NULL;
+	__builtin_memset(sc, 0, sizeof(*sc));
+	sc->x.off = s->dests_off;
+	sc->x.best = RVS_SLOT_EMPTY;
+	*e = locality_entry(&sc->k, svc_idx, p, *cfg, now);
+	return sc;
+}
+
+/* A new locality entry naming the WLC choice (sc->x.best), which it
+ * returns: what a miss, or lblc's unusable server, leads to.
+ * RVS_SLOT_EMPTY (and no entry) when there is no choice. */
+static __always_inline __u32 locality_new(struct locality_scratch *sc, __u64 now)
+{
+	if (sc->x.best == RVS_SLOT_EMPTY)
+		return RVS_SLOT_EMPTY;
+	sc->ne.lastuse = now;
+	sc->ne.lastmod = now;
+	sc->ne.count = 1;
+	sc->ne.members[0] = sc->x.best;
+	bpf_map_update_elem(&locality, &sc->k, &sc->ne, BPF_ANY);
+	return sc->x.best;
+}
+
 /* lblc (ip_vs_lblc.c): the cached server unless it is not eligible or
  * overloaded in lblc's sense; then, and on a miss, WLC over the service,
  * and the entry names that server. */
@@ -219,19 +258,12 @@ __noinline __u32 sched_lblc(const struct rvs_svc *s, __u32 svc_idx,
 	struct rvs_locality *e;
 	struct rvs_config *cfg;
 	struct rvs_dest *d;
-	__u32 zero = 0, m;
+	__u32 m;
 	__u64 now = bpf_jiffies64();
 
-	if (!s || !p)
+	sc = locality_begin(s, svc_idx, p, now, &cfg, &e);
+	if (!sc)
 		return RVS_SLOT_EMPTY;
-	cfg = bpf_map_lookup_elem(&config, &zero);
-	sc = bpf_map_lookup_elem(&locality_tmp, &zero);
-	if (!cfg || !sc || s->dests_len > RVS_MAX_SVC_DESTS)
-		return RVS_SLOT_EMPTY;
-	__builtin_memset(sc, 0, sizeof(*sc));
-	sc->x.off = s->dests_off;
-	sc->x.best = RVS_SLOT_EMPTY;
-	e = locality_entry(&sc->k, svc_idx, p, cfg, now);
 	if (e) {
 		sc->x.count = 1;
 		sc->members[0] = e->members[0];
@@ -244,14 +276,7 @@ __noinline __u32 sched_lblc(const struct rvs_svc *s, __u32 svc_idx,
 		if (sc->found[0] && d && !locality_overloaded(m, d, sc->x.half))
 			return m;
 	}
-	if (sc->x.best == RVS_SLOT_EMPTY)
-		return RVS_SLOT_EMPTY;
-	sc->ne.lastuse = now;
-	sc->ne.lastmod = now;
-	sc->ne.count = 1;
-	sc->ne.members[0] = sc->x.best;
-	bpf_map_update_elem(&locality, &sc->k, &sc->ne, BPF_ANY);
-	return sc->x.best;
+	return locality_new(sc, now);
 }
 
 /* lblcr (ip_vs_lblcr.c): the WLC minimum of the set's eligible members
@@ -269,35 +294,20 @@ __noinline __u32 sched_lblcr(const struct rvs_svc *s, __u32 svc_idx,
 	struct rvs_locality *e;
 	struct rvs_config *cfg;
 	struct rvs_dest *d;
-	__u32 zero = 0, least = RVS_SLOT_EMPTY, most = RVS_LBLCR_SET_MAX, n;
+	__u32 least = RVS_SLOT_EMPTY, most = RVS_LBLCR_SET_MAX, n;
 	__u64 now = bpf_jiffies64(), lo = 0, lw = 0, mo = 0, mw = 0, o, w;
 	int j, present = 0;
 
-	if (!s || !p)
+	sc = locality_begin(s, svc_idx, p, now, &cfg, &e);
+	if (!sc)
 		return RVS_SLOT_EMPTY;
-	cfg = bpf_map_lookup_elem(&config, &zero);
-	sc = bpf_map_lookup_elem(&locality_tmp, &zero);
-	if (!cfg || !sc || s->dests_len > RVS_MAX_SVC_DESTS)
-		return RVS_SLOT_EMPTY;
-	__builtin_memset(sc, 0, sizeof(*sc));
-	sc->x.off = s->dests_off;
-	sc->x.best = RVS_SLOT_EMPTY;
-	e = locality_entry(&sc->k, svc_idx, p, cfg, now);
 	if (e) {
 		sc->x.count = e->count < RVS_LBLCR_SET_MAX ? e->count : RVS_LBLCR_SET_MAX;
 		__builtin_memcpy(sc->members, e->members, sizeof(sc->members));
 	}
 	bpf_loop(s->dests_len, locality_step, NULL, 0);
-	if (!e) {
-		if (sc->x.best == RVS_SLOT_EMPTY)
-			return RVS_SLOT_EMPTY;
-		sc->ne.lastuse = now;
-		sc->ne.lastmod = now;
-		sc->ne.count = 1;
-		sc->ne.members[0] = sc->x.best;
-		bpf_map_update_elem(&locality, &sc->k, &sc->ne, BPF_ANY);
-		return sc->x.best;
-	}
+	if (!e)
+		return locality_new(sc, now);
 	e->lastuse = now;
 	/* Minimum over eligible members, maximum over members of weight > 0
 	 * (ip_vs_dest_set_min / _max), both in set order. */

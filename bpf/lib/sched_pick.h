@@ -31,19 +31,23 @@ struct walk {
 	__u32 pad;
 };
 
+/* A walk's step over server `idx`: stop (1) at an eligible one, kept in
+ * `*result`. */
+static __always_inline long walk_take(__u32 idx, __u32 *result)
+{
+	if (!eligible(idx))
+		return 0;
+	*result = idx;
+	return 1;
+}
+
 static long walk_step(__u32 i, void *ctx)
 {
 	struct walk *x = ctx;
-	__u32 idx;
 
 	if (x->len == 0)
 		return 1;
-	idx = slot_at(x->off + (__u32)((x->start + i) % x->len));
-	if (eligible(idx)) {
-		x->result = idx;
-		return 1;
-	}
-	return 0;
+	return walk_take(slot_at(x->off + (__u32)((x->start + i) % x->len)), &x->result);
 }
 
 static __always_inline __u32 sched_cursor(__u32 cursor, __u32 off, __u32 len)
@@ -64,40 +68,38 @@ static __always_inline __u32 sched_cursor(__u32 cursor, __u32 off, __u32 len)
 	return x.result;
 }
 
-/* sh-fallback: bucket (roff + ihash) & 255 for roff = off + ihash. */
-struct sh_fallback {
+/* A fallback walk's step over table slot `idx`: stop (1) at an empty slot
+ * (the end of the table) or at an eligible server, kept in `*result`. */
+static __always_inline long fallback_take(__u32 idx, __u32 *result)
+{
+	if (idx == RVS_SLOT_EMPTY)
+		return 1;
+	return walk_take(idx, result);
+}
+
+/* The sh and mh fallback walks over a service's table at `table_off`:
+ * sh's bucket (roff + ihash) & 255 for roff = off + ihash; mh's slot
+ * hsiphash(roff + fold_port) % m for roff = (off + ihash) % m. */
+struct fallback {
 	__u32 table_off;
 	__u32 ihash;
 	__u32 result;
-	__u32 pad;
+	__u32 m;         /* mh: the table's length */
+	__u32 fold_port; /* mh: ntohs(port) + fold */
 };
 
 static long sh_fallback_step(__u32 off, void *ctx)
 {
-	struct sh_fallback *x = ctx;
+	struct fallback *x = ctx;
 	__u32 roff = (off + x->ihash) & 0xff;
 	__u32 idx = slot_at(x->table_off + ((roff + x->ihash) & 0xff));
 
-	if (idx == RVS_SLOT_EMPTY)
-		return 1;
-	if (eligible(idx)) {
-		x->result = idx;
-		return 1;
-	}
-	return 0;
+	return fallback_take(idx, &x->result);
 }
-
-struct mh_fallback {
-	__u32 fold_port; /* ntohs(port) + fold */
-	__u32 ihash;
-	__u32 m;
-	__u32 table_off;
-	__u32 result;
-};
 
 static long mh_fallback_step(__u32 off, void *c)
 {
-	struct mh_fallback *x = c;
+	struct fallback *x = c;
 	__u32 roff, idx;
 
 	if (x->m == 0)
@@ -105,13 +107,7 @@ static long mh_fallback_step(__u32 off, void *c)
 	roff = (off + x->ihash) % x->m;
 	idx = slot_at(x->table_off +
 		      hsiphash_u32(RVS_MH_HASH1_KEY, roff + x->fold_port) % x->m);
-	if (idx == RVS_SLOT_EMPTY)
-		return 1;
-	if (eligible(idx)) {
-		x->result = idx;
-		return 1;
-	}
-	return 0;
+	return fallback_take(idx, &x->result);
 }
 
 /* lc, wlc, sed, nq, fo, ovf: one pass over the real-server list with the kernel's
@@ -224,7 +220,7 @@ static __always_inline __u32 sched_sh(__u32 table_off, __u32 table_len, int fall
 	if (idx == RVS_SLOT_EMPTY || eligible(idx) || !fallback)
 		return eligible(idx) ? idx : RVS_SLOT_EMPTY;
 	{
-		struct sh_fallback x = {
+		struct fallback x = {
 			.table_off = table_off,
 			.ihash = ihash,
 			.result = RVS_SLOT_EMPTY,
@@ -244,7 +240,7 @@ static __always_inline __u32 sched_sh(__u32 table_off, __u32 table_len, int fall
 static __always_inline __u32 sched_mh(const __u32 *table, int fallback, int with_port,
 				      const __u32 *saddr, __u8 family, __be16 sport)
 {
-	struct mh_fallback x;
+	struct fallback x;
 	__u32 idx, fold, port, ihash;
 
 	if (table[1] == 0)

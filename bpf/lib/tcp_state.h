@@ -6,6 +6,7 @@
 
 #include "lib/maps.h"
 #include "lib/parse.h"
+#include "lib/flow.h"
 
 /* ------------------------------------------------------ TCP state machine */
 
@@ -135,6 +136,33 @@ static __always_inline int flood_over(const struct rvs_config *cfg, __u64 now)
 	}
 	st->count++;
 	return st->count > cfg->max_new_flows;
+}
+
+/* The flow a reply (VIP:vport -> client caddr:cport, as the client sees
+ * it) belongs to, or the embryonic one of a SYN-ACK, brought up to date
+ * with the reply: seen now, its TCP state advanced in the output
+ * direction, no longer without replies. NULL when there is none (NAT and
+ * FULLNAT replies alike). */
+static __always_inline struct rvs_flow *reply_flow(const struct pkt *p, const __u32 *caddr,
+						   const __u32 *vaddr, __be16 cport, __be16 vport)
+{
+	struct rvs_flow *f = flow_lookup(p->family, caddr, vaddr, cport, vport, p->proto);
+
+	/* The SYN-ACK of a flow still in the embryonic table. */
+	if (!f && p->proto == IPPROTO_TCP)
+		f = table_lookup(&embryonic4, &embryonic, p->family, caddr, vaddr, cport, vport,
+				 p->proto);
+	if (!f)
+		return NULL;
+	f->last_seen = bpf_jiffies64();
+	if (p->proto == IPPROTO_TCP) {
+		__u8 old = f->state;
+
+		f->state = tcp_next_state(old, p->tcpflags, DIR_OUTPUT);
+		conns_move(f->dest, p->proto, old, f->state);
+	}
+	f->flags &= ~RVS_FLOW_F_NOOUTPUT;
+	return f;
 }
 
 #endif /* RVS_LIB_TCP_STATE_H */

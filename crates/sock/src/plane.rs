@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use rvs_control::dataplane::{Applied, DataPlane, DataPlaneError};
 use rvs_control::protocol::Command;
+use rvs_core::dest::DestId;
 use rvs_core::ipvs::{Ipvs, MirroredConn};
 use rvs_core::model::{DestConfig, Protocol, ServiceConfig, ServiceKey};
 use rvs_core::state::TcpState;
@@ -294,12 +295,7 @@ impl DataPlane for SockPlane {
                 addr: s.vip.ip(),
                 port: s.vip.port(),
             };
-            let Some(dest) = ipvs.service(&key).and_then(|svc| {
-                svc.dests()
-                    .iter()
-                    .find(|d| d.config.addr == s.dest.ip() && d.config.port == s.dest.port())
-                    .map(|d| d.id)
-            }) else {
+            let Some(dest) = dest_id(ipvs, &key, s.dest.ip(), s.dest.port()) else {
                 continue;
             };
             ipvs.mirror_conn(
@@ -331,12 +327,7 @@ impl DataPlane for SockPlane {
             if delta == 0 {
                 continue;
             }
-            let Some(id) = ipvs.service(&k.0).and_then(|s| {
-                s.dests()
-                    .iter()
-                    .find(|d| d.config.addr == k.1 && d.config.port == k.2)
-                    .map(|d| d.id)
-            }) else {
+            let Some(id) = dest_id(ipvs, &k.0, k.1, k.2) else {
                 continue;
             };
             ipvs.add_counters(
@@ -365,6 +356,16 @@ fn key_is_v6(key: &ServiceKey) -> bool {
         ServiceKey::Addr { addr, .. } => addr.is_ipv6(),
         ServiceKey::Fwmark { af, .. } => *af == rvs_core::model::AddrFamily::Inet6,
     }
+}
+
+/// The id of real server `addr`:`port` of service `key` in `ipvs`.
+fn dest_id(ipvs: &Ipvs, key: &ServiceKey, addr: IpAddr, port: u16) -> Option<DestId> {
+    let svc = ipvs.service(key)?;
+    let d = svc
+        .dests()
+        .iter()
+        .find(|d| d.config.addr == addr && d.config.port == port)?;
+    Some(d.id)
 }
 
 /// One installed service.

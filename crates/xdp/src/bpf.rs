@@ -4,9 +4,10 @@
 //! (an operator's first question), and a build without clang says so. The
 //! BPF calls themselves are rvs-sys's ([`rvs_sys::bpf`]).
 
-use rvs_sys::bpf::{Error, Loader, Map, Object, Program, Xdp, XdpMode};
+use rvs_sys::bpf::{Error, Loader, Map, Object, Program, TestRunOutput, Xdp, XdpMode};
 
-use crate::XdpError;
+use crate::maps::typed::TypedPerCpuArray;
+use crate::{RunResult, XdpError};
 
 /// The compiled object `$file` in OUT_DIR (built by build.rs), aligned for
 /// the loader, as a `Result<&'static [u8], XdpError>`: [`XdpError::NoBpf`]
@@ -77,6 +78,39 @@ pub(crate) fn map<'a>(object: &'a Object, name: &'static str) -> Result<Map<'a>,
         .map(name)
         .ok_or(XdpError::Missing { kind: "map", name })?
         .map_err(map_err(name))
+}
+
+/// The counters `0..N` of the per-CPU array `map` (called `name` in
+/// errors), each summed over the CPUs: the programs' statistics.
+pub(crate) fn percpu_sums<const N: usize>(
+    map: Map<'_>,
+    name: &'static str,
+) -> Result<[u64; N], XdpError> {
+    let a = TypedPerCpuArray::<u64>::new(map).map_err(map_err(name))?;
+    let mut sums = [0; N];
+    for (i, s) in (0u32..).zip(sums.iter_mut()) {
+        *s = a.get(&i, 0).map_err(map_err(name))?.iter().sum();
+    }
+    Ok(sums)
+}
+
+/// One BPF_PROG_TEST_RUN of program `program` over `frame`, `repeat`
+/// times: `run` is the program's `test_run` given the input and an output
+/// buffer 64 bytes longer (room for headers the program adds). The
+/// frame the program left, its action and time.
+pub(crate) fn run_frame(
+    program: &'static str,
+    frame: &[u8],
+    run: impl FnOnce(&[u8], &mut [u8]) -> Result<TestRunOutput, Error>,
+) -> Result<RunResult, XdpError> {
+    let mut out = vec![0u8; frame.len() + 64];
+    let r = run(frame, &mut out).map_err(prog_err(program, "test run"))?;
+    out.truncate(r.data_size_out as usize);
+    Ok(RunResult {
+        action: r.return_value,
+        data: out,
+        duration: r.duration,
+    })
 }
 
 /// Attach the XDP program `prog` (called `program` in errors) to

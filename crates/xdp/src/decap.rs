@@ -19,7 +19,7 @@ use rvs_sys::netlink::{Netlink, NetlinkError};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::bpf::{self, embedded_object, map_err};
-use crate::maps::typed::{TypedArray, TypedHash, TypedPerCpuArray};
+use crate::maps::typed::{TypedArray, TypedHash};
 use crate::maps::{addr16, family};
 use crate::{RunResult, XdpError};
 
@@ -198,18 +198,16 @@ impl Decap {
 
     /// The counters summed over CPUs.
     pub fn stats(&mut self) -> Result<DecapStats, XdpError> {
-        let a = TypedPerCpuArray::<u64>::new(self.map("decap_stats")?)
-            .map_err(map_err("decap_stats"))?;
-        let sum = |i: u32| -> Result<u64, XdpError> {
-            Ok(a.get(&i, 0).map_err(map_err("decap_stats"))?.iter().sum())
-        };
+        // In the order of `stat`.
+        let [ipip, gue, not_vip, bad, gre, geneve]: [u64; stat::NSTATS as usize] =
+            bpf::percpu_sums(self.map("decap_stats")?, "decap_stats")?;
         Ok(DecapStats {
-            ipip: sum(stat::IPIP)?,
-            gue: sum(stat::GUE)?,
-            not_vip: sum(stat::NOT_VIP)?,
-            bad: sum(stat::BAD)?,
-            gre: sum(stat::GRE)?,
-            geneve: sum(stat::GENEVE)?,
+            ipip,
+            gue,
+            not_vip,
+            bad,
+            gre,
+            geneve,
         })
     }
 
@@ -248,16 +246,7 @@ impl Decap {
     /// Run the program on `frame` with BPF_PROG_TEST_RUN.
     pub fn run(&mut self, frame: &[u8], repeat: u32) -> Result<RunResult, XdpError> {
         let mut prog = self.program()?;
-        let mut out = vec![0u8; frame.len() + 64];
-        let r = prog
-            .test_run(frame, &mut out, None, repeat)
-            .map_err(prog_err("test run"))?;
-        out.truncate(r.data_size_out as usize);
-        Ok(RunResult {
-            action: r.return_value,
-            data: out,
-            duration: r.duration,
-        })
+        bpf::run_frame(PROGRAM, frame, |i, o| prog.test_run(i, o, None, repeat))
     }
 }
 

@@ -20,8 +20,9 @@ use rvs_sys::bpf::{Error as BpfError, Loader, Map, Object, PinnedMap, SchedClass
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::bpf::{self, embedded_object, map_err, prog_err};
-use crate::maps::typed::{TypedHash, TypedPerCpuArray};
+use crate::maps::typed::TypedHash;
 use crate::maps::{addr16, family};
+use crate::pin::{self, PinError};
 use crate::{RunResult, XdpError};
 
 /// Key of `dsr_flows` (`struct rvs_dsr_key` of bpf/dsr_rs.h): a flow as it
@@ -153,24 +154,8 @@ pub enum DsrError {
     #[error(transparent)]
     Bpf(#[from] XdpError),
     /// A file operation (bpffs, the namespace) failed.
-    #[error("{what} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// On which path.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> DsrError + 'a {
-    move |source| DsrError::Io {
-        what,
-        path: path.to_owned(),
-        source,
-    }
+    #[error(transparent)]
+    Io(#[from] PinError),
 }
 
 /// The object's bytes (for BTF checks).
@@ -183,7 +168,7 @@ pub fn pin_dir(interface: &str) -> Result<PathBuf, DsrError> {
     use std::os::unix::fs::MetadataExt;
     // This thread's namespace (a test's thread may have entered another).
     let ns = Path::new("/proc/thread-self/ns/net");
-    let ino = std::fs::metadata(ns).map_err(io("reading", ns))?.ino();
+    let ino = std::fs::metadata(ns).map_err(pin::io("reading", ns))?.ino();
     Ok(Path::new(PIN_ROOT).join(format!("{ino}-{interface}")))
 }
 
@@ -197,26 +182,12 @@ pub fn is_pinned(interface: &str) -> Result<bool, DsrError> {
 /// `interface`: remove the pins (the links go with the last reference).
 /// Returns whether anything was there.
 pub fn detach_pinned(interface: &str) -> Result<bool, DsrError> {
-    let dir = pin_dir(interface)?;
-    if !dir.exists() {
-        return Ok(false);
-    }
-    for f in LINKS
-        .iter()
-        .map(|(f, _, _)| *f)
-        .chain([FLOWS_PIN, STATS_PIN])
-    {
-        let p = dir.join(f);
-        match std::fs::remove_file(&p) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io("unpinning", &p)(e)),
-        }
-    }
-    std::fs::remove_dir(&dir).map_err(io("removing", &dir))?;
-    let _ = std::fs::remove_dir(PIN_ROOT);
-    let _ = std::fs::remove_dir(crate::pin::ROOT);
-    Ok(true)
+    let files = LINKS.iter().map(|(f, _, _)| *f);
+    Ok(pin::remove_pins(
+        &pin_dir(interface)?,
+        files.chain([FLOWS_PIN, STATS_PIN]),
+        PIN_ROOT,
+    )?)
 }
 
 /// The counters of the programs pinned on `interface` (`None`: none are).
@@ -230,15 +201,14 @@ pub fn pinned_stats(interface: &str) -> Result<Option<DsrStats>, DsrError> {
 }
 
 fn stats_of(map: Map<'_>) -> Result<DsrStats, XdpError> {
-    let a = TypedPerCpuArray::<u64>::new(map).map_err(map_err("dsr_stats"))?;
-    let sum = |i: u32| -> Result<u64, XdpError> {
-        Ok(a.get(&i, 0).map_err(map_err("dsr_stats"))?.iter().sum())
-    };
+    // In the order of `stat`.
+    let [stripped, replied, mss, failed]: [u64; stat::NSTATS as usize] =
+        bpf::percpu_sums(map, "dsr_stats")?;
     Ok(DsrStats {
-        stripped: sum(stat::STRIPPED)?,
-        replied: sum(stat::REPLIED)?,
-        mss: sum(stat::MSS)?,
-        failed: sum(stat::FAILED)?,
+        stripped,
+        replied,
+        mss,
+        failed,
     })
 }
 
@@ -302,7 +272,7 @@ impl DsrRealServer {
         }
         detach_pinned(interface)?; // leftovers of an interrupted run
         let dir = pin_dir(interface)?;
-        std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
+        std::fs::create_dir_all(&dir).map_err(pin::io("creating", &dir))?;
         let r = self.attach_and_pin(interface, &dir);
         if r.is_err() {
             let _ = detach_pinned(interface);
@@ -311,18 +281,11 @@ impl DsrRealServer {
     }
 
     fn attach_and_pin(&mut self, interface: &str, dir: &Path) -> Result<(), DsrError> {
-        let pin_err = |p: PathBuf| {
-            move |e: BpfError| DsrError::Io {
-                what: "pinning",
-                path: p,
-                source: std::io::Error::other(e.to_string()),
-            }
-        };
         for m in [FLOWS_PIN, STATS_PIN] {
             let p = dir.join(m);
             bpf::map(&self.ebpf, m)?
                 .pin(&p)
-                .map_err(pin_err(p.clone()))?;
+                .map_err(pin::pin_failed(&p))?;
         }
         for (file, name, hook) in LINKS {
             let link = self
@@ -330,7 +293,7 @@ impl DsrRealServer {
                 .attach_link(interface, hook)
                 .map_err(prog_err(name, "attach through a TCX link (Linux 6.6)"))?;
             let p = dir.join(file);
-            link.pin(&p).map_err(pin_err(p.clone()))?;
+            link.pin(&p).map_err(pin::pin_failed(&p))?;
         }
         Ok(())
     }
@@ -346,16 +309,7 @@ impl DsrRealServer {
     }
 
     fn run(&mut self, name: &'static str, frame: &[u8]) -> Result<RunResult, XdpError> {
-        let mut out = vec![0u8; frame.len() + 64];
-        let r = self
-            .program(name)?
-            .test_run(frame, &mut out, None, 1)
-            .map_err(prog_err(name, "test run"))?;
-        out.truncate(r.data_size_out as usize);
-        Ok(RunResult {
-            action: r.return_value,
-            data: out,
-            duration: r.duration,
-        })
+        let mut prog = self.program(name)?;
+        bpf::run_frame(name, frame, |i, o| prog.test_run(i, o, None, 1))
     }
 }

@@ -72,12 +72,51 @@ pub enum PinError {
     },
 }
 
-fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> PinError + 'a {
+/// The error of doing `what` (a file operation) on `path`.
+pub(crate) fn io<'a>(
+    what: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> PinError + 'a {
     move |source| PinError::Io {
         what,
         path: path.to_owned(),
         source,
     }
+}
+
+/// The error of pinning a map or a link at `path`.
+pub(crate) fn pin_failed(path: &Path) -> impl FnOnce(rvs_sys::bpf::Error) -> PinError + '_ {
+    move |e| PinError::Io {
+        what: "pinning",
+        path: path.to_owned(),
+        source: std::io::Error::other(e.to_string()),
+    }
+}
+
+/// Remove a directory of pins the real servers' programs left (the TOA
+/// reader's, the DSR programs'): its pins `files`, then `dir`, then `root`
+/// and [`ROOT`] where that leaves them empty. The links go with their last
+/// reference. A pin already gone is no error. Whether `dir` was there.
+pub(crate) fn remove_pins<'a>(
+    dir: &Path,
+    files: impl IntoIterator<Item = &'a str>,
+    root: &str,
+) -> Result<bool, PinError> {
+    if !dir.exists() {
+        return Ok(false);
+    }
+    for f in files {
+        let p = dir.join(f);
+        match std::fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("unpinning", &p)(e)),
+        }
+    }
+    std::fs::remove_dir(dir).map_err(io("removing", dir))?;
+    let _ = std::fs::remove_dir(root);
+    let _ = std::fs::remove_dir(ROOT);
+    Ok(true)
 }
 
 /// One rvsd instance's pin directory.

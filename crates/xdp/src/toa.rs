@@ -24,7 +24,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::XdpError;
 use crate::bpf::{self, embedded_object, map_err, prog_err};
-use crate::maps::typed::TypedPerCpuArray;
+use crate::pin::{self, PinError};
 
 /// `struct rvs_toa_addr` of bpf/toa.h: a connection's TOA address (the
 /// reader's sk_storage value) and the test writer's configuration.
@@ -148,24 +148,8 @@ pub enum ToaError {
     #[error("{}: not a cgroup v2 directory (mount cgroup2, or give --cgroup PATH)", .0.display())]
     NotCgroup2(PathBuf),
     /// A file operation (the cgroup, bpffs) failed.
-    #[error("{what} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// On which path.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> ToaError + 'a {
-    move |source| ToaError::Io {
-        what,
-        path: path.to_owned(),
-        source,
-    }
+    #[error(transparent)]
+    Io(#[from] PinError),
 }
 
 fn is_cgroup2(p: &Path) -> bool {
@@ -177,7 +161,7 @@ fn is_cgroup2(p: &Path) -> bool {
 pub fn pin_dir(cgroup: &Path) -> Result<PathBuf, ToaError> {
     use std::os::unix::fs::MetadataExt;
     let ino = std::fs::metadata(cgroup)
-        .map_err(io("reading", cgroup))?
+        .map_err(pin::io("reading", cgroup))?
         .ino();
     Ok(Path::new(PIN_ROOT).join(ino.to_string()))
 }
@@ -193,22 +177,8 @@ pub fn is_pinned(cgroup: &Path) -> Result<bool, ToaError> {
 /// `cgroup`: remove its pins (the links go with the last reference).
 /// Returns whether anything was there.
 pub fn detach_pinned(cgroup: &Path) -> Result<bool, ToaError> {
-    let dir = pin_dir(cgroup)?;
-    if !dir.exists() {
-        return Ok(false);
-    }
-    for f in LINKS.iter().map(|(f, _)| *f).chain([STATS_PIN]) {
-        let p = dir.join(f);
-        match std::fs::remove_file(&p) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io("unpinning", &p)(e)),
-        }
-    }
-    std::fs::remove_dir(&dir).map_err(io("removing", &dir))?;
-    let _ = std::fs::remove_dir(PIN_ROOT);
-    let _ = std::fs::remove_dir(crate::pin::ROOT);
-    Ok(true)
+    let files = LINKS.iter().map(|(f, _)| *f).chain([STATS_PIN]);
+    Ok(pin::remove_pins(&pin_dir(cgroup)?, files, PIN_ROOT)?)
 }
 
 /// The counters of the reader pinned on `cgroup` (`None` when none is).
@@ -222,17 +192,16 @@ pub fn pinned_stats(cgroup: &Path) -> Result<Option<ToaStats>, ToaError> {
 }
 
 fn stats_of(map: Map<'_>) -> Result<ToaStats, XdpError> {
-    let a = TypedPerCpuArray::<u64>::new(map).map_err(map_err("toa_stats"))?;
-    let sum = |i: u32| -> Result<u64, XdpError> {
-        Ok(a.get(&i, 0).map_err(map_err("toa_stats"))?.iter().sum())
-    };
+    // In the order of `stat`.
+    let [from_ack, from_syn, none, bad, mapped, v6_on_v4]: [u64; stat::NSTATS as usize] =
+        bpf::percpu_sums(map, "toa_stats")?;
     Ok(ToaStats {
-        from_ack: sum(stat::FROM_ACK)?,
-        from_syn: sum(stat::FROM_SYN)?,
-        none: sum(stat::NONE)?,
-        bad: sum(stat::BAD)?,
-        mapped: sum(stat::MAPPED)?,
-        v6_on_v4: sum(stat::V6_ON_V4)?,
+        from_ack,
+        from_syn,
+        none,
+        bad,
+        mapped,
+        v6_on_v4,
     })
 }
 
@@ -336,7 +305,7 @@ impl ToaReader {
         if !is_cgroup2(cgroup) {
             return Err(ToaError::NotCgroup2(cgroup.to_owned()));
         }
-        let cg = std::fs::File::open(cgroup).map_err(io("opening", cgroup))?;
+        let cg = std::fs::File::open(cgroup).map_err(pin::io("opening", cgroup))?;
         let mut links = Vec::new();
         let attach = |p: &mut Cgroup<'_>, name: &'static str| match p.attach_link(&cg) {
             Ok(l) => Ok(l),
@@ -362,7 +331,7 @@ impl ToaReader {
         // Leftovers of an interrupted run.
         detach_pinned(cgroup)?;
         let dir = pin_dir(cgroup)?;
-        std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
+        std::fs::create_dir_all(&dir).map_err(pin::io("creating", &dir))?;
         let links = match self.attach_links(cgroup) {
             Ok(l) => l,
             Err(e) => {
@@ -373,18 +342,10 @@ impl ToaReader {
         let pin_all = || -> Result<(), ToaError> {
             let stats = bpf::map(&self.ebpf, "toa_stats")?;
             let p = dir.join(STATS_PIN);
-            stats.pin(&p).map_err(|e| ToaError::Io {
-                what: "pinning",
-                path: p.clone(),
-                source: std::io::Error::other(e.to_string()),
-            })?;
+            stats.pin(&p).map_err(pin::pin_failed(&p))?;
             for (file, link) in links {
                 let p = dir.join(file);
-                link.pin(&p).map_err(|e| ToaError::Io {
-                    what: "pinning",
-                    path: p.clone(),
-                    source: std::io::Error::other(e.to_string()),
-                })?;
+                link.pin(&p).map_err(pin::pin_failed(&p))?;
             }
             Ok(())
         };
@@ -422,7 +383,7 @@ impl ToaTestWriter {
         )?;
         let mut me = ToaTestWriter { ebpf };
         me.set(client)?;
-        let cg = std::fs::File::open(cgroup).map_err(io("opening", cgroup))?;
+        let cg = std::fs::File::open(cgroup).map_err(pin::io("opening", cgroup))?;
         let mut p = bpf::program(&mut me.ebpf, Self::PROGRAM)?
             .sock_ops()
             .map_err(prog_err(Self::PROGRAM, "not a sock_ops program"))?;

@@ -16,7 +16,7 @@ use rvs_sys::bpf::{Error as BpfError, Loader, Object, Xdp, XdpMode};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::bpf::{self, embedded_object, map_err};
-use crate::maps::typed::{TypedArray, TypedPerCpuArray};
+use crate::maps::typed::TypedArray;
 use crate::{RunResult, XdpError};
 
 /// The codes the fixture returns (`TOA_*` of bpf/lib/toa_insert.h, and
@@ -157,11 +157,8 @@ impl ToaInsertTest {
     /// How many segments the attached program gave each [`code`] (index =
     /// code), summed over CPUs.
     pub fn live_codes(&mut self) -> Result<Vec<u64>, XdpError> {
-        let m = bpf::map(&self.ebpf, CODES)?;
-        let a = TypedPerCpuArray::<u64>::new(m).map_err(map_err(CODES))?;
-        (0..NCODES)
-            .map(|i| Ok(a.get(&i, 0).map_err(map_err(CODES))?.iter().sum()))
-            .collect()
+        let sums: [u64; NCODES as usize] = bpf::percpu_sums(bpf::map(&self.ebpf, CODES)?, CODES)?;
+        Ok(sums.to_vec())
     }
 
     /// `toa_mss_clamp` on `frame`, lowering its MSS by `reduce`.
@@ -176,16 +173,7 @@ impl ToaInsertTest {
 
     fn run(&mut self, frame: &[u8]) -> Result<RunResult, XdpError> {
         let mut prog = self.program()?;
-        let mut out = vec![0u8; frame.len() + 64];
-        let r = prog
-            .test_run(frame, &mut out, None, 1)
-            .map_err(prog_err("test run"))?;
-        out.truncate(r.data_size_out as usize);
-        Ok(RunResult {
-            action: r.return_value,
-            data: out,
-            duration: r.duration,
-        })
+        bpf::run_frame(PROGRAM, frame, |i, o| prog.test_run(i, o, None, 1))
     }
 }
 

@@ -138,6 +138,18 @@ fn read<V: Pod>(bytes: &[u8]) -> Result<V, Error> {
     })
 }
 
+/// The value bytes of `map[key]`; [`Error::KeyNotFound`] when absent.
+fn lookup(map: &BpfMap<'_>, key: &[u8]) -> Result<Vec<u8>, Error> {
+    let mut v = vec![0u8; map.value_len()];
+    if !map
+        .lookup(key, &mut v)
+        .map_err(Error::syscall("bpf_map_lookup_elem"))?
+    {
+        return Err(Error::KeyNotFound);
+    }
+    Ok(v)
+}
+
 fn bounds(map: &BpfMap<'_>, index: u32) -> Result<(), Error> {
     let max_entries = map.info().max_entries;
     if index >= max_entries {
@@ -166,14 +178,7 @@ impl<'a, V: Pod> Array<'a, V> {
     /// `map[index]` (`_flags`: aya's signature, unused).
     pub fn get(&self, index: &u32, _flags: u64) -> Result<V, Error> {
         bounds(&self.map, *index)?;
-        let mut v = vec![0u8; self.map.value_len()];
-        if !self
-            .map
-            .lookup(index.as_bytes(), &mut v)
-            .map_err(Error::syscall("bpf_map_lookup_elem"))?
-        {
-            return Err(Error::KeyNotFound);
-        }
+        let v = lookup(&self.map, index.as_bytes())?;
         read(&v)
     }
 
@@ -205,14 +210,7 @@ impl<'a, V: Pod> PerCpuArray<'a, V> {
     /// The values of `map[index]`, index = CPU number.
     pub fn get(&self, index: &u32, _flags: u64) -> Result<Vec<V>, Error> {
         bounds(&self.map, *index)?;
-        let mut v = vec![0u8; self.map.value_len()];
-        if !self
-            .map
-            .lookup(index.as_bytes(), &mut v)
-            .map_err(Error::syscall("bpf_map_lookup_elem"))?
-        {
-            return Err(Error::KeyNotFound);
-        }
+        let v = lookup(&self.map, index.as_bytes())?;
         let stride = size_of::<V>().next_multiple_of(8);
         v.chunks_exact(stride)
             .map(|c| read(&c[..size_of::<V>()]))
@@ -255,14 +253,7 @@ impl<'a, K: Pod, V: Pod> HashMap<'a, K, V> {
 
     /// `map[key]`; [`Error::KeyNotFound`] when absent.
     pub fn get(&self, key: &K, _flags: u64) -> Result<V, Error> {
-        let mut v = vec![0u8; self.map.value_len()];
-        if !self
-            .map
-            .lookup(key.as_bytes(), &mut v)
-            .map_err(Error::syscall("bpf_map_lookup_elem"))?
-        {
-            return Err(Error::KeyNotFound);
-        }
+        let v = lookup(&self.map, key.as_bytes())?;
         read(&v)
     }
 

@@ -106,16 +106,6 @@ pub struct Xdp<'a> {
 }
 
 impl Xdp<'_> {
-    /// Load the program into the kernel (the verifier runs here).
-    pub fn load(&mut self) -> Result<(), Error> {
-        self.inner.load().map_err(Error::from)
-    }
-
-    /// The loaded program's file descriptor.
-    pub fn fd(&self) -> Result<BorrowedFd<'_>, Error> {
-        Ok(self.inner.fd()?.as_fd())
-    }
-
     /// A descriptor of the loaded program of its own (to put it into a
     /// program array of the same object).
     pub fn fd_owned(&self) -> Result<OwnedFd, Error> {
@@ -163,20 +153,48 @@ impl Xdp<'_> {
         drop(self.inner.take_link(id)?);
         Ok(())
     }
-
-    /// Run the program `repeat` times (at least once) on `data_in` with
-    /// `BPF_PROG_TEST_RUN`, the frame it leaves written into `data_out`;
-    /// `ctx_in` is a `struct xdp_md` when given.
-    pub fn test_run(
-        &mut self,
-        data_in: &[u8],
-        data_out: &mut [u8],
-        ctx_in: Option<&[u8]>,
-        repeat: u32,
-    ) -> Result<TestRunOutput, Error> {
-        test_run(&*self.inner, data_in, data_out, ctx_in, repeat)
-    }
 }
+
+/// The methods both single-type program wrappers (`inner`: the aya
+/// program) have alike: load, the descriptor, `BPF_PROG_TEST_RUN`.
+/// `$input` and `$ctx` name, for the docs, what the run is given.
+macro_rules! load_and_run {
+    ($ty:ident, $input:literal, $ctx:literal) => {
+        impl $ty<'_> {
+            /// Load the program into the kernel (the verifier runs here).
+            pub fn load(&mut self) -> Result<(), Error> {
+                self.inner.load().map_err(Error::from)
+            }
+
+            /// The loaded program's file descriptor.
+            pub fn fd(&self) -> Result<BorrowedFd<'_>, Error> {
+                Ok(self.inner.fd()?.as_fd())
+            }
+
+            #[doc = concat!(
+                        "Run the program `repeat` times (at least once) on `data_in` with\n",
+                        "`BPF_PROG_TEST_RUN` (", $input, "), the frame it leaves written into\n",
+                        "`data_out`; `ctx_in` is a `", $ctx, "` when given."
+                    )]
+            pub fn test_run(
+                &mut self,
+                data_in: &[u8],
+                data_out: &mut [u8],
+                ctx_in: Option<&[u8]>,
+                repeat: u32,
+            ) -> Result<TestRunOutput, Error> {
+                test_run(&*self.inner, data_in, data_out, ctx_in, repeat)
+            }
+        }
+    };
+}
+
+load_and_run!(Xdp, "the frame as it is", "struct xdp_md");
+load_and_run!(
+    SchedClassifier,
+    "an skb built from the frame",
+    "struct __sk_buff"
+);
 
 /// `BPF_PROG_TEST_RUN` of `prog`, the one way both program types run it.
 fn test_run<P>(
@@ -218,16 +236,6 @@ pub struct SchedClassifier<'a> {
 }
 
 impl SchedClassifier<'_> {
-    /// Load the program into the kernel (the verifier runs here).
-    pub fn load(&mut self) -> Result<(), Error> {
-        self.inner.load().map_err(Error::from)
-    }
-
-    /// The loaded program's file descriptor.
-    pub fn fd(&self) -> Result<BorrowedFd<'_>, Error> {
-        Ok(self.inner.fd()?.as_fd())
-    }
-
     /// Attach to `hook` of `interface` through a TCX link (Linux 6.6+; no
     /// qdisc, and other programs there are kept, this one run after them)
     /// and take the link, to pin it. An older kernel refuses the link
@@ -245,20 +253,6 @@ impl SchedClassifier<'_> {
         let owned = self.inner.take_link(id)?;
         let inner = FdLink::try_from(owned).map_err(|e| Error::NoLink(e.to_string()))?;
         Ok(Link { inner })
-    }
-
-    /// Run the program `repeat` times (at least once) on the frame
-    /// `data_in` with `BPF_PROG_TEST_RUN` (an skb built from it), the
-    /// frame it leaves written into `data_out`; `ctx_in` is a
-    /// `struct __sk_buff` when given.
-    pub fn test_run(
-        &mut self,
-        data_in: &[u8],
-        data_out: &mut [u8],
-        ctx_in: Option<&[u8]>,
-        repeat: u32,
-    ) -> Result<TestRunOutput, Error> {
-        test_run(&*self.inner, data_in, data_out, ctx_in, repeat)
     }
 }
 

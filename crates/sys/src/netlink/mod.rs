@@ -22,7 +22,7 @@ use std::time::Duration;
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{AsyncSocket, AsyncSocketExt, Socket, TokioSocket, protocols::NETLINK_ROUTE};
 
-use msg::{Answer, Request};
+use msg::Request;
 
 /// What rvs reads about a link.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -321,16 +321,9 @@ impl Netlink {
     }
 
     fn exchange(&mut self, req: Request) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
-        self.seq = self.seq.wrapping_add(1);
-        let bytes = req.encode(self.seq);
+        let (bytes, mut answer) = req.start(&mut self.seq);
         let sent = self.sock.send(&bytes, 0).map_err(io_err(req.op))?;
-        if sent != bytes.len() {
-            return Err(NetlinkError::Malformed {
-                op: req.op,
-                what: "short send",
-            });
-        }
-        let mut answer = Answer::new(&req, self.seq);
+        req.sent_all(sent, bytes.len())?;
         loop {
             self.buf.clear();
             self.sock.recv(&mut self.buf, 0).map_err(io_err(req.op))?;
@@ -499,16 +492,9 @@ impl AsyncNetlink {
     }
 
     async fn exchange(&mut self, req: Request) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
-        self.seq = self.seq.wrapping_add(1);
-        let bytes = req.encode(self.seq);
+        let (bytes, mut answer) = req.start(&mut self.seq);
         let sent = self.sock.send(&bytes).await.map_err(io_err(req.op))?;
-        if sent != bytes.len() {
-            return Err(NetlinkError::Malformed {
-                op: req.op,
-                what: "short send",
-            });
-        }
-        let mut answer = Answer::new(&req, self.seq);
+        req.sent_all(sent, bytes.len())?;
         loop {
             self.buf.clear();
             self.sock

@@ -40,6 +40,58 @@ pub(super) struct Request {
 }
 
 impl Request {
+    /// A request of `msg` without further flags, `op` in errors.
+    pub(super) fn plain(msg: RouteNetlinkMessage, op: &'static str) -> Self {
+        Request { msg, flags: 0, op }
+    }
+
+    /// A dump request of `msg`'s kind, `op` in errors.
+    pub(super) fn dump(msg: RouteNetlinkMessage, op: &'static str) -> Self {
+        Request {
+            msg,
+            flags: NLM_F_DUMP,
+            op,
+        }
+    }
+
+    /// `new(m)` when `add` (exclusive: an existing object answers
+    /// `EEXIST`), else `del(m)`; `ops`: what each is called in errors.
+    pub(super) fn add_or_del<M>(
+        add: bool,
+        m: M,
+        new: fn(M) -> RouteNetlinkMessage,
+        del: fn(M) -> RouteNetlinkMessage,
+        ops: [&'static str; 2],
+    ) -> Self {
+        if add {
+            Request {
+                msg: new(m),
+                flags: NLM_F_CREATE | NLM_F_EXCL,
+                op: ops[0],
+            }
+        } else {
+            Request::plain(del(m), ops[1])
+        }
+    }
+
+    /// Send this request as the next sequence number after `*seq`
+    /// (advanced): its datagram and the [`Answer`] that collects the reply.
+    pub(super) fn start(&self, seq: &mut u32) -> (Vec<u8>, Answer) {
+        *seq = seq.wrapping_add(1);
+        (self.encode(*seq), Answer::new(self, *seq))
+    }
+
+    /// An error when a send took `sent` of the datagram's `len` bytes.
+    pub(super) fn sent_all(&self, sent: usize, len: usize) -> Result<(), NetlinkError> {
+        if sent != len {
+            return Err(NetlinkError::Malformed {
+                op: self.op,
+                what: "short send",
+            });
+        }
+        Ok(())
+    }
+
     /// The datagram of this request with sequence number `seq`.
     pub(super) fn encode(&self, seq: u32) -> Vec<u8> {
         let mut header = NetlinkHeader::default();
@@ -155,28 +207,21 @@ pub(super) fn address(
         m.attributes.push(AddressAttribute::Local(addr));
     }
     m.attributes.push(AddressAttribute::Address(addr));
-    Ok(if add {
-        Request {
-            msg: RouteNetlinkMessage::NewAddress(m),
-            flags: NLM_F_CREATE | NLM_F_EXCL,
-            op: "add address",
-        }
-    } else {
-        Request {
-            msg: RouteNetlinkMessage::DelAddress(m),
-            flags: 0,
-            op: "delete address",
-        }
-    })
+    Ok(Request::add_or_del(
+        add,
+        m,
+        RouteNetlinkMessage::NewAddress,
+        RouteNetlinkMessage::DelAddress,
+        ["add address", "delete address"],
+    ))
 }
 
 /// `RTM_GETADDR` dump of one family's addresses (`None`: both).
 pub(super) fn dump_addresses() -> Request {
-    Request {
-        msg: RouteNetlinkMessage::GetAddress(AddressMessage::default()),
-        flags: NLM_F_DUMP,
-        op: "dump addresses",
-    }
+    Request::dump(
+        RouteNetlinkMessage::GetAddress(AddressMessage::default()),
+        "dump addresses",
+    )
 }
 
 /// The `(interface index, address, prefix length)` of each address of a
@@ -209,42 +254,29 @@ pub(super) fn set_link_up(ifindex: u32) -> Request {
     m.header.index = ifindex;
     m.header.flags = LinkFlags::Up;
     m.header.change_mask = LinkFlags::Up;
-    Request {
-        msg: RouteNetlinkMessage::SetLink(m),
-        flags: 0,
-        op: "set link up",
-    }
+    Request::plain(RouteNetlinkMessage::SetLink(m), "set link up")
 }
 
 /// `RTM_GETLINK` of one link by index.
 pub(super) fn get_link(ifindex: u32) -> Request {
     let mut m = LinkMessage::default();
     m.header.index = ifindex;
-    Request {
-        msg: RouteNetlinkMessage::GetLink(m),
-        flags: 0,
-        op: "get link",
-    }
+    Request::plain(RouteNetlinkMessage::GetLink(m), "get link")
 }
 
 /// `RTM_GETLINK` of one link by name (`IFLA_IFNAME`).
 pub(super) fn get_link_by_name(name: &str) -> Request {
     let mut m = LinkMessage::default();
     m.attributes.push(LinkAttribute::IfName(name.to_owned()));
-    Request {
-        msg: RouteNetlinkMessage::GetLink(m),
-        flags: 0,
-        op: "get link",
-    }
+    Request::plain(RouteNetlinkMessage::GetLink(m), "get link")
 }
 
 /// `RTM_GETLINK` dump of every link.
 pub(super) fn dump_links() -> Request {
-    Request {
-        msg: RouteNetlinkMessage::GetLink(LinkMessage::default()),
-        flags: NLM_F_DUMP,
-        op: "dump links",
-    }
+    Request::dump(
+        RouteNetlinkMessage::GetLink(LinkMessage::default()),
+        "dump links",
+    )
 }
 
 /// `RTM_NEWLINK`: macvlan `name` in private mode (it talks to the wire,
@@ -276,11 +308,7 @@ pub(super) fn new_macvlan(parent: u32, name: &str, mac: [u8; 6]) -> Request {
 pub(super) fn del_link(ifindex: u32) -> Request {
     let mut m = LinkMessage::default();
     m.header.index = ifindex;
-    Request {
-        msg: RouteNetlinkMessage::DelLink(m),
-        flags: 0,
-        op: "delete link",
-    }
+    Request::plain(RouteNetlinkMessage::DelLink(m), "delete link")
 }
 
 /// `RTM_SETLINK` with `IFLA_XDP { FD, FLAGS }` on `ifindex`: attach the
@@ -292,11 +320,7 @@ pub(super) fn set_xdp(ifindex: u32, fd: RawFd, mode: XdpMode) -> Request {
         LinkXdp::Fd(fd),
         LinkXdp::Flags(mode.flags()),
     ]));
-    Request {
-        msg: RouteNetlinkMessage::SetLink(m),
-        flags: 0,
-        op: "set link XDP",
-    }
+    Request::plain(RouteNetlinkMessage::SetLink(m), "set link XDP")
 }
 
 /// `RTM_GETROUTE` towards `addr` (what `ip route get ADDR` asks).
@@ -308,11 +332,7 @@ pub(super) fn get_route(addr: IpAddr) -> Request {
         IpAddr::V4(a) => RouteAddress::Inet(a),
         IpAddr::V6(a) => RouteAddress::Inet6(a),
     }));
-    Request {
-        msg: RouteNetlinkMessage::GetRoute(m),
-        flags: 0,
-        op: "get route",
-    }
+    Request::plain(RouteNetlinkMessage::GetRoute(m), "get route")
 }
 
 /// `RT_TABLE_COMPAT`: the header's table when the real one (over 255)
@@ -337,19 +357,13 @@ pub(super) fn host_route(add: bool, table: u32, proto: u8, addr: IpAddr) -> Requ
         IpAddr::V6(a) => RouteAddress::Inet6(a),
     }));
     m.attributes.push(RouteAttribute::Table(table));
-    if add {
-        Request {
-            msg: RouteNetlinkMessage::NewRoute(m),
-            flags: NLM_F_CREATE | NLM_F_EXCL,
-            op: "add route",
-        }
-    } else {
-        Request {
-            msg: RouteNetlinkMessage::DelRoute(m),
-            flags: 0,
-            op: "delete route",
-        }
-    }
+    Request::add_or_del(
+        add,
+        m,
+        RouteNetlinkMessage::NewRoute,
+        RouteNetlinkMessage::DelRoute,
+        ["add route", "delete route"],
+    )
 }
 
 fn route_address(a: IpAddr) -> RouteAddress {
@@ -430,19 +444,13 @@ pub(super) fn route(add: bool, r: &RouteSpec) -> Request {
             m.attributes.push(RouteAttribute::MultiPath(hops));
         }
     }
-    if add {
-        Request {
-            msg: RouteNetlinkMessage::NewRoute(m),
-            flags: NLM_F_CREATE | NLM_F_EXCL,
-            op: "add route",
-        }
-    } else {
-        Request {
-            msg: RouteNetlinkMessage::DelRoute(m),
-            flags: 0,
-            op: "delete route",
-        }
-    }
+    Request::add_or_del(
+        add,
+        m,
+        RouteNetlinkMessage::NewRoute,
+        RouteNetlinkMessage::DelRoute,
+        ["add route", "delete route"],
+    )
 }
 
 /// `RTM_NEWRULE` (`add`) or `RTM_DELRULE` of one policy routing rule (as
@@ -503,19 +511,13 @@ pub(super) fn rule(add: bool, r: &RuleSpec) -> Request {
         RuleKind::Unreachable => RuleAction::Unreachable,
         RuleKind::Prohibit => RuleAction::Prohibit,
     };
-    if add {
-        Request {
-            msg: RouteNetlinkMessage::NewRule(m),
-            flags: NLM_F_CREATE | NLM_F_EXCL,
-            op: "add rule",
-        }
-    } else {
-        Request {
-            msg: RouteNetlinkMessage::DelRule(m),
-            flags: 0,
-            op: "delete rule",
-        }
-    }
+    Request::add_or_del(
+        add,
+        m,
+        RouteNetlinkMessage::NewRule,
+        RouteNetlinkMessage::DelRule,
+        ["add rule", "delete rule"],
+    )
 }
 
 /// `RTM_GETROUTE` dump of one family's routes (every table).
@@ -526,11 +528,7 @@ pub(super) fn dump_routes(ipv6: bool) -> Request {
     } else {
         AddressFamily::Inet
     };
-    Request {
-        msg: RouteNetlinkMessage::GetRoute(m),
-        flags: NLM_F_DUMP,
-        op: "dump routes",
-    }
+    Request::dump(RouteNetlinkMessage::GetRoute(m), "dump routes")
 }
 
 /// The destinations of the host routes (`/32`, `/128`) of a dump that are
@@ -572,11 +570,7 @@ pub(super) fn dump_neighbours(ipv6: bool) -> Request {
     } else {
         AddressFamily::Inet
     };
-    Request {
-        msg: RouteNetlinkMessage::GetNeighbour(m),
-        flags: NLM_F_DUMP,
-        op: "dump neighbours",
-    }
+    Request::dump(RouteNetlinkMessage::GetNeighbour(m), "dump neighbours")
 }
 
 /// The facts rvs reads from an `RTM_NEWLINK`.

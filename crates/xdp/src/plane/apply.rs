@@ -754,6 +754,25 @@ impl<M: MapOps> Plane<M> {
         Ok(())
     }
 
+    /// The books of `service` when `laddr` is to join (`join`) or leave
+    /// its pool; `None` when they say so already, or for a refused
+    /// service (its commands are ignored, as for its real servers).
+    fn laddr_books(
+        &self,
+        service: &ServiceKey,
+        laddr: &rvs_core::model::LocalAddrRange,
+        join: bool,
+    ) -> Result<Option<&SvcState>, PlaneError> {
+        if self.refused.contains(service) {
+            return Ok(None);
+        }
+        let st = self
+            .services
+            .get(service)
+            .ok_or(PlaneError::NoService(*service))?;
+        Ok((st.laddrs.contains(laddr) != join).then_some(st))
+    }
+
     /// A pool entry joins the service's books (a refused service's
     /// commands are ignored, as for its real servers).
     pub(super) fn add_laddr(
@@ -761,16 +780,9 @@ impl<M: MapOps> Plane<M> {
         service: &ServiceKey,
         laddr: rvs_core::model::LocalAddrRange,
     ) -> Result<(), PlaneError> {
-        if self.refused.contains(service) {
+        let Some(st) = self.laddr_books(service, &laddr, true)? else {
             return Ok(());
-        }
-        let st = self
-            .services
-            .get_mut(service)
-            .ok_or(PlaneError::NoService(*service))?;
-        if st.laddrs.contains(&laddr) {
-            return Ok(());
-        }
+        };
         // Checked before anything is written: the books change only with
         // the maps.
         let v6 = service.af() == rvs_core::model::AddrFamily::Inet6;
@@ -798,14 +810,7 @@ impl<M: MapOps> Plane<M> {
         service: &ServiceKey,
         laddr: rvs_core::model::LocalAddrRange,
     ) -> Result<(), PlaneError> {
-        if self.refused.contains(service) {
-            return Ok(());
-        }
-        let st = self
-            .services
-            .get_mut(service)
-            .ok_or(PlaneError::NoService(*service))?;
-        if !st.laddrs.contains(&laddr) {
+        if self.laddr_books(service, &laddr, false)?.is_none() {
             return Ok(());
         }
         let before = self.all_laddrs();

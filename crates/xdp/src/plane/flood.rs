@@ -71,6 +71,24 @@ pub(super) struct FloodBase {
     fnat: HashMap<ServiceKey, (u32, FnatStats)>,
 }
 
+/// The baseline of `key` in `bases`: its counters when it was first read
+/// at `index`; `cur` (from now on its baseline) when it has none, or one
+/// of another installation (another index).
+fn baseline<T: Copy>(
+    bases: &mut HashMap<ServiceKey, (u32, T)>,
+    key: &ServiceKey,
+    index: u32,
+    cur: T,
+) -> T {
+    match bases.get(key) {
+        Some((i, b)) if *i == index => *b,
+        _ => {
+            bases.insert(*key, (index, cur));
+            cur
+        }
+    }
+}
+
 impl FloodBase {
     /// `key`'s counters at `index` are the maps' (zeroed at its
     /// installation, by this rvsd or the one whose maps were adopted).
@@ -132,13 +150,7 @@ impl<M: MapOps> Plane<M> {
             let Ok(cur) = self.maps.svc_flood(st.index) else {
                 return;
             };
-            let base = match self.flood_base.base.get(key) {
-                Some((i, b)) if *i == st.index => *b,
-                _ => {
-                    self.flood_base.base.insert(*key, (st.index, cur));
-                    cur
-                }
-            };
+            let base = baseline(&mut self.flood_base.base, key, st.index, cur);
             out.push((*key, sub(&cur, &base)));
         }
         let services = &self.services;
@@ -159,13 +171,7 @@ impl<M: MapOps> Plane<M> {
             let Ok(cur) = self.maps.fnat_stats(st.index) else {
                 return;
             };
-            let base = match self.flood_base.fnat.get(key) {
-                Some((i, b)) if *i == st.index => *b,
-                _ => {
-                    self.flood_base.fnat.insert(*key, (st.index, cur));
-                    cur
-                }
-            };
+            let base = baseline(&mut self.flood_base.fnat, key, st.index, cur);
             out.push((*key, cur.since(&base)));
         }
         let services = &self.services;
