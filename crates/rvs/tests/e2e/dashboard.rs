@@ -186,11 +186,13 @@ fn dashboard_lists_the_service_and_a_failing_real_server_turns_red() {
             ("RVS_DASH_SERVICE", format!("tcp-127.0.0.1-{vip}")),
             ("RVS_DASH_UP", format!("127.0.0.1:{up_port}")),
             ("RVS_DASH_DOWN", format!("127.0.0.1:{down_port}")),
-            // Two check intervals: the failing probe comes within one, its
-            // event within the next.
+            // A deadline, not the bound: the failing probe comes within one
+            // interval and its event right after (measured 0.2-1.2 s,
+            // printed below); ten intervals keep a loaded CI machine from
+            // failing on timing.
             (
                 "RVS_DASH_RED_WITHIN_MS",
-                (2 * INTERVAL_S * 1000).to_string(),
+                (10 * INTERVAL_S * 1000).to_string(),
             ),
         ],
     );
