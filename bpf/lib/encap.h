@@ -46,6 +46,12 @@ __noinline __s64 tun_pkt_sum(struct xdp_md *ctx, __u32 off, __u32 len)
 			n = RVS_CSUM_CHUNK;
 		if (n == 0)
 			break;
+		/* 1..RVS_CSUM_CHUNK as the verifier sees it: clang proves n
+		 * non-zero and drops the test above, and a 6.1 verifier
+		 * refuses a load_bytes size whose minimum is 0. */
+		n--;
+		barrier_var(n);
+		n = (n & (RVS_CSUM_CHUNK - 1)) + 1;
 		/* The word the last byte falls in is zero past that byte (an
 		 * odd tail sums as if padded with zeros, RFC 1071). */
 		*(__u32 *)(buf + ((n - 1) & (RVS_CSUM_CHUNK - 4))) = 0;
