@@ -10,9 +10,9 @@
 //!   └─ c      eth0 10.77.0.10/24 (the XDP test's client)
 //! ```
 //!
-//! * XDP plane, DR (ignored until it loads there: 6.1's verifier refuses
-//!   `xdp_lb`, "combined stack size of 3 calls is 544. Too large", after
-//!   34 s of verification under TCG): a client on the segment connects to the VIP; the guest's
+//! * XDP plane, DR (ignored until it loads there: xdp_lb and xdp_quic now
+//!   pass 6.1's verifier, xdp_dsr_opt does not: "R5 offset is outside of
+//!   the packet"): a client on the segment connects to the VIP; the guest's
 //!   XDP program forwards to r0, which answers it directly; the guest's
 //!   `rvsadm -Lnc` and `--stats` show the connection.
 //! * sock plane: a client inside the guest's cgroup (busybox `nc`) connects
@@ -112,7 +112,7 @@ fn bed(test: &str) -> Option<(Bed, Host, Host)> {
 }
 
 #[test]
-#[ignore = "6.1's verifier refuses xdp_lb: combined stack size of 3 calls is 544 (> 512); see docs/dataplane-xdp.md"]
+#[ignore = "6.1's verifier refuses xdp_dsr_opt (packet access at a variable offset); see docs/dataplane-xdp.md"]
 fn kernel61_xdp_dr() {
     let test = "kernel61_xdp_dr";
     if !ipvs_vm::available_or_skip(test) {
