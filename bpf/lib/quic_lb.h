@@ -240,6 +240,7 @@ static __noinline __u32 quic_route(struct xdp_md *ctx, const struct rvs_svc *svc
 				rot = t->hdr[1] >> 5;
 				dlen = qs->fallback_len;
 				parsed = 1;
+				barrier_var(rot);
 				if (rot < RVS_QUIC_CONFIGS && qs->cfg[rot].mode != RVS_QUIC_MODE_NONE) {
 					dlen = 1 + qs->cfg[rot].sid_len + qs->cfg[rot].nonce_len;
 					parsed = off + dlen <= total;
@@ -252,7 +253,15 @@ static __noinline __u32 quic_route(struct xdp_md *ctx, const struct rvs_svc *svc
 		else if (n > total - off)
 			n = total - off;
 		if (n >= 1 && n <= RVS_QUIC_DCID_MAX) {
-			if (bpf_xdp_load_bytes(ctx, off, t->dcid, n))
+			/* 1..RVS_QUIC_DCID_MAX as the verifier sees it: clang
+			 * folds the test above into one unsigned compare of
+			 * n - 1, and a 6.1 verifier then refuses a load_bytes
+			 * size whose minimum is 0. */
+			__u32 m = n - 1;
+
+			barrier_var(m);
+			if (m >= RVS_QUIC_DCID_MAX ||
+			    bpf_xdp_load_bytes(ctx, off, t->dcid, m + 1))
 				n = 0;
 		} else {
 			n = 0;
@@ -261,6 +270,9 @@ static __noinline __u32 quic_route(struct xdp_md *ctx, const struct rvs_svc *svc
 
 	if (qs && n >= 1) {
 		rot = t->dcid[0] >> 5;
+		/* Else clang, knowing rot <= 7, tests rot == 7, from which a
+		 * 6.1 verifier learns no bound for the index below. */
+		barrier_var(rot);
 		if (rot >= RVS_QUIC_CONFIGS)
 			goto fallback;
 		c = &qs->cfg[rot];

@@ -22,6 +22,7 @@ mod health_probes;
 mod http;
 mod ipvs_parity;
 mod ipvs_sync;
+mod kernel61;
 mod kube_bench;
 mod kubernetes;
 mod netns;
