@@ -164,6 +164,11 @@ static __always_inline int dsr_opt_out(struct xdp_md *ctx, const struct pkt *p,
 		return XDP_PASS;
 	if (d->family != p->family || (l2len != 14 && l2len != 18))
 		return XDP_DROP;
+	/* 14 or 18, but clang folds the two tests into a bit test and a
+	 * select of data + 14 / data + 18 into data + l2len, from which older
+	 * verifiers (6.1) learn no bound: a mask it cannot drop gives one. */
+	barrier_var(l2len);
+	l2len &= 31;
 	/* What the kernel's ip_rcv drops: a total length shorter than the IP
 	 * header or longer than the frame. */
 	if (p->l3len < (v4 ? 20 : 40) || (__u32)p->l3len + l2len > (__u32)(end - data))
