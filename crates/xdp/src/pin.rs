@@ -62,6 +62,13 @@ pub enum PinError {
         #[source]
         source: std::io::Error,
     },
+    /// rvsd runs in a mount namespace of its own (as under `ip netns
+    /// exec`) and the host has no bpffs to pin into: pins would vanish with
+    /// rvsd, and a restart would reset every flow.
+    #[error(
+        "rvsd runs in a mount namespace of its own (as under `ip netns exec`) and the host has no bpffs on {BPFFS}: pins made here would vanish with rvsd and a restart would reset every flow; mount it on the host (`mount -t bpf bpf {BPFFS}`) or start rvsd with `nsenter --net=/run/netns/NS`"
+    )]
+    PrivateMountNamespace,
     /// A pinned map cannot be carried into the new one.
     #[error("migrating map `{map}`: {why}")]
     Migrate {
@@ -225,25 +232,62 @@ impl Instance {
         self.dir.exists()
     }
 
-    /// Mount bpffs on [`BPFFS`] if nothing is mounted there yet (a
-    /// private mount namespace, such as `ip netns exec`'s, has none: pins
-    /// made there vanish with it), then create the instance's directories.
+    /// Make [`BPFFS`] a bpffs whose pins outlive this rvsd (see
+    /// [`bpffs_plan`]), then create the instance's directories.
     pub fn prepare(&self) -> Result<(), PinError> {
         let bpffs = Path::new(BPFFS);
         if self.dir.starts_with(bpffs) && !is_bpffs(bpffs) {
+            let ns = |pid: &str| {
+                let m = std::fs::metadata(format!("/proc/{pid}/ns/mnt")).ok()?;
+                Some((
+                    std::os::unix::fs::MetadataExt::dev(&m),
+                    std::os::unix::fs::MetadataExt::ino(&m),
+                ))
+            };
+            let init = ns("1");
+            let host = Path::new(HOST_BPFFS);
+            let plan = bpffs_plan(
+                init.map(|i| Some(i) == ns("self")),
+                init.is_some() && is_bpffs(host),
+            )?;
             std::fs::create_dir_all(bpffs).map_err(io("creating", bpffs))?;
-            nix::mount::mount(
-                Some("bpf"),
-                bpffs,
-                Some("bpf"),
-                nix::mount::MsFlags::empty(),
-                Some("mode=700"),
-            )
-            .map_err(|e| PinError::Io {
-                what: "mounting bpffs on",
-                path: bpffs.to_owned(),
-                source: e.into(),
-            })?;
+            let mount = |src: &str, fstype: &str| {
+                nix::mount::mount(
+                    Some(src),
+                    bpffs,
+                    Some(fstype),
+                    nix::mount::MsFlags::empty(),
+                    Some("mode=700"),
+                )
+                .map_err(|e| PinError::Io {
+                    what: "mounting on",
+                    path: bpffs.to_owned(),
+                    source: e.into(),
+                })
+            };
+            match plan {
+                BpffsPlan::BindHost => {
+                    // A bind mount from another mount namespace is refused
+                    // (EINVAL); a path through PID 1's root is not: a tmpfs
+                    // here holds one symlink, `rvs`, to the host's
+                    // directory, and every pin path goes through it.
+                    tracing::info!(
+                        "rvsd runs in a mount namespace of its own (as under `ip netns exec`): pinning in the host's bpffs through {HOST_BPFFS}, so the pins outlive rvsd"
+                    );
+                    let host_root = host.join("rvs");
+                    std::fs::create_dir_all(&host_root).map_err(io("creating", &host_root))?;
+                    mount("tmpfs", "tmpfs")?;
+                    let link = Path::new(ROOT);
+                    std::os::unix::fs::symlink(&host_root, link).map_err(io("linking", link))?;
+                }
+                BpffsPlan::Mount => mount("bpf", "bpf")?,
+                BpffsPlan::MountUnsure => {
+                    tracing::warn!(
+                        "no bpffs on {BPFFS} and /proc/1/ns/mnt cannot be read, so whether this mount namespace is the host's is unknown: mounting one here; if rvsd runs in a mount namespace of its own (`ip netns exec`), its pins vanish with it and a restart resets every flow (start it with `nsenter --net=/run/netns/NS`)"
+                    );
+                    mount("bpf", "bpf")?;
+                }
+            }
         }
         for d in [self.maps_dir(), self.links_dir()] {
             std::fs::create_dir_all(&d).map_err(io("creating", &d))?;
@@ -324,6 +368,35 @@ fn tail_filled(path: &Path, slot: u32) -> bool {
     m.info().map_type == MAP_PROG_ARRAY
         && m.value_len() == id.len()
         && m.lookup(&slot.to_ne_bytes(), &mut id).unwrap_or(false)
+}
+
+/// The host's bpffs seen from another mount namespace of the same PID
+/// namespace: through PID 1's root.
+const HOST_BPFFS: &str = "/proc/1/root/sys/fs/bpf";
+
+/// How [`Instance::prepare`] gets a bpffs on [`BPFFS`] when none is there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BpffsPlan {
+    /// Mount one: this is the host's mount namespace, where it stays.
+    Mount,
+    /// Pin into the host's ([`HOST_BPFFS`]): this mount namespace (`ip
+    /// netns exec`'s) dies with rvsd, the host's bpffs does not.
+    BindHost,
+    /// Mount one, warning: whether it outlives rvsd is unknown.
+    MountUnsure,
+}
+
+/// The decision of [`Instance::prepare`], without I/O: `same_as_init` is
+/// whether this mount namespace is PID 1's (`None`: PID 1's cannot be
+/// read, as in some containers); `host_bpffs` whether PID 1's root has a
+/// bpffs on `/sys/fs/bpf`.
+fn bpffs_plan(same_as_init: Option<bool>, host_bpffs: bool) -> Result<BpffsPlan, PinError> {
+    match same_as_init {
+        Some(true) => Ok(BpffsPlan::Mount),
+        Some(false) if host_bpffs => Ok(BpffsPlan::BindHost),
+        Some(false) => Err(PinError::PrivateMountNamespace),
+        None => Ok(BpffsPlan::MountUnsure),
+    }
 }
 
 fn is_bpffs(p: &Path) -> bool {
@@ -730,6 +803,22 @@ pub fn finish_migration(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Under `ip netns exec` (a mount namespace that dies with rvsd) the
+    /// host's bpffs is bound in, or rvsd refuses when the host has none; in
+    /// the host's namespace one is mounted; unknown, mounted with a warning.
+    #[test]
+    fn bpffs_plan_keeps_pins_beyond_a_private_mount_namespace() {
+        assert_eq!(bpffs_plan(Some(true), false).ok(), Some(BpffsPlan::Mount));
+        assert_eq!(bpffs_plan(Some(true), true).ok(), Some(BpffsPlan::Mount));
+        assert_eq!(
+            bpffs_plan(Some(false), true).ok(),
+            Some(BpffsPlan::BindHost)
+        );
+        let refused = bpffs_plan(Some(false), false).expect_err("refused");
+        assert!(refused.to_string().contains("nsenter --net"), "{refused}");
+        assert_eq!(bpffs_plan(None, false).ok(), Some(BpffsPlan::MountUnsure));
+    }
 
     fn info(map_type: u32, layout: &MapLayout) -> rvs_sys::bpf::MapInfo {
         rvs_sys::bpf::MapInfo {

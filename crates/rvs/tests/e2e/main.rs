@@ -29,6 +29,7 @@ mod netns;
 mod netns_daemon;
 mod notify_fifo;
 mod package;
+mod pins_netns;
 mod proxy;
 mod quic_common;
 mod quic_lb;
