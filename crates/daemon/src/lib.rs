@@ -128,8 +128,9 @@ pub struct Options {
     pub interface: Vec<String>,
     /// `--xdp-mode`.
     pub xdp_mode: XdpMode,
-    /// `--flow-table-size` (xdp).
-    pub flow_table_size: u32,
+    /// `--flow-table-size` (xdp); `None`: sized by the machine's memory
+    /// ([`rvs_xdp::pin::default_flow_table_size`]).
+    pub flow_table_size: Option<u32>,
     /// `--embryonic-table-size` (xdp; 0: a quarter of the flow table).
     pub embryonic_table_size: u32,
     /// `--tunnel-mtu` (xdp).

@@ -254,9 +254,27 @@ fn xdp_plane(
             }
         );
     }
-    if args.flow_table_size == 0 {
-        anyhow::bail!("--flow-table-size must be at least 1");
-    }
+    let flow_table_size = match args.flow_table_size {
+        Some(0) => anyhow::bail!("--flow-table-size must be at least 1"),
+        Some(n) => n,
+        None => {
+            let mem = std::fs::read_to_string("/proc/meminfo")
+                .ok()
+                .and_then(|m| mem_total(&m))
+                .unwrap_or(u64::MAX);
+            let cpus = rvs_sys::bpf::possible_cpus().unwrap_or(1);
+            let n =
+                rvs_xdp::pin::default_flow_table_size(mem, u32::try_from(cpus).unwrap_or(u32::MAX));
+            if n < rvs_xdp::maps::FLOWS_DEFAULT {
+                tracing::info!(
+                    flows = n,
+                    mem_total_mib = mem >> 20,
+                    "flow tables sized to this machine's memory (--flow-table-size sets them)"
+                );
+            }
+            n
+        }
+    };
     let pick = |v6: bool| {
         let mut it = args.tunnel_source.iter().filter(|a| a.is_ipv6() == v6);
         let first = it.next().copied();
@@ -298,7 +316,7 @@ fn xdp_plane(
             XdpMode::Skb => Some(AttachMode::Skb),
         },
         load: rvs_xdp::LoadOptions {
-            flow_table_size: args.flow_table_size,
+            flow_table_size,
             embryonic_table_size: args.embryonic_table_size,
             ..rvs_xdp::LoadOptions::default()
         },
@@ -333,7 +351,7 @@ fn xdp_plane(
     for (interface, how) in opts.interfaces.iter().zip(modes) {
         match how {
             rvs_xdp::Attached::New(mode) => tracing::info!(
-                %interface, ?mode, flows = args.flow_table_size, ?pins, "XDP program attached"
+                %interface, ?mode, flows = flow_table_size, ?pins, "XDP program attached"
             ),
             rvs_xdp::Attached::Updated => tracing::info!(
                 %interface, ?pins, "XDP program adopted and replaced (link update)"
@@ -802,8 +820,25 @@ pub(crate) fn random_seed() -> u64 {
         .unwrap_or(0x5EED)
 }
 
+/// `MemTotal` of `/proc/meminfo`'s text, in bytes.
+fn mem_total(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
 #[cfg(test)]
 mod tests {
+    use super::mem_total;
+
+    #[test]
+    fn mem_total_reads_proc_meminfo() {
+        let text = "MemTotal:        1012344 kB\nMemFree:          500000 kB\n";
+        assert_eq!(mem_total(text), Some(1012344 * 1024));
+        assert_eq!(mem_total("MemFree: 1 kB\n"), None);
+        assert_eq!(mem_total("MemTotal: lots kB\n"), None);
+    }
+
     use super::*;
 
     /// Options as rvsd's defaults give them, with `--kubernetes`.
@@ -824,7 +859,7 @@ mod tests {
             reuse_port: false,
             interface: Vec::new(),
             xdp_mode: XdpMode::Auto,
-            flow_table_size: 1 << 20,
+            flow_table_size: None,
             embryonic_table_size: 0,
             tunnel_mtu: None,
             max_new_flows: 0,

@@ -494,6 +494,53 @@ pub const TAIL_ARRAYS: [(&str, u32); 3] = [
     ("dsr_prog", maps::dsr_opt::PROG),
 ];
 
+/// The kernel's bytes for one element of a hash or LRU hash map beside its
+/// key and value (`struct htab_elem`: its list node, LRU node and hash).
+const HTAB_ELEM_HEADER: u64 = 48;
+
+/// An estimate of the kernel memory the director's maps take with `opts`
+/// on a machine of `cpus` possible CPUs: hash and LRU maps preallocate
+/// every element (header, key and value, each 8-byte aligned), arrays
+/// their values, per-CPU maps a value per CPU.
+pub fn director_bytes(opts: &crate::LoadOptions, cpus: u32) -> u64 {
+    let r8 = |n: u32| u64::from(n.div_ceil(8) * 8);
+    director_maps(opts)
+        .iter()
+        .map(|m| {
+            let n = u64::from(m.max_entries);
+            match m.map_type {
+                MAP_HASH | MAP_LRU_HASH => {
+                    n * (HTAB_ELEM_HEADER + r8(m.key_size) + r8(m.value_size))
+                }
+                MAP_PERCPU_ARRAY => n * r8(m.value_size) * u64::from(cpus.max(1)),
+                _ => n * r8(m.value_size),
+            }
+        })
+        .sum()
+}
+
+/// The default `--flow-table-size`: the largest power of two up to
+/// [`crate::maps::FLOWS_DEFAULT`] (2^20) whose maps ([`director_bytes`])
+/// take at most an eighth of the machine's `mem_total` bytes, and at least
+/// 2^12. On a 1 GiB machine the 2^20 default (about 600 MiB of
+/// preallocated maps) would have the kernel's OOM killer end rvsd; a
+/// director with 8 GiB or more gets 2^20 (Cilium sizes its maps by memory
+/// the same way: `bpf-map-dynamic-size-ratio`).
+pub fn default_flow_table_size(mem_total: u64, cpus: u32) -> u32 {
+    let mut n = crate::maps::FLOWS_DEFAULT;
+    while n > 1 << 12 {
+        let opts = crate::LoadOptions {
+            flow_table_size: n,
+            ..crate::LoadOptions::default()
+        };
+        if director_bytes(&opts, cpus) <= mem_total / 8 {
+            break;
+        }
+        n /= 2;
+    }
+    n
+}
+
 /// Every map of the director loaded with `opts`, as the Rust mirrors of
 /// `bpf/rvs.h` and `bpf/lib/maps.h` describe them (the `director_maps_are_the_object_s`
 /// test checks the list against a loaded director).
@@ -807,6 +854,28 @@ mod tests {
     /// Under `ip netns exec` (a mount namespace that dies with rvsd) the
     /// host's bpffs is bound in, or rvsd refuses when the host has none; in
     /// the host's namespace one is mounted; unknown, mounted with a warning.
+    /// The default flow table fits the machine: 2^20 from 8 GiB up, less
+    /// on small machines (a 1 GiB guest), never below 2^12.
+    #[test]
+    fn default_flow_table_size_follows_memory() {
+        const GIB: u64 = 1 << 30;
+        assert_eq!(default_flow_table_size(8 * GIB, 2), 1 << 20);
+        assert_eq!(default_flow_table_size(64 * GIB, 64), 1 << 20);
+        let small = default_flow_table_size(GIB, 2);
+        assert!((1 << 16..1 << 20).contains(&small), "{small}");
+        let opts = |n| crate::LoadOptions {
+            flow_table_size: n,
+            ..crate::LoadOptions::default()
+        };
+        assert!(director_bytes(&opts(small), 2) <= GIB / 8);
+        assert!(director_bytes(&opts(small * 2), 2) > GIB / 8);
+        assert!(
+            director_bytes(&opts(1 << 20), 2) > 512 << 20,
+            "the full default is over 512 MiB"
+        );
+        assert_eq!(default_flow_table_size(0, 1), 1 << 12);
+    }
+
     #[test]
     fn bpffs_plan_keeps_pins_beyond_a_private_mount_namespace() {
         assert_eq!(bpffs_plan(Some(true), false).ok(), Some(BpffsPlan::Mount));

@@ -173,9 +173,11 @@ pub(crate) struct Args {
 
     /// xdp: entries of the flow table, for each family (IPv4 and IPv6
     /// flows have a table each), and of the NAT reply table; the least
-    /// recently used entry is evicted when a table is full.
-    #[arg(long, value_name = "N", default_value_t = 1 << 20)]
-    pub(crate) flow_table_size: u32,
+    /// recently used entry is evicted when a table is full. Default: 2^20
+    /// (1,048,576), less on a machine whose memory an eighth of would not
+    /// hold the preallocated maps (65,536 on a 1 GiB machine).
+    #[arg(long, value_name = "N")]
+    pub(crate) flow_table_size: Option<u32>,
 
     /// xdp: entries of each embryonic table (IPv4, IPv6): TCP flows live
     /// there from their SYN until the ACK that completes the handshake, so

@@ -122,12 +122,16 @@ fn kernel61_xdp_dr() {
     let t0 = Instant::now();
     let vm = guest(&bed);
     let booted = t0.elapsed();
-    // The default flow tables (2^20 entries each, preallocated LRU maps)
-    // do not fit the guest's 1 GB: the kernel's OOM killer ends rvsd.
-    start_rvsd(
-        &vm,
-        "--dataplane xdp --interface eth0 --flow-table-size 65536",
+    // No --flow-table-size: rvsd sizes its flow tables to the guest's 1 GB
+    // (2^20 entries each, preallocated, would have the OOM killer end it).
+    start_rvsd(&vm, "--dataplane xdp --interface eth0");
+    // (The log's colour codes removed: ESC, then `[..m`.)
+    let flows = vm.ok(
+        "tr -d '\\033' </root/rvsd.log | grep -oE 'flows(\\[[0-9;]*m)*=(\\[[0-9;]*m)*[0-9]+' \
+         | head -1 | grep -oE '[0-9]+$'",
     );
+    let flows: u32 = flows.trim().parse().expect("rvsd logs its flow table size");
+    assert!(flows < 1 << 20, "the flow tables fit the guest: {flows}");
     let started = t0.elapsed();
     adm(&vm, "-A -t 10.77.0.100:80 -s rr");
     adm(&vm, &format!("-a -t 10.77.0.100:80 -r {}:80 -g", r0.addr));
@@ -197,7 +201,7 @@ fn kernel61_xdp_dr() {
     // Busybox's `ip` has no `-d`: the attach mode as rvsd logged it.
     let mode = vm.ok("grep -oE 'Driver|Skb|Hw' /root/rvsd.log | head -1");
     eprintln!(
-        "{test}: boot+push {booted:?}, rvsd up {started:?}, attach {}, total {:?}",
+        "{test}: boot+push {booted:?}, rvsd up {started:?}, attach {}, flows {flows}, total {:?}",
         mode.trim(),
         t0.elapsed()
     );
