@@ -146,6 +146,24 @@ fn service_labels(key: &ServiceKey) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// A real server's labels: its service's (`service`, from
+/// [`service_labels`]) with `remote_address` and `remote_port` after the
+/// service's address and port, in node_exporter's order.
+fn backend_labels(
+    mut service: Vec<(&'static str, String)>,
+    addr: std::net::IpAddr,
+    port: u16,
+) -> Vec<(&'static str, String)> {
+    service.splice(
+        2..2,
+        [
+            ("remote_address", addr.to_string()),
+            ("remote_port", port.to_string()),
+        ],
+    );
+    service
+}
+
 /// A family with one sample per service.
 fn per_service(
     ipvs: &Ipvs,
@@ -169,16 +187,7 @@ fn per_backend(
     for svc in ipvs.services() {
         let service = service_labels(svc.key());
         for d in svc.dests() {
-            // node_exporter's order: the real server's address and port
-            // after the service's address and port.
-            let mut labels = service.clone();
-            labels.splice(
-                2..2,
-                [
-                    ("remote_address", d.config.addr.to_string()),
-                    ("remote_port", d.config.port.to_string()),
-                ],
-            );
+            let labels = backend_labels(service.clone(), d.config.addr, d.config.port);
             f.push(labels, Value::Int(get(d)));
         }
     }

@@ -25,6 +25,54 @@ macro_rules! embedded_object {
 }
 pub(crate) use embedded_object;
 
+/// A program's per-CPU counters, each named once: the index module `$m`
+/// (`pub const NAME: u32 = index` as the BPF header numbers them, and
+/// `NSTATS`, the map's size), the struct `$stats` of their sums (one `u64`
+/// field a counter, with the counter's doc) and `$stats::read`, which sums
+/// a map's counters over the CPUs into it. The indexes must run 0, 1, 2…
+/// in the order given (a const assertion checks it), as the fields are
+/// filled in that order.
+macro_rules! counters {
+    (
+        $(#[$mdoc:meta])* pub mod $m:ident;
+        $(#[$sdoc:meta])* pub struct $stats:ident {
+            $( $(#[$doc:meta])* $index:ident = $n:literal => $field:ident, )+
+        }
+    ) => {
+        $(#[$mdoc])*
+        pub mod $m {
+            $( $(#[$doc])* pub const $index: u32 = $n; )+
+            /// Number of counters (the map's size).
+            pub const NSTATS: u32 = [$($n),+].len() as u32;
+            const _: () = {
+                let mut i = 0;
+                $( assert!($index == i, "counters out of order"); i += 1; )+
+                let _ = i;
+            };
+        }
+
+        $(#[$sdoc])*
+        #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+        pub struct $stats {
+            $( $(#[$doc])* pub $field: u64, )+
+        }
+
+        impl $stats {
+            /// The counters of the per-CPU array `map` (called `name` in
+            /// errors), each summed over the CPUs.
+            pub(crate) fn read(
+                map: rvs_sys::bpf::Map<'_>,
+                name: &'static str,
+            ) -> Result<Self, $crate::XdpError> {
+                let [$($field),+]: [u64; $m::NSTATS as usize] =
+                    $crate::bpf::percpu_sums(map, name)?;
+                Ok(Self { $($field),+ })
+            }
+        }
+    };
+}
+pub(crate) use counters;
+
 /// Load `bytes` (the object called `object` in errors) with `loader`.
 pub(crate) fn load(
     object: &'static str,

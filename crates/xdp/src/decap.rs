@@ -68,39 +68,24 @@ const _: () = assert!(size_of::<DecapConfig>() == 8);
 /// Entries of `decap_vips` (`RVS_DECAP_MAX_VIPS`).
 pub const MAX_VIPS: u32 = 1024;
 
-/// Indexes of the `decap_stats` counters (`RVS_DECAP_*` of bpf/decap.h).
-pub mod stat {
-    /// IPIP / IPv6-in-IPv6 packets stripped.
-    pub const IPIP: u32 = 0;
-    /// GUE packets stripped.
-    pub const GUE: u32 = 1;
-    /// Tunnel packets for an inner destination that is not a VIP (passed).
-    pub const NOT_VIP: u32 = 2;
-    /// Tunnel packets with a bad inner header (passed).
-    pub const BAD: u32 = 3;
-    /// GRE packets stripped.
-    pub const GRE: u32 = 4;
-    /// Geneve packets stripped.
-    pub const GENEVE: u32 = 5;
-    /// Number of counters (the map's size).
-    pub const NSTATS: u32 = 6;
-}
-
-/// The decapsulator's counters, summed over CPUs.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct DecapStats {
-    /// IPIP / IPv6-in-IPv6 packets stripped.
-    pub ipip: u64,
-    /// GUE packets stripped.
-    pub gue: u64,
-    /// Tunnel packets for an inner destination that is not a VIP (passed).
-    pub not_vip: u64,
-    /// Tunnel packets whose inner header is not IP (passed).
-    pub bad: u64,
-    /// GRE packets stripped.
-    pub gre: u64,
-    /// Geneve packets stripped.
-    pub geneve: u64,
+bpf::counters! {
+    /// Indexes of the `decap_stats` counters (`RVS_DECAP_*` of bpf/decap.h).
+    pub mod stat;
+    /// The decapsulator's counters, summed over CPUs.
+    pub struct DecapStats {
+        /// IPIP / IPv6-in-IPv6 packets stripped.
+        IPIP = 0 => ipip,
+        /// GUE packets stripped.
+        GUE = 1 => gue,
+        /// Tunnel packets for an inner destination that is not a VIP (passed).
+        NOT_VIP = 2 => not_vip,
+        /// Tunnel packets with a bad inner header (not IP; passed).
+        BAD = 3 => bad,
+        /// GRE packets stripped.
+        GRE = 4 => gre,
+        /// Geneve packets stripped.
+        GENEVE = 5 => geneve,
+    }
 }
 
 const PROGRAM: &str = "rvs_decap";
@@ -198,17 +183,7 @@ impl Decap {
 
     /// The counters summed over CPUs.
     pub fn stats(&mut self) -> Result<DecapStats, XdpError> {
-        // In the order of `stat`.
-        let [ipip, gue, not_vip, bad, gre, geneve]: [u64; stat::NSTATS as usize] =
-            bpf::percpu_sums(self.map("decap_stats")?, "decap_stats")?;
-        Ok(DecapStats {
-            ipip,
-            gue,
-            not_vip,
-            bad,
-            gre,
-            geneve,
-        })
+        DecapStats::read(self.map("decap_stats")?, "decap_stats")
     }
 
     /// Attach through rvs-sys, owned by this value (dropping the

@@ -16,7 +16,7 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use rvs_sys::bpf::{Error as BpfError, Loader, Map, Object, PinnedMap, SchedClassifier, TcHook};
+use rvs_sys::bpf::{Error as BpfError, Loader, Object, PinnedMap, SchedClassifier, TcHook};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::bpf::{self, embedded_object, map_err, prog_err};
@@ -105,31 +105,20 @@ const _: () = assert!(size_of::<DsrSvc>() == 20);
 /// used flow is evicted first.
 pub const MAX_FLOWS: u32 = 65536;
 
-/// Indexes of the `dsr_stats` counters (`RVS_DSR_RS_*` of bpf/dsr_rs.h).
-pub mod stat {
-    /// Packets whose option was recorded and removed.
-    pub const STRIPPED: u32 = 0;
-    /// Replies whose source became the service.
-    pub const REPLIED: u32 = 1;
-    /// SYN-ACKs whose MSS was lowered by the option's length.
-    pub const MSS: u32 = 2;
-    /// Option packets the kernel refused to shrink (passed as they were).
-    pub const FAILED: u32 = 3;
-    /// Number of counters (the map's size).
-    pub const NSTATS: u32 = 4;
-}
-
-/// The counters, summed over CPUs.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct DsrStats {
-    /// Packets whose option was recorded and removed.
-    pub stripped: u64,
-    /// Replies whose source became the service.
-    pub replied: u64,
-    /// SYN-ACKs whose MSS was lowered.
-    pub mss: u64,
-    /// Option packets passed with their option (the shrink failed).
-    pub failed: u64,
+bpf::counters! {
+    /// Indexes of the `dsr_stats` counters (`RVS_DSR_RS_*` of bpf/dsr_rs.h).
+    pub mod stat;
+    /// The counters, summed over CPUs.
+    pub struct DsrStats {
+        /// Packets whose option was recorded and removed.
+        STRIPPED = 0 => stripped,
+        /// Replies whose source became the service.
+        REPLIED = 1 => replied,
+        /// SYN-ACKs whose MSS was lowered by the option's length.
+        MSS = 2 => mss,
+        /// Option packets the kernel refused to shrink (passed as they were).
+        FAILED = 3 => failed,
+    }
 }
 
 const INGRESS: &str = "rvs_dsr_ingress";
@@ -197,19 +186,7 @@ pub fn pinned_stats(interface: &str) -> Result<Option<DsrStats>, DsrError> {
         return Ok(None);
     }
     let pinned = PinnedMap::open(&p).map_err(map_err("dsr_stats"))?;
-    Ok(Some(stats_of(pinned.map())?))
-}
-
-fn stats_of(map: Map<'_>) -> Result<DsrStats, XdpError> {
-    // In the order of `stat`.
-    let [stripped, replied, mss, failed]: [u64; stat::NSTATS as usize] =
-        bpf::percpu_sums(map, "dsr_stats")?;
-    Ok(DsrStats {
-        stripped,
-        replied,
-        mss,
-        failed,
-    })
+    Ok(Some(DsrStats::read(pinned.map(), "dsr_stats")?))
 }
 
 /// The two programs loaded into the kernel (verified), not yet attached.
@@ -239,7 +216,7 @@ impl DsrRealServer {
 
     /// The counters summed over CPUs.
     pub fn stats(&mut self) -> Result<DsrStats, XdpError> {
-        stats_of(bpf::map(&self.ebpf, "dsr_stats")?)
+        DsrStats::read(bpf::map(&self.ebpf, "dsr_stats")?, "dsr_stats")
     }
 
     /// The service recorded for `key`, if any.

@@ -17,9 +17,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-use rvs_sys::bpf::{
-    Cgroup, Error as BpfError, KernelVersion, Link, Loader, Map, Object, PinnedMap,
-};
+use rvs_sys::bpf::{Cgroup, Error as BpfError, KernelVersion, Link, Loader, Object, PinnedMap};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::XdpError;
@@ -73,39 +71,24 @@ impl ToaAddr {
     }
 }
 
-/// Indexes of the reader's `toa_stats` counters (`RVS_TOA_*` of bpf/toa.h).
-pub mod stat {
-    /// A TOA read from the ACK that ended the handshake.
-    pub const FROM_ACK: u32 = 0;
-    /// A TOA read from the saved SYN.
-    pub const FROM_SYN: u32 = 1;
-    /// A passive connection without a TOA.
-    pub const NONE: u32 = 2;
-    /// Kind 254 of a length other than 8 or 20, or malformed options.
-    pub const BAD: u32 = 3;
-    /// An IPv4 TOA returned v4-mapped on an IPv6 socket.
-    pub const MAPPED: u32 = 4;
-    /// An IPv6 TOA asked for through an IPv4 socket (not returned).
-    pub const V6_ON_V4: u32 = 5;
-    /// Number of counters.
-    pub const NSTATS: u32 = 6;
-}
-
-/// The reader's counters, summed over CPUs.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct ToaStats {
-    /// TOAs read from the handshake's final ACK.
-    pub from_ack: u64,
-    /// TOAs read from the saved SYN.
-    pub from_syn: u64,
-    /// Passive connections without a TOA.
-    pub none: u64,
-    /// Malformed options or a bad TOA length.
-    pub bad: u64,
-    /// IPv4 TOAs returned v4-mapped on IPv6 sockets.
-    pub mapped: u64,
-    /// IPv6 TOAs not returned through IPv4 sockets.
-    pub v6_on_v4: u64,
+bpf::counters! {
+    /// Indexes of the reader's `toa_stats` counters (`RVS_TOA_*` of bpf/toa.h).
+    pub mod stat;
+    /// The reader's counters, summed over CPUs.
+    pub struct ToaStats {
+        /// A TOA read from the ACK that ended the handshake.
+        FROM_ACK = 0 => from_ack,
+        /// A TOA read from the saved SYN.
+        FROM_SYN = 1 => from_syn,
+        /// A passive connection without a TOA.
+        NONE = 2 => none,
+        /// Kind 254 of a length other than 8 or 20, or malformed options.
+        BAD = 3 => bad,
+        /// An IPv4 TOA returned v4-mapped on an IPv6 socket.
+        MAPPED = 4 => mapped,
+        /// An IPv6 TOA asked for through an IPv4 socket (not returned).
+        V6_ON_V4 = 5 => v6_on_v4,
+    }
 }
 
 /// Where [`ToaReader::attach_pinned`] pins, one directory per cgroup (named
@@ -188,21 +171,9 @@ pub fn pinned_stats(cgroup: &Path) -> Result<Option<ToaStats>, ToaError> {
         return Ok(None);
     }
     let pinned = PinnedMap::open(&p).map_err(map_err("toa_stats"))?;
-    stats_of(pinned.map()).map(Some).map_err(ToaError::from)
-}
-
-fn stats_of(map: Map<'_>) -> Result<ToaStats, XdpError> {
-    // In the order of `stat`.
-    let [from_ack, from_syn, none, bad, mapped, v6_on_v4]: [u64; stat::NSTATS as usize] =
-        bpf::percpu_sums(map, "toa_stats")?;
-    Ok(ToaStats {
-        from_ack,
-        from_syn,
-        none,
-        bad,
-        mapped,
-        v6_on_v4,
-    })
+    ToaStats::read(pinned.map(), "toa_stats")
+        .map(Some)
+        .map_err(ToaError::from)
 }
 
 /// The reader object's bytes (for BTF checks).
@@ -290,7 +261,7 @@ impl ToaReader {
 
     /// The counters summed over CPUs.
     pub fn stats(&mut self) -> Result<ToaStats, XdpError> {
-        stats_of(bpf::map(&self.ebpf, "toa_stats")?)
+        ToaStats::read(bpf::map(&self.ebpf, "toa_stats")?, "toa_stats")
     }
 
     /// Attach to `cgroup` (a cgroup v2 directory) through BPF links: the links

@@ -44,49 +44,43 @@ fn encapsulated_with(v6: bool, method: u8, flags: u32, payload: &[u8]) -> (Vec<u
     (f, r.data)
 }
 
-fn round_trip(v6: bool, method: u8) {
+/// The director's `method` output (with real-server `flags`) of a SYN
+/// carrying "hello" decapsulates back to the client's packet, addressed
+/// (L2) as the director sent it, and is counted under its tunnel.
+fn round_trip(v6: bool, method: u8, flags: u32) {
     let Some(mut d) = decap("round_trip", &[vip(v6)]) else {
         return;
     };
-    let (original, wire) = encapsulated(v6, method, b"hello");
+    if method == fwd::TUN_GRE || method == fwd::TUN_GENEVE {
+        d.set_geneve_port(maps::GENEVE_PORT).expect("geneve port");
+    }
+    let (original, wire) = encapsulated_with(v6, method, flags, b"hello");
     assert!(wire.len() > original.len());
     let r = d.run(&wire, 1).expect("run");
     assert_eq!(r.action, action::PASS);
-    // The client's packet, addressed (L2) as the director sent it.
     assert_eq!(r.data, with_macs(&original, rs_mac(3), DIR_MAC));
-    let st = d.stats().expect("stats");
-    let want = if method == fwd::TUN_GUE {
-        DecapStats {
-            gue: 1,
-            ..DecapStats::default()
-        }
-    } else {
-        DecapStats {
-            ipip: 1,
-            ..DecapStats::default()
-        }
-    };
-    assert_eq!(st, want);
+    let mut want = DecapStats::default();
+    *match method {
+        fwd::TUN_GUE => &mut want.gue,
+        fwd::TUN_GRE => &mut want.gre,
+        fwd::TUN_GENEVE => &mut want.geneve,
+        _ => &mut want.ipip,
+    } = 1;
+    assert_eq!(d.stats().expect("stats"), want);
 }
 
-#[test]
-fn decap_ipip_v4() {
-    round_trip(false, fwd::TUN_IPIP);
-}
-
-#[test]
-fn decap_ipip_v6() {
-    round_trip(true, fwd::TUN_IPIP);
-}
-
-#[test]
-fn decap_gue_v4() {
-    round_trip(false, fwd::TUN_GUE);
-}
-
-#[test]
-fn decap_gue_v6() {
-    round_trip(true, fwd::TUN_GUE);
+cases! { round_trip;
+    decap_ipip_v4(false, fwd::TUN_IPIP, 0),
+    decap_ipip_v6(true, fwd::TUN_IPIP, 0),
+    decap_gue_v4(false, fwd::TUN_GUE, 0),
+    decap_gue_v6(true, fwd::TUN_GUE, 0),
+    decap_gre_v4(false, fwd::TUN_GRE, 0),
+    decap_gre_v6(true, fwd::TUN_GRE, 0),
+    decap_gre_csum_v4(false, fwd::TUN_GRE, maps::dest_flags::TUN_CSUM),
+    decap_gre_csum_v6(true, fwd::TUN_GRE, maps::dest_flags::TUN_CSUM),
+    decap_geneve_v4(false, fwd::TUN_GENEVE, 0),
+    decap_geneve_v6(true, fwd::TUN_GENEVE, 0),
+    decap_geneve_csum_v4(false, fwd::TUN_GENEVE, maps::dest_flags::TUN_CSUM),
 }
 
 fn passes_unchanged(d: &mut Decap, frame: &[u8]) {
@@ -248,64 +242,6 @@ fn decap_keeps_a_vlan_tag() {
     let r = d.run(&tag(&wire), 1).unwrap();
     assert_eq!(r.action, action::PASS);
     assert_eq!(r.data, tag(&with_macs(&original, rs_mac(3), DIR_MAC)));
-}
-
-fn gre_geneve_round_trip(v6: bool, method: u8, flags: u32) {
-    let Some(mut d) = decap("gre_geneve_round_trip", &[vip(v6)]) else {
-        return;
-    };
-    d.set_geneve_port(maps::GENEVE_PORT).expect("geneve port");
-    let (original, wire) = encapsulated_with(v6, method, flags, b"hello");
-    let r = d.run(&wire, 1).expect("run");
-    assert_eq!(r.action, action::PASS);
-    assert_eq!(r.data, with_macs(&original, rs_mac(3), DIR_MAC));
-    let want = if method == fwd::TUN_GRE {
-        DecapStats {
-            gre: 1,
-            ..DecapStats::default()
-        }
-    } else {
-        DecapStats {
-            geneve: 1,
-            ..DecapStats::default()
-        }
-    };
-    assert_eq!(d.stats().expect("stats"), want);
-}
-
-#[test]
-fn decap_gre_v4() {
-    gre_geneve_round_trip(false, fwd::TUN_GRE, 0);
-}
-
-#[test]
-fn decap_gre_v6() {
-    gre_geneve_round_trip(true, fwd::TUN_GRE, 0);
-}
-
-#[test]
-fn decap_gre_csum_v4() {
-    gre_geneve_round_trip(false, fwd::TUN_GRE, maps::dest_flags::TUN_CSUM);
-}
-
-#[test]
-fn decap_gre_csum_v6() {
-    gre_geneve_round_trip(true, fwd::TUN_GRE, maps::dest_flags::TUN_CSUM);
-}
-
-#[test]
-fn decap_geneve_v4() {
-    gre_geneve_round_trip(false, fwd::TUN_GENEVE, 0);
-}
-
-#[test]
-fn decap_geneve_v6() {
-    gre_geneve_round_trip(true, fwd::TUN_GENEVE, 0);
-}
-
-#[test]
-fn decap_geneve_csum_v4() {
-    gre_geneve_round_trip(false, fwd::TUN_GENEVE, maps::dest_flags::TUN_CSUM);
 }
 
 #[test]

@@ -102,24 +102,11 @@ fn tunnel(v6: bool, method: u8) {
     assert_eq!(r.data, want);
 }
 
-#[test]
-fn ipip_v4() {
-    tunnel(false, fwd::TUN_IPIP);
-}
-
-#[test]
-fn ipip_v6() {
-    tunnel(true, fwd::TUN_IPIP);
-}
-
-#[test]
-fn gue_v4() {
-    tunnel(false, fwd::TUN_GUE);
-}
-
-#[test]
-fn gue_v6() {
-    tunnel(true, fwd::TUN_GUE);
+cases! { tunnel;
+    ipip_v4(false, fwd::TUN_IPIP),
+    ipip_v6(true, fwd::TUN_IPIP),
+    gue_v4(false, fwd::TUN_GUE),
+    gue_v6(true, fwd::TUN_GUE),
 }
 
 /// The frame the director sends for a TCP packet with `payload` from

@@ -3,12 +3,29 @@
 
 use super::*;
 
+/// A per-service counter family: its name, its help and how to read it
+/// from a service's counters `T`.
+type Counter<T> = (&'static str, &'static str, fn(&T) -> u64);
+
+/// One counter family a `families` entry, with a sample a service.
+fn service_counters<T>(families: &[Counter<T>], services: &[(ServiceKey, T)]) -> Vec<Family> {
+    families
+        .iter()
+        .map(|&(name, help, get)| {
+            let mut f = Family::new(name, Kind::Counter, help);
+            for (key, c) in services {
+                f.push(service_labels(key), Value::Int(get(c)));
+            }
+            f
+        })
+        .collect()
+}
+
 /// The XDP data plane's FULLNAT counters, per service with a local address
 /// pool: new flows dropped because no (local address, port) was free toward
 /// their real server, and pairs handed out.
 pub fn xdp_fnat(services: &[(ServiceKey, rvs_xdp::maps::FnatStats)]) -> Vec<Family> {
-    type Get = fn(&rvs_xdp::maps::FnatStats) -> u64;
-    let families: [(&'static str, &'static str, Get); 11] = [
+    let families: [Counter<rvs_xdp::maps::FnatStats>; 11] = [
         (
             "rvs_xdp_fnat_exhausted_total",
             "FULLNAT connections refused: every (local address, port) pair toward \
@@ -77,24 +94,14 @@ pub fn xdp_fnat(services: &[(ServiceKey, rvs_xdp::maps::FnatStats)]) -> Vec<Fami
             |c| c.icmp_mtu_lowered,
         ),
     ];
-    families
-        .iter()
-        .map(|&(name, help, get)| {
-            let mut f = Family::new(name, Kind::Counter, help);
-            for (key, c) in services {
-                f.push(service_labels(key), Value::Int(get(c)));
-            }
-            f
-        })
-        .collect()
+    service_counters(&families, services)
 }
 
 /// The XDP data plane's SYN-flood counters, per service (rvs_xdp_*): what
 /// the embryonic tables took and shed, what the guard forwarded without an
 /// entry, what passed for want of a flow, what was adopted mid-stream.
 pub fn xdp_flood(services: &[(ServiceKey, rvs_xdp::maps::SvcFlood)]) -> Vec<Family> {
-    type Get = fn(&rvs_xdp::maps::SvcFlood) -> u64;
-    let families: [(&'static str, &'static str, Get); 7] = [
+    let families: [Counter<rvs_xdp::maps::SvcFlood>; 7] = [
         (
             "rvs_xdp_embryonic_flows_total",
             "TCP flows that got an embryonic entry (a SYN was scheduled).",
@@ -136,16 +143,7 @@ pub fn xdp_flood(services: &[(ServiceKey, rvs_xdp::maps::SvcFlood)]) -> Vec<Fami
             |c| c.refused,
         ),
     ];
-    families
-        .iter()
-        .map(|&(name, help, get)| {
-            let mut f = Family::new(name, Kind::Counter, help);
-            for (key, c) in services {
-                f.push(service_labels(key), Value::Int(get(c)));
-            }
-            f
-        })
-        .collect()
+    service_counters(&families, services)
 }
 
 /// The sock data plane's counters (rvs_sock_*), as its worker last read
@@ -162,15 +160,7 @@ pub fn sock(s: &rvs_sock::plane::SockStats) -> Vec<Family> {
         (service_labels(&a.0.0), a.0.1, a.0.2).cmp(&(service_labels(&b.0.0), b.0.1, b.0.2))
     });
     let labels = |(key, addr, port): &(ServiceKey, std::net::IpAddr, u16)| {
-        let mut l = service_labels(key);
-        l.splice(
-            2..2,
-            [
-                ("remote_address", addr.to_string()),
-                ("remote_port", port.to_string()),
-            ],
-        );
-        l
+        backend_labels(service_labels(key), *addr, *port)
     };
     let mut chosen = Family::new(
         "rvs_sock_backend_connections_total",

@@ -9,13 +9,41 @@ fn lines(text: &str) -> Vec<&str> {
     text.lines().collect()
 }
 
+/// The address service `protocol` `addr`:`port`.
+fn svc(protocol: Protocol, addr: &str, port: u16) -> ServiceKey {
+    ServiceKey::Addr {
+        protocol,
+        addr: addr.parse().expect("addr"),
+        port,
+    }
+}
+
+/// `text` has each of `wanted` as a line.
+fn has_lines(text: &str, wanted: &[&str]) {
+    let text = lines(text);
+    for want in wanted {
+        assert!(
+            text.contains(want),
+            "missing `{want}` in\n{}",
+            text.join("\n")
+        );
+    }
+}
+
+/// `text` has each `(name, value)` of `counts` as a counter family whose
+/// sample of the TCP service 10.0.0.1:80 is `value`.
+fn has_counters(text: &str, counts: &[(&str, u64)]) {
+    let labels = r#"{local_address="10.0.0.1",local_port="80",proto="TCP",local_mark=""}"#;
+    for (name, v) in counts {
+        let want = format!("{name}{labels} {v}");
+        assert!(lines(text).contains(&want.as_str()), "{want} in {text}");
+        assert!(text.contains(&format!("# TYPE {name} counter")), "{text}");
+    }
+}
+
 #[test]
 fn xdp_flood_counters_per_service_with_shed_derived() {
-    let key = ServiceKey::Addr {
-        protocol: Protocol::Tcp,
-        addr: "10.0.0.1".parse().expect("addr"),
-        port: 80,
-    };
+    let key = svc(Protocol::Tcp, "10.0.0.1", 80);
     let c = rvs_xdp::maps::SvcFlood {
         embryonic: 1000,
         promoted: 30,
@@ -25,29 +53,23 @@ fn xdp_flood_counters_per_service_with_shed_derived() {
         refused: 4,
     };
     let text = encode(xdp_flood(&[(key, c)]));
-    let labels = r#"{local_address="10.0.0.1",local_port="80",proto="TCP",local_mark=""}"#;
-    for (name, v) in [
-        ("rvs_xdp_embryonic_flows_total", 1000),
-        ("rvs_xdp_promoted_flows_total", 30),
-        ("rvs_xdp_shed_flows_total", 970),
-        ("rvs_xdp_guarded_flows_total", 7),
-        ("rvs_xdp_unknown_segments_total", 2),
-        ("rvs_xdp_adopted_flows_total", 5),
-        ("rvs_xdp_refused_source_total", 4),
-    ] {
-        let want = format!("{name}{labels} {v}");
-        assert!(lines(&text).contains(&want.as_str()), "{want} in {text}");
-        assert!(text.contains(&format!("# TYPE {name} counter")), "{text}");
-    }
+    has_counters(
+        &text,
+        &[
+            ("rvs_xdp_embryonic_flows_total", 1000),
+            ("rvs_xdp_promoted_flows_total", 30),
+            ("rvs_xdp_shed_flows_total", 970),
+            ("rvs_xdp_guarded_flows_total", 7),
+            ("rvs_xdp_unknown_segments_total", 2),
+            ("rvs_xdp_adopted_flows_total", 5),
+            ("rvs_xdp_refused_source_total", 4),
+        ],
+    );
 }
 
 #[test]
 fn xdp_fnat_counters_per_service() {
-    let key = ServiceKey::Addr {
-        protocol: Protocol::Tcp,
-        addr: "10.0.0.1".parse().expect("addr"),
-        port: 80,
-    };
+    let key = svc(Protocol::Tcp, "10.0.0.1", 80);
     let c = rvs_xdp::maps::FnatStats {
         exhausted: 3,
         allocated: 70,
@@ -62,24 +84,22 @@ fn xdp_fnat_counters_per_service() {
         icmp_mtu_lowered: 9,
     };
     let text = encode(xdp_fnat(&[(key, c)]));
-    let labels = r#"{local_address="10.0.0.1",local_port="80",proto="TCP",local_mark=""}"#;
-    for (name, v) in [
-        ("rvs_xdp_fnat_exhausted_total", 3),
-        ("rvs_xdp_fnat_allocated_total", 70),
-        ("rvs_xdp_fnat_probes_total", 90),
-        ("rvs_xdp_fnat_toa_inserted_total", 5),
-        ("rvs_xdp_fnat_toa_noroom_total", 1),
-        ("rvs_xdp_fnat_toa_mtu_total", 2),
-        ("rvs_xdp_fnat_toa_errors_total", 4),
-        ("rvs_xdp_fnat_mss_clamped_total", 6),
-        ("rvs_xdp_fnat_icmp_to_rs_total", 7),
-        ("rvs_xdp_fnat_icmp_to_client_total", 8),
-        ("rvs_xdp_fnat_icmp_mtu_lowered_total", 9),
-    ] {
-        let want = format!("{name}{labels} {v}");
-        assert!(lines(&text).contains(&want.as_str()), "{want} in {text}");
-        assert!(text.contains(&format!("# TYPE {name} counter")), "{text}");
-    }
+    has_counters(
+        &text,
+        &[
+            ("rvs_xdp_fnat_exhausted_total", 3),
+            ("rvs_xdp_fnat_allocated_total", 70),
+            ("rvs_xdp_fnat_probes_total", 90),
+            ("rvs_xdp_fnat_toa_inserted_total", 5),
+            ("rvs_xdp_fnat_toa_noroom_total", 1),
+            ("rvs_xdp_fnat_toa_mtu_total", 2),
+            ("rvs_xdp_fnat_toa_errors_total", 4),
+            ("rvs_xdp_fnat_mss_clamped_total", 6),
+            ("rvs_xdp_fnat_icmp_to_rs_total", 7),
+            ("rvs_xdp_fnat_icmp_to_client_total", 8),
+            ("rvs_xdp_fnat_icmp_mtu_lowered_total", 9),
+        ],
+    );
 }
 
 /// The crate's text is the format the hand-written exposition had:
@@ -168,11 +188,7 @@ fn a_counter_without_total_is_not_renamed() {
 #[test]
 fn director_families_keep_node_exporter_names_and_types() {
     let mut ipvs = Ipvs::new(IpvsConfig::default());
-    let key = ServiceKey::Addr {
-        protocol: Protocol::Tcp,
-        addr: "10.0.0.1".parse().unwrap(),
-        port: 80,
-    };
+    let key = svc(Protocol::Tcp, "10.0.0.1", 80);
     ipvs.add_service(
         key,
         ServiceConfig::new(AddrFamily::Inet).scheduler(rvs_core::sched::Scheduler::Wrr),
@@ -195,33 +211,30 @@ fn director_families_keep_node_exporter_names_and_types() {
     ipvs.add_dest(&fw, DestConfig::new("192.168.1.6".parse().unwrap(), 0))
         .unwrap();
     let text = encode(director(&ipvs, 2, 1));
+    has_lines(
+        &text,
+        &[
+            "# HELP node_ipvs_connections_total The total number of connections made.",
+            "# TYPE node_ipvs_connections_total counter",
+            "node_ipvs_connections_total 0",
+            "# TYPE node_ipvs_incoming_packets_total counter",
+            "# TYPE node_ipvs_outgoing_packets_total counter",
+            "# TYPE node_ipvs_incoming_bytes_total counter",
+            "# TYPE node_ipvs_outgoing_bytes_total counter",
+            "# TYPE node_ipvs_backend_connections_active gauge",
+            "# TYPE node_ipvs_backend_connections_inactive gauge",
+            "# TYPE node_ipvs_backend_weight gauge",
+            r#"node_ipvs_backend_weight{local_address="10.0.0.1",local_port="80",remote_address="192.168.1.5",remote_port="8080",proto="TCP",local_mark=""} 3"#,
+            r#"node_ipvs_backend_weight{local_address="",local_port="0",remote_address="192.168.1.6",remote_port="0",proto="FWM",local_mark="7"} 1"#,
+            r#"rvs_service_connections_total{local_address="",local_port="0",proto="FWM",local_mark="7"} 0"#,
+            "# TYPE rvs_backend_persistent_connections gauge",
+            "# TYPE rvs_conn_table_evictions_total counter",
+            "rvs_services 2",
+            "rvs_config_reloads_total 2",
+            "rvs_config_reload_failures_total 1",
+        ],
+    );
     let text = lines(&text);
-    for want in [
-        "# HELP node_ipvs_connections_total The total number of connections made.",
-        "# TYPE node_ipvs_connections_total counter",
-        "node_ipvs_connections_total 0",
-        "# TYPE node_ipvs_incoming_packets_total counter",
-        "# TYPE node_ipvs_outgoing_packets_total counter",
-        "# TYPE node_ipvs_incoming_bytes_total counter",
-        "# TYPE node_ipvs_outgoing_bytes_total counter",
-        "# TYPE node_ipvs_backend_connections_active gauge",
-        "# TYPE node_ipvs_backend_connections_inactive gauge",
-        "# TYPE node_ipvs_backend_weight gauge",
-        r#"node_ipvs_backend_weight{local_address="10.0.0.1",local_port="80",remote_address="192.168.1.5",remote_port="8080",proto="TCP",local_mark=""} 3"#,
-        r#"node_ipvs_backend_weight{local_address="",local_port="0",remote_address="192.168.1.6",remote_port="0",proto="FWM",local_mark="7"} 1"#,
-        r#"rvs_service_connections_total{local_address="",local_port="0",proto="FWM",local_mark="7"} 0"#,
-        "# TYPE rvs_backend_persistent_connections gauge",
-        "# TYPE rvs_conn_table_evictions_total counter",
-        "rvs_services 2",
-        "rvs_config_reloads_total 2",
-        "rvs_config_reload_failures_total 1",
-    ] {
-        assert!(
-            text.contains(&want),
-            "missing `{want}` in\n{}",
-            text.join("\n")
-        );
-    }
     assert!(
         !text
             .iter()
@@ -234,11 +247,7 @@ fn director_families_keep_node_exporter_names_and_types() {
 #[test]
 fn quic_lb_counters_per_service_and_route() {
     let mut ipvs = Ipvs::new(IpvsConfig::default());
-    let key = ServiceKey::Addr {
-        protocol: Protocol::Udp,
-        addr: "10.0.0.1".parse().unwrap(),
-        port: 443,
-    };
+    let key = svc(Protocol::Udp, "10.0.0.1", 443);
     let mut cfg = ServiceConfig::new(AddrFamily::Inet);
     cfg.quic_lb = vec![rvs_core::model::QuicLbConfig {
         rotation: 0,
@@ -247,11 +256,7 @@ fn quic_lb_counters_per_service_and_route() {
         key: None,
     }];
     ipvs.add_service(key, cfg).unwrap();
-    let plain = ServiceKey::Addr {
-        protocol: Protocol::Udp,
-        addr: "10.0.0.2".parse().unwrap(),
-        port: 443,
-    };
+    let plain = svc(Protocol::Udp, "10.0.0.2", 443);
     ipvs.add_service(plain, ServiceConfig::new(AddrFamily::Inet))
         .unwrap();
     assert!(ipvs.add_quic_lb_counters(
@@ -263,19 +268,16 @@ fn quic_lb_counters_per_service_and_route() {
         },
     ));
     let text = encode(director(&ipvs, 0, 0));
+    has_lines(
+        &text,
+        &[
+            "# TYPE rvs_service_quic_lb_packets_total counter",
+            r#"rvs_service_quic_lb_packets_total{local_address="10.0.0.1",local_port="443",proto="UDP",local_mark="",route="cid"} 5"#,
+            r#"rvs_service_quic_lb_packets_total{local_address="10.0.0.1",local_port="443",proto="UDP",local_mark="",route="fallback"} 2"#,
+            r#"rvs_service_quic_lb_packets_total{local_address="10.0.0.1",local_port="443",proto="UDP",local_mark="",route="undecodable"} 1"#,
+        ],
+    );
     let text = lines(&text);
-    for want in [
-        "# TYPE rvs_service_quic_lb_packets_total counter",
-        r#"rvs_service_quic_lb_packets_total{local_address="10.0.0.1",local_port="443",proto="UDP",local_mark="",route="cid"} 5"#,
-        r#"rvs_service_quic_lb_packets_total{local_address="10.0.0.1",local_port="443",proto="UDP",local_mark="",route="fallback"} 2"#,
-        r#"rvs_service_quic_lb_packets_total{local_address="10.0.0.1",local_port="443",proto="UDP",local_mark="",route="undecodable"} 1"#,
-    ] {
-        assert!(
-            text.contains(&want),
-            "missing `{want}` in\n{}",
-            text.join("\n")
-        );
-    }
     assert!(
         !text
             .iter()
@@ -343,23 +345,19 @@ fn vrrp_state_and_priority_per_instance() {
 #[test]
 fn health_families_before_any_check() {
     let text = encode(health(&rvs_check::Health::new(1)));
-    let text = lines(&text);
-    for want in [
-        "# TYPE rvs_realserver_up gauge",
-        "# TYPE rvs_quorum_up gauge",
-        "# TYPE rvs_check_latency_seconds histogram",
-        "# TYPE rvs_check_lateness_seconds histogram",
-        r#"rvs_check_lateness_seconds_bucket{le="+Inf"} 0"#,
-        "rvs_check_lateness_seconds_count 0",
-        "# HELP rvs_check_transitions_total Health checker state changes.",
-        "# TYPE rvs_check_transitions_total counter",
-    ] {
-        assert!(
-            text.contains(&want),
-            "missing `{want}` in\n{}",
-            text.join("\n")
-        );
-    }
+    has_lines(
+        &text,
+        &[
+            "# TYPE rvs_realserver_up gauge",
+            "# TYPE rvs_quorum_up gauge",
+            "# TYPE rvs_check_latency_seconds histogram",
+            "# TYPE rvs_check_lateness_seconds histogram",
+            r#"rvs_check_lateness_seconds_bucket{le="+Inf"} 0"#,
+            "rvs_check_lateness_seconds_count 0",
+            "# HELP rvs_check_transitions_total Health checker state changes.",
+            "# TYPE rvs_check_transitions_total counter",
+        ],
+    );
 }
 
 #[test]

@@ -105,44 +105,36 @@ fn realserver_tun_idempotent_and_undone() {
     assert_eq!(sysctl(&h, "eth0/rp_filter"), before[3]);
 }
 
+/// `rvsd realserver ARGS` run in `h`'s namespace, its output whatever its
+/// status (the callers expect refusals).
+fn realserver_in(h: &crate::netns::Host, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("ip")
+        .args(["netns", "exec", &h.ns, RVSD, "realserver"])
+        .args(args)
+        .output()
+        .expect("run")
+}
+
 #[test]
 fn realserver_refuses_tun_without_interface() {
     let Some(mut bed) = Bed::new("realserver_refuses_tun_without_interface") else {
         return;
     };
     let h = bed.host("rs", "10.77.0.11/24");
-    let o = std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &h.ns,
-            RVSD,
-            "realserver",
-            "--vip",
-            "10.77.0.100",
-            "--mode",
-            "tun",
-        ])
-        .output()
-        .expect("run");
+    let o = realserver_in(&h, &["--vip", "10.77.0.100", "--mode", "tun"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--interface"));
-    let o = std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &h.ns,
-            RVSD,
-            "realserver",
+    let o = realserver_in(
+        &h,
+        &[
             "--vip",
             "10.77.0.100",
             "--mode",
             "dr",
             "--interface",
             "nosuch0",
-        ])
-        .output()
-        .expect("run");
+        ],
+    );
     assert!(!o.status.success());
     // Nothing was changed.
     let lo = show(&h, &["ip", "addr", "show", "dev", "lo"]);

@@ -2,6 +2,7 @@
 //! Debian's `python3-aiosmtpd`, listening on the loopback of the
 //! director's namespace — with keepalived's headers, subject and body.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -27,6 +28,24 @@ pub(crate) fn has_aiosmtpd(test: &str) -> bool {
     has
 }
 
+/// aiosmtpd listening on `listen`, run by `python` (python3, or a command
+/// that ends in it such as `ip netns exec NS python3`), every mail it
+/// receives printed into the file `mail`; killed on drop.
+fn aiosmtpd(mut python: Command, listen: &str, mail: &Path) -> Proc {
+    let server = python
+        .args(["-u", "-m", "aiosmtpd", "-n", "-l", listen])
+        .stdin(Stdio::null())
+        .stdout(
+            std::fs::File::create(mail)
+                .map(Stdio::from)
+                .expect("mail file"),
+        )
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn aiosmtpd");
+    Proc(Some(server))
+}
+
 #[test]
 fn smtp_alert_mails_vrrp_transitions_to_a_real_smtp_server() {
     let test = "smtp_alert_mails_vrrp_transitions_to_a_real_smtp_server";
@@ -39,29 +58,9 @@ fn smtp_alert_mails_vrrp_transitions_to_a_real_smtp_server() {
     let a = bed.host("a", "10.0.8.1/24");
     let dir = TempDir::new("smtp-alert");
     let mail = dir.path().join("mail.txt");
-    let server = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &a.ns,
-            PYTHON,
-            "-u",
-            "-m",
-            "aiosmtpd",
-            "-n",
-            "-l",
-            "127.0.0.1:2525",
-        ])
-        .stdin(Stdio::null())
-        .stdout(
-            std::fs::File::create(&mail)
-                .map(Stdio::from)
-                .expect("mail file"),
-        )
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn aiosmtpd");
-    let _server = Proc(Some(server));
+    let mut server = Command::new("ip");
+    server.args(["netns", "exec", &a.ns, PYTHON]);
+    let _server = aiosmtpd(server, "127.0.0.1:2525", &mail);
     within("aiosmtpd listens", Duration::from_secs(10), || {
         let out = a.exec(&["ss", "-Hltn", "sport = :2525"]);
         !String::from_utf8_lossy(&out.stdout).trim().is_empty()
@@ -127,19 +126,11 @@ fn smtp_alert_mails_checker_and_quorum_changes_to_a_real_smtp_server() {
     let dir = TempDir::new("smtp-checker");
     let mail = dir.path().join("mail.txt");
     let smtp_port = free_port();
-    let server = Command::new(PYTHON)
-        .args(["-u", "-m", "aiosmtpd", "-n", "-l"])
-        .arg(format!("127.0.0.1:{smtp_port}"))
-        .stdin(Stdio::null())
-        .stdout(
-            std::fs::File::create(&mail)
-                .map(Stdio::from)
-                .expect("mail file"),
-        )
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn aiosmtpd");
-    let _server = Proc(Some(server));
+    let _server = aiosmtpd(
+        Command::new(PYTHON),
+        &format!("127.0.0.1:{smtp_port}"),
+        &mail,
+    );
     within("aiosmtpd listens", Duration::from_secs(10), || {
         std::net::TcpStream::connect(("127.0.0.1", smtp_port)).is_ok()
     });

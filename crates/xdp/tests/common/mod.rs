@@ -13,6 +13,23 @@ use rvs_core::time::Instant;
 use rvs_xdp::maps::{self, Config, Dest, FlowKey, Svc, SvcKey};
 use rvs_xdp::{LoadOptions, Loaded, Object, RunResult, tables};
 
+/// One `#[test]` a case of a test function written once:
+/// `cases! { f; name(args…), … }` is `#[test] fn name() { f(args…) }` for
+/// each. (Not every test file that shares this module has cases.)
+#[allow(unused_macros)]
+macro_rules! cases {
+    ($f:ident; $($name:ident($($arg:expr),* $(,)?)),+ $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                $f($($arg),*);
+            }
+        )+
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use cases;
+
 pub const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 pub const DIR_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 pub const VIP4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
