@@ -82,7 +82,8 @@ def main():
             q = quart(list(v.values()))
             med[(load, prog)] = q
             i = info[(load, prog)]
-            extra = f"{statistics.median(i['pkt']):.1f} packets/request, " if i["pkt"] else ""
+            extra = (f"{statistics.median(i['pkt']):.1f} packets/request, "
+                     if i["pkt"] and load != "bulk" else "")
             rate = (f"{statistics.median(i['mbps']):,.0f} Mbit/s" if load == "bulk"
                     else f"{statistics.median(i['rps']):,.0f} requests/s")
             line = f"  {NAMES[prog]:<18} {fmt(q):>24} ns  ({extra}{rate}, errors {i['err']})"
