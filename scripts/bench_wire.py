@@ -113,6 +113,9 @@ def markdown(loads, med, head):
     kernel, commit, loadavg = (m.group(1), m.group(3), m.group(4)) if m else ("?", "?", "?")
     cmd = head.lstrip("# ").split(" (")[0]
     when = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    # BENCHMARKS.md's machines: A = the AMD EPYC guest, B = the Intel Xeon one.
+    cpu = open("/proc/cpuinfo").read()
+    machine = "A" if "AMD" in cpu else "B" if "Intel" in cpu else "?"
     out = []
     for load in loads:
         rvs = [p for p in ("dr", "nat", "fnat") if (load, p) in med]
@@ -130,7 +133,7 @@ def markdown(loads, med, head):
             f"{ROW}: {LOADS[load]} | rvs {names}, kernel run time per packet (BPF stats), TCP | "
             f"{value} | minimal balancer `bpf/ref_lb.c` (DR), {med[(load, 'ref')][0]:,.0f} ns{floor} | "
             f"{ratio} (quartiles {quarts}{net}) | `{cmd}` | {when} | {commit} | "
-            f"A, {kernel}, load {loadavg.strip()} |")
+            f"{machine}, {kernel}, load {loadavg.strip()} |")
     return out
 
 
