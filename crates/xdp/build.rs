@@ -33,8 +33,9 @@ const PROGRAMS: &[Build<'static>] = &[
 /// `xdp_lb_cycle` cycling through N client keys (the many-flows established
 /// benchmark, `bpf/bench_cycle.h`), `xdp_lb_cycle_miss` the same with every
 /// flow-cache entry born stale. `bench_tx` and `bench_lru*` are the floors
-/// the benchmark compares the director with. They are never loaded outside
-/// the benchmark.
+/// the benchmark compares the director with. `ref_lb` is the wire benchmark's
+/// minimal reference balancer and `ref_pass` its XDP_PASS floor
+/// (`scripts/bench-wire`). They are never loaded outside the benchmarks.
 const BENCH_PROGRAMS: &[Build<'static>] = &[
     ("xdp_lb_bench", "xdp_lb_bench", &[]),
     ("xdp_lb_cycle", "xdp_lb_cycle", &[]),
@@ -47,6 +48,8 @@ const BENCH_PROGRAMS: &[Build<'static>] = &[
         "bench_lru",
         &["-DBENCH_LRU_HIT", "-DRVS_BENCH_CYCLE_FLOWS"],
     ),
+    ("ref_lb", "ref_lb", &[]),
+    ("ref_pass", "ref_lb", &["-DREF_PASS"]),
 ];
 
 fn main() {

@@ -24,6 +24,8 @@ pub mod own_mac;
 pub mod pin;
 pub mod plane;
 pub mod quic_lb;
+#[cfg(feature = "bench")]
+pub mod ref_lb;
 pub mod tables;
 pub mod toa;
 #[cfg(feature = "test-fixtures")]
@@ -132,6 +134,15 @@ pub enum Object {
     /// like [`Object::DirectorCycle`] (program `bench_lru`).
     #[cfg(feature = "bench")]
     BenchLruCycle,
+    /// `bpf/ref_lb.c`: the wire benchmark's minimal reference balancer
+    /// (parse, a per-CPU LRU flow table, a hash to one of three real
+    /// servers, MAC rewrite, XDP_TX; program `ref_lb`). Benchmarks only.
+    #[cfg(feature = "bench")]
+    RefLb,
+    /// `bpf/ref_lb.c` with `REF_PASS`: the wire benchmark's floor, XDP_PASS
+    /// after nothing (program `ref_pass`). Benchmarks only.
+    #[cfg(feature = "bench")]
+    RefPass,
     /// `bpf/xdp_lb_probe.c`: the director with another program tag and the
     /// same maps (feature `upgrade-probe`; the restart tests' upgrade).
     #[cfg(feature = "upgrade-probe")]
@@ -162,6 +173,10 @@ impl Object {
             Object::BenchTx => "bench_tx",
             #[cfg(feature = "bench")]
             Object::BenchLru | Object::BenchLruHit | Object::BenchLruCycle => "bench_lru",
+            #[cfg(feature = "bench")]
+            Object::RefLb => "ref_lb",
+            #[cfg(feature = "bench")]
+            Object::RefPass => "ref_pass",
             Object::Clock => "clock",
         }
     }
@@ -176,9 +191,12 @@ impl Object {
             #[cfg(feature = "bench")]
             Object::DirectorBench | Object::DirectorCycle | Object::DirectorCycleMiss => true,
             #[cfg(feature = "bench")]
-            Object::BenchTx | Object::BenchLru | Object::BenchLruHit | Object::BenchLruCycle => {
-                false
-            }
+            Object::BenchTx
+            | Object::BenchLru
+            | Object::BenchLruHit
+            | Object::BenchLruCycle
+            | Object::RefLb
+            | Object::RefPass => false,
             Object::Clock => false,
         }
     }
@@ -203,6 +221,10 @@ impl Object {
             Object::BenchLruHit => bpf::embedded_object!("bench_lru_hit.o"),
             #[cfg(feature = "bench")]
             Object::BenchLruCycle => bpf::embedded_object!("bench_lru_cycle.o"),
+            #[cfg(feature = "bench")]
+            Object::RefLb => bpf::embedded_object!("ref_lb.o"),
+            #[cfg(feature = "bench")]
+            Object::RefPass => bpf::embedded_object!("ref_pass.o"),
             Object::Clock => bpf::embedded_object!("clock.o"),
         }
     }

@@ -91,6 +91,10 @@ impl Loaded {
         ) {
             loader.map_max_entries("bench_flows", opts.flow_table_size);
         }
+        #[cfg(feature = "bench")]
+        if object == Object::RefLb {
+            loader.map_max_entries("ref_flows", opts.flow_table_size);
+        }
         let ebpf = bpf::load(object.name(), &mut loader, bytes)?;
         let mut me = Loaded {
             ebpf,

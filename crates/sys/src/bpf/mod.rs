@@ -9,6 +9,8 @@
 //!   typed [`Array`], [`PerCpuArray`], [`HashMap`] and [`ProgramArray`]
 //!   views over [`Pod`] keys and values; [`PinnedMap`] for a map another
 //!   process pinned; [`KernelVersion`]; one [`Error`].
+//! - run-time statistics: [`RunTimeStats`] (`BPF_ENABLE_STATS`) and each
+//!   loaded program's `run_time_ns` / `run_cnt` ([`program_stats`]).
 //! - byte-level bpf(2) calls on the file descriptors of programs and maps:
 //!   map element operations (lookup, update, delete, key walk),
 //!   `BPF_MAP_LOOKUP_BATCH`, per-CPU value sizes and
@@ -26,11 +28,13 @@ mod error;
 mod map;
 mod object;
 mod program;
+mod stats;
 
 pub use error::Error;
 pub use map::{Array, HashMap, LpmTrie, Map, PerCpuArray, PinnedMap, Pod, ProgramArray};
 pub use object::{KernelVersion, Loader, Object, loaded_program_tag};
 pub use program::{Cgroup, Link, Program, SchedClassifier, TcHook, TestRunOutput, Xdp, XdpMode};
+pub use stats::{ProgramStats, RunTimeStats, program_stats};
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
