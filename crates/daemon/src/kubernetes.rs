@@ -107,6 +107,19 @@ pub enum DsrDispatch {
 }
 
 impl Args {
+    /// Whether this node must receive DSR by IP option: `--kubernetes
+    /// --node-port-mode dsr|hybrid` with `--dsr-dispatch opt`. Every node
+    /// of such a cluster is also the endpoint node of the others' NodePorts,
+    /// so rvsd attaches the DSR option programs (`rvsd realserver --mode
+    /// dsr-opt`'s) to its XDP `--interface`s itself: one daemon per node,
+    /// and no node left black-holing the DSR connections to its pods
+    /// because a second command was forgotten.
+    pub fn receives_dsr_option(&self) -> bool {
+        self.kubernetes
+            && self.node_port_mode != NodePortMode::Snat
+            && self.dsr_dispatch == DsrDispatch::Opt
+    }
+
     /// The translation's options; errors name the option.
     pub fn options(&self) -> Result<Options, String> {
         let node = match &self.node_name {

@@ -179,6 +179,7 @@ fn data_plane(
         }
         DataPlaneKind::Xdp => {
             let (plane, flood) = xdp_plane(args)?;
+            attach_dsr_receiver(args)?;
             Ok((Box::new(plane), None, Some(flood), None))
         }
         DataPlaneKind::Sock => {
@@ -198,6 +199,7 @@ fn data_plane(
             let sock = sock_plane(args)?;
             let stats = sock.stats();
             let (xdp, flood) = xdp_plane(args)?;
+            attach_dsr_receiver(args)?;
             let both = rvs_control::dataplane::Composite::new(
                 "xdp,sock",
                 vec![Box::new(xdp), Box::new(sock)],
@@ -223,6 +225,49 @@ fn node_port_mode_warning(args: &Options) -> Option<String> {
     Some(format!(
         "--node-port-mode {name}: the proxy data plane proxies every connection whatever the forwarding method, so endpoints answer through it (no direct server return); DSR needs the XDP plane"
     ))
+}
+
+/// The interfaces that get the DSR option programs (`bpf/dsr_rs.c`): the
+/// XDP plane's `--interface`s when this Kubernetes node receives DSR by IP
+/// option ([`crate::KubernetesArgs::receives_dsr_option`]): the other
+/// nodes' option packets to its pods arrive there and its pods' replies
+/// leave there toward the clients. None on the other planes (the proxy
+/// plane answers through itself) nor without `--kubernetes`.
+fn dsr_receiver_interfaces(args: &Options) -> &[String] {
+    let xdp = matches!(args.dataplane, DataPlaneKind::Xdp | DataPlaneKind::XdpSock);
+    if xdp && args.k8s.receives_dsr_option() {
+        &args.interface
+    } else {
+        &[]
+    }
+}
+
+/// Attach the DSR option programs to [`dsr_receiver_interfaces`], as
+/// `rvsd realserver --mode dsr-opt --interface IF` does: pinned, so they
+/// outlive rvsd like the XDP program, and kept when already attached (a
+/// restart keeps the open flows' services). A node that cannot attach them
+/// would take DSR connections to its pods and answer from the pods'
+/// addresses, so that is an error, not a warning.
+fn attach_dsr_receiver(args: &Options) -> anyhow::Result<()> {
+    use anyhow::Context;
+    for interface in dsr_receiver_interfaces(args) {
+        if rvs_xdp::dsr_rs::is_pinned(interface)? {
+            tracing::info!(%interface, "DSR option programs kept (tc ingress and egress)");
+            continue;
+        }
+        let mut p = rvs_xdp::dsr_rs::DsrRealServer::load()
+            .context("--node-port-mode dsr|hybrid: the DSR option programs")?;
+        p.attach_pinned(interface).with_context(|| {
+            format!(
+                "--node-port-mode dsr|hybrid: attaching the DSR option programs to {interface} (--dsr-dispatch geneve needs none)"
+            )
+        })?;
+        tracing::info!(
+            %interface,
+            "DSR option programs attached (tc ingress and egress): options recorded and removed, replies sent from the service"
+        );
+    }
+    Ok(())
 }
 
 /// Load the sock data plane's programs and attach them to --cgroup.
@@ -900,5 +945,37 @@ mod tests {
         let mut no_k8s = kubernetes_options(DataPlaneKind::Proxy, Dsr);
         no_k8s.k8s.kubernetes = false;
         assert_eq!(node_port_mode_warning(&no_k8s), None);
+    }
+
+    #[test]
+    fn a_dsr_option_node_on_xdp_receives_on_its_interfaces() {
+        use crate::NodePortMode::{Dsr, Hybrid, Snat};
+        use crate::kubernetes::DsrDispatch::{Geneve, Opt};
+        let eth0 = vec!["eth0".to_owned()];
+        let with = |plane, mode, dispatch| {
+            let mut o = kubernetes_options(plane, mode);
+            o.interface = eth0.clone();
+            o.k8s.dsr_dispatch = dispatch;
+            o
+        };
+        for plane in [DataPlaneKind::Xdp, DataPlaneKind::XdpSock] {
+            for mode in [Dsr, Hybrid] {
+                let o = with(plane, mode, Opt);
+                assert_eq!(dsr_receiver_interfaces(&o), eth0, "{plane:?} {mode:?}");
+            }
+        }
+        // SNAT, Geneve, a plane that answers through itself, no Kubernetes:
+        // nothing to attach.
+        for o in [
+            with(DataPlaneKind::Xdp, Snat, Opt),
+            with(DataPlaneKind::Xdp, Dsr, Geneve),
+            with(DataPlaneKind::Proxy, Dsr, Opt),
+            with(DataPlaneKind::Sock, Dsr, Opt),
+        ] {
+            assert!(dsr_receiver_interfaces(&o).is_empty(), "{o:?}");
+        }
+        let mut no_k8s = with(DataPlaneKind::Xdp, Dsr, Opt);
+        no_k8s.k8s.kubernetes = false;
+        assert!(dsr_receiver_interfaces(&no_k8s).is_empty());
     }
 }

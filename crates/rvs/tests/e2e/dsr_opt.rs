@@ -115,22 +115,8 @@ fn setup(test: &str) -> Option<Dsr> {
     a.exec(&["ip", "-6", "route", "add", V6.pods_net, "via", V6.b]);
     // The counters (nftables, netdev ingress of eth0): options reaching
     // the pod, packets from A's own address reaching A.
-    for (h, v4, v6) in [
-        (&pod, "ip hdrlength != 5", "ip6 nexthdr 60"),
-        (&a, "ip saddr 10.77.0.2", "ip6 saddr fd77::2"),
-    ] {
-        h.exec(&["nft", "add", "table", "netdev", "dsr"]);
-        h.exec(&[
-            "nft", "add", "chain", "netdev", "dsr", "in", "{", "type", "filter", "hook", "ingress",
-            "device", "eth0", "priority", "0", ";", "}",
-        ]);
-        for rule in [v4, v6] {
-            let mut args = vec!["nft", "add", "rule", "netdev", "dsr", "in"];
-            args.extend(rule.split(' '));
-            args.push("counter");
-            h.exec(&args);
-        }
-    }
+    count_at_ingress(&pod, &[OPTION_V4, OPTION_V6]);
+    count_at_ingress(&a, &["ip saddr 10.77.0.2", "ip6 saddr fd77::2"]);
     let rvsd = Launch::new("dsr-opt")
         .netns(&a.ns)
         .plane("xdp")
@@ -146,17 +132,54 @@ fn setup(test: &str) -> Option<Dsr> {
     })
 }
 
-/// Packets counted by `h`'s IPv4 (`v6` false) or IPv6 rule.
-fn counted(h: &Host, v6: bool) -> u64 {
-    let o = h.exec(&["nft", "list", "table", "netdev", "dsr"]);
-    let text = String::from_utf8_lossy(&o.stdout);
-    text.lines()
-        .filter(|l| l.contains("counter packets") && l.trim_start().starts_with("ip6") == v6)
+/// nftables' match for an IPv4 packet with options (the DSR option
+/// reaching whoever counts it).
+pub(crate) const OPTION_V4: &str = "ip hdrlength != 5";
+/// nftables' match for an IPv6 packet followed by a Destination Options
+/// header.
+pub(crate) const OPTION_V6: &str = "ip6 nexthdr 60";
+
+/// Count the packets that match each of `rules` (nftables expressions) as
+/// they arrive on `h`'s eth0, before its stack sees them (a netdev ingress
+/// chain, table `dsr`); [`counts`] reads them.
+pub(crate) fn count_at_ingress(h: &Host, rules: &[&str]) {
+    h.exec(&["nft", "add", "table", "netdev", "dsr"]);
+    h.exec(&[
+        "nft", "add", "chain", "netdev", "dsr", "in", "{", "type", "filter", "hook", "ingress",
+        "device", "eth0", "priority", "0", ";", "}",
+    ]);
+    for rule in rules {
+        let mut args = vec!["nft", "add", "rule", "netdev", "dsr", "in"];
+        args.extend(rule.split(' '));
+        args.push("counter");
+        h.exec(&args);
+    }
+}
+
+/// The packets [`count_at_ingress`]'s rules have counted on `h`, in their
+/// order.
+pub(crate) fn counts(h: &Host) -> Vec<u64> {
+    counters(&h.ns, "netdev")
+}
+
+/// The counters of nftables table `dsr` of `family` in namespace `ns`, in
+/// rule order.
+pub(crate) fn counters(ns: &str, family: &str) -> Vec<u64> {
+    let o = sh(&[
+        "ip", "netns", "exec", ns, "nft", "list", "table", family, "dsr",
+    ]);
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
         .filter_map(|l| {
             let rest = l.split("counter packets ").nth(1)?;
             rest.split_whitespace().next()?.parse::<u64>().ok()
         })
-        .sum()
+        .collect()
+}
+
+/// Packets counted by `h`'s IPv4 (`v6` false) or IPv6 rule.
+fn counted(h: &Host, v6: bool) -> u64 {
+    counts(h).get(usize::from(v6)).copied().unwrap_or(0)
 }
 
 /// A TCP server in the pod: each connection gets the peer address it sees
@@ -190,9 +213,10 @@ fn peer_server(pod: &Host, at: SocketAddr, deadline: Instant) {
     });
 }
 
-/// Removes B's pinned programs however the test ends (before the bed
-/// deletes B's namespace: the pins would outlive it).
-struct Unpin(String);
+/// Removes the DSR option programs pinned on eth0 of namespace `.0`
+/// however the test ends (before the bed deletes the namespace: the pins
+/// would outlive it).
+pub(crate) struct Unpin(pub(crate) String);
 
 impl Drop for Unpin {
     fn drop(&mut self) {

@@ -23,6 +23,7 @@ use rvs_testbed::{Bed, Host, connect, spread};
 
 use crate::harness::{RVSD, Rvsd, TempDir, within};
 
+mod dsr;
 mod graceful;
 mod hairpin;
 mod policy;
@@ -251,6 +252,30 @@ fn nodes(cp: &ControlPlane, nodes: &[(&str, &str)]) {
     for &(name, addr) in nodes {
         cp.create_node(name, ip(addr), None).expect("create node");
     }
+}
+
+/// Give Node `name` the InternalIP addresses `addrs` (one per family for
+/// a dual-stack node; `create_node` gives one).
+fn node_addresses(cp: &ControlPlane, name: &str, addrs: &[&str]) {
+    let mut list: Vec<serde_json::Value> = addrs
+        .iter()
+        .map(|a| serde_json::json!({"type": "InternalIP", "address": a}))
+        .collect();
+    list.push(serde_json::json!({"type": "Hostname", "address": name}));
+    let patch = serde_json::json!({"status": {"addresses": list}}).to_string();
+    cp.kubectl(
+        &[
+            "patch",
+            "node",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &patch,
+        ],
+        None,
+    )
+    .expect("the node's addresses");
 }
 
 /// The names `n` connections from `from` to `to` reached (none failing).

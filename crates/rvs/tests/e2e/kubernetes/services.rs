@@ -417,21 +417,7 @@ fn kubernetes_dual_stack_service() {
     ]);
     client.exec(&["ip", "addr", "add", "fd81::50/64", "dev", "eth0", "nodad"]);
     nodes(&cp, &[("node1", "10.81.0.1")]);
-    cp.kubectl(
-        &[
-            "patch",
-            "node",
-            "node1",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            r#"{"status": {"addresses": [{"type": "InternalIP", "address": "10.81.0.1"},
-                                        {"type": "InternalIP", "address": "fd81::1"},
-                                        {"type": "Hostname", "address": "node1"}]}}"#,
-        ],
-        None,
-    )
-    .expect("the node's IPv6 address");
+    super::node_addresses(&cp, "node1", &["10.81.0.1", "fd81::1"]);
     for (name, v4, v6) in pods {
         cp.create_pod("default", name, "node1", &[("app", "echo")], 8080)
             .expect("create pod");

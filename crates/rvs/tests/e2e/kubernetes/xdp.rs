@@ -31,7 +31,7 @@ const NODE_PODS: &str = "10.83.0.1";
 
 /// Removes the XDP pins and the saved table of rvsd `--instance NAME` on
 /// drop.
-pub(super) struct Pins(String);
+pub(super) struct Pins(pub(super) String);
 
 impl Drop for Pins {
     fn drop(&mut self) {
