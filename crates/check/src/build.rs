@@ -187,10 +187,12 @@ pub fn plan(conf: &KeepalivedConf, specs: &[ServiceSpec]) -> HealthPlan {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn load(text: &str) -> (KeepalivedConf, Vec<ServiceSpec>) {
+    /// A keepalived.conf text's configuration and its LVS services (also
+    /// health.rs's tests').
+    pub(crate) fn load(text: &str) -> (KeepalivedConf, Vec<ServiceSpec>) {
         let dir = std::env::temp_dir().join(format!("rvs-check-build-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join(format!("{}.conf", text.len()));

@@ -65,6 +65,11 @@ pub struct Work {
     /// `smtp_alert` mails to send: (subject after `[ROUTER_ID] `, body)
     /// ([`Action::Mail`]).
     pub mail: Vec<(String, String)>,
+    /// Whether a checker, real server or quorum changed state (not a
+    /// failure about to be retried): what an operator watching must see
+    /// at once (the dashboard pushes it without waiting for its next
+    /// regular event).
+    pub transitioned: bool,
 }
 
 /// Labels of a checker in metrics: (virtual server, real server, checker).
@@ -154,7 +159,10 @@ impl Health {
                 }
                 Action::Sync(vs) => work.syncs.extend(self.policy.desired(vs)),
                 Action::Script { script, why } => work.scripts.push((script, why)),
-                Action::Event(e) => self.event(&e),
+                Action::Event(e) => {
+                    work.transitioned |= !matches!(e, Event::CheckFailed { .. });
+                    self.event(&e);
+                }
                 Action::Fifo(line) => work.fifo.push(line),
                 Action::Mail { subject, body } => work.mail.push((subject, body)),
             }
@@ -232,5 +240,42 @@ impl Health {
             .collect();
         tr.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
         tr
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// One probe due now: its id (the test feeds its outcome).
+    fn due(h: &mut Health, now: Instant) -> CheckerId {
+        let w = h.step(now, Vec::new());
+        assert!(!w.transitioned, "no result, no transition");
+        assert_eq!(w.probes.len(), 1, "{:?}", w.probes);
+        w.probes[0].0
+    }
+
+    #[test]
+    fn a_retried_failure_is_no_transition_the_accepted_one_is() {
+        let (conf, specs) = crate::build::tests::load(
+            "virtual_server 10.0.0.1 80 {\n  delay_loop 2\n  lb_algo rr\n  protocol TCP\n\
+             real_server 10.0.0.2 80 {\n    TCP_CHECK {\n      retry 1\n      \
+             delay_before_retry 1\n      warmup 0\n    }\n  }\n}\n",
+        );
+        let mut h = Health::new(1);
+        let t0 = Instant::now();
+        h.reconfigure(t0, crate::build::plan(&conf, &specs));
+        let id = due(&mut h, t0);
+        assert!(!h.step(t0, vec![(id, Outcome::ok())]).transitioned);
+        let t1 = t0 + Duration::from_secs(2);
+        let id = due(&mut h, t1);
+        let w = h.step(t1, vec![(id, Outcome::fail("connection refused"))]);
+        assert!(!w.transitioned && w.syncs.is_empty(), "{w:?}");
+        let t2 = t1 + Duration::from_secs(1);
+        let id = due(&mut h, t2);
+        let w = h.step(t2, vec![(id, Outcome::fail("connection refused"))]);
+        assert!(w.transitioned && !w.syncs.is_empty(), "{w:?}");
+        assert_eq!(h.policy().is_alive(0, 0), Some(false));
     }
 }

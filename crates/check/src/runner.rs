@@ -108,6 +108,8 @@ pub struct Stepped {
     pub scripts: Vec<(ScriptSpec, String)>,
     /// When the next probe is due (`None`: nothing scheduled).
     pub due: Option<Instant>,
+    /// Whether health state changed in this step ([`crate::health::Work::transitioned`]).
+    pub transitioned: bool,
 }
 
 /// One step of the schedule on the host (which owns its [`Health`]): feed
@@ -132,6 +134,7 @@ pub fn step<H: Host + ?Sized>(h: &mut H, results: Vec<(CheckerId, Outcome)>) -> 
         probes: work.probes,
         scripts: work.scripts,
         due,
+        transitioned: work.transitioned,
     })
 }
 
@@ -169,6 +172,7 @@ where
             probes,
             scripts,
             due,
+            ..
         }) = stepped
         else {
             wake.notified().await;

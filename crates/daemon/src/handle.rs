@@ -209,6 +209,10 @@ pub struct Snapshot {
     pub families: Arc<Families>,
     /// `/api/v1/state` without the connections, as JSON text.
     pub api_state: Arc<str>,
+    /// The same table, typed: the REST API's reads and write answers take
+    /// their service or real server from it (parsing `api_state` per
+    /// request was the largest single cost of an API request).
+    pub table: Arc<rvs_ipvsadm::snapshot::Snapshot>,
     /// `/api/v1/checks`, as JSON text.
     pub checks: Arc<str>,
     /// VIPs announced now.
@@ -265,6 +269,9 @@ pub struct DaemonHandle {
     /// The owner's change count (a snapshot of a lower one is behind);
     /// a watch, so a reader can wait for the next change ([`Self::changes`]).
     generation: watch::Receiver<u64>,
+    /// The count of the owner's changes an operator must see at once (a
+    /// health checker's transition), for [`Self::urgent`].
+    urgent: watch::Receiver<u64>,
     source: Option<Source>,
 }
 
@@ -308,6 +315,14 @@ impl DaemonHandle {
         self.generation.clone()
     }
 
+    /// The count of changes that should reach the operator at once: a
+    /// health check that turned a checker, real server or quorum up or
+    /// down (each is also a change of [`Self::changes`]). The dashboard
+    /// pushes these without waiting out its minimum gap between events.
+    pub fn urgent(&self) -> watch::Receiver<u64> {
+        self.urgent.clone()
+    }
+
     /// The configuration source, if rvsd was started with one (fixed for
     /// the daemon's life).
     pub fn source(&self) -> Option<&Source> {
@@ -338,17 +353,19 @@ pub fn spawn(daemon: Daemon) -> DaemonHandle {
     let (tx, rx) = mpsc::channel(QUEUE);
     let (publish, snapshot) = watch::channel(snapshot(&daemon, 0));
     let (counted, generation) = watch::channel(0u64);
+    let (pressing, urgent) = watch::channel(0u64);
     // The cell first: a data plane may borrow the director as soon as it
     // is attached (the XDP plane adopting a pinned flow table does).
     let cell = Arc::new(Mutex::new(daemon));
     if let Ok(mut d) = cell.lock() {
         d.attach_director(director(Arc::downgrade(&cell)));
     }
-    tokio::spawn(run(cell, rx, publish, counted));
+    tokio::spawn(run(cell, rx, publish, Counts { counted, pressing }));
     DaemonHandle {
         tx,
         snapshot,
         generation,
+        urgent,
         source,
     }
 }
@@ -367,15 +384,41 @@ fn director(weak: std::sync::Weak<Mutex<Daemon>>) -> DirectorHandle {
     })
 }
 
+/// What the owner counts for its readers: every change
+/// ([`DaemonHandle::changes`]) and the urgent ones ([`DaemonHandle::urgent`]).
+struct Counts {
+    counted: watch::Sender<u64>,
+    pressing: watch::Sender<u64>,
+}
+
+/// What one served request did to what the snapshot shows.
+#[derive(Clone, Copy, Default)]
+struct Touched {
+    /// It may have changed what the snapshot shows.
+    changed: bool,
+    /// A change the operator should see at once ([`DaemonHandle::urgent`]).
+    urgent: bool,
+}
+
+impl From<bool> for Touched {
+    fn from(changed: bool) -> Touched {
+        Touched {
+            changed,
+            urgent: false,
+        }
+    }
+}
+
 /// The owner: serve requests in bursts, tick every second, count the
 /// changes, render the snapshot when a reader asks and it is behind.
 async fn run(
     cell: Arc<Mutex<Daemon>>,
     mut rx: mpsc::Receiver<Msg>,
     publish: watch::Sender<Snapshot>,
-    generation: watch::Sender<u64>,
+    counts: Counts,
 ) {
     let mut gen_now = 0u64;
+    let mut urgent_now = 0u64;
     let mut every: Option<tokio::time::Interval> = None;
     loop {
         let tick = async {
@@ -396,6 +439,7 @@ async fn run(
         let mut answers: Vec<Answer> = Vec::new();
         let Ok(mut d) = cell.lock() else { return };
         let mut changed = false;
+        let mut urgent = false;
         let mut refresh = false;
         let mut next = first;
         let mut served = 0;
@@ -410,7 +454,11 @@ async fn run(
                     refresh = true;
                     later(&mut answers, reply, ());
                 }
-                Some(m) => changed |= serve(&mut d, m, &mut answers),
+                Some(m) => {
+                    let t = serve(&mut d, m, &mut answers);
+                    changed |= t.changed;
+                    urgent |= t.urgent;
+                }
             }
             served += 1;
             if served >= BURST {
@@ -421,9 +469,13 @@ async fn run(
                 Err(_) => break,
             }
         }
-        if changed {
+        if changed || urgent {
             gen_now += 1;
-            generation.send_replace(gen_now);
+            counts.counted.send_replace(gen_now);
+        }
+        if urgent {
+            urgent_now += 1;
+            counts.pressing.send_replace(urgent_now);
         }
         if refresh && publish.borrow().generation < gen_now {
             publish.send_replace(snapshot(&d, gen_now));
@@ -453,9 +505,10 @@ fn later<T: Send + 'static>(answers: &mut Vec<Answer>, reply: oneshot::Sender<T>
     }));
 }
 
-/// Serve one request; whether it may have changed what the snapshot shows.
-fn serve(d: &mut Daemon, msg: Msg, answers: &mut Vec<Answer>) -> bool {
-    match msg {
+/// Serve one request; whether it may have changed what the snapshot
+/// shows, and whether urgently.
+fn serve(d: &mut Daemon, msg: Msg, answers: &mut Vec<Answer>) -> Touched {
+    let changed = match msg {
         // Handled by [`run`].
         Msg::StartTicking | Msg::Refresh { .. } => false,
         Msg::Control { req, reply } => {
@@ -492,8 +545,12 @@ fn serve(d: &mut Daemon, msg: Msg, answers: &mut Vec<Answer>) -> bool {
         }
         Msg::Health { results, reply } => {
             let r = rvs_check::runner::step(d, results);
+            let urgent = r.as_ref().is_some_and(|s| s.transitioned);
             later(answers, reply, r);
-            true
+            return Touched {
+                changed: true,
+                urgent,
+            };
         }
         Msg::AnnounceDecide { current, reply } => {
             let r = crate::announce::round(d, current.as_ref());
@@ -592,7 +649,8 @@ fn serve(d: &mut Daemon, msg: Msg, answers: &mut Vec<Answer>) -> bool {
             later(answers, reply, writer);
             false
         }
-    }
+    };
+    changed.into()
 }
 
 fn json(v: &serde_json::Value) -> Arc<str> {
@@ -602,10 +660,12 @@ fn json(v: &serde_json::Value) -> Arc<str> {
 /// What the owner publishes, from the daemon as it is at change count
 /// `generation`.
 fn snapshot(d: &Daemon, generation: u64) -> Snapshot {
+    let table = crate::view::api_table(d, false);
     Snapshot {
         generation,
         families: Arc::new(d.families()),
-        api_state: json(&crate::view::api_state(d, false)),
+        api_state: json(&crate::view::state_json(d, &table)),
+        table: Arc::new(table),
         checks: json(&d.checks().unwrap_or(serde_json::Value::Null)),
         announced: d.announce().vips().filter(|(_, on)| *on).count(),
         live: d.live(),

@@ -2,8 +2,9 @@
 //! what `/api/v1/state` serves as JSON.
 
 use rvs_core::conn::Conn;
+use rvs_core::dest::Dest;
 use rvs_core::ipvs::Ipvs;
-use rvs_core::model::Protocol;
+use rvs_core::model::{DestConfig, Protocol, ServiceKey};
 use rvs_core::state::{SctpState, TcpState};
 use rvs_core::stats::{Counters, Rates};
 use rvs_core::time::Instant;
@@ -54,6 +55,32 @@ fn names(c: &Conn) -> (String, String) {
     (proto, state.to_owned())
 }
 
+/// Real server `d` with configuration `config` (its own, or the one a
+/// write is about to give it) and its counters.
+fn dest_snap(ipvs: &Ipvs, d: &Dest, config: &DestConfig) -> DestSnap {
+    let mut ds = DestSnap::from_config(config);
+    ds.active = d.active;
+    ds.inactive = d.inactive;
+    ds.persist = d.persist;
+    ds.stats = stats(&d.stats);
+    ds.rates = rates(&ipvs.dest_rates(d.id));
+    ds
+}
+
+/// Real server `config.addr:config.port` of `key` as a snapshot shows it
+/// once its configuration is `config`: the answer of a write that edits
+/// it, taken in the owner's turn (no snapshot rendered for it). `None`
+/// when there is no such real server.
+pub(crate) fn edited_dest(d: &Daemon, key: &ServiceKey, config: &DestConfig) -> Option<DestSnap> {
+    let ipvs = d.controller().ipvs();
+    let dest = ipvs
+        .service(key)?
+        .dests()
+        .iter()
+        .find(|x| x.config.addr == config.addr && x.config.port == config.port)?;
+    Some(dest_snap(ipvs, dest, config))
+}
+
 /// Build the snapshot at `now`.
 pub fn snapshot(ipvs: &Ipvs, now: Instant, with_conns: bool) -> Snapshot {
     let services = ipvs
@@ -72,15 +99,7 @@ pub fn snapshot(ipvs: &Ipvs, now: Instant, with_conns: bool) -> Snapshot {
             snap.dests = s
                 .dests()
                 .iter()
-                .map(|d| {
-                    let mut ds = DestSnap::from_config(&d.config);
-                    ds.active = d.active;
-                    ds.inactive = d.inactive;
-                    ds.persist = d.persist;
-                    ds.stats = stats(&d.stats);
-                    ds.rates = rates(&ipvs.dest_rates(d.id));
-                    ds
-                })
+                .map(|d| dest_snap(ipvs, d, &d.config))
                 .collect();
             snap
         })
@@ -140,7 +159,26 @@ pub fn state(d: &Daemon, with_conns: bool) -> serde_json::Value {
 /// (see [`redact_quic_keys`]); the control socket's (what `rvsadm -S`
 /// saves from) keeps them.
 pub fn api_state(d: &Daemon, with_conns: bool) -> serde_json::Value {
-    state_of(d, with_conns, true)
+    state_json(d, &api_table(d, with_conns))
+}
+
+/// `/api/v1/state`'s table, typed (QUIC-LB keys redacted, each service's
+/// owner named): what the API's reads answer from without parsing the
+/// JSON ([`crate::handle::Snapshot::table`]).
+pub fn api_table(d: &Daemon, with_conns: bool) -> Snapshot {
+    let mut snap = snapshot(d.controller().ipvs(), d.now(), with_conns);
+    redact_quic_keys(&mut snap);
+    table_of(d, snap)
+}
+
+/// `/api/v1/state` of `table` (from [`api_table`]): the table with the
+/// announcement.
+pub fn state_json(d: &Daemon, table: &Snapshot) -> serde_json::Value {
+    let mut v = serde_json::to_value(table).unwrap_or(serde_json::Value::Null);
+    if let Some(o) = v.as_object_mut() {
+        o.insert("announce".into(), d.announce().view());
+    }
+    v
 }
 
 fn state_of(d: &Daemon, with_conns: bool, redact: bool) -> serde_json::Value {
@@ -148,6 +186,11 @@ fn state_of(d: &Daemon, with_conns: bool, redact: bool) -> serde_json::Value {
     if redact {
         redact_quic_keys(&mut snap);
     }
+    state_json(d, &table_of(d, snap))
+}
+
+/// `snap` with the sync daemons and each service's owner.
+fn table_of(d: &Daemon, mut snap: Snapshot) -> Snapshot {
     snap.daemons = d.daemon_snaps();
     for s in &mut snap.services {
         let key = s.key.to_key();
@@ -155,11 +198,7 @@ fn state_of(d: &Daemon, with_conns: bool, redact: bool) -> serde_json::Value {
             .and_then(|k| d.controller().owner_of(&k))
             .map(|o| o.name().to_owned());
     }
-    let mut v = serde_json::to_value(&snap).unwrap_or(serde_json::Value::Null);
-    if let Some(o) = v.as_object_mut() {
-        o.insert("announce".into(), d.announce().view());
-    }
-    v
+    snap
 }
 
 /// `/api/v1/state` is a read-only view for monitoring, usually reachable

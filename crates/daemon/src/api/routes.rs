@@ -8,6 +8,7 @@
 //! it is (no other change comes between the check and the write).
 
 use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
@@ -153,24 +154,18 @@ fn commands(commands: Vec<Command>) -> Change {
 
 impl Api {
     /// The table as the snapshot has it.
-    async fn table(&self) -> Result<Snapshot, ApiError> {
-        let snap = self.d.fresh().await;
-        serde_json::from_str(&snap.api_state).map_err(|e| {
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                format!("the state view: {e}"),
-            )
-        })
+    async fn table(&self) -> Arc<Snapshot> {
+        self.d.fresh().await.table
     }
 
     async fn service(&self, key: &ServiceKey) -> Result<ServiceSnap, ApiError> {
         let want = rvs_ipvsadm::snapshot::ServiceKeySnap::from(key);
         self.table()
-            .await?
+            .await
             .services
-            .into_iter()
+            .iter()
             .find(|s| s.key == want)
+            .cloned()
             .ok_or_else(|| ApiError::not_found(format!("no service {}", ids::service_id(key))))
     }
 
@@ -233,7 +228,9 @@ impl Api {
 
     /// An edit of one real server (`rvsadm -e`), `If-Match` its ETag:
     /// `f` changes its configuration as it is (in the owner); answered
-    /// with the real server as it then is.
+    /// with the real server as it then is, taken in the same owner turn
+    /// (rendering the whole snapshot for each write's answer was what
+    /// bounded the write rate).
     async fn real_edit(
         &self,
         p: &RealPath,
@@ -242,14 +239,22 @@ impl Api {
     ) -> Result<Response, ApiError> {
         let (key, rs) = real_path(p)?;
         let wanted = if_match_of(headers);
+        let edited = Arc::new(Mutex::new(None));
+        let answer = edited.clone();
         self.write(Box::new(move |d| {
             let mut dest = owner_dest(d, &key, rs)?;
             precondition(&wanted, &real_etag(&DestSnap::from_config(&dest)))?;
             f(&mut dest)?;
+            *answer.lock().unwrap_or_else(PoisonError::into_inner) =
+                crate::view::edited_dest(d, &key, &dest);
             Ok(commands(vec![Command::EditDest { service: key, dest }]))
         }))
         .await?;
-        self.real_answer(StatusCode::OK, &key, rs).await
+        let edited = edited.lock().unwrap_or_else(PoisonError::into_inner).take();
+        match edited {
+            Some(d) => Ok(tagged(StatusCode::OK, &real_etag(&d), &RealView::of(&d))),
+            None => self.real_answer(StatusCode::OK, &key, rs).await,
+        }
     }
 
     /// A control request that is not a table change (sync daemons, the
@@ -299,7 +304,7 @@ fn real_path(p: &RealPath) -> Result<(ServiceKey, (IpAddr, u16)), ApiError> {
 #[utoipa::path(get, path = "/api/v1/services", tag = "services",
     responses((status = 200, body = Vec<ServiceView>), Failures))]
 pub(crate) async fn list_services(State(api): State<Api>) -> Result<Response, ApiError> {
-    let t = api.table().await?;
+    let t = api.table().await;
     let views: Vec<ServiceView> = t.services.iter().filter_map(ServiceView::of).collect();
     Ok(tagged(StatusCode::OK, &table_etag(&t.services), &views))
 }
@@ -532,7 +537,7 @@ pub(crate) async fn undrain_real(
 #[utoipa::path(get, path = "/api/v1/table", tag = "table",
     responses((status = 200, body = TableView), Failures))]
 pub(crate) async fn get_table(State(api): State<Api>) -> Result<Response, ApiError> {
-    let t = api.table().await?;
+    let t = api.table().await;
     let view = TableView {
         services: t.services.iter().filter_map(ServiceView::of).collect(),
     };
@@ -707,7 +712,7 @@ pub(crate) async fn del_laddr(
 #[utoipa::path(get, path = "/api/v1/sync", tag = "sync",
     responses((status = 200, body = Vec<SyncView>), Failures))]
 pub(crate) async fn list_sync(State(api): State<Api>) -> Result<Response, ApiError> {
-    let t = api.table().await?;
+    let t = api.table().await;
     let v: Vec<SyncView> = t.daemons.iter().map(SyncView::of).collect();
     Ok(axum::Json(v).into_response())
 }
@@ -737,7 +742,7 @@ pub(crate) async fn get_sync(
     Path(p): Path<RolePath>,
 ) -> Result<Response, ApiError> {
     let master = role(&p)?;
-    let t = api.table().await?;
+    let t = api.table().await;
     t.daemons
         .iter()
         .find(|d| d.master == master)

@@ -9,8 +9,12 @@
 //! [`Snapshot`] and publishes one event's data; every stream sends each
 //! published event. So N open pages cost one rendering per change, at most
 //! one per [`MIN_GAP`], and an event goes out at least every [`MAX_GAP`]
-//! even when nothing changed. At most [`MAX_STREAMS`] streams are open at
-//! once; one more is answered 503.
+//! even when nothing changed. A health check that turns a real server up
+//! or down ([`DaemonHandle::urgent`]) does not wait out [`MIN_GAP`]: its
+//! event goes out at once (at most one per [`URGENT_GAP`]), so a failing
+//! real server turns red on the page within milliseconds of the check
+//! that failed, not a quarter of a second later. At most [`MAX_STREAMS`]
+//! streams are open at once; one more is answered 503.
 //!
 //! The page's writes (drain, undrain, weight) go to the REST API's routes
 //! with the bearer token the user typed in (kept in the tab's
@@ -39,6 +43,11 @@ pub const MAX_STREAMS: usize = 64;
 /// API writes a second, renders the snapshot four times a second, not a
 /// thousand).
 const MIN_GAP: Duration = Duration::from_millis(250);
+
+/// Urgent events ([`DaemonHandle::urgent`]) are at least this far apart
+/// (a farm of flapping real servers cannot make the pump render the
+/// snapshot more than forty times a second).
+const URGENT_GAP: Duration = Duration::from_millis(25);
 
 /// An event goes out at least this often, changed or not (the page's
 /// sparklines advance, and the page knows the stream is alive).
@@ -93,14 +102,25 @@ impl Hub {
 }
 
 /// Publish an event per change of the owner (at most one per [`MIN_GAP`],
-/// at least one per [`MAX_GAP`]) while any stream listens.
+/// or per [`URGENT_GAP`] for urgent ones; at least one per [`MAX_GAP`])
+/// while any stream listens.
 async fn pump(hub: Arc<Hub>) {
     let mut changes = hub.daemon.changes();
+    let mut urgent = hub.daemon.urgent();
     while !hub.idle() {
         changes.borrow_and_update();
+        urgent.borrow_and_update();
         let snap = hub.daemon.fresh().await;
         hub.latest.send_replace(Some(Arc::from(payload(&snap))));
-        tokio::time::sleep(MIN_GAP).await;
+        tokio::time::sleep(URGENT_GAP).await;
+        // An urgent change cuts the gap short (an owner gone never does).
+        let cut = tokio::select! {
+            () = tokio::time::sleep(MIN_GAP - URGENT_GAP) => false,
+            r = urgent.changed() => r.is_ok(),
+        };
+        if cut {
+            continue;
+        }
         // The next change, or the longest gap; an owner gone (rvsd
         // stopping) is the longest gap each time.
         if let Ok(Err(_)) = tokio::time::timeout(MAX_GAP - MIN_GAP, changes.changed()).await {

@@ -11,6 +11,7 @@ fn snapshot(live: Live) -> Snapshot {
     Snapshot {
         families: Arc::new(Families::default()),
         api_state: Arc::from(r#"{"services":[{"scheduler":"rr"}]}"#),
+        table: Arc::default(),
         checks: Arc::from(r#"[{"name":"TCP 10.0.0.1:80"}]"#),
         announced: 0,
         live,

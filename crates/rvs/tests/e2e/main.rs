@@ -6,6 +6,7 @@
 mod harness;
 
 mod api;
+mod api_load;
 mod check;
 mod dashboard;
 mod dashboards;

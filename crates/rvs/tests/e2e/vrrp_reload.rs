@@ -26,8 +26,9 @@ use crate::netns::{Bed, Host};
 const VIP: &str = "10.0.6.100";
 const ADVERT_INT: Duration = Duration::from_secs(1);
 
-/// The adverts seen on the wire: when, and from which address.
-struct Capture {
+/// The adverts seen on the wire: when, and from which address (also
+/// api_load.rs's).
+pub(crate) struct Capture {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Vec<(Instant, Ipv4Addr)>>>,
 }
@@ -35,7 +36,7 @@ struct Capture {
 impl Capture {
     /// Capture VRRP (IPv4 protocol 112) frames on every interface of
     /// `h`'s namespace, on a thread of its own.
-    fn start(h: &Host) -> Capture {
+    pub(crate) fn start(h: &Host) -> Capture {
         use nix::sys::socket::{
             AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType, recv, setsockopt, socket,
             sockopt,
@@ -89,7 +90,7 @@ impl Capture {
         }
     }
 
-    fn finish(mut self) -> Vec<(Instant, Ipv4Addr)> {
+    pub(crate) fn finish(mut self) -> Vec<(Instant, Ipv4Addr)> {
         self.stop.store(true, Ordering::SeqCst);
         self.thread
             .take()
@@ -166,7 +167,7 @@ fn has_vip(h: &Host) -> bool {
 
 /// The largest gap between successive adverts from `from` in
 /// `[start, end]`, and how many there were.
-fn largest_gap(
+pub(crate) fn largest_gap(
     seen: &[(Instant, Ipv4Addr)],
     from: Ipv4Addr,
     start: Instant,

@@ -5,7 +5,10 @@
 // Talks to the test over stdio, one line each way:
 //   node -> test   `shown`            the page lists the service and both real servers
 //   test -> node   `stopped`          the test stopped RVS_DASH_DOWN's server
-//   node -> test   `red <ms>`         its row turned red, <ms> after `stopped`
+//   node -> test   `red <ms> <at> <colour>`
+//                                     its row turned red, <ms> after `stopped`,
+//                                     at <at> (ms since the epoch, taken in the
+//                                     page by a MutationObserver), in <colour>
 // or, with RVS_DASH_MODE=drain:
 //   node -> test   `clicked`          Drain clicked on RVS_DASH_DRAIN's row
 //   node -> test   `weight 0 shown`   the page shows it at weight 0
@@ -52,6 +55,17 @@ async function health(page) {
       (sel) => document.querySelector(sel) && document.querySelector(sel).classList.contains('up'),
       `tr[data-rs="${rs}"]`, { timeout: 15000 });
   }
+  // The moment the row turns red, taken in the page as the class changes
+  // (not at waitForFunction's next poll).
+  await page.evaluate((sel) => {
+    window.rvsRedAt = null;
+    const seen = () => {
+      const e = document.querySelector(sel);
+      if (window.rvsRedAt === null && e && e.classList.contains('down')) window.rvsRedAt = Date.now();
+    };
+    new MutationObserver(seen).observe(document.body,
+      { subtree: true, childList: true, attributes: true, attributeFilter: ['class'] });
+  }, `tr[data-rs="${down}"]`);
   await shot(page, 'loaded');
   console.log('shown');
   if ((await nextLine()) !== 'stopped') throw new Error('expected `stopped`');
@@ -59,13 +73,15 @@ async function health(page) {
   await page.waitForFunction(
     (sel) => document.querySelector(sel) && document.querySelector(sel).classList.contains('down'),
     `tr[data-rs="${down}"]`, { timeout: redWithin, polling: 50 });
-  const ms = Date.now() - t0;
+  const at = await page.evaluate(() => window.rvsRedAt);
+  if (at === null) throw new Error('the observer missed the change');
+  const ms = at - t0;
   if (await row(page, up).evaluate((e) => e.classList.contains('down'))) {
     throw new Error(`${up} turned red too`);
   }
   const color = await row(page, down).locator('td.health').evaluate((e) => getComputedStyle(e).color);
   await shot(page, 'down');
-  console.log(`red ${ms} ${color}`);
+  console.log(`red ${ms} ${at} ${color}`);
 }
 
 async function drain(page) {
