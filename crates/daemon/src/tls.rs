@@ -315,7 +315,15 @@ async fn handshake(
     let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
-            tracing::debug!(%addr, "HTTPS: TLS handshake failed: {e}");
+            // A client certificate the CA did not sign is an
+            // authentication refusal: audited; other failures (scanners,
+            // plain HTTP) are not worth a line.
+            match e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
+                Some(rustls::Error::InvalidCertificate(why)) => {
+                    tracing::info!(target: "rvs::audit", %addr, "HTTPS: client certificate refused: {why:?}");
+                }
+                _ => tracing::debug!(%addr, "HTTPS: TLS handshake failed: {e}"),
+            }
             return None;
         }
         Err(_) => {

@@ -6,6 +6,7 @@
 mod harness;
 
 mod api;
+mod api_tls;
 mod check;
 mod dashboard;
 mod dashboards;
