@@ -4,7 +4,10 @@
 //! `/api/v1/checks`, services, real servers, ...) and the live dashboard
 //! at `/` ([`crate::dash`]). Served from the snapshot the daemon's
 //! owner publishes ([`crate::handle::Snapshot`]): a scrape never waits for
-//! a reload. Only the connection table is asked of the owner.
+//! a reload. Only the connection table is asked of the owner. Plain HTTP,
+//! or HTTPS with `--http-tls-cert` ([`crate::tls`]).
+
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
@@ -13,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::handle::DaemonHandle;
+use crate::tls::{Peer, TlsListener};
 
 async fn metrics(State(d): State<DaemonHandle>) -> Response {
     let snap = d.fresh().await;
@@ -23,12 +27,45 @@ async fn metrics(State(d): State<DaemonHandle>) -> Response {
         .into_response()
 }
 
-/// The router, separate from binding so tests can drive it.
-pub fn router(d: DaemonHandle, api: crate::api::Policy, rate: u32) -> Router {
+/// The router, separate from binding so tests can drive it. The
+/// dashboard is read as the API is (`--api-reads`); `/metrics` and
+/// `/healthz` are open.
+pub(crate) fn router(d: DaemonHandle, api: crate::api::Policy, rate: u32) -> Router {
+    let api = Arc::new(api);
+    let dash = crate::dash::router(&d).route_layer(axum::middleware::from_fn_with_state(
+        api.clone(),
+        crate::api::read_gate,
+    ));
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
-        .merge(crate::dash::router(&d))
+        .merge(dash)
         .with_state(d.clone())
         .merge(crate::api::router(d, api, rate))
+}
+
+/// Serve `app` on `listener` until `shutdown`, over TLS with `tls`; each
+/// request carries its [`Peer`].
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let app = app.into_make_service_with_connect_info::<Peer>();
+    let served = match tls {
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        Some(config) => {
+            axum::serve(TlsListener::new(listener, config), app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    };
+    if let Err(e) = served {
+        tracing::error!("HTTP endpoint: {e}");
+    }
 }

@@ -37,6 +37,7 @@ mod start;
 mod sync;
 mod table_file;
 mod takeover;
+mod tls;
 mod track;
 mod view;
 mod vrrp;
@@ -152,7 +153,8 @@ pub struct Options {
     /// `--http`: the Prometheus and JSON endpoint's address.
     pub http: Option<SocketAddr>,
     /// The REST API's options (`--api-token-file`, `--api-writes`,
-    /// `--api-reads`, `--api-rate`).
+    /// `--api-reads`, `--api-rate`) and the endpoint's TLS
+    /// (`--http-tls-cert`, `--http-tls-key`, `--api-client-ca`).
     pub api: ApiOptions,
     /// `--conn-capacity`: tracked connections at most.
     pub conn_capacity: usize,

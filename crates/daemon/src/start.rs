@@ -492,6 +492,8 @@ fn raise_nofile_soft() {
 pub fn run(args: Options, source: Option<Source>, demo: Option<Demo>) -> anyhow::Result<()> {
     // Before anything starts: writes on a public address need a token.
     let api_policy = crate::api::Policy::load(&args.api, args.http).map_err(anyhow::Error::msg)?;
+    // And the TLS files are read: a bad one stops the start, naming it.
+    let http_tls = crate::tls::server_config(&args.api)?;
     raise_nofile_soft();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -725,17 +727,17 @@ pub fn run(args: Options, source: Option<Source>, demo: Option<Demo>) -> anyhow:
             std_l.set_nonblocking(true)?;
             handover.set_http(addr, std::os::fd::OwnedFd::from(std_l.try_clone()?));
             let listener = tokio::net::TcpListener::from_std(std_l)?;
-            tracing::info!(%addr, "HTTP endpoint listening");
+            tracing::info!(
+                %addr,
+                tls = http_tls.is_some(),
+                client_ca = args.api.client_ca.is_some(),
+                "HTTP endpoint listening"
+            );
             let h = handover.clone();
-            let app = http::router(d, api_policy, args.api.rate)
-                .into_make_service_with_connect_info::<std::net::SocketAddr>();
-            tokio::spawn(async move {
-                let served = axum::serve(listener, app)
-                    .with_graceful_shutdown(async move { h.retired().await });
-                if let Err(e) = served.await {
-                    tracing::error!("HTTP endpoint: {e}");
-                }
-            });
+            let app = http::router(d, api_policy, args.api.rate);
+            tokio::spawn(http::serve(listener, http_tls, app, async move {
+                h.retired().await
+            }));
         }
         if let Some(t) = taken {
             if takeover::notify_main_pid() {

@@ -1,21 +1,26 @@
 //! Who may do what, how fast, and on which version: the bearer token
-//! (compared in constant time), the per-client rate bound (a sans-IO token
-//! bucket, time an argument), ETags and `If-Match`.
+//! (compared in constant time) or a verified client certificate, the
+//! per-client rate bound (a sans-IO token bucket, time an argument), ETags
+//! and `If-Match`.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use subtle::ConstantTimeEq;
 
-/// Whether reads need the token (`--api-reads`).
+/// Whether reads need credentials (`--api-reads`).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Reads {
     /// Anyone who reaches the listener may read.
     #[default]
     Open,
-    /// Reads need the bearer token too.
+    /// Reads need credentials too: the bearer token or a client
+    /// certificate signed by `--api-client-ca`. This closes the dashboard
+    /// (`/`, its assets, `/api/v1/events`) as well; `/metrics` and
+    /// `/healthz` stay open.
     Token,
 }
 
@@ -31,6 +36,14 @@ pub struct ApiOptions {
     /// `--api-rate`: requests per second per client address (bursts of
     /// twice as many).
     pub rate: u32,
+    /// `--http-tls-cert`: the HTTP endpoint's certificate chain (PEM);
+    /// with `tls_key`, the endpoint serves HTTPS only.
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// `--http-tls-key`: the certificate's private key (PEM).
+    pub tls_key: Option<std::path::PathBuf>,
+    /// `--api-client-ca`: the CA (PEM) whose client certificates
+    /// authenticate API requests, as the bearer token does.
+    pub client_ca: Option<std::path::PathBuf>,
 }
 
 impl Default for ApiOptions {
@@ -40,6 +53,9 @@ impl Default for ApiOptions {
             writes: false,
             reads: Reads::Open,
             rate: 100,
+            tls_cert: None,
+            tls_key: None,
+            client_ca: None,
         }
     }
 }
@@ -49,24 +65,50 @@ impl Default for ApiOptions {
 pub(crate) struct Policy {
     /// The bearer token, if one is configured.
     pub token: Option<Vec<u8>>,
+    /// Client certificates are verified (`--api-client-ca`): one the CA
+    /// signed authenticates a request.
+    pub client_ca: bool,
     /// Writes enabled.
     pub writes: bool,
-    /// Reads need the token.
+    /// Reads need credentials.
     pub reads: Reads,
 }
 
 /// What a request is refused for, before it reaches a handler.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Refusal {
-    /// No token or a wrong one.
+    /// No credentials, or wrong ones.
     Unauthorized,
     /// Writes are disabled.
     WritesDisabled,
 }
 
+/// Who an admitted request was made by, as the audit line names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Who {
+    /// A client certificate the CA signed, by its name
+    /// ([`crate::tls::identity`]).
+    Certificate(Arc<str>),
+    /// The holder of the bearer token.
+    Token,
+    /// Nobody in particular: no credentials are configured (loopback).
+    Anyone,
+}
+
+impl std::fmt::Display for Who {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Who::Certificate(name) => write!(f, "cert:{name}"),
+            Who::Token => f.write_str("token"),
+            Who::Anyone => f.write_str("anonymous"),
+        }
+    }
+}
+
 impl Policy {
     /// Read the token file of `opts` (trimmed; an empty file is an error)
-    /// and refuse writes on a non-loopback listener without a token.
+    /// and refuse writes on a non-loopback listener without credentials
+    /// (a token or a client CA).
     pub(crate) fn load(
         opts: &ApiOptions,
         listen: Option<std::net::SocketAddr>,
@@ -86,50 +128,79 @@ impl Policy {
             }
             None => None,
         };
+        let client_ca = opts.client_ca.is_some();
         if opts.writes
             && token.is_none()
+            && !client_ca
             && let Some(a) = listen
             && !a.ip().is_loopback()
         {
             return Err(format!(
-                "--api-writes on a non-loopback --http address ({a}) needs --api-token-file"
+                "--api-writes on a non-loopback --http address ({a}) needs --api-token-file or --api-client-ca (with --http-tls-cert and --http-tls-key)"
             ));
         }
-        if opts.reads == Reads::Token && token.is_none() {
-            return Err("--api-reads token needs --api-token-file".into());
+        if opts.reads == Reads::Token && token.is_none() && !client_ca {
+            return Err("--api-reads token needs --api-token-file or --api-client-ca".into());
         }
         Ok(Policy {
             token,
+            client_ca,
             writes: opts.writes,
             reads: opts.reads,
         })
     }
 
-    /// Whether `authorization` (the header's value) carries the token;
-    /// true when no token is configured.
-    pub(crate) fn authorized(&self, authorization: Option<&[u8]>) -> bool {
+    /// Who `authorization` (the header's value) and `client` (the name of
+    /// the connection's verified client certificate) say the request is
+    /// from: a certificate first, then the token; anyone when neither a
+    /// token nor a client CA is configured; `None` when unauthenticated.
+    pub(crate) fn authenticate(
+        &self,
+        authorization: Option<&[u8]>,
+        client: Option<&Arc<str>>,
+    ) -> Option<Who> {
+        if let Some(name) = client {
+            return Some(Who::Certificate(name.clone()));
+        }
         let Some(token) = &self.token else {
-            return true;
+            return (!self.client_ca).then_some(Who::Anyone);
         };
-        let Some(given) = authorization.and_then(|h| h.strip_prefix(b"Bearer ")) else {
-            return false;
-        };
-        given.trim_ascii().ct_eq(token).into()
+        let given = authorization.and_then(|h| h.strip_prefix(b"Bearer "))?;
+        bool::from(given.trim_ascii().ct_eq(token)).then_some(Who::Token)
     }
 
-    /// Whether a request may go on: `write` for anything but GET/HEAD.
-    pub(crate) fn admit(&self, write: bool, authorization: Option<&[u8]>) -> Result<(), Refusal> {
+    /// Whether a request may go on (`write` for anything but GET/HEAD),
+    /// and who made it.
+    pub(crate) fn admit(
+        &self,
+        write: bool,
+        authorization: Option<&[u8]>,
+        client: Option<&Arc<str>>,
+    ) -> Result<Who, Refusal> {
+        let who = self.authenticate(authorization, client);
         if write {
-            if !self.authorized(authorization) {
-                return Err(Refusal::Unauthorized);
-            }
+            let who = who.ok_or(Refusal::Unauthorized)?;
             if !self.writes {
                 return Err(Refusal::WritesDisabled);
             }
-        } else if self.reads == Reads::Token && !self.authorized(authorization) {
-            return Err(Refusal::Unauthorized);
+            return Ok(who);
         }
-        Ok(())
+        match who {
+            Some(who) => Ok(who),
+            None if self.reads == Reads::Open => Ok(Who::Anyone),
+            None => Err(Refusal::Unauthorized),
+        }
+    }
+
+    /// What a 401 tells the client to bring.
+    pub(crate) fn credentials_wanted(&self) -> &'static str {
+        match (self.token.is_some(), self.client_ca) {
+            (true, true) => {
+                "this needs a client certificate signed by rvsd's --api-client-ca or Authorization: Bearer TOKEN (the contents of rvsd's --api-token-file)"
+            }
+            (false, true) => "this needs a client certificate signed by rvsd's --api-client-ca",
+            _ => "this needs Authorization: Bearer TOKEN (the contents of rvsd's --api-token-file)",
+        }
     }
 }
 
@@ -217,6 +288,7 @@ mod tests {
     fn policy(token: Option<&str>, writes: bool, reads: Reads) -> Policy {
         Policy {
             token: token.map(|t| t.as_bytes().to_vec()),
+            client_ca: false,
             writes,
             reads,
         }
@@ -225,51 +297,128 @@ mod tests {
     #[test]
     fn writes_need_the_token_and_the_switch() {
         let p = policy(Some("s3cret"), true, Reads::Open);
-        assert_eq!(p.admit(true, None), Err(Refusal::Unauthorized));
+        assert_eq!(p.admit(true, None, None), Err(Refusal::Unauthorized));
         assert_eq!(
-            p.admit(true, Some(b"Bearer nope")),
+            p.admit(true, Some(b"Bearer nope"), None),
             Err(Refusal::Unauthorized)
         );
         assert_eq!(
-            p.admit(true, Some(b"Bearer s3cre")),
+            p.admit(true, Some(b"Bearer s3cre"), None),
             Err(Refusal::Unauthorized)
         );
-        assert_eq!(p.admit(true, Some(b"s3cret")), Err(Refusal::Unauthorized));
-        assert_eq!(p.admit(true, Some(b"Bearer s3cret")), Ok(()));
-        assert_eq!(p.admit(false, None), Ok(()));
+        assert_eq!(
+            p.admit(true, Some(b"s3cret"), None),
+            Err(Refusal::Unauthorized)
+        );
+        assert_eq!(p.admit(true, Some(b"Bearer s3cret"), None), Ok(Who::Token));
+        assert_eq!(p.admit(false, None, None), Ok(Who::Anyone));
         let p = policy(Some("s3cret"), false, Reads::Token);
         assert_eq!(
-            p.admit(true, Some(b"Bearer s3cret")),
+            p.admit(true, Some(b"Bearer s3cret"), None),
             Err(Refusal::WritesDisabled)
         );
-        assert_eq!(p.admit(false, None), Err(Refusal::Unauthorized));
-        assert_eq!(p.admit(false, Some(b"Bearer s3cret")), Ok(()));
+        assert_eq!(p.admit(false, None, None), Err(Refusal::Unauthorized));
+        assert_eq!(p.admit(false, Some(b"Bearer s3cret"), None), Ok(Who::Token));
         // No token (loopback only): writes by the switch alone.
         let p = policy(None, true, Reads::Open);
-        assert_eq!(p.admit(true, None), Ok(()));
+        assert_eq!(p.admit(true, None, None), Ok(Who::Anyone));
         assert_eq!(
-            policy(None, false, Reads::Open).admit(true, None),
+            policy(None, false, Reads::Open).admit(true, None, None),
             Err(Refusal::WritesDisabled)
         );
     }
 
     #[test]
-    fn writes_on_a_public_address_need_a_token() {
+    fn a_verified_client_certificate_authenticates() {
+        let alice: Arc<str> = Arc::from("CN=alice");
+        // A client CA alone: the certificate is the only credential.
+        let p = Policy {
+            client_ca: true,
+            ..policy(None, true, Reads::Token)
+        };
+        assert_eq!(
+            p.admit(true, None, Some(&alice)),
+            Ok(Who::Certificate(alice.clone()))
+        );
+        assert_eq!(p.admit(true, None, None), Err(Refusal::Unauthorized));
+        assert_eq!(
+            p.admit(true, Some(b"Bearer anything"), None),
+            Err(Refusal::Unauthorized)
+        );
+        assert_eq!(p.admit(false, None, None), Err(Refusal::Unauthorized));
+        assert_eq!(
+            p.admit(false, None, Some(&alice)),
+            Ok(Who::Certificate(alice.clone()))
+        );
+        // A client CA and a token: either will do.
+        let p = Policy {
+            client_ca: true,
+            ..policy(Some("s3cret"), true, Reads::Open)
+        };
+        assert_eq!(p.admit(true, Some(b"Bearer s3cret"), None), Ok(Who::Token));
+        assert_eq!(
+            p.admit(true, Some(b"Bearer nope"), Some(&alice)),
+            Ok(Who::Certificate(alice.clone()))
+        );
+        assert_eq!(p.admit(true, None, None), Err(Refusal::Unauthorized));
+        assert_eq!(p.admit(false, None, None), Ok(Who::Anyone));
+        // The switch still rules.
+        let p = Policy {
+            client_ca: true,
+            ..policy(None, false, Reads::Open)
+        };
+        assert_eq!(
+            p.admit(true, None, Some(&alice)),
+            Err(Refusal::WritesDisabled)
+        );
+        assert_eq!(Who::Certificate(alice).to_string(), "cert:CN=alice");
+        assert!(p.credentials_wanted().contains("--api-client-ca"));
+    }
+
+    #[test]
+    fn writes_on_a_public_address_need_credentials() {
         let opts = ApiOptions {
             writes: true,
             ..ApiOptions::default()
         };
-        let e = Policy::load(&opts, Some("192.0.2.1:9180".parse().unwrap())).unwrap_err();
-        assert!(e.contains("needs --api-token-file"), "{e}");
+        let public = Some("192.0.2.1:9180".parse().unwrap());
+        let e = Policy::load(&opts, public).unwrap_err();
+        assert!(
+            e.contains("needs --api-token-file or --api-client-ca"),
+            "{e}"
+        );
         assert!(Policy::load(&opts, Some("127.0.0.1:9180".parse().unwrap())).is_ok());
         assert!(Policy::load(&opts, Some("[::1]:9180".parse().unwrap())).is_ok());
+        // A client CA is enough (its files are tls.rs's to check).
+        let with_ca = ApiOptions {
+            client_ca: Some("/ca.pem".into()),
+            ..opts.clone()
+        };
+        let p = Policy::load(&with_ca, public).unwrap();
+        assert!(p.client_ca && p.token.is_none());
+        let reads = ApiOptions {
+            reads: Reads::Token,
+            ..opts.clone()
+        };
+        let e = Policy::load(&reads, None).unwrap_err();
+        assert!(e.contains("--api-reads token needs"), "{e}");
+        assert!(
+            Policy::load(
+                &ApiOptions {
+                    reads: Reads::Token,
+                    ..with_ca
+                },
+                None
+            )
+            .is_ok()
+        );
         let dir = std::env::temp_dir().join(format!("rvs-api-token-{}", std::process::id()));
         std::fs::write(&dir, "tok\n").unwrap();
         let opts = ApiOptions {
             token_file: Some(dir.clone()),
             ..opts
         };
-        let p = Policy::load(&opts, Some("192.0.2.1:9180".parse().unwrap())).unwrap();
+        let p = Policy::load(&opts, public).unwrap();
         assert_eq!(p.token.as_deref(), Some(&b"tok"[..]));
         std::fs::write(&dir, " \n").unwrap();
         let e = Policy::load(&opts, None).unwrap_err();

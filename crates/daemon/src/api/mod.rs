@@ -6,8 +6,9 @@
 //! entry point as the API's source, so a service another source owns is
 //! read-only here (409 naming its owner); `If-Match` is checked in the
 //! same owner turn as the write. Every request passes [`gate`]: the rate
-//! bound per client, the bearer token, the writes switch, and one audit
-//! line per write (target `rvs::audit`).
+//! bound per client, authentication (the bearer token or a verified
+//! client certificate), the writes switch, and one audit line per write
+//! (target `rvs::audit`, naming who).
 
 mod error;
 mod guard;
@@ -16,7 +17,7 @@ mod routes;
 mod types;
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
@@ -31,10 +32,12 @@ use utoipa_axum::routes;
 
 pub(crate) use error::ApiError;
 pub(crate) use guard::Policy;
+use guard::Who;
 pub use guard::{ApiOptions, Reads};
 
 use crate::daemon::Daemon;
 use crate::handle::DaemonHandle;
+use crate::tls::Peer;
 
 /// Largest request body the API reads.
 pub const BODY_LIMIT: usize = 1 << 20;
@@ -70,7 +73,7 @@ pub(crate) struct Api {
     info(
         title = "rvs REST API",
         version = "1",
-        description = "rvsd's REST API v1: services, real servers, the table, pools, sync daemons, the director's drain, and reads. Writes need `--api-writes` and, when rvsd has `--api-token-file`, `Authorization: Bearer TOKEN`."
+        description = "rvsd's REST API v1: services, real servers, the table, pools, sync daemons, the director's drain, and reads. Writes need `--api-writes` and, when rvsd has `--api-token-file`, `Authorization: Bearer TOKEN`, or, when rvsd has `--api-client-ca`, a client certificate that CA signed (HTTPS)."
     ),
     components(schemas(error::ErrorBody))
 )]
@@ -141,14 +144,14 @@ fn api_routes() -> OpenApiRouter<Api> {
 }
 
 /// The API's router (state applied), for `http.rs` to merge.
-pub(crate) fn router(d: DaemonHandle, policy: Policy, rate: u32) -> axum::Router {
+pub(crate) fn router(d: DaemonHandle, policy: Arc<Policy>, rate: u32) -> axum::Router {
     let (router, mut doc) = api_routes().split_for_parts();
     // After the routes are in: the writes' security is set per operation.
     utoipa::Modify::modify(&Bearer, &mut doc);
     let text = doc.to_json().unwrap_or_default();
     let api = Api {
         d,
-        policy: Arc::new(policy),
+        policy,
         limiter: Arc::new(Mutex::new(guard::RateLimiter::new(rate))),
         drained: Arc::default(),
         doc: Arc::new(OnceLock::from(text)),
@@ -163,26 +166,72 @@ fn refused(status: StatusCode, code: &str, message: &str) -> Response {
     ApiError::new(status, code, message).into_response()
 }
 
+/// The connection's peer: its address and verified client certificate.
+fn peer(req: &Request) -> (IpAddr, Option<Arc<str>>) {
+    req.extensions()
+        .get::<ConnectInfo<Peer>>()
+        .map_or((IpAddr::from([0, 0, 0, 0]), None), |c| {
+            (c.0.addr.ip(), c.0.client.clone())
+        })
+}
+
+/// Whether `policy` admits the request, and who made it.
+fn admit(policy: &Policy, write: bool, req: &Request) -> Result<Who, guard::Refusal> {
+    let auth = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    let (_, client) = peer(req);
+    policy.admit(write, auth, client.as_ref())
+}
+
+/// A refusal's answer.
+fn refusal(policy: &Policy, refusal: guard::Refusal) -> Response {
+    match refusal {
+        guard::Refusal::Unauthorized => {
+            let mut r = refused(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                policy.credentials_wanted(),
+            );
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            r
+        }
+        guard::Refusal::WritesDisabled => refused(
+            StatusCode::FORBIDDEN,
+            "writes_disabled",
+            "writes are disabled: start rvsd with --api-writes",
+        ),
+    }
+}
+
+/// Reads outside the API's router (the dashboard): open, or with
+/// `--api-reads token` for a request with credentials only.
+pub(crate) async fn read_gate(
+    State(policy): State<Arc<Policy>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    match admit(&policy, false, &req) {
+        Ok(_) => next.run(req).await,
+        Err(r) => refusal(&policy, r),
+    }
+}
+
 /// Every request: the rate bound, authentication, the writes switch; an
 /// ETag on a GET whose handler set none; one audit line per write.
 async fn gate(State(api): State<Api>, req: Request, next: Next) -> Response {
     let method = req.method().clone();
     let write = !matches!(method, Method::GET | Method::HEAD);
     let path = req.uri().path().to_owned();
-    let peer = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+    let (peer, client) = peer(&req);
     let allowed = api
         .limiter
         .lock()
         .ok()
         .map(|mut l| (l.allow(peer, std::time::Instant::now()), l.retry_after()));
-    let auth = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .map(|v| v.as_bytes().to_vec());
-    let resp = match allowed {
+    let (resp, who) = match allowed {
         Some((false, after)) => {
             let mut r = refused(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -191,29 +240,20 @@ async fn gate(State(api): State<Api>, req: Request, next: Next) -> Response {
             );
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(after.as_secs()));
-            r
+            (r, None)
         }
-        _ => match api.policy.admit(write, auth.as_deref()) {
-            Err(guard::Refusal::Unauthorized) => {
-                let mut r = refused(
-                    StatusCode::UNAUTHORIZED,
-                    "unauthorized",
-                    "this needs Authorization: Bearer TOKEN (the contents of rvsd's --api-token-file)",
-                );
-                r.headers_mut()
-                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                r
-            }
-            Err(guard::Refusal::WritesDisabled) => refused(
-                StatusCode::FORBIDDEN,
-                "writes_disabled",
-                "writes are disabled: start rvsd with --api-writes",
-            ),
-            Ok(()) => next.run(req).await,
+        _ => match admit(&api.policy, write, &req) {
+            Ok(who) => (next.run(req).await, Some(who)),
+            Err(r) => (refusal(&api.policy, r), None),
         },
     };
     if write {
-        tracing::info!(target: "rvs::audit", %peer, %method, path, status = resp.status().as_u16(), "API write");
+        // Refused requests name the certificate they came with, if any.
+        let who = who.map_or_else(
+            || client.map_or_else(|| "unauthenticated".to_owned(), |c| format!("cert:{c}")),
+            |w| w.to_string(),
+        );
+        tracing::info!(target: "rvs::audit", %peer, who, %method, path, status = resp.status().as_u16(), "API write");
         return resp;
     }
     with_etag(resp).await

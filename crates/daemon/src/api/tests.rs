@@ -24,6 +24,7 @@ fn daemon() -> DaemonHandle {
 fn app(d: &DaemonHandle, writes: bool) -> axum::Router {
     let policy = Policy {
         token: Some(b"t0ken".to_vec()),
+        client_ca: false,
         writes,
         reads: Reads::Open,
     };
@@ -304,4 +305,84 @@ async fn writes_are_off_unless_enabled() {
     let a = call(&app, Method::GET, "/api/v1/services", None, &[]).await;
     assert_eq!(a.status, StatusCode::OK);
     assert!(a.etag.is_some());
+}
+
+/// A GET or a POST over a connection whose client certificate rustls
+/// verified as `client` (`None`: no certificate): the status.
+async fn status_as(
+    app: &axum::Router,
+    method: Method,
+    path: &str,
+    client: Option<&str>,
+) -> StatusCode {
+    let peer = crate::tls::Peer {
+        addr: ([127, 0, 0, 1], 40000).into(),
+        client: client.map(std::sync::Arc::from),
+    };
+    let req = Request::builder()
+        .method(method)
+        .uri(path)
+        .extension(axum::extract::ConnectInfo(peer))
+        .body(Body::empty())
+        .expect("request");
+    app.clone().oneshot(req).await.expect("infallible").status()
+}
+
+#[tokio::test]
+async fn a_client_certificate_authenticates_and_token_reads_close_the_dashboard() {
+    let d = daemon();
+    let policy = Policy {
+        token: None,
+        client_ca: true,
+        writes: true,
+        reads: Reads::Token,
+    };
+    let app = crate::http::router(d.clone(), policy, 1_000_000);
+    let alice = Some("CN=alice");
+    // Writes: the certificate, or 401.
+    assert_eq!(
+        status_as(&app, Method::POST, "/api/v1/zero", None).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        status_as(&app, Method::POST, "/api/v1/zero", alice).await,
+        StatusCode::OK
+    );
+    // Reads (--api-reads token): the API and the dashboard alike.
+    for path in ["/api/v1/state", "/", "/dash/dash.js", "/api/v1/events"] {
+        assert_eq!(
+            status_as(&app, Method::GET, path, None).await,
+            StatusCode::UNAUTHORIZED,
+            "{path}"
+        );
+    }
+    for path in ["/api/v1/state", "/", "/dash/dash.js"] {
+        assert_eq!(
+            status_as(&app, Method::GET, path, alice).await,
+            StatusCode::OK,
+            "{path}"
+        );
+    }
+    // The scrape and the liveness probe stay open.
+    for path in ["/metrics", "/healthz"] {
+        assert_eq!(
+            status_as(&app, Method::GET, path, None).await,
+            StatusCode::OK
+        );
+    }
+    // With --api-reads open the dashboard is open too.
+    let open = crate::http::router(
+        d,
+        Policy {
+            token: Some(b"t0ken".to_vec()),
+            client_ca: false,
+            writes: true,
+            reads: Reads::Open,
+        },
+        1_000_000,
+    );
+    assert_eq!(
+        status_as(&open, Method::GET, "/", None).await,
+        StatusCode::OK
+    );
 }

@@ -268,14 +268,35 @@ pub(crate) struct Args {
     pub(crate) api_token_file: Option<PathBuf>,
 
     /// Enable the REST API's writes (off by default). On a non-loopback
-    /// --http address rvsd refuses to start without --api-token-file.
+    /// --http address rvsd refuses to start without --api-token-file or
+    /// --api-client-ca.
     #[arg(long, requires = "http")]
     pub(crate) api_writes: bool,
 
-    /// Who may read the REST API: open (anyone who reaches --http) or
-    /// token (the bearer token of --api-token-file).
+    /// Who may read the REST API and the dashboard: open (anyone who
+    /// reaches --http) or token (the bearer token of --api-token-file or a
+    /// client certificate of --api-client-ca).
     #[arg(long, value_name = "WHO", default_value = "open")]
     pub(crate) api_reads: rvs_daemon::ApiReads,
+
+    /// Serve --http over HTTPS (rustls) with this certificate chain (PEM,
+    /// the server's certificate first). Read once at start: a SIGHUP does
+    /// not reload it.
+    #[arg(long, value_name = "FILE", requires_all = ["http", "http_tls_key"])]
+    pub(crate) http_tls_cert: Option<PathBuf>,
+
+    /// The private key of --http-tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE", requires = "http_tls_cert")]
+    pub(crate) http_tls_key: Option<PathBuf>,
+
+    /// Verify client certificates against this CA (PEM; needs
+    /// --http-tls-cert): a request over a certificate it signed is
+    /// authenticated as with the bearer token, and the audit log names the
+    /// certificate's CN. Clients without a certificate are still served
+    /// (reads per --api-reads, writes 401); one the CA did not sign fails
+    /// the TLS handshake.
+    #[arg(long, value_name = "FILE", requires = "http_tls_cert")]
+    pub(crate) api_client_ca: Option<PathBuf>,
 
     /// Requests per second each client address may make to the HTTP
     /// endpoint's API (bursts of twice as many); beyond, 429.

@@ -19,8 +19,21 @@ pub fn request(
     headers: &[(&str, &str)],
     body: Option<&serde_json::Value>,
 ) -> (u16, Vec<(String, String)>, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to --http");
+    let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to --http");
     s.set_read_timeout(Some(T)).expect("timeout");
+    let resp = exchange(s, method, path, headers, body).expect("an HTTP exchange");
+    parse_answer(&resp)
+}
+
+/// One HTTP/1.0 exchange over `s` (plain or TLS): the answer as read up to
+/// the end of the stream, or the stream's error.
+pub fn exchange(
+    mut s: impl Read + Write,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&serde_json::Value>,
+) -> std::io::Result<String> {
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let mut head = format!(
         "{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Length: {}\r\n",
@@ -33,10 +46,18 @@ pub fn request(
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str("\r\n");
-    s.write_all(head.as_bytes()).expect("send");
-    s.write_all(body.as_bytes()).expect("send body");
+    s.write_all(head.as_bytes())?;
+    s.write_all(body.as_bytes())?;
     let mut resp = String::new();
-    s.read_to_string(&mut resp).expect("read");
+    s.read_to_string(&mut resp)?;
+    Ok(resp)
+}
+
+/// An HTTP answer: status, headers (lower-case names), body.
+pub type Answer = (u16, Vec<(String, String)>, String);
+
+/// An HTTP answer's status, headers (lower-case names) and body.
+pub fn parse_answer(resp: &str) -> Answer {
     let (h, b) = resp.split_once("\r\n\r\n").expect("an HTTP answer");
     let mut lines = h.lines();
     let status = lines
@@ -55,7 +76,7 @@ fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
     h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
 }
 
-fn json(body: &str) -> serde_json::Value {
+pub fn json(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
 }
 
@@ -196,7 +217,10 @@ fn rvsd_refuses_public_writes_without_a_token() {
         .expect("run rvsd");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("needs --api-token-file"), "{err}");
+    assert!(
+        err.contains("needs --api-token-file or --api-client-ca"),
+        "{err}"
+    );
 }
 
 /// Where scripts/install-deps puts schemathesis (PyPI, in its own venv);

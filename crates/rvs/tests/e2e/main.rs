@@ -7,6 +7,7 @@ mod harness;
 
 mod api;
 mod api_load;
+mod api_tls;
 mod check;
 mod dashboard;
 mod dashboards;
