@@ -233,7 +233,7 @@ impl Instance {
     }
 
     /// Make [`BPFFS`] a bpffs whose pins outlive this rvsd (see
-    /// [`bpffs_plan`]), then create the instance's directories.
+    /// `bpffs_plan`), then create the instance's directories.
     pub fn prepare(&self) -> Result<(), PinError> {
         let bpffs = Path::new(BPFFS);
         if self.dir.starts_with(bpffs) && !is_bpffs(bpffs) {
