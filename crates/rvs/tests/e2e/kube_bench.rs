@@ -30,7 +30,9 @@
 //! 2. Initial sync at scale: `KBENCH_SERVICES` Services with
 //!    `KBENCH_ENDPOINTS` endpoints each (EndpointSlices created directly,
 //!    `endpointslice.kubernetes.io/managed-by: bench`, 2 POSTs per Service
-//!    over 4 connections: linear) plus one probe Service on the real pod;
+//!    over `KBENCH_CREATORS` connections: linear) plus one probe Service
+//!    on the real pod; with a list of sizes the set grows to each in turn
+//!    and phases 2 and 3 run at each;
 //!    each proxy is started alone on a flushed node and timed from its
 //!    start to the probe's first answer (all wait for their initial lists
 //!    before the first table, so the probe answering means the whole set
@@ -40,9 +42,10 @@
 //! 3. With that set in place, connect + request + response latency to the
 //!    probe Service over `KBENCH_CONNS` connections from the node.
 //!
-//! Environment: `KBENCH_CHANGES` (of each kind per proxy, default 100),
-//! `KBENCH_SERVICES` (2000), `KBENCH_ENDPOINTS` (4; services × endpoints
-//! at most 64,000), `KBENCH_ROUNDS` (sync + latency rounds per proxy, 3),
+//! Environment: `KBENCH_CHANGES` (of each kind per proxy, default 100;
+//! 0 skips phase 1), `KBENCH_SERVICES` (2000, or an ascending list such as
+//! `1000,10000`), `KBENCH_ENDPOINTS` (4; services × endpoints at most
+//! 64,000), `KBENCH_CREATORS` (8), `KBENCH_ROUNDS` (sync + latency rounds per proxy, 3),
 //! `KBENCH_CONNS` (2000), `KBENCH_KINDS` (`rvs,rvs-sock,nft,ipt`, default
 //! all), `KBENCH_RVSD` (an rvsd binary, e.g. a release build; default the
 //! test's debug build), `KBENCH_CPU` (a `taskset` CPU list for the
@@ -781,39 +784,38 @@ fn print_changes(
     println!("raw (proxy ms, in order):\n{raw}");
 }
 
-/// Create `n` Services without selectors, each with one EndpointSlice of
-/// `e` ready endpoints (addresses in 10.85.0.0/16, never connected to),
-/// over four connections in parallel.
-fn create_scale(port: u16, n: usize, e: usize) {
-    let threads: Vec<_> = (0..4)
+/// Create Services `from..to` without selectors, each with one
+/// EndpointSlice of `e` ready endpoints (addresses in 10.85.0.0/16, never
+/// connected to), over `creators` connections in parallel (the API server
+/// and etcd are the bound: 2 POSTs per Service). Prints its progress every
+/// tenth.
+fn create_scale(port: u16, from: usize, to: usize, e: usize, creators: usize) {
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let t0 = Instant::now();
+    let step = ((to - from) / 10).max(1);
+    let threads: Vec<_> = (0..creators.max(1))
         .map(|t| {
+            let done = done.clone();
             std::thread::spawn(move || {
-                for i in (t..n).step_by(4) {
+                for i in (from + t..to).step_by(creators.max(1)) {
                     let name = format!("svc-{i:05}");
                     create_service(port, &name, None);
-                    let endpoints: Vec<Value> = (0..e)
-                        .map(|j| {
-                            let k = i * e + j;
-                            json!({"addresses": [format!("10.85.{}.{}", k / 250, k % 250 + 1)],
-                                   "conditions": {"ready": true, "serving": true, "terminating": false}})
-                        })
-                        .collect();
-                    let slice = json!({
-                        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                        "metadata": {"name": format!("{name}-bench"), "namespace": "default",
-                            "labels": {"kubernetes.io/service-name": name,
-                                       "endpointslice.kubernetes.io/managed-by": "bench"}},
-                        "addressType": "IPv4",
-                        "ports": [{"name": "web", "port": 8080, "protocol": "TCP"}],
-                        "endpoints": endpoints,
-                    });
                     let (status, body) = call(
                         port,
                         "POST",
                         "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
-                        Some(&slice),
+                        Some(&scale_slice(&name, i, e)),
                     );
                     assert_eq!(status, 201, "create slice {name}: {body}");
+                    let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n.is_multiple_of(step) {
+                        println!(
+                            "  created {} of {} services ({:.0} s)",
+                            from + n,
+                            to,
+                            t0.elapsed().as_secs_f64()
+                        );
+                    }
                 }
             })
         })
@@ -821,6 +823,301 @@ fn create_scale(port: u16, n: usize, e: usize) {
     for t in threads {
         t.join().expect("creating the scale set");
     }
+}
+
+/// The EndpointSlice of scale Service `i` (`name`): `e` ready endpoints,
+/// 10.85.X.Y, distinct across Services.
+fn scale_slice(name: &str, i: usize, e: usize) -> Value {
+    let endpoints: Vec<Value> = (0..e)
+        .map(|j| {
+            let k = i * e + j;
+            json!({"addresses": [format!("10.85.{}.{}", k / 250, k % 250 + 1)],
+                   "conditions": {"ready": true, "serving": true, "terminating": false}})
+        })
+        .collect();
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": format!("{name}-bench"), "namespace": "default",
+            "labels": {"kubernetes.io/service-name": name,
+                       "endpointslice.kubernetes.io/managed-by": "bench"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "web", "port": 8080, "protocol": "TCP"}],
+        "endpoints": endpoints,
+    })
+}
+
+/// `KBENCH_SERVICES`: one size or an ascending comma-separated list
+/// (`1000,10000`), each measured in turn as the set grows.
+fn sizes() -> Vec<usize> {
+    let list = std::env::var("KBENCH_SERVICES").unwrap_or_else(|_| "2000".into());
+    let v: Vec<usize> = list
+        .split(',')
+        .map(|x| {
+            x.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("KBENCH_SERVICES: not a number: {x}"))
+        })
+        .collect();
+    assert!(
+        !v.is_empty() && v.windows(2).all(|w| w[0] < w[1]),
+        "KBENCH_SERVICES: one size or an ascending list"
+    );
+    v
+}
+
+/// Phases 1 and 1b (see the module's documentation): `changes` of each
+/// kind per proxy, every proxy running, each change measured on one in turn.
+fn change_phases(
+    cp: &ControlPlane,
+    api: u16,
+    nodes: &mut BTreeMap<Kind, Node>,
+    kinds: &[Kind],
+    changes: usize,
+    pod_node: &str,
+) {
+    // ---- 1. change -> first connection, all running.
+    for n in nodes.values_mut() {
+        n.start(cp);
+    }
+    let cip = create_service(api, "warm", Some("target"));
+    for n in nodes.values_mut() {
+        let t = n.client.poll(
+            SocketAddr::new(cip, 80),
+            "target",
+            Instant::now(),
+            Duration::from_millis(50),
+            Duration::from_secs(180),
+        );
+        assert!(
+            t.is_some(),
+            "{} never served the warm-up Service",
+            n.kind.label()
+        );
+    }
+    delete_service(api, "warm");
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut lat: BTreeMap<Kind, Vec<f64>> = BTreeMap::new();
+    let mut raw1 = String::new();
+    for i in 0..changes * kinds.len() {
+        let kind = kinds[i % kinds.len()];
+        let name = format!("lat-{i}");
+        let t0 = Instant::now();
+        let cip = create_service(api, &name, Some("target"));
+        let t = nodes.get_mut(&kind).unwrap().client.poll(
+            SocketAddr::new(cip, 80),
+            "target",
+            t0,
+            Duration::from_millis(2),
+            Duration::from_secs(20),
+        );
+        record(&mut lat, &mut raw1, kind, t);
+        delete_service(api, &name);
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    print_changes(
+        "1. Service created -> first connection reaching its pod (ms)",
+        kinds,
+        changes,
+        lat,
+        &raw1,
+    );
+
+    // ---- 1b. new endpoint -> first connection reaching it, all running.
+    // Service "grow" keeps the target pod; each change makes a new pod of
+    // it ready (created Pending before the clock starts; the clock runs
+    // from the status PATCH, as a kubelet's readiness report), the real
+    // EndpointSlice controller adds it to the slice, and the node's client
+    // connects until the new pod answers. The pod is then deleted at once
+    // (grace 0) and the next change waits 1.5 s.
+    let grow = SocketAddr::new(create_service(api, "grow", Some("target")), 80);
+    for n in nodes.values_mut() {
+        let t = n.client.poll(
+            grow,
+            "target",
+            Instant::now(),
+            Duration::from_millis(50),
+            Duration::from_secs(60),
+        );
+        assert!(t.is_some(), "{} never served Service grow", n.kind.label());
+    }
+    let mut lat: BTreeMap<Kind, Vec<f64>> = BTreeMap::new();
+    let mut raw1 = String::new();
+    for i in 0..changes * kinds.len() {
+        let kind = kinds[i % kinds.len()];
+        let name = format!("ep-{i}");
+        let ip = new_pod_ip(i);
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": "target"}},
+            "spec": {"nodeName": pod_node, "containers": [{
+                "name": "app", "image": "rvs-testbed.invalid/none",
+                "ports": [{"name": "p8080", "containerPort": 8080, "protocol": "TCP"}]}]},
+        });
+        let (status, body) = call(api, "POST", "/api/v1/namespaces/default/pods", Some(&pod));
+        assert_eq!(status, 201, "create pod {name}: {body}");
+        let ready = json!({"status": {
+            "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+            "conditions": [{"type": "Ready", "status": "True"},
+                           {"type": "ContainersReady", "status": "True"}],
+        }});
+        let t0 = Instant::now();
+        let (status, body) = call_as(
+            api,
+            "PATCH",
+            &format!("/api/v1/namespaces/default/pods/{name}/status"),
+            "application/merge-patch+json",
+            Some(&ready),
+        );
+        assert_eq!(status, 200, "pod {name} ready: {body}");
+        let t = nodes.get_mut(&kind).unwrap().client.poll(
+            grow,
+            &ip,
+            t0,
+            Duration::from_millis(2),
+            Duration::from_secs(20),
+        );
+        record(&mut lat, &mut raw1, kind, t);
+        call(
+            api,
+            "DELETE",
+            &format!("/api/v1/namespaces/default/pods/{name}?gracePeriodSeconds=0"),
+            None,
+        );
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    delete_service(api, "grow");
+    print_changes(
+        "1b. Endpoint added (pod ready) -> first connection reaching it (ms)",
+        kinds,
+        changes,
+        lat,
+        &raw1,
+    );
+    for n in nodes.values_mut() {
+        n.stop();
+    }
+}
+
+/// Phases 2 and 3 at `n_svc` Services of `n_ep` endpoints (the set in
+/// place): per round, each proxy started alone on its flushed node and
+/// timed to the probe's first answer, then `conns` connections.
+#[allow(clippy::too_many_arguments)]
+fn scale_phase(
+    cp: &ControlPlane,
+    nodes: &mut BTreeMap<Kind, Node>,
+    kinds: &[Kind],
+    probe: SocketAddr,
+    n_svc: usize,
+    n_ep: usize,
+    rounds: usize,
+    conns: usize,
+) {
+    #[derive(Default)]
+    struct Round {
+        sync_s: Vec<f64>,
+        cpu_s: Vec<f64>,
+        hwm_mib: Vec<f64>,
+        lat_us: Vec<f64>,
+        p50: Vec<f64>,
+        p99: Vec<f64>,
+        failed: usize,
+    }
+    let mut res: BTreeMap<Kind, Round> = BTreeMap::new();
+    let mut raw2 = String::new();
+    for round in 0..rounds {
+        for &kind in kinds {
+            let node = nodes.get_mut(&kind).unwrap();
+            let t0 = Instant::now();
+            node.start(cp);
+            let synced = node.client.poll(
+                probe,
+                "target",
+                t0,
+                Duration::from_millis(10),
+                Duration::from_secs(600),
+            );
+            let pid = node.pid();
+            let cpu = cpu_secs(pid);
+            let sync_s = synced.map_or(f64::NAN, |d| d.as_secs_f64());
+            // Latency: warm-up, then `conns` connections, one at a time.
+            let (v, failed) = node.client.latency(probe, conns);
+            let hwm = status_kib(pid, "VmHWM") as f64 / 1024.0;
+            let v = sorted(v);
+            let r = res.entry(kind).or_default();
+            r.sync_s.push(sync_s);
+            r.cpu_s.push(cpu);
+            r.hwm_mib.push(hwm);
+            r.p50.push(pct(&v, 50.0));
+            r.p99.push(pct(&v, 99.0));
+            r.lat_us.extend(&v);
+            r.failed += failed;
+            let line = format!(
+                "round {round} {}: sync {sync_s:.2} s, cpu {cpu:.2} s, VmHWM {hwm:.1} MiB, \
+                 latency p50 {:.0} us p99 {:.0} us, failed {failed}, load {}",
+                kind.short(),
+                pct(&v, 50.0),
+                pct(&v, 99.0),
+                loadavg()
+            );
+            println!("{line}");
+            raw2.push_str(&line);
+            raw2.push('\n');
+            node.stop();
+        }
+    }
+    let med = |v: &[f64]| pct(&sorted(v.to_vec()), 50.0);
+    println!(
+        "\n## 2. Initial sync, {n_svc} services x {n_ep} endpoints (median of {rounds} rounds)"
+    );
+    println!("| proxy | start -> probe answers (s) | CPU s then | peak RSS (MiB) |");
+    println!("|---|---|---|---|");
+    for kind in kinds {
+        let r = &res[kind];
+        println!(
+            "| {} | {:.2} | {:.2} | {:.1} |",
+            kind.label(),
+            med(&r.sync_s),
+            med(&r.cpu_s),
+            med(&r.hwm_mib)
+        );
+    }
+    println!(
+        "\n## 3. Connect + request + response, {n_svc} services x {n_ep} endpoints (us, all rounds pooled)"
+    );
+    println!("| proxy | n | p50 | p90 | p99 | per-round p50 | per-round p99 | failed |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for kind in kinds {
+        let r = &res[kind];
+        let v = sorted(r.lat_us.clone());
+        println!(
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:?} | {:?} | {} |",
+            kind.label(),
+            v.len(),
+            pct(&v, 50.0),
+            pct(&v, 90.0),
+            pct(&v, 99.0),
+            r.p50.iter().map(|x| x.round()).collect::<Vec<_>>(),
+            r.p99.iter().map(|x| x.round()).collect::<Vec<_>>(),
+            r.failed
+        );
+    }
+    for (rk, kind) in pairs(kinds) {
+        let rv = &res[&rk];
+        let rl = sorted(rv.lat_us.clone());
+        let k = &res[&kind];
+        let kl = sorted(k.lat_us.clone());
+        println!(
+            "{} / {}: sync {:.2}x, CPU {:.2}x, RSS {:.2}x, latency p50 {:.2}x, p99 {:.2}x",
+            rk.short(),
+            kind.label(),
+            med(&rv.sync_s) / med(&k.sync_s),
+            med(&rv.cpu_s) / med(&k.cpu_s),
+            med(&rv.hwm_mib) / med(&k.hwm_mib),
+            pct(&rl, 50.0) / pct(&kl, 50.0),
+            pct(&rl, 99.0) / pct(&kl, 99.0)
+        );
+    }
+    println!("raw rounds:\n{raw2}load average at the end {}", loadavg());
 }
 
 #[test]
@@ -836,21 +1133,23 @@ fn kube_bench() {
         return;
     };
     let changes = env_usize("KBENCH_CHANGES", 100);
-    let n_svc = env_usize("KBENCH_SERVICES", 2000);
+    let sizes = sizes();
     let n_ep = env_usize("KBENCH_ENDPOINTS", 4);
+    let creators = env_usize("KBENCH_CREATORS", 8);
     let rounds = env_usize("KBENCH_ROUNDS", 3);
     let conns = env_usize("KBENCH_CONNS", 2000);
     let kinds = kinds();
     let names: Vec<&str> = kinds.iter().map(|k| k.short()).collect();
     println!(
-        "kube_bench: {} | {changes} changes of each kind per proxy, {n_svc} services x \
+        "kube_bench: {} | {changes} changes of each kind per proxy, {:?} services x \
          {n_ep} endpoints, {rounds} rounds, {conns} connections; load average {}",
         names.join(", "),
+        sizes,
         loadavg()
     );
     // The scale set's endpoint addresses are 10.85.X.Y with X < 256.
     assert!(
-        n_svc * n_ep <= 250 * 256,
+        sizes.iter().all(|n| n * n_ep <= 250 * 256),
         "at most 64,000 endpoints (10.85.0.0/16)"
     );
     let work = TempDir::new("rvs-kbench");
@@ -908,252 +1207,34 @@ fn kube_bench() {
     cp.set_pod_ready("default", "target", &[POD.parse().unwrap()])
         .expect("pod ready");
 
-    // ---- 1. change -> first connection, all running.
-    for n in nodes.values_mut() {
-        n.start(&cp);
+    if changes > 0 {
+        change_phases(&cp, api.port, &mut nodes, &kinds, changes, &pod_node);
     }
-    let cip = create_service(api.port, "warm", Some("target"));
-    for n in nodes.values_mut() {
-        let t = n.client.poll(
-            SocketAddr::new(cip, 80),
-            "target",
-            Instant::now(),
-            Duration::from_millis(50),
-            Duration::from_secs(180),
-        );
-        assert!(
-            t.is_some(),
-            "{} never served the warm-up Service",
-            n.kind.label()
-        );
-    }
-    delete_service(api.port, "warm");
-    std::thread::sleep(Duration::from_millis(1500));
-    let mut lat: BTreeMap<Kind, Vec<f64>> = BTreeMap::new();
-    let mut raw1 = String::new();
-    for i in 0..changes * kinds.len() {
-        let kind = kinds[i % kinds.len()];
-        let name = format!("lat-{i}");
-        let t0 = Instant::now();
-        let cip = create_service(api.port, &name, Some("target"));
-        let t = nodes.get_mut(&kind).unwrap().client.poll(
-            SocketAddr::new(cip, 80),
-            "target",
-            t0,
-            Duration::from_millis(2),
-            Duration::from_secs(20),
-        );
-        record(&mut lat, &mut raw1, kind, t);
-        delete_service(api.port, &name);
-        std::thread::sleep(Duration::from_millis(1500));
-    }
-    print_changes(
-        "1. Service created -> first connection reaching its pod (ms)",
-        &kinds,
-        changes,
-        lat,
-        &raw1,
-    );
 
-    // ---- 1b. new endpoint -> first connection reaching it, all running.
-    // Service "grow" keeps the target pod; each change makes a new pod of
-    // it ready (created Pending before the clock starts; the clock runs
-    // from the status PATCH, as a kubelet's readiness report), the real
-    // EndpointSlice controller adds it to the slice, and the node's client
-    // connects until the new pod answers. The pod is then deleted at once
-    // (grace 0) and the next change waits 1.5 s.
-    let grow = SocketAddr::new(create_service(api.port, "grow", Some("target")), 80);
-    for n in nodes.values_mut() {
-        let t = n.client.poll(
-            grow,
-            "target",
-            Instant::now(),
-            Duration::from_millis(50),
-            Duration::from_secs(60),
+    // ---- 2 + 3. initial sync at scale, then latency, one proxy at a time,
+    // for each size as the set grows.
+    let mut created = 0;
+    let mut probe = None;
+    for &n_svc in &sizes {
+        let t = Instant::now();
+        create_scale(api.port, created, n_svc, n_ep, creators);
+        println!(
+            "created {} services + {} endpoints in {:.1} s ({n_svc} x {n_ep} in place)",
+            n_svc - created,
+            (n_svc - created) * n_ep,
+            t.elapsed().as_secs_f64()
         );
-        assert!(t.is_some(), "{} never served Service grow", n.kind.label());
-    }
-    let mut lat: BTreeMap<Kind, Vec<f64>> = BTreeMap::new();
-    let mut raw1 = String::new();
-    for i in 0..changes * kinds.len() {
-        let kind = kinds[i % kinds.len()];
-        let name = format!("ep-{i}");
-        let ip = new_pod_ip(i);
-        let pod = json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "labels": {"app": "target"}},
-            "spec": {"nodeName": pod_node, "containers": [{
-                "name": "app", "image": "rvs-testbed.invalid/none",
-                "ports": [{"name": "p8080", "containerPort": 8080, "protocol": "TCP"}]}]},
+        created = n_svc;
+        let probe = *probe.get_or_insert_with(|| {
+            let probe = SocketAddr::new(create_service(api.port, "probe", Some("target")), 80);
+            cp.wait_endpoints("default", "probe", Duration::from_secs(60), |e| {
+                !e.is_empty()
+            })
+            .expect("the probe's endpoint");
+            probe
         });
-        let (status, body) = call(
-            api.port,
-            "POST",
-            "/api/v1/namespaces/default/pods",
-            Some(&pod),
-        );
-        assert_eq!(status, 201, "create pod {name}: {body}");
-        let ready = json!({"status": {
-            "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
-            "conditions": [{"type": "Ready", "status": "True"},
-                           {"type": "ContainersReady", "status": "True"}],
-        }});
-        let t0 = Instant::now();
-        let (status, body) = call_as(
-            api.port,
-            "PATCH",
-            &format!("/api/v1/namespaces/default/pods/{name}/status"),
-            "application/merge-patch+json",
-            Some(&ready),
-        );
-        assert_eq!(status, 200, "pod {name} ready: {body}");
-        let t = nodes.get_mut(&kind).unwrap().client.poll(
-            grow,
-            &ip,
-            t0,
-            Duration::from_millis(2),
-            Duration::from_secs(20),
-        );
-        record(&mut lat, &mut raw1, kind, t);
-        call(
-            api.port,
-            "DELETE",
-            &format!("/api/v1/namespaces/default/pods/{name}?gracePeriodSeconds=0"),
-            None,
-        );
-        std::thread::sleep(Duration::from_millis(1500));
+        scale_phase(&cp, &mut nodes, &kinds, probe, n_svc, n_ep, rounds, conns);
     }
-    delete_service(api.port, "grow");
-    print_changes(
-        "1b. Endpoint added (pod ready) -> first connection reaching it (ms)",
-        &kinds,
-        changes,
-        lat,
-        &raw1,
-    );
-    for n in nodes.values_mut() {
-        n.stop();
-    }
-
-    // ---- 2 + 3. initial sync at scale, then latency, one proxy at a time.
-    let t = Instant::now();
-    create_scale(api.port, n_svc, n_ep);
-    println!(
-        "created {n_svc} services + {} endpoints in {:.1} s",
-        n_svc * n_ep,
-        t.elapsed().as_secs_f64()
-    );
-    let probe = SocketAddr::new(create_service(api.port, "probe", Some("target")), 80);
-    cp.wait_endpoints("default", "probe", Duration::from_secs(60), |e| {
-        !e.is_empty()
-    })
-    .expect("the probe's endpoint");
-    #[derive(Default)]
-    struct Round {
-        sync_s: Vec<f64>,
-        cpu_s: Vec<f64>,
-        hwm_mib: Vec<f64>,
-        lat_us: Vec<f64>,
-        p50: Vec<f64>,
-        p99: Vec<f64>,
-        failed: usize,
-    }
-    let mut res: BTreeMap<Kind, Round> = BTreeMap::new();
-    let mut raw2 = String::new();
-    for round in 0..rounds {
-        for &kind in &kinds {
-            let node = nodes.get_mut(&kind).unwrap();
-            let t0 = Instant::now();
-            node.start(&cp);
-            let synced = node.client.poll(
-                probe,
-                "target",
-                t0,
-                Duration::from_millis(10),
-                Duration::from_secs(600),
-            );
-            let pid = node.pid();
-            let cpu = cpu_secs(pid);
-            let sync_s = synced.map_or(f64::NAN, |d| d.as_secs_f64());
-            // Latency: warm-up, then `conns` connections, one at a time.
-            let (v, failed) = node.client.latency(probe, conns);
-            let hwm = status_kib(pid, "VmHWM") as f64 / 1024.0;
-            let v = sorted(v);
-            let r = res.entry(kind).or_default();
-            r.sync_s.push(sync_s);
-            r.cpu_s.push(cpu);
-            r.hwm_mib.push(hwm);
-            r.p50.push(pct(&v, 50.0));
-            r.p99.push(pct(&v, 99.0));
-            r.lat_us.extend(&v);
-            r.failed += failed;
-            let line = format!(
-                "round {round} {}: sync {sync_s:.2} s, cpu {cpu:.2} s, VmHWM {hwm:.1} MiB, \
-                 latency p50 {:.0} us p99 {:.0} us, failed {failed}, load {}",
-                kind.short(),
-                pct(&v, 50.0),
-                pct(&v, 99.0),
-                loadavg()
-            );
-            println!("{line}");
-            raw2.push_str(&line);
-            raw2.push('\n');
-            node.stop();
-        }
-    }
-    let med = |v: &[f64]| pct(&sorted(v.to_vec()), 50.0);
-    println!(
-        "\n## 2. Initial sync, {n_svc} services x {n_ep} endpoints (median of {rounds} rounds)"
-    );
-    println!("| proxy | start -> probe answers (s) | CPU s then | peak RSS (MiB) |");
-    println!("|---|---|---|---|");
-    for kind in &kinds {
-        let r = &res[kind];
-        println!(
-            "| {} | {:.2} | {:.2} | {:.1} |",
-            kind.label(),
-            med(&r.sync_s),
-            med(&r.cpu_s),
-            med(&r.hwm_mib)
-        );
-    }
-    println!(
-        "\n## 3. Connect + request + response, {n_svc} services x {n_ep} endpoints (us, all rounds pooled)"
-    );
-    println!("| proxy | n | p50 | p90 | p99 | per-round p50 | per-round p99 | failed |");
-    println!("|---|---|---|---|---|---|---|---|");
-    for kind in &kinds {
-        let r = &res[kind];
-        let v = sorted(r.lat_us.clone());
-        println!(
-            "| {} | {} | {:.0} | {:.0} | {:.0} | {:?} | {:?} | {} |",
-            kind.label(),
-            v.len(),
-            pct(&v, 50.0),
-            pct(&v, 90.0),
-            pct(&v, 99.0),
-            r.p50.iter().map(|x| x.round()).collect::<Vec<_>>(),
-            r.p99.iter().map(|x| x.round()).collect::<Vec<_>>(),
-            r.failed
-        );
-    }
-    for (rk, kind) in pairs(&kinds) {
-        let rv = &res[&rk];
-        let rl = sorted(rv.lat_us.clone());
-        let k = &res[&kind];
-        let kl = sorted(k.lat_us.clone());
-        println!(
-            "{} / {}: sync {:.2}x, CPU {:.2}x, RSS {:.2}x, latency p50 {:.2}x, p99 {:.2}x",
-            rk.short(),
-            kind.label(),
-            med(&rv.sync_s) / med(&k.sync_s),
-            med(&rv.cpu_s) / med(&k.cpu_s),
-            med(&rv.hwm_mib) / med(&k.hwm_mib),
-            pct(&rl, 50.0) / pct(&kl, 50.0),
-            pct(&rl, 99.0) / pct(&kl, 99.0)
-        );
-    }
-    println!("raw rounds:\n{raw2}load average at the end {}", loadavg());
     // The relays, proxies and bed go on drop.
     for n in nodes.values() {
         let _ = &n.relay;
