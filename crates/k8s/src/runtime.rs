@@ -111,10 +111,26 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store::<K>();
-    let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
+    let stream = reflector::reflector(writer, watcher(api, config).modify(slim)).default_backoff();
     let task = tokio::spawn(drive(stream, changed, what));
     (store, task)
 }
+
+/// What the reflectors need not keep: the field managers' bookkeeping
+/// (`managedFields`) and kubectl's copy of the last applied object, often
+/// larger than the rest of a Service or EndpointSlice and never read by
+/// the translation (kube-proxy's informers strip `managedFields` too).
+/// At 10,000 Services this is most of what the stores hold.
+fn slim<K: kube::Resource>(o: &mut K) {
+    let meta = o.meta_mut();
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+    }
+}
+
+/// kubectl's annotation holding the last applied configuration.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 async fn drive<S, K>(stream: S, changed: Arc<Notify>, what: &'static str)
 where
@@ -365,5 +381,38 @@ mod tests {
             service_selector(&o),
             "service.kubernetes.io/service-proxy-name=rvs,!service.kubernetes.io/headless"
         );
+    }
+
+    #[test]
+    fn the_stores_keep_no_field_manager_bookkeeping() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+        let mut svc = Service::default();
+        svc.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some("kubectl".into()),
+            ..Default::default()
+        }]);
+        svc.metadata.annotations = Some(
+            [
+                (
+                    LAST_APPLIED.to_string(),
+                    "{\"kind\":\"Service\"}".to_string(),
+                ),
+                (
+                    "service.kubernetes.io/topology-mode".to_string(),
+                    "Auto".to_string(),
+                ),
+            ]
+            .into(),
+        );
+        slim(&mut svc);
+        assert_eq!(svc.metadata.managed_fields, None);
+        let kept: Vec<&String> = svc
+            .metadata
+            .annotations
+            .iter()
+            .flatten()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(kept, ["service.kubernetes.io/topology-mode"]);
     }
 }
