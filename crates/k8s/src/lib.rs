@@ -1097,16 +1097,23 @@ fn translate_service(
             Scope::Cluster
         };
         let picked = endpoints::pick(&eps, scope, here);
+        // DSR reaches an endpoint on another node; one on this node gets
+        // plain NAT (destination rewritten, no option or tunnel: Cilium's
+        // choice too). Nothing on this node's path to its own pod would
+        // take the option out or translate the pod's replies, while NAT's
+        // replies come back through this node's program.
+        let dest = |ep: &Ep| {
+            let method = match forward {
+                ForwardMethod::Tunnel(_) if ep.local => ForwardMethod::Masq,
+                m => m,
+            };
+            DestConfig::new(ep.ip, ep.port).forward(method)
+        };
         let mut dests: Vec<DestConfig> = picked
             .active
             .iter()
-            .map(|ep| DestConfig::new(ep.ip, ep.port).forward(forward))
-            .chain(
-                picked
-                    .draining
-                    .iter()
-                    .map(|ep| DestConfig::new(ep.ip, ep.port).forward(forward).weight(0)),
-            )
+            .map(|ep| dest(ep))
+            .chain(picked.draining.iter().map(|ep| dest(ep).weight(0)))
             .collect();
         dests.sort_by_key(|d| (d.addr, d.port));
 

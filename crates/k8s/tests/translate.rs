@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use rvs_k8s::{ExternalMode, Options};
+use rvs_k8s::{DSR_GENEVE, ExternalMode, Options};
 use serde_json::json;
 
 fn p80() -> serde_json::Value {
@@ -323,9 +323,26 @@ fn node_port() {
                    -> 10.180.0.1:80 Masq w1
                    -> 10.180.2.1:80 Masq w1
                    TCP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1:p80
-                   -> 10.180.0.1:80 Tunnel/opt w1
+                   -> 10.180.0.1:80 Masq w1
                    -> 10.180.2.1:80 Tunnel/opt w1",
-            ..Case::new("DSR mode: tunnelled real servers, no SNAT pool; loopback NodePort off")
+            ..Case::new(
+                "DSR mode: the remote endpoint tunnelled, the local one plain NAT (Cilium), no SNAT pool; loopback NodePort off",
+            )
+        },
+        Case {
+            services: vec![np()],
+            slices: one_ep(NODE),
+            opts: |o| {
+                o.external_mode = ExternalMode::Dsr;
+                o.dsr_tunnel = DSR_GENEVE;
+            },
+            want: "TCP 127.0.0.1:30001 mh+fallback+port NodePort ns1/svc1:p80
+                   -> 10.180.0.1:80 Masq w1
+                   TCP 172.30.0.41:80 rr ClusterIP ns1/svc1:p80
+                   -> 10.180.0.1:80 Masq w1
+                   TCP 192.168.0.2:30001 mh+fallback+port NodePort ns1/svc1:p80
+                   -> 10.180.0.1:80 Masq w1",
+            ..Case::new("DSR over Geneve: an endpoint on this node gets plain NAT too")
         },
         Case {
             services: vec![svc(

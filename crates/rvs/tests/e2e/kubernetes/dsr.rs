@@ -33,16 +33,19 @@
 //! The DSR case asserts the replies come from B's MAC with A's address and
 //! port and A sees none; the SNAT case (the same bed with `--node-port-mode
 //! snat`) asserts the opposite — they come back through A and the pod sees
-//! A's address — so the counters demonstrably tell the two apart.
+//! A's address — so the counters demonstrably tell the two apart. The
+//! Service also has a UDP port (the A-side and client counters count UDP
+//! apart): `hybrid` must give its TCP the DSR shape and its UDP the SNAT
+//! one. A last case puts the NodePort's only endpoint on A itself.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use rvs_testbed::k8s::ControlPlane;
-use rvs_testbed::{Host, connect};
+use rvs_testbed::{Host, Server, connect, udp_ask, udp_socket};
 
 use super::xdp::{PeerServer, Pins};
-use super::{Node, WAIT, ip, node_addresses, real_servers};
+use super::{Node, WAIT, ip, node_addresses, real_server_fields, real_servers, real_servers_of};
 use crate::dsr_opt::{OPTION_V4, OPTION_V6, Unpin, count_at_ingress, counters, counts};
 use crate::harness::within;
 use crate::netns::{Bed, in_ns, sh};
@@ -62,13 +65,17 @@ const PREFIX: [&str; 2] = ["24", "64"];
 /// Connections per family, each byte-checked.
 const CONNECTIONS: usize = 5;
 
+/// The pod's UDP port (the Service's port `dns`, UDP 53).
+const UDP_PORT: u16 = 5353;
+
 /// The bed and the cluster objects. Fields drop in order: the pins first,
 /// while the namespaces exist, the bed last but the control plane.
 struct Cluster {
     _unpin: [Unpin; 2],
     pins: [Pins; 2],
     _servers: Vec<PeerServer>,
-    _bed: Bed,
+    _udp: Vec<Server>,
+    bed: Bed,
     cp: ControlPlane,
     /// The switch namespace (the bridge).
     sw: String,
@@ -80,6 +87,8 @@ struct Cluster {
     pod: Host,
     /// A's NodePort, `[IPv4, IPv6]`.
     external: [SocketAddr; 2],
+    /// A's UDP NodePort (port `dns`), `[IPv4, IPv6]`.
+    external_udp: [SocketAddr; 2],
 }
 
 fn add_v6(h: &Host, dev: &str, addr: &str) {
@@ -96,9 +105,10 @@ fn mac(h: &Host) -> String {
 }
 
 /// The bed and objects for the nodes' `--node-port-mode MODE`, or `None`
-/// when the test is skipped.
-fn cluster(mode: &'static str) -> Option<Cluster> {
-    let test = &format!("kubernetes::dsr with --node-port-mode {mode}");
+/// when the test is skipped; `tag` tells the tests' pins apart (they run
+/// in one process).
+fn cluster(mode: &'static str, tag: &str) -> Option<Cluster> {
+    let test = &format!("kubernetes::dsr with --node-port-mode {mode} ({tag})");
     if !rvs_testbed::require_root(test, "network namespaces and XDP need root")
         || !rvs_testbed::require_tools(test, &["ip", "nsenter", "ethtool", "nft"])
     {
@@ -142,6 +152,7 @@ fn cluster(mode: &'static str) -> Option<Cluster> {
         .iter()
         .map(|p| PeerServer::start(&pod, ip(p), 8080, "pod"))
         .collect();
+    let udp = POD.iter().map(|p| udp_peer_server(&pod, ip(p))).collect();
 
     for (name, addrs) in [("node-a", A), ("node-b", B)] {
         cp.create_node(name, ip(addrs[0]), None)
@@ -158,13 +169,19 @@ fn cluster(mode: &'static str) -> Option<Cluster> {
  "spec": {"type": "NodePort", "selector": {"app": "echo"},
           "externalTrafficPolicy": "Cluster",
           "ipFamilyPolicy": "RequireDualStack", "ipFamilies": ["IPv4", "IPv6"],
-          "ports": [{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}}"#,
+          "ports": [{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"},
+                    {"name": "dns", "port": 53, "targetPort": 5353, "protocol": "UDP"}]}}"#,
     )
     .expect("create service");
     let np = super::service_addrs(&cp, "default", "echo")
         .1
         .expect("a NodePort");
     let external = A.map(|a| SocketAddr::new(ip(a), np));
+    let unp = super::service_json(&cp, "echo")["spec"]["ports"][1]["nodePort"]
+        .as_u64()
+        .and_then(|p| u16::try_from(p).ok())
+        .expect("a UDP NodePort");
+    let external_udp = A.map(|a| SocketAddr::new(ip(a), unp));
 
     count_at_ingress(&pod, &[OPTION_V4, OPTION_V6]);
     let (a_mac, b_mac) = (mac(&a), mac(&b));
@@ -182,34 +199,41 @@ fn cluster(mode: &'static str) -> Option<Cluster> {
         "add", "chain", "bridge", "dsr", "links", "{", "type", "filter", "hook", "forward",
         "priority", "0", ";", "}",
     ]);
-    for l3 in ["ip protocol tcp", "ip6 nexthdr tcp"] {
+    for l3 in [
+        "ip protocol tcp",
+        "ip6 nexthdr tcp",
+        "ip protocol udp",
+        "ip6 nexthdr udp",
+    ] {
         let rule = format!("oifname {} ether saddr {b_mac} {l3} counter", a.port);
         let mut args = vec!["add", "rule", "bridge", "dsr", "links"];
         args.extend(rule.split(' '));
         nft(&args);
     }
-    let from = |m: &str, v6: bool| {
+    let from = |m: &str, v6: bool, l4: &str, port: u16| {
         let (fam, addr) = if v6 { ("ip6", A[1]) } else { ("ip", A[0]) };
-        format!("ether saddr {m} {fam} saddr {addr} tcp sport {np}")
+        format!("ether saddr {m} {fam} saddr {addr} {l4} sport {port}")
     };
+    // TCP from B's MAC, from A's MAC, then UDP the same ([`Cluster::at_client`]).
+    let rules: Vec<String> = [("tcp", np), ("udp", unp)]
+        .into_iter()
+        .flat_map(|(l4, port)| {
+            [&b_mac, &a_mac]
+                .into_iter()
+                .flat_map(move |m| [false, true].map(|v6| from(m, v6, l4, port)))
+        })
+        .collect();
     count_at_ingress(
         &client,
-        &[
-            &from(&b_mac, false),
-            &from(&b_mac, true),
-            &from(&a_mac, false),
-            &from(&a_mac, true),
-        ],
+        &rules.iter().map(String::as_str).collect::<Vec<_>>(),
     );
     let pid = std::process::id();
     Some(Cluster {
         _unpin: [Unpin(a.ns.clone()), Unpin(b.ns.clone())],
-        pins: [
-            Pins(format!("k{mode}a{pid}")),
-            Pins(format!("k{mode}b{pid}")),
-        ],
+        pins: [Pins(format!("k{tag}a{pid}")), Pins(format!("k{tag}b{pid}"))],
         _servers: servers,
-        _bed: bed,
+        _udp: udp,
+        bed,
         cp,
         sw,
         mode,
@@ -218,6 +242,19 @@ fn cluster(mode: &'static str) -> Option<Cluster> {
         b,
         pod,
         external,
+        external_udp,
+    })
+}
+
+/// A UDP server in `host` on `addr`:[`UDP_PORT`] answering each datagram
+/// `pod@PEER DATA`, PEER the address its socket saw the datagram from (as
+/// [`PeerServer`] does for TCP; [`udp_ask`] returns `pod@PEER`).
+fn udp_peer_server(host: &Host, addr: std::net::IpAddr) -> Server {
+    let sock = host
+        .run(move || std::net::UdpSocket::bind(SocketAddr::new(addr, UDP_PORT)))
+        .expect("the pod's UDP server binds");
+    Server::udp(sock, |data, from| {
+        Some([format!("pod@{} ", from.ip()).as_bytes(), data].concat())
     })
 }
 
@@ -239,19 +276,27 @@ impl Cluster {
         node
     }
 
+    /// rvsd on A, then on B, as [`Self::start`].
+    fn start_both(&self) -> [Node; 2] {
+        [self.start(0), self.start(1)]
+    }
+
     /// Wait until `node`, whose addresses are `addrs`, lists the pod under
-    /// both of its NodePorts.
+    /// its TCP and UDP NodePorts of both families.
     fn programmed(&self, node: &Node, addrs: [&str; 2]) {
-        let np = self.external[0].port();
+        let (np, unp) = (self.external[0].port(), self.external_udp[0].port());
         within(
             "the node's NodePorts with the pod in rvsadm -Ln",
             WAIT,
             || {
                 addrs.iter().zip(POD).all(|(addr, pod)| {
-                    let pod = SocketAddr::new(ip(pod), 8080).to_string();
-                    real_servers(&node.rvsd, SocketAddr::new(ip(addr), np))
-                        .iter()
-                        .any(|(rs, _)| *rs == pod)
+                    let has = |proto: &str, port: u16, pod_port: u16| {
+                        let pod = SocketAddr::new(ip(pod), pod_port).to_string();
+                        real_servers_of(&node.rvsd, proto, SocketAddr::new(ip(addr), port))
+                            .iter()
+                            .any(|(rs, _)| *rs == pod)
+                    };
+                    has("TCP", np, 8080) && has("UDP", unp, UDP_PORT)
                 })
             },
         );
@@ -261,45 +306,87 @@ impl Cluster {
     /// family `f`, each byte-checked, each greeted `pod from PEER` with
     /// `peer` as PEER (the address the pod's accepted socket sees).
     fn exchange(&self, f: usize, peer: &str) {
-        let to = self.external[f];
-        // The XDP plane schedules an endpoint once it has resolved the next
-        // hop toward it: the first attempts may find none.
-        within(&format!("a first connection to {to}"), WAIT, || {
-            connect(&self.client, to, Duration::from_millis(500))
-                .is_ok_and(|c| !c.server.is_empty())
-        });
-        let msg: String = (0..2000)
-            .map(|i| char::from(b'a' + (i % 26) as u8))
-            .collect();
-        let got = (0..CONNECTIONS)
-            .map(|i| {
-                let mut c = connect(&self.client, to, T)
-                    .unwrap_or_else(|e| panic!("connection {i} to {to}: {e}"));
-                assert_eq!(
-                    c.stream.peer_addr().expect("peer"),
-                    to,
-                    "the client's socket is connected to A's NodePort"
-                );
-                c.echo(&msg, T)
-                    .unwrap_or_else(|e| panic!("connection {i} to {to}: echo: {e}"));
-                c.echo("second round", T)
-                    .unwrap_or_else(|e| panic!("connection {i} to {to}: second echo: {e}"));
-                c.server
-            })
-            .collect::<Vec<_>>();
-        let want = format!("pod from {}", ip(peer));
-        assert!(
-            got.iter().all(|g| *g == want),
-            "{to}: the pod's socket sees {peer}: {got:?}"
+        exchange(
+            &self.client,
+            self.external[f],
+            &format!("pod from {}", ip(peer)),
         );
+    }
+
+    /// [`CONNECTIONS`] datagrams from the client to A's UDP NodePort of
+    /// family `f`, each answered from that NodePort (the client's socket
+    /// is connected to it) by the pod, which saw them come from `peer`.
+    fn udp_exchange(&self, f: usize, peer: &str) {
+        let to = self.external_udp[f];
+        let sock = udp_socket(&self.client, ip(CLIENT[f])).expect("the client's UDP socket");
+        // Connected: the kernel hands the socket only datagrams from A's
+        // NodePort.
+        sock.connect(to).expect("connect the UDP socket");
+        // The first datagrams may find no endpoint scheduled yet (as TCP).
+        within(&format!("a first UDP answer from {to}"), WAIT, || {
+            udp_ask(&sock, to, "first", Duration::from_millis(500)).is_ok()
+        });
+        let want = format!("pod@{}", ip(peer));
+        for i in 0..CONNECTIONS {
+            let got = udp_ask(&sock, to, &format!("datagram {i}"), T)
+                .unwrap_or_else(|e| panic!("datagram {i} to {to}: {e}"));
+            assert_eq!(got, want, "{to}: the pod's socket sees {peer}");
+        }
+    }
+
+    /// TCP frames from B's MAC the bridge forwarded to A, `[IPv4, IPv6]`.
+    fn at_a(&self) -> Vec<u64> {
+        counters(&self.sw, "bridge")[..2].to_vec()
+    }
+
+    /// UDP frames from B's MAC the bridge forwarded to A, `[IPv4, IPv6]`.
+    fn udp_at_a(&self) -> Vec<u64> {
+        counters(&self.sw, "bridge")[2..].to_vec()
+    }
+
+    /// Replies at the client with A's address and NodePort, TCP: `[from
+    /// B's MAC IPv4, IPv6, from A's MAC IPv4, IPv6]`.
+    fn at_client(&self) -> Vec<u64> {
+        counts(&self.client)[..4].to_vec()
+    }
+
+    /// [`Self::at_client`] for UDP (A's UDP NodePort).
+    fn udp_at_client(&self) -> Vec<u64> {
+        counts(&self.client)[4..].to_vec()
     }
 }
 
-impl Cluster {
-    /// TCP frames from B's MAC the bridge forwarded to A, `[IPv4, IPv6]`.
-    fn at_a(&self) -> Vec<u64> {
-        counters(&self.sw, "bridge")
-    }
+/// [`CONNECTIONS`] connections from `client` to `to`, each byte-checked,
+/// each greeted `want` by the pod.
+fn exchange(client: &Host, to: SocketAddr, want: &str) {
+    // The XDP plane schedules an endpoint once it has resolved the next
+    // hop toward it: the first attempts may find none.
+    within(&format!("a first connection to {to}"), WAIT, || {
+        connect(client, to, Duration::from_millis(500)).is_ok_and(|c| !c.server.is_empty())
+    });
+    let msg: String = (0..2000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    let got = (0..CONNECTIONS)
+        .map(|i| {
+            let mut c =
+                connect(client, to, T).unwrap_or_else(|e| panic!("connection {i} to {to}: {e}"));
+            assert_eq!(
+                c.stream.peer_addr().expect("peer"),
+                to,
+                "the client's socket is connected to A's NodePort"
+            );
+            c.echo(&msg, T)
+                .unwrap_or_else(|e| panic!("connection {i} to {to}: echo: {e}"));
+            c.echo("second round", T)
+                .unwrap_or_else(|e| panic!("connection {i} to {to}: second echo: {e}"));
+            c.server
+        })
+        .collect::<Vec<_>>();
+    assert!(
+        got.iter().all(|g| g == want),
+        "{to}: the pod greets {want:?}: {got:?}"
+    );
 }
 
 /// Whether the DSR option programs are attached (pinned) on eth0 of `h`.
@@ -317,7 +404,9 @@ fn dsr_attached(h: &Host) -> bool {
 /// and A sees no TCP from B at all.
 #[test]
 fn kubernetes_dsr_node_port_replies_bypass_the_ingress_node() {
-    let Some(c) = cluster("dsr") else { return };
+    let Some(c) = cluster("dsr", "dsr") else {
+        return;
+    };
     let node_a = c.start(0);
     assert!(dsr_attached(&c.a), "A attached the DSR option programs");
 
@@ -349,17 +438,12 @@ fn kubernetes_dsr_node_port_replies_bypass_the_ingress_node() {
     }
     let stats = in_ns(&c.b.ns, || rvs_xdp::dsr_rs::pinned_stats("eth0"));
     eprintln!("dsr: B's DSR programs: {stats:?}");
-    let (pod, a, client) = (counts(&c.pod), c.at_a(), counts(&c.client));
+    let (pod, a, client) = (counts(&c.pod), c.at_a(), c.at_client());
     eprintln!(
         "dsr: options at the pod before B / after {pod_before:?} / {pod:?}; TCP from B at A {a:?}; replies at the client from B's MAC, A's MAC {client:?}"
     );
     assert_eq!(pod, pod_before, "no packet with the option reached the pod");
-    assert_eq!(a, vec![0, 0], "no reply passed A");
-    assert!(
-        client[0] > 0 && client[1] > 0,
-        "the replies reached the client from B's MAC with A's address and NodePort: {client:?}"
-    );
-    assert_eq!(&client[2..], &[0, 0], "none from A's MAC: {client:?}");
+    replies_bypassed_a("TCP", &a, &client);
     drop((node_b, node_a));
 }
 
@@ -369,20 +453,167 @@ fn kubernetes_dsr_node_port_replies_bypass_the_ingress_node() {
 /// counters of the DSR test tell the two modes apart.
 #[test]
 fn kubernetes_snat_node_port_replies_return_through_the_ingress_node() {
-    let Some(c) = cluster("snat") else { return };
-    let node_a = c.start(0);
-    let node_b = c.start(1);
+    let Some(c) = cluster("snat", "snat") else {
+        return;
+    };
+    let nodes = c.start_both();
     for (f, a) in A.iter().enumerate() {
         c.exchange(f, a);
     }
     assert!(!dsr_attached(&c.b), "no DSR option programs with snat");
-    let (pod, a, client) = (counts(&c.pod), c.at_a(), counts(&c.client));
+    let (pod, a, client) = (counts(&c.pod), c.at_a(), c.at_client());
     eprintln!(
         "snat: options at the pod {pod:?}; TCP from B at A {a:?}; replies at the client from B's MAC, A's MAC {client:?}"
     );
     assert_eq!(pod, vec![0, 0], "no option with SNAT");
-    assert!(a[0] > 0 && a[1] > 0, "the replies passed A: {a:?}");
-    assert_eq!(&client[..2], &[0, 0], "none from B's MAC: {client:?}");
-    assert!(client[2] > 0 && client[3] > 0, "from A's MAC: {client:?}");
-    drop((node_b, node_a));
+    replies_through_a("TCP", &a, &client);
+    drop(nodes);
+}
+
+/// The DSR shape of the counters of `what` (TCP or UDP): `at_a` (frames
+/// from B the bridge forwarded to A, `[IPv4, IPv6]`) none, `at_client`
+/// (replies with A's address and NodePort `[from B's MAC IPv4, IPv6, from
+/// A's MAC IPv4, IPv6]`) all from B's MAC.
+fn replies_bypassed_a(what: &str, at_a: &[u64], at_client: &[u64]) {
+    assert_eq!(at_a, [0, 0], "{what}: no reply passed A");
+    assert!(
+        at_client[0] > 0 && at_client[1] > 0,
+        "{what}: the replies reached the client from B's MAC with A's address and NodePort: {at_client:?}"
+    );
+    assert_eq!(
+        &at_client[2..],
+        &[0, 0],
+        "{what}: none from A's MAC: {at_client:?}"
+    );
+}
+
+/// The SNAT shape of the counters of [`replies_bypassed_a`]: the replies
+/// passed A and reached the client from A's MAC only.
+fn replies_through_a(what: &str, at_a: &[u64], at_client: &[u64]) {
+    assert!(
+        at_a[0] > 0 && at_a[1] > 0,
+        "{what}: the replies passed A: {at_a:?}"
+    );
+    assert_eq!(
+        &at_client[..2],
+        &[0, 0],
+        "{what}: none from B's MAC: {at_client:?}"
+    );
+    assert!(
+        at_client[2] > 0 && at_client[3] > 0,
+        "{what}: from A's MAC: {at_client:?}"
+    );
+}
+
+/// `--node-port-mode hybrid` (DSR for TCP, SNAT for UDP), IPv4 and IPv6, on
+/// the bed of the DSR test with a Service of one TCP and one UDP port: TCP
+/// as in the DSR test (the pod sees the client, no option reaches it, the
+/// replies come from B's MAC and none passes A), UDP as in the SNAT one
+/// (the pod sees A's address, the replies pass A and come from A's MAC).
+/// Nodes running `dsr` instead fail the UDP greeting (the pod sees the
+/// client), nodes running `snat` the TCP one (it sees A).
+#[test]
+fn kubernetes_hybrid_node_port_tcp_bypasses_the_ingress_node_udp_returns_through_it() {
+    let Some(c) = cluster("hybrid", "hyb") else {
+        return;
+    };
+    // rvsd attaches the DSR option programs before it programs any
+    // service, so B has them once both are started.
+    let nodes = c.start_both();
+    for f in 0..2 {
+        c.exchange(f, CLIENT[f]);
+        c.udp_exchange(f, A[f]);
+    }
+    assert!(dsr_attached(&c.b), "B attached the DSR option programs");
+    let pod = counts(&c.pod);
+    let (a, client) = (c.at_a(), c.at_client());
+    let (udp_a, udp_client) = (c.udp_at_a(), c.udp_at_client());
+    eprintln!(
+        "hybrid: options at the pod {pod:?}; from B at A: TCP {a:?} UDP {udp_a:?}; replies at the client from B's MAC, A's MAC: TCP {client:?} UDP {udp_client:?}"
+    );
+    assert_eq!(pod, vec![0, 0], "no packet with the option reached the pod");
+    replies_bypassed_a("TCP", &a, &client);
+    replies_through_a("UDP", &udp_a, &udp_client);
+    drop(nodes);
+}
+
+/// A's pod of [`kubernetes_dsr_node_port_to_an_endpoint_on_the_ingress_node`]:
+/// A's address on its segment, the pod's.
+const A_PODS: [&str; 2] = ["10.244.1.1", "fd44:1::1"];
+const A_POD: [&str; 2] = ["10.244.1.11", "fd44:1::11"];
+
+/// `--node-port-mode dsr` with the NodePort's only endpoint on the
+/// ingress node A itself (docs/kubernetes.md, DSR nodes): rvs gives a
+/// local endpoint plain NAT, no option (Cilium does the same), so that the
+/// pod's replies come back through A's program. The pod sits on A's
+/// segment with a subnet of its own and its default route via A (the
+/// one-arm shape of `kubernetes::xdp`); B runs no rvsd. Two dual-stack
+/// NodePorts select it, `externalTrafficPolicy: Cluster` and `Local`:
+/// byte-checked connections to A's NodePorts over IPv4 and IPv6, the pod
+/// seeing the client's address, no option reaching the pod, `rvsadm -Ln`
+/// listing it as `Masq`.
+#[test]
+fn kubernetes_dsr_node_port_to_an_endpoint_on_the_ingress_node() {
+    let Some(mut c) = cluster("dsr", "loc") else {
+        return;
+    };
+    let apod = c.bed.host("apod", &format!("{}/{}", A_POD[0], PREFIX[0]));
+    add_v6(&apod, "eth0", A_POD[1]);
+    add_v6(&c.a, "eth0", A_PODS[1]);
+    let cidr = format!("{}/{}", A_PODS[0], PREFIX[0]);
+    c.a.exec(&["ip", "addr", "add", &cidr, "dev", "eth0"]);
+    apod.exec(&["ip", "route", "add", "default", "via", A_PODS[0]]);
+    apod.exec(&["ip", "-6", "route", "add", "default", "via", A_PODS[1]]);
+    let _servers: Vec<PeerServer> = A_POD
+        .iter()
+        .map(|p| PeerServer::start(&apod, ip(p), 8080, "apod"))
+        .collect();
+    count_at_ingress(&apod, &[OPTION_V4, OPTION_V6]);
+    c.cp.create_pod("default", "apod", "node-a", &[("app", "local")], 8080)
+        .expect("create pod");
+    c.cp.set_pod_ready("default", "apod", &[ip(A_POD[0]), ip(A_POD[1])])
+        .expect("pod ready");
+    for (name, policy) in [("local", "Cluster"), ("local-etp", "Local")] {
+        c.cp.apply(&format!(
+            r#"{{"apiVersion": "v1", "kind": "Service",
+ "metadata": {{"name": "{name}", "namespace": "default"}},
+ "spec": {{"type": "NodePort", "selector": {{"app": "local"}},
+          "externalTrafficPolicy": "{policy}",
+          "ipFamilyPolicy": "RequireDualStack", "ipFamilies": ["IPv4", "IPv6"],
+          "ports": [{{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}}]}}}}"#
+        ))
+        .expect("create service");
+    }
+    let node_a = c.start(0);
+    assert!(dsr_attached(&c.a), "A attached the DSR option programs");
+    for name in ["local", "local-etp"] {
+        let np = super::service_addrs(&c.cp, "default", name)
+            .1
+            .expect("a NodePort");
+        for f in 0..2 {
+            let to = SocketAddr::new(ip(A[f]), np);
+            let pod = SocketAddr::new(ip(A_POD[f]), 8080).to_string();
+            within(&format!("{name}: A's pod under {to}"), WAIT, || {
+                real_servers(&node_a.rvsd, to)
+                    .iter()
+                    .any(|(rs, _)| *rs == pod)
+            });
+            let listed = real_server_fields(&node_a.rvsd, "TCP", to);
+            assert!(
+                listed
+                    .iter()
+                    .any(|f| f.get(1) == Some(&pod) && f.get(2).is_some_and(|m| m == "Masq")),
+                "{name}: A's own pod is a NAT (Masq) real server of {to}: {listed:?}"
+            );
+            exchange(&c.client, to, &format!("apod from {}", ip(CLIENT[f])));
+        }
+    }
+    let options = counts(&apod);
+    eprintln!("dsr, local endpoint: options at A's pod {options:?}");
+    assert_eq!(
+        options,
+        vec![0, 0],
+        "no packet with the option reached A's pod"
+    );
+    drop(node_a);
 }

@@ -342,6 +342,16 @@ fn real_servers(d: &Rvsd, vip: SocketAddr) -> Vec<(String, u32)> {
 /// [`real_servers`] of the `proto` (`TCP`, `UDP`; empty = the first)
 /// service at `vip`.
 fn real_servers_of(d: &Rvsd, proto: &str, vip: SocketAddr) -> Vec<(String, u32)> {
+    real_server_fields(d, proto, vip)
+        .into_iter()
+        .filter_map(|f| Some((f.get(1)?.clone(), f.get(3)?.parse().ok()?)))
+        .collect()
+}
+
+/// The `rvsadm -Ln` lines of the real servers under the `proto` service
+/// at `vip` (as [`real_servers_of`]), split into fields: `->`, the
+/// address, the forwarding method, the weight, ...
+fn real_server_fields(d: &Rvsd, proto: &str, vip: SocketAddr) -> Vec<Vec<String>> {
     let out = d.ok("-Ln");
     let mut lines = out
         .lines()
@@ -351,10 +361,7 @@ fn real_servers_of(d: &Rvsd, proto: &str, vip: SocketAddr) -> Vec<(String, u32)>
     }
     lines
         .take_while(|l| l.trim_start().starts_with("->"))
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            Some((f.get(1)?.to_string(), f.get(3)?.parse().ok()?))
-        })
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
         .collect()
 }
 
