@@ -201,6 +201,103 @@ fn api_writes_reach_rvsadm_and_traffic() {
     );
 }
 
+/// The tunnel options of `rvsadm -a -i` through the API: each set shows in
+/// `rvsadm -Ln --tun-info` and reads back as written; a combination rvsadm
+/// refuses is a 400 with rvsadm's words and the field, and changes nothing.
+#[test]
+fn api_tunnel_options_reach_rvsadm() {
+    let (d, http) = start_api(TempDir::new("api-tun"), "none", "tun-secret", &[]);
+    let auth = ("Authorization", "Bearer tun-secret");
+    let svc = serde_json::json!({"protocol": "tcp", "address": "10.9.0.1", "port": 80});
+    let (code, _, body) = request(http, "POST", "/api/v1/services", &[auth], Some(&svc));
+    assert_eq!(code, 201, "{body}");
+    let reals = "/api/v1/services/tcp-10.9.0.1-80/reals";
+    let rs = format!("{reals}/10.9.1.1-80");
+    let real = serde_json::json!({
+        "address": "10.9.1.1", "port": 80, "forward": "tunnel",
+        "tun_type": "gue", "tun_port": 6080, "tun_csum": "remcsum"
+    });
+    let (code, _, body) = request(http, "POST", reals, &[auth], Some(&real));
+    assert_eq!(code, 201, "{body}");
+    let v = json(&body);
+    assert_eq!(
+        (&v["tun_type"], &v["tun_port"], &v["tun_csum"]),
+        (&"gue".into(), &6080.into(), &"remcsum".into()),
+        "{body}"
+    );
+    let tun_info = || d.ok("-Ln --tun-info");
+    assert!(tun_info().contains("gue:6080:r+c"), "{}", tun_info());
+    // Each type with its options, by PATCH (the tunnel stated anew).
+    for (patch, shown) in [
+        (
+            serde_json::json!({"tun_type": "gre", "tun_csum": "csum"}),
+            "gre:+c",
+        ),
+        (
+            serde_json::json!({"tun_type": "gue", "tun_port": 7000}),
+            "gue:7000:-c",
+        ),
+        (
+            serde_json::json!({"tun_type": "geneve", "tun_csum": "nocsum"}),
+            "geneve:-c",
+        ),
+        (serde_json::json!({"tun_type": "ipip"}), "ipip"),
+        (
+            serde_json::json!({"tun_type": "gue", "tun_port": 6081, "tun_csum": "csum"}),
+            "gue:6081:+c",
+        ),
+    ] {
+        let (code, _, body) = request(http, "PATCH", &rs, &[auth], Some(&patch));
+        assert_eq!(code, 200, "{patch}: {body}");
+        let listing = tun_info();
+        assert!(listing.contains(shown), "{patch}: {shown} in {listing}");
+    }
+    // Refused as rvsadm refuses them; the listing stays as it was.
+    let before = tun_info();
+    for (patch, field, words) in [
+        (
+            serde_json::json!({"tun_type": "ipip", "tun_port": 6080}),
+            "tun_port",
+            "Illegal 'tun-port' option with the 'ipip' tunnel type",
+        ),
+        (
+            serde_json::json!({"tun_type": "gue"}),
+            "tun_port",
+            "You need to supply the 'tun-port' option for the 'gue' tunnel type",
+        ),
+        (
+            serde_json::json!({"tun_type": "gre", "tun_csum": "remcsum"}),
+            "tun_csum",
+            "Illegal 'tun-remcsum' option with the 'gre' tunnel type",
+        ),
+        (
+            serde_json::json!({"tun_type": "gue", "tun_port": 0}),
+            "tun_port",
+            "illegal tunnel port specified",
+        ),
+        (
+            serde_json::json!({"forward": "masq", "tun_type": "gre"}),
+            "forward",
+            "Tunnel options conflict with forward method",
+        ),
+    ] {
+        let (code, _, body) = request(http, "PATCH", &rs, &[auth], Some(&patch));
+        assert_eq!(code, 400, "{patch}: {body}");
+        let v = json(&body);
+        assert_eq!(v["field"], field, "{patch}: {body}");
+        assert!(
+            v["message"].as_str().is_some_and(|m| m.contains(words)),
+            "{patch}: {body}"
+        );
+        assert_eq!(tun_info(), before, "{patch} changed nothing");
+    }
+    // A real server that is not a tunnel takes no tunnel options.
+    let dr = serde_json::json!({"address": "10.9.1.2", "port": 80, "tun_type": "gre"});
+    let (code, _, body) = request(http, "POST", reals, &[auth], Some(&dr));
+    assert_eq!(code, 400, "{body}");
+    assert!(!tun_info().contains("10.9.1.2"), "{}", tun_info());
+}
+
 #[test]
 fn rvsd_refuses_public_writes_without_a_token() {
     let out = std::process::Command::new(crate::harness::RVSD)
