@@ -178,6 +178,18 @@ pub enum Msg {
         /// The view.
         reply: oneshot::Sender<serde_json::Value>,
     },
+    /// A page of the connection table (`GET /api/v1/connections`):
+    /// [`crate::view::conn_page`].
+    ApiConns {
+        /// The slab position to start at (the previous page's cursor).
+        from: usize,
+        /// Most entries.
+        limit: usize,
+        /// Which entries to list.
+        keep: Box<dyn Fn(&rvs_ipvsadm::snapshot::ConnSnap) -> bool + Send>,
+        /// The page.
+        reply: oneshot::Sender<crate::view::ConnPage>,
+    },
     /// Connections the data plane still carries.
     PlaneLive {
         /// How many.
@@ -623,6 +635,16 @@ fn serve(d: &mut Daemon, msg: Msg, answers: &mut Vec<Answer>) -> Touched {
         }
         Msg::ApiState { reply } => {
             let _ = reply.send(crate::view::api_state(d, true));
+            false
+        }
+        Msg::ApiConns {
+            from,
+            limit,
+            keep,
+            reply,
+        } => {
+            let table = d.controller().ipvs().conns();
+            let _ = reply.send(crate::view::conn_page(table, d.now(), from, limit, &*keep));
             false
         }
         Msg::PlaneLive { reply } => {

@@ -355,6 +355,8 @@ impl RealBody {
                 return Err(ApiError::field("weight", format!("{w}: 0..=65535")));
             }
             d.weight = w;
+            // A weight stated outright ends a drain.
+            d.drained_from = None;
         }
         if let Some(f) = &self.forward {
             d.forward = match f.as_str() {
@@ -739,8 +741,10 @@ pub(crate) struct ConnPage {
     pub connections: Vec<ConnView>,
     /// Pass as `cursor` for the next page; null on the last.
     pub next_cursor: Option<String>,
-    /// Connections matching the filters, every page.
-    pub total: usize,
+    /// Entries in the connection table (connections and persistence
+    /// templates), every page; null when a filter is given (counting the
+    /// matches would cost a pass over the whole table for each page).
+    pub total: Option<usize>,
 }
 
 /// A connection-sync daemon as read.

@@ -383,3 +383,80 @@ fn api_schemathesis() {
     eprintln!("schemathesis: {}", summary.trim());
     assert!(summary.contains("passed"), "{text}");
 }
+
+/// One exchange with the HTTP listener of an rvsd in network namespace
+/// `ns`, retried while rvsd is still starting (10 s at most).
+fn ns_request(
+    ns: &str,
+    port: u16,
+    method: &'static str,
+    path: String,
+) -> (u16, Vec<(String, String)>, String) {
+    rvs_testbed::netns::in_ns(ns, move || {
+        let deadline = std::time::Instant::now() + T;
+        let s = loop {
+            match TcpStream::connect(("127.0.0.1", port)) {
+                Ok(s) => break s,
+                Err(e) if std::time::Instant::now() > deadline => panic!("--http: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
+        s.set_read_timeout(Some(T)).expect("timeout");
+        parse_answer(&exchange(s, method, &path, &[], None).expect("an HTTP exchange"))
+    })
+}
+
+/// A real server drained through the API gets its weight back from the
+/// undrain after rvsd restarts (XDP, a table made without a file, kept
+/// beside the pins): the weight it had lives in its own record, which the
+/// saved table carries.
+#[test]
+fn api_drained_weight_survives_a_restart() {
+    use crate::harness::Rvsadm as _;
+    let test = "api_drain_restart";
+    let Some((_bed, _client, host)) = crate::netns::director_bed(test) else {
+        return;
+    };
+    let mut d = crate::restart::Director::new(&host.ns, test, "");
+    let http = 8088;
+    d.args = ["--http", "127.0.0.1:8088", "--api-writes"]
+        .map(str::to_owned)
+        .to_vec();
+    d.start(false);
+    d.ok("-A -t 10.77.0.100:80 -s rr");
+    d.ok("-a -t 10.77.0.100:80 -r 10.77.0.20:80 -g -w 7");
+    let rs = "/api/v1/services/tcp-10.77.0.100-80/reals/10.77.0.20-80";
+    let (code, _, body) = ns_request(&host.ns, http, "POST", format!("{rs}/drain"));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(json(&body)["weight"], 0, "{body}");
+    // rvsd writes the table a second after a change: let it land.
+    let table = d.state.join(format!("{}.table", d.instance));
+    let deadline = std::time::Instant::now() + T;
+    while !std::fs::read_to_string(&table).is_ok_and(|t| t.contains("\"drained_from\": 7")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never written",
+            table.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    d.stop("-KILL");
+    d.start(false);
+    let deadline = std::time::Instant::now() + T;
+    while !d.ok("-Ln").contains("10.77.0.20:80") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the table never came back"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(d.ok("-Ln").contains("Route   0"), "{}", d.ok("-Ln"));
+    let (code, _, body) = ns_request(&host.ns, http, "POST", format!("{rs}/undrain"));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(json(&body)["weight"], 7, "{body}");
+    let listing = d.ok("-Ln");
+    assert!(listing.contains("Route   7"), "{listing}");
+    // Undrained once: a second undrain has nothing to give back.
+    let (code, _, body) = ns_request(&host.ns, http, "POST", format!("{rs}/undrain"));
+    assert_eq!(code, 409, "{body}");
+}
