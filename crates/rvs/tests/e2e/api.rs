@@ -35,8 +35,26 @@ pub fn exchange(
     body: Option<&serde_json::Value>,
 ) -> std::io::Result<String> {
     let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let head = request_head(method, path, headers, &body, "1.0");
+    s.write_all(head.as_bytes())?;
+    s.write_all(body.as_bytes())?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    Ok(resp)
+}
+
+/// The head of a request (HTTP/`version`) for `body` (JSON when not
+/// empty), with `headers`, up to the blank line: what [`exchange`] and
+/// `api_load`'s keep-alive client send.
+pub fn request_head(
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    version: &str,
+) -> String {
     let mut head = format!(
-        "{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Length: {}\r\n",
+        "{method} {path} HTTP/{version}\r\nHost: rvsd\r\nContent-Length: {}\r\n",
         body.len()
     );
     if !body.is_empty() {
@@ -46,11 +64,7 @@ pub fn exchange(
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str("\r\n");
-    s.write_all(head.as_bytes())?;
-    s.write_all(body.as_bytes())?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp)?;
-    Ok(resp)
+    head
 }
 
 /// An HTTP answer: status, headers (lower-case names), body.
