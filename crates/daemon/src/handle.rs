@@ -278,12 +278,9 @@ pub struct Live {
 pub struct DaemonHandle {
     tx: mpsc::Sender<Msg>,
     snapshot: watch::Receiver<Snapshot>,
-    /// The owner's change count (a snapshot of a lower one is behind);
-    /// a watch, so a reader can wait for the next change ([`Self::changes`]).
-    generation: watch::Receiver<u64>,
-    /// The count of the owner's changes an operator must see at once (a
-    /// health checker's transition), for [`Self::urgent`].
-    urgent: watch::Receiver<u64>,
+    /// The owner's changes, so a reader can wait for the next one
+    /// ([`Self::changes`]).
+    changes: watch::Receiver<Changes>,
     source: Option<Source>,
 }
 
@@ -313,7 +310,7 @@ impl DaemonHandle {
     /// the owner renders it if the last one is behind; the last one when
     /// the owner does not answer within [`FRESH_WAIT`] (busy) or is gone.
     pub async fn fresh(&self) -> Snapshot {
-        let wanted = *self.generation.borrow();
+        let wanted = self.changes.borrow().generation;
         if self.snapshot.borrow().generation < wanted {
             let _ =
                 tokio::time::timeout(FRESH_WAIT, self.ask(|reply| Msg::Refresh { reply })).await;
@@ -321,18 +318,11 @@ impl DaemonHandle {
         self.snapshot()
     }
 
-    /// The owner's change count, to wait for its next change (the
-    /// dashboard's event stream: an event per change, not a poll).
-    pub fn changes(&self) -> watch::Receiver<u64> {
-        self.generation.clone()
-    }
-
-    /// The count of changes that should reach the operator at once: a
-    /// health check that turned a checker, real server or quorum up or
-    /// down (each is also a change of [`Self::changes`]). The dashboard
-    /// pushes these without waiting out its minimum gap between events.
-    pub fn urgent(&self) -> watch::Receiver<u64> {
-        self.urgent.clone()
+    /// The owner's changes, to wait for the next one (the dashboard's
+    /// event stream: an event per change, not a poll), and which of them
+    /// should reach the operator at once ([`Changes::urgent`]).
+    pub fn changes(&self) -> watch::Receiver<Changes> {
+        self.changes.clone()
     }
 
     /// The configuration source, if rvsd was started with one (fixed for
@@ -357,6 +347,20 @@ impl DaemonHandle {
     }
 }
 
+/// What the owner counts for its readers, in one watch: its changes, and
+/// the last of them an operator must see at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// The owner's change count (a snapshot of a lower one is behind).
+    pub generation: u64,
+    /// The `generation` of the last urgent change (0: none yet): a health
+    /// check that turned a checker, real server or quorum up or down. The
+    /// dashboard pushes these without waiting out its minimum gap; a
+    /// generation rather than a flag, so that an ordinary change after an
+    /// urgent one does not hide it.
+    pub urgent: u64,
+}
+
 /// Start the owner task for `daemon` on the current runtime: the data
 /// plane gets its way back to the director first. The task ends when
 /// every handle is dropped.
@@ -364,20 +368,18 @@ pub fn spawn(daemon: Daemon) -> DaemonHandle {
     let source = daemon.source();
     let (tx, rx) = mpsc::channel(QUEUE);
     let (publish, snapshot) = watch::channel(snapshot(&daemon, 0));
-    let (counted, generation) = watch::channel(0u64);
-    let (pressing, urgent) = watch::channel(0u64);
+    let (counts, changes) = watch::channel(Changes::default());
     // The cell first: a data plane may borrow the director as soon as it
     // is attached (the XDP plane adopting a pinned flow table does).
     let cell = Arc::new(Mutex::new(daemon));
     if let Ok(mut d) = cell.lock() {
         d.attach_director(director(Arc::downgrade(&cell)));
     }
-    tokio::spawn(run(cell, rx, publish, Counts { counted, pressing }));
+    tokio::spawn(run(cell, rx, publish, counts));
     DaemonHandle {
         tx,
         snapshot,
-        generation,
-        urgent,
+        changes,
         source,
     }
 }
@@ -396,19 +398,12 @@ fn director(weak: std::sync::Weak<Mutex<Daemon>>) -> DirectorHandle {
     })
 }
 
-/// What the owner counts for its readers: every change
-/// ([`DaemonHandle::changes`]) and the urgent ones ([`DaemonHandle::urgent`]).
-struct Counts {
-    counted: watch::Sender<u64>,
-    pressing: watch::Sender<u64>,
-}
-
 /// What one served request did to what the snapshot shows.
 #[derive(Clone, Copy, Default)]
 struct Touched {
     /// It may have changed what the snapshot shows.
     changed: bool,
-    /// A change the operator should see at once ([`DaemonHandle::urgent`]).
+    /// A change the operator should see at once ([`Changes::urgent`]).
     urgent: bool,
 }
 
@@ -427,10 +422,9 @@ async fn run(
     cell: Arc<Mutex<Daemon>>,
     mut rx: mpsc::Receiver<Msg>,
     publish: watch::Sender<Snapshot>,
-    counts: Counts,
+    counts: watch::Sender<Changes>,
 ) {
     let mut gen_now = 0u64;
-    let mut urgent_now = 0u64;
     let mut every: Option<tokio::time::Interval> = None;
     loop {
         let tick = async {
@@ -483,11 +477,12 @@ async fn run(
         }
         if changed || urgent {
             gen_now += 1;
-            counts.counted.send_replace(gen_now);
-        }
-        if urgent {
-            urgent_now += 1;
-            counts.pressing.send_replace(urgent_now);
+            counts.send_modify(|c| {
+                c.generation = gen_now;
+                if urgent {
+                    c.urgent = gen_now;
+                }
+            });
         }
         if refresh && publish.borrow().generation < gen_now {
             publish.send_replace(snapshot(&d, gen_now));

@@ -106,25 +106,38 @@ impl Hub {
 /// while any stream listens.
 async fn pump(hub: Arc<Hub>) {
     let mut changes = hub.daemon.changes();
-    let mut urgent = hub.daemon.urgent();
     while !hub.idle() {
-        changes.borrow_and_update();
-        urgent.borrow_and_update();
+        let seen = *changes.borrow_and_update();
         let snap = hub.daemon.fresh().await;
         hub.latest.send_replace(Some(Arc::from(payload(&snap))));
         tokio::time::sleep(URGENT_GAP).await;
-        // An urgent change cuts the gap short (an owner gone never does).
+        // An urgent change since `seen` cuts the gap short.
         let cut = tokio::select! {
             () = tokio::time::sleep(MIN_GAP - URGENT_GAP) => false,
-            r = urgent.changed() => r.is_ok(),
+            () = change_after(&mut changes, |c| c.urgent > seen.urgent) => true,
         };
         if cut {
             continue;
         }
-        // The next change, or the longest gap; an owner gone (rvsd
-        // stopping) is the longest gap each time.
-        if let Ok(Err(_)) = tokio::time::timeout(MAX_GAP - MIN_GAP, changes.changed()).await {
-            tokio::time::sleep(MAX_GAP - MIN_GAP).await;
+        // The next change, or the longest gap.
+        let next = change_after(&mut changes, |c| c.generation > seen.generation);
+        let _ = tokio::time::timeout(MAX_GAP - MIN_GAP, next).await;
+    }
+}
+
+/// Once the owner's changes are as `wanted` (at once if they are); never
+/// when the owner is gone (rvsd stopping: the pump's longest gap each
+/// time).
+async fn change_after(
+    changes: &mut tokio::sync::watch::Receiver<crate::handle::Changes>,
+    wanted: impl Fn(&crate::handle::Changes) -> bool,
+) {
+    loop {
+        if wanted(&changes.borrow_and_update()) {
+            return;
+        }
+        if changes.changed().await.is_err() {
+            std::future::pending::<()>().await;
         }
     }
 }
