@@ -219,9 +219,10 @@ pub struct Snapshot {
     /// families (the counters the data planes keep themselves are read at
     /// scrape time, from [`Snapshot::live`]).
     pub families: Arc<Families>,
-    /// `/api/v1/state` without the connections, as JSON text.
-    pub api_state: Arc<str>,
-    /// The same table, typed: the REST API's reads and write answers take
+    /// The VIP announcement's view (`/api/v1/announce`), which
+    /// `/api/v1/state` carries beside the table.
+    pub announce: Arc<serde_json::Value>,
+    /// The table, typed: the REST API's reads and write answers take
     /// their service or real server from it (parsing `api_state` per
     /// request was the largest single cost of an API request).
     pub table: Arc<rvs_ipvsadm::snapshot::Snapshot>,
@@ -237,6 +238,15 @@ pub struct Snapshot {
     pub sync: Arc<str>,
     /// The owner's change count it was rendered at.
     pub generation: u64,
+}
+
+impl Snapshot {
+    /// `/api/v1/state` without the connections, as JSON text: rendered
+    /// from [`Snapshot::table`] when asked (kept once, typed, rather than
+    /// also as text).
+    pub fn api_state(&self) -> String {
+        crate::view::with_announce(&self.table, &self.announce).to_string()
+    }
 }
 
 /// The metric families the owner renders, in exposition order around the
@@ -681,7 +691,7 @@ fn snapshot(d: &Daemon, generation: u64) -> Snapshot {
     Snapshot {
         generation,
         families: Arc::new(d.families()),
-        api_state: json(&crate::view::state_json(d, &table)),
+        announce: Arc::new(d.announce().view()),
         table: Arc::new(table),
         checks: json(&d.checks().unwrap_or(serde_json::Value::Null)),
         announced: d.announce().vips().filter(|(_, on)| *on).count(),

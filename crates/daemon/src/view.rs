@@ -219,9 +219,14 @@ pub fn api_table(d: &Daemon, with_conns: bool) -> Snapshot {
 /// `/api/v1/state` of `table` (from [`api_table`]): the table with the
 /// announcement.
 pub fn state_json(d: &Daemon, table: &Snapshot) -> serde_json::Value {
+    with_announce(table, &d.announce().view())
+}
+
+/// `table` as JSON with the announcement's view as its `announce`.
+pub fn with_announce(table: &Snapshot, announce: &serde_json::Value) -> serde_json::Value {
     let mut v = serde_json::to_value(table).unwrap_or(serde_json::Value::Null);
     if let Some(o) = v.as_object_mut() {
-        o.insert("announce".into(), d.announce().view());
+        o.insert("announce".into(), announce.clone());
     }
     v
 }

@@ -930,8 +930,7 @@ pub(crate) async fn vrrp(State(api): State<Api>) -> Result<Response, ApiError> {
     responses((status = 200, body = serde_json::Value), Failures))]
 pub(crate) async fn announce(State(api): State<Api>) -> Result<Response, ApiError> {
     let snap = api.d.fresh().await;
-    let v: serde_json::Value = serde_json::from_str(&snap.api_state).unwrap_or_default();
-    Ok(axum::Json(v.get("announce").cloned().unwrap_or_default()).into_response())
+    Ok(axum::Json(&*snap.announce).into_response())
 }
 
 /// The health checkers' state (`rvsadm -L --checks`).
@@ -960,7 +959,7 @@ pub(crate) async fn state(State(api): State<Api>, uri: Uri) -> Result<Response, 
         .as_deref()
         .is_some_and(|c| c != "0" && !c.is_empty());
     if !conns {
-        return Ok(json(api.d.fresh().await.api_state.to_string()));
+        return Ok(json(api.d.fresh().await.api_state()));
     }
     let v = api
         .d

@@ -151,7 +151,7 @@ fn payload(s: &Snapshot) -> String {
     format!(
         r#"{{"generation":{},"state":{},"checks":{},"vrrp":{},"plane":{},"sync":{}}}"#,
         s.generation,
-        s.api_state,
+        s.api_state(),
         s.checks,
         vrrp(&s.live.vrrp),
         plane(&crate::metrics::planes(&s.live)),
