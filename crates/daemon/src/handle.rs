@@ -223,8 +223,8 @@ pub struct Snapshot {
     /// `/api/v1/state` carries beside the table.
     pub announce: Arc<serde_json::Value>,
     /// The table, typed: the REST API's reads and write answers take
-    /// their service or real server from it (parsing `api_state` per
-    /// request was the largest single cost of an API request).
+    /// their service or real server from it (parsing the state's JSON
+    /// text per request was the largest single cost of an API request).
     pub table: Arc<rvs_ipvsadm::snapshot::Snapshot>,
     /// `/api/v1/checks`, as JSON text.
     pub checks: Arc<str>,

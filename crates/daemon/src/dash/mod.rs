@@ -10,11 +10,12 @@
 //! published event. So N open pages cost one rendering per change, at most
 //! one per [`MIN_GAP`], and an event goes out at least every [`MAX_GAP`]
 //! even when nothing changed. A health check that turns a real server up
-//! or down ([`DaemonHandle::urgent`]) does not wait out [`MIN_GAP`]: its
-//! event goes out at once (at most one per [`URGENT_GAP`]), so a failing
-//! real server turns red on the page within milliseconds of the check
-//! that failed, not a quarter of a second later. At most [`MAX_STREAMS`]
-//! streams are open at once; one more is answered 503.
+//! or down ([`crate::handle::Changes::urgent`]) does not wait out
+//! [`MIN_GAP`]: its event goes out at once (at most one per
+//! [`URGENT_GAP`]), so a failing real server turns red on the page within
+//! milliseconds of the check that failed, not a quarter of a second later.
+//! At most [`MAX_STREAMS`] streams are open at once; one more is answered
+//! 503.
 //!
 //! The page's writes (drain, undrain, weight) go to the REST API's routes
 //! with the bearer token the user typed in (kept in the tab's
@@ -44,9 +45,9 @@ pub const MAX_STREAMS: usize = 64;
 /// thousand).
 const MIN_GAP: Duration = Duration::from_millis(250);
 
-/// Urgent events ([`DaemonHandle::urgent`]) are at least this far apart
-/// (a farm of flapping real servers cannot make the pump render the
-/// snapshot more than forty times a second).
+/// Urgent events ([`crate::handle::Changes::urgent`]) are at least this
+/// far apart (a farm of flapping real servers cannot make the pump render
+/// the snapshot more than forty times a second).
 const URGENT_GAP: Duration = Duration::from_millis(25);
 
 /// An event goes out at least this often, changed or not (the page's
