@@ -365,6 +365,16 @@ pub struct DestConfig {
     /// configs: its length is theirs (`server_id_len`), and no two real
     /// servers of a service share one. `None` = reached only by fallback.
     pub quic_server_id: Option<QuicServerId>,
+    /// The weight a drain (REST API `.../drain`, weight 0) took from this
+    /// real server, for the undrain to give back: kept in the real
+    /// server's own record so that it lasts as long as the record does
+    /// (the saved table across a restart, a takeover). Not forwarding
+    /// state: data planes ignore it; any other edit states it anew.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub drained_from: Option<u32>,
 }
 
 impl DestConfig {
@@ -379,6 +389,7 @@ impl DestConfig {
             l_threshold: 0,
             proxy_protocol: None,
             quic_server_id: None,
+            drained_from: None,
         }
     }
 

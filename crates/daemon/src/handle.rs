@@ -178,6 +178,18 @@ pub enum Msg {
         /// The view.
         reply: oneshot::Sender<serde_json::Value>,
     },
+    /// A page of the connection table (`GET /api/v1/connections`):
+    /// [`crate::view::conn_page`].
+    ApiConns {
+        /// The slab position to start at (the previous page's cursor).
+        from: usize,
+        /// Most entries.
+        limit: usize,
+        /// Which entries to list.
+        keep: Box<dyn Fn(&rvs_ipvsadm::snapshot::ConnSnap) -> bool + Send>,
+        /// The page.
+        reply: oneshot::Sender<crate::view::ConnPage>,
+    },
     /// Connections the data plane still carries.
     PlaneLive {
         /// How many.
@@ -207,11 +219,12 @@ pub struct Snapshot {
     /// families (the counters the data planes keep themselves are read at
     /// scrape time, from [`Snapshot::live`]).
     pub families: Arc<Families>,
-    /// `/api/v1/state` without the connections, as JSON text.
-    pub api_state: Arc<str>,
-    /// The same table, typed: the REST API's reads and write answers take
-    /// their service or real server from it (parsing `api_state` per
-    /// request was the largest single cost of an API request).
+    /// The VIP announcement's view (`/api/v1/announce`), which
+    /// `/api/v1/state` carries beside the table.
+    pub announce: Arc<serde_json::Value>,
+    /// The table, typed: the REST API's reads and write answers take
+    /// their service or real server from it (parsing the state's JSON
+    /// text per request was the largest single cost of an API request).
     pub table: Arc<rvs_ipvsadm::snapshot::Snapshot>,
     /// `/api/v1/checks`, as JSON text.
     pub checks: Arc<str>,
@@ -225,6 +238,15 @@ pub struct Snapshot {
     pub sync: Arc<str>,
     /// The owner's change count it was rendered at.
     pub generation: u64,
+}
+
+impl Snapshot {
+    /// `/api/v1/state` without the connections, as JSON text: rendered
+    /// from [`Snapshot::table`] when asked (kept once, typed, rather than
+    /// also as text).
+    pub fn api_state(&self) -> String {
+        crate::view::with_announce(&self.table, &self.announce).to_string()
+    }
 }
 
 /// The metric families the owner renders, in exposition order around the
@@ -266,12 +288,9 @@ pub struct Live {
 pub struct DaemonHandle {
     tx: mpsc::Sender<Msg>,
     snapshot: watch::Receiver<Snapshot>,
-    /// The owner's change count (a snapshot of a lower one is behind);
-    /// a watch, so a reader can wait for the next change ([`Self::changes`]).
-    generation: watch::Receiver<u64>,
-    /// The count of the owner's changes an operator must see at once (a
-    /// health checker's transition), for [`Self::urgent`].
-    urgent: watch::Receiver<u64>,
+    /// The owner's changes, so a reader can wait for the next one
+    /// ([`Self::changes`]).
+    changes: watch::Receiver<Changes>,
     source: Option<Source>,
 }
 
@@ -301,7 +320,7 @@ impl DaemonHandle {
     /// the owner renders it if the last one is behind; the last one when
     /// the owner does not answer within [`FRESH_WAIT`] (busy) or is gone.
     pub async fn fresh(&self) -> Snapshot {
-        let wanted = *self.generation.borrow();
+        let wanted = self.changes.borrow().generation;
         if self.snapshot.borrow().generation < wanted {
             let _ =
                 tokio::time::timeout(FRESH_WAIT, self.ask(|reply| Msg::Refresh { reply })).await;
@@ -309,18 +328,11 @@ impl DaemonHandle {
         self.snapshot()
     }
 
-    /// The owner's change count, to wait for its next change (the
-    /// dashboard's event stream: an event per change, not a poll).
-    pub fn changes(&self) -> watch::Receiver<u64> {
-        self.generation.clone()
-    }
-
-    /// The count of changes that should reach the operator at once: a
-    /// health check that turned a checker, real server or quorum up or
-    /// down (each is also a change of [`Self::changes`]). The dashboard
-    /// pushes these without waiting out its minimum gap between events.
-    pub fn urgent(&self) -> watch::Receiver<u64> {
-        self.urgent.clone()
+    /// The owner's changes, to wait for the next one (the dashboard's
+    /// event stream: an event per change, not a poll), and which of them
+    /// should reach the operator at once ([`Changes::urgent`]).
+    pub fn changes(&self) -> watch::Receiver<Changes> {
+        self.changes.clone()
     }
 
     /// The configuration source, if rvsd was started with one (fixed for
@@ -345,6 +357,20 @@ impl DaemonHandle {
     }
 }
 
+/// What the owner counts for its readers, in one watch: its changes, and
+/// the last of them an operator must see at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// The owner's change count (a snapshot of a lower one is behind).
+    pub generation: u64,
+    /// The `generation` of the last urgent change (0: none yet): a health
+    /// check that turned a checker, real server or quorum up or down. The
+    /// dashboard pushes these without waiting out its minimum gap; a
+    /// generation rather than a flag, so that an ordinary change after an
+    /// urgent one does not hide it.
+    pub urgent: u64,
+}
+
 /// Start the owner task for `daemon` on the current runtime: the data
 /// plane gets its way back to the director first. The task ends when
 /// every handle is dropped.
@@ -352,20 +378,18 @@ pub fn spawn(daemon: Daemon) -> DaemonHandle {
     let source = daemon.source();
     let (tx, rx) = mpsc::channel(QUEUE);
     let (publish, snapshot) = watch::channel(snapshot(&daemon, 0));
-    let (counted, generation) = watch::channel(0u64);
-    let (pressing, urgent) = watch::channel(0u64);
+    let (counts, changes) = watch::channel(Changes::default());
     // The cell first: a data plane may borrow the director as soon as it
     // is attached (the XDP plane adopting a pinned flow table does).
     let cell = Arc::new(Mutex::new(daemon));
     if let Ok(mut d) = cell.lock() {
         d.attach_director(director(Arc::downgrade(&cell)));
     }
-    tokio::spawn(run(cell, rx, publish, Counts { counted, pressing }));
+    tokio::spawn(run(cell, rx, publish, counts));
     DaemonHandle {
         tx,
         snapshot,
-        generation,
-        urgent,
+        changes,
         source,
     }
 }
@@ -384,19 +408,12 @@ fn director(weak: std::sync::Weak<Mutex<Daemon>>) -> DirectorHandle {
     })
 }
 
-/// What the owner counts for its readers: every change
-/// ([`DaemonHandle::changes`]) and the urgent ones ([`DaemonHandle::urgent`]).
-struct Counts {
-    counted: watch::Sender<u64>,
-    pressing: watch::Sender<u64>,
-}
-
 /// What one served request did to what the snapshot shows.
 #[derive(Clone, Copy, Default)]
 struct Touched {
     /// It may have changed what the snapshot shows.
     changed: bool,
-    /// A change the operator should see at once ([`DaemonHandle::urgent`]).
+    /// A change the operator should see at once ([`Changes::urgent`]).
     urgent: bool,
 }
 
@@ -415,10 +432,9 @@ async fn run(
     cell: Arc<Mutex<Daemon>>,
     mut rx: mpsc::Receiver<Msg>,
     publish: watch::Sender<Snapshot>,
-    counts: Counts,
+    counts: watch::Sender<Changes>,
 ) {
     let mut gen_now = 0u64;
-    let mut urgent_now = 0u64;
     let mut every: Option<tokio::time::Interval> = None;
     loop {
         let tick = async {
@@ -471,11 +487,12 @@ async fn run(
         }
         if changed || urgent {
             gen_now += 1;
-            counts.counted.send_replace(gen_now);
-        }
-        if urgent {
-            urgent_now += 1;
-            counts.pressing.send_replace(urgent_now);
+            counts.send_modify(|c| {
+                c.generation = gen_now;
+                if urgent {
+                    c.urgent = gen_now;
+                }
+            });
         }
         if refresh && publish.borrow().generation < gen_now {
             publish.send_replace(snapshot(&d, gen_now));
@@ -625,6 +642,16 @@ fn serve(d: &mut Daemon, msg: Msg, answers: &mut Vec<Answer>) -> Touched {
             let _ = reply.send(crate::view::api_state(d, true));
             false
         }
+        Msg::ApiConns {
+            from,
+            limit,
+            keep,
+            reply,
+        } => {
+            let table = d.controller().ipvs().conns();
+            let _ = reply.send(crate::view::conn_page(table, d.now(), from, limit, &*keep));
+            false
+        }
         Msg::PlaneLive { reply } => {
             let _ = reply.send(d.controller().plane_live());
             false
@@ -664,7 +691,7 @@ fn snapshot(d: &Daemon, generation: u64) -> Snapshot {
     Snapshot {
         generation,
         families: Arc::new(d.families()),
-        api_state: json(&crate::view::state_json(d, &table)),
+        announce: Arc::new(d.announce().view()),
         table: Arc::new(table),
         checks: json(&d.checks().unwrap_or(serde_json::Value::Null)),
         announced: d.announce().vips().filter(|(_, on)| *on).count(),

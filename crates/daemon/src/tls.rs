@@ -198,7 +198,7 @@ const MAX_IDENTITY: usize = 128;
 /// certificate.
 pub(crate) fn identity(der: &CertificateDer<'_>) -> Option<String> {
     let cert = webpki::EndEntityCert::try_from(der).ok()?;
-    let name = if let Some(cn) = common_name(cert.subject()) {
+    let name = if let Some(cn) = common_name(der) {
         format!("CN={cn}")
     } else if let Some(dns) = cert.valid_dns_names().next() {
         format!("DNS={dns}")
@@ -216,67 +216,13 @@ pub(crate) fn identity(der: &CertificateDer<'_>) -> Option<String> {
     )
 }
 
-/// One DER element at the start of `input`: its tag, its contents and
-/// what follows. Single-byte tags and definite lengths of up to 4 bytes
-/// (all an X.509 name uses); `None` on anything else or a short input.
-fn der_element(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    if tag & 0x1f == 0x1f {
-        return None;
-    }
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = if first < 0x80 {
-        (usize::from(first), rest)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let (bytes, rest) = rest.split_at(n);
-        let len = bytes
-            .iter()
-            .fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
-        (len, rest)
-    };
-    if rest.len() < len {
-        return None;
-    }
-    let (contents, rest) = rest.split_at(len);
-    Some((tag, contents, rest))
-}
-
-/// The first common name (OID 2.5.4.3) of a Name's contents (the
-/// RDNSequence inside its SEQUENCE), as UTF8String, PrintableString or
-/// IA5String.
-fn common_name(mut rdns: &[u8]) -> Option<&str> {
-    const SET: u8 = 0x31;
-    const SEQUENCE: u8 = 0x30;
-    const OID: u8 = 0x06;
-    const CN: &[u8] = &[0x55, 0x04, 0x03];
-    while !rdns.is_empty() {
-        let (tag, mut set, rest) = der_element(rdns)?;
-        rdns = rest;
-        if tag != SET {
-            return None;
-        }
-        while !set.is_empty() {
-            let (tag, attribute, rest) = der_element(set)?;
-            set = rest;
-            if tag != SEQUENCE {
-                return None;
-            }
-            let (tag, oid, value) = der_element(attribute)?;
-            if tag != OID || oid != CN {
-                continue;
-            }
-            let (tag, text, _) = der_element(value)?;
-            // UTF8String, PrintableString, IA5String.
-            if matches!(tag, 0x0c | 0x13 | 0x16) {
-                return std::str::from_utf8(text).ok();
-            }
-        }
-    }
-    None
+/// The first common name (OID 2.5.4.3) of the subject of certificate
+/// `der`, read by x509-parser (a string of any of the types X.509 names
+/// use); `None` when there is none or `der` does not parse.
+fn common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = cert.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_owned)
 }
 
 /// Handshakes under way at most; a connection beyond is closed at once.

@@ -1,7 +1,7 @@
 //! The daemon's state as a [`Snapshot`]: what `rvsadm -L/-S/-c` format and
 //! what `/api/v1/state` serves as JSON.
 
-use rvs_core::conn::Conn;
+use rvs_core::conn::{Conn, ConnId, ConnTable};
 use rvs_core::dest::Dest;
 use rvs_core::ipvs::Ipvs;
 use rvs_core::model::{DestConfig, Protocol, ServiceKey};
@@ -81,6 +81,78 @@ pub(crate) fn edited_dest(d: &Daemon, key: &ServiceKey, config: &DestConfig) -> 
     Some(dest_snap(ipvs, dest, config))
 }
 
+/// One entry of the connection table as `rvsadm -Lc` lists it.
+fn conn_snap(table: &ConnTable, id: ConnId, c: &Conn, now: Instant) -> ConnSnap {
+    let (protocol, state) = names(c);
+    let left = table
+        .deadline(id)
+        .map_or(0, |d| d.saturating_since(now).as_secs());
+    let pe = table.pe_data(id);
+    ConnSnap {
+        protocol,
+        state,
+        expire_secs: u32::try_from(left).unwrap_or(u32::MAX),
+        caddr: c.caddr.to_ip(c.af),
+        cport: c.cport,
+        vaddr: if c.protocol == 0 {
+            // fwmark templates: the kernel stores the mark as an IPv4 address
+            c.vaddr.to_ip(rvs_core::model::AddrFamily::Inet)
+        } else {
+            c.vaddr.to_ip(c.af)
+        },
+        vport: c.vport,
+        daddr: c.daddr.to_ip(c.af),
+        dport: c.dport,
+        pe_name: pe.map(|_| "sip".to_owned()),
+        pe_data: pe.map(|p| String::from_utf8_lossy(p).into_owned()),
+        local: table
+            .local(id)
+            .map(|(a, p)| std::net::SocketAddr::new(a.to_ip(c.af), p)),
+    }
+}
+
+/// A page of the connection table ([`conn_page`]).
+#[derive(Debug, Default)]
+pub struct ConnPage {
+    /// The entries of the page that `keep` kept, in slab order.
+    pub conns: Vec<ConnSnap>,
+    /// The slab position of the next page's first entry; `None`: no
+    /// entry after this page matches.
+    pub next: Option<usize>,
+    /// Entries in the table (connections and templates).
+    pub len: usize,
+}
+
+/// Up to `limit` entries that `keep` keeps, from slab position `from` on,
+/// and where the next page starts: a walk in pages from 0 lists every
+/// entry that lives throughout it once (positions are stable while an
+/// entry lives), and a page costs what it scans — `limit` entries and the
+/// gaps between them — not a copy of the table.
+pub fn conn_page(
+    table: &ConnTable,
+    now: Instant,
+    from: usize,
+    limit: usize,
+    keep: &dyn Fn(&ConnSnap) -> bool,
+) -> ConnPage {
+    let mut page = ConnPage {
+        len: table.len(),
+        ..ConnPage::default()
+    };
+    for (id, c) in table.iter_slots(from, table.slots()) {
+        let snap = conn_snap(table, id, c, now);
+        if !keep(&snap) {
+            continue;
+        }
+        if page.conns.len() == limit {
+            page.next = Some(id.0 as usize);
+            break;
+        }
+        page.conns.push(snap);
+    }
+    page
+}
+
 /// Build the snapshot at `now`.
 pub fn snapshot(ipvs: &Ipvs, now: Instant, with_conns: bool) -> Snapshot {
     let services = ipvs
@@ -108,34 +180,7 @@ pub fn snapshot(ipvs: &Ipvs, now: Instant, with_conns: bool) -> Snapshot {
         let table = ipvs.conns();
         table
             .iter()
-            .map(|(id, c)| {
-                let (protocol, state) = names(c);
-                let left = table
-                    .deadline(id)
-                    .map_or(0, |d| d.saturating_since(now).as_secs());
-                let pe = table.pe_data(id);
-                ConnSnap {
-                    protocol,
-                    state,
-                    expire_secs: u32::try_from(left).unwrap_or(u32::MAX),
-                    caddr: c.caddr.to_ip(c.af),
-                    cport: c.cport,
-                    vaddr: if c.protocol == 0 {
-                        // fwmark templates: the kernel stores the mark as an IPv4 address
-                        c.vaddr.to_ip(rvs_core::model::AddrFamily::Inet)
-                    } else {
-                        c.vaddr.to_ip(c.af)
-                    },
-                    vport: c.vport,
-                    daddr: c.daddr.to_ip(c.af),
-                    dport: c.dport,
-                    pe_name: pe.map(|_| "sip".to_owned()),
-                    pe_data: pe.map(|p| String::from_utf8_lossy(p).into_owned()),
-                    local: table
-                        .local(id)
-                        .map(|(a, p)| std::net::SocketAddr::new(a.to_ip(c.af), p)),
-                }
-            })
+            .map(|(id, c)| conn_snap(table, id, c, now))
             .collect()
     } else {
         Vec::new()
@@ -174,9 +219,14 @@ pub fn api_table(d: &Daemon, with_conns: bool) -> Snapshot {
 /// `/api/v1/state` of `table` (from [`api_table`]): the table with the
 /// announcement.
 pub fn state_json(d: &Daemon, table: &Snapshot) -> serde_json::Value {
+    with_announce(table, &d.announce().view())
+}
+
+/// `table` as JSON with the announcement's view as its `announce`.
+pub fn with_announce(table: &Snapshot, announce: &serde_json::Value) -> serde_json::Value {
     let mut v = serde_json::to_value(table).unwrap_or(serde_json::Value::Null);
     if let Some(o) = v.as_object_mut() {
-        o.insert("announce".into(), d.announce().view());
+        o.insert("announce".into(), announce.clone());
     }
     v
 }
@@ -271,5 +321,83 @@ mod tests {
         let json = serde_json::to_string(&snap).unwrap();
         assert!(!json.contains(key), "{json}");
         assert!(json.contains(&format!("key=fp:{fp}")), "{json}");
+    }
+
+    /// A connection from 10.1.0.0 + `n`, port `n`, to 10.0.0.1:80.
+    fn conn(n: u16) -> Conn {
+        use rvs_core::conn::{Addr, ConnFlags, ConnKey};
+        let key = ConnKey {
+            protocol: 6,
+            af: rvs_core::model::AddrFamily::Inet,
+            caddr: Addr::from_ip(std::net::IpAddr::from([10, 1, (n >> 8) as u8, n as u8])),
+            cport: n,
+            vaddr: Addr::from_ip(std::net::IpAddr::from([10, 0, 0, 1])),
+            vport: 80,
+        };
+        let d = Addr::from_ip(std::net::IpAddr::from([10, 0, 1, 1]));
+        Conn::new(
+            &key,
+            d,
+            80,
+            ConnFlags::default(),
+            std::time::Duration::from_secs(900),
+        )
+    }
+
+    /// Paging a table larger than a page, with entries removed and added
+    /// between pages (into the freed positions, before and after the
+    /// cursor): every entry that lived throughout is listed exactly once,
+    /// each page holds at most `limit`, and the walk ends with no cursor.
+    #[test]
+    fn paging_lists_every_entry_that_lives_throughout_once() {
+        let now = Instant::from_secs(1);
+        let mut t = ConnTable::new(rvs_core::conn::ConnTableConfig {
+            capacity: 10_000,
+            hash_seed: 7,
+        });
+        let ids: Vec<ConnId> = (0..1000)
+            .map(|n| t.insert(conn(n), None, now).expect("room"))
+            .collect();
+        let all = |_: &ConnSnap| true;
+        let (mut seen, mut from, mut pages) = (Vec::new(), 0, 0);
+        let mut fresh = 5000;
+        loop {
+            let page = conn_page(&t, now, from, 64, &all);
+            assert!(page.conns.len() <= 64);
+            seen.extend(page.conns.iter().map(|c| c.cport));
+            pages += 1;
+            // Between pages: one early entry and one late one go, and two
+            // new ones take their positions (one behind the cursor, one
+            // ahead of it).
+            for victim in [pages * 7, 999 - pages * 3] {
+                if t.remove(ids[victim]).is_some() {
+                    t.insert(conn(fresh), None, now).expect("room");
+                    fresh += 1;
+                }
+            }
+            match page.next {
+                Some(n) => from = n,
+                None => break,
+            }
+        }
+        assert!(pages > 10, "{pages} pages");
+        let removed: std::collections::HashSet<u16> = (1..=pages)
+            .flat_map(|p| [p * 7, 999 - p * 3])
+            .map(|n| n as u16)
+            .collect();
+        let mut once = std::collections::HashMap::new();
+        for p in &seen {
+            *once.entry(*p).or_insert(0) += 1;
+        }
+        for n in (0..1000u16).filter(|n| !removed.contains(n)) {
+            assert_eq!(once.get(&n), Some(&1), "entry {n} listed once");
+        }
+        assert!(once.values().all(|&k| k == 1), "nothing twice");
+        // A filter pages only what it keeps; the length is the table's.
+        let odd = |c: &ConnSnap| c.cport % 2 == 1;
+        let page = conn_page(&t, now, 0, 10, &odd);
+        assert_eq!(page.conns.len(), 10);
+        assert!(page.conns.iter().all(|c| c.cport % 2 == 1));
+        assert_eq!(page.len, t.len());
     }
 }

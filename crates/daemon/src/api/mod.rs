@@ -16,7 +16,6 @@ mod ids;
 mod routes;
 mod types;
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -25,7 +24,6 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rvs_control::owner::{Change, Owner, Submitted};
-use rvs_core::model::ServiceKey;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -52,18 +50,12 @@ pub(crate) fn write(d: &mut Daemon, plan: Plan) -> Result<Submitted, ApiError> {
     d.submit(Owner::Api, change).map_err(ApiError::from)
 }
 
-/// Real servers drained through the API (service, address, port): the
-/// weight each had.
-type Drained = HashMap<(ServiceKey, IpAddr, u16), u32>;
-
 /// The handlers' state.
 #[derive(Clone)]
 pub(crate) struct Api {
     d: DaemonHandle,
     policy: Arc<Policy>,
     limiter: Arc<Mutex<guard::RateLimiter>>,
-    /// Real servers drained through the API: the weight to restore.
-    drained: Arc<Mutex<Drained>>,
     /// The document, as served.
     doc: Arc<OnceLock<String>>,
 }
@@ -153,7 +145,6 @@ pub(crate) fn router(d: DaemonHandle, policy: Arc<Policy>, rate: u32) -> axum::R
         d,
         policy,
         limiter: Arc::new(Mutex::new(guard::RateLimiter::new(rate))),
-        drained: Arc::default(),
         doc: Arc::new(OnceLock::from(text)),
     };
     router

@@ -475,13 +475,12 @@ pub(crate) async fn delete_real(
         }]))
     }))
     .await?;
-    if let Ok(mut m) = api.drained.lock() {
-        m.remove(&(key, rs.0, rs.1));
-    }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// Drain a real server: weight 0, its weight kept for `undrain`.
+/// Drain a real server: weight 0, its weight kept for `undrain` in the
+/// real server's own record (so it lasts across a restart of rvsd as the
+/// record does).
 #[utoipa::path(post, path = "/api/v1/services/{svc}/reals/{rs}/drain", tag = "reals", params(RealPath),
     responses((status = 200, body = RealView), Failures))]
 pub(crate) async fn drain_real(
@@ -489,13 +488,9 @@ pub(crate) async fn drain_real(
     Path(p): Path<RealPath>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let (key, rs) = real_path(&p)?;
-    let drained = api.drained.clone();
     api.real_edit(&p, &headers, move |dest| {
-        if dest.weight != 0
-            && let Ok(mut m) = drained.lock()
-        {
-            m.insert((key, rs.0, rs.1), dest.weight);
+        if dest.weight != 0 {
+            dest.drained_from = Some(dest.weight);
         }
         dest.weight = 0;
         Ok(())
@@ -511,23 +506,18 @@ pub(crate) async fn undrain_real(
     Path(p): Path<RealPath>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let (key, rs) = real_path(&p)?;
-    let drained = api.drained.clone();
+    let (_, rs) = real_path(&p)?;
     api.real_edit(&p, &headers, move |dest| {
-        dest.weight = drained
-            .lock()
-            .ok()
-            .and_then(|mut m| m.remove(&(key, rs.0, rs.1)))
-            .ok_or_else(|| {
-                ApiError::new(
-                    StatusCode::CONFLICT,
-                    "not_drained",
-                    format!(
-                        "{} was not drained through the API",
-                        ids::real_id(rs.0, rs.1)
-                    ),
-                )
-            })?;
+        dest.weight = dest.drained_from.take().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::CONFLICT,
+                "not_drained",
+                format!(
+                    "{} was not drained through the API",
+                    ids::real_id(rs.0, rs.1)
+                ),
+            )
+        })?;
         Ok(())
     })
     .await
@@ -831,7 +821,9 @@ pub(crate) async fn undrain(State(api): State<Api>) -> Result<Response, ApiError
 pub(crate) struct ConnQuery {
     /// Connections per page, 1..=10000 (default 100).
     pub limit: Option<String>,
-    /// The `next_cursor` of the previous page.
+    /// The `next_cursor` of the previous page: where in the table the
+    /// next page starts (a walk from the first page to the last lists
+    /// every connection that lives throughout it once).
     pub cursor: Option<String>,
     /// Only this service's (an address service id).
     pub service: Option<String>,
@@ -884,31 +876,29 @@ pub(crate) async fn connections(State(api): State<Api>, uri: Uri) -> Result<Resp
                 .map_err(|_| ApiError::field("client", format!("`{c}` is not an IP address")))
         })
         .transpose()?;
-    let v = api
+    let state = q.state;
+    let filtered = service.is_some() || client.is_some() || state.is_some();
+    let keep = Box::new(move |c: &rvs_ipvsadm::snapshot::ConnSnap| {
+        service.is_none_or(|(p, a, port)| c.protocol == p && c.vaddr == a && c.vport == port)
+            && client.is_none_or(|a| c.caddr == a)
+            && state
+                .as_deref()
+                .is_none_or(|s| c.state.eq_ignore_ascii_case(s))
+    });
+    let page = api
         .d
-        .ask(|reply| crate::handle::Msg::ApiState { reply })
+        .ask(|reply| crate::handle::Msg::ApiConns {
+            from: start,
+            limit,
+            keep,
+            reply,
+        })
         .await
         .ok_or_else(ApiError::stopping)?;
-    let conns: Vec<rvs_ipvsadm::snapshot::ConnSnap> =
-        serde_json::from_value(v["conns"].clone()).unwrap_or_default();
-    let matching: Vec<ConnView> = conns
-        .iter()
-        .filter(|c| {
-            service.is_none_or(|(p, a, port)| c.protocol == p && c.vaddr == a && c.vport == port)
-                && client.is_none_or(|a| c.caddr == a)
-                && q.state
-                    .as_deref()
-                    .is_none_or(|s| c.state.eq_ignore_ascii_case(s))
-        })
-        .map(ConnView::of)
-        .collect();
-    let total = matching.len();
-    let page: Vec<ConnView> = matching.into_iter().skip(start).take(limit).collect();
-    let next = start.saturating_add(limit);
     Ok(axum::Json(ConnPage {
-        connections: page,
-        next_cursor: (next < total).then(|| next.to_string()),
-        total,
+        connections: page.conns.iter().map(ConnView::of).collect(),
+        next_cursor: page.next.map(|n| n.to_string()),
+        total: (!filtered).then_some(page.len),
     })
     .into_response())
 }
@@ -940,8 +930,7 @@ pub(crate) async fn vrrp(State(api): State<Api>) -> Result<Response, ApiError> {
     responses((status = 200, body = serde_json::Value), Failures))]
 pub(crate) async fn announce(State(api): State<Api>) -> Result<Response, ApiError> {
     let snap = api.d.fresh().await;
-    let v: serde_json::Value = serde_json::from_str(&snap.api_state).unwrap_or_default();
-    Ok(axum::Json(v.get("announce").cloned().unwrap_or_default()).into_response())
+    Ok(axum::Json(&*snap.announce).into_response())
 }
 
 /// The health checkers' state (`rvsadm -L --checks`).
@@ -970,7 +959,7 @@ pub(crate) async fn state(State(api): State<Api>, uri: Uri) -> Result<Response, 
         .as_deref()
         .is_some_and(|c| c != "0" && !c.is_empty());
     if !conns {
-        return Ok(json(api.d.fresh().await.api_state.to_string()));
+        return Ok(json(api.d.fresh().await.api_state()));
     }
     let v = api
         .d

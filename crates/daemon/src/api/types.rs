@@ -8,11 +8,12 @@ use std::net::IpAddr;
 
 use rvs_core::model::{
     AddrFamily, DestConfig, ForwardMethod, LocalAddrRange, PersistMask, PersistenceEngine,
-    ProxyProtocol, SchedFlags, ServiceConfig, ServiceKey, Tunnel,
+    ProxyProtocol, SchedFlags, ServiceConfig, ServiceKey, Tunnel, TunnelCsum, TunnelType,
 };
 use rvs_core::sched::Scheduler;
 use rvs_ipvsadm::snapshot::{
     ConnSnap, DaemonSnap, DestSnap, ForwardSnap, NetmaskSnap, RatesSnap, ServiceSnap, StatsSnap,
+    TunCsumSnap, TunKindSnap,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -77,6 +78,66 @@ pub(crate) struct RealBody {
     pub l_threshold: Option<u32>,
     /// PROXY protocol toward this real server: `v1`, `v2` or `none`.
     pub proxy_protocol: Option<String>,
+    /// Tunnel encapsulation (`--tun-type`), with `forward` `tunnel` only;
+    /// default `ipip`. Any of the three `tun_*` fields given states the
+    /// tunnel anew, as `rvsadm -e -i --tun-type ...` does.
+    pub tun_type: Option<TunType>,
+    /// Tunnel destination port (`--tun-port`, 1..=65535): `gue` needs it,
+    /// the other types refuse it.
+    pub tun_port: Option<u16>,
+    /// Tunnel checksum (`--tun-nocsum`, `--tun-csum`, `--tun-remcsum`):
+    /// `gue`, `gre` and `geneve`; `remcsum` with `gue` only.
+    pub tun_csum: Option<TunCsum>,
+}
+
+/// A tunnel real server's encapsulation (`--tun-type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum TunType {
+    /// IP-in-IP (the default).
+    Ipip,
+    /// Generic UDP Encapsulation, to `tun_port`.
+    Gue,
+    /// GRE.
+    Gre,
+    /// Geneve to UDP 6081 (rvs only).
+    Geneve,
+    /// No encapsulation, the service in an IP option (rvs only, XDP plane).
+    Opt,
+}
+
+impl From<TunType> for TunnelType {
+    fn from(t: TunType) -> TunnelType {
+        match t {
+            TunType::Ipip => TunnelType::Ipip,
+            TunType::Gue => TunnelType::Gue,
+            TunType::Gre => TunnelType::Gre,
+            TunType::Geneve => TunnelType::Geneve,
+            TunType::Opt => TunnelType::Opt,
+        }
+    }
+}
+
+/// A tunnel's checksum option.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum TunCsum {
+    /// No checksum (`--tun-nocsum`, the default).
+    Nocsum,
+    /// Checksum the encapsulation (`--tun-csum`).
+    Csum,
+    /// Remote checksum offload, `gue` only (`--tun-remcsum`).
+    Remcsum,
+}
+
+impl From<TunCsum> for TunnelCsum {
+    fn from(c: TunCsum) -> TunnelCsum {
+        match c {
+            TunCsum::Nocsum => TunnelCsum::NoCsum,
+            TunCsum::Csum => TunnelCsum::Csum,
+            TunCsum::Remcsum => TunnelCsum::RemCsum,
+        }
+    }
 }
 
 fn proxy_protocol(field: &str, s: &str) -> Result<Option<ProxyProtocol>, ApiError> {
@@ -294,6 +355,8 @@ impl RealBody {
                 return Err(ApiError::field("weight", format!("{w}: 0..=65535")));
             }
             d.weight = w;
+            // A weight stated outright ends a drain.
+            d.drained_from = None;
         }
         if let Some(f) = &self.forward {
             d.forward = match f.as_str() {
@@ -310,6 +373,17 @@ impl RealBody {
                 }
             };
         }
+        let tun_given =
+            self.tun_type.is_some() || self.tun_port.is_some() || self.tun_csum.is_some();
+        if tun_given {
+            let ForwardMethod::Tunnel(t) = &mut d.forward else {
+                return Err(ApiError::field(
+                    "forward",
+                    "Tunnel options conflict with forward method",
+                ));
+            };
+            *t = self.tunnel()?;
+        }
         if let Some(u) = self.u_threshold {
             d.u_threshold = u;
         }
@@ -320,6 +394,28 @@ impl RealBody {
             d.proxy_protocol = proxy_protocol("proxy_protocol", p)?;
         }
         Ok(())
+    }
+
+    /// The tunnel the `tun_*` fields state, checked as rvsadm checks its
+    /// `--tun-*` options (the same check, the same words).
+    fn tunnel(&self) -> Result<Tunnel, ApiError> {
+        let kind = self.tun_type.map_or(TunnelType::Ipip, TunnelType::from);
+        let csum = self.tun_csum.map(TunnelCsum::from);
+        rvs_ipvsadm::check_tunnel(kind, self.tun_port, csum).map_err(|e| {
+            let field = if e.message.contains("port") {
+                "tun_port"
+            } else if e.message.contains("csum") {
+                "tun_csum"
+            } else {
+                "tun_type"
+            };
+            ApiError::field(field, e.message)
+        })?;
+        Ok(Tunnel {
+            kind,
+            port: self.tun_port.unwrap_or(0),
+            csum: csum.unwrap_or_default(),
+        })
     }
 }
 
@@ -382,6 +478,12 @@ pub(crate) struct RealView {
     pub l_threshold: u32,
     /// PROXY protocol toward it, if set.
     pub proxy_protocol: Option<String>,
+    /// A tunnel's encapsulation (null unless `forward` is `tunnel`).
+    pub tun_type: Option<TunType>,
+    /// A `gue` tunnel's destination port.
+    pub tun_port: Option<u16>,
+    /// A `gue`, `gre` or `geneve` tunnel's checksum option.
+    pub tun_csum: Option<TunCsum>,
     /// Active connections.
     pub active: u32,
     /// Inactive connections.
@@ -446,9 +548,31 @@ fn forward_name(f: &ForwardSnap) -> &'static str {
     }
 }
 
+/// A tunnel's fields as a [`RealBody`] states them (`tun_port` of `gue`
+/// only, `tun_csum` of the types that take one), so the view can be
+/// written back as it is read.
+fn tun_fields(f: &ForwardSnap) -> (Option<TunType>, Option<u16>, Option<TunCsum>) {
+    let ForwardSnap::Tunnel { kind, port, csum } = f else {
+        return (None, None, None);
+    };
+    let csum = match csum {
+        TunCsumSnap::NoCsum => TunCsum::Nocsum,
+        TunCsumSnap::Csum => TunCsum::Csum,
+        TunCsumSnap::RemCsum => TunCsum::Remcsum,
+    };
+    match kind {
+        TunKindSnap::Ipip => (Some(TunType::Ipip), None, None),
+        TunKindSnap::Opt => (Some(TunType::Opt), None, None),
+        TunKindSnap::Gue => (Some(TunType::Gue), Some(*port), Some(csum)),
+        TunKindSnap::Gre => (Some(TunType::Gre), None, Some(csum)),
+        TunKindSnap::Geneve => (Some(TunType::Geneve), None, Some(csum)),
+    }
+}
+
 impl RealView {
     /// The view of one real server of a snapshot.
     pub(crate) fn of(d: &DestSnap) -> RealView {
+        let (tun_type, tun_port, tun_csum) = tun_fields(&d.forward);
         RealView {
             id: ids::real_id(d.addr, d.port),
             address: d.addr.to_string(),
@@ -458,6 +582,9 @@ impl RealView {
             u_threshold: d.u_threshold,
             l_threshold: d.l_threshold,
             proxy_protocol: d.proxy_protocol.clone(),
+            tun_type,
+            tun_port,
+            tun_csum,
             active: d.active,
             inactive: d.inactive,
             persist: d.persist,
@@ -614,8 +741,10 @@ pub(crate) struct ConnPage {
     pub connections: Vec<ConnView>,
     /// Pass as `cursor` for the next page; null on the last.
     pub next_cursor: Option<String>,
-    /// Connections matching the filters, every page.
-    pub total: usize,
+    /// Entries in the connection table (connections and persistence
+    /// templates), every page; null when a filter is given (counting the
+    /// matches would cost a pass over the whole table for each page).
+    pub total: Option<usize>,
 }
 
 /// A connection-sync daemon as read.

@@ -10,11 +10,12 @@
 //! published event. So N open pages cost one rendering per change, at most
 //! one per [`MIN_GAP`], and an event goes out at least every [`MAX_GAP`]
 //! even when nothing changed. A health check that turns a real server up
-//! or down ([`DaemonHandle::urgent`]) does not wait out [`MIN_GAP`]: its
-//! event goes out at once (at most one per [`URGENT_GAP`]), so a failing
-//! real server turns red on the page within milliseconds of the check
-//! that failed, not a quarter of a second later. At most [`MAX_STREAMS`]
-//! streams are open at once; one more is answered 503.
+//! or down ([`crate::handle::Changes::urgent`]) does not wait out
+//! [`MIN_GAP`]: its event goes out at once (at most one per
+//! [`URGENT_GAP`]), so a failing real server turns red on the page within
+//! milliseconds of the check that failed, not a quarter of a second later.
+//! At most [`MAX_STREAMS`] streams are open at once; one more is answered
+//! 503.
 //!
 //! The page's writes (drain, undrain, weight) go to the REST API's routes
 //! with the bearer token the user typed in (kept in the tab's
@@ -44,9 +45,9 @@ pub const MAX_STREAMS: usize = 64;
 /// thousand).
 const MIN_GAP: Duration = Duration::from_millis(250);
 
-/// Urgent events ([`DaemonHandle::urgent`]) are at least this far apart
-/// (a farm of flapping real servers cannot make the pump render the
-/// snapshot more than forty times a second).
+/// Urgent events ([`crate::handle::Changes::urgent`]) are at least this
+/// far apart (a farm of flapping real servers cannot make the pump render
+/// the snapshot more than forty times a second).
 const URGENT_GAP: Duration = Duration::from_millis(25);
 
 /// An event goes out at least this often, changed or not (the page's
@@ -106,25 +107,38 @@ impl Hub {
 /// while any stream listens.
 async fn pump(hub: Arc<Hub>) {
     let mut changes = hub.daemon.changes();
-    let mut urgent = hub.daemon.urgent();
     while !hub.idle() {
-        changes.borrow_and_update();
-        urgent.borrow_and_update();
+        let seen = *changes.borrow_and_update();
         let snap = hub.daemon.fresh().await;
         hub.latest.send_replace(Some(Arc::from(payload(&snap))));
         tokio::time::sleep(URGENT_GAP).await;
-        // An urgent change cuts the gap short (an owner gone never does).
+        // An urgent change since `seen` cuts the gap short.
         let cut = tokio::select! {
             () = tokio::time::sleep(MIN_GAP - URGENT_GAP) => false,
-            r = urgent.changed() => r.is_ok(),
+            () = change_after(&mut changes, |c| c.urgent > seen.urgent) => true,
         };
         if cut {
             continue;
         }
-        // The next change, or the longest gap; an owner gone (rvsd
-        // stopping) is the longest gap each time.
-        if let Ok(Err(_)) = tokio::time::timeout(MAX_GAP - MIN_GAP, changes.changed()).await {
-            tokio::time::sleep(MAX_GAP - MIN_GAP).await;
+        // The next change, or the longest gap.
+        let next = change_after(&mut changes, |c| c.generation > seen.generation);
+        let _ = tokio::time::timeout(MAX_GAP - MIN_GAP, next).await;
+    }
+}
+
+/// Once the owner's changes are as `wanted` (at once if they are); never
+/// when the owner is gone (rvsd stopping: the pump's longest gap each
+/// time).
+async fn change_after(
+    changes: &mut tokio::sync::watch::Receiver<crate::handle::Changes>,
+    wanted: impl Fn(&crate::handle::Changes) -> bool,
+) {
+    loop {
+        if wanted(&changes.borrow_and_update()) {
+            return;
+        }
+        if changes.changed().await.is_err() {
+            std::future::pending::<()>().await;
         }
     }
 }
@@ -138,7 +152,7 @@ fn payload(s: &Snapshot) -> String {
     format!(
         r#"{{"generation":{},"state":{},"checks":{},"vrrp":{},"plane":{},"sync":{}}}"#,
         s.generation,
-        s.api_state,
+        s.api_state(),
         s.checks,
         vrrp(&s.live.vrrp),
         plane(&crate::metrics::planes(&s.live)),

@@ -10,8 +10,18 @@ use crate::handle::{Families, Live};
 fn snapshot(live: Live) -> Snapshot {
     Snapshot {
         families: Arc::new(Families::default()),
-        api_state: Arc::from(r#"{"services":[{"scheduler":"rr"}]}"#),
-        table: Arc::default(),
+        announce: Arc::new(serde_json::Value::Null),
+        table: Arc::new(rvs_ipvsadm::snapshot::Snapshot {
+            services: vec![rvs_ipvsadm::snapshot::ServiceSnap::from_config(
+                &ServiceKey::Addr {
+                    protocol: Protocol::Tcp,
+                    addr: [10, 0, 0, 1].into(),
+                    port: 80,
+                },
+                &rvs_core::model::ServiceConfig::new(rvs_core::model::AddrFamily::Inet),
+            )],
+            ..Default::default()
+        }),
         checks: Arc::from(r#"[{"name":"TCP 10.0.0.1:80"}]"#),
         announced: 0,
         live,
@@ -36,7 +46,7 @@ fn an_event_carries_the_state_checks_vrrp_plane_and_sync() {
     let text = payload(&snapshot(live));
     let v: serde_json::Value = serde_json::from_str(&text).expect("an event is JSON");
     assert_eq!(v["generation"], 7);
-    assert_eq!(v["state"]["services"][0]["scheduler"], "rr");
+    assert_eq!(v["state"]["services"][0]["scheduler"], "wlc");
     assert_eq!(v["checks"][0]["name"], "TCP 10.0.0.1:80");
     assert_eq!(v["sync"]["backup"], false);
     assert_eq!(

@@ -49,20 +49,16 @@ fn a_certificate_goes_by_its_cn_else_its_first_san() {
 }
 
 #[test]
-fn the_name_reader_never_panics_on_a_cut_or_bent_name() {
+fn the_name_reader_never_panics_on_a_cut_or_bent_certificate() {
     let (c, _) = cert(Some("alice"), &[]);
-    let parsed = webpki::EndEntityCert::try_from(c.der()).expect("parses");
-    let subject = parsed.subject().to_vec();
-    assert_eq!(common_name(&subject), Some("alice"));
-    for cut in 0..subject.len() {
-        let _ = common_name(&subject[..cut]);
-        let mut bent = subject.clone();
+    let der = c.der().to_vec();
+    assert_eq!(common_name(&der).as_deref(), Some("alice"));
+    for cut in 0..der.len() {
+        let _ = common_name(&der[..cut]);
+        let mut bent = der.clone();
         bent[cut] ^= 0xff;
         let _ = common_name(&bent);
     }
-    assert_eq!(der_element(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]), None);
-    assert_eq!(der_element(&[0x1f, 0x00]), None);
-    assert_eq!(der_element(&[0x30, 0x80]), None);
 }
 
 /// A directory of PEM files for the options.

@@ -16,6 +16,30 @@ fn tunnel_opt_check(t: TunnelType, options: u64) -> Result<(), ParseError> {
     legality_check(tunnel_legality(t), |j| TUN_OPTS[j], options, &what)
 }
 
+/// The tunnel options of a real server checked as `rvsadm -a/-e` checks
+/// them (ipvsadm's `tunnel_opt_check` and its port range), for a caller
+/// that has them as values rather than a command line (the REST API):
+/// `port` is `--tun-port` if given, `csum` which of `--tun-nocsum`,
+/// `--tun-csum`, `--tun-remcsum` was given. The error is rvsadm's text.
+pub fn check_tunnel(
+    kind: TunnelType,
+    port: Option<u16>,
+    csum: Option<TunnelCsum>,
+) -> Result<(), ParseError> {
+    if port == Some(0) {
+        return Err(ParseError::fail("illegal tunnel port specified"));
+    }
+    let bit = |c: usize| 1u64 << c;
+    let mut options = port.map_or(0, |_| bit(C_TUN_PORT));
+    options |= match csum {
+        None => 0,
+        Some(TunnelCsum::NoCsum) => bit(C_TUN_NOCSUM),
+        Some(TunnelCsum::Csum) => bit(C_TUN_CSUM),
+        Some(TunnelCsum::RemCsum) => bit(C_TUN_REMCSUM),
+    };
+    tunnel_opt_check(kind, options)
+}
+
 /// The scan both checks share: column `j` of `row` is option
 /// `option_of(j)`, which must be given (`+`), must not be (`x`), or is one
 /// of a set of which at most one may be (`1`); `what` names the command or

@@ -46,3 +46,58 @@ fn primes() {
     assert!(!is_prime(4095));
     assert!(!is_prime(1));
 }
+
+#[test]
+fn check_tunnel_says_what_the_command_line_says() {
+    let cli = |opts: &str| {
+        parse_args(
+            format!("-a -t 10.0.0.1:80 -r 10.0.0.2 -i {opts}")
+                .split_whitespace()
+                .map(str::to_owned),
+        )
+        .map(|_| ())
+        .map_err(|e| e.message)
+    };
+    let cases: [(&str, TunnelType, Option<u16>, Option<TunnelCsum>); 7] = [
+        ("--tun-type ipip", TunnelType::Ipip, None, None),
+        (
+            "--tun-type gue --tun-port 6080 --tun-remcsum",
+            TunnelType::Gue,
+            Some(6080),
+            Some(TunnelCsum::RemCsum),
+        ),
+        (
+            "--tun-type gre --tun-csum",
+            TunnelType::Gre,
+            None,
+            Some(TunnelCsum::Csum),
+        ),
+        (
+            "--tun-type ipip --tun-port 6080",
+            TunnelType::Ipip,
+            Some(6080),
+            None,
+        ),
+        ("--tun-type gue", TunnelType::Gue, None, None),
+        (
+            "--tun-type gre --tun-remcsum",
+            TunnelType::Gre,
+            None,
+            Some(TunnelCsum::RemCsum),
+        ),
+        (
+            "--tun-type gue --tun-port 0",
+            TunnelType::Gue,
+            Some(0),
+            None,
+        ),
+    ];
+    for (opts, kind, port, csum) in cases {
+        assert_eq!(
+            check_tunnel(kind, port, csum).map_err(|e| e.message),
+            cli(opts),
+            "{opts}"
+        );
+    }
+    assert!(check_tunnel(TunnelType::Gue, None, None).is_err());
+}

@@ -35,8 +35,26 @@ pub fn exchange(
     body: Option<&serde_json::Value>,
 ) -> std::io::Result<String> {
     let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let head = request_head(method, path, headers, &body, "1.0");
+    s.write_all(head.as_bytes())?;
+    s.write_all(body.as_bytes())?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    Ok(resp)
+}
+
+/// The head of a request (HTTP/`version`) for `body` (JSON when not
+/// empty), with `headers`, up to the blank line: what [`exchange`] and
+/// `api_load`'s keep-alive client send.
+pub fn request_head(
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    version: &str,
+) -> String {
     let mut head = format!(
-        "{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Length: {}\r\n",
+        "{method} {path} HTTP/{version}\r\nHost: rvsd\r\nContent-Length: {}\r\n",
         body.len()
     );
     if !body.is_empty() {
@@ -46,11 +64,7 @@ pub fn exchange(
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str("\r\n");
-    s.write_all(head.as_bytes())?;
-    s.write_all(body.as_bytes())?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp)?;
-    Ok(resp)
+    head
 }
 
 /// An HTTP answer: status, headers (lower-case names), body.
@@ -201,6 +215,103 @@ fn api_writes_reach_rvsadm_and_traffic() {
     );
 }
 
+/// The tunnel options of `rvsadm -a -i` through the API: each set shows in
+/// `rvsadm -Ln --tun-info` and reads back as written; a combination rvsadm
+/// refuses is a 400 with rvsadm's words and the field, and changes nothing.
+#[test]
+fn api_tunnel_options_reach_rvsadm() {
+    let (d, http) = start_api(TempDir::new("api-tun"), "none", "tun-secret", &[]);
+    let auth = ("Authorization", "Bearer tun-secret");
+    let svc = serde_json::json!({"protocol": "tcp", "address": "10.9.0.1", "port": 80});
+    let (code, _, body) = request(http, "POST", "/api/v1/services", &[auth], Some(&svc));
+    assert_eq!(code, 201, "{body}");
+    let reals = "/api/v1/services/tcp-10.9.0.1-80/reals";
+    let rs = format!("{reals}/10.9.1.1-80");
+    let real = serde_json::json!({
+        "address": "10.9.1.1", "port": 80, "forward": "tunnel",
+        "tun_type": "gue", "tun_port": 6080, "tun_csum": "remcsum"
+    });
+    let (code, _, body) = request(http, "POST", reals, &[auth], Some(&real));
+    assert_eq!(code, 201, "{body}");
+    let v = json(&body);
+    assert_eq!(
+        (&v["tun_type"], &v["tun_port"], &v["tun_csum"]),
+        (&"gue".into(), &6080.into(), &"remcsum".into()),
+        "{body}"
+    );
+    let tun_info = || d.ok("-Ln --tun-info");
+    assert!(tun_info().contains("gue:6080:r+c"), "{}", tun_info());
+    // Each type with its options, by PATCH (the tunnel stated anew).
+    for (patch, shown) in [
+        (
+            serde_json::json!({"tun_type": "gre", "tun_csum": "csum"}),
+            "gre:+c",
+        ),
+        (
+            serde_json::json!({"tun_type": "gue", "tun_port": 7000}),
+            "gue:7000:-c",
+        ),
+        (
+            serde_json::json!({"tun_type": "geneve", "tun_csum": "nocsum"}),
+            "geneve:-c",
+        ),
+        (serde_json::json!({"tun_type": "ipip"}), "ipip"),
+        (
+            serde_json::json!({"tun_type": "gue", "tun_port": 6081, "tun_csum": "csum"}),
+            "gue:6081:+c",
+        ),
+    ] {
+        let (code, _, body) = request(http, "PATCH", &rs, &[auth], Some(&patch));
+        assert_eq!(code, 200, "{patch}: {body}");
+        let listing = tun_info();
+        assert!(listing.contains(shown), "{patch}: {shown} in {listing}");
+    }
+    // Refused as rvsadm refuses them; the listing stays as it was.
+    let before = tun_info();
+    for (patch, field, words) in [
+        (
+            serde_json::json!({"tun_type": "ipip", "tun_port": 6080}),
+            "tun_port",
+            "Illegal 'tun-port' option with the 'ipip' tunnel type",
+        ),
+        (
+            serde_json::json!({"tun_type": "gue"}),
+            "tun_port",
+            "You need to supply the 'tun-port' option for the 'gue' tunnel type",
+        ),
+        (
+            serde_json::json!({"tun_type": "gre", "tun_csum": "remcsum"}),
+            "tun_csum",
+            "Illegal 'tun-remcsum' option with the 'gre' tunnel type",
+        ),
+        (
+            serde_json::json!({"tun_type": "gue", "tun_port": 0}),
+            "tun_port",
+            "illegal tunnel port specified",
+        ),
+        (
+            serde_json::json!({"forward": "masq", "tun_type": "gre"}),
+            "forward",
+            "Tunnel options conflict with forward method",
+        ),
+    ] {
+        let (code, _, body) = request(http, "PATCH", &rs, &[auth], Some(&patch));
+        assert_eq!(code, 400, "{patch}: {body}");
+        let v = json(&body);
+        assert_eq!(v["field"], field, "{patch}: {body}");
+        assert!(
+            v["message"].as_str().is_some_and(|m| m.contains(words)),
+            "{patch}: {body}"
+        );
+        assert_eq!(tun_info(), before, "{patch} changed nothing");
+    }
+    // A real server that is not a tunnel takes no tunnel options.
+    let dr = serde_json::json!({"address": "10.9.1.2", "port": 80, "tun_type": "gre"});
+    let (code, _, body) = request(http, "POST", reals, &[auth], Some(&dr));
+    assert_eq!(code, 400, "{body}");
+    assert!(!tun_info().contains("10.9.1.2"), "{}", tun_info());
+}
+
 #[test]
 fn rvsd_refuses_public_writes_without_a_token() {
     let out = std::process::Command::new(crate::harness::RVSD)
@@ -285,4 +396,81 @@ fn api_schemathesis() {
         .unwrap_or_else(|| panic!("no summary in:\n{text}"));
     eprintln!("schemathesis: {}", summary.trim());
     assert!(summary.contains("passed"), "{text}");
+}
+
+/// One exchange with the HTTP listener of an rvsd in network namespace
+/// `ns`, retried while rvsd is still starting (10 s at most).
+fn ns_request(
+    ns: &str,
+    port: u16,
+    method: &'static str,
+    path: String,
+) -> (u16, Vec<(String, String)>, String) {
+    rvs_testbed::netns::in_ns(ns, move || {
+        let deadline = std::time::Instant::now() + T;
+        let s = loop {
+            match TcpStream::connect(("127.0.0.1", port)) {
+                Ok(s) => break s,
+                Err(e) if std::time::Instant::now() > deadline => panic!("--http: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
+        s.set_read_timeout(Some(T)).expect("timeout");
+        parse_answer(&exchange(s, method, &path, &[], None).expect("an HTTP exchange"))
+    })
+}
+
+/// A real server drained through the API gets its weight back from the
+/// undrain after rvsd restarts (XDP, a table made without a file, kept
+/// beside the pins): the weight it had lives in its own record, which the
+/// saved table carries.
+#[test]
+fn api_drained_weight_survives_a_restart() {
+    use crate::harness::Rvsadm as _;
+    let test = "api_drain_restart";
+    let Some((_bed, _client, host)) = crate::netns::director_bed(test) else {
+        return;
+    };
+    let mut d = crate::restart::Director::new(&host.ns, test, "");
+    let http = 8088;
+    d.args = ["--http", "127.0.0.1:8088", "--api-writes"]
+        .map(str::to_owned)
+        .to_vec();
+    d.start(false);
+    d.ok("-A -t 10.77.0.100:80 -s rr");
+    d.ok("-a -t 10.77.0.100:80 -r 10.77.0.20:80 -g -w 7");
+    let rs = "/api/v1/services/tcp-10.77.0.100-80/reals/10.77.0.20-80";
+    let (code, _, body) = ns_request(&host.ns, http, "POST", format!("{rs}/drain"));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(json(&body)["weight"], 0, "{body}");
+    // rvsd writes the table a second after a change: let it land.
+    let table = d.state.join(format!("{}.table", d.instance));
+    let deadline = std::time::Instant::now() + T;
+    while !std::fs::read_to_string(&table).is_ok_and(|t| t.contains("\"drained_from\": 7")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never written",
+            table.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    d.stop("-KILL");
+    d.start(false);
+    let deadline = std::time::Instant::now() + T;
+    while !d.ok("-Ln").contains("10.77.0.20:80") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the table never came back"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(d.ok("-Ln").contains("Route   0"), "{}", d.ok("-Ln"));
+    let (code, _, body) = ns_request(&host.ns, http, "POST", format!("{rs}/undrain"));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(json(&body)["weight"], 7, "{body}");
+    let listing = d.ok("-Ln");
+    assert!(listing.contains("Route   7"), "{listing}");
+    // Undrained once: a second undrain has nothing to give back.
+    let (code, _, body) = ns_request(&host.ns, http, "POST", format!("{rs}/undrain"));
+    assert_eq!(code, 409, "{body}");
 }

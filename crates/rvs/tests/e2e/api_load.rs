@@ -134,18 +134,10 @@ impl Client {
         body: Option<&serde_json::Value>,
     ) -> Result<Answer, String> {
         let body = body.map(|b| b.to_string()).unwrap_or_default();
-        let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: rvsd\r\nAuthorization: Bearer {TOKEN}\r\n\
-             Content-Length: {}\r\n",
-            body.len()
-        );
-        if !body.is_empty() {
-            head.push_str("Content-Type: application/json\r\n");
-        }
-        if let Some(tag) = if_match {
-            head.push_str(&format!("If-Match: {tag}\r\n"));
-        }
-        head.push_str("\r\n");
+        let auth = format!("Bearer {TOKEN}");
+        let mut headers = vec![("Authorization", auth.as_str())];
+        headers.extend(if_match.map(|tag| ("If-Match", tag)));
+        let mut head = crate::api::request_head(method, path, &headers, &body, "1.1");
         head.push_str(&body);
         self.w
             .write_all(head.as_bytes())
