@@ -177,6 +177,7 @@ mod alloc;
 mod apply;
 mod flood;
 mod fnat;
+pub mod forwarding;
 mod l2;
 mod report;
 pub mod resolver;
