@@ -19,7 +19,7 @@
 #include <linux/types.h>
 
 /* ---- limits (map sizes; flows/nat/slots can be changed at load time) ---- */
-#define RVS_MAX_SERVICES 4096
+#define RVS_MAX_SERVICES 65536
 #define RVS_MAX_DESTS 65536
 #define RVS_SLOTS_DEFAULT (1u << 20)
 #define RVS_FLOWS_DEFAULT (1u << 20)

@@ -13,7 +13,7 @@
 #include "rvs.h"
 
 /* ---- capacities ---- */
-#define RVS_SOCK_SVC_MAX 4096
+#define RVS_SOCK_SVC_MAX 65536
 #define RVS_SOCK_DEST_MAX 65536
 #define RVS_SOCK_SLOTS (1u << 20)
 #define RVS_SOCK_SOCKS_MAX 262144

@@ -132,6 +132,9 @@ pub struct Options {
     /// `--flow-table-size` (xdp); `None`: sized by the machine's memory
     /// ([`rvs_xdp::pin::default_flow_table_size`]).
     pub flow_table_size: Option<u32>,
+    /// `--max-services` (xdp); `None`: sized by the machine's memory and
+    /// CPUs ([`rvs_xdp::pin::default_max_services`]).
+    pub max_services: Option<u32>,
     /// `--embryonic-table-size` (xdp; 0: a quarter of the flow table).
     pub embryonic_table_size: u32,
     /// `--tunnel-mtu` (xdp).

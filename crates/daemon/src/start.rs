@@ -299,17 +299,40 @@ fn xdp_plane(
             }
         );
     }
+    let mem = || {
+        std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| mem_total(&m))
+            .unwrap_or(u64::MAX)
+    };
+    let cpus = u32::try_from(rvs_sys::bpf::possible_cpus().unwrap_or(1)).unwrap_or(u32::MAX);
+    let max_services = match args.max_services {
+        Some(n) if n == 0 || n > rvs_xdp::maps::MAX_SERVICES => anyhow::bail!(
+            "--max-services {n}: expected 1 to {}",
+            rvs_xdp::maps::MAX_SERVICES
+        ),
+        Some(n) => n,
+        None => {
+            let mem = mem();
+            let n = rvs_xdp::pin::default_max_services(mem, cpus);
+            if n < rvs_xdp::maps::MAX_SERVICES {
+                tracing::info!(
+                    services = n,
+                    cpus,
+                    mem_total_mib = mem >> 20,
+                    "service maps sized to this machine's memory and CPUs (--max-services sets \
+                     them)"
+                );
+            }
+            n
+        }
+    };
     let flow_table_size = match args.flow_table_size {
         Some(0) => anyhow::bail!("--flow-table-size must be at least 1"),
         Some(n) => n,
         None => {
-            let mem = std::fs::read_to_string("/proc/meminfo")
-                .ok()
-                .and_then(|m| mem_total(&m))
-                .unwrap_or(u64::MAX);
-            let cpus = rvs_sys::bpf::possible_cpus().unwrap_or(1);
-            let n =
-                rvs_xdp::pin::default_flow_table_size(mem, u32::try_from(cpus).unwrap_or(u32::MAX));
+            let mem = mem();
+            let n = rvs_xdp::pin::default_flow_table_size(mem, cpus, max_services);
             if n < rvs_xdp::maps::FLOWS_DEFAULT {
                 tracing::info!(
                     flows = n,
@@ -363,6 +386,7 @@ fn xdp_plane(
         load: rvs_xdp::LoadOptions {
             flow_table_size,
             embryonic_table_size: args.embryonic_table_size,
+            max_services,
             ..rvs_xdp::LoadOptions::default()
         },
         tun_src4: match pick(false)? {
@@ -396,7 +420,8 @@ fn xdp_plane(
     for (interface, how) in opts.interfaces.iter().zip(modes) {
         match how {
             rvs_xdp::Attached::New(mode) => tracing::info!(
-                %interface, ?mode, flows = flow_table_size, ?pins, "XDP program attached"
+                %interface, ?mode, flows = flow_table_size, services = max_services, ?pins,
+                "XDP program attached"
             ),
             rvs_xdp::Attached::Updated => tracing::info!(
                 %interface, ?pins, "XDP program adopted and replaced (link update)"
@@ -907,6 +932,7 @@ mod tests {
             interface: Vec::new(),
             xdp_mode: XdpMode::Auto,
             flow_table_size: None,
+            max_services: None,
             embryonic_table_size: 0,
             tunnel_mtu: None,
             max_new_flows: 0,

@@ -89,8 +89,12 @@ pub mod cap {
     pub const SOCKS: u32 = 262_144;
     /// Persistence templates (`sock_persist`, LRU).
     pub const PERSIST: u32 = 65_536;
-    /// Services.
-    pub const SERVICES: u32 = 4096;
+    /// Services: Cilium's default service map size, enough for a cluster
+    /// of Kubernetes scale. Fixed, not sized at load as the director's: no
+    /// map of this plane is per-CPU, so `sock_services` (a preallocated
+    /// hash, 104 bytes an element) and `sock_cursor` take about 7 MiB
+    /// whatever the machine.
+    pub const SERVICES: u32 = 65_536;
     /// Real servers (all services).
     pub const DESTS: u32 = 65536;
     /// `slots` elements.

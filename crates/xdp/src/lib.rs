@@ -242,6 +242,9 @@ pub struct LoadOptions {
     /// flows between their SYN and their handshake's ACK, the only entries
     /// a SYN flood can evict); 0 = a quarter of `flow_table_size`.
     pub embryonic_table_size: u32,
+    /// Entries of the services map and of every array indexed by service
+    /// (see [`maps::MAX_SERVICES`]): the virtual services the plane holds.
+    pub max_services: u32,
 }
 
 impl LoadOptions {
@@ -261,6 +264,7 @@ impl Default for LoadOptions {
             flow_table_size: maps::FLOWS_DEFAULT,
             slots: maps::SLOTS_DEFAULT,
             embryonic_table_size: 0,
+            max_services: maps::MAX_SERVICES,
         }
     }
 }

@@ -1031,7 +1031,8 @@ fn absent_ok(r: Result<(), BpfError>) -> Result<(), BpfError> {
 }
 
 /// The director's table sizes from `opts` (flow tables, translations,
-/// persistence, scheduling slots), for every way the director is loaded.
+/// persistence, scheduling slots, services), for every way the director is
+/// loaded.
 fn size_director_maps(loader: &mut Loader<'_>, opts: &LoadOptions) {
     loader
         .map_max_entries("flows", opts.flow_table_size)
@@ -1043,4 +1044,7 @@ fn size_director_maps(loader: &mut Loader<'_>, opts: &LoadOptions) {
         .map_max_entries("fnat_fwd", opts.flow_table_size)
         .map_max_entries("persist", opts.flow_table_size)
         .map_max_entries("slots", opts.slots);
+    for name in crate::pin::SERVICE_MAPS {
+        loader.map_max_entries(name, opts.max_services);
+    }
 }

@@ -39,8 +39,14 @@ pub use kernel::KernelMaps;
 pub use mem::MemMaps;
 pub use ops::{FnatEntry, Installed, MapOps, WalkCursor};
 
-/// Size of the services map (and of `svc_info`, `rr_cursor`, `svc_stats`).
-pub const MAX_SERVICES: u32 = 4096;
+/// Size of the services map and of the arrays indexed by service
+/// (`svc_info`, `svc_flood`, `rr_cursor`, `svc_stats`, `fnat_pools`,
+/// `fnat_stats`, `quic_stats`) in the object, and the default and largest
+/// [`crate::LoadOptions::max_services`]: Cilium's default service map size.
+/// The loader sets the sizes (four of these maps are per-CPU: 200 bytes a
+/// service per CPU, 825 MiB for 65,536 services on 64 CPUs, so a small
+/// machine gets fewer: [`crate::pin::default_max_services`]).
+pub const MAX_SERVICES: u32 = 65_536;
 /// Size of the dests map (and of `dest_stats`).
 pub const MAX_DESTS: u32 = 65536;
 /// Default number of `slots` (u32 entries holding scheduling tables).

@@ -498,14 +498,42 @@ pub const TAIL_ARRAYS: [(&str, u32); 3] = [
 /// key and value (`struct htab_elem`: its list node, LRU node and hash).
 const HTAB_ELEM_HEADER: u64 = 48;
 
+/// The director's maps sized by [`crate::LoadOptions::max_services`]: the
+/// services hash and the arrays indexed by service.
+pub const SERVICE_MAPS: [&str; 8] = [
+    "services",
+    "svc_info",
+    "svc_flood",
+    "rr_cursor",
+    "svc_stats",
+    "fnat_pools",
+    "fnat_stats",
+    "quic_stats",
+];
+
 /// An estimate of the kernel memory the director's maps take with `opts`
 /// on a machine of `cpus` possible CPUs: hash and LRU maps preallocate
 /// every element (header, key and value, each 8-byte aligned), arrays
 /// their values, per-CPU maps a value per CPU.
 pub fn director_bytes(opts: &crate::LoadOptions, cpus: u32) -> u64 {
+    maps_bytes(&director_maps(opts), cpus)
+}
+
+/// [`director_bytes`] of the [`SERVICE_MAPS`] alone: what `opts.max_services`
+/// costs (about 25.5 MiB for 65,536 services plus 12.5 MiB per CPU: 825 MiB on
+/// 64 CPUs, 1.6 GiB on 128).
+pub fn service_maps_bytes(opts: &crate::LoadOptions, cpus: u32) -> u64 {
+    let all = director_maps(opts);
+    let svc: Vec<MapLayout> = all
+        .into_iter()
+        .filter(|m| SERVICE_MAPS.contains(&m.name))
+        .collect();
+    maps_bytes(&svc, cpus)
+}
+
+fn maps_bytes(maps: &[MapLayout], cpus: u32) -> u64 {
     let r8 = |n: u32| u64::from(n.div_ceil(8) * 8);
-    director_maps(opts)
-        .iter()
+    maps.iter()
         .map(|m| {
             let n = u64::from(m.max_entries);
             match m.map_type {
@@ -519,18 +547,43 @@ pub fn director_bytes(opts: &crate::LoadOptions, cpus: u32) -> u64 {
         .sum()
 }
 
-/// The default `--flow-table-size`: the largest power of two up to
-/// [`crate::maps::FLOWS_DEFAULT`] (2^20) whose maps ([`director_bytes`])
-/// take at most an eighth of the machine's `mem_total` bytes, and at least
-/// 2^12. On a 1 GiB machine the 2^20 default (about 600 MiB of
-/// preallocated maps) would have the kernel's OOM killer end rvsd; a
-/// director with 8 GiB or more gets 2^20 (Cilium sizes its maps by memory
-/// the same way: `bpf-map-dynamic-size-ratio`).
-pub fn default_flow_table_size(mem_total: u64, cpus: u32) -> u32 {
+/// The default `--max-services`: the largest power of two up to
+/// [`crate::maps::MAX_SERVICES`] (65,536) whose maps
+/// ([`service_maps_bytes`]) take at most a sixteenth of the machine's
+/// `mem_total` bytes (half of the eighth the director's maps may take, see
+/// [`default_flow_table_size`]), and at least 4,096 (the size before it
+/// was configurable). Four of these maps are per-CPU: 65,536 services cost
+/// 825 MiB on 64 CPUs, so a director needs 13 GiB for the full size there,
+/// 26 GiB on 128 CPUs, 1 GiB on 2.
+pub fn default_max_services(mem_total: u64, cpus: u32) -> u32 {
+    let mut n = crate::maps::MAX_SERVICES;
+    while n > 1 << 12 {
+        let opts = crate::LoadOptions {
+            max_services: n,
+            ..crate::LoadOptions::default()
+        };
+        if service_maps_bytes(&opts, cpus) <= mem_total / 16 {
+            break;
+        }
+        n /= 2;
+    }
+    n
+}
+
+/// The default `--flow-table-size` with `max_services` services: the
+/// largest power of two up to [`crate::maps::FLOWS_DEFAULT`] (2^20) whose
+/// maps ([`director_bytes`], the service maps included) take at most an
+/// eighth of the machine's `mem_total` bytes, and at least 2^12. On a 1 GiB
+/// machine the 2^20 default (about 600 MiB of preallocated maps) would
+/// have the kernel's OOM killer end rvsd; a director with 8 GiB or more
+/// gets 2^20 (Cilium sizes its maps by memory the same way:
+/// `bpf-map-dynamic-size-ratio`).
+pub fn default_flow_table_size(mem_total: u64, cpus: u32, max_services: u32) -> u32 {
     let mut n = crate::maps::FLOWS_DEFAULT;
     while n > 1 << 12 {
         let opts = crate::LoadOptions {
             flow_table_size: n,
+            max_services,
             ..crate::LoadOptions::default()
         };
         if director_bytes(&opts, cpus) <= mem_total / 8 {
@@ -549,23 +602,24 @@ pub fn director_maps(opts: &crate::LoadOptions) -> Vec<MapLayout> {
     use crate::own_mac::{OWN_MACS_MAP, OwnMacTable};
     use crate::quic_lb::{QUIC_SIDS_MAX, QUIC_SVCS_MAX, QuicSidKey, QuicStats, QuicSvc};
     let n = opts.flow_table_size;
+    let s = opts.max_services;
     vec![
-        MapLayout::of::<SvcKey, u32>("services", MAP_HASH, MAX_SERVICES),
-        MapLayout::of::<u32, Svc>("svc_info", MAP_ARRAY, MAX_SERVICES),
+        MapLayout::of::<SvcKey, u32>("services", MAP_HASH, s),
+        MapLayout::of::<u32, Svc>("svc_info", MAP_ARRAY, s),
         MapLayout::of::<u32, u32>("slots", MAP_ARRAY, opts.slots),
         MapLayout::of::<u32, Dest>("dests", MAP_ARRAY, MAX_DESTS),
         MapLayout::of::<FlowKey, Flow>("flows", MAP_LRU_HASH, n),
         MapLayout::of::<Flow4Key, Flow>("flows4", MAP_LRU_HASH, n),
         MapLayout::of::<FlowKey, Flow>("embryonic", MAP_LRU_HASH, opts.embryonic_entries()),
         MapLayout::of::<Flow4Key, Flow>("embryonic4", MAP_LRU_HASH, opts.embryonic_entries()),
-        MapLayout::of::<u32, SvcFlood>("svc_flood", MAP_PERCPU_ARRAY, MAX_SERVICES),
+        MapLayout::of::<u32, SvcFlood>("svc_flood", MAP_PERCPU_ARRAY, s),
         MapLayout::of::<u32, FlowCache>("flow_cache", MAP_PERCPU_ARRAY, FLOW_CACHE_SIZE),
         MapLayout::of::<u32, Flow6Cache>("flow6_cache", MAP_PERCPU_ARRAY, FLOW6_CACHE_SIZE),
         MapLayout::of::<u32, u32>("flow_epochs", MAP_ARRAY, FLOW_EPOCHS),
         MapLayout::of::<NatKey, Nat>("nat_rev", MAP_LRU_HASH, n),
         MapLayout::of::<PersistKey, Persist>("persist", MAP_LRU_HASH, n),
-        MapLayout::of::<u32, u64>("rr_cursor", MAP_ARRAY, MAX_SERVICES),
-        MapLayout::of::<u32, Stats>("svc_stats", MAP_PERCPU_ARRAY, MAX_SERVICES),
+        MapLayout::of::<u32, u64>("rr_cursor", MAP_ARRAY, s),
+        MapLayout::of::<u32, Stats>("svc_stats", MAP_PERCPU_ARRAY, s),
         MapLayout::of::<u32, Stats>("dest_stats", MAP_PERCPU_ARRAY, MAX_DESTS),
         MapLayout::of::<u32, Config>("config", MAP_ARRAY, 1),
         MapLayout::of::<u32, Flood>("flood", MAP_PERCPU_ARRAY, 1),
@@ -589,14 +643,14 @@ pub fn director_maps(opts: &crate::LoadOptions) -> Vec<MapLayout> {
         // not shared: each loaded director has its own, holding the
         // xdp_fnat of its object, which uses these pinned maps (it is
         // pinned apart, see TAIL_ARRAYS).
-        MapLayout::of::<u32, FnatPool>("fnat_pools", MAP_ARRAY, MAX_SERVICES),
+        MapLayout::of::<u32, FnatPool>("fnat_pools", MAP_ARRAY, s),
         // Plain hashes (no eviction: a pair is never taken from a live
         // flow); an older build's LRU ones are migrated into them.
         MapLayout::of::<FnatKey, Fnat>("fnat_rev", MAP_HASH, n),
         MapLayout::of::<FlowKey, FnatKey>("fnat_fwd", MAP_HASH, n),
         MapLayout::of::<NhKey, u32>("fnat_laddrs", MAP_HASH, FNAT_LADDRS_MAX),
         MapLayout::of::<u32, FnatTmp>("fnat_tmp", MAP_PERCPU_ARRAY, 1),
-        MapLayout::of::<u32, FnatStats>("fnat_stats", MAP_PERCPU_ARRAY, MAX_SERVICES),
+        MapLayout::of::<u32, FnatStats>("fnat_stats", MAP_PERCPU_ARRAY, s),
         MapLayout::of::<u32, u64>("fnat_missed", MAP_PERCPU_ARRAY, 1),
         MapLayout::of::<FnatKey, u64>("fnat_full", MAP_LRU_HASH, FNAT_FULL_MAX),
         // QUIC-LB (bpf/lib/quic_lb.h): a restarted rvsd adopts its services
@@ -605,7 +659,7 @@ pub fn director_maps(opts: &crate::LoadOptions) -> Vec<MapLayout> {
         MapLayout::of::<SvcKey, u32>("quic_services", MAP_HASH, QUIC_SVCS_MAX),
         MapLayout::of::<u32, QuicSvc>("quic_lb", MAP_HASH, QUIC_SVCS_MAX),
         MapLayout::of::<QuicSidKey, u32>("quic_sids", MAP_HASH, QUIC_SIDS_MAX),
-        MapLayout::of::<u32, QuicStats>("quic_stats", MAP_PERCPU_ARRAY, MAX_SERVICES),
+        MapLayout::of::<u32, QuicStats>("quic_stats", MAP_PERCPU_ARRAY, s),
         MapLayout::of::<u32, u64>("quic_missed", MAP_PERCPU_ARRAY, 1),
         // DSR by IP option (bpf/lib/dsr_opt.h): the real server handed to
         // the tail-called xdp_dsr_opt (per-CPU scratch; its slot
@@ -859,12 +913,14 @@ mod tests {
     #[test]
     fn default_flow_table_size_follows_memory() {
         const GIB: u64 = 1 << 30;
-        assert_eq!(default_flow_table_size(8 * GIB, 2), 1 << 20);
-        assert_eq!(default_flow_table_size(64 * GIB, 64), 1 << 20);
-        let small = default_flow_table_size(GIB, 2);
-        assert!((1 << 16..1 << 20).contains(&small), "{small}");
+        let full = crate::maps::MAX_SERVICES;
+        assert_eq!(default_flow_table_size(8 * GIB, 2, full), 1 << 20);
+        assert_eq!(default_flow_table_size(64 * GIB, 64, full), 1 << 20);
+        let small = default_flow_table_size(GIB, 2, default_max_services(GIB, 2));
+        assert!((1 << 15..1 << 20).contains(&small), "{small}");
         let opts = |n| crate::LoadOptions {
             flow_table_size: n,
+            max_services: default_max_services(GIB, 2),
             ..crate::LoadOptions::default()
         };
         assert!(director_bytes(&opts(small), 2) <= GIB / 8);
@@ -873,7 +929,38 @@ mod tests {
             director_bytes(&opts(1 << 20), 2) > 512 << 20,
             "the full default is over 512 MiB"
         );
-        assert_eq!(default_flow_table_size(0, 1), 1 << 12);
+        assert_eq!(default_flow_table_size(0, 1, 1 << 12), 1 << 12);
+    }
+
+    /// 65,536 services where their maps take at most a sixteenth of the
+    /// memory, fewer (never under 4,096) where they would not; the
+    /// figures of the docs.
+    #[test]
+    fn default_max_services_follows_memory_and_cpus() {
+        const GIB: u64 = 1 << 30;
+        const MIB: u64 = 1 << 20;
+        let bytes = |n, cpus| {
+            let opts = crate::LoadOptions {
+                max_services: n,
+                ..crate::LoadOptions::default()
+            };
+            service_maps_bytes(&opts, cpus)
+        };
+        let full = crate::maps::MAX_SERVICES;
+        // 200 bytes a service per CPU, about 25.5 MiB besides.
+        assert_eq!(bytes(full, 2) - bytes(full, 1), 200 * u64::from(full));
+        assert_eq!(bytes(full, 64) / MIB, 825);
+        assert_eq!(bytes(full, 128) / MIB, 1625);
+        assert_eq!(default_max_services(GIB, 2), full);
+        assert_eq!(default_max_services(16 * GIB, 64), full);
+        assert_eq!(default_max_services(8 * GIB, 64), full / 2);
+        assert_eq!(default_max_services(32 * GIB, 128), full);
+        assert_eq!(default_max_services(0, 128), 1 << 12);
+        for (mem, cpus) in [(GIB / 2, 2), (4 * GIB, 64), (16 * GIB, 128)] {
+            let n = default_max_services(mem, cpus);
+            assert!(bytes(n, cpus) <= mem / 16, "{mem} {cpus}: {n}");
+            assert!(bytes(n * 2, cpus) > mem / 16, "{mem} {cpus}: {n}");
+        }
     }
 
     #[test]

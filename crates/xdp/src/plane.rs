@@ -177,6 +177,7 @@ mod alloc;
 mod apply;
 mod flood;
 mod fnat;
+pub mod forwarding;
 mod l2;
 mod report;
 pub mod resolver;
@@ -579,11 +580,12 @@ impl<M: MapOps> Plane<M> {
         let mut config = Config::ipvs_defaults();
         fill_timeouts(&mut config, &timeouts);
         let slots = SlotAlloc::new(maps.slots_len());
+        let svc_idx = IndexAlloc::new(maps.services_len());
         Plane {
             maps,
             services: HashMap::new(),
             refused: HashSet::new(),
-            svc_idx: IndexAlloc::new(maps::MAX_SERVICES),
+            svc_idx,
             dest_idx: IndexAlloc::new(maps::MAX_DESTS),
             slots,
             retired: Vec::new(),

@@ -105,12 +105,15 @@ impl Drop for Bed {
 }
 
 /// rvsd's options for the director's `xd0` in generic (skb) mode with a
-/// flow table (and embryonic tables) of `flows` entries.
+/// flow table (and embryonic tables) of `flows` entries, 4,096 services.
 fn xd0_skb(flows: u32) -> XdpOptions {
     let load = LoadOptions {
         flow_table_size: flows,
         slots: 1 << 16,
         embryonic_table_size: flows,
+        // The size before it was configurable (4,096): the migration
+        // test grows it.
+        max_services: 4096,
     };
     options(&["xd0"], Some(rvs_xdp::AttachMode::Skb), load)
 }
@@ -982,6 +985,8 @@ fn pinned_plane_outlives_the_process_and_is_adopted_then_migrated() {
             b.maps().read_config().expect("config").flags & maps::CFG_F_NAT,
             maps::CFG_F_NAT
         );
+        let svc_info = b.maps().read_svc(svc).expect("svc_info");
+        assert_ne!(svc_info.sched, maps::sched::NONE);
         drop(b);
         assert_eq!(xdp_prog("xd0"), first, "the same program still runs");
         assert!(inst.tails_pinned(), "its tail-call arrays still pinned");
@@ -999,15 +1004,32 @@ fn pinned_plane_outlives_the_process_and_is_adopted_then_migrated() {
         assert!(inst.tails_pinned(), "pinned again");
         assert_ne!(xdp_prog("xd0"), first, "another program on the link");
 
-        // Another flow-table size: the flow tables migrate, the program
-        // is swapped, the pins are the new maps.
+        // Another flow-table size and more services (an upgrade from the
+        // fixed 4,096 to the default 65,536): the flow tables and the
+        // service maps migrate, the program is swapped, the pins are the
+        // new maps, the service keeps its index and its counters.
         opts.load.flow_table_size = 8192;
+        opts.load.max_services = maps::MAX_SERVICES;
         let (mut c, _, modes) = Plane::start(&opts).expect("migrate");
         assert_eq!(modes, vec![Attached::Updated]);
         assert!(inst.tails_pinned());
         assert_eq!(c.maps().director().flow(&fk).expect("read"), Some(flow));
         let info = pinned_map_info(&inst.map_path("flows4")).expect("flows4");
         assert_eq!(info.max_entries, 8192);
+        for name in rvs_xdp::pin::SERVICE_MAPS {
+            let info = pinned_map_info(&inst.map_path(name)).expect(name);
+            assert_eq!(info.max_entries, maps::MAX_SERVICES, "{name}");
+        }
+        assert!(c.adopting());
+        assert_eq!(
+            c.maps().read_svc(svc).expect("svc_info"),
+            svc_info,
+            "svc_info carried into the larger array"
+        );
+        for cmd in config() {
+            c.apply_command(&cmd).expect("apply");
+        }
+        assert_eq!(c.service_index(&key()), Some(svc), "the index kept");
         assert_ne!(xdp_prog("xd0"), first, "another program on the link");
         assert_ne!(xdp_prog("xd0"), "");
         drop(c);

@@ -179,6 +179,16 @@ pub(crate) struct Args {
     #[arg(long, value_name = "N")]
     pub(crate) flow_table_size: Option<u32>,
 
+    /// xdp: virtual services the director's maps hold (the services hash
+    /// and the arrays indexed by service, four of them per-CPU: 200 bytes
+    /// a service per CPU). Default: 65,536 (Cilium's service map size),
+    /// less on a machine whose memory a sixteenth of would not hold those
+    /// maps (65,536 on 64 CPUs needs 13 GiB); at most 65,536. Changing it
+    /// over pinned maps migrates them (a service at an index beyond a
+    /// smaller size is not carried over: warned).
+    #[arg(long, value_name = "N")]
+    pub(crate) max_services: Option<u32>,
+
     /// xdp: entries of each embryonic table (IPv4, IPv6): TCP flows live
     /// there from their SYN until the ACK that completes the handshake, so
     /// a SYN flood evicts only half-open flows, never an established one

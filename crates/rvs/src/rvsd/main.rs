@@ -172,6 +172,7 @@ fn options(args: &Args) -> Options {
         interface: args.interface.clone(),
         xdp_mode: args.xdp_mode,
         flow_table_size: args.flow_table_size,
+        max_services: args.max_services,
         embryonic_table_size: args.embryonic_table_size,
         tunnel_mtu: args.tunnel_mtu,
         max_new_flows: args.max_new_flows,

@@ -42,6 +42,7 @@ mod reload;
 mod restart;
 mod routes;
 mod script_security;
+mod services_10k;
 mod smtp_alert;
 mod sock;
 mod socket;

@@ -22,6 +22,7 @@ fn nat_bed_director(method: u8, table: u32) -> Result<common::Lb, Box<dyn Error>
             flow_table_size: table,
             slots: 8 * common::SLOT_REGION,
             embryonic_table_size: table,
+            ..LoadOptions::default()
         },
     )?;
     let mut cfg = Config::ipvs_defaults();

@@ -110,6 +110,7 @@ fn director_of(
             // Every SYN of `populate` (all sent before their ACKs) and of
             // the new-flow rows has room, as in the flow table.
             embryonic_table_size: table,
+            ..LoadOptions::default()
         },
     )?;
     l.set_config(&Config::ipvs_defaults())?;

@@ -17,6 +17,7 @@ use crate::{Loaded, XdpError};
 pub struct KernelMaps {
     director: Loaded,
     slots: u32,
+    services: u32,
 }
 
 impl KernelMaps {
@@ -32,13 +33,18 @@ impl KernelMaps {
         Ok(KernelMaps {
             director: Loaded::load(object, opts)?,
             slots: opts.slots,
+            services: opts.max_services,
         })
     }
 
     /// Maps of a director loaded elsewhere ([`crate::pin::load_director`])
-    /// with `slots` entries of `slots`.
-    pub fn from_loaded(director: Loaded, slots: u32) -> Self {
-        KernelMaps { director, slots }
+    /// with `opts`' sizes.
+    pub fn from_loaded(director: Loaded, opts: &crate::LoadOptions) -> Self {
+        KernelMaps {
+            director,
+            slots: opts.slots,
+            services: opts.max_services,
+        }
     }
 
     /// The director program (to attach it, or to look at its maps).
@@ -418,6 +424,9 @@ impl MapOps for KernelMaps {
     fn slots_len(&self) -> u32 {
         self.slots
     }
+    fn services_len(&self) -> u32 {
+        self.services
+    }
     fn read_installed(&mut self) -> Result<super::ops::Installed, XdpError> {
         let mut lists = Vec::new();
         for name in ["services", "quic_services"] {
@@ -431,6 +440,25 @@ impl MapOps for KernelMaps {
             }
             let mut services = Vec::with_capacity(keys.len());
             for (k, i) in keys {
+                if i >= self.services {
+                    // Pinned by an rvsd with a larger --max-services: its
+                    // scheduling data was not carried into the smaller
+                    // arrays. Dropped (the key too, or the program would
+                    // look up an index beyond them); the configuration
+                    // adds the service anew at an index that fits.
+                    tracing::warn!(
+                        map = name,
+                        index = i,
+                        max_services = self.services,
+                        "a pinned service's index is beyond --max-services: not adopted, its \
+                         flows are lost"
+                    );
+                    self.director
+                        .hash::<SvcKey, u32>(name)?
+                        .remove(&k)
+                        .map_err(|e| map_error(name, e))?;
+                    continue;
+                }
                 let svc = self.read_svc(i)?;
                 let list = self.read_slots(svc.dests_off, svc.dests_len)?;
                 services.push((k, i, svc, list));

@@ -76,6 +76,8 @@ pub struct MemMaps {
     pub hz: u32,
     /// Size of `slots`.
     pub slots_len: u32,
+    /// Size of `services` and the arrays indexed by service.
+    pub services_len: u32,
     /// The write (by sequence number) that fails; `None` = none.
     pub fail_at: Option<usize>,
     /// Writes attempted so far.
@@ -83,10 +85,12 @@ pub struct MemMaps {
 }
 
 impl MemMaps {
-    /// Empty maps with `slots_len` slots, HZ 250, clock at 1,000,000.
+    /// Empty maps with `slots_len` slots, room for
+    /// [`maps::MAX_SERVICES`] services, HZ 250, clock at 1,000,000.
     pub fn new(slots_len: u32) -> Self {
         MemMaps {
             slots_len,
+            services_len: maps::MAX_SERVICES,
             hz: 250,
             jiffies: 1_000_000,
             ..MemMaps::default()
@@ -145,7 +149,7 @@ impl MapOps for MemMaps {
     }
     fn set_service(&mut self, key: &SvcKey, index: u32) -> Result<(), XdpError> {
         self.write("services")?;
-        if !self.services.contains_key(key) && self.services.len() >= maps::MAX_SERVICES as usize {
+        if !self.services.contains_key(key) && self.services.len() >= self.services_len as usize {
             return Err(map_error(
                 "services",
                 MapError::Syscall {
@@ -165,13 +169,13 @@ impl MapOps for MemMaps {
             .ok_or_else(|| map_error("services", MapError::KeyNotFound))
     }
     fn set_svc(&mut self, index: u32, svc: &Svc) -> Result<(), XdpError> {
-        Self::bound("svc_info", index, maps::MAX_SERVICES)?;
+        Self::bound("svc_info", index, self.services_len)?;
         self.write("svc_info")?;
         self.svc_info.insert(index, *svc);
         Ok(())
     }
     fn set_cursor(&mut self, index: u32, value: u64) -> Result<(), XdpError> {
-        Self::bound("rr_cursor", index, maps::MAX_SERVICES)?;
+        Self::bound("rr_cursor", index, self.services_len)?;
         self.write("rr_cursor")?;
         self.cursors.insert(index, value);
         Ok(())
@@ -205,11 +209,11 @@ impl MapOps for MemMaps {
         Ok(self.dest_stats.get(&index).copied().unwrap_or_default())
     }
     fn svc_flood(&mut self, index: u32) -> Result<SvcFlood, XdpError> {
-        Self::bound("svc_flood", index, maps::MAX_SERVICES)?;
+        Self::bound("svc_flood", index, self.services_len)?;
         Ok(self.svc_flood.get(&index).copied().unwrap_or_default())
     }
     fn reset_svc_flood(&mut self, index: u32) -> Result<(), XdpError> {
-        Self::bound("svc_flood", index, maps::MAX_SERVICES)?;
+        Self::bound("svc_flood", index, self.services_len)?;
         self.write("svc_flood")?;
         self.svc_flood.remove(&index);
         Ok(())
@@ -256,7 +260,7 @@ impl MapOps for MemMaps {
     }
     fn set_fnat_pool(&mut self, index: u32, pool: &crate::maps::FnatPool) -> Result<(), XdpError> {
         self.write("fnat_pools")?;
-        Self::bound("fnat_pools", index, super::MAX_SERVICES)?;
+        Self::bound("fnat_pools", index, self.services_len)?;
         self.fnat_pools.insert(index, *pool);
         Ok(())
     }
@@ -299,7 +303,7 @@ impl MapOps for MemMaps {
         Ok(self.fnat_stats.get(&index).copied().unwrap_or_default())
     }
     fn reset_fnat_stats(&mut self, index: u32) -> Result<(), XdpError> {
-        Self::bound("fnat_stats", index, maps::MAX_SERVICES)?;
+        Self::bound("fnat_stats", index, self.services_len)?;
         self.write("fnat_stats")?;
         self.fnat_stats.remove(&index);
         Ok(())
@@ -356,7 +360,7 @@ impl MapOps for MemMaps {
         Ok(())
     }
     fn quic_stats(&mut self, index: u32) -> Result<crate::quic_lb::QuicStats, XdpError> {
-        Self::bound("quic_stats", index, maps::MAX_SERVICES)?;
+        Self::bound("quic_stats", index, self.services_len)?;
         Ok(self.quic_stats.get(&index).copied().unwrap_or_default())
     }
     fn fnat_page(
@@ -491,6 +495,9 @@ impl MapOps for MemMaps {
     }
     fn slots_len(&self) -> u32 {
         self.slots_len
+    }
+    fn services_len(&self) -> u32 {
+        self.services_len
     }
 }
 

@@ -166,6 +166,9 @@ pub trait MapOps {
     fn clock(&mut self) -> Result<(u64, u32), XdpError>;
     /// Number of `slots` entries.
     fn slots_len(&self) -> u32;
+    /// Number of services the maps hold (`services`, `svc_info`, ...:
+    /// [`crate::LoadOptions::max_services`]).
+    fn services_len(&self) -> u32;
     /// What the maps hold of the control side's tables (the services,
     /// their scheduling descriptions and real-server lists, every real
     /// server in use, `config`): what a plane adopting maps a previous

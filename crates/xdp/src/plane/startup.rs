@@ -108,7 +108,7 @@ impl Plane<KernelMaps> {
             }
             Some(inst) => crate::pin::load_director(inst, opts.object, &opts.load).map(|l| {
                 (
-                    KernelMaps::from_loaded(l.director, opts.load.slots),
+                    KernelMaps::from_loaded(l.director, &opts.load),
                     l.adopted,
                     l.migrating,
                 )

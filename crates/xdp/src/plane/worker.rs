@@ -129,6 +129,7 @@ impl<M: MapOps + Send + 'static> PlaneHandle<M> {
             done: processed.clone(),
             wants: wants_tx,
             last_wanted: None,
+            forwarding: super::forwarding::ForwardingCheck::default(),
         };
         let worker = std::thread::Builder::new()
             .name("rvs-xdp-plane".into())
@@ -270,6 +271,8 @@ struct Worker<M: MapOps> {
     done: Arc<AtomicU64>,
     wants: Sender<Wanted>,
     last_wanted: Option<Wanted>,
+    /// Which services were warned about forwarding that is off.
+    forwarding: super::forwarding::ForwardingCheck,
 }
 
 impl<M: MapOps> Worker<M> {
@@ -316,6 +319,9 @@ impl<M: MapOps> Worker<M> {
             Msg::Apply(c) => {
                 if let Err(e) = self.plane.apply_command(&c) {
                     tracing::warn!("data plane xdp: {e}");
+                }
+                if let Some(w) = self.forwarding.on_command(&c, read_sysctl) {
+                    tracing::warn!(sysctl = w.sysctl.name(), "data plane xdp: {w}");
                 }
                 self.processed += 1;
                 self.done.store(self.processed, Ordering::Release);
@@ -366,6 +372,12 @@ impl<M: MapOps> Worker<M> {
             self.plane.report_write(w);
         }
     }
+}
+
+/// Whether `sysctl` is on, as `/proc/sys` says (`None`: unreadable).
+fn read_sysctl(sysctl: super::forwarding::Sysctl) -> Option<bool> {
+    let v = std::fs::read_to_string(sysctl.proc_path()).ok()?;
+    Some(v.trim() != "0")
 }
 
 #[cfg(test)]
