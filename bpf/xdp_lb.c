@@ -145,10 +145,12 @@ int xdp_lb(struct xdp_md *ctx)
 		if (!d)
 			return XDP_DROP;
 		/* Replaced below if a new flow is inserted over it (an embryonic
-		 * one in its own table). */
+		 * one in its own table). in_main: 1 found in the flow table, 2 in
+		 * the embryonic one (one variable: xdp_lb's frame is at the 6.1
+		 * verifier's limit). */
 		old_dest = didx;
 		old_state = f->state;
-		in_main = !embryo;
+		in_main = embryo ? 2 : 1;
 		if (syn && (expired || closed || (d->flags & RVS_DEST_F_UNAVAILABLE)))
 			goto new_flow; /* conn_reuse_mode: a new connection */
 		if (expired)
@@ -234,8 +236,8 @@ new_flow:
 	/* Mid-flow (hashed only, above): adopted into the flow table
 	 * (lib/adopt.h). */
 	if (is_tcp && !syn)
-		return adopt_midflow(ctx, &p, &nf, d, cfg, svc_idx, dest_idx, now, in_main, old_dest,
-				     old_state);
+		return adopt_midflow(ctx, &p, &nf, d, cfg, svc_idx, dest_idx, now, in_main == 1,
+				     old_dest, old_state);
 	nf.last_seen = now;
 	nf.dest = dest_idx;
 	nf.svc = svc_idx;
@@ -252,7 +254,7 @@ new_flow:
 	if (is_tcp || !(svc->flags & RVS_SVC_F_ONEPACKET)) {
 		int fl = flood_note(cfg, now);
 
-		embryo = is_tcp && !in_main && (embryo || (fl & FLOOD_ARMED));
+		embryo = is_tcp && in_main != 1 && (in_main == 2 || (fl & FLOOD_ARMED));
 		if ((fl & FLOOD_OVER) && hashed && d->method != RVS_FWD_NAT &&
 		    d->method != RVS_FWD_FNAT) {
 			flood_count(svc_idx, guarded);

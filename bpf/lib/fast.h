@@ -259,8 +259,16 @@ static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow 
 		f->state = fin ? RVS_TCP_S_FIN_WAIT : RVS_TCP_S_ESTABLISHED;
 		f->last_seen = now;
 		if (fin) {
-			conns_add(didx, 1, -1);
-			conns_add(didx, 0, 1);
+			/* conns_move's two adds, on one lookup (keyed by the
+			 * dests lookup's slot: xdp_lb's frame has no byte to
+			 * spare on Linux 6.1, whose verifier refuses a call
+			 * chain over 512 bytes). */
+			struct rvs_dest_conns *dc = bpf_map_lookup_elem(&dest_conns, &didx);
+
+			if (dc) {
+				__sync_fetch_and_add(&dc->active, -1);
+				__sync_fetch_and_add(&dc->inactive, 1);
+			}
 		}
 		__sync_fetch_and_add(ep, 1);
 		count(&svc_stats, svc, l3len, 0, 0);
