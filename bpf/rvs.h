@@ -257,11 +257,15 @@ struct rvs_flow_key {
 
 /* embryonic4 / embryonic: LRU_HASH, same keys and value as flows4 / flows,
  * for TCP flows that have seen a SYN and not yet the ACK that completes the
- * handshake (SYN_RECV). A flood of spoofed SYNs fills and churns only these
- * tables (the least recently used embryonic entry is evicted); the flow
- * tables hold flows that completed their handshake, which such a flood
- * cannot evict. The ACK that makes a flow ESTABLISHED moves it. Both count
- * in dest_conns (SYN_RECV is active, as in IPVS) and are listed. */
+ * handshake (SYN_RECV), while the embryonic tables are armed (new flows on
+ * this CPU above RVS_EMBRYONIC_ARM_RATE, or max_new_flows, per second, and
+ * RVS_EMBRYONIC_ARM_SECS after; struct rvs_flood). A flood of spoofed SYNs
+ * then fills and churns only these tables (the least recently used
+ * embryonic entry is evicted); the flow tables hold flows that completed
+ * their handshake, which such a flood cannot evict. The ACK that makes a
+ * flow ESTABLISHED moves it. Unarmed, a SYN's flow goes straight to the flow
+ * table (SYN_RECV there). Both count in dest_conns (SYN_RECV is active, as
+ * in IPVS) and are listed. */
 
 /* flows4: LRU_HASH, the IPv4 flows under a 16-byte key (the same 5-tuple):
  * the kernel hashes (jhash) and compares the whole key on every lookup, and
@@ -431,11 +435,24 @@ struct rvs_src_key {
 	__u8 addr[16];
 };
 
-/* flood: PERCPU_ARRAY[0], the guard's window. */
+/* flood: PERCPU_ARRAY[0], this CPU's new flows per second: the guard's
+ * window, and whether the embryonic tables are armed (lib/tcp_state.h
+ * flood_note). */
 struct rvs_flood {
-	__u64 second; /* jiffies / hz of the window */
-	__u64 count;  /* new flows seen in it */
+	__u64 second;      /* jiffies / hz of the window */
+	__u64 count;       /* new flows seen in it */
+	__u64 armed_until; /* the embryonic tables take new TCP flows up to
+			    * this second (0: never armed) */
 };
+
+/* New flows per CPU per second above which new TCP flows start in the
+ * embryonic tables (with max_new_flows set: above that limit), and the
+ * seconds they stay armed after the last second above it. Below it a SYN
+ * goes straight to the flow table (one insert; no promotion at its ACK),
+ * so a flood slower than this can churn the flow table no faster than
+ * legitimate new connections at this rate would. */
+#define RVS_EMBRYONIC_ARM_RATE 4096
+#define RVS_EMBRYONIC_ARM_SECS 60
 
 /* locality: LRU_HASH, lblc/lblcr's table (ip_vs_lblc.c, ip_vs_lblcr.c):
  * per service, the packet's destination address -> the real server (lblc:

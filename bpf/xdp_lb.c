@@ -11,9 +11,10 @@
  * FULLNAT (source and destination rewrite, in the tail-called xdp_fnat,
  * lib/fnat.h; an established IPv4 flow whose pair xdp_fnat recorded in its
  * entry is rewritten here, without the tail call).
- * IPv4 flows live in flows4 (16-byte key), IPv6 flows in flows; a TCP flow
- * lives in embryonic4 (embryonic) from its SYN to the ACK that completes
- * its handshake, so a SYN flood cannot evict established flows. The most
+ * IPv4 flows live in flows4 (16-byte key), IPv6 flows in flows; while new
+ * flows come fast (a SYN flood: flood_note, rvs.h) a TCP flow lives in
+ * embryonic4 (embryonic) from its SYN to the ACK that completes its
+ * handshake, so a SYN flood cannot evict established flows. The most
  * common packet (an ACK or datagram of an established DR flow) takes a
  * fast path in front of all this (fast_established; fast_established6 for
  * IPv6), which finds the flow in a per-CPU cache (flow_cache; flow6_cache)
@@ -144,10 +145,12 @@ int xdp_lb(struct xdp_md *ctx)
 		if (!d)
 			return XDP_DROP;
 		/* Replaced below if a new flow is inserted over it (an embryonic
-		 * one in its own table). */
+		 * one in its own table). in_main: 1 found in the flow table, 2 in
+		 * the embryonic one (one variable: xdp_lb's frame is at the 6.1
+		 * verifier's limit). */
 		old_dest = didx;
 		old_state = f->state;
-		in_main = !embryo;
+		in_main = embryo ? 2 : 1;
 		if (syn && (expired || closed || (d->flags & RVS_DEST_F_UNAVAILABLE)))
 			goto new_flow; /* conn_reuse_mode: a new connection */
 		if (expired)
@@ -233,8 +236,8 @@ new_flow:
 	/* Mid-flow (hashed only, above): adopted into the flow table
 	 * (lib/adopt.h). */
 	if (is_tcp && !syn)
-		return adopt_midflow(ctx, &p, &nf, d, cfg, svc_idx, dest_idx, now, in_main, old_dest,
-				     old_state);
+		return adopt_midflow(ctx, &p, &nf, d, cfg, svc_idx, dest_idx, now, in_main == 1,
+				     old_dest, old_state);
 	nf.last_seen = now;
 	nf.dest = dest_idx;
 	nf.svc = svc_idx;
@@ -243,16 +246,20 @@ new_flow:
 			  : RVS_UDP_S_NORMAL;
 	/* Under a flood, hash-scheduled DR/TUN flows need no entry: the next
 	 * packet hashes to the same server (as long as the table does not
-	 * change). rr/wrr and NAT always need theirs. A new TCP flow starts in
-	 * the embryonic table, unless it replaces an entry of the flow table
-	 * (which would hide it there). */
+	 * change). rr/wrr and NAT always need theirs. While the embryonic
+	 * tables are armed (flood_note) a new TCP flow starts there, unless
+	 * it replaces an entry of the flow table (which would hide it there);
+	 * unarmed, in the flow table (one insert), unless it replaces an
+	 * embryonic entry. */
 	if (is_tcp || !(svc->flags & RVS_SVC_F_ONEPACKET)) {
-		if (flood_over(cfg, now) && hashed && d->method != RVS_FWD_NAT &&
+		int fl = flood_note(cfg, now);
+
+		embryo = is_tcp && in_main != 1 && (in_main == 2 || (fl & FLOOD_ARMED));
+		if ((fl & FLOOD_OVER) && hashed && d->method != RVS_FWD_NAT &&
 		    d->method != RVS_FWD_FNAT) {
 			flood_count(svc_idx, guarded);
-		} else if (is_tcp && !in_main ? embryo_insert(&p, &nf) == 0
-					      : flow_insert(&p, &nf) == 0) {
-			if (is_tcp && !in_main)
+		} else if ((embryo ? embryo_insert(&p, &nf) : flow_insert(&p, &nf)) == 0) {
+			if (embryo)
 				flood_count(svc_idx, embryonic);
 			if (old_dest != RVS_SLOT_EMPTY)
 				conns_add(old_dest, state_active(p.proto, old_state), -1);

@@ -29,7 +29,7 @@ static __always_inline int adopt_midflow(struct xdp_md *ctx, const struct pkt *p
 					 __u8 old_state)
 {
 	if (!(p->tcpflags & TCPF_RST) &&
-	    !(flood_over(cfg, now) && d->method != RVS_FWD_NAT &&
+	    !((flood_note(cfg, now) & FLOOD_OVER) && d->method != RVS_FWD_NAT &&
 		       d->method != RVS_FWD_FNAT)) {
 		nf->last_seen = now;
 		nf->dest = dest_idx;

@@ -7,6 +7,7 @@
 #include "lib/flow.h"
 #include "lib/stats.h"
 #include "lib/l2.h"
+#include "lib/tcp_state.h"
 
 /* -------------------------------------------------- established fast path */
 
@@ -126,7 +127,9 @@ static __always_inline int fast_established6(struct xdp_md *ctx, struct rvs_flow
  * none of SYN/FIN/RST (its state stays ESTABLISHED: no state change, no
  * ActiveConn move) or UDP, whose live flow goes to an available DR real
  * server. It is parsed at fixed offsets, counted and sent on with the
- * fewest instructions.
+ * fewest instructions. The two state changes of a short DR connection
+ * after its SYN (the handshake's ACK, the client's FIN) take it too,
+ * through flows4 (below).
  *
  * First this CPU's flow cache (no hash-table lookup: a per-CPU array
  * element the verifier inlines): a valid entry (same key, epoch unchanged,
@@ -155,7 +158,7 @@ static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow 
 	__u32 didx, svc, l3len, slot, epoch, *ep, zero = 0;
 	__u8 proto, state;
 	__u64 now, h, timeout;
-	int stale;
+	int stale, hs, fin = 0;
 
 	RVS_HOOK_FAST_PATH();
 	/* A whole TCP header's worth (a UDP datagram with less than 12 bytes
@@ -173,7 +176,11 @@ static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow 
 		return -1;
 	proto = ip->protocol;
 	if (proto == IPPROTO_TCP) {
-		if ((((__u8 *)th)[13] & (TCPF_SYN | TCPF_FIN | TCPF_RST | TCPF_ACK)) != TCPF_ACK)
+		__u8 tf = ((__u8 *)th)[13] & (TCPF_SYN | TCPF_FIN | TCPF_RST | TCPF_ACK);
+
+		/* The client's FIN too (a state change, below). */
+		fin = tf == (TCPF_FIN | TCPF_ACK);
+		if (tf != TCPF_ACK && !fin)
 			return -1;
 		state = RVS_TCP_S_ESTABLISHED;
 	} else if (proto == IPPROTO_UDP) {
@@ -200,7 +207,7 @@ static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow 
 	/* Read before flows4 (see flow_epoch_bump). */
 	epoch = *(volatile __u32 *)ep;
 	now = bpf_jiffies64();
-	if (((const __u64 *)&c->key)[0] == ((const __u64 *)&k)[0] &&
+	if (!fin && ((const __u64 *)&c->key)[0] == ((const __u64 *)&k)[0] &&
 	    ((const __u64 *)&c->key)[1] == ((const __u64 *)&k)[1] && c->epoch == epoch &&
 	    now - c->stamp < RVS_FLOW_CACHE_JIFFIES) {
 		didx = c->dest;
@@ -216,12 +223,25 @@ static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow 
 	f = bpf_map_lookup_elem(&flows4, &k);
 	*found = f;
 	*looked = 1;
-	if (!f || f->state != state)
+	if (!f)
+		return -1;
+	/* Two state changes are done here, without the general path's second
+	 * parse and lookup (lib/tcp_state.h's tables): the ACK that completes
+	 * the handshake of a flow that went straight to flows4 (SYN_RECV, the
+	 * embryonic tables unarmed) makes it ESTABLISHED in either
+	 * direction's table, both active (no ActiveConn move); the client's
+	 * FIN of an ESTABLISHED flow without replies (DR) makes it FIN_WAIT,
+	 * active to inactive. */
+	hs = proto == IPPROTO_TCP && !fin && f->state == RVS_TCP_S_SYN_RECV;
+	if (f->state != state && !hs)
+		return -1;
+	if (fin && !(f->flags & RVS_FLOW_F_NOOUTPUT))
 		return -1;
 	cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!cfg)
 		return -1;
-	timeout = (proto == IPPROTO_TCP ? cfg->tcp_timeouts[RVS_TCP_S_ESTABLISHED]
+	timeout = (proto == IPPROTO_TCP ? cfg->tcp_timeouts[hs ? RVS_TCP_S_SYN_RECV
+							       : RVS_TCP_S_ESTABLISHED]
 					: cfg->udp_timeout) *
 		  (__u64)cfg->hz;
 	/* Seen in this jiffy: neither expired nor to be stamped again. */
@@ -232,11 +252,33 @@ static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow 
 	d = bpf_map_lookup_elem(&dests, &didx);
 	if (!d || d->method != RVS_FWD_DR || (d->flags & RVS_DEST_F_UNAVAILABLE))
 		return -1;
+	svc = f->svc;
+	if (hs || fin) {
+		/* The write, then the epoch (flow_epoch_bump); not cached
+		 * (its epoch is gone): the next packet fills the cache. */
+		f->state = fin ? RVS_TCP_S_FIN_WAIT : RVS_TCP_S_ESTABLISHED;
+		f->last_seen = now;
+		if (fin) {
+			/* conns_move's two adds, on one lookup (keyed by the
+			 * dests lookup's slot: xdp_lb's frame has no byte to
+			 * spare on Linux 6.1, whose verifier refuses a call
+			 * chain over 512 bytes). */
+			struct rvs_dest_conns *dc = bpf_map_lookup_elem(&dest_conns, &didx);
+
+			if (dc) {
+				__sync_fetch_and_add(&dc->active, -1);
+				__sync_fetch_and_add(&dc->inactive, 1);
+			}
+		}
+		__sync_fetch_and_add(ep, 1);
+		count(&svc_stats, svc, l3len, 0, 0);
+		count(&dest_stats, didx, l3len, 0, 0);
+		return l2_out(ctx, d->mac, d->smac, d->ifindex);
+	}
 	/* Stored once per jiffy, not per packet: the entry's cache line is
 	 * then only read while a flow's packets spread over several CPUs. */
 	if (stale)
 		f->last_seen = now;
-	svc = f->svc;
 	/* Cached only when the flow cannot expire while its entry is valid:
 	 * then an expired flow (the only kind the control side removes) never
 	 * has a valid cache entry. */

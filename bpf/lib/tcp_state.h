@@ -116,26 +116,41 @@ static __always_inline __u64 flow_timeout(const struct rvs_config *cfg, const st
 	return (__u64)cfg->tcp_timeouts[s] * cfg->hz;
 }
 
-/* Count a new flow on this CPU; true when this second's count is above the
- * configured limit (a SYN flood: stop paying for flow-table inserts). */
-static __always_inline int flood_over(const struct rvs_config *cfg, __u64 now)
+/* flood_note's answer (bits). */
+#define FLOOD_OVER 1  /* above max_new_flows this second: the guard */
+#define FLOOD_ARMED 2 /* new TCP flows start in the embryonic tables */
+
+/* Count a new flow on this CPU (one per-CPU array element, no atomics) and
+ * say what the SYN-flood defences do with it: FLOOD_OVER when this second's
+ * count is above the configured max_new_flows (a SYN flood: stop paying for
+ * flow-table inserts); FLOOD_ARMED when it is above the arming rate
+ * (max_new_flows, or RVS_EMBRYONIC_ARM_RATE without one) or was so in the
+ * last RVS_EMBRYONIC_ARM_SECS seconds (rvs.h, struct rvs_flood). Without
+ * the kernel's HZ nothing is counted: always armed. */
+static __always_inline int flood_note(const struct rvs_config *cfg, __u64 now)
 {
-	__u32 zero = 0;
+	__u32 zero = 0, limit = cfg->max_new_flows;
 	struct rvs_flood *st;
 	__u64 sec;
 
-	if (!cfg->max_new_flows || !cfg->hz)
-		return 0;
+	if (!cfg->hz)
+		return FLOOD_ARMED;
 	st = bpf_map_lookup_elem(&flood, &zero);
 	if (!st)
-		return 0;
+		return FLOOD_ARMED;
 	sec = now / cfg->hz;
 	if (st->second != sec) {
 		st->second = sec;
 		st->count = 0;
 	}
 	st->count++;
-	return st->count > cfg->max_new_flows;
+	if (!limit)
+		limit = RVS_EMBRYONIC_ARM_RATE;
+	if (st->count > limit) {
+		st->armed_until = sec + RVS_EMBRYONIC_ARM_SECS;
+		return cfg->max_new_flows ? FLOOD_OVER | FLOOD_ARMED : FLOOD_ARMED;
+	}
+	return sec <= st->armed_until ? FLOOD_ARMED : 0;
 }
 
 /* The flow a reply (VIP:vport -> client caddr:cport, as the client sees

@@ -918,7 +918,8 @@ pub struct DestConns {
     pub inactive: u32,
 }
 
-/// `flood[0]` (per CPU): the SYN-flood guard's current window.
+/// `flood[0]` (per CPU): this CPU's new flows per second, the SYN-flood
+/// guard's current window and whether the embryonic tables are armed.
 #[repr(C)]
 #[derive(
     Copy, Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
@@ -928,7 +929,19 @@ pub struct Flood {
     pub second: u64,
     /// New flows seen in it on this CPU.
     pub count: u64,
+    /// The last second (`jiffies / hz`) in which new TCP flows start in
+    /// the embryonic tables (0: never armed); see
+    /// [`EMBRYONIC_ARM_RATE`].
+    pub armed_until: u64,
 }
+
+/// `RVS_EMBRYONIC_ARM_RATE`: new flows per CPU per second above which
+/// (above `max_new_flows` when that is set) new TCP flows start in the
+/// embryonic tables, for [`EMBRYONIC_ARM_SECS`] seconds after the last
+/// such second; below it a SYN's flow goes straight to the flow table.
+pub const EMBRYONIC_ARM_RATE: u64 = 4096;
+/// `RVS_EMBRYONIC_ARM_SECS` (see [`EMBRYONIC_ARM_RATE`]).
+pub const EMBRYONIC_ARM_SECS: u64 = 60;
 
 /// `svc_flood[service index]` (per CPU): what the SYN-flood defences did
 /// with the service's new TCP flows (`struct rvs_svc_flood`).
@@ -1007,7 +1020,7 @@ const _: () = assert!(size_of::<Flow6Cache>() == 64);
 const _: () = assert!(size_of::<Nat>() == 28);
 const _: () = assert!(size_of::<Stats>() == 40);
 const _: () = assert!(size_of::<Config>() == 92);
-const _: () = assert!(size_of::<Flood>() == 16);
+const _: () = assert!(size_of::<Flood>() == 24);
 const _: () = assert!(size_of::<SvcFlood>() == 48);
 const _: () = assert!(size_of::<SrcKey>() == 24);
 const _: () = assert!(size_of::<DestConns>() == 8);

@@ -155,7 +155,7 @@ mirrors! {
         tun_src4, tun_src6, tcp_timeouts, udp_timeout, flags, hz, max_new_flows, tun_mtu,
         tun_vary4, tun_vary6, pad0, locality_expiration,
     }
-    "rvs_flood" => Flood { second, count }
+    "rvs_flood" => Flood { second, count, armed_until }
     "rvs_svc_flood" => SvcFlood { embryonic, promoted, guarded, unknown, adopted, refused }
     "rvs_src_key" => SrcKey { prefixlen, svc, addr }
     "rvs_dest_conns" => DestConns { active, inactive }
@@ -975,6 +975,8 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_FLOW6_CACHE_SIZE", maps::FLOW6_CACHE_SIZE.into()),
         ("RVS_FLOW_EPOCHS", maps::FLOW_EPOCHS.into()),
         ("RVS_FLOW_CACHE_JIFFIES", maps::FLOW_CACHE_JIFFIES),
+        ("RVS_EMBRYONIC_ARM_RATE", maps::EMBRYONIC_ARM_RATE),
+        ("RVS_EMBRYONIC_ARM_SECS", maps::EMBRYONIC_ARM_SECS),
         ("RVS_FLOW_CACHE_SEED", maps::FLOW_CACHE_SEED),
         ("RVS_FLOW_CACHE_MUL", maps::FLOW_CACHE_MUL),
         ("RVS_GOLDEN_RATIO_32", hash::GOLDEN_RATIO_32.into()),

@@ -208,7 +208,8 @@ pub(crate) struct Args {
     /// xdp: SYN-flood guard: above this many new flows per CPU per second,
     /// flows of hash-scheduled (sh/dh/mh) DR/TUN services are forwarded by
     /// the hash without a flow entry (0 = off; counted in
-    /// rvs_xdp_guarded_flows_total).
+    /// rvs_xdp_guarded_flows_total), and new TCP flows start in the
+    /// embryonic table for 60 s (without a limit: above 4,096).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) max_new_flows: u32,
 

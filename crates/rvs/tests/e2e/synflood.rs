@@ -422,8 +422,13 @@ fn check(test: &str, sched: &str) {
     } else {
         assert!(m("rvs_xdp_shed_flows_total") > 10_000, "{}", f.metrics);
         assert_eq!(m("rvs_xdp_guarded_flows_total"), 0);
+        // The embryonic tables arm once a CPU sees more than
+        // MAX_NEW_FLOWS new flows in a second: the legitimate handshakes
+        // of the flood's first second may come before that and go straight
+        // to the flow table (not promoted); at most one second's worth of
+        // the client's loop (one connection per 20 ms).
         assert!(
-            m("rvs_xdp_promoted_flows_total") >= f.legit_ok as u64,
+            m("rvs_xdp_promoted_flows_total") + 50 >= f.legit_ok as u64,
             "{}",
             f.metrics
         );

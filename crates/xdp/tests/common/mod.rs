@@ -148,11 +148,7 @@ impl Lb {
             },
         )
         .expect("director loads");
-        let mut cfg = Config::ipvs_defaults();
-        cfg.tun_src4 = TUN4.octets();
-        cfg.tun_src6 = TUN6.octets();
-        cfg.flags = maps::CFG_F_NAT;
-        l.set_config(&cfg).expect("config");
+        l.set_config(&Lb::config()).expect("config");
         // As attach does for the interface it attaches to: the director
         // owns its MAC on the ingress interface, and only frames sent to it
         // are its own. A test run's ingress (given in the context, as the
@@ -163,6 +159,24 @@ impl Lb {
             l,
             core: Vec::new(),
         })
+    }
+
+    /// The fixtures' configuration: IPVS's defaults, the tunnel sources,
+    /// NAT on.
+    pub fn config() -> Config {
+        let mut cfg = Config::ipvs_defaults();
+        cfg.tun_src4 = TUN4.octets();
+        cfg.tun_src6 = TUN6.octets();
+        cfg.flags = maps::CFG_F_NAT;
+        cfg
+    }
+
+    /// [`Lb::config`] with the SYN-flood guard's `max_new_flows` (which
+    /// also arms the embryonic tables above it).
+    pub fn set_max_new_flows(&mut self, n: u32) {
+        let mut cfg = Lb::config();
+        cfg.max_new_flows = n;
+        self.l.set_config(&cfg).expect("config");
     }
 
     /// Dest index of position `p` of service `svc`.
