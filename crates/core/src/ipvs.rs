@@ -249,7 +249,8 @@ pub struct Forward {
 /// it to [`Ipvs::mirror_conn`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct MirroredConn {
-    /// Transport protocol.
+    /// Transport protocol (a fwmark service's template is keyed by
+    /// protocol 0, IPPROTO_IP, whatever this says).
     pub protocol: Protocol,
     /// Client address and port.
     pub client: std::net::SocketAddr,

@@ -15,7 +15,7 @@
 //! entries entered from peers ([`Received`]) are shared by them so the
 //! master does not send its peers' flows back.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -370,9 +370,7 @@ async fn start_as(daemon: &DaemonHandle, cfg: DaemonConfig, managed: bool) -> Re
 type Sockets = (u16, tokio::net::UdpSocket, Option<tokio::net::UdpSocket>);
 
 fn open(cfg: &DaemonConfig) -> Result<Sockets, String> {
-    let IpAddr::V4(grp) = group(cfg) else {
-        return Err("IPv6 sync groups are not supported by rvsd yet".into());
-    };
+    let grp = group(cfg);
     if !grp.is_multicast() {
         return Err(format!("{grp} is not a multicast address"));
     }
@@ -401,41 +399,71 @@ fn ifindex(ifname: &str) -> std::io::Result<u32> {
 }
 
 /// The sync group's address: `grp` on the configured port (IPVS's 8848
-/// when none is).
-fn group_addr(cfg: &DaemonConfig, grp: Ipv4Addr) -> SocketAddr {
-    SocketAddr::V4(SocketAddrV4::new(
-        grp,
-        cfg.mcast_port.unwrap_or(wire::SYNC_PORT),
-    ))
+/// when none is); an IPv6 group scoped to the interface `index` (a
+/// link-local group such as `ff02::81` means nothing without it).
+fn group_addr(cfg: &DaemonConfig, grp: IpAddr, index: u32) -> SocketAddr {
+    let port = cfg.mcast_port.unwrap_or(wire::SYNC_PORT);
+    match grp {
+        IpAddr::V4(g) => SocketAddr::V4(SocketAddrV4::new(g, port)),
+        IpAddr::V6(g) => SocketAddr::V6(SocketAddrV6::new(g, port, 0, index)),
+    }
 }
 
-/// UDP from the interface's primary address to group:port, TTL as asked,
-/// no loop back (as the kernel's master).
-fn master_socket(cfg: &DaemonConfig, grp: Ipv4Addr) -> std::io::Result<tokio::net::UdpSocket> {
+/// UDP to group:port on the interface, TTL (hop limit) as asked, no loop
+/// back, as the kernel's master: an IPv4 one from the interface's primary
+/// address; an IPv6 one unbound (the kernel binds only IPv4 masters), so
+/// its source is the route's (a link-local address for `ff02::/16`).
+fn master_socket(cfg: &DaemonConfig, grp: IpAddr) -> std::io::Result<tokio::net::UdpSocket> {
     use socket2::{Domain, Socket, Type};
-    ifindex(&cfg.mcast_ifn)?;
-    let addr = rvs_vrrp::net::primary_v4(&cfg.mcast_ifn)?
-        .ok_or_else(|| std::io::Error::other("the interface has no IPv4 address"))?;
-    let s = Socket::new(Domain::IPV4, Type::DGRAM, None)?;
-    s.bind_device(Some(cfg.mcast_ifn.as_bytes()))?;
-    s.set_multicast_if_v4(&addr)?;
-    s.set_multicast_ttl_v4(u32::from(cfg.mcast_ttl.unwrap_or(1)))?;
-    s.set_multicast_loop_v4(false)?;
-    s.bind(&SocketAddr::V4(SocketAddrV4::new(addr, 0)).into())?;
-    s.connect(&group_addr(cfg, grp).into())?;
+    let index = ifindex(&cfg.mcast_ifn)?;
+    let ttl = u32::from(cfg.mcast_ttl.unwrap_or(1));
+    let s = match grp {
+        IpAddr::V4(_) => {
+            let addr = rvs_vrrp::net::primary_v4(&cfg.mcast_ifn)?
+                .ok_or_else(|| std::io::Error::other("the interface has no IPv4 address"))?;
+            let s = Socket::new(Domain::IPV4, Type::DGRAM, None)?;
+            s.bind_device(Some(cfg.mcast_ifn.as_bytes()))?;
+            s.set_multicast_if_v4(&addr)?;
+            s.set_multicast_ttl_v4(ttl)?;
+            s.set_multicast_loop_v4(false)?;
+            s.bind(&SocketAddr::V4(SocketAddrV4::new(addr, 0)).into())?;
+            s
+        }
+        IpAddr::V6(_) => {
+            let s = Socket::new(Domain::IPV6, Type::DGRAM, None)?;
+            s.set_only_v6(true)?;
+            s.bind_device(Some(cfg.mcast_ifn.as_bytes()))?;
+            s.set_multicast_if_v6(index)?;
+            s.set_multicast_hops_v6(ttl)?;
+            s.set_multicast_loop_v6(false)?;
+            s
+        }
+    };
+    s.connect(&group_addr(cfg, grp, index).into())?;
     s.set_nonblocking(true)?;
     tokio::net::UdpSocket::from_std(s.into())
 }
 
 /// UDP on group:port, on the interface, joined to the group there.
-fn backup_socket(cfg: &DaemonConfig, grp: Ipv4Addr) -> std::io::Result<tokio::net::UdpSocket> {
+fn backup_socket(cfg: &DaemonConfig, grp: IpAddr) -> std::io::Result<tokio::net::UdpSocket> {
     use socket2::{Domain, InterfaceIndexOrAddress, Socket, Type};
     let index = ifindex(&cfg.mcast_ifn)?;
-    let s = Socket::new(Domain::IPV4, Type::DGRAM, None)?;
+    let domain = if grp.is_ipv6() {
+        Domain::IPV6
+    } else {
+        Domain::IPV4
+    };
+    let s = Socket::new(domain, Type::DGRAM, None)?;
+    if grp.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
     s.set_reuse_address(true)?;
     s.bind_device(Some(cfg.mcast_ifn.as_bytes()))?;
-    s.bind(&group_addr(cfg, grp).into())?;
-    s.join_multicast_v4_n(&grp, &InterfaceIndexOrAddress::Index(index))?;
+    s.bind(&group_addr(cfg, grp, index).into())?;
+    match grp {
+        IpAddr::V4(g) => s.join_multicast_v4_n(&g, &InterfaceIndexOrAddress::Index(index))?,
+        IpAddr::V6(g) => s.join_multicast_v6(&g, index)?,
+    }
     s.set_nonblocking(true)?;
     tokio::net::UdpSocket::from_std(s.into())
 }
@@ -530,9 +558,7 @@ fn log_event(cfg: &DaemonConfig, ev: Event) -> bool {
 /// when it needs the director (the master's period, a bulk answer's page).
 async fn run(mut task: Task) {
     let master = is_master(&task.cfg);
-    let IpAddr::V4(grp) = group(&task.cfg) else {
-        return;
-    };
+    let grp = group(&task.cfg);
     // Netlink blocks: not on the runtime's threads.
     let ifname = task.cfg.mcast_ifn.clone();
     let own = tokio::task::spawn_blocking(move || own_addresses(&ifname))
@@ -545,7 +571,7 @@ async fn run(mut task: Task) {
             master,
             syncid: task.cfg.syncid,
             maxlen: task.maxlen,
-            group: group_addr(&task.cfg, grp),
+            group: group_addr(&task.cfg, grp, ifindex(&task.cfg.mcast_ifn).unwrap_or(0)),
             nonce,
             own,
         },

@@ -493,39 +493,55 @@ pub(crate) fn to_enter(
 /// such service or real server, or the entry is of a persistence engine
 /// it does not have.
 fn resolve(ipvs: &Ipvs, c: &wire::SyncConn) -> Option<MirroredConn> {
+    let template = c.flags & wire::FLAG_TEMPLATE != 0;
     let protocol = match c.protocol {
         6 => Protocol::Tcp,
         17 => Protocol::Udp,
         132 => Protocol::Sctp,
+        // A fwmark service's persistence template is the kernel's
+        // `<IPPROTO_IP, caddr, 0, fwmark, 0, daddr, 0>`: protocol 0 and the
+        // mark as its virtual address. The table keys a fwmark service's
+        // templates by protocol 0 whatever protocol the flow names
+        // (`Ipvs::mirror_conn`).
+        0 if template && c.fwmark != 0 => Protocol::Tcp,
         _ => return None,
     };
     // The kernel skips entries of a persistence engine it does not have.
     if c.pe_name.as_deref().is_some_and(|n| n != "sip") {
         return None;
     }
-    let template = c.flags & wire::FLAG_TEMPLATE != 0;
     let af = if c.vip.is_ipv6() {
         AddrFamily::Inet6
     } else {
         AddrFamily::Inet
     };
+    // A protocol-0 template is a fwmark service's only.
+    let by_addr = c.protocol != 0;
     let keys = [
         (c.fwmark != 0).then_some(ServiceKey::Fwmark { mark: c.fwmark, af }),
-        Some(ServiceKey::Addr {
+        by_addr.then_some(ServiceKey::Addr {
             protocol,
             addr: c.vip.ip(),
             port: c.vip.port(),
         }),
-        Some(ServiceKey::Addr {
+        by_addr.then_some(ServiceKey::Addr {
             protocol,
             addr: c.vip.ip(),
             port: 0,
         }),
     ];
+    // The record's real-server port is the real server's, or the
+    // packet's when the master's scheduler kept it (a persistent fwmark
+    // or port-zero service: `ip_vs_sched_persist`), or 0 for a template
+    // of a fwmark or port-zero service.
+    let port_ok = |svc_port: u16, p: u16| {
+        p == 0
+            || p == c.dest.port()
+            || (svc_port == 0 && (c.dest.port() == c.vip.port() || template && c.dest.port() == 0))
+    };
     let dest = keys.iter().flatten().find_map(|k| {
         ipvs.service(k)?.dests().iter().find_map(|d| {
-            (d.config.addr == c.dest.ip() && (d.config.port == c.dest.port() || d.config.port == 0))
-                .then_some(d.id)
+            (d.config.addr == c.dest.ip() && port_ok(k.port(), d.config.port)).then_some(d.id)
         })
     })?;
     let state = u8::try_from(c.state).ok()?;
@@ -853,6 +869,84 @@ mod tests {
         };
         assert!(enter(&template));
         assert_eq!(ipvs.conns().len(), 2);
+    }
+
+    /// Issue 29: a kernel master's fwmark service syncs its persistence
+    /// template as `<IPPROTO_IP, caddr, 0, fwmark, 0, daddr, 0>` (protocol
+    /// 0, the mark as the virtual address) and its connections with their
+    /// own protocol and VIP and the mark: both enter this director's fwmark
+    /// service, the template keyed as the scheduler keys its own (protocol
+    /// 0), so the connection's next packet finds it. A protocol-0 record
+    /// that is not a fwmark template is nobody's.
+    #[test]
+    fn a_kernel_fwmark_template_enters_the_fwmark_service() {
+        let mut ipvs = Ipvs::new(IpvsConfig::default());
+        let fw = ServiceKey::Fwmark {
+            mark: 7,
+            af: AddrFamily::Inet,
+        };
+        let mut cfg = ServiceConfig::new(AddrFamily::Inet);
+        cfg.persistent = Some(300);
+        ipvs.add_service(fw, cfg).unwrap();
+        ipvs.add_dest(&fw, DestConfig::new("10.0.1.1".parse().unwrap(), 8080))
+            .unwrap();
+        let now = Instant::from_secs(1);
+        let tpl = wire::SyncConn {
+            protocol: 0,
+            client: "10.9.0.1:0".parse().unwrap(),
+            vip: "0.0.0.7:0".parse().unwrap(),
+            flags: wire::FLAG_TEMPLATE,
+            state: wire::TPL_STATE_ASSURED,
+            fwmark: 7,
+            ..peer_entry("10.0.1.1:0", TcpState::None, 300)
+        };
+        // To the packet's port: the persistent fwmark service kept it.
+        let conn = wire::SyncConn {
+            vip: "10.0.0.9:80".parse().unwrap(),
+            fwmark: 7,
+            ..peer_entry("10.0.1.1:80", TcpState::Established, 900)
+        };
+        for c in [&tpl, &conn] {
+            let m = resolve(&ipvs, c).expect("the fwmark service's entry");
+            ipvs.mirror_conn(now, &m).unwrap();
+        }
+        let key = rvs_core::conn::ConnKey {
+            protocol: 0,
+            af: AddrFamily::Inet,
+            caddr: rvs_core::conn::Addr::from_ip("10.9.0.1".parse().unwrap()),
+            cport: 0,
+            vaddr: rvs_core::conn::Addr::from_ip("0.0.0.7".parse().unwrap()),
+            vport: 0,
+        };
+        let t = ipvs.conns().lookup_template(&key, None).expect("template");
+        let t = ipvs.conns().get(t).unwrap();
+        assert!(t.flags.contains(ConnFlags::ASSURED));
+        assert_eq!((t.dport, t.protocol), (0, 0));
+        assert_eq!(ipvs.conns().len(), 2);
+        // Sent on as the kernel sent it, the connection with its mark too.
+        let w = to_wire(t, None);
+        assert_eq!((w.protocol, w.vip, w.fwmark), (0, tpl.vip, 7));
+        let c = ipvs
+            .conns()
+            .iter()
+            .find(|(_, c)| !c.is_template())
+            .unwrap()
+            .1;
+        let w = to_wire(c, None);
+        assert_eq!((w.fwmark, w.dest), (7, conn.dest));
+        // Another real server of that address is not this one.
+        let other = wire::SyncConn {
+            dest: "10.0.1.1:81".parse().unwrap(),
+            ..conn.clone()
+        };
+        assert!(resolve(&ipvs, &other).is_none());
+        let stray = wire::SyncConn {
+            fwmark: 0,
+            ..tpl.clone()
+        };
+        assert!(resolve(&ipvs, &stray).is_none());
+        let not_template = wire::SyncConn { flags: 0, ..tpl };
+        assert!(resolve(&ipvs, &not_template).is_none());
     }
 
     /// A FULLNAT connection's local address and port goes out with it

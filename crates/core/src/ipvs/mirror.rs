@@ -29,16 +29,26 @@ impl Ipvs {
 
     fn mirror_conn_entry(&mut self, now: Instant, flow: &MirroredConn) -> Option<ConnId> {
         let dcfg = self.dest(flow.dest)?.config;
+        // The entries of a fwmark service carry its mark (as the packet
+        // path's do), and its templates are keyed by protocol 0
+        // (IPPROTO_IP), as `schedule_persist` keys them and the kernel
+        // syncs them.
+        let mark = self.mark_of_dest(flow.dest);
         let key = ConnKey {
-            protocol: flow.protocol.number(),
+            protocol: if flow.template && mark.is_some() {
+                0
+            } else {
+                flow.protocol.number()
+            },
             af: AddrFamily::of(&flow.client.ip()),
             caddr: Addr::from_ip(flow.client.ip()),
             cport: flow.client.port(),
             vaddr: Addr::from_ip(flow.vip.ip()),
             vport: flow.vip.port(),
         };
+        let mark = mark.unwrap_or(0);
         if flow.template {
-            return self.mirror_template(now, flow, key, dcfg);
+            return self.mirror_template(now, flow, key, dcfg, mark);
         }
         let active = match flow.protocol {
             Protocol::Tcp => TcpState::from_u8(flow.state).is_some_and(TcpState::is_active),
@@ -76,14 +86,11 @@ impl Ipvs {
         if !flow.output_seen {
             flags = flags.union(ConnFlags::NOOUTPUT);
         }
-        let dport = if dcfg.port == 0 {
-            flow.vip.port()
-        } else {
-            dcfg.port
-        };
+        let dport = self.scheduled_dport(flow.dest, dcfg.port, flow.vip.port());
         let mut conn = Conn::new(&key, Addr::from_ip(dcfg.addr), dport, flags, flow.idle_left);
         conn.dest = flow.dest.0;
         conn.state = flow.state;
+        conn.fwmark = mark;
         let id = self.insert_conn(conn, None, now).ok()?;
         self.bind(flow.dest, flags);
         self.conns.set_timeout(id, flow.idle_left, now);
@@ -96,6 +103,7 @@ impl Ipvs {
         flow: &MirroredConn,
         key: ConnKey,
         dcfg: DestConfig,
+        mark: u32,
     ) -> Option<ConnId> {
         // A peer's assured template (state 1, the kernel's
         // IP_VS_CTPL_S_ASSURED) is assured here too; one already assured
@@ -122,6 +130,7 @@ impl Ipvs {
             flow.idle_left,
         );
         conn.dest = flow.dest.0;
+        conn.fwmark = mark;
         if assured {
             conn.flags.insert(ConnFlags::ASSURED);
         }
@@ -129,6 +138,41 @@ impl Ipvs {
         self.bind(flow.dest, ConnFlags::TEMPLATE);
         self.conns.set_timeout(id, flow.idle_left, now);
         Some(id)
+    }
+
+    /// The service of real server `dest` (`None` once it is trashed).
+    fn service_of_dest(&self, dest: DestId) -> Option<&Service> {
+        let Some(DestLoc::Service { svc, .. }) = self.locator.get(dest.0 as usize) else {
+            return None;
+        };
+        self.services.get(*svc as usize)?.as_ref()
+    }
+
+    /// The mark of real server `dest`'s service when that is a fwmark
+    /// service.
+    fn mark_of_dest(&self, dest: DestId) -> Option<u32> {
+        match self.service_of_dest(dest)?.key {
+            ServiceKey::Fwmark { mark, .. } => Some(mark),
+            ServiceKey::Addr { .. } => None,
+        }
+    }
+
+    /// The real-server port the scheduler gives a connection to `vport`
+    /// through `dest` (configured port `port`), as the kernel's: a
+    /// persistent service uses the real server's port only for packets to
+    /// its own port (`ip_vs_sched_persist`: a fwmark or port-zero service
+    /// keeps the packet's port), any other the real server's port when it
+    /// has one (`ip_vs_schedule`).
+    fn scheduled_dport(&self, dest: DestId, port: u16, vport: u16) -> u16 {
+        let (persistent, svc_port) = match self.service_of_dest(dest) {
+            Some(s) => (s.config.persistent.is_some(), s.key.port()),
+            None => (false, vport),
+        };
+        if port == 0 || (persistent && (svc_port == 0 || svc_port != vport)) {
+            vport
+        } else {
+            port
+        }
     }
 
     /// Add traffic a packet data plane counted (e.g. the per-CPU counters of

@@ -36,7 +36,7 @@ use rvs_testbed::Conn;
 use rvs_testbed::{udp_ask, udp_socket};
 
 /// rvsd in `h`'s namespace on `DIR/NAME.sock`, killed on drop.
-fn daemon(h: &Host, dir: &TempDir, name: &str, plane: &str) -> Rvsd {
+pub(crate) fn daemon(h: &Host, dir: &TempDir, name: &str, plane: &str) -> Rvsd {
     Launch::at(&dir.path().join(format!("{name}.sock")))
         .netns(&h.ns)
         .plane(plane)
@@ -45,10 +45,10 @@ fn daemon(h: &Host, dir: &TempDir, name: &str, plane: &str) -> Rvsd {
 
 /// One `-Lcn` entry without its expiry: protocol, state, client, virtual
 /// address, real server.
-type Entry = (String, String, String, String, String);
+pub(crate) type Entry = (String, String, String, String, String);
 
 /// The entries of a `-Lcn` listing.
-fn entries(listing: &str) -> BTreeSet<Entry> {
+pub(crate) fn entries(listing: &str) -> BTreeSet<Entry> {
     listing
         .lines()
         .filter_map(|l| {
@@ -77,26 +77,33 @@ fn of_client(all: &BTreeSet<Entry>, addr: &str, ports: &[u16]) -> BTreeSet<Entry
         .collect()
 }
 
-fn kernel_lcn(vm: &IpvsVm) -> BTreeSet<Entry> {
+/// The kernel's `-Lcn` entries.
+pub(crate) fn kernel_lcn(vm: &IpvsVm) -> BTreeSet<Entry> {
     entries(&vm.ok("ipvsadm -Lcn"))
 }
 
 /// A connection from `c` to `vip` through the guest's director, tried up to
 /// three times (20 s each: the emulated guest is slow on a loaded machine);
 /// the guest's view in the panic when none gets through.
-fn connect_via(c: &Host, vip: SocketAddr, vm: &IpvsVm) -> Conn {
+pub(crate) fn connect_via(c: &Host, vip: SocketAddr, vm: &IpvsVm) -> Conn {
     for _ in 0..3 {
         if let Ok(conn) = connect(c, vip, Duration::from_secs(20)) {
             return conn;
         }
     }
-    let seen = vm.run("ipvsadm -Ln --stats; ipvsadm -Lcn; ip neigh; ip addr; dmesg | tail");
+    let seen = vm
+        .run("ipvsadm -Ln --stats; ipvsadm -Lcn; ip neigh; ip addr; dmesg | tail")
+        .map(|o| o.stdout_text());
     panic!("no connection to {vip} through the kernel; the guest: {seen:?}");
 }
 
 /// Wait (bound `limit`, only against a hang) until `f` holds; the last
 /// values compared are in the panic.
-fn until<T: std::fmt::Debug>(what: &str, limit: Duration, mut f: impl FnMut() -> (bool, T)) {
+pub(crate) fn until<T: std::fmt::Debug>(
+    what: &str,
+    limit: Duration,
+    mut f: impl FnMut() -> (bool, T),
+) {
     let end = Instant::now() + limit;
     loop {
         let (ok, seen) = f();
@@ -111,16 +118,22 @@ fn until<T: std::fmt::Debug>(what: &str, limit: Duration, mut f: impl FnMut() ->
     }
 }
 
-#[test]
-fn sync_interop_with_the_kernel_both_ways() {
-    let test = "sync_interop_with_the_kernel_both_ways";
-    if !ipvs_vm::available_or_skip(test) {
-        return;
+/// Keep the connections established while they can (the test servers
+/// close after 10 s idle; then both sides list the closing state, compared
+/// all the same).
+pub(crate) fn keep_alive(conns: &mut [Conn]) {
+    for h in conns {
+        let _ = h.echo("k\n", Duration::from_secs(2));
     }
-    let Some(mut bed) = Bed::new(test) else {
-        return;
-    };
-    let t0 = Instant::now();
+}
+
+/// The bed of a sync test with the guest (`None`: skipped): the switch and
+/// rvsd's host `d` at 10.0.29.1/24 and 10.0.30.1/24.
+pub(crate) fn sync_bed(test: &str) -> Option<(Bed, Host)> {
+    if !ipvs_vm::available_or_skip(test) {
+        return None;
+    }
+    let mut bed = Bed::new(test)?;
     let d = bed.host("d", "10.0.29.1/24");
     sh(&[
         "ip",
@@ -132,6 +145,23 @@ fn sync_interop_with_the_kernel_both_ways() {
         "dev",
         "eth0",
     ]);
+    Some((bed, d))
+}
+
+/// The guest on the bed's switch at 10.0.29.2/24, with `ip_vs` and `rr`.
+pub(crate) fn boot_guest(bed: &Bed) -> IpvsVm {
+    let mut opts = IpvsVmOpts::new(&bed.sw, "10.0.29.2/24", None);
+    opts.bridge = "br0".into();
+    opts.modules = vec!["ip_vs".into(), "ip_vs_rr".into()];
+    IpvsVm::boot(&opts).expect("boot the kernel-IPVS guest")
+}
+
+#[test]
+fn sync_interop_with_the_kernel_both_ways() {
+    let Some((mut bed, d)) = sync_bed("sync_interop_with_the_kernel_both_ways") else {
+        return;
+    };
+    let t0 = Instant::now();
     let r = bed.host("r", "10.0.29.11/24");
     sh(&[
         "ip",
@@ -151,10 +181,7 @@ fn sync_interop_with_the_kernel_both_ways() {
     let rs_addr = "10.0.29.11".parse().unwrap();
     bed.server(&r, rs_addr, 8080, "rs1");
     bed.udp_server(&r, rs_addr, 5353, "rs1");
-    let mut opts = IpvsVmOpts::new(&bed.sw, "10.0.29.2/24", None);
-    opts.bridge = "br0".into();
-    opts.modules = vec!["ip_vs".into(), "ip_vs_rr".into()];
-    let vm = IpvsVm::boot(&opts).expect("boot the kernel-IPVS guest");
+    let vm = boot_guest(&bed);
     let boot = t0.elapsed();
     vm.ok(
         // One-armed NAT: the guest must not send the real server ICMP
@@ -225,12 +252,7 @@ fn sync_interop_with_the_kernel_both_ways() {
             &format!("v{version}: the rvsd backup lists the kernel master's entries"),
             bound,
             || {
-                // Traffic keeps the connections established while it
-                // can (the test servers close after 10 s idle; then both
-                // sides list the closing state, compared all the same).
-                for h in &mut conns {
-                    let _ = h.echo("k\n", Duration::from_secs(2));
-                }
+                keep_alive(&mut conns);
                 let k = of_client(&kernel_lcn(&vm), client, &ports);
                 let b = of_client(&entries(&backup.ok("-Lcn")), client, &ports);
                 (k.len() == 5 && k == b, (k, b))
@@ -308,12 +330,7 @@ fn sync_interop_with_the_kernel_both_ways() {
         "the kernel backup lists rvsd's connections and template",
         bound,
         || {
-            // Traffic keeps the connections established while it can
-            // (the test servers close after 10 s idle; then both sides list
-            // the closing state, compared all the same).
-            for h in &mut held {
-                let _ = h.echo("k\n", Duration::from_secs(2));
-            }
+            keep_alive(&mut held);
             let m = on_pvip(entries(&master.ok("-Lcn")));
             let k = on_pvip(kernel_lcn(&vm));
             (m.len() == 3 && k == m, (m, k))
