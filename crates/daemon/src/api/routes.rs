@@ -54,23 +54,25 @@ fn body<T: DeserializeOwned + Default>(b: &RawBody, optional: bool) -> Result<T,
     if optional && b.0.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(&b.0).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "bad_body",
-            format!("the body is not what this route takes: {e}"),
-        )
-    })
+    required(b)
 }
 
+/// A JSON object as `T`. Every body this API takes is an object: serde
+/// would also read a struct from an array of its fields (`[null]` as
+/// `{"service": null}`), which the document does not allow, so anything
+/// but an object is refused before it is decoded.
 fn required<T: DeserializeOwned>(b: &RawBody) -> Result<T, ApiError> {
-    serde_json::from_slice(&b.0).map_err(|e| {
+    let bad = |why: String| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
             "bad_body",
-            format!("the body is not what this route takes: {e}"),
+            format!("the body is not what this route takes: {why}"),
         )
-    })
+    };
+    if b.0.iter().find(|c| !c.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(bad("a JSON object is expected".into()));
+    }
+    serde_json::from_slice(&b.0).map_err(|e| bad(e.to_string()))
 }
 
 /// The query string as `T`, its error as JSON.
@@ -979,4 +981,27 @@ pub(crate) async fn openapi(State(api): State<Api>) -> Response {
 /// JSON text as `axum::Json` would answer it.
 fn json(text: String) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], text).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::types::ZeroBody;
+
+    fn raw(s: &str) -> RawBody {
+        RawBody(axum::body::Bytes::copy_from_slice(s.as_bytes()))
+    }
+
+    /// schemathesis found `POST /api/v1/zero` with `[null]` answered 200:
+    /// serde reads a struct from an array of its fields.
+    #[test]
+    fn only_an_object_is_a_body() {
+        for bad in ["[null]", "[]", "null", "1", "\"x\"", " [\"svc\"]"] {
+            let e = body::<ZeroBody>(&raw(bad), true).expect_err(bad);
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
+        }
+        assert!(body::<ZeroBody>(&raw(""), true).is_ok());
+        assert!(body::<ZeroBody>(&raw(" {} "), true).is_ok());
+        assert!(required::<ZeroBody>(&raw("")).is_err());
+    }
 }
