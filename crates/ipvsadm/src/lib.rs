@@ -38,7 +38,7 @@ pub use format::{
 };
 pub use parse::{
     Command, DaemonConfig, DestSpec, Invocation, LaddrSpec, ServiceSpec, SyncState, Timeouts,
-    check_tunnel, parse_args, parse_args_named, parse_args_with, parse_restore_line,
+    check_family, check_tunnel, parse_args, parse_args_named, parse_args_with, parse_restore_line,
     parse_restore_line_with,
 };
 pub use usage::{usage_text, version_text};

@@ -44,7 +44,7 @@ mod apply;
 mod check;
 mod options;
 use apply::{apply_option, parse_sched_flags, parse_timeout};
-pub use check::check_tunnel;
+pub use check::{check_family, check_tunnel};
 use check::{finish, generic_opt_check};
 use options::{
     C_CONNECTION, C_DAEMON, C_EXACT, C_FORWARD, C_LADDR, C_LTHRESHOLD, C_MAX_CONNS, C_MCAST,

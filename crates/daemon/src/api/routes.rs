@@ -247,6 +247,7 @@ impl Api {
             let mut dest = owner_dest(d, &key, rs)?;
             precondition(&wanted, &real_etag(&DestSnap::from_config(&dest)))?;
             f(&mut dest)?;
+            check_family(&key, &dest)?;
             *answer.lock().unwrap_or_else(PoisonError::into_inner) =
                 crate::view::edited_dest(d, &key, &dest);
             Ok(commands(vec![Command::EditDest { service: key, dest }]))
@@ -324,7 +325,7 @@ pub(crate) async fn create_service(
     let mut config = ServiceConfig::new(key.af());
     b.apply(&mut config, key.af())?;
     let mut cmds = vec![Command::AddService { key, config }];
-    for dest in b.dests()? {
+    for dest in b.dests(&key)? {
         cmds.push(Command::AddDest { service: key, dest });
     }
     for laddr in b.laddrs()? {
@@ -424,6 +425,7 @@ pub(crate) async fn create_real(
     let key = ids::parse_service(&p.svc, "svc")?;
     let b: RealBody = required(&raw)?;
     let dest = b.new_dest()?;
+    check_family(&key, &dest)?;
     let rs = (dest.addr, dest.port);
     api.service_write(key, &headers, move |_| {
         Ok(vec![Command::AddDest { service: key, dest }])
@@ -555,7 +557,7 @@ pub(crate) async fn put_table(
         defs.push(rvs_control::state::ServiceDef {
             key,
             config,
-            dests: s.dests()?,
+            dests: s.dests(&key)?,
             laddrs: s.laddrs()?,
         });
     }

@@ -386,3 +386,72 @@ async fn a_client_certificate_authenticates_and_token_reads_close_the_dashboard(
         StatusCode::OK
     );
 }
+
+/// A real server of the other address family than its service is legal
+/// only behind an encapsulating tunnel (rvsadm's check): POST and PATCH of
+/// a real server, a service's `reals` and `PUT /api/v1/table` answer 400
+/// naming `address` with rvsadm's words, and change nothing.
+#[tokio::test]
+async fn a_real_server_of_the_other_family_needs_a_tunnel() {
+    let d = daemon();
+    let app = app(&d, true);
+    let svc = serde_json::json!({"protocol": "tcp", "address": "10.0.0.1", "port": 80});
+    assert_eq!(
+        post_service(&app, &svc, &[AUTH]).await.status,
+        StatusCode::CREATED
+    );
+    let path = "/api/v1/services/tcp-10.0.0.1-80";
+    let reals = format!("{path}/reals");
+    let before = call(&app, Method::GET, "/api/v1/table", None, &[]).await;
+    let refused = |a: &Answer, words: &str| {
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{}", a.json);
+        assert_eq!(a.json["code"], "invalid_field", "{}", a.json);
+        assert_eq!(a.json["field"], "address", "{}", a.json);
+        assert!(
+            a.json["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(words)),
+            "{}",
+            a.json
+        );
+    };
+    let only_tunnels = "Different address family is allowed only for tunneling servers";
+    for forward in ["route", "masq", "fullnat"] {
+        let rs = serde_json::json!({"address": "2001:db8::2", "port": 80, "forward": forward});
+        let a = call(&app, Method::POST, &reals, Some(rs), &[AUTH]).await;
+        refused(&a, only_tunnels);
+    }
+    let opt = serde_json::json!({
+        "address": "2001:db8::2", "port": 80, "forward": "tunnel", "tun_type": "opt"
+    });
+    let a = call(&app, Method::POST, &reals, Some(opt), &[AUTH]).await;
+    refused(&a, "not allowed for --tun-type opt");
+    // A service created with such a real server is not created.
+    let mut v6 = serde_json::json!({"protocol": "tcp", "address": "2001:db8::1", "port": 80});
+    v6["reals"] = serde_json::json!([{"address": "10.0.0.2", "port": 80, "forward": "masq"}]);
+    refused(&post_service(&app, &v6, &[AUTH]).await, only_tunnels);
+    // Nor is a table that holds one.
+    let mut table = before.json.clone();
+    table["services"][0]["reals"] =
+        serde_json::json!([{"address": "2001:db8::3", "port": 80, "forward": "route"}]);
+    let a = call(&app, Method::PUT, "/api/v1/table", Some(table), &[AUTH]).await;
+    refused(&a, only_tunnels);
+    let after = call(&app, Method::GET, "/api/v1/table", None, &[]).await;
+    assert_eq!(after.etag, before.etag, "a refused write changed nothing");
+    assert_eq!(after.json, before.json);
+    // Behind a tunnel it is taken; made anything else, refused again.
+    let ipip = serde_json::json!({"address": "2001:db8::2", "port": 80, "forward": "tunnel"});
+    let a = call(&app, Method::POST, &reals, Some(ipip), &[AUTH]).await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.json);
+    let rs = format!("{reals}/2001:db8::2-80");
+    let a = call(&app, Method::GET, &rs, None, &[]).await;
+    assert_eq!(a.json["forward"], "tunnel", "{}", a.json);
+    let patch = serde_json::json!({"forward": "masq"});
+    let a = call(&app, Method::PATCH, &rs, Some(patch), &[AUTH]).await;
+    refused(&a, only_tunnels);
+    let a = call(&app, Method::GET, &rs, None, &[]).await;
+    assert_eq!(
+        a.json["forward"], "tunnel",
+        "the refused PATCH changed nothing"
+    );
+}

@@ -258,12 +258,16 @@ impl ServiceBody {
         Ok(())
     }
 
-    /// The real servers given, checked.
-    pub(crate) fn dests(&self) -> Result<Vec<DestConfig>, ApiError> {
+    /// The real servers given, checked, for the service `key`.
+    pub(crate) fn dests(&self, key: &ServiceKey) -> Result<Vec<DestConfig>, ApiError> {
         self.reals
             .iter()
             .flatten()
-            .map(RealBody::new_dest)
+            .map(|r| {
+                let d = r.new_dest()?;
+                check_family(key, &d)?;
+                Ok(d)
+            })
             .collect()
     }
 
@@ -334,6 +338,24 @@ fn netmask(m: &str, af: AddrFamily) -> Result<PersistMask, ApiError> {
             _ => Err(bad()),
         },
     }
+}
+
+/// A real server's address family against its service's, as rvsadm
+/// checks it (the one check, rvsadm's words): another family only behind
+/// an encapsulating tunnel. A 400 naming `address`, before anything is
+/// written (the core would refuse it later, without the field).
+pub(crate) fn check_family(key: &ServiceKey, d: &DestConfig) -> Result<(), ApiError> {
+    rvs_ipvsadm::check_family(key.af(), d.addr, &d.forward).map_err(|e| {
+        ApiError::field(
+            "address",
+            format!(
+                "{}: real server {} of service {}",
+                e.message,
+                ids::real_id(d.addr, d.port),
+                ids::service_id(key)
+            ),
+        )
+    })
 }
 
 impl RealBody {

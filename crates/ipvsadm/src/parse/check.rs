@@ -40,6 +40,32 @@ pub fn check_tunnel(
     tunnel_opt_check(kind, options)
 }
 
+/// The address family of a real server against its service's, as
+/// `rvsadm -a/-e` checks it (ipvsadm's own check, and rvs's for `--tun-type
+/// opt`), for every caller that adds or edits a real server (the command
+/// line and the REST API): a server of the other family is legal only
+/// behind an encapsulating tunnel, since only a tunnel carries the
+/// client's packet inside one of the server's family. The error is
+/// rvsadm's text.
+pub fn check_family(
+    service: AddrFamily,
+    server: IpAddr,
+    forward: &ForwardMethod,
+) -> Result<(), ParseError> {
+    if AddrFamily::of(&server) == service {
+        return Ok(());
+    }
+    match forward {
+        ForwardMethod::Tunnel(t) if t.kind == TunnelType::Opt => Err(ParseError::fail(
+            "Different address family is not allowed for --tun-type opt (the packet is rewritten, not encapsulated)",
+        )),
+        ForwardMethod::Tunnel(_) => Ok(()),
+        _ => Err(ParseError::fail(
+            "Different address family is allowed only for tunneling servers",
+        )),
+    }
+}
+
 /// The scan both checks share: column `j` of `row` is option
 /// `option_of(j)`, which must be given (`+`), must not be (`x`), or is one
 /// of a set of which at most one may be (`1`); `what` names the command or
@@ -155,38 +181,6 @@ pub(super) fn finish(
         Cmd::Reload => Command::Reload,
         Cmd::RemoveDirector => Command::RemoveDirector,
         Cmd::AddDest | Cmd::EditDest | Cmd::DelDest => {
-            if cmd != Cmd::DelDest {
-                // DR and tunnel servers must use the service port; rvs's
-                // `--tun-type opt` rewrites the destination like NAT, so
-                // its real server keeps its own port (a NodePort's pod).
-                let opt = st.fwd == Fwd::Tunnel && st.tun_type == TunnelType::Opt;
-                if st.fwmark == 0 && matches!(st.fwd, Fwd::Tunnel | Fwd::Route) && !opt {
-                    st.dest_port = st.svc_port;
-                }
-                if opt && AddrFamily::of(&st.dest_addr) != st.svc_af {
-                    return Err(ParseError::fail(
-                        "Different address family is not allowed for --tun-type opt (the packet is rewritten, not encapsulated)",
-                    ));
-                }
-                if AddrFamily::of(&st.dest_addr) != st.svc_af && st.fwd != Fwd::Tunnel {
-                    return Err(ParseError::fail(
-                        "Different address family is allowed only for tunneling servers",
-                    ));
-                }
-                let tun_opts = [
-                    C_TUN_TYPE,
-                    C_TUN_PORT,
-                    C_TUN_NOCSUM,
-                    C_TUN_CSUM,
-                    C_TUN_REMCSUM,
-                ];
-                if tun_opts.iter().any(|&c| st.has(c)) && st.fwd != Fwd::Tunnel {
-                    return Err(ParseError::fail(
-                        "Tunnel options conflict with forward method",
-                    ));
-                }
-                tunnel_opt_check(st.tun_type, st.options)?;
-            }
             let forward = match st.fwd {
                 Fwd::Masq => ForwardMethod::Masq,
                 Fwd::Route => ForwardMethod::Route,
@@ -201,6 +195,29 @@ pub(super) fn finish(
                     },
                 }),
             };
+            if cmd != Cmd::DelDest {
+                // DR and tunnel servers must use the service port; rvs's
+                // `--tun-type opt` rewrites the destination like NAT, so
+                // its real server keeps its own port (a NodePort's pod).
+                let opt = st.fwd == Fwd::Tunnel && st.tun_type == TunnelType::Opt;
+                if st.fwmark == 0 && matches!(st.fwd, Fwd::Tunnel | Fwd::Route) && !opt {
+                    st.dest_port = st.svc_port;
+                }
+                check_family(st.svc_af, st.dest_addr, &forward)?;
+                let tun_opts = [
+                    C_TUN_TYPE,
+                    C_TUN_PORT,
+                    C_TUN_NOCSUM,
+                    C_TUN_CSUM,
+                    C_TUN_REMCSUM,
+                ];
+                if tun_opts.iter().any(|&c| st.has(c)) && st.fwd != Fwd::Tunnel {
+                    return Err(ParseError::fail(
+                        "Tunnel options conflict with forward method",
+                    ));
+                }
+                tunnel_opt_check(st.tun_type, st.options)?;
+            }
             let mut dest = DestConfig::new(st.dest_addr, st.dest_port)
                 .weight(st.weight)
                 .forward(forward)

@@ -101,3 +101,63 @@ fn check_tunnel_says_what_the_command_line_says() {
     }
     assert!(check_tunnel(TunnelType::Gue, None, None).is_err());
 }
+
+/// The family check the REST API shares gives the command line's answer:
+/// another family only behind an encapsulating tunnel, never `opt`.
+#[test]
+fn check_family_says_what_the_command_line_says() {
+    let cli = |svc: &str, rs: &str, opts: &str| {
+        parse_args(
+            format!("-a {svc} -r {rs} {opts}")
+                .split_whitespace()
+                .map(str::to_owned),
+        )
+        .map(|_| ())
+        .map_err(|e| e.message)
+    };
+    let v4 = "-t 10.0.0.1:80";
+    let v6 = "-t [2001:db8::1]:80";
+    let tunnel = |kind| {
+        ForwardMethod::Tunnel(Tunnel {
+            kind,
+            ..Tunnel::default()
+        })
+    };
+    let cases = [
+        (v4, "[2001:db8::2]:80", "-g", ForwardMethod::Route),
+        (v4, "[2001:db8::2]:80", "-m", ForwardMethod::Masq),
+        (v4, "[2001:db8::2]:80", "-i", tunnel(TunnelType::Ipip)),
+        (
+            v4,
+            "[2001:db8::2]:80",
+            "-i --tun-type opt",
+            tunnel(TunnelType::Opt),
+        ),
+        (v6, "10.0.0.2:80", "-m", ForwardMethod::Masq),
+        (v6, "10.0.0.2:80", "-i", tunnel(TunnelType::Ipip)),
+        (v4, "10.0.0.2:80", "-m", ForwardMethod::Masq),
+        (
+            v6,
+            "[2001:db8::2]:80",
+            "-i --tun-type opt",
+            tunnel(TunnelType::Opt),
+        ),
+    ];
+    let mut refused = 0;
+    for (svc, rs, opts, forward) in cases {
+        let af = if svc == v4 {
+            AddrFamily::Inet
+        } else {
+            AddrFamily::Inet6
+        };
+        let addr: IpAddr = rs
+            .rsplit_once(':')
+            .map(|(a, _)| a.trim_matches(['[', ']']))
+            .and_then(|a| a.parse().ok())
+            .expect("an address");
+        let shared = check_family(af, addr, &forward).map_err(|e| e.message);
+        refused += usize::from(shared.is_err());
+        assert_eq!(shared, cli(svc, rs, opts), "{svc} -r {rs} {opts}");
+    }
+    assert_eq!(refused, 4);
+}

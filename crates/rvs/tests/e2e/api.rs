@@ -108,7 +108,7 @@ fn backend() -> (u16, rvs_testbed::Server) {
 
 /// rvsd on `plane` with writes on, the token `token`, and `extra`
 /// arguments: the daemon and its HTTP port.
-fn start_api(dir: TempDir, plane: &str, token: &str, extra: &[&str]) -> (Rvsd, u16) {
+pub fn start_api(dir: TempDir, plane: &str, token: &str, extra: &[&str]) -> (Rvsd, u16) {
     let token = dir.write("token", &format!("{token}\n"));
     let http = free_port();
     let http_s = format!("127.0.0.1:{http}");
@@ -310,6 +310,79 @@ fn api_tunnel_options_reach_rvsadm() {
     let (code, _, body) = request(http, "POST", reals, &[auth], Some(&dr));
     assert_eq!(code, 400, "{body}");
     assert!(!tun_info().contains("10.9.1.2"), "{}", tun_info());
+}
+
+/// A real server of the other address family than its service is legal
+/// only behind an encapsulating tunnel, as rvsadm says: POST and PATCH of a
+/// real server, a new service's `reals` and `PUT /api/v1/table` answer 400
+/// with `field` `address` and rvsadm's words, and `rvsadm -Ln` shows that
+/// nothing changed; behind a tunnel the same server is taken.
+#[test]
+fn api_checks_a_real_servers_family() {
+    let (d, http) = start_api(TempDir::new("api-af"), "none", "af-secret", &[]);
+    let auth = ("Authorization", "Bearer af-secret");
+    let svc = serde_json::json!({"protocol": "tcp", "address": "10.9.0.1", "port": 80});
+    let (code, _, body) = request(http, "POST", "/api/v1/services", &[auth], Some(&svc));
+    assert_eq!(code, 201, "{body}");
+    let reals = "/api/v1/services/tcp-10.9.0.1-80/reals";
+    let refused = |(code, _, body): Answer, words: &str| {
+        assert_eq!(code, 400, "{body}");
+        let v = json(&body);
+        assert_eq!(
+            (&v["code"], &v["field"]),
+            (&"invalid_field".into(), &"address".into()),
+            "{body}"
+        );
+        assert!(
+            v["message"].as_str().is_some_and(|m| m.contains(words)),
+            "{body}"
+        );
+    };
+    // rvsadm's own answer to the same request, for its words.
+    let cli = d.adm("-a -t 10.9.0.1:80 -r [2001:db8::2]:80 -m");
+    assert!(!cli.status.success());
+    let words = "Different address family is allowed only for tunneling servers";
+    assert!(
+        String::from_utf8_lossy(&cli.stderr).contains(words),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    let before = d.ok("-Ln");
+    let v6_masq = serde_json::json!({"address": "2001:db8::2", "port": 80, "forward": "masq"});
+    refused(request(http, "POST", reals, &[auth], Some(&v6_masq)), words);
+    let v6_opt = serde_json::json!({
+        "address": "2001:db8::2", "port": 80, "forward": "tunnel", "tun_type": "opt"
+    });
+    refused(
+        request(http, "POST", reals, &[auth], Some(&v6_opt)),
+        "not allowed for --tun-type opt",
+    );
+    let v6_svc = serde_json::json!({
+        "protocol": "tcp", "address": "2001:db8::1", "port": 80,
+        "reals": [{"address": "10.9.1.1", "port": 80, "forward": "route"}]
+    });
+    refused(
+        request(http, "POST", "/api/v1/services", &[auth], Some(&v6_svc)),
+        words,
+    );
+    let (_, _, table) = request(http, "GET", "/api/v1/table", &[], None);
+    let mut table = json(&table);
+    table["services"][0]["reals"] = serde_json::json!([v6_masq]);
+    refused(
+        request(http, "PUT", "/api/v1/table", &[auth], Some(&table)),
+        words,
+    );
+    assert_eq!(d.ok("-Ln"), before, "a refused write changed nothing");
+    // Behind a tunnel it is taken, as rvsadm takes it; made masq, refused.
+    let v6_tun = serde_json::json!({"address": "2001:db8::2", "port": 80, "forward": "tunnel"});
+    let (code, _, body) = request(http, "POST", reals, &[auth], Some(&v6_tun));
+    assert_eq!(code, 201, "{body}");
+    let listing = d.ok("-Ln");
+    assert!(listing.contains("-> [2001:db8::2]:80"), "{listing}");
+    let rs = format!("{reals}/2001:db8::2-80");
+    let masq = serde_json::json!({"forward": "masq"});
+    refused(request(http, "PATCH", &rs, &[auth], Some(&masq)), words);
+    assert_eq!(d.ok("-Ln"), listing, "a refused PATCH changed nothing");
 }
 
 #[test]

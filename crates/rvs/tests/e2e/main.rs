@@ -6,6 +6,7 @@
 mod harness;
 
 mod api;
+mod api_conns;
 mod api_load;
 mod api_tls;
 mod check;
