@@ -754,3 +754,94 @@ fn a_connected_udp_socket_follows_its_backends_deletion() {
         );
     }
 }
+
+/// Connections of real server `a` of service `key` in the director.
+fn director_conns(ipvs: &rvs_core::ipvs::Ipvs, key: &ServiceKey, a: SocketAddr) -> u64 {
+    ipvs.service(key)
+        .and_then(|s| {
+            s.dests()
+                .iter()
+                .find(|d| d.config.addr == a.ip() && d.config.port == a.port())
+        })
+        .map_or(0, |d| d.stats.conns)
+}
+
+/// Report into `ipvs` every 100 ms until `check` holds (10 s at most).
+fn report_until(
+    plane: &mut SockPlane,
+    ipvs: &mut rvs_core::ipvs::Ipvs,
+    what: &str,
+    check: impl Fn(&rvs_core::ipvs::Ipvs) -> bool,
+) {
+    let t0 = Instant::now();
+    loop {
+        let now = rvs_core::time::Instant::from_millis(t0.elapsed().as_millis() as u64);
+        plane.report(now, ipvs);
+        if check(ipvs) {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "{what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The worker passes on only the counters that changed since the last
+/// read: every socket still reaches the director's counters once (not
+/// again at the next reports), and a real server added later (which may
+/// take a deleted one's index) counts from zero.
+#[test]
+fn the_director_counts_each_socket_once_through_the_changed_counters() {
+    let Some((cg, mut plane)) =
+        setup("the_director_counts_each_socket_once_through_the_changed_counters")
+    else {
+        return;
+    };
+    let b = Backends::tcp("127.0.0.1", 3);
+    let vip = vip4(12);
+    let (key, cmds) = service(
+        Protocol::Tcp,
+        vip,
+        80,
+        Scheduler::Rr,
+        &[(b.addrs[0], 1), (b.addrs[1], 1)],
+    );
+    let mut ipvs = rvs_core::ipvs::Ipvs::new(rvs_core::ipvs::IpvsConfig::default());
+    for c in &cmds {
+        rvs_control::state::apply(&mut ipvs, c).expect("the director applies");
+    }
+    exec(&mut plane, cmds);
+    let lines = run_child(&cg, &format!("tcp {vip}:80 4"));
+    assert_eq!(counts(&lines, 2), [2, 2], "{lines:?}");
+    let conns = |ipvs: &rvs_core::ipvs::Ipvs, i: usize| director_conns(ipvs, &key, b.addrs[i]);
+    report_until(&mut plane, &mut ipvs, "2 and 2 counted", |v| {
+        conns(v, 0) == 2 && conns(v, 1) == 2
+    });
+    // Three more reads of the counters, nothing new: nothing added.
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(3500) {
+        plane.report(rvs_core::time::Instant::from_secs(20), &mut ipvs);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!((conns(&ipvs, 0), conns(&ipvs, 1)), (2, 2));
+    // b0 leaves, b2 comes (on b0's index once no socket counts on it).
+    let change = [
+        Command::DelDest {
+            service: key,
+            addr: b.addrs[0].ip(),
+            port: b.addrs[0].port(),
+        },
+        Command::AddDest {
+            service: key,
+            dest: DestConfig::new(b.addrs[2].ip(), b.addrs[2].port()),
+        },
+    ];
+    for c in &change {
+        rvs_control::state::apply(&mut ipvs, c).expect("the director applies");
+    }
+    exec(&mut plane, change.to_vec());
+    let lines = run_child(&cg, &format!("tcp {vip}:80 2"));
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    report_until(&mut plane, &mut ipvs, "3 and 1 counted", |v| {
+        conns(v, 1) == 3 && conns(v, 2) == 1
+    });
+}

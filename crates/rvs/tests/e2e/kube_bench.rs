@@ -40,7 +40,17 @@
 //!    kube-proxy's `iptables-restore`/`nft`) then, and its peak RSS
 //!    (VmHWM) after the latency phase.
 //! 3. With that set in place, connect + request + response latency to the
-//!    probe Service over `KBENCH_CONNS` connections from the node.
+//!    probe Service over `KBENCH_CONNS` connections from the node (right
+//!    after the probe first answers, or `KBENCH_SETTLE` seconds later),
+//!    with the proxy's CPU seconds meanwhile and, with `KBENCH_BPF_STATS`
+//!    (which sets `kernel.bpf_stats_enabled` for the run), the run count
+//!    and mean run time of each BPF program rvsd holds.
+//! 4. Interleaved latency (`KBENCH_BLOCKS` rounds, default 6, 0 skips it,
+//!    of `KBENCH_BLOCK_CONNS` connections, default 250): every proxy
+//!    started at once and synced, then a block of connections on each in
+//!    turn, the order rotating every round, so that a slow change of the
+//!    machine's load hits every proxy alike; per pair, the median and
+//!    quartiles of the per-round p50 ratios.
 //!
 //! Environment: `KBENCH_CHANGES` (of each kind per proxy, default 100;
 //! 0 skips phase 1), `KBENCH_SERVICES` (2000, or an ascending list such as
@@ -191,6 +201,100 @@ fn cpu_secs(pid: u32) -> f64 {
         .filter_map(|i| f.get(i).and_then(|v| v.parse::<u64>().ok()))
         .sum();
     ticks as f64 / 100.0
+}
+
+/// The BPF programs `pid` holds open, by program id: run count and run
+/// time (ns) from `/proc/PID/fdinfo` (both stay 0 unless
+/// `kernel.bpf_stats_enabled` is 1: `KBENCH_BPF_STATS`). Empty for a
+/// kube-proxy.
+fn bpf_runs(pid: u32) -> BTreeMap<u32, (u64, u64)> {
+    let mut out = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let is_prog =
+            std::fs::read_link(e.path()).is_ok_and(|t| t.as_os_str() == "anon_inode:bpf-prog");
+        if !is_prog {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!(
+            "/proc/{pid}/fdinfo/{}",
+            e.file_name().to_string_lossy()
+        ))
+        .unwrap_or_default();
+        let field = |name: &str| {
+            info.lines().find_map(|l| {
+                l.strip_prefix(name)?
+                    .strip_prefix(':')?
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+        };
+        if let Some(id) = field("prog_id") {
+            out.insert(
+                id as u32,
+                (
+                    field("run_cnt").unwrap_or(0),
+                    field("run_time_ns").unwrap_or(0),
+                ),
+            );
+        }
+    }
+    out
+}
+
+/// What the BPF programs ran between two [`bpf_runs`], as a suffix of a
+/// round's line: per program that ran, its runs and mean ns per run, and
+/// the total ns per connection over `conns` connections. Empty when
+/// nothing was counted.
+fn bpf_delta(
+    before: &BTreeMap<u32, (u64, u64)>,
+    after: &BTreeMap<u32, (u64, u64)>,
+    conns: usize,
+) -> String {
+    let mut out = String::new();
+    let mut total = 0u64;
+    for (id, (cnt, ns)) in after {
+        let (c0, n0) = before.get(id).copied().unwrap_or_default();
+        let (dc, dn) = (cnt.saturating_sub(c0), ns.saturating_sub(n0));
+        if dc == 0 {
+            continue;
+        }
+        total += dn;
+        out.push_str(&format!(", prog {id} {dc} runs {} ns/run", dn / dc));
+    }
+    if total > 0 {
+        out.push_str(&format!(
+            ", bpf {} ns/connection",
+            total / conns.max(1) as u64
+        ));
+    }
+    out
+}
+
+/// `kernel.bpf_stats_enabled` set to 1 while it lives (the kernel then
+/// counts every BPF program's runs and run time, at two clock reads per
+/// run), restored on drop.
+struct BpfStats {
+    old: String,
+}
+
+const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+impl BpfStats {
+    fn enable() -> BpfStats {
+        let old = std::fs::read_to_string(BPF_STATS).unwrap_or_else(|_| "0".into());
+        std::fs::write(BPF_STATS, "1").expect("enabling kernel.bpf_stats_enabled");
+        BpfStats { old }
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let _ = std::fs::write(BPF_STATS, self.old.trim());
+    }
 }
 
 /// A `/proc/PID/status` field in KiB.
@@ -1020,10 +1124,13 @@ fn scale_phase(
         lat_us: Vec<f64>,
         p50: Vec<f64>,
         p99: Vec<f64>,
+        /// The proxy's CPU seconds per second during the latency phase.
+        cpu_lat: Vec<f64>,
         failed: usize,
     }
     let mut res: BTreeMap<Kind, Round> = BTreeMap::new();
     let mut raw2 = String::new();
+    let settle = Duration::from_secs(env_usize("KBENCH_SETTLE", 0) as u64);
     for round in 0..rounds {
         for &kind in kinds {
             let node = nodes.get_mut(&kind).unwrap();
@@ -1039,8 +1146,16 @@ fn scale_phase(
             let pid = node.pid();
             let cpu = cpu_secs(pid);
             let sync_s = synced.map_or(f64::NAN, |d| d.as_secs_f64());
-            // Latency: warm-up, then `conns` connections, one at a time.
+            if settle > Duration::ZERO {
+                std::thread::sleep(settle);
+            }
+            // Latency: warm-up, then `conns` connections, one at a time;
+            // the proxy's CPU seconds and BPF programs' runs meanwhile.
+            let (cpu0, bpf0, t_lat) = (cpu_secs(pid), bpf_runs(pid), Instant::now());
             let (v, failed) = node.client.latency(probe, conns);
+            let lat_s = t_lat.elapsed().as_secs_f64();
+            let cpu_lat = cpu_secs(pid) - cpu0;
+            let bpf = bpf_delta(&bpf0, &bpf_runs(pid), conns + 50);
             let hwm = status_kib(pid, "VmHWM") as f64 / 1024.0;
             let v = sorted(v);
             let r = res.entry(kind).or_default();
@@ -1051,9 +1166,11 @@ fn scale_phase(
             r.p99.push(pct(&v, 99.0));
             r.lat_us.extend(&v);
             r.failed += failed;
+            r.cpu_lat.push(cpu_lat / lat_s);
             let line = format!(
                 "round {round} {}: sync {sync_s:.2} s, cpu {cpu:.2} s, VmHWM {hwm:.1} MiB, \
-                 latency p50 {:.0} us p99 {:.0} us, failed {failed}, load {}",
+                 latency p50 {:.0} us p99 {:.0} us, failed {failed}, \
+                 proxy cpu during latency {cpu_lat:.2} s in {lat_s:.1} s{bpf}, load {}",
                 kind.short(),
                 pct(&v, 50.0),
                 pct(&v, 99.0),
@@ -1069,16 +1186,19 @@ fn scale_phase(
     println!(
         "\n## 2. Initial sync, {n_svc} services x {n_ep} endpoints (median of {rounds} rounds)"
     );
-    println!("| proxy | start -> probe answers (s) | CPU s then | peak RSS (MiB) |");
-    println!("|---|---|---|---|");
+    println!(
+        "| proxy | start -> probe answers (s) | CPU s then | peak RSS (MiB) | proxy CPU s/s during latency |"
+    );
+    println!("|---|---|---|---|---|");
     for kind in kinds {
         let r = &res[kind];
         println!(
-            "| {} | {:.2} | {:.2} | {:.1} |",
+            "| {} | {:.2} | {:.2} | {:.1} | {:.3} |",
             kind.label(),
             med(&r.sync_s),
             med(&r.cpu_s),
-            med(&r.hwm_mib)
+            med(&r.hwm_mib),
+            med(&r.cpu_lat)
         );
     }
     println!(
@@ -1120,6 +1240,113 @@ fn scale_phase(
     println!("raw rounds:\n{raw2}load average at the end {}", loadavg());
 }
 
+/// Phase 4 at `n_svc` Services of `n_ep` endpoints (see the module's
+/// documentation): every proxy started at once and waited for, then
+/// `blocks` rounds of `per_block` connections on each proxy in turn (the
+/// order rotating every round), so that a slow change of the machine's
+/// load hits every proxy alike; per pair, the median and quartiles of the
+/// ratios of the p50s measured in the same round.
+#[allow(clippy::too_many_arguments)]
+fn interleaved_phase(
+    cp: &ControlPlane,
+    nodes: &mut BTreeMap<Kind, Node>,
+    kinds: &[Kind],
+    probe: SocketAddr,
+    n_svc: usize,
+    n_ep: usize,
+    blocks: usize,
+    per_block: usize,
+) {
+    for &kind in kinds {
+        nodes.get_mut(&kind).unwrap().start(cp);
+    }
+    for &kind in kinds {
+        let t = nodes.get_mut(&kind).unwrap().client.poll(
+            probe,
+            "target",
+            Instant::now(),
+            Duration::from_millis(10),
+            Duration::from_secs(900),
+        );
+        assert!(t.is_some(), "{} never served the probe", kind.label());
+    }
+    // The last to sync has just written its tables.
+    std::thread::sleep(Duration::from_secs(5));
+    let cpu0: BTreeMap<Kind, f64> = kinds
+        .iter()
+        .map(|k| (*k, cpu_secs(nodes[k].pid())))
+        .collect();
+    let t0 = Instant::now();
+    let mut p50: BTreeMap<Kind, Vec<f64>> = BTreeMap::new();
+    let mut pooled: BTreeMap<Kind, Vec<f64>> = BTreeMap::new();
+    let mut failed: BTreeMap<Kind, usize> = BTreeMap::new();
+    for b in 0..blocks {
+        for i in 0..kinds.len() {
+            let kind = kinds[(b + i) % kinds.len()];
+            let (v, f) = nodes
+                .get_mut(&kind)
+                .unwrap()
+                .client
+                .latency(probe, per_block);
+            let v = sorted(v);
+            p50.entry(kind).or_default().push(pct(&v, 50.0));
+            pooled.entry(kind).or_default().extend(v);
+            *failed.entry(kind).or_default() += f;
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "\n## 4. Connect + request + response, interleaved: {blocks} rounds of {per_block} \
+         connections per proxy, all running, {n_svc} services x {n_ep} endpoints (us); \
+         load average {}",
+        loadavg()
+    );
+    println!("| proxy | n | p50 | p90 | p99 | per-round p50 | proxy CPU s/s | failed |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for kind in kinds {
+        let v = sorted(pooled.remove(kind).unwrap_or_default());
+        println!(
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:?} | {:.3} | {} |",
+            kind.label(),
+            v.len(),
+            pct(&v, 50.0),
+            pct(&v, 90.0),
+            pct(&v, 99.0),
+            p50[kind].iter().map(|x| x.round()).collect::<Vec<_>>(),
+            (cpu_secs(nodes[kind].pid()) - cpu0[kind]) / secs,
+            failed[kind]
+        );
+        pooled.insert(*kind, v);
+    }
+    for (rk, kind) in pairs(kinds) {
+        let ratios = sorted(
+            p50[&rk]
+                .iter()
+                .zip(&p50[&kind])
+                .map(|(a, b)| a / b)
+                .collect(),
+        );
+        let ahead = ratios.iter().filter(|r| **r < 1.0).count();
+        println!(
+            "{} / {}: p50 ratio per round median {:.2}x (quartiles {:.2}x-{:.2}x, range \
+             {:.2}x-{:.2}x), ahead in {ahead} of {}; pooled p50 {:.2}x, p99 {:.2}x",
+            rk.short(),
+            kind.label(),
+            pct(&ratios, 50.0),
+            pct(&ratios, 25.0),
+            pct(&ratios, 75.0),
+            ratios.first().copied().unwrap_or(f64::NAN),
+            ratios.last().copied().unwrap_or(f64::NAN),
+            ratios.len(),
+            pct(&pooled[&rk], 50.0) / pct(&pooled[&kind], 50.0),
+            pct(&pooled[&rk], 99.0) / pct(&pooled[&kind], 99.0)
+        );
+    }
+    for n in nodes.values_mut() {
+        n.stop();
+    }
+}
+
 #[test]
 #[ignore = "a benchmark: scripts/bench-k8s"]
 fn kube_bench() {
@@ -1138,6 +1365,11 @@ fn kube_bench() {
     let creators = env_usize("KBENCH_CREATORS", 8);
     let rounds = env_usize("KBENCH_ROUNDS", 3);
     let conns = env_usize("KBENCH_CONNS", 2000);
+    let blocks = env_usize("KBENCH_BLOCKS", 6);
+    let block_conns = env_usize("KBENCH_BLOCK_CONNS", 250);
+    let _stats = std::env::var_os("KBENCH_BPF_STATS")
+        .is_some()
+        .then(BpfStats::enable);
     let kinds = kinds();
     let names: Vec<&str> = kinds.iter().map(|k| k.short()).collect();
     println!(
@@ -1234,6 +1466,18 @@ fn kube_bench() {
             probe
         });
         scale_phase(&cp, &mut nodes, &kinds, probe, n_svc, n_ep, rounds, conns);
+        if blocks > 0 {
+            interleaved_phase(
+                &cp,
+                &mut nodes,
+                &kinds,
+                probe,
+                n_svc,
+                n_ep,
+                blocks,
+                block_conns,
+            );
+        }
     }
     // The relays, proxies and bed go on drop.
     for n in nodes.values() {
