@@ -567,6 +567,13 @@ impl Loaded {
             .map_err(map_err("rr_cursor"))
     }
 
+    /// A service's rr/wrr cursor.
+    pub fn cursor(&mut self, svc: u32) -> Result<u64, XdpError> {
+        self.array::<u64>("rr_cursor")?
+            .get(&svc, 0)
+            .map_err(map_err("rr_cursor"))
+    }
+
     /// The flow entry of a client 5-tuple, if any (`flows4` for IPv4,
     /// `flows` for IPv6; else, for a TCP flow whose handshake has not
     /// completed, `embryonic4` / `embryonic`).

@@ -259,6 +259,25 @@ struct SvcState {
     /// The client source ranges `src_ranges` holds for this service (what
     /// the last sync wrote).
     ranges: Vec<rvs_core::model::SourceRange>,
+    /// Where the wrr cursor stands in the kernel's terms (`None`: not known,
+    /// a service adopted from an earlier rvsd: its cursor is left alone).
+    wrr: Option<WrrState>,
+}
+
+/// A wrr service's cursor as the kernel's mark (`rvs_core::sched::WrrMark`).
+/// The mark follows the configured list, as the kernel's follows its
+/// destinations; the cursor steps through the cycle of the ready real
+/// servers (the same list once every next hop is known).
+#[derive(Clone, Debug, Default)]
+struct WrrState {
+    /// The mark that holds while the cursor is at `base`.
+    mark: rvs_core::sched::WrrMark,
+    /// The cursor value last written.
+    base: u64,
+    /// The configured list: address, port, weight of each real server.
+    all: Vec<(IpAddr, u16, u32)>,
+    /// The ready real servers the cycle was built from.
+    ready: Vec<CoreDest>,
 }
 
 /// A deleted real server whose index flows may still use.

@@ -42,6 +42,8 @@ mod twos;
 mod wlc;
 mod wrr;
 
+pub use wrr::WrrMark;
+
 #[cfg(feature = "bench")]
 pub use mh::reference_table as mh_reference_table;
 

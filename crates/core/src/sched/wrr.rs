@@ -153,6 +153,93 @@ pub(super) fn cycle(dests: &[Dest]) -> Vec<u32> {
     out
 }
 
+/// The kernel's wrr mark as seen by a data plane that steps through one
+/// cycle ([`super::wrr_sequence`]) with a shared cursor (the XDP program)
+/// instead of running the stateful walk: the cursor stands for the mark's
+/// position, and this keeps the current weight threshold `cw` across list
+/// changes.
+///
+/// Every position of the cycle is a kernel state: the decision at a
+/// position of the pass with threshold `t` leaves the mark at that server
+/// with `cw = t`. A list change (`ip_vs_wrr_dest_changed`) puts the mark's
+/// cursor back at the head and keeps `cw` (rounded as [`Algorithm::update`]
+/// does); from the head, the kernel's next decision is the first server of
+/// the pass with that threshold, so the data plane's cursor goes to that
+/// pass's first position of the new cycle. Without this the cursor would
+/// start the new cycle at its first pass, while the kernel, whose real
+/// servers were added one by one (the threshold stays 1 through the adds),
+/// first gives each server one connection in list order.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct WrrMark {
+    /// The kernel's `cw` (0: none yet, as `ip_vs_wrr_init_svc` leaves it).
+    cw: i64,
+}
+
+/// The passes of the cycle of `dests`: each one's threshold and length,
+/// first pass first.
+fn passes(dests: &[Dest]) -> Vec<(i64, usize)> {
+    let mut s = WeightedRoundRobin::new();
+    s.recompute(dests);
+    let mut out = Vec::new();
+    let mut cw = s.mw;
+    while cw > 0 {
+        let n = dests.iter().filter(|d| i64::from(d.weight()) >= cw).count();
+        out.push((cw, n));
+        cw -= s.di;
+    }
+    out
+}
+
+impl WrrMark {
+    /// The mark of a new service (no threshold yet).
+    pub const NEW: WrrMark = WrrMark { cw: 0 };
+
+    /// The mark after the decision at position `pos` of the cycle of
+    /// `dests` (taken modulo the cycle's length): the threshold of the pass
+    /// it belongs to. [`WrrMark::NEW`] for an empty cycle.
+    pub fn after(dests: &[Dest], pos: usize) -> WrrMark {
+        let passes = passes(dests);
+        let len: usize = passes.iter().map(|p| p.1).sum();
+        if len == 0 {
+            return WrrMark::NEW;
+        }
+        let mut pos = pos % len;
+        for (cw, n) in passes {
+            if pos < n {
+                return WrrMark { cw };
+            }
+            pos -= n;
+        }
+        WrrMark::NEW
+    }
+
+    /// The list became `dests` (a server added, removed or edited): the
+    /// kernel's new mark (`ip_vs_wrr_dest_changed`: `cw` kept, rounded to
+    /// the new step, or reset to the first pass's threshold). Its next
+    /// decision is at [`WrrMark::start`].
+    pub fn changed(self, dests: &[Dest]) -> WrrMark {
+        let mut s = WeightedRoundRobin::new();
+        s.cw = self.cw;
+        s.update(dests, ListChange::Reset);
+        WrrMark { cw: s.cw }
+    }
+
+    /// Where the kernel's next decision from the list head is, as a
+    /// position in the cycle of `dests` ([`super::wrr_sequence`]): the
+    /// first of the first pass whose threshold is at most this mark's
+    /// (position 0 when there is none, or the cycle is empty).
+    pub fn start(self, dests: &[Dest]) -> usize {
+        let passes = passes(dests);
+        let len: usize = passes.iter().map(|p| p.1).sum();
+        let start = passes
+            .into_iter()
+            .take_while(|&(t, _)| t > self.cw)
+            .map(|(_, n)| n)
+            .sum::<usize>();
+        if start >= len { 0 } else { start }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{dests, reset, run};
@@ -242,5 +329,91 @@ mod tests {
         let d = dests(&[0, 0]);
         s.update(&d, ListChange::Reset);
         assert_eq!(run(&mut s, &d, 1), vec![None]);
+    }
+
+    /// A data plane that steps through the cycle with a cursor: `n`
+    /// decisions from `*cursor`, the mark following the last one.
+    fn plane(d: &[Dest], mark: &mut WrrMark, cursor: &mut usize, n: usize) -> Vec<Option<usize>> {
+        let c = cycle(d);
+        let out = (0..n)
+            .map(|i| Some(c[(*cursor + i) % c.len()] as usize))
+            .collect();
+        *cursor += n;
+        if n > 0 {
+            *mark = WrrMark::after(d, *cursor - 1);
+        }
+        out
+    }
+
+    /// A data plane stepping through the cycle with a cursor, its start
+    /// placed by [`WrrMark`] at every list change, makes the stateful
+    /// walk's decisions: servers added one by one (the kernel's `ipvsadm
+    /// -a` sequence), decisions between changes, a weight edited, a server
+    /// removed, every weight doubled (another gcd).
+    #[test]
+    fn a_cursor_over_the_cycle_follows_the_kernel_through_changes() {
+        // The list grows at the head: weights 1, 2, 3, 4, 5 added in turn.
+        let all = [1u32, 2, 3, 4, 5];
+        let mut s = WeightedRoundRobin::new();
+        let (mut mark, mut cursor) = (WrrMark::NEW, 0usize);
+        let mut d: Vec<Dest> = Vec::new();
+        for i in 0..all.len() {
+            let w: Vec<u32> = all[..=i].iter().rev().copied().collect();
+            d = dests(&w);
+            s.update(&d, ListChange::Added(0));
+            mark = mark.changed(&d);
+            cursor = mark.start(&d);
+        }
+        // The kernel's first decisions: each server once, in list order
+        // (not the cycle's first pass, E alone).
+        let first = run(&mut s, &d, 5);
+        assert_eq!(names(&first), "ABCDE");
+        assert_eq!(plane(&d, &mut mark, &mut cursor, 5), first);
+        for (n, change) in [(7usize, 0), (3, 1), (11, 2), (4, 3), (16, 4)] {
+            let want = run(&mut s, &d, n);
+            assert_eq!(
+                plane(&d, &mut mark, &mut cursor, n),
+                want,
+                "{n} before change {change}"
+            );
+            match change {
+                0 => {
+                    d[1].config.weight = 8;
+                    s.update(&d, ListChange::Edited(1));
+                }
+                1 => {
+                    d.remove(3);
+                    s.update(&d, ListChange::Removed(3));
+                }
+                2 => {
+                    for x in &mut d {
+                        x.config.weight *= 2;
+                    }
+                    s.update(&d, ListChange::Edited(0));
+                }
+                3 => {
+                    d[0].config.weight = 1;
+                    s.update(&d, ListChange::Edited(0));
+                }
+                _ => continue,
+            }
+            mark = mark.changed(&d);
+            cursor = mark.start(&d);
+        }
+    }
+
+    #[test]
+    fn a_fresh_cycle_starts_where_a_fresh_kernel_mark_does() {
+        // A service whose whole list arrives at once (cw 0 → mw): the
+        // cycle from its first pass.
+        let d = dests(&[4, 3, 2]);
+        assert_eq!(WrrMark::NEW.changed(&d).start(&d), 0);
+        // Threshold 1 kept: the last pass (every server once).
+        let m = WrrMark::after(&d, 8).changed(&d);
+        assert_eq!((m, m.start(&d)), (WrrMark { cw: 1 }, 6));
+        let none = dests(&[0, 0]);
+        assert_eq!(WrrMark::NEW.changed(&none), WrrMark::NEW);
+        assert_eq!(WrrMark::NEW.start(&none), 0);
+        assert_eq!(WrrMark::after(&dests(&[]), 3), WrrMark::NEW);
     }
 }

@@ -24,6 +24,7 @@ mod health;
 mod health_probes;
 mod http;
 mod ipvs_parity;
+mod ipvs_sched_parity;
 mod ipvs_sync;
 mod ipvs_sync_more;
 mod kernel61;

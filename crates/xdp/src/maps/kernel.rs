@@ -198,6 +198,9 @@ impl MapOps for KernelMaps {
     fn set_cursor(&mut self, index: u32, value: u64) -> Result<(), XdpError> {
         self.director.set_cursor(index, value)
     }
+    fn cursor(&mut self, index: u32) -> Result<u64, XdpError> {
+        self.director.cursor(index)
+    }
     fn set_slots(&mut self, offset: u32, values: &[u32]) -> Result<(), XdpError> {
         self.director.set_slots(offset, values)
     }

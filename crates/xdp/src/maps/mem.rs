@@ -180,6 +180,10 @@ impl MapOps for MemMaps {
         self.cursors.insert(index, value);
         Ok(())
     }
+    fn cursor(&mut self, index: u32) -> Result<u64, XdpError> {
+        Self::bound("rr_cursor", index, self.services_len)?;
+        Ok(self.cursors.get(&index).copied().unwrap_or(0))
+    }
     fn set_slots(&mut self, offset: u32, values: &[u32]) -> Result<(), XdpError> {
         let end = offset.saturating_add(values.len() as u32);
         if end > self.slots_len {

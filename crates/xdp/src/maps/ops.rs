@@ -20,6 +20,9 @@ pub trait MapOps {
     fn set_svc(&mut self, index: u32, svc: &Svc) -> Result<(), XdpError>;
     /// `rr_cursor[index] = value`.
     fn set_cursor(&mut self, index: u32, value: u64) -> Result<(), XdpError>;
+    /// `rr_cursor[index]`: the decisions the program made from it so far
+    /// plus the value last written.
+    fn cursor(&mut self, index: u32) -> Result<u64, XdpError>;
     /// `slots[offset..] = values`.
     fn set_slots(&mut self, offset: u32, values: &[u32]) -> Result<(), XdpError>;
     /// `dests[index] = dest`.

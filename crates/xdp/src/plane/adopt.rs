@@ -287,6 +287,7 @@ impl<M: MapOps> Plane<M> {
             sids,
             // Written again by the next publish (inserts are idempotent).
             ranges: Vec::new(),
+            wrr: None,
         };
         self.services.insert(*key, st);
         if republish {

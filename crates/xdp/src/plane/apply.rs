@@ -101,6 +101,7 @@ impl<M: MapOps> Plane<M> {
                 laddrs: Vec::new(),
                 sids: HashMap::new(),
                 ranges: Vec::new(),
+                wrr: Some(super::WrrState::default()),
             },
         );
         // Its (empty) scheduling data first, then the key that makes it
@@ -283,6 +284,8 @@ impl<M: MapOps> Plane<M> {
         let list: Vec<u32> = ready.iter().map(|d| d.index).collect();
         let core: Vec<CoreDest> = ready.iter().map(|d| d.core.clone()).collect();
         let table = scheduling_table(st.config.scheduler, &sched_params(&st.config), &core, &list)?;
+        let wrr = self.wrr_restart(key, &core);
+        let st = self.services.get(key).ok_or(PlaneError::NoService(*key))?;
         let mut data = list;
         let list_len = data.len() as u32;
         data.extend_from_slice(&table);
@@ -320,6 +323,10 @@ impl<M: MapOps> Plane<M> {
                 }
             })
             .and_then(|()| self.set_ranges(index, &added, true))
+            .and_then(|()| match &wrr {
+                Some((w, true)) => self.maps.set_cursor(index, w.base),
+                _ => Ok(()),
+            })
             .and_then(|()| self.maps.set_svc(index, &svc))
         {
             // The region was never visible to the program; the ranges
@@ -346,6 +353,7 @@ impl<M: MapOps> Plane<M> {
             st.svc = svc;
             st.ranges = want;
             st.ranges.extend(kept);
+            st.wrr = wrr.map(|(w, _)| w);
             if let Some(old) = st.region.replace(region) {
                 self.retired.push((generation, Retired::Region(old)));
             }
@@ -354,6 +362,84 @@ impl<M: MapOps> Plane<M> {
         // (added, deleted, ready); a failure is retried by the reports.
         self.sync_quic_sids(key);
         Ok(())
+    }
+
+    /// A wrr service's cursor after its ready real servers became `ready`,
+    /// placed where the kernel's next decision is
+    /// (`rvs_core::sched::WrrMark`): the state to keep, and whether the
+    /// cursor is to be written (its value is the state's `base`). `None`
+    /// for another scheduler. A change of the configured list is the
+    /// kernel's `ip_vs_wrr_dest_changed` (its threshold kept); a change of
+    /// readiness alone moves the cursor into the new cycle at the same
+    /// threshold; neither changed (a service edit), the cursor stays. A
+    /// service adopted from an earlier rvsd keeps its cursor, its mark
+    /// taken from where the cursor stands.
+    fn wrr_restart(
+        &mut self,
+        key: &ServiceKey,
+        ready: &[CoreDest],
+    ) -> Option<(super::WrrState, bool)> {
+        use rvs_core::sched::{Scheduler, WrrMark};
+        let st = self.services.get(key)?;
+        if st.config.scheduler != Scheduler::Wrr {
+            // A later switch to wrr starts from a new mark.
+            return Some((super::WrrState::default(), false));
+        }
+        let index = st.index;
+        // IPVS list order: the configured list as the kernel has it.
+        let all_dests: Vec<CoreDest> = st.dests.iter().map(|d| d.core.clone()).collect();
+        let all: Vec<(IpAddr, u16, u32)> = all_dests
+            .iter()
+            .map(|d| (d.config.addr, d.config.port, d.weight()))
+            .collect();
+        let prev = st.wrr.clone();
+        let cursor = match self.maps.cursor(index) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(error = %e, service = ?key, "reading the wrr cursor: its decisions since the last change are not followed");
+                None
+            }
+        };
+        let Some(prev) = prev else {
+            // Adopted: the cursor stays where the earlier rvsd left it.
+            let c = cursor.unwrap_or(0);
+            let mark = match c.checked_sub(1) {
+                Some(last) => WrrMark::after(ready, last as usize),
+                None => WrrMark::NEW,
+            };
+            let w = super::WrrState {
+                mark,
+                base: c,
+                all,
+                ready: ready.to_vec(),
+            };
+            return Some((w, false));
+        };
+        let same_ready = prev.ready.len() == ready.len()
+            && prev.ready.iter().zip(ready).all(|(a, b)| {
+                (a.config.addr, a.config.port, a.weight())
+                    == (b.config.addr, b.config.port, b.weight())
+            });
+        if prev.all == all && same_ready {
+            return Some((prev, false));
+        }
+        // The decisions made since the cursor was written leave the mark at
+        // the pass of the last one.
+        let mut mark = match cursor {
+            Some(c) if c != prev.base => WrrMark::after(&prev.ready, c.wrapping_sub(1) as usize),
+            _ => prev.mark,
+        };
+        if prev.all != all {
+            mark = mark.changed(&all_dests);
+        }
+        let base = mark.start(ready) as u64;
+        let w = super::WrrState {
+            mark,
+            base,
+            all,
+            ready: ready.to_vec(),
+        };
+        Some((w, true))
     }
 
     /// Remove every range of service `index` in `src_ranges` but `keep`.

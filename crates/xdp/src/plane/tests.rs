@@ -230,6 +230,91 @@ fn hash_tables_and_wrr_are_the_cores() {
     assert_eq!(bed.plane.maps().svc_info[&i].sched, maps::sched::SH);
 }
 
+/// The program's wrr decisions (`slots` cycle at `rr_cursor % len`, the
+/// cursor advanced per decision) are the kernel's: with real servers added
+/// one by one the kernel first gives each one connection in list order
+/// (its threshold stays 1 through the adds), then runs its cycle; a weight
+/// edited and a server deleted between decisions keep the kernel's
+/// threshold. The core's stateful wrr, updated as the kernel's is, is the
+/// reference.
+#[test]
+fn wrr_cursor_follows_the_kernels_mark() {
+    use rvs_core::sched::{ListChange, SchedInput, SchedParams, Scheduler, new_scheduler};
+    let mut bed = Bed::new();
+    bed.svc(83, "wrr").unwrap();
+    let mut kernel = new_scheduler(Scheduler::Wrr, &SchedParams::default()).unwrap();
+    let mut list: Vec<CoreDest> = Vec::new();
+    for i in 1..=5u8 {
+        let cfg = dr(i).weight(u32::from(i));
+        bed.dest(83, cfg).unwrap();
+        list.insert(0, CoreDest::new(rvs_core::dest::DestId(u32::from(i)), cfg));
+        kernel.update(&list, ListChange::Added(0));
+    }
+    let svc = bed.plane.service_index(&key(83)).unwrap();
+    let input = SchedInput {
+        protocol: Protocol::Tcp,
+        saddr: rs(200),
+        sport: 1000,
+        daddr: rs(100),
+        dport: 83,
+    };
+    let compare = |bed: &mut Bed,
+                   kernel: &mut dyn rvs_core::sched::Algorithm,
+                   list: &[CoreDest],
+                   n: usize,
+                   what: &str| {
+        let (_, cycle) = bed.data(83);
+        let (mut want, mut got) = (Vec::new(), Vec::new());
+        for _ in 0..n {
+            let p = kernel
+                .schedule(list, &input, Instant::from_secs(1))
+                .unwrap();
+            want.push(list[p].config.addr);
+            let m = bed.plane.maps();
+            let c = m.cursors.get(&svc).copied().unwrap_or(0);
+            m.cursors.insert(svc, c + 1);
+            let idx = cycle[(c % cycle.len() as u64) as usize];
+            let i = (1..=5u8).find(|&i| bed.plane.dest_index(&key(83), rs(i), 80) == Some(idx));
+            got.push(rs(i.expect("a dest of the service")));
+        }
+        assert_eq!(got, want, "{what}");
+    };
+    compare(
+        &mut bed,
+        kernel.as_mut(),
+        &list,
+        5 + 15 + 3,
+        "after the adds",
+    );
+    // rs(2) (position 3) to weight 7.
+    bed.run(Command::EditDest {
+        service: key(83),
+        dest: dr(2).weight(7),
+    })
+    .unwrap();
+    list[3].config.weight = 7;
+    kernel.update(&list, ListChange::Edited(3));
+    compare(&mut bed, kernel.as_mut(), &list, 30, "after an edit");
+    bed.run(Command::DelDest {
+        service: key(83),
+        addr: rs(4),
+        port: 80,
+    })
+    .unwrap();
+    list.remove(1);
+    kernel.update(&list, ListChange::Removed(1));
+    compare(&mut bed, kernel.as_mut(), &list, 30, "after a deletion");
+    // A service edit that keeps the list keeps the cursor.
+    let before = bed.plane.maps().cursors.get(&svc).copied();
+    bed.run(Command::EditService {
+        key: key(83),
+        config: ServiceConfig::new(AddrFamily::Inet).scheduler(Scheduler::Wrr),
+    })
+    .unwrap();
+    assert_eq!(bed.plane.maps().cursors.get(&svc).copied(), before);
+    compare(&mut bed, kernel.as_mut(), &list, 10, "after a service edit");
+}
+
 #[test]
 fn old_regions_are_freed_only_after_the_grace_period() {
     let mut bed = Bed::new();
