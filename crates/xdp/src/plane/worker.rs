@@ -30,7 +30,12 @@
 //! change the director has.
 //!
 //! The worker has no caller to return errors to: they are logged (as the
-//! control plane logs a data plane's errors).
+//! control plane logs a data plane's errors). Commands refused for want of
+//! room in a map go through [`NoRoom`]: the first of each map named, the
+//! rest counted, their total logged once it stops growing (every ten
+//! seconds while it goes on) and published at every report for
+//! `rvs_dataplane_refused_commands_total` (10,000 services on a plane of
+//! 4,096 are about twenty lines, not 5,904).
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -41,6 +46,7 @@ use std::time::{Duration, Instant as StdInstant};
 
 use rvs_control::dataplane::{Applied, DataPlane, DataPlaneError, DirectorHandle};
 use rvs_control::protocol::Command;
+use rvs_control::warnings::NoRoom;
 use rvs_core::ipvs::{Ipvs, MirroredConn};
 use rvs_core::time::Instant;
 
@@ -130,6 +136,7 @@ impl<M: MapOps + Send + 'static> PlaneHandle<M> {
             wants: wants_tx,
             last_wanted: None,
             forwarding: super::forwarding::ForwardingCheck::default(),
+            no_room: NoRoom::default(),
         };
         let worker = std::thread::Builder::new()
             .name("rvs-xdp-plane".into())
@@ -273,6 +280,8 @@ struct Worker<M: MapOps> {
     last_wanted: Option<Wanted>,
     /// Which services were warned about forwarding that is off.
     forwarding: super::forwarding::ForwardingCheck,
+    /// The commands refused for want of room: named, counted, summed up.
+    no_room: NoRoom,
 }
 
 impl<M: MapOps> Worker<M> {
@@ -289,6 +298,7 @@ impl<M: MapOps> Worker<M> {
             }
             if now >= next_report {
                 self.report();
+                self.sum_up_refusals();
                 self.plane.age_missing_hops();
                 self.publish_wanted();
                 next_report += REPORT_EVERY;
@@ -317,8 +327,15 @@ impl<M: MapOps> Worker<M> {
     fn handle(&mut self, m: Msg<M>) {
         match m {
             Msg::Apply(c) => {
-                if let Err(e) = self.plane.apply_command(&c) {
-                    tracing::warn!("data plane xdp: {e}");
+                self.no_room.given(&c);
+                match self.plane.apply_command(&c) {
+                    Ok(()) => {}
+                    Err(PlaneError::Full(map)) => {
+                        for line in self.no_room.refused(&c, map) {
+                            tracing::warn!("data plane xdp: {line}");
+                        }
+                    }
+                    Err(e) => tracing::warn!("data plane xdp: {e}"),
                 }
                 if let Some(w) = self.forwarding.on_command(&c, read_sysctl) {
                     tracing::warn!(sysctl = w.sysctl.name(), "data plane xdp: {w}");
@@ -337,6 +354,18 @@ impl<M: MapOps> Worker<M> {
             Msg::With(f) => f(&mut self.plane),
             Msg::Stop => {}
         }
+    }
+
+    /// A report passed: the totals due of the refusals for want of room
+    /// (see [`rvs_control::warnings::WarnLimit::tick`]) to the log, and
+    /// all of them to the metrics.
+    fn sum_up_refusals(&mut self) {
+        for line in self.no_room.tick() {
+            tracing::warn!("data plane xdp: {line}");
+        }
+        self.plane
+            .flood_stats()
+            .publish_refused(self.no_room.totals());
     }
 
     fn publish_wanted(&mut self) {
