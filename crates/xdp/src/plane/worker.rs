@@ -50,6 +50,7 @@ use rvs_control::warnings::NoRoom;
 use rvs_core::ipvs::{Ipvs, MirroredConn};
 use rvs_core::time::Instant;
 
+use super::forwarding::{ForwardingCheck, Sysctl, Sysctls};
 use super::resolver::{self, Answer, Resolver};
 use super::{Plane, PlaneError, SyncedFlow, Wanted};
 use crate::maps::MapOps;
@@ -135,7 +136,9 @@ impl<M: MapOps + Send + 'static> PlaneHandle<M> {
             done: processed.clone(),
             wants: wants_tx,
             last_wanted: None,
-            forwarding: super::forwarding::ForwardingCheck::default(),
+            forwarding: ForwardingCheck::default(),
+            sysctls: Sysctls::default(),
+            read_sysctl,
             no_room: NoRoom::default(),
         };
         let worker = std::thread::Builder::new()
@@ -279,7 +282,11 @@ struct Worker<M: MapOps> {
     wants: Sender<Wanted>,
     last_wanted: Option<Wanted>,
     /// Which services were warned about forwarding that is off.
-    forwarding: super::forwarding::ForwardingCheck,
+    forwarding: ForwardingCheck,
+    /// The forwarding sysctls as read in this batch of commands.
+    sysctls: Sysctls,
+    /// How they are read ([`read_sysctl`]; tests count the reads).
+    read_sysctl: fn(Sysctl) -> Option<bool>,
     /// The commands refused for want of room: named, counted, summed up.
     no_room: NoRoom,
 }
@@ -312,7 +319,8 @@ impl<M: MapOps> Worker<M> {
                 Ok(m) => self.handle(m),
                 Err(RecvTimeoutError::Timeout) => continue,
             }
-            // What else is queued, then tell the resolver once.
+            // What else is queued, then tell the resolver once (and read the
+            // sysctls again in the next batch).
             while StdInstant::now() < next_report {
                 match rx.try_recv() {
                     Ok(Msg::Stop) | Err(TryRecvError::Disconnected) => return,
@@ -320,6 +328,7 @@ impl<M: MapOps> Worker<M> {
                     Err(TryRecvError::Empty) => break,
                 }
             }
+            self.sysctls.forget();
             self.publish_wanted();
         }
     }
@@ -337,7 +346,8 @@ impl<M: MapOps> Worker<M> {
                     }
                     Err(e) => tracing::warn!("data plane xdp: {e}"),
                 }
-                if let Some(w) = self.forwarding.on_command(&c, read_sysctl) {
+                let (batch, read) = (&mut self.sysctls, self.read_sysctl);
+                for w in self.forwarding.on_command(&c, |s| batch.get(s, read)) {
                     tracing::warn!(sysctl = w.sysctl.name(), "data plane xdp: {w}");
                 }
                 self.processed += 1;
@@ -357,11 +367,15 @@ impl<M: MapOps> Worker<M> {
     }
 
     /// A report passed: the totals due of the refusals for want of room
-    /// (see [`rvs_control::warnings::WarnLimit::tick`]) to the log, and
-    /// all of them to the metrics.
+    /// and of the services warned about forwarding, to the log (see
+    /// [`rvs_control::warnings::WarnLimit::tick`]); the refusals to the
+    /// metrics.
     fn sum_up_refusals(&mut self) {
         for line in self.no_room.tick() {
             tracing::warn!("data plane xdp: {line}");
+        }
+        for w in self.forwarding.tick() {
+            tracing::warn!(sysctl = w.sysctl.name(), "data plane xdp: {w}");
         }
         self.plane
             .flood_stats()
@@ -404,7 +418,7 @@ impl<M: MapOps> Worker<M> {
 }
 
 /// Whether `sysctl` is on, as `/proc/sys` says (`None`: unreadable).
-fn read_sysctl(sysctl: super::forwarding::Sysctl) -> Option<bool> {
+fn read_sysctl(sysctl: Sysctl) -> Option<bool> {
     let v = std::fs::read_to_string(sysctl.proc_path()).ok()?;
     Some(v.trim() != "0")
 }
@@ -552,6 +566,56 @@ mod tests {
             d.is_some_and(|d| p.maps().dests.get(&d).is_some_and(|x| x.weight == 7))
         });
         drop(h);
+    }
+
+    /// Commands queued at once are one batch: `net.ipv4.ip_forward` is
+    /// read once for it, not once per NAT real server (200 here, 10,000 in
+    /// a Kubernetes cluster). A batch ends when the queue is empty or at a
+    /// report (every second), so a few reads at most.
+    #[test]
+    fn the_worker_reads_the_forwarding_sysctl_once_a_batch() {
+        static READS: AtomicU64 = AtomicU64::new(0);
+        fn forwarding_on(_: Sysctl) -> Option<bool> {
+            READS.fetch_add(1, Ordering::SeqCst);
+            Some(true)
+        }
+        let (tx, rx) = channel();
+        let (wants, _wanted) = channel();
+        let worker = Worker {
+            plane: Plane::new(MemMaps::new(1 << 16)).expect("plane"),
+            director: None,
+            sent: Arc::default(),
+            processed: 0,
+            done: Arc::default(),
+            wants,
+            last_wanted: None,
+            forwarding: ForwardingCheck::default(),
+            sysctls: Sysctls::default(),
+            read_sysctl: forwarding_on,
+            no_room: NoRoom::default(),
+        };
+        for port in 1..=200 {
+            let key = ServiceKey::Addr {
+                protocol: Protocol::Tcp,
+                addr: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)),
+                port,
+            };
+            let config = ServiceConfig::new(AddrFamily::Inet);
+            let dest = DestConfig::new(rs(1), 80).forward(ForwardMethod::Masq);
+            for c in [
+                Command::AddService { key, config },
+                Command::AddDest { service: key, dest },
+            ] {
+                tx.send(Msg::Apply(c)).expect("queued");
+            }
+        }
+        tx.send(Msg::Stop).expect("queued");
+        worker.run(rx);
+        let reads = READS.load(Ordering::SeqCst);
+        assert!(
+            (1..10).contains(&reads),
+            "{reads} reads of the sysctl for 200 NAT services queued at once"
+        );
     }
 
     /// A report never converges while commands the director already has
