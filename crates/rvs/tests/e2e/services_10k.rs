@@ -80,10 +80,9 @@ fn greeting_from(cg: &Cgroup, vip: &str, port: u16) -> String {
 #[test]
 fn sock_plane_holds_10000_services() {
     let test = "sock_plane_holds_10000_services";
-    if !rvs_testbed::require_root_and_cgroup2(test, "needs root (cgroup BPF programs)") {
+    let Some(cg) = Cgroup::for_test(test, "rvse2esock10k") else {
         return;
-    }
-    let cg = Cgroup::new("rvse2esock10k");
+    };
     let l = TcpListener::bind("127.0.0.1:0").expect("bind backend");
     let rs = l.local_addr().expect("addr").to_string();
     let _backend = Server::tcp(l, |mut c, _| {
