@@ -20,7 +20,9 @@
 //!   and addresses a file names;
 //! * [`state`] — the desired service table as definitions, the difference
 //!   between two tables, and applying it atomically to the core director so
-//!   a reload touches only what changed and a bad request changes nothing.
+//!   a reload touches only what changed and a bad request changes nothing;
+//! * [`warnings`] — warnings that scale with the table: the first of a
+//!   kind named, the rest counted and summed up.
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
@@ -38,3 +40,4 @@ pub mod sync;
 #[cfg(test)]
 mod testutil;
 pub mod vrrp;
+pub mod warnings;

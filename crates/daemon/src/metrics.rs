@@ -33,7 +33,7 @@ use rvs_core::model::ServiceKey;
 use rvs_core::vrrp::State;
 
 mod planes;
-pub use planes::{proxy, sock, xdp_flood, xdp_fnat};
+pub use planes::{proxy, refused, sock, xdp_flood, xdp_fnat};
 
 /// The `Content-Type` of what [`render`] returns.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -545,6 +545,14 @@ pub fn planes(live: &crate::handle::Live) -> Vec<Family> {
     if let Some(x) = &live.sock {
         out.extend(sock(x));
     }
+    let mut refusals = Vec::new();
+    if let Some(x) = &live.xdp_flood {
+        refusals.push(("xdp", x.refused()));
+    }
+    if let Some(x) = &live.sock {
+        refusals.push(("sock", x.refused()));
+    }
+    out.extend(refused(&refusals));
     out
 }
 

@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use rvs_control::dataplane::{Applied, DataPlane, DataPlaneError};
 use rvs_control::protocol::Command;
+use rvs_control::warnings::NoRoom;
 use rvs_core::dest::DestId;
 use rvs_core::ipvs::{Ipvs, MirroredConn};
 use rvs_core::model::{DestConfig, Protocol, ServiceConfig, ServiceKey};
@@ -90,6 +91,7 @@ pub struct SockStats {
     snapshot: Arc<Mutex<Counts>>,
     sockets: Arc<Mutex<Vec<SocketEntry>>>,
     events: Arc<Mutex<EventCounts>>,
+    refused: Arc<Mutex<Vec<(&'static str, u64)>>>,
 }
 
 impl SockStats {
@@ -105,6 +107,12 @@ impl SockStats {
     /// refusals for want of a real server).
     pub fn events(&self) -> EventCounts {
         self.events.lock().map(|e| *e).unwrap_or_default()
+    }
+
+    /// Commands the plane refused for want of room since it started, per
+    /// map (`services`, `dests`, `slots`), as of the last report.
+    pub fn refused(&self) -> Vec<(&'static str, u64)> {
+        self.refused.lock().map(|r| r.clone()).unwrap_or_default()
     }
 
     /// Open sockets the programs gave a real server, TCP and UDP, as last
@@ -129,6 +137,7 @@ pub struct SockPlane {
     snapshot: Arc<Mutex<Counts>>,
     sockets: Arc<Mutex<Vec<SocketEntry>>>,
     events: Arc<Mutex<EventCounts>>,
+    refused: Arc<Mutex<Vec<(&'static str, u64)>>>,
     /// Per admitted service: family is IPv6, number of real servers.
     admitted: HashMap<ServiceKey, (bool, usize)>,
     /// Per service, per real server: the `total` last added to the
@@ -157,16 +166,18 @@ impl SockPlane {
         let snapshot = Arc::new(Mutex::new(Counts::default()));
         let sockets = Arc::new(Mutex::new(Vec::new()));
         let events = Arc::new(Mutex::new(EventCounts::default()));
+        let refused = Arc::new(Mutex::new(Vec::new()));
         let mut tables = Tables::new(loaded);
-        let (p, s, k, e) = (
-            processed.clone(),
-            snapshot.clone(),
-            sockets.clone(),
-            events.clone(),
-        );
+        let shared = SockStats {
+            snapshot: snapshot.clone(),
+            sockets: sockets.clone(),
+            events: events.clone(),
+            refused: refused.clone(),
+        };
+        let p = processed.clone();
         let worker = std::thread::Builder::new()
             .name("rvs-sock".into())
-            .spawn(move || tables.run(&rx, &p, &s, &k, &e))
+            .spawn(move || tables.run(&rx, &p, &shared))
             .map_err(|e| SockError::Load(format!("starting the worker thread: {e}")))?;
         Ok(SockPlane {
             tx,
@@ -175,6 +186,7 @@ impl SockPlane {
             snapshot,
             sockets,
             events,
+            refused,
             admitted: HashMap::new(),
             reported: HashMap::new(),
             worker: Some(worker),
@@ -201,6 +213,7 @@ impl SockPlane {
             snapshot: self.snapshot.clone(),
             sockets: self.sockets.clone(),
             events: self.events.clone(),
+            refused: self.refused.clone(),
         }
     }
 }
@@ -466,6 +479,8 @@ struct Tables {
     /// Since the last read: real servers added (their indexes) and gone.
     fresh: Vec<u32>,
     gone: Vec<(ServiceKey, IpAddr, u16)>,
+    /// The commands refused for want of room: named, counted, summed up.
+    no_room: NoRoom,
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(std::io::Error) -> SockError {
@@ -491,24 +506,32 @@ impl Tables {
             last: Vec::new(),
             fresh: Vec::new(),
             gone: Vec::new(),
+            no_room: NoRoom::default(),
         }
     }
 
-    fn run(
-        &mut self,
-        rx: &Receiver<Msg>,
-        processed: &AtomicU64,
-        snapshot: &Mutex<Counts>,
-        sockets: &Mutex<Vec<SocketEntry>>,
-        events: &Mutex<EventCounts>,
-    ) {
+    /// Apply commands in order and read the maps every [`REPORT_EVERY`]
+    /// into `shared`, until told to stop. Commands refused for want of room
+    /// go through [`NoRoom`] (the first of each map named, the rest
+    /// counted and summed up at a later report); other errors are logged
+    /// one by one.
+    fn run(&mut self, rx: &Receiver<Msg>, processed: &AtomicU64, shared: &SockStats) {
         let mut next = std::time::Instant::now() + REPORT_EVERY;
         loop {
             let wait = next.saturating_duration_since(std::time::Instant::now());
             match rx.recv_timeout(wait) {
                 Ok(Msg::Apply(cmd)) => {
-                    if let Err(e) = self.apply(&cmd) {
-                        tracing::warn!(target: "rvs::sock", command = ?cmd, "sock data plane: {e}");
+                    self.no_room.given(&cmd);
+                    match self.apply(&cmd) {
+                        Ok(()) => {}
+                        Err(SockError::Full(map)) => {
+                            for line in self.no_room.refused(&cmd, map) {
+                                tracing::warn!(target: "rvs::sock", "sock data plane: {line}");
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(target: "rvs::sock", command = ?cmd, "sock data plane: {e}");
+                        }
                     }
                     processed.fetch_add(1, Ordering::Release);
                 }
@@ -519,12 +542,18 @@ impl Tables {
                 next = std::time::Instant::now() + REPORT_EVERY;
                 self.tick += 1;
                 self.collect();
-                if let Err(e) = self.read_stats(snapshot) {
+                for line in self.no_room.tick() {
+                    tracing::warn!(target: "rvs::sock", "sock data plane: {line}");
+                }
+                if let Ok(mut g) = shared.refused.lock() {
+                    *g = self.no_room.totals();
+                }
+                if let Err(e) = self.read_stats(&shared.snapshot) {
                     tracing::warn!(target: "rvs::sock", "reading counters: {e}");
                 }
                 match self.read_sockets() {
                     Ok(s) => {
-                        if let Ok(mut g) = sockets.lock() {
+                        if let Ok(mut g) = shared.sockets.lock() {
                             *g = s;
                         }
                     }
@@ -532,7 +561,7 @@ impl Tables {
                 }
                 match self.read_events() {
                     Ok(c) => {
-                        if let Ok(mut g) = events.lock() {
+                        if let Ok(mut g) = shared.events.lock() {
                             *g = c;
                         }
                     }

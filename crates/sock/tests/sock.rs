@@ -271,10 +271,7 @@ impl Backends {
 
 /// A cgroup with the sock plane attached, or `None` (skipped) when not root.
 fn setup(test: &str) -> Option<(Cgroup, SockPlane)> {
-    if !rvs_testbed::require_root_and_cgroup2(test, "needs root (cgroup BPF programs)") {
-        return None;
-    }
-    let cg = Cgroup::new("rvssock");
+    let cg = Cgroup::for_test(test, "rvssock")?;
     let plane = SockPlane::start(cg.path()).expect("starting the sock plane");
     Some((cg, plane))
 }

@@ -39,6 +39,16 @@ impl Cgroup {
         Cgroup { root, path }
     }
 
+    /// For `test`: a new cgroup as [`Cgroup::new`] makes it, when the test
+    /// can have one (root, a cgroup v2 hierarchy: what tests of the sock
+    /// data plane's cgroup programs need); otherwise `None`, the test
+    /// skipped (or failed under CI) saying why
+    /// ([`crate::require_root_and_cgroup2`]).
+    pub fn for_test(test: &str, tag: &str) -> Option<Cgroup> {
+        crate::skip::require_root_and_cgroup2(test, "needs root (cgroup BPF programs)")
+            .then(|| Cgroup::new(tag))
+    }
+
     /// Its directory (to attach programs to).
     pub fn path(&self) -> &Path {
         &self.path

@@ -93,6 +93,9 @@
 //! they were (each step undoes the previous ones). The control plane keeps
 //! the change in its model; the next report compares the model with what
 //! is installed and applies the difference, so the data plane converges.
+//! A service the maps have no room for is refused once (`no room in
+//! svc_info`); commands about it are then ignored, and a report installs it
+//! with its real servers once there is room.
 //!
 //! What the XDP program cannot do is refused with a clear error: fwmark
 //! services (XDP runs before the skb exists, so there is no packet mark),
@@ -299,6 +302,11 @@ pub struct Plane<M: MapOps> {
     /// Services refused (fwmark, unsupported scheduler): commands about
     /// them are ignored; an edit makes them candidates again.
     refused: HashSet<ServiceKey>,
+    /// Services the maps had no room for when they were added: commands
+    /// about them are ignored (their refusal was the service's); the
+    /// reports keep trying to install them, with their real servers, from
+    /// the model.
+    roomless: HashSet<ServiceKey>,
     svc_idx: IndexAlloc,
     dest_idx: IndexAlloc,
     slots: SlotAlloc,
@@ -604,6 +612,7 @@ impl<M: MapOps> Plane<M> {
             maps,
             services: HashMap::new(),
             refused: HashSet::new(),
+            roomless: HashSet::new(),
             svc_idx,
             dest_idx: IndexAlloc::new(maps::MAX_DESTS),
             slots,

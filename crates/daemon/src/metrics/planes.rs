@@ -220,6 +220,30 @@ pub fn sock(s: &rvs_sock::plane::SockStats) -> Vec<Family> {
     ]
 }
 
+/// `rvs_dataplane_refused_commands_total{plane,map}`: the commands each
+/// packet plane could not carry for want of room in one of its maps
+/// (`planes`: each plane's name and its totals per map). The log names the
+/// first of each map and then only sums them up; this has every one.
+pub fn refused(planes: &[(&'static str, Vec<(&'static str, u64)>)]) -> Vec<Family> {
+    let mut f = Family::new(
+        "rvs_dataplane_refused_commands_total",
+        Kind::Counter,
+        "Commands (a service, a real server, ...) this data plane did not carry for want of room in the map named: the control plane keeps them (rvsadm -L lists them), the plane retries when it has room.",
+    );
+    for (plane, maps) in planes {
+        for (map, n) in maps {
+            f.push(
+                vec![("plane", (*plane).to_owned()), ("map", (*map).to_owned())],
+                Value::Int(*n),
+            );
+        }
+    }
+    if f.samples.is_empty() {
+        return Vec::new();
+    }
+    vec![f]
+}
+
 /// The proxy data plane's own counters.
 pub fn proxy(p: &rvs_proxy::ProxyStats) -> Vec<Family> {
     use std::sync::atomic::Ordering::Relaxed;

@@ -377,6 +377,26 @@ fn services_skipped_per_plane_only_with_several_planes() {
 }
 
 #[test]
+fn refused_commands_per_plane_and_map_only_once_there_are_some() {
+    assert!(refused(&[("xdp", vec![]), ("sock", vec![])]).is_empty());
+    let text = encode(refused(&[
+        ("xdp", vec![("svc_info", 5904), ("slots", 1)]),
+        ("sock", vec![("services", 3)]),
+    ]));
+    assert!(
+        text.contains("# TYPE rvs_dataplane_refused_commands_total counter"),
+        "{text}"
+    );
+    for want in [
+        r#"rvs_dataplane_refused_commands_total{plane="xdp",map="svc_info"} 5904"#,
+        r#"rvs_dataplane_refused_commands_total{plane="xdp",map="slots"} 1"#,
+        r#"rvs_dataplane_refused_commands_total{plane="sock",map="services"} 3"#,
+    ] {
+        assert!(lines(&text).contains(&want), "{want} in {text}");
+    }
+}
+
+#[test]
 fn sync_families_follow_the_running_daemons_and_their_traffic() {
     use crate::sync::{RunningSnap, SyncStats};
     use std::sync::atomic::Ordering::Relaxed;

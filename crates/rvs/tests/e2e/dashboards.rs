@@ -206,13 +206,7 @@ fn proxy_scrape() -> String {
 /// (master alone), `lvs_sync_daemon` on it, an announcement table, a DR
 /// service and a FULLNAT one with its pool; None when it cannot run.
 fn xdp_scrape(test: &str) -> Option<String> {
-    if !rvs_testbed::require_root_and_cgroup2(
-        test,
-        "needs root (namespaces, XDP, cgroup BPF programs)",
-    ) {
-        return None;
-    }
-    let cg = Cgroup::new("rvse2edash");
+    let cg = Cgroup::for_test(test, "rvse2edash")?;
     let (mut bed, _client, dir) = crate::netns::director_bed(test)?;
     let rs = bed.real_servers(1, &["--mode", "dr"]);
     let conf_dir = TempDir::new("dashboards-xdp");

@@ -114,6 +114,7 @@ pub struct Launch {
     socket: PathBuf,
     dir: Option<TempDir>,
     log_level: &'static str,
+    log: Option<PathBuf>,
 }
 
 impl Launch {
@@ -141,6 +142,7 @@ impl Launch {
             socket: socket.to_owned(),
             dir: None,
             log_level: "warn",
+            log: None,
         }
     }
 
@@ -196,6 +198,14 @@ impl Launch {
         self
     }
 
+    /// Its stderr appended to the file `path` (made if need be), without
+    /// colours (`NO_COLOR`), instead of the test's: for a test that reads
+    /// what rvsd logged ([`log_lines`]).
+    pub fn log_file(mut self, path: &Path) -> Launch {
+        self.log = Some(path.to_owned());
+        self
+    }
+
     /// The command line, not spawned (stdio as said above): for a test that
     /// expects rvsd to refuse to start, or changes its stdio.
     pub fn command(&self) -> Command {
@@ -224,6 +234,14 @@ impl Launch {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
+        if let Some(path) = &self.log {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .unwrap_or_else(|e| panic!("rvsd's log {}: {e}", path.display()));
+            c.env("NO_COLOR", "1").stderr(file);
+        }
         c
     }
 
@@ -471,6 +489,16 @@ pub fn remove_pins(socket: &Path) {
         let _ = i.remove();
     }
     let _ = std::fs::remove_file(Path::new("/run/rvs").join(format!("{name}.table")));
+}
+
+/// The lines of an rvsd log written through [`Launch::log_file`] (none
+/// while it does not exist).
+pub fn log_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
 }
 
 /// stdout, stderr, exit code.

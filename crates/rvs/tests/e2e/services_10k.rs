@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use rvs_testbed::{Cgroup, Server};
 
-use crate::harness::{Launch, Pinned, RVSADM, Rvsd, TempDir, within};
+use crate::harness::{Launch, Pinned, RVSADM, Rvsd, TempDir, log_lines, within};
 use crate::netns::connect;
 
 /// Services of each test.
@@ -80,10 +80,9 @@ fn greeting_from(cg: &Cgroup, vip: &str, port: u16) -> String {
 #[test]
 fn sock_plane_holds_10000_services() {
     let test = "sock_plane_holds_10000_services";
-    if !rvs_testbed::require_root_and_cgroup2(test, "needs root (cgroup BPF programs)") {
+    let Some(cg) = Cgroup::for_test(test, "rvse2esock10k") else {
         return;
-    }
-    let cg = Cgroup::new("rvse2esock10k");
+    };
     let l = TcpListener::bind("127.0.0.1:0").expect("bind backend");
     let rs = l.local_addr().expect("addr").to_string();
     let _backend = Server::tcp(l, |mut c, _| {
@@ -132,10 +131,10 @@ fn xdp_plane_holds_10000_services_and_grows_from_4096_over_its_pins() {
     let t = Duration::from_secs(2);
     let last = PORT0 + N - 1;
 
-    // The old size: the plane takes 4,096 and refuses the rest (logged);
-    // the control plane holds all 10,000. Errors only: each of the 5,904
-    // refusals is a warning, which would flood the test's output.
-    rvsd.start(launch(&rvsd, &["--max-services", "4096"]).log_level("error"));
+    // The old size: the plane takes 4,096 and refuses the rest; the
+    // control plane holds all 10,000.
+    let log = state.path().join("rvsd.log");
+    rvsd.start(launch(&rvsd, &["--max-services", "4096"]).log_file(&log));
     restore(&rvsd.socket, &batch(vip, &format!("{}:80", rs[0].addr), N));
     use crate::harness::Rvsadm as _;
     assert_eq!(listed(&rvsd.ok("-L -n")), usize::from(N));
@@ -147,6 +146,25 @@ fn xdp_plane_holds_10000_services_and_grows_from_4096_over_its_pins() {
     assert!(
         connect(&client, at(last), t).is_err(),
         "the 10,000th service is not in a plane of 4,096"
+    );
+    // The log names the first refusals, says the others are counted, and
+    // gives their total (every ten seconds while rvsadm -R goes on, one
+    // command at a time): short (5,904 warnings, one a service, before).
+    let total = "commands in all found no room in `svc_info`";
+    within("a total of the refusals", Duration::from_secs(60), || {
+        log_lines(&log).iter().any(|l| l.contains(total))
+    });
+    let lines = log_lines(&log);
+    let count = |what: &str| lines.iter().filter(|l| l.contains(what)).count();
+    let (named, more) = (
+        count(": no room in `svc_info`"),
+        count("more than 16 commands found no room in `svc_info`"),
+    );
+    assert!(
+        named == 17 && more == 1 && lines.len() < 100,
+        "{named} refusals named (17 expected), {more} lines on the others (1) in {} lines:\n{}",
+        lines.len(),
+        lines[..lines.len().min(40)].join("\n")
     );
 
     // Restarted with the default size over its pins and saved table: the

@@ -63,10 +63,9 @@ fn conns(d: &Rvsd, port: u16) -> Option<u64> {
 #[test]
 fn sock_plane_skips_a_failed_backend_counts_connections_and_detaches_on_stop() {
     let test = "sock_plane_skips_a_failed_backend_counts_connections_and_detaches_on_stop";
-    if !rvs_testbed::require_root_and_cgroup2(test, "needs root (cgroup BPF programs)") {
+    let Some(cg) = Cgroup::for_test(test, "rvse2esock") else {
         return;
-    }
-    let cg = Cgroup::new("rvse2esock");
+    };
     let (backends, ports) = Backends::start(&["a", "c"]);
     // b: a port nothing listens on, so its TCP_CHECK fails.
     let b_port = free_port();

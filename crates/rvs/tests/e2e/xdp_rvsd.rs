@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::harness::{Adopted, Launch, Rvsadm, scenarios};
+use crate::harness::{Adopted, Launch, Rvsadm, TempDir, log_lines, scenarios, within};
 use crate::netns::{Bed, Host, connect, spread};
 
 const T: Duration = Duration::from_secs(3);
@@ -263,4 +263,48 @@ fn xdp_rvsd_dr_port_zero_persistent() {
         assert!(Instant::now() < deadline, "no port-zero template: {out}");
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// NAT real servers leave through the kernel's routing, which drops their
+/// packets while `net.ipv4.ip_forward` is 0: rvsd's log names the NAT
+/// service added then and the sysctl; the one added while forwarding was
+/// on gets no such line.
+#[test]
+fn xdp_rvsd_names_a_nat_service_while_ip_forward_is_off() {
+    let test = "xdp_rvsd_names_a_nat_service_while_ip_forward_is_off";
+    let Some((mut bed, _client, dir)) = crate::netns::director_bed(test) else {
+        return;
+    };
+    // Forwarding on (the one-arm NAT bed turns it on).
+    let rs = bed.nat_servers(&dir, 1);
+    let logs = TempDir::new("xdp-rvsd-forwarding");
+    let log = logs.path().join("rvsd.log");
+    let d = Launch::new("xdp-rvsd")
+        .netns(&dir.ns)
+        .plane("xdp")
+        .args(["--interface", "eth0"])
+        .log_file(&log)
+        .adopt(&mut bed);
+    let off = "net.ipv4.ip_forward is 0";
+    d.ok("-A -t 10.77.0.100:80 -s rr");
+    d.ok(&format!("-a -t 10.77.0.100:80 -r {}:80 -m", rs[0].addr));
+    rvs_testbed::netns::sysctl(&dir.ns, "ipv4/ip_forward", "0");
+    d.ok("-A -t 10.77.0.100:81 -s rr");
+    d.ok(&format!("-a -t 10.77.0.100:81 -r {}:80 -m", rs[0].addr));
+    within(
+        "the warning naming the NAT service and the sysctl",
+        Duration::from_secs(10),
+        || {
+            log_lines(&log)
+                .iter()
+                .any(|l| l.contains("service TCP 10.77.0.100:81: its Masq") && l.contains(off))
+        },
+    );
+    // Its commands came after the first service's: that one was judged
+    // already, with forwarding on.
+    let lines: Vec<String> = log_lines(&log)
+        .into_iter()
+        .filter(|l| l.contains(off))
+        .collect();
+    assert_eq!(lines.len(), 1, "one line, for :81 only: {lines:?}");
 }

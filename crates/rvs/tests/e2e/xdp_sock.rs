@@ -260,15 +260,11 @@ fn conns(d: &Daemon) -> std::collections::BTreeMap<String, u64> {
 #[test]
 fn xdp_sock_one_table_external_through_xdp_local_at_the_socket() {
     let test = "xdp_sock_one_table_external_through_xdp_local_at_the_socket";
-    if !rvs_testbed::require_root_and_cgroup2(
-        test,
-        "needs root (namespaces, XDP, cgroup BPF programs)",
-    ) {
-        return;
-    }
     // Before the bed: dropped after it (the bed kills rvsd and the
     // clients, then the cgroup is empty and goes).
-    let cg = Cgroup::new("rvse2exdpsock");
+    let Some(cg) = Cgroup::for_test(test, "rvse2exdpsock") else {
+        return;
+    };
     let Some((mut bed, client, dir)) = crate::netns::director_bed(test) else {
         return;
     };

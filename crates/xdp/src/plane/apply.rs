@@ -24,12 +24,21 @@ impl<M: MapOps> Plane<M> {
     /// Apply one command (see the module doc). On error nothing changed.
     pub fn apply_command(&mut self, cmd: &Command) -> Result<(), PlaneError> {
         let r = match cmd {
-            Command::AddService { key, config } => self.add_service(key, config),
+            Command::AddService { key, config } => {
+                let r = self.add_service(key, config);
+                match r {
+                    Err(PlaneError::Full(_)) => self.roomless.insert(*key),
+                    Ok(()) => self.roomless.remove(key),
+                    Err(_) => false,
+                };
+                r
+            }
             Command::EditService { key, config } => self.edit_service(key, config),
             Command::DelService { key } => self.del_service(key),
             Command::Clear => {
                 let keys: Vec<ServiceKey> = self.services.keys().copied().collect();
                 self.refused.clear();
+                self.roomless.clear();
                 keys.iter().try_for_each(|k| self.del_service(k))
             }
             Command::AddDest { service, dest } => self.add_dest(service, dest),
@@ -478,6 +487,10 @@ impl<M: MapOps> Plane<M> {
                 self.dirty = true;
                 return Ok(());
             }
+            if self.roomless.contains(key) {
+                // A report installs it as edited once there is room.
+                return Ok(());
+            }
             return Err(PlaneError::NoService(*key));
         }
         check_quic(key, config)?;
@@ -579,7 +592,7 @@ impl<M: MapOps> Plane<M> {
     }
 
     pub(super) fn del_service(&mut self, key: &ServiceKey) -> Result<(), PlaneError> {
-        if self.refused.remove(key) {
+        if self.refused.remove(key) | self.roomless.remove(key) {
             return Ok(());
         }
         let skey = svc_key(key)?;
@@ -680,7 +693,7 @@ impl<M: MapOps> Plane<M> {
         service: &ServiceKey,
         cfg: &DestConfig,
     ) -> Result<(), PlaneError> {
-        if self.refused.contains(service) {
+        if self.ignored(service) {
             return Ok(());
         }
         let Some(st) = self.services.get(service) else {
@@ -789,10 +802,18 @@ impl<M: MapOps> Plane<M> {
         Ok(())
     }
 
+    /// Whether commands about `service` are ignored: this plane refused
+    /// it, or had no room for it (its real servers and pool come with it
+    /// when a report installs it).
+    fn ignored(&self, service: &ServiceKey) -> bool {
+        self.refused.contains(service) || self.roomless.contains(service)
+    }
+
     /// The installed state of `service`; `None` when this plane refused
-    /// it, whose dests are then not installed and edits to them no-ops.
+    /// it or had no room for it, whose dests are then not installed and
+    /// edits to them no-ops.
     fn installed_mut(&mut self, service: &ServiceKey) -> Result<Option<&mut SvcState>, PlaneError> {
-        if self.refused.contains(service) {
+        if self.ignored(service) {
             return Ok(None);
         }
         match self.services.get_mut(service) {
@@ -849,7 +870,7 @@ impl<M: MapOps> Plane<M> {
         laddr: &rvs_core::model::LocalAddrRange,
         join: bool,
     ) -> Result<Option<&SvcState>, PlaneError> {
-        if self.refused.contains(service) {
+        if self.ignored(service) {
             return Ok(None);
         }
         let st = self

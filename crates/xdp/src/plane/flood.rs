@@ -5,7 +5,8 @@
 //! flows of hash-scheduled services forwarded without an entry) and the
 //! TCP segments of no known flow passed to the kernel. Read from
 //! `svc_flood` by each report's first phase and published in a
-//! [`FloodStats`] that rvsd's metrics read (`rvs_xdp_*`).
+//! [`FloodStats`] that rvsd's metrics read (`rvs_xdp_*`), beside the
+//! commands the plane refused for want of room (the worker's count).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,6 +25,9 @@ pub struct FloodStats {
     services: Mutex<Vec<(ServiceKey, SvcFlood)>>,
     /// The FULLNAT counters (`fnat_stats`) of services with a pool.
     fnat: Mutex<Vec<(ServiceKey, FnatStats)>>,
+    /// Commands refused for want of room, per map (the worker's
+    /// [`rvs_control::warnings::NoRoom::totals`]).
+    refused: Mutex<Vec<(&'static str, u64)>>,
 }
 
 impl FloodStats {
@@ -44,6 +48,18 @@ impl FloodStats {
     /// service was installed.
     pub fn fnat_snapshot(&self) -> Vec<(ServiceKey, FnatStats)> {
         self.fnat.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    /// Commands the plane refused for want of room since it started, per
+    /// map, as the worker last published them (every report).
+    pub fn refused(&self) -> Vec<(&'static str, u64)> {
+        self.refused.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    pub(super) fn publish_refused(&self, v: Vec<(&'static str, u64)>) {
+        if let Ok(mut g) = self.refused.lock() {
+            *g = v;
+        }
     }
 
     fn publish_fnat(&self, v: Vec<(ServiceKey, FnatStats)>) {

@@ -2486,3 +2486,51 @@ fn source_ranges_follow_the_service_into_the_trie() {
     .unwrap();
     assert_eq!(trie(&mut bed), [SrcKey::of(at, &b)].into_iter().collect());
 }
+
+/// A plane without room for a service refuses it once (`Full`) and
+/// ignores the commands about it, real servers and edits alike (the
+/// refusal was the service's: not one "no such service" per real server
+/// of 5,904 refused services); a report installs it with its real servers
+/// once a deletion made room.
+#[test]
+fn a_service_without_room_is_refused_once_and_installed_when_there_is_room() {
+    let mut bed = Bed::new();
+    let mut maps = MemMaps::new(1 << 16);
+    maps.services_len = 2;
+    bed.plane = Plane::new(maps).unwrap();
+    bed.svc(1, "rr").unwrap();
+    bed.svc(2, "rr").unwrap();
+    assert!(matches!(
+        bed.svc(3, "rr"),
+        Err(PlaneError::Full("svc_info"))
+    ));
+    bed.dest(3, dr(1))
+        .expect("a real server of a roomless service");
+    bed.run(Command::EditDest {
+        service: key(3),
+        dest: dr(1).weight(3),
+    })
+    .expect("its edit");
+    bed.run(Command::EditService {
+        key: key(3),
+        config: ServiceConfig::new(AddrFamily::Inet).scheduler(rvs_core::sched::Scheduler::Wrr),
+    })
+    .expect("the service's edit");
+    bed.dest(3, dr(2)).expect("another");
+    bed.run(Command::DelDest {
+        service: key(3),
+        addr: rs(1),
+        port: 80,
+    })
+    .expect("a deletion");
+    assert_eq!(bed.plane.service_index(&key(3)), None);
+    bed.run(Command::DelService { key: key(1) }).unwrap();
+    // The freed index waits out its grace period; the reports retry.
+    for secs in 1..=5 {
+        bed.report(secs);
+    }
+    let i = bed.plane.service_index(&key(3)).expect("installed");
+    assert_eq!(bed.plane.maps().svc_info[&i].sched, maps::sched::WRR);
+    assert_eq!(bed.data(3).0, vec![bed.index(3, 2)], "with its real server");
+    assert_eq!(bed.plane.dest_index(&key(3), rs(1), 80), None);
+}

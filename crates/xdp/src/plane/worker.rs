@@ -30,7 +30,12 @@
 //! change the director has.
 //!
 //! The worker has no caller to return errors to: they are logged (as the
-//! control plane logs a data plane's errors).
+//! control plane logs a data plane's errors). Commands refused for want of
+//! room in a map go through [`NoRoom`]: the first of each map named, the
+//! rest counted, their total logged once it stops growing (every ten
+//! seconds while it goes on) and published at every report for
+//! `rvs_dataplane_refused_commands_total` (10,000 services on a plane of
+//! 4,096 are about twenty lines, not 5,904).
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -41,9 +46,11 @@ use std::time::{Duration, Instant as StdInstant};
 
 use rvs_control::dataplane::{Applied, DataPlane, DataPlaneError, DirectorHandle};
 use rvs_control::protocol::Command;
+use rvs_control::warnings::NoRoom;
 use rvs_core::ipvs::{Ipvs, MirroredConn};
 use rvs_core::time::Instant;
 
+use super::forwarding::{ForwardingCheck, Sysctl, Sysctls};
 use super::resolver::{self, Answer, Resolver};
 use super::{Plane, PlaneError, SyncedFlow, Wanted};
 use crate::maps::MapOps;
@@ -129,7 +136,10 @@ impl<M: MapOps + Send + 'static> PlaneHandle<M> {
             done: processed.clone(),
             wants: wants_tx,
             last_wanted: None,
-            forwarding: super::forwarding::ForwardingCheck::default(),
+            forwarding: ForwardingCheck::default(),
+            sysctls: Sysctls::default(),
+            read_sysctl,
+            no_room: NoRoom::default(),
         };
         let worker = std::thread::Builder::new()
             .name("rvs-xdp-plane".into())
@@ -272,7 +282,13 @@ struct Worker<M: MapOps> {
     wants: Sender<Wanted>,
     last_wanted: Option<Wanted>,
     /// Which services were warned about forwarding that is off.
-    forwarding: super::forwarding::ForwardingCheck,
+    forwarding: ForwardingCheck,
+    /// The forwarding sysctls as read in this batch of commands.
+    sysctls: Sysctls,
+    /// How they are read ([`read_sysctl`]; tests count the reads).
+    read_sysctl: fn(Sysctl) -> Option<bool>,
+    /// The commands refused for want of room: named, counted, summed up.
+    no_room: NoRoom,
 }
 
 impl<M: MapOps> Worker<M> {
@@ -289,6 +305,7 @@ impl<M: MapOps> Worker<M> {
             }
             if now >= next_report {
                 self.report();
+                self.sum_up_refusals();
                 self.plane.age_missing_hops();
                 self.publish_wanted();
                 next_report += REPORT_EVERY;
@@ -302,7 +319,8 @@ impl<M: MapOps> Worker<M> {
                 Ok(m) => self.handle(m),
                 Err(RecvTimeoutError::Timeout) => continue,
             }
-            // What else is queued, then tell the resolver once.
+            // What else is queued, then tell the resolver once (and read the
+            // sysctls again in the next batch).
             while StdInstant::now() < next_report {
                 match rx.try_recv() {
                     Ok(Msg::Stop) | Err(TryRecvError::Disconnected) => return,
@@ -310,6 +328,7 @@ impl<M: MapOps> Worker<M> {
                     Err(TryRecvError::Empty) => break,
                 }
             }
+            self.sysctls.forget();
             self.publish_wanted();
         }
     }
@@ -317,10 +336,18 @@ impl<M: MapOps> Worker<M> {
     fn handle(&mut self, m: Msg<M>) {
         match m {
             Msg::Apply(c) => {
-                if let Err(e) = self.plane.apply_command(&c) {
-                    tracing::warn!("data plane xdp: {e}");
+                self.no_room.given(&c);
+                match self.plane.apply_command(&c) {
+                    Ok(()) => {}
+                    Err(PlaneError::Full(map)) => {
+                        for line in self.no_room.refused(&c, map) {
+                            tracing::warn!("data plane xdp: {line}");
+                        }
+                    }
+                    Err(e) => tracing::warn!("data plane xdp: {e}"),
                 }
-                if let Some(w) = self.forwarding.on_command(&c, read_sysctl) {
+                let (batch, read) = (&mut self.sysctls, self.read_sysctl);
+                for w in self.forwarding.on_command(&c, |s| batch.get(s, read)) {
                     tracing::warn!(sysctl = w.sysctl.name(), "data plane xdp: {w}");
                 }
                 self.processed += 1;
@@ -337,6 +364,22 @@ impl<M: MapOps> Worker<M> {
             Msg::With(f) => f(&mut self.plane),
             Msg::Stop => {}
         }
+    }
+
+    /// A report passed: the totals due of the refusals for want of room
+    /// and of the services warned about forwarding, to the log (see
+    /// [`rvs_control::warnings::WarnLimit::tick`]); the refusals to the
+    /// metrics.
+    fn sum_up_refusals(&mut self) {
+        for line in self.no_room.tick() {
+            tracing::warn!("data plane xdp: {line}");
+        }
+        for w in self.forwarding.tick() {
+            tracing::warn!(sysctl = w.sysctl.name(), "data plane xdp: {w}");
+        }
+        self.plane
+            .flood_stats()
+            .publish_refused(self.no_room.totals());
     }
 
     fn publish_wanted(&mut self) {
@@ -375,7 +418,7 @@ impl<M: MapOps> Worker<M> {
 }
 
 /// Whether `sysctl` is on, as `/proc/sys` says (`None`: unreadable).
-fn read_sysctl(sysctl: super::forwarding::Sysctl) -> Option<bool> {
+fn read_sysctl(sysctl: Sysctl) -> Option<bool> {
     let v = std::fs::read_to_string(sysctl.proc_path()).ok()?;
     Some(v.trim() != "0")
 }
@@ -523,6 +566,56 @@ mod tests {
             d.is_some_and(|d| p.maps().dests.get(&d).is_some_and(|x| x.weight == 7))
         });
         drop(h);
+    }
+
+    /// Commands queued at once are one batch: `net.ipv4.ip_forward` is
+    /// read once for it, not once per NAT real server (200 here, 10,000 in
+    /// a Kubernetes cluster). A batch ends when the queue is empty or at a
+    /// report (every second), so a few reads at most.
+    #[test]
+    fn the_worker_reads_the_forwarding_sysctl_once_a_batch() {
+        static READS: AtomicU64 = AtomicU64::new(0);
+        fn forwarding_on(_: Sysctl) -> Option<bool> {
+            READS.fetch_add(1, Ordering::SeqCst);
+            Some(true)
+        }
+        let (tx, rx) = channel();
+        let (wants, _wanted) = channel();
+        let worker = Worker {
+            plane: Plane::new(MemMaps::new(1 << 16)).expect("plane"),
+            director: None,
+            sent: Arc::default(),
+            processed: 0,
+            done: Arc::default(),
+            wants,
+            last_wanted: None,
+            forwarding: ForwardingCheck::default(),
+            sysctls: Sysctls::default(),
+            read_sysctl: forwarding_on,
+            no_room: NoRoom::default(),
+        };
+        for port in 1..=200 {
+            let key = ServiceKey::Addr {
+                protocol: Protocol::Tcp,
+                addr: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)),
+                port,
+            };
+            let config = ServiceConfig::new(AddrFamily::Inet);
+            let dest = DestConfig::new(rs(1), 80).forward(ForwardMethod::Masq);
+            for c in [
+                Command::AddService { key, config },
+                Command::AddDest { service: key, dest },
+            ] {
+                tx.send(Msg::Apply(c)).expect("queued");
+            }
+        }
+        tx.send(Msg::Stop).expect("queued");
+        worker.run(rx);
+        let reads = READS.load(Ordering::SeqCst);
+        assert!(
+            (1..10).contains(&reads),
+            "{reads} reads of the sysctl for 200 NAT services queued at once"
+        );
     }
 
     /// A report never converges while commands the director already has
