@@ -24,7 +24,10 @@
 //! [`tunnels`]; `tunnels` as the fourth argument runs it alone, REPEAT
 //! being its calls per round). New-flow figures are given twice:
 //! while the table fills (empty -> REPEAT entries) and when it is full
-//! (every insert evicts the least recently used entry).
+//! (every insert evicts the least recently used entry); the rows with
+//! the embryonic tables armed (any run of more than 4,096 SYNs arms them)
+//! and unarmed (`max_new_flows` never reached). Last the "short
+//! connections" table (see [`short`]).
 
 use std::error::Error;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -45,6 +48,7 @@ use common::quic as quic_frames;
 mod fnat;
 mod many_flows;
 mod quic;
+mod short;
 mod tunnels;
 
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
@@ -328,6 +332,20 @@ fn main() -> Result<(), Box<dyn Error>> {
         guards.push(ns(&mut l, &syn, repeat, tx)?);
     }
     let guarded = median(&mut guards);
+    // The embryonic tables never armed (max_new_flows never reached): the
+    // SYN's flow goes to the flow table and the embryonic tables are not
+    // looked up. The rows above arm them after 4,096 SYNs.
+    let (mut ufills, mut ufulls) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let mut l = director(Object::DirectorBench, "mh", table)?;
+        l.set_config(&Config {
+            max_new_flows: u32::MAX,
+            ..Config::ipvs_defaults()
+        })?;
+        ufills.push(ns(&mut l, &syn, repeat, tx)?);
+        ufulls.push(ns(&mut l, &syn, repeat, tx)?);
+    }
+    let (ufill, ufull) = (median(&mut ufills), median(&mut ufulls));
 
     println!("| floor: bare LRU insert, filling | {lru_fill:.0} | |");
     println!("| floor: bare LRU insert, full (evicting) | {lru_full:.0} | |");
@@ -345,5 +363,14 @@ fn main() -> Result<(), Box<dyn Error>> {
         "| new flow (mh), SYN-flood guard on (no insert) | {guarded:.0} | {:.2} × bare LRU insert (full) |",
         guarded / lru_full
     );
+    println!(
+        "| new flow (mh), embryonic tables unarmed, filling | {ufill:.0} | {:.2} × bare LRU insert |",
+        ufill / lru_fill
+    );
+    println!(
+        "| new flow (mh), embryonic tables unarmed, full (evicting) | {ufull:.0} | {:.2} × bare LRU insert |",
+        ufull / lru_full
+    );
+    short::short(&syn, &ack, table, rounds)?;
     Ok(())
 }
