@@ -119,10 +119,12 @@ static __always_inline int fast_established6(struct xdp_md *ctx, struct rvs_flow
 		return -1;
 	svc = f->svc;
 	if (hs) {
-		/* No epoch bump, cached at once (see fast_established). */
+		/* No epoch bump, not cached (see fast_established). */
 		f->state = RVS_TCP_S_ESTABLISHED;
 		f->last_seen = now;
-		timeout = cfg->tcp_timeouts[RVS_TCP_S_ESTABLISHED] * (__u64)cfg->hz;
+		count(&svc_stats, svc, l3len, 0, 0);
+		count(&dest_stats, didx, l3len, 0, 0);
+		return l2_out(ctx, d->mac, d->smac, d->ifindex);
 	} else if (fin) {
 		struct rvs_dest_conns *dc;
 
@@ -290,11 +292,13 @@ static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow 
 		/* No epoch bump: only an ESTABLISHED entry is ever cached, and
 		 * whatever made this one SYN_RECV (an insert, a change away
 		 * from ESTABLISHED) bumped its epoch after its write, so no CPU
-		 * holds a valid cache entry of the flow. Cached at once, as an
-		 * ESTABLISHED flow (its timeout from now on). */
+		 * holds a valid cache entry of the flow. Not cached: the next
+		 * packet fills the cache. */
 		f->state = RVS_TCP_S_ESTABLISHED;
 		f->last_seen = now;
-		timeout = cfg->tcp_timeouts[RVS_TCP_S_ESTABLISHED] * (__u64)cfg->hz;
+		count(&svc_stats, svc, l3len, 0, 0);
+		count(&dest_stats, didx, l3len, 0, 0);
+		return l2_out(ctx, d->mac, d->smac, d->ifindex);
 	} else if (fin) {
 		struct rvs_dest_conns *dc;
 
