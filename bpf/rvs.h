@@ -454,6 +454,19 @@ struct rvs_flood {
 #define RVS_EMBRYONIC_ARM_RATE 4096
 #define RVS_EMBRYONIC_ARM_SECS 60
 
+/* embryonic_seen: ARRAY[0], __u64: the latest jiffy at which any CPU wrote
+ * an embryonic entry's last_seen (an insert, or a packet of a flow found
+ * there), so that the tables are not looked up while none of their entries
+ * can be live: an entry counts as absent once older than its state's
+ * timeout, so none is live later than the longest TCP timeout (plus a
+ * second for two CPUs' racing stores) after this. 0: never written (a
+ * fresh start: the tables are empty). RVS_EMBRYONIC_SEEN_UNKNOWN: not
+ * known (the plane writes it when this program replaces another on pinned
+ * maps, which may have written entries unstamped: an upgrade from a build
+ * without the stamp, a downgrade): the program's first look makes it
+ * `now`. */
+#define RVS_EMBRYONIC_SEEN_UNKNOWN 0xffffffffffffffffULL
+
 /* locality: LRU_HASH, lblc/lblcr's table (ip_vs_lblc.c, ip_vs_lblcr.c):
  * per service, the packet's destination address -> the real server (lblc:
  * members[0]) or the server set (lblcr: members, newest first). Differences

@@ -126,8 +126,10 @@ int xdp_lb(struct xdp_md *ctx)
 	 * ever creates entries), the service only for a new connection. */
 	f = looked ? found : flow_lookup(p.family, p.saddr, p.daddr, p.sport, p.dport, p.proto);
 	/* A TCP flow between its SYN and its handshake's ACK lives in the
-	 * embryonic table, out of reach of the flow table (rvs.h). */
-	if (!f && is_tcp) {
+	 * embryonic table, out of reach of the flow table (rvs.h), while the
+	 * tables are armed; not looked up while none of its entries can be
+	 * live (the tables unarmed for longer than the longest timeout). */
+	if (!f && is_tcp && embryo_maybe_live(cfg, now)) {
 		f = embryo_lookup(&p);
 		embryo = f != NULL;
 	}
@@ -158,6 +160,8 @@ int xdp_lb(struct xdp_md *ctx)
 		if (d->flags & RVS_DEST_F_UNAVAILABLE)
 			return XDP_DROP; /* IPVS without expire_nodest_conn */
 		f->last_seen = now;
+		if (embryo)
+			embryo_touch(now);
 		svc_idx = f->svc;
 		if (is_tcp) {
 			__u8 old = f->state, st;
@@ -171,8 +175,14 @@ int xdp_lb(struct xdp_md *ctx)
 				flood_count(svc_idx, promoted);
 			else if (embryo)
 				rec_table = RVS_FNAT_REC_EMBRYONIC;
-			/* Cached ESTABLISHED entries of this flow must go. */
-			if (st != old)
+			/* Cached ESTABLISHED entries of this flow must go. Only
+			 * an ESTABLISHED entry is ever cached, and every change
+			 * away from ESTABLISHED (or replacement of an entry)
+			 * bumps: while a flow is in any other state no CPU holds
+			 * a valid cache entry of it, so a change into
+			 * ESTABLISHED (the handshake's ACK, a promotion) needs
+			 * no bump. */
+			if (st != old && old == RVS_TCP_S_ESTABLISHED)
 				flow_epoch_bump(&p);
 		}
 		count(&svc_stats, svc_idx, p.l3len, 0, 0);
@@ -259,8 +269,10 @@ new_flow:
 		    d->method != RVS_FWD_FNAT) {
 			flood_count(svc_idx, guarded);
 		} else if ((embryo ? embryo_insert(&p, &nf) : flow_insert(&p, &nf)) == 0) {
-			if (embryo)
+			if (embryo) {
+				embryo_touch(now);
 				flood_count(svc_idx, embryonic);
+			}
 			if (old_dest != RVS_SLOT_EMPTY)
 				conns_add(old_dest, state_active(p.proto, old_state), -1);
 			conns_add(dest_idx, state_active(p.proto, nf.state), 1);

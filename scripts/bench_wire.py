@@ -25,6 +25,9 @@ NAMES = {
     "dr": "rvs DR",
     "nat": "rvs NAT",
     "fnat": "rvs FULLNAT",
+    "dr0": "rvs DR, before",
+    "nat0": "rvs NAT, before",
+    "fnat0": "rvs FULLNAT, before",
     "pass": "XDP_PASS floor",
 }
 ROW = "| XDP on the wire"
@@ -100,6 +103,13 @@ def main():
                     med[(load, prog, "net")] = quart(net)
                     line += f", net of floor {fmt(quart(net), 'x')}"
             print(line)
+        # --before: each program against its build before, per round.
+        for prog in ("dr", "nat", "fnat"):
+            a, b = per.get((load, prog), {}), per.get((load, prog + "0"), {})
+            rat = [a[k] / b[k] for k in a if k in b]
+            if rat:
+                print(f"  {NAMES[prog]} / before: {fmt(quart(rat), 'x')} "
+                      f"(per round: {' '.join(f'{x:.2f}' for x in rat)})")
     md = markdown(loads, med, head)
     print("\nBENCHMARKS.md headline rows:\n")
     print("\n".join(md))

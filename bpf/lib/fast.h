@@ -12,9 +12,11 @@
 /* -------------------------------------------------- established fast path */
 
 /* fast_established's IPv6 counterpart (the same checks, counters,
- * last_seen stamping and MAC rewrite): an untagged IPv6 frame whose next
- * header is TCP (ACK, none of SYN/FIN/RST) or UDP directly, of a live flow
- * in `flows` to an available DR real server, served from this CPU's
+ * last_seen stamping and MAC rewrite, and the same two state changes: the
+ * handshake's ACK of a SYN_RECV flow, the client's FIN of an ESTABLISHED
+ * one without replies): an untagged IPv6 frame whose next header is TCP
+ * (ACK or FIN|ACK, none of SYN/RST) or UDP directly, of a live flow in
+ * `flows` to an available DR real server, served from this CPU's
  * flow6_cache or else from `flows` (the cache entry then refilled).
  * Anything else returns -1 for the general path, with the `flows` lookup's
  * result in *found when *looked is set. Inlined like fast_established: the
@@ -37,7 +39,7 @@ static __always_inline int fast_established6(struct xdp_md *ctx, struct rvs_flow
 	__u32 didx, svc, l3len, slot, epoch, *ep, zero = 0;
 	__u8 proto, state;
 	__u64 now, h, timeout;
-	int stale;
+	int stale, hs, fin = 0;
 
 	if ((void *)(th + 1) > end)
 		return -1;
@@ -46,7 +48,10 @@ static __always_inline int fast_established6(struct xdp_md *ctx, struct rvs_flow
 		return -1;
 	proto = ip6->nexthdr;
 	if (proto == IPPROTO_TCP) {
-		if ((((__u8 *)th)[13] & (TCPF_SYN | TCPF_FIN | TCPF_RST | TCPF_ACK)) != TCPF_ACK)
+		__u8 tf = ((__u8 *)th)[13] & (TCPF_SYN | TCPF_FIN | TCPF_RST | TCPF_ACK);
+
+		fin = tf == (TCPF_FIN | TCPF_ACK);
+		if (tf != TCPF_ACK && !fin)
 			return -1;
 		state = RVS_TCP_S_ESTABLISHED;
 	} else if (proto == IPPROTO_UDP) {
@@ -74,7 +79,7 @@ static __always_inline int fast_established6(struct xdp_md *ctx, struct rvs_flow
 	epoch = *(volatile __u32 *)ep;
 	now = bpf_jiffies64();
 	ck = (const __u64 *)&c->key;
-	if (ck[0] == kk[0] && ck[1] == kk[1] && ck[2] == kk[2] && ck[3] == kk[3] &&
+	if (!fin && ck[0] == kk[0] && ck[1] == kk[1] && ck[2] == kk[2] && ck[3] == kk[3] &&
 	    ck[4] == kk[4] && c->epoch == epoch && now - c->stamp < RVS_FLOW_CACHE_JIFFIES) {
 		didx = c->dest;
 		d = bpf_map_lookup_elem(&dests, &didx);
@@ -90,12 +95,19 @@ static __always_inline int fast_established6(struct xdp_md *ctx, struct rvs_flow
 	CALL_SITE_TAG(29);
 	*found = f;
 	*looked = 1;
-	if (!f || f->state != state)
+	if (!f)
+		return -1;
+	/* The two state changes of fast_established (below). */
+	hs = proto == IPPROTO_TCP && !fin && f->state == RVS_TCP_S_SYN_RECV;
+	if (f->state != state && !hs)
+		return -1;
+	if (fin && !(f->flags & RVS_FLOW_F_NOOUTPUT))
 		return -1;
 	cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!cfg)
 		return -1;
-	timeout = (proto == IPPROTO_TCP ? cfg->tcp_timeouts[RVS_TCP_S_ESTABLISHED]
+	timeout = (proto == IPPROTO_TCP ? cfg->tcp_timeouts[hs ? RVS_TCP_S_SYN_RECV
+							       : RVS_TCP_S_ESTABLISHED]
 					: cfg->udp_timeout) *
 		  (__u64)cfg->hz;
 	stale = f->last_seen != now;
@@ -105,9 +117,32 @@ static __always_inline int fast_established6(struct xdp_md *ctx, struct rvs_flow
 	d = bpf_map_lookup_elem(&dests, &didx);
 	if (!d || d->method != RVS_FWD_DR || (d->flags & RVS_DEST_F_UNAVAILABLE))
 		return -1;
-	if (stale)
-		f->last_seen = now;
 	svc = f->svc;
+	if (hs) {
+		/* No epoch bump, not cached (see fast_established). */
+		f->state = RVS_TCP_S_ESTABLISHED;
+		f->last_seen = now;
+		count(&svc_stats, svc, l3len, 0, 0);
+		count(&dest_stats, didx, l3len, 0, 0);
+		return l2_out(ctx, d->mac, d->smac, d->ifindex);
+	} else if (fin) {
+		struct rvs_dest_conns *dc;
+
+		/* The write, then the epoch; not cached. */
+		f->state = RVS_TCP_S_FIN_WAIT;
+		f->last_seen = now;
+		dc = bpf_map_lookup_elem(&dest_conns, &didx);
+		if (dc) {
+			__sync_fetch_and_add(&dc->active, -1);
+			__sync_fetch_and_add(&dc->inactive, 1);
+		}
+		__sync_fetch_and_add(ep, 1);
+		count(&svc_stats, svc, l3len, 0, 0);
+		count(&dest_stats, didx, l3len, 0, 0);
+		return l2_out(ctx, d->mac, d->smac, d->ifindex);
+	} else if (stale) {
+		f->last_seen = now;
+	}
 	/* Cached only when the flow cannot expire while its entry is valid
 	 * (see fast_established). */
 	if (timeout > RVS_FLOW_CACHE_JIFFIES) {
@@ -253,32 +288,42 @@ static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow 
 	if (!d || d->method != RVS_FWD_DR || (d->flags & RVS_DEST_F_UNAVAILABLE))
 		return -1;
 	svc = f->svc;
-	if (hs || fin) {
-		/* The write, then the epoch (flow_epoch_bump); not cached
-		 * (its epoch is gone): the next packet fills the cache. */
-		f->state = fin ? RVS_TCP_S_FIN_WAIT : RVS_TCP_S_ESTABLISHED;
+	if (hs) {
+		/* No epoch bump: only an ESTABLISHED entry is ever cached, and
+		 * whatever made this one SYN_RECV (an insert, a change away
+		 * from ESTABLISHED) bumped its epoch after its write, so no CPU
+		 * holds a valid cache entry of the flow. Not cached: the next
+		 * packet fills the cache. */
+		f->state = RVS_TCP_S_ESTABLISHED;
 		f->last_seen = now;
-		if (fin) {
-			/* conns_move's two adds, on one lookup (keyed by the
-			 * dests lookup's slot: xdp_lb's frame has no byte to
-			 * spare on Linux 6.1, whose verifier refuses a call
-			 * chain over 512 bytes). */
-			struct rvs_dest_conns *dc = bpf_map_lookup_elem(&dest_conns, &didx);
+		count(&svc_stats, svc, l3len, 0, 0);
+		count(&dest_stats, didx, l3len, 0, 0);
+		return l2_out(ctx, d->mac, d->smac, d->ifindex);
+	} else if (fin) {
+		struct rvs_dest_conns *dc;
 
-			if (dc) {
-				__sync_fetch_and_add(&dc->active, -1);
-				__sync_fetch_and_add(&dc->inactive, 1);
-			}
+		/* The write, then the epoch (flow_epoch_bump); not cached
+		 * (its epoch is gone). */
+		f->state = RVS_TCP_S_FIN_WAIT;
+		f->last_seen = now;
+		/* conns_move's two adds, on one lookup (keyed by the dests
+		 * lookup's slot: xdp_lb's frame has no byte to spare on Linux
+		 * 6.1, whose verifier refuses a call chain over 512 bytes). */
+		dc = bpf_map_lookup_elem(&dest_conns, &didx);
+		if (dc) {
+			__sync_fetch_and_add(&dc->active, -1);
+			__sync_fetch_and_add(&dc->inactive, 1);
 		}
 		__sync_fetch_and_add(ep, 1);
 		count(&svc_stats, svc, l3len, 0, 0);
 		count(&dest_stats, didx, l3len, 0, 0);
 		return l2_out(ctx, d->mac, d->smac, d->ifindex);
-	}
-	/* Stored once per jiffy, not per packet: the entry's cache line is
-	 * then only read while a flow's packets spread over several CPUs. */
-	if (stale)
+	} else if (stale) {
+		/* Stored once per jiffy, not per packet: the entry's cache line
+		 * is then only read while a flow's packets spread over several
+		 * CPUs. */
 		f->last_seen = now;
+	}
 	/* Cached only when the flow cannot expire while its entry is valid:
 	 * then an expired flow (the only kind the control side removes) never
 	 * has a valid cache entry. */

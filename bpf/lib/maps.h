@@ -48,6 +48,8 @@ RVS_MAP(config, BPF_MAP_TYPE_ARRAY, 1, __u32, struct rvs_config);
 
 RVS_MAP(flood, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct rvs_flood);
 
+RVS_MAP(embryonic_seen, BPF_MAP_TYPE_ARRAY, 1, __u32, __u64);
+
 RVS_MAP(dest_conns, BPF_MAP_TYPE_ARRAY, RVS_MAX_DESTS, __u32, struct rvs_dest_conns);
 
 RVS_MAP(locality, BPF_MAP_TYPE_LRU_HASH, RVS_LOCALITY_MAX,

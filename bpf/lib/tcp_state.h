@@ -116,6 +116,52 @@ static __always_inline __u64 flow_timeout(const struct rvs_config *cfg, const st
 	return (__u64)cfg->tcp_timeouts[s] * cfg->hz;
 }
 
+/* The embryonic tables may hold a live entry: one was written (inserted,
+ * or a packet of its flow found it) no longer ago than the longest TCP
+ * timeout, plus a second (embryonic_seen, rvs.h). Otherwise every entry
+ * there counts as absent (expired) and a lookup could only miss: a SYN or
+ * later packet of a flow not in the flow table skips it (while the tables
+ * were not armed for that long, the common case). Whether this CPU is
+ * armed does not say: an entry made on another CPU (or before arming ended)
+ * is found until it expires. */
+static __always_inline int embryo_maybe_live(const struct rvs_config *cfg, __u64 now)
+{
+	__u32 zero = 0, i, longest = 0;
+	__u64 *seen, t;
+
+	if (!cfg->hz)
+		return 1;
+	seen = bpf_map_lookup_elem(&embryonic_seen, &zero);
+	if (!seen)
+		return 1;
+	t = *seen;
+	if (t == RVS_EMBRYONIC_SEEN_UNKNOWN) {
+		*seen = now;
+		return 1;
+	}
+	if (!t)
+		return 0;
+	if (t >= now)
+		return 1;
+#pragma unroll
+	for (i = 0; i < RVS_TCP_S_LAST; i++)
+		if (cfg->tcp_timeouts[i] > longest)
+			longest = cfg->tcp_timeouts[i];
+	return now - t <= ((__u64)longest + 1) * cfg->hz;
+}
+
+/* An embryonic entry's last_seen was written with `now`: stamp
+ * embryonic_seen (one store per jiffy at most, the line shared by every
+ * CPU only while embryonic entries are being written). */
+static __always_inline void embryo_touch(__u64 now)
+{
+	__u32 zero = 0;
+	__u64 *seen = bpf_map_lookup_elem(&embryonic_seen, &zero);
+
+	if (seen && *seen != now)
+		*seen = now;
+}
+
 /* flood_note's answer (bits). */
 #define FLOOD_OVER 1  /* above max_new_flows this second: the guard */
 #define FLOOD_ARMED 2 /* new TCP flows start in the embryonic tables */
@@ -162,14 +208,21 @@ static __always_inline struct rvs_flow *reply_flow(const struct pkt *p, const __
 						   const __u32 *vaddr, __be16 cport, __be16 vport)
 {
 	struct rvs_flow *f = flow_lookup(p->family, caddr, vaddr, cport, vport, p->proto);
+	int embryo = 0;
+	__u64 now;
 
 	/* The SYN-ACK of a flow still in the embryonic table. */
-	if (!f && p->proto == IPPROTO_TCP)
+	if (!f && p->proto == IPPROTO_TCP) {
 		f = table_lookup(&embryonic4, &embryonic, p->family, caddr, vaddr, cport, vport,
 				 p->proto);
+		embryo = f != NULL;
+	}
 	if (!f)
 		return NULL;
-	f->last_seen = bpf_jiffies64();
+	now = bpf_jiffies64();
+	f->last_seen = now;
+	if (embryo)
+		embryo_touch(now);
 	if (p->proto == IPPROTO_TCP) {
 		__u8 old = f->state;
 

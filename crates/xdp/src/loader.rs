@@ -603,6 +603,57 @@ impl Loaded {
         }
     }
 
+    /// Insert or replace `key`'s entry in the flow table (`embryonic`:
+    /// the embryonic table) of its family, as it is: no epoch bump, no
+    /// stamp of `embryonic_seen` (for tests: [`Loaded::set_flow`] is the
+    /// control side's write).
+    pub fn set_table_flow(
+        &mut self,
+        key: &FlowKey,
+        flow: &Flow,
+        embryonic: bool,
+    ) -> Result<(), XdpError> {
+        let (m4, m6) = if embryonic {
+            ("embryonic4", "embryonic")
+        } else {
+            ("flows4", "flows")
+        };
+        match Flow4Key::of(key) {
+            Some(k4) => self
+                .hash::<Flow4Key, Flow>(m4)?
+                .insert(k4, flow, 0)
+                .map_err(map_err(m4)),
+            None => self
+                .hash::<FlowKey, Flow>(m6)?
+                .insert(key, flow, 0)
+                .map_err(map_err(m6)),
+        }
+    }
+
+    /// `embryonic_seen[0]`: the latest jiffy at which the program wrote an
+    /// embryonic entry (0: never; [`maps::EMBRYONIC_SEEN_UNKNOWN`]: not
+    /// known, see there).
+    pub fn embryonic_seen(&mut self) -> Result<u64, XdpError> {
+        self.array::<u64>("embryonic_seen")?
+            .get(&0, 0)
+            .map_err(map_err("embryonic_seen"))
+    }
+
+    /// Set `embryonic_seen[0]` (see [`Loaded::embryonic_seen`]).
+    pub fn set_embryonic_seen(&mut self, jiffy: u64) -> Result<(), XdpError> {
+        self.array::<u64>("embryonic_seen")?
+            .set(0, jiffy, 0)
+            .map_err(map_err("embryonic_seen"))
+    }
+
+    /// Zero every CPU's `flood` window (new flows this second, armed
+    /// until): the embryonic tables unarmed, as after a quiet minute.
+    pub fn reset_flood(&mut self) -> Result<(), XdpError> {
+        self.per_cpu_array::<maps::Flood>("flood")?
+            .set_all(&0, &maps::Flood::default())
+            .map_err(map_err("flood"))
+    }
+
     /// Take up to `max` of the next hops the program found unresolved
     /// (`nh_missing`): read, then deleted, so the program reports each
     /// again if it is still missing later.

@@ -943,6 +943,16 @@ pub const EMBRYONIC_ARM_RATE: u64 = 4096;
 /// `RVS_EMBRYONIC_ARM_SECS` (see [`EMBRYONIC_ARM_RATE`]).
 pub const EMBRYONIC_ARM_SECS: u64 = 60;
 
+/// `RVS_EMBRYONIC_SEEN_UNKNOWN`: the value of `embryonic_seen[0]` (the
+/// latest jiffy at which the program wrote an embryonic entry, 0 for never)
+/// that says "not known": the plane writes it when it starts over pinned
+/// maps and replaces the program that ran on them (an upgrade or a
+/// downgrade: that program may have written embryonic entries without
+/// stamping), and the program's first look replaces it with the jiffy of
+/// that look, so the embryonic tables are looked up until every entry made
+/// before then has expired.
+pub const EMBRYONIC_SEEN_UNKNOWN: u64 = u64::MAX;
+
 /// `svc_flood[service index]` (per CPU): what the SYN-flood defences did
 /// with the service's new TCP flows (`struct rvs_svc_flood`).
 #[repr(C)]

@@ -623,6 +623,7 @@ pub fn director_maps(opts: &crate::LoadOptions) -> Vec<MapLayout> {
         MapLayout::of::<u32, Stats>("dest_stats", MAP_PERCPU_ARRAY, MAX_DESTS),
         MapLayout::of::<u32, Config>("config", MAP_ARRAY, 1),
         MapLayout::of::<u32, Flood>("flood", MAP_PERCPU_ARRAY, 1),
+        MapLayout::of::<u32, u64>("embryonic_seen", MAP_ARRAY, 1),
         MapLayout::of::<u32, DestConns>("dest_conns", MAP_ARRAY, MAX_DESTS),
         MapLayout::of::<LocalityKey, Locality>("locality", MAP_LRU_HASH, LOCALITY_MAX),
         MapLayout {

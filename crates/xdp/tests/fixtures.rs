@@ -811,8 +811,8 @@ fn hashed_services_adopt_unknown_mid_flow_segments() {
 
 /// Unarmed (new flows slower than the arming rate), a SYN's flow goes
 /// straight to the flow table (SYN_RECV, one insert) and the ACK that
-/// completes the handshake makes it ESTABLISHED there, on the IPv4 fast
-/// path or the general path (IPv6): nothing in the embryonic table, nothing
+/// completes the handshake makes it ESTABLISHED there, on the fast path:
+/// nothing in the embryonic table, nothing
 /// promoted. Once new flows come faster than `max_new_flows` the embryonic
 /// tables are armed: a SYN makes an entry there only, its ACK moves it to
 /// the flow table, and a flood of SYNs from more clients than the embryonic
@@ -906,6 +906,143 @@ fn syn_flood_churns_only_the_embryonic_table() {
         let gone = tcp_frame(client(v6, 90_000), 1000, v, VPORT, Flags::Ack, b"");
         assert_eq!(lb.run(&gone).action, action::PASS);
         assert_eq!(lb.l.svc_flood(0).unwrap().unknown, 1);
+    }
+}
+
+/// While no embryonic entry can be live (none written, by any CPU, for
+/// longer than the longest TCP timeout: `embryonic_seen`), a SYN or later
+/// packet of a flow not in the flow table does not look in the embryonic
+/// tables: an expired entry left there is not even looked at (with the
+/// lookup, the SYN would find it and make its entry there, in its place).
+/// An entry made while the tables were armed is still found after the
+/// arming ends, and after a restart (the stamp unknown) until it expires.
+#[test]
+fn embryonic_tables_looked_up_only_while_an_entry_can_be_live() {
+    for v6 in [false, true] {
+        let Some(mut lb) = Lb::new("embryonic_tables_looked_up_only_while_an_entry_can_be_live")
+        else {
+            return;
+        };
+        dr_service(&mut lb, v6, 3);
+        let v = vip(v6);
+        let hz = u64::from(rvs_xdp::kernel_hz().expect("HZ"));
+        let longest = u64::from(*Lb::config().tcp_timeouts.iter().max().expect("timeouts"));
+        let now = rvs_xdp::jiffies_now().expect("jiffies");
+        assert_eq!(lb.l.embryonic_seen().unwrap(), 0, "fresh: never written");
+        // An embryonic entry (SYN_RECV, real server 2) written, and stamped,
+        // longer ago than any timeout: expired.
+        let old = now - (longest + 5) * hz;
+        let stale = maps::Flow {
+            last_seen: old,
+            dest: Lb::dest_index(0, 2),
+            svc: 0,
+            state: 3,
+            flags: maps::FLOW_F_NOOUTPUT,
+            ..maps::Flow::default()
+        };
+        let (c, d0) = (client(v6, 20), Lb::dest_index(0, 0));
+        let key = FlowKey::new(PROTO_TCP, c, 7000, v, VPORT);
+        lb.l.set_table_flow(&key, &stale, true).unwrap();
+        lb.l.set_embryonic_seen(old).unwrap();
+        let r = lb.run(&tcp_frame(c, 7000, v, VPORT, Flags::Syn, b""));
+        assert_eq!((r.action, &r.data[..6]), (action::TX, &rs_mac(0)[..]));
+        let f = lb.l.table_flow(&key, false).unwrap();
+        assert_eq!(
+            f.map(|f| (f.dest, f.state)),
+            Some((d0, 3)),
+            "v6 {v6}: the SYN's flow in the flow table"
+        );
+        assert_eq!(
+            lb.l.table_flow(&key, true).unwrap(),
+            Some(stale),
+            "v6 {v6}: the expired embryonic entry untouched"
+        );
+        assert_eq!(lb.l.embryonic_seen().unwrap(), old);
+        assert_eq!(lb.l.svc_flood(0).unwrap().embryonic, 0);
+
+        // Armed (more than one new flow per CPU per second): a SYN's flow
+        // goes to the embryonic table, which is stamped.
+        lb.set_max_new_flows(1);
+        for i in 0..3u32 {
+            lb.run(&tcp_frame(
+                client(v6, 100 + i),
+                7100,
+                v,
+                VPORT,
+                Flags::Syn,
+                b"",
+            ));
+        }
+        let c2 = client(v6, 21);
+        let key2 = FlowKey::new(PROTO_TCP, c2, 7001, v, VPORT);
+        lb.run(&tcp_frame(c2, 7001, v, VPORT, Flags::Syn, b""));
+        assert!(lb.l.table_flow(&key2, true).unwrap().is_some(), "v6 {v6}");
+        assert!(lb.l.embryonic_seen().unwrap() >= now, "stamped");
+        // The arming over (a quiet minute on every CPU): its handshake's
+        // ACK still finds it, and promotes it.
+        lb.set_max_new_flows(0);
+        lb.l.reset_flood().unwrap();
+        let r = lb.run(&tcp_frame(c2, 7001, v, VPORT, Flags::Ack, b""));
+        assert_eq!(r.action, action::TX, "v6 {v6}");
+        assert_eq!(lb.l.table_flow(&key2, true).unwrap(), None, "promoted");
+        assert_eq!(
+            lb.l.table_flow(&key2, false).unwrap().map(|f| f.state),
+            Some(1)
+        );
+        assert_eq!(lb.l.svc_flood(0).unwrap().promoted, 1);
+
+        // A restart (the loader writes "unknown"): a live entry the program
+        // before made without a stamp is found, and the first look stamps.
+        let c3 = client(v6, 22);
+        let key3 = FlowKey::new(PROTO_TCP, c3, 7002, v, VPORT);
+        let live = maps::Flow {
+            last_seen: rvs_xdp::jiffies_now().expect("jiffies"),
+            ..stale
+        };
+        lb.l.set_table_flow(&key3, &live, true).unwrap();
+        lb.l.set_embryonic_seen(maps::EMBRYONIC_SEEN_UNKNOWN)
+            .unwrap();
+        let r = lb.run(&tcp_frame(c3, 7002, v, VPORT, Flags::Ack, b""));
+        assert_eq!((r.action, &r.data[..6]), (action::TX, &rs_mac(2)[..]));
+        assert_eq!(
+            lb.l.table_flow(&key3, false).unwrap().map(|f| f.state),
+            Some(1)
+        );
+        let seen = lb.l.embryonic_seen().unwrap();
+        assert!(seen >= live.last_seen && seen != maps::EMBRYONIC_SEEN_UNKNOWN);
+    }
+}
+
+/// The ACK that completes a handshake in the flow table (the embryonic
+/// tables unarmed) bumps no epoch (no CPU can hold a valid cache entry of a
+/// flow that was not ESTABLISHED); the client's FIN (leaving ESTABLISHED)
+/// bumps it.
+#[test]
+fn handshake_ack_bumps_no_epoch() {
+    for v6 in [false, true] {
+        let Some(mut lb) = Lb::new("handshake_ack_bumps_no_epoch") else {
+            return;
+        };
+        dr_service(&mut lb, v6, 3);
+        let v = vip(v6);
+        let c = client(v6, 30);
+        let key = FlowKey::new(PROTO_TCP, c, 7200, v, VPORT);
+        lb.run(&tcp_frame(c, 7200, v, VPORT, Flags::Syn, b""));
+        let e0 = lb.l.flow_key_epoch(&key).unwrap();
+        let r = lb.run(&tcp_frame(c, 7200, v, VPORT, Flags::Ack, b""));
+        assert_eq!((r.action, &r.data[..6]), (action::TX, &rs_mac(0)[..]));
+        assert_eq!(
+            lb.l.table_flow(&key, false).unwrap().map(|f| f.state),
+            Some(1)
+        );
+        assert_eq!(lb.l.flow_key_epoch(&key).unwrap(), e0, "v6 {v6}: no bump");
+        let r = lb.run(&tcp_frame(c, 7200, v, VPORT, Flags::Fin, b""));
+        assert_eq!(r.action, action::TX);
+        assert_eq!(
+            lb.l.table_flow(&key, false).unwrap().map(|f| f.state),
+            Some(4)
+        );
+        assert_ne!(lb.l.flow_key_epoch(&key).unwrap(), e0, "v6 {v6}: FIN bumps");
     }
 }
 

@@ -977,6 +977,7 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_FLOW_CACHE_JIFFIES", maps::FLOW_CACHE_JIFFIES),
         ("RVS_EMBRYONIC_ARM_RATE", maps::EMBRYONIC_ARM_RATE),
         ("RVS_EMBRYONIC_ARM_SECS", maps::EMBRYONIC_ARM_SECS),
+        ("RVS_EMBRYONIC_SEEN_UNKNOWN", maps::EMBRYONIC_SEEN_UNKNOWN),
         ("RVS_FLOW_CACHE_SEED", maps::FLOW_CACHE_SEED),
         ("RVS_FLOW_CACHE_MUL", maps::FLOW_CACHE_MUL),
         ("RVS_GOLDEN_RATIO_32", hash::GOLDEN_RATIO_32.into()),

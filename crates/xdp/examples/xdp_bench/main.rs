@@ -24,7 +24,11 @@
 //! [`tunnels`]; `tunnels` as the fourth argument runs it alone, REPEAT
 //! being its calls per round). New-flow figures are given twice:
 //! while the table fills (empty -> REPEAT entries) and when it is full
-//! (every insert evicts the least recently used entry).
+//! (every insert evicts the least recently used entry); the rows with
+//! the embryonic tables armed (any run of more than 4,096 SYNs arms them)
+//! and unarmed (`max_new_flows` never reached). Last the "short
+//! connections" table (see [`short`]); `new` as the fourth argument runs
+//! these new-flow tables alone.
 
 use std::error::Error;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -45,6 +49,7 @@ use common::quic as quic_frames;
 mod fnat;
 mod many_flows;
 mod quic;
+mod short;
 mod tunnels;
 
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
@@ -205,6 +210,10 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     let (syn6, ack6) = (frame_of(true, true), frame_of(false, true));
     let tx = rvs_xdp::action::TX;
+    let new_only = mode.as_deref() == Some("new");
+    if new_only {
+        return new_flows(&syn, &ack, repeat, table, rounds);
+    }
 
     // The established-flow figures and their floors: every program loaded
     // once, then measured `rounds` times in turn (a noisy neighbour hits
@@ -297,10 +306,22 @@ fn main() -> Result<(), Box<dyn Error>> {
         return Ok(());
     }
     tunnels::tunnels(&syn, &ack, repeat.min(tunnels::TUNNEL_CALLS), table, rounds)?;
+    new_flows(&syn, &ack, repeat, table, rounds)
+}
 
+/// The new-flow rows (bare LRU insert floors, each scheduler, the guard,
+/// the embryonic tables unarmed) and the short-connections table.
+fn new_flows(
+    syn: &[u8],
+    ack: &[u8],
+    repeat: u32,
+    table: u32,
+    rounds: usize,
+) -> Result<(), Box<dyn Error>> {
+    let tx = rvs_xdp::action::TX;
     let mut lru = bench_lru(Object::BenchLru, table)?;
-    let lru_fill = ns(&mut lru, &syn, repeat, tx)?;
-    let lru_full = ns(&mut lru, &syn, repeat, tx)?;
+    let lru_fill = ns(&mut lru, syn, repeat, tx)?;
+    let lru_full = ns(&mut lru, syn, repeat, tx)?;
     drop(lru);
 
     // Each new-flow row is the median of `rounds` fresh loads (one load's
@@ -310,8 +331,8 @@ fn main() -> Result<(), Box<dyn Error>> {
         let (mut fills, mut fulls) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             let mut l = director(Object::DirectorBench, sched, table)?;
-            fills.push(ns(&mut l, &syn, repeat, tx)?);
-            fulls.push(ns(&mut l, &syn, repeat, tx)?);
+            fills.push(ns(&mut l, syn, repeat, tx)?);
+            fulls.push(ns(&mut l, syn, repeat, tx)?);
         }
         newf.push((sched, median(&mut fills), median(&mut fulls)));
     }
@@ -325,9 +346,23 @@ fn main() -> Result<(), Box<dyn Error>> {
             max_new_flows: 1,
             ..Config::ipvs_defaults()
         })?;
-        guards.push(ns(&mut l, &syn, repeat, tx)?);
+        guards.push(ns(&mut l, syn, repeat, tx)?);
     }
     let guarded = median(&mut guards);
+    // The embryonic tables never armed (max_new_flows never reached): the
+    // SYN's flow goes to the flow table and the embryonic tables are not
+    // looked up. The rows above arm them after 4,096 SYNs.
+    let (mut ufills, mut ufulls) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let mut l = director(Object::DirectorBench, "mh", table)?;
+        l.set_config(&Config {
+            max_new_flows: u32::MAX,
+            ..Config::ipvs_defaults()
+        })?;
+        ufills.push(ns(&mut l, syn, repeat, tx)?);
+        ufulls.push(ns(&mut l, syn, repeat, tx)?);
+    }
+    let (ufill, ufull) = (median(&mut ufills), median(&mut ufulls));
 
     println!("| floor: bare LRU insert, filling | {lru_fill:.0} | |");
     println!("| floor: bare LRU insert, full (evicting) | {lru_full:.0} | |");
@@ -345,5 +380,14 @@ fn main() -> Result<(), Box<dyn Error>> {
         "| new flow (mh), SYN-flood guard on (no insert) | {guarded:.0} | {:.2} × bare LRU insert (full) |",
         guarded / lru_full
     );
+    println!(
+        "| new flow (mh), embryonic tables unarmed, filling | {ufill:.0} | {:.2} × bare LRU insert |",
+        ufill / lru_fill
+    );
+    println!(
+        "| new flow (mh), embryonic tables unarmed, full (evicting) | {ufull:.0} | {:.2} × bare LRU insert |",
+        ufull / lru_full
+    );
+    short::short(syn, ack, table, rounds)?;
     Ok(())
 }

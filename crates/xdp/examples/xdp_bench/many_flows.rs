@@ -10,7 +10,7 @@ fn cycle_client(i: u32) -> Ipv4Addr {
 
 /// A step through `n` keys that visits all of them and puts successive runs
 /// far apart: the coprime of `n` nearest above n / golden ratio.
-fn cycle_stride(n: u32) -> u32 {
+pub(crate) fn cycle_stride(n: u32) -> u32 {
     fn gcd(a: u32, b: u32) -> u32 {
         if b == 0 { a } else { gcd(b, a % b) }
     }

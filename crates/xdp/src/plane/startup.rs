@@ -174,6 +174,17 @@ impl Plane<KernelMaps> {
         }
         if let Some(inst) = &opts.pin {
             crate::pin::finish_migration(inst, plane.maps.director(), migrating, &opts.load)?;
+            // Over adopted maps, unless the running program was kept (this
+            // build's, which stamps them): the program before (an older
+            // build, or one of a downgrade) may have left live embryonic
+            // entries unstamped, so this one looks them up until they have
+            // expired (maps::EMBRYONIC_SEEN_UNKNOWN).
+            if adopted && modes.iter().any(|m| *m != crate::Attached::Kept) {
+                plane
+                    .maps
+                    .director()
+                    .set_embryonic_seen(crate::maps::EMBRYONIC_SEEN_UNKNOWN)?;
+            }
             if modes.iter().any(|m| *m != crate::Attached::Kept) {
                 plane.maps.director().pin_tails(inst)?;
             }
