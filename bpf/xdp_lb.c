@@ -27,35 +27,12 @@
  * connections too). Expiry: an entry older than its state's timeout is
  * treated as absent (a SYN or a UDP datagram is scheduled afresh at once).
  *
- * Decisions about packets that are not plainly ours (all return XDP_PASS, so
- * the kernel's own stack judges them, counts them and answers as it would
- * without rvs):
- *  - frames not sent to the director: unicast to another host's MAC
- *    (bridge flooding, a promiscuous NIC; counted in foreign_frames),
- *    multicast, broadcast (lib/own_mac.h, the own_macs table);
- *  - non-IP, non-TCP/UDP, non-VIP traffic (ICMP errors about a flow
- *    excepted: they go where the flow goes, rewritten for NAT flows and,
- *    in xdp_fnat, for FULLNAT flows);
- *  - truncated or malformed headers (never read out of bounds; the kernel
- *    drops and counts them in its own statistics);
- *  - IPv4 fragments: only the first fragment carries ports, so a flow lookup
- *    is impossible for the others; the kernel reassembles them (a later part
- *    may forward fragments by an (addr, id) table);
- *  - IPv6 extension headers (including fragments), for the same reason;
- *  - a TCP segment without SYN (or with RST) for an unknown flow of a
- *    service that is not hash-scheduled (rr, wlc, ...): IPVS does not
- *    schedule it (tcp_conn_schedule) and lets it continue (NF_ACCEPT); a
- *    director of a fleet knows such flows from connection sync. For mh/sh/dh
- *    services the hash picks the same real server on every director with
- *    the same configuration, so such a segment (a flow ECMP moved here from
- *    another director, or one this director lost) is forwarded by the hash,
- *    and gets a flow entry ("adopted", svc_flood) so that later real-server
- *    changes keep it on its server; a NAT flow gets its reply entry too (the
- *    reply key, real server and client, follows from the packet and the
- *    choice). Under the SYN-flood guard, over the limit, it is forwarded
- *    without an entry like a new flow; a RST is forwarded without one;
- *  - no real server available: the kernel answers (RST / port unreachable)
- *    as IPVS's ip_vs_leave does.
+ * Packets that are not plainly ours (other hosts' frames, non-VIP traffic,
+ * fragments, extension headers, malformed headers, a segment without SYN of
+ * an unknown flow, no real server available) get XDP_PASS: the kernel's
+ * own stack judges, counts and answers them as it would without rvs. Each
+ * case and its reason: docs/dataplane-xdp.md, "What the program leaves to
+ * the kernel".
  * UDP services with QUIC-LB configurations route every datagram by its QUIC
  * connection ID and make no flow entries (lib/quic_lb.h).
  */
