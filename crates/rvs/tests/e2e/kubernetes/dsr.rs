@@ -356,14 +356,26 @@ impl Cluster {
     }
 }
 
-/// [`CONNECTIONS`] connections from `client` to `to`, each byte-checked,
-/// each greeted `want` by the pod.
-fn exchange(client: &Host, to: SocketAddr, want: &str) {
-    // The XDP plane schedules an endpoint once it has resolved the next
-    // hop toward it: the first attempts may find none.
+/// Counters `now` less the same counters `before`.
+fn since(now: Vec<u64>, before: &[u64]) -> Vec<u64> {
+    now.iter().zip(before).map(|(n, b)| n - b).collect()
+}
+
+/// Wait for a first connection from `client` to `to` that the pod greets.
+/// The XDP plane schedules an endpoint once it has resolved the next hop
+/// toward it: the first attempts may find none, and the ingress node's
+/// kernel refuses them (a reset from its address, port and MAC), so tests
+/// that count where replies come from count after this.
+fn first_connection(client: &Host, to: SocketAddr) {
     within(&format!("a first connection to {to}"), WAIT, || {
         connect(client, to, Duration::from_millis(500)).is_ok_and(|c| !c.server.is_empty())
     });
+}
+
+/// [`CONNECTIONS`] connections from `client` to `to`, each byte-checked,
+/// each greeted `want` by the pod (after [`first_connection`]).
+fn exchange(client: &Host, to: SocketAddr, want: &str) {
+    first_connection(client, to);
     let msg: String = (0..2000)
         .map(|i| char::from(b'a' + (i % 26) as u8))
         .collect();
@@ -432,15 +444,23 @@ fn kubernetes_dsr_node_port_replies_bypass_the_ingress_node() {
     within("B's DSR option programs attached by its rvsd", WAIT, || {
         dsr_attached(&c.b)
     });
-    let pod_before = counts(&c.pod);
+    // Counted from here: while A had no next hop toward the pod, its
+    // kernel refused some of the SYNs above (a reset from A's address and
+    // NodePort, from A's MAC), as a Service without a reachable endpoint
+    // is refused.
+    let (pod_before, a_before, client_before) = (counts(&c.pod), c.at_a(), c.at_client());
     for (f, client) in CLIENT.iter().enumerate() {
         c.exchange(f, client);
     }
     let stats = in_ns(&c.b.ns, || rvs_xdp::dsr_rs::pinned_stats("eth0"));
     eprintln!("dsr: B's DSR programs: {stats:?}");
-    let (pod, a, client) = (counts(&c.pod), c.at_a(), c.at_client());
+    let (pod, a, client) = (
+        counts(&c.pod),
+        since(c.at_a(), &a_before),
+        since(c.at_client(), &client_before),
+    );
     eprintln!(
-        "dsr: options at the pod before B / after {pod_before:?} / {pod:?}; TCP from B at A {a:?}; replies at the client from B's MAC, A's MAC {client:?}"
+        "dsr: options at the pod before B / after {pod_before:?} / {pod:?}; TCP from B at A {a:?}; replies at the client from B's MAC, A's MAC {client:?} (before B: {client_before:?})"
     );
     assert_eq!(pod, pod_before, "no packet with the option reached the pod");
     replies_bypassed_a("TCP", &a, &client);
@@ -520,13 +540,20 @@ fn kubernetes_hybrid_node_port_tcp_bypasses_the_ingress_node_udp_returns_through
     // rvsd attaches the DSR option programs before it programs any
     // service, so B has them once both are started.
     let nodes = c.start_both();
+    for to in c.external {
+        first_connection(&c.client, to);
+    }
+    let (a_before, client_before) = (c.at_a(), c.at_client());
     for f in 0..2 {
         c.exchange(f, CLIENT[f]);
         c.udp_exchange(f, A[f]);
     }
     assert!(dsr_attached(&c.b), "B attached the DSR option programs");
     let pod = counts(&c.pod);
-    let (a, client) = (c.at_a(), c.at_client());
+    let (a, client) = (
+        since(c.at_a(), &a_before),
+        since(c.at_client(), &client_before),
+    );
     let (udp_a, udp_client) = (c.udp_at_a(), c.udp_at_client());
     eprintln!(
         "hybrid: options at the pod {pod:?}; from B at A: TCP {a:?} UDP {udp_a:?}; replies at the client from B's MAC, A's MAC: TCP {client:?} UDP {udp_client:?}"
