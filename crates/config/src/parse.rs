@@ -283,20 +283,14 @@ pub(crate) fn addr_range(t: &Token) -> R<(IpAddr, IpAddr)> {
         };
         return match addr {
             IpAddr::V4(v) if prefix <= 32 => {
-                let mask = if prefix == 0 {
-                    0
-                } else {
-                    u32::MAX << (32 - prefix)
-                };
+                // A shift by the whole width (prefix 0) is no mask at all.
+                let mask = u32::MAX.checked_shl(32 - prefix).unwrap_or(0);
                 let first = u32::from(v) & mask;
                 Ok((IpAddr::V4(first.into()), IpAddr::V4((first | !mask).into())))
             }
             IpAddr::V6(v) if prefix <= 128 => {
-                let mask = if prefix == 0 {
-                    0
-                } else {
-                    u128::MAX << (128 - prefix)
-                };
+                // A shift by the whole width (prefix 0) is no mask at all.
+                let mask = u128::MAX.checked_shl(128 - prefix).unwrap_or(0);
                 let first = u128::from(v) & mask;
                 Ok((IpAddr::V6(first.into()), IpAddr::V6((first | !mask).into())))
             }
