@@ -324,23 +324,27 @@ pub(super) fn track_process(c: &mut Ctx<'_>, n: &Node) -> R<TrackProcess> {
 
 /// A `static_routes` / `virtual_routes` block.
 pub(super) fn routes(c: &mut Ctx<'_>, n: &Node) -> R<Vec<IpRoute>> {
-    let out = block(n)?
-        .iter()
-        .map(|k| iproute::route(k, c.w))
-        .collect::<R<Vec<_>>>()?;
-    if out.iter().any(|r| !r.no_track) {
-        c.w.push(iproute::untracked_note(&n.key.loc, &n.key.text));
-    }
-    Ok(out)
+    lines(c, n, iproute::route, |r| r.no_track)
 }
 
 /// A `static_rules` / `virtual_rules` block.
 pub(super) fn rules(c: &mut Ctx<'_>, n: &Node) -> R<Vec<IpRule>> {
+    lines(c, n, iproute::rule, |r| r.no_track)
+}
+
+/// Each line of the route or rule block `n` read by `read`, with the note
+/// that rvs does not track them when any line lacks `no_track`.
+fn lines<T>(
+    c: &mut Ctx<'_>,
+    n: &Node,
+    read: fn(&Node, &mut Vec<Warning>) -> R<T>,
+    no_track: fn(&T) -> bool,
+) -> R<Vec<T>> {
     let out = block(n)?
         .iter()
-        .map(|k| iproute::rule(k, c.w))
+        .map(|k| read(k, c.w))
         .collect::<R<Vec<_>>>()?;
-    if out.iter().any(|r| !r.no_track) {
+    if out.iter().any(|r| !no_track(r)) {
         c.w.push(iproute::untracked_note(&n.key.loc, &n.key.text));
     }
     Ok(out)
