@@ -138,6 +138,19 @@ fn block(n: &Node) -> R<&[Node]> {
     })
 }
 
+/// The `i`th argument of `n` as a number from `min` to `u32::MAX` (the
+/// counts, weights and marks keepalived reads as unsigned ints): `missing`
+/// says what is expected when there is none, `what` when it is not one.
+pub(crate) fn up_to_u32<T: TryFrom<u64>>(
+    n: &Node,
+    i: usize,
+    missing: &str,
+    what: &str,
+    min: u64,
+) -> R<T> {
+    num(arg(n, i, missing)?, what, min, u64::from(u32::MAX))
+}
+
 pub(crate) fn num<T: TryFrom<u64>>(t: &Token, what: &str, min: u64, max: u64) -> R<T> {
     let v: Option<u64> = t
         .text

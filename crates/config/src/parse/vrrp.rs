@@ -82,22 +82,8 @@ pub(super) fn vrrp_script(c: &mut Ctx<'_>, n: &Node) -> R<VrrpScript> {
                     i32::try_from(int(arg(k, 0, "a weight")?, "a weight", -253, 253)?).unwrap_or(0);
                 s.weight_reverse = matches!(k.args.get(1), Some(t) if t.text == "reverse");
             }
-            "rise" => {
-                s.rise = Some(num(
-                    arg(k, 0, "a count")?,
-                    "a count",
-                    1,
-                    u64::from(u32::MAX),
-                )?)
-            }
-            "fall" => {
-                s.fall = Some(num(
-                    arg(k, 0, "a count")?,
-                    "a count",
-                    1,
-                    u64::from(u32::MAX),
-                )?)
-            }
+            "rise" => s.rise = Some(up_to_u32(k, 0, "a count", "a count", 1)?),
+            "fall" => s.fall = Some(up_to_u32(k, 0, "a count", "a count", 1)?),
             "user" => s.user = Some(words(k, 0)),
             "init_fail" => s.init_fail = true,
             _ => c.unknown(k, "vrrp_script", Block::VrrpScript),
