@@ -578,6 +578,16 @@ mod tests {
         lines("static_rules", line).map(|l| l.config.static_rules[0].clone())
     }
 
+    /// `line` (the config's line 2) is refused with an error that names
+    /// its place and says `what`.
+    fn refused<T: std::fmt::Debug>(r: Result<T, String>, line: &str, what: &str) {
+        let e = r.unwrap_err();
+        assert!(
+            e.contains(what) && e.starts_with("t.conf:2:"),
+            "{line}: {e}"
+        );
+    }
+
     #[test]
     fn routes_read_keepalived_syntax() {
         let r = rt("src 10.0.0.2 10.5.0.0/16 via 10.0.0.1 dev eth0 scope global table 100 metric 7 proto static").unwrap();
@@ -627,11 +637,7 @@ mod tests {
             ("10.0.0.0/8 nexthop via 10.0.0.1", "not supported"),
             ("10.0.0.0/8 metric x", "a metric"),
         ] {
-            let e = rt(line).unwrap_err();
-            assert!(
-                e.contains(what) && e.starts_with("t.conf:2:"),
-                "{line}: {e}"
-            );
+            refused(rt(line), line, what);
         }
         let l = lines("static_routes", "10.0.0.0/8 dev eth0 mtu 1400 no_track").unwrap();
         assert_eq!(l.config.static_routes[0].dev.as_deref(), Some("eth0"));
@@ -676,11 +682,7 @@ mod tests {
             ("from 10.0.0.0/8 inet6 table 1", "family"),
             ("frm 10.0.0.0/8 table 1", "expected a rule option"),
         ] {
-            let e = ru(line).unwrap_err();
-            assert!(
-                e.contains(what) && e.starts_with("t.conf:2:"),
-                "{line}: {e}"
-            );
+            refused(ru(line), line, what);
         }
     }
 }

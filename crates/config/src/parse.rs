@@ -138,6 +138,19 @@ fn block(n: &Node) -> R<&[Node]> {
     })
 }
 
+/// The `i`th argument of `n` as a number from `min` to `u32::MAX` (the
+/// counts, weights and marks keepalived reads as unsigned ints): `missing`
+/// says what is expected when there is none, `what` when it is not one.
+pub(crate) fn up_to_u32<T: TryFrom<u64>>(
+    n: &Node,
+    i: usize,
+    missing: &str,
+    what: &str,
+    min: u64,
+) -> R<T> {
+    num(arg(n, i, missing)?, what, min, u64::from(u32::MAX))
+}
+
 pub(crate) fn num<T: TryFrom<u64>>(t: &Token, what: &str, min: u64, max: u64) -> R<T> {
     let v: Option<u64> = t
         .text
@@ -283,20 +296,14 @@ pub(crate) fn addr_range(t: &Token) -> R<(IpAddr, IpAddr)> {
         };
         return match addr {
             IpAddr::V4(v) if prefix <= 32 => {
-                let mask = if prefix == 0 {
-                    0
-                } else {
-                    u32::MAX << (32 - prefix)
-                };
+                // A shift by the whole width (prefix 0) is no mask at all.
+                let mask = u32::MAX.checked_shl(32 - prefix).unwrap_or(0);
                 let first = u32::from(v) & mask;
                 Ok((IpAddr::V4(first.into()), IpAddr::V4((first | !mask).into())))
             }
             IpAddr::V6(v) if prefix <= 128 => {
-                let mask = if prefix == 0 {
-                    0
-                } else {
-                    u128::MAX << (128 - prefix)
-                };
+                // A shift by the whole width (prefix 0) is no mask at all.
+                let mask = u128::MAX.checked_shl(128 - prefix).unwrap_or(0);
                 let first = u128::from(v) & mask;
                 Ok((IpAddr::V6(first.into()), IpAddr::V6((first | !mask).into())))
             }

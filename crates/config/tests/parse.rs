@@ -37,6 +37,13 @@ fn first_service(text: &str) -> rvs_config::ServiceSpec {
 }
 
 /// Where (line, column) the parse of `text` fails.
+/// [`first_service`] of a `text` that loads without a warning.
+fn clean_service(text: &str) -> rvs_config::ServiceSpec {
+    let l = ok(text);
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    l.config.lvs_services().unwrap().remove(0)
+}
+
 fn fail_at(text: &str) -> (u32, u32) {
     let e = fail(text);
     (e.line, e.column)
@@ -706,11 +713,9 @@ fn group_mixing_families_is_an_error() {
 
 #[test]
 fn rvs_proxy_keywords() {
-    let l = ok(
+    let s = clean_service(
         "virtual_server 10.0.0.1 80 {\n  lb_algo rr\n  lb_kind NAT\n  protocol TCP\n  proxy_protocol v2\n  max_conns 500\n  real_server 10.1.0.1 80 {\n    proxy_protocol v1\n  }\n  real_server 10.1.0.2 80 {\n  }\n}\n",
     );
-    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
-    let s = &l.config.lvs_services().unwrap()[0];
     assert_eq!(
         s.config.proxy_protocol,
         Some(rvs_core::model::ProxyProtocol::V2)
@@ -828,11 +833,9 @@ fn random_definitions() {
 /// virtual_server, `quic_server_id` in real_server; mistakes are located.
 #[test]
 fn rvs_quic_lb_keywords() {
-    let l = ok(
+    let s = clean_service(
         "virtual_server 10.0.0.1 443 {\n  lb_algo rr\n  lb_kind NAT\n  protocol UDP\n  quic_lb {\n    rotation 0\n    server_id_len 3\n    nonce_len 6\n  }\n  quic_lb {\n    rotation 1\n    server_id_len 3\n    nonce_len 13\n    key 8f95f09245765f80256934e50c66207f\n  }\n  real_server 10.1.0.1 4433 {\n    quic_server_id 0a0001\n  }\n  real_server 10.1.0.2 4433 {\n  }\n}\n",
     );
-    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
-    let s = &l.config.lvs_services().unwrap()[0];
     assert_eq!(
         s.config.quic_lb,
         vec![

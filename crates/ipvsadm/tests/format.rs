@@ -2,6 +2,8 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
+use TunCsumSnap::{Csum, NoCsum, RemCsum};
+use TunKindSnap::{Geneve, Gre, Gue, Ipip};
 use rvs_ipvsadm::names::{Names, OfflineNames};
 use rvs_ipvsadm::snapshot::{
     ConnSnap, DaemonSnap, DestSnap, ForwardSnap, NetmaskSnap, RatesSnap, ServiceKeySnap,
@@ -90,6 +92,11 @@ fn dest(addr: &str, port: u16, fwd: ForwardSnap, weight: i32) -> DestSnap {
     }
 }
 
+/// Forwarding through a tunnel of `kind` (UDP `port` for GUE, else 0).
+fn tun(kind: TunKindSnap, port: u16, csum: TunCsumSnap) -> ForwardSnap {
+    ForwardSnap::Tunnel { kind, port, csum }
+}
+
 fn numeric() -> ListOptions {
     ListOptions {
         numeric: true,
@@ -105,6 +112,16 @@ fn numeric_with(set: impl FnOnce(&mut ListOptions)) -> ListOptions {
 }
 
 /// The first `n` lines of a listing.
+/// A table of `services` whose connection table has ipvsadm's usual size
+/// (4096), as most listings below show it.
+fn table(services: Vec<ServiceSnap>) -> Snapshot {
+    Snapshot {
+        services,
+        conn_tab_size: 4096,
+        ..Snapshot::default()
+    }
+}
+
 fn head(listing: &str, n: usize) -> String {
     listing.lines().take(n).collect::<Vec<_>>().join("\n")
 }
@@ -129,11 +146,7 @@ fn spec_snapshot() -> Snapshot {
         dest("172.16.1.6", 80, ForwardSnap::Masq, 1),
         dest("172.16.1.5", 80, ForwardSnap::Masq, 1),
     ];
-    Snapshot {
-        services: vec![fwm, wrr, rr],
-        conn_tab_size: 4096,
-        ..Snapshot::default()
-    }
+    table(vec![fwm, wrr, rr])
 }
 
 #[test]
@@ -237,11 +250,7 @@ fn name_resolution_and_truncation() {
         dest("192.168.1.6", 80, ForwardSnap::Masq, 1),
     ];
     let s2 = svc(6, "10.1.1.1", 80, "wlc");
-    let snap = Snapshot {
-        services: vec![s1, s2],
-        conn_tab_size: 4096,
-        ..Snapshot::default()
-    };
+    let snap = table(vec![s1, s2]);
     // 10.1.1.1 sorts first; the service column is cut at 33 bytes, the
     // real-server column at 28.
     let out = list(&snap, ListOptions::default());
@@ -293,29 +302,34 @@ TCP  [2001:db8::1]:80 rr persistent 60 mask 64
     assert_eq!(list(&snap, numeric()), expected);
 }
 
-fn stats_snapshot() -> Snapshot {
-    let mut s = svc(6, "10.0.0.3", 80, "rr");
-    s.stats = StatsSnap {
-        conns: 8,
-        inpkts: 132,
-        outpkts: 0,
-        inbytes: 34840,
-        outbytes: 0,
-    };
+/// One TCP service on `vip`:80 with one routed real server 10.0.0.7:80,
+/// each given its counters by `set`: what the `--stats` and `--rate`
+/// listings are shown on.
+fn counted(vip: &str, set: impl FnOnce(&mut ServiceSnap, &mut DestSnap)) -> Snapshot {
+    let mut s = svc(6, vip, 80, "rr");
     let mut d = dest("10.0.0.7", 80, ForwardSnap::Route, 1);
-    d.stats = StatsSnap {
-        conns: 4,
-        inpkts: 90,
-        outpkts: 0,
-        inbytes: 24476,
-        outbytes: 0,
-    };
+    set(&mut s, &mut d);
     s.dests = vec![d];
-    Snapshot {
-        services: vec![s],
-        conn_tab_size: 4096,
-        ..Snapshot::default()
+    table(vec![s])
+}
+
+/// Counters in ipvsadm's column order: conns, inpkts, outpkts, inbytes,
+/// outbytes.
+fn stats([conns, inpkts, outpkts, inbytes, outbytes]: [u64; 5]) -> StatsSnap {
+    StatsSnap {
+        conns,
+        inpkts,
+        outpkts,
+        inbytes,
+        outbytes,
     }
+}
+
+fn stats_snapshot() -> Snapshot {
+    counted("10.0.0.3", |s, d| {
+        s.stats = stats([8, 132, 0, 34840, 0]);
+        d.stats = stats([4, 90, 0, 24476, 0]);
+    })
 }
 
 #[test]
@@ -360,28 +374,17 @@ fn stats_large_numbers_and_exact() {
 
 #[test]
 fn rate_listing_matches_spec_example() {
-    let mut s = svc(6, "10.96.6.131", 80, "rr");
-    s.rates = RatesSnap {
-        cps: 1,
-        inpps: 4,
-        outpps: 2,
-        inbps: 234,
-        outbps: 268,
+    let rates = |[cps, inpps, outpps, inbps, outbps]: [u64; 5]| RatesSnap {
+        cps,
+        inpps,
+        outpps,
+        inbps,
+        outbps,
     };
-    let mut d = dest("10.0.0.7", 80, ForwardSnap::Route, 1);
-    d.rates = RatesSnap {
-        cps: 123_456_789,
-        inpps: 4,
-        outpps: 2,
-        inbps: 1_000_000_000,
-        outbps: 268,
-    };
-    s.dests = vec![d];
-    let snap = Snapshot {
-        services: vec![s],
-        conn_tab_size: 4096,
-        ..Snapshot::default()
-    };
+    let snap = counted("10.96.6.131", |s, d| {
+        s.rates = rates([1, 4, 2, 234, 268]);
+        d.rates = rates([123_456_789, 4, 2, 1_000_000_000, 268]);
+    });
     let o = numeric_with(|o| o.rate = true);
     // The dest line prints cps/inpps/outpps raw (%8llu), bps through largenum.
     let expected = "\
@@ -403,42 +406,11 @@ fn thresholds_persistent_conn_and_tun_info() {
     d1.active = 7;
     d1.inactive = 3;
     d1.persist = 12;
-    let d2 = dest(
-        "10.0.0.12",
-        80,
-        ForwardSnap::Tunnel {
-            kind: TunKindSnap::Gue,
-            port: 6080,
-            csum: TunCsumSnap::RemCsum,
-        },
-        1,
-    );
-    let d3 = dest(
-        "10.0.0.13",
-        80,
-        ForwardSnap::Tunnel {
-            kind: TunKindSnap::Gre,
-            port: 0,
-            csum: TunCsumSnap::Csum,
-        },
-        1,
-    );
-    let d4 = dest(
-        "10.0.0.14",
-        80,
-        ForwardSnap::Tunnel {
-            kind: TunKindSnap::Ipip,
-            port: 0,
-            csum: TunCsumSnap::NoCsum,
-        },
-        1,
-    );
+    let d2 = dest("10.0.0.12", 80, tun(Gue, 6080, RemCsum), 1);
+    let d3 = dest("10.0.0.13", 80, tun(Gre, 0, Csum), 1);
+    let d4 = dest("10.0.0.14", 80, tun(Ipip, 0, NoCsum), 1);
     s.dests = vec![d1, d2, d3, d4];
-    let snap = Snapshot {
-        services: vec![s],
-        conn_tab_size: 4096,
-        ..Snapshot::default()
-    };
+    let snap = table(vec![s]);
     let t = list(&snap, numeric_with(|o| o.thresholds = true));
     assert_eq!(
         head(&t, 5),
@@ -689,36 +661,9 @@ fn save_every_option() {
     a.sched_flags = 0x18;
     a.dests = vec![
         dest("10.0.0.9", 5060, ForwardSnap::Local, 2),
-        dest(
-            "10.0.0.10",
-            5060,
-            ForwardSnap::Tunnel {
-                kind: TunKindSnap::Gue,
-                port: 6080,
-                csum: TunCsumSnap::Csum,
-            },
-            1,
-        ),
-        dest(
-            "10.0.0.11",
-            5060,
-            ForwardSnap::Tunnel {
-                kind: TunKindSnap::Gre,
-                port: 0,
-                csum: TunCsumSnap::NoCsum,
-            },
-            1,
-        ),
-        dest(
-            "10.0.0.12",
-            5060,
-            ForwardSnap::Tunnel {
-                kind: TunKindSnap::Ipip,
-                port: 0,
-                csum: TunCsumSnap::NoCsum,
-            },
-            0,
-        ),
+        dest("10.0.0.10", 5060, tun(Gue, 6080, Csum), 1),
+        dest("10.0.0.11", 5060, tun(Gre, 0, NoCsum), 1),
+        dest("10.0.0.12", 5060, tun(Ipip, 0, NoCsum), 0),
     ];
     let mut b = svc(0, "0.0.0.0", 0, "mh");
     b.key = ServiceKeySnap::Fwmark {
@@ -880,38 +825,14 @@ fn save_restores_the_pool_before_the_real_servers() {
 /// and rvs's Geneve in the same form.
 #[test]
 fn gre_and_geneve_tunnel_info_and_save() {
-    let tun = |kind, csum| ForwardSnap::Tunnel {
-        kind,
-        port: 0,
-        csum,
-    };
     let mut s = svc(6, "10.0.0.1", 80, "rr");
     s.dests = vec![
-        dest(
-            "10.0.0.21",
-            80,
-            tun(TunKindSnap::Gre, TunCsumSnap::NoCsum),
-            1,
-        ),
-        dest("10.0.0.22", 80, tun(TunKindSnap::Gre, TunCsumSnap::Csum), 2),
-        dest(
-            "10.0.0.23",
-            80,
-            tun(TunKindSnap::Geneve, TunCsumSnap::NoCsum),
-            3,
-        ),
-        dest(
-            "10.0.0.24",
-            80,
-            tun(TunKindSnap::Geneve, TunCsumSnap::Csum),
-            4,
-        ),
+        dest("10.0.0.21", 80, tun(Gre, 0, NoCsum), 1),
+        dest("10.0.0.22", 80, tun(Gre, 0, Csum), 2),
+        dest("10.0.0.23", 80, tun(Geneve, 0, NoCsum), 3),
+        dest("10.0.0.24", 80, tun(Geneve, 0, Csum), 4),
     ];
-    let snap = Snapshot {
-        services: vec![s],
-        conn_tab_size: 4096,
-        ..Snapshot::default()
-    };
+    let snap = table(vec![s]);
     assert_eq!(
         list(&snap, numeric_with(|o| o.tun_info = true)),
         "\
@@ -963,11 +884,7 @@ fn quic_lb_listing_and_save() {
     let b = dest("10.0.1.2", 4433, ForwardSnap::Masq, 1);
     q.dests = vec![a, b];
     let plain = svc(17, "10.0.0.2", 53, "rr");
-    let snap = Snapshot {
-        services: vec![q, plain],
-        conn_tab_size: 4096,
-        ..Snapshot::default()
-    };
+    let snap = table(vec![q, plain]);
     let fp = rvs_core::model::QuicLbConfig::parse_spec(
         "cr=1,sid=3,nonce=13,key=8f95f09245765f80256934e50c66207f",
     )

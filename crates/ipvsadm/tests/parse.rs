@@ -10,8 +10,8 @@ use rvs_core::sched::Scheduler;
 use rvs_ipvsadm::names::{Names, OfflineNames};
 use rvs_ipvsadm::snapshot::ServiceKeySnap;
 use rvs_ipvsadm::{
-    Command, DaemonConfig, Invocation, ListOptions, ListTarget, ParseError, SyncState, Timeouts,
-    parse_args_with, parse_restore_line_with,
+    Command, DaemonConfig, DestSpec, Invocation, ListOptions, ListTarget, ParseError, ServiceSpec,
+    SyncState, Timeouts, parse_args_with, parse_restore_line_with,
 };
 
 /// Offline names plus one host name, so resolution paths are testable.
@@ -43,6 +43,22 @@ fn cmd(line: &str) -> Command {
     match p(line) {
         Ok(i) => i.command,
         Err(e) => panic!("{line}: unexpected error {e:?}"),
+    }
+}
+
+/// The service an add-service `line` asks for.
+fn added_service(line: &str) -> ServiceSpec {
+    match cmd(line) {
+        Command::AddService(s) => s,
+        c => panic!("{line}: not an add-service: {c:?}"),
+    }
+}
+
+/// The real server an add-server `line` asks for.
+fn added_server(line: &str) -> DestSpec {
+    match cmd(line) {
+        Command::AddServer(d) => d,
+        c => panic!("{line}: not an add-server: {c:?}"),
     }
 }
 
@@ -91,9 +107,7 @@ fn no_arguments_lists_non_numeric() {
 
 #[test]
 fn add_service_defaults() {
-    let Command::AddService(s) = cmd("-A -t 10.0.0.1:80") else {
-        panic!()
-    };
+    let s = added_service("-A -t 10.0.0.1:80");
     assert_eq!(s.key, tcp(v4(10, 0, 0, 1), 80));
     assert_eq!(s.config.scheduler, Scheduler::Wlc);
     assert_eq!(s.config.persistent, None);
@@ -130,16 +144,12 @@ fn add_service_all_options() {
 #[test]
 fn every_scheduler_parses_and_an_unknown_one_is_left_to_the_daemon() {
     for sched in Scheduler::all() {
-        let Command::AddService(s) = cmd(&format!("-A -t 10.0.0.1:80 -s {sched}")) else {
-            panic!()
-        };
+        let s = added_service(&format!("-A -t 10.0.0.1:80 -s {sched}"));
         assert_eq!((s.config.scheduler, s.sched_name), (sched, None));
     }
     // ipvsadm sends any name to the kernel, which answers ENOENT; rvsadm
     // keeps the name for the daemon side to refuse the same way.
-    let Command::AddService(s) = cmd("-A -t 10.0.0.1:80 -s nosuch") else {
-        panic!()
-    };
+    let s = added_service("-A -t 10.0.0.1:80 -s nosuch");
     assert_eq!(s.sched_name.as_deref(), Some("nosuch"));
     // sh's flags need sh (by name, as ipvsadm checks them).
     assert!(p("-A -t 10.0.0.1:80 -s sh -b sh-port").is_ok());
@@ -233,22 +243,16 @@ fn combined_short_options_and_list_flags() {
         })
     );
     // A short option's argument in the same word, with or without '='.
-    let Command::AddService(s) = cmd("-At10.0.0.1:80 -srr") else {
-        panic!()
-    };
+    let s = added_service("-At10.0.0.1:80 -srr");
     assert_eq!(s.key, tcp(v4(10, 0, 0, 1), 80));
     assert_eq!(s.config.scheduler, Scheduler::Rr);
-    let Command::AddService(s) = cmd("-A -t 10.0.0.1:80 -s=rr") else {
-        panic!()
-    };
+    let s = added_service("-A -t 10.0.0.1:80 -s=rr");
     assert_eq!(s.config.scheduler, Scheduler::Rr);
 }
 
 #[test]
 fn ipv6_services_and_fwmark() {
-    let Command::AddService(s) = cmd("-A -t [2001:db8::1]:443 -p -M 64") else {
-        panic!()
-    };
+    let s = added_service("-A -t [2001:db8::1]:443 -p -M 64");
     let a6: IpAddr = "2001:db8::1".parse().unwrap();
     assert_eq!(s.key, tcp(a6, 443));
     assert_eq!(s.config.netmask, PersistMask::V6(64));
@@ -264,9 +268,7 @@ fn ipv6_services_and_fwmark() {
     );
     // Brackets around IPv4 lose the port, as in ipvsadm.
     assert_eq!(deleted("-D -t [1.2.3.4]:80"), tcp(v4(1, 2, 3, 4), 0));
-    let Command::AddService(s) = cmd("-A -f 7 -6 -s rr") else {
-        panic!()
-    };
+    let s = added_service("-A -f 7 -6 -s rr");
     assert_eq!(
         s.key,
         ServiceKey::Fwmark {
@@ -275,9 +277,7 @@ fn ipv6_services_and_fwmark() {
         }
     );
     assert_eq!(s.config.netmask, PersistMask::V6(128));
-    let Command::AddService(s) = cmd("-A -f 4294967295") else {
-        panic!()
-    };
+    let s = added_service("-A -f 4294967295");
     assert_eq!(
         s.key,
         ServiceKey::Fwmark {
@@ -480,9 +480,7 @@ fn other_commands() {
         (d.state, d.syncid, d.mcast_ifn.as_str()),
         (SyncState::Backup, 3, "")
     );
-    let Command::AddService(s) = cmd("-A -t 1.2.3.4:80 -s mh --mh-table-size 65521") else {
-        panic!()
-    };
+    let s = added_service("-A -t 1.2.3.4:80 -s mh --mh-table-size 65521");
     assert_eq!(s.config.mh_table_size, 65521);
 }
 
@@ -782,17 +780,13 @@ proptest! {
 fn rvs_proxy_options() {
     use rvs_core::model::ProxyProtocol;
     let line = "-A -t 10.0.0.1:80 -s rr --proxy-protocol v2 --max-conns 100";
-    let Command::AddService(s) = cmd(line) else {
-        panic!("{line}")
-    };
+    let s = added_service(line);
     assert_eq!(
         (s.config.proxy_protocol, s.config.max_conns),
         (Some(ProxyProtocol::V2), 100)
     );
     let line = "-a -t 10.0.0.1:80 -r 10.0.0.2 -m --proxy-protocol v1";
-    let Command::AddServer(d) = cmd(line) else {
-        panic!("{line}")
-    };
+    let d = added_server(line);
     assert_eq!(d.dest.proxy_protocol, Some(ProxyProtocol::V1));
     for (args, msg) in [
         (
@@ -812,8 +806,7 @@ fn rvs_proxy_options() {
             "Illegal 'proxy-protocol' option with the 'delete-service' command",
         ),
     ] {
-        let e = rvs_ipvsadm::parse_args(args.split(' ').map(String::from)).unwrap_err();
-        assert_eq!((e.message.as_str(), e.exit_code), (msg, 2), "{args}");
+        e2(args, msg);
     }
 }
 
@@ -889,9 +882,7 @@ fn laddr_commands_parse_like_dpvs() {
 fn rvs_quic_lb_options() {
     use rvs_core::model::{QuicLbConfig, QuicServerId};
     let line = "-A -u 10.0.0.1:443 -s rr --quic-lb cr=0,sid=3,nonce=6 --quic-lb cr=1,sid=3,nonce=13,key=8f95f09245765f80256934e50c66207f";
-    let Command::AddService(s) = cmd(line) else {
-        panic!("{line}")
-    };
+    let s = added_service(line);
     assert_eq!(
         s.config.quic_lb,
         vec![
@@ -954,7 +945,6 @@ fn rvs_quic_lb_options() {
             "multiple 'quic-sid' options specified",
         ),
     ] {
-        let e = rvs_ipvsadm::parse_args(args.split(' ').map(String::from)).unwrap_err();
-        assert_eq!((e.message.as_str(), e.exit_code), (msg, 2), "{args}");
+        e2(args, msg);
     }
 }

@@ -193,6 +193,12 @@ fn spec() -> impl Strategy<Value = ServiceSpec> {
         )
 }
 
+/// Each item of an optional list (as the API objects hold them) mapped by
+/// `f`.
+fn each<T, U>(list: Option<Vec<T>>, f: impl FnMut(T) -> U) -> Option<Vec<U>> {
+    list.map(|v| v.into_iter().map(f).collect())
+}
+
 fn service() -> impl Strategy<Value = Service> {
     (
         meta(),
@@ -204,15 +210,11 @@ fn service() -> impl Strategy<Value = Service> {
             spec,
             status: ingress.map(|i| ServiceStatus {
                 load_balancer: Some(LoadBalancerStatus {
-                    ingress: i.map(|v| {
-                        v.into_iter()
-                            .map(|(ip, hostname, ip_mode)| LoadBalancerIngress {
-                                ip,
-                                hostname,
-                                ip_mode,
-                                ..LoadBalancerIngress::default()
-                            })
-                            .collect()
+                    ingress: each(i, |(ip, hostname, ip_mode)| LoadBalancerIngress {
+                        ip,
+                        hostname,
+                        ip_mode,
+                        ..LoadBalancerIngress::default()
                     }),
                 }),
                 ..ServiceStatus::default()
@@ -240,8 +242,8 @@ fn endpoint() -> impl Strategy<Value = Endpoint> {
                 terminating,
             }),
             hints: hints.map(|(z, n)| EndpointHints {
-                for_zones: z.map(|v| v.into_iter().map(|name| ForZone { name }).collect()),
-                for_nodes: n.map(|v| v.into_iter().map(|name| ForNode { name }).collect()),
+                for_zones: each(z, |name| ForZone { name }),
+                for_nodes: each(n, |name| ForNode { name }),
             }),
             ..Endpoint::default()
         })
@@ -257,15 +259,11 @@ fn slice() -> impl Strategy<Value = EndpointSlice> {
         .prop_map(|(metadata, address_type, ports, endpoints)| EndpointSlice {
             metadata,
             address_type,
-            ports: ports.map(|v| {
-                v.into_iter()
-                    .map(|(name, port, protocol)| EndpointPort {
-                        name,
-                        port,
-                        protocol,
-                        ..EndpointPort::default()
-                    })
-                    .collect()
+            ports: each(ports, |(name, port, protocol)| EndpointPort {
+                name,
+                port,
+                protocol,
+                ..EndpointPort::default()
             }),
             endpoints,
         })
@@ -276,11 +274,7 @@ fn node() -> impl Strategy<Value = Node> {
         Node {
             metadata,
             status: addrs.map(|a| NodeStatus {
-                addresses: a.map(|v| {
-                    v.into_iter()
-                        .map(|(type_, address)| NodeAddress { address, type_ })
-                        .collect()
-                }),
+                addresses: each(a, |(type_, address)| NodeAddress { address, type_ }),
                 ..NodeStatus::default()
             }),
             ..Node::default()

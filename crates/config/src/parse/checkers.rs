@@ -81,7 +81,7 @@ pub(super) fn checker(c: &mut Ctx<'_>, n: &Node) -> R<Vec<Checker>> {
             continue;
         }
         let key = k.key.text.as_str();
-        let handled = match &mut kind {
+        match &mut kind {
             CheckerKind::Http(h) | CheckerKind::Ssl(h) => match key {
                 "http_protocol" => {
                     let t = arg(k, 0, "an HTTP protocol")?;
@@ -95,39 +95,17 @@ pub(super) fn checker(c: &mut Ctx<'_>, n: &Node) -> R<Vec<Checker>> {
                         );
                     }
                     h.http_protocol = Some(t.text.clone());
-                    true
                 }
-                "fast_recovery" => {
-                    h.fast_recovery = flag(k)?;
-                    true
-                }
-                "virtualhost" => {
-                    h.virtualhost = Some(string(k, "a host name")?);
-                    true
-                }
-                "enable_sni" => {
-                    h.enable_sni = flag(k)?;
-                    true
-                }
-                "sni_name" => {
-                    h.sni_name = Some(string(k, "a server name")?);
-                    true
-                }
-                "tls_compliant" => {
-                    h.tls_compliant = flag(k)?;
-                    true
-                }
-                "url" => {
-                    h.urls.push(url(c, k)?);
-                    true
-                }
-                _ => false,
+                "fast_recovery" => h.fast_recovery = flag(k)?,
+                "virtualhost" => h.virtualhost = Some(string(k, "a host name")?),
+                "enable_sni" => h.enable_sni = flag(k)?,
+                "sni_name" => h.sni_name = Some(string(k, "a server name")?),
+                "tls_compliant" => h.tls_compliant = flag(k)?,
+                "url" => h.urls.push(url(c, k)?),
+                _ => c.unknown(k, name, Block::Checker),
             },
             CheckerKind::Smtp { helo_name } => match key {
-                "helo_name" => {
-                    *helo_name = Some(string(k, "a HELO name")?);
-                    true
-                }
+                "helo_name" => *helo_name = Some(string(k, "a HELO name")?),
                 "host" => {
                     let mut h = common.clone();
                     for hk in block(k)? {
@@ -140,11 +118,10 @@ pub(super) fn checker(c: &mut Ctx<'_>, n: &Node) -> R<Vec<Checker>> {
                         &k.key,
                         "The SMTP_CHECK host block is deprecated. Please define additional checkers.",
                     );
-                    true
                 }
-                _ => false,
+                _ => c.unknown(k, name, Block::Checker),
             },
-            CheckerKind::Dns { qtype, name } => match key {
+            CheckerKind::Dns { qtype, name: qname } => match key {
                 "type" => {
                     let t = arg(k, 0, "a DNS query type")?;
                     let up = t.text.to_ascii_uppercase();
@@ -161,32 +138,16 @@ pub(super) fn checker(c: &mut Ctx<'_>, n: &Node) -> R<Vec<Checker>> {
                         );
                     }
                     *qtype = up;
-                    true
                 }
-                "name" => {
-                    *name = string(k, "a domain name")?;
-                    true
-                }
-                _ => false,
+                "name" => *qname = string(k, "a domain name")?,
+                _ => c.unknown(k, name, Block::Checker),
             },
             CheckerKind::Misc(m) => match key {
-                "misc_path" => {
-                    m.path = string(k, "a script path")?;
-                    true
-                }
-                "misc_timeout" => {
-                    m.timeout = Some(timer(arg(k, 0, "a timeout")?)?);
-                    true
-                }
-                "misc_dynamic" => {
-                    m.dynamic = flag(k)?;
-                    true
-                }
-                "user" => {
-                    m.user = Some(words(k, 0));
-                    true
-                }
-                _ => false,
+                "misc_path" => m.path = string(k, "a script path")?,
+                "misc_timeout" => m.timeout = Some(timer(arg(k, 0, "a timeout")?)?),
+                "misc_dynamic" => m.dynamic = flag(k)?,
+                "user" => m.user = Some(words(k, 0)),
+                _ => c.unknown(k, name, Block::Checker),
             },
             CheckerKind::Udp(u) => match key {
                 "payload" => {
@@ -195,36 +156,26 @@ pub(super) fn checker(c: &mut Ctx<'_>, n: &Node) -> R<Vec<Checker>> {
                             .into_iter()
                             .map(|b| b.unwrap_or(0))
                             .collect(),
-                    );
-                    true
+                    )
                 }
                 "require_reply" => {
                     u.require_reply = Some(if k.args.is_empty() {
                         None
                     } else {
                         Some(hex_bytes(k, true)?)
-                    });
-                    true
+                    })
                 }
                 "min_reply_length" => {
-                    u.min_reply_length = num(arg(k, 0, "a length")?, "a length", 0, 65535)?;
-                    true
+                    u.min_reply_length = num(arg(k, 0, "a length")?, "a length", 0, 65535)?
                 }
                 "max_reply_length" => {
-                    u.max_reply_length = num(arg(k, 0, "a length")?, "a length", 0, 65535)?;
-                    true
+                    u.max_reply_length = num(arg(k, 0, "a length")?, "a length", 0, 65535)?
                 }
-                _ => false,
+                _ => c.unknown(k, name, Block::Checker),
             },
             CheckerKind::File(f) => match key {
-                "track_file" => {
-                    f.track_file = Some(string(k, "a track_file name")?);
-                    true
-                }
-                "dynamic" => {
-                    f.dynamic = flag(k)?;
-                    true
-                }
+                "track_file" => f.track_file = Some(string(k, "a track_file name")?),
+                "dynamic" => f.dynamic = flag(k)?,
                 "weight" => {
                     let w = int(
                         arg(k, 0, "a weight")?,
@@ -234,22 +185,15 @@ pub(super) fn checker(c: &mut Ctx<'_>, n: &Node) -> R<Vec<Checker>> {
                     )?;
                     let rev = matches!(k.args.get(1), Some(t) if t.text == "reverse");
                     f.weight = Some((w, rev));
-                    true
                 }
-                _ => false,
+                _ => c.unknown(k, name, Block::Checker),
             },
-            CheckerKind::Bfd { name } => {
-                if key == "name" {
-                    *name = Some(string(k, "a BFD instance name")?);
-                    true
-                } else {
-                    false
-                }
+            CheckerKind::Bfd { name: bfd } if key == "name" => {
+                *bfd = Some(string(k, "a BFD instance name")?);
             }
-            CheckerKind::Tcp | CheckerKind::Ping => false,
-        };
-        if !handled {
-            c.unknown(k, name, Block::Checker);
+            CheckerKind::Bfd { .. } | CheckerKind::Tcp | CheckerKind::Ping => {
+                c.unknown(k, name, Block::Checker);
+            }
         }
     }
     let one = |common: CheckerCommon| Checker {

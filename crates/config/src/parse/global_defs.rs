@@ -50,12 +50,8 @@ pub(super) fn global_def(c: &mut Ctx<'_>, k: &Node, g: &mut GlobalDefs) -> R<()>
             let mut i = 0;
             while i < k.args.len() {
                 let which = &k.args[i];
-                let v: u32 = num(
-                    arg(k, i + 1, "a timeout in seconds")?,
-                    "a timeout in seconds",
-                    0,
-                    u64::from(u32::MAX),
-                )?;
+                let v: u32 =
+                    up_to_u32(k, i + 1, "a timeout in seconds", "a timeout in seconds", 0)?;
                 match which.text.as_str() {
                     "tcp" => t.tcp = Some(v),
                     "tcpfin" => t.tcpfin = Some(v),

@@ -103,12 +103,7 @@ pub(super) fn vsg(c: &mut Ctx<'_>, n: &Node) -> R<VirtualServerGroup> {
     let mut entries = Vec::new();
     for k in block(n)? {
         if k.key.text == "fwmark" {
-            let mark = num(
-                arg(k, 0, "a firewall mark")?,
-                "a firewall mark",
-                1,
-                u64::from(u32::MAX),
-            )?;
+            let mark = up_to_u32(k, 0, "a firewall mark", "a firewall mark", 1)?;
             let fam = k.args.get(1).map(family).transpose()?;
             c.max_args(k, 2);
             entries.push(VsgEntry::Fwmark {
@@ -170,12 +165,7 @@ pub(super) fn laddr_group(c: &mut Ctx<'_>, n: &Node) -> R<LocalAddressGroup> {
 pub(super) fn virtual_server(c: &mut Ctx<'_>, n: &Node) -> R<VirtualServer> {
     let first = arg(n, 0, "an address, `fwmark N` or `group NAME`")?;
     let target = match first.text.as_str() {
-        "fwmark" => VsTarget::Fwmark(num(
-            arg(n, 1, "a firewall mark")?,
-            "a firewall mark",
-            1,
-            u64::from(u32::MAX),
-        )?),
+        "fwmark" => VsTarget::Fwmark(up_to_u32(n, 1, "a firewall mark", "a firewall mark", 1)?),
         "group" => VsTarget::Group(arg(n, 1, "a group name")?.text.clone()),
         _ => VsTarget::Addr {
             addr: ip(first)?,
@@ -304,21 +294,9 @@ pub(super) fn virtual_server(c: &mut Ctx<'_>, n: &Node) -> R<VirtualServer> {
             "ha_suspend" => vs.ha_suspend = true,
             "alpha" => vs.alpha = flag(k)?,
             "omega" => vs.omega = flag(k)?,
-            "quorum" => {
-                vs.quorum = num(
-                    arg(k, 0, "a quorum")?,
-                    "a quorum weight",
-                    1,
-                    u64::from(u32::MAX),
-                )?
-            }
+            "quorum" => vs.quorum = up_to_u32(k, 0, "a quorum", "a quorum weight", 1)?,
             "hysteresis" => {
-                vs.hysteresis = num(
-                    arg(k, 0, "a hysteresis")?,
-                    "a hysteresis weight",
-                    0,
-                    u64::from(u32::MAX),
-                )?
+                vs.hysteresis = up_to_u32(k, 0, "a hysteresis", "a hysteresis weight", 0)?
             }
             "quorum_up" => vs.quorum_up = Some(script(k)?),
             "quorum_down" => vs.quorum_down = Some(script(k)?),
@@ -367,12 +345,7 @@ pub(super) fn virtual_server(c: &mut Ctx<'_>, n: &Node) -> R<VirtualServer> {
             }
             "proxy_protocol" => vs.proxy_protocol = Some(proxy_protocol(k)?),
             "max_conns" => {
-                vs.max_conns = num(
-                    arg(k, 0, "a connection count")?,
-                    "a connection count",
-                    0,
-                    u64::from(u32::MAX),
-                )?
+                vs.max_conns = up_to_u32(k, 0, "a connection count", "a connection count", 0)?
             }
             "quic_lb" => {
                 let q = quic_lb(c, k)?;
@@ -438,12 +411,7 @@ fn is_prime(n: u32) -> bool {
 }
 
 pub(super) fn retry(k: &Node) -> R<u32> {
-    num(
-        arg(k, 0, "a retry count")?,
-        "a retry count",
-        0,
-        u64::from(u32::MAX),
-    )
+    up_to_u32(k, 0, "a retry count", "a retry count", 0)
 }
 
 /// rvs extension: `proxy_protocol v1|v2`.
@@ -584,20 +552,10 @@ fn real_server(c: &mut Ctx<'_>, n: &Node) -> R<RealServer> {
                 })?);
             }
             "uthreshold" => {
-                rs.uthreshold = num(
-                    arg(k, 0, "a connection count")?,
-                    "a connection count",
-                    0,
-                    u64::from(u32::MAX),
-                )?
+                rs.uthreshold = up_to_u32(k, 0, "a connection count", "a connection count", 0)?
             }
             "lthreshold" => {
-                rs.lthreshold = num(
-                    arg(k, 0, "a connection count")?,
-                    "a connection count",
-                    0,
-                    u64::from(u32::MAX),
-                )?
+                rs.lthreshold = up_to_u32(k, 0, "a connection count", "a connection count", 0)?
             }
             "inhibit_on_failure" => rs.inhibit_on_failure = Some(flag(k)?),
             "alpha" => rs.alpha = Some(flag(k)?),

@@ -82,22 +82,8 @@ pub(super) fn vrrp_script(c: &mut Ctx<'_>, n: &Node) -> R<VrrpScript> {
                     i32::try_from(int(arg(k, 0, "a weight")?, "a weight", -253, 253)?).unwrap_or(0);
                 s.weight_reverse = matches!(k.args.get(1), Some(t) if t.text == "reverse");
             }
-            "rise" => {
-                s.rise = Some(num(
-                    arg(k, 0, "a count")?,
-                    "a count",
-                    1,
-                    u64::from(u32::MAX),
-                )?)
-            }
-            "fall" => {
-                s.fall = Some(num(
-                    arg(k, 0, "a count")?,
-                    "a count",
-                    1,
-                    u64::from(u32::MAX),
-                )?)
-            }
+            "rise" => s.rise = Some(up_to_u32(k, 0, "a count", "a count", 1)?),
+            "fall" => s.fall = Some(up_to_u32(k, 0, "a count", "a count", 1)?),
             "user" => s.user = Some(words(k, 0)),
             "init_fail" => s.init_fail = true,
             _ => c.unknown(k, "vrrp_script", Block::VrrpScript),
@@ -324,23 +310,27 @@ pub(super) fn track_process(c: &mut Ctx<'_>, n: &Node) -> R<TrackProcess> {
 
 /// A `static_routes` / `virtual_routes` block.
 pub(super) fn routes(c: &mut Ctx<'_>, n: &Node) -> R<Vec<IpRoute>> {
-    let out = block(n)?
-        .iter()
-        .map(|k| iproute::route(k, c.w))
-        .collect::<R<Vec<_>>>()?;
-    if out.iter().any(|r| !r.no_track) {
-        c.w.push(iproute::untracked_note(&n.key.loc, &n.key.text));
-    }
-    Ok(out)
+    lines(c, n, iproute::route, |r| r.no_track)
 }
 
 /// A `static_rules` / `virtual_rules` block.
 pub(super) fn rules(c: &mut Ctx<'_>, n: &Node) -> R<Vec<IpRule>> {
+    lines(c, n, iproute::rule, |r| r.no_track)
+}
+
+/// Each line of the route or rule block `n` read by `read`, with the note
+/// that rvs does not track them when any line lacks `no_track`.
+fn lines<T>(
+    c: &mut Ctx<'_>,
+    n: &Node,
+    read: fn(&Node, &mut Vec<Warning>) -> R<T>,
+    no_track: fn(&T) -> bool,
+) -> R<Vec<T>> {
     let out = block(n)?
         .iter()
-        .map(|k| iproute::rule(k, c.w))
+        .map(|k| read(k, c.w))
         .collect::<R<Vec<_>>>()?;
-    if out.iter().any(|r| !r.no_track) {
+    if out.iter().any(|r| !no_track(r)) {
         c.w.push(iproute::untracked_note(&n.key.loc, &n.key.text));
     }
     Ok(out)

@@ -479,6 +479,27 @@ fn refused(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::ConnectionRefused
 }
 
+/// Sends `data` on the connected `sock` (which has a read timeout) until
+/// the ICMP port unreachable that answers it shows as ECONNREFUSED, on the
+/// send or the receive (20 tries); panics on a datagram back, or when
+/// none comes. `who` names the socket's end.
+fn port_unreachable(sock: &UdpSocket, data: &[u8], who: &str) {
+    let mut buf = [0u8; 512];
+    for _ in 0..20 {
+        let e = match sock.send(data) {
+            Err(e) => e,
+            Ok(_) => match sock.recv(&mut buf) {
+                Ok(n) => panic!("a datagram to {who} from a port with no listener: {n} bytes"),
+                Err(e) if refused(&e) => e,
+                Err(_) => continue,
+            },
+        };
+        assert!(refused(&e), "{who}'s socket got {e}, not ECONNREFUSED");
+        return;
+    }
+    panic!("no ICMP port unreachable reached {who}");
+}
+
 /// ICMP errors about FULLNAT flows, end to end (the director translates
 /// them in XDP; the real servers have no route to the client, and the
 /// director's kernel would drop both errors: they are addressed to its
@@ -510,33 +531,20 @@ fn icmp_errors(d: &Daemon, client: &Host, rs: &Host, p: &Plan) {
         "0.0.0.0:0".parse().expect("any")
     };
 
+    // A connected UDP socket of the client's, with a read timeout.
+    let dial = |to: SocketAddr| {
+        client.run(move || {
+            let s = UdpSocket::bind(any).expect("udp bind");
+            s.connect(to).expect("udp connect");
+            s.set_read_timeout(Some(Duration::from_millis(300)))
+                .expect("timeout");
+            s
+        })
+    };
+
     // The real server's port unreachable, to the client.
-    let to = SocketAddr::new(ip(p.vip), closed);
-    let sock = client.run(move || {
-        let s = UdpSocket::bind(any).expect("udp bind");
-        s.connect(to).expect("udp connect");
-        s
-    });
-    sock.set_read_timeout(Some(Duration::from_millis(300)))
-        .expect("timeout");
-    let mut buf = [0u8; 512];
-    let mut got = None;
-    for _ in 0..20 {
-        if let Err(e) = sock.send(b"anyone there?") {
-            got = Some(e);
-            break;
-        }
-        match sock.recv(&mut buf) {
-            Ok(n) => panic!("a reply from a port with no listener: {n} bytes"),
-            Err(e) if refused(&e) => {
-                got = Some(e);
-                break;
-            }
-            Err(_) => {}
-        }
-    }
-    let e = got.expect("no ICMP port unreachable reached the client");
-    assert!(refused(&e), "the client's socket got {e}, not ECONNREFUSED");
+    let sock = dial(SocketAddr::new(ip(p.vip), closed));
+    port_unreachable(&sock, b"anyone there?", "the client");
 
     // The client's port unreachable, to the real server.
     let at = SocketAddr::new(ip(p.rs[0]), open);
@@ -544,15 +552,8 @@ fn icmp_errors(d: &Daemon, client: &Host, rs: &Host, p: &Plan) {
     server
         .set_read_timeout(Some(Duration::from_millis(300)))
         .expect("timeout");
-    let to = SocketAddr::new(ip(p.vip), open);
-    let csock = client.run(move || {
-        let s = UdpSocket::bind(any).expect("udp bind");
-        s.connect(to).expect("udp connect");
-        s
-    });
-    csock
-        .set_read_timeout(Some(Duration::from_millis(300)))
-        .expect("timeout");
+    let csock = dial(SocketAddr::new(ip(p.vip), open));
+    let mut buf = [0u8; 512];
     let mut peer = None;
     for _ in 0..20 {
         csock.send(b"hello").expect("send");
@@ -576,26 +577,7 @@ fn icmp_errors(d: &Daemon, client: &Host, rs: &Host, p: &Plan) {
     assert_eq!(&buf[..n], b"first");
     // ... then the client's socket closes: its port is unreachable.
     drop(csock);
-    let mut got = None;
-    for _ in 0..20 {
-        if let Err(e) = server.send(b"late") {
-            got = Some(e);
-            break;
-        }
-        match server.recv(&mut buf) {
-            Ok(n) => panic!("a datagram to the real server: {n} bytes"),
-            Err(e) if refused(&e) => {
-                got = Some(e);
-                break;
-            }
-            Err(_) => {}
-        }
-    }
-    let e = got.expect("no ICMP port unreachable reached the real server");
-    assert!(
-        refused(&e),
-        "the real server's socket got {e}, not ECONNREFUSED"
-    );
+    port_unreachable(&server, b"late", "the real server");
 }
 
 /// nginx on `rs` (in its namespace and in a cgroup of this test's), port

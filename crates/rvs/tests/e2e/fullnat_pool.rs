@@ -263,6 +263,21 @@ impl Pool {
         out
     }
 
+    /// Waits (up to a minute) until the real server holds `n` connections
+    /// to RS:`port`, then checks it holds exactly `n`, from `n` distinct
+    /// peers; those peers.
+    fn held(&self, port: u16, n: usize) -> BTreeMap<SocketAddr, usize> {
+        let mut peers = BTreeMap::new();
+        let what = format!("{n} at the real server");
+        wait_until(&what, Duration::from_secs(60), || {
+            peers = self.established(port);
+            peers.len() >= n
+        });
+        assert_eq!(peers.len(), n);
+        assert!(peers.values().all(|&c| c == 1), "a pair used twice");
+        peers
+    }
+
     /// TCP sockets of local port `port` in the real server's namespace:
     /// (state as `ss` names it, local address, peer address).
     fn sockets(&self, port: u16) -> Vec<(String, SocketAddr, SocketAddr)> {
@@ -625,13 +640,7 @@ fn fullnat_xdp_pool_too_small_refuses_and_counts_the_excess() {
     // Two addresses of 1,000 ports: 1,800 connections, more than one has.
     let mut two = p.clients(client_addr(0), 80, 1_800, Duration::from_secs(30));
     assert_eq!(two.report(), (1_800, 0), "two addresses carry 1,800");
-    let mut peers = BTreeMap::new();
-    wait_until("1,800 at the real server", Duration::from_secs(60), || {
-        peers = p.established(80);
-        peers.len() >= 1_800
-    });
-    assert_eq!(peers.len(), 1_800);
-    assert!(peers.values().all(|&c| c == 1), "a pair used twice");
+    let peers = p.held(80, 1_800);
     for a in peers.keys() {
         assert!(laddrs.contains(&a.ip()), "{a}");
         assert!((40_000..=40_999).contains(&a.port()), "{a}");
@@ -645,13 +654,7 @@ fn fullnat_xdp_pool_too_small_refuses_and_counts_the_excess() {
     // resent, are dropped), each counted once.
     let mut one = p.clients(client_addr(1), 81, 1_200, Duration::from_secs(8));
     assert_eq!(one.report(), (1_000, 200), "one address carries 1,000");
-    let mut peers = BTreeMap::new();
-    wait_until("1,000 at the real server", Duration::from_secs(60), || {
-        peers = p.established(81);
-        peers.len() >= 1_000
-    });
-    assert_eq!(peers.len(), 1_000);
-    assert!(peers.values().all(|&c| c == 1), "a pair used twice");
+    let peers = p.held(81, 1_000);
     let l0: IpAddr = LADDRS[0].parse().expect("address");
     assert!(
         peers

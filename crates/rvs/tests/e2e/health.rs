@@ -61,6 +61,13 @@ pub(crate) fn listed(d: &Rvsd) -> Vec<(u16, u32)> {
         .collect()
 }
 
+/// A free port of 127.0.0.1 for a virtual service: the port and the
+/// address.
+fn local_vip() -> (u16, SocketAddr) {
+    let port = free_port();
+    (port, ([127, 0, 0, 1], port).into())
+}
+
 fn conf(vip: u16, body: &str) -> String {
     format!(
         "virtual_server 127.0.0.1 {vip} {{\n  delay_loop 1\n  lb_algo rr\n  lb_kind NAT\n  protocol TCP\n{body}}}\n"
@@ -82,11 +89,9 @@ fn start(tag: &str, text: &str) -> (Rvsd, std::path::PathBuf) {
 
 #[test]
 fn dead_server_is_removed_within_keepalived_formula_and_recovers_with_its_weight() {
-    let a = Backend::start("a");
-    let b = Backend::start("b");
+    let [a, b] = ["a", "b"].map(Backend::start);
     let b_port = b.port;
-    let vip_port = free_port();
-    let vip: SocketAddr = ([127, 0, 0, 1], vip_port).into();
+    let (vip_port, vip) = local_vip();
     let text = conf(vip_port, &(tcp_rs(a.port, 1, "") + &tcp_rs(b_port, 3, "")));
     let (d, _) = start("health-dead", &text);
     within("both checkers up", Duration::from_secs(5), || {
@@ -133,11 +138,9 @@ fn dead_server_is_removed_within_keepalived_formula_and_recovers_with_its_weight
 
 #[test]
 fn inhibit_on_failure_keeps_the_server_listed_at_weight_zero() {
-    let a = Backend::start("a");
-    let b = Backend::start("b");
+    let [a, b] = ["a", "b"].map(Backend::start);
     let b_port = b.port;
-    let vip_port = free_port();
-    let vip: SocketAddr = ([127, 0, 0, 1], vip_port).into();
+    let (vip_port, vip) = local_vip();
     let text = conf(
         vip_port,
         &(tcp_rs(a.port, 1, "") + &tcp_rs(b_port, 5, "    inhibit_on_failure\n")),
@@ -163,12 +166,9 @@ fn inhibit_on_failure_keeps_the_server_listed_at_weight_zero() {
 
 #[test]
 fn quorum_loss_swaps_in_the_sorry_server_and_back() {
-    let a = Backend::start("a");
-    let b = Backend::start("b");
-    let sorry = Backend::start("sorry");
+    let [a, b, sorry] = ["a", "b", "sorry"].map(Backend::start);
     let b_port = b.port;
-    let vip_port = free_port();
-    let vip: SocketAddr = ([127, 0, 0, 1], vip_port).into();
+    let (vip_port, vip) = local_vip();
     let dir = TempDir::new("health-quorum-files");
     let qdown = dir.path().join("quorum_down");
     let qup = dir.path().join("quorum_up");
@@ -211,9 +211,7 @@ fn quorum_loss_swaps_in_the_sorry_server_and_back() {
 
 #[test]
 fn reload_keeps_a_down_server_out_and_metrics_show_it() {
-    let a = Backend::start("a");
-    let b = Backend::start("b");
-    let c = Backend::start("c");
+    let [a, b, c] = ["a", "b", "c"].map(Backend::start);
     let b_port = b.port;
     let vip_port = free_port();
     let http_port = free_port();

@@ -8,22 +8,11 @@ use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::harness::{Proc, Rvsd, TempDir, free_port};
+use crate::harness::{Proc, Rvsd, TempDir, free_port, within};
 use crate::health::listed;
 use rvs_testbed::Server;
-
-fn within(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("{what}: not within {limit:?}");
-}
 
 #[test]
 fn misc_dynamic_exit_codes_set_weights_and_state() {
@@ -115,27 +104,49 @@ fn md5_hex(b: &[u8]) -> String {
         .collect()
 }
 
-#[test]
-fn http_status_and_digest_failures_are_detected() {
-    let web = Web::start();
+/// rvsd (proxy plane) on a keepalived.conf with one `protocol` service on a
+/// free port of 127.0.0.1 (delay_loop 0.3 s) and one real server
+/// 127.0.0.1:`port` of `weight` checked by `checker` (a checker block),
+/// once that check has passed and the server is in the table; with the
+/// directory of its files.
+fn checked_once(
+    name: &str,
+    protocol: &str,
+    port: u16,
+    weight: u32,
+    checker: &str,
+) -> (Rvsd, TempDir) {
     let vip = free_port();
-    let dir = TempDir::new("health-http");
+    let dir = TempDir::new(name);
     let conf = dir.write(
         "keepalived.conf",
         &format!(
-            "virtual_server 127.0.0.1 {vip} {{\n  delay_loop 0.3\n  lb_algo rr\n  lb_kind NAT\n  protocol TCP\n\
-             real_server 127.0.0.1 {} {{\n    weight 2\n    HTTP_GET {{\n      url {{\n        path /health\n        digest {}\n      }}\n\
-             connect_timeout 1\n      retry 0\n    }}\n  }}\n}}\n",
-            web.port,
-            md5_hex(b"healthy\n")
+            "virtual_server 127.0.0.1 {vip} {{\n  delay_loop 0.3\n  lb_algo rr\n  lb_kind NAT\n  protocol {protocol}\n\
+             real_server 127.0.0.1 {port} {{\n    weight {weight}\n{checker}  }}\n}}\n"
         ),
     );
     let c = conf.to_str().expect("utf-8").to_owned();
-    let d = Rvsd::start_with(TempDir::new("health-http-d"), "proxy", None, &["-f", &c]);
+    let d = Rvsd::start_with(
+        TempDir::new(&format!("{name}-d")),
+        "proxy",
+        None,
+        &["-f", &c],
+    );
     within("checked ok", Duration::from_secs(3), || {
         d.ok("-L -n --checks").contains("last ok")
     });
-    assert_eq!(listed(&d), vec![(web.port, 2)]);
+    assert_eq!(listed(&d), vec![(port, weight)]);
+    (d, dir)
+}
+
+#[test]
+fn http_status_and_digest_failures_are_detected() {
+    let web = Web::start();
+    let checker = format!(
+        "    HTTP_GET {{\n      url {{\n        path /health\n        digest {}\n      }}\n      connect_timeout 1\n      retry 0\n    }}\n",
+        md5_hex(b"healthy\n")
+    );
+    let (d, _dir) = checked_once("health-http", "TCP", web.port, 2, &checker);
     web.set(503, "healthy\n");
     within("503 detected", Duration::from_secs(3), || {
         listed(&d).is_empty()
@@ -196,23 +207,8 @@ impl Dns {
 #[test]
 fn dns_check_against_a_real_responder() {
     let dns = Dns::start();
-    let vip = free_port();
-    let dir = TempDir::new("health-dns");
-    let conf = dir.write(
-        "keepalived.conf",
-        &format!(
-            "virtual_server 127.0.0.1 {vip} {{\n  delay_loop 0.3\n  lb_algo rr\n  lb_kind NAT\n  protocol UDP\n\
-             real_server 127.0.0.1 {} {{\n    weight 4\n    DNS_CHECK {{\n      type A\n      name www.example.test\n\
-             retry 0\n      connect_timeout 1\n    }}\n  }}\n}}\n",
-            dns.port
-        ),
-    );
-    let c = conf.to_str().expect("utf-8").to_owned();
-    let d = Rvsd::start_with(TempDir::new("health-dns-d"), "proxy", None, &["-f", &c]);
-    within("checked ok", Duration::from_secs(3), || {
-        d.ok("-L -n --checks").contains("last ok")
-    });
-    assert_eq!(listed(&d), vec![(dns.port, 4)]);
+    let checker = "    DNS_CHECK {\n      type A\n      name www.example.test\n      retry 0\n      connect_timeout 1\n    }\n";
+    let (d, _dir) = checked_once("health-dns", "UDP", dns.port, 4, checker);
     dns.healthy.store(false, Ordering::Relaxed);
     within("SERVFAIL detected", Duration::from_secs(3), || {
         listed(&d).is_empty()

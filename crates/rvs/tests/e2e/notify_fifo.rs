@@ -79,18 +79,32 @@ fn within(dir: &Path, what: &str, limit: Duration, mut f: impl FnMut() -> bool) 
     );
 }
 
+/// A bed for a test that runs keepalived beside rvsd: hosts named `roles`
+/// at `net`.1, `net`.2, ... /24; `None` (skipped or failed, as the test
+/// bed says) without root or keepalived.
+pub(crate) fn keepalived_bed<const N: usize>(
+    test: &str,
+    net: &str,
+    roles: [&str; N],
+) -> Option<(Bed, [Host; N])> {
+    let mut bed = Bed::new(test)?;
+    if !rvs_testbed::require_tools(test, &["keepalived"]) {
+        return None;
+    }
+    let mut i = 0;
+    let hosts = roles.map(|role| {
+        i += 1;
+        bed.host(role, &format!("{net}.{i}/24"))
+    });
+    Some((bed, hosts))
+}
+
 #[test]
 fn notify_fifo_lines_match_keepalived_s() {
     let test = "notify_fifo_lines_match_keepalived_s";
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((_bed, [ka, rv, peer])) = keepalived_bed(test, "10.0.7", ["ka", "rv", "peer"]) else {
         return;
     };
-    if !rvs_testbed::require_tools(test, &["keepalived"]) {
-        return;
-    }
-    let ka = bed.host("ka", "10.0.7.1/24");
-    let rv = bed.host("rv", "10.0.7.2/24");
-    let peer = bed.host("peer", "10.0.7.3/24");
     let dir = TempDir::new("notify-fifo");
     let (ka_vip, rv_vip) = ("10.0.7.100", "10.0.7.101");
     let conf = |who: &str, vrid: u8, vip: &str| {

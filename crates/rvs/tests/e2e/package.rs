@@ -31,6 +31,22 @@ use crate::netns::{Bed, Host, connect, realserver, sh};
 
 const VIP: [u8; 4] = [10, 77, 0, 100];
 
+/// The bed of the upgrade tests: client `c`, director `d` (the VIP on its
+/// eth0), real servers `r1` and `r2`; `None` when the test is skipped.
+fn director_bed(test: &str) -> Option<(Bed, [Host; 4])> {
+    let (bed, hosts) = Bed::with_hosts(
+        test,
+        [
+            ("c", "10.77.0.10/24"),
+            ("d", "10.77.0.2/24"),
+            ("r1", "10.77.0.11/24"),
+            ("r2", "10.77.0.12/24"),
+        ],
+    )?;
+    hosts[1].exec(&["ip", "addr", "add", "10.77.0.100/32", "dev", "eth0"]);
+    Some((bed, hosts))
+}
+
 /// The first package's version and the upgrade's.
 const V1: &str = "0.1.0-1";
 const V2: &str = "0.1.0-2";
@@ -284,6 +300,34 @@ impl Root {
             .env("DEBIAN_FRONTEND", "noninteractive")
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
         c
+    }
+
+    /// `dpkg -r rvs`, then waits (5 s at most) for its prerm to have
+    /// stopped the rvsd of `pid`.
+    fn remove(&self, pid: u32) {
+        self.ok(&["dpkg", "--force-unsafe-io", "-r", "rvs"]);
+        let gone = || !Path::new(&format!("/proc/{pid}")).exists();
+        assert!(
+            rvs_testbed::wait_for(Duration::from_secs(5), gone),
+            "rvsd stopped by prerm"
+        );
+    }
+
+    /// Readies the root for the install: quicker dpkg runs with nothing
+    /// else changed (no man-db index rebuild, whose trigger takes seconds;
+    /// the installs add --force-unsafe-io: no fsync), and `deb1`, `deb2`
+    /// copied in as /root/rvs-1.deb and /root/rvs-2.deb.
+    fn stage(&self, deb1: &Path, deb2: &Path) {
+        self.ok(&[
+            "rm",
+            "-f",
+            "/usr/sbin/policy-rc.d",
+            "/var/lib/man-db/auto-update",
+        ]);
+        for (deb, name) in [(deb1, "rvs-1.deb"), (deb2, "rvs-2.deb")] {
+            let bytes = std::fs::read(deb).expect("read package");
+            self.write(&format!("/root/{name}"), &bytes);
+        }
     }
 
     /// [`Root::run`], required to succeed: its stdout.
@@ -598,18 +642,9 @@ fn debian_package_installs_upgrades_under_load_and_removes_cleanly() {
     assert_eq!(String::from_utf8_lossy(&version.stdout).trim(), V2);
 
     // The bed: client, director (VIP on eth0), two DR real servers.
-    let Some((mut bed, [c, d, r1, r2])) = Bed::with_hosts(
-        test,
-        [
-            ("c", "10.77.0.10/24"),
-            ("d", "10.77.0.2/24"),
-            ("r1", "10.77.0.11/24"),
-            ("r2", "10.77.0.12/24"),
-        ],
-    ) else {
+    let Some((mut bed, [c, d, r1, r2])) = director_bed(test) else {
         return;
     };
-    d.exec(&["ip", "addr", "add", "10.77.0.100/32", "dev", "eth0"]);
     for (r, name) in [(&r1, "r1"), (&r2, "r2")] {
         realserver(r, "10.77.0.100", &["--mode", "dr"]);
         bed.server(r, IpAddr::from(VIP), 80, name);
@@ -619,18 +654,7 @@ fn debian_package_installs_upgrades_under_load_and_removes_cleanly() {
     let instance = rvs_testbed::unique_name("rvspkg");
     let _unpin = Unpin(instance.clone());
     let root = Root::new(&d.ns);
-    // Quicker dpkg runs, nothing else changed: no man-db index rebuild
-    // (its trigger takes seconds) and no fsync (--force-unsafe-io below).
-    root.ok(&[
-        "rm",
-        "-f",
-        "/usr/sbin/policy-rc.d",
-        "/var/lib/man-db/auto-update",
-    ]);
-    for (deb, name) in [(&deb1, "rvs-1.deb"), (&deb2, "rvs-2.deb")] {
-        let bytes = std::fs::read(deb).expect("read package");
-        root.write(&format!("/root/{name}"), &bytes);
-    }
+    root.stage(&deb1, &deb2);
 
     // Install where no init runs (this machine, CI: no systemd, no
     // runlevel): configured, registered, not started (invoke-rc.d only
@@ -740,14 +764,7 @@ fn debian_package_installs_upgrades_under_load_and_removes_cleanly() {
     assert!(listed >= 20, "the 20 streams in -Lcn: {lcn}");
 
     // Remove: prerm stops rvsd; nothing stays attached or pinned.
-    root.ok(&["dpkg", "--force-unsafe-io", "-r", "rvs"]);
-    assert!(
-        rvs_testbed::wait_for(Duration::from_secs(5), || !Path::new(&format!(
-            "/proc/{pid2}"
-        ))
-        .exists()),
-        "rvsd stopped by prerm"
-    );
+    root.remove(pid2);
     assert!(root.rvsd().is_none());
     assert!(!xdp_attached(&d), "no XDP program left on eth0");
     assert!(!pin_dir.exists(), "{} left", pin_dir.display());
@@ -870,18 +887,9 @@ fn proxy_upgrade(test: &str, systemd: bool) {
 
     // The bed: client, director (the VIP on eth0), two real servers
     // listening on their own addresses.
-    let Some((mut bed, [c, d, r1, r2])) = Bed::with_hosts(
-        test,
-        [
-            ("c", "10.77.0.10/24"),
-            ("d", "10.77.0.2/24"),
-            ("r1", "10.77.0.11/24"),
-            ("r2", "10.77.0.12/24"),
-        ],
-    ) else {
+    let Some((mut bed, [c, d, r1, r2])) = director_bed(test) else {
         return;
     };
-    d.exec(&["ip", "addr", "add", "10.77.0.100/32", "dev", "eth0"]);
     for (r, name) in [(&r1, "r1"), (&r2, "r2")] {
         let addr = r.addr;
         bed.server(r, addr, 80, name);
@@ -894,16 +902,7 @@ fn proxy_upgrade(test: &str, systemd: bool) {
     } else {
         Root::new(&d.ns)
     };
-    root.ok(&[
-        "rm",
-        "-f",
-        "/usr/sbin/policy-rc.d",
-        "/var/lib/man-db/auto-update",
-    ]);
-    for (deb, name) in [(&deb1, "rvs-1.deb"), (&deb2, "rvs-2.deb")] {
-        let bytes = std::fs::read(deb).expect("read package");
-        root.write(&format!("/root/{name}"), &bytes);
-    }
+    root.stage(&deb1, &deb2);
     // The configuration first: under systemd the postinst starts rvsd.
     root.ok(&["mkdir", "-p", "/etc/rvs"]);
     root.write("/etc/rvs/keepalived.conf", PROXY_CONF.as_bytes());
@@ -1032,14 +1031,7 @@ fn proxy_upgrade(test: &str, systemd: bool) {
     let (after, failed) = rvs_testbed::spread(&c, vip, 4, Duration::from_secs(2));
     assert_eq!(failed, 0, "after the upgrades: {after:?}");
 
-    root.ok(&["dpkg", "--force-unsafe-io", "-r", "rvs"]);
-    assert!(
-        rvs_testbed::wait_for(Duration::from_secs(5), || !Path::new(&format!(
-            "/proc/{pid}"
-        ))
-        .exists()),
-        "rvsd stopped by prerm"
-    );
+    root.remove(pid);
     assert!(vip_listener(&d).is_none(), "nothing listens after removal");
     eprintln!("{test}: {:?} in all", started.elapsed());
 }

@@ -59,7 +59,8 @@ fn serve(c: TcpStream, peer: SocketAddr, name: &str, expect_proxy: bool) {
 }
 
 /// Connect to `vip` from `src` and read the backend's greeting line.
-fn connect_from(src: Ipv4Addr, vip: SocketAddr) -> (TcpStream, String) {
+/// A connection from `src` to `vip`, with the read timeout `T`.
+fn dial(src: Ipv4Addr, vip: SocketAddr) -> TcpStream {
     let sock =
         socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
     sock.bind(&SocketAddr::new(IpAddr::V4(src), 0).into())
@@ -68,6 +69,23 @@ fn connect_from(src: Ipv4Addr, vip: SocketAddr) -> (TcpStream, String) {
         .expect("connect to the VIP");
     let s: TcpStream = sock.into();
     s.set_read_timeout(Some(T)).expect("timeout");
+    s
+}
+
+/// A connection from `src` that sends `data` first: the backend's greeting
+/// line and the first line it echoes back.
+fn send_from(src: Ipv4Addr, vip: SocketAddr, data: &[u8]) -> (String, String) {
+    let mut s = dial(src, vip);
+    s.write_all(data).expect("send");
+    let mut r = BufReader::new(s);
+    let (mut greeting, mut echo) = (String::new(), String::new());
+    r.read_line(&mut greeting).expect("greeting");
+    r.read_line(&mut echo).expect("echo");
+    (greeting, echo)
+}
+
+fn connect_from(src: Ipv4Addr, vip: SocketAddr) -> (TcpStream, String) {
+    let s = dial(src, vip);
     let mut line = String::new();
     BufReader::new(s.try_clone().expect("clone"))
         .read_line(&mut line)
@@ -292,42 +310,24 @@ fn proxy_protocol_out_and_from_trusted_upstreams() {
     assert!(g.contains("|PROXY TCP4 127.0.0.1 127.0.0.1 "), "{g}");
     assert!(g.ends_with(&format!(" {}", vip.port())), "{g}");
     // A trusted upstream's header is honoured: the real client goes on.
-    let sock =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
-    sock.bind(&SocketAddr::from(([127, 0, 0, 2], 0)).into())
-        .expect("bind");
-    sock.connect_timeout(&vip.into(), T).expect("connect");
-    let mut s: TcpStream = sock.into();
-    s.set_read_timeout(Some(T)).expect("timeout");
-    s.write_all(b"PROXY TCP4 198.51.100.7 127.0.0.1 4444 80\r\nping\n")
-        .expect("send");
-    let mut r = BufReader::new(s.try_clone().expect("clone"));
-    let mut line = String::new();
-    r.read_line(&mut line).expect("greeting");
+    let (line, echo) = send_from(
+        Ipv4Addr::new(127, 0, 0, 2),
+        vip,
+        b"PROXY TCP4 198.51.100.7 127.0.0.1 4444 80\r\nping\n",
+    );
     assert!(
         line.contains("|PROXY TCP4 198.51.100.7 127.0.0.1 4444 "),
         "{line}"
     );
-    line.clear();
-    r.read_line(&mut line).expect("echo");
-    assert_eq!(line, "ping\n", "the header was consumed, the data relayed");
+    assert_eq!(echo, "ping\n", "the header was consumed, the data relayed");
     // An untrusted peer's "header" is just data; its own address is sent.
-    let sock =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
-    sock.bind(&SocketAddr::from(([127, 0, 0, 3], 0)).into())
-        .expect("bind");
-    sock.connect_timeout(&vip.into(), T).expect("connect");
-    let mut s: TcpStream = sock.into();
-    s.set_read_timeout(Some(T)).expect("timeout");
-    s.write_all(b"PROXY TCP4 198.51.100.7 127.0.0.1 4444 80\r\n")
-        .expect("send");
-    let mut r = BufReader::new(s.try_clone().expect("clone"));
-    let mut line = String::new();
-    r.read_line(&mut line).expect("greeting");
+    let (line, echo) = send_from(
+        Ipv4Addr::new(127, 0, 0, 3),
+        vip,
+        b"PROXY TCP4 198.51.100.7 127.0.0.1 4444 80\r\n",
+    );
     assert!(line.contains("|PROXY TCP4 127.0.0.3 127.0.0.1 "), "{line}");
-    line.clear();
-    r.read_line(&mut line).expect("echo");
-    assert_eq!(line, "PROXY TCP4 198.51.100.7 127.0.0.1 4444 80\r\n");
+    assert_eq!(echo, "PROXY TCP4 198.51.100.7 127.0.0.1 4444 80\r\n");
 }
 
 #[test]

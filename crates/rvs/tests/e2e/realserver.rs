@@ -13,6 +13,16 @@ fn show(h: &crate::netns::Host, args: &[&str]) -> String {
     String::from_utf8_lossy(&h.exec(args).stdout).into_owned()
 }
 
+/// `rvsd realserver` with the VIPs, mode and interface of both the set-up
+/// and the undo run of `realserver_tun_idempotent_and_undone`, then `more`.
+fn tun_args(more: &'static str) -> Vec<&'static str> {
+    let common = "realserver --vip 10.77.0.100,fd77::100 --mode tun --interface eth0";
+    std::iter::once(RVSD)
+        .chain(common.split(' '))
+        .chain(more.split(' '))
+        .collect()
+}
+
 #[test]
 fn realserver_tun_idempotent_and_undone() {
     let Some(mut bed) = Bed::new("realserver_tun_idempotent_and_undone") else {
@@ -29,32 +39,15 @@ fn realserver_tun_idempotent_and_undone() {
     .map(|k| sysctl(&h, k))
     .collect();
     h.exec(&["sh", "-c", "echo 1 > /proc/sys/net/ipv4/conf/all/rp_filter"]);
-    let prep = [
-        RVSD,
-        "realserver",
-        "--vip",
-        "10.77.0.100,fd77::100",
-        "--mode",
-        "tun",
-        "--tun-type",
-        "gue",
-        "--gue-port",
-        "6080",
-        "--interface",
-        "eth0",
-    ];
+    let prep = tun_args("--tun-type gue --gue-port 6080");
     for round in 0..2 {
         let out = h.exec(&prep);
         let text = String::from_utf8_lossy(&out.stdout);
         let verb = if round == 0 { "added" } else { "kept" };
-        assert!(
-            text.contains(&format!("{verb} 10.77.0.100/32 on lo")),
-            "{text}"
-        );
-        assert!(
-            text.contains(&format!("{verb} fd77::100/128 on lo")),
-            "{text}"
-        );
+        for vip in ["10.77.0.100/32", "fd77::100/128"] {
+            let line = format!("{verb} {vip} on lo");
+            assert!(text.contains(&line), "{text}");
+        }
     }
     let lo = show(&h, &["ip", "addr", "show", "dev", "lo"]);
     assert!(
@@ -77,17 +70,7 @@ fn realserver_tun_idempotent_and_undone() {
         "{link}"
     );
 
-    let undo = [
-        RVSD,
-        "realserver",
-        "--vip",
-        "10.77.0.100,fd77::100",
-        "--mode",
-        "tun",
-        "--interface",
-        "eth0",
-        "--undo",
-    ];
+    let undo = tun_args("--undo");
     for _ in 0..2 {
         h.exec(&undo);
     }

@@ -1,7 +1,9 @@
 //! Reload: SIGHUP and `rvsadm --reload` apply only the difference; a bad
 //! file changes nothing.
 
-use crate::harness::{Rvsd, TempDir, parts};
+use std::path::PathBuf;
+
+use crate::harness::{Rvsd, TempDir, http_get, parts, samples};
 
 fn conf(dests_80: &[&str], extra: &str) -> String {
     let rs: String = dests_80
@@ -15,38 +17,39 @@ virtual_server 10.0.0.2 443 {{\n    lb_algo rr\n    lb_kind DR\n    persistence_
     )
 }
 
-const BEFORE: &str = "\
+/// `-Ln` of [`conf`] with the real servers 192.168.1.`a` and 192.168.1.`b`
+/// (one digit each: the columns stay where they are).
+fn listing(a: u8, b: u8) -> String {
+    format!(
+        "\
 IP Virtual Server version 1.2.1 (size=4096)
 Prot LocalAddress:Port Scheduler Flags
   -> RemoteAddress:Port           Forward Weight ActiveConn InActConn
 TCP  10.0.0.1:80 wlc
-  -> 192.168.1.1:80               Masq    2      0          0         
-  -> 192.168.1.2:80               Masq    2      0          0         
+  -> 192.168.1.{a}:80               Masq    2      0          0         
+  -> 192.168.1.{b}:80               Masq    2      0          0         
 TCP  10.0.0.2:443 rr persistent 360
   -> 192.168.9.1:443              Route   1      0          0         
-";
+"
+    )
+}
 
-const AFTER: &str = "\
-IP Virtual Server version 1.2.1 (size=4096)
-Prot LocalAddress:Port Scheduler Flags
-  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn
-TCP  10.0.0.1:80 wlc
-  -> 192.168.1.2:80               Masq    2      0          0         
-  -> 192.168.1.3:80               Masq    2      0          0         
-TCP  10.0.0.2:443 rr persistent 360
-  -> 192.168.9.1:443              Route   1      0          0         
-";
+/// rvsd started with `flag` naming `file`, written with `text` in a fresh
+/// directory (`tag`): the daemon and the file's path.
+fn start_on(tag: &str, file: &str, text: &str, flag: &str) -> (Rvsd, PathBuf) {
+    let dir = TempDir::new(tag);
+    let path = dir.write(file, text);
+    let d = Rvsd::start_in(dir, &[flag, &path.display().to_string()]);
+    (d, path)
+}
 
 #[test]
 fn sighup_and_rvsadm_reload_apply_the_difference() {
-    let dir = TempDir::new("reload");
-    let path = dir.write(
-        "keepalived.conf",
-        &conf(&["192.168.1.1", "192.168.1.2"], ""),
-    );
+    let text = conf(&["192.168.1.1", "192.168.1.2"], "");
+    let (d, path) = start_on("reload", "keepalived.conf", &text, "-f");
     let path_s = path.display().to_string();
-    let d = Rvsd::start_in(dir, &["-f", &path_s]);
-    assert_eq!(d.ok("-Ln"), BEFORE);
+    let (before, after) = (listing(1, 2), listing(2, 3));
+    assert_eq!(d.ok("-Ln"), before);
     assert_eq!(
         d.ok("-L --timeout"),
         "Timeout (tcp tcpfin udp): 7200 30 60\n"
@@ -58,7 +61,7 @@ fn sighup_and_rvsadm_reload_apply_the_difference() {
     // One real server added, one removed: SIGHUP.
     std::fs::write(&path, conf(&["192.168.1.2", "192.168.1.3"], "")).expect("write");
     d.signal("HUP");
-    d.eventually("SIGHUP reload", || d.ok("-Ln") == AFTER);
+    d.eventually("SIGHUP reload", || d.ok("-Ln") == after);
     assert_eq!(d.ok("-Ln --stats -t 10.0.0.2:443"), untouched_before);
 
     // A broken file: rejected with its location, state untouched.
@@ -75,13 +78,13 @@ fn sighup_and_rvsadm_reload_apply_the_difference() {
     assert!(err.starts_with(&format!("{path_s}:")), "{err}");
     d.signal("HUP");
     std::thread::sleep(std::time::Duration::from_millis(200));
-    assert_eq!(d.ok("-Ln"), AFTER, "a bad file changes nothing");
+    assert_eq!(d.ok("-Ln"), after, "a bad file changes nothing");
 
     // Back to the first file through rvsadm --reload.
     std::fs::write(&path, conf(&["192.168.1.1", "192.168.1.2"], "")).expect("write");
     let out = d.ok("--reload");
     assert!(out.contains("real servers +1 -1"), "{out}");
-    assert_eq!(d.ok("-Ln"), BEFORE);
+    assert_eq!(d.ok("-Ln"), before);
 }
 
 #[test]
@@ -94,13 +97,8 @@ fn reload_without_a_file_is_an_error() {
 
 #[test]
 fn rules_file_reload() {
-    let dir = TempDir::new("reload-rules");
-    let path = dir.write(
-        "ipvsadm.rules",
-        "-A -t 10.0.0.1:80 -s rr\n-a -t 10.0.0.1:80 -r 192.168.1.1:80 -m -w 1\n",
-    );
-    let path_s = path.display().to_string();
-    let d = Rvsd::start_in(dir, &["--rules", &path_s]);
+    let rules = "-A -t 10.0.0.1:80 -s rr\n-a -t 10.0.0.1:80 -r 192.168.1.1:80 -m -w 1\n";
+    let (d, path) = start_on("reload-rules", "ipvsadm.rules", rules, "--rules");
     assert_eq!(
         d.ok("-S -n"),
         "-A -t 10.0.0.1:80 -s rr\n-a -t 10.0.0.1:80 -r 192.168.1.1:80 -m -w 1\n"
@@ -130,18 +128,8 @@ fn reload_counters_in_metrics() {
     let (path_s, addr) = (path.display().to_string(), format!("127.0.0.1:{port}"));
     let d = Rvsd::start_in(dir, &["-f", &path_s, "--http", &addr]);
     let metric = |name: &str| -> u64 {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .expect("send");
-        let mut body = String::new();
-        s.read_to_string(&mut body).expect("read");
-        body.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-            .expect("metric present")
+        let text = http_get(&addr, "/metrics");
+        samples(&text, name, &[]).next().expect("metric present")
     };
     assert_eq!(metric("rvs_config_reloads_total"), 0);
     d.ok("--reload");

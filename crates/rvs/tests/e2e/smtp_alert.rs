@@ -193,42 +193,48 @@ virtual_server 127.0.0.1 {vip} {{
     let vs_subject =
         |state: &str| format!("Subject: [LB_CHK] Virtualserver [127.0.0.1]:tcp:{vip} - {state}");
 
-    drop(b);
-    within("the DOWN mails arrive", Duration::from_secs(15), || {
-        read().matches("Subject:").count() >= 2
-    });
-    let text = read();
-    for want in [
-        rs_subject("DOWN"),
-        "=> TCP CHECK failed on service <=".to_owned(),
-        vs_subject("DOWN"),
-        "=> Lost quorum 2+0=2 <= 1 <=".to_owned(),
-        "From: lb@example.com".to_owned(),
-        "To: ops@example.com".to_owned(),
-        "X-Mailer: Keepalived".to_owned(),
-    ] {
-        assert!(
-            text.contains(&want),
-            "{want:?} not in the mail received:\n{text}"
+    // Waits until `n` mails have arrived; their text, checked to hold each
+    // of `wants`.
+    let arrived = |n: usize, wants: &[String]| {
+        within(
+            &format!("{n} mails arrive"),
+            Duration::from_secs(15),
+            || read().matches("Subject:").count() >= n,
         );
-    }
+        let text = read();
+        for want in wants {
+            assert!(
+                text.contains(want),
+                "{want:?} not in the mail received:\n{text}"
+            );
+        }
+        text
+    };
+
+    drop(b);
+    arrived(
+        2,
+        &[
+            rs_subject("DOWN"),
+            "=> TCP CHECK failed on service <=".to_owned(),
+            vs_subject("DOWN"),
+            "=> Lost quorum 2+0=2 <= 1 <=".to_owned(),
+            "From: lb@example.com".to_owned(),
+            "To: ops@example.com".to_owned(),
+            "X-Mailer: Keepalived".to_owned(),
+        ],
+    );
 
     let b = std::net::TcpListener::bind(("127.0.0.1", b_port)).expect("rebind b");
-    within("the UP mails arrive", Duration::from_secs(15), || {
-        read().matches("Subject:").count() >= 4
-    });
-    let text = read();
-    for want in [
-        rs_subject("UP"),
-        "=> TCP CHECK succeed on service <=".to_owned(),
-        vs_subject("UP"),
-        "=> Gained quorum 2+0=2 <= 2 <=".to_owned(),
-    ] {
-        assert!(
-            text.contains(&want),
-            "{want:?} not in the mail received:\n{text}"
-        );
-    }
+    let text = arrived(
+        4,
+        &[
+            rs_subject("UP"),
+            "=> TCP CHECK succeed on service <=".to_owned(),
+            vs_subject("UP"),
+            "=> Gained quorum 2+0=2 <= 2 <=".to_owned(),
+        ],
+    );
     assert_eq!(text.matches("Subject:").count(), 4, "four mails:\n{text}");
     assert!(
         !text.contains(&format!("tcp:{a_port} of")),

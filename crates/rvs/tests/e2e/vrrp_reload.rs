@@ -21,7 +21,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::harness::{Launch, RVSD, Rvsadm, TempDir, within};
-use crate::netns::{Bed, Host};
+use crate::netns::Host;
+use crate::notify_fifo::keepalived_bed;
 
 const VIP: &str = "10.0.6.100";
 const ADVERT_INT: Duration = Duration::from_secs(1);
@@ -191,15 +192,9 @@ pub(crate) fn largest_gap(
 #[test]
 fn vrrp_adverts_keep_their_rhythm_while_the_xdp_plane_reloads() {
     let test = "vrrp_adverts_keep_their_rhythm_while_the_xdp_plane_reloads";
-    let Some(mut bed) = Bed::new(test) else {
+    let Some((mut bed, [a, b, obs])) = keepalived_bed(test, "10.0.6", ["a", "b", "o"]) else {
         return;
     };
-    if !rvs_testbed::require_tools(test, &["keepalived"]) {
-        return;
-    }
-    let a = bed.host("a", "10.0.6.1/24");
-    let b = bed.host("b", "10.0.6.2/24");
-    let obs = bed.host("o", "10.0.6.3/24");
     let dir = TempDir::new("vrrp-reload-xdp");
     let rvsd =
         std::env::var_os("RVS_VRRP_RELOAD_RVSD").map_or_else(|| PathBuf::from(RVSD), PathBuf::from);

@@ -173,10 +173,15 @@ impl Answer {
 }
 
 fn family(addr: IpAddr) -> AddressFamily {
-    if addr.is_ipv4() {
-        AddressFamily::Inet
-    } else {
+    family_of(addr.is_ipv6())
+}
+
+/// `AF_INET6` when `ipv6`, else `AF_INET`.
+fn family_of(ipv6: bool) -> AddressFamily {
+    if ipv6 {
         AddressFamily::Inet6
+    } else {
+        AddressFamily::Inet
     }
 }
 
@@ -459,11 +464,7 @@ pub(super) fn route(add: bool, r: &RouteSpec) -> Request {
 /// `ENOENT`.
 pub(super) fn rule(add: bool, r: &RuleSpec) -> Request {
     let mut m = RuleMessage::default();
-    m.header.family = if r.ipv6 {
-        AddressFamily::Inet6
-    } else {
-        AddressFamily::Inet
-    };
+    m.header.family = family_of(r.ipv6);
     m.header.tos = r.tos;
     if r.invert {
         m.header.flags = RuleFlags::Invert;
@@ -523,11 +524,7 @@ pub(super) fn rule(add: bool, r: &RuleSpec) -> Request {
 /// `RTM_GETROUTE` dump of one family's routes (every table).
 pub(super) fn dump_routes(ipv6: bool) -> Request {
     let mut m = RouteMessage::default();
-    m.header.address_family = if ipv6 {
-        AddressFamily::Inet6
-    } else {
-        AddressFamily::Inet
-    };
+    m.header.address_family = family_of(ipv6);
     Request::dump(RouteNetlinkMessage::GetRoute(m), "dump routes")
 }
 
@@ -565,11 +562,7 @@ pub(super) fn host_routes_of(answer: &[RouteNetlinkMessage], table: u32, proto: 
 /// `RTM_GETNEIGH` dump of one family's neighbour table.
 pub(super) fn dump_neighbours(ipv6: bool) -> Request {
     let mut m = NeighbourMessage::default();
-    m.header.family = if ipv6 {
-        AddressFamily::Inet6
-    } else {
-        AddressFamily::Inet
-    };
+    m.header.family = family_of(ipv6);
     Request::dump(RouteNetlinkMessage::GetNeighbour(m), "dump neighbours")
 }
 

@@ -780,49 +780,29 @@ fn build_rejects_bad_version_and_family() {
 
 #[test]
 fn build_rejects_intervals_the_version_cannot_carry() {
-    for cs in [0, 50, 150, 25600, 65535] {
-        assert_eq!(
-            build4(&Advert {
-                interval_cs: cs,
-                ..sample(2)
-            }),
-            Err(VrrpError::IntervalOutOfRange {
-                version: 2,
-                interval_cs: cs
-            })
-        );
-    }
-    for cs in [100, 200, 25500] {
-        assert!(
-            build4(&Advert {
-                interval_cs: cs,
-                ..sample(2)
-            })
-            .is_ok(),
-            "{cs}"
-        );
-    }
-    for cs in [0, 4096, 65535] {
-        assert_eq!(
-            build4(&Advert {
-                interval_cs: cs,
-                ..sample(3)
-            }),
-            Err(VrrpError::IntervalOutOfRange {
-                version: 3,
-                interval_cs: cs
-            })
-        );
-    }
-    for cs in [1, 50, 4095] {
-        assert!(
-            build4(&Advert {
-                interval_cs: cs,
-                ..sample(3)
-            })
-            .is_ok(),
-            "{cs}"
-        );
+    let build = |version: u8, interval_cs| {
+        build4(&Advert {
+            interval_cs,
+            ..sample(version)
+        })
+    };
+    // v2 carries whole seconds (1..=255); v3 centiseconds (1..=4095).
+    for (version, refused, carried) in [
+        (2, &[0, 50, 150, 25600, 65535][..], &[100, 200, 25500][..]),
+        (3, &[0, 4096, 65535][..], &[1, 50, 4095][..]),
+    ] {
+        for &cs in refused {
+            assert_eq!(
+                build(version, cs),
+                Err(VrrpError::IntervalOutOfRange {
+                    version,
+                    interval_cs: cs
+                })
+            );
+        }
+        for &cs in carried {
+            assert!(build(version, cs).is_ok(), "v{version} {cs}");
+        }
     }
 }
 
@@ -900,47 +880,48 @@ fn ipv4_header_errors() {
             Err(VrrpError::Truncated { needed: 20, got: n })
         );
     }
-    let mut v6ish = good.clone();
-    v6ish[0] = 0x65;
-    assert_eq!(parse_ipv4_packet(&v6ish), Err(VrrpError::NotIpv4(6)));
-    let mut short_ihl = good.clone();
-    short_ihl[0] = 0x44;
-    assert_eq!(
-        parse_ipv4_packet(&short_ihl),
-        Err(VrrpError::BadIpv4HeaderLength {
-            ihl_bytes: 16,
-            got: 28
-        })
-    );
-    let mut long_ihl = good.clone();
-    long_ihl[0] = 0x4f;
-    assert_eq!(
-        parse_ipv4_packet(&long_ihl),
-        Err(VrrpError::BadIpv4HeaderLength {
-            ihl_bytes: 60,
-            got: 28
-        })
-    );
-    let mut long_total = good.clone();
-    long_total[2..4].copy_from_slice(&29u16.to_be_bytes());
-    assert_eq!(
-        parse_ipv4_packet(&long_total),
-        Err(VrrpError::BadIpv4TotalLength {
-            total: 29,
-            ihl_bytes: 20,
-            got: 28
-        })
-    );
-    let mut short_total = good.clone();
-    short_total[2..4].copy_from_slice(&19u16.to_be_bytes());
-    assert_eq!(
-        parse_ipv4_packet(&short_total),
-        Err(VrrpError::BadIpv4TotalLength {
-            total: 19,
-            ihl_bytes: 20,
-            got: 28
-        })
-    );
+    // One header field patched at a time: (offset, new bytes, the error).
+    for (at, bytes, expected) in [
+        (0, &[0x65][..], VrrpError::NotIpv4(6)),
+        (
+            0,
+            &[0x44],
+            VrrpError::BadIpv4HeaderLength {
+                ihl_bytes: 16,
+                got: 28,
+            },
+        ),
+        (
+            0,
+            &[0x4f],
+            VrrpError::BadIpv4HeaderLength {
+                ihl_bytes: 60,
+                got: 28,
+            },
+        ),
+        (
+            2,
+            &29u16.to_be_bytes(),
+            VrrpError::BadIpv4TotalLength {
+                total: 29,
+                ihl_bytes: 20,
+                got: 28,
+            },
+        ),
+        (
+            2,
+            &19u16.to_be_bytes(),
+            VrrpError::BadIpv4TotalLength {
+                total: 19,
+                ihl_bytes: 20,
+                got: 28,
+            },
+        ),
+    ] {
+        let mut pkt = good.clone();
+        pkt[at..at + bytes.len()].copy_from_slice(bytes);
+        assert_eq!(parse_ipv4_packet(&pkt), Err(expected), "{pkt:02x?}");
+    }
     for frag in [0x2000, 0x0001, 0x1fff] {
         assert_eq!(
             parse_ipv4_packet(&ip4(&[1; 8], 5, PROTO, frag)),
