@@ -53,7 +53,7 @@
 //!    Service answering from its new endpoints ("changes -> synced").
 //! 3. With that set in place, connect + request + response latency to the
 //!    probe Service over `KBENCH_CONNS` connections from the node (right
-//!    after the probe first answers, or `KBENCH_SETTLE` seconds later),
+//!    after synced, or `KBENCH_SETTLE` seconds later),
 //!    with the proxy's CPU seconds meanwhile and, with `KBENCH_BPF_STATS`
 //!    (which sets `kernel.bpf_stats_enabled` for the run), the run count
 //!    and mean run time of each BPF program rvsd holds.
