@@ -26,22 +26,34 @@
 //!    or pod's deletion), so kube-proxy's default minimum sync period (1 s
 //!    between the end of one sync and the start of the next, both modes)
 //!    has passed, as on a node that is not churning; under churn
-//!    kube-proxy adds up to 1 s, rvs up to 20 ms.
+//!    kube-proxy adds up to 1 s, rvs up to 20 ms. Each change concerns
+//!    one Service, the one connected to: its answer is the change synced.
 //! 2. Initial sync at scale: `KBENCH_SERVICES` Services with
 //!    `KBENCH_ENDPOINTS` endpoints each (EndpointSlices created directly,
 //!    `endpointslice.kubernetes.io/managed-by: bench`, 2 POSTs per Service
 //!    over `KBENCH_CREATORS` connections: linear) plus one probe Service
 //!    on the real pod; with a list of sizes the set grows to each in turn
-//!    and phases 2 and 3 run at each;
-//!    each proxy is started alone on a flushed node and timed from its
-//!    start to the probe's first answer (all wait for their initial lists
-//!    before the first table, so the probe answering means the whole set
-//!    is programmed); its CPU seconds (with waited-for children:
-//!    kube-proxy's `iptables-restore`/`nft`) then, and its peak RSS
-//!    (VmHWM) after the latency phase.
+//!    and phases 2 and 3 run at each. 20 of the set's Services (the
+//!    first, the last, evenly spaced between: [`ScaleSet`]) have endpoints
+//!    that answer. Each proxy is started alone on a flushed node and timed
+//!    from its start to "synced": the probe and then each sampled Service
+//!    polled until it answers from one of its endpoints, the time the last
+//!    did. The probe's first answer alone is printed beside it, as the
+//!    old figure: it proves the whole set written only for a proxy that
+//!    writes it in one transaction (kube-proxy), not for rvsd's sock
+//!    plane, whose worker applies the Services one by one. Then its CPU
+//!    seconds (with waited-for children: kube-proxy's
+//!    `iptables-restore`/`nft`) and, after the latency phase and the
+//!    burst, its peak RSS (VmHWM).
+//!    The burst (`KBENCH_BURST`, default 100, 0 skips it), after phase 3
+//!    in every round: the EndpointSlices of that many Services spread over
+//!    the set and of the 20 sampled ones are PATCHed one after the other
+//!    (the sampled ones to endpoints at other addresses, the others to
+//!    another port), timed from the first PATCH to the last sampled
+//!    Service answering from its new endpoints ("changes -> synced").
 //! 3. With that set in place, connect + request + response latency to the
 //!    probe Service over `KBENCH_CONNS` connections from the node (right
-//!    after the probe first answers, or `KBENCH_SETTLE` seconds later),
+//!    after synced, or `KBENCH_SETTLE` seconds later),
 //!    with the proxy's CPU seconds meanwhile and, with `KBENCH_BPF_STATS`
 //!    (which sets `kernel.bpf_stats_enabled` for the run), the run count
 //!    and mean run time of each BPF program rvsd holds.
@@ -54,8 +66,8 @@
 //!
 //! Environment: `KBENCH_CHANGES` (of each kind per proxy, default 100;
 //! 0 skips phase 1), `KBENCH_SERVICES` (2000, or an ascending list such as
-//! `1000,10000`), `KBENCH_ENDPOINTS` (4; services × endpoints at most
-//! 64,000), `KBENCH_CREATORS` (8), `KBENCH_ROUNDS` (sync + latency rounds per proxy, 3),
+//! `1000,10000`), `KBENCH_ENDPOINTS` (4, at most 10; services × endpoints at most
+//! 64,000), `KBENCH_BURST` (100), `KBENCH_CREATORS` (8), `KBENCH_ROUNDS` (sync + latency rounds per proxy, 3),
 //! `KBENCH_CONNS` (2000), `KBENCH_KINDS` (`rvs,rvs-sock,nft,ipt`, default
 //! all), `KBENCH_RVSD` (an rvsd binary, e.g. a release build; default the
 //! test's debug build), `KBENCH_CPU` (a `taskset` CPU list for the
@@ -509,15 +521,15 @@ fn hello(to: SocketAddr, timeout: Duration) -> Option<String> {
     (rest == "ping\n").then(|| name.to_owned())
 }
 
-/// Poll `to` every `every` until the pod `want` answers, bounded by
-/// `limit`: whether it did. A connection that another pod answered is
-/// followed by the next one at once (the new endpoint is balanced among
-/// the old ones).
+/// Poll `to` every `every` until a pod named in `want` (one name or a
+/// comma-separated list) answers, bounded by `limit`: whether it did. A
+/// connection that another pod answered is followed by the next one at
+/// once (the new endpoint is balanced among the old ones).
 fn poll(to: SocketAddr, want: &str, every: Duration, limit: Duration) -> bool {
     let t0 = Instant::now();
     while t0.elapsed() < limit {
         match hello(to, Duration::from_millis(500)) {
-            Some(name) if name == want => return true,
+            Some(name) if want.split(',').any(|w| w == name) => return true,
             Some(_) => {}
             None => std::thread::sleep(every),
         }
@@ -662,6 +674,23 @@ impl Client {
             limit.saturating_sub(t0.elapsed()).as_millis()
         ));
         (got == "ok").then(|| t0.elapsed())
+    }
+
+    /// [`Client::poll`] each of `targets` (address, wanted names) in turn:
+    /// the time since `t0` when the last answered, so that every one of
+    /// them was served by then (`None` if one never was).
+    fn poll_all(
+        &mut self,
+        targets: &[(SocketAddr, String)],
+        t0: Instant,
+        every: Duration,
+        limit: Duration,
+    ) -> Option<Duration> {
+        let mut last = None;
+        for (to, want) in targets {
+            last = Some(self.poll(*to, want, t0, every, limit)?);
+        }
+        last
     }
 
     /// See [`latency`].
@@ -888,66 +917,220 @@ fn print_changes(
     println!("raw (proxy ms, in order):\n{raw}");
 }
 
-/// Create Services `from..to` without selectors, each with one
-/// EndpointSlice of `e` ready endpoints (addresses in 10.85.0.0/16, never
-/// connected to), over `creators` connections in parallel (the API server
-/// and etcd are the bound: 2 POSTs per Service). Prints its progress every
-/// tenth.
-fn create_scale(port: u16, from: usize, to: usize, e: usize, creators: usize) {
-    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let t0 = Instant::now();
-    let step = ((to - from) / 10).max(1);
-    let threads: Vec<_> = (0..creators.max(1))
-        .map(|t| {
-            let done = done.clone();
-            std::thread::spawn(move || {
-                for i in (from + t..to).step_by(creators.max(1)) {
-                    let name = format!("svc-{i:05}");
-                    create_service(port, &name, None);
-                    let (status, body) = call(
-                        port,
-                        "POST",
-                        "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
-                        Some(&scale_slice(&name, i, e)),
-                    );
-                    assert_eq!(status, 201, "create slice {name}: {body}");
-                    let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                    if n.is_multiple_of(step) {
-                        println!(
-                            "  created {} of {} services ({:.0} s)",
-                            from + n,
-                            to,
-                            t0.elapsed().as_secs_f64()
-                        );
-                    }
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().expect("creating the scale set");
+/// How many Services of the scale set are probed for "synced": spread over
+/// the whole set ([`spread`]).
+const SAMPLE: usize = 20;
+/// The sampled Services' endpoints take their addresses from two sets of
+/// ten on the pods' host (10.83.0.230-239, 10.83.0.240-249), one per
+/// generation: a change moves a sampled Service to the other set.
+const LIVE_ADDRS: usize = 10;
+
+/// `k` of the indices `0..n`, evenly spaced, the first and the last
+/// included (all of them when `n <= k`).
+fn spread(n: usize, k: usize) -> Vec<usize> {
+    match k {
+        _ if n <= k => (0..n).collect(),
+        0 => Vec::new(),
+        1 => vec![n - 1],
+        _ => (0..k).map(|j| j * (n - 1) / (k - 1)).collect(),
     }
 }
 
-/// The EndpointSlice of scale Service `i` (`name`): `e` ready endpoints,
-/// 10.85.X.Y, distinct across Services.
-fn scale_slice(name: &str, i: usize, e: usize) -> Value {
-    let endpoints: Vec<Value> = (0..e)
-        .map(|j| {
-            let k = i * e + j;
-            json!({"addresses": [format!("10.85.{}.{}", k / 250, k % 250 + 1)],
-                   "conditions": {"ready": true, "serving": true, "terminating": false}})
+#[test]
+fn kbench_spread_takes_first_last_and_evenly_spaced() {
+    assert_eq!(spread(2000, 5), [0, 499, 999, 1499, 1999]);
+    assert_eq!(spread(3, 20), [0, 1, 2]);
+    assert_eq!(spread(10, 1), [9]);
+    assert!(spread(10, 0).is_empty());
+    let s = spread(10_000, SAMPLE);
+    assert_eq!((s.len(), s[0], s[SAMPLE - 1]), (SAMPLE, 0, 9_999));
+    assert!(s.windows(2).all(|w| w[0] < w[1]));
+}
+
+/// The scale set: Services `svc-NNNNN` without selectors, each with one
+/// EndpointSlice (`endpointslice.kubernetes.io/managed-by: bench`) of
+/// `n_ep` ready endpoints. Most endpoints are addresses in 10.85.0.0/16,
+/// distinct across Services and never connected to; the Services sampled
+/// at any of the sizes ([`spread`] of [`SAMPLE`]) get addresses on the
+/// pods' host instead, whose server answers with the address reached, so
+/// that a connection to such a Service's ClusterIP tells whether the proxy
+/// under test has written it, and with which endpoints.
+struct ScaleSet {
+    n_ep: usize,
+    /// Services whose endpoints answer.
+    live: std::collections::BTreeSet<usize>,
+    /// Services changed an odd number of times (second generation).
+    flipped: std::collections::BTreeSet<usize>,
+    /// The ClusterIPs of the `live` Services created so far.
+    cips: BTreeMap<usize, IpAddr>,
+}
+
+impl ScaleSet {
+    fn new(sizes: &[usize], n_ep: usize) -> ScaleSet {
+        assert!(
+            n_ep <= LIVE_ADDRS,
+            "KBENCH_ENDPOINTS: at most {LIVE_ADDRS} (the sampled Services' endpoints)"
+        );
+        ScaleSet {
+            n_ep,
+            live: sizes.iter().flat_map(|&n| spread(n, SAMPLE)).collect(),
+            flipped: Default::default(),
+            cips: BTreeMap::new(),
+        }
+    }
+
+    /// The pods' host's addresses that sampled Services use.
+    fn live_addrs() -> impl Iterator<Item = String> {
+        (0..2 * LIVE_ADDRS).map(|k| format!("10.83.0.{}", 230 + k))
+    }
+
+    /// Service `i`'s endpoint addresses and port now: a change of a
+    /// sampled Service moves it to the other address set; of another, to
+    /// the other port (8080, 8081), its addresses staying.
+    fn endpoints(&self, i: usize) -> (Vec<String>, u16) {
+        let generation = usize::from(self.flipped.contains(&i));
+        if self.live.contains(&i) {
+            let addrs = (0..self.n_ep)
+                .map(|j| {
+                    format!(
+                        "10.83.0.{}",
+                        230 + generation * LIVE_ADDRS + (i + j) % LIVE_ADDRS
+                    )
+                })
+                .collect();
+            (addrs, 8080)
+        } else {
+            let addrs = (0..self.n_ep)
+                .map(|j| {
+                    let k = i * self.n_ep + j;
+                    format!("10.85.{}.{}", k / 250, k % 250 + 1)
+                })
+                .collect();
+            (addrs, 8080 + generation as u16)
+        }
+    }
+
+    /// The `endpoints` and `ports` of Service `i`'s slice now.
+    fn slice_fields(&self, i: usize) -> (Value, Value) {
+        let (addrs, port) = self.endpoints(i);
+        let endpoints: Vec<Value> = addrs
+            .iter()
+            .map(|a| {
+                json!({"addresses": [a],
+                       "conditions": {"ready": true, "serving": true, "terminating": false}})
+            })
+            .collect();
+        (
+            Value::Array(endpoints),
+            json!([{"name": "web", "port": port, "protocol": "TCP"}]),
+        )
+    }
+
+    /// Service `i`'s EndpointSlice.
+    fn slice(&self, i: usize) -> Value {
+        let name = format!("svc-{i:05}");
+        let (endpoints, ports) = self.slice_fields(i);
+        json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": format!("{name}-bench"), "namespace": "default",
+                "labels": {"kubernetes.io/service-name": name,
+                           "endpointslice.kubernetes.io/managed-by": "bench"}},
+            "addressType": "IPv4",
+            "ports": ports,
+            "endpoints": endpoints,
         })
-        .collect();
-    json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": format!("{name}-bench"), "namespace": "default",
-            "labels": {"kubernetes.io/service-name": name,
-                       "endpointslice.kubernetes.io/managed-by": "bench"}},
-        "addressType": "IPv4",
-        "ports": [{"name": "web", "port": 8080, "protocol": "TCP"}],
-        "endpoints": endpoints,
-    })
+    }
+
+    /// What "synced" is checked on at `n_svc` Services: the sampled
+    /// Services' ClusterIPs (port 80), each with the comma-separated
+    /// addresses of its current endpoints, the one of which that answers.
+    fn targets(&self, n_svc: usize) -> Vec<(SocketAddr, String)> {
+        spread(n_svc, SAMPLE)
+            .into_iter()
+            .map(|i| {
+                let cip = *self.cips.get(&i).expect("a sampled Service's ClusterIP");
+                (SocketAddr::new(cip, 80), self.endpoints(i).0.join(","))
+            })
+            .collect()
+    }
+
+    /// Create Services `from..to`, each with its EndpointSlice, over
+    /// `creators` connections in parallel (the API server and etcd are the
+    /// bound: 2 POSTs per Service). Prints its progress every tenth.
+    fn create(&mut self, port: u16, from: usize, to: usize, creators: usize) {
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let t0 = Instant::now();
+        let step = ((to - from) / 10).max(1);
+        let this = &*self;
+        let cips: Vec<(usize, IpAddr)> = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..creators.max(1))
+                .map(|t| {
+                    let done = &done;
+                    scope.spawn(move || {
+                        let mut cips = Vec::new();
+                        for i in (from + t..to).step_by(creators.max(1)) {
+                            let name = format!("svc-{i:05}");
+                            let cip = create_service(port, &name, None);
+                            if this.live.contains(&i) {
+                                cips.push((i, cip));
+                            }
+                            let (status, body) = call(
+                                port,
+                                "POST",
+                                "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
+                                Some(&this.slice(i)),
+                            );
+                            assert_eq!(status, 201, "create slice {name}: {body}");
+                            let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                            if n.is_multiple_of(step) {
+                                println!(
+                                    "  created {} of {} services ({:.0} s)",
+                                    from + n,
+                                    to,
+                                    t0.elapsed().as_secs_f64()
+                                );
+                            }
+                        }
+                        cips
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .flat_map(|t| t.join().expect("creating the scale set"))
+                .collect()
+        });
+        self.cips.extend(cips);
+    }
+
+    /// The change burst at `n_svc` Services: the slices of [`spread`]`(n_svc,
+    /// count)` and of every sampled Service PATCHed one after the other, in
+    /// index order (sampled ones to the other address set, the others to
+    /// the other port): when it began, and how many changed.
+    fn burst(&mut self, port: u16, n_svc: usize, count: usize) -> (Instant, usize) {
+        let changed: std::collections::BTreeSet<usize> = spread(n_svc, count)
+            .into_iter()
+            .chain(spread(n_svc, SAMPLE))
+            .collect();
+        let t0 = Instant::now();
+        for &i in &changed {
+            if !self.flipped.remove(&i) {
+                self.flipped.insert(i);
+            }
+            let (endpoints, ports) = self.slice_fields(i);
+            let (status, body) = call_as(
+                port,
+                "PATCH",
+                &format!(
+                    "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/svc-{i:05}-bench"
+                ),
+                "application/merge-patch+json",
+                Some(&json!({"endpoints": endpoints, "ports": ports})),
+            );
+            assert_eq!(status, 200, "change slice of svc-{i:05}: {body}");
+        }
+        (t0, changed.len())
+    }
 }
 
 /// `KBENCH_SERVICES`: one size or an ascending comma-separated list
@@ -1102,23 +1285,60 @@ fn change_phases(
     }
 }
 
+/// One proxy's row of a latency table: its pooled connection times
+/// (sorted, µs), the p50 of each round, one more column, the failures.
+struct LatencyRow {
+    kind: Kind,
+    pooled: Vec<f64>,
+    p50: Vec<f64>,
+    extra: String,
+    failed: usize,
+}
+
+/// A latency table (phases 3 and 4): per proxy, n, pooled p50, p90, p99,
+/// the per-round p50s, `extra` (its column's title) and the failures.
+fn print_latency_table(extra: &str, rows: &[LatencyRow]) {
+    println!("| proxy | n | p50 | p90 | p99 | per-round p50 | {extra} | failed |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        println!(
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:?} | {} | {} |",
+            r.kind.label(),
+            r.pooled.len(),
+            pct(&r.pooled, 50.0),
+            pct(&r.pooled, 90.0),
+            pct(&r.pooled, 99.0),
+            r.p50.iter().map(|x| x.round()).collect::<Vec<_>>(),
+            r.extra,
+            r.failed
+        );
+    }
+}
+
 /// Phases 2 and 3 at `n_svc` Services of `n_ep` endpoints (the set in
 /// place): per round, each proxy started alone on its flushed node and
-/// timed to the probe's first answer, then `conns` connections.
+/// timed to the probe's first answer and to the last of the sample's
+/// ([`ScaleSet::targets`], the probe included), then `conns` connections,
+/// then (`burst` > 0) a burst of changes timed to the last of the sample
+/// answering from its new endpoints.
 #[allow(clippy::too_many_arguments)]
 fn scale_phase(
     cp: &ControlPlane,
+    api: u16,
     nodes: &mut BTreeMap<Kind, Node>,
     kinds: &[Kind],
+    set: &mut ScaleSet,
     probe: SocketAddr,
     n_svc: usize,
-    n_ep: usize,
     rounds: usize,
     conns: usize,
+    burst: usize,
 ) {
     #[derive(Default)]
     struct Round {
         sync_s: Vec<f64>,
+        probe_s: Vec<f64>,
+        change_s: Vec<f64>,
         cpu_s: Vec<f64>,
         hwm_mib: Vec<f64>,
         lat_us: Vec<f64>,
@@ -1128,24 +1348,27 @@ fn scale_phase(
         cpu_lat: Vec<f64>,
         failed: usize,
     }
+    let n_ep = set.n_ep;
     let mut res: BTreeMap<Kind, Round> = BTreeMap::new();
     let mut raw2 = String::new();
+    let mut n_changes = 0;
     let settle = Duration::from_secs(env_usize("KBENCH_SETTLE", 0) as u64);
+    let secs = |t: Option<Duration>| t.map_or(f64::NAN, |d| d.as_secs_f64());
     for round in 0..rounds {
         for &kind in kinds {
+            let mut targets = vec![(probe, "target".to_owned())];
+            targets.extend(set.targets(n_svc));
             let node = nodes.get_mut(&kind).unwrap();
             let t0 = Instant::now();
             node.start(cp);
-            let synced = node.client.poll(
-                probe,
-                "target",
-                t0,
-                Duration::from_millis(10),
-                Duration::from_secs(600),
-            );
+            let (every, limit) = (Duration::from_millis(10), Duration::from_secs(600));
+            // The probe alone first (the figure this bench used to give),
+            // then every sampled Service: the set is synced when the last
+            // of them answers.
+            let probe_s = secs(node.client.poll(probe, "target", t0, every, limit));
+            let sync_s = secs(node.client.poll_all(&targets, t0, every, limit));
             let pid = node.pid();
             let cpu = cpu_secs(pid);
-            let sync_s = synced.map_or(f64::NAN, |d| d.as_secs_f64());
             if settle > Duration::ZERO {
                 std::thread::sleep(settle);
             }
@@ -1156,10 +1379,28 @@ fn scale_phase(
             let lat_s = t_lat.elapsed().as_secs_f64();
             let cpu_lat = cpu_secs(pid) - cpu0;
             let bpf = bpf_delta(&bpf0, &bpf_runs(pid), conns + 50);
+            // The burst: the sampled Services (all changed) polled until
+            // each answers from its new endpoints (connections still
+            // reaching an old one are followed by the next at once).
+            let change_s = if burst > 0 {
+                let (tb, n) = set.burst(api, n_svc, burst);
+                n_changes = n;
+                let changed = set.targets(n_svc);
+                secs(node.client.poll_all(
+                    &changed,
+                    tb,
+                    Duration::from_millis(2),
+                    Duration::from_secs(120),
+                ))
+            } else {
+                f64::NAN
+            };
             let hwm = status_kib(pid, "VmHWM") as f64 / 1024.0;
             let v = sorted(v);
             let r = res.entry(kind).or_default();
             r.sync_s.push(sync_s);
+            r.probe_s.push(probe_s);
+            r.change_s.push(change_s);
             r.cpu_s.push(cpu);
             r.hwm_mib.push(hwm);
             r.p50.push(pct(&v, 50.0));
@@ -1168,8 +1409,9 @@ fn scale_phase(
             r.failed += failed;
             r.cpu_lat.push(cpu_lat / lat_s);
             let line = format!(
-                "round {round} {}: sync {sync_s:.2} s, cpu {cpu:.2} s, VmHWM {hwm:.1} MiB, \
-                 latency p50 {:.0} us p99 {:.0} us, failed {failed}, \
+                "round {round} {}: synced {sync_s:.2} s (probe {probe_s:.2} s), \
+                 {n_changes} changes synced {change_s:.3} s, cpu {cpu:.2} s, \
+                 VmHWM {hwm:.1} MiB, latency p50 {:.0} us p99 {:.0} us, failed {failed}, \
                  proxy cpu during latency {cpu_lat:.2} s in {lat_s:.1} s{bpf}, load {}",
                 kind.short(),
                 pct(&v, 50.0),
@@ -1183,19 +1425,27 @@ fn scale_phase(
         }
     }
     let med = |v: &[f64]| pct(&sorted(v.to_vec()), 50.0);
+    let sampled = spread(n_svc, SAMPLE).len();
     println!(
         "\n## 2. Initial sync, {n_svc} services x {n_ep} endpoints (median of {rounds} rounds)"
     );
     println!(
-        "| proxy | start -> probe answers (s) | CPU s then | peak RSS (MiB) | proxy CPU s/s during latency |"
+        "synced: the last of {sampled} Services spread over the set (first, last, evenly \
+         spaced) and the probe answering; probe: the probe Service's first answer alone"
     );
-    println!("|---|---|---|---|---|");
+    println!(
+        "| proxy | start -> synced (s) | start -> probe answers (s) | {n_changes} changes -> \
+         synced (s) | CPU s to synced | peak RSS (MiB) | proxy CPU s/s during latency |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     for kind in kinds {
         let r = &res[kind];
         println!(
-            "| {} | {:.2} | {:.2} | {:.1} | {:.3} |",
+            "| {} | {:.2} | {:.2} | {:.3} | {:.2} | {:.1} | {:.3} |",
             kind.label(),
             med(&r.sync_s),
+            med(&r.probe_s),
+            med(&r.change_s),
             med(&r.cpu_s),
             med(&r.hwm_mib),
             med(&r.cpu_lat)
@@ -1204,33 +1454,31 @@ fn scale_phase(
     println!(
         "\n## 3. Connect + request + response, {n_svc} services x {n_ep} endpoints (us, all rounds pooled)"
     );
-    println!("| proxy | n | p50 | p90 | p99 | per-round p50 | per-round p99 | failed |");
-    println!("|---|---|---|---|---|---|---|---|");
-    for kind in kinds {
-        let r = &res[kind];
-        let v = sorted(r.lat_us.clone());
-        println!(
-            "| {} | {} | {:.0} | {:.0} | {:.0} | {:?} | {:?} | {} |",
-            kind.label(),
-            v.len(),
-            pct(&v, 50.0),
-            pct(&v, 90.0),
-            pct(&v, 99.0),
-            r.p50.iter().map(|x| x.round()).collect::<Vec<_>>(),
-            r.p99.iter().map(|x| x.round()).collect::<Vec<_>>(),
-            r.failed
-        );
-    }
+    let rows: Vec<LatencyRow> = kinds
+        .iter()
+        .map(|kind| {
+            let r = &res[kind];
+            LatencyRow {
+                kind: *kind,
+                pooled: sorted(r.lat_us.clone()),
+                p50: r.p50.clone(),
+                extra: format!("{:?}", r.p99.iter().map(|x| x.round()).collect::<Vec<_>>()),
+                failed: r.failed,
+            }
+        })
+        .collect();
+    print_latency_table("per-round p99", &rows);
     for (rk, kind) in pairs(kinds) {
         let rv = &res[&rk];
         let rl = sorted(rv.lat_us.clone());
         let k = &res[&kind];
         let kl = sorted(k.lat_us.clone());
         println!(
-            "{} / {}: sync {:.2}x, CPU {:.2}x, RSS {:.2}x, latency p50 {:.2}x, p99 {:.2}x",
+            "{} / {}: sync {:.2}x, change {:.2}x, CPU {:.2}x, RSS {:.2}x, latency p50 {:.2}x, p99 {:.2}x",
             rk.short(),
             kind.label(),
             med(&rv.sync_s) / med(&k.sync_s),
+            med(&rv.change_s) / med(&k.change_s),
             med(&rv.cpu_s) / med(&k.cpu_s),
             med(&rv.hwm_mib) / med(&k.hwm_mib),
             pct(&rl, 50.0) / pct(&kl, 50.0),
@@ -1241,7 +1489,8 @@ fn scale_phase(
 }
 
 /// Phase 4 at `n_svc` Services of `n_ep` endpoints (see the module's
-/// documentation): every proxy started at once and waited for, then
+/// documentation): every proxy started at once and waited for (each of
+/// `targets` answering: the probe and the sample), then
 /// `blocks` rounds of `per_block` connections on each proxy in turn (the
 /// order rotating every round), so that a slow change of the machine's
 /// load hits every proxy alike; per pair, the median and quartiles of the
@@ -1251,24 +1500,28 @@ fn interleaved_phase(
     cp: &ControlPlane,
     nodes: &mut BTreeMap<Kind, Node>,
     kinds: &[Kind],
-    probe: SocketAddr,
+    targets: &[(SocketAddr, String)],
     n_svc: usize,
     n_ep: usize,
     blocks: usize,
     per_block: usize,
 ) {
+    let probe = targets[0].0;
     for &kind in kinds {
         nodes.get_mut(&kind).unwrap().start(cp);
     }
     for &kind in kinds {
-        let t = nodes.get_mut(&kind).unwrap().client.poll(
-            probe,
-            "target",
+        let t = nodes.get_mut(&kind).unwrap().client.poll_all(
+            targets,
             Instant::now(),
             Duration::from_millis(10),
             Duration::from_secs(900),
         );
-        assert!(t.is_some(), "{} never served the probe", kind.label());
+        assert!(
+            t.is_some(),
+            "{} never served the probe and the sample",
+            kind.label()
+        );
     }
     // The last to sync has just written its tables.
     std::thread::sleep(Duration::from_secs(5));
@@ -1301,22 +1554,19 @@ fn interleaved_phase(
          load average {}",
         loadavg()
     );
-    println!("| proxy | n | p50 | p90 | p99 | per-round p50 | proxy CPU s/s | failed |");
-    println!("|---|---|---|---|---|---|---|---|");
-    for kind in kinds {
-        let v = sorted(pooled.remove(kind).unwrap_or_default());
-        println!(
-            "| {} | {} | {:.0} | {:.0} | {:.0} | {:?} | {:.3} | {} |",
-            kind.label(),
-            v.len(),
-            pct(&v, 50.0),
-            pct(&v, 90.0),
-            pct(&v, 99.0),
-            p50[kind].iter().map(|x| x.round()).collect::<Vec<_>>(),
-            (cpu_secs(nodes[kind].pid()) - cpu0[kind]) / secs,
-            failed[kind]
-        );
-        pooled.insert(*kind, v);
+    let rows: Vec<LatencyRow> = kinds
+        .iter()
+        .map(|kind| LatencyRow {
+            kind: *kind,
+            pooled: sorted(pooled.remove(kind).unwrap_or_default()),
+            p50: p50[kind].clone(),
+            extra: format!("{:.3}", (cpu_secs(nodes[kind].pid()) - cpu0[kind]) / secs),
+            failed: failed[kind],
+        })
+        .collect();
+    print_latency_table("proxy CPU s/s", &rows);
+    for r in rows {
+        pooled.insert(r.kind, r.pooled);
     }
     for (rk, kind) in pairs(kinds) {
         let ratios = sorted(
@@ -1367,6 +1617,7 @@ fn kube_bench() {
     let conns = env_usize("KBENCH_CONNS", 2000);
     let blocks = env_usize("KBENCH_BLOCKS", 6);
     let block_conns = env_usize("KBENCH_BLOCK_CONNS", 250);
+    let burst = env_usize("KBENCH_BURST", 100);
     let _stats = std::env::var_os("KBENCH_BPF_STATS")
         .is_some()
         .then(BpfStats::enable);
@@ -1384,6 +1635,7 @@ fn kube_bench() {
         sizes.iter().all(|n| n * n_ep <= 250 * 256),
         "at most 64,000 endpoints (10.85.0.0/16)"
     );
+    let mut set = ScaleSet::new(&sizes, n_ep);
     let work = TempDir::new("rvs-kbench");
     let api = Api::start(&cp, work.path());
 
@@ -1405,6 +1657,10 @@ fn kube_bench() {
             "dev",
             "eth0",
         ]);
+    }
+    // The sampled scale Services' endpoints, on the same host.
+    for a in ScaleSet::live_addrs() {
+        pods_host.exec(&["ip", "addr", "add", &format!("{a}/32"), "dev", "eth0"]);
     }
     let _new_pods = Server::start(
         &pods_host,
@@ -1449,7 +1705,7 @@ fn kube_bench() {
     let mut probe = None;
     for &n_svc in &sizes {
         let t = Instant::now();
-        create_scale(api.port, created, n_svc, n_ep, creators);
+        set.create(api.port, created, n_svc, creators);
         println!(
             "created {} services + {} endpoints in {:.1} s ({n_svc} x {n_ep} in place)",
             n_svc - created,
@@ -1465,13 +1721,17 @@ fn kube_bench() {
             .expect("the probe's endpoint");
             probe
         });
-        scale_phase(&cp, &mut nodes, &kinds, probe, n_svc, n_ep, rounds, conns);
+        scale_phase(
+            &cp, api.port, &mut nodes, &kinds, &mut set, probe, n_svc, rounds, conns, burst,
+        );
         if blocks > 0 {
+            let mut targets = vec![(probe, "target".to_owned())];
+            targets.extend(set.targets(n_svc));
             interleaved_phase(
                 &cp,
                 &mut nodes,
                 &kinds,
-                probe,
+                &targets,
                 n_svc,
                 n_ep,
                 blocks,
