@@ -11,6 +11,51 @@
 
 /* -------------------------------------------------- established fast path */
 
+/* The fast path's two state changes (fast_established, fast_established6),
+ * made once every check passed, without the general path's second parse
+ * and lookup (lib/tcp_state.h's tables): the ACK that completes the
+ * handshake of a flow that went straight to the flow table (SYN_RECV, the
+ * embryonic tables unarmed) makes it ESTABLISHED in either direction's
+ * table, both active (no ActiveConn move); the client's FIN (`fin`) of an
+ * ESTABLISHED flow without replies (DR) makes it FIN_WAIT, active to
+ * inactive. `f` goes to the available DR real server `d` in dests slot
+ * *didx (a pointer: dest_conns is keyed by that same stack slot), of
+ * service `svc`; `ep` is the flow's epoch, `l3len` the packet's IP length.
+ * Neither change is cached. Returns l2_out's verdict. */
+static __always_inline int fast_state_change(struct xdp_md *ctx, struct rvs_flow *f,
+					     const struct rvs_dest *d, __u32 *didx, __u32 svc,
+					     __u32 l3len, __u32 *ep, __u64 now, int fin)
+{
+	if (fin) {
+		struct rvs_dest_conns *dc;
+
+		/* The write, then the epoch (flow_epoch_bump); not cached
+		 * (its epoch is gone). */
+		f->state = RVS_TCP_S_FIN_WAIT;
+		f->last_seen = now;
+		/* conns_move's two adds, on one lookup (keyed by the dests
+		 * lookup's slot: xdp_lb's frame has no byte to spare on Linux
+		 * 6.1, whose verifier refuses a call chain over 512 bytes). */
+		dc = bpf_map_lookup_elem(&dest_conns, didx);
+		if (dc) {
+			__sync_fetch_and_add(&dc->active, -1);
+			__sync_fetch_and_add(&dc->inactive, 1);
+		}
+		__sync_fetch_and_add(ep, 1);
+	} else {
+		/* No epoch bump: only an ESTABLISHED entry is ever cached, and
+		 * whatever made this one SYN_RECV (an insert, a change away
+		 * from ESTABLISHED) bumped its epoch after its write, so no CPU
+		 * holds a valid cache entry of the flow. Not cached: the next
+		 * packet fills the cache. */
+		f->state = RVS_TCP_S_ESTABLISHED;
+		f->last_seen = now;
+	}
+	count(&svc_stats, svc, l3len, 0, 0);
+	count(&dest_stats, *didx, l3len, 0, 0);
+	return l2_out(ctx, d->mac, d->smac, d->ifindex);
+}
+
 /* fast_established's IPv6 counterpart (the same checks, counters,
  * last_seen stamping and MAC rewrite, and the same two state changes: the
  * handshake's ACK of a SYN_RECV flow, the client's FIN of an ESTABLISHED
@@ -97,7 +142,7 @@ static __always_inline int fast_established6(struct xdp_md *ctx, struct rvs_flow
 	*looked = 1;
 	if (!f)
 		return -1;
-	/* The two state changes of fast_established (below). */
+	/* The two state changes (fast_state_change). */
 	hs = proto == IPPROTO_TCP && !fin && f->state == RVS_TCP_S_SYN_RECV;
 	if (f->state != state && !hs)
 		return -1;
@@ -118,31 +163,10 @@ static __always_inline int fast_established6(struct xdp_md *ctx, struct rvs_flow
 	if (!d || d->method != RVS_FWD_DR || (d->flags & RVS_DEST_F_UNAVAILABLE))
 		return -1;
 	svc = f->svc;
-	if (hs) {
-		/* No epoch bump, not cached (see fast_established). */
-		f->state = RVS_TCP_S_ESTABLISHED;
+	if (hs || fin)
+		return fast_state_change(ctx, f, d, &didx, svc, l3len, ep, now, fin);
+	if (stale)
 		f->last_seen = now;
-		count(&svc_stats, svc, l3len, 0, 0);
-		count(&dest_stats, didx, l3len, 0, 0);
-		return l2_out(ctx, d->mac, d->smac, d->ifindex);
-	} else if (fin) {
-		struct rvs_dest_conns *dc;
-
-		/* The write, then the epoch; not cached. */
-		f->state = RVS_TCP_S_FIN_WAIT;
-		f->last_seen = now;
-		dc = bpf_map_lookup_elem(&dest_conns, &didx);
-		if (dc) {
-			__sync_fetch_and_add(&dc->active, -1);
-			__sync_fetch_and_add(&dc->inactive, 1);
-		}
-		__sync_fetch_and_add(ep, 1);
-		count(&svc_stats, svc, l3len, 0, 0);
-		count(&dest_stats, didx, l3len, 0, 0);
-		return l2_out(ctx, d->mac, d->smac, d->ifindex);
-	} else if (stale) {
-		f->last_seen = now;
-	}
 	/* Cached only when the flow cannot expire while its entry is valid
 	 * (see fast_established). */
 	if (timeout > RVS_FLOW_CACHE_JIFFIES) {
@@ -260,13 +284,8 @@ static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow 
 	*looked = 1;
 	if (!f)
 		return -1;
-	/* Two state changes are done here, without the general path's second
-	 * parse and lookup (lib/tcp_state.h's tables): the ACK that completes
-	 * the handshake of a flow that went straight to flows4 (SYN_RECV, the
-	 * embryonic tables unarmed) makes it ESTABLISHED in either
-	 * direction's table, both active (no ActiveConn move); the client's
-	 * FIN of an ESTABLISHED flow without replies (DR) makes it FIN_WAIT,
-	 * active to inactive. */
+	/* The handshake's ACK of a SYN_RECV flow, the client's FIN of an
+	 * ESTABLISHED one without replies: fast_state_change. */
 	hs = proto == IPPROTO_TCP && !fin && f->state == RVS_TCP_S_SYN_RECV;
 	if (f->state != state && !hs)
 		return -1;
@@ -288,42 +307,12 @@ static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow 
 	if (!d || d->method != RVS_FWD_DR || (d->flags & RVS_DEST_F_UNAVAILABLE))
 		return -1;
 	svc = f->svc;
-	if (hs) {
-		/* No epoch bump: only an ESTABLISHED entry is ever cached, and
-		 * whatever made this one SYN_RECV (an insert, a change away
-		 * from ESTABLISHED) bumped its epoch after its write, so no CPU
-		 * holds a valid cache entry of the flow. Not cached: the next
-		 * packet fills the cache. */
-		f->state = RVS_TCP_S_ESTABLISHED;
+	if (hs || fin)
+		return fast_state_change(ctx, f, d, &didx, svc, l3len, ep, now, fin);
+	/* Stored once per jiffy, not per packet: the entry's cache line is
+	 * then only read while a flow's packets spread over several CPUs. */
+	if (stale)
 		f->last_seen = now;
-		count(&svc_stats, svc, l3len, 0, 0);
-		count(&dest_stats, didx, l3len, 0, 0);
-		return l2_out(ctx, d->mac, d->smac, d->ifindex);
-	} else if (fin) {
-		struct rvs_dest_conns *dc;
-
-		/* The write, then the epoch (flow_epoch_bump); not cached
-		 * (its epoch is gone). */
-		f->state = RVS_TCP_S_FIN_WAIT;
-		f->last_seen = now;
-		/* conns_move's two adds, on one lookup (keyed by the dests
-		 * lookup's slot: xdp_lb's frame has no byte to spare on Linux
-		 * 6.1, whose verifier refuses a call chain over 512 bytes). */
-		dc = bpf_map_lookup_elem(&dest_conns, &didx);
-		if (dc) {
-			__sync_fetch_and_add(&dc->active, -1);
-			__sync_fetch_and_add(&dc->inactive, 1);
-		}
-		__sync_fetch_and_add(ep, 1);
-		count(&svc_stats, svc, l3len, 0, 0);
-		count(&dest_stats, didx, l3len, 0, 0);
-		return l2_out(ctx, d->mac, d->smac, d->ifindex);
-	} else if (stale) {
-		/* Stored once per jiffy, not per packet: the entry's cache line
-		 * is then only read while a flow's packets spread over several
-		 * CPUs. */
-		f->last_seen = now;
-	}
 	/* Cached only when the flow cannot expire while its entry is valid:
 	 * then an expired flow (the only kind the control side removes) never
 	 * has a valid cache entry. */

@@ -900,6 +900,49 @@ mod tests {
         ctl.ipvs().audit().unwrap();
     }
 
+    /// keepalived.conf meets the core's one family rule, opt included: a
+    /// real server of the other family behind `lvs_method TUN type opt` is
+    /// refused in rvsadm's words, as `rvsadm -a ... --tun-type opt` refuses
+    /// it (and `rvsd --check`, which builds the table this way); the same
+    /// server behind ipip is legal.
+    #[test]
+    fn keepalived_conf_real_server_of_the_other_family_behind_opt_is_refused() {
+        let defs = |method: &str| -> Vec<ServiceDef> {
+            let text = format!(
+                "virtual_server 10.0.0.1 80 {{\n protocol TCP\n lvs_method DR\n\
+                 real_server 192.168.0.1 80 {{\n }}\n\
+                 real_server 2001:db8::2 80 {{\n  lvs_method TUN type {method}\n }}\n}}\n"
+            );
+            rvs_config::parse_str("k.conf", &text, &rvs_config::LoadOptions::default())
+                .unwrap()
+                .config
+                .lvs_services()
+                .unwrap()
+                .into_iter()
+                .map(ServiceDef::from)
+                .collect()
+        };
+        let e = build(&defs("opt"), IpvsConfig::default()).unwrap_err();
+        assert_eq!(e.index, 0);
+        assert_eq!(
+            e.error,
+            CtlError::Invalid(rvs_core::model::FamilyError::OptTunnel.to_string())
+        );
+        assert!(
+            e.error.to_string().ends_with(
+                "Different address family is not allowed for --tun-type opt \
+                 (the packet is rewritten, not encapsulated)"
+            ),
+            "{}",
+            e.error
+        );
+        let mut ctl = Controller::new(IpvsConfig::default(), Box::new(NoDataPlane));
+        assert_eq!(ctl.replace(&defs("opt")).unwrap_err().error, e.error);
+        assert_eq!(ctl.ipvs().services().count(), 0, "nothing applied");
+        ctl.replace(&defs("ipip")).unwrap();
+        assert_eq!(ctl.ipvs().service(&key(80)).unwrap().dests().len(), 2);
+    }
+
     #[test]
     fn bad_reload_and_bad_batch_change_nothing() {
         let log = Arc::new(Mutex::new(Vec::new()));

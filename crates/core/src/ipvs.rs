@@ -27,7 +27,7 @@ use crate::conn::{Addr, Conn, ConnFlags, ConnId, ConnKey, ConnTable, ConnTableCo
 use crate::dest::{Dest, DestId};
 use crate::model::{
     AddrFamily, DestConfig, ForwardMethod, LocalAddrRange, PersistenceEngine, Protocol,
-    ServiceConfig, ServiceKey,
+    ServiceConfig, ServiceKey, check_family,
 };
 use crate::pe_sip;
 use crate::sched::{
@@ -732,12 +732,9 @@ fn validate_dest(key: &ServiceKey, d: &DestConfig) -> Result<(), CtlError> {
             "lower threshold is higher than upper threshold".into(),
         ));
     }
-    if AddrFamily::of(&d.addr) != key.af() && !matches!(d.forward, ForwardMethod::Tunnel(_)) {
-        return Err(CtlError::Invalid(
-            "different address family is allowed only for tunneling servers".into(),
-        ));
-    }
-    Ok(())
+    // The family rule in rvsadm's words (CtlError::Invalid adds
+    // "Invalid operation: ").
+    check_family(key.af(), d.addr, &d.forward).map_err(|e| CtlError::Invalid(e.to_string()))
 }
 
 fn quic_err(e: crate::model::QuicLbError) -> CtlError {

@@ -317,6 +317,45 @@ impl ForwardMethod {
     }
 }
 
+/// Why a real server's address family may not differ from its service's
+/// (see [`check_family`]). The messages are rvsadm's, so every source of
+/// real servers (the command line, the REST API, keepalived.conf,
+/// Kubernetes) refuses one in the same words.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FamilyError {
+    /// The other family without a tunnel (NAT, DR, FULLNAT, local).
+    #[error("Different address family is allowed only for tunneling servers")]
+    NotTunnel,
+    /// The other family behind `--tun-type opt`, which rewrites the packet
+    /// instead of carrying it inside one of the server's family.
+    #[error(
+        "Different address family is not allowed for --tun-type opt (the packet is rewritten, not encapsulated)"
+    )]
+    OptTunnel,
+}
+
+/// The one address-family rule for a real server (ipvsadm's own check,
+/// and rvs's for [`TunnelType::Opt`]): a server of `service`'s family is
+/// always legal; one of the other family only behind an encapsulating
+/// tunnel (ipip, gue, gre, geneve), since only a tunnel carries the
+/// client's packet inside a packet of the server's family. Pure, so the
+/// core's checks and the command line's share it.
+pub fn check_family(
+    service: AddrFamily,
+    server: IpAddr,
+    forward: &ForwardMethod,
+) -> Result<(), FamilyError> {
+    if AddrFamily::of(&server) == service {
+        return Ok(());
+    }
+    match forward {
+        ForwardMethod::Tunnel(t) if t.kind == TunnelType::Opt => Err(FamilyError::OptTunnel),
+        ForwardMethod::Tunnel(_) => Ok(()),
+        _ => Err(FamilyError::NotTunnel),
+    }
+}
+
 /// PROXY protocol header sent to real servers by the proxy data plane, so
 /// they see the client's address (rvs extension; `--proxy-protocol v1|v2`,
 /// keepalived `proxy_protocol v1|v2`).

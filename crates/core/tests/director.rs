@@ -11,8 +11,8 @@ use rvs_core::ipvs::{
     CtlError, DropReason, Forward, Ipvs, IpvsConfig, L4, MirroredConn, Packet, Tunables, Verdict,
 };
 use rvs_core::model::{
-    AddrFamily, DestConfig, ForwardMethod, LocalAddrRange, PersistMask, PersistenceEngine,
-    Protocol, ServiceConfig, ServiceKey,
+    AddrFamily, DestConfig, FamilyError, ForwardMethod, LocalAddrRange, PersistMask,
+    PersistenceEngine, Protocol, ServiceConfig, ServiceKey, Tunnel, TunnelType,
 };
 use rvs_core::sched::Scheduler;
 use rvs_core::state::{TcpFlags, TcpState};
@@ -672,6 +672,80 @@ fn control_errors_leave_state_unchanged() {
         ipvs.service(&tcp_svc(80)).unwrap().config().scheduler,
         Scheduler::Wlc
     );
+    ipvs.audit().unwrap();
+}
+
+/// A real server of the other family is legal only behind an
+/// encapsulating tunnel, never behind `opt` (which rewrites the packet):
+/// the core holds the one rule, in rvsadm's words, for every source of
+/// real servers, on an add as on an edit.
+#[test]
+fn a_real_server_of_the_other_family_needs_an_encapsulating_tunnel() {
+    let mut ipvs = director("rr", 1, ForwardMethod::Route);
+    let v6 = IpAddr::V6("2001:db8::2".parse().unwrap());
+    let tunnel = |kind| {
+        ForwardMethod::Tunnel(Tunnel {
+            kind,
+            ..Tunnel::default()
+        })
+    };
+    let refused = |e: FamilyError| Some(CtlError::Invalid(e.to_string()));
+    let before = format!("{:?}", counts(&ipvs, &tcp_svc(80)));
+    for (forward, why) in [
+        (ForwardMethod::Route, FamilyError::NotTunnel),
+        (ForwardMethod::Masq, FamilyError::NotTunnel),
+        (ForwardMethod::FullNat, FamilyError::NotTunnel),
+        (tunnel(TunnelType::Opt), FamilyError::OptTunnel),
+    ] {
+        let d = DestConfig::new(v6, 80).forward(forward);
+        assert_eq!(
+            ipvs.add_dest(&tcp_svc(80), d).err(),
+            refused(why),
+            "{forward:?}"
+        );
+    }
+    assert_eq!(before, format!("{:?}", counts(&ipvs, &tcp_svc(80))));
+    assert_eq!(
+        FamilyError::OptTunnel.to_string(),
+        "Different address family is not allowed for --tun-type opt \
+         (the packet is rewritten, not encapsulated)"
+    );
+    for kind in [
+        TunnelType::Ipip,
+        TunnelType::Gue,
+        TunnelType::Gre,
+        TunnelType::Geneve,
+    ] {
+        let port = if kind == TunnelType::Gue { 6080 } else { 0 };
+        let fwd = ForwardMethod::Tunnel(Tunnel {
+            kind,
+            port,
+            ..Tunnel::default()
+        });
+        ipvs.add_dest(&tcp_svc(80), DestConfig::new(v6, 80).forward(fwd))
+            .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+        ipvs.del_dest(&tcp_svc(80), v6, 80).unwrap();
+    }
+    // An edit of a tunnel server to opt meets the same rule.
+    ipvs.add_dest(
+        &tcp_svc(80),
+        DestConfig::new(v6, 80).forward(tunnel(TunnelType::Ipip)),
+    )
+    .unwrap();
+    assert_eq!(
+        ipvs.edit_dest(
+            &tcp_svc(80),
+            DestConfig::new(v6, 80).forward(tunnel(TunnelType::Opt))
+        )
+        .err(),
+        refused(FamilyError::OptTunnel)
+    );
+    // The same family is always legal, opt included.
+    ipvs.add_dest(
+        &tcp_svc(80),
+        DestConfig::new(rs(7), 80).forward(tunnel(TunnelType::Opt)),
+    )
+    .unwrap();
     ipvs.audit().unwrap();
 }
 

@@ -41,29 +41,18 @@ pub fn check_tunnel(
 }
 
 /// The address family of a real server against its service's, as
-/// `rvsadm -a/-e` checks it (ipvsadm's own check, and rvs's for `--tun-type
-/// opt`), for every caller that adds or edits a real server (the command
-/// line and the REST API): a server of the other family is legal only
-/// behind an encapsulating tunnel, since only a tunnel carries the
-/// client's packet inside one of the server's family. The error is
-/// rvsadm's text.
+/// `rvsadm -a/-e` checks it, for every caller that adds or edits a real
+/// server (the command line and the REST API): the core's one rule
+/// ([`rvs_core::model::check_family`]: another family only behind an
+/// encapsulating tunnel, never `--tun-type opt`), its error as a
+/// [`ParseError`] in the same words.
 pub fn check_family(
     service: AddrFamily,
     server: IpAddr,
     forward: &ForwardMethod,
 ) -> Result<(), ParseError> {
-    if AddrFamily::of(&server) == service {
-        return Ok(());
-    }
-    match forward {
-        ForwardMethod::Tunnel(t) if t.kind == TunnelType::Opt => Err(ParseError::fail(
-            "Different address family is not allowed for --tun-type opt (the packet is rewritten, not encapsulated)",
-        )),
-        ForwardMethod::Tunnel(_) => Ok(()),
-        _ => Err(ParseError::fail(
-            "Different address family is allowed only for tunneling servers",
-        )),
-    }
+    rvs_core::model::check_family(service, server, forward)
+        .map_err(|e| ParseError::fail(e.to_string()))
 }
 
 /// The scan both checks share: column `j` of `row` is option
