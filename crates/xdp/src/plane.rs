@@ -121,8 +121,14 @@
 //!   program's, at most one report old;
 //! * the same pass is the program's sweep: expired flows and templates are
 //!   deleted, and `dest_conns` (the ActiveConn/InActConn the program keeps
-//!   for lc/wlc/sed/nq/fo/ovf) is set from the live flows, repairing what
-//!   LRU evictions left behind;
+//!   for lc/wlc/sed/nq/ovf/lblc/lblcr) is corrected from the live flows,
+//!   repairing what the program never subtracts (flows the sweep deletes
+//!   as expired, flows the LRU evicted). The program's count is the truth
+//!   and the walk's a correction for that drift: a real server's count is
+//!   set to the walk's only if the program left it unchanged while the walk
+//!   ran (a walk spans reports and would miss flows made meanwhile); one
+//!   the program changed during `report::BUSY_WALKS` walks in a row
+//!   gets the walk's count plus the program's change during the last;
 //! * connection thresholds (`-x`/`-y`): the director decides overload from
 //!   the mirrored connections with IPVS's hysteresis, and the real server's
 //!   `OVERLOADED` flag follows;
@@ -330,6 +336,10 @@ pub struct Plane<M: MapOps> {
     persist_done: Option<WalkDone>,
     /// Entries per table per report (see [`Plane::set_mirror_page`]).
     mirror_page: usize,
+    /// Real-server indexes whose `dest_conns` the program changed during
+    /// the last flow walks, with how many walks in a row (see
+    /// `report::conns_fix`).
+    conns_busy: HashMap<u32, u32>,
     /// Connection entries mirrored from flows by the last complete walk.
     mirrored_flows: HashSet<ConnId>,
     /// Connection entries mirrored from templates by the last complete walk.
@@ -389,6 +399,9 @@ struct Walk {
     start: Option<u64>,
     /// Live entries per real-server index (counted for flows).
     users: HashMap<u32, DestConns>,
+    /// The flow walk: `dest_conns` of every real-server index in use when
+    /// it began (see `report::conns_fix`).
+    conns_start: HashMap<u32, DestConns>,
     /// Connection entries mirrored by the walk.
     seen: HashSet<ConnId>,
 }
@@ -629,6 +642,7 @@ impl<M: MapOps> Plane<M> {
             flows_done: None,
             persist_done: None,
             mirror_page: MIRROR_PAGE,
+            conns_busy: HashMap::new(),
             mirrored_flows: HashSet::new(),
             mirrored_templates: HashSet::new(),
             dirty: false,

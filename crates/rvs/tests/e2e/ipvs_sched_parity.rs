@@ -29,13 +29,12 @@
 //! the next one starts, so every director has seen it close.
 //!
 //! `twos` is not compared: it draws at random (and Debian's kernel has no
-//! `CONFIG_IP_VS_TWOS`). Exceptions to parity are named in [`EXCEPTIONS`]
-//! with the reason: the XDP plane's connection counters can lag behind on
-//! a loaded machine (its periodic flow walk rewrites them), so its
-//! counting schedulers' mismatches are printed, not failed. Every other
-//! case, and every case on the proxy plane, must be identical. About 50 s
-//! (one guest boot, about 1,500 connections per director) on an idle
-//! machine.
+//! `CONFIG_IP_VS_TWOS`). Exceptions to parity would be named in
+//! [`EXCEPTIONS`] with the reason; there are none: every case on both
+//! planes must be identical (the XDP plane's counting schedulers too: its
+//! flow walk no longer overwrites counts the program changed while the
+//! walk ran). About 50 s (one guest boot, about 1,500 connections per
+//! director) on an idle machine.
 
 use std::io::Read;
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
@@ -133,27 +132,9 @@ const CASES: [Case; 20] = [
     ),
 ];
 
-/// Why the XDP plane's connection-counting schedulers may differ from the
-/// kernel's on a loaded machine.
-const WALK_RACE: &str = "the XDP plane's ActiveConn/InActConn (`dest_conns`) are \
-    rewritten from its periodic flow walk, which can miss flows made during the walk \
-    (report.rs: \"increments made meanwhile may be overwritten\"): a decision right \
-    after such a write sees a lower count than the kernel's (seen once: sed, 9 of 20, \
-    at load 15); a timing-dependent undercount, not modelled here";
-
 /// Differences from the kernel tolerated (and printed) with the reason:
-/// (case, plane, why).
-const EXCEPTIONS: &[(&str, &str, &str)] = &[
-    ("lc", "xdp", WALK_RACE),
-    ("wlc", "xdp", WALK_RACE),
-    ("wlc closed", "xdp", WALK_RACE),
-    ("sed", "xdp", WALK_RACE),
-    ("nq", "xdp", WALK_RACE),
-    ("ovf", "xdp", WALK_RACE),
-    ("lblc", "xdp", WALK_RACE),
-    ("lblcr", "xdp", WALK_RACE),
-    ("persistence -M /24 (wlc)", "xdp", WALK_RACE),
-];
+/// (case, plane, why). None today.
+const EXCEPTIONS: &[(&str, &str, &str)] = &[];
 
 /// The VIP of case `i`.
 fn vip(i: usize) -> Ipv4Addr {

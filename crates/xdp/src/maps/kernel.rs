@@ -382,6 +382,9 @@ impl MapOps for KernelMaps {
     fn set_dest_conns(&mut self, index: u32, conns: &DestConns) -> Result<(), XdpError> {
         self.director.set_dest_conns(index, conns)
     }
+    fn dest_conns(&mut self, index: u32) -> Result<DestConns, XdpError> {
+        self.director.dest_conns(index)
+    }
     /// Both flow tables, then both embryonic tables (TCP flows between
     /// their SYN and their handshake's ACK, listed like IPVS lists its
     /// SYN_RECV connections): the IPv4 flows of `flows4` (as

@@ -444,6 +444,10 @@ impl MapOps for MemMaps {
         self.dest_conns.insert(index, *conns);
         Ok(())
     }
+    fn dest_conns(&mut self, index: u32) -> Result<DestConns, XdpError> {
+        Self::bound("dest_conns", index, maps::MAX_DESTS)?;
+        Ok(self.dest_conns.get(&index).copied().unwrap_or_default())
+    }
     /// Pages of the table in key order (the kernel's order is its
     /// buckets'; any stable order shows the same walk).
     fn flows_page(

@@ -47,6 +47,10 @@ pub trait MapOps {
     /// `dest_conns[index] = conns` (ActiveConn/InActConn the program keeps
     /// for the least-connection schedulers).
     fn set_dest_conns(&mut self, index: u32, conns: &DestConns) -> Result<(), XdpError>;
+    /// `dest_conns[index]`: what the program counts now (the flow walk
+    /// compares it before and after, to leave alone a count the program
+    /// changed while the walk ran).
+    fn dest_conns(&mut self, index: u32) -> Result<DestConns, XdpError>;
     /// Call `f` for about `max` persistence templates from `cursor` on;
     /// true when the walk reached the end (as [`MapOps::flows_page`]).
     fn persist_page(

@@ -64,6 +64,71 @@ pub struct ReportRead {
     quic: Vec<(rvs_core::model::ServiceKey, u32, crate::quic_lb::QuicStats)>,
 }
 
+/// What a completed flow walk found of one real server's connections.
+#[derive(Clone, Copy, Debug)]
+struct ConnsCount {
+    /// Its index.
+    index: u32,
+    /// `dest_conns` when the walk began (`None`: the index was not in use
+    /// then).
+    start: Option<DestConns>,
+    /// The live flows the walk counted.
+    counted: DestConns,
+}
+
+/// How many completed flow walks in a row may leave a real server's
+/// `dest_conns` alone because the program changed it while they ran (see
+/// [`conns_fix`]). About as many seconds (one walk per report while the
+/// table fits in a page).
+const BUSY_WALKS: u32 = 8;
+
+/// What a completed flow walk writes to one real server's `dest_conns`,
+/// and how many walks in a row the program has now been changing it (the
+/// next call's `busy`).
+///
+/// The program's count (`end`, read right before the write) is the truth
+/// but drifts: it never subtracts flows the sweep deletes as expired nor
+/// flows the LRU evicts. The walk's count (`counted`) corrects that drift
+/// but is no snapshot: it spans reports and misses flows made, or sees
+/// states changed, while it ran. So the walk's count replaces the
+/// program's only when the program left it unchanged meanwhile (`end ==
+/// start`, both fields); otherwise it is left alone and a later, quiet walk
+/// corrects it. A real server so busy that no walk is quiet would keep its
+/// drift for good: after [`BUSY_WALKS`] busy walks in a row it gets the
+/// walk's count plus the program's change during this walk (`end - start`),
+/// which may count twice a flow made during the walk that the walk saw, an
+/// error bounded by one walk's activity instead of a drift that grows. An
+/// index not in use when the walk began (`start` is `None`: installed
+/// meanwhile, its count started at zero then) is left alone.
+fn conns_fix(
+    start: Option<DestConns>,
+    end: DestConns,
+    counted: DestConns,
+    busy: u32,
+) -> (Option<DestConns>, u32) {
+    let Some(start) = start else {
+        return (None, 0);
+    };
+    if start == end {
+        return (Some(counted), 0);
+    }
+    let busy = busy.saturating_add(1);
+    if busy < BUSY_WALKS {
+        return (None, busy);
+    }
+    // The program's change as a signed difference (its counters are
+    // updated with atomic adds and may wrap).
+    let plus = |w: u32, e: u32, s: u32| {
+        let delta = i64::from(e.wrapping_sub(s) as i32);
+        (i64::from(w) + delta).clamp(0, i64::from(u32::MAX)) as u32
+    };
+    let fixed = DestConns {
+        active: plus(counted.active, end.active, start.active),
+        inactive: plus(counted.inactive, end.inactive, start.inactive),
+    };
+    (Some(fixed), 0)
+}
+
 /// The writes phase 2 of a report decided on, for phase 3.
 #[derive(Debug, Default)]
 pub struct ReportWrites {
@@ -75,8 +140,9 @@ pub struct ReportWrites {
     expired_fnat: Vec<(FlowKey, maps::FnatKey)>,
     /// FULLNAT translations whose flow is gone, to free.
     fnat_orphans: Vec<super::fnat::FnatOrphan>,
-    /// `dest_conns` from a completed flow walk.
-    dest_conns: Vec<(u32, DestConns)>,
+    /// `dest_conns` corrections from a completed flow walk, made (or
+    /// not) by [`conns_fix`] against what the program counts by then.
+    dest_conns: Vec<ConnsCount>,
     /// Real servers whose `OVERLOADED` flag changed (the plane's books
     /// already say so; undone if the write fails).
     overload: Vec<DestState>,
@@ -126,6 +192,14 @@ impl<M: MapOps> Plane<M> {
         let (jiffies, hz) = self.maps.clock()?;
         let hz = u64::from(hz.max(1));
         let config = self.config;
+        if self.flow_walk.start.is_none() {
+            // The flow walk begins: what the program counts now, to tell
+            // at its end whether it changed meanwhile (`conns_fix`).
+            for index in self.indexes() {
+                let c = self.maps.dest_conns(index)?;
+                self.flow_walk.conns_start.insert(index, c);
+            }
+        }
         read.flow_start = *self.flow_walk.start.get_or_insert(g);
         read.persist_start = *self.persist_walk.start.get_or_insert(g);
         let nat_dests = self.nat_dests();
@@ -251,9 +325,7 @@ impl<M: MapOps> Plane<M> {
             let _ = self.maps.remove_fnat(k, r);
         }
         self.fnat_sweep_write(&w.fnat_orphans);
-        for (i, c) in &w.dest_conns {
-            let _ = self.maps.set_dest_conns(*i, c);
-        }
+        self.fix_conns(&w.dest_conns);
         for d in w.overload {
             let v = self.dest_value(&d, 0);
             if self.maps.set_dest(d.index, &v).is_err() {
@@ -284,6 +356,41 @@ impl<M: MapOps> Plane<M> {
             let _ = self.apply_command(c);
         }
         self.resync_quic();
+    }
+
+    /// Phase 3 of a completed flow walk: each real server's `dest_conns`
+    /// read again and, right after, corrected as [`conns_fix`] decides.
+    /// A failed read or write leaves that count as the program has it (a
+    /// later walk corrects it).
+    fn fix_conns(&mut self, counts: &[ConnsCount]) {
+        if counts.is_empty() {
+            return;
+        }
+        let mut busy = HashMap::new();
+        for c in counts {
+            let was = self.conns_busy.get(&c.index).copied().unwrap_or(0);
+            let end = match self.maps.dest_conns(c.index) {
+                Ok(end) => end,
+                Err(e) => {
+                    tracing::warn!(index = c.index, error = %e, "flow walk: reading dest_conns");
+                    if was > 0 {
+                        busy.insert(c.index, was);
+                    }
+                    continue;
+                }
+            };
+            let (write, now) = conns_fix(c.start, end, c.counted, was);
+            if now > 0 {
+                busy.insert(c.index, now);
+            }
+            if let Some(v) = write
+                && let Err(e) = self.maps.set_dest_conns(c.index, &v)
+            {
+                tracing::warn!(index = c.index, error = %e, "flow walk: writing dest_conns");
+            }
+        }
+        // Indexes no longer in use drop out.
+        self.conns_busy = busy;
     }
 
     /// The growth of each QUIC-LB service's counters since the last read
@@ -462,14 +569,18 @@ impl<M: MapOps> Plane<M> {
             close_gone(ipvs, &self.mirrored_flows, &walk.seen, other);
             self.mirrored_flows = walk.seen;
             // The ActiveConn/InActConn the program keeps for the
-            // least-connection schedulers are set to what the live flows
-            // say, which also repairs flows the LRU evicted without
-            // telling. Increments made meanwhile may be overwritten; the
-            // next walk corrects them.
+            // least-connection schedulers are corrected from what the live
+            // flows say (flows deleted as expired, or evicted, were never
+            // subtracted), in phase 3, unless the program changed them
+            // while the walk ran (`conns_fix`).
             w.dest_conns = self
                 .indexes()
                 .into_iter()
-                .map(|i| (i, walk.users.get(&i).copied().unwrap_or_default()))
+                .map(|index| ConnsCount {
+                    index,
+                    start: walk.conns_start.get(&index).copied(),
+                    counted: walk.users.get(&index).copied().unwrap_or_default(),
+                })
                 .collect();
             self.flows_done = Some(WalkDone {
                 start: read.flow_start,
@@ -591,4 +702,74 @@ fn fnat_local(r: &maps::FnatKey) -> SocketAddr {
         std::net::Ipv4Addr::new(a, b, c, d).into()
     };
     SocketAddr::new(ip, u16::from_be(r.lport))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BUSY_WALKS, conns_fix};
+    use crate::maps::DestConns;
+
+    fn c(active: u32, inactive: u32) -> DestConns {
+        DestConns { active, inactive }
+    }
+
+    #[test]
+    fn increments_the_program_made_during_the_walk_are_kept() {
+        // Two flows when the walk began, a third made after the walk
+        // passed its place: the walk counted two, the program three.
+        assert_eq!(conns_fix(Some(c(2, 0)), c(3, 0), c(2, 0), 0), (None, 1));
+        // A move (ESTABLISHED to FIN_WAIT) the walk did not see.
+        assert_eq!(conns_fix(Some(c(2, 1)), c(1, 2), c(2, 1), 0), (None, 1));
+        // A change undone meanwhile is no change: the walk's count goes.
+        assert_eq!(
+            conns_fix(Some(c(2, 1)), c(2, 1), c(2, 1), 3),
+            (Some(c(2, 1)), 0)
+        );
+    }
+
+    #[test]
+    fn drift_without_activity_is_corrected() {
+        // Flows deleted as expired or evicted, never subtracted: the
+        // program says 5/7, the live flows 1/2.
+        assert_eq!(
+            conns_fix(Some(c(5, 7)), c(5, 7), c(1, 2), 0),
+            (Some(c(1, 2)), 0)
+        );
+        // A deleted real server (in the trash) no flow uses any more.
+        assert_eq!(
+            conns_fix(Some(c(0, 4)), c(0, 4), c(0, 0), 0),
+            (Some(c(0, 0)), 0)
+        );
+    }
+
+    #[test]
+    fn an_index_put_in_use_during_the_walk_is_left_alone() {
+        // Installed (its count reset to zero) or reused after the walk
+        // began: what the walk counted under that index may be anyone's.
+        assert_eq!(conns_fix(None, c(1, 0), c(0, 0), 0), (None, 0));
+        assert_eq!(conns_fix(None, c(0, 0), c(3, 3), 5), (None, 0));
+    }
+
+    #[test]
+    fn a_server_busy_in_every_walk_is_corrected_after_busy_walks() {
+        // Drift of 10 inactive (expired flows) on a server the program
+        // changes in every walk: left alone BUSY_WALKS - 1 times, then the
+        // walk's count plus the program's change during the last walk.
+        let mut busy = 0;
+        for n in 1..BUSY_WALKS {
+            let (w, b) = conns_fix(Some(c(3, 10)), c(4, 10), c(3, 0), busy);
+            assert_eq!((w, b), (None, n));
+            busy = b;
+        }
+        assert_eq!(
+            conns_fix(Some(c(3, 10)), c(4, 10), c(3, 0), busy),
+            (Some(c(4, 0)), 0)
+        );
+        // Decrements too, never below zero.
+        let (w, _) = conns_fix(Some(c(3, 5)), c(1, 5), c(1, 0), BUSY_WALKS);
+        assert_eq!(w, Some(c(0, 0)));
+        // The program's counters wrap (atomic adds): 0 - 1 is -1.
+        let (w, _) = conns_fix(Some(c(0, 2)), c(u32::MAX, 2), c(4, 2), BUSY_WALKS);
+        assert_eq!(w, Some(c(3, 2)));
+    }
 }

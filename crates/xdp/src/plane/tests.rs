@@ -808,6 +808,75 @@ fn a_large_flow_table_is_walked_a_page_per_report() {
     assert_eq!(bed.plane.maps().dests[&b], Dest::default());
 }
 
+/// `dest_conns` is the program's count, corrected by a completed flow walk
+/// only where the program left it unchanged while the walk ran (issue 29):
+/// a flow made during the walk that the walk missed stays counted, a count
+/// the program did not touch is set to the live flows', and a real server
+/// added during the walk keeps the program's count.
+#[test]
+fn a_walk_keeps_what_the_program_counted_while_it_ran() {
+    let mut bed = Bed::new();
+    bed.plane.set_mirror_page(2);
+    bed.svc(80, "wlc").unwrap();
+    bed.dest(80, dr(1)).unwrap();
+    bed.dest(80, dr(2)).unwrap();
+    let (a, b) = (bed.index(80, 1), bed.index(80, 2));
+    let now = bed.plane.maps().jiffies;
+    let vip: IpAddr = "10.0.0.100".parse().unwrap();
+    let flow = |dest: u32| Flow {
+        last_seen: now,
+        dest,
+        state: TcpState::Established as u8,
+        ..Flow::default()
+    };
+    let fk = |i: u8| FlowKey::new(6, rs(i), 1000, vip, 80);
+    let active = |n: u32| DestConns {
+        active: n,
+        inactive: 0,
+    };
+    // What the program made and counted: two flows on b (the walk's
+    // first page), two on a (its second).
+    let m = bed.plane.maps();
+    for (i, d) in [(210, b), (211, b), (212, a), (213, a)] {
+        m.flows.insert(fk(i), flow(d));
+    }
+    m.dest_conns.insert(a, active(2));
+    m.dest_conns.insert(b, active(2));
+    bed.report(1);
+    assert!(bed.plane.flow_walk.start.is_some(), "the walk goes on");
+    // Meanwhile the LRU evicts b's two flows (the program does not
+    // subtract them); the program makes a flow to a, and a real server c
+    // is added and given one, both where the walk has passed (keys that
+    // sort first; two in, two out: the second page is still 212-213).
+    let m = bed.plane.maps();
+    m.flows.remove(&fk(210));
+    m.flows.remove(&fk(211));
+    m.flows.insert(fk(200), flow(a));
+    m.dest_conns.insert(a, active(3));
+    bed.dest(80, dr(3)).unwrap();
+    let c = bed.index(80, 3);
+    let m = bed.plane.maps();
+    assert_eq!(m.dest_conns[&c], active(0), "a fresh index starts at zero");
+    m.flows.insert(fk(201), flow(c));
+    m.dest_conns.insert(c, active(1));
+    bed.report(2);
+    assert!(bed.plane.flow_walk.start.is_none(), "the walk ended");
+    let conns = |bed: &mut Bed, i: u32| bed.plane.maps().dest_conns[&i];
+    // The walk counted two on a: the program's three stay.
+    assert_eq!(conns(&mut bed, a), active(3), "a flow the walk missed");
+    // c was not in use when the walk began: the program's count stays.
+    assert_eq!(conns(&mut bed, c), active(1), "a server added meanwhile");
+    // b unchanged: the walk's count (it met both flows before they went).
+    assert_eq!(conns(&mut bed, b), active(2));
+    // The next walk, with the program quiet: every count is the flows'.
+    bed.report(3);
+    bed.report(4);
+    assert!(bed.plane.flow_walk.start.is_none(), "the walk ended");
+    assert_eq!(conns(&mut bed, a), active(3));
+    assert_eq!(conns(&mut bed, b), active(0), "the evictions corrected");
+    assert_eq!(conns(&mut bed, c), active(1));
+}
+
 #[test]
 fn reports_mirror_flows_and_counters_into_the_director() {
     let mut bed = Bed::new();
