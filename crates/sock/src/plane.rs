@@ -37,7 +37,7 @@ use rvs_core::model::{DestConfig, Protocol, ServiceConfig, ServiceKey};
 use rvs_core::state::TcpState;
 use rvs_core::stats::Counters;
 use rvs_core::time::Instant;
-use rvs_sys::bpf::BpfMap;
+use rvs_sys::bpf::{BpfMap, OwnedBpfMap};
 use rvs_sys::sockdiag::SockDiag;
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -167,7 +167,7 @@ impl SockPlane {
         let sockets = Arc::new(Mutex::new(Vec::new()));
         let events = Arc::new(Mutex::new(EventCounts::default()));
         let refused = Arc::new(Mutex::new(Vec::new()));
-        let mut tables = Tables::new(loaded);
+        let mut tables = Tables::new(loaded)?;
         let shared = SockStats {
             snapshot: snapshot.clone(),
             sockets: sockets.clone(),
@@ -455,7 +455,12 @@ struct Book {
 
 /// The worker's books: what is installed where.
 struct Tables {
-    loaded: Loaded,
+    /// The programs and their maps: attached while the worker lives (the
+    /// maps are used through `handles`).
+    _loaded: Loaded,
+    /// A handle on each map, its sizes asked once (a write is then one
+    /// `bpf()` call, not two).
+    handles: HashMap<&'static str, OwnedBpfMap>,
     services: HashMap<ServiceKey, Book>,
     free_svc: Vec<u32>,
     next_svc: u32,
@@ -488,9 +493,24 @@ fn map_err(map: &'static str) -> impl FnOnce(std::io::Error) -> SockError {
 }
 
 impl Tables {
-    fn new(loaded: Loaded) -> Self {
-        Tables {
-            loaded,
+    fn new(loaded: Loaded) -> Result<Self, SockError> {
+        let names = [
+            name::SERVICES,
+            name::DESTS,
+            name::SLOTS,
+            name::STATS,
+            name::CURSOR,
+            name::SOCKS,
+            name::COUNTERS,
+        ];
+        let mut handles = HashMap::new();
+        for n in names {
+            let h = OwnedBpfMap::new(loaded.map_fd(n)?).map_err(map_err(n))?;
+            handles.insert(n, h);
+        }
+        Ok(Tables {
+            _loaded: loaded,
+            handles,
             services: HashMap::new(),
             free_svc: Vec::new(),
             next_svc: 0,
@@ -507,7 +527,7 @@ impl Tables {
             fresh: Vec::new(),
             gone: Vec::new(),
             no_room: NoRoom::default(),
-        }
+        })
     }
 
     /// Apply commands in order and read the maps every [`REPORT_EVERY`]
@@ -572,7 +592,10 @@ impl Tables {
     }
 
     fn map(&self, name: &'static str) -> Result<BpfMap<'_>, SockError> {
-        BpfMap::new(self.loaded.map_fd(name)?).map_err(map_err(name))
+        self.handles
+            .get(name)
+            .map(OwnedBpfMap::map)
+            .ok_or(SockError::MissingMap(name))
     }
 
     fn put<K: IntoBytes + zerocopy::Immutable, V: IntoBytes + zerocopy::Immutable>(

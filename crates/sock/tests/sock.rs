@@ -842,3 +842,30 @@ fn the_director_counts_each_socket_once_through_the_changed_counters() {
         conns(v, 1) == 3 && conns(v, 2) == 1
     });
 }
+
+/// Issue 28: a map write of the sock plane is one `bpf()` call — the
+/// worker builds its map handles once, at start, instead of asking the
+/// kernel for a map's sizes (`BPF_OBJ_GET_INFO_BY_FD`) before every write:
+/// 500 services with a real server each (a few thousand writes) ask for
+/// no map's info. Other tests of this binary start planes meanwhile (seven
+/// queries each), hence a bound rather than zero.
+#[test]
+fn the_sock_plane_asks_for_map_info_once_not_per_write() {
+    let Some((_cg, mut plane)) = setup("the_sock_plane_asks_for_map_info_once_not_per_write")
+    else {
+        return;
+    };
+    let backend: SocketAddr = "127.0.0.1:9".parse().expect("addr");
+    let before = rvs_sys::bpf::map_info_queries();
+    let mut cmds = Vec::new();
+    for port in 30_000..30_500 {
+        let (_, c) = service(Protocol::Tcp, vip4(9), port, Scheduler::Rr, &[(backend, 1)]);
+        cmds.extend(c);
+    }
+    exec(&mut plane, cmds);
+    let asked = rvs_sys::bpf::map_info_queries() - before;
+    assert!(
+        asked < 200,
+        "{asked} map info queries for 500 services and their real servers"
+    );
+}

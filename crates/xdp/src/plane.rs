@@ -94,8 +94,12 @@
 //! the change in its model; the next report compares the model with what
 //! is installed and applies the difference, so the data plane converges.
 //! A service the maps have no room for is refused once (`no room in
-//! svc_info`); commands about it are then ignored, and a report installs it
-//! with its real servers once there is room.
+//! svc_info`); commands about it are then ignored, and the report after
+//! room is freed (an index or a region past its grace period, a deleted
+//! real server's index given back) installs it with its real servers —
+//! the oldest waiting first, as many as the freed room holds; a report
+//! with nothing freed retries nothing. A real server or an edit of an
+//! installed service that finds no room waits the same way.
 //!
 //! What the XDP program cannot do is refused with a clear error: fwmark
 //! services (XDP runs before the skb exists, so there is no packet mark),
@@ -190,6 +194,7 @@ pub mod forwarding;
 mod l2;
 mod report;
 pub mod resolver;
+mod room;
 mod startup;
 mod synced;
 #[cfg(test)]
@@ -308,11 +313,11 @@ pub struct Plane<M: MapOps> {
     /// Services refused (fwmark, unsupported scheduler): commands about
     /// them are ignored; an edit makes them candidates again.
     refused: HashSet<ServiceKey>,
-    /// Services the maps had no room for when they were added: commands
-    /// about them are ignored (their refusal was the service's); the
-    /// reports keep trying to install them, with their real servers, from
-    /// the model.
-    roomless: HashSet<ServiceKey>,
+    /// Services the maps had no room for (the service itself: commands
+    /// about it are ignored, its refusal was the service's; or a change of
+    /// an installed one): retried from the model, with their real servers,
+    /// by the report after room is freed — not at every report.
+    room: room::RoomWait,
     svc_idx: IndexAlloc,
     dest_idx: IndexAlloc,
     slots: SlotAlloc,
@@ -346,6 +351,9 @@ pub struct Plane<M: MapOps> {
     mirrored_templates: HashSet<ConnId>,
     /// A map write failed: compare with the model at the next report.
     dirty: bool,
+    /// Commands the reports replayed from the model (convergence and
+    /// services let in when room was freed), for [`Plane::replayed`].
+    replayed: u64,
     /// The interfaces the program is attached to, and the MACs it acts on
     /// there (as written in the own-MAC table): followed by the resolver
     /// task, so a VRRP `use_vmac` macvlan's virtual MAC or a changed
@@ -625,7 +633,7 @@ impl<M: MapOps> Plane<M> {
             maps,
             services: HashMap::new(),
             refused: HashSet::new(),
-            roomless: HashSet::new(),
+            room: room::RoomWait::default(),
             svc_idx,
             dest_idx: IndexAlloc::new(maps::MAX_DESTS),
             slots,
@@ -646,6 +654,7 @@ impl<M: MapOps> Plane<M> {
             mirrored_flows: HashSet::new(),
             mirrored_templates: HashSet::new(),
             dirty: false,
+            replayed: 0,
             links: Vec::new(),
             own: crate::own_mac::OwnMacs::default(),
             adopted: None,
@@ -661,6 +670,13 @@ impl<M: MapOps> Plane<M> {
             fnat_ports: (maps::FNAT_PORT_MIN, maps::FNAT_PORT_MAX),
             synced_pairs_taken: 0,
         }
+    }
+
+    /// Commands the reports have replayed from the director's model since
+    /// the plane started (convergence after a failed write, services let
+    /// in when room was freed): the work a report did beyond its reads.
+    pub fn replayed(&self) -> u64 {
+        self.replayed
     }
 
     /// The maps (tests look at them).

@@ -37,8 +37,9 @@ pub use program::{Cgroup, Link, Program, SchedClassifier, TcHook, TestRunOutput,
 pub use stats::{ProgramStats, RunTimeStats, program_stats};
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
@@ -156,6 +157,7 @@ impl MapInfo {
 
 /// `BPF_OBJ_GET_INFO_BY_FD` on a map.
 pub fn map_info(fd: BorrowedFd<'_>) -> io::Result<MapInfo> {
+    MAP_INFO_QUERIES.fetch_add(1, Ordering::Relaxed);
     let mut head = MapInfoHead::default();
     let mut attr = InfoAttr {
         bpf_fd: fd_u32(fd),
@@ -173,6 +175,16 @@ pub fn map_info(fd: BorrowedFd<'_>) -> io::Result<MapInfo> {
         max_entries: head.max_entries,
         map_flags: head.map_flags,
     })
+}
+
+/// [`map_info`] calls so far, for [`map_info_queries`].
+static MAP_INFO_QUERIES: AtomicU64 = AtomicU64::new(0);
+
+/// How many times this process has asked the kernel for a map's info
+/// ([`map_info`], `BPF_OBJ_GET_INFO_BY_FD`; [`BpfMap::new`] does): tests
+/// check with it that a plane builds its map handles once, not per write.
+pub fn map_info_queries() -> u64 {
+    MAP_INFO_QUERIES.load(Ordering::Relaxed)
 }
 
 /// `union bpf_attr` for `BPF_OBJ_GET`.
@@ -370,6 +382,42 @@ pub struct Batch {
 
 fn invalid(what: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, what)
+}
+
+/// A map handle that owns its descriptor (a duplicate of the one it was
+/// opened from) and the sizes the kernel reported, asked once at
+/// [`OwnedBpfMap::new`]: each element call made through
+/// [`OwnedBpfMap::map`] is then one `bpf()` syscall, where building a
+/// [`BpfMap`] per call costs a `BPF_OBJ_GET_INFO_BY_FD` more. For a worker
+/// that writes a map many times and cannot keep a [`BpfMap`] borrowing the
+/// object it is kept beside (the sock plane's).
+#[derive(Debug)]
+pub struct OwnedBpfMap {
+    fd: OwnedFd,
+    info: MapInfo,
+    value_len: usize,
+}
+
+impl OwnedBpfMap {
+    /// Ask the kernel for the map's sizes and keep a duplicate of `fd`.
+    pub fn new(fd: BorrowedFd<'_>) -> io::Result<Self> {
+        let m = BpfMap::new(fd)?;
+        Ok(OwnedBpfMap {
+            fd: fd.try_clone_to_owned()?,
+            info: m.info,
+            value_len: m.value_len,
+        })
+    }
+
+    /// The handle, with the sizes asked at [`OwnedBpfMap::new`] (no
+    /// syscall).
+    pub fn map(&self) -> BpfMap<'_> {
+        BpfMap {
+            fd: self.fd.as_fd(),
+            info: self.info,
+            value_len: self.value_len,
+        }
+    }
 }
 
 /// A map file descriptor with the sizes the kernel reported for it.
@@ -624,6 +672,32 @@ mod tests {
                 None
             }
         }
+    }
+
+    /// An owned handle asks for the map's info once and works on after the
+    /// descriptor it was opened from is closed (it holds a duplicate).
+    #[test]
+    fn an_owned_handle_asks_once_and_outlives_its_source() {
+        use std::os::fd::AsFd;
+        const HASH: u32 = 1;
+        let test = "an_owned_handle_asks_once_and_outlives_its_source";
+        let Some(fd) = create(test, HASH, 4, 8, 16) else {
+            return;
+        };
+        let before = map_info_queries();
+        let owned = OwnedBpfMap::new(fd.as_fd()).unwrap();
+        drop(fd);
+        for k in 0u32..10 {
+            owned
+                .map()
+                .update(&k.to_ne_bytes(), &u64::from(k).to_ne_bytes(), 0)
+                .unwrap();
+        }
+        let mut v = [0u8; 8];
+        assert!(owned.map().lookup(&3u32.to_ne_bytes(), &mut v).unwrap());
+        assert_eq!(u64::from_ne_bytes(v), 3);
+        // Other tests of this binary may ask meanwhile: at least ours.
+        assert!(map_info_queries() > before);
     }
 
     #[test]

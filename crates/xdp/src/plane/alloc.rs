@@ -111,6 +111,10 @@ impl IndexAlloc {
     pub(super) fn release(&mut self, i: u32) {
         self.free.push(i);
     }
+    /// How many indexes [`IndexAlloc::alloc`] can still give.
+    pub(super) fn available(&self) -> u32 {
+        self.free.len() as u32 + (self.max - self.next)
+    }
     /// Take index `i` out of the free ones (found in use in adopted maps).
     /// False when it was not free.
     pub(super) fn reserve(&mut self, i: u32) -> bool {

@@ -26,11 +26,9 @@ impl<M: MapOps> Plane<M> {
         let r = match cmd {
             Command::AddService { key, config } => {
                 let r = self.add_service(key, config);
-                match r {
-                    Err(PlaneError::Full(_)) => self.roomless.insert(*key),
-                    Ok(()) => self.roomless.remove(key),
-                    Err(_) => false,
-                };
+                if r.is_ok() {
+                    self.room.installed(key);
+                }
                 r
             }
             Command::EditService { key, config } => self.edit_service(key, config),
@@ -38,7 +36,7 @@ impl<M: MapOps> Plane<M> {
             Command::Clear => {
                 let keys: Vec<ServiceKey> = self.services.keys().copied().collect();
                 self.refused.clear();
-                self.roomless.clear();
+                self.room.clear();
                 keys.iter().try_for_each(|k| self.del_service(k))
             }
             Command::AddDest { service, dest } => self.add_dest(service, dest),
@@ -58,8 +56,15 @@ impl<M: MapOps> Plane<M> {
                 self.write_config().inspect_err(|_| self.timeouts = old)
             }
         };
-        if matches!(r, Err(PlaneError::Map(_) | PlaneError::Full(_))) {
-            self.dirty = true;
+        match (&r, command_service(cmd)) {
+            // Waits for room: retried once some is freed, not by every
+            // report.
+            (Err(PlaneError::Full(_)), Some(key)) => {
+                let installed = self.services.contains_key(key);
+                self.room.no_room(*key, installed);
+            }
+            (Err(PlaneError::Map(_) | PlaneError::Full(_)), _) => self.dirty = true,
+            _ => {}
         }
         r
     }
@@ -487,7 +492,7 @@ impl<M: MapOps> Plane<M> {
                 self.dirty = true;
                 return Ok(());
             }
-            if self.roomless.contains(key) {
+            if self.room.roomless(key) {
                 // A report installs it as edited once there is room.
                 return Ok(());
             }
@@ -592,7 +597,7 @@ impl<M: MapOps> Plane<M> {
     }
 
     pub(super) fn del_service(&mut self, key: &ServiceKey) -> Result<(), PlaneError> {
-        if self.refused.remove(key) | self.roomless.remove(key) {
+        if self.refused.remove(key) | self.room.forget(key) {
             return Ok(());
         }
         let skey = svc_key(key)?;
@@ -806,7 +811,7 @@ impl<M: MapOps> Plane<M> {
     /// it, or had no room for it (its real servers and pool come with it
     /// when a report installs it).
     fn ignored(&self, service: &ServiceKey) -> bool {
-        self.refused.contains(service) || self.roomless.contains(service)
+        self.refused.contains(service) || self.room.roomless(service)
     }
 
     /// The installed state of `service`; `None` when this plane refused
@@ -1011,5 +1016,20 @@ impl<M: MapOps> Plane<M> {
             self.config = c;
         }
         Ok(())
+    }
+}
+
+/// The service a command is about (`None` for those about all or none).
+fn command_service(cmd: &Command) -> Option<&ServiceKey> {
+    match cmd {
+        Command::AddService { key, .. }
+        | Command::EditService { key, .. }
+        | Command::DelService { key } => Some(key),
+        Command::AddDest { service, .. }
+        | Command::EditDest { service, .. }
+        | Command::DelDest { service, .. }
+        | Command::AddLaddr { service, .. }
+        | Command::DelLaddr { service, .. } => Some(service),
+        Command::Clear | Command::Zero { .. } | Command::SetTimeouts { .. } => None,
     }
 }

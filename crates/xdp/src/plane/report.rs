@@ -20,12 +20,13 @@ use rvs_control::state::{ServiceDef, current_defs, diff};
 use rvs_core::conn::ConnId;
 use rvs_core::dest::DestId;
 use rvs_core::ipvs::{Ipvs, MirroredConn};
-use rvs_core::model::Protocol;
+use rvs_core::model::{Protocol, ServiceKey};
 use rvs_core::state::{TcpState, Timeouts};
 use rvs_core::stats::Counters;
 use rvs_core::time::Instant;
 
 use super::alloc::Retired;
+use super::room::Fit;
 use super::{DestState, Plane, PlaneError, Trashed, WalkDone, nat_key, same, stats_delta};
 use crate::maps::{
     self, Dest, DestConns, Flow, FlowKey, MapOps, NatKey, Persist, PersistKey, Stats,
@@ -173,6 +174,7 @@ impl<M: MapOps> Plane<M> {
         let (due, keep): (Vec<_>, Vec<_>) = self.retired.drain(..).partition(|(at, _)| g >= at + 2);
         self.retired = keep;
         for (_, r) in due {
+            self.room.freed();
             match r {
                 Retired::Region(r) => self.slots.release(r),
                 Retired::Svc(i) => self.svc_idx.release(i),
@@ -300,6 +302,10 @@ impl<M: MapOps> Plane<M> {
         if self.dirty && converge {
             w.converge = self.converge(ipvs);
         }
+        if converge {
+            let let_in = self.let_in(ipvs);
+            w.converge.extend(let_in);
+        }
         self.count(&read.stats, ipvs);
         self.count_quic(&read.quic, ipvs);
         self.mirror(read, now, ipvs, &mut w);
@@ -340,6 +346,7 @@ impl<M: MapOps> Plane<M> {
         for t in w.free {
             if self.maps.set_dest(t.dest.index, &Dest::default()).is_ok() {
                 self.dest_idx.release(t.dest.index);
+                self.room.freed();
                 self.baselines.remove(&t.dest.index);
             } else {
                 self.trash.push(t);
@@ -353,6 +360,7 @@ impl<M: MapOps> Plane<M> {
         }
         for c in &w.converge {
             // Errors set `dirty` again: the next report retries.
+            self.replayed += 1;
             let _ = self.apply_command(c);
         }
         self.resync_quic();
@@ -429,27 +437,81 @@ impl<M: MapOps> Plane<M> {
             .collect()
     }
 
-    /// The commands that make what is installed the model.
+    /// The commands that make what is installed the model, but for the
+    /// services waiting for room ([`Plane::let_in`] retries those when
+    /// room is freed).
     fn converge(&mut self, ipvs: &Ipvs) -> Vec<Command> {
         self.dirty = false;
         let installed: Vec<ServiceDef> = self
             .services
-            .iter()
-            .map(|(k, s)| ServiceDef {
-                key: *k,
-                config: s.config.clone(),
-                dests: s.dests.iter().rev().map(|d| d.core.config).collect(),
-                laddrs: s.laddrs.clone(),
-            })
+            .keys()
+            .filter(|k| !self.room.waits(k))
+            .filter_map(|k| self.installed_def(k))
             .collect();
         let target: Vec<ServiceDef> = current_defs(ipvs)
             .into_iter()
-            .filter(|d| !self.refused.contains(&d.key))
+            .filter(|d| !self.refused.contains(&d.key) && !self.room.waits(&d.key))
             .collect();
         match diff(&installed, &target) {
             Ok((cmds, _)) => cmds,
             Err(_) => Vec::new(),
         }
+    }
+
+    /// What is installed of `key`, as the director would define it.
+    fn installed_def(&self, key: &ServiceKey) -> Option<ServiceDef> {
+        let s = self.services.get(key)?;
+        Some(ServiceDef {
+            key: *key,
+            config: s.config.clone(),
+            dests: s.dests.iter().rev().map(|d| d.core.config).collect(),
+            laddrs: s.laddrs.clone(),
+        })
+    }
+
+    /// Room was freed since the last time: the commands that bring the
+    /// services waiting for room to the model, the oldest first, as many
+    /// as the free `svc_info` and `dests` indexes hold (`slots` is not
+    /// counted: a service that finds none waits again). Nothing when no
+    /// room was freed: a full plane does no work for its waiting services
+    /// at a report that freed nothing.
+    fn let_in(&mut self, ipvs: &Ipvs) -> Vec<Command> {
+        let (mut svcs, mut dests) = (self.svc_idx.available(), self.dest_idx.available());
+        let (services, trash) = (&self.services, &self.trash);
+        let due = self.room.take(|key, roomless| {
+            let Some(svc) = ipvs.service(key) else {
+                return Fit::Gone;
+            };
+            // Real servers without an index here (a deleted one still in
+            // the trash comes back with its own).
+            let has = |c: &rvs_core::model::DestConfig| {
+                services
+                    .get(key)
+                    .is_some_and(|s| s.dests.iter().any(|d| same(&d.core.config, c)))
+                    || trash
+                        .iter()
+                        .any(|t| t.service == *key && same(&t.dest.core.config, c))
+            };
+            let need_svc = u32::from(roomless);
+            let need_dests = svc.dests().iter().filter(|d| !has(&d.config)).count() as u32;
+            if need_svc > svcs || need_dests > dests {
+                return Fit::No;
+            }
+            svcs -= need_svc;
+            dests -= need_dests;
+            Fit::Yes
+        });
+        let mut cmds = Vec::new();
+        for key in due {
+            let Some(target) = current_def(ipvs, &key) else {
+                continue;
+            };
+            let installed: Vec<ServiceDef> = self.installed_def(&key).into_iter().collect();
+            if let Ok((c, _)) = diff(&installed, &[target]) {
+                cmds.extend(c);
+            }
+        }
+        cmds
     }
 
     /// The director's id of a dest index, with its service.
@@ -620,6 +682,7 @@ impl<M: MapOps> Plane<M> {
         for o in gone {
             if self.maps.set_dest(o.index, &Dest::default()).is_ok() {
                 self.dest_idx.release(o.index);
+                self.room.freed();
             } else {
                 self.orphans.push(o);
             }
@@ -702,6 +765,18 @@ fn fnat_local(r: &maps::FnatKey) -> SocketAddr {
         std::net::Ipv4Addr::new(a, b, c, d).into()
     };
     SocketAddr::new(ip, u16::from_be(r.lport))
+}
+
+/// The director's definition of `key` (one service of
+/// [`current_defs`]).
+fn current_def(ipvs: &Ipvs, key: &ServiceKey) -> Option<ServiceDef> {
+    let s = ipvs.service(key)?;
+    Some(ServiceDef {
+        key: *key,
+        config: s.config().clone(),
+        dests: s.dests().iter().rev().map(|d| d.config).collect(),
+        laddrs: s.laddrs().to_vec(),
+    })
 }
 
 #[cfg(test)]
