@@ -56,7 +56,7 @@ impl<M: MapOps> Plane<M> {
                 self.write_config().inspect_err(|_| self.timeouts = old)
             }
         };
-        match (&r, command_service(cmd)) {
+        match (&r, cmd.service_key()) {
             // Waits for room: retried once some is freed, not by every
             // report.
             (Err(PlaneError::Full(_)), Some(key)) => {
@@ -1016,20 +1016,5 @@ impl<M: MapOps> Plane<M> {
             self.config = c;
         }
         Ok(())
-    }
-}
-
-/// The service a command is about (`None` for those about all or none).
-fn command_service(cmd: &Command) -> Option<&ServiceKey> {
-    match cmd {
-        Command::AddService { key, .. }
-        | Command::EditService { key, .. }
-        | Command::DelService { key } => Some(key),
-        Command::AddDest { service, .. }
-        | Command::EditDest { service, .. }
-        | Command::DelDest { service, .. }
-        | Command::AddLaddr { service, .. }
-        | Command::DelLaddr { service, .. } => Some(service),
-        Command::Clear | Command::Zero { .. } | Command::SetTimeouts { .. } => None,
     }
 }
