@@ -17,11 +17,12 @@
 //!  address is on the eth0 of whichever director holds it.
 //! ```
 //!
-//! A takeover is real: the director that gives the VIP up loses it (rvsd
-//! stopped, its XDP program gone, the address deleted; or the address
-//! deleted in the guest), and the one that takes it adds it and sends a
-//! gratuitous ARP (busybox `arping -U`: the guest's, and the image's static
-//! busybox in `d`), so the client's next packets go to the new director.
+//! A takeover is real: the director that gives the VIP up loses it (the
+//! address deleted, then rvsd stopped and its XDP program gone; or the
+//! address deleted in the guest), and the one that takes it adds it and
+//! sends a gratuitous ARP (busybox `arping -U`: the guest's, and the
+//! image's static busybox in `d`), so the client's next packets go to the
+//! new director. About 50–70 s (one guest boot) on a loaded machine.
 //!
 //! Four phases, in this order, each with [`N`] new streams (echo streams
 //! at a bounded rate, checked byte for byte, [`crate::streams`]) opened
