@@ -287,8 +287,12 @@ impl IpvsVm {
         } else {
             opts.modules.join(",")
         };
+        // `no_timer_check`: under TCG on a loaded machine the kernel's
+        // early check that the timer interrupt ticks can miss it and
+        // panic ("IO-APIC + timer doesn't work!"); the emulated timer
+        // works, it was only late.
         let mut append = format!(
-            "console=ttyS0 quiet panic=-1 ipvsvm.ip={} ipvsvm.mods={mods} ipvsvm.fwd=1",
+            "console=ttyS0 quiet panic=-1 no_timer_check ipvsvm.ip={} ipvsvm.mods={mods} ipvsvm.fwd=1",
             opts.ip
         );
         if let Some((ns2, ip2, hip2)) = &opts.nic2 {

@@ -23,6 +23,7 @@ mod golden;
 mod health;
 mod health_probes;
 mod http;
+mod ipvs_failover;
 mod ipvs_parity;
 mod ipvs_sched_parity;
 mod ipvs_sync;
