@@ -289,12 +289,15 @@ fn kubernetes_sock_load_balancer_source_ranges_node_local() {
     app_pods(&cp, &mut bed, "node1", "echo", &[("pod1", "10.81.0.11")]);
     // The load-balancer address is not local: the node routes it to the
     // load balancer (the client host), so an unbound socket leaves from
-    // 10.81.0.1.
+    // 10.81.0.1. (Policy Local: the sock plane carries the address; with
+    // Cluster it would be SNAT'd, a local address pool the sock plane
+    // refuses, and only the XDP plane would carry it.)
     node.exec(&["ip", "route", "add", "10.81.1.101/32", "via", "10.81.0.50"]);
     cp.apply(
         r#"{"apiVersion": "v1", "kind": "Service",
  "metadata": {"name": "ranged", "namespace": "default"},
  "spec": {"type": "LoadBalancer", "selector": {"app": "echo"},
+          "externalTrafficPolicy": "Local",
           "loadBalancerSourceRanges": ["10.81.0.0/29"],
           "ports": [{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}}"#,
     )
