@@ -24,6 +24,13 @@
 /* ---- service flags ---- */
 #define RVS_SOCK_SVC_F_FALLBACK 0x1 /* sh-fallback / mh-fallback */
 #define RVS_SOCK_SVC_F_PORT 0x2     /* sh-port / mh-port */
+/* Client source ranges (Kubernetes' loadBalancerSourceRanges): a socket
+ * bound to a source connects only when `sock_src_ranges` holds a range of
+ * the service around it; an unbound one when the service also has
+ * RVS_SOCK_SVC_F_NODE_OK (the source the kernel picks by route toward the
+ * VIP is in a range, as the control side found). Anything else: EPERM. */
+#define RVS_SOCK_SVC_F_SRC_RANGES 0x4
+#define RVS_SOCK_SVC_F_NODE_OK 0x8
 
 /* ---- real-server flags ---- */
 #define RVS_SOCK_DEST_F_PRESENT 0x1 /* in its service (cleared when deleted) */
@@ -33,7 +40,12 @@
 #define RVS_SOCK_CNT_UDP 1      /* UDP sockets given a real server (a new session) */
 #define RVS_SOCK_CNT_UDP_KEPT 2 /* UDP sends to a VIP that kept the socket's server */
 #define RVS_SOCK_CNT_NO_DEST 3  /* connect/sendmsg to a VIP refused: no real server */
-#define RVS_SOCK_CNT_MAX 4
+#define RVS_SOCK_CNT_REFUSED_SRC 4 /* refused: the source is outside the ranges */
+#define RVS_SOCK_CNT_MAX 5
+
+/* `sock_src_ranges` (LPM trie, RVS_SRC_RANGES_MAX entries, value a __u8
+ * 1) is keyed by the director's struct rvs_src_key (rvs.h): prefixlen = 32
+ * + the range's, `svc` the service's `id` below, then the address. */
 
 /* `sock_services` key: a virtual service. */
 struct rvs_sock_svc_key {

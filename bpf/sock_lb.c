@@ -36,6 +36,17 @@ RVS_MAP(sock_socks, BPF_MAP_TYPE_LRU_HASH, RVS_SOCK_SOCKS_MAX, __u64, struct rvs
 RVS_MAP(sock_persist, BPF_MAP_TYPE_LRU_HASH, RVS_SOCK_PERSIST_MAX,
 	struct rvs_sock_persist_key, struct rvs_sock_persist);
 
+/* The client source ranges of the services flagged
+ * RVS_SOCK_SVC_F_SRC_RANGES, by service id and address (the director's key,
+ * rvs.h; see sock.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, RVS_SRC_RANGES_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct rvs_src_key);
+	__type(value, __u8);
+} sock_src_ranges SEC(".maps");
+
 /* Per-CPU event counters (RVS_SOCK_CNT_*), read by the control side for
  * rvsd's metrics: one per-CPU add, no shared cache line. */
 RVS_MAP(sock_counters, BPF_MAP_TYPE_PERCPU_ARRAY, RVS_SOCK_CNT_MAX, __u32, __u64);
@@ -246,19 +257,45 @@ static __always_inline const struct rvs_sock_dest *pick(__u64 cookie, const stru
 	return d;
 }
 
+/* Whether a client whose source is `src` (`family`; all zero: not bound,
+ * the kernel picks it by route) may reach service `s`: always without
+ * source ranges; a bound source when a range of the service holds it; an
+ * unbound socket when the control side found the route's source toward
+ * the VIP in a range (RVS_SOCK_SVC_F_NODE_OK). A refusal is counted. */
+static __always_inline int src_allowed(const struct rvs_sock_svc *s, const __u32 *src,
+				       __u8 family)
+{
+	struct rvs_src_key k = {};
+
+	if (!(s->flags & RVS_SOCK_SVC_F_SRC_RANGES))
+		return 1;
+	if (!(src[0] | src[1] | src[2] | src[3])) {
+		if (s->flags & RVS_SOCK_SVC_F_NODE_OK)
+			return 1;
+	} else {
+		k.prefixlen = 32 + (family == RVS_AF_INET6 ? 128 : 32);
+		k.svc = s->id;
+		__builtin_memcpy(k.addr, src, 16);
+		if (bpf_map_lookup_elem(&sock_src_ranges, &k))
+			return 1;
+	}
+	bump(RVS_SOCK_CNT_REFUSED_SRC);
+	return 0;
+}
+
 static __always_inline __u8 sock_proto(struct bpf_sock_addr *ctx)
 {
 	return ctx->protocol == IPPROTO_UDP ? IPPROTO_UDP : IPPROTO_TCP;
 }
 
 /* IPv4 connect and sendmsg. Returns 1 (go on) or 0 (EPERM: a VIP without a
- * real server to give). */
+ * real server to give, or a client outside its source ranges). */
 static __always_inline int do4(struct bpf_sock_addr *ctx, int keep)
 {
 	struct rvs_sock_svc_key k = {};
 	const struct rvs_sock_svc *s;
 	const struct rvs_sock_dest *d;
-	__u32 saddr[4] = {};
+	__u32 saddr[4] = {}, src[4] = {};
 	__u16 sport = 0;
 	struct bpf_sock *sk;
 
@@ -276,6 +313,14 @@ static __always_inline int do4(struct bpf_sock_addr *ctx, int keep)
 		saddr[0] = sk->src_ip4;
 		sport = bpf_htons((__u16)sk->src_port);
 	}
+	/* The source the datagram leaves from: IP_PKTINFO's, else the bound
+	 * one (sendmsg only: `keep` is a constant, the other hooks never read
+	 * msg_src_ip4). */
+	src[0] = saddr[0];
+	if (keep && ctx->msg_src_ip4)
+		src[0] = ctx->msg_src_ip4;
+	if (!src_allowed(s, src, RVS_AF_INET))
+		return 0;
 	d = pick(bpf_get_socket_cookie(ctx), s, &k, saddr, sport, keep);
 	if (!d)
 		return 0;
@@ -294,7 +339,7 @@ static __always_inline int do6(struct bpf_sock_addr *ctx, int keep)
 	struct rvs_sock_svc_key k = {};
 	const struct rvs_sock_svc *s;
 	const struct rvs_sock_dest *d;
-	__u32 saddr[4] = {};
+	__u32 saddr[4] = {}, src[4] = {}, b[4] = {};
 	__u16 sport = 0;
 	struct bpf_sock *sk;
 	__u32 a[4];
@@ -324,13 +369,39 @@ static __always_inline int do6(struct bpf_sock_addr *ctx, int keep)
 	if (!s)
 		return 1;
 	sk = ctx->sk;
+	if (sk) {
+		b[0] = sk->src_ip6[0];
+		b[1] = sk->src_ip6[1];
+		b[2] = sk->src_ip6[2];
+		b[3] = sk->src_ip6[3];
+	}
 	if (sk && !mapped) {
-		saddr[0] = sk->src_ip6[0];
-		saddr[1] = sk->src_ip6[1];
-		saddr[2] = sk->src_ip6[2];
-		saddr[3] = sk->src_ip6[3];
+		saddr[0] = b[0];
+		saddr[1] = b[1];
+		saddr[2] = b[2];
+		saddr[3] = b[3];
 		sport = bpf_htons((__u16)sk->src_port);
 	}
+	/* The source for the ranges: IP_PKTINFO's (sendmsg), else the bound
+	 * one; an IPv4 VIP's in the last word of a mapped address. */
+	if (keep && (ctx->msg_src_ip6[0] | ctx->msg_src_ip6[1] | ctx->msg_src_ip6[2] |
+		     ctx->msg_src_ip6[3])) {
+		b[0] = ctx->msg_src_ip6[0];
+		b[1] = ctx->msg_src_ip6[1];
+		b[2] = ctx->msg_src_ip6[2];
+		b[3] = ctx->msg_src_ip6[3];
+	}
+	if (mapped) {
+		if (is_v4_mapped(b))
+			src[0] = b[3];
+	} else {
+		src[0] = b[0];
+		src[1] = b[1];
+		src[2] = b[2];
+		src[3] = b[3];
+	}
+	if (!src_allowed(s, src, k.family))
+		return 0;
 	d = pick(bpf_get_socket_cookie(ctx), s, &k, saddr, sport, keep);
 	if (!d)
 		return 0;

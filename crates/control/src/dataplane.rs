@@ -943,7 +943,9 @@ mod tests {
 
     /// Source ranges fail closed: a plane that does not enforce them
     /// refuses a service that has them (and nothing changes); in a
-    /// Composite the service goes to the plane that enforces them only.
+    /// Composite the service goes to the planes that enforce them only:
+    /// in the Cilium-like `sock,xdp` (both enforce them: node-local clients
+    /// at connect(), the wire in the program) to both.
     #[test]
     fn source_ranges_go_only_to_planes_that_enforce_them() {
         use crate::state::Controller;
@@ -955,25 +957,18 @@ mod tests {
                 ..ServiceConfig::new(AddrFamily::Inet)
             },
         };
-        let (open, got, _) = rec("xdp", &[], false);
+        let (open, got, _) = rec("open", &[], false);
         let mut ctl = Controller::new(IpvsConfig::default(), Box::new(open));
         let e = ctl.exec(&[ranged(80), dest(80)], true).unwrap_err();
         assert!(
             matches!(&e.error, CtlError::Unsupported(m)
-                if m.contains("10.81.0.0/24") && m.contains("not enforced by the xdp data plane")),
+                if m.contains("10.81.0.0/24") && m.contains("not enforced by the open data plane")),
             "{e}"
         );
         assert_eq!(ctl.ipvs().services().count(), 0);
         assert!(got.lock().unwrap().is_empty());
         ctl.exec(&[add(80)], true).unwrap();
 
-        let (x, got_x, _) = rec("xdp", &[], false);
-        let (mut p, got_p, _) = rec("proxy", &[], false);
-        p.enforces = true;
-        let both = Composite::new("xdp,proxy", vec![Box::new(x), Box::new(p)]);
-        assert!(both.enforces_source_ranges());
-        let mut ctl = Controller::new(IpvsConfig::default(), Box::new(both));
-        ctl.exec(&[ranged(80), dest(80), add(81)], true).unwrap();
         let ports = |g: &Got| -> Vec<u16> {
             g.lock()
                 .unwrap()
@@ -984,9 +979,29 @@ mod tests {
                 })
                 .collect()
         };
-        assert_eq!(ports(&got_x), vec![81], "the ranged service kept off xdp");
+        let (o, got_o, _) = rec("open", &[], false);
+        let (mut p, got_p, _) = rec("proxy", &[], false);
+        p.enforces = true;
+        let both = Composite::new("open,proxy", vec![Box::new(o), Box::new(p)]);
+        assert!(both.enforces_source_ranges());
+        let mut ctl = Controller::new(IpvsConfig::default(), Box::new(both));
+        ctl.exec(&[ranged(80), dest(80), add(81)], true).unwrap();
+        assert_eq!(ports(&got_o), vec![81], "the ranged service kept off open");
         assert_eq!(ports(&got_p), vec![80, 81]);
         assert_eq!(got_p.lock().unwrap().len(), 3, "its real server with it");
+
+        // sock and xdp both enforce them: the service goes to both.
+        let (mut s, got_s, _) = rec("sock", &[], false);
+        let (mut x, got_x, _) = rec("xdp", &[], false);
+        s.enforces = true;
+        x.enforces = true;
+        let cilium = Composite::new("sock,xdp", vec![Box::new(s), Box::new(x)]);
+        let mut ctl = Controller::new(IpvsConfig::default(), Box::new(cilium));
+        ctl.exec(&[ranged(80), dest(80)], true).unwrap();
+        for g in [&got_s, &got_x] {
+            assert_eq!(ports(g), vec![80]);
+            assert_eq!(g.lock().unwrap().len(), 2, "its real server with it");
+        }
     }
 
     /// `--dataplane xdp,sock`: a service goes to the planes that admit it,

@@ -44,6 +44,14 @@
 //! * **Forwarding methods** (`-g`/`-m`/`-i`) mean nothing here: the socket
 //!   is connected to the real server itself.
 //! * **No real server**: `connect`/`sendmsg` fail with `EPERM`.
+//! * **Client source ranges** (`source_ranges`, Kubernetes'
+//!   `loadBalancerSourceRanges`): a socket bound to a source (or a
+//!   `sendmsg` with a `PKTINFO` source) passes when a range of the service
+//!   holds it (`sock_src_ranges`, an LPM trie); an unbound one when the
+//!   source the kernel picks by route toward the VIP is in a range (the
+//!   worker asks the kernel: [`maps::node_allowed`]; again at each report
+//!   for [`plane::RECHECK_PER_REPORT`] services in turn). Anything else
+//!   fails at once with `EPERM` and is counted (`REFUSED_SOURCE`).
 //! * **Counters**: connections per real server (`--stats` Conns) are the
 //!   programs'; packets and bytes are not seen at this level (zero). The
 //!   programs also keep per-CPU event counters (`sock_counters`: TCP

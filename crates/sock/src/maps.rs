@@ -10,7 +10,7 @@
 use std::net::IpAddr;
 
 use rvs_core::dest::{Dest as CoreDest, DestId};
-use rvs_core::model::{DestConfig, Protocol, SchedFlags, ServiceConfig};
+use rvs_core::model::{DestConfig, Protocol, SchedFlags, ServiceConfig, SourceRange};
 use rvs_core::sched::{ListChange, SchedParams, Scheduler, new_scheduler, wrr_sequence};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -30,6 +30,9 @@ pub mod name {
     pub const SOCKS: &str = "sock_socks";
     /// Per-CPU event counters, indexed by [`super::counter`].
     pub const COUNTERS: &str = "sock_counters";
+    /// [`super::SrcKey`] → 1: the client source ranges of the services
+    /// flagged [`super::SVC_F_SRC_RANGES`] (LPM trie).
+    pub const SRC_RANGES: &str = "sock_src_ranges";
 }
 
 /// Indexes of `sock_counters`, as in `bpf/sock.h` (`RVS_SOCK_CNT_*`).
@@ -44,8 +47,11 @@ pub mod counter {
     /// connect()/sendmsg() to a VIP refused with EPERM: no real server
     /// to give (none schedulable).
     pub const NO_DEST: u32 = 3;
+    /// connect()/sendmsg() to a VIP refused with EPERM: the client's
+    /// source is outside the service's source ranges.
+    pub const REFUSED_SOURCE: u32 = 4;
     /// Number of counters.
-    pub const COUNT: u32 = 4;
+    pub const COUNT: u32 = 5;
 }
 
 /// The programs' event counters, summed over the CPUs (see [`counter`]).
@@ -59,6 +65,8 @@ pub struct EventCounts {
     pub udp_kept: u64,
     /// [`counter::NO_DEST`].
     pub no_dest: u64,
+    /// [`counter::REFUSED_SOURCE`].
+    pub refused_source: u64,
 }
 
 impl EventCounts {
@@ -69,6 +77,7 @@ impl EventCounts {
             counter::UDP => self.udp = v,
             counter::UDP_KEPT => self.udp_kept = v,
             counter::NO_DEST => self.no_dest = v,
+            counter::REFUSED_SOURCE => self.refused_source = v,
             _ => {}
         }
     }
@@ -101,6 +110,9 @@ pub mod cap {
     pub const SLOTS: u32 = 1 << 20;
     /// The longest real-server list the least-connection walk reads.
     pub const LIST: usize = 1024;
+    /// Client source ranges, all services together (`sock_src_ranges`;
+    /// the director's `RVS_SRC_RANGES_MAX`).
+    pub const SRC_RANGES: u32 = 16_384;
 }
 
 /// `slots` value for an empty table slot.
@@ -135,6 +147,12 @@ pub mod sched {
 pub const SVC_F_FALLBACK: u32 = 0x1;
 /// Service flag: sh-port / mh-port.
 pub const SVC_F_PORT: u32 = 0x2;
+/// Service flag: the service has client source ranges (the programs look
+/// a bound source up in `sock_src_ranges`).
+pub const SVC_F_SRC_RANGES: u32 = 0x4;
+/// Service flag (with [`SVC_F_SRC_RANGES`]): an unbound socket may connect
+/// (the source the kernel picks toward the VIP is in a range).
+pub const SVC_F_NODE_OK: u32 = 0x8;
 /// Real-server flag: in its service (cleared when deleted).
 pub const DEST_F_PRESENT: u8 = 0x1;
 
@@ -323,6 +341,51 @@ pub struct Persist {
     pub expires_ns: u64,
 }
 
+/// `struct rvs_src_key` (`bpf/rvs.h`, the director's key, which the sock
+/// programs use for `sock_src_ranges`): one client source range of a
+/// service. The prefix covers `svc` (always whole), then `addr`.
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(C)]
+pub struct SrcKey {
+    /// 32 (the service id) + the range's prefix length.
+    pub prefixlen: u32,
+    /// The service's id ([`Svc::id`]).
+    pub svc: u32,
+    /// The range's address, network order (IPv4 in the first 4 bytes).
+    pub addr: [u8; 16],
+}
+
+impl SrcKey {
+    /// The key of `range` of the service of id `svc`.
+    pub fn of(svc: u32, range: &SourceRange) -> SrcKey {
+        let mut addr = [0u8; 16];
+        match range.addr() {
+            IpAddr::V4(a) => addr[..4].copy_from_slice(&a.octets()),
+            IpAddr::V6(a) => addr = a.octets(),
+        }
+        SrcKey {
+            prefixlen: 32 + u32::from(range.prefix()),
+            svc,
+            addr,
+        }
+    }
+}
+
+/// Whether an unbound local socket may reach a service with `ranges`
+/// ([`SVC_F_NODE_OK`]): the kernel gives it `source`, the source address of
+/// its route toward the VIP (`None`: no route, so none), and that source
+/// must lie in a range, as kube-proxy's firewall chain judges a node-local
+/// client by the source its packet leaves with. A service without ranges
+/// admits everyone.
+pub fn node_allowed(ranges: &[SourceRange], source: Option<IpAddr>) -> bool {
+    if ranges.is_empty() {
+        return true;
+    }
+    source.is_some_and(|s| SourceRange::admits(ranges, s))
+}
+
 /// Why a service cannot be published.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -356,9 +419,16 @@ pub fn sched_id(s: Scheduler) -> Result<u32, LayoutError> {
     })
 }
 
-/// The program's flags for a service.
-pub fn svc_flags(c: &ServiceConfig) -> u32 {
+/// The program's flags for a service; `node_ok`: whether the source the
+/// kernel picks toward the VIP is in its ranges (see [`node_allowed`]).
+pub fn svc_flags(c: &ServiceConfig, node_ok: bool) -> u32 {
     let mut f = 0;
+    if !c.source_ranges.is_empty() {
+        f |= SVC_F_SRC_RANGES;
+        if node_ok {
+            f |= SVC_F_NODE_OK;
+        }
+    }
     if c.flags.contains(SchedFlags::FLAG1) {
         f |= SVC_F_FALLBACK;
     }
@@ -510,6 +580,37 @@ mod tests {
     }
 
     #[test]
+    fn the_node_is_allowed_by_its_routes_source_only() {
+        let r = |a: &str, p| SourceRange::new(a.parse().unwrap(), p).unwrap();
+        let ip = |a: &str| Some(a.parse::<IpAddr>().unwrap());
+        let ranges = [r("10.81.0.0", 29), r("2001:db8::", 64)];
+        assert!(node_allowed(&ranges, ip("10.81.0.1")));
+        assert!(node_allowed(&ranges, ip("2001:db8::7")));
+        assert!(!node_allowed(&ranges, ip("10.81.0.9")));
+        // No route toward the VIP: no source, refused.
+        assert!(!node_allowed(&ranges, None));
+        // No ranges: open.
+        assert!(node_allowed(&[], None));
+        // The flags: the node bit only with ranges.
+        let mut c = cfg(Scheduler::Rr);
+        assert_eq!(svc_flags(&c, true), 0);
+        c.source_ranges = ranges.to_vec();
+        assert_eq!(svc_flags(&c, false), SVC_F_SRC_RANGES);
+        assert_eq!(svc_flags(&c, true), SVC_F_SRC_RANGES | SVC_F_NODE_OK);
+    }
+
+    #[test]
+    fn source_range_keys_cover_the_service_then_the_block() {
+        let k = SrcKey::of(
+            7,
+            &SourceRange::new("10.81.0.48".parse().unwrap(), 29).unwrap(),
+        );
+        assert_eq!((k.prefixlen, k.svc), (61, 7));
+        assert_eq!(&k.addr[..5], &[10, 81, 0, 48, 0]);
+        assert_eq!(std::mem::size_of::<SrcKey>(), 24);
+    }
+
+    #[test]
     fn per_cpu_values_are_summed_and_counters_set_by_index() {
         let mut bytes = Vec::new();
         for v in [3u64, 0, 40, u64::MAX] {
@@ -528,7 +629,8 @@ mod tests {
                 tcp: 1,
                 udp: 2,
                 udp_kept: 3,
-                no_dest: 4
+                no_dest: 4,
+                refused_source: 5
             }
         );
     }

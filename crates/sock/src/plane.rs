@@ -33,19 +33,27 @@ use rvs_control::protocol::Command;
 use rvs_control::warnings::NoRoom;
 use rvs_core::dest::DestId;
 use rvs_core::ipvs::{Ipvs, MirroredConn};
-use rvs_core::model::{DestConfig, Protocol, ServiceConfig, ServiceKey};
+use rvs_core::model::{DestConfig, Protocol, ServiceConfig, ServiceKey, SourceRange};
 use rvs_core::state::TcpState;
 use rvs_core::stats::Counters;
 use rvs_core::time::Instant;
 use rvs_sys::bpf::{BpfMap, OwnedBpfMap};
+use rvs_sys::netlink::Netlink;
 use rvs_sys::sockdiag::SockDiag;
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::maps::{self, DestStats, EventCounts, SockRec, Svc, SvcKey, cap, counter, name};
+use crate::maps::{self, DestStats, EventCounts, SockRec, SrcKey, Svc, SvcKey, cap, counter, name};
 use crate::{Loaded, SockError};
 
 /// How often the worker reads the counters.
 pub const REPORT_EVERY: Duration = Duration::from_secs(1);
+
+/// Services with source ranges whose node verdict (the route's source
+/// toward the VIP, [`maps::node_allowed`]) the worker asks the kernel again
+/// at each report, in turn: a route that changes is followed within
+/// (ranged services / this) reports, at most this many route lookups a
+/// second.
+pub const RECHECK_PER_REPORT: usize = 64;
 
 /// One real server's counters as last read, by service and address.
 pub type Snapshot = HashMap<(ServiceKey, IpAddr, u16), DestStats>;
@@ -248,6 +256,13 @@ fn admit_service(key: &ServiceKey, config: &ServiceConfig) -> Result<(), String>
             }
         }
     }
+    if config.source_ranges.len() > cap::SRC_RANGES as usize {
+        return refuse(format!(
+            "{} client source ranges in one service: the programs hold {} in all",
+            config.source_ranges.len(),
+            cap::SRC_RANGES
+        ));
+    }
     maps::sched_id(config.scheduler)
         .map(drop)
         .map_err(|e| e.to_string())
@@ -256,6 +271,15 @@ fn admit_service(key: &ServiceKey, config: &ServiceConfig) -> Result<(), String>
 impl DataPlane for SockPlane {
     fn name(&self) -> &'static str {
         "sock"
+    }
+
+    /// Yes: a socket of the cgroup reaches a service with source ranges
+    /// only from inside them: bound to a source in a range
+    /// (`sock_src_ranges`), or unbound while the source the kernel picks by
+    /// route toward the VIP is in one (the worker asks the kernel); any
+    /// other `connect`/`sendmsg` fails with `EPERM` and is counted.
+    fn enforces_source_ranges(&self) -> bool {
+        true
     }
 
     fn admit(&self, command: &Command) -> Result<(), String> {
@@ -451,6 +475,10 @@ struct Book {
     dests: Vec<(DestConfig, u32)>,
     /// Its region of `slots` (offset, length).
     region: Option<(u32, u32)>,
+    /// The client source ranges `sock_src_ranges` holds for it.
+    ranges: Vec<SourceRange>,
+    /// Its `sock_services` element as last written.
+    svc: Option<Svc>,
 }
 
 /// The worker's books: what is installed where.
@@ -486,6 +514,11 @@ struct Tables {
     gone: Vec<(ServiceKey, IpAddr, u16)>,
     /// The commands refused for want of room: named, counted, summed up.
     no_room: NoRoom,
+    /// The rtnetlink socket that asks the kernel for the source toward a
+    /// ranged service's VIP (opened at the first such service).
+    netlink: Option<Netlink>,
+    /// Where the next report's node-verdict re-check starts.
+    recheck: usize,
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(std::io::Error) -> SockError {
@@ -502,6 +535,7 @@ impl Tables {
             name::CURSOR,
             name::SOCKS,
             name::COUNTERS,
+            name::SRC_RANGES,
         ];
         let mut handles = HashMap::new();
         for n in names {
@@ -527,6 +561,8 @@ impl Tables {
             fresh: Vec::new(),
             gone: Vec::new(),
             no_room: NoRoom::default(),
+            netlink: None,
+            recheck: 0,
         })
     }
 
@@ -562,6 +598,7 @@ impl Tables {
                 next = std::time::Instant::now() + REPORT_EVERY;
                 self.tick += 1;
                 self.collect();
+                self.recheck_node();
                 for line in self.no_room.tick() {
                     tracing::warn!(target: "rvs::sock", "sock data plane: {line}");
                 }
@@ -726,6 +763,8 @@ impl Tables {
                 config: config.clone(),
                 dests: Vec::new(),
                 region: None,
+                ranges: Vec::new(),
+                svc: None,
             },
         );
         self.publish(key)
@@ -738,6 +777,14 @@ impl Tables {
         let m = self.map(name::SERVICES)?;
         m.delete(b.key.as_bytes())
             .map_err(map_err(name::SERVICES))?;
+        // Its id is reused after the grace period: its ranges go now (the
+        // element that looked them up is gone). One that cannot be removed
+        // is logged: a later service of the id could admit it.
+        for r in &b.ranges {
+            if let Err(e) = self.set_range(b.id, r, false) {
+                tracing::warn!(target: "rvs::sock", range = %r, "removing a deleted service's source range: {e}");
+            }
+        }
         for (cfg, index) in &b.dests {
             self.put(name::DESTS, index, &maps::Dest::of(cfg, false))?;
             self.deleted.push(*index);
@@ -788,13 +835,36 @@ impl Tables {
             }
             return Err(e);
         }
+        // Source ranges: the new ones before the element that flags them,
+        // the old ones out after it. One that cannot be added leaves the
+        // service flagged with those that could (closed to the rest, never
+        // open), and the error is returned once the element is written.
+        let node_ok = self.node_verdict(key);
+        let Some(b) = self.services.get(key) else {
+            return Ok(());
+        };
+        let (id, want) = (b.id, b.config.source_ranges.clone());
+        let mut ranges = b.ranges.clone();
+        let mut ranges_err = None;
+        for r in want.iter().filter(|r| !b.ranges.contains(r)) {
+            match self.set_range(id, r, true) {
+                Ok(()) => ranges.push(*r),
+                Err(e) => {
+                    ranges_err = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(b) = self.services.get_mut(key) {
+            b.ranges.clone_from(&ranges);
+        }
         let Some(b) = self.services.get(key) else {
             return Ok(());
         };
         let svc = Svc {
             id: b.id,
             sched: maps::sched_id(b.config.scheduler).unwrap_or(maps::sched::RR),
-            flags: maps::svc_flags(&b.config),
+            flags: maps::svc_flags(&b.config, node_ok),
             list_off: off,
             list_len: layout.list.len() as u32,
             table_off: off + layout.list.len() as u32,
@@ -808,14 +878,128 @@ impl Tables {
             }
             return Err(e);
         }
+        // A range that cannot be removed stays listed (removed with the
+        // service, or by a later publish).
+        let kept: Vec<SourceRange> = ranges
+            .into_iter()
+            .filter(|r| {
+                want.contains(r)
+                    || self
+                        .set_range(id, r, false)
+                        .inspect_err(|e| tracing::warn!(target: "rvs::sock", range = %r, "removing a source range: {e}"))
+                        .is_err()
+            })
+            .collect();
         let old = match self.services.get_mut(key) {
-            Some(b) => std::mem::replace(&mut b.region, region),
+            Some(b) => {
+                b.ranges = kept;
+                b.svc = Some(svc);
+                std::mem::replace(&mut b.region, region)
+            }
             None => None,
         };
         if let Some((o, l)) = old {
             self.retired_regions.push((self.tick, o, l));
         }
-        Ok(())
+        ranges_err.map_or(Ok(()), Err)
+    }
+
+    /// Add (`present`) or remove range `r` of service `id` in
+    /// `sock_src_ranges`; a full trie is [`SockError::Full`].
+    fn set_range(&self, id: u32, r: &SourceRange, present: bool) -> Result<(), SockError> {
+        let k = SrcKey::of(id, r);
+        let m = self.map(name::SRC_RANGES)?;
+        if present {
+            m.update(k.as_bytes(), 1u8.as_bytes(), 0).map_err(|e| {
+                let full = [nix::errno::Errno::ENOSPC, nix::errno::Errno::E2BIG].map(|n| n as i32);
+                if e.raw_os_error().is_some_and(|n| full.contains(&n)) {
+                    SockError::Full("src_ranges")
+                } else {
+                    map_err(name::SRC_RANGES)(e)
+                }
+            })
+        } else {
+            m.delete(k.as_bytes())
+                .map(drop)
+                .map_err(map_err(name::SRC_RANGES))
+        }
+    }
+
+    /// Whether an unbound socket may reach service `key`
+    /// ([`maps::node_allowed`] of its ranges and of the source the kernel
+    /// gives a socket toward its VIP, `RTM_GETROUTE`); false without
+    /// ranges (the flag means nothing then) and when the kernel cannot be
+    /// asked (closed, logged).
+    fn node_verdict(&mut self, key: &ServiceKey) -> bool {
+        let (ServiceKey::Addr { addr, .. }, Some(b)) = (key, self.services.get(key)) else {
+            return false;
+        };
+        if b.config.source_ranges.is_empty() {
+            return false;
+        }
+        let ranges = b.config.source_ranges.clone();
+        if self.netlink.is_none() {
+            match Netlink::open() {
+                Ok(n) => self.netlink = Some(n),
+                Err(e) => {
+                    tracing::warn!(target: "rvs::sock", "rtnetlink: {e}: unbound sockets are refused by services with source ranges");
+                    return false;
+                }
+            }
+        }
+        let source = match self.netlink.as_mut().map(|n| n.route(*addr)) {
+            Some(Ok(r)) => r.prefsrc,
+            Some(Err(e)) => {
+                tracing::debug!(target: "rvs::sock", vip = %addr, "no route's source toward the VIP: {e}");
+                None
+            }
+            None => None,
+        };
+        maps::node_allowed(&ranges, source)
+    }
+
+    /// Ask the kernel again for the node verdict of up to
+    /// [`RECHECK_PER_REPORT`] services with source ranges (in turn), and
+    /// rewrite the element of each whose verdict changed (a route or an
+    /// address changed since).
+    fn recheck_node(&mut self) {
+        let ranged: Vec<ServiceKey> = self
+            .services
+            .iter()
+            .filter(|(_, b)| !b.config.source_ranges.is_empty() && b.svc.is_some())
+            .map(|(k, _)| *k)
+            .collect();
+        if ranged.is_empty() {
+            return;
+        }
+        let n = ranged.len();
+        let take = n.min(RECHECK_PER_REPORT);
+        for i in 0..take {
+            let key = ranged[(self.recheck + i) % n];
+            let ok = self.node_verdict(&key);
+            let Some(b) = self.services.get(&key) else {
+                continue;
+            };
+            let Some(mut svc) = b.svc else { continue };
+            let flags = maps::svc_flags(&b.config, ok);
+            if svc.flags == flags {
+                continue;
+            }
+            svc.flags = flags;
+            let svc_key = b.key;
+            match self.put(name::SERVICES, &svc_key, &svc) {
+                Ok(()) => {
+                    if let Some(b) = self.services.get_mut(&key) {
+                        b.svc = Some(svc);
+                    }
+                    tracing::info!(target: "rvs::sock", service = ?key, allowed = ok, "unbound local sockets' verdict changed with the route toward the VIP");
+                }
+                Err(e) => {
+                    tracing::warn!(target: "rvs::sock", service = ?key, "node verdict: {e}");
+                }
+            }
+        }
+        self.recheck = (self.recheck + take) % n;
     }
 
     /// Destroy the connected UDP sockets the programs gave real server
@@ -1129,6 +1313,23 @@ mod tests {
 
     fn st(active: u64, total: u64) -> DestStats {
         DestStats { active, total }
+    }
+
+    #[test]
+    fn more_source_ranges_than_the_trie_holds_are_refused() {
+        let key = ServiceKey::Addr {
+            protocol: Protocol::Tcp,
+            addr: "192.0.2.1".parse().unwrap(),
+            port: 80,
+        };
+        let mut config = ServiceConfig::new(rvs_core::model::AddrFamily::Inet);
+        config.source_ranges = (0..=cap::SRC_RANGES)
+            .map(|i| SourceRange::new(IpAddr::from((0x0a00_0000 + i).to_be_bytes()), 32).unwrap())
+            .collect();
+        let e = admit_service(&key, &config).unwrap_err();
+        assert!(e.contains("16385 client source ranges"), "{e}");
+        config.source_ranges.pop();
+        assert_eq!(admit_service(&key, &config), Ok(()));
     }
 
     #[test]

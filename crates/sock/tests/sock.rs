@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use rvs_control::dataplane::DataPlane;
 use rvs_control::protocol::Command;
-use rvs_core::model::{AddrFamily, DestConfig, Protocol, ServiceConfig, ServiceKey};
+use rvs_core::model::{AddrFamily, DestConfig, Protocol, ServiceConfig, ServiceKey, SourceRange};
 use rvs_core::sched::Scheduler;
 use rvs_sock::plane::SockPlane;
 use rvs_testbed::{Cgroup, Server};
@@ -174,6 +174,67 @@ fn child() {
             socks[0].connect(vip).expect("connect again");
             let after: Vec<String> = socks.iter().map(ask).collect();
             writeln!(out, "RESULT after {first} {}", after.join(" ")).expect("stdout");
+        }
+        "src" => {
+            // For each source (`-`: unbound), a TCP connect() to the first
+            // VIP and a UDP sendto() to the second, from a socket bound to
+            // it: the server's name, or the error.
+            use nix::sys::socket::{
+                AddressFamily, SockFlag, SockType, SockaddrIn, bind, connect, socket,
+            };
+            use std::os::fd::AsRawFd as _;
+            let udp_vip: SocketAddr = args[2].parse().expect("udp vip");
+            let SocketAddr::V4(tcp_vip) = vip else {
+                panic!("src needs IPv4 VIPs")
+            };
+            let errno = |e: nix::errno::Errno| format!("{e:?}");
+            let io_err = |e: std::io::Error| match e.raw_os_error() {
+                Some(n) => errno(nix::errno::Errno::from_raw(n)),
+                None => format!("{e}"),
+            };
+            for src in &args[3..] {
+                let bound: Option<std::net::Ipv4Addr> =
+                    (src != "-").then(|| src.parse().expect("source"));
+                let tcp = (|| {
+                    let fd = socket(
+                        AddressFamily::Inet,
+                        SockType::Stream,
+                        SockFlag::empty(),
+                        None,
+                    )
+                    .map_err(errno)?;
+                    if let Some(b) = bound {
+                        bind(
+                            fd.as_raw_fd(),
+                            &SockaddrIn::from(std::net::SocketAddrV4::new(b, 0)),
+                        )
+                        .map_err(errno)?;
+                    }
+                    connect(fd.as_raw_fd(), &SockaddrIn::from(tcp_vip)).map_err(errno)?;
+                    let mut s = TcpStream::from(fd);
+                    s.set_read_timeout(Some(Duration::from_secs(5)))
+                        .map_err(io_err)?;
+                    let mut name = String::new();
+                    BufReader::new(&mut s)
+                        .read_line(&mut name)
+                        .map_err(io_err)?;
+                    Ok::<_, String>(name.trim().to_owned())
+                })();
+                let udp = (|| {
+                    let s = UdpSocket::bind((bound.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED), 0))
+                        .map_err(io_err)?;
+                    s.set_read_timeout(Some(Duration::from_secs(5)))
+                        .map_err(io_err)?;
+                    s.send_to(b"ping", udp_vip).map_err(io_err)?;
+                    let mut buf = [0u8; 64];
+                    let n = s.recv(&mut buf).map_err(io_err)?;
+                    Ok::<_, String>(String::from_utf8_lossy(&buf[..n]).into_owned())
+                })();
+                for (proto, r) in [("tcp", tcp), ("udp", udp)] {
+                    let r = r.unwrap_or_else(|e| e);
+                    writeln!(out, "RESULT {proto} {src} {r}").expect("stdout");
+                }
+            }
         }
         other => panic!("unknown child mode {other}"),
     }
@@ -868,4 +929,79 @@ fn the_sock_plane_asks_for_map_info_once_not_per_write() {
         asked < 200,
         "{asked} map info queries for 500 services and their real servers"
     );
+}
+
+/// Client source ranges (Kubernetes' `loadBalancerSourceRanges`) at the
+/// socket: a socket bound to a source inside the ranges reaches the real
+/// server (TCP connect, UDP sendto), one bound outside is refused with
+/// `EPERM` at once, and an unbound one is judged by the source the kernel
+/// gives it toward the VIP (127.0.0.1, lo's 127/8 route): refused while
+/// that is outside, admitted once the ranges hold it. Each refusal is
+/// counted.
+#[test]
+fn source_ranges_admit_sources_inside_and_unbound_sockets_by_the_routes_source() {
+    let Some((cg, mut plane)) =
+        setup("source_ranges_admit_sources_inside_and_unbound_sockets_by_the_routes_source")
+    else {
+        return;
+    };
+    assert!(plane.enforces_source_ranges());
+    let (tb, ub) = (Backends::tcp("127.0.0.1", 1), Backends::udp("127.0.0.1", 1));
+    let vip = vip4(30);
+    let range = |a: &str| SourceRange::new(a.parse().expect("addr"), 32).expect("range");
+    let ranged = |cmds: &mut Vec<Command>, ranges: &[SourceRange]| {
+        for c in cmds {
+            if let Command::AddService { config, .. } = c {
+                config.source_ranges = ranges.to_vec();
+            }
+        }
+    };
+    let (tk, mut t) = service(Protocol::Tcp, vip, 80, Scheduler::Rr, &[(tb.addrs[0], 1)]);
+    let (uk, mut u) = service(Protocol::Udp, vip, 53, Scheduler::Rr, &[(ub.addrs[0], 1)]);
+    let inside = [range("127.0.0.2")];
+    ranged(&mut t, &inside);
+    ranged(&mut u, &inside);
+    t.extend(u);
+    exec(&mut plane, t);
+    let mode = format!("src {vip}:80 {vip}:53 127.0.0.2 127.0.0.3 -");
+    assert_eq!(
+        run_child(&cg, &mode),
+        [
+            "tcp 127.0.0.2 b0",
+            "udp 127.0.0.2 b0",
+            "tcp 127.0.0.3 EPERM",
+            "udp 127.0.0.3 EPERM",
+            "tcp - EPERM",
+            "udp - EPERM",
+        ]
+    );
+    // The route's source toward the VIP in the ranges: unbound sockets pass.
+    let with_node = [range("127.0.0.2"), range("127.0.0.1")];
+    let edit = |key| Command::EditService {
+        key,
+        config: ServiceConfig {
+            scheduler: Scheduler::Rr,
+            source_ranges: with_node.to_vec(),
+            ..ServiceConfig::new(AddrFamily::Inet)
+        },
+    };
+    exec(&mut plane, vec![edit(tk), edit(uk)]);
+    assert_eq!(
+        run_child(&cg, &mode),
+        [
+            "tcp 127.0.0.2 b0",
+            "udp 127.0.0.2 b0",
+            "tcp 127.0.0.3 EPERM",
+            "udp 127.0.0.3 EPERM",
+            "tcp - b0",
+            "udp - b0",
+        ]
+    );
+    // Six refusals counted (read at the worker's reports).
+    let stats = plane.stats();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stats.events().refused_source != 6 {
+        assert!(Instant::now() < deadline, "{:?}", stats.events());
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

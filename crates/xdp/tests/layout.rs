@@ -1037,11 +1037,17 @@ fn rust_constants() -> Vec<(String, u64)> {
         ("RVS_SOCK_LIST_MAX", sock::cap::LIST as u64),
         ("RVS_SOCK_SVC_F_FALLBACK", sock::SVC_F_FALLBACK.into()),
         ("RVS_SOCK_SVC_F_PORT", sock::SVC_F_PORT.into()),
+        ("RVS_SOCK_SVC_F_SRC_RANGES", sock::SVC_F_SRC_RANGES.into()),
+        ("RVS_SOCK_SVC_F_NODE_OK", sock::SVC_F_NODE_OK.into()),
         ("RVS_SOCK_DEST_F_PRESENT", sock::DEST_F_PRESENT.into()),
         ("RVS_SOCK_CNT_TCP", sock::counter::TCP.into()),
         ("RVS_SOCK_CNT_UDP", sock::counter::UDP.into()),
         ("RVS_SOCK_CNT_UDP_KEPT", sock::counter::UDP_KEPT.into()),
         ("RVS_SOCK_CNT_NO_DEST", sock::counter::NO_DEST.into()),
+        (
+            "RVS_SOCK_CNT_REFUSED_SRC",
+            sock::counter::REFUSED_SOURCE.into(),
+        ),
         ("RVS_SOCK_CNT_MAX", sock::counter::COUNT.into()),
     ]
     .into_iter()
@@ -1299,4 +1305,19 @@ fn bpf_tcp_state_table_equals_the_core_state_machine() {
         errs,
         ["tcp_states[Output][fin][ESTABLISHED] = CLOSE, rvs-core says FIN_WAIT"]
     );
+}
+
+/// The sock plane keys `sock_src_ranges` with the director's
+/// `struct rvs_src_key` (checked above as [`SrcKey`]): its own mirror must
+/// be that layout, byte for byte, and its trie the director's size.
+#[test]
+fn the_sock_planes_source_range_key_is_the_directors() {
+    let r =
+        rvs_core::model::SourceRange::new("10.81.0.48".parse().expect("addr"), 29).expect("range");
+    let sock_key = sock::SrcKey::of(7, &r);
+    assert_eq!(
+        zerocopy::IntoBytes::as_bytes(&sock_key),
+        zerocopy::IntoBytes::as_bytes(&SrcKey::of(7, &r))
+    );
+    assert_eq!(sock::cap::SRC_RANGES, rvs_xdp::maps::SRC_RANGES_MAX);
 }

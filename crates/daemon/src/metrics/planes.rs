@@ -206,6 +206,12 @@ pub fn sock(s: &rvs_sock::plane::SockStats) -> Vec<Family> {
             e.no_dest,
         ),
         Family::scalar(
+            "rvs_sock_refused_source_total",
+            Kind::Counter,
+            "connect()/sendmsg() calls to a VIP refused with EPERM: the source is outside the service's source ranges.",
+            e.refused_source,
+        ),
+        Family::scalar(
             "rvs_sock_open_tcp_sockets",
             Kind::Gauge,
             "Open TCP sockets the programs gave a real server.",

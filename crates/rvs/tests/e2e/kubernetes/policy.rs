@@ -268,6 +268,92 @@ fn kubernetes_xdp_load_balancer_source_ranges_enforced() {
     source_ranges("kubernetes_xdp_load_balancer_source_ranges_enforced", "xdp");
 }
 
+/// [`kubernetes_load_balancer_source_ranges_enforced`] for a client on
+/// the node itself, through the sock plane (as in the Cilium-like
+/// `sock,xdp`, where node-local clients never reach the wire): an unbound
+/// socket is judged by the source the kernel gives it toward the
+/// load-balancer address (the node's 10.81.0.1, its route via the load
+/// balancer at 10.81.0.50). It reaches the pod while the ranges hold the
+/// node's address (kube-proxy's firewall chain lets such a node through),
+/// and is refused at its connect() (`EPERM`) once the Service's ranges
+/// change to exclude it (bound sockets: crates/sock/tests/sock.rs).
+#[test]
+fn kubernetes_sock_load_balancer_source_ranges_node_local() {
+    let test = "kubernetes_sock_load_balancer_source_ranges_node_local";
+    if rvs_testbed::is_root() && !rvs_testbed::require_cgroup2(test) {
+        return;
+    }
+    let Some(cp) = setup(test) else { return };
+    let (mut bed, node, _lb_host) = bed_with_node("k8ssrs");
+    nodes(&cp, &[("node1", "10.81.0.1")]);
+    app_pods(&cp, &mut bed, "node1", "echo", &[("pod1", "10.81.0.11")]);
+    // The load-balancer address is not local: the node routes it to the
+    // load balancer (the client host), so an unbound socket leaves from
+    // 10.81.0.1. (Policy Local: the sock plane carries the address; with
+    // Cluster it would be SNAT'd, a local address pool the sock plane
+    // refuses, and only the XDP plane would carry it.)
+    node.exec(&["ip", "route", "add", "10.81.1.101/32", "via", "10.81.0.50"]);
+    cp.apply(
+        r#"{"apiVersion": "v1", "kind": "Service",
+ "metadata": {"name": "ranged", "namespace": "default"},
+ "spec": {"type": "LoadBalancer", "selector": {"app": "echo"},
+          "externalTrafficPolicy": "Local",
+          "loadBalancerSourceRanges": ["10.81.0.0/29"],
+          "ports": [{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}}"#,
+    )
+    .expect("create service");
+    cp.kubectl(
+        &[
+            "patch",
+            "service",
+            "ranged",
+            "-n",
+            "default",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status": {"loadBalancer": {"ingress": [{"ip": "10.81.1.101"}]}}}"#,
+        ],
+        None,
+    )
+    .expect("the load balancer's address");
+    let lb = SocketAddr::new(ip("10.81.1.101"), 80);
+    let cg = rvs_testbed::Cgroup::new("rvsk8ssrsock");
+    let cgroup = cg.path().to_str().expect("utf-8").to_owned();
+    let n = Node::start(&cp, &node, "node1", "sock", &["--cgroup", &cgroup]);
+    within("the load-balancer address in rvsadm -Ln", WAIT, || {
+        real_servers(&n.rvsd, lb).len() == 1
+    });
+    assert_eq!(
+        super::in_cgroup_connections(&node, &cgroup, lb, 3),
+        vec!["pod1"; 3],
+        "the node's source 10.81.0.1 is in 10.81.0.0/29"
+    );
+    cp.kubectl(
+        &[
+            "patch",
+            "service",
+            "ranged",
+            "-n",
+            "default",
+            "--type=merge",
+            "-p",
+            r#"{"spec": {"loadBalancerSourceRanges": ["10.81.0.48/29"]}}"#,
+        ],
+        None,
+    )
+    .expect("narrow the ranges");
+    within("the node refused once the ranges exclude it", WAIT, || {
+        super::in_cgroup_connections(&node, &cgroup, lb, 1) == vec!["refused"]
+    });
+    assert_eq!(
+        super::in_cgroup_connections(&node, &cgroup, lb, 3),
+        vec!["refused"; 3]
+    );
+    let log = n.log();
+    assert!(!log.contains("not carried out"), "nothing refused: {log}");
+}
+
 /// The source-ranges scenario for `test` with rvsd on `plane`.
 fn source_ranges(test: &str, plane: &str) {
     let Some(cp) = setup(test) else { return };
