@@ -299,11 +299,12 @@ impl DataPlane for SockPlane {
                 }
                 Ok(())
             }
-            Command::AddLaddr { .. } => refuse(
-                "a local address pool (FULLNAT) has no meaning at connect(): the client's own \
-                 socket connects to the real server, from its own address"
-                    .into(),
-            ),
+            // A local address pool (FULLNAT, Kubernetes' SNAT from the
+            // node's address) is met at connect() by construction: the
+            // client is a process on this host, so its own socket reaches
+            // the real server from an address of this host, which is what
+            // the pool gives the wire path. Nothing to program.
+            Command::AddLaddr { .. } => Ok(()),
             _ => Ok(()),
         }
     }
@@ -731,7 +732,7 @@ impl Tables {
                 }
                 published
             }
-            // Refused at admit (a pool has nothing to do at connect()).
+            // Met by the client's own address (see `admit`).
             Command::AddLaddr { .. } | Command::DelLaddr { .. } => Ok(()),
             Command::Zero { .. } | Command::SetTimeouts { .. } => Ok(()),
         }
