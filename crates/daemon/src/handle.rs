@@ -36,7 +36,7 @@ use rvs_control::announce::VipState;
 
 /// How long a reader waits for a fresh snapshot before it takes the last
 /// one (the owner is busy, say with a large reload).
-const FRESH_WAIT: Duration = Duration::from_millis(500);
+pub(crate) const FRESH_WAIT: Duration = Duration::from_millis(500);
 
 /// How many requests may wait for the owner; senders wait beyond it.
 const QUEUE: usize = 256;
@@ -88,6 +88,14 @@ pub enum Msg {
         plan: crate::api::Plan,
         /// The outcome, and the data plane's ticket for the change.
         reply: oneshot::Sender<(Result<Submitted, crate::api::ApiError>, Option<Applied>)>,
+    },
+    /// One service as `/api/v1/state` shows it ([`crate::view::api_service`]):
+    /// the REST API's read of one service or real server, rendered alone.
+    ApiService {
+        /// The service.
+        key: ServiceKey,
+        /// It, or `None` if there is no such service.
+        reply: oneshot::Sender<Option<rvs_ipvsadm::snapshot::ServiceSnap>>,
     },
     /// Render and publish the snapshot if it is behind (a reader wants
     /// it fresh).
@@ -636,6 +644,10 @@ fn serve(d: &mut Daemon, msg: Msg, answers: &mut Vec<Answer>) -> Touched {
         }
         Msg::AbortPlane => {
             d.controller_mut().abort_plane();
+            false
+        }
+        Msg::ApiService { key, reply } => {
+            let _ = reply.send(crate::view::api_service(d, &key));
             false
         }
         Msg::ApiState { reply } => {

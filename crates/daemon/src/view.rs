@@ -3,7 +3,7 @@
 
 use rvs_core::conn::{Conn, ConnId, ConnTable};
 use rvs_core::dest::Dest;
-use rvs_core::ipvs::Ipvs;
+use rvs_core::ipvs::{Ipvs, Service};
 use rvs_core::model::{DestConfig, Protocol, ServiceKey};
 use rvs_core::state::{SctpState, TcpState};
 use rvs_core::stats::{Counters, Rates};
@@ -153,29 +153,44 @@ pub fn conn_page(
     page
 }
 
+/// Service `s` of `ipvs` as the snapshot shows it (with its counters).
+fn service_snap(ipvs: &Ipvs, s: &Service) -> ServiceSnap {
+    let mut snap = ServiceSnap::from_config(s.key(), s.config());
+    snap.laddrs = s.laddrs().iter().map(|l| l.to_string()).collect();
+    let q = s.quic_lb_counters();
+    snap.quic_lb_counters = rvs_ipvsadm::snapshot::QuicLbCountersSnap {
+        by_cid: q.by_cid,
+        by_fallback: q.by_fallback,
+        undecodable: q.undecodable,
+    };
+    snap.stats = stats(s.stats());
+    snap.rates = rates(&s.rates());
+    snap.dests = s
+        .dests()
+        .iter()
+        .map(|d| dest_snap(ipvs, d, &d.config))
+        .collect();
+    snap
+}
+
+/// Service `key` as [`api_table`] shows it (QUIC-LB keys redacted, its
+/// owner named), rendered alone: what the REST API's reads of one
+/// service or real server, and its write answers, take, so that they do
+/// not render the whole table after every write. `None`: no such
+/// service.
+pub(crate) fn api_service(d: &Daemon, key: &ServiceKey) -> Option<ServiceSnap> {
+    let ipvs = d.controller().ipvs();
+    let mut snap = service_snap(ipvs, ipvs.service(key)?);
+    for spec in &mut snap.quic_lb {
+        *spec = redacted(spec);
+    }
+    snap.owner = d.controller().owner_of(key).map(|o| o.name().to_owned());
+    Some(snap)
+}
+
 /// Build the snapshot at `now`.
 pub fn snapshot(ipvs: &Ipvs, now: Instant, with_conns: bool) -> Snapshot {
-    let services = ipvs
-        .services()
-        .map(|s| {
-            let mut snap = ServiceSnap::from_config(s.key(), s.config());
-            snap.laddrs = s.laddrs().iter().map(|l| l.to_string()).collect();
-            let q = s.quic_lb_counters();
-            snap.quic_lb_counters = rvs_ipvsadm::snapshot::QuicLbCountersSnap {
-                by_cid: q.by_cid,
-                by_fallback: q.by_fallback,
-                undecodable: q.undecodable,
-            };
-            snap.stats = stats(s.stats());
-            snap.rates = rates(&s.rates());
-            snap.dests = s
-                .dests()
-                .iter()
-                .map(|d| dest_snap(ipvs, d, &d.config))
-                .collect();
-            snap
-        })
-        .collect();
+    let services = ipvs.services().map(|s| service_snap(ipvs, s)).collect();
     let conns = if with_conns {
         let table = ipvs.conns();
         table

@@ -256,10 +256,11 @@ impl RateLimiter {
     }
 }
 
-/// A strong ETag over `value`'s JSON text (the quotes not included).
+/// A strong ETag over `value` as it serializes (the quotes not
+/// included), hashed without rendering it as text
+/// ([`super::taghash`]).
 pub(crate) fn etag_of<T: serde::Serialize>(value: &T) -> String {
-    let text = serde_json::to_string(value).unwrap_or_default();
-    etag_bytes(text.as_bytes())
+    format!("{:016x}", super::taghash::tag_of(value))
 }
 
 /// A strong ETag over bytes.

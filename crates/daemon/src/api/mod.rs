@@ -14,6 +14,7 @@ mod error;
 mod guard;
 mod ids;
 mod routes;
+mod taghash;
 mod types;
 
 use std::net::IpAddr;

@@ -160,15 +160,33 @@ impl Api {
         self.d.fresh().await.table
     }
 
+    /// One service as it is now, asked of the owner: rendered alone,
+    /// where a fresh snapshot after a write would render the whole table.
+    /// As [`crate::handle::DaemonHandle::fresh`], the last snapshot's when
+    /// the owner is busy past [`crate::handle::FRESH_WAIT`].
     async fn service(&self, key: &ServiceKey) -> Result<ServiceSnap, ApiError> {
-        let want = rvs_ipvsadm::snapshot::ServiceKeySnap::from(key);
-        self.table()
-            .await
-            .services
-            .iter()
-            .find(|s| s.key == want)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(format!("no service {}", ids::service_id(key))))
+        let key = *key;
+        let asked = tokio::time::timeout(
+            crate::handle::FRESH_WAIT,
+            self.d
+                .ask(|reply| crate::handle::Msg::ApiService { key, reply }),
+        )
+        .await;
+        let found = match asked {
+            Ok(Some(found)) => found,
+            Ok(None) => return Err(ApiError::stopping()),
+            Err(_) => {
+                let want = rvs_ipvsadm::snapshot::ServiceKeySnap::from(&key);
+                self.d
+                    .snapshot()
+                    .table
+                    .services
+                    .iter()
+                    .find(|s| s.key == want)
+                    .cloned()
+            }
+        };
+        found.ok_or_else(|| ApiError::not_found(format!("no service {}", ids::service_id(&key))))
     }
 
     async fn real(&self, key: &ServiceKey, rs: (IpAddr, u16)) -> Result<DestSnap, ApiError> {
