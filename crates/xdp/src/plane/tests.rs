@@ -731,22 +731,51 @@ fn gre_and_geneve_tunnels_carry_the_checksum_flag_and_remcsum_is_refused() {
     assert_eq!(bed.plane.maps().dests.len(), before);
 }
 
-#[test]
-fn a_large_flow_table_is_walked_a_page_per_report() {
+/// The flow-walk tests' bed: service 80 scheduled by `sched` with DR real
+/// servers 1 and 2 (their indexes `a` and `b`), walked two flows per
+/// report; `flow(dest)` is an established flow to `dest` seen now, `vip`
+/// the service's address.
+struct WalkBed<F> {
+    bed: Bed,
+    a: u32,
+    b: u32,
+    flow: F,
+    vip: IpAddr,
+}
+
+fn walk_bed(sched: &str) -> WalkBed<impl Fn(u32) -> Flow> {
     let mut bed = Bed::new();
     bed.plane.set_mirror_page(2);
-    bed.svc(80, "rr").unwrap();
+    bed.svc(80, sched).unwrap();
     bed.dest(80, dr(1)).unwrap();
     bed.dest(80, dr(2)).unwrap();
     let (a, b) = (bed.index(80, 1), bed.index(80, 2));
     let now = bed.plane.maps().jiffies;
-    let vip: IpAddr = "10.0.0.100".parse().unwrap();
-    let flow = |dest: u32| Flow {
+    let flow = move |dest: u32| Flow {
         last_seen: now,
         dest,
         state: TcpState::Established as u8,
         ..Flow::default()
     };
+    let vip = "10.0.0.100".parse().unwrap();
+    WalkBed {
+        bed,
+        a,
+        b,
+        flow,
+        vip,
+    }
+}
+
+#[test]
+fn a_large_flow_table_is_walked_a_page_per_report() {
+    let WalkBed {
+        mut bed,
+        a,
+        b,
+        flow,
+        vip,
+    } = walk_bed("rr");
     // Five flows: three pages of at most two.
     for (i, d) in [a, a, a, b, b].into_iter().enumerate() {
         bed.plane
@@ -815,20 +844,13 @@ fn a_large_flow_table_is_walked_a_page_per_report() {
 /// added during the walk keeps the program's count.
 #[test]
 fn a_walk_keeps_what_the_program_counted_while_it_ran() {
-    let mut bed = Bed::new();
-    bed.plane.set_mirror_page(2);
-    bed.svc(80, "wlc").unwrap();
-    bed.dest(80, dr(1)).unwrap();
-    bed.dest(80, dr(2)).unwrap();
-    let (a, b) = (bed.index(80, 1), bed.index(80, 2));
-    let now = bed.plane.maps().jiffies;
-    let vip: IpAddr = "10.0.0.100".parse().unwrap();
-    let flow = |dest: u32| Flow {
-        last_seen: now,
-        dest,
-        state: TcpState::Established as u8,
-        ..Flow::default()
-    };
+    let WalkBed {
+        mut bed,
+        a,
+        b,
+        flow,
+        vip,
+    } = walk_bed("wlc");
     let fk = |i: u8| FlowKey::new(6, rs(i), 1000, vip, 80);
     let active = |n: u32| DestConns {
         active: n,
