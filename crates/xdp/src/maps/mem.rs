@@ -82,6 +82,12 @@ pub struct MemMaps {
     pub fail_at: Option<usize>,
     /// Writes attempted so far.
     pub writes: usize,
+    /// Reads of `dest_conns` made ([`MapOps::dest_conns_of`] calls: one
+    /// batch each, as the kernel's up to [`super::ops::CONNS_BATCH`]
+    /// elements).
+    pub conns_reads: usize,
+    /// Writes to `dest_conns` attempted.
+    pub conns_writes: usize,
 }
 
 impl MemMaps {
@@ -440,13 +446,23 @@ impl MapOps for MemMaps {
     }
     fn set_dest_conns(&mut self, index: u32, conns: &DestConns) -> Result<(), XdpError> {
         Self::bound("dest_conns", index, maps::MAX_DESTS)?;
+        self.conns_writes += 1;
         self.write("dest_conns")?;
         self.dest_conns.insert(index, *conns);
         Ok(())
     }
-    fn dest_conns(&mut self, index: u32) -> Result<DestConns, XdpError> {
-        Self::bound("dest_conns", index, maps::MAX_DESTS)?;
-        Ok(self.dest_conns.get(&index).copied().unwrap_or_default())
+    fn dest_conns_of(
+        &mut self,
+        indexes: &[u32],
+    ) -> Result<std::collections::HashMap<u32, DestConns>, XdpError> {
+        self.conns_reads += 1;
+        indexes
+            .iter()
+            .map(|&i| {
+                Self::bound("dest_conns", i, maps::MAX_DESTS)?;
+                Ok((i, self.dest_conns.get(&i).copied().unwrap_or_default()))
+            })
+            .collect()
     }
     /// Pages of the table in key order (the kernel's order is its
     /// buckets'; any stable order shows the same walk).

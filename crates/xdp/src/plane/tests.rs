@@ -899,6 +899,57 @@ fn a_walk_keeps_what_the_program_counted_while_it_ran() {
     assert_eq!(conns(&mut bed, c), active(1));
 }
 
+/// A flow walk reads `dest_conns` in one batched read when it begins and
+/// one before its corrections, not one read per real server each time, and
+/// writes only the counts that differ from the program's (issue 29).
+#[test]
+fn a_walk_reads_the_counts_in_batches_and_writes_only_changes() {
+    let WalkBed {
+        mut bed,
+        a,
+        b,
+        flow,
+        vip,
+    } = walk_bed("wlc");
+    bed.dest(80, dr(3)).unwrap();
+    let c = bed.index(80, 3);
+    let fk = |i: u8| FlowKey::new(6, rs(i), 1000, vip, 80);
+    let active = |n: u32| DestConns {
+        active: n,
+        inactive: 0,
+    };
+    // Three flows (two pages): a's two counted right, b's one counted as
+    // four (evictions the program never subtracted), c with none and
+    // none counted.
+    let m = bed.plane.maps();
+    for (i, d) in [(210, a), (211, a), (212, b)] {
+        m.flows.insert(fk(i), flow(d));
+    }
+    m.dest_conns.insert(a, active(2));
+    m.dest_conns.insert(b, active(4));
+    m.conns_reads = 0;
+    m.conns_writes = 0;
+    bed.report(1);
+    assert!(bed.plane.flow_walk.start.is_some(), "the walk goes on");
+    bed.report(2);
+    assert!(bed.plane.flow_walk.start.is_none(), "the walk ended");
+    let m = bed.plane.maps();
+    assert_eq!(
+        m.conns_reads, 2,
+        "one read as the walk began, one at its end"
+    );
+    assert_eq!(m.conns_writes, 1, "b's count only");
+    assert_eq!(m.dest_conns[&b], active(1));
+    assert_eq!(m.dest_conns[&a], active(2));
+    assert_eq!(m.dest_conns[&c], active(0));
+    // A quiet walk: two reads, no write.
+    bed.report(3);
+    bed.report(4);
+    assert!(bed.plane.flow_walk.start.is_none(), "the walk ended");
+    let m = bed.plane.maps();
+    assert_eq!((m.conns_reads, m.conns_writes), (4, 1));
+}
+
 #[test]
 fn reports_mirror_flows_and_counters_into_the_director() {
     let mut bed = Bed::new();
