@@ -26,6 +26,7 @@ use rvs_core::stats::Counters;
 use rvs_core::time::Instant;
 
 use super::alloc::Retired;
+use super::retry::Due;
 use super::room::Fit;
 use super::{DestState, Plane, PlaneError, Trashed, WalkDone, nat_key, same, stats_delta};
 use crate::maps::{
@@ -300,7 +301,7 @@ impl<M: MapOps> Plane<M> {
         if converge {
             self.settle_adoption();
         }
-        if self.dirty && converge {
+        if self.dirty.any() && converge {
             w.converge = self.converge(ipvs);
         }
         if converge {
@@ -360,7 +361,8 @@ impl<M: MapOps> Plane<M> {
             }
         }
         for c in &w.converge {
-            // Errors set `dirty` again: the next report retries.
+            // Errors record their service in `dirty` again: the next
+            // report retries it.
             self.replayed += 1;
             let _ = self.apply_command(c);
         }
@@ -440,21 +442,39 @@ impl<M: MapOps> Plane<M> {
             .collect()
     }
 
-    /// The commands that make what is installed the model, but for the
-    /// services waiting for room ([`Plane::let_in`] retries those when
-    /// room is freed).
+    /// The commands that make what is installed of the services whose
+    /// writes failed the model (every service after a failure no single
+    /// service owns), but for the services waiting for room
+    /// ([`Plane::let_in`] retries those when room is freed).
     fn converge(&mut self, ipvs: &Ipvs) -> Vec<Command> {
-        self.dirty = false;
-        let installed: Vec<ServiceDef> = self
-            .services
-            .keys()
-            .filter(|k| !self.room.waits(k))
-            .filter_map(|k| self.installed_def(k))
-            .collect();
-        let target: Vec<ServiceDef> = current_defs(ipvs)
-            .into_iter()
-            .filter(|d| !self.refused.contains(&d.key) && !self.room.waits(&d.key))
-            .collect();
+        let (installed, target): (Vec<ServiceDef>, Vec<ServiceDef>) = match self.dirty.take() {
+            Due::None => return Vec::new(),
+            Due::All => (
+                self.services
+                    .keys()
+                    .filter(|k| !self.room.waits(k))
+                    .filter_map(|k| self.installed_def(k))
+                    .collect(),
+                current_defs(ipvs)
+                    .into_iter()
+                    .filter(|d| !self.refused.contains(&d.key) && !self.room.waits(&d.key))
+                    .collect(),
+            ),
+            Due::Some(keys) => {
+                let keys: Vec<ServiceKey> =
+                    keys.into_iter().filter(|k| !self.room.waits(k)).collect();
+                (
+                    keys.iter().filter_map(|k| self.installed_def(k)).collect(),
+                    keys.iter()
+                        .filter(|k| !self.refused.contains(k))
+                        .filter_map(|k| current_def(ipvs, k))
+                        .collect(),
+                )
+            }
+        };
+        let compared: HashSet<&ServiceKey> =
+            installed.iter().chain(&target).map(|d| &d.key).collect();
+        self.diffed += compared.len() as u64;
         match diff(&installed, &target) {
             Ok((cmds, _)) => cmds,
             Err(_) => Vec::new(),

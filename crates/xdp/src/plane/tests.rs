@@ -950,6 +950,42 @@ fn a_walk_reads_the_counts_in_batches_and_writes_only_changes() {
     assert_eq!((m.conns_reads, m.conns_writes), (4, 1));
 }
 
+/// A write that keeps failing (not for want of room) has the reports
+/// retry that service, and only it: the other services are not compared
+/// with the model again at every report (issue 29).
+#[test]
+fn a_write_that_keeps_failing_is_retried_for_its_service_only() {
+    let mut bed = Bed::new();
+    for port in 80..90 {
+        bed.svc(port, "rr").unwrap();
+        bed.dest(port, dr(1)).unwrap();
+    }
+    let i = bed.plane.service_index(&key(80)).unwrap();
+    bed.plane.maps().fail_elem = Some(("svc_info", i));
+    bed.dest(80, dr(2)).unwrap_err();
+    let (diffed, replayed) = (bed.plane.diffed(), bed.plane.replayed());
+    for t in 1..=3 {
+        bed.report(t);
+        assert_eq!(
+            bed.plane.diffed() - diffed,
+            t,
+            "report {t}: the failing service alone compared"
+        );
+        assert_eq!(bed.plane.replayed() - replayed, t, "its AddDest again");
+    }
+    assert_eq!(bed.plane.dest_index(&key(80), rs(2), 80), None);
+    // The write succeeds again: the next report brings the service to
+    // the model, and the reports after it compare nothing.
+    bed.plane.maps().fail_elem = None;
+    bed.report(4);
+    assert!(bed.plane.dest_index(&key(80), rs(2), 80).is_some());
+    assert_eq!(expected(&bed, 80), bed.data(80));
+    let diffed = bed.plane.diffed();
+    bed.report(5);
+    bed.report(6);
+    assert_eq!(bed.plane.diffed(), diffed, "nothing left to compare");
+}
+
 #[test]
 fn reports_mirror_flows_and_counters_into_the_director() {
     let mut bed = Bed::new();
