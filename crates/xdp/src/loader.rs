@@ -48,8 +48,9 @@ pub enum Attached {
 pub struct Loaded {
     ebpf: BpfObject,
     pub(crate) object: Object,
-    /// The program test runs run (the object's main program unless
-    /// [`Loaded::load_fnat_alone`] chose another).
+    /// The program test runs run (the object's main program unless the
+    /// test fixture `Loaded::load_fnat_alone`, compiled with the
+    /// `test-fixtures` feature only, chose another).
     entry: &'static str,
 }
 

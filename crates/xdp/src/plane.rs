@@ -194,6 +194,7 @@ pub mod forwarding;
 mod l2;
 mod report;
 pub mod resolver;
+mod retry;
 mod room;
 mod startup;
 mod synced;
@@ -349,8 +350,12 @@ pub struct Plane<M: MapOps> {
     mirrored_flows: HashSet<ConnId>,
     /// Connection entries mirrored from templates by the last complete walk.
     mirrored_templates: HashSet<ConnId>,
-    /// A map write failed: compare with the model at the next report.
-    dirty: bool,
+    /// Services whose map writes failed: compared with the model at the
+    /// next report that converges (see [`retry`]).
+    dirty: retry::Retry,
+    /// Services convergence compared with the model, for
+    /// [`Plane::diffed`].
+    diffed: u64,
     /// Commands the reports replayed from the model (convergence and
     /// services let in when room was freed), for [`Plane::replayed`].
     replayed: u64,
@@ -653,7 +658,8 @@ impl<M: MapOps> Plane<M> {
             conns_busy: HashMap::new(),
             mirrored_flows: HashSet::new(),
             mirrored_templates: HashSet::new(),
-            dirty: false,
+            dirty: retry::Retry::default(),
+            diffed: 0,
             replayed: 0,
             links: Vec::new(),
             own: crate::own_mac::OwnMacs::default(),
@@ -677,6 +683,13 @@ impl<M: MapOps> Plane<M> {
     /// in when room was freed): the work a report did beyond its reads.
     pub fn replayed(&self) -> u64 {
         self.replayed
+    }
+
+    /// Services the reports compared with the director's model since the
+    /// plane started, to converge after failed writes (only the services
+    /// whose writes failed are compared): the work convergence did.
+    pub fn diffed(&self) -> u64 {
+        self.diffed
     }
 
     /// The maps (tests look at them).

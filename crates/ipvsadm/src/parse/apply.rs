@@ -23,7 +23,7 @@ struct ParsedAddr {
 }
 
 /// `parse_service`: `host[:port]`, `[v6]:port`, bare IPv6; port as number
-/// or name of `proto`. `None` = "illegal ... address[:port] specified".
+/// or name of `proto`. `None` = "illegal ... address\[:port\] specified".
 fn parse_service(buf: &str, proto: u8, names: &dyn Names) -> Option<ParsedAddr> {
     if buf.bytes().all(|b| b.is_ascii_digit()) {
         return None; // all digits (or empty): not an address

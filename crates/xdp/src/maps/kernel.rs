@@ -1,10 +1,12 @@
 //! [`KernelMaps`]: the loaded director program behind [`MapOps`].
 
+use std::collections::HashMap;
+
 use rvs_sys::bpf::Error as MapError;
 
 use rvs_sys::bpf::{BATCH_TOKEN, BatchToken};
 
-use super::ops::{MapOps, WalkCursor, map_error};
+use super::ops::{CONNS_BATCH, MapOps, WalkCursor, map_error};
 use super::typed::Plain;
 use crate::maps::{
     Config, Dest, DestConns, Flow, Flow4Key, FlowKey, Nat, NatKey, Persist, PersistKey, Stats, Svc,
@@ -143,6 +145,65 @@ impl KernelMaps {
 }
 
 impl KernelMaps {
+    /// `dest_conns[0..=top]` in batches of [`CONNS_BATCH`] elements
+    /// (`BPF_MAP_LOOKUP_BATCH` through rvs-sys): `EINVAL` on kernels
+    /// without batch operations on arrays. Shorter than asked only if the
+    /// array is (indexes past its end are then refused by the caller).
+    fn conns_batched(&mut self, top: u32) -> std::io::Result<Vec<DestConns>> {
+        let Ok(m) = self.director.map("dest_conns") else {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        };
+        let map = rvs_sys::bpf::BpfMap::new(m.fd())?;
+        let (klen, vlen) = (map.key_len(), map.value_len());
+        if klen != size_of::<u32>() || vlen != size_of::<DestConns>() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("dest_conns: {klen}-byte keys and {vlen}-byte values"),
+            ));
+        }
+        let n = top as usize + 1;
+        let chunk = n.min(CONNS_BATCH);
+        let mut keys = vec![0u8; chunk * klen];
+        let mut values = vec![0u8; chunk * vlen];
+        let mut out = Vec::with_capacity(n);
+        let mut token_in: Option<BatchToken> = None;
+        let mut token_out = [0u8; BATCH_TOKEN];
+        while out.len() < n {
+            let want = (n - out.len()).min(chunk);
+            let b = map.lookup_batch(
+                token_in.as_ref(),
+                &mut token_out,
+                &mut keys[..want * klen],
+                &mut values[..want * vlen],
+            )?;
+            for v in values.chunks_exact(vlen).take(b.count) {
+                // The sizes were checked above.
+                let c = <DestConns as zerocopy::FromBytes>::read_from_bytes(v).map_err(|_| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "dest_conns: a value of another size",
+                    )
+                })?;
+                out.push(c);
+            }
+            if b.end || b.count == 0 {
+                break;
+            }
+            token_in = Some(token_out);
+        }
+        out.truncate(n);
+        Ok(out)
+    }
+
+    /// `dest_conns[i]` for each of `indexes`, one lookup each (kernels
+    /// without batch operations on arrays).
+    fn conns_one_by_one(&mut self, indexes: &[u32]) -> Result<HashMap<u32, DestConns>, XdpError> {
+        indexes
+            .iter()
+            .map(|&i| Ok((i, self.director.dest_conns(i)?)))
+            .collect()
+    }
+
     /// About `max` entries of the hash table `name` from `token` on,
     /// batched: the next token, `None` at the end. On kernels without
     /// batch operations on LRU hashes, a key walk of the whole table (one
@@ -382,8 +443,35 @@ impl MapOps for KernelMaps {
     fn set_dest_conns(&mut self, index: u32, conns: &DestConns) -> Result<(), XdpError> {
         self.director.set_dest_conns(index, conns)
     }
-    fn dest_conns(&mut self, index: u32) -> Result<DestConns, XdpError> {
-        self.director.dest_conns(index)
+    fn dest_conns_of(&mut self, indexes: &[u32]) -> Result<HashMap<u32, DestConns>, XdpError> {
+        let Some(&top) = indexes.iter().max() else {
+            return Ok(HashMap::new());
+        };
+        match self.conns_batched(top) {
+            Ok(all) => indexes
+                .iter()
+                .map(|&i| match all.get(i as usize) {
+                    Some(c) => Ok((i, *c)),
+                    None => Err(map_error(
+                        "dest_conns",
+                        MapError::OutOfBounds {
+                            index: i,
+                            max_entries: all.len() as u32,
+                        },
+                    )),
+                })
+                .collect(),
+            // Kernels before 5.6 (no BPF_MAP_LOOKUP_BATCH, or none on
+            // arrays): one lookup per index.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.conns_one_by_one(indexes),
+            Err(e) => Err(map_error(
+                "dest_conns",
+                MapError::Syscall {
+                    call: "bpf_map_lookup_batch",
+                    source: e,
+                },
+            )),
+        }
     }
     /// Both flow tables, then both embryonic tables (TCP flows between
     /// their SYN and their handshake's ACK, listed like IPVS lists its
@@ -514,5 +602,59 @@ impl MapOps for KernelMaps {
             dests,
             config: self.read_config()?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::KernelMaps;
+    use crate::maps::{DestConns, MAX_DESTS, MapOps};
+
+    /// `dest_conns` read in batches (three of them here: indexes on both
+    /// sides of a batch's end, one past two) gives what was written, as
+    /// the one-by-one reads of kernels without batch operations on arrays
+    /// do; an index past the array is an error, not a zero.
+    #[test]
+    fn dest_conns_are_read_in_batches_as_one_by_one() {
+        let test = "dest_conns_are_read_in_batches_as_one_by_one";
+        if !rvs_testbed::require_root(test, "loading BPF programs needs root") {
+            return;
+        }
+        if let Err(e) = crate::Object::Director.bytes() {
+            rvs_testbed::skip_or_fail(test, e);
+            return;
+        }
+        let mut m = KernelMaps::load(&crate::LoadOptions {
+            flow_table_size: 1024,
+            slots: 1 << 12,
+            ..crate::LoadOptions::default()
+        })
+        .expect("load");
+        let c = |active, inactive| DestConns { active, inactive };
+        let mut want = HashMap::from([
+            (1, c(1, 2)),
+            (4095, c(3, 4)),
+            (4096, c(5, 6)),
+            (9000, c(7, 8)),
+        ]);
+        for (i, v) in &want {
+            m.set_dest_conns(*i, v).expect("set");
+        }
+        want.insert(2, c(0, 0));
+        let indexes: Vec<u32> = want.keys().copied().collect();
+        let all = m.conns_batched(9000).expect("batched");
+        assert_eq!(all.len(), 9001);
+        for (i, v) in &want {
+            assert_eq!(all[*i as usize], *v, "index {i}");
+        }
+        assert_eq!(m.dest_conns_of(&indexes).expect("dest_conns_of"), want);
+        assert_eq!(m.conns_one_by_one(&indexes).expect("one by one"), want);
+        assert_eq!(
+            m.dest_conns_of(&[MAX_DESTS - 1]).expect("the last"),
+            HashMap::from([(MAX_DESTS - 1, c(0, 0))])
+        );
+        assert!(m.dest_conns_of(&[MAX_DESTS]).is_err(), "past the array");
     }
 }

@@ -16,7 +16,8 @@ use crate::maps::{
 /// In-memory maps with the kernel's rules (array bounds, hash deletion of
 /// an absent key fails), for testing the sync logic without a kernel.
 /// `fail_at` injects one failure: the write with that sequence number
-/// (counted by `writes`) fails, the ones after it succeed again.
+/// (counted by `writes`) fails, the ones after it succeed again;
+/// `fail_elem` a lasting one: every write to one element of an array.
 #[derive(Clone, Debug, Default)]
 pub struct MemMaps {
     /// `services`.
@@ -82,6 +83,15 @@ pub struct MemMaps {
     pub fail_at: Option<usize>,
     /// Writes attempted so far.
     pub writes: usize,
+    /// An array element (map name, index: `svc_info`, `rr_cursor`,
+    /// `dests`, `dest_conns`) every write to which fails; `None` = none.
+    pub fail_elem: Option<(&'static str, u32)>,
+    /// Reads of `dest_conns` made ([`MapOps::dest_conns_of`] calls: one
+    /// batch each, as the kernel's up to [`super::ops::CONNS_BATCH`]
+    /// elements).
+    pub conns_reads: usize,
+    /// Writes to `dest_conns` attempted.
+    pub conns_writes: usize,
 }
 
 impl MemMaps {
@@ -106,6 +116,22 @@ impl MemMaps {
                 MapError::Syscall {
                     call: "bpf_map_update_elem",
                     source: std::io::Error::from_raw_os_error(12),
+                },
+            ));
+        }
+        Ok(())
+    }
+
+    /// A write to element `index` of array `map` (fails as `write` does,
+    /// and always when it is `fail_elem`).
+    fn write_elem(&mut self, map: &'static str, index: u32) -> Result<(), XdpError> {
+        self.write(map)?;
+        if self.fail_elem == Some((map, index)) {
+            return Err(map_error(
+                map,
+                MapError::Syscall {
+                    call: "bpf_map_update_elem",
+                    source: std::io::Error::from_raw_os_error(libc::EIO),
                 },
             ));
         }
@@ -170,13 +196,13 @@ impl MapOps for MemMaps {
     }
     fn set_svc(&mut self, index: u32, svc: &Svc) -> Result<(), XdpError> {
         Self::bound("svc_info", index, self.services_len)?;
-        self.write("svc_info")?;
+        self.write_elem("svc_info", index)?;
         self.svc_info.insert(index, *svc);
         Ok(())
     }
     fn set_cursor(&mut self, index: u32, value: u64) -> Result<(), XdpError> {
         Self::bound("rr_cursor", index, self.services_len)?;
-        self.write("rr_cursor")?;
+        self.write_elem("rr_cursor", index)?;
         self.cursors.insert(index, value);
         Ok(())
     }
@@ -199,7 +225,7 @@ impl MapOps for MemMaps {
     }
     fn set_dest(&mut self, index: u32, dest: &Dest) -> Result<(), XdpError> {
         Self::bound("dests", index, maps::MAX_DESTS)?;
-        self.write("dests")?;
+        self.write_elem("dests", index)?;
         self.dests.insert(index, *dest);
         Ok(())
     }
@@ -440,13 +466,23 @@ impl MapOps for MemMaps {
     }
     fn set_dest_conns(&mut self, index: u32, conns: &DestConns) -> Result<(), XdpError> {
         Self::bound("dest_conns", index, maps::MAX_DESTS)?;
-        self.write("dest_conns")?;
+        self.conns_writes += 1;
+        self.write_elem("dest_conns", index)?;
         self.dest_conns.insert(index, *conns);
         Ok(())
     }
-    fn dest_conns(&mut self, index: u32) -> Result<DestConns, XdpError> {
-        Self::bound("dest_conns", index, maps::MAX_DESTS)?;
-        Ok(self.dest_conns.get(&index).copied().unwrap_or_default())
+    fn dest_conns_of(
+        &mut self,
+        indexes: &[u32],
+    ) -> Result<std::collections::HashMap<u32, DestConns>, XdpError> {
+        self.conns_reads += 1;
+        indexes
+            .iter()
+            .map(|&i| {
+                Self::bound("dest_conns", i, maps::MAX_DESTS)?;
+                Ok((i, self.dest_conns.get(&i).copied().unwrap_or_default()))
+            })
+            .collect()
     }
     /// Pages of the table in key order (the kernel's order is its
     /// buckets'; any stable order shows the same walk).

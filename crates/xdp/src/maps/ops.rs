@@ -1,6 +1,8 @@
 //! The seam between the control side's sync logic and the kernel: every
 //! map operation [`crate::plane::Plane`] performs goes through [`MapOps`].
 
+use std::collections::HashMap;
+
 use rvs_sys::bpf::Error as MapError;
 
 use crate::XdpError;
@@ -8,6 +10,10 @@ use crate::maps::{
     Config, Dest, DestConns, Flow, FlowKey, Nat, NatKey, Persist, PersistKey, Stats, Svc, SvcFlood,
     SvcKey,
 };
+
+/// Elements of `dest_conns` per batched read ([`MapOps::dest_conns_of`]):
+/// 4,096 × 8 bytes of values and 4 of keys, 48 KiB of buffers.
+pub const CONNS_BATCH: usize = 4096;
 
 /// Every map operation the control side performs: the seam between the
 /// sync logic and the kernel.
@@ -47,10 +53,14 @@ pub trait MapOps {
     /// `dest_conns[index] = conns` (ActiveConn/InActConn the program keeps
     /// for the least-connection schedulers).
     fn set_dest_conns(&mut self, index: u32, conns: &DestConns) -> Result<(), XdpError>;
-    /// `dest_conns[index]`: what the program counts now (the flow walk
-    /// compares it before and after, to leave alone a count the program
-    /// changed while the walk ran).
-    fn dest_conns(&mut self, index: u32) -> Result<DestConns, XdpError>;
+    /// `dest_conns[i]` for every `i` of `indexes`: what the program counts
+    /// now (the flow walk reads every index in use when it begins and
+    /// again before its corrections, to leave alone a count the program
+    /// changed while it ran). Read in batches (`BPF_MAP_LOOKUP_BATCH`,
+    /// one syscall per [`CONNS_BATCH`] elements up to the highest index)
+    /// rather than one syscall per index; one lookup per index only on
+    /// kernels without batch operations on arrays (before Linux 5.6).
+    fn dest_conns_of(&mut self, indexes: &[u32]) -> Result<HashMap<u32, DestConns>, XdpError>;
     /// Call `f` for about `max` persistence templates from `cursor` on;
     /// true when the walk reached the end (as [`MapOps::flows_page`]).
     fn persist_page(

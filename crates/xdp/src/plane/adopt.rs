@@ -267,7 +267,7 @@ impl<M: MapOps> Plane<M> {
                 .set_quic_lb(index, &super::quic_value(config))
                 .is_err()
             {
-                self.dirty = true;
+                self.dirty.service(*key);
             }
             self.quic_base
                 .insert(*key, (index, crate::quic_lb::QuicStats::default()));
@@ -292,7 +292,7 @@ impl<M: MapOps> Plane<M> {
         self.services.insert(*key, st);
         if republish {
             // No real server to wait for: its own data now.
-            let _ = self.publish(key).inspect_err(|_| self.dirty = true);
+            let _ = self.publish(key).inspect_err(|_| self.dirty.service(*key));
         }
         true
     }
@@ -359,7 +359,7 @@ impl<M: MapOps> Plane<M> {
                 let mut el = *d;
                 el.flags |= maps::dest_flags::UNAVAILABLE;
                 if self.maps.set_dest(*index, &el).is_err() {
-                    self.dirty = true;
+                    self.dirty.service(key);
                 }
                 self.orphans.push(Orphan {
                     index: *index,
@@ -368,7 +368,7 @@ impl<M: MapOps> Plane<M> {
             }
             if s.claimed {
                 if self.services.contains_key(&key) {
-                    let _ = self.publish(&key).inspect_err(|_| self.dirty = true);
+                    let _ = self.publish(&key).inspect_err(|_| self.dirty.service(key));
                 }
                 continue;
             }
@@ -380,7 +380,7 @@ impl<M: MapOps> Plane<M> {
                     self.maps.remove_service(&sk)
                 };
                 if r.is_err() {
-                    self.dirty = true;
+                    self.dirty.service(key);
                 }
             }
             if s.quic {
@@ -404,7 +404,7 @@ impl<M: MapOps> Plane<M> {
         if !stale.is_empty() {
             let before = self.all_laddrs_with(&stale);
             if self.sync_laddrs(&before).is_err() {
-                self.dirty = true;
+                self.dirty.all();
             }
         }
         let _ = self.write_config();

@@ -63,7 +63,8 @@ impl<M: MapOps> Plane<M> {
                 let installed = self.services.contains_key(key);
                 self.room.no_room(*key, installed);
             }
-            (Err(PlaneError::Map(_) | PlaneError::Full(_)), _) => self.dirty = true,
+            (Err(PlaneError::Map(_)), Some(key)) => self.dirty.service(*key),
+            (Err(PlaneError::Map(_) | PlaneError::Full(_)), None) => self.dirty.all(),
             _ => {}
         }
         r
@@ -360,7 +361,7 @@ impl<M: MapOps> Plane<M> {
             })
             .collect();
         if !kept.is_empty() {
-            self.dirty = true;
+            self.dirty.service(*key);
         }
         let generation = self.generation;
         if let Some(st) = self.services.get_mut(key) {
@@ -489,7 +490,7 @@ impl<M: MapOps> Plane<M> {
             if self.refused.remove(key) {
                 // Maybe acceptable now: the next report installs it with its
                 // real servers from the model.
-                self.dirty = true;
+                self.dirty.service(*key);
                 return Ok(());
             }
             if self.room.roomless(key) {
@@ -528,7 +529,7 @@ impl<M: MapOps> Plane<M> {
                 st.config = old;
             }
             if self.publish(key).is_err() {
-                self.dirty = true;
+                self.dirty.service(*key);
             }
             return Err(e);
         }
@@ -637,7 +638,7 @@ impl<M: MapOps> Plane<M> {
             let mut before = self.all_laddrs();
             before.extend(st.laddrs.iter().flat_map(|r| r.addrs()));
             if self.sync_laddrs(&before).is_err() {
-                self.dirty = true;
+                self.dirty.service(*key);
             }
             let _ = self.write_config();
         }
@@ -658,7 +659,7 @@ impl<M: MapOps> Plane<M> {
         let v = self.dest_value(&d, maps::dest_flags::UNAVAILABLE);
         if self.maps.set_dest(d.index, &v).is_err() {
             // Still scheduled nowhere; its flows keep going until they end.
-            self.dirty = true;
+            self.dirty.service(service);
         }
         self.trash.push(Trashed {
             service,
@@ -802,7 +803,7 @@ impl<M: MapOps> Plane<M> {
             return Err(e);
         }
         if self.write_config().is_err() {
-            self.dirty = true;
+            self.dirty.service(*service);
         }
         Ok(())
     }

@@ -26,6 +26,7 @@ use rvs_core::stats::Counters;
 use rvs_core::time::Instant;
 
 use super::alloc::Retired;
+use super::retry::Due;
 use super::room::Fit;
 use super::{DestState, Plane, PlaneError, Trashed, WalkDone, nat_key, same, stats_delta};
 use crate::maps::{
@@ -100,7 +101,9 @@ const BUSY_WALKS: u32 = 8;
 /// which may count twice a flow made during the walk that the walk saw, an
 /// error bounded by one walk's activity instead of a drift that grows. An
 /// index not in use when the walk began (`start` is `None`: installed
-/// meanwhile, its count started at zero then) is left alone.
+/// meanwhile, its count started at zero then) is left alone. A correction
+/// equal to what the program holds (`end`) is no write: a quiet plane's
+/// walks write nothing.
 fn conns_fix(
     start: Option<DestConns>,
     end: DestConns,
@@ -110,8 +113,9 @@ fn conns_fix(
     let Some(start) = start else {
         return (None, 0);
     };
+    let write = |v: DestConns| (v != end).then_some(v);
     if start == end {
-        return (Some(counted), 0);
+        return (write(counted), 0);
     }
     let busy = busy.saturating_add(1);
     if busy < BUSY_WALKS {
@@ -127,7 +131,7 @@ fn conns_fix(
         active: plus(counted.active, end.active, start.active),
         inactive: plus(counted.inactive, end.inactive, start.inactive),
     };
-    (Some(fixed), 0)
+    (write(fixed), 0)
 }
 
 /// The writes phase 2 of a report decided on, for phase 3.
@@ -196,11 +200,9 @@ impl<M: MapOps> Plane<M> {
         let config = self.config;
         if self.flow_walk.start.is_none() {
             // The flow walk begins: what the program counts now, to tell
-            // at its end whether it changed meanwhile (`conns_fix`).
-            for index in self.indexes() {
-                let c = self.maps.dest_conns(index)?;
-                self.flow_walk.conns_start.insert(index, c);
-            }
+            // at its end whether it changed meanwhile (`conns_fix`), in
+            // one batched read.
+            self.flow_walk.conns_start = self.maps.dest_conns_of(&self.indexes())?;
         }
         read.flow_start = *self.flow_walk.start.get_or_insert(g);
         read.persist_start = *self.persist_walk.start.get_or_insert(g);
@@ -299,7 +301,7 @@ impl<M: MapOps> Plane<M> {
         if converge {
             self.settle_adoption();
         }
-        if self.dirty && converge {
+        if self.dirty.any() && converge {
             w.converge = self.converge(ipvs);
         }
         if converge {
@@ -359,33 +361,36 @@ impl<M: MapOps> Plane<M> {
             }
         }
         for c in &w.converge {
-            // Errors set `dirty` again: the next report retries.
+            // Errors record their service in `dirty` again: the next
+            // report retries it.
             self.replayed += 1;
             let _ = self.apply_command(c);
         }
         self.resync_quic();
     }
 
-    /// Phase 3 of a completed flow walk: each real server's `dest_conns`
-    /// read again and, right after, corrected as [`conns_fix`] decides.
-    /// A failed read or write leaves that count as the program has it (a
-    /// later walk corrects it).
+    /// Phase 3 of a completed flow walk: every real server's `dest_conns`
+    /// read again (one batched read) and, right after, corrected as
+    /// [`conns_fix`] decides. A failed read or write leaves the counts as
+    /// the program has them (a later walk corrects them).
     fn fix_conns(&mut self, counts: &[ConnsCount]) {
         if counts.is_empty() {
             return;
         }
+        let indexes: Vec<u32> = counts.iter().map(|c| c.index).collect();
+        let ends = match self.maps.dest_conns_of(&indexes) {
+            Ok(ends) => ends,
+            Err(e) => {
+                tracing::warn!(error = %e, "flow walk: reading dest_conns");
+                // Nothing corrected; the busy counts stay as they were.
+                return;
+            }
+        };
         let mut busy = HashMap::new();
         for c in counts {
             let was = self.conns_busy.get(&c.index).copied().unwrap_or(0);
-            let end = match self.maps.dest_conns(c.index) {
-                Ok(end) => end,
-                Err(e) => {
-                    tracing::warn!(index = c.index, error = %e, "flow walk: reading dest_conns");
-                    if was > 0 {
-                        busy.insert(c.index, was);
-                    }
-                    continue;
-                }
+            let Some(&end) = ends.get(&c.index) else {
+                continue;
             };
             let (write, now) = conns_fix(c.start, end, c.counted, was);
             if now > 0 {
@@ -437,21 +442,39 @@ impl<M: MapOps> Plane<M> {
             .collect()
     }
 
-    /// The commands that make what is installed the model, but for the
-    /// services waiting for room ([`Plane::let_in`] retries those when
-    /// room is freed).
+    /// The commands that make what is installed of the services whose
+    /// writes failed the model (every service after a failure no single
+    /// service owns), but for the services waiting for room
+    /// ([`Plane::let_in`] retries those when room is freed).
     fn converge(&mut self, ipvs: &Ipvs) -> Vec<Command> {
-        self.dirty = false;
-        let installed: Vec<ServiceDef> = self
-            .services
-            .keys()
-            .filter(|k| !self.room.waits(k))
-            .filter_map(|k| self.installed_def(k))
-            .collect();
-        let target: Vec<ServiceDef> = current_defs(ipvs)
-            .into_iter()
-            .filter(|d| !self.refused.contains(&d.key) && !self.room.waits(&d.key))
-            .collect();
+        let (installed, target): (Vec<ServiceDef>, Vec<ServiceDef>) = match self.dirty.take() {
+            Due::None => return Vec::new(),
+            Due::All => (
+                self.services
+                    .keys()
+                    .filter(|k| !self.room.waits(k))
+                    .filter_map(|k| self.installed_def(k))
+                    .collect(),
+                current_defs(ipvs)
+                    .into_iter()
+                    .filter(|d| !self.refused.contains(&d.key) && !self.room.waits(&d.key))
+                    .collect(),
+            ),
+            Due::Some(keys) => {
+                let keys: Vec<ServiceKey> =
+                    keys.into_iter().filter(|k| !self.room.waits(k)).collect();
+                (
+                    keys.iter().filter_map(|k| self.installed_def(k)).collect(),
+                    keys.iter()
+                        .filter(|k| !self.refused.contains(k))
+                        .filter_map(|k| current_def(ipvs, k))
+                        .collect(),
+                )
+            }
+        };
+        let compared: HashSet<&ServiceKey> =
+            installed.iter().chain(&target).map(|d| &d.key).collect();
+        self.diffed += compared.len() as u64;
         match diff(&installed, &target) {
             Ok((cmds, _)) => cmds,
             Err(_) => Vec::new(),
@@ -797,8 +820,8 @@ mod tests {
         assert_eq!(conns_fix(Some(c(2, 1)), c(1, 2), c(2, 1), 0), (None, 1));
         // A change undone meanwhile is no change: the walk's count goes.
         assert_eq!(
-            conns_fix(Some(c(2, 1)), c(2, 1), c(2, 1), 3),
-            (Some(c(2, 1)), 0)
+            conns_fix(Some(c(2, 1)), c(2, 1), c(1, 1), 3),
+            (Some(c(1, 1)), 0)
         );
     }
 
@@ -814,6 +837,19 @@ mod tests {
         assert_eq!(
             conns_fix(Some(c(0, 4)), c(0, 4), c(0, 0), 0),
             (Some(c(0, 0)), 0)
+        );
+    }
+
+    #[test]
+    fn a_count_the_program_already_holds_is_not_written() {
+        // A quiet server whose count is right: nothing to write.
+        assert_eq!(conns_fix(Some(c(3, 1)), c(3, 1), c(3, 1), 0), (None, 0));
+        assert_eq!(conns_fix(Some(c(0, 0)), c(0, 0), c(0, 0), 2), (None, 0));
+        // A busy server whose walk count plus the program's change is
+        // what the program holds: no write, and it is busy no more.
+        assert_eq!(
+            conns_fix(Some(c(2, 0)), c(3, 0), c(2, 0), BUSY_WALKS),
+            (None, 0)
         );
     }
 

@@ -731,22 +731,51 @@ fn gre_and_geneve_tunnels_carry_the_checksum_flag_and_remcsum_is_refused() {
     assert_eq!(bed.plane.maps().dests.len(), before);
 }
 
-#[test]
-fn a_large_flow_table_is_walked_a_page_per_report() {
+/// The flow-walk tests' bed: service 80 scheduled by `sched` with DR real
+/// servers 1 and 2 (their indexes `a` and `b`), walked two flows per
+/// report; `flow(dest)` is an established flow to `dest` seen now, `vip`
+/// the service's address.
+struct WalkBed<F> {
+    bed: Bed,
+    a: u32,
+    b: u32,
+    flow: F,
+    vip: IpAddr,
+}
+
+fn walk_bed(sched: &str) -> WalkBed<impl Fn(u32) -> Flow> {
     let mut bed = Bed::new();
     bed.plane.set_mirror_page(2);
-    bed.svc(80, "rr").unwrap();
+    bed.svc(80, sched).unwrap();
     bed.dest(80, dr(1)).unwrap();
     bed.dest(80, dr(2)).unwrap();
     let (a, b) = (bed.index(80, 1), bed.index(80, 2));
     let now = bed.plane.maps().jiffies;
-    let vip: IpAddr = "10.0.0.100".parse().unwrap();
-    let flow = |dest: u32| Flow {
+    let flow = move |dest: u32| Flow {
         last_seen: now,
         dest,
         state: TcpState::Established as u8,
         ..Flow::default()
     };
+    let vip = "10.0.0.100".parse().unwrap();
+    WalkBed {
+        bed,
+        a,
+        b,
+        flow,
+        vip,
+    }
+}
+
+#[test]
+fn a_large_flow_table_is_walked_a_page_per_report() {
+    let WalkBed {
+        mut bed,
+        a,
+        b,
+        flow,
+        vip,
+    } = walk_bed("rr");
     // Five flows: three pages of at most two.
     for (i, d) in [a, a, a, b, b].into_iter().enumerate() {
         bed.plane
@@ -815,20 +844,13 @@ fn a_large_flow_table_is_walked_a_page_per_report() {
 /// added during the walk keeps the program's count.
 #[test]
 fn a_walk_keeps_what_the_program_counted_while_it_ran() {
-    let mut bed = Bed::new();
-    bed.plane.set_mirror_page(2);
-    bed.svc(80, "wlc").unwrap();
-    bed.dest(80, dr(1)).unwrap();
-    bed.dest(80, dr(2)).unwrap();
-    let (a, b) = (bed.index(80, 1), bed.index(80, 2));
-    let now = bed.plane.maps().jiffies;
-    let vip: IpAddr = "10.0.0.100".parse().unwrap();
-    let flow = |dest: u32| Flow {
-        last_seen: now,
-        dest,
-        state: TcpState::Established as u8,
-        ..Flow::default()
-    };
+    let WalkBed {
+        mut bed,
+        a,
+        b,
+        flow,
+        vip,
+    } = walk_bed("wlc");
     let fk = |i: u8| FlowKey::new(6, rs(i), 1000, vip, 80);
     let active = |n: u32| DestConns {
         active: n,
@@ -875,6 +897,93 @@ fn a_walk_keeps_what_the_program_counted_while_it_ran() {
     assert_eq!(conns(&mut bed, a), active(3));
     assert_eq!(conns(&mut bed, b), active(0), "the evictions corrected");
     assert_eq!(conns(&mut bed, c), active(1));
+}
+
+/// A flow walk reads `dest_conns` in one batched read when it begins and
+/// one before its corrections, not one read per real server each time, and
+/// writes only the counts that differ from the program's (issue 29).
+#[test]
+fn a_walk_reads_the_counts_in_batches_and_writes_only_changes() {
+    let WalkBed {
+        mut bed,
+        a,
+        b,
+        flow,
+        vip,
+    } = walk_bed("wlc");
+    bed.dest(80, dr(3)).unwrap();
+    let c = bed.index(80, 3);
+    let fk = |i: u8| FlowKey::new(6, rs(i), 1000, vip, 80);
+    let active = |n: u32| DestConns {
+        active: n,
+        inactive: 0,
+    };
+    // Three flows (two pages): a's two counted right, b's one counted as
+    // four (evictions the program never subtracted), c with none and
+    // none counted.
+    let m = bed.plane.maps();
+    for (i, d) in [(210, a), (211, a), (212, b)] {
+        m.flows.insert(fk(i), flow(d));
+    }
+    m.dest_conns.insert(a, active(2));
+    m.dest_conns.insert(b, active(4));
+    m.conns_reads = 0;
+    m.conns_writes = 0;
+    bed.report(1);
+    assert!(bed.plane.flow_walk.start.is_some(), "the walk goes on");
+    bed.report(2);
+    assert!(bed.plane.flow_walk.start.is_none(), "the walk ended");
+    let m = bed.plane.maps();
+    assert_eq!(
+        m.conns_reads, 2,
+        "one read as the walk began, one at its end"
+    );
+    assert_eq!(m.conns_writes, 1, "b's count only");
+    assert_eq!(m.dest_conns[&b], active(1));
+    assert_eq!(m.dest_conns[&a], active(2));
+    assert_eq!(m.dest_conns[&c], active(0));
+    // A quiet walk: two reads, no write.
+    bed.report(3);
+    bed.report(4);
+    assert!(bed.plane.flow_walk.start.is_none(), "the walk ended");
+    let m = bed.plane.maps();
+    assert_eq!((m.conns_reads, m.conns_writes), (4, 1));
+}
+
+/// A write that keeps failing (not for want of room) has the reports
+/// retry that service, and only it: the other services are not compared
+/// with the model again at every report (issue 29).
+#[test]
+fn a_write_that_keeps_failing_is_retried_for_its_service_only() {
+    let mut bed = Bed::new();
+    for port in 80..90 {
+        bed.svc(port, "rr").unwrap();
+        bed.dest(port, dr(1)).unwrap();
+    }
+    let i = bed.plane.service_index(&key(80)).unwrap();
+    bed.plane.maps().fail_elem = Some(("svc_info", i));
+    bed.dest(80, dr(2)).unwrap_err();
+    let (diffed, replayed) = (bed.plane.diffed(), bed.plane.replayed());
+    for t in 1..=3 {
+        bed.report(t);
+        assert_eq!(
+            bed.plane.diffed() - diffed,
+            t,
+            "report {t}: the failing service alone compared"
+        );
+        assert_eq!(bed.plane.replayed() - replayed, t, "its AddDest again");
+    }
+    assert_eq!(bed.plane.dest_index(&key(80), rs(2), 80), None);
+    // The write succeeds again: the next report brings the service to
+    // the model, and the reports after it compare nothing.
+    bed.plane.maps().fail_elem = None;
+    bed.report(4);
+    assert!(bed.plane.dest_index(&key(80), rs(2), 80).is_some());
+    assert_eq!(expected(&bed, 80), bed.data(80));
+    let diffed = bed.plane.diffed();
+    bed.report(5);
+    bed.report(6);
+    assert_eq!(bed.plane.diffed(), diffed, "nothing left to compare");
 }
 
 #[test]

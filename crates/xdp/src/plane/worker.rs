@@ -495,8 +495,8 @@ mod tests {
 
     /// The worker and the resolver on their threads, as in rvsd: commands
     /// are queued (the resolver answers for one real server, never for the
-    /// other), a write that fails leaves the plane dirty, and the worker's
-    /// own report converges it with the director's model.
+    /// other), a write that fails leaves its service to retry, and the
+    /// worker's own report converges it with the director's model.
     #[test]
     fn the_worker_applies_resolves_and_converges() {
         let mut neigh = StaticResolver::default();
