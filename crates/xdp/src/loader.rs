@@ -11,6 +11,11 @@ use crate::maps::{
 };
 use crate::{LoadOptions, Object, RunResult, XdpError, kernel_hz};
 
+/// Slots written per `BPF_MAP_UPDATE_BATCH` ([`Loaded::set_slots`]): the
+/// kernel copies a batch's keys and values in, so a bound keeps that copy
+/// small (32 KiB) while a Maglev table of 4,093 slots is one call.
+pub(crate) const SLOTS_BATCH: usize = 4096;
+
 /// The flow table holding `key`: `flows4` for IPv4, `flows` for IPv6.
 pub fn flows_map(key: &FlowKey) -> &'static str {
     if key.family == maps::AF_INET {
@@ -479,8 +484,55 @@ impl Loaded {
             .map_err(map_err("svc_info"))
     }
 
-    /// Write `values` into `slots` from position `offset` on.
+    /// Write `values` into `slots` from position `offset` on: in batches
+    /// of [`SLOTS_BATCH`] (`BPF_MAP_UPDATE_BATCH` through rvs-sys: a
+    /// Maglev table of 4,093 slots is one system call, not 4,093), or one
+    /// element at a time on kernels without batch operations on arrays
+    /// (before 5.6). The region is not yet visible to the program (the
+    /// service's `svc_info` flips to it afterwards), so a batch that fails
+    /// half-way is simply written again.
     pub fn set_slots(&mut self, offset: u32, values: &[u32]) -> Result<(), XdpError> {
+        match self.set_slots_batched(offset, values) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) => {
+                return Err(map_err("slots")(BpfError::Syscall {
+                    call: "bpf_map_update_batch",
+                    source: e,
+                }));
+            }
+        }
+        self.set_slots_one_by_one(offset, values)
+    }
+
+    /// [`Loaded::set_slots`] in batches; `EINVAL` where the kernel has no
+    /// batch updates of arrays.
+    pub(crate) fn set_slots_batched(&mut self, offset: u32, values: &[u32]) -> std::io::Result<()> {
+        let Ok(m) = self.map("slots") else {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        };
+        let map = rvs_sys::bpf::BpfMap::new(m.fd())?;
+        let last = u32::try_from(values.len())
+            .ok()
+            .and_then(|n| offset.checked_add(n))
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::E2BIG))?;
+        let keys: Vec<u8> = (offset..last).flat_map(u32::to_ne_bytes).collect();
+        let vals: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        for (k, v) in keys
+            .chunks(SLOTS_BATCH * 4)
+            .zip(vals.chunks(SLOTS_BATCH * 4))
+        {
+            map.update_batch(k, v, 0)?;
+        }
+        Ok(())
+    }
+
+    /// [`Loaded::set_slots`] one element per system call.
+    pub(crate) fn set_slots_one_by_one(
+        &mut self,
+        offset: u32,
+        values: &[u32],
+    ) -> Result<(), XdpError> {
         let mut a = self.array::<u32>("slots")?;
         for (i, v) in (offset..).zip(values) {
             a.set(i, v, 0).map_err(map_err("slots"))?;

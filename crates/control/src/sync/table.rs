@@ -1,7 +1,7 @@
 //! The decisions of connection sync over the director's table, as plain
 //! functions: which entries a master sends ([`changes`]: its walk; and
 //! [`bulk_page`]: a bulk answer), and what of a peer's entry this director
-//! enters ([`to_enter`]: [`decide`] and [`resolve`]). The [`Endpoint`]
+//! enters ([`decide`] and [`resolve`]). The [`Endpoint`]
 //! (`super`) runs them; nothing here reads a clock or does I/O.
 //!
 //! [`Endpoint`]: super::Endpoint
@@ -108,7 +108,7 @@ fn tuple(c: &Conn) -> Tuple {
 
 /// Within this much, two directors' "last seen" times of a flow are the
 /// same: the plane mirrors its flows about once a second, a master reads
-/// its table once a [`PERIOD`], and the wire carries whole seconds.
+/// its table once a [`PERIOD`](super::PERIOD), and the wire carries whole seconds.
 const SLACK: Duration = Duration::from_secs(3);
 
 /// The full idle timeout of an entry in `state`: how long after its last

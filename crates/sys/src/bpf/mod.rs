@@ -48,6 +48,7 @@ const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
 const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
 
 const BPF_MAP_TYPE_PERCPU_HASH: u32 = 5;
 const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
@@ -608,6 +609,44 @@ impl<'fd> BpfMap<'fd> {
             }),
             Err(e) => Err(e),
         }
+    }
+    /// One `BPF_MAP_UPDATE_BATCH`: every entry of `keys` and `values`
+    /// (whole keys and values of the map's sizes, as many of each) written
+    /// with `elem_flags` (`BPF_ANY` = 0, ...) in one system call. On an
+    /// error some entries may have been written; a caller that falls back
+    /// to [`BpfMap::update`] writes them all again. `EINVAL` from kernels
+    /// or map types without batch updates (arrays and hashes have them
+    /// from 5.6 on).
+    pub fn update_batch(&self, keys: &[u8], values: &[u8], elem_flags: u64) -> io::Result<()> {
+        let (klen, vlen) = (self.key_len(), self.value_len);
+        if klen == 0 || vlen == 0 {
+            return Err(invalid(format!(
+                "BPF map {}: no batch writes of {klen}-byte keys",
+                self.info.id
+            )));
+        }
+        let count = keys.len() / klen;
+        if !keys.len().is_multiple_of(klen) || values.len() != count * vlen {
+            return Err(invalid(format!(
+                "BPF map {}: batch buffers are not as many whole keys as values",
+                self.info.id
+            )));
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        let mut attr = BatchAttr {
+            keys: keys.as_ptr() as u64,
+            values: values.as_ptr() as u64,
+            count: u32::try_from(count).map_err(|_| invalid("batch too large".into()))?,
+            map_fd: fd_u32(self.fd),
+            elem_flags,
+            ..BatchAttr::default()
+        };
+        // SAFETY: `keys` and `values` hold exactly `count` whole keys and
+        // values of the map's sizes (checked above) and live across the
+        // call; the kernel only reads them (and writes `attr.count`).
+        unsafe { bpf(BPF_MAP_UPDATE_BATCH, &mut attr) }.map(drop)
     }
 }
 

@@ -657,4 +657,47 @@ mod tests {
         );
         assert!(m.dest_conns_of(&[MAX_DESTS]).is_err(), "past the array");
     }
+
+    /// A region of `slots` written in batches (5,000 slots: across a
+    /// batch's end) reads back as written, next to one written one element
+    /// at a time (kernels without batch operations on arrays), and the
+    /// public path takes the batches here; a region past the array is an
+    /// error.
+    #[test]
+    fn slots_are_written_in_batches_as_one_by_one() {
+        let test = "slots_are_written_in_batches_as_one_by_one";
+        if !rvs_testbed::require_root(test, "loading BPF programs needs root") {
+            return;
+        }
+        if let Err(e) = crate::Object::Director.bytes() {
+            rvs_testbed::skip_or_fail(test, e);
+            return;
+        }
+        let mut m = KernelMaps::load(&crate::LoadOptions {
+            flow_table_size: 1024,
+            slots: 1 << 14,
+            ..crate::LoadOptions::default()
+        })
+        .expect("load");
+        let values: Vec<u32> = (0..5000u32)
+            .map(|i| i.wrapping_mul(2_654_435_761))
+            .collect();
+        m.director
+            .set_slots_batched(7, &values)
+            .expect("batched (kernels from 5.6 on)");
+        assert_eq!(m.read_slots(7, 5000).expect("read"), values);
+        assert_eq!(m.read_slots(6, 1).expect("read"), [0], "nothing before");
+        assert_eq!(m.read_slots(5007, 1).expect("read"), [0], "nothing after");
+        let other: Vec<u32> = values.iter().map(|v| !v).collect();
+        m.director
+            .set_slots_one_by_one(6000, &other)
+            .expect("one by one");
+        assert_eq!(m.read_slots(6000, 5000).expect("read"), other);
+        m.set_slots(11_000, &values).expect("set_slots");
+        assert_eq!(m.read_slots(11_000, 5000).expect("read"), values);
+        assert!(
+            m.set_slots((1 << 14) - 10, &values).is_err(),
+            "past the array"
+        );
+    }
 }
