@@ -485,7 +485,7 @@ impl Loaded {
     }
 
     /// Write `values` into `slots` from position `offset` on: in batches
-    /// of [`SLOTS_BATCH`] (`BPF_MAP_UPDATE_BATCH` through rvs-sys: a
+    /// of `SLOTS_BATCH` (`BPF_MAP_UPDATE_BATCH` through rvs-sys: a
     /// Maglev table of 4,093 slots is one system call, not 4,093), or one
     /// element at a time on kernels without batch operations on arrays
     /// (before 5.6). The region is not yet visible to the program (the
