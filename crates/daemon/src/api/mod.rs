@@ -14,7 +14,6 @@ mod error;
 mod guard;
 mod ids;
 mod routes;
-mod taghash;
 mod types;
 
 use std::net::IpAddr;
