@@ -32,8 +32,12 @@
 //! Named exceptions (not tested, with the reason): fwmark services rvsd →
 //! kernel (no rvs data plane carries a fwmark service: XDP runs before
 //! any mark is set, the proxy and sock planes have no address to listen
-//! on); SCTP (the guest image has no `sctp` module, so no SCTP socket in
-//! the guest, and rvs's planes carry no SCTP service).
+//! on); SCTP (the guest image's initramfs has no `sctp` module — the
+//! kernel package in the cache has `net/sctp/sctp.ko`, not in the
+//! image's module list — and nothing in the guest speaks SCTP: busybox
+//! and ipvsadm only; a kernel master syncing SCTP needs both, with its
+//! clients and a local real server inside the guest, as the host kernel
+//! has no SCTP; and rvs's planes carry no SCTP service).
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
