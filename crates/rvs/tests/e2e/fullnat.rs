@@ -189,7 +189,7 @@ pub(crate) fn connect(client: &Host, vip: SocketAddr, timeout: Duration) -> std:
 }
 
 /// Send `len` bytes of a pattern and read exactly them back.
-fn echo(c: &mut Conn, seed: u8, len: usize) {
+pub(crate) fn echo(c: &mut Conn, seed: u8, len: usize) {
     let msg: Vec<u8> = (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect();

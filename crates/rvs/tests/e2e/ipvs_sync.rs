@@ -47,7 +47,8 @@ pub(crate) fn daemon(h: &Host, dir: &TempDir, name: &str, plane: &str) -> Rvsd {
 /// address, real server.
 pub(crate) type Entry = (String, String, String, String, String);
 
-/// The entries of a `-Lcn` listing.
+/// The entries of a `-Lcn` listing. The real server is the last column:
+/// rvsadm puts a `local` column (FULLNAT) before it when an entry has one.
 pub(crate) fn entries(listing: &str) -> BTreeSet<Entry> {
     listing
         .lines()
@@ -59,7 +60,7 @@ pub(crate) fn entries(listing: &str) -> BTreeSet<Entry> {
                     f[2].to_owned(),
                     f[3].to_owned(),
                     f[4].to_owned(),
-                    f[5].to_owned(),
+                    f[f.len() - 1].to_owned(),
                 )
             })
         })
@@ -150,7 +151,12 @@ pub(crate) fn sync_bed(test: &str) -> Option<(Bed, Host)> {
 
 /// The guest on the bed's switch at 10.0.29.2/24, with `ip_vs` and `rr`.
 pub(crate) fn boot_guest(bed: &Bed) -> IpvsVm {
-    let mut opts = IpvsVmOpts::new(&bed.sw, "10.0.29.2/24", None);
+    boot_guest_at(bed, "10.0.29.2/24")
+}
+
+/// The guest on the bed's `br0` at `cidr`, with `ip_vs` and `rr`.
+pub(crate) fn boot_guest_at(bed: &Bed, cidr: &str) -> IpvsVm {
+    let mut opts = IpvsVmOpts::new(&bed.sw, cidr, None);
     opts.bridge = "br0".into();
     opts.modules = vec!["ip_vs".into(), "ip_vs_rr".into()];
     IpvsVm::boot(&opts).expect("boot the kernel-IPVS guest")

@@ -22,16 +22,22 @@
 //!   libraries are pushed into the guest); `rvsadm -Lcn` lists each of the
 //!   kernel's entries (`ipvsadm -Lcn`) with its state, the persistence
 //!   templates included — the fwmark template as the kernel's
-//!   `IP … 0.0.0.7:0` entry.
+//!   `IP … 0.0.0.7:0` entry; after the clients close, the same closing
+//!   state (not ESTABLISHED) on both sides.
 //! * rvsd master (proxy plane) → kernel backup, over each transport: an
 //!   IPv6 and an IPv4 connection; the guest lists rvsd's entries and
-//!   templates.
+//!   templates, open and, after the clients close, with rvsd's closing
+//!   states.
 //!
 //! Named exceptions (not tested, with the reason): fwmark services rvsd →
 //! kernel (no rvs data plane carries a fwmark service: XDP runs before
 //! any mark is set, the proxy and sock planes have no address to listen
-//! on); SCTP (the guest image has no `sctp` module, so no SCTP socket in
-//! the guest, and rvs's planes carry no SCTP service).
+//! on); SCTP (the guest image's initramfs has no `sctp` module — the
+//! kernel package in the cache has `net/sctp/sctp.ko`, not in the
+//! image's module list — and nothing in the guest speaks SCTP: busybox
+//! and ipvsadm only; a kernel master syncing SCTP needs both, with its
+//! clients and a local real server inside the guest, as the host kernel
+//! has no SCTP; and rvs's planes carry no SCTP service).
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
@@ -114,6 +120,16 @@ fn of(all: &BTreeSet<Entry>, clients: &[SocketAddr]) -> BTreeSet<Entry> {
         })
         .cloned()
         .collect()
+}
+
+/// Whether `k` lists `n` TCP connections (templates aside), none of them
+/// ESTABLISHED any more.
+fn closed(k: &BTreeSet<Entry>, n: usize) -> bool {
+    let tcp: Vec<&Entry> = k
+        .iter()
+        .filter(|e| e.0 == "TCP" && !e.2.ends_with(":0"))
+        .collect();
+    tcp.len() == n && tcp.iter().all(|e| e.1 != "ESTABLISHED")
 }
 
 /// Copy the host's `nft` and the libraries the guest lacks into the guest
@@ -296,7 +312,27 @@ fn sync_interop_ipv6_fwmark_and_other_groups_with_the_kernel() {
             k.len(),
             k.len()
         ));
+        // Closed: the kernel's closing states reach the backup.
         drop(conns);
+        until(
+            &format!(
+                "group {}: the rvsd backup follows the kernel's closing states",
+                t.group
+            ),
+            bound,
+            || {
+                let k = of(&kernel_lcn(&vm), &from);
+                let b = of(&entries(&backup.ok("-Lcn")), &from);
+                (closed(&k, 2) && k == b, (k, b))
+            },
+        );
+        let k = of(&kernel_lcn(&vm), &from);
+        matched.push(format!(
+            "kernel->rvs {} closed: {} of {}",
+            t.group,
+            k.len(),
+            k.len()
+        ));
         vm.ok("ipvsadm --stop-daemon master");
         backup.ok("--stop-daemon backup");
     }
@@ -353,7 +389,27 @@ fn sync_interop_ipv6_fwmark_and_other_groups_with_the_kernel() {
             k.len(),
             k.len()
         ));
+        // Closed: rvsd's closing states reach the kernel.
         drop(held);
+        until(
+            &format!(
+                "group {}: the kernel backup follows rvsd's closing states",
+                t.group
+            ),
+            bound,
+            || {
+                let m = on_pvips(entries(&master.ok("-Lcn")), &from);
+                let k = on_pvips(kernel_lcn(&vm), &from);
+                (closed(&k, 2) && k == m, (m, k))
+            },
+        );
+        let k = on_pvips(kernel_lcn(&vm), &from);
+        matched.push(format!(
+            "rvs->kernel {} closed: {} of {}",
+            t.group,
+            k.len(),
+            k.len()
+        ));
         master.ok("--stop-daemon master");
         vm.ok("ipvsadm --stop-daemon backup");
     }
