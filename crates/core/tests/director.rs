@@ -161,6 +161,60 @@ fn list_order_is_newest_first_and_rr_follows_it() {
     ipvs.audit().unwrap();
 }
 
+/// wrr's mark through ipvsadm's edits, as the kernel moves it: every `-e`
+/// (changed or not) is `upd_dest` (`ip_vs_wrr_dest_changed`: back to the
+/// list head, the threshold kept); `-E` with the same scheduler leaves the
+/// scheduler alone whatever else it changes (`-b flag-1` here); `-E`
+/// naming another scheduler binds it anew (`init_service`: rr at the head,
+/// wrr at the head with the threshold at its maximum). The sequences are
+/// the kernel's, worked out by hand from ip_vs_wrr.c and ip_vs_rr.c.
+#[test]
+fn wrr_mark_follows_the_kernel_through_edits() {
+    let key = tcp_svc(80);
+    let w = [(1u8, 2u32), (2, 5), (3, 1)];
+    let dests = w.iter().map(|&(i, w)| DestConfig::new(rs(i), 80).weight(w));
+    let mut ipvs = with_service(IpvsConfig::default(), key, svc_cfg(Scheduler::Wrr), dests);
+    let mut port = 1000u16;
+    let mut picks = |ipvs: &mut Ipvs, n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                port += 1;
+                let d = syn(ipvs, t(0), v4(1, 1, 1, 1), port, 80).daddr;
+                (1..=3).find(|&i| rs(i) == d).expect("a real server")
+            })
+            .collect()
+    };
+    // List rs3:1 rs2:5 rs1:2. The adds leave the threshold at 1 (rs1's
+    // add set it to mw = 1; the next adds kept it): each server once, then
+    // the cycle from its first pass (5, 4, 3, 2, 1).
+    assert_eq!(picks(&mut ipvs, 5), [3, 2, 1, 2, 2], "after -a -a -a");
+    // The last decision was in the pass of threshold 4. An edit that
+    // changes nothing restarts that pass from the head.
+    ipvs.edit_dest(&key, DestConfig::new(rs(2), 80).weight(5))
+        .unwrap();
+    assert_eq!(
+        picks(&mut ipvs, 8),
+        [2, 2, 2, 1, 3, 2, 1, 2],
+        "after -e with no change"
+    );
+    // Same scheduler, other flags: nothing happens to the mark (rs2 last,
+    // threshold 5), so the cycle goes on (a fresh mark would give rs2 in
+    // the passes 5, 4, 3 and 2: 2 2 2 2 1).
+    let flagged = svc_cfg(Scheduler::Wrr).flags(rvs_core::model::SchedFlags::FLAG1);
+    ipvs.edit_service(&key, flagged).unwrap();
+    assert_eq!(picks(&mut ipvs, 5), [2, 2, 2, 1, 3], "after -E -b flag-1");
+    // Another scheduler, then wrr again: each starts afresh.
+    ipvs.edit_service(&key, svc_cfg(Scheduler::Rr)).unwrap();
+    assert_eq!(picks(&mut ipvs, 4), [3, 2, 1, 3], "after -E -s rr");
+    ipvs.edit_service(&key, svc_cfg(Scheduler::Wrr)).unwrap();
+    assert_eq!(
+        picks(&mut ipvs, 10),
+        [2, 2, 2, 2, 1, 3, 2, 1, 2, 2],
+        "after -E -s wrr"
+    );
+    ipvs.audit().unwrap();
+}
+
 #[test]
 fn nat_connection_lifecycle_moves_counters_and_expires() {
     let mut ipvs = director("wlc", 1, ForwardMethod::Masq);

@@ -74,6 +74,15 @@ impl Ipvs {
     }
 
     /// `-E`: change a service's options; its real servers and connections stay.
+    ///
+    /// Like `ip_vs_edit_service`, the scheduler's state is replaced only
+    /// when another scheduler is named (its `init_service` on the current
+    /// list: rr and wrr start again at the list head); the same scheduler
+    /// keeps its state (rr's and wrr's cursors, the locality tables), as
+    /// the kernel, which only stores the new flags, keeps it. rvs builds
+    /// sh's and mh's tables with their `-b` flags (and mh's with its table
+    /// size), so those are rebuilt when they change: a pure function of
+    /// the list, as the kernel reading the flags per decision.
     pub fn edit_service(
         &mut self,
         key: &ServiceKey,
@@ -86,9 +95,10 @@ impl Ipvs {
             .map_err(quic_err)?;
         let new_sched = {
             let svc = self.service_at(idx);
-            if svc.config.scheduler != config.scheduler
-                || svc.config.flags != config.flags
-                || svc.config.mh_table_size != config.mh_table_size
+            let sched = config.scheduler;
+            if svc.config.scheduler != sched
+                || (sched.takes_flags() && svc.config.flags != config.flags)
+                || (sched == Scheduler::Mh && svc.config.mh_table_size != config.mh_table_size)
             {
                 let mut s = self.make_scheduler(&config)?;
                 check_dest_count(&config, svc.dests.len())?;

@@ -349,7 +349,8 @@ mod tests {
     /// placed by [`WrrMark`] at every list change, makes the stateful
     /// walk's decisions: servers added one by one (the kernel's `ipvsadm
     /// -a` sequence), decisions between changes, a weight edited, a server
-    /// removed, every weight doubled (another gcd).
+    /// removed, every weight doubled (another gcd), an edit that changes
+    /// nothing (the kernel's mark restarts all the same).
     #[test]
     fn a_cursor_over_the_cycle_follows_the_kernel_through_changes() {
         // The list grows at the head: weights 1, 2, 3, 4, 5 added in turn.
@@ -369,7 +370,7 @@ mod tests {
         let first = run(&mut s, &d, 5);
         assert_eq!(names(&first), "ABCDE");
         assert_eq!(plane(&d, &mut mark, &mut cursor, 5), first);
-        for (n, change) in [(7usize, 0), (3, 1), (11, 2), (4, 3), (16, 4)] {
+        for (n, change) in [(7usize, 0), (3, 1), (11, 2), (4, 3), (6, 5), (16, 4)] {
             let want = run(&mut s, &d, n);
             assert_eq!(
                 plane(&d, &mut mark, &mut cursor, n),
@@ -395,6 +396,8 @@ mod tests {
                     d[0].config.weight = 1;
                     s.update(&d, ListChange::Edited(0));
                 }
+                // `ipvsadm -e` that changes nothing: still upd_dest.
+                5 => s.update(&d, ListChange::Edited(2)),
                 _ => continue,
             }
             mark = mark.changed(&d);

@@ -28,6 +28,14 @@
 //! connection closes gracefully (half-close, the server's EOF read) before
 //! the next one starts, so every director has seen it close.
 //!
+//! Edit cases ([`EDITS`]): a service driven by short connections, then
+//! an ipvsadm command applied to every director, then more connections:
+//! `-e` of a wrr real server with what it already has (the kernel's
+//! `upd_dest` runs all the same and puts wrr's mark back at the list
+//! head), `-E` naming the same scheduler with other flags (the kernel
+//! keeps the scheduler's state), and `-E` switching rr to wrr and wrr to
+//! rr (the kernel binds the new scheduler afresh).
+//!
 //! `twos` is not compared: it draws at random (and Debian's kernel has no
 //! `CONFIG_IP_VS_TWOS`). Exceptions to parity would be named in
 //! [`EXCEPTIONS`] with the reason; there are none: every case on both
@@ -132,11 +140,86 @@ const CASES: [Case; 20] = [
     ),
 ];
 
+/// The command between the two runs of connections of an edit case.
+#[derive(Clone, Copy, Debug)]
+enum Mid {
+    /// `-e` of real server `r` with its weight and method: no change.
+    SameDest(usize),
+    /// `-E` with these scheduling options.
+    Service(&'static str),
+}
+
+/// A service driven by `before` short connections, then `mid`, then
+/// `after` more (each closed before the next).
+#[derive(Clone, Copy, Debug)]
+struct EditCase {
+    name: &'static str,
+    sched: &'static str,
+    /// Weights of rs0..rs4, added in that order.
+    weights: [u32; RS],
+    before: usize,
+    mid: Mid,
+    after: usize,
+}
+
+/// With weights [`W`] added one by one the kernel's wrr first gives each
+/// server one connection in list order, then runs its 15-decision cycle;
+/// 7 connections leave its mark inside the cycle's second pass.
+const EDITS: [EditCase; 4] = [
+    EditCase {
+        name: "wrr, -e with no change",
+        sched: "-s wrr",
+        weights: W,
+        before: 7,
+        mid: Mid::SameDest(1),
+        after: 16,
+    },
+    EditCase {
+        name: "wrr, -E -b flag-1",
+        sched: "-s wrr",
+        weights: W,
+        before: 7,
+        mid: Mid::Service("-s wrr -b flag-1"),
+        after: 12,
+    },
+    EditCase {
+        name: "rr, -E -s wrr",
+        sched: "-s rr",
+        weights: W,
+        before: 4,
+        mid: Mid::Service("-s wrr"),
+        after: 16,
+    },
+    EditCase {
+        name: "wrr, -E -s rr",
+        sched: "-s wrr",
+        weights: W,
+        before: 7,
+        mid: Mid::Service("-s rr"),
+        after: 8,
+    },
+];
+
+impl EditCase {
+    /// The case's command (ipvsadm syntax) on the service at `v`, real
+    /// servers forwarded with `method`.
+    fn command(&self, v: Ipv4Addr, method: &str) -> String {
+        match self.mid {
+            Mid::SameDest(r) => format!(
+                "-e -t {v}:80 -r {}:80 {method} -w {}",
+                rs_addr(r),
+                self.weights[r]
+            ),
+            Mid::Service(sched) => format!("-E -t {v}:80 {sched}"),
+        }
+    }
+}
+
 /// Differences from the kernel tolerated (and printed) with the reason:
 /// (case, plane, why). None today.
 const EXCEPTIONS: &[(&str, &str, &str)] = &[];
 
-/// The VIP of case `i`.
+/// The VIP of case `i` (edit case `j` is case `CASES.len() + j`).
 fn vip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 77, 1, i as u8 + 1)
 }
@@ -159,7 +242,10 @@ fn clients() -> Vec<Ipv4Addr> {
 
 /// Every VIP of the bed.
 fn vips() -> Vec<Ipv4Addr> {
-    (0..CASES.len()).map(vip).chain([WARM]).collect()
+    (0..CASES.len() + EDITS.len())
+        .map(vip)
+        .chain([WARM])
+        .collect()
 }
 
 /// The configuration commands (ipvsadm syntax, without the program name)
@@ -177,6 +263,9 @@ fn commands(method: &str) -> Vec<String> {
     };
     for (i, c) in CASES.iter().enumerate() {
         service(vip(i), c.sched, &c.weights, c.quiesce);
+    }
+    for (j, e) in EDITS.iter().enumerate() {
+        service(vip(CASES.len() + j), e.sched, &e.weights, None);
     }
     service(WARM, "-s rr", &EQ, None);
     out
@@ -297,6 +386,12 @@ fn short(from: SocketAddrV4, to: SocketAddrV4) -> String {
     name
 }
 
+/// The address and port of connection `k` of case `i` driven by a
+/// sequence of connections from one client.
+fn seq(i: usize, k: usize) -> SocketAddrV4 {
+    SocketAddrV4::new(clients()[0], (40_000 + i * 100 + k) as u16)
+}
+
 /// The port client `ci` uses for case `i`, pass `pass`.
 fn port(i: usize, ci: usize, pass: usize) -> u16 {
     (20_000 + ci * 37 + i * 4 + pass) as u16
@@ -306,13 +401,11 @@ fn port(i: usize, ci: usize, pass: usize) -> u16 {
 /// answered, per case.
 fn drive() -> Vec<Vec<String>> {
     let all = clients();
-    let first = all[0];
     CASES
         .iter()
         .enumerate()
         .map(|(i, c)| {
             let to = SocketAddrV4::new(vip(i), 80);
-            let seq = |k: usize| SocketAddrV4::new(first, (40_000 + i * 100 + k) as u16);
             match c.drive {
                 Drive::Clients => all
                     .iter()
@@ -327,12 +420,12 @@ fn drive() -> Vec<Vec<String>> {
                             .collect::<Vec<_>>()
                     })
                     .collect(),
-                Drive::Short(n) => (0..n).map(|k| short(seq(k), to)).collect(),
+                Drive::Short(n) => (0..n).map(|k| short(seq(i, k), to)).collect(),
                 Drive::Held(n) => {
                     let mut held = Vec::new();
                     let names = (0..n)
                         .map(|k| {
-                            let (name, s) = open(seq(k), to);
+                            let (name, s) = open(seq(i, k), to);
                             held.extend(s);
                             name
                         })
@@ -341,6 +434,33 @@ fn drive() -> Vec<Vec<String>> {
                     names
                 }
             }
+        })
+        .collect()
+}
+
+/// Connections `ks` of edit case `j`, made in `client`'s namespace: the
+/// names answered.
+fn edit_run(client: &Host, j: usize, ks: std::ops::Range<usize>) -> Vec<String> {
+    let i = CASES.len() + j;
+    client.run(move || {
+        let to = SocketAddrV4::new(vip(i), 80);
+        ks.map(|k| short(seq(i, k), to)).collect()
+    })
+}
+
+/// Drive every edit case in order on one copy: its first connections,
+/// its command applied to the copy's director by `apply` (returning once
+/// the director has it), its other connections. The names answered, per
+/// case.
+fn drive_edits(client: &Host, method: &str, apply: &dyn Fn(&str)) -> Vec<Vec<String>> {
+    EDITS
+        .iter()
+        .enumerate()
+        .map(|(j, e)| {
+            let mut names = edit_run(client, j, 0..e.before);
+            apply(&e.command(vip(CASES.len() + j), method));
+            names.extend(edit_run(client, j, e.before..e.before + e.after));
+            names
         })
         .collect()
 }
@@ -429,24 +549,44 @@ fn ipvs_sched_parity() {
     // one); each copy's connections are made in order.
     let kc = kw.client.clone();
     let kt = std::thread::spawn(move || kc.run(drive));
-    let x = xw.client.run(drive);
-    let p = pw.client.run(drive);
-    let k = kt.join().expect("the kernel's clients");
+    let mut x = xw.client.run(drive);
+    let mut p = pw.client.run(drive);
+    let mut k = kt.join().expect("the kernel's clients");
+    // The edit cases, each copy's in order, the kernel's beside the others.
+    std::thread::scope(|s| {
+        let kt = s.spawn(|| {
+            drive_edits(&kw.client, "-g", &|c| {
+                vm.ok(&format!("ipvsadm {c}"));
+            })
+        });
+        x.extend(drive_edits(&xw.client, "-g", &|c| {
+            xdp.ok(c);
+        }));
+        p.extend(drive_edits(&pw.client, "-m", &|c| {
+            proxy.ok(c);
+        }));
+        k.extend(kt.join().expect("the kernel's clients (edit cases)"));
+    });
     let traffic = t0.elapsed() - setup;
+    // Every case by name: (name, drive, quiesced server).
+    let names: Vec<(&str, Option<Drive>, Option<usize>)> = CASES
+        .iter()
+        .map(|c| (c.name, Some(c.drive), c.quiesce))
+        .chain(EDITS.iter().map(|e| (e.name, None, None)))
+        .collect();
 
     let mut report = Vec::new();
     let mut bad = Vec::new();
-    for (i, c) in CASES.iter().enumerate() {
+    for (i, &(name, drive, quiesce)) in names.iter().enumerate() {
         let want = &k[i];
         assert!(
             want.iter().all(|n| !n.starts_with('-')),
-            "{}: the kernel left connections unanswered: {want:?}; the guest: {:?}",
-            c.name,
+            "{name}: the kernel left connections unanswered: {want:?}; the guest: {:?}",
             vm.run("ipvsadm -Ln --stats").map(|o| o.stdout_text())
         );
-        if let Drive::Twice = c.drive {
+        if let Some(Drive::Twice) = drive {
             let (a, b) = want.split_at(want.len() / 2);
-            assert_eq!(a, b, "{}: the kernel's persistence", c.name);
+            assert_eq!(a, b, "{name}: the kernel's persistence");
         }
         // What the case exercised: the kernel's spread over the real
         // servers (one server only for fo and dh, by design); a quiesced
@@ -455,31 +595,23 @@ fn ipvs_sched_parity() {
         for n in want {
             *spread.entry(n.as_str()).or_insert(0usize) += 1;
         }
-        let one = matches!(c.name, "fo" | "dh");
-        assert_eq!(spread.len() == 1, one, "{}: {spread:?}", c.name);
-        if let Some(q) = c.quiesce {
-            assert!(
-                !spread.contains_key(format!("rs{q}").as_str()),
-                "{}",
-                c.name
-            );
+        let one = matches!(name, "fo" | "dh");
+        assert_eq!(spread.len() == 1, one, "{name}: {spread:?}");
+        if let Some(q) = quiesce {
+            assert!(!spread.contains_key(format!("rs{q}").as_str()), "{name}");
         }
         let spread: Vec<String> = spread.iter().map(|(n, k)| format!("{n}:{k}")).collect();
-        report.push(format!(
-            "{}: the kernel's answers {}",
-            c.name,
-            spread.join(" ")
-        ));
+        report.push(format!("{name}: the kernel's answers {}", spread.join(" ")));
         for (plane, got) in [("xdp", &x[i]), ("proxy", &p[i])] {
             let same = want.iter().zip(got.iter()).filter(|(a, b)| a == b).count();
-            let line = format!("{} on {plane}: {same} of {} identical", c.name, want.len());
+            let line = format!("{name} on {plane}: {same} of {} identical", want.len());
             if same == want.len() && got.len() == want.len() {
                 report.push(line);
                 continue;
             }
             match EXCEPTIONS
                 .iter()
-                .find(|(n, p, _)| *n == c.name && *p == plane)
+                .find(|(n, p, _)| *n == name && *p == plane)
             {
                 Some((_, _, why)) => report.push(format!("{line} (named exception: {why})")),
                 None => bad.push(format!(
@@ -492,7 +624,7 @@ fn ipvs_sched_parity() {
     }
     eprintln!(
         "ipvs_sched_parity: {} cases x 2 planes; setup {setup:?}, traffic {traffic:?}, total {:?}\n{}",
-        CASES.len(),
+        names.len(),
         t0.elapsed(),
         report.join("\n")
     );

@@ -20,6 +20,21 @@ use crate::quic_lb::QuicSidKey;
 use crate::tables::scheduling_table;
 use std::collections::HashMap;
 
+/// What the kernel tells a service's scheduler with a change
+/// (`ip_vs_ctl.c`), for the schedulers whose state is this plane's cursor
+/// (rr and wrr; the hash tables are rebuilt from the list either way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SchedEvent {
+    /// Nothing: a readiness change, a repair or a report, `-E` with the
+    /// same scheduler.
+    None,
+    /// `add_dest`, `del_dest` or `upd_dest`: a real server added, deleted
+    /// or edited (`-e` calls `upd_dest` even when nothing changed).
+    Dest,
+    /// `init_service`: `-E` named another scheduler.
+    Bound,
+}
+
 impl<M: MapOps> Plane<M> {
     /// Apply one command (see the module doc). On error nothing changed.
     pub fn apply_command(&mut self, cmd: &Command) -> Result<(), PlaneError> {
@@ -291,15 +306,26 @@ impl<M: MapOps> Plane<M> {
 
     /// Write a fresh region of scheduling data for `key` and flip its
     /// `svc_info` element to it; the old region retires. On error nothing
-    /// changed.
+    /// changed. Nothing is told to the service's scheduler
+    /// ([`SchedEvent::None`]): see [`Plane::publish_for`].
     pub(super) fn publish(&mut self, key: &ServiceKey) -> Result<(), PlaneError> {
+        self.publish_for(key, SchedEvent::None)
+    }
+
+    /// [`Plane::publish`] after `event`, what the kernel's scheduler was
+    /// told with the change: the rr/wrr cursor follows it.
+    pub(super) fn publish_for(
+        &mut self,
+        key: &ServiceKey,
+        event: SchedEvent,
+    ) -> Result<(), PlaneError> {
         let st = self.services.get(key).ok_or(PlaneError::NoService(*key))?;
         let sched = check_scheduler(&st.config)?;
         let ready: Vec<&DestState> = st.dests.iter().filter(|d| d.ready()).collect();
         let list: Vec<u32> = ready.iter().map(|d| d.index).collect();
         let core: Vec<CoreDest> = ready.iter().map(|d| d.core.clone()).collect();
         let table = scheduling_table(st.config.scheduler, &sched_params(&st.config), &core, &list)?;
-        let wrr = self.wrr_restart(key, &core);
+        let wrr = self.wrr_restart(key, &core, event);
         let st = self.services.get(key).ok_or(PlaneError::NoService(*key))?;
         let mut data = list;
         let list_len = data.len() as u32;
@@ -379,26 +405,36 @@ impl<M: MapOps> Plane<M> {
         Ok(())
     }
 
-    /// A wrr service's cursor after its ready real servers became `ready`,
-    /// placed where the kernel's next decision is
+    /// A wrr service's cursor after its ready real servers became `ready`
+    /// with `event`, placed where the kernel's next decision is
     /// (`rvs_core::sched::WrrMark`): the state to keep, and whether the
-    /// cursor is to be written (its value is the state's `base`). `None`
-    /// for another scheduler. A change of the configured list is the
-    /// kernel's `ip_vs_wrr_dest_changed` (its threshold kept); a change of
-    /// readiness alone moves the cursor into the new cycle at the same
-    /// threshold; neither changed (a service edit), the cursor stays. A
-    /// service adopted from an earlier rvsd keeps its cursor, its mark
-    /// taken from where the cursor stands.
+    /// cursor is to be written (its value is the state's `base`). A change
+    /// of the configured list, or a real server's edit that changed nothing
+    /// ([`SchedEvent::Dest`]), is the kernel's `ip_vs_wrr_dest_changed`
+    /// (back to the head, its threshold kept); a change of readiness alone
+    /// moves the cursor into the new cycle at the same threshold; neither
+    /// (a service edit with the same scheduler), the cursor stays. wrr
+    /// bound by `-E` ([`SchedEvent::Bound`]) starts from a new mark, rr
+    /// from the list head (their `init_service`). A service adopted from
+    /// an earlier rvsd keeps its cursor, its mark taken from where the
+    /// cursor stands. `None` when there is no such service.
     fn wrr_restart(
         &mut self,
         key: &ServiceKey,
         ready: &[CoreDest],
+        event: SchedEvent,
     ) -> Option<(super::WrrState, bool)> {
         use rvs_core::sched::{Scheduler, WrrMark};
         let st = self.services.get(key)?;
-        if st.config.scheduler != Scheduler::Wrr {
+        match st.config.scheduler {
+            Scheduler::Wrr => {}
+            // rr's cursor (0: the list head) at `init_service`; its other
+            // changes leave it.
+            Scheduler::Rr => {
+                return Some((super::WrrState::default(), event == SchedEvent::Bound));
+            }
             // A later switch to wrr starts from a new mark.
-            return Some((super::WrrState::default(), false));
+            _ => return Some((super::WrrState::default(), false)),
         }
         let index = st.index;
         // IPVS list order: the configured list as the kernel has it.
@@ -407,7 +443,10 @@ impl<M: MapOps> Plane<M> {
             .iter()
             .map(|d| (d.config.addr, d.config.port, d.weight()))
             .collect();
-        let prev = st.wrr.clone();
+        let prev = match event {
+            SchedEvent::Bound => Some(super::WrrState::default()),
+            _ => st.wrr.clone(),
+        };
         let cursor = match self.maps.cursor(index) {
             Ok(c) => Some(c),
             Err(e) => {
@@ -435,7 +474,8 @@ impl<M: MapOps> Plane<M> {
                 (a.config.addr, a.config.port, a.weight())
                     == (b.config.addr, b.config.port, b.weight())
             });
-        if prev.all == all && same_ready {
+        let dest_changed = prev.all != all || event == SchedEvent::Dest;
+        if !dest_changed && same_ready {
             return Some((prev, false));
         }
         // The decisions made since the cursor was written leave the mark at
@@ -444,7 +484,7 @@ impl<M: MapOps> Plane<M> {
             Some(c) if c != prev.base => WrrMark::after(&prev.ready, c.wrapping_sub(1) as usize),
             _ => prev.mark,
         };
-        if prev.all != all {
+        if dest_changed {
             mark = mark.changed(&all_dests);
         }
         let base = mark.start(ready) as u64;
@@ -515,7 +555,14 @@ impl<M: MapOps> Plane<M> {
             Some(st) => std::mem::replace(&mut st.config, config.clone()),
             None => return Err(PlaneError::NoService(*key)),
         };
-        let r = self.publish(key);
+        // ip_vs_edit_service binds a scheduler anew only when another one
+        // is named.
+        let event = if old.scheduler == config.scheduler {
+            SchedEvent::None
+        } else {
+            SchedEvent::Bound
+        };
+        let r = self.publish_for(key, event);
         if r.is_err()
             && let Some(st) = self.services.get_mut(key)
         {
@@ -795,7 +842,7 @@ impl<M: MapOps> Plane<M> {
         if self.awaits_claims(service) {
             return Ok(());
         }
-        if let Err(e) = self.publish(service) {
+        if let Err(e) = self.publish_for(service, SchedEvent::Dest) {
             if let Some(st) = self.services.get_mut(service) {
                 st.dests.remove(0);
             }
@@ -855,7 +902,8 @@ impl<M: MapOps> Plane<M> {
         if let Some(st) = self.services.get_mut(service) {
             st.dests[pos] = d;
         }
-        if let Err(e) = self.publish(service) {
+        // upd_dest, whether or not the edit changed anything.
+        if let Err(e) = self.publish_for(service, SchedEvent::Dest) {
             if let Some(st) = self.services.get_mut(service) {
                 st.dests[pos] = prev.clone();
             }
@@ -955,7 +1003,7 @@ impl<M: MapOps> Plane<M> {
             return Ok(());
         };
         let d = st.dests.remove(pos);
-        if let Err(e) = self.publish(service) {
+        if let Err(e) = self.publish_for(service, SchedEvent::Dest) {
             if let Some(st) = self.services.get_mut(service) {
                 st.dests.insert(pos, d);
             }

@@ -263,7 +263,9 @@ fn wrr_cursor_follows_the_kernels_mark() {
                    list: &[CoreDest],
                    n: usize,
                    what: &str| {
-        let (_, cycle) = bed.data(83);
+        // wrr steps through its cycle, rr through the list.
+        let (order, table) = bed.data(83);
+        let cycle = if table.is_empty() { order } else { table };
         let (mut want, mut got) = (Vec::new(), Vec::new());
         for _ in 0..n {
             let p = kernel
@@ -313,6 +315,40 @@ fn wrr_cursor_follows_the_kernels_mark() {
     .unwrap();
     assert_eq!(bed.plane.maps().cursors.get(&svc).copied(), before);
     compare(&mut bed, kernel.as_mut(), &list, 10, "after a service edit");
+    // An edit that changes nothing is upd_dest all the same: the mark
+    // goes back to the head, its threshold kept.
+    bed.run(Command::EditDest {
+        service: key(83),
+        dest: dr(3).weight(3),
+    })
+    .unwrap();
+    kernel.update(&list, ListChange::Edited(1));
+    // (13: the cursor then stands off the list head for rr below.)
+    compare(
+        &mut bed,
+        kernel.as_mut(),
+        &list,
+        13,
+        "after -e with no change",
+    );
+    // Another scheduler, then wrr again: each bound afresh (init_service),
+    // rr at the list head, wrr with a new mark.
+    for sched in [Scheduler::Rr, Scheduler::Wrr] {
+        bed.run(Command::EditService {
+            key: key(83),
+            config: ServiceConfig::new(AddrFamily::Inet).scheduler(sched),
+        })
+        .unwrap();
+        kernel = new_scheduler(sched, &SchedParams::default()).unwrap();
+        kernel.update(&list, ListChange::Reset);
+        compare(
+            &mut bed,
+            kernel.as_mut(),
+            &list,
+            13,
+            &format!("after -E -s {sched}"),
+        );
+    }
 }
 
 #[test]
