@@ -28,6 +28,7 @@ mod ipvs_parity;
 mod ipvs_sched_parity;
 mod ipvs_sync;
 mod ipvs_sync_more;
+mod kernel510;
 mod kernel61;
 mod kube_bench;
 mod kubernetes;
