@@ -11,12 +11,17 @@
 //!   decapsulator, `--toa`'s cgroup programs) attach.
 //! * The proxy plane (no BPF): a client on the segment connects to the VIP
 //!   on the guest and reaches the real server r0.
+//! * The guest as a TUN real server (`rvsd realserver --mode tun`, its XDP
+//!   decapsulator verified and attached by 5.10): a director on the host's
+//!   kernel (`rvsd --dataplane xdp`, `-i`) sends it the client's IPIP
+//!   packets; the guest answers the client directly.
 
 use std::time::{Duration, Instant};
 
 use rvs_testbed::ipvs_vm::{self, IpvsVm};
 
-use crate::kernel61::{SOCKET, adm, bed, guest_on, start_rvsd};
+use crate::harness::Rvsadm as _;
+use crate::kernel61::{SOCKET, adm, bed, guest_at, guest_on, start_rvsd};
 use crate::netns::connect;
 
 /// The guest's kernel.
@@ -156,6 +161,60 @@ fn kernel510_proxy() {
     assert_eq!(conn.server, "rs0");
     conn.echo("through 5.10\n", Duration::from_secs(20))
         .expect("echo from the real server");
+    eprintln!(
+        "{test}: {release}, boot+push {booted:?}, total {:?}",
+        t0.elapsed()
+    );
+}
+
+#[test]
+fn kernel510_realserver_tun() {
+    let test = "kernel510_realserver_tun";
+    if !ipvs_vm::available_or_skip_kernel(test, Some(KERNEL)) {
+        return;
+    }
+    let Some((mut bed, client, dir)) = crate::netns::director_bed(test) else {
+        return;
+    };
+    let t0 = Instant::now();
+    let vm = guest_at(&bed, Some(KERNEL), "10.77.0.12/24");
+    let booted = t0.elapsed();
+    let release = uname(&vm);
+    let prep = vm.ok("rvsd realserver --vip 10.77.0.100 --mode tun --interface eth0 2>&1");
+    assert!(
+        prep.contains("decapsulator on eth0"),
+        "the XDP decapsulator attaches on 5.10: {prep}"
+    );
+    // A server on :80 greeting with its name, then echoing (busybox nc,
+    // one process a connection; at most 50).
+    vm.ok("printf '#!/bin/sh\\necho rsvm\\nexec cat\\n' >/root/serve.sh && chmod 755 /root/serve.sh && \
+           (setsid sh -c 'i=0; while [ $i -lt 50 ]; do nc -l -p 80 -e /root/serve.sh; i=$((i+1)); done' \
+            </dev/null >/dev/null 2>&1 &)");
+    let d = crate::xdp_rvsd::start(&mut bed, &dir);
+    d.ok("-A -t 10.77.0.100:80 -s rr");
+    d.ok("-a -t 10.77.0.100:80 -r 10.77.0.12:80 -i");
+    // The director schedules the real server once its MAC is resolved:
+    // tries a second apart (bounded: 60 s), each connect bounded by 20 s.
+    let vip = "10.77.0.100:80".parse().expect("vip");
+    let tries = Instant::now();
+    let mut conn = std::iter::from_fn(|| {
+        (tries.elapsed() < Duration::from_secs(60)).then(|| {
+            connect(&client, vip, Duration::from_secs(20))
+                .inspect_err(|_| std::thread::sleep(Duration::from_secs(1)))
+                .ok()
+        })
+    })
+    .flatten()
+    .next()
+    .unwrap_or_else(|| {
+        let seen = vm
+            .run("ip addr; ip link show eth0; cat /proc/net/snmp | head -4")
+            .map(|o| o.stdout_text());
+        panic!("no connection through the director to the 5.10 guest's VIP: {seen:?}")
+    });
+    assert_eq!(conn.server, "rsvm");
+    conn.echo("decapsulated by 5.10\n", Duration::from_secs(20))
+        .expect("echo from the guest");
     eprintln!(
         "{test}: {release}, boot+push {booted:?}, total {:?}",
         t0.elapsed()

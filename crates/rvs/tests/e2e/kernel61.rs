@@ -53,7 +53,14 @@ fn guest(bed: &Bed) -> IpvsVm {
 /// [`guest`] on `kernel` (`None`: the default image, 6.1; `Some("5.10")`:
 /// see `ipvs_vm::image_dir`).
 pub(crate) fn guest_on(bed: &Bed, kernel: Option<&str>) -> IpvsVm {
-    let mut opts = IpvsVmOpts::new(&bed.sw, "10.77.0.2/24", None);
+    let vm = guest_at(bed, kernel, "10.77.0.2/24");
+    vm.ok("ip addr add 10.77.0.100/32 dev eth0");
+    vm
+}
+
+/// [`guest_on`] at `ip` (with prefix) without the VIP.
+pub(crate) fn guest_at(bed: &Bed, kernel: Option<&str>, ip: &str) -> IpvsVm {
+    let mut opts = IpvsVmOpts::new(&bed.sw, ip, None);
     opts.bridge = "br0".into();
     opts.modules = Vec::new();
     opts.mem_mb = 1024;
@@ -69,8 +76,7 @@ pub(crate) fn guest_on(bed: &Bed, kernel: Option<&str>) -> IpvsVm {
     }
     vm.ok("chmod 755 /usr/bin/rvsd /usr/bin/rvsadm && \
          mkdir -p /sys/fs/bpf /sys/fs/cgroup && \
-         mount -t bpf bpf /sys/fs/bpf && mount -t cgroup2 none /sys/fs/cgroup && \
-         ip addr add 10.77.0.100/32 dev eth0");
+         mount -t bpf bpf /sys/fs/bpf && mount -t cgroup2 none /sys/fs/cgroup");
     vm
 }
 
