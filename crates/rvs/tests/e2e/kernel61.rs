@@ -1,4 +1,5 @@
-//! rvs's XDP and sock planes on the oldest kernel the test bed runs:
+//! rvs's XDP and sock planes on the oldest kernel they run on in the test
+//! bed (kernel510.rs: 5.10 refuses them, naming what it lacks):
 //! Debian 12's 6.1 cloud kernel in the kernel-IPVS guest (rvs-testbed's
 //! `ipvs_vm`, QEMU under TCG), with this build's rvsd and rvsadm pushed in
 //! (issue 29, "the kernels users run").
