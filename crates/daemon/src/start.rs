@@ -273,8 +273,11 @@ fn attach_dsr_receiver(args: &Options) -> anyhow::Result<()> {
 /// Load the sock data plane's programs and attach them to --cgroup.
 fn sock_plane(args: &Options) -> anyhow::Result<rvs_sock::plane::SockPlane> {
     let cgroup = args.cgroup.clone().unwrap_or_else(rvs_sock::default_cgroup);
-    let plane = rvs_sock::plane::SockPlane::start(&cgroup)
-        .map_err(|e| anyhow::anyhow!("--dataplane sock: {e}"))?;
+    let plane = rvs_sock::plane::SockPlane::start(&cgroup).map_err(|e| match e {
+        // Names the plane and the missing feature itself.
+        rvs_sock::SockError::KernelLacks(_) => anyhow::anyhow!("{e}"),
+        e => anyhow::anyhow!("--dataplane sock: {e}"),
+    })?;
     tracing::info!(cgroup = %cgroup.display(), "sock data plane attached");
     Ok(plane)
 }
@@ -414,8 +417,13 @@ fn xdp_plane(
             rvs_xdp::Object::Director
         },
     };
-    let (plane, modes, flood) =
-        XdpPlane::start_reporting(&opts).map_err(|e| anyhow::anyhow!("xdp: {e}"))?;
+    let (plane, modes, flood) = XdpPlane::start_reporting(&opts).map_err(|e| match e {
+        // Names the plane and the missing feature itself.
+        rvs_xdp::plane::PlaneError::Map(rvs_xdp::XdpError::KernelLacks(_)) => {
+            anyhow::anyhow!("{e}")
+        }
+        e => anyhow::anyhow!("xdp: {e}"),
+    })?;
     let pins = opts.pin.as_ref().map(|p| p.dir().display().to_string());
     for (interface, how) in opts.interfaces.iter().zip(modes) {
         match how {

@@ -82,6 +82,7 @@ pub mod plane;
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 
+use rvs_sys::bpf::probe::{self, Feature, ProbeProgType};
 use rvs_sys::bpf::{Cgroup, Object};
 
 /// Why the sock data plane could not start or write its maps.
@@ -94,6 +95,11 @@ pub enum SockError {
     /// The object could not be parsed or its maps created.
     #[error("loading sock_lb.o: {0}")]
     Load(String),
+    /// The kernel lacks a feature the plane's programs need, probed after
+    /// the verifier refused one ([`FEATURES`]): a one-line refusal naming
+    /// it, instead of the verifier's log.
+    #[error("sock plane: {0}; the proxy plane runs here")]
+    KernelLacks(rvs_sys::bpf::probe::Lacking),
     /// A program was refused by the kernel (verifier, unknown hook).
     #[error("program {program}: {what}: {message} (the kernel lacks the cgroup socket hooks?)")]
     Program {
@@ -177,6 +183,39 @@ pub fn object() -> Result<&'static [u8], SockError> {
     Err(SockError::NotBuilt)
 }
 
+/// What the plane's programs need of the kernel that Linux 5.10 (Debian 11)
+/// lacks, oldest first: probed only after the verifier refused one of them
+/// (`Loaded::load`), to name what is missing. (`clang -mcpu=v3` turns a
+/// `__sync_fetch_and_add` whose result is used into an atomic fetch;
+/// `bpf_loop`'s callbacks are the subprograms 5.10 counts wrong: "number
+/// of funcs in func_info doesn't match number of subprogs".)
+pub const FEATURES: [Feature; 2] = [
+    Feature::ATOMIC_FETCH,
+    Feature::helper(
+        "bpf_loop",
+        181,
+        "5.17",
+        ProbeProgType::CgroupSockAddrConnect4,
+    ),
+];
+
+/// Program `name` the kernel refused: [`SockError::KernelLacks`] when a
+/// probe finds one of [`FEATURES`] missing; otherwise (or when the probes
+/// cannot tell, logged) the refusal as it was.
+fn refused(name: &'static str, e: rvs_sys::bpf::Error) -> SockError {
+    if matches!(e, rvs_sys::bpf::Error::Verifier { .. }) {
+        match probe::lacking(&FEATURES) {
+            Ok(Some(lacking)) => return SockError::KernelLacks(lacking),
+            Ok(None) => {}
+            Err(pe) => tracing::warn!(
+                error = %pe, program = name,
+                "the kernel refused the program and its BPF features could not be probed"
+            ),
+        }
+    }
+    prog_err(name, "load (verifier)")(e)
+}
+
 /// The programs loaded into the kernel and, after [`Loaded::attach`],
 /// attached to one cgroup. Dropping it detaches them and frees the maps.
 #[derive(Debug)]
@@ -193,7 +232,7 @@ impl Loaded {
         for (name, kind) in programs() {
             program(&mut ebpf, name, kind)?
                 .load()
-                .map_err(prog_err(name, "load (verifier)"))?;
+                .map_err(|e| refused(name, e))?;
         }
         Ok(Loaded { ebpf, cgroup: None })
     }

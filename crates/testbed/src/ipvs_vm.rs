@@ -4,8 +4,9 @@
 //! channel.
 //!
 //! `scripts/ipvs-vm-image` (run by `scripts/install-deps`) builds the
-//! guest once into a cache outside the repository ([`cache_dir`]); this
-//! module boots it:
+//! guest once into a cache outside the repository ([`cache_dir`]; with
+//! `--kernel 5.10` also one on Debian 11's 5.10 beside it, which
+//! [`IpvsVmOpts::kernel`] picks); this module boots it:
 //!
 //! * [`IpvsVm::boot`] makes a tap in the test's namespace, enslaves it to a
 //!   bridge there (created, with the host address, when missing), starts
@@ -52,33 +53,54 @@ pub fn cache_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_CACHE))
 }
 
+/// The directory of a guest image: the cache itself for the default kernel
+/// (`None`: Debian 12's 6.1), `kernel-K/` in it for kernel `K`
+/// (`scripts/ipvs-vm-image --kernel 5.10` builds `kernel-5.10/`, Debian
+/// 11's 5.10; QEMU and the userland stay the default image's).
+pub fn image_dir(kernel: Option<&str>) -> PathBuf {
+    match kernel {
+        None => cache_dir(),
+        Some(k) => cache_dir().join(format!("kernel-{k}")),
+    }
+}
+
 /// Why the guest cannot boot here, or `None` when it can: not root, or the
 /// cache is missing or incomplete.
 pub fn unavailable() -> Option<String> {
+    unavailable_kernel(None)
+}
+
+/// [`unavailable`] for the guest on `kernel` (see [`image_dir`]).
+pub fn unavailable_kernel(kernel: Option<&str>) -> Option<String> {
     if !is_root() {
         return Some("the kernel-IPVS guest needs root (taps, namespaces)".into());
     }
     let c = cache_dir();
+    let img = image_dir(kernel);
     // An image whose agent speaks over the emulated UART (older
     // scripts/ipvs-vm-image) does not answer on the virtio port.
-    if c.join("ready").exists()
-        && !std::fs::read_to_string(c.join("ready")).is_ok_and(|r| r.contains("agent=virtio"))
+    if img.join("ready").exists()
+        && !std::fs::read_to_string(img.join("ready")).is_ok_and(|r| r.contains("agent=virtio"))
     {
         return Some(format!(
             "{} is an older image (agent on the UART): scripts/ipvs-vm-image rebuilds it",
-            c.display()
+            img.display()
         ));
     }
+    let build = match kernel {
+        None => "scripts/ipvs-vm-image builds it".to_owned(),
+        Some(k) => format!("scripts/ipvs-vm-image --kernel {k} builds it"),
+    };
     for f in [
-        "ready",
-        "vmlinuz",
-        "initrd.img",
-        "root/usr/bin/qemu-system-x86_64",
+        img.join("ready"),
+        img.join("vmlinuz"),
+        img.join("initrd.img"),
+        c.join("root/usr/bin/qemu-system-x86_64"),
     ] {
-        if !c.join(f).exists() {
+        if !f.exists() {
             return Some(format!(
-                "{} is missing (scripts/ipvs-vm-image builds it; scripts/install-deps runs it)",
-                c.join(f).display()
+                "{} is missing ({build}; scripts/install-deps runs it)",
+                f.display()
             ));
         }
     }
@@ -91,7 +113,12 @@ pub fn unavailable() -> Option<String> {
 /// True when the guest can boot here; otherwise [`skip_or_fail`] for
 /// `test` (a failure under CI) and false.
 pub fn available_or_skip(test: &str) -> bool {
-    match unavailable() {
+    available_or_skip_kernel(test, None)
+}
+
+/// [`available_or_skip`] for the guest on `kernel` (see [`image_dir`]).
+pub fn available_or_skip_kernel(test: &str, kernel: Option<&str>) -> bool {
+    match unavailable_kernel(kernel) {
         None => true,
         Some(why) => {
             skip_or_fail(test, why);
@@ -122,11 +149,16 @@ pub struct IpvsVmOpts {
     pub mem_mb: u32,
     /// The longest wait for the guest's agent to answer after QEMU starts.
     pub boot_timeout: Duration,
+    /// The guest's kernel: `None` for the default image (Debian 12's 6.1),
+    /// `Some("5.10")` for the one `scripts/ipvs-vm-image --kernel 5.10`
+    /// built (Debian 11's; see [`image_dir`]).
+    pub kernel: Option<String>,
 }
 
 impl IpvsVmOpts {
     /// Options for a guest at `ip` in `netns` behind bridge `ivbr0` with
-    /// `host_ip` on it, loading `ip_vs`, 512 MB, 120 s boot bound.
+    /// `host_ip` on it, loading `ip_vs`, 512 MB, 120 s boot bound, the
+    /// default kernel.
     pub fn new(netns: &str, ip: &str, host_ip: Option<&str>) -> IpvsVmOpts {
         IpvsVmOpts {
             netns: netns.to_owned(),
@@ -137,6 +169,7 @@ impl IpvsVmOpts {
             modules: vec!["ip_vs".to_owned()],
             mem_mb: 512,
             boot_timeout: Duration::from_secs(120),
+            kernel: None,
         }
     }
 }
@@ -228,11 +261,12 @@ impl IpvsVm {
     /// failed (with the guest console's tail when it did not come up); what
     /// was made so far is removed.
     pub fn boot(opts: &IpvsVmOpts) -> Result<IpvsVm, String> {
-        if let Some(why) = unavailable() {
+        if let Some(why) = unavailable_kernel(opts.kernel.as_deref()) {
             return Err(why);
         }
         reap_stale();
         let cache = cache_dir();
+        let image = image_dir(opts.kernel.as_deref());
         let name = unique_name("iv");
         let dir = std::env::temp_dir().join(format!("rvs-ipvsvm-{name}"));
         let _ = std::fs::remove_dir_all(&dir);
@@ -348,9 +382,9 @@ impl IpvsVm {
         ])
         .arg("-no-reboot")
         .arg("-kernel")
-        .arg(cache.join("vmlinuz"))
+        .arg(image.join("vmlinuz"))
         .arg("-initrd")
-        .arg(cache.join("initrd.img"))
+        .arg(image.join("initrd.img"))
         .args(["-append", &append])
         .args([
             "-chardev",

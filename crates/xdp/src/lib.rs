@@ -84,6 +84,12 @@ pub enum XdpError {
     #[cfg(feature = "bench")]
     #[error("benchmark key cycle: {0}")]
     BenchCycle(&'static str),
+    /// The kernel lacks a feature the director's programs need, probed
+    /// after the verifier refused one (the ones Linux 5.10 lacks: atomic
+    /// fetch, `bpf_loop`, `bpf_xdp_load_bytes`): a one-line refusal naming
+    /// them, instead of the verifier's log.
+    #[error("XDP plane: {0}; the proxy plane runs here")]
+    KernelLacks(rvs_sys::bpf::probe::Lacking),
     /// The object lacks a map or program rvs expects (a build mismatch).
     #[error("BPF object has no {kind} `{name}`")]
     Missing {

@@ -1,6 +1,7 @@
 //! [`Loaded`]: one BPF object of this crate loaded into the kernel, with
 //! typed access to its maps and `BPF_PROG_TEST_RUN`.
 
+use rvs_sys::bpf::probe::{self, Feature, ProbeProgType};
 use rvs_sys::bpf::{Error as BpfError, Loader, Object as BpfObject, Xdp, XdpMode};
 
 use crate::bpf::{self, map_err};
@@ -45,6 +46,36 @@ pub enum Attached {
     Updated,
     /// The pinned link runs a program with this one's tag: left alone.
     Kept,
+}
+
+/// What the director's programs need of the kernel that Linux 5.10 (Debian
+/// 11) lacks, oldest first: probed only after the verifier refused one of
+/// them ([`refused`]), to name what is missing. (`clang -mcpu=v3` turns a
+/// `__sync_fetch_and_add` whose result is used into an atomic fetch;
+/// `bpf_loop`'s callbacks are the subprograms 5.10 counts wrong: "number
+/// of funcs in func_info doesn't match number of subprogs".)
+pub(crate) const DIRECTOR_FEATURES: [Feature; 3] = [
+    Feature::ATOMIC_FETCH,
+    Feature::helper("bpf_loop", 181, "5.17", ProbeProgType::Xdp),
+    Feature::helper("bpf_xdp_load_bytes", 189, "5.18", ProbeProgType::Xdp),
+];
+
+/// A program of `object` the kernel refused: for the director,
+/// [`XdpError::KernelLacks`] when a probe finds one of
+/// [`DIRECTOR_FEATURES`] missing; otherwise (or when the probes cannot
+/// tell, logged) the refusal as it was.
+fn refused(object: Object, program: &'static str, e: BpfError) -> XdpError {
+    if object.is_director() && matches!(e, BpfError::Verifier { .. }) {
+        match probe::lacking(&DIRECTOR_FEATURES) {
+            Ok(Some(lacking)) => return XdpError::KernelLacks(lacking),
+            Ok(None) => {}
+            Err(pe) => tracing::warn!(
+                error = %pe, program,
+                "the kernel refused the program and its BPF features could not be probed"
+            ),
+        }
+    }
+    bpf::prog_err(program, "load (verifier)")(e)
 }
 
 /// One loaded BPF object with its (single) XDP program loaded into the
@@ -109,7 +140,7 @@ impl Loaded {
         };
         me.program()?
             .load()
-            .map_err(bpf::prog_err(object.name(), "load (verifier)"))?;
+            .map_err(|e| refused(object, object.name(), e))?;
         if object.is_director() {
             // FULLNAT (bpf/lib/fnat.h) and QUIC-LB (bpf/lib/quic_lb.h):
             // each its own program, tail-called by xdp_lb.
@@ -163,9 +194,10 @@ impl Loaded {
         slot: u32,
     ) -> Result<(), XdpError> {
         let err = |what| bpf::prog_err(name, what);
+        let object = self.object;
         let fd = {
             let mut p = bpf::xdp(&mut self.ebpf, name)?;
-            p.load().map_err(err("load (verifier)"))?;
+            p.load().map_err(|e| refused(object, name, e))?;
             p.fd_owned().map_err(err("fd"))?
         };
         let mut pa = self.map(array)?.program_array().map_err(map_err(array))?;

@@ -1,4 +1,5 @@
-//! rvs's XDP and sock planes on the oldest kernel the test bed runs:
+//! rvs's XDP and sock planes on the oldest kernel they run on in the test
+//! bed (kernel510.rs: 5.10 refuses them, naming what it lacks):
 //! Debian 12's 6.1 cloud kernel in the kernel-IPVS guest (rvs-testbed's
 //! `ipvs_vm`, QEMU under TCG), with this build's rvsd and rvsadm pushed in
 //! (issue 29, "the kernels users run").
@@ -26,7 +27,7 @@ use crate::harness::{RVSADM, RVSD, TempDir};
 use crate::netns::{Bed, Host, connect};
 
 /// The guest's rvsd control socket.
-const SOCKET: &str = "/run/rvsd.sock";
+pub(crate) const SOCKET: &str = "/run/rvsd.sock";
 
 /// A copy of `bin` without its debug sections in `dir` (a debug rvsd is
 /// hundreds of MB; the guest's serial port carries a few MB a second), or
@@ -47,11 +48,26 @@ fn stripped(bin: &str, dir: &TempDir) -> Vec<u8> {
 /// push this build's rvsd and rvsadm to /usr/bin and mount bpffs and
 /// cgroup2.
 fn guest(bed: &Bed) -> IpvsVm {
-    let mut opts = IpvsVmOpts::new(&bed.sw, "10.77.0.2/24", None);
+    guest_on(bed, None)
+}
+
+/// [`guest`] on `kernel` (`None`: the default image, 6.1; `Some("5.10")`:
+/// see `ipvs_vm::image_dir`).
+pub(crate) fn guest_on(bed: &Bed, kernel: Option<&str>) -> IpvsVm {
+    let vm = guest_at(bed, kernel, "10.77.0.2/24");
+    vm.ok("ip addr add 10.77.0.100/32 dev eth0");
+    vm
+}
+
+/// [`guest_on`] at `ip` (with prefix) without the VIP.
+pub(crate) fn guest_at(bed: &Bed, kernel: Option<&str>, ip: &str) -> IpvsVm {
+    let mut opts = IpvsVmOpts::new(&bed.sw, ip, None);
     opts.bridge = "br0".into();
     opts.modules = Vec::new();
     opts.mem_mb = 1024;
-    let vm = IpvsVm::boot(&opts).expect("boot the 6.1 guest");
+    opts.kernel = kernel.map(str::to_owned);
+    let vm = IpvsVm::boot(&opts)
+        .unwrap_or_else(|e| panic!("boot the {} guest: {e}", kernel.unwrap_or("6.1")));
     let dir = TempDir::new("kernel61");
     for bin in [RVSD, RVSADM] {
         let name = Path::new(bin).file_name().expect("a file name");
@@ -61,8 +77,7 @@ fn guest(bed: &Bed) -> IpvsVm {
     }
     vm.ok("chmod 755 /usr/bin/rvsd /usr/bin/rvsadm && \
          mkdir -p /sys/fs/bpf /sys/fs/cgroup && \
-         mount -t bpf bpf /sys/fs/bpf && mount -t cgroup2 none /sys/fs/cgroup && \
-         ip addr add 10.77.0.100/32 dev eth0");
+         mount -t bpf bpf /sys/fs/bpf && mount -t cgroup2 none /sys/fs/cgroup");
     vm
 }
 
@@ -70,7 +85,7 @@ fn guest(bed: &Bed) -> IpvsVm {
 /// /root/rvsd.log) and wait (bounded: 150 s; the verifier is slow under
 /// TCG) for its control socket; the
 /// log in the panic when it exits or does not open it.
-fn start_rvsd(vm: &IpvsVm, args: &str) {
+pub(crate) fn start_rvsd(vm: &IpvsVm, args: &str) {
     let out = vm
         .run_timeout(
             &format!(
@@ -88,7 +103,7 @@ fn start_rvsd(vm: &IpvsVm, args: &str) {
     assert_eq!(
         out.status,
         0,
-        "rvsd {args} on 6.1: {}{}",
+        "rvsd {args} in the guest: {}{}",
         out.stdout_text(),
         out.stderr_text()
     );
@@ -96,7 +111,7 @@ fn start_rvsd(vm: &IpvsVm, args: &str) {
 
 /// `rvsadm ARGS` in the guest: its stdout; panics with rvsd's log when it
 /// fails.
-fn adm(vm: &IpvsVm, args: &str) -> String {
+pub(crate) fn adm(vm: &IpvsVm, args: &str) -> String {
     vm.ok(&format!(
         "RVS_SOCKET={SOCKET} rvsadm {args} || {{ cat /root/rvsd.log >&2; exit 1; }}"
     ))
@@ -104,7 +119,7 @@ fn adm(vm: &IpvsVm, args: &str) -> String {
 
 /// The bed: switch `br0`, the real server r0 (DR, serving `rs0` on :80)
 /// and, for the XDP test, the client c.
-fn bed(test: &str) -> Option<(Bed, Host, Host)> {
+pub(crate) fn bed(test: &str) -> Option<(Bed, Host, Host)> {
     let (mut bed, [client]) = Bed::with_hosts(test, [("c", "10.77.0.10/24")])?;
     let r0 = bed.real_servers(1, &["--mode", "dr"]).remove(0);
     Some((bed, client, r0))

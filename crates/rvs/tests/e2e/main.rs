@@ -29,6 +29,7 @@ mod ipvs_sched_parity;
 mod ipvs_sync;
 mod ipvs_sync_more;
 mod ipvs_sync_xdp;
+mod kernel510;
 mod kernel61;
 mod kube_bench;
 mod kubernetes;

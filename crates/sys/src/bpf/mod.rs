@@ -9,6 +9,8 @@
 //!   typed [`Array`], [`PerCpuArray`], [`HashMap`] and [`ProgramArray`]
 //!   views over [`Pod`] keys and values; [`PinnedMap`] for a map another
 //!   process pinned; [`KernelVersion`]; one [`Error`].
+//! - [`probe`]: which of a program's kernel features the running kernel
+//!   lacks, asked after a load failed, to name them.
 //! - run-time statistics: [`RunTimeStats`] (`BPF_ENABLE_STATS`) and each
 //!   loaded program's `run_time_ns` / `run_cnt` ([`program_stats`]).
 //! - byte-level bpf(2) calls on the file descriptors of programs and maps:
@@ -27,6 +29,7 @@
 mod error;
 mod map;
 mod object;
+pub mod probe;
 mod program;
 mod stats;
 
