@@ -42,8 +42,13 @@ use rvs_sys::netlink::Netlink;
 use rvs_sys::sockdiag::SockDiag;
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::maps::{self, DestStats, EventCounts, SockRec, SrcKey, Svc, SvcKey, cap, counter, name};
+use crate::maps::{self, DestStats, EventCounts, SockRec, SrcKey, Svc, SvcKey, cap, name};
 use crate::{Loaded, SockError};
+
+mod free;
+mod read;
+
+use free::FreeRanges;
 
 /// How often the worker reads the counters.
 pub const REPORT_EVERY: Duration = Duration::from_secs(1);
@@ -497,8 +502,8 @@ struct Tables {
     next_dest: u32,
     /// Deleted real servers' indexes, reused once no socket counts on them.
     deleted: Vec<u32>,
-    /// Free ranges of `slots` (offset, length).
-    free_slots: Vec<(u32, u32)>,
+    /// Free ranges of `slots`.
+    free_slots: FreeRanges,
     /// Regions and service ids waiting out the grace period: (tick freed).
     retired_regions: Vec<(u64, u32, u32)>,
     retired_svc: Vec<(u64, u32)>,
@@ -552,7 +557,7 @@ impl Tables {
             free_dest: Vec::new(),
             next_dest: 0,
             deleted: Vec::new(),
-            free_slots: vec![(0, cap::SLOTS)],
+            free_slots: FreeRanges::new(cap::SLOTS),
             retired_regions: Vec::new(),
             retired_svc: Vec::new(),
             tick: 0,
@@ -1114,31 +1119,11 @@ impl Tables {
 
     /// First fit in the free ranges.
     fn alloc_slots(&mut self, len: u32) -> Result<u32, SockError> {
-        let pos = self
-            .free_slots
-            .iter()
-            .position(|&(_, l)| l >= len)
-            .ok_or(SockError::Full("slots"))?;
-        let (off, l) = self.free_slots[pos];
-        if l == len {
-            self.free_slots.remove(pos);
-        } else {
-            self.free_slots[pos] = (off + len, l - len);
-        }
-        Ok(off)
+        self.free_slots.take(len).ok_or(SockError::Full("slots"))
     }
 
     fn free_range(&mut self, off: u32, len: u32) {
-        self.free_slots.push((off, len));
-        self.free_slots.sort_unstable();
-        let mut merged: Vec<(u32, u32)> = Vec::with_capacity(self.free_slots.len());
-        for &(o, l) in &self.free_slots {
-            match merged.last_mut() {
-                Some(last) if last.0 + last.1 == o => last.1 += l,
-                _ => merged.push((o, l)),
-            }
-        }
-        self.free_slots = merged;
+        self.free_slots.give(off, len);
     }
 
     /// Free what waited out the grace period (two reports), and deleted
@@ -1166,145 +1151,6 @@ impl Tables {
                 _ => self.free_dest.push(index),
             }
         }
-    }
-
-    /// Read `sock_stats` (every index ever given out) and bring `counts`
-    /// up to date: the real servers added and gone since the last read,
-    /// and those whose counters changed, also into `counts.changed` for
-    /// the next report.
-    fn read_stats(&mut self, counts: &Mutex<Counts>) -> Result<(), SockError> {
-        let now = self.stats_array()?;
-        let changed = diff_stats(&mut self.last, &now);
-        let Ok(mut c) = counts.lock() else {
-            return Ok(());
-        };
-        for k in self.gone.drain(..) {
-            c.all.remove(&k);
-            c.changed.remove(&k);
-        }
-        for index in self.fresh.drain(..).chain(changed) {
-            let Some(k) = self.owner.get(&index) else {
-                continue;
-            };
-            let st = self.last.get(index as usize).copied().unwrap_or_default();
-            c.all.insert(*k, st);
-            c.changed.insert(*k, st);
-        }
-        Ok(())
-    }
-
-    /// `sock_stats` from index 0 to `next_dest`, in batches
-    /// (`BPF_MAP_LOOKUP_BATCH`; one lookup per index on kernels without).
-    fn stats_array(&self) -> Result<Vec<DestStats>, SockError> {
-        const CHUNK: usize = 4096;
-        let n = self.next_dest as usize;
-        let m = self.map(name::STATS)?;
-        let vlen = std::mem::size_of::<DestStats>();
-        let mut out = Vec::with_capacity(n);
-        let mut keys = vec![0u8; CHUNK * 4];
-        let mut values = vec![0u8; CHUNK * vlen];
-        let mut token_in: Option<rvs_sys::bpf::BatchToken> = None;
-        let mut token_out = [0u8; rvs_sys::bpf::BATCH_TOKEN];
-        while out.len() < n {
-            let want = (n - out.len()).min(CHUNK);
-            let b = match m.lookup_batch(
-                token_in.as_ref(),
-                &mut token_out,
-                &mut keys[..want * 4],
-                &mut values[..want * vlen],
-            ) {
-                Ok(b) => b,
-                Err(e) if e.kind() == std::io::ErrorKind::InvalidInput && out.is_empty() => {
-                    return self.stats_one_by_one(&m, n);
-                }
-                Err(e) => return Err(map_err(name::STATS)(e)),
-            };
-            for v in values.chunks_exact(vlen).take(b.count) {
-                out.push(DestStats::read_from_bytes(v).unwrap_or_default());
-            }
-            if b.end || b.count == 0 {
-                break;
-            }
-            token_in = Some(token_out);
-        }
-        out.truncate(n);
-        Ok(out)
-    }
-
-    fn stats_one_by_one(&self, m: &BpfMap<'_>, n: usize) -> Result<Vec<DestStats>, SockError> {
-        let mut out = Vec::with_capacity(n);
-        for i in 0..n as u32 {
-            let mut st = DestStats::default();
-            m.lookup(i.as_bytes(), st.as_mut_bytes())
-                .map_err(map_err(name::STATS))?;
-            out.push(st);
-        }
-        Ok(out)
-    }
-
-    /// `sock_counters`, summed over the CPUs.
-    fn read_events(&self) -> Result<EventCounts, SockError> {
-        let m = self.map(name::COUNTERS)?;
-        let mut buf = vec![0u8; m.value_len()];
-        let mut out = EventCounts::default();
-        for i in 0..counter::COUNT {
-            if m.lookup(i.as_bytes(), &mut buf)
-                .map_err(map_err(name::COUNTERS))?
-            {
-                out.set(i, maps::sum_per_cpu(&buf));
-            }
-        }
-        Ok(out)
-    }
-
-    /// Walk `sock_socks` (bounded by its capacity).
-    fn read_sockets(&self) -> Result<Vec<SocketEntry>, SockError> {
-        let socks = self.map(name::SOCKS)?;
-        let dests = self.map(name::DESTS)?;
-        let mut out = Vec::new();
-        let mut key: Option<u64> = None;
-        let mut next = 0u64;
-        while socks
-            .next_key(key.as_ref().map(|k| k.as_bytes()), next.as_mut_bytes())
-            .map_err(map_err(name::SOCKS))?
-        {
-            key = Some(next);
-            let mut rec = SockRec::default();
-            if !socks
-                .lookup(next.as_bytes(), rec.as_mut_bytes())
-                .map_err(map_err(name::SOCKS))?
-            {
-                continue;
-            }
-            let mut d = maps::Dest::default();
-            if !dests
-                .lookup(rec.dest.as_bytes(), d.as_mut_bytes())
-                .map_err(map_err(name::DESTS))?
-            {
-                continue;
-            }
-            let (Some(vip), Some(daddr), Some(protocol)) = (
-                maps::words_addr(rec.vip.addr, rec.vip.family),
-                maps::words_addr(d.addr, d.family),
-                Protocol::from_number(rec.vip.proto),
-            ) else {
-                continue;
-            };
-            out.push(SocketEntry {
-                cookie: next,
-                protocol,
-                vip: (vip, maps::port_host(rec.vip.port)).into(),
-                dest: (daddr, maps::port_host(d.port)).into(),
-                client: (rec.client_port != 0)
-                    .then(|| maps::words_addr(rec.client, rec.vip.family))
-                    .flatten()
-                    .map(|a| (a, maps::port_host(rec.client_port)).into()),
-            });
-            if out.len() >= cap::SOCKS as usize {
-                break;
-            }
-        }
-        Ok(out)
     }
 }
 
