@@ -125,6 +125,18 @@ pub enum Request {
         /// All or nothing.
         atomic: bool,
     },
+    /// Apply each command on its own, in order, as `ipvsadm -R` applies its
+    /// lines: one that fails does not stop the rest. The daemon answers
+    /// [`Response::Each`], one answer per command, each what an [`Exec`]
+    /// of that command alone would have answered; the whole batch is
+    /// answered once, after the data plane carried it out (one wait, not
+    /// one per line).
+    ///
+    /// [`Exec`]: Request::Exec
+    ExecEach {
+        /// The commands.
+        commands: Vec<Command>,
+    },
     /// The current state, as JSON (services, counters, rates, optionally
     /// connections): the daemon answers [`Response::State`].
     State {
@@ -244,6 +256,8 @@ pub enum Response {
     },
     /// The sockets and table of a daemon being taken over.
     HandOver(HandOver),
+    /// The answers to a [`Request::ExecEach`], one per command in order.
+    Each(Vec<Response>),
 }
 
 /// Errors of the line framing.

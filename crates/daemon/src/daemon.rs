@@ -434,6 +434,17 @@ impl Daemon {
                 index: None,
                 ctl: None,
             },
+            Request::ExecEach { commands } => Response::Each(
+                commands
+                    .into_iter()
+                    .map(|c| {
+                        self.handle(Request::Exec {
+                            commands: vec![c],
+                            atomic: false,
+                        })
+                    })
+                    .collect(),
+            ),
             Request::Exec { commands, atomic } => {
                 match self.submit(Owner::Rvsadm, Change::Commands { commands, atomic }) {
                     Ok(_) => {

@@ -51,6 +51,17 @@ pub fn set_fifo(priority: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Let a write to a closed pipe end the process, as it ends a C program
+/// (`rvsadm -Ln | head`, like `ipvsadm -Ln | head`): Rust's runtime
+/// ignores SIGPIPE, so `print!` would panic on EPIPE instead.
+pub fn default_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL installs no handler
+    // and touches no memory; the previous disposition is not needed.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -335,6 +335,27 @@ fn restore_goes_on_past_refused_lines_like_ipvsadm() {
     );
 }
 
+/// `rvsadm -Ln | head` ends as `ipvsadm -Ln | head` does: the write to the
+/// closed pipe kills it with SIGPIPE, with nothing on stderr (Rust's
+/// runtime ignores SIGPIPE, so without rvsadm restoring it the write
+/// panicked: "failed printing to stdout: Broken pipe", exit 101).
+#[test]
+fn a_closed_pipe_ends_rvsadm_quietly_as_it_ends_ipvsadm() {
+    use std::os::unix::process::ExitStatusExt;
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = std::process::Command::new(crate::harness::RVSADM)
+        .arg("-h")
+        .stdin(std::process::Stdio::null())
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("rvsadm");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(13), "{:?}: {err}", out.status);
+    assert!(err.is_empty(), "{err}");
+}
+
 #[test]
 fn help_and_version() {
     let d = Rvsd::start("golden-help", &[]);
