@@ -150,7 +150,7 @@ int xdp_lb(struct xdp_md *ctx)
 			/* A completed handshake does not count toward arming
 			 * the embryonic tables (flood_note). */
 			if (old == RVS_TCP_S_SYN_RECV && st == RVS_TCP_S_ESTABLISHED)
-				flood_completed(cfg, now, &zero);
+				flood_completed(&zero);
 			/* (`f` is not read after a promotion deleted it.) */
 			if (embryo && st == RVS_TCP_S_ESTABLISHED && embryo_promote(&p, f) == 0)
 				flood_count(svc_idx, promoted);

@@ -165,7 +165,7 @@ static __always_inline int fast_established6(struct xdp_md *ctx, struct rvs_flow
 		return -1;
 	svc = f->svc;
 	if (hs)
-		flood_completed(cfg, now, &zero);
+		flood_completed(&zero);
 	if (hs || fin)
 		return fast_state_change(ctx, f, d, &didx, svc, l3len, ep, now, fin);
 	if (stale)
@@ -311,7 +311,7 @@ static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow 
 		return -1;
 	svc = f->svc;
 	if (hs)
-		flood_completed(cfg, now, &zero);
+		flood_completed(&zero);
 	if (hs || fin)
 		return fast_state_change(ctx, f, d, &didx, svc, l3len, ep, now, fin);
 	/* Stored once per jiffy, not per packet: the entry's cache line is

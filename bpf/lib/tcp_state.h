@@ -204,20 +204,19 @@ static __always_inline int flood_note(const struct rvs_config *cfg, __u64 now)
 	return sec <= st->armed_until ? FLOOD_ARMED : 0;
 }
 
-/* A TCP flow's handshake completed (SYN_RECV to ESTABLISHED) on this CPU at
- * `now`: counted in this second's window (flood_note), so that new flows
- * whose handshakes complete do not arm the embryonic tables. A handshake
- * whose SYN was counted in an earlier second is not (that window is gone).
- * `zero` points to a zero key (the callers' frames have one to spare, and
- * no byte more). */
-static __always_inline void flood_completed(const struct rvs_config *cfg, __u64 now, __u32 *zero)
+/* A TCP flow's handshake completed (SYN_RECV to ESTABLISHED) on this CPU:
+ * counted in the current window (flood_note), so that new flows whose
+ * handshakes complete do not arm the embryonic tables. Without a division
+ * or a look at the clock: a completion that comes after the second turned
+ * counts in the window still there, and is dropped with it when the next
+ * new flow opens a new one (or counts there, if one opened already: at
+ * most a round trip's handshakes of the second before). `zero` points to a
+ * zero key (the callers' frames have one to spare, and no byte more). */
+static __always_inline void flood_completed(__u32 *zero)
 {
-	struct rvs_flood *st;
+	struct rvs_flood *st = bpf_map_lookup_elem(&flood, zero);
 
-	if (!cfg->hz)
-		return;
-	st = bpf_map_lookup_elem(&flood, zero);
-	if (st && st->second == now / cfg->hz)
+	if (st)
 		st->completed++;
 }
 
