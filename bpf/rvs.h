@@ -258,7 +258,8 @@ struct rvs_flow_key {
 /* embryonic4 / embryonic: LRU_HASH, same keys and value as flows4 / flows,
  * for TCP flows that have seen a SYN and not yet the ACK that completes the
  * handshake (SYN_RECV), while the embryonic tables are armed (new flows on
- * this CPU above RVS_EMBRYONIC_ARM_RATE, or max_new_flows, per second, and
+ * this CPU above max_new_flows, or half-open ones above
+ * RVS_EMBRYONIC_ARM_RATE, per second, and
  * RVS_EMBRYONIC_ARM_SECS after; struct rvs_flood). A flood of spoofed SYNs
  * then fills and churns only these tables (the least recently used
  * embryonic entry is evicted); the flow tables hold flows that completed
@@ -440,17 +441,28 @@ struct rvs_src_key {
  * flood_note). */
 struct rvs_flood {
 	__u64 second;      /* jiffies / hz of the window */
-	__u64 count;       /* new flows seen in it */
+	__u32 count;       /* new flows seen in it */
+	__u32 completed;   /* TCP handshakes completed in it (SYN_RECV to
+			    * ESTABLISHED): count - completed is its
+			    * half-open new flows, what arms the embryonic
+			    * tables without max_new_flows. (count was a
+			    * __u64 before: on pinned maps the old value's
+			    * high half, 0, reads as completed 0.) */
 	__u64 armed_until; /* the embryonic tables take new TCP flows up to
 			    * this second (0: never armed) */
 };
 
-/* New flows per CPU per second above which new TCP flows start in the
- * embryonic tables (with max_new_flows set: above that limit), and the
- * seconds they stay armed after the last second above it. Below it a SYN
- * goes straight to the flow table (one insert; no promotion at its ACK),
- * so a flood slower than this can churn the flow table no faster than
- * legitimate new connections at this rate would. */
+/* Half-open new flows (new flows less handshakes completed) per CPU per
+ * second above which new TCP flows start in the embryonic tables (with
+ * max_new_flows set: new flows above that limit, the guard's count), and
+ * the seconds they stay armed after the last second above it. Below it a
+ * SYN goes straight to the flow table (one insert; no promotion at its
+ * ACK), so a flood slower than this can churn the flow table no faster
+ * than legitimate new connections at this rate would; and legitimate new
+ * connections, whose handshakes complete, never arm the tables however
+ * fast they come (a flood of SYNs followed by blind ACKs completes its
+ * handshakes too, but such ACKs promote the flows out of the embryonic
+ * tables anyway: against it only the guard helps). */
 #define RVS_EMBRYONIC_ARM_RATE 4096
 #define RVS_EMBRYONIC_ARM_SECS 60
 

@@ -11,8 +11,8 @@
  * FULLNAT (source and destination rewrite, in the tail-called xdp_fnat,
  * lib/fnat.h; an established IPv4 flow whose pair xdp_fnat recorded in its
  * entry is rewritten here, without the tail call).
- * IPv4 flows live in flows4 (16-byte key), IPv6 flows in flows; while new
- * flows come fast (a SYN flood: flood_note, rvs.h) a TCP flow lives in
+ * IPv4 flows live in flows4 (16-byte key), IPv6 flows in flows; while
+ * half-open flows come fast (a SYN flood: flood_note, rvs.h) a TCP flow lives in
  * embryonic4 (embryonic) from its SYN to the ACK that completes its
  * handshake, so a SYN flood cannot evict established flows. The most
  * common packet (an ACK or datagram of an established DR flow) takes a
@@ -147,6 +147,10 @@ int xdp_lb(struct xdp_md *ctx)
 					    (f->flags & RVS_FLOW_F_NOOUTPUT) ? DIR_INPUT_ONLY : DIR_INPUT);
 			f->state = st;
 			conns_move(didx, p.proto, old, st);
+			/* A completed handshake does not count toward arming
+			 * the embryonic tables (flood_note). */
+			if (old == RVS_TCP_S_SYN_RECV && st == RVS_TCP_S_ESTABLISHED)
+				flood_completed(&zero);
 			/* (`f` is not read after a promotion deleted it.) */
 			if (embryo && st == RVS_TCP_S_ESTABLISHED && embryo_promote(&p, f) == 0)
 				flood_count(svc_idx, promoted);

@@ -16,7 +16,8 @@
  * and lookup (lib/tcp_state.h's tables): the ACK that completes the
  * handshake of a flow that went straight to the flow table (SYN_RECV, the
  * embryonic tables unarmed) makes it ESTABLISHED in either direction's
- * table, both active (no ActiveConn move); the client's FIN (`fin`) of an
+ * table, both active (no ActiveConn move), the handshake counted by the
+ * caller (flood_completed); the client's FIN (`fin`) of an
  * ESTABLISHED flow without replies (DR) makes it FIN_WAIT, active to
  * inactive. `f` goes to the available DR real server `d` in dests slot
  * *didx (a pointer: dest_conns is keyed by that same stack slot), of
@@ -163,6 +164,8 @@ static __always_inline int fast_established6(struct xdp_md *ctx, struct rvs_flow
 	if (!d || d->method != RVS_FWD_DR || (d->flags & RVS_DEST_F_UNAVAILABLE))
 		return -1;
 	svc = f->svc;
+	if (hs)
+		flood_completed(&zero);
 	if (hs || fin)
 		return fast_state_change(ctx, f, d, &didx, svc, l3len, ep, now, fin);
 	if (stale)
@@ -307,6 +310,8 @@ static __always_inline int fast_established(struct xdp_md *ctx, struct rvs_flow 
 	if (!d || d->method != RVS_FWD_DR || (d->flags & RVS_DEST_F_UNAVAILABLE))
 		return -1;
 	svc = f->svc;
+	if (hs)
+		flood_completed(&zero);
 	if (hs || fin)
 		return fast_state_change(ctx, f, d, &didx, svc, l3len, ep, now, fin);
 	/* Stored once per jiffy, not per packet: the entry's cache line is

@@ -169,13 +169,14 @@ static __always_inline void embryo_touch(__u64 now)
 /* Count a new flow on this CPU (one per-CPU array element, no atomics) and
  * say what the SYN-flood defences do with it: FLOOD_OVER when this second's
  * count is above the configured max_new_flows (a SYN flood: stop paying for
- * flow-table inserts); FLOOD_ARMED when it is above the arming rate
- * (max_new_flows, or RVS_EMBRYONIC_ARM_RATE without one) or was so in the
- * last RVS_EMBRYONIC_ARM_SECS seconds (rvs.h, struct rvs_flood). Without
- * the kernel's HZ nothing is counted: always armed. */
+ * flow-table inserts), armed too; FLOOD_ARMED when this second's half-open
+ * new flows (count less the handshakes completed, flood_completed) are above
+ * RVS_EMBRYONIC_ARM_RATE without max_new_flows, or the tables were armed in
+ * the last RVS_EMBRYONIC_ARM_SECS seconds (rvs.h, struct rvs_flood).
+ * Without the kernel's HZ nothing is counted: always armed. */
 static __always_inline int flood_note(const struct rvs_config *cfg, __u64 now)
 {
-	__u32 zero = 0, limit = cfg->max_new_flows;
+	__u32 zero = 0, limit = cfg->max_new_flows, open;
 	struct rvs_flood *st;
 	__u64 sec;
 
@@ -188,15 +189,35 @@ static __always_inline int flood_note(const struct rvs_config *cfg, __u64 now)
 	if (st->second != sec) {
 		st->second = sec;
 		st->count = 0;
+		st->completed = 0;
 	}
 	st->count++;
-	if (!limit)
-		limit = RVS_EMBRYONIC_ARM_RATE;
-	if (st->count > limit) {
+	if (limit && st->count > limit) {
 		st->armed_until = sec + RVS_EMBRYONIC_ARM_SECS;
-		return cfg->max_new_flows ? FLOOD_OVER | FLOOD_ARMED : FLOOD_ARMED;
+		return FLOOD_OVER | FLOOD_ARMED;
+	}
+	open = st->count > st->completed ? st->count - st->completed : 0;
+	if (!limit && open > RVS_EMBRYONIC_ARM_RATE) {
+		st->armed_until = sec + RVS_EMBRYONIC_ARM_SECS;
+		return FLOOD_ARMED;
 	}
 	return sec <= st->armed_until ? FLOOD_ARMED : 0;
+}
+
+/* A TCP flow's handshake completed (SYN_RECV to ESTABLISHED) on this CPU:
+ * counted in the current window (flood_note), so that new flows whose
+ * handshakes complete do not arm the embryonic tables. Without a division
+ * or a look at the clock: a completion that comes after the second turned
+ * counts in the window still there, and is dropped with it when the next
+ * new flow opens a new one (or counts there, if one opened already: at
+ * most a round trip's handshakes of the second before). `zero` points to a
+ * zero key (the callers' frames have one to spare, and no byte more). */
+static __always_inline void flood_completed(__u32 *zero)
+{
+	struct rvs_flood *st = bpf_map_lookup_elem(&flood, zero);
+
+	if (st)
+		st->completed++;
 }
 
 /* The flow a reply (VIP:vport -> client caddr:cport, as the client sees

@@ -928,17 +928,22 @@ pub struct Flood {
     /// `jiffies / hz` of the window.
     pub second: u64,
     /// New flows seen in it on this CPU.
-    pub count: u64,
+    pub count: u32,
+    /// TCP handshakes completed in it on this CPU (`count - completed`:
+    /// the half-open new flows that arm the embryonic tables).
+    pub completed: u32,
     /// The last second (`jiffies / hz`) in which new TCP flows start in
     /// the embryonic tables (0: never armed); see
     /// [`EMBRYONIC_ARM_RATE`].
     pub armed_until: u64,
 }
 
-/// `RVS_EMBRYONIC_ARM_RATE`: new flows per CPU per second above which
-/// (above `max_new_flows` when that is set) new TCP flows start in the
-/// embryonic tables, for [`EMBRYONIC_ARM_SECS`] seconds after the last
-/// such second; below it a SYN's flow goes straight to the flow table.
+/// `RVS_EMBRYONIC_ARM_RATE`: half-open new flows (new flows less the
+/// handshakes completed) per CPU per second above which (new flows above
+/// `max_new_flows` when that is set) new TCP flows start in the embryonic
+/// tables, for [`EMBRYONIC_ARM_SECS`] seconds after the last such second;
+/// below it a SYN's flow goes straight to the flow table. Legitimate new
+/// connections, whose handshakes complete, do not arm the tables.
 pub const EMBRYONIC_ARM_RATE: u64 = 4096;
 /// `RVS_EMBRYONIC_ARM_SECS` (see [`EMBRYONIC_ARM_RATE`]).
 pub const EMBRYONIC_ARM_SECS: u64 = 60;

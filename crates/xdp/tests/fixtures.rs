@@ -909,6 +909,49 @@ fn syn_flood_churns_only_the_embryonic_table() {
     }
 }
 
+/// New connections whose handshakes complete do not arm the embryonic
+/// tables, however fast they come (without `max_new_flows`): 3 × 4,097
+/// handshakes (SYN, then the ACK; more than the arming rate in one second
+/// on a CPU whatever the clock does in between) all go straight to the flow
+/// table, nothing embryonic, nothing promoted. SYNs that are not followed by
+/// their ACK (half-open: a SYN flood) still arm them (IPv4 and IPv6: the
+/// fast paths count the handshakes of each family).
+#[test]
+fn completed_handshakes_do_not_arm_the_embryonic_tables() {
+    const N: u32 = 3 * 4097;
+    for v6 in [false, true] {
+        let Some(mut lb) = Lb::new("completed_handshakes_do_not_arm_the_embryonic_tables") else {
+            return;
+        };
+        dr_service(&mut lb, v6, 3);
+        let v = vip(v6);
+        for i in 0..N {
+            let (c, port) = (client(v6, i), 1000 + (i >> 8) as u16);
+            for flags in [Flags::Syn, Flags::Ack] {
+                let r = lb.run(&tcp_frame(c, port, v, VPORT, flags, b""));
+                assert_eq!(r.action, action::TX, "v6 {v6}: flow {i}");
+            }
+        }
+        let fl = lb.l.svc_flood(0).unwrap();
+        assert_eq!((fl.embryonic, fl.promoted), (0, 0), "v6 {v6}: {fl:?}");
+        // The last flow (the flow table holds 4,096: earlier ones evicted).
+        let (c, port) = (client(v6, N - 1), 1000 + ((N - 1) >> 8) as u16);
+        let key = FlowKey::new(PROTO_TCP, c, port, v, VPORT);
+        assert_eq!(
+            lb.l.table_flow(&key, false).unwrap().map(|f| f.state),
+            Some(1),
+            "v6 {v6}: ESTABLISHED in the flow table"
+        );
+        // Half-open: SYNs alone, from other ports.
+        for i in 0..N {
+            let r = lb.run(&tcp_frame(client(v6, i), 60000, v, VPORT, Flags::Syn, b""));
+            assert_eq!(r.action, action::TX, "v6 {v6}: SYN {i}");
+        }
+        let fl = lb.l.svc_flood(0).unwrap();
+        assert!(fl.embryonic > 0, "v6 {v6}: a SYN flood arms them: {fl:?}");
+    }
+}
+
 /// While no embryonic entry can be live (none written, by any CPU, for
 /// longer than the longest TCP timeout: `embryonic_seen`), a SYN or later
 /// packet of a flow not in the flow table does not look in the embryonic

@@ -155,7 +155,7 @@ mirrors! {
         tun_src4, tun_src6, tcp_timeouts, udp_timeout, flags, hz, max_new_flows, tun_mtu,
         tun_vary4, tun_vary6, pad0, locality_expiration,
     }
-    "rvs_flood" => Flood { second, count, armed_until }
+    "rvs_flood" => Flood { second, count, completed, armed_until }
     "rvs_svc_flood" => SvcFlood { embryonic, promoted, guarded, unknown, adopted, refused }
     "rvs_src_key" => SrcKey { prefixlen, svc, addr }
     "rvs_dest_conns" => DestConns { active, inactive }

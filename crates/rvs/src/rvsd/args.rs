@@ -209,7 +209,8 @@ pub(crate) struct Args {
     /// flows of hash-scheduled (sh/dh/mh) DR/TUN services are forwarded by
     /// the hash without a flow entry (0 = off; counted in
     /// rvs_xdp_guarded_flows_total), and new TCP flows start in the
-    /// embryonic table for 60 s (without a limit: above 4,096).
+    /// embryonic table for 60 s (without a limit: above 4,096 half-open
+    /// new flows, those whose handshake did not complete).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) max_new_flows: u32,
 

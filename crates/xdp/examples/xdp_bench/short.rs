@@ -1,8 +1,9 @@
 //! The "short connections" table: the four client packets of a short DR
 //! connection (SYN, the handshake's ACK, a request's ACK, the client's FIN)
-//! over N new flows, with the embryonic tables unarmed (the common case: new
-//! flows slower than the arming rate) and armed (a SYN flood), through the
-//! cycling build (bpf/bench_cycle.h).
+//! over N new flows, with the embryonic tables unarmed (the common case:
+//! half-open new flows slower than the arming rate, as legitimate traffic's
+//! at any rate) and armed (a SYN flood), through the cycling build
+//! (bpf/bench_cycle.h).
 
 use super::*;
 
