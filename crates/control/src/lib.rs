@@ -33,6 +33,7 @@ pub mod mail;
 pub mod notify;
 pub mod owner;
 pub mod protocol;
+pub mod room;
 pub mod routes;
 pub mod script;
 pub mod state;

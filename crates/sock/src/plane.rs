@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use rvs_control::dataplane::{Applied, DataPlane, DataPlaneError};
 use rvs_control::protocol::Command;
+use rvs_control::room::{Region, SlotAlloc};
 use rvs_control::warnings::NoRoom;
 use rvs_core::dest::DestId;
 use rvs_core::ipvs::{Ipvs, MirroredConn};
@@ -45,10 +46,7 @@ use zerocopy::{FromBytes, IntoBytes};
 use crate::maps::{self, DestStats, EventCounts, SockRec, SrcKey, Svc, SvcKey, cap, name};
 use crate::{Loaded, SockError};
 
-mod free;
 mod read;
-
-use free::FreeRanges;
 
 /// How often the worker reads the counters.
 pub const REPORT_EVERY: Duration = Duration::from_secs(1);
@@ -503,7 +501,7 @@ struct Tables {
     /// Deleted real servers' indexes, reused once no socket counts on them.
     deleted: Vec<u32>,
     /// Free ranges of `slots`.
-    free_slots: FreeRanges,
+    free_slots: SlotAlloc,
     /// Regions and service ids waiting out the grace period: (tick freed).
     retired_regions: Vec<(u64, u32, u32)>,
     retired_svc: Vec<(u64, u32)>,
@@ -557,7 +555,7 @@ impl Tables {
             free_dest: Vec::new(),
             next_dest: 0,
             deleted: Vec::new(),
-            free_slots: FreeRanges::new(cap::SLOTS),
+            free_slots: SlotAlloc::new(cap::SLOTS),
             retired_regions: Vec::new(),
             retired_svc: Vec::new(),
             tick: 0,
@@ -1119,11 +1117,14 @@ impl Tables {
 
     /// First fit in the free ranges.
     fn alloc_slots(&mut self, len: u32) -> Result<u32, SockError> {
-        self.free_slots.take(len).ok_or(SockError::Full("slots"))
+        self.free_slots
+            .alloc(len)
+            .map(|r| r.off)
+            .ok_or(SockError::Full("slots"))
     }
 
     fn free_range(&mut self, off: u32, len: u32) {
-        self.free_slots.give(off, len);
+        self.free_slots.release(Region { off, len });
     }
 
     /// Free what waited out the grace period (two reports), and deleted
