@@ -57,6 +57,11 @@ fn ref_lb_syn_gets_a_real_server_and_the_flow_keeps_it() {
     let Some(mut lb) = reference("ref_lb_syn_gets_a_real_server_and_the_flow_keeps_it") else {
         return;
     };
+    // `ref_flows` is a per-CPU LRU (flows stay on their CPU with RSS): an
+    // entry made on one CPU reads 0 on another, so a test thread that
+    // migrated between a flow's packets saw real server 0 (a CI run did).
+    // The flows' packets run on one CPU, as RSS keeps them.
+    assert!(common::pin_to_cpu(0), "no CPU 0");
     for v6 in [false, true] {
         let mut used = BTreeSet::new();
         for i in 0..64u16 {
