@@ -238,9 +238,11 @@ fn kubernetes_terminating_endpoints_fallback() {
             .iter()
             .all(|(_, _, t)| real_servers(d, *t).len() == 2)
     });
+    // 40 connections each: the NodePorts' Maglev hashes the client's port
+    // (mh-port), so 10 all reached one pod once in 500 (a CI run saw it).
     for (name, from, to) in &targets {
         assert_eq!(
-            servers(from, *to, 10),
+            servers(from, *to, 40),
             set(&["pod1", "pod2"]),
             "{name} {to}"
         );
@@ -269,7 +271,7 @@ fn kubernetes_terminating_endpoints_fallback() {
     });
     for (name, from, to) in &targets {
         assert_eq!(
-            servers(from, *to, 10),
+            servers(from, *to, 40),
             set(&["pod1", "pod2"]),
             "{name} {to}: the terminating endpoints serve"
         );
